@@ -1,0 +1,23 @@
+# mk_add_doctest(<target> LABELS <l>... SOURCES <src>... [LIBS <lib>...] [GPU])
+#
+# One doctest executable per area. Every TEST_CASE becomes a CTest test carrying LABELS. GPU test binaries
+# use impl's gpu_test_main, which lists tests without touching CUDA and exits 77 (reported as skipped)
+# when no GPU is present: SKIP_RETURN_CODE 77 is set on every test of a GPU executable.
+if(MK_BUILD_TESTS)
+  find_package(doctest REQUIRED)
+  include("${doctest_DIR}/doctest.cmake")
+  enable_testing()
+endif()
+function(mk_add_doctest target)
+  cmake_parse_arguments(T "GPU" "" "LABELS;SOURCES;LIBS" ${ARGN})
+  if(NOT MK_BUILD_TESTS)
+    return()
+  endif()
+  add_executable(${target} ${T_SOURCES})
+  target_link_libraries(${target} PRIVATE doctest::doctest ${T_LIBS} mk::warnings)
+  set(props LABELS "${T_LABELS}" TIMEOUT 600)
+  if(T_GPU)
+    list(APPEND props SKIP_RETURN_CODE 77)
+  endif()
+  doctest_discover_tests(${target} PROPERTIES ${props} ADD_LABELS 0)
+endfunction()

@@ -1,0 +1,7 @@
+# mk::warnings — one INTERFACE target carrying the project's warning flags (C++ and, where built, CUDA host code).
+add_library(mk_warnings INTERFACE)
+add_library(mk::warnings ALIAS mk_warnings)
+target_compile_options(mk_warnings INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion -Wnon-virtual-dtor -Wold-style-cast -Woverloaded-virtual>
+  $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra --Werror=cross-execution-space-call>)
+install(TARGETS mk_warnings EXPORT mkernelTargets)

@@ -1,0 +1,55 @@
+// mkernel — schedule generators: the only place that knows algorithms.
+//
+// Count conventions (element counts, as NCCL's API):
+//   allreduce      input count, output count
+//   allgather      input count (per rank), output count * nRanks
+//   reducescatter  input count * nRanks, output count (per rank)
+//   broadcast      input count (read on root only), output count
+//   alltoall       input count * nRanks (block j goes to rank j), output count * nRanks (block j came from rank j)
+// Buffer names: "input", "output" and, where an algorithm needs one, "scratch".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mk/schedule/schedule.hpp"
+
+namespace mk {
+
+enum class CollOp : uint8_t { AllReduce, AllGather, ReduceScatter, Broadcast, AllToAll };
+
+const char* toString(CollOp op) noexcept;  ///< "allreduce", ...
+std::optional<CollOp> parseCollOp(std::string_view s) noexcept;
+
+/// What to compute.
+struct CollectiveSpec {
+  CollOp op = CollOp::AllReduce;
+  std::string algo = "ring";  ///< see algorithmsFor()
+  DType dtype = DType::Float32;
+  RedOp redop = RedOp::Sum;
+  uint64_t count = 0;  ///< see the count conventions above; > 0
+  uint32_t root = 0;   ///< broadcast only
+};
+
+/// How to shape the schedule.
+struct GenOptions {
+  uint32_t chunks = 1;    ///< pipeline depth: each transfer split into this many chunks (>= 1)
+  uint32_t channels = 1;  ///< independent parallel lanes, each on a slice of the data (>= 1)
+};
+
+/// Algorithms a generator exists for, in the order `auto` would consider them.
+std::vector<std::string> algorithmsFor(CollOp op);
+
+/// Generate the schedule of `spec` on ranks placed on nodes as `nodeOf` says (size = nRanks, 1..1024+;
+/// any layout, nodes may hold different numbers of ranks). Throws Error(InvalidArgument / NotFound)
+/// for bad input. The result passes validate() and has cost attributes filled.
+Schedule generate(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt = {});
+
+/// Element counts of the "input" and "output" buffers per rank for `spec` on nRanks ranks.
+uint64_t inputCount(const CollectiveSpec& spec, uint32_t nRanks) noexcept;
+uint64_t outputCount(const CollectiveSpec& spec, uint32_t nRanks) noexcept;
+
+}  // namespace mk

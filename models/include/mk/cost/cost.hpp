@@ -1,0 +1,53 @@
+// mkernel — closed-form alpha-beta(-gamma) cost of each generator's schedule (formulas: docs/cost-model.md).
+#pragma once
+
+#include <string>
+
+#include "mk/algorithms/algorithms.hpp"
+#include "mk/topology/topology.hpp"
+
+namespace mk {
+
+/// alpha (per message, us) and beta (1/bandwidth) of one link class.
+struct LinkCost {
+  double alphaUs = 0;
+  double bwGBs = 0;
+};
+
+/// Parameters the closed form and the simulator need. Defaults come from datasheets
+/// (`defaultProfile`); the calibration issue fits them from measurements.
+struct Profile {
+  std::string source = "uncalibrated (datasheet defaults)";
+  LinkCost nvlink;         ///< Put over NVLink, per GPU per direction
+  LinkCost network;        ///< ProxyPut GPU->GPU across nodes (PCIe + NIC + fabric), per GPU per direction
+  LinkCost local;          ///< Copy inside one GPU
+  double reduceGBs = 0;    ///< Reduce throughput (output bytes/s) of one lane
+  double flagUs = 0;       ///< Signal -> Wait visibility across NVLink
+  double dispatchUs = 0;   ///< op enqueue -> first step on the GPU
+  double proxyUs = 0;      ///< extra per ProxyPut for the FIFO + host proxy
+  double gemmTflops = 0;   ///< achieved bf16 GEMM rate per GPU
+};
+
+/// Datasheet defaults for the topology's GPU and links.
+Profile defaultProfile(const Topology& t);
+
+/// Closed-form prediction for one schedule shape.
+struct CostEstimate {
+  double totalUs = 0;
+  double latencyUs = 0;    ///< sum of alpha terms (dispatch, per-message, flags, proxy)
+  double bandwidthUs = 0;  ///< sum of beta terms (bytes / bandwidth on the critical path)
+  double reduceUs = 0;     ///< gamma terms
+  std::string formula;     ///< the instantiated formula, for humans
+};
+
+/// Cost of generate(spec, topo.layout(nRanks), opt) under `profile`.
+CostEstimate closedForm(const CollectiveSpec& spec, const GenOptions& opt, const Topology& topo, uint32_t nRanks,
+                        const Profile& profile);
+
+/// nccl-tests bus-bandwidth factor for `op` on n ranks (allreduce 2(n-1)/n, allgather/reducescatter/alltoall
+/// (n-1)/n, broadcast 1).
+double busBwFactor(CollOp op, uint32_t nRanks) noexcept;
+/// Bytes nccl-tests calls the op's "size" (the larger of the input and output buffer of one rank).
+uint64_t opBytes(const CollectiveSpec& spec, uint32_t nRanks) noexcept;
+
+}  // namespace mk

@@ -1,0 +1,40 @@
+// mkernel — the one error type every layer throws.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace mk {
+
+/// What went wrong, coarse enough for a caller to branch on.
+enum class ErrorCode {
+  InvalidArgument,  ///< a caller passed a value outside the documented domain
+  InvalidSchedule,  ///< a schedule failed validation (message names rank, lane, step)
+  ParseError,       ///< malformed or truncated JSON / binary input
+  NotFound,         ///< unknown preset, algorithm, file, buffer name
+  Unsupported,      ///< valid request this build or machine cannot serve
+  Timeout,          ///< a bounded wait expired (message names who waited for what)
+  Deadlock,         ///< no participant can make progress
+  IoError,          ///< a file could not be read or written
+  CudaError,        ///< a CUDA runtime or driver call failed
+  Internal,         ///< a broken invariant inside mkernel (a bug: please report)
+};
+
+/// Stable lowercase name of an error code ("invalid-argument", ...).
+const char* toString(ErrorCode code) noexcept;
+
+/// The exception thrown by mkernel host code. `what()` is "<code>: <message>".
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message);
+  /// The coarse category of the failure.
+  ErrorCode code() const noexcept { return code_; }
+  /// The message without the code prefix.
+  const std::string& message() const noexcept { return message_; }
+
+ private:
+  ErrorCode code_;
+  std::string message_;
+};
+
+}  // namespace mk

@@ -1,0 +1,26 @@
+// mkernel — Schedule <-> JSON (nlohmann-json) and file helpers. The format is docs/schedule-format.md.
+#pragma once
+
+#include <string>
+
+#include "mk/schedule/schedule.hpp"
+
+namespace mk {
+
+/// Serialise to the JSON text of docs/schedule-format.md ("schema": "mkernel.schedule.v1").
+std::string scheduleToJson(const Schedule& s, int indent = -1);
+/// Parse JSON text; throws Error(ParseError) naming the offending field (e.g. "ranks[2].lanes[0].steps[5].kind").
+/// The result is structurally complete but not validated: call validate() before running it.
+Schedule scheduleFromJson(const std::string& text);
+
+/// Read a schedule from a .json file (throws IoError / ParseError with the path in the message).
+Schedule loadSchedule(const std::string& path);
+/// Write atomically: to "<path>.tmp" first, then rename, so a failure never leaves a half-written file.
+void saveSchedule(const Schedule& s, const std::string& path);
+
+/// Write `text` to `path` atomically (temp file + rename); throws IoError. Shared by every tool.
+void writeFileAtomic(const std::string& path, const std::string& text);
+/// Read a whole file; throws IoError naming the path.
+std::string readFile(const std::string& path);
+
+}  // namespace mk

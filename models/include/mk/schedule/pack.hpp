@@ -1,0 +1,95 @@
+// mkernel — the packed binary form of a Schedule, for upload to the GPU and for compact files.
+//
+// Layout (little-endian, every record 16-byte aligned, sizes static_assert'ed below):
+//   PackedHeader
+//   PackedBuffer   [nBuffers]
+//   PackedLane     [nLanes]      (all ranks' lanes, rank-major; PackedLane::rank tells whose)
+//   PackedStep     [nSteps]      (each lane's steps contiguous, PackedLane::firstStep indexes here)
+//   PackedGemm     [nGemms]
+//   uint64_t       bufferCounts[nBuffers * nRanks]   (element count of buffer b on rank r at b*nRanks+r)
+//   uint32_t       nodeOf[nRanks] (padded to 16 bytes)
+// Cost attributes (bytes, flops) and names are not packed: the GPU does not need them. Buffer names and
+// OpInfo travel in JSON only; unpack() restores buffers as "buf<i>".
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mk/schedule/schedule.hpp"
+
+namespace mk {
+
+inline constexpr uint32_t kPackMagic = 0x43534B4Du;  // "MKSC"
+inline constexpr uint32_t kPackVersion = 1;
+
+struct PackedHeader {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t nRanks;
+  uint32_t nFlags;
+  uint32_t nBarriers;
+  uint32_t nBuffers;
+  uint32_t nLanes;
+  uint32_t nGemms;
+  uint64_t nSteps;
+  uint64_t totalBytes;  ///< size of the whole packed image, header included
+};
+static_assert(sizeof(PackedHeader) == 48);
+
+struct PackedBuffer {
+  uint8_t dtype;  ///< DType
+  uint8_t kind;   ///< BufferKind
+  uint16_t reserved0;
+  uint32_t reserved1;
+  uint64_t reserved2;
+};
+static_assert(sizeof(PackedBuffer) == 16);
+
+struct PackedLane {
+  uint32_t rank;
+  uint8_t role;  ///< LaneRole
+  uint8_t reserved0;
+  uint16_t laneIndex;  ///< index within its rank
+  uint32_t ctas;
+  uint32_t nSteps;
+  uint64_t firstStep;
+  uint64_t reserved1;
+};
+static_assert(sizeof(PackedLane) == 32);
+
+/// One step as the resident kernel reads it: Step without the cost attributes. The kernel reads the
+/// whole record before acting on it; nothing here is written concurrently, so no field order rule.
+struct PackedStep {
+  uint8_t kind;  ///< StepKind
+  uint8_t op;    ///< RedOp
+  uint8_t link;  ///< LinkClass
+  uint8_t flags; ///< StepFlagBits
+  uint32_t aux;
+  uint64_t count;
+  BufRef dst, a, b;
+  FlagRef flag;
+  uint64_t value;
+};
+static_assert(sizeof(PackedStep) == 80);
+static_assert(alignof(PackedStep) == 8);
+
+struct PackedGemm {
+  uint32_t m, n, k, lda, ldb, ldc;
+  uint32_t reserved[2];
+};
+static_assert(sizeof(PackedGemm) == 32);
+
+/// Pack the whole schedule.
+std::vector<uint8_t> pack(const Schedule& s);
+/// Pack only `rank`'s lanes (what one GPU uploads); buffers, counts and nodeOf stay complete.
+std::vector<uint8_t> packRank(const Schedule& s, uint32_t rank);
+/// Unpack an image made by pack()/packRank(); throws Error(ParseError) on a bad magic, version,
+/// truncated image or out-of-range index. Cost attributes are recomputed by fillCostAttributes().
+Schedule unpack(const uint8_t* data, std::size_t size);
+inline Schedule unpack(const std::vector<uint8_t>& image) { return unpack(image.data(), image.size()); }
+
+/// (Re)compute Step::bytes, Step::flops and Step::link from the other fields, the buffers' dtypes and
+/// nodeOf. Generators call it once at the end; unpack() calls it too.
+void fillCostAttributes(Schedule& s);
+
+}  // namespace mk

@@ -1,0 +1,136 @@
+// mkernel — the Schedule IR: what every GPU does, step by step, for one operation instance.
+//
+// A Schedule holds no pointers. Buffers are named and per rank; step operands are (rank, buffer,
+// element offset); the runtime binds addresses when an op is enqueued, the CPU executor binds host
+// vectors, the simulator binds nothing (it only needs bytes, FLOPs and routes).
+//
+// Ordering model (the contract every engine implements):
+//  * a lane runs its steps strictly in order; a step starts after the previous one's effects are
+//    complete *as seen by this lane*;
+//  * lanes (of one rank or of different ranks) are ordered only by flags and barriers;
+//  * a flag is a 64-bit counter per (rank, id), zero at the start of every op instance; Signal (and a
+//    Put/ProxyPut with kStepSignal) adds `value` with release semantics after the step's data is
+//    written; Wait blocks until the lane's own flag reaches `value` (acquire). Engines running many
+//    instances back to back add a per-instance base (epoch x total increments) — the schedule never
+//    sees it. The validator therefore requires every flag to be fully consumed: the largest Wait
+//    threshold on a flag equals the total of the increments sent to it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "mk/schedule/types.hpp"
+
+namespace mk {
+
+/// One operand: element `offset` into buffer `buffer` of rank `rank`.
+struct BufRef {
+  uint64_t offset = 0;  ///< in elements of the buffer's dtype
+  uint32_t rank = 0;    ///< whose buffer (the executing rank, an NVLink peer, or a remote-node rank for ProxyPut dst)
+  uint16_t buffer = 0;  ///< index into Schedule::buffers
+  uint16_t reserved = 0;
+};
+static_assert(sizeof(BufRef) == 16, "BufRef is part of the packed wire form");
+
+/// A flag counter: (owner rank, id).
+struct FlagRef {
+  uint32_t rank = 0;
+  uint32_t id = 0;
+};
+static_assert(sizeof(FlagRef) == 8, "FlagRef is part of the packed wire form");
+
+/// Step::flags bits.
+enum StepFlagBits : uint8_t {
+  kStepSignal = 1u << 0,      ///< Put/ProxyPut: signal `flag` by `value` once the data has landed
+  kStepAccumulate = 1u << 1,  ///< Gemm: C += A*B (else C = A*B)
+  kStepBColMajor = 1u << 2,   ///< Gemm: B is column-major (K contiguous), else row-major (N contiguous)
+};
+
+/// One step of a lane. Trivially copyable; what each field means depends on `kind`:
+///
+/// | kind     | dst            | a          | b          | count        | flag / value                      | aux          |
+/// |----------|----------------|------------|------------|--------------|-----------------------------------|--------------|
+/// | Copy     | destination    | source     | -          | elements     | -                                 | -            |
+/// | Reduce   | destination    | lhs        | rhs        | elements     | -                                 | -            |
+/// | Put      | peer dst       | local src  | -          | elements     | optional signal (kStepSignal)     | -            |
+/// | ProxyPut | remote dst     | local src  | -          | elements (0 = signal only) | optional remote signal | -            |
+/// | Signal   | -              | -          | -          | -            | target flag, increment            | -            |
+/// | Wait     | -              | -          | -          | -            | own flag, threshold               | -            |
+/// | Gemm     | C tile start   | A tile     | B tile     | -            | -                                 | gemms index  |
+/// | Barrier  | -              | -          | -          | -            | -                                 | barrier id   |
+struct Step {
+  StepKind kind = StepKind::Copy;
+  RedOp op = RedOp::Sum;
+  LinkClass link = LinkClass::None;  ///< path of the bytes; set by generators (see linkBetween())
+  uint8_t flags = 0;                 ///< StepFlagBits
+  uint32_t aux = 0;
+  uint64_t count = 0;  ///< elements of dst's dtype
+  BufRef dst, a, b;
+  FlagRef flag;
+  uint64_t value = 0;
+  // Cost attributes, consumed by the closed-form model and the simulator:
+  uint64_t bytes = 0;  ///< payload bytes over `link` (Reduce: bytes written; Gemm: A+B+C tile bytes; Signal: 8)
+  double flops = 0;    ///< arithmetic operations (Reduce: count; Gemm: 2*m*n*k)
+};
+static_assert(std::is_trivially_copyable_v<Step>);
+
+/// Shape of a Gemm step: C[m x n] (ldc) [+]= A[m x k] (lda, row-major) * B[k x n] (ldb; layout by kStepBColMajor).
+struct GemmShape {
+  uint32_t m = 0, n = 0, k = 0;
+  uint32_t lda = 0, ldb = 0, ldc = 0;  ///< leading dimensions in elements
+};
+
+/// A group of CTAs with one role running `steps` in order.
+struct Lane {
+  LaneRole role = LaneRole::Intra;
+  uint32_t ctas = 1;  ///< how many CTAs the generator suggests (a weight; the runtime may scale it)
+  std::vector<Step> steps;
+};
+
+/// A named per-rank buffer. `count[r]` is its element count on rank r (ranks may differ).
+struct BufferDecl {
+  std::string name;
+  DType dtype = DType::Float32;
+  BufferKind kind = BufferKind::Scratch;
+  std::vector<uint64_t> count;  ///< size nRanks
+};
+
+/// What produced a schedule; engines never branch on it, verifiers and reports read it.
+struct OpInfo {
+  std::string op;    ///< "allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "custom"
+  std::string algo;  ///< generator name
+  DType dtype = DType::Float32;
+  RedOp redop = RedOp::Sum;
+  uint64_t count = 0;  ///< the op's count argument (see algorithms.hpp for its meaning per op)
+  uint32_t root = 0;
+  uint32_t chunks = 1;
+  uint32_t channels = 1;
+};
+
+/// One operation instance on nRanks GPUs.
+struct Schedule {
+  uint32_t nRanks = 0;
+  std::vector<uint32_t> nodeOf;      ///< node index of each rank (size nRanks)
+  uint32_t nFlags = 0;               ///< flags per rank: ids 0 .. nFlags-1 on every rank
+  uint32_t nBarriers = 0;            ///< barrier ids 0 .. nBarriers-1
+  std::vector<BufferDecl> buffers;   ///< at most 65535
+  std::vector<std::vector<Lane>> lanes;  ///< lanes[rank][lane]
+  std::vector<GemmShape> gemms;
+  OpInfo info;
+
+  /// Index of the buffer called `name`, or -1.
+  int bufferIndex(const std::string& name) const noexcept;
+  /// Total steps over all ranks and lanes.
+  uint64_t stepCount() const noexcept;
+};
+
+/// Link class of a transfer between two ranks of `s` ("local" on the same rank, NVLink on the same node,
+/// network otherwise).
+LinkClass linkBetween(const Schedule& s, uint32_t fromRank, uint32_t toRank) noexcept;
+
+/// "rank 3 lane 1 (intra) step 17 (wait)": the prefix every diagnostic about a step uses.
+std::string describeStep(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step);
+
+}  // namespace mk

@@ -1,0 +1,91 @@
+#include "mk/algorithms/algorithms.hpp"
+
+#include <sstream>
+
+#include "builder.hpp"
+#include "mk/error.hpp"
+
+namespace mk {
+
+const char* toString(CollOp op) noexcept {
+  switch (op) {
+    case CollOp::AllReduce: return "allreduce";
+    case CollOp::AllGather: return "allgather";
+    case CollOp::ReduceScatter: return "reducescatter";
+    case CollOp::Broadcast: return "broadcast";
+    case CollOp::AllToAll: return "alltoall";
+  }
+  return "?";
+}
+
+std::optional<CollOp> parseCollOp(std::string_view s) noexcept {
+  for (CollOp op : {CollOp::AllReduce, CollOp::AllGather, CollOp::ReduceScatter, CollOp::Broadcast, CollOp::AllToAll})
+    if (s == toString(op)) return op;
+  if (s == "all-reduce" || s == "all_reduce") return CollOp::AllReduce;
+  if (s == "all-gather" || s == "all_gather") return CollOp::AllGather;
+  if (s == "reduce-scatter" || s == "reduce_scatter") return CollOp::ReduceScatter;
+  if (s == "bcast") return CollOp::Broadcast;
+  if (s == "all-to-all" || s == "all_to_all" || s == "a2a") return CollOp::AllToAll;
+  return std::nullopt;
+}
+
+namespace detail {
+const std::vector<AlgorithmDef>& algorithmRegistry() {
+  static const std::vector<AlgorithmDef> all = [] {
+    std::vector<AlgorithmDef> v = allReduceAlgorithms();
+    const auto& g = gatherScatterAlgorithms();
+    v.insert(v.end(), g.begin(), g.end());
+    return v;
+  }();
+  return all;
+}
+
+const AlgorithmDef& findAlgorithm(CollOp op, const std::string& name) {
+  for (const auto& d : algorithmRegistry())
+    if (d.op == op && name == d.name) return d;
+  std::ostringstream msg;
+  msg << "unknown algorithm '" << name << "' for " << toString(op) << " (known:";
+  for (const auto& a : algorithmsFor(op)) msg << ' ' << a;
+  msg << ')';
+  throw Error(ErrorCode::NotFound, msg.str());
+}
+}  // namespace detail
+
+std::vector<std::string> algorithmsFor(CollOp op) {
+  std::vector<std::string> names;
+  for (const auto& d : detail::algorithmRegistry())
+    if (d.op == op) names.emplace_back(d.name);
+  return names;
+}
+
+uint64_t inputCount(const CollectiveSpec& spec, uint32_t nRanks) noexcept {
+  switch (spec.op) {
+    case CollOp::ReduceScatter:
+    case CollOp::AllToAll: return spec.count * nRanks;
+    default: return spec.count;
+  }
+}
+
+uint64_t outputCount(const CollectiveSpec& spec, uint32_t nRanks) noexcept {
+  switch (spec.op) {
+    case CollOp::AllGather:
+    case CollOp::AllToAll: return spec.count * nRanks;
+    default: return spec.count;
+  }
+}
+
+Schedule generate(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt) {
+  const auto& def = detail::findAlgorithm(spec.op, spec.algo);
+  detail::GenContext ctx = detail::makeContext(spec, nodeOf, opt);
+  detail::ScheduleBuilder b(ctx);
+  ctx.input = b.addBuffer("input", spec.dtype, BufferKind::Input, inputCount(spec, ctx.nRanks));
+  ctx.output = b.addBuffer("output", spec.dtype, BufferKind::Output, outputCount(spec, ctx.nRanks));
+  if (def.setup) def.setup(b, ctx);
+  // Channels own disjoint slices of every block; a channel with an empty slice emits nothing.
+  const uint32_t channels = static_cast<uint32_t>(std::min<uint64_t>(opt.channels, spec.count));
+  for (uint32_t c = 0; c < channels; ++c)
+    def.emit(b, ctx, c, detail::splitRange(detail::Range{0, spec.count}, channels, c));
+  return b.finish();
+}
+
+}  // namespace mk

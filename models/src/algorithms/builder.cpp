@@ -1,0 +1,167 @@
+#include "builder.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "mk/error.hpp"
+#include "mk/schedule/pack.hpp"
+
+namespace mk::detail {
+
+Range splitRange(Range r, uint32_t parts, uint32_t i) noexcept {
+  const uint64_t base = r.size / parts;
+  const uint64_t extra = r.size % parts;
+  const uint64_t begin = r.begin + i * base + std::min<uint64_t>(i, extra);
+  return Range{begin, base + (i < extra ? 1 : 0)};
+}
+
+GenContext makeContext(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt) {
+  if (nodeOf.empty()) throw Error(ErrorCode::InvalidArgument, "a schedule needs at least 1 rank (nodeOf is empty)");
+  if (nodeOf.size() > std::numeric_limits<uint32_t>::max() / 2)
+    throw Error(ErrorCode::InvalidArgument, "too many ranks: " + std::to_string(nodeOf.size()));
+  if (opt.chunks == 0) throw Error(ErrorCode::InvalidArgument, "chunks must be >= 1 (got 0)");
+  if (opt.channels == 0) throw Error(ErrorCode::InvalidArgument, "channels must be >= 1 (got 0)");
+  if (spec.count == 0) throw Error(ErrorCode::InvalidArgument, "count must be > 0 (got 0)");
+  GenContext ctx;
+  ctx.spec = spec;
+  ctx.opt = opt;
+  ctx.nRanks = static_cast<uint32_t>(nodeOf.size());
+  if (spec.op == CollOp::Broadcast && spec.root >= ctx.nRanks)
+    throw Error(ErrorCode::InvalidArgument,
+                "broadcast root " + std::to_string(spec.root) + " is not a rank (nRanks " + std::to_string(ctx.nRanks) + ")");
+  std::map<uint32_t, uint32_t> dense;
+  ctx.nodeOf.resize(ctx.nRanks);
+  ctx.localIndex.resize(ctx.nRanks);
+  for (uint32_t r = 0; r < ctx.nRanks; ++r) {
+    auto [it, fresh] = dense.emplace(nodeOf[r], static_cast<uint32_t>(dense.size()));
+    if (fresh) ctx.nodeRanks.emplace_back();
+    ctx.nodeOf[r] = it->second;
+    ctx.localIndex[r] = static_cast<uint32_t>(ctx.nodeRanks[it->second].size());
+    ctx.nodeRanks[it->second].push_back(r);
+  }
+  for (const auto& n : ctx.nodeRanks) ctx.maxLocal = std::max(ctx.maxLocal, static_cast<uint32_t>(n.size()));
+  return ctx;
+}
+
+ScheduleBuilder::ScheduleBuilder(const GenContext& ctx) : ctx_(ctx) {
+  s_.nRanks = ctx.nRanks;
+  s_.nodeOf = ctx.nodeOf;
+  s_.lanes.resize(ctx.nRanks);
+  sent_.resize(ctx.nRanks);
+  s_.info.op = toString(ctx.spec.op);
+  s_.info.algo = ctx.spec.algo;
+  s_.info.dtype = ctx.spec.dtype;
+  s_.info.redop = ctx.spec.redop;
+  s_.info.count = ctx.spec.count;
+  s_.info.root = ctx.spec.root;
+  s_.info.chunks = ctx.opt.chunks;
+  s_.info.channels = ctx.opt.channels;
+}
+
+uint16_t ScheduleBuilder::addBuffer(const std::string& name, DType dtype, BufferKind kind, uint64_t countPerRank) {
+  if (s_.buffers.size() >= 0xFFFF) throw Error(ErrorCode::Internal, "too many buffers");
+  BufferDecl d;
+  d.name = name;
+  d.dtype = dtype;
+  d.kind = kind;
+  d.count.assign(ctx_.nRanks, countPerRank);
+  s_.buffers.push_back(std::move(d));
+  return static_cast<uint16_t>(s_.buffers.size() - 1);
+}
+
+uint32_t ScheduleBuilder::newFlag() { return s_.nFlags++; }
+uint32_t ScheduleBuilder::newBarrier() { return s_.nBarriers++; }
+
+uint32_t ScheduleBuilder::lane(uint32_t rank, LaneRole role, uint32_t channel) {
+  auto key = std::make_tuple(rank, static_cast<uint8_t>(role), channel);
+  auto it = laneIndex_.find(key);
+  if (it != laneIndex_.end()) return it->second;
+  auto& lanes = s_.lanes.at(rank);
+  Lane l;
+  l.role = role;
+  lanes.push_back(std::move(l));
+  const auto idx = static_cast<uint32_t>(lanes.size() - 1);
+  laneIndex_.emplace(key, idx);
+  return idx;
+}
+
+Step& ScheduleBuilder::append(uint32_t rank, uint32_t lane, StepKind kind) {
+  auto& steps = s_.lanes.at(rank).at(lane).steps;
+  steps.emplace_back();
+  Step& st = steps.back();
+  st.kind = kind;
+  st.op = ctx_.spec.redop;
+  return st;
+}
+
+void ScheduleBuilder::countSignal(uint32_t rank, uint32_t flagId, uint64_t inc) { sent_.at(rank)[flagId] += inc; }
+
+void ScheduleBuilder::copy(uint32_t rank, uint32_t lane, BufRef dst, BufRef src, uint64_t count) {
+  Step& st = append(rank, lane, StepKind::Copy);
+  st.dst = dst;
+  st.a = src;
+  st.count = count;
+}
+
+void ScheduleBuilder::reduce(uint32_t rank, uint32_t lane, BufRef dst, BufRef a, BufRef b, uint64_t count) {
+  Step& st = append(rank, lane, StepKind::Reduce);
+  st.dst = dst;
+  st.a = a;
+  st.b = b;
+  st.count = count;
+}
+
+void ScheduleBuilder::put(uint32_t rank, uint32_t lane, BufRef dst, BufRef src, uint64_t count,
+                          std::optional<uint32_t> signalFlag) {
+  const bool remote = !ctx_.sameNode(rank, dst.rank);
+  if (count == 0 && !remote) {
+    if (signalFlag) signal(rank, lane, dst.rank, *signalFlag);
+    return;
+  }
+  Step& st = append(rank, lane, remote ? StepKind::ProxyPut : StepKind::Put);
+  st.dst = dst;
+  st.a = src;
+  st.count = count;
+  if (signalFlag) {
+    st.flags |= kStepSignal;
+    st.flag = FlagRef{dst.rank, *signalFlag};
+    st.value = 1;
+    countSignal(dst.rank, *signalFlag, 1);
+  }
+}
+
+void ScheduleBuilder::signal(uint32_t rank, uint32_t lane, uint32_t target, uint32_t flagId, uint64_t inc) {
+  Step& st = append(rank, lane, StepKind::Signal);
+  st.flag = FlagRef{target, flagId};
+  st.value = inc;
+  countSignal(target, flagId, inc);
+}
+
+void ScheduleBuilder::wait(uint32_t rank, uint32_t lane, uint32_t flagId, uint64_t threshold) {
+  Step& st = append(rank, lane, StepKind::Wait);
+  st.flag = FlagRef{rank, flagId};
+  st.value = threshold;
+}
+
+void ScheduleBuilder::waitAllSent(uint32_t rank, uint32_t lane, uint32_t flagId) {
+  const uint64_t n = signalsSent(rank, flagId);
+  if (n > 0) wait(rank, lane, flagId, n);
+}
+
+void ScheduleBuilder::barrier(uint32_t rank, uint32_t lane, uint32_t id) {
+  Step& st = append(rank, lane, StepKind::Barrier);
+  st.aux = id;
+}
+
+uint64_t ScheduleBuilder::signalsSent(uint32_t rank, uint32_t flagId) const {
+  const auto& m = sent_.at(rank);
+  auto it = m.find(flagId);
+  return it == m.end() ? 0 : it->second;
+}
+
+Schedule ScheduleBuilder::finish() {
+  fillCostAttributes(s_);
+  return std::move(s_);
+}
+
+}  // namespace mk::detail

@@ -1,0 +1,139 @@
+// mkernel — internal: the toolkit every generator uses to emit a Schedule.
+//
+// Generators are written as "for each rank, append these steps to this lane". The builder picks the
+// step kind that matches the ranks' placement (Put inside a node, ProxyPut across nodes), counts the
+// signals sent to every flag so a generator can ask for the right Wait threshold, and keeps lanes per
+// (rank, role, channel) so channels never share a lane.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "mk/algorithms/algorithms.hpp"
+#include "mk/cost/cost.hpp"
+#include "mk/schedule/schedule.hpp"
+
+namespace mk::detail {
+
+/// A half-open element range [begin, begin + size).
+struct Range {
+  uint64_t begin = 0;
+  uint64_t size = 0;
+  uint64_t end() const noexcept { return begin + size; }
+};
+
+/// Piece `i` of `parts` near-equal pieces of `r`: the first (r.size % parts) pieces get one extra element.
+Range splitRange(Range r, uint32_t parts, uint32_t i) noexcept;
+
+/// Placement facts every generator needs, derived once from nodeOf.
+struct GenContext {
+  CollectiveSpec spec;
+  GenOptions opt;
+  uint32_t nRanks = 0;
+  std::vector<uint32_t> nodeOf;                  ///< rank -> node (dense node ids 0..nNodes-1, in first-seen order)
+  std::vector<std::vector<uint32_t>> nodeRanks;  ///< node -> its ranks, ascending
+  std::vector<uint32_t> localIndex;              ///< rank -> index within its node
+  uint32_t maxLocal = 0;                         ///< largest node size
+  uint16_t input = 0, output = 0;                ///< buffer ids
+  int scratch = -1;                              ///< buffer id, or -1 when the algorithm has none
+  uint32_t nNodes() const noexcept { return static_cast<uint32_t>(nodeRanks.size()); }
+  bool sameNode(uint32_t a, uint32_t b) const noexcept { return nodeOf[a] == nodeOf[b]; }
+};
+
+/// Appends steps; finish() produces the Schedule with cost attributes filled.
+class ScheduleBuilder {
+ public:
+  explicit ScheduleBuilder(const GenContext& ctx);
+
+  /// Declare a buffer with the same element count on every rank; returns its id.
+  uint16_t addBuffer(const std::string& name, DType dtype, BufferKind kind, uint64_t countPerRank);
+  /// A fresh flag id (valid on every rank).
+  uint32_t newFlag();
+  /// A fresh barrier id.
+  uint32_t newBarrier();
+  /// Index of the lane of `rank` with `role` on `channel`, created on first use.
+  uint32_t lane(uint32_t rank, LaneRole role, uint32_t channel = 0);
+
+  static BufRef ref(uint32_t rank, uint16_t buffer, uint64_t offset) noexcept {
+    BufRef r;
+    r.rank = rank;
+    r.buffer = buffer;
+    r.offset = offset;
+    return r;
+  }
+
+  /// dst <- src, executed by `rank` (either side may be an NVLink peer of `rank`).
+  void copy(uint32_t rank, uint32_t lane, BufRef dst, BufRef src, uint64_t count);
+  /// dst <- op(a, b) with the spec's reduction operator.
+  void reduce(uint32_t rank, uint32_t lane, BufRef dst, BufRef a, BufRef b, uint64_t count);
+  /// Write `count` elements from local `src` into `dst` on dst.rank: a Put inside a node, a ProxyPut across
+  /// nodes; if `signalFlag` is set, flag (dst.rank, *signalFlag) += 1 once the data has landed. With
+  /// count == 0 it is a pure signal (a Signal step inside a node, a zero-byte ProxyPut across nodes).
+  void put(uint32_t rank, uint32_t lane, BufRef dst, BufRef src, uint64_t count, std::optional<uint32_t> signalFlag);
+  /// flag (target, flagId) += inc.
+  void signal(uint32_t rank, uint32_t lane, uint32_t target, uint32_t flagId, uint64_t inc = 1);
+  /// Wait until own flag `flagId` >= threshold.
+  void wait(uint32_t rank, uint32_t lane, uint32_t flagId, uint64_t threshold);
+  /// Wait until own flag `flagId` has seen every signal emitted to it so far; no step if none were.
+  void waitAllSent(uint32_t rank, uint32_t lane, uint32_t flagId);
+  /// Barrier `id` on `rank`'s lane.
+  void barrier(uint32_t rank, uint32_t lane, uint32_t id);
+
+  /// Total increments emitted so far to (rank, flagId).
+  uint64_t signalsSent(uint32_t rank, uint32_t flagId) const;
+
+  const GenContext& ctx() const noexcept { return ctx_; }
+  Schedule& schedule() noexcept { return s_; }
+
+  /// Close the schedule: flags, barriers, OpInfo, cost attributes. The builder is spent afterwards.
+  Schedule finish();
+
+ private:
+  Step& append(uint32_t rank, uint32_t lane, StepKind kind);
+  void countSignal(uint32_t rank, uint32_t flagId, uint64_t inc);
+
+  const GenContext& ctx_;
+  Schedule s_;
+  std::map<std::tuple<uint32_t, uint8_t, uint32_t>, uint32_t> laneIndex_;
+  std::vector<std::map<uint32_t, uint64_t>> sent_;  ///< per rank: flag id -> increments so far
+};
+
+/// Closed-form inputs (the generator's view of the cluster).
+struct CostContext {
+  const CollectiveSpec& spec;
+  const GenOptions& opt;
+  const Topology& topo;
+  const GenContext& gen;  ///< placement of the ranks
+  const Profile& profile;
+};
+
+/// One generator: its name, how to emit one channel, its closed form.
+struct AlgorithmDef {
+  CollOp op;
+  const char* name;
+  const char* summary;  ///< one line for --help and docs
+  /// Declare scratch buffers (may be null). Called once, after input and output exist.
+  void (*setup)(ScheduleBuilder& b, GenContext& ctx);
+  /// Emit the steps of `channel`, which owns elements `part` of every block (see the count conventions).
+  void (*emit)(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part);
+  /// Closed-form cost of the whole schedule (all channels).
+  CostEstimate (*cost)(const CostContext& c);
+};
+
+/// Every generator, allreduce first; defined in algorithms.cpp from the per-family tables below.
+const std::vector<AlgorithmDef>& algorithmRegistry();
+/// Per-family tables (each in its own .cpp).
+const std::vector<AlgorithmDef>& allReduceAlgorithms();
+const std::vector<AlgorithmDef>& gatherScatterAlgorithms();  ///< allgather, reducescatter, broadcast, alltoall
+
+/// The generator called `name` for `op`; throws Error(NotFound) listing the known ones.
+const AlgorithmDef& findAlgorithm(CollOp op, const std::string& name);
+
+/// Placement facts for nodeOf (node ids renumbered densely in first-seen order); throws InvalidArgument.
+GenContext makeContext(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt);
+
+}  // namespace mk::detail

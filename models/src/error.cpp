@@ -1,0 +1,24 @@
+#include "mk/error.hpp"
+
+namespace mk {
+
+const char* toString(ErrorCode code) noexcept {
+  switch (code) {
+    case ErrorCode::InvalidArgument: return "invalid-argument";
+    case ErrorCode::InvalidSchedule: return "invalid-schedule";
+    case ErrorCode::ParseError: return "parse-error";
+    case ErrorCode::NotFound: return "not-found";
+    case ErrorCode::Unsupported: return "unsupported";
+    case ErrorCode::Timeout: return "timeout";
+    case ErrorCode::Deadlock: return "deadlock";
+    case ErrorCode::IoError: return "io-error";
+    case ErrorCode::CudaError: return "cuda-error";
+    case ErrorCode::Internal: return "internal";
+  }
+  return "unknown";
+}
+
+Error::Error(ErrorCode code, const std::string& message)
+    : std::runtime_error(std::string(toString(code)) + ": " + message), code_(code), message_(message) {}
+
+}  // namespace mk
