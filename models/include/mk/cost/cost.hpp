@@ -1,7 +1,9 @@
 // mkernel — closed-form alpha-beta(-gamma) cost of each generator's schedule (formulas: docs/cost-model.md).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "mk/algorithms/algorithms.hpp"
 #include "mk/topology/topology.hpp"
@@ -43,6 +45,24 @@ struct CostEstimate {
 /// Cost of generate(spec, topo.layout(nRanks), opt) under `profile`.
 CostEstimate closedForm(const CollectiveSpec& spec, const GenOptions& opt, const Topology& topo, uint32_t nRanks,
                         const Profile& profile);
+
+/// Start and end of one step in a timeline (microseconds from op submission).
+struct StepTime {
+  uint32_t rank = 0, lane = 0, step = 0;
+  double startUs = 0, endUs = 0;
+};
+
+/// The schedule's timeline with no contention beyond a static fair share: every step costs its alpha-beta
+/// price from `profile`, a lane's transfers run at bandwidth / (number of lanes of that rank using the same
+/// link class), a Wait ends when the threshold-th increment is visible, and every lane starts at
+/// `profile.dispatchUs`. Exact rules: docs/cost-model.md. This is the reference the per-generator closed
+/// forms are tested against, and the no-contention limit the simulator must reproduce.
+struct Timeline {
+  double totalUs = 0;
+  std::vector<StepTime> steps;  ///< in (rank, lane, step) order
+};
+/// Throws Error(Deadlock) if the schedule cannot complete.
+Timeline simulateUncontended(const Schedule& s, const Profile& profile);
 
 /// nccl-tests bus-bandwidth factor for `op` on n ranks (allreduce 2(n-1)/n, allgather/reducescatter/alltoall
 /// (n-1)/n, broadcast 1).
