@@ -15,6 +15,8 @@ function(mk_add_doctest target)
   endif()
   add_executable(${target} ${T_SOURCES})
   target_link_libraries(${target} PRIVATE doctest::doctest ${T_LIBS} mk::warnings)
+  # See doctest_prelude.hpp: lets CHECK(a == b) print mkernel enums by name.
+  target_compile_options(${target} PRIVATE "SHELL:-include ${PROJECT_SOURCE_DIR}/cmake/doctest_prelude.hpp")
   set(props LABELS "${T_LABELS}" TIMEOUT 600)
   if(T_GPU)
     list(APPEND props SKIP_RETURN_CODE 77)

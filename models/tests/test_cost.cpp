@@ -1,1 +1,724 @@
+// Tests of the cost layer: datasheet profile, nccl-tests conventions, and the uncontended timeline on
+// hand-built schedules (no generator involved), checked against hand-computed times and against an
+// independent fixed-point evaluation of the same rules on random schedules.
 #include <doctest/doctest.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mk/cost/cost.hpp"
+#include "mk/error.hpp"
+#include "mk/schedule/pack.hpp"
+#include "mk/topology/topology.hpp"
+
+using namespace mk;
+
+namespace {
+
+void expectError(const std::function<void()>& fn, ErrorCode code, std::vector<std::string> parts) {
+  try {
+    fn();
+    FAIL("expected an mk::Error(" << toString(code) << "), got none");
+  } catch (const Error& e) {
+    CHECK_MESSAGE(e.code() == code, "code " << toString(e.code()) << ", message: " << e.message());
+    for (const auto& p : parts) CHECK_MESSAGE(e.message().find(p) != std::string::npos, "'" << p << "' not in: " << e.message());
+  }
+}
+
+/// Round numbers so every expected time below can be computed by hand:
+/// NVLink 100 GB/s = 1e5 B/us, network 10 GB/s = 1e4 B/us, local 200 GB/s, reduce 50 GB/s, gemm 10 TFLOP/s = 1e7 flop/us.
+Profile roundProfile() {
+  Profile p;
+  p.source = "test";
+  p.nvlink = LinkCost{1.0, 100};
+  p.network = LinkCost{3.0, 10};
+  p.local = LinkCost{0.5, 200};
+  p.reduceGBs = 50;
+  p.flagUs = 0.25;
+  p.dispatchUs = 2.0;
+  p.proxyUs = 2.0;
+  p.gemmTflops = 10;
+  return p;
+}
+
+constexpr uint64_t k100KB = 25000;  ///< float32 elements in 1e5 bytes: 1 us over the test NVLink
+
+/// A hand-built schedule: one float32 buffer per rank, and one bf16 buffer for gemm operands.
+struct Hand {
+  Schedule s;
+  Hand(std::vector<uint32_t> nodeOf, uint32_t nFlags, uint32_t nBarriers = 0) {
+    s.nRanks = static_cast<uint32_t>(nodeOf.size());
+    s.nodeOf = std::move(nodeOf);
+    s.nFlags = nFlags;
+    s.nBarriers = nBarriers;
+    s.lanes.resize(s.nRanks);
+    s.info.op = "custom";
+    s.buffers.push_back(BufferDecl{"buf", DType::Float32, BufferKind::Scratch, std::vector<uint64_t>(s.nRanks, 1u << 24)});
+    s.buffers.push_back(BufferDecl{"gemm", DType::BFloat16, BufferKind::Scratch, std::vector<uint64_t>(s.nRanks, 1u << 24)});
+  }
+  uint32_t lane(uint32_t rank, LaneRole role = LaneRole::Intra) {
+    s.lanes.at(rank).push_back(Lane{role, 1, {}});
+    return static_cast<uint32_t>(s.lanes[rank].size() - 1);
+  }
+  Step& add(uint32_t rank, uint32_t lane, StepKind kind) {
+    auto& v = s.lanes.at(rank).at(lane).steps;
+    v.emplace_back();
+    v.back().kind = kind;
+    return v.back();
+  }
+  static BufRef at(uint32_t rank, uint16_t buffer = 0) {
+    BufRef r;
+    r.rank = rank;
+    r.buffer = buffer;
+    return r;
+  }
+  void put(uint32_t rank, uint32_t lane, uint32_t dst, uint64_t count, std::optional<uint32_t> flag = {}) {
+    transfer(StepKind::Put, rank, lane, dst, count, flag);
+  }
+  void proxyPut(uint32_t rank, uint32_t lane, uint32_t dst, uint64_t count, std::optional<uint32_t> flag = {}) {
+    transfer(StepKind::ProxyPut, rank, lane, dst, count, flag);
+  }
+  void transfer(StepKind kind, uint32_t rank, uint32_t lane, uint32_t dst, uint64_t count, std::optional<uint32_t> flag) {
+    Step& st = add(rank, lane, kind);
+    st.dst = at(dst);
+    st.a = at(rank);
+    st.count = count;
+    if (flag) {
+      st.flags |= kStepSignal;
+      st.flag = FlagRef{dst, *flag};
+      st.value = 1;
+    }
+  }
+  void signal(uint32_t rank, uint32_t lane, uint32_t target, uint32_t flag, uint64_t value = 1) {
+    Step& st = add(rank, lane, StepKind::Signal);
+    st.flag = FlagRef{target, flag};
+    st.value = value;
+  }
+  void wait(uint32_t rank, uint32_t lane, uint32_t flag, uint64_t threshold) {
+    Step& st = add(rank, lane, StepKind::Wait);
+    st.flag = FlagRef{rank, flag};
+    st.value = threshold;
+  }
+  /// dst on `rank`, source on `from` (a same-node peer makes it an NVLink copy).
+  void copy(uint32_t rank, uint32_t lane, uint32_t from, uint64_t count) {
+    Step& st = add(rank, lane, StepKind::Copy);
+    st.dst = at(rank);
+    st.a = at(from);
+    st.count = count;
+  }
+  void reduce(uint32_t rank, uint32_t lane, uint32_t from, uint64_t count) {
+    Step& st = add(rank, lane, StepKind::Reduce);
+    st.dst = at(rank);
+    st.a = at(rank);
+    st.b = at(from);
+    st.count = count;
+  }
+  void gemm(uint32_t rank, uint32_t lane, uint32_t m, uint32_t n, uint32_t k) {
+    s.gemms.push_back(GemmShape{m, n, k, k, n, n});
+    Step& st = add(rank, lane, StepKind::Gemm);
+    st.dst = at(rank, 1);
+    st.a = at(rank, 1);
+    st.b = at(rank, 1);
+    st.aux = static_cast<uint32_t>(s.gemms.size() - 1);
+  }
+  void barrier(uint32_t rank, uint32_t lane, uint32_t id) { add(rank, lane, StepKind::Barrier).aux = id; }
+
+  Timeline run(const Profile& p = roundProfile()) {
+    fillCostAttributes(s);
+    return simulateUncontended(s, p);
+  }
+};
+
+const StepTime& stepAt(const Timeline& tl, uint32_t rank, uint32_t lane, uint32_t step) {
+  for (const auto& st : tl.steps)
+    if (st.rank == rank && st.lane == lane && st.step == step) return st;
+  FAIL("no step rank " << rank << " lane " << lane << " step " << step << " in the timeline");
+  static StepTime none;
+  return none;
+}
+
+void checkStep(const Timeline& tl, uint32_t rank, uint32_t lane, uint32_t step, double start, double end) {
+  CAPTURE(rank);
+  CAPTURE(lane);
+  CAPTURE(step);
+  const StepTime& st = stepAt(tl, rank, lane, step);
+  CHECK(st.startUs == doctest::Approx(start).epsilon(1e-12));
+  CHECK(st.endUs == doctest::Approx(end).epsilon(1e-12));
+}
+
+// ---- an independent evaluation of the timeline rules, for random schedules -------------------------------
+//
+// Every time is the least solution of equations that are monotone in the other times (sums, max, the k-th
+// smallest of a set). Kleene iteration from all-zero reaches it; for a schedule that cannot deadlock the
+// dependencies are well-founded, so it stops after at most (steps + 1) rounds. Slow, but shares nothing
+// with the event-driven implementation.
+Timeline referenceTimeline(const Schedule& s, const Profile& p) {
+  enum { kNvl, kNet, kMem, kGpu };
+  auto resourceOf = [](const Step& st) -> int {
+    switch (st.kind) {
+      case StepKind::Put: return kNvl;
+      case StepKind::ProxyPut: return kNet;
+      case StepKind::Gemm: return kGpu;
+      case StepKind::Copy:
+      case StepKind::Reduce: return st.link == LinkClass::NVLink ? kNvl : kMem;
+      default: return -1;
+    }
+  };
+  std::vector<std::array<int, 4>> share(s.nRanks, std::array<int, 4>{0, 0, 0, 0});
+  for (uint32_t r = 0; r < s.nRanks; ++r)
+    for (const auto& lane : s.lanes[r]) {
+      std::array<bool, 4> uses{false, false, false, false};
+      for (const auto& st : lane.steps)
+        if (resourceOf(st) >= 0) uses[static_cast<std::size_t>(resourceOf(st))] = true;
+      for (std::size_t k = 0; k < 4; ++k) share[r][k] += uses[k] ? 1 : 0;
+    }
+  auto duration = [&](const Step& st, uint32_t r) {
+    const double b = static_cast<double>(st.bytes);
+    auto sh = [&](int k) { return static_cast<double>(share[r][static_cast<std::size_t>(k)]); };
+    switch (st.kind) {
+      case StepKind::Copy:
+        return st.link == LinkClass::NVLink ? p.nvlink.alphaUs + b / (p.nvlink.bwGBs * 1e3 / sh(kNvl))
+                                            : p.local.alphaUs + b / (p.local.bwGBs * 1e3 / sh(kMem));
+      case StepKind::Reduce:
+        return st.link == LinkClass::NVLink
+                   ? p.nvlink.alphaUs + b / (std::min(p.reduceGBs, p.nvlink.bwGBs) * 1e3 / sh(kNvl))
+                   : p.local.alphaUs + b / (p.reduceGBs * 1e3 / sh(kMem));
+      case StepKind::Put: return p.nvlink.alphaUs + b / (p.nvlink.bwGBs * 1e3 / sh(kNvl));
+      case StepKind::ProxyPut:
+        return st.count == 0 ? p.proxyUs + p.network.alphaUs
+                             : p.proxyUs + p.network.alphaUs + b / (p.network.bwGBs * 1e3 / sh(kNet));
+      case StepKind::Gemm: return st.flops / (p.gemmTflops * 1e6 / sh(kGpu));
+      default: return 0.0;
+    }
+  };
+  const bool oneNode = std::all_of(s.nodeOf.begin(), s.nodeOf.end(), [&](uint32_t n) { return n == s.nodeOf[0]; });
+  const double remoteFlag = p.proxyUs + p.network.alphaUs;
+  std::vector<std::vector<std::vector<double>>> start(s.nRanks), end(s.nRanks);
+  uint64_t total = 0;
+  for (uint32_t r = 0; r < s.nRanks; ++r)
+    for (const auto& lane : s.lanes[r]) {
+      start[r].emplace_back(lane.steps.size(), 0.0);
+      end[r].emplace_back(lane.steps.size(), 0.0);
+      total += lane.steps.size();
+    }
+  for (uint64_t round = 0; round <= total + 1; ++round) {
+    // Increments and barrier arrivals under the current estimates.
+    std::vector<std::vector<std::pair<double, uint64_t>>> inc(static_cast<std::size_t>(s.nRanks) * s.nFlags);
+    std::vector<double> arrival(s.nBarriers, 0.0);
+    for (uint32_t r = 0; r < s.nRanks; ++r)
+      for (std::size_t l = 0; l < s.lanes[r].size(); ++l)
+        for (std::size_t i = 0; i < s.lanes[r][l].steps.size(); ++i) {
+          const Step& st = s.lanes[r][l].steps[i];
+          const std::size_t f = static_cast<std::size_t>(st.flag.rank) * s.nFlags + st.flag.id;
+          if (st.kind == StepKind::Signal)
+            inc[f].emplace_back(end[r][l][i] + (s.nodeOf[st.flag.rank] == s.nodeOf[r] ? p.flagUs : remoteFlag), st.value);
+          if ((st.kind == StepKind::Put || st.kind == StepKind::ProxyPut) && (st.flags & kStepSignal))
+            inc[f].emplace_back(end[r][l][i], st.value);
+          if (st.kind == StepKind::Barrier) arrival[st.aux] = std::max(arrival[st.aux], start[r][l][i]);
+        }
+    for (auto& v : inc) std::sort(v.begin(), v.end());
+    bool changed = false;
+    for (uint32_t r = 0; r < s.nRanks; ++r)
+      for (std::size_t l = 0; l < s.lanes[r].size(); ++l) {
+        double t = p.dispatchUs;
+        for (std::size_t i = 0; i < s.lanes[r][l].steps.size(); ++i) {
+          const Step& st = s.lanes[r][l].steps[i];
+          double e = t + duration(st, r);
+          if (st.kind == StepKind::Wait) {
+            double v = std::numeric_limits<double>::infinity();
+            uint64_t sum = 0;
+            if (st.value == 0) v = 0;
+            for (const auto& [time, value] : inc[static_cast<std::size_t>(r) * s.nFlags + st.flag.id]) {
+              if (sum >= st.value) break;
+              sum += value;
+              v = time;
+            }
+            if (sum < st.value) v = std::numeric_limits<double>::infinity();
+            e = std::max(t, v);
+          } else if (st.kind == StepKind::Barrier) {
+            e = arrival[st.aux] + (oneNode ? p.flagUs : remoteFlag);
+          }
+          changed = changed || start[r][l][i] != t || end[r][l][i] != e;
+          start[r][l][i] = t;
+          end[r][l][i] = e;
+          t = e;
+        }
+      }
+    if (!changed) {
+      Timeline tl;
+      tl.totalUs = p.dispatchUs;
+      for (uint32_t r = 0; r < s.nRanks; ++r)
+        for (std::size_t l = 0; l < s.lanes[r].size(); ++l)
+          for (std::size_t i = 0; i < s.lanes[r][l].steps.size(); ++i) {
+            tl.steps.push_back(StepTime{r, static_cast<uint32_t>(l), static_cast<uint32_t>(i), start[r][l][i], end[r][l][i]});
+            tl.totalUs = std::max(tl.totalUs, end[r][l][i]);
+          }
+      return tl;
+    }
+  }
+  FAIL("reference evaluation did not converge");
+  return {};
+}
+
+/// A random schedule that cannot deadlock: steps are appended in one global order that is itself a valid
+/// execution (every Wait is appended after the increments it needs, a barrier on all ranks at once), and
+/// every flag is fully consumed at the end.
+Schedule randomSchedule(std::mt19937& rng) {
+  auto pick = [&](uint32_t lo, uint32_t hi) { return std::uniform_int_distribution<uint32_t>(lo, hi)(rng); };
+  std::vector<uint32_t> nodeOf;
+  const uint32_t nodes = pick(1, 3);
+  for (uint32_t n = 0; n < nodes; ++n)
+    for (uint32_t g = pick(1, 4); g > 0; --g) nodeOf.push_back(n);
+  const uint32_t nFlags = pick(1, 3);
+  const uint32_t nBarriers = pick(0, 2);
+  Hand h(nodeOf, nFlags, nBarriers);
+  const uint32_t nRanks = h.s.nRanks;
+  for (uint32_t r = 0; r < nRanks; ++r)
+    for (uint32_t l = pick(1, 3); l > 0; --l) h.lane(r);
+  std::vector<uint64_t> sent(static_cast<std::size_t>(nRanks) * nFlags, 0);
+  uint32_t barriersLeft = nBarriers;
+  auto anyLane = [&](uint32_t r) { return pick(0, static_cast<uint32_t>(h.s.lanes[r].size() - 1)); };
+  auto oddCount = [&] { return uint64_t{pick(0, 40000)} * 2 + 1; };
+  auto peerOf = [&](uint32_t r, bool sameNode) -> std::optional<uint32_t> {
+    std::vector<uint32_t> c;
+    for (uint32_t q = 0; q < nRanks; ++q)
+      if (q != r && (nodeOf[q] == nodeOf[r]) == sameNode) c.push_back(q);
+    if (c.empty()) return std::nullopt;
+    return c[pick(0, static_cast<uint32_t>(c.size() - 1))];
+  };
+  const uint32_t nOps = pick(10, 60);
+  for (uint32_t op = 0; op < nOps; ++op) {
+    const uint32_t r = pick(0, nRanks - 1);
+    const uint32_t l = anyLane(r);
+    const uint32_t f = pick(0, nFlags - 1);
+    switch (pick(0, 9)) {
+      case 0: h.copy(r, l, r, oddCount()); break;
+      case 1:
+        if (auto q = peerOf(r, true)) h.copy(r, l, *q, oddCount());
+        break;
+      case 2: h.reduce(r, l, peerOf(r, true).value_or(r), oddCount()); break;
+      case 3: h.gemm(r, l, pick(1, 300), pick(1, 300), pick(1, 300)); break;
+      case 4:
+        if (auto q = peerOf(r, true)) {
+          const bool sig = pick(0, 3) > 0;
+          h.put(r, l, *q, oddCount(), sig ? std::optional<uint32_t>(f) : std::nullopt);
+          if (sig) ++sent[*q * nFlags + f];
+        }
+        break;
+      case 5:
+        if (auto q = peerOf(r, false)) {
+          h.proxyPut(r, l, *q, pick(0, 1) ? oddCount() : 0, f);
+          ++sent[*q * nFlags + f];
+        }
+        break;
+      case 6: {
+        const uint32_t q = pick(0, nRanks - 1);
+        const uint64_t v = pick(1, 3);
+        h.signal(r, l, q, f, v);
+        sent[q * nFlags + f] += v;
+        break;
+      }
+      case 7:
+      case 8:
+        if (sent[r * nFlags + f] > 0) h.wait(r, l, f, pick(1, static_cast<uint32_t>(sent[r * nFlags + f])));
+        break;
+      case 9:
+        if (barriersLeft > 0) {
+          const uint32_t id = nBarriers - barriersLeft--;
+          for (uint32_t q = 0; q < nRanks; ++q) h.barrier(q, anyLane(q), id);
+        }
+        break;
+    }
+  }
+  for (uint32_t r = 0; r < nRanks; ++r)
+    for (uint32_t f = 0; f < nFlags; ++f)
+      if (sent[r * nFlags + f] > 0) h.wait(r, anyLane(r), f, sent[r * nFlags + f]);
+  fillCostAttributes(h.s);
+  return h.s;
+}
+
+}  // namespace
+
+// ---- profile and conventions ---------------------------------------------------------------------------------
+
+TEST_CASE("cost: default profile of h200x2 follows the datasheet") {
+  const Profile p = defaultProfile(topologyPreset("h200x2"));
+  CHECK(p.source == "uncalibrated (datasheet defaults for NVIDIA H200)");
+  CHECK(p.nvlink.alphaUs == doctest::Approx(0.65));
+  CHECK(p.nvlink.bwGBs == 450);
+  CHECK(p.local.alphaUs == doctest::Approx(0.5));
+  CHECK(p.local.bwGBs == 2400);
+  CHECK(p.reduceGBs == 1600);
+  CHECK(p.flagUs == doctest::Approx(0.65));
+  CHECK(p.dispatchUs == 2.0);
+  CHECK(p.proxyUs == 2.5);
+  CHECK(p.gemmTflops == doctest::Approx(0.75 * 989));
+  // No NIC on that machine: a 400 Gb/s one is assumed so what-ifs stay finite.
+  CHECK(p.network.bwGBs == 50);
+  CHECK(p.network.alphaUs == doctest::Approx(2.5 + 2 * 0.5));
+}
+
+TEST_CASE("cost: default profile of dgx-h100 uses the NIC and two leaf hops") {
+  const Topology t = topologyPreset("dgx-h100", 4);
+  const Profile p = defaultProfile(t);
+  CHECK(p.source.find("NVIDIA H100") != std::string::npos);
+  CHECK(p.network.alphaUs == doctest::Approx(t.node.nic.latencyUs + 2 * t.fabric.switchLatencyUs));
+  CHECK(p.network.bwGBs == 50);
+  CHECK(p.local.bwGBs == doctest::Approx(3350 / 2.0));
+  CHECK(p.reduceGBs == doctest::Approx(3350 / 3.0));
+  CHECK(p.dispatchUs > 0);
+  CHECK(p.gemmTflops < t.node.bf16Tflops);
+}
+
+TEST_CASE("cost: default network bandwidth is capped by PCIe when PCIe is slower than the NIC") {
+  Topology t = topologyPreset("dgx-h200", 2);
+  t.node.pcie.bwGBs = 32;  // a Gen4 x16 host link behind a 400G NIC
+  t.fabric.switchLatencyUs = 1.25;
+  const Profile p = defaultProfile(t);
+  CHECK(p.network.bwGBs == 32);
+  CHECK(p.network.alphaUs == doctest::Approx(2.5 + 2.5));
+}
+
+TEST_CASE("cost: bus bandwidth factors follow nccl-tests") {
+  CHECK(busBwFactor(CollOp::AllReduce, 8) == doctest::Approx(1.75));
+  CHECK(busBwFactor(CollOp::AllReduce, 2) == doctest::Approx(1.0));
+  CHECK(busBwFactor(CollOp::AllReduce, 1) == 0.0);
+  CHECK(busBwFactor(CollOp::AllGather, 4) == doctest::Approx(0.75));
+  CHECK(busBwFactor(CollOp::ReduceScatter, 5) == doctest::Approx(0.8));
+  CHECK(busBwFactor(CollOp::AllToAll, 16) == doctest::Approx(15.0 / 16));
+  CHECK(busBwFactor(CollOp::Broadcast, 7) == 1.0);
+  CHECK(busBwFactor(CollOp::AllReduce, 0) == 0.0);
+}
+
+TEST_CASE("cost: op bytes are the larger of the input and output buffer of one rank") {
+  CollectiveSpec s;
+  s.op = CollOp::AllReduce;
+  s.dtype = DType::Float32;
+  s.count = 1001;
+  CHECK(opBytes(s, 8) == 4004);
+  s.op = CollOp::AllGather;
+  s.dtype = DType::BFloat16;
+  s.count = 10;
+  CHECK(opBytes(s, 4) == 80);  // output: 10 x 4 ranks x 2 bytes
+  s.op = CollOp::ReduceScatter;
+  s.dtype = DType::Float32;
+  CHECK(opBytes(s, 4) == 160);  // input: 10 x 4 ranks x 4 bytes
+  s.op = CollOp::AllToAll;
+  s.dtype = DType::Float16;
+  s.count = 7;
+  CHECK(opBytes(s, 3) == 42);
+  s.op = CollOp::Broadcast;
+  CHECK(opBytes(s, 3) == 14);
+}
+
+TEST_CASE("cost: closedForm of an unknown algorithm is NotFound") {
+  CollectiveSpec s;
+  s.op = CollOp::AllReduce;
+  s.algo = "no-such-algorithm";
+  s.count = 17;
+  const Topology t = topologyPreset("h200x2");
+  expectError([&] { closedForm(s, GenOptions{}, t, 2, defaultProfile(t)); }, ErrorCode::NotFound, {"no-such-algorithm"});
+}
+
+// ---- the uncontended timeline on hand-built schedules ----------------------------------------------------------
+
+TEST_CASE("timeline: an empty schedule ends at the dispatch time") {
+  Hand h({0, 0}, 0);
+  h.lane(0);
+  const Timeline tl = h.run();
+  CHECK(tl.totalUs == 2.0);
+  CHECK(tl.steps.empty());
+}
+
+TEST_CASE("timeline: a single put costs alpha plus bytes over the nvlink bandwidth") {
+  Hand h({0, 0}, 0);
+  h.put(0, h.lane(0), 1, k100KB);  // 1 us alpha + 1e5 B / 1e5 B/us
+  const Timeline tl = h.run();
+  REQUIRE(tl.steps.size() == 1);
+  checkStep(tl, 0, 0, 0, 2.0, 4.0);
+  CHECK(tl.totalUs == doctest::Approx(4.0));
+}
+
+TEST_CASE("timeline: a put chain across three ranks waits for each signal") {
+  Hand h({0, 0, 0}, 1);
+  for (uint32_t r = 0; r < 3; ++r) h.lane(r);
+  h.put(0, 0, 1, k100KB, 0u);      // [2, 4], flag visible at 4
+  h.wait(1, 0, 0, 1);              // [2, 4]
+  h.put(1, 0, 2, 2 * k100KB, 0u);  // [4, 7]: 1 + 2 us
+  h.wait(2, 0, 0, 1);              // [2, 7]
+  h.copy(2, 0, 2, k100KB);         // local: 0.5 + 1e5 / 2e5 = 1 us -> [7, 8]
+  const Timeline tl = h.run();
+  checkStep(tl, 0, 0, 0, 2, 4);
+  checkStep(tl, 1, 0, 0, 2, 4);
+  checkStep(tl, 1, 0, 1, 4, 7);
+  checkStep(tl, 2, 0, 0, 2, 7);
+  checkStep(tl, 2, 0, 1, 7, 8);
+  CHECK(tl.totalUs == doctest::Approx(8.0));
+}
+
+TEST_CASE("timeline: two lanes of one rank sharing nvlink get half the bandwidth each") {
+  Hand h({0, 0}, 0);
+  const uint32_t a = h.lane(0), b = h.lane(0), c = h.lane(0), other = h.lane(1);
+  h.put(0, a, 1, k100KB);     // share 2: 1 + 2 us
+  h.put(0, b, 1, k100KB);
+  h.copy(0, c, 0, k100KB);    // memory, not NVLink: full local bandwidth, 1 us
+  h.put(1, other, 0, k100KB); // another rank: its own NVLink, full bandwidth
+  const Timeline tl = h.run();
+  checkStep(tl, 0, a, 0, 2, 5);
+  checkStep(tl, 0, b, 0, 2, 5);
+  checkStep(tl, 0, c, 0, 2, 3);
+  checkStep(tl, 1, other, 0, 2, 4);
+}
+
+TEST_CASE("timeline: a lane counts once in the share however many steps it has") {
+  Hand h({0, 0}, 0);
+  const uint32_t a = h.lane(0), b = h.lane(0);
+  h.put(0, a, 1, k100KB);
+  h.put(0, a, 1, k100KB);
+  h.copy(0, b, 1, k100KB);  // an NVLink copy shares NVLink with the puts: share 2
+  const Timeline tl = h.run();
+  checkStep(tl, 0, a, 0, 2, 5);
+  checkStep(tl, 0, a, 1, 5, 8);
+  checkStep(tl, 0, b, 0, 2, 5);
+}
+
+TEST_CASE("timeline: a wait resolves at the threshold-th increment in visibility order") {
+  // The slow signaller is on a lower rank, so it is met first in processing order.
+  Hand h({0, 0, 0}, 1);
+  for (uint32_t r = 0; r < 3; ++r) h.lane(r);
+  const uint32_t second = h.lane(0), late = h.lane(0);
+  h.put(1, 0, 0, 5 * k100KB, 0u);  // [2, 8]: 1 + 5 us, visible at 8
+  h.signal(2, 0, 0, 0);            // [2, 2], visible at 2 + flagUs = 2.25
+  h.wait(0, 0, 0, 1);              // first increment in time order: 2.25
+  h.wait(0, second, 0, 2);         // second: 8
+  h.copy(0, late, 0, 5 * k100KB);  // [2, 5]: 0.5 + 2.5 us
+  h.wait(0, late, 0, 1);           // ready at 5, after the increment: ends at 5
+  const Timeline tl = h.run();
+  checkStep(tl, 1, 0, 0, 2, 8);
+  checkStep(tl, 2, 0, 0, 2, 2);
+  checkStep(tl, 0, 0, 0, 2, 2.25);
+  checkStep(tl, 0, second, 0, 2, 8);
+  checkStep(tl, 0, late, 1, 5, 5);
+  CHECK(tl.totalUs == doctest::Approx(8));
+}
+
+TEST_CASE("timeline: signal values add up and a threshold may be met by one large increment") {
+  Hand h({0, 0}, 1);
+  h.lane(0);
+  h.lane(1);
+  const uint32_t b = h.lane(1);
+  h.signal(1, 0, 0, 0, 3);        // visible at 2.25
+  h.copy(1, b, 1, 4 * k100KB);    // [2, 4.5]
+  h.signal(1, b, 0, 0, 1);        // visible at 4.75
+  h.wait(0, 0, 0, 2);             // reached by the value-3 increment
+  h.wait(0, 0, 0, 4);             // needs the second one
+  const Timeline tl = h.run();
+  checkStep(tl, 0, 0, 0, 2, 2.25);
+  checkStep(tl, 0, 0, 1, 2.25, 4.75);
+}
+
+TEST_CASE("timeline: cross-node proxy puts pay proxy and network latency") {
+  Hand h({0, 1}, 1);
+  h.lane(0);
+  h.lane(1);
+  h.proxyPut(0, 0, 1, k100KB, 0u);  // 2 + 3 + 1e5 / 1e4 = 15 us -> [2, 17]
+  h.wait(1, 0, 0, 1);               // [2, 17]
+  h.proxyPut(1, 0, 0, 0, 0u);       // signal only: 2 + 3 -> [17, 22]
+  h.wait(0, 0, 0, 1);               // [17, 22]
+  h.signal(0, 0, 1, 0);             // [22, 22], visible at 22 + 2 + 3 = 27
+  h.wait(1, 0, 0, 2);               // [22, 27]
+  const Timeline tl = h.run();
+  checkStep(tl, 0, 0, 0, 2, 17);
+  checkStep(tl, 1, 0, 0, 2, 17);
+  checkStep(tl, 1, 0, 1, 17, 22);
+  checkStep(tl, 0, 0, 1, 17, 22);
+  checkStep(tl, 0, 0, 2, 22, 22);
+  checkStep(tl, 1, 0, 2, 22, 27);
+  CHECK(tl.totalUs == doctest::Approx(27));
+}
+
+TEST_CASE("timeline: proxy puts of one rank share the network") {
+  Hand h({0, 0, 1}, 0);
+  const uint32_t a = h.lane(0), b = h.lane(0);
+  h.proxyPut(0, a, 2, k100KB);
+  h.proxyPut(0, b, 2, k100KB);
+  const Timeline tl = h.run();
+  checkStep(tl, 0, a, 0, 2, 2 + 5 + 20);
+  checkStep(tl, 0, b, 0, 2, 2 + 5 + 20);
+}
+
+TEST_CASE("timeline: a barrier on one node ends flagUs after the last arrival") {
+  Hand h({0, 0}, 0, 1);
+  h.lane(0);
+  h.lane(1);
+  h.copy(0, 0, 0, k100KB);  // [2, 3]
+  h.barrier(0, 0, 0);       // [3, 3.25]
+  h.barrier(1, 0, 0);       // [2, 3.25]
+  h.put(1, 0, 0, k100KB);   // [3.25, 5.25]
+  const Timeline tl = h.run();
+  checkStep(tl, 0, 0, 1, 3, 3.25);
+  checkStep(tl, 1, 0, 0, 2, 3.25);
+  checkStep(tl, 1, 0, 1, 3.25, 5.25);
+  CHECK(tl.totalUs == doctest::Approx(5.25));
+}
+
+TEST_CASE("timeline: a barrier across nodes costs proxy plus network alpha") {
+  Hand h({0, 0, 1}, 0, 1);
+  for (uint32_t r = 0; r < 3; ++r) h.lane(r);
+  h.gemm(2, 0, 100, 100, 1000);  // 2e7 flop at 1e7 flop/us: [2, 4]
+  for (uint32_t r = 0; r < 3; ++r) h.barrier(r, 0, 0);
+  const Timeline tl = h.run();
+  for (uint32_t r = 0; r < 2; ++r) checkStep(tl, r, 0, 0, 2, 4 + 5);
+  checkStep(tl, 2, 0, 1, 4, 9);
+}
+
+TEST_CASE("timeline: gemm runs at gemmTflops divided among the gemm lanes of a rank") {
+  Hand h({0}, 0);
+  const uint32_t a = h.lane(0, LaneRole::Compute), b = h.lane(0, LaneRole::Compute);
+  h.gemm(0, a, 100, 100, 1000);  // 2e7 flop: 2 us alone, 4 us at half the GPU
+  h.gemm(0, a, 50, 100, 1000);   // 1e7 flop: 2 us at half
+  h.gemm(0, b, 100, 100, 1000);
+  const Timeline tl = h.run();
+  checkStep(tl, 0, a, 0, 2, 6);
+  checkStep(tl, 0, a, 1, 6, 8);
+  checkStep(tl, 0, b, 0, 2, 6);
+}
+
+TEST_CASE("timeline: reduce and copy durations per link class") {
+  Hand h({0, 0}, 0);
+  const uint32_t a = h.lane(0), b = h.lane(1), c = h.lane(1);
+  h.reduce(0, a, 1, k100KB);  // NVLink reduce at min(50, 100) GB/s: 1 + 2 us
+  h.reduce(0, a, 0, k100KB);  // local reduce at 50 GB/s: 0.5 + 2 us
+  h.copy(1, b, 0, k100KB);    // NVLink copy: 1 + 1
+  h.copy(1, c, 1, k100KB);    // local copy: 0.5 + 0.5
+  const Timeline tl = h.run();
+  checkStep(tl, 0, a, 0, 2, 5);
+  checkStep(tl, 0, a, 1, 5, 7.5);
+  checkStep(tl, 1, b, 0, 2, 4);
+  checkStep(tl, 1, c, 0, 2, 3);
+}
+
+TEST_CASE("timeline: steps are listed in rank lane step order") {
+  Hand h({0, 0, 0}, 1);
+  h.lane(2);
+  h.lane(0);
+  h.lane(0);
+  h.put(2, 0, 0, 3, 0u);
+  h.wait(0, 1, 0, 1);
+  h.copy(0, 1, 0, 5);
+  h.copy(0, 0, 0, 7);
+  const Timeline tl = h.run();
+  REQUIRE(tl.steps.size() == 4);
+  const std::vector<std::array<uint32_t, 3>> order = {{0, 0, 0}, {0, 1, 0}, {0, 1, 1}, {2, 0, 0}};
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    CAPTURE(i);
+    CHECK(tl.steps[i].rank == order[i][0]);
+    CHECK(tl.steps[i].lane == order[i][1]);
+    CHECK(tl.steps[i].step == order[i][2]);
+    CHECK(tl.steps[i].endUs >= tl.steps[i].startUs);
+  }
+}
+
+TEST_CASE("timeline: a wait that can never be met is a deadlock naming the step and the flag") {
+  Hand h({0, 0}, 1);
+  h.lane(0);
+  h.lane(1);
+  h.signal(1, 0, 0, 0);
+  h.wait(0, 0, 0, 2);
+  expectError([&] { h.run(); }, ErrorCode::Deadlock,
+              {"rank 0 lane 0", "flag 0 of rank 0 >= 2", "only ever reaches 1", "1 of 2 lanes blocked"});
+}
+
+TEST_CASE("timeline: a cycle through a barrier is a deadlock naming the barrier") {
+  Hand h({0, 0}, 1, 1);
+  h.lane(0);
+  h.lane(1);
+  h.barrier(0, 0, 0);
+  h.signal(0, 0, 1, 0);
+  h.wait(1, 0, 0, 1);  // needs rank 0's signal, which comes after the barrier rank 1 never reaches
+  h.barrier(1, 0, 0);
+  expectError([&] { h.run(); }, ErrorCode::Deadlock, {"rank 0 lane 0", "barrier 0", "only 1 of its 2"});
+}
+
+TEST_CASE("timeline: a copy without a link class and a bad flag are rejected") {
+  Hand h({0, 0}, 1);
+  h.lane(0);
+  h.copy(0, 0, 0, 8);
+  h.s.lanes[0][0].steps[0].link = LinkClass::None;  // as if fillCostAttributes was never called
+  expectError([&] { simulateUncontended(h.s, roundProfile()); }, ErrorCode::InvalidSchedule, {"fillCostAttributes"});
+
+  Hand g({0, 0}, 1);
+  g.lane(0);
+  g.signal(0, 0, 1, 5);
+  expectError([&] { g.run(); }, ErrorCode::InvalidSchedule, {"id 5", "nFlags 1"});
+}
+
+TEST_CASE("timeline: a profile without the bandwidth a step needs is rejected") {
+  Hand h({0, 0}, 0);
+  h.put(0, h.lane(0), 1, 8);
+  Profile p = roundProfile();
+  p.nvlink.bwGBs = 0;
+  expectError([&] { h.run(p); }, ErrorCode::InvalidArgument, {"profile.nvlink.bwGBs"});
+  p = roundProfile();
+  p.dispatchUs = std::numeric_limits<double>::quiet_NaN();
+  expectError([&] { h.run(p); }, ErrorCode::InvalidArgument, {"profile.dispatchUs"});
+  p = roundProfile();
+  p.gemmTflops = 0;  // no gemm in this schedule: not needed
+  CHECK(h.run(p).totalUs == doctest::Approx(2 + 1 + 32e-5));
+}
+
+TEST_CASE("timeline: random schedules match an independent fixed-point evaluation") {
+  const uint32_t seed = 20251129;
+  std::mt19937 rng(seed);
+  Profile p = roundProfile();
+  p.flagUs = 0.3;  // not a power of two: ties are rarer, arithmetic is not exact
+  for (int iter = 0; iter < 60; ++iter) {
+    CAPTURE(seed);
+    CAPTURE(iter);
+    const Schedule s = randomSchedule(rng);
+    const Timeline got = simulateUncontended(s, p);
+    const Timeline want = referenceTimeline(s, p);
+    REQUIRE(got.steps.size() == want.steps.size());
+    CHECK(got.totalUs == doctest::Approx(want.totalUs).epsilon(1e-9));
+    for (std::size_t i = 0; i < got.steps.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(got.steps[i].rank == want.steps[i].rank);
+      REQUIRE(got.steps[i].lane == want.steps[i].lane);
+      REQUIRE(got.steps[i].step == want.steps[i].step);
+      CHECK(got.steps[i].startUs == doctest::Approx(want.steps[i].startUs).epsilon(1e-9));
+      CHECK(got.steps[i].endUs == doctest::Approx(want.steps[i].endUs).epsilon(1e-9));
+    }
+  }
+}
+
+TEST_CASE("timeline: a million steps over 3072 lanes run in well under two seconds") {
+  // A ring: every rank puts to the next and waits for the previous one's put, 163 rounds.
+  const uint32_t nRanks = 3072, rounds = 163;
+  Hand h(std::vector<uint32_t>(nRanks, 0), 1);
+  for (uint32_t r = 0; r < nRanks; ++r) {
+    h.lane(r);
+    h.s.lanes[r][0].steps.reserve(2 * rounds);
+    for (uint32_t k = 0; k < rounds; ++k) {
+      h.put(r, 0, (r + 1) % nRanks, 2 * k100KB, 0u);  // 1 + 2 us
+      h.wait(r, 0, 0, k + 1);
+    }
+  }
+  fillCostAttributes(h.s);
+  REQUIRE(h.s.stepCount() > 1000000);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Timeline tl = simulateUncontended(h.s, roundProfile());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE("1e6-step timeline took " << seconds << " s");
+  CHECK(seconds < 2.0);
+  CHECK(tl.totalUs == doctest::Approx(2 + 3.0 * rounds));
+  checkStep(tl, 1234, 0, 2 * 100, 2 + 3.0 * 100, 2 + 3.0 * 101);      // round 100's put
+  checkStep(tl, 1234, 0, 2 * 100 + 1, 2 + 3.0 * 101, 2 + 3.0 * 101);  // its wait: the neighbour's put just landed
+}

@@ -1,1 +1,180 @@
+// Tests of the Schedule IR's vocabulary (types.hpp) and the small queries of schedule.hpp.
 #include <doctest/doctest.h>
+
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "mk/schedule/pack.hpp"
+#include "mk/schedule/schedule.hpp"
+#include "mk/schedule/types.hpp"
+
+namespace {
+
+using namespace mk;
+
+/// Every value of an enum whose values are 0..n-1 prints a distinct name that parses back to it.
+template <typename E, typename Parse>
+void checkRoundTrip(int n, Parse parse, std::vector<std::string> expected) {
+  REQUIRE(expected.size() == static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const auto v = static_cast<E>(i);
+    const std::string name = toString(v);
+    CAPTURE(name);
+    CHECK(name == expected[static_cast<std::size_t>(i)]);
+    const auto back = parse(name);
+    REQUIRE(back.has_value());
+    CHECK(*back == v);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("types: dtype names round trip through parseDType") {
+  checkRoundTrip<DType>(3, parseDType, {"float32", "bfloat16", "float16"});
+}
+
+TEST_CASE("types: dtype aliases fp32 f32 bf16 fp16 f16 half parse") {
+  CHECK(parseDType("fp32") == DType::Float32);
+  CHECK(parseDType("f32") == DType::Float32);
+  CHECK(parseDType("bf16") == DType::BFloat16);
+  CHECK(parseDType("fp16") == DType::Float16);
+  CHECK(parseDType("f16") == DType::Float16);
+  CHECK(parseDType("half") == DType::Float16);
+}
+
+TEST_CASE("types: reduction op names round trip through parseRedOp") {
+  checkRoundTrip<RedOp>(3, parseRedOp, {"sum", "max", "min"});
+}
+
+TEST_CASE("types: lane role names round trip through parseLaneRole") {
+  checkRoundTrip<LaneRole>(4, parseLaneRole, {"compute", "intra", "inter-send", "inter-recv"});
+}
+
+TEST_CASE("types: link class names round trip through parseLinkClass") {
+  checkRoundTrip<LinkClass>(4, parseLinkClass, {"none", "local", "nvlink", "network"});
+}
+
+TEST_CASE("types: step kind names round trip and proxy-put is an alias") {
+  checkRoundTrip<StepKind>(8, parseStepKind,
+                           {"copy", "reduce", "put", "proxyput", "signal", "wait", "gemm", "barrier"});
+  CHECK(parseStepKind("proxy-put") == StepKind::ProxyPut);
+}
+
+TEST_CASE("types: buffer kind names round trip through parseBufferKind") {
+  checkRoundTrip<BufferKind>(4, parseBufferKind, {"input", "output", "scratch", "inout"});
+}
+
+TEST_CASE("types: unknown empty and mis-cased names are rejected") {
+  for (const char* bad : {"", "Float32", "float64", "int8", " fp32", "bf16 "}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parseDType(bad).has_value());
+  }
+  CHECK_FALSE(parseRedOp("prod").has_value());
+  CHECK_FALSE(parseRedOp("SUM").has_value());
+  CHECK_FALSE(parseLaneRole("inter_send").has_value());
+  CHECK_FALSE(parseLaneRole("").has_value());
+  CHECK_FALSE(parseLinkClass("pcie").has_value());
+  CHECK_FALSE(parseStepKind("pt").has_value());
+  CHECK_FALSE(parseStepKind("proxy_put").has_value());
+  CHECK_FALSE(parseBufferKind("temp").has_value());
+}
+
+TEST_CASE("types: out of range enum values print a placeholder instead of crashing") {
+  CHECK(std::string(toString(static_cast<DType>(7))) == "?");
+  CHECK(std::string(toString(static_cast<StepKind>(200))) == "?");
+  CHECK(std::string(toString(static_cast<LaneRole>(9))) == "?");
+  CHECK(std::string(toString(static_cast<BufferKind>(4))) == "?");
+  CHECK(std::string(toString(static_cast<LinkClass>(4))) == "?");
+  CHECK(std::string(toString(static_cast<RedOp>(3))) == "?");
+}
+
+TEST_CASE("types: dtypeSize is 4 bytes for float32 and 2 for the 16-bit types") {
+  CHECK(dtypeSize(DType::Float32) == 4);
+  CHECK(dtypeSize(DType::BFloat16) == 2);
+  CHECK(dtypeSize(DType::Float16) == 2);
+  static_assert(dtypeSize(DType::Float32) == 4, "usable in constant expressions");
+}
+
+TEST_CASE("types: wire structs keep their packed sizes and enum widths") {
+  CHECK(sizeof(BufRef) == 16);
+  CHECK(sizeof(FlagRef) == 8);
+  CHECK(sizeof(PackedHeader) == 48);
+  CHECK(sizeof(PackedBuffer) == 16);
+  CHECK(sizeof(PackedLane) == 32);
+  CHECK(sizeof(PackedStep) == 80);
+  CHECK(sizeof(PackedGemm) == 32);
+  CHECK(sizeof(DType) == 1);
+  CHECK(sizeof(StepKind) == 1);
+  CHECK(std::is_trivially_copyable_v<Step>);
+  CHECK(static_cast<int>(StepKind::Barrier) == 7);
+  CHECK(kPackMagic == 0x43534B4Du);
+}
+
+namespace {
+
+Schedule twoRankSchedule() {
+  Schedule s;
+  s.nRanks = 3;
+  s.nodeOf = {0, 0, 1};
+  s.lanes.resize(3);
+  BufferDecl in;
+  in.name = "in";
+  in.count = {4, 4, 4};
+  BufferDecl out;
+  out.name = "out";
+  out.count = {4, 4, 4};
+  s.buffers = {in, out};
+  Lane l0;
+  l0.role = LaneRole::Intra;
+  l0.steps.resize(3);
+  l0.steps[2].kind = StepKind::Wait;
+  Lane l1;
+  l1.role = LaneRole::InterSend;
+  l1.steps.resize(18);
+  l1.steps[17].kind = StepKind::Wait;
+  s.lanes[0] = {l0};
+  s.lanes[2] = {l0, l1};
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("schedule: describeStep names rank lane role step and kind") {
+  const Schedule s = twoRankSchedule();
+  CHECK(describeStep(s, 2, 1, 17) == "rank 2 lane 1 (inter-send) step 17 (wait)");
+  CHECK(describeStep(s, 0, 0, 0) == "rank 0 lane 0 (intra) step 0 (copy)");
+}
+
+TEST_CASE("schedule: describeStep tolerates out of range rank lane and step") {
+  const Schedule s = twoRankSchedule();
+  CHECK(describeStep(s, 9, 0, 1) == "rank 9 lane 0 (?) step 1 (?)");
+  CHECK(describeStep(s, 1, 0, 0) == "rank 1 lane 0 (?) step 0 (?)");
+  CHECK(describeStep(s, 2, 0, 99) == "rank 2 lane 0 (intra) step 99 (?)");
+}
+
+TEST_CASE("schedule: bufferIndex finds declared names and returns -1 otherwise") {
+  const Schedule s = twoRankSchedule();
+  CHECK(s.bufferIndex("in") == 0);
+  CHECK(s.bufferIndex("out") == 1);
+  CHECK(s.bufferIndex("scratch") == -1);
+  CHECK(s.bufferIndex("") == -1);
+}
+
+TEST_CASE("schedule: stepCount sums the steps of every lane of every rank") {
+  Schedule s = twoRankSchedule();
+  CHECK(s.stepCount() == 3 + 3 + 18);
+  s.lanes[1].emplace_back();
+  s.lanes[1].back().steps.resize(5);
+  CHECK(s.stepCount() == 29);
+  CHECK(Schedule{}.stepCount() == 0);
+}
+
+TEST_CASE("schedule: linkBetween is local on one rank nvlink in a node and network across") {
+  const Schedule s = twoRankSchedule();
+  CHECK(linkBetween(s, 1, 1) == LinkClass::Local);
+  CHECK(linkBetween(s, 0, 1) == LinkClass::NVLink);
+  CHECK(linkBetween(s, 1, 0) == LinkClass::NVLink);
+  CHECK(linkBetween(s, 0, 2) == LinkClass::Network);
+  CHECK(linkBetween(s, 0, 3) == LinkClass::None);
+}

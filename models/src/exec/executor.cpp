@@ -1,7 +1,531 @@
-// placeholder (being written): link stubs
+// mkernel — the CPU reference executor: one host thread per (rank, lane) over host memory.
+//
+// Synchronisation design (one mutex, one condition variable per rank):
+//  * flags are std::atomic<uint64_t>; an increment is a seq_cst fetch_add done outside the mutex;
+//  * a lane that must wait takes the mutex, publishes "I am blocked on X" and sleeps on its rank's
+//    condition variable. A signaller wakes a rank's sleepers only when `sleepers_[rank]` is non-zero:
+//    the waiter increments `sleepers_` before re-reading the flag and the signaller reads `sleepers_`
+//    after its fetch_add, both seq_cst, so at least one of them sees the other (no lost wake-up) and
+//    the common case — nobody asleep — costs no lock;
+//  * deadlock: under the mutex, when the number of blocked lanes equals the number of unfinished
+//    lanes, no increment can be in flight (only running lanes increment), so re-evaluating every
+//    blocked lane's condition decides exactly whether anyone can still move. This runs on every
+//    transition into "blocked" and on every lane finish, so detection is immediate and deterministic;
+//  * stall: a sleeping lane wakes every stallTimeout and compares the global step count with the one it
+//    saw; no step completed anywhere in between means Error(Timeout).
+// The first error (thrown by a step, or a detected deadlock/stall) is stored, an abort flag is raised,
+// every sleeper is woken, and the caller joins all threads before rethrowing it.
 #include "mk/exec/executor.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <thread>
+
 #include "mk/error.hpp"
+#include "mk/exec/numeric.hpp"
+
 namespace mk {
-HostMemory HostMemory::allocate(const Schedule&) { throw Error(ErrorCode::Internal, "not implemented yet"); }
-void execute(const Schedule&, HostMemory&, const ExecOptions&) { throw Error(ErrorCode::Internal, "not implemented yet"); }
+
+HostMemory HostMemory::allocate(const Schedule& s) {
+  HostMemory mem;
+  mem.bytes.resize(s.nRanks);
+  for (uint32_t rank = 0; rank < s.nRanks; ++rank) {
+    mem.bytes[rank].resize(s.buffers.size());
+    for (std::size_t b = 0; b < s.buffers.size(); ++b) {
+      const BufferDecl& decl = s.buffers[b];
+      if (decl.count.size() != s.nRanks)
+        throw Error(ErrorCode::InvalidSchedule, "buffer '" + decl.name + "' has " +
+                                                    std::to_string(decl.count.size()) +
+                                                    " per-rank counts, expected nRanks = " +
+                                                    std::to_string(s.nRanks));
+      const uint64_t elems = decl.count[rank];
+      const uint64_t esize = dtypeSize(decl.dtype);
+      if (elems > (uint64_t{1} << 40) / esize)
+        throw Error(ErrorCode::InvalidArgument, "buffer '" + decl.name + "' on rank " + std::to_string(rank) +
+                                                    " has " + std::to_string(elems) +
+                                                    " elements: too large for host memory (limit 1 TiB)");
+      mem.bytes[rank][b].assign(static_cast<std::size_t>(elems * esize), std::byte{0});
+    }
+  }
+  return mem;
 }
+
+namespace {
+
+constexpr std::size_t kMaxThreads = 8192;
+constexpr std::size_t kMaxReportLines = 10;
+
+/// A bound (rank, buffer): what every operand check and access needs, in one place.
+struct BoundBuffer {
+  std::byte* data = nullptr;
+  uint64_t count = 0;
+  DType dtype = DType::Float32;
+};
+
+enum class BlockKind : uint8_t { None, Flag, Barrier };
+
+/// Per-lane state shared with the deadlock/stall reporter; `block*` fields are guarded by the mutex.
+struct alignas(64) LaneState {
+  uint32_t rank = 0;
+  uint32_t lane = 0;
+  const std::vector<Step>* steps = nullptr;
+  std::atomic<uint64_t> stepsDone{0};  ///< progress, read by the stall detector
+  bool finished = false;
+  BlockKind blockKind = BlockKind::None;
+  uint32_t blockStep = 0;
+  uint32_t blockId = 0;  ///< flag id or barrier id
+  uint64_t blockThreshold = 0;
+  std::vector<float> scratchA, scratchB;  ///< Gemm tiles as float, reused across steps
+};
+
+class Executor {
+ public:
+  Executor(const Schedule& s, HostMemory& mem, const ExecOptions& opt) : s_(s), mem_(mem), opt_(opt) {}
+
+  void run() {
+    checkShape();
+    bindBuffers();
+
+    std::size_t laneCount = 0;
+    for (uint32_t rank = 0; rank < s_.nRanks; ++rank)
+      for (const Lane& lane : s_.lanes[rank])
+        if (!lane.steps.empty()) ++laneCount;
+    if (laneCount == 0) return;
+    if (laneCount > kMaxThreads)
+      throw Error(ErrorCode::Unsupported, "the CPU executor runs one thread per (rank, lane) with steps; this "
+                                          "schedule has " + std::to_string(laneCount) +
+                                          " such lanes, above the limit of " + std::to_string(kMaxThreads) +
+                                          " (run it on fewer ranks or merge lanes)");
+
+    flags_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<std::size_t>(s_.nRanks) * s_.nFlags);
+    for (std::size_t i = 0; i < static_cast<std::size_t>(s_.nRanks) * s_.nFlags; ++i) flags_[i].store(0);
+    barrierCount_.assign(s_.nBarriers, 0);
+    barrierArrived_.assign(static_cast<std::size_t>(s_.nBarriers) * s_.nRanks, 0);
+    sleepers_ = std::make_unique<std::atomic<uint32_t>[]>(s_.nRanks);
+    for (uint32_t rank = 0; rank < s_.nRanks; ++rank) sleepers_[rank].store(0);
+    cvs_ = std::make_unique<std::condition_variable[]>(s_.nRanks);
+
+    lanes_ = std::make_unique<LaneState[]>(laneCount);
+    laneCount_ = laneCount;
+    std::size_t idx = 0;
+    for (uint32_t rank = 0; rank < s_.nRanks; ++rank)
+      for (uint32_t lane = 0; lane < s_.lanes[rank].size(); ++lane)
+        if (!s_.lanes[rank][lane].steps.empty()) {
+          lanes_[idx].rank = rank;
+          lanes_[idx].lane = lane;
+          lanes_[idx].steps = &s_.lanes[rank][lane].steps;
+          ++idx;
+        }
+    unfinished_ = laneCount;
+
+    std::vector<std::thread> threads;
+    threads.reserve(laneCount);
+    try {
+      for (std::size_t i = 0; i < laneCount; ++i) threads.emplace_back([this, i] { laneMain(lanes_[i]); });
+    } catch (const std::system_error& e) {
+      // Lanes that never started count as unfinished and never blocked, so nobody reports a false
+      // deadlock; abort the ones that did start and join them before reporting.
+      fail(std::make_exception_ptr(Error(ErrorCode::Unsupported,
+                                         "could not start executor thread " + std::to_string(threads.size() + 1) +
+                                             " of " + std::to_string(laneCount) + ": " + e.what())));
+    }
+    for (std::thread& t : threads) t.join();
+    if (firstError_) std::rethrow_exception(firstError_);
+  }
+
+ private:
+  // ---- setup -----------------------------------------------------------------------------------------
+  void checkShape() {
+    if (s_.lanes.size() != s_.nRanks)
+      throw Error(ErrorCode::InvalidSchedule, "schedule has lanes for " + std::to_string(s_.lanes.size()) +
+                                                  " ranks, expected nRanks = " + std::to_string(s_.nRanks));
+    if (mem_.bytes.size() != s_.nRanks)
+      throw Error(ErrorCode::InvalidArgument, "host memory has " + std::to_string(mem_.bytes.size()) +
+                                                  " ranks, the schedule " + std::to_string(s_.nRanks) +
+                                                  " (use HostMemory::allocate(schedule))");
+    for (uint32_t rank = 0; rank < s_.nRanks; ++rank) {
+      if (mem_.bytes[rank].size() != s_.buffers.size())
+        throw Error(ErrorCode::InvalidArgument, "host memory of rank " + std::to_string(rank) + " has " +
+                                                    std::to_string(mem_.bytes[rank].size()) +
+                                                    " buffers, the schedule declares " +
+                                                    std::to_string(s_.buffers.size()));
+      for (std::size_t b = 0; b < s_.buffers.size(); ++b) {
+        const BufferDecl& decl = s_.buffers[b];
+        if (decl.count.size() != s_.nRanks)
+          throw Error(ErrorCode::InvalidSchedule, "buffer '" + decl.name + "' has " +
+                                                      std::to_string(decl.count.size()) +
+                                                      " per-rank counts, expected nRanks = " +
+                                                      std::to_string(s_.nRanks));
+        const uint64_t want = decl.count[rank] * dtypeSize(decl.dtype);
+        if (mem_.bytes[rank][b].size() != want)
+          throw Error(ErrorCode::InvalidArgument, "host memory of buffer '" + decl.name + "' on rank " +
+                                                      std::to_string(rank) + " has " +
+                                                      std::to_string(mem_.bytes[rank][b].size()) +
+                                                      " bytes, expected " + std::to_string(want));
+      }
+    }
+  }
+
+  void bindBuffers() {
+    nBuffers_ = s_.buffers.size();
+    bound_.resize(static_cast<std::size_t>(s_.nRanks) * nBuffers_);
+    for (uint32_t rank = 0; rank < s_.nRanks; ++rank)
+      for (std::size_t b = 0; b < nBuffers_; ++b) {
+        BoundBuffer& bb = bound_[rank * nBuffers_ + b];
+        bb.data = mem_.bytes[rank][b].data();
+        bb.count = s_.buffers[b].count[rank];
+        bb.dtype = s_.buffers[b].dtype;
+      }
+  }
+
+  // ---- errors ----------------------------------------------------------------------------------------
+  [[noreturn]] void invalid(const LaneState& ls, uint32_t stepIdx, const std::string& what) const {
+    throw Error(ErrorCode::InvalidSchedule, describeStep(s_, ls.rank, ls.lane, stepIdx) + ": " + what);
+  }
+
+  /// Store the first error, raise abort and wake everyone. Safe to call from any thread.
+  void fail(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    failLocked(std::move(e));
+  }
+  void failLocked(std::exception_ptr e) {
+    if (!firstError_) firstError_ = std::move(e);
+    abort_.store(true);
+    for (uint32_t rank = 0; rank < s_.nRanks; ++rank) cvs_[rank].notify_all();
+  }
+
+  // ---- operand checks --------------------------------------------------------------------------------
+  /// The bound buffer of `ref`, after checking that [offset, offset + extent) lies inside it.
+  const BoundBuffer& operand(const LaneState& ls, uint32_t stepIdx, const char* name, const BufRef& ref,
+                             uint64_t extent) const {
+    if (ref.rank >= s_.nRanks)
+      invalid(ls, stepIdx, std::string("operand ") + name + " names rank " + std::to_string(ref.rank) +
+                               ", expected < nRanks = " + std::to_string(s_.nRanks));
+    if (ref.buffer >= nBuffers_)
+      invalid(ls, stepIdx, std::string("operand ") + name + " names buffer " + std::to_string(ref.buffer) +
+                               ", expected < " + std::to_string(nBuffers_) + " declared buffers");
+    const BoundBuffer& bb = bound_[ref.rank * nBuffers_ + ref.buffer];
+    if (extent > bb.count || ref.offset > bb.count - extent)
+      invalid(ls, stepIdx, std::string("operand ") + name + " [" + std::to_string(ref.offset) + ", +" +
+                               std::to_string(extent) + ") is outside buffer '" + s_.buffers[ref.buffer].name +
+                               "' of rank " + std::to_string(ref.rank) + " (" + std::to_string(bb.count) +
+                               " elements)");
+    return bb;
+  }
+
+  /// Same (rank, buffer) and intersecting ranges but not identical: results would depend on the order
+  /// an engine happens to touch elements in, so the oracle refuses it.
+  static bool partialOverlap(const BufRef& x, uint64_t xn, const BufRef& y, uint64_t yn) {
+    if (x.rank != y.rank || x.buffer != y.buffer) return false;
+    if (x.offset == y.offset && xn == yn) return false;
+    return x.offset < y.offset + yn && y.offset < x.offset + xn;
+  }
+  static bool anyOverlap(const BufRef& x, uint64_t xn, const BufRef& y, uint64_t yn) {
+    if (x.rank != y.rank || x.buffer != y.buffer || xn == 0 || yn == 0) return false;
+    return x.offset < y.offset + yn && y.offset < x.offset + xn;
+  }
+
+  std::atomic<uint64_t>& flagRef(const LaneState& ls, uint32_t stepIdx, const FlagRef& f) const {
+    if (f.rank >= s_.nRanks)
+      invalid(ls, stepIdx, "flag rank " + std::to_string(f.rank) + " is out of range (nRanks = " +
+                               std::to_string(s_.nRanks) + ")");
+    if (f.id >= s_.nFlags)
+      invalid(ls, stepIdx, "flag id " + std::to_string(f.id) + " is out of range (nFlags = " +
+                               std::to_string(s_.nFlags) + ")");
+    return flags_[static_cast<std::size_t>(f.rank) * s_.nFlags + f.id];
+  }
+
+  // ---- synchronisation -------------------------------------------------------------------------------
+  void increment(uint32_t rank, std::atomic<uint64_t>& flag, uint64_t value) {
+    flag.fetch_add(value);  // seq_cst: pairs with the sleeper count read below (see file comment)
+    if (sleepers_[rank].load() != 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      cvs_[rank].notify_all();
+    }
+  }
+
+  bool blockedCanProceed(const LaneState& ls) const {
+    if (ls.blockKind == BlockKind::Flag)
+      return flags_[static_cast<std::size_t>(ls.rank) * s_.nFlags + ls.blockId].load() >= ls.blockThreshold;
+    if (ls.blockKind == BlockKind::Barrier) return barrierCount_[ls.blockId] >= s_.nRanks;
+    return true;
+  }
+
+  /// Under mu_: every unfinished lane is blocked. Returns true (and fails) if none can proceed.
+  bool checkDeadlockLocked() {
+    if (unfinished_ == 0 || blocked_ != unfinished_ || abort_.load()) return false;
+    for (std::size_t i = 0; i < laneCount_; ++i)
+      if (!lanes_[i].finished && lanes_[i].blockKind != BlockKind::None && blockedCanProceed(lanes_[i]))
+        return false;
+    failLocked(std::make_exception_ptr(
+        Error(ErrorCode::Deadlock, "all " + std::to_string(unfinished_) +
+                                       " unfinished lanes are blocked and none can proceed:\n" +
+                                       blockedReportLocked())));
+    return true;
+  }
+
+  std::string blockedReportLocked() const {
+    std::ostringstream out;
+    std::size_t lines = 0, more = 0;
+    for (std::size_t i = 0; i < laneCount_; ++i) {
+      const LaneState& ls = lanes_[i];
+      if (ls.finished || ls.blockKind == BlockKind::None) continue;
+      if (lines == kMaxReportLines) {
+        ++more;
+        continue;
+      }
+      if (lines) out << '\n';
+      out << "  " << describeStep(s_, ls.rank, ls.lane, ls.blockStep) << ": ";
+      if (ls.blockKind == BlockKind::Flag)
+        out << "waits for flag " << ls.blockId << " >= " << ls.blockThreshold << ", seen "
+            << flags_[static_cast<std::size_t>(ls.rank) * s_.nFlags + ls.blockId].load();
+      else
+        out << "waits at barrier " << ls.blockId << ": " << barrierCount_[ls.blockId] << " of " << s_.nRanks
+            << " ranks arrived";
+      ++lines;
+    }
+    if (more) out << "\n  (+" << more << " more)";
+    return out.str();
+  }
+
+  uint64_t totalProgress() const {
+    uint64_t sum = 0;
+    for (std::size_t i = 0; i < laneCount_; ++i) sum += lanes_[i].stepsDone.load(std::memory_order_relaxed);
+    return sum;
+  }
+
+  /// Sleep (lock held) until `ready()` or abort. Handles deadlock and stall detection.
+  template <class Ready>
+  void blockLocked(std::unique_lock<std::mutex>& lock, LaneState& ls, Ready ready) {
+    sleepers_[ls.rank].fetch_add(1);
+    ++blocked_;
+    uint64_t seen = totalProgress();
+    // Clamped so that a huge timeout cannot overflow the clock's representation.
+    const auto timeout = std::min<std::chrono::milliseconds>(opt_.stallTimeout, std::chrono::hours(24 * 365));
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!abort_.load() && !ready()) {
+      if (checkDeadlockLocked()) break;
+      if (cvs_[ls.rank].wait_until(lock, deadline) == std::cv_status::timeout && !abort_.load() && !ready()) {
+        const uint64_t now = totalProgress();
+        if (now == seen) {
+          failLocked(std::make_exception_ptr(
+              Error(ErrorCode::Timeout, "no step completed anywhere for " +
+                                            std::to_string(opt_.stallTimeout.count()) +
+                                            " ms (ExecOptions::stallTimeout); blocked lanes:\n" +
+                                            blockedReportLocked())));
+          break;
+        }
+        seen = now;
+        deadline = std::chrono::steady_clock::now() + timeout;
+      }
+    }
+    --blocked_;
+    sleepers_[ls.rank].fetch_sub(1);
+    ls.blockKind = BlockKind::None;
+  }
+
+  void waitFlag(LaneState& ls, uint32_t stepIdx, const Step& st) {
+    if (st.flag.rank != ls.rank)
+      invalid(ls, stepIdx, "waits on flag of rank " + std::to_string(st.flag.rank) +
+                               "; a lane may only wait on its own rank's flags");
+    std::atomic<uint64_t>& flag = flagRef(ls, stepIdx, st.flag);
+    if (flag.load() >= st.value) return;  // fast path: no lock when already satisfied
+    std::unique_lock<std::mutex> lock(mu_);
+    ls.blockKind = BlockKind::Flag;
+    ls.blockStep = stepIdx;
+    ls.blockId = st.flag.id;
+    ls.blockThreshold = st.value;
+    blockLocked(lock, ls, [&] { return flag.load() >= st.value; });
+  }
+
+  void barrier(LaneState& ls, uint32_t stepIdx, const Step& st) {
+    if (st.aux >= s_.nBarriers)
+      invalid(ls, stepIdx, "barrier id " + std::to_string(st.aux) + " is out of range (nBarriers = " +
+                               std::to_string(s_.nBarriers) + ")");
+    std::unique_lock<std::mutex> lock(mu_);
+    char& arrived = barrierArrived_[static_cast<std::size_t>(st.aux) * s_.nRanks + ls.rank];
+    if (arrived) {
+      lock.unlock();
+      invalid(ls, stepIdx, "rank " + std::to_string(ls.rank) + " arrives at barrier " + std::to_string(st.aux) +
+                               " a second time; each rank must arrive exactly once");
+    }
+    arrived = 1;
+    ls.stepsDone.fetch_add(1, std::memory_order_relaxed);  // an arrival is progress for the stall detector
+    if (++barrierCount_[st.aux] == s_.nRanks) {
+      for (uint32_t rank = 0; rank < s_.nRanks; ++rank) cvs_[rank].notify_all();
+      return;
+    }
+    ls.blockKind = BlockKind::Barrier;
+    ls.blockStep = stepIdx;
+    ls.blockId = st.aux;
+    blockLocked(lock, ls, [&] { return barrierCount_[st.aux] >= s_.nRanks; });
+  }
+
+  // ---- data steps ------------------------------------------------------------------------------------
+  void copy(const LaneState& ls, uint32_t stepIdx, const Step& st) {
+    if (st.count == 0) return;
+    const BoundBuffer& dst = operand(ls, stepIdx, "dst", st.dst, st.count);
+    const BoundBuffer& src = operand(ls, stepIdx, "a", st.a, st.count);
+    if (dst.dtype != src.dtype)
+      invalid(ls, stepIdx, std::string("copies ") + toString(src.dtype) + " into " + toString(dst.dtype) +
+                               "; copies move bytes, operand dtypes must agree");
+    if (partialOverlap(st.dst, st.count, st.a, st.count))
+      invalid(ls, stepIdx, "source and destination ranges partially overlap");
+    const std::size_t esize = dtypeSize(dst.dtype);
+    std::memmove(dst.data + st.dst.offset * esize, src.data + st.a.offset * esize,
+                 static_cast<std::size_t>(st.count * esize));
+  }
+
+  void reduce(const LaneState& ls, uint32_t stepIdx, const Step& st) {
+    if (st.count == 0) return;
+    const BoundBuffer& dst = operand(ls, stepIdx, "dst", st.dst, st.count);
+    const BoundBuffer& a = operand(ls, stepIdx, "a", st.a, st.count);
+    const BoundBuffer& b = operand(ls, stepIdx, "b", st.b, st.count);
+    if (partialOverlap(st.dst, st.count, st.a, st.count) || partialOverlap(st.dst, st.count, st.b, st.count))
+      invalid(ls, stepIdx, "dst partially overlaps an input (only exact aliasing is allowed)");
+    if (st.op != RedOp::Sum && st.op != RedOp::Max && st.op != RedOp::Min)
+      invalid(ls, stepIdx, "unknown reduction op " + std::to_string(static_cast<int>(st.op)));
+    const uint64_t n = st.count;
+    if (dst.dtype == DType::Float32 && a.dtype == DType::Float32 && b.dtype == DType::Float32 &&
+        st.op == RedOp::Sum) {
+      // Exact aliasing of d with x or y is fine: each element is read before it is written.
+      float* d = reinterpret_cast<float*>(dst.data) + st.dst.offset;
+      const float* x = reinterpret_cast<const float*>(a.data) + st.a.offset;
+      const float* y = reinterpret_cast<const float*>(b.data) + st.b.offset;
+      for (uint64_t i = 0; i < n; ++i) d[i] = x[i] + y[i];
+      return;
+    }
+    for (uint64_t i = 0; i < n; ++i) {
+      const float x = loadElement(a.dtype, a.data, st.a.offset + i);
+      const float y = loadElement(b.dtype, b.data, st.b.offset + i);
+      storeElement(dst.dtype, dst.data, st.dst.offset + i, applyRedOp(st.op, x, y));
+    }
+  }
+
+  void put(LaneState& ls, uint32_t stepIdx, const Step& st) {
+    copy(ls, stepIdx, st);
+    if (st.flags & kStepSignal) increment(st.flag.rank, flagRef(ls, stepIdx, st.flag), st.value);
+  }
+
+  void gemm(LaneState& ls, uint32_t stepIdx, const Step& st) {
+    if (st.aux >= s_.gemms.size())
+      invalid(ls, stepIdx, "gemm index " + std::to_string(st.aux) + " is out of range (" +
+                               std::to_string(s_.gemms.size()) + " shapes)");
+    const GemmShape& g = s_.gemms[st.aux];
+    const uint64_t m = g.m, n = g.n, k = g.k;
+    if (m == 0 || n == 0) return;
+    const bool bColMajor = (st.flags & kStepBColMajor) != 0;
+    if (g.ldc < n) invalid(ls, stepIdx, "ldc " + std::to_string(g.ldc) + " < n " + std::to_string(n));
+    if (k > 0 && g.lda < k) invalid(ls, stepIdx, "lda " + std::to_string(g.lda) + " < k " + std::to_string(k));
+    if (k > 0 && g.ldb < (bColMajor ? k : n))
+      invalid(ls, stepIdx, "ldb " + std::to_string(g.ldb) + " < " + (bColMajor ? "k " : "n ") +
+                               std::to_string(bColMajor ? k : n));
+    const uint64_t cExtent = (m - 1) * g.ldc + n;
+    const BoundBuffer& c = operand(ls, stepIdx, "dst (C)", st.dst, cExtent);
+    const bool accumulate = (st.flags & kStepAccumulate) != 0;
+    if (k == 0) {
+      if (!accumulate)
+        for (uint64_t i = 0; i < m; ++i)
+          for (uint64_t j = 0; j < n; ++j) storeElement(c.dtype, c.data, st.dst.offset + i * g.ldc + j, 0.0f);
+      return;
+    }
+    const uint64_t aExtent = (m - 1) * g.lda + k;
+    const uint64_t bExtent = bColMajor ? (n - 1) * g.ldb + k : (k - 1) * g.ldb + n;
+    const BoundBuffer& a = operand(ls, stepIdx, "a (A)", st.a, aExtent);
+    const BoundBuffer& b = operand(ls, stepIdx, "b (B)", st.b, bExtent);
+    if (anyOverlap(st.dst, cExtent, st.a, aExtent) || anyOverlap(st.dst, cExtent, st.b, bExtent))
+      invalid(ls, stepIdx, "the C tile overlaps the A or B tile");
+
+    // A as dense row-major float [m][k], B as dense column-major float [n][k]: both inner loops are
+    // contiguous whatever B's stored layout.
+    std::vector<float>& fa = ls.scratchA;
+    std::vector<float>& fb = ls.scratchB;
+    fa.resize(static_cast<std::size_t>(m * k));
+    fb.resize(static_cast<std::size_t>(n * k));
+    for (uint64_t i = 0; i < m; ++i)
+      for (uint64_t kk = 0; kk < k; ++kk) fa[i * k + kk] = loadElement(a.dtype, a.data, st.a.offset + i * g.lda + kk);
+    for (uint64_t j = 0; j < n; ++j)
+      for (uint64_t kk = 0; kk < k; ++kk) {
+        const uint64_t at = bColMajor ? j * g.ldb + kk : kk * g.ldb + j;
+        fb[j * k + kk] = loadElement(b.dtype, b.data, st.b.offset + at);
+      }
+    for (uint64_t i = 0; i < m; ++i)
+      for (uint64_t j = 0; j < n; ++j) {
+        const float* ar = fa.data() + i * k;
+        const float* bc = fb.data() + j * k;
+        float acc = 0.0f;
+        for (uint64_t kk = 0; kk < k; ++kk) acc += ar[kk] * bc[kk];
+        const uint64_t ci = st.dst.offset + i * g.ldc + j;
+        if (accumulate) acc += loadElement(c.dtype, c.data, ci);
+        storeElement(c.dtype, c.data, ci, acc);
+      }
+  }
+
+  void runStep(LaneState& ls, uint32_t stepIdx, const Step& st) {
+    switch (st.kind) {
+      case StepKind::Copy: copy(ls, stepIdx, st); return;
+      case StepKind::Reduce: reduce(ls, stepIdx, st); return;
+      case StepKind::Put:
+      case StepKind::ProxyPut: put(ls, stepIdx, st); return;
+      case StepKind::Signal: increment(st.flag.rank, flagRef(ls, stepIdx, st.flag), st.value); return;
+      case StepKind::Wait: waitFlag(ls, stepIdx, st); return;
+      case StepKind::Gemm: gemm(ls, stepIdx, st); return;
+      case StepKind::Barrier: barrier(ls, stepIdx, st); return;
+    }
+    invalid(ls, stepIdx, "unknown step kind " + std::to_string(static_cast<int>(st.kind)));
+  }
+
+  void laneMain(LaneState& ls) {
+    try {
+      const std::vector<Step>& steps = *ls.steps;
+      for (std::size_t i = 0; i < steps.size(); ++i) {
+        if (abort_.load(std::memory_order_relaxed)) break;
+        runStep(ls, static_cast<uint32_t>(i), steps[i]);
+        ls.stepsDone.fetch_add(1, std::memory_order_relaxed);
+      }
+    } catch (...) {
+      fail(std::current_exception());
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    ls.finished = true;
+    --unfinished_;
+    checkDeadlockLocked();
+  }
+
+  const Schedule& s_;
+  HostMemory& mem_;
+  const ExecOptions& opt_;
+  std::size_t nBuffers_ = 0;
+  std::vector<BoundBuffer> bound_;  ///< [rank * nBuffers_ + buffer]
+
+  std::unique_ptr<std::atomic<uint64_t>[]> flags_;  ///< [rank * nFlags + id]
+  std::unique_ptr<std::atomic<uint32_t>[]> sleepers_;  ///< lanes of each rank inside blockLocked
+  std::unique_ptr<std::condition_variable[]> cvs_;     ///< one per rank, all on mu_
+  std::unique_ptr<LaneState[]> lanes_;
+  std::size_t laneCount_ = 0;
+
+  std::mutex mu_;                      // guards everything below and LaneState::block*/finished
+  std::vector<uint32_t> barrierCount_;
+  std::vector<char> barrierArrived_;  ///< [barrier * nRanks + rank]
+  std::size_t unfinished_ = 0;
+  std::size_t blocked_ = 0;
+  std::exception_ptr firstError_;
+  std::atomic<bool> abort_{false};
+};
+
+}  // namespace
+
+void execute(const Schedule& s, HostMemory& mem, const ExecOptions& opt) {
+  Executor ex(s, mem, opt);
+  ex.run();
+}
+
+}  // namespace mk

@@ -1,7 +1,285 @@
-// placeholder (being written): link stubs
+// mkernel — run a generated collective on the CPU executor against a plain reference.
+//
+// Tolerance argument (what verifyCollective accepts, and why that is tight enough to catch bugs):
+//
+//  * Non-reducing ops (allgather, broadcast, alltoall) and max/min reductions only move or select
+//    values that are already representable in the dtype: every engine must reproduce them bit for bit
+//    (compared as values, so +0 and -0 are equal), tolerance 0.
+//  * SmallIntegers inputs are integers in [-8, 8]. Every partial sum of n of them is an integer of
+//    magnitude <= 8n, and an integer is exact in a format with p significant bits while it is <= 2^p:
+//    bf16 (p = 8) up to 256, half (p = 11) up to 2048, float (p = 24) up to 2^24. So any summation
+//    order is exact, and the tolerance is 0, for n <= 32 ranks in bf16, n <= 256 in half, and
+//    n <= 2^21 in float. Above those rank counts SmallIntegers is not a bit-exact test in that
+//    dtype: use Uniform (verifyCollective does not refuse it, it just becomes stricter than the math).
+//  * Uniform inputs x_1..x_n (per element) in [-1, 1). An engine computes the sum with n - 1 Reduce
+//    steps in some order; each computes a + b in float and rounds once to its destination dtype, so
+//    each adds an error of at most u_eff * |partial sum| <= u_eff * sum_i |x_i| (every partial sum of
+//    any subset is bounded by sum_i |x_i|, to first order). The reference rounds the exact sum S once:
+//    |ref - S| <= u * |ref|. Hence
+//        |got - ref| <= (n - 1) * u_eff * sum_i |x_i| + u * |ref|.
+//    u is the dtype's unit roundoff: 2^-24 (float32), 2^-8 (bf16), 2^-11 (half). u_eff adds 2^-24
+//    for the 16-bit dtypes, because a Reduce into a 16-bit destination first rounds a + b to float and
+//    then to the dtype (two roundings). The bound is inflated by (1 + 2 n u_eff) for the second-order
+//    terms (partials computed from already-rounded partials), and by n times half the smallest
+//    subnormal step of the dtype, since a rounding in the subnormal range is absolute, not relative.
+//    Those two extras are far below one unit in the last place for any sane n, so the check still
+//    catches a single dropped or doubled contribution.
+//  * allreduce also requires every rank's output to be bit-identical to rank 0's: ranks that sum in
+//    different orders may each be within tolerance and still disagree, which breaks data-parallel
+//    training (replicas drift apart). So a correct allreduce schedule must reduce each element in the
+//    same order on every rank (or compute it once and broadcast it).
+//  * NaN never passes.
 #include "mk/exec/verify.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+
 #include "mk/error.hpp"
+#include "mk/exec/numeric.hpp"
+
 namespace mk {
-std::vector<std::vector<float>> referenceCollective(const CollectiveSpec&, uint32_t, const std::vector<std::vector<float>>&) { throw Error(ErrorCode::Internal, "not implemented yet"); }
-VerifyResult verifyCollective(const Schedule&, const CollectiveSpec&, uint64_t, InputKind, const ExecOptions&) { throw Error(ErrorCode::Internal, "not implemented yet"); }
+namespace {
+
+double unitRoundoff(DType t) {
+  switch (t) {
+    case DType::Float32: return 0x1p-24;
+    case DType::BFloat16: return 0x1p-8;
+    case DType::Float16: return 0x1p-11;
+  }
+  return 0x1p-24;
 }
+
+/// Half the distance between zero and the smallest subnormal: the absolute rounding error floor.
+double subnormalHalfStep(DType t) {
+  switch (t) {
+    case DType::Float32: return 0x1p-150;
+    case DType::BFloat16: return 0x1p-134;
+    case DType::Float16: return 0x1p-25;
+  }
+  return 0x1p-150;
+}
+
+float roundTo(DType t, float v) {
+  uint32_t word = 0;  // large enough for one element of any dtype
+  storeElement(t, &word, 0, v);
+  return loadElement(t, &word, 0);
+}
+
+/// Round a double to `t` with a single rounding. Going through float first would round twice; rounding
+/// to float with round-to-odd first makes the second (nearest-even) rounding exact, because float
+/// keeps at least two more bits than bf16 and half.
+float roundOnce(DType t, double x) {
+  float f = static_cast<float>(x);
+  if (t == DType::Float32 || std::isnan(x) || std::isinf(f)) return roundTo(t, f);
+  const auto back = static_cast<double>(f);
+  if (back != x) {
+    // Truncate toward zero, then force the last bit to 1 (sticky): round-to-odd.
+    if (std::fabs(back) > std::fabs(x)) f = std::nextafter(f, 0.0f);
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    bits |= 1u;
+    std::memcpy(&f, &bits, sizeof f);
+  }
+  return roundTo(t, f);
+}
+
+std::string fmt(double v) {
+  std::ostringstream out;
+  out.precision(9);
+  out << v;
+  return out.str();
+}
+
+}  // namespace
+
+std::vector<std::vector<float>> referenceCollective(const CollectiveSpec& spec, uint32_t nRanks,
+                                                    const std::vector<std::vector<float>>& inputs) {
+  if (nRanks == 0) throw Error(ErrorCode::InvalidArgument, "referenceCollective: nRanks must be >= 1, got 0");
+  if (inputs.size() != nRanks)
+    throw Error(ErrorCode::InvalidArgument, "referenceCollective: got inputs for " + std::to_string(inputs.size()) +
+                                                " ranks, expected nRanks = " + std::to_string(nRanks));
+  const uint64_t inCount = inputCount(spec, nRanks);
+  const uint64_t outCount = outputCount(spec, nRanks);
+  for (uint32_t r = 0; r < nRanks; ++r) {
+    // Broadcast reads the input on the root only, so other ranks may pass anything there.
+    if (spec.op == CollOp::Broadcast && r != spec.root) continue;
+    if (inputs[r].size() != inCount)
+      throw Error(ErrorCode::InvalidArgument, "referenceCollective: input of rank " + std::to_string(r) + " has " +
+                                                  std::to_string(inputs[r].size()) + " elements, expected " +
+                                                  std::to_string(inCount) + " for " + toString(spec.op) +
+                                                  " of count " + std::to_string(spec.count));
+  }
+  if (spec.op == CollOp::Broadcast && spec.root >= nRanks)
+    throw Error(ErrorCode::InvalidArgument, "referenceCollective: broadcast root " + std::to_string(spec.root) +
+                                                " is not a rank (nRanks = " + std::to_string(nRanks) + ")");
+
+  const uint64_t count = spec.count;
+  // Reduction of element `idx` of every rank's input, in rank order 0..n-1.
+  auto reduceAt = [&](uint64_t idx) -> float {
+    if (spec.redop == RedOp::Sum) {
+      double acc = 0;
+      for (uint32_t r = 0; r < nRanks; ++r) acc += static_cast<double>(inputs[r][idx]);
+      return roundOnce(spec.dtype, acc);
+    }
+    // Max/min select an input (already a dtype value): exact, no rounding.
+    float acc = inputs[0][idx];
+    for (uint32_t r = 1; r < nRanks; ++r) acc = applyRedOp(spec.redop, acc, inputs[r][idx]);
+    return acc;
+  };
+
+  std::vector<std::vector<float>> out(nRanks, std::vector<float>(outCount));
+  switch (spec.op) {
+    case CollOp::AllReduce: {
+      std::vector<float> reduced(count);
+      for (uint64_t i = 0; i < count; ++i) reduced[i] = reduceAt(i);
+      for (uint32_t r = 0; r < nRanks; ++r) out[r] = reduced;
+      break;
+    }
+    case CollOp::AllGather:
+      for (uint32_t r = 0; r < nRanks; ++r)
+        for (uint32_t j = 0; j < nRanks; ++j)
+          std::copy(inputs[j].begin(), inputs[j].end(), out[r].begin() + static_cast<std::ptrdiff_t>(j * count));
+      break;
+    case CollOp::ReduceScatter:
+      for (uint32_t r = 0; r < nRanks; ++r)
+        for (uint64_t i = 0; i < count; ++i) out[r][i] = reduceAt(r * count + i);
+      break;
+    case CollOp::Broadcast:
+      for (uint32_t r = 0; r < nRanks; ++r) out[r] = inputs[spec.root];
+      break;
+    case CollOp::AllToAll:
+      for (uint32_t r = 0; r < nRanks; ++r)
+        for (uint32_t j = 0; j < nRanks; ++j)
+          for (uint64_t i = 0; i < count; ++i) out[r][j * count + i] = inputs[j][r * count + i];
+      break;
+  }
+  return out;
+}
+
+VerifyResult verifyCollective(const Schedule& s, const CollectiveSpec& spec, uint64_t seed, InputKind kind,
+                              const ExecOptions& opt) {
+  const uint32_t n = s.nRanks;
+  auto findBuffer = [&](const char* name) -> uint16_t {
+    for (std::size_t b = 0; b < s.buffers.size(); ++b)
+      if (s.buffers[b].name == name) {
+        const BufferDecl& d = s.buffers[b];
+        if (d.dtype != spec.dtype)
+          throw Error(ErrorCode::InvalidArgument, std::string("verifyCollective: buffer '") + name + "' is " +
+                                                      toString(d.dtype) + ", the spec says " + toString(spec.dtype));
+        if (d.count.size() != n)
+          throw Error(ErrorCode::InvalidArgument, std::string("verifyCollective: buffer '") + name + "' has " +
+                                                      std::to_string(d.count.size()) + " per-rank counts, expected " +
+                                                      std::to_string(n));
+        return static_cast<uint16_t>(b);
+      }
+    throw Error(ErrorCode::InvalidArgument,
+                std::string("verifyCollective: the schedule has no buffer named '") + name + "'");
+  };
+  if (n == 0) throw Error(ErrorCode::InvalidArgument, "verifyCollective: the schedule has no ranks");
+  const uint16_t inBuf = findBuffer("input");
+  const uint16_t outBuf = findBuffer("output");
+  const uint64_t inCount = inputCount(spec, n);
+  const uint64_t outCount = outputCount(spec, n);
+  for (uint32_t r = 0; r < n; ++r) {
+    const bool inputRead = spec.op != CollOp::Broadcast || r == spec.root;
+    if (inputRead && s.buffers[inBuf].count[r] != inCount)
+      throw Error(ErrorCode::InvalidArgument, "verifyCollective: 'input' of rank " + std::to_string(r) + " has " +
+                                                  std::to_string(s.buffers[inBuf].count[r]) +
+                                                  " elements, expected " + std::to_string(inCount) + " for " +
+                                                  toString(spec.op) + " of count " + std::to_string(spec.count));
+    if (s.buffers[outBuf].count[r] != outCount)
+      throw Error(ErrorCode::InvalidArgument, "verifyCollective: 'output' of rank " + std::to_string(r) + " has " +
+                                                  std::to_string(s.buffers[outBuf].count[r]) +
+                                                  " elements, expected " + std::to_string(outCount) + " for " +
+                                                  toString(spec.op) + " of count " + std::to_string(spec.count));
+  }
+
+  HostMemory mem = HostMemory::allocate(s);
+  std::vector<std::vector<float>> inputs(n);
+  for (uint32_t r = 0; r < n; ++r) {
+    // Draws come from the raw 64-bit stream (not std distributions, whose output differs between
+    // standard libraries) so a seed reproduces the same inputs everywhere.
+    std::mt19937_64 rng(seed + r);
+    const uint64_t have = s.buffers[inBuf].count[r];
+    std::byte* base = mem.bytes[r][inBuf].data();
+    inputs[r].resize(have);
+    for (uint64_t i = 0; i < have; ++i) {
+      const uint64_t bits = rng();
+      const float v = kind == InputKind::SmallIntegers
+                          ? static_cast<float>(static_cast<int>(bits % 17) - 8)
+                          : static_cast<float>(static_cast<double>(bits >> 11) * 0x1p-52 - 1.0);
+      storeElement(spec.dtype, base, i, v);
+      inputs[r][i] = loadElement(spec.dtype, base, i);
+    }
+  }
+
+  execute(s, mem, opt);
+
+  const std::vector<std::vector<float>> ref = referenceCollective(spec, n, inputs);
+  const bool summing = spec.redop == RedOp::Sum &&
+                       (spec.op == CollOp::AllReduce || spec.op == CollOp::ReduceScatter);
+  const bool exact = kind == InputKind::SmallIntegers || !summing;
+  const double u = unitRoundoff(spec.dtype);
+  const double uEff = u + (spec.dtype == DType::Float32 ? 0.0 : 0x1p-24);
+  const double nd = static_cast<double>(n);
+
+  VerifyResult res;
+  res.ok = true;
+  res.detail = "OK";
+  for (uint32_t r = 0; r < n; ++r) {
+    const std::byte* base = mem.bytes[r][outBuf].data();
+    for (uint64_t i = 0; i < outCount; ++i) {
+      const double got = loadElement(spec.dtype, base, i);
+      const double want = ref[r][i];
+      double tol = 0;
+      if (!exact) {
+        // Which input elements were summed into this output element.
+        const uint64_t src = spec.op == CollOp::ReduceScatter ? r * spec.count + i : i;
+        double absSum = 0;
+        for (uint32_t j = 0; j < n; ++j) absSum += std::fabs(static_cast<double>(inputs[j][src]));
+        tol = ((nd - 1) * uEff * absSum + u * std::fabs(want)) * (1 + 2 * nd * uEff) +
+              nd * subnormalHalfStep(spec.dtype);
+      }
+      const double diff = std::fabs(got - want);
+      ++res.checked;
+      double ratio;
+      if (std::isnan(got) || std::isnan(want))
+        ratio = std::numeric_limits<double>::infinity();
+      else if (tol == 0)
+        ratio = diff == 0 ? 0 : std::numeric_limits<double>::infinity();
+      else
+        ratio = diff / tol;
+      if (ratio > res.worstRatio) res.worstRatio = ratio;
+      if (ratio > 1 || std::isnan(ratio)) {
+        if (res.ok)
+          res.detail = "rank " + std::to_string(r) + " output[" + std::to_string(i) + "]: got " + fmt(got) +
+                       " expected " + fmt(want) + " (tol " + fmt(tol) + ")";
+        res.ok = false;
+      }
+    }
+  }
+
+  if (spec.op == CollOp::AllReduce) {
+    const std::size_t esize = dtypeSize(spec.dtype);
+    const std::byte* first = mem.bytes[0][outBuf].data();
+    for (uint32_t r = 1; r < n && res.ok; ++r) {
+      const std::byte* mine = mem.bytes[r][outBuf].data();
+      for (uint64_t i = 0; i < outCount; ++i)
+        if (std::memcmp(first + i * esize, mine + i * esize, esize) != 0) {
+          res.ok = false;
+          res.detail = "rank " + std::to_string(r) + " output[" + std::to_string(i) + "]: got " +
+                       fmt(loadElement(spec.dtype, mine, i)) + " but rank 0 has " +
+                       fmt(loadElement(spec.dtype, first, i)) +
+                       " (allreduce outputs must be bit-identical on every rank)";
+          break;
+        }
+    }
+  }
+  return res;
+}
+
+}  // namespace mk

@@ -1,12 +1,742 @@
-// placeholder (being written): link stubs
+// mkernel — Schedule <-> JSON ("mkernel.schedule.v1", docs/schedule-format.md) and file helpers.
+//
+// The writer is hand-rolled (string appends, std::to_chars) rather than built on a nlohmann DOM: a DOM of
+// a 1e6-step schedule costs seconds and gigabytes, the direct writer a fraction of a second. The reader
+// uses nlohmann's DOM because its error positions are what users need, and keeps a lazily formatted JSON
+// path so that errors name the field ("ranks[2].lanes[0].steps[5].kind") at no cost on the happy path.
 #include "mk/schedule/io.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_map>
+
 #include "mk/error.hpp"
+#include "mk/schedule/pack.hpp"
+
 namespace mk {
-#define MK_STUB throw Error(ErrorCode::Internal, "not implemented yet")
-std::string scheduleToJson(const Schedule&, int) { MK_STUB; }
-Schedule scheduleFromJson(const std::string&) { MK_STUB; }
-Schedule loadSchedule(const std::string&) { MK_STUB; }
-void saveSchedule(const Schedule&, const std::string&) { MK_STUB; }
-void writeFileAtomic(const std::string&, const std::string&) { MK_STUB; }
-std::string readFile(const std::string&) { MK_STUB; }
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kSchema = "mkernel.schedule.v1";
+
+// ---------------------------------------------------------------------------------------------------------
+// Writer
+
+/// JSON string literal of `s` (quotes included); nlohmann does the escaping and rejects invalid UTF-8.
+std::string quoted(const std::string& s, const char* what) {
+  try {
+    return json(s).dump();
+  } catch (const json::exception& e) {
+    throw Error(ErrorCode::InvalidArgument, std::string("cannot serialise ") + what + ": " + e.what());
+  }
 }
+
+class Writer {
+ public:
+  explicit Writer(int indent) : indent_(indent) {}
+
+  std::string& out() noexcept { return out_; }
+  bool pretty() const noexcept { return indent_ >= 0; }
+
+  void newline(int level) {
+    if (indent_ < 0) return;
+    out_ += '\n';
+    out_.append(static_cast<std::size_t>(level) * static_cast<std::size_t>(indent_), ' ');
+  }
+  /// Separator between members written on one line.
+  void comma() { out_ += pretty() ? ", " : ","; }
+  void key(const char* k) {
+    out_ += '"';
+    out_ += k;
+    out_ += pretty() ? "\": " : "\":";
+  }
+  void u64(uint64_t v) {
+    char buf[24];
+    const auto res = std::to_chars(buf, buf + sizeof buf, v);
+    out_.append(buf, res.ptr);
+  }
+  void num(double v) {
+    // flops are integral in practice; print them without an exponent when they fit.
+    if (v >= 0 && v < 9.007199254740992e15 && std::floor(v) == v) {
+      u64(static_cast<uint64_t>(v));
+      return;
+    }
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    out_ += buf;
+  }
+  void str(const char* s) {  // only for our own enum names: no escaping needed
+    out_ += '"';
+    out_ += s;
+    out_ += '"';
+  }
+  void raw(const std::string& s) { out_ += s; }
+
+ private:
+  int indent_;
+  std::string out_;
+};
+
+std::string stepWhere(uint32_t r, std::size_t l, std::size_t i) {
+  return "ranks[" + std::to_string(r) + "].lanes[" + std::to_string(l) + "].steps[" + std::to_string(i) + "]";
+}
+
+}  // namespace
+
+std::string scheduleToJson(const Schedule& s, int indent) {
+  if (s.nodeOf.size() != s.nRanks)
+    throw Error(ErrorCode::InvalidArgument, "cannot serialise: nodeOf has " + std::to_string(s.nodeOf.size()) +
+                                                " entries, expected nRanks = " + std::to_string(s.nRanks));
+  if (s.lanes.size() != s.nRanks)
+    throw Error(ErrorCode::InvalidArgument, "cannot serialise: lanes has " + std::to_string(s.lanes.size()) +
+                                                " ranks, expected nRanks = " + std::to_string(s.nRanks));
+  std::vector<std::string> names;
+  names.reserve(s.buffers.size());
+  for (std::size_t b = 0; b < s.buffers.size(); ++b) {
+    const BufferDecl& d = s.buffers[b];
+    if (d.count.size() != s.nRanks)
+      throw Error(ErrorCode::InvalidArgument, "cannot serialise: buffers[" + std::to_string(b) + "] ('" + d.name +
+                                                  "') has " + std::to_string(d.count.size()) +
+                                                  " per-rank counts, expected nRanks = " + std::to_string(s.nRanks));
+    names.push_back(quoted(d.name, ("buffers[" + std::to_string(b) + "].name").c_str()));
+  }
+
+  Writer w(indent);
+  std::string& o = w.out();
+  o.reserve(256 + s.stepCount() * 72);
+  o += '{';
+  w.newline(1);
+  w.key("schema");
+  w.str(kSchema);
+  o += ',';
+  w.newline(1);
+  w.key("info");
+  o += '{';
+  w.key("op");
+  w.raw(quoted(s.info.op, "info.op"));
+  w.comma();
+  w.key("algo");
+  w.raw(quoted(s.info.algo, "info.algo"));
+  w.comma();
+  w.key("dtype");
+  w.str(toString(s.info.dtype));
+  w.comma();
+  w.key("redop");
+  w.str(toString(s.info.redop));
+  w.comma();
+  w.key("count");
+  w.u64(s.info.count);
+  w.comma();
+  w.key("root");
+  w.u64(s.info.root);
+  w.comma();
+  w.key("chunks");
+  w.u64(s.info.chunks);
+  w.comma();
+  w.key("channels");
+  w.u64(s.info.channels);
+  o += "},";
+  w.newline(1);
+  w.key("nRanks");
+  w.u64(s.nRanks);
+  o += ',';
+  w.newline(1);
+  w.key("nodeOf");
+  o += '[';
+  for (uint32_t r = 0; r < s.nRanks; ++r) {
+    if (r) w.comma();
+    w.u64(s.nodeOf[r]);
+  }
+  o += "],";
+  w.newline(1);
+  w.key("nFlags");
+  w.u64(s.nFlags);
+  o += ',';
+  w.newline(1);
+  w.key("nBarriers");
+  w.u64(s.nBarriers);
+  o += ',';
+  w.newline(1);
+
+  w.key("buffers");
+  o += '[';
+  for (std::size_t b = 0; b < s.buffers.size(); ++b) {
+    const BufferDecl& d = s.buffers[b];
+    if (b) o += ',';
+    w.newline(2);
+    o += '{';
+    w.key("name");
+    w.raw(names[b]);
+    w.comma();
+    w.key("dtype");
+    w.str(toString(d.dtype));
+    w.comma();
+    w.key("kind");
+    w.str(toString(d.kind));
+    w.comma();
+    w.key("count");
+    bool uniform = !d.count.empty();
+    for (uint64_t c : d.count) uniform = uniform && c == d.count.front();
+    if (uniform) {
+      w.u64(d.count.front());
+    } else {
+      o += '[';
+      for (std::size_t r = 0; r < d.count.size(); ++r) {
+        if (r) w.comma();
+        w.u64(d.count[r]);
+      }
+      o += ']';
+    }
+    o += '}';
+  }
+  if (!s.buffers.empty()) w.newline(1);
+  o += "],";
+  w.newline(1);
+
+  w.key("gemms");
+  o += '[';
+  for (std::size_t g = 0; g < s.gemms.size(); ++g) {
+    const GemmShape& gs = s.gemms[g];
+    if (g) o += ',';
+    w.newline(2);
+    o += '{';
+    const std::pair<const char*, uint32_t> dims[] = {{"m", gs.m},     {"n", gs.n},     {"k", gs.k},
+                                                     {"lda", gs.lda}, {"ldb", gs.ldb}, {"ldc", gs.ldc}};
+    for (std::size_t i = 0; i < 6; ++i) {
+      if (i) w.comma();
+      w.key(dims[i].first);
+      w.u64(dims[i].second);
+    }
+    o += '}';
+  }
+  if (!s.gemms.empty()) w.newline(1);
+  o += "],";
+  w.newline(1);
+
+  w.key("ranks");
+  o += '[';
+  for (uint32_t r = 0; r < s.nRanks; ++r) {
+    if (r) o += ',';
+    w.newline(2);
+    o += '{';
+    w.key("lanes");
+    o += '[';
+    const auto& lanes = s.lanes[r];
+    for (std::size_t l = 0; l < lanes.size(); ++l) {
+      const Lane& lane = lanes[l];
+      if (l) o += ',';
+      w.newline(3);
+      o += '{';
+      w.key("role");
+      w.str(toString(lane.role));
+      w.comma();
+      w.key("ctas");
+      w.u64(lane.ctas);
+      w.comma();
+      w.key("steps");
+      o += '[';
+      for (std::size_t i = 0; i < lane.steps.size(); ++i) {
+        const Step& st = lane.steps[i];
+        if (i) o += ',';
+        w.newline(4);
+        auto operand = [&](const char* k, const BufRef& ref) {
+          if (ref.buffer >= names.size())
+            throw Error(ErrorCode::InvalidArgument, "cannot serialise " + stepWhere(r, l, i) + "." + k + ": buffer id " +
+                                                        std::to_string(ref.buffer) + " out of range (" +
+                                                        std::to_string(names.size()) + " buffers)");
+          w.comma();
+          w.key(k);
+          o += '[';
+          w.u64(ref.rank);
+          w.comma();
+          o += names[ref.buffer];
+          w.comma();
+          w.u64(ref.offset);
+          o += ']';
+        };
+        auto flagAndValue = [&]() {
+          w.comma();
+          w.key("flag");
+          o += '[';
+          w.u64(st.flag.rank);
+          w.comma();
+          w.u64(st.flag.id);
+          o += ']';
+          w.comma();
+          w.key("value");
+          w.u64(st.value);
+        };
+        auto count = [&]() {
+          w.comma();
+          w.key("count");
+          w.u64(st.count);
+        };
+        o += '{';
+        w.key("kind");
+        const char* kindName = toString(st.kind);
+        if (kindName[0] == '?')
+          throw Error(ErrorCode::InvalidArgument, "cannot serialise " + stepWhere(r, l, i) + ": unknown step kind " +
+                                                      std::to_string(static_cast<unsigned>(st.kind)));
+        w.str(kindName);
+        switch (st.kind) {
+          case StepKind::Copy:
+            count();
+            operand("dst", st.dst);
+            operand("a", st.a);
+            break;
+          case StepKind::Reduce:
+            count();
+            w.comma();
+            w.key("op");
+            w.str(toString(st.op));
+            operand("dst", st.dst);
+            operand("a", st.a);
+            operand("b", st.b);
+            break;
+          case StepKind::Put:
+          case StepKind::ProxyPut:
+            count();
+            operand("dst", st.dst);
+            operand("a", st.a);
+            if (st.flags & kStepSignal) {
+              w.comma();
+              w.key("signal");
+              o += "true";
+              flagAndValue();
+            }
+            break;
+          case StepKind::Signal:
+          case StepKind::Wait: flagAndValue(); break;
+          case StepKind::Gemm:
+            w.comma();
+            w.key("gemm");
+            w.u64(st.aux);
+            operand("dst", st.dst);
+            operand("a", st.a);
+            operand("b", st.b);
+            w.comma();
+            w.key("accumulate");
+            o += (st.flags & kStepAccumulate) ? "true" : "false";
+            w.comma();
+            w.key("bColMajor");
+            o += (st.flags & kStepBColMajor) ? "true" : "false";
+            break;
+          case StepKind::Barrier:
+            w.comma();
+            w.key("barrier");
+            w.u64(st.aux);
+            break;
+        }
+        if (w.pretty()) {
+          // For human readers only; scheduleFromJson ignores them and recomputes (fillCostAttributes).
+          w.comma();
+          w.key("link");
+          w.str(toString(st.link));
+          w.comma();
+          w.key("bytes");
+          w.u64(st.bytes);
+          w.comma();
+          w.key("flops");
+          w.num(st.flops);
+        }
+        o += '}';
+      }
+      if (!lane.steps.empty()) w.newline(3);
+      o += "]}";
+    }
+    if (!lanes.empty()) w.newline(2);
+    o += "]}";
+  }
+  if (s.nRanks) w.newline(1);
+  o += ']';
+  w.newline(0);
+  o += '}';
+  return std::move(o);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Reader
+
+namespace {
+
+/// A JSON path kept as a chain of stack frames; formatted only when an error is thrown.
+struct Path {
+  const Path* parent = nullptr;
+  const char* key = nullptr;  ///< member name, or nullptr for an array index
+  std::size_t index = 0;
+
+  Path operator[](const char* k) const { return Path{this, k, 0}; }
+  Path operator[](std::size_t i) const { return Path{this, nullptr, i}; }
+
+  std::string str() const {
+    if (parent == nullptr) return "(top level)";
+    std::string prefix = parent->parent == nullptr ? std::string() : parent->str();
+    if (key != nullptr) return prefix.empty() ? std::string(key) : prefix + "." + key;
+    return prefix + "[" + std::to_string(index) + "]";
+  }
+};
+
+[[noreturn]] void fail(const Path& p, const std::string& msg) { throw Error(ErrorCode::ParseError, p.str() + ": " + msg); }
+
+std::string describeJson(const json& v) {
+  std::string d = v.dump();
+  if (d.size() > 40) d = d.substr(0, 37) + "...";
+  return std::string(v.type_name()) + " " + d;
+}
+
+const json& member(const json& obj, const char* key, const Path& p) {
+  auto it = obj.find(key);
+  if (it == obj.end()) fail(p[key], "required field is missing");
+  return *it;
+}
+
+const json* optionalMember(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+
+void expectObject(const json& v, const Path& p) {
+  if (!v.is_object()) fail(p, "expected an object, got " + describeJson(v));
+}
+void expectArray(const json& v, const Path& p) {
+  if (!v.is_array()) fail(p, "expected an array, got " + describeJson(v));
+}
+
+uint64_t asU64(const json& v, const Path& p, uint64_t max = std::numeric_limits<uint64_t>::max()) {
+  // nlohmann stores every non-negative integer literal as unsigned; negatives and 3.0 are rejected.
+  if (!v.is_number_unsigned()) fail(p, "expected a non-negative integer, got " + describeJson(v));
+  const uint64_t x = v.get<uint64_t>();
+  if (x > max) fail(p, "value " + std::to_string(x) + " exceeds the maximum " + std::to_string(max));
+  return x;
+}
+uint32_t asU32(const json& v, const Path& p) {
+  return static_cast<uint32_t>(asU64(v, p, std::numeric_limits<uint32_t>::max()));
+}
+const std::string& asString(const json& v, const Path& p) {
+  if (!v.is_string()) fail(p, "expected a string, got " + describeJson(v));
+  return v.get_ref<const std::string&>();
+}
+bool asBool(const json& v, const Path& p) {
+  if (!v.is_boolean()) fail(p, "expected true or false, got " + describeJson(v));
+  return v.get<bool>();
+}
+
+/// "a, b, c" from a name table, for "expected one of" messages.
+template <typename E>
+std::string namesOf(std::initializer_list<E> values) {
+  std::string out;
+  for (E v : values) {
+    if (!out.empty()) out += ", ";
+    out += toString(v);
+  }
+  return out;
+}
+
+template <typename E, typename Parser>
+E asEnum(const json& v, const Path& p, Parser parse, const char* what, const std::string& expected) {
+  const std::string& s = asString(v, p);
+  auto e = parse(s);
+  if (!e) fail(p, std::string("unknown ") + what + " '" + s + "' (expected one of " + expected + ")");
+  return *e;
+}
+
+/// Rejects members not in `allowed`; keys starting with '_' are annotations and always ignored.
+void checkKeys(const json& obj, const Path& p, std::initializer_list<const char*> allowed,
+               std::initializer_list<const char*> ignored = {}) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    const std::string& k = it.key();
+    if (!k.empty() && k[0] == '_') continue;
+    bool ok = false;
+    for (const char* a : allowed) ok = ok || k == a;
+    for (const char* a : ignored) ok = ok || k == a;
+    if (ok) continue;
+    std::string list;
+    for (const char* a : allowed) list += list.empty() ? std::string(a) : std::string(", ") + a;
+    fail(p, "unknown field '" + k + "' (expected " + list + ")");
+  }
+}
+
+const std::string kDTypeList = namesOf({DType::Float32, DType::BFloat16, DType::Float16});
+const std::string kRedOpList = namesOf({RedOp::Sum, RedOp::Max, RedOp::Min});
+const std::string kRoleList =
+    namesOf({LaneRole::Compute, LaneRole::Intra, LaneRole::InterSend, LaneRole::InterRecv});
+const std::string kKindList = namesOf({StepKind::Copy, StepKind::Reduce, StepKind::Put, StepKind::ProxyPut,
+                                       StepKind::Signal, StepKind::Wait, StepKind::Gemm, StepKind::Barrier});
+const std::string kBufferKindList =
+    namesOf({BufferKind::Input, BufferKind::Output, BufferKind::Scratch, BufferKind::InOut});
+
+class Reader {
+ public:
+  Schedule read(const json& root) {
+    const Path top;
+    expectObject(root, top);
+    checkKeys(root, top, {"schema", "info", "nRanks", "nodeOf", "nFlags", "nBarriers", "buffers", "gemms", "ranks"});
+    const std::string& schema = asString(member(root, "schema", top), top["schema"]);
+    if (schema != kSchema) fail(top["schema"], "unsupported schema '" + schema + "' (expected '" + kSchema + "')");
+
+    if (const json* info = optionalMember(root, "info")) readInfo(*info, top["info"]);
+    s_.nRanks = asU32(member(root, "nRanks", top), top["nRanks"]);
+
+    const Path pNode = top["nodeOf"];
+    const json& nodeOf = member(root, "nodeOf", top);
+    expectArray(nodeOf, pNode);
+    if (nodeOf.size() != s_.nRanks)
+      fail(pNode, "has " + std::to_string(nodeOf.size()) + " entries, expected nRanks = " + std::to_string(s_.nRanks));
+    s_.nodeOf.reserve(s_.nRanks);
+    for (std::size_t r = 0; r < nodeOf.size(); ++r) s_.nodeOf.push_back(asU32(nodeOf[r], pNode[r]));
+
+    if (const json* v = optionalMember(root, "nFlags")) s_.nFlags = asU32(*v, top["nFlags"]);
+    if (const json* v = optionalMember(root, "nBarriers")) s_.nBarriers = asU32(*v, top["nBarriers"]);
+
+    readBuffers(member(root, "buffers", top), top["buffers"]);
+    if (const json* g = optionalMember(root, "gemms")) readGemms(*g, top["gemms"]);
+
+    const Path pRanks = top["ranks"];
+    const json& ranks = member(root, "ranks", top);
+    expectArray(ranks, pRanks);
+    if (ranks.size() != s_.nRanks)
+      fail(pRanks, "has " + std::to_string(ranks.size()) + " entries, expected nRanks = " + std::to_string(s_.nRanks));
+    s_.lanes.resize(s_.nRanks);
+    for (std::size_t r = 0; r < ranks.size(); ++r) readRank(ranks[r], pRanks[r], s_.lanes[r]);
+    fillCostAttributes(s_);
+    return std::move(s_);
+  }
+
+ private:
+  void readInfo(const json& v, const Path& p) {
+    expectObject(v, p);
+    checkKeys(v, p, {"op", "algo", "dtype", "redop", "count", "root", "chunks", "channels"});
+    OpInfo& info = s_.info;
+    if (const json* x = optionalMember(v, "op")) info.op = asString(*x, p["op"]);
+    if (const json* x = optionalMember(v, "algo")) info.algo = asString(*x, p["algo"]);
+    if (const json* x = optionalMember(v, "dtype")) info.dtype = asEnum<DType>(*x, p["dtype"], parseDType, "dtype", kDTypeList);
+    if (const json* x = optionalMember(v, "redop"))
+      info.redop = asEnum<RedOp>(*x, p["redop"], parseRedOp, "reduction op", kRedOpList);
+    if (const json* x = optionalMember(v, "count")) info.count = asU64(*x, p["count"]);
+    if (const json* x = optionalMember(v, "root")) info.root = asU32(*x, p["root"]);
+    if (const json* x = optionalMember(v, "chunks")) info.chunks = asU32(*x, p["chunks"]);
+    if (const json* x = optionalMember(v, "channels")) info.channels = asU32(*x, p["channels"]);
+  }
+
+  void readBuffers(const json& v, const Path& p) {
+    expectArray(v, p);
+    if (v.size() > 0xFFFF) fail(p, std::to_string(v.size()) + " buffers declared (at most 65535)");
+    for (std::size_t b = 0; b < v.size(); ++b) {
+      const Path pb = p[b];
+      const json& o = v[b];
+      expectObject(o, pb);
+      checkKeys(o, pb, {"name", "dtype", "kind", "count"});
+      BufferDecl d;
+      d.name = asString(member(o, "name", pb), pb["name"]);
+      if (d.name.empty()) fail(pb["name"], "a buffer name must not be empty");
+      if (byName_.count(d.name)) fail(pb["name"], "duplicate buffer name '" + d.name + "'");
+      d.dtype = asEnum<DType>(member(o, "dtype", pb), pb["dtype"], parseDType, "dtype", kDTypeList);
+      d.kind = asEnum<BufferKind>(member(o, "kind", pb), pb["kind"], parseBufferKind, "buffer kind", kBufferKindList);
+      const Path pc = pb["count"];
+      const json& c = member(o, "count", pb);
+      if (c.is_array()) {
+        if (c.size() != s_.nRanks)
+          fail(pc, "has " + std::to_string(c.size()) + " per-rank counts, expected nRanks = " +
+                       std::to_string(s_.nRanks));
+        d.count.reserve(c.size());
+        for (std::size_t r = 0; r < c.size(); ++r) d.count.push_back(asU64(c[r], pc[r]));
+      } else {
+        d.count.assign(s_.nRanks, asU64(c, pc));
+      }
+      byName_.emplace(d.name, static_cast<uint16_t>(b));
+      s_.buffers.push_back(std::move(d));
+    }
+  }
+
+  void readGemms(const json& v, const Path& p) {
+    expectArray(v, p);
+    for (std::size_t g = 0; g < v.size(); ++g) {
+      const Path pg = p[g];
+      const json& o = v[g];
+      expectObject(o, pg);
+      checkKeys(o, pg, {"m", "n", "k", "lda", "ldb", "ldc"});
+      GemmShape gs;
+      gs.m = asU32(member(o, "m", pg), pg["m"]);
+      gs.n = asU32(member(o, "n", pg), pg["n"]);
+      gs.k = asU32(member(o, "k", pg), pg["k"]);
+      gs.lda = asU32(member(o, "lda", pg), pg["lda"]);
+      gs.ldb = asU32(member(o, "ldb", pg), pg["ldb"]);
+      gs.ldc = asU32(member(o, "ldc", pg), pg["ldc"]);
+      s_.gemms.push_back(gs);
+    }
+  }
+
+  void readRank(const json& v, const Path& p, std::vector<Lane>& lanes) {
+    expectObject(v, p);
+    checkKeys(v, p, {"lanes"});
+    const Path pl = p["lanes"];
+    const json& arr = member(v, "lanes", p);
+    expectArray(arr, pl);
+    lanes.resize(arr.size());
+    for (std::size_t l = 0; l < arr.size(); ++l) {
+      const Path pli = pl[l];
+      const json& o = arr[l];
+      expectObject(o, pli);
+      checkKeys(o, pli, {"role", "ctas", "steps"});
+      Lane& lane = lanes[l];
+      lane.role = asEnum<LaneRole>(member(o, "role", pli), pli["role"], parseLaneRole, "lane role", kRoleList);
+      if (const json* c = optionalMember(o, "ctas")) lane.ctas = asU32(*c, pli["ctas"]);
+      const Path ps = pli["steps"];
+      const json& steps = member(o, "steps", pli);
+      expectArray(steps, ps);
+      lane.steps.resize(steps.size());
+      for (std::size_t i = 0; i < steps.size(); ++i) readStep(steps[i], ps[i], lane.steps[i]);
+    }
+  }
+
+  BufRef readOperand(const json& v, const Path& p) {
+    if (!v.is_array() || v.size() != 3)
+      fail(p, "expected an operand [rank, \"buffer\", offset], got " + describeJson(v));
+    BufRef ref;
+    ref.rank = asU32(v[0], p[std::size_t{0}]);
+    const std::string& name = asString(v[1], p[1]);
+    auto it = byName_.find(name);
+    if (it == byName_.end()) {
+      std::string declared;
+      for (const auto& b : s_.buffers) declared += (declared.empty() ? "" : ", ") + b.name;
+      fail(p, "unknown buffer '" + name + "' (declared: " + (declared.empty() ? "none" : declared) + ")");
+    }
+    ref.buffer = it->second;
+    ref.offset = asU64(v[2], p[2]);
+    return ref;
+  }
+
+  FlagRef readFlag(const json& v, const Path& p) {
+    if (!v.is_array() || v.size() != 2) fail(p, "expected a flag [rank, id], got " + describeJson(v));
+    return FlagRef{asU32(v[0], p[std::size_t{0}]), asU32(v[1], p[1])};
+  }
+
+  void readStep(const json& o, const Path& p, Step& st) {
+    expectObject(o, p);
+    st.kind = asEnum<StepKind>(member(o, "kind", p), p["kind"], parseStepKind, "step kind", kKindList);
+    // Cost attributes a writer may add for humans; recomputed by fillCostAttributes, never trusted.
+    const std::initializer_list<const char*> cost = {"bytes", "flops", "link"};
+    switch (st.kind) {
+      case StepKind::Copy:
+        checkKeys(o, p, {"kind", "count", "dst", "a"}, cost);
+        st.count = asU64(member(o, "count", p), p["count"]);
+        st.dst = readOperand(member(o, "dst", p), p["dst"]);
+        st.a = readOperand(member(o, "a", p), p["a"]);
+        break;
+      case StepKind::Reduce:
+        checkKeys(o, p, {"kind", "count", "op", "dst", "a", "b"}, cost);
+        st.count = asU64(member(o, "count", p), p["count"]);
+        if (const json* x = optionalMember(o, "op"))
+          st.op = asEnum<RedOp>(*x, p["op"], parseRedOp, "reduction op", kRedOpList);
+        st.dst = readOperand(member(o, "dst", p), p["dst"]);
+        st.a = readOperand(member(o, "a", p), p["a"]);
+        st.b = readOperand(member(o, "b", p), p["b"]);
+        break;
+      case StepKind::Put:
+      case StepKind::ProxyPut: {
+        checkKeys(o, p, {"kind", "count", "dst", "a", "signal", "flag", "value"}, cost);
+        st.count = asU64(member(o, "count", p), p["count"]);
+        st.dst = readOperand(member(o, "dst", p), p["dst"]);
+        st.a = readOperand(member(o, "a", p), p["a"]);
+        const json* sig = optionalMember(o, "signal");
+        if (sig != nullptr && asBool(*sig, p["signal"])) {
+          st.flags |= kStepSignal;
+          st.flag = readFlag(member(o, "flag", p), p["flag"]);
+          st.value = asU64(member(o, "value", p), p["value"]);
+        } else {
+          if (optionalMember(o, "flag")) fail(p["flag"], "a flag is given but \"signal\" is not true");
+          if (optionalMember(o, "value")) fail(p["value"], "a value is given but \"signal\" is not true");
+        }
+        break;
+      }
+      case StepKind::Signal:
+      case StepKind::Wait:
+        checkKeys(o, p, {"kind", "flag", "value"}, cost);
+        st.flag = readFlag(member(o, "flag", p), p["flag"]);
+        st.value = asU64(member(o, "value", p), p["value"]);
+        break;
+      case StepKind::Gemm:
+        checkKeys(o, p, {"kind", "gemm", "dst", "a", "b", "accumulate", "bColMajor"}, cost);
+        st.aux = asU32(member(o, "gemm", p), p["gemm"]);
+        st.dst = readOperand(member(o, "dst", p), p["dst"]);
+        st.a = readOperand(member(o, "a", p), p["a"]);
+        st.b = readOperand(member(o, "b", p), p["b"]);
+        if (const json* x = optionalMember(o, "accumulate"); x && asBool(*x, p["accumulate"])) st.flags |= kStepAccumulate;
+        if (const json* x = optionalMember(o, "bColMajor"); x && asBool(*x, p["bColMajor"])) st.flags |= kStepBColMajor;
+        break;
+      case StepKind::Barrier:
+        checkKeys(o, p, {"kind", "barrier"}, cost);
+        st.aux = asU32(member(o, "barrier", p), p["barrier"]);
+        break;
+    }
+  }
+
+  Schedule s_;
+  std::unordered_map<std::string, uint16_t> byName_;
+};
+
+}  // namespace
+
+Schedule scheduleFromJson(const std::string& text) {
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::parse_error& e) {
+    // e.what() carries nlohmann's byte position / line and column, which is what a user needs here.
+    throw Error(ErrorCode::ParseError, std::string("malformed or truncated JSON: ") + e.what());
+  }
+  return Reader().read(root);
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorCode::IoError, "cannot open '" + path + "' for reading: " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw Error(ErrorCode::IoError, "error while reading '" + path + "'");
+  return std::move(ss).str();
+}
+
+void writeFileAtomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(static_cast<long>(::getpid()));
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr)
+    throw Error(ErrorCode::IoError,
+                "cannot write '" + path + "': cannot create temporary file '" + tmp + "': " + std::strerror(errno));
+  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  int err = ok ? 0 : errno;
+  if (ok && std::fflush(f) != 0) ok = false, err = errno;
+  // fsync so that a crash after the rename cannot expose an empty file under the final name.
+  if (ok && ::fsync(::fileno(f)) != 0) ok = false, err = errno;
+  if (std::fclose(f) != 0 && ok) ok = false, err = errno;
+  if (ok && std::rename(tmp.c_str(), path.c_str()) != 0) ok = false, err = errno;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    throw Error(ErrorCode::IoError, "cannot write '" + path + "': " + std::strerror(err));
+  }
+}
+
+Schedule loadSchedule(const std::string& path) {
+  const std::string text = readFile(path);
+  try {
+    return scheduleFromJson(text);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::ParseError) throw;
+    throw Error(ErrorCode::ParseError, path + ": " + e.message());
+  }
+}
+
+void saveSchedule(const Schedule& s, const std::string& path) { writeFileAtomic(path, scheduleToJson(s) + "\n"); }
+
+}  // namespace mk

@@ -1,10 +1,403 @@
-// placeholder (being written): link stubs
+// mkernel — packed binary form of a Schedule (layout in pack.hpp) and the cost attributes.
 #include "mk/schedule/pack.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <string>
+
 #include "mk/error.hpp"
+
+// The image is defined as little-endian and written with memcpy of host structs.
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "mkernel's packed schedule format assumes a little-endian host"
+#endif
+
 namespace mk {
-#define MK_STUB throw Error(ErrorCode::Internal, "not implemented yet")
-std::vector<uint8_t> pack(const Schedule&) { MK_STUB; }
-std::vector<uint8_t> packRank(const Schedule&, uint32_t) { MK_STUB; }
-Schedule unpack(const uint8_t*, std::size_t) { MK_STUB; }
-void fillCostAttributes(Schedule&) {}
+namespace {
+
+static_assert(std::is_trivially_copyable_v<PackedHeader> && std::is_trivially_copyable_v<PackedStep>);
+static_assert(sizeof(PackedHeader) % 16 == 0 && sizeof(PackedBuffer) % 16 == 0 && sizeof(PackedLane) % 16 == 0 &&
+                  sizeof(PackedStep) % 16 == 0 && sizeof(PackedGemm) % 16 == 0,
+              "every packed record keeps the next one 16-byte aligned");
+
+constexpr uint64_t alignUp16(uint64_t n) noexcept { return (n + 15) & ~uint64_t{15}; }
+
+/// Byte offsets of every section, from the header's counts. Saturates instead of wrapping so that a
+/// hostile header cannot make a huge image look small.
+struct Layout {
+  uint64_t buffers = 0, lanes = 0, steps = 0, gemms = 0, counts = 0, nodeOf = 0, total = 0;
+  bool overflow = false;
+};
+
+uint64_t mulSat(uint64_t a, uint64_t b, bool& overflow) noexcept {
+  if (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) {
+    overflow = true;
+    return std::numeric_limits<uint64_t>::max();
+  }
+  return a * b;
 }
+uint64_t addSat(uint64_t a, uint64_t b, bool& overflow) noexcept {
+  if (b > std::numeric_limits<uint64_t>::max() - a) {
+    overflow = true;
+    return std::numeric_limits<uint64_t>::max();
+  }
+  return a + b;
+}
+
+Layout layoutOf(uint64_t nRanks, uint64_t nBuffers, uint64_t nLanes, uint64_t nSteps, uint64_t nGemms) noexcept {
+  Layout l;
+  bool& o = l.overflow;
+  l.buffers = sizeof(PackedHeader);
+  l.lanes = addSat(l.buffers, mulSat(nBuffers, sizeof(PackedBuffer), o), o);
+  l.steps = addSat(l.lanes, mulSat(nLanes, sizeof(PackedLane), o), o);
+  l.gemms = addSat(l.steps, mulSat(nSteps, sizeof(PackedStep), o), o);
+  l.counts = addSat(l.gemms, mulSat(nGemms, sizeof(PackedGemm), o), o);
+  l.nodeOf = addSat(l.counts, mulSat(mulSat(nBuffers, nRanks, o), sizeof(uint64_t), o), o);
+  l.total = alignUp16(addSat(l.nodeOf, mulSat(nRanks, sizeof(uint32_t), o), o));
+  return l;
+}
+
+PackedStep packStep(const Step& st) noexcept {
+  PackedStep p;
+  p.kind = static_cast<uint8_t>(st.kind);
+  p.op = static_cast<uint8_t>(st.op);
+  p.link = static_cast<uint8_t>(st.link);
+  p.flags = st.flags;
+  p.aux = st.aux;
+  p.count = st.count;
+  p.dst = st.dst;
+  p.a = st.a;
+  p.b = st.b;
+  p.flag = st.flag;
+  p.value = st.value;
+  return p;
+}
+
+/// Shared by pack() and packRank(): `onlyRank` < 0 packs every rank's lanes.
+std::vector<uint8_t> packImpl(const Schedule& s, int64_t onlyRank) {
+  if (s.nodeOf.size() != s.nRanks || s.lanes.size() != s.nRanks)
+    throw Error(ErrorCode::InvalidArgument, "cannot pack: nodeOf has " + std::to_string(s.nodeOf.size()) +
+                                                " entries and lanes " + std::to_string(s.lanes.size()) +
+                                                ", expected nRanks = " + std::to_string(s.nRanks));
+  if (s.buffers.size() > 0xFFFF)
+    throw Error(ErrorCode::InvalidArgument,
+                "cannot pack: " + std::to_string(s.buffers.size()) + " buffers (at most 65535)");
+  for (std::size_t b = 0; b < s.buffers.size(); ++b)
+    if (s.buffers[b].count.size() != s.nRanks)
+      throw Error(ErrorCode::InvalidArgument, "cannot pack: buffer '" + s.buffers[b].name + "' has " +
+                                                  std::to_string(s.buffers[b].count.size()) +
+                                                  " per-rank counts, expected nRanks = " + std::to_string(s.nRanks));
+  if (s.gemms.size() > std::numeric_limits<uint32_t>::max())
+    throw Error(ErrorCode::InvalidArgument, "cannot pack: too many gemm shapes");
+
+  const uint32_t firstRank = onlyRank < 0 ? 0 : static_cast<uint32_t>(onlyRank);
+  const uint32_t endRank = onlyRank < 0 ? s.nRanks : firstRank + 1;
+  uint64_t nLanes = 0, nSteps = 0;
+  for (uint32_t r = firstRank; r < endRank; ++r) {
+    if (s.lanes[r].size() > 0xFFFF)
+      throw Error(ErrorCode::InvalidArgument, "cannot pack: rank " + std::to_string(r) + " has " +
+                                                  std::to_string(s.lanes[r].size()) + " lanes (at most 65535)");
+    nLanes += s.lanes[r].size();
+    for (std::size_t l = 0; l < s.lanes[r].size(); ++l) {
+      const auto n = s.lanes[r][l].steps.size();
+      if (n > std::numeric_limits<uint32_t>::max())
+        throw Error(ErrorCode::InvalidArgument, "cannot pack: rank " + std::to_string(r) + " lane " +
+                                                    std::to_string(l) + " has more than 2^32-1 steps");
+      nSteps += n;
+    }
+  }
+  if (nLanes > std::numeric_limits<uint32_t>::max())
+    throw Error(ErrorCode::InvalidArgument, "cannot pack: too many lanes");
+
+  const Layout lay = layoutOf(s.nRanks, s.buffers.size(), nLanes, nSteps, s.gemms.size());
+  // Zero-filled: reserved fields and padding are defined bytes, so images compare equal byte for byte.
+  std::vector<uint8_t> image(lay.total, 0);
+  uint8_t* base = image.data();
+
+  PackedHeader h{};
+  h.magic = kPackMagic;
+  h.version = kPackVersion;
+  h.nRanks = s.nRanks;
+  h.nFlags = s.nFlags;
+  h.nBarriers = s.nBarriers;
+  h.nBuffers = static_cast<uint32_t>(s.buffers.size());
+  h.nLanes = static_cast<uint32_t>(nLanes);
+  h.nGemms = static_cast<uint32_t>(s.gemms.size());
+  h.nSteps = nSteps;
+  h.totalBytes = lay.total;
+  std::memcpy(base, &h, sizeof h);
+
+  for (std::size_t b = 0; b < s.buffers.size(); ++b) {
+    PackedBuffer pb{};
+    pb.dtype = static_cast<uint8_t>(s.buffers[b].dtype);
+    pb.kind = static_cast<uint8_t>(s.buffers[b].kind);
+    std::memcpy(base + lay.buffers + b * sizeof(PackedBuffer), &pb, sizeof pb);
+  }
+
+  uint64_t laneSlot = 0, stepSlot = 0;
+  for (uint32_t r = firstRank; r < endRank; ++r) {
+    for (std::size_t l = 0; l < s.lanes[r].size(); ++l) {
+      const Lane& lane = s.lanes[r][l];
+      PackedLane pl{};
+      pl.rank = r;
+      pl.role = static_cast<uint8_t>(lane.role);
+      pl.laneIndex = static_cast<uint16_t>(l);
+      pl.ctas = lane.ctas;
+      pl.nSteps = static_cast<uint32_t>(lane.steps.size());
+      pl.firstStep = stepSlot;
+      std::memcpy(base + lay.lanes + laneSlot * sizeof(PackedLane), &pl, sizeof pl);
+      ++laneSlot;
+      uint8_t* out = base + lay.steps + stepSlot * sizeof(PackedStep);
+      for (const Step& st : lane.steps) {
+        const PackedStep ps = packStep(st);
+        std::memcpy(out, &ps, sizeof ps);
+        out += sizeof ps;
+      }
+      stepSlot += lane.steps.size();
+    }
+  }
+
+  for (std::size_t g = 0; g < s.gemms.size(); ++g) {
+    const GemmShape& gs = s.gemms[g];
+    PackedGemm pg{};
+    pg.m = gs.m;
+    pg.n = gs.n;
+    pg.k = gs.k;
+    pg.lda = gs.lda;
+    pg.ldb = gs.ldb;
+    pg.ldc = gs.ldc;
+    std::memcpy(base + lay.gemms + g * sizeof(PackedGemm), &pg, sizeof pg);
+  }
+  for (std::size_t b = 0; b < s.buffers.size(); ++b)
+    std::memcpy(base + lay.counts + b * s.nRanks * sizeof(uint64_t), s.buffers[b].count.data(),
+                s.nRanks * sizeof(uint64_t));
+  if (s.nRanks > 0) std::memcpy(base + lay.nodeOf, s.nodeOf.data(), s.nRanks * sizeof(uint32_t));
+  return image;
+}
+
+[[noreturn]] void bad(const std::string& what) { throw Error(ErrorCode::ParseError, "packed schedule: " + what); }
+
+}  // namespace
+
+std::vector<uint8_t> pack(const Schedule& s) { return packImpl(s, -1); }
+
+std::vector<uint8_t> packRank(const Schedule& s, uint32_t rank) {
+  if (rank >= s.nRanks)
+    throw Error(ErrorCode::InvalidArgument,
+                "packRank: rank " + std::to_string(rank) + " is not a rank (nRanks " + std::to_string(s.nRanks) + ")");
+  return packImpl(s, rank);
+}
+
+Schedule unpack(const uint8_t* data, std::size_t size) {
+  if (data == nullptr || size < sizeof(PackedHeader))
+    bad("image of " + std::to_string(size) + " bytes is shorter than its " + std::to_string(sizeof(PackedHeader)) +
+        "-byte header (truncated)");
+  PackedHeader h;
+  std::memcpy(&h, data, sizeof h);
+  if (h.magic != kPackMagic) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "0x%08X", h.magic);
+    bad(std::string("bad magic ") + buf + " (expected 0x43534B4D, \"MKSC\"): not a packed schedule image");
+  }
+  if (h.version != kPackVersion)
+    bad("unsupported version " + std::to_string(h.version) + " (this build reads version " +
+        std::to_string(kPackVersion) + ")");
+  const Layout lay = layoutOf(h.nRanks, h.nBuffers, h.nLanes, h.nSteps, h.nGemms);
+  if (lay.overflow) bad("header counts overflow the address space (corrupt header)");
+  if (h.totalBytes != lay.total)
+    bad("header says " + std::to_string(h.totalBytes) + " bytes but its counts imply " + std::to_string(lay.total));
+  if (size < lay.total)
+    bad("image has " + std::to_string(size) + " bytes, expected " + std::to_string(lay.total) + " (truncated)");
+  if (h.nBuffers > 0xFFFF) bad("nBuffers " + std::to_string(h.nBuffers) + " exceeds 65535");
+
+  Schedule s;
+  s.nRanks = h.nRanks;
+  s.nFlags = h.nFlags;
+  s.nBarriers = h.nBarriers;
+  s.nodeOf.resize(h.nRanks);
+  if (h.nRanks > 0) std::memcpy(s.nodeOf.data(), data + lay.nodeOf, h.nRanks * sizeof(uint32_t));
+
+  s.buffers.resize(h.nBuffers);
+  for (uint32_t b = 0; b < h.nBuffers; ++b) {
+    PackedBuffer pb;
+    std::memcpy(&pb, data + lay.buffers + uint64_t{b} * sizeof(PackedBuffer), sizeof pb);
+    if (pb.dtype > static_cast<uint8_t>(DType::Float16))
+      bad("buffer " + std::to_string(b) + ": unknown dtype " + std::to_string(pb.dtype));
+    if (pb.kind > static_cast<uint8_t>(BufferKind::InOut))
+      bad("buffer " + std::to_string(b) + ": unknown buffer kind " + std::to_string(pb.kind));
+    BufferDecl& d = s.buffers[b];
+    d.name = "buf" + std::to_string(b);
+    d.dtype = static_cast<DType>(pb.dtype);
+    d.kind = static_cast<BufferKind>(pb.kind);
+    d.count.resize(h.nRanks);
+    if (h.nRanks > 0)
+      std::memcpy(d.count.data(), data + lay.counts + uint64_t{b} * h.nRanks * sizeof(uint64_t),
+                  h.nRanks * sizeof(uint64_t));
+  }
+
+  s.gemms.resize(h.nGemms);
+  for (uint32_t g = 0; g < h.nGemms; ++g) {
+    PackedGemm pg;
+    std::memcpy(&pg, data + lay.gemms + uint64_t{g} * sizeof(PackedGemm), sizeof pg);
+    s.gemms[g] = GemmShape{pg.m, pg.n, pg.k, pg.lda, pg.ldb, pg.ldc};
+  }
+
+  s.lanes.resize(h.nRanks);
+  uint64_t expectFirst = 0;
+  int64_t prevRank = -1;
+  for (uint32_t li = 0; li < h.nLanes; ++li) {
+    PackedLane pl;
+    std::memcpy(&pl, data + lay.lanes + uint64_t{li} * sizeof(PackedLane), sizeof pl);
+    const std::string where = "lane record " + std::to_string(li);
+    if (pl.rank >= h.nRanks)
+      bad(where + ": rank " + std::to_string(pl.rank) + " out of range (nRanks " + std::to_string(h.nRanks) + ")");
+    if (static_cast<int64_t>(pl.rank) < prevRank)
+      bad(where + ": rank " + std::to_string(pl.rank) + " after rank " + std::to_string(prevRank) +
+          " (lanes must be rank-major)");
+    prevRank = pl.rank;
+    if (pl.laneIndex != s.lanes[pl.rank].size())
+      bad(where + ": laneIndex " + std::to_string(pl.laneIndex) + ", expected " +
+          std::to_string(s.lanes[pl.rank].size()) + " (lanes of a rank must be consecutive)");
+    if (pl.role > static_cast<uint8_t>(LaneRole::InterRecv))
+      bad(where + ": unknown lane role " + std::to_string(pl.role));
+    if (pl.firstStep > h.nSteps || pl.nSteps > h.nSteps - pl.firstStep)
+      bad(where + ": steps [" + std::to_string(pl.firstStep) + ", +" + std::to_string(pl.nSteps) +
+          ") exceed nSteps " + std::to_string(h.nSteps));
+    if (pl.firstStep != expectFirst)
+      bad(where + ": firstStep " + std::to_string(pl.firstStep) + ", expected " + std::to_string(expectFirst) +
+          " (each lane's steps follow the previous lane's)");
+    expectFirst += pl.nSteps;
+
+    Lane lane;
+    lane.role = static_cast<LaneRole>(pl.role);
+    lane.ctas = pl.ctas;
+    lane.steps.resize(pl.nSteps);
+    const uint8_t* in = data + lay.steps + pl.firstStep * sizeof(PackedStep);
+    for (uint32_t i = 0; i < pl.nSteps; ++i, in += sizeof(PackedStep)) {
+      PackedStep ps;
+      std::memcpy(&ps, in, sizeof ps);
+      auto fail = [&](const std::string& what) {
+        bad("rank " + std::to_string(pl.rank) + " lane " + std::to_string(pl.laneIndex) + " step " +
+            std::to_string(i) + ": " + what);
+      };
+      if (ps.kind > static_cast<uint8_t>(StepKind::Barrier)) fail("unknown step kind " + std::to_string(ps.kind));
+      if (ps.op > static_cast<uint8_t>(RedOp::Min)) fail("unknown reduction op " + std::to_string(ps.op));
+      if (ps.link > static_cast<uint8_t>(LinkClass::Network)) fail("unknown link class " + std::to_string(ps.link));
+      const auto kind = static_cast<StepKind>(ps.kind);
+      auto checkRef = [&](const BufRef& r, const char* name) {
+        if (r.buffer >= h.nBuffers)
+          fail(std::string(name) + " buffer id " + std::to_string(r.buffer) + " out of range (nBuffers " +
+               std::to_string(h.nBuffers) + ")");
+        if (r.rank >= h.nRanks)
+          fail(std::string(name) + " rank " + std::to_string(r.rank) + " out of range (nRanks " +
+               std::to_string(h.nRanks) + ")");
+      };
+      const bool signals = (kind == StepKind::Put || kind == StepKind::ProxyPut) && (ps.flags & kStepSignal);
+      switch (kind) {
+        case StepKind::Copy: checkRef(ps.dst, "dst"); checkRef(ps.a, "a"); break;
+        case StepKind::Reduce: checkRef(ps.dst, "dst"); checkRef(ps.a, "a"); checkRef(ps.b, "b"); break;
+        case StepKind::Put:
+        case StepKind::ProxyPut: checkRef(ps.dst, "dst"); checkRef(ps.a, "a"); break;
+        case StepKind::Gemm:
+          checkRef(ps.dst, "dst");
+          checkRef(ps.a, "a");
+          checkRef(ps.b, "b");
+          if (ps.aux >= h.nGemms)
+            fail("gemm index " + std::to_string(ps.aux) + " out of range (nGemms " + std::to_string(h.nGemms) + ")");
+          break;
+        case StepKind::Signal:
+        case StepKind::Wait:
+        case StepKind::Barrier: break;
+      }
+      if ((signals || kind == StepKind::Signal || kind == StepKind::Wait) && ps.flag.rank >= h.nRanks)
+        fail("flag rank " + std::to_string(ps.flag.rank) + " out of range (nRanks " + std::to_string(h.nRanks) + ")");
+      Step& st = lane.steps[i];
+      st.kind = kind;
+      st.op = static_cast<RedOp>(ps.op);
+      st.link = static_cast<LinkClass>(ps.link);
+      st.flags = ps.flags;
+      st.aux = ps.aux;
+      st.count = ps.count;
+      st.dst = ps.dst;
+      st.a = ps.a;
+      st.b = ps.b;
+      st.flag = ps.flag;
+      st.value = ps.value;
+    }
+    s.lanes[pl.rank].push_back(std::move(lane));
+  }
+  if (expectFirst != h.nSteps)
+    bad("lanes cover " + std::to_string(expectFirst) + " steps but the header says nSteps " + std::to_string(h.nSteps));
+  fillCostAttributes(s);
+  return s;
+}
+
+void fillCostAttributes(Schedule& s) {
+  const std::size_t nBuf = s.buffers.size();
+  auto dtypeOf = [&](const BufRef& r, std::size_t& size) {
+    if (r.buffer >= nBuf) return false;
+    size = dtypeSize(s.buffers[r.buffer].dtype);
+    return true;
+  };
+  const std::size_t nRanks = std::min<std::size_t>(s.lanes.size(), s.nodeOf.size());
+  for (std::size_t r = 0; r < s.lanes.size(); ++r) {
+    const auto rank = static_cast<uint32_t>(r);
+    for (Lane& lane : s.lanes[r]) {
+      for (Step& st : lane.steps) {
+        st.bytes = 0;
+        st.flops = 0;
+        std::size_t esz = 0;
+        // A copy/reduce is as slow as its farthest operand; out-of-range ranks contribute nothing.
+        auto farthest = [&](std::initializer_list<const BufRef*> refs) {
+          LinkClass worst = LinkClass::Local;
+          for (const BufRef* ref : refs) {
+            const LinkClass l = r < nRanks ? linkBetween(s, rank, ref->rank) : LinkClass::None;
+            if (static_cast<uint8_t>(l) > static_cast<uint8_t>(worst)) worst = l;
+          }
+          return worst;
+        };
+        switch (st.kind) {
+          case StepKind::Copy:
+            st.link = farthest({&st.dst, &st.a});
+            if (dtypeOf(st.dst, esz)) st.bytes = st.count * esz;
+            break;
+          case StepKind::Reduce:
+            st.link = farthest({&st.dst, &st.a, &st.b});
+            if (dtypeOf(st.dst, esz)) st.bytes = st.count * esz;
+            st.flops = static_cast<double>(st.count);
+            break;
+          case StepKind::Put:
+            st.link = LinkClass::NVLink;
+            if (dtypeOf(st.dst, esz)) st.bytes = st.count * esz;
+            break;
+          case StepKind::ProxyPut:
+            st.link = LinkClass::Network;
+            if (dtypeOf(st.dst, esz)) st.bytes = st.count * esz;
+            break;
+          case StepKind::Signal:
+            st.link = r < nRanks ? linkBetween(s, rank, st.flag.rank) : LinkClass::None;
+            st.bytes = 8;
+            break;
+          case StepKind::Gemm: {
+            st.link = LinkClass::Local;
+            std::size_t aSize = 0, cSize = 0;
+            if (st.aux < s.gemms.size() && dtypeOf(st.a, aSize) && dtypeOf(st.dst, cSize)) {
+              const GemmShape& g = s.gemms[st.aux];
+              const uint64_t m = g.m, n = g.n, k = g.k;
+              st.bytes = (m * k + k * n) * aSize + m * n * cSize;
+              st.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+            }
+            break;
+          }
+          case StepKind::Wait:
+          case StepKind::Barrier: st.link = LinkClass::None; break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace mk

@@ -1,0 +1,35 @@
+// doctest main for GPU test binaries: listing works anywhere; running needs enough CUDA devices.
+//
+// Without them the binary prints why and exits 77, which CTest reports as "skipped" (SKIP_RETURN_CODE).
+// A GPU test never passes without running.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "mk/device_info.hpp"
+
+#ifndef MK_TEST_MIN_GPUS
+#define MK_TEST_MIN_GPUS 1
+#endif
+
+int main(int argc, char** argv) {
+  bool listing = false;
+  for (int i = 1; i < argc; ++i)
+    if (std::strstr(argv[i], "-list-") || std::strstr(argv[i], "-ltc") || std::strstr(argv[i], "-lts") ||
+        std::strcmp(argv[i], "-h") == 0 || std::strstr(argv[i], "-help") || std::strstr(argv[i], "-count"))
+      listing = true;
+  if (!listing) {
+    std::string why;
+    const int n = mk::cudaDeviceCountOrZero(&why);
+    if (n < MK_TEST_MIN_GPUS) {
+      std::printf("SKIP: needs %d CUDA device(s), found %d%s%s\n", MK_TEST_MIN_GPUS, n, why.empty() ? "" : ": ",
+                  why.c_str());
+      return 77;
+    }
+  }
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}

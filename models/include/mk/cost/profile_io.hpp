@@ -1,0 +1,49 @@
+// mkernel — hardware profile <-> JSON ("schema": "mkernel.profile.v1").
+//
+// A profile file holds every field of mk::Profile under the same names as the struct (units in the name, as
+// in the topology format), plus where the numbers came from:
+//
+//   { "schema": "mkernel.profile.v1",
+//     "source": "calibrated on h200x2 (2026-12-01)",
+//     "provenance": { "system": "h200x2", "date": "2026-12-01", "commit": "<sha>", "tool": "mk-calibrate",
+//                     "measurements": ["validation/data/measured/....json"] },
+//     "nvlink":  { "alphaUs": 0.65, "bwGBs": 369 },
+//     "network": { "alphaUs": 3.5,  "bwGBs": 50 },
+//     "local":   { "alphaUs": 0.5,  "bwGBs": 1965 },
+//     "reduceGBs": 1310, "flagUs": 0.65, "dispatchUs": 2, "proxyUs": 2.5, "gemmTflops": 742 }
+//
+// Every numeric field is required, finite and >= 0 (a rate of 0 is allowed in the file: it only fails when a
+// schedule needs it, with a message from the engine that needs it). "provenance" is optional on input.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "mk/cost/cost.hpp"
+
+namespace mk {
+
+/// Where a profile's numbers came from. Not part of Profile itself: engines never read it, reports do.
+struct ProfileProvenance {
+  std::string system;                     ///< machine or preset the numbers describe ("h200x2")
+  std::string date;                       ///< when they were fitted (ISO 8601)
+  std::string commit;                     ///< git sha of the fitting tool
+  std::string tool;                       ///< "mk-calibrate", "defaultProfile", "hand-edited", ...
+  std::vector<std::string> measurements;  ///< measurement files the fit used
+};
+
+/// Serialise (all fields; provenance written when any of its fields is set).
+std::string profileToJson(const Profile& p, const ProfileProvenance& provenance = {}, int indent = 2);
+
+/// Parse; throws Error(ParseError) for malformed JSON, a wrong schema, a missing, misspelt or mistyped field
+/// (named: "profile: missing field nvlink.bwGBs"), and Error(InvalidArgument) for a negative or non-finite value
+/// (named: "profile: nvlink.bwGBs must be >= 0 and finite (got -1)"). Fills `provenance` when given.
+Profile profileFromJson(const std::string& text, ProfileProvenance* provenance = nullptr);
+
+/// Read and parse a profile file; errors as profileFromJson (IoError when unreadable), with the path prefixed.
+Profile loadProfile(const std::string& path, ProfileProvenance* provenance = nullptr);
+
+/// Write atomically (writeFileAtomic): never a half-written file.
+void saveProfile(const Profile& p, const std::string& path, const ProfileProvenance& provenance = {});
+
+}  // namespace mk

@@ -1,0 +1,18 @@
+// mkernel — human sizes on command lines: "8", "1K", "1KiB", "512M", "1GiB" (binary multiples).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace mk {
+
+/// Parse a byte size: digits with an optional binary suffix K/Ki/KiB/KB, M.., G.., T.. (all powers of 1024;
+/// "B" alone allowed). Throws Error(InvalidArgument) for empty, negative, fractional, garbage or overflowing
+/// input, naming the text.
+uint64_t parseSize(std::string_view text);
+
+/// "1 KiB", "512 MiB", "1021 B": the largest binary unit that divides the value exactly.
+std::string formatSize(uint64_t bytes);
+
+}  // namespace mk

@@ -1,0 +1,161 @@
+// mkernel — hardware profile <-> JSON (profile_io.hpp has the format).
+#include "mk/cost/profile_io.hpp"
+
+#include <cmath>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "mk/error.hpp"
+#include "mk/schedule/io.hpp"
+
+namespace mk {
+
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr const char* kProfileSchema = "mkernel.profile.v1";
+
+std::string join(const std::string& path, const char* key) { return path.empty() ? std::string(key) : path + "." + key; }
+
+[[noreturn]] void parseFail(const std::string& what) { throw Error(ErrorCode::ParseError, "profile: " + what); }
+
+const Json& member(const Json& obj, const std::string& path, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end()) parseFail("missing field " + join(path, key));
+  return *it;
+}
+
+/// A misspelt key ("bwGbs") must not silently leave a field at a default: reject unknown keys.
+void onlyKeys(const Json& obj, const std::string& path, std::initializer_list<const char*> keys) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    bool known = false;
+    for (const char* k : keys) known = known || it.key() == k;
+    if (known) continue;
+    std::string list;
+    for (const char* k : keys) list += (list.empty() ? "" : ", ") + std::string(k);
+    parseFail("unknown field " + join(path, it.key().c_str()) + " (expected one of: " + list + ")");
+  }
+}
+
+const Json& object(const Json& obj, const std::string& path, const char* key) {
+  const Json& j = member(obj, path, key);
+  if (!j.is_object()) parseFail(join(path, key) + " must be an object (got " + j.type_name() + ")");
+  return j;
+}
+
+/// A parameter: present, a number, finite and >= 0. Rates of 0 are accepted here (an engine that needs the
+/// rate rejects it with its own reason); negative or infinite values are never meaningful.
+double parameter(const Json& obj, const std::string& path, const char* key) {
+  const Json& j = member(obj, path, key);
+  if (!j.is_number()) parseFail(join(path, key) + " must be a number (got " + j.type_name() + ")");
+  const double v = j.get<double>();
+  if (!std::isfinite(v) || v < 0) {
+    std::ostringstream os;
+    os << "profile: " << join(path, key) << " must be >= 0 and finite (got " << v << ")";
+    throw Error(ErrorCode::InvalidArgument, os.str());
+  }
+  return v;
+}
+
+std::string text(const Json& obj, const std::string& path, const char* key) {
+  const Json& j = member(obj, path, key);
+  if (!j.is_string()) parseFail(join(path, key) + " must be a string (got " + j.type_name() + ")");
+  return j.get<std::string>();
+}
+
+LinkCost linkCost(const Json& obj, const char* key) {
+  const Json& j = object(obj, "", key);
+  onlyKeys(j, key, {"alphaUs", "bwGBs"});
+  return LinkCost{parameter(j, key, "alphaUs"), parameter(j, key, "bwGBs")};
+}
+
+Json linkCostJson(const LinkCost& c) { return Json{{"alphaUs", c.alphaUs}, {"bwGBs", c.bwGBs}}; }
+
+}  // namespace
+
+std::string profileToJson(const Profile& p, const ProfileProvenance& prov, int indent) {
+  Json j;
+  j["schema"] = kProfileSchema;
+  j["source"] = p.source;
+  if (!prov.system.empty() || !prov.date.empty() || !prov.commit.empty() || !prov.tool.empty() ||
+      !prov.measurements.empty()) {
+    j["provenance"] = {{"system", prov.system},
+                       {"date", prov.date},
+                       {"commit", prov.commit},
+                       {"tool", prov.tool},
+                       {"measurements", prov.measurements}};
+  }
+  j["nvlink"] = linkCostJson(p.nvlink);
+  j["network"] = linkCostJson(p.network);
+  j["local"] = linkCostJson(p.local);
+  j["reduceGBs"] = p.reduceGBs;
+  j["flagUs"] = p.flagUs;
+  j["dispatchUs"] = p.dispatchUs;
+  j["proxyUs"] = p.proxyUs;
+  j["gemmTflops"] = p.gemmTflops;
+  return j.dump(indent);
+}
+
+Profile profileFromJson(const std::string& input, ProfileProvenance* provenance) {
+  Json j;
+  try {
+    j = Json::parse(input);
+  } catch (const Json::exception& e) {
+    parseFail(std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) parseFail(std::string("the document must be a JSON object (got ") + j.type_name() + ")");
+  const std::string schema = text(j, "", "schema");
+  if (schema != kProfileSchema)
+    parseFail("schema must be \"" + std::string(kProfileSchema) + "\" (got \"" + schema + "\")");
+  onlyKeys(j, "", {"schema", "source", "provenance", "nvlink", "network", "local", "reduceGBs", "flagUs",
+                   "dispatchUs", "proxyUs", "gemmTflops"});
+  Profile p;
+  p.source = text(j, "", "source");
+  p.nvlink = linkCost(j, "nvlink");
+  p.network = linkCost(j, "network");
+  p.local = linkCost(j, "local");
+  p.reduceGBs = parameter(j, "", "reduceGBs");
+  p.flagUs = parameter(j, "", "flagUs");
+  p.dispatchUs = parameter(j, "", "dispatchUs");
+  p.proxyUs = parameter(j, "", "proxyUs");
+  p.gemmTflops = parameter(j, "", "gemmTflops");
+
+  ProfileProvenance prov;
+  if (j.contains("provenance")) {
+    const Json& pj = object(j, "", "provenance");
+    onlyKeys(pj, "provenance", {"system", "date", "commit", "tool", "measurements"});
+    // Provenance fields are individually optional: a hand-written profile may only know its system.
+    if (pj.contains("system")) prov.system = text(pj, "provenance", "system");
+    if (pj.contains("date")) prov.date = text(pj, "provenance", "date");
+    if (pj.contains("commit")) prov.commit = text(pj, "provenance", "commit");
+    if (pj.contains("tool")) prov.tool = text(pj, "provenance", "tool");
+    if (pj.contains("measurements")) {
+      const Json& m = pj["measurements"];
+      if (!m.is_array()) parseFail(std::string("provenance.measurements must be an array (got ") + m.type_name() + ")");
+      for (std::size_t i = 0; i < m.size(); ++i) {
+        if (!m[i].is_string())
+          parseFail("provenance.measurements[" + std::to_string(i) + "] must be a string (got " + m[i].type_name() + ")");
+        prov.measurements.push_back(m[i].get<std::string>());
+      }
+    }
+  }
+  if (provenance != nullptr) *provenance = std::move(prov);
+  return p;
+}
+
+Profile loadProfile(const std::string& path, ProfileProvenance* provenance) {
+  const std::string content = readFile(path);
+  try {
+    return profileFromJson(content, provenance);
+  } catch (const Error& e) {
+    throw Error(e.code(), path + ": " + e.message());
+  }
+}
+
+void saveProfile(const Profile& p, const std::string& path, const ProfileProvenance& provenance) {
+  writeFileAtomic(path, profileToJson(p, provenance) + "\n");
+}
+
+}  // namespace mk

@@ -1,0 +1,54 @@
+#include "mk/util/size.hpp"
+
+#include <cctype>
+#include <limits>
+
+#include "mk/error.hpp"
+
+namespace mk {
+
+uint64_t parseSize(std::string_view text) {
+  auto fail = [&](const char* why) {
+    return Error(ErrorCode::InvalidArgument, "bad size '" + std::string(text) + "': " + why +
+                                                 " (expected e.g. 8, 1021, 64K, 1MiB, 1G)");
+  };
+  std::size_t i = 0;
+  while (i < text.size() && text[i] == ' ') ++i;
+  if (i == text.size()) throw fail("empty");
+  if (text[i] == '-') throw fail("negative");
+  if (text[i] == '+') ++i;
+  if (i == text.size() || !std::isdigit(static_cast<unsigned char>(text[i]))) throw fail("no digits");
+  uint64_t value = 0;
+  for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])); ++i) {
+    const uint64_t digit = static_cast<uint64_t>(text[i] - '0');
+    if (value > (std::numeric_limits<uint64_t>::max() - digit) / 10) throw fail("too large");
+    value = value * 10 + digit;
+  }
+  std::string suffix;
+  for (; i < text.size(); ++i)
+    if (text[i] != ' ') suffix += static_cast<char>(std::toupper(static_cast<unsigned char>(text[i])));
+  unsigned shift = 0;
+  if (!suffix.empty() && suffix.back() == 'B') suffix.pop_back();
+  if (!suffix.empty() && suffix.back() == 'I') suffix.pop_back();
+  if (suffix.empty()) shift = 0;
+  else if (suffix == "K") shift = 10;
+  else if (suffix == "M") shift = 20;
+  else if (suffix == "G") shift = 30;
+  else if (suffix == "T") shift = 40;
+  else if (suffix.find('.') != std::string::npos) throw fail("fractions are not allowed");
+  else throw fail("unknown suffix");
+  if (shift && value > (std::numeric_limits<uint64_t>::max() >> shift)) throw fail("too large");
+  return value << shift;
+}
+
+std::string formatSize(uint64_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  unsigned u = 0;
+  while (u < 4 && bytes != 0 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++u;
+  }
+  return std::to_string(bytes) + " " + kUnits[u];
+}
+
+}  // namespace mk

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# mk-schedule's contract: results, exit codes (0 ok, 1 verify failed, 2 bad input), one clear error line,
+# and no output file left behind on failure.  Usage: cli_contract.sh <mk-schedule> <workdir>
+set -u
+tool=$1
+work=$2
+rm -rf "$work" && mkdir -p "$work"
+failures=0
+passes=0
+
+# expect <exit code> <regex that stdout+stderr must match> -- command...
+expect() {
+  local want=$1 pattern=$2
+  shift 3
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $want ]] || ! grep -Eq -- "$pattern" <<<"$out"; then
+    echo "FAIL: $* -> rc $rc (want $want), output:"
+    sed 's/^/    /' <<<"$out" | head -20
+    echo "    (wanted /$pattern/)"
+    failures=$((failures + 1))
+  else
+    passes=$((passes + 1))
+  fi
+}
+# errors must be exactly one line on stderr
+one_line_error() {
+  local n
+  n=$("$@" 2>&1 >/dev/null | wc -l)
+  if [[ $n -ne 1 ]]; then echo "FAIL: $* printed $n stderr lines (want 1)"; failures=$((failures + 1)); else passes=$((passes + 1)); fi
+}
+
+expect 0 '^verify: OK' -- "$tool" --op allreduce --algo ring --ranks 8 --bytes 1048573 --dtype float32 --verify
+expect 0 '^verify: OK' -- "$tool" --op allreduce --algo hierarchical --cluster dgx-h100 --nodes 4 --bytes 1MiB --verify
+expect 0 '^verify: OK' -- "$tool" --op allreduce --algo ring --ranks 5 --bytes 1021 --dtype bfloat16 --inputs integers --verify
+expect 0 'rounded down' -- "$tool" --ranks 8 --bytes 1048573
+expect 0 'closed form' -- "$tool" --op allgather --algo ring --ranks 4 --bytes 64K
+expect 0 '--op' -- "$tool" --help
+
+# files: written only on success, readable back, packed form written
+expect 0 'wrote' -- "$tool" --op allreduce --algo one-shot --ranks 4 --bytes 4K --json "$work/ar.json" --packed "$work/ar.bin"
+[[ -s $work/ar.json && -s $work/ar.bin ]] && passes=$((passes + 1)) || { echo "FAIL: output files missing"; failures=$((failures + 1)); }
+expect 0 'validate   OK' -- "$tool" --schedule "$work/ar.json"
+
+# bad input: exit 2, one line, no file
+expect 2 "unknown --op 'allsum'" -- "$tool" --op allsum --json "$work/x.json"
+expect 2 "unknown algorithm 'star'" -- "$tool" --algo star --json "$work/x.json"
+expect 2 "unknown --dtype 'int7'" -- "$tool" --dtype int7 --json "$work/x.json"
+expect 2 "unknown --redop" -- "$tool" --redop prod
+expect 2 "unknown cluster 'dgx-a1'" -- "$tool" --cluster dgx-a1 --json "$work/x.json"
+expect 2 "ranks must be >= 1" -- "$tool" --ranks 0
+expect 2 "ranks" -- "$tool" --ranks -3
+expect 2 "negative" -- "$tool" --bytes -5
+expect 2 "bad size 'lots'" -- "$tool" --bytes lots
+expect 2 "does not fit" -- "$tool" --cluster dgx-h100 --nodes 1 --ranks 9
+expect 2 "less than one" -- "$tool" --op allgather --ranks 8 --bytes 8
+expect 2 "chunks" -- "$tool" --chunks 0
+expect 2 "root" -- "$tool" --op broadcast --algo direct --ranks 4 --root 4
+one_line_error "$tool" --op allsum
+one_line_error "$tool" --cluster nope
+[[ ! -e $work/x.json ]] && passes=$((passes + 1)) || { echo "FAIL: a failed run left $work/x.json"; failures=$((failures + 1)); }
+
+# malformed schedules: truncated JSON, and one whose wait can never be satisfied
+head -c 300 "$work/ar.json" >"$work/truncated.json"
+expect 2 "parse-error" -- "$tool" --schedule "$work/truncated.json"
+/usr/bin/python3 - "$work/ar.json" "$work/stuck.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+for lane in s["ranks"][1]["lanes"]:
+    for st in lane["steps"]:
+        if st["kind"] == "wait":
+            st["value"] = st["value"] + 5
+            json.dump(s, open(sys.argv[2], "w"))
+            sys.exit(0)
+sys.exit("no wait step found")
+PY
+expect 2 "invalid-schedule: rank 1 lane" -- "$tool" --schedule "$work/stuck.json" --packed "$work/stuck.bin"
+[[ ! -e $work/stuck.bin ]] && passes=$((passes + 1)) || { echo "FAIL: invalid schedule still wrote a packed file"; failures=$((failures + 1)); }
+expect 2 "io-error.*no/such/file.json" -- "$tool" --schedule /no/such/file.json
+
+echo "$passes passed, $failures failed"
+[[ $failures -eq 0 ]]

@@ -1,0 +1,82 @@
+// mkernel — a cluster (mk::Topology) as a SimGrid 3.32 platform, built in C++ (docs/simulator.md).
+//
+// Two routing worlds share one root zone and never route into each other:
+//  * NVLink: one star zone per node ("n3"); a host per GPU ("n3.gpu5") with two cores (memory pipe and
+//    tensor pipe, see replay.cpp); an NVSwitch node gives every GPU a split-duplex link to the star's centre
+//    ("n3.nvl5"), a direct-link node (switched = false) a split-duplex link per GPU pair ("n3.nvl0-1").
+//  * Network: a star zone "fabric" whose children are the rail leaves ("rail5.leaf0"); a leaf holds one
+//    endpoint host per GPU of its nodes ("n3.gpu5.net") whose up path is the GPU's PCIe link ("n3.pcie5") and
+//    its NIC's link ("n3.nic5"); the leaf reaches the (aggregated, non-blocking) spine layer through one
+//    split-duplex uplink ("rail5.leaf0.up") of nodesPerLeaf x NIC bandwidth / oversubscription.
+// Every link has zero latency: CM02 shares a bottleneck in inverse proportion to route latency, so latency
+// is paid explicitly by the replay (profile alphas) to keep sharing fair.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mk/cost/cost.hpp"
+#include "mk/topology/topology.hpp"
+
+namespace simgrid::s4u {
+class Host;
+class Link;
+}  // namespace simgrid::s4u
+
+namespace mk::sim {
+
+/// SimGrid settings every run uses, applied by configureEngine().
+struct EngineConfig {
+  bool verbose = false;                ///< SimGrid log threshold "info" instead of "critical"
+  uint32_t actorStackKiB = 128;        ///< contexts/stack-size: actors are small loops; 10k+ of them must fit
+};
+
+/// Pin the network model (network/model:CM02, network/crosstraffic:0, network/TCP-gamma:0), the log threshold
+/// and the actor stack size. Call once, in a process that has created an Engine and no platform yet.
+void configureEngine(const EngineConfig& cfg);
+
+/// Link bandwidths of the platform, bytes per second (per direction). Derived once from a topology and a
+/// profile by platformRates().
+struct PlatformRates {
+  double nvlinkBps = 0;      ///< per GPU (switched) or per GPU pair (direct links): profile.nvlink.bwGBs based
+  double pcieBps = 0;        ///< GPU <-> NIC
+  double nicBps = 0;         ///< one NIC port
+  double leafUplinkBps = 0;  ///< one rail leaf to the spine layer
+  double networkScale = 1;   ///< profile.network.bwGBs / min(PCIe, NIC) of the topology (1 = datasheet)
+};
+
+/// The profile calibrates, the topology gives structure: NVLink links carry profile.nvlink.bwGBs; the network
+/// path's datasheet bandwidths (PCIe, NIC, leaf uplinks) are scaled by one factor so that its bottleneck equals
+/// profile.network.bwGBs. Throws Error(InvalidArgument) naming the field when a needed rate is not > 0.
+PlatformRates platformRates(const Topology& topo, const Profile& profile);
+
+/// Handles into a built platform. Ranks of a schedule map onto GPUs with placeRanks() (replay.hpp).
+struct Platform {
+  uint32_t nodes = 0;
+  uint32_t gpusPerNode = 0;
+  uint32_t nodesPerLeaf = 1;
+  uint32_t nicsPerNode = 0;
+  double switchLatencyUs = 0;
+  PlatformRates rates;
+  std::vector<simgrid::s4u::Host*> gpu;  ///< [node * gpusPerNode + local]: executes steps, NVLink endpoint
+  std::vector<simgrid::s4u::Host*> net;  ///< same index: network endpoint behind PCIe + NIC (empty: single node)
+
+  /// Rail (= NIC index within the node) of GPU `local`: GPUs share NICs evenly when nics < gpus.
+  uint32_t railOf(uint32_t local) const noexcept;
+  /// Switch hops a route between the NICs of two GPUs takes beyond the one leaf of a same-rail, same-leaf
+  /// route: 0 there, 2 (spine + second leaf) otherwise. The replay adds hops x switchLatencyUs to the profile's
+  /// network alpha, which describes a same-leaf route.
+  uint32_t extraSwitchHops(uint32_t gpuA, uint32_t gpuB) const noexcept;
+};
+
+/// Build the platform of `topo` in the running process's Engine (configureEngine() first); ends with the root
+/// zone's seal(). Throws Error(InvalidArgument) for a topology the model cannot represent (a multi-node cluster
+/// without NICs, more NICs than GPUs, a needed rate of 0).
+Platform buildPlatform(const Topology& topo, const Profile& profile);
+
+/// Names of the links of the route between two hosts, in order ("n0.nvl0_UP", "n0.nvl1_DOWN"): for tests and
+/// --verbose output.
+std::vector<std::string> routeLinks(const simgrid::s4u::Host* from, const simgrid::s4u::Host* to);
+
+}  // namespace mk::sim

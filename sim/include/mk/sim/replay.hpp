@@ -1,0 +1,97 @@
+// mkernel — replay a Schedule on the SimGrid platform of a cluster and predict its time (docs/simulator.md).
+//
+// One actor per (rank, lane) runs the lane's steps in order:
+//   Copy / Reduce (link local) and Gemm -> an Exec on the rank's GPU host, bounded to the lane's share;
+//   Put, Copy / Reduce over NVLink      -> the alpha as a sleep, then a Comm between the two GPU hosts;
+//   ProxyPut                            -> proxy + network alpha (+ extra switch hops) as a sleep, then a Comm
+//                                          between the two GPUs' network endpoints (PCIe, NIC, fabric);
+//   Signal / Wait / Barrier             -> simulation-level counters with condition variables.
+// Each transfer's rate is capped at (profile bandwidth) / (lanes of the rank using that resource), exactly as
+// in mk::simulateUncontended; links then share what remains when flows meet. Without contention the replay
+// reproduces simulateUncontended; with contention it can only be slower.
+//
+// SimGrid 3.32 allows one Engine per process (a second one aborts), so predict() runs each simulation in a
+// forked child process by default and ships the result back through a pipe: a process (a test binary, a
+// sweep) can run any number of predictions, and a SimGrid abort cannot take the caller down.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mk/cost/cost.hpp"
+#include "mk/schedule/schedule.hpp"
+#include "mk/topology/topology.hpp"
+
+namespace mk::sim {
+
+/// How a prediction runs.
+struct SimOptions {
+  bool verbose = false;      ///< SimGrid's own logs (info) on stderr
+  bool isolate = true;       ///< run in a forked child (false: in this process, which can then never run another)
+  bool trace = true;         ///< keep per-step start/end times (Prediction::steps)
+  bool linkLoad = true;      ///< per-link load with SimGrid's link-load plugin (Prediction::links)
+  uint32_t actorStackKiB = 128;
+  /// Called about every `progressEveryS` seconds of wall time once `progressAfterS` have passed (never when
+  /// empty), from the simulating process: fraction of steps done, simulated time so far (us), wall seconds.
+  std::function<void(double fraction, double simUs, double wallS)> onProgress;
+  double progressAfterS = 2.0;
+  double progressEveryS = 2.0;
+};
+
+/// When one step ran (microseconds from op submission), as the GPU engine's trace records it too.
+struct StepRecord {
+  uint32_t rank = 0, lane = 0, step = 0;
+  StepKind kind = StepKind::Copy;
+  LinkClass link = LinkClass::None;
+  uint64_t bytes = 0;
+  double startUs = 0, endUs = 0;
+};
+
+/// Load of one link over the whole run (only links that carried bytes are reported).
+struct LinkLoad {
+  std::string name;         ///< "n3.nic5_UP", "n0.nvl2_DOWN", "rail1.leaf0.up_UP"
+  double bandwidthGBs = 0;  ///< capacity, per direction
+  double bytes = 0;         ///< bytes carried
+  double avgGBs = 0;        ///< bytes / predicted total time
+  double peakGBs = 0;       ///< largest instantaneous load
+  double utilization = 0;   ///< avgGBs / bandwidthGBs (0..1)
+};
+
+/// What a simulation costs (reported by benchmarks and --verbose).
+struct SimStats {
+  uint64_t steps = 0;
+  uint64_t comms = 0;        ///< SimGrid communications started
+  uint64_t execs = 0;        ///< SimGrid executions started
+  uint64_t actors = 0;       ///< one per lane
+  double wallSeconds = 0;    ///< platform + replay, in the simulating process
+  double peakRssMiB = 0;     ///< peak resident memory of the simulating process
+};
+
+/// The simulator's answer.
+struct Prediction {
+  double totalUs = 0;              ///< max end over all steps (profile.dispatchUs for an empty schedule)
+  std::vector<StepRecord> steps;   ///< in (rank, lane, step) order when SimOptions::trace
+  std::vector<LinkLoad> links;     ///< busiest first (by utilization, then name) when SimOptions::linkLoad
+  SimStats stats;
+};
+
+/// GPU index (node * gpusPerNode + local) of every rank: the ranks of node n take that node's GPUs in rank
+/// order. Throws Error(InvalidArgument) when the schedule does not fit the cluster (a node index beyond the
+/// cluster, more ranks on a node than it has GPUs), naming the rank and node.
+std::vector<uint32_t> placeRanks(const Schedule& s, const Topology& topo);
+
+/// Replay `s` on `topo` under `profile`. The schedule must be valid (mk::validate); predict() only re-checks
+/// what it indexes with (Error(InvalidSchedule)) and the profile rates the schedule needs
+/// (Error(InvalidArgument)). Throws Error(Unsupported) for a second in-process run, Error(Internal) when the
+/// simulating process dies.
+Prediction predict(const Schedule& s, const Topology& topo, const Profile& profile, const SimOptions& opt = {});
+
+/// Run `body` in a forked child and return the bytes it returns. An mk::Error thrown in the child is
+/// re-thrown here with its code and message; any other exception becomes Error(Internal); a child killed by
+/// a signal becomes Error(Internal) naming the signal. For code that needs its own SimGrid Engine (tests of
+/// the platform).
+std::string runIsolated(const std::function<std::string()>& body);
+
+}  // namespace mk::sim

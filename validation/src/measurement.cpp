@@ -1,0 +1,128 @@
+#include "mk/validation/measurement.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+
+#include "mk/error.hpp"
+#include "mk/schedule/io.hpp"
+
+namespace mk {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void fail(const std::string& where, const std::string& what) {
+  throw Error(ErrorCode::ParseError, where + ": " + what);
+}
+
+const json& need(const json& obj, const char* key, const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end()) fail(where + "." + key, "missing (required by mkernel.measurement.v1)");
+  return *it;
+}
+
+std::string needString(const json& obj, const char* key, const std::string& where, bool allowEmpty = false) {
+  const json& v = need(obj, key, where);
+  if (!v.is_string()) fail(where + "." + key, "must be a string (got " + v.dump() + ")");
+  if (!allowEmpty && v.get<std::string>().empty()) fail(where + "." + key, "must not be empty");
+  return v.get<std::string>();
+}
+
+double needPositive(const json& obj, const char* key, const std::string& where, bool allowZero) {
+  const json& v = need(obj, key, where);
+  if (!v.is_number()) fail(where + "." + key, "must be a number (got " + v.dump() + ")");
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || d < 0 || (!allowZero && d == 0))
+    fail(where + "." + key, std::string("must be a finite number ") + (allowZero ? ">= 0" : "> 0") + " (got " + v.dump() + ")");
+  return d;
+}
+
+uint64_t needUnsigned(const json& obj, const char* key, const std::string& where, bool allowZero) {
+  const json& v = need(obj, key, where);
+  if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
+    fail(where + "." + key, "must be a non-negative integer (got " + v.dump() + ")");
+  const uint64_t u = v.get<uint64_t>();
+  if (!allowZero && u == 0) fail(where + "." + key, "must be > 0");
+  return u;
+}
+
+}  // namespace
+
+MeasurementFile parseMeasurementFile(const std::string& jsonText, const std::string& name) {
+  json root;
+  try {
+    root = json::parse(jsonText);
+  } catch (const json::parse_error& e) {
+    fail(name, std::string("not valid JSON: ") + e.what());
+  }
+  if (!root.is_object()) fail(name, "top level must be an object");
+  MeasurementFile f;
+  f.schema = needString(root, "schema", name);
+  if (f.schema.rfind("mkernel.measurement.", 0) != 0)
+    fail(name + ".schema", "expected \"mkernel.measurement.v1\" (got \"" + f.schema + "\")");
+  const json& sys = need(root, "system", name);
+  if (!sys.is_object()) fail(name + ".system", "must be an object");
+  for (const char* k : {"gpu", "gpus"}) need(sys, k, name + ".system");
+  for (auto it = sys.begin(); it != sys.end(); ++it) f.system[it.key()] = it->dump();
+  const json& run = need(root, "run", name);
+  if (!run.is_object()) fail(name + ".run", "must be an object");
+  f.date = needString(run, "date", name + ".run");
+  f.commit = needString(run, "commit", name + ".run");
+  f.command = needString(run, "command", name + ".run");
+  const json& recs = need(root, "records", name);
+  if (!recs.is_array() || recs.empty()) fail(name + ".records", "must be a non-empty array");
+  static const char* const kKnown[] = {"op",    "impl",  "algo",  "dtype", "ranks", "bytes",
+                                       "time_us", "algbw_gbs", "busbw_gbs", "iters", "stat"};
+  for (std::size_t i = 0; i < recs.size(); ++i) {
+    const std::string where = name + ".records[" + std::to_string(i) + "]";
+    const json& r = recs[i];
+    if (!r.is_object()) fail(where, "must be an object");
+    MeasurementRecord m;
+    m.op = needString(r, "op", where);
+    m.impl = needString(r, "impl", where);
+    m.algo = r.contains("algo") ? needString(r, "algo", where, true) : "";
+    m.dtype = needString(r, "dtype", where);
+    m.ranks = static_cast<uint32_t>(needUnsigned(r, "ranks", where, false));
+    m.bytes = needUnsigned(r, "bytes", where, true);
+    m.timeUs = needPositive(r, "time_us", where, false);
+    m.algbwGBs = r.contains("algbw_gbs") ? needPositive(r, "algbw_gbs", where, true) : 0;
+    m.busbwGBs = r.contains("busbw_gbs") ? needPositive(r, "busbw_gbs", where, true) : 0;
+    m.iters = needUnsigned(r, "iters", where, false);
+    m.stat = needString(r, "stat", where);
+    for (auto it = r.begin(); it != r.end(); ++it) {
+      bool known = false;
+      for (const char* k : kKnown) known = known || it.key() == k;
+      if (!known) m.extra[it.key()] = it->dump();
+    }
+    f.records.push_back(std::move(m));
+  }
+  return f;
+}
+
+MeasurementFile loadMeasurementFile(const std::string& path) { return parseMeasurementFile(readFile(path), path); }
+
+std::string measurementFileToJson(const MeasurementFile& f) {
+  json root;
+  root["schema"] = f.schema;
+  json sys = json::object();
+  for (const auto& [k, v] : f.system) sys[k] = json::parse(v);
+  root["system"] = sys;
+  root["run"] = {{"date", f.date}, {"commit", f.commit}, {"command", f.command}};
+  json recs = json::array();
+  for (const auto& m : f.records) {
+    json r = {{"op", m.op},         {"impl", m.impl},       {"algo", m.algo},           {"dtype", m.dtype},
+              {"ranks", m.ranks},   {"bytes", m.bytes},     {"time_us", m.timeUs},      {"algbw_gbs", m.algbwGBs},
+              {"busbw_gbs", m.busbwGBs}, {"iters", m.iters}, {"stat", m.stat}};
+    for (const auto& [k, v] : m.extra) r[k] = json::parse(v);
+    recs.push_back(std::move(r));
+  }
+  root["records"] = recs;
+  return root.dump(1) + "\n";
+}
+
+void saveMeasurementFile(const MeasurementFile& f, const std::string& path) {
+  writeFileAtomic(path, measurementFileToJson(f));
+}
+
+}  // namespace mk

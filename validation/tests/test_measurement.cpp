@@ -1,0 +1,101 @@
+// See models/tests/main.cpp for why both macros.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "mk/error.hpp"
+#include "mk/validation/measurement.hpp"
+
+namespace {
+
+const char* const kGood = R"({
+ "schema": "mkernel.measurement.v1",
+ "system": {"gpu": "NVIDIA H200", "gpus": 2, "link": "NV18", "driver": "580.159.04", "cuda": "13.0", "nccl": "2.28.9"},
+ "run": {"date": "2026-12-01", "commit": "0123abcd", "command": "mk-bench allreduce -b 8 -e 8"},
+ "records": [
+  {"op": "allreduce", "impl": "mkernel", "algo": "one-shot", "dtype": "float32", "ranks": 2, "bytes": 8,
+   "time_us": 2.4, "algbw_gbs": 0.0033, "busbw_gbs": 0.0033, "iters": 1000, "stat": "median"},
+  {"op": "gemm", "impl": "cublas", "dtype": "bfloat16", "ranks": 1, "bytes": 0, "time_us": 123.5,
+   "iters": 50, "stat": "median", "m": 4096, "n": 4096, "k": 2048, "sms": 132, "tflops": 556.4}
+ ]})";
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+void requireParseError(const std::string& text, const std::string& needle) {
+  try {
+    mk::parseMeasurementFile(text, "f.json");
+    FAIL("accepted a file that breaks the contract; expected an error mentioning " << needle);
+  } catch (const mk::Error& e) {
+    CHECK(e.code() == mk::ErrorCode::ParseError);
+    CHECK_MESSAGE(std::string(e.what()).find(needle) != std::string::npos, e.what());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("measurement: a file in the DESIGN.md format parses with every value intact") {
+  const auto f = mk::parseMeasurementFile(kGood, "f.json");
+  CHECK(f.schema == "mkernel.measurement.v1");
+  CHECK(f.commit == "0123abcd");
+  REQUIRE(f.records.size() == 2);
+  CHECK(f.records[0].timeUs == 2.4);
+  CHECK(f.records[0].algo == "one-shot");
+  CHECK(f.records[1].algo.empty());
+  CHECK(f.records[1].extra.at("m") == "4096");
+  CHECK(f.records[1].extra.at("tflops") == "556.4");
+  CHECK(f.system.at("gpu") == "\"NVIDIA H200\"");
+}
+
+TEST_CASE("measurement: write then read gives back the same numbers and extra fields") {
+  const auto f = mk::parseMeasurementFile(kGood, "f.json");
+  const auto g = mk::parseMeasurementFile(mk::measurementFileToJson(f), "g.json");
+  REQUIRE(g.records.size() == f.records.size());
+  for (size_t i = 0; i < f.records.size(); ++i) {
+    CHECK(g.records[i].timeUs == f.records[i].timeUs);
+    CHECK(g.records[i].bytes == f.records[i].bytes);
+    CHECK(g.records[i].extra == f.records[i].extra);
+  }
+  CHECK(g.system == f.system);
+}
+
+TEST_CASE("measurement: missing run commit is rejected with its path") {
+  requireParseError(replaced(kGood, R"("commit": "0123abcd", )", ""), "f.json.run.commit");
+}
+
+TEST_CASE("measurement: a wrong schema is rejected") {
+  requireParseError(replaced(kGood, "mkernel.measurement.v1", "nccl-tests"), "f.json.schema");
+}
+
+TEST_CASE("measurement: a negative time is rejected naming the record") {
+  requireParseError(replaced(kGood, R"("time_us": 2.4)", R"("time_us": -2.4)"), "records[0].time_us");
+}
+
+TEST_CASE("measurement: zero ranks is rejected") {
+  requireParseError(replaced(kGood, R"("ranks": 2)", R"("ranks": 0)"), "records[0].ranks");
+}
+
+TEST_CASE("measurement: a string where a number belongs is rejected") {
+  requireParseError(replaced(kGood, R"("iters": 1000)", R"("iters": "many")"), "records[0].iters");
+}
+
+TEST_CASE("measurement: empty records and truncated JSON are rejected") {
+  requireParseError(R"({"schema": "mkernel.measurement.v1", "system": {"gpu": "x", "gpus": 1},
+    "run": {"date": "d", "commit": "c", "command": "x"}, "records": []})", "records");
+  requireParseError(std::string(kGood).substr(0, 200), "not valid JSON");
+}
+
+TEST_CASE("measurement: a missing file is an io error naming the path") {
+  try {
+    mk::loadMeasurementFile("/nonexistent/dir/x.json");
+    FAIL("no error");
+  } catch (const mk::Error& e) {
+    CHECK(e.code() == mk::ErrorCode::IoError);
+    CHECK(std::string(e.what()).find("/nonexistent/dir/x.json") != std::string::npos);
+  }
+}
