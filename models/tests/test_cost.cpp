@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../src/algorithms/builder.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
 #include "mk/schedule/pack.hpp"
@@ -156,10 +157,11 @@ void checkStep(const Timeline& tl, uint32_t rank, uint32_t lane, uint32_t step, 
 
 // ---- an independent evaluation of the timeline rules, for random schedules -------------------------------
 //
-// Every time is the least solution of equations that are monotone in the other times (sums, max, the k-th
-// smallest of a set). Kleene iteration from all-zero reaches it; for a schedule that cannot deadlock the
-// dependencies are well-founded, so it stops after at most (steps + 1) rounds. Slow, but shares nothing
-// with the event-driven implementation.
+// A deliberately naive design (no event queue): run every lane through the steps that do not synchronise,
+// then among the blocked lanes resolve the one that can end earliest, repeat. That earliest candidate is
+// exact: a Wait's candidate (threshold-th smallest *known* increment) can only be later than its true value,
+// and an increment not yet known comes after some blocked lane ends, so it cannot precede the earliest end.
+// Quadratic, but shares nothing with the implementation.
 Timeline referenceTimeline(const Schedule& s, const Profile& p) {
   enum { kNvl, kNet, kMem, kGpu };
   auto resourceOf = [](const Step& st) -> int {
@@ -201,71 +203,103 @@ Timeline referenceTimeline(const Schedule& s, const Profile& p) {
   };
   const bool oneNode = std::all_of(s.nodeOf.begin(), s.nodeOf.end(), [&](uint32_t n) { return n == s.nodeOf[0]; });
   const double remoteFlag = p.proxyUs + p.network.alphaUs;
-  std::vector<std::vector<std::vector<double>>> start(s.nRanks), end(s.nRanks);
-  uint64_t total = 0;
+  struct Cursor {
+    uint32_t rank, lane;
+    std::size_t next = 0;
+    double ready;
+  };
+  std::vector<Cursor> cursors;
+  Timeline tl;
+  std::vector<std::vector<std::size_t>> firstOut(s.nRanks);
   for (uint32_t r = 0; r < s.nRanks; ++r)
-    for (const auto& lane : s.lanes[r]) {
-      start[r].emplace_back(lane.steps.size(), 0.0);
-      end[r].emplace_back(lane.steps.size(), 0.0);
-      total += lane.steps.size();
+    for (std::size_t l = 0; l < s.lanes[r].size(); ++l) {
+      cursors.push_back(Cursor{r, static_cast<uint32_t>(l), 0, p.dispatchUs});
+      firstOut[r].push_back(tl.steps.size());
+      for (std::size_t i = 0; i < s.lanes[r][l].steps.size(); ++i)
+        tl.steps.push_back(StepTime{r, static_cast<uint32_t>(l), static_cast<uint32_t>(i), -1, -1});
     }
-  for (uint64_t round = 0; round <= total + 1; ++round) {
-    // Increments and barrier arrivals under the current estimates.
-    std::vector<std::vector<std::pair<double, uint64_t>>> inc(static_cast<std::size_t>(s.nRanks) * s.nFlags);
-    std::vector<double> arrival(s.nBarriers, 0.0);
-    for (uint32_t r = 0; r < s.nRanks; ++r)
-      for (std::size_t l = 0; l < s.lanes[r].size(); ++l)
-        for (std::size_t i = 0; i < s.lanes[r][l].steps.size(); ++i) {
-          const Step& st = s.lanes[r][l].steps[i];
-          const std::size_t f = static_cast<std::size_t>(st.flag.rank) * s.nFlags + st.flag.id;
-          if (st.kind == StepKind::Signal)
-            inc[f].emplace_back(end[r][l][i] + (s.nodeOf[st.flag.rank] == s.nodeOf[r] ? p.flagUs : remoteFlag), st.value);
-          if ((st.kind == StepKind::Put || st.kind == StepKind::ProxyPut) && (st.flags & kStepSignal))
-            inc[f].emplace_back(end[r][l][i], st.value);
-          if (st.kind == StepKind::Barrier) arrival[st.aux] = std::max(arrival[st.aux], start[r][l][i]);
-        }
-    for (auto& v : inc) std::sort(v.begin(), v.end());
-    bool changed = false;
-    for (uint32_t r = 0; r < s.nRanks; ++r)
-      for (std::size_t l = 0; l < s.lanes[r].size(); ++l) {
-        double t = p.dispatchUs;
-        for (std::size_t i = 0; i < s.lanes[r][l].steps.size(); ++i) {
-          const Step& st = s.lanes[r][l].steps[i];
-          double e = t + duration(st, r);
-          if (st.kind == StepKind::Wait) {
-            double v = std::numeric_limits<double>::infinity();
-            uint64_t sum = 0;
-            if (st.value == 0) v = 0;
-            for (const auto& [time, value] : inc[static_cast<std::size_t>(r) * s.nFlags + st.flag.id]) {
-              if (sum >= st.value) break;
-              sum += value;
-              v = time;
-            }
-            if (sum < st.value) v = std::numeric_limits<double>::infinity();
-            e = std::max(t, v);
-          } else if (st.kind == StepKind::Barrier) {
-            e = arrival[st.aux] + (oneNode ? p.flagUs : remoteFlag);
-          }
-          changed = changed || start[r][l][i] != t || end[r][l][i] != e;
-          start[r][l][i] = t;
-          end[r][l][i] = e;
-          t = e;
-        }
+  std::vector<uint64_t> expected(s.nBarriers, 0);
+  for (const auto& ranks : s.lanes)
+    for (const auto& lane : ranks)
+      for (const auto& st : lane.steps)
+        if (st.kind == StepKind::Barrier) ++expected[st.aux];
+  std::vector<std::vector<std::pair<double, uint64_t>>> inc(static_cast<std::size_t>(s.nRanks) * s.nFlags);
+  auto finish = [&](Cursor& c, double start, double end) {
+    StepTime& o = tl.steps[firstOut[c.rank][c.lane] + c.next];
+    o.startUs = start;
+    o.endUs = end;
+    c.ready = end;
+    ++c.next;
+  };
+  for (;;) {
+    for (Cursor& c : cursors) {
+      const auto& steps = s.lanes[c.rank][c.lane].steps;
+      while (c.next < steps.size() && steps[c.next].kind != StepKind::Wait && steps[c.next].kind != StepKind::Barrier) {
+        const Step& st = steps[c.next];
+        const double end = c.ready + duration(st, c.rank);
+        const std::size_t f = static_cast<std::size_t>(st.flag.rank) * s.nFlags + st.flag.id;
+        if (st.kind == StepKind::Signal)
+          inc[f].emplace_back(end + (s.nodeOf[st.flag.rank] == s.nodeOf[c.rank] ? p.flagUs : remoteFlag), st.value);
+        if ((st.kind == StepKind::Put || st.kind == StepKind::ProxyPut) && (st.flags & kStepSignal))
+          inc[f].emplace_back(end, st.value);
+        finish(c, c.ready, end);
       }
-    if (!changed) {
-      Timeline tl;
-      tl.totalUs = p.dispatchUs;
-      for (uint32_t r = 0; r < s.nRanks; ++r)
-        for (std::size_t l = 0; l < s.lanes[r].size(); ++l)
-          for (std::size_t i = 0; i < s.lanes[r][l].steps.size(); ++i) {
-            tl.steps.push_back(StepTime{r, static_cast<uint32_t>(l), static_cast<uint32_t>(i), start[r][l][i], end[r][l][i]});
-            tl.totalUs = std::max(tl.totalUs, end[r][l][i]);
-          }
-      return tl;
+    }
+    // Candidates: waits from the increments known so far, barriers once every participant has arrived.
+    std::vector<uint64_t> arrived(s.nBarriers, 0);
+    std::vector<double> lastArrival(s.nBarriers, 0);
+    for (const Cursor& c : cursors) {
+      const auto& steps = s.lanes[c.rank][c.lane].steps;
+      if (c.next < steps.size() && steps[c.next].kind == StepKind::Barrier) {
+        ++arrived[steps[c.next].aux];
+        lastArrival[steps[c.next].aux] = std::max(lastArrival[steps[c.next].aux], c.ready);
+      }
+    }
+    double best = std::numeric_limits<double>::infinity();
+    Cursor* bestCursor = nullptr;
+    bool anyLeft = false;
+    for (Cursor& c : cursors) {
+      const auto& steps = s.lanes[c.rank][c.lane].steps;
+      if (c.next >= steps.size()) continue;
+      anyLeft = true;
+      const Step& st = steps[c.next];
+      double cand = std::numeric_limits<double>::infinity();
+      if (st.kind == StepKind::Barrier) {
+        if (arrived[st.aux] == expected[st.aux]) cand = lastArrival[st.aux] + (oneNode ? p.flagUs : remoteFlag);
+      } else {
+        auto known = inc[static_cast<std::size_t>(c.rank) * s.nFlags + st.flag.id];
+        std::sort(known.begin(), known.end());
+        uint64_t sum = 0;
+        double v = 0;
+        for (const auto& [time, value] : known) {
+          if (sum >= st.value) break;
+          sum += value;
+          v = time;
+        }
+        if (sum >= st.value) cand = std::max(c.ready, v);
+      }
+      if (cand < best) {
+        best = cand;
+        bestCursor = &c;
+      }
+    }
+    if (!anyLeft) break;
+    if (!bestCursor) FAIL("reference evaluation: the schedule deadlocks");
+    const Step& chosen = s.lanes[bestCursor->rank][bestCursor->lane].steps[bestCursor->next];
+    if (chosen.kind != StepKind::Barrier) {
+      finish(*bestCursor, bestCursor->ready, best);
+      continue;
+    }
+    const uint32_t id = chosen.aux;
+    for (Cursor& c : cursors) {
+      const auto& steps = s.lanes[c.rank][c.lane].steps;
+      if (c.next < steps.size() && steps[c.next].kind == StepKind::Barrier && steps[c.next].aux == id)
+        finish(c, c.ready, best);
     }
   }
-  FAIL("reference evaluation did not converge");
-  return {};
+  tl.totalUs = p.dispatchUs;
+  for (const auto& st : tl.steps) tl.totalUs = std::max(tl.totalUs, st.endUs);
+  return tl;
 }
 
 /// A random schedule that cannot deadlock: steps are appended in one global order that is itself a valid
@@ -426,6 +460,67 @@ TEST_CASE("cost: closedForm of an unknown algorithm is NotFound") {
   s.count = 17;
   const Topology t = topologyPreset("h200x2");
   expectError([&] { closedForm(s, GenOptions{}, t, 2, defaultProfile(t)); }, ErrorCode::NotFound, {"no-such-algorithm"});
+}
+
+TEST_CASE("cost: closedForm dispatches to the generator's own cost function") {
+  const Topology topo = topologyPreset("dgx-h200", 2);
+  const Profile prof = defaultProfile(topo);
+  GenOptions opt;
+  opt.chunks = 3;
+  opt.channels = 2;
+  int checked = 0;
+  for (const auto& d : detail::algorithmRegistry()) {
+    CAPTURE(d.name);
+    CollectiveSpec spec;
+    spec.op = d.op;
+    spec.algo = d.name;
+    spec.count = 12345;
+    spec.root = 3;
+    if (!d.cost) {
+      expectError([&] { closedForm(spec, opt, topo, 16, prof); }, ErrorCode::Unsupported, {d.name});
+      ++checked;
+      continue;
+    }
+    const detail::GenContext gen = detail::makeContext(spec, topo.layout(16), opt);
+    std::optional<CostEstimate> direct;
+    std::optional<ErrorCode> directError;
+    try {
+      direct = d.cost(detail::CostContext{spec, opt, topo, gen, prof});
+    } catch (const Error& e) {
+      directError = e.code();
+    }
+    if (directError) {
+      try {
+        closedForm(spec, opt, topo, 16, prof);
+        FAIL("closedForm did not throw where the cost function does");
+      } catch (const Error& e) {
+        CHECK(e.code() == *directError);
+      }
+    } else {
+      const CostEstimate viaDispatch = closedForm(spec, opt, topo, 16, prof);
+      CHECK(viaDispatch.totalUs == direct->totalUs);
+      CHECK(viaDispatch.latencyUs == direct->latencyUs);
+      CHECK(viaDispatch.formula == direct->formula);
+    }
+    ++checked;
+  }
+  CHECK(checked == static_cast<int>(detail::algorithmRegistry().size()));
+}
+
+TEST_CASE("cost: closedForm rejects more ranks than the topology has GPUs") {
+  const Topology topo = topologyPreset("h200x2");
+  for (const auto& d : detail::algorithmRegistry()) {
+    if (!d.cost) continue;
+    CollectiveSpec spec;
+    spec.op = d.op;
+    spec.algo = d.name;
+    spec.count = 100;
+    expectError([&] { closedForm(spec, GenOptions{}, topo, 3, defaultProfile(topo)); }, ErrorCode::InvalidArgument,
+                {"3 ranks"});
+    return;
+  }
+  MESSAGE("no generator has a closed form yet: nothing to check");
+  CHECK(detail::algorithmRegistry().size() >= 0u);
 }
 
 // ---- the uncontended timeline on hand-built schedules ----------------------------------------------------------
@@ -675,7 +770,7 @@ TEST_CASE("timeline: a profile without the bandwidth a step needs is rejected") 
   CHECK(h.run(p).totalUs == doctest::Approx(2 + 1 + 32e-5));
 }
 
-TEST_CASE("timeline: random schedules match an independent fixed-point evaluation") {
+TEST_CASE("timeline: random schedules match an independent naive evaluation") {
   const uint32_t seed = 20251129;
   std::mt19937 rng(seed);
   Profile p = roundProfile();

@@ -51,7 +51,7 @@ void runMatrix(mk::CollOp op, const char* algo, mk::DType dtype) {
           spec.count = count;
           spec.root = op == mk::CollOp::Broadcast ? (p - 1) / 2 : 0;
           mk::GenOptions opt;
-          opt.chunks = big ? 4 : (count % 3) + 1;
+          opt.chunks = big ? 4u : static_cast<uint32_t>(count % 3) + 1;
           opt.channels = big ? 2 : 1;
           ++seed;
           CAPTURE(p);

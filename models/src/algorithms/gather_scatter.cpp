@@ -131,8 +131,8 @@ void emitAllGatherRing(ScheduleBuilder& b, const GenContext& ctx, uint32_t ch, R
   }
 }
 
-/// Every rank sends one block to every peer (allgather: its input; alltoall: input block j to rank j) and
-/// waits for one block from every peer; `srcBlock` and `dstBlock` say which blocks.
+/// Every rank sends one block to every peer (allgather: its input; alltoall: its input block j to rank j),
+/// always into the receiver's output block r, and waits for one block from every peer.
 void emitDirectExchange(ScheduleBuilder& b, const GenContext& ctx, uint32_t ch, Range part, bool allToAll) {
   const uint32_t p = ctx.nRanks;
   const uint64_t count = ctx.spec.count;
@@ -352,7 +352,8 @@ void emitReduceScatterHierarchical(ScheduleBuilder& b, const GenContext& ctx, ui
     const auto peers = localPeers(ctx, x);
     std::size_t rounds = 0;
     for (uint32_t y : peers) rounds = std::max(rounds, items[y].size());
-    const uint32_t lane = peers.empty() ? 0 : b.lane(x, LaneRole::Intra, ch);
+    if (peers.empty()) continue;  // a node of one: the owner of every rail, nothing to send
+    const uint32_t lane = b.lane(x, LaneRole::Intra, ch);
     for (std::size_t j = 0; j < rounds; ++j)
       for (uint32_t y : peers) {
         if (j >= items[y].size()) continue;
@@ -511,7 +512,7 @@ struct Prices {
     reduce = Term{pr.local.alphaUs, 0, chunkBytes * channels / (pr.reduceGBs * 1e3)};
   }
 
-  /// "p=8 M=2 G=4 n=4096B C=1 K=1 nc=4096B": the symbols every formula string uses.
+  /// "p=8 M=2 G=4 n=4096B C=1 K=1 nc=4096B ...": the symbols every formula string uses (G = largest node).
   std::string symbols() const {
     const GenContext& g = c.gen;
     std::ostringstream os;
@@ -534,15 +535,15 @@ struct Prices {
   }
 };
 
-uint32_t sizeOfNode(const GenContext& g, uint32_t n) { return static_cast<uint32_t>(g.nodeRanks[n].size()); }
+uint32_t ranksOnNode(const GenContext& g, uint32_t n) { return static_cast<uint32_t>(g.nodeRanks[n].size()); }
 
 /// max over ranks of the work of their Intra lane ((G_n - 1) K' chunks) and InterSend lane ((p - G_n) K').
 Term directSendTerm(const Prices& x) {
   const GenContext& g = x.c.gen;
   Term best;
   for (uint32_t n = 0; n < g.nNodes(); ++n) {
-    const double local = sizeOfNode(g, n) - 1.0;
-    const double remote = static_cast<double>(g.nRanks - sizeOfNode(g, n));
+    const double local = ranksOnNode(g, n) - 1.0;
+    const double remote = static_cast<double>(g.nRanks - ranksOnNode(g, n));
     best = maxOf({best, x.nvl * (local * x.chunks), x.net * (remote * x.chunks)});
   }
   return best;
@@ -572,29 +573,49 @@ CostEstimate costDirectExchange(const CostContext& c) {
                   "t0 + max(T_copy, max over nodes of K*(G_n-1)*T_nvl, K*(p-G_n)*T_net)");
 }
 
+bool equalNodes(const GenContext& g) {
+  for (const auto& n : g.nodeRanks)
+    if (n.size() != g.maxLocal) return false;
+  return true;
+}
+
 CostEstimate costAllGatherHierarchical(const CostContext& c) {
   const Prices x(c);
   const GenContext& g = c.gen;
   if (g.nRanks == 1) return x.finish(x.copy, "t0 + T_copy");
-  const double nodes = g.nNodes();
-  Term best = x.copy;
-  if (g.nNodes() > 1) best = maxOf({best, x.net * ((nodes - 1) * x.chunks)});
-  // Per owner: its Intra lane forwards J chunks, each (G-1) puts (D), after its own block (K' D); chunk j of
-  // the remote blocks lands at (j + 1) T_net. A two-stage flow line: max(K'D + J D, T_net + J D, J T_net + D).
+  const uint32_t nodes = g.nNodes();
+  const double k = x.chunks;
+  Term best = maxOf({x.copy, x.net * ((nodes - 1.0) * k)});  // the inter-send lanes: (M-1) K' proxy puts
+  // An owner's Intra lane hands out its own block (K' chunks of D = (G-1) T_nvl), then forwards J remote
+  // chunks, chunk j taking D from max(its arrival a_j, the previous one's end): a two-stage flow line, so it
+  // ends at max(K'D + J D, max_j a_j + (J - j) D). Every sender's inter lane only puts, so a_j is exact:
+  // the block from node n - i is its sender's i-th target, chunk k lands at ((i-1) K' + k + 1) T_net.
+  if (equalNodes(g)) {
+    const Term d = x.nvl * (g.maxLocal - 1.0);
+    const double j = (nodes - 1.0) * k;  // a_j grows by T_net and j by 1: the max is at j = 0 or J-1
+    best = maxOf({best, d * (k + j)});
+    if (nodes > 1) best = maxOf({best, x.net + d * j, x.net * j + d});
+    return x.finish(best,
+                    "t0 + max(T_copy, J*T_net, K*D + J*D, T_net + J*D, J*T_net + D) with D = (G-1)*T_nvl, "
+                    "J = (M-1)*K remote chunks per owner");
+  }
   for (uint32_t o = 0; o < g.nRanks; ++o) {
     const uint32_t n = g.nodeOf[o];
-    double blocks = 0;
+    std::vector<double> arrivals;  // in units of T_net, in the order the owner forwards them
     for (uint32_t rail : railsOf(g, o))
-      for (uint32_t m = 0; m < g.nNodes(); ++m)
-        if (m != n && sizeOfNode(g, m) > rail) blocks += 1;
-    const double j = blocks * x.chunks;
-    const Term d = x.nvl * (sizeOfNode(g, n) - 1.0);
-    best = maxOf({best, d * (x.chunks + j)});
-    if (j > 0) best = maxOf({best, x.net + d * j, x.net * j + d});
+      for (uint32_t i = 1; i < nodes; ++i)
+        if (ranksOnNode(g, (n + nodes - i) % nodes) > rail)
+          for (double kk = 0; kk < k; kk += 1) arrivals.push_back((i - 1.0) * k + kk + 1);
+    const double total = static_cast<double>(arrivals.size());
+    const Term d = x.nvl * (ranksOnNode(g, n) - 1.0);
+    best = maxOf({best, d * (k + total)});
+    for (std::size_t j = 0; j < arrivals.size(); ++j)
+      best = maxOf({best, x.net * arrivals[j] + d * (total - static_cast<double>(j))});
   }
   return x.finish(best,
-                  "t0 + max(T_copy, (M-1)*K*T_net, K*D + J*D, T_net + J*D, J*T_net + D) with D = (G-1)*T_nvl, "
-                  "J = (M-1)*K remote chunks per owner");
+                  "t0 + max(T_copy, (M-1)*K*T_net, max over owners of max(K*D + J*D, max_j a_j*T_net + (J-j)*D)) "
+                  "with D = (G_n-1)*T_nvl, J the owner's remote chunks, a_j = (i-1)*K + k + 1 for chunk k of the "
+                  "block from node n-i");
 }
 
 CostEstimate costReduceScatterRing(const CostContext& c) {
@@ -617,8 +638,8 @@ CostEstimate costReduceScatterDirect(const CostContext& c) {
   Term best = x.reduce * (k * (p - 1));
   for (uint32_t n = 0; n < g.nNodes(); ++n) {
     const double first = std::max<uint32_t>(1, g.nodeRanks[n].front());
-    const double local = sizeOfNode(g, n) - 1.0;
-    const double remote = p - sizeOfNode(g, n);
+    const double local = ranksOnNode(g, n) - 1.0;
+    const double remote = p - ranksOnNode(g, n);
     for (double kk : {0.0, k - 1}) {
       const Term tail = x.reduce * (p - first + (k - 1 - kk) * (p - 1));
       if (local > 0) best = maxOf({best, x.nvl * ((kk + 1) * local) + tail});
@@ -630,10 +651,69 @@ CostEstimate costReduceScatterDirect(const CostContext& c) {
                   "k*(G_n-1)*T_nvl or k*(p-G_n)*T_net, + (p - s_n + (K-k)*(p-1))*R");
 }
 
+/// Uneven nodes: owners own different numbers of rails, so rings of one rail advance at different paces and
+/// the "ring partials never stall" argument of the equal case fails. The same item recurrence is then
+/// evaluated along the ring in (rail, step, chunk) order, which respects every dependency (an owner's items
+/// are in that order, and an item needs only the previous step of its rail): E = max(E_prev + (G-1) R,
+/// inputs) for the node partial, then max(., E of the ring predecessor) + R for step >= 1, + T_net for
+/// step < M-1. Inputs of item j from node-mate x land after x's puts of the earlier rounds and of the
+/// mates before us in round j; then G - max(1, lx) reduces of the chain remain.
+CostEstimate costReduceScatterHierarchicalUneven(const Prices& x) {
+  const GenContext& g = x.c.gen;
+  const uint32_t nodes = g.nNodes();
+  const auto k = static_cast<uint32_t>(x.chunks);
+  std::vector<double> items(g.nRanks, 0);  // per owner: how many items it has
+  for (uint32_t o = 0; o < g.nRanks; ++o)
+    for (uint32_t rail : railsOf(g, o))
+      for (uint32_t m = 0; m < nodes; ++m)
+        if (ranksOnNode(g, m) > rail) items[o] += k;
+  std::vector<double> done(g.nRanks, 0);  // per owner: items evaluated so far
+  std::vector<Term> laneEnd(g.nRanks);
+  std::vector<std::vector<Term>> prev(nodes, std::vector<Term>(k)), cur = prev;
+  Term best;
+  for (uint32_t rail = 0; rail < g.maxLocal; ++rail)
+    for (uint32_t step = 0; step < nodes; ++step) {
+      for (uint32_t n = 0; n < nodes; ++n) {
+        const uint32_t m = (n + 2 * nodes - step - 1) % nodes;
+        if (ranksOnNode(g, m) <= rail) continue;
+        const uint32_t o = railOwner(g, n, rail);
+        const double gl = ranksOnNode(g, n) - 1.0;
+        for (uint32_t kk = 0; kk < k; ++kk) {
+          const double j = done[o]++;
+          Term t = laneEnd[o];
+          if (gl > 0) {
+            t = t + x.reduce * gl;
+            for (uint32_t sender : localPeers(g, o)) {
+              double before = 0, position = 1;  // puts of `sender` before this one
+              bool passed = false;
+              for (uint32_t y : localPeers(g, sender)) {
+                before += std::min(j, items[y]);
+                if (y == o) passed = true;
+                if (!passed && items[y] > j) position += 1;
+              }
+              const double chain = ranksOnNode(g, n) - std::max(1.0, static_cast<double>(g.localIndex[sender]));
+              t = maxOf({t, x.nvl * (before + position) + x.reduce * chain});
+            }
+          }
+          if (step > 0) t = maxOf({t, prev[(n + nodes - 1) % nodes][kk]}) + x.reduce;
+          if (step + 1 < nodes) t = t + x.net;
+          laneEnd[o] = t;
+          cur[n][kk] = t;
+          best = maxOf({best, t});
+        }
+      }
+      std::swap(prev, cur);
+    }
+  return x.finish(best,
+                  "t0 + longest path of the owners' items in (rail, step, chunk) order: E = max(E_prev + (G_n-1)*R, "
+                  "inputs) [+ max(., E_pred) + R if step >= 1] [+ T_net if step < M-1]");
+}
+
 CostEstimate costReduceScatterHierarchical(const CostContext& c) {
   const Prices x(c);
   const GenContext& g = c.gen;
   if (g.nRanks == 1) return x.finish(x.copy, "t0 + T_copy");
+  if (!equalNodes(g)) return costReduceScatterHierarchicalUneven(x);
   const uint32_t nodes = g.nNodes();
   Term best;
   // Per owner, its ring lane runs items (one chunk of one block at one ring step) in order; an item costs
@@ -644,7 +724,7 @@ CostEstimate costReduceScatterHierarchical(const CostContext& c) {
   // ends of the runs are the only candidates.
   for (uint32_t o = 0; o < g.nRanks; ++o) {
     const uint32_t n = g.nodeOf[o];
-    const double gl = sizeOfNode(g, n) - 1.0;
+    const double gl = ranksOnNode(g, n) - 1.0;
     struct Run {
       double len;
       Term cost, post;
@@ -653,13 +733,12 @@ CostEstimate costReduceScatterHierarchical(const CostContext& c) {
     for (uint32_t rail : railsOf(g, o))
       for (uint32_t step = 0; step < nodes; ++step) {
         const uint32_t m = (n + 2 * nodes - step - 1) % nodes;
-        if (sizeOfNode(g, m) <= rail) continue;
+        if (ranksOnNode(g, m) <= rail) continue;
         Term post;
         if (step > 0) post = post + x.reduce;
         if (step + 1 < nodes) post = post + x.net;
         runs.push_back(Run{x.chunks, x.reduce * gl + post, post});
       }
-    double after = 0;  // items after the current run
     Term suffix;       // their total cost
     std::vector<Term> suffixOf(runs.size());
     for (std::size_t i = runs.size(); i-- > 0;) {
@@ -678,7 +757,6 @@ CostEstimate costReduceScatterHierarchical(const CostContext& c) {
       }
       before += runs[i].len;
     }
-    (void)after;
   }
   return x.finish(best,
                   "t0 + max over owners of max(sum of item costs c_i, max over i1 of (i1+1)*(G-1)*T_nvl + (G-1)*R + "
@@ -689,8 +767,8 @@ CostEstimate costBroadcastDirect(const CostContext& c) {
   const Prices x(c);
   const GenContext& g = c.gen;
   if (g.nRanks == 1) return x.finish(x.copy, "t0 + T_copy");
-  const double local = sizeOfNode(g, g.nodeOf[c.spec.root]) - 1.0;
-  const double remote = g.nRanks - sizeOfNode(g, g.nodeOf[c.spec.root]);
+  const double local = ranksOnNode(g, g.nodeOf[c.spec.root]) - 1.0;
+  const double remote = g.nRanks - ranksOnNode(g, g.nodeOf[c.spec.root]);
   return x.finish(maxOf({x.copy, x.nvl * (local * x.chunks), x.net * (remote * x.chunks)}),
                   "t0 + max(T_copy, K*(G_root-1)*T_nvl, K*(p-G_root)*T_net)");
 }

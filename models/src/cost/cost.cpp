@@ -114,6 +114,8 @@ class UncontendedSim {
       case StepKind::Reduce:
         if (st.link == LinkClass::NVLink) return kNvl;
         if (st.link == LinkClass::Local) return kMem;
+        if (st.link == LinkClass::Network)
+          badStep(rank, lane, step, "a copy or reduce cannot touch another node's memory (link network): use a ProxyPut");
         badStep(rank, lane, step,
                 std::string("a copy or reduce needs link local or nvlink (got ") + toString(st.link) +
                     "): call fillCostAttributes() first");

@@ -14,7 +14,8 @@
 //  * stall: a sleeping lane wakes every stallTimeout and compares the global step count with the one it
 //    saw; no step completed anywhere in between means Error(Timeout).
 // The first error (thrown by a step, or a detected deadlock/stall) is stored, an abort flag is raised,
-// every sleeper is woken, and the caller joins all threads before rethrowing it.
+// every sleeper is woken, and the caller waits for every lane to return before rethrowing it. Lanes
+// run on a process-wide pool of reused threads (WorkerPool), one thread per lane for the whole run.
 #include "mk/exec/executor.hpp"
 
 #include <algorithm>
@@ -26,8 +27,8 @@
 #include <mutex>
 #include <sstream>
 #include <string>
-#include <system_error>
 #include <thread>
+#include <vector>
 
 #include "mk/error.hpp"
 #include "mk/exec/numeric.hpp"
@@ -62,6 +63,123 @@ namespace {
 
 constexpr std::size_t kMaxThreads = 8192;
 constexpr std::size_t kMaxReportLines = 10;
+
+/// Process-wide pool of worker threads, reused across execute() calls: verification runs thousands of
+/// small schedules, and creating 30+ threads per run would cost more than running the schedule.
+/// Every job of a batch gets its own thread at the same time (lanes block on each other, so they must
+/// all run concurrently); the pool only saves the creation. The pool object is deliberately leaked:
+/// idle workers are detached and sleep on it, so destroying it at static-destruction time would pull
+/// the condition variables from under them.
+class WorkerPool {
+ public:
+  using Job = void (*)(void* ctx, std::size_t index) noexcept;
+
+  static WorkerPool& instance() {
+    static WorkerPool* pool = new WorkerPool;  // leaked on purpose, see above
+    return *pool;
+  }
+
+  /// Run job(ctx, i) for every i in [0, n), each on its own thread, and return when all have returned.
+  /// Throws Error(Unsupported) without running anything if the threads cannot be obtained.
+  void runConcurrently(std::size_t n, Job job, void* ctx) {
+    std::vector<Worker*> workers;
+    workers.reserve(n);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (workers.size() < n && !idle_.empty()) {
+        workers.push_back(idle_.back());
+        idle_.pop_back();
+      }
+    }
+    try {
+      while (workers.size() < n) {
+        auto w = std::make_unique<Worker>();
+        std::thread(&WorkerPool::workerLoop, this, w.get()).detach();
+        workers.push_back(w.release());
+      }
+    } catch (const std::exception& e) {  // std::system_error (no more threads) or std::bad_alloc
+      release(workers);
+      throw Error(ErrorCode::Unsupported, "could not start executor thread " + std::to_string(workers.size() + 1) +
+                                              " of " + std::to_string(n) + ": " + e.what());
+    }
+    Batch batch;
+    batch.remaining = n;
+    for (std::size_t i = 0; i < n; ++i) {
+      Worker* w = workers[i];
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->job = job;
+      w->ctx = ctx;
+      w->index = i;
+      w->batch = &batch;
+      w->cv.notify_one();
+    }
+    std::unique_lock<std::mutex> lock(batch.mu);
+    batch.done.wait(lock, [&] { return batch.remaining == 0; });
+  }
+
+ private:
+  /// Idle workers beyond this many exit instead of parking: bounds what one huge run leaves behind.
+  static constexpr std::size_t kMaxIdle = 1024;
+
+  struct Batch {
+    std::mutex mu;
+    std::condition_variable done;
+    std::size_t remaining = 0;
+  };
+  struct Worker {
+    std::mutex mu;
+    std::condition_variable cv;
+    Job job = nullptr;  ///< set (under mu) while a job is pending
+    void* ctx = nullptr;
+    std::size_t index = 0;
+    Batch* batch = nullptr;
+  };
+
+  void release(const std::vector<Worker*>& workers) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Worker* w : workers) idle_.push_back(w);
+  }
+
+  void workerLoop(Worker* w) noexcept {
+    for (;;) {
+      Job job;
+      void* ctx;
+      std::size_t index;
+      Batch* batch;
+      {
+        std::unique_lock<std::mutex> lock(w->mu);
+        w->cv.wait(lock, [&] { return w->job != nullptr; });
+        job = w->job;
+        ctx = w->ctx;
+        index = w->index;
+        batch = w->batch;
+        w->job = nullptr;
+      }
+      job(ctx, index);
+      // Park before reporting completion, so that a caller starting its next run right away finds this
+      // worker idle instead of creating a new thread. Once parked it may be handed a new job: that
+      // only sets fields under w->mu, which the next loop iteration reads.
+      bool park;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        park = idle_.size() < kMaxIdle;
+        if (park) idle_.push_back(w);
+      }
+      {
+        // Notify under the batch mutex: the caller may destroy `batch` as soon as it can lock it.
+        std::lock_guard<std::mutex> lock(batch->mu);
+        if (--batch->remaining == 0) batch->done.notify_all();
+      }
+      if (!park) {
+        delete w;
+        return;
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::vector<Worker*> idle_;
+};
 
 /// A bound (rank, buffer): what every operand check and access needs, in one place.
 struct BoundBuffer {
@@ -105,6 +223,10 @@ class Executor {
                                           " such lanes, above the limit of " + std::to_string(kMaxThreads) +
                                           " (run it on fewer ranks or merge lanes)");
 
+    if (static_cast<uint64_t>(s_.nRanks) * s_.nFlags > (uint64_t{1} << 30))
+      throw Error(ErrorCode::Unsupported, "nRanks x nFlags = " +
+                                              std::to_string(static_cast<uint64_t>(s_.nRanks) * s_.nFlags) +
+                                              " flag counters exceed the CPU executor's limit of 2^30");
     flags_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<std::size_t>(s_.nRanks) * s_.nFlags);
     for (std::size_t i = 0; i < static_cast<std::size_t>(s_.nRanks) * s_.nFlags; ++i) flags_[i].store(0);
     barrierCount_.assign(s_.nBarriers, 0);
@@ -126,18 +248,13 @@ class Executor {
         }
     unfinished_ = laneCount;
 
-    std::vector<std::thread> threads;
-    threads.reserve(laneCount);
-    try {
-      for (std::size_t i = 0; i < laneCount; ++i) threads.emplace_back([this, i] { laneMain(lanes_[i]); });
-    } catch (const std::system_error& e) {
-      // Lanes that never started count as unfinished and never blocked, so nobody reports a false
-      // deadlock; abort the ones that did start and join them before reporting.
-      fail(std::make_exception_ptr(Error(ErrorCode::Unsupported,
-                                         "could not start executor thread " + std::to_string(threads.size() + 1) +
-                                             " of " + std::to_string(laneCount) + ": " + e.what())));
-    }
-    for (std::thread& t : threads) t.join();
+    // Throws (before any lane starts) if the threads cannot be had.
+    WorkerPool::instance().runConcurrently(
+        laneCount, [](void* self, std::size_t i) noexcept {
+          auto* ex = static_cast<Executor*>(self);
+          ex->laneMain(ex->lanes_[i]);
+        },
+        this);
     if (firstError_) std::rethrow_exception(firstError_);
   }
 
@@ -192,11 +309,11 @@ class Executor {
   }
 
   /// Store the first error, raise abort and wake everyone. Safe to call from any thread.
-  void fail(std::exception_ptr e) {
+  void fail(std::exception_ptr e) noexcept {
     std::lock_guard<std::mutex> lock(mu_);
     failLocked(std::move(e));
   }
-  void failLocked(std::exception_ptr e) {
+  void failLocked(std::exception_ptr e) noexcept {
     if (!firstError_) firstError_ = std::move(e);
     abort_.store(true);
     for (uint32_t rank = 0; rank < s_.nRanks; ++rank) cvs_[rank].notify_all();
@@ -403,10 +520,33 @@ class Executor {
       for (uint64_t i = 0; i < n; ++i) d[i] = x[i] + y[i];
       return;
     }
+    if (dst.dtype != DType::Float32 && dst.dtype == a.dtype && dst.dtype == b.dtype) {
+      // One 16-bit dtype throughout (the common case): the dtype and Sum tests are hoisted out of the
+      // element loop. Same rounding as the generic path (one conversion per element, one store).
+      uint16_t* d = reinterpret_cast<uint16_t*>(dst.data) + st.dst.offset;
+      const uint16_t* x = reinterpret_cast<const uint16_t*>(a.data) + st.a.offset;
+      const uint16_t* y = reinterpret_cast<const uint16_t*>(b.data) + st.b.offset;
+      if (dst.dtype == DType::BFloat16)
+        reduceLoop(st.op, n, d, x, y, bf16ToFloat, floatToBf16);
+      else
+        reduceLoop(st.op, n, d, x, y, halfToFloat, floatToHalf);
+      return;
+    }
     for (uint64_t i = 0; i < n; ++i) {
       const float x = loadElement(a.dtype, a.data, st.a.offset + i);
       const float y = loadElement(b.dtype, b.data, st.b.offset + i);
       storeElement(dst.dtype, dst.data, st.dst.offset + i, applyRedOp(st.op, x, y));
+    }
+  }
+
+  template <class Load, class Store>
+  static void reduceLoop(RedOp op, uint64_t n, uint16_t* d, const uint16_t* x, const uint16_t* y, Load load,
+                         Store store) {
+    // d may alias x or y exactly: both are read before d[i] is written.
+    if (op == RedOp::Sum) {
+      for (uint64_t i = 0; i < n; ++i) d[i] = store(load(x[i]) + load(y[i]));
+    } else {
+      for (uint64_t i = 0; i < n; ++i) d[i] = store(applyRedOp(op, load(x[i]), load(y[i])));
     }
   }
 
@@ -483,7 +623,7 @@ class Executor {
     invalid(ls, stepIdx, "unknown step kind " + std::to_string(static_cast<int>(st.kind)));
   }
 
-  void laneMain(LaneState& ls) {
+  void laneMain(LaneState& ls) noexcept {
     try {
       const std::vector<Step>& steps = *ls.steps;
       for (std::size_t i = 0; i < steps.size(); ++i) {
@@ -497,7 +637,11 @@ class Executor {
     std::lock_guard<std::mutex> lock(mu_);
     ls.finished = true;
     --unfinished_;
-    checkDeadlockLocked();
+    try {
+      checkDeadlockLocked();
+    } catch (...) {  // building the report can run out of memory; a worker must never throw
+      failLocked(std::current_exception());
+    }
   }
 
   const Schedule& s_;
