@@ -393,11 +393,108 @@ TEST_CASE("allreduce hierarchical: only shard owners cross nodes and only to the
           CHECK(st.dst.rank / 4 == r / 4);
         }
       }
-  // per rank: phase 1 and phase 3 send 3 peers x 2 blocks x 2 chunks; the ring 2 x (M-1) x K proxy puts
+  // per rank: phase 1 and phase 3 send 3 peers x K = 2 groups (one position = one piece each); the ring
+  // 2 x (M-1) x Kr proxy puts with Kr = ceil(K / M) = 1
   for (uint32_t r = 0; r < 8; ++r) {
     auto by = stepsByRole(s, r);
-    CHECK(by[LaneRole::Intra][StepKind::Put] == 2 * 3 * 2 * 2);
-    CHECK(by[LaneRole::InterSend][StepKind::ProxyPut] == 2 * 1 * 2);
+    CHECK(by[LaneRole::Intra][StepKind::Put] == 2 * 3 * 2);
+    CHECK(by[LaneRole::InterSend][StepKind::ProxyPut] == 2 * 1 * 1);
+  }
+}
+
+TEST_CASE("allreduce hierarchical: NVLink messages per rank do not grow with the node count") {
+  // Phases 1 and 3 move K groups per shard (two pieces where a group spans ring blocks), whatever M is;
+  // only the ring's 2(M-1) proxy puts grow with M.
+  const uint32_t chunks = 2;
+  for (uint32_t nodes : {4u, 8u, 16u}) {
+    INFO("nodes " << nodes);
+    const uint32_t p = 4 * nodes;
+    const Schedule s = generate(arSpec("hierarchical", uint64_t(p) * 6), nodesOfSize(p, 4), opts(chunks, 1));
+    for (uint32_t r = 0; r < p; r += 5) {
+      auto by = stepsByRole(s, r);
+      CHECK(by[LaneRole::Intra][StepKind::Put] == 2 * 3 * chunks * 2);
+      CHECK(by[LaneRole::InterSend][StepKind::ProxyPut] == 2 * (nodes - 1));
+      uint64_t steps = 0;
+      for (const Lane& l : s.lanes[r]) steps += l.steps.size();
+      // ring: RS put + wait and AG put + wait on the sender, wait + reduce + signal on the reducer
+      CHECK(steps <= 7 * (nodes - 1) + 4 * 3 * chunks * 2 + 16);
+    }
+  }
+}
+
+TEST_CASE("allreduce hierarchical: phase-1 pieces tile every owner's shard once including where the walk wraps") {
+  // Three nodes of two, one group per shard (K = 1): on nodes 0 and 1 the group wraps from element 0 of the
+  // shard to its top, on node 2 it does not; every node still cuts it into the same number of pieces.
+  for (uint64_t count : {60ull, 61ull, 1000ull}) {
+    INFO("count " << count);
+    const Schedule s = generate(arSpec("hierarchical", count), nodesOfSize(6, 2), opts(1, 1));
+    const int scratch = s.bufferIndex("scratch"), input = s.bufferIndex("input");
+    REQUIRE(scratch >= 0);
+    const uint64_t shard0 = (count + 1) / 2;  // shard s = [s * shard0, ...) of the part
+    for (uint32_t r = 0; r < 6; ++r) {
+      std::vector<uint32_t> covered(count, 0);
+      uint32_t pieces = 0;
+      for (const Lane& l : s.lanes[r])
+        for (const Step& st : l.steps)
+          if (st.kind == StepKind::Put && st.dst.buffer == scratch) {
+            CHECK(st.a.buffer == input);
+            for (uint64_t e = st.a.offset; e < st.a.offset + st.count; ++e) ++covered[e];
+            ++pieces;
+          }
+      CHECK(pieces == 2);
+      const uint32_t peerShard = 1 - r % 2;
+      for (uint64_t e = 0; e < count; ++e) CHECK(covered[e] == (e / shard0 == peerShard ? 1u : 0u));
+    }
+    CHECK(validateAll(s).empty());
+    CHECK(verifyCollective(s, arSpec("hierarchical", count), 11, InputKind::SmallIntegers).ok);
+  }
+}
+
+TEST_CASE("allreduce hierarchical: more chunks than nodes cut every ring block") {
+  // M = 2, K = 5: Kr = ceil(5/2) = 3 units per block, 6 positions in 5 groups.
+  const Schedule s = generate(arSpec("hierarchical", 6 * 2 * 3 * 7), nodesOfSize(6, 3), opts(5, 1));
+  for (uint32_t r = 0; r < 6; ++r) {
+    auto by = stepsByRole(s, r);
+    CHECK(by[LaneRole::InterSend][StepKind::ProxyPut] == 2 * 1 * 3);
+    CHECK(by[LaneRole::Intra][StepKind::Put] == 2 * 2 * 5);  // 5 groups, none spanning two blocks
+  }
+  ValidateOptions vo;
+  vo.checkRaces = true;
+  CHECK(validateAll(s, vo).empty());
+  CHECK(verifyCollective(s, arSpec("hierarchical", 252), 12, InputKind::SmallIntegers).ok);
+}
+
+TEST_CASE("allreduce: dropping any one wait from a hierarchical schedule breaks validation") {
+  // Every wait orders a real dependency (a race appears) or is the last one on its flag (the flag is left
+  // unconsumed). Checked for every wait of one rank per node position, on three nodes with wrapping groups.
+  const Schedule base = generate(arSpec("hierarchical", 6 * 3 * 5), nodesOfSize(6, 2), opts(2, 1));
+  REQUIRE(validateAll(base).empty());
+  uint32_t tried = 0;
+  for (uint32_t r : {0u, 3u, 5u})
+    for (std::size_t l = 0; l < base.lanes[r].size(); ++l)
+      for (std::size_t i = 0; i < base.lanes[r][l].steps.size(); ++i) {
+        if (base.lanes[r][l].steps[i].kind != StepKind::Wait) continue;
+        Schedule s = base;
+        s.lanes[r][l].steps.erase(s.lanes[r][l].steps.begin() + static_cast<std::ptrdiff_t>(i));
+        INFO("rank " << r << " lane " << l << " step " << i);
+        CHECK_FALSE(validateAll(s).empty());
+        ++tried;
+      }
+  CHECK(tried > 20);
+}
+
+TEST_CASE("allreduce hierarchical: 1024 ranks take 7 steps per ring position plus O(G K) steps per rank") {
+  // The scale target of the Foundation issue: 128 nodes of 8, every unit non-empty, chunks 1 and 4. The
+  // ring costs 7 steps per position (sender: put + wait twice; reducer: wait, reduce, signal); phases 1
+  // and 3 about 60 per group (7 peers x 2 pieces, twice, plus 7 waits and 14 reductions).
+  const auto nodeOf = nodesOfSize(1024, 8);
+  for (uint32_t chunks : {1u, 4u}) {
+    INFO("chunks " << chunks);
+    const Schedule s = generate(arSpec("hierarchical", 1 << 20, DType::BFloat16), nodeOf, opts(chunks, 1));
+    CHECK(s.stepCount() <= 1024ull * (7 * 127 + 60 * chunks));
+    CHECK(countKind(s, StepKind::ProxyPut) == 1024ull * 2 * 127);
+    // P1 and P3: 7 peers x K groups x 2 pieces (every group spans ring blocks)
+    CHECK(countKind(s, StepKind::Put) == 1024ull * 2 * 7 * chunks * 2);
   }
 }
 
@@ -585,6 +682,27 @@ TEST_CASE("allreduce two-shot: closed form equals the uncontended timeline on ev
 TEST_CASE("allreduce ring: closed form equals the uncontended timeline on even cases") { exactSweep("ring"); }
 TEST_CASE("allreduce hierarchical: closed form equals the uncontended timeline on even cases") {
   exactSweep("hierarchical");
+}
+
+TEST_CASE("allreduce hierarchical: closed form equals the timeline on 16 nodes and with more chunks than nodes") {
+  // Groups of several ring blocks (two pieces each), single-unit groups, and Kr = ceil(K/M) > 1.
+  struct Case {
+    uint32_t ranks, perNode, chunks;
+  };
+  const Case cases[] = {{64, 4, 1}, {64, 4, 5}, {64, 4, 20}, {6, 3, 5}, {9, 3, 7}, {16, 2, 3}};
+  const Profile profiles[] = {oddProfile(), reduceBoundProfile(), defaultProfile(topologyPreset("dgx-h100", 2))};
+  for (const Case& c : cases)
+    for (uint32_t channels : {1u, 2u})
+      for (const Profile& profile : profiles)
+        for (uint64_t unit : {3ull, 4096ull}) {
+          const uint32_t nodes = c.ranks / c.perNode, ringChunks = (c.chunks + nodes - 1) / nodes;
+          const uint64_t count = unit * channels * c.perNode * nodes * ringChunks;  // every unit the same size
+          INFO("nodes " << nodes << " of " << c.perNode << " chunks " << c.chunks << " channels " << channels
+                        << " count " << count << " profile " << profile.source);
+          const auto [form, timeline] =
+              formVsTimeline("hierarchical", nodesOfSize(c.ranks, c.perNode), count, c.chunks, channels, profile);
+          CHECK(form == doctest::Approx(timeline).epsilon(1e-9));
+        }
 }
 
 TEST_CASE("allreduce: closed forms bound the timeline from above on uneven counts within 1e-3") {

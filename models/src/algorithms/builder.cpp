@@ -47,6 +47,7 @@ ScheduleBuilder::ScheduleBuilder(const GenContext& ctx) : ctx_(ctx) {
   s_.nRanks = ctx.nRanks;
   s_.nodeOf = ctx.nodeOf;
   s_.lanes.resize(ctx.nRanks);
+  laneIndex_.resize(ctx.nRanks);
   sent_.resize(ctx.nRanks);
   s_.info.op = toString(ctx.spec.op);
   s_.info.algo = ctx.spec.algo;
@@ -73,16 +74,22 @@ uint32_t ScheduleBuilder::newFlag() { return s_.nFlags++; }
 uint32_t ScheduleBuilder::newBarrier() { return s_.nBarriers++; }
 
 uint32_t ScheduleBuilder::lane(uint32_t rank, LaneRole role, uint32_t channel) {
-  auto key = std::make_tuple(rank, static_cast<uint8_t>(role), channel);
-  auto it = laneIndex_.find(key);
-  if (it != laneIndex_.end()) return it->second;
-  auto& lanes = s_.lanes.at(rank);
+  const uint64_t key = (uint64_t(static_cast<uint8_t>(role)) << 32) | channel;
+  auto& index = laneIndex_.at(rank);
+  for (const auto& [k, idx] : index)
+    if (k == key) return idx;
+  auto& lanes = s_.lanes[rank];
   Lane l;
   l.role = role;
   lanes.push_back(std::move(l));
   const auto idx = static_cast<uint32_t>(lanes.size() - 1);
-  laneIndex_.emplace(key, idx);
+  index.emplace_back(key, idx);
   return idx;
+}
+
+void ScheduleBuilder::reserveSteps(uint32_t rank, uint32_t lane, std::size_t steps) {
+  auto& v = s_.lanes.at(rank).at(lane).steps;
+  v.reserve(v.size() + steps);
 }
 
 Step& ScheduleBuilder::append(uint32_t rank, uint32_t lane, StepKind kind) {
@@ -94,7 +101,11 @@ Step& ScheduleBuilder::append(uint32_t rank, uint32_t lane, StepKind kind) {
   return st;
 }
 
-void ScheduleBuilder::countSignal(uint32_t rank, uint32_t flagId, uint64_t inc) { sent_.at(rank)[flagId] += inc; }
+void ScheduleBuilder::countSignal(uint32_t rank, uint32_t flagId, uint64_t inc) {
+  auto& counts = sent_.at(rank);
+  if (flagId >= counts.size()) counts.resize(std::max<std::size_t>(std::size_t(flagId) + 1, s_.nFlags), 0);
+  counts[flagId] += inc;
+}
 
 void ScheduleBuilder::copy(uint32_t rank, uint32_t lane, BufRef dst, BufRef src, uint64_t count) {
   Step& st = append(rank, lane, StepKind::Copy);
@@ -154,9 +165,8 @@ void ScheduleBuilder::barrier(uint32_t rank, uint32_t lane, uint32_t id) {
 }
 
 uint64_t ScheduleBuilder::signalsSent(uint32_t rank, uint32_t flagId) const {
-  const auto& m = sent_.at(rank);
-  auto it = m.find(flagId);
-  return it == m.end() ? 0 : it->second;
+  const auto& counts = sent_.at(rank);
+  return flagId < counts.size() ? counts[flagId] : 0;
 }
 
 Schedule ScheduleBuilder::finish() {

@@ -6,6 +6,7 @@
 // (rank, role, channel) so channels never share a lane.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -57,6 +58,9 @@ class ScheduleBuilder {
   uint32_t newBarrier();
   /// Index of the lane of `rank` with `role` on `channel`, created on first use.
   uint32_t lane(uint32_t rank, LaneRole role, uint32_t channel = 0);
+  /// Reserve room for `steps` more steps on an existing lane: a generator that knows its step count avoids
+  /// growing the vector by doubling (which at 1024 ranks can leave up to half of the step memory unused).
+  void reserveSteps(uint32_t rank, uint32_t lane, std::size_t steps);
 
   static BufRef ref(uint32_t rank, uint16_t buffer, uint64_t offset) noexcept {
     BufRef r;
@@ -98,8 +102,11 @@ class ScheduleBuilder {
 
   const GenContext& ctx_;
   Schedule s_;
-  std::map<std::tuple<uint32_t, uint8_t, uint32_t>, uint32_t> laneIndex_;
-  std::vector<std::map<uint32_t, uint64_t>> sent_;  ///< per rank: flag id -> increments so far
+  // Flat per-rank tables: lane() and countSignal() run once per emitted step, so a std::map lookup there
+  // dominated generation at 1024 ranks. A rank has a handful of lanes (a few per channel), so a linear scan
+  // beats any tree or hash.
+  std::vector<std::vector<std::pair<uint64_t, uint32_t>>> laneIndex_;  ///< per rank: (role << 32 | channel, lane)
+  std::vector<std::vector<uint64_t>> sent_;  ///< per rank: increments so far, indexed by flag id
 };
 
 /// Closed-form inputs (the generator's view of the cluster).
