@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -16,6 +17,9 @@
 #endif
 
 int main(int argc, char** argv) {
+  // The engine's resident kernel never returns: a kernel loaded lazily (on first launch) while it runs
+  // would wait for the device to go idle. Load every module at start-up (docs/gpu-engine.md).
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   bool listing = false;
   for (int i = 1; i < argc; ++i)
     if (std::strstr(argv[i], "-list-") || std::strstr(argv[i], "-ltc") || std::strstr(argv[i], "-lts") ||

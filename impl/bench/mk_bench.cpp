@@ -1,0 +1,692 @@
+// mk-bench — nccl-tests-style benchmark of the resident-kernel engine, with NCCL measured in the same run.
+//
+//   mk-bench allreduce -b 8 -e 512M -f 2 [-d float32] [-o sum] [--algo auto|all|one-shot,ring,...]
+//            [--baseline nccl] [--check] [--json out.json] [--trace t.json] [-n iters] [-w warmup]
+//
+// Timing (as nccl-tests): per size, CUDA events around `iters` back-to-back ops on one stream per GPU after
+// `warmup` ops; mkernel submits the loop as one group, so only the last op makes the stream wait, and the
+// closing event is recorded after that wait. Reported time = median over `reps` loops of (loop time /
+// iters), the slowest GPU's. NCCL runs after the engine has been shut down (so neither disturbs the other)
+// with the same buffers, sizes and loop.
+#include <cuda_runtime_api.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cctype>
+#include <cstdlib>
+#include <ctime>
+#include <dlfcn.h>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mk/communicator.hpp"
+#include "mk/cost/cost.hpp"
+#include "mk/cuda_check.hpp"
+#include "mk/device_info.hpp"
+#include "mk/error.hpp"
+#include "mk/exec/numeric.hpp"
+#include "mk/exec/verify.hpp"
+#include "mk/util/size.hpp"
+#include "mk/validation/measurement.hpp"
+#include "nccl_loader.hpp"
+
+#ifndef MK_GIT_COMMIT
+#define MK_GIT_COMMIT "unknown"
+#endif
+
+namespace {
+
+using mk::CollOp;
+using mk::DType;
+using mk::RedOp;
+
+struct Args {
+  std::string op;
+  std::string minSize = "8", maxSize = "512M";
+  uint64_t factor = 2;
+  std::string dtype = "float32", redop = "sum";
+  std::string algo = "auto";
+  std::string baseline;
+  bool check = false, inPlace = false;
+  std::string json, trace;
+  uint64_t iters = 100, warmup = 20, reps = 5;
+  int gpus = 0;
+  uint32_t root = 0, chunks = 0, channels = 0;
+  uint32_t workers = 0, threads = 512;
+  uint64_t latencyProbes = 200;
+  std::string link;
+};
+
+double hostNs() {
+  return static_cast<double>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5))];
+}
+
+/// Per-rank buffers sized for the largest size, allocated before any communicator exists (cudaFree
+/// while a resident kernel runs would wait for it forever).
+struct Buffers {
+  std::vector<int> devices;
+  std::vector<char*> send, recv;
+  uint64_t bytes = 0;
+  Buffers(const std::vector<int>& devs, uint64_t b) : devices(devs), bytes(b) {
+    for (int d : devs) {
+      MK_CUDA_CHECK(cudaSetDevice(d));
+      char* s = nullptr;
+      char* r = nullptr;
+      MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s), b));
+      MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&r), b));
+      send.push_back(s);
+      recv.push_back(r);
+    }
+  }
+  ~Buffers() {
+    for (size_t i = 0; i < devices.size(); ++i) {
+      cudaSetDevice(devices[i]);
+      cudaFree(send[i]);
+      cudaFree(recv[i]);
+    }
+  }
+};
+
+struct Streams {
+  std::vector<int> devices;
+  std::vector<cudaStream_t> s;
+  std::vector<cudaEvent_t> start, stop;
+  explicit Streams(const std::vector<int>& devs) : devices(devs) {
+    for (int d : devs) {
+      MK_CUDA_CHECK(cudaSetDevice(d));
+      cudaStream_t st = nullptr;
+      cudaEvent_t a = nullptr, b = nullptr;
+      MK_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+      MK_CUDA_CHECK(cudaEventCreate(&a));
+      MK_CUDA_CHECK(cudaEventCreate(&b));
+      s.push_back(st);
+      start.push_back(a);
+      stop.push_back(b);
+    }
+  }
+  ~Streams() {
+    for (size_t i = 0; i < devices.size(); ++i) {
+      cudaSetDevice(devices[i]);
+      cudaEventDestroy(start[i]);
+      cudaEventDestroy(stop[i]);
+      cudaStreamDestroy(s[i]);
+    }
+  }
+  void sync() {
+    for (size_t i = 0; i < devices.size(); ++i) {
+      MK_CUDA_CHECK(cudaSetDevice(devices[i]));
+      MK_CUDA_CHECK(cudaStreamSynchronize(s[i]));
+    }
+  }
+  void recordStart() {
+    for (size_t i = 0; i < devices.size(); ++i) {
+      MK_CUDA_CHECK(cudaSetDevice(devices[i]));
+      MK_CUDA_CHECK(cudaEventRecord(start[i], s[i]));
+    }
+  }
+  /// Slowest GPU's elapsed ms between the events.
+  double recordStopAndElapsedMs() {
+    for (size_t i = 0; i < devices.size(); ++i) {
+      MK_CUDA_CHECK(cudaSetDevice(devices[i]));
+      MK_CUDA_CHECK(cudaEventRecord(stop[i], s[i]));
+    }
+    double worst = 0;
+    for (size_t i = 0; i < devices.size(); ++i) {
+      MK_CUDA_CHECK(cudaSetDevice(devices[i]));
+      MK_CUDA_CHECK(cudaEventSynchronize(stop[i]));
+      float ms = 0;
+      MK_CUDA_CHECK(cudaEventElapsedTime(&ms, start[i], stop[i]));
+      worst = std::max(worst, static_cast<double>(ms));
+    }
+    return worst;
+  }
+};
+
+/// One collective of the sweep: spec + where each rank's send / recv point.
+struct Case {
+  mk::CollectiveSpec spec;
+  std::vector<const void*> send;
+  std::vector<void*> recv;
+  std::vector<uint64_t> recvOffset;  ///< bytes from the recv buffer's base (in place)
+};
+
+Case makeCase(const Args& a, CollOp op, DType dt, RedOp red, uint64_t count, Buffers& buf) {
+  Case c;
+  c.spec.op = op;
+  c.spec.dtype = dt;
+  c.spec.redop = red;
+  c.spec.count = count;
+  c.spec.root = a.root;
+  const uint64_t es = mk::dtypeSize(dt);
+  for (size_t r = 0; r < buf.devices.size(); ++r) {
+    uint64_t inOff = 0, outOff = 0;
+    if (a.inPlace) {
+      if (op == CollOp::AllGather) inOff = r * count * es;
+      if (op == CollOp::ReduceScatter) outOff = r * count * es;
+      c.send.push_back(buf.recv[r] + inOff);
+    } else {
+      c.send.push_back(buf.send[r]);
+    }
+    c.recv.push_back(buf.recv[r] + outOff);
+    c.recvOffset.push_back(outOff);
+  }
+  return c;
+}
+
+/// Fresh small-integer inputs (every sum exact, so the check is bit-exact), the output poisoned. Copies
+/// go through the bench's non-blocking streams and are waited for: the legacy stream's cudaMemcpy from
+/// pageable memory may return before the data landed, and nothing would order it before the op.
+std::vector<std::vector<float>> fillInputs(const Case& c, const std::vector<int>& devs, Streams& st, uint64_t seed) {
+  const uint32_t n = static_cast<uint32_t>(devs.size());
+  const uint64_t inCount = mk::inputCount(c.spec, n), outCount = mk::outputCount(c.spec, n);
+  const uint64_t es = mk::dtypeSize(c.spec.dtype);
+  std::vector<std::vector<float>> in(n);
+  for (uint32_t r = 0; r < n; ++r) {
+    std::mt19937_64 rng(seed * 7919 + r);
+    std::uniform_int_distribution<int> d(-8, 8);
+    in[r].resize(inCount);
+    std::vector<uint8_t> bytes(inCount * es);
+    for (uint64_t i = 0; i < inCount; ++i) {
+      in[r][i] = static_cast<float>(d(rng));
+      mk::storeElement(c.spec.dtype, bytes.data(), i, in[r][i]);
+    }
+    MK_CUDA_CHECK(cudaSetDevice(devs[r]));
+    MK_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(c.recv[r]) - c.recvOffset[r], 0xFF,
+                                  std::max(outCount * es + c.recvOffset[r], inCount * es), st.s[r]));
+    MK_CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(c.send[r]), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, st.s[r]));
+    MK_CUDA_CHECK(cudaStreamSynchronize(st.s[r]));
+  }
+  return in;
+}
+
+/// Compare every output element with the CPU reference; returns the number of wrong elements.
+uint64_t countWrong(const Case& c, const std::vector<int>& devs, Streams& st, const std::vector<std::vector<float>>& in) {
+  const uint32_t n = static_cast<uint32_t>(devs.size());
+  const auto expected = mk::referenceCollective(c.spec, n, in);
+  const uint64_t outCount = mk::outputCount(c.spec, n), es = mk::dtypeSize(c.spec.dtype);
+  uint64_t wrong = 0;
+  std::vector<uint8_t> got(outCount * es);
+  for (uint32_t r = 0; r < n; ++r) {
+    MK_CUDA_CHECK(cudaSetDevice(devs[r]));
+    MK_CUDA_CHECK(cudaMemcpyAsync(got.data(), c.recv[r], got.size(), cudaMemcpyDeviceToHost, st.s[r]));
+    MK_CUDA_CHECK(cudaStreamSynchronize(st.s[r]));
+    for (uint64_t i = 0; i < outCount; ++i)
+      if (mk::loadElement(c.spec.dtype, got.data(), i) != expected[r][i]) ++wrong;
+  }
+  return wrong;
+}
+
+struct Row {
+  std::string impl, algo;
+  uint64_t bytes = 0, count = 0;
+  double timeUs = 0, algbw = 0, busbw = 0;
+  int64_t wrong = -1;
+  uint64_t iters = 0;
+  uint32_t chunks = 0, channels = 0;
+};
+
+void printHeader(const char* what) {
+  std::printf("#\n# %s\n#%12s %12s %9s %7s %8s %-18s %10s %12s %12s %7s\n", what, "size(B)", "count", "type", "redop",
+              "impl", "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+}
+
+void printRow(const Row& r, const Args& a) {
+  std::printf(" %12llu %12llu %9s %7s %8s %-18s %10.2f %12.2f %12.2f %7s\n", static_cast<unsigned long long>(r.bytes),
+              static_cast<unsigned long long>(r.count), a.dtype.c_str(), a.redop.c_str(), r.impl.c_str(), r.algo.c_str(),
+              r.timeUs, r.algbw, r.busbw, r.wrong < 0 ? "-" : std::to_string(r.wrong).c_str());
+  std::fflush(stdout);
+}
+
+void submitMk(std::vector<mk::Communicator>& comms, const Case& c, const std::vector<cudaStream_t>& s,
+              const mk::CollOptions& opt) {
+  for (size_t r = 0; r < comms.size(); ++r) {
+    const auto& sp = c.spec;
+    switch (sp.op) {
+      case CollOp::AllReduce: comms[r].allReduce(c.send[r], c.recv[r], sp.count, sp.dtype, sp.redop, s[r], opt); break;
+      case CollOp::AllGather: comms[r].allGather(c.send[r], c.recv[r], sp.count, sp.dtype, s[r], opt); break;
+      case CollOp::ReduceScatter: comms[r].reduceScatter(c.send[r], c.recv[r], sp.count, sp.dtype, sp.redop, s[r], opt); break;
+      case CollOp::Broadcast: comms[r].broadcast(c.send[r], c.recv[r], sp.count, sp.dtype, sp.root, s[r], opt); break;
+      case CollOp::AllToAll: comms[r].allToAll(c.send[r], c.recv[r], sp.count, sp.dtype, s[r], opt); break;
+    }
+  }
+}
+
+std::string readFileLine(const char* path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+/// Kernel driver version ("580.159.04"): the first dotted number on /proc's version line (its wording
+/// differs between the proprietary and the open kernel module), else the CUDA driver API version.
+std::string driverVersion() {
+  std::istringstream is(readFileLine("/proc/driver/nvidia/version"));
+  for (std::string tok; is >> tok;) {
+    const bool digitsAndDots = tok.find_first_not_of("0123456789.") == std::string::npos;
+    if (digitsAndDots && std::count(tok.begin(), tok.end(), '.') >= 1 && std::isdigit(static_cast<unsigned char>(tok[0])))
+      return tok;
+  }
+  int v = 0;
+  cudaDriverGetVersion(&v);
+  return "cuda-driver-api-" + std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+
+/// "NV18": active NVLinks of GPU 0 through NVML (dlopen), or "" when NVML is not there.
+std::string nvlinkName() {
+  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return "";
+  using Init = int (*)();
+  using Handle = int (*)(unsigned, void**);
+  using LinkState = int (*)(void*, unsigned, int*);
+  auto init = reinterpret_cast<Init>(dlsym(lib, "nvmlInit_v2"));
+  auto handle = reinterpret_cast<Handle>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+  auto state = reinterpret_cast<LinkState>(dlsym(lib, "nvmlDeviceGetNvLinkState"));
+  auto shutdown = reinterpret_cast<Init>(dlsym(lib, "nvmlShutdown"));
+  std::string out;
+  if (init && handle && state && init() == 0) {
+    void* dev = nullptr;
+    if (handle(0, &dev) == 0) {
+      int links = 0;
+      for (unsigned l = 0; l < 18; ++l) {
+        int on = 0;
+        if (state(dev, l, &on) == 0 && on == 1) ++links;
+      }
+      if (links > 0) out = "NV" + std::to_string(links);
+    }
+    if (shutdown) shutdown();
+  }
+  return out;
+}
+
+std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+
+int run(const Args& a, const std::string& commandLine) {
+  const auto op = mk::parseCollOp(a.op);
+  if (!op) throw mk::Error(mk::ErrorCode::InvalidArgument, "unknown collective '" + a.op + "' (allreduce, allgather, reducescatter, broadcast, alltoall)");
+  const auto dt = mk::parseDType(a.dtype);
+  if (!dt) throw mk::Error(mk::ErrorCode::InvalidArgument, "unknown dtype '" + a.dtype + "' (float32, bfloat16, float16)");
+  const auto red = mk::parseRedOp(a.redop);
+  if (!red) throw mk::Error(mk::ErrorCode::InvalidArgument, "unknown redop '" + a.redop + "' (sum, max, min)");
+  const uint64_t minB = mk::parseSize(a.minSize), maxB = mk::parseSize(a.maxSize);
+  if (minB == 0 || maxB < minB) throw mk::Error(mk::ErrorCode::InvalidArgument, "need 0 < -b <= -e");
+  if (a.factor < 2) throw mk::Error(mk::ErrorCode::InvalidArgument, "-f must be >= 2");
+  if (a.iters == 0 || a.reps == 0) throw mk::Error(mk::ErrorCode::InvalidArgument, "-n and --reps must be > 0");
+  if (!a.baseline.empty() && a.baseline != "nccl")
+    throw mk::Error(mk::ErrorCode::InvalidArgument, "unknown baseline '" + a.baseline + "' (nccl)");
+
+  std::string why;
+  const int available = mk::cudaDeviceCountOrZero(&why);
+  const int n = a.gpus > 0 ? a.gpus : available;
+  if (available == 0) throw mk::Error(mk::ErrorCode::Unsupported, "no CUDA device: " + why);
+  if (n > available)
+    throw mk::Error(mk::ErrorCode::InvalidArgument,
+                    "--gpus " + std::to_string(n) + " but only " + std::to_string(available) + " device(s) visible");
+  std::vector<int> devs;
+  for (int i = 0; i < n; ++i) devs.push_back(i);
+  const uint64_t es = mk::dtypeSize(*dt);
+  const bool perRankCount = *op == CollOp::AllGather || *op == CollOp::ReduceScatter || *op == CollOp::AllToAll;
+
+  // Sizes as nccl-tests: the larger buffer of one rank; count per its conventions.
+  std::vector<std::pair<uint64_t, uint64_t>> sizes;  // bytes, count
+  for (uint64_t b = minB; b <= maxB; b *= a.factor) {
+    const uint64_t count = b / es / (perRankCount ? static_cast<uint64_t>(n) : 1);
+    if (count > 0) sizes.emplace_back(count * es * (perRankCount ? static_cast<uint64_t>(n) : 1), count);
+    if (b > maxB / a.factor) break;
+  }
+  if (sizes.empty()) throw mk::Error(mk::ErrorCode::InvalidArgument, "no size in [-b, -e] holds one element per rank");
+  const uint64_t bufBytes = sizes.back().first + 256;
+
+  cudaDeviceProp prop{};
+  MK_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  int rt = 0;
+  cudaRuntimeGetVersion(&rt);
+  mk::MeasurementFile mf;
+  mf.schema = "mkernel.measurement.v1";
+  mf.system["gpu"] = quoted(prop.name);
+  mf.system["gpus"] = std::to_string(n);
+  mf.system["sms"] = std::to_string(prop.multiProcessorCount);
+  const std::string link = a.link.empty() ? nvlinkName() : a.link;
+  if (!link.empty()) mf.system["link"] = quoted(link);
+  mf.system["driver"] = quoted(driverVersion());
+  mf.system["cuda"] = quoted(std::to_string(rt / 1000) + "." + std::to_string(rt % 1000 / 10));
+  {
+    char date[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+    mf.date = date;
+  }
+  mf.commit = MK_GIT_COMMIT;
+  mf.command = commandLine;
+
+  std::printf("# mk-bench %s: %d x %s, dtype %s, redop %s, %s, iters %llu, warmup %llu, reps %llu\n", a.op.c_str(), n,
+              prop.name, a.dtype.c_str(), a.redop.c_str(), a.inPlace ? "in place" : "out of place",
+              static_cast<unsigned long long>(a.iters), static_cast<unsigned long long>(a.warmup),
+              static_cast<unsigned long long>(a.reps));
+  Buffers buf(devs, bufBytes);
+  Streams st(devs);
+  std::vector<Row> rows;
+  auto addRecord = [&](const Row& r, const char* stat, const std::vector<std::pair<std::string, std::string>>& extra) {
+    mk::MeasurementRecord m;
+    m.op = toString(*op);
+    m.impl = r.impl;
+    m.algo = r.algo;
+    m.dtype = a.dtype;
+    m.ranks = static_cast<uint32_t>(n);
+    m.bytes = r.bytes;
+    m.timeUs = r.timeUs;
+    m.algbwGBs = r.algbw;
+    m.busbwGBs = r.busbw;
+    m.iters = r.iters;
+    m.stat = stat;
+    m.extra["count"] = std::to_string(r.count);
+    m.extra["redop"] = quoted(a.redop);
+    m.extra["inplace"] = a.inPlace ? "true" : "false";
+    if (r.wrong >= 0) m.extra["wrong"] = std::to_string(r.wrong);
+    for (const auto& kv : extra) m.extra[kv.first] = kv.second;
+    mf.records.push_back(m);
+  };
+  const double busFactor = mk::busBwFactor(*op, static_cast<uint32_t>(n));
+
+  // ---- mkernel --------------------------------------------------------------------------------------
+  {
+    mk::CommConfig cfg;
+    cfg.workerCtas = a.workers;
+    cfg.threadsPerCta = a.threads;
+    auto comms = mk::Communicator::createLocal(devs, cfg);
+    std::vector<std::string> algos;
+    {
+      std::string list = a.algo == "all" ? "auto" : a.algo;
+      if (a.algo == "all")
+        for (const auto& name : mk::algorithmsFor(*op)) list += "," + name;
+      std::stringstream ss(list);
+      for (std::string item; std::getline(ss, item, ',');)
+        if (!item.empty()) algos.push_back(item);
+    }
+    std::printf("# mkernel: %u worker CTAs x %u threads per GPU, topology %s\n", comms[0].workerCtas(), a.threads,
+                comms[0].topology().name.c_str());
+
+    // Host enqueue -> first step on the GPU: isolated small ops on an idle engine. Host and GPU clocks
+    // are related by a ping-pong calibration (ClockSync); the op's first step is the %globaltimer stamp
+    // taken by lane 0's first CTA as it starts its first step.
+    if (a.latencyProbes > 0) {
+      std::vector<mk::ClockSync> cs;
+      for (auto& c : comms) cs.push_back(c.calibrateClock(200));
+      const uint64_t count = std::max<uint64_t>(1, 8 / es) / 1;
+      Case c = makeCase(a, *op, *dt, *red, perRankCount ? 1 : count, buf);
+      fillInputs(c, devs, st, 1);
+      std::vector<double> fromCall, fromReturn, doorbell, publish, hostCall;
+      for (uint64_t i = 0; i < a.latencyProbes + 10; ++i) {
+        for (auto& x : comms) x.synchronize();
+        const double settle = hostNs();
+        while (hostNs() - settle < 20000) {
+        }
+        const uint64_t k = comms[0].nextOpIndex();
+        double tLastCall = 0, tReturn = 0;
+        for (size_t r = 0; r < comms.size(); ++r) {
+          if (r + 1 == comms.size()) tLastCall = hostNs();
+          mk::CollOptions opt(a.algo == "all" ? "auto" : algos.front());
+          opt.chunks = a.chunks;
+          opt.channels = a.channels;
+          switch (c.spec.op) {
+            case CollOp::AllReduce: comms[r].allReduce(c.send[r], c.recv[r], c.spec.count, *dt, *red, st.s[r], opt); break;
+            case CollOp::AllGather: comms[r].allGather(c.send[r], c.recv[r], c.spec.count, *dt, st.s[r], opt); break;
+            case CollOp::ReduceScatter: comms[r].reduceScatter(c.send[r], c.recv[r], c.spec.count, *dt, *red, st.s[r], opt); break;
+            case CollOp::Broadcast: comms[r].broadcast(c.send[r], c.recv[r], c.spec.count, *dt, a.root, st.s[r], opt); break;
+            case CollOp::AllToAll: comms[r].allToAll(c.send[r], c.recv[r], c.spec.count, *dt, st.s[r], opt); break;
+          }
+        }
+        tReturn = hostNs();
+        for (auto& x : comms) x.synchronize();
+        if (i < 10) continue;  // warm-up: schedule generation and upload happen on the first call
+        double first = 1e300, bell = 1e300, pub = 1e300;
+        for (size_t r = 0; r < comms.size(); ++r) {
+          const mk::OpTiming t = comms[r].opTiming(k);
+          first = std::min(first, static_cast<double>(t.firstStepNs) - cs[r].offsetNs);
+          bell = std::min(bell, static_cast<double>(t.doorbellNs) - cs[r].offsetNs);
+          pub = std::min(pub, static_cast<double>(t.publishNs) - cs[r].offsetNs);
+        }
+        fromCall.push_back((first - tLastCall) / 1e3);
+        fromReturn.push_back((first - tReturn) / 1e3);
+        doorbell.push_back((bell - tLastCall) / 1e3);
+        publish.push_back((pub - tLastCall) / 1e3);
+        hostCall.push_back((tReturn - tLastCall) / 1e3);
+      }
+      double unc = 0;
+      for (const auto& x : cs) unc = std::max(unc, x.uncertaintyNs / 1e3);
+      std::printf("# host enqueue -> first step (%llu isolated %s of %llu B, us): median %.2f  p10 %.2f  p90 %.2f"
+                  "  | from the call's return: median %.2f | doorbell seen %.2f, published %.2f | host call %.2f"
+                  " | clock sync +-%.2f\n",
+                  static_cast<unsigned long long>(a.latencyProbes), a.op.c_str(),
+                  static_cast<unsigned long long>(c.spec.count * es), median(fromCall), percentile(fromCall, 0.1),
+                  percentile(fromCall, 0.9), median(fromReturn), median(doorbell), median(publish), median(hostCall), unc);
+      mk::MeasurementRecord m;
+      m.op = "enqueue-to-first-step";
+      m.impl = "mkernel";
+      m.algo = comms[0].chooseAlgorithm(*op, c.spec.count, *dt);
+      m.dtype = a.dtype;
+      m.ranks = static_cast<uint32_t>(n);
+      m.bytes = c.spec.count * es;
+      m.timeUs = std::max(1e-3, median(fromCall));
+      m.iters = a.latencyProbes;
+      m.stat = "median";
+      m.extra["collective"] = quoted(a.op);
+      m.extra["p10_us"] = std::to_string(percentile(fromCall, 0.1));
+      m.extra["p90_us"] = std::to_string(percentile(fromCall, 0.9));
+      m.extra["from_return_us"] = std::to_string(median(fromReturn));
+      m.extra["doorbell_seen_us"] = std::to_string(median(doorbell));
+      m.extra["published_us"] = std::to_string(median(publish));
+      m.extra["host_call_us"] = std::to_string(median(hostCall));
+      m.extra["clock_uncertainty_us"] = std::to_string(unc);
+      m.extra["how"] = quoted("host steady_clock before the last rank's call vs %globaltimer at lane 0's first step, "
+                              "clocks related by a ping-pong calibration");
+      mf.records.push_back(m);
+    }
+
+    printHeader("mkernel (resident kernel)");
+    for (const auto& [bytes, count] : sizes)
+      for (const auto& algoName : algos) {
+        Case c = makeCase(a, *op, *dt, *red, count, buf);
+        mk::CollOptions opt(algoName);
+        opt.chunks = a.chunks;
+        opt.channels = a.channels;
+        Row row;
+        row.impl = "mkernel";
+        row.algo = algoName == "auto" ? "auto:" + comms[0].chooseAlgorithm(*op, count, *dt) : algoName;
+        const mk::GenOptions g = comms[0].chooseGenOptions(*op, count, *dt, algoName);
+        row.chunks = a.chunks ? a.chunks : g.chunks;
+        row.channels = a.channels ? a.channels : g.channels;
+        row.bytes = bytes;
+        row.count = count;
+        row.iters = a.iters;
+        if (a.check) {
+          const auto in = fillInputs(c, devs, st, bytes * 31 + algos.size());
+          mk::groupStart();
+          submitMk(comms, c, st.s, opt);
+          mk::groupEnd();
+          st.sync();
+          row.wrong = static_cast<int64_t>(countWrong(c, devs, st, in));
+        }
+        mk::groupStart();
+        for (uint64_t i = 0; i < a.warmup; ++i) submitMk(comms, c, st.s, opt);
+        mk::groupEnd();
+        st.sync();
+        std::vector<double> perOp;
+        for (uint64_t rep = 0; rep < a.reps; ++rep) {
+          st.recordStart();
+          mk::groupStart();
+          for (uint64_t i = 0; i < a.iters; ++i) submitMk(comms, c, st.s, opt);
+          mk::groupEnd();  // the stream waits on the last op; the closing event comes after that wait
+          perOp.push_back(st.recordStopAndElapsedMs() * 1e3 / static_cast<double>(a.iters));
+        }
+        for (auto& x : comms) x.synchronize();
+        row.timeUs = median(perOp);
+        row.algbw = static_cast<double>(bytes) / (row.timeUs * 1e3);
+        row.busbw = row.algbw * busFactor;
+        printRow(row, a);
+        rows.push_back(row);
+        addRecord(row, "median", {{"reps", std::to_string(a.reps)},
+                                  {"submit", quoted("batched: one stream wait per loop")},
+                                  {"chunks", std::to_string(row.chunks)},
+                                  {"channels", std::to_string(row.channels)},
+                                  {"worker_ctas", std::to_string(comms[0].workerCtas())}});
+      }
+
+    if (!a.trace.empty()) {
+      // A traced engine runs one op per size of the first algorithm; its timings are not reported.
+      comms.clear();
+      mk::CommConfig tc = cfg;
+      tc.trace = true;
+      auto traced = mk::Communicator::createLocal(devs, tc);
+      for (const auto& [bytes, count] : sizes) {
+        (void)bytes;
+        Case c = makeCase(a, *op, *dt, *red, count, buf);
+        mk::CollOptions opt(algos.front() == "all" ? "auto" : algos.front());
+        submitMk(traced, c, st.s, opt);
+        st.sync();
+      }
+      std::vector<mk::TraceEvent> events;
+      for (auto& c : traced) {
+        c.synchronize();
+        auto e = c.takeTrace();
+        events.insert(events.end(), e.begin(), e.end());
+      }
+      std::ofstream f(a.trace);
+      f << mk::traceToChromeJson(events, "mk-bench " + a.op);
+      if (!f) throw mk::Error(mk::ErrorCode::IoError, "cannot write trace file " + a.trace);
+      std::printf("# trace: %zu step events written to %s\n", events.size(), a.trace.c_str());
+    }
+  }  // the engine stops here: NCCL runs on quiet GPUs
+
+  // ---- NCCL -----------------------------------------------------------------------------------------
+  if (a.baseline == "nccl") {
+    mkbench::Nccl nccl(devs);
+    mf.system["nccl"] = quoted(nccl.version());
+    std::printf("# NCCL %s from %s (NCCL_NVLS_ENABLE=0)\n", nccl.version().c_str(), nccl.path().c_str());
+    printHeader("NCCL");
+    for (const auto& [bytes, count] : sizes) {
+      Case c = makeCase(a, *op, *dt, *red, count, buf);
+      Row row;
+      row.impl = "nccl";
+      row.algo = "";
+      row.bytes = bytes;
+      row.count = count;
+      row.iters = a.iters;
+      auto once = [&] { nccl.run(*op, c.send, c.recv, count, *dt, *red, a.root, st.s); };
+      if (a.check) {
+        const auto in = fillInputs(c, devs, st, bytes * 31 + 7);
+        once();
+        st.sync();
+        row.wrong = static_cast<int64_t>(countWrong(c, devs, st, in));
+      }
+      for (uint64_t i = 0; i < a.warmup; ++i) once();
+      st.sync();
+      std::vector<double> perOp;
+      for (uint64_t rep = 0; rep < a.reps; ++rep) {
+        st.recordStart();
+        for (uint64_t i = 0; i < a.iters; ++i) once();
+        perOp.push_back(st.recordStopAndElapsedMs() * 1e3 / static_cast<double>(a.iters));
+      }
+      row.timeUs = median(perOp);
+      row.algbw = static_cast<double>(bytes) / (row.timeUs * 1e3);
+      row.busbw = row.algbw * busFactor;
+      printRow(row, a);
+      rows.push_back(row);
+      addRecord(row, "median", {{"reps", std::to_string(a.reps)}});
+    }
+    // Side by side: the engine's "auto" (else its best algorithm) against NCCL.
+    std::printf("#\n# %12s %14s %14s %10s\n", "size(B)", "mkernel(us)", "nccl(us)", "speedup");
+    for (const auto& [bytes, count] : sizes) {
+      (void)count;
+      double mkT = 0, ncT = 0;
+      for (const auto& r : rows) {
+        if (r.bytes != bytes) continue;
+        if (r.impl == "nccl") ncT = r.timeUs;
+        if (r.impl == "mkernel" && (r.algo.rfind("auto", 0) == 0 || mkT == 0 || r.timeUs < mkT))
+          if (mkT == 0 || r.algo.rfind("auto", 0) == 0) mkT = r.timeUs;
+      }
+      std::printf("  %12llu %14.2f %14.2f %9.2fx\n", static_cast<unsigned long long>(bytes), mkT, ncT,
+                  mkT > 0 ? ncT / mkT : 0.0);
+    }
+  }
+
+  if (!a.json.empty()) {
+    mk::saveMeasurementFile(mf, a.json);
+    std::printf("# wrote %zu records to %s\n", mf.records.size(), a.json.c_str());
+  }
+  int64_t wrongTotal = 0;
+  for (const auto& r : rows) wrongTotal += std::max<int64_t>(0, r.wrong);
+  if (wrongTotal > 0) {
+    std::fprintf(stderr, "mk-bench: %lld wrong elements\n", static_cast<long long>(wrongTotal));
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Kernels first launched while the resident kernel runs would wait for it forever under lazy loading.
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  Args a;
+  CLI::App app{"mk-bench: nccl-tests-style benchmark of the mkernel resident-kernel engine (NCCL in the same run)"};
+  app.add_option("op", a.op, "allreduce | allgather | reducescatter | broadcast | alltoall")->required();
+  app.add_option("-b,--minbytes", a.minSize, "smallest size (nccl-tests 'size': the larger buffer of one rank)");
+  app.add_option("-e,--maxbytes", a.maxSize, "largest size (K/M/G binary suffixes)");
+  app.add_option("-f,--stepfactor", a.factor, "size multiplication factor");
+  app.add_option("-d,--datatype", a.dtype, "float32 | bfloat16 | float16");
+  app.add_option("-o,--op", a.redop, "sum | max | min");
+  app.add_option("--algo", a.algo, "auto | all | comma-separated generator names (one-shot, two-shot, ring, ...)");
+  app.add_option("--baseline", a.baseline, "nccl: also time NCCL (libnccl.so.2, loaded at run time)");
+  app.add_flag("-c,--check", a.check, "verify each size once against the CPU reference on fresh random data");
+  app.add_flag("--inplace", a.inPlace, "in-place variant (NCCL's conventions)");
+  app.add_option("--json", a.json, "write the measurement file (mkernel.measurement.v1)");
+  app.add_option("--trace", a.trace, "write a Chrome/Perfetto trace of one op per size");
+  app.add_option("-n,--iters", a.iters, "timed ops per loop");
+  app.add_option("-w,--warmup_iters", a.warmup, "untimed ops first");
+  app.add_option("--reps", a.reps, "timed loops per size (the median is reported)");
+  app.add_option("-g,--gpus", a.gpus, "GPUs (default: all visible)");
+  app.add_option("-r,--root", a.root, "broadcast root");
+  app.add_option("--chunks", a.chunks, "GenOptions::chunks (0: by size)");
+  app.add_option("--channels", a.channels, "GenOptions::channels (0: by size)");
+  app.add_option("--workers", a.workers, "worker CTAs per GPU (0: auto)");
+  app.add_option("--threads", a.threads, "threads per CTA");
+  app.add_option("--latency-probes", a.latencyProbes, "isolated ops timed host enqueue -> first step (0: skip)");
+  app.add_option("--link", a.link, "link name for the metadata (default: NVML's active NVLink count)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  std::string cmd = "mk-bench";
+  for (int i = 1; i < argc; ++i) cmd += std::string(" ") + argv[i];
+  try {
+    return run(a, cmd);
+  } catch (const mk::Error& e) {
+    std::fprintf(stderr, "mk-bench: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mk-bench: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,173 @@
+// mkernel — the GPU engine's host API: a communicator per rank, collectives and any schedule through one
+// resident kernel per GPU.
+//
+// Phase 1 (this file's implementation): one process drives several GPUs of one node
+// (Communicator::createLocal). Every rank is a Communicator; like NCCL in that mode, an op is submitted by
+// calling it on every rank (from one thread, or one thread per rank); it starts on a GPU once that rank's
+// stream reaches it. The multi-process modes (MPI, torchrun-style environment) will create one
+// Communicator per process through a bootstrap that exchanges the same things createLocal sets up in
+// memory: peer mappings of every rank's engine state and scratch, and per-op address tables.
+//
+// Stream semantics: a call returns once the op is enqueued. The op starts when `stream` reaches it (a
+// stream memory write rings the doorbell). Outside a group the call also makes `stream` wait for the op's
+// completion on every rank (a stream memory wait), so later work on `stream` sees the result. Inside
+// groupStart() / groupEnd() only the last op per (communicator, stream) gets that wait, at groupEnd():
+// back-to-back ops then run without a host or stream round trip between them (docs/gpu-engine.md).
+//
+// While a communicator is alive its GPUs run a resident kernel: cudaDeviceSynchronize() and cudaFree()
+// on those devices would wait for it forever. Use stream or event synchronisation, and
+// cudaFreeAsync / free memory after the communicator is gone.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mk/algorithms/algorithms.hpp"
+#include "mk/schedule/schedule.hpp"
+#include "mk/topology/topology.hpp"
+
+namespace mk {
+
+/// Runtime knobs of a communicator (one typed struct; no environment variables).
+struct CommConfig {
+  uint32_t workerCtas = 0;       ///< worker CTAs of the resident kernel per GPU; 0 = min(64, SMs / 2)
+  uint32_t threadsPerCta = 512;  ///< 32..512, a multiple of 32
+  uint32_t ringSlots = 64;       ///< doorbell ring depth: ops in flight before a submit blocks (back-pressure)
+  double pollBudgetMs = 10000;   ///< budget of every device-side wait; past it the kernel reports and stops
+  double hostBudgetMs = 20000;   ///< budget of host-side waits (ring full, synchronize, start, shutdown)
+  bool trace = false;            ///< record start/end of every step (takeTrace); off costs nothing
+  uint32_t traceCapacity = 1u << 20;  ///< trace records kept per rank
+  uint64_t minBytesPerCta = 32 * 1024;  ///< a data step uses one more CTA of its lane per this many bytes
+};
+
+/// How one collective call is generated. A string converts to it ("auto", "ring", ...).
+struct CollOptions {
+  std::string algo = "auto";  ///< generator name (algorithmsFor(op)) or "auto": lowest closed-form cost
+  uint32_t chunks = 0;        ///< GenOptions::chunks; 0 = chosen by size
+  uint32_t channels = 0;      ///< GenOptions::channels; 0 = chosen by size
+  CollOptions() = default;
+  CollOptions(const char* a) : algo(a) {}         // NOLINT: implicit on purpose
+  CollOptions(std::string a) : algo(std::move(a)) {}  // NOLINT: implicit on purpose
+};
+
+/// GPU-clock timestamps of one op on one rank (%globaltimer, ns).
+struct OpTiming {
+  uint64_t op = 0;
+  uint64_t doorbellNs = 0;   ///< the kernel noticed the doorbell
+  uint64_t publishNs = 0;    ///< the op was handed to the worker CTAs
+  uint64_t firstStepNs = 0;  ///< lane 0 began its first step
+  uint64_t localDoneNs = 0;  ///< every CTA of this rank finished
+  uint64_t completeNs = 0;   ///< every rank finished
+};
+
+/// Offset between the GPU's %globaltimer and the host's steady clock: gpuNs ~ hostNs + offsetNs.
+struct ClockSync {
+  double offsetNs = 0;
+  double uncertaintyNs = 0;  ///< half the best ping round trip
+};
+
+/// One traced step.
+struct TraceEvent {
+  uint32_t rank = 0, lane = 0, step = 0;
+  uint64_t op = 0;
+  StepKind kind = StepKind::Copy;
+  uint64_t startNs = 0, endNs = 0;  ///< %globaltimer
+};
+
+namespace runtime {
+class LocalGroup;
+}
+
+/// One rank of a communicator: owns nothing alone, shares the group's resources (RAII: the resident
+/// kernels stop and every allocation is freed when the last rank of a group is destroyed). Movable, not
+/// copyable. Every method throws mk::Error; after a device-side failure (timeout, ...) every call throws
+/// that failure's message.
+class Communicator {
+ public:
+  /// One communicator per device in `devices` (rank i on devices[i]), one resident kernel per device.
+  /// Throws Error(InvalidArgument) for an empty list, a repeated device or one that does not exist;
+  /// Error(Unsupported) when two of them cannot map each other's memory (naming the pair), when more
+  /// ranks than the engine drives are asked for, or when the kernel's grid cannot be co-resident.
+  static std::vector<Communicator> createLocal(const std::vector<int>& devices, const CommConfig& config = {});
+
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  ~Communicator();
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept;
+  int device() const noexcept;
+  /// The topology the "auto" choice costs against (detected at creation).
+  const Topology& topology() const noexcept;
+  /// Worker CTAs of this rank's resident kernel.
+  uint32_t workerCtas() const noexcept;
+
+  /// Collectives (counts as in algorithms.hpp; NCCL's conventions). `send` and `recv` are device memory
+  /// of this rank's GPU, aligned to the element size; send == recv (in place) is allowed, and so is any
+  /// overlap: the input is then staged through engine memory first (a device copy on `stream`).
+  void allReduce(const void* send, void* recv, uint64_t count, DType dtype, RedOp op, cudaStream_t stream,
+                 const CollOptions& opt = {});
+  void allGather(const void* send, void* recv, uint64_t count, DType dtype, cudaStream_t stream,
+                 const CollOptions& opt = {});
+  void reduceScatter(const void* send, void* recv, uint64_t count, DType dtype, RedOp op, cudaStream_t stream,
+                     const CollOptions& opt = {});
+  void broadcast(const void* send, void* recv, uint64_t count, DType dtype, uint32_t root, cudaStream_t stream,
+                 const CollOptions& opt = {});
+  void allToAll(const void* send, void* recv, uint64_t count, DType dtype, cudaStream_t stream,
+                const CollOptions& opt = {});
+
+  /// Run any schedule of this communicator's size (every rank calls it with the same schedule): buffers
+  /// of kind Input are bound to `input`, Output and InOut to `output` (each rank's own pointers; sizes
+  /// are the schedule's counts and are trusted), Scratch to engine memory. Lowered and uploaded once per
+  /// distinct schedule. The schedule is not validated here: validate() it first when it comes from
+  /// outside (a schedule that can never finish ends in a timeout error, not a hang).
+  void execute(const Schedule& s, const void* input, void* output, cudaStream_t stream);
+
+  /// Algorithm "auto" would pick for this collective (lowest closedForm on topology()).
+  std::string chooseAlgorithm(CollOp op, uint64_t count, DType dtype) const;
+  /// GenOptions the engine uses for (op, count, dtype, algo) when CollOptions leaves them at 0.
+  GenOptions chooseGenOptions(CollOp op, uint64_t count, DType dtype, const std::string& algo) const;
+
+  /// Block the host until every op this rank submitted has completed on every rank (bounded by
+  /// CommConfig::hostBudgetMs). Throws the kernel's failure, if any.
+  void synchronize();
+  /// Index of the next op this rank will submit (ops are numbered 0, 1, ... per rank).
+  uint64_t nextOpIndex() const;
+  /// Timestamps of op `op` (valid once it completed and until ringSlots later ops completed).
+  OpTiming opTiming(uint64_t op) const;
+  /// Ping-pong with a one-block kernel on this rank's GPU (`rounds` pings; the best round trip wins).
+  ClockSync calibrateClock(int rounds = 200) const;
+  /// Trace events recorded so far on this rank (CommConfig::trace), and forget them. Call after
+  /// synchronize().
+  std::vector<TraceEvent> takeTrace();
+
+  /// Internal: the group this rank belongs to.
+  runtime::LocalGroup& group() const { return *group_; }
+
+ private:
+  Communicator(std::shared_ptr<runtime::LocalGroup> group, int rank) : group_(std::move(group)), rank_(rank) {}
+  void collective(const CollectiveSpec& spec, const void* send, void* recv, cudaStream_t stream, const CollOptions& opt);
+
+  std::shared_ptr<runtime::LocalGroup> group_;
+  int rank_ = 0;
+  const void* checked_[4] = {};  ///< recently validated device pointers (skips cudaPointerGetAttributes)
+  unsigned checkedNext_ = 0;
+};
+
+/// Start a group: until the matching groupEnd(), ops submitted by this thread get no per-op stream wait.
+void groupStart();
+/// End a group: each (communicator, stream) used inside waits on its last op's completion.
+void groupEnd();
+
+/// Chrome / Perfetto trace JSON ("traceEvents", one complete event per step: pid = rank, tid = lane,
+/// ts / dur in microseconds from the earliest start) — the format the simulator emits too.
+std::string traceToChromeJson(const std::vector<TraceEvent>& events, const std::string& label = "mkernel");
+
+}  // namespace mk

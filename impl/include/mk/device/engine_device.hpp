@@ -1,0 +1,264 @@
+// mkernel — what the host and the resident kernel share: memory blocks, the doorbell ring, the lowered
+// program format and the kernel's launch handle.
+//
+// Every struct here crosses PCIe (host-mapped pinned memory) or NVLink (peer device memory), so every field
+// has a fixed width and every size is static_assert'ed. Who writes which word, and which word is written
+// last, is stated next to each struct. Design notes: docs/gpu-engine.md.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "mk/device/macros_device.hpp"
+
+namespace mk::device {
+
+/// Most ranks one communicator drives (one NVLink domain of this generation; multi-node comes with ProxyPut).
+inline constexpr uint32_t kMaxRanks = 8;
+/// Most (rank, buffer) address bindings one op carries: kMaxRanks x 8 buffers.
+inline constexpr uint32_t kMaxBindings = 64;
+/// Most flags one schedule may use per rank.
+inline constexpr uint32_t kMaxFlags = 2048;
+/// Most barrier ids one schedule may use.
+inline constexpr uint32_t kMaxBarriers = 64;
+/// Most lanes one rank's schedule may have (each lane needs at least one CTA of its own).
+inline constexpr uint32_t kMaxLanes = 256;
+/// Most lane sync points (places where the CTAs of one multi-CTA lane meet or count arrivals) per rank
+/// and op. Each has its own counter: CTAs that only arrive may run ahead to the next sync point, so one
+/// shared running counter could not tell whose arrival completed which point.
+inline constexpr uint32_t kMaxSyncPoints = 4096;
+/// Ops whose per-op state (flags, barriers, scratch, staging) can be live at once on a rank. Op k uses
+/// slot k % kSlots. Two slots let op k+1 start on one rank while a peer still finishes op k.
+inline constexpr uint32_t kSlots = 2;
+
+/// Why the kernel stopped. Written once into StatusBlock::code (the first failure wins).
+enum class Status : uint32_t {
+  Ok = 0,
+  WaitTimeout = 1,        ///< a Wait step: own flag never reached the threshold
+  BarrierTimeout = 2,     ///< a Barrier step: some rank never arrived
+  EntryTimeout = 3,       ///< a step touching a peer's user buffer: the peer never entered the op
+  DescriptorTimeout = 4,  ///< the doorbell rang but the op's descriptor never became valid
+  GateTimeout = 5,        ///< an earlier op never completed on some rank, so this op could not start
+  LaneSyncTimeout = 6,    ///< CTAs of one lane never met at a lane barrier
+  BadProgram = 7,         ///< a lowered program failed a device-side sanity check
+  HostAbort = 8,          ///< the host poisoned the communicator (a mismatched collective, shutdown on error)
+};
+
+/// Failure record; host-mapped pinned memory shared by every rank of a local group. The writer first
+/// claims the record with a compare-and-swap on EngineDeviceHandle::failureClaim (device memory of rank 0:
+/// GPU atomics on host-mapped memory are not atomic across devices without PCIe atomics), fills every
+/// field, fences (system scope) and only then sets `abort`, so a reader that sees abort != 0 sees the
+/// whole record. `abort` itself is a plain store of 1 (any number of writers).
+struct alignas(64) StatusBlock {
+  uint32_t abort;  ///< != 0: every kernel of the group exits at its next poll
+  uint32_t code;   ///< Status
+  uint32_t rank, lane, step, flag;
+  uint32_t op;  ///< op sequence number (0-based) on `rank`
+  uint32_t reserved0;
+  uint64_t expected, seen;
+  uint64_t elapsedNs;  ///< how long the failing wait spun
+  uint64_t reserved1;
+};
+static_assert(sizeof(StatusBlock) == 64);
+
+/// Kernel -> host progress of one rank, host-mapped. Single writer per field: the rank's control warp,
+/// except `shutdown` (host -> kernel).
+struct alignas(64) RankMailbox {
+  uint32_t fetched;    ///< descriptors the control warp has read (the host may reuse ring slot j once > j)
+  uint32_t completed;  ///< ops complete on every rank (mirror of RankState::complete for host polling)
+  uint32_t started;    ///< CTAs that entered the kernel (co-residency check at launch)
+  uint32_t exited;     ///< 1 once the control warp has left its loop
+  uint32_t shutdown;   ///< host -> kernel: exit once every issued op has completed
+  uint32_t reserved[11];
+};
+static_assert(sizeof(RankMailbox) == 64);
+
+/// Timestamps (%globaltimer, ns) of one op on one rank, a device-memory ring indexed by op % ringSlots
+/// (device memory so stamping costs no PCIe write on the op's path).
+/// Written by the control warp, except firstStepNs (the first worker CTA of lane 0).
+struct alignas(16) OpStamp {
+  uint64_t doorbellNs;   ///< control warp saw the doorbell
+  uint64_t publishNs;    ///< op handed to the worker CTAs
+  uint64_t firstStepNs;  ///< lane 0's first CTA began its first step
+  uint64_t localDoneNs;  ///< every worker CTA of this rank finished the op
+  uint64_t completeNs;   ///< every rank finished the op (the stream may move on)
+  uint32_t op;           ///< op sequence number the record belongs to (written last)
+  uint32_t reserved;
+};
+static_assert(sizeof(OpStamp) == 48);
+
+/// One traced step (start/end of the lane's first CTA), host-mapped, appended with atomicAdd.
+struct alignas(16) TraceRecord {
+  uint32_t op;
+  uint16_t lane;
+  uint16_t kind;  ///< StepKind
+  uint32_t step;
+  uint32_t reserved;
+  uint64_t startNs, endNs;
+};
+static_assert(sizeof(TraceRecord) == 32);
+
+/// OpDescriptor::flags bits.
+enum OpFlagBits : uint32_t {
+  kOpFence = 1u << 0,  ///< op touches user memory the previous op touched: start only once that op completed
+};
+
+/// One submitted op, host-mapped ring of `ringSlots` entries shared by every rank of a local group. The
+/// host writes every field, then `seq` = op + 1 LAST with release; the kernel reads `seq` with acquire
+/// (system scope) before anything else. Slot op % ringSlots is reused only after every rank's control warp
+/// has fetched the previous occupant (RankMailbox::fetched).
+struct alignas(64) OpDescriptor {
+  uint32_t seq;        ///< op + 1 when valid
+  uint32_t nBindings;  ///< entries of `table` in use (nRanks x nBuffers of the schedule)
+  uint32_t flags;      ///< OpFlagBits
+  uint32_t reserved0;
+  uint64_t program[kMaxRanks];   ///< device address of each rank's lowered program (on that rank's GPU)
+  uint64_t table[kMaxBindings];  ///< address of (rank, buffer) at rank * nBuffers + buffer
+  uint64_t reserved1[6];
+};
+static_assert(sizeof(OpDescriptor) == 640);
+
+/// What the worker CTAs read to start an op: the descriptor's content, copied into device memory by the
+/// control warp once the op may start. Written by the control warp before it bumps RankState::published.
+struct alignas(64) OpBoard {
+  uint64_t program;  ///< this rank's lowered program
+  uint32_t op;
+  uint32_t nBindings;
+  uint64_t table[kMaxBindings];
+  uint64_t reserved[6];
+};
+static_assert(sizeof(OpBoard) == 576);
+
+/// One rank's device-resident engine state (device memory of that rank's GPU; peers write the
+/// `fromPeers` words and the flags / barrier counters over NVLink). Polled words sit on their own
+/// 128-byte lines so a writer on one side does not slow a poller on the other.
+struct alignas(128) RankState {
+  /// doorbell[j % ringSlots] = j + 1 once op j reached the front of its caller's stream; written by a
+  /// stream memory operation (cuStreamWriteValue32). One word per op, not a counter, so ops of one rank
+  /// on different streams cannot release each other.
+  uint32_t* doorbell;
+  uint64_t reserved0[15];
+  /// Ops complete on every rank (monotonic, cyclic compare). Stream waits (cuStreamWaitValue32 GEQ) poll it.
+  alignas(128) uint32_t complete;
+  /// CTAs that entered the kernel (mirrored to RankMailbox::started by the control warp); the failure
+  /// claim word of the group (used on rank 0 only); trace records appended.
+  alignas(128) uint32_t started;
+  uint32_t failureClaim;
+  uint32_t traceCount;
+  /// != 0: stop (device mirror of StatusBlock::abort; written by failing CTAs of any rank and by the
+  /// control warp when the host aborts). Spins read this, never host memory.
+  alignas(128) uint32_t abort;
+  /// Ops the control warp has handed to the workers (op j may run once published > j); `stop` != 0
+  /// tells idle workers to leave (shutdown).
+  alignas(128) uint32_t published;
+  uint32_t stop;
+  /// Worker CTAs that finished the op of each slot (reset to 0 when the op completes locally).
+  alignas(128) uint32_t lanesDone[kSlots];
+  /// Written by rank q (over NVLink): ops rank q has finished / entered.
+  alignas(128) uint32_t doneFrom[kMaxRanks];
+  alignas(128) uint32_t enteredFrom[kMaxRanks];
+  /// Per-slot op state, zero when an op of that slot starts (the owner zeroes it when the op completes).
+  alignas(128) uint64_t flags[kSlots][kMaxFlags];
+  uint32_t barriers[kSlots][kMaxBarriers];
+  uint32_t laneSync[kSlots][kMaxSyncPoints];
+  OpBoard board[kSlots];
+};
+static_assert(std::is_trivially_copyable_v<RankState>);
+
+// ---- the lowered program: a packed schedule of one rank, prepared once on the host ---------------------
+
+inline constexpr uint32_t kProgramMagic = 0x4750524Bu;  // "KRPG"
+
+/// LoweredStep::bits.
+enum LoweredStepBits : uint8_t {
+  kLsBarrierBefore = 1u << 0,  ///< every CTA of the lane meets (laneSync[barrierSync] == ctas) before the step
+  kLsSignal = 1u << 1,         ///< after the step, the lane's last CTA adds `value` to flag (flagRank, flagId)
+  kLsEntryCheck = 1u << 2,     ///< touches user buffers of the ranks in entryMask: wait until they entered the op
+};
+
+/// Operand: (binding index << 48) | byte offset into that binding.
+inline constexpr uint32_t kOperandShift = 48;
+inline constexpr uint64_t kOperandOffsetMask = (uint64_t{1} << kOperandShift) - 1;
+
+/// One step as the resident kernel runs it; 64 bytes, read whole before acting, never written at run time.
+struct alignas(16) LoweredStep {
+  uint8_t kind;   ///< StepKind (Copy, Reduce, Put, Signal, Wait, Barrier)
+  uint8_t redop;  ///< RedOp
+  uint8_t dtype;  ///< DType of the operands (checked equal at lowering)
+  uint8_t bits;   ///< LoweredStepBits
+  uint16_t activeCtas;  ///< CTAs of the lane that move data (the rest only take part in syncs)
+  uint16_t entryMask;   ///< ranks whose op entry this step waits for (kLsEntryCheck)
+  uint32_t flagRank;    ///< Signal / Put+signal: target rank; Wait: own rank
+  uint32_t flagId;      ///< flag id (Signal, Put+signal, Wait) or barrier id (Barrier)
+  uint32_t barrierSync;    ///< sync point the lane's CTAs meet at before the step (kLsBarrierBefore)
+  uint32_t arriveSync;     ///< sync point counting arrivals after the step (signal / barrier, lanes of > 1 CTA):
+                           ///< the CTA whose arrival completes it signals for the whole lane
+  uint64_t count;          ///< elements
+  uint64_t value;          ///< Signal increment / Wait threshold
+  uint64_t dst, a, b;      ///< operands (kOperandShift encoding)
+};
+static_assert(sizeof(LoweredStep) == 64);
+
+/// One lane: steps [firstStep, firstStep + nSteps) run by worker CTAs [ctaBegin, ctaBegin + ctaCount).
+struct alignas(16) LoweredLane {
+  uint32_t firstStep, nSteps;
+  uint32_t ctaBegin, ctaCount;
+  uint16_t laneIndex;  ///< index in the schedule (for diagnostics and traces)
+  uint8_t role;        ///< LaneRole
+  uint8_t reserved0;
+  uint32_t reserved1[3];
+};
+static_assert(sizeof(LoweredLane) == 32);
+
+/// Which lane a worker CTA runs.
+struct CtaAssignment {
+  uint16_t lane;       ///< index into the program's lanes
+  uint16_t indexInLane;
+};
+static_assert(sizeof(CtaAssignment) == 4);
+
+/// Program header; followed by LoweredLane[nLanes], LoweredStep[nSteps], CtaAssignment[nWorkers] at the
+/// byte offsets given (each 16-byte aligned).
+struct alignas(16) ProgramHeader {
+  uint32_t magic;
+  uint32_t rank, nRanks;
+  uint32_t nLanes, nSteps;
+  uint32_t nFlags, nBarriers;
+  uint32_t nBuffers;
+  uint32_t nWorkers;  ///< worker CTAs the program was lowered for
+  uint32_t nSyncPoints;
+  uint64_t lanesOffset, stepsOffset, ctasOffset, totalBytes;
+};
+static_assert(sizeof(ProgramHeader) == 80);
+
+/// Elements of one data step that CTA `idx` of `active` moves: [*begin, *end). Pieces are multiples of
+/// 256 elements (so every piece but the last starts 16-byte aligned relative to the step's start) and
+/// identical for identical (count, active): the lowering relies on that to skip lane barriers between
+/// steps whose CTAs only touch their own pieces.
+MK_HOST_DEVICE_INLINE void ctaPiece(uint64_t count, uint32_t active, uint32_t idx, uint64_t* begin, uint64_t* end) {
+  const uint64_t per = ((count + active - 1) / active + 255) / 256 * 256;
+  const uint64_t b = static_cast<uint64_t>(idx) * per;
+  *begin = b < count ? b : count;
+  *end = (b + per) < count ? (b + per) : count;
+}
+
+/// Everything the resident kernel of one rank needs; passed by value at launch.
+struct EngineDeviceHandle {
+  RankState* state;               ///< this rank's state (device memory)
+  RankState* peers[kMaxRanks];    ///< every rank's state as this GPU addresses it (peer mappings; [rank] = state)
+  StatusBlock* status;            ///< host-mapped, shared by the group
+  RankMailbox* mailbox;           ///< host-mapped, this rank's
+  const OpDescriptor* ring;       ///< host-mapped, shared by the group
+  OpStamp* stamps;                ///< device memory, this rank's, ringSlots entries (read by cudaMemcpy)
+  TraceRecord* trace;             ///< host-mapped, this rank's (null when tracing is off)
+  uint32_t* failureClaim;         ///< rank 0's RankState::failureClaim (peer-mapped)
+  uint32_t traceCapacity;
+  uint32_t ringSlots;
+  uint32_t rank, nRanks;
+  uint32_t nWorkers;  ///< worker CTAs (the grid is nWorkers + 1: block 0 is the control block)
+  uint32_t reserved0;
+  uint64_t pollBudgetNs;  ///< budget of every bounded wait
+};
+static_assert(std::is_trivially_copyable_v<EngineDeviceHandle>);
+
+}  // namespace mk::device

@@ -1,0 +1,628 @@
+// mkernel — the resident kernel: launched once per rank, it runs op after op from the doorbell ring.
+//
+// Grid = 1 control block + nWorkers worker CTAs (all co-resident: checked before launch).
+//  * Control warp (block 0, warp 0): notices doorbells, prefetches the op's descriptor from host memory,
+//    gates the op (see "Cross-op rules" below), hands it to the workers through OpBoard + `published`,
+//    tells the peers it entered the op, notices local completion (every worker arrived), zeroes the slot's
+//    flags / barriers / lane-sync counters, pushes its done count to every rank, and advances `complete`
+//    (what stream waits poll) once every rank is done.
+//  * Worker CTA w runs lane ctas[w].lane of the op's lowered program (CTAs without a lane idle through
+//    the op). Data steps split their elements among the lane's first activeCtas CTAs (ctaPiece).
+//
+// Cross-op rules (why back-to-back ops never confuse flags or scratch) — also in docs/gpu-engine.md:
+//  1. Op k uses slot k % 2 of every per-op resource: flags, barrier counters, lane-sync counters, board,
+//     scratch arena, in-place staging. A rank zeroes its slot's counters when op k completes locally
+//     (every flag is fully consumed by then: the validator's rule), before it announces done(k).
+//  2. Op k is published (may start) on a rank only once op k-2 has completed on EVERY rank, so nobody
+//     can still read or write slot k % 2 of anyone from op k-2 — and only once op k-1 has completed on
+//     every rank when the host marked op k with kOpFence (it touches user memory op k-1 touched).
+//  3. A step that touches a peer's user buffer (input / output) first waits until that peer has entered
+//     op k: the peer's stream has reached the op, so the caller is done with that memory.
+//  4. `complete` (and so the caller's stream) moves past op k only when every rank finished op k: no
+//     peer writes into or reads from this rank's user buffers afterwards.
+// So flags need no epoch base: thresholds are the schedule's own values in a slot that starts at zero.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "mk/device/engine_device.hpp"
+#include "mk/device/poll_device.hpp"
+#include "mk/schedule/types.hpp"
+#include "resident_kernel.hpp"
+
+namespace mk::device {
+namespace {
+
+constexpr uint16_t kIdleLane = 0xFFFF;
+constexpr unsigned kFullMask = 0xFFFFFFFFu;
+
+// ---- element conversions and operators: bit-exact with models/src/exec/numeric.cpp -------------------
+
+template <int kDType>
+struct Elem;
+template <>
+struct Elem<static_cast<int>(DType::Float32)> {
+  using Bits = uint32_t;
+  static __device__ __forceinline__ float load(Bits v) { return __uint_as_float(v); }
+  static __device__ __forceinline__ Bits store(float f) { return __float_as_uint(f); }
+};
+template <>
+struct Elem<static_cast<int>(DType::BFloat16)> {
+  using Bits = uint16_t;
+  static __device__ __forceinline__ float load(Bits v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
+  static __device__ __forceinline__ Bits store(float f) {
+    const uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<Bits>((u >> 16) | 0x0040u);  // NaN stays NaN
+    return static_cast<Bits>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);                   // round to nearest even
+  }
+};
+template <>
+struct Elem<static_cast<int>(DType::Float16)> {
+  using Bits = uint16_t;
+  static __device__ __forceinline__ float load(Bits v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
+    return f;
+  }
+  static __device__ __forceinline__ Bits store(float f) {
+    Bits h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));  // round to nearest even, overflow to inf
+    return h;
+  }
+};
+
+template <int kOp>
+__device__ __forceinline__ float applyOp(float a, float b) {
+  if constexpr (kOp == static_cast<int>(RedOp::Sum)) {
+    return __fadd_rn(a, b);  // one rounding; never contracted into an FMA
+  } else {
+    // NaN propagates; +0 / -0 are ordered so the result does not depend on the order ranks combine in.
+    if (isnan(a)) return a;
+    if (isnan(b)) return b;
+    if (a == b) {
+      const bool aNeg = signbit(a);
+      if constexpr (kOp == static_cast<int>(RedOp::Max)) return aNeg ? b : a;
+      return aNeg ? a : b;
+    }
+    if constexpr (kOp == static_cast<int>(RedOp::Max)) return a > b ? a : b;
+    return a < b ? a : b;
+  }
+}
+
+template <int kDType, int kOp>
+__device__ __forceinline__ uint4 combine(const uint4& p, const uint4& q) {
+  using E = Elem<kDType>;
+  using Bits = typename E::Bits;
+  constexpr int kPerVec = 16 / sizeof(Bits);
+  uint4 r;
+  const Bits* x = reinterpret_cast<const Bits*>(&p);
+  const Bits* y = reinterpret_cast<const Bits*>(&q);
+  Bits* z = reinterpret_cast<Bits*>(&r);
+#pragma unroll
+  for (int k = 0; k < kPerVec; ++k) z[k] = E::store(applyOp<kOp>(E::load(x[k]), E::load(y[k])));
+  return r;
+}
+
+/// dst[i] = op(a[i], b[i]) for i in [0, n), by threads tid, tid + nth, ... 16-byte vectors when the three
+/// pointers share their alignment modulo 16 (scalar head and tail), elementwise otherwise.
+template <int kDType, int kOp>
+__device__ void reduceRange(char* dst, const char* a, const char* b, uint64_t n, uint32_t tid, uint32_t nth) {
+  using E = Elem<kDType>;
+  using Bits = typename E::Bits;
+  constexpr uint32_t kSize = sizeof(Bits);
+  constexpr uint32_t kPerVec = 16 / kSize;
+  Bits* z = reinterpret_cast<Bits*>(dst);
+  const Bits* x = reinterpret_cast<const Bits*>(a);
+  const Bits* y = reinterpret_cast<const Bits*>(b);
+  const uintptr_t mis = reinterpret_cast<uintptr_t>(dst) & 15u;
+  uint64_t head = n;
+  if (mis == (reinterpret_cast<uintptr_t>(a) & 15u) && mis == (reinterpret_cast<uintptr_t>(b) & 15u) && mis % kSize == 0)
+    head = min(n, static_cast<uint64_t>(((16u - mis) & 15u) / kSize));
+  for (uint64_t i = tid; i < head; i += nth) z[i] = E::store(applyOp<kOp>(E::load(x[i]), E::load(y[i])));
+  if (head == n) return;
+  const uint64_t nVec = (n - head) / kPerVec;
+  const uint4* xv = reinterpret_cast<const uint4*>(x + head);
+  const uint4* yv = reinterpret_cast<const uint4*>(y + head);
+  uint4* zv = reinterpret_cast<uint4*>(z + head);
+  uint64_t i = tid;
+  // Two vectors of each operand in flight per thread before the first use.
+  for (; i + nth < nVec; i += 2ull * nth) {
+    const uint4 p0 = xv[i], q0 = yv[i], p1 = xv[i + nth], q1 = yv[i + nth];
+    zv[i] = combine<kDType, kOp>(p0, q0);
+    zv[i + nth] = combine<kDType, kOp>(p1, q1);
+  }
+  for (; i < nVec; i += nth) zv[i] = combine<kDType, kOp>(xv[i], yv[i]);
+  for (uint64_t t = head + nVec * kPerVec + tid; t < n; t += nth)
+    z[t] = E::store(applyOp<kOp>(E::load(x[t]), E::load(y[t])));
+}
+
+template <int kDType>
+__device__ void reduceDispatchOp(int op, char* dst, const char* a, const char* b, uint64_t n, uint32_t tid, uint32_t nth) {
+  switch (op) {
+    case static_cast<int>(RedOp::Max): return reduceRange<kDType, static_cast<int>(RedOp::Max)>(dst, a, b, n, tid, nth);
+    case static_cast<int>(RedOp::Min): return reduceRange<kDType, static_cast<int>(RedOp::Min)>(dst, a, b, n, tid, nth);
+    default: return reduceRange<kDType, static_cast<int>(RedOp::Sum)>(dst, a, b, n, tid, nth);
+  }
+}
+
+__device__ void reduceDispatch(int dtype, int op, char* dst, const char* a, const char* b, uint64_t n, uint32_t tid,
+                               uint32_t nth) {
+  switch (dtype) {
+    case static_cast<int>(DType::BFloat16): return reduceDispatchOp<static_cast<int>(DType::BFloat16)>(op, dst, a, b, n, tid, nth);
+    case static_cast<int>(DType::Float16): return reduceDispatchOp<static_cast<int>(DType::Float16)>(op, dst, a, b, n, tid, nth);
+    default: return reduceDispatchOp<static_cast<int>(DType::Float32)>(op, dst, a, b, n, tid, nth);
+  }
+}
+
+/// Copy `bytes` (a whole number of 2- or 4-byte elements) from src to dst, either of which may be a peer's
+/// memory: 16-byte vectors (four in flight per thread) when both share their alignment modulo 16.
+__device__ void copyRange(char* dst, const char* src, uint64_t bytes, uint32_t tid, uint32_t nth) {
+  const uintptr_t md = reinterpret_cast<uintptr_t>(dst) & 15u;
+  const uintptr_t ms = reinterpret_cast<uintptr_t>(src) & 15u;
+  if (md == ms && md % 2 == 0) {
+    const uint64_t head = min(bytes, static_cast<uint64_t>((16u - md) & 15u));
+    for (uint64_t i = tid; i < head / 2; i += nth)
+      reinterpret_cast<uint16_t*>(dst)[i] = reinterpret_cast<const uint16_t*>(src)[i];
+    const uint64_t nVec = (bytes - head) / 16;
+    const uint4* s4 = reinterpret_cast<const uint4*>(src + head);
+    uint4* d4 = reinterpret_cast<uint4*>(dst + head);
+    uint64_t i = tid;
+    for (; i + 3ull * nth < nVec; i += 4ull * nth) {
+      const uint4 v0 = s4[i], v1 = s4[i + nth], v2 = s4[i + 2ull * nth], v3 = s4[i + 3ull * nth];
+      d4[i] = v0;
+      d4[i + nth] = v1;
+      d4[i + 2ull * nth] = v2;
+      d4[i + 3ull * nth] = v3;
+    }
+    for (; i < nVec; i += nth) d4[i] = s4[i];
+    const uint64_t done = head + nVec * 16;
+    for (uint64_t t = tid; t < (bytes - done) / 2; t += nth)
+      reinterpret_cast<uint16_t*>(dst + done)[t] = reinterpret_cast<const uint16_t*>(src + done)[t];
+  } else if ((md & 3u) == 0 && (ms & 3u) == 0 && bytes % 4 == 0) {
+    for (uint64_t i = tid; i < bytes / 4; i += nth)
+      reinterpret_cast<uint32_t*>(dst)[i] = reinterpret_cast<const uint32_t*>(src)[i];
+  } else {
+    for (uint64_t i = tid; i < bytes / 2; i += nth)
+      reinterpret_cast<uint16_t*>(dst)[i] = reinterpret_cast<const uint16_t*>(src)[i];
+  }
+}
+
+__device__ __forceinline__ char* operandAddress(const uint64_t* table, uint64_t operand) {
+  return reinterpret_cast<char*>(table[operand >> kOperandShift]) + (operand & kOperandOffsetMask);
+}
+
+__device__ __forceinline__ uint32_t dtypeBytes(uint8_t dtype) {
+  return dtype == static_cast<uint8_t>(DType::Float32) ? 4u : 2u;
+}
+
+// ---- worker CTAs --------------------------------------------------------------------------------------
+
+/// Run one lane's steps for op `op`. Returns false when the CTA must stop (abort or timeout), with the
+/// same value in every thread.
+template <bool kTrace>
+__device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramHeader* ph, CtaAssignment me,
+                        const uint64_t* table) {
+  __shared__ int sOkBefore, sOkAfter;
+  const char* base = reinterpret_cast<const char*>(ph);
+  const LoweredLane lane = reinterpret_cast<const LoweredLane*>(base + ph->lanesOffset)[me.lane];
+  const LoweredStep* steps = reinterpret_cast<const LoweredStep*>(base + ph->stepsOffset) + lane.firstStep;
+  const uint32_t slot = op % kSlots;
+  const uint32_t n = lane.ctaCount;
+  const uint32_t idx = me.indexInLane;
+  const uint32_t tid = threadIdx.x;
+  const uint32_t nth = blockDim.x;
+  RankState* st = h.state;
+  for (uint32_t s = 0; s < lane.nSteps; ++s) {
+    const LoweredStep step = steps[s];
+    uint64_t t0 = 0;
+    if (tid == 0) {
+      if (kTrace && idx == 0) t0 = globalTimerNs();
+      if (s == 0 && me.lane == 0 && idx == 0) h.stamps[op % h.ringSlots].firstStepNs = globalTimerNs();
+      bool ok = true;
+      // Rule 3: a peer's user buffer only once that peer entered this op.
+      if (step.entryMask != 0) {
+        for (uint32_t q = 0; ok && q < h.nRanks; ++q)
+          if (step.entryMask & (1u << q))
+            ok = MK_POLL(h, seqGeq(loadVolatile(&st->enteredFrom[q]), op + 1),
+                         (PollSite{Status::EntryTimeout, op, lane.laneIndex, s, q, op + 1ull}),
+                         loadVolatile(&st->enteredFrom[q]));
+        fenceSys();
+      }
+      if (ok && (step.bits & kLsBarrierBefore)) {
+        uint32_t* ctr = &st->laneSync[slot][step.barrierSync];
+        // Earlier steps may have written a peer's memory that another CTA of the lane reads next.
+        fenceSys();
+        addReleaseGpu(ctr, 1u);
+        ok = MK_POLL(h, loadVolatile(ctr) >= n, (PollSite{Status::LaneSyncTimeout, op, lane.laneIndex, s, step.barrierSync, n}),
+                     loadVolatile(ctr));
+        fenceGpu();
+      }
+      sOkBefore = ok;
+    }
+    __syncthreads();
+    if (!sOkBefore) return false;
+
+    const int kind = step.kind;
+    if (kind == static_cast<int>(StepKind::Copy) || kind == static_cast<int>(StepKind::Put)) {
+      if (idx < step.activeCtas) {
+        uint64_t b, e;
+        ctaPiece(step.count, step.activeCtas, idx, &b, &e);
+        const uint32_t es = dtypeBytes(step.dtype);
+        copyRange(operandAddress(table, step.dst) + b * es, operandAddress(table, step.a) + b * es, (e - b) * es, tid, nth);
+      }
+    } else if (kind == static_cast<int>(StepKind::Reduce)) {
+      if (idx < step.activeCtas) {
+        uint64_t b, e;
+        ctaPiece(step.count, step.activeCtas, idx, &b, &e);
+        const uint32_t es = dtypeBytes(step.dtype);
+        reduceDispatch(step.dtype, step.redop, operandAddress(table, step.dst) + b * es,
+                       operandAddress(table, step.a) + b * es, operandAddress(table, step.b) + b * es, e - b, tid, nth);
+      }
+    }
+
+    const bool arrives = (step.bits & kLsSignal) || kind == static_cast<int>(StepKind::Barrier);
+    if (arrives || kind == static_cast<int>(StepKind::Wait)) {
+      if (arrives) __syncthreads();  // every thread's data of this CTA is written before thread 0 publishes it
+      if (tid == 0) {
+        bool ok = true;
+        if (arrives) {
+          bool last = true;
+          // This CTA's data (possibly in a peer's memory) is visible system-wide before it arrives; the
+          // CTA that completes the count then signals for the whole lane.
+          fenceSys();
+          if (n > 1) last = fetchAddAcqRelGpu(&st->laneSync[slot][step.arriveSync], 1u) + 1u == n;
+          if (last) {
+            if (kind == static_cast<int>(StepKind::Barrier)) {
+              if (n > 1) fenceSys();
+              for (uint32_t q = 0; q < h.nRanks; ++q) addRelease(&h.peers[q]->barriers[slot][step.flagId], 1u);
+            } else if (step.flagRank == h.rank) {
+              addReleaseGpu(&st->flags[slot][step.flagId], step.value);  // a lane of this GPU waits on it
+            } else {
+              if (n > 1) fenceSys();  // cumulative over the other CTAs' data acquired just above
+              addRelease(&h.peers[step.flagRank]->flags[slot][step.flagId], step.value);
+            }
+          }
+          if (kind == static_cast<int>(StepKind::Barrier)) {
+            uint32_t* ctr = &st->barriers[slot][step.flagId];
+            ok = MK_POLL(h, loadVolatile(ctr) >= h.nRanks,
+                         (PollSite{Status::BarrierTimeout, op, lane.laneIndex, s, step.flagId, h.nRanks}), loadVolatile(ctr));
+            fenceSys();
+          }
+        } else {
+          const uint64_t* flag = &st->flags[slot][step.flagId];
+          ok = MK_POLL(h, loadVolatile(flag) >= step.value,
+                       (PollSite{Status::WaitTimeout, op, lane.laneIndex, s, step.flagId, step.value}), loadVolatile(flag));
+          fenceSys();  // the flag may come from another GPU: acquire its data once, not on every spin
+        }
+        sOkAfter = ok;
+      }
+    } else if (tid == 0) {
+      sOkAfter = 1;
+    }
+    __syncthreads();
+    if (!sOkAfter) return false;
+    if (kTrace && tid == 0 && idx == 0) {
+      const uint32_t at = atomicAdd(&st->traceCount, 1u);
+      if (at < h.traceCapacity) {
+        TraceRecord r;
+        r.op = op;
+        r.lane = lane.laneIndex;
+        r.kind = step.kind;
+        r.step = s;
+        r.reserved = h.rank;
+        r.startNs = t0;
+        r.endNs = globalTimerNs();
+        h.trace[at] = r;
+      }
+    }
+  }
+  return true;
+}
+
+template <bool kTrace>
+__device__ void workerLoop(const EngineDeviceHandle& h, uint32_t worker) {
+  __shared__ uint64_t sTable[kMaxBindings];
+  __shared__ uint64_t sProgram;
+  __shared__ uint32_t sBindings;
+  __shared__ int sStop;
+  RankState* st = h.state;
+  const uint32_t tid = threadIdx.x;
+  for (uint32_t op = 0;; ++op) {
+    if (tid == 0) {
+      // Idle until the control warp publishes op: not a bounded wait (no op may come for minutes), but
+      // it ends on abort or shutdown.
+      int stop = 0;
+      for (uint32_t spins = 1;; ++spins) {
+        if (seqGeq(loadVolatile(&st->published), op + 1)) break;
+        if ((spins & 63u) == 0u && (loadVolatile(&st->stop) != 0u || aborted(h))) {
+          stop = 1;
+          break;
+        }
+      }
+      fenceGpu();  // the board was written by this GPU's control warp before it bumped `published`
+      sStop = stop;
+      if (!stop) {
+        const OpBoard* board = &st->board[op % kSlots];
+        sProgram = __ldcg(&board->program);
+        sBindings = __ldcg(&board->nBindings);
+      }
+    }
+    __syncthreads();
+    if (sStop) return;
+    const OpBoard* board = &st->board[op % kSlots];
+    for (uint32_t i = tid; i < sBindings; i += blockDim.x) sTable[i] = __ldcg(&board->table[i]);
+    __syncthreads();
+    const auto* ph = reinterpret_cast<const ProgramHeader*>(sProgram);
+    const CtaAssignment me =
+        reinterpret_cast<const CtaAssignment*>(reinterpret_cast<const char*>(ph) + ph->ctasOffset)[worker];
+    bool ok = true;
+    if (me.lane != kIdleLane) ok = runLane<kTrace>(h, op, ph, me, sTable);
+    if (!ok) return;
+    __syncthreads();
+    if (tid == 0) {
+      fenceSys();  // whatever this CTA wrote into peers is visible before the rank announces done
+      addReleaseGpu(&st->lanesDone[op % kSlots], 1u);
+    }
+  }
+}
+
+// ---- control warp -------------------------------------------------------------------------------------
+
+__device__ void controlWarp(const EngineDeviceHandle& h) {
+  __shared__ uint64_t cTable[kMaxBindings];
+  __shared__ uint64_t cProgram;
+  __shared__ uint32_t cBindings, cFlags;
+  __shared__ uint32_t cZero[kSlots][3];  // flags, barriers, sync points to zero when the slot's op completes
+  const uint32_t lid = threadIdx.x & 31u;
+  RankState* st = h.state;
+  const uint32_t ringSlots = h.ringSlots;
+  uint32_t nextPub = 0, nextLocal = 0, lastComplete = 0;
+  bool have = false, failed = false;
+  uint64_t descSince = 0, gateSince = 0;
+  if (lid < kSlots * 3) cZero[lid / 3][lid % 3] = 0;
+  __syncwarp();
+
+  // Co-residency: every CTA announced itself, or the host times out and reports it.
+  if (lid == 0) {
+    while (loadVolatile(&st->started) != h.nWorkers + 1 && loadRelaxed(&h.status->abort) == 0u) {
+    }
+    storeRelaxed(&h.mailbox->started, loadVolatile(&st->started));
+  }
+  __syncwarp();
+
+  for (uint32_t iter = 1;; ++iter) {
+    if ((iter & 63u) == 0u) {
+      uint32_t ab = 0, sd = 0;
+      if (lid == 0) {
+        // The host's abort reaches the spins through the device-memory mirror.
+        ab = (aborted(h) || loadRelaxed(&h.status->abort) != 0u) ? 1u : 0u;
+        if (ab) storeRelaxed(&st->abort, 1u);
+        sd = loadRelaxed(&h.mailbox->shutdown);
+      }
+      ab = __shfl_sync(kFullMask, ab, 0);
+      sd = __shfl_sync(kFullMask, sd, 0);
+      if (ab) {
+        failed = true;
+        break;
+      }
+      if (sd && nextLocal == nextPub && !have) break;
+    }
+
+    // (a) Local completion of the oldest running op: zero its slot (rule 1), then announce done.
+    if (nextLocal != nextPub) {
+      uint32_t done = 0;
+      if (lid == 0) done = loadVolatile(&st->lanesDone[nextLocal % kSlots]);
+      done = __shfl_sync(kFullMask, done, 0);
+      if (done == h.nWorkers) {
+        fenceGpu();
+        const uint32_t sl = nextLocal % kSlots;
+        for (uint32_t i = lid; i < cZero[sl][0]; i += 32) st->flags[sl][i] = 0;
+        for (uint32_t i = lid; i < cZero[sl][1]; i += 32) st->barriers[sl][i] = 0;
+        for (uint32_t i = lid; i < cZero[sl][2]; i += 32) st->laneSync[sl][i] = 0;
+        if (lid == 0) st->lanesDone[sl] = 0;
+        fenceGpu();
+        __syncwarp();
+        if (lid == 0) {
+          h.stamps[nextLocal % ringSlots].localDoneNs = globalTimerNs();
+          // One system-scope release covers the zeroed slot and every worker's writes (acquired above).
+          fenceSys();
+          for (uint32_t q = 0; q < h.nRanks; ++q) storeRelaxed(&h.peers[q]->doneFrom[h.rank], nextLocal + 1);
+        }
+        ++nextLocal;
+      }
+    }
+
+    // (b) Global completion (rule 4): the smallest done count over all ranks.
+    {
+      uint32_t g = 0;
+      if (lid == 0) {
+        g = nextLocal;
+        for (uint32_t q = 0; q < h.nRanks; ++q) {
+          const uint32_t d = loadVolatile(&st->doneFrom[q]);
+          if (!seqGeq(d, g)) g = d;
+        }
+        if (g != lastComplete) {
+          fenceSys();  // acquire every rank's done (and so their writes into this GPU) before releasing the stream
+          const uint64_t now = globalTimerNs();
+          for (uint32_t j = lastComplete; j != g; ++j) {
+            h.stamps[j % ringSlots].completeNs = now;
+            h.stamps[j % ringSlots].op = j;
+          }
+          storeRelease(&st->complete, g);
+          storeRelaxed(&h.mailbox->completed, g);
+        }
+      }
+      lastComplete = __shfl_sync(kFullMask, g, 0);
+    }
+
+    // (c) Prefetch the next op's descriptor once its doorbell rang.
+    if (!have) {
+      uint32_t rung = 0;
+      if (lid == 0) rung = loadVolatile(&st->doorbell[nextPub % ringSlots]) == nextPub + 1 ? 1u : 0u;
+      rung = __shfl_sync(kFullMask, rung, 0);
+      if (rung) {
+        const OpDescriptor* d = &h.ring[nextPub % ringSlots];
+        // Every lane acquires `seq` itself, so its own reads of the body below are ordered after it (and
+        // after the doorbell, which the stream wrote once the caller's earlier work was done).
+        const uint32_t seq = loadVolatile(&d->seq);
+        if (seq == nextPub + 1) {
+          fenceSys();  // acquire: this lane saw seq; the body (written before it) and the doorbell's data follow
+          for (uint32_t i = lid; i < kMaxBindings; i += 32) cTable[i] = loadRelaxed(&d->table[i]);
+          if (lid == 0) {
+            cProgram = loadRelaxed(&d->program[h.rank]);
+            cBindings = loadRelaxed(&d->nBindings);
+            cFlags = loadRelaxed(&d->flags);
+            if (descSince == 0) h.stamps[nextPub % ringSlots].doorbellNs = globalTimerNs();
+            storeRelaxed(&h.mailbox->fetched, nextPub + 1);
+          }
+          __syncwarp();
+          have = true;
+          descSince = 0;
+        } else {
+          uint32_t fail = 0;
+          if (lid == 0) {
+            const uint64_t now = globalTimerNs();
+            if (descSince == 0) {
+              descSince = now;
+              h.stamps[nextPub % ringSlots].doorbellNs = now;
+            } else if (now - descSince > h.pollBudgetNs) {
+              reportFailure(h, PollSite{Status::DescriptorTimeout, nextPub, 0xFFFFFFFFu, 0xFFFFFFFFu, 0, nextPub + 1ull},
+                            seq, now - descSince);
+              fail = 1;
+            }
+          }
+          if (__shfl_sync(kFullMask, fail, 0)) {
+            failed = true;
+            break;
+          }
+        }
+      }
+    }
+
+    // (d) Publish it once the cross-op gate opens (rule 2).
+    if (have) {
+      const uint32_t need = (cFlags & kOpFence) ? nextPub : nextPub - 1;
+      if (seqGeq(lastComplete, need)) {
+        const uint32_t sl = nextPub % kSlots;
+        OpBoard* b = &st->board[sl];
+        for (uint32_t i = lid; i < cBindings; i += 32) b->table[i] = cTable[i];
+        if (lid == 0) {
+          b->program = cProgram;
+          b->nBindings = cBindings;
+          b->op = nextPub;
+          const auto* ph = reinterpret_cast<const ProgramHeader*>(cProgram);
+          cZero[sl][0] = ph->nFlags;
+          cZero[sl][1] = ph->nBarriers;
+          cZero[sl][2] = ph->nSyncPoints;
+        }
+        fenceGpu();
+        __syncwarp();
+        if (lid == 0) {
+          h.stamps[nextPub % ringSlots].publishNs = globalTimerNs();
+          storeReleaseGpu(&st->published, nextPub + 1);
+          fenceSys();  // the caller's input (written before the doorbell) is visible to peers that read it
+          for (uint32_t q = 0; q < h.nRanks; ++q)
+            if (q != h.rank) storeRelaxed(&h.peers[q]->enteredFrom[h.rank], nextPub + 1);
+          st->enteredFrom[h.rank] = nextPub + 1;
+        }
+        ++nextPub;
+        have = false;
+        gateSince = 0;
+      } else {
+        uint32_t fail = 0;
+        if (lid == 0) {
+          const uint64_t now = globalTimerNs();
+          if (gateSince == 0) {
+            gateSince = now;
+          } else if (now - gateSince > h.pollBudgetNs) {
+            uint32_t lag = 0, seen = 0;
+            for (uint32_t q = 0; q < h.nRanks; ++q) {
+              const uint32_t d = loadVolatile(&st->doneFrom[q]);
+              if (!seqGeq(d, need)) {
+                lag = q;
+                seen = d;
+                break;
+              }
+            }
+            reportFailure(h, PollSite{Status::GateTimeout, nextPub, 0xFFFFFFFFu, 0xFFFFFFFFu, lag, need}, seen,
+                          now - gateSince);
+            fail = 1;
+          }
+        }
+        if (__shfl_sync(kFullMask, fail, 0)) {
+          failed = true;
+          break;
+        }
+      }
+    }
+  }
+
+  if (lid == 0) {
+    storeRelease(&st->stop, 1u);
+    if (failed) storeRelease(&st->abort, 1u);
+    // An aborted group releases every stream wait the host may have enqueued (GEQ compares cyclically,
+    // so anything up to 2^30 ops ahead counts as reached); the host reports the failure instead.
+    if (failed) storeRelease(&st->complete, lastComplete + (1u << 30));
+    storeRelaxed(&h.mailbox->exited, 1u);
+  }
+}
+
+template <bool kTrace>
+__global__ void __launch_bounds__(runtime::kMaxThreadsPerCta) residentKernel(const EngineDeviceHandle h) {
+  if (threadIdx.x == 0) atomicAdd(&h.state->started, 1u);
+  if (blockIdx.x == 0) {
+    if (threadIdx.x < 32) controlWarp(h);
+    return;
+  }
+  workerLoop<kTrace>(h, blockIdx.x - 1);
+}
+
+__global__ void clockProbeKernel(const uint32_t* ping, uint64_t* pong, uint32_t rounds, uint64_t budgetNs) {
+  if (threadIdx.x != 0) return;
+  for (uint32_t i = 1; i <= rounds; ++i) {
+    const uint64_t start = globalTimerNs();
+    while (loadVolatile(ping) != i) {
+      if (globalTimerNs() - start > budgetNs || loadVolatile(ping) == 0xFFFFFFFFu) return;
+    }
+    storeRelaxed(&pong[0], globalTimerNs());
+    storeRelease(reinterpret_cast<uint32_t*>(&pong[1]), i);
+  }
+}
+
+}  // namespace
+}  // namespace mk::device
+
+namespace mk::runtime {
+
+int residentBlocksPerSm(bool trace, int threads) {
+  int blocks = 0;
+  const cudaError_t err =
+      trace ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, device::residentKernel<true>, threads, 0)
+            : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, device::residentKernel<false>, threads, 0);
+  return err == cudaSuccess ? blocks : -1;
+}
+
+cudaError_t preloadKernels() {
+  cudaFuncAttributes attr{};
+  cudaError_t e = cudaFuncGetAttributes(&attr, device::residentKernel<true>);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, device::residentKernel<false>);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, device::clockProbeKernel);
+  return e;
+}
+
+cudaError_t launchResident(const device::EngineDeviceHandle& h, bool trace, int threads, cudaStream_t stream) {
+  const dim3 grid(h.nWorkers + 1), block(static_cast<unsigned>(threads));
+  if (trace)
+    device::residentKernel<true><<<grid, block, 0, stream>>>(h);
+  else
+    device::residentKernel<false><<<grid, block, 0, stream>>>(h);
+  return cudaGetLastError();
+}
+
+cudaError_t launchClockProbe(const uint32_t* ping, uint64_t* pong, uint32_t rounds, uint64_t budgetNs,
+                             cudaStream_t stream) {
+  device::clockProbeKernel<<<1, 32, 0, stream>>>(ping, pong, rounds, budgetNs);
+  return cudaGetLastError();
+}
+
+}  // namespace mk::runtime

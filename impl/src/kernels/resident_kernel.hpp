@@ -1,0 +1,30 @@
+// mkernel — internal: host entry points of the resident kernel and its helper kernels (no device code).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "mk/device/engine_device.hpp"
+
+namespace mk::runtime {
+
+/// Threads per CTA the kernel is compiled for at most (__launch_bounds__).
+inline constexpr int kMaxThreadsPerCta = 512;
+
+/// Blocks of the resident kernel one SM can hold with `threads` per block (cudaOccupancy...).
+int residentBlocksPerSm(bool trace, int threads);
+/// Load every kernel of the engine on the current device now. With CUDA's lazy module loading, the first
+/// launch of a kernel loads it and that load waits for the device to go idle — which never happens while
+/// the resident kernel runs: any kernel first launched after it would deadlock.
+cudaError_t preloadKernels();
+/// Launch the resident kernel for one rank (grid = h.nWorkers + 1) on `stream` of the current device.
+cudaError_t launchResident(const device::EngineDeviceHandle& h, bool trace, int threads, cudaStream_t stream);
+
+/// One-block kernel answering `rounds` host pings with %globaltimer (clock calibration): waits until
+/// *ping == i, writes pong[0] = timer then pong[1] = i (release), for i = 1..rounds; gives up after
+/// `budgetNs` without a ping.
+cudaError_t launchClockProbe(const uint32_t* ping, uint64_t* pong, uint32_t rounds, uint64_t budgetNs,
+                             cudaStream_t stream);
+
+}  // namespace mk::runtime

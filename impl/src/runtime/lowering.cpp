@@ -1,0 +1,377 @@
+// Lowering of one rank's schedule into the resident kernel's program (see lowering.hpp).
+#include "lowering.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "mk/error.hpp"
+#include "mk/schedule/pack.hpp"
+
+namespace mk::runtime {
+namespace {
+
+using device::LoweredStep;
+
+constexpr uint64_t kScratchAlign = 256;
+constexpr uint16_t kIdleLane = 0xFFFF;
+
+uint64_t alignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+/// One element range a data step of a lane touched since the lane's CTAs last met.
+struct Access {
+  uint32_t rank;
+  uint16_t buffer;
+  bool write;
+  uint64_t begin, end;  ///< elements
+  // Partition key: the same (count, active, offset) puts every element in the same CTA.
+  uint64_t count;
+  uint32_t active;
+};
+
+bool overlaps(const Access& x, const Access& y) {
+  return x.rank == y.rank && x.buffer == y.buffer && x.begin < y.end && y.begin < x.end;
+}
+bool samePiece(const Access& x, const Access& y) {
+  return x.count == y.count && x.active == y.active && x.begin == y.begin;
+}
+
+class Lowerer {
+ public:
+  Lowerer(const Schedule& s, uint32_t rank, const LowerOptions& opt) : s_(s), rank_(rank), opt_(opt) {}
+
+  LoweredProgram run() {
+    checkShape();
+    LoweredProgram p;
+    p.rank = rank_;
+    p.nRanks = s_.nRanks;
+    p.nFlags = s_.nFlags;
+    p.nBarriers = s_.nBarriers;
+    layoutBuffers(p);
+    const auto& lanes = s_.lanes[rank_];
+    p.nLanes = static_cast<uint32_t>(lanes.size());
+    const std::vector<uint32_t> ctaCount = assignCtas();
+
+    std::vector<device::LoweredLane> outLanes(lanes.size());
+    std::vector<LoweredStep> outSteps;
+    std::vector<device::CtaAssignment> outCtas(opt_.nWorkers, device::CtaAssignment{kIdleLane, 0});
+    uint32_t nextCta = 0;
+    for (uint32_t l = 0; l < lanes.size(); ++l) {
+      device::LoweredLane& ll = outLanes[l];
+      ll.firstStep = static_cast<uint32_t>(outSteps.size());
+      ll.nSteps = static_cast<uint32_t>(lanes[l].steps.size());
+      ll.ctaBegin = nextCta;
+      ll.ctaCount = ctaCount[l];
+      ll.laneIndex = static_cast<uint16_t>(l);
+      ll.role = static_cast<uint8_t>(lanes[l].role);
+      for (uint32_t i = 0; i < ctaCount[l]; ++i)
+        outCtas[nextCta + i] = device::CtaAssignment{static_cast<uint16_t>(l), static_cast<uint16_t>(i)};
+      nextCta += ctaCount[l];
+      lowerLane(l, ctaCount[l], outSteps);
+    }
+    p.activeWorkers = nextCta;
+    p.nSyncPoints = syncPoints_;
+
+    device::ProgramHeader h{};
+    h.magic = device::kProgramMagic;
+    h.rank = rank_;
+    h.nRanks = s_.nRanks;
+    h.nLanes = p.nLanes;
+    h.nSteps = static_cast<uint32_t>(outSteps.size());
+    h.nFlags = s_.nFlags;
+    h.nBarriers = s_.nBarriers;
+    h.nBuffers = static_cast<uint32_t>(s_.buffers.size());
+    h.nWorkers = opt_.nWorkers;
+    h.nSyncPoints = syncPoints_;
+    h.lanesOffset = alignUp(sizeof h, 16);
+    h.stepsOffset = alignUp(h.lanesOffset + outLanes.size() * sizeof(device::LoweredLane), 16);
+    h.ctasOffset = alignUp(h.stepsOffset + outSteps.size() * sizeof(LoweredStep), 16);
+    h.totalBytes = alignUp(h.ctasOffset + outCtas.size() * sizeof(device::CtaAssignment), 16);
+    p.image.assign(h.totalBytes, 0);
+    std::memcpy(p.image.data(), &h, sizeof h);
+    if (!outLanes.empty())
+      std::memcpy(p.image.data() + h.lanesOffset, outLanes.data(), outLanes.size() * sizeof(device::LoweredLane));
+    if (!outSteps.empty())
+      std::memcpy(p.image.data() + h.stepsOffset, outSteps.data(), outSteps.size() * sizeof(LoweredStep));
+    std::memcpy(p.image.data() + h.ctasOffset, outCtas.data(), outCtas.size() * sizeof(device::CtaAssignment));
+    return p;
+  }
+
+ private:
+  [[noreturn]] void fail(ErrorCode code, const std::string& msg) const { throw Error(code, msg); }
+  [[noreturn]] void failStep(ErrorCode code, uint32_t lane, uint32_t step, const std::string& msg) const {
+    throw Error(code, describeStep(s_, rank_, lane, step) + ": " + msg);
+  }
+
+  void checkShape() const {
+    if (s_.nRanks == 0) fail(ErrorCode::InvalidSchedule, "schedule has no ranks");
+    if (rank_ >= s_.nRanks)
+      fail(ErrorCode::InvalidArgument,
+           "rank " + std::to_string(rank_) + " is outside the schedule's " + std::to_string(s_.nRanks) + " ranks");
+    if (s_.nRanks > device::kMaxRanks)
+      fail(ErrorCode::Unsupported, "schedule has " + std::to_string(s_.nRanks) + " ranks; the GPU engine drives at most " +
+                                       std::to_string(device::kMaxRanks) + " (one NVLink domain)");
+    if (s_.lanes.size() != s_.nRanks)
+      fail(ErrorCode::InvalidSchedule, "schedule has lanes for " + std::to_string(s_.lanes.size()) + " ranks, expected " +
+                                           std::to_string(s_.nRanks));
+    for (uint32_t r = 0; r < s_.nodeOf.size(); ++r)
+      if (s_.nodeOf[r] != s_.nodeOf[0])
+        fail(ErrorCode::Unsupported, "rank " + std::to_string(r) + " is on node " + std::to_string(s_.nodeOf[r]) +
+                                         " but rank 0 on node " + std::to_string(s_.nodeOf[0]) +
+                                         ": multi-node schedules need ProxyPut, which arrives with the next milestone");
+    const uint64_t bindings = uint64_t{s_.nRanks} * s_.buffers.size();
+    if (bindings > device::kMaxBindings)
+      fail(ErrorCode::Unsupported, "schedule binds " + std::to_string(s_.buffers.size()) + " buffers on " +
+                                       std::to_string(s_.nRanks) + " ranks (" + std::to_string(bindings) +
+                                       " addresses); the engine carries at most " + std::to_string(device::kMaxBindings));
+    if (s_.nFlags > device::kMaxFlags)
+      fail(ErrorCode::Unsupported, "schedule uses " + std::to_string(s_.nFlags) + " flags per rank; the engine has " +
+                                       std::to_string(device::kMaxFlags) + " (fewer chunks or channels)");
+    if (s_.nBarriers > device::kMaxBarriers)
+      fail(ErrorCode::Unsupported, "schedule uses " + std::to_string(s_.nBarriers) + " barriers; the engine has " +
+                                       std::to_string(device::kMaxBarriers));
+    for (size_t b = 0; b < s_.buffers.size(); ++b)
+      if (s_.buffers[b].count.size() != s_.nRanks)
+        fail(ErrorCode::InvalidSchedule, "buffer '" + s_.buffers[b].name + "' has counts for " +
+                                             std::to_string(s_.buffers[b].count.size()) + " ranks, expected " +
+                                             std::to_string(s_.nRanks));
+    const size_t nLanes = s_.lanes[rank_].size();
+    if (nLanes > device::kMaxLanes || nLanes > opt_.nWorkers)
+      fail(ErrorCode::Unsupported,
+           "rank " + std::to_string(rank_) + " has " + std::to_string(nLanes) + " lanes but the resident kernel has " +
+               std::to_string(opt_.nWorkers) + " worker CTAs (each lane needs one; at most " +
+               std::to_string(device::kMaxLanes) + "): raise CommConfig::workerCtas or use fewer channels");
+  }
+
+  void layoutBuffers(LoweredProgram& p) const {
+    uint64_t arena = 0;
+    for (const BufferDecl& d : s_.buffers) {
+      BufferLayout b;
+      b.kind = d.kind;
+      b.dtype = d.dtype;
+      b.count = d.count;
+      if (d.kind == BufferKind::Scratch) {
+        const uint64_t most = *std::max_element(d.count.begin(), d.count.end());
+        b.scratchOffset = arena;
+        arena = alignUp(arena + most * dtypeSize(d.dtype), kScratchAlign);
+      }
+      p.buffers.push_back(b);
+    }
+    p.scratchBytes = arena;
+  }
+
+  uint64_t stepBytes(const Step& st) const {
+    if (st.kind != StepKind::Copy && st.kind != StepKind::Put && st.kind != StepKind::Reduce) return 0;
+    if (st.dst.buffer >= s_.buffers.size()) return 0;
+    return st.count * dtypeSize(s_.buffers[st.dst.buffer].dtype);
+  }
+
+  uint32_t activeFor(uint64_t bytes, uint32_t n) const {
+    const uint64_t want = std::max<uint64_t>(1, (bytes + opt_.minBytesPerCta - 1) / opt_.minBytesPerCta);
+    return static_cast<uint32_t>(std::min<uint64_t>(want, n));
+  }
+
+  /// CTAs per lane: one each, then the rest of the workers by how many CTAs the lane's largest data step
+  /// can keep busy (a lane that moves 8 bytes gets one CTA and so never pays a lane barrier), weighted by
+  /// the generator's suggestion, largest remainder first.
+  std::vector<uint32_t> assignCtas() const {
+    const auto& lanes = s_.lanes[rank_];
+    const uint32_t L = static_cast<uint32_t>(lanes.size());
+    std::vector<uint32_t> give(L, 1);
+    if (L == 0) return give;
+    std::vector<uint64_t> want(L, 1);
+    uint64_t wantExtra = 0;
+    for (uint32_t l = 0; l < L; ++l) {
+      uint64_t most = 0;
+      for (const Step& st : lanes[l].steps) most = std::max(most, stepBytes(st));
+      const uint64_t w = std::max<uint64_t>(1, (most + opt_.minBytesPerCta - 1) / opt_.minBytesPerCta);
+      want[l] = std::min<uint64_t>(w, opt_.nWorkers);
+      wantExtra += want[l] - 1;
+    }
+    const uint32_t spare = opt_.nWorkers - L;
+    if (wantExtra <= spare) {
+      for (uint32_t l = 0; l < L; ++l) give[l] = static_cast<uint32_t>(want[l]);
+      return give;
+    }
+    // Not enough CTAs for every lane's wish: share the spare ones in proportion to (wish - 1) x weight.
+    std::vector<double> weight(L);
+    double total = 0;
+    for (uint32_t l = 0; l < L; ++l) {
+      weight[l] = static_cast<double>(want[l] - 1) * std::max<uint32_t>(1, lanes[l].ctas);
+      total += weight[l];
+    }
+    std::vector<std::pair<double, uint32_t>> remainders;
+    uint32_t used = 0;
+    for (uint32_t l = 0; l < L; ++l) {
+      const double exact = total > 0 ? spare * weight[l] / total : 0;
+      const auto whole = static_cast<uint32_t>(std::min<double>(exact, static_cast<double>(want[l] - 1)));
+      give[l] += whole;
+      used += whole;
+      remainders.emplace_back(exact - whole, l);
+    }
+    std::sort(remainders.begin(), remainders.end(), [](const auto& x, const auto& y) {
+      return x.first != y.first ? x.first > y.first : x.second < y.second;
+    });
+    for (const auto& rem : remainders) {
+      if (used >= spare) break;
+      if (give[rem.second] < want[rem.second]) {
+        ++give[rem.second];
+        ++used;
+      }
+    }
+    return give;
+  }
+
+  uint64_t encode(uint32_t lane, uint32_t step, const BufRef& ref, uint64_t count, const char* which) const {
+    if (ref.rank >= s_.nRanks)
+      failStep(ErrorCode::InvalidSchedule, lane, step,
+               std::string(which) + " rank " + std::to_string(ref.rank) + " is outside 0.." +
+                   std::to_string(s_.nRanks - 1));
+    if (ref.buffer >= s_.buffers.size())
+      failStep(ErrorCode::InvalidSchedule, lane, step,
+               std::string(which) + " buffer index " + std::to_string(ref.buffer) + " is outside the schedule's " +
+                   std::to_string(s_.buffers.size()) + " buffers");
+    const BufferDecl& d = s_.buffers[ref.buffer];
+    const uint64_t size = d.count[ref.rank];
+    if (ref.offset > size || count > size - ref.offset)
+      failStep(ErrorCode::InvalidSchedule, lane, step,
+               std::string(which) + " elements [" + std::to_string(ref.offset) + ", " +
+                   std::to_string(ref.offset + count) + ") fall outside buffer '" + d.name + "' of rank " +
+                   std::to_string(ref.rank) + " (" + std::to_string(size) + " elements)");
+    const uint64_t bytes = ref.offset * dtypeSize(d.dtype);
+    if (bytes > device::kOperandOffsetMask)
+      failStep(ErrorCode::Unsupported, lane, step, std::string(which) + " byte offset exceeds 2^48");
+    const uint64_t binding = uint64_t{ref.rank} * s_.buffers.size() + ref.buffer;
+    return (binding << device::kOperandShift) | bytes;
+  }
+
+  bool isUserBuffer(uint16_t buffer) const {
+    const BufferKind k = s_.buffers[buffer].kind;
+    return k == BufferKind::Input || k == BufferKind::Output || k == BufferKind::InOut;
+  }
+
+  void lowerLane(uint32_t l, uint32_t n, std::vector<LoweredStep>& out) {
+    const Lane& lane = s_.lanes[rank_][l];
+    std::vector<Access> pending;
+    for (uint32_t i = 0; i < lane.steps.size(); ++i) {
+      const Step& st = lane.steps[i];
+      LoweredStep ls{};
+      ls.kind = static_cast<uint8_t>(st.kind);
+      ls.redop = static_cast<uint8_t>(st.op);
+      ls.count = st.count;
+      ls.value = st.value;
+      ls.activeCtas = 1;
+      switch (st.kind) {
+        case StepKind::Copy:
+        case StepKind::Put:
+        case StepKind::Reduce: {
+          const bool reduce = st.kind == StepKind::Reduce;
+          ls.dst = encode(l, i, st.dst, st.count, "dst");
+          ls.a = encode(l, i, st.a, st.count, reduce ? "lhs" : "src");
+          if (reduce) ls.b = encode(l, i, st.b, st.count, "rhs");
+          const DType dt = s_.buffers[st.dst.buffer].dtype;
+          if (s_.buffers[st.a.buffer].dtype != dt || (reduce && s_.buffers[st.b.buffer].dtype != dt))
+            failStep(ErrorCode::InvalidSchedule, l, i, "operands have different dtypes (the engine converts only when rounding a Reduce)");
+          if (reduce && st.op != RedOp::Sum && st.op != RedOp::Max && st.op != RedOp::Min)
+            failStep(ErrorCode::InvalidSchedule, l, i, "unknown reduction operator " + std::to_string(static_cast<int>(st.op)));
+          ls.dtype = static_cast<uint8_t>(dt);
+          ls.activeCtas = static_cast<uint16_t>(activeFor(st.count * dtypeSize(dt), n));
+          for (const BufRef* ref : {&st.dst, &st.a, reduce ? &st.b : nullptr})
+            if (ref && ref->rank != rank_ && isUserBuffer(ref->buffer)) ls.entryMask |= static_cast<uint16_t>(1u << ref->rank);
+          if (n > 1) {
+            std::vector<Access> mine;
+            mine.push_back(Access{st.dst.rank, st.dst.buffer, true, st.dst.offset, st.dst.offset + st.count, st.count, ls.activeCtas});
+            mine.push_back(Access{st.a.rank, st.a.buffer, false, st.a.offset, st.a.offset + st.count, st.count, ls.activeCtas});
+            if (reduce)
+              mine.push_back(Access{st.b.rank, st.b.buffer, false, st.b.offset, st.b.offset + st.count, st.count, ls.activeCtas});
+            bool conflict = false;
+            for (const Access& x : mine)
+              for (const Access& y : pending)
+                if ((x.write || y.write) && overlaps(x, y) && !samePiece(x, y)) conflict = true;
+            if (conflict) {
+              ls.bits |= device::kLsBarrierBefore;
+              ls.barrierSync = newSyncPoint(l, i);
+              pending.clear();
+            }
+            pending.insert(pending.end(), mine.begin(), mine.end());
+          }
+          if (st.kind == StepKind::Put && (st.flags & kStepSignal)) addSignal(l, i, st, n, ls);
+          break;
+        }
+        case StepKind::Signal:
+          addSignal(l, i, st, n, ls);
+          break;
+        case StepKind::Wait:
+          if (st.flag.rank != rank_)
+            failStep(ErrorCode::InvalidSchedule, l, i,
+                     "waits on flag " + std::to_string(st.flag.id) + " of rank " + std::to_string(st.flag.rank) +
+                         " (a lane waits only on its own rank's flags)");
+          if (st.flag.id >= s_.nFlags)
+            failStep(ErrorCode::InvalidSchedule, l, i,
+                     "flag " + std::to_string(st.flag.id) + " is outside the schedule's " + std::to_string(s_.nFlags) + " flags");
+          ls.flagRank = st.flag.rank;
+          ls.flagId = st.flag.id;
+          break;
+        case StepKind::Barrier:
+          if (st.aux >= s_.nBarriers)
+            failStep(ErrorCode::InvalidSchedule, l, i,
+                     "barrier " + std::to_string(st.aux) + " is outside the schedule's " + std::to_string(s_.nBarriers) +
+                         " barriers");
+          ls.flagId = st.aux;
+          if (n > 1) ls.arriveSync = newSyncPoint(l, i);
+          pending.clear();  // every CTA waits for the barrier, which the last arrival opens
+          break;
+        case StepKind::ProxyPut:
+          failStep(ErrorCode::Unsupported, l, i,
+                   "ProxyPut steps go through the proxy FIFO to another node, which arrives with the next milestone");
+        case StepKind::Gemm:
+          failStep(ErrorCode::Unsupported, l, i, "Gemm steps arrive with the fused-operator milestone");
+        default:
+          failStep(ErrorCode::InvalidSchedule, l, i, "unknown step kind " + std::to_string(static_cast<int>(st.kind)));
+      }
+      out.push_back(ls);
+    }
+  }
+
+  uint32_t newSyncPoint(uint32_t l, uint32_t i) {
+    if (syncPoints_ >= device::kMaxSyncPoints)
+      failStep(ErrorCode::Unsupported, l, i,
+               "needs more than " + std::to_string(device::kMaxSyncPoints) +
+                   " lane sync points on this rank (fewer chunks, or fewer CTAs per lane)");
+    return syncPoints_++;
+  }
+
+  void addSignal(uint32_t l, uint32_t i, const Step& st, uint32_t n, LoweredStep& ls) {
+    if (st.flag.rank >= s_.nRanks)
+      failStep(ErrorCode::InvalidSchedule, l, i,
+               "signals rank " + std::to_string(st.flag.rank) + ", outside 0.." + std::to_string(s_.nRanks - 1));
+    if (st.flag.id >= s_.nFlags)
+      failStep(ErrorCode::InvalidSchedule, l, i,
+               "flag " + std::to_string(st.flag.id) + " is outside the schedule's " + std::to_string(s_.nFlags) + " flags");
+    ls.bits |= device::kLsSignal;
+    ls.flagRank = st.flag.rank;
+    ls.flagId = st.flag.id;
+    if (n > 1) ls.arriveSync = newSyncPoint(l, i);
+  }
+
+  const Schedule& s_;
+  uint32_t rank_;
+  LowerOptions opt_;
+  uint32_t syncPoints_ = 0;
+};
+
+}  // namespace
+
+LoweredProgram lowerRank(const Schedule& s, uint32_t rank, const LowerOptions& opt) {
+  if (opt.nWorkers == 0 || opt.nWorkers > 0xFFFE)
+    throw Error(ErrorCode::InvalidArgument, "LowerOptions::nWorkers must be in 1..65534 (got " + std::to_string(opt.nWorkers) + ")");
+  if (opt.minBytesPerCta == 0) throw Error(ErrorCode::InvalidArgument, "LowerOptions::minBytesPerCta must be > 0");
+  return Lowerer(s, rank, opt).run();
+}
+
+LoweredProgram lowerPacked(const std::vector<uint8_t>& packedRankImage, uint32_t rank, const LowerOptions& opt) {
+  return lowerRank(unpack(packedRankImage), rank, opt);
+}
+
+}  // namespace mk::runtime

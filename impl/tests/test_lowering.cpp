@@ -1,0 +1,338 @@
+// CPU tests of the lowering (packed schedule -> resident-kernel program). No GPU needed.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <string>
+
+#include "mk/algorithms/algorithms.hpp"
+#include "mk/error.hpp"
+#include "mk/schedule/pack.hpp"
+#include "runtime/lowering.hpp"
+
+namespace {
+
+using mk::BufRef;
+using mk::Schedule;
+using mk::Step;
+using mk::StepKind;
+using mk::runtime::LoweredProgram;
+using mk::runtime::LowerOptions;
+using mk::runtime::lowerRank;
+
+BufRef ref(uint32_t rank, uint16_t buffer, uint64_t offset) {
+  BufRef r;
+  r.rank = rank;
+  r.buffer = buffer;
+  r.offset = offset;
+  return r;
+}
+
+/// Two ranks, buffers input(0) output(1) scratch(2) of `count` elements each; no lanes yet.
+Schedule twoRanks(uint64_t count, mk::DType dt = mk::DType::Float32) {
+  Schedule s;
+  s.nRanks = 2;
+  s.nodeOf = {0, 0};
+  s.nFlags = 4;
+  s.nBarriers = 1;
+  const char* names[] = {"input", "output", "scratch"};
+  const mk::BufferKind kinds[] = {mk::BufferKind::Input, mk::BufferKind::Output, mk::BufferKind::Scratch};
+  for (int b = 0; b < 3; ++b) {
+    mk::BufferDecl d;
+    d.name = names[b];
+    d.dtype = dt;
+    d.kind = kinds[b];
+    d.count = {count, count};
+    s.buffers.push_back(d);
+  }
+  s.lanes.resize(2);
+  s.info.op = "custom";
+  return s;
+}
+
+Step copy(BufRef dst, BufRef src, uint64_t count, StepKind kind = StepKind::Copy) {
+  Step st;
+  st.kind = kind;
+  st.dst = dst;
+  st.a = src;
+  st.count = count;
+  return st;
+}
+Step wait(uint32_t rank, uint32_t id, uint64_t value) {
+  Step st;
+  st.kind = StepKind::Wait;
+  st.flag = mk::FlagRef{rank, id};
+  st.value = value;
+  return st;
+}
+
+/// A one-shot all-reduce by hand: put input into the peer's scratch with a signal, wait, reduce.
+Schedule oneShot(uint64_t count) {
+  Schedule s = twoRanks(count);
+  for (uint32_t r = 0; r < 2; ++r) {
+    const uint32_t peer = 1 - r;
+    mk::Lane mover, reducer;
+    Step put = copy(ref(peer, 2, 0), ref(r, 0, 0), count, StepKind::Put);
+    put.flags = mk::kStepSignal;
+    put.flag = mk::FlagRef{peer, 0};
+    put.value = 1;
+    mover.steps.push_back(put);
+    reducer.steps.push_back(wait(r, 0, 1));
+    Step red;
+    red.kind = StepKind::Reduce;
+    red.dst = ref(r, 1, 0);
+    red.a = ref(r, 0, 0);
+    red.b = ref(r, 2, 0);
+    red.count = count;
+    reducer.steps.push_back(red);
+    s.lanes[r] = {mover, reducer};
+  }
+  return s;
+}
+
+std::string errorOf(const Schedule& s, uint32_t rank, const LowerOptions& opt = {}) {
+  try {
+    lowerRank(s, rank, opt);
+  } catch (const mk::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("lowering: a one-shot schedule becomes lanes with encoded operands and a signal") {
+  const uint64_t count = 1021;
+  const LoweredProgram p = lowerRank(oneShot(count), 1);
+  REQUIRE(p.nLanes == 2);
+  const auto& h = p.header();
+  CHECK(h.magic == mk::device::kProgramMagic);
+  CHECK(h.rank == 1);
+  CHECK(h.nSteps == 3);
+  CHECK(h.nFlags == 4);
+  const auto* steps = p.steps();
+  // Put: dst = (rank 0, scratch) binding 0 * 3 + 2, src = (rank 1, input) binding 1 * 3 + 0.
+  CHECK(steps[0].kind == static_cast<uint8_t>(StepKind::Put));
+  CHECK((steps[0].dst >> mk::device::kOperandShift) == 2);
+  CHECK((steps[0].a >> mk::device::kOperandShift) == 3);
+  CHECK((steps[0].bits & mk::device::kLsSignal) != 0);
+  CHECK(steps[0].flagRank == 0);
+  CHECK(steps[0].entryMask == 0);  // scratch is engine memory: no entry check
+  CHECK(steps[1].kind == static_cast<uint8_t>(StepKind::Wait));
+  CHECK(steps[1].flagRank == 1);
+  CHECK(steps[1].value == 1);
+  CHECK(steps[2].kind == static_cast<uint8_t>(StepKind::Reduce));
+  CHECK((steps[2].b >> mk::device::kOperandShift) == 5);
+}
+
+TEST_CASE("lowering: a small schedule gives each lane one CTA and leaves the rest idle") {
+  LowerOptions opt;
+  opt.nWorkers = 16;
+  const LoweredProgram p = lowerRank(oneShot(64), 0, opt);
+  CHECK(p.activeWorkers == 2);
+  CHECK(p.lanes()[0].ctaCount == 1);
+  CHECK(p.lanes()[1].ctaBegin == 1);
+  CHECK(p.ctas()[0].lane == 0);
+  CHECK(p.ctas()[1].lane == 1);
+  for (uint32_t w = 2; w < 16; ++w) CHECK(p.ctas()[w].lane == 0xFFFF);
+  CHECK(p.header().nSyncPoints == 0);
+}
+
+TEST_CASE("lowering: large data steps get many CTAs and a signal gets its own sync point") {
+  LowerOptions opt;
+  opt.nWorkers = 64;
+  opt.minBytesPerCta = 4096;
+  const LoweredProgram p = lowerRank(oneShot(1u << 20), 0, opt);
+  const auto* lanes = p.lanes();
+  CHECK(lanes[0].ctaCount + lanes[1].ctaCount == 64);
+  CHECK(lanes[0].ctaCount > 1);
+  const auto* steps = p.steps();
+  CHECK(steps[0].activeCtas == lanes[0].ctaCount);
+  CHECK(p.header().nSyncPoints == 1);
+  CHECK(steps[0].arriveSync == 0);
+  // Every worker belongs to exactly one lane, in lane order.
+  std::vector<uint32_t> perLane(2, 0);
+  for (uint32_t w = 0; w < 64; ++w) {
+    REQUIRE(p.ctas()[w].lane < 2);
+    CHECK(p.ctas()[w].indexInLane == perLane[p.ctas()[w].lane]);
+    ++perLane[p.ctas()[w].lane];
+  }
+  CHECK(perLane[0] == lanes[0].ctaCount);
+}
+
+TEST_CASE("lowering: a step reading what another CTA of its lane wrote gets a lane barrier") {
+  Schedule s = twoRanks(1u << 16);
+  mk::Lane lane;
+  lane.steps.push_back(copy(ref(0, 2, 0), ref(0, 0, 0), 1u << 16));                   // scratch <- input
+  lane.steps.push_back(copy(ref(0, 1, 0), ref(0, 2, 0), 1u << 16));                   // same pieces: no barrier
+  lane.steps.push_back(copy(ref(0, 1, 0), ref(0, 2, 100), (1u << 16) - 100));         // shifted: barrier
+  lane.steps.push_back(copy(ref(0, 0, 0), ref(0, 1, 5), 1000));                       // reads output: barrier
+  s.lanes[0] = {lane};
+  s.lanes[1] = {};
+  LowerOptions opt;
+  opt.nWorkers = 8;
+  opt.minBytesPerCta = 1024;
+  const LoweredProgram p = lowerRank(s, 0, opt);
+  const auto* steps = p.steps();
+  REQUIRE(p.lanes()[0].ctaCount == 8);
+  CHECK((steps[0].bits & mk::device::kLsBarrierBefore) == 0);
+  CHECK((steps[1].bits & mk::device::kLsBarrierBefore) == 0);
+  CHECK((steps[2].bits & mk::device::kLsBarrierBefore) != 0);
+  CHECK((steps[3].bits & mk::device::kLsBarrierBefore) != 0);
+  CHECK(steps[2].barrierSync != steps[3].barrierSync);
+  CHECK(p.header().nSyncPoints == 2);
+}
+
+TEST_CASE("lowering: a write into a peer's user buffer waits for that peer to enter the op") {
+  Schedule s = twoRanks(100);
+  mk::Lane lane;
+  lane.steps.push_back(copy(ref(1, 1, 0), ref(0, 0, 0), 100, StepKind::Put));  // into rank 1's output
+  lane.steps.push_back(copy(ref(0, 1, 0), ref(1, 0, 0), 100));                 // read rank 1's input
+  lane.steps.push_back(copy(ref(1, 2, 0), ref(0, 0, 0), 100, StepKind::Put));  // scratch: no entry check
+  s.lanes[0] = {lane};
+  const LoweredProgram p = lowerRank(s, 0);
+  CHECK(p.steps()[0].entryMask == 2);
+  CHECK(p.steps()[1].entryMask == 2);
+  CHECK(p.steps()[2].entryMask == 0);
+}
+
+TEST_CASE("lowering: ProxyPut and Gemm steps are refused with a clear message") {
+  Schedule s = twoRanks(16);
+  mk::Lane lane;
+  lane.steps.push_back(copy(ref(1, 2, 0), ref(0, 0, 0), 16, StepKind::ProxyPut));
+  s.lanes[0] = {lane};
+  std::string msg = errorOf(s, 0);
+  CHECK(msg.find("unsupported") != std::string::npos);
+  CHECK(msg.find("ProxyPut") != std::string::npos);
+  CHECK(msg.find("rank 0 lane 0") != std::string::npos);
+  s.lanes[0][0].steps[0].kind = StepKind::Gemm;
+  msg = errorOf(s, 0);
+  CHECK(msg.find("Gemm") != std::string::npos);
+}
+
+TEST_CASE("lowering: an operand past the end of its buffer names rank lane and step") {
+  Schedule s = twoRanks(100);
+  mk::Lane lane;
+  lane.steps.push_back(wait(0, 0, 0));
+  lane.steps.push_back(copy(ref(0, 1, 90), ref(0, 0, 0), 11));
+  s.lanes[0] = {lane};
+  const std::string msg = errorOf(s, 0);
+  CHECK(msg.find("invalid-schedule") != std::string::npos);
+  CHECK(msg.find("rank 0 lane 0") != std::string::npos);
+  CHECK(msg.find("step 1") != std::string::npos);
+  CHECK(msg.find("[90, 101)") != std::string::npos);
+}
+
+TEST_CASE("lowering: a wait on another rank's flag is refused") {
+  Schedule s = twoRanks(8);
+  mk::Lane lane;
+  lane.steps.push_back(wait(1, 0, 1));
+  s.lanes[0] = {lane};
+  const std::string msg = errorOf(s, 0);
+  CHECK(msg.find("own rank") != std::string::npos);
+}
+
+TEST_CASE("lowering: operands of different dtypes are refused") {
+  Schedule s = twoRanks(8);
+  s.buffers[2].dtype = mk::DType::BFloat16;
+  mk::Lane lane;
+  lane.steps.push_back(copy(ref(0, 1, 0), ref(0, 2, 0), 8));
+  s.lanes[0] = {lane};
+  CHECK(errorOf(s, 0).find("different dtypes") != std::string::npos);
+}
+
+TEST_CASE("lowering: more lanes than worker CTAs is refused naming the knob") {
+  Schedule s = twoRanks(8);
+  s.lanes[0].assign(5, mk::Lane{});
+  LowerOptions opt;
+  opt.nWorkers = 4;
+  const std::string msg = errorOf(s, 0, opt);
+  CHECK(msg.find("5 lanes") != std::string::npos);
+  CHECK(msg.find("workerCtas") != std::string::npos);
+}
+
+TEST_CASE("lowering: ranks on two nodes are refused until ProxyPut exists") {
+  Schedule s = twoRanks(8);
+  s.nodeOf = {0, 1};
+  CHECK(errorOf(s, 0).find("multi-node") != std::string::npos);
+}
+
+TEST_CASE("lowering: flags beyond the engine's limit are refused") {
+  Schedule s = twoRanks(8);
+  s.nFlags = mk::device::kMaxFlags + 1;
+  CHECK(errorOf(s, 0).find("flags per rank") != std::string::npos);
+}
+
+TEST_CASE("lowering: scratch buffers are laid out 256-byte aligned in one arena") {
+  Schedule s = twoRanks(10);
+  mk::BufferDecl extra;
+  extra.name = "scratch2";
+  extra.dtype = mk::DType::Float16;
+  extra.kind = mk::BufferKind::Scratch;
+  extra.count = {3, 7};
+  s.buffers.push_back(extra);
+  const LoweredProgram p = lowerRank(s, 0);
+  CHECK(p.buffers[2].scratchOffset == 0);
+  CHECK(p.buffers[3].scratchOffset == 256);
+  CHECK(p.scratchBytes == 512);
+}
+
+TEST_CASE("lowering: ctaPiece splits any count into disjoint covering pieces") {
+  for (uint64_t count : {1ull, 7ull, 255ull, 256ull, 1021ull, 65536ull, 1000003ull})
+    for (uint32_t active : {1u, 2u, 3u, 8u, 64u}) {
+      uint64_t next = 0;
+      for (uint32_t i = 0; i < active; ++i) {
+        uint64_t b = 0, e = 0;
+        mk::device::ctaPiece(count, active, i, &b, &e);
+        CAPTURE(count);
+        CAPTURE(active);
+        CHECK(b == next);
+        CHECK(e >= b);
+        if (e > b) CHECK(b % 256 == 0);
+        next = e;
+      }
+      CHECK(next == count);
+    }
+}
+
+TEST_CASE("lowering: the packed form lowers to the same program as the schedule") {
+  const Schedule s = oneShot(777);
+  for (uint32_t r = 0; r < 2; ++r) {
+    const LoweredProgram a = lowerRank(s, r);
+    const LoweredProgram b = mk::runtime::lowerPacked(mk::packRank(s, r), r);
+    CHECK(a.image == b.image);
+  }
+}
+
+TEST_CASE("lowering: every generated collective lowers on 2 and 4 ranks") {
+  for (mk::CollOp op : {mk::CollOp::AllReduce, mk::CollOp::AllGather, mk::CollOp::ReduceScatter, mk::CollOp::Broadcast,
+                        mk::CollOp::AllToAll}) {
+    const auto algos = mk::algorithmsFor(op);
+    CAPTURE(mk::toString(op));
+    REQUIRE(!algos.empty());
+    for (const auto& algo : algos)
+      for (uint32_t ranks : {2u, 4u})
+        for (uint64_t count : {1ull, 1021ull, (1ull << 20) + 3})
+          for (uint32_t chunks : {1u, 4u}) {
+            mk::CollectiveSpec spec;
+            spec.op = op;
+            spec.algo = algo;
+            spec.count = count;
+            mk::GenOptions g;
+            g.chunks = chunks;
+            const Schedule s = mk::generate(spec, std::vector<uint32_t>(ranks, 0), g);
+            CAPTURE(algo);
+            CAPTURE(ranks);
+            CAPTURE(count);
+            uint64_t steps = 0;
+            for (uint32_t r = 0; r < ranks; ++r) {
+              const LoweredProgram p = lowerRank(s, r);
+              steps += p.header().nSteps;
+              CHECK(p.activeWorkers <= p.header().nWorkers);
+              for (uint32_t l = 0; l < p.nLanes; ++l) CHECK(p.lanes()[l].ctaCount >= 1);
+            }
+            CHECK(steps == s.stepCount());
+          }
+  }
+}
