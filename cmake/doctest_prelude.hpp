@@ -5,8 +5,6 @@
 // stringification through this function keeps doctest's own overloads for everything else and prints
 // mkernel enums by name.
 #pragma once
-// const char* (our enum names, CAPTURE(mk::toString(x))) prints as text, not as a pointer.
-#define DOCTEST_CONFIG_TREAT_CHAR_STAR_AS_STRING
 #include <type_traits>
 #include <utility>
 
