@@ -50,9 +50,13 @@ void configureEngine(const EngineConfig& cfg) {
   sg4::Engine::set_config("network/crosstraffic:0");
   sg4::Engine::set_config("network/TCP-gamma:0");
   sg4::Engine::set_config("contexts/stack-size", static_cast<int>(cfg.actorStackKiB));
+  // A guard page splits each actor stack into two memory mappings; 8192 GPUs have ~25k lane actors and the
+  // default vm.max_map_count (65536) then runs out. Lane actors are shallow loops: no guard page.
+  sg4::Engine::set_config("contexts/guard-size", 0);
 }
 
 PlatformRates platformRates(const Topology& topo, const Profile& profile) {
+  validateTopology(topo);
   PlatformRates r;
   const NodeSpec& n = topo.node;
   const double perGpu = positiveRate("profile.nvlink.bwGBs", profile.nvlink.bwGBs);
@@ -101,23 +105,25 @@ Platform buildPlatform(const Topology& topo, const Profile& profile) {
 
   auto* root = sg4::create_star_zone("cluster");
 
-  // ---- NVLink world: a star zone per node ---------------------------------------------------------------
+  // ---- NVLink world: a star zone per node (full zone for direct links) -----------------------------------
   for (uint32_t node = 0; node < topo.nodes; ++node) {
     const std::string nn = nodeName(node);
-    sg4::NetZone* zone = spec.nvlink.switched ? sg4::create_star_zone(nn) : sg4::create_full_zone(nn);
+    const bool star = spec.nvlink.switched;
+    sg4::NetZone* zone = star ? sg4::create_star_zone(nn) : sg4::create_full_zone(nn);
     zone->set_parent(root);
     for (uint32_t g = 0; g < spec.gpus; ++g) {
       // Two cores: Copy/Reduce (memory pipe) and Gemm (tensor pipe) run side by side, as in the timeline model.
       sg4::Host* h = zone->create_host(nn + ".gpu" + std::to_string(g), kGpuCoreSpeed)->set_core_count(2)->seal();
       p.gpu[node * spec.gpus + g] = h;
-      if (spec.nvlink.switched && spec.gpus > 1) {
+      if (star && spec.gpus > 1) {
         sg4::Link* nvl = zone->create_split_duplex_link(nn + ".nvl" + std::to_string(g), p.rates.nvlinkBps)->seal();
         // Star route = source up-links + destination down-links: GPU a -> b is nvl_a UP, nvl_b DOWN, through a
         // non-blocking NVSwitch centre.
         zone->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {{nvl, Direction::UP}}, true);
       }
     }
-    if (!spec.nvlink.switched) {
+    // Direct links: one split-duplex link per pair, UP in the a -> b direction for a < b.
+    if (!star) {
       for (uint32_t a = 0; a < spec.gpus; ++a)
         for (uint32_t b = a + 1; b < spec.gpus; ++b) {
           sg4::Link* l = zone->create_split_duplex_link(nn + ".nvl" + std::to_string(a) + "-" + std::to_string(b),
@@ -139,8 +145,6 @@ Platform buildPlatform(const Topology& topo, const Profile& profile) {
     auto* fabric = sg4::create_star_zone("fabric");
     fabric->set_parent(root);
     const uint32_t leaves = (topo.nodes + p.nodesPerLeaf - 1) / p.nodesPerLeaf;
-    // Links shared by GPUs of one node that use the same NIC.
-    std::vector<sg4::Link*> nicLink(static_cast<std::size_t>(topo.nodes) * spec.nics, nullptr);
     for (uint32_t rail = 0; rail < spec.nics; ++rail) {
       for (uint32_t leaf = 0; leaf < leaves; ++leaf) {
         const std::string ln = "rail" + std::to_string(rail) + ".leaf" + std::to_string(leaf);
@@ -150,8 +154,7 @@ Platform buildPlatform(const Topology& topo, const Profile& profile) {
         const uint32_t lastNode = std::min(topo.nodes, (leaf + 1) * p.nodesPerLeaf);
         for (uint32_t node = leaf * p.nodesPerLeaf; node < lastNode; ++node) {
           const std::string nn = nodeName(node);
-          sg4::Link*& nic = nicLink[static_cast<std::size_t>(node) * spec.nics + rail];
-          nic = zone->create_split_duplex_link(nn + ".nic" + std::to_string(rail), p.rates.nicBps)->seal();
+          sg4::Link* nic = zone->create_split_duplex_link(nn + ".nic" + std::to_string(rail), p.rates.nicBps)->seal();
           for (uint32_t g = 0; g < spec.gpus; ++g) {
             if (p.railOf(g) != rail) continue;
             const uint32_t gpu = node * spec.gpus + g;
@@ -171,10 +174,12 @@ Platform buildPlatform(const Topology& topo, const Profile& profile) {
     }
     fabric->seal();
   }
-  root->seal();
-  XBT_INFO("platform %s: %u nodes x %u GPUs, nvlink %g GB/s, nic %g GB/s, pcie %g GB/s, leaf uplink %g GB/s",
+  XBT_INFO("platform %s: %u nodes x %u GPUs, nvlink %g GB/s, nic %g GB/s, pcie %g GB/s, leaf uplink %g GB/s, "
+           "%s",
            topo.name.c_str(), topo.nodes, spec.gpus, p.rates.nvlinkBps / kBytesPerGB, p.rates.nicBps / kBytesPerGB,
-           p.rates.pcieBps / kBytesPerGB, p.rates.leafUplinkBps / kBytesPerGB);
+           p.rates.pcieBps / kBytesPerGB, p.rates.leafUplinkBps / kBytesPerGB,
+           spec.nvlink.switched ? "NVSwitch" : "direct NVLink");
+  root->seal();
   return p;
 }
 

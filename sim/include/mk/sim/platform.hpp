@@ -53,12 +53,12 @@ PlatformRates platformRates(const Topology& topo, const Profile& profile);
 
 /// Handles into a built platform. Ranks of a schedule map onto GPUs with placeRanks() (replay.hpp).
 struct Platform {
-  uint32_t nodes = 0;
-  uint32_t gpusPerNode = 0;
-  uint32_t nodesPerLeaf = 1;
-  uint32_t nicsPerNode = 0;
-  double switchLatencyUs = 0;
-  PlatformRates rates;
+  uint32_t nodes = 0;            ///< Topology::nodes
+  uint32_t gpusPerNode = 0;      ///< NodeSpec::gpus
+  uint32_t nodesPerLeaf = 1;     ///< FabricSpec::nodesPerLeaf
+  uint32_t nicsPerNode = 0;      ///< NodeSpec::nics (= rails)
+  double switchLatencyUs = 0;    ///< FabricSpec::switchLatencyUs (paid per extra hop by the replay)
+  PlatformRates rates;           ///< the link bandwidths used
   std::vector<simgrid::s4u::Host*> gpu;  ///< [node * gpusPerNode + local]: executes steps, NVLink endpoint
   std::vector<simgrid::s4u::Host*> net;  ///< same index: network endpoint behind PCIe + NIC (empty: single node)
 

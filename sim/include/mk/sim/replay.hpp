@@ -31,8 +31,13 @@ struct SimOptions {
   bool verbose = false;      ///< SimGrid's own logs (info) on stderr
   bool isolate = true;       ///< run in a forked child (false: in this process, which can then never run another)
   bool trace = true;         ///< keep per-step start/end times (Prediction::steps)
-  bool linkLoad = true;      ///< per-link load with SimGrid's link-load plugin (Prediction::links)
-  uint32_t actorStackKiB = 128;
+  bool linkLoad = true;      ///< per-link load (Prediction::links): exact bytes, peak from SimGrid's link-load plugin
+  /// Scale mode: steps that stay inside a node (NVLink, memory, GEMM, flags) are timed by the uncontended
+  /// timeline formulas on each lane's own clock; only network flows (ProxyPut) and synchronisation go through
+  /// SimGrid. Identical to the exact mode whenever nothing contends inside a node; much cheaper for large
+  /// clusters (docs/simulator.md has the numbers). Link loads then cover the network links only.
+  bool fast = false;
+  uint32_t actorStackKiB = 128;  ///< SimGrid context stack per actor (lanes need little)
   /// Called about every `progressEveryS` seconds of wall time once `progressAfterS` have passed (never when
   /// empty), from the simulating process: fraction of steps done, simulated time so far (us), wall seconds.
   std::function<void(double fraction, double simUs, double wallS)> onProgress;
@@ -42,11 +47,12 @@ struct SimOptions {
 
 /// When one step ran (microseconds from op submission), as the GPU engine's trace records it too.
 struct StepRecord {
-  uint32_t rank = 0, lane = 0, step = 0;
-  StepKind kind = StepKind::Copy;
-  LinkClass link = LinkClass::None;
-  uint64_t bytes = 0;
-  double startUs = 0, endUs = 0;
+  uint32_t rank = 0, lane = 0, step = 0;  ///< which step (Schedule::lanes[rank][lane].steps[step])
+  StepKind kind = StepKind::Copy;         ///< copied from the step, so a trace needs no schedule lookups
+  LinkClass link = LinkClass::None;       ///< the step's link class
+  uint64_t bytes = 0;                     ///< the step's payload bytes
+  double startUs = 0;                     ///< when the lane started the step (alphas included)
+  double endUs = 0;                       ///< when the step's effects were complete for the lane
 };
 
 /// Load of one link over the whole run (only links that carried bytes are reported).

@@ -1,0 +1,132 @@
+// mkernel — prediction JSON and Chrome / Perfetto trace (output.hpp).
+#include "mk/sim/output.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace mk::sim {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr const char* kPredictionSchema = "mkernel.prediction.v1";
+constexpr std::size_t kBusiestLinks = 3;
+
+Json linkJson(const LinkLoad& l) {
+  return Json{{"name", l.name},          {"bandwidth_gbs", l.bandwidthGBs}, {"bytes", l.bytes},
+              {"avg_gbs", l.avgGBs},     {"peak_gbs", l.peakGBs},           {"utilization", l.utilization}};
+}
+
+/// Fields that describe the run (shared by single predictions and sweeps).
+void describe(Json& j, const RunInfo& info) {
+  j["engine"] = "simgrid-3.32";
+  j["op"] = info.op;
+  j["algo"] = info.algo;
+  j["cluster"] = info.cluster;
+  j["nodes"] = info.nodes;
+  j["gpus_per_node"] = info.gpusPerNode;
+  j["ranks"] = info.ranks;
+  j["dtype"] = info.dtype;
+  j["chunks"] = info.chunks;
+  j["channels"] = info.channels;
+  j["profile"] = info.profileSource;
+}
+
+/// Fields of one size.
+void result(Json& j, const Prediction& p, const RunInfo& info) {
+  const double algbw = algBwGBs(info.bytes, p.totalUs);
+  j["bytes"] = info.bytes;
+  j["count"] = info.count;
+  j["time_us"] = p.totalUs;
+  j["algbw_gbs"] = algbw;
+  j["busbw_gbs"] = algbw * info.busBwFactor;
+  if (info.closedFormUs) j["closed_form_us"] = *info.closedFormUs;
+  if (info.uncontendedUs) j["uncontended_us"] = *info.uncontendedUs;
+  Json busiest = Json::array();
+  for (std::size_t i = 0; i < std::min(kBusiestLinks, p.links.size()); ++i) busiest.push_back(linkJson(p.links[i]));
+  j["busiest_links"] = busiest;
+}
+
+Json statsJson(const SimStats& s) {
+  return Json{{"steps", s.steps},        {"comms", s.comms},           {"execs", s.execs},
+              {"actors", s.actors},      {"wall_s", s.wallSeconds},    {"peak_rss_mib", s.peakRssMiB}};
+}
+
+void appendNumber(std::string& out, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6f", v);  // microseconds with picosecond resolution
+  out += buf;
+}
+
+}  // namespace
+
+double algBwGBs(uint64_t bytes, double timeUs) noexcept {
+  return timeUs > 0 ? static_cast<double>(bytes) / (timeUs * 1e3) : 0.0;
+}
+
+std::string predictionToJson(const Prediction& p, const RunInfo& info, int indent) {
+  Json j;
+  j["schema"] = kPredictionSchema;
+  describe(j, info);
+  result(j, p, info);
+  Json links = Json::array();
+  for (const LinkLoad& l : p.links) links.push_back(linkJson(l));
+  j["links"] = links;
+  j["stats"] = statsJson(p.stats);
+  return j.dump(indent);
+}
+
+std::string sweepToJson(const std::vector<std::pair<RunInfo, Prediction>>& rows, int indent) {
+  Json j;
+  j["schema"] = kPredictionSchema;
+  if (!rows.empty()) describe(j, rows.front().first);
+  Json results = Json::array();
+  for (const auto& [info, p] : rows) {
+    Json r;
+    result(r, p, info);
+    r["stats"] = statsJson(p.stats);
+    results.push_back(r);
+  }
+  j["results"] = results;
+  return j.dump(indent);
+}
+
+std::string traceToJson(const Schedule& s, const std::vector<StepRecord>& steps) {
+  // Written by hand, not through a JSON DOM: traces of large runs hold millions of events.
+  std::string out = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
+  bool first = true;
+  auto sep = [&] {
+    if (!first) out += ",\n";
+    first = false;
+  };
+  for (uint32_t r = 0; r < s.nRanks; ++r) {
+    sep();
+    out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(r) + ",\"args\":{\"name\":\"rank " +
+           std::to_string(r) + " (node " + std::to_string(r < s.nodeOf.size() ? s.nodeOf[r] : 0) + ")\"}}";
+    for (uint32_t l = 0; r < s.lanes.size() && l < s.lanes[r].size(); ++l) {
+      sep();
+      out += "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + std::to_string(r) + ",\"tid\":" + std::to_string(l) +
+             ",\"args\":{\"name\":\"lane " + std::to_string(l) + " (" + toString(s.lanes[r][l].role) + ")\"}}";
+    }
+  }
+  for (const StepRecord& st : steps) {
+    sep();
+    out += "{\"name\":\"";
+    out += toString(st.kind);
+    out += "\",\"cat\":\"";
+    out += toString(st.link);
+    out += "\",\"ph\":\"X\",\"ts\":";
+    appendNumber(out, st.startUs);
+    out += ",\"dur\":";
+    appendNumber(out, st.endUs - st.startUs);
+    out += ",\"pid\":" + std::to_string(st.rank) + ",\"tid\":" + std::to_string(st.lane) +
+           ",\"args\":{\"step\":" + std::to_string(st.step) + ",\"kind\":\"" + toString(st.kind) +
+           "\",\"bytes\":" + std::to_string(st.bytes) + "}}";
+  }
+  out += "\n]}\n";
+  return out;
+}
+
+}  // namespace mk::sim

@@ -1,0 +1,947 @@
+// mkernel — Schedule -> SimGrid actors and activities -> prediction (replay.hpp, docs/simulator.md).
+#include "mk/sim/replay.hpp"
+
+#include <simgrid/kernel/Timer.hpp>
+#include <simgrid/plugins/load.h>
+#include <simgrid/s4u.hpp>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xbt/log.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <deque>
+#include <iterator>
+#include <limits>
+#include <sstream>
+#include <type_traits>
+#include <unordered_map>
+
+#include "mk/error.hpp"
+#include "mk/sim/platform.hpp"
+
+XBT_LOG_NEW_DEFAULT_CATEGORY(mk_replay, "mkernel: schedule replay");
+
+namespace sg4 = simgrid::s4u;
+
+namespace mk::sim {
+
+namespace {
+
+constexpr double kSecondsPerUs = 1e-6;
+constexpr double kBytesPerGB = 1e9;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// Exec amounts are durations at full rate in ns: a GPU core runs 1e9 units per second (platform.cpp).
+constexpr double kWorkPerSecond = 1e9;
+
+/// The shared resources of the timeline model (cost.cpp, rule 2); shares are counted the same way.
+enum Resource : uint8_t { kNvl = 0, kNet = 1, kMem = 2, kGpu = 3, kResources = 4, kNoResource = 255 };
+
+std::string num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// ---- checks and shares, computed in the calling process before any simulation ----------------------------
+
+[[noreturn]] void badStep(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step, const std::string& what) {
+  throw Error(ErrorCode::InvalidSchedule, describeStep(s, rank, lane, step) + ": " + what);
+}
+
+Resource resourceOf(const Schedule& s, const Step& st, uint32_t rank, uint32_t lane, uint32_t step) {
+  switch (st.kind) {
+    case StepKind::Put: return kNvl;
+    case StepKind::ProxyPut: return kNet;
+    case StepKind::Gemm: return kGpu;
+    case StepKind::Copy:
+    case StepKind::Reduce:
+      if (st.link == LinkClass::NVLink) return kNvl;
+      if (st.link == LinkClass::Local) return kMem;
+      badStep(s, rank, lane, step,
+              std::string("a copy or reduce needs link local or nvlink (got ") + toString(st.link) +
+                  "): call fillCostAttributes() first");
+    default: return kNoResource;
+  }
+}
+
+void needRate(const char* field, double v, const char* why) {
+  if (!std::isfinite(v) || !(v > 0))
+    throw Error(ErrorCode::InvalidArgument, std::string("profile.") + field + " must be > 0 (got " + num(v) + ") for " + why);
+}
+
+void needLatency(const char* field, double v) {
+  if (!std::isfinite(v) || v < 0)
+    throw Error(ErrorCode::InvalidArgument, std::string("profile.") + field + " must be >= 0 and finite (got " + num(v) + ")");
+}
+
+/// Everything the actors need that does not depend on SimGrid: built and checked before forking, so that bad
+/// input fails with a clean error in the caller's process.
+struct Plan {
+  const Schedule* s = nullptr;
+  const Profile* profile = nullptr;
+  std::vector<uint32_t> gpuOf;           ///< rank -> GPU index
+  std::vector<uint32_t> share;           ///< [rank * kResources + resource]
+  std::vector<std::pair<uint32_t, uint32_t>> lanes;  ///< global lane -> (rank, lane)
+  std::vector<uint64_t> firstStep;       ///< global lane -> index of its first step in the flat step arrays
+  std::vector<uint64_t> barrierExpected;
+  uint64_t steps = 0;
+  bool singleNode = true;
+};
+
+uint32_t shareOf(const Plan& plan, uint32_t rank, Resource r) {
+  return plan.share[static_cast<std::size_t>(rank) * kResources + r];
+}
+
+void checkRankRef(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step, const char* what, uint32_t ref) {
+  if (ref >= s.nRanks)
+    badStep(s, rank, lane, step, std::string(what) + " names rank " + std::to_string(ref) + " (nRanks " +
+                                     std::to_string(s.nRanks) + ")");
+}
+
+Plan makePlan(const Schedule& s, const Topology& topo, const Profile& p) {
+  Plan plan;
+  plan.s = &s;
+  plan.profile = &p;
+  plan.gpuOf = placeRanks(s, topo);
+  needLatency("dispatchUs", p.dispatchUs);
+  needLatency("flagUs", p.flagUs);
+  needLatency("proxyUs", p.proxyUs);
+  needLatency("nvlink.alphaUs", p.nvlink.alphaUs);
+  needLatency("network.alphaUs", p.network.alphaUs);
+  needLatency("local.alphaUs", p.local.alphaUs);
+  plan.singleNode = std::all_of(s.nodeOf.begin(), s.nodeOf.end(), [&](uint32_t n) { return n == s.nodeOf[0]; });
+  plan.share.assign(static_cast<std::size_t>(s.nRanks) * kResources, 0);
+  plan.barrierExpected.assign(s.nBarriers, 0);
+  bool copyLocal = false, nvl = false, reduce = false, reduceNvl = false, net = false, gemm = false;
+  for (uint32_t r = 0; r < s.nRanks; ++r) {
+    for (uint32_t l = 0; l < s.lanes[r].size(); ++l) {
+      const auto& steps = s.lanes[r][l].steps;
+      if (steps.size() > std::numeric_limits<uint32_t>::max())
+        throw Error(ErrorCode::InvalidSchedule, "rank " + std::to_string(r) + " lane " + std::to_string(l) +
+                                                    " has more than 2^32 steps");
+      plan.lanes.emplace_back(r, l);
+      plan.firstStep.push_back(plan.steps);
+      plan.steps += steps.size();
+      bool uses[kResources] = {false, false, false, false};
+      for (uint32_t i = 0; i < steps.size(); ++i) {
+        const Step& st = steps[i];
+        const Resource res = resourceOf(s, st, r, l, i);
+        if (res != kNoResource) uses[res] = true;
+        const bool signals = st.kind == StepKind::Signal || st.kind == StepKind::Wait ||
+                             ((st.kind == StepKind::Put || st.kind == StepKind::ProxyPut) && (st.flags & kStepSignal));
+        if (signals && (st.flag.rank >= s.nRanks || st.flag.id >= s.nFlags))
+          badStep(s, r, l, i, "flag (rank " + std::to_string(st.flag.rank) + ", id " + std::to_string(st.flag.id) +
+                                  ") is out of range (nRanks " + std::to_string(s.nRanks) + ", nFlags " +
+                                  std::to_string(s.nFlags) + ")");
+        if (st.kind == StepKind::Wait && st.flag.rank != r)
+          badStep(s, r, l, i, "a wait must be on the executing rank's own flag (got rank " + std::to_string(st.flag.rank) + ")");
+        if (st.kind == StepKind::Barrier) {
+          if (st.aux >= s.nBarriers)
+            badStep(s, r, l, i, "barrier " + std::to_string(st.aux) + " is out of range (nBarriers " +
+                                    std::to_string(s.nBarriers) + ")");
+          ++plan.barrierExpected[st.aux];
+        }
+        // Routes exist only where the hardware has a path: NVLink inside a node, the network across nodes.
+        if (res == kNvl || res == kNet || res == kMem) {
+          checkRankRef(s, r, l, i, "dst", st.dst.rank);
+          checkRankRef(s, r, l, i, "operand a", st.a.rank);
+          if (st.kind == StepKind::Reduce) checkRankRef(s, r, l, i, "operand b", st.b.rank);
+        }
+        if (res == kNvl) {
+          const bool peer = st.dst.rank != r || st.a.rank != r || (st.kind == StepKind::Reduce && st.b.rank != r);
+          if (!peer)
+            badStep(s, r, l, i, std::string("an NVLink ") + toString(st.kind) + " has every operand on this rank (use link local)");
+          for (uint32_t other : {st.dst.rank, st.a.rank, st.kind == StepKind::Reduce ? st.b.rank : r})
+            if (s.nodeOf[other] != s.nodeOf[r])
+              badStep(s, r, l, i, std::string("an NVLink ") + toString(st.kind) + " reaches rank " +
+                                      std::to_string(other) + " on node " + std::to_string(s.nodeOf[other]) +
+                                      ", not this rank's node " + std::to_string(s.nodeOf[r]));
+        }
+        if (res == kNet && s.nodeOf[st.dst.rank] == s.nodeOf[r])
+          badStep(s, r, l, i, "a proxy put targets rank " + std::to_string(st.dst.rank) +
+                                  " on this rank's own node (use put)");
+        copyLocal = copyLocal || (st.kind == StepKind::Copy && res == kMem);
+        nvl = nvl || res == kNvl;
+        reduce = reduce || st.kind == StepKind::Reduce;
+        reduceNvl = reduceNvl || (st.kind == StepKind::Reduce && res == kNvl);
+        net = net || st.kind == StepKind::ProxyPut;
+        gemm = gemm || st.kind == StepKind::Gemm;
+      }
+      for (int k = 0; k < kResources; ++k)
+        if (uses[k]) ++plan.share[static_cast<std::size_t>(r) * kResources + static_cast<std::size_t>(k)];
+    }
+  }
+  if (copyLocal) needRate("local.bwGBs", p.local.bwGBs, "a local copy");
+  if (nvl) needRate("nvlink.bwGBs", p.nvlink.bwGBs, "an NVLink transfer");
+  if (reduce || reduceNvl) needRate("reduceGBs", p.reduceGBs, "a reduce");
+  if (net) needRate("network.bwGBs", p.network.bwGBs, "a proxy put");
+  if (gemm) needRate("gemmTflops", p.gemmTflops, "a gemm");
+  platformRates(topo, p);  // the platform's own rate checks, also before forking
+  return plan;
+}
+
+// ---- the simulation ---------------------------------------------------------------------------------------
+
+uint64_t saturatingAdd(uint64_t a, uint64_t b) {
+  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max() : a + b;
+}
+
+/// A lane suspended on a flag until `wakeAt` (infinity: until an increment makes the threshold reachable).
+/// `generation` tells a current wake-up timer from one made stale by an earlier increment.
+struct FlagWaiter {
+  uint64_t threshold = 0;
+  uint64_t lane = 0;
+  double wakeAt = 0;
+  uint64_t generation = 0;
+};
+
+/// A flag counter. Increments are known when they are sent, together with the time they become visible, so
+/// the counter keeps `value` (visible by now) and `pending` (visible later, in time order): the time it reaches
+/// a threshold is known without waking anybody per increment. Only a lane that must block costs a timer.
+struct FlagState {
+  uint64_t value = 0;
+  std::deque<std::pair<double, uint64_t>> pending;  ///< (visibility time, increment), ascending time
+  std::vector<FlagWaiter> waiters;
+
+  /// Fold the increments visible at `now` into `value`.
+  void settle(double now) {
+    while (!pending.empty() && pending.front().first <= now) {
+      value = saturatingAdd(value, pending.front().second);
+      pending.pop_front();
+    }
+  }
+  void add(double t, uint64_t inc) {
+    // Increments arrive nearly in time order: insert from the back.
+    auto it = pending.end();
+    while (it != pending.begin() && std::prev(it)->first > t) --it;
+    pending.insert(it, {t, inc});
+  }
+  /// Earliest time the counter is >= threshold with the increments sent so far (-inf: already; inf: never yet).
+  double reachTime(uint64_t threshold) const {
+    if (value >= threshold) return -kInf;
+    uint64_t sum = value;
+    for (const auto& [t, inc] : pending) {
+      sum = saturatingAdd(sum, inc);
+      if (sum >= threshold) return t;
+    }
+    return kInf;
+  }
+};
+
+struct BarrierState {
+  uint64_t arrived = 0;
+  double lastArrival = 0;
+  std::vector<uint64_t> waiting;  ///< lanes suspended until the last arrival
+};
+
+/// Where one lane's transfers go: one mailbox per destination host, so that a lane's drain receive always
+/// matches its own (single outstanding) comm.
+struct LaneMailboxes {
+  std::vector<std::pair<const sg4::Host*, sg4::Mailbox*>> byDestination;
+};
+
+/// All simulation state of one replay. Lives in the simulating process only.
+class Replayer {
+ public:
+  Replayer(const Plan& plan, const Platform& platform, const SimOptions& opt)
+      : plan_(plan), s_(*plan.s), p_(*plan.profile), platform_(platform), opt_(opt) {
+    if (opt_.trace) times_.assign(2 * plan_.steps, 0.0);
+    flags_.resize(static_cast<std::size_t>(s_.nRanks) * s_.nFlags);
+    barriers_.resize(s_.nBarriers);
+    actors_.resize(plan_.lanes.size(), nullptr);
+    where_.resize(plan_.lanes.size(), nullptr);
+    mailboxes_.resize(plan_.lanes.size());
+  }
+
+  /// One actor per lane, in (rank, lane) order: SimGrid is deterministic for a fixed creation order.
+  void start() {
+    for (uint64_t g = 0; g < plan_.lanes.size(); ++g) {
+      const auto [rank, lane] = plan_.lanes[g];
+      where_[g] = gpuHost(rank);
+      actors_[g] = sg4::Actor::create("r" + std::to_string(rank) + ".l" + std::to_string(lane), where_[g],
+                                      LaneActor{this, g})
+                       .get();
+    }
+  }
+
+  void finish(Prediction& out) const {
+    if (lanesDone_ != plan_.lanes.size()) reportStuck();
+    out.totalUs = std::max(maxEndUs_, p_.dispatchUs);  // an op without steps still pays its dispatch
+    out.stats.steps = plan_.steps;
+    out.stats.comms = comms_;
+    out.stats.execs = execs_;
+    out.stats.actors = plan_.lanes.size();
+    if (!opt_.trace) return;
+    out.steps.resize(plan_.steps);
+    for (uint64_t g = 0; g < plan_.lanes.size(); ++g) {
+      const auto [rank, lane] = plan_.lanes[g];
+      const auto& steps = s_.lanes[rank][lane].steps;
+      for (uint32_t i = 0; i < steps.size(); ++i) {
+        const uint64_t k = plan_.firstStep[g] + i;
+        StepRecord& r = out.steps[k];
+        r.rank = rank;
+        r.lane = lane;
+        r.step = i;
+        r.kind = steps[i].kind;
+        r.link = steps[i].link;
+        r.bytes = steps[i].bytes;
+        r.startUs = times_[2 * k];
+        r.endUs = times_[2 * k + 1];
+      }
+    }
+  }
+
+  /// Links whose bytes are reported.
+  void trackLinks(const std::vector<sg4::Link*>& links) {
+    for (uint32_t i = 0; i < links.size(); ++i) linkIndex_.emplace(links[i], i);
+    linkBytes_.assign(links.size(), 0.0);
+  }
+  double linkBytes(uint32_t i) const { return linkBytes_[i]; }
+
+  double progress() const {
+    return plan_.steps == 0 ? 1.0 : static_cast<double>(stepsDone_) / static_cast<double>(plan_.steps);
+  }
+
+ private:
+  /// A lane as a small functor (3.32 examples style); SimGrid copies it into the actor.
+  struct LaneActor {
+    Replayer* r;
+    uint64_t lane;
+    void operator()() const { r->runLane(lane); }
+  };
+
+  sg4::Host* gpuHost(uint32_t rank) const { return platform_.gpu[plan_.gpuOf[rank]]; }
+  sg4::Host* netHost(uint32_t rank) const { return platform_.net[plan_.gpuOf[rank]]; }
+  static double now() { return sg4::Engine::get_clock(); }
+
+  void runLane(uint64_t g) {
+    if (opt_.fast) {
+      runLaneFast(g);
+      return;
+    }
+    const auto [rank, lane] = plan_.lanes[g];
+    const auto& steps = s_.lanes[rank][lane].steps;
+    // Dispatch is paid once per op: every lane starts then (timeline rule 1).
+    sg4::this_actor::sleep_for(p_.dispatchUs * kSecondsPerUs);
+    noteEnd(now());
+    for (uint32_t i = 0; i < steps.size(); ++i) {
+      const double start = now();
+      runStep(g, rank, steps[i]);
+      const double end = now();
+      if (opt_.trace) {
+        const uint64_t k = plan_.firstStep[g] + i;
+        times_[2 * k] = start / kSecondsPerUs;
+        times_[2 * k + 1] = end / kSecondsPerUs;
+      }
+      noteEnd(end);
+      ++stepsDone_;
+    }
+    ++lanesDone_;
+  }
+
+  void noteEnd(double t) { maxEndUs_ = std::max(maxEndUs_, t / kSecondsPerUs); }
+
+  /// SimOptions::fast: node-local steps (NVLink, memory, tensor pipe, signals) are timed with the timeline
+  /// formulas on a lane-local clock that runs ahead of SimGrid's; the lane meets the engine clock only where
+  /// the fabric decides (ProxyPut, Barrier) or a Wait cannot be decided from the increments sent so far.
+  void runLaneFast(uint64_t g) {
+    const auto [rank, lane] = plan_.lanes[g];
+    const auto& steps = s_.lanes[rank][lane].steps;
+    double t = p_.dispatchUs * kSecondsPerUs;  // this lane's clock (seconds)
+    noteEnd(t);
+    for (uint32_t i = 0; i < steps.size(); ++i) {
+      const Step& st = steps[i];
+      const double start = t;
+      switch (st.kind) {
+        case StepKind::Wait:
+          waitFlag(g, st.flag, st.value, t);
+          t = std::max(t, now());
+          break;
+        case StepKind::Barrier:
+        case StepKind::ProxyPut:
+          if (t > now()) sg4::this_actor::sleep_until(t);
+          runStep(g, rank, st);
+          t = now();
+          break;
+        case StepKind::Signal:
+          increment(st.flag, st.value, t + signalDelayUs(rank, st.flag.rank) * kSecondsPerUs);
+          break;
+        default:
+          t += localDurationUs(st, rank) * kSecondsPerUs;
+          if (st.kind == StepKind::Put && (st.flags & kStepSignal)) increment(st.flag, st.value, t);
+      }
+      if (opt_.trace) {
+        const uint64_t k = plan_.firstStep[g] + i;
+        times_[2 * k] = start / kSecondsPerUs;
+        times_[2 * k + 1] = t / kSecondsPerUs;
+      }
+      noteEnd(t);
+      ++stepsDone_;
+    }
+    ++lanesDone_;
+  }
+
+  /// Timeline rule 3 for the steps that stay on one node (Copy, Reduce, Put, Gemm), in microseconds.
+  double localDurationUs(const Step& st, uint32_t rank) const {
+    const double bytes = static_cast<double>(st.bytes);
+    auto over = [&](double gbs, Resource r) { return bytes * shareOf(plan_, rank, r) / (gbs * 1e3); };
+    switch (st.kind) {
+      case StepKind::Copy:
+        if (st.link == LinkClass::NVLink) return p_.nvlink.alphaUs + over(p_.nvlink.bwGBs, kNvl);
+        return p_.local.alphaUs + over(p_.local.bwGBs, kMem);
+      case StepKind::Reduce:
+        if (st.link == LinkClass::NVLink) return p_.nvlink.alphaUs + over(std::min(p_.reduceGBs, p_.nvlink.bwGBs), kNvl);
+        return p_.local.alphaUs + over(p_.reduceGBs, kMem);
+      case StepKind::Put: return p_.nvlink.alphaUs + over(p_.nvlink.bwGBs, kNvl);
+      case StepKind::Gemm: return st.flops * shareOf(plan_, rank, kGpu) / (p_.gemmTflops * 1e6);
+      default: return 0;
+    }
+  }
+
+
+  void runStep(uint64_t g, uint32_t rank, const Step& st) {
+    const double bytes = static_cast<double>(st.bytes);
+    switch (st.kind) {
+      case StepKind::Copy:
+        if (st.link == LinkClass::NVLink) {
+          transferNvl(g, rank, st.a.rank, st.dst.rank, st.bytes, p_.nvlink.bwGBs);
+        } else {
+          execute(rank, p_.local.alphaUs, bytes / (p_.local.bwGBs * kBytesPerGB), kMem);
+        }
+        break;
+      case StepKind::Reduce:
+        if (st.link == LinkClass::NVLink) {
+          // Data moves from whichever operand lives on another rank than the destination.
+          const uint32_t from = st.a.rank != st.dst.rank ? st.a.rank : st.b.rank;
+          transferNvl(g, rank, from, st.dst.rank, st.bytes, std::min(p_.reduceGBs, p_.nvlink.bwGBs));
+        } else {
+          execute(rank, p_.local.alphaUs, bytes / (p_.reduceGBs * kBytesPerGB), kMem);
+        }
+        break;
+      case StepKind::Put:
+        transferNvl(g, rank, rank, st.dst.rank, st.bytes, p_.nvlink.bwGBs);
+        if (st.flags & kStepSignal) increment(st.flag, st.value, now());
+        break;
+      case StepKind::ProxyPut: {
+        const uint32_t hops = platform_.extraSwitchHops(plan_.gpuOf[rank], plan_.gpuOf[st.dst.rank]);
+        delay(p_.proxyUs + p_.network.alphaUs + hops * platform_.switchLatencyUs);
+        if (st.count > 0 && st.bytes > 0)
+          communicate(g, netHost(rank), netHost(st.dst.rank), st.bytes,
+                      p_.network.bwGBs * kBytesPerGB / shareOf(plan_, rank, kNet));
+        if (st.flags & kStepSignal) increment(st.flag, st.value, now());
+        break;
+      }
+      case StepKind::Signal:
+        increment(st.flag, st.value, now() + signalDelayUs(rank, st.flag.rank) * kSecondsPerUs);
+        break;
+      case StepKind::Wait: waitFlag(g, st.flag, st.value, now()); break;
+      case StepKind::Barrier: barrier(g, st.aux); break;
+      case StepKind::Gemm: execute(rank, 0.0, st.flops / (p_.gemmTflops * 1e12), kGpu); break;
+    }
+  }
+
+  /// Signal -> Wait visibility (timeline rule 3): flagUs on the node, a proxied remote write across nodes.
+  double signalDelayUs(uint32_t from, uint32_t to) const {
+    if (s_.nodeOf[from] == s_.nodeOf[to]) return p_.flagUs;
+    const uint32_t hops = platform_.extraSwitchHops(plan_.gpuOf[from], plan_.gpuOf[to]);
+    return p_.proxyUs + p_.network.alphaUs + hops * platform_.switchLatencyUs;
+  }
+
+  /// Latency is paid as a sleep, never as link latency: CM02 would weight bandwidth shares by it.
+  static void delay(double us) {
+    if (us > 0) sg4::this_actor::sleep_for(us * kSecondsPerUs);
+  }
+
+  /// An NVLink transfer between `from` and `to` (one of them a peer; makePlan checked it), capped at the lane's
+  /// share of `bwGBs`.
+  void transferNvl(uint64_t g, uint32_t rank, uint32_t from, uint32_t to, uint64_t bytes, double bwGBs) {
+    delay(p_.nvlink.alphaUs);
+    if (bytes == 0) return;
+    // The bytes flow from `from` to `to` whoever executes the step: a read starts at the peer.
+    communicate(g, gpuHost(from), gpuHost(to), bytes, bwGBs * kBytesPerGB / shareOf(plan_, rank, kNvl));
+  }
+
+  /// One transfer from host `from` to host `to` at most `rateCap` bytes/s (the lane's share: a lane's CTAs
+  /// bound its rate, as in the timeline; links then share what is left among flows).
+  ///
+  /// A mailbox comm with a permanent receiver, not Comm::sendto: 3.32 ignores set_rate on host-to-host comms,
+  /// and it detaches them into one engine-wide list whose removal is linear, which made the replay quadratic in
+  /// the number of flows in flight (30% of the time at 1024 GPUs). A mailbox comm's source is its sender's
+  /// host, so the lane actor moves to `from` first (it has no activity in flight then, so that is cheap).
+  void communicate(uint64_t g, sg4::Host* from, sg4::Host* to, uint64_t bytes, double rateCap) {
+    if (where_[g] != from) {
+      sg4::this_actor::set_host(from);
+      where_[g] = from;
+    }
+    if (opt_.linkLoad) account(from, to, bytes);
+    sg4::Mailbox* mb = mailbox(g, to);
+    sg4::CommPtr c = mb->put_init(&token_, bytes);
+    c->set_rate(rateCap);
+    c->start();
+    ++comms_;
+    c->wait();
+    // The permanent receiver keeps finished comms until someone receives them: take ours back at once.
+    void* back = nullptr;
+    mb->get_async<void>(&back)->wait();
+  }
+
+  sg4::Mailbox* mailbox(uint64_t g, sg4::Host* to) {
+    auto& list = mailboxes_[g].byDestination;
+    for (const auto& [host, mb] : list)
+      if (host == to) return mb;
+    sg4::Mailbox* mb = sg4::Mailbox::by_name("l" + std::to_string(g) + ">" + to->get_name());
+    mb->set_receiver(receiver(to));
+    list.emplace_back(to, mb);
+    return mb;
+  }
+
+  /// The host's receiver, created on first use: a permanent receiver makes a mailbox comm start as soon as it
+  /// is sent, like a one-sided write. The actor itself only sleeps; daemons are killed with the last lane.
+  sg4::ActorPtr receiver(sg4::Host* h) {
+    auto it = receiver_.find(h);
+    if (it != receiver_.end()) return it->second;
+    sg4::ActorPtr rx = sg4::Actor::create(h->get_name() + ".rx", h, [] { sg4::this_actor::sleep_for(1e18); });
+    rx->daemonize();
+    receiver_.emplace(h, rx);
+    return rx;
+  }
+
+  /// Bytes per link, counted exactly from every comm and its (cached) route. SimGrid's link-load plugin only
+  /// integrates a link's load between that link's own events, so its byte count is wrong whenever a flow's
+  /// rate changes because another flow ended elsewhere; it is used for the peak instantaneous load only.
+  void account(const sg4::Host* from, const sg4::Host* to, uint64_t bytes) {
+    auto it = routes_.find({from, to});
+    if (it == routes_.end()) {
+      std::vector<sg4::Link*> links;
+      double latency = 0;
+      from->route_to(to, links, &latency);
+      std::vector<uint32_t> ids;
+      for (const sg4::Link* l : links) {
+        auto li = linkIndex_.find(l);
+        if (li != linkIndex_.end()) ids.push_back(li->second);
+      }
+      it = routes_.emplace(std::make_pair(from, to), std::move(ids)).first;
+    }
+    for (const uint32_t id : it->second) linkBytes_[id] += static_cast<double>(bytes);
+  }
+
+  /// `alphaUs` then `fullRateSeconds` of work at the lane's share, as one Exec bounded to that share. The alpha
+  /// rides in the amount (one activity instead of a sleep and an exec): it occupies the lane's bound, never more,
+  /// and the lanes of one pipe never exceed its core (their bounds add up to at most one core).
+  void execute(uint32_t rank, double alphaUs, double fullRateSeconds, Resource res) {
+    const double share = shareOf(plan_, rank, res);
+    const double seconds = alphaUs * kSecondsPerUs + fullRateSeconds * share;
+    if (!(seconds > 0)) return;
+    const double bound = kWorkPerSecond / share;
+    sg4::ExecPtr e = sg4::Exec::init();
+    e->set_host(gpuHost(rank));
+    e->set_flops_amount(seconds * bound);
+    e->set_bound(bound);
+    e->start();
+    ++execs_;
+    e->wait();
+  }
+
+  FlagState& flag(FlagRef f) { return flags_[static_cast<std::size_t>(f.rank) * s_.nFlags + f.id]; }
+
+  /// Record an increment visible at `visibleAt` (>= now) and move the wake-up of every lane it helps earlier.
+  void increment(FlagRef f, uint64_t value, double visibleAt) {
+    FlagState& st = flag(f);
+    st.settle(now());
+    st.add(visibleAt, value);
+    for (std::size_t i = 0; i < st.waiters.size();) {
+      FlagWaiter& w = st.waiters[i];
+      const double reach = st.reachTime(w.threshold);
+      if (reach >= w.wakeAt) {
+        ++i;
+      } else if (reach <= now()) {
+        actors_[w.lane]->resume();
+        st.waiters[i] = st.waiters.back();
+        st.waiters.pop_back();
+      } else {
+        w.wakeAt = reach;
+        scheduleWake(f, w);
+        ++i;
+      }
+    }
+  }
+
+  /// A kernel timer resumes the lane at w.wakeAt unless a later increment rescheduled it. Timers are set from
+  /// actor code without a simcall: contexts run one at a time (SimGrid's default, never changed here), so the
+  /// maestro cannot be touching the timer heap meanwhile.
+  void scheduleWake(FlagRef f, FlagWaiter& w) {
+    const uint64_t generation = ++w.generation;
+    const uint64_t lane = w.lane;
+    simgrid::kernel::timer::Timer::set(w.wakeAt, [this, f, lane, generation] {
+      auto& waiters = flag(f).waiters;
+      for (std::size_t i = 0; i < waiters.size(); ++i)
+        if (waiters[i].lane == lane && waiters[i].generation == generation) {
+          actors_[lane]->resume();
+          waiters[i] = waiters.back();
+          waiters.pop_back();
+          return;
+        }
+    });
+  }
+
+  /// Block lane `g`, whose clock reads `t` (>= now), until the flag reaches the threshold: the wait ends at
+  /// max(t, V) with V the time the counter reaches it in visibility order (timeline rule 3). When V <= t the
+  /// lane does not touch the engine at all: increments not sent yet could only make V earlier. Nothing runs
+  /// between the check and suspend() (actors only switch inside simcalls), so no wake-up can be lost.
+  void waitFlag(uint64_t g, FlagRef f, uint64_t threshold, double t) {
+    FlagState& st = flag(f);
+    st.settle(now());
+    const double reach = st.reachTime(threshold);
+    if (reach <= t) return;
+    FlagWaiter w;
+    w.threshold = threshold;
+    w.lane = g;
+    w.wakeAt = reach;
+    st.waiters.push_back(w);
+    if (reach < kInf) scheduleWake(f, st.waiters.back());
+    sg4::this_actor::suspend();
+  }
+
+  void barrier(uint64_t g, uint32_t id) {
+    BarrierState& b = barriers_[id];
+    b.lastArrival = b.arrived == 0 ? now() : std::max(b.lastArrival, now());
+    ++b.arrived;
+    if (b.arrived < plan_.barrierExpected[id]) {
+      b.waiting.push_back(g);
+      sg4::this_actor::suspend();
+    } else {
+      for (const uint64_t other : b.waiting) actors_[other]->resume();
+      b.waiting.clear();
+    }
+    const double releaseUs =
+        b.lastArrival / kSecondsPerUs + (plan_.singleNode ? p_.flagUs : p_.proxyUs + p_.network.alphaUs);
+    if (releaseUs * kSecondsPerUs > now()) sg4::this_actor::sleep_until(releaseUs * kSecondsPerUs);
+  }
+
+  [[noreturn]] void reportStuck() const {
+    throw Error(ErrorCode::Deadlock, "the replay stopped with " + std::to_string(plan_.lanes.size() - lanesDone_) +
+                                         " of " + std::to_string(plan_.lanes.size()) +
+                                         " lanes unfinished (the schedule cannot complete: run mk::validate on it)");
+  }
+
+  struct PairHash {
+    std::size_t operator()(const std::pair<const sg4::Host*, const sg4::Host*>& p) const noexcept {
+      return std::hash<const void*>()(p.first) * 31u + std::hash<const void*>()(p.second);
+    }
+  };
+
+  const Plan& plan_;
+  const Schedule& s_;
+  const Profile& p_;
+  const Platform& platform_;
+  const SimOptions& opt_;
+  std::vector<double> times_;  ///< [2 * step]: start, end (us)
+  std::vector<FlagState> flags_;
+  std::vector<BarrierState> barriers_;
+  std::vector<sg4::Actor*> actors_;    ///< per lane (kept alive by SimGrid until it ends)
+  std::vector<sg4::Host*> where_;      ///< per lane: the host its actor is on
+  std::vector<LaneMailboxes> mailboxes_;
+  std::unordered_map<const sg4::Host*, sg4::ActorPtr> receiver_;
+  int token_ = 0;  ///< the payload every comm carries (only its simulated size matters)
+  std::unordered_map<std::pair<const sg4::Host*, const sg4::Host*>, std::vector<uint32_t>, PairHash> routes_;
+  std::unordered_map<const sg4::Link*, uint32_t> linkIndex_;
+  std::vector<double> linkBytes_;  ///< per tracked link
+  double maxEndUs_ = 0;
+  uint64_t stepsDone_ = 0;
+  uint64_t lanesDone_ = 0;
+  uint64_t comms_ = 0;
+  uint64_t execs_ = 0;
+};
+
+double peakRssMiB() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux reports KiB
+}
+
+Prediction simulate(const Plan& plan, const Topology& topo, const SimOptions& opt) {
+  const auto wallStart = std::chrono::steady_clock::now();
+  auto wallSeconds = [wallStart] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - wallStart).count();
+  };
+  // One Engine per process, never destroyed: the process (usually a forked child) ends right after, and
+  // tearing down a 10k-host platform would only cost time.
+  auto* engine = new sg4::Engine("mk-sim");
+  configureEngine(EngineConfig{opt.verbose, opt.actorStackKiB});
+  if (opt.linkLoad) sg_link_load_plugin_init();
+  const Platform platform = buildPlatform(topo, *plan.profile);
+  std::vector<sg4::Link*> links;
+  if (opt.linkLoad) {
+    links = engine->get_all_links();
+    for (const sg4::Link* l : links) sg_link_load_track(l);
+  }
+  Replayer replayer(plan, platform, opt);
+  replayer.trackLinks(links);
+  replayer.start();
+  XBT_INFO("replaying %llu steps on %zu lanes (%s mode)", static_cast<unsigned long long>(plan.steps),
+           plan.lanes.size(), opt.fast ? "fast" : "exact");
+  if (opt.onProgress) {
+    double nextReport = opt.progressAfterS;
+    sg4::Engine::on_time_advance_cb([&](double) {
+      const double w = wallSeconds();
+      if (w < nextReport) return;
+      nextReport = w + opt.progressEveryS;
+      opt.onProgress(replayer.progress(), sg4::Engine::get_clock() / kSecondsPerUs, w);
+    });
+  }
+  engine->run();
+  Prediction out;
+  replayer.finish(out);
+  if (opt.linkLoad) {
+    const double seconds = out.totalUs * kSecondsPerUs;
+    for (uint32_t i = 0; i < links.size(); ++i) {
+      const sg4::Link* l = links[i];
+      const double bytes = replayer.linkBytes(i);
+      if (!(bytes > 0)) continue;
+      LinkLoad ll;
+      ll.name = l->get_name();
+      ll.bandwidthGBs = l->get_bandwidth() / kBytesPerGB;
+      ll.bytes = bytes;
+      ll.avgGBs = seconds > 0 ? bytes / seconds / kBytesPerGB : 0;
+      ll.peakGBs = sg_link_get_max_instantaneous_load(l) / kBytesPerGB;
+      ll.utilization = ll.bandwidthGBs > 0 ? ll.avgGBs / ll.bandwidthGBs : 0;
+      out.links.push_back(std::move(ll));
+    }
+    std::sort(out.links.begin(), out.links.end(), [](const LinkLoad& a, const LinkLoad& b) {
+      return a.utilization != b.utilization ? a.utilization > b.utilization : a.name < b.name;
+    });
+  }
+  out.stats.wallSeconds = wallSeconds();
+  out.stats.peakRssMiB = peakRssMiB();
+  return out;
+}
+
+// ---- results through a pipe ---------------------------------------------------------------------------------
+
+class Writer {
+ public:
+  template <class T>
+  void put(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    buf_.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+  void putString(const std::string& s) {
+    put<uint64_t>(s.size());
+    buf_ += s;
+  }
+  template <class T>
+  void putVector(const std::vector<T>& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    put<uint64_t>(v.size());
+    buf_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+  }
+  std::string take() { return std::move(buf_); }
+
+ private:
+  std::string buf_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& b) : buf_(b) {}
+  template <class T>
+  T get() {
+    static_assert(std::is_trivially_copyable_v<T>);
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, buf_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  std::string getString() {
+    const auto n = static_cast<std::size_t>(get<uint64_t>());
+    need(n);
+    std::string s = buf_.substr(pos_, n);
+    pos_ += n;
+    return s;
+  }
+  template <class T>
+  std::vector<T> getVector() {
+    const auto n = static_cast<std::size_t>(get<uint64_t>());
+    if (n > (buf_.size() - pos_) / sizeof(T)) fail();
+    std::vector<T> v(n);
+    std::memcpy(v.data(), buf_.data() + pos_, n * sizeof(T));
+    pos_ += n * sizeof(T);
+    return v;
+  }
+
+ private:
+  void need(std::size_t n) const {
+    if (buf_.size() - pos_ < n) fail();
+  }
+  [[noreturn]] static void fail() {
+    throw Error(ErrorCode::Internal, "the simulation process sent a truncated result");
+  }
+  const std::string& buf_;
+  std::size_t pos_ = 0;
+};
+
+std::string serialize(const Prediction& p) {
+  Writer w;
+  w.put(p.totalUs);
+  w.putVector(p.steps);
+  w.put<uint64_t>(p.links.size());
+  for (const LinkLoad& l : p.links) {
+    w.putString(l.name);
+    w.put(l.bandwidthGBs);
+    w.put(l.bytes);
+    w.put(l.avgGBs);
+    w.put(l.peakGBs);
+    w.put(l.utilization);
+  }
+  w.put(p.stats);
+  return w.take();
+}
+
+Prediction deserialize(const std::string& bytes) {
+  Reader r(bytes);
+  Prediction p;
+  p.totalUs = r.get<double>();
+  p.steps = r.getVector<StepRecord>();
+  const auto nLinks = r.get<uint64_t>();
+  for (uint64_t i = 0; i < nLinks; ++i) {
+    LinkLoad l;
+    l.name = r.getString();
+    l.bandwidthGBs = r.get<double>();
+    l.bytes = r.get<double>();
+    l.avgGBs = r.get<double>();
+    l.peakGBs = r.get<double>();
+    l.utilization = r.get<double>();
+    p.links.push_back(std::move(l));
+  }
+  p.stats = r.get<SimStats>();
+  return p;
+}
+
+bool writeAll(int fd, const char* data, std::size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    data += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+bool inProcessUsed = false;
+
+}  // namespace
+
+std::vector<uint32_t> placeRanks(const Schedule& s, const Topology& topo) {
+  if (s.nodeOf.size() != s.nRanks)
+    throw Error(ErrorCode::InvalidSchedule, "schedule has nodeOf of size " + std::to_string(s.nodeOf.size()) +
+                                                " for nRanks " + std::to_string(s.nRanks));
+  if (s.lanes.size() != s.nRanks)
+    throw Error(ErrorCode::InvalidSchedule, "schedule has " + std::to_string(s.lanes.size()) +
+                                                " lane lists for nRanks " + std::to_string(s.nRanks));
+  const std::string cluster = topo.name.empty() ? std::string("the cluster") : "cluster '" + topo.name + "'";
+  std::vector<uint32_t> used(topo.nodes, 0);
+  std::vector<uint32_t> gpuOf(s.nRanks);
+  for (uint32_t r = 0; r < s.nRanks; ++r) {
+    const uint32_t node = s.nodeOf[r];
+    if (node >= topo.nodes)
+      throw Error(ErrorCode::InvalidArgument, "schedule rank " + std::to_string(r) + " is on node " +
+                                                  std::to_string(node) + " but " + cluster + " has " +
+                                                  std::to_string(topo.nodes) + " node(s) (use --nodes)");
+    if (used[node] == topo.node.gpus)
+      throw Error(ErrorCode::InvalidArgument, "schedule places more than " + std::to_string(topo.node.gpus) +
+                                                  " ranks on node " + std::to_string(node) + " but " + cluster +
+                                                  " has " + std::to_string(topo.node.gpus) + " GPUs per node");
+    gpuOf[r] = node * topo.node.gpus + used[node]++;
+  }
+  return gpuOf;
+}
+
+std::string runIsolated(const std::function<std::string()>& body) {
+  int fds[2];
+  if (::pipe(fds) != 0) throw Error(ErrorCode::Internal, std::string("cannot create a pipe: ") + std::strerror(errno));
+  std::fflush(nullptr);  // or buffered output would be written twice, once by each process
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw Error(ErrorCode::Internal, std::string("cannot fork the simulation process: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    char tag = 'O';
+    std::string payload;
+    try {
+      payload = body();
+    } catch (const Error& e) {
+      tag = 'E';
+      payload = std::string(1, static_cast<char>(e.code())) + e.message();
+    } catch (const std::exception& e) {
+      tag = 'X';
+      payload = e.what();
+    } catch (...) {
+      tag = 'X';
+      payload = "unknown exception";
+    }
+    const uint64_t n = payload.size();
+    const bool ok = writeAll(fds[1], &tag, 1) &&
+                    writeAll(fds[1], reinterpret_cast<const char*>(&n), sizeof n) &&
+                    writeAll(fds[1], payload.data(), payload.size());
+    ::close(fds[1]);
+    std::fflush(nullptr);
+    // _exit, not exit: the child must not run the parent's atexit handlers or static destructors (doctest,
+    // SimGrid's engine) a second time.
+    ::_exit(ok ? 0 : 3);
+  }
+  ::close(fds[1]);
+  std::string data;
+  char chunk[1 << 16];
+  for (;;) {
+    const ssize_t got = ::read(fds[0], chunk, sizeof chunk);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    data.append(chunk, static_cast<std::size_t>(got));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  uint64_t n = 0;
+  if (data.size() >= 1 + sizeof n) std::memcpy(&n, data.data() + 1, sizeof n);
+  if (data.size() < 1 + sizeof n || data.size() - 1 - sizeof n != n) {
+    if (WIFSIGNALED(status))
+      throw Error(ErrorCode::Internal, "the simulation process was killed by signal " +
+                                           std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) +
+                                           "): SimGrid aborted or memory ran out; rerun with --verbose");
+    throw Error(ErrorCode::Internal, "the simulation process exited (status " +
+                                         std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
+                                         ") without sending a result");
+  }
+  const char tag = data[0];
+  std::string payload = data.substr(1 + sizeof n);
+  if (tag == 'O') return payload;
+  if (tag == 'E' && !payload.empty())
+    throw Error(static_cast<ErrorCode>(static_cast<unsigned char>(payload[0])), payload.substr(1));
+  throw Error(ErrorCode::Internal, "in the simulation process: " + payload);
+}
+
+Prediction predict(const Schedule& s, const Topology& topo, const Profile& profile, const SimOptions& opt) {
+  const Plan plan = makePlan(s, topo, profile);
+  if (!opt.isolate) {
+    if (inProcessUsed)
+      throw Error(ErrorCode::Unsupported,
+                  "SimGrid 3.32 allows one engine per process and this process already ran one: use isolate = true");
+    inProcessUsed = true;
+    return simulate(plan, topo, opt);
+  }
+  return deserialize(runIsolated([&] { return serialize(simulate(plan, topo, opt)); }));
+}
+
+}  // namespace mk::sim

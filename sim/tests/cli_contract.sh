@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# mk-sim's contract: results, exit codes (0 ok, 2 bad input), one clear error line on stderr, and no output
+# file left behind on failure.  Usage: cli_contract.sh <mk-sim> <workdir> [<mk-schedule>]
+set -u
+tool=$1
+work=$2
+schedtool=${3:-}
+rm -rf "$work" && mkdir -p "$work"
+failures=0
+passes=0
+
+# expect <exit code> <regex that stdout+stderr must match> -- command...
+expect() {
+  local want=$1 pattern=$2
+  shift 3
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $want ]] || ! grep -Eq -- "$pattern" <<<"$out"; then
+    echo "FAIL: $* -> rc $rc (want $want), output:"
+    sed 's/^/    /' <<<"$out" | head -20
+    echo "    (wanted /$pattern/)"
+    failures=$((failures + 1))
+  else
+    passes=$((passes + 1))
+  fi
+}
+# bad input: exit 2, exactly one line on stderr, and none of the output files exist afterwards
+bad() {
+  local pattern=$1
+  shift 2
+  expect 2 "$pattern" -- "$@" --json "$work/bad.json" --trace "$work/bad-trace.json"
+  local n
+  n=$("$@" --json "$work/bad.json" --trace "$work/bad-trace.json" 2>&1 >/dev/null | wc -l)
+  if [[ $n -ne 1 ]]; then
+    echo "FAIL: $* printed $n stderr lines (want 1)"
+    failures=$((failures + 1))
+  else
+    passes=$((passes + 1))
+  fi
+  if compgen -G "$work/bad*" >/dev/null; then
+    echo "FAIL: $* left $(ls "$work"/bad*)"
+    failures=$((failures + 1))
+    rm -f "$work"/bad*
+  else
+    passes=$((passes + 1))
+  fi
+}
+check() {  # check <description> <command...>: the command must succeed
+  local what=$1
+  shift
+  if "$@"; then passes=$((passes + 1)); else echo "FAIL: $what"; failures=$((failures + 1)); fi
+}
+
+# ---- results ----
+expect 0 '^profile: uncalibrated \(datasheet defaults\)$' -- "$tool" --op allreduce --algo ring --cluster dgx-h100 --bytes 1MiB
+expect 0 '^predicted: [0-9.]+ (us|ms)  algbw [0-9.]+ GB/s  busbw [0-9.]+ GB/s' -- "$tool" --algo one-shot --cluster h200x2 --bytes 1G --dtype bfloat16
+expect 0 'closed form: .*predicted / closed form = 1\.000' -- "$tool" --algo two-shot --cluster dgx-h200 --bytes 64M
+expect 0 '  1\. n0\.nvl[0-9]_(UP|DOWN) ' -- "$tool" --algo ring --cluster dgx-h100 --bytes 1M
+expect 0 '  1\. n[01]\.(nic|pcie)[0-9]_(UP|DOWN) ' -- "$tool" --algo ring --cluster dgx-h100 --nodes 2 --bytes 16M
+expect 0 '^mode: fast' -- "$tool" --algo hierarchical --cluster dgx-h100 --nodes 2 --bytes 16M --fast
+expect 0 'rounded down' -- "$tool" --cluster dgx-h100 --bytes 1048573
+expect 0 '^ +8 +2 +float32 ' -- "$tool" --algo ring --cluster h200x2 --sweep 8:64K:4
+expect 0 '--sweep' -- "$tool" --help
+expect 0 '--fast' -- "$tool" --help
+
+# ---- files ----
+expect 0 'wrote .*p\.json' -- "$tool" --algo hierarchical --cluster dgx-h100 --nodes 2 --bytes 4M --json "$work/p.json" --trace "$work/t.json"
+check "prediction json has the schema" grep -q '"schema": "mkernel.prediction.v1"' "$work/p.json"
+check "prediction json has time_us" grep -q '"time_us": ' "$work/p.json"
+check "prediction json has busiest_links" grep -q '"busiest_links"' "$work/p.json"
+check "trace has complete events" grep -q '"ph":"X"' "$work/t.json"
+check "trace names ranks" grep -q '"process_name"' "$work/t.json"
+expect 0 'wrote' -- "$tool" --algo ring --cluster h200x2 --sweep 1K:1M:32 --json "$work/sweep.json"
+check "sweep json has results" grep -q '"results"' "$work/sweep.json"
+check "no temporary files left" bash -c "! compgen -G '$work/*.tmp*' >/dev/null"
+
+# ---- determinism: the same run twice gives the same JSON (apart from wall time and memory) ----
+"$tool" --algo hierarchical --cluster dgx-h100 --nodes 2 --bytes 3M --json "$work/d1.json" >/dev/null 2>&1
+"$tool" --algo hierarchical --cluster dgx-h100 --nodes 2 --bytes 3M --json "$work/d2.json" >/dev/null 2>&1
+check "two runs give identical predictions" diff <(grep -Ev '"(wall_s|peak_rss_mib)"' "$work/d1.json") \
+  <(grep -Ev '"(wall_s|peak_rss_mib)"' "$work/d2.json")
+
+# ---- profiles ----
+cat >"$work/profile.json" <<'EOF'
+{ "schema": "mkernel.profile.v1", "source": "contract test profile",
+  "nvlink": {"alphaUs": 1, "bwGBs": 300}, "network": {"alphaUs": 3, "bwGBs": 40},
+  "local": {"alphaUs": 0.5, "bwGBs": 1500}, "reduceGBs": 1000, "flagUs": 0.7, "dispatchUs": 2,
+  "proxyUs": 2.5, "gemmTflops": 700 }
+EOF
+expect 0 "^profile: .*profile\.json \(contract test profile\)" -- "$tool" --cluster dgx-h100 --profile "$work/profile.json"
+sed 's/"flagUs": 0.7/"flagUs": -0.7/' "$work/profile.json" >"$work/negative.json"
+sed 's/"reduceGBs": 1000, //' "$work/profile.json" >"$work/missing.json"
+
+# ---- schedules ----
+if [[ -n $schedtool ]]; then
+  "$schedtool" --op allreduce --algo ring --cluster dgx-h100 --ranks 8 --bytes 64K --json "$work/s8.json" >/dev/null
+  expect 0 'predicted:' -- "$tool" --schedule "$work/s8.json"
+  bad "places more than 2 ranks on node 0" -- "$tool" --schedule "$work/s8.json" --cluster h200x2
+fi
+echo '{"schema": "mkernel.schedule.v1", "ranks": [' >"$work/broken.json"
+bad "broken\.json" -- "$tool" --schedule "$work/broken.json"
+
+# ---- bad input: exit 2, one line, no file ----
+bad "unknown cluster 'dgx-a1'" -- "$tool" --cluster dgx-a1
+bad "unknown --op 'allsum'" -- "$tool" --op allsum
+bad "unknown algorithm 'star'" -- "$tool" --algo star
+bad "unknown --dtype 'int7'" -- "$tool" --dtype int7
+bad "nodes must be >= 1" -- "$tool" --nodes 0
+bad "ranks must be >= 1" -- "$tool" --ranks 0
+bad "does not fit the cluster" -- "$tool" --cluster dgx-h100 --nodes 1 --ranks 9
+bad "nics" -- "$tool" --cluster h200x2 --nodes 2
+bad "negative" -- "$tool" --bytes -5
+bad "bad size 'lots'" -- "$tool" --bytes lots
+bad "less than one float32 element" -- "$tool" --bytes 2
+bad "chunks" -- "$tool" --chunks 0
+bad "bad --sweep '8:1G'" -- "$tool" --sweep 8:1G
+bad "FACTOR" -- "$tool" --sweep 8:1G:1
+bad "--trace needs one size" -- "$tool" --sweep 8:1K:2
+bad "flagUs must be >= 0" -- "$tool" --profile "$work/negative.json"
+bad "missing field reduceGBs" -- "$tool" --profile "$work/missing.json"
+bad "no-such-profile\.json" -- "$tool" --profile "$work/no-such-profile.json"
+expect 2 "directory .*no-such-dir' does not exist" -- "$tool" --json "$work/no-such-dir/p.json"
+expect 2 "is a directory" -- "$tool" --trace "$work"
+bad "--bogus" -- "$tool" --bogus
+
+echo "mk-sim cli contract: $passes passed, $failures failed"
+[[ $failures -eq 0 ]]

@@ -1,0 +1,173 @@
+// Profile <-> JSON: every field round-trips, provenance is kept, and malformed or out-of-range profiles are
+// rejected with the field named.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+#include "mk/cost/cost.hpp"
+#include "mk/cost/profile_io.hpp"
+#include "mk/error.hpp"
+#include "mk/topology/topology.hpp"
+#include "sim_test_util.hpp"
+
+using Json = nlohmann::json;
+
+namespace {
+
+mk::Profile odd() {
+  mk::Profile p;
+  p.source = "calibrated on h200x2 (test)";
+  p.nvlink = mk::LinkCost{0.6512, 369.25};
+  p.network = mk::LinkCost{3.51, 48.75};
+  p.local = mk::LinkCost{0.47, 1965.5};
+  p.reduceGBs = 1310.125;
+  p.flagUs = 0.625;
+  p.dispatchUs = 2.25;
+  p.proxyUs = 2.5;
+  p.gemmTflops = 742.5;
+  return p;
+}
+
+void checkSame(const mk::Profile& a, const mk::Profile& b) {
+  CHECK(a.source == b.source);
+  CHECK(a.nvlink.alphaUs == b.nvlink.alphaUs);
+  CHECK(a.nvlink.bwGBs == b.nvlink.bwGBs);
+  CHECK(a.network.alphaUs == b.network.alphaUs);
+  CHECK(a.network.bwGBs == b.network.bwGBs);
+  CHECK(a.local.alphaUs == b.local.alphaUs);
+  CHECK(a.local.bwGBs == b.local.bwGBs);
+  CHECK(a.reduceGBs == b.reduceGBs);
+  CHECK(a.flagUs == b.flagUs);
+  CHECK(a.dispatchUs == b.dispatchUs);
+  CHECK(a.proxyUs == b.proxyUs);
+  CHECK(a.gemmTflops == b.gemmTflops);
+}
+
+/// The JSON of odd() with `edit` applied, parsed; returns the error.
+template <class F>
+mk::Error rejected(F edit) {
+  Json j = Json::parse(mk::profileToJson(odd()));
+  edit(j);
+  return simtest::errorOf([&] { mk::profileFromJson(j.dump()); });
+}
+
+}  // namespace
+
+TEST_CASE("profile io: every field round trips") {
+  const mk::Profile p = odd();
+  checkSame(mk::profileFromJson(mk::profileToJson(p)), p);
+}
+
+TEST_CASE("profile io: the datasheet defaults of every preset round trip") {
+  for (const auto& name : mk::topologyPresets()) {
+    CAPTURE(name);
+    const mk::Profile p = mk::defaultProfile(mk::topologyPreset(name, 1));
+    checkSame(mk::profileFromJson(mk::profileToJson(p)), p);
+  }
+}
+
+TEST_CASE("profile io: provenance is written and read back") {
+  mk::ProfileProvenance prov;
+  prov.system = "h200x2";
+  prov.date = "2026-12-01";
+  prov.commit = "abc123";
+  prov.tool = "mk-calibrate";
+  prov.measurements = {"validation/data/measured/a.json", "validation/data/measured/b.json"};
+  const std::string text = mk::profileToJson(odd(), prov);
+  CHECK(Json::parse(text)["schema"] == "mkernel.profile.v1");
+  mk::ProfileProvenance back;
+  mk::profileFromJson(text, &back);
+  CHECK(back.system == prov.system);
+  CHECK(back.date == prov.date);
+  CHECK(back.commit == prov.commit);
+  CHECK(back.tool == prov.tool);
+  CHECK(back.measurements == prov.measurements);
+}
+
+TEST_CASE("profile io: a profile without provenance has none in its json") {
+  CHECK(!Json::parse(mk::profileToJson(odd())).contains("provenance"));
+}
+
+TEST_CASE("profile io: a missing parameter is rejected naming the field") {
+  const mk::Error e = rejected([](Json& j) { j["network"].erase("bwGBs"); });
+  CHECK(e.code() == mk::ErrorCode::ParseError);
+  CHECK(e.message().find("missing field network.bwGBs") != std::string::npos);
+  const mk::Error top = rejected([](Json& j) { j.erase("dispatchUs"); });
+  CHECK(top.message().find("missing field dispatchUs") != std::string::npos);
+}
+
+TEST_CASE("profile io: a negative parameter is rejected naming the field") {
+  const mk::Error e = rejected([](Json& j) { j["nvlink"]["alphaUs"] = -0.5; });
+  CHECK(e.code() == mk::ErrorCode::InvalidArgument);
+  CHECK(e.message().find("nvlink.alphaUs must be >= 0") != std::string::npos);
+  CHECK(e.message().find("-0.5") != std::string::npos);
+}
+
+TEST_CASE("profile io: a non finite parameter is rejected") {
+  const mk::Error e = simtest::errorOf([] {
+    std::string text = mk::profileToJson(odd());
+    const auto pos = text.find("\"gemmTflops\": 742.5");
+    REQUIRE(pos != std::string::npos);
+    text.replace(pos, std::string("\"gemmTflops\": 742.5").size(), "\"gemmTflops\": 1e999");
+    mk::profileFromJson(text);
+  });
+  // JSON has no infinity: nlohmann refuses the overflowing literal itself, and the message quotes it.
+  CHECK(e.code() == mk::ErrorCode::ParseError);
+  CHECK(e.message().find("1e999") != std::string::npos);
+}
+
+TEST_CASE("profile io: a parameter of the wrong type is rejected naming the field") {
+  const mk::Error e = rejected([](Json& j) { j["flagUs"] = "fast"; });
+  CHECK(e.code() == mk::ErrorCode::ParseError);
+  CHECK(e.message().find("flagUs must be a number") != std::string::npos);
+}
+
+TEST_CASE("profile io: a misspelt field is rejected instead of ignored") {
+  const mk::Error e = rejected([](Json& j) { j["nvlink"]["bwGbs"] = 1; });
+  CHECK(e.message().find("unknown field nvlink.bwGbs") != std::string::npos);
+}
+
+TEST_CASE("profile io: a wrong schema is rejected") {
+  const mk::Error e = rejected([](Json& j) { j["schema"] = "mkernel.profile.v0"; });
+  CHECK(e.code() == mk::ErrorCode::ParseError);
+  CHECK(e.message().find("mkernel.profile.v1") != std::string::npos);
+}
+
+TEST_CASE("profile io: text that is not json is a parse error") {
+  const mk::Error e = simtest::errorOf([] { mk::profileFromJson("{ \"schema\": "); });
+  CHECK(e.code() == mk::ErrorCode::ParseError);
+  CHECK(e.message().find("not valid JSON") != std::string::npos);
+}
+
+TEST_CASE("profile io: save then load gives the same profile and a missing file is an io error") {
+  char path[] = "/tmp/mk-profile-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  mk::saveProfile(odd(), path);
+  checkSame(mk::loadProfile(path), odd());
+  std::remove(path);
+  const mk::Error e = simtest::errorOf([&] { mk::loadProfile(path); });
+  CHECK(e.code() == mk::ErrorCode::IoError);
+}
+
+TEST_CASE("profile io: a load error names the file") {
+  char path[] = "/tmp/mk-profile-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  {
+    std::ofstream out(path);
+    out << "{\"schema\": \"mkernel.profile.v1\"}";
+  }
+  const mk::Error e = simtest::errorOf([&] { mk::loadProfile(path); });
+  std::remove(path);
+  CHECK(e.code() == mk::ErrorCode::ParseError);
+  CHECK(e.message().find(path) == 0);
+  CHECK(e.message().find("missing field source") != std::string::npos);
+}

@@ -1,0 +1,446 @@
+// mk-sim — predict a collective's time by replaying its schedule on the SimGrid model of a cluster.
+//
+// Exit codes: 0 success, 1 internal failure (the simulation process died: a bug), 2 bad input (one line on
+// stderr, no output file written).
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mk/algorithms/algorithms.hpp"
+#include "mk/cost/cost.hpp"
+#include "mk/cost/profile_io.hpp"
+#include "mk/error.hpp"
+#include "mk/schedule/io.hpp"
+#include "mk/schedule/validate.hpp"
+#include "mk/sim/output.hpp"
+#include "mk/sim/replay.hpp"
+#include "mk/topology/topology.hpp"
+#include "mk/util/size.hpp"
+
+namespace {
+
+constexpr int kExitInternal = 1;
+constexpr int kExitBadInput = 2;
+// Above this many steps the uncontended reference timeline is not worth its memory next to the replay.
+constexpr uint64_t kUncontendedMaxSteps = 2000000;
+// Above this many steps the exact replay takes tens of seconds (docs/simulator.md): suggest --fast.
+constexpr uint64_t kSuggestFastSteps = 1000000;
+constexpr std::size_t kBusiestLinks = 3;
+
+struct Options {
+  std::string op = "allreduce";
+  std::string algo = "ring";
+  std::string cluster = "dgx-h100";
+  uint32_t nodes = 0;
+  uint32_t ranks = 0;
+  std::string bytes = "1MiB";
+  std::string dtype = "float32";
+  uint32_t chunks = 1;
+  uint32_t channels = 1;
+  std::string profileIn;
+  std::string jsonOut;
+  std::string traceOut;
+  std::string sweep;
+  std::string scheduleIn;
+  bool verbose = false;
+  bool fast = false;
+};
+
+[[noreturn]] void bad(const std::string& msg) { throw mk::Error(mk::ErrorCode::InvalidArgument, msg); }
+
+std::string fmtUs(double us) {
+  char buf[64];
+  if (us >= 1e6) std::snprintf(buf, sizeof buf, "%.3f s", us / 1e6);
+  else if (us >= 1e3) std::snprintf(buf, sizeof buf, "%.3f ms", us / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.3f us", us);
+  return buf;
+}
+
+std::string fmtBytes(double b) {
+  char buf[64];
+  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024));
+  else if (b >= 1024.0) std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%.0f B", b);
+  return buf;
+}
+
+/// Count argument of the op from nccl-tests-style "size" bytes (the larger buffer of one rank); 0 if the size
+/// holds less than one element per rank.
+uint64_t countFromBytes(mk::CollOp op, uint64_t bytes, mk::DType dtype, uint32_t nRanks) {
+  const uint64_t elems = bytes / mk::dtypeSize(dtype);
+  const bool perRankBlock = op == mk::CollOp::AllGather || op == mk::CollOp::ReduceScatter || op == mk::CollOp::AllToAll;
+  return perRankBlock ? elems / nRanks : elems;
+}
+
+/// An output path must be writable before hours of simulation are spent (writeFileAtomic checks it again).
+void checkOutputPath(const char* option, const std::string& path) {
+  if (path.empty()) return;
+  const std::filesystem::path p(path);
+  std::error_code ec;
+  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+  if (!std::filesystem::is_directory(dir, ec))
+    throw mk::Error(mk::ErrorCode::IoError,
+                    std::string(option) + " " + path + ": directory '" + dir.string() + "' does not exist");
+  if (std::filesystem::is_directory(p, ec))
+    throw mk::Error(mk::ErrorCode::IoError, std::string(option) + " " + path + " is a directory");
+}
+
+/// "8:1G:2" -> 8, 16, ..., 1G (nccl-tests -b/-e/-f).
+std::vector<uint64_t> parseSweep(const std::string& text) {
+  const auto c1 = text.find(':');
+  const auto c2 = c1 == std::string::npos ? std::string::npos : text.find(':', c1 + 1);
+  if (c2 == std::string::npos || text.find(':', c2 + 1) != std::string::npos)
+    bad("bad --sweep '" + text + "': expected MIN:MAX:FACTOR, e.g. 8:1G:2");
+  const uint64_t lo = mk::parseSize(text.substr(0, c1));
+  const uint64_t hi = mk::parseSize(text.substr(c1 + 1, c2 - c1 - 1));
+  const uint64_t factor = mk::parseSize(text.substr(c2 + 1));
+  if (lo == 0 || hi < lo) bad("bad --sweep '" + text + "': need 0 < MIN <= MAX");
+  if (factor < 2) bad("bad --sweep '" + text + "': FACTOR must be an integer >= 2");
+  std::vector<uint64_t> sizes;
+  for (uint64_t b = lo; b <= hi; b = b > hi / factor ? hi + 1 : b * factor) sizes.push_back(b);
+  return sizes;
+}
+
+/// What one run needs besides the schedule.
+struct Setup {
+  mk::Topology topo;
+  mk::Profile profile;
+  bool defaultProfile = true;
+  std::optional<mk::CollectiveSpec> spec;  ///< when generated
+  mk::GenOptions gen;
+  uint32_t nRanks = 0;
+};
+
+mk::sim::RunInfo baseInfo(const Setup& st, const mk::Schedule& s) {
+  mk::sim::RunInfo info;
+  info.op = st.spec ? mk::toString(st.spec->op) : s.info.op;
+  info.algo = st.spec ? st.spec->algo : s.info.algo;
+  info.cluster = st.topo.name;
+  info.dtype = mk::toString(st.spec ? st.spec->dtype : s.info.dtype);
+  info.profileSource = st.profile.source;
+  info.nodes = st.topo.nodes;
+  info.gpusPerNode = st.topo.node.gpus;
+  info.ranks = s.nRanks;
+  info.chunks = st.spec ? st.gen.chunks : s.info.chunks;
+  info.channels = st.spec ? st.gen.channels : s.info.channels;
+  const auto op = mk::parseCollOp(info.op);
+  if (st.spec) {
+    info.count = st.spec->count;
+    info.bytes = mk::opBytes(*st.spec, s.nRanks);
+  } else if (op) {
+    mk::CollectiveSpec spec;
+    spec.op = *op;
+    spec.dtype = s.info.dtype;
+    spec.count = s.info.count;
+    info.count = s.info.count;
+    info.bytes = mk::opBytes(spec, s.nRanks);
+  }
+  info.busBwFactor = op ? mk::busBwFactor(*op, s.nRanks) : 1.0;
+  return info;
+}
+
+mk::sim::SimOptions simOptions(const Options& o, bool trace) {
+  mk::sim::SimOptions so;
+  so.verbose = o.verbose;
+  so.trace = trace;
+  so.fast = o.fast;
+  so.onProgress = [](double fraction, double simUs, double wallS) {
+    std::fprintf(stderr, "mk-sim: %5.1f%% of steps done, simulated %s, %.1f s wall\n", 100.0 * fraction,
+                 fmtUs(simUs).c_str(), wallS);
+  };
+  return so;
+}
+
+/// Predict one schedule, with the references that are cheap enough to compute next to it.
+std::pair<mk::sim::RunInfo, mk::sim::Prediction> predictOne(const Options& o, const Setup& st, const mk::Schedule& s,
+                                                          bool trace) {
+  mk::sim::RunInfo info = baseInfo(st, s);
+  if (st.spec) {
+    try {
+      const double us = mk::closedForm(*st.spec, st.gen, st.topo, st.nRanks, st.profile).totalUs;
+      if (us > 0) info.closedFormUs = us;
+    } catch (const mk::Error&) {
+      // Not every generator has a closed form (Unsupported): the report just omits it.
+    }
+  }
+  if (!o.fast && s.stepCount() > kSuggestFastSteps)
+    std::fprintf(stderr, "mk-sim: %llu steps: the exact replay may take a while; --fast times node-local steps "
+                         "analytically and simulates only the network\n",
+                 static_cast<unsigned long long>(s.stepCount()));
+  if (s.stepCount() <= kUncontendedMaxSteps) info.uncontendedUs = mk::simulateUncontended(s, st.profile).totalUs;
+  mk::sim::Prediction p = mk::sim::predict(s, st.topo, st.profile, simOptions(o, trace));
+  return {std::move(info), std::move(p)};
+}
+
+void printPrediction(const mk::sim::RunInfo& info, const mk::sim::Prediction& p) {
+  const double algbw = mk::sim::algBwGBs(info.bytes, p.totalUs);
+  std::printf("predicted: %s  algbw %.2f GB/s  busbw %.2f GB/s\n", fmtUs(p.totalUs).c_str(), algbw,
+              algbw * info.busBwFactor);
+  if (info.closedFormUs)
+    std::printf("closed form: %s (predicted / closed form = %.3f)\n", fmtUs(*info.closedFormUs).c_str(),
+                *info.closedFormUs > 0 ? p.totalUs / *info.closedFormUs : 0.0);
+  if (info.uncontendedUs)
+    std::printf("uncontended: %s (the timeline without link sharing; predicted / uncontended = %.3f)\n",
+                fmtUs(*info.uncontendedUs).c_str(), *info.uncontendedUs > 0 ? p.totalUs / *info.uncontendedUs : 0.0);
+  std::printf("busiest links:%s\n", p.links.empty() ? " none (no bytes crossed a link)" : "");
+  for (std::size_t i = 0; i < std::min(kBusiestLinks, p.links.size()); ++i) {
+    const mk::sim::LinkLoad& l = p.links[i];
+    std::printf("  %zu. %-22s %5.1f %% busy  (avg %.1f of %.1f GB/s, %s)\n", i + 1, l.name.c_str(),
+                100.0 * l.utilization, l.avgGBs, l.bandwidthGBs, fmtBytes(l.bytes).c_str());
+  }
+}
+
+void printStats(const mk::sim::SimStats& s) {
+  std::printf("simulation: %llu steps, %llu comms, %llu execs, %llu actors; %.2f s wall, %.0f MiB peak\n",
+              static_cast<unsigned long long>(s.steps), static_cast<unsigned long long>(s.comms),
+              static_cast<unsigned long long>(s.execs), static_cast<unsigned long long>(s.actors), s.wallSeconds,
+              s.peakRssMiB);
+}
+
+/// Write the outputs all or nothing: if the second file fails, the first is removed again.
+void writeOutputs(const Options& o, const std::string& json, const std::string& trace) {
+  if (!o.traceOut.empty()) mk::writeFileAtomic(o.traceOut, trace);
+  if (!o.jsonOut.empty()) {
+    try {
+      mk::writeFileAtomic(o.jsonOut, json + "\n");
+    } catch (...) {
+      if (!o.traceOut.empty()) std::remove(o.traceOut.c_str());
+      throw;
+    }
+  }
+  if (!o.traceOut.empty()) std::printf("wrote %s\n", o.traceOut.c_str());
+  if (!o.jsonOut.empty()) std::printf("wrote %s\n", o.jsonOut.c_str());
+}
+
+Setup makeSetup(const Options& o, const mk::Schedule* loaded) {
+  Setup st;
+  st.topo = mk::loadTopology(o.cluster, 0);
+  const uint32_t perNode = st.topo.node.gpus;
+  uint32_t nodes = o.nodes ? o.nodes : st.topo.nodes;
+  if (loaded != nullptr && !o.nodes && !loaded->nodeOf.empty())
+    nodes = std::max(nodes, *std::max_element(loaded->nodeOf.begin(), loaded->nodeOf.end()) + 1);
+  if (loaded == nullptr && o.ranks && !o.nodes && o.ranks > nodes * perNode) nodes = (o.ranks + perNode - 1) / perNode;
+  if (nodes != st.topo.nodes) st.topo = mk::loadTopology(o.cluster, nodes);
+  if (o.profileIn.empty()) {
+    st.profile = mk::defaultProfile(st.topo);
+  } else {
+    st.profile = mk::loadProfile(o.profileIn);
+    st.defaultProfile = false;
+  }
+  return st;
+}
+
+int run(const Options& o) {
+  checkOutputPath("--json", o.jsonOut);
+  checkOutputPath("--trace", o.traceOut);
+  if (!o.sweep.empty()) parseSweep(o.sweep);  // a malformed sweep is the first thing to report
+  if (!o.sweep.empty() && !o.traceOut.empty()) bad("--trace needs one size: use --bytes, not --sweep");
+  if (!o.sweep.empty() && !o.scheduleIn.empty()) bad("--sweep generates schedules: it cannot be used with --schedule");
+
+  mk::Schedule loaded;
+  if (!o.scheduleIn.empty()) {
+    loaded = mk::loadSchedule(o.scheduleIn);
+    mk::validate(loaded);
+  }
+  Setup st = makeSetup(o, o.scheduleIn.empty() ? nullptr : &loaded);
+
+  std::vector<uint64_t> sizes;
+  if (o.scheduleIn.empty()) {
+    const auto op = mk::parseCollOp(o.op);
+    if (!op) bad("unknown --op '" + o.op + "' (expected allreduce, allgather, reducescatter, broadcast, alltoall)");
+    const auto dtype = mk::parseDType(o.dtype);
+    if (!dtype) bad("unknown --dtype '" + o.dtype + "' (expected float32, bfloat16, float16)");
+    const auto algos = mk::algorithmsFor(*op);
+    if (std::find(algos.begin(), algos.end(), o.algo) == algos.end()) {
+      std::string list;
+      for (const auto& a : algos) list += (list.empty() ? "" : ", ") + a;
+      bad("unknown algorithm '" + o.algo + "' for " + o.op + " (expected " + list + ")");
+    }
+    st.nRanks = o.ranks ? o.ranks : st.topo.totalGpus();
+    if (st.nRanks > st.topo.totalGpus())
+      bad("--ranks " + std::to_string(st.nRanks) + " does not fit the cluster: " + st.topo.name + " x " +
+          std::to_string(st.topo.nodes) + " node(s) has " + std::to_string(st.topo.totalGpus()) + " GPUs");
+    mk::CollectiveSpec spec;
+    spec.op = *op;
+    spec.algo = o.algo;
+    spec.dtype = *dtype;
+    st.spec = spec;
+    st.gen.chunks = o.chunks;
+    st.gen.channels = o.channels;
+    sizes = o.sweep.empty() ? std::vector<uint64_t>{mk::parseSize(o.bytes)} : parseSweep(o.sweep);
+    if (o.sweep.empty() && countFromBytes(*op, sizes[0], *dtype, st.nRanks) == 0) {
+      const bool perRankBlock = *op == mk::CollOp::AllGather || *op == mk::CollOp::ReduceScatter || *op == mk::CollOp::AllToAll;
+      bad("--bytes " + std::to_string(sizes[0]) + " holds less than one " + mk::toString(*dtype) +
+          " element per rank (need at least " +
+          std::to_string(mk::dtypeSize(*dtype) * (perRankBlock ? st.nRanks : 1)) + " bytes)");
+    }
+  } else {
+    st.nRanks = loaded.nRanks;
+  }
+
+  // ---- header ----
+  if (st.spec) {
+    std::printf("mk-sim: %s %s on %s x %u node(s) (%u ranks, %u GPU(s) per node), %s, chunks %u, channels %u\n",
+                mk::toString(st.spec->op), st.spec->algo.c_str(), st.topo.name.c_str(), st.topo.nodes, st.nRanks,
+                st.topo.node.gpus, mk::toString(st.spec->dtype), st.gen.chunks, st.gen.channels);
+  } else {
+    std::printf("mk-sim: %s (%s %s, %u ranks) on %s x %u node(s)\n", o.scheduleIn.c_str(), loaded.info.op.c_str(),
+                loaded.info.algo.c_str(), loaded.nRanks, st.topo.name.c_str(), st.topo.nodes);
+  }
+  if (st.defaultProfile)
+    std::printf("profile: uncalibrated (datasheet defaults)\n");
+  else
+    std::printf("profile: %s (%s)\n", o.profileIn.c_str(), st.profile.source.c_str());
+  if (o.fast) std::printf("mode: fast (node-local steps analytic, network simulated)\n");
+  std::fflush(stdout);
+
+  const bool wantTrace = !o.traceOut.empty();
+  // ---- one schedule ----
+  if (!st.spec || o.sweep.empty()) {
+    mk::Schedule s;
+    if (st.spec) {
+      st.spec->count = countFromBytes(st.spec->op, sizes[0], st.spec->dtype, st.nRanks);
+      s = mk::generate(*st.spec, st.topo.layout(st.nRanks), st.gen);
+      const uint64_t used = mk::opBytes(*st.spec, st.nRanks);
+      std::printf("size: %s = %llu element(s)%s\n", mk::formatSize(used).c_str(),
+                  static_cast<unsigned long long>(st.spec->count),
+                  used != sizes[0] ? " (--bytes rounded down to whole elements)" : "");
+    } else {
+      s = std::move(loaded);
+    }
+    auto [info, p] = predictOne(o, st, s, wantTrace);
+    printPrediction(info, p);
+    if (o.verbose) printStats(p.stats);
+    writeOutputs(o, o.jsonOut.empty() ? std::string() : mk::sim::predictionToJson(p, info),
+                 wantTrace ? mk::sim::traceToJson(s, p.steps) : std::string());
+    return 0;
+  }
+
+  // ---- a sweep over sizes: an nccl-tests-like table ----
+  std::printf("%14s %12s %9s %14s %12s %12s %14s\n", "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
+              "busbw(GB/s)", "closed(us)");
+  std::vector<std::pair<mk::sim::RunInfo, mk::sim::Prediction>> rows;
+  for (const uint64_t bytes : sizes) {
+    mk::CollectiveSpec spec = *st.spec;
+    spec.count = countFromBytes(spec.op, bytes, spec.dtype, st.nRanks);
+    if (spec.count == 0) {
+      std::printf("# %llu B holds less than one element per rank: skipped\n", static_cast<unsigned long long>(bytes));
+      continue;
+    }
+    Setup one = st;
+    one.spec = spec;
+    const mk::Schedule s = mk::generate(spec, st.topo.layout(st.nRanks), st.gen);
+    auto row = predictOne(o, one, s, false);
+    const auto& [info, p] = row;
+    const double algbw = mk::sim::algBwGBs(info.bytes, p.totalUs);
+    std::printf("%14llu %12llu %9s %14.2f %12.2f %12.2f %14s\n", static_cast<unsigned long long>(info.bytes),
+                static_cast<unsigned long long>(info.count), info.dtype.c_str(), p.totalUs, algbw,
+                algbw * info.busBwFactor,
+                info.closedFormUs ? std::to_string(*info.closedFormUs).substr(0, 12).c_str() : "-");
+    std::fflush(stdout);
+    rows.push_back(std::move(row));
+  }
+  if (!rows.empty()) {
+    std::printf("busiest links at %s:\n", mk::formatSize(rows.back().first.bytes).c_str());
+    for (std::size_t i = 0; i < std::min(kBusiestLinks, rows.back().second.links.size()); ++i) {
+      const mk::sim::LinkLoad& l = rows.back().second.links[i];
+      std::printf("  %zu. %-22s %5.1f %% busy  (avg %.1f of %.1f GB/s, %s)\n", i + 1, l.name.c_str(),
+                  100.0 * l.utilization, l.avgGBs, l.bandwidthGBs, fmtBytes(l.bytes).c_str());
+    }
+  }
+  writeOutputs(o, o.jsonOut.empty() ? std::string() : mk::sim::sweepToJson(rows), std::string());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{
+      "mk-sim: predict the time of a collective by replaying its schedule (the same one the GPU runs) on a\n"
+      "SimGrid 3.32 model of the cluster: NVLink through NVSwitch or direct links, PCIe, one NIC per GPU into a\n"
+      "rail-optimised leaf/spine fabric. Link rates and latencies come from a profile (--profile; default: the\n"
+      "cluster's datasheet numbers, printed as uncalibrated). Prints the predicted time, algbw, busbw, the\n"
+      "closed form and the three busiest links.\n\n"
+      "  mk-sim --op allreduce --algo ring --cluster dgx-h100 --nodes 2 --bytes 1G --dtype bfloat16\n"
+      "  mk-sim --op allreduce --algo hierarchical --cluster dgx-h100 --nodes 128 --bytes 1G --json p.json\n"
+      "  mk-sim --op allreduce --algo one-shot --cluster h200x2 --sweep 8:1G:2\n"
+      "  mk-sim --schedule s.json --cluster dgx-h100 --trace t.json   (open t.json in ui.perfetto.dev)\n\n"
+      "Outputs: --json writes {\"schema\": \"mkernel.prediction.v1\", \"time_us\", \"algbw_gbs\", \"busbw_gbs\",\n"
+      "\"closed_form_us\", \"busiest_links\", \"links\", \"stats\", ...} (a sweep: one \"results\" entry per size);\n"
+      "--trace writes every step as a Chrome/Perfetto trace event (pid = rank, tid = lane, ts/dur in us).\n"
+      "Progress goes to stderr for runs longer than 2 s. Format details: docs/simulator.md.\n\n"
+      "Exit codes: 0 success, 1 internal failure (the simulation process died), 2 bad input.",
+      "mk-sim"};
+  app.add_option("--op", o.op, "collective: allreduce, allgather, reducescatter, broadcast, alltoall")->capture_default_str();
+  app.add_option("--algo", o.algo,
+                 "algorithm: allreduce one-shot|two-shot|ring|hierarchical; allgather and reducescatter "
+                 "ring|direct|hierarchical; broadcast direct|ring; alltoall direct")
+      ->capture_default_str();
+  app.add_option("--cluster", o.cluster, "preset (h200x2, dgx-h100, dgx-h200) or a topology JSON file")->capture_default_str();
+  app.add_option("--nodes", o.nodes,
+                 "nodes of the cluster (default: the preset's, enough for --ranks, or enough for --schedule)");
+  app.add_option("--ranks", o.ranks, "ranks (GPUs) taking part, placed node-major (default: every GPU)");
+  app.add_option("--bytes", o.bytes,
+                 "op size as nccl-tests counts it: the larger buffer of one rank (8, 1021, 64K, 1MiB, 1G; binary "
+                 "multiples); rounded down to whole elements (per rank block for allgather/reducescatter/alltoall)")
+      ->capture_default_str();
+  app.add_option("--dtype", o.dtype, "float32, bfloat16 or float16")->capture_default_str();
+  app.add_option("--chunks", o.chunks, "pipeline depth: chunks per transfer (>= 1)")->capture_default_str();
+  app.add_option("--channels", o.channels, "parallel lanes, each on a slice of the data (>= 1)")->capture_default_str();
+  app.add_option("--profile", o.profileIn,
+                 "hardware profile JSON (schema mkernel.profile.v1, docs/simulator.md); default: datasheet numbers "
+                 "for the cluster, printed as 'profile: uncalibrated (datasheet defaults)'");
+  app.add_option("--json", o.jsonOut, "write the prediction as JSON (schema mkernel.prediction.v1)");
+  app.add_option("--trace", o.traceOut, "write the per-step trace as Chrome/Perfetto trace-event JSON (one size only)");
+  app.add_option("--sweep", o.sweep,
+                 "MIN:MAX:FACTOR, e.g. 8:1G:2: predict every size MIN, MIN*FACTOR, ... <= MAX and print an "
+                 "nccl-tests-like table (replaces --bytes)");
+  app.add_option("--schedule", o.scheduleIn,
+                 "replay this schedule JSON (validated first) instead of generating one; --cluster must fit its "
+                 "ranks (--nodes defaults to the schedule's node count)");
+  app.add_flag("--fast", o.fast,
+               "scale mode: time steps that stay inside a node (NVLink, memory, GEMM, flags) with the uncontended "
+               "formulas and simulate only the network flows (exact when nothing contends inside a node)");
+  app.add_flag("--verbose", o.verbose, "show SimGrid's own log (info level) and the simulation's cost");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "mk-sim: error: %s (see --help)\n", e.what());
+    return kExitBadInput;
+  }
+  if (o.chunks == 0 || o.channels == 0) {
+    std::fprintf(stderr, "mk-sim: error: --chunks and --channels must be >= 1\n");
+    return kExitBadInput;
+  }
+  if (app.count("--ranks") && o.ranks == 0) {
+    std::fprintf(stderr, "mk-sim: error: --ranks must be >= 1\n");
+    return kExitBadInput;
+  }
+  if (app.count("--nodes") && o.nodes == 0) {
+    std::fprintf(stderr, "mk-sim: error: --nodes must be >= 1\n");
+    return kExitBadInput;
+  }
+  try {
+    return run(o);
+  } catch (const mk::Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "mk-sim: error: %s\n", e.what());
+    const bool internal = e.code() == mk::ErrorCode::Internal || e.code() == mk::ErrorCode::Deadlock;
+    return internal ? kExitInternal : kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "mk-sim: error: %s\n", e.what());
+    return kExitInternal;
+  }
+}
