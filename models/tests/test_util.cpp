@@ -57,3 +57,28 @@ TEST_CASE("error: what() carries the code name and the message") {
   CHECK(e.code() == mk::ErrorCode::Timeout);
   CHECK(std::string(mk::toString(mk::ErrorCode::InvalidSchedule)) == "invalid-schedule");
 }
+
+#include "mk/algorithms/request.hpp"
+
+TEST_CASE("request: bytes become the op's count as nccl-tests sizes them") {
+  CHECK(mk::countForBytes(mk::CollOp::AllReduce, 1048573, mk::DType::Float32, 8) == 262143);
+  CHECK(mk::countForBytes(mk::CollOp::AllGather, 1u << 20, mk::DType::BFloat16, 8) == 65536);
+  CHECK(mk::countForBytes(mk::CollOp::AllToAll, 7, mk::DType::Float32, 2) == 0);
+  CHECK(mk::minBytesFor(mk::CollOp::ReduceScatter, mk::DType::Float16, 8) == 16);
+  CHECK(mk::minBytesFor(mk::CollOp::Broadcast, mk::DType::Float32, 8) == 4);
+}
+
+TEST_CASE("request: ranks grow the cluster unless nodes are explicit") {
+  const auto grown = mk::placeRanks("dgx-h100", 0, 20);
+  CHECK(grown.topo.nodes == 3);
+  CHECK(grown.nRanks == 20);
+  const auto all = mk::placeRanks("dgx-h200", 2, 0);
+  CHECK(all.nRanks == 16);
+  CHECK(mk::placeRanks("dgx-h100", 0, 0, 4).topo.nodes == 4);
+  try {
+    mk::placeRanks("dgx-h100", 1, 9);
+    FAIL("9 ranks on one 8-GPU node were accepted");
+  } catch (const mk::Error& e) {
+    CHECK(std::string(e.what()).find("does not fit") != std::string::npos);
+  }
+}

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "mk/algorithms/algorithms.hpp"
+#include "mk/algorithms/request.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/verify.hpp"
@@ -102,17 +103,13 @@ void printSummary(const mk::Schedule& s) {
   std::printf("(summed over ranks)\n");
 }
 
-/// Count argument of the op from nccl-tests-style "size" bytes (the larger buffer of one rank).
+/// Count argument of the op from nccl-tests-style "size" bytes; bad input when less than one element per rank.
 uint64_t countFromBytes(mk::CollOp op, uint64_t bytes, mk::DType dtype, uint32_t nRanks) {
-  const uint64_t elems = bytes / mk::dtypeSize(dtype);
-  const bool perRankBlock = op == mk::CollOp::AllGather || op == mk::CollOp::ReduceScatter || op == mk::CollOp::AllToAll;
-  const uint64_t count = perRankBlock ? elems / nRanks : elems;
-  if (count == 0) {
-    const uint64_t need = mk::dtypeSize(dtype) * (perRankBlock ? nRanks : 1);
+  const uint64_t count = mk::countForBytes(op, bytes, dtype, nRanks);
+  if (count == 0)
     throw mk::Error(mk::ErrorCode::InvalidArgument, "--bytes " + std::to_string(bytes) + " holds less than one " +
                                                         mk::toString(dtype) + " element per rank (need at least " +
-                                                        std::to_string(need) + " bytes)");
-  }
+                                                        std::to_string(mk::minBytesFor(op, dtype, nRanks)) + " bytes)");
   return count;
 }
 
@@ -139,16 +136,10 @@ int run(const Options& o) {
     if (!redop) throw mk::Error(mk::ErrorCode::InvalidArgument, "unknown --redop '" + o.redop + "' (expected sum, max, min)");
     const uint64_t bytes = mk::parseSize(o.bytes);
 
-    topo = mk::loadTopology(o.cluster, 0);
+    const mk::Placement placed = mk::placeRanks(o.cluster, o.nodes, o.ranks);
+    topo = placed.topo;
     const uint32_t perNode = topo.node.gpus;
-    uint32_t nodes = o.nodes ? o.nodes : topo.nodes;
-    if (o.ranks && !o.nodes && o.ranks > nodes * perNode) nodes = (o.ranks + perNode - 1) / perNode;
-    if (nodes != topo.nodes) topo = mk::loadTopology(o.cluster, nodes);
-    const uint32_t nRanks = o.ranks ? o.ranks : topo.totalGpus();
-    if (nRanks > topo.totalGpus())
-      throw mk::Error(mk::ErrorCode::InvalidArgument,
-                      "--ranks " + std::to_string(nRanks) + " does not fit the cluster: " + topo.name + " x " +
-                          std::to_string(topo.nodes) + " node(s) has " + std::to_string(topo.totalGpus()) + " GPUs");
+    const uint32_t nRanks = placed.nRanks;
 
     spec.op = *op;
     spec.algo = o.algo;

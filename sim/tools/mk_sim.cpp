@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mk/algorithms/algorithms.hpp"
+#include "mk/algorithms/request.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/cost/profile_io.hpp"
 #include "mk/error.hpp"
@@ -72,12 +73,8 @@ std::string fmtBytes(double b) {
   return buf;
 }
 
-/// Count argument of the op from nccl-tests-style "size" bytes (the larger buffer of one rank); 0 if the size
-/// holds less than one element per rank.
 uint64_t countFromBytes(mk::CollOp op, uint64_t bytes, mk::DType dtype, uint32_t nRanks) {
-  const uint64_t elems = bytes / mk::dtypeSize(dtype);
-  const bool perRankBlock = op == mk::CollOp::AllGather || op == mk::CollOp::ReduceScatter || op == mk::CollOp::AllToAll;
-  return perRankBlock ? elems / nRanks : elems;
+  return mk::countForBytes(op, bytes, dtype, nRanks);
 }
 
 /// An output path must be writable before hours of simulation are spent (writeFileAtomic checks it again).
@@ -222,13 +219,13 @@ void writeOutputs(const Options& o, const std::string& json, const std::string& 
 
 Setup makeSetup(const Options& o, const mk::Schedule* loaded) {
   Setup st;
-  st.topo = mk::loadTopology(o.cluster, 0);
-  const uint32_t perNode = st.topo.node.gpus;
-  uint32_t nodes = o.nodes ? o.nodes : st.topo.nodes;
-  if (loaded != nullptr && !o.nodes && !loaded->nodeOf.empty())
-    nodes = std::max(nodes, *std::max_element(loaded->nodeOf.begin(), loaded->nodeOf.end()) + 1);
-  if (loaded == nullptr && o.ranks && !o.nodes && o.ranks > nodes * perNode) nodes = (o.ranks + perNode - 1) / perNode;
-  if (nodes != st.topo.nodes) st.topo = mk::loadTopology(o.cluster, nodes);
+  const uint32_t minNodes = loaded != nullptr && !loaded->nodeOf.empty()
+                                ? *std::max_element(loaded->nodeOf.begin(), loaded->nodeOf.end()) + 1
+                                : 0;
+  // A loaded schedule brings its own ranks: only its node count constrains the cluster.
+  const mk::Placement placed = mk::placeRanks(o.cluster, o.nodes, loaded != nullptr ? 0 : o.ranks, minNodes);
+  st.topo = placed.topo;
+  st.nRanks = placed.nRanks;
   if (o.profileIn.empty()) {
     st.profile = mk::defaultProfile(st.topo);
   } else {
@@ -264,10 +261,6 @@ int run(const Options& o) {
       for (const auto& a : algos) list += (list.empty() ? "" : ", ") + a;
       bad("unknown algorithm '" + o.algo + "' for " + o.op + " (expected " + list + ")");
     }
-    st.nRanks = o.ranks ? o.ranks : st.topo.totalGpus();
-    if (st.nRanks > st.topo.totalGpus())
-      bad("--ranks " + std::to_string(st.nRanks) + " does not fit the cluster: " + st.topo.name + " x " +
-          std::to_string(st.topo.nodes) + " node(s) has " + std::to_string(st.topo.totalGpus()) + " GPUs");
     mk::CollectiveSpec spec;
     spec.op = *op;
     spec.algo = o.algo;
@@ -276,12 +269,9 @@ int run(const Options& o) {
     st.gen.chunks = o.chunks;
     st.gen.channels = o.channels;
     sizes = o.sweep.empty() ? std::vector<uint64_t>{mk::parseSize(o.bytes)} : parseSweep(o.sweep);
-    if (o.sweep.empty() && countFromBytes(*op, sizes[0], *dtype, st.nRanks) == 0) {
-      const bool perRankBlock = *op == mk::CollOp::AllGather || *op == mk::CollOp::ReduceScatter || *op == mk::CollOp::AllToAll;
+    if (o.sweep.empty() && countFromBytes(*op, sizes[0], *dtype, st.nRanks) == 0)
       bad("--bytes " + std::to_string(sizes[0]) + " holds less than one " + mk::toString(*dtype) +
-          " element per rank (need at least " +
-          std::to_string(mk::dtypeSize(*dtype) * (perRankBlock ? st.nRanks : 1)) + " bytes)");
-    }
+          " element per rank (need at least " + std::to_string(mk::minBytesFor(*op, *dtype, st.nRanks)) + " bytes)");
   } else {
     st.nRanks = loaded.nRanks;
   }
