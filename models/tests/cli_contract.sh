@@ -5,31 +5,8 @@ set -u
 tool=$1
 work=$2
 rm -rf "$work" && mkdir -p "$work"
-failures=0
-passes=0
-
-# expect <exit code> <regex that stdout+stderr must match> -- command...
-expect() {
-  local want=$1 pattern=$2
-  shift 3
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [[ $rc -ne $want ]] || ! grep -Eq -- "$pattern" <<<"$out"; then
-    echo "FAIL: $* -> rc $rc (want $want), output:"
-    sed 's/^/    /' <<<"$out" | head -20
-    echo "    (wanted /$pattern/)"
-    failures=$((failures + 1))
-  else
-    passes=$((passes + 1))
-  fi
-}
-# errors must be exactly one line on stderr
-one_line_error() {
-  local n
-  n=$("$@" 2>&1 >/dev/null | wc -l)
-  if [[ $n -ne 1 ]]; then echo "FAIL: $* printed $n stderr lines (want 1)"; failures=$((failures + 1)); else passes=$((passes + 1)); fi
-}
+# shellcheck source=../../cmake/cli_testlib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../cmake/cli_testlib.sh"
 
 expect 0 '^verify: OK' -- "$tool" --op allreduce --algo ring --ranks 8 --bytes 1048573 --dtype float32 --verify
 expect 0 '^verify: OK' -- "$tool" --op allreduce --algo hierarchical --cluster dgx-h100 --nodes 4 --bytes 1MiB --verify
@@ -40,7 +17,7 @@ expect 0 '--op' -- "$tool" --help
 
 # files: written only on success, readable back, packed form written
 expect 0 'wrote' -- "$tool" --op allreduce --algo one-shot --ranks 4 --bytes 4K --json "$work/ar.json" --packed "$work/ar.bin"
-[[ -s $work/ar.json && -s $work/ar.bin ]] && passes=$((passes + 1)) || { echo "FAIL: output files missing"; failures=$((failures + 1)); }
+check "output files written" test -s "$work/ar.json" -a -s "$work/ar.bin"
 expect 0 'validate   OK' -- "$tool" --schedule "$work/ar.json"
 
 # bad input: exit 2, one line, no file
@@ -59,7 +36,7 @@ expect 2 "chunks" -- "$tool" --chunks 0
 expect 2 "root" -- "$tool" --op broadcast --algo direct --ranks 4 --root 4
 one_line_error "$tool" --op allsum
 one_line_error "$tool" --cluster nope
-[[ ! -e $work/x.json ]] && passes=$((passes + 1)) || { echo "FAIL: a failed run left $work/x.json"; failures=$((failures + 1)); }
+check "a failed run left $work/x.json" test ! -e "$work/x.json"
 
 # malformed schedules: truncated JSON, and one whose wait can never be satisfied
 head -c 300 "$work/ar.json" >"$work/truncated.json"
@@ -76,8 +53,7 @@ for lane in s["ranks"][1]["lanes"]:
 sys.exit("no wait step found")
 PY
 expect 2 "invalid-schedule: rank 1 lane" -- "$tool" --schedule "$work/stuck.json" --packed "$work/stuck.bin"
-[[ ! -e $work/stuck.bin ]] && passes=$((passes + 1)) || { echo "FAIL: invalid schedule still wrote a packed file"; failures=$((failures + 1)); }
+check "an invalid schedule still wrote a packed file" test ! -e "$work/stuck.bin"
 expect 2 "io-error.*no/such/file.json" -- "$tool" --schedule /no/such/file.json
 
-echo "$passes passed, $failures failed"
-[[ $failures -eq 0 ]]
+cli_summary

@@ -6,38 +6,15 @@ tool=$1
 work=$2
 schedtool=${3:-}
 rm -rf "$work" && mkdir -p "$work"
-failures=0
-passes=0
+# shellcheck source=../../cmake/cli_testlib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../cmake/cli_testlib.sh"
 
-# expect <exit code> <regex that stdout+stderr must match> -- command...
-expect() {
-  local want=$1 pattern=$2
-  shift 3
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [[ $rc -ne $want ]] || ! grep -Eq -- "$pattern" <<<"$out"; then
-    echo "FAIL: $* -> rc $rc (want $want), output:"
-    sed 's/^/    /' <<<"$out" | head -20
-    echo "    (wanted /$pattern/)"
-    failures=$((failures + 1))
-  else
-    passes=$((passes + 1))
-  fi
-}
 # bad input: exit 2, exactly one line on stderr, and none of the output files exist afterwards
 bad() {
   local pattern=$1
   shift 2
   expect 2 "$pattern" -- "$@" --json "$work/bad.json" --trace "$work/bad-trace.json"
-  local n
-  n=$("$@" --json "$work/bad.json" --trace "$work/bad-trace.json" 2>&1 >/dev/null | wc -l)
-  if [[ $n -ne 1 ]]; then
-    echo "FAIL: $* printed $n stderr lines (want 1)"
-    failures=$((failures + 1))
-  else
-    passes=$((passes + 1))
-  fi
+  one_line_error "$@" --json "$work/bad.json" --trace "$work/bad-trace.json"
   if compgen -G "$work/bad*" >/dev/null; then
     echo "FAIL: $* left $(ls "$work"/bad*)"
     failures=$((failures + 1))
@@ -45,11 +22,6 @@ bad() {
   else
     passes=$((passes + 1))
   fi
-}
-check() {  # check <description> <command...>: the command must succeed
-  local what=$1
-  shift
-  if "$@"; then passes=$((passes + 1)); else echo "FAIL: $what"; failures=$((failures + 1)); fi
 }
 
 # ---- results ----
@@ -124,5 +96,4 @@ expect 2 "directory .*no-such-dir' does not exist" -- "$tool" --json "$work/no-s
 expect 2 "is a directory" -- "$tool" --trace "$work"
 bad "--bogus" -- "$tool" --bogus
 
-echo "mk-sim cli contract: $passes passed, $failures failed"
-[[ $failures -eq 0 ]]
+cli_summary

@@ -1,0 +1,40 @@
+# Shared by the CLI contract tests (models/tests/cli_contract.sh, sim/tests/cli_contract.sh): source it.
+# Counts into $passes and $failures; call `cli_summary` last (prints "N passed, N failed", returns non-zero on failure).
+passes=0
+failures=0
+
+# expect <exit code> <regex that stdout+stderr must match> -- command...
+expect() {
+  local want=$1 pattern=$2
+  shift 3
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $want ]] || ! grep -Eq -- "$pattern" <<<"$out"; then
+    echo "FAIL: $* -> rc $rc (want $want), output:"
+    sed 's/^/    /' <<<"$out" | head -20
+    echo "    (wanted /$pattern/)"
+    failures=$((failures + 1))
+  else
+    passes=$((passes + 1))
+  fi
+}
+
+# check <description> <test command...>: a plain assertion counted like the others.
+check() {
+  local what=$1
+  shift
+  if "$@"; then passes=$((passes + 1)); else echo "FAIL: $what"; failures=$((failures + 1)); fi
+}
+
+# one_line_error <command...>: a failing command must print exactly one line on stderr.
+one_line_error() {
+  local n
+  n=$("$@" 2>&1 >/dev/null | wc -l)
+  check "$* printed $n stderr lines (want 1)" test "$n" -eq 1
+}
+
+cli_summary() {
+  echo "$passes passed, $failures failed"
+  [[ $failures -eq 0 ]]
+}
