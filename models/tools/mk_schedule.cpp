@@ -1,8 +1,7 @@
 // mk-schedule — generate, validate, verify and cost one collective schedule, without a GPU.
 //
-// Exit codes: 0 success, 1 verification failed, 2 bad input (one line on stderr, no output file written).
-#include <CLI/CLI.hpp>
-
+// Exit codes (mk/util/cli.hpp): 0 success, 1 verification failed or internal error, 2 bad input (one line on
+// stderr, no output file written).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,12 +19,12 @@
 #include "mk/schedule/pack.hpp"
 #include "mk/schedule/validate.hpp"
 #include "mk/topology/topology.hpp"
+#include "mk/util/cli.hpp"
 #include "mk/util/size.hpp"
 
 namespace {
 
-constexpr int kExitVerifyFailed = 1;
-constexpr int kExitBadInput = 2;
+constexpr int kExitVerifyFailed = mk::cli::kExitFailed;
 
 struct Options {
   std::string op = "allreduce";
@@ -253,31 +252,10 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.jsonOut, "write the schedule as JSON (docs/schedule-format.md)");
   app.add_option("--packed", o.packedOut, "write the packed binary form (what a GPU uploads)");
   app.add_option("--schedule", o.scheduleIn, "read a schedule JSON instead of generating one (validate + summary)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "mk-schedule: error: %s (see --help)\n", e.what());
-    return kExitBadInput;
-  }
-  if (o.chunks == 0 || o.channels == 0) {
-    std::fprintf(stderr, "mk-schedule: error: --chunks and --channels must be >= 1\n");
-    return kExitBadInput;
-  }
-  if (app.count("--ranks") && o.ranks == 0) {
-    std::fprintf(stderr, "mk-schedule: error: --ranks must be >= 1\n");
-    return kExitBadInput;
-  }
-  try {
-    return run(o);
-  } catch (const mk::Error& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "mk-schedule: error: %s\n", e.what());
-    return kExitBadInput;
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "mk-schedule: error: %s\n", e.what());
-    return kExitBadInput;
-  }
+  if (int rc = mk::cli::parse(app, argc, argv, "mk-schedule"); rc != mk::cli::kContinue) return rc;
+  if (int rc = mk::cli::requirePositive(app, "mk-schedule", {{"--ranks", o.ranks}, {"--nodes", o.nodes},
+                                                             {"--chunks", o.chunks}, {"--channels", o.channels}});
+      rc != mk::cli::kContinue)
+    return rc;
+  return mk::cli::run("mk-schedule", [&] { return run(o); });
 }

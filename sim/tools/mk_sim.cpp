@@ -15,6 +15,7 @@
 
 #include "mk/algorithms/algorithms.hpp"
 #include "mk/algorithms/request.hpp"
+#include "mk/util/cli.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/cost/profile_io.hpp"
 #include "mk/error.hpp"
@@ -27,8 +28,6 @@
 
 namespace {
 
-constexpr int kExitInternal = 1;
-constexpr int kExitBadInput = 2;
 // Above this many steps the uncontended reference timeline is not worth its memory next to the replay.
 constexpr uint64_t kUncontendedMaxSteps = 2000000;
 // Above this many steps the exact replay takes tens of seconds (docs/simulator.md): suggest --fast.
@@ -401,36 +400,10 @@ int main(int argc, char** argv) {
                "scale mode: time steps that stay inside a node (NVLink, memory, GEMM, flags) with the uncontended "
                "formulas and simulate only the network flows (exact when nothing contends inside a node)");
   app.add_flag("--verbose", o.verbose, "show SimGrid's own log (info level) and the simulation's cost");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "mk-sim: error: %s (see --help)\n", e.what());
-    return kExitBadInput;
-  }
-  if (o.chunks == 0 || o.channels == 0) {
-    std::fprintf(stderr, "mk-sim: error: --chunks and --channels must be >= 1\n");
-    return kExitBadInput;
-  }
-  if (app.count("--ranks") && o.ranks == 0) {
-    std::fprintf(stderr, "mk-sim: error: --ranks must be >= 1\n");
-    return kExitBadInput;
-  }
-  if (app.count("--nodes") && o.nodes == 0) {
-    std::fprintf(stderr, "mk-sim: error: --nodes must be >= 1\n");
-    return kExitBadInput;
-  }
-  try {
-    return run(o);
-  } catch (const mk::Error& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "mk-sim: error: %s\n", e.what());
-    const bool internal = e.code() == mk::ErrorCode::Internal || e.code() == mk::ErrorCode::Deadlock;
-    return internal ? kExitInternal : kExitBadInput;
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "mk-sim: error: %s\n", e.what());
-    return kExitInternal;
-  }
+  if (int rc = mk::cli::parse(app, argc, argv, "mk-sim"); rc != mk::cli::kContinue) return rc;
+  if (int rc = mk::cli::requirePositive(app, "mk-sim", {{"--ranks", o.ranks}, {"--nodes", o.nodes},
+                                                        {"--chunks", o.chunks}, {"--channels", o.channels}});
+      rc != mk::cli::kContinue)
+    return rc;
+  return mk::cli::run("mk-sim", [&] { return run(o); });
 }

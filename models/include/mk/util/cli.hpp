@@ -1,0 +1,66 @@
+// mkernel — what every command-line tool does the same way: parse, reject zero counts, and turn errors into
+// one line and an exit code. Header-only and for tools: it needs CLI11 (Debian libcli11-dev).
+//
+// Exit codes shared by all tools: 0 success, 1 the job failed (verification failed, internal error), 2 bad input.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <initializer_list>
+#include <utility>
+
+#include "mk/error.hpp"
+
+namespace mk::cli {
+
+inline constexpr int kExitFailed = 1;
+inline constexpr int kExitBadInput = 2;
+inline constexpr int kContinue = -1;
+
+/// Parse argv. Returns kContinue, or the exit code after printing help (0) or one error line (2).
+inline int parse(CLI::App& app, int argc, char** argv, const char* tool) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "%s: error: %s (see --help)\n", tool, e.what());
+    return kExitBadInput;
+  }
+  return kContinue;
+}
+
+/// Options that count something must not be given as 0: "<tool>: error: --ranks must be >= 1" (exit 2).
+inline int requirePositive(const CLI::App& app, const char* tool,
+                           std::initializer_list<std::pair<const char*, uint64_t>> options) {
+  for (const auto& [name, value] : options) {
+    if (app.count(name) && value == 0) {
+      std::fprintf(stderr, "%s: error: %s must be >= 1\n", tool, name);
+      return kExitBadInput;
+    }
+  }
+  return kContinue;
+}
+
+/// Run the tool's body; an escaping error becomes one stderr line. mk::Error about the input exits 2; internal
+/// errors, deadlocks and anything else exit 1.
+inline int run(const char* tool, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
+    const bool internal = e.code() == ErrorCode::Internal || e.code() == ErrorCode::Deadlock;
+    return internal ? kExitFailed : kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
+    return kExitFailed;
+  }
+}
+
+}  // namespace mk::cli
