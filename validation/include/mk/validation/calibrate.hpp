@@ -1,0 +1,97 @@
+// mkernel — fit the hardware profile (mk::Profile) from micro-benchmark measurement records (docs/calibration.md).
+//
+// Honesty rule: only the calibration records below are fitted. Collective records (allreduce, allgather, ...)
+// are what the profile later predicts, so fitting on them would make the validation circular: they are counted
+// and ignored.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "mk/cost/cost.hpp"
+#include "mk/validation/measurement.hpp"
+
+namespace mk {
+
+/// The calibration record vocabulary: records with "impl":"mkernel" and one of these "op"s. Every record
+/// carries `bytes` (payload per message) and `time_us` (median time per message); gemm also "flops".
+inline constexpr const char* kCalibPutNvlink = "calib-put-nvlink";    ///< Put to a same-node peer -> nvlink
+inline constexpr const char* kCalibPutNetwork = "calib-put-network";  ///< ProxyPut across nodes -> network
+inline constexpr const char* kCalibCopyLocal = "calib-copy-local";    ///< Copy inside one GPU -> local
+inline constexpr const char* kCalibReduce = "calib-reduce";           ///< Reduce, bytes = output -> reduceGBs
+inline constexpr const char* kCalibFlag = "calib-flag";               ///< Signal -> Wait over NVLink -> flagUs
+inline constexpr const char* kCalibDispatch = "calib-dispatch";       ///< enqueue -> first step -> dispatchUs
+inline constexpr const char* kCalibProxy = "calib-proxy";             ///< extra per ProxyPut -> proxyUs
+inline constexpr const char* kCalibGemm = "calib-gemm";               ///< bf16 GEMM, needs "flops" -> gemmTflops
+
+/// True for the ops above (the exact spelling; "calib-" ops not in the list are an error in calibrate()).
+bool isCalibrationOp(const std::string& op) noexcept;
+
+/// One measured point of a linear fit: x (bytes, or flops for gemm) and the time it took.
+struct CalibPoint {
+  double x = 0;
+  double timeUs = 0;
+};
+
+/// Result of fitting t = alphaUs + bytes / (bwGBs * 1e3) (bytes per us = GB/s * 1e3).
+struct AlphaBetaFit {
+  double alphaUs = 0;
+  double bwGBs = 0;
+  std::vector<double> residuals;  ///< relative: (model - measured) / measured, in input order
+  double r2 = 0;                  ///< weighted R^2 (weights 1/t^2, the same weights the fit minimises)
+  double maxRelResidual = 0;      ///< max |residual|
+  std::size_t n = 0;              ///< points used
+};
+
+/// Weighted relative least squares fit of t = alpha + x / (bw * 1e3). Throws Error(InvalidArgument) naming
+/// `parameter` for fewer than 2 distinct x, a non-positive or non-finite time, or a fit whose alpha is
+/// negative or whose bandwidth is not positive and finite.
+AlphaBetaFit fitAlphaBeta(const std::vector<CalibPoint>& points, const std::string& parameter = "alpha-beta");
+
+/// Result of a constant fit (flag, dispatch, proxy): the median and how far the points stray from it.
+struct ConstantFit {
+  double valueUs = 0;         ///< median of the times
+  double spreadUs = 0;        ///< median absolute deviation from the median
+  double maxRelResidual = 0;  ///< max |t - median| / median
+  std::size_t n = 0;
+};
+
+/// Median of `timesUs`; throws Error(InvalidArgument) naming `parameter` when empty or a time is not > 0 and
+/// finite.
+ConstantFit fitConstant(const std::vector<double>& timesUs, const std::string& parameter = "constant");
+
+/// One profile parameter in the report.
+struct ParameterFit {
+  std::string name;            ///< profile JSON name: "nvlink.alphaUs", "reduceGBs", ...
+  std::string unit;            ///< "us", "GB/s", "TFLOP/s"
+  double value = 0;            ///< what the profile holds
+  bool measured = false;       ///< false: the datasheet default was kept
+  std::size_t n = 0;           ///< points fitted (0 when not measured)
+  double r2 = 0;               ///< weighted R^2 of the linear fit; NaN for constant fits and defaults
+  double maxRelResidual = 0;   ///< max relative residual of the fit (0 for defaults)
+  std::string method;          ///< "alpha-beta (weighted relative LS)", "median", "default (not measured)"
+};
+
+/// What calibrate() did: every parameter of mk::Profile, in declaration order, and the records it looked at.
+struct FitReport {
+  std::vector<ParameterFit> parameters;
+  std::size_t recordsUsed = 0;     ///< calibration records fitted
+  std::size_t recordsIgnored = 0;  ///< other records (collectives, baselines): never fitted
+  /// Names of the parameters that kept their default (also written into Profile::source).
+  std::vector<std::string> defaulted() const;
+};
+
+/// Fit every parameter that has calibration records in `files`; the rest keep their value from `defaults`
+/// (normally defaultProfile(topologyPreset(cluster))) and are listed as "default (not measured)" in the report
+/// and in the returned Profile's `source`. Throws Error(InvalidArgument) naming the parameter (and the file and
+/// record for a bad record) when a fit has too few points or gives a negative / non-finite value, a gemm
+/// record lacks a positive "flops", or a "calib-" op is not in the vocabulary.
+Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defaults, FitReport* report = nullptr,
+                  const std::vector<std::string>& fileNames = {});
+
+/// The report as a fixed-width table (parameter, value, unit, n, R^2, max rel residual, source), one line per
+/// parameter, with a header line and a summary line of records used / ignored.
+std::string formatFitReport(const FitReport& report);
+
+}  // namespace mk

@@ -1,0 +1,257 @@
+#include "mk/validation/calibrate.hpp"
+
+#include <Eigen/Dense>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "mk/error.hpp"
+
+namespace mk {
+namespace {
+
+[[noreturn]] void reject(const std::string& parameter, const std::string& what) {
+  throw Error(ErrorCode::InvalidArgument, "calibration of " + parameter + ": " + what);
+}
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+constexpr const char* kMethodAlphaBeta = "alpha-beta (weighted relative LS)";
+constexpr const char* kMethodMedian = "median";
+constexpr const char* kMethodDefault = "default (not measured)";
+
+}  // namespace
+
+bool isCalibrationOp(const std::string& op) noexcept {
+  for (const char* k : {kCalibPutNvlink, kCalibPutNetwork, kCalibCopyLocal, kCalibReduce, kCalibFlag, kCalibDispatch,
+                        kCalibProxy, kCalibGemm})
+    if (op == k) return true;
+  return false;
+}
+
+AlphaBetaFit fitAlphaBeta(const std::vector<CalibPoint>& points, const std::string& parameter) {
+  std::set<double> distinct;
+  double xMax = 0;
+  for (const auto& p : points) {
+    if (!std::isfinite(p.timeUs) || p.timeUs <= 0)
+      reject(parameter, "time_us must be finite and > 0 (got " + num(p.timeUs) + ")");
+    if (!std::isfinite(p.x) || p.x < 0) reject(parameter, "size must be finite and >= 0 (got " + num(p.x) + ")");
+    distinct.insert(p.x);
+    xMax = std::max(xMax, p.x);
+  }
+  if (distinct.size() < 2)
+    reject(parameter, "needs points at >= 2 distinct sizes to separate latency from bandwidth (got " +
+                          std::to_string(points.size()) + " points at " + std::to_string(distinct.size()) +
+                          " distinct sizes)");
+  // Weighted relative least squares: minimise sum(((alpha + x*b) - t) / t)^2, i.e. rows divided by t.
+  // Micro-benchmark times span 1 us .. 10 ms; plain least squares would let the largest sizes decide alpha
+  // alone (an error of 0.1% at 10 ms outweighs the whole 1 us point), so latency would be unconstrained.
+  // Relative residuals give every size the same say, matching the 1% multiplicative noise of timings.
+  // Solved by column-pivoting Householder QR of the 2-column weighted design matrix (never the normal
+  // equations, which square the condition number); x is scaled to [0, 1] so both columns are O(1/t).
+  const auto n = static_cast<Eigen::Index>(points.size());
+  Eigen::MatrixXd a(n, 2);
+  Eigen::VectorXd rhs = Eigen::VectorXd::Ones(n);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const auto& p = points[static_cast<std::size_t>(i)];
+    a(i, 0) = 1.0 / p.timeUs;
+    a(i, 1) = (p.x / xMax) / p.timeUs;
+  }
+  const Eigen::Vector2d c = a.colPivHouseholderQr().solve(rhs);
+  double alpha = c(0);
+  const double slope = c(1) / xMax;  // us per unit of x
+  double tMax = 0;
+  for (const auto& p : points) tMax = std::max(tMax, p.timeUs);
+  // An intercept that is zero up to rounding is zero, not a negative latency.
+  if (alpha < 0 && -alpha <= 1e-12 * tMax) alpha = 0;
+  if (!std::isfinite(alpha) || alpha < 0)
+    reject(parameter, "fitted latency alpha = " + num(alpha) +
+                          " us is negative or not finite (the points do not follow t = alpha + bytes/bw)");
+  if (!std::isfinite(slope) || slope <= 0)
+    reject(parameter, "fitted bandwidth is not positive and finite (slope " + num(slope) +
+                          " us per byte): the time does not grow with the size");
+  AlphaBetaFit f;
+  f.alphaUs = alpha;
+  f.bwGBs = 1.0 / (slope * 1e3);
+  f.n = points.size();
+  double sw = 0, swt = 0;
+  for (const auto& p : points) {
+    const double w = 1.0 / (p.timeUs * p.timeUs);
+    sw += w;
+    swt += w * p.timeUs;
+  }
+  const double tBar = swt / sw;
+  double ssRes = 0, ssTot = 0;
+  for (const auto& p : points) {
+    const double r = (alpha + p.x * slope - p.timeUs) / p.timeUs;
+    f.residuals.push_back(r);
+    f.maxRelResidual = std::max(f.maxRelResidual, std::abs(r));
+    ssRes += r * r;
+    ssTot += (p.timeUs - tBar) * (p.timeUs - tBar) / (p.timeUs * p.timeUs);
+  }
+  f.r2 = ssTot > 0 ? 1.0 - ssRes / ssTot : (ssRes == 0 ? 1.0 : 0.0);
+  return f;
+}
+
+ConstantFit fitConstant(const std::vector<double>& timesUs, const std::string& parameter) {
+  if (timesUs.empty()) reject(parameter, "needs at least 1 point (got 0)");
+  for (double t : timesUs)
+    if (!std::isfinite(t) || t <= 0) reject(parameter, "time_us must be finite and > 0 (got " + num(t) + ")");
+  // The median, not the mean: one preempted or cold iteration must not move a latency constant.
+  ConstantFit f;
+  f.n = timesUs.size();
+  f.valueUs = median(timesUs);
+  std::vector<double> dev;
+  for (double t : timesUs) {
+    dev.push_back(std::abs(t - f.valueUs));
+    f.maxRelResidual = std::max(f.maxRelResidual, std::abs(t - f.valueUs) / f.valueUs);
+  }
+  f.spreadUs = median(dev);
+  return f;
+}
+
+std::vector<std::string> FitReport::defaulted() const {
+  std::vector<std::string> out;
+  for (const auto& p : parameters)
+    if (!p.measured) out.push_back(p.name);
+  return out;
+}
+
+Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defaults, FitReport* report,
+                  const std::vector<std::string>& fileNames) {
+  std::map<std::string, std::vector<CalibPoint>> byOp;
+  FitReport rep;
+  for (std::size_t fi = 0; fi < files.size(); ++fi) {
+    const std::string fname = fi < fileNames.size() ? fileNames[fi] : "file " + std::to_string(fi);
+    const auto& recs = files[fi].records;
+    for (std::size_t ri = 0; ri < recs.size(); ++ri) {
+      const MeasurementRecord& r = recs[ri];
+      const std::string where = fname + ": records[" + std::to_string(ri) + "]";
+      // Honesty rule: a collective (or baseline) record is what the profile predicts, never what fits it.
+      if (r.impl != "mkernel" || r.op.rfind("calib-", 0) != 0) {
+        ++rep.recordsIgnored;
+        continue;
+      }
+      if (!isCalibrationOp(r.op))
+        throw Error(ErrorCode::InvalidArgument,
+                    where + ".op: unknown calibration op \"" + r.op +
+                        "\" (expected calib-put-nvlink, calib-put-network, calib-copy-local, calib-reduce, "
+                        "calib-flag, calib-dispatch, calib-proxy or calib-gemm)");
+      if (!std::isfinite(r.timeUs) || r.timeUs <= 0)
+        throw Error(ErrorCode::InvalidArgument, where + ".time_us: must be finite and > 0 (got " + num(r.timeUs) + ")");
+      CalibPoint p{static_cast<double>(r.bytes), r.timeUs};
+      if (r.op == kCalibGemm) {
+        auto it = r.extra.find("flops");
+        double flops = -1;
+        if (it != r.extra.end()) {
+          const auto j = nlohmann::json::parse(it->second, nullptr, false);
+          if (j.is_number()) flops = j.get<double>();
+        }
+        if (!std::isfinite(flops) || flops <= 0)
+          throw Error(ErrorCode::InvalidArgument,
+                      where + ".flops: a calib-gemm record needs a number > 0 (got " +
+                          (it == r.extra.end() ? std::string("nothing") : it->second) + ")");
+        p.x = flops;
+      }
+      byOp[r.op].push_back(p);
+      ++rep.recordsUsed;
+    }
+  }
+
+  if (rep.recordsUsed == 0)
+    throw Error(ErrorCode::InvalidArgument,
+                "calibration: no calibration records (impl \"mkernel\", op \"calib-*\") in the inputs, nothing to fit (" +
+                    std::to_string(rep.recordsIgnored) + " other records ignored: collectives are never fitted)");
+  Profile out = defaults;
+  auto defaultParam = [&](const char* name, const char* unit, double value) {
+    rep.parameters.push_back(ParameterFit{name, unit, value, false, 0, std::numeric_limits<double>::quiet_NaN(), 0,
+                                          kMethodDefault});
+  };
+  auto link = [&](const char* op, const char* prefix, LinkCost& lc) {
+    const std::string a = std::string(prefix) + ".alphaUs", b = std::string(prefix) + ".bwGBs";
+    auto it = byOp.find(op);
+    if (it == byOp.end()) {
+      defaultParam(a.c_str(), "us", lc.alphaUs);
+      defaultParam(b.c_str(), "GB/s", lc.bwGBs);
+      return;
+    }
+    const AlphaBetaFit f = fitAlphaBeta(it->second, std::string(prefix) + " (" + op + ")");
+    lc = LinkCost{f.alphaUs, f.bwGBs};
+    rep.parameters.push_back(ParameterFit{a, "us", f.alphaUs, true, f.n, f.r2, f.maxRelResidual, kMethodAlphaBeta});
+    rep.parameters.push_back(ParameterFit{b, "GB/s", f.bwGBs, true, f.n, f.r2, f.maxRelResidual, kMethodAlphaBeta});
+  };
+  // Rates (reduce, gemm): fitted with an intercept so launch overhead does not depress the rate; the profile
+  // has no field for that intercept (the cost model charges local.alphaUs per reduce, nothing per gemm).
+  auto rate = [&](const char* op, const char* name, const char* unit, double scale, double& value) {
+    auto it = byOp.find(op);
+    if (it == byOp.end()) return defaultParam(name, unit, value);
+    const AlphaBetaFit f = fitAlphaBeta(it->second, std::string(name) + " (" + op + ")");
+    value = f.bwGBs * scale;
+    rep.parameters.push_back(ParameterFit{name, unit, value, true, f.n, f.r2, f.maxRelResidual,
+                                          "rate = alpha-beta slope (intercept " + num(f.alphaUs) + " us not kept)"});
+  };
+  auto constant = [&](const char* op, const char* name, double& value) {
+    auto it = byOp.find(op);
+    if (it == byOp.end()) return defaultParam(name, "us", value);
+    std::vector<double> t;
+    for (const auto& p : it->second) t.push_back(p.timeUs);
+    const ConstantFit f = fitConstant(t, std::string(name) + " (" + op + ")");
+    value = f.valueUs;
+    rep.parameters.push_back(ParameterFit{name, "us", value, true, f.n, std::numeric_limits<double>::quiet_NaN(),
+                                          f.maxRelResidual, std::string(kMethodMedian) + " (MAD " + num(f.spreadUs) + " us)"});
+  };
+  link(kCalibPutNvlink, "nvlink", out.nvlink);
+  link(kCalibPutNetwork, "network", out.network);
+  link(kCalibCopyLocal, "local", out.local);
+  rate(kCalibReduce, "reduceGBs", "GB/s", 1.0, out.reduceGBs);
+  constant(kCalibFlag, "flagUs", out.flagUs);
+  constant(kCalibDispatch, "dispatchUs", out.dispatchUs);
+  constant(kCalibProxy, "proxyUs", out.proxyUs);
+  // x = flops: the "bandwidth" is flops per us / 1e3, and TFLOP/s = flops per us / 1e6.
+  rate(kCalibGemm, "gemmTflops", "TFLOP/s", 1e-3, out.gemmTflops);
+
+  const auto defaulted = rep.defaulted();
+  out.source = "calibrated from " + std::to_string(rep.recordsUsed) + " micro-benchmark records";
+  if (!defaulted.empty()) {
+    out.source += "; default (not measured): ";
+    for (std::size_t i = 0; i < defaulted.size(); ++i) out.source += (i ? ", " : "") + defaulted[i];
+  }
+  if (report) *report = std::move(rep);
+  return out;
+}
+
+std::string formatFitReport(const FitReport& report) {
+  std::string s;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%-16s %12s %-8s %5s %9s %13s  %s\n", "parameter", "value", "unit", "n", "R^2",
+                "max rel resid", "source");
+  s += buf;
+  for (const auto& p : report.parameters) {
+    const std::string r2 = std::isnan(p.r2) ? "-" : num(p.r2);
+    const std::string resid = p.measured ? num(p.maxRelResidual) : "-";
+    std::snprintf(buf, sizeof buf, "%-16s %12.6g %-8s %5zu %9s %13s  %s\n", p.name.c_str(), p.value, p.unit.c_str(),
+                  p.n, r2.c_str(), resid.c_str(), p.method.c_str());
+    s += buf;
+  }
+  std::snprintf(buf, sizeof buf, "records: %zu calibration records fitted, %zu other records ignored (never fitted)\n",
+                report.recordsUsed, report.recordsIgnored);
+  s += buf;
+  return s;
+}
+
+}  // namespace mk

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# mk-calibrate's contract: a good run writes a profile with provenance; bad input exits 2 with one stderr
+# line and leaves no output file.  Usage: calibrate_cli_contract.sh <mk-calibrate> <workdir>
+set -u
+tool=$1
+work=$2
+here="$(dirname "${BASH_SOURCE[0]}")"
+rm -rf "$work" && mkdir -p "$work"
+# shellcheck source=../../cmake/cli_testlib.sh
+source "$here/../../cmake/cli_testlib.sh"
+collective="$here/../data/measured/2026-11-29-h200x2-allreduce.json"
+
+# Synthetic micro-benchmark files: nvlink alpha 1.7 us, 370 GB/s; reduce 1300 GB/s; flag 0.65 us; one
+# file with a single network point (too few for a fit).
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def rec(op, b, t, **extra):
+    r = {"op": op, "impl": "mkernel", "dtype": "uint8", "ranks": 2, "bytes": b, "time_us": t,
+         "iters": 100, "stat": "median"}
+    r.update(extra)
+    return r
+def write(name, records):
+    json.dump({"schema": "mkernel.measurement.v1", "system": {"gpu": "NVIDIA H200", "gpus": 2},
+               "run": {"date": "2026-11-29", "commit": "feedc0de", "command": "mk-bench calibrate"},
+               "records": records}, open(f"{work}/{name}", "w"), indent=1)
+sizes = [(8 << k) + k % 5 for k in range(27)]
+write("calib.json", [rec("calib-put-nvlink", b, 1.7 + b / 370e3) for b in sizes] +
+                    [rec("calib-reduce", b, 0.9 + b / 1300e3) for b in sizes] +
+                    [rec("calib-flag", 8, t) for t in (0.61, 0.65, 0.66)])
+write("few.json", [rec("calib-put-network", 65537, 9.0)])
+PY
+
+expect 0 'mk-calibrate' -- "$tool" --help
+expect 0 'nvlink.bwGBs +370 ' -- "$tool" --cluster h200x2 --out "$work/p.json" "$work/calib.json"
+check "profile written" test -s "$work/p.json"
+expect 0 'default \(not measured\)' -- "$tool" --cluster h200x2 --out "$work/p.json" "$work/calib.json"
+check "profile has the schema" grep -q '"mkernel.profile.v1"' "$work/p.json"
+check "profile names its input and its run commit" grep -q 'calib.json (run commit feedc0de)' "$work/p.json"
+check "profile records the command line" grep -q '"mk-calibrate --cluster h200x2 --out' "$work/p.json"
+check "profile lists what was not measured" grep -q 'default (not measured): network.alphaUs' "$work/p.json"
+# collective records next to the micro-benchmarks are counted and ignored
+expect 0 '[0-9]+ other records ignored' -- "$tool" --out "$work/p2.json" "$work/calib.json" "$collective"
+expect 0 'wrote' -- "$tool" --out "$work/p3.json" --report "$work/fit.txt" "$work/calib.json"
+check "report written" grep -q 'nvlink.alphaUs' "$work/fit.txt"
+
+# --base: unmeasured parameters come from a given profile; one missing a parameter is refused
+sed 's/"gemmTflops": [0-9.]*/"gemmTflops": 123.5/' "$work/p.json" >"$work/base.json"
+expect 0 'gemmTflops +123.5 ' -- "$tool" --base "$work/base.json" --out "$work/p4.json" "$work/calib.json"
+check "profile names its base" grep -q "defaults from $work/base.json" "$work/p4.json"
+grep -v '"gemmTflops"' "$work/p.json" >"$work/nogemm.json"
+expect 2 'missing field gemmTflops' -- "$tool" --base "$work/nogemm.json" --out "$work/x.json" "$work/calib.json"
+
+# bad input: exit 2, one line, no file
+head -c 200 "$work/calib.json" >"$work/truncated.json"
+expect 2 'parse-error.*truncated.json' -- "$tool" --out "$work/x.json" "$work/truncated.json"
+sed 's/"time_us": 1.7[0-9]*/"time_us": -1/' "$work/calib.json" >"$work/negative.json"
+expect 2 'time_us' -- "$tool" --out "$work/x.json" "$work/negative.json"
+expect 2 'no calibration records' -- "$tool" --out "$work/x.json" "$collective"
+expect 2 'network \(calib-put-network\).*distinct sizes' -- "$tool" --out "$work/x.json" "$work/calib.json" "$work/few.json"
+expect 2 "io-error.*no/such/file.json" -- "$tool" --out "$work/x.json" /no/such/file.json
+expect 2 "unknown.*dgx-a1|dgx-a1" -- "$tool" --cluster dgx-a1 --out "$work/x.json" "$work/calib.json"
+expect 2 "nodes must be >= 1" -- "$tool" --nodes 0 --out "$work/x.json" "$work/calib.json"
+expect 2 "out" -- "$tool" "$work/calib.json"
+expect 2 "io-error" -- "$tool" --out "$work/no/such/dir/x.json" "$work/calib.json"
+expect 2 "io-error" -- "$tool" --out "$work/x.json" --report "$work/no/such/dir/fit.txt" "$work/calib.json"
+expect 2 "io-error" -- "$tool" --out "$work/no/such/dir/x.json" --report "$work/fit2.txt" "$work/calib.json"
+check "a failed profile write left its report behind" test ! -e "$work/fit2.txt"
+one_line_error "$tool" --out "$work/x.json" "$work/truncated.json"
+one_line_error "$tool" --out "$work/x.json" "$collective"
+one_line_error "$tool" --out "$work/x.json" "$work/few.json"
+one_line_error "$tool" --base "$work/nogemm.json" --out "$work/x.json" "$work/calib.json"
+check "a failed run left $work/x.json" test ! -e "$work/x.json"
+
+cli_summary

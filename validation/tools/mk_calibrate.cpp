@@ -1,0 +1,105 @@
+// mk-calibrate — fit the hardware profile from micro-benchmark measurement files (docs/calibration.md).
+//
+//   mk-calibrate --cluster h200x2 --out profile.json f1.json [f2.json ...] [--report fit.txt] [--base p.json]
+//
+// Exit codes (mk/util/cli.hpp): 0 success, 2 bad input (a file breaking the measurement contract, an unknown
+// cluster, a --base profile missing a parameter, a fit with too few points or an impossible value, an output that cannot be written): one line on
+// stderr and no output file.
+#include <cstdio>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "mk/cost/cost.hpp"
+#include "mk/cost/profile_io.hpp"
+#include "mk/error.hpp"
+#include "mk/schedule/io.hpp"
+#include "mk/topology/topology.hpp"
+#include "mk/util/cli.hpp"
+#include "mk/validation/calibrate.hpp"
+#include "mk/validation/measurement.hpp"
+
+#ifndef MK_GIT_COMMIT
+#define MK_GIT_COMMIT "unknown"
+#endif
+
+namespace {
+
+constexpr const char* kTool = "mk-calibrate";
+
+std::string utcDate() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+/// The command line as typed, quoted where a word has a space, for the provenance.
+std::string commandLine(int argc, char** argv) {
+  std::string s = kTool;
+  for (int i = 1; i < argc; ++i) {
+    const std::string w = argv[i];
+    s += w.find(' ') == std::string::npos ? " " + w : " '" + w + "'";
+  }
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"mk-calibrate: fit the hardware profile (alpha-beta per link class, rates, latencies) from "
+               "micro-benchmark measurement files; collective records are never fitted"};
+  std::string cluster = "h200x2";
+  uint32_t nodes = 1;
+  std::string out;
+  std::string reportOut;
+  std::string base;
+  std::vector<std::string> inputs;
+  app.add_option("--cluster", cluster, "topology preset whose datasheet defaults fill unmeasured parameters")
+      ->capture_default_str();
+  app.add_option("--nodes", nodes, "nodes of the preset")->capture_default_str();
+  app.add_option("--out", out, "profile to write (mkernel.profile.v1, written atomically)")->required();
+  app.add_option("--report", reportOut, "also write the fit table to this file");
+  app.add_option("--base", base, "start from this profile (mkernel.profile.v1) instead of the cluster's datasheet "
+                                 "defaults: unmeasured parameters keep its values");
+  app.add_option("files", inputs, "measurement files (mkernel.measurement.v1)")->required();
+  if (int rc = mk::cli::parse(app, argc, argv, kTool); rc != mk::cli::kContinue) return rc;
+  if (int rc = mk::cli::requirePositive(app, kTool, {{"--nodes", nodes}}); rc != mk::cli::kContinue) return rc;
+
+  return mk::cli::run(kTool, [&]() {
+    // The preset is resolved even with --base: an unknown cluster is an error either way.
+    mk::Profile defaults = mk::defaultProfile(mk::topologyPreset(cluster, nodes));
+    if (!base.empty()) defaults = mk::loadProfile(base);
+    std::vector<mk::MeasurementFile> files;
+    mk::ProfileProvenance prov;
+    for (const auto& path : inputs) {
+      files.push_back(mk::loadMeasurementFile(path));
+      prov.measurements.push_back(path + " (run commit " + files.back().commit + ")");
+    }
+    mk::FitReport report;
+    mk::Profile profile = mk::calibrate(files, defaults, &report, inputs);
+    // "calibrated from N records..." -> "calibrated on h200x2 from N records...": the system the numbers describe.
+    const std::string kFrom = "calibrated ";
+    if (profile.source.rfind(kFrom, 0) == 0) profile.source.insert(kFrom.size(), "on " + cluster + " ");
+    if (!base.empty() && !report.defaulted().empty()) profile.source += " (defaults from " + base + ")";
+    prov.system = cluster;
+    prov.date = utcDate();
+    prov.commit = MK_GIT_COMMIT;
+    prov.tool = commandLine(argc, argv);
+    const std::string table = mk::formatFitReport(report);
+
+    // Both outputs or neither: the report is written first and removed again if the profile cannot be.
+    if (!reportOut.empty()) mk::writeFileAtomic(reportOut, table);
+    try {
+      mk::saveProfile(profile, out, prov);
+    } catch (...) {
+      if (!reportOut.empty()) std::remove(reportOut.c_str());
+      throw;
+    }
+    std::fputs(table.c_str(), stdout);
+    std::printf("wrote %s (%s)\n", out.c_str(), profile.source.c_str());
+    return 0;
+  });
+}
