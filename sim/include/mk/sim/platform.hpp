@@ -29,7 +29,7 @@ namespace mk::sim {
 /// SimGrid settings every run uses, applied by configureEngine().
 struct EngineConfig {
   bool verbose = false;                ///< SimGrid log threshold "info" instead of "critical"
-  uint32_t actorStackKiB = 128;        ///< contexts/stack-size: actors are small loops; 10k+ of them must fit
+  uint32_t actorStackKiB = 32;         ///< contexts/stack-size: actors are small loops; 10k+ of them must fit
 };
 
 /// Pin the network model (network/model:CM02, network/crosstraffic:0, network/TCP-gamma:0), the log threshold

@@ -37,7 +37,7 @@ struct SimOptions {
   /// SimGrid. Identical to the exact mode whenever nothing contends inside a node; much cheaper for large
   /// clusters (docs/simulator.md has the numbers). Link loads then cover the network links only.
   bool fast = false;
-  uint32_t actorStackKiB = 128;  ///< SimGrid context stack per actor (lanes need little)
+  uint32_t actorStackKiB = 32;   ///< SimGrid context stack per actor: lanes need little, and SimGrid zeroes every stack
   /// Called about every `progressEveryS` seconds of wall time once `progressAfterS` have passed (never when
   /// empty), from the simulating process: fraction of steps done, simulated time so far (us), wall seconds.
   std::function<void(double fraction, double simUs, double wallS)> onProgress;
