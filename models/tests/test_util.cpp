@@ -82,3 +82,12 @@ TEST_CASE("request: ranks grow the cluster unless nodes are explicit") {
     CHECK(std::string(e.what()).find("does not fit") != std::string::npos);
   }
 }
+
+TEST_CASE("size: durations and byte amounts print with a readable unit") {
+  CHECK(mk::formatMicros(3.5) == "3.500 us");
+  CHECK(mk::formatMicros(12291.0) == "12.291 ms");
+  CHECK(mk::formatMicros(1.25e6) == "1.250 s");
+  CHECK(mk::formatBytes(512) == "512 B");
+  CHECK(mk::formatBytes(7.0 * 1024 * 1024) == "7.00 MiB");
+  CHECK(mk::formatBytes(1536) == "1.50 KiB");
+}

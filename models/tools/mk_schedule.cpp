@@ -46,23 +46,6 @@ struct Options {
   std::string scheduleIn;
 };
 
-std::string fmtUs(double us) {
-  char buf[64];
-  if (us >= 1e6) std::snprintf(buf, sizeof buf, "%.3f s", us / 1e6);
-  else if (us >= 1e3) std::snprintf(buf, sizeof buf, "%.3f ms", us / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.3f us", us);
-  return buf;
-}
-
-std::string fmtBytes(double b) {
-  char buf[64];
-  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024));
-  else if (b >= 1024.0) std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%.0f B", b);
-  return buf;
-}
-
 /// Steps per lane role and bytes per link class, summed over ranks: the shape of a schedule at a glance.
 void printSummary(const mk::Schedule& s) {
   std::map<mk::LaneRole, std::pair<uint64_t, uint64_t>> roleLanesSteps;  // lanes, steps
@@ -98,7 +81,7 @@ void printSummary(const mk::Schedule& s) {
   }
   std::printf("  bytes      ");
   if (linkBytes.empty()) std::printf("none");
-  for (const auto& [link, b] : linkBytes) std::printf("%s %s  ", mk::toString(link), fmtBytes(b).c_str());
+  for (const auto& [link, b] : linkBytes) std::printf("%s %s  ", mk::toString(link), mk::formatBytes(b).c_str());
   std::printf("(summed over ranks)\n");
 }
 
@@ -176,8 +159,8 @@ int run(const Options& o) {
     const mk::Profile profile = mk::defaultProfile(topo);
     const mk::CostEstimate c = mk::closedForm(spec, gen, topo, schedule.nRanks, profile);
     const double algbw = static_cast<double>(mk::opBytes(spec, schedule.nRanks)) / (c.totalUs * 1e3);  // GB/s
-    std::printf("  cost       %s closed form (latency %s, bandwidth %s, reduce %s)\n", fmtUs(c.totalUs).c_str(),
-                fmtUs(c.latencyUs).c_str(), fmtUs(c.bandwidthUs).c_str(), fmtUs(c.reduceUs).c_str());
+    std::printf("  cost       %s closed form (latency %s, bandwidth %s, reduce %s)\n", mk::formatMicros(c.totalUs).c_str(),
+                mk::formatMicros(c.latencyUs).c_str(), mk::formatMicros(c.bandwidthUs).c_str(), mk::formatMicros(c.reduceUs).c_str());
     std::printf("             algbw %.2f GB/s, busbw %.2f GB/s\n", algbw, algbw * mk::busBwFactor(spec.op, schedule.nRanks));
     std::printf("  formula    %s\n", c.formula.c_str());
     std::printf("  profile    %s\n", profile.source.c_str());
@@ -208,7 +191,7 @@ int run(const Options& o) {
   if (rc == 0 && !o.packedOut.empty()) {
     const auto image = mk::pack(schedule);
     mk::writeFileAtomic(o.packedOut, std::string(image.begin(), image.end()));
-    std::printf("wrote %s (%s packed)\n", o.packedOut.c_str(), fmtBytes(static_cast<double>(image.size())).c_str());
+    std::printf("wrote %s (%s packed)\n", o.packedOut.c_str(), mk::formatBytes(static_cast<double>(image.size())).c_str());
   }
   return rc;
 }

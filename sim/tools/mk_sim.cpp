@@ -55,23 +55,6 @@ struct Options {
 
 [[noreturn]] void bad(const std::string& msg) { throw mk::Error(mk::ErrorCode::InvalidArgument, msg); }
 
-std::string fmtUs(double us) {
-  char buf[64];
-  if (us >= 1e6) std::snprintf(buf, sizeof buf, "%.3f s", us / 1e6);
-  else if (us >= 1e3) std::snprintf(buf, sizeof buf, "%.3f ms", us / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.3f us", us);
-  return buf;
-}
-
-std::string fmtBytes(double b) {
-  char buf[64];
-  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024));
-  else if (b >= 1024.0) std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%.0f B", b);
-  return buf;
-}
-
 uint64_t countFromBytes(mk::CollOp op, uint64_t bytes, mk::DType dtype, uint32_t nRanks) {
   return mk::countForBytes(op, bytes, dtype, nRanks);
 }
@@ -150,7 +133,7 @@ mk::sim::SimOptions simOptions(const Options& o, bool trace) {
   so.fast = o.fast;
   so.onProgress = [](double fraction, double simUs, double wallS) {
     std::fprintf(stderr, "mk-sim: %5.1f%% of steps done, simulated %s, %.1f s wall\n", 100.0 * fraction,
-                 fmtUs(simUs).c_str(), wallS);
+                 mk::formatMicros(simUs).c_str(), wallS);
   };
   return so;
 }
@@ -178,19 +161,19 @@ std::pair<mk::sim::RunInfo, mk::sim::Prediction> predictOne(const Options& o, co
 
 void printPrediction(const mk::sim::RunInfo& info, const mk::sim::Prediction& p) {
   const double algbw = mk::sim::algBwGBs(info.bytes, p.totalUs);
-  std::printf("predicted: %s  algbw %.2f GB/s  busbw %.2f GB/s\n", fmtUs(p.totalUs).c_str(), algbw,
+  std::printf("predicted: %s  algbw %.2f GB/s  busbw %.2f GB/s\n", mk::formatMicros(p.totalUs).c_str(), algbw,
               algbw * info.busBwFactor);
   if (info.closedFormUs)
-    std::printf("closed form: %s (predicted / closed form = %.3f)\n", fmtUs(*info.closedFormUs).c_str(),
+    std::printf("closed form: %s (predicted / closed form = %.3f)\n", mk::formatMicros(*info.closedFormUs).c_str(),
                 *info.closedFormUs > 0 ? p.totalUs / *info.closedFormUs : 0.0);
   if (info.uncontendedUs)
     std::printf("uncontended: %s (the timeline without link sharing; predicted / uncontended = %.3f)\n",
-                fmtUs(*info.uncontendedUs).c_str(), *info.uncontendedUs > 0 ? p.totalUs / *info.uncontendedUs : 0.0);
+                mk::formatMicros(*info.uncontendedUs).c_str(), *info.uncontendedUs > 0 ? p.totalUs / *info.uncontendedUs : 0.0);
   std::printf("busiest links:%s\n", p.links.empty() ? " none (no bytes crossed a link)" : "");
   for (std::size_t i = 0; i < std::min(kBusiestLinks, p.links.size()); ++i) {
     const mk::sim::LinkLoad& l = p.links[i];
     std::printf("  %zu. %-22s %5.1f %% busy  (avg %.1f of %.1f GB/s, %s)\n", i + 1, l.name.c_str(),
-                100.0 * l.utilization, l.avgGBs, l.bandwidthGBs, fmtBytes(l.bytes).c_str());
+                100.0 * l.utilization, l.avgGBs, l.bandwidthGBs, mk::formatBytes(l.bytes).c_str());
   }
 }
 
@@ -342,7 +325,7 @@ int run(const Options& o) {
     for (std::size_t i = 0; i < std::min(kBusiestLinks, rows.back().second.links.size()); ++i) {
       const mk::sim::LinkLoad& l = rows.back().second.links[i];
       std::printf("  %zu. %-22s %5.1f %% busy  (avg %.1f of %.1f GB/s, %s)\n", i + 1, l.name.c_str(),
-                  100.0 * l.utilization, l.avgGBs, l.bandwidthGBs, fmtBytes(l.bytes).c_str());
+                  100.0 * l.utilization, l.avgGBs, l.bandwidthGBs, mk::formatBytes(l.bytes).c_str());
     }
   }
   writeOutputs(o, o.jsonOut.empty() ? std::string() : mk::sim::sweepToJson(rows), std::string());

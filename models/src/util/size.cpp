@@ -1,6 +1,7 @@
 #include "mk/util/size.hpp"
 
 #include <cctype>
+#include <cstdio>
 #include <limits>
 
 #include "mk/error.hpp"
@@ -49,6 +50,23 @@ std::string formatSize(uint64_t bytes) {
     ++u;
   }
   return std::to_string(bytes) + " " + kUnits[u];
+}
+
+std::string formatMicros(double us) {
+  char buf[64];
+  if (us >= 1e6) std::snprintf(buf, sizeof buf, "%.3f s", us / 1e6);
+  else if (us >= 1e3) std::snprintf(buf, sizeof buf, "%.3f ms", us / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.3f us", us);
+  return buf;
+}
+
+std::string formatBytes(double bytes) {
+  char buf[64];
+  if (bytes >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+  else if (bytes >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1024.0 * 1024));
+  else if (bytes >= 1024.0) std::snprintf(buf, sizeof buf, "%.2f KiB", bytes / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%.0f B", bytes);
+  return buf;
 }
 
 }  // namespace mk

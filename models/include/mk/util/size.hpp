@@ -15,4 +15,10 @@ uint64_t parseSize(std::string_view text);
 /// "1 KiB", "512 MiB", "1021 B": the largest binary unit that divides the value exactly.
 std::string formatSize(uint64_t bytes);
 
+/// "12.291 ms", "3.500 us", "1.250 s": a duration in microseconds with the unit that keeps it readable.
+std::string formatMicros(double us);
+
+/// "7.00 MiB", "512 B": an amount of bytes (possibly fractional, e.g. an average) with two decimals.
+std::string formatBytes(double bytes);
+
 }  // namespace mk
