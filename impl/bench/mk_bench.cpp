@@ -17,12 +17,9 @@
 #include <cstdio>
 #include <cctype>
 #include <cstdlib>
-#include <ctime>
-#include <dlfcn.h>
 #include <fstream>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,14 +33,16 @@
 #include "mk/exec/verify.hpp"
 #include "mk/util/size.hpp"
 #include "mk/validation/measurement.hpp"
+#include "bench_commands.hpp"
+#include "bench_common.hpp"
 #include "nccl_loader.hpp"
-
-#ifndef MK_GIT_COMMIT
-#define MK_GIT_COMMIT "unknown"
-#endif
 
 namespace {
 
+using mkbench::hostNs;
+using mkbench::median;
+using mkbench::percentile;
+using mkbench::quoted;
 using mk::CollOp;
 using mk::DType;
 using mk::RedOp;
@@ -64,22 +63,6 @@ struct Args {
   uint64_t latencyProbes = 200;
   std::string link;
 };
-
-double hostNs() {
-  return static_cast<double>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5))];
-}
 
 /// Per-rank buffers sized for the largest size, allocated before any communicator exists (cudaFree
 /// while a resident kernel runs would wait for it forever).
@@ -271,56 +254,6 @@ void submitMk(std::vector<mk::Communicator>& comms, const Case& c, const std::ve
   }
 }
 
-std::string readFileLine(const char* path) {
-  std::ifstream f(path);
-  std::string line;
-  std::getline(f, line);
-  return line;
-}
-
-/// Kernel driver version ("580.159.04"): the first dotted number on /proc's version line (its wording
-/// differs between the proprietary and the open kernel module), else the CUDA driver API version.
-std::string driverVersion() {
-  std::istringstream is(readFileLine("/proc/driver/nvidia/version"));
-  for (std::string tok; is >> tok;) {
-    const bool digitsAndDots = tok.find_first_not_of("0123456789.") == std::string::npos;
-    if (digitsAndDots && std::count(tok.begin(), tok.end(), '.') >= 1 && std::isdigit(static_cast<unsigned char>(tok[0])))
-      return tok;
-  }
-  int v = 0;
-  cudaDriverGetVersion(&v);
-  return "cuda-driver-api-" + std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
-}
-
-/// "NV18": active NVLinks of GPU 0 through NVML (dlopen), or "" when NVML is not there.
-std::string nvlinkName() {
-  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) return "";
-  using Init = int (*)();
-  using Handle = int (*)(unsigned, void**);
-  using LinkState = int (*)(void*, unsigned, int*);
-  auto init = reinterpret_cast<Init>(dlsym(lib, "nvmlInit_v2"));
-  auto handle = reinterpret_cast<Handle>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
-  auto state = reinterpret_cast<LinkState>(dlsym(lib, "nvmlDeviceGetNvLinkState"));
-  auto shutdown = reinterpret_cast<Init>(dlsym(lib, "nvmlShutdown"));
-  std::string out;
-  if (init && handle && state && init() == 0) {
-    void* dev = nullptr;
-    if (handle(0, &dev) == 0) {
-      int links = 0;
-      for (unsigned l = 0; l < 18; ++l) {
-        int on = 0;
-        if (state(dev, l, &on) == 0 && on == 1) ++links;
-      }
-      if (links > 0) out = "NV" + std::to_string(links);
-    }
-    if (shutdown) shutdown();
-  }
-  return out;
-}
-
-std::string quoted(const std::string& s) { return "\"" + s + "\""; }
-
 int run(const Args& a, const std::string& commandLine) {
   const auto op = mk::parseCollOp(a.op);
   if (!op) throw mk::Error(mk::ErrorCode::InvalidArgument, "unknown collective '" + a.op + "' (allreduce, allgather, reducescatter, broadcast, alltoall)");
@@ -359,25 +292,7 @@ int run(const Args& a, const std::string& commandLine) {
 
   cudaDeviceProp prop{};
   MK_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  int rt = 0;
-  cudaRuntimeGetVersion(&rt);
-  mk::MeasurementFile mf;
-  mf.schema = "mkernel.measurement.v1";
-  mf.system["gpu"] = quoted(prop.name);
-  mf.system["gpus"] = std::to_string(n);
-  mf.system["sms"] = std::to_string(prop.multiProcessorCount);
-  const std::string link = a.link.empty() ? nvlinkName() : a.link;
-  if (!link.empty()) mf.system["link"] = quoted(link);
-  mf.system["driver"] = quoted(driverVersion());
-  mf.system["cuda"] = quoted(std::to_string(rt / 1000) + "." + std::to_string(rt % 1000 / 10));
-  {
-    char date[32];
-    const std::time_t now = std::time(nullptr);
-    std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-    mf.date = date;
-  }
-  mf.commit = MK_GIT_COMMIT;
-  mf.command = commandLine;
+  mk::MeasurementFile mf = mkbench::newMeasurementFile(n, a.link, commandLine);
 
   std::printf("# mk-bench %s: %d x %s, dtype %s, redop %s, %s, iters %llu, warmup %llu, reps %llu\n", a.op.c_str(), n,
               prop.name, a.dtype.c_str(), a.redop.c_str(), a.inPlace ? "in place" : "out of place",
@@ -648,9 +563,14 @@ int run(const Args& a, const std::string& commandLine) {
 int main(int argc, char** argv) {
   // Kernels first launched while the resident kernel runs would wait for it forever under lazy loading.
   setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  std::string cmd = "mk-bench";
+  for (int i = 1; i < argc; ++i) cmd += std::string(" ") + argv[i];
+  // Subcommands with their own options: mk-bench gemm ..., mk-bench calibrate ...
+  if (argc > 1 && std::string(argv[1]) == "gemm") return mkbench::gemmMain(argc - 1, argv + 1, cmd);
+  if (argc > 1 && std::string(argv[1]) == "calibrate") return mkbench::calibrateMain(argc - 1, argv + 1, cmd);
   Args a;
   CLI::App app{"mk-bench: nccl-tests-style benchmark of the mkernel resident-kernel engine (NCCL in the same run)"};
-  app.add_option("op", a.op, "allreduce | allgather | reducescatter | broadcast | alltoall")->required();
+  app.add_option("op", a.op, "allreduce | allgather | reducescatter | broadcast | alltoall (also: mk-bench gemm --help, mk-bench calibrate --help)")->required();
   app.add_option("-b,--minbytes", a.minSize, "smallest size (nccl-tests 'size': the larger buffer of one rank)");
   app.add_option("-e,--maxbytes", a.maxSize, "largest size (K/M/G binary suffixes)");
   app.add_option("-f,--stepfactor", a.factor, "size multiplication factor");
@@ -678,8 +598,6 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  std::string cmd = "mk-bench";
-  for (int i = 1; i < argc; ++i) cmd += std::string(" ") + argv[i];
   try {
     return run(a, cmd);
   } catch (const mk::Error& e) {

@@ -1,0 +1,15 @@
+// mk-bench — the subcommands that have their own options. `argv[0]` is the subcommand's name; `command` is
+// the whole command line (for the measurement file). Each returns the process exit code: 0 ok, 1 a
+// measurement or check failed, 2 bad usage or an error before measuring.
+#pragma once
+
+#include <string>
+
+namespace mkbench {
+
+/// mk-bench gemm -m M -n N -k K [--ctas C] [--check] [--json f]: the in-kernel GEMM engine against cuBLASLt.
+int gemmMain(int argc, char** argv, const std::string& command);
+/// mk-bench calibrate --json f: the micro-benchmarks mk-calibrate fits the hardware profile from.
+int calibrateMain(int argc, char** argv, const std::string& command);
+
+}  // namespace mkbench

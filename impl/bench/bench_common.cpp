@@ -1,0 +1,113 @@
+// mk-bench — shared helpers (bench_common.hpp).
+#include "bench_common.hpp"
+
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "mk/cuda_check.hpp"
+
+#ifndef MK_GIT_COMMIT
+#define MK_GIT_COMMIT "unknown"
+#endif
+
+namespace mkbench {
+
+double hostNs() {
+  return static_cast<double>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5))];
+}
+
+std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+
+namespace {
+std::string readFileLine(const char* path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+}  // namespace
+
+// The first dotted number on /proc's version line: its wording differs between the proprietary and the open
+// kernel module.
+std::string driverVersion() {
+  std::istringstream is(readFileLine("/proc/driver/nvidia/version"));
+  for (std::string tok; is >> tok;) {
+    const bool digitsAndDots = tok.find_first_not_of("0123456789.") == std::string::npos;
+    if (digitsAndDots && std::count(tok.begin(), tok.end(), '.') >= 1 && std::isdigit(static_cast<unsigned char>(tok[0])))
+      return tok;
+  }
+  int v = 0;
+  cudaDriverGetVersion(&v);
+  return "cuda-driver-api-" + std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+
+std::string nvlinkName() {
+  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return "";
+  using Init = int (*)();
+  using Handle = int (*)(unsigned, void**);
+  using LinkState = int (*)(void*, unsigned, int*);
+  auto init = reinterpret_cast<Init>(dlsym(lib, "nvmlInit_v2"));
+  auto handle = reinterpret_cast<Handle>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+  auto state = reinterpret_cast<LinkState>(dlsym(lib, "nvmlDeviceGetNvLinkState"));
+  auto shutdown = reinterpret_cast<Init>(dlsym(lib, "nvmlShutdown"));
+  std::string out;
+  if (init && handle && state && init() == 0) {
+    void* dev = nullptr;
+    if (handle(0, &dev) == 0) {
+      int links = 0;
+      for (unsigned l = 0; l < 18; ++l) {
+        int on = 0;
+        if (state(dev, l, &on) == 0 && on == 1) ++links;
+      }
+      if (links > 0) out = "NV" + std::to_string(links);
+    }
+    if (shutdown) shutdown();
+  }
+  return out;
+}
+
+mk::MeasurementFile newMeasurementFile(int gpus, const std::string& link, const std::string& command) {
+  cudaDeviceProp prop{};
+  MK_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  int rt = 0;
+  cudaRuntimeGetVersion(&rt);
+  mk::MeasurementFile mf;
+  mf.schema = "mkernel.measurement.v1";
+  mf.system["gpu"] = quoted(prop.name);
+  mf.system["gpus"] = std::to_string(gpus);
+  mf.system["sms"] = std::to_string(prop.multiProcessorCount);
+  const std::string l = link.empty() ? nvlinkName() : link;
+  if (!l.empty()) mf.system["link"] = quoted(l);
+  mf.system["driver"] = quoted(driverVersion());
+  mf.system["cuda"] = quoted(std::to_string(rt / 1000) + "." + std::to_string(rt % 1000 / 10));
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  mf.date = date;
+  mf.commit = MK_GIT_COMMIT;
+  mf.command = command;
+  return mf;
+}
+
+}  // namespace mkbench
