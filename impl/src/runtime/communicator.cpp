@@ -720,8 +720,17 @@ void LocalGroup::submitSchedule(int r, const Schedule& s, const void* input, voi
   std::ostringstream key;
   key << "custom|" << std::hex << h << '|' << image.size();
   const std::string what = "custom schedule '" + s.info.op + (s.info.algo.empty() ? "" : " " + s.info.algo) + "'";
+  // The user memory the op touches on this rank (every Input buffer is bound to `input`, every Output and
+  // InOut one to `output`): the fence rule needs it, or back-to-back custom ops writing the same output
+  // could overlap.
+  uint64_t inBytes = 0, outBytes = 0;
+  for (const BufferDecl& b : s.buffers) {
+    const uint64_t bytes = static_cast<uint64_t>(r) < b.count.size() ? b.count[r] * dtypeSize(b.dtype) : 0;
+    if (b.kind == BufferKind::Input) inBytes = std::max(inBytes, bytes);
+    if (b.kind == BufferKind::Output || b.kind == BufferKind::InOut) outBytes = std::max(outBytes, bytes);
+  }
   CachedSchedule& cs = cacheLocked(key.str(), [&] { return s; }, 0, 0, what);
-  submitLocked(r, key.str(), cs, input, output, 0, 0, stream);
+  submitLocked(r, key.str(), cs, input, output, inBytes, outBytes, stream);
 }
 
 // ---- algorithm choice ----------------------------------------------------------------------------------
