@@ -110,4 +110,77 @@ mk::MeasurementFile newMeasurementFile(int gpus, const std::string& link, const 
   return mf;
 }
 
+Buffers::Buffers(const std::vector<int>& devs, uint64_t b) : devices(devs), bytes(b) {
+  for (int d : devs) {
+    MK_CUDA_CHECK(cudaSetDevice(d));
+    char* s = nullptr;
+    char* r = nullptr;
+    MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s), b));
+    MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&r), b));
+    send.push_back(s);
+    recv.push_back(r);
+  }
+}
+
+Buffers::~Buffers() {
+  for (size_t i = 0; i < devices.size(); ++i) {
+    cudaSetDevice(devices[i]);
+    cudaFree(send[i]);
+    cudaFree(recv[i]);
+  }
+}
+
+Streams::Streams(const std::vector<int>& devs) : devices(devs) {
+  for (int d : devs) {
+    MK_CUDA_CHECK(cudaSetDevice(d));
+    cudaStream_t st = nullptr;
+    cudaEvent_t a = nullptr, b = nullptr;
+    MK_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    MK_CUDA_CHECK(cudaEventCreate(&a));
+    MK_CUDA_CHECK(cudaEventCreate(&b));
+    s.push_back(st);
+    start.push_back(a);
+    stop.push_back(b);
+  }
+}
+
+Streams::~Streams() {
+  for (size_t i = 0; i < devices.size(); ++i) {
+    cudaSetDevice(devices[i]);
+    cudaEventDestroy(start[i]);
+    cudaEventDestroy(stop[i]);
+    cudaStreamDestroy(s[i]);
+  }
+}
+
+void Streams::sync() {
+  for (size_t i = 0; i < devices.size(); ++i) {
+    MK_CUDA_CHECK(cudaSetDevice(devices[i]));
+    MK_CUDA_CHECK(cudaStreamSynchronize(s[i]));
+  }
+}
+
+void Streams::recordStart() {
+  for (size_t i = 0; i < devices.size(); ++i) {
+    MK_CUDA_CHECK(cudaSetDevice(devices[i]));
+    MK_CUDA_CHECK(cudaEventRecord(start[i], s[i]));
+  }
+}
+
+double Streams::recordStopAndElapsedMs() {
+  for (size_t i = 0; i < devices.size(); ++i) {
+    MK_CUDA_CHECK(cudaSetDevice(devices[i]));
+    MK_CUDA_CHECK(cudaEventRecord(stop[i], s[i]));
+  }
+  double worst = 0;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    MK_CUDA_CHECK(cudaSetDevice(devices[i]));
+    MK_CUDA_CHECK(cudaEventSynchronize(stop[i]));
+    float ms = 0;
+    MK_CUDA_CHECK(cudaEventElapsedTime(&ms, start[i], stop[i]));
+    worst = std::max(worst, static_cast<double>(ms));
+  }
+  return worst;
+}
+
 }  // namespace mkbench

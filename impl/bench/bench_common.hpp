@@ -1,6 +1,8 @@
 // mk-bench — helpers every subcommand shares: timing statistics and the measurement file's system metadata.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,5 +27,34 @@ std::string nvlinkName();
 /// or NVML's —, driver, CUDA runtime), today's UTC date, the commit this binary was configured from and
 /// `command`. Records are added by the caller.
 mk::MeasurementFile newMeasurementFile(int gpus, const std::string& link, const std::string& command);
+
+/// Per-rank send and receive buffers of `bytes` each, allocated before any communicator exists (cudaFree while
+/// a resident kernel runs would wait for it forever: destroy the communicators first).
+struct Buffers {
+  std::vector<int> devices;
+  std::vector<char*> send, recv;
+  uint64_t bytes = 0;
+  Buffers(const std::vector<int>& devs, uint64_t b);
+  ~Buffers();
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
+};
+
+/// One non-blocking stream and a start/stop event pair per GPU: nccl-tests-style loop timing.
+struct Streams {
+  std::vector<int> devices;
+  std::vector<cudaStream_t> s;
+  std::vector<cudaEvent_t> start, stop;
+  explicit Streams(const std::vector<int>& devs);
+  ~Streams();
+  Streams(const Streams&) = delete;
+  Streams& operator=(const Streams&) = delete;
+  /// Host waits for every stream.
+  void sync();
+  /// Start event on every stream.
+  void recordStart();
+  /// Stop event on every stream; the slowest GPU's elapsed ms between the events.
+  double recordStopAndElapsedMs();
+};
 
 }  // namespace mkbench

@@ -39,10 +39,12 @@
 
 namespace {
 
+using mkbench::Buffers;
 using mkbench::hostNs;
 using mkbench::median;
 using mkbench::percentile;
 using mkbench::quoted;
+using mkbench::Streams;
 using mk::CollOp;
 using mk::DType;
 using mk::RedOp;
@@ -62,87 +64,6 @@ struct Args {
   uint32_t workers = 0, threads = 512;
   uint64_t latencyProbes = 200;
   std::string link;
-};
-
-/// Per-rank buffers sized for the largest size, allocated before any communicator exists (cudaFree
-/// while a resident kernel runs would wait for it forever).
-struct Buffers {
-  std::vector<int> devices;
-  std::vector<char*> send, recv;
-  uint64_t bytes = 0;
-  Buffers(const std::vector<int>& devs, uint64_t b) : devices(devs), bytes(b) {
-    for (int d : devs) {
-      MK_CUDA_CHECK(cudaSetDevice(d));
-      char* s = nullptr;
-      char* r = nullptr;
-      MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s), b));
-      MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&r), b));
-      send.push_back(s);
-      recv.push_back(r);
-    }
-  }
-  ~Buffers() {
-    for (size_t i = 0; i < devices.size(); ++i) {
-      cudaSetDevice(devices[i]);
-      cudaFree(send[i]);
-      cudaFree(recv[i]);
-    }
-  }
-};
-
-struct Streams {
-  std::vector<int> devices;
-  std::vector<cudaStream_t> s;
-  std::vector<cudaEvent_t> start, stop;
-  explicit Streams(const std::vector<int>& devs) : devices(devs) {
-    for (int d : devs) {
-      MK_CUDA_CHECK(cudaSetDevice(d));
-      cudaStream_t st = nullptr;
-      cudaEvent_t a = nullptr, b = nullptr;
-      MK_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-      MK_CUDA_CHECK(cudaEventCreate(&a));
-      MK_CUDA_CHECK(cudaEventCreate(&b));
-      s.push_back(st);
-      start.push_back(a);
-      stop.push_back(b);
-    }
-  }
-  ~Streams() {
-    for (size_t i = 0; i < devices.size(); ++i) {
-      cudaSetDevice(devices[i]);
-      cudaEventDestroy(start[i]);
-      cudaEventDestroy(stop[i]);
-      cudaStreamDestroy(s[i]);
-    }
-  }
-  void sync() {
-    for (size_t i = 0; i < devices.size(); ++i) {
-      MK_CUDA_CHECK(cudaSetDevice(devices[i]));
-      MK_CUDA_CHECK(cudaStreamSynchronize(s[i]));
-    }
-  }
-  void recordStart() {
-    for (size_t i = 0; i < devices.size(); ++i) {
-      MK_CUDA_CHECK(cudaSetDevice(devices[i]));
-      MK_CUDA_CHECK(cudaEventRecord(start[i], s[i]));
-    }
-  }
-  /// Slowest GPU's elapsed ms between the events.
-  double recordStopAndElapsedMs() {
-    for (size_t i = 0; i < devices.size(); ++i) {
-      MK_CUDA_CHECK(cudaSetDevice(devices[i]));
-      MK_CUDA_CHECK(cudaEventRecord(stop[i], s[i]));
-    }
-    double worst = 0;
-    for (size_t i = 0; i < devices.size(); ++i) {
-      MK_CUDA_CHECK(cudaSetDevice(devices[i]));
-      MK_CUDA_CHECK(cudaEventSynchronize(stop[i]));
-      float ms = 0;
-      MK_CUDA_CHECK(cudaEventElapsedTime(&ms, start[i], stop[i]));
-      worst = std::max(worst, static_cast<double>(ms));
-    }
-    return worst;
-  }
 };
 
 /// One collective of the sweep: spec + where each rank's send / recv point.

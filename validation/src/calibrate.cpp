@@ -44,6 +44,8 @@ bool isCalibrationOp(const std::string& op) noexcept {
   return false;
 }
 
+bool isRecordedOnlyCalibrationOp(const std::string& op) noexcept { return op == kCalibPutNvlinkOneWay; }
+
 AlphaBetaFit fitAlphaBeta(const std::vector<CalibPoint>& points, const std::string& parameter) {
   std::set<double> distinct;
   double xMax = 0;
@@ -143,7 +145,7 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
       const MeasurementRecord& r = recs[ri];
       const std::string where = fname + ": records[" + std::to_string(ri) + "]";
       // Honesty rule: a collective (or baseline) record is what the profile predicts, never what fits it.
-      if (r.impl != "mkernel" || r.op.rfind("calib-", 0) != 0) {
+      if (r.impl != "mkernel" || r.op.rfind("calib-", 0) != 0 || isRecordedOnlyCalibrationOp(r.op)) {
         ++rep.recordsIgnored;
         continue;
       }
@@ -151,7 +153,7 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
         throw Error(ErrorCode::InvalidArgument,
                     where + ".op: unknown calibration op \"" + r.op +
                         "\" (expected calib-put-nvlink, calib-put-network, calib-copy-local, calib-reduce, "
-                        "calib-flag, calib-dispatch, calib-proxy or calib-gemm)");
+                        "calib-flag, calib-dispatch, calib-proxy or calib-gemm; calib-put-nvlink-oneway is recorded only)");
       if (!std::isfinite(r.timeUs) || r.timeUs <= 0)
         throw Error(ErrorCode::InvalidArgument, where + ".time_us: must be finite and > 0 (got " + num(r.timeUs) + ")");
       CalibPoint p{static_cast<double>(r.bytes), r.timeUs};

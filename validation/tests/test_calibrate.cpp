@@ -214,6 +214,19 @@ TEST_CASE("calibrate: collective and baseline records are ignored and counted an
   CHECK(relClose(p.nvlink.bwGBs, 370, 1e-9));
 }
 
+TEST_CASE("calibrate: one-way put records are recorded only and never move the nvlink fit") {
+  auto records = fullSet();
+  const std::size_t calib = records.size();
+  for (uint64_t b : sizes()) records.push_back(rec(mk::kCalibPutNvlinkOneWay, b, 1e6));
+  mk::FitReport rep;
+  const mk::Profile p = mk::calibrate({file(records)}, mk::defaultProfile(mk::topologyPreset("h200x2")), &rep);
+  CHECK(rep.recordsUsed == calib);
+  CHECK(rep.recordsIgnored == sizes().size());
+  CHECK(relClose(p.nvlink.alphaUs, 1.7, 1e-9));
+  CHECK(mk::isRecordedOnlyCalibrationOp("calib-put-nvlink-oneway"));
+  CHECK_FALSE(mk::isCalibrationOp("calib-put-nvlink-oneway"));
+}
+
 TEST_CASE("calibrate: the committed collective measurements alone give nothing to fit") {
   // Honesty rule on real data: the h200x2 allreduce file holds collective records only.
   const auto f = mk::loadMeasurementFile(std::string(MK_MEASURED_DIR) + "/2026-11-29-h200x2-allreduce.json");

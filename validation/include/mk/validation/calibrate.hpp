@@ -25,8 +25,15 @@ inline constexpr const char* kCalibDispatch = "calib-dispatch";       ///< enque
 inline constexpr const char* kCalibProxy = "calib-proxy";             ///< extra per ProxyPut -> proxyUs
 inline constexpr const char* kCalibGemm = "calib-gemm";               ///< bf16 GEMM, needs "flops" -> gemmTflops
 
-/// True for the ops above (the exact spelling; "calib-" ops not in the list are an error in calibrate()).
+/// Recorded by `mk-bench calibrate` for the report, not fitted: one-way ping-pong puts (the profile's
+/// nvlink class is fitted from calib-put-nvlink, both directions at once, as every 2-GPU collective uses it).
+inline constexpr const char* kCalibPutNvlinkOneWay = "calib-put-nvlink-oneway";
+
+/// True for the fitted ops above (the exact spelling; other "calib-" ops, except the recorded-only ones, are
+/// an error in calibrate()).
 bool isCalibrationOp(const std::string& op) noexcept;
+/// True for calibration ops that are recorded but never fitted (kCalibPutNvlinkOneWay).
+bool isRecordedOnlyCalibrationOp(const std::string& op) noexcept;
 
 /// One measured point of a linear fit: x (bytes, or flops for gemm) and the time it took.
 struct CalibPoint {
