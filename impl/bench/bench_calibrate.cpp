@@ -5,7 +5,10 @@
 // loops. The quantity the profile needs (one message) is isolated by DIFFERENCE: the same schedule with R_lo and
 // R_hi repetitions of the measured pattern, per message = (T(R_hi) - T(R_lo)) / ((R_hi - R_lo) * messages per
 // repetition). Whatever every op pays once (doorbell, descriptor, op boundary, the first step's start) cancels;
-// it is measured on its own as calib-dispatch: the per-op time of an op whose lanes have no step at all.
+// it is calib-dispatch: the intercept T(0) = T(R_lo) - R_lo * messages * per message of the both-ways put
+// pattern (ops whose ranks interact, as every collective's do). The per-op time of an op whose lanes have no
+// step at all is recorded too (calib-empty-op, not fitted): it is larger (17.4 against 11.7 us on 2 x H200),
+// because ranks that never wait for each other expose the whole op-boundary handshake.
 //
 // Every schedule declares an Output buffer, so consecutive ops are fenced exactly as the collective records are
 // (an op writing user memory the previous op wrote starts after that op completed everywhere): the per-op times
@@ -144,6 +147,28 @@ Pattern flagPingPong() {
               s.lanes[0][0].steps.push_back(waitStep(0, i));
               s.lanes[1][0].steps.push_back(waitStep(1, i));
               s.lanes[1][0].steps.push_back(signalStep(0));
+            }
+            return s;
+          }};
+}
+
+Pattern flagLocalPingPong() {
+  // Two lanes of one GPU signal each other (GPU-scope flags); both ranks do it at once, independently.
+  return {"calib-flag-local", "ping-pong", 2, [](uint64_t n, uint32_t reps) {
+            Schedule s = baseSchedule(n, "calib local flag");
+            s.nFlags = 2;
+            for (uint32_t r = 0; r < 2; ++r) {
+              s.lanes[r].resize(2);
+              for (uint32_t i = 1; i <= reps; ++i) {
+                Step ping = signalStep(r), pong = signalStep(r);
+                pong.flag.id = 1;
+                Step waitPong = waitStep(r, i);
+                waitPong.flag.id = 1;
+                s.lanes[r][0].steps.push_back(ping);
+                s.lanes[r][0].steps.push_back(waitPong);
+                s.lanes[r][1].steps.push_back(waitStep(r, i));
+                s.lanes[r][1].steps.push_back(pong);
+              }
             }
             return s;
           }};
@@ -290,13 +315,16 @@ int run(const CalibArgs& a, const std::string& command) {
     return std::max<uint64_t>(5, std::min<uint64_t>(a.iters, static_cast<uint64_t>(want)));
   };
   int negative = 0;
+  // Intercepts of short both-ways puts (longer ones: the intercept drowns in the message's own noise).
+  constexpr uint64_t kInterceptMaxBytes = 1u << 20;
+  std::vector<std::pair<uint64_t, double>> intercepts;
 
   // ---- dispatch: lanes without steps ----------------------------------------------------------------------
   if (all || a.only == "dispatch") {
     Schedule empty = baseSchedule(1, "calib empty op");
     const double t = timer.perOpUs(empty, a.iters);
-    std::printf("  %-24s %12d %6d %6d %12.3f %12s %12.3f %10s\n", "calib-dispatch", 0, 0, 0, t, "-", t, "-");
-    record("calib-dispatch", "empty-op", 0, t, a.iters,
+    std::printf("  %-24s %12d %6d %6d %12.3f %12s %12.3f %10s\n", "calib-empty-op", 0, 0, 0, t, "-", t, "-");
+    record("calib-empty-op", "empty-op", 0, t, a.iters,
            {{"how", quoted("per-op time of back-to-back fenced ops whose lanes have no step (events around the loop)")}});
   }
 
@@ -311,7 +339,7 @@ int run(const CalibArgs& a, const std::string& command) {
       const double tLo = timer.perOpUs(p.make(n, lo), it);
       const double tHi = timer.perOpUs(p.make(n, hi), it);
       const double msg = (tHi - tLo) / (static_cast<double>(hi - lo) * p.messages);
-      const uint64_t recBytes = p.op == "calib-flag" ? 8 : n * 4;
+      const uint64_t recBytes = p.op.rfind("calib-flag", 0) == 0 ? 8 : n * 4;
       std::printf("  %-24s %12llu %6u %6u %12.3f %12.3f %12.3f %10.1f\n", p.op.c_str(),
                   static_cast<unsigned long long>(recBytes), lo, hi, tLo, tHi, msg,
                   msg > 0 ? static_cast<double>(recBytes) / (msg * 1e3) : 0.0);
@@ -320,6 +348,15 @@ int run(const CalibArgs& a, const std::string& command) {
         ++negative;
         std::printf("#   ^ not recorded: the difference is not positive (noise above the message time)\n");
         continue;
+      }
+      if (p.op == "calib-put-nvlink" && recBytes <= kInterceptMaxBytes) {
+        const double intercept = tLo - lo * p.messages * msg;
+        intercepts.push_back({recBytes, intercept});
+        if (intercept > 0)
+          record("calib-dispatch", "intercept:both-ways-put", 0, intercept, it,
+                 {{"from_bytes", std::to_string(recBytes)},
+                  {"how", quoted("T(0) = T(R_lo) - R_lo * messages_per_rep * time_us of the calib-put-nvlink point of "
+                                 "from_bytes: the per-op time that is not the op's steps")}});
       }
       record(p.op, p.algo, recBytes, msg, it,
              {{"reps_lo", std::to_string(lo)},
@@ -333,10 +370,16 @@ int run(const CalibArgs& a, const std::string& command) {
   std::vector<uint64_t> localSizes;
   for (uint64_t b : sizes)
     if (b >= localMinB) localSizes.push_back(b);
-  if (all || a.only == "flag") sweep(flagPingPong(), {8}, 1.0);
-  if (all || a.only == "put") {
+  if (all || a.only == "flag") {
+    sweep(flagPingPong(), {8}, 1.0);
+    sweep(flagLocalPingPong(), {8}, 1.0);
+  }
+  if (all || a.only == "put" || a.only == "dispatch") {
     sweep(putBothWays(), sizes, 300);
-    sweep(putOneWay(), sizes, 300);
+    for (const auto& [bytes, t0] : intercepts)
+      std::printf("  %-24s %12llu %6s %6s %12s %12s %12.3f %10s\n", "calib-dispatch", static_cast<unsigned long long>(bytes),
+                  "-", "-", "-", "-", t0, "-");
+    if (a.only != "dispatch") sweep(putOneWay(), sizes, 300);
   }
   if (all || a.only == "copy") sweep(localCopy(), localSizes, 1500);
   if (all || a.only == "reduce") sweep(localReduce(), localSizes, 1000);

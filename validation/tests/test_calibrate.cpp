@@ -225,6 +225,7 @@ TEST_CASE("calibrate: one-way put records are recorded only and never move the n
   CHECK(relClose(p.nvlink.alphaUs, 1.7, 1e-9));
   CHECK(mk::isRecordedOnlyCalibrationOp("calib-put-nvlink-oneway"));
   CHECK_FALSE(mk::isCalibrationOp("calib-put-nvlink-oneway"));
+  CHECK(mk::isRecordedOnlyCalibrationOp("calib-empty-op"));
 }
 
 TEST_CASE("calibrate: the committed collective measurements alone give nothing to fit") {
