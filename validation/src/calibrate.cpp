@@ -45,7 +45,7 @@ bool isCalibrationOp(const std::string& op) noexcept {
 }
 
 bool isRecordedOnlyCalibrationOp(const std::string& op) noexcept {
-  return op == kCalibPutNvlinkOneWay || op == kCalibEmptyOp;
+  return op == kCalibPutNvlinkOneWay || op == kCalibEmptyOp || op == kCalibFlagLocal;
 }
 
 AlphaBetaFit fitAlphaBeta(const std::vector<CalibPoint>& points, const std::string& parameter) {
@@ -155,7 +155,7 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
         throw Error(ErrorCode::InvalidArgument,
                     where + ".op: unknown calibration op \"" + r.op +
                         "\" (expected calib-put-nvlink, calib-put-network, calib-copy-local, calib-reduce, "
-                        "calib-flag, calib-dispatch, calib-proxy or calib-gemm; calib-put-nvlink-oneway and calib-empty-op are recorded only)");
+                        "calib-flag, calib-dispatch, calib-proxy or calib-gemm; calib-put-nvlink-oneway, calib-empty-op and calib-flag-local are recorded only)");
       if (!std::isfinite(r.timeUs) || r.timeUs <= 0)
         throw Error(ErrorCode::InvalidArgument, where + ".time_us: must be finite and > 0 (got " + num(r.timeUs) + ")");
       CalibPoint p{static_cast<double>(r.bytes), r.timeUs};

@@ -31,11 +31,13 @@ inline constexpr const char* kCalibPutNvlinkOneWay = "calib-put-nvlink-oneway";
 /// Recorded, not fitted: the per-op time of ops without steps (dispatchUs is fitted from calib-dispatch, the
 /// intercept of ops whose ranks interact; docs/calibration.md says why they differ).
 inline constexpr const char* kCalibEmptyOp = "calib-empty-op";
+/// Signal -> Wait between two lanes of one GPU (GPU-scope flags), ping-pong per message.
+inline constexpr const char* kCalibFlagLocal = "calib-flag-local";
 
 /// True for the fitted ops above (the exact spelling; other "calib-" ops, except the recorded-only ones, are
 /// an error in calibrate()).
 bool isCalibrationOp(const std::string& op) noexcept;
-/// True for calibration ops that are recorded but never fitted (kCalibPutNvlinkOneWay, kCalibEmptyOp).
+/// True for calibration ops that are recorded but never fitted (kCalibPutNvlinkOneWay, kCalibEmptyOp, kCalibFlagLocal).
 bool isRecordedOnlyCalibrationOp(const std::string& op) noexcept;
 
 /// One measured point of a linear fit: x (bytes, or flops for gemm) and the time it took.
