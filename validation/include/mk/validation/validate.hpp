@@ -1,0 +1,219 @@
+// mkernel — the judge: predict every measured collective of the resident kernel with the simulator and the
+// closed form, from a hardware profile, and say how far each prediction is from the measurement
+// (docs/validation.md).
+//
+// Honesty rules the code enforces:
+//   - the schedule predicted is regenerated from the record's own fields (op, algo, dtype, ranks, count, chunks,
+//     channels): the one the engine ran, not a look-alike; a record that cannot be regenerated is an error;
+//   - measured numbers are only read, never adjusted; there is no per-size or per-algorithm correction;
+//   - the profile must not have been fitted on a file whose collective records are validated
+//     (checkProfileIndependence).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mk/algorithms/algorithms.hpp"
+#include "mk/cost/cost.hpp"
+#include "mk/cost/profile_io.hpp"
+#include "mk/schedule/schedule.hpp"
+#include "mk/sim/replay.hpp"
+#include "mk/topology/topology.hpp"
+#include "mk/validation/measurement.hpp"
+
+namespace mk {
+
+/// Schema name of mk-validate's JSON output (validationToJson).
+inline constexpr const char* kValidationSchema = "mkernel.validation.v1";
+
+/// A measurement record turned back into the request that produced it.
+struct RecordSchedule {
+  CollectiveSpec spec;        ///< spec.algo is the generator ("auto:ring" -> "ring")
+  GenOptions gen;             ///< chunks, channels as recorded
+  uint32_t nRanks = 0;        ///< the record's ranks
+  bool inPlace = false;       ///< the engine staged the input first (one device copy before the schedule)
+  bool chosenByAuto = false;  ///< the record's algo was "auto:<generator>"
+};
+
+/// True for the records mk-validate predicts: impl "mkernel" and op allreduce, allgather, reducescatter,
+/// broadcast or alltoall. Everything else (nccl baselines, calib-* micro-benchmarks, enqueue-to-first-step)
+/// is counted and ignored.
+bool isValidatedRecord(const MeasurementRecord& r) noexcept;
+
+/// Map a validated record to its schedule request. Required: op, algo ("<generator>" or "auto:<generator>";
+/// plain "auto" does not say what ran), dtype, ranks, bytes, chunks, channels (>= 1). Optional: count (else
+/// derived from bytes, which must then hold whole elements), redop ("sum"), inplace (false), root (0,
+/// broadcast). The count must give exactly the record's bytes (mk::opBytes). Throws Error(InvalidArgument)
+/// whose message starts with `where` ("f.json: records[7] (allreduce ring 1024 B)") and says what was expected
+/// and what was seen.
+RecordSchedule recordSchedule(const MeasurementRecord& r, const std::string& where);
+
+/// The topology preset a file was measured on, from its "system" block: the preset whose node has the same
+/// GPU model ("gpu") and GPU count ("gpus"). "" when no preset or more than one matches.
+std::string inferCluster(const MeasurementFile& f);
+
+/// (predicted - measured) / measured * 100.
+double errorPct(double predictedUs, double measuredUs) noexcept;
+
+/// Statistics of absolute errors in percent.
+struct ErrorStats {
+  std::size_t n = 0;
+  double medianAbsPct = 0;  ///< median of |err| (mean of the two middle values for even n)
+  double p90AbsPct = 0;     ///< 90th percentile of |err|, linear interpolation between order statistics
+  double maxAbsPct = 0;
+};
+/// Stats of |e| over `errPct` (signed errors accepted); all zero for an empty input.
+ErrorStats errorStats(const std::vector<double>& errPct);
+
+/// "validation: n=<N> median_abs_err_pct=<x> p90_abs_err_pct=<y> max_abs_err_pct=<z>" (two decimals).
+std::string formatSummaryLine(const ErrorStats& s, const std::string& prefix = "validation");
+
+/// One predicted record.
+struct ValidationRow {
+  std::string file;             ///< name of the measurement file as given
+  std::size_t index = 0;        ///< index in the file's "records"
+  std::string algo;             ///< as recorded ("auto:ring")
+  RecordSchedule request;       ///< what was regenerated
+  uint64_t bytes = 0;           ///< nccl-tests size, as recorded
+  uint64_t steps = 0;           ///< steps of the regenerated schedule
+  double measuredUs = 0;
+  double simUs = 0;             ///< mk::sim::predict (exact mode) + stagingUs
+  std::optional<double> closedUs;  ///< mk::closedForm + stagingUs; none when the generator has no closed form
+  double stagingUs = 0;         ///< in-place input staging (a local copy of the input), 0 out of place
+  double simErrPct = 0;
+  std::optional<double> closedErrPct;
+};
+
+/// A record that could not be regenerated (only kept with ValidationOptions::skipBad).
+struct SkippedRecord {
+  std::string file;       ///< measurement file as given
+  std::size_t index = 0;  ///< index in its "records"
+  std::string reason;     ///< the error message that would have stopped the run
+};
+
+/// Per input file: what was done with its records.
+struct FileSummary {
+  std::string name;
+  std::string cluster;          ///< inferred from its system block ("" when not inferable)
+  std::string runCommit;        ///< the measuring run's commit
+  std::size_t records = 0;      ///< records in the file
+  std::size_t validated = 0;    ///< predicted (rows)
+  std::size_t ignored = 0;      ///< not mkernel collectives
+  std::size_t filtered = 0;     ///< left out by ValidationOptions::ops / algos
+  std::size_t skipped = 0;      ///< not regenerable (ValidationOptions::skipBad)
+};
+
+/// What to validate and how.
+struct ValidationOptions {
+  std::string cluster;             ///< preset or topology file; "" = infer from every file's system block
+  std::vector<std::string> ops;    ///< only these ops (empty: all)
+  /// Only these algorithms (empty: all); an entry matches the recorded algo ("auto:ring") or the generator
+  /// it names ("ring" matches "ring" and "auto:ring").
+  std::vector<std::string> algos;
+  unsigned jobs = 2;               ///< predictions run at once (each forks a simulating process)
+  bool skipBad = false;            ///< records that cannot be regenerated: skip and list instead of throwing
+};
+
+/// The outcome.
+struct ValidationResult {
+  std::string cluster;                 ///< what the predictions ran on
+  std::vector<ValidationRow> rows;     ///< in file order, then record order
+  std::vector<SkippedRecord> skipped;
+  std::vector<FileSummary> files;
+  std::size_t ignored = 0;             ///< records of other kinds (nccl, calib-*, enqueue-to-first-step, ...)
+  std::size_t filtered = 0;            ///< validated kinds left out by ops / algos
+  ErrorStats sim;                      ///< the gated statistic
+  ErrorStats closed;                   ///< over the rows that have a closed form
+};
+
+/// Regenerate and predict every validated record of `files` (names parallel to files, used in messages).
+/// Throws Error(InvalidArgument) for a record that cannot be regenerated (without skipBad), for files from
+/// different systems or a system no preset matches when options.cluster is empty (the message asks for
+/// --cluster), for unknown ops in options.ops, and when a record does not fit the cluster; Error(Internal)
+/// when a simulating process dies.
+ValidationResult validateMeasurements(const std::vector<MeasurementFile>& files, const std::vector<std::string>& names,
+                                      const Profile& profile, const ValidationOptions& options = {});
+
+/// The cluster the records of `files` are predicted on: `cluster` when given, else the one preset every file's
+/// system block matches (inferCluster). Throws Error(InvalidArgument) naming the file whose system matches no
+/// single preset, or the two files from different systems (the message asks for --cluster).
+std::string resolveCluster(const std::vector<MeasurementFile>& files, const std::vector<std::string>& names,
+                           const std::string& cluster);
+
+/// True when `r` is validated under `options`' op and algorithm selection.
+bool isSelected(const MeasurementRecord& r, const ValidationOptions& options);
+
+/// Refuse a circular comparison: throws Error(InvalidArgument) when a file the profile's provenance lists as
+/// fitted ("path (run commit sha)" entries) is one of `names` and holds at least one record that would be
+/// validated (isValidatedRecord and isSelected). Files are the same when their canonical paths are equal or,
+/// failing that, their file names are (profiles are often fitted on another machine, under other paths).
+void checkProfileIndependence(const ProfileProvenance& provenance, const std::string& profileName,
+                              const std::vector<MeasurementFile>& files, const std::vector<std::string>& names,
+                              const ValidationOptions& options = {});
+
+/// A record's schedule and the placement it runs on.
+struct Regenerated {
+  Schedule schedule;  ///< what mk::generate gives for the record
+  Topology topo;      ///< the cluster with the record's ranks placed (mk::placeRanks)
+};
+/// The schedule of `row` regenerated on `cluster` (the same calls validateMeasurements makes), for one detailed
+/// prediction (a trace).
+Regenerated regenerate(const ValidationRow& row, const std::string& cluster);
+
+/// One step side by side: predicted, and measured when a measured trace was given.
+struct StepComparison {
+  uint32_t rank = 0, lane = 0, step = 0;         ///< Schedule::lanes[rank][lane].steps[step]
+  std::string kind;                              ///< step kind ("put", "wait", ...)
+  double simStartUs = 0, simDurUs = 0;           ///< predicted, from the enqueue
+  std::optional<double> measStartUs, measDurUs;  ///< measured, aligned as SideBySide::note says
+};
+
+/// A Perfetto trace of one record, measured and predicted side by side.
+struct SideBySide {
+  std::string json;                    ///< Chrome / Perfetto trace-event JSON
+  std::vector<StepComparison> steps;   ///< in (rank, lane, step) order
+  std::optional<uint64_t> measuredOp;  ///< which op of the measured trace was used
+  std::string note;                    ///< how the two timelines are aligned, or why only one is shown
+};
+
+/// Put the predicted per-step timeline of `s` (StepRecords from mk::sim::predict with trace) next to the
+/// measured one from `measuredTraceJson` (mk::traceToChromeJson's format, mk-bench --trace: pid = rank,
+/// tid = lane, args {op, step}), or alone when measuredTraceJson is empty. Measured ranks become pids
+/// "measured rank r", predicted ones "simulated rank r", in adjacent rows. The measured op is `measuredOp`,
+/// or else the only op of the trace whose steps are the schedule's steps (same rank, lane, step and kind).
+/// The measured op is shifted so its first step starts with the predicted first step (a GPU trace has no
+/// enqueue time). Throws Error(ParseError) naming `traceName` for a malformed trace, Error(InvalidArgument)
+/// when no op, or more than one op without measuredOp, matches the schedule.
+SideBySide sideBySideTrace(const Schedule& s, const sim::Prediction& predicted, const std::string& measuredTraceJson,
+                           const std::string& traceName, std::optional<uint64_t> measuredOp, const std::string& title);
+
+/// What the JSON and the report say about where the inputs came from.
+struct ValidationContext {
+  std::string profilePath;             ///< "" for datasheet defaults
+  Profile profile;                     ///< what the predictions used
+  ProfileProvenance provenance;        ///< from the profile file (tool "defaultProfile" for datasheet defaults)
+  std::string honesty;                 ///< the sentence on how the profile was obtained
+  std::string command;                 ///< mk-validate's command line
+  std::string commit;                  ///< mk-validate's build commit
+  std::optional<double> maxMedianErrPct;  ///< the gate, when given
+};
+
+/// How the profile was obtained, in one sentence for the report: fitted by mk-calibrate on micro-benchmark
+/// records only (it reads only calib-* records), datasheet defaults, or another tool's.
+std::string honestyStatement(const std::string& profilePath, const Profile& profile, const ProfileProvenance& prov);
+
+/// {"schema": "mkernel.validation.v1", "cluster", "profile": {...}, "honesty", "files": [...], "summary":
+/// {"sim": {n, median_abs_err_pct, p90_abs_err_pct, max_abs_err_pct}, "closed_form": {...}}, "rows": [...],
+/// "skipped": [...], "trace": {...}?}. Format: docs/validation.md.
+std::string validationToJson(const ValidationResult& result, const ValidationContext& ctx,
+                             const SideBySide* trace = nullptr, const ValidationRow* traceRow = nullptr,
+                             const std::string& traceFile = "", const std::string& measuredTrace = "");
+
+/// The table mk-validate prints: op, algo, bytes, chunks x channels, measured, simulated, closed form (us),
+/// sim err %, closed err %; one header line.
+std::string formatValidationTable(const ValidationResult& result);
+
+}  // namespace mk

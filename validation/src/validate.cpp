@@ -1,0 +1,710 @@
+#include "mk/validation/validate.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <utility>
+
+#include "mk/algorithms/request.hpp"
+#include "mk/error.hpp"
+
+namespace mk {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& where, const std::string& what) {
+  throw Error(ErrorCode::InvalidArgument, where + ": " + what);
+}
+
+/// An extra field of the record (kept as JSON text by the measurement parser), parsed; none when absent.
+std::optional<json> extraField(const MeasurementRecord& r, const char* key) {
+  auto it = r.extra.find(key);
+  if (it == r.extra.end()) return std::nullopt;
+  return json::parse(it->second);
+}
+
+/// A positive integer field; `required` makes its absence an error.
+std::optional<uint64_t> positiveField(const MeasurementRecord& r, const char* key, const std::string& where,
+                                      bool required) {
+  const auto v = extraField(r, key);
+  if (!v) {
+    if (required)
+      bad(where, std::string("missing field '") + key + "' (needed to regenerate the schedule the engine ran)");
+    return std::nullopt;
+  }
+  if (!v->is_number_integer() || (v->is_number_integer() && !v->is_number_unsigned() && v->get<int64_t>() < 0) ||
+      v->get<uint64_t>() == 0)
+    bad(where, std::string("field '") + key + "' must be an integer >= 1 (got " + v->dump() + ")");
+  return v->get<uint64_t>();
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+std::string describeRecord(const MeasurementRecord& r) {
+  return r.op + " " + (r.algo.empty() ? "-" : r.algo) + " " + std::to_string(r.bytes) + " B";
+}
+
+std::string jsonString(const std::map<std::string, std::string>& m, const char* key) {
+  auto it = m.find(key);
+  if (it == m.end()) return "";
+  try {
+    const json v = json::parse(it->second);
+    return v.is_string() ? v.get<std::string>() : v.dump();
+  } catch (const json::exception&) {
+    return it->second;
+  }
+}
+
+std::string generatorOf(const std::string& algo) {
+  static const std::string kAuto = "auto:";
+  return algo.rfind(kAuto, 0) == 0 ? algo.substr(kAuto.size()) : algo;
+}
+
+bool algoSelected(const std::vector<std::string>& algos, const std::string& recorded) {
+  if (algos.empty()) return true;
+  for (const auto& a : algos)
+    if (a == recorded || a == generatorOf(recorded)) return true;
+  return false;
+}
+
+/// The path a provenance entry names: "f.json (run commit abc)" -> "f.json".
+std::string provenancePath(const std::string& entry) {
+  const auto at = entry.find(" (run commit ");
+  return at == std::string::npos ? entry : entry.substr(0, at);
+}
+
+bool sameFile(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ea, eb;
+  const fs::path ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
+  if (!ea && !eb && ca == cb) return true;
+  return fs::path(a).filename() == fs::path(b).filename();
+}
+
+/// One prediction to make.
+struct Job {
+  Schedule schedule;
+  Topology topo;
+};
+
+}  // namespace
+
+bool isValidatedRecord(const MeasurementRecord& r) noexcept {
+  return r.impl == "mkernel" && parseCollOp(r.op).has_value();
+}
+
+RecordSchedule recordSchedule(const MeasurementRecord& r, const std::string& where) {
+  RecordSchedule out;
+  const auto op = parseCollOp(r.op);
+  if (!op) bad(where, "op '" + r.op + "' is not a collective (expected allreduce, allgather, reducescatter, broadcast, alltoall)");
+  out.spec.op = *op;
+  if (r.algo.empty()) bad(where, "missing field 'algo': the record does not say which generator ran");
+  if (r.algo == "auto")
+    bad(where, "algo 'auto' does not say which generator ran (mk-bench records 'auto:<generator>')");
+  out.chosenByAuto = r.algo != generatorOf(r.algo);
+  out.spec.algo = generatorOf(r.algo);
+  const auto algos = algorithmsFor(*op);
+  if (std::find(algos.begin(), algos.end(), out.spec.algo) == algos.end())
+    bad(where, "unknown algorithm '" + out.spec.algo + "' for " + r.op + " (expected " + joined(algos) +
+                   ", optionally as auto:<algorithm>)");
+  const auto dtype = parseDType(r.dtype);
+  if (!dtype) bad(where, "unknown dtype '" + r.dtype + "' (expected float32, bfloat16, float16)");
+  out.spec.dtype = *dtype;
+  out.nRanks = r.ranks;
+  if (out.nRanks == 0) bad(where, "ranks must be >= 1");
+  out.gen.chunks = static_cast<uint32_t>(std::min<uint64_t>(*positiveField(r, "chunks", where, true), UINT32_MAX));
+  out.gen.channels = static_cast<uint32_t>(std::min<uint64_t>(*positiveField(r, "channels", where, true), UINT32_MAX));
+  if (const auto red = extraField(r, "redop")) {
+    const auto parsed = red->is_string() ? parseRedOp(red->get<std::string>()) : std::nullopt;
+    if (!parsed) bad(where, "unknown redop " + red->dump() + " (expected \"sum\", \"max\" or \"min\")");
+    out.spec.redop = *parsed;
+  }
+  if (const auto ip = extraField(r, "inplace")) {
+    if (!ip->is_boolean()) bad(where, "field 'inplace' must be true or false (got " + ip->dump() + ")");
+    out.inPlace = ip->get<bool>();
+  }
+  if (const auto root = extraField(r, "root")) {
+    if (!root->is_number_unsigned() || root->get<uint64_t>() >= out.nRanks)
+      bad(where, "field 'root' must be a rank in 0.." + std::to_string(out.nRanks - 1) + " (got " + root->dump() + ")");
+    out.spec.root = root->get<uint32_t>();
+  }
+  const std::string elems = std::string(toString(out.spec.dtype)) + " on " + std::to_string(out.nRanks) + " ranks";
+  if (const auto count = positiveField(r, "count", where, false)) {
+    out.spec.count = *count;
+    const uint64_t b = opBytes(out.spec, out.nRanks);
+    if (b != r.bytes)
+      bad(where, "count " + std::to_string(*count) + " of " + elems + " is " + std::to_string(b) + " bytes for " + r.op +
+                     ", but the record says bytes " + std::to_string(r.bytes));
+  } else {
+    out.spec.count = countForBytes(out.spec.op, r.bytes, out.spec.dtype, out.nRanks);
+    if (out.spec.count == 0)
+      bad(where, "bytes " + std::to_string(r.bytes) + " holds less than one " + elems + " element per rank block");
+    if (opBytes(out.spec, out.nRanks) != r.bytes)
+      bad(where, "bytes " + std::to_string(r.bytes) + " is not a whole number of " + elems +
+                     " elements (per rank block) and the record has no 'count'");
+  }
+  return out;
+}
+
+std::string inferCluster(const MeasurementFile& f) {
+  const std::string gpu = jsonString(f.system, "gpu");
+  const std::string gpus = jsonString(f.system, "gpus");
+  std::string found;
+  int matches = 0;
+  for (const auto& name : topologyPresets()) {
+    const Topology t = topologyPreset(name);
+    if (t.node.gpu == gpu && std::to_string(t.node.gpus) == gpus) {
+      found = name;
+      ++matches;
+    }
+  }
+  return matches == 1 ? found : "";
+}
+
+double errorPct(double predictedUs, double measuredUs) noexcept {
+  return (predictedUs - measuredUs) / measuredUs * 100.0;
+}
+
+ErrorStats errorStats(const std::vector<double>& errPct) {
+  ErrorStats s;
+  if (errPct.empty()) return s;
+  std::vector<double> a;
+  a.reserve(errPct.size());
+  for (double e : errPct) a.push_back(std::fabs(e));
+  std::sort(a.begin(), a.end());
+  const std::size_t n = a.size();
+  s.n = n;
+  s.medianAbsPct = n % 2 == 1 ? a[n / 2] : 0.5 * (a[n / 2 - 1] + a[n / 2]);
+  const double pos = 0.9 * static_cast<double>(n - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(pos));
+  const std::size_t hi = std::min(lo + 1, n - 1);
+  s.p90AbsPct = a[lo] + (pos - static_cast<double>(lo)) * (a[hi] - a[lo]);
+  s.maxAbsPct = a.back();
+  return s;
+}
+
+std::string formatSummaryLine(const ErrorStats& s, const std::string& prefix) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%s: n=%zu median_abs_err_pct=%.2f p90_abs_err_pct=%.2f max_abs_err_pct=%.2f",
+                prefix.c_str(), s.n, s.medianAbsPct, s.p90AbsPct, s.maxAbsPct);
+  return buf;
+}
+
+ValidationResult validateMeasurements(const std::vector<MeasurementFile>& files, const std::vector<std::string>& names,
+                                      const Profile& profile, const ValidationOptions& options) {
+  if (names.size() != files.size())
+    throw Error(ErrorCode::InvalidArgument, "validateMeasurements: " + std::to_string(files.size()) + " files but " +
+                                                std::to_string(names.size()) + " names");
+  for (const auto& op : options.ops)
+    if (!parseCollOp(op))
+      throw Error(ErrorCode::InvalidArgument,
+                  "unknown op '" + op + "' to select (expected allreduce, allgather, reducescatter, broadcast, alltoall)");
+  ValidationResult res;
+  for (std::size_t f = 0; f < files.size(); ++f) {
+    FileSummary fs;
+    fs.name = names[f];
+    fs.cluster = inferCluster(files[f]);
+    fs.runCommit = files[f].commit;
+    fs.records = files[f].records.size();
+    res.files.push_back(fs);
+  }
+  res.cluster = resolveCluster(files, names, options.cluster);
+  // Resolve the cluster once up front: an unknown preset or a bad topology file is the input's fault, not a record's.
+  (void)loadTopology(res.cluster);
+
+  std::vector<Job> jobs;
+  std::map<uint32_t, Placement> placements;
+  for (std::size_t f = 0; f < files.size(); ++f) {
+    FileSummary& fs = res.files[f];
+    for (std::size_t i = 0; i < files[f].records.size(); ++i) {
+      const MeasurementRecord& r = files[f].records[i];
+      if (!isValidatedRecord(r)) {
+        ++res.ignored;
+        ++fs.ignored;
+        continue;
+      }
+      if (!isSelected(r, options)) {
+        ++res.filtered;
+        ++fs.filtered;
+        continue;
+      }
+      const std::string where = names[f] + ": records[" + std::to_string(i) + "] (" + describeRecord(r) + ")";
+      ValidationRow row;
+      row.file = names[f];
+      row.index = i;
+      row.algo = r.algo;
+      row.bytes = r.bytes;
+      row.measuredUs = r.timeUs;
+      Job job;
+      try {
+        row.request = recordSchedule(r, where);  // its errors already name the record
+        const CollectiveSpec& spec = row.request.spec;
+        try {
+          auto it = placements.find(row.request.nRanks);
+          if (it == placements.end())
+            it = placements.emplace(row.request.nRanks, placeRanks(res.cluster, 0, row.request.nRanks)).first;
+          job.topo = it->second.topo;
+          job.schedule = generate(spec, job.topo.layout(row.request.nRanks), row.request.gen);
+        } catch (const Error& e) {
+          throw Error(e.code(), where + ": " + e.message());
+        }
+        row.steps = job.schedule.stepCount();
+        if (row.request.inPlace) {
+          if (!(profile.local.bwGBs > 0))
+            throw Error(ErrorCode::InvalidArgument, where + ": in place: pricing the input staging copy needs profile "
+                                                            "local.bwGBs > 0 (got " + std::to_string(profile.local.bwGBs) + ")");
+          const double inBytes =
+              static_cast<double>(inputCount(spec, row.request.nRanks)) * static_cast<double>(dtypeSize(spec.dtype));
+          row.stagingUs = profile.local.alphaUs + inBytes / (profile.local.bwGBs * 1e3);
+        }
+        try {
+          row.closedUs = closedForm(spec, row.request.gen, job.topo, row.request.nRanks, profile).totalUs + row.stagingUs;
+        } catch (const Error& e) {
+          // Not every generator has a closed form: the row then has none (the simulator still judges it).
+          if (e.code() != ErrorCode::Unsupported) throw Error(e.code(), where + ": closed form: " + e.message());
+        }
+      } catch (const Error& e) {
+        if (!options.skipBad) throw;
+        res.skipped.push_back({names[f], i, e.message()});
+        ++fs.skipped;
+        continue;
+      }
+      ++fs.validated;
+      res.rows.push_back(std::move(row));
+      jobs.push_back(std::move(job));
+    }
+  }
+
+  // Every prediction forks its own simulating process (SimGrid allows one engine per process), so threads here
+  // only wait on children: N threads keep N simulations running.
+  const std::size_t nThreads = std::max<std::size_t>(1, std::min<std::size_t>(options.jobs, jobs.size()));
+  std::vector<double> simUs(jobs.size(), 0.0);
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> stop{false};
+  std::exception_ptr firstError;
+  std::mutex errorMutex;
+  auto worker = [&] {
+    for (;;) {
+      const std::size_t k = next.fetch_add(1);
+      if (k >= jobs.size() || stop.load()) return;
+      try {
+        sim::SimOptions so;
+        so.trace = false;
+        so.linkLoad = false;
+        simUs[k] = sim::predict(jobs[k].schedule, jobs[k].topo, profile, so).totalUs;
+      } catch (const Error& e) {
+        const ValidationRow& row = res.rows[k];
+        std::lock_guard<std::mutex> lock(errorMutex);
+        if (!firstError)
+          firstError = std::make_exception_ptr(Error(
+              e.code(), row.file + ": records[" + std::to_string(row.index) + "]: simulation: " + e.message()));
+        stop = true;
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(errorMutex);
+        if (!firstError) firstError = std::current_exception();
+        stop = true;
+      }
+    }
+  };
+  if (nThreads == 1) {
+    worker();
+  } else {
+    std::vector<std::thread> pool;
+    for (std::size_t t = 0; t < nThreads; ++t) pool.emplace_back(worker);
+    for (auto& th : pool) th.join();
+  }
+  if (firstError) std::rethrow_exception(firstError);
+
+  std::vector<double> simErr, closedErr;
+  for (std::size_t k = 0; k < res.rows.size(); ++k) {
+    ValidationRow& row = res.rows[k];
+    row.simUs = simUs[k] + row.stagingUs;
+    row.simErrPct = errorPct(row.simUs, row.measuredUs);
+    simErr.push_back(row.simErrPct);
+    if (row.closedUs) {
+      row.closedErrPct = errorPct(*row.closedUs, row.measuredUs);
+      closedErr.push_back(*row.closedErrPct);
+    }
+  }
+  res.sim = errorStats(simErr);
+  res.closed = errorStats(closedErr);
+  return res;
+}
+
+std::string resolveCluster(const std::vector<MeasurementFile>& files, const std::vector<std::string>& names,
+                           const std::string& cluster) {
+  if (!cluster.empty()) return cluster;
+  std::string found, foundIn;
+  for (std::size_t f = 0; f < files.size(); ++f) {
+    const std::string name = f < names.size() ? names[f] : "file " + std::to_string(f);
+    const std::string c = inferCluster(files[f]);
+    if (c.empty())
+      throw Error(ErrorCode::InvalidArgument,
+                  name + ": its system (gpu " + jsonString(files[f].system, "gpu") + ", gpus " +
+                      jsonString(files[f].system, "gpus") + ") matches no single cluster preset (" +
+                      joined(topologyPresets()) + "): give --cluster (a preset or a topology JSON file)");
+    if (!found.empty() && c != found)
+      throw Error(ErrorCode::InvalidArgument, "the files come from different systems (" + foundIn + ": " + found + ", " +
+                                                  name + ": " + c +
+                                                  "): validate each system separately with its own profile");
+    found = c;
+    if (foundIn.empty()) foundIn = name;
+  }
+  if (found.empty()) throw Error(ErrorCode::InvalidArgument, "no measurement file given");
+  return found;
+}
+
+bool isSelected(const MeasurementRecord& r, const ValidationOptions& options) {
+  if (!options.ops.empty() && std::find(options.ops.begin(), options.ops.end(), r.op) == options.ops.end()) return false;
+  return algoSelected(options.algos, r.algo);
+}
+
+void checkProfileIndependence(const ProfileProvenance& provenance, const std::string& profileName,
+                              const std::vector<MeasurementFile>& files, const std::vector<std::string>& names,
+                              const ValidationOptions& options) {
+  for (const auto& entry : provenance.measurements) {
+    const std::string fitted = provenancePath(entry);
+    for (std::size_t f = 0; f < files.size() && f < names.size(); ++f) {
+      if (!sameFile(fitted, names[f])) continue;
+      const auto n = std::count_if(files[f].records.begin(), files[f].records.end(), [&](const MeasurementRecord& r) {
+        return isValidatedRecord(r) && isSelected(r, options);
+      });
+      if (n == 0) continue;
+      throw Error(ErrorCode::InvalidArgument,
+                  "profile " + profileName + " was fitted on " + fitted + ", and " + names[f] + " holds " +
+                      std::to_string(n) + " collective record(s) validated here: judging a profile on a file it "
+                      "was fitted from is circular; fit it on a micro-benchmark file without these records");
+    }
+  }
+}
+
+Regenerated regenerate(const ValidationRow& row, const std::string& cluster) {
+  Regenerated out;
+  out.topo = placeRanks(cluster, 0, row.request.nRanks).topo;
+  out.schedule = generate(row.request.spec, out.topo.layout(row.request.nRanks), row.request.gen);
+  return out;
+}
+
+SideBySide sideBySideTrace(const Schedule& s, const sim::Prediction& predicted, const std::string& measuredTraceJson,
+                           const std::string& traceName, std::optional<uint64_t> measuredOp, const std::string& title) {
+  SideBySide out;
+  // Measured step of one op: (rank, lane, step) -> (start, duration), times as in the file.
+  using Key = std::tuple<uint32_t, uint32_t, uint32_t>;
+  std::map<Key, std::pair<double, double>> measured;
+  double shiftUs = 0;
+  double predictedFirstUs = 0;
+  if (!predicted.steps.empty()) {
+    predictedFirstUs = predicted.steps.front().startUs;
+    for (const auto& st : predicted.steps) predictedFirstUs = std::min(predictedFirstUs, st.startUs);
+  }
+  if (!measuredTraceJson.empty()) {
+    json root;
+    try {
+      root = json::parse(measuredTraceJson);
+    } catch (const json::parse_error& e) {
+      throw Error(ErrorCode::ParseError, traceName + ": not valid JSON: " + e.what());
+    }
+    const json* events = root.is_array() ? &root : nullptr;
+    if (root.is_object() && root.contains("traceEvents") && root["traceEvents"].is_array()) events = &root["traceEvents"];
+    if (events == nullptr)
+      throw Error(ErrorCode::ParseError, traceName + ": expected a Chrome trace (an object with a \"traceEvents\" array)");
+    struct Ev {
+      uint32_t rank, lane, step;
+      std::string kind;
+      double ts, dur;
+    };
+    std::map<uint64_t, std::vector<Ev>> byOp;
+    for (std::size_t i = 0; i < events->size(); ++i) {
+      const json& e = (*events)[i];
+      const std::string where = traceName + ": traceEvents[" + std::to_string(i) + "]";
+      if (!e.is_object()) throw Error(ErrorCode::ParseError, where + ": must be an object");
+      if (e.value("ph", "") != "X") continue;  // metadata, counters
+      for (const char* k : {"pid", "tid", "ts", "dur", "name", "args"})
+        if (!e.contains(k)) throw Error(ErrorCode::ParseError, where + ": missing '" + k + "' (mk-bench --trace format)");
+      const json& args = e["args"];
+      if (!args.is_object() || !args.contains("op") || !args.contains("step") || !args["op"].is_number_unsigned() ||
+          !args["step"].is_number_unsigned())
+        throw Error(ErrorCode::ParseError, where + ": args must hold unsigned 'op' and 'step' (mk-bench --trace format)");
+      if (!e["pid"].is_number_unsigned() || !e["tid"].is_number_unsigned() || !e["ts"].is_number() ||
+          !e["dur"].is_number() || !e["name"].is_string())
+        throw Error(ErrorCode::ParseError, where + ": pid and tid must be unsigned, ts and dur numbers, name a string");
+      byOp[args["op"].get<uint64_t>()].push_back({e["pid"].get<uint32_t>(), e["tid"].get<uint32_t>(),
+                                                  args["step"].get<uint32_t>(), e["name"].get<std::string>(),
+                                                  e["ts"].get<double>(), e["dur"].get<double>()});
+    }
+    if (byOp.empty()) throw Error(ErrorCode::ParseError, traceName + ": holds no step event (\"ph\": \"X\")");
+    // Why an op is not this schedule's, or "" when it is: every event one of its steps, every step once.
+    auto mismatch = [&](const std::vector<Ev>& evs) -> std::string {
+      std::set<Key> seen;
+      for (const Ev& e : evs) {
+        if (e.rank >= s.nRanks || e.lane >= s.lanes[e.rank].size() || e.step >= s.lanes[e.rank][e.lane].steps.size())
+          return "rank " + std::to_string(e.rank) + " lane " + std::to_string(e.lane) + " step " +
+                 std::to_string(e.step) + " is not in the schedule";
+        const char* kind = toString(s.lanes[e.rank][e.lane].steps[e.step].kind);
+        if (e.kind != kind)
+          return describeStep(s, e.rank, e.lane, e.step) + " is a " + kind + ", the trace says " + e.kind;
+        if (!seen.insert({e.rank, e.lane, e.step}).second)
+          return describeStep(s, e.rank, e.lane, e.step) + " appears twice";
+      }
+      if (seen.size() != s.stepCount())
+        return std::to_string(seen.size()) + " of the schedule's " + std::to_string(s.stepCount()) + " steps traced";
+      return "";
+    };
+    uint64_t chosen = 0;
+    if (measuredOp) {
+      auto it = byOp.find(*measuredOp);
+      if (it == byOp.end())
+        throw Error(ErrorCode::InvalidArgument, traceName + ": has no op " + std::to_string(*measuredOp) + " (ops " +
+                                                    std::to_string(byOp.begin()->first) + ".." +
+                                                    std::to_string(byOp.rbegin()->first) + ")");
+      const std::string why = mismatch(it->second);
+      if (!why.empty())
+        throw Error(ErrorCode::InvalidArgument, traceName + ": op " + std::to_string(*measuredOp) +
+                                                    " is not the record's schedule: " + why);
+      chosen = *measuredOp;
+    } else {
+      std::vector<uint64_t> matching;
+      std::string firstWhy;
+      for (const auto& [op, evs] : byOp) {
+        const std::string why = mismatch(evs);
+        if (why.empty()) matching.push_back(op);
+        else if (firstWhy.empty()) firstWhy = "op " + std::to_string(op) + ": " + why;
+      }
+      if (matching.empty())
+        throw Error(ErrorCode::InvalidArgument,
+                    traceName + ": no op has the record's schedule (" + std::to_string(s.stepCount()) + " steps on " +
+                        std::to_string(s.nRanks) + " ranks; " + firstWhy + "): trace the same op, algorithm and size");
+      if (matching.size() > 1) {
+        std::string list;
+        for (std::size_t k = 0; k < matching.size() && k < 8; ++k) list += (k ? ", " : "") + std::to_string(matching[k]);
+        throw Error(ErrorCode::InvalidArgument,
+                    traceName + ": " + std::to_string(matching.size()) + " ops have the record's schedule (" + list +
+                        (matching.size() > 8 ? ", ..." : "") +
+                        "): pick one with --measured-op (mk-bench traces one op per size, in sweep order)");
+      }
+      chosen = matching.front();
+    }
+    out.measuredOp = chosen;
+    double first = 0;
+    bool any = false;
+    for (const Ev& e : byOp[chosen]) {
+      first = any ? std::min(first, e.ts) : e.ts;
+      any = true;
+    }
+    shiftUs = predictedFirstUs - first;
+    for (const Ev& e : byOp[chosen]) measured[{e.rank, e.lane, e.step}] = {e.ts + shiftUs, e.dur};
+    char note[512];
+    std::snprintf(note, sizeof note,
+                  "measured: op %llu of %s, shifted so that its first step starts with the predicted first step "
+                  "(%.3f us after the enqueue, i.e. after the profile's dispatch): a GPU trace has no enqueue time",
+                  static_cast<unsigned long long>(chosen), traceName.c_str(), predictedFirstUs);
+    out.note = note;
+  } else {
+    out.note = "no measured trace given (mk-bench --trace, then --measured-trace): the predicted timeline only";
+  }
+
+  json ev = json::array();
+  auto pidOf = [](uint32_t rank, bool simulated) { return 2 * rank + (simulated ? 1 : 0); };
+  for (uint32_t r = 0; r < s.nRanks; ++r) {
+    for (int simulated = measuredTraceJson.empty() ? 1 : 0; simulated <= 1; ++simulated) {
+      const uint32_t pid = pidOf(r, simulated != 0);
+      const std::string name = std::string(simulated ? "simulated" : "measured") + " rank " + std::to_string(r) +
+                               " (node " + std::to_string(r < s.nodeOf.size() ? s.nodeOf[r] : 0) + ")";
+      ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", name}}}});
+      ev.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"args", {{"sort_index", pid}}}});
+      for (uint32_t l = 0; l < s.lanes[r].size(); ++l)
+        ev.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", pid},
+                      {"tid", l},
+                      {"args", {{"name", "lane " + std::to_string(l) + " (" + toString(s.lanes[r][l].role) + ")"}}}});
+    }
+  }
+  for (const sim::StepRecord& st : predicted.steps) {
+    StepComparison c;
+    c.rank = st.rank;
+    c.lane = st.lane;
+    c.step = st.step;
+    c.kind = toString(st.kind);
+    c.simStartUs = st.startUs;
+    c.simDurUs = st.endUs - st.startUs;
+    ev.push_back({{"name", c.kind},
+                  {"cat", toString(st.link)},
+                  {"ph", "X"},
+                  {"ts", st.startUs},
+                  {"dur", c.simDurUs},
+                  {"pid", pidOf(st.rank, true)},
+                  {"tid", st.lane},
+                  {"args", {{"step", st.step}, {"kind", c.kind}, {"bytes", st.bytes}, {"engine", "simulated"}}}});
+    auto it = measured.find({st.rank, st.lane, st.step});
+    if (it != measured.end()) {
+      c.measStartUs = it->second.first;
+      c.measDurUs = it->second.second;
+      ev.push_back({{"name", c.kind},
+                    {"cat", toString(st.link)},
+                    {"ph", "X"},
+                    {"ts", it->second.first},
+                    {"dur", it->second.second},
+                    {"pid", pidOf(st.rank, false)},
+                    {"tid", st.lane},
+                    {"args", {{"step", st.step}, {"kind", c.kind}, {"bytes", st.bytes}, {"op", *out.measuredOp},
+                              {"engine", "measured"}}}});
+    }
+    out.steps.push_back(std::move(c));
+  }
+  json root = {{"displayTimeUnit", "ns"},
+               {"otherData", {{"source", "mk-validate"}, {"record", title}, {"alignment", out.note}}},
+               {"traceEvents", std::move(ev)}};
+  out.json = root.dump() + "\n";
+  return out;
+}
+
+std::string honestyStatement(const std::string& profilePath, const Profile& profile, const ProfileProvenance& prov) {
+  if (profilePath.empty())
+    return "The profile is the cluster's datasheet defaults (mk::defaultProfile): nothing was fitted, so no "
+           "measurement went into it.";
+  if (prov.tool.rfind("mk-calibrate", 0) == 0) {
+    std::string files;
+    for (const auto& m : prov.measurements) files += (files.empty() ? "" : "; ") + m;
+    return "The profile was fitted by mk-calibrate on micro-benchmark (calib-*) records only (mk-calibrate reads "
+           "no other record) from: " +
+           (files.empty() ? std::string("(no file listed)") : files) +
+           ". The collective records judged here were never fitted.";
+  }
+  return "The profile " + profilePath + " was not produced by mk-calibrate (tool: " +
+         (prov.tool.empty() ? std::string("not recorded") : prov.tool) + "; source: " + profile.source +
+         "): this report cannot vouch that it was fitted on micro-benchmark records only.";
+}
+
+std::string validationToJson(const ValidationResult& result, const ValidationContext& ctx, const SideBySide* trace,
+                             const ValidationRow* traceRow, const std::string& traceFile,
+                             const std::string& measuredTrace) {
+  auto stats = [](const ErrorStats& s) {
+    return json{{"n", s.n},
+                {"median_abs_err_pct", s.medianAbsPct},
+                {"p90_abs_err_pct", s.p90AbsPct},
+                {"max_abs_err_pct", s.maxAbsPct}};
+  };
+  json root;
+  root["schema"] = kValidationSchema;
+  root["tool"] = {{"command", ctx.command}, {"commit", ctx.commit}};
+  root["cluster"] = result.cluster;
+  json profile = json::parse(profileToJson(ctx.profile, ctx.provenance));
+  profile["path"] = ctx.profilePath.empty() ? json(nullptr) : json(ctx.profilePath);
+  root["profile"] = profile;
+  root["honesty"] = ctx.honesty;
+  json files = json::array();
+  for (const auto& f : result.files)
+    files.push_back({{"path", f.name},
+                     {"system", f.cluster},
+                     {"run_commit", f.runCommit},
+                     {"records", f.records},
+                     {"validated", f.validated},
+                     {"ignored", f.ignored},
+                     {"filtered", f.filtered},
+                     {"skipped", f.skipped}});
+  root["files"] = files;
+  json summary = {{"sim", stats(result.sim)},
+                  {"closed_form", stats(result.closed)},
+                  {"gated", "sim.median_abs_err_pct"},
+                  {"ignored", result.ignored},
+                  {"filtered", result.filtered},
+                  {"skipped", result.skipped.size()}};
+  summary["max_median_err_pct"] = ctx.maxMedianErrPct ? json(*ctx.maxMedianErrPct) : json(nullptr);
+  summary["gate_passed"] =
+      ctx.maxMedianErrPct ? json(result.sim.medianAbsPct <= *ctx.maxMedianErrPct) : json(nullptr);
+  root["summary"] = summary;
+  json rows = json::array();
+  for (const auto& r : result.rows) {
+    const RecordSchedule& q = r.request;
+    rows.push_back({{"file", r.file},
+                    {"index", r.index},
+                    {"op", toString(q.spec.op)},
+                    {"algo", r.algo},
+                    {"generator", q.spec.algo},
+                    {"auto", q.chosenByAuto},
+                    {"dtype", toString(q.spec.dtype)},
+                    {"redop", toString(q.spec.redop)},
+                    {"ranks", q.nRanks},
+                    {"bytes", r.bytes},
+                    {"count", q.spec.count},
+                    {"chunks", q.gen.chunks},
+                    {"channels", q.gen.channels},
+                    {"inplace", q.inPlace},
+                    {"steps", r.steps},
+                    {"measured_us", r.measuredUs},
+                    {"sim_us", r.simUs},
+                    {"closed_us", r.closedUs ? json(*r.closedUs) : json(nullptr)},
+                    {"staging_us", r.stagingUs},
+                    {"sim_err_pct", r.simErrPct},
+                    {"closed_err_pct", r.closedErrPct ? json(*r.closedErrPct) : json(nullptr)}});
+  }
+  root["rows"] = rows;
+  json skipped = json::array();
+  for (const auto& s : result.skipped) skipped.push_back({{"file", s.file}, {"index", s.index}, {"reason", s.reason}});
+  root["skipped"] = skipped;
+  if (trace != nullptr && traceRow != nullptr) {
+    json steps = json::array();
+    for (const auto& c : trace->steps)
+      steps.push_back({{"rank", c.rank},
+                       {"lane", c.lane},
+                       {"step", c.step},
+                       {"kind", c.kind},
+                       {"sim_start_us", c.simStartUs},
+                       {"sim_dur_us", c.simDurUs},
+                       {"meas_start_us", c.measStartUs ? json(*c.measStartUs) : json(nullptr)},
+                       {"meas_dur_us", c.measDurUs ? json(*c.measDurUs) : json(nullptr)}});
+    root["trace"] = {{"file", traceFile},
+                     {"record",
+                      {{"file", traceRow->file},
+                       {"index", traceRow->index},
+                       {"op", toString(traceRow->request.spec.op)},
+                       {"algo", traceRow->algo},
+                       {"bytes", traceRow->bytes},
+                       {"measured_us", traceRow->measuredUs},
+                       {"sim_us", traceRow->simUs},
+                       {"sim_err_pct", traceRow->simErrPct}}},
+                     {"measured_trace", measuredTrace.empty() ? json(nullptr) : json(measuredTrace)},
+                     {"measured_op", trace->measuredOp ? json(*trace->measuredOp) : json(nullptr)},
+                     {"note", trace->note},
+                     {"steps", steps}};
+  }
+  return root.dump(1) + "\n";
+}
+
+std::string formatValidationTable(const ValidationResult& result) {
+  std::string out;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%-13s %-17s %11s %7s %13s %13s %13s %9s %9s\n", "op", "algo", "bytes", "ch x ch",
+                "measured(us)", "sim(us)", "closed(us)", "sim err%", "cf err%");
+  out += buf;
+  for (const auto& r : result.rows) {
+    const std::string shape = std::to_string(r.request.gen.chunks) + "x" + std::to_string(r.request.gen.channels) +
+                              (r.request.inPlace ? "i" : "");
+    char closed[32] = "-", closedErr[32] = "-";
+    if (r.closedUs) std::snprintf(closed, sizeof closed, "%.2f", *r.closedUs);
+    if (r.closedErrPct) std::snprintf(closedErr, sizeof closedErr, "%+.1f", *r.closedErrPct);
+    std::snprintf(buf, sizeof buf, "%-13s %-17s %11llu %7s %13.2f %13.2f %13s %+9.1f %9s\n",
+                  toString(r.request.spec.op), r.algo.c_str(), static_cast<unsigned long long>(r.bytes), shape.c_str(),
+                  r.measuredUs, r.simUs, closed, r.simErrPct, closedErr);
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace mk

@@ -1,0 +1,427 @@
+// mk-validate's library side: records map back to the schedule the engine ran, error statistics, cluster
+// inference, the predictions against a known closed form, the refusals (bad records, circular profiles) and the
+// side-by-side trace.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mk/algorithms/algorithms.hpp"
+#include "mk/cost/cost.hpp"
+#include "mk/error.hpp"
+#include "mk/sim/replay.hpp"
+#include "mk/topology/topology.hpp"
+#include "mk/validation/measurement.hpp"
+#include "mk/validation/validate.hpp"
+
+namespace {
+
+using nlohmann::json;
+
+mk::MeasurementRecord coll(const std::string& op, const std::string& algo, uint64_t bytes, uint64_t count,
+                           double timeUs = 10.0) {
+  mk::MeasurementRecord r;
+  r.op = op;
+  r.impl = "mkernel";
+  r.algo = algo;
+  r.dtype = "float32";
+  r.ranks = 2;
+  r.bytes = bytes;
+  r.timeUs = timeUs;
+  r.iters = 40;
+  r.stat = "median";
+  r.extra = {{"count", std::to_string(count)}, {"chunks", "1"}, {"channels", "1"}, {"redop", "\"sum\""},
+             {"inplace", "false"}};
+  return r;
+}
+
+mk::MeasurementRecord other(const std::string& op, const std::string& impl) {
+  mk::MeasurementRecord r = coll(op, "", 8, 2);
+  r.impl = impl;
+  r.extra.clear();
+  return r;
+}
+
+mk::MeasurementFile file(std::vector<mk::MeasurementRecord> records, const std::string& gpu = "NVIDIA H200",
+                         int gpus = 2) {
+  mk::MeasurementFile f;
+  f.schema = "mkernel.measurement.v1";
+  f.system = {{"gpu", "\"" + gpu + "\""}, {"gpus", std::to_string(gpus)}, {"link", "\"NV18\""}};
+  f.date = "2026-11-29";
+  f.commit = "0123abcd";
+  f.command = "mk-bench allreduce";
+  f.records = std::move(records);
+  return f;
+}
+
+/// The message of the mk::Error `fn` throws ("" when it does not throw).
+std::string errorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const mk::Error& e) {
+    return e.message();
+  }
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+const mk::Profile& datasheet() {
+  static const mk::Profile p = mk::defaultProfile(mk::topologyPreset("h200x2"));
+  return p;
+}
+
+double closedFormUs(const mk::MeasurementRecord& r) {
+  const mk::RecordSchedule q = mk::recordSchedule(r, "test");
+  return mk::closedForm(q.spec, q.gen, mk::topologyPreset("h200x2"), q.nRanks, datasheet()).totalUs;
+}
+
+}  // namespace
+
+TEST_CASE("validate: a record maps back to its generator with auto and in-place") {
+  mk::MeasurementRecord r = coll("allreduce", "auto:one-shot", 1024, 256);
+  r.extra["chunks"] = "4";
+  r.extra["channels"] = "2";
+  r.extra["inplace"] = "true";
+  r.extra["redop"] = "\"max\"";
+  const mk::RecordSchedule q = mk::recordSchedule(r, "f.json: records[0]");
+  CHECK(q.spec.op == mk::CollOp::AllReduce);
+  CHECK(q.spec.algo == "one-shot");
+  CHECK(q.chosenByAuto);
+  CHECK(q.inPlace);
+  CHECK(q.spec.redop == mk::RedOp::Max);
+  CHECK(q.spec.dtype == mk::DType::Float32);
+  CHECK(q.spec.count == 256);
+  CHECK(q.gen.chunks == 4);
+  CHECK(q.gen.channels == 2);
+  CHECK(q.nRanks == 2);
+  const mk::RecordSchedule plain = mk::recordSchedule(coll("allreduce", "ring", 1024, 256), "w");
+  CHECK(plain.spec.algo == "ring");
+  CHECK_FALSE(plain.chosenByAuto);
+  CHECK_FALSE(plain.inPlace);
+  CHECK(plain.spec.redop == mk::RedOp::Sum);
+}
+
+TEST_CASE("validate: allgather and reducescatter counts are per rank and must give the recorded bytes") {
+  // allgather: count per rank, bytes = the output (count x ranks); reducescatter: bytes = the input.
+  CHECK(mk::recordSchedule(coll("allgather", "ring", 128, 16), "w").spec.count == 16);
+  CHECK(mk::recordSchedule(coll("reducescatter", "direct", 128, 16), "w").spec.count == 16);
+  const std::string e = errorOf([] { mk::recordSchedule(coll("allgather", "ring", 64, 16), "ag.json: records[3]"); });
+  CHECK(contains(e, "ag.json: records[3]"));
+  CHECK(contains(e, "count 16"));
+  CHECK(contains(e, "128 bytes"));
+  CHECK(contains(e, "bytes 64"));
+  // No count: derived from bytes when they hold whole elements per rank block.
+  mk::MeasurementRecord r = coll("allgather", "direct", 128, 1);
+  r.extra.erase("count");
+  CHECK(mk::recordSchedule(r, "w").spec.count == 16);
+  r.bytes = 100;  // 12.5 float32 per rank
+  CHECK(contains(errorOf([&] { mk::recordSchedule(r, "w"); }), "not a whole number"));
+  r.bytes = 4;  // half an element per rank
+  CHECK(contains(errorOf([&] { mk::recordSchedule(r, "w"); }), "less than one"));
+}
+
+TEST_CASE("validate: records that cannot be regenerated are refused by name") {
+  auto err = [](const std::function<void(mk::MeasurementRecord&)>& edit) {
+    mk::MeasurementRecord r = coll("allreduce", "ring", 1024, 256);
+    edit(r);
+    return errorOf([&] { mk::recordSchedule(r, "x.json: records[7] (allreduce ring 1024 B)"); });
+  };
+  CHECK(contains(err([](auto& r) { r.algo = "butterfly"; }), "unknown algorithm 'butterfly' for allreduce"));
+  CHECK(contains(err([](auto& r) { r.algo = "butterfly"; }), "x.json: records[7]"));
+  CHECK(contains(err([](auto& r) { r.algo = "auto"; }), "does not say which generator"));
+  CHECK(contains(err([](auto& r) { r.algo = "auto:nope"; }), "unknown algorithm 'nope'"));
+  CHECK(contains(err([](auto& r) { r.algo = ""; }), "missing field 'algo'"));
+  CHECK(contains(err([](auto& r) { r.extra.erase("chunks"); }), "missing field 'chunks'"));
+  CHECK(contains(err([](auto& r) { r.extra.erase("channels"); }), "missing field 'channels'"));
+  CHECK(contains(err([](auto& r) { r.extra["chunks"] = "0"; }), "'chunks' must be an integer >= 1"));
+  CHECK(contains(err([](auto& r) { r.extra["channels"] = "\"two\""; }), "'channels' must be an integer >= 1"));
+  CHECK(contains(err([](auto& r) { r.extra["count"] = "-3"; }), "'count' must be an integer >= 1"));
+  CHECK(contains(err([](auto& r) { r.dtype = "int7"; }), "unknown dtype 'int7'"));
+  CHECK(contains(err([](auto& r) { r.extra["redop"] = "\"prod\""; }), "unknown redop"));
+  CHECK(contains(err([](auto& r) { r.extra["inplace"] = "\"yes\""; }), "'inplace' must be true or false"));
+  CHECK(contains(err([](auto& r) { r.op = "gemm"; }), "not a collective"));
+  CHECK(err([](auto&) {}).empty());
+}
+
+TEST_CASE("validate: only mkernel collectives are validated") {
+  CHECK(mk::isValidatedRecord(coll("allreduce", "ring", 8, 2)));
+  CHECK(mk::isValidatedRecord(coll("alltoall", "direct", 8, 1)));
+  CHECK_FALSE(mk::isValidatedRecord(other("allreduce", "nccl")));
+  CHECK_FALSE(mk::isValidatedRecord(other("calib-flag", "mkernel")));
+  CHECK_FALSE(mk::isValidatedRecord(other("enqueue-to-first-step", "mkernel")));
+}
+
+TEST_CASE("validate: error statistics are median p90 and max of absolute errors") {
+  CHECK(mk::errorPct(110, 100) == doctest::Approx(10));
+  CHECK(mk::errorPct(90, 100) == doctest::Approx(-10));
+  const mk::ErrorStats s = mk::errorStats({1, -2, 3, -4});
+  CHECK(s.n == 4);
+  CHECK(s.medianAbsPct == doctest::Approx(2.5));
+  CHECK(s.p90AbsPct == doctest::Approx(3.7));  // position 0.9 x 3 = 2.7 between 3 and 4
+  CHECK(s.maxAbsPct == doctest::Approx(4));
+  const mk::ErrorStats odd = mk::errorStats({-7, 1, 5});
+  CHECK(odd.medianAbsPct == doctest::Approx(5));
+  CHECK(odd.p90AbsPct == doctest::Approx(6.6));  // position 1.8 between 5 and 7
+  CHECK(odd.maxAbsPct == doctest::Approx(7));
+  const mk::ErrorStats one = mk::errorStats({-3});
+  CHECK(one.medianAbsPct == doctest::Approx(3));
+  CHECK(one.p90AbsPct == doctest::Approx(3));
+  CHECK(mk::errorStats({}).n == 0);
+  mk::ErrorStats line;
+  line.n = 12;
+  line.medianAbsPct = 3.14159;
+  line.p90AbsPct = 10;
+  line.maxAbsPct = 12.345;
+  CHECK(mk::formatSummaryLine(line) ==
+        "validation: n=12 median_abs_err_pct=3.14 p90_abs_err_pct=10.00 max_abs_err_pct=12.35");
+}
+
+TEST_CASE("validate: the cluster is inferred from the system block or asked for") {
+  CHECK(mk::inferCluster(file({}, "NVIDIA H200", 2)) == "h200x2");
+  CHECK(mk::inferCluster(file({}, "NVIDIA H100", 8)) == "dgx-h100");
+  CHECK(mk::inferCluster(file({}, "NVIDIA A100", 8)).empty());
+  CHECK(mk::inferCluster(file({}, "NVIDIA H200", 4)).empty());
+  const std::vector<mk::MeasurementFile> two = {file({}), file({}, "NVIDIA H100", 8)};
+  const std::string mixed = errorOf([&] { mk::resolveCluster(two, {"a.json", "b.json"}, ""); });
+  CHECK(contains(mixed, "different systems"));
+  CHECK(contains(mixed, "b.json: dgx-h100"));
+  const std::string unknown = errorOf([] { mk::resolveCluster({file({}, "NVIDIA A100", 8)}, {"c.json"}, ""); });
+  CHECK(contains(unknown, "c.json"));
+  CHECK(contains(unknown, "--cluster"));
+  CHECK(mk::resolveCluster(two, {"a.json", "b.json"}, "h200x2") == "h200x2");
+}
+
+TEST_CASE("validate: predictions match records timed by the closed form and other records are ignored") {
+  std::vector<mk::MeasurementRecord> recs = {coll("allreduce", "one-shot", 1 << 20, 1 << 18),
+                                             coll("allreduce", "auto:ring", 1 << 20, 1 << 18),
+                                             coll("allgather", "direct", 1 << 16, 1 << 13),
+                                             other("allreduce", "nccl"), other("calib-flag", "mkernel"),
+                                             other("enqueue-to-first-step", "mkernel")};
+  for (auto& r : recs)
+    if (mk::isValidatedRecord(r)) r.timeUs = closedFormUs(r);
+  const mk::MeasurementFile f = file(recs);
+  mk::ValidationOptions opt;
+  opt.jobs = 2;
+  const mk::ValidationResult res = mk::validateMeasurements({f}, {"f.json"}, datasheet(), opt);
+  CHECK(res.cluster == "h200x2");
+  REQUIRE(res.rows.size() == 3);
+  CHECK(res.ignored == 3);
+  CHECK(res.files.at(0).validated == 3);
+  CHECK(res.rows[1].algo == "auto:ring");
+  CHECK(res.rows[1].request.spec.algo == "ring");
+  for (const auto& row : res.rows) {
+    REQUIRE(row.closedErrPct);
+    CHECK(std::fabs(*row.closedErrPct) < 1e-9);
+    // Without contention the simulator reproduces the closed form (docs/simulator.md: within 1 %).
+    CHECK(std::fabs(row.simErrPct) < 1.0);
+    CHECK(row.steps > 0);
+  }
+  CHECK(res.sim.n == 3);
+  CHECK(res.closed.maxAbsPct < 1e-9);
+
+  // The same records measured 20 % slower than predicted: every error is -1/6.
+  mk::MeasurementFile slow = f;
+  for (auto& r : slow.records)
+    if (mk::isValidatedRecord(r)) r.timeUs *= 1.2;
+  const mk::ValidationResult s = mk::validateMeasurements({slow}, {"slow.json"}, datasheet(), opt);
+  CHECK(s.closed.medianAbsPct == doctest::Approx(100.0 / 6.0));
+  CHECK(s.rows.at(0).closedErrPct.value() == doctest::Approx(-100.0 / 6.0));
+
+  mk::ValidationOptions onlyAg = opt;
+  onlyAg.ops = {"allgather"};
+  const mk::ValidationResult ag = mk::validateMeasurements({f}, {"f.json"}, datasheet(), onlyAg);
+  CHECK(ag.rows.size() == 1);
+  CHECK(ag.filtered == 2);
+  mk::ValidationOptions ring = opt;
+  ring.algos = {"ring"};
+  CHECK(mk::validateMeasurements({f}, {"f.json"}, datasheet(), ring).rows.size() == 1);
+  ring.algos = {"auto:ring", "one-shot"};
+  CHECK(mk::validateMeasurements({f}, {"f.json"}, datasheet(), ring).rows.size() == 2);
+  mk::ValidationOptions badOp = opt;
+  badOp.ops = {"allreduse"};
+  CHECK(contains(errorOf([&] { mk::validateMeasurements({f}, {"f.json"}, datasheet(), badOp); }), "allreduse"));
+}
+
+TEST_CASE("validate: in place adds the staging copy of the input to both predictions") {
+  mk::MeasurementRecord r = coll("allreduce", "one-shot", 1 << 20, 1 << 18);
+  mk::MeasurementRecord ip = r;
+  ip.extra["inplace"] = "true";
+  const mk::ValidationResult res = mk::validateMeasurements({file({r, ip})}, {"f.json"}, datasheet());
+  REQUIRE(res.rows.size() == 2);
+  const double staging = datasheet().local.alphaUs + (1 << 20) / (datasheet().local.bwGBs * 1e3);
+  CHECK(res.rows[0].stagingUs == 0);
+  CHECK(res.rows[1].stagingUs == doctest::Approx(staging));
+  CHECK(res.rows[1].simUs - res.rows[0].simUs == doctest::Approx(staging));
+  CHECK(*res.rows[1].closedUs - *res.rows[0].closedUs == doctest::Approx(staging));
+}
+
+TEST_CASE("validate: a bad record fails the run by name unless skipped") {
+  mk::MeasurementRecord good = coll("allreduce", "ring", 1024, 256);
+  mk::MeasurementRecord badAlgo = coll("allreduce", "butterfly", 1024, 256);
+  const mk::MeasurementFile f = file({good, badAlgo});
+  const std::string e = errorOf([&] { mk::validateMeasurements({f}, {"bad.json"}, datasheet()); });
+  CHECK(contains(e, "bad.json: records[1]"));
+  CHECK(contains(e, "butterfly"));
+  mk::ValidationOptions skip;
+  skip.skipBad = true;
+  const mk::ValidationResult res = mk::validateMeasurements({f}, {"bad.json"}, datasheet(), skip);
+  CHECK(res.rows.size() == 1);
+  REQUIRE(res.skipped.size() == 1);
+  CHECK(res.skipped[0].index == 1);
+  CHECK(contains(res.skipped[0].reason, "butterfly"));
+  CHECK(res.files[0].skipped == 1);
+  // A record with more ranks than the cluster holds is the record's fault too, named.
+  mk::MeasurementRecord wide = coll("allreduce", "ring", 1024, 256);
+  wide.ranks = 16;
+  const std::string w = errorOf([&] { mk::validateMeasurements({file({wide})}, {"wide.json"}, datasheet()); });
+  CHECK(contains(w, "wide.json: records[0]"));
+}
+
+TEST_CASE("validate: a profile fitted on a validated file is refused") {
+  const std::vector<mk::MeasurementFile> files = {file({coll("allreduce", "ring", 1024, 256)})};
+  mk::ProfileProvenance prov;
+  prov.tool = "mk-calibrate --out p.json";
+  prov.measurements = {"/elsewhere/2026-11-29-h200x2-allreduce.json (run commit abc)"};
+  const std::string e = errorOf([&] {
+    mk::checkProfileIndependence(prov, "p.json", files, {"data/2026-11-29-h200x2-allreduce.json"});
+  });
+  CHECK(contains(e, "p.json"));
+  CHECK(contains(e, "circular"));
+  CHECK(contains(e, "1 collective record"));
+  // Another file, or the same file with no record left to validate: accepted.
+  CHECK(errorOf([&] { mk::checkProfileIndependence(prov, "p.json", files, {"data/other.json"}); }).empty());
+  mk::ValidationOptions onlyAg;
+  onlyAg.ops = {"allgather"};
+  CHECK(errorOf([&] {
+          mk::checkProfileIndependence(prov, "p.json", files, {"data/2026-11-29-h200x2-allreduce.json"}, onlyAg);
+        }).empty());
+  const std::vector<mk::MeasurementFile> calibOnly = {file({other("calib-flag", "mkernel")})};
+  CHECK(errorOf([&] {
+          mk::checkProfileIndependence(prov, "p.json", calibOnly, {"data/2026-11-29-h200x2-allreduce.json"});
+        }).empty());
+}
+
+TEST_CASE("validate: the honesty statement says how the profile was obtained") {
+  mk::ProfileProvenance prov;
+  prov.tool = "mk-calibrate --cluster h200x2 --out p.json c.json";
+  prov.measurements = {"c.json (run commit abc)"};
+  const std::string fitted = mk::honestyStatement("p.json", datasheet(), prov);
+  CHECK(contains(fitted, "micro-benchmark"));
+  CHECK(contains(fitted, "c.json (run commit abc)"));
+  CHECK(contains(mk::honestyStatement("", datasheet(), {}), "datasheet"));
+  prov.tool = "hand-edited";
+  CHECK(contains(mk::honestyStatement("p.json", datasheet(), prov), "cannot vouch"));
+}
+
+namespace {
+
+/// A measured trace in mk::traceToChromeJson's format holding `ops` copies of the predicted steps, each op
+/// `gapUs` after the previous one and its steps `scale` times as long.
+std::string measuredTrace(const mk::sim::Prediction& p, int ops, double gapUs, double scale) {
+  json ev = json::array();
+  ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0}, {"args", {{"name", "rank 0"}}}});
+  for (int op = 0; op < ops; ++op)
+    for (const auto& st : p.steps)
+      ev.push_back({{"name", mk::toString(st.kind)},
+                    {"cat", "step"},
+                    {"ph", "X"},
+                    {"pid", st.rank},
+                    {"tid", st.lane},
+                    {"ts", 100.0 + op * gapUs + st.startUs * scale},
+                    {"dur", (st.endUs - st.startUs) * scale},
+                    {"args", {{"op", op}, {"step", st.step}}}});
+  return json{{"displayTimeUnit", "ns"}, {"traceEvents", ev}}.dump();
+}
+
+}  // namespace
+
+TEST_CASE("validate: measured and predicted traces side by side") {
+  const mk::ValidationResult res =
+      mk::validateMeasurements({file({coll("allreduce", "two-shot", 1 << 16, 1 << 14)})}, {"f.json"}, datasheet());
+  REQUIRE(res.rows.size() == 1);
+  const mk::Regenerated regen = mk::regenerate(res.rows[0], res.cluster);
+  const mk::sim::Prediction p = mk::sim::predict(regen.schedule, regen.topo, datasheet());
+  REQUIRE(p.steps.size() == regen.schedule.stepCount());
+  double firstPredicted = p.steps[0].startUs;
+  for (const auto& st : p.steps) firstPredicted = std::min(firstPredicted, st.startUs);
+
+  // Predicted only.
+  const mk::SideBySide alone = mk::sideBySideTrace(regen.schedule, p, "", "", std::nullopt, "t");
+  CHECK(contains(alone.note, "predicted timeline only"));
+  CHECK_FALSE(contains(alone.json, "measured rank"));
+  CHECK(contains(alone.json, "simulated rank 1"));
+  CHECK(alone.steps.size() == p.steps.size());
+  CHECK_FALSE(alone.measuredOp);
+
+  // Two ops with the schedule's steps: ambiguous without --measured-op.
+  const std::string two = measuredTrace(p, 2, 1000.0, 2.0);
+  const std::string amb = errorOf([&] { mk::sideBySideTrace(regen.schedule, p, two, "t.json", std::nullopt, "t"); });
+  CHECK(contains(amb, "--measured-op"));
+  const mk::SideBySide both = mk::sideBySideTrace(regen.schedule, p, two, "t.json", 1, "t");
+  REQUIRE(both.measuredOp);
+  CHECK(*both.measuredOp == 1);
+  CHECK(contains(both.json, "measured rank 0"));
+  CHECK(contains(both.json, "simulated rank 0"));
+  double firstMeasured = 1e300;
+  for (const auto& c : both.steps) {
+    REQUIRE(c.measStartUs);
+    REQUIRE(c.measDurUs);
+    CHECK(*c.measDurUs == doctest::Approx(2.0 * c.simDurUs));
+    firstMeasured = std::min(firstMeasured, *c.measStartUs);
+  }
+  CHECK(firstMeasured == doctest::Approx(firstPredicted));  // aligned on the first step
+  const json doc = json::parse(both.json);
+  std::size_t measuredEvents = 0, simulatedEvents = 0;
+  for (const auto& e : doc["traceEvents"])
+    if (e["ph"] == "X") (e["pid"].get<int>() % 2 == 0 ? measuredEvents : simulatedEvents)++;
+  CHECK(measuredEvents == p.steps.size());
+  CHECK(simulatedEvents == p.steps.size());
+
+  // One op: chosen without asking.
+  CHECK(mk::sideBySideTrace(regen.schedule, p, measuredTrace(p, 1, 0, 1.0), "t.json", std::nullopt, "t").measuredOp == 0u);
+  // A trace of another schedule, a missing op and malformed input are refused by name.
+  std::string wrongKind = measuredTrace(p, 1, 0, 1.0);
+  const std::string firstKind = std::string("\"name\":\"") + mk::toString(p.steps[0].kind) + "\"";
+  wrongKind.replace(wrongKind.find(firstKind), firstKind.size(), "\"name\":\"gemm\"");
+  CHECK(contains(errorOf([&] { mk::sideBySideTrace(regen.schedule, p, wrongKind, "w.json", std::nullopt, "t"); }),
+                 "no op has the record's schedule"));
+  CHECK(contains(errorOf([&] { mk::sideBySideTrace(regen.schedule, p, two, "t.json", 5, "t"); }), "no op 5"));
+  CHECK(contains(errorOf([&] { mk::sideBySideTrace(regen.schedule, p, "{\"traceEvents\": [", "b.json", 0, "t"); }),
+                 "b.json"));
+  CHECK(contains(errorOf([&] {
+                   mk::sideBySideTrace(regen.schedule, p,
+                                       R"({"traceEvents":[{"ph":"X","pid":0,"tid":0,"ts":1,"dur":1,"name":"put"}]})",
+                                       "n.json", 0, "t");
+                 }),
+                 "missing 'args'"));
+}
+
+TEST_CASE("validate: the JSON output holds rows summary profile and trace") {
+  mk::MeasurementRecord r = coll("allreduce", "ring", 4096, 1024, 20.0);
+  const mk::ValidationResult res = mk::validateMeasurements({file({r, other("allreduce", "nccl")})}, {"f.json"}, datasheet());
+  mk::ValidationContext ctx;
+  ctx.profile = datasheet();
+  ctx.provenance.tool = "defaultProfile";
+  ctx.honesty = mk::honestyStatement("", datasheet(), ctx.provenance);
+  ctx.maxMedianErrPct = 1000.0;
+  const json doc = json::parse(mk::validationToJson(res, ctx));
+  CHECK(doc["schema"] == mk::kValidationSchema);
+  CHECK(doc["cluster"] == "h200x2");
+  REQUIRE(doc["rows"].size() == 1);
+  CHECK(doc["rows"][0]["generator"] == "ring");
+  CHECK(doc["rows"][0]["measured_us"].get<double>() == doctest::Approx(20.0));
+  CHECK(doc["rows"][0]["sim_err_pct"].get<double>() == doctest::Approx(res.rows[0].simErrPct));
+  CHECK(doc["summary"]["sim"]["n"] == 1);
+  CHECK(doc["summary"]["gated"] == "sim.median_abs_err_pct");
+  CHECK(doc["summary"]["gate_passed"] == true);
+  CHECK(doc["summary"]["ignored"] == 1);
+  CHECK(doc["profile"]["nvlink"]["bwGBs"].get<double>() == doctest::Approx(datasheet().nvlink.bwGBs));
+  CHECK(doc["profile"]["path"].is_null());
+  CHECK_FALSE(doc.contains("trace"));
+  CHECK(contains(mk::formatValidationTable(res), "ring"));
+}

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# mk-validate's contract: the table and the last summary line, the gate's exit 1, and bad input (files breaking
+# the measurement contract, records that cannot be regenerated, a profile missing a parameter, unwritable
+# outputs) exiting 2 with one stderr line and nothing written.
+# Usage: validate_cli_contract.sh <mk-validate> <mk-calibrate> <workdir>
+set -u
+tool=$1
+calibrate=$2
+work=$3
+here="$(dirname "${BASH_SOURCE[0]}")"
+rm -rf "$work" && mkdir -p "$work"
+# shellcheck source=../../cmake/cli_testlib.sh
+source "$here/../../cmake/cli_testlib.sh"
+
+# Small measurement files: three mkernel collectives and two records mk-validate ignores; variants that break
+# one thing each.
+/usr/bin/python3 - "$work" <<'PY'
+import copy, json, sys
+work = sys.argv[1]
+def coll(op, algo, total, count, t):
+    return {"op": op, "impl": "mkernel", "algo": algo, "dtype": "float32", "ranks": 2, "bytes": total,
+            "count": count, "redop": "sum", "chunks": 1, "channels": 1, "inplace": False, "iters": 40,
+            "stat": "median", "time_us": t}
+good = {"schema": "mkernel.measurement.v1", "system": {"gpu": "NVIDIA H200", "gpus": 2, "link": "NV18"},
+        "run": {"date": "2026-11-29", "commit": "c0ffee00", "command": "mk-bench allreduce"},
+        "records": [coll("allreduce", "auto:one-shot", 1024, 256, 18.0),
+                    coll("allreduce", "ring", 1048576, 262144, 40.0),
+                    coll("allgather", "direct", 65536, 8192, 21.0),
+                    {"op": "allreduce", "impl": "nccl", "algo": "", "dtype": "float32", "ranks": 2, "bytes": 1024,
+                     "iters": 40, "stat": "median", "time_us": 17.0},
+                    {"op": "enqueue-to-first-step", "impl": "mkernel", "algo": "ring", "dtype": "float32",
+                     "ranks": 2, "bytes": 8, "iters": 200, "stat": "median", "time_us": 16.0}]}
+def write(name, doc):
+    json.dump(doc, open(f"{work}/{name}", "w"), indent=1)
+write("good.json", good)
+def variant(name, edit):
+    d = copy.deepcopy(good)
+    edit(d)
+    write(name, d)
+variant("badalgo.json", lambda d: d["records"][1].update(algo="butterfly"))
+variant("badcount.json", lambda d: d["records"][2].update(count=4096))
+variant("nochunks.json", lambda d: d["records"][0].pop("chunks"))
+variant("negative.json", lambda d: d["records"][0].update(time_us=-1))
+variant("a100.json", lambda d: d["system"].update(gpu="NVIDIA A100", gpus=8))
+variant("h100.json", lambda d: d["system"].update(gpu="NVIDIA H100", gpus=8))
+variant("onlynccl.json", lambda d: d.update(records=[d["records"][3]]))
+profile = {"schema": "mkernel.profile.v1", "source": "contract test",
+           "provenance": {"tool": "mk-calibrate --out p.json", "measurements": [f"{work}/good.json (run commit c0ffee00)"]},
+           "nvlink": {"alphaUs": 1.0, "bwGBs": 360.0}, "network": {"alphaUs": 3.5, "bwGBs": 50.0},
+           "local": {"alphaUs": 0.5, "bwGBs": 2000.0}, "reduceGBs": 1200.0, "flagUs": 1.0, "dispatchUs": 12.0,
+           "proxyUs": 2.5, "gemmTflops": 700.0}
+json.dump(profile, open(f"{work}/circular.json", "w"))
+profile["provenance"]["measurements"] = [f"{work}/calib.json (run commit c0ffee00)"]
+json.dump(profile, open(f"{work}/p.json", "w"))
+del profile["gemmTflops"]
+json.dump(profile, open(f"{work}/nogemm.json", "w"))
+PY
+good="$work/good.json"
+p="$work/p.json"
+summary='validation: n=[0-9]+ median_abs_err_pct=[0-9]+\.[0-9]{2} p90_abs_err_pct=[0-9]+\.[0-9]{2} max_abs_err_pct=[0-9]+\.[0-9]{2}'
+
+expect 0 'validation: n=<N> median_abs_err_pct' -- "$tool" --help
+expect 0 'SIMULATOR' -- "$tool" --help
+expect 0 'validation: n=3 ' -- "$tool" --profile "$p" "$good"
+"$tool" --profile "$p" "$good" >"$work/out.txt" 2>"$work/err.txt"
+check "the last stdout line is the summary line" grep -Eq "^$summary\$" <(tail -1 "$work/out.txt")
+check "exactly one summary line" test "$(grep -c '^validation:' "$work/out.txt")" -eq 1
+check "the table has its header" grep -Eq '^op +algo +bytes .*measured\(us\) +sim\(us\) +closed\(us\) +sim err% +cf err%' "$work/out.txt"
+check "the table has the auto row" grep -Eq '^allreduce +auto:one-shot +1024 ' "$work/out.txt"
+check "the profile source is printed" grep -q "profile: $p (contract test)" "$work/out.txt"
+check "the fitted-from files are printed" grep -q 'fitted from .*calib.json (run commit c0ffee00)' "$work/out.txt"
+check "ignored records are counted" grep -q '3 validated, 2 ignored' "$work/out.txt"
+check "a good run prints nothing on stderr" test ! -s "$work/err.txt"
+expect 0 'cluster h200x2 \(from the files' -- "$tool" --profile "$p" "$good"
+expect 0 'validation: n=1 ' -- "$tool" --profile "$p" --op allgather "$good"
+expect 0 'validation: n=2 ' -- "$tool" --profile "$p" --op allreduce "$good"
+expect 0 'validation: n=1 ' -- "$tool" --profile "$p" --algo one-shot "$good"
+expect 0 'validation: n=2 ' -- "$tool" --profile "$p" --algo ring,direct "$good"
+expect 0 'validation: n=3 ' -- "$tool" --datasheet "$good"
+expect 0 'datasheet defaults' -- "$tool" --datasheet "$good"
+expect 0 'validation: n=3 ' -- "$tool" --profile "$p" -j 1 "$good"
+expect 0 'validation: n=3 ' -- "$tool" --profile "$p" --cluster h200x2 "$work/a100.json"
+expect 0 'wrote .*/v.json' -- "$tool" --profile "$p" --json "$work/v.json" "$good"
+check "--json has the schema" grep -q '"schema": "mkernel.validation.v1"' "$work/v.json"
+check "--json has the gated statistic" grep -q '"gated": "sim.median_abs_err_pct"' "$work/v.json"
+
+# The gate: exit 1, the reason on stderr, the summary still the last stdout line.
+expect 1 "$summary" -- "$tool" --profile "$p" --max-median-err 0 "$good"
+"$tool" --profile "$p" --max-median-err 0 "$good" >"$work/out.txt" 2>"$work/err.txt"
+check "gate failure: the summary is still the last line" grep -Eq "^$summary\$" <(tail -1 "$work/out.txt")
+check "gate failure: one stderr line" test "$(wc -l <"$work/err.txt")" -eq 1
+check "gate failure: says why" grep -q 'exceeds --max-median-err 0' "$work/err.txt"
+expect 0 "$summary" -- "$tool" --profile "$p" --max-median-err 1000 "$good"
+
+# Bad input: exit 2, one line, nothing written.
+expect 2 'exactly one of --profile' -- "$tool" --json "$work/x.json" "$good"
+expect 2 'exactly one of --profile' -- "$tool" --profile "$p" --datasheet --json "$work/x.json" "$good"
+expect 2 'missing field gemmTflops' -- "$tool" --profile "$work/nogemm.json" --json "$work/x.json" "$good"
+expect 2 'io-error.*no/such/profile.json' -- "$tool" --profile "$work/no/such/profile.json" "$good"
+head -c 300 "$good" >"$work/truncated.json"
+expect 2 'parse-error.*truncated.json' -- "$tool" --profile "$p" --json "$work/x.json" "$work/truncated.json"
+expect 2 'negative.json.*records\[0\].time_us' -- "$tool" --profile "$p" "$work/negative.json"
+expect 2 'badalgo.json: records\[1\].*unknown algorithm .butterfly.' -- "$tool" --profile "$p" --json "$work/x.json" "$work/badalgo.json"
+expect 0 'skipped: .*badalgo.json: records\[1\]' -- "$tool" --profile "$p" --skip-bad "$work/badalgo.json"
+expect 0 'validation: n=2 ' -- "$tool" --profile "$p" --skip-bad "$work/badalgo.json"
+expect 2 'badcount.json: records\[2\].*count 4096' -- "$tool" --profile "$p" "$work/badcount.json"
+expect 2 "nochunks.json: records\[0\].*missing field 'chunks'" -- "$tool" --profile "$p" "$work/nochunks.json"
+expect 2 'a100.json.*matches no single cluster preset.*--cluster' -- "$tool" --profile "$p" "$work/a100.json"
+expect 2 'different systems' -- "$tool" --profile "$p" "$good" "$work/h100.json"
+expect 2 'unknown.*dgx-a1|dgx-a1' -- "$tool" --profile "$p" --cluster dgx-a1 "$good"
+expect 2 "unknown op 'allreduse'" -- "$tool" --profile "$p" --op allreduse "$good"
+expect 2 'no record to validate' -- "$tool" --profile "$p" "$work/onlynccl.json"
+expect 2 'no record to validate' -- "$tool" --profile "$p" --algo two-shot "$good"
+expect 2 'circular' -- "$tool" --profile "$work/circular.json" --json "$work/x.json" "$good"
+expect 0 'validation: n=1 ' -- "$tool" --profile "$work/circular.json" --cluster h200x2 "$work/a100.json" --op allgather
+expect 2 'io-error.*no/such/file.json' -- "$tool" --profile "$p" /no/such/file.json
+expect 2 'io-error.*directory' -- "$tool" --profile "$p" --json "$work/no/such/dir/x.json" "$good"
+expect 2 'io-error.*does not exist' -- "$tool" --profile "$p" --report "$work/no/such/dir/rep" "$good"
+touch "$work/afile"
+expect 2 'not a directory' -- "$tool" --profile "$p" --report "$work/afile" "$good"
+expect 2 'needs --trace-record' -- "$tool" --profile "$p" --report "$work/rep" --measured-trace "$good" "$good"
+expect 2 'give --report' -- "$tool" --profile "$p" --trace-record allreduce:ring:1MiB "$good"
+expect 2 'expected OP:ALGO:BYTES' -- "$tool" --profile "$p" --report "$work/rep" --trace-record allreduce-ring "$good"
+expect 2 'no validated record has that op' -- "$tool" --profile "$p" --report "$work/rep" --trace-record allreduce:ring:2MiB "$good"
+expect 2 'needs --measured-trace' -- "$tool" --profile "$p" --report "$work/rep" --measured-op 3 "$good"
+expect 2 'is not an executable' -- "$tool" --profile "$p" --report "$work/rep" --python "$work/no-python" "$good"
+expect 2 'report script .* not found' -- "$tool" --profile "$p" --report "$work/rep" --report-script "$work/none.py" "$good"
+printf 'import sys\nprint("boom: the script failed")\nsys.exit(1)\n' >"$work/failing.py"
+expect 2 'failed with exit 1: boom: the script failed' -- "$tool" --profile "$p" --report "$work/rep" --json "$work/x.json" \
+  --report-script "$work/failing.py" "$good"
+check "a failed report left no directory" test ! -e "$work/rep"
+check "a failed report left no temporary directory" test -z "$(ls -A "$work" | grep -E '^\.rep\.')"
+expect 2 '--jobs must be >= 1' -- "$tool" --profile "$p" -j 0 "$good"
+expect 2 'max-median-err' -- "$tool" --profile "$p" --max-median-err -1 "$good"
+expect 2 'files' -- "$tool" --profile "$p"
+one_line_error "$tool" --profile "$work/nogemm.json" "$good"
+one_line_error "$tool" --profile "$p" "$work/truncated.json"
+one_line_error "$tool" --profile "$p" "$work/badalgo.json"
+one_line_error "$tool" --profile "$p" "$work/a100.json"
+one_line_error "$tool" --profile "$work/circular.json" "$good"
+one_line_error "$tool" --profile "$p" --report "$work/rep" --report-script "$work/failing.py" "$good"
+check "a failed run left $work/x.json" test ! -e "$work/x.json"
+
+cli_summary

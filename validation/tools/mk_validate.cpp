@@ -1,0 +1,431 @@
+// mk-validate — predict every measured collective of the resident kernel with the simulator and the closed form,
+// from a hardware profile, and report how far the predictions are (docs/validation.md).
+//
+//   mk-validate --profile p.json [--cluster h200x2] [--op allreduce,...] [--algo ...] [--max-median-err X]
+//               [--report DIR] [--trace-record OP:ALGO:BYTES [--measured-trace t.json [--measured-op N]]]
+//               [-j N] [--json out.json] [--skip-bad] files...
+//
+// Exit codes (mk/util/cli.hpp): 0 success, 1 the gate failed (median simulator error above --max-median-err) or a
+// simulation process died, 2 bad input (one line on stderr, nothing written).
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mk/cost/cost.hpp"
+#include "mk/cost/profile_io.hpp"
+#include "mk/error.hpp"
+#include "mk/schedule/io.hpp"
+#include "mk/sim/replay.hpp"
+#include "mk/topology/topology.hpp"
+#include "mk/util/cli.hpp"
+#include "mk/util/size.hpp"
+#include "mk/validation/measurement.hpp"
+#include "mk/validation/validate.hpp"
+
+#ifndef MK_GIT_COMMIT
+#define MK_GIT_COMMIT "unknown"
+#endif
+#ifndef MK_REPORT_SCRIPT
+#define MK_REPORT_SCRIPT "validation_report.py"
+#endif
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kTool = "mk-validate";
+/// Written into every report directory: only a directory holding it may be replaced by a new report.
+constexpr const char* kReportMarker = ".mk-validate-report";
+
+struct Options {
+  std::string profile;
+  bool datasheet = false;
+  std::string cluster;
+  std::vector<std::string> ops, algos;
+  std::optional<double> maxMedianErr;
+  std::string reportDir;
+  std::string traceRecord;
+  std::string measuredTrace;
+  std::optional<uint64_t> measuredOp;
+  unsigned jobs = 2;
+  std::string jsonOut;
+  bool skipBad = false;
+  std::string python = "/usr/bin/python3";
+  std::string script;
+  std::vector<std::string> files;
+};
+
+[[noreturn]] void bad(const std::string& msg) { throw mk::Error(mk::ErrorCode::InvalidArgument, msg); }
+[[noreturn]] void ioError(const std::string& msg) { throw mk::Error(mk::ErrorCode::IoError, msg); }
+
+std::string commandLine(int argc, char** argv) {
+  std::string s = kTool;
+  for (int i = 1; i < argc; ++i) {
+    const std::string w = argv[i];
+    s += w.find(' ') == std::string::npos ? " " + w : " '" + w + "'";
+  }
+  return s;
+}
+
+fs::path parentOf(const std::string& path) {
+  const fs::path p = fs::path(path).lexically_normal();
+  fs::path parent = p.has_filename() ? p.parent_path() : p.parent_path().parent_path();
+  return parent.empty() ? fs::path(".") : parent;
+}
+
+/// A file output must be writable before minutes of simulation are spent (writeFileAtomic checks it again).
+void checkOutputFile(const char* option, const std::string& path) {
+  if (path.empty()) return;
+  std::error_code ec;
+  const fs::path dir = parentOf(path);
+  if (!fs::is_directory(dir, ec)) ioError(std::string(option) + " " + path + ": directory '" + dir.string() + "' does not exist");
+  if (fs::is_directory(path, ec)) ioError(std::string(option) + " " + path + " is a directory");
+}
+
+/// The report directory: new, empty, or a previous report (which it replaces); its parent must exist.
+void checkReportDir(const std::string& dir) {
+  if (dir.empty()) return;
+  std::error_code ec;
+  const fs::path parent = parentOf(dir);
+  if (!fs::is_directory(parent, ec))
+    ioError("--report " + dir + ": parent directory '" + parent.string() + "' does not exist");
+  if (::access(parent.c_str(), W_OK) != 0) ioError("--report " + dir + ": parent directory '" + parent.string() + "' is not writable");
+  if (!fs::exists(dir, ec)) return;
+  if (!fs::is_directory(dir, ec)) ioError("--report " + dir + " exists and is not a directory");
+  if (!fs::is_empty(dir, ec) && !fs::exists(fs::path(dir) / kReportMarker, ec))
+    ioError("--report " + dir + " is a non-empty directory that holds no previous mk-validate report: choose a new or "
+            "empty directory");
+}
+
+/// The report script: next to an installed mk-validate (../share/mkernel), else the source tree's.
+std::string defaultScript() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed = exe.parent_path().parent_path() / "share" / "mkernel" / "validation_report.py";
+    if (fs::exists(installed, ec)) return installed.string();
+  }
+  return MK_REPORT_SCRIPT;
+}
+
+/// "allreduce:auto:one-shot:64KiB" -> op, algo (may hold ':'), bytes.
+struct TraceSelector {
+  std::string op, algo;
+  uint64_t bytes = 0;
+};
+TraceSelector parseTraceRecord(const std::string& text) {
+  const auto first = text.find(':');
+  const auto last = text.rfind(':');
+  if (first == std::string::npos || first == last)
+    bad("bad --trace-record '" + text + "': expected OP:ALGO:BYTES, e.g. allreduce:ring:64KiB");
+  TraceSelector t;
+  t.op = text.substr(0, first);
+  t.algo = text.substr(first + 1, last - first - 1);
+  if (t.op.empty() || t.algo.empty()) bad("bad --trace-record '" + text + "': expected OP:ALGO:BYTES");
+  t.bytes = mk::parseSize(text.substr(last + 1));
+  return t;
+}
+
+/// The record whose trace the report shows: the selected one, or the one the simulator is furthest from.
+const mk::ValidationRow& traceRow(const mk::ValidationResult& res, const std::optional<TraceSelector>& sel) {
+  if (!sel) {
+    return *std::max_element(res.rows.begin(), res.rows.end(), [](const auto& a, const auto& b) {
+      return std::fabs(a.simErrPct) < std::fabs(b.simErrPct);
+    });
+  }
+  const mk::ValidationRow* generatorMatch = nullptr;
+  for (const auto& r : res.rows) {
+    if (mk::toString(r.request.spec.op) != sel->op || r.bytes != sel->bytes) continue;
+    if (r.algo == sel->algo) return r;
+    if (generatorMatch == nullptr && r.request.spec.algo == sel->algo) generatorMatch = &r;
+  }
+  if (generatorMatch == nullptr)
+    bad("--trace-record " + sel->op + ":" + sel->algo + ":" + std::to_string(sel->bytes) +
+        ": no validated record has that op, algorithm and size");
+  return *generatorMatch;
+}
+
+std::string traceFileName(const mk::ValidationRow& r) {
+  std::string algo = r.algo;
+  std::replace(algo.begin(), algo.end(), ':', '-');
+  return std::string("trace-") + mk::toString(r.request.spec.op) + "-" + algo + "-" + std::to_string(r.bytes) + ".json";
+}
+
+/// Run the report script; its output goes to `log`. Throws with the script's last line when it fails.
+void runReportScript(const Options& o, const fs::path& tmp, const std::string& log) {
+  std::vector<std::string> args = {o.python, o.script, "--json", (tmp / "validation.json").string(),
+                                   "--out", tmp.string()};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = 0;
+  std::fflush(nullptr);
+  const int rc = posix_spawn(&pid, o.python.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) ioError("--report: cannot run " + o.python + ": " + std::strerror(rc));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+  std::ifstream in(log);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  throw mk::Error(mk::ErrorCode::Unsupported, "--report: " + o.script + " (run by " + o.python + ") failed with exit " +
+                                                  std::to_string(code) + ": " + (last.empty() ? "no output" : last));
+}
+
+/// A fresh directory next to `dir` (same file system, so rename() can move it into place).
+fs::path makeTempDir(const std::string& dir, const char* tag) {
+  const fs::path target = fs::path(dir).lexically_normal();
+  std::string name = target.has_filename() ? target.filename().string() : target.parent_path().filename().string();
+  std::string tmpl = (parentOf(dir) / ("." + name + "." + tag + "-XXXXXX")).string();
+  if (::mkdtemp(tmpl.data()) == nullptr) ioError("--report " + dir + ": cannot create a temporary directory next to it: " + std::strerror(errno));
+  // mkdtemp makes it 0700; the report is an ordinary directory, so give it the mode mkdir would have.
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::chmod(tmpl.c_str(), 0777 & ~mask);
+  return tmpl;
+}
+
+/// Move the finished report `tmp` to `dir`, replacing an empty directory or a previous report.
+void installReport(const fs::path& tmp, const std::string& dir) {
+  std::error_code ec;
+  const fs::path target = fs::path(dir).lexically_normal();
+  fs::path old;
+  if (fs::exists(target, ec) && !fs::is_empty(target, ec)) {
+    old = makeTempDir(dir, "old");
+    if (::rename(target.c_str(), old.c_str()) != 0) ioError("--report " + dir + ": cannot move the previous report away: " + std::strerror(errno));
+  }
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
+    const int err = errno;
+    if (!old.empty()) ::rename(old.c_str(), target.c_str());
+    ioError("--report " + dir + ": cannot move the report into place: " + std::strerror(err));
+  }
+  if (!old.empty()) fs::remove_all(old, ec);
+}
+
+void printProvenance(const Options& o, const mk::Profile& p, const mk::ProfileProvenance& prov, const std::string& honesty) {
+  if (o.datasheet) {
+    std::printf("profile: datasheet defaults of the cluster (%s)\n", p.source.c_str());
+  } else {
+    std::printf("profile: %s (%s)\n", o.profile.c_str(), p.source.c_str());
+    std::printf("provenance: tool %s; date %s; commit %s; system %s\n", prov.tool.empty() ? "-" : prov.tool.c_str(),
+                prov.date.empty() ? "-" : prov.date.c_str(), prov.commit.empty() ? "-" : prov.commit.c_str(),
+                prov.system.empty() ? "-" : prov.system.c_str());
+    for (const auto& m : prov.measurements) std::printf("  fitted from %s\n", m.c_str());
+  }
+  std::printf("honesty: %s\n", honesty.c_str());
+}
+
+int run(const Options& o, const std::string& command) {
+  // ---- everything that can be checked before the simulations ----
+  if (o.datasheet == !o.profile.empty()) bad("give exactly one of --profile p.json and --datasheet");
+  checkOutputFile("--json", o.jsonOut);
+  checkReportDir(o.reportDir);
+  std::optional<TraceSelector> sel;
+  if (!o.traceRecord.empty()) sel = parseTraceRecord(o.traceRecord);
+  if (!o.measuredTrace.empty() && !sel)
+    bad("--measured-trace needs --trace-record OP:ALGO:BYTES (which record the trace belongs to)");
+  if (o.measuredOp && o.measuredTrace.empty()) bad("--measured-op needs --measured-trace");
+  if ((sel || !o.measuredTrace.empty()) && o.reportDir.empty())
+    bad("--trace-record and --measured-trace go into the report: give --report DIR");
+  std::string measuredJson;
+  if (!o.measuredTrace.empty()) measuredJson = mk::readFile(o.measuredTrace);
+  if (!o.reportDir.empty()) {
+    std::error_code ec;
+    if (!fs::exists(o.script, ec)) ioError("--report: report script " + o.script + " not found (see --report-script)");
+    if (::access(o.python.c_str(), X_OK) != 0) ioError("--report: " + o.python + " is not an executable (see --python)");
+  }
+
+  std::vector<mk::MeasurementFile> files;
+  for (const auto& path : o.files) files.push_back(mk::loadMeasurementFile(path));
+  mk::ValidationOptions vo;
+  vo.cluster = mk::resolveCluster(files, o.files, o.cluster);
+  vo.ops = o.ops;
+  vo.algos = o.algos;
+  vo.jobs = o.jobs;
+  vo.skipBad = o.skipBad;
+
+  mk::ValidationContext ctx;
+  ctx.command = command;
+  ctx.commit = MK_GIT_COMMIT;
+  ctx.maxMedianErrPct = o.maxMedianErr;
+  if (o.datasheet) {
+    ctx.profile = mk::defaultProfile(mk::loadTopology(vo.cluster));
+    ctx.provenance.tool = "defaultProfile";
+    ctx.provenance.system = vo.cluster;
+  } else {
+    ctx.profile = mk::loadProfile(o.profile, &ctx.provenance);
+    ctx.profilePath = o.profile;
+    mk::checkProfileIndependence(ctx.provenance, o.profile, files, o.files, vo);
+  }
+  ctx.honesty = mk::honestyStatement(ctx.profilePath, ctx.profile, ctx.provenance);
+
+  std::printf("mk-validate: %zu file(s), cluster %s%s, %u job(s)\n", files.size(), vo.cluster.c_str(),
+              o.cluster.empty() ? " (from the files' system)" : "", o.jobs);
+  printProvenance(o, ctx.profile, ctx.provenance, ctx.honesty);
+  std::fflush(stdout);
+
+  const mk::ValidationResult res = mk::validateMeasurements(files, o.files, ctx.profile, vo);
+  if (res.rows.empty())
+    bad("no record to validate (" + std::to_string(res.ignored) + " of other kinds ignored, " +
+        std::to_string(res.filtered) + " left out by --op/--algo, " + std::to_string(res.skipped.size()) +
+        " skipped): a gate that checks nothing must not pass");
+  if (!o.reportDir.empty() && sel) (void)traceRow(res, sel);  // an unknown record is bad input: fail before writing
+
+  std::fputs(mk::formatValidationTable(res).c_str(), stdout);
+  for (const auto& f : res.files)
+    std::printf("file %s: %zu records, %zu validated, %zu ignored (not mkernel collectives), %zu left out by "
+                "--op/--algo, %zu skipped\n",
+                f.name.c_str(), f.records, f.validated, f.ignored, f.filtered, f.skipped);
+  for (const auto& s : res.skipped) std::printf("skipped: %s\n", s.reason.c_str());
+
+  // ---- outputs: the report in a temporary directory, then --json, then the report moved into place ----
+  std::string json;
+  fs::path tmp;
+  std::string traceName;
+  try {
+    if (!o.reportDir.empty()) {
+      const mk::ValidationRow& row = traceRow(res, sel);
+      const mk::Regenerated regen = mk::regenerate(row, vo.cluster);
+      mk::sim::SimOptions so;
+      so.linkLoad = false;
+      const mk::sim::Prediction p = mk::sim::predict(regen.schedule, regen.topo, ctx.profile, so);
+      const std::string title = row.file + " records[" + std::to_string(row.index) + "]: " +
+                                mk::toString(row.request.spec.op) + " " + row.algo + " " + std::to_string(row.bytes) + " B";
+      const mk::SideBySide sbs =
+          mk::sideBySideTrace(regen.schedule, p, measuredJson, o.measuredTrace, o.measuredOp, title);
+      traceName = traceFileName(row);
+      json = mk::validationToJson(res, ctx, &sbs, &row, traceName, o.measuredTrace);
+      tmp = makeTempDir(o.reportDir, "tmp");
+      mk::writeFileAtomic((tmp / "validation.json").string(), json);
+      mk::writeFileAtomic((tmp / traceName).string(), sbs.json);
+      mk::writeFileAtomic((tmp / kReportMarker).string(), "written by mk-validate; a new report may replace this directory\n");
+      const std::string log = (tmp / "report.log").string();
+      runReportScript(o, tmp, log);
+      std::error_code ec;
+      fs::remove(log, ec);
+      std::printf("trace: %s (%s)\n", traceName.c_str(), sbs.note.c_str());
+    } else {
+      json = mk::validationToJson(res, ctx);
+    }
+    if (!o.jsonOut.empty()) mk::writeFileAtomic(o.jsonOut, json);
+    if (!o.reportDir.empty()) {
+      try {
+        installReport(tmp, o.reportDir);
+      } catch (...) {
+        if (!o.jsonOut.empty()) std::remove(o.jsonOut.c_str());
+        throw;
+      }
+      tmp.clear();
+    }
+  } catch (...) {
+    std::error_code ec;
+    if (!tmp.empty()) fs::remove_all(tmp, ec);
+    throw;
+  }
+  if (!o.jsonOut.empty()) std::printf("wrote %s\n", o.jsonOut.c_str());
+  if (!o.reportDir.empty()) std::printf("wrote %s/index.html\n", o.reportDir.c_str());
+
+  std::printf("%s\n", mk::formatSummaryLine(res.closed, "closed form").c_str());
+  bool failed = false;
+  if (o.maxMedianErr && res.sim.medianAbsPct > *o.maxMedianErr) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: gate failed: the simulator's median absolute error %.2f %% exceeds --max-median-err %g %%\n",
+                 kTool, res.sim.medianAbsPct, *o.maxMedianErr);
+    failed = true;
+  }
+  // The last line, always: scripts and the CI gate read it.
+  std::printf("%s\n", mk::formatSummaryLine(res.sim).c_str());
+  return failed ? mk::cli::kExitFailed : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  o.script = defaultScript();
+  CLI::App app{
+      "mk-validate: predict every measured collective of the resident kernel (records with impl \"mkernel\" and op\n"
+      "allreduce, allgather, reducescatter, broadcast or alltoall) with the SimGrid simulator (exact mode) and the\n"
+      "closed form, from a hardware profile, and compare. The schedule is regenerated from the record's own fields\n"
+      "(op, algo -- \"auto:X\" means X --, dtype, ranks, count, redop, chunks, channels, inplace). Other records\n"
+      "(nccl baselines, calib-* micro-benchmarks, enqueue-to-first-step) are counted and ignored.\n\n"
+      "Error of a prediction: (predicted - measured) / measured * 100. Prints a table (op, algo, bytes, chunks x\n"
+      "channels, measured, simulated, closed form, both errors) and ENDS with exactly one line\n"
+      "  validation: n=<N> median_abs_err_pct=<x> p90_abs_err_pct=<y> max_abs_err_pct=<z>\n"
+      "over the SIMULATOR's errors (the closed form's are on the line before). --max-median-err gates that\n"
+      "median. p90 interpolates linearly between order statistics.\n\n"
+      "Honesty: the profile must come from micro-benchmarks (mk-calibrate reads only calib-* records); a profile\n"
+      "whose provenance lists a file that holds a record validated here is refused. The report says how the\n"
+      "profile was obtained.\n\n"
+      "  mk-validate --profile p.json validation/data/measured/2026-11-29-h200x2-*.json\n"
+      "  mk-validate --profile p.json --op allreduce --max-median-err 10 --report rep f.json\n"
+      "  mk-validate --profile p.json --report rep --trace-record allreduce:ring:1MiB --measured-trace t.json f.json\n\n"
+      "Exit codes: 0 success, 1 the gate failed or a simulation process died, 2 bad input (a file breaking the\n"
+      "measurement contract, a record whose schedule cannot be regenerated, a profile missing a parameter, an\n"
+      "unwritable output): one line on stderr and nothing written. Details: docs/validation.md.",
+      kTool};
+  app.add_option("--profile", o.profile, "hardware profile (mkernel.profile.v1), normally from mk-calibrate");
+  app.add_flag("--datasheet", o.datasheet,
+               "use the cluster's datasheet defaults (mk::defaultProfile) instead of --profile: shows what the "
+               "uncalibrated model gets wrong");
+  app.add_option("--cluster", o.cluster,
+                 "preset (h200x2, dgx-h100, dgx-h200) or topology JSON the records ran on (default: the preset whose "
+                 "GPU model and count match every file's system block; an error when none or several do)");
+  app.add_option("--op", o.ops, "only these ops (comma-separated: allreduce,allgather,...)")->delimiter(',');
+  app.add_option("--algo", o.algos,
+                 "only these algorithms (comma-separated); \"ring\" matches ring and auto:ring, \"auto:ring\" only the "
+                 "latter")
+      ->delimiter(',');
+  app.add_option("--max-median-err", o.maxMedianErr,
+                 "gate: exit 1 when the simulator's median absolute error (percent) exceeds this")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--report", o.reportDir,
+                 "write DIR/index.html with PNG plots (measured vs predicted time and error over size per op and "
+                 "algorithm, via --python with matplotlib), the table, the profile and its provenance, "
+                 "DIR/validation.json, and one Perfetto trace DIR/trace-<op>-<algo>-<bytes>.json. DIR must be new, "
+                 "empty, or a previous report (replaced whole; written in a temporary directory, then renamed)");
+  app.add_option("--trace-record", o.traceRecord,
+                 "OP:ALGO:BYTES of the record whose per-step trace the report shows (BYTES as 64KiB or 65536); "
+                 "default: the record with the largest simulator error");
+  app.add_option("--measured-trace", o.measuredTrace,
+                 "a mk-bench --trace file of that record: its steps are shown next to the predicted ones "
+                 "(pids \"measured rank r\" / \"simulated rank r\")");
+  app.add_option("--measured-op", o.measuredOp,
+                 "which op of --measured-trace (mk-bench traces one op per size, in sweep order; default: the only "
+                 "op whose steps are the record's schedule)");
+  app.add_option("-j,--jobs", o.jobs, "simulations run at once (each in its own process)")->capture_default_str();
+  app.add_option("--json", o.jsonOut, "write every row, the summary and the profile as JSON (mkernel.validation.v1)");
+  app.add_flag("--skip-bad", o.skipBad,
+               "records whose schedule cannot be regenerated are skipped, counted and listed instead of failing");
+  app.add_option("--python", o.python, "python with matplotlib for --report")->capture_default_str();
+  app.add_option("--report-script", o.script, "the report generator")->capture_default_str();
+  app.add_option("files", o.files, "measurement files (mkernel.measurement.v1)")->required();
+  if (int rc = mk::cli::parse(app, argc, argv, kTool); rc != mk::cli::kContinue) return rc;
+  if (int rc = mk::cli::requirePositive(app, kTool, {{"--jobs", o.jobs}}); rc != mk::cli::kContinue) return rc;
+  const std::string command = commandLine(argc, argv);
+  return mk::cli::run(kTool, [&] { return run(o, command); });
+}
