@@ -336,3 +336,36 @@ TEST_CASE("lowering: every generated collective lowers on 2 and 4 ranks") {
           }
   }
 }
+
+// Issue 7 runs the engine on 8-GPU NVSwitch nodes: every generator's schedule must lower there too, with the
+// largest pipelining and channel counts the engine picks (flags, sync points and lanes stay within limits).
+TEST_CASE("lowering: every generated collective lowers on 8 ranks of one node with deep pipelines") {
+  for (mk::CollOp op : {mk::CollOp::AllReduce, mk::CollOp::AllGather, mk::CollOp::ReduceScatter, mk::CollOp::Broadcast,
+                        mk::CollOp::AllToAll}) {
+    for (const auto& algo : mk::algorithmsFor(op))
+      for (uint64_t count : {1ull, 1021ull * 8, (1ull << 24) + 5})
+        for (uint32_t chunks : {1u, 8u})
+          for (uint32_t channels : {1u, 2u}) {
+            mk::CollectiveSpec spec;
+            spec.op = op;
+            spec.algo = algo;
+            spec.count = count;
+            mk::GenOptions g;
+            g.chunks = chunks;
+            g.channels = channels;
+            const Schedule s = mk::generate(spec, std::vector<uint32_t>(8, 0), g);
+            CAPTURE(mk::toString(op));
+            CAPTURE(algo);
+            CAPTURE(count);
+            CAPTURE(chunks);
+            CAPTURE(channels);
+            uint64_t steps = 0;
+            for (uint32_t r = 0; r < 8; ++r) {
+              const LoweredProgram p = lowerRank(s, r);
+              steps += p.header().nSteps;
+              CHECK(p.activeWorkers <= p.header().nWorkers);
+            }
+            CHECK(steps == s.stepCount());
+          }
+  }
+}
