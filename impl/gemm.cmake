@@ -1,1 +1,15 @@
 # impl/ — the in-kernel GEMM engine (issue 6): sources, mk-bench gemm, GPU tests.
+target_sources(mk_impl PRIVATE src/runtime/gemm.cpp src/kernels/gemm.cu)
+# Register use and spills of the GEMM kernel are part of its contract (docs/gemm.md): print them.
+set_source_files_properties(src/kernels/gemm.cu PROPERTIES COMPILE_OPTIONS "-Xptxas=-v")
+target_sources(mk-bench PRIVATE bench/cublaslt_loader.cpp)
+
+# GPU tests: correctness against a CPU reference and cuBLASLt (loaded at run time), hooks, bad input.
+mk_add_doctest(mk_gemm_gpu_tests LABELS gpu GPU
+  SOURCES tests/gpu_test_main.cpp tests/test_gemm_gpu.cpp bench/cublaslt_loader.cpp LIBS mk::impl)
+if(TARGET mk_gemm_gpu_tests)
+  target_include_directories(mk_gemm_gpu_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/bench)
+endif()
+# CPU-only: validation of problems and configs (no GPU needed).
+mk_add_doctest(mk_gemm_unit_tests LABELS unit
+  SOURCES tests/unit_main.cpp tests/test_gemm_unit.cpp LIBS mk::impl)

@@ -29,6 +29,7 @@ DriverApi load() {
   resolve("cuStreamWaitValue32", api.streamWaitValue32);
   resolve("cuGetErrorName", api.getErrorName);
   resolve("cuPointerGetAttribute", api.pointerGetAttribute);
+  resolve("cuMemGetAddressRange", api.memGetAddressRange);
   return api;
 }
 
@@ -44,6 +45,15 @@ void checkDriver(CUresult r, const char* what) {
   const char* name = "unknown CUresult";
   if (driverApi().getErrorName) driverApi().getErrorName(r, &name);
   throw Error(ErrorCode::CudaError, std::string(what) + " failed: " + name);
+}
+
+TensorMapEncodeTiledFn tensorMapEncodeTiled() {
+  static const TensorMapEncodeTiledFn fn = [] {
+    TensorMapEncodeTiledFn f = nullptr;
+    resolve("cuTensorMapEncodeTiled", f);
+    return f;
+  }();
+  return fn;
 }
 
 }  // namespace mk::runtime

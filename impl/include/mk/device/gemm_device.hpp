@@ -1,0 +1,420 @@
+// mkernel — the Hopper GEMM tile engine (issue 6): C = A * B, bf16 inputs, fp32 accumulation, bf16 or fp32
+// output, run by one CTA of 384 threads over a set of output tiles (persistent tile loop).
+//
+// Roles inside the CTA (warp specialisation):
+//  * warpgroup 0 = producer: one thread issues TMA bulk tensor copies of the A and B k-slices of every
+//    tile into a ring of kStages shared-memory stages; each copy completes on the stage's "full" mbarrier
+//    (arrive.expect_tx + complete_tx), so no thread polls global memory;
+//  * warpgroups 1 and 2 = consumers: each owns 64 of the tile's 128 rows, waits for a full stage, issues
+//    four wgmma m64nNk16 (one per 16-wide k step, N = kBlockN = 256 or 128) straight from shared memory,
+//    keeps one wgmma group in flight and frees the previous stage (its "empty" mbarrier, one arrival per
+//    consumer warp) once that group has retired; after the last k-slice it writes its 64 x N accumulators
+//    to global memory (clipped to M x N) and, when a hook is given, the tile is handed to it once both
+//    consumers' stores are visible.
+//  * setmaxnreg moves registers from the producer (40 per thread) to the consumers (232): the N / 2 fp32
+//    accumulators per consumer thread (128 for the 256-wide tile) must live in registers.
+//
+// Shared-memory layout (TMA 128-byte swizzle, which is the layout wgmma's 128B-swizzle descriptors expect):
+//  * A stage: 128 rows x 64 k (bf16), K-major: row r at r * 128 bytes, 8-row swizzle atoms of 1024 bytes;
+//  * B stage, B column-major (the "TN" case, an N x K row-major array): N rows x 64 k, K-major like A;
+//  * B stage, B row-major (K x N): N / 64 TMA boxes of 64 n x 64 k, each N-major (k-row j at j * 128 bytes),
+//    8 KiB apart; wgmma reads it transposed (imm-trans-b = 1) with LBO = 8 KiB (the next 64 columns) and
+//    SBO = 1 KiB (the next 8 k-rows).
+// Out-of-range rows, columns and k of remainder tiles are zero-filled by TMA (so they add nothing to the
+// dot products) and the epilogue never stores outside M x N.
+#pragma once
+
+#include <cstdint>
+
+#include "mk/device/gemm_wgmma_device.hpp"
+#include "mk/device/macros_device.hpp"
+
+namespace mk::device {
+
+/// The bits of a CUtensorMap (cuda.h's opaque 128-byte, 64-byte aligned TMA descriptor). Declared here so
+/// device headers need no cuda.h; the host side copies an encoded CUtensorMap into it.
+struct alignas(64) GemmTensorMap {
+  uint64_t opaque[16];  ///< encoded by cuTensorMapEncodeTiled on the host
+};
+static_assert(sizeof(GemmTensorMap) == 128, "a TMA descriptor is 128 bytes");
+
+/// A bounded wait gives up (reports who waited for what and traps) after this many nanoseconds.
+constexpr uint64_t kGemmWaitLimitNs = 10ull * 1000 * 1000 * 1000;
+
+/// Tile shape, pipeline depth and thread roles of the engine (compile time). Two output tile widths:
+/// 128 x 256 (the most work per byte of shared memory: the default for large grids) and 128 x 128 (twice
+/// the tiles: fewer idle CTAs in the last wave when tiles / CTAs rounds up badly, e.g. 116 CTAs).
+template <uint32_t kBlockNValue>
+struct GemmTileConfigT {
+  static constexpr uint32_t kBlockM = 128;          ///< output rows per tile (two consumer warpgroups x 64)
+  static constexpr uint32_t kBlockN = kBlockNValue;  ///< output columns per tile (one wgmma n per consumer)
+  static constexpr uint32_t kBlockK = 64;   ///< k per stage: 64 bf16 = 128 bytes, one swizzle row
+  static constexpr uint32_t kWgmmaK = 16;   ///< k per wgmma instruction (bf16)
+  /// Shared-memory ring depth: as many stages as fit in ~192 KiB (4 x 48 KiB or 6 x 32 KiB).
+  static constexpr uint32_t kStages = kBlockN == 256 ? 4 : 6;
+  static constexpr uint32_t kConsumerWarpgroups = 2;
+  static constexpr uint32_t kThreads = 128 * (1 + kConsumerWarpgroups);  ///< producer + consumers
+  static constexpr uint32_t kConsumerWarps = 4 * kConsumerWarpgroups;     ///< arrivals that free a stage
+  static constexpr uint32_t kAccRegs = kBlockN / 2;  ///< fp32 accumulators per consumer thread (64 x N / 128)
+  static constexpr uint32_t kStageBytesA = kBlockM * kBlockK * 2;
+  static constexpr uint32_t kStageBytesB = kBlockN * kBlockK * 2;
+  static constexpr uint32_t kStageBytes = kStageBytesA + kStageBytesB;  ///< expect_tx of one stage
+  /// Row-major B arrives as kBlockN / 64 boxes of 64 columns (128-byte swizzle rows hold 64 bf16).
+  static constexpr uint32_t kBoxN = 64;
+  static constexpr uint32_t kBoxBytesBRowMajor = kBoxN * kBlockK * 2;
+  /// 128B-swizzle atoms must start on 1024-byte boundaries: the dynamic smem base is aligned up by hand.
+  static constexpr uint32_t kSmemAlign = 1024;
+  /// Dynamic shared memory the caller provides: alignment slack + stages + 2 mbarriers per stage.
+  static constexpr uint32_t kSmemBytes = kSmemAlign + kStages * kStageBytes + 2 * kStages * 8;
+  static constexpr uint32_t kProducerRegs = 40;   ///< setmaxnreg.dec target of the producer warpgroup
+  static constexpr uint32_t kConsumerRegs = 232;  ///< setmaxnreg.inc target of each consumer warpgroup
+
+  static_assert(kBlockN == 128 || kBlockN == 256, "wgmma wrappers exist for n128 and n256");
+  static_assert(kStageBytesA % kSmemAlign == 0 && kStageBytesB % kSmemAlign == 0, "stages keep 1 KiB alignment");
+  static_assert(kSmemBytes <= 227 * 1024, "H100/H200 give a CTA at most 227 KiB of shared memory");
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWarpgroups <= 65536,
+                "the register file holds 64 Ki 32-bit registers per SM");
+  static_assert(kBlockM == 64 * kConsumerWarpgroups, "each consumer warpgroup owns 64 rows");
+};
+/// The default (widest) tile.
+using GemmTileConfig = GemmTileConfigT<256>;
+
+/// Output element type (the enum the kernel sees).
+enum class GemmOut : uint32_t { BFloat16 = 0, Float32 = 1 };
+
+/// Everything the device routine needs about one problem; built and checked once on the host
+/// (mk::GemmPlan). Trivially copyable: it is a kernel parameter (tensor maps must live in param, const or
+/// global memory, never in registers or shared memory).
+struct GemmParams {
+  GemmTensorMap mapA;   ///< A: M x K row-major, box 64 k x 128 rows
+  GemmTensorMap mapB;   ///< B: N x K row-major (box 64 k x kBlockN rows) or K x N row-major (box 64 n x 64 k)
+  void* c;              ///< C: M x N row-major, element type `out`
+  uint64_t ldc;         ///< elements between rows of C
+  uint32_t m, n, k;     ///< problem size
+  uint32_t tilesM;      ///< ceil(m / kBlockM)
+  uint32_t tilesN;      ///< ceil(n / kBlockN)
+  uint32_t blockN;      ///< the tile width the kernel was compiled for (128 or 256): checked on entry
+  uint32_t kIters;      ///< ceil(k / kBlockK)
+  uint32_t groupM;      ///< tile rows per raster group (L2 reuse of B across consecutive tiles)
+  GemmOut out;          ///< C's element type
+  uint32_t bRowMajor;   ///< 1: B is K x N row-major (wgmma reads it transposed); 0: N x K row-major
+  /// Optional, 8 words of host-mapped memory, zero at launch: a wait that times out writes
+  /// {2, cta, thread, waiter (1 producer: stage free, 2 consumer: stage loaded), stage, parity, tile}
+  /// (word 0 last) before trapping, so the host can say who waited for what after the context is lost.
+  uint32_t* timeoutReport;
+};
+
+/// Output tile `tile` of the grouped raster: consecutive tile indices walk down `groupM` tile rows, then
+/// move one tile column right, so the CTAs running at the same time share both A rows and B columns in L2.
+MK_HOST_DEVICE_INLINE void gemmTileCoord(const GemmParams& p, uint32_t tile, uint32_t& tileM, uint32_t& tileN) {
+  const uint32_t perGroup = p.groupM * p.tilesN;
+  const uint32_t group = tile / perGroup;
+  const uint32_t firstM = group * p.groupM;
+  const uint32_t rows = (p.tilesM - firstM) < p.groupM ? (p.tilesM - firstM) : p.groupM;
+  const uint32_t inGroup = tile % perGroup;
+  tileM = firstM + inGroup % rows;
+  tileN = inGroup / rows;
+}
+
+/// The hook that does nothing (the standalone GEMM): no barrier or fence is spent on it.
+struct GemmNoHook {
+  static constexpr bool kEnabled = false;  ///< skip the per-tile consumer barrier
+  /// Never called.
+  MK_HOST_DEVICE_INLINE void operator()(uint32_t, uint32_t) const {}
+};
+
+#if MK_HAVE_DEVICE_CODE
+
+namespace gemm_detail {
+
+MK_DEVICE_INLINE uint32_t smemAddr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+MK_DEVICE_INLINE void mbarInit(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+MK_DEVICE_INLINE void mbarArriveExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+MK_DEVICE_INLINE void mbarArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+MK_DEVICE_INLINE bool mbarTryWait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+MK_DEVICE_INLINE uint64_t globalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/// Who waits on an mbarrier (the role word of a timeout report).
+enum class GemmWaiter : uint32_t { Producer = 1, Consumer = 2 };
+
+/// Bounded wait for the phase of parity `parity` of mbarrier `bar`. The fast path is one try_wait. A wait
+/// that lasts kWaitLimitNs writes who waited for what to `p.timeoutReport` (when set: host-mapped memory
+/// that survives the trap) and traps: a lost TMA completion or a consumer that never frees a stage must not
+/// hang the GPU silently. No printf here: any call in the kernel makes ptxas serialise every wgmma.
+MK_DEVICE_INLINE void mbarWait(const GemmParams& p, uint32_t bar, uint32_t parity, GemmWaiter who, uint32_t stage,
+                               uint32_t tile) {
+  if (mbarTryWait(bar, parity)) return;
+  const uint64_t start = globalTimerNs();
+  for (uint32_t spin = 0;; ++spin) {
+    if (mbarTryWait(bar, parity)) return;
+    if ((spin & 255) == 255 && globalTimerNs() - start > kGemmWaitLimitNs) {
+      if (p.timeoutReport != nullptr && atomicCAS(p.timeoutReport, 0u, 1u) == 0u) {
+        volatile uint32_t* r = p.timeoutReport;
+        r[1] = blockIdx.x;
+        r[2] = threadIdx.x;
+        r[3] = static_cast<uint32_t>(who);
+        r[4] = stage;
+        r[5] = parity;
+        r[6] = tile;
+        __threadfence_system();
+        r[0] = 2;  // written last: the report is complete
+      }
+      __threadfence_system();
+      __trap();
+    }
+  }
+}
+
+/// 2-D TMA load of one box into shared memory, completing (complete_tx) on mbarrier `bar`.
+MK_DEVICE_INLINE void tmaLoad2d(uint32_t dst, const GemmTensorMap* map, int32_t inner, int32_t outer, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(outer), "r"(bar)
+      : "memory");
+}
+
+/// wgmma shared-memory descriptor, 128-byte swizzle: start address, leading and stride byte offsets (all
+/// encoded >> 4), swizzle mode 1 in bits 62-63. Base offset 0: every stage starts on a 1 KiB boundary.
+MK_DEVICE_INLINE uint64_t smemDesc128B(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16) |
+         (static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
+
+/// Round-to-nearest-even fp32 -> bf16 of a pair, v0 in the low half (the lower address).
+MK_DEVICE_INLINE uint32_t packBf16x2(float v0, float v1) {
+  uint32_t packed;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(v1), "f"(v0));
+  return packed;
+}
+MK_DEVICE_INLINE uint16_t toBf16(float v) {
+  uint16_t h;
+  asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
+  return h;
+}
+
+/// Store C[row][col], C[row][col + 1]; `full` says both are inside N (the row is always inside M here).
+/// Pairs are 4- or 8-byte aligned: col is even and ldc is a multiple of 8 elements (host-checked).
+template <GemmOut kOut>
+MK_DEVICE_INLINE void storePair(const GemmParams& p, uint32_t row, uint32_t col, float v0, float v1, bool full) {
+  if constexpr (kOut == GemmOut::Float32) {
+    float* dst = static_cast<float*>(p.c) + static_cast<uint64_t>(row) * p.ldc + col;
+    if (full || col + 1 < p.n) {
+      *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+    } else if (col < p.n) {
+      dst[0] = v0;
+    }
+  } else {
+    uint16_t* dst = static_cast<uint16_t*>(p.c) + static_cast<uint64_t>(row) * p.ldc + col;
+    if (full || col + 1 < p.n) {
+      *reinterpret_cast<uint32_t*>(dst) = packBf16x2(v0, v1);
+    } else if (col < p.n) {
+      dst[0] = toBf16(v0);
+    }
+  }
+}
+
+/// Write one consumer warpgroup's 64 x N accumulators (clipped to M x N). Fragment layout of wgmma
+/// m64nN: register 4j + {0,1} holds row 16 * warp + lane / 4, columns 8j + 2 * (lane % 4) + {0,1};
+/// registers 4j + {2,3} the same columns 8 rows further down.
+template <GemmOut kOut, uint32_t kRegs>
+MK_DEVICE_INLINE void storeTile(const GemmParams& p, const float (&acc)[kRegs], uint32_t row0, uint32_t col0,
+                                bool fullTile) {
+  if (fullTile) {
+#pragma unroll
+    for (uint32_t j = 0; j < kRegs / 4; ++j) {
+      storePair<kOut>(p, row0, col0 + 8 * j, acc[4 * j], acc[4 * j + 1], true);
+      storePair<kOut>(p, row0 + 8, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3], true);
+    }
+  } else {
+#pragma unroll
+    for (uint32_t j = 0; j < kRegs / 4; ++j) {
+      if (row0 < p.m) storePair<kOut>(p, row0, col0 + 8 * j, acc[4 * j], acc[4 * j + 1], false);
+      if (row0 + 8 < p.m) storePair<kOut>(p, row0 + 8, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3], false);
+    }
+  }
+}
+
+}  // namespace gemm_detail
+
+namespace gemm_detail {
+
+/// The consumer warpgroups' part of gemmRunTiles for one B layout (kTransB 1: B row-major, N-major in smem).
+template <uint32_t kBlockN, int kTransB, class Hook>
+MK_DEVICE_INLINE void consumeTiles(const GemmParams& p, uint32_t smemA, uint32_t smemB, uint32_t fullBar,
+                                   uint32_t emptyBar, uint32_t firstTile, uint32_t tileStride, uint32_t endTile,
+                                   Hook& hook) {
+  using Cfg = GemmTileConfigT<kBlockN>;
+  const uint32_t consumer = threadIdx.x / 128 - 1;  // rows [64 * consumer, 64 * consumer + 64) of the tile
+  const uint32_t wgThread = threadIdx.x % 128;
+  const uint32_t warp = wgThread / 32, lane = wgThread % 32;
+  // K-major operands: 8-row atoms 1 KiB apart (SBO), LBO unused by 128B-swizzled K-major layouts (1 by
+  // convention); the next 16 k are 32 bytes further along the swizzled row.
+  // N-major B: LBO = 8 KiB to the next 64 columns, SBO = 1 KiB to the next 8 k-rows; 16 k = 2 KiB.
+  constexpr uint32_t lboB = kTransB ? Cfg::kBoxBytesBRowMajor : 16;
+  constexpr uint32_t kStepB = kTransB ? 16 * 128 : 32;
+  uint32_t stage = 0, phase = 0;
+  float acc[Cfg::kAccRegs];
+#pragma unroll
+  for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) acc[r] = 0.0f;
+  for (uint32_t tile = firstTile; tile < endTile; tile += tileStride) {
+    uint32_t tileM = 0, tileN = 0;
+    gemmTileCoord(p, tile, tileM, tileN);
+    uint32_t prevStage = 0;
+    for (uint32_t kIter = 0; kIter < p.kIters; ++kIter) {
+      mbarWait(p, fullBar + 8 * stage, phase, GemmWaiter::Consumer, stage, tile);
+      const uint32_t a = smemA + stage * Cfg::kStageBytesA + consumer * 64 * 128;
+      const uint32_t b = smemB + stage * Cfg::kStageBytesB;
+#pragma unroll
+      for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) wgmmaFenceOperand(acc[r]);
+      wgmmaFence();
+#pragma unroll
+      for (uint32_t kk = 0; kk < Cfg::kBlockK / Cfg::kWgmmaK; ++kk) {
+        const uint64_t descA = smemDesc128B(a + kk * 32, 16, 1024);
+        const uint64_t descB = smemDesc128B(b + kk * kStepB, lboB, 1024);
+        const uint32_t scaleD = (kIter > 0 || kk > 0) ? 1u : 0u;
+        wgmmaM64NK16Bf16<kTransB>(acc, descA, descB, scaleD);
+      }
+      wgmmaCommit();
+#pragma unroll
+      for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) wgmmaFenceOperand(acc[r]);
+      if (kIter > 0) {
+        // The group of the previous k-slice has retired: its stage may be refilled.
+        wgmmaWait<1>();
+        if (lane == 0) mbarArrive(emptyBar + 8 * prevStage);
+      }
+      prevStage = stage;
+      if (++stage == Cfg::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    wgmmaWait<0>();
+#pragma unroll
+    for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) wgmmaFenceOperand(acc[r]);
+    if (lane == 0) mbarArrive(emptyBar + 8 * prevStage);
+
+    // ---- epilogue: straight from registers to global memory.
+    const uint32_t row0 = tileM * Cfg::kBlockM + consumer * 64 + warp * 16 + lane / 4;
+    const uint32_t col0 = tileN * Cfg::kBlockN + 2 * (lane % 4);
+    const bool fullTile = (tileM + 1) * Cfg::kBlockM <= p.m && (tileN + 1) * Cfg::kBlockN <= p.n;
+    if (p.out == GemmOut::Float32)
+      storeTile<GemmOut::Float32>(p, acc, row0, col0, fullTile);
+    else
+      storeTile<GemmOut::BFloat16>(p, acc, row0, col0, fullTile);
+    if constexpr (Hook::kEnabled) {
+      // Every consumer thread fences its own stores GPU-wide, then the 256 consumers meet on named
+      // barrier 1 (the producer is not part of it): the hook sees a finished, visible tile.
+      __threadfence();
+      asm volatile("bar.sync 1, %0;\n" ::"n"(128 * Cfg::kConsumerWarpgroups) : "memory");
+      if (consumer == 0 && wgThread == 0) hook(tileM * Cfg::kBlockM, tileN * Cfg::kBlockN);
+    }
+  }
+}
+
+}  // namespace gemm_detail
+
+/// Runs output tiles firstTile, firstTile + tileStride, ... (< endTile) of problem `p`, then returns.
+///
+/// Contract: called by all GemmTileConfigT<kBlockN>::kThreads (384) threads of the CTA with the same
+/// arguments; `smem` is GemmTileConfigT<kBlockN>::kSmemBytes of dynamic shared memory the CTA owns for the
+/// call; p.blockN == kBlockN (the tensor maps' B box depends on it: a mismatch traps); `p` lives in
+/// param, constant or global memory (its tensor maps are read by TMA). The routine initialises its
+/// mbarriers, re-balances registers with setmaxnreg (the kernel must be launched with at most
+/// 65536 / 384 = 168 registers per thread, e.g. __launch_bounds__(384, 1)), and when it returns every TMA
+/// copy it issued has been consumed. `hook(m0, n0)` runs on one consumer thread after each tile whose first
+/// element is (m0, n0); all of the tile's stores are visible GPU-wide (fenced) before it is called.
+template <uint32_t kBlockN, class Hook>
+MK_DEVICE_INLINE void gemmRunTiles(const GemmParams& p, uint8_t* smem, uint32_t firstTile, uint32_t tileStride,
+                                   uint32_t endTile, Hook& hook) {
+  using Cfg = GemmTileConfigT<kBlockN>;
+  using namespace gemm_detail;
+  if (p.blockN != kBlockN) __trap();
+  const uintptr_t raw = reinterpret_cast<uintptr_t>(smem);
+  uint8_t* base = smem + ((Cfg::kSmemAlign - raw % Cfg::kSmemAlign) % Cfg::kSmemAlign);
+  const uint32_t smemA = smemAddr(base);
+  const uint32_t smemB = smemA + Cfg::kStages * Cfg::kStageBytesA;
+  const uint32_t fullBar = smemB + Cfg::kStages * Cfg::kStageBytesB;
+  const uint32_t emptyBar = fullBar + Cfg::kStages * 8;
+
+  const uint32_t warpgroup = threadIdx.x / 128;
+  const uint32_t wgThread = threadIdx.x % 128;
+  if (threadIdx.x == 0) {
+    for (uint32_t s = 0; s < Cfg::kStages; ++s) {
+      mbarInit(fullBar + 8 * s, 1);
+      mbarInit(emptyBar + 8 * s, Cfg::kConsumerWarps);
+    }
+    // Make the initialised barriers visible to the async proxy (TMA's complete_tx).
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    // ---- producer ---------------------------------------------------------------------------------------
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegs));
+    if (wgThread != 0) return;
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapA)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapB)) : "memory");
+    uint32_t stage = 0, phase = 0;
+    for (uint32_t tile = firstTile; tile < endTile; tile += tileStride) {
+      uint32_t tileM = 0, tileN = 0;
+      gemmTileCoord(p, tile, tileM, tileN);
+      const int32_t rowA = static_cast<int32_t>(tileM * Cfg::kBlockM);
+      const int32_t colB = static_cast<int32_t>(tileN * Cfg::kBlockN);
+      for (uint32_t kIter = 0; kIter < p.kIters; ++kIter) {
+        // A fresh barrier counts as having completed the phase before phase 0: the first pass never waits.
+        mbarWait(p, emptyBar + 8 * stage, phase ^ 1, GemmWaiter::Producer, stage, tile);
+        const uint32_t full = fullBar + 8 * stage;
+        mbarArriveExpectTx(full, Cfg::kStageBytes);
+        const int32_t k0 = static_cast<int32_t>(kIter * Cfg::kBlockK);
+        tmaLoad2d(smemA + stage * Cfg::kStageBytesA, &p.mapA, k0, rowA, full);
+        const uint32_t dstB = smemB + stage * Cfg::kStageBytesB;
+        if (p.bRowMajor) {
+          for (uint32_t box = 0; box < Cfg::kBlockN / Cfg::kBoxN; ++box)
+            tmaLoad2d(dstB + box * Cfg::kBoxBytesBRowMajor, &p.mapB,
+                      colB + static_cast<int32_t>(box * Cfg::kBoxN), k0, full);
+        } else {
+          tmaLoad2d(dstB, &p.mapB, k0, colB, full);
+        }
+        if (++stage == Cfg::kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- consumers --------------------------------------------------------------------------------------
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs));
+  // One straight-line k-loop per B layout: a layout branch between the wgmmas makes ptxas insert
+  // warpgroup.arrive before each of them.
+  if (p.bRowMajor)
+    gemm_detail::consumeTiles<kBlockN, 1>(p, smemA, smemB, fullBar, emptyBar, firstTile, tileStride, endTile, hook);
+  else
+    gemm_detail::consumeTiles<kBlockN, 0>(p, smemA, smemB, fullBar, emptyBar, firstTile, tileStride, endTile, hook);
+}
+
+#endif  // MK_HAVE_DEVICE_CODE
+
+}  // namespace mk::device

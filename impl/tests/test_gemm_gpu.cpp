@@ -1,0 +1,253 @@
+// GPU tests of the Hopper GEMM engine (issue 6): element-wise against a CPU reference (double accumulation
+// of the same bf16 inputs) on small and odd shapes, both B layouts, both output types, fewer CTAs than
+// tiles, the per-tile hook, and against cuBLASLt on a large shape.
+#include <doctest/doctest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cublaslt_loader.hpp"
+#include "mk/cuda_check.hpp"
+#include "mk/error.hpp"
+#include "mk/gemm.hpp"
+
+namespace {
+
+uint16_t toBf16(float f) {
+  uint32_t u = 0;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+double fromBf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f = 0;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+struct Dev {
+  void* p = nullptr;
+  explicit Dev(std::size_t bytes) { MK_CUDA_CHECK(cudaMalloc(&p, bytes)); }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+};
+
+struct Case {
+  int64_t m, n, k;
+  mk::GemmLayout layout;
+  mk::DType out;
+  int64_t ctas = 0;
+  bool hook = false;
+  int64_t tileN = 0;  ///< 0 = chosen per problem
+};
+
+std::string describe(const Case& c) {
+  return "m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) + " B " +
+         mk::toString(c.layout) + " out " + (c.out == mk::DType::Float32 ? "f32" : "bf16") +
+         " ctas=" + std::to_string(c.ctas) + " tileN=" + std::to_string(c.tileN);
+}
+
+/// Runs one GEMM on random inputs and compares every element of C (and nothing outside it: the padding
+/// columns of C must keep their sentinel) with the CPU reference.
+void runAndCompare(const Case& c, uint64_t seed) {
+  INFO(describe(c));
+  const bool rowB = c.layout == mk::GemmLayout::RowMajor;
+  const int64_t lda = (c.k + 7) / 8 * 8, ldb = rowB ? (c.n + 7) / 8 * 8 : lda, ldc = (c.n + 7) / 8 * 8 + 8;
+  const bool f32 = c.out == mk::DType::Float32;
+  const std::size_t es = f32 ? 4 : 2;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<uint16_t> a(static_cast<std::size_t>(c.m * lda)), b(static_cast<std::size_t>((rowB ? c.k : c.n) * ldb));
+  for (auto& v : a) v = toBf16(d(rng));
+  for (auto& v : b) v = toBf16(d(rng));
+  Dev da(a.size() * 2), db(b.size() * 2), dc(static_cast<std::size_t>(c.m * ldc) * es);
+  MK_CUDA_CHECK(cudaMemcpy(da.p, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
+  MK_CUDA_CHECK(cudaMemcpy(db.p, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+  MK_CUDA_CHECK(cudaMemset(dc.p, 0x7F, static_cast<std::size_t>(c.m * ldc) * es));  // sentinel
+  mk::GemmProblem pr{c.m, c.n, c.k, da.p, lda, db.p, ldb, c.layout, dc.p, ldc, c.out};
+  mk::GemmConfig cfg;
+  cfg.ctas = c.ctas;
+  cfg.tileN = c.tileN;
+  int sms = 0;
+  MK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const mk::GemmTiles tiles = mk::validateGemm(pr, cfg, sms);
+  Dev counts(tiles.count() * 4);
+  if (c.hook) {
+    MK_CUDA_CHECK(cudaMemset(counts.p, 0, tiles.count() * 4));
+    cfg.hookCounts = static_cast<uint32_t*>(counts.p);
+  }
+  mk::GemmPlan plan(pr, cfg);
+  REQUIRE(plan.tiles().count() == tiles.count());
+  plan.run(nullptr);
+  const cudaError_t err = cudaDeviceSynchronize();
+  INFO(plan.timeoutReport());
+  REQUIRE(err == cudaSuccess);
+
+  std::vector<uint8_t> got(static_cast<std::size_t>(c.m * ldc) * es);
+  MK_CUDA_CHECK(cudaMemcpy(got.data(), dc.p, got.size(), cudaMemcpyDeviceToHost));
+  auto at = [&](int64_t row, int64_t col) -> double {
+    const std::size_t i = static_cast<std::size_t>(row * ldc + col);
+    if (f32) {
+      float f = 0;
+      std::memcpy(&f, got.data() + i * 4, 4);
+      return f;
+    }
+    uint16_t h = 0;
+    std::memcpy(&h, got.data() + i * 2, 2);
+    return fromBf16(h);
+  };
+  // |ours - exact| <= u_out |exact| + K 2^-24 sum |a b| (fp32 accumulation), with a little slack.
+  const double uOut = f32 ? 0.0 : std::ldexp(1.0, -8);
+  int64_t wrong = 0, sentinelHit = 0;
+  std::vector<double> bcol(static_cast<std::size_t>(c.k));
+  for (int64_t col = 0; col < c.n; ++col) {
+    for (int64_t kk = 0; kk < c.k; ++kk)
+      bcol[static_cast<std::size_t>(kk)] =
+          fromBf16(rowB ? b[static_cast<std::size_t>(kk * ldb + col)] : b[static_cast<std::size_t>(col * ldb + kk)]);
+    for (int64_t row = 0; row < c.m; ++row) {
+      double exact = 0, mag = 0;
+      for (int64_t kk = 0; kk < c.k; ++kk) {
+        const double prod = fromBf16(a[static_cast<std::size_t>(row * lda + kk)]) * bcol[static_cast<std::size_t>(kk)];
+        exact += prod;
+        mag += std::fabs(prod);
+      }
+      const double tol = uOut * std::fabs(exact) + static_cast<double>(c.k) * std::ldexp(1.0, -24) * mag * 2 + 1e-30;
+      const double v = at(row, col);
+      if (!(std::fabs(v - exact) <= tol)) {
+        if (wrong < 5) MESSAGE("C[" << row << "][" << col << "] = " << v << ", expected " << exact << " +- " << tol);
+        ++wrong;
+      }
+    }
+  }
+  // Columns n..ldc-1 are outside C: the clipped epilogue must never write them.
+  for (int64_t row = 0; row < c.m; ++row)
+    for (int64_t col = c.n; col < ldc; ++col) {
+      const std::size_t i = static_cast<std::size_t>(row * ldc + col) * es;
+      if (got[i] != 0x7F || got[i + es - 1] != 0x7F) ++sentinelHit;
+    }
+  CHECK(wrong == 0);
+  CHECK(sentinelHit == 0);
+  if (c.hook) {
+    std::vector<uint32_t> h(tiles.count());
+    MK_CUDA_CHECK(cudaMemcpy(h.data(), counts.p, h.size() * 4, cudaMemcpyDeviceToHost));
+    int64_t notOnce = 0;
+    for (uint32_t v : h) notOnce += v != 1;
+    CHECK(notOnce == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gemm: exact tiles match the CPU reference for every layout output type and tile width") {
+  uint64_t seed = 1;
+  for (int64_t tileN : {128, 256})
+    for (auto layout : {mk::GemmLayout::RowMajor, mk::GemmLayout::ColMajor})
+      for (auto out : {mk::DType::BFloat16, mk::DType::Float32})
+        runAndCompare({128, 256, 64, layout, out, 0, false, tileN}, seed++);
+}
+
+TEST_CASE("gemm: remainders in M N and K are zero-filled on load and clipped on store") {
+  uint64_t seed = 100;
+  const int64_t shapes[][3] = {{1, 1, 8}, {1, 1, 1}, {3, 5, 7}, {130, 260, 72}, {257, 513, 136}, {129, 255, 1000},
+                               {200, 300, 65}, {64, 700, 24}};
+  for (int64_t tileN : {128, 256})
+    for (const auto& s : shapes)
+      for (auto layout : {mk::GemmLayout::RowMajor, mk::GemmLayout::ColMajor})
+        for (auto out : {mk::DType::BFloat16, mk::DType::Float32})
+          runAndCompare({s[0], s[1], s[2], layout, out, 0, false, tileN}, seed++);
+}
+
+TEST_CASE("gemm: fewer CTAs than tiles walk every tile and the hook sees each tile exactly once") {
+  uint64_t seed = 200;
+  for (auto layout : {mk::GemmLayout::RowMajor, mk::GemmLayout::ColMajor}) {
+    runAndCompare({700, 1100, 300, layout, mk::DType::BFloat16, 3, true}, seed++);   // 6 x 5 tiles on 3 CTAs
+    runAndCompare({1024, 2048, 512, layout, mk::DType::Float32, 7, true}, seed++);   // 8 x 8 tiles on 7 CTAs
+    runAndCompare({333, 777, 128, layout, mk::DType::Float32, 1, true}, seed++);     // one CTA does everything
+    runAndCompare({700, 1100, 300, layout, mk::DType::BFloat16, 5, true, 128}, seed++);  // 6 x 9 narrow tiles
+  }
+}
+
+TEST_CASE("gemm: large problem matches cuBLASLt within the relative error bound") {
+  mkbench::CublasLt lt;
+  for (auto layout : {mk::GemmLayout::RowMajor, mk::GemmLayout::ColMajor}) {
+    const int64_t m = 2048 + 64, n = 4096 - 8, k = 2048 + 40;
+    const bool rowB = layout == mk::GemmLayout::RowMajor;
+    const int64_t ldb = rowB ? n : k;
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    std::vector<uint16_t> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
+    for (auto& v : a) v = toBf16(d(rng));
+    for (auto& v : b) v = toBf16(d(rng));
+    Dev da(a.size() * 2), db(b.size() * 2), c1(static_cast<std::size_t>(m * n) * 4), c2(static_cast<std::size_t>(m * n) * 4);
+    MK_CUDA_CHECK(cudaMemcpy(da.p, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
+    MK_CUDA_CHECK(cudaMemcpy(db.p, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+    mk::GemmProblem pr{m, n, k, da.p, k, db.p, ldb, layout, c1.p, n, mk::DType::Float32};
+    mk::GemmConfig cfg;
+    cfg.tileN = layout == mk::GemmLayout::RowMajor ? 256 : 128;
+    mk::gemm(pr, cfg, nullptr);
+    mk::GemmProblem ref = pr;
+    ref.c = c2.p;
+    const auto plan = lt.plan(ref);
+    lt.run(plan, nullptr);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    std::vector<float> x(static_cast<std::size_t>(m * n)), y(x.size());
+    MK_CUDA_CHECK(cudaMemcpy(x.data(), c1.p, x.size() * 4, cudaMemcpyDeviceToHost));
+    MK_CUDA_CHECK(cudaMemcpy(y.data(), c2.p, y.size() * 4, cudaMemcpyDeviceToHost));
+    double diff2 = 0, ref2 = 0;
+    bool finite = true;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      finite = finite && std::isfinite(x[i]);
+      diff2 += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
+      ref2 += static_cast<double>(y[i]) * y[i];
+    }
+    const double rel = std::sqrt(diff2 / ref2);
+    INFO("B " << mk::toString(layout) << ": relative Frobenius error " << rel);
+    CHECK(finite);
+    CHECK(rel <= 2.0 * static_cast<double>(k) * std::ldexp(1.0, -24));
+  }
+}
+
+TEST_CASE("gemm: bad input is rejected before launch") {
+  Dev buf(1 << 20);
+  char* base = static_cast<char*>(buf.p);
+  const mk::GemmProblem good{64, 64, 64, base, 64, base, 64, mk::GemmLayout::RowMajor, base, 64, mk::DType::BFloat16};
+  CHECK_NOTHROW(mk::GemmPlan(good, {}));
+  auto throwsInvalid = [&](mk::GemmProblem p, mk::GemmConfig cfg) {
+    try {
+      mk::GemmPlan plan(p, cfg);
+    } catch (const mk::Error& e) {
+      return e.code() == mk::ErrorCode::InvalidArgument || e.code() == mk::ErrorCode::Unsupported;
+    }
+    return false;
+  };
+  mk::GemmProblem p = good;
+  p.a = base + 2;  // 2-byte aligned only
+  CHECK(throwsInvalid(p, {}));
+  p = good;
+  p.lda = 72;  // fine (multiple of 8)...
+  CHECK_FALSE(throwsInvalid(p, {}));
+  p.lda = 68;  // ... not a multiple of 8 elements
+  CHECK(throwsInvalid(p, {}));
+  p = good;
+  p.m = 0;
+  CHECK(throwsInvalid(p, {}));
+  p = good;
+  p.outDType = mk::DType::Float16;
+  CHECK(throwsInvalid(p, {}));
+  int sms = 0;
+  MK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  mk::GemmConfig cfg;
+  cfg.ctas = sms + 1;
+  CHECK(throwsInvalid(good, cfg));
+  cfg.ctas = 0;
+  cfg.tileN = 64;
+  CHECK(throwsInvalid(good, cfg));
+}
