@@ -14,13 +14,14 @@ shift 3 || true
 bins=()
 while [[ $# -gt 0 && $1 != "--" ]]; do bins+=("$1"); shift; done
 [[ ${1:-} == "--" ]] && shift
-[[ ${#bins[@]} -eq 0 ]] && bins=(mk_gpu_tests mk_multigpu_tests)
+[[ ${#bins[@]} -eq 0 ]] && bins=(mk_gpu_tests mk_multigpu_tests mk_multiprocess_tests)
 : > "$log"
 pass=0
 fail=0
 failed=()
 for bin in "${bins[@]}"; do
   exe=$build/impl/$bin
+  if [[ ! -x $exe ]]; then echo "gpu suite: $exe is missing (not built?)" | tee -a "$log"; fail=$((fail + 1)); failed+=("$bin: missing"); continue; fi
   mapfile -t names < <("$exe" -ltc "$@" 2>/dev/null | awk '/^=+$/{inside=!inside; next} inside')
   for name in "${names[@]}"; do
     [[ -z $name ]] && continue

@@ -1,12 +1,12 @@
 // mkernel — the GPU engine's host API: a communicator per rank, collectives and any schedule through one
 // resident kernel per GPU.
 //
-// Phase 1 (this file's implementation): one process drives several GPUs of one node
-// (Communicator::createLocal). Every rank is a Communicator; like NCCL in that mode, an op is submitted by
-// calling it on every rank (from one thread, or one thread per rank); it starts on a GPU once that rank's
-// stream reaches it. The multi-process modes (MPI, torchrun-style environment) will create one
-// Communicator per process through a bootstrap that exchanges the same things createLocal sets up in
-// memory: peer mappings of every rank's engine state and scratch, and per-op address tables.
+// Two modes, one engine. One process drives several GPUs of one node (Communicator::createLocal): every
+// rank is a Communicator; like NCCL in that mode, an op is submitted by calling it on every rank (from one
+// thread, or one thread per rank). Or one process per GPU (Communicator::createFromEnvironment under
+// torchrun / mpirun, or Communicator::create with any mk::Bootstrap): each process holds one rank; peers'
+// memory is mapped through CUDA IPC (docs/gpu-engine.md, "One process per GPU"). Either way an op starts
+// on a GPU once that rank's stream reaches it.
 //
 // Stream semantics: a call returns once the op is enqueued. The op starts when `stream` reaches it (a
 // stream memory write rings the doorbell). Outside a group the call also makes `stream` wait for the op's
@@ -79,6 +79,8 @@ struct TraceEvent {
   uint64_t startNs = 0, endNs = 0;  ///< %globaltimer
 };
 
+class Bootstrap;
+
 namespace runtime {
 class LocalGroup;
 }
@@ -94,6 +96,17 @@ class Communicator {
   /// Error(Unsupported) when two of them cannot map each other's memory (naming the pair), when more
   /// ranks than the engine drives are asked for, or when the kernel's grid cannot be co-resident.
   static std::vector<Communicator> createLocal(const std::vector<int>& devices, const CommConfig& config = {});
+  /// One process per GPU: this process is rank bootstrap.rank() of bootstrap.size(), on `device` (every
+  /// rank calls it; collective over the bootstrap, which is not used after create returns). Ranks must
+  /// share a node. Peers' memory is mapped through CUDA IPC: user buffers passed to collectives must be
+  /// cudaMalloc memory (stream-ordered pool memory is refused with an error). Throws like createLocal,
+  /// plus Error(Unsupported) for ranks on different hosts and Error(InvalidArgument) for two ranks on
+  /// one GPU or mismatched CommConfig::ringSlots; bootstrap failures name the rank or address at fault.
+  static Communicator create(Bootstrap& bootstrap, int device, const CommConfig& config = {});
+  /// One process per GPU from torchrun-style variables (readLaunchEnvironment, mk/bootstrap.hpp): TCP
+  /// rendezvous at MASTER_ADDR:MASTER_PORT (budget CommConfig::hostBudgetMs), LOCAL_RANK picks the GPU.
+  /// Throws Error(InvalidArgument) naming a missing or malformed variable.
+  static Communicator createFromEnvironment(const CommConfig& config = {});
 
   Communicator(Communicator&&) noexcept;
   Communicator& operator=(Communicator&&) noexcept;
@@ -102,10 +115,15 @@ class Communicator {
   ~Communicator();
 
   int rank() const noexcept { return rank_; }
+  /// True when each rank of this communicator is its own process (create / createFromEnvironment).
+  bool multiProcess() const noexcept;
   int size() const noexcept;
   int device() const noexcept;
   /// The topology the "auto" choice costs against (detected at creation).
   const Topology& topology() const noexcept;
+  /// How topology() was found: the preset or the local GPU model, and the NVLinks NVML reports
+  /// ("preset h200x2 (NVML: 18 NVLinks per GPU, direct)"; NVML is loaded at run time, optional).
+  const std::string& topologySource() const noexcept;
   /// Worker CTAs of this rank's resident kernel.
   uint32_t workerCtas() const noexcept;
 

@@ -1,5 +1,7 @@
-// mkernel — single-process communicator: resources, the resident kernels' lifecycle, op submission.
+// mkernel — communicator: resources, the resident kernels' lifecycle, op submission; one process driving
+// every GPU, or one process per GPU (local_group.hpp says where the two differ).
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,8 +16,10 @@
 #include "../kernels/resident_kernel.hpp"
 #include "driver_api.hpp"
 #include "local_group.hpp"
+#include "topology_probe.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/cuda_check.hpp"
+#include "mk/bootstrap.hpp"
 #include "mk/error.hpp"
 #include "mk/schedule/pack.hpp"
 #include "mk/schedule/validate.hpp"
@@ -84,17 +88,21 @@ bool hostPoll(double budgetMs, const std::function<bool()>& done) {
 
 // ---- creation ------------------------------------------------------------------------------------------
 
-LocalGroup::LocalGroup(const std::vector<int>& devices, const CommConfig& config) : config_(config) {
-  if (config_.threadsPerCta < 32 || config_.threadsPerCta > static_cast<uint32_t>(kMaxThreadsPerCta) ||
-      config_.threadsPerCta % 32 != 0)
+void LocalGroup::checkConfig(const CommConfig& c) {
+  if (c.threadsPerCta < 32 || c.threadsPerCta > static_cast<uint32_t>(kMaxThreadsPerCta) ||
+      c.threadsPerCta % 32 != 0)
     throw Error(ErrorCode::InvalidArgument, "CommConfig::threadsPerCta must be a multiple of 32 in 32..512 (got " +
-                                                std::to_string(config_.threadsPerCta) + ")");
-  if (config_.ringSlots < 2 || config_.ringSlots > 4096)
+                                                std::to_string(c.threadsPerCta) + ")");
+  if (c.ringSlots < 2 || c.ringSlots > 4096)
     throw Error(ErrorCode::InvalidArgument,
-                "CommConfig::ringSlots must be in 2..4096 (got " + std::to_string(config_.ringSlots) + ")");
-  if (!(config_.pollBudgetMs > 0) || !(config_.hostBudgetMs > 0))
+                "CommConfig::ringSlots must be in 2..4096 (got " + std::to_string(c.ringSlots) + ")");
+  if (!(c.pollBudgetMs > 0) || !(c.hostBudgetMs > 0))
     throw Error(ErrorCode::InvalidArgument, "CommConfig::pollBudgetMs and hostBudgetMs must be > 0");
-  if (config_.minBytesPerCta == 0) throw Error(ErrorCode::InvalidArgument, "CommConfig::minBytesPerCta must be > 0");
+  if (c.minBytesPerCta == 0) throw Error(ErrorCode::InvalidArgument, "CommConfig::minBytesPerCta must be > 0");
+}
+
+LocalGroup::LocalGroup(const std::vector<int>& devices, const CommConfig& config) : config_(config) {
+  checkConfig(config_);
   ringSlots_ = config_.ringSlots;
   try {
     init(devices);
@@ -104,6 +112,102 @@ LocalGroup::LocalGroup(const std::vector<int>& devices, const CommConfig& config
     releaseMemory();
     throw;
   }
+}
+
+LocalGroup::LocalGroup(Bootstrap& boot, int device, const CommConfig& config) : config_(config) {
+  checkConfig(config_);
+  ringSlots_ = config_.ringSlots;
+  try {
+    initProcess(boot, device);
+    launchKernels();
+    // Every rank's kernel runs before anyone submits: a peer's first op then never waits for a launch.
+    boot.barrier();
+  } catch (...) {
+    shutdown();
+    releaseMemory();
+    throw;
+  }
+  progress_ = std::thread([this] { progressThread(); });
+}
+
+namespace {
+/// Topology for the "auto" choice: the lent pair's preset, else a node of this many GPUs like `prop`.
+Topology detectTopology(const cudaDeviceProp& prop, size_t n) {
+  const std::string name = prop.name;
+  if (n == 2 && name.find("H200") != std::string::npos) return topologyPreset("h200x2");
+  Topology t = topologyPreset(name.find("H100") != std::string::npos ? "dgx-h100" : "dgx-h200");
+  t.name = "local";
+  t.node.gpu = name;
+  t.node.gpus = static_cast<uint32_t>(n);
+  t.node.sms = static_cast<uint32_t>(prop.multiProcessorCount);
+  t.node.nics = 0;
+  t.node.nic = NicSpec{0, 0};
+  return t;
+}
+
+std::string peerAccessRefusal(int devA, int rankA, int devB, int rankB) {
+  return "GPU " + std::to_string(devA) + " (rank " + std::to_string(rankA) + ") cannot access the memory of GPU " +
+         std::to_string(devB) + " (rank " + std::to_string(rankB) +
+         "): cudaDeviceCanAccessPeer = 0; the engine needs NVLink or PCIe peer access between every pair of its GPUs";
+}
+}  // namespace
+
+void LocalGroup::refineTopology(const std::vector<NvlinkProbe>& probes, int major) {
+  if (topology_.name == "h200x2") {
+    // The preset holds numbers measured on this very machine: keep them, say what NVML sees.
+    Topology probe = topology_;
+    topologySource_ = "preset h200x2 (NVML: " + applyNvlinkProbes(probe, probes, major) + ")";
+    return;
+  }
+  topologySource_ = "local, like " + topology_.node.gpu + " (NVML: " + applyNvlinkProbes(topology_, probes, major) + ")";
+}
+
+uint32_t LocalGroup::workersFor(int dev) const {
+  cudaDeviceProp p{};
+  MK_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+  const uint32_t w = config_.workerCtas
+                         ? config_.workerCtas
+                         : std::min<uint32_t>(64, std::max<uint32_t>(1, static_cast<uint32_t>(p.multiProcessorCount) / 2));
+  if (w > 0xFFFE) throw Error(ErrorCode::InvalidArgument, "CommConfig::workerCtas too large");
+  MK_CUDA_CHECK(cudaSetDevice(dev));
+  const int perSm = residentBlocksPerSm(config_.trace, static_cast<int>(config_.threadsPerCta));
+  const int64_t capacity = int64_t{perSm} * p.multiProcessorCount;
+  if (perSm <= 0 || capacity < int64_t{w} + 1)
+    throw Error(ErrorCode::Unsupported, "the resident kernel needs " + std::to_string(w + 1) + " co-resident CTAs of " +
+                                            std::to_string(config_.threadsPerCta) + " threads on GPU " +
+                                            std::to_string(dev) + ", which holds " + std::to_string(capacity) + " (" +
+                                            std::to_string(perSm) + " per SM x " + std::to_string(p.multiProcessorCount) +
+                                            " SMs): lower CommConfig::workerCtas or threadsPerCta");
+  return w;
+}
+
+void LocalGroup::allocHostBlocks(size_t n) {
+  if (!link_) status_ = hostAlloc<device::StatusBlock>(1);  // multi-process: in the shared segment
+  ring_ = hostAlloc<device::OpDescriptor>(ringSlots_);
+  mailboxes_ = hostAlloc<device::RankMailbox>(n);
+  if (config_.trace) trace_ = hostAlloc<device::TraceRecord>(n * size_t{config_.traceCapacity});
+  traceTaken_.assign(n, 0);
+  opSchedule_.assign(ringSlots_, nullptr);
+  // cudaFreeHost may wait for the device: the clock probe's mailbox lives as long as the group.
+  clockPing_ = hostAlloc<uint32_t>(4);
+  clockPong_ = hostAlloc<uint64_t>(2);
+}
+
+void LocalGroup::allocRank(int r, int dev) {
+  RankResources& rr = ranks_[static_cast<size_t>(r)];
+  rr.device = dev;
+  MK_CUDA_CHECK(cudaSetDevice(rr.device));
+  MK_CUDA_CHECK(cudaStreamCreateWithFlags(&rr.kernelStream, cudaStreamNonBlocking));
+  MK_CUDA_CHECK(cudaStreamCreateWithFlags(&rr.copyStream, cudaStreamNonBlocking));
+  MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.state), sizeof(device::RankState)));
+  MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.doorbell), ringSlots_ * sizeof(uint32_t)));
+  MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.stamps), ringSlots_ * sizeof(device::OpStamp)));
+  MK_CUDA_CHECK(cudaMemsetAsync(rr.stamps, 0, ringSlots_ * sizeof(device::OpStamp), rr.copyStream));
+  MK_CUDA_CHECK(cudaMemsetAsync(rr.state, 0, sizeof(device::RankState), rr.copyStream));
+  MK_CUDA_CHECK(cudaMemsetAsync(rr.doorbell, 0, ringSlots_ * sizeof(uint32_t), rr.copyStream));
+  MK_CUDA_CHECK(cudaMemcpyAsync(&rr.state->doorbell, &rr.doorbell, sizeof(uint32_t*), cudaMemcpyHostToDevice,
+                                rr.copyStream));
+  MK_CUDA_CHECK(cudaStreamSynchronize(rr.copyStream));
 }
 
 void LocalGroup::init(const std::vector<int>& devices) {
@@ -137,95 +241,159 @@ void LocalGroup::init(const std::vector<int>& devices) {
       int can = 0;
       MK_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, devices[a], devices[b]));
       if (!can)
-        throw Error(ErrorCode::Unsupported, "GPU " + std::to_string(devices[a]) + " (rank " + std::to_string(a) +
-                                                ") cannot access the memory of GPU " + std::to_string(devices[b]) +
-                                                " (rank " + std::to_string(b) +
-                                                "): cudaDeviceCanAccessPeer = 0; the engine needs NVLink or PCIe peer access "
-                                                "between every pair of its GPUs");
+        throw Error(ErrorCode::Unsupported,
+                    peerAccessRefusal(devices[a], static_cast<int>(a), devices[b], static_cast<int>(b)));
       MK_CUDA_CHECK(cudaSetDevice(devices[a]));
       const cudaError_t e = cudaDeviceEnablePeerAccess(devices[b], 0);
       if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) MK_CUDA_CHECK(e);
       cudaGetLastError();
     }
 
-  // Topology for the "auto" choice: the lent pair's preset, else a node of this many GPUs like them.
   cudaDeviceProp prop{};
   MK_CUDA_CHECK(cudaGetDeviceProperties(&prop, devices[0]));
-  const std::string name = prop.name;
-  if (n == 2 && name.find("H200") != std::string::npos) {
-    topology_ = topologyPreset("h200x2");
-  } else {
-    topology_ = topologyPreset(name.find("H100") != std::string::npos ? "dgx-h100" : "dgx-h200");
-    topology_.name = "local";
-    topology_.node.gpu = name;
-    topology_.node.gpus = static_cast<uint32_t>(n);
-    topology_.node.sms = static_cast<uint32_t>(prop.multiProcessorCount);
-    topology_.node.nics = 0;
-    topology_.node.nic = NicSpec{0, 0};
+  topology_ = detectTopology(prop, n);
+  {
+    std::vector<std::string> bus(n);
+    for (size_t i = 0; i < n; ++i) {
+      char id[32] = {};
+      MK_CUDA_CHECK(cudaDeviceGetPCIBusId(id, sizeof id, devices[i]));
+      bus[i] = id;
+    }
+    std::vector<NvlinkProbe> probes;
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<std::string> peers;
+      for (size_t j = 0; j < n; ++j)
+        if (j != i) peers.push_back(bus[j]);
+      probes.push_back(probeNvlinks(bus[i], peers));
+    }
+    refineTopology(probes, prop.major);
   }
-
-  // Grid: control block + workers, all co-resident.
-  workers_ = config_.workerCtas ? config_.workerCtas
-                                : std::min<uint32_t>(64, std::max<uint32_t>(1, static_cast<uint32_t>(prop.multiProcessorCount) / 2));
-  if (workers_ > 0xFFFE) throw Error(ErrorCode::InvalidArgument, "CommConfig::workerCtas too large");
+  // Grid: control block + workers, all co-resident on every GPU.
   for (size_t i = 0; i < n; ++i) {
-    cudaDeviceProp p{};
-    MK_CUDA_CHECK(cudaGetDeviceProperties(&p, devices[i]));
-    MK_CUDA_CHECK(cudaSetDevice(devices[i]));
-    const int perSm = residentBlocksPerSm(config_.trace, static_cast<int>(config_.threadsPerCta));
-    const int64_t capacity = int64_t{perSm} * p.multiProcessorCount;
-    if (perSm <= 0 || capacity < int64_t{workers_} + 1)
-      throw Error(ErrorCode::Unsupported, "the resident kernel needs " + std::to_string(workers_ + 1) +
-                                              " co-resident CTAs of " + std::to_string(config_.threadsPerCta) +
-                                              " threads on GPU " + std::to_string(devices[i]) + ", which holds " +
-                                              std::to_string(capacity) + " (" + std::to_string(perSm) + " per SM x " +
-                                              std::to_string(p.multiProcessorCount) +
-                                              " SMs): lower CommConfig::workerCtas or threadsPerCta");
+    const uint32_t w = workersFor(devices[i]);
+    workers_ = i == 0 ? w : std::min(workers_, w);
   }
 
-  // Host-mapped blocks shared by the group.
-  status_ = hostAlloc<device::StatusBlock>(1);
-  ring_ = hostAlloc<device::OpDescriptor>(ringSlots_);
-  mailboxes_ = hostAlloc<device::RankMailbox>(n);
-  if (config_.trace) trace_ = hostAlloc<device::TraceRecord>(n * size_t{config_.traceCapacity});
-  traceTaken_.assign(n, 0);
-  opSchedule_.assign(ringSlots_, nullptr);
-  // cudaFreeHost may wait for the device: the clock probe's mailbox lives as long as the group.
-  clockPing_ = hostAlloc<uint32_t>(4);
-  clockPong_ = hostAlloc<uint64_t>(2);
-
+  allocHostBlocks(n);
   ranks_.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    RankResources& rr = ranks_[i];
-    rr.device = devices[i];
-    MK_CUDA_CHECK(cudaSetDevice(rr.device));
-    MK_CUDA_CHECK(cudaStreamCreateWithFlags(&rr.kernelStream, cudaStreamNonBlocking));
-    MK_CUDA_CHECK(cudaStreamCreateWithFlags(&rr.copyStream, cudaStreamNonBlocking));
-    MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.state), sizeof(device::RankState)));
-    MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.doorbell), ringSlots_ * sizeof(uint32_t)));
-    MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.stamps), ringSlots_ * sizeof(device::OpStamp)));
-    MK_CUDA_CHECK(cudaMemsetAsync(rr.stamps, 0, ringSlots_ * sizeof(device::OpStamp), rr.copyStream));
-    MK_CUDA_CHECK(cudaMemsetAsync(rr.state, 0, sizeof(device::RankState), rr.copyStream));
-    MK_CUDA_CHECK(cudaMemsetAsync(rr.doorbell, 0, ringSlots_ * sizeof(uint32_t), rr.copyStream));
-    MK_CUDA_CHECK(cudaMemcpyAsync(&rr.state->doorbell, &rr.doorbell, sizeof(uint32_t*), cudaMemcpyHostToDevice,
-                                  rr.copyStream));
-    MK_CUDA_CHECK(cudaStreamSynchronize(rr.copyStream));
+    local_.push_back(static_cast<int>(i));
+    allocRank(static_cast<int>(i), devices[i]);
   }
+  for (size_t i = 0; i < n; ++i) peerStates_.push_back(ranks_[i].state);
+}
+
+namespace {
+/// What every process tells the others at creation.
+struct ProcessInfo {
+  char host[64];
+  char busId[32];
+  char gpu[64];
+  uint8_t uuid[16];
+  int32_t device;
+  uint32_t workers;
+  uint32_t ringSlots;
+  uint32_t reserved;
+  IpcRef state;
+};
+}  // namespace
+
+void LocalGroup::initProcess(Bootstrap& boot, int dev) {
+  const int n = boot.size();
+  me_ = boot.rank();
+  const std::string who = "rank " + std::to_string(me_);
+  if (n < 1 || me_ < 0 || me_ >= n) throw Error(ErrorCode::InvalidArgument, "bootstrap reports rank " + std::to_string(me_) + " of " + std::to_string(n));
+  if (n > static_cast<int>(device::kMaxRanks))
+    throw Error(ErrorCode::Unsupported, std::to_string(n) + " ranks asked for; the GPU engine drives at most " +
+                                            std::to_string(device::kMaxRanks) + " (one NVLink domain)");
+  int count = 0;
+  const cudaError_t cerr = cudaGetDeviceCount(&count);
+  if (cerr != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(ErrorCode::Unsupported, who + ": no usable CUDA device (" + std::string(cudaGetErrorName(cerr)) + ")");
+  }
+  if (dev < 0 || dev >= count)
+    throw Error(ErrorCode::InvalidArgument, who + " asks for device " + std::to_string(dev) + " but this process sees " +
+                                                std::to_string(count) + " device(s) (LOCAL_RANK beyond the GPUs of this node?)");
+  driverApi();
+  cudaDeviceProp prop{};
+  MK_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  MK_CUDA_CHECK(cudaSetDevice(dev));
+  const uint32_t myWorkers = workersFor(dev);
+
+  link_ = std::make_unique<ProcessLink>(boot, ringSlots_);
+  status_ = &link_->header().status;
+  ranks_.resize(static_cast<size_t>(n));
+  local_ = {me_};
+  allocRank(me_, dev);
+
+  ProcessInfo mine{};
+  gethostname(mine.host, sizeof mine.host - 1);
+  MK_CUDA_CHECK(cudaDeviceGetPCIBusId(mine.busId, sizeof mine.busId, dev));
+  std::memcpy(mine.gpu, prop.name, sizeof mine.gpu - 1);
+  std::memcpy(mine.uuid, &prop.uuid, sizeof mine.uuid);
+  mine.device = dev;
+  mine.workers = myWorkers;
+  mine.ringSlots = ringSlots_;
+  mine.state = link_->exportPointer(ranks_[static_cast<size_t>(me_)].state, "engine state");
+  const std::vector<uint8_t> all = boot.allGather(&mine, sizeof mine);
+  std::vector<ProcessInfo> info(static_cast<size_t>(n));
+  std::memcpy(info.data(), all.data(), all.size());
+
+  workers_ = myWorkers;
+  for (int q = 0; q < n; ++q) {
+    const ProcessInfo& pi = info[static_cast<size_t>(q)];
+    if (std::strncmp(pi.host, mine.host, sizeof mine.host) != 0)
+      throw Error(ErrorCode::Unsupported, "rank " + std::to_string(q) + " runs on host '" + std::string(pi.host) + "', " + who +
+                                              " on '" + std::string(mine.host) +
+                                              "': the multi-process mode needs every rank on one node for now");
+    if (q != me_ && std::memcmp(pi.uuid, mine.uuid, sizeof mine.uuid) == 0)
+      throw Error(ErrorCode::InvalidArgument, "ranks " + std::to_string(std::min(q, me_)) + " and " +
+                                                  std::to_string(std::max(q, me_)) + " both use GPU " + mine.busId +
+                                                  " (one rank per GPU: check LOCAL_RANK and CUDA_VISIBLE_DEVICES)");
+    if (pi.ringSlots != ringSlots_)
+      throw Error(ErrorCode::InvalidArgument, "rank " + std::to_string(q) + " uses CommConfig::ringSlots " +
+                                                  std::to_string(pi.ringSlots) + ", " + who + " " +
+                                                  std::to_string(ringSlots_) + " (every rank must use the same config)");
+    workers_ = std::min(workers_, pi.workers);  // one worker count for every rank's lowering
+    if (q == me_) continue;
+    int peerDev = -1;
+    if (cudaDeviceGetByPCIBusId(&peerDev, pi.busId) == cudaSuccess) {  // visible here: check peer access
+      int can = 0;
+      MK_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, dev, peerDev));
+      if (!can) throw Error(ErrorCode::Unsupported, peerAccessRefusal(dev, me_, peerDev, q));
+    }
+    cudaGetLastError();
+  }
+  topology_ = detectTopology(prop, static_cast<size_t>(n));
+  {
+    // Each process sees its own GPU's links; the others are taken to be alike (one node of one kind).
+    std::vector<std::string> peers;
+    for (int q = 0; q < n; ++q)
+      if (q != me_) peers.emplace_back(info[static_cast<size_t>(q)].busId);
+    refineTopology({probeNvlinks(mine.busId, peers)}, prop.major);
+  }
+  allocHostBlocks(static_cast<size_t>(n));
+  MK_CUDA_CHECK(cudaSetDevice(dev));
+  for (int q = 0; q < n; ++q)
+    peerStates_.push_back(q == me_ ? ranks_[static_cast<size_t>(me_)].state
+                                   : static_cast<device::RankState*>(link_->importPointer(q, info[static_cast<size_t>(q)].state)));
 }
 
 void LocalGroup::launchKernels() {
   const uint32_t n = static_cast<uint32_t>(ranks_.size());
-  for (uint32_t r = 0; r < n; ++r) {
+  for (const int lr : local_) {
+    const uint32_t r = static_cast<uint32_t>(lr);
     RankResources& rr = ranks_[r];
     device::EngineDeviceHandle h{};
     h.state = rr.state;
-    for (uint32_t q = 0; q < n; ++q) h.peers[q] = ranks_[q].state;
-    h.status = devicePointer(status_);
+    for (uint32_t q = 0; q < n; ++q) h.peers[q] = peerStates_[q];
+    h.status = link_ ? link_->statusDevice() : devicePointer(status_);
     h.mailbox = devicePointer(&mailboxes_[r]);
     h.ring = devicePointer(ring_);
     h.stamps = rr.stamps;
     h.trace = trace_ ? devicePointer(&trace_[size_t{r} * config_.traceCapacity]) : nullptr;
-    h.failureClaim = &ranks_[0].state->failureClaim;
+    h.failureClaim = &peerStates_[0]->failureClaim;
     h.traceCapacity = config_.traceCapacity;
     h.ringSlots = ringSlots_;
     h.rank = r;
@@ -238,7 +406,7 @@ void LocalGroup::launchKernels() {
     rr.launched = true;
   }
   // Every CTA of every kernel must be running at once, or ops could deadlock: wait for the roll call.
-  for (uint32_t r = 0; r < n; ++r) {
+  for (const int r : local_) {
     const uint32_t want = workers_ + 1;
     const bool ok = hostPoll(config_.hostBudgetMs, [&] { return loadHost(&mailboxes_[r].started) == want; });
     if (!ok) {
@@ -260,6 +428,12 @@ void LocalGroup::shutdown() noexcept {
   if (!any) return;
   // Let submitted ops finish (bounded), then ask the kernels to leave; abort them if they do not.
   const bool failed = !poison_.empty() || (status_ && loadHost(&status_->abort) != 0);
+  // Multi-process: ops posted here wait for peers' posts (bounded) before they can drain.
+  if (!failed && link_)
+    hostPoll(config_.hostBudgetMs, [&] {
+      pumpLocked();
+      return pending_.empty() || loadHost(&status_->abort) != 0;
+    });
   bool drained = failed ? false : pending_.empty();
   if (drained)
     for (uint32_t r = 0; r < ranks_.size(); ++r)
@@ -287,9 +461,22 @@ void LocalGroup::shutdown() noexcept {
     cudaGetLastError();
     rr.launched = false;
   }
+  if (link_ && !ranks_[static_cast<size_t>(me_)].launched) {
+    // Peers' kernels may still write into this rank's memory (done / abort words) until they stopped:
+    // free nothing before every peer's kernel left (bounded: a dead peer writes nothing any more).
+    storeHost(&link_->header().stopped[me_], 1);
+    hostPoll(config_.hostBudgetMs, [&] {
+      for (int q = 0; q < size(); ++q)
+        if (loadHost(&link_->header().stopped[q]) == 0) return false;
+      return true;
+    });
+  }
 }
 
 void LocalGroup::releaseMemory() noexcept {
+  bool stillRunning = false;
+  for (const auto& rr : ranks_) stillRunning = stillRunning || rr.launched;
+  if (link_ && !stillRunning) link_->closeImports();
   for (auto& rr : ranks_) {
     if (rr.device < 0) continue;
     if (rr.launched) continue;  // a kernel that never stopped may still touch it: leak rather than corrupt
@@ -306,7 +493,7 @@ void LocalGroup::releaseMemory() noexcept {
   }
   for (auto& kv : cache_) {
     for (size_t r = 0; r < kv.second->devicePrograms.size(); ++r)
-      if (r < ranks_.size() && !ranks_[r].launched) {
+      if (r < ranks_.size() && !ranks_[r].launched && kv.second->devicePrograms[r]) {
         cudaSetDevice(ranks_[r].device >= 0 ? ranks_[r].device : 0);
         cudaFree(kv.second->devicePrograms[r]);
       }
@@ -315,18 +502,20 @@ void LocalGroup::releaseMemory() noexcept {
   bool anyRunning = false;
   for (const auto& rr : ranks_) anyRunning = anyRunning || rr.launched;
   if (!anyRunning) {
-    cudaFreeHost(status_);
+    if (!link_) cudaFreeHost(status_);
     cudaFreeHost(ring_);
     cudaFreeHost(mailboxes_);
     if (trace_) cudaFreeHost(trace_);
     if (clockPing_) cudaFreeHost(clockPing_);
     if (clockPong_) cudaFreeHost(clockPong_);
     status_ = nullptr;
+    link_.reset();
   }
   cudaGetLastError();
 }
 
 LocalGroup::~LocalGroup() {
+  stopProgressThread();
   try {
     std::lock_guard<std::mutex> lock(mu_);
     shutdown();
@@ -373,6 +562,10 @@ std::string LocalGroup::describeDeviceFailure() const {
     case device::Status::DescriptorTimeout:
       os << "rank " << s.rank << " op " << s.op << ": " << statusName(code) << " after " << fmtMs(double(s.elapsedNs) / 1e6)
          << " (seq seen " << s.seen << ", expected " << s.expected << "): did every rank submit op " << s.op << "?";
+      if (link_) {
+        const std::string missing = unpostedRanks(s.op);
+        if (!missing.empty()) os << " (rank(s) " << missing << " never submitted it)";
+      }
       break;
     case device::Status::GateTimeout:
       os << "rank " << s.rank << " could not start op " << s.op << what << " within " << fmtMs(double(s.elapsedNs) / 1e6)
@@ -380,6 +573,7 @@ std::string LocalGroup::describeDeviceFailure() const {
       break;
     case device::Status::HostAbort:
       os << "the communicator was stopped by the host after an earlier error";
+      if (link_) os << " (in the process of rank " << s.rank << ")";
       break;
     default:
       os << "rank " << s.rank << ": " << statusName(code) << " (code " << s.code << ")";
@@ -394,6 +588,7 @@ void LocalGroup::poisonAndThrow(ErrorCode code, const std::string& message) {
   }
   if (status_ && loadHost(&status_->abort) == 0) {
     status_->code = static_cast<uint32_t>(device::Status::HostAbort);
+    status_->rank = static_cast<uint32_t>(me_);  // multi-process: whose process stopped the group
     storeHost(&status_->abort, 1);
   }
   throw Error(code, message);
@@ -409,6 +604,7 @@ void LocalGroup::throwIfFailedLocked(bool deep) {
   // A kernel that died (illegal address, ...) never raises `abort`: asked where the host waits anyway.
   for (const auto& rr : ranks_) {
     if (!deep) break;
+    if (!rr.launched) continue;  // ranks of other processes
     const cudaError_t e = cudaStreamQuery(rr.kernelStream);
     if (e != cudaErrorNotReady) {
       cudaGetLastError();
@@ -438,13 +634,15 @@ CachedSchedule& LocalGroup::cacheLocked(const std::string& key, const std::funct
   lo.minBytesPerCta = config_.minBytesPerCta;
   for (uint32_t r = 0; r < ranks_.size(); ++r) c->programs.push_back(lowerPacked(packRank(c->schedule, r), r, lo));
   c->scratchBytes = c->programs[0].scratchBytes;
+  c->devicePrograms.assign(ranks_.size(), nullptr);
   try {
-    for (uint32_t r = 0; r < ranks_.size(); ++r) {
+    for (const int lr : local_) {
+      const auto r = static_cast<uint32_t>(lr);
       const auto& img = c->programs[r].image;
       void* d = nullptr;
       MK_CUDA_CHECK(cudaSetDevice(ranks_[r].device));
       MK_CUDA_CHECK(cudaMalloc(&d, img.size()));
-      c->devicePrograms.push_back(d);
+      c->devicePrograms[r] = d;
       // The copy stream never waits for a user stream (non-blocking), so an upload cannot deadlock
       // against a stream that waits for an op this thread has yet to complete.
       MK_CUDA_CHECK(cudaMemcpyAsync(d, img.data(), img.size(), cudaMemcpyHostToDevice, ranks_[r].copyStream));
@@ -452,6 +650,7 @@ CachedSchedule& LocalGroup::cacheLocked(const std::string& key, const std::funct
     }
   } catch (...) {
     for (uint32_t r = 0; r < c->devicePrograms.size(); ++r) {
+      if (!c->devicePrograms[r]) continue;
       cudaSetDevice(ranks_[r].device);
       cudaFree(c->devicePrograms[r]);
     }
@@ -468,6 +667,7 @@ void LocalGroup::ensureScratchLocked(uint64_t bytes) {
   // Ops in flight keep using the old arenas (their descriptors hold the addresses): retire, do not free.
   const uint64_t size = std::max<uint64_t>(bytes, scratchBytes_ * 2);
   for (auto& rr : ranks_) {
+    if (rr.device < 0) continue;  // a rank of another process
     MK_CUDA_CHECK(cudaSetDevice(rr.device));
     for (auto& p : rr.scratch) {
       if (p) rr.retired.push_back(p);
@@ -518,9 +718,17 @@ std::string rangeText(const void* p, uint64_t bytes) {
 void LocalGroup::waitRingSpaceLocked(int r, uint32_t seq) {
   if (seq < ringSlots_) return;
   const uint32_t need = seq - ringSlots_ + 1;
-  if (seqGeq(fetched(r), need)) return;
+  // Multi-process: this rank's post slot is free once every rank wrote the descriptor of its old op.
+  auto lagging = [&] {
+    std::string lag;
+    if (link_)
+      for (int q = 0; q < size(); ++q)
+        if (!seqGeq(loadHost(&link_->header().finalized[q]), need)) lag += (lag.empty() ? "" : ", ") + std::to_string(q);
+    return lag;
+  };
+  if (seqGeq(fetched(r), need) && lagging().empty()) return;
   // Ops not yet submitted by every rank can never be fetched: waiting would deadlock a single thread.
-  if (!pending_.empty() && !seqGeq(pending_.begin()->first, need)) {
+  if (!link_ && !pending_.empty() && !seqGeq(pending_.begin()->first, need)) {
     const PendingOp& p = pending_.begin()->second;
     std::string missing;
     for (size_t q = 0; q < p.called.size(); ++q)
@@ -532,11 +740,20 @@ void LocalGroup::waitRingSpaceLocked(int r, uint32_t seq) {
                     "raise CommConfig::ringSlots");
   }
   // Back-pressure: block (bounded) until the kernel has taken the slot's previous op.
-  if (!hostPoll(config_.hostBudgetMs, [&] { return seqGeq(fetched(r), need) || loadHost(&status_->abort) != 0; }))
+  if (!hostPoll(config_.hostBudgetMs, [&] {
+        pumpLocked();
+        return (seqGeq(fetched(r), need) && lagging().empty()) || loadHost(&status_->abort) != 0;
+      })) {
+    const std::string lag = lagging();
     throw Error(ErrorCode::Timeout, "doorbell ring of rank " + std::to_string(r) + " stayed full for " +
                                         fmtMs(config_.hostBudgetMs) + ": the kernel has taken " +
                                         std::to_string(fetched(r)) + " ops, op " + std::to_string(seq) +
-                                        " needs slot " + std::to_string(seq % ringSlots_) + " (is a stream blocked?)");
+                                        " needs slot " + std::to_string(seq % ringSlots_) +
+                                        (lag.empty() ? std::string(" (is a stream blocked?)")
+                                                     : "; rank(s) " + lag + " have not submitted op " +
+                                                           std::to_string(need - 1) + " yet (" +
+                                                           std::to_string(ringSlots_) + " ops behind)"));
+  }
   throwIfFailedLocked(true);
 }
 
@@ -570,6 +787,11 @@ void LocalGroup::submitLocked(int r, const std::string& key, CachedSchedule& sch
 
   const auto& api = driverApi();
   MK_CUDA_CHECK(cudaSetDevice(rr.device));
+  if (link_) {
+    // Peers map these buffers through CUDA IPC: refuse one that cannot be exported before the doorbell rings.
+    link_->exportPointer(send, "send buffer");
+    link_->exportPointer(recv, "recv buffer");
+  }
   const uintptr_t s0 = reinterpret_cast<uintptr_t>(send), r0 = reinterpret_cast<uintptr_t>(recv);
   const void* boundInput = send;
   if (send && inBytes > 0 && outBytes > 0 && s0 < r0 + outBytes && r0 < s0 + inBytes) {
@@ -600,9 +822,15 @@ void LocalGroup::submitLocked(int r, const std::string& key, CachedSchedule& sch
   op->output[r] = recv;
   if (send && inBytes) op->reads.emplace_back(s0, s0 + inBytes);
   if (recv && outBytes) op->writes.emplace_back(r0, r0 + outBytes);
-  if (++op->calls == ranks_.size()) {
-    finalizeLocked(seq, *op);
-    pending_.erase(seq);
+  if (++op->calls == local_.size()) {
+    if (link_) {
+      postLocked(seq, *op);
+      progressLocked();  // the peers may have posted already
+      throwIfFailedLocked();
+    } else {
+      finalizeLocalLocked(seq, *op);
+      pending_.erase(seq);
+    }
   }
 }
 
@@ -614,13 +842,14 @@ void LocalGroup::enqueueWait(int r, cudaStream_t stream, uint32_t seq) {
               "cuStreamWaitValue32 (op complete)");
 }
 
-void LocalGroup::finalizeLocked(uint32_t seq, PendingOp& op) {
-  // The descriptor slot's previous op must have been taken by every rank's kernel.
+void LocalGroup::finalizeLocked(uint32_t seq, const CachedSchedule& cs, const std::vector<uint64_t>& input,
+                                const std::vector<uint64_t>& output, const std::vector<uint64_t>& scratch, bool fence) {
+  // The descriptor slot's previous op must have been taken by every local rank's kernel.
   if (seq >= ringSlots_) {
     const uint32_t need = seq - ringSlots_ + 1;
     const bool ok = hostPoll(config_.hostBudgetMs, [&] {
       if (loadHost(&status_->abort) != 0) return true;
-      for (int q = 0; q < size(); ++q)
+      for (const int q : local_)
         if (!seqGeq(fetched(q), need)) return false;
       return true;
     });
@@ -629,43 +858,171 @@ void LocalGroup::finalizeLocked(uint32_t seq, PendingOp& op) {
                                              std::to_string(seq) + " stayed busy for " + fmtMs(config_.hostBudgetMs));
     throwIfFailedLocked();
   }
-  const CachedSchedule& cs = *op.sched;
   const uint32_t nB = static_cast<uint32_t>(cs.schedule.buffers.size());
-  const uint32_t slot = seq % device::kSlots;
   device::OpDescriptor& d = ring_[seq % ringSlots_];
   d.nBindings = static_cast<uint32_t>(ranks_.size()) * nB;
-  // Rule 2 of resident_kernel.cu: an op that touches user memory the previous op touched (and one of the
-  // two writes it) starts only after the previous op completed everywhere.
-  bool fence = false;
-  auto hit = [](const std::vector<std::pair<uintptr_t, uintptr_t>>& x, const std::vector<std::pair<uintptr_t, uintptr_t>>& y) {
-    for (const auto& a : x)
-      for (const auto& b : y)
-        if (a.first < b.second && b.first < a.second) return true;
-    return false;
-  };
-  fence = hit(op.writes, prevWrites_) || hit(op.writes, prevReads_) || hit(op.reads, prevWrites_);
   d.flags = fence ? device::kOpFence : 0u;
   for (uint32_t q = 0; q < ranks_.size(); ++q) {
-    d.program[q] = reinterpret_cast<uint64_t>(cs.devicePrograms[q]);
+    d.program[q] = reinterpret_cast<uint64_t>(cs.devicePrograms[q]);  // kernels read only their own entry
     for (uint32_t b = 0; b < nB; ++b) {
       const BufferLayout& L = cs.programs[q].buffers[b];
       uint64_t addr = 0;
       switch (L.kind) {
-        case BufferKind::Input: addr = reinterpret_cast<uint64_t>(op.input[q]); break;
+        case BufferKind::Input: addr = input[q]; break;
         case BufferKind::Output:
-        case BufferKind::InOut: addr = reinterpret_cast<uint64_t>(op.output[q]); break;
-        case BufferKind::Scratch:
-          addr = reinterpret_cast<uint64_t>(ranks_[q].scratch[slot]) + L.scratchOffset;
-          break;
+        case BufferKind::InOut: addr = output[q]; break;
+        case BufferKind::Scratch: addr = scratch[q] + L.scratchOffset; break;
       }
       d.table[q * nB + b] = addr;
     }
   }
   opSchedule_[seq % ringSlots_] = &cs;
   storeHost(&d.seq, seq + 1);  // last, with release: the kernel reads seq first (acquire)
+  finalized_ = seq + 1;
+  if (link_) storeHost(&link_->header().finalized[me_], seq + 1);  // this rank's post slot may be reused
+}
+
+bool LocalGroup::touchesPreviousLocked(PendingOp& op) {
+  // Rule 2 of resident_kernel.cu: an op that touches user memory the previous op touched (and one of the
+  // two writes it) starts only after the previous op completed everywhere.
+  auto hit = [](const std::vector<std::pair<uintptr_t, uintptr_t>>& x, const std::vector<std::pair<uintptr_t, uintptr_t>>& y) {
+    for (const auto& a : x)
+      for (const auto& b : y)
+        if (a.first < b.second && b.first < a.second) return true;
+    return false;
+  };
+  const bool fence = hit(op.writes, prevWrites_) || hit(op.writes, prevReads_) || hit(op.reads, prevWrites_);
   prevReads_ = std::move(op.reads);
   prevWrites_ = std::move(op.writes);
-  finalized_ = seq + 1;
+  return fence;
+}
+
+void LocalGroup::finalizeLocalLocked(uint32_t seq, PendingOp& op) {
+  const bool fence = touchesPreviousLocked(op);
+  const uint32_t slot = seq % device::kSlots;
+  const size_t n = ranks_.size();
+  std::vector<uint64_t> in(n), out(n), scratch(n);
+  for (size_t q = 0; q < n; ++q) {
+    in[q] = reinterpret_cast<uint64_t>(op.input[q]);
+    out[q] = reinterpret_cast<uint64_t>(op.output[q]);
+    scratch[q] = reinterpret_cast<uint64_t>(ranks_[q].scratch[slot]);
+  }
+  finalizeLocked(seq, *op.sched, in, out, scratch, fence);
+}
+
+// ---- multi-process: the post board ---------------------------------------------------------------------
+
+void LocalGroup::postLocked(uint32_t seq, PendingOp& op) {
+  const size_t me = static_cast<size_t>(me_);
+  OpPost& p = link_->post(seq, me_);
+  p.keyHash = fnv1a(op.key);
+  std::snprintf(p.what, sizeof p.what, "%s", op.sched->what.c_str());
+  p.input = link_->exportPointer(op.input[me], "input");
+  p.output = link_->exportPointer(op.output[me], "output");
+  p.scratch = link_->exportPointer(ranks_[me].scratch[seq % device::kSlots], "scratch arena");
+  p.fence = touchesPreviousLocked(op) ? 1u : 0u;
+  storeHost(&p.seq, seq + 1);  // last, with release: peers acquire it first
+  op.posted = true;
+  progressCv_.notify_all();
+}
+
+void LocalGroup::poisonLocked(ErrorCode code, const std::string& message) noexcept {
+  if (poison_.empty()) {
+    poison_ = message;
+    poisonCode_ = code;
+  }
+  if (status_ && loadHost(&status_->abort) == 0) {
+    status_->code = static_cast<uint32_t>(device::Status::HostAbort);
+    status_->rank = static_cast<uint32_t>(me_);
+    storeHost(&status_->abort, 1);
+  }
+}
+
+void LocalGroup::progressLocked() {
+  if (!link_ || !poison_.empty()) return;
+  const size_t n = ranks_.size();
+  const size_t me = static_cast<size_t>(me_);
+  try {
+    while (!pending_.empty()) {
+      auto it = pending_.begin();
+      const uint32_t seq = it->first;
+      PendingOp& op = it->second;
+      if (!op.posted) return;
+      std::vector<const OpPost*> posts(n);
+      for (size_t q = 0; q < n; ++q) {
+        const OpPost& p = link_->post(seq, static_cast<int>(q));
+        if (loadHost(&p.seq) != seq + 1) return;  // rank q has not submitted op seq yet: never wait for it
+        posts[q] = &p;
+      }
+      bool fence = false;
+      std::vector<uint64_t> in(n), out(n), scratch(n);
+      MK_CUDA_CHECK(cudaSetDevice(ranks_[me].device));
+      for (size_t q = 0; q < n; ++q) {
+        const OpPost& p = *posts[q];
+        if (p.keyHash != posts[me]->keyHash) {
+          poisonLocked(ErrorCode::InvalidArgument,
+                       "op " + std::to_string(seq) + " differs between ranks: rank " + std::to_string(me_) + " submitted " +
+                           op.sched->what + ", rank " + std::to_string(q) + " submitted " +
+                           std::string(p.what, strnlen(p.what, sizeof p.what)) +
+                           " (every rank must submit the same collective with the same count, dtype, op and algorithm)");
+          return;
+        }
+        fence = fence || p.fence != 0;
+        const int qi = static_cast<int>(q);
+        if (q == me) {
+          in[q] = reinterpret_cast<uint64_t>(op.input[q]);
+          out[q] = reinterpret_cast<uint64_t>(op.output[q]);
+          scratch[q] = reinterpret_cast<uint64_t>(ranks_[q].scratch[seq % device::kSlots]);
+        } else {
+          in[q] = reinterpret_cast<uint64_t>(link_->importPointer(qi, p.input));
+          out[q] = reinterpret_cast<uint64_t>(link_->importPointer(qi, p.output));
+          scratch[q] = reinterpret_cast<uint64_t>(link_->importPointer(qi, p.scratch));
+        }
+      }
+      finalizeLocked(seq, *op.sched, in, out, scratch, fence);
+      pending_.erase(it);
+    }
+  } catch (const Error& e) {
+    poisonLocked(e.code(), e.message());
+  }
+}
+
+void LocalGroup::pumpLocked() {
+  if (link_) progressLocked();
+}
+
+void LocalGroup::progressThread() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopProgress_.load()) {
+    progressLocked();
+    bool waiting = false;
+    for (const auto& kv : pending_) waiting = waiting || kv.second.posted;
+    if (waiting && poison_.empty()) {
+      // A peer's post is due any moment (it is what this rank's kernel waits for): poll, lock released.
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
+    } else {
+      progressCv_.wait_for(lock, std::chrono::milliseconds(5));
+    }
+  }
+}
+
+void LocalGroup::stopProgressThread() noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopProgress_ = true;
+  }
+  progressCv_.notify_all();
+  if (progress_.joinable()) progress_.join();
+}
+
+std::string LocalGroup::unpostedRanks(uint32_t seq) const {
+  std::string missing;
+  if (!link_) return missing;
+  for (int q = 0; q < size(); ++q)
+    if (loadHost(&link_->post(seq, q).seq) != seq + 1) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+  return missing;
 }
 
 void LocalGroup::submitCollective(int r, const CollectiveSpec& specIn, const GenOptions& genIn, const void* send,
@@ -796,6 +1153,7 @@ void LocalGroup::synchronize(int r) {
   std::lock_guard<std::mutex> lock(mu_);
   throwIfFailedLocked(true);
   for (const auto& kv : pending_) {
+    if (link_) break;  // multi-process: peers may still submit (waited for below, bounded)
     std::string missing;
     for (size_t q = 0; q < kv.second.called.size(); ++q)
       if (!kv.second.called[q]) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
@@ -807,11 +1165,18 @@ void LocalGroup::synchronize(int r) {
   }
   const uint32_t want = ranks_[r].submitted;
   const bool ok = hostPoll(config_.hostBudgetMs, [&] {
-    if (loadHost(&status_->abort) != 0) return true;
+    pumpLocked();
+    if (!poison_.empty() || loadHost(&status_->abort) != 0) return true;
     if (seqGeq(completed(r), want)) return true;
     return cudaStreamQuery(ranks_[r].kernelStream) != cudaErrorNotReady;
   });
   throwIfFailedLocked(true);
+  if (!ok && link_ && !pending_.empty()) {
+    const auto& kv = *pending_.begin();
+    poisonAndThrow(ErrorCode::Timeout, "synchronize on rank " + std::to_string(r) + ": op " + std::to_string(kv.first) +
+                                           " (" + kv.second.sched->what + ") was not submitted by rank(s) " +
+                                           unpostedRanks(kv.first) + " within " + fmtMs(config_.hostBudgetMs));
+  }
   if (!ok)
     poisonAndThrow(ErrorCode::Timeout, "synchronize on rank " + std::to_string(r) + ": " + std::to_string(completed(r)) +
                                            " of " + std::to_string(want) + " ops completed after " +
@@ -911,6 +1276,38 @@ std::vector<Communicator> Communicator::createLocal(const std::vector<int>& devi
   return out;
 }
 
+Communicator Communicator::create(Bootstrap& bootstrap, int device, const CommConfig& config) {
+  auto group = std::make_shared<runtime::LocalGroup>(bootstrap, device, config);
+  const int rank = group->ownRank();
+  return Communicator(std::move(group), rank);
+}
+
+Communicator Communicator::createFromEnvironment(const CommConfig& config) {
+  const LaunchEnvironment env = readLaunchEnvironment();
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(ErrorCode::Unsupported, "rank " + std::to_string(env.rank) + ": no usable CUDA device (" +
+                                            cudaGetErrorName(e) + ")");
+  }
+  if (env.localRank >= count)
+    throw Error(ErrorCode::InvalidArgument, "rank " + std::to_string(env.rank) + ": LOCAL_RANK " +
+                                                std::to_string(env.localRank) + " picks GPU " +
+                                                std::to_string(env.localRank) + " but this process sees " +
+                                                std::to_string(count) + " GPU(s) (more processes per node than GPUs?)");
+  TcpBootstrapOptions o;
+  o.rank = env.rank;
+  o.size = env.size;
+  o.addr = env.masterAddr;
+  o.port = env.masterPort;
+  o.timeoutMs = config.hostBudgetMs;
+  TcpBootstrap boot(o);
+  return create(boot, env.localRank, config);
+}
+
+bool Communicator::multiProcess() const noexcept { return group_ && group_->multiProcess(); }
+
 Communicator::Communicator(Communicator&&) noexcept = default;
 Communicator& Communicator::operator=(Communicator&&) noexcept = default;
 Communicator::~Communicator() = default;
@@ -918,6 +1315,7 @@ Communicator::~Communicator() = default;
 int Communicator::size() const noexcept { return group_ ? group_->size() : 0; }
 int Communicator::device() const noexcept { return group_ ? group_->rank(rank_).device : -1; }
 const Topology& Communicator::topology() const noexcept { return group_->topology(); }
+const std::string& Communicator::topologySource() const noexcept { return group_->topologySource(); }
 uint32_t Communicator::workerCtas() const noexcept { return group_ ? group_->workers() : 0; }
 
 namespace {
@@ -989,6 +1387,11 @@ void Communicator::collective(const CollectiveSpec& specIn, const void* send, vo
       for (const void* known : checked_)
         if (known == p) return;
     checkPointer(p, which, es, device(), call);
+    // Multi-process: peers reach the buffer through CUDA IPC; the export refuses what it cannot share.
+    if (group_->multiProcess()) {
+      checked_[checkedNext_++ % 4] = p;
+      return;
+    }
     std::vector<int> peers;
     for (int q = 0; q < size(); ++q)
       if (q != rank_) peers.push_back(group_->rank(q).device);

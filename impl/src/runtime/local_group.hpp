@@ -1,28 +1,38 @@
-// mkernel — internal: the state every rank of a single-process communicator shares.
+// mkernel — internal: the state the ranks of a communicator share, in one process or one per GPU.
 //
-// The seams for the multi-process modes (phase 2): everything a rank needs from its peers goes through
-// `peerState` (their RankState as this GPU addresses it), `scratchOf` (their scratch arenas) and the
-// per-op address table. In one process these come from cudaDeviceEnablePeerAccess and plain pointers; a
-// bootstrap (MPI / TCP rendezvous) will exchange CUDA IPC or cuMem handles for the same three things,
-// and user buffers of peers will be registered rather than taken from the peer's call.
+// Both modes run the same code (lowering, submission, gating, failures); they differ only in where a
+// peer's addresses come from:
+//  * one process (createLocal): every rank lives here; peer access makes peers' RankState, scratch and
+//    user buffers plain pointers; an op's descriptor is written when the last local rank submitted it.
+//  * one process per GPU (create / createFromEnvironment): ranks_[me_] is the only local rank; a
+//    ProcessLink shares the status block and a post board in POSIX shared memory; peers' memory arrives as
+//    CUDA IPC handles (RankState once at creation, buffers of each op through the post board). Op k's
+//    descriptor is written by whichever of this rank's submit call or the progress thread first sees
+//    every rank's post of op k (a submit never waits for a peer, except ring back-pressure).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <functional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "lowering.hpp"
+#include "mk/bootstrap.hpp"
 #include "mk/communicator.hpp"
 #include "mk/device/engine_device.hpp"
 #include "mk/error.hpp"
+#include "process_link.hpp"
+#include "topology_probe.hpp"
 
 namespace mk::runtime {
 
@@ -31,7 +41,7 @@ struct CachedSchedule {
   Schedule schedule;
   std::string what;  ///< "allreduce one-shot float32 sum count 1021" (for diagnostics)
   std::vector<LoweredProgram> programs;   ///< per rank
-  std::vector<void*> devicePrograms;      ///< per rank, on that rank's GPU
+  std::vector<void*> devicePrograms;      ///< per rank, on that rank's GPU (null for ranks of other processes)
   uint64_t scratchBytes = 0;
   uint64_t inputBytes = 0, outputBytes = 0;  ///< per rank (collectives; 0 for custom schedules)
 };
@@ -61,13 +71,18 @@ struct PendingOp {
   std::vector<const void*> input;  ///< bound input per rank (staging when staged)
   std::vector<void*> output;
   std::vector<std::pair<uintptr_t, uintptr_t>> reads, writes;  ///< user byte ranges per rank (fence rule)
-  uint32_t calls = 0;
+  uint32_t calls = 0;    ///< local ranks that called
+  bool posted = false;   ///< multi-process: this rank's post of the op is on the board
+  bool fence = false;    ///< multi-process: this rank's part of the kOpFence decision
 };
 
 /// Shared state of a local group; Communicator holds it through shared_ptr.
 class LocalGroup {
  public:
   LocalGroup(const std::vector<int>& devices, const CommConfig& config);
+  /// Multi-process: this process is rank boot.rank() of boot.size(), on `device` (collective over boot;
+  /// the bootstrap is not used after the constructor returns).
+  LocalGroup(Bootstrap& boot, int device, const CommConfig& config);
   ~LocalGroup();
   LocalGroup(const LocalGroup&) = delete;
   LocalGroup& operator=(const LocalGroup&) = delete;
@@ -75,7 +90,12 @@ class LocalGroup {
   int size() const noexcept { return static_cast<int>(ranks_.size()); }
   const RankResources& rank(int r) const { return ranks_[r]; }
   const Topology& topology() const noexcept { return topology_; }
+  /// Where topology() came from ("preset h200x2 (NVML: 18 NVLinks per GPU, through a switch)").
+  const std::string& topologySource() const noexcept { return topologySource_; }
   uint32_t workers() const noexcept { return workers_; }
+  /// True for one process per GPU (only rank ownRank() lives here).
+  bool multiProcess() const noexcept { return link_ != nullptr; }
+  int ownRank() const noexcept { return me_; }
   const CommConfig& config() const noexcept { return config_; }
 
   /// Submit one rank's part of a collective / custom schedule (see Communicator).
@@ -95,7 +115,15 @@ class LocalGroup {
   void enqueueWait(int r, cudaStream_t stream, uint32_t seq);
 
  private:
+  static void checkConfig(const CommConfig& config);
   void init(const std::vector<int>& devices);
+  void initProcess(Bootstrap& boot, int device);
+  /// Worker CTAs for `dev` (CommConfig or the default), after checking the grid can be co-resident.
+  uint32_t workersFor(int dev) const;
+  /// Fill topology_ (a preset or "N GPUs like GPU 0") with the NVLink probes; sets topologySource_.
+  void refineTopology(const std::vector<NvlinkProbe>& probes, int major);
+  void allocRank(int r, int dev);
+  void allocHostBlocks(size_t nRanks);
   void launchKernels();
   void shutdown() noexcept;
   void releaseMemory() noexcept;
@@ -113,15 +141,41 @@ class LocalGroup {
   void submitLocked(int r, const std::string& key, CachedSchedule& sched, const void* send, void* recv,
                     uint64_t inBytes, uint64_t outBytes, cudaStream_t stream);
   void waitRingSpaceLocked(int r, uint32_t seq);
-  void finalizeLocked(uint32_t seq, PendingOp& op);
+  /// Write op `seq`'s descriptor: per rank, where its input, output and scratch (slot base) are.
+  void finalizeLocked(uint32_t seq, const CachedSchedule& cs, const std::vector<uint64_t>& input,
+                      const std::vector<uint64_t>& output, const std::vector<uint64_t>& scratch, bool fence);
+  /// One process: every rank called; the addresses are this process's.
+  void finalizeLocalLocked(uint32_t seq, PendingOp& op);
+  /// Whether `op` touches user memory the previous op of these ranks touched (and remember op's ranges).
+  bool touchesPreviousLocked(PendingOp& op);
+  /// Record the first failure and stop the group's kernels, without throwing.
+  void poisonLocked(ErrorCode code, const std::string& message) noexcept;
+  /// Multi-process: put this rank's part of op `seq` on the post board.
+  void postLocked(uint32_t seq, PendingOp& op);
+  /// Multi-process: finalize every posted op every rank has posted (in order). Never blocks on a peer.
+  void progressLocked();
+  /// Poll-loop hook: progressLocked() in multi-process mode, nothing otherwise.
+  void pumpLocked();
+  void progressThread();
+  void stopProgressThread() noexcept;
+  /// Ranks that have not posted op `seq` yet ("1, 3").
+  std::string unpostedRanks(uint32_t seq) const;
   uint32_t fetched(int r) const;
   uint32_t completed(int r) const;
 
   CommConfig config_;
   Topology topology_;
+  std::string topologySource_;
   uint32_t workers_ = 0;
   uint32_t ringSlots_ = 0;
-  std::vector<RankResources> ranks_;
+  std::vector<RankResources> ranks_;  ///< every rank; only local ones have resources (device >= 0)
+  std::vector<int> local_;            ///< ranks driven by this process
+  int me_ = 0;                        ///< multi-process: this process's rank
+  std::unique_ptr<ProcessLink> link_;  ///< multi-process only
+  std::vector<device::RankState*> peerStates_;  ///< every rank's RankState as this process's GPU(s) address it
+  std::thread progress_;
+  std::atomic<bool> stopProgress_{false};
+  std::condition_variable progressCv_;
 
   // Host-mapped blocks (pinned, portable, mapped; one allocation each).
   device::StatusBlock* status_ = nullptr;

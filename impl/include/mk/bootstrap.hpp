@@ -1,0 +1,99 @@
+// mkernel — bootstrap of a communicator spread over processes: who is who, and an all-gather to exchange
+// what the engine shares once at creation (memory handles, device identities, a shared-memory name).
+//
+// One process per GPU, same node (inter-node transports come with ProxyPut). The processes find each
+// other through torchrun-style variables RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT (TCP
+// rendezvous at MASTER_ADDR:MASTER_PORT, run by rank 0); under mpirun the rank, size and local rank may
+// come from Open MPI's or PMI's variables instead (OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK, PMI_RANK /
+// PMI_SIZE); MASTER_ADDR / MASTER_PORT are still needed (`mpirun -x MASTER_ADDR=... -x MASTER_PORT=...`).
+// Under torchrun (TORCHELASTIC_RUN_ID set) the agent's own store listens on MASTER_PORT, so rank 0 listens
+// on MASTER_PORT + 1.
+//
+// Every operation is collective (every rank calls it, in the same order) and bounded: a rank that never
+// arrives, an address that refuses, a peer that dies mid-exchange end in mk::Error naming the rank or the
+// address, never in a hang.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mk {
+
+/// Rank, size and rendezvous of this process, read from the environment (see readLaunchEnvironment).
+struct LaunchEnvironment {
+  int rank = 0;        ///< RANK (or OMPI_COMM_WORLD_RANK / PMI_RANK)
+  int size = 1;        ///< WORLD_SIZE (or OMPI_COMM_WORLD_SIZE / PMI_SIZE)
+  int localRank = 0;   ///< LOCAL_RANK (or OMPI_COMM_WORLD_LOCAL_RANK; else = rank): picks the GPU
+  std::string masterAddr;  ///< MASTER_ADDR: host name or IPv4 address rank 0 listens on
+  uint16_t masterPort = 0;  ///< MASTER_PORT (1..65535); MASTER_PORT + 1 under torchrun (TORCHELASTIC_RUN_ID set),
+                            ///< whose agent serves its own store on MASTER_PORT
+};
+
+/// True when the environment describes a multi-process launch (RANK / WORLD_SIZE or their MPI equivalents
+/// are set).
+bool launchedAsRanks();
+
+/// Read the launch variables. Throws Error(InvalidArgument) naming the variable that is missing or
+/// malformed (not an integer, rank outside 0..size-1, port outside 1..65535, ...).
+LaunchEnvironment readLaunchEnvironment();
+
+/// Who is who among the processes of one communicator, and a collective byte exchange.
+class Bootstrap {
+ public:
+  virtual ~Bootstrap() = default;
+  /// This process's rank, 0..size()-1.
+  virtual int rank() const noexcept = 0;
+  /// Number of processes.
+  virtual int size() const noexcept = 0;
+  /// Every rank passes `bytes` bytes (the same count on every rank); returns size() * bytes bytes, rank
+  /// q's contribution at q * bytes. Bounded; throws Error(Timeout / IoError) naming the rank at fault.
+  virtual std::vector<uint8_t> allGather(const void* mine, size_t bytes) = 0;
+  /// Returns once every rank has called it (bounded like allGather).
+  virtual void barrier() = 0;
+};
+
+/// Options of the TCP rendezvous.
+struct TcpBootstrapOptions {
+  int rank = 0;
+  int size = 1;
+  std::string addr = "127.0.0.1";  ///< where rank 0 listens and every other rank connects
+  uint16_t port = 0;               ///< 1..65535
+  double timeoutMs = 30000;        ///< budget of the rendezvous and of each later collective call
+};
+
+/// Star topology over TCP: rank 0 listens on addr:port and accepts size - 1 connections (each says who it
+/// is); the others connect (retrying until rank 0 listens or the budget is spent). allGather: every rank
+/// sends its bytes to rank 0, which answers with the concatenation. The connections stay open for the
+/// communicator's life (barrier at destruction); a peer that dies shows up as a closed connection.
+class TcpBootstrap final : public Bootstrap {
+ public:
+  /// Rendezvous now. Throws Error(InvalidArgument) for bad options, Error(Timeout) naming the ranks that
+  /// never connected (rank 0) or the address that never accepted (others), Error(IoError) for socket
+  /// failures (address in use, unknown host, ...).
+  explicit TcpBootstrap(const TcpBootstrapOptions& options);
+  /// From readLaunchEnvironment(), with `timeoutMs` as the budget.
+  static std::unique_ptr<TcpBootstrap> fromEnvironment(double timeoutMs = 30000);
+  ~TcpBootstrap() override;
+  TcpBootstrap(const TcpBootstrap&) = delete;
+  TcpBootstrap& operator=(const TcpBootstrap&) = delete;
+
+  int rank() const noexcept override { return opt_.rank; }
+  int size() const noexcept override { return opt_.size; }
+  std::vector<uint8_t> allGather(const void* mine, size_t bytes) override;
+  void barrier() override;
+  /// Budget of each later collective call (ms).
+  void setTimeoutMs(double ms) { opt_.timeoutMs = ms; }
+
+ private:
+  void rendezvousRoot();
+  void rendezvousPeer();
+
+  TcpBootstrapOptions opt_;
+  std::vector<int> peers_;  ///< rank 0: socket of rank q at [q] (-1 for itself); others: [0] = socket to rank 0
+  uint32_t calls_ = 0;      ///< collective calls so far (checked on both sides: catches mismatched call orders)
+};
+
+}  // namespace mk

@@ -1,0 +1,399 @@
+// mkernel — TCP rendezvous and launch variables (mk/bootstrap.hpp).
+#include "mk/bootstrap.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "mk/error.hpp"
+
+namespace mk {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kHelloMagic = 0x4d4b4248u;  // "MKBH"
+constexpr uint32_t kCallMagic = 0x4d4b4243u;   // "MKBC"
+
+struct Hello {
+  uint32_t magic, rank, size, reserved;
+};
+struct CallHeader {
+  uint32_t magic, call;
+  uint64_t bytes;
+};
+
+const char* envOrNull(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+/// Parse a whole decimal integer in [lo, hi] or throw naming the variable.
+long parseIntVar(const char* name, const char* value, long lo, long hi, const char* what) {
+  errno = 0;
+  char* end = nullptr;
+  const long v = std::strtol(value, &end, 10);
+  if (errno != 0 || end == value || *end != '\0' || v < lo || v > hi)
+    throw Error(ErrorCode::InvalidArgument, std::string("environment variable ") + name + "='" + value +
+                                                "' is not " + what + " (expected an integer in " + std::to_string(lo) +
+                                                ".." + std::to_string(hi) + ")");
+  return v;
+}
+
+/// The first of `names` that is set (its name through *which), else null.
+const char* firstVar(std::initializer_list<const char*> names, const char** which) {
+  for (const char* n : names)
+    if (const char* v = envOrNull(n)) {
+      *which = n;
+      return v;
+    }
+  *which = *names.begin();
+  return nullptr;
+}
+
+Clock::time_point deadlineAfter(double ms) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+}
+
+double msLeft(Clock::time_point deadline) {
+  return std::chrono::duration<double, std::milli>(deadline - Clock::now()).count();
+}
+
+std::string sysError(int err) { return std::strerror(err); }
+
+void setNonBlocking(int fd) {
+  const int fl = fcntl(fd, F_GETFL, 0);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+    throw Error(ErrorCode::IoError, "bootstrap: fcntl(O_NONBLOCK) failed: " + sysError(errno));
+}
+
+void noDelay(int fd) {
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+/// Wait until fd is ready for `events` or the deadline passes; false on timeout.
+bool waitFd(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    const double left = msLeft(deadline);
+    if (left <= 0) return false;
+    pollfd p{fd, events, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(left < 1000 ? left + 1 : 1000));
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) throw Error(ErrorCode::IoError, "bootstrap: poll failed: " + sysError(errno));
+  }
+}
+
+void sendAll(int fd, const void* data, size_t n, Clock::time_point deadline, const std::string& who) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w > 0) {
+      p += w;
+      n -= static_cast<size_t>(w);
+      continue;
+    }
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      if (!waitFd(fd, POLLOUT, deadline))
+        throw Error(ErrorCode::Timeout, "bootstrap: sending to " + who + " timed out (is it still running?)");
+      continue;
+    }
+    throw Error(ErrorCode::IoError, "bootstrap: sending to " + who + " failed: " + sysError(errno) +
+                                        " (did that process die?)");
+  }
+}
+
+void recvAll(int fd, void* data, size_t n, Clock::time_point deadline, const std::string& who) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t r = ::recv(fd, p, n, 0);
+    if (r > 0) {
+      p += r;
+      n -= static_cast<size_t>(r);
+      continue;
+    }
+    if (r == 0)
+      throw Error(ErrorCode::IoError, "bootstrap: " + who + " closed the connection (did that process die or fail?)");
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+      if (!waitFd(fd, POLLIN, deadline))
+        throw Error(ErrorCode::Timeout, "bootstrap: " + who + " did not answer in time (is it still running, and "
+                                                              "calling the same collective?)");
+      continue;
+    }
+    if (errno == ECONNRESET)
+      throw Error(ErrorCode::IoError, "bootstrap: " + who + " reset the connection (did that process die or fail?)");
+    throw Error(ErrorCode::IoError, "bootstrap: receiving from " + who + " failed: " + sysError(errno));
+  }
+}
+
+/// IPv4 address of `host` (numeric or a name).
+sockaddr_in resolve(const std::string& host, uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int e = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (e != 0 || !res)
+    throw Error(ErrorCode::IoError, "bootstrap: cannot resolve MASTER_ADDR '" + host + "': " + gai_strerror(e));
+  sockaddr_in a{};
+  std::memcpy(&a, res->ai_addr, sizeof a);
+  freeaddrinfo(res);
+  a.sin_port = htons(port);
+  return a;
+}
+
+std::string rankName(int q) { return "rank " + std::to_string(q); }
+
+}  // namespace
+
+bool launchedAsRanks() {
+  return envOrNull("RANK") || envOrNull("WORLD_SIZE") || envOrNull("OMPI_COMM_WORLD_RANK") || envOrNull("PMI_RANK");
+}
+
+LaunchEnvironment readLaunchEnvironment() {
+  LaunchEnvironment env;
+  const char* which = nullptr;
+  const char* size = firstVar({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, &which);
+  if (!size)
+    throw Error(ErrorCode::InvalidArgument,
+                "environment variable WORLD_SIZE is not set (launch with torchrun, or set RANK WORLD_SIZE LOCAL_RANK "
+                "MASTER_ADDR MASTER_PORT; under mpirun OMPI_COMM_WORLD_SIZE / PMI_SIZE are read too)");
+  env.size = static_cast<int>(parseIntVar(which, size, 1, 1 << 20, "a process count"));
+  const char* rank = firstVar({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}, &which);
+  if (!rank)
+    throw Error(ErrorCode::InvalidArgument, "environment variable RANK is not set (WORLD_SIZE is " +
+                                                std::to_string(env.size) + "; each process needs its rank)");
+  env.rank = static_cast<int>(parseIntVar(which, rank, 0, env.size - 1, "a rank below WORLD_SIZE"));
+  const char* local = firstVar({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}, &which);
+  env.localRank = local ? static_cast<int>(parseIntVar(which, local, 0, 1 << 16, "a local rank")) : env.rank;
+  const char* addr = envOrNull("MASTER_ADDR");
+  if (!addr)
+    throw Error(ErrorCode::InvalidArgument,
+                "environment variable MASTER_ADDR is not set (the host rank 0 listens on, e.g. 127.0.0.1)");
+  env.masterAddr = addr;
+  const char* port = envOrNull("MASTER_PORT");
+  if (!port)
+    throw Error(ErrorCode::InvalidArgument, "environment variable MASTER_PORT is not set (a free TCP port, e.g. 29500)");
+  env.masterPort = static_cast<uint16_t>(parseIntVar("MASTER_PORT", port, 1, 65535, "a TCP port"));
+  if (envOrNull("TORCHELASTIC_RUN_ID")) {
+    // torchrun's agent serves its own store on MASTER_PORT: rendezvous on the next port.
+    if (env.masterPort == 65535)
+      throw Error(ErrorCode::InvalidArgument, "MASTER_PORT=65535 under torchrun: the rendezvous uses MASTER_PORT + 1 "
+                                              "(torchrun's own store holds MASTER_PORT); pick a lower --master-port");
+    ++env.masterPort;
+  }
+  return env;
+}
+
+// ---- TcpBootstrap -------------------------------------------------------------------------------------
+
+TcpBootstrap::TcpBootstrap(const TcpBootstrapOptions& options) : opt_(options) {
+  if (opt_.size < 1 || opt_.rank < 0 || opt_.rank >= opt_.size)
+    throw Error(ErrorCode::InvalidArgument, "TcpBootstrap: rank " + std::to_string(opt_.rank) +
+                                                " is outside 0.." + std::to_string(opt_.size - 1));
+  if (opt_.port == 0) throw Error(ErrorCode::InvalidArgument, "TcpBootstrap: port must be 1..65535 (got 0)");
+  if (!(opt_.timeoutMs > 0)) throw Error(ErrorCode::InvalidArgument, "TcpBootstrap: timeoutMs must be > 0");
+  peers_.assign(static_cast<size_t>(opt_.rank == 0 ? opt_.size : 1), -1);
+  try {
+    if (opt_.size == 1) return;
+    if (opt_.rank == 0)
+      rendezvousRoot();
+    else
+      rendezvousPeer();
+  } catch (...) {
+    for (int fd : peers_)
+      if (fd >= 0) ::close(fd);
+    throw;
+  }
+}
+
+std::unique_ptr<TcpBootstrap> TcpBootstrap::fromEnvironment(double timeoutMs) {
+  const LaunchEnvironment env = readLaunchEnvironment();
+  TcpBootstrapOptions o;
+  o.rank = env.rank;
+  o.size = env.size;
+  o.addr = env.masterAddr;
+  o.port = env.masterPort;
+  o.timeoutMs = timeoutMs;
+  return std::make_unique<TcpBootstrap>(o);
+}
+
+TcpBootstrap::~TcpBootstrap() {
+  for (int fd : peers_)
+    if (fd >= 0) ::close(fd);
+}
+
+void TcpBootstrap::rendezvousRoot() {
+  const auto deadline = deadlineAfter(opt_.timeoutMs);
+  const std::string where = opt_.addr + ":" + std::to_string(opt_.port);
+  const sockaddr_in a = resolve(opt_.addr, opt_.port);
+  const int ls = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (ls < 0) throw Error(ErrorCode::IoError, "bootstrap: socket() failed: " + sysError(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{ls};
+  const int one = 1;
+  setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(ls, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0)
+    throw Error(ErrorCode::IoError, "bootstrap: rank 0 cannot listen on " + where + ": " + sysError(errno) +
+                                        " (MASTER_PORT in use, or MASTER_ADDR not an address of this host?)");
+  if (::listen(ls, opt_.size) != 0)
+    throw Error(ErrorCode::IoError, "bootstrap: listen on " + where + " failed: " + sysError(errno));
+  setNonBlocking(ls);
+  int connected = 0;
+  while (connected < opt_.size - 1) {
+    if (!waitFd(ls, POLLIN, deadline)) {
+      std::string missing;
+      for (int q = 1; q < opt_.size; ++q)
+        if (peers_[static_cast<size_t>(q)] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+      throw Error(ErrorCode::Timeout, "bootstrap: rank(s) " + missing + " never connected to rank 0 at " + where +
+                                          " within " + std::to_string(static_cast<long>(opt_.timeoutMs)) +
+                                          " ms (WORLD_SIZE " + std::to_string(opt_.size) +
+                                          "; were they started, with the same MASTER_ADDR / MASTER_PORT?)");
+    }
+    const int fd = ::accept4(ls, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) continue;
+      throw Error(ErrorCode::IoError, "bootstrap: accept on " + where + " failed: " + sysError(errno));
+    }
+    noDelay(fd);
+    Hello h{};
+    try {
+      recvAll(fd, &h, sizeof h, deadline, "a connecting process");
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    if (h.magic != kHelloMagic) {
+      ::close(fd);  // not one of ours (a port scanner, a stale client): ignore it
+      continue;
+    }
+    if (static_cast<int>(h.size) != opt_.size || h.rank == 0 || static_cast<int>(h.rank) >= opt_.size ||
+        peers_[h.rank] >= 0) {
+      ::close(fd);
+      throw Error(ErrorCode::InvalidArgument,
+                  "bootstrap: a process at " + where + " says it is rank " + std::to_string(h.rank) + " of " +
+                      std::to_string(h.size) + ", but rank 0 expects WORLD_SIZE " + std::to_string(opt_.size) +
+                      (h.rank != 0 && static_cast<int>(h.rank) < opt_.size && peers_[h.rank] >= 0
+                           ? " and rank " + std::to_string(h.rank) + " already connected (two processes with one RANK?)"
+                           : std::string(" and ranks 1..") + std::to_string(opt_.size - 1)));
+    }
+    peers_[h.rank] = fd;
+    ++connected;
+  }
+}
+
+void TcpBootstrap::rendezvousPeer() {
+  const auto deadline = deadlineAfter(opt_.timeoutMs);
+  const std::string where = opt_.addr + ":" + std::to_string(opt_.port);
+  const sockaddr_in a = resolve(opt_.addr, opt_.port);
+  std::string last = "no attempt";
+  for (;;) {
+    if (msLeft(deadline) <= 0)
+      throw Error(ErrorCode::Timeout, "bootstrap: rank " + std::to_string(opt_.rank) + " could not reach rank 0 at " +
+                                          where + " within " + std::to_string(static_cast<long>(opt_.timeoutMs)) +
+                                          " ms (last error: " + last + "; is rank 0 running?)");
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) throw Error(ErrorCode::IoError, "bootstrap: socket() failed: " + sysError(errno));
+    int err = 0;
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        if (waitFd(fd, POLLOUT, deadline)) {
+          socklen_t len = sizeof err;
+          getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        } else {
+          err = ETIMEDOUT;
+        }
+      }
+    }
+    if (err == 0) {
+      noDelay(fd);
+      peers_[0] = fd;
+      break;
+    }
+    ::close(fd);
+    last = sysError(err);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // rank 0 may not listen yet
+  }
+  const Hello h{kHelloMagic, static_cast<uint32_t>(opt_.rank), static_cast<uint32_t>(opt_.size), 0};
+  sendAll(peers_[0], &h, sizeof h, deadline, "rank 0 at " + where);
+}
+
+std::vector<uint8_t> TcpBootstrap::allGather(const void* mine, size_t bytes) {
+  const auto deadline = deadlineAfter(opt_.timeoutMs);
+  const uint32_t call = calls_++;
+  const size_t n = static_cast<size_t>(opt_.size);
+  std::vector<uint8_t> all(n * bytes);
+  if (bytes) std::memcpy(all.data() + static_cast<size_t>(opt_.rank) * bytes, mine, bytes);
+  if (n == 1) return all;
+  if (opt_.rank == 0) {
+    // Collect every rank's part (any order), then answer everyone with the whole.
+    std::set<int> waiting;
+    for (int q = 1; q < opt_.size; ++q) waiting.insert(q);
+    while (!waiting.empty()) {
+      std::vector<pollfd> fds;
+      for (int q : waiting) fds.push_back(pollfd{peers_[static_cast<size_t>(q)], POLLIN, 0});
+      const double left = msLeft(deadline);
+      const int r = left > 0 ? ::poll(fds.data(), fds.size(), static_cast<int>(std::min(left + 1, 1000.0))) : 0;
+      if (r < 0 && errno != EINTR) throw Error(ErrorCode::IoError, "bootstrap: poll failed: " + sysError(errno));
+      if (r <= 0 && msLeft(deadline) <= 0) {
+        std::string missing;
+        for (int q : waiting) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+        throw Error(ErrorCode::Timeout, "bootstrap: rank(s) " + missing + " did not join collective call " +
+                                            std::to_string(call) + " within " +
+                                            std::to_string(static_cast<long>(opt_.timeoutMs)) + " ms");
+      }
+      for (const pollfd& p : fds) {
+        if (!(p.revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        int q = 0;
+        for (int c : waiting)
+          if (peers_[static_cast<size_t>(c)] == p.fd) q = c;
+        CallHeader hdr{};
+        recvAll(p.fd, &hdr, sizeof hdr, deadline, rankName(q));
+        if (hdr.magic != kCallMagic || hdr.call != call || hdr.bytes != bytes)
+          throw Error(ErrorCode::InvalidArgument, "bootstrap: rank " + std::to_string(q) + " is at collective call " +
+                                                      std::to_string(hdr.call) + " with " + std::to_string(hdr.bytes) +
+                                                      " bytes, rank 0 at call " + std::to_string(call) + " with " +
+                                                      std::to_string(bytes) + " bytes (mismatched calls)");
+        if (bytes) recvAll(p.fd, all.data() + static_cast<size_t>(q) * bytes, bytes, deadline, rankName(q));
+        waiting.erase(q);
+      }
+    }
+    const CallHeader out{kCallMagic, call, all.size()};
+    for (int q = 1; q < opt_.size; ++q) {
+      sendAll(peers_[static_cast<size_t>(q)], &out, sizeof out, deadline, rankName(q));
+      if (!all.empty()) sendAll(peers_[static_cast<size_t>(q)], all.data(), all.size(), deadline, rankName(q));
+    }
+    return all;
+  }
+  const CallHeader hdr{kCallMagic, call, bytes};
+  sendAll(peers_[0], &hdr, sizeof hdr, deadline, "rank 0");
+  if (bytes) sendAll(peers_[0], mine, bytes, deadline, "rank 0");
+  CallHeader back{};
+  recvAll(peers_[0], &back, sizeof back, deadline, "rank 0");
+  if (back.magic != kCallMagic || back.call != call || back.bytes != all.size())
+    throw Error(ErrorCode::InvalidArgument, "bootstrap: rank 0 answered collective call " + std::to_string(back.call) +
+                                                " with " + std::to_string(back.bytes) + " bytes, rank " +
+                                                std::to_string(opt_.rank) + " expected call " + std::to_string(call) +
+                                                " with " + std::to_string(all.size()));
+  if (!all.empty()) recvAll(peers_[0], all.data(), all.size(), deadline, "rank 0");
+  return all;
+}
+
+void TcpBootstrap::barrier() { allGather(nullptr, 0); }
+
+}  // namespace mk

@@ -1,0 +1,269 @@
+// CPU tests of the multi-process bootstrap: TCP rendezvous among forked processes on 127.0.0.1, bounded
+// failures that name the rank or address at fault, and the launch variables.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "mk/bootstrap.hpp"
+#include "mk/error.hpp"
+#include "multiprocess_launch.hpp"
+
+namespace {
+
+mk::TcpBootstrapOptions opts(int rank, int size, uint16_t port, double timeoutMs) {
+  mk::TcpBootstrapOptions o;
+  o.rank = rank;
+  o.size = size;
+  o.addr = "127.0.0.1";
+  o.port = port;
+  o.timeoutMs = timeoutMs;
+  return o;
+}
+
+/// Sets variables for one scope and restores what was there before.
+class EnvGuard {
+ public:
+  EnvGuard(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
+                          "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "TORCHELASTIC_RUN_ID"}) {
+      const char* v = std::getenv(k);
+      if (v) saved_[k] = v;
+      unsetenv(k);
+    }
+    for (const auto& kv : vars) setenv(kv.first, kv.second, 1);
+  }
+  ~EnvGuard() {
+    for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
+                          "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "TORCHELASTIC_RUN_ID"})
+      unsetenv(k);
+    for (const auto& kv : saved_) setenv(kv.first.c_str(), kv.second.c_str(), 1);
+  }
+
+ private:
+  std::map<std::string, std::string> saved_;
+};
+
+std::string envError() {
+  try {
+    mk::readLaunchEnvironment();
+  } catch (const mk::Error& e) {
+    CHECK(e.code() == mk::ErrorCode::InvalidArgument);
+    return e.message();
+  }
+  return "no error";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("bootstrap: all-gather and barrier among four forked processes") {
+  const uint16_t port = mkt::freePort();
+  const int n = 4;
+  const auto codes = mkt::forkRanks(
+      n,
+      [&](int r) {
+        mk::TcpBootstrap boot(opts(r, n, port, 10000));
+        if (boot.rank() != r || boot.size() != n) return 2;
+        for (int round = 0; round < 3; ++round) {
+          // Contributions differ per rank and round, and their size varies per round.
+          std::vector<uint8_t> mine(static_cast<size_t>(1 + round * 1000));
+          for (size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<uint8_t>(r * 31 + round * 7 + i);
+          const auto all = boot.allGather(mine.data(), mine.size());
+          if (all.size() != mine.size() * n) return 3;
+          for (int q = 0; q < n; ++q)
+            for (size_t i = 0; i < mine.size(); ++i)
+              if (all[q * mine.size() + i] != static_cast<uint8_t>(q * 31 + round * 7 + i)) return 4;
+          boot.barrier();
+        }
+        return 0;
+      },
+      30);
+  for (int r = 0; r < n; ++r) {
+    CAPTURE(r);
+    CHECK(codes[static_cast<size_t>(r)] == 0);
+  }
+}
+
+TEST_CASE("bootstrap: a rank that never arrives times out naming it") {
+  const uint16_t port = mkt::freePort();
+  // WORLD_SIZE 3 but rank 2 is never started: rank 0 must fail within its budget naming rank 2; rank 1
+  // (connected) then sees rank 0 go away instead of hanging.
+  const auto codes = mkt::forkRanks(
+      2,
+      [&](int r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+          mk::TcpBootstrap boot(opts(r, 3, port, 400));
+          boot.barrier();
+          return 10;  // must not succeed
+        } catch (const mk::Error& e) {
+          const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          std::fprintf(stderr, "rank %d: %s (%.2f s)\n", r, e.what(), s);
+          if (s > 5) return 11;
+          if (r == 0) return e.code() == mk::ErrorCode::Timeout && contains(e.message(), "rank(s) 2 never connected") &&
+                                     contains(e.message(), "127.0.0.1:" + std::to_string(port))
+                                 ? 0
+                                 : 12;
+          return contains(e.message(), "rank 0") ? 0 : 13;
+        }
+      },
+      20);
+  CHECK(codes[0] == 0);
+  CHECK(codes[1] == 0);
+}
+
+TEST_CASE("bootstrap: a rank that cannot reach rank 0 names the address") {
+  const uint16_t port = mkt::freePort();
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    mk::TcpBootstrap boot(opts(1, 2, port, 300));
+    FAIL("rendezvous without rank 0 succeeded");
+  } catch (const mk::Error& e) {
+    CHECK(e.code() == mk::ErrorCode::Timeout);
+    CHECK(contains(e.message(), "rank 1 could not reach rank 0 at 127.0.0.1:" + std::to_string(port)));
+    CHECK(contains(e.message(), "refused"));
+  }
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 3);
+}
+
+TEST_CASE("bootstrap: mismatched collective calls fail on both sides") {
+  const uint16_t port = mkt::freePort();
+  const auto codes = mkt::forkRanks(
+      2,
+      [&](int r) {
+        mk::TcpBootstrap boot(opts(r, 2, port, 3000));
+        const uint64_t v[2] = {1, 2};
+        try {
+          boot.allGather(v, r == 0 ? 8 : 16);  // rank 1 sends twice as many bytes
+          return 10;
+        } catch (const mk::Error& e) {
+          std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+          if (r == 0) return contains(e.message(), "rank 1 is at collective call 0 with 16 bytes") ? 0 : 11;
+          return 0;  // rank 1 sees rank 0 close the connection
+        }
+      },
+      20);
+  CHECK(codes[0] == 0);
+  CHECK(codes[1] == 0);
+}
+
+TEST_CASE("bootstrap: a second process claiming the same rank is refused") {
+  const uint16_t port = mkt::freePort();
+  const auto codes = mkt::forkRanks(
+      3,
+      [&](int r) {
+        try {
+          mk::TcpBootstrap boot(opts(r == 0 ? 0 : 1, 3, port, 1500));  // two processes say rank 1
+          boot.barrier();
+          return 10;
+        } catch (const mk::Error& e) {
+          if (r == 0) return contains(e.message(), "already connected") ? 0 : 11;
+          return 0;
+        }
+      },
+      20);
+  CHECK(codes[0] == 0);
+  CHECK(codes[1] == 0);
+  CHECK(codes[2] == 0);
+}
+
+TEST_CASE("bootstrap: launch variables are read and malformed ones named") {
+  {
+    EnvGuard g({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+    CHECK(mk::launchedAsRanks());
+    const auto env = mk::readLaunchEnvironment();
+    CHECK(env.rank == 1);
+    CHECK(env.size == 2);
+    CHECK(env.localRank == 1);
+    CHECK(env.masterAddr == "127.0.0.1");
+    CHECK(env.masterPort == 29500);
+  }
+  {
+    EnvGuard g({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                {"MASTER_ADDR", "localhost"}, {"MASTER_PORT", "1234"}});
+    const auto env = mk::readLaunchEnvironment();
+    CHECK(env.rank == 3);
+    CHECK(env.size == 4);
+    CHECK(env.localRank == 1);
+  }
+  {
+    // torchrun's agent holds MASTER_PORT for its own store: the rendezvous moves to the next port.
+    EnvGuard g({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"},
+                {"TORCHELASTIC_RUN_ID", "none"}});
+    CHECK(mk::readLaunchEnvironment().masterPort == 29501);
+  }
+  {
+    EnvGuard g({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "65535"},
+                {"TORCHELASTIC_RUN_ID", "none"}});
+    CHECK(contains(envError(), "MASTER_PORT + 1"));
+  }
+  {
+    EnvGuard g({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
+    CHECK(mk::readLaunchEnvironment().localRank == 0);  // LOCAL_RANK defaults to RANK
+  }
+  {
+    EnvGuard g({});
+    CHECK_FALSE(mk::launchedAsRanks());
+    CHECK(contains(envError(), "WORLD_SIZE is not set"));
+  }
+  {
+    EnvGuard g({{"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
+    CHECK(contains(envError(), "RANK is not set"));
+  }
+  {
+    EnvGuard g({{"RANK", "x1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
+    CHECK(contains(envError(), "RANK='x1'"));
+  }
+  {
+    EnvGuard g({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
+    CHECK(contains(envError(), "RANK='2' is not a rank below WORLD_SIZE"));
+  }
+  {
+    EnvGuard g({{"RANK", "0"}, {"WORLD_SIZE", "0"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
+    CHECK(contains(envError(), "WORLD_SIZE='0'"));
+  }
+  {
+    EnvGuard g({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "-1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
+    CHECK(contains(envError(), "LOCAL_RANK='-1'"));
+  }
+  {
+    EnvGuard g({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}});
+    CHECK(contains(envError(), "MASTER_ADDR is not set"));
+  }
+  {
+    EnvGuard g({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}});
+    CHECK(contains(envError(), "MASTER_PORT is not set"));
+  }
+  {
+    EnvGuard g({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}});
+    CHECK(contains(envError(), "MASTER_PORT='70000' is not a TCP port"));
+  }
+}
+
+TEST_CASE("bootstrap: bad options and unknown hosts are refused at once") {
+  CHECK_THROWS_AS(mk::TcpBootstrap(opts(2, 2, 1234, 100)), mk::Error);
+  CHECK_THROWS_AS(mk::TcpBootstrap(opts(0, 2, 0, 100)), mk::Error);
+  mk::TcpBootstrapOptions o = opts(1, 2, 1234, 100);
+  o.addr = "no-such-host.invalid";
+  try {
+    mk::TcpBootstrap boot(o);
+    FAIL("unknown host accepted");
+  } catch (const mk::Error& e) {
+    CHECK(contains(e.message(), "cannot resolve MASTER_ADDR 'no-such-host.invalid'"));
+  }
+  // One rank alone needs no network at all.
+  mk::TcpBootstrap solo(opts(0, 1, 1, 100));
+  const uint32_t v = 42;
+  const auto all = solo.allGather(&v, sizeof v);
+  REQUIRE(all.size() == 4);
+  uint32_t back = 0;
+  std::memcpy(&back, all.data(), 4);
+  CHECK(back == 42);
+  solo.barrier();
+}
