@@ -17,7 +17,8 @@ double hostNs();
 double median(std::vector<double> v);
 /// Nearest-rank percentile, p in [0, 1]; 0 for no value.
 double percentile(std::vector<double> v, double p);
-/// `"s"` (a JSON string literal for MeasurementFile::system; s must need no escaping).
+/// `s` as a JSON string literal (quotes, backslashes and control characters escaped), for the JSON-text
+/// fields of MeasurementFile (system, extra).
 std::string quoted(const std::string& s);
 /// Kernel driver version ("580.159.04"), else the CUDA driver API version.
 std::string driverVersion();

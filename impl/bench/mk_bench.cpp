@@ -64,6 +64,7 @@ struct Args {
   uint32_t workers = 0, threads = 512;
   uint64_t latencyProbes = 200;
   std::string link;
+  std::string profile;
 };
 
 /// One collective of the sweep: spec + where each rank's send / recv point.
@@ -249,6 +250,7 @@ int run(const Args& a, const std::string& commandLine) {
     mk::CommConfig cfg;
     cfg.workerCtas = a.workers;
     cfg.threadsPerCta = a.threads;
+    cfg.profile = a.profile;
     auto comms = mk::Communicator::createLocal(devs, cfg);
     std::vector<std::string> algos;
     {
@@ -261,6 +263,7 @@ int run(const Args& a, const std::string& commandLine) {
     }
     std::printf("# mkernel: %u worker CTAs x %u threads per GPU, topology %s\n", comms[0].workerCtas(), a.threads,
                 comms[0].topology().name.c_str());
+    std::printf("# auto costs against: %s\n", comms[0].profileSource().c_str());
 
     // Host enqueue -> first step on the GPU: isolated small ops on an idle engine. Host and GPU clocks
     // are related by a ping-pong calibration (ClockSync); the op's first step is the %globaltimer stamp
@@ -385,7 +388,8 @@ int run(const Args& a, const std::string& commandLine) {
                                   {"submit", quoted("batched: one stream wait per loop")},
                                   {"chunks", std::to_string(row.chunks)},
                                   {"channels", std::to_string(row.channels)},
-                                  {"worker_ctas", std::to_string(comms[0].workerCtas())}});
+                                  {"worker_ctas", std::to_string(comms[0].workerCtas())},
+                                  {"auto_profile", quoted(comms[0].profileSource())}});
       }
 
     if (!a.trace.empty()) {
@@ -514,6 +518,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", a.threads, "threads per CTA");
   app.add_option("--latency-probes", a.latencyProbes, "isolated ops timed host enqueue -> first step (0: skip)");
   app.add_option("--link", a.link, "link name for the metadata (default: NVML's active NVLink count)");
+  app.add_option("--profile", a.profile, "profile JSON the 'auto' choice costs against (e.g. from mk-calibrate; default: datasheet)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -202,6 +202,15 @@ TEST_CASE("engine errors: bad device lists are refused") {
   CHECK(errorOf([&] { mk::Communicator::createLocal({0, n}); }).find("more ranks than GPUs") != std::string::npos);
 }
 
+TEST_CASE("engine errors: a missing profile file fails the creation naming it and a datasheet one is used by default") {
+  mk::CommConfig cfg;
+  cfg.profile = "/nonexistent/profile.json";
+  CHECK(errorOf([&] { mk::Communicator::createLocal(mkt::firstDevices(2), cfg); }).find("/nonexistent/profile.json") !=
+        std::string::npos);
+  auto comms = mk::Communicator::createLocal(mkt::firstDevices(2));
+  CHECK(comms[0].profileSource().find("datasheet") != std::string::npos);
+}
+
 TEST_CASE("engine errors: mismatched schedules through execute and unsupported steps are refused") {
   auto comms = mk::Communicator::createLocal(mkt::firstDevices(2));
   mkt::Streams streams(comms);

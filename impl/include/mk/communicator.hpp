@@ -43,6 +43,10 @@ struct CommConfig {
   bool trace = false;            ///< record start/end of every step (takeTrace); off costs nothing
   uint32_t traceCapacity = 1u << 20;  ///< trace records kept per rank
   uint64_t minBytesPerCta = 32 * 1024;  ///< a data step uses one more CTA of its lane per this many bytes
+  /// Hardware profile (mkernel.profile.v1 file, e.g. from mk-calibrate) the "auto" algorithm choice costs
+  /// against; empty = the datasheet defaults of the detected topology. Every rank must name the same file
+  /// (ranks that choose differently are refused as mismatched ops).
+  std::string profile;
 };
 
 /// How one collective call is generated. A string converts to it ("auto", "ring", ...).
@@ -124,6 +128,8 @@ class Communicator {
   /// How topology() was found: the preset or the local GPU model, and the NVLinks NVML reports
   /// ("preset h200x2 (NVML: 18 NVLinks per GPU, direct)"; NVML is loaded at run time, optional).
   const std::string& topologySource() const noexcept;
+  /// Where the profile of the "auto" choice came from (its `source`, and the file when CommConfig::profile is set).
+  const std::string& profileSource() const noexcept;
   /// Worker CTAs of this rank's resident kernel.
   uint32_t workerCtas() const noexcept;
 

@@ -18,6 +18,7 @@
 #include "local_group.hpp"
 #include "topology_probe.hpp"
 #include "mk/cost/cost.hpp"
+#include "mk/cost/profile_io.hpp"
 #include "mk/cuda_check.hpp"
 #include "mk/bootstrap.hpp"
 #include "mk/error.hpp"
@@ -157,9 +158,18 @@ void LocalGroup::refineTopology(const std::vector<NvlinkProbe>& probes, int majo
     // The preset holds numbers measured on this very machine: keep them, say what NVML sees.
     Topology probe = topology_;
     topologySource_ = "preset h200x2 (NVML: " + applyNvlinkProbes(probe, probes, major) + ")";
-    return;
+  } else {
+    topologySource_ =
+        "local, like " + topology_.node.gpu + " (NVML: " + applyNvlinkProbes(topology_, probes, major) + ")";
   }
-  topologySource_ = "local, like " + topology_.node.gpu + " (NVML: " + applyNvlinkProbes(topology_, probes, major) + ")";
+  // The profile of the "auto" choice: loaded once, here, so that a bad file fails the creation, not an op.
+  if (config_.profile.empty()) {
+    profile_ = defaultProfile(topology_);
+    profileSource_ = profile_.source;
+  } else {
+    profile_ = loadProfile(config_.profile);
+    profileSource_ = profile_.source + " (" + config_.profile + ")";
+  }
 }
 
 uint32_t LocalGroup::workersFor(int dev) const {
@@ -1117,7 +1127,7 @@ std::string LocalGroup::chooseAlgorithmLocked(CollOp op, uint64_t count, DType d
   if (it != autoCache_.end()) return it->second;
   const std::vector<std::string> algos = algorithmsFor(op);
   if (algos.empty()) throw Error(ErrorCode::NotFound, std::string("no generator exists for ") + toString(op));
-  const Profile profile = defaultProfile(topology_);
+  const Profile& profile = profile_;
   std::string best;
   double bestUs = 0;
   for (const auto& a : algos) {
@@ -1316,6 +1326,7 @@ int Communicator::size() const noexcept { return group_ ? group_->size() : 0; }
 int Communicator::device() const noexcept { return group_ ? group_->rank(rank_).device : -1; }
 const Topology& Communicator::topology() const noexcept { return group_->topology(); }
 const std::string& Communicator::topologySource() const noexcept { return group_->topologySource(); }
+const std::string& Communicator::profileSource() const noexcept { return group_->profileSource(); }
 uint32_t Communicator::workerCtas() const noexcept { return group_ ? group_->workers() : 0; }
 
 namespace {

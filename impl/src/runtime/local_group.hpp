@@ -29,6 +29,7 @@
 #include "lowering.hpp"
 #include "mk/bootstrap.hpp"
 #include "mk/communicator.hpp"
+#include "mk/cost/cost.hpp"
 #include "mk/device/engine_device.hpp"
 #include "mk/error.hpp"
 #include "process_link.hpp"
@@ -92,6 +93,7 @@ class LocalGroup {
   const Topology& topology() const noexcept { return topology_; }
   /// Where topology() came from ("preset h200x2 (NVML: 18 NVLinks per GPU, through a switch)").
   const std::string& topologySource() const noexcept { return topologySource_; }
+  const std::string& profileSource() const noexcept { return profileSource_; }
   uint32_t workers() const noexcept { return workers_; }
   /// True for one process per GPU (only rank ownRank() lives here).
   bool multiProcess() const noexcept { return link_ != nullptr; }
@@ -166,6 +168,8 @@ class LocalGroup {
   CommConfig config_;
   Topology topology_;
   std::string topologySource_;
+  Profile profile_;             ///< what "auto" costs against (CommConfig::profile, else defaultProfile(topology_))
+  std::string profileSource_;
   uint32_t workers_ = 0;
   uint32_t ringSlots_ = 0;
   std::vector<RankResources> ranks_;  ///< every rank; only local ones have resources (device >= 0)
