@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <set>
 #include <string>
@@ -55,10 +56,13 @@ CollectiveSpec arSpec(const std::string& algo, uint64_t count, DType dtype = DTy
   return s;
 }
 
-GenOptions opts(uint32_t chunks, uint32_t channels) {
+/// Hierarchical's inter-node phase is "ring" unless a test asks for another (the structural tests below
+/// describe the ring variant; the rhd variant and "auto" have their own section).
+GenOptions opts(uint32_t chunks, uint32_t channels, const std::string& inter = "ring") {
   GenOptions o;
   o.chunks = chunks;
   o.channels = channels;
+  o.inter = inter;
   return o;
 }
 
@@ -80,10 +84,11 @@ uint64_t countKind(const Schedule& s, StepKind kind) {
 
 /// Generate, validate (races included), execute on fresh inputs and compare with the reference.
 void verifyCase(const std::string& algo, const std::vector<uint32_t>& nodeOf, uint64_t count, uint32_t chunks,
-                uint32_t channels, DType dtype, RedOp redop, InputKind kind, uint64_t seed) {
+                uint32_t channels, DType dtype, RedOp redop, InputKind kind, uint64_t seed,
+                const std::string& inter = "ring") {
   const CollectiveSpec spec = arSpec(algo, count, dtype, redop);
-  const GenOptions opt = opts(chunks, channels);
-  INFO("allreduce " << algo << " nodes " << describe(nodeOf) << " count " << count << " chunks " << chunks
+  const GenOptions opt = opts(chunks, channels, inter);
+  INFO("allreduce " << algo << " inter " << inter << " nodes " << describe(nodeOf) << " count " << count << " chunks " << chunks
                     << " channels " << channels << " " << toString(dtype) << " " << toString(redop) << " seed " << seed
                     << (kind == InputKind::SmallIntegers ? " small-integers" : " uniform"));
   const Schedule s = generate(spec, nodeOf, opt);
@@ -119,6 +124,24 @@ void numericSweep(const std::string& algo, InputKind kind) {
       verifyCase(algo, nodeOf, count, chunks, channels, dtype, redop, kind, seed++);
       ++turn;
     }
+}
+
+/// Dropping any one wait of `ranks` breaks validation: it ordered a real dependency (a race appears) or was
+/// the last one on its flag (the flag is left unconsumed).
+void checkEveryWaitMatters(const Schedule& base, std::initializer_list<uint32_t> ranks) {
+  REQUIRE(validateAll(base).empty());
+  uint32_t tried = 0;
+  for (uint32_t r : ranks)
+    for (std::size_t l = 0; l < base.lanes[r].size(); ++l)
+      for (std::size_t i = 0; i < base.lanes[r][l].steps.size(); ++i) {
+        if (base.lanes[r][l].steps[i].kind != StepKind::Wait) continue;
+        Schedule s = base;
+        s.lanes[r][l].steps.erase(s.lanes[r][l].steps.begin() + static_cast<std::ptrdiff_t>(i));
+        INFO("rank " << r << " lane " << l << " step " << i);
+        CHECK_FALSE(validateAll(s).empty());
+        ++tried;
+      }
+  CHECK(tried > 20);
 }
 
 /// Every rank's output buffer after executing `s` on inputs drawn from `seed` (float32 only).
@@ -172,9 +195,9 @@ CostEstimate closedFormOf(const CollectiveSpec& spec, const GenOptions& opt, con
 /// Closed form and uncontended timeline of one case; returns (closed form, timeline) totals.
 std::pair<double, double> formVsTimeline(const std::string& algo, const std::vector<uint32_t>& nodeOf, uint64_t count,
                                          uint32_t chunks, uint32_t channels, const Profile& profile,
-                                         DType dtype = DType::Float32) {
+                                         DType dtype = DType::Float32, const std::string& inter = "ring") {
   const CollectiveSpec spec = arSpec(algo, count, dtype);
-  const GenOptions opt = opts(chunks, channels);
+  const GenOptions opt = opts(chunks, channels, inter);
   const CostEstimate e = closedFormOf(spec, opt, nodeOf, profile);
   CHECK(e.totalUs == doctest::Approx(e.latencyUs + e.bandwidthUs + e.reduceUs).epsilon(1e-12));
   CHECK(e.latencyUs > 0);
@@ -467,20 +490,7 @@ TEST_CASE("allreduce hierarchical: more chunks than nodes cut every ring block")
 TEST_CASE("allreduce: dropping any one wait from a hierarchical schedule breaks validation") {
   // Every wait orders a real dependency (a race appears) or is the last one on its flag (the flag is left
   // unconsumed). Checked for every wait of one rank per node position, on three nodes with wrapping groups.
-  const Schedule base = generate(arSpec("hierarchical", 6 * 3 * 5), nodesOfSize(6, 2), opts(2, 1));
-  REQUIRE(validateAll(base).empty());
-  uint32_t tried = 0;
-  for (uint32_t r : {0u, 3u, 5u})
-    for (std::size_t l = 0; l < base.lanes[r].size(); ++l)
-      for (std::size_t i = 0; i < base.lanes[r][l].steps.size(); ++i) {
-        if (base.lanes[r][l].steps[i].kind != StepKind::Wait) continue;
-        Schedule s = base;
-        s.lanes[r][l].steps.erase(s.lanes[r][l].steps.begin() + static_cast<std::ptrdiff_t>(i));
-        INFO("rank " << r << " lane " << l << " step " << i);
-        CHECK_FALSE(validateAll(s).empty());
-        ++tried;
-      }
-  CHECK(tried > 20);
+  checkEveryWaitMatters(generate(arSpec("hierarchical", 6 * 3 * 5), nodesOfSize(6, 2), opts(2, 1)), {0, 3, 5});
 }
 
 TEST_CASE("allreduce hierarchical: 1024 ranks take 7 steps per ring position plus O(G K) steps per rank") {
@@ -760,4 +770,142 @@ TEST_CASE("allreduce: one-shot wins at 8 bytes and ring and two-shot win at 256 
   const Profile p4 = defaultProfile(four);
   CHECK(closedForm(arSpec("hierarchical", big / 4), opts(4, 1), four, 32, p4).totalUs <
         closedForm(arSpec("ring", big / 4), opts(4, 1), four, 32, p4).totalUs);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// hierarchical's inter-node phase: recursive halving/doubling ("rhd") and "auto"
+
+namespace {
+
+/// Layouts for the rhd variant: power-of-two and other node counts (folds), one rank per node, uneven nodes.
+std::vector<std::vector<uint32_t>> rhdLayouts() {
+  std::vector<std::vector<uint32_t>> l;
+  for (uint32_t nodes : {2u, 3u, 4u, 5u, 6u, 7u, 8u}) l.push_back(nodesOfSize(nodes * 2, 2));
+  l.push_back(nodesOfSize(12, 4));  // 3 nodes of 4
+  l.push_back(nodesOfSize(5, 1));   // 5 nodes of one rank: the fold on single-rank nodes
+  l.push_back(nodesOfSize(8, 1));
+  l.push_back(unevenLayout());                     // nodes of 3, 2, 3
+  l.push_back({0, 0, 1, 2, 2, 2, 3, 4, 4});        // 5 nodes of 2, 1, 3, 1, 2
+  l.push_back({0, 1, 0, 1, 2, 2, 0});              // interleaved ranks, nodes of 3, 2, 2
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("allreduce hierarchical rhd: bit-exact on small integers over node counts layouts counts and chunks") {
+  const uint64_t counts[] = {1, 5, 31, 1021, 4096};
+  const RedOp redops[] = {RedOp::Sum, RedOp::Max, RedOp::Min};
+  const DType dtypes[] = {DType::Float32, DType::BFloat16, DType::Float16};
+  uint64_t seed = 7100;
+  uint32_t turn = 0;
+  for (const auto& nodeOf : rhdLayouts())
+    for (uint64_t count : counts)
+      for (uint32_t chunks : {1u, 3u}) {
+        const uint32_t channels = (turn % 2) ? 2 : 1;
+        verifyCase("hierarchical", nodeOf, count, chunks, channels, dtypes[turn % 3], redops[(turn / 3) % 3],
+                   InputKind::SmallIntegers, seed++, "rhd");
+        ++turn;
+      }
+}
+
+TEST_CASE("allreduce hierarchical rhd: uniform inputs stay within the summation bound and ranks agree") {
+  for (const auto& nodeOf : {nodesOfSize(16, 2), nodesOfSize(12, 2), unevenLayout()}) {
+    verifyCase("hierarchical", nodeOf, 65537, 4, 1, DType::Float32, RedOp::Sum, InputKind::Uniform, 31, "rhd");
+    const Schedule s = generate(arSpec("hierarchical", 999), nodeOf, opts(3, 2, "rhd"));
+    const auto outs = runOutputs(s, 78);
+    for (uint32_t r = 1; r < s.nRanks; ++r) CHECK(outs[r] == outs[0]);
+  }
+}
+
+TEST_CASE("allreduce hierarchical rhd: 2 log2 M exchanges per chunk and owner and the fold costs two more") {
+  // 8 nodes of 4 (power of two): per owner 2 * 3 ProxyPuts per chunk; 6 nodes: M2 = 4, 2 hosts and 2 extras
+  // add one ProxyPut each way per chunk and owner.
+  for (uint32_t chunks : {1u, 4u}) {
+    INFO("chunks " << chunks);
+    const Schedule p2 = generate(arSpec("hierarchical", 32 * 4 * 64), nodesOfSize(32, 4), opts(chunks, 1, "rhd"));
+    CHECK(countKind(p2, StepKind::ProxyPut) == 32ull * 2 * 3 * chunks);
+    const Schedule fold = generate(arSpec("hierarchical", 24 * 4 * 64), nodesOfSize(24, 4), opts(chunks, 1, "rhd"));
+    CHECK(countKind(fold, StepKind::ProxyPut) == (16ull * 2 * 2 + 2 * 4 * 2) * chunks);
+    // phase 1 and 3 are unchanged in shape: one NVLink put per peer, chunk and direction
+    CHECK(countKind(p2, StepKind::Put) == 32ull * 3 * chunks * 2);
+  }
+  // 1024 ranks: the inter phase is 2 log2(128) = 14 sends per owner, not 2 * 127
+  const Schedule big = generate(arSpec("hierarchical", 1 << 20, DType::BFloat16), nodesOfSize(1024, 8), opts(1, 1, "rhd"));
+  CHECK(countKind(big, StepKind::ProxyPut) == 1024ull * 14);
+  CHECK(big.stepCount() < 1024ull * 100);
+}
+
+TEST_CASE("allreduce hierarchical rhd: every wait matters on a folded layout") {
+  // 3 nodes of 2: ranks 0 (host node 0), 3 (plain node 1), 5 (extra node 2)
+  checkEveryWaitMatters(generate(arSpec("hierarchical", 6 * 3 * 8), nodesOfSize(6, 2), opts(2, 1, "rhd")), {0, 3, 5});
+}
+
+TEST_CASE("allreduce hierarchical rhd: closed form equals the uncontended timeline on even cases") {
+  const Profile profiles[] = {oddProfile(), reduceBoundProfile(), defaultProfile(topologyPreset("dgx-h100", 2))};
+  struct Case {
+    uint32_t ranks, perNode;
+  };
+  // powers of two, folds (3, 5, 6, 7 nodes), one rank per node, one node
+  const Case cases[] = {{4, 2}, {6, 2}, {8, 2}, {10, 2}, {12, 4}, {14, 2}, {16, 2}, {32, 4}, {5, 1}, {8, 1}, {4, 4}};
+  for (const Case& c : cases)
+    for (uint32_t chunks : {1u, 3u, 4u})
+      for (uint32_t channels : {1u, 2u})
+        for (const Profile& profile : profiles)
+          for (uint64_t unit : {1ull, 4096ull}) {
+            const uint32_t nodes = c.ranks / c.perNode;
+            const uint64_t count = unit * channels * c.perNode * chunks * 8;  // chunks divide by M2 <= 8
+            INFO("nodes " << nodes << " of " << c.perNode << " chunks " << chunks << " channels " << channels
+                          << " count " << count << " profile " << profile.source);
+            const auto [form, timeline] = formVsTimeline("hierarchical", nodesOfSize(c.ranks, c.perNode), count, chunks,
+                                                         channels, profile, DType::Float32, "rhd");
+            CHECK(form == doctest::Approx(timeline).epsilon(1e-9));
+          }
+}
+
+TEST_CASE("allreduce hierarchical rhd: closed form bounds the timeline on uneven counts and nodes") {
+  for (const auto& nodeOf : rhdLayouts())
+    for (uint64_t count : {1021ull, 65537ull, 1000003ull}) {
+      INFO("nodes " << describe(nodeOf) << " count " << count);
+      const auto [form, timeline] = formVsTimeline("hierarchical", nodeOf, count, 3, 2, oddProfile(), DType::BFloat16, "rhd");
+      CHECK(form >= timeline * (1 - 1e-12));
+      // a bound: one representative per node carries its busiest rank (observed up to +17% on interleaved nodes)
+      CHECK(form <= timeline * 1.25);
+    }
+}
+
+TEST_CASE("allreduce hierarchical: auto picks the inter-node variant with the lower closed form") {
+  const Topology topo = topologyPreset("dgx-h100", 128);
+  const Profile profile = defaultProfile(topo);
+  const auto nodeOf = topo.layout(1024);
+  for (uint64_t bytes : {uint64_t(1) << 12, uint64_t(1) << 30}) {
+    INFO("bytes " << bytes);
+    const CollectiveSpec spec = arSpec("hierarchical", bytes / 4);
+    const double ring = closedForm(spec, opts(4, 1, "ring"), topo, 1024, profile).totalUs;
+    const double rhd = closedForm(spec, opts(4, 1, "rhd"), topo, 1024, profile).totalUs;
+    const std::string pick = resolveInter(spec, nodeOf, opts(4, 1, "auto"), profile);
+    CHECK(pick == (rhd < ring ? "rhd" : "ring"));
+    CHECK(closedForm(spec, opts(4, 1, "auto"), topo, 1024, profile).totalUs == std::min(ring, rhd));
+  }
+  // 128 nodes: 14 latency-bound exchanges beat 254 ring steps for a small message
+  CHECK(resolveInter(arSpec("hierarchical", 1024), nodeOf, opts(1, 1, "auto"), profile) == "rhd");
+  // no network phase, or another generator: nothing to choose
+  CHECK(resolveInter(arSpec("hierarchical", 1024), nodesOfSize(8, 8), opts(1, 1, "auto"), profile) == "ring");
+  CHECK(resolveInter(arSpec("ring", 1024), nodeOf, opts(1, 1, "auto"), profile) == "ring");
+  // generate() resolves auto under the datasheet DGX-H100 profile: the schedule is one of the two variants
+  const Schedule a = generate(arSpec("hierarchical", 1024), nodesOfSize(64, 8), opts(1, 1, "auto"));
+  CHECK(countKind(a, StepKind::ProxyPut) == 64ull * 2 * 3);  // rhd over 8 nodes
+}
+
+TEST_CASE("allreduce: an unknown inter-node variant is InvalidArgument naming the choices") {
+  for (const char* name : kAllReduce) {
+    INFO(std::string(name));
+    try {
+      (void)generate(arSpec(name, 64), nodesOfSize(8, 4), opts(1, 1, "tree"));
+      FAIL("expected an error");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::InvalidArgument);
+      CHECK(std::string(e.what()).find("ring, rhd or auto") != std::string::npos);
+    }
+  }
+  CHECK_THROWS_AS(resolveInter(arSpec("hierarchical", 64), nodesOfSize(8, 4), opts(1, 1, "Ring"), Profile{}), Error);
 }

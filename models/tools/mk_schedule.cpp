@@ -38,6 +38,7 @@ struct Options {
   uint32_t root = 0;
   uint32_t chunks = 1;
   uint32_t channels = 1;
+  std::string inter = "auto";
   bool verify = false;
   std::string inputs = "uniform";
   uint64_t seed = 1;
@@ -99,6 +100,7 @@ int run(const Options& o) {
   mk::Schedule schedule;
   mk::CollectiveSpec spec;
   bool generated = false;
+  std::string inter = "auto";  // the resolved inter-node variant of a generated schedule
   mk::Topology topo;
 
   if (!o.scheduleIn.empty()) {
@@ -132,6 +134,10 @@ int run(const Options& o) {
     mk::GenOptions gen;
     gen.chunks = o.chunks;
     gen.channels = o.channels;
+    gen.inter = o.inter;
+    // "auto" is decided under the profile the cost line below prices with, so both describe one schedule.
+    gen.inter = mk::resolveInter(spec, topo.layout(nRanks), gen, mk::defaultProfile(topo));
+    inter = gen.inter;
 
     const auto t0 = std::chrono::steady_clock::now();
     schedule = mk::generate(spec, topo.layout(nRanks), gen);
@@ -148,6 +154,8 @@ int run(const Options& o) {
     if (used != bytes) std::printf(" (--bytes %llu rounded down to whole elements)", static_cast<unsigned long long>(bytes));
     std::printf("\n  options    redop %s, chunks %u, channels %u%s\n", mk::toString(spec.redop), gen.chunks, gen.channels,
                 *op == mk::CollOp::Broadcast ? (", root " + std::to_string(spec.root)).c_str() : "");
+    if (spec.op == mk::CollOp::AllReduce && spec.algo == "hierarchical")
+      std::printf("  inter-node %s%s\n", gen.inter.c_str(), o.inter == "auto" ? " (auto: the lower closed form)" : "");
     std::printf("  generate   %.1f ms, validate OK\n", genMs);
   }
   printSummary(schedule);
@@ -156,6 +164,7 @@ int run(const Options& o) {
     mk::GenOptions gen;
     gen.chunks = o.chunks;
     gen.channels = o.channels;
+    gen.inter = inter;
     const mk::Profile profile = mk::defaultProfile(topo);
     const mk::CostEstimate c = mk::closedForm(spec, gen, topo, schedule.nRanks, profile);
     const double algbw = static_cast<double>(mk::opBytes(spec, schedule.nRanks)) / (c.totalUs * 1e3);  // GB/s
@@ -225,6 +234,12 @@ int main(int argc, char** argv) {
   app.add_option("--root", o.root, "broadcast root rank")->capture_default_str();
   app.add_option("--chunks", o.chunks, "pipeline depth: chunks per transfer (>= 1)")->capture_default_str();
   app.add_option("--channels", o.channels, "parallel lanes, each on a slice of the data (>= 1)")->capture_default_str();
+  app.add_option("--inter", o.inter,
+                 "inter-node phase of the hierarchical all-reduce: ring (2(M-1) steps per chunk over M nodes), rhd "
+                 "(recursive halving + doubling, 2 log2 M steps; other node counts fold the extra nodes), or auto "
+                 "(the lower closed form under the cluster's datasheet profile)")
+      ->check(CLI::IsMember({"ring", "rhd", "auto"}))
+      ->capture_default_str();
   app.add_flag("--verify", o.verify, "run the CPU reference executor on fresh random inputs and compare every element");
   app.add_option("--inputs", o.inputs,
                  "verify inputs: uniform (random in [-1,1), sums within the documented tolerance) or integers "

@@ -39,6 +39,7 @@ void result(Json& j, const Prediction& p, const RunInfo& info) {
   const double algbw = algBwGBs(info.bytes, p.totalUs);
   j["bytes"] = info.bytes;
   j["count"] = info.count;
+  if (!info.inter.empty()) j["inter"] = info.inter;  // per size: "auto" may choose differently per size
   j["time_us"] = p.totalUs;
   j["algbw_gbs"] = algbw;
   j["busbw_gbs"] = algbw * info.busBwFactor;

@@ -86,7 +86,7 @@ uint32_t Platform::extraSwitchHops(uint32_t gpuA, uint32_t gpuB) const noexcept 
   return sameRail && sameLeaf ? 0 : 2;
 }
 
-Platform buildPlatform(const Topology& topo, const Profile& profile) {
+Platform buildPlatform(const Topology& topo, const Profile& profile, bool nvlink) {
   validateTopology(topo);
   const NodeSpec& spec = topo.node;
   if (spec.nics > spec.gpus)
@@ -109,13 +109,14 @@ Platform buildPlatform(const Topology& topo, const Profile& profile) {
   for (uint32_t node = 0; node < topo.nodes; ++node) {
     const std::string nn = nodeName(node);
     const bool star = spec.nvlink.switched;
+    const bool links = nvlink && spec.gpus > 1;
     sg4::NetZone* zone = star ? sg4::create_star_zone(nn) : sg4::create_full_zone(nn);
     zone->set_parent(root);
     for (uint32_t g = 0; g < spec.gpus; ++g) {
       // Two cores: Copy/Reduce (memory pipe) and Gemm (tensor pipe) run side by side, as in the timeline model.
       sg4::Host* h = zone->create_host(nn + ".gpu" + std::to_string(g), kGpuCoreSpeed)->set_core_count(2)->seal();
       p.gpu[node * spec.gpus + g] = h;
-      if (star && spec.gpus > 1) {
+      if (star && links) {
         sg4::Link* nvl = zone->create_split_duplex_link(nn + ".nvl" + std::to_string(g), p.rates.nvlinkBps)->seal();
         // Star route = source up-links + destination down-links: GPU a -> b is nvl_a UP, nvl_b DOWN, through a
         // non-blocking NVSwitch centre.
@@ -123,7 +124,7 @@ Platform buildPlatform(const Topology& topo, const Profile& profile) {
       }
     }
     // Direct links: one split-duplex link per pair, UP in the a -> b direction for a < b.
-    if (!star) {
+    if (!star && links) {
       for (uint32_t a = 0; a < spec.gpus; ++a)
         for (uint32_t b = a + 1; b < spec.gpus; ++b) {
           sg4::Link* l = zone->create_split_duplex_link(nn + ".nvl" + std::to_string(a) + "-" + std::to_string(b),

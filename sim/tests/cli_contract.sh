@@ -35,6 +35,10 @@ expect 0 'rounded down' -- "$tool" --cluster dgx-h100 --bytes 1048573
 expect 0 '^ +8 +2 +float32 ' -- "$tool" --algo ring --cluster h200x2 --sweep 8:64K:4
 expect 0 '--sweep' -- "$tool" --help
 expect 0 '--fast' -- "$tool" --help
+expect 0 '--inter' -- "$tool" --help
+expect 0 '^inter-node: rhd$' -- "$tool" --algo hierarchical --cluster dgx-h100 --nodes 4 --bytes 16M --inter rhd
+expect 0 '^inter-node: (ring|rhd) \(auto: the lower closed form\)$' -- "$tool" --algo hierarchical --cluster dgx-h100 --nodes 4 --bytes 16M
+expect 0 'closed form: .*predicted / closed form = 1\.000' -- "$tool" --algo hierarchical --cluster dgx-h100 --nodes 8 --bytes 64M --inter rhd --chunks 4
 
 # ---- files ----
 expect 0 'wrote .*p\.json' -- "$tool" --algo hierarchical --cluster dgx-h100 --nodes 2 --bytes 4M --json "$work/p.json" --trace "$work/t.json"
@@ -76,6 +80,7 @@ bad "broken\.json" -- "$tool" --schedule "$work/broken.json"
 # ---- bad input: exit 2, one line, no file ----
 bad "unknown cluster 'dgx-a1'" -- "$tool" --cluster dgx-a1
 bad "unknown --op 'allsum'" -- "$tool" --op allsum
+bad "--inter: tree not in" -- "$tool" --algo hierarchical --cluster dgx-h100 --nodes 2 --inter tree
 bad "unknown algorithm 'star'" -- "$tool" --algo star
 bad "unknown --dtype 'int7'" -- "$tool" --dtype int7
 bad "nodes must be >= 1" -- "$tool" --nodes 0

@@ -44,6 +44,7 @@ struct Options {
   std::string dtype = "float32";
   uint32_t chunks = 1;
   uint32_t channels = 1;
+  std::string inter = "auto";
   std::string profileIn;
   std::string jsonOut;
   std::string traceOut;
@@ -110,6 +111,7 @@ mk::sim::RunInfo baseInfo(const Setup& st, const mk::Schedule& s) {
   info.ranks = s.nRanks;
   info.chunks = st.spec ? st.gen.chunks : s.info.chunks;
   info.channels = st.spec ? st.gen.channels : s.info.channels;
+  if (st.spec && st.spec->op == mk::CollOp::AllReduce && st.spec->algo == "hierarchical") info.inter = st.gen.inter;
   const auto op = mk::parseCollOp(info.op);
   if (st.spec) {
     info.count = st.spec->count;
@@ -250,6 +252,7 @@ int run(const Options& o) {
     st.spec = spec;
     st.gen.chunks = o.chunks;
     st.gen.channels = o.channels;
+    st.gen.inter = o.inter;
     sizes = o.sweep.empty() ? std::vector<uint64_t>{mk::parseSize(o.bytes)} : parseSweep(o.sweep);
     if (o.sweep.empty() && countFromBytes(*op, sizes[0], *dtype, st.nRanks) == 0)
       bad("--bytes " + std::to_string(sizes[0]) + " holds less than one " + mk::toString(*dtype) +
@@ -280,6 +283,11 @@ int run(const Options& o) {
     mk::Schedule s;
     if (st.spec) {
       st.spec->count = countFromBytes(st.spec->op, sizes[0], st.spec->dtype, st.nRanks);
+      // "auto" is decided by the closed forms under the profile this run uses, so the schedule and the
+      // closed form printed next to the prediction are the same variant.
+      st.gen.inter = mk::resolveInter(*st.spec, st.topo.layout(st.nRanks), st.gen, st.profile);
+      if (st.spec->op == mk::CollOp::AllReduce && st.spec->algo == "hierarchical")
+        std::printf("inter-node: %s%s\n", st.gen.inter.c_str(), o.inter == "auto" ? " (auto: the lower closed form)" : "");
       s = mk::generate(*st.spec, st.topo.layout(st.nRanks), st.gen);
       const uint64_t used = mk::opBytes(*st.spec, st.nRanks);
       std::printf("size: %s = %llu element(s)%s\n", mk::formatSize(used).c_str(),
@@ -309,7 +317,8 @@ int run(const Options& o) {
     }
     Setup one = st;
     one.spec = spec;
-    const mk::Schedule s = mk::generate(spec, st.topo.layout(st.nRanks), st.gen);
+    one.gen.inter = mk::resolveInter(spec, st.topo.layout(st.nRanks), st.gen, st.profile);  // per size
+    const mk::Schedule s = mk::generate(spec, st.topo.layout(st.nRanks), one.gen);
     auto row = predictOne(o, one, s, false);
     const auto& [info, p] = row;
     const double algbw = mk::sim::algBwGBs(info.bytes, p.totalUs);
@@ -368,6 +377,12 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", o.dtype, "float32, bfloat16 or float16")->capture_default_str();
   app.add_option("--chunks", o.chunks, "pipeline depth: chunks per transfer (>= 1)")->capture_default_str();
   app.add_option("--channels", o.channels, "parallel lanes, each on a slice of the data (>= 1)")->capture_default_str();
+  app.add_option("--inter", o.inter,
+                 "inter-node phase of the hierarchical all-reduce: ring (2(M-1) steps per chunk over M nodes), rhd "
+                 "(recursive halving + doubling, 2 log2 M steps; other node counts fold the extra nodes), or auto "
+                 "(the lower closed form under the profile used; per size with --sweep)")
+      ->check(CLI::IsMember({"ring", "rhd", "auto"}))
+      ->capture_default_str();
   app.add_option("--profile", o.profileIn,
                  "hardware profile JSON (schema mkernel.profile.v1, docs/simulator.md); default: datasheet numbers "
                  "for the cluster, printed as 'profile: uncalibrated (datasheet defaults)'");

@@ -3,7 +3,9 @@
 #include <sstream>
 
 #include "builder.hpp"
+#include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
+#include "mk/topology/topology.hpp"
 
 namespace mk {
 
@@ -74,8 +76,34 @@ uint64_t outputCount(const CollectiveSpec& spec, uint32_t nRanks) noexcept {
   }
 }
 
-Schedule generate(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt) {
+std::string resolveInter(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
+                         const Profile& profile) {
+  if (opt.inter != "ring" && opt.inter != "rhd" && opt.inter != "auto")
+    throw Error(ErrorCode::InvalidArgument, "inter must be ring, rhd or auto (got '" + opt.inter + "')");
+  if (opt.inter != "auto") return opt.inter;
+  if (spec.op != CollOp::AllReduce || spec.algo != "hierarchical") return "ring";
+  GenOptions ring = opt, rhd = opt;
+  ring.inter = "ring";
+  rhd.inter = "rhd";
+  const detail::GenContext ctxRing = detail::makeContext(spec, nodeOf, ring);
+  if (ctxRing.nNodes() < 2) return "ring";  // no network phase: the variants are the same schedule
+  const detail::GenContext ctxRhd = detail::makeContext(spec, nodeOf, rhd);
+  // The closed forms of the hierarchical generator read the placement and the profile, not the topology.
+  static const Topology kNoTopology{};
   const auto& def = detail::findAlgorithm(spec.op, spec.algo);
+  const double tRing = def.cost(detail::CostContext{spec, ring, kNoTopology, ctxRing, profile}).totalUs;
+  const double tRhd = def.cost(detail::CostContext{spec, rhd, kNoTopology, ctxRhd, profile}).totalUs;
+  return tRhd < tRing ? "rhd" : "ring";
+}
+
+Schedule generate(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& optIn) {
+  const auto& def = detail::findAlgorithm(spec.op, spec.algo);
+  // "auto" without a caller's profile: the datasheet DGX-H100 profile decides (tools resolve it themselves).
+  GenOptions opt = optIn;
+  if (opt.inter == "auto" && spec.op == CollOp::AllReduce && spec.algo == "hierarchical") {
+    static const Profile kReference = defaultProfile(topologyPreset("dgx-h100", 2));
+    opt.inter = resolveInter(spec, nodeOf, opt, kReference);
+  }
   detail::GenContext ctx = detail::makeContext(spec, nodeOf, opt);
   detail::ScheduleBuilder b(ctx);
   ctx.input = b.addBuffer("input", spec.dtype, BufferKind::Input, inputCount(spec, ctx.nRanks));

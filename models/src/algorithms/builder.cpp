@@ -22,6 +22,8 @@ GenContext makeContext(const CollectiveSpec& spec, const std::vector<uint32_t>& 
   if (opt.chunks == 0) throw Error(ErrorCode::InvalidArgument, "chunks must be >= 1 (got 0)");
   if (opt.channels == 0) throw Error(ErrorCode::InvalidArgument, "channels must be >= 1 (got 0)");
   if (spec.count == 0) throw Error(ErrorCode::InvalidArgument, "count must be > 0 (got 0)");
+  if (opt.inter != "ring" && opt.inter != "rhd" && opt.inter != "auto")
+    throw Error(ErrorCode::InvalidArgument, "inter must be ring, rhd or auto (got '" + opt.inter + "')");
   GenContext ctx;
   ctx.spec = spec;
   ctx.opt = opt;
@@ -162,6 +164,25 @@ void ScheduleBuilder::waitAllSent(uint32_t rank, uint32_t lane, uint32_t flagId)
 void ScheduleBuilder::barrier(uint32_t rank, uint32_t lane, uint32_t id) {
   Step& st = append(rank, lane, StepKind::Barrier);
   st.aux = id;
+}
+
+std::vector<uint32_t> ScheduleBuilder::newFlags(std::size_t n) {
+  std::vector<uint32_t> ids(n);
+  for (auto& id : ids) id = newFlag();
+  return ids;
+}
+
+uint16_t scratchBuffer(const GenContext& ctx) {
+  if (ctx.scratch < 0)
+    throw Error(ErrorCode::Internal, std::string(toString(ctx.spec.op)) + " " + ctx.spec.algo +
+                                         ": the generator uses a scratch buffer but its setup declared none");
+  return static_cast<uint16_t>(ctx.scratch);
+}
+
+uint32_t maxOwnedShards(const GenContext& ctx) {
+  uint32_t minLocal = ctx.maxLocal;
+  for (const auto& n : ctx.nodeRanks) minLocal = std::min(minLocal, static_cast<uint32_t>(n.size()));
+  return (ctx.maxLocal + minLocal - 1) / minLocal;
 }
 
 uint64_t ScheduleBuilder::signalsSent(uint32_t rank, uint32_t flagId) const {

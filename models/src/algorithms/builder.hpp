@@ -54,6 +54,8 @@ class ScheduleBuilder {
   uint16_t addBuffer(const std::string& name, DType dtype, BufferKind kind, uint64_t countPerRank);
   /// A fresh flag id (valid on every rank).
   uint32_t newFlag();
+  /// `n` fresh flag ids.
+  std::vector<uint32_t> newFlags(std::size_t n);
   /// A fresh barrier id.
   uint32_t newBarrier();
   /// Index of the lane of `rank` with `role` on `channel`, created on first use.
@@ -108,6 +110,13 @@ class ScheduleBuilder {
   std::vector<std::vector<std::pair<uint64_t, uint32_t>>> laneIndex_;  ///< per rank: (role << 32 | channel, lane)
   std::vector<std::vector<uint64_t>> sent_;  ///< per rank: increments so far, indexed by flag id
 };
+
+/// The "scratch" buffer's id; throws Error(Internal) when the generator's setup declared none.
+uint16_t scratchBuffer(const GenContext& ctx);
+
+/// Most shards one rank owns when a node's maxLocal shards (rails) are dealt round-robin over its ranks:
+/// ceil(maxLocal / smallest node size).
+uint32_t maxOwnedShards(const GenContext& ctx);
 
 /// Closed-form inputs (the generator's view of the cluster).
 struct CostContext {

@@ -72,19 +72,7 @@ std::vector<uint32_t> railsOf(const GenContext& ctx, uint32_t rank) {
   return out;
 }
 
-/// Most rails any rank owns: ceil(maxLocal / smallest node).
-uint32_t maxRails(const GenContext& ctx) {
-  uint32_t minLocal = ctx.maxLocal;
-  for (const auto& n : ctx.nodeRanks) minLocal = std::min(minLocal, static_cast<uint32_t>(n.size()));
-  return (ctx.maxLocal + minLocal - 1) / minLocal;
-}
-
 BufRef at(uint32_t rank, uint16_t buffer, uint64_t offset) { return ScheduleBuilder::ref(rank, buffer, offset); }
-
-uint16_t scratchId(const GenContext& ctx) {
-  if (ctx.scratch < 0) throw Error(ErrorCode::Internal, "generator needs a scratch buffer but setup declared none");
-  return static_cast<uint16_t>(ctx.scratch);
-}
 
 void addScratch(ScheduleBuilder& b, GenContext& ctx, uint64_t slots) {
   if (slots == 0) return;
@@ -96,12 +84,6 @@ void localCopy(ScheduleBuilder& b, const GenContext& ctx, uint32_t rank, uint32_
                uint16_t srcBuf, uint64_t srcOffset, uint64_t count) {
   b.copy(rank, b.lane(rank, LaneRole::Compute, channel), at(rank, ctx.output, dstOffset), at(rank, srcBuf, srcOffset),
          count);
-}
-
-std::vector<uint32_t> newFlags(ScheduleBuilder& b, std::size_t n) {
-  std::vector<uint32_t> f(n);
-  for (auto& id : f) id = b.newFlag();
-  return f;
 }
 
 // ---- allgather -------------------------------------------------------------------------------------------
@@ -142,7 +124,7 @@ void emitDirectExchange(ScheduleBuilder& b, const GenContext& ctx, uint32_t ch, 
   }
   if (p == 1) return;
   const auto chunks = chunksOf(part, ctx.opt.chunks);
-  const auto from = newFlags(b, p);  // from[s]: increments at the receiver from sender s (one lane of s)
+  const auto from = b.newFlags(p);  // from[s]: increments at the receiver from sender s (one lane of s)
   for (uint32_t r = 0; r < p; ++r)
     for (const Range& piece : chunks)
       for (uint32_t i = 1; i < p; ++i) {
@@ -169,7 +151,7 @@ void emitAllGatherHierarchical(ScheduleBuilder& b, const GenContext& ctx, uint32
   for (uint32_t r = 0; r < p; ++r) localCopy(b, ctx, r, ch, r * count + part.begin, ctx.input, part.begin, part.size);
   if (p == 1) return;
   const auto chunks = chunksOf(part, ctx.opt.chunks);
-  const auto from = newFlags(b, p);  // from[s]: blocks put by rank s (phase 1 remote, phase 2 same node)
+  const auto from = b.newFlags(p);  // from[s]: blocks put by rank s (phase 1 remote, phase 2 same node)
   // Phase 1: every rank sends its block over its rail to the rail's owner on every other node.
   for (uint32_t r = 0; r < p && nodes > 1; ++r) {
     const uint32_t n = ctx.nodeOf[r];
@@ -220,7 +202,7 @@ void emitReduceScatterRing(ScheduleBuilder& b, const GenContext& ctx, uint32_t c
     localCopy(b, ctx, 0, ch, part.begin, ctx.input, part.begin, part.size);
     return;
   }
-  const uint16_t scratch = scratchId(ctx);
+  const uint16_t scratch = scratchBuffer(ctx);
   const auto chunks = chunksOf(part, ctx.opt.chunks);
   const uint64_t k = chunks.size();
   const uint32_t flag = b.newFlag();
@@ -262,9 +244,9 @@ void emitReduceScatterDirect(ScheduleBuilder& b, const GenContext& ctx, uint32_t
     localCopy(b, ctx, 0, ch, part.begin, ctx.input, part.begin, part.size);
     return;
   }
-  const uint16_t scratch = scratchId(ctx);
+  const uint16_t scratch = scratchBuffer(ctx);
   const auto chunks = chunksOf(part, ctx.opt.chunks);
-  const auto from = newFlags(b, p);
+  const auto from = b.newFlags(p);
   for (uint32_t r = 0; r < p; ++r)
     for (const Range& piece : chunks)
       for (uint32_t i = 1; i < p; ++i) {
@@ -301,7 +283,7 @@ struct HierSlots {
   uint64_t total() const { return rails * nodes * (maxLocal + 2); }
 };
 
-HierSlots hierSlots(const GenContext& ctx) { return HierSlots{maxRails(ctx), ctx.nNodes(), ctx.maxLocal}; }
+HierSlots hierSlots(const GenContext& ctx) { return HierSlots{maxOwnedShards(ctx), ctx.nNodes(), ctx.maxLocal}; }
 
 void setupReduceScatterHierarchical(ScheduleBuilder& b, GenContext& ctx) {
   addScratch(b, ctx, ctx.nRanks > 1 ? hierSlots(ctx).total() : 0);
@@ -338,11 +320,11 @@ void emitReduceScatterHierarchical(ScheduleBuilder& b, const GenContext& ctx, ui
     localCopy(b, ctx, 0, ch, part.begin, ctx.input, part.begin, part.size);
     return;
   }
-  const uint16_t scratch = scratchId(ctx);
+  const uint16_t scratch = scratchBuffer(ctx);
   const HierSlots slots = hierSlots(ctx);
   const auto chunks = chunksOf(part, ctx.opt.chunks);
-  const auto fromLocal = newFlags(b, ctx.maxLocal);  // phase-1 inputs, by the sender's local index
-  const auto ring = newFlags(b, ctx.maxLocal);       // incoming ring partials, by rail
+  const auto fromLocal = b.newFlags(ctx.maxLocal);  // phase-1 inputs, by the sender's local index
+  const auto ring = b.newFlags(ctx.maxLocal);       // incoming ring partials, by rail
   std::vector<std::vector<HierItem>> items(p);
   for (uint32_t r = 0; r < p; ++r) items[r] = hierItems(ctx, r, chunks.size());
 

@@ -388,8 +388,12 @@ CostEstimate closedForm(const CollectiveSpec& spec, const GenOptions& opt, const
   if (!d.cost)
     throw Error(ErrorCode::Unsupported, std::string("algorithm '") + d.name + "' for " + toString(spec.op) +
                                             " has no closed-form cost model (use simulateUncontended on its schedule)");
-  const detail::GenContext ctx = detail::makeContext(spec, topo.layout(nRanks), opt);
-  return d.cost(detail::CostContext{spec, opt, topo, ctx, profile});
+  // "auto" is the cheaper inter-node variant under this profile (resolveInter), priced as that variant.
+  const std::vector<uint32_t> nodeOf = topo.layout(nRanks);
+  GenOptions resolved = opt;
+  resolved.inter = resolveInter(spec, nodeOf, opt, profile);
+  const detail::GenContext ctx = detail::makeContext(spec, nodeOf, resolved);
+  return d.cost(detail::CostContext{spec, resolved, topo, ctx, profile});
 }
 
 Timeline simulateUncontended(const Schedule& s, const Profile& profile) { return UncontendedSim(s, profile).run(); }

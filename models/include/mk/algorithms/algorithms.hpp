@@ -38,6 +38,12 @@ struct CollectiveSpec {
 struct GenOptions {
   uint32_t chunks = 1;    ///< pipeline depth: each transfer split into this many chunks (>= 1)
   uint32_t channels = 1;  ///< independent parallel lanes, each on a slice of the data (>= 1)
+  /// Inter-node phase of the hierarchical all-reduce (ignored by every other generator): "ring" (a ring over
+  /// the M nodes of each rail, 2(M-1) steps per chunk), "rhd" (recursive halving + doubling, 2 log2(M) steps
+  /// per chunk; a non-power-of-two M folds its extra nodes into partners first), or "auto": the variant with
+  /// the lower closed form, under the datasheet DGX-H100 profile in generate() (tools that price with another
+  /// profile resolve it themselves with resolveInter()).
+  std::string inter = "auto";
 };
 
 /// Algorithms a generator exists for, in the order `auto` would consider them.
@@ -47,6 +53,15 @@ std::vector<std::string> algorithmsFor(CollOp op);
 /// any layout, nodes may hold different numbers of ranks). Throws Error(InvalidArgument / NotFound)
 /// for bad input. The result passes validate() and has cost attributes filled.
 Schedule generate(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt = {});
+
+struct Profile;  // mk/cost/cost.hpp
+
+/// The concrete inter-node variant ("ring" or "rhd") that `opt.inter` stands for when `spec` is generated on
+/// `nodeOf`: itself when concrete, else the one whose closed form is lower under `profile` (ring on ties, and
+/// for every case without a network phase or another generator). Throws Error(InvalidArgument) for a value
+/// other than "ring", "rhd" or "auto".
+std::string resolveInter(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
+                         const Profile& profile);
 
 /// Element counts of the "input" and "output" buffers per rank for `spec` on nRanks ranks.
 uint64_t inputCount(const CollectiveSpec& spec, uint32_t nRanks) noexcept;

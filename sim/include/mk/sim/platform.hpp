@@ -72,8 +72,11 @@ struct Platform {
 
 /// Build the platform of `topo` in the running process's Engine (configureEngine() first); ends with the root
 /// zone's seal(). Throws Error(InvalidArgument) for a topology the model cannot represent (a multi-node cluster
-/// without NICs, more NICs than GPUs, a needed rate of 0).
-Platform buildPlatform(const Topology& topo, const Profile& profile);
+/// without NICs, more NICs than GPUs, a needed rate of 0). With `nvlink` false the NVLink links and routes
+/// are left out (the GPU hosts stay, to run the lanes): fast mode never simulates an NVLink transfer, and
+/// SimGrid checks every new link's name against all earlier ones, so a third fewer links saves about half of
+/// that quadratic cost at 8192 GPUs.
+Platform buildPlatform(const Topology& topo, const Profile& profile, bool nvlink = true);
 
 /// Names of the links of the route between two hosts, in order ("n0.nvl0_UP", "n0.nvl1_DOWN"): for tests and
 /// --verbose output.
