@@ -1045,6 +1045,9 @@ void LocalGroup::submitCollective(int r, const CollectiveSpec& specIn, const Gen
   if (genIn.chunks) gen.chunks = genIn.chunks;
   if (genIn.channels) gen.channels = genIn.channels;
   const uint32_t n = static_cast<uint32_t>(ranks_.size());
+  // The hierarchical inter-node variant, decided under the profile "auto" costs against (generate() alone
+  // would use the datasheet one), and part of the cache key.
+  gen.inter = resolveInter(spec, topology_.layout(n), gen, profile_);
   const uint64_t es = dtypeSize(spec.dtype);
   const uint64_t inBytes = inputCount(spec, n) * es, outBytes = outputCount(spec, n) * es;
   std::string key;
@@ -1057,6 +1060,8 @@ void LocalGroup::submitCollective(int r, const CollectiveSpec& specIn, const Gen
   }
   key += '|';
   key += spec.algo;
+  key += '|';
+  key += gen.inter;
   auto make = [&] {
     Schedule s = generate(spec, topology_.layout(n), gen);
     ValidateOptions vo;
