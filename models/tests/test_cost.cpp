@@ -44,6 +44,7 @@ Profile roundProfile() {
   p.local = LinkCost{0.5, 200};
   p.reduceGBs = 50;
   p.flagUs = 0.25;
+  p.localFlagUs = 0.125;
   p.dispatchUs = 2.0;
   p.proxyUs = 2.0;
   p.gemmTflops = 10;
@@ -239,7 +240,10 @@ Timeline referenceTimeline(const Schedule& s, const Profile& p) {
         const double end = c.ready + duration(st, c.rank);
         const std::size_t f = static_cast<std::size_t>(st.flag.rank) * s.nFlags + st.flag.id;
         if (st.kind == StepKind::Signal)
-          inc[f].emplace_back(end + (s.nodeOf[st.flag.rank] == s.nodeOf[c.rank] ? p.flagUs : remoteFlag), st.value);
+          inc[f].emplace_back(end + (st.flag.rank == c.rank                     ? p.localFlagUs
+                                     : s.nodeOf[st.flag.rank] == s.nodeOf[c.rank] ? p.flagUs
+                                                                                  : remoteFlag),
+                              st.value);
         if ((st.kind == StepKind::Put || st.kind == StepKind::ProxyPut) && (st.flags & kStepSignal))
           inc[f].emplace_back(end, st.value);
         finish(c, c.ready, end);
@@ -775,6 +779,7 @@ TEST_CASE("timeline: random schedules match an independent naive evaluation") {
   std::mt19937 rng(seed);
   Profile p = roundProfile();
   p.flagUs = 0.3;  // not a power of two: ties are rarer, arithmetic is not exact
+  p.localFlagUs = 0.17;
   for (int iter = 0; iter < 60; ++iter) {
     CAPTURE(seed);
     CAPTURE(iter);

@@ -112,6 +112,7 @@ Plan makePlan(const Schedule& s, const Topology& topo, const Profile& p) {
   plan.gpuOf = placeRanks(s, topo);
   needLatency("dispatchUs", p.dispatchUs);
   needLatency("flagUs", p.flagUs);
+  needLatency("localFlagUs", p.localFlagUs);
   needLatency("proxyUs", p.proxyUs);
   needLatency("nvlink.alphaUs", p.nvlink.alphaUs);
   needLatency("network.alphaUs", p.network.alphaUs);
@@ -447,8 +448,10 @@ class Replayer {
     }
   }
 
-  /// Signal -> Wait visibility (timeline rule 3): flagUs on the node, a proxied remote write across nodes.
+  /// Signal -> Wait visibility (timeline rule 3): localFlagUs on the same GPU, flagUs on the node, a proxied
+  /// remote write across nodes.
   double signalDelayUs(uint32_t from, uint32_t to) const {
+    if (from == to) return p_.localFlagUs;
     if (s_.nodeOf[from] == s_.nodeOf[to]) return p_.flagUs;
     const uint32_t hops = platform_.extraSwitchHops(plan_.gpuOf[from], plan_.gpuOf[to]);
     return p_.proxyUs + p_.network.alphaUs + hops * platform_.switchLatencyUs;

@@ -50,6 +50,7 @@ inline mk::Profile profile() {
   p.local = mk::LinkCost{0.5, 1000};
   p.reduceGBs = 500;
   p.flagUs = 0.25;
+  p.localFlagUs = 0.125;
   p.dispatchUs = 3;
   p.proxyUs = 1.5;
   p.gemmTflops = 100;

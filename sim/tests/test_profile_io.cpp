@@ -27,6 +27,7 @@ mk::Profile odd() {
   p.local = mk::LinkCost{0.47, 1965.5};
   p.reduceGBs = 1310.125;
   p.flagUs = 0.625;
+  p.localFlagUs = 0.3125;
   p.dispatchUs = 2.25;
   p.proxyUs = 2.5;
   p.gemmTflops = 742.5;
@@ -43,6 +44,7 @@ void checkSame(const mk::Profile& a, const mk::Profile& b) {
   CHECK(a.local.bwGBs == b.local.bwGBs);
   CHECK(a.reduceGBs == b.reduceGBs);
   CHECK(a.flagUs == b.flagUs);
+  CHECK(a.localFlagUs == b.localFlagUs);
   CHECK(a.dispatchUs == b.dispatchUs);
   CHECK(a.proxyUs == b.proxyUs);
   CHECK(a.gemmTflops == b.gemmTflops);
@@ -91,6 +93,13 @@ TEST_CASE("profile io: provenance is written and read back") {
 
 TEST_CASE("profile io: a profile without provenance has none in its json") {
   CHECK(!Json::parse(mk::profileToJson(odd())).contains("provenance"));
+}
+
+TEST_CASE("profile io: a profile written before localFlagUs existed prices a local signal like flagUs") {
+  Json j = Json::parse(mk::profileToJson(odd()));
+  j.erase("localFlagUs");
+  const mk::Profile p = mk::profileFromJson(j.dump());
+  CHECK(p.localFlagUs == 0.625);
 }
 
 TEST_CASE("profile io: a missing parameter is rejected naming the field") {

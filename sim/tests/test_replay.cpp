@@ -35,6 +35,14 @@ TEST_CASE("replay: a put with a signal releases the peer's wait at the put's end
   CHECK(p.totalUs == doctest::Approx(25.0).epsilon(1e-9));
 }
 
+TEST_CASE("replay: a signal between lanes of one GPU is visible after localFlagUs") {
+  Builder b({0, 0});
+  b.signalStep(0, 0, 0, 0);
+  b.wait(0, 1, 0, 1);
+  const auto p = simtest::run(b.done(), simtest::cluster(1, 2));
+  CHECK(simtest::at(p, 0, 1, 0).endUs == doctest::Approx(3.125).epsilon(1e-9));  // dispatch + localFlagUs
+}
+
 TEST_CASE("replay: a signal is visible after flagUs on one node") {
   Builder b({0, 0});
   b.signalStep(0, 0, 1, 0);
@@ -192,7 +200,7 @@ TEST_CASE("replay: a lane's share caps its rate even while the other lane is idl
   b.put(0, 1, 1, 1000000);
   const auto p = simtest::run(b.done(), simtest::cluster(1, 2));
   CHECK(simtest::at(p, 0, 0, 0).endUs == doctest::Approx(24.0).epsilon(1e-9));
-  CHECK(p.totalUs == doctest::Approx(24.25 + 21.0).epsilon(1e-9));
+  CHECK(p.totalUs == doctest::Approx(24.125 + 21.0).epsilon(1e-9));  // lane to lane: localFlagUs
 }
 
 TEST_CASE("replay: an empty schedule takes the dispatch time") {

@@ -38,14 +38,14 @@ constexpr const char* kMethodDefault = "default (not measured)";
 }  // namespace
 
 bool isCalibrationOp(const std::string& op) noexcept {
-  for (const char* k : {kCalibPutNvlink, kCalibPutNetwork, kCalibCopyLocal, kCalibReduce, kCalibFlag, kCalibDispatch,
-                        kCalibProxy, kCalibGemm})
+  for (const char* k : {kCalibPutNvlink, kCalibPutNetwork, kCalibCopyLocal, kCalibReduce, kCalibFlag, kCalibFlagLocal,
+                        kCalibDispatch, kCalibProxy, kCalibGemm})
     if (op == k) return true;
   return false;
 }
 
 bool isRecordedOnlyCalibrationOp(const std::string& op) noexcept {
-  return op == kCalibPutNvlinkOneWay || op == kCalibEmptyOp || op == kCalibFlagLocal;
+  return op == kCalibPutNvlinkOneWay || op == kCalibEmptyOp;
 }
 
 AlphaBetaFit fitAlphaBeta(const std::vector<CalibPoint>& points, const std::string& parameter) {
@@ -155,7 +155,7 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
         throw Error(ErrorCode::InvalidArgument,
                     where + ".op: unknown calibration op \"" + r.op +
                         "\" (expected calib-put-nvlink, calib-put-network, calib-copy-local, calib-reduce, "
-                        "calib-flag, calib-dispatch, calib-proxy or calib-gemm; calib-put-nvlink-oneway, calib-empty-op and calib-flag-local are recorded only)");
+                        "calib-flag, calib-flag-local, calib-dispatch, calib-proxy or calib-gemm; calib-put-nvlink-oneway and calib-empty-op are recorded only)");
       if (!std::isfinite(r.timeUs) || r.timeUs <= 0)
         throw Error(ErrorCode::InvalidArgument, where + ".time_us: must be finite and > 0 (got " + num(r.timeUs) + ")");
       CalibPoint p{static_cast<double>(r.bytes), r.timeUs};
@@ -224,6 +224,7 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
   link(kCalibCopyLocal, "local", out.local);
   rate(kCalibReduce, "reduceGBs", "GB/s", 1.0, out.reduceGBs);
   constant(kCalibFlag, "flagUs", out.flagUs);
+  constant(kCalibFlagLocal, "localFlagUs", out.localFlagUs);
   constant(kCalibDispatch, "dispatchUs", out.dispatchUs);
   constant(kCalibProxy, "proxyUs", out.proxyUs);
   // x = flops: the "bandwidth" is flops per us / 1e3, and TFLOP/s = flops per us / 1e6.

@@ -74,6 +74,7 @@ std::vector<mk::MeasurementRecord> fullSet() {
   addLink(r, mk::kCalibCopyLocal, 0.45, 1900);
   addLink(r, mk::kCalibReduce, 0.9, 1300);
   for (double t : {0.61, 0.65, 0.64, 0.9, 0.66}) r.push_back(rec(mk::kCalibFlag, 8, t));
+  for (double t : {0.31, 0.35, 0.33}) r.push_back(rec(mk::kCalibFlagLocal, 8, t));
   for (double t : {2.1, 2.0, 2.3}) r.push_back(rec(mk::kCalibDispatch, 0, t));
   for (double t : {2.5, 2.7}) r.push_back(rec(mk::kCalibProxy, 0, t));
   for (double m : {1021.0, 2053.0, 4099.0, 8191.0}) {
@@ -187,10 +188,11 @@ TEST_CASE("calibrate: every parameter is recovered from a full synthetic micro-b
   CHECK(relClose(p.local.bwGBs, 1900, 1e-9));
   CHECK(relClose(p.reduceGBs, 1300, 1e-9));
   CHECK(p.flagUs == doctest::Approx(0.65));
+  CHECK(p.localFlagUs == doctest::Approx(0.33));
   CHECK(p.dispatchUs == doctest::Approx(2.1));
   CHECK(p.proxyUs == doctest::Approx(2.6));
   CHECK(relClose(p.gemmTflops, 742, 1e-9));
-  CHECK(rep.parameters.size() == 11);
+  CHECK(rep.parameters.size() == 12);
   CHECK(rep.defaulted().empty());
   CHECK(rep.recordsIgnored == 0);
   CHECK(rep.recordsUsed == fullSet().size());
@@ -226,6 +228,7 @@ TEST_CASE("calibrate: one-way put records are recorded only and never move the n
   CHECK(mk::isRecordedOnlyCalibrationOp("calib-put-nvlink-oneway"));
   CHECK_FALSE(mk::isCalibrationOp("calib-put-nvlink-oneway"));
   CHECK(mk::isRecordedOnlyCalibrationOp("calib-empty-op"));
+  CHECK(mk::isCalibrationOp("calib-flag-local"));
 }
 
 TEST_CASE("calibrate: the committed collective measurements alone give nothing to fit") {
@@ -247,7 +250,7 @@ TEST_CASE("calibrate: a parameter without records keeps the datasheet default an
   CHECK(p.network.bwGBs == defaults.network.bwGBs);
   CHECK(p.gemmTflops == defaults.gemmTflops);
   CHECK(p.flagUs == defaults.flagUs);
-  CHECK(rep.defaulted().size() == 9);
+  CHECK(rep.defaulted().size() == 10);
   CHECK(!param(rep, "gemmTflops").measured);
   CHECK(param(rep, "gemmTflops").method == "default (not measured)");
   CHECK(param(rep, "nvlink.bwGBs").measured);

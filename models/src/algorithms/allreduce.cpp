@@ -1056,7 +1056,7 @@ UnitPrices unitPrices(const CostContext& c, uint64_t elems, bool needsNet) {
   u.redBw = b / pf.reduceGBs;
   u.copyLat = pf.local.alphaUs;
   u.copyBw = b / pf.local.bwGBs;
-  u.flag = pf.flagUs;
+  u.flag = pf.localFlagUs;  // every F of these formulas is a reducer lane signalling a lane of its own GPU
   u.dispatch = pf.dispatchUs;
   return u;
 }

@@ -149,6 +149,7 @@ class UncontendedSim {
                                                   " for nRanks " + std::to_string(s_.nRanks));
     needLatency("dispatchUs", p_.dispatchUs);
     needLatency("flagUs", p_.flagUs);
+    needLatency("localFlagUs", p_.localFlagUs);
     needLatency("proxyUs", p_.proxyUs);
     needLatency("nvlink.alphaUs", p_.nvlink.alphaUs);
     needLatency("network.alphaUs", p_.network.alphaUs);
@@ -287,8 +288,11 @@ class UncontendedSim {
         default: {
           const double end = start + duration(st, ls.rank);
           if (st.kind == StepKind::Signal) {
+            const bool sameRank = st.flag.rank == ls.rank;
             const bool sameNode = s_.nodeOf[st.flag.rank] == s_.nodeOf[ls.rank];
-            push(end + (sameNode ? p_.flagUs : p_.proxyUs + p_.network.alphaUs), flagIndex(st.flag), st.value, true);
+            const double delay =
+                sameRank ? p_.localFlagUs : sameNode ? p_.flagUs : p_.proxyUs + p_.network.alphaUs;
+            push(end + delay, flagIndex(st.flag), st.value, true);
           } else if ((st.kind == StepKind::Put || st.kind == StepKind::ProxyPut) && (st.flags & kStepSignal)) {
             push(end, flagIndex(st.flag), st.value, true);
           }
@@ -376,6 +380,8 @@ Profile defaultProfile(const Topology& t) {
   p.reduceGBs = t.node.hbmGBs / 3;
   // A flag is one 8-byte peer store: the NVLink one-way latency.
   p.flagUs = t.node.nvlink.latencyUs;
+  // A flag between lanes of one GPU stays in its L2: about half a peer store (not measured; calibrate it).
+  p.localFlagUs = t.node.nvlink.latencyUs / 2;
   p.dispatchUs = kDispatchUs;
   p.proxyUs = kProxyUs;
   p.gemmTflops = kGemmEfficiency * t.node.bf16Tflops;

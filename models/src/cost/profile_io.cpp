@@ -92,6 +92,7 @@ std::string profileToJson(const Profile& p, const ProfileProvenance& prov, int i
   j["local"] = linkCostJson(p.local);
   j["reduceGBs"] = p.reduceGBs;
   j["flagUs"] = p.flagUs;
+  j["localFlagUs"] = p.localFlagUs;
   j["dispatchUs"] = p.dispatchUs;
   j["proxyUs"] = p.proxyUs;
   j["gemmTflops"] = p.gemmTflops;
@@ -110,7 +111,7 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   if (schema != kProfileSchema)
     parseFail("schema must be \"" + std::string(kProfileSchema) + "\" (got \"" + schema + "\")");
   onlyKeys(j, "", {"schema", "source", "provenance", "nvlink", "network", "local", "reduceGBs", "flagUs",
-                   "dispatchUs", "proxyUs", "gemmTflops"});
+                   "localFlagUs", "dispatchUs", "proxyUs", "gemmTflops"});
   Profile p;
   p.source = text(j, "", "source");
   p.nvlink = linkCost(j, "nvlink");
@@ -118,6 +119,9 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   p.local = linkCost(j, "local");
   p.reduceGBs = parameter(j, "", "reduceGBs");
   p.flagUs = parameter(j, "", "flagUs");
+  // Added after the first profiles were written: a profile without it prices a lane-to-lane signal like a
+  // cross-GPU one (what every engine did before the field existed).
+  p.localFlagUs = j.contains("localFlagUs") ? parameter(j, "", "localFlagUs") : p.flagUs;
   p.dispatchUs = parameter(j, "", "dispatchUs");
   p.proxyUs = parameter(j, "", "proxyUs");
   p.gemmTflops = parameter(j, "", "gemmTflops");

@@ -24,7 +24,8 @@ struct Profile {
   LinkCost network;        ///< ProxyPut GPU->GPU across nodes (PCIe + NIC + fabric), per GPU per direction
   LinkCost local;          ///< Copy inside one GPU
   double reduceGBs = 0;    ///< Reduce throughput (output bytes/s) of one lane
-  double flagUs = 0;       ///< Signal -> Wait visibility across NVLink
+  double flagUs = 0;       ///< Signal -> Wait visibility across NVLink (another GPU of the node)
+  double localFlagUs = 0;  ///< Signal -> Wait visibility between lanes of one GPU (GPU-scope flag)
   double dispatchUs = 0;   ///< op enqueue -> first step on the GPU
   double proxyUs = 0;      ///< extra per ProxyPut for the FIFO + host proxy
   double gemmTflops = 0;   ///< achieved bf16 GEMM rate per GPU

@@ -21,6 +21,7 @@ inline constexpr const char* kCalibPutNetwork = "calib-put-network";  ///< Proxy
 inline constexpr const char* kCalibCopyLocal = "calib-copy-local";    ///< Copy inside one GPU -> local
 inline constexpr const char* kCalibReduce = "calib-reduce";           ///< Reduce, bytes = output -> reduceGBs
 inline constexpr const char* kCalibFlag = "calib-flag";               ///< Signal -> Wait over NVLink -> flagUs
+inline constexpr const char* kCalibFlagLocal = "calib-flag-local";    ///< Signal -> Wait, lanes of one GPU -> localFlagUs
 inline constexpr const char* kCalibDispatch = "calib-dispatch";       ///< enqueue -> first step -> dispatchUs
 inline constexpr const char* kCalibProxy = "calib-proxy";             ///< extra per ProxyPut -> proxyUs
 inline constexpr const char* kCalibGemm = "calib-gemm";               ///< bf16 GEMM, needs "flops" -> gemmTflops
@@ -31,13 +32,11 @@ inline constexpr const char* kCalibPutNvlinkOneWay = "calib-put-nvlink-oneway";
 /// Recorded, not fitted: the per-op time of ops without steps (dispatchUs is fitted from calib-dispatch, the
 /// intercept of ops whose ranks interact; docs/calibration.md says why they differ).
 inline constexpr const char* kCalibEmptyOp = "calib-empty-op";
-/// Signal -> Wait between two lanes of one GPU (GPU-scope flags), ping-pong per message.
-inline constexpr const char* kCalibFlagLocal = "calib-flag-local";
 
 /// True for the fitted ops above (the exact spelling; other "calib-" ops, except the recorded-only ones, are
 /// an error in calibrate()).
 bool isCalibrationOp(const std::string& op) noexcept;
-/// True for calibration ops that are recorded but never fitted (kCalibPutNvlinkOneWay, kCalibEmptyOp, kCalibFlagLocal).
+/// True for calibration ops that are recorded but never fitted (kCalibPutNvlinkOneWay, kCalibEmptyOp).
 bool isRecordedOnlyCalibrationOp(const std::string& op) noexcept;
 
 /// One measured point of a linear fit: x (bytes, or flops for gemm) and the time it took.
