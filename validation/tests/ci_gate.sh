@@ -47,7 +47,7 @@ if [[ $mode == --committed ]]; then
   # do not measure (network, proxy: unused on one node).
   "$calibrate" --cluster h200x2 --out "$work/profile.json" --report "$work/fit.txt" "${calib[@]}" || exit $?
   start=$(date +%s)
-  "$validate" --profile "$work/profile.json" --max-median-err "$threshold" -j 2 --json "$work/validation.json" \
+  "$validate" --cluster h200x2 --profile "$work/profile.json" --max-median-err "$threshold" -j 2 --json "$work/validation.json" \
     "${others[@]}" >"$work/validate.txt"
   rc=$?
   cat "$work/validate.txt"
