@@ -1,36 +1,61 @@
 #!/usr/bin/env bash
-# Everything the multi-GPU issues measure on one node, in ONE device call (the device time is scarce):
-# topology, the GPU test suite, mk-bench of all-reduce / all-gather / reduce-scatter (mkernel auto and every
-# algorithm, NCCL in the same run, NVLS off), and the calibration micro-benchmarks. mk-validate runs afterwards
-# on the developer machine (it needs SimGrid), on the files this writes.
+# Everything the GPU issues measure on one node, in ONE device call (device time is scarce). The second
+# 2 x H200 run of 2026-11-29 (commit eb8af58, validation/data/measured/*-eb8af58-*) ran exactly these steps:
+#   1. mk-bench calibrate (micro-benchmarks) and mk-calibrate on it -> the node's profile;
+#   2. mk-bench allreduce / allgather / reducescatter, 8 B .. max bytes, mkernel auto (costed against that
+#      profile) and every algorithm, NCCL in the same run (NVLS off);
+#   3. one traced 1 MiB two-shot all-reduce (for mk-validate's side-by-side trace);
+#   4. mk-bench gemm over the issue-6 shapes with --check, the GEMM GPU tests, SASS facts;
+#   5. the GPU test suite (single- and multi-process), one process per case under a time limit.
+# mk-validate runs afterwards on the developer machine (it needs SimGrid), on the files this writes.
 #
-#   impl/tools/node_suite.sh <build dir> <out dir> [max bytes, default 1G] [gpus, default all]
+#   impl/tools/node_suite.sh <build dir> <out dir> [max bytes, default 512M] [gpus, default all]
 #
-# <build dir> holds impl/mk-bench and the GPU test binaries (built with nvcc on the developer machine and
-# carried). Files written to <out dir>: topo.txt, nvidia-smi.txt, suite.log, suite-summary.txt, mkbench.log,
-# <date>-<tag>-{allreduce,allgather,reducescatter,calibration}.json, where <tag> is h200x<gpus>.
+# <build dir> holds impl/{mk-bench, mk_gpu_tests, mk_multigpu_tests, mk_multiprocess_tests, mk_gemm_gpu_tests}
+# and validation/mk-calibrate, built with nvcc on the developer machine and carried. The device tool brings back
+# at most 8 files: pack <out dir> (tar) when it runs there.
 set -u
 build=$1
-out=$2
-maxBytes=${3:-1G}
+R=$2
+maxBytes=${3:-512M}
 export CUDA_MODULE_LOADING=EAGER NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-nccl=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
-[[ -d $nccl ]] && export LD_LIBRARY_PATH=$nccl:${LD_LIBRARY_PATH:-}
+for d in /opt/torch/.venv/lib/python3*/site-packages/nvidia/nccl/lib /opt/torch/.venv/lib/python3*/site-packages/nvidia/cublas/lib; do
+  [[ -d $d ]] && export LD_LIBRARY_PATH=$d:${LD_LIBRARY_PATH:-}
+done
 gpus=${4:-$(nvidia-smi -L | grep -c '^GPU')}
 tag="h200x${gpus}"
+cluster=$([[ $gpus -eq 2 ]] && echo h200x2 || echo dgx-h200)
 day=$(date -u +%Y-%m-%d)
-mkdir -p "$out"
-nvidia-smi topo -m > "$out/topo.txt" 2>&1
-nvidia-smi > "$out/nvidia-smi.txt" 2>&1
-here=$(cd "$(dirname "$0")" && pwd)
-"$here/gpu_suite.sh" "$build" "$out/suite.log" 60 > "$out/suite-summary.txt" 2>&1
-tail -1 "$out/suite-summary.txt"
-bench=$build/impl/mk-bench
-status=0
+B=$build/impl
+mkdir -p "$R"
+t0=$(date +%s)
+stamp() { echo "# $(($(date +%s) - t0)) s: $*" | tee -a "$R/summary.log"; }
+nvidia-smi > "$R/nvidia-smi.txt" 2>&1
+nvidia-smi topo -m > "$R/topo.txt" 2>&1
+stamp calibrate
+timeout 150 "$B/mk-bench" calibrate --json "$R/$day-$tag-calibration.json" > "$R/calibrate.log" 2>&1
+echo "calibrate rc=$?" >> "$R/summary.log"
+"$build/validation/mk-calibrate" --cluster "$cluster" --out "$R/$tag-profile.json" "$R/$day-$tag-calibration.json" \
+  > "$R/calibrate-fit.txt" 2>&1
+echo "fit rc=$?" >> "$R/summary.log"
+prof=()
+[[ -s $R/$tag-profile.json ]] && prof=(--profile "$R/$tag-profile.json")
 for op in allreduce allgather reducescatter; do
-  "$bench" "$op" -g "$gpus" -b 8 -e "$maxBytes" -f 2 --algo all --baseline nccl -n 40 -w 10 --reps 3 \
-    --json "$out/$day-$tag-$op.json" >> "$out/mkbench.log" 2>&1 || status=1
+  stamp "$op"
+  timeout 300 "$B/mk-bench" "$op" -g "$gpus" -b 8 -e "$maxBytes" -f 2 --algo all --baseline nccl -n 40 -w 10 --reps 3 \
+    "${prof[@]}" --json "$R/$day-$tag-$op.json" >> "$R/mkbench.log" 2>&1
+  echo "$op rc=$?" >> "$R/summary.log"
 done
-"$bench" calibrate --json "$out/$day-$tag-calibration.json" >> "$out/mkbench.log" 2>&1 || status=1
-grep -E "^# (wrote|mk-bench)|error|wrong" "$out/mkbench.log"
-exit $status
+stamp trace
+timeout 30 "$B/mk-bench" allreduce -g "$gpus" -b 1M -e 1M --algo two-shot -n 5 -w 2 --reps 1 --latency-probes 0 \
+  --trace "$R/trace-allreduce-two-shot-1M.json" >> "$R/mkbench.log" 2>&1
+stamp gemm
+timeout 150 "$B/mk-bench" gemm --shapes issue6 --check --json "$R/$day-h200-gemm.json" > "$R/gemm.log" 2>&1
+echo "gemm rc=$?" >> "$R/summary.log"
+timeout 60 "$B/mk_gemm_gpu_tests" > "$R/gemm-tests.log" 2>&1
+echo "gemm tests rc=$?" >> "$R/summary.log"
+(cuobjdump -sass "$B/mk-bench" | grep -c HGMMA; cuobjdump -res-usage "$B/mk-bench" | grep -A1 -i gemm) > "$R/sass.txt" 2>&1
+stamp suite
+timeout 170 "$(dirname "$0")/gpu_suite.sh" "$build" "$R/suite.log" 60 > "$R/suite-summary.txt" 2>&1
+tail -2 "$R/suite-summary.txt" | tee -a "$R/summary.log"
+stamp done
