@@ -24,7 +24,9 @@ struct Platform {
 };
 
 // Single-node platforms never contend for these schedules: NVSwitch ports carry symmetric traffic.
-const Platform kSingleNode[] = {{"h200x2", 1, 2}, {"dgx-h100", 1, 8}, {"dgx-h100", 1, 5}};
+// dgx-h200 with 4 and 8 ranks: the node issue 7 will measure.
+const Platform kSingleNode[] = {{"h200x2", 1, 2},   {"dgx-h100", 1, 8}, {"dgx-h100", 1, 5},
+                                {"dgx-h200", 1, 4}, {"dgx-h200", 1, 8}};
 
 mk::Topology topology(const Platform& p) {
   mk::Topology t = mk::topologyPreset(p.preset, p.nodes);
