@@ -1,7 +1,8 @@
 // mk-bench gemm — the Hopper GEMM engine (mk::GemmPlan) against cuBLASLt on one GPU (GPU 0).
 //
 //   mk-bench gemm -m M -n N -k K [--ctas C] [--layout-b row|col] [--out bf16|f32] [--check] [--json f]
-//                 [--iters I] [-w W] [--reps R] [--shapes issue6]
+//                 [--iters I] [-w W] [--reps R] [--shapes issue6] [--epilogue direct|tma-store]
+//                 [--split-k S]
 //
 // Timing (as the rest of mk-bench): CUDA events around `iters` back-to-back launches on one stream after
 // `warmup` launches; reported time = median over `reps` such loops of (loop time / iters). cuBLASLt runs
@@ -43,6 +44,8 @@ struct GemmArgs {
   uint64_t iters = 20, warmup = 5, reps = 5;
   int64_t groupM = 8;
   int64_t tileN = 0;
+  std::string epilogue = "direct";
+  int64_t splitK = 1;
 };
 
 struct Shape {
@@ -142,6 +145,8 @@ struct Result {
   bool checked = false, ok = true;
   uint32_t ctas = 0;
   uint64_t tileN = 0;
+  mk::GemmEpilogue epilogue = mk::GemmEpilogue::Direct;  ///< the epilogue that ran (fp32 output: always direct)
+  uint64_t splitK = 1;  ///< k-pieces per tile that ran
 };
 
 Result runShape(const GemmArgs& a, const Shape& s, CublasLt& lt, cudaStream_t stream, cudaEvent_t ev0,
@@ -174,10 +179,14 @@ Result runShape(const GemmArgs& a, const Shape& s, CublasLt& lt, cudaStream_t st
   cfg.ctas = s.ctas;
   cfg.groupM = a.groupM;
   cfg.tileN = a.tileN;
+  cfg.epilogue = a.epilogue == "tma-store" ? mk::GemmEpilogue::TmaStore : mk::GemmEpilogue::Direct;
+  cfg.splitK = a.splitK;
   pr.c = bufC.p;
   mk::GemmPlan ours(pr, cfg);
   r.ctas = ours.ctas();
   r.tileN = ours.tiles().blockN;
+  r.epilogue = ours.tiles().epilogue;
+  r.splitK = ours.tiles().splitK;
   r.oursUs = timeUs(a, stream, ev0, ev1, [&] { ours.run(stream); });
 
   mk::GemmProblem ref = pr;
@@ -229,6 +238,15 @@ int gemmMain(int argc, char** argv, const std::string& command) {
   app.add_option("--group-m", a.groupM, "tile rows per raster group of our engine (L2 reuse)")->check(CLI::PositiveNumber);
   app.add_option("--tile-n", a.tileN, "our output tile width: 128, 256, or 0 = chosen per shape (wave count model)")
       ->check(CLI::IsMember({0, 128, 256}));
+  app.add_option("--epilogue", a.epilogue,
+                 "our epilogue: direct (registers to global, the default) or tma-store (shared-memory staging + TMA "
+                 "stores overlapping the next tile; bf16 output only, f32 runs direct). The 'epi' column and the "
+                 "JSON field 'epilogue' say which ran")
+      ->check(CLI::IsMember({"direct", "tma-store"}));
+  app.add_option("--split-k", a.splitK,
+                 "split each tile's k-range over this many CTAs (fp32 partials summed by the last one; 1 = off, "
+                 "at most 64, reduced so no piece is empty: the 'sk' column and JSON 'split_k' say what ran)")
+      ->check(CLI::Range(1, 64));
   app.add_option("--shapes", a.shapes,
                  "preset instead of -m/-n/-k/--ctas: issue6 = b x b x b/2 (b = 2048..16384), M x 8192 x 14336 "
                  "(M = 1024, 4096, 16384), M x 8192 x 8192 (M = 128, 512), each with every SM and with 116 CTAs")
@@ -265,7 +283,7 @@ int gemmMain(int argc, char** argv, const std::string& command) {
                 lt.version().c_str(), lt.path().c_str(), a.layoutB.c_str(), a.out.c_str(),
                 static_cast<unsigned long long>(a.iters), static_cast<unsigned long long>(a.reps));
     std::printf("# vs_share = ours / (cublas x ctas / SMs): the 116-CTA target is >= 0.85, all SMs >= 0.90\n");
-    std::printf("%7s %7s %7s %5s %4s %6s %5s %10s %10s %12s %14s %7s %9s %10s %10s %6s\n", "m", "n", "k", "ctas", "tile", "layout", "out",
+    std::printf("%7s %7s %7s %5s %4s %3s %9s %6s %5s %10s %10s %12s %14s %7s %9s %10s %10s %6s\n", "m", "n", "k", "ctas", "tile", "sk", "epi", "layout", "out",
                 "ours_us", "cublas_us", "ours_TFLOPs", "cublas_TFLOPs", "ratio", "vs_share", "rel_err", "bound", "check");
     mk::MeasurementFile file = newMeasurementFile(1, "", command);
     file.system["cublaslt"] = mkbench::quoted(lt.version());
@@ -282,9 +300,9 @@ int gemmMain(int argc, char** argv, const std::string& command) {
         std::snprintf(errText, sizeof(errText), "%.3g", r.err);
         std::snprintf(boundText, sizeof(boundText), "%.3g", r.bound);
       }
-      std::printf("%7lld %7lld %7lld %5u %4llu %6s %5s %10.2f %10.2f %12.1f %14.1f %7.3f %9.3f %10s %10s %6s\n",
+      std::printf("%7lld %7lld %7lld %5u %4llu %3llu %9s %6s %5s %10.2f %10.2f %12.1f %14.1f %7.3f %9.3f %10s %10s %6s\n",
                   static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k), r.ctas,
-                  static_cast<unsigned long long>(r.tileN), a.layoutB.c_str(), a.out.c_str(), r.oursUs, r.cublasUs, ours, theirs, ours / theirs, ours / share,
+                  static_cast<unsigned long long>(r.tileN), static_cast<unsigned long long>(r.splitK), mk::toString(r.epilogue), a.layoutB.c_str(), a.out.c_str(), r.oursUs, r.cublasUs, ours, theirs, ours / theirs, ours / share,
                   errText, boundText, r.checked ? (r.ok ? "ok" : "FAIL") : "-");
       std::fflush(stdout);
       allOk = allOk && r.ok;
@@ -307,7 +325,11 @@ int gemmMain(int argc, char** argv, const std::string& command) {
         rec.extra["ctas"] = std::to_string(which == 0 ? r.ctas : static_cast<uint32_t>(sms));
         rec.extra["layout"] = mkbench::quoted(a.layoutB);
         rec.extra["out_dtype"] = mkbench::quoted(f32 ? "float32" : "bfloat16");
-        if (which == 0) rec.extra["tile"] = mkbench::quoted("128x" + std::to_string(r.tileN));
+        if (which == 0) {
+          rec.extra["tile"] = mkbench::quoted("128x" + std::to_string(r.tileN));
+          rec.extra["epilogue"] = mkbench::quoted(mk::toString(r.epilogue));
+          rec.extra["split_k"] = std::to_string(r.splitK);
+        }
         rec.extra["flops"] = std::to_string(static_cast<uint64_t>(flops));
         char buf[64];
         std::snprintf(buf, sizeof(buf), "%.3f", which == 0 ? ours : theirs);

@@ -47,12 +47,17 @@ struct Case {
   int64_t ctas = 0;
   bool hook = false;
   int64_t tileN = 0;  ///< 0 = chosen per problem
+  mk::GemmEpilogue epilogue = mk::GemmEpilogue::Direct;
+  int64_t splitK = 1;
+  int runs = 1;  ///< launches of the same plan (split-K counters must reset between them)
 };
 
 std::string describe(const Case& c) {
   return "m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) + " B " +
          mk::toString(c.layout) + " out " + (c.out == mk::DType::Float32 ? "f32" : "bf16") +
-         " ctas=" + std::to_string(c.ctas) + " tileN=" + std::to_string(c.tileN);
+         " ctas=" + std::to_string(c.ctas) + " tileN=" + std::to_string(c.tileN) +
+         " epilogue " + mk::toString(c.epilogue) + " splitK=" + std::to_string(c.splitK) +
+         " runs=" + std::to_string(c.runs);
 }
 
 /// Runs one GEMM on random inputs and compares every element of C (and nothing outside it: the padding
@@ -76,6 +81,8 @@ void runAndCompare(const Case& c, uint64_t seed) {
   mk::GemmConfig cfg;
   cfg.ctas = c.ctas;
   cfg.tileN = c.tileN;
+  cfg.epilogue = c.epilogue;
+  cfg.splitK = c.splitK;
   int sms = 0;
   MK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const mk::GemmTiles tiles = mk::validateGemm(pr, cfg, sms);
@@ -86,7 +93,10 @@ void runAndCompare(const Case& c, uint64_t seed) {
   }
   mk::GemmPlan plan(pr, cfg);
   REQUIRE(plan.tiles().count() == tiles.count());
-  plan.run(nullptr);
+  // The staged epilogue runs for bf16 output only; fp32 falls back to direct stores.
+  const bool staged = c.epilogue == mk::GemmEpilogue::TmaStore && !f32;
+  REQUIRE(plan.tiles().epilogue == (staged ? mk::GemmEpilogue::TmaStore : mk::GemmEpilogue::Direct));
+  for (int run = 0; run < c.runs; ++run) plan.run(nullptr);
   const cudaError_t err = cudaDeviceSynchronize();
   INFO(plan.timeoutReport());
   REQUIRE(err == cudaSuccess);
@@ -139,7 +149,7 @@ void runAndCompare(const Case& c, uint64_t seed) {
     std::vector<uint32_t> h(tiles.count());
     MK_CUDA_CHECK(cudaMemcpy(h.data(), counts.p, h.size() * 4, cudaMemcpyDeviceToHost));
     int64_t notOnce = 0;
-    for (uint32_t v : h) notOnce += v != 1;
+    for (uint32_t v : h) notOnce += v != static_cast<uint32_t>(c.runs);  // once per tile and run
     CHECK(notOnce == 0);
   }
 }
@@ -175,44 +185,104 @@ TEST_CASE("gemm: fewer CTAs than tiles walk every tile and the hook sees each ti
   }
 }
 
+namespace {
+
+/// A 2112 x 4088 x 2088 GEMM (remainders in all three dimensions) against cuBLASLt on the same inputs:
+/// relative Frobenius error <= u_out + 2 K 2^-24 (u_out = 2^-8 for bf16 output, 0 for fp32), NaN fails.
+void compareWithCublas(mkbench::CublasLt& lt, mk::GemmLayout layout, mk::DType out, int64_t tileN,
+                       mk::GemmEpilogue epilogue) {
+  const int64_t m = 2048 + 64, n = 4096 - 8, k = 2048 + 40;
+  const bool rowB = layout == mk::GemmLayout::RowMajor;
+  const bool f32 = out == mk::DType::Float32;
+  const int64_t ldb = rowB ? n : k;
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<uint16_t> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
+  for (auto& v : a) v = toBf16(d(rng));
+  for (auto& v : b) v = toBf16(d(rng));
+  const std::size_t es = f32 ? 4 : 2;
+  Dev da(a.size() * 2), db(b.size() * 2), c1(static_cast<std::size_t>(m * n) * es), c2(static_cast<std::size_t>(m * n) * es);
+  MK_CUDA_CHECK(cudaMemcpy(da.p, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
+  MK_CUDA_CHECK(cudaMemcpy(db.p, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+  MK_CUDA_CHECK(cudaMemset(c1.p, 0xFF, static_cast<std::size_t>(m * n) * es));  // NaN until written
+  mk::GemmProblem pr{m, n, k, da.p, k, db.p, ldb, layout, c1.p, n, out};
+  mk::GemmConfig cfg;
+  cfg.tileN = tileN;
+  cfg.epilogue = epilogue;
+  mk::gemm(pr, cfg, nullptr);
+  mk::GemmProblem ref = pr;
+  ref.c = c2.p;
+  const auto plan = lt.plan(ref);
+  lt.run(plan, nullptr);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  auto read = [&](const Dev& dev) {
+    std::vector<double> v(static_cast<std::size_t>(m * n));
+    if (f32) {
+      std::vector<float> h(v.size());
+      MK_CUDA_CHECK(cudaMemcpy(h.data(), dev.p, h.size() * 4, cudaMemcpyDeviceToHost));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = h[i];
+    } else {
+      std::vector<uint16_t> h(v.size());
+      MK_CUDA_CHECK(cudaMemcpy(h.data(), dev.p, h.size() * 2, cudaMemcpyDeviceToHost));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = fromBf16(h[i]);
+    }
+    return v;
+  };
+  const std::vector<double> x = read(c1), y = read(c2);
+  double diff2 = 0, ref2 = 0;
+  bool finite = true;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    finite = finite && std::isfinite(x[i]);
+    diff2 += (x[i] - y[i]) * (x[i] - y[i]);
+    ref2 += y[i] * y[i];
+  }
+  const double rel = std::sqrt(diff2 / ref2);
+  INFO("B " << mk::toString(layout) << " out " << (f32 ? "f32" : "bf16") << " tileN " << tileN << " epilogue "
+            << mk::toString(epilogue) << ": relative Frobenius error " << rel);
+  CHECK(finite);
+  CHECK(rel <= (f32 ? 0.0 : std::ldexp(1.0, -8)) + 2.0 * static_cast<double>(k) * std::ldexp(1.0, -24));
+}
+
+}  // namespace
+
 TEST_CASE("gemm: large problem matches cuBLASLt within the relative error bound") {
   mkbench::CublasLt lt;
+  for (auto layout : {mk::GemmLayout::RowMajor, mk::GemmLayout::ColMajor})
+    compareWithCublas(lt, layout, mk::DType::Float32, layout == mk::GemmLayout::RowMajor ? 256 : 128,
+                      mk::GemmEpilogue::Direct);
+}
+
+TEST_CASE("gemm tma-store: exact tiles and remainders match the CPU reference and never write outside C") {
+  uint64_t seed = 300;
+  const int64_t shapes[][3] = {{128, 256, 64}, {1, 1, 8},     {1, 1, 1},      {3, 5, 7},     {130, 260, 72},
+                               {257, 513, 136}, {129, 255, 1000}, {200, 300, 65}, {64, 700, 24}, {65, 1000, 200}};
+  for (int64_t tileN : {128, 256})
+    for (const auto& s : shapes)
+      for (auto layout : {mk::GemmLayout::RowMajor, mk::GemmLayout::ColMajor})
+        runAndCompare({s[0], s[1], s[2], layout, mk::DType::BFloat16, 0, false, tileN, mk::GemmEpilogue::TmaStore},
+                      seed++);
+  // fp32 output asks for the staged epilogue but runs the direct one (runAndCompare checks which ran).
+  runAndCompare({130, 260, 72, mk::GemmLayout::RowMajor, mk::DType::Float32, 0, false, 256, mk::GemmEpilogue::TmaStore},
+                seed++);
+}
+
+TEST_CASE("gemm tma-store: many tiles per CTA reuse the staging buffer and the hook sees each tile exactly once") {
+  uint64_t seed = 400;
   for (auto layout : {mk::GemmLayout::RowMajor, mk::GemmLayout::ColMajor}) {
-    const int64_t m = 2048 + 64, n = 4096 - 8, k = 2048 + 40;
-    const bool rowB = layout == mk::GemmLayout::RowMajor;
-    const int64_t ldb = rowB ? n : k;
-    std::mt19937_64 rng(7);
-    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-    std::vector<uint16_t> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
-    for (auto& v : a) v = toBf16(d(rng));
-    for (auto& v : b) v = toBf16(d(rng));
-    Dev da(a.size() * 2), db(b.size() * 2), c1(static_cast<std::size_t>(m * n) * 4), c2(static_cast<std::size_t>(m * n) * 4);
-    MK_CUDA_CHECK(cudaMemcpy(da.p, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
-    MK_CUDA_CHECK(cudaMemcpy(db.p, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
-    mk::GemmProblem pr{m, n, k, da.p, k, db.p, ldb, layout, c1.p, n, mk::DType::Float32};
-    mk::GemmConfig cfg;
-    cfg.tileN = layout == mk::GemmLayout::RowMajor ? 256 : 128;
-    mk::gemm(pr, cfg, nullptr);
-    mk::GemmProblem ref = pr;
-    ref.c = c2.p;
-    const auto plan = lt.plan(ref);
-    lt.run(plan, nullptr);
-    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    std::vector<float> x(static_cast<std::size_t>(m * n)), y(x.size());
-    MK_CUDA_CHECK(cudaMemcpy(x.data(), c1.p, x.size() * 4, cudaMemcpyDeviceToHost));
-    MK_CUDA_CHECK(cudaMemcpy(y.data(), c2.p, y.size() * 4, cudaMemcpyDeviceToHost));
-    double diff2 = 0, ref2 = 0;
-    bool finite = true;
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      finite = finite && std::isfinite(x[i]);
-      diff2 += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
-      ref2 += static_cast<double>(y[i]) * y[i];
+    for (bool hook : {false, true}) {
+      runAndCompare({700, 1100, 300, layout, mk::DType::BFloat16, 3, hook, 256, mk::GemmEpilogue::TmaStore}, seed++);
+      runAndCompare({1024, 2048, 512, layout, mk::DType::BFloat16, 7, hook, 0, mk::GemmEpilogue::TmaStore}, seed++);
+      runAndCompare({333, 777, 128, layout, mk::DType::BFloat16, 1, hook, 256, mk::GemmEpilogue::TmaStore}, seed++);
+      runAndCompare({700, 1100, 300, layout, mk::DType::BFloat16, 5, hook, 128, mk::GemmEpilogue::TmaStore}, seed++);
     }
-    const double rel = std::sqrt(diff2 / ref2);
-    INFO("B " << mk::toString(layout) << ": relative Frobenius error " << rel);
-    CHECK(finite);
-    CHECK(rel <= 2.0 * static_cast<double>(k) * std::ldexp(1.0, -24));
   }
+}
+
+TEST_CASE("gemm tma-store: large problem matches cuBLASLt within the relative error bound") {
+  mkbench::CublasLt lt;
+  for (auto layout : {mk::GemmLayout::RowMajor, mk::GemmLayout::ColMajor})
+    for (int64_t tileN : {128, 256})
+      compareWithCublas(lt, layout, mk::DType::BFloat16, tileN, mk::GemmEpilogue::TmaStore);
 }
 
 TEST_CASE("gemm: bad input is rejected before launch") {
@@ -250,4 +320,37 @@ TEST_CASE("gemm: bad input is rejected before launch") {
   cfg.ctas = 0;
   cfg.tileN = 64;
   CHECK(throwsInvalid(good, cfg));
+  cfg.tileN = 0;
+  cfg.epilogue = static_cast<mk::GemmEpilogue>(7);
+  CHECK(throwsInvalid(good, cfg));
+  cfg.epilogue = mk::GemmEpilogue::TmaStore;
+  CHECK_NOTHROW(mk::GemmPlan(good, cfg));
+}
+
+TEST_CASE("gemm split-K: the last piece of each tile sums the partials for both epilogues and every remainder") {
+  uint64_t seed = 500;
+  const int64_t shapes[][3] = {{257, 513, 1000}, {130, 260, 200}, {3, 5, 700}, {128, 256, 512}};
+  for (int64_t splitK : {2, 3})
+    for (int64_t tileN : {128, 256})
+      for (const auto& s : shapes)
+        for (auto layout : {mk::GemmLayout::RowMajor, mk::GemmLayout::ColMajor})
+          for (auto epi : {mk::GemmEpilogue::Direct, mk::GemmEpilogue::TmaStore})
+            runAndCompare({s[0], s[1], s[2], layout, mk::DType::BFloat16, 0, false, tileN, epi, splitK}, seed++);
+  // fp32 output, and a split larger than the k-slices (K = 100: 2 slices, 8 asked, 2 run).
+  runAndCompare({257, 513, 1000, mk::GemmLayout::RowMajor, mk::DType::Float32, 0, false, 256, mk::GemmEpilogue::Direct, 4},
+                seed++);
+  runAndCompare({200, 300, 100, mk::GemmLayout::ColMajor, mk::DType::Float32, 0, false, 128, mk::GemmEpilogue::Direct, 8},
+                seed++);
+}
+
+TEST_CASE("gemm split-K: few CTAs and repeated runs reset the counters and call the hook once per tile") {
+  uint64_t seed = 600;
+  for (auto epi : {mk::GemmEpilogue::Direct, mk::GemmEpilogue::TmaStore}) {
+    // 6 x 5 tiles x 2 pieces on 3 CTAs, three launches of the same plan.
+    runAndCompare({700, 1100, 300, mk::GemmLayout::RowMajor, mk::DType::BFloat16, 3, true, 256, epi, 2, 3}, seed++);
+    // one CTA runs every piece of every tile (the last piece of a tile is always its own).
+    runAndCompare({333, 777, 640, mk::GemmLayout::ColMajor, mk::DType::BFloat16, 1, true, 128, epi, 4, 2}, seed++);
+    // more pieces than CTAs per tile: 4 x 8 tiles x 3 pieces on 7 CTAs.
+    runAndCompare({512, 1024, 1536, mk::GemmLayout::RowMajor, mk::DType::BFloat16, 7, true, 128, epi, 3, 2}, seed++);
+  }
 }

@@ -128,3 +128,63 @@ TEST_CASE("gemm validation: the tile width choice removes badly filled last wave
   CHECK(t.tilesN == 6);  // ceil(700 / 128)
   CHECK(mk::gemmTileShape(128).stages == 6);
 }
+
+TEST_CASE("gemm validation: the tma-store epilogue runs for bf16 output only and keeps the stage count") {
+  mk::GemmConfig cfg;
+  CHECK(mk::validateGemm(good(), cfg, 132).epilogue == mk::GemmEpilogue::Direct);  // the default
+  cfg.epilogue = mk::GemmEpilogue::TmaStore;
+  CHECK(mk::validateGemm(good(), cfg, 132).epilogue == mk::GemmEpilogue::TmaStore);
+  mk::GemmProblem f32 = good();
+  f32.outDType = mk::DType::Float32;
+  CHECK(mk::validateGemm(f32, cfg, 132).epilogue == mk::GemmEpilogue::Direct);  // no fp32 staging buffer
+  cfg.epilogue = static_cast<mk::GemmEpilogue>(9);
+  std::string msg;
+  CHECK(codeOf(good(), cfg, &msg) == mk::ErrorCode::InvalidArgument);
+  CHECK(msg.find("epilogue") != std::string::npos);
+  CHECK(msg.find("9") != std::string::npos);
+  CHECK(std::string(mk::toString(mk::GemmEpilogue::TmaStore)) == "tma-store");
+  CHECK(std::string(mk::toString(mk::GemmEpilogue::Direct)) == "direct");
+  // Shared memory: 32 KiB of staging (128 rows x 128 bf16 columns per pass) next to the same stages as the
+  // direct epilogue (the main loop is unchanged); both widths stay within the 227 KiB a Hopper CTA may use.
+  for (uint32_t width : {128u, 256u}) {
+    const mk::GemmTileShape direct = mk::gemmTileShape(width), staged = mk::gemmTileShape(width, mk::GemmEpilogue::TmaStore);
+    CHECK(staged.stages == direct.stages);
+    CHECK(staged.smemBytes - direct.smemBytes == 128 * 128 * 2);
+    CHECK(staged.threads == direct.threads);
+    CHECK(staged.smemBytes <= 227 * 1024);
+  }
+  CHECK(mk::gemmTileShape(256).stages == 4);
+  CHECK(mk::gemmTileShape(128).stages == 6);
+  const mk::GemmTileShape wideStaged = mk::gemmTileShape(256, mk::GemmEpilogue::TmaStore);
+  const mk::GemmTileShape narrowStaged = mk::gemmTileShape(128, mk::GemmEpilogue::TmaStore);
+  CHECK(wideStaged.smemBytes <= 227 * 1024);
+  CHECK(narrowStaged.smemBytes <= 227 * 1024);
+}
+
+TEST_CASE("gemm validation: split-K pieces are never empty and the range is checked") {
+  mk::GemmConfig cfg;
+  mk::GemmTiles t = mk::validateGemm(good(), cfg, 132);  // K = 300: 5 slices of 64
+  CHECK(t.splitK == 1);
+  CHECK(t.kItersPerSplit == 5);
+  CHECK(t.units() == t.count());
+  cfg.splitK = 2;
+  t = mk::validateGemm(good(), cfg, 132);
+  CHECK(t.splitK == 2);
+  CHECK(t.kItersPerSplit == 3);  // 3 + 2
+  CHECK(t.units() == 2 * t.count());
+  cfg.splitK = 4;
+  t = mk::validateGemm(good(), cfg, 132);
+  CHECK(t.kItersPerSplit == 2);  // 2 + 2 + 1
+  CHECK(t.splitK == 3);
+  cfg.splitK = 64;
+  t = mk::validateGemm(good(), cfg, 132);
+  CHECK(t.splitK == 5);  // one slice each
+  CHECK(t.kItersPerSplit == 1);
+  std::string msg;
+  cfg.splitK = 0;
+  CHECK(codeOf(good(), cfg, &msg) == mk::ErrorCode::InvalidArgument);
+  CHECK(msg.find("splitK") != std::string::npos);
+  cfg.splitK = 65;
+  CHECK(codeOf(good(), cfg, &msg) == mk::ErrorCode::InvalidArgument);
+  CHECK(msg.find("65") != std::string::npos);
+}

@@ -28,6 +28,19 @@ enum class GemmLayout : uint8_t {
 /// "row" / "col".
 const char* toString(GemmLayout layout) noexcept;
 
+/// How finished tiles leave the consumer warpgroups (docs/gemm.md, "Epilogues").
+enum class GemmEpilogue : uint8_t {
+  /// Registers straight to global memory; the tensor cores idle while a tile is stored. 4 stages (256-wide).
+  Direct = 0,
+  /// bf16 output only: registers to a 32 KiB shared-memory staging buffer (128 columns per pass), then TMA
+  /// bulk stores that drain while the next tile's main loop runs; same stages as Direct. With fp32 output it
+  /// falls back to Direct (fp32 staging would halve the columns per pass); GemmTiles::epilogue says which ran.
+  TmaStore = 1,
+};
+
+/// "direct" / "tma-store".
+const char* toString(GemmEpilogue epilogue) noexcept;
+
 /// One GEMM: C (M x N) = A (M x K) * B (K x N). Signed sizes so that a negative value is reported, not wrapped.
 struct GemmProblem {
   int64_t m = 0, n = 0, k = 0;                 ///< sizes, each >= 1
@@ -51,6 +64,14 @@ struct GemmConfig {
   /// Output tile width: 256 (128 x 256 tiles), 128 (128 x 128 tiles) or 0 = choose per problem: the narrower
   /// tile when its wave count (ceil(tiles / CTAs)) makes it faster under the cost model of gemmChooseTileN.
   int64_t tileN = 0;
+  /// Epilogue variant (Direct is the measured default; TmaStore overlaps the store with the next tile).
+  GemmEpilogue epilogue = GemmEpilogue::Direct;
+  /// Split-K: each output tile's k-range is cut into this many pieces run by different CTAs (work units =
+  /// tiles x splitK), for problems with too few tiles to fill the CTAs (e.g. M = 512, N = 8192 on 116 CTAs).
+  /// Each piece writes an fp32 partial tile to a workspace the plan allocates; the last piece of a tile to
+  /// finish adds the others and stores the tile (and calls the hook). 1 = off. In [1, 64]; reduced so that no
+  /// piece is empty (GemmTiles::splitK). A split-K plan must not run on two streams at once (shared workspace).
+  int64_t splitK = 1;
   /// Test aid: when set, a device array of tilesM * tilesN counters (the GemmTiles validateGemm returns for
   /// the device's SM count); the per-tile hook adds 1 to hookCounts[tileM * tilesN + tileN] once the tile's
   /// stores are visible. nullptr = no hook (fastest).
@@ -63,8 +84,9 @@ struct GemmTileShape {
   uint32_t smemBytes = 0;   ///< dynamic shared memory per CTA
   uint32_t threads = 0;     ///< threads per CTA
 };
-/// The compiled tile shape of tile width `blockN` (128 or 256; anything else reads as 256).
-GemmTileShape gemmTileShape(uint32_t blockN = 256) noexcept;
+/// The compiled tile shape of tile width `blockN` (128 or 256; anything else reads as 256) and epilogue
+/// (TmaStore: 32 KiB more shared memory for the C staging buffer).
+GemmTileShape gemmTileShape(uint32_t blockN = 256, GemmEpilogue epilogue = GemmEpilogue::Direct) noexcept;
 
 /// The tile width config.tileN = 0 picks for an M x N output on `ctas` CTAs. Time is modelled as
 /// waves x tile area / efficiency with waves = ceil(tiles / ctas), and a 128-wide tile taken to run at
@@ -79,7 +101,12 @@ constexpr double kGemmNarrowTileEfficiency = 0.92;
 struct GemmTiles {
   uint64_t blockN = 256;   ///< the tile width chosen
   uint64_t tilesM = 0, tilesN = 0;
+  /// The epilogue that runs: config.epilogue, except TmaStore with fp32 output runs Direct.
+  GemmEpilogue epilogue = GemmEpilogue::Direct;
+  uint64_t splitK = 1;          ///< k-pieces per tile that run (config.splitK, reduced so none is empty)
+  uint64_t kItersPerSplit = 0;  ///< 64-wide k-slices per piece
   uint64_t count() const { return tilesM * tilesN; }  ///< total output tiles
+  uint64_t units() const { return count() * splitK; }  ///< work units (tiles x k-pieces)
 };
 
 /// Check a problem and config without touching a GPU; `smCount` is the device's SM count.
@@ -88,7 +115,8 @@ struct GemmTiles {
 GemmTiles validateGemm(const GemmProblem& problem, const GemmConfig& config, int64_t smCount);
 
 /// A validated, lowered GEMM for the current CUDA device: TMA descriptors encoded once, run many times.
-/// Holds no device memory (the caller owns A, B, C and hookCounts, which must outlive every run).
+/// The caller owns A, B, C and hookCounts, which must outlive every run. Device memory of its own only with
+/// split-K (the fp32 partial tiles and per-tile counters, allocated here, freed by the destructor).
 class GemmPlan {
  public:
   /// Validates against the current device (sm_90 required: wgmma and TMA) and encodes the tensor maps.

@@ -28,37 +28,40 @@ struct CountingHook {
 
 // 384 threads, one CTA per SM: the compiler may use at most 168 registers per thread before setmaxnreg
 // moves them from the producer to the consumers.
-template <uint32_t kBlockN>
+// kTmaStoreC selects the epilogue (GemmConfig::epilogue): direct register stores or staging + TMA stores.
+template <uint32_t kBlockN, bool kTmaStoreC>
 __global__ void __launch_bounds__(GemmTileConfigT<kBlockN>::kThreads, 1)
     gemmKernel(const __grid_constant__ GemmParams p) {
   extern __shared__ __align__(1024) uint8_t smem[];
   device::GemmNoHook hook;
-  device::gemmRunTiles<kBlockN>(p, smem, blockIdx.x, gridDim.x, p.tilesM * p.tilesN, hook);
+  device::gemmRunTiles<kBlockN, kTmaStoreC>(p, smem, blockIdx.x, gridDim.x, device::gemmUnitCount(p), hook);
 }
 
-template <uint32_t kBlockN>
+template <uint32_t kBlockN, bool kTmaStoreC>
 __global__ void __launch_bounds__(GemmTileConfigT<kBlockN>::kThreads, 1)
     gemmKernelCounted(const __grid_constant__ GemmParams p, uint32_t* counts) {
   extern __shared__ __align__(1024) uint8_t smem[];
   CountingHook<kBlockN> hook{counts, p.tilesN};
-  device::gemmRunTiles<kBlockN>(p, smem, blockIdx.x, gridDim.x, p.tilesM * p.tilesN, hook);
+  device::gemmRunTiles<kBlockN, kTmaStoreC>(p, smem, blockIdx.x, gridDim.x, device::gemmUnitCount(p), hook);
 }
 
-template <uint32_t kBlockN>
+template <uint32_t kBlockN, bool kTmaStoreC>
 void setSmem() {
-  const int bytes = static_cast<int>(GemmTileConfigT<kBlockN>::kSmemBytes);
-  MK_CUDA_CHECK(cudaFuncSetAttribute(gemmKernel<kBlockN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  MK_CUDA_CHECK(cudaFuncSetAttribute(gemmKernelCounted<kBlockN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  const int bytes = static_cast<int>(GemmTileConfigT<kBlockN, kTmaStoreC>::kSmemBytes);
+  MK_CUDA_CHECK(cudaFuncSetAttribute(gemmKernel<kBlockN, kTmaStoreC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     bytes));
+  MK_CUDA_CHECK(cudaFuncSetAttribute(gemmKernelCounted<kBlockN, kTmaStoreC>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-template <uint32_t kBlockN>
+template <uint32_t kBlockN, bool kTmaStoreC>
 void launch(const GemmParams& params, uint32_t ctas, uint32_t* hookCounts, cudaStream_t stream) {
-  using Cfg = GemmTileConfigT<kBlockN>;
+  using Cfg = GemmTileConfigT<kBlockN, kTmaStoreC>;
   const dim3 grid(ctas), block(Cfg::kThreads);
   if (hookCounts)
-    gemmKernelCounted<kBlockN><<<grid, block, Cfg::kSmemBytes, stream>>>(params, hookCounts);
+    gemmKernelCounted<kBlockN, kTmaStoreC><<<grid, block, Cfg::kSmemBytes, stream>>>(params, hookCounts);
   else
-    gemmKernel<kBlockN><<<grid, block, Cfg::kSmemBytes, stream>>>(params);
+    gemmKernel<kBlockN, kTmaStoreC><<<grid, block, Cfg::kSmemBytes, stream>>>(params);
 }
 
 }  // namespace
@@ -70,16 +73,19 @@ void prepareGemmKernels() {
   MK_CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
   if (done.count(dev)) return;
-  setSmem<128>();
-  setSmem<256>();
+  setSmem<128, false>();
+  setSmem<256, false>();
+  setSmem<128, true>();
+  setSmem<256, true>();
   done.insert(dev);
 }
 
 void launchGemm(const GemmParams& params, uint32_t ctas, uint32_t* hookCounts, cudaStream_t stream) {
+  const bool tma = params.tmaStoreC != 0;
   if (params.blockN == 128)
-    launch<128>(params, ctas, hookCounts, stream);
+    tma ? launch<128, true>(params, ctas, hookCounts, stream) : launch<128, false>(params, ctas, hookCounts, stream);
   else
-    launch<256>(params, ctas, hookCounts, stream);
+    tma ? launch<256, true>(params, ctas, hookCounts, stream) : launch<256, false>(params, ctas, hookCounts, stream);
   MK_CUDA_CHECK(cudaGetLastError());
 }
 

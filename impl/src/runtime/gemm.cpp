@@ -28,6 +28,7 @@ using device::GemmTileConfig;
 constexpr int64_t kAlignBytes = 16;
 constexpr int64_t kMaxDim = int64_t{1} << 32;
 constexpr int64_t kMaxStrideBytes = int64_t{1} << 40;
+constexpr int64_t kMaxSplitK = 64;
 
 [[noreturn]] void bad(const std::string& what) { throw Error(ErrorCode::InvalidArgument, "gemm: " + what); }
 
@@ -59,11 +60,14 @@ int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 const char* toString(GemmLayout layout) noexcept { return layout == GemmLayout::RowMajor ? "row" : "col"; }
+const char* toString(GemmEpilogue epilogue) noexcept {
+  return epilogue == GemmEpilogue::TmaStore ? "tma-store" : "direct";
+}
 
 namespace {
-template <uint32_t kBlockN>
+template <uint32_t kBlockN, bool kTmaStoreC>
 GemmTileShape shapeOf() {
-  using Cfg = device::GemmTileConfigT<kBlockN>;
+  using Cfg = device::GemmTileConfigT<kBlockN, kTmaStoreC>;
   GemmTileShape s;
   s.blockM = Cfg::kBlockM;
   s.blockN = Cfg::kBlockN;
@@ -75,7 +79,10 @@ GemmTileShape shapeOf() {
 }
 }  // namespace
 
-GemmTileShape gemmTileShape(uint32_t blockN) noexcept { return blockN == 128 ? shapeOf<128>() : shapeOf<256>(); }
+GemmTileShape gemmTileShape(uint32_t blockN, GemmEpilogue epilogue) noexcept {
+  if (epilogue == GemmEpilogue::TmaStore) return blockN == 128 ? shapeOf<128, true>() : shapeOf<256, true>();
+  return blockN == 128 ? shapeOf<128, false>() : shapeOf<256, false>();
+}
 
 uint32_t gemmChooseTileN(int64_t m, int64_t n, int64_t ctas) noexcept {
   if (m < 1 || n < 1 || ctas < 1) return 256;
@@ -117,12 +124,27 @@ GemmTiles validateGemm(const GemmProblem& pr, const GemmConfig& cfg, int64_t smC
   if (cfg.groupM < 1 || cfg.groupM > 65535) bad("groupM must be in [1, 65535] (got " + std::to_string(cfg.groupM) + ")");
   if (cfg.tileN != 0 && cfg.tileN != 128 && cfg.tileN != 256)
     bad("tileN must be 0 (choose), 128 or 256 (got " + std::to_string(cfg.tileN) + ")");
+  if (cfg.epilogue != GemmEpilogue::Direct && cfg.epilogue != GemmEpilogue::TmaStore)
+    bad("epilogue must be Direct or TmaStore (got value " + std::to_string(static_cast<int>(cfg.epilogue)) + ")");
+  if (cfg.splitK < 1 || cfg.splitK > kMaxSplitK)
+    bad("splitK must be in [1, " + std::to_string(kMaxSplitK) + "] (1 = no split), got " + std::to_string(cfg.splitK));
   GemmTiles t;
   t.blockN = cfg.tileN != 0 ? static_cast<uint64_t>(cfg.tileN)
                             : gemmChooseTileN(pr.m, pr.n, cfg.ctas == 0 ? smCount : cfg.ctas);
   t.tilesM = static_cast<uint64_t>(ceilDiv(pr.m, GemmTileConfig::kBlockM));
   t.tilesN = static_cast<uint64_t>(ceilDiv(pr.n, static_cast<int64_t>(t.blockN)));
-  if (t.count() >= (uint64_t{1} << 31)) bad("the problem has too many output tiles (" + std::to_string(t.count()) + ")");
+  // The staging buffer holds bf16 tiles only; fp32 output keeps the direct epilogue.
+  t.epilogue = cfg.epilogue == GemmEpilogue::TmaStore && pr.outDType == DType::BFloat16 ? GemmEpilogue::TmaStore
+                                                                                          : GemmEpilogue::Direct;
+  // Split-K: pieces of ceil(kIters / splitK) slices, then as many pieces as that takes (none empty:
+  // K = 100 (2 slices) with splitK = 4 runs 2 pieces of 1 slice).
+  const int64_t kIters = ceilDiv(pr.k, GemmTileConfig::kBlockK);
+  const int64_t perSplit = ceilDiv(kIters, std::min(cfg.splitK, kIters));
+  t.kItersPerSplit = static_cast<uint64_t>(perSplit);
+  t.splitK = static_cast<uint64_t>(ceilDiv(kIters, perSplit));
+  if (t.units() >= (uint64_t{1} << 31))
+    bad("the problem has too many work units (" + std::to_string(t.count()) + " tiles x " + std::to_string(t.splitK) +
+        " k-pieces)");
   return t;
 }
 
@@ -133,6 +155,10 @@ struct GemmPlan::Impl {
   uint32_t* hookCounts = nullptr;
   int device = 0;
   uint32_t* report = nullptr;  ///< host-mapped timeout report of the device (8 words, shared, never freed)
+  void* splitWorkspace = nullptr;  ///< split-K: partial tiles + counters (owned, one allocation)
+  ~Impl() {
+    if (splitWorkspace != nullptr) cudaFree(splitWorkspace);  // no throw from a destructor
+  }
 };
 
 namespace {
@@ -209,9 +235,29 @@ GemmPlan::GemmPlan(const GemmProblem& pr, const GemmConfig& cfg) {
   p.groupM = static_cast<uint32_t>(cfg.groupM);
   p.out = pr.outDType == DType::Float32 ? device::GemmOut::Float32 : device::GemmOut::BFloat16;
   p.bRowMajor = pr.layoutB == GemmLayout::RowMajor ? 1u : 0u;
+  p.tmaStoreC = tiles.epilogue == GemmEpilogue::TmaStore ? 1u : 0u;
+  if (p.tmaStoreC) {
+    // C as N x M bf16 with row stride ldc; 64 x 64 boxes in the 128-byte swizzle of the staging buffer.
+    // TMA clips stores at the true N and M, which gives remainder tiles for free.
+    p.mapC = encode2d(pr.c, n, m, static_cast<uint64_t>(pr.ldc), 64, 64, "C");
+  }
+  p.splitK = static_cast<uint32_t>(tiles.splitK);
+  p.kItersPerSplit = static_cast<uint32_t>(tiles.kItersPerSplit);
+  if (tiles.splitK > 1) {
+    // One allocation: the fp32 partial tiles, then one counter per tile (zeroed once; the last unit of a
+    // tile resets its counter, so every later launch starts from zero again).
+    const uint64_t partialBytes = tiles.count() * tiles.splitK * GemmTileConfig::kBlockM * tiles.blockN * 4;
+    const uint64_t counterBytes = tiles.count() * 4;
+    MK_CUDA_CHECK(cudaMalloc(&impl->splitWorkspace, partialBytes + counterBytes));
+    MK_CUDA_CHECK(cudaMemset(static_cast<uint8_t*>(impl->splitWorkspace) + partialBytes, 0, counterBytes));
+    // The first run may be on a non-blocking stream, which does not wait for the legacy stream's memset.
+    MK_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    p.workspace = static_cast<float*>(impl->splitWorkspace);
+    p.tileCounters = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(impl->splitWorkspace) + partialBytes);
+  }
   const uint64_t want = cfg.ctas == 0 ? static_cast<uint64_t>(sms) : static_cast<uint64_t>(cfg.ctas);
-  // More CTAs than tiles would only start CTAs that find no work.
-  impl->ctas = static_cast<uint32_t>(want < tiles.count() ? want : tiles.count());
+  // More CTAs than work units would only start CTAs that find no work.
+  impl->ctas = static_cast<uint32_t>(want < tiles.units() ? want : tiles.units());
   impl->tiles = tiles;
   impl->hookCounts = cfg.hookCounts;
   impl->device = dev;

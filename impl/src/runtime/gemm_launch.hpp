@@ -11,7 +11,8 @@ namespace mk::runtime {
 
 /// Set the kernels' dynamic shared-memory limit on the current device (once per device and process).
 void prepareGemmKernels();
-/// Launch the persistent GEMM kernel of tile width params.blockN (128 or 256): `ctas` CTAs of 384 threads
+/// Launch the persistent GEMM kernel of tile width params.blockN (128 or 256) and the epilogue
+/// params.tmaStoreC (1: shared-memory staging + TMA stores, 0: direct stores): `ctas` CTAs of 384 threads
 /// walk the tiles blockIdx.x, blockIdx.x + ctas, ... With `hookCounts` set, each finished tile adds 1 to its
 /// counter.
 /// Throws Error(CudaError) when the launch fails.

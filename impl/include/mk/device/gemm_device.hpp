@@ -22,6 +22,22 @@
 //    SBO = 1 KiB (the next 8 k-rows).
 // Out-of-range rows, columns and k of remainder tiles are zero-filled by TMA (so they add nothing to the
 // dot products) and the epilogue never stores outside M x N.
+//
+// Two epilogues (compile-time kTmaStoreC, chosen on the host by GemmConfig::epilogue):
+//  * direct (the default): consumers store their fragments from registers to global memory; the tensor
+//    cores idle meanwhile (~15 % of a tile with 32 k-steps, docs/gemm.md);
+//  * TMA store (bf16 output only): each consumer writes its 64 x N bf16 fragment, 128 columns per pass,
+//    into a 16 KiB shared-memory staging buffer (two 128-byte swizzled boxes of 64 x 64: bank-conflict
+//    free), one thread issues cp.async.bulk.tensor stores of it and, after the last pass, the warpgroup
+//    goes straight back to the next tile's main loop while the store drains. 32 KiB of staging fit next
+//    to the same stages as the direct epilogue (4 x 48 KiB, 6 x 32 KiB), so the main loop is unchanged.
+//    Reusing the buffer waits for the previous pass's reads (bulk wait_group.read: only the 256-wide tile's
+//    second pass waits inside the epilogue); with a hook, a tile is handed over one tile later, once its
+//    stores have completed (bulk wait_group 0).
+//
+// Split-K (p.splitK > 1, for problems with too few tiles): the CTAs walk work units (a tile's k-range cut
+// into pieces) instead of tiles; each piece publishes fp32 partials to a global workspace and the last
+// piece of a tile to arrive (per-tile counter) sums them and runs the epilogue and the hook (splitKReduce).
 #pragma once
 
 #include <cstdint>
@@ -44,13 +60,16 @@ constexpr uint64_t kGemmWaitLimitNs = 10ull * 1000 * 1000 * 1000;
 /// Tile shape, pipeline depth and thread roles of the engine (compile time). Two output tile widths:
 /// 128 x 256 (the most work per byte of shared memory: the default for large grids) and 128 x 128 (twice
 /// the tiles: fewer idle CTAs in the last wave when tiles / CTAs rounds up badly, e.g. 116 CTAs).
-template <uint32_t kBlockNValue>
+template <uint32_t kBlockNValue, bool kTmaStoreCValue = false>
 struct GemmTileConfigT {
   static constexpr uint32_t kBlockM = 128;          ///< output rows per tile (two consumer warpgroups x 64)
   static constexpr uint32_t kBlockN = kBlockNValue;  ///< output columns per tile (one wgmma n per consumer)
   static constexpr uint32_t kBlockK = 64;   ///< k per stage: 64 bf16 = 128 bytes, one swizzle row
   static constexpr uint32_t kWgmmaK = 16;   ///< k per wgmma instruction (bf16)
-  /// Shared-memory ring depth: as many stages as fit in ~192 KiB (4 x 48 KiB or 6 x 32 KiB).
+  /// Epilogue through a shared-memory staging buffer and TMA stores (bf16 output) instead of direct stores.
+  static constexpr bool kTmaStoreC = kTmaStoreCValue;
+  /// Shared-memory ring depth: 4 x 48 KiB or 6 x 32 KiB (+ 32 KiB of C staging for the TMA-store epilogue:
+  /// both still fit in 227 KiB).
   static constexpr uint32_t kStages = kBlockN == 256 ? 4 : 6;
   static constexpr uint32_t kConsumerWarpgroups = 2;
   static constexpr uint32_t kThreads = 128 * (1 + kConsumerWarpgroups);  ///< producer + consumers
@@ -64,8 +83,16 @@ struct GemmTileConfigT {
   static constexpr uint32_t kBoxBytesBRowMajor = kBoxN * kBlockK * 2;
   /// 128B-swizzle atoms must start on 1024-byte boundaries: the dynamic smem base is aligned up by hand.
   static constexpr uint32_t kSmemAlign = 1024;
-  /// Dynamic shared memory the caller provides: alignment slack + stages + 2 mbarriers per stage.
-  static constexpr uint32_t kSmemBytes = kSmemAlign + kStages * kStageBytes + 2 * kStages * 8;
+  /// TMA-store epilogue: each consumer stages 64 rows x kStagingCols bf16 per pass as swizzled 64 x 64 boxes
+  /// (box = 64 rows x 128 bytes = 8 KiB); kBlockN / kStagingCols passes per tile. 0 bytes when direct.
+  static constexpr uint32_t kBoxBytesC = 64 * 128;
+  static constexpr uint32_t kStagingCols = 128;
+  static constexpr uint32_t kStagingPasses = kBlockN / kStagingCols;
+  static constexpr uint32_t kStagingBytesPerConsumer = kTmaStoreC ? 64 * kStagingCols * 2 : 0;
+  static constexpr uint32_t kStagingBytes = kStagingBytesPerConsumer * kConsumerWarpgroups;
+  /// Dynamic shared memory the caller provides: alignment slack + stages + staging + 2 mbarriers per stage +
+  /// 16 bytes for the split-K "last unit of the tile" flag.
+  static constexpr uint32_t kSmemBytes = kSmemAlign + kStages * kStageBytes + kStagingBytes + 2 * kStages * 8 + 16;
   static constexpr uint32_t kProducerRegs = 40;   ///< setmaxnreg.dec target of the producer warpgroup
   static constexpr uint32_t kConsumerRegs = 232;  ///< setmaxnreg.inc target of each consumer warpgroup
 
@@ -98,6 +125,19 @@ struct GemmParams {
   uint32_t groupM;      ///< tile rows per raster group (L2 reuse of B across consecutive tiles)
   GemmOut out;          ///< C's element type
   uint32_t bRowMajor;   ///< 1: B is K x N row-major (wgmma reads it transposed); 0: N x K row-major
+  /// 1: the kernel was compiled with the TMA-store epilogue (checked on entry: mapC must be valid and the
+  /// output bf16); 0: direct stores.
+  uint32_t tmaStoreC;
+  /// C as a bf16 tensor (N x M, row stride ldc), box 64 x 64, 128-byte swizzle: only with tmaStoreC = 1.
+  GemmTensorMap mapC;
+  /// Split-K: k-splits per tile (1 = none). Work unit u covers tile u / splitK, k-slices
+  /// [kItersPerSplit * (u % splitK), min(+ kItersPerSplit, kIters)) (never empty: the host sizes it).
+  uint32_t splitK;
+  uint32_t kItersPerSplit;  ///< k-slices per split (= kIters without split-K)
+  /// splitK > 1: tiles x splitK partial tiles of 128 x blockN fp32 in fragment order (element r of consumer
+  /// thread t at r * 256 + t), and one arrival counter per tile (0 between launches: the last unit resets it).
+  float* workspace;
+  uint32_t* tileCounters;
   /// Optional, 8 words of host-mapped memory, zero at launch: a wait that times out writes
   /// {2, cta, thread, waiter (1 producer: stage free, 2 consumer: stage loaded), stage, parity, tile}
   /// (word 0 last) before trapping, so the host can say who waited for what after the context is lost.
@@ -114,6 +154,28 @@ MK_HOST_DEVICE_INLINE void gemmTileCoord(const GemmParams& p, uint32_t tile, uin
   const uint32_t inGroup = tile % perGroup;
   tileM = firstM + inGroup % rows;
   tileN = inGroup / rows;
+}
+
+/// Work units of a problem: tiles x splitK (unit u = tile * splitK + split: the splits of a tile are
+/// neighbours, so they run at the same time and share their A rows and B columns in L2).
+MK_HOST_DEVICE_INLINE uint32_t gemmUnitCount(const GemmParams& p) {
+  return p.tilesM * p.tilesN * (p.splitK > 1 ? p.splitK : 1u);
+}
+
+/// Tile, split and k-slice range [kBegin, kEnd) of work unit `unit`.
+MK_HOST_DEVICE_INLINE void gemmUnit(const GemmParams& p, uint32_t unit, uint32_t& tile, uint32_t& split,
+                                    uint32_t& kBegin, uint32_t& kEnd) {
+  if (p.splitK > 1) {
+    tile = unit / p.splitK;
+    split = unit % p.splitK;
+    kBegin = split * p.kItersPerSplit;
+    kEnd = kBegin + p.kItersPerSplit < p.kIters ? kBegin + p.kItersPerSplit : p.kIters;
+  } else {
+    tile = unit;
+    split = 0;
+    kBegin = 0;
+    kEnd = p.kIters;
+  }
 }
 
 /// The hook that does nothing (the standalone GEMM): no barrier or fence is spent on it.
@@ -193,6 +255,41 @@ MK_DEVICE_INLINE void tmaLoad2d(uint32_t dst, const GemmTensorMap* map, int32_t 
       : "memory");
 }
 
+/// 2-D TMA store of one shared-memory box to global memory (bulk-group completion, out-of-range elements
+/// are not written).
+MK_DEVICE_INLINE void tmaStore2d(const GemmTensorMap* map, uint32_t src, int32_t inner, int32_t outer) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(inner), "r"(outer), "r"(src)
+               : "memory");
+}
+MK_DEVICE_INLINE void bulkCommit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/// The shared-memory sources of this thread's bulk stores have been read (the staging buffer may be reused).
+MK_DEVICE_INLINE void bulkWaitRead() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+/// This thread's bulk stores have completed; the proxy fence and the GPU-scope fence make their global
+/// writes visible to generic-proxy readers elsewhere before a hook publishes the tile.
+MK_DEVICE_INLINE void bulkWaitAllVisible() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+  __threadfence();
+}
+MK_DEVICE_INLINE void stShared32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+/// Named barrier `kId` for `kThreads` threads. Immediate ids only: a barrier id in a register makes ptxas
+/// reserve all 16 hardware barriers for the kernel.
+template <uint32_t kId, uint32_t kThreads>
+MK_DEVICE_INLINE void namedBarrier() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
+}
+/// The barrier of one consumer warpgroup (ids 2 and 3, 128 threads each).
+MK_DEVICE_INLINE void consumerBarrier(uint32_t consumer) {
+  if (consumer == 0)
+    namedBarrier<2, 128>();
+  else
+    namedBarrier<3, 128>();
+}
+
 /// wgmma shared-memory descriptor, 128-byte swizzle: start address, leading and stride byte offsets (all
 /// encoded >> 4), swizzle mode 1 in bits 62-63. Base offset 0: every stage starts on a 1 KiB boundary.
 MK_DEVICE_INLINE uint64_t smemDesc128B(uint32_t addr, uint32_t lbo, uint32_t sbo) {
@@ -254,16 +351,95 @@ MK_DEVICE_INLINE void storeTile(const GemmParams& p, const float (&acc)[kRegs], 
   }
 }
 
+/// Write columns [128 * kPass, 128 * kPass + 128) of one consumer warpgroup's 64 x N accumulators as bf16
+/// into its staging buffer `stg`: box b = (column % 128) / 64 at b * 8 KiB, row r at r * 128 bytes, and the
+/// 16-byte chunk c of a row at chunk c ^ (r % 8) (the 128-byte swizzle the C tensor map declares). A warp's
+/// store writes 8 rows x 4 words whose chunks differ by row: 32 distinct banks.
+template <uint32_t kPass, uint32_t kRegs>
+MK_DEVICE_INLINE void stageTile(const float (&acc)[kRegs], uint32_t stg, uint32_t warp, uint32_t lane) {
+  const uint32_t r0 = warp * 16 + lane / 4;  // the fragment's row; r0 + 8 has the same r % 8
+  const uint32_t sw = r0 % 8;
+  const uint32_t base0 = stg + r0 * 128 + 4 * (lane % 4);
+  constexpr uint32_t kFirst = kPass * 16, kEnd = kFirst + 16;  // 16 groups of 8 columns per pass
+  static_assert(kEnd * 4 <= kRegs, "the pass lies inside the fragment");
+#pragma unroll
+  for (uint32_t j = kFirst; j < kEnd; ++j) {
+    const uint32_t addr = base0 + ((j - kFirst) / 8) * (64 * 128) + (((j % 8) ^ sw) << 4);
+    stShared32(addr, packBf16x2(acc[4 * j], acc[4 * j + 1]));
+    stShared32(addr + 8 * 128, packBf16x2(acc[4 * j + 2], acc[4 * j + 3]));
+  }
+}
+
 }  // namespace gemm_detail
 
 namespace gemm_detail {
 
 /// The consumer warpgroups' part of gemmRunTiles for one B layout (kTransB 1: B row-major, N-major in smem).
-template <uint32_t kBlockN, int kTransB, class Hook>
-MK_DEVICE_INLINE void consumeTiles(const GemmParams& p, uint32_t smemA, uint32_t smemB, uint32_t fullBar,
-                                   uint32_t emptyBar, uint32_t firstTile, uint32_t tileStride, uint32_t endTile,
-                                   Hook& hook) {
-  using Cfg = GemmTileConfigT<kBlockN>;
+/// One staging pass of the TMA-store epilogue: columns [128 * kPass, + 128) of this consumer's 64 rows go to
+/// the staging buffer (free: the caller waited), then one thread stores them with TMA (clipped at M x N by
+/// the tensor map; boxes wholly outside C are skipped) and commits them as one bulk group.
+template <class Cfg, uint32_t kPass>
+MK_DEVICE_INLINE void stagePass(const GemmParams& p, const float (&acc)[Cfg::kAccRegs], uint32_t stg, uint32_t tileM,
+                                uint32_t tileN, uint32_t consumer, uint32_t warp, uint32_t lane) {
+  stageTile<kPass>(acc, stg, warp, lane);
+  // Generic-proxy shared-memory writes must be ordered before the async proxy (TMA) reads them.
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  consumerBarrier(consumer);
+  if (warp == 0 && lane == 0) {
+    const uint32_t rowC = tileM * Cfg::kBlockM + consumer * 64;
+    if (rowC < p.m) {
+#pragma unroll
+      for (uint32_t box = 0; box < Cfg::kStagingCols / 64; ++box) {
+        const uint32_t colC = tileN * Cfg::kBlockN + kPass * Cfg::kStagingCols + box * 64;
+        if (colC < p.n)
+          tmaStore2d(&p.mapC, stg + box * Cfg::kBoxBytesC, static_cast<int32_t>(colC), static_cast<int32_t>(rowC));
+      }
+    }
+    bulkCommit();
+  }
+}
+
+/// Split-K: publish this unit's partial tile and find out whether it is the tile's last unit; the last one
+/// adds every other split's partial into `acc` and returns true (it then runs the epilogue and the hook),
+/// the others return false. Wait-free: no unit waits for another (the last arriver does the sum), the
+/// classic fence + counter pattern: partials stored (L2), __threadfence, counter incremented; the last
+/// arriver fences again before reading them through L2 (ld.global.cg: never a stale L1 line).
+template <class Cfg>
+MK_DEVICE_INLINE bool splitKReduce(const GemmParams& p, float (&acc)[Cfg::kAccRegs], uint32_t tile, uint32_t split,
+                                   uint32_t flag, uint32_t t) {
+  constexpr uint32_t kConsumerThreads = 128 * Cfg::kConsumerWarpgroups;
+  constexpr uint64_t kSlot = static_cast<uint64_t>(Cfg::kBlockM) * Cfg::kBlockN;  // floats per partial tile
+  float* mine = p.workspace + (static_cast<uint64_t>(tile) * p.splitK + split) * kSlot + t;
+#pragma unroll
+  for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) __stcg(mine + r * kConsumerThreads, acc[r]);
+  __threadfence();
+  namedBarrier<1, kConsumerThreads>();
+  if (t == 0) {
+    const uint32_t before = atomicAdd(&p.tileCounters[tile], 1u);
+    const uint32_t last = before + 1 == p.splitK ? 1u : 0u;
+    if (last) p.tileCounters[tile] = 0;  // every unit of the tile has arrived: ready for the next launch
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(flag), "r"(last) : "memory");
+  }
+  namedBarrier<1, kConsumerThreads>();
+  uint32_t last = 0;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(last) : "r"(flag) : "memory");
+  if (last == 0) return false;
+  __threadfence();
+  for (uint32_t s = 0; s < p.splitK; ++s) {
+    if (s == split) continue;
+    const float* other = p.workspace + (static_cast<uint64_t>(tile) * p.splitK + s) * kSlot + t;
+#pragma unroll
+    for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) acc[r] += __ldcg(other + r * kConsumerThreads);
+  }
+  return true;
+}
+
+/// kTmaStoreC: epilogue through the staging buffer at `staging` (see the file comment).
+template <uint32_t kBlockN, bool kTmaStoreC, int kTransB, class Hook>
+MK_DEVICE_INLINE void consumeTiles(const GemmParams& p, uint32_t smemA, uint32_t smemB, uint32_t staging,
+                                   uint32_t fullBar, uint32_t emptyBar, uint32_t splitFlag, uint32_t firstTile,
+                                   uint32_t tileStride, uint32_t endTile, Hook& hook) {
+  using Cfg = GemmTileConfigT<kBlockN, kTmaStoreC>;
   const uint32_t consumer = threadIdx.x / 128 - 1;  // rows [64 * consumer, 64 * consumer + 64) of the tile
   const uint32_t wgThread = threadIdx.x % 128;
   const uint32_t warp = wgThread / 32, lane = wgThread % 32;
@@ -273,15 +449,25 @@ MK_DEVICE_INLINE void consumeTiles(const GemmParams& p, uint32_t smemA, uint32_t
   constexpr uint32_t lboB = kTransB ? Cfg::kBoxBytesBRowMajor : 16;
   constexpr uint32_t kStepB = kTransB ? 16 * 128 : 32;
   uint32_t stage = 0, phase = 0;
+  // TMA-store epilogue: this consumer's staging boxes and the tile whose store is still in flight (its hook
+  // is called one tile later). Named barriers: 2 + consumer for one warpgroup, 1 for both.
+  const uint32_t stg = staging + consumer * Cfg::kStagingBytesPerConsumer;
+  bool pending = false;
+  uint32_t pendingM = 0, pendingN = 0;
+  (void)stg;
+  (void)pending;
+  (void)pendingM;
+  (void)pendingN;
   float acc[Cfg::kAccRegs];
 #pragma unroll
   for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) acc[r] = 0.0f;
-  for (uint32_t tile = firstTile; tile < endTile; tile += tileStride) {
-    uint32_t tileM = 0, tileN = 0;
+  for (uint32_t unit = firstTile; unit < endTile; unit += tileStride) {
+    uint32_t tile = 0, split = 0, kBegin = 0, kEnd = 0, tileM = 0, tileN = 0;
+    gemmUnit(p, unit, tile, split, kBegin, kEnd);
     gemmTileCoord(p, tile, tileM, tileN);
     uint32_t prevStage = 0;
-    for (uint32_t kIter = 0; kIter < p.kIters; ++kIter) {
-      mbarWait(p, fullBar + 8 * stage, phase, GemmWaiter::Consumer, stage, tile);
+    for (uint32_t kIter = kBegin; kIter < kEnd; ++kIter) {
+      mbarWait(p, fullBar + 8 * stage, phase, GemmWaiter::Consumer, stage, unit);
       const uint32_t a = smemA + stage * Cfg::kStageBytesA + consumer * 64 * 128;
       const uint32_t b = smemB + stage * Cfg::kStageBytesB;
 #pragma unroll
@@ -291,13 +477,13 @@ MK_DEVICE_INLINE void consumeTiles(const GemmParams& p, uint32_t smemA, uint32_t
       for (uint32_t kk = 0; kk < Cfg::kBlockK / Cfg::kWgmmaK; ++kk) {
         const uint64_t descA = smemDesc128B(a + kk * 32, 16, 1024);
         const uint64_t descB = smemDesc128B(b + kk * kStepB, lboB, 1024);
-        const uint32_t scaleD = (kIter > 0 || kk > 0) ? 1u : 0u;
+        const uint32_t scaleD = (kIter > kBegin || kk > 0) ? 1u : 0u;
         wgmmaM64NK16Bf16<kTransB>(acc, descA, descB, scaleD);
       }
       wgmmaCommit();
 #pragma unroll
       for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) wgmmaFenceOperand(acc[r]);
-      if (kIter > 0) {
+      if (kIter > kBegin) {
         // The group of the previous k-slice has retired: its stage may be refilled.
         wgmmaWait<1>();
         if (lane == 0) mbarArrive(emptyBar + 8 * prevStage);
@@ -312,7 +498,36 @@ MK_DEVICE_INLINE void consumeTiles(const GemmParams& p, uint32_t smemA, uint32_t
 #pragma unroll
     for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) wgmmaFenceOperand(acc[r]);
     if (lane == 0) mbarArrive(emptyBar + 8 * prevStage);
+    // Split-K: only the tile's last unit (which sums the partials) stores the tile and calls the hook.
+    if (p.splitK > 1 && !splitKReduce<Cfg>(p, acc, tile, split, splitFlag, threadIdx.x - 128)) continue;
 
+    if constexpr (kTmaStoreC) {
+      // ---- epilogue through shared memory: the staging buffer is free once the previous tile's store has
+      // read it; with a hook, that store must also have completed (the previous tile is handed over now).
+      if (wgThread == 0) {
+        if constexpr (Hook::kEnabled)
+          bulkWaitAllVisible();
+        else
+          bulkWaitRead();
+      }
+      if constexpr (Hook::kEnabled) {
+        namedBarrier<1, 128 * Cfg::kConsumerWarpgroups>();
+        if (pending && consumer == 0 && wgThread == 0) hook(pendingM * Cfg::kBlockM, pendingN * Cfg::kBlockN);
+      } else {
+        consumerBarrier(consumer);
+      }
+      stagePass<Cfg, 0>(p, acc, stg, tileM, tileN, consumer, warp, lane);
+      if constexpr (Cfg::kStagingPasses > 1) {
+        // The second half reuses the buffer once the first half's store has read it.
+        if (wgThread == 0) bulkWaitRead();
+        consumerBarrier(consumer);
+        stagePass<Cfg, 1>(p, acc, stg, tileM, tileN, consumer, warp, lane);
+      }
+      pending = true;
+      pendingM = tileM;
+      pendingN = tileN;
+      continue;
+    }
     // ---- epilogue: straight from registers to global memory.
     const uint32_t row0 = tileM * Cfg::kBlockM + consumer * 64 + warp * 16 + lane / 4;
     const uint32_t col0 = tileN * Cfg::kBlockN + 2 * (lane % 4);
@@ -329,32 +544,47 @@ MK_DEVICE_INLINE void consumeTiles(const GemmParams& p, uint32_t smemA, uint32_t
       if (consumer == 0 && wgThread == 0) hook(tileM * Cfg::kBlockM, tileN * Cfg::kBlockN);
     }
   }
+  if constexpr (kTmaStoreC) {
+    // Drain: every store has completed (C is written and the staging buffer is no longer read) before any
+    // consumer returns, then the last tile goes to the hook.
+    if (wgThread == 0) bulkWaitAllVisible();
+    namedBarrier<1, 128 * Cfg::kConsumerWarpgroups>();
+    if constexpr (Hook::kEnabled) {
+      if (pending && consumer == 0 && wgThread == 0) hook(pendingM * Cfg::kBlockM, pendingN * Cfg::kBlockN);
+    }
+  }
 }
 
 }  // namespace gemm_detail
 
-/// Runs output tiles firstTile, firstTile + tileStride, ... (< endTile) of problem `p`, then returns.
+/// Runs work units firstTile, firstTile + tileStride, ... (< endTile <= gemmUnitCount(p)) of problem `p`, then
+/// returns. A unit is an output tile, or with p.splitK > 1 one k-range of a tile (gemmUnit); the CTAs that
+/// share a problem must together run every unit of each tile they touch (split-K sums in the last one).
 ///
-/// Contract: called by all GemmTileConfigT<kBlockN>::kThreads (384) threads of the CTA with the same
-/// arguments; `smem` is GemmTileConfigT<kBlockN>::kSmemBytes of dynamic shared memory the CTA owns for the
-/// call; p.blockN == kBlockN (the tensor maps' B box depends on it: a mismatch traps); `p` lives in
+/// Contract: called by all GemmTileConfigT<kBlockN, kTmaStoreC>::kThreads (384) threads of the CTA with the
+/// same arguments; `smem` is GemmTileConfigT<kBlockN, kTmaStoreC>::kSmemBytes of dynamic shared memory the CTA
+/// owns for the call; p.blockN == kBlockN (the tensor maps' B box depends on it) and p.tmaStoreC ==
+/// kTmaStoreC (with bf16 output and a valid p.mapC), else it traps; named barriers 1, 2, 3 are used; `p` lives in
 /// param, constant or global memory (its tensor maps are read by TMA). The routine initialises its
 /// mbarriers, re-balances registers with setmaxnreg (the kernel must be launched with at most
 /// 65536 / 384 = 168 registers per thread, e.g. __launch_bounds__(384, 1)), and when it returns every TMA
 /// copy it issued has been consumed. `hook(m0, n0)` runs on one consumer thread after each tile whose first
 /// element is (m0, n0); all of the tile's stores are visible GPU-wide (fenced) before it is called.
-template <uint32_t kBlockN, class Hook>
+template <uint32_t kBlockN, bool kTmaStoreC = false, class Hook>
 MK_DEVICE_INLINE void gemmRunTiles(const GemmParams& p, uint8_t* smem, uint32_t firstTile, uint32_t tileStride,
                                    uint32_t endTile, Hook& hook) {
-  using Cfg = GemmTileConfigT<kBlockN>;
+  using Cfg = GemmTileConfigT<kBlockN, kTmaStoreC>;
   using namespace gemm_detail;
-  if (p.blockN != kBlockN) __trap();
+  if (p.blockN != kBlockN || p.tmaStoreC != (kTmaStoreC ? 1u : 0u)) __trap();
+  if (kTmaStoreC && p.out != GemmOut::BFloat16) __trap();
   const uintptr_t raw = reinterpret_cast<uintptr_t>(smem);
   uint8_t* base = smem + ((Cfg::kSmemAlign - raw % Cfg::kSmemAlign) % Cfg::kSmemAlign);
   const uint32_t smemA = smemAddr(base);
   const uint32_t smemB = smemA + Cfg::kStages * Cfg::kStageBytesA;
-  const uint32_t fullBar = smemB + Cfg::kStages * Cfg::kStageBytesB;
+  const uint32_t staging = smemB + Cfg::kStages * Cfg::kStageBytesB;  // 1 KiB aligned: stage sizes are
+  const uint32_t fullBar = staging + Cfg::kStagingBytes;
   const uint32_t emptyBar = fullBar + Cfg::kStages * 8;
+  const uint32_t splitFlag = emptyBar + Cfg::kStages * 8;
 
   const uint32_t warpgroup = threadIdx.x / 128;
   const uint32_t wgThread = threadIdx.x % 128;
@@ -375,15 +605,17 @@ MK_DEVICE_INLINE void gemmRunTiles(const GemmParams& p, uint8_t* smem, uint32_t 
     if (wgThread != 0) return;
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapA)) : "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapB)) : "memory");
+    if (kTmaStoreC) asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapC)) : "memory");
     uint32_t stage = 0, phase = 0;
-    for (uint32_t tile = firstTile; tile < endTile; tile += tileStride) {
-      uint32_t tileM = 0, tileN = 0;
+    for (uint32_t unit = firstTile; unit < endTile; unit += tileStride) {
+      uint32_t tile = 0, split = 0, kBegin = 0, kEnd = 0, tileM = 0, tileN = 0;
+      gemmUnit(p, unit, tile, split, kBegin, kEnd);
       gemmTileCoord(p, tile, tileM, tileN);
       const int32_t rowA = static_cast<int32_t>(tileM * Cfg::kBlockM);
       const int32_t colB = static_cast<int32_t>(tileN * Cfg::kBlockN);
-      for (uint32_t kIter = 0; kIter < p.kIters; ++kIter) {
+      for (uint32_t kIter = kBegin; kIter < kEnd; ++kIter) {
         // A fresh barrier counts as having completed the phase before phase 0: the first pass never waits.
-        mbarWait(p, emptyBar + 8 * stage, phase ^ 1, GemmWaiter::Producer, stage, tile);
+        mbarWait(p, emptyBar + 8 * stage, phase ^ 1, GemmWaiter::Producer, stage, unit);
         const uint32_t full = fullBar + 8 * stage;
         mbarArriveExpectTx(full, Cfg::kStageBytes);
         const int32_t k0 = static_cast<int32_t>(kIter * Cfg::kBlockK);
@@ -410,9 +642,11 @@ MK_DEVICE_INLINE void gemmRunTiles(const GemmParams& p, uint8_t* smem, uint32_t 
   // One straight-line k-loop per B layout: a layout branch between the wgmmas makes ptxas insert
   // warpgroup.arrive before each of them.
   if (p.bRowMajor)
-    gemm_detail::consumeTiles<kBlockN, 1>(p, smemA, smemB, fullBar, emptyBar, firstTile, tileStride, endTile, hook);
+    gemm_detail::consumeTiles<kBlockN, kTmaStoreC, 1>(p, smemA, smemB, staging, fullBar, emptyBar, splitFlag, firstTile, tileStride,
+                                                      endTile, hook);
   else
-    gemm_detail::consumeTiles<kBlockN, 0>(p, smemA, smemB, fullBar, emptyBar, firstTile, tileStride, endTile, hook);
+    gemm_detail::consumeTiles<kBlockN, kTmaStoreC, 0>(p, smemA, smemB, staging, fullBar, emptyBar, splitFlag, firstTile, tileStride,
+                                                      endTile, hook);
 }
 
 #endif  // MK_HAVE_DEVICE_CODE
