@@ -44,7 +44,7 @@ struct GemmArgs {
   uint64_t iters = 20, warmup = 5, reps = 5;
   int64_t groupM = 8;
   int64_t tileN = 0;
-  std::string epilogue = "direct";
+  std::string epilogue = "tma-store";
   int64_t splitK = 1;
 };
 
@@ -239,8 +239,8 @@ int gemmMain(int argc, char** argv, const std::string& command) {
   app.add_option("--tile-n", a.tileN, "our output tile width: 128, 256, or 0 = chosen per shape (wave count model)")
       ->check(CLI::IsMember({0, 128, 256}));
   app.add_option("--epilogue", a.epilogue,
-                 "our epilogue: direct (registers to global, the default) or tma-store (shared-memory staging + TMA "
-                 "stores overlapping the next tile; bf16 output only, f32 runs direct). The 'epi' column and the "
+                 "our epilogue: tma-store (the default: shared-memory staging + TMA stores overlapping the next tile; "
+                 "bf16 output with N a multiple of 8, else direct) or direct (registers to global). The 'epi' column and the "
                  "JSON field 'epilogue' say which ran")
       ->check(CLI::IsMember({"direct", "tma-store"}));
   app.add_option("--split-k", a.splitK,

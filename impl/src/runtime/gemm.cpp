@@ -133,9 +133,11 @@ GemmTiles validateGemm(const GemmProblem& pr, const GemmConfig& cfg, int64_t smC
                             : gemmChooseTileN(pr.m, pr.n, cfg.ctas == 0 ? smCount : cfg.ctas);
   t.tilesM = static_cast<uint64_t>(ceilDiv(pr.m, GemmTileConfig::kBlockM));
   t.tilesN = static_cast<uint64_t>(ceilDiv(pr.n, static_cast<int64_t>(t.blockN)));
-  // The staging buffer holds bf16 tiles only; fp32 output keeps the direct epilogue.
-  t.epilogue = cfg.epilogue == GemmEpilogue::TmaStore && pr.outDType == DType::BFloat16 ? GemmEpilogue::TmaStore
-                                                                                          : GemmEpilogue::Direct;
+  // The staging buffer holds bf16 tiles only; fp32 output keeps the direct epilogue. So does an N that is
+  // not a multiple of 8: measured on H200 (2026-11-29), a TMA store clipped at the tensor map's N still wrote
+  // the rest of the last 16-byte piece of each row (columns N .. round_up(N, 8) - 1, outside C).
+  const bool tmaStoreFits = pr.outDType == DType::BFloat16 && pr.n % 8 == 0;
+  t.epilogue = cfg.epilogue == GemmEpilogue::TmaStore && tmaStoreFits ? GemmEpilogue::TmaStore : GemmEpilogue::Direct;
   // Split-K: pieces of ceil(kIters / splitK) slices, then as many pieces as that takes (none empty:
   // K = 100 (2 slices) with splitK = 4 runs 2 pieces of 1 slice).
   const int64_t kIters = ceilDiv(pr.k, GemmTileConfig::kBlockK);
