@@ -1,10 +1,35 @@
 # impl/ — one process per GPU: bootstrap (TCP rendezvous, MPI), cross-process memory, tests.
 # TCP rendezvous (torchrun-style variables; Open MPI / PMI rank variables accepted) and the shared state of
-# one process per GPU. No MPI library is needed: under mpirun the rank variables come from the launcher.
+# one process per GPU.
 target_sources(mk_impl PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/src/runtime/bootstrap.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/src/runtime/process_link.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/src/runtime/topology_probe.cpp)
+
+# MPI bootstrap (mpirun -np N without MASTER_ADDR): MK_WITH_MPI (top CMakeLists) AUTO builds it when an MPI
+# library is found, ON requires one, OFF never. MPI's C API is found through the C++ compiler (the CXX
+# component, C++ bindings skipped): the project enables no C language, and neither need its consumers
+# (mkernelConfig.cmake finds the same component). Without MPI a stub throws Error(Unsupported).
+set(mk_mpi_found OFF)
+if(NOT MK_WITH_MPI STREQUAL "OFF")
+  set(MPI_CXX_SKIP_MPICXX ON)
+  find_package(MPI COMPONENTS CXX)
+  if(MPI_CXX_FOUND)
+    set(mk_mpi_found ON)
+  elseif(MK_WITH_MPI STREQUAL "ON")
+    message(FATAL_ERROR "MK_WITH_MPI=ON but no MPI library was found (apt-get install libopenmpi-dev openmpi-bin, "
+                        "or use AUTO/OFF)")
+  endif()
+endif()
+# The top CMakeLists configures mkernelConfig.cmake with it (find_dependency(MPI) when the build used MPI).
+set(MK_HAVE_MPI ${mk_mpi_found} PARENT_SCOPE)
+message(STATUS "mkernel: MPI bootstrap ${mk_mpi_found}")
+if(mk_mpi_found)
+  target_sources(mk_impl PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/runtime/bootstrap_mpi.cpp)
+  target_link_libraries(mk_impl PRIVATE MPI::MPI_CXX)
+else()
+  target_sources(mk_impl PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/runtime/bootstrap_mpi_stub.cpp)
+endif()
 # shm_open / shm_unlink live in librt on older glibc.
 find_library(MK_LIBRT rt)
 if(MK_LIBRT)
@@ -25,4 +50,31 @@ mk_add_doctest(mk_multiprocess_tests LABELS multigpu GPU
 if(TARGET mk_multiprocess_tests)
   target_compile_definitions(mk_multiprocess_tests PRIVATE MK_TEST_MIN_GPUS=2)
   target_include_directories(mk_multiprocess_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+endif()
+
+# The MPI bootstrap: each TEST_CASE of mk_mpi_bootstrap_tests is collective, so each runs as one CTest under
+# `mpirun -np 3` (the script skips with 77 when mpirun is absent). Without MPI the binary checks the stub
+# (makeMpiBootstrap throws Unsupported) and runs directly. Label unit: CPU only, run in CI (as root there,
+# hence --allow-run-as-root).
+if(MK_BUILD_TESTS)
+  add_executable(mk_mpi_bootstrap_tests tests/unit_main.cpp tests/test_mpi_bootstrap.cpp)
+  target_link_libraries(mk_mpi_bootstrap_tests PRIVATE doctest::doctest mk::impl mk::warnings)
+  target_compile_options(mk_mpi_bootstrap_tests PRIVATE "SHELL:-include ${PROJECT_SOURCE_DIR}/cmake/doctest_prelude.hpp")
+  if(mk_mpi_found)
+    target_compile_definitions(mk_mpi_bootstrap_tests PRIVATE MK_TEST_MPI=1)
+    set(mk_mpi_cases
+      "mpi bootstrap: the build has MPI and rank and size match mpirun"
+      "mpi bootstrap: allGather returns the bytes of every rank in rank order"
+      "mpi bootstrap: barrier returns only once every rank has arrived"
+      "mpi bootstrap: a rank that skips allGather ends in Timeout within the budget"
+      "mpi bootstrap: a rank that skips barrier ends in Timeout within the budget"
+      "mpi bootstrap: different byte counts are rejected on every rank")
+    foreach(tc IN LISTS mk_mpi_cases)
+      add_test(NAME "${tc}" COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/run_mpi_test.sh "${MPIEXEC_EXECUTABLE}" 3
+                                    $<TARGET_FILE:mk_mpi_bootstrap_tests> "${tc}")
+      set_tests_properties("${tc}" PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77)
+    endforeach()
+  else()
+    doctest_discover_tests(mk_mpi_bootstrap_tests PROPERTIES LABELS unit TIMEOUT 60 ADD_LABELS 0)
+  endif()
 endif()

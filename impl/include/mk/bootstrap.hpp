@@ -7,7 +7,8 @@
 // come from Open MPI's or PMI's variables instead (OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK, PMI_RANK /
 // PMI_SIZE); MASTER_ADDR / MASTER_PORT are still needed (`mpirun -x MASTER_ADDR=... -x MASTER_PORT=...`).
 // Under torchrun (TORCHELASTIC_RUN_ID set) the agent's own store listens on MASTER_PORT, so rank 0 listens
-// on MASTER_PORT + 1.
+// on MASTER_PORT + 1. A build with MPI (libopenmpi-dev) bootstraps a process started by mpirun without
+// MASTER_ADDR through MPI instead (makeMpiBootstrap, preferMpiBootstrap).
 //
 // Every operation is collective (every rank calls it, in the same order) and bounded: a rank that never
 // arrives, an address that refuses, a peer that dies mid-exchange end in mk::Error naming the rank or the
@@ -95,5 +96,24 @@ class TcpBootstrap final : public Bootstrap {
   std::vector<int> peers_;  ///< rank 0: socket of rank q at [q] (-1 for itself); others: [0] = socket to rank 0
   uint32_t calls_ = 0;      ///< collective calls so far (checked on both sides: catches mismatched call orders)
 };
+
+/// True when this build has the MPI bootstrap (MPI found at configure time, MK_WITH_MPI not OFF).
+bool mpiBootstrapBuilt() noexcept;
+
+/// True when Communicator::createFromEnvironment bootstraps through MPI: built with MPI, started by mpirun
+/// (OMPI_COMM_WORLD_SIZE or PMI_SIZE set) and MASTER_ADDR not set (setting it keeps the TCP rendezvous).
+bool preferMpiBootstrap() noexcept;
+
+/// Bootstrap over a duplicate of MPI_COMM_WORLD (every process of the MPI job is a rank, in its world order).
+/// Initialises MPI (MPI_Init_thread, MPI_THREAD_SERIALIZED requested) when the program has not, and then
+/// finalises it at exit; MPI initialised by the program is left to the program. Creation (MPI_Comm_idup),
+/// allGather (MPI_Iallgather) and barrier (MPI_Ibarrier) are polled with MPI_Test against `timeoutMs`: a
+/// rank that never calls ends in Error(Timeout) on the others, after which that bootstrap is unusable
+/// (Error(InvalidArgument) on each later call). allGather also checks that every rank passed the same byte
+/// count at the same call. `localRank` (if not null) receives the rank among the processes of this node
+/// (MPI_Comm_split_type, MPI_COMM_TYPE_SHARED): the GPU to use. MPI_Init_thread itself cannot be bounded.
+/// Throws Error(Unsupported) in a build without MPI, Error(InvalidArgument) for a budget that is not a
+/// positive number or after MPI_Finalize, Error(IoError) when an MPI call fails.
+std::unique_ptr<Bootstrap> makeMpiBootstrap(double timeoutMs, int* localRank = nullptr);
 
 }  // namespace mk
