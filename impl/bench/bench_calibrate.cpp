@@ -174,40 +174,28 @@ Pattern flagLocalPingPong() {
           }};
 }
 
-Pattern localCopy() {
-  return {"calib-copy-local", "repeated", 1, [](uint64_t n, uint32_t reps) {
-            Schedule s = baseSchedule(n, "calib local copy");
+/// Each rank repeats one step inside its own GPU: a Copy of "in" into "out", or a Reduce of in[0, n) and
+/// in[n, 2n) into "out".
+Pattern localRepeat(const char* op, StepKind kind) {
+  return {op, "repeated", 1, [kind](uint64_t n, uint32_t reps) {
+            Schedule s = baseSchedule(n, kind == StepKind::Reduce ? "calib reduce" : "calib local copy");
             for (uint32_t r = 0; r < 2; ++r)
               for (uint32_t i = 0; i < reps; ++i) {
                 Step c;
-                c.kind = StepKind::Copy;
+                c.kind = kind;
                 c.link = LinkClass::Local;
                 c.count = n;
                 c.dst = {0, r, kOut, 0};
                 c.a = {0, r, kIn, 0};
+                if (kind == StepKind::Reduce) c.b = {n, r, kIn, 0};
                 s.lanes[r][0].steps.push_back(c);
               }
             return s;
           }};
 }
 
-Pattern localReduce() {
-  return {"calib-reduce", "repeated", 1, [](uint64_t n, uint32_t reps) {
-            Schedule s = baseSchedule(n, "calib reduce");
-            for (uint32_t r = 0; r < 2; ++r)
-              for (uint32_t i = 0; i < reps; ++i) {
-                Step c;
-                c.kind = StepKind::Reduce;
-                c.link = LinkClass::Local;
-                c.count = n;
-                c.dst = {0, r, kOut, 0};
-                c.a = {0, r, kIn, 0};
-                c.b = {n, r, kIn, 0};
-                s.lanes[r][0].steps.push_back(c);
-              }
-            return s;
-          }};
-}
+Pattern localCopy() { return localRepeat("calib-copy-local", StepKind::Copy); }
+Pattern localReduce() { return localRepeat("calib-reduce", StepKind::Reduce); }
 
 /// Times schedules through the engine, nccl-tests style.
 class Timer {
