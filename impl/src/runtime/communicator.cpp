@@ -1438,48 +1438,38 @@ void Communicator::collective(const CollectiveSpec& specIn, const void* send, vo
   group_->submitCollective(rank_, spec, gen, send, recv, stream);
 }
 
-void Communicator::allReduce(const void* send, void* recv, uint64_t count, DType dtype, RedOp op, cudaStream_t stream,
-                             const CollOptions& opt) {
+namespace {
+/// The spec of one collective call (the per-op entry points differ only in these fields).
+CollectiveSpec callSpec(CollOp op, uint64_t count, DType dtype, RedOp redop = RedOp::Sum, uint32_t root = 0) {
   CollectiveSpec s;
-  s.op = CollOp::AllReduce;
+  s.op = op;
   s.count = count;
   s.dtype = dtype;
-  s.redop = op;
-  collective(s, send, recv, stream, opt);
+  s.redop = redop;
+  s.root = root;
+  return s;
+}
+}  // namespace
+
+void Communicator::allReduce(const void* send, void* recv, uint64_t count, DType dtype, RedOp op, cudaStream_t stream,
+                             const CollOptions& opt) {
+  collective(callSpec(CollOp::AllReduce, count, dtype, op), send, recv, stream, opt);
 }
 void Communicator::allGather(const void* send, void* recv, uint64_t count, DType dtype, cudaStream_t stream,
                              const CollOptions& opt) {
-  CollectiveSpec s;
-  s.op = CollOp::AllGather;
-  s.count = count;
-  s.dtype = dtype;
-  collective(s, send, recv, stream, opt);
+  collective(callSpec(CollOp::AllGather, count, dtype), send, recv, stream, opt);
 }
 void Communicator::reduceScatter(const void* send, void* recv, uint64_t count, DType dtype, RedOp op,
                                  cudaStream_t stream, const CollOptions& opt) {
-  CollectiveSpec s;
-  s.op = CollOp::ReduceScatter;
-  s.count = count;
-  s.dtype = dtype;
-  s.redop = op;
-  collective(s, send, recv, stream, opt);
+  collective(callSpec(CollOp::ReduceScatter, count, dtype, op), send, recv, stream, opt);
 }
 void Communicator::broadcast(const void* send, void* recv, uint64_t count, DType dtype, uint32_t root,
                              cudaStream_t stream, const CollOptions& opt) {
-  CollectiveSpec s;
-  s.op = CollOp::Broadcast;
-  s.count = count;
-  s.dtype = dtype;
-  s.root = root;
-  collective(s, send, recv, stream, opt);
+  collective(callSpec(CollOp::Broadcast, count, dtype, RedOp::Sum, root), send, recv, stream, opt);
 }
 void Communicator::allToAll(const void* send, void* recv, uint64_t count, DType dtype, cudaStream_t stream,
                             const CollOptions& opt) {
-  CollectiveSpec s;
-  s.op = CollOp::AllToAll;
-  s.count = count;
-  s.dtype = dtype;
-  collective(s, send, recv, stream, opt);
+  collective(callSpec(CollOp::AllToAll, count, dtype), send, recv, stream, opt);
 }
 
 void Communicator::execute(const Schedule& s, const void* input, void* output, cudaStream_t stream) {
