@@ -170,3 +170,47 @@ TEST_CASE("engine: back-to-back ops on separate buffers and chained ops both giv
     CHECK(wrong == 0);
   }
 }
+
+TEST_CASE("engine: both stream hand-offs order each op between the caller's stream work before and after it") {
+  // Per op: a memset writes the input on the caller's stream, the all-reduce reads it, a copy on the same
+  // stream takes the output away. Wrong order on either side shows as a stale or missing value.
+  for (const mk::StreamHandoff handoff : {mk::StreamHandoff::Kernel, mk::StreamHandoff::MemOps}) {
+    CAPTURE(static_cast<int>(handoff));
+    mk::CommConfig cfg;
+    cfg.streamHandoff = handoff;
+    auto comms = mk::Communicator::createLocal(mkt::firstDevices(2), cfg);
+    const uint64_t count = 1031;
+    const int kOps = 16;
+    mkt::Streams streams(comms);
+    std::vector<std::unique_ptr<mkt::DeviceBuffer>> in, out, keep;
+    for (uint32_t r = 0; r < 2; ++r) {
+      in.push_back(std::make_unique<mkt::DeviceBuffer>(comms[r].device(), count * 4));
+      out.push_back(std::make_unique<mkt::DeviceBuffer>(comms[r].device(), count * 4));
+      keep.push_back(std::make_unique<mkt::DeviceBuffer>(comms[r].device(), kOps * count * 4));
+    }
+    for (int k = 0; k < kOps; ++k)
+      for (uint32_t r = 0; r < 2; ++r) {
+        MK_CUDA_CHECK(cudaSetDevice(comms[r].device()));
+        MK_CUDA_CHECK(cudaMemsetAsync(in[r]->get(), 0x30 + k + static_cast<int>(r), count * 4, streams.s[r]));
+        comms[r].allReduce(in[r]->get(), out[r]->get(), count, DType::Float32, RedOp::Sum, streams.s[r]);
+        MK_CUDA_CHECK(cudaSetDevice(comms[r].device()));
+        MK_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(keep[r]->get()) + k * count * 4, out[r]->get(), count * 4,
+                                      cudaMemcpyDeviceToDevice, streams.s[r]));
+      }
+    streams.sync(comms);
+    auto pattern = [](int byte) {
+      uint32_t u = 0x01010101u * static_cast<uint32_t>(byte);
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    };
+    uint64_t wrong = 0;
+    for (uint32_t r = 0; r < 2; ++r) {
+      std::vector<float> got(kOps * count);
+      keep[r]->download(got.data(), got.size() * 4);
+      for (int k = 0; k < kOps; ++k)
+        for (uint64_t i = 0; i < count; ++i) wrong += got[k * count + i] != pattern(0x30 + k) + pattern(0x31 + k);
+    }
+    CHECK(wrong == 0);
+  }
+}

@@ -369,3 +369,33 @@ TEST_CASE("lowering: every generated collective lowers on 8 ranks of one node wi
           }
   }
 }
+
+TEST_CASE("lowering: an op completes on local completion only when no peer step touches this rank's user buffers") {
+  // One-shot: peers write only into scratch, so each rank's stream may move on once its own steps are done.
+  // Two-shot and ring: peers read the input or write the output, so every rank must be done first.
+  for (const char* algo : {"one-shot", "two-shot", "ring"}) {
+    CAPTURE(algo);
+    mk::CollectiveSpec spec;
+    spec.op = mk::CollOp::AllReduce;
+    spec.count = 4099;
+    spec.algo = algo;
+    const Schedule s = mk::generate(spec, {0, 0});
+    const bool local = std::string(algo) == "one-shot";
+    for (uint32_t r = 0; r < 2; ++r)
+      CHECK(((lowerRank(s, r).header().flags & mk::device::kProgLocalCompletion) != 0) == local);
+  }
+  // The flag looks at operands a step really uses: a Copy's unused `b` (rank 0, buffer 0 by default) on
+  // rank 1 does not make rank 0's input "touched".
+  Schedule s = twoRanks(64);
+  s.lanes.assign(2, {});
+  s.lanes[1].push_back(mk::Lane{});
+  Step c;
+  c.kind = StepKind::Copy;
+  c.count = 64;
+  c.dst = ref(1, 1, 0);
+  c.a = ref(1, 0, 0);
+  s.lanes[1][0].steps.push_back(c);
+  CHECK((lowerRank(s, 0).header().flags & mk::device::kProgLocalCompletion) != 0);
+  s.lanes[1][0].steps[0].a = ref(0, 0, 0);  // now rank 1 reads rank 0's input
+  CHECK((lowerRank(s, 0).header().flags & mk::device::kProgLocalCompletion) == 0);
+}

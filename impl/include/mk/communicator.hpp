@@ -33,16 +33,32 @@
 
 namespace mk {
 
+/// How an op meets the caller's stream (docs/gpu-engine.md, "Latency").
+enum class StreamHandoff : uint8_t {
+  /// Kernel when the resident kernel leaves an SM with room for one more block, MemOps otherwise.
+  Auto = 0,
+  /// One 32-thread kernel per op on the caller's stream rings the doorbell and holds the stream until the op
+  /// completes (inside a group: a memory write rings, one such kernel waits at groupEnd). About 2.3 us per
+  /// op on the stream; costs a kernel launch on the host (about 4 us on the measured machine).
+  Kernel = 1,
+  /// A stream memory write rings and a stream memory wait holds the stream: cheaper on the host (two ~1.3 us
+  /// calls) but 7-9 us per op on the stream once the op takes longer than ~2 us (the front end deschedules
+  /// the wait). Never needs an SM.
+  MemOps = 2,
+};
+
 /// Runtime knobs of a communicator (one typed struct; no environment variables).
 struct CommConfig {
   uint32_t workerCtas = 0;       ///< worker CTAs of the resident kernel per GPU; 0 = min(64, SMs / 2)
-  uint32_t threadsPerCta = 512;  ///< 32..512, a multiple of 32
+  uint32_t threadsPerCta = 512;  ///< 64..512, a multiple of 32 (the control block runs two warps)
   uint32_t ringSlots = 64;       ///< doorbell ring depth: ops in flight before a submit blocks (back-pressure)
   double pollBudgetMs = 10000;   ///< budget of every device-side wait; past it the kernel reports and stops
   double hostBudgetMs = 20000;   ///< budget of host-side waits (ring full, synchronize, start, shutdown)
   bool trace = false;            ///< record start/end of every step (takeTrace); off costs nothing
   uint32_t traceCapacity = 1u << 20;  ///< trace records kept per rank
   uint64_t minBytesPerCta = 32 * 1024;  ///< a data step uses one more CTA of its lane per this many bytes
+  /// How ops meet the caller's stream.
+  StreamHandoff streamHandoff = StreamHandoff::Auto;
   /// Hardware profile (mkernel.profile.v1 file, e.g. from mk-calibrate) the "auto" algorithm choice costs
   /// against; empty = the datasheet defaults of the detected topology. Every rank must name the same file
   /// (ranks that choose differently are refused as mismatched ops).

@@ -200,12 +200,9 @@ __device__ __forceinline__ uint32_t dtypeBytes(uint8_t dtype) {
 /// Run one lane's steps for op `op`. Returns false when the CTA must stop (abort or timeout), with the
 /// same value in every thread.
 template <bool kTrace>
-__device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramHeader* ph, CtaAssignment me,
-                        const uint64_t* table) {
+__device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const LoweredLane& lane, const LoweredStep* steps,
+                        CtaAssignment me, const uint64_t* table) {
   __shared__ int sOkBefore, sOkAfter;
-  const char* base = reinterpret_cast<const char*>(ph);
-  const LoweredLane lane = reinterpret_cast<const LoweredLane*>(base + ph->lanesOffset)[me.lane];
-  const LoweredStep* steps = reinterpret_cast<const LoweredStep*>(base + ph->stepsOffset) + lane.firstStep;
   const uint32_t slot = op % kSlots;
   const uint32_t n = lane.ctaCount;
   const uint32_t idx = me.indexInLane;
@@ -271,15 +268,20 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramH
           // CTA that completes the count then signals for the whole lane.
           fenceSys();
           if (n > 1) last = fetchAddAcqRelGpu(&st->laneSync[slot][step.arriveSync], 1u) + 1u == n;
+          // The increments below are relaxed: the system fence just above (or, for a lane of several CTAs,
+          // the one after the arrival, cumulative over the other CTAs' data it acquired) already orders
+          // the data before them. A fence plus a relaxed store is the cheaper release (mk-probe-latency:
+          // NVLink round trip 1.3 us that way, 2.4 us with st.release.sys).
           if (last) {
             if (kind == static_cast<int>(StepKind::Barrier)) {
               if (n > 1) fenceSys();
-              for (uint32_t q = 0; q < h.nRanks; ++q) addRelease(&h.peers[q]->barriers[slot][step.flagId], 1u);
+              for (uint32_t q = 0; q < h.nRanks; ++q) addRelaxed(&h.peers[q]->barriers[slot][step.flagId], 1u);
             } else if (step.flagRank == h.rank) {
-              addReleaseGpu(&st->flags[slot][step.flagId], step.value);  // a lane of this GPU waits on it
+              if (n > 1) fenceGpu();
+              addRelaxedGpu(&st->flags[slot][step.flagId], step.value);  // a lane of this GPU waits on it
             } else {
-              if (n > 1) fenceSys();  // cumulative over the other CTAs' data acquired just above
-              addRelease(&h.peers[step.flagRank]->flags[slot][step.flagId], step.value);
+              if (n > 1) fenceSys();
+              addRelaxed(&h.peers[step.flagRank]->flags[slot][step.flagId], step.value);
             }
           }
           if (kind == static_cast<int>(StepKind::Barrier)) {
@@ -327,6 +329,10 @@ __device__ void workerLoop(const EngineDeviceHandle& h, uint32_t worker) {
   __shared__ int sStop;
   RankState* st = h.state;
   const uint32_t tid = threadIdx.x;
+  uint64_t cachedProgram = 0;
+  CtaAssignment me{kIdleLane, 0};
+  LoweredLane lane{};
+  const LoweredStep* steps = nullptr;
   for (uint32_t op = 0;; ++op) {
     if (tid == 0) {
       // Idle until the control warp publishes op: not a bounded wait (no op may come for minutes), but
@@ -352,34 +358,127 @@ __device__ void workerLoop(const EngineDeviceHandle& h, uint32_t worker) {
     const OpBoard* board = &st->board[op % kSlots];
     for (uint32_t i = tid; i < sBindings; i += blockDim.x) sTable[i] = __ldcg(&board->table[i]);
     __syncthreads();
-    const auto* ph = reinterpret_cast<const ProgramHeader*>(sProgram);
-    const CtaAssignment me =
-        reinterpret_cast<const CtaAssignment*>(reinterpret_cast<const char*>(ph) + ph->ctasOffset)[worker];
+    // What this CTA runs in a program (its assignment, lane record and first step) is decoded once per
+    // program: programs are immutable and their memory is freed only after the kernel stopped, so the
+    // address identifies the content. Back-to-back ops of one schedule skip three dependent loads.
+    if (sProgram != cachedProgram) {
+      const auto* ph = reinterpret_cast<const ProgramHeader*>(sProgram);
+      const char* base = reinterpret_cast<const char*>(ph);
+      me = reinterpret_cast<const CtaAssignment*>(base + ph->ctasOffset)[worker];
+      if (me.lane != kIdleLane) {
+        lane = reinterpret_cast<const LoweredLane*>(base + ph->lanesOffset)[me.lane];
+        steps = reinterpret_cast<const LoweredStep*>(base + ph->stepsOffset) + lane.firstStep;
+      }
+      cachedProgram = sProgram;
+    }
     bool ok = true;
-    if (me.lane != kIdleLane) ok = runLane<kTrace>(h, op, ph, me, sTable);
+    if (me.lane != kIdleLane) ok = runLane<kTrace>(h, op, lane, steps, me, sTable);
     if (!ok) return;
     __syncthreads();
     if (tid == 0) {
       fenceSys();  // whatever this CTA wrote into peers is visible before the rank announces done
-      addReleaseGpu(&st->lanesDone[op % kSlots], 1u);
+      addRelaxedGpu(&st->lanesDone[op % kSlots], 1u);  // ordered by the fence above
     }
   }
 }
 
-// ---- control warp -------------------------------------------------------------------------------------
+// ---- control block: warp 0 drives ops, warp 1 talks to the host ------------------------------------------
 
-__device__ void controlWarp(const EngineDeviceHandle& h) {
-  __shared__ uint64_t cTable[kMaxBindings];
-  __shared__ uint64_t cProgram;
-  __shared__ uint32_t cBindings, cFlags;
+/// Depth of the descriptor prefetch: ops whose descriptor sits in shared memory before their doorbell rings.
+constexpr uint32_t kPrefetch = 2;
+
+/// What the two warps of the control block share (shared memory). Single writer per field; the reader
+/// polls it volatile and orders with a block fence (both warps are in one CTA).
+struct ControlShared {
+  // host-link warp -> control warp
+  uint32_t staged;        ///< descriptors copied in: op j's sits in slot[j % kPrefetch] once staged > j
+  uint32_t hostShutdown;  ///< mirror of RankMailbox::shutdown
+  // control warp -> host-link warp
+  uint32_t taken;  ///< descriptors the control warp no longer needs (slot reusable once taken > j)
+  uint32_t done;   ///< the control warp left its loop
+  struct Slot {
+    uint64_t program;
+    uint32_t nBindings, flags;
+    uint64_t table[kMaxBindings];
+  } slot[kPrefetch];
+};
+
+__device__ __forceinline__ uint32_t sharedLoad(const uint32_t* p) { return *static_cast<const volatile uint32_t*>(p); }
+__device__ __forceinline__ void sharedStore(uint32_t* p, uint32_t v) { *static_cast<volatile uint32_t*>(p) = v; }
+
+/// Warp 1 of the control block: every access to host memory on the engine's path happens here, so the
+/// control warp's fences never wait for a PCIe write and its loop never stalls on a PCIe read
+/// (mk-probe-latency: a system fence costs 0.6 us, 1.4 us after a host-memory store; a host read ~1.2 us).
+///  * stages descriptor j into shared memory as soon as the host has written it, usually long before its
+///    doorbell rings (the descriptor's PCIe round trips leave the op's critical path);
+///  * mirrors `complete` into RankMailbox::completed and `taken` into `fetched`, the host's abort into the device-memory
+///    abort word, and RankMailbox::shutdown into shared memory.
+__device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
+  const uint32_t lid = threadIdx.x & 31u;
+  RankState* st = h.state;
+  uint32_t next = 0, mirroredComplete = 0, mirroredTaken = 0;
+  for (uint32_t iter = 1;; ++iter) {
+    uint32_t quit = 0;
+    if (lid == 0) {
+      quit = sharedLoad(&cs.done);
+      const uint32_t c = loadVolatile(&st->complete);
+      if (c != mirroredComplete || quit) {
+        storeRelaxed(&h.mailbox->completed, c);
+        mirroredComplete = c;
+      }
+      // The host reuses ring slot j (descriptor AND doorbell word) once fetched > j: only after the op was
+      // published, since a doorbell word rewritten before the control warp saw it would be lost. Staging
+      // alone does not free the slot.
+      const uint32_t t = sharedLoad(&cs.taken);
+      if (t != mirroredTaken) {
+        storeRelaxed(&h.mailbox->fetched, t);
+        mirroredTaken = t;
+      }
+      if ((iter & 15u) == 0u) {
+        if (loadRelaxed(&h.status->abort) != 0u) storeRelaxed(&st->abort, 1u);
+        sharedStore(&cs.hostShutdown, loadRelaxed(&h.mailbox->shutdown));
+      }
+    }
+    if (__shfl_sync(kFullMask, quit, 0)) break;
+    // Stage the next descriptor once its slot is free and the host has published it.
+    if (static_cast<int32_t>(next - sharedLoad(&cs.taken)) < static_cast<int32_t>(kPrefetch)) {
+      const OpDescriptor* d = &h.ring[next % h.ringSlots];
+      uint32_t seq = 0;
+      if (lid == 0) seq = loadVolatile(&d->seq);
+      seq = __shfl_sync(kFullMask, seq, 0);
+      if (seq == next + 1) {
+        fenceSys();  // acquire: `seq` is written last by the host, the body before it
+        ControlShared::Slot& sl = cs.slot[next % kPrefetch];
+        for (uint32_t i = lid; i < kMaxBindings; i += 32) sl.table[i] = loadRelaxed(&d->table[i]);
+        if (lid == 0) {
+          sl.program = loadRelaxed(&d->program[h.rank]);
+          sl.nBindings = loadRelaxed(&d->nBindings);
+          sl.flags = loadRelaxed(&d->flags);
+        }
+        __threadfence_block();
+        __syncwarp();
+        if (lid == 0) sharedStore(&cs.staged, next + 1);
+        ++next;
+      }
+    }
+  }
+  if (lid == 0) storeRelaxed(&h.mailbox->exited, 1u);
+}
+
+/// Warp 0 of the control block: the op pipeline. Touches device and peer memory only.
+__device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
   __shared__ uint32_t cZero[kSlots][3];  // flags, barriers, sync points to zero when the slot's op completes
+  __shared__ uint32_t cLocal[kSlots];     // the slot's op completes for the stream on local completion
   const uint32_t lid = threadIdx.x & 31u;
   RankState* st = h.state;
   const uint32_t ringSlots = h.ringSlots;
-  uint32_t nextPub = 0, nextLocal = 0, lastComplete = 0;
+  // lastGlobal: ops done on every rank (rules 2 and 4). lastComplete: ops complete for this rank's stream
+  // (= lastGlobal, plus following ops with kProgLocalCompletion that are done here).
+  uint32_t nextPub = 0, nextLocal = 0, lastComplete = 0, lastGlobal = 0;
   bool have = false, failed = false;
   uint64_t descSince = 0, gateSince = 0;
   if (lid < kSlots * 3) cZero[lid / 3][lid % 3] = 0;
+  if (lid < kSlots) cLocal[lid] = 0;
   __syncwarp();
 
   // Co-residency: every CTA announced itself, or the host times out and reports it.
@@ -394,10 +493,8 @@ __device__ void controlWarp(const EngineDeviceHandle& h) {
     if ((iter & 63u) == 0u) {
       uint32_t ab = 0, sd = 0;
       if (lid == 0) {
-        // The host's abort reaches the spins through the device-memory mirror.
-        ab = (aborted(h) || loadRelaxed(&h.status->abort) != 0u) ? 1u : 0u;
-        if (ab) storeRelaxed(&st->abort, 1u);
-        sd = loadRelaxed(&h.mailbox->shutdown);
+        ab = aborted(h) ? 1u : 0u;  // the host's abort arrives here through the host-link warp
+        sd = sharedLoad(&cs.hostShutdown);
       }
       ab = __shfl_sync(kFullMask, ab, 0);
       sd = __shfl_sync(kFullMask, sd, 0);
@@ -405,7 +502,8 @@ __device__ void controlWarp(const EngineDeviceHandle& h) {
         failed = true;
         break;
       }
-      if (sd && nextLocal == nextPub && !have) break;
+      // Leave only once every rank is done too: peers still write done counts into this rank's state.
+      if (sd && nextLocal == nextPub && !have && lastGlobal == nextPub) break;
     }
 
     // (a) Local completion of the oldest running op: zero its slot (rule 1), then announce done.
@@ -432,62 +530,60 @@ __device__ void controlWarp(const EngineDeviceHandle& h) {
       }
     }
 
-    // (b) Global completion (rule 4): the smallest done count over all ranks.
+    // (b) Completion: global (rule 4) = the smallest done count over all ranks; for the stream, also the
+    // ops after it that need only this rank (kProgLocalCompletion) and are done here. An op's cLocal entry
+    // is still its own while the op is not globally done: its slot is reused only after that (rule 2).
     {
-      uint32_t g = 0;
+      uint32_t g = 0, c = 0;
       if (lid == 0) {
         g = nextLocal;
         for (uint32_t q = 0; q < h.nRanks; ++q) {
           const uint32_t d = loadVolatile(&st->doneFrom[q]);
           if (!seqGeq(d, g)) g = d;
         }
-        if (g != lastComplete) {
-          fenceSys();  // acquire every rank's done (and so their writes into this GPU) before releasing the stream
+        c = seqGeq(lastComplete, g) ? lastComplete : g;
+        while (c != nextLocal && cLocal[c % kSlots]) ++c;
+        if (c != lastComplete) {
+          // Acquire every rank's done (and so their writes into this GPU) — or, for local completions, this
+          // GPU's workers — then release the stream: the fence serves both, so the store after it is relaxed.
+          if (g != lastGlobal) fenceSys(); else fenceGpu();
+          storeRelaxed(&st->complete, c);
           const uint64_t now = globalTimerNs();
-          for (uint32_t j = lastComplete; j != g; ++j) {
+          for (uint32_t j = lastComplete; j != c; ++j) {
             h.stamps[j % ringSlots].completeNs = now;
             h.stamps[j % ringSlots].op = j;
           }
-          storeRelease(&st->complete, g);
-          storeRelaxed(&h.mailbox->completed, g);
         }
       }
-      lastComplete = __shfl_sync(kFullMask, g, 0);
+      lastGlobal = __shfl_sync(kFullMask, g, 0);
+      lastComplete = __shfl_sync(kFullMask, c, 0);
     }
 
-    // (c) Prefetch the next op's descriptor once its doorbell rang.
+    // (c) The next op may start once its doorbell rang and the host-link warp has staged its descriptor.
     if (!have) {
       uint32_t rung = 0;
       if (lid == 0) rung = loadVolatile(&st->doorbell[nextPub % ringSlots]) == nextPub + 1 ? 1u : 0u;
       rung = __shfl_sync(kFullMask, rung, 0);
       if (rung) {
-        const OpDescriptor* d = &h.ring[nextPub % ringSlots];
-        // Every lane acquires `seq` itself, so its own reads of the body below are ordered after it (and
-        // after the doorbell, which the stream wrote once the caller's earlier work was done).
-        const uint32_t seq = loadVolatile(&d->seq);
-        if (seq == nextPub + 1) {
-          fenceSys();  // acquire: this lane saw seq; the body (written before it) and the doorbell's data follow
-          for (uint32_t i = lid; i < kMaxBindings; i += 32) cTable[i] = loadRelaxed(&d->table[i]);
-          if (lid == 0) {
-            cProgram = loadRelaxed(&d->program[h.rank]);
-            cBindings = loadRelaxed(&d->nBindings);
-            cFlags = loadRelaxed(&d->flags);
-            if (descSince == 0) h.stamps[nextPub % ringSlots].doorbellNs = globalTimerNs();
-            storeRelaxed(&h.mailbox->fetched, nextPub + 1);
-          }
-          __syncwarp();
+        uint32_t ready = 0;
+        if (lid == 0) {
+          ready = seqGeq(sharedLoad(&cs.staged), nextPub + 1) ? 1u : 0u;
+          const uint64_t now = globalTimerNs();
+          if (ready || descSince == 0) h.stamps[nextPub % ringSlots].doorbellNs = now;
+          if (!ready && descSince == 0) descSince = now;
+        }
+        ready = __shfl_sync(kFullMask, ready, 0);
+        if (ready) {
+          __threadfence_block();  // the slot's content, written by the host-link warp before `staged`
           have = true;
           descSince = 0;
         } else {
           uint32_t fail = 0;
           if (lid == 0) {
             const uint64_t now = globalTimerNs();
-            if (descSince == 0) {
-              descSince = now;
-              h.stamps[nextPub % ringSlots].doorbellNs = now;
-            } else if (now - descSince > h.pollBudgetNs) {
+            if (now - descSince > h.pollBudgetNs) {
               reportFailure(h, PollSite{Status::DescriptorTimeout, nextPub, 0xFFFFFFFFu, 0xFFFFFFFFu, 0, nextPub + 1ull},
-                            seq, now - descSince);
+                            sharedLoad(&cs.staged), now - descSince);
               fail = 1;
             }
           }
@@ -501,29 +597,37 @@ __device__ void controlWarp(const EngineDeviceHandle& h) {
 
     // (d) Publish it once the cross-op gate opens (rule 2).
     if (have) {
-      const uint32_t need = (cFlags & kOpFence) ? nextPub : nextPub - 1;
-      if (seqGeq(lastComplete, need)) {
+      const ControlShared::Slot& staged = cs.slot[nextPub % kPrefetch];
+      // Rule 2 on every rank's progress; the fence (kOpFence) on this stream's completion: the previous op
+      // no longer touches this rank's user memory, and peers' steps on it wait for entry (rule 3).
+      const bool fenced = (staged.flags & kOpFence) != 0;
+      const uint32_t need = fenced ? nextPub : nextPub - 1;
+      if (seqGeq(lastGlobal, nextPub - 1) && (!fenced || seqGeq(lastComplete, nextPub))) {
         const uint32_t sl = nextPub % kSlots;
         OpBoard* b = &st->board[sl];
-        for (uint32_t i = lid; i < cBindings; i += 32) b->table[i] = cTable[i];
+        const uint32_t nb = staged.nBindings;
+        for (uint32_t i = lid; i < nb; i += 32) b->table[i] = staged.table[i];
         if (lid == 0) {
-          b->program = cProgram;
-          b->nBindings = cBindings;
+          b->program = staged.program;
+          b->nBindings = nb;
           b->op = nextPub;
-          const auto* ph = reinterpret_cast<const ProgramHeader*>(cProgram);
+          const auto* ph = reinterpret_cast<const ProgramHeader*>(staged.program);
           cZero[sl][0] = ph->nFlags;
           cZero[sl][1] = ph->nBarriers;
           cZero[sl][2] = ph->nSyncPoints;
+          cLocal[sl] = ph->flags & kProgLocalCompletion;
         }
-        fenceGpu();
         __syncwarp();
         if (lid == 0) {
           h.stamps[nextPub % ringSlots].publishNs = globalTimerNs();
-          storeReleaseGpu(&st->published, nextPub + 1);
-          fenceSys();  // the caller's input (written before the doorbell) is visible to peers that read it
+          // One fence: acquire of the doorbell (the caller's input, written before it, becomes visible to
+          // this rank and, through the stores below, to peers that read it) and release of the board.
+          fenceSys();
+          storeRelaxedGpu(&st->published, nextPub + 1);
           for (uint32_t q = 0; q < h.nRanks; ++q)
             if (q != h.rank) storeRelaxed(&h.peers[q]->enteredFrom[h.rank], nextPub + 1);
           st->enteredFrom[h.rank] = nextPub + 1;
+          sharedStore(&cs.taken, nextPub + 1);  // the staged slot is free again
         }
         ++nextPub;
         have = false;
@@ -563,18 +667,47 @@ __device__ void controlWarp(const EngineDeviceHandle& h) {
     // An aborted group releases every stream wait the host may have enqueued (GEQ compares cyclically,
     // so anything up to 2^30 ops ahead counts as reached); the host reports the failure instead.
     if (failed) storeRelease(&st->complete, lastComplete + (1u << 30));
-    storeRelaxed(&h.mailbox->exited, 1u);
+    __threadfence_block();
+    sharedStore(&cs.done, 1u);  // the host-link warp mirrors the final `complete`, then reports the exit
   }
 }
 
 template <bool kTrace>
-__global__ void __launch_bounds__(runtime::kMaxThreadsPerCta) residentKernel(const EngineDeviceHandle h) {
+__global__ void __launch_bounds__(runtime::kMaxThreadsPerCta, 1) residentKernel(const EngineDeviceHandle h) {
   if (threadIdx.x == 0) atomicAdd(&h.state->started, 1u);
   if (blockIdx.x == 0) {
-    if (threadIdx.x < 32) controlWarp(h);
+    __shared__ ControlShared cs;
+    if (threadIdx.x == 0) cs.staged = cs.hostShutdown = cs.taken = cs.done = 0;
+    __syncthreads();
+    if (threadIdx.x < 32)
+      controlWarp(h, cs);
+    else if (threadIdx.x < 64)
+      hostLinkWarp(h, cs);
     return;
   }
   workerLoop<kTrace>(h, blockIdx.x - 1);
+}
+
+/// The stream hand-off of one op (StreamHandoff::Kernel), run on the caller's stream: ring the op's doorbell
+/// (when `bell` is set) once the stream's earlier work is done, then hold the stream until `complete`
+/// reaches `waitFor` (when `wait` is set). Measured against a stream memory write + wait pair
+/// (mk-probe-latency): the front end deschedules a memory wait that is not met at once and takes 7-9 us
+/// to come back, while this kernel releases the stream about 2.3 us after the answer. Bounded: it leaves
+/// after `budgetNs` or once the group aborted (the host then reports the failure).
+__global__ void handoffKernel(uint32_t* bell, uint32_t bellValue, const uint32_t* complete, uint32_t waitFor,
+                              int wait, const uint32_t* abortWord, uint64_t budgetNs) {
+  if (threadIdx.x != 0) return;
+  if (bell) {
+    fenceSys();  // the stream's earlier writes (finished kernels and copies) before the doorbell
+    storeRelaxed(bell, bellValue);
+  }
+  if (!wait) return;
+  const uint64_t t0 = globalTimerNs();
+  for (uint32_t spins = 1;; ++spins) {
+    if (seqGeq(loadVolatile(complete), waitFor)) break;
+    if ((spins & 63u) == 0u && (loadVolatile(abortWord) != 0u || globalTimerNs() - t0 > budgetNs)) break;
+  }
+  fenceGpu();  // acquire: the engine released `complete` after every rank's writes into this GPU
 }
 
 __global__ void clockProbeKernel(const uint32_t* ping, uint64_t* pong, uint32_t rounds, uint64_t budgetNs) {
@@ -607,6 +740,7 @@ cudaError_t preloadKernels() {
   cudaError_t e = cudaFuncGetAttributes(&attr, device::residentKernel<true>);
   if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, device::residentKernel<false>);
   if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, device::clockProbeKernel);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, device::handoffKernel);
   return e;
 }
 
@@ -616,6 +750,12 @@ cudaError_t launchResident(const device::EngineDeviceHandle& h, bool trace, int 
     device::residentKernel<true><<<grid, block, 0, stream>>>(h);
   else
     device::residentKernel<false><<<grid, block, 0, stream>>>(h);
+  return cudaGetLastError();
+}
+
+cudaError_t launchHandoff(uint32_t* bell, uint32_t bellValue, const uint32_t* complete, uint32_t waitFor, bool wait,
+                          const uint32_t* abortWord, uint64_t budgetNs, cudaStream_t stream) {
+  device::handoffKernel<<<1, 32, 0, stream>>>(bell, bellValue, complete, waitFor, wait ? 1 : 0, abortWord, budgetNs);
   return cudaGetLastError();
 }
 

@@ -21,6 +21,12 @@ cudaError_t preloadKernels();
 /// Launch the resident kernel for one rank (grid = h.nWorkers + 1) on `stream` of the current device.
 cudaError_t launchResident(const device::EngineDeviceHandle& h, bool trace, int threads, cudaStream_t stream);
 
+/// One-warp kernel on the caller's stream (StreamHandoff::Kernel): when `bell` is not null, store
+/// `bellValue` there (system fence first); then, when `wait`, spin until *complete >= waitFor (cyclic) or
+/// *abortWord != 0 or `budgetNs` passed.
+cudaError_t launchHandoff(uint32_t* bell, uint32_t bellValue, const uint32_t* complete, uint32_t waitFor, bool wait,
+                          const uint32_t* abortWord, uint64_t budgetNs, cudaStream_t stream);
+
 /// One-block kernel answering `rounds` host pings with %globaltimer (clock calibration): waits until
 /// *ping == i, writes pong[0] = timer then pong[1] = i (release), for i = 1..rounds; gives up after
 /// `budgetNs` without a ping.

@@ -90,9 +90,9 @@ bool hostPoll(double budgetMs, const std::function<bool()>& done) {
 // ---- creation ------------------------------------------------------------------------------------------
 
 void LocalGroup::checkConfig(const CommConfig& c) {
-  if (c.threadsPerCta < 32 || c.threadsPerCta > static_cast<uint32_t>(kMaxThreadsPerCta) ||
+  if (c.threadsPerCta < 64 || c.threadsPerCta > static_cast<uint32_t>(kMaxThreadsPerCta) ||
       c.threadsPerCta % 32 != 0)
-    throw Error(ErrorCode::InvalidArgument, "CommConfig::threadsPerCta must be a multiple of 32 in 32..512 (got " +
+    throw Error(ErrorCode::InvalidArgument, "CommConfig::threadsPerCta must be a multiple of 32 in 64..512 (got " +
                                                 std::to_string(c.threadsPerCta) + ")");
   if (c.ringSlots < 2 || c.ringSlots > 4096)
     throw Error(ErrorCode::InvalidArgument,
@@ -818,14 +818,10 @@ void LocalGroup::submitLocked(int r, const std::string& key, CachedSchedule& sch
     MK_CUDA_CHECK(cudaMemcpyAsync(staging, send, inBytes, cudaMemcpyDeviceToDevice, stream));
     boundInput = staging;
   }
-  checkDriver(api.streamWriteValue32(stream, reinterpret_cast<CUdeviceptr>(&rr.doorbell[seq % ringSlots_]), seq + 1,
-                                     CU_STREAM_WRITE_VALUE_DEFAULT),
-              "cuStreamWriteValue32 (doorbell)");
+  const bool grouped = tGroup.depth > 0;
+  handoff(r, stream, seq, !grouped);
   rr.submitted = seq + 1;
-  if (tGroup.depth > 0)
-    tGroup.waits.push_back(GroupWait{this, r, stream, seq});
-  else
-    enqueueWait(r, stream, seq);
+  if (grouped) tGroup.waits.push_back(GroupWait{this, r, stream, seq});
 
   op->called[r] = true;
   op->input[r] = boundInput;
@@ -844,9 +840,47 @@ void LocalGroup::submitLocked(int r, const std::string& key, CachedSchedule& sch
   }
 }
 
+bool LocalGroup::useKernelHandoff(int r) {
+  RankResources& rr = ranks_[r];
+  if (rr.kernelHandoff < 0) {
+    bool k = config_.streamHandoff == StreamHandoff::Kernel;
+    if (config_.streamHandoff == StreamHandoff::Auto) {
+      // The hand-off kernel must find room beside the resident grid, or the caller's stream would wait for
+      // an SM that never frees up: take it only when the grid leaves whole SMs idle.
+      int sms = 0;
+      MK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, rr.device));
+      k = int64_t{workers_} + 1 < sms;
+    }
+    rr.kernelHandoff = k ? 1 : 0;
+  }
+  return rr.kernelHandoff == 1;
+}
+
+void LocalGroup::handoff(int r, cudaStream_t stream, uint32_t seq, bool wait) {
+  const RankResources& rr = ranks_[r];
+  MK_CUDA_CHECK(cudaSetDevice(rr.device));
+  uint32_t* bell = &rr.doorbell[seq % ringSlots_];
+  const auto& api = driverApi();
+  // In a group the doorbell is a stream memory write (no wait follows it, so nothing is descheduled and the
+  // host pays ~1.3 us instead of a kernel launch); the group's one wait is the kernel's at groupEnd.
+  if (!useKernelHandoff(r) || !wait) {
+    checkDriver(api.streamWriteValue32(stream, reinterpret_cast<CUdeviceptr>(bell), seq + 1, CU_STREAM_WRITE_VALUE_DEFAULT),
+                "cuStreamWriteValue32 (doorbell)");
+    if (wait) enqueueWait(r, stream, seq);
+    return;
+  }
+  MK_CUDA_CHECK(launchHandoff(bell, seq + 1, &rr.state->complete, seq + 1, true, &rr.state->abort,
+                              static_cast<uint64_t>(config_.hostBudgetMs * 1e6), stream));
+}
+
 void LocalGroup::enqueueWait(int r, cudaStream_t stream, uint32_t seq) {
   const RankResources& rr = ranks_[r];
   MK_CUDA_CHECK(cudaSetDevice(rr.device));
+  if (useKernelHandoff(r)) {
+    MK_CUDA_CHECK(launchHandoff(nullptr, 0, &rr.state->complete, seq + 1, true, &rr.state->abort,
+                                static_cast<uint64_t>(config_.hostBudgetMs * 1e6), stream));
+    return;
+  }
   checkDriver(driverApi().streamWaitValue32(stream, reinterpret_cast<CUdeviceptr>(&rr.state->complete), seq + 1,
                                             CU_STREAM_WAIT_VALUE_GEQ),
               "cuStreamWaitValue32 (op complete)");

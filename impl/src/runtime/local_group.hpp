@@ -61,6 +61,7 @@ struct RankResources {
   uint64_t stagingBytes = 0;
   std::vector<void*> retired;  ///< device allocations freed once the kernel stopped
   bool launched = false;
+  int8_t kernelHandoff = -1;  ///< 1: StreamHandoff::Kernel on this rank, 0: MemOps, -1: not decided yet
   uint32_t submitted = 0;  ///< ops submitted by this rank
 };
 
@@ -122,6 +123,10 @@ class LocalGroup {
   void initProcess(Bootstrap& boot, int device);
   /// Worker CTAs for `dev` (CommConfig or the default), after checking the grid can be co-resident.
   uint32_t workersFor(int dev) const;
+  /// Whether rank r's ops meet their streams through the hand-off kernel (CommConfig::streamHandoff).
+  bool useKernelHandoff(int r);
+  /// Ring rank r's doorbell for op `seq` on `stream` and, when `wait`, hold the stream until the op completed.
+  void handoff(int r, cudaStream_t stream, uint32_t seq, bool wait);
   /// Fill topology_ (a preset or "N GPUs like GPU 0") with the NVLink probes; sets topologySource_.
   void refineTopology(const std::vector<NvlinkProbe>& probes, int major);
   void allocRank(int r, int dev);

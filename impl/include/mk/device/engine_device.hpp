@@ -61,10 +61,10 @@ struct alignas(64) StatusBlock {
 };
 static_assert(sizeof(StatusBlock) == 64);
 
-/// Kernel -> host progress of one rank, host-mapped. Single writer per field: the rank's control warp,
-/// except `shutdown` (host -> kernel).
+/// Kernel -> host progress of one rank, host-mapped. Single writer per field: the rank's control block
+/// (its host-link warp, the only one that touches host memory), except `shutdown` (host -> kernel).
 struct alignas(64) RankMailbox {
-  uint32_t fetched;    ///< descriptors the control warp has read (the host may reuse ring slot j once > j)
+  uint32_t fetched;    ///< ops published to the workers (the host may reuse ring slot j, descriptor and doorbell, once > j)
   uint32_t completed;  ///< ops complete on every rank (mirror of RankState::complete for host polling)
   uint32_t started;    ///< CTAs that entered the kernel (co-residency check at launch)
   uint32_t exited;     ///< 1 once the control warp has left its loop
@@ -138,7 +138,8 @@ struct alignas(128) RankState {
   /// on different streams cannot release each other.
   uint32_t* doorbell;
   uint64_t reserved0[15];
-  /// Ops complete on every rank (monotonic, cyclic compare). Stream waits (cuStreamWaitValue32 GEQ) poll it.
+  /// Ops complete for this rank's stream (monotonic, cyclic compare): done on every rank, or done here
+  /// for an op with kProgLocalCompletion. Stream hand-offs poll it.
   alignas(128) uint32_t complete;
   /// CTAs that entered the kernel (mirrored to RankMailbox::started by the control warp); the failure
   /// claim word of the group (used on rank 0 only); trace records appended.
@@ -217,6 +218,14 @@ struct CtaAssignment {
 };
 static_assert(sizeof(CtaAssignment) == 4);
 
+/// ProgramHeader::flags bits.
+enum ProgramFlagBits : uint32_t {
+  /// No other rank's step reads or writes this rank's user buffers (Input / Output / InOut): the op is
+  /// complete for this rank's stream as soon as this rank's own steps are done (one-shot, for example, where
+  /// peers write only into scratch). Other ops complete for the stream once every rank is done (rule 4).
+  kProgLocalCompletion = 1u << 0,
+};
+
 /// Program header; followed by LoweredLane[nLanes], LoweredStep[nSteps], CtaAssignment[nWorkers] at the
 /// byte offsets given (each 16-byte aligned).
 struct alignas(16) ProgramHeader {
@@ -228,6 +237,8 @@ struct alignas(16) ProgramHeader {
   uint32_t nWorkers;  ///< worker CTAs the program was lowered for
   uint32_t nSyncPoints;
   uint64_t lanesOffset, stepsOffset, ctasOffset, totalBytes;
+  uint32_t flags;  ///< ProgramFlagBits
+  uint32_t reserved;
 };
 static_assert(sizeof(ProgramHeader) == 80);
 

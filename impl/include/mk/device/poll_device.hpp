@@ -19,77 +19,56 @@
 #if MK_HAVE_DEVICE_CODE
 namespace mk::device {
 
-/// Acquire load, system scope (generic address: device, peer or host-mapped memory).
-MK_DEVICE_INLINE uint32_t loadAcquire(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-MK_DEVICE_INLINE uint64_t loadAcquire(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
+// Loads, stores and reductions of one memory-model flavour each, for 32- and 64-bit words (generic
+// addresses: device, peer or host-mapped memory). One macro per shape so every flavour is spelled once.
+#define MK_DEFINE_LOADS(name, instr)                                                   \
+  MK_DEVICE_INLINE uint32_t name(const uint32_t* p) {                                  \
+    uint32_t v;                                                                        \
+    asm volatile(instr ".u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");                \
+    return v;                                                                          \
+  }                                                                                    \
+  MK_DEVICE_INLINE uint64_t name(const uint64_t* p) {                                  \
+    uint64_t v;                                                                        \
+    asm volatile(instr ".u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");                \
+    return v;                                                                          \
+  }
+#define MK_DEFINE_STORES(name, instr)                                                  \
+  MK_DEVICE_INLINE void name(uint32_t* p, uint32_t v) {                                \
+    asm volatile(instr ".u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");                  \
+  }                                                                                    \
+  MK_DEVICE_INLINE void name(uint64_t* p, uint64_t v) {                                \
+    asm volatile(instr ".u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");                  \
+  }
+
+/// Acquire load, system scope.
+MK_DEFINE_LOADS(loadAcquire, "ld.acquire.sys")
 /// Volatile load: a poll that sees other agents' stores (never cached in L1) and orders nothing.
-MK_DEVICE_INLINE uint32_t loadVolatile(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.volatile.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-MK_DEVICE_INLINE uint64_t loadVolatile(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.volatile.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
+MK_DEFINE_LOADS(loadVolatile, "ld.volatile")
+/// Relaxed load, system scope: a poll that must see other agents' stores but orders nothing.
+MK_DEFINE_LOADS(loadRelaxed, "ld.relaxed.sys")
+
 /// Release store / add, GPU scope (counters only this GPU reads).
-MK_DEVICE_INLINE void storeReleaseGpu(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.gpu.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-MK_DEVICE_INLINE void addReleaseGpu(uint32_t* p, uint32_t v) {
-  asm volatile("red.release.gpu.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-MK_DEVICE_INLINE void addReleaseGpu(uint64_t* p, uint64_t v) {
-  asm volatile("red.release.gpu.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
+MK_DEFINE_STORES(storeReleaseGpu, "st.release.gpu")
+MK_DEFINE_STORES(addReleaseGpu, "red.release.gpu.add")
+/// Relaxed store / add, GPU scope: what follows an explicit fence (fence + relaxed = release, one fence;
+/// mk-probe-latency measures a release store at about twice the cost of the fence alone).
+MK_DEFINE_STORES(storeRelaxedGpu, "st.relaxed.gpu")
+MK_DEFINE_STORES(addRelaxedGpu, "red.relaxed.gpu.add")
+/// Release store / add, system scope: every earlier write of this thread is visible before `v` is.
+MK_DEFINE_STORES(storeRelease, "st.release.sys")
+MK_DEFINE_STORES(addRelease, "red.release.sys.add")
+/// Relaxed store / add, system scope: mirrors and stamps nobody orders against, and signals to another
+/// GPU after an explicit fenceSys().
+MK_DEFINE_STORES(storeRelaxed, "st.relaxed.sys")
+MK_DEFINE_STORES(addRelaxed, "red.relaxed.sys.add")
+
+#undef MK_DEFINE_LOADS
+#undef MK_DEFINE_STORES
+
 MK_DEVICE_INLINE uint32_t fetchAddAcqRelGpu(uint32_t* p, uint32_t v) {
   uint32_t old;
   asm volatile("atom.acq_rel.gpu.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
   return old;
-}
-/// Acquire-release fences.
-MK_DEVICE_INLINE void fenceGpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-
-/// Relaxed load, system scope: a poll that must see other agents' stores but orders nothing.
-MK_DEVICE_INLINE uint32_t loadRelaxed(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.relaxed.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-/// Release store, system scope: every earlier write of this thread is visible before `v` is.
-MK_DEVICE_INLINE void storeRelease(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-MK_DEVICE_INLINE void storeRelease(uint64_t* p, uint64_t v) {
-  asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-MK_DEVICE_INLINE uint64_t loadRelaxed(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.relaxed.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-/// Relaxed store, system scope (stamps and mirrors nobody orders against).
-MK_DEVICE_INLINE void storeRelaxed(uint64_t* p, uint64_t v) {
-  asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-MK_DEVICE_INLINE void storeRelaxed(uint32_t* p, uint32_t v) {
-  asm volatile("st.relaxed.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-/// Release add, system scope (Signal: the data written before is visible before the increment).
-MK_DEVICE_INLINE void addRelease(uint64_t* p, uint64_t v) {
-  asm volatile("red.release.sys.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-MK_DEVICE_INLINE void addRelease(uint32_t* p, uint32_t v) {
-  asm volatile("red.release.sys.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 /// Acquire-release fetch-add, system scope: the arrival that tells the last CTA of a lane it is last
 /// must also acquire the other CTAs' writes before that CTA signals on their behalf.
@@ -98,6 +77,8 @@ MK_DEVICE_INLINE uint32_t fetchAddAcqRel(uint32_t* p, uint32_t v) {
   asm volatile("atom.acq_rel.sys.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
   return old;
 }
+/// Acquire-release fence, GPU scope.
+MK_DEVICE_INLINE void fenceGpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
 /// Nanoseconds of the GPU's global timer (32 ns resolution on H200).
 MK_DEVICE_INLINE uint64_t globalTimerNs() {
