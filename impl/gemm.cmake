@@ -1,5 +1,7 @@
 # impl/ — the in-kernel GEMM engine (issue 6): sources, mk-bench gemm, GPU tests.
-target_sources(mk_impl PRIVATE src/runtime/gemm.cpp src/kernels/gemm.cu)
+target_sources(mk_impl PRIVATE src/runtime/gemm.cpp src/kernels/gemm.cu
+  # compute lanes of the resident kernel: per-op GemmParams blocks (tensor maps) of Gemm steps
+  src/runtime/gemm_lane.cpp)
 # Register use and spills of the GEMM kernel are part of its contract (docs/gemm.md): print them.
 set_source_files_properties(src/kernels/gemm.cu PROPERTIES COMPILE_OPTIONS "-Xptxas=-v")
 target_sources(mk-bench PRIVATE bench/cublaslt_loader.cpp)
@@ -13,3 +15,13 @@ endif()
 # CPU-only: validation of problems and configs (no GPU needed).
 mk_add_doctest(mk_gemm_unit_tests LABELS unit
   SOURCES tests/unit_main.cpp tests/test_gemm_unit.cpp LIBS mk::impl)
+
+# Compute lanes (Gemm steps inside the resident kernel): the 1-GPU cases (label gpu) and, from the same file,
+# the 2-GPU cases (fused Gemm + Put pattern, collectives in the compute-capable mode; label multigpu).
+mk_add_doctest(mk_compute_lane_gpu_tests LABELS gpu GPU
+  SOURCES tests/gpu_test_main.cpp tests/test_compute_lane_gpu.cpp LIBS mk::impl)
+mk_add_doctest(mk_compute_lane_multigpu_tests LABELS multigpu GPU
+  SOURCES tests/gpu_test_main.cpp tests/test_compute_lane_gpu.cpp LIBS mk::impl)
+if(TARGET mk_compute_lane_multigpu_tests)
+  target_compile_definitions(mk_compute_lane_multigpu_tests PRIVATE MK_TEST_MIN_GPUS=2)
+endif()

@@ -2,7 +2,13 @@
 //
 //   mk-bench gemm -m M -n N -k K [--ctas C] [--layout-b row|col] [--out bf16|f32] [--check] [--json f]
 //                 [--iters I] [-w W] [--reps R] [--shapes issue6] [--epilogue direct|tma-store]
-//                 [--split-k S]
+//                 [--split-k S] [--engine standalone|resident|both]
+//
+// --engine resident (or both): the same GEMM also as a one-Gemm-step schedule run by the resident kernel of a
+// 1-GPU communicator created with CommConfig::computeLanes (the compute lanes, docs/gemm.md "Inside the
+// resident kernel"): `iters` execute() calls in one group between the events, so the time includes the
+// engine's per-op cost (doorbell, publish, completion); the lane gets --ctas worker CTAs (0 = every SM but
+// the control block's). Its row says "resident" and its JSON record has extra.engine = "resident".
 //
 // Timing (as the rest of mk-bench): CUDA events around `iters` back-to-back launches on one stream after
 // `warmup` launches; reported time = median over `reps` such loops of (loop time / iters). cuBLASLt runs
@@ -30,7 +36,11 @@
 #include "cublaslt_loader.hpp"
 #include "mk/cuda_check.hpp"
 #include "mk/error.hpp"
+#include "mk/communicator.hpp"
+#include "mk/device/compute_lane_device.hpp"
 #include "mk/gemm.hpp"
+#include "mk/schedule/pack.hpp"
+#include "runtime/lowering.hpp"
 #include "mk/validation/measurement.hpp"
 
 namespace mkbench {
@@ -46,6 +56,7 @@ struct GemmArgs {
   int64_t tileN = 0;
   std::string epilogue = "tma-store";
   int64_t splitK = 1;
+  std::string engine = "standalone";
 };
 
 struct Shape {
@@ -147,10 +158,131 @@ struct Result {
   uint64_t tileN = 0;
   mk::GemmEpilogue epilogue = mk::GemmEpilogue::Direct;  ///< the epilogue that ran (fp32 output: always direct)
   uint64_t splitK = 1;  ///< k-pieces per tile that ran
+  std::string engine = "standalone";  ///< "standalone" (GemmPlan) or "resident" (a Gemm step, compute lanes)
+  double stepUs = 0;  ///< resident: the last op's first step -> local done on the GPU clock (no per-op overhead)
 };
 
+/// Relative Frobenius error of `got` against `want` over m x n inside ldc; NaN/Inf fails.
+void compare(const GemmArgs& a, const mk::GemmProblem& pr, const void* got, const void* want, std::size_t countC,
+             cudaStream_t stream, Result& r) {
+  const bool f32 = a.out == "f32";
+  r.checked = true;
+  const std::vector<double> g = readOutput(got, countC, f32, stream);
+  const std::vector<double> w = readOutput(want, countC, f32, stream);
+  double diff2 = 0, ref2 = 0;
+  bool finite = true;
+  for (int64_t row = 0; row < pr.m; ++row)
+    for (int64_t col = 0; col < pr.n; ++col) {
+      const auto i = static_cast<std::size_t>(row * pr.ldc + col);
+      if (!std::isfinite(g[i])) finite = false;
+      diff2 += (g[i] - w[i]) * (g[i] - w[i]);
+      ref2 += w[i] * w[i];
+    }
+  r.err = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  r.bound = (f32 ? 0.0 : std::ldexp(1.0, -8)) + 2.0 * static_cast<double>(pr.k) * std::ldexp(1.0, -24);
+  r.ok = finite && std::isfinite(r.err) && r.err <= r.bound;
+  if (!finite) r.err = NAN;
+}
+
+/// The GEMM as a schedule of one rank: buffer ab (Input: A, then B at pr.b - pr.a), c (Output), one compute
+/// lane with one Gemm step.
+mk::Schedule gemmSchedule(const mk::GemmProblem& pr, uint64_t countA, uint64_t countB, std::size_t countC) {
+  mk::Schedule s;
+  s.nRanks = 1;
+  s.nodeOf = {0};
+  mk::BufferDecl ab, c;
+  ab.name = "ab";
+  ab.dtype = mk::DType::BFloat16;
+  ab.kind = mk::BufferKind::Input;
+  ab.count = {countA + countB};
+  c.name = "c";
+  c.dtype = pr.outDType;
+  c.kind = mk::BufferKind::Output;
+  c.count = {countC};
+  s.buffers = {ab, c};
+  mk::GemmShape g;
+  g.m = static_cast<uint32_t>(pr.m);
+  g.n = static_cast<uint32_t>(pr.n);
+  g.k = static_cast<uint32_t>(pr.k);
+  g.lda = static_cast<uint32_t>(pr.lda);
+  g.ldb = static_cast<uint32_t>(pr.ldb);
+  g.ldc = static_cast<uint32_t>(pr.ldc);
+  s.gemms = {g};
+  mk::Step st;
+  st.kind = mk::StepKind::Gemm;
+  st.flags = pr.layoutB == mk::GemmLayout::ColMajor ? mk::kStepBColMajor : 0;
+  st.dst.buffer = 1;
+  st.a.buffer = 0;
+  st.b.buffer = 0;
+  st.b.offset = countA;
+  mk::Lane lane;
+  lane.role = mk::LaneRole::Compute;
+  lane.steps = {st};
+  s.lanes = {{lane}};
+  s.info.op = "gemm";
+  s.info.algo = "compute-lane";
+  mk::fillCostAttributes(s);
+  return s;
+}
+
+/// The same GEMM through the resident kernel's compute lanes (see the file comment). `sms`: the GPU's SMs.
+Result runResident(const GemmArgs& a, const Shape& sh, const mk::GemmProblem& pr, uint64_t countA, uint64_t countB,
+                   std::size_t countC, void* cRes, const void* cRef, int sms, cudaStream_t stream, cudaEvent_t ev0,
+                   cudaEvent_t ev1) {
+  Result r;
+  r.engine = "resident";
+  const mk::Schedule s = gemmSchedule(pr, countA, countB, countC);
+  mk::CommConfig cfg;
+  cfg.computeLanes = true;
+  // The control block holds an SM of its own: at most SMs - 1 workers (--ctas 0 or SMs asks for all of them).
+  cfg.workerCtas = static_cast<uint32_t>(std::min<int64_t>(sh.ctas > 0 ? sh.ctas : sms - 1, sms - 1));
+  {
+    // What the lowering gives the lane (the same call the communicator makes).
+    mk::runtime::LowerOptions lo;
+    lo.nWorkers = cfg.workerCtas;
+    const mk::runtime::LoweredProgram prog = mk::runtime::lowerRank(s, 0, lo);
+    const auto* g = reinterpret_cast<const mk::device::LoweredGemm*>(prog.image.data() + prog.header().gemmsOffset);
+    r.ctas = g->ctas;
+    r.tileN = g->blockN;
+    r.epilogue = (g->flags & mk::device::kLgTmaStore) ? mk::GemmEpilogue::TmaStore : mk::GemmEpilogue::Direct;
+  }
+  MK_CUDA_CHECK(cudaMemsetAsync(cRes, 0xFF, countC * (a.out == "f32" ? 4 : 2), stream));
+  MK_CUDA_CHECK(cudaStreamSynchronize(stream));
+  auto comms = mk::Communicator::createLocal({0}, cfg);
+  auto loop = [&](uint64_t n) {
+    mk::groupStart();
+    try {
+      for (uint64_t i = 0; i < n; ++i) comms[0].execute(s, pr.a, cRes, stream);
+    } catch (...) {
+      mk::groupEnd();
+      throw;
+    }
+    mk::groupEnd();
+  };
+  loop(a.warmup);
+  MK_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> samples;
+  for (uint64_t rep = 0; rep < a.reps; ++rep) {
+    MK_CUDA_CHECK(cudaEventRecord(ev0, stream));
+    loop(a.iters);
+    MK_CUDA_CHECK(cudaEventRecord(ev1, stream));
+    MK_CUDA_CHECK(cudaEventSynchronize(ev1));
+    float ms = 0;
+    MK_CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
+    samples.push_back(static_cast<double>(ms) * 1000.0 / static_cast<double>(a.iters));
+  }
+  comms[0].synchronize();
+  r.oursUs = median(samples);
+  const mk::OpTiming t = comms[0].opTiming(comms[0].nextOpIndex() - 1);
+  r.stepUs = static_cast<double>(t.localDoneNs - t.firstStepNs) / 1e3;
+  if (a.check) compare(a, pr, cRes, cRef, countC, stream, r);
+  return r;
+}
+
+/// Our standalone engine and cuBLASLt on one shape; with --engine resident / both, also the compute lane
+/// (appended to `resident`).
 Result runShape(const GemmArgs& a, const Shape& s, CublasLt& lt, cudaStream_t stream, cudaEvent_t ev0,
-                cudaEvent_t ev1, uint64_t seed) {
+                cudaEvent_t ev1, uint64_t seed, int sms, std::vector<Result>& resident) {
   const bool f32 = a.out == "f32";
   const bool rowB = a.layoutB == "row";
   auto roundUp8 = [](int64_t v) { return (v + 7) / 8 * 8; };
@@ -167,12 +299,16 @@ Result runShape(const GemmArgs& a, const Shape& s, CublasLt& lt, cudaStream_t st
   const auto countB = static_cast<std::size_t>(rowB ? pr.k * pr.ldb : pr.n * pr.ldb);
   const auto countC = static_cast<std::size_t>(pr.m * pr.ldc);
   const std::size_t outBytes = f32 ? 4 : 2;
-  DeviceBuffer bufA(countA * 2), bufB(countB * 2), bufC(countC * outBytes), bufRef(countC * outBytes);
-  fillRandom(bufA.p, countA, seed * 2 + 1, stream);
-  fillRandom(bufB.p, countB, seed * 2 + 2, stream);
+  // A and B in one allocation (B 16-byte aligned after A: lda is a multiple of 8): the compute-lane run binds
+  // them as one schedule buffer.
+  DeviceBuffer bufAB((countA + countB) * 2), bufC(countC * outBytes), bufRef(countC * outBytes);
+  const bool wantResident = a.engine != "standalone";
+  DeviceBuffer bufRes(wantResident ? countC * outBytes : 16);
+  fillRandom(bufAB.p, countA, seed * 2 + 1, stream);
+  fillRandom(static_cast<uint16_t*>(bufAB.p) + countA, countB, seed * 2 + 2, stream);
   MK_CUDA_CHECK(cudaMemsetAsync(bufC.p, 0xFF, countC * outBytes, stream));  // NaN until written
-  pr.a = bufA.p;
-  pr.b = bufB.p;
+  pr.a = bufAB.p;
+  pr.b = static_cast<uint16_t*>(bufAB.p) + countA;
 
   Result r;
   mk::GemmConfig cfg;
@@ -194,24 +330,13 @@ Result runShape(const GemmArgs& a, const Shape& s, CublasLt& lt, cudaStream_t st
   CublasLt::Plan theirs = lt.plan(ref);
   r.cublasUs = timeUs(a, stream, ev0, ev1, [&] { lt.run(theirs, stream); });
 
-  if (a.check) {
-    r.checked = true;
-    const std::vector<double> got = readOutput(bufC.p, countC, f32, stream);
-    const std::vector<double> want = readOutput(bufRef.p, countC, f32, stream);
-    double diff2 = 0, ref2 = 0;
-    bool finite = true;
-    for (int64_t row = 0; row < pr.m; ++row)
-      for (int64_t col = 0; col < pr.n; ++col) {
-        const auto i = static_cast<std::size_t>(row * pr.ldc + col);
-        if (!std::isfinite(got[i])) finite = false;
-        diff2 += (got[i] - want[i]) * (got[i] - want[i]);
-        ref2 += want[i] * want[i];
-      }
-    r.err = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
-    r.bound = (f32 ? 0.0 : std::ldexp(1.0, -8)) + 2.0 * static_cast<double>(pr.k) * std::ldexp(1.0, -24);
-    r.ok = finite && std::isfinite(r.err) && r.err <= r.bound;
-    if (!finite) r.err = NAN;
+  if (a.check) compare(a, pr, bufC.p, bufRef.p, countC, stream, r);
+  if (wantResident) {
+    Result res = runResident(a, s, pr, countA, countB, countC, bufRes.p, bufRef.p, sms, stream, ev0, ev1);
+    res.cublasUs = r.cublasUs;
+    resident.push_back(res);
   }
+  if (a.engine == "resident") r.engine = "-";  // timed, but the row asked for is the resident one
   return r;
 }
 
@@ -251,6 +376,11 @@ int gemmMain(int argc, char** argv, const std::string& command) {
                  "preset instead of -m/-n/-k/--ctas: issue6 = b x b x b/2 (b = 2048..16384), M x 8192 x 14336 "
                  "(M = 1024, 4096, 16384), M x 8192 x 8192 (M = 128, 512), each with every SM and with 116 CTAs")
       ->check(CLI::IsMember({"issue6"}));
+  app.add_option("--engine", a.engine,
+                 "standalone (GemmPlan, its own kernel), resident (the same GEMM as a Gemm step of a 1-GPU "
+                 "communicator with compute lanes: the resident kernel's in-kernel rate, per-op engine cost included) "
+                 "or both; the 'engine' column and JSON extra.engine say which")
+      ->check(CLI::IsMember({"standalone", "resident", "both"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -283,14 +413,17 @@ int gemmMain(int argc, char** argv, const std::string& command) {
                 lt.version().c_str(), lt.path().c_str(), a.layoutB.c_str(), a.out.c_str(),
                 static_cast<unsigned long long>(a.iters), static_cast<unsigned long long>(a.reps));
     std::printf("# vs_share = ours / (cublas x ctas / SMs): the 116-CTA target is >= 0.85, all SMs >= 0.90\n");
-    std::printf("%7s %7s %7s %5s %4s %3s %9s %6s %5s %10s %10s %12s %14s %7s %9s %10s %10s %6s\n", "m", "n", "k", "ctas", "tile", "sk", "epi", "layout", "out",
+    std::printf("%10s %7s %7s %7s %5s %4s %3s %9s %6s %5s %10s %10s %12s %14s %7s %9s %10s %10s %6s\n", "engine", "m", "n", "k", "ctas", "tile", "sk", "epi", "layout", "out",
                 "ours_us", "cublas_us", "ours_TFLOPs", "cublas_TFLOPs", "ratio", "vs_share", "rel_err", "bound", "check");
     mk::MeasurementFile file = newMeasurementFile(1, "", command);
     file.system["cublaslt"] = mkbench::quoted(lt.version());
     bool allOk = true;
     uint64_t seed = std::random_device{}();
     for (const Shape& s : shapes) {
-      const Result r = runShape(a, s, lt, stream, ev0, ev1, ++seed);
+      std::vector<Result> rows;
+      const Result first = runShape(a, s, lt, stream, ev0, ev1, ++seed, sms, rows);
+      if (first.engine != "-") rows.insert(rows.begin(), first);
+      for (const Result& r : rows) {
       const double flops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
       const double ours = flops / r.oursUs * 1e-6, theirs = flops / r.cublasUs * 1e-6;
       const double share = theirs * static_cast<double>(r.ctas) / static_cast<double>(sms);
@@ -300,18 +433,24 @@ int gemmMain(int argc, char** argv, const std::string& command) {
         std::snprintf(errText, sizeof(errText), "%.3g", r.err);
         std::snprintf(boundText, sizeof(boundText), "%.3g", r.bound);
       }
-      std::printf("%7lld %7lld %7lld %5u %4llu %3llu %9s %6s %5s %10.2f %10.2f %12.1f %14.1f %7.3f %9.3f %10s %10s %6s\n",
-                  static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k), r.ctas,
+      std::printf("%10s %7lld %7lld %7lld %5u %4llu %3llu %9s %6s %5s %10.2f %10.2f %12.1f %14.1f %7.3f %9.3f %10s %10s %6s\n",
+                  r.engine.c_str(), static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k), r.ctas,
                   static_cast<unsigned long long>(r.tileN), static_cast<unsigned long long>(r.splitK), mk::toString(r.epilogue), a.layoutB.c_str(), a.out.c_str(), r.oursUs, r.cublasUs, ours, theirs, ours / theirs, ours / share,
                   errText, boundText, r.checked ? (r.ok ? "ok" : "FAIL") : "-");
       std::fflush(stdout);
+      if (r.engine == "resident")
+        std::printf("# resident: the last op's Gemm step took %.2f us on the GPU clock (first step -> local done) = "
+                    "%.1f TFLOP/s; the rest of %.2f us per op is the engine's per-op cost\n",
+                    r.stepUs, flops / r.stepUs * 1e-6, r.oursUs);
       allOk = allOk && r.ok;
       const auto bytes = static_cast<uint64_t>((s.m * s.k + s.k * s.n) * 2 + s.m * s.n * (f32 ? 4 : 2));
       for (int which = 0; which < 2; ++which) {
+        if (which == 1 && r.engine == "resident" && a.engine == "both") continue;  // cuBLAS recorded once
         mk::MeasurementRecord rec;
         rec.op = "gemm";
         rec.impl = which == 0 ? "mkernel" : "cublas";
-        rec.algo = which == 0 ? "wgmma-tma-persistent" : "cublaslt-heuristic";
+        rec.algo = which == 0 ? (r.engine == "resident" ? "wgmma-tma-compute-lane" : "wgmma-tma-persistent")
+                              : "cublaslt-heuristic";
         rec.dtype = "bfloat16";
         rec.ranks = 1;
         rec.bytes = bytes;
@@ -326,6 +465,7 @@ int gemmMain(int argc, char** argv, const std::string& command) {
         rec.extra["layout"] = mkbench::quoted(a.layoutB);
         rec.extra["out_dtype"] = mkbench::quoted(f32 ? "float32" : "bfloat16");
         if (which == 0) {
+          rec.extra["engine"] = mkbench::quoted(r.engine);
           rec.extra["tile"] = mkbench::quoted("128x" + std::to_string(r.tileN));
           rec.extra["epilogue"] = mkbench::quoted(mk::toString(r.epilogue));
           rec.extra["split_k"] = std::to_string(r.splitK);
@@ -334,12 +474,17 @@ int gemmMain(int argc, char** argv, const std::string& command) {
         char buf[64];
         std::snprintf(buf, sizeof(buf), "%.3f", which == 0 ? ours : theirs);
         rec.extra["tflops"] = buf;
+        if (which == 0 && r.engine == "resident") {
+          std::snprintf(buf, sizeof(buf), "%.3f", r.stepUs);
+          rec.extra["step_us"] = buf;
+        }
         if (which == 0 && r.checked) {
           std::snprintf(buf, sizeof(buf), "%.6g", std::isfinite(r.err) ? r.err : -1.0);
           rec.extra["rel_err"] = buf;
           rec.extra["check"] = r.ok ? "true" : "false";
         }
         file.records.push_back(rec);
+      }
       }
     }
     cudaEventDestroy(ev0);

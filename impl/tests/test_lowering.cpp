@@ -7,8 +7,10 @@
 #include <string>
 
 #include "mk/algorithms/algorithms.hpp"
+#include "mk/device/compute_lane_device.hpp"
 #include "mk/error.hpp"
 #include "mk/schedule/pack.hpp"
+#include "runtime/gemm_lane.hpp"
 #include "runtime/lowering.hpp"
 
 namespace {
@@ -21,13 +23,7 @@ using mk::runtime::LoweredProgram;
 using mk::runtime::LowerOptions;
 using mk::runtime::lowerRank;
 
-BufRef ref(uint32_t rank, uint16_t buffer, uint64_t offset) {
-  BufRef r;
-  r.rank = rank;
-  r.buffer = buffer;
-  r.offset = offset;
-  return r;
-}
+BufRef ref(uint32_t rank, uint16_t buffer, uint64_t offset) { return mk::bufRef(rank, buffer, offset); }
 
 /// Two ranks, buffers input(0) output(1) scratch(2) of `count` elements each; no lanes yet.
 Schedule twoRanks(uint64_t count, mk::DType dt = mk::DType::Float32) {
@@ -197,18 +193,190 @@ TEST_CASE("lowering: a write into a peer's user buffer waits for that peer to en
   CHECK(p.steps()[2].entryMask == 0);
 }
 
-TEST_CASE("lowering: ProxyPut and Gemm steps are refused with a clear message") {
+TEST_CASE("lowering: ProxyPut steps are refused with a clear message") {
   Schedule s = twoRanks(16);
   mk::Lane lane;
   lane.steps.push_back(copy(ref(1, 2, 0), ref(0, 0, 0), 16, StepKind::ProxyPut));
   s.lanes[0] = {lane};
-  std::string msg = errorOf(s, 0);
+  const std::string msg = errorOf(s, 0);
   CHECK(msg.find("unsupported") != std::string::npos);
   CHECK(msg.find("ProxyPut") != std::string::npos);
   CHECK(msg.find("rank 0 lane 0") != std::string::npos);
-  s.lanes[0][0].steps[0].kind = StepKind::Gemm;
-  msg = errorOf(s, 0);
-  CHECK(msg.find("Gemm") != std::string::npos);
+}
+
+// ---- compute lanes: Gemm steps -------------------------------------------------------------------------
+
+namespace {
+
+/// Two ranks: ab (Input, bf16: A then B), c (Output, `out`), scratch (Scratch, bf16), one Gemm shape
+/// m x n x k (A at 0, B right after A, both dense), rank 0's lane 0 runs C = A * B.
+Schedule gemmSchedule(uint32_t m, uint32_t n, uint32_t k, mk::DType out = mk::DType::BFloat16, bool colB = false) {
+  Schedule s;
+  s.nRanks = 2;
+  s.nodeOf = {0, 0};
+  s.nFlags = 2;
+  const uint64_t ldb = colB ? k : n;
+  const uint64_t aCount = uint64_t{m} * k, bCount = colB ? uint64_t{n} * ldb : uint64_t{k} * ldb;
+  const uint64_t abCount = (aCount + 7) / 8 * 8 + bCount;
+  auto decl = [](const char* name, mk::DType dt, mk::BufferKind kind, uint64_t count) {
+    mk::BufferDecl d;
+    d.name = name;
+    d.dtype = dt;
+    d.kind = kind;
+    d.count = {count, count};
+    return d;
+  };
+  s.buffers = {decl("ab", mk::DType::BFloat16, mk::BufferKind::Input, abCount),
+               decl("c", out, mk::BufferKind::Output, uint64_t{m} * n),
+               decl("scratch", mk::DType::BFloat16, mk::BufferKind::Scratch, uint64_t{m} * n)};
+  mk::GemmShape g;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.lda = k;
+  g.ldb = static_cast<uint32_t>(ldb);
+  g.ldc = n;
+  s.gemms = {g};
+  s.lanes.resize(2);
+  mk::Lane lane;
+  lane.role = mk::LaneRole::Compute;
+  Step st;
+  st.kind = StepKind::Gemm;
+  st.aux = 0;
+  st.flags = colB ? mk::kStepBColMajor : 0;
+  st.dst = ref(0, 1, 0);
+  st.a = ref(0, 0, 0);
+  st.b = ref(0, 0, (aCount + 7) / 8 * 8);
+  lane.steps.push_back(st);
+  s.lanes[0] = {lane};
+  s.info.op = "custom";
+  return s;
+}
+
+const mk::device::LoweredGemm& loweredGemm(const LoweredProgram& p, uint32_t i) {
+  return reinterpret_cast<const mk::device::LoweredGemm*>(p.image.data() + p.header().gemmsOffset)[i];
+}
+
+}  // namespace
+
+TEST_CASE("lowering: a Gemm step becomes a tiled step with its aux record") {
+  LowerOptions opt;
+  opt.nWorkers = 100;
+  const Schedule s = gemmSchedule(1000, 520, 72, mk::DType::BFloat16, true);
+  const LoweredProgram p = lowerRank(s, 0, opt);
+  const auto& h = p.header();
+  REQUIRE(h.nGemms == 1);
+  CHECK(h.gemmsOffset % 16 == 0);
+  CHECK(h.gemmsOffset >= h.ctasOffset + opt.nWorkers * sizeof(mk::device::CtaAssignment));
+  CHECK(h.totalBytes == p.image.size());
+  const mk::device::LoweredStep& st = p.steps()[0];
+  CHECK(st.kind == static_cast<uint8_t>(StepKind::Gemm));
+  CHECK(st.count == 0);  // index into the aux table
+  CHECK(st.dtype == static_cast<uint8_t>(mk::DType::BFloat16));
+  const auto& g = loweredGemm(p, 0);
+  CHECK(g.m == 1000);
+  CHECK(g.n == 520);
+  CHECK(g.k == 72);
+  CHECK(g.lda == 72);
+  CHECK(g.ldb == 72);
+  CHECK(g.ldc == 520);
+  CHECK((g.flags & mk::device::kLgBColMajor) != 0);
+  CHECK((g.flags & mk::device::kLgTmaStore) != 0);  // bf16 output, n % 8 == 0, no accumulation
+  CHECK((g.blockN == 128 || g.blockN == 256));
+  // The lane asked for one CTA per 128 x 128 tile (8 x 5 = 40) and got them; every one runs tiles
+  // unless the wide tile left fewer tiles than CTAs.
+  CHECK(p.lanes()[0].ctaCount == 40);
+  CHECK(g.tiles == 8 * ((520 + g.blockN - 1) / g.blockN));
+  CHECK(g.ctas == std::min<uint32_t>(40, g.tiles));
+  CHECK(st.activeCtas == g.ctas);
+  // Operands: A and B in binding 0 (rank 0 ab), C in binding 1 (rank 0 c); B 16-byte aligned after A.
+  CHECK((g.a >> mk::device::kOperandShift) == 0);
+  CHECK((g.b >> mk::device::kOperandShift) == 0);
+  CHECK((g.b & mk::device::kOperandOffsetMask) == 1000ull * 72 * 2);
+  CHECK((g.dst >> mk::device::kOperandShift) == 1);
+  CHECK(g.lane == 0);
+  CHECK(g.step == 0);
+  // Rank 1 has no Gemm step: no aux table.
+  CHECK(lowerRank(s, 1, opt).header().nGemms == 0);
+}
+
+TEST_CASE("lowering: fp32 output and accumulation take the direct epilogue") {
+  Schedule s = gemmSchedule(128, 256, 64, mk::DType::Float32);
+  CHECK((loweredGemm(lowerRank(s, 0), 0).flags & mk::device::kLgTmaStore) == 0);
+  s = gemmSchedule(128, 256, 64);
+  s.lanes[0][0].steps[0].flags |= mk::kStepAccumulate;
+  const LoweredProgram acc = lowerRank(s, 0);
+  CHECK((loweredGemm(acc, 0).flags & mk::device::kLgTmaStore) == 0);
+  CHECK((loweredGemm(acc, 0).flags & mk::device::kLgAccumulate) != 0);
+  s = gemmSchedule(128, 100, 64);  // n % 8 != 0: the TMA store would write past n (docs/gemm.md)
+  s.gemms[0].ldb = 104;
+  s.gemms[0].ldc = 104;
+  s.buffers[0].count = {100000, 100000};
+  s.buffers[1].count = {128 * 104, 128 * 104};
+  CHECK((loweredGemm(lowerRank(s, 0), 0).flags & mk::device::kLgTmaStore) == 0);
+}
+
+TEST_CASE("lowering: a Gemm step and a Put of its tile in a multi-CTA lane are separated by a lane barrier") {
+  Schedule s = gemmSchedule(512, 512, 64);
+  Step put = copy(ref(1, 2, 0), ref(0, 1, 0), 512 * 512, StepKind::Put);
+  s.buffers[2].dtype = mk::DType::BFloat16;
+  put.flags = mk::kStepSignal;
+  put.flag = mk::FlagRef{1, 0};
+  put.value = 1;
+  s.lanes[0][0].steps.push_back(put);
+  LowerOptions opt;
+  opt.nWorkers = 32;
+  const LoweredProgram p = lowerRank(s, 0, opt);
+  REQUIRE(p.lanes()[0].ctaCount > 1);
+  CHECK((p.steps()[0].bits & mk::device::kLsBarrierBefore) == 0);
+  CHECK((p.steps()[1].bits & mk::device::kLsBarrierBefore) != 0);  // the Put reads tiles other CTAs wrote
+  CHECK((p.steps()[1].bits & mk::device::kLsSignal) != 0);
+}
+
+TEST_CASE("lowering: bad Gemm shapes and dtypes are refused with named errors") {
+  auto expect = [](const Schedule& s, const char* code, std::initializer_list<const char*> parts) {
+    const std::string msg = errorOf(s, 0);
+    CAPTURE(msg);
+    CHECK(msg.find(code) == 0);
+    CHECK(msg.find("rank 0 lane 0") != std::string::npos);
+    for (const char* part : parts) CHECK(msg.find(part) != std::string::npos);
+  };
+  Schedule s = gemmSchedule(64, 64, 64);
+  s.gemms[0].k = 0;
+  expect(s, "unsupported", {"gemms[0]", "m, n and k >= 1"});
+  s = gemmSchedule(64, 64, 64);
+  s.gemms[0].lda = 32;
+  expect(s, "invalid-schedule", {"lda 32 < k 64"});
+  s = gemmSchedule(64, 64, 64);
+  s.gemms[0].ldb = 60;
+  expect(s, "invalid-schedule", {"ldb 60 < n 64"});
+  s = gemmSchedule(64, 64, 64);
+  s.gemms[0].lda = 68;
+  s.buffers[0].count = {100000, 100000};
+  expect(s, "unsupported", {"lda 68", "multiple of 8"});
+  s = gemmSchedule(64, 64, 64);
+  s.buffers[1].dtype = mk::DType::Float16;
+  expect(s, "unsupported", {"C must be a bfloat16 or float32 buffer", "float16"});
+  s = gemmSchedule(64, 64, 64);
+  s.buffers[0].dtype = mk::DType::Float32;
+  expect(s, "unsupported", {"A and B must be bfloat16", "float32"});
+  s = gemmSchedule(64, 64, 64);
+  s.lanes[0][0].steps[0].b.offset += 4;  // 8 bytes past a 16-byte boundary
+  s.buffers[0].count = {100000, 100000};
+  expect(s, "unsupported", {"B (b)", "multiple of 16"});
+  s = gemmSchedule(64, 64, 64);
+  s.lanes[0][0].steps[0].dst.rank = 1;
+  expect(s, "unsupported", {"C (dst) lives on rank 1"});
+  s = gemmSchedule(64, 64, 64);
+  s.lanes[0][0].steps[0].aux = 3;
+  expect(s, "invalid-schedule", {"gemm index 3"});
+  s = gemmSchedule(64, 64, 64);
+  s.buffers[1].count = {64 * 63, 64 * 63};
+  expect(s, "invalid-schedule", {"C (dst)", "fall outside buffer 'c'"});
+  s = gemmSchedule(64, 64, 64);
+  s.lanes[0][0].steps[0].dst = ref(0, 0, 0);  // C over A
+  s.buffers[0].count = {100000, 100000};
+  expect(s, "invalid-schedule", {"overlaps"});
 }
 
 TEST_CASE("lowering: an operand past the end of its buffer names rank lane and step") {
@@ -398,4 +566,29 @@ TEST_CASE("lowering: an op completes on local completion only when no peer step 
   CHECK((lowerRank(s, 0).header().flags & mk::device::kProgLocalCompletion) != 0);
   s.lanes[1][0].steps[0].a = ref(0, 0, 0);  // now rank 1 reads rank 0's input
   CHECK((lowerRank(s, 0).header().flags & mk::device::kProgLocalCompletion) == 0);
+}
+
+TEST_CASE("lowering: Gemm operands bound to misaligned user pointers are refused before an op is enqueued") {
+  const Schedule s = gemmSchedule(128, 256, 64);
+  const LoweredProgram p = lowerRank(s, 0);
+  alignas(16) static char base[64];
+  CHECK_NOTHROW(mk::runtime::checkGemmOperands(p, 0, base, base + 16));
+  try {
+    mk::runtime::checkGemmOperands(p, 0, base + 8, base + 16);
+    FAIL("a misaligned A / B was accepted");
+  } catch (const mk::Error& e) {
+    CHECK(e.code() == mk::ErrorCode::InvalidArgument);
+    const std::string msg = e.what();
+    CHECK(msg.find("rank 0 lane 0 step 0 (gemm): A at input") != std::string::npos);
+    CHECK(msg.find("16-byte aligned") != std::string::npos);
+  }
+  try {
+    mk::runtime::checkGemmOperands(p, 0, base, base + 4);
+    FAIL("a misaligned C was accepted");
+  } catch (const mk::Error& e) {
+    CHECK(std::string(e.what()).find("C at output") != std::string::npos);
+  }
+  CHECK_THROWS_AS(mk::runtime::checkGemmOperands(p, 0, nullptr, base), mk::Error);
+  // Rank 1 has no Gemm step: nothing to check.
+  CHECK_NOTHROW(mk::runtime::checkGemmOperands(lowerRank(s, 1), 1, base + 2, base + 2));
 }

@@ -63,6 +63,14 @@ struct CommConfig {
   /// against; empty = the datasheet defaults of the detected topology. Every rank must name the same file
   /// (ranks that choose differently are refused as mismatched ops).
   std::string profile;
+  /// Compute lanes (docs/gpu-engine.md, "Compute lanes"): run the compute-capable resident kernel, whose
+  /// CTAs can run Gemm steps (the Hopper tile engine) between communication steps, so execute() accepts
+  /// schedules with Gemm steps. Each CTA then has 384 threads (threadsPerCta must be 384 or the default 512,
+  /// which becomes 384) and ~226 KiB of shared memory, so it owns a whole SM; workerCtas = 0 means SMs - 4
+  /// workers (+ the control block: 3 SMs stay free for the caller's kernels, since any kernel the caller's
+  /// streams wait for needs an SM while the resident kernel runs). Every rank must use the same value.
+  /// Off (the default): the communication-only kernel, unchanged, and Gemm steps are refused.
+  bool computeLanes = false;
 };
 
 /// How one collective call is generated. A string converts to it ("auto", "ring", ...).

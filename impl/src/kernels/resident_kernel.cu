@@ -25,6 +25,7 @@
 
 #include <cstdint>
 
+#include "mk/device/compute_lane_device.hpp"
 #include "mk/device/engine_device.hpp"
 #include "mk/device/poll_device.hpp"
 #include "mk/schedule/types.hpp"
@@ -198,10 +199,10 @@ __device__ __forceinline__ uint32_t dtypeBytes(uint8_t dtype) {
 // ---- worker CTAs --------------------------------------------------------------------------------------
 
 /// Run one lane's steps for op `op`. Returns false when the CTA must stop (abort or timeout), with the
-/// same value in every thread.
-template <bool kTrace>
-__device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const LoweredLane& lane, const LoweredStep* steps,
-                        CtaAssignment me, const uint64_t* table) {
+/// same value in every thread. kCompute: the compute-capable instantiation (Gemm steps; 384 threads).
+template <bool kTrace, bool kCompute>
+__device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramHeader* ph, const LoweredLane& lane,
+                        const LoweredStep* steps, CtaAssignment me, const uint64_t* table) {
   __shared__ int sOkBefore, sOkAfter;
   const uint32_t slot = op % kSlots;
   const uint32_t n = lane.ctaCount;
@@ -255,6 +256,10 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const LoweredL
         reduceDispatch(step.dtype, step.redop, operandAddress(table, step.dst) + b * es,
                        operandAddress(table, step.a) + b * es, operandAddress(table, step.b) + b * es, e - b, tid, nth);
       }
+    }
+    // ---- compute lanes (mk/device/compute_lane_device.hpp): only in the compute-capable instantiation ----
+    if constexpr (kCompute) {
+      if (kind == static_cast<int>(StepKind::Gemm)) runGemmStep(step, ph, table, h.rank, idx);
     }
 
     const bool arrives = (step.bits & kLsSignal) || kind == static_cast<int>(StepKind::Barrier);
@@ -321,7 +326,7 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const LoweredL
   return true;
 }
 
-template <bool kTrace>
+template <bool kTrace, bool kCompute>
 __device__ void workerLoop(const EngineDeviceHandle& h, uint32_t worker) {
   __shared__ uint64_t sTable[kMaxBindings];
   __shared__ uint64_t sProgram;
@@ -372,7 +377,8 @@ __device__ void workerLoop(const EngineDeviceHandle& h, uint32_t worker) {
       cachedProgram = sProgram;
     }
     bool ok = true;
-    if (me.lane != kIdleLane) ok = runLane<kTrace>(h, op, lane, steps, me, sTable);
+    if (me.lane != kIdleLane)
+      ok = runLane<kTrace, kCompute>(h, op, reinterpret_cast<const ProgramHeader*>(sProgram), lane, steps, me, sTable);
     if (!ok) return;
     __syncthreads();
     if (tid == 0) {
@@ -672,20 +678,33 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
   }
 }
 
+/// Block 0 of either resident kernel: warp 0 drives ops, warp 1 talks to the host, the rest leave.
+__device__ __forceinline__ void controlBlock(const EngineDeviceHandle& h) {
+  __shared__ ControlShared cs;
+  if (threadIdx.x == 0) cs.staged = cs.hostShutdown = cs.taken = cs.done = 0;
+  __syncthreads();
+  if (threadIdx.x < 32)
+    controlWarp(h, cs);
+  else if (threadIdx.x < 64)
+    hostLinkWarp(h, cs);
+}
+
 template <bool kTrace>
 __global__ void __launch_bounds__(runtime::kMaxThreadsPerCta, 1) residentKernel(const EngineDeviceHandle h) {
   if (threadIdx.x == 0) atomicAdd(&h.state->started, 1u);
-  if (blockIdx.x == 0) {
-    __shared__ ControlShared cs;
-    if (threadIdx.x == 0) cs.staged = cs.hostShutdown = cs.taken = cs.done = 0;
-    __syncthreads();
-    if (threadIdx.x < 32)
-      controlWarp(h, cs);
-    else if (threadIdx.x < 64)
-      hostLinkWarp(h, cs);
-    return;
-  }
-  workerLoop<kTrace>(h, blockIdx.x - 1);
+  if (blockIdx.x == 0) return controlBlock(h);
+  workerLoop<kTrace, false>(h, blockIdx.x - 1);
+}
+
+// ---- compute lanes: the compute-capable instantiation (CommConfig::computeLanes) -----------------------
+// 384 threads (the GEMM engine's producer + 2 consumer warpgroups), launched with exactly 168 registers per
+// thread (setmaxnreg moves them inside a Gemm step and gives them back after it), kComputeSmemBytes of
+// dynamic shared memory: one CTA per SM.
+template <bool kTrace>
+__global__ void __launch_bounds__(kComputeThreads, 1) residentComputeKernel(const EngineDeviceHandle h) {
+  if (threadIdx.x == 0) atomicAdd(&h.state->started, 1u);
+  if (blockIdx.x == 0) return controlBlock(h);
+  workerLoop<kTrace, true>(h, blockIdx.x - 1);
 }
 
 /// The stream hand-off of one op (StreamHandoff::Kernel), run on the caller's stream: ring the op's doorbell
@@ -741,6 +760,8 @@ cudaError_t preloadKernels() {
   if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, device::residentKernel<false>);
   if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, device::clockProbeKernel);
   if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, device::handoffKernel);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, device::residentComputeKernel<true>);  // compute lanes
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, device::residentComputeKernel<false>);
   return e;
 }
 
@@ -756,6 +777,37 @@ cudaError_t launchResident(const device::EngineDeviceHandle& h, bool trace, int 
 cudaError_t launchHandoff(uint32_t* bell, uint32_t bellValue, const uint32_t* complete, uint32_t waitFor, bool wait,
                           const uint32_t* abortWord, uint64_t budgetNs, cudaStream_t stream) {
   device::handoffKernel<<<1, 32, 0, stream>>>(bell, bellValue, complete, waitFor, wait ? 1 : 0, abortWord, budgetNs);
+  return cudaGetLastError();
+}
+
+// ---- compute lanes ----
+int residentComputeBlocksPerSm(bool trace) {
+  if (prepareResidentCompute() != cudaSuccess) return -1;
+  int blocks = 0;
+  const int threads = static_cast<int>(device::kComputeThreads);
+  const size_t smem = device::kComputeSmemBytes;
+  const cudaError_t err =
+      trace ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, device::residentComputeKernel<true>, threads, smem)
+            : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, device::residentComputeKernel<false>, threads, smem);
+  return err == cudaSuccess ? blocks : -1;
+}
+
+cudaError_t prepareResidentCompute() {
+  const int smem = static_cast<int>(device::kComputeSmemBytes);
+  cudaError_t e = cudaFuncSetAttribute(device::residentComputeKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(device::residentComputeKernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  return e;
+}
+
+cudaError_t launchResidentCompute(const device::EngineDeviceHandle& h, bool trace, cudaStream_t stream) {
+  const cudaError_t e = prepareResidentCompute();
+  if (e != cudaSuccess) return e;
+  const dim3 grid(h.nWorkers + 1), block(device::kComputeThreads);
+  if (trace)
+    device::residentComputeKernel<true><<<grid, block, device::kComputeSmemBytes, stream>>>(h);
+  else
+    device::residentComputeKernel<false><<<grid, block, device::kComputeSmemBytes, stream>>>(h);
   return cudaGetLastError();
 }
 

@@ -27,6 +27,15 @@ cudaError_t launchResident(const device::EngineDeviceHandle& h, bool trace, int 
 cudaError_t launchHandoff(uint32_t* bell, uint32_t bellValue, const uint32_t* complete, uint32_t waitFor, bool wait,
                           const uint32_t* abortWord, uint64_t budgetNs, cudaStream_t stream);
 
+// ---- compute lanes (CommConfig::computeLanes; mk/device/compute_lane_device.hpp) ----
+/// Blocks of the compute-capable resident kernel (384 threads, kComputeSmemBytes of dynamic shared memory)
+/// one SM can hold (1 on sm_90), or -1 when the kernel cannot be prepared on the current device.
+int residentComputeBlocksPerSm(bool trace);
+/// Allow the compute-capable kernels their dynamic shared memory on the current device.
+cudaError_t prepareResidentCompute();
+/// Launch the compute-capable resident kernel for one rank (grid = h.nWorkers + 1, 384 threads).
+cudaError_t launchResidentCompute(const device::EngineDeviceHandle& h, bool trace, cudaStream_t stream);
+
 /// One-block kernel answering `rounds` host pings with %globaltimer (clock calibration): waits until
 /// *ping == i, writes pong[0] = timer then pong[1] = i (release), for i = 1..rounds; gives up after
 /// `budgetNs` without a ping.

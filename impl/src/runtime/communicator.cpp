@@ -15,7 +15,9 @@
 
 #include "../kernels/resident_kernel.hpp"
 #include "driver_api.hpp"
+#include "gemm_lane.hpp"
 #include "local_group.hpp"
+#include "mk/device/compute_lane_device.hpp"
 #include "topology_probe.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/cost/profile_io.hpp"
@@ -90,6 +92,12 @@ bool hostPoll(double budgetMs, const std::function<bool()>& done) {
 // ---- creation ------------------------------------------------------------------------------------------
 
 void LocalGroup::checkConfig(const CommConfig& c) {
+  // Compute lanes: the GEMM engine's CTA shape; 512 is the default and is taken to mean "not chosen".
+  if (c.computeLanes && c.threadsPerCta != device::kComputeThreads && c.threadsPerCta != 512)
+    throw Error(ErrorCode::InvalidArgument, "CommConfig::threadsPerCta must be " + std::to_string(device::kComputeThreads) +
+                                                " (or the default 512) with computeLanes: the tile engine's CTA is one "
+                                                "producer and two consumer warpgroups (got " +
+                                                std::to_string(c.threadsPerCta) + ")");
   if (c.threadsPerCta < 64 || c.threadsPerCta > static_cast<uint32_t>(kMaxThreadsPerCta) ||
       c.threadsPerCta % 32 != 0)
     throw Error(ErrorCode::InvalidArgument, "CommConfig::threadsPerCta must be a multiple of 32 in 64..512 (got " +
@@ -104,6 +112,7 @@ void LocalGroup::checkConfig(const CommConfig& c) {
 
 LocalGroup::LocalGroup(const std::vector<int>& devices, const CommConfig& config) : config_(config) {
   checkConfig(config_);
+  if (config_.computeLanes) config_.threadsPerCta = device::kComputeThreads;
   ringSlots_ = config_.ringSlots;
   try {
     init(devices);
@@ -117,6 +126,7 @@ LocalGroup::LocalGroup(const std::vector<int>& devices, const CommConfig& config
 
 LocalGroup::LocalGroup(Bootstrap& boot, int device, const CommConfig& config) : config_(config) {
   checkConfig(config_);
+  if (config_.computeLanes) config_.threadsPerCta = device::kComputeThreads;
   ringSlots_ = config_.ringSlots;
   try {
     initProcess(boot, device);
@@ -175,16 +185,22 @@ void LocalGroup::refineTopology(const std::vector<NvlinkProbe>& probes, int majo
 uint32_t LocalGroup::workersFor(int dev) const {
   cudaDeviceProp p{};
   MK_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
-  const uint32_t w = config_.workerCtas
-                         ? config_.workerCtas
-                         : std::min<uint32_t>(64, std::max<uint32_t>(1, static_cast<uint32_t>(p.multiProcessorCount) / 2));
+  const uint32_t sms = static_cast<uint32_t>(p.multiProcessorCount);
+  uint32_t w = config_.workerCtas ? config_.workerCtas : std::min<uint32_t>(64, std::max<uint32_t>(1, sms / 2));
+  // Compute lanes: one CTA per SM; by default every SM but 3 (+ the control block's), see CommConfig.
+  if (config_.computeLanes && config_.workerCtas == 0) w = sms > 5 ? sms - 4 : 1;
   if (w > 0xFFFE) throw Error(ErrorCode::InvalidArgument, "CommConfig::workerCtas too large");
   MK_CUDA_CHECK(cudaSetDevice(dev));
-  const int perSm = residentBlocksPerSm(config_.trace, static_cast<int>(config_.threadsPerCta));
+  const int perSm = config_.computeLanes ? residentComputeBlocksPerSm(config_.trace)
+                                         : residentBlocksPerSm(config_.trace, static_cast<int>(config_.threadsPerCta));
   const int64_t capacity = int64_t{perSm} * p.multiProcessorCount;
   if (perSm <= 0 || capacity < int64_t{w} + 1)
     throw Error(ErrorCode::Unsupported, "the resident kernel needs " + std::to_string(w + 1) + " co-resident CTAs of " +
-                                            std::to_string(config_.threadsPerCta) + " threads on GPU " +
+                                            std::to_string(config_.threadsPerCta) + " threads" +
+                                            (config_.computeLanes ? " and " + std::to_string(device::kComputeSmemBytes / 1024) +
+                                                                        " KiB of shared memory (computeLanes)"
+                                                                  : std::string()) +
+                                            " on GPU " +
                                             std::to_string(dev) + ", which holds " + std::to_string(capacity) + " (" +
                                             std::to_string(perSm) + " per SM x " + std::to_string(p.multiProcessorCount) +
                                             " SMs): lower CommConfig::workerCtas or threadsPerCta");
@@ -412,7 +428,14 @@ void LocalGroup::launchKernels() {
     h.pollBudgetNs = static_cast<uint64_t>(config_.pollBudgetMs * 1e6);
     MK_CUDA_CHECK(cudaSetDevice(rr.device));
     MK_CUDA_CHECK(preloadKernels());
-    MK_CUDA_CHECK(launchResident(h, config_.trace, static_cast<int>(config_.threadsPerCta), rr.kernelStream));
+    if (config_.computeLanes) {
+      // The binder's host-mapped timeout report is allocated now: page-locked allocation while the resident
+      // kernel runs is avoided (the engine allocates host memory only before its launch).
+      gemmLaneBinder(this, r, rr.device, h.pollBudgetNs);
+      MK_CUDA_CHECK(launchResidentCompute(h, config_.trace, rr.kernelStream));
+    } else {
+      MK_CUDA_CHECK(launchResident(h, config_.trace, static_cast<int>(config_.threadsPerCta), rr.kernelStream));
+    }
     rr.launched = true;
   }
   // Every CTA of every kernel must be running at once, or ops could deadlock: wait for the roll call.
@@ -511,6 +534,8 @@ void LocalGroup::releaseMemory() noexcept {
   cache_.clear();
   bool anyRunning = false;
   for (const auto& rr : ranks_) anyRunning = anyRunning || rr.launched;
+  // Compute lanes: the per-op GemmParams blocks, freed only once no kernel can read them.
+  releaseGemmLaneBinders(this, !anyRunning);
   if (!anyRunning) {
     if (!link_) cudaFreeHost(status_);
     cudaFreeHost(ring_);
@@ -618,9 +643,12 @@ void LocalGroup::throwIfFailedLocked(bool deep) {
     const cudaError_t e = cudaStreamQuery(rr.kernelStream);
     if (e != cudaErrorNotReady) {
       cudaGetLastError();
+      // Compute lanes: a Gemm step whose wait expired traps; say who waited for what.
+      const std::string gemm = gemmLaneTimeoutReport(this, static_cast<uint32_t>(&rr - ranks_.data()));
       poisonAndThrow(ErrorCode::CudaError, "the resident kernel on GPU " + std::to_string(rr.device) + " stopped: " +
                                                (e == cudaSuccess ? std::string("exited") : std::string(cudaGetErrorName(e)) +
-                                                                                               ": " + cudaGetErrorString(e)));
+                                                                                               ": " + cudaGetErrorString(e)) +
+                                               (gemm.empty() ? std::string() : " (" + gemm + ")"));
     }
   }
 }
@@ -643,6 +671,12 @@ CachedSchedule& LocalGroup::cacheLocked(const std::string& key, const std::funct
   lo.nWorkers = workers_;
   lo.minBytesPerCta = config_.minBytesPerCta;
   for (uint32_t r = 0; r < ranks_.size(); ++r) c->programs.push_back(lowerPacked(packRank(c->schedule, r), r, lo));
+  for (uint32_t r = 0; r < ranks_.size() && !config_.computeLanes; ++r)
+    if (gemmCount(c->programs[r]) > 0)
+      throw Error(ErrorCode::Unsupported, what + ": rank " + std::to_string(r) + " has " +
+                                              std::to_string(gemmCount(c->programs[r])) +
+                                              " Gemm step(s); create the communicator with CommConfig::computeLanes = true "
+                                              "to run them (the compute-capable resident kernel)");
   c->scratchBytes = c->programs[0].scratchBytes;
   c->devicePrograms.assign(ranks_.size(), nullptr);
   try {
@@ -920,6 +954,22 @@ void LocalGroup::finalizeLocked(uint32_t seq, const CachedSchedule& cs, const st
       d.table[q * nB + b] = addr;
     }
   }
+  // ---- compute lanes: each local rank's Gemm steps get the GemmParams block (tensor maps) of this op's
+  // addresses, after the schedule's bindings (table[nRanks * nB + rank]; gemm_lane.hpp).
+  bool gemms = false;
+  for (uint32_t q = 0; q < ranks_.size(); ++q) gemms = gemms || gemmCount(cs.programs[q]) > 0;
+  if (gemms) {
+    const uint32_t n = static_cast<uint32_t>(ranks_.size());
+    for (uint32_t q = 0; q < n; ++q) d.table[device::gemmParamsBinding(n, nB, q)] = 0;
+    for (const int lq : local_) {
+      const auto q = static_cast<uint32_t>(lq);
+      if (gemmCount(cs.programs[q]) == 0) continue;
+      GemmLaneBinder& binder = gemmLaneBinder(this, q, ranks_[q].device, static_cast<uint64_t>(config_.pollBudgetMs * 1e6));
+      d.table[device::gemmParamsBinding(n, nB, q)] =
+          binder.bind(cs.programs[q], cs.devicePrograms[q], d.table, seq, completed(lq), ranks_[q].copyStream);
+    }
+    d.nBindings = n * nB + n;
+  }
   opSchedule_[seq % ringSlots_] = &cs;
   storeHost(&d.seq, seq + 1);  // last, with release: the kernel reads seq first (acquire)
   finalized_ = seq + 1;
@@ -1136,6 +1186,7 @@ void LocalGroup::submitSchedule(int r, const Schedule& s, const void* input, voi
     if (b.kind == BufferKind::Output || b.kind == BufferKind::InOut) outBytes = std::max(outBytes, bytes);
   }
   CachedSchedule& cs = cacheLocked(key.str(), [&] { return s; }, 0, 0, what);
+  checkGemmOperands(cs.programs[static_cast<size_t>(r)], static_cast<uint32_t>(r), input, output);  // compute lanes
   submitLocked(r, key.str(), cs, input, output, inBytes, outBytes, stream);
 }
 

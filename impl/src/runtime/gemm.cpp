@@ -16,6 +16,7 @@
 #include "mk/error.hpp"
 #include "runtime/driver_api.hpp"
 #include "runtime/gemm_launch.hpp"
+#include "runtime/gemm_maps.hpp"
 
 namespace mk {
 
@@ -181,10 +182,12 @@ uint32_t* timeoutReportOf(int device) {
   return r;
 }
 
-/// Encode a 2-D bf16 tensor map: `inner` x `outer` elements, rows `strideElems` apart, box `boxInner` x
-/// `boxOuter`, 128-byte swizzle (the wgmma descriptors' layout), out-of-bounds elements read as zero.
-device::GemmTensorMap encode2d(const void* base, uint64_t inner, uint64_t outer, uint64_t strideElems,
-                               uint32_t boxInner, uint32_t boxOuter, const char* name) {
+}  // namespace
+
+namespace runtime {
+// Declared in gemm_maps.hpp (shared with the compute lanes' per-op GemmParams blocks, gemm_lane.cpp).
+device::GemmTensorMap encodeGemmMap2d(const void* base, uint64_t inner, uint64_t outer, uint64_t strideElems,
+                                      uint32_t boxInner, uint32_t boxOuter, const char* name) {
   static_assert(sizeof(CUtensorMap) == sizeof(device::GemmTensorMap), "CUtensorMap is 128 bytes");
   CUtensorMap map;
   const cuuint64_t dims[2] = {inner, outer};
@@ -200,8 +203,7 @@ device::GemmTensorMap encode2d(const void* base, uint64_t inner, uint64_t outer,
   std::memcpy(&out, &map, sizeof(out));
   return out;
 }
-
-}  // namespace
+}  // namespace runtime
 
 GemmPlan::GemmPlan(const GemmProblem& pr, const GemmConfig& cfg) {
   int dev = 0, sms = 0, major = 0, minor = 0;
@@ -219,12 +221,14 @@ GemmPlan::GemmPlan(const GemmProblem& pr, const GemmConfig& cfg) {
   auto impl = std::make_unique<Impl>();
   device::GemmParams& p = impl->params;
   const auto m = static_cast<uint64_t>(pr.m), n = static_cast<uint64_t>(pr.n), k = static_cast<uint64_t>(pr.k);
-  p.mapA = encode2d(pr.a, k, m, static_cast<uint64_t>(pr.lda), GemmTileConfig::kBlockK, GemmTileConfig::kBlockM, "A");
+  p.mapA = runtime::encodeGemmMap2d(pr.a, k, m, static_cast<uint64_t>(pr.lda), GemmTileConfig::kBlockK,
+                                    GemmTileConfig::kBlockM, "A");
   if (pr.layoutB == GemmLayout::RowMajor)
-    p.mapB = encode2d(pr.b, n, k, static_cast<uint64_t>(pr.ldb), GemmTileConfig::kBoxN, GemmTileConfig::kBlockK, "B");
+    p.mapB = runtime::encodeGemmMap2d(pr.b, n, k, static_cast<uint64_t>(pr.ldb), GemmTileConfig::kBoxN,
+                                      GemmTileConfig::kBlockK, "B");
   else
-    p.mapB = encode2d(pr.b, k, n, static_cast<uint64_t>(pr.ldb), GemmTileConfig::kBlockK,
-                      static_cast<uint32_t>(tiles.blockN), "B");
+    p.mapB = runtime::encodeGemmMap2d(pr.b, k, n, static_cast<uint64_t>(pr.ldb), GemmTileConfig::kBlockK,
+                                      static_cast<uint32_t>(tiles.blockN), "B");
   p.c = pr.c;
   p.ldc = static_cast<uint64_t>(pr.ldc);
   p.m = static_cast<uint32_t>(m);
@@ -241,7 +245,7 @@ GemmPlan::GemmPlan(const GemmProblem& pr, const GemmConfig& cfg) {
   if (p.tmaStoreC) {
     // C as N x M bf16 with row stride ldc; 64 x 64 boxes in the 128-byte swizzle of the staging buffer.
     // TMA clips stores at the true N and M, which gives remainder tiles for free.
-    p.mapC = encode2d(pr.c, n, m, static_cast<uint64_t>(pr.ldc), 64, 64, "C");
+    p.mapC = runtime::encodeGemmMap2d(pr.c, n, m, static_cast<uint64_t>(pr.ldc), 64, 64, "C");
   }
   p.splitK = static_cast<uint32_t>(tiles.splitK);
   p.kItersPerSplit = static_cast<uint32_t>(tiles.kItersPerSplit);

@@ -6,7 +6,9 @@
 #include <limits>
 #include <string>
 
+#include "mk/device/compute_lane_device.hpp"
 #include "mk/error.hpp"
+#include "mk/gemm.hpp"
 #include "mk/schedule/pack.hpp"
 
 namespace mk::runtime {
@@ -89,6 +91,12 @@ class Lowerer {
     h.stepsOffset = alignUp(h.lanesOffset + outLanes.size() * sizeof(device::LoweredLane), 16);
     h.ctasOffset = alignUp(h.stepsOffset + outSteps.size() * sizeof(LoweredStep), 16);
     h.totalBytes = alignUp(h.ctasOffset + outCtas.size() * sizeof(device::CtaAssignment), 16);
+    // Compute lanes: the Gemm steps' aux table last (what the host reads per op to bind their tensor maps).
+    h.nGemms = static_cast<uint32_t>(gemms_.size());
+    if (!gemms_.empty()) {
+      h.gemmsOffset = h.totalBytes;
+      h.totalBytes = alignUp(h.gemmsOffset + gemms_.size() * sizeof(device::LoweredGemm), 16);
+    }
     p.image.assign(h.totalBytes, 0);
     std::memcpy(p.image.data(), &h, sizeof h);
     if (!outLanes.empty())
@@ -96,6 +104,8 @@ class Lowerer {
     if (!outSteps.empty())
       std::memcpy(p.image.data() + h.stepsOffset, outSteps.data(), outSteps.size() * sizeof(LoweredStep));
     std::memcpy(p.image.data() + h.ctasOffset, outCtas.data(), outCtas.size() * sizeof(device::CtaAssignment));
+    if (!gemms_.empty())
+      std::memcpy(p.image.data() + h.gemmsOffset, gemms_.data(), gemms_.size() * sizeof(device::LoweredGemm));
     return p;
   }
 
@@ -186,6 +196,17 @@ class Lowerer {
     return st.count * dtypeSize(s_.buffers[st.dst.buffer].dtype);
   }
 
+  /// CTAs a step could keep busy: data steps one per minBytesPerCta; a Gemm step one per 128 x 128 output
+  /// tile (the narrower of the engine's tiles), each CTA owning one SM in the compute-capable kernel.
+  uint64_t stepWantsCtas(const Step& st) const {
+    if (st.kind == StepKind::Gemm) {
+      if (st.aux >= s_.gemms.size()) return 1;
+      const GemmShape& g = s_.gemms[st.aux];
+      return std::max<uint64_t>(1, ((uint64_t{g.m} + 127) / 128) * ((uint64_t{g.n} + 127) / 128));
+    }
+    return std::max<uint64_t>(1, (stepBytes(st) + opt_.minBytesPerCta - 1) / opt_.minBytesPerCta);
+  }
+
   uint32_t activeFor(uint64_t bytes, uint32_t n) const {
     const uint64_t want = std::max<uint64_t>(1, (bytes + opt_.minBytesPerCta - 1) / opt_.minBytesPerCta);
     return static_cast<uint32_t>(std::min<uint64_t>(want, n));
@@ -202,9 +223,8 @@ class Lowerer {
     std::vector<uint64_t> want(L, 1);
     uint64_t wantExtra = 0;
     for (uint32_t l = 0; l < L; ++l) {
-      uint64_t most = 0;
-      for (const Step& st : lanes[l].steps) most = std::max(most, stepBytes(st));
-      const uint64_t w = std::max<uint64_t>(1, (most + opt_.minBytesPerCta - 1) / opt_.minBytesPerCta);
+      uint64_t w = 1;
+      for (const Step& st : lanes[l].steps) w = std::max(w, stepWantsCtas(st));
       want[l] = std::min<uint64_t>(w, opt_.nWorkers);
       wantExtra += want[l] - 1;
     }
@@ -345,11 +365,128 @@ class Lowerer {
           failStep(ErrorCode::Unsupported, l, i,
                    "ProxyPut steps go through the proxy FIFO to another node, which arrives with the next milestone");
         case StepKind::Gemm:
-          failStep(ErrorCode::Unsupported, l, i, "Gemm steps arrive with the fused-operator milestone");
+          lowerGemm(l, i, st, n, ls, pending);
+          break;
         default:
           failStep(ErrorCode::InvalidSchedule, l, i, "unknown step kind " + std::to_string(static_cast<int>(st.kind)));
       }
       out.push_back(ls);
+    }
+  }
+
+  // ---- compute lanes: Gemm steps (mk/device/compute_lane_device.hpp) --------------------------------------
+
+  /// Lower one Gemm step: check what the tile engine can run (the rules of mk::validateGemm, on the
+  /// schedule's offsets: the op's base addresses are checked when it is submitted), choose the tile width
+  /// for the lane's CTAs, record a LoweredGemm and point the step at it (count = its index). The step's
+  /// CTAs touch C, A and B in tiles, not in ctaPiece pieces: a lane barrier separates it from any earlier
+  /// step of the lane touching the same memory, and later steps touching C from it.
+  void lowerGemm(uint32_t l, uint32_t i, const Step& st, uint32_t n, LoweredStep& ls, std::vector<Access>& pending) {
+    if (st.aux >= s_.gemms.size())
+      failStep(ErrorCode::InvalidSchedule, l, i,
+               "gemm index " + std::to_string(st.aux) + " is outside the schedule's " + std::to_string(s_.gemms.size()) +
+                   " gemm shapes");
+    const GemmShape& g = s_.gemms[st.aux];
+    const std::string shape = "gemms[" + std::to_string(st.aux) + "] (m " + std::to_string(g.m) + ", n " +
+                              std::to_string(g.n) + ", k " + std::to_string(g.k) + ")";
+    if (g.m == 0 || g.n == 0 || g.k == 0)
+      failStep(ErrorCode::Unsupported, l, i, shape + ": the GPU tile engine needs m, n and k >= 1");
+    const bool colB = (st.flags & kStepBColMajor) != 0;
+    const bool accumulate = (st.flags & kStepAccumulate) != 0;
+    if (g.lda < g.k)
+      failStep(ErrorCode::InvalidSchedule, l, i, shape + ": lda " + std::to_string(g.lda) + " < k " + std::to_string(g.k));
+    const uint32_t needLdb = colB ? g.k : g.n;
+    if (g.ldb < needLdb)
+      failStep(ErrorCode::InvalidSchedule, l, i,
+               shape + ": ldb " + std::to_string(g.ldb) + " < " + (colB ? "k " : "n ") + std::to_string(needLdb) +
+                   (colB ? " (B column-major)" : " (B row-major)"));
+    if (g.ldc < g.n)
+      failStep(ErrorCode::InvalidSchedule, l, i, shape + ": ldc " + std::to_string(g.ldc) + " < n " + std::to_string(g.n));
+    for (const auto& [ld, name] : {std::pair<uint32_t, const char*>{g.lda, "lda"}, {g.ldb, "ldb"}, {g.ldc, "ldc"}})
+      if (ld % 8 != 0)
+        failStep(ErrorCode::Unsupported, l, i,
+                 shape + ": " + name + " " + std::to_string(ld) +
+                     " is not a multiple of 8 elements (the tile engine's TMA needs 16-byte aligned rows)");
+    for (const auto& [ref, name] : {std::pair<const BufRef*, const char*>{&st.dst, "C (dst)"}, {&st.a, "A (a)"}, {&st.b, "B (b)"}})
+      if (ref->rank != rank_)
+        failStep(ErrorCode::Unsupported, l, i,
+                 std::string(name) + " lives on rank " + std::to_string(ref->rank) +
+                     ": a Gemm step reads and writes only its own rank's memory (Put the tile afterwards)");
+    const uint64_t cExtent = (uint64_t{g.m} - 1) * g.ldc + g.n;
+    const uint64_t aExtent = (uint64_t{g.m} - 1) * g.lda + g.k;
+    const uint64_t bExtent = colB ? (uint64_t{g.n} - 1) * g.ldb + g.k : (uint64_t{g.k} - 1) * g.ldb + g.n;
+    ls.dst = encode(l, i, st.dst, cExtent, "C (dst)");
+    ls.a = encode(l, i, st.a, aExtent, "A (a)");
+    ls.b = encode(l, i, st.b, bExtent, "B (b)");
+    const DType ct = s_.buffers[st.dst.buffer].dtype;
+    if (s_.buffers[st.a.buffer].dtype != DType::BFloat16 || s_.buffers[st.b.buffer].dtype != DType::BFloat16)
+      failStep(ErrorCode::Unsupported, l, i,
+               std::string("A and B must be bfloat16 buffers (got A ") + toString(s_.buffers[st.a.buffer].dtype) +
+                   ", B " + toString(s_.buffers[st.b.buffer].dtype) + ")");
+    if (ct != DType::BFloat16 && ct != DType::Float32)
+      failStep(ErrorCode::Unsupported, l, i,
+               std::string("C must be a bfloat16 or float32 buffer (got ") + toString(ct) + ")");
+    for (const auto& [op, name] : {std::pair<uint64_t, const char*>{ls.dst, "C (dst)"}, {ls.a, "A (a)"}, {ls.b, "B (b)"}})
+      if ((op & device::kOperandOffsetMask) % 16 != 0)
+        failStep(ErrorCode::Unsupported, l, i,
+                 std::string(name) + " starts " + std::to_string(op & device::kOperandOffsetMask) +
+                     " bytes into its buffer, not a multiple of 16 (TMA needs 16-byte aligned tiles)");
+    auto overlap = [](const BufRef& x, uint64_t nx, const BufRef& y, uint64_t ny) {
+      return x.rank == y.rank && x.buffer == y.buffer && x.offset < y.offset + ny && y.offset < x.offset + nx;
+    };
+    if (overlap(st.dst, cExtent, st.a, aExtent) || overlap(st.dst, cExtent, st.b, bExtent))
+      failStep(ErrorCode::InvalidSchedule, l, i, "the C tile overlaps the A or B tile");
+    const uint64_t bindings = uint64_t{s_.nRanks} * s_.buffers.size() + s_.nRanks;
+    if (bindings > device::kMaxBindings)
+      failStep(ErrorCode::Unsupported, l, i,
+               "a schedule with Gemm steps binds one more address per rank (its tensor maps): " +
+                   std::to_string(s_.buffers.size()) + " buffers on " + std::to_string(s_.nRanks) + " ranks need " +
+                   std::to_string(bindings) + ", the engine carries at most " + std::to_string(device::kMaxBindings));
+
+    device::LoweredGemm lg{};
+    lg.m = g.m;
+    lg.n = g.n;
+    lg.k = g.k;
+    lg.lda = g.lda;
+    lg.ldb = g.ldb;
+    lg.ldc = g.ldc;
+    lg.blockN = gemmChooseTileN(g.m, g.n, n);
+    lg.tiles = static_cast<uint32_t>(((uint64_t{g.m} + 127) / 128) * ((uint64_t{g.n} + lg.blockN - 1) / lg.blockN));
+    lg.ctas = std::min<uint32_t>(n, lg.tiles);
+    // The staged epilogue stores bf16 only, clips correctly only when n % 8 == 0 (docs/gemm.md), and does not
+    // read the old C: accumulation and fp32 output take the direct epilogue.
+    const bool tmaStore = ct == DType::BFloat16 && g.n % 8 == 0 && !accumulate;
+    lg.flags = (colB ? device::kLgBColMajor : 0u) | (accumulate ? device::kLgAccumulate : 0u) |
+               (tmaStore ? device::kLgTmaStore : 0u);
+    lg.lane = static_cast<uint16_t>(l);
+    lg.outDType = static_cast<uint8_t>(ct);
+    lg.step = i;
+    lg.a = ls.a;
+    lg.b = ls.b;
+    lg.dst = ls.dst;
+    ls.dtype = static_cast<uint8_t>(ct);
+    ls.activeCtas = static_cast<uint16_t>(lg.ctas);
+    ls.count = gemms_.size();
+    ls.value = 0;
+    gemms_.push_back(lg);
+
+    if (n > 1) {
+      // Tiles belong to CTAs by tile index, not by ctaPiece: never the "same piece" as another step's access.
+      constexpr uint64_t kTiled = ~uint64_t{0};
+      const std::vector<Access> mine = {
+          Access{st.dst.rank, st.dst.buffer, true, st.dst.offset, st.dst.offset + cExtent, kTiled, 0},
+          Access{st.a.rank, st.a.buffer, false, st.a.offset, st.a.offset + aExtent, kTiled, 0},
+          Access{st.b.rank, st.b.buffer, false, st.b.offset, st.b.offset + bExtent, kTiled, 0}};
+      bool conflict = false;
+      for (const Access& x : mine)
+        for (const Access& y : pending)
+          if ((x.write || y.write) && overlaps(x, y)) conflict = true;
+      if (conflict) {
+        ls.bits |= device::kLsBarrierBefore;
+        ls.barrierSync = newSyncPoint(l, i);
+        pending.clear();
+      }
+      pending.insert(pending.end(), mine.begin(), mine.end());
     }
   }
 
@@ -378,6 +515,7 @@ class Lowerer {
   uint32_t rank_;
   LowerOptions opt_;
   uint32_t syncPoints_ = 0;
+  std::vector<device::LoweredGemm> gemms_;  ///< compute lanes: the aux table of this rank's Gemm steps
 };
 
 }  // namespace

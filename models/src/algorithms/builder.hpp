@@ -64,13 +64,7 @@ class ScheduleBuilder {
   /// growing the vector by doubling (which at 1024 ranks can leave up to half of the step memory unused).
   void reserveSteps(uint32_t rank, uint32_t lane, std::size_t steps);
 
-  static BufRef ref(uint32_t rank, uint16_t buffer, uint64_t offset) noexcept {
-    BufRef r;
-    r.rank = rank;
-    r.buffer = buffer;
-    r.offset = offset;
-    return r;
-  }
+  static BufRef ref(uint32_t rank, uint16_t buffer, uint64_t offset) noexcept { return bufRef(rank, buffer, offset); }
 
   /// dst <- src, executed by `rank` (either side may be an NVLink peer of `rank`).
   void copy(uint32_t rank, uint32_t lane, BufRef dst, BufRef src, uint64_t count);

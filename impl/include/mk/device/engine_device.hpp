@@ -183,7 +183,7 @@ inline constexpr uint64_t kOperandOffsetMask = (uint64_t{1} << kOperandShift) - 
 
 /// One step as the resident kernel runs it; 64 bytes, read whole before acting, never written at run time.
 struct alignas(16) LoweredStep {
-  uint8_t kind;   ///< StepKind (Copy, Reduce, Put, Signal, Wait, Barrier)
+  uint8_t kind;   ///< StepKind (Copy, Reduce, Put, Signal, Wait, Barrier, Gemm: count = LoweredGemm index)
   uint8_t redop;  ///< RedOp
   uint8_t dtype;  ///< DType of the operands (checked equal at lowering)
   uint8_t bits;   ///< LoweredStepBits
@@ -227,7 +227,7 @@ enum ProgramFlagBits : uint32_t {
 };
 
 /// Program header; followed by LoweredLane[nLanes], LoweredStep[nSteps], CtaAssignment[nWorkers] at the
-/// byte offsets given (each 16-byte aligned).
+/// byte offsets given (each 16-byte aligned), then (compute lanes) LoweredGemm[nGemms] at gemmsOffset.
 struct alignas(16) ProgramHeader {
   uint32_t magic;
   uint32_t rank, nRanks;
@@ -238,9 +238,11 @@ struct alignas(16) ProgramHeader {
   uint32_t nSyncPoints;
   uint64_t lanesOffset, stepsOffset, ctasOffset, totalBytes;
   uint32_t flags;  ///< ProgramFlagBits
-  uint32_t reserved;
+  // ---- compute lanes (mk/device/compute_lane_device.hpp) ----
+  uint32_t nGemms;       ///< Gemm steps of this rank (LoweredGemm records; 0 = none)
+  uint64_t gemmsOffset;  ///< byte offset of LoweredGemm[nGemms] (0 when nGemms = 0)
 };
-static_assert(sizeof(ProgramHeader) == 80);
+static_assert(sizeof(ProgramHeader) == 96);
 
 /// Elements of one data step that CTA `idx` of `active` moves: [*begin, *end). Pieces are multiples of
 /// 256 elements (so every piece but the last starts 16-byte aligned relative to the step's start) and

@@ -95,10 +95,16 @@ struct GemmTileConfigT {
   static constexpr uint32_t kSmemBytes = kSmemAlign + kStages * kStageBytes + kStagingBytes + 2 * kStages * 8 + 16;
   static constexpr uint32_t kProducerRegs = 40;   ///< setmaxnreg.dec target of the producer warpgroup
   static constexpr uint32_t kConsumerRegs = 232;  ///< setmaxnreg.inc target of each consumer warpgroup
+  /// Registers per thread at launch (__launch_bounds__(384, 1): 65536 / 384 rounded down to 8). The resident
+  /// kernel's compute lanes give every warpgroup this count back when a Gemm step ends (kResident).
+  static constexpr uint32_t kLaunchRegs = 168;
 
   static_assert(kBlockN == 128 || kBlockN == 256, "wgmma wrappers exist for n128 and n256");
   static_assert(kStageBytesA % kSmemAlign == 0 && kStageBytesB % kSmemAlign == 0, "stages keep 1 KiB alignment");
   static_assert(kSmemBytes <= 227 * 1024, "H100/H200 give a CTA at most 227 KiB of shared memory");
+  static_assert(kLaunchRegs * kThreads <= 65536 && kLaunchRegs % 8 == 0, "the launch register count fits one SM");
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWarpgroups <= kLaunchRegs * kThreads,
+                "setmaxnreg only moves registers the CTA was launched with");
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWarpgroups <= 65536,
                 "the register file holds 64 Ki 32-bit registers per SM");
   static_assert(kBlockM == 64 * kConsumerWarpgroups, "each consumer warpgroup owns 64 rows");
@@ -142,6 +148,12 @@ struct GemmParams {
   /// {2, cta, thread, waiter (1 producer: stage free, 2 consumer: stage loaded), stage, parity, tile}
   /// (word 0 last) before trapping, so the host can say who waited for what after the context is lost.
   uint32_t* timeoutReport;
+  /// 1: C += A * B (the old C is read in the epilogue; direct epilogue only), 0: C = A * B.
+  uint32_t accumulate;
+  /// Written as word 7 of a timeout report (the resident kernel puts lane << 16 | step there).
+  uint32_t tag;
+  /// Budget of every mbarrier wait in ns; 0 = kGemmWaitLimitNs (the resident kernel uses its pollBudget).
+  uint64_t waitLimitNs;
 };
 
 /// Output tile `tile` of the grouped raster: consecutive tile indices walk down `groupM` tile rows, then
@@ -222,13 +234,17 @@ enum class GemmWaiter : uint32_t { Producer = 1, Consumer = 2 };
 /// that lasts kWaitLimitNs writes who waited for what to `p.timeoutReport` (when set: host-mapped memory
 /// that survives the trap) and traps: a lost TMA completion or a consumer that never frees a stage must not
 /// hang the GPU silently. No printf here: any call in the kernel makes ptxas serialise every wgmma.
+/// kResident: the budget is p.waitLimitNs (else kGemmWaitLimitNs) and the report carries p.tag (the standalone
+/// kernels keep the constant: their consumers have no register to spare).
+template <bool kResident = false>
 MK_DEVICE_INLINE void mbarWait(const GemmParams& p, uint32_t bar, uint32_t parity, GemmWaiter who, uint32_t stage,
                                uint32_t tile) {
   if (mbarTryWait(bar, parity)) return;
   const uint64_t start = globalTimerNs();
   for (uint32_t spin = 0;; ++spin) {
     if (mbarTryWait(bar, parity)) return;
-    if ((spin & 255) == 255 && globalTimerNs() - start > kGemmWaitLimitNs) {
+    const uint64_t limit = kResident && p.waitLimitNs != 0 ? p.waitLimitNs : kGemmWaitLimitNs;
+    if ((spin & 255) == 255 && globalTimerNs() - start > limit) {
       if (p.timeoutReport != nullptr && atomicCAS(p.timeoutReport, 0u, 1u) == 0u) {
         volatile uint32_t* r = p.timeoutReport;
         r[1] = blockIdx.x;
@@ -237,6 +253,7 @@ MK_DEVICE_INLINE void mbarWait(const GemmParams& p, uint32_t bar, uint32_t parit
         r[4] = stage;
         r[5] = parity;
         r[6] = tile;
+        if (kResident) r[7] = p.tag;
         __threadfence_system();
         r[0] = 2;  // written last: the report is complete
       }
@@ -309,22 +326,37 @@ MK_DEVICE_INLINE uint16_t toBf16(float v) {
   return h;
 }
 
+MK_DEVICE_INLINE float bf16ToFloat(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+
 /// Store C[row][col], C[row][col + 1]; `full` says both are inside N (the row is always inside M here).
 /// Pairs are 4- or 8-byte aligned: col is even and ldc is a multiple of 8 elements (host-checked).
-template <GemmOut kOut>
+/// kAcc: C += the pair (the old values are read first; one rounding of old + sum, as the CPU executor does).
+template <GemmOut kOut, bool kAcc = false>
 MK_DEVICE_INLINE void storePair(const GemmParams& p, uint32_t row, uint32_t col, float v0, float v1, bool full) {
   if constexpr (kOut == GemmOut::Float32) {
     float* dst = static_cast<float*>(p.c) + static_cast<uint64_t>(row) * p.ldc + col;
     if (full || col + 1 < p.n) {
+      if constexpr (kAcc) {
+        const float2 old = *reinterpret_cast<const float2*>(dst);
+        v0 += old.x;
+        v1 += old.y;
+      }
       *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
     } else if (col < p.n) {
+      if constexpr (kAcc) v0 += dst[0];
       dst[0] = v0;
     }
   } else {
     uint16_t* dst = static_cast<uint16_t*>(p.c) + static_cast<uint64_t>(row) * p.ldc + col;
     if (full || col + 1 < p.n) {
+      if constexpr (kAcc) {
+        const uint32_t old = *reinterpret_cast<const uint32_t*>(dst);
+        v0 += bf16ToFloat(static_cast<uint16_t>(old & 0xFFFFu));
+        v1 += bf16ToFloat(static_cast<uint16_t>(old >> 16));
+      }
       *reinterpret_cast<uint32_t*>(dst) = packBf16x2(v0, v1);
     } else if (col < p.n) {
+      if constexpr (kAcc) v0 += bf16ToFloat(dst[0]);
       dst[0] = toBf16(v0);
     }
   }
@@ -333,20 +365,20 @@ MK_DEVICE_INLINE void storePair(const GemmParams& p, uint32_t row, uint32_t col,
 /// Write one consumer warpgroup's 64 x N accumulators (clipped to M x N). Fragment layout of wgmma
 /// m64nN: register 4j + {0,1} holds row 16 * warp + lane / 4, columns 8j + 2 * (lane % 4) + {0,1};
 /// registers 4j + {2,3} the same columns 8 rows further down.
-template <GemmOut kOut, uint32_t kRegs>
+template <GemmOut kOut, uint32_t kRegs, bool kAcc = false>
 MK_DEVICE_INLINE void storeTile(const GemmParams& p, const float (&acc)[kRegs], uint32_t row0, uint32_t col0,
                                 bool fullTile) {
   if (fullTile) {
 #pragma unroll
     for (uint32_t j = 0; j < kRegs / 4; ++j) {
-      storePair<kOut>(p, row0, col0 + 8 * j, acc[4 * j], acc[4 * j + 1], true);
-      storePair<kOut>(p, row0 + 8, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3], true);
+      storePair<kOut, kAcc>(p, row0, col0 + 8 * j, acc[4 * j], acc[4 * j + 1], true);
+      storePair<kOut, kAcc>(p, row0 + 8, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3], true);
     }
   } else {
 #pragma unroll
     for (uint32_t j = 0; j < kRegs / 4; ++j) {
-      if (row0 < p.m) storePair<kOut>(p, row0, col0 + 8 * j, acc[4 * j], acc[4 * j + 1], false);
-      if (row0 + 8 < p.m) storePair<kOut>(p, row0 + 8, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3], false);
+      if (row0 < p.m) storePair<kOut, kAcc>(p, row0, col0 + 8 * j, acc[4 * j], acc[4 * j + 1], false);
+      if (row0 + 8 < p.m) storePair<kOut, kAcc>(p, row0 + 8, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3], false);
     }
   }
 }
@@ -434,8 +466,9 @@ MK_DEVICE_INLINE bool splitKReduce(const GemmParams& p, float (&acc)[Cfg::kAccRe
   return true;
 }
 
-/// kTmaStoreC: epilogue through the staging buffer at `staging` (see the file comment).
-template <uint32_t kBlockN, bool kTmaStoreC, int kTransB, class Hook>
+/// kTmaStoreC: epilogue through the staging buffer at `staging` (see the file comment). kResident: the
+/// direct epilogue also honours p.accumulate (C += A * B; compiled only into the resident kernel).
+template <uint32_t kBlockN, bool kTmaStoreC, int kTransB, bool kResident, class Hook>
 MK_DEVICE_INLINE void consumeTiles(const GemmParams& p, uint32_t smemA, uint32_t smemB, uint32_t staging,
                                    uint32_t fullBar, uint32_t emptyBar, uint32_t splitFlag, uint32_t firstTile,
                                    uint32_t tileStride, uint32_t endTile, Hook& hook) {
@@ -467,7 +500,7 @@ MK_DEVICE_INLINE void consumeTiles(const GemmParams& p, uint32_t smemA, uint32_t
     gemmTileCoord(p, tile, tileM, tileN);
     uint32_t prevStage = 0;
     for (uint32_t kIter = kBegin; kIter < kEnd; ++kIter) {
-      mbarWait(p, fullBar + 8 * stage, phase, GemmWaiter::Consumer, stage, unit);
+      mbarWait<kResident>(p, fullBar + 8 * stage, phase, GemmWaiter::Consumer, stage, unit);
       const uint32_t a = smemA + stage * Cfg::kStageBytesA + consumer * 64 * 128;
       const uint32_t b = smemB + stage * Cfg::kStageBytesB;
 #pragma unroll
@@ -532,10 +565,16 @@ MK_DEVICE_INLINE void consumeTiles(const GemmParams& p, uint32_t smemA, uint32_t
     const uint32_t row0 = tileM * Cfg::kBlockM + consumer * 64 + warp * 16 + lane / 4;
     const uint32_t col0 = tileN * Cfg::kBlockN + 2 * (lane % 4);
     const bool fullTile = (tileM + 1) * Cfg::kBlockM <= p.m && (tileN + 1) * Cfg::kBlockN <= p.n;
-    if (p.out == GemmOut::Float32)
+    if (kResident && p.accumulate) {
+      if (p.out == GemmOut::Float32)
+        storeTile<GemmOut::Float32, Cfg::kAccRegs, true>(p, acc, row0, col0, fullTile);
+      else
+        storeTile<GemmOut::BFloat16, Cfg::kAccRegs, true>(p, acc, row0, col0, fullTile);
+    } else if (p.out == GemmOut::Float32) {
       storeTile<GemmOut::Float32>(p, acc, row0, col0, fullTile);
-    else
+    } else {
       storeTile<GemmOut::BFloat16>(p, acc, row0, col0, fullTile);
+    }
     if constexpr (Hook::kEnabled) {
       // Every consumer thread fences its own stores GPU-wide, then the 256 consumers meet on named
       // barrier 1 (the producer is not part of it): the hook sees a finished, visible tile.
@@ -570,7 +609,16 @@ MK_DEVICE_INLINE void consumeTiles(const GemmParams& p, uint32_t smemA, uint32_t
 /// 65536 / 384 = 168 registers per thread, e.g. __launch_bounds__(384, 1)), and when it returns every TMA
 /// copy it issued has been consumed. `hook(m0, n0)` runs on one consumer thread after each tile whose first
 /// element is (m0, n0); all of the tile's stores are visible GPU-wide (fenced) before it is called.
-template <uint32_t kBlockN, bool kTmaStoreC = false, class Hook>
+///
+/// kResident (the resident kernel's compute lanes, mk/device/compute_lane_device.hpp): the kernel goes on
+/// running other steps afterwards, so (a) every thread returns only at the end, with
+/// GemmTileConfigT::kLaunchRegs registers again (consumers give back, the producer takes back; the kernel
+/// must be launched with exactly that count), (b) the mbarriers are invalidated once every thread is done
+/// (the next call re-initialises the same shared memory), (c) the tensor maps, written by the host while
+/// the kernel ran, are acquired by the tensormap proxy before their first use (fence.proxy.tensormap), and
+/// (d) p.accumulate is honoured by the direct epilogue. Every store to C is complete when it returns (the
+/// TMA-store epilogue drains with cp.async.bulk.wait_group 0 + fence.proxy.async.global).
+template <uint32_t kBlockN, bool kTmaStoreC = false, bool kResident = false, class Hook>
 MK_DEVICE_INLINE void gemmRunTiles(const GemmParams& p, uint8_t* smem, uint32_t firstTile, uint32_t tileStride,
                                    uint32_t endTile, Hook& hook) {
   using Cfg = GemmTileConfigT<kBlockN, kTmaStoreC>;
@@ -597,56 +645,89 @@ MK_DEVICE_INLINE void gemmRunTiles(const GemmParams& p, uint8_t* smem, uint32_t 
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   }
+  if constexpr (kResident) {
+    // The maps were written (by a host copy) after the kernel started: order that write before the
+    // tensormap proxy reads them, in every thread that issues TMA with them (producer; consumer leaders).
+    if (wgThread == 0) {
+      if (warpgroup == 0) {
+        asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapA))
+                     : "memory");
+        asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapB))
+                     : "memory");
+      } else if (kTmaStoreC) {
+        asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapC))
+                     : "memory");
+      }
+    }
+  }
   __syncthreads();
 
   if (warpgroup == 0) {
     // ---- producer ---------------------------------------------------------------------------------------
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegs));
-    if (wgThread != 0) return;
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapA)) : "memory");
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapB)) : "memory");
-    if (kTmaStoreC) asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapC)) : "memory");
-    uint32_t stage = 0, phase = 0;
-    for (uint32_t unit = firstTile; unit < endTile; unit += tileStride) {
-      uint32_t tile = 0, split = 0, kBegin = 0, kEnd = 0, tileM = 0, tileN = 0;
-      gemmUnit(p, unit, tile, split, kBegin, kEnd);
-      gemmTileCoord(p, tile, tileM, tileN);
-      const int32_t rowA = static_cast<int32_t>(tileM * Cfg::kBlockM);
-      const int32_t colB = static_cast<int32_t>(tileN * Cfg::kBlockN);
-      for (uint32_t kIter = kBegin; kIter < kEnd; ++kIter) {
-        // A fresh barrier counts as having completed the phase before phase 0: the first pass never waits.
-        mbarWait(p, emptyBar + 8 * stage, phase ^ 1, GemmWaiter::Producer, stage, unit);
-        const uint32_t full = fullBar + 8 * stage;
-        mbarArriveExpectTx(full, Cfg::kStageBytes);
-        const int32_t k0 = static_cast<int32_t>(kIter * Cfg::kBlockK);
-        tmaLoad2d(smemA + stage * Cfg::kStageBytesA, &p.mapA, k0, rowA, full);
-        const uint32_t dstB = smemB + stage * Cfg::kStageBytesB;
-        if (p.bRowMajor) {
-          for (uint32_t box = 0; box < Cfg::kBlockN / Cfg::kBoxN; ++box)
-            tmaLoad2d(dstB + box * Cfg::kBoxBytesBRowMajor, &p.mapB,
-                      colB + static_cast<int32_t>(box * Cfg::kBoxN), k0, full);
-        } else {
-          tmaLoad2d(dstB, &p.mapB, k0, colB, full);
-        }
-        if (++stage == Cfg::kStages) {
-          stage = 0;
-          phase ^= 1;
+    if (wgThread == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapA)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapB)) : "memory");
+      if (kTmaStoreC) asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapC)) : "memory");
+      uint32_t stage = 0, phase = 0;
+      for (uint32_t unit = firstTile; unit < endTile; unit += tileStride) {
+        uint32_t tile = 0, split = 0, kBegin = 0, kEnd = 0, tileM = 0, tileN = 0;
+        gemmUnit(p, unit, tile, split, kBegin, kEnd);
+        gemmTileCoord(p, tile, tileM, tileN);
+        const int32_t rowA = static_cast<int32_t>(tileM * Cfg::kBlockM);
+        const int32_t colB = static_cast<int32_t>(tileN * Cfg::kBlockN);
+        for (uint32_t kIter = kBegin; kIter < kEnd; ++kIter) {
+          // A fresh barrier counts as having completed the phase before phase 0: the first pass never waits.
+          mbarWait<kResident>(p, emptyBar + 8 * stage, phase ^ 1, GemmWaiter::Producer, stage, unit);
+          const uint32_t full = fullBar + 8 * stage;
+          mbarArriveExpectTx(full, Cfg::kStageBytes);
+          const int32_t k0 = static_cast<int32_t>(kIter * Cfg::kBlockK);
+          tmaLoad2d(smemA + stage * Cfg::kStageBytesA, &p.mapA, k0, rowA, full);
+          const uint32_t dstB = smemB + stage * Cfg::kStageBytesB;
+          if (p.bRowMajor) {
+            for (uint32_t box = 0; box < Cfg::kBlockN / Cfg::kBoxN; ++box)
+              tmaLoad2d(dstB + box * Cfg::kBoxBytesBRowMajor, &p.mapB,
+                        colB + static_cast<int32_t>(box * Cfg::kBoxN), k0, full);
+          } else {
+            tmaLoad2d(dstB, &p.mapB, k0, colB, full);
+          }
+          if (++stage == Cfg::kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
         }
       }
     }
-    return;
+    if constexpr (!kResident) return;
+    // Resident: take the registers back once the consumers have given theirs back (inc waits for them).
+    __syncwarp();
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kLaunchRegs));
+  } else {
+    // ---- consumers ------------------------------------------------------------------------------------
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs));
+    // One straight-line k-loop per B layout: a layout branch between the wgmmas makes ptxas insert
+    // warpgroup.arrive before each of them.
+    if (p.bRowMajor)
+      gemm_detail::consumeTiles<kBlockN, kTmaStoreC, 1, kResident>(p, smemA, smemB, staging, fullBar, emptyBar, splitFlag,
+                                                                   firstTile, tileStride, endTile, hook);
+    else
+      gemm_detail::consumeTiles<kBlockN, kTmaStoreC, 0, kResident>(p, smemA, smemB, staging, fullBar, emptyBar, splitFlag,
+                                                                   firstTile, tileStride, endTile, hook);
+    if constexpr (!kResident) return;
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kLaunchRegs));
   }
-
-  // ---- consumers --------------------------------------------------------------------------------------
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs));
-  // One straight-line k-loop per B layout: a layout branch between the wgmmas makes ptxas insert
-  // warpgroup.arrive before each of them.
-  if (p.bRowMajor)
-    gemm_detail::consumeTiles<kBlockN, kTmaStoreC, 1>(p, smemA, smemB, staging, fullBar, emptyBar, splitFlag, firstTile, tileStride,
-                                                      endTile, hook);
-  else
-    gemm_detail::consumeTiles<kBlockN, kTmaStoreC, 0>(p, smemA, smemB, staging, fullBar, emptyBar, splitFlag, firstTile, tileStride,
-                                                      endTile, hook);
+  if constexpr (kResident) {
+    // Every thread is back at the launch register count and every TMA transaction has completed (each full
+    // barrier's last phase was waited for): the barriers may be invalidated and the memory reused.
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (uint32_t s = 0; s < Cfg::kStages; ++s) {
+        asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(fullBar + 8 * s) : "memory");
+        asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(emptyBar + 8 * s) : "memory");
+      }
+    }
+    __syncthreads();
+  }
 }
 
 #endif  // MK_HAVE_DEVICE_CODE

@@ -34,6 +34,15 @@ struct BufRef {
 };
 static_assert(sizeof(BufRef) == 16, "BufRef is part of the packed wire form");
 
+/// A BufRef from its three coordinates (what generators and tests spell operands with).
+inline BufRef bufRef(uint32_t rank, uint16_t buffer, uint64_t offset) noexcept {
+  BufRef r;
+  r.rank = rank;
+  r.buffer = buffer;
+  r.offset = offset;
+  return r;
+}
+
 /// A flag counter: (owner rank, id).
 struct FlagRef {
   uint32_t rank = 0;

@@ -1,0 +1,105 @@
+// mkernel — compute lanes of the resident kernel: Gemm steps run by the Hopper tile engine
+// (mk/device/gemm_device.hpp) inside the resident kernel, between the communication steps of a lane.
+//
+// The compute-capable instantiation of the resident kernel (CommConfig::computeLanes) has 384 threads per
+// CTA (one producer + two consumer warpgroups), __launch_bounds__(384, 1) and kComputeSmemBytes of
+// dynamic shared memory, so one CTA fills one SM. Communication steps run unchanged with 384 threads.
+//
+// What crosses from the host (docs/gpu-engine.md, "Compute lanes"):
+//  * at lowering, every Gemm step of a rank gets a LoweredGemm record (the aux table of the program image,
+//    ProgramHeader::gemmsOffset / nGemms); LoweredStep::count is its index;
+//  * per op, the host binds the addresses: one device-memory block of GemmParams per rank (one per Gemm
+//    step of that rank's program, tensor maps encoded on the host for the op's A, B, C addresses), cached by
+//    (program, addresses) so repeated ops with the same buffers cost one lookup. The block's address travels
+//    in the op's binding table, after the schedule's own bindings: table[nRanks * nBuffers + rank].
+//
+// A lane of n CTAs splits a Gemm step's output tiles among its first activeCtas CTAs (CTA i runs tiles i,
+// i + activeCtas, ...). The step returns once every store of this CTA's tiles is complete and visible to
+// the generic proxy (direct stores, or TMA stores drained with cp.async.bulk.wait_group 0 +
+// fence.proxy.async.global); the lane's usual arrive / signal path (CTA barrier, system-scope fence,
+// release) then publishes them.
+#pragma once
+
+#include <cstdint>
+
+#include "mk/device/engine_device.hpp"
+#include "mk/device/gemm_device.hpp"
+#include "mk/device/macros_device.hpp"
+
+namespace mk::device {
+
+/// Threads per CTA of the compute-capable resident kernel (the GEMM engine's producer + 2 consumers).
+inline constexpr uint32_t kComputeThreads = GemmTileConfigT<256, false>::kThreads;
+
+/// Dynamic shared memory of the compute-capable resident kernel: the largest of the engine's variants
+/// (128- or 256-wide tile, direct or TMA-store epilogue).
+inline constexpr uint32_t kComputeSmemBytes = [] {
+  const uint32_t v[4] = {GemmTileConfigT<128, false>::kSmemBytes, GemmTileConfigT<256, false>::kSmemBytes,
+                         GemmTileConfigT<128, true>::kSmemBytes, GemmTileConfigT<256, true>::kSmemBytes};
+  uint32_t m = 0;
+  for (uint32_t x : v) m = x > m ? x : m;
+  return m;
+}();
+
+/// LoweredGemm::flags bits.
+enum LoweredGemmBits : uint32_t {
+  kLgBColMajor = 1u << 0,   ///< B is stored N x K row-major (column-major K x N)
+  kLgAccumulate = 1u << 1,  ///< C += A * B
+  kLgTmaStore = 1u << 2,    ///< the TMA-store epilogue runs (bf16 C, n % 8 == 0, no accumulate)
+};
+
+/// One Gemm step of a rank's program, as lowered (the aux table of the program image). The host reads it
+/// per op to build the step's GemmParams; the kernel reads only the GemmParams.
+struct alignas(16) LoweredGemm {
+  uint32_t m, n, k;         ///< C is m x n, A m x k
+  uint32_t lda, ldb, ldc;   ///< leading dimensions in elements
+  uint32_t blockN;          ///< tile width chosen at lowering (128 or 256)
+  uint32_t flags;           ///< LoweredGemmBits
+  uint32_t tiles;           ///< ceil(m / 128) x ceil(n / blockN)
+  uint32_t ctas;            ///< CTAs of the lane that run tiles (LoweredStep::activeCtas)
+  uint16_t lane;            ///< lane index in the schedule (diagnostics)
+  uint8_t outDType;         ///< DType of C (Float32 or BFloat16)
+  uint8_t reserved0;
+  uint32_t step;            ///< step index in the lane (diagnostics)
+  uint64_t a, b, dst;       ///< operands (kOperandShift encoding), as in the LoweredStep
+};
+static_assert(sizeof(LoweredGemm) == 80, "LoweredGemm is a fixed wire record");
+
+/// Where rank `rank`'s GemmParams block of the current op sits in the binding table (after the schedule's
+/// nRanks x nBuffers bindings).
+MK_HOST_DEVICE_INLINE uint32_t gemmParamsBinding(uint32_t nRanks, uint32_t nBuffers, uint32_t rank) {
+  return nRanks * nBuffers + rank;
+}
+
+#if MK_HAVE_DEVICE_CODE
+
+/// The compute-capable kernel's dynamic shared memory (kComputeSmemBytes, which includes the 1 KiB of slack the
+/// engine aligns it up with: declared 16-byte aligned so that the static variables are not padded to 1 KiB).
+extern __shared__ __align__(16) uint8_t mkComputeLaneSmem[];
+
+/// Run CTA `idx`'s share of Gemm step `step` (all kComputeThreads threads call it with the same arguments).
+/// CTAs at or past step.activeCtas have no tile and return at once.
+MK_DEVICE_INLINE void runGemmStep(const LoweredStep& step, const ProgramHeader* ph, const uint64_t* table,
+                                  uint32_t rank, uint32_t idx) {
+  if (idx >= step.activeCtas) return;
+  const auto* block =
+      reinterpret_cast<const GemmParams*>(table[gemmParamsBinding(ph->nRanks, ph->nBuffers, rank)]);
+  const GemmParams& p = block[step.count];
+  const uint32_t units = p.tilesM * p.tilesN;
+  GemmNoHook hook;
+  if (p.blockN == 128) {
+    if (p.tmaStoreC)
+      gemmRunTiles<128, true, true>(p, mkComputeLaneSmem, idx, step.activeCtas, units, hook);
+    else
+      gemmRunTiles<128, false, true>(p, mkComputeLaneSmem, idx, step.activeCtas, units, hook);
+  } else {
+    if (p.tmaStoreC)
+      gemmRunTiles<256, true, true>(p, mkComputeLaneSmem, idx, step.activeCtas, units, hook);
+    else
+      gemmRunTiles<256, false, true>(p, mkComputeLaneSmem, idx, step.activeCtas, units, hook);
+  }
+}
+
+#endif  // MK_HAVE_DEVICE_CODE
+
+}  // namespace mk::device

@@ -1,0 +1,86 @@
+// mkernel — internal: the host side of the resident kernel's compute lanes (Gemm steps).
+//
+// Per op, every local rank whose program has Gemm steps needs one device-memory block of GemmParams (one per
+// Gemm step: the TMA tensor maps of the op's A, B and C addresses, the sizes and tile choice of the lowering)
+// whose address the op's binding table carries (mk/device/compute_lane_device.hpp). Tensor maps embed
+// global addresses, so the block depends on the op's bindings: GemmLaneBinder builds it on the host
+// (cuTensorMapEncodeTiled through the driver entry point), copies it into device memory once, and keeps it
+// by (program, addresses of the rank's buffers). An op whose addresses repeat costs one map lookup; a new
+// address set costs the encodes and one small host-to-device copy. Blocks are recycled only once the last
+// op that used them has completed on every rank (never freed while the kernel runs: cudaFree would wait
+// for it).
+//
+// The binders of a communicator live in a registry keyed by its LocalGroup (communicator.cpp calls
+// gemmLaneBinder() while it writes an op's descriptor, and releaseGemmLaneBinders() once its kernels have
+// stopped).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lowering.hpp"
+
+namespace mk::runtime {
+
+/// The GemmParams blocks of one rank (one GPU).
+class GemmLaneBinder {
+ public:
+  /// `waitLimitNs`: budget of the engine's mbarrier waits (the communicator's pollBudget).
+  GemmLaneBinder(int device, uint32_t rank, uint64_t waitLimitNs);
+  ~GemmLaneBinder();
+  GemmLaneBinder(const GemmLaneBinder&) = delete;
+  GemmLaneBinder& operator=(const GemmLaneBinder&) = delete;
+
+  /// Device address of the GemmParams block of `program` (this rank's, with nGemms > 0; `programKey`
+  /// identifies it, e.g. its device copy) for op `seq` whose binding table is `table` (global binding
+  /// index rank * nBuffers + buffer). `completed`: ops complete on every rank (blocks of older ops may be
+  /// recycled). Copies through `copyStream` (waited for) on a miss. Throws Error on a driver failure.
+  uint64_t bind(const LoweredProgram& program, const void* programKey, const uint64_t* table, uint32_t seq,
+                uint32_t completed, cudaStream_t copyStream);
+  /// "" normally; after a Gemm step's wait expired and the kernel trapped, who waited for what (read from
+  /// host-mapped memory the kernel wrote before trapping), naming rank, lane and step.
+  std::string timeoutReport() const;
+  /// Free every block and the report (the kernel must have stopped).
+  void release() noexcept;
+
+  /// Blocks currently held (tests, diagnostics).
+  size_t cachedBlocks() const noexcept { return blocks_.size(); }
+
+ private:
+  struct Block {
+    void* device = nullptr;
+    size_t bytes = 0;
+    uint32_t lastSeq = 0;
+  };
+  using Key = std::pair<const void*, std::vector<uint64_t>>;
+
+  int device_;
+  uint32_t rank_;
+  uint64_t waitLimitNs_;
+  uint32_t* report_ = nullptr;  ///< host-mapped, 8 words (GemmParams::timeoutReport)
+  std::map<Key, Block> blocks_;
+  std::vector<Block> free_;  ///< recycled device memory (its last op completed)
+};
+
+/// The binder of (group, rank), created on first use.
+GemmLaneBinder& gemmLaneBinder(const void* group, uint32_t rank, int device, uint64_t waitLimitNs);
+/// Report of (group, rank)'s binder, "" when none or no timeout.
+std::string gemmLaneTimeoutReport(const void* group, uint32_t rank);
+/// Forget the binders of `group`; free their memory when `freeMemory` (its kernels have stopped), else leak it
+/// (a kernel that never stopped may still read it), so that a later group at the same address starts clean.
+void releaseGemmLaneBinders(const void* group, bool freeMemory) noexcept;
+
+/// Before an op is enqueued: every Gemm operand of `program` (rank `rank`) bound to the user's `input` /
+/// `output` pointer must start 16-byte aligned (TMA). Throws Error(InvalidArgument) naming the operand,
+/// lane and step otherwise.
+void checkGemmOperands(const LoweredProgram& program, uint32_t rank, const void* input, const void* output);
+
+/// Gemm steps of a lowered program (its aux table).
+inline uint32_t gemmCount(const LoweredProgram& p) { return p.image.empty() ? 0 : p.header().nGemms; }
+
+}  // namespace mk::runtime
