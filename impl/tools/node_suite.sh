@@ -6,7 +6,8 @@
 #      profile) and every algorithm, NCCL in the same run (NVLS off);
 #   3. one traced 1 MiB two-shot all-reduce (for mk-validate's side-by-side trace);
 #   4. mk-bench gemm over the issue-6 shapes with --check, the GEMM GPU tests, SASS facts;
-#   5. the GPU test suite (single- and multi-process), one process per case under a time limit.
+#   5. the GPU test suite (single- and multi-process), one process per case under a time limit;
+#   6. mk-probe-latency: the hand-off floors and the engine's per-op stage times (docs/gpu-engine.md, "Latency").
 # mk-validate runs afterwards on the developer machine (it needs SimGrid), on the files this writes.
 #
 #   impl/tools/node_suite.sh <build dir> <out dir> [max bytes, default 512M] [gpus, default all]
@@ -58,4 +59,7 @@ echo "gemm tests rc=$?" >> "$R/summary.log"
 stamp suite
 timeout 170 "$(dirname "$0")/gpu_suite.sh" "$build" "$R/suite.log" 60 > "$R/suite-summary.txt" 2>&1
 tail -2 "$R/suite-summary.txt" | tee -a "$R/summary.log"
+stamp probe
+timeout 120 "$B/mk-probe-latency" --rounds 1000 > "$R/probe-latency.log" 2>&1
+echo "probe rc=$?" >> "$R/summary.log"
 stamp done
