@@ -8,7 +8,7 @@ here="$(dirname "${BASH_SOURCE[0]}")"
 rm -rf "$work" && mkdir -p "$work"
 # shellcheck source=../../cmake/cli_testlib.sh
 source "$here/../../cmake/cli_testlib.sh"
-collective="$here/../data/measured/2026-11-29-h200x2-allreduce.json"
+collective="$here/../data/measured/archive/2026-11-29-h200x2-allreduce.json"
 
 # Synthetic micro-benchmark files: nvlink alpha 1.7 us, 370 GB/s; reduce 1300 GB/s; flag 0.65 us; one
 # file with a single network point (too few for a fit).

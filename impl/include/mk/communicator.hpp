@@ -8,11 +8,13 @@
 // memory is mapped through CUDA IPC (docs/gpu-engine.md, "One process per GPU"). Either way an op starts
 // on a GPU once that rank's stream reaches it.
 //
-// Stream semantics: a call returns once the op is enqueued. The op starts when `stream` reaches it (a
-// stream memory write rings the doorbell). Outside a group the call also makes `stream` wait for the op's
-// completion on every rank (a stream memory wait), so later work on `stream` sees the result. Inside
-// groupStart() / groupEnd() only the last op per (communicator, stream) gets that wait, at groupEnd():
-// back-to-back ops then run without a host or stream round trip between them (docs/gpu-engine.md).
+// Stream semantics: a call returns once the op is enqueued. The op starts when `stream` reaches it (the
+// doorbell is rung from the stream: CommConfig::streamHandoff). Outside a group the call also makes `stream`
+// wait until the op is complete for this rank — done on every rank, or done here when no other rank's step
+// touches this rank's buffers (one-shot) — so later work on `stream` sees the result and may reuse the
+// buffers. Inside groupStart() / groupEnd() only the last op per (communicator, stream) gets that wait, at
+// groupEnd(): back-to-back ops then run without a host or stream round trip between them
+// (docs/gpu-engine.md, "Submission" and "Latency").
 //
 // While a communicator is alive its GPUs run a resident kernel: cudaDeviceSynchronize() and cudaFree()
 // on those devices would wait for it forever. Use stream or event synchronisation, and
@@ -185,8 +187,8 @@ class Communicator {
   /// GenOptions the engine uses for (op, count, dtype, algo) when CollOptions leaves them at 0.
   GenOptions chooseGenOptions(CollOp op, uint64_t count, DType dtype, const std::string& algo) const;
 
-  /// Block the host until every op this rank submitted has completed on every rank (bounded by
-  /// CommConfig::hostBudgetMs). Throws the kernel's failure, if any.
+  /// Block the host until every op this rank submitted is complete for this rank (see "Stream semantics"
+  /// above; bounded by CommConfig::hostBudgetMs). Throws the kernel's failure, if any.
   void synchronize();
   /// Index of the next op this rank will submit (ops are numbered 0, 1, ... per rank).
   uint64_t nextOpIndex() const;

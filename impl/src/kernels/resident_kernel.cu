@@ -1,11 +1,12 @@
 // mkernel — the resident kernel: launched once per rank, it runs op after op from the doorbell ring.
 //
 // Grid = 1 control block + nWorkers worker CTAs (all co-resident: checked before launch).
-//  * Control warp (block 0, warp 0): notices doorbells, prefetches the op's descriptor from host memory,
+//  * Control warp (block 0, warp 0): notices doorbells, takes the op's descriptor that warp 1 (the host
+//    link, the only warp touching host memory) staged in shared memory,
 //    gates the op (see "Cross-op rules" below), hands it to the workers through OpBoard + `published`,
 //    tells the peers it entered the op, notices local completion (every worker arrived), zeroes the slot's
 //    flags / barriers / lane-sync counters, pushes its done count to every rank, and advances `complete`
-//    (what stream waits poll) once every rank is done.
+//    (what stream hand-offs poll) by rule 4.
 //  * Worker CTA w runs lane ctas[w].lane of the op's lowered program (CTAs without a lane idle through
 //    the op). Data steps split their elements among the lane's first activeCtas CTAs (ctaPiece).
 //
@@ -14,12 +15,14 @@
 //     scratch arena, in-place staging. A rank zeroes its slot's counters when op k completes locally
 //     (every flag is fully consumed by then: the validator's rule), before it announces done(k).
 //  2. Op k is published (may start) on a rank only once op k-2 has completed on EVERY rank, so nobody
-//     can still read or write slot k % 2 of anyone from op k-2 — and only once op k-1 has completed on
-//     every rank when the host marked op k with kOpFence (it touches user memory op k-1 touched).
+//     can still read or write slot k % 2 of anyone from op k-2 — and only once op k-1 is complete for
+//     this rank's stream (rule 4) when the host marked op k with kOpFence (it touches user memory op k-1
+//     touched).
 //  3. A step that touches a peer's user buffer (input / output) first waits until that peer has entered
 //     op k: the peer's stream has reached the op, so the caller is done with that memory.
-//  4. `complete` (and so the caller's stream) moves past op k only when every rank finished op k: no
-//     peer writes into or reads from this rank's user buffers afterwards.
+//  4. `complete` (and so the caller's stream) moves past op k only when no peer writes into or reads from
+//     this rank's user buffers afterwards: when every rank finished op k, or, for a program lowered with
+//     kProgLocalCompletion (no other rank's step names this rank's user buffers), when this rank did.
 // So flags need no epoch base: thresholds are the schedule's own values in a slot that starts at zero.
 #include <cuda_runtime.h>
 
