@@ -359,6 +359,17 @@ __device__ void workerLoop(const EngineDeviceHandle& h, uint32_t worker) {
         const OpBoard* board = &st->board[op % kSlots];
         sProgram = __ldcg(&board->program);
         sBindings = __ldcg(&board->nBindings);
+        const uint32_t waitFor = __ldcg(&board->waitComplete);
+        // Published early (fenced on the previous op): start only once that op is complete for this rank.
+        if (waitFor != kNoCompleteWait) {
+          stop = MK_POLL(h, seqGeq(loadVolatile(&st->complete), waitFor),
+                         (PollSite{Status::GateTimeout, op, 0xFFFFFFFFu, 0xFFFFFFFFu, h.rank, waitFor}),
+                         loadVolatile(&st->complete))
+                     ? 0
+                     : 1;
+          fenceGpu();  // acquire: the control warp released `complete` after acquiring every writer's data
+          sStop = stop;
+        }
       }
     }
     __syncthreads();
@@ -481,6 +492,13 @@ __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
   if (lid == 0) storeRelaxed(&h.mailbox->exited, 1u);
 }
 
+/// Tell every rank (this one included) that this rank entered op `op` (rule 3).
+__device__ __forceinline__ void announceEntry(const EngineDeviceHandle& h, uint32_t op) {
+  for (uint32_t q = 0; q < h.nRanks; ++q)
+    if (q != h.rank) storeRelaxed(&h.peers[q]->enteredFrom[h.rank], op + 1);
+  h.state->enteredFrom[h.rank] = op + 1;
+}
+
 /// Warp 0 of the control block: the op pipeline. Touches device and peer memory only.
 __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
   __shared__ uint32_t cZero[kSlots][3];  // flags, barriers, sync points to zero when the slot's op completes
@@ -491,6 +509,10 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
   // lastGlobal: ops done on every rank (rules 2 and 4). lastComplete: ops complete for this rank's stream
   // (= lastGlobal, plus following ops with kProgLocalCompletion that are done here).
   uint32_t nextPub = 0, nextLocal = 0, lastComplete = 0, lastGlobal = 0;
+  // A fenced op published early (before the previous op completed): its entry is announced to the peers
+  // only once its fence holds (rule 3: peers may then touch this rank's user buffers).
+  uint32_t enterOp = 0;
+  bool enterPending = false;
   bool have = false, failed = false;
   uint64_t descSince = 0, gateSince = 0;
   if (lid < kSlots * 3) cZero[lid / 3][lid % 3] = 0;
@@ -574,6 +596,12 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
       lastGlobal = __shfl_sync(kFullMask, g, 0);
       lastComplete = __shfl_sync(kFullMask, c, 0);
     }
+    if (enterPending && seqGeq(lastComplete, enterOp)) {
+      // The publication's system fence (program order before these stores) still orders the doorbell's
+      // data before them.
+      if (lid == 0) announceEntry(h, enterOp);
+      enterPending = false;
+    }
 
     // (c) The next op may start once its doorbell rang and the host-link warp has staged its descriptor.
     if (!have) {
@@ -616,9 +644,12 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
       const ControlShared::Slot& staged = cs.slot[nextPub % kPrefetch];
       // Rule 2 on every rank's progress; the fence (kOpFence) on this stream's completion: the previous op
       // no longer touches this rank's user memory, and peers' steps on it wait for entry (rule 3).
+      // A fenced op whose previous op is not complete yet is published anyway (the workers pick it up and
+      // wait for `complete` themselves, off the critical path), unless another op's entry is still pending.
       const bool fenced = (staged.flags & kOpFence) != 0;
-      const uint32_t need = fenced ? nextPub : nextPub - 1;
-      if (seqGeq(lastGlobal, nextPub - 1) && (!fenced || seqGeq(lastComplete, nextPub))) {
+      const bool early = fenced && !seqGeq(lastComplete, nextPub);
+      const uint32_t need = nextPub - 1;
+      if (seqGeq(lastGlobal, nextPub - 1) && !enterPending) {
         const uint32_t sl = nextPub % kSlots;
         OpBoard* b = &st->board[sl];
         const uint32_t nb = staged.nBindings;
@@ -627,6 +658,7 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
           b->program = staged.program;
           b->nBindings = nb;
           b->op = nextPub;
+          b->waitComplete = early ? nextPub : kNoCompleteWait;
           const auto* ph = reinterpret_cast<const ProgramHeader*>(staged.program);
           cZero[sl][0] = ph->nFlags;
           cZero[sl][1] = ph->nBarriers;
@@ -640,10 +672,12 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
           // this rank and, through the stores below, to peers that read it) and release of the board.
           fenceSys();
           storeRelaxedGpu(&st->published, nextPub + 1);
-          for (uint32_t q = 0; q < h.nRanks; ++q)
-            if (q != h.rank) storeRelaxed(&h.peers[q]->enteredFrom[h.rank], nextPub + 1);
-          st->enteredFrom[h.rank] = nextPub + 1;
+          if (!early) announceEntry(h, nextPub);
           sharedStore(&cs.taken, nextPub + 1);  // the staged slot is free again
+        }
+        if (early) {
+          enterPending = true;
+          enterOp = nextPub;
         }
         ++nextPub;
         have = false;

@@ -118,6 +118,9 @@ struct alignas(64) OpDescriptor {
 };
 static_assert(sizeof(OpDescriptor) == 640);
 
+/// OpBoard::waitComplete when the workers may start at once.
+inline constexpr uint32_t kNoCompleteWait = 0xFFFFFFFFu;
+
 /// What the worker CTAs read to start an op: the descriptor's content, copied into device memory by the
 /// control warp once the op may start. Written by the control warp before it bumps RankState::published.
 struct alignas(64) OpBoard {
@@ -125,7 +128,11 @@ struct alignas(64) OpBoard {
   uint32_t op;
   uint32_t nBindings;
   uint64_t table[kMaxBindings];
-  uint64_t reserved[6];
+  /// kNoCompleteWait, or: the op is fenced (kOpFence) and was published before the previous op completed;
+  /// workers start its steps only once RankState::complete >= this value (they pick the op up meanwhile).
+  uint32_t waitComplete;
+  uint32_t reserved0;
+  uint64_t reserved[5];
 };
 static_assert(sizeof(OpBoard) == 576);
 
