@@ -5,11 +5,17 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine_test_util.hpp"
@@ -28,6 +34,66 @@ using mk::Step;
 using mk::StepKind;
 
 uint32_t roundUp8(uint32_t v) { return (v + 7) / 8 * 8; }
+
+/// Fails the binary fast instead of letting a stuck GPU hang it. A resident kernel whose CTA never returns
+/// (a hardware wait no budget bounds: setmaxnreg, bar.sync) keeps the GPU busy for ever, and the next
+/// cudaFree of the test waits for it: CTest would only see a process killed after its timeout, with no word
+/// of where. If the guarded scope lasts longer than `seconds`, this prints the test, what it ran last
+/// (progress()) and exits with code 3.
+class Watchdog {
+ public:
+  Watchdog(std::string what, int seconds) : what_(std::move(what)), seconds_(seconds) {
+    progress("start");
+    thread_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, std::chrono::seconds(seconds_), [this] { return done_; })) return;
+      std::string last;
+      {
+        std::lock_guard<std::mutex> g(progressMu());
+        last = progressText();
+      }
+      std::fprintf(stderr,
+                   "\nWATCHDOG: test '%s' still running after %d s (a GPU hang?); last progress: %s\n"
+                   "WATCHDOG: exiting with code 3 instead of hanging (see docs/gemm.md, 'Inside the resident kernel')\n",
+                   what_.c_str(), seconds_, last.c_str());
+      std::fflush(stderr);
+      std::fflush(stdout);
+      std::_Exit(3);
+    });
+  }
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  /// Record what the test does now (printed if the watchdog fires).
+  static void progress(const std::string& text) {
+    std::lock_guard<std::mutex> g(progressMu());
+    progressText() = text;
+  }
+
+ private:
+  static std::mutex& progressMu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::string& progressText() {
+    static std::string t;
+    return t;
+  }
+  std::string what_;
+  int seconds_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 BufRef ref(uint32_t rank, uint16_t buffer, uint64_t offset) { return mk::bufRef(rank, buffer, offset); }
 
@@ -65,14 +131,16 @@ mk::BufferDecl decl(const char* name, DType dt, mk::BufferKind kind, uint64_t co
   return d;
 }
 
-Step gemmStep(const Problem& p, uint32_t rank, uint16_t abBuf, uint16_t cBuf, uint32_t aux) {
+/// Gemm step of problem `p`: A then B at element `abOffset` of buffer abBuf, C at element `cOffset` of cBuf.
+Step gemmStep(const Problem& p, uint32_t rank, uint16_t abBuf, uint16_t cBuf, uint32_t aux, uint64_t abOffset = 0,
+              uint64_t cOffset = 0) {
   Step st;
   st.kind = StepKind::Gemm;
   st.aux = aux;
   st.flags = static_cast<uint8_t>((p.colB ? mk::kStepBColMajor : 0) | (p.accumulate ? mk::kStepAccumulate : 0));
-  st.dst = ref(rank, cBuf, 0);
-  st.a = ref(rank, abBuf, 0);
-  st.b = ref(rank, abBuf, p.aCount());
+  st.dst = ref(rank, cBuf, cOffset);
+  st.a = ref(rank, abBuf, abOffset);
+  st.b = ref(rank, abBuf, abOffset + p.aCount());
   return st;
 }
 
@@ -263,9 +331,12 @@ std::string describe(const Problem& p) {
     for (size_t i = 0; i < problems.size(); ++i) {
       const Schedule s = singleGemm(problems[i]);
       mk::validate(s);
+      Watchdog::progress("execute " + describe(problems[i]));
       comms[0].execute(s, runs[i].ab->get(), runs[i].c->get(), streams.s[0]);
     }
   }
+  Watchdog::progress("synchronize after " + std::to_string(problems.size()) + " op(s), the last " +
+                     describe(problems.back()));
   streams.sync(comms);
   comms[0].synchronize();
   for (size_t i = 0; i < problems.size(); ++i) {
@@ -279,6 +350,7 @@ std::string describe(const Problem& p) {
 #if MK_TEST_MIN_GPUS < 2
 
 TEST_CASE("compute lanes: Gemm steps match a double reference for remainders layouts and output types") {
+  Watchdog dog("compute lanes: Gemm steps match a double reference for remainders layouts and output types", 90);
   auto comms = mk::Communicator::createLocal({0}, computeConfig());
   std::vector<Problem> problems;
   // Tile multiples, remainders in every dimension (m, n, k not multiples of 128 / 256 / 64), k = 8.
@@ -301,6 +373,7 @@ TEST_CASE("compute lanes: Gemm steps match a double reference for remainders lay
 }
 
 TEST_CASE("compute lanes: an accumulating Gemm step adds A times B to the old C") {
+  Watchdog dog("compute lanes: an accumulating Gemm step adds A times B to the old C", 60);
   auto comms = mk::Communicator::createLocal({0}, computeConfig());
   for (DType out : {DType::BFloat16, DType::Float32})
     for (bool colB : {false, true}) {
@@ -317,6 +390,7 @@ TEST_CASE("compute lanes: an accumulating Gemm step adds A times B to the old C"
 }
 
 TEST_CASE("compute lanes: back-to-back Gemm ops in a group on fresh buffers each give the reference") {
+  Watchdog dog("compute lanes: back-to-back Gemm ops in a group on fresh buffers each give the reference", 90);
   auto comms = mk::Communicator::createLocal({0}, computeConfig());
   std::vector<Problem> problems;
   for (uint32_t i = 0; i < 12; ++i) {
@@ -334,6 +408,7 @@ TEST_CASE("compute lanes: back-to-back Gemm ops in a group on fresh buffers each
 }
 
 TEST_CASE("compute lanes: repeated ops on the same buffers reuse their tensor maps and stay exact") {
+  Watchdog dog("compute lanes: repeated ops on the same buffers reuse their tensor maps and stay exact", 60);
   auto comms = mk::Communicator::createLocal({0}, computeConfig());
   Problem p;
   p.m = 640;
@@ -359,6 +434,7 @@ TEST_CASE("compute lanes: repeated ops on the same buffers reuse their tensor ma
 }
 
 TEST_CASE("compute lanes: Gemm steps are refused without computeLanes and misaligned operands before launch") {
+  Watchdog dog("compute lanes: Gemm steps are refused without computeLanes and misaligned operands before launch", 60);
   Problem p;
   p.m = 128;
   p.n = 128;
@@ -393,9 +469,108 @@ TEST_CASE("compute lanes: Gemm steps are refused without computeLanes and misali
   CHECK_THROWS_AS(mk::Communicator::createLocal({0}, bad), mk::Error);
 }
 
+/// One rank, one lane with two Gemm steps run back to back by the same CTAs: p1 then p2, A and B of both in
+/// the Input buffer (p2's at element abOffset2), C of both in the Output buffer (p2's at p1.cCount()).
+Schedule twoGemms(const Problem& p1, const Problem& p2, uint64_t abOffset2) {
+  Schedule s;
+  s.nRanks = 1;
+  s.nodeOf = {0};
+  s.buffers = {decl("ab", DType::BFloat16, mk::BufferKind::Input, abOffset2 + p2.abCount(), 1),
+               decl("c", DType::BFloat16, mk::BufferKind::Output, p1.cCount() + p2.cCount(), 1)};
+  s.gemms = {p1.shape(), p2.shape()};
+  mk::Lane lane;
+  lane.role = mk::LaneRole::Compute;
+  lane.ctas = 1000;
+  lane.steps.push_back(gemmStep(p1, 0, 0, 1, 0));
+  lane.steps.push_back(gemmStep(p2, 0, 0, 1, 1, abOffset2, p1.cCount()));
+  s.lanes = {{lane}};
+  s.info.op = "custom";
+  s.info.algo = "two-gemms";
+  mk::fillCostAttributes(s);
+  return s;
+}
+
+TEST_CASE("compute lanes: two Gemm steps of different tile widths and epilogues share CTAs op after op") {
+  Watchdog dog("compute lanes: two Gemm steps of different tile widths and epilogues share CTAs op after op", 90);
+  // Six workers: each CTA runs several tiles of each step (the persistent loop, several phases per stage),
+  // then the next step re-initialises its barriers and moves its registers again; 30 ops on the same buffers.
+  mk::CommConfig cfg = computeConfig();
+  cfg.workerCtas = 6;
+  auto comms = mk::Communicator::createLocal({0}, cfg);
+  Problem p1, p2;
+  p1.m = 640;  // 40 tiles of 128 x 128 on 6 CTAs: the narrow tile, TMA-store epilogue (bf16, n % 8 == 0)
+  p1.n = 1024;
+  p1.k = 320;
+  p2.m = 333;  // 9 narrow / 6 wide tiles: the wide tile, direct epilogue (n % 8 != 0), B column-major
+  p2.n = 260;
+  p2.k = 136;
+  p2.colB = true;
+  const uint64_t abOffset2 = (p1.abCount() + 7) / 8 * 8;
+  const Schedule s = twoGemms(p1, p2, abOffset2);
+  mk::validate(s);
+  const int dev = comms[0].device();
+  mkt::Streams streams(comms);
+  const std::vector<float> ab1 = randomAB(p1, 71), ab2 = randomAB(p2, 72);
+  std::vector<float> ab(abOffset2 + p2.abCount(), 0.f);
+  std::copy(ab1.begin(), ab1.end(), ab.begin());
+  std::copy(ab2.begin(), ab2.end(), ab.begin() + static_cast<std::ptrdiff_t>(abOffset2));
+  const auto abBytes = mkt::toBytes(DType::BFloat16, ab);
+  mkt::DeviceBuffer abBuf(dev, abBytes.size()), cBuf(dev, (p1.cCount() + p2.cCount()) * 2);
+  abBuf.upload(abBytes.data(), abBytes.size());
+  cBuf.fill(0xFF);
+  {
+    mkt::GroupGuard g;
+    for (int i = 0; i < 30; ++i) {
+      Watchdog::progress("two-Gemm op " + std::to_string(i) + " of 30");
+      comms[0].execute(s, abBuf.get(), cBuf.get(), streams.s[0]);
+    }
+  }
+  Watchdog::progress("synchronize the two-Gemm ops");
+  streams.sync(comms);
+  comms[0].synchronize();
+  std::vector<uint8_t> got((p1.cCount() + p2.cCount()) * 2);
+  cBuf.download(got.data(), got.size());
+  const std::vector<uint8_t> c1(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(p1.cCount() * 2));
+  const std::vector<uint8_t> c2(got.begin() + static_cast<std::ptrdiff_t>(p1.cCount() * 2), got.end());
+  CHECK(checkC(p1, ab1, {}, c1, "first step " + describe(p1)) == 0);
+  CHECK(checkC(p2, ab2, {}, c2, "second step " + describe(p2)) == 0);
+}
+
+TEST_CASE("compute lanes: many ops of a Gemm whose k-loop fits the stage ring all complete") {
+  Watchdog dog("compute lanes: many ops of a Gemm whose k-loop fits the stage ring all complete", 90);
+  // The 2-GPU test's shape (k = 200: 4 k-slices, one tile per CTA): the producer issues every load without
+  // waiting and reaches the register hand-back first, the case where taking registers back too early left
+  // the consumers without theirs. 200 ops on the same buffers, the last result checked.
+  auto comms = mk::Communicator::createLocal({0}, computeConfig());
+  Problem p;
+  p.m = 700;
+  p.n = 1104;
+  p.k = 200;
+  const Schedule s = singleGemm(p);
+  const int dev = comms[0].device();
+  mkt::Streams streams(comms);
+  const std::vector<float> ab = randomAB(p, 202);
+  const auto abBytes = mkt::toBytes(DType::BFloat16, ab);
+  mkt::DeviceBuffer abBuf(dev, abBytes.size()), cBuf(dev, p.cCount() * 2);
+  abBuf.upload(abBytes.data(), abBytes.size());
+  cBuf.fill(0xFF);
+  for (int group = 0; group < 4; ++group) {
+    Watchdog::progress("group " + std::to_string(group) + " of 4 (50 ops each) of " + describe(p));
+    mkt::GroupGuard g;
+    for (int i = 0; i < 50; ++i) comms[0].execute(s, abBuf.get(), cBuf.get(), streams.s[0]);
+  }
+  Watchdog::progress("synchronize 200 ops of " + describe(p));
+  streams.sync(comms);
+  comms[0].synchronize();
+  std::vector<uint8_t> got(p.cCount() * 2);
+  cBuf.download(got.data(), got.size());
+  CHECK(checkC(p, ab, {}, got, describe(p)) == 0);
+}
+
 #else  // 2-GPU cases
 
 TEST_CASE("compute lanes: a Gemm tile Put with a signal to the peer and copied there matches on 2 GPUs") {
+  Watchdog dog("compute lanes: a Gemm tile Put with a signal to the peer and copied there matches on 2 GPUs", 90);
   auto comms = mk::Communicator::createLocal(mkt::firstDevices(2), computeConfig());
   uint64_t seed = 31;
   for (DType out : {DType::BFloat16, DType::Float32})
@@ -422,9 +597,11 @@ TEST_CASE("compute lanes: a Gemm tile Put with a signal to the peer and copied t
       }
       // Two ops back to back (the second on the same buffers: cached maps), then check.
       for (int rep = 0; rep < 2; ++rep) {
+        Watchdog::progress("fused Gemm + Put op " + std::to_string(rep) + " of " + describe(p));
         mkt::GroupGuard g;
         for (uint32_t r = 0; r < 2; ++r) comms[r].execute(s, abBuf[r]->get(), outBuf[r]->get(), streams.s[r]);
       }
+      Watchdog::progress("synchronize the fused ops of " + describe(p));
       streams.sync(comms);
       for (auto& c : comms) c.synchronize();
       for (uint32_t r = 0; r < 2; ++r) {
@@ -448,6 +625,7 @@ TEST_CASE("compute lanes: a Gemm tile Put with a signal to the peer and copied t
 }
 
 TEST_CASE("compute lanes: every collective matches the reference through a compute-capable communicator") {
+  Watchdog dog("compute lanes: every collective matches the reference through a compute-capable communicator", 240);
   // The collective sweep of test_collectives_gpu.cpp (mkt::runAndCheck) on a communicator created with
   // computeLanes: 384-thread CTAs, one per SM.
   auto comms = mk::Communicator::createLocal(mkt::firstDevices(2), computeConfig());
@@ -467,6 +645,8 @@ TEST_CASE("compute lanes: every collective matches the reference through a compu
           CAPTURE(mk::toString(dt));
           CAPTURE(count);
           CAPTURE(inPlace);
+          Watchdog::progress(std::string(mk::toString(op)) + " " + mk::toString(dt) + " count " + std::to_string(count) +
+                             (inPlace ? " in place" : " out of place"));
           CHECK(mkt::runAndCheck(comms, spec, inPlace, seed++) == 0);
         }
   // And a large one, chunked and pipelined (64 Mi float32 elements).
@@ -474,6 +654,7 @@ TEST_CASE("compute lanes: every collective matches the reference through a compu
   big.op = mk::CollOp::AllReduce;
   big.dtype = DType::Float32;
   big.count = 64ull << 20;
+  Watchdog::progress("allreduce of 64 Mi float32");
   CHECK(mkt::runAndCheck(comms, big, false, 9) == 0);
 }
 

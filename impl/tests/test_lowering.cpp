@@ -592,3 +592,172 @@ TEST_CASE("lowering: Gemm operands bound to misaligned user pointers are refused
   // Rank 1 has no Gemm step: nothing to check.
   CHECK_NOTHROW(mk::runtime::checkGemmOperands(lowerRank(s, 1), 1, base + 2, base + 2));
 }
+
+// ---- compute lanes: tile split, lane barriers and the per-op GemmParams (issue 6 hang hunt) -------------
+
+namespace {
+
+/// Run the tile engine's persistent loop on the CPU for every CTA of the step, as the kernel does (CTA i of
+/// activeCtas runs units i, i + activeCtas, ... < tilesM x tilesN, tile coordinates by gemmTileCoord), and
+/// check that every output tile runs exactly once and every active CTA gets at least one tile.
+void checkTileSplit(const mk::device::LoweredGemm& g, const mk::device::LoweredStep& st, uint32_t laneCtas) {
+  const mk::device::GemmParams p = mk::runtime::gemmLaneParams(g, 1);
+  CHECK(st.activeCtas == g.ctas);
+  CHECK(g.ctas >= 1);
+  CHECK(g.ctas <= laneCtas);
+  CHECK(g.ctas <= g.tiles);
+  const uint32_t units = p.tilesM * p.tilesN;  // what runGemmStep hands gemmRunTiles
+  REQUIRE(units == g.tiles);
+  std::vector<uint8_t> seen(units, 0);
+  uint32_t idle = 0;
+  for (uint32_t cta = 0; cta < st.activeCtas; ++cta) {
+    uint32_t mine = 0;
+    for (uint32_t unit = cta; unit < units; unit += st.activeCtas) {
+      uint32_t tile = 0, split = 0, kBegin = 0, kEnd = 0, tileM = 0, tileN = 0;
+      mk::device::gemmUnit(p, unit, tile, split, kBegin, kEnd);
+      mk::device::gemmTileCoord(p, tile, tileM, tileN);
+      REQUIRE(tileM < p.tilesM);
+      REQUIRE(tileN < p.tilesN);
+      CHECK(kBegin == 0);
+      CHECK(kEnd == p.kIters);
+      ++seen[uint64_t{tileM} * p.tilesN + tileN];
+      ++mine;
+    }
+    if (mine == 0) ++idle;
+  }
+  CHECK(idle == 0);
+  CHECK(std::count(seen.begin(), seen.end(), uint8_t{1}) == static_cast<std::ptrdiff_t>(units));
+}
+
+}  // namespace
+
+TEST_CASE("lowering: every Gemm tile runs exactly once and every active CTA of the lane gets one") {
+  // The bench shapes of the hang report (8192^2 x 4096 on 131 CTAs: 2048 wide tiles, 16 per CTA), the
+  // 116-CTA shapes, the 2-GPU test's shape, remainders, one CTA, and more tiles than 16 bits count.
+  const uint32_t cases[][4] = {{8192, 8192, 4096, 131}, {4096, 4096, 2048, 131}, {4096, 4096, 2048, 116},
+                               {1024, 8192, 14336, 116}, {700, 1104, 200, 128},  {700, 520, 200, 128},
+                               {129, 1000, 8, 128},      {300, 200, 104, 3},      {128, 128, 64, 1},
+                               {1000, 520, 72, 7},       {65536, 40000, 64, 131}};
+  for (const auto& c : cases) {
+    CAPTURE(c[0]);
+    CAPTURE(c[1]);
+    CAPTURE(c[2]);
+    CAPTURE(c[3]);
+    LowerOptions opt;
+    opt.nWorkers = c[3];
+    const LoweredProgram p = lowerRank(gemmSchedule(c[0], c[1], c[2]), 0, opt);
+    REQUIRE(p.header().nGemms == 1);
+    const auto& g = loweredGemm(p, 0);
+    CHECK((g.blockN == 128 || g.blockN == 256));
+    // The lane asked for one CTA per 128 x 128 tile, capped by the workers.
+    const uint64_t want = ((uint64_t{c[0]} + 127) / 128) * ((uint64_t{c[1]} + 127) / 128);
+    CHECK(p.lanes()[0].ctaCount == std::min<uint64_t>(want, c[3]));
+    checkTileSplit(g, p.steps()[0], p.lanes()[0].ctaCount);
+  }
+}
+
+TEST_CASE("lowering: Gemm steps get lane barriers exactly where another CTA's tiles or pieces are touched") {
+  LowerOptions opt;
+  opt.nWorkers = 32;
+  const uint64_t aCount = 512 * 64;
+  // (a) a Copy writes A (in ctaPiece pieces), then a Gemm reads it by tiles: barrier before the Gemm.
+  {
+    Schedule s = gemmSchedule(512, 512, 64);
+    Step& gemm = s.lanes[0][0].steps[0];
+    gemm.a = ref(0, 2, 0);  // A from scratch (bf16)
+    s.lanes[0][0].steps.insert(s.lanes[0][0].steps.begin(), copy(ref(0, 2, 0), ref(0, 0, 0), aCount));
+    const LoweredProgram p = lowerRank(s, 0, opt);
+    REQUIRE(p.lanes()[0].ctaCount > 1);
+    CHECK((p.steps()[0].bits & mk::device::kLsBarrierBefore) == 0);
+    CHECK((p.steps()[1].bits & mk::device::kLsBarrierBefore) != 0);
+    CHECK(p.header().nSyncPoints == 1);
+  }
+  // (b) a second Gemm accumulates into the same C (tiles of other CTAs when the widths differ): barrier.
+  {
+    Schedule s = gemmSchedule(512, 512, 64);
+    Step second = s.lanes[0][0].steps[0];
+    second.flags |= mk::kStepAccumulate;
+    s.lanes[0][0].steps.push_back(second);
+    const LoweredProgram p = lowerRank(s, 0, opt);
+    CHECK(p.header().nGemms == 2);
+    CHECK(p.steps()[0].count == 0);
+    CHECK(p.steps()[1].count == 1);
+    CHECK((p.steps()[1].bits & mk::device::kLsBarrierBefore) != 0);
+  }
+  // (c) two Gemms reading the same A and B into disjoint outputs: no barrier, the CTAs run them back to back.
+  {
+    Schedule s = gemmSchedule(512, 512, 64);
+    Step second = s.lanes[0][0].steps[0];
+    second.dst = ref(0, 2, 0);  // C of the second one in scratch (bf16, m x n)
+    s.lanes[0][0].steps.push_back(second);
+    const LoweredProgram p = lowerRank(s, 0, opt);
+    CHECK((p.steps()[0].bits & mk::device::kLsBarrierBefore) == 0);
+    CHECK((p.steps()[1].bits & mk::device::kLsBarrierBefore) == 0);
+    CHECK(p.header().nSyncPoints == 0);
+    checkTileSplit(loweredGemm(p, 0), p.steps()[0], p.lanes()[0].ctaCount);
+    checkTileSplit(loweredGemm(p, 1), p.steps()[1], p.lanes()[0].ctaCount);
+  }
+  // (d) a lane of one CTA never needs a lane barrier (its steps are ordered by the CTA's own barriers).
+  {
+    Schedule s = gemmSchedule(512, 512, 64);
+    Step second = s.lanes[0][0].steps[0];
+    second.flags |= mk::kStepAccumulate;
+    s.lanes[0][0].steps.push_back(second);
+    LowerOptions one;
+    one.nWorkers = 1;
+    const LoweredProgram p = lowerRank(s, 0, one);
+    CHECK(p.lanes()[0].ctaCount == 1);
+    CHECK((p.steps()[1].bits & mk::device::kLsBarrierBefore) == 0);
+    CHECK(p.header().nSyncPoints == 0);
+    CHECK(loweredGemm(p, 0).ctas == 1);
+  }
+}
+
+TEST_CASE("compute lanes: the per-op GemmParams follow the lowered record and refuse one that disagrees") {
+  Schedule s = gemmSchedule(1000, 520, 72, mk::DType::BFloat16, true);
+  s.lanes[0][0].steps[0].flags |= mk::kStepAccumulate;
+  LowerOptions opt;
+  opt.nWorkers = 20;
+  const LoweredProgram prog = lowerRank(s, 0, opt);
+  mk::device::LoweredGemm g = loweredGemm(prog, 0);
+  const mk::device::GemmParams p = mk::runtime::gemmLaneParams(g, 12345);
+  CHECK(p.m == 1000);
+  CHECK(p.n == 520);
+  CHECK(p.k == 72);
+  CHECK(p.ldc == 520);
+  CHECK(p.blockN == g.blockN);
+  CHECK(p.tilesM == 8);
+  CHECK(p.tilesN == (520 + g.blockN - 1) / g.blockN);
+  CHECK(p.kIters == 2);
+  CHECK(p.splitK == 1);
+  CHECK(p.kItersPerSplit == 2);
+  CHECK(p.bRowMajor == 0);
+  CHECK(p.accumulate == 1);
+  CHECK(p.tmaStoreC == 0);  // accumulation takes the direct epilogue
+  CHECK(p.out == mk::device::GemmOut::BFloat16);
+  CHECK(p.tag == 0);  // lane 0 step 0
+  CHECK(p.waitLimitNs == 12345);
+  // The engine's waits get half of the communicator's budget (and never 0, which would mean 10 s).
+  CHECK(mk::runtime::gemmLaneWaitLimitNs(10'000'000'000ull) == 5'000'000'000ull);
+  CHECK(mk::runtime::gemmLaneWaitLimitNs(1) == 1);
+  auto refused = [](const mk::device::LoweredGemm& bad, const char* part) {
+    try {
+      (void)mk::runtime::gemmLaneParams(bad, 1);
+      FAIL("a disagreeing record was accepted");
+    } catch (const mk::Error& e) {
+      CHECK(e.code() == mk::ErrorCode::Internal);
+      CAPTURE(e.what());
+      CHECK(std::string(e.what()).find("lane 0 step 0 (gemm)") != std::string::npos);
+      CHECK(std::string(e.what()).find(part) != std::string::npos);
+    }
+  };
+  mk::device::LoweredGemm bad = g;
+  bad.tiles += 1;
+  refused(bad, "tiles");
+  bad = g;
+  bad.ctas = bad.tiles + 1;  // a CTA without a tile
+  refused(bad, "CTAs");
+  bad = g;
+  bad.blockN = 64;
+  refused(bad, "width");
+}

@@ -34,16 +34,33 @@ device::GemmParams buildParams(const device::LoweredGemm& g, const uint64_t* tab
   auto addr = [&](uint64_t operand) {
     return reinterpret_cast<void*>(table[operand >> device::kOperandShift] + (operand & device::kOperandOffsetMask));
   };
-  device::GemmParams p{};
+  device::GemmParams p = gemmLaneParams(g, waitLimitNs);
   const bool colB = (g.flags & device::kLgBColMajor) != 0;
   p.mapA = encodeGemmMap2d(addr(g.a), g.k, g.m, g.lda, Cfg::kBlockK, Cfg::kBlockM, "A of a Gemm step");
   if (colB)
     p.mapB = encodeGemmMap2d(addr(g.b), g.k, g.n, g.ldb, Cfg::kBlockK, g.blockN, "B of a Gemm step");
   else
     p.mapB = encodeGemmMap2d(addr(g.b), g.n, g.k, g.ldb, Cfg::kBoxN, Cfg::kBlockK, "B of a Gemm step");
-  p.tmaStoreC = (g.flags & device::kLgTmaStore) ? 1u : 0u;
   if (p.tmaStoreC) p.mapC = encodeGemmMap2d(addr(g.dst), g.n, g.m, g.ldc, 64, 64, "C of a Gemm step");
   p.c = addr(g.dst);
+  p.timeoutReport = report;
+  return p;
+}
+
+std::mutex gRegistryMu;
+std::map<std::pair<const void*, uint32_t>, std::unique_ptr<GemmLaneBinder>> gRegistry;
+
+}  // namespace
+
+device::GemmParams gemmLaneParams(const device::LoweredGemm& g, uint64_t waitLimitNs) {
+  using Cfg = device::GemmTileConfigT<256>;
+  if ((g.blockN != 128 && g.blockN != 256) || g.m == 0 || g.n == 0 || g.k == 0)
+    throw Error(ErrorCode::Internal, "lane " + std::to_string(g.lane) + " step " + std::to_string(g.step) +
+                                         " (gemm): the lowered record has m " + std::to_string(g.m) + ", n " +
+                                         std::to_string(g.n) + ", k " + std::to_string(g.k) + ", tile width " +
+                                         std::to_string(g.blockN) + " (expected m, n, k >= 1 and a width of 128 or 256)");
+  device::GemmParams p{};
+  p.tmaStoreC = (g.flags & device::kLgTmaStore) ? 1u : 0u;
   p.ldc = g.ldc;
   p.m = g.m;
   p.n = g.n;
@@ -54,23 +71,26 @@ device::GemmParams buildParams(const device::LoweredGemm& g, const uint64_t* tab
   p.kIters = static_cast<uint32_t>(ceilDiv(g.k, Cfg::kBlockK));
   p.groupM = 8;
   p.out = g.outDType == static_cast<uint8_t>(DType::Float32) ? device::GemmOut::Float32 : device::GemmOut::BFloat16;
-  p.bRowMajor = colB ? 0u : 1u;
+  p.bRowMajor = (g.flags & device::kLgBColMajor) ? 0u : 1u;
   p.splitK = 1;
   p.kItersPerSplit = p.kIters;
-  p.timeoutReport = report;
   p.accumulate = (g.flags & device::kLgAccumulate) ? 1u : 0u;
   p.tag = (uint32_t{g.lane} << 16) | (g.step & 0xFFFFu);
   p.waitLimitNs = waitLimitNs;
+  // The kernel splits tilesM x tilesN tiles among the step's activeCtas (= g.ctas) CTAs: the lowering's count
+  // must be the same, and no CTA may be left without a tile (it would return before the others' work).
+  if (uint64_t{p.tilesM} * p.tilesN != g.tiles || g.ctas == 0 || g.ctas > g.tiles)
+    throw Error(ErrorCode::Internal, "lane " + std::to_string(g.lane) + " step " + std::to_string(g.step) +
+                                         " (gemm): the lowered record says " + std::to_string(g.tiles) + " tiles on " +
+                                         std::to_string(g.ctas) + " CTAs, the tile engine counts " +
+                                         std::to_string(uint64_t{p.tilesM} * p.tilesN) + " tiles");
   return p;
 }
 
-std::mutex gRegistryMu;
-std::map<std::pair<const void*, uint32_t>, std::unique_ptr<GemmLaneBinder>> gRegistry;
-
-}  // namespace
+uint64_t gemmLaneWaitLimitNs(uint64_t pollBudgetNs) { return pollBudgetNs / 2 > 0 ? pollBudgetNs / 2 : 1; }
 
 GemmLaneBinder::GemmLaneBinder(int device, uint32_t rank, uint64_t waitLimitNs)
-    : device_(device), rank_(rank), waitLimitNs_(waitLimitNs) {
+    : device_(device), rank_(rank), waitLimitNs_(gemmLaneWaitLimitNs(waitLimitNs)) {
   MK_CUDA_CHECK(cudaSetDevice(device_));
   MK_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&report_), 8 * sizeof(uint32_t),
                               cudaHostAllocMapped | cudaHostAllocPortable));

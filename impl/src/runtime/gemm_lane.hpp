@@ -24,13 +24,14 @@
 #include <vector>
 
 #include "lowering.hpp"
+#include "mk/device/compute_lane_device.hpp"
 
 namespace mk::runtime {
 
 /// The GemmParams blocks of one rank (one GPU).
 class GemmLaneBinder {
  public:
-  /// `waitLimitNs`: budget of the engine's mbarrier waits (the communicator's pollBudget).
+  /// `waitLimitNs`: the communicator's pollBudget; the engine's mbarrier waits get gemmLaneWaitLimitNs() of it.
   GemmLaneBinder(int device, uint32_t rank, uint64_t waitLimitNs);
   ~GemmLaneBinder();
   GemmLaneBinder(const GemmLaneBinder&) = delete;
@@ -66,6 +67,17 @@ class GemmLaneBinder {
   std::map<Key, Block> blocks_;
   std::vector<Block> free_;  ///< recycled device memory (its last op completed)
 };
+
+/// The op-independent part of a Gemm step's GemmParams (sizes, tile width, flags, wait budget; no tensor maps,
+/// C or report pointer): what the tile engine will loop over. Throws Error(Internal) naming lane and step when
+/// the lowered record disagrees with it (tile count, CTAs without a tile, width not 128 / 256).
+device::GemmParams gemmLaneParams(const device::LoweredGemm& g, uint64_t waitLimitNs);
+
+/// Budget of a Gemm step's mbarrier waits for a communicator whose pollBudget is `pollBudgetNs`: half of it.
+/// No wait inside a step depends on another CTA or rank (only on this CTA's TMA loads and warps), so a
+/// stalled step traps, with its report, well before the engine's own budgets (the peers' flag waits, the
+/// next op's gate) expire and hide it behind a less precise message.
+uint64_t gemmLaneWaitLimitNs(uint64_t pollBudgetNs);
 
 /// The binder of (group, rank), created on first use.
 GemmLaneBinder& gemmLaneBinder(const void* group, uint32_t rank, int device, uint64_t waitLimitNs);

@@ -299,6 +299,9 @@ template <uint32_t kId, uint32_t kThreads>
 MK_DEVICE_INLINE void namedBarrier() {
   asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
 }
+/// Named barrier of the resident variant's register hand-back (gemmRunTiles<..., kResident = true>): the
+/// consumers arrive once they gave their registers back, the producer waits for them before taking its own.
+constexpr uint32_t kGiveBackBarrier = 4;
 /// The barrier of one consumer warpgroup (ids 2 and 3, 128 threads each).
 MK_DEVICE_INLINE void consumerBarrier(uint32_t consumer) {
   if (consumer == 0)
@@ -603,7 +606,8 @@ MK_DEVICE_INLINE void consumeTiles(const GemmParams& p, uint32_t smemA, uint32_t
 /// Contract: called by all GemmTileConfigT<kBlockN, kTmaStoreC>::kThreads (384) threads of the CTA with the
 /// same arguments; `smem` is GemmTileConfigT<kBlockN, kTmaStoreC>::kSmemBytes of dynamic shared memory the CTA
 /// owns for the call; p.blockN == kBlockN (the tensor maps' B box depends on it) and p.tmaStoreC ==
-/// kTmaStoreC (with bf16 output and a valid p.mapC), else it traps; named barriers 1, 2, 3 are used; `p` lives in
+/// kTmaStoreC (with bf16 output and a valid p.mapC), else it traps; named barriers 1, 2, 3 are used (and 4
+/// with kResident); `p` lives in
 /// param, constant or global memory (its tensor maps are read by TMA). The routine initialises its
 /// mbarriers, re-balances registers with setmaxnreg (the kernel must be launched with at most
 /// 65536 / 384 = 168 registers per thread, e.g. __launch_bounds__(384, 1)), and when it returns every TMA
@@ -612,8 +616,8 @@ MK_DEVICE_INLINE void consumeTiles(const GemmParams& p, uint32_t smemA, uint32_t
 ///
 /// kResident (the resident kernel's compute lanes, mk/device/compute_lane_device.hpp): the kernel goes on
 /// running other steps afterwards, so (a) every thread returns only at the end, with
-/// GemmTileConfigT::kLaunchRegs registers again (consumers give back, the producer takes back; the kernel
-/// must be launched with exactly that count), (b) the mbarriers are invalidated once every thread is done
+/// GemmTileConfigT::kLaunchRegs registers again (the consumers give back, a CTA barrier, then the producer
+/// takes back: never the other way round; the kernel must be launched with exactly that count), (b) the mbarriers are invalidated once every thread is done
 /// (the next call re-initialises the same shared memory), (c) the tensor maps, written by the host while
 /// the kernel ran, are acquired by the tensormap proxy before their first use (fence.proxy.tensormap), and
 /// (d) p.accumulate is honoured by the direct epilogue. Every store to C is complete when it returns (the
@@ -648,12 +652,16 @@ MK_DEVICE_INLINE void gemmRunTiles(const GemmParams& p, uint8_t* smem, uint32_t 
   if constexpr (kResident) {
     // The maps were written (by a host copy) after the kernel started: order that write before the
     // tensormap proxy reads them, in every thread that issues TMA with them (producer; consumer leaders).
+    // The producer also acquires C's map: it prefetches it into the descriptor cache below.
     if (wgThread == 0) {
       if (warpgroup == 0) {
         asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapA))
                      : "memory");
         asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapB))
                      : "memory");
+        if (kTmaStoreC)
+          asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapC))
+                       : "memory");
       } else if (kTmaStoreC) {
         asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapC))
                      : "memory");
@@ -699,8 +707,9 @@ MK_DEVICE_INLINE void gemmRunTiles(const GemmParams& p, uint8_t* smem, uint32_t 
       }
     }
     if constexpr (!kResident) return;
-    // Resident: take the registers back once the consumers have given theirs back (inc waits for them).
+    // Resident: take the registers back only once the consumers have given theirs back (see below).
     __syncwarp();
+    namedBarrier<kGiveBackBarrier, Cfg::kThreads>();
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kLaunchRegs));
   } else {
     // ---- consumers ------------------------------------------------------------------------------------
@@ -714,11 +723,23 @@ MK_DEVICE_INLINE void gemmRunTiles(const GemmParams& p, uint8_t* smem, uint32_t 
       gemm_detail::consumeTiles<kBlockN, kTmaStoreC, 0, kResident>(p, smemA, smemB, staging, fullBar, emptyBar, splitFlag,
                                                                    firstTile, tileStride, endTile, hook);
     if constexpr (!kResident) return;
+    // The PTX ISA asks every warp of a warpgroup to synchronise explicitly between two setmaxnreg: the
+    // direct epilogue has no warpgroup barrier of its own after the inc above.
+    namedBarrier<1, 128 * Cfg::kConsumerWarpgroups>();
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kLaunchRegs));
+    // Register hand-back, in this order (the CTA's register pool is first come, first served): the
+    // consumers give their extra registers back (dec above), then arrive on kGiveBackBarrier, on which the
+    // producer waits before its inc. An inc issued earlier (the producer's idle warps used to reach it a few
+    // instructions after their dec) could take back registers the consumers had not claimed yet: their inc
+    // would then block for ever (a hang no wait bound sees), or the producer's empty-stage wait would trap.
+    // The barrier is also the explicit warpgroup synchronisation the PTX ISA asks for between the
+    // producer's dec and inc. Both branches end at kLaunchRegs (ptxas needs the same count where they join).
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(kGiveBackBarrier), "n"(Cfg::kThreads) : "memory");
   }
   if constexpr (kResident) {
-    // Every thread is back at the launch register count and every TMA transaction has completed (each full
-    // barrier's last phase was waited for): the barriers may be invalidated and the memory reused.
+    // Every warp is back at kLaunchRegs and every TMA transaction has completed (each full barrier's last
+    // phase was waited for): the barriers may be invalidated, and are before any thread leaves (the next
+    // step may re-initialise the same shared memory).
     __syncthreads();
     if (threadIdx.x == 0) {
       for (uint32_t s = 0; s < Cfg::kStages; ++s) {
