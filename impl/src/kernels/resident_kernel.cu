@@ -431,13 +431,12 @@ __device__ __forceinline__ void sharedStore(uint32_t* p, uint32_t v) { *static_c
 /// (mk-probe-latency: a system fence costs 0.6 us, 1.4 us after a host-memory store; a host read ~1.2 us).
 ///  * stages descriptor j into shared memory as soon as the host has written it, usually long before its
 ///    doorbell rings (the descriptor's PCIe round trips leave the op's critical path);
-///  * copies a doorbell the host rang itself (hostBells) into the device doorbell;
 ///  * mirrors `complete` into RankMailbox::completed and `taken` into `fetched`, the host's abort into the device-memory
 ///    abort word, and RankMailbox::shutdown into shared memory.
 __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
   const uint32_t lid = threadIdx.x & 31u;
   RankState* st = h.state;
-  uint32_t next = 0, mirroredComplete = 0, mirroredTaken = 0, bellCopied = 0;
+  uint32_t next = 0, mirroredComplete = 0, mirroredTaken = 0;
   for (uint32_t iter = 1;; ++iter) {
     uint32_t quit = 0;
     if (lid == 0) {
@@ -454,12 +453,6 @@ __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
       if (t != mirroredTaken) {
         storeRelaxed(&h.mailbox->fetched, t);
         mirroredTaken = t;
-      }
-      // A doorbell the host rang itself (the caller's stream was idle): only the next op to publish can be
-      // waiting for one, since ops are published in order.
-      if (bellCopied != t + 1 && loadVolatile(&h.hostBells[t % h.ringSlots]) == t + 1) {
-        storeRelaxed(&st->doorbell[t % h.ringSlots], t + 1);
-        bellCopied = t + 1;
       }
       if ((iter & 15u) == 0u) {
         if (loadRelaxed(&h.status->abort) != 0u) storeRelaxed(&st->abort, 1u);

@@ -211,7 +211,6 @@ void LocalGroup::allocHostBlocks(size_t n) {
   if (!link_) status_ = hostAlloc<device::StatusBlock>(1);  // multi-process: in the shared segment
   ring_ = hostAlloc<device::OpDescriptor>(ringSlots_);
   mailboxes_ = hostAlloc<device::RankMailbox>(n);
-  hostBells_ = hostAlloc<uint32_t>(n * size_t{ringSlots_});
   if (config_.trace) trace_ = hostAlloc<device::TraceRecord>(n * size_t{config_.traceCapacity});
   traceTaken_.assign(n, 0);
   opSchedule_.assign(ringSlots_, nullptr);
@@ -417,7 +416,6 @@ void LocalGroup::launchKernels() {
     for (uint32_t q = 0; q < n; ++q) h.peers[q] = peerStates_[q];
     h.status = link_ ? link_->statusDevice() : devicePointer(status_);
     h.mailbox = devicePointer(&mailboxes_[r]);
-    h.hostBells = devicePointer(&hostBells_[size_t{r} * ringSlots_]);
     h.ring = devicePointer(ring_);
     h.stamps = rr.stamps;
     h.trace = trace_ ? devicePointer(&trace_[size_t{r} * config_.traceCapacity]) : nullptr;
@@ -542,7 +540,6 @@ void LocalGroup::releaseMemory() noexcept {
     if (!link_) cudaFreeHost(status_);
     cudaFreeHost(ring_);
     cudaFreeHost(mailboxes_);
-    cudaFreeHost(hostBells_);
     if (trace_) cudaFreeHost(trace_);
     if (clockPing_) cudaFreeHost(clockPing_);
     if (clockPong_) cudaFreeHost(clockPong_);
@@ -894,23 +891,10 @@ bool LocalGroup::useKernelHandoff(int r) {
 }
 
 void LocalGroup::handoff(int r, cudaStream_t stream, uint32_t seq, bool wait) {
-  RankResources& rr = ranks_[r];
+  const RankResources& rr = ranks_[r];
   MK_CUDA_CHECK(cudaSetDevice(rr.device));
   uint32_t* bell = &rr.doorbell[seq % ringSlots_];
   const auto& api = driverApi();
-  // Host-direct doorbell: when the caller's stream has nothing left to run, ringing from the stream only
-  // adds the stream's own latency (a memory write or a kernel launch: 9-15 us until the kernel sees it on
-  // the measured machine). The host rings through host memory instead (the host-link warp sees it within a
-  // PCIe round trip) and the stream only waits for completion. Skipped inside a group, and without asking
-  // CUDA when this rank's previous op on the stream is not complete yet (the stream is then busy anyway).
-  auto last = rr.lastOnStream.find(stream);
-  const bool mayBeIdle = last == rr.lastOnStream.end() || seqGeq(completed(r), last->second + 1);
-  rr.lastOnStream[stream] = seq;
-  if (wait && mayBeIdle && cudaStreamQuery(stream) == cudaSuccess) {
-    storeHost(&hostBells_[static_cast<size_t>(r) * ringSlots_ + seq % ringSlots_], seq + 1);
-    enqueueWait(r, stream, seq);
-    return;
-  }
   // In a group the doorbell is a stream memory write (no wait follows it, so nothing is descheduled and the
   // host pays ~1.3 us instead of a kernel launch); the group's one wait is the kernel's at groupEnd.
   if (!useKernelHandoff(r) || !wait) {

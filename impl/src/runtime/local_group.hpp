@@ -24,7 +24,6 @@
 #include <string>
 #include <thread>
 #include <tuple>
-#include <unordered_map>
 #include <vector>
 
 #include "lowering.hpp"
@@ -63,9 +62,6 @@ struct RankResources {
   std::vector<void*> retired;  ///< device allocations freed once the kernel stopped
   bool launched = false;
   int8_t kernelHandoff = -1;  ///< 1: StreamHandoff::Kernel on this rank, 0: MemOps, -1: not decided yet
-  /// The last op submitted on each stream: a stream whose last op is not complete yet is busy, so the host
-  /// does not ask CUDA whether it is idle (cudaStreamQuery costs ~1.7 us).
-  std::unordered_map<cudaStream_t, uint32_t> lastOnStream;
   uint32_t submitted = 0;  ///< ops submitted by this rank
 };
 
@@ -194,7 +190,6 @@ class LocalGroup {
   device::StatusBlock* status_ = nullptr;
   device::OpDescriptor* ring_ = nullptr;
   device::RankMailbox* mailboxes_ = nullptr;    // [nRanks]
-  uint32_t* hostBells_ = nullptr;               // [nRanks][ringSlots]: doorbells the host rings itself
   device::TraceRecord* trace_ = nullptr;        // [nRanks][traceCapacity]
   std::vector<uint32_t> traceTaken_;            // records already returned per rank
   uint32_t* clockPing_ = nullptr;               // clock probe mailbox (host-mapped)

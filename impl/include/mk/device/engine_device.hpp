@@ -271,9 +271,6 @@ struct EngineDeviceHandle {
   const OpDescriptor* ring;       ///< host-mapped, shared by the group
   OpStamp* stamps;                ///< device memory, this rank's, ringSlots entries (read by cudaMemcpy)
   TraceRecord* trace;             ///< host-mapped, this rank's (null when tracing is off)
-  /// Host-mapped, this rank's, ringSlots words: the host rings op j here itself (hostBells[j % ringSlots] =
-  /// j + 1) when the caller's stream was idle at submission; the host-link warp copies it to the doorbell.
-  const uint32_t* hostBells;
   uint32_t* failureClaim;         ///< rank 0's RankState::failureClaim (peer-mapped)
   uint32_t traceCapacity;
   uint32_t ringSlots;
