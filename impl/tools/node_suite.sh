@@ -5,20 +5,27 @@
 #   2. mk-bench allreduce / allgather / reducescatter, 8 B .. max bytes, mkernel auto (costed against that
 #      profile) and every algorithm, NCCL in the same run (NVLS off);
 #   3. one traced 1 MiB two-shot all-reduce (for mk-validate's side-by-side trace);
-#   4. mk-bench gemm over the issue-6 shapes with --check, the GEMM GPU tests, SASS facts;
+#   4. mk-bench gemm over the issue-6 shapes with --check, the GEMM GPU tests, SASS facts; the GEMM as a Gemm
+#      step inside the resident kernel against the standalone kernel (mk-bench gemm --engine both);
 #   5. the GPU test suite (single- and multi-process), one process per case under a time limit;
 #   6. mk-probe-latency: the hand-off floors and the engine's per-op stage times (docs/gpu-engine.md, "Latency").
 # mk-validate runs afterwards on the developer machine (it needs SimGrid), on the files this writes.
 #
-#   impl/tools/node_suite.sh <build dir> <out dir> [max bytes, default 512M] [gpus, default all]
+#   impl/tools/node_suite.sh <build dir> <out dir> [max bytes, default 512M] [gpus, default all] [--no-gemm-shapes]
 #
-# <build dir> holds impl/{mk-bench, mk_gpu_tests, mk_multigpu_tests, mk_multiprocess_tests, mk_gemm_gpu_tests}
+# --no-gemm-shapes skips step 4's standalone issue-6 table (about 100 s) but keeps the compute-lane benches
+# (the f11cb06 run of 2026-11-29 ran steps 1-6 this way from a one-off copy of this script, probe rounds 500).
+#
+# <build dir> holds impl/{mk-bench, mk-probe-latency, mk_gpu_tests, mk_multigpu_tests, mk_multiprocess_tests,
+# mk_gemm_gpu_tests, mk_compute_lane_gpu_tests, mk_compute_lane_multigpu_tests}
 # and validation/mk-calibrate, built with nvcc on the developer machine and carried. The device tool brings back
 # at most 8 files: pack <out dir> (tar) when it runs there.
 set -u
 build=$1
 R=$2
 maxBytes=${3:-512M}
+gemmShapes=1
+[[ ${5:-} == --no-gemm-shapes ]] && gemmShapes=0
 export CUDA_MODULE_LOADING=EAGER NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 for d in /opt/torch/.venv/lib/python3*/site-packages/nvidia/nccl/lib /opt/torch/.venv/lib/python3*/site-packages/nvidia/cublas/lib; do
   [[ -d $d ]] && export LD_LIBRARY_PATH=$d:${LD_LIBRARY_PATH:-}
@@ -51,13 +58,21 @@ stamp trace
 timeout 30 "$B/mk-bench" allreduce -g "$gpus" -b 1M -e 1M --algo two-shot -n 5 -w 2 --reps 1 --latency-probes 0 \
   --trace "$R/trace-allreduce-two-shot-1M.json" >> "$R/mkbench.log" 2>&1
 stamp gemm
-timeout 150 "$B/mk-bench" gemm --shapes issue6 --check --json "$R/$day-h200-gemm.json" > "$R/gemm.log" 2>&1
-echo "gemm rc=$?" >> "$R/summary.log"
-timeout 60 "$B/mk_gemm_gpu_tests" > "$R/gemm-tests.log" 2>&1
-echo "gemm tests rc=$?" >> "$R/summary.log"
-(cuobjdump -sass "$B/mk-bench" | grep -c HGMMA; cuobjdump -res-usage "$B/mk-bench" | grep -A1 -i gemm) > "$R/sass.txt" 2>&1
+if [[ $gemmShapes -eq 1 ]]; then
+  timeout 150 "$B/mk-bench" gemm --shapes issue6 --check --json "$R/$day-h200-gemm.json" > "$R/gemm.log" 2>&1
+  echo "gemm rc=$?" >> "$R/summary.log"
+  timeout 90 "$B/mk_gemm_gpu_tests" > "$R/gemm-tests.log" 2>&1
+  echo "gemm tests rc=$?" >> "$R/summary.log"
+  (cuobjdump -sass "$B/mk-bench" | grep -c HGMMA; cuobjdump -res-usage "$B/mk-bench" | grep -A1 -i gemm) > "$R/sass.txt" 2>&1
+fi
+for shape in "-m 8192 -n 8192 -k 4096" "-m 4096 -n 4096 -k 2048 --ctas 116"; do
+  # shellcheck disable=SC2086
+  timeout 40 "$B/mk-bench" gemm --engine both --check $shape >> "$R/gemm-compute-lane.log" 2>&1
+  echo "gemm compute lane ($shape) rc=$?" >> "$R/summary.log"
+done
 stamp suite
-timeout 170 "$(dirname "$0")/gpu_suite.sh" "$build" "$R/suite.log" 60 > "$R/suite-summary.txt" 2>&1
+timeout 200 "$(dirname "$0")/gpu_suite.sh" "$build" "$R/suite.log" 60 mk_gpu_tests mk_multigpu_tests mk_multiprocess_tests \
+  mk_compute_lane_gpu_tests mk_compute_lane_multigpu_tests > "$R/suite-summary.txt" 2>&1
 tail -2 "$R/suite-summary.txt" | tee -a "$R/summary.log"
 stamp probe
 timeout 120 "$B/mk-probe-latency" --rounds 1000 > "$R/probe-latency.log" 2>&1

@@ -233,7 +233,7 @@ TEST_CASE("calibrate: one-way put records are recorded only and never move the n
 
 TEST_CASE("calibrate: the committed collective measurements alone give nothing to fit") {
   // Honesty rule on real data: the h200x2 allreduce file holds collective records only.
-  const auto f = mk::loadMeasurementFile(std::string(MK_MEASURED_DIR) + "/2026-11-29-h200x2-7e01b36-allreduce.json");
+  const auto f = mk::loadMeasurementFile(std::string(MK_MEASURED_DIR) + "/2026-11-29-h200x2-f11cb06-allreduce.json");
   REQUIRE(!f.records.empty());
   requireInvalid([&] { mk::calibrate({f}, mk::defaultProfile(mk::topologyPreset("h200x2"))); },
                  "no calibration records");
