@@ -55,6 +55,7 @@ struct CalibArgs {
 };
 
 constexpr uint16_t kIn = 0, kOut = 1;  // buffer indices of every calibration schedule
+constexpr uint16_t kScratch = 2;       // added by the patterns that put into the peer's scratch
 
 /// Two ranks on one node, float32 buffers: "in" (2n elements: two operands for reduce) and "out" (n).
 Schedule baseSchedule(uint64_t n, const std::string& name) {
@@ -132,6 +133,25 @@ Pattern putBothWays() {
             for (uint32_t i = 1; i <= reps; ++i)
               for (uint32_t r = 0; r < 2; ++r) {
                 s.lanes[r][0].steps.push_back(putStep(r, 1 - r, n));
+                s.lanes[r][0].steps.push_back(waitStep(r, i));
+              }
+            return s;
+          }};
+}
+
+Pattern putBothWaysScratch() {
+  // The same, into the peers' scratch instead of their output: no rank's step touches another rank's user
+  // buffers, so each op completes for its stream on local completion (as one-shot does). Its intercept is
+  // calib-dispatch-scratch; the difference to calib-dispatch is Profile::peerUserUs.
+  return {"calib-put-nvlink-scratch", "both-ways-scratch", 1, [](uint64_t n, uint32_t reps) {
+            Schedule s = baseSchedule(n, "calib put both ways into scratch");
+            s.buffers.push_back({"scratch", DType::Float32, BufferKind::Scratch, {n, n}});
+            s.nFlags = 1;
+            for (uint32_t i = 1; i <= reps; ++i)
+              for (uint32_t r = 0; r < 2; ++r) {
+                Step put = putStep(r, 1 - r, n);
+                put.dst = {0, 1 - r, kScratch, 0};
+                s.lanes[r][0].steps.push_back(put);
                 s.lanes[r][0].steps.push_back(waitStep(r, i));
               }
             return s;
@@ -337,14 +357,16 @@ int run(const CalibArgs& a, const std::string& command) {
         std::printf("#   ^ not recorded: the difference is not positive (noise above the message time)\n");
         continue;
       }
-      if (p.op == "calib-put-nvlink" && recBytes <= kInterceptMaxBytes) {
+      const bool scratch = p.op == "calib-put-nvlink-scratch";
+      if ((p.op == "calib-put-nvlink" || scratch) && recBytes <= kInterceptMaxBytes) {
         const double intercept = tLo - lo * p.messages * msg;
-        intercepts.push_back({recBytes, intercept});
+        if (!scratch) intercepts.push_back({recBytes, intercept});
         if (intercept > 0)
-          record("calib-dispatch", "intercept:both-ways-put", 0, intercept, it,
+          record(scratch ? "calib-dispatch-scratch" : "calib-dispatch",
+                 scratch ? "intercept:both-ways-put-scratch" : "intercept:both-ways-put", 0, intercept, it,
                  {{"from_bytes", std::to_string(recBytes)},
-                  {"how", quoted("T(0) = T(R_lo) - R_lo * messages_per_rep * time_us of the calib-put-nvlink point of "
-                                 "from_bytes: the per-op time that is not the op's steps")}});
+                  {"how", quoted("T(0) = T(R_lo) - R_lo * messages_per_rep * time_us of the " + p.op +
+                                 " point of from_bytes: the per-op time that is not the op's steps")}});
       }
       record(p.op, p.algo, recBytes, msg, it,
              {{"reps_lo", std::to_string(lo)},
@@ -367,6 +389,11 @@ int run(const CalibArgs& a, const std::string& command) {
     for (const auto& [bytes, t0] : intercepts)
       std::printf("  %-24s %12llu %6s %6s %12s %12s %12.3f %10s\n", "calib-dispatch", static_cast<unsigned long long>(bytes),
                   "-", "-", "-", "-", t0, "-");
+    // Into scratch: only the short messages, whose intercepts give dispatchUs (calib-dispatch-scratch).
+    std::vector<uint64_t> shortSizes;
+    for (uint64_t b : sizes)
+      if (b <= kInterceptMaxBytes) shortSizes.push_back(b);
+    sweep(putBothWaysScratch(), shortSizes, 300);
     if (a.only != "dispatch") sweep(putOneWay(), sizes, 300);
   }
   if (all || a.only == "copy") sweep(localCopy(), localSizes, 1500);

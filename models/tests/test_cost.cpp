@@ -822,3 +822,58 @@ TEST_CASE("timeline: a million steps over 3072 lanes run in well under two secon
   checkStep(tl, 1234, 0, 2 * 100, 2 + 3.0 * 100, 2 + 3.0 * 101);      // round 100's put
   checkStep(tl, 1234, 0, 2 * 100 + 1, 2 + 3.0 * 101, 2 + 3.0 * 101);  // its wait: the neighbour's put just landed
 }
+
+TEST_CASE("cost: every generator declares whether peers touch user buffers as its schedules do") {
+  // The closed forms add Profile::peerUserUs by the generator's declared property; the timeline and the
+  // simulator compute it from the schedule. They must agree on one node and across nodes.
+  for (const auto& d : detail::algorithmRegistry()) {
+    const std::string name = std::string(toString(d.op)) + " " + d.name;
+    CAPTURE(name);
+    for (const auto& [preset, ranks] : {std::pair<std::string, uint32_t>{"h200x2", 2u}, {"dgx-h200", 4u}, {"dgx-h200", 16u}}) {
+      CAPTURE(preset);
+      CAPTURE(ranks);
+      const Topology topo = topologyPreset(preset, ranks > 8 ? 2 : 1);
+      CollectiveSpec spec;
+      spec.op = d.op;
+      spec.algo = d.name;
+      spec.count = 4099;
+      for (uint32_t chunks : {1u, 4u}) {
+        GenOptions opt;
+        opt.chunks = chunks;
+        Schedule s;
+        try {
+          s = generate(spec, topo.layout(ranks), opt);
+        } catch (const Error&) {
+          continue;  // a generator that does not take this layout (its own tests cover the refusal)
+        }
+        CHECK(peersTouchUserBuffers(s) == d.peersTouchUser);
+      }
+    }
+  }
+}
+
+TEST_CASE("cost: the peer-user-buffer term is charged once per op, by the timeline and the closed form alike") {
+  const Topology topo = topologyPreset("h200x2");
+  Profile p = defaultProfile(topo);
+  Profile q = p;
+  q.peerUserUs = 1.5;
+  for (const char* algo : {"one-shot", "two-shot", "ring"}) {
+    CAPTURE(algo);
+    CollectiveSpec spec;
+    spec.op = CollOp::AllReduce;
+    spec.algo = algo;
+    spec.count = 1 << 20;
+    const Schedule s = generate(spec, topo.layout(2));
+    const double extra = peersTouchUserBuffers(s) ? 1.5 : 0.0;
+    CHECK(simulateUncontended(s, q).totalUs == doctest::Approx(simulateUncontended(s, p).totalUs + extra));
+    CHECK(closedForm(spec, {}, topo, 2, q).totalUs == doctest::Approx(closedForm(spec, {}, topo, 2, p).totalUs + extra));
+  }
+  // One-shot writes only the peers' scratch; two-shot's all-gather phase writes their outputs.
+  CollectiveSpec one;
+  one.op = CollOp::AllReduce;
+  one.algo = "one-shot";
+  one.count = 1000;
+  CHECK_FALSE(peersTouchUserBuffers(generate(one, topo.layout(2))));
+  one.algo = "two-shot";
+  CHECK(peersTouchUserBuffers(generate(one, topo.layout(2))));
+}

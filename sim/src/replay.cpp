@@ -275,6 +275,8 @@ class Replayer {
   void finish(Prediction& out) const {
     if (lanesDone_ != plan_.lanes.size()) reportStuck();
     out.totalUs = std::max(maxEndUs_, p_.dispatchUs);  // an op without steps still pays its dispatch
+    // The op-level term of the timeline: global completion + entry handshake when peers touch user buffers.
+    if (p_.peerUserUs > 0 && peersTouchUserBuffers(s_)) out.totalUs += p_.peerUserUs;
     out.stats.steps = plan_.steps;
     out.stats.comms = comms_;
     out.stats.execs = execs_;

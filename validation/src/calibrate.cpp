@@ -39,13 +39,13 @@ constexpr const char* kMethodDefault = "default (not measured)";
 
 bool isCalibrationOp(const std::string& op) noexcept {
   for (const char* k : {kCalibPutNvlink, kCalibPutNetwork, kCalibCopyLocal, kCalibReduce, kCalibFlag, kCalibFlagLocal,
-                        kCalibDispatch, kCalibProxy, kCalibGemm})
+                        kCalibDispatch, kCalibDispatchScratch, kCalibProxy, kCalibGemm})
     if (op == k) return true;
   return false;
 }
 
 bool isRecordedOnlyCalibrationOp(const std::string& op) noexcept {
-  return op == kCalibPutNvlinkOneWay || op == kCalibEmptyOp;
+  return op == kCalibPutNvlinkOneWay || op == kCalibPutNvlinkScratch || op == kCalibEmptyOp;
 }
 
 AlphaBetaFit fitAlphaBeta(const std::vector<CalibPoint>& points, const std::string& parameter) {
@@ -155,7 +155,8 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
         throw Error(ErrorCode::InvalidArgument,
                     where + ".op: unknown calibration op \"" + r.op +
                         "\" (expected calib-put-nvlink, calib-put-network, calib-copy-local, calib-reduce, "
-                        "calib-flag, calib-flag-local, calib-dispatch, calib-proxy or calib-gemm; calib-put-nvlink-oneway and calib-empty-op are recorded only)");
+                        "calib-flag, calib-flag-local, calib-dispatch, calib-dispatch-scratch, calib-proxy or calib-gemm; "
+                        "calib-put-nvlink-oneway and calib-empty-op are recorded only)");
       if (!std::isfinite(r.timeUs) || r.timeUs <= 0)
         throw Error(ErrorCode::InvalidArgument, where + ".time_us: must be finite and > 0 (got " + num(r.timeUs) + ")");
       CalibPoint p{static_cast<double>(r.bytes), r.timeUs};
@@ -225,7 +226,28 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
   rate(kCalibReduce, "reduceGBs", "GB/s", 1.0, out.reduceGBs);
   constant(kCalibFlag, "flagUs", out.flagUs);
   constant(kCalibFlagLocal, "localFlagUs", out.localFlagUs);
-  constant(kCalibDispatch, "dispatchUs", out.dispatchUs);
+  // dispatchUs: the intercept of ops whose peers write only scratch when measured (calib-dispatch-scratch),
+  // and peerUserUs what ops whose peers touch user buffers pay on top (calib-dispatch, the same pattern into
+  // the peers' output). Without the scratch variant, dispatchUs is calib-dispatch and no op pays more.
+  if (byOp.count(kCalibDispatchScratch)) {
+    constant(kCalibDispatchScratch, "dispatchUs", out.dispatchUs);
+    if (byOp.count(kCalibDispatch)) {
+      double withPeers = 0;
+      constant(kCalibDispatch, "dispatch with peer user buffers", withPeers);
+      rep.parameters.pop_back();  // reported below as the difference it is used for
+      out.peerUserUs = std::max(0.0, withPeers - out.dispatchUs);
+      rep.parameters.push_back(ParameterFit{"peerUserUs", "us", out.peerUserUs, true,
+                                            byOp.at(kCalibDispatch).size(),
+                                            std::numeric_limits<double>::quiet_NaN(), 0,
+                                            "median of calib-dispatch (" + num(withPeers) +
+                                                " us) - dispatchUs, floored at 0"});
+    } else {
+      defaultParam("peerUserUs", "us", out.peerUserUs);
+    }
+  } else {
+    constant(kCalibDispatch, "dispatchUs", out.dispatchUs);
+    defaultParam("peerUserUs", "us", out.peerUserUs);
+  }
   constant(kCalibProxy, "proxyUs", out.proxyUs);
   // x = flops: the "bandwidth" is flops per us / 1e3, and TFLOP/s = flops per us / 1e6.
   rate(kCalibGemm, "gemmTflops", "TFLOP/s", 1e-3, out.gemmTflops);

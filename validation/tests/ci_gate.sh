@@ -75,8 +75,8 @@ import json, sys
 work = sys.argv[1]
 known = {"schema": "mkernel.profile.v1", "source": "synthetic: the truth of ci_gate.sh",
          "nvlink": {"alphaUs": 1.3, "bwGBs": 355.0}, "network": {"alphaUs": 3.5, "bwGBs": 50.0},
-         "local": {"alphaUs": 0.8, "bwGBs": 2600.0}, "reduceGBs": 1150.0, "flagUs": 0.9, "localFlagUs": 0.4, "dispatchUs": 6.5,
-         "proxyUs": 2.5, "gemmTflops": 742.0}
+         "local": {"alphaUs": 0.8, "bwGBs": 2600.0}, "reduceGBs": 1150.0, "flagUs": 0.9, "localFlagUs": 0.4, "dispatchUs": 5.0,
+         "peerUserUs": 1.5, "proxyUs": 2.5, "gemmTflops": 742.0}
 json.dump(known, open(f"{work}/known.json", "w"), indent=1)
 def rec(op, b, t, **extra):
     r = {"op": op, "impl": "mkernel", "dtype": "uint8", "ranks": 2, "bytes": b, "time_us": t,
@@ -98,7 +98,8 @@ for k, b in enumerate(sizes):
 for k in range(9):
     calib.append(rec("calib-flag", 8, 0.9 * noise(k)))
     calib.append(rec("calib-flag-local", 8, 0.4 * noise(k)))
-    calib.append(rec("calib-dispatch", 8, 6.5 * noise(k + 1)))
+    calib.append(rec("calib-dispatch", 8, 6.5 * noise(k + 1)))           # dispatch + peerUserUs
+    calib.append(rec("calib-dispatch-scratch", 8, 5.0 * noise(k + 1)))  # dispatch
 write("calib.json", calib)
 colls = []
 for op, algos in (("allreduce", ["one-shot", "two-shot", "auto:ring"]), ("allgather", ["ring", "direct"]),

@@ -76,6 +76,7 @@ std::vector<mk::MeasurementRecord> fullSet() {
   for (double t : {0.61, 0.65, 0.64, 0.9, 0.66}) r.push_back(rec(mk::kCalibFlag, 8, t));
   for (double t : {0.31, 0.35, 0.33}) r.push_back(rec(mk::kCalibFlagLocal, 8, t));
   for (double t : {2.1, 2.0, 2.3}) r.push_back(rec(mk::kCalibDispatch, 0, t));
+  for (double t : {1.6, 1.5, 1.7}) r.push_back(rec(mk::kCalibDispatchScratch, 0, t));
   for (double t : {2.5, 2.7}) r.push_back(rec(mk::kCalibProxy, 0, t));
   for (double m : {1021.0, 2053.0, 4099.0, 8191.0}) {
     const double flops = 2.0 * m * m * 2047.0;
@@ -189,10 +190,11 @@ TEST_CASE("calibrate: every parameter is recovered from a full synthetic micro-b
   CHECK(relClose(p.reduceGBs, 1300, 1e-9));
   CHECK(p.flagUs == doctest::Approx(0.65));
   CHECK(p.localFlagUs == doctest::Approx(0.33));
-  CHECK(p.dispatchUs == doctest::Approx(2.1));
+  CHECK(p.dispatchUs == doctest::Approx(1.6));  // the scratch-put intercept
+  CHECK(p.peerUserUs == doctest::Approx(0.5));  // what the same pattern into the peers' output pays more
   CHECK(p.proxyUs == doctest::Approx(2.6));
   CHECK(relClose(p.gemmTflops, 742, 1e-9));
-  CHECK(rep.parameters.size() == 12);
+  CHECK(rep.parameters.size() == 13);
   CHECK(rep.defaulted().empty());
   CHECK(rep.recordsIgnored == 0);
   CHECK(rep.recordsUsed == fullSet().size());
@@ -250,7 +252,7 @@ TEST_CASE("calibrate: a parameter without records keeps the datasheet default an
   CHECK(p.network.bwGBs == defaults.network.bwGBs);
   CHECK(p.gemmTflops == defaults.gemmTflops);
   CHECK(p.flagUs == defaults.flagUs);
-  CHECK(rep.defaulted().size() == 10);
+  CHECK(rep.defaulted().size() == 11);
   CHECK(!param(rep, "gemmTflops").measured);
   CHECK(param(rep, "gemmTflops").method == "default (not measured)");
   CHECK(param(rep, "nvlink.bwGBs").measured);
@@ -335,4 +337,22 @@ TEST_CASE("calibrate: noisy micro-benchmark files recover the profile and report
   CHECK(param(rep, "nvlink.bwGBs").maxRelResidual < 0.05);
   CHECK(param(rep, "nvlink.bwGBs").r2 > 0.999);
   CHECK(rep.recordsUsed == records.size());
+}
+
+TEST_CASE("calibrate: without the scratch-put intercept, dispatch is calib-dispatch and no op pays the peer term") {
+  // The calibration files written before calib-dispatch-scratch existed fit as they always did.
+  std::vector<mk::MeasurementRecord> r;
+  addLink(r, mk::kCalibPutNvlink, 1.7, 370);
+  for (double t : {2.1, 2.0, 2.3}) r.push_back(rec(mk::kCalibDispatch, 0, t));
+  mk::FitReport rep;
+  const mk::Profile p = mk::calibrate({file(r)}, mk::defaultProfile(mk::topologyPreset("h200x2")), &rep);
+  CHECK(p.dispatchUs == doctest::Approx(2.1));
+  CHECK(p.peerUserUs == 0);
+  CHECK(!param(rep, "peerUserUs").measured);
+  // A scratch intercept above the output one (noise) gives no negative term.
+  for (double t : {2.4, 2.5, 2.6}) r.push_back(rec(mk::kCalibDispatchScratch, 0, t));
+  const mk::Profile q = mk::calibrate({file(r)}, mk::defaultProfile(mk::topologyPreset("h200x2")), &rep);
+  CHECK(q.dispatchUs == doctest::Approx(2.5));
+  CHECK(q.peerUserUs == 0);
+  CHECK(param(rep, "peerUserUs").measured);
 }

@@ -86,7 +86,7 @@ class Lowerer {
     h.nBuffers = static_cast<uint32_t>(s_.buffers.size());
     h.nWorkers = opt_.nWorkers;
     h.nSyncPoints = syncPoints_;
-    h.flags = peersTouchUserBuffers() ? 0u : device::kProgLocalCompletion;
+    h.flags = peersTouchUserBuffers(s_, rank_) ? 0u : device::kProgLocalCompletion;
     h.lanesOffset = alignUp(sizeof h, 16);
     h.stepsOffset = alignUp(h.lanesOffset + outLanes.size() * sizeof(device::LoweredLane), 16);
     h.ctasOffset = alignUp(h.stepsOffset + outSteps.size() * sizeof(LoweredStep), 16);
@@ -113,24 +113,6 @@ class Lowerer {
   [[noreturn]] void fail(ErrorCode code, const std::string& msg) const { throw Error(code, msg); }
   [[noreturn]] void failStep(ErrorCode code, uint32_t lane, uint32_t step, const std::string& msg) const {
     throw Error(code, describeStep(s_, rank_, lane, step) + ": " + msg);
-  }
-
-  /// Whether a step of another rank names one of this rank's user buffers (so this rank's stream must
-  /// wait for every rank, rule 4) — or only this rank's own steps touch them (kProgLocalCompletion).
-  bool peersTouchUserBuffers() const {
-    auto user = [&](const BufRef& b) {
-      return b.rank == rank_ && b.buffer < s_.buffers.size() && s_.buffers[b.buffer].kind != BufferKind::Scratch;
-    };
-    for (uint32_t q = 0; q < s_.nRanks; ++q) {
-      if (q == rank_) continue;
-      for (const Lane& lane : s_.lanes[q])
-        for (const Step& st : lane.steps) {
-          const bool two = st.kind == StepKind::Copy || st.kind == StepKind::Put || st.kind == StepKind::ProxyPut;
-          const bool three = st.kind == StepKind::Reduce || st.kind == StepKind::Gemm;  // b is an operand too
-          if ((two || three) && (user(st.dst) || user(st.a) || (three && user(st.b)))) return true;
-        }
-    }
-    return false;
   }
 
   void checkShape() const {

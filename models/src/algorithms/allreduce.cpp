@@ -1452,7 +1452,7 @@ const std::vector<AlgorithmDef>& allReduceAlgorithms() {
   static const std::vector<AlgorithmDef> defs = {
       {CollOp::AllReduce, "one-shot",
        "every rank sends its data to every peer and reduces all p contributions in rank order (latency-optimal)",
-       setupOneShot, emitOneShot, costOneShot},
+       setupOneShot, emitOneShot, costOneShot, /*peersTouchUser=*/false},
       {CollOp::AllReduce, "two-shot",
        "direct reduce-scatter (rank j reduces shard j) then direct all-gather (2 hops, bandwidth-optimal)",
        setupTwoShot, emitTwoShot, costTwoShot},

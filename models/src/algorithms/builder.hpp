@@ -132,6 +132,9 @@ struct AlgorithmDef {
   void (*emit)(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part);
   /// Closed-form cost of the whole schedule (all channels).
   CostEstimate (*cost)(const CostContext& c);
+  /// Whether its schedules (on more than one rank) let a rank's steps touch another rank's user buffers
+  /// (peersTouchUserBuffers): the closed form then adds Profile::peerUserUs, as the timeline does.
+  bool peersTouchUser = true;
 };
 
 /// Every generator, allreduce first; defined in algorithms.cpp from the per-family tables below.

@@ -68,6 +68,8 @@ class UncontendedSim {
     Timeline tl;
     tl.totalUs = t0;
     for (const StepTime& st : out_) tl.totalUs = std::max(tl.totalUs, st.endUs);
+    // Global completion and the entry handshake, when some rank's user buffers are a peer's operand.
+    if (p_.peerUserUs > 0 && peersTouchUserBuffers(s_)) tl.totalUs += p_.peerUserUs;
     tl.steps = std::move(out_);
     return tl;
   }
@@ -399,7 +401,15 @@ CostEstimate closedForm(const CollectiveSpec& spec, const GenOptions& opt, const
   GenOptions resolved = opt;
   resolved.inter = resolveInter(spec, nodeOf, opt, profile);
   const detail::GenContext ctx = detail::makeContext(spec, nodeOf, resolved);
-  return d.cost(detail::CostContext{spec, resolved, topo, ctx, profile});
+  CostEstimate e = d.cost(detail::CostContext{spec, resolved, topo, ctx, profile});
+  // The op-level term of the timeline (Profile::peerUserUs), from the generator's declared property (a test
+  // checks it against peersTouchUserBuffers on the generated schedules).
+  if (profile.peerUserUs > 0 && nRanks > 1 && d.peersTouchUser) {
+    e.totalUs += profile.peerUserUs;
+    e.latencyUs += profile.peerUserUs;
+    e.formula += " + U";
+  }
+  return e;
 }
 
 Timeline simulateUncontended(const Schedule& s, const Profile& profile) { return UncontendedSim(s, profile).run(); }

@@ -94,6 +94,7 @@ std::string profileToJson(const Profile& p, const ProfileProvenance& prov, int i
   j["flagUs"] = p.flagUs;
   j["localFlagUs"] = p.localFlagUs;
   j["dispatchUs"] = p.dispatchUs;
+  j["peerUserUs"] = p.peerUserUs;
   j["proxyUs"] = p.proxyUs;
   j["gemmTflops"] = p.gemmTflops;
   return j.dump(indent);
@@ -111,7 +112,7 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   if (schema != kProfileSchema)
     parseFail("schema must be \"" + std::string(kProfileSchema) + "\" (got \"" + schema + "\")");
   onlyKeys(j, "", {"schema", "source", "provenance", "nvlink", "network", "local", "reduceGBs", "flagUs",
-                   "localFlagUs", "dispatchUs", "proxyUs", "gemmTflops"});
+                   "localFlagUs", "dispatchUs", "peerUserUs", "proxyUs", "gemmTflops"});
   Profile p;
   p.source = text(j, "", "source");
   p.nvlink = linkCost(j, "nvlink");
@@ -123,6 +124,8 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   // cross-GPU one (what every engine did before the field existed).
   p.localFlagUs = j.contains("localFlagUs") ? parameter(j, "", "localFlagUs") : p.flagUs;
   p.dispatchUs = parameter(j, "", "dispatchUs");
+  // Added later too: a profile without it charges no op the peer-user-buffer term (as before it existed).
+  p.peerUserUs = j.contains("peerUserUs") ? parameter(j, "", "peerUserUs") : 0.0;
   p.proxyUs = parameter(j, "", "proxyUs");
   p.gemmTflops = parameter(j, "", "gemmTflops");
 

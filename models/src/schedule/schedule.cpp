@@ -18,6 +18,37 @@ uint64_t Schedule::stepCount() const noexcept {
   return n;
 }
 
+namespace {
+/// Calls visit(owner rank) for every user-buffer operand a step of rank `q` names on another rank.
+template <class Visit>
+void forPeerUserOperands(const Schedule& s, Visit&& visit) {
+  auto user = [&](const BufRef& b) {
+    return b.buffer < s.buffers.size() && s.buffers[b.buffer].kind != BufferKind::Scratch;
+  };
+  for (uint32_t q = 0; q < s.lanes.size(); ++q)
+    for (const Lane& lane : s.lanes[q])
+      for (const Step& st : lane.steps) {
+        const bool two = st.kind == StepKind::Copy || st.kind == StepKind::Put || st.kind == StepKind::ProxyPut;
+        const bool three = st.kind == StepKind::Reduce || st.kind == StepKind::Gemm;  // b is an operand too
+        if (!two && !three) continue;
+        for (const BufRef* b : {&st.dst, &st.a, three ? &st.b : nullptr})
+          if (b && b->rank != q && user(*b)) visit(b->rank);
+      }
+}
+}  // namespace
+
+bool peersTouchUserBuffers(const Schedule& s, uint32_t rank) {
+  bool found = false;
+  forPeerUserOperands(s, [&](uint32_t owner) { found = found || owner == rank; });
+  return found;
+}
+
+bool peersTouchUserBuffers(const Schedule& s) {
+  bool found = false;
+  forPeerUserOperands(s, [&](uint32_t) { found = true; });
+  return found;
+}
+
 LinkClass linkBetween(const Schedule& s, uint32_t fromRank, uint32_t toRank) noexcept {
   // Out-of-range ranks have no path; the validator reports them, callers must not crash on them.
   if (fromRank >= s.nodeOf.size() || toRank >= s.nodeOf.size()) return LinkClass::None;

@@ -27,6 +27,11 @@ struct Profile {
   double flagUs = 0;       ///< Signal -> Wait visibility across NVLink (another GPU of the node)
   double localFlagUs = 0;  ///< Signal -> Wait visibility between lanes of one GPU (GPU-scope flag)
   double dispatchUs = 0;   ///< op enqueue -> first step on the GPU
+  /// Extra per-op cost of an op in which some rank's step reads or writes another rank's user buffers
+  /// (peersTouchUserBuffers): the engine then completes it only once every rank is done and guards peers'
+  /// accesses with an entry handshake, where an op whose peers write only scratch completes on local
+  /// completion (kProgLocalCompletion). Charged once at the op's end. 0 = not distinguished.
+  double peerUserUs = 0;
   double proxyUs = 0;      ///< extra per ProxyPut for the FIFO + host proxy
   double gemmTflops = 0;   ///< achieved bf16 GEMM rate per GPU
 };

@@ -135,6 +135,14 @@ struct Schedule {
   uint64_t stepCount() const noexcept;
 };
 
+/// Whether a step of another rank than `rank` reads or writes one of `rank`'s user buffers (Input, Output,
+/// InOut; only the operands the step's kind uses count). The engine completes an op for a rank's stream on
+/// local completion when this is false for that rank (kProgLocalCompletion); the cost model charges
+/// Profile::peerUserUs to ops where it is true for some rank.
+bool peersTouchUserBuffers(const Schedule& s, uint32_t rank);
+/// True when peersTouchUserBuffers(s, r) holds for some rank r.
+bool peersTouchUserBuffers(const Schedule& s);
+
 /// Link class of a transfer between two ranks of `s` ("local" on the same rank, NVLink on the same node,
 /// network otherwise).
 LinkClass linkBetween(const Schedule& s, uint32_t fromRank, uint32_t toRank) noexcept;

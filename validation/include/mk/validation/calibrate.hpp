@@ -22,13 +22,19 @@ inline constexpr const char* kCalibCopyLocal = "calib-copy-local";    ///< Copy 
 inline constexpr const char* kCalibReduce = "calib-reduce";           ///< Reduce, bytes = output -> reduceGBs
 inline constexpr const char* kCalibFlag = "calib-flag";               ///< Signal -> Wait over NVLink -> flagUs
 inline constexpr const char* kCalibFlagLocal = "calib-flag-local";    ///< Signal -> Wait, lanes of one GPU -> localFlagUs
-inline constexpr const char* kCalibDispatch = "calib-dispatch";       ///< enqueue -> first step -> dispatchUs
+inline constexpr const char* kCalibDispatch = "calib-dispatch";       ///< per-op intercept, puts into peers' output
+/// Per-op intercept of the same put pattern writing into the peers' scratch -> dispatchUs; with it,
+/// peerUserUs = calib-dispatch - calib-dispatch-scratch (what an op whose peers touch user buffers pays more).
+inline constexpr const char* kCalibDispatchScratch = "calib-dispatch-scratch";
 inline constexpr const char* kCalibProxy = "calib-proxy";             ///< extra per ProxyPut -> proxyUs
 inline constexpr const char* kCalibGemm = "calib-gemm";               ///< bf16 GEMM, needs "flops" -> gemmTflops
 
 /// Recorded by `mk-bench calibrate` for the report, not fitted: one-way ping-pong puts (the profile's
 /// nvlink class is fitted from calib-put-nvlink, both directions at once, as every 2-GPU collective uses it).
 inline constexpr const char* kCalibPutNvlinkOneWay = "calib-put-nvlink-oneway";
+/// Recorded, not fitted: both-ways puts into the peers' scratch (mk-bench calibrate fits nothing from the
+/// per-message times; their intercepts are calib-dispatch-scratch).
+inline constexpr const char* kCalibPutNvlinkScratch = "calib-put-nvlink-scratch";
 /// Recorded, not fitted: the per-op time of ops without steps (dispatchUs is fitted from calib-dispatch, the
 /// intercept of ops whose ranks interact; docs/calibration.md says why they differ).
 inline constexpr const char* kCalibEmptyOp = "calib-empty-op";
@@ -36,7 +42,8 @@ inline constexpr const char* kCalibEmptyOp = "calib-empty-op";
 /// True for the fitted ops above (the exact spelling; other "calib-" ops, except the recorded-only ones, are
 /// an error in calibrate()).
 bool isCalibrationOp(const std::string& op) noexcept;
-/// True for calibration ops that are recorded but never fitted (kCalibPutNvlinkOneWay, kCalibEmptyOp).
+/// True for calibration ops that are recorded but never fitted (kCalibPutNvlinkOneWay, kCalibPutNvlinkScratch,
+/// kCalibEmptyOp).
 bool isRecordedOnlyCalibrationOp(const std::string& op) noexcept;
 
 /// One measured point of a linear fit: x (bytes, or flops for gemm) and the time it took.
