@@ -158,6 +158,21 @@ Pattern putBothWaysScratch() {
           }};
 }
 
+Pattern putStream() {
+  // Both ranks stream puts to each other, one signal each, and wait for all of the peer's at the end: the
+  // lane's time per put (what chunked collectives pay per chunk) without each put's wait. Its fit's intercept
+  // is putIssueUs; the put's full latency stays calib-put-nvlink's alpha.
+  return {"calib-put-stream", "stream", 1, [](uint64_t n, uint32_t reps) {
+            Schedule s = baseSchedule(n, "calib put stream");
+            s.nFlags = 1;
+            for (uint32_t r = 0; r < 2; ++r) {
+              for (uint32_t i = 1; i <= reps; ++i) s.lanes[r][0].steps.push_back(putStep(r, 1 - r, n));
+              s.lanes[r][0].steps.push_back(waitStep(r, reps));
+            }
+            return s;
+          }};
+}
+
 Pattern flagPingPong() {
   return {"calib-flag", "ping-pong", 2, [](uint64_t n, uint32_t reps) {
             Schedule s = baseSchedule(n, "calib flag");
@@ -394,6 +409,7 @@ int run(const CalibArgs& a, const std::string& command) {
     for (uint64_t b : sizes)
       if (b <= kInterceptMaxBytes) shortSizes.push_back(b);
     sweep(putBothWaysScratch(), shortSizes, 300);
+    sweep(putStream(), shortSizes, 300);
     if (a.only != "dispatch") sweep(putOneWay(), sizes, 300);
   }
   if (all || a.only == "copy") sweep(localCopy(), localSizes, 1500);

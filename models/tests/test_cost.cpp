@@ -877,3 +877,22 @@ TEST_CASE("cost: the peer-user-buffer term is charged once per op, by the timeli
   one.algo = "two-shot";
   CHECK(peersTouchUserBuffers(generate(one, topo.layout(2))));
 }
+
+TEST_CASE("timeline: a put issue gap lets the lane move on while the put's signal still waits for alpha") {
+  Hand h({0, 0}, 1);
+  h.lane(0);
+  h.lane(1);
+  for (int i = 0; i < 3; ++i) h.put(0, 0, 1, k100KB, 0u);
+  h.wait(1, 0, 0, 3);
+  Profile p = roundProfile();                       // alpha 1 us, 1e5 bytes take 1 us
+  CHECK(h.run(p).totalUs == doctest::Approx(8.0));  // 2 + 3 x (1 + 1)
+  p.putIssueUs = 0.4;
+  const Timeline tl = h.run(p);
+  checkStep(tl, 0, 0, 0, 2.0, 3.4);
+  checkStep(tl, 0, 0, 2, 4.8, 6.2);
+  checkStep(tl, 1, 0, 0, 2.0, 6.8);  // the last signal lands 0.6 us after its put's lane time
+  CHECK(tl.totalUs == doctest::Approx(6.8));
+  p.putIssueUs = 5.0;  // not below alpha: not distinguished
+  CHECK(h.run(p).totalUs == doctest::Approx(8.0));
+  CHECK(putIssueUs(p) == 1.0);
+}

@@ -378,7 +378,9 @@ class Replayer {
           break;
         default:
           t += localDurationUs(st, rank) * kSecondsPerUs;
-          if (st.kind == StepKind::Put && (st.flags & kStepSignal)) increment(st.flag, st.value, t);
+          // As the timeline: the lane moves on after the issue time, the signal lands alpha after the start.
+          if (st.kind == StepKind::Put && (st.flags & kStepSignal))
+            increment(st.flag, st.value, t + (p_.nvlink.alphaUs - putIssueUs(p_)) * kSecondsPerUs);
       }
       if (opt_.trace) {
         const uint64_t k = plan_.firstStep[g] + i;
@@ -402,7 +404,7 @@ class Replayer {
       case StepKind::Reduce:
         if (st.link == LinkClass::NVLink) return p_.nvlink.alphaUs + over(std::min(p_.reduceGBs, p_.nvlink.bwGBs), kNvl);
         return p_.local.alphaUs + over(p_.reduceGBs, kMem);
-      case StepKind::Put: return p_.nvlink.alphaUs + over(p_.nvlink.bwGBs, kNvl);
+      case StepKind::Put: return putIssueUs(p_) + over(p_.nvlink.bwGBs, kNvl);
       case StepKind::Gemm: return st.flops * shareOf(plan_, rank, kGpu) / (p_.gemmTflops * 1e6);
       default: return 0;
     }
@@ -429,8 +431,9 @@ class Replayer {
         }
         break;
       case StepKind::Put:
-        transferNvl(g, rank, rank, st.dst.rank, st.bytes, p_.nvlink.bwGBs);
-        if (st.flags & kStepSignal) increment(st.flag, st.value, now());
+        transferNvl(g, rank, rank, st.dst.rank, st.bytes, p_.nvlink.bwGBs, putIssueUs(p_));
+        if (st.flags & kStepSignal)
+          increment(st.flag, st.value, now() + (p_.nvlink.alphaUs - putIssueUs(p_)) * kSecondsPerUs);
         break;
       case StepKind::ProxyPut: {
         const uint32_t hops = platform_.extraSwitchHops(plan_.gpuOf[rank], plan_.gpuOf[st.dst.rank]);
@@ -467,7 +470,13 @@ class Replayer {
   /// An NVLink transfer between `from` and `to` (one of them a peer; makePlan checked it), capped at the lane's
   /// share of `bwGBs`.
   void transferNvl(uint64_t g, uint32_t rank, uint32_t from, uint32_t to, uint64_t bytes, double bwGBs) {
-    delay(p_.nvlink.alphaUs);
+    transferNvl(g, rank, from, to, bytes, bwGBs, p_.nvlink.alphaUs);
+  }
+  /// The same with `lanePartUs` of the latency paid by the lane (a Put pays its issue time; the rest of
+  /// alpha delays only its signal).
+  void transferNvl(uint64_t g, uint32_t rank, uint32_t from, uint32_t to, uint64_t bytes, double bwGBs,
+                   double lanePartUs) {
+    delay(lanePartUs);
     if (bytes == 0) return;
     // The bytes flow from `from` to `to` whoever executes the step: a read starts at the peer.
     communicate(g, gpuHost(from), gpuHost(to), bytes, bwGBs * kBytesPerGB / shareOf(plan_, rank, kNvl));

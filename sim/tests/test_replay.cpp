@@ -449,3 +449,22 @@ TEST_CASE("replay: a schedule that cannot complete is reported as a deadlock") {
   const mk::Error e = simtest::errorOf([&] { simtest::run(b.done(), simtest::cluster(1, 2)); });
   CHECK(e.code() == mk::ErrorCode::Deadlock);
 }
+
+TEST_CASE("replay: a put issue gap gives the timeline's times in both modes") {
+  Builder b({0, 0});
+  for (int i = 0; i < 4; ++i) b.put(0, 0, 1, 250000, 0);
+  b.wait(1, 0, 0, 4);
+  b.reduce(1, 0, 0, 65536);
+  const mk::Schedule s = b.done();
+  mk::Profile p = simtest::profile();
+  p.putIssueUs = 0.35;
+  const mk::Timeline tl = mk::simulateUncontended(s, p);
+  for (const bool fast : {false, true}) {
+    CAPTURE(fast);
+    mk::sim::SimOptions o;
+    o.fast = fast;
+    const auto pr = mk::sim::predict(s, simtest::cluster(1, 2), p, o);
+    CHECK(pr.totalUs == doctest::Approx(tl.totalUs).epsilon(1e-9));
+  }
+  CHECK(tl.totalUs < mk::simulateUncontended(s, simtest::profile()).totalUs);
+}

@@ -39,7 +39,7 @@ constexpr const char* kMethodDefault = "default (not measured)";
 
 bool isCalibrationOp(const std::string& op) noexcept {
   for (const char* k : {kCalibPutNvlink, kCalibPutNetwork, kCalibCopyLocal, kCalibReduce, kCalibFlag, kCalibFlagLocal,
-                        kCalibDispatch, kCalibDispatchScratch, kCalibProxy, kCalibGemm})
+                        kCalibPutStream, kCalibDispatch, kCalibDispatchScratch, kCalibProxy, kCalibGemm})
     if (op == k) return true;
   return false;
 }
@@ -155,7 +155,8 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
         throw Error(ErrorCode::InvalidArgument,
                     where + ".op: unknown calibration op \"" + r.op +
                         "\" (expected calib-put-nvlink, calib-put-network, calib-copy-local, calib-reduce, "
-                        "calib-flag, calib-flag-local, calib-dispatch, calib-dispatch-scratch, calib-proxy or calib-gemm; "
+                        "calib-flag, calib-flag-local, calib-put-stream, calib-dispatch, calib-dispatch-scratch, calib-proxy or "
+                        "calib-gemm; "
                         "calib-put-nvlink-oneway and calib-empty-op are recorded only)");
       if (!std::isfinite(r.timeUs) || r.timeUs <= 0)
         throw Error(ErrorCode::InvalidArgument, where + ".time_us: must be finite and > 0 (got " + num(r.timeUs) + ")");
@@ -247,6 +248,16 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
   } else {
     constant(kCalibDispatch, "dispatchUs", out.dispatchUs);
     defaultParam("peerUserUs", "us", out.peerUserUs);
+  }
+  // putIssueUs: the lane's time per streamed Put, the intercept of its alpha-beta fit (what a Put costs the
+  // lane before its next step; the rest of nvlink.alphaUs only delays the Put's signal).
+  if (auto it = byOp.find(kCalibPutStream); it != byOp.end()) {
+    const AlphaBetaFit f = fitAlphaBeta(it->second, std::string("putIssueUs (") + kCalibPutStream + ")");
+    out.putIssueUs = f.alphaUs;
+    rep.parameters.push_back(ParameterFit{"putIssueUs", "us", out.putIssueUs, true, f.n, f.r2, f.maxRelResidual,
+                                          "alpha-beta intercept (bandwidth " + num(f.bwGBs) + " GB/s not kept)"});
+  } else {
+    defaultParam("putIssueUs", "us", out.putIssueUs);
   }
   constant(kCalibProxy, "proxyUs", out.proxyUs);
   // x = flops: the "bandwidth" is flops per us / 1e3, and TFLOP/s = flops per us / 1e6.

@@ -73,6 +73,7 @@ std::vector<mk::MeasurementRecord> fullSet() {
   addLink(r, mk::kCalibPutNetwork, 4.1, 48.5);
   addLink(r, mk::kCalibCopyLocal, 0.45, 1900);
   addLink(r, mk::kCalibReduce, 0.9, 1300);
+  addLink(r, mk::kCalibPutStream, 0.6, 372);
   for (double t : {0.61, 0.65, 0.64, 0.9, 0.66}) r.push_back(rec(mk::kCalibFlag, 8, t));
   for (double t : {0.31, 0.35, 0.33}) r.push_back(rec(mk::kCalibFlagLocal, 8, t));
   for (double t : {2.1, 2.0, 2.3}) r.push_back(rec(mk::kCalibDispatch, 0, t));
@@ -192,9 +193,10 @@ TEST_CASE("calibrate: every parameter is recovered from a full synthetic micro-b
   CHECK(p.localFlagUs == doctest::Approx(0.33));
   CHECK(p.dispatchUs == doctest::Approx(1.6));  // the scratch-put intercept
   CHECK(p.peerUserUs == doctest::Approx(0.5));  // what the same pattern into the peers' output pays more
+  CHECK(relClose(p.putIssueUs, 0.6, 1e-9));    // the streamed puts' intercept
   CHECK(p.proxyUs == doctest::Approx(2.6));
   CHECK(relClose(p.gemmTflops, 742, 1e-9));
-  CHECK(rep.parameters.size() == 13);
+  CHECK(rep.parameters.size() == 14);
   CHECK(rep.defaulted().empty());
   CHECK(rep.recordsIgnored == 0);
   CHECK(rep.recordsUsed == fullSet().size());
@@ -252,7 +254,7 @@ TEST_CASE("calibrate: a parameter without records keeps the datasheet default an
   CHECK(p.network.bwGBs == defaults.network.bwGBs);
   CHECK(p.gemmTflops == defaults.gemmTflops);
   CHECK(p.flagUs == defaults.flagUs);
-  CHECK(rep.defaulted().size() == 11);
+  CHECK(rep.defaulted().size() == 12);
   CHECK(!param(rep, "gemmTflops").measured);
   CHECK(param(rep, "gemmTflops").method == "default (not measured)");
   CHECK(param(rep, "nvlink.bwGBs").measured);

@@ -227,7 +227,7 @@ class UncontendedSim {
         if (st.link == LinkClass::NVLink)
           return p_.nvlink.alphaUs + bytes * share(rank, kNvl) / (std::min(p_.reduceGBs, p_.nvlink.bwGBs) * 1e3);
         return p_.local.alphaUs + bytes * share(rank, kMem) / (p_.reduceGBs * 1e3);
-      case StepKind::Put: return p_.nvlink.alphaUs + bytes * share(rank, kNvl) / (p_.nvlink.bwGBs * 1e3);
+      case StepKind::Put: return putIssueUs(p_) + bytes * share(rank, kNvl) / (p_.nvlink.bwGBs * 1e3);
       case StepKind::ProxyPut:
         if (st.count == 0) return p_.proxyUs + p_.network.alphaUs;
         return p_.proxyUs + p_.network.alphaUs + bytes * share(rank, kNet) / (p_.network.bwGBs * 1e3);
@@ -295,7 +295,10 @@ class UncontendedSim {
             const double delay =
                 sameRank ? p_.localFlagUs : sameNode ? p_.flagUs : p_.proxyUs + p_.network.alphaUs;
             push(end + delay, flagIndex(st.flag), st.value, true);
-          } else if ((st.kind == StepKind::Put || st.kind == StepKind::ProxyPut) && (st.flags & kStepSignal)) {
+          } else if (st.kind == StepKind::Put && (st.flags & kStepSignal)) {
+            // The lane moved on after the issue time; the data (and so the signal) lands alpha after the start.
+            push(end + (p_.nvlink.alphaUs - putIssueUs(p_)), flagIndex(st.flag), st.value, true);
+          } else if (st.kind == StepKind::ProxyPut && (st.flags & kStepSignal)) {
             push(end, flagIndex(st.flag), st.value, true);
           }
           record(ls, start, end);
@@ -388,6 +391,10 @@ Profile defaultProfile(const Topology& t) {
   p.proxyUs = kProxyUs;
   p.gemmTflops = kGemmEfficiency * t.node.bf16Tflops;
   return p;
+}
+
+double putIssueUs(const Profile& p) noexcept {
+  return p.putIssueUs > 0 && p.putIssueUs < p.nvlink.alphaUs ? p.putIssueUs : p.nvlink.alphaUs;
 }
 
 CostEstimate closedForm(const CollectiveSpec& spec, const GenOptions& opt, const Topology& topo, uint32_t nRanks,

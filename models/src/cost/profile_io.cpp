@@ -95,6 +95,7 @@ std::string profileToJson(const Profile& p, const ProfileProvenance& prov, int i
   j["localFlagUs"] = p.localFlagUs;
   j["dispatchUs"] = p.dispatchUs;
   j["peerUserUs"] = p.peerUserUs;
+  j["putIssueUs"] = p.putIssueUs;
   j["proxyUs"] = p.proxyUs;
   j["gemmTflops"] = p.gemmTflops;
   return j.dump(indent);
@@ -112,7 +113,7 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   if (schema != kProfileSchema)
     parseFail("schema must be \"" + std::string(kProfileSchema) + "\" (got \"" + schema + "\")");
   onlyKeys(j, "", {"schema", "source", "provenance", "nvlink", "network", "local", "reduceGBs", "flagUs",
-                   "localFlagUs", "dispatchUs", "peerUserUs", "proxyUs", "gemmTflops"});
+                   "localFlagUs", "dispatchUs", "peerUserUs", "putIssueUs", "proxyUs", "gemmTflops"});
   Profile p;
   p.source = text(j, "", "source");
   p.nvlink = linkCost(j, "nvlink");
@@ -126,6 +127,7 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   p.dispatchUs = parameter(j, "", "dispatchUs");
   // Added later too: a profile without it charges no op the peer-user-buffer term (as before it existed).
   p.peerUserUs = j.contains("peerUserUs") ? parameter(j, "", "peerUserUs") : 0.0;
+  p.putIssueUs = j.contains("putIssueUs") ? parameter(j, "", "putIssueUs") : 0.0;
   p.proxyUs = parameter(j, "", "proxyUs");
   p.gemmTflops = parameter(j, "", "gemmTflops");
 

@@ -32,6 +32,12 @@ struct Profile {
   /// accesses with an entry handshake, where an op whose peers write only scratch completes on local
   /// completion (kProgLocalCompletion). Charged once at the op's end. 0 = not distinguished.
   double peerUserUs = 0;
+  /// Time a lane spends issuing one NVLink Put before its next step (plus the bytes at the lane's bandwidth),
+  /// when it is less than nvlink.alphaUs: the rest of alpha (visibility at the peer) then overlaps the
+  /// lane's next steps, and only the Put's signal waits for it. 0 (or >= alpha) = not distinguished: the lane
+  /// is busy for the whole alpha. The closed forms do not use it (they charge alpha per put: pessimistic
+  /// for chunked ops when it is set).
+  double putIssueUs = 0;
   double proxyUs = 0;      ///< extra per ProxyPut for the FIFO + host proxy
   double gemmTflops = 0;   ///< achieved bf16 GEMM rate per GPU
 };
@@ -47,6 +53,9 @@ struct CostEstimate {
   double reduceUs = 0;     ///< gamma terms
   std::string formula;     ///< the instantiated formula, for humans
 };
+
+/// Effective Put issue time of `p`: putIssueUs when it is set and below nvlink.alphaUs, else nvlink.alphaUs.
+double putIssueUs(const Profile& p) noexcept;
 
 /// Cost of generate(spec, topo.layout(nRanks), opt) under `profile`.
 CostEstimate closedForm(const CollectiveSpec& spec, const GenOptions& opt, const Topology& topo, uint32_t nRanks,

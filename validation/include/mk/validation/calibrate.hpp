@@ -22,6 +22,9 @@ inline constexpr const char* kCalibCopyLocal = "calib-copy-local";    ///< Copy 
 inline constexpr const char* kCalibReduce = "calib-reduce";           ///< Reduce, bytes = output -> reduceGBs
 inline constexpr const char* kCalibFlag = "calib-flag";               ///< Signal -> Wait over NVLink -> flagUs
 inline constexpr const char* kCalibFlagLocal = "calib-flag-local";    ///< Signal -> Wait, lanes of one GPU -> localFlagUs
+/// Streamed Puts to a same-node peer (one signal each, one wait at the end): the lane's time per Put ->
+/// putIssueUs (the intercept of its alpha-beta fit; the bandwidth stays calib-put-nvlink's).
+inline constexpr const char* kCalibPutStream = "calib-put-stream";
 inline constexpr const char* kCalibDispatch = "calib-dispatch";       ///< per-op intercept, puts into peers' output
 /// Per-op intercept of the same put pattern writing into the peers' scratch -> dispatchUs; with it,
 /// peerUserUs = calib-dispatch - calib-dispatch-scratch (what an op whose peers touch user buffers pays more).
