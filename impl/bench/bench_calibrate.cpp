@@ -124,33 +124,21 @@ Pattern putOneWay() {
           }};
 }
 
-Pattern putBothWays() {
-  // Both ranks put at once, then wait for the other's: each repetition is one message in each direction at the
-  // same time — how every 2-GPU collective uses the link.
-  return {"calib-put-nvlink", "both-ways", 1, [](uint64_t n, uint32_t reps) {
-            Schedule s = baseSchedule(n, "calib put both ways");
-            s.nFlags = 1;
-            for (uint32_t i = 1; i <= reps; ++i)
-              for (uint32_t r = 0; r < 2; ++r) {
-                s.lanes[r][0].steps.push_back(putStep(r, 1 - r, n));
-                s.lanes[r][0].steps.push_back(waitStep(r, i));
-              }
-            return s;
-          }};
-}
-
-Pattern putBothWaysScratch() {
-  // The same, into the peers' scratch instead of their output: no rank's step touches another rank's user
-  // buffers, so each op completes for its stream on local completion (as one-shot does). Its intercept is
-  // calib-dispatch-scratch; the difference to calib-dispatch is Profile::peerUserUs.
-  return {"calib-put-nvlink-scratch", "both-ways-scratch", 1, [](uint64_t n, uint32_t reps) {
-            Schedule s = baseSchedule(n, "calib put both ways into scratch");
-            s.buffers.push_back({"scratch", DType::Float32, BufferKind::Scratch, {n, n}});
+/// Both ranks put at once, then wait for the other's: each repetition is one message in each direction at the
+/// same time — how every 2-GPU collective uses the link. Into the peers' output (`intoScratch` false:
+/// calib-put-nvlink, whose intercept is calib-dispatch), or into their scratch (calib-put-nvlink-scratch): then
+/// no rank's step touches another rank's user buffers, each op completes for its stream on local completion
+/// (as one-shot does), and the intercept is calib-dispatch-scratch; the difference is Profile::peerUserUs.
+Pattern putBothWays(bool intoScratch) {
+  return {intoScratch ? "calib-put-nvlink-scratch" : "calib-put-nvlink", intoScratch ? "both-ways-scratch" : "both-ways",
+          1, [intoScratch](uint64_t n, uint32_t reps) {
+            Schedule s = baseSchedule(n, intoScratch ? "calib put both ways into scratch" : "calib put both ways");
+            if (intoScratch) s.buffers.push_back({"scratch", DType::Float32, BufferKind::Scratch, {n, n}});
             s.nFlags = 1;
             for (uint32_t i = 1; i <= reps; ++i)
               for (uint32_t r = 0; r < 2; ++r) {
                 Step put = putStep(r, 1 - r, n);
-                put.dst = {0, 1 - r, kScratch, 0};
+                if (intoScratch) put.dst = {0, 1 - r, kScratch, 0};
                 s.lanes[r][0].steps.push_back(put);
                 s.lanes[r][0].steps.push_back(waitStep(r, i));
               }
@@ -400,7 +388,7 @@ int run(const CalibArgs& a, const std::string& command) {
     sweep(flagLocalPingPong(), {8}, 1.0);
   }
   if (all || a.only == "put" || a.only == "dispatch") {
-    sweep(putBothWays(), sizes, 300);
+    sweep(putBothWays(false), sizes, 300);
     for (const auto& [bytes, t0] : intercepts)
       std::printf("  %-24s %12llu %6s %6s %12s %12s %12.3f %10s\n", "calib-dispatch", static_cast<unsigned long long>(bytes),
                   "-", "-", "-", "-", t0, "-");
@@ -408,7 +396,7 @@ int run(const CalibArgs& a, const std::string& command) {
     std::vector<uint64_t> shortSizes;
     for (uint64_t b : sizes)
       if (b <= kInterceptMaxBytes) shortSizes.push_back(b);
-    sweep(putBothWaysScratch(), shortSizes, 300);
+    sweep(putBothWays(true), shortSizes, 300);
     sweep(putStream(), shortSizes, 300);
     if (a.only != "dispatch") sweep(putOneWay(), sizes, 300);
   }
