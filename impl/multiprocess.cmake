@@ -77,4 +77,26 @@ if(MK_BUILD_TESTS)
   else()
     doctest_discover_tests(mk_mpi_bootstrap_tests PROPERTIES LABELS unit TIMEOUT 60 ADD_LABELS 0)
   endif()
+  # The GPU engine under mpirun: the multi-process test cases, launched as `mpirun -np 2` instead of
+  # re-launching themselves (multiprocess_launch.hpp: isRankProcess), so Communicator::createFromEnvironment
+  # bootstraps through MPI. Skipped (77) where there are fewer than 2 GPUs. "A peer process that dies" is left
+  # out: mpirun itself tears the job down when a rank dies.
+  if(mk_mpi_found AND TARGET mk_multiprocess_tests)
+    set(mk_mpi_gpu_cases
+      "multiprocess: allreduce every dtype redop count in and out of place"
+      "multiprocess: allgather every dtype count in and out of place"
+      "multiprocess: reducescatter every dtype redop count in and out of place"
+      "multiprocess: broadcast every dtype count in and out of place"
+      "multiprocess: alltoall every dtype count in and out of place"
+      "multiprocess: 256 MiB of every collective"
+      "multiprocess: back-to-back ops in a group reuse buffers"
+      "multiprocess: a peer that never submits yields an error within budget"
+      "multiprocess: ranks submitting different ops get an error naming both")
+    foreach(tc IN LISTS mk_mpi_gpu_cases)
+      string(REPLACE "multiprocess: " "mpirun: " name "${tc}")
+      add_test(NAME "${name}" COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/run_mpi_test.sh "${MPIEXEC_EXECUTABLE}" 2
+                                      $<TARGET_FILE:mk_multiprocess_tests> "${tc}")
+      set_tests_properties("${name}" PROPERTIES LABELS multigpu TIMEOUT 120 SKIP_RETURN_CODE 77)
+    endforeach()
+  endif()
 endif()

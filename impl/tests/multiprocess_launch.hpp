@@ -148,7 +148,12 @@ inline std::vector<int> execRanks(int n, const std::string& testName, double tim
   return waitChildren(pids, timeoutS);
 }
 
-/// True in a process started by execRanks (the test body runs as one rank).
-inline bool isRankProcess() { return std::getenv("RANK") != nullptr && std::getenv("MASTER_PORT") != nullptr; }
+/// True in a process started by execRanks, or by an MPI launcher (`mpirun -np 2 <test> -tc=<case>`, where
+/// Communicator::createFromEnvironment bootstraps through MPI): the test body runs as one rank.
+inline bool isRankProcess() {
+  if (std::getenv("RANK") != nullptr && std::getenv("MASTER_PORT") != nullptr) return true;
+  const bool mpiLaunched = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+  return mpiLaunched && std::getenv("MASTER_ADDR") == nullptr;
+}
 
 }  // namespace mkt

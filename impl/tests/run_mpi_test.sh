@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs one collective test case of mk_mpi_bootstrap_tests on N ranks under mpirun (Open MPI). Passes only when
 # mpirun exits 0 AND every rank reports that exactly this one test case ran and passed (a filter that
-# matches nothing must not pass). Exits 77 (CTest: skipped) when no mpirun is found.
+# matches nothing must not pass). Exits 77 (CTest: skipped) when no mpirun is found, or when every rank of a
+# GPU test binary skipped for lack of GPUs.
 # Usage: run_mpi_test.sh <mpiexec or empty> <ranks> <test binary> <test case name>
 set -uo pipefail
 if (($# != 4)); then
@@ -27,6 +28,13 @@ timeout 100 "$mpiexec" -np "$np" --oversubscribe --allow-run-as-root "$bin" --no
 rc=$?
 cat "$out"
 passed=$(grep -cE 'test cases: +1 \| +1 passed \| +0 failed' "$out")
+# A GPU test binary (gpu_test_main.cpp) prints "SKIP: ..." and exits 77 on a machine with too few GPUs:
+# skipped only when every rank says so, never passed.
+skipped=$(grep -cE '^SKIP: ' "$out")
+if ((skipped == np)); then
+  echo "run_mpi_test: every rank skipped '$tc' (not enough GPUs)"
+  exit 77
+fi
 if ((rc != 0)); then
   echo "run_mpi_test: mpirun exited $rc (124: no answer within 100 s)"
   exit 1
