@@ -50,6 +50,8 @@ inline void sharePools() {
 }
 
 /// Device memory from the stream-ordered allocator: freeing it does not wait for the resident kernel.
+/// Or a view of `bytes` at `existing` (memory the caller owns and frees, e.g. allocated before the
+/// communicator for memcheck runs: see runAndCheck's `userMemory`).
 class DeviceBuffer {
  public:
   DeviceBuffer(int device, size_t bytes) : device_(device), bytes_(bytes) {
@@ -59,9 +61,13 @@ class DeviceBuffer {
     MK_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes ? bytes : 16, stream_));
     MK_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
+  DeviceBuffer(int device, void* existing, size_t bytes) : device_(device), bytes_(bytes), ptr_(existing), owns_(false) {
+    MK_CUDA_CHECK(cudaSetDevice(device));
+    MK_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
   ~DeviceBuffer() {
     cudaSetDevice(device_);
-    cudaFreeAsync(ptr_, stream_);
+    if (owns_) cudaFreeAsync(ptr_, stream_);
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
   }
@@ -90,6 +96,7 @@ class DeviceBuffer {
   size_t bytes_;
   cudaStream_t stream_ = nullptr;
   void* ptr_ = nullptr;
+  bool owns_ = true;
 };
 
 /// One non-blocking stream per rank.
@@ -161,10 +168,18 @@ struct Placement {
   uint64_t sendOffsetBytes = 0;  ///< send = recv buffer + this (in place), else its own buffer
 };
 
+/// Device memory of one rank that the caller allocated (and frees): runAndCheck carves its buffers from it.
+struct UserMemory {
+  char* base = nullptr;
+  size_t bytes = 0;
+};
+
 /// Run `spec` on every rank (grouped submission) and compare every output element with the CPU reference.
-/// Returns the number of mismatches (0 = pass); CHECKs report the first few.
+/// Returns the number of mismatches (0 = pass); CHECKs report the first few. `userMemory` (one per rank):
+/// take the buffers from there (output at the start, input 256-byte aligned after it) instead of allocating.
 inline uint64_t runAndCheck(std::vector<mk::Communicator>& comms, const mk::CollectiveSpec& spec, bool inPlace,
-                            uint64_t seed, bool smallIntegers = true, const mk::CollOptions& opt = {}) {
+                            uint64_t seed, bool smallIntegers = true, const mk::CollOptions& opt = {},
+                            const std::vector<UserMemory>* userMemory = nullptr) {
   const uint32_t n = static_cast<uint32_t>(comms.size());
   const mk::DType dt = spec.dtype;
   const uint64_t es = mk::dtypeSize(dt);
@@ -187,14 +202,19 @@ inline uint64_t runAndCheck(std::vector<mk::Communicator>& comms, const mk::Coll
       if (spec.op == mk::CollOp::ReduceScatter) outOffset = uint64_t(r) * spec.count * es;
       recvBytes = std::max(outCount * es + outOffset, inCount * es + inOffset);
     }
-    recvBufs[r] = std::make_unique<DeviceBuffer>(comms[r].device(), recvBytes);
+    const uint64_t sendAt = (recvBytes + 255) / 256 * 256;
+    if (userMemory) REQUIRE(sendAt + inCount * es <= (*userMemory)[r].bytes);
+    recvBufs[r] = userMemory ? std::make_unique<DeviceBuffer>(comms[r].device(), (*userMemory)[r].base, recvBytes)
+                             : std::make_unique<DeviceBuffer>(comms[r].device(), recvBytes);
     recvBufs[r]->fill(0xFF);  // NaN in every dtype: an element never written cannot pass
     if (inPlace) {
       recvBufs[r]->upload(bytes.data(), bytes.size(), inOffset);
       send[r] = recvBufs[r]->get() + inOffset;
       recv[r] = recvBufs[r]->get() + outOffset;
     } else {
-      sendBufs[r] = std::make_unique<DeviceBuffer>(comms[r].device(), inCount * es);
+      sendBufs[r] = userMemory
+                        ? std::make_unique<DeviceBuffer>(comms[r].device(), (*userMemory)[r].base + sendAt, inCount * es)
+                        : std::make_unique<DeviceBuffer>(comms[r].device(), inCount * es);
       sendBufs[r]->upload(bytes.data(), bytes.size());
       send[r] = sendBufs[r]->get();
       recv[r] = recvBufs[r]->get();

@@ -24,6 +24,9 @@ unset MASTER_ADDR MASTER_PORT RANK WORLD_SIZE LOCAL_RANK
 # CI runs as root (--allow-run-as-root); 3 ranks on a 2-core runner (--oversubscribe); containers often forbid
 # the cross-memory-attach single copy (ptrace scope), hence the plain shared-memory copy.
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
+# Every test job runs on this one node: the "isolated" launcher starts the ranks without the ssh/rsh agent
+# Open MPI 4 otherwise insists on finding (absent from many containers and from the GPU machines here).
+export OMPI_MCA_plm=${OMPI_MCA_plm:-isolated}
 timeout 100 "$mpiexec" -np "$np" --oversubscribe --allow-run-as-root "$bin" --no-colors=true --test-case="$tc" >"$out" 2>&1
 rc=$?
 cat "$out"

@@ -37,7 +37,8 @@ namespace mk {
 
 /// How an op meets the caller's stream (docs/gpu-engine.md, "Latency").
 enum class StreamHandoff : uint8_t {
-  /// Kernel when the resident kernel leaves an SM with room for one more block, MemOps otherwise.
+  /// Kernel when the resident kernel leaves an SM with room for one more block, MemOps otherwise; always
+  /// MemOps under compute-sanitizer (which runs one kernel at a time; Kernel is refused there).
   Auto = 0,
   /// One 32-thread kernel per op on the caller's stream rings the doorbell and holds the stream until the op
   /// completes (inside a group: a memory write rings, one such kernel waits at groupEnd). About 2.3 us per
@@ -61,6 +62,13 @@ struct CommConfig {
   uint64_t minBytesPerCta = 32 * 1024;  ///< a data step uses one more CTA of its lane per this many bytes
   /// How ops meet the caller's stream.
   StreamHandoff streamHandoff = StreamHandoff::Auto;
+  /// Device memory reserved per GPU at creation, before the resident kernel starts, for everything the engine
+  /// allocates later (lowered programs, scratch and staging arenas, compute-lane parameter blocks); an op that
+  /// needs more than is left is refused with Error(InvalidArgument) naming the setting. 0 (the default) =
+  /// cudaMalloc at first use. Set it to run under compute-sanitizer memcheck, which checks a running kernel
+  /// only against the allocations older than it (user buffers then have to be allocated before creation too),
+  /// or to keep cudaMalloc off the submission path.
+  uint64_t deviceArenaBytes = 0;
   /// Hardware profile (mkernel.profile.v1 file, e.g. from mk-calibrate) the "auto" algorithm choice costs
   /// against; empty = the datasheet defaults of the detected topology. Every rank must name the same file
   /// (ranks that choose differently are refused as mismatched ops).

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <set>
@@ -234,6 +235,9 @@ void LocalGroup::allocRank(int r, int dev) {
   MK_CUDA_CHECK(cudaMemcpyAsync(&rr.state->doorbell, &rr.doorbell, sizeof(uint32_t*), cudaMemcpyHostToDevice,
                                 rr.copyStream));
   MK_CUDA_CHECK(cudaStreamSynchronize(rr.copyStream));
+  // Reserved before the resident kernel starts (memcheck knows only the allocations older than a kernel).
+  rr.arena = std::make_unique<DeviceArena>();
+  rr.arena->reserve(dev, static_cast<uint32_t>(r), config_.deviceArenaBytes);
 }
 
 void LocalGroup::init(const std::vector<int>& devices) {
@@ -431,7 +435,7 @@ void LocalGroup::launchKernels() {
     if (config_.computeLanes) {
       // The binder's host-mapped timeout report is allocated now: page-locked allocation while the resident
       // kernel runs is avoided (the engine allocates host memory only before its launch).
-      gemmLaneBinder(this, r, rr.device, h.pollBudgetNs);
+      gemmLaneBinder(this, r, rr.device, h.pollBudgetNs, rr.arena.get());
       MK_CUDA_CHECK(launchResidentCompute(h, config_.trace, rr.kernelStream));
     } else {
       MK_CUDA_CHECK(launchResident(h, config_.trace, static_cast<int>(config_.threadsPerCta), rr.kernelStream));
@@ -510,13 +514,29 @@ void LocalGroup::releaseMemory() noexcept {
   bool stillRunning = false;
   for (const auto& rr : ranks_) stillRunning = stillRunning || rr.launched;
   if (link_ && !stillRunning) link_->closeImports();
+  bool anyRunning = false;
+  for (const auto& rr : ranks_) anyRunning = anyRunning || rr.launched;
+  // Compute lanes: the per-op GemmParams blocks, freed only once no kernel can read them (before the
+  // arenas they may be carved from).
+  releaseGemmLaneBinders(this, !anyRunning);
+  for (auto& kv : cache_) {
+    for (size_t r = 0; r < kv.second->devicePrograms.size(); ++r)
+      if (r < ranks_.size() && !ranks_[r].launched && kv.second->devicePrograms[r] && ranks_[r].arena) {
+        cudaSetDevice(ranks_[r].device >= 0 ? ranks_[r].device : 0);
+        ranks_[r].arena->release(kv.second->devicePrograms[r]);
+      }
+  }
+  cache_.clear();
   for (auto& rr : ranks_) {
     if (rr.device < 0) continue;
     if (rr.launched) continue;  // a kernel that never stopped may still touch it: leak rather than corrupt
     cudaSetDevice(rr.device);
-    for (void* p : rr.retired) cudaFree(p);
-    for (void* p : rr.scratch) cudaFree(p);
-    for (void* p : rr.staging) cudaFree(p);
+    if (rr.arena) {
+      for (void* p : rr.retired) rr.arena->release(p);
+      for (void* p : rr.scratch) rr.arena->release(p);
+      for (void* p : rr.staging) rr.arena->release(p);
+      rr.arena->destroy();
+    }
     cudaFree(rr.doorbell);
     cudaFree(rr.stamps);
     cudaFree(rr.state);
@@ -524,18 +544,6 @@ void LocalGroup::releaseMemory() noexcept {
     if (rr.copyStream) cudaStreamDestroy(rr.copyStream);
     rr = RankResources{};
   }
-  for (auto& kv : cache_) {
-    for (size_t r = 0; r < kv.second->devicePrograms.size(); ++r)
-      if (r < ranks_.size() && !ranks_[r].launched && kv.second->devicePrograms[r]) {
-        cudaSetDevice(ranks_[r].device >= 0 ? ranks_[r].device : 0);
-        cudaFree(kv.second->devicePrograms[r]);
-      }
-  }
-  cache_.clear();
-  bool anyRunning = false;
-  for (const auto& rr : ranks_) anyRunning = anyRunning || rr.launched;
-  // Compute lanes: the per-op GemmParams blocks, freed only once no kernel can read them.
-  releaseGemmLaneBinders(this, !anyRunning);
   if (!anyRunning) {
     if (!link_) cudaFreeHost(status_);
     cudaFreeHost(ring_);
@@ -683,9 +691,8 @@ CachedSchedule& LocalGroup::cacheLocked(const std::string& key, const std::funct
     for (const int lr : local_) {
       const auto r = static_cast<uint32_t>(lr);
       const auto& img = c->programs[r].image;
-      void* d = nullptr;
       MK_CUDA_CHECK(cudaSetDevice(ranks_[r].device));
-      MK_CUDA_CHECK(cudaMalloc(&d, img.size()));
+      void* d = ranks_[r].arena->allocate(img.size(), "the lowered program of " + what);
       c->devicePrograms[r] = d;
       // The copy stream never waits for a user stream (non-blocking), so an upload cannot deadlock
       // against a stream that waits for an op this thread has yet to complete.
@@ -696,7 +703,7 @@ CachedSchedule& LocalGroup::cacheLocked(const std::string& key, const std::funct
     for (uint32_t r = 0; r < c->devicePrograms.size(); ++r) {
       if (!c->devicePrograms[r]) continue;
       cudaSetDevice(ranks_[r].device);
-      cudaFree(c->devicePrograms[r]);
+      ranks_[r].arena->release(c->devicePrograms[r]);
     }
     throw;
   }
@@ -716,7 +723,7 @@ void LocalGroup::ensureScratchLocked(uint64_t bytes) {
     for (auto& p : rr.scratch) {
       if (p) rr.retired.push_back(p);
       p = nullptr;
-      MK_CUDA_CHECK(cudaMalloc(&p, size));
+      p = rr.arena->allocate(size, "a scratch arena");
     }
     rr.scratchBytes = size;
   }
@@ -730,7 +737,7 @@ void* LocalGroup::stagingLocked(int r, uint32_t seq, uint64_t bytes) {
     for (auto& p : rr.staging) {
       if (p) rr.retired.push_back(p);
       p = nullptr;
-      MK_CUDA_CHECK(cudaMalloc(&p, bytes));
+      p = rr.arena->allocate(bytes, "a staging buffer");
     }
     rr.stagingBytes = bytes;
   }
@@ -874,16 +881,34 @@ void LocalGroup::submitLocked(int r, const std::string& key, CachedSchedule& sch
   }
 }
 
+namespace {
+
+/// True when compute-sanitizer is attached to this process (it injects itself through CUDA_INJECTION64_PATH).
+/// Its tools run one kernel at a time, so a kernel can never run beside the resident one. Read once per rank
+/// when the hand-off is decided, never on the submission path.
+bool kernelsSerialisedByTool() {
+  const char* inject = std::getenv("CUDA_INJECTION64_PATH");
+  return inject != nullptr && std::strstr(inject, "sanitizer") != nullptr;
+}
+
+}  // namespace
+
 bool LocalGroup::useKernelHandoff(int r) {
   RankResources& rr = ranks_[r];
   if (rr.kernelHandoff < 0) {
+    const bool serialised = kernelsSerialisedByTool();
     bool k = config_.streamHandoff == StreamHandoff::Kernel;
+    if (k && serialised)
+      throw Error(ErrorCode::InvalidArgument,
+                  "CommConfig::streamHandoff = Kernel cannot work under compute-sanitizer: it runs one kernel at a "
+                  "time, so the hand-off kernel would wait behind the resident kernel forever (use Auto or MemOps)");
     if (config_.streamHandoff == StreamHandoff::Auto) {
       // The hand-off kernel must find room beside the resident grid, or the caller's stream would wait for
-      // an SM that never frees up: take it only when the grid leaves whole SMs idle.
+      // an SM that never frees up: take it only when the grid leaves whole SMs idle, and never when a tool
+      // serialises kernels (it could not run beside the resident kernel at all).
       int sms = 0;
       MK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, rr.device));
-      k = int64_t{workers_} + 1 < sms;
+      k = !serialised && int64_t{workers_} + 1 < sms;
     }
     rr.kernelHandoff = k ? 1 : 0;
   }
@@ -964,7 +989,8 @@ void LocalGroup::finalizeLocked(uint32_t seq, const CachedSchedule& cs, const st
     for (const int lq : local_) {
       const auto q = static_cast<uint32_t>(lq);
       if (gemmCount(cs.programs[q]) == 0) continue;
-      GemmLaneBinder& binder = gemmLaneBinder(this, q, ranks_[q].device, static_cast<uint64_t>(config_.pollBudgetMs * 1e6));
+      GemmLaneBinder& binder = gemmLaneBinder(this, q, ranks_[q].device, static_cast<uint64_t>(config_.pollBudgetMs * 1e6),
+                                                ranks_[q].arena.get());
       d.table[device::gemmParamsBinding(n, nB, q)] =
           binder.bind(cs.programs[q], cs.devicePrograms[q], d.table, seq, completed(lq), ranks_[q].copyStream);
     }

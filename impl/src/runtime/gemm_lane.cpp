@@ -89,8 +89,8 @@ device::GemmParams gemmLaneParams(const device::LoweredGemm& g, uint64_t waitLim
 
 uint64_t gemmLaneWaitLimitNs(uint64_t pollBudgetNs) { return pollBudgetNs / 2 > 0 ? pollBudgetNs / 2 : 1; }
 
-GemmLaneBinder::GemmLaneBinder(int device, uint32_t rank, uint64_t waitLimitNs)
-    : device_(device), rank_(rank), waitLimitNs_(gemmLaneWaitLimitNs(waitLimitNs)) {
+GemmLaneBinder::GemmLaneBinder(int device, uint32_t rank, uint64_t waitLimitNs, DeviceArena* arena)
+    : device_(device), rank_(rank), waitLimitNs_(gemmLaneWaitLimitNs(waitLimitNs)), arena_(arena) {
   MK_CUDA_CHECK(cudaSetDevice(device_));
   MK_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&report_), 8 * sizeof(uint32_t),
                               cudaHostAllocMapped | cudaHostAllocPortable));
@@ -134,7 +134,12 @@ uint64_t GemmLaneBinder::bind(const LoweredProgram& program, const void* program
     }
   MK_CUDA_CHECK(cudaSetDevice(device_));
   if (blk.device == nullptr) {
-    MK_CUDA_CHECK(cudaMalloc(&blk.device, bytes));  // 256-byte aligned: tensor maps need 64
+    // 256-byte aligned either way: tensor maps need 64.
+    if (arena_ != nullptr) {
+      blk.device = arena_->allocate(bytes, "the GemmParams block of a compute-lane op");
+    } else {
+      MK_CUDA_CHECK(cudaMalloc(&blk.device, bytes));
+    }
     blk.bytes = bytes;
   }
   // The copy stream never waits for user streams; the op's doorbell is rung only after this returns, and
@@ -161,8 +166,14 @@ std::string GemmLaneBinder::timeoutReport() const {
 
 void GemmLaneBinder::release() noexcept {
   if (device_ >= 0) cudaSetDevice(device_);
-  for (auto& kv : blocks_) cudaFree(kv.second.device);
-  for (auto& b : free_) cudaFree(b.device);
+  auto freeBlock = [this](void* p) {
+    if (arena_ != nullptr)
+      arena_->release(p);
+    else
+      cudaFree(p);
+  };
+  for (auto& kv : blocks_) freeBlock(kv.second.device);
+  for (auto& b : free_) freeBlock(b.device);
   blocks_.clear();
   free_.clear();
   if (report_) cudaFreeHost(report_);
@@ -170,10 +181,11 @@ void GemmLaneBinder::release() noexcept {
   cudaGetLastError();
 }
 
-GemmLaneBinder& gemmLaneBinder(const void* group, uint32_t rank, int device, uint64_t waitLimitNs) {
+GemmLaneBinder& gemmLaneBinder(const void* group, uint32_t rank, int device, uint64_t waitLimitNs,
+                               DeviceArena* arena) {
   std::lock_guard<std::mutex> lock(gRegistryMu);
   auto& b = gRegistry[{group, rank}];
-  if (!b) b = std::make_unique<GemmLaneBinder>(device, rank, waitLimitNs);
+  if (!b) b = std::make_unique<GemmLaneBinder>(device, rank, waitLimitNs, arena);
   return *b;
 }
 

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "device_arena.hpp"
 #include "lowering.hpp"
 #include "mk/device/compute_lane_device.hpp"
 
@@ -32,7 +33,8 @@ namespace mk::runtime {
 class GemmLaneBinder {
  public:
   /// `waitLimitNs`: the communicator's pollBudget; the engine's mbarrier waits get gemmLaneWaitLimitNs() of it.
-  GemmLaneBinder(int device, uint32_t rank, uint64_t waitLimitNs);
+  /// `arena`: where the blocks come from (nullptr: cudaMalloc / cudaFree); it must outlive release().
+  GemmLaneBinder(int device, uint32_t rank, uint64_t waitLimitNs, DeviceArena* arena = nullptr);
   ~GemmLaneBinder();
   GemmLaneBinder(const GemmLaneBinder&) = delete;
   GemmLaneBinder& operator=(const GemmLaneBinder&) = delete;
@@ -63,6 +65,7 @@ class GemmLaneBinder {
   int device_;
   uint32_t rank_;
   uint64_t waitLimitNs_;
+  DeviceArena* arena_ = nullptr;
   uint32_t* report_ = nullptr;  ///< host-mapped, 8 words (GemmParams::timeoutReport)
   std::map<Key, Block> blocks_;
   std::vector<Block> free_;  ///< recycled device memory (its last op completed)
@@ -80,7 +83,9 @@ device::GemmParams gemmLaneParams(const device::LoweredGemm& g, uint64_t waitLim
 uint64_t gemmLaneWaitLimitNs(uint64_t pollBudgetNs);
 
 /// The binder of (group, rank), created on first use.
-GemmLaneBinder& gemmLaneBinder(const void* group, uint32_t rank, int device, uint64_t waitLimitNs);
+/// `arena` is used only when the binder is created here (the first call for the pair).
+GemmLaneBinder& gemmLaneBinder(const void* group, uint32_t rank, int device, uint64_t waitLimitNs,
+                               DeviceArena* arena = nullptr);
 /// Report of (group, rank)'s binder, "" when none or no timeout.
 std::string gemmLaneTimeoutReport(const void* group, uint32_t rank);
 /// Forget the binders of `group`; free their memory when `freeMemory` (its kernels have stopped), else leak it

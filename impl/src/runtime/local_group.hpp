@@ -26,6 +26,7 @@
 #include <tuple>
 #include <vector>
 
+#include "device_arena.hpp"
 #include "lowering.hpp"
 #include "mk/bootstrap.hpp"
 #include "mk/communicator.hpp"
@@ -60,6 +61,8 @@ struct RankResources {
   std::array<void*, device::kSlots> staging{};
   uint64_t stagingBytes = 0;
   std::vector<void*> retired;  ///< device allocations freed once the kernel stopped
+  /// Where programs, scratch, staging and compute-lane blocks come from (CommConfig::deviceArenaBytes).
+  std::unique_ptr<DeviceArena> arena;
   bool launched = false;
   int8_t kernelHandoff = -1;  ///< 1: StreamHandoff::Kernel on this rank, 0: MemOps, -1: not decided yet
   uint32_t submitted = 0;  ///< ops submitted by this rank
