@@ -2,7 +2,7 @@
 //
 //   mk-bench gemm -m M -n N -k K [--ctas C] [--layout-b row|col] [--out bf16|f32] [--check] [--json f]
 //                 [--iters I] [-w W] [--reps R] [--shapes issue6] [--epilogue direct|tma-store]
-//                 [--split-k S] [--engine standalone|resident|both]
+//                 [--split-k S] [--schedule auto|tiles|stream-k] [--engine standalone|resident|both]
 //
 // --engine resident (or both): the same GEMM also as a one-Gemm-step schedule run by the resident kernel of a
 // 1-GPU communicator created with CommConfig::computeLanes (the compute lanes, docs/gemm.md "Inside the
@@ -56,6 +56,7 @@ struct GemmArgs {
   int64_t tileN = 0;
   std::string epilogue = "tma-store";
   int64_t splitK = 1;
+  std::string schedule = "auto";
   std::string engine = "standalone";
 };
 
@@ -158,6 +159,8 @@ struct Result {
   uint64_t tileN = 0;
   mk::GemmEpilogue epilogue = mk::GemmEpilogue::Direct;  ///< the epilogue that ran (fp32 output: always direct)
   uint64_t splitK = 1;  ///< k-pieces per tile that ran
+  mk::GemmSchedule schedule = mk::GemmSchedule::Tiles;  ///< the schedule that ran (the resident engine: tiles)
+  uint64_t streamKTiles = 0;  ///< tiles run as stream-K k-ranges
   std::string engine = "standalone";  ///< "standalone" (GemmPlan) or "resident" (a Gemm step, compute lanes)
   double stepUs = 0;  ///< resident: the last op's first step -> local done on the GPU clock (no per-op overhead)
 };
@@ -317,12 +320,17 @@ Result runShape(const GemmArgs& a, const Shape& s, CublasLt& lt, cudaStream_t st
   cfg.tileN = a.tileN;
   cfg.epilogue = a.epilogue == "tma-store" ? mk::GemmEpilogue::TmaStore : mk::GemmEpilogue::Direct;
   cfg.splitK = a.splitK;
+  cfg.schedule = a.schedule == "stream-k" ? mk::GemmSchedule::StreamK
+                 : a.schedule == "tiles"  ? mk::GemmSchedule::Tiles
+                                          : mk::GemmSchedule::Auto;
   pr.c = bufC.p;
   mk::GemmPlan ours(pr, cfg);
   r.ctas = ours.ctas();
   r.tileN = ours.tiles().blockN;
   r.epilogue = ours.tiles().epilogue;
   r.splitK = ours.tiles().splitK;
+  r.schedule = ours.tiles().schedule;
+  r.streamKTiles = ours.tiles().streamKTiles;
   r.oursUs = timeUs(a, stream, ev0, ev1, [&] { ours.run(stream); });
 
   mk::GemmProblem ref = pr;
@@ -372,6 +380,12 @@ int gemmMain(int argc, char** argv, const std::string& command) {
                  "split each tile's k-range over this many CTAs (fp32 partials summed by the last one; 1 = off, "
                  "at most 64, reduced so no piece is empty: the 'sk' column and JSON 'split_k' say what ran)")
       ->check(CLI::Range(1, 64));
+  app.add_option("--schedule", a.schedule,
+                 "how our tiles are spread over the CTAs: auto (the default: stream-K where the wave model predicts a "
+                 "gain and every CTA gets >= half a tile of k-work), tiles (whole tiles, CTA c runs c, c + ctas, ...) or "
+                 "stream-k (whole waves, then the remaining tiles as equal k-iteration ranges per CTA; not with "
+                 "--split-k > 1). The 'sched' column and JSON extra.schedule say which ran")
+      ->check(CLI::IsMember({"auto", "tiles", "stream-k"}));
   app.add_option("--shapes", a.shapes,
                  "preset instead of -m/-n/-k/--ctas: issue6 = b x b x b/2 (b = 2048..16384), M x 8192 x 14336 "
                  "(M = 1024, 4096, 16384), M x 8192 x 8192 (M = 128, 512), each with every SM and with 116 CTAs")
@@ -413,7 +427,7 @@ int gemmMain(int argc, char** argv, const std::string& command) {
                 lt.version().c_str(), lt.path().c_str(), a.layoutB.c_str(), a.out.c_str(),
                 static_cast<unsigned long long>(a.iters), static_cast<unsigned long long>(a.reps));
     std::printf("# vs_share = ours / (cublas x ctas / SMs): the 116-CTA target is >= 0.85, all SMs >= 0.90\n");
-    std::printf("%10s %7s %7s %7s %5s %4s %3s %9s %6s %5s %10s %10s %12s %14s %7s %9s %10s %10s %6s\n", "engine", "m", "n", "k", "ctas", "tile", "sk", "epi", "layout", "out",
+    std::printf("%10s %7s %7s %7s %5s %4s %3s %8s %9s %6s %5s %10s %10s %12s %14s %7s %9s %10s %10s %6s\n", "engine", "m", "n", "k", "ctas", "tile", "sk", "sched", "epi", "layout", "out",
                 "ours_us", "cublas_us", "ours_TFLOPs", "cublas_TFLOPs", "ratio", "vs_share", "rel_err", "bound", "check");
     mk::MeasurementFile file = newMeasurementFile(1, "", command);
     file.system["cublaslt"] = mkbench::quoted(lt.version());
@@ -433,9 +447,10 @@ int gemmMain(int argc, char** argv, const std::string& command) {
         std::snprintf(errText, sizeof(errText), "%.3g", r.err);
         std::snprintf(boundText, sizeof(boundText), "%.3g", r.bound);
       }
-      std::printf("%10s %7lld %7lld %7lld %5u %4llu %3llu %9s %6s %5s %10.2f %10.2f %12.1f %14.1f %7.3f %9.3f %10s %10s %6s\n",
+      std::printf("%10s %7lld %7lld %7lld %5u %4llu %3llu %8s %9s %6s %5s %10.2f %10.2f %12.1f %14.1f %7.3f %9.3f %10s %10s %6s\n",
                   r.engine.c_str(), static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k), r.ctas,
-                  static_cast<unsigned long long>(r.tileN), static_cast<unsigned long long>(r.splitK), mk::toString(r.epilogue), a.layoutB.c_str(), a.out.c_str(), r.oursUs, r.cublasUs, ours, theirs, ours / theirs, ours / share,
+                  static_cast<unsigned long long>(r.tileN), static_cast<unsigned long long>(r.splitK),
+                  mk::toString(r.schedule), mk::toString(r.epilogue), a.layoutB.c_str(), a.out.c_str(), r.oursUs, r.cublasUs, ours, theirs, ours / theirs, ours / share,
                   errText, boundText, r.checked ? (r.ok ? "ok" : "FAIL") : "-");
       std::fflush(stdout);
       if (r.engine == "resident")
@@ -469,6 +484,8 @@ int gemmMain(int argc, char** argv, const std::string& command) {
           rec.extra["tile"] = mkbench::quoted("128x" + std::to_string(r.tileN));
           rec.extra["epilogue"] = mkbench::quoted(mk::toString(r.epilogue));
           rec.extra["split_k"] = std::to_string(r.splitK);
+          rec.extra["schedule"] = mkbench::quoted(mk::toString(r.schedule));
+          rec.extra["stream_k_tiles"] = std::to_string(r.streamKTiles);
         }
         rec.extra["flops"] = std::to_string(static_cast<uint64_t>(flops));
         char buf[64];

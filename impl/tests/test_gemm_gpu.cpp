@@ -5,11 +5,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cublaslt_loader.hpp"
@@ -50,6 +52,7 @@ struct Case {
   mk::GemmEpilogue epilogue = mk::GemmEpilogue::Direct;
   int64_t splitK = 1;
   int runs = 1;  ///< launches of the same plan (split-K counters must reset between them)
+  mk::GemmSchedule schedule = mk::GemmSchedule::Auto;  ///< Tiles / StreamK: required to be what runs
 };
 
 std::string describe(const Case& c) {
@@ -57,7 +60,7 @@ std::string describe(const Case& c) {
          mk::toString(c.layout) + " out " + (c.out == mk::DType::Float32 ? "f32" : "bf16") +
          " ctas=" + std::to_string(c.ctas) + " tileN=" + std::to_string(c.tileN) +
          " epilogue " + mk::toString(c.epilogue) + " splitK=" + std::to_string(c.splitK) +
-         " runs=" + std::to_string(c.runs);
+         " runs=" + std::to_string(c.runs) + " schedule " + mk::toString(c.schedule);
 }
 
 /// Runs one GEMM on random inputs and compares every element of C (and nothing outside it: the padding
@@ -83,6 +86,7 @@ void runAndCompare(const Case& c, uint64_t seed) {
   cfg.tileN = c.tileN;
   cfg.epilogue = c.epilogue;
   cfg.splitK = c.splitK;
+  cfg.schedule = c.schedule;
   int sms = 0;
   MK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const mk::GemmTiles tiles = mk::validateGemm(pr, cfg, sms);
@@ -96,6 +100,11 @@ void runAndCompare(const Case& c, uint64_t seed) {
   // The staged epilogue runs for bf16 output with N a multiple of 8 (whole 16-byte pieces per row), else direct.
   const bool staged = c.epilogue == mk::GemmEpilogue::TmaStore && !f32 && c.n % 8 == 0;
   REQUIRE(plan.tiles().epilogue == (staged ? mk::GemmEpilogue::TmaStore : mk::GemmEpilogue::Direct));
+  INFO("ran: schedule " << mk::toString(plan.tiles().schedule) << " width " << plan.tiles().blockN << " stream-K tiles "
+                        << plan.tiles().streamKTiles << " of " << plan.tiles().count() << " on "
+                        << plan.tiles().streamKCtas << " of " << plan.ctas() << " CTAs");
+  if (c.schedule != mk::GemmSchedule::Auto) REQUIRE(plan.tiles().schedule == c.schedule);
+  REQUIRE(plan.ctas() == plan.tiles().ctas);
   for (int run = 0; run < c.runs; ++run) plan.run(nullptr);
   const cudaError_t err = cudaDeviceSynchronize();
   INFO(plan.timeoutReport());
@@ -116,26 +125,49 @@ void runAndCompare(const Case& c, uint64_t seed) {
   };
   // |ours - exact| <= u_out |exact| + K 2^-24 sum |a b| (fp32 accumulation), with a little slack.
   const double uOut = f32 ? 0.0 : std::ldexp(1.0, -8);
-  int64_t wrong = 0, sentinelHit = 0;
-  std::vector<double> bcol(static_cast<std::size_t>(c.k));
-  for (int64_t col = 0; col < c.n; ++col) {
-    for (int64_t kk = 0; kk < c.k; ++kk)
-      bcol[static_cast<std::size_t>(kk)] =
-          fromBf16(rowB ? b[static_cast<std::size_t>(kk * ldb + col)] : b[static_cast<std::size_t>(col * ldb + kk)]);
-    for (int64_t row = 0; row < c.m; ++row) {
-      double exact = 0, mag = 0;
-      for (int64_t kk = 0; kk < c.k; ++kk) {
-        const double prod = fromBf16(a[static_cast<std::size_t>(row * lda + kk)]) * bcol[static_cast<std::size_t>(kk)];
-        exact += prod;
-        mag += std::fabs(prod);
-      }
-      const double tol = uOut * std::fabs(exact) + static_cast<double>(c.k) * std::ldexp(1.0, -24) * mag * 2 + 1e-30;
-      const double v = at(row, col);
-      if (!(std::fabs(v - exact) <= tol)) {
-        if (wrong < 5) MESSAGE("C[" << row << "][" << col << "] = " << v << ", expected " << exact << " +- " << tol);
-        ++wrong;
+  // The reference runs on every host core (column-strided): the stream-K cases check 512 x 8192 x 1024.
+  std::vector<double> ad(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) ad[i] = fromBf16(a[i]);
+  struct Bad {
+    int64_t row, col;
+    double v, exact, tol;
+  };
+  const auto workers = static_cast<int64_t>(std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
+  std::vector<int64_t> wrongOf(static_cast<std::size_t>(workers), 0);
+  std::vector<std::vector<Bad>> badOf(static_cast<std::size_t>(workers));
+  auto checkColumns = [&](int64_t w) {
+    std::vector<double> bcol(static_cast<std::size_t>(c.k));
+    for (int64_t col = w; col < c.n; col += workers) {
+      for (int64_t kk = 0; kk < c.k; ++kk)
+        bcol[static_cast<std::size_t>(kk)] =
+            fromBf16(rowB ? b[static_cast<std::size_t>(kk * ldb + col)] : b[static_cast<std::size_t>(col * ldb + kk)]);
+      for (int64_t row = 0; row < c.m; ++row) {
+        double exact = 0, mag = 0;
+        const double* arow = ad.data() + row * lda;
+        for (int64_t kk = 0; kk < c.k; ++kk) {
+          const double prod = arow[kk] * bcol[static_cast<std::size_t>(kk)];
+          exact += prod;
+          mag += std::fabs(prod);
+        }
+        const double tol = uOut * std::fabs(exact) + static_cast<double>(c.k) * std::ldexp(1.0, -24) * mag * 2 + 1e-30;
+        const double v = at(row, col);
+        if (!(std::fabs(v - exact) <= tol)) {
+          auto& bad = badOf[static_cast<std::size_t>(w)];
+          if (bad.size() < 5) bad.push_back({row, col, v, exact, tol});
+          ++wrongOf[static_cast<std::size_t>(w)];
+        }
       }
     }
+  };
+  std::vector<std::thread> pool;
+  for (int64_t w = 1; w < workers; ++w) pool.emplace_back(checkColumns, w);
+  checkColumns(0);
+  for (auto& t : pool) t.join();
+  int64_t wrong = 0, sentinelHit = 0;
+  for (int64_t w = 0; w < workers; ++w) {
+    for (const Bad& e : badOf[static_cast<std::size_t>(w)])
+      if (wrong < 5) MESSAGE("C[" << e.row << "][" << e.col << "] = " << e.v << ", expected " << e.exact << " +- " << e.tol);
+    wrong += wrongOf[static_cast<std::size_t>(w)];
   }
   // Columns n..ldc-1 are outside C: the clipped epilogue must never write them.
   for (int64_t row = 0; row < c.m; ++row)
@@ -356,4 +388,51 @@ TEST_CASE("gemm split-K: few CTAs and repeated runs reset the counters and call 
     // more pieces than CTAs per tile: 4 x 8 tiles x 3 pieces on 7 CTAs.
     runAndCompare({512, 1024, 1536, mk::GemmLayout::RowMajor, mk::DType::BFloat16, 7, true, 128, epi, 3, 2}, seed++);
   }
+}
+
+TEST_CASE("gemm stream-K: cut tiles are summed by their last piece for every remainder layout width and epilogue") {
+  uint64_t seed = 700;
+  // M, N, K not multiples of the tile; K of 1, 2, 3 slices and longer; 1 to 13 CTAs (13 > the k-iterations of
+  // the small shapes: CTAs without work). The hook (every tile once per launch) on 7 and 13 CTAs, three
+  // launches of the same plan (counters reset by the last piece) on 3 and 13.
+  // N a multiple of 8 in four of them, so the TMA-store epilogue runs there (it falls back to direct otherwise).
+  const int64_t shapes[][3] = {{3, 5, 7}, {130, 264, 72}, {257, 512, 136}, {200, 304, 65}, {129, 255, 1000},
+                               {520, 696, 300}};
+  struct Out {
+    mk::DType dtype;
+    mk::GemmEpilogue epilogue;
+  };
+  const Out outs[] = {{mk::DType::BFloat16, mk::GemmEpilogue::Direct},
+                      {mk::DType::BFloat16, mk::GemmEpilogue::TmaStore},
+                      {mk::DType::Float32, mk::GemmEpilogue::Direct}};
+  for (int64_t ctas : {1, 3, 7, 13})
+    for (int64_t tileN : {128, 256})
+      for (const auto& s : shapes)
+        for (auto layout : {mk::GemmLayout::RowMajor, mk::GemmLayout::ColMajor})
+          for (const Out& o : outs) {
+            Case c{s[0], s[1], s[2], layout, o.dtype, ctas, ctas >= 7, tileN, o.epilogue};
+            c.runs = ctas == 3 || ctas == 13 ? 3 : 1;
+            c.schedule = mk::GemmSchedule::StreamK;
+            runAndCompare(c, seed++);
+          }
+}
+
+TEST_CASE("gemm stream-K: the issue-6 skinny shape on 116 CTAs with the hook and repeated launches") {
+  int sms = 0;
+  MK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  REQUIRE(sms >= 116);
+  uint64_t seed = 800;
+  // 512 x 8192 x 1024 on 116 CTAs: the model's width (256 narrow tiles of 16 slices, 35-36 iterations per CTA)
+  // and the wide tile forced (128 tiles, 17-18 iterations per CTA): every tile in 1-3 pieces.
+  for (auto epi : {mk::GemmEpilogue::TmaStore, mk::GemmEpilogue::Direct})
+    for (int64_t tileN : {0, 256}) {
+      Case c{512, 8192, 1024, mk::GemmLayout::RowMajor, mk::DType::BFloat16, 116, true, tileN, epi};
+      c.runs = 3;
+      c.schedule = mk::GemmSchedule::StreamK;
+      runAndCompare(c, seed++);
+    }
+  // Auto takes stream-K here by itself (the wave model), and the column-major B layout.
+  Case c{512, 8192, 1024, mk::GemmLayout::ColMajor, mk::DType::BFloat16, 116, false, 0, mk::GemmEpilogue::TmaStore};
+  CHECK(mk::gemmChooseSchedule(512, 8192, 1024, 116, 0, mk::GemmSchedule::Auto).schedule == mk::GemmSchedule::StreamK);
+  runAndCompare(c, seed++);
 }

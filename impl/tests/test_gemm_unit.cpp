@@ -2,9 +2,13 @@
 // pointers are plain addresses that are never dereferenced.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <set>
 #include <string>
+#include <vector>
 
+#include "mk/device/gemm_device.hpp"
 #include "mk/error.hpp"
 #include "mk/gemm.hpp"
 
@@ -194,4 +198,309 @@ TEST_CASE("gemm validation: split-K pieces are never empty and the range is chec
   cfg.splitK = 65;
   CHECK(codeOf(good(), cfg, &msg) == mk::ErrorCode::InvalidArgument);
   CHECK(msg.find("65") != std::string::npos);
+}
+
+TEST_CASE("gemm stream-K: the partition covers every iteration once and every CTA agrees on the pieces") {
+  // Exhaustive over small grids, including more CTAs than iterations and one k-slice per tile. The walk is the
+  // device's: GemmStreamK::begin for the range, gemmStreamKLastSegment for the segments (last first).
+  int64_t failures = 0;
+  for (uint32_t tiles = 1; tiles <= 9; ++tiles) {
+    for (uint32_t kIters = 1; kIters <= 9; ++kIters) {
+      for (uint32_t want = 1; want <= 24; ++want) {
+        const mk::device::GemmStreamK sk = mk::device::gemmStreamK(tiles, kIters, want);
+        const uint32_t iters = tiles * kIters;
+        bool ok = sk.ctas == (iters < want ? iters : want) && sk.iters() == iters;
+        std::vector<int> covered(iters, 0);
+        std::vector<std::set<uint32_t>> ctasOfTile(tiles);
+        std::set<uint32_t> slotsUsed;
+        uint32_t minLen = iters, maxLen = 0;
+        for (uint32_t cta = 0; cta < want + 2; ++cta) {
+          const uint32_t b = sk.begin(cta), e = sk.begin(cta + 1);
+          if (cta >= sk.ctas) {
+            ok = ok && b == e && b == iters;  // CTAs beyond the partition get nothing
+            continue;
+          }
+          ok = ok && b < e && e <= iters;  // never empty
+          minLen = std::min(minLen, e - b);
+          maxLen = std::max(maxLen, e - b);
+          uint32_t segments = 0;
+          uint32_t prevTile = tiles;
+          for (uint32_t end = e; end > b;) {  // from the end, as the device walks it
+            uint32_t tile = 0, kBegin = 0, kEnd = 0;
+            mk::device::gemmStreamKLastSegment(sk, b, end, tile, kBegin, kEnd);
+            ok = ok && tile < tiles && kBegin < kEnd && kEnd <= kIters && tile * kIters + kEnd == end;
+            ok = ok && tile < prevTile && (kBegin == 0 || tile * kIters + kBegin == b);  // one segment per tile
+            prevTile = tile;
+            for (uint32_t k = kBegin; k < kEnd; ++k) ++covered[tile * kIters + k];
+            for (uint32_t i = end - (kEnd - kBegin); i < end; ++i) ok = ok && sk.owner(i) == cta;
+            ctasOfTile[tile].insert(cta);
+            // A piece of a cut tile publishes a partial: its slot is this CTA's own, and unique.
+            const bool whole = kBegin == 0 && kEnd == kIters;
+            if (!whole) {
+              const uint32_t slot = sk.slot(cta, tile);
+              ok = ok && slot / 2 == cta && slotsUsed.insert(slot).second;
+            }
+            end -= kEnd - kBegin;
+            ++segments;
+          }
+          ok = ok && segments >= 1;
+        }
+        ok = ok && maxLen - minLen <= 1;  // equal ranges (+-1)
+        for (uint32_t i = 0; i < iters; ++i) ok = ok && covered[i] == 1;
+        for (uint32_t t = 0; t < tiles; ++t) {
+          // pieces / firstCta from the arithmetic alone match the walk, and the pieces are consecutive CTAs.
+          const auto& owners = ctasOfTile[t];
+          ok = ok && sk.pieces(t) == owners.size() && sk.firstCta(t) == *owners.begin() &&
+               *owners.rbegin() - *owners.begin() + 1 == owners.size();
+        }
+        if (!ok) {
+          if (failures < 5) MESSAGE("tiles " << tiles << " kIters " << kIters << " ctas " << want);
+          ++failures;
+        }
+      }
+    }
+  }
+  CHECK(failures == 0);
+  // The issue-6 shape: 128 wide tiles of 128 k-slices on 116 CTAs: 16384 iterations, 141 or 142 per CTA,
+  // no tile in more than 2 pieces, and a CTA cuts at most 2 tiles.
+  const mk::device::GemmStreamK big = mk::device::gemmStreamK(128, 128, 116);
+  CHECK(big.begin(1) - big.begin(0) == 142);
+  CHECK(big.begin(116) - big.begin(115) == 141);
+  uint32_t maxPieces = 0;
+  for (uint32_t t = 0; t < 128; ++t) maxPieces = std::max(maxPieces, big.pieces(t));
+  CHECK(maxPieces == 2);
+  // More CTAs than iterations: 2 tiles x 1 slice on 5 CTAs -> 2 CTAs run one iteration each, 3 run nothing.
+  const mk::device::GemmStreamK few = mk::device::gemmStreamK(2, 1, 5);
+  CHECK(few.ctas == 2);
+  CHECK(few.pieces(0) == 1);
+  CHECK(few.pieces(1) == 1);
+  CHECK(few.begin(4) == few.begin(5));
+}
+
+TEST_CASE("gemm stream-K: whole waves stay tiles and the remainder is between one and two waves") {
+  CHECK(mk::gemmStreamKTileCount(128, 116) == 128);  // one wave and a bit: all stream-K
+  CHECK(mk::gemmStreamKTileCount(100, 116) == 100);  // less than a wave
+  CHECK(mk::gemmStreamKTileCount(256, 116) == 140);  // 1 whole wave + 140
+  CHECK(mk::gemmStreamKTileCount(512, 116) == 164);  // 3 whole waves + 164
+  CHECK(mk::gemmStreamKTileCount(232, 116) == 116);  // 2 exact waves: 1 whole + 1 stream-K (no cuts)
+  CHECK(mk::gemmStreamKTileCount(7, 0) == 7);
+  for (uint64_t tiles = 1; tiles < 1000; tiles += 7)
+    for (uint64_t ctas = 1; ctas < 140; ctas += 3) {
+      const uint64_t sk = mk::gemmStreamKTileCount(tiles, ctas);
+      CHECK((tiles - sk) % ctas == 0);
+      CHECK((sk == tiles || (sk >= ctas && sk < 2 * ctas)));
+    }
+}
+
+TEST_CASE("gemm stream-K: Auto takes it only where the last wave is partly idle and each CTA gets half a tile") {
+  using mk::GemmSchedule;
+  auto pick = [](int64_t m, int64_t n, int64_t k, int64_t ctas) {
+    return mk::gemmChooseSchedule(m, n, k, ctas, 0, GemmSchedule::Auto);
+  };
+  // The issue-6 gap: 128 wide tiles on 116 CTAs (2 waves, the second 10 % full).
+  mk::GemmScheduleChoice c = pick(512, 8192, 8192, 116);
+  CHECK(c.schedule == GemmSchedule::StreamK);
+  CHECK(c.blockN == 256);
+  CHECK(c.streamKTime < 0.8 * c.tilesTime);
+  CHECK(pick(1024, 8192, 14336, 116).schedule == GemmSchedule::StreamK);
+  CHECK(pick(4096, 4096, 2048, 116).schedule == GemmSchedule::StreamK);
+  // Full (or nearly full) waves: whole tiles.
+  CHECK(pick(512, 8192, 8192, 128).schedule == GemmSchedule::Tiles);   // 128 tiles on 128 CTAs
+  CHECK(pick(4096, 4096, 2048, 132).schedule == GemmSchedule::Tiles);  // 3.9 waves
+  CHECK(pick(8192, 8192, 4096, 132).schedule == GemmSchedule::Tiles);
+  CHECK(pick(16384, 8192, 14336, 116).schedule == GemmSchedule::Tiles);
+  CHECK(pick(16384, 16384, 8192, 132).schedule == GemmSchedule::Tiles);
+  // Too little work per CTA (64 narrow tiles on 132 CTAs: under half a tile each): whole tiles, width as before.
+  c = pick(128, 8192, 8192, 132);
+  CHECK(c.schedule == GemmSchedule::Tiles);
+  CHECK(c.blockN == mk::gemmChooseTileN(128, 8192, 132));
+  // Asked for explicitly: stream-K runs there too, with the width its model prefers.
+  CHECK(mk::gemmChooseSchedule(128, 8192, 8192, 132, 0, GemmSchedule::StreamK).schedule == GemmSchedule::StreamK);
+  // Tiles keeps the old width choice; a fixed width is kept by every schedule.
+  c = mk::gemmChooseSchedule(512, 8192, 8192, 116, 0, GemmSchedule::Tiles);
+  CHECK(c.schedule == GemmSchedule::Tiles);
+  CHECK(c.blockN == mk::gemmChooseTileN(512, 8192, 116));
+  CHECK(mk::gemmChooseSchedule(512, 8192, 8192, 116, 128, GemmSchedule::StreamK).blockN == 128);
+  CHECK(mk::gemmChooseSchedule(512, 8192, 8192, 116, 256, GemmSchedule::Tiles).blockN == 256);
+}
+
+TEST_CASE("gemm stream-K: validation reports what runs and refuses bad schedules") {
+  mk::GemmProblem p = good();
+  p.m = 512;
+  p.n = 8192;
+  p.k = 8192;
+  p.lda = 8192;
+  p.ldb = 8192;
+  p.ldc = 8192;
+  mk::GemmConfig cfg;
+  cfg.ctas = 116;
+  mk::GemmTiles t = mk::validateGemm(p, cfg, 132);
+  CHECK(t.schedule == mk::GemmSchedule::StreamK);
+  CHECK(t.blockN == 256);
+  CHECK(t.streamKTiles == 128);
+  CHECK(t.streamKCtas == 116);
+  CHECK(t.ctas == 116);
+  cfg.schedule = mk::GemmSchedule::Tiles;
+  t = mk::validateGemm(p, cfg, 132);
+  CHECK(t.schedule == mk::GemmSchedule::Tiles);
+  CHECK(t.streamKTiles == 0);
+  CHECK(t.ctas == 116);
+  // Split-K asked for keeps whole-tile units under Auto; with StreamK it is refused, naming both.
+  cfg.schedule = mk::GemmSchedule::Auto;
+  cfg.splitK = 2;
+  t = mk::validateGemm(p, cfg, 132);
+  CHECK(t.schedule == mk::GemmSchedule::Tiles);
+  CHECK(t.splitK == 2);
+  cfg.schedule = mk::GemmSchedule::StreamK;
+  std::string msg;
+  CHECK(codeOf(p, cfg, &msg) == mk::ErrorCode::InvalidArgument);
+  CHECK(msg.find("StreamK") != std::string::npos);
+  CHECK(msg.find("splitK") != std::string::npos);
+  cfg.splitK = 1;
+  cfg.schedule = static_cast<mk::GemmSchedule>(5);
+  CHECK(codeOf(p, cfg, &msg) == mk::ErrorCode::InvalidArgument);
+  CHECK(msg.find("schedule") != std::string::npos);
+  CHECK(msg.find("5") != std::string::npos);
+  // Fewer k-iterations than CTAs: 1 tile x 2 slices asked on every SM -> 2 CTAs launched.
+  cfg.schedule = mk::GemmSchedule::StreamK;
+  cfg.ctas = 0;
+  mk::GemmProblem tiny = good();
+  tiny.m = 100;
+  tiny.n = 100;
+  tiny.k = 100;
+  t = mk::validateGemm(tiny, cfg, 132);
+  CHECK(t.schedule == mk::GemmSchedule::StreamK);
+  CHECK(t.streamKTiles == 1);
+  CHECK(t.streamKCtas == 2);
+  CHECK(t.ctas == 2);
+  // With whole waves before the stream-K region every CTA is launched.
+  mk::GemmProblem sq = good();
+  sq.m = 4096;
+  sq.n = 4096;
+  sq.k = 2048;
+  sq.lda = 2048;
+  sq.ldb = 4096;
+  sq.ldc = 4096;
+  cfg.ctas = 116;
+  cfg.tileN = 256;
+  t = mk::validateGemm(sq, cfg, 132);
+  CHECK(t.streamKTiles == 164);
+  CHECK(t.count() - t.streamKTiles == 348);
+  CHECK(t.ctas == 116);
+  CHECK(std::string(mk::toString(mk::GemmSchedule::StreamK)) == "stream-k");
+  CHECK(std::string(mk::toString(mk::GemmSchedule::Tiles)) == "tiles");
+  CHECK(std::string(mk::toString(mk::GemmSchedule::Auto)) == "auto");
+}
+
+namespace {
+
+/// The schedule fields of the GemmParams a GemmPlan builds from `t` (as GemmPlan's constructor sets them).
+mk::device::GemmParams scheduleParams(const mk::GemmTiles& t, int64_t k, int64_t groupM) {
+  mk::device::GemmParams p{};
+  p.tilesM = static_cast<uint32_t>(t.tilesM);
+  p.tilesN = static_cast<uint32_t>(t.tilesN);
+  p.blockN = static_cast<uint32_t>(t.blockN);
+  p.kIters = static_cast<uint32_t>((k + 63) / 64);
+  p.groupM = static_cast<uint32_t>(groupM);
+  p.splitK = static_cast<uint32_t>(t.splitK);
+  p.kItersPerSplit = static_cast<uint32_t>(t.kItersPerSplit);
+  p.skTiles = static_cast<uint32_t>(t.streamKTiles);
+  p.skCtas = static_cast<uint32_t>(t.streamKCtas);
+  return p;
+}
+
+/// Replays the standalone kernel's schedule on the CPU: every CTA 0 .. t.ctas - 1 walks gemmWorkCursor (the
+/// device's code) exactly as the producer and the consumers do; the CTAs' pieces are then executed in a random
+/// interleaving (CTAs progress independently, each in its own order) with the fix-up of streamKFixup: a piece
+/// of a cut tile writes its partial to GemmStreamK::slot, counts itself, and the piece that reaches pieces()
+/// resets the counter and sums the others. The "value" of k-slice j of a tile is j + 1, so a stored tile must
+/// hold kIters (kIters + 1) / 2. Returns the number of problems found (0 = the schedule is right).
+int64_t replaySchedule(const mk::GemmTiles& t, int64_t k, int64_t groupM, int launches, uint64_t seed) {
+  const mk::device::GemmParams p = scheduleParams(t, k, groupM);
+  const mk::device::GemmStreamK sk = mk::device::gemmStreamKOf(p);
+  const uint32_t ctas = static_cast<uint32_t>(t.ctas), tiles = p.tilesM * p.tilesN;
+  struct Piece {
+    uint32_t tile, kBegin, kEnd;
+  };
+  std::vector<std::vector<Piece>> work(ctas);
+  for (uint32_t cta = 0; cta < ctas; ++cta) {
+    mk::device::GemmWorkCursor w =
+        mk::device::gemmWorkCursor<false>(p, cta, ctas, mk::device::gemmUnitCount(p), cta);
+    uint32_t tile = 0, split = 0, kBegin = 0, kEnd = 0;
+    while (w.next<false>(p, tile, split, kBegin, kEnd)) work[cta].push_back({tile, kBegin, kEnd});
+  }
+  int64_t problems = 0;
+  const uint64_t full = static_cast<uint64_t>(p.kIters) * (p.kIters + 1) / 2;
+  std::vector<uint32_t> counters(p.skTiles, 0);
+  std::vector<uint64_t> slots(2 * static_cast<std::size_t>(sk.ctas), 0);
+  uint64_t rng = seed;
+  for (int launch = 0; launch < launches; ++launch) {
+    std::vector<uint32_t> stored(tiles, 0), nextPiece(ctas, 0);
+    std::vector<int> slotWritten(slots.size(), 0);
+    uint32_t left = 0;
+    for (const auto& w : work) left += static_cast<uint32_t>(w.size());
+    while (left > 0) {
+      rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+      const uint32_t cta = static_cast<uint32_t>((rng >> 33) % ctas);
+      if (nextPiece[cta] == work[cta].size()) continue;
+      const Piece pc = work[cta][nextPiece[cta]++];
+      --left;
+      uint64_t acc = 0;
+      for (uint32_t j = pc.kBegin; j < pc.kEnd; ++j) acc += j + 1;
+      const uint32_t dp = tiles - p.skTiles;
+      if (p.skTiles != 0 && pc.tile >= dp && sk.pieces(pc.tile - dp) > 1) {
+        const uint32_t st = pc.tile - dp, slot = sk.slot(cta, st);
+        if (slot >= slots.size() || slotWritten[slot]++ != 0) ++problems;  // a slot written twice per launch
+        if (slot < slots.size()) slots[slot] = acc;
+        if (++counters[st] != sk.pieces(st)) continue;
+        counters[st] = 0;
+        for (uint32_t c = sk.firstCta(st); c < sk.firstCta(st) + sk.pieces(st); ++c) {
+          if (c == cta) continue;
+          const uint32_t other = sk.slot(c, st);
+          if (other >= slots.size() || slotWritten[other] == 0) ++problems;  // summed before it was written
+          if (other < slots.size()) acc += slots[other];
+        }
+      }
+      if (acc != full) ++problems;
+      ++stored[pc.tile];
+    }
+    for (uint32_t tl = 0; tl < tiles; ++tl) problems += stored[tl] != 1;  // the hook: once per tile
+    for (uint32_t c : counters) problems += c != 0;                      // reset for the next launch
+  }
+  return problems;
+}
+
+}  // namespace
+
+TEST_CASE("gemm stream-K: a CPU replay of the kernel's walk stores every tile once with its whole k-sum") {
+  // The issue-6 shapes as Auto / StreamK schedule them, and small grids with cuts, whole tiles inside ranges,
+  // CTAs without stream-K work and the hybrid's whole waves; 3 launches each (counters must reset).
+  struct Shape {
+    int64_t m, n, k, ctas, tileN;
+  };
+  const Shape shapes[] = {{512, 8192, 8192, 116, 0}, {4096, 4096, 2048, 116, 0}, {1024, 8192, 14336, 116, 0},
+                          {128, 8192, 8192, 132, 0}, {512, 8192, 1024, 116, 256}, {520, 696, 300, 3, 128},
+                          {520, 696, 300, 7, 256}, {520, 696, 300, 13, 128}, {3, 5, 7, 13, 0},
+                          {130, 264, 72, 13, 128}, {129, 255, 1000, 7, 256}, {1000, 700, 300, 1, 0}};
+  uint64_t seed = 1;
+  for (const Shape& s : shapes) {
+    mk::GemmProblem pr = good();
+    pr.m = s.m;
+    pr.n = s.n;
+    pr.k = s.k;
+    pr.lda = (s.k + 7) / 8 * 8;
+    pr.ldb = (s.n + 7) / 8 * 8;
+    pr.ldc = (s.n + 7) / 8 * 8;
+    for (auto schedule : {mk::GemmSchedule::StreamK, mk::GemmSchedule::Tiles}) {
+      mk::GemmConfig cfg;
+      cfg.ctas = s.ctas;
+      cfg.tileN = s.tileN;
+      cfg.schedule = schedule;
+      const mk::GemmTiles t = mk::validateGemm(pr, cfg, 132);
+      INFO(s.m << " x " << s.n << " x " << s.k << " on " << s.ctas << " CTAs, " << mk::toString(t.schedule)
+               << ", width " << t.blockN << ", stream-K tiles " << t.streamKTiles << " of " << t.count());
+      REQUIRE(t.schedule == schedule);
+      for (int order = 0; order < 3; ++order) CHECK(replaySchedule(t, s.k, cfg.groupM, 3, seed++) == 0);
+    }
+  }
 }

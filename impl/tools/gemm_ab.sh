@@ -14,11 +14,16 @@
 #   table:    mk-bench gemm --shapes issue6 --check: direct, then tma-store            -> bench_{direct,tma}.log/json
 #   memcheck: compute-sanitizer memcheck on the tma-store correctness cases            -> memcheck.log
 #   table2:   the table without --check (10 x 3 launches): tma-store, then direct (reverse order)
-# Every mk-bench record carries extra.epilogue = "direct" | "tma-store" (the variant that ran).
+# Not in the default (ask for them; "streamk,sanitize-sk" takes ~3-4 min):
+#   streamk:  the stream-K GPU cases, then 512 x 8192 x 8192 on 116 CTAs --schedule tiles / stream-k alternating
+#             3x, then 4096 x 4096 x 2048 and 1024 x 8192 x 14336 on 116 CTAs and 128 x 8192 x 8192 on all SMs,
+#             tiles / stream-k, all --check                                          -> streamk.log, streamk_*.json
+#   sanitize-sk: compute-sanitizer memcheck and racecheck on the stream-K remainder case -> sanitize_sk.log
+# Every mk-bench record carries extra.epilogue = "direct" | "tma-store" and extra.schedule (what ran).
 # GPU 0 only (CUDA_VISIBLE_DEVICES=0 unless set). Exit: 0 all passed, 1 a test or check failed, 2 bad usage.
 set -uo pipefail
 if [[ $# -lt 1 || "$1" == -h || "$1" == --help ]]; then
-  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
   [[ $# -lt 1 ]] && exit 2 || exit 0
 fi
 OUTDIR=$1
@@ -85,6 +90,32 @@ if has table2; then
     --json "$OUTDIR/bench_tma_2.json" 2>&1 | tee "$OUTDIR/bench_tma_2.log" || status=1
   timeout 60 "$BIN/mk-bench" gemm --shapes issue6 --iters 10 --reps 3 --epilogue direct \
     --json "$OUTDIR/bench_direct_2.json" 2>&1 | tee "$OUTDIR/bench_direct_2.log" || status=1
+fi
+
+# Stream-K (docs/gemm.md, "Stream-K"): correctness first, then the A/B against whole tiles.
+if has streamk; then
+  timeout 120 "$BIN/mk_gemm_gpu_tests" -tc="gemm stream-K*" 2>&1 | tee "$OUTDIR/streamk.log" || status=1
+  for rep in 1 2 3; do
+    for sched in tiles stream-k; do
+      timeout 30 "$BIN/mk-bench" gemm -m 512 -n 8192 -k 8192 --ctas 116 --schedule $sched --check \
+        --json "$OUTDIR/streamk_512_116_${sched}_$rep.json" 2>&1 | grep -v '^#' | tee -a "$OUTDIR/streamk.log" || status=1
+    done
+  done
+  for shape in "4096 4096 2048 116" "1024 8192 14336 116" "128 8192 8192 0"; do
+    read -r m n k ctas <<< "$shape"
+    for sched in tiles stream-k; do
+      timeout 30 "$BIN/mk-bench" gemm -m "$m" -n "$n" -k "$k" --ctas "$ctas" --schedule $sched --check \
+        --json "$OUTDIR/streamk_${m}x${n}x${k}_${ctas}_${sched}.json" 2>&1 | grep -v '^#' | tee -a "$OUTDIR/streamk.log" \
+        || status=1
+    done
+  done
+fi
+if has sanitize-sk; then
+  : > "$OUTDIR/sanitize_sk.log"
+  for tool in memcheck racecheck; do
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$BIN/mk_gemm_gpu_tests" \
+      -tc="gemm stream-K: cut tiles*" 2>&1 | tail -20 | tee -a "$OUTDIR/sanitize_sk.log" || status=1
+  done
 fi
 
 echo "# gemm_ab: exit $status $(date -u)" | tee -a "$OUTDIR/env.log"

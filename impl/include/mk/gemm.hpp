@@ -41,6 +41,22 @@ enum class GemmEpilogue : uint8_t {
 /// "direct" / "tma-store".
 const char* toString(GemmEpilogue epilogue) noexcept;
 
+/// How the output tiles are spread over the CTAs (docs/gemm.md, "Stream-K").
+enum class GemmSchedule : uint8_t {
+  /// Stream-K where the wave model (gemmChooseSchedule) predicts a real gain over whole tiles and every CTA
+  /// gets at least half a tile of k-work; whole tiles otherwise (and always with splitK > 1).
+  Auto = 0,
+  /// Data-parallel: CTA c runs whole tiles c, c + ctas, ... (a partly idle last wave when tiles / CTAs rounds up).
+  Tiles = 1,
+  /// Whole waves of tiles, then the remaining tiles (between one and two waves' worth, or all of them when
+  /// there are fewer than two waves) as equal contiguous k-iteration ranges, one per CTA; a tile cut between
+  /// CTAs is summed through an fp32 workspace by its last piece. Not with splitK > 1.
+  StreamK = 2,
+};
+
+/// "auto" / "tiles" / "stream-k".
+const char* toString(GemmSchedule schedule) noexcept;
+
 /// One GEMM: C (M x N) = A (M x K) * B (K x N). Signed sizes so that a negative value is reported, not wrapped.
 struct GemmProblem {
   int64_t m = 0, n = 0, k = 0;                 ///< sizes, each >= 1
@@ -74,6 +90,10 @@ struct GemmConfig {
   /// finish adds the others and stores the tile (and calls the hook). 1 = off. In [1, 64]; reduced so that no
   /// piece is empty (GemmTiles::splitK). A split-K plan must not run on two streams at once (shared workspace).
   int64_t splitK = 1;
+  /// Tile schedule: Auto (the default), Tiles or StreamK; GemmTiles::schedule says which runs. Stream-K needs a
+  /// workspace the plan allocates (2 fp32 partial tiles per CTA); like split-K, such a plan must not run on two
+  /// streams at once. StreamK with splitK > 1 is refused.
+  GemmSchedule schedule = GemmSchedule::Auto;
   /// Test aid: when set, a device array of tilesM * tilesN counters (the GemmTiles validateGemm returns for
   /// the device's SM count); the per-tile hook adds 1 to hookCounts[tileM * tilesN + tileN] once the tile's
   /// stores are visible. nullptr = no hook (fastest).
@@ -99,6 +119,37 @@ uint32_t gemmChooseTileN(int64_t m, int64_t n, int64_t ctas) noexcept;
 /// Measured rate of 128 x 128 tiles relative to 128 x 256 on H200 (docs/gemm.md).
 constexpr double kGemmNarrowTileEfficiency = 0.92;
 
+/// Modelled cost of moving one fp32 partial tile (128 x 256: 128 KiB) between a CTA and L2, in k-iterations of
+/// the 256-wide tile (one k-iteration streams 48 KiB of operands in ~0.7 us on H200; one SM moves a 128 KiB
+/// partial in ~1 us). The 128-wide tile's partial costs half.
+constexpr double kGemmStreamKPartialIters = 1.5;
+/// Auto takes stream-K only when its modelled time is below this fraction of the best whole-tile schedule's.
+constexpr double kGemmStreamKMinGain = 0.95;
+
+/// What gemmChooseSchedule decided, and the modelled times it compared (in k-iterations of a 256-wide tile on
+/// one CTA: the critical path of the busiest CTA).
+struct GemmScheduleChoice {
+  GemmSchedule schedule = GemmSchedule::Tiles;  ///< Tiles or StreamK
+  uint32_t blockN = 256;                        ///< the tile width to run
+  double tilesTime = 0;    ///< best whole-tile schedule: waves x kIters x (rate of the width)
+  double streamKTime = 0;  ///< best stream-K schedule: whole waves + the CTA's range + partial-tile traffic
+};
+
+/// The schedule and width for an M x N x K problem on `ctas` CTAs; `tileN` 0 = choose the width too (else 128 /
+/// 256 fixed); `requested` Auto, Tiles or StreamK (Tiles / StreamK only choose the width). Model (docs/gemm.md,
+/// "Stream-K"): whole tiles take ceil(tiles / ctas) waves of kIters iterations; stream-K takes its whole waves
+/// plus ceil(stream-K iterations / CTAs) plus, for a tile cut into P pieces, P partial-tile transfers on the
+/// critical path of the last piece (its own write and P - 1 reads). Auto picks stream-K when it is below
+/// kGemmStreamKMinGain of whole tiles AND the problem gives every CTA at least half a tile of k-work
+/// (2 x tiles >= ctas): below that the pieces are so short that pipeline fill and partial sums dominate.
+GemmScheduleChoice gemmChooseSchedule(int64_t m, int64_t n, int64_t k, int64_t ctas, int64_t tileN,
+                                      GemmSchedule requested) noexcept;
+
+/// Tiles of the stream-K region for `tiles` tiles on `ctas` CTAs: with at least two full waves, all but
+/// (full waves - 1) waves' worth (so each CTA's stream-K range is between one and two tiles of k-work: the
+/// whole waves before it run as plain tiles, with no partial sums); with fewer, every tile.
+uint64_t gemmStreamKTileCount(uint64_t tiles, uint64_t ctas) noexcept;
+
 /// Tiles of a problem (ceil(M / blockM) x ceil(N / blockN)).
 struct GemmTiles {
   uint64_t blockN = 256;   ///< the tile width chosen
@@ -107,6 +158,10 @@ struct GemmTiles {
   GemmEpilogue epilogue = GemmEpilogue::Direct;
   uint64_t splitK = 1;          ///< k-pieces per tile that run (config.splitK, reduced so none is empty)
   uint64_t kItersPerSplit = 0;  ///< 64-wide k-slices per piece
+  GemmSchedule schedule = GemmSchedule::Tiles;  ///< the schedule that runs (Tiles or StreamK, never Auto)
+  uint64_t streamKTiles = 0;  ///< stream-K: the last tiles of the raster run as k-ranges (0 = none)
+  uint64_t streamKCtas = 0;   ///< stream-K: CTAs with a k-range (min(CTAs, streamKTiles x kIters))
+  uint64_t ctas = 0;          ///< CTAs the kernel is launched with
   uint64_t count() const { return tilesM * tilesN; }  ///< total output tiles
   uint64_t units() const { return count() * splitK; }  ///< work units (tiles x k-pieces)
 };
@@ -118,7 +173,7 @@ GemmTiles validateGemm(const GemmProblem& problem, const GemmConfig& config, int
 
 /// A validated, lowered GEMM for the current CUDA device: TMA descriptors encoded once, run many times.
 /// The caller owns A, B, C and hookCounts, which must outlive every run. Device memory of its own only with
-/// split-K (the fp32 partial tiles and per-tile counters, allocated here, freed by the destructor).
+/// split-K or stream-K (the fp32 partial tiles and per-tile counters, allocated here, freed by the destructor).
 class GemmPlan {
  public:
   /// Validates against the current device (sm_90 required: wgmma and TMA) and encodes the tensor maps.
@@ -131,7 +186,8 @@ class GemmPlan {
 
   /// Enqueue one GEMM on `stream` (asynchronous; launch errors throw Error(CudaError)).
   void run(cudaStream_t stream) const;
-  /// CTAs the kernel is launched with (config.ctas, or the SM count, never more than the tile count).
+  /// CTAs the kernel is launched with (config.ctas, or the SM count, never more than the work: tiles, or with
+  /// stream-K and less than two waves, k-iterations).
   uint32_t ctas() const;
   /// The tile grid.
   GemmTiles tiles() const;

@@ -1,5 +1,6 @@
 // mkernel — the standalone GEMM kernel: a persistent grid whose every CTA runs the device tile engine
-// (mk/device/gemm_device.hpp) over a strided share of the output tiles.
+// (mk/device/gemm_device.hpp) over a strided share of the output tiles, then (stream-K) its range of the
+// stream-K region's k-iterations (CTA index = blockIdx.x).
 #include <cuda_runtime.h>
 
 #include <mutex>
@@ -34,7 +35,7 @@ __global__ void __launch_bounds__(GemmTileConfigT<kBlockN>::kThreads, 1)
     gemmKernel(const __grid_constant__ GemmParams p) {
   extern __shared__ __align__(1024) uint8_t smem[];
   device::GemmNoHook hook;
-  device::gemmRunTiles<kBlockN, kTmaStoreC>(p, smem, blockIdx.x, gridDim.x, device::gemmUnitCount(p), hook);
+  device::gemmRunTiles<kBlockN, kTmaStoreC>(p, smem, blockIdx.x, gridDim.x, device::gemmUnitCount(p), hook, blockIdx.x);
 }
 
 template <uint32_t kBlockN, bool kTmaStoreC>
@@ -42,7 +43,7 @@ __global__ void __launch_bounds__(GemmTileConfigT<kBlockN>::kThreads, 1)
     gemmKernelCounted(const __grid_constant__ GemmParams p, uint32_t* counts) {
   extern __shared__ __align__(1024) uint8_t smem[];
   CountingHook<kBlockN> hook{counts, p.tilesN};
-  device::gemmRunTiles<kBlockN, kTmaStoreC>(p, smem, blockIdx.x, gridDim.x, device::gemmUnitCount(p), hook);
+  device::gemmRunTiles<kBlockN, kTmaStoreC>(p, smem, blockIdx.x, gridDim.x, device::gemmUnitCount(p), hook, blockIdx.x);
 }
 
 template <uint32_t kBlockN, bool kTmaStoreC>

@@ -64,6 +64,17 @@ const char* toString(GemmLayout layout) noexcept { return layout == GemmLayout::
 const char* toString(GemmEpilogue epilogue) noexcept {
   return epilogue == GemmEpilogue::TmaStore ? "tma-store" : "direct";
 }
+const char* toString(GemmSchedule schedule) noexcept {
+  switch (schedule) {
+    case GemmSchedule::Auto:
+      return "auto";
+    case GemmSchedule::Tiles:
+      return "tiles";
+    case GemmSchedule::StreamK:
+      return "stream-k";
+  }
+  return "unknown";
+}
 
 namespace {
 template <uint32_t kBlockN, bool kTmaStoreC>
@@ -94,6 +105,67 @@ uint32_t gemmChooseTileN(int64_t m, int64_t n, int64_t ctas) noexcept {
   };
   const double wide = waves(256) * 2.0, narrow = waves(128) / kGemmNarrowTileEfficiency;
   return narrow < wide ? 128u : 256u;
+}
+
+uint64_t gemmStreamKTileCount(uint64_t tiles, uint64_t ctas) noexcept {
+  if (ctas == 0) return tiles;
+  const uint64_t waves = tiles / ctas;
+  return waves >= 2 ? tiles - (waves - 1) * ctas : tiles;
+}
+
+namespace {
+
+/// Time of one k-iteration of a tile of width `blockN`, in k-iterations of the 256-wide tile.
+double iterTime(int64_t blockN) { return blockN == 256 ? 1.0 : 0.5 / kGemmNarrowTileEfficiency; }
+
+/// Modelled whole-tile time (see gemmChooseSchedule).
+double tilesTime(int64_t tilesM, int64_t n, int64_t kIters, int64_t ctas, int64_t blockN) {
+  const int64_t tiles = tilesM * ceilDiv(n, blockN);
+  return static_cast<double>(ceilDiv(tiles, std::min(ctas, tiles)) * kIters) * iterTime(blockN);
+}
+
+/// Modelled stream-K time (see gemmChooseSchedule).
+double streamKTime(int64_t tilesM, int64_t n, int64_t kIters, int64_t ctas, int64_t blockN) {
+  const auto tiles = static_cast<uint64_t>(tilesM * ceilDiv(n, blockN));
+  const uint64_t skTiles = gemmStreamKTileCount(tiles, static_cast<uint64_t>(ctas));
+  const uint64_t dpWaves = (tiles - skTiles) / static_cast<uint64_t>(ctas);
+  const uint64_t skIters = skTiles * static_cast<uint64_t>(kIters);
+  const uint64_t skCtas = std::min(static_cast<uint64_t>(ctas), skIters);
+  const uint64_t perCta = (skIters + skCtas - 1) / skCtas, minPerCta = skIters / skCtas;
+  // A tile of kIters iterations meets at most ceil(kIters / shortest range) + 1 ranges.
+  const uint64_t pieces =
+      std::min(skCtas, (static_cast<uint64_t>(kIters) + minPerCta - 1) / minPerCta + 1);
+  const double partial = kGemmStreamKPartialIters * static_cast<double>(blockN) / 256.0;
+  const double fixup = pieces > 1 ? static_cast<double>(pieces + 1) * partial : 0.0;
+  return static_cast<double>(dpWaves * static_cast<uint64_t>(kIters) + perCta) * iterTime(blockN) + fixup;
+}
+
+}  // namespace
+
+GemmScheduleChoice gemmChooseSchedule(int64_t m, int64_t n, int64_t k, int64_t ctas, int64_t tileN,
+                                      GemmSchedule requested) noexcept {
+  GemmScheduleChoice c;
+  if (m < 1 || n < 1 || k < 1 || ctas < 1) return c;
+  const int64_t tilesM = ceilDiv(m, GemmTileConfig::kBlockM), kIters = ceilDiv(k, GemmTileConfig::kBlockK);
+  const int64_t tilesWidth = tileN == 128 || tileN == 256 ? tileN : gemmChooseTileN(m, n, ctas);
+  c.tilesTime = tilesTime(tilesM, n, kIters, ctas, tilesWidth);
+  int64_t skWidth = tileN == 128 || tileN == 256 ? tileN : 256;
+  c.streamKTime = streamKTime(tilesM, n, kIters, ctas, skWidth);
+  if (tileN != 128 && tileN != 256) {
+    const double narrow = streamKTime(tilesM, n, kIters, ctas, 128);
+    if (narrow < c.streamKTime) {
+      c.streamKTime = narrow;
+      skWidth = 128;
+    }
+  }
+  bool streamK = requested == GemmSchedule::StreamK;
+  if (requested == GemmSchedule::Auto) {
+    const int64_t skTiles = tilesM * ceilDiv(n, skWidth);
+    streamK = c.streamKTime < kGemmStreamKMinGain * c.tilesTime && 2 * skTiles >= ctas;
+  }
+  c.schedule = streamK ? GemmSchedule::StreamK : GemmSchedule::Tiles;
+  c.blockN = static_cast<uint32_t>(streamK ? skWidth : tilesWidth);
+  return c;
 }
 
 GemmTiles validateGemm(const GemmProblem& pr, const GemmConfig& cfg, int64_t smCount) {
@@ -129,9 +201,18 @@ GemmTiles validateGemm(const GemmProblem& pr, const GemmConfig& cfg, int64_t smC
     bad("epilogue must be Direct or TmaStore (got value " + std::to_string(static_cast<int>(cfg.epilogue)) + ")");
   if (cfg.splitK < 1 || cfg.splitK > kMaxSplitK)
     bad("splitK must be in [1, " + std::to_string(kMaxSplitK) + "] (1 = no split), got " + std::to_string(cfg.splitK));
+  if (cfg.schedule != GemmSchedule::Auto && cfg.schedule != GemmSchedule::Tiles && cfg.schedule != GemmSchedule::StreamK)
+    bad("schedule must be Auto, Tiles or StreamK (got value " + std::to_string(static_cast<int>(cfg.schedule)) + ")");
+  if (cfg.schedule == GemmSchedule::StreamK && cfg.splitK > 1)
+    bad("schedule StreamK cannot be combined with splitK > 1 (got splitK = " + std::to_string(cfg.splitK) +
+        "): stream-K already cuts the tiles' k-ranges; use one or the other");
+  const int64_t ctas = cfg.ctas == 0 ? smCount : cfg.ctas;
   GemmTiles t;
-  t.blockN = cfg.tileN != 0 ? static_cast<uint64_t>(cfg.tileN)
-                            : gemmChooseTileN(pr.m, pr.n, cfg.ctas == 0 ? smCount : cfg.ctas);
+  // Split-K asked for explicitly keeps whole-tile units (Auto never adds stream-K to it).
+  const GemmSchedule requested = cfg.splitK > 1 ? GemmSchedule::Tiles : cfg.schedule;
+  const GemmScheduleChoice choice = gemmChooseSchedule(pr.m, pr.n, pr.k, ctas, cfg.tileN, requested);
+  t.blockN = choice.blockN;
+  t.schedule = choice.schedule;
   t.tilesM = static_cast<uint64_t>(ceilDiv(pr.m, GemmTileConfig::kBlockM));
   t.tilesN = static_cast<uint64_t>(ceilDiv(pr.n, static_cast<int64_t>(t.blockN)));
   // The staging buffer holds bf16 tiles only; fp32 output keeps the direct epilogue. So does an N that is
@@ -148,6 +229,26 @@ GemmTiles validateGemm(const GemmProblem& pr, const GemmConfig& cfg, int64_t smC
   if (t.units() >= (uint64_t{1} << 31))
     bad("the problem has too many work units (" + std::to_string(t.count()) + " tiles x " + std::to_string(t.splitK) +
         " k-pieces)");
+  if (t.schedule == GemmSchedule::StreamK) {
+    t.streamKTiles = gemmStreamKTileCount(t.count(), static_cast<uint64_t>(ctas));
+    const uint64_t skIters = t.streamKTiles * static_cast<uint64_t>(kIters);
+    // The device walks stream-K ranges with 32-bit iteration indices (registers: docs/gemm.md).
+    if (skIters >= (uint64_t{1} << 32)) {
+      if (cfg.schedule == GemmSchedule::StreamK)
+        bad("schedule StreamK: the stream-K region has too many k-iterations (" + std::to_string(skIters) +
+            ", must be below 2^32)");
+      t.schedule = GemmSchedule::Tiles;  // Auto: whole tiles of the same width
+      t.streamKTiles = 0;
+    } else {
+      t.streamKCtas = std::min(static_cast<uint64_t>(ctas), skIters);
+    }
+  }
+  // More CTAs than work would only start CTAs that find none: with stream-K and whole waves every CTA has
+  // tiles; with stream-K alone, at most one CTA per k-iteration.
+  if (t.schedule == GemmSchedule::StreamK)
+    t.ctas = t.streamKTiles < t.count() ? static_cast<uint64_t>(ctas) : t.streamKCtas;
+  else
+    t.ctas = std::min(static_cast<uint64_t>(ctas), t.units());
   return t;
 }
 
@@ -158,7 +259,7 @@ struct GemmPlan::Impl {
   uint32_t* hookCounts = nullptr;
   int device = 0;
   uint32_t* report = nullptr;  ///< host-mapped timeout report of the device (8 words, shared, never freed)
-  void* splitWorkspace = nullptr;  ///< split-K: partial tiles + counters (owned, one allocation)
+  void* splitWorkspace = nullptr;  ///< split-K or stream-K: partial tiles + counters (owned, one allocation)
   ~Impl() {
     if (splitWorkspace != nullptr) cudaFree(splitWorkspace);  // no throw from a destructor
   }
@@ -249,11 +350,16 @@ GemmPlan::GemmPlan(const GemmProblem& pr, const GemmConfig& cfg) {
   }
   p.splitK = static_cast<uint32_t>(tiles.splitK);
   p.kItersPerSplit = static_cast<uint32_t>(tiles.kItersPerSplit);
-  if (tiles.splitK > 1) {
+  p.skTiles = static_cast<uint32_t>(tiles.streamKTiles);
+  p.skCtas = static_cast<uint32_t>(tiles.streamKCtas);
+  if (tiles.splitK > 1 || tiles.schedule == GemmSchedule::StreamK) {
     // One allocation: the fp32 partial tiles, then one counter per tile (zeroed once; the last unit of a
-    // tile resets its counter, so every later launch starts from zero again).
-    const uint64_t partialBytes = tiles.count() * tiles.splitK * GemmTileConfig::kBlockM * tiles.blockN * 4;
-    const uint64_t counterBytes = tiles.count() * 4;
+    // tile resets its counter, so every later launch starts from zero again). Split-K: a slot per piece of
+    // every tile; stream-K: two slots per CTA (GemmStreamK::slot) and a counter per stream-K tile.
+    const uint64_t tileBytes = GemmTileConfig::kBlockM * tiles.blockN * 4;
+    const bool sk = tiles.schedule == GemmSchedule::StreamK;
+    const uint64_t partialBytes = sk ? 2 * tiles.streamKCtas * tileBytes : tiles.count() * tiles.splitK * tileBytes;
+    const uint64_t counterBytes = (sk ? tiles.streamKTiles : tiles.count()) * 4;
     MK_CUDA_CHECK(cudaMalloc(&impl->splitWorkspace, partialBytes + counterBytes));
     MK_CUDA_CHECK(cudaMemset(static_cast<uint8_t*>(impl->splitWorkspace) + partialBytes, 0, counterBytes));
     // The first run may be on a non-blocking stream, which does not wait for the legacy stream's memset.
@@ -261,9 +367,7 @@ GemmPlan::GemmPlan(const GemmProblem& pr, const GemmConfig& cfg) {
     p.workspace = static_cast<float*>(impl->splitWorkspace);
     p.tileCounters = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(impl->splitWorkspace) + partialBytes);
   }
-  const uint64_t want = cfg.ctas == 0 ? static_cast<uint64_t>(sms) : static_cast<uint64_t>(cfg.ctas);
-  // More CTAs than work units would only start CTAs that find no work.
-  impl->ctas = static_cast<uint32_t>(want < tiles.units() ? want : tiles.units());
+  impl->ctas = static_cast<uint32_t>(tiles.ctas);
   impl->tiles = tiles;
   impl->hookCounts = cfg.hookCounts;
   impl->device = dev;

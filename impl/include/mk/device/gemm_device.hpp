@@ -38,6 +38,9 @@
 // Split-K (p.splitK > 1, for problems with too few tiles): the CTAs walk work units (a tile's k-range cut
 // into pieces) instead of tiles; each piece publishes fp32 partials to a global workspace and the last
 // piece of a tile to arrive (per-tile counter) sums them and runs the epilogue and the hook (splitKReduce).
+// Stream-K (p.skTiles > 0, standalone kernels only): after its whole-tile units each CTA walks an equal
+// contiguous range of the last skTiles tiles' k-iterations (GemmStreamK), segment by segment from the end of
+// the range; a tile cut between CTAs is summed the same wait-free way by its last piece (streamKFixup).
 #pragma once
 
 #include <cstdint>
@@ -154,7 +157,89 @@ struct GemmParams {
   uint32_t tag;
   /// Budget of every mbarrier wait in ns; 0 = kGemmWaitLimitNs (the resident kernel uses its pollBudget).
   uint64_t waitLimitNs;
+  /// Stream-K (standalone plans only; always 0 in the resident kernel): the LAST skTiles tiles of the raster are
+  /// not run as whole tiles but as equal contiguous ranges of their k-iterations, one per CTA 0 .. skCtas - 1
+  /// (GemmStreamK). The tiles before them are data-parallel units (whole waves). A tile cut between CTAs is
+  /// summed by the last piece to arrive: workspace holds 2 fp32 partial tiles per stream-K CTA
+  /// (GemmStreamK::slot) and tileCounters one counter per stream-K tile. 0 = no stream-K.
+  uint32_t skTiles;
+  uint32_t skCtas;  ///< CTAs that share the stream-K iterations (<= the launch's CTAs, <= its iterations)
 };
+
+/// The stream-K partition (docs/gemm.md, "Stream-K"): `tiles` x `kIters` k-iterations, tile-major (iteration i
+/// is k-slice i % kIters of stream-K tile i / kIters), cut into `ctas` contiguous ranges whose sizes differ by
+/// at most one (the first iters() % ctas CTAs get one more): CTA c runs [begin(c), begin(c + 1)) and CTAs >=
+/// ctas run nothing. Every CTA and the host derive the same pieces from this arithmetic alone: no CTA waits
+/// for another, and the last piece of a tile to arrive (per-tile counter == pieces(tile)) adds the others'
+/// partials. 32-bit arithmetic only (iters() < 2^32, host-checked; a 64-bit division in the consumers' fix-up
+/// costs registers they do not have). Built by gemmStreamK (ctas <= iters(), so no range is empty);
+/// unit-tested exhaustively on the host (test_gemm_unit.cpp).
+struct GemmStreamK {
+  uint32_t tiles = 0;   ///< tiles in the stream-K region
+  uint32_t kIters = 0;  ///< k-iterations (64-wide slices) per tile
+  uint32_t ctas = 0;    ///< CTAs with a non-empty range
+  /// Total k-iterations of the region.
+  MK_HOST_DEVICE_INLINE uint32_t iters() const { return tiles * kIters; }
+  /// First iteration of CTA `cta`; begin(c) = iters() for every c >= ctas (empty ranges).
+  MK_HOST_DEVICE_INLINE uint32_t begin(uint32_t cta) const {
+    if (cta >= ctas) return iters();
+    const uint32_t base = iters() / ctas, rem = iters() % ctas;
+    return cta * base + (cta < rem ? cta : rem);
+  }
+  /// The CTA whose range holds iteration i (< iters()).
+  MK_HOST_DEVICE_INLINE uint32_t owner(uint32_t i) const {
+    const uint32_t base = iters() / ctas, rem = iters() % ctas;
+    const uint32_t longPart = rem * (base + 1);  // iterations of the CTAs with one more
+    return i < longPart ? i / (base + 1) : rem + (i - longPart) / base;
+  }
+  /// The CTA that runs the first k-iteration of stream-K tile `tile`; the tile's pieces are CTAs
+  /// firstCta(tile) .. firstCta(tile) + pieces(tile) - 1 (consecutive: no range is empty).
+  MK_HOST_DEVICE_INLINE uint32_t firstCta(uint32_t tile) const { return owner(tile * kIters); }
+  /// CTAs that run part of stream-K tile `tile` (1: one CTA runs it whole and stores it like a plain tile).
+  MK_HOST_DEVICE_INLINE uint32_t pieces(uint32_t tile) const {
+    return owner((tile + 1) * kIters - 1) - firstCta(tile) + 1;
+  }
+  /// Workspace slot of CTA `cta`'s piece of tile `tile`: 2 cta for the tile its range starts in, 2 cta + 1 for
+  /// the tile it ends in (a range cuts at most two tiles; the tiles between are whole and need no slot).
+  MK_HOST_DEVICE_INLINE uint32_t slot(uint32_t cta, uint32_t tile) const {
+    return 2 * cta + (tile == begin(cta) / kIters ? 0u : 1u);
+  }
+};
+
+/// The stream-K partition of `tiles` x `kIters` iterations (< 2^32) over at most `ctas` CTAs: min(ctas,
+/// iterations) CTAs get a non-empty range, the others nothing.
+MK_HOST_DEVICE_INLINE GemmStreamK gemmStreamK(uint32_t tiles, uint32_t kIters, uint32_t ctas) {
+  GemmStreamK s;
+  s.tiles = tiles;
+  s.kIters = kIters;
+  const uint32_t iters = s.iters();
+  s.ctas = iters < ctas ? iters : ctas;
+  return s;
+}
+
+/// The stream-K partition of a problem's params (skTiles = 0: an empty one).
+MK_HOST_DEVICE_INLINE GemmStreamK gemmStreamKOf(const GemmParams& p) {
+  GemmStreamK s;
+  s.tiles = p.skTiles;
+  s.kIters = p.kIters;
+  s.ctas = p.skCtas;
+  return s;
+}
+
+/// The LAST segment of the stream-K range [begin, end) (begin < end): stream-K tile `tile` (the one iteration
+/// end - 1 lies in), k-slices [kBegin, kEnd) from max(begin, the tile's start) to end. The CTAs walk their
+/// ranges from the end (the tile a range ends in first, from k = 0; the tile it starts in last): then every CTA
+/// reads k-slice ~t at time t of the region (0 to one range-minus-tile length behind), so the CTAs that share
+/// an A row or a B column panel read the same slices within a few iterations of each other (L2 hits). Walked
+/// forward, neighbours would be a whole range-minus-tile length apart per CTA (docs/gemm.md, "Stream-K").
+/// 32-bit: the host keeps iters() < 2^32.
+MK_HOST_DEVICE_INLINE void gemmStreamKLastSegment(const GemmStreamK& s, uint32_t begin, uint32_t end, uint32_t& tile,
+                                                  uint32_t& kBegin, uint32_t& kEnd) {
+  tile = (end - 1) / s.kIters;
+  const uint32_t tileStart = tile * s.kIters;
+  kBegin = begin > tileStart ? begin - tileStart : 0;
+  kEnd = end - tileStart;
+}
 
 /// Output tile `tile` of the grouped raster: consecutive tile indices walk down `groupM` tile rows, then
 /// move one tile column right, so the CTAs running at the same time share both A rows and B columns in L2.
@@ -170,8 +255,9 @@ MK_HOST_DEVICE_INLINE void gemmTileCoord(const GemmParams& p, uint32_t tile, uin
 
 /// Work units of a problem: tiles x splitK (unit u = tile * splitK + split: the splits of a tile are
 /// neighbours, so they run at the same time and share their A rows and B columns in L2).
+/// With stream-K (p.skTiles > 0) only the data-parallel tiles before the stream-K region are units.
 MK_HOST_DEVICE_INLINE uint32_t gemmUnitCount(const GemmParams& p) {
-  return p.tilesM * p.tilesN * (p.splitK > 1 ? p.splitK : 1u);
+  return p.tilesM * p.tilesN * (p.splitK > 1 ? p.splitK : 1u) - p.skTiles;
 }
 
 /// Tile, split and k-slice range [kBegin, kEnd) of work unit `unit`.
@@ -188,6 +274,51 @@ MK_HOST_DEVICE_INLINE void gemmUnit(const GemmParams& p, uint32_t unit, uint32_t
     kBegin = 0;
     kEnd = p.kIters;
   }
+}
+
+/// The work of one CTA, in order: its data-parallel units unit, unit + stride, ... < end, then (standalone
+/// kernels with stream-K only) the segments of its stream-K range [skNext, skEnd), last segment first
+/// (gemmStreamKLastSegment). Host and device code (the unit tests replay the kernel's walk). Producer and consumers walk
+/// the same sequence. 32-bit iteration indices (the host keeps a stream-K region below 2^32 iterations): the
+/// consumers' 128 accumulators leave no register for 64-bit cursors (measured: spills).
+struct GemmWorkCursor {
+  uint32_t unit, stride, end;
+  uint32_t skNext, skEnd;
+  /// The next piece of work: raster tile `tile`, split-K piece `split`, k-slices [kBegin, kEnd); false when done.
+  template <bool kResident>
+  MK_HOST_DEVICE_INLINE bool next(const GemmParams& p, uint32_t& tile, uint32_t& split, uint32_t& kBegin, uint32_t& kEnd) {
+    if (unit < end) {
+      gemmUnit(p, unit, tile, split, kBegin, kEnd);
+      unit += stride;
+      return true;
+    }
+    if constexpr (!kResident) {
+      if (skNext < skEnd) {
+        uint32_t skTile = 0;
+        gemmStreamKLastSegment(gemmStreamKOf(p), skNext, skEnd, skTile, kBegin, kEnd);
+        skEnd -= kEnd - kBegin;  // from the end of the range: see gemmStreamKLastSegment
+        tile = p.tilesM * p.tilesN - p.skTiles + skTile;
+        split = 0;
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
+/// The cursor of CTA `cta` (its stream-K range; empty without stream-K or in the resident kernel).
+template <bool kResident>
+MK_HOST_DEVICE_INLINE GemmWorkCursor gemmWorkCursor(const GemmParams& p, uint32_t first, uint32_t stride, uint32_t end,
+                                               uint32_t cta) {
+  GemmWorkCursor w{first, stride, end, 0, 0};
+  if constexpr (!kResident) {
+    if (p.skTiles != 0) {
+      const GemmStreamK sk = gemmStreamKOf(p);
+      w.skNext = sk.begin(cta);
+      w.skEnd = sk.begin(cta + 1);
+    }
+  }
+  return w;
 }
 
 /// The hook that does nothing (the standalone GEMM): no barrier or fence is spent on it.
@@ -469,12 +600,50 @@ MK_DEVICE_INLINE bool splitKReduce(const GemmParams& p, float (&acc)[Cfg::kAccRe
   return true;
 }
 
+/// Stream-K: like splitKReduce for a piece of stream-K tile `skTile` (index inside the stream-K region) run by
+/// CTA `cta`: a tile that one CTA runs whole returns true at once (no workspace traffic); otherwise the piece
+/// publishes its partial in its slot (GemmStreamK::slot), counts itself on the tile's counter and the piece that
+/// brings it to pieces(skTile) resets it, adds the other pieces' partials and returns true.
+template <class Cfg>
+MK_DEVICE_INLINE bool streamKFixup(const GemmParams& p, float (&acc)[Cfg::kAccRegs], uint32_t skTile, uint32_t cta,
+                                   uint32_t flag, uint32_t t) {
+  const GemmStreamK sk = gemmStreamKOf(p);
+  const uint32_t pieces = sk.pieces(skTile);
+  if (pieces == 1) return true;
+  constexpr uint32_t kConsumerThreads = 128 * Cfg::kConsumerWarpgroups;
+  constexpr uint64_t kSlot = static_cast<uint64_t>(Cfg::kBlockM) * Cfg::kBlockN;  // floats per partial tile
+  float* mine = p.workspace + static_cast<uint64_t>(sk.slot(cta, skTile)) * kSlot + t;
+#pragma unroll
+  for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) __stcg(mine + r * kConsumerThreads, acc[r]);
+  __threadfence();
+  namedBarrier<1, kConsumerThreads>();
+  if (t == 0) {
+    const uint32_t before = atomicAdd(&p.tileCounters[skTile], 1u);
+    const uint32_t last = before + 1 == pieces ? 1u : 0u;
+    if (last) p.tileCounters[skTile] = 0;  // every piece has arrived: ready for the next launch
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(flag), "r"(last) : "memory");
+  }
+  namedBarrier<1, kConsumerThreads>();
+  uint32_t last = 0;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(last) : "r"(flag) : "memory");
+  if (last == 0) return false;
+  __threadfence();
+  const uint32_t first = sk.firstCta(skTile);
+  for (uint32_t c = first; c < first + pieces; ++c) {
+    if (c == cta) continue;
+    const float* other = p.workspace + static_cast<uint64_t>(sk.slot(c, skTile)) * kSlot + t;
+#pragma unroll
+    for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) acc[r] += __ldcg(other + r * kConsumerThreads);
+  }
+  return true;
+}
+
 /// kTmaStoreC: epilogue through the staging buffer at `staging` (see the file comment). kResident: the
 /// direct epilogue also honours p.accumulate (C += A * B; compiled only into the resident kernel).
 template <uint32_t kBlockN, bool kTmaStoreC, int kTransB, bool kResident, class Hook>
 MK_DEVICE_INLINE void consumeTiles(const GemmParams& p, uint32_t smemA, uint32_t smemB, uint32_t staging,
                                    uint32_t fullBar, uint32_t emptyBar, uint32_t splitFlag, uint32_t firstTile,
-                                   uint32_t tileStride, uint32_t endTile, Hook& hook) {
+                                   uint32_t tileStride, uint32_t endTile, Hook& hook, uint32_t skCta) {
   using Cfg = GemmTileConfigT<kBlockN, kTmaStoreC>;
   const uint32_t consumer = threadIdx.x / 128 - 1;  // rows [64 * consumer, 64 * consumer + 64) of the tile
   const uint32_t wgThread = threadIdx.x % 128;
@@ -497,13 +666,14 @@ MK_DEVICE_INLINE void consumeTiles(const GemmParams& p, uint32_t smemA, uint32_t
   float acc[Cfg::kAccRegs];
 #pragma unroll
   for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) acc[r] = 0.0f;
-  for (uint32_t unit = firstTile; unit < endTile; unit += tileStride) {
+  GemmWorkCursor work = gemmWorkCursor<kResident>(p, firstTile, tileStride, endTile, skCta);
+  for (;;) {
     uint32_t tile = 0, split = 0, kBegin = 0, kEnd = 0, tileM = 0, tileN = 0;
-    gemmUnit(p, unit, tile, split, kBegin, kEnd);
+    if (!work.template next<kResident>(p, tile, split, kBegin, kEnd)) break;
     gemmTileCoord(p, tile, tileM, tileN);
     uint32_t prevStage = 0;
     for (uint32_t kIter = kBegin; kIter < kEnd; ++kIter) {
-      mbarWait<kResident>(p, fullBar + 8 * stage, phase, GemmWaiter::Consumer, stage, unit);
+      mbarWait<kResident>(p, fullBar + 8 * stage, phase, GemmWaiter::Consumer, stage, tile);
       const uint32_t a = smemA + stage * Cfg::kStageBytesA + consumer * 64 * 128;
       const uint32_t b = smemB + stage * Cfg::kStageBytesB;
 #pragma unroll
@@ -536,6 +706,13 @@ MK_DEVICE_INLINE void consumeTiles(const GemmParams& p, uint32_t smemA, uint32_t
     if (lane == 0) mbarArrive(emptyBar + 8 * prevStage);
     // Split-K: only the tile's last unit (which sums the partials) stores the tile and calls the hook.
     if (p.splitK > 1 && !splitKReduce<Cfg>(p, acc, tile, split, splitFlag, threadIdx.x - 128)) continue;
+    // Stream-K: a tile cut between CTAs is stored (and handed to the hook) by its last piece only.
+    if constexpr (!kResident) {
+      const uint32_t dpTiles = p.tilesM * p.tilesN - p.skTiles;  // stream-K tiles follow the whole ones
+      if (p.skTiles != 0 && tile >= dpTiles &&
+          !streamKFixup<Cfg>(p, acc, tile - dpTiles, skCta, splitFlag, threadIdx.x - 128))
+        continue;
+    }
 
     if constexpr (kTmaStoreC) {
       // ---- epilogue through shared memory: the staging buffer is free once the previous tile's store has
@@ -613,6 +790,9 @@ MK_DEVICE_INLINE void consumeTiles(const GemmParams& p, uint32_t smemA, uint32_t
 /// 65536 / 384 = 168 registers per thread, e.g. __launch_bounds__(384, 1)), and when it returns every TMA
 /// copy it issued has been consumed. `hook(m0, n0)` runs on one consumer thread after each tile whose first
 /// element is (m0, n0); all of the tile's stores are visible GPU-wide (fenced) before it is called.
+/// Stream-K (p.skTiles > 0, never with kResident): after its units the CTA runs its range of the stream-K
+/// region as CTA `skCta` of the partition (gemmStreamKOf(p)); every CTA 0 .. p.skCtas - 1 must run, and each
+/// stream-K tile is stored and handed to the hook once, by its last piece to arrive.
 ///
 /// kResident (the resident kernel's compute lanes, mk/device/compute_lane_device.hpp): the kernel goes on
 /// running other steps afterwards, so (a) every thread returns only at the end, with
@@ -624,7 +804,7 @@ MK_DEVICE_INLINE void consumeTiles(const GemmParams& p, uint32_t smemA, uint32_t
 /// TMA-store epilogue drains with cp.async.bulk.wait_group 0 + fence.proxy.async.global).
 template <uint32_t kBlockN, bool kTmaStoreC = false, bool kResident = false, class Hook>
 MK_DEVICE_INLINE void gemmRunTiles(const GemmParams& p, uint8_t* smem, uint32_t firstTile, uint32_t tileStride,
-                                   uint32_t endTile, Hook& hook) {
+                                   uint32_t endTile, Hook& hook, uint32_t skCta = 0) {
   using Cfg = GemmTileConfigT<kBlockN, kTmaStoreC>;
   using namespace gemm_detail;
   if (p.blockN != kBlockN || p.tmaStoreC != (kTmaStoreC ? 1u : 0u)) __trap();
@@ -678,15 +858,16 @@ MK_DEVICE_INLINE void gemmRunTiles(const GemmParams& p, uint8_t* smem, uint32_t 
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapB)) : "memory");
       if (kTmaStoreC) asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapC)) : "memory");
       uint32_t stage = 0, phase = 0;
-      for (uint32_t unit = firstTile; unit < endTile; unit += tileStride) {
+      GemmWorkCursor work = gemmWorkCursor<kResident>(p, firstTile, tileStride, endTile, skCta);
+      for (;;) {
         uint32_t tile = 0, split = 0, kBegin = 0, kEnd = 0, tileM = 0, tileN = 0;
-        gemmUnit(p, unit, tile, split, kBegin, kEnd);
+        if (!work.template next<kResident>(p, tile, split, kBegin, kEnd)) break;
         gemmTileCoord(p, tile, tileM, tileN);
         const int32_t rowA = static_cast<int32_t>(tileM * Cfg::kBlockM);
         const int32_t colB = static_cast<int32_t>(tileN * Cfg::kBlockN);
         for (uint32_t kIter = kBegin; kIter < kEnd; ++kIter) {
           // A fresh barrier counts as having completed the phase before phase 0: the first pass never waits.
-          mbarWait<kResident>(p, emptyBar + 8 * stage, phase ^ 1, GemmWaiter::Producer, stage, unit);
+          mbarWait<kResident>(p, emptyBar + 8 * stage, phase ^ 1, GemmWaiter::Producer, stage, tile);
           const uint32_t full = fullBar + 8 * stage;
           mbarArriveExpectTx(full, Cfg::kStageBytes);
           const int32_t k0 = static_cast<int32_t>(kIter * Cfg::kBlockK);
@@ -718,10 +899,10 @@ MK_DEVICE_INLINE void gemmRunTiles(const GemmParams& p, uint8_t* smem, uint32_t 
     // warpgroup.arrive before each of them.
     if (p.bRowMajor)
       gemm_detail::consumeTiles<kBlockN, kTmaStoreC, 1, kResident>(p, smemA, smemB, staging, fullBar, emptyBar, splitFlag,
-                                                                   firstTile, tileStride, endTile, hook);
+                                                                   firstTile, tileStride, endTile, hook, skCta);
     else
       gemm_detail::consumeTiles<kBlockN, kTmaStoreC, 0, kResident>(p, smemA, smemB, staging, fullBar, emptyBar, splitFlag,
-                                                                   firstTile, tileStride, endTile, hook);
+                                                                   firstTile, tileStride, endTile, hook, skCta);
     if constexpr (!kResident) return;
     // The PTX ISA asks every warp of a warpgroup to synchronise explicitly between two setmaxnreg: the
     // direct epilogue has no warpgroup barrier of its own after the inc above.
