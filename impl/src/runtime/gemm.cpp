@@ -161,7 +161,10 @@ GemmScheduleChoice gemmChooseSchedule(int64_t m, int64_t n, int64_t k, int64_t c
   bool streamK = requested == GemmSchedule::StreamK;
   if (requested == GemmSchedule::Auto) {
     const int64_t skTiles = tilesM * ceilDiv(n, skWidth);
-    streamK = c.streamKTime < kGemmStreamKMinGain * c.tilesTime && 2 * skTiles >= ctas;
+    // The model alone also picked stream-K for short k-loops and for fewer tiles than CTAs, and both measured
+    // slower on H200 (docs/gemm.md, "Stream-K", measured): pipeline fill and the partial sums are paid per
+    // piece, so a piece needs a long k-range and each CTA at least one tile of work.
+    streamK = c.streamKTime < kGemmStreamKMinGain * c.tilesTime && skTiles >= ctas && kIters >= kGemmStreamKMinKIters;
   }
   c.schedule = streamK ? GemmSchedule::StreamK : GemmSchedule::Tiles;
   c.blockN = static_cast<uint32_t>(streamK ? skWidth : tilesWidth);
