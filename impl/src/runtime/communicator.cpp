@@ -460,33 +460,19 @@ void LocalGroup::launchKernels() {
 
 void LocalGroup::probeKernelsBeside() {
   // Under compute-sanitizer kernels run one at a time, so the hand-off kernel would never start beside the
-  // resident one; there even the launch call blocks until the resident kernel has left. Ask the device
-  // rather than guess from the environment: launch the hand-off kernel with nothing to do from a thread of
-  // its own and see whether it finishes. If it does not, the thread (and the kernel on its own stream) finish
-  // once the resident kernel has left; releaseMemory joins them there.
-  std::vector<std::shared_ptr<std::atomic<int>>> launched;
+  // resident one. Ask the device rather than guess from the environment: launch the hand-off kernel with
+  // nothing to do and see whether it finishes. If it does not, it stays queued on its own stream and runs
+  // once the resident kernel has left (releaseMemory waits for it there).
   for (const int r : local_) {
     RankResources& rr = ranks_[r];
     MK_CUDA_CHECK(cudaSetDevice(rr.device));
     MK_CUDA_CHECK(cudaStreamCreateWithFlags(&rr.probeStream, cudaStreamNonBlocking));
-    auto done = std::make_shared<std::atomic<int>>(0);  // 1: launched, 2: the launch failed
-    launched.push_back(done);
-    rr.probeThread = std::thread([dev = rr.device, stream = rr.probeStream, state = rr.state, done] {
-      cudaSetDevice(dev);
-      const cudaError_t e = launchHandoff(nullptr, 0, &state->complete, 0, false, &state->abort, 0, stream);
-      done->store(e == cudaSuccess ? 1 : 2);
-    });
+    MK_CUDA_CHECK(launchHandoff(nullptr, 0, &rr.state->complete, 0, false, &rr.state->abort, 0, rr.probeStream));
   }
-  for (size_t i = 0; i < local_.size(); ++i) {
-    RankResources& rr = ranks_[local_[i]];
-    const auto& done = launched[i];
-    const bool ran = hostPoll(kBesideProbeMs, [&] {
-      return done->load() == 2 || (done->load() == 1 && cudaStreamQuery(rr.probeStream) != cudaErrorNotReady);
-    });
+  for (const int r : local_) {
+    RankResources& rr = ranks_[r];
+    const bool ran = hostPoll(kBesideProbeMs, [&] { return cudaStreamQuery(rr.probeStream) != cudaErrorNotReady; });
     if (ran) {
-      rr.probeThread.join();
-      if (done->load() == 2) throw Error(ErrorCode::CudaError, "the hand-off kernel could not be launched on GPU " +
-                                                                 std::to_string(rr.device) + " (probe at creation)");
       MK_CUDA_CHECK(cudaStreamQuery(rr.probeStream));
       MK_CUDA_CHECK(cudaStreamDestroy(rr.probeStream));
       rr.probeStream = nullptr;
@@ -567,10 +553,7 @@ void LocalGroup::releaseMemory() noexcept {
   cache_.clear();
   for (auto& rr : ranks_) {
     if (rr.device < 0) continue;
-    if (rr.launched) {  // a kernel that never stopped may still touch it: leak rather than corrupt
-      if (rr.probeThread.joinable()) rr.probeThread.detach();  // blocked behind that kernel: never joinable
-      continue;
-    }
+    if (rr.launched) continue;  // a kernel that never stopped may still touch it: leak rather than corrupt
     cudaSetDevice(rr.device);
     if (rr.arena) {
       for (void* p : rr.retired) rr.arena->release(p);
@@ -582,8 +565,7 @@ void LocalGroup::releaseMemory() noexcept {
     cudaFree(rr.stamps);
     cudaFree(rr.state);
     if (rr.kernelStream) cudaStreamDestroy(rr.kernelStream);
-    if (rr.probeThread.joinable()) rr.probeThread.join();  // its launch returns now that the kernel has left
-    if (rr.probeStream) {  // and the probe kernel runs
+    if (rr.probeStream) {  // the probe kernel runs now that the resident kernel has left
       cudaStreamSynchronize(rr.probeStream);
       cudaStreamDestroy(rr.probeStream);
     }

@@ -73,9 +73,6 @@ struct RankResources {
   /// kBesideProbeMs (compute-sanitizer runs one kernel at a time), -1 not probed (MemOps asked for).
   int8_t kernelsBeside = -1;
   cudaStream_t probeStream = nullptr;  ///< holds the probe kernel until it ran (at the latest after the kernel)
-  /// Launches the probe: under compute-sanitizer the launch call itself blocks until the resident kernel
-  /// has left, so it is made off the creating thread and joined once the kernel stopped.
-  std::thread probeThread;
   uint32_t submitted = 0;  ///< ops submitted by this rank
 };
 
