@@ -37,9 +37,8 @@ namespace mk {
 
 /// How an op meets the caller's stream (docs/gpu-engine.md, "Latency").
 enum class StreamHandoff : uint8_t {
-  /// Kernel when the resident kernel leaves an SM with room for one more block and a kernel launched beside
-  /// it at creation ran (not under compute-sanitizer, which runs one kernel at a time: Kernel is refused
-  /// there), MemOps otherwise.
+  /// Kernel when the resident kernel leaves an SM with room for one more block, MemOps otherwise; always
+  /// MemOps under compute-sanitizer (which runs one kernel at a time; Kernel is refused there).
   Auto = 0,
   /// One 32-thread kernel per op on the caller's stream rings the doorbell and holds the stream until the op
   /// completes (inside a group: a memory write rings, one such kernel waits at groupEnd). About 2.3 us per

@@ -455,30 +455,6 @@ void LocalGroup::launchKernels() {
                                                                    : std::string(" (other work holds the SMs?)")));
     }
   }
-  if (config_.streamHandoff != StreamHandoff::MemOps) probeKernelsBeside();
-}
-
-void LocalGroup::probeKernelsBeside() {
-  // Under compute-sanitizer kernels run one at a time, so the hand-off kernel would never start beside the
-  // resident one. Ask the device rather than guess from the environment: launch the hand-off kernel with
-  // nothing to do and see whether it finishes. If it does not, it stays queued on its own stream and runs
-  // once the resident kernel has left (releaseMemory waits for it there).
-  for (const int r : local_) {
-    RankResources& rr = ranks_[r];
-    MK_CUDA_CHECK(cudaSetDevice(rr.device));
-    MK_CUDA_CHECK(cudaStreamCreateWithFlags(&rr.probeStream, cudaStreamNonBlocking));
-    MK_CUDA_CHECK(launchHandoff(nullptr, 0, &rr.state->complete, 0, false, &rr.state->abort, 0, rr.probeStream));
-  }
-  for (const int r : local_) {
-    RankResources& rr = ranks_[r];
-    const bool ran = hostPoll(kBesideProbeMs, [&] { return cudaStreamQuery(rr.probeStream) != cudaErrorNotReady; });
-    if (ran) {
-      MK_CUDA_CHECK(cudaStreamQuery(rr.probeStream));
-      MK_CUDA_CHECK(cudaStreamDestroy(rr.probeStream));
-      rr.probeStream = nullptr;
-    }
-    rr.kernelsBeside = ran ? 1 : 0;
-  }
 }
 
 // ---- teardown ------------------------------------------------------------------------------------------
@@ -565,10 +541,6 @@ void LocalGroup::releaseMemory() noexcept {
     cudaFree(rr.stamps);
     cudaFree(rr.state);
     if (rr.kernelStream) cudaStreamDestroy(rr.kernelStream);
-    if (rr.probeStream) {  // the probe kernel runs now that the resident kernel has left
-      cudaStreamSynchronize(rr.probeStream);
-      cudaStreamDestroy(rr.probeStream);
-    }
     if (rr.copyStream) cudaStreamDestroy(rr.copyStream);
     rr = RankResources{};
   }
@@ -909,25 +881,34 @@ void LocalGroup::submitLocked(int r, const std::string& key, CachedSchedule& sch
   }
 }
 
+namespace {
+
+/// True when compute-sanitizer is attached to this process (it injects itself through CUDA_INJECTION64_PATH).
+/// Its tools run one kernel at a time, so a kernel can never run beside the resident one. Read once per rank
+/// when the hand-off is decided, never on the submission path.
+bool kernelsSerialisedByTool() {
+  const char* inject = std::getenv("CUDA_INJECTION64_PATH");
+  return inject != nullptr && std::strstr(inject, "sanitizer") != nullptr;
+}
+
+}  // namespace
+
 bool LocalGroup::useKernelHandoff(int r) {
   RankResources& rr = ranks_[r];
   if (rr.kernelHandoff < 0) {
-    const bool beside = rr.kernelsBeside != 0;
+    const bool serialised = kernelsSerialisedByTool();
     bool k = config_.streamHandoff == StreamHandoff::Kernel;
-    if (k && !beside)
-      throw Error(ErrorCode::Unsupported,
-                  "CommConfig::streamHandoff = Kernel cannot work here: at creation a kernel launched beside the "
-                  "resident kernel on GPU " + std::to_string(rr.device) + " did not run within " +
-                      std::to_string(kBesideProbeMs) +
-                      " ms (compute-sanitizer, for one, runs one kernel at a time), so every hand-off kernel would "
-                      "wait behind it; use StreamHandoff::Auto or MemOps");
+    if (k && serialised)
+      throw Error(ErrorCode::InvalidArgument,
+                  "CommConfig::streamHandoff = Kernel cannot work under compute-sanitizer: it runs one kernel at a "
+                  "time, so the hand-off kernel would wait behind the resident kernel forever (use Auto or MemOps)");
     if (config_.streamHandoff == StreamHandoff::Auto) {
       // The hand-off kernel must find room beside the resident grid, or the caller's stream would wait for
-      // an SM that never frees up: take it only when the grid leaves whole SMs idle and a kernel did run
-      // beside the resident one at creation.
+      // an SM that never frees up: take it only when the grid leaves whole SMs idle, and never when a tool
+      // serialises kernels (it could not run beside the resident kernel at all).
       int sms = 0;
       MK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, rr.device));
-      k = beside && int64_t{workers_} + 1 < sms;
+      k = !serialised && int64_t{workers_} + 1 < sms;
     }
     rr.kernelHandoff = k ? 1 : 0;
   }

@@ -38,10 +38,6 @@
 
 namespace mk::runtime {
 
-/// How long creation waits for a kernel launched beside the resident one (probeKernelsBeside): it normally
-/// finishes within microseconds; under a tool that runs one kernel at a time it never does.
-inline constexpr int kBesideProbeMs = 1000;
-
 /// A schedule lowered and uploaded for every rank, generated once per key.
 struct CachedSchedule {
   Schedule schedule;
@@ -69,10 +65,6 @@ struct RankResources {
   std::unique_ptr<DeviceArena> arena;
   bool launched = false;
   int8_t kernelHandoff = -1;  ///< 1: StreamHandoff::Kernel on this rank, 0: MemOps, -1: not decided yet
-  /// Whether a kernel ran beside the resident one at creation (probeKernelsBeside): 1 yes, 0 not within
-  /// kBesideProbeMs (compute-sanitizer runs one kernel at a time), -1 not probed (MemOps asked for).
-  int8_t kernelsBeside = -1;
-  cudaStream_t probeStream = nullptr;  ///< holds the probe kernel until it ran (at the latest after the kernel)
   uint32_t submitted = 0;  ///< ops submitted by this rank
 };
 
@@ -143,8 +135,6 @@ class LocalGroup {
   void allocRank(int r, int dev);
   void allocHostBlocks(size_t nRanks);
   void launchKernels();
-  /// Launch an empty hand-off kernel beside each resident kernel and see whether it runs (kernelsBeside).
-  void probeKernelsBeside();
   void shutdown() noexcept;
   void releaseMemory() noexcept;
 
