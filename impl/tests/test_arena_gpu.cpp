@@ -1,7 +1,8 @@
 // The device arena (CommConfig::deviceArenaBytes): everything the engine allocates after creation is carved
 // from memory reserved before the resident kernel starts. This is the configuration compute-sanitizer memcheck
 // can check (it knows only allocations older than a running kernel), so the user buffers here are allocated
-// before the communicator as well; impl/tools/node_suite.sh runs this case under memcheck.
+// before the communicator as well, and ops meet their streams through memory operations (no kernel launched
+// beside the resident one).
 #include <doctest/doctest.h>
 
 #include <cuda_runtime_api.h>
@@ -46,6 +47,9 @@ TEST_CASE("engine arena: with a preallocated device arena every collective match
   RankMemory user(devs, size_t{48} << 20);
   mk::CommConfig cfg;
   cfg.deviceArenaBytes = uint64_t{256} << 20;
+  // The configuration a sanitizer run needs: compute-sanitizer runs one kernel at a time, so no hand-off
+  // kernel may be launched beside the resident one (docs/gpu-engine.md, "compute-sanitizer").
+  cfg.streamHandoff = mk::StreamHandoff::MemOps;
   {
     auto comms = mk::Communicator::createLocal(devs, cfg);
     uint64_t seed = 4242;
