@@ -896,3 +896,33 @@ TEST_CASE("timeline: a put issue gap lets the lane move on while the put's signa
   CHECK(h.run(p).totalUs == doctest::Approx(8.0));
   CHECK(putIssueUs(p) == 1.0);
 }
+
+TEST_CASE("timeline: a put into a peer's user buffer pays userPutUs on its visibility, into scratch it does not") {
+  // Two puts with a signal each, one into rank 1's scratch and one into its output; rank 1 waits for each.
+  auto build = [](bool intoOutput) {
+    Hand h({0, 0}, 1);
+    h.s.buffers.push_back(BufferDecl{"out", DType::Float32, BufferKind::Output, std::vector<uint64_t>(2, 1u << 24)});
+    h.lane(0);
+    h.lane(1);
+    h.put(0, 0, 1, k100KB, 0u);
+    if (intoOutput) h.s.lanes[0][0].steps.back().dst.buffer = 2;
+    h.wait(1, 0, 0, 1);
+    return h;
+  };
+  Profile p = roundProfile();  // alpha 1 us, 1e5 bytes take 1 us
+  p.userPutUs = 0.5;
+  const Timeline scratch = build(false).run(p), output = build(true).run(p);
+  CHECK(scratch.totalUs == doctest::Approx(4.0));  // dispatch 2 + alpha 1 + bytes 1
+  CHECK(output.totalUs == doctest::Approx(4.5));   // + userPutUs on the put's latency
+  CHECK(putAlphaUs(p, false) == doctest::Approx(1.0));
+  CHECK(putAlphaUs(p, true) == doctest::Approx(1.5));
+  // With a distinguished issue time the lane moves on after it either way; only the signal waits longer.
+  p.putIssueUs = 0.4;
+  CHECK(putLaneUs(p, true) == doctest::Approx(0.4));
+  const Timeline issued = build(true).run(p);
+  checkStep(issued, 0, 0, 0, 2.0, 3.4);
+  CHECK(issued.totalUs == doctest::Approx(4.5));
+  // 0 = not distinguished: both destinations cost alpha.
+  p.userPutUs = 0;
+  CHECK(build(true).run(p).totalUs == doctest::Approx(build(false).run(p).totalUs));
+}

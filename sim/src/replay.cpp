@@ -379,8 +379,10 @@ class Replayer {
         default:
           t += localDurationUs(st, rank) * kSecondsPerUs;
           // As the timeline: the lane moves on after the issue time, the signal lands alpha after the start.
-          if (st.kind == StepKind::Put && (st.flags & kStepSignal))
-            increment(st.flag, st.value, t + (p_.nvlink.alphaUs - putIssueUs(p_)) * kSecondsPerUs);
+          if (st.kind == StepKind::Put && (st.flags & kStepSignal)) {
+            const bool user = writesPeerUserBuffer(s_, st, rank);
+            increment(st.flag, st.value, t + (putAlphaUs(p_, user) - putLaneUs(p_, user)) * kSecondsPerUs);
+          }
       }
       if (opt_.trace) {
         const uint64_t k = plan_.firstStep[g] + i;
@@ -404,7 +406,7 @@ class Replayer {
       case StepKind::Reduce:
         if (st.link == LinkClass::NVLink) return p_.nvlink.alphaUs + over(std::min(p_.reduceGBs, p_.nvlink.bwGBs), kNvl);
         return p_.local.alphaUs + over(p_.reduceGBs, kMem);
-      case StepKind::Put: return putIssueUs(p_) + over(p_.nvlink.bwGBs, kNvl);
+      case StepKind::Put: return putLaneUs(p_, writesPeerUserBuffer(s_, st, rank)) + over(p_.nvlink.bwGBs, kNvl);
       case StepKind::Gemm: return st.flops * shareOf(plan_, rank, kGpu) / (p_.gemmTflops * 1e6);
       default: return 0;
     }
@@ -431,9 +433,12 @@ class Replayer {
         }
         break;
       case StepKind::Put:
-        transferNvl(g, rank, rank, st.dst.rank, st.bytes, p_.nvlink.bwGBs, putIssueUs(p_));
+      {
+        const bool user = writesPeerUserBuffer(s_, st, rank);
+        transferNvl(g, rank, rank, st.dst.rank, st.bytes, p_.nvlink.bwGBs, putLaneUs(p_, user));
         if (st.flags & kStepSignal)
-          increment(st.flag, st.value, now() + (p_.nvlink.alphaUs - putIssueUs(p_)) * kSecondsPerUs);
+          increment(st.flag, st.value, now() + (putAlphaUs(p_, user) - putLaneUs(p_, user)) * kSecondsPerUs);
+      }
         break;
       case StepKind::ProxyPut: {
         const uint32_t hops = platform_.extraSwitchHops(plan_.gpuOf[rank], plan_.gpuOf[st.dst.rank]);

@@ -29,6 +29,9 @@ mk::Profile odd() {
   p.flagUs = 0.625;
   p.localFlagUs = 0.3125;
   p.dispatchUs = 2.25;
+  p.peerUserUs = 0.1875;
+  p.putIssueUs = 0.375;
+  p.userPutUs = 0.4375;
   p.proxyUs = 2.5;
   p.gemmTflops = 742.5;
   return p;
@@ -46,6 +49,9 @@ void checkSame(const mk::Profile& a, const mk::Profile& b) {
   CHECK(a.flagUs == b.flagUs);
   CHECK(a.localFlagUs == b.localFlagUs);
   CHECK(a.dispatchUs == b.dispatchUs);
+  CHECK(a.peerUserUs == b.peerUserUs);
+  CHECK(a.putIssueUs == b.putIssueUs);
+  CHECK(a.userPutUs == b.userPutUs);
   CHECK(a.proxyUs == b.proxyUs);
   CHECK(a.gemmTflops == b.gemmTflops);
 }
@@ -100,6 +106,15 @@ TEST_CASE("profile io: a profile written before localFlagUs existed prices a loc
   j.erase("localFlagUs");
   const mk::Profile p = mk::profileFromJson(j.dump());
   CHECK(p.localFlagUs == 0.625);
+}
+
+TEST_CASE("profile io: a profile written before the put and peer terms existed distinguishes none of them") {
+  Json j = Json::parse(mk::profileToJson(odd()));
+  for (const char* k : {"peerUserUs", "putIssueUs", "userPutUs"}) j.erase(k);
+  const mk::Profile p = mk::profileFromJson(j.dump());
+  CHECK(p.peerUserUs == 0);
+  CHECK(p.putIssueUs == 0);
+  CHECK(p.userPutUs == 0);
 }
 
 TEST_CASE("profile io: a missing parameter is rejected naming the field") {

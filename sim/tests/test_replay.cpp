@@ -468,3 +468,27 @@ TEST_CASE("replay: a put issue gap gives the timeline's times in both modes") {
   }
   CHECK(tl.totalUs < mk::simulateUncontended(s, simtest::profile()).totalUs);
 }
+
+TEST_CASE("replay: puts into a peer's user buffer pay userPutUs as in the timeline in both modes") {
+  Builder b({0, 0});
+  for (int i = 0; i < 3; ++i) b.put(0, 0, 1, 250000, 0);
+  b.wait(1, 0, 0, 3);
+  mk::Schedule scratch = b.done();
+  mk::Schedule output = scratch;
+  output.buffers[0].kind = mk::BufferKind::Output;  // the same puts, now into rank 1's output
+  for (const double issue : {0.0, 0.35}) {
+    mk::Profile p = simtest::profile();
+    p.putIssueUs = issue;
+    p.userPutUs = 0.8;
+    CAPTURE(issue);
+    const mk::Timeline ts = mk::simulateUncontended(scratch, p), to = mk::simulateUncontended(output, p);
+    CHECK(to.totalUs > ts.totalUs + 0.7);  // at least the last put's extra latency
+    for (const bool fast : {false, true}) {
+      CAPTURE(fast);
+      mk::sim::SimOptions o;
+      o.fast = fast;
+      CHECK(mk::sim::predict(output, simtest::cluster(1, 2), p, o).totalUs == doctest::Approx(to.totalUs).epsilon(1e-9));
+      CHECK(mk::sim::predict(scratch, simtest::cluster(1, 2), p, o).totalUs == doctest::Approx(ts.totalUs).epsilon(1e-9));
+    }
+  }
+}

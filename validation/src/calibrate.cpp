@@ -39,13 +39,14 @@ constexpr const char* kMethodDefault = "default (not measured)";
 
 bool isCalibrationOp(const std::string& op) noexcept {
   for (const char* k : {kCalibPutNvlink, kCalibPutNetwork, kCalibCopyLocal, kCalibReduce, kCalibFlag, kCalibFlagLocal,
-                        kCalibPutStream, kCalibDispatch, kCalibDispatchScratch, kCalibProxy, kCalibGemm})
+                        kCalibPutStream, kCalibDispatch, kCalibDispatchScratch, kCalibPutNvlinkScratch, kCalibProxy,
+                        kCalibGemm})
     if (op == k) return true;
   return false;
 }
 
 bool isRecordedOnlyCalibrationOp(const std::string& op) noexcept {
-  return op == kCalibPutNvlinkOneWay || op == kCalibPutNvlinkScratch || op == kCalibEmptyOp;
+  return op == kCalibPutNvlinkOneWay || op == kCalibEmptyOp;
 }
 
 AlphaBetaFit fitAlphaBeta(const std::vector<CalibPoint>& points, const std::string& parameter) {
@@ -258,6 +259,49 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
                                           "alpha-beta intercept (bandwidth " + num(f.bwGBs) + " GB/s not kept)"});
   } else {
     defaultParam("putIssueUs", "us", out.putIssueUs);
+  }
+  // userPutUs: what a Put into a peer's user buffer costs more than one into its scratch, per message: the
+  // median difference of the two both-ways patterns at the sizes both measured where latency dominates
+  // (<= kUserPutMaxBytes: beyond, the difference drowns in the transfer's noise). nvlink.alphaUs then becomes
+  // the scratch Put's, so that a Put into user buffers still costs what calib-put-nvlink measured.
+  {
+    constexpr double kUserPutMaxBytes = 64 * 1024;
+    const auto user = byOp.find(kCalibPutNvlink), scratch = byOp.find(kCalibPutNvlinkScratch);
+    std::vector<double> diffs;
+    if (user != byOp.end() && scratch != byOp.end())
+      for (const CalibPoint& s : scratch->second)
+        for (const CalibPoint& u : user->second)
+          if (u.x == s.x && s.x <= kUserPutMaxBytes) diffs.push_back(u.timeUs - s.timeUs);
+    if (diffs.empty()) {
+      defaultParam("userPutUs", "us", out.userPutUs);
+    } else {
+      // A difference may be negative (noise): the median of the signed differences, not fitConstant (which
+      // takes times and refuses non-positive ones).
+      auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        const std::size_t m = v.size() / 2;
+        return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+      };
+      const double mid = median(diffs);
+      std::vector<double> dev;
+      for (double d : diffs) dev.push_back(std::fabs(d - mid));
+      struct {
+        double valueUs, spreadUs, maxRelResidual;
+      } f{mid, median(dev), 0};
+      for (double d : dev) f.maxRelResidual = std::max(f.maxRelResidual, mid != 0 ? d / std::fabs(mid) : 0.0);
+      // Floored at 0 and kept below alpha: the scratch Put cannot be free.
+      out.userPutUs = std::min(std::max(0.0, f.valueUs), 0.9 * out.nvlink.alphaUs);
+      out.nvlink.alphaUs -= out.userPutUs;
+      for (ParameterFit& pf : rep.parameters)
+        if (pf.name == "nvlink.alphaUs") {
+          pf.value = out.nvlink.alphaUs;
+          pf.method += "; minus userPutUs (a Put into scratch)";
+        }
+      rep.parameters.push_back(ParameterFit{"userPutUs", "us", out.userPutUs, true, diffs.size(),
+                                            std::numeric_limits<double>::quiet_NaN(), f.maxRelResidual,
+                                            "median of " + std::string(kCalibPutNvlink) + " - " + kCalibPutNvlinkScratch +
+                                                " per size (MAD " + num(f.spreadUs) + " us), floored at 0"});
+    }
   }
   constant(kCalibProxy, "proxyUs", out.proxyUs);
   // x = flops: the "bandwidth" is flops per us / 1e3, and TFLOP/s = flops per us / 1e6.

@@ -227,7 +227,8 @@ class UncontendedSim {
         if (st.link == LinkClass::NVLink)
           return p_.nvlink.alphaUs + bytes * share(rank, kNvl) / (std::min(p_.reduceGBs, p_.nvlink.bwGBs) * 1e3);
         return p_.local.alphaUs + bytes * share(rank, kMem) / (p_.reduceGBs * 1e3);
-      case StepKind::Put: return putIssueUs(p_) + bytes * share(rank, kNvl) / (p_.nvlink.bwGBs * 1e3);
+      case StepKind::Put:
+        return putLaneUs(p_, writesPeerUserBuffer(s_, st, rank)) + bytes * share(rank, kNvl) / (p_.nvlink.bwGBs * 1e3);
       case StepKind::ProxyPut:
         if (st.count == 0) return p_.proxyUs + p_.network.alphaUs;
         return p_.proxyUs + p_.network.alphaUs + bytes * share(rank, kNet) / (p_.network.bwGBs * 1e3);
@@ -297,7 +298,8 @@ class UncontendedSim {
             push(end + delay, flagIndex(st.flag), st.value, true);
           } else if (st.kind == StepKind::Put && (st.flags & kStepSignal)) {
             // The lane moved on after the issue time; the data (and so the signal) lands alpha after the start.
-            push(end + (p_.nvlink.alphaUs - putIssueUs(p_)), flagIndex(st.flag), st.value, true);
+            const bool user = writesPeerUserBuffer(s_, st, ls.rank);
+            push(end + (putAlphaUs(p_, user) - putLaneUs(p_, user)), flagIndex(st.flag), st.value, true);
           } else if (st.kind == StepKind::ProxyPut && (st.flags & kStepSignal)) {
             push(end, flagIndex(st.flag), st.value, true);
           }
@@ -397,6 +399,18 @@ double putIssueUs(const Profile& p) noexcept {
   return p.putIssueUs > 0 && p.putIssueUs < p.nvlink.alphaUs ? p.putIssueUs : p.nvlink.alphaUs;
 }
 
+double putAlphaUs(const Profile& p, bool intoUserBuffer) noexcept {
+  return p.nvlink.alphaUs + (intoUserBuffer && p.userPutUs > 0 ? p.userPutUs : 0.0);
+}
+
+double putLaneUs(const Profile& p, bool intoUserBuffer) noexcept {
+  return p.putIssueUs > 0 && p.putIssueUs < p.nvlink.alphaUs ? p.putIssueUs : putAlphaUs(p, intoUserBuffer);
+}
+
+bool writesPeerUserBuffer(const Schedule& s, const Step& st, uint32_t rank) noexcept {
+  return st.dst.rank != rank && st.dst.buffer < s.buffers.size() && s.buffers[st.dst.buffer].kind != BufferKind::Scratch;
+}
+
 CostEstimate closedForm(const CollectiveSpec& spec, const GenOptions& opt, const Topology& topo, uint32_t nRanks,
                         const Profile& profile) {
   const detail::AlgorithmDef& d = detail::findAlgorithm(spec.op, spec.algo);
@@ -408,7 +422,11 @@ CostEstimate closedForm(const CollectiveSpec& spec, const GenOptions& opt, const
   GenOptions resolved = opt;
   resolved.inter = resolveInter(spec, nodeOf, opt, profile);
   const detail::GenContext ctx = detail::makeContext(spec, nodeOf, resolved);
-  CostEstimate e = d.cost(detail::CostContext{spec, resolved, topo, ctx, profile});
+  // Profile::userPutUs: the closed forms have one NVLink alpha per generator, so a generator whose peers write
+  // user buffers pays it on every NVLink message (the timeline charges it per Put by destination).
+  Profile pf = profile;
+  if (pf.userPutUs > 0 && d.peersTouchUser) pf.nvlink.alphaUs += pf.userPutUs;
+  CostEstimate e = d.cost(detail::CostContext{spec, resolved, topo, ctx, pf});
   // The op-level term of the timeline (Profile::peerUserUs), from the generator's declared property (a test
   // checks it against peersTouchUserBuffers on the generated schedules).
   if (profile.peerUserUs > 0 && nRanks > 1 && d.peersTouchUser) {

@@ -96,6 +96,7 @@ std::string profileToJson(const Profile& p, const ProfileProvenance& prov, int i
   j["dispatchUs"] = p.dispatchUs;
   j["peerUserUs"] = p.peerUserUs;
   j["putIssueUs"] = p.putIssueUs;
+  j["userPutUs"] = p.userPutUs;
   j["proxyUs"] = p.proxyUs;
   j["gemmTflops"] = p.gemmTflops;
   return j.dump(indent);
@@ -113,7 +114,7 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   if (schema != kProfileSchema)
     parseFail("schema must be \"" + std::string(kProfileSchema) + "\" (got \"" + schema + "\")");
   onlyKeys(j, "", {"schema", "source", "provenance", "nvlink", "network", "local", "reduceGBs", "flagUs",
-                   "localFlagUs", "dispatchUs", "peerUserUs", "putIssueUs", "proxyUs", "gemmTflops"});
+                   "localFlagUs", "dispatchUs", "peerUserUs", "putIssueUs", "userPutUs", "proxyUs", "gemmTflops"});
   Profile p;
   p.source = text(j, "", "source");
   p.nvlink = linkCost(j, "nvlink");
@@ -128,6 +129,7 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   // Added later too: a profile without it charges no op the peer-user-buffer term (as before it existed).
   p.peerUserUs = j.contains("peerUserUs") ? parameter(j, "", "peerUserUs") : 0.0;
   p.putIssueUs = j.contains("putIssueUs") ? parameter(j, "", "putIssueUs") : 0.0;
+  p.userPutUs = j.contains("userPutUs") ? parameter(j, "", "userPutUs") : 0.0;
   p.proxyUs = parameter(j, "", "proxyUs");
   p.gemmTflops = parameter(j, "", "gemmTflops");
 

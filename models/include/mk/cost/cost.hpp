@@ -38,6 +38,11 @@ struct Profile {
   /// is busy for the whole alpha. The closed forms do not use it (they charge alpha per put: pessimistic
   /// for chunked ops when it is set).
   double putIssueUs = 0;
+  /// Extra visibility latency of an NVLink Put that lands in a peer's user buffer (input / output) over one
+  /// that lands in its scratch (nvlink.alphaUs), per Put: measured as the per-message difference between the
+  /// both-ways put patterns into the peers' user buffers and into their scratch. 0 = not distinguished.
+  /// The closed forms charge it on every NVLink message of a generator whose peers touch user buffers.
+  double userPutUs = 0;
   double proxyUs = 0;      ///< extra per ProxyPut for the FIFO + host proxy
   double gemmTflops = 0;   ///< achieved bf16 GEMM rate per GPU
 };
@@ -56,6 +61,13 @@ struct CostEstimate {
 
 /// Effective Put issue time of `p`: putIssueUs when it is set and below nvlink.alphaUs, else nvlink.alphaUs.
 double putIssueUs(const Profile& p) noexcept;
+/// Visibility latency of one NVLink Put: nvlink.alphaUs, plus userPutUs when it lands in a user buffer.
+double putAlphaUs(const Profile& p, bool intoUserBuffer) noexcept;
+/// Lane time of one NVLink Put before its bytes: putIssueUs when distinguished (set, below nvlink.alphaUs),
+/// else the Put's whole visibility latency (putAlphaUs). Its signal lands putAlphaUs after the Put starts.
+double putLaneUs(const Profile& p, bool intoUserBuffer) noexcept;
+/// True when step `st` of `s` writes a user buffer (not scratch) of another rank (a Put into a peer's output).
+bool writesPeerUserBuffer(const Schedule& s, const Step& st, uint32_t rank) noexcept;
 
 /// Cost of generate(spec, topo.layout(nRanks), opt) under `profile`.
 CostEstimate closedForm(const CollectiveSpec& spec, const GenOptions& opt, const Topology& topo, uint32_t nRanks,

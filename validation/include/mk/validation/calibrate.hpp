@@ -35,8 +35,9 @@ inline constexpr const char* kCalibGemm = "calib-gemm";               ///< bf16 
 /// Recorded by `mk-bench calibrate` for the report, not fitted: one-way ping-pong puts (the profile's
 /// nvlink class is fitted from calib-put-nvlink, both directions at once, as every 2-GPU collective uses it).
 inline constexpr const char* kCalibPutNvlinkOneWay = "calib-put-nvlink-oneway";
-/// Recorded, not fitted: both-ways puts into the peers' scratch (mk-bench calibrate fits nothing from the
-/// per-message times; their intercepts are calib-dispatch-scratch).
+/// Both-ways puts into the peers' scratch, per message: with calib-put-nvlink at the same sizes ->
+/// userPutUs (the median difference), and nvlink.alphaUs becomes the scratch Put's (their intercepts are
+/// calib-dispatch-scratch, recorded separately).
 inline constexpr const char* kCalibPutNvlinkScratch = "calib-put-nvlink-scratch";
 /// Recorded, not fitted: the per-op time of ops without steps (dispatchUs is fitted from calib-dispatch, the
 /// intercept of ops whose ranks interact; docs/calibration.md says why they differ).
@@ -45,8 +46,7 @@ inline constexpr const char* kCalibEmptyOp = "calib-empty-op";
 /// True for the fitted ops above (the exact spelling; other "calib-" ops, except the recorded-only ones, are
 /// an error in calibrate()).
 bool isCalibrationOp(const std::string& op) noexcept;
-/// True for calibration ops that are recorded but never fitted (kCalibPutNvlinkOneWay, kCalibPutNvlinkScratch,
-/// kCalibEmptyOp).
+/// True for calibration ops that are recorded but never fitted (kCalibPutNvlinkOneWay, kCalibEmptyOp).
 bool isRecordedOnlyCalibrationOp(const std::string& op) noexcept;
 
 /// One measured point of a linear fit: x (bytes, or flops for gemm) and the time it took.
