@@ -565,25 +565,24 @@ MK_DEVICE_INLINE void stagePass(const GemmParams& p, const float (&acc)[Cfg::kAc
   }
 }
 
-/// Split-K: publish this unit's partial tile and find out whether it is the tile's last unit; the last one
-/// adds every other split's partial into `acc` and returns true (it then runs the epilogue and the hook),
-/// the others return false. Wait-free: no unit waits for another (the last arriver does the sum), the
-/// classic fence + counter pattern: partials stored (L2), __threadfence, counter incremented; the last
-/// arriver fences again before reading them through L2 (ld.global.cg: never a stale L1 line).
+/// The last-arriver fix-up of split-K and stream-K: store this piece's fp32 partial tile at `mine` (fragment
+/// order) and count it on `*counter`; the piece that brings the count to `pieces` resets it and returns true
+/// (the caller then adds the other pieces' partials into `acc` and runs the epilogue and the hook), the others
+/// return false. Wait-free: no piece waits for another (the last arriver does the sum), the classic fence +
+/// counter pattern: partials stored (L2), __threadfence, counter incremented; the last arriver fences again
+/// before the caller reads them through L2 (ld.global.cg: never a stale L1 line).
 template <class Cfg>
-MK_DEVICE_INLINE bool splitKReduce(const GemmParams& p, float (&acc)[Cfg::kAccRegs], uint32_t tile, uint32_t split,
-                                   uint32_t flag, uint32_t t) {
+MK_DEVICE_INLINE bool publishPartial(const float (&acc)[Cfg::kAccRegs], float* mine, uint32_t* counter, uint32_t pieces,
+                                     uint32_t flag, uint32_t t) {
   constexpr uint32_t kConsumerThreads = 128 * Cfg::kConsumerWarpgroups;
-  constexpr uint64_t kSlot = static_cast<uint64_t>(Cfg::kBlockM) * Cfg::kBlockN;  // floats per partial tile
-  float* mine = p.workspace + (static_cast<uint64_t>(tile) * p.splitK + split) * kSlot + t;
 #pragma unroll
   for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) __stcg(mine + r * kConsumerThreads, acc[r]);
   __threadfence();
   namedBarrier<1, kConsumerThreads>();
   if (t == 0) {
-    const uint32_t before = atomicAdd(&p.tileCounters[tile], 1u);
-    const uint32_t last = before + 1 == p.splitK ? 1u : 0u;
-    if (last) p.tileCounters[tile] = 0;  // every unit of the tile has arrived: ready for the next launch
+    const uint32_t before = atomicAdd(counter, 1u);
+    const uint32_t last = before + 1 == pieces ? 1u : 0u;
+    if (last) *counter = 0;  // every piece of the tile has arrived: ready for the next launch
     asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(flag), "r"(last) : "memory");
   }
   namedBarrier<1, kConsumerThreads>();
@@ -591,6 +590,17 @@ MK_DEVICE_INLINE bool splitKReduce(const GemmParams& p, float (&acc)[Cfg::kAccRe
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(last) : "r"(flag) : "memory");
   if (last == 0) return false;
   __threadfence();
+  return true;
+}
+
+/// Split-K: publishPartial for unit (tile, split); the tile's last unit adds every other split's partial.
+template <class Cfg>
+MK_DEVICE_INLINE bool splitKReduce(const GemmParams& p, float (&acc)[Cfg::kAccRegs], uint32_t tile, uint32_t split,
+                                   uint32_t flag, uint32_t t) {
+  constexpr uint32_t kConsumerThreads = 128 * Cfg::kConsumerWarpgroups;
+  constexpr uint64_t kSlot = static_cast<uint64_t>(Cfg::kBlockM) * Cfg::kBlockN;  // floats per partial tile
+  float* mine = p.workspace + (static_cast<uint64_t>(tile) * p.splitK + split) * kSlot + t;
+  if (!publishPartial<Cfg>(acc, mine, &p.tileCounters[tile], p.splitK, flag, t)) return false;
   for (uint32_t s = 0; s < p.splitK; ++s) {
     if (s == split) continue;
     const float* other = p.workspace + (static_cast<uint64_t>(tile) * p.splitK + s) * kSlot + t;
@@ -613,21 +623,7 @@ MK_DEVICE_INLINE bool streamKFixup(const GemmParams& p, float (&acc)[Cfg::kAccRe
   constexpr uint32_t kConsumerThreads = 128 * Cfg::kConsumerWarpgroups;
   constexpr uint64_t kSlot = static_cast<uint64_t>(Cfg::kBlockM) * Cfg::kBlockN;  // floats per partial tile
   float* mine = p.workspace + static_cast<uint64_t>(sk.slot(cta, skTile)) * kSlot + t;
-#pragma unroll
-  for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) __stcg(mine + r * kConsumerThreads, acc[r]);
-  __threadfence();
-  namedBarrier<1, kConsumerThreads>();
-  if (t == 0) {
-    const uint32_t before = atomicAdd(&p.tileCounters[skTile], 1u);
-    const uint32_t last = before + 1 == pieces ? 1u : 0u;
-    if (last) p.tileCounters[skTile] = 0;  // every piece has arrived: ready for the next launch
-    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(flag), "r"(last) : "memory");
-  }
-  namedBarrier<1, kConsumerThreads>();
-  uint32_t last = 0;
-  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(last) : "r"(flag) : "memory");
-  if (last == 0) return false;
-  __threadfence();
+  if (!publishPartial<Cfg>(acc, mine, &p.tileCounters[skTile], pieces, flag, t)) return false;
   const uint32_t first = sk.firstCta(skTile);
   for (uint32_t c = first; c < first + pieces; ++c) {
     if (c == cta) continue;
