@@ -21,6 +21,18 @@ mk::GemmProblem good() {
           mk::DType::BFloat16};
 }
 
+/// good() resized to M x N x K, B row-major, with the tightest strides the alignment rule allows.
+mk::GemmProblem sized(int64_t m, int64_t n, int64_t k) {
+  mk::GemmProblem p = good();
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.lda = (k + 7) / 8 * 8;
+  p.ldb = (n + 7) / 8 * 8;
+  p.ldc = (n + 7) / 8 * 8;
+  return p;
+}
+
 /// The error code thrown, and the message through `msg`.
 mk::ErrorCode codeOf(const mk::GemmProblem& p, const mk::GemmConfig& c, std::string* msg = nullptr) {
   try {
@@ -332,13 +344,7 @@ TEST_CASE("gemm stream-K: Auto takes it only where the last wave is partly idle 
 }
 
 TEST_CASE("gemm stream-K: validation reports what runs and refuses bad schedules") {
-  mk::GemmProblem p = good();
-  p.m = 512;
-  p.n = 8192;
-  p.k = 8192;
-  p.lda = 8192;
-  p.ldb = 8192;
-  p.ldc = 8192;
+  mk::GemmProblem p = sized(512, 8192, 8192);
   mk::GemmConfig cfg;
   cfg.ctas = 116;
   mk::GemmTiles t = mk::validateGemm(p, cfg, 132);
@@ -381,13 +387,7 @@ TEST_CASE("gemm stream-K: validation reports what runs and refuses bad schedules
   CHECK(t.streamKCtas == 2);
   CHECK(t.ctas == 2);
   // With whole waves before the stream-K region every CTA is launched.
-  mk::GemmProblem sq = good();
-  sq.m = 4096;
-  sq.n = 4096;
-  sq.k = 2048;
-  sq.lda = 2048;
-  sq.ldb = 4096;
-  sq.ldc = 4096;
+  const mk::GemmProblem sq = sized(4096, 4096, 2048);
   cfg.ctas = 116;
   cfg.tileN = 256;
   t = mk::validateGemm(sq, cfg, 132);
@@ -491,13 +491,7 @@ TEST_CASE("gemm stream-K: a CPU replay of the kernel's walk stores every tile on
                           {130, 264, 72, 13, 128}, {129, 255, 1000, 7, 256}, {1000, 700, 300, 1, 0}};
   uint64_t seed = 1;
   for (const Shape& s : shapes) {
-    mk::GemmProblem pr = good();
-    pr.m = s.m;
-    pr.n = s.n;
-    pr.k = s.k;
-    pr.lda = (s.k + 7) / 8 * 8;
-    pr.ldb = (s.n + 7) / 8 * 8;
-    pr.ldc = (s.n + 7) / 8 * 8;
+    const mk::GemmProblem pr = sized(s.m, s.n, s.k);
     for (auto schedule : {mk::GemmSchedule::StreamK, mk::GemmSchedule::Tiles}) {
       mk::GemmConfig cfg;
       cfg.ctas = s.ctas;
