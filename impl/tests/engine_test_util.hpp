@@ -85,10 +85,11 @@ class DeviceBuffer {
     MK_CUDA_CHECK(cudaMemcpyAsync(host, get() + offset, bytes, cudaMemcpyDeviceToHost, stream_));
     MK_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
+  /// Every byte set to `byte`, by a copy from the host: a memset may run as a kernel, and under
+  /// compute-sanitizer (one kernel at a time) no kernel runs beside the resident one.
   void fill(int byte) {
-    MK_CUDA_CHECK(cudaSetDevice(device_));
-    MK_CUDA_CHECK(cudaMemsetAsync(ptr_, byte, bytes_, stream_));
-    MK_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const std::vector<char> host(bytes_, static_cast<char>(byte));
+    upload(host.data(), host.size());
   }
 
  private:

@@ -19,6 +19,7 @@
 #include "mk/bootstrap.hpp"
 #include "mk/communicator.hpp"
 #include "mk/cuda_check.hpp"
+#include "mk/device/engine_device.hpp"
 #include "mk/exec/numeric.hpp"
 #include "mk/exec/verify.hpp"
 #include "multiprocess_launch.hpp"
@@ -80,7 +81,7 @@ int useLocalDevice() {
 struct Env {
   mk::Communicator comm;
   cudaStream_t stream = nullptr;
-  Env() : comm(mk::Communicator::createFromEnvironment(config())) {
+  explicit Env(const mk::CommConfig& c = config()) : comm(mk::Communicator::createFromEnvironment(c)) {
     MK_CUDA_CHECK(cudaSetDevice(comm.device()));
     MK_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   }
@@ -110,7 +111,13 @@ uint64_t runCase(Env& env, Buffer& a, Buffer& b, const mk::CollectiveSpec& spec,
   uint64_t inOffset = 0, outOffset = 0;
   const void* send = nullptr;
   void* recv = nullptr;
-  MK_CUDA_CHECK(cudaMemsetAsync(b.p, 0xFF, b.bytes, env.stream));  // NaN in every dtype: unwritten cannot pass
+  {
+    // NaN in every dtype: unwritten cannot pass. A copy, not a memset: a memset may run as a kernel, and under
+    // compute-sanitizer (one kernel at a time) no kernel runs beside the resident one.
+    const std::vector<uint8_t> nan(b.bytes, 0xFF);
+    MK_CUDA_CHECK(cudaMemcpyAsync(b.p, nan.data(), nan.size(), cudaMemcpyHostToDevice, env.stream));
+    MK_CUDA_CHECK(cudaStreamSynchronize(env.stream));
+  }
   if (inPlace) {
     if (spec.op == mk::CollOp::AllGather) inOffset = uint64_t{r} * spec.count * es;
     if (spec.op == mk::CollOp::ReduceScatter) outOffset = uint64_t{r} * spec.count * es;
@@ -191,6 +198,49 @@ void sweep(mk::CollOp op) {
 }
 
 }  // namespace
+
+/// Every collective x {float32, bfloat16} x {1, 1021, 1 Mi + 3} x in / out of place in the configuration
+/// compute-sanitizer can check: user buffers allocated before the communicator, a device arena for everything
+/// the engine allocates later, and memory-operation stream hand-off (no kernel beside the resident one). Runs
+/// with any WORLD_SIZE, so impl/tools/sanitize_suite.sh can start each rank under its own sanitizer, and one
+/// rank alone.
+void arenaSweep() {
+  useLocalDevice();
+  const uint64_t big = (1u << 20) + 3;
+  Buffer a((big * mk::device::kMaxRanks + 64) * 4), b((big * mk::device::kMaxRanks + 64) * 4);
+  mk::CommConfig c = Env::config();
+  c.deviceArenaBytes = uint64_t{256} << 20;
+  c.streamHandoff = mk::StreamHandoff::MemOps;
+  Env env(c);
+  CHECK(env.comm.multiProcess());
+  uint64_t seed = 77, failures = 0, cases = 0;
+  for (mk::CollOp op : {mk::CollOp::AllReduce, mk::CollOp::AllGather, mk::CollOp::ReduceScatter, mk::CollOp::Broadcast,
+                        mk::CollOp::AllToAll})
+    for (mk::DType dt : {mk::DType::Float32, mk::DType::BFloat16})
+      for (uint64_t count : {uint64_t{1}, uint64_t{1021}, big})
+        for (bool inPlace : {false, true}) {
+          mk::CollectiveSpec spec;
+          spec.op = op;
+          spec.dtype = dt;
+          spec.redop = op == mk::CollOp::AllReduce && count == 1021 ? mk::RedOp::Max : mk::RedOp::Sum;
+          spec.count = count;
+          spec.root = op == mk::CollOp::Broadcast ? static_cast<uint32_t>(env.comm.size() - 1) : 0;
+          CAPTURE(mk::toString(op));
+          CAPTURE(mk::toString(dt));
+          CAPTURE(count);
+          CAPTURE(inPlace);
+          failures += runCase(env, a, b, spec, inPlace, ++seed) != 0;
+          ++cases;
+        }
+  env.comm.synchronize();
+  std::printf("rank %d of %d: arena sweep: %llu cases, %llu failed\n", env.comm.rank(), env.comm.size(),
+              static_cast<unsigned long long>(cases), static_cast<unsigned long long>(failures));
+  CHECK(failures == 0);
+}
+
+MP_TEST("multiprocess arena: every collective with a device arena and memory-operation hand-off", mpArena) {
+  arenaSweep();
+}
 
 MP_TEST("multiprocess: allreduce every dtype redop count in and out of place", mpAllReduce) {
   sweep(mk::CollOp::AllReduce);

@@ -17,6 +17,7 @@
 #include "../kernels/resident_kernel.hpp"
 #include "driver_api.hpp"
 #include "gemm_lane.hpp"
+#include "host_log.hpp"
 #include "local_group.hpp"
 #include "mk/device/compute_lane_device.hpp"
 #include "topology_probe.hpp"
@@ -35,6 +36,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 bool seqGeq(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) >= 0; }
+
+/// "rank r" for the host log.
+std::string rankName(int r) { return "rank " + std::to_string(r); }
 
 uint32_t loadHost(const uint32_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 void storeHost(uint32_t* p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
@@ -134,6 +138,7 @@ LocalGroup::LocalGroup(Bootstrap& boot, int device, const CommConfig& config) : 
     launchKernels();
     // Every rank's kernel runs before anyone submits: a peer's first op then never waits for a launch.
     boot.barrier();
+    MK_LOG_AT(Info, rankName(me_), "every rank's resident kernel runs (bootstrap barrier passed)");
   } catch (...) {
     shutdown();
     releaseMemory();
@@ -238,6 +243,9 @@ void LocalGroup::allocRank(int r, int dev) {
   // Reserved before the resident kernel starts (memcheck knows only the allocations older than a kernel).
   rr.arena = std::make_unique<DeviceArena>();
   rr.arena->reserve(dev, static_cast<uint32_t>(r), config_.deviceArenaBytes);
+  MK_LOG_AT(Info, rankName(r), "GPU " + std::to_string(dev) + ": state, doorbells and stamps allocated; device arena " +
+                                   (config_.deviceArenaBytes ? std::to_string(config_.deviceArenaBytes) + " bytes reserved"
+                                                             : std::string("off (allocate on demand)")));
 }
 
 void LocalGroup::init(const std::vector<int>& devices) {
@@ -263,6 +271,11 @@ void LocalGroup::init(const std::vector<int>& devices) {
                                                   " is listed twice (one rank per GPU)");
   }
   driverApi();  // fail early, before anything is allocated, if stream memory operations are missing
+  MK_LOG_AT(Info, "createLocal", std::to_string(n) + " rank(s) on GPU(s) " + [&] {
+    std::string l;
+    for (int d : devices) l += (l.empty() ? "" : ",") + std::to_string(d);
+    return l;
+  }());
 
   // Peer access both ways between every pair, or refuse naming the pair.
   for (size_t a = 0; a < n; ++a)
@@ -304,6 +317,8 @@ void LocalGroup::init(const std::vector<int>& devices) {
     workers_ = i == 0 ? w : std::min(workers_, w);
   }
 
+  MK_LOG_AT(Info, "createLocal", "peer access enabled between every pair; " + std::to_string(workers_) +
+                                      " worker CTAs per GPU");
   allocHostBlocks(n);
   ranks_.resize(n);
   for (size_t i = 0; i < n; ++i) {
@@ -351,6 +366,7 @@ void LocalGroup::initProcess(Bootstrap& boot, int dev) {
   MK_CUDA_CHECK(cudaSetDevice(dev));
   const uint32_t myWorkers = workersFor(dev);
 
+  MK_LOG_AT(Info, who, "bootstrap: " + std::to_string(n) + " rank(s); this process drives GPU " + std::to_string(dev));
   link_ = std::make_unique<ProcessLink>(boot, ringSlots_);
   status_ = &link_->header().status;
   ranks_.resize(static_cast<size_t>(n));
@@ -408,6 +424,7 @@ void LocalGroup::initProcess(Bootstrap& boot, int dev) {
   for (int q = 0; q < n; ++q)
     peerStates_.push_back(q == me_ ? ranks_[static_cast<size_t>(me_)].state
                                    : static_cast<device::RankState*>(link_->importPointer(q, info[static_cast<size_t>(q)].state)));
+  MK_LOG_AT(Info, who, "every peer's engine state mapped; " + std::to_string(workers_) + " worker CTAs per GPU");
 }
 
 void LocalGroup::launchKernels() {
@@ -431,7 +448,11 @@ void LocalGroup::launchKernels() {
     h.nWorkers = workers_;
     h.pollBudgetNs = static_cast<uint64_t>(config_.pollBudgetMs * 1e6);
     MK_CUDA_CHECK(cudaSetDevice(rr.device));
+    MK_LOG_AT(Info, rankName(lr), "loading the engine's kernels on GPU " + std::to_string(rr.device));
     MK_CUDA_CHECK(preloadKernels());
+    MK_LOG_AT(Info, rankName(lr), "launching the resident kernel on GPU " + std::to_string(rr.device) + " (1 + " +
+                                      std::to_string(workers_) + " CTAs" +
+                                      (config_.computeLanes ? std::string(", compute lanes") : std::string()) + ")");
     if (config_.computeLanes) {
       // The binder's host-mapped timeout report is allocated now: page-locked allocation while the resident
       // kernel runs is avoided (the engine allocates host memory only before its launch).
@@ -441,11 +462,15 @@ void LocalGroup::launchKernels() {
       MK_CUDA_CHECK(launchResident(h, config_.trace, static_cast<int>(config_.threadsPerCta), rr.kernelStream));
     }
     rr.launched = true;
+    MK_LOG_AT(Info, rankName(lr), "launch call returned");
   }
   // Every CTA of every kernel must be running at once, or ops could deadlock: wait for the roll call.
   for (const int r : local_) {
     const uint32_t want = workers_ + 1;
     const bool ok = hostPoll(config_.hostBudgetMs, [&] { return loadHost(&mailboxes_[r].started) == want; });
+    MK_LOG_AT(Info, rankName(r), ok ? "all " + std::to_string(want) + " CTAs of the resident kernel are running"
+                                    : "roll call: " + std::to_string(loadHost(&mailboxes_[r].started)) + " of " +
+                                          std::to_string(want) + " CTAs running after " + fmtMs(config_.hostBudgetMs));
     if (!ok) {
       const cudaError_t e = cudaStreamQuery(ranks_[r].kernelStream);
       throw Error(e != cudaSuccess && e != cudaErrorNotReady ? ErrorCode::CudaError : ErrorCode::Unsupported,
@@ -465,6 +490,7 @@ void LocalGroup::shutdown() noexcept {
   if (!any) return;
   // Let submitted ops finish (bounded), then ask the kernels to leave; abort them if they do not.
   const bool failed = !poison_.empty() || (status_ && loadHost(&status_->abort) != 0);
+  MK_LOG_AT(Info, "shutdown", failed ? "after a failure: stopping the resident kernels" : "draining submitted ops");
   // Multi-process: ops posted here wait for peers' posts (bounded) before they can drain.
   if (!failed && link_)
     hostPoll(config_.hostBudgetMs, [&] {
@@ -497,6 +523,7 @@ void LocalGroup::shutdown() noexcept {
     }
     cudaGetLastError();
     rr.launched = false;
+    MK_LOG_AT(Info, "shutdown", "the resident kernel on GPU " + std::to_string(rr.device) + " left");
   }
   if (link_ && !ranks_[static_cast<size_t>(me_)].launched) {
     // Peers' kernels may still write into this rank's memory (done / abort words) until they stopped:
@@ -812,6 +839,7 @@ void LocalGroup::submitLocked(int r, const std::string& key, CachedSchedule& sch
                               uint64_t inBytes, uint64_t outBytes, cudaStream_t stream) {
   RankResources& rr = ranks_[r];
   const uint32_t seq = rr.submitted;
+  MK_LOG_AT(Debug, rankName(r), "op " + std::to_string(seq) + ": submitting " + sched.what);
   waitRingSpaceLocked(r, seq);
 
   PendingOp* op = nullptr;
@@ -911,6 +939,9 @@ bool LocalGroup::useKernelHandoff(int r) {
       k = !serialised && int64_t{workers_} + 1 < sms;
     }
     rr.kernelHandoff = k ? 1 : 0;
+    MK_LOG_AT(Info, rankName(r), std::string("stream hand-off: ") +
+                                     (k ? "a 32-thread kernel per op" : "stream memory operations") +
+                                     (serialised ? " (compute-sanitizer attached)" : ""));
   }
   return rr.kernelHandoff == 1;
 }
@@ -920,6 +951,8 @@ void LocalGroup::handoff(int r, cudaStream_t stream, uint32_t seq, bool wait) {
   MK_CUDA_CHECK(cudaSetDevice(rr.device));
   uint32_t* bell = &rr.doorbell[seq % ringSlots_];
   const auto& api = driverApi();
+  MK_LOG_AT(Debug, rankName(r), "op " + std::to_string(seq) + ": doorbell" + (wait ? " and stream wait" : "") +
+                                    " enqueued on stream " + std::to_string(reinterpret_cast<uintptr_t>(stream)));
   // In a group the doorbell is a stream memory write (no wait follows it, so nothing is descheduled and the
   // host pays ~1.3 us instead of a kernel launch); the group's one wait is the kernel's at groupEnd.
   if (!useKernelHandoff(r) || !wait) {
@@ -1290,6 +1323,8 @@ void LocalGroup::synchronize(int r) {
                                                   " yet, so it can never complete");
   }
   const uint32_t want = ranks_[r].submitted;
+  MK_LOG_AT(Debug, rankName(r), "synchronize: waiting for " + std::to_string(want) + " op(s), " +
+                                    std::to_string(completed(r)) + " complete");
   const bool ok = hostPoll(config_.hostBudgetMs, [&] {
     pumpLocked();
     if (!poison_.empty() || loadHost(&status_->abort) != 0) return true;
