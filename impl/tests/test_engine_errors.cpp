@@ -200,6 +200,10 @@ TEST_CASE("engine errors: bad device lists are refused") {
   int n = 0;
   MK_CUDA_CHECK(cudaGetDeviceCount(&n));
   CHECK(errorOf([&] { mk::Communicator::createLocal({0, n}); }).find("more ranks than GPUs") != std::string::npos);
+  mk::CommConfig many;
+  many.premappedBuffers.assign(mk::CommConfig::kMaxPremapped + 1, nullptr);
+  CHECK(errorOf([&] { mk::Communicator::createLocal({0, 1}, many); }).find("premappedBuffers lists 17") !=
+        std::string::npos);
 }
 
 TEST_CASE("engine errors: a missing profile file fails the creation naming it and a datasheet one is used by default") {

@@ -200,8 +200,9 @@ void sweep(mk::CollOp op) {
 }  // namespace
 
 /// Every collective x {float32, bfloat16} x {1, 1021, 1 Mi + 3} x in / out of place in the configuration
-/// compute-sanitizer can check: user buffers allocated before the communicator, a device arena for everything
-/// the engine allocates later, and memory-operation stream hand-off (no kernel beside the resident one). Runs
+/// compute-sanitizer can check: user buffers allocated before the communicator and mapped by the peers at
+/// creation (premappedBuffers), a device arena for everything the engine allocates later (peers map it at
+/// creation too), and memory-operation stream hand-off (no kernel beside the resident one). Runs
 /// with any WORLD_SIZE, so impl/tools/sanitize_suite.sh can start each rank under its own sanitizer, and one
 /// rank alone.
 void arenaSweep() {
@@ -211,6 +212,7 @@ void arenaSweep() {
   mk::CommConfig c = Env::config();
   c.deviceArenaBytes = uint64_t{256} << 20;
   c.streamHandoff = mk::StreamHandoff::MemOps;
+  c.premappedBuffers = {a.p, b.p};
   Env env(c);
   CHECK(env.comm.multiProcess());
   uint64_t seed = 77, failures = 0, cases = 0;

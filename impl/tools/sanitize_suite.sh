@@ -9,7 +9,7 @@
 # memcheck can check: user buffers allocated before the kernel started, CommConfig::deviceArenaBytes, and the
 # MemOps stream hand-off, because the sanitizer runs one kernel at a time), as one rank alone and as 2 rank
 # processes each under its own sanitizer; and memcheck on the one-process, 2-GPU arena case. Every case runs
-# with MK_LOG=info; one still running 10 s before its limit gets its host stacks dumped into its log.
+# with MK_LOG=debug (every op logged); one still running 10 s before its limit gets its host stacks dumped into its log.
 # MK_SANITIZE_ENGINE_ONLY=1 skips the GEMM cases. Results: docs/gpu-engine.md, "compute-sanitizer".
 # Exit 0 when every case passed, 1 otherwise.
 set -u
@@ -40,7 +40,7 @@ stacks() {  # stacks <pid of the case's timeout> <log>
 start() {
   local tool=$1 log=$2
   shift 2
-  MK_LOG=info timeout -k 5 "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" >> "$log" 2>&1 &
+  MK_LOG=debug timeout -k 5 "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" >> "$log" 2>&1 &
 }
 # Wait for the pids given, dumping stacks of those still running near the limit; the worst exit code in $rc.
 finish() {  # finish <log> <pid>...
@@ -96,10 +96,12 @@ if (( ! engine_only )); then
   run synccheck 0 mk_gemm_gpu_tests "gemm stream-K: cut tiles*"
 fi
 arena="multiprocess arena: every collective with a device arena and memory-operation hand-off"
-for tool in memcheck racecheck synccheck; do
+run_ranks memcheck 1 mk_multiprocess_tests "$arena"
+run_ranks memcheck 2 mk_multiprocess_tests "$arena"
+run memcheck 0,1 mk_multigpu_tests "engine arena: with a preallocated device arena*"
+for tool in racecheck synccheck; do
   run_ranks $tool 1 mk_multiprocess_tests "$arena"
   run_ranks $tool 2 mk_multiprocess_tests "$arena"
 done
-run memcheck 0,1 mk_multigpu_tests "engine arena: with a preallocated device arena*"
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY" "$R"/sanitizer-*.log | sort | uniq -c | tee -a "$R/summary.log"
 exit $status

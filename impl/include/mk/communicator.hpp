@@ -69,6 +69,13 @@ struct CommConfig {
   /// only against the allocations older than it (user buffers then have to be allocated before creation too),
   /// or to keep cudaMalloc off the submission path.
   uint64_t deviceArenaBytes = 0;
+  /// Multi-process mode: device allocations of this rank (cudaMalloc'd pointers, at most kMaxPremapped) that
+  /// every peer maps at creation, before the resident kernels start. Ops on memory inside them then skip the
+  /// IPC mapping at first use, and compute-sanitizer memcheck can check peers' accesses to them (it knows only
+  /// mappings older than a running kernel). Each rank lists its own; ignored in one process (peer access
+  /// covers all memory there). Empty (the default): every buffer is mapped when an op first names it.
+  std::vector<const void*> premappedBuffers;
+  static constexpr size_t kMaxPremapped = 16;
   /// Hardware profile (mkernel.profile.v1 file, e.g. from mk-calibrate) the "auto" algorithm choice costs
   /// against; empty = the datasheet defaults of the detected topology. Every rank must name the same file
   /// (ranks that choose differently are refused as mismatched ops).

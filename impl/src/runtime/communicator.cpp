@@ -107,6 +107,10 @@ void LocalGroup::checkConfig(const CommConfig& c) {
       c.threadsPerCta % 32 != 0)
     throw Error(ErrorCode::InvalidArgument, "CommConfig::threadsPerCta must be a multiple of 32 in 64..512 (got " +
                                                 std::to_string(c.threadsPerCta) + ")");
+  if (c.premappedBuffers.size() > CommConfig::kMaxPremapped)
+    throw Error(ErrorCode::InvalidArgument, "CommConfig::premappedBuffers lists " + std::to_string(c.premappedBuffers.size()) +
+                                                " buffers; at most " + std::to_string(CommConfig::kMaxPremapped) +
+                                                " (list allocations, not every buffer inside one)");
   if (c.ringSlots < 2 || c.ringSlots > 4096)
     throw Error(ErrorCode::InvalidArgument,
                 "CommConfig::ringSlots must be in 2..4096 (got " + std::to_string(c.ringSlots) + ")");
@@ -338,8 +342,10 @@ struct ProcessInfo {
   int32_t device;
   uint32_t workers;
   uint32_t ringSlots;
-  uint32_t reserved;
+  uint32_t nPremapped;
   IpcRef state;
+  IpcRef arena;                                    ///< the device arena's block (bufferId 0: none)
+  IpcRef premapped[CommConfig::kMaxPremapped];     ///< CommConfig::premappedBuffers
 };
 }  // namespace
 
@@ -382,6 +388,11 @@ void LocalGroup::initProcess(Bootstrap& boot, int dev) {
   mine.workers = myWorkers;
   mine.ringSlots = ringSlots_;
   mine.state = link_->exportPointer(ranks_[static_cast<size_t>(me_)].state, "engine state");
+  mine.arena = link_->exportPointer(ranks_[static_cast<size_t>(me_)].arena->base(), "the device arena");
+  mine.nPremapped = static_cast<uint32_t>(config_.premappedBuffers.size());
+  for (size_t i = 0; i < config_.premappedBuffers.size(); ++i)
+    mine.premapped[i] = link_->exportPointer(config_.premappedBuffers[i],
+                                             "CommConfig::premappedBuffers[" + std::to_string(i) + "]");
   const std::vector<uint8_t> all = boot.allGather(&mine, sizeof mine);
   std::vector<ProcessInfo> info(static_cast<size_t>(n));
   std::memcpy(info.data(), all.data(), all.size());
@@ -424,7 +435,18 @@ void LocalGroup::initProcess(Bootstrap& boot, int dev) {
   for (int q = 0; q < n; ++q)
     peerStates_.push_back(q == me_ ? ranks_[static_cast<size_t>(me_)].state
                                    : static_cast<device::RankState*>(link_->importPointer(q, info[static_cast<size_t>(q)].state)));
-  MK_LOG_AT(Info, who, "every peer's engine state mapped; " + std::to_string(workers_) + " worker CTAs per GPU");
+  // Mapped now, before the kernel starts (memcheck knows only mappings older than a running kernel); an op's
+  // pointer inside them later finds the mapping cached.
+  size_t premapped = 0;
+  for (int q = 0; q < n; ++q) {
+    if (q == me_) continue;
+    const ProcessInfo& pi = info[static_cast<size_t>(q)];
+    link_->importPointer(q, pi.arena);
+    for (uint32_t i = 0; i < pi.nPremapped && i < CommConfig::kMaxPremapped; ++i, ++premapped)
+      link_->importPointer(q, pi.premapped[i]);
+  }
+  MK_LOG_AT(Info, who, "every peer's engine state and device arena mapped, " + std::to_string(premapped) +
+                           " premapped peer buffer(s); " + std::to_string(workers_) + " worker CTAs per GPU");
 }
 
 void LocalGroup::launchKernels() {
@@ -911,12 +933,17 @@ void LocalGroup::submitLocked(int r, const std::string& key, CachedSchedule& sch
 
 namespace {
 
-/// True when compute-sanitizer is attached to this process (it injects itself through CUDA_INJECTION64_PATH).
-/// Its tools run one kernel at a time, so a kernel can never run beside the resident one. Read once per rank
-/// when the hand-off is decided, never on the submission path.
+/// True when compute-sanitizer is attached to this process. Its tools run one kernel at a time, so a kernel can
+/// never run beside the resident one. compute-sanitizer 2025.3 preloads its libraries and sets
+/// NV_SANITIZER_INJECTION_PORT_BASE (seen on the device, 2026-11-30); older versions injected through
+/// CUDA_INJECTION64_PATH. Read once per rank when the hand-off is decided, never on the submission path.
 bool kernelsSerialisedByTool() {
-  const char* inject = std::getenv("CUDA_INJECTION64_PATH");
-  return inject != nullptr && std::strstr(inject, "sanitizer") != nullptr;
+  if (std::getenv("NV_SANITIZER_INJECTION_PORT_BASE") != nullptr) return true;
+  for (const char* var : {"CUDA_INJECTION64_PATH", "LD_PRELOAD"}) {
+    const char* v = std::getenv(var);
+    if (v != nullptr && std::strstr(v, "sanitizer") != nullptr) return true;
+  }
+  return false;
 }
 
 }  // namespace

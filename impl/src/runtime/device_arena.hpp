@@ -45,6 +45,8 @@ class DeviceArena {
   /// in errors. Throws Error(CudaError) when the block cannot be allocated.
   void reserve(int device, uint32_t rank, uint64_t bytes);
   bool enabled() const noexcept { return base_ != nullptr; }
+  /// The reserved block (null without an arena).
+  void* base() const noexcept { return base_; }
   /// `bytes` (>= 1) of device memory on the arena's device (the caller made it current), 256-byte aligned.
   /// `what` names the buffer in the error thrown when the arena is full (Error(InvalidArgument): raise
   /// CommConfig::deviceArenaBytes) or cudaMalloc fails (Error(CudaError)).
