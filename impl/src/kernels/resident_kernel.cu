@@ -407,15 +407,18 @@ __device__ void workerLoop(const EngineDeviceHandle& h, uint32_t worker) {
 /// Depth of the descriptor prefetch: ops whose descriptor sits in shared memory before their doorbell rings.
 constexpr uint32_t kPrefetch = 2;
 
-/// What the two warps of the control block share (shared memory). Single writer per field; the reader
-/// polls it volatile and orders with a block fence (both warps are in one CTA).
+/// What the two warps of the control block share (shared memory). Every hand-over between them is an
+/// mbarrier of one arrival, polled with the non-blocking test_wait: its arrive releases and its successful
+/// test acquires at CTA scope, so the data it guards needs no other fence — and compute-sanitizer racecheck,
+/// which does not see orderings made of volatile flags and fences, sees these (the flag version it reported
+/// as hazards). Phases: op j uses slot j % kPrefetch in phase j / kPrefetch of both of its barriers; neither
+/// can run two phases ahead of its reader, because staging op j + kPrefetch needs `empty` of op j and taking
+/// op j needs `full` of op j.
 struct ControlShared {
-  // host-link warp -> control warp
-  uint32_t staged;        ///< descriptors copied in: op j's sits in slot[j % kPrefetch] once staged > j
-  uint32_t hostShutdown;  ///< mirror of RankMailbox::shutdown
-  // control warp -> host-link warp
-  uint32_t taken;  ///< descriptors the control warp no longer needs (slot reusable once taken > j)
-  uint32_t done;   ///< the control warp left its loop
+  uint64_t full[kPrefetch];   ///< host-link -> control: the slot holds op j's descriptor
+  uint64_t empty[kPrefetch];  ///< control -> host-link: op j was published, its slot may be refilled
+  uint64_t hostShutdown;      ///< host-link -> control: RankMailbox::shutdown was raised (one phase)
+  uint64_t done;              ///< control -> host-link: the control warp left its loop (one phase)
   struct Slot {
     uint64_t program;
     uint32_t nBindings, flags;
@@ -423,24 +426,44 @@ struct ControlShared {
   } slot[kPrefetch];
 };
 
-__device__ __forceinline__ uint32_t sharedLoad(const uint32_t* p) { return *static_cast<const volatile uint32_t*>(p); }
-__device__ __forceinline__ void sharedStore(uint32_t* p, uint32_t v) { *static_cast<volatile uint32_t*>(p) = v; }
+__device__ __forceinline__ uint32_t smemAddr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void mbarInit(uint64_t* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smemAddr(bar)) : "memory");
+}
+/// Arrive (release, CTA scope): completes the barrier's current phase (one arrival expected).
+__device__ __forceinline__ void mbarArrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smemAddr(bar)) : "memory");
+}
+/// Non-blocking (acquire, CTA scope): true once the phase of parity `parity` has completed.
+__device__ __forceinline__ bool mbarDone(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(smemAddr(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+/// Parity of op j's phase in its slot's barriers.
+__device__ __forceinline__ uint32_t slotParity(uint32_t j) { return (j / kPrefetch) & 1u; }
 
 /// Warp 1 of the control block: every access to host memory on the engine's path happens here, so the
 /// control warp's fences never wait for a PCIe write and its loop never stalls on a PCIe read
 /// (mk-probe-latency: a system fence costs 0.6 us, 1.4 us after a host-memory store; a host read ~1.2 us).
 ///  * stages descriptor j into shared memory as soon as the host has written it, usually long before its
 ///    doorbell rings (the descriptor's PCIe round trips leave the op's critical path);
-///  * mirrors `complete` into RankMailbox::completed and `taken` into `fetched`, the host's abort into the device-memory
-///    abort word, and RankMailbox::shutdown into shared memory.
+///  * mirrors `complete` into RankMailbox::completed and the published count into `fetched`, the host's abort
+///    into the device-memory abort word, and RankMailbox::shutdown into the control block.
 __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
   const uint32_t lid = threadIdx.x & 31u;
   RankState* st = h.state;
-  uint32_t next = 0, mirroredComplete = 0, mirroredTaken = 0;
+  // next: the op to stage; taken: ops the control warp published (their slots are free again).
+  uint32_t next = 0, taken = 0, mirroredComplete = 0, mirroredTaken = 0;
+  bool shutdownSent = false;
   for (uint32_t iter = 1;; ++iter) {
     uint32_t quit = 0;
     if (lid == 0) {
-      quit = sharedLoad(&cs.done);
+      quit = mbarDone(&cs.done, 0) ? 1u : 0u;
       const uint32_t c = loadVolatile(&st->complete);
       if (c != mirroredComplete || quit) {
         storeRelaxed(&h.mailbox->completed, c);
@@ -449,19 +472,23 @@ __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
       // The host reuses ring slot j (descriptor AND doorbell word) once fetched > j: only after the op was
       // published, since a doorbell word rewritten before the control warp saw it would be lost. Staging
       // alone does not free the slot.
-      const uint32_t t = sharedLoad(&cs.taken);
-      if (t != mirroredTaken) {
-        storeRelaxed(&h.mailbox->fetched, t);
-        mirroredTaken = t;
+      while (taken != next && mbarDone(&cs.empty[taken % kPrefetch], slotParity(taken))) ++taken;
+      if (taken != mirroredTaken) {
+        storeRelaxed(&h.mailbox->fetched, taken);
+        mirroredTaken = taken;
       }
       if ((iter & 15u) == 0u) {
         if (loadRelaxed(&h.status->abort) != 0u) storeRelaxed(&st->abort, 1u);
-        sharedStore(&cs.hostShutdown, loadRelaxed(&h.mailbox->shutdown));
+        if (!shutdownSent && loadRelaxed(&h.mailbox->shutdown) != 0u) {
+          mbarArrive(&cs.hostShutdown);
+          shutdownSent = true;
+        }
       }
     }
     if (__shfl_sync(kFullMask, quit, 0)) break;
+    taken = __shfl_sync(kFullMask, taken, 0);
     // Stage the next descriptor once its slot is free and the host has published it.
-    if (static_cast<int32_t>(next - sharedLoad(&cs.taken)) < static_cast<int32_t>(kPrefetch)) {
+    if (next - taken < kPrefetch) {
       const OpDescriptor* d = &h.ring[next % h.ringSlots];
       uint32_t seq = 0;
       if (lid == 0) seq = loadVolatile(&d->seq);
@@ -475,9 +502,8 @@ __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
           sl.nBindings = loadRelaxed(&d->nBindings);
           sl.flags = loadRelaxed(&d->flags);
         }
-        __threadfence_block();
-        __syncwarp();
-        if (lid == 0) sharedStore(&cs.staged, next + 1);
+        __syncwarp();  // every lane's writes into the slot before lane 0's release
+        if (lid == 0) mbarArrive(&cs.full[next % kPrefetch]);
         ++next;
       }
     }
@@ -525,7 +551,7 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
       uint32_t ab = 0, sd = 0;
       if (lid == 0) {
         ab = aborted(h) ? 1u : 0u;  // the host's abort arrives here through the host-link warp
-        sd = sharedLoad(&cs.hostShutdown);
+        sd = mbarDone(&cs.hostShutdown, 0) ? 1u : 0u;
       }
       ab = __shfl_sync(kFullMask, ab, 0);
       sd = __shfl_sync(kFullMask, sd, 0);
@@ -604,14 +630,16 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
       if (rung) {
         uint32_t ready = 0;
         if (lid == 0) {
-          ready = seqGeq(sharedLoad(&cs.staged), nextPub + 1) ? 1u : 0u;
+          ready = mbarDone(&cs.full[nextPub % kPrefetch], slotParity(nextPub)) ? 1u : 0u;
           const uint64_t now = globalTimerNs();
           if (ready || descSince == 0) h.stamps[nextPub % ringSlots].doorbellNs = now;
           if (!ready && descSince == 0) descSince = now;
         }
         ready = __shfl_sync(kFullMask, ready, 0);
         if (ready) {
-          __threadfence_block();  // the slot's content, written by the host-link warp before `staged`
+          // Every lane acquires the slot itself (it reads the binding table below); the phase completed, so
+          // the test is true for each.
+          mbarDone(&cs.full[nextPub % kPrefetch], slotParity(nextPub));
           have = true;
           descSince = 0;
         } else {
@@ -620,7 +648,7 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
             const uint64_t now = globalTimerNs();
             if (now - descSince > h.pollBudgetNs) {
               reportFailure(h, PollSite{Status::DescriptorTimeout, nextPub, 0xFFFFFFFFu, 0xFFFFFFFFu, 0, nextPub + 1ull},
-                            sharedLoad(&cs.staged), now - descSince);
+                            nextPub, now - descSince);
               fail = 1;
             }
           }
@@ -666,7 +694,8 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
           fenceSys();
           storeRelaxedGpu(&st->published, nextPub + 1);
           if (!early) announceEntry(h, nextPub);
-          sharedStore(&cs.taken, nextPub + 1);  // the staged slot is free again
+          // The staged slot is free again: every lane's reads of it came before the __syncwarp above.
+          mbarArrive(&cs.empty[nextPub % kPrefetch]);
         }
         if (early) {
           enterPending = true;
@@ -710,15 +739,21 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
     // An aborted group releases every stream wait the host may have enqueued (GEQ compares cyclically,
     // so anything up to 2^30 ops ahead counts as reached); the host reports the failure instead.
     if (failed) storeRelease(&st->complete, lastComplete + (1u << 30));
-    __threadfence_block();
-    sharedStore(&cs.done, 1u);  // the host-link warp mirrors the final `complete`, then reports the exit
+    mbarArrive(&cs.done);  // the host-link warp mirrors the final `complete`, then reports the exit
   }
 }
 
 /// Block 0 of either resident kernel: warp 0 drives ops, warp 1 talks to the host, the rest leave.
 __device__ __forceinline__ void controlBlock(const EngineDeviceHandle& h) {
   __shared__ ControlShared cs;
-  if (threadIdx.x == 0) cs.staged = cs.hostShutdown = cs.taken = cs.done = 0;
+  if (threadIdx.x == 0) {
+    for (uint32_t s = 0; s < kPrefetch; ++s) {
+      mbarInit(&cs.full[s]);
+      mbarInit(&cs.empty[s]);
+    }
+    mbarInit(&cs.hostShutdown);
+    mbarInit(&cs.done);
+  }
   __syncthreads();
   if (threadIdx.x < 32)
     controlWarp(h, cs);
