@@ -408,15 +408,18 @@ __device__ void workerLoop(const EngineDeviceHandle& h, uint32_t worker) {
 constexpr uint32_t kPrefetch = 2;
 
 /// What the two warps of the control block share (shared memory). Every hand-over between them is an
-/// mbarrier of one arrival, polled with the non-blocking test_wait: its arrive releases and its successful
-/// test acquires at CTA scope, so the data it guards needs no other fence — and compute-sanitizer racecheck,
-/// which does not see orderings made of volatile flags and fences, sees these (the flag version it reported
-/// as hazards). Phases: op j uses slot j % kPrefetch in phase j / kPrefetch of both of its barriers; neither
-/// can run two phases ahead of its reader, because staging op j + kPrefetch needs `empty` of op j and taking
-/// op j needs `full` of op j.
+/// mbarrier polled with the non-blocking test_wait: an arrive releases and a successful test acquires at CTA
+/// scope, so the data it guards needs no other fence — and compute-sanitizer racecheck, which does not see
+/// orderings made of volatile flags and fences, sees these (the flag version it reported as hazards). The
+/// slot barriers expect all 32 lanes of the writing (full) or reading (empty) warp, and every lane of the
+/// other warp tests the phase before it touches the slot: each thread's accesses are ordered by its own
+/// arrive or test, not through __syncwarp (racecheck reported the one-arrival version as 3 hazards). Phases:
+/// op j uses slot j % kPrefetch in phase j / kPrefetch of both of its barriers; neither can run two phases
+/// ahead of its reader, because staging op j + kPrefetch needs `empty` of op j and taking op j needs `full`
+/// of op j.
 struct ControlShared {
-  uint64_t full[kPrefetch];   ///< host-link -> control: the slot holds op j's descriptor
-  uint64_t empty[kPrefetch];  ///< control -> host-link: op j was published, its slot may be refilled
+  uint64_t full[kPrefetch];   ///< host-link -> control: the slot holds op j's descriptor (32 arrivals)
+  uint64_t empty[kPrefetch];  ///< control -> host-link: op j was published, its slot may be refilled (32)
   uint64_t hostShutdown;      ///< host-link -> control: RankMailbox::shutdown was raised (one phase)
   uint64_t done;              ///< control -> host-link: the control warp left its loop (one phase)
   struct Slot {
@@ -427,10 +430,10 @@ struct ControlShared {
 };
 
 __device__ __forceinline__ uint32_t smemAddr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void mbarInit(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smemAddr(bar)) : "memory");
+__device__ __forceinline__ void mbarInit(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smemAddr(bar)), "r"(count) : "memory");
 }
-/// Arrive (release, CTA scope): completes the barrier's current phase (one arrival expected).
+/// Arrive (release, CTA scope): one of the arrivals the barrier's current phase expects.
 __device__ __forceinline__ void mbarArrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smemAddr(bar)) : "memory");
 }
@@ -495,6 +498,8 @@ __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
       seq = __shfl_sync(kFullMask, seq, 0);
       if (seq == next + 1) {
         fenceSys();  // acquire: `seq` is written last by the host, the body before it
+        // Every lane acquires the slot's release by the control warp (lane 0 saw it complete: true for all).
+        if (next >= kPrefetch) mbarDone(&cs.empty[next % kPrefetch], slotParity(next - kPrefetch));
         ControlShared::Slot& sl = cs.slot[next % kPrefetch];
         for (uint32_t i = lid; i < kMaxBindings; i += 32) sl.table[i] = loadRelaxed(&d->table[i]);
         if (lid == 0) {
@@ -502,8 +507,7 @@ __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
           sl.nBindings = loadRelaxed(&d->nBindings);
           sl.flags = loadRelaxed(&d->flags);
         }
-        __syncwarp();  // every lane's writes into the slot before lane 0's release
-        if (lid == 0) mbarArrive(&cs.full[next % kPrefetch]);
+        mbarArrive(&cs.full[next % kPrefetch]);  // every lane releases its own writes
         ++next;
       }
     }
@@ -686,6 +690,8 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
           cZero[sl][2] = ph->nSyncPoints;
           cLocal[sl] = ph->flags & kProgLocalCompletion;
         }
+        // Every lane is done reading the slot (lane 0 in the block above): each releases it.
+        mbarArrive(&cs.empty[nextPub % kPrefetch]);
         __syncwarp();
         if (lid == 0) {
           h.stamps[nextPub % ringSlots].publishNs = globalTimerNs();
@@ -694,8 +700,6 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
           fenceSys();
           storeRelaxedGpu(&st->published, nextPub + 1);
           if (!early) announceEntry(h, nextPub);
-          // The staged slot is free again: every lane's reads of it came before the __syncwarp above.
-          mbarArrive(&cs.empty[nextPub % kPrefetch]);
         }
         if (early) {
           enterPending = true;
@@ -748,11 +752,11 @@ __device__ __forceinline__ void controlBlock(const EngineDeviceHandle& h) {
   __shared__ ControlShared cs;
   if (threadIdx.x == 0) {
     for (uint32_t s = 0; s < kPrefetch; ++s) {
-      mbarInit(&cs.full[s]);
-      mbarInit(&cs.empty[s]);
+      mbarInit(&cs.full[s], 32);
+      mbarInit(&cs.empty[s], 32);
     }
-    mbarInit(&cs.hostShutdown);
-    mbarInit(&cs.done);
+    mbarInit(&cs.hostShutdown, 1);
+    mbarInit(&cs.done, 1);
   }
   __syncthreads();
   if (threadIdx.x < 32)
