@@ -27,6 +27,10 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none
 # Every test job runs on this one node: the "isolated" launcher starts the ranks without the ssh/rsh agent
 # Open MPI 4 otherwise insists on finding (absent from many containers and from the GPU machines here).
 export OMPI_MCA_plm=${OMPI_MCA_plm:-isolated}
+# PMIx 4.2 (Debian 12) picks its "compress" preg component, whose generate_ppn crashes orterun (seen on the
+# 2 x H200 machine, Ubuntu 24.04 host with the Debian packages unpacked: segfault in
+# pmix_preg_base_generate_ppn); the "native" component does the same job.
+export PMIX_MCA_preg=${PMIX_MCA_preg:-native}
 timeout 100 "$mpiexec" -np "$np" --oversubscribe --allow-run-as-root "$bin" --no-colors=true --test-case="$tc" >"$out" 2>&1
 rc=$?
 cat "$out"

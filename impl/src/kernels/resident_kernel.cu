@@ -447,6 +447,17 @@ __device__ __forceinline__ bool mbarDone(uint64_t* bar, uint32_t parity) {
       : "memory");
   return done != 0;
 }
+/// Acquire a phase some lane of this warp already saw complete (try_wait: returns at once then). The lanes
+/// that did not poll acquire this way: racecheck models try_wait as a barrier wait.
+__device__ __forceinline__ void mbarAcquire(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smemAddr(bar)), "r"(parity)
+        : "memory");
+}
 /// Parity of op j's phase in its slot's barriers.
 __device__ __forceinline__ uint32_t slotParity(uint32_t j) { return (j / kPrefetch) & 1u; }
 
@@ -499,7 +510,7 @@ __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
       if (seq == next + 1) {
         fenceSys();  // acquire: `seq` is written last by the host, the body before it
         // Every lane acquires the slot's release by the control warp (lane 0 saw it complete: true for all).
-        if (next >= kPrefetch) mbarDone(&cs.empty[next % kPrefetch], slotParity(next - kPrefetch));
+        if (next >= kPrefetch) mbarAcquire(&cs.empty[next % kPrefetch], slotParity(next - kPrefetch));
         ControlShared::Slot& sl = cs.slot[next % kPrefetch];
         for (uint32_t i = lid; i < kMaxBindings; i += 32) sl.table[i] = loadRelaxed(&d->table[i]);
         if (lid == 0) {
@@ -643,7 +654,7 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
         if (ready) {
           // Every lane acquires the slot itself (it reads the binding table below); the phase completed, so
           // the test is true for each.
-          mbarDone(&cs.full[nextPub % kPrefetch], slotParity(nextPub));
+          mbarAcquire(&cs.full[nextPub % kPrefetch], slotParity(nextPub));
           have = true;
           descSince = 0;
         } else {
