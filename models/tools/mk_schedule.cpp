@@ -13,6 +13,7 @@
 #include "mk/algorithms/algorithms.hpp"
 #include "mk/algorithms/request.hpp"
 #include "mk/cost/cost.hpp"
+#include "mk/cost/profile_io.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/verify.hpp"
 #include "mk/schedule/io.hpp"
@@ -45,6 +46,7 @@ struct Options {
   std::string jsonOut;
   std::string packedOut;
   std::string scheduleIn;
+  std::string profile;
 };
 
 /// Steps per lane role and bytes per link class, summed over ranks: the shape of a schedule at a glance.
@@ -96,6 +98,11 @@ uint64_t countFromBytes(mk::CollOp op, uint64_t bytes, mk::DType dtype, uint32_t
   return count;
 }
 
+/// The profile the cost line prices with: --profile's file, else the cluster's datasheet defaults.
+mk::Profile profileFor(const Options& o, const mk::Topology& topo) {
+  return o.profile.empty() ? mk::defaultProfile(topo) : mk::loadProfile(o.profile);
+}
+
 int run(const Options& o) {
   mk::Schedule schedule;
   mk::CollectiveSpec spec;
@@ -136,7 +143,7 @@ int run(const Options& o) {
     gen.channels = o.channels;
     gen.inter = o.inter;
     // "auto" is decided under the profile the cost line below prices with, so both describe one schedule.
-    gen.inter = mk::resolveInter(spec, topo.layout(nRanks), gen, mk::defaultProfile(topo));
+    gen.inter = mk::resolveInter(spec, topo.layout(nRanks), gen, profileFor(o, topo));
     inter = gen.inter;
 
     const auto t0 = std::chrono::steady_clock::now();
@@ -165,7 +172,7 @@ int run(const Options& o) {
     gen.chunks = o.chunks;
     gen.channels = o.channels;
     gen.inter = inter;
-    const mk::Profile profile = mk::defaultProfile(topo);
+    const mk::Profile profile = profileFor(o, topo);
     const mk::CostEstimate c = mk::closedForm(spec, gen, topo, schedule.nRanks, profile);
     const double algbw = static_cast<double>(mk::opBytes(spec, schedule.nRanks)) / (c.totalUs * 1e3);  // GB/s
     std::printf("  cost       %s closed form (latency %s, bandwidth %s, reduce %s)\n", mk::formatMicros(c.totalUs).c_str(),
@@ -250,6 +257,9 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.jsonOut, "write the schedule as JSON (docs/schedule-format.md)");
   app.add_option("--packed", o.packedOut, "write the packed binary form (what a GPU uploads)");
   app.add_option("--schedule", o.scheduleIn, "read a schedule JSON instead of generating one (validate + summary)");
+  app.add_option("--profile", o.profile,
+                 "price the closed form with this profile (mkernel.profile.v1, e.g. from mk-calibrate) instead of the "
+                 "cluster's datasheet defaults");
   if (int rc = mk::cli::parse(app, argc, argv, "mk-schedule"); rc != mk::cli::kContinue) return rc;
   if (int rc = mk::cli::requirePositive(app, "mk-schedule", {{"--ranks", o.ranks}, {"--nodes", o.nodes},
                                                              {"--chunks", o.chunks}, {"--channels", o.channels}});

@@ -17,6 +17,7 @@
 #include "../kernels/resident_kernel.hpp"
 #include "driver_api.hpp"
 #include "gemm_lane.hpp"
+#include "gen_defaults.hpp"
 #include "host_log.hpp"
 #include "local_group.hpp"
 #include "mk/device/compute_lane_device.hpp"
@@ -1211,7 +1212,7 @@ void LocalGroup::submitCollective(int r, const CollectiveSpec& specIn, const Gen
   throwIfFailedLocked();
   CollectiveSpec spec = specIn;
   if (spec.algo.empty() || spec.algo == "auto") spec.algo = chooseAlgorithmLocked(spec.op, spec.count, spec.dtype);
-  GenOptions gen = chooseGenOptions(spec.op, spec.count, spec.dtype);
+  GenOptions gen = chooseGenOptions(spec.op, spec.count, spec.dtype, spec.algo);
   if (genIn.chunks) gen.chunks = genIn.chunks;
   if (genIn.channels) gen.channels = genIn.channels;
   const uint32_t n = static_cast<uint32_t>(ranks_.size());
@@ -1278,18 +1279,13 @@ void LocalGroup::submitSchedule(int r, const Schedule& s, const void* input, voi
 
 // ---- algorithm choice ----------------------------------------------------------------------------------
 
-GenOptions LocalGroup::chooseGenOptions(CollOp op, uint64_t count, DType dtype) const {
+GenOptions LocalGroup::chooseGenOptions(CollOp op, uint64_t count, DType dtype, const std::string& algo) const {
   CollectiveSpec spec;
   spec.op = op;
   spec.count = count;
   spec.dtype = dtype;
-  const uint64_t bytes = opBytes(spec, static_cast<uint32_t>(ranks_.size()));
-  GenOptions g;
-  // Pipelining pays once a transfer is long against a flag round trip (~1.25 us = ~400 KB at NVLink
-  // rate); more chunks also mean more flags and sync points. Measured choices belong in a profile.
-  g.chunks = bytes >= (64u << 20) ? 8 : bytes >= (4u << 20) ? 4 : bytes >= (1u << 20) ? 2 : 1;
-  g.channels = 1;
-  return g;
+  const auto n = static_cast<uint32_t>(ranks_.size());
+  return defaultGenOptions(op, algo, opBytes(spec, n), n);
 }
 
 std::string LocalGroup::chooseAlgorithm(CollOp op, uint64_t count, DType dtype) {
@@ -1313,7 +1309,7 @@ std::string LocalGroup::chooseAlgorithmLocked(CollOp op, uint64_t count, DType d
     spec.count = count;
     spec.dtype = dtype;
     try {
-      const double t = closedForm(spec, chooseGenOptions(op, count, dtype), topology_,
+      const double t = closedForm(spec, chooseGenOptions(op, count, dtype, a), topology_,
                                   static_cast<uint32_t>(ranks_.size()), profile).totalUs;
       if (std::isfinite(t) && (best.empty() || t < bestUs)) {
         best = a;
@@ -1656,8 +1652,8 @@ void Communicator::execute(const Schedule& s, const void* input, void* output, c
 std::string Communicator::chooseAlgorithm(CollOp op, uint64_t count, DType dtype) const {
   return group_->chooseAlgorithm(op, count, dtype);
 }
-GenOptions Communicator::chooseGenOptions(CollOp op, uint64_t count, DType dtype, const std::string&) const {
-  return group_->chooseGenOptions(op, count, dtype);
+GenOptions Communicator::chooseGenOptions(CollOp op, uint64_t count, DType dtype, const std::string& algo) const {
+  return group_->chooseGenOptions(op, count, dtype, algo == "auto" || algo.empty() ? chooseAlgorithm(op, count, dtype) : algo);
 }
 void Communicator::synchronize() { group_->synchronize(rank_); }
 uint64_t Communicator::nextOpIndex() const { return group_->submitted(rank_); }

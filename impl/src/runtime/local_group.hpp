@@ -110,7 +110,7 @@ class LocalGroup {
   void submitSchedule(int r, const Schedule& s, const void* input, void* output, cudaStream_t stream);
 
   std::string chooseAlgorithm(CollOp op, uint64_t count, DType dtype);
-  GenOptions chooseGenOptions(CollOp op, uint64_t count, DType dtype) const;
+  GenOptions chooseGenOptions(CollOp op, uint64_t count, DType dtype, const std::string& algo) const;
 
   void synchronize(int r);
   uint64_t submitted(int r);
