@@ -17,7 +17,11 @@ budget=${4:-300}
 runs=${MK_SWEEP_RUNS:-allreduce:two-shot reducescatter:direct allreduce:one-shot allgather:direct}
 mkdir -p "$R"
 out=$R/sweep.tsv
-printf 'size\top\talgo\tworkers\tchunks\tchannels\ttime_us\tbusbw_GBs\n' > "$out"
+{
+  echo "# $(date -u +%F) bw_sweep.sh $bench $R $sizes $budget; MK_SWEEP_RUNS='$runs' MK_SWEEP_WORKERS='${MK_SWEEP_WORKERS:-64 128}'" \
+    "MK_SWEEP_CHUNKS='${MK_SWEEP_CHUNKS:-4 8 16}' MK_SWEEP_CHANNELS='${MK_SWEEP_CHANNELS:-1 2 4}'; mk-bench -n 20 -w 5 --reps 3"
+  printf 'size\top\talgo\tworkers\tchunks\tchannels\ttime_us\tbusbw_GBs\n'
+} > "$out"
 one() {  # one <size> <op> <algo> <workers> <chunks> <channels>
   local log="$R/$1-$2-$3-w$4-k$5-c$6.log"
   if (( SECONDS > budget )); then printf '%s\t%s\t%s\t%s\t%s\t%s\tskipped\tskipped\n' "$@" >> "$out"; return; fi

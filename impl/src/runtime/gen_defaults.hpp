@@ -17,12 +17,12 @@ namespace mk::runtime {
 /// chunks also mean more flags and sync points. The sizes come from measurements on 2 x H200
 /// (impl/tools/bw_sweep.sh, validation/data/measured/2026-11-30-h200x2-*-sweep*.tsv, docs/results.md
 /// "Chunks per size"):
-///  * generally 1 / 2 / 4 / 8 chunks from 0 / 1 / 4 / 64 MiB on (one-shot all-reduce, direct reduce-scatter and
-///    all-gather measured best at 8 chunks from 64 MiB to 512 MiB);
+///  * generally 1 / 2 / 4 / 8 chunks from 0 / 1 / 4 / 64 MiB on (one-shot all-reduce and direct reduce-scatter
+///    measured best at 8 chunks from 64 MiB to 512 MiB; all-gather was not swept);
 ///  * two-shot all-reduce: never more than the general rule, and pieces of about 16 MiB of the rank's shard,
-///    2 to 4 chunks (measured 32-512 MiB: 8 chunks cost 3-19 % against the best of 2 or 4, and 4 chunks 6 %
-///    against 2 at 32 MiB; the model's choice of algorithm depends on it, since one-shot and two-shot are
-///    within a few per cent there);
+///    2 to 4 chunks (measured 32-512 MiB: the general rule cost 1-15 % against the best of 2 or 4; the
+///    closed forms priced at the general rule made two-shot 1-10 % dearer than one-shot, so "auto" took
+///    one-shot, which measured 6-12 % slower);
 ///  * one channel: 2 or 4 channels measured 0-3 % slower at 512 MiB.
 inline GenOptions defaultGenOptions(CollOp op, const std::string& algo, uint64_t bytes, uint32_t nRanks) {
   constexpr uint64_t MiB = uint64_t{1} << 20;
