@@ -95,13 +95,19 @@ if (( ! engine_only )); then
   done
   run synccheck 0 mk_gemm_gpu_tests "gemm stream-K: cut tiles*"
 fi
-arena="multiprocess arena: every collective with a device arena and memory-operation hand-off"
+arena="multiprocess arena: every collective with a device arena and premapped buffers"
 run_ranks memcheck 1 mk_multiprocess_tests "$arena"
 run_ranks memcheck 2 mk_multiprocess_tests "$arena"
 run memcheck 0,1 mk_multigpu_tests "engine arena: with a preallocated device arena*"
 for tool in racecheck synccheck; do
   run_ranks $tool 1 mk_multiprocess_tests "$arena"
   run_ranks $tool 2 mk_multiprocess_tests "$arena"
+  run $tool 0,1 mk_multigpu_tests "engine arena: with a preallocated device arena*"
 done
+# The Auto hand-off must have chosen memory operations under the sanitizer (the multi-process case leaves it Auto).
+if grep -q "stream hand-off: a 32-thread kernel" "$R"/sanitizer-*-ranks-rank*.log; then
+  echo "FAIL     Auto stream hand-off chose the kernel under compute-sanitizer" | tee -a "$R/summary.log"
+  status=1
+fi
 grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY" "$R"/sanitizer-*.log | sort | uniq -c | tee -a "$R/summary.log"
 exit $status
