@@ -155,10 +155,6 @@ TEST_CASE("lowering: large data steps get many CTAs and a signal gets its own sy
     ++perLane[p.ctas()[w].lane];
   }
   CHECK(perLane[0] == lanes[0].ctaCount);
-  // The reducing lane moves 3 bytes per element against the putting lane's 2: it gets 3/5 of the 62 spare CTAs.
-  const uint32_t reducer = lanes[0].ctaCount > lanes[1].ctaCount ? 0u : 1u;
-  CHECK(lanes[reducer].ctaCount == 1 + 37);
-  CHECK(lanes[1 - reducer].ctaCount == 1 + 25);
 }
 
 TEST_CASE("lowering: a step reading what another CTA of its lane wrote gets a lane barrier") {

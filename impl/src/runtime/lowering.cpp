@@ -215,17 +215,11 @@ class Lowerer {
       for (uint32_t l = 0; l < L; ++l) give[l] = static_cast<uint32_t>(want[l]);
       return give;
     }
-    // Not enough CTAs for every lane's wish: share the spare ones in proportion to (wish - 1) x weight x the
-    // memory traffic of the lane's steps per element: a Reduce reads two operands and writes one (3), a Put or
-    // Copy reads one and writes one (2). A reducing lane beside a putting one (one-shot, direct reduce-scatter)
-    // otherwise got half the CTAs for 1.5 times the bytes.
+    // Not enough CTAs for every lane's wish: share the spare ones in proportion to (wish - 1) x weight.
     std::vector<double> weight(L);
     double total = 0;
     for (uint32_t l = 0; l < L; ++l) {
-      double traffic = 2;
-      for (const Step& st : lanes[l].steps)
-        if (st.kind == StepKind::Reduce) traffic = 3;
-      weight[l] = static_cast<double>(want[l] - 1) * std::max<uint32_t>(1, lanes[l].ctas) * traffic;
+      weight[l] = static_cast<double>(want[l] - 1) * std::max<uint32_t>(1, lanes[l].ctas);
       total += weight[l];
     }
     std::vector<std::pair<double, uint32_t>> remainders;
