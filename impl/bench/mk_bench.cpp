@@ -8,15 +8,21 @@
 // closing event is recorded after that wait. Reported time = median over `reps` loops of (loop time /
 // iters), the slowest GPU's. NCCL runs after the engine has been shut down (so neither disturbs the other)
 // with the same buffers, sizes and loop.
+//
+// One process drives every visible GPU, or — launched by torchrun (RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR
+// MASTER_PORT) or mpirun — each process drives the GPU of its node rank, as Communicator::create does
+// (NCCL then through ncclCommInitRank); rank 0 prints and writes the files, times are the slowest rank's.
 #include <cuda_runtime_api.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdarg>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cctype>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -24,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "mk/bootstrap.hpp"
 #include "mk/communicator.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/cuda_check.hpp"
@@ -67,6 +74,43 @@ struct Args {
   std::string profile;
 };
 
+/// The ranks this process drives: every GPU of one process, or (launched by torchrun or mpirun) one rank of
+/// several processes, its GPU picked by its node rank. Per-rank vectors of the bench (buffers, streams,
+/// communicators) hold this process's ranks only; `firstRank` is the global rank of the first.
+struct Launch {
+  int nRanks = 0;
+  int firstRank = 0;
+  std::vector<int> devs;
+  std::unique_ptr<mk::Bootstrap> boot;  ///< one process per GPU only; unused by the communicator after create
+  bool multiProcess() const { return boot != nullptr; }
+  bool leader() const { return firstRank == 0; }
+  /// The largest `v` over every process (the slowest rank's time); `v` itself in one process.
+  double maxOverProcesses(double v) const {
+    if (!boot) return v;
+    const std::vector<uint8_t> all = boot->allGather(&v, sizeof v);
+    for (size_t i = 0; i + sizeof v <= all.size(); i += sizeof v) {
+      double x = 0;
+      std::memcpy(&x, all.data() + i, sizeof x);
+      v = std::max(v, x);
+    }
+    return v;
+  }
+};
+
+/// True when torchrun or mpirun started this process as one rank of several.
+bool launchedAsRank() { return std::getenv("WORLD_SIZE") != nullptr || mk::preferMpiBootstrap(); }
+
+bool gQuiet = false;  ///< ranks other than 0 of a multi-process run print nothing
+
+/// printf on the leading process only.
+void say(const char* fmt, ...) {
+  if (gQuiet) return;
+  va_list ap;
+  va_start(ap, fmt);
+  std::vprintf(fmt, ap);
+  va_end(ap);
+}
+
 /// One collective of the sweep: spec + where each rank's send / recv point.
 struct Case {
   mk::CollectiveSpec spec;
@@ -75,7 +119,7 @@ struct Case {
   std::vector<uint64_t> recvOffset;  ///< bytes from the recv buffer's base (in place)
 };
 
-Case makeCase(const Args& a, CollOp op, DType dt, RedOp red, uint64_t count, Buffers& buf) {
+Case makeCase(const Args& a, CollOp op, DType dt, RedOp red, uint64_t count, Buffers& buf, int firstRank) {
   Case c;
   c.spec.op = op;
   c.spec.dtype = dt;
@@ -84,10 +128,11 @@ Case makeCase(const Args& a, CollOp op, DType dt, RedOp red, uint64_t count, Buf
   c.spec.root = a.root;
   const uint64_t es = mk::dtypeSize(dt);
   for (size_t r = 0; r < buf.devices.size(); ++r) {
+    const uint64_t rank = static_cast<uint64_t>(firstRank) + r;  // in-place offsets are by global rank
     uint64_t inOff = 0, outOff = 0;
     if (a.inPlace) {
-      if (op == CollOp::AllGather) inOff = r * count * es;
-      if (op == CollOp::ReduceScatter) outOff = r * count * es;
+      if (op == CollOp::AllGather) inOff = rank * count * es;
+      if (op == CollOp::ReduceScatter) outOff = rank * count * es;
       c.send.push_back(buf.recv[r] + inOff);
     } else {
       c.send.push_back(buf.send[r]);
@@ -101,21 +146,23 @@ Case makeCase(const Args& a, CollOp op, DType dt, RedOp red, uint64_t count, Buf
 /// Fresh small-integer inputs (every sum exact, so the check is bit-exact), the output poisoned. Copies
 /// go through the bench's non-blocking streams and are waited for: the legacy stream's cudaMemcpy from
 /// pageable memory may return before the data landed, and nothing would order it before the op.
-std::vector<std::vector<float>> fillInputs(const Case& c, const std::vector<int>& devs, Streams& st, uint64_t seed) {
-  const uint32_t n = static_cast<uint32_t>(devs.size());
+/// Every rank's input is made (the reference needs them all); this process uploads its own ranks'.
+std::vector<std::vector<float>> fillInputs(const Case& c, const Launch& l, Streams& st, uint64_t seed) {
+  const uint32_t n = static_cast<uint32_t>(l.nRanks);
   const uint64_t inCount = mk::inputCount(c.spec, n), outCount = mk::outputCount(c.spec, n);
   const uint64_t es = mk::dtypeSize(c.spec.dtype);
   std::vector<std::vector<float>> in(n);
-  for (uint32_t r = 0; r < n; ++r) {
-    std::mt19937_64 rng(seed * 7919 + r);
+  for (uint32_t q = 0; q < n; ++q) {
+    std::mt19937_64 rng(seed * 7919 + q);
     std::uniform_int_distribution<int> d(-8, 8);
-    in[r].resize(inCount);
+    in[q].resize(inCount);
+    for (uint64_t i = 0; i < inCount; ++i) in[q][i] = static_cast<float>(d(rng));
+  }
+  for (size_t r = 0; r < l.devs.size(); ++r) {
+    const auto& mine = in[static_cast<size_t>(l.firstRank) + r];
     std::vector<uint8_t> bytes(inCount * es);
-    for (uint64_t i = 0; i < inCount; ++i) {
-      in[r][i] = static_cast<float>(d(rng));
-      mk::storeElement(c.spec.dtype, bytes.data(), i, in[r][i]);
-    }
-    MK_CUDA_CHECK(cudaSetDevice(devs[r]));
+    for (uint64_t i = 0; i < inCount; ++i) mk::storeElement(c.spec.dtype, bytes.data(), i, mine[i]);
+    MK_CUDA_CHECK(cudaSetDevice(l.devs[r]));
     MK_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(c.recv[r]) - c.recvOffset[r], 0xFF,
                                   std::max(outCount * es + c.recvOffset[r], inCount * es), st.s[r]));
     MK_CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(c.send[r]), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, st.s[r]));
@@ -125,20 +172,30 @@ std::vector<std::vector<float>> fillInputs(const Case& c, const std::vector<int>
 }
 
 /// Compare every output element with the CPU reference; returns the number of wrong elements.
-uint64_t countWrong(const Case& c, const std::vector<int>& devs, Streams& st, const std::vector<std::vector<float>>& in) {
-  const uint32_t n = static_cast<uint32_t>(devs.size());
+/// Summed over every process: each compares its own ranks' outputs.
+uint64_t countWrong(const Case& c, const Launch& l, Streams& st, const std::vector<std::vector<float>>& in) {
+  const uint32_t n = static_cast<uint32_t>(l.nRanks);
   const auto expected = mk::referenceCollective(c.spec, n, in);
   const uint64_t outCount = mk::outputCount(c.spec, n), es = mk::dtypeSize(c.spec.dtype);
   uint64_t wrong = 0;
   std::vector<uint8_t> got(outCount * es);
-  for (uint32_t r = 0; r < n; ++r) {
-    MK_CUDA_CHECK(cudaSetDevice(devs[r]));
+  for (size_t r = 0; r < l.devs.size(); ++r) {
+    const auto& want = expected[static_cast<size_t>(l.firstRank) + r];
+    MK_CUDA_CHECK(cudaSetDevice(l.devs[r]));
     MK_CUDA_CHECK(cudaMemcpyAsync(got.data(), c.recv[r], got.size(), cudaMemcpyDeviceToHost, st.s[r]));
     MK_CUDA_CHECK(cudaStreamSynchronize(st.s[r]));
     for (uint64_t i = 0; i < outCount; ++i)
-      if (mk::loadElement(c.spec.dtype, got.data(), i) != expected[r][i]) ++wrong;
+      if (mk::loadElement(c.spec.dtype, got.data(), i) != want[i]) ++wrong;
   }
-  return wrong;
+  if (!l.boot) return wrong;
+  const std::vector<uint8_t> all = l.boot->allGather(&wrong, sizeof wrong);
+  uint64_t sum = 0;
+  for (size_t i = 0; i + sizeof wrong <= all.size(); i += sizeof wrong) {
+    uint64_t x = 0;
+    std::memcpy(&x, all.data() + i, sizeof x);
+    sum += x;
+  }
+  return sum;
 }
 
 struct Row {
@@ -151,12 +208,12 @@ struct Row {
 };
 
 void printHeader(const char* what) {
-  std::printf("#\n# %s\n#%12s %12s %9s %7s %8s %-18s %10s %12s %12s %7s\n", what, "size(B)", "count", "type", "redop",
+  say("#\n# %s\n#%12s %12s %9s %7s %8s %-18s %10s %12s %12s %7s\n", what, "size(B)", "count", "type", "redop",
               "impl", "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
 }
 
 void printRow(const Row& r, const Args& a) {
-  std::printf(" %12llu %12llu %9s %7s %8s %-18s %10.2f %12.2f %12.2f %7s\n", static_cast<unsigned long long>(r.bytes),
+  say(" %12llu %12llu %9s %7s %8s %-18s %10.2f %12.2f %12.2f %7s\n", static_cast<unsigned long long>(r.bytes),
               static_cast<unsigned long long>(r.count), a.dtype.c_str(), a.redop.c_str(), r.impl.c_str(), r.algo.c_str(),
               r.timeUs, r.algbw, r.busbw, r.wrong < 0 ? "-" : std::to_string(r.wrong).c_str());
   std::fflush(stdout);
@@ -190,15 +247,44 @@ int run(const Args& a, const std::string& commandLine) {
   if (!a.baseline.empty() && a.baseline != "nccl")
     throw mk::Error(mk::ErrorCode::InvalidArgument, "unknown baseline '" + a.baseline + "' (nccl)");
 
+  Launch launch;
+  if (launchedAsRank()) {
+    if (a.gpus > 0)
+      throw mk::Error(mk::ErrorCode::InvalidArgument,
+                      "--gpus: this process was started as one rank (WORLD_SIZE or an MPI launcher is set), and "
+                      "each rank drives the GPU of its node rank; run without torchrun / mpirun to pick GPUs");
+    if (!a.trace.empty())
+      throw mk::Error(mk::ErrorCode::InvalidArgument,
+                      "--trace is written from one process driving every GPU (run mk-bench without torchrun / mpirun)");
+  }
   std::string why;
   const int available = mk::cudaDeviceCountOrZero(&why);
-  const int n = a.gpus > 0 ? a.gpus : available;
   if (available == 0) throw mk::Error(mk::ErrorCode::Unsupported, "no CUDA device: " + why);
-  if (n > available)
-    throw mk::Error(mk::ErrorCode::InvalidArgument,
-                    "--gpus " + std::to_string(n) + " but only " + std::to_string(available) + " device(s) visible");
-  std::vector<int> devs;
-  for (int i = 0; i < n; ++i) devs.push_back(i);
+  if (launchedAsRank()) {
+    int localRank = 0;
+    if (mk::preferMpiBootstrap()) {
+      launch.boot = mk::makeMpiBootstrap(20000, &localRank);
+    } else {
+      localRank = mk::readLaunchEnvironment().localRank;
+      launch.boot = mk::TcpBootstrap::fromEnvironment(20000);
+    }
+    if (localRank >= available)
+      throw mk::Error(mk::ErrorCode::InvalidArgument, "rank " + std::to_string(launch.boot->rank()) + ": node rank " +
+                                                          std::to_string(localRank) + " but only " +
+                                                          std::to_string(available) + " device(s) visible");
+    launch.nRanks = launch.boot->size();
+    launch.firstRank = launch.boot->rank();
+    launch.devs = {localRank};
+    gQuiet = !launch.leader();
+  } else {
+    launch.nRanks = a.gpus > 0 ? a.gpus : available;
+    if (launch.nRanks > available)
+      throw mk::Error(mk::ErrorCode::InvalidArgument, "--gpus " + std::to_string(launch.nRanks) + " but only " +
+                                                          std::to_string(available) + " device(s) visible");
+    for (int i = 0; i < launch.nRanks; ++i) launch.devs.push_back(i);
+  }
+  const std::vector<int>& devs = launch.devs;
+  const int n = launch.nRanks;
   const uint64_t es = mk::dtypeSize(*dt);
   const bool perRankCount = *op == CollOp::AllGather || *op == CollOp::ReduceScatter || *op == CollOp::AllToAll;
 
@@ -213,11 +299,12 @@ int run(const Args& a, const std::string& commandLine) {
   const uint64_t bufBytes = sizes.back().first + 256;
 
   cudaDeviceProp prop{};
-  MK_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  MK_CUDA_CHECK(cudaGetDeviceProperties(&prop, devs[0]));
   mk::MeasurementFile mf = mkbench::newMeasurementFile(n, a.link, commandLine);
+  if (launch.multiProcess()) mf.system["processes"] = std::to_string(n);
 
-  std::printf("# mk-bench %s: %d x %s, dtype %s, redop %s, %s, iters %llu, warmup %llu, reps %llu\n", a.op.c_str(), n,
-              prop.name, a.dtype.c_str(), a.redop.c_str(), a.inPlace ? "in place" : "out of place",
+  say("# mk-bench %s: %d x %s%s, dtype %s, redop %s, %s, iters %llu, warmup %llu, reps %llu\n", a.op.c_str(), n,
+              prop.name, launch.multiProcess() ? " (one process per GPU)" : "", a.dtype.c_str(), a.redop.c_str(), a.inPlace ? "in place" : "out of place",
               static_cast<unsigned long long>(a.iters), static_cast<unsigned long long>(a.warmup),
               static_cast<unsigned long long>(a.reps));
   Buffers buf(devs, bufBytes);
@@ -251,7 +338,11 @@ int run(const Args& a, const std::string& commandLine) {
     cfg.workerCtas = a.workers;
     cfg.threadsPerCta = a.threads;
     cfg.profile = a.profile;
-    auto comms = mk::Communicator::createLocal(devs, cfg);
+    std::vector<mk::Communicator> comms;
+    if (launch.multiProcess())
+      comms.push_back(mk::Communicator::create(*launch.boot, devs[0], cfg));
+    else
+      comms = mk::Communicator::createLocal(devs, cfg);
     std::vector<std::string> algos;
     {
       std::string list = a.algo == "all" ? "auto" : a.algo;
@@ -261,19 +352,21 @@ int run(const Args& a, const std::string& commandLine) {
       for (std::string item; std::getline(ss, item, ',');)
         if (!item.empty()) algos.push_back(item);
     }
-    std::printf("# mkernel: %u worker CTAs x %u threads per GPU, topology %s\n", comms[0].workerCtas(), a.threads,
-                comms[0].topology().name.c_str());
-    std::printf("# auto costs against: %s\n", comms[0].profileSource().c_str());
+    say("# mkernel: %u worker CTAs x %u threads per GPU, topology %s\n", comms[0].workerCtas(), a.threads,
+        comms[0].topology().name.c_str());
+    say("# auto costs against: %s\n", comms[0].profileSource().c_str());
 
     // Host enqueue -> first step on the GPU: isolated small ops on an idle engine. Host and GPU clocks
     // are related by a ping-pong calibration (ClockSync); the op's first step is the %globaltimer stamp
     // taken by lane 0's first CTA as it starts its first step.
-    if (a.latencyProbes > 0) {
+    if (a.latencyProbes > 0 && launch.multiProcess()) {
+      say("# host enqueue -> first step: measured in one process driving every GPU (skipped here)\n");
+    } else if (a.latencyProbes > 0) {
       std::vector<mk::ClockSync> cs;
       for (auto& c : comms) cs.push_back(c.calibrateClock(200));
       const uint64_t count = std::max<uint64_t>(1, 8 / es) / 1;
-      Case c = makeCase(a, *op, *dt, *red, perRankCount ? 1 : count, buf);
-      fillInputs(c, devs, st, 1);
+      Case c = makeCase(a, *op, *dt, *red, perRankCount ? 1 : count, buf, launch.firstRank);
+      fillInputs(c, launch, st, 1);
       std::vector<double> fromCall, fromReturn, doorbell, publish, hostCall;
       for (uint64_t i = 0; i < a.latencyProbes + 10; ++i) {
         for (auto& x : comms) x.synchronize();
@@ -313,7 +406,7 @@ int run(const Args& a, const std::string& commandLine) {
       }
       double unc = 0;
       for (const auto& x : cs) unc = std::max(unc, x.uncertaintyNs / 1e3);
-      std::printf("# host enqueue -> first step (%llu isolated %s of %llu B, us): median %.2f  p10 %.2f  p90 %.2f"
+      say("# host enqueue -> first step (%llu isolated %s of %llu B, us): median %.2f  p10 %.2f  p90 %.2f"
                   "  | from the call's return: median %.2f | doorbell seen %.2f, published %.2f | host call %.2f"
                   " | clock sync +-%.2f\n",
                   static_cast<unsigned long long>(a.latencyProbes), a.op.c_str(),
@@ -345,7 +438,7 @@ int run(const Args& a, const std::string& commandLine) {
     printHeader("mkernel (resident kernel)");
     for (const auto& [bytes, count] : sizes)
       for (const auto& algoName : algos) {
-        Case c = makeCase(a, *op, *dt, *red, count, buf);
+        Case c = makeCase(a, *op, *dt, *red, count, buf, launch.firstRank);
         mk::CollOptions opt(algoName);
         opt.chunks = a.chunks;
         opt.channels = a.channels;
@@ -359,12 +452,12 @@ int run(const Args& a, const std::string& commandLine) {
         row.count = count;
         row.iters = a.iters;
         if (a.check) {
-          const auto in = fillInputs(c, devs, st, bytes * 31 + algos.size());
+          const auto in = fillInputs(c, launch, st, bytes * 31 + algos.size());
           mk::groupStart();
           submitMk(comms, c, st.s, opt);
           mk::groupEnd();
           st.sync();
-          row.wrong = static_cast<int64_t>(countWrong(c, devs, st, in));
+          row.wrong = static_cast<int64_t>(countWrong(c, launch, st, in));
         }
         mk::groupStart();
         for (uint64_t i = 0; i < a.warmup; ++i) submitMk(comms, c, st.s, opt);
@@ -376,7 +469,7 @@ int run(const Args& a, const std::string& commandLine) {
           mk::groupStart();
           for (uint64_t i = 0; i < a.iters; ++i) submitMk(comms, c, st.s, opt);
           mk::groupEnd();  // the stream waits on the last op; the closing event comes after that wait
-          perOp.push_back(st.recordStopAndElapsedMs() * 1e3 / static_cast<double>(a.iters));
+          perOp.push_back(launch.maxOverProcesses(st.recordStopAndElapsedMs()) * 1e3 / static_cast<double>(a.iters));
         }
         for (auto& x : comms) x.synchronize();
         row.timeUs = median(perOp);
@@ -400,7 +493,7 @@ int run(const Args& a, const std::string& commandLine) {
       auto traced = mk::Communicator::createLocal(devs, tc);
       for (const auto& [bytes, count] : sizes) {
         (void)bytes;
-        Case c = makeCase(a, *op, *dt, *red, count, buf);
+        Case c = makeCase(a, *op, *dt, *red, count, buf, launch.firstRank);
         mk::CollOptions opt(algos.front() == "all" ? "auto" : algos.front());
         submitMk(traced, c, st.s, opt);
         st.sync();
@@ -414,18 +507,21 @@ int run(const Args& a, const std::string& commandLine) {
       std::ofstream f(a.trace);
       f << mk::traceToChromeJson(events, "mk-bench " + a.op);
       if (!f) throw mk::Error(mk::ErrorCode::IoError, "cannot write trace file " + a.trace);
-      std::printf("# trace: %zu step events written to %s\n", events.size(), a.trace.c_str());
+      say("# trace: %zu step events written to %s\n", events.size(), a.trace.c_str());
     }
   }  // the engine stops here: NCCL runs on quiet GPUs
 
   // ---- NCCL -----------------------------------------------------------------------------------------
   if (a.baseline == "nccl") {
-    mkbench::Nccl nccl(devs);
+    std::unique_ptr<mkbench::Nccl> ncclPtr = launch.multiProcess()
+                                                 ? std::make_unique<mkbench::Nccl>(devs[0], launch.firstRank, n, *launch.boot)
+                                                 : std::make_unique<mkbench::Nccl>(devs);
+    mkbench::Nccl& nccl = *ncclPtr;
     mf.system["nccl"] = quoted(nccl.version());
-    std::printf("# NCCL %s from %s (NCCL_NVLS_ENABLE=0)\n", nccl.version().c_str(), nccl.path().c_str());
+    say("# NCCL %s from %s (NCCL_NVLS_ENABLE=0)\n", nccl.version().c_str(), nccl.path().c_str());
     printHeader("NCCL");
     for (const auto& [bytes, count] : sizes) {
-      Case c = makeCase(a, *op, *dt, *red, count, buf);
+      Case c = makeCase(a, *op, *dt, *red, count, buf, launch.firstRank);
       Row row;
       row.impl = "nccl";
       row.algo = "";
@@ -434,10 +530,10 @@ int run(const Args& a, const std::string& commandLine) {
       row.iters = a.iters;
       auto once = [&] { nccl.run(*op, c.send, c.recv, count, *dt, *red, a.root, st.s); };
       if (a.check) {
-        const auto in = fillInputs(c, devs, st, bytes * 31 + 7);
+        const auto in = fillInputs(c, launch, st, bytes * 31 + 7);
         once();
         st.sync();
-        row.wrong = static_cast<int64_t>(countWrong(c, devs, st, in));
+        row.wrong = static_cast<int64_t>(countWrong(c, launch, st, in));
       }
       for (uint64_t i = 0; i < a.warmup; ++i) once();
       st.sync();
@@ -445,7 +541,7 @@ int run(const Args& a, const std::string& commandLine) {
       for (uint64_t rep = 0; rep < a.reps; ++rep) {
         st.recordStart();
         for (uint64_t i = 0; i < a.iters; ++i) once();
-        perOp.push_back(st.recordStopAndElapsedMs() * 1e3 / static_cast<double>(a.iters));
+        perOp.push_back(launch.maxOverProcesses(st.recordStopAndElapsedMs()) * 1e3 / static_cast<double>(a.iters));
       }
       row.timeUs = median(perOp);
       row.algbw = static_cast<double>(bytes) / (row.timeUs * 1e3);
@@ -455,7 +551,7 @@ int run(const Args& a, const std::string& commandLine) {
       addRecord(row, "median", {{"reps", std::to_string(a.reps)}});
     }
     // Side by side: the engine's "auto" (else its best algorithm) against NCCL.
-    std::printf("#\n# %12s %14s %14s %10s\n", "size(B)", "mkernel(us)", "nccl(us)", "speedup");
+    say("#\n# %12s %14s %14s %10s\n", "size(B)", "mkernel(us)", "nccl(us)", "speedup");
     for (const auto& [bytes, count] : sizes) {
       (void)count;
       double mkT = 0, ncT = 0;
@@ -465,14 +561,13 @@ int run(const Args& a, const std::string& commandLine) {
         if (r.impl == "mkernel" && (r.algo.rfind("auto", 0) == 0 || mkT == 0 || r.timeUs < mkT))
           if (mkT == 0 || r.algo.rfind("auto", 0) == 0) mkT = r.timeUs;
       }
-      std::printf("  %12llu %14.2f %14.2f %9.2fx\n", static_cast<unsigned long long>(bytes), mkT, ncT,
-                  mkT > 0 ? ncT / mkT : 0.0);
+      say("  %12llu %14.2f %14.2f %9.2fx\n", static_cast<unsigned long long>(bytes), mkT, ncT, mkT > 0 ? ncT / mkT : 0.0);
     }
   }
 
-  if (!a.json.empty()) {
+  if (!a.json.empty() && launch.leader()) {
     mk::saveMeasurementFile(mf, a.json);
-    std::printf("# wrote %zu records to %s\n", mf.records.size(), a.json.c_str());
+    say("# wrote %zu records to %s\n", mf.records.size(), a.json.c_str());
   }
   int64_t wrongTotal = 0;
   for (const auto& r : rows) wrongTotal += std::max<int64_t>(0, r.wrong);

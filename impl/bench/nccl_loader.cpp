@@ -4,8 +4,10 @@
 #include <link.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
+#include "mk/cuda_check.hpp"
 #include "mk/error.hpp"
 
 namespace mkbench {
@@ -19,6 +21,8 @@ enum NcclRedOp { kNcclSum = 0, kNcclMax = 2, kNcclMin = 3 };
 struct Nccl::Api {
   ncclResult_t (*getVersion)(int*);
   ncclResult_t (*commInitAll)(ncclComm_t*, int, const int*);
+  ncclResult_t (*getUniqueId)(NcclUniqueId*);
+  ncclResult_t (*commInitRank)(ncclComm_t*, int, NcclUniqueId, int);
   ncclResult_t (*commDestroy)(ncclComm_t);
   const char* (*getErrorString)(ncclResult_t);
   ncclResult_t (*groupStart)();
@@ -48,7 +52,7 @@ int ncclType(mk::DType t) {
 int ncclOp(mk::RedOp op) { return op == mk::RedOp::Max ? kNcclMax : op == mk::RedOp::Min ? kNcclMin : kNcclSum; }
 }  // namespace
 
-Nccl::Nccl(const std::vector<int>& devices) : devices_(devices) {
+void Nccl::load() {
   // Before the library reads its environment: never NVLink multicast on the lent machines.
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   lib_ = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
@@ -60,6 +64,8 @@ Nccl::Nccl(const std::vector<int>& devices) : devices_(devices) {
   try {
     sym(lib_, "ncclGetVersion", api_->getVersion);
     sym(lib_, "ncclCommInitAll", api_->commInitAll);
+    sym(lib_, "ncclGetUniqueId", api_->getUniqueId);
+    sym(lib_, "ncclCommInitRank", api_->commInitRank);
     sym(lib_, "ncclCommDestroy", api_->commDestroy);
     sym(lib_, "ncclGetErrorString", api_->getErrorString);
     sym(lib_, "ncclGroupStart", api_->groupStart);
@@ -75,14 +81,45 @@ Nccl::Nccl(const std::vector<int>& devices) : devices_(devices) {
     version_ = std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
     link_map* lm = nullptr;
     if (dlinfo(lib_, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name) path_ = lm->l_name;
-    comms_.assign(devices.size(), nullptr);
-    check(api_->commInitAll(comms_.data(), static_cast<int>(devices.size()), devices.data()), "ncclCommInitAll");
   } catch (...) {
-    delete api_;
-    api_ = nullptr;
-    dlclose(lib_);
-    lib_ = nullptr;
+    unload();
     throw;
+  }
+}
+
+void Nccl::unload() noexcept {
+  delete api_;
+  api_ = nullptr;
+  if (lib_) dlclose(lib_);
+  lib_ = nullptr;
+}
+
+Nccl::Nccl(const std::vector<int>& devices) : devices_(devices), nRanks_(static_cast<int>(devices.size())) {
+  load();
+  comms_.assign(devices.size(), nullptr);
+  const int rc = api_->commInitAll(comms_.data(), static_cast<int>(devices.size()), devices.data());
+  if (rc != 0) {
+    const std::string why = api_->getErrorString(rc);
+    unload();
+    throw mk::Error(mk::ErrorCode::Internal, "ncclCommInitAll failed: " + why);
+  }
+}
+
+Nccl::Nccl(int device, int rank, int nRanks, mk::Bootstrap& boot) : devices_{device}, nRanks_(nRanks) {
+  load();
+  // Rank 0's unique id reaches every rank through the bootstrap (an all-gather; rank 0's part is the id).
+  NcclUniqueId id{};
+  if (rank == 0) check(api_->getUniqueId(&id), "ncclGetUniqueId");
+  const std::vector<uint8_t> all = boot.allGather(&id, sizeof id);
+  std::memcpy(&id, all.data(), sizeof id);
+  MK_CUDA_CHECK(cudaSetDevice(device));
+  comms_.assign(1, nullptr);
+  const int rc = api_->commInitRank(&comms_[0], nRanks, id, rank);
+  if (rc != 0) {
+    const std::string why = api_->getErrorString(rc);
+    unload();
+    throw mk::Error(mk::ErrorCode::Internal, "ncclCommInitRank (rank " + std::to_string(rank) + " of " +
+                                                 std::to_string(nRanks) + ") failed: " + why);
   }
 }
 
@@ -105,7 +142,7 @@ void Nccl::groupEnd() { check(api_->groupEnd(), "ncclGroupEnd"); }
 
 void Nccl::run(mk::CollOp op, const std::vector<const void*>& send, const std::vector<void*>& recv, size_t count,
                mk::DType dtype, mk::RedOp redop, uint32_t root, const std::vector<cudaStream_t>& streams) {
-  const int n = static_cast<int>(comms_.size());
+  const int n = static_cast<int>(comms_.size());  // this process's ranks
   const int t = ncclType(dtype);
   const size_t es = mk::dtypeSize(dtype);
   check(api_->groupStart(), "ncclGroupStart");
@@ -125,7 +162,7 @@ void Nccl::run(mk::CollOp op, const std::vector<const void*>& send, const std::v
         break;
       case mk::CollOp::AllToAll:
         // All-to-all as nccl-tests does it: grouped send/recv of block j with every rank j.
-        for (int j = 0; j < n; ++j) {
+        for (int j = 0; j < nRanks_; ++j) {
           check(api_->send(static_cast<const char*>(send[r]) + j * count * es, count, t, j, comms_[r], streams[r]), "ncclSend");
           check(api_->recv(static_cast<char*>(recv[r]) + j * count * es, count, t, j, comms_[r], streams[r]), "ncclRecv");
         }

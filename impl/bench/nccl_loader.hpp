@@ -10,17 +10,27 @@
 #include <vector>
 
 #include "mk/algorithms/algorithms.hpp"
+#include "mk/bootstrap.hpp"
 #include "mk/schedule/types.hpp"
 
 namespace mkbench {
 
-/// One NCCL communicator per local GPU (ncclCommInitAll) and the collectives mk-bench compares with.
+/// ncclUniqueId: 128 opaque bytes (NCCL's stable C ABI).
+struct NcclUniqueId {
+  char internal[128];
+};
+
+/// One NCCL communicator per local GPU (ncclCommInitAll), or this process's one rank of several
+/// (ncclCommInitRank, the unique id passed through mkernel's bootstrap), and the collectives mk-bench
+/// compares with.
 class Nccl {
  public:
   /// Loads the library and initialises communicators on `devices`. NVLink SHARP (NVLS) is disabled
   /// first (NCCL_NVLS_ENABLE=0): multicast can take a shared host's GPUs out of service.
   /// Throws mk::Error(Unsupported) when libnccl.so.2 cannot be loaded, naming what was tried.
   explicit Nccl(const std::vector<int>& devices);
+  /// One process per GPU: rank `rank` of `nRanks` on `device`; collective over `boot`.
+  Nccl(int device, int rank, int nRanks, mk::Bootstrap& boot);
   ~Nccl();
   Nccl(const Nccl&) = delete;
   Nccl& operator=(const Nccl&) = delete;
@@ -38,12 +48,15 @@ class Nccl {
   void groupEnd();
 
  private:
+  void load();
+  void unload() noexcept;
   void check(int result, const char* what) const;
   struct Api;
   void* lib_ = nullptr;
   Api* api_ = nullptr;
   std::vector<void*> comms_;
   std::vector<int> devices_;
+  int nRanks_ = 0;  ///< every process's ranks together
   std::string version_, path_;
 };
 
