@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Markdown tables of committed mk-bench measurement files (mkernel.measurement.v1), for docs/results.md.
 
-    validation/report/measured_tables.py validation/data/measured/2026-11-30-h200x2-8dd9f8e-allreduce.json ...
+    validation/report/measured_tables.py validation/data/measured/2026-11-30-h200x2-5400cad-allreduce.json ...
 
 Numbers are printed as stored (median over reps); nothing is rounded beyond the display format below.
 """

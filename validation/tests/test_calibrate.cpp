@@ -2,6 +2,8 @@
 // micro-benchmark records are ever fitted.
 #include <doctest/doctest.h>
 
+#include <filesystem>
+
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -244,8 +246,18 @@ TEST_CASE("calibrate: one-way put records are recorded only and never move the n
 }
 
 TEST_CASE("calibrate: the committed collective measurements alone give nothing to fit") {
-  // Honesty rule on real data: the h200x2 allreduce file holds collective records only.
-  const auto f = mk::loadMeasurementFile(std::string(MK_MEASURED_DIR) + "/2026-11-30-h200x2-8dd9f8e-allreduce.json");
+  // Honesty rule on real data: a committed h200x2 allreduce file (whichever run is current; older runs move
+  // to archive/) holds collective records only.
+  std::string path;
+  for (const auto& e : std::filesystem::directory_iterator(MK_MEASURED_DIR)) {
+    const std::string name = e.path().filename().string();
+    const std::string suffix = "-allreduce.json";
+    if (name.find("h200x2") != std::string::npos && name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      path = e.path().string();
+  }
+  REQUIRE_MESSAGE(!path.empty(), "no committed *h200x2*-allreduce.json in " MK_MEASURED_DIR);
+  const auto f = mk::loadMeasurementFile(path);
   REQUIRE(!f.records.empty());
   requireInvalid([&] { mk::calibrate({f}, mk::defaultProfile(mk::topologyPreset("h200x2"))); },
                  "no calibration records");
