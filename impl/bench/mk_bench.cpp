@@ -74,6 +74,15 @@ struct Args {
   std::string profile;
 };
 
+/// `v` of every process, in rank order (one bootstrap all-gather).
+template <class T>
+std::vector<T> allGatherValue(mk::Bootstrap& boot, T v) {
+  const std::vector<uint8_t> all = boot.allGather(&v, sizeof v);
+  std::vector<T> out(all.size() / sizeof v);
+  std::memcpy(out.data(), all.data(), out.size() * sizeof v);
+  return out;
+}
+
 /// The ranks this process drives: every GPU of one process, or (launched by torchrun or mpirun) one rank of
 /// several processes, its GPU picked by its node rank. Per-rank vectors of the bench (buffers, streams,
 /// communicators) hold this process's ranks only; `firstRank` is the global rank of the first.
@@ -87,12 +96,7 @@ struct Launch {
   /// The largest `v` over every process (the slowest rank's time); `v` itself in one process.
   double maxOverProcesses(double v) const {
     if (!boot) return v;
-    const std::vector<uint8_t> all = boot->allGather(&v, sizeof v);
-    for (size_t i = 0; i + sizeof v <= all.size(); i += sizeof v) {
-      double x = 0;
-      std::memcpy(&x, all.data() + i, sizeof x);
-      v = std::max(v, x);
-    }
+    for (double x : allGatherValue(*boot, v)) v = std::max(v, x);
     return v;
   }
 };
@@ -188,13 +192,8 @@ uint64_t countWrong(const Case& c, const Launch& l, Streams& st, const std::vect
       if (mk::loadElement(c.spec.dtype, got.data(), i) != want[i]) ++wrong;
   }
   if (!l.boot) return wrong;
-  const std::vector<uint8_t> all = l.boot->allGather(&wrong, sizeof wrong);
   uint64_t sum = 0;
-  for (size_t i = 0; i + sizeof wrong <= all.size(); i += sizeof wrong) {
-    uint64_t x = 0;
-    std::memcpy(&x, all.data() + i, sizeof x);
-    sum += x;
-  }
+  for (uint64_t x : allGatherValue(*l.boot, wrong)) sum += x;
   return sum;
 }
 
