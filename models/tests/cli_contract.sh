@@ -14,6 +14,10 @@ expect 0 '^verify: OK' -- "$tool" --op allreduce --algo ring --ranks 5 --bytes 1
 expect 0 'rounded down' -- "$tool" --ranks 8 --bytes 1048573
 expect 0 'closed form' -- "$tool" --op allgather --algo ring --ranks 4 --bytes 64K
 expect 0 '--op' -- "$tool" --help
+# --profile prices the closed form with a profile file (the committed calibrated one) instead of the datasheet
+profile="$(dirname "${BASH_SOURCE[0]}")/../../validation/data/profiles/h200x2-calibrated.json"
+expect 0 'profile    calibrated on h200x2' -- "$tool" --op allreduce --algo two-shot --cluster h200x2 --bytes 64MiB --chunks 2 --profile "$profile"
+expect 0 'profile    uncalibrated' -- "$tool" --op allreduce --algo two-shot --cluster h200x2 --bytes 64MiB --chunks 2
 
 # files: written only on success, readable back, packed form written
 expect 0 'wrote' -- "$tool" --op allreduce --algo one-shot --ranks 4 --bytes 4K --json "$work/ar.json" --packed "$work/ar.bin"
@@ -55,5 +59,6 @@ PY
 expect 2 "invalid-schedule: rank 1 lane" -- "$tool" --schedule "$work/stuck.json" --packed "$work/stuck.bin"
 check "an invalid schedule still wrote a packed file" test ! -e "$work/stuck.bin"
 expect 2 "io-error.*no/such/file.json" -- "$tool" --schedule /no/such/file.json
+expect 2 "no/such/profile.json" -- "$tool" --cluster h200x2 --profile /no/such/profile.json
 
 cli_summary
