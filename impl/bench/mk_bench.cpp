@@ -101,9 +101,6 @@ struct Launch {
   }
 };
 
-/// True when torchrun or mpirun started this process as one rank of several.
-bool launchedAsRank() { return std::getenv("WORLD_SIZE") != nullptr || mk::preferMpiBootstrap(); }
-
 bool gQuiet = false;  ///< ranks other than 0 of a multi-process run print nothing
 
 /// printf on the leading process only.
@@ -247,10 +244,10 @@ int run(const Args& a, const std::string& commandLine) {
     throw mk::Error(mk::ErrorCode::InvalidArgument, "unknown baseline '" + a.baseline + "' (nccl)");
 
   Launch launch;
-  if (launchedAsRank()) {
+  if (mk::launchedAsRanks()) {
     if (a.gpus > 0)
       throw mk::Error(mk::ErrorCode::InvalidArgument,
-                      "--gpus: this process was started as one rank (WORLD_SIZE or an MPI launcher is set), and "
+                      "--gpus: this process was started as one rank (RANK / WORLD_SIZE or an MPI launcher's are set), and "
                       "each rank drives the GPU of its node rank; run without torchrun / mpirun to pick GPUs");
     if (!a.trace.empty())
       throw mk::Error(mk::ErrorCode::InvalidArgument,
@@ -259,14 +256,12 @@ int run(const Args& a, const std::string& commandLine) {
   std::string why;
   const int available = mk::cudaDeviceCountOrZero(&why);
   if (available == 0) throw mk::Error(mk::ErrorCode::Unsupported, "no CUDA device: " + why);
-  if (launchedAsRank()) {
-    int localRank = 0;
-    if (mk::preferMpiBootstrap()) {
+  if (mk::launchedAsRanks()) {
+    int localRank = mk::launchLocalRank();
+    if (mk::preferMpiBootstrap())
       launch.boot = mk::makeMpiBootstrap(20000, &localRank);
-    } else {
-      localRank = mk::readLaunchEnvironment().localRank;
+    else
       launch.boot = mk::TcpBootstrap::fromEnvironment(20000);
-    }
     if (localRank >= available)
       throw mk::Error(mk::ErrorCode::InvalidArgument, "rank " + std::to_string(launch.boot->rank()) + ": node rank " +
                                                           std::to_string(localRank) + " but only " +

@@ -208,6 +208,29 @@ TEST_CASE("bootstrap: launch variables are read and malformed ones named") {
     CHECK(mk::readLaunchEnvironment().localRank == 0);  // LOCAL_RANK defaults to RANK
   }
   {
+    // The node rank alone (mpirun sets no rendezvous variables): the GPU is picked before any bootstrap.
+    EnvGuard g({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}});
+    CHECK(mk::launchLocalRank() == 1);
+  }
+  {
+    EnvGuard g({{"RANK", "2"}});
+    CHECK(mk::launchLocalRank() == 2);  // no local rank: the rank
+  }
+  {
+    EnvGuard g({{"LOCAL_RANK", "x"}});
+    std::string msg;
+    try {
+      mk::launchLocalRank();
+    } catch (const mk::Error& e) {
+      msg = e.what();
+    }
+    CHECK(contains(msg, "LOCAL_RANK='x'"));
+  }
+  {
+    EnvGuard g({});
+    CHECK(mk::launchLocalRank() == 0);
+  }
+  {
     EnvGuard g({});
     CHECK_FALSE(mk::launchedAsRanks());
     CHECK(contains(envError(), "WORLD_SIZE is not set"));

@@ -73,10 +73,8 @@ float inputValue(uint64_t seed, uint32_t r, uint64_t i) {
 /// Make LOCAL_RANK's GPU current (buffers are allocated before the communicator, so that they are freed
 /// after it: cudaFree waits for a resident kernel).
 int useLocalDevice() {
-  // Under mpirun (no MASTER_ADDR) the node rank is the launcher's, as Communicator::createFromEnvironment reads it.
-  const char* mpiLocal = std::getenv("MASTER_ADDR") ? nullptr : std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  if (!mpiLocal && !std::getenv("MASTER_ADDR")) mpiLocal = std::getenv("MPI_LOCALRANKID");
-  const int dev = mpiLocal ? std::atoi(mpiLocal) : mk::readLaunchEnvironment().localRank;
+  // Under mpirun there are no rendezvous variables: the launcher's node rank picks the GPU.
+  const int dev = mk::launchLocalRank();
   MK_CUDA_CHECK(cudaSetDevice(dev));
   return dev;
 }

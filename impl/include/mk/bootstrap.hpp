@@ -37,6 +37,12 @@ struct LaunchEnvironment {
 /// are set).
 bool launchedAsRanks();
 
+/// This process's node rank, which picks its GPU: LOCAL_RANK (or OMPI_COMM_WORLD_LOCAL_RANK / MPI_LOCALRANKID),
+/// else its rank (RANK / OMPI_COMM_WORLD_RANK / PMI_RANK), else 0. Needs no rendezvous variables, so a process
+/// started by mpirun can pick its GPU before the MPI bootstrap. Throws Error(InvalidArgument) naming a
+/// malformed variable.
+int launchLocalRank();
+
 /// Read the launch variables. Throws Error(InvalidArgument) naming the variable that is missing or
 /// malformed (not an integer, rank outside 0..size-1, port outside 1..65535, ...).
 LaunchEnvironment readLaunchEnvironment();

@@ -162,6 +162,15 @@ bool launchedAsRanks() {
   return envOrNull("RANK") || envOrNull("WORLD_SIZE") || envOrNull("OMPI_COMM_WORLD_RANK") || envOrNull("PMI_RANK");
 }
 
+int launchLocalRank() {
+  const char* which = nullptr;
+  if (const char* local = firstVar({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}, &which))
+    return static_cast<int>(parseIntVar(which, local, 0, 1 << 16, "a local rank"));
+  if (const char* rank = firstVar({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}, &which))
+    return static_cast<int>(parseIntVar(which, rank, 0, 1 << 20, "a rank"));
+  return 0;
+}
+
 LaunchEnvironment readLaunchEnvironment() {
   LaunchEnvironment env;
   const char* which = nullptr;
@@ -176,8 +185,7 @@ LaunchEnvironment readLaunchEnvironment() {
     throw Error(ErrorCode::InvalidArgument, "environment variable RANK is not set (WORLD_SIZE is " +
                                                 std::to_string(env.size) + "; each process needs its rank)");
   env.rank = static_cast<int>(parseIntVar(which, rank, 0, env.size - 1, "a rank below WORLD_SIZE"));
-  const char* local = firstVar({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}, &which);
-  env.localRank = local ? static_cast<int>(parseIntVar(which, local, 0, 1 << 16, "a local rank")) : env.rank;
+  env.localRank = launchLocalRank();  // RANK when no local rank is set (validated above)
   const char* addr = envOrNull("MASTER_ADDR");
   if (!addr)
     throw Error(ErrorCode::InvalidArgument,
