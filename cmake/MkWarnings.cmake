@@ -4,4 +4,9 @@ add_library(mk::warnings ALIAS mk_warnings)
 target_compile_options(mk_warnings INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion -Wnon-virtual-dtor -Wold-style-cast -Woverloaded-virtual>
   $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra --Werror=cross-execution-space-call>)
+if(MK_WERROR)
+  # Build tree only: an installed mk::warnings must not turn a user's warnings into errors.
+  target_compile_options(mk_warnings INTERFACE
+    $<BUILD_INTERFACE:$<$<COMPILE_LANGUAGE:CXX>:-Werror>$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Werror>>)
+endif()
 install(TARGETS mk_warnings EXPORT mkernelTargets)
