@@ -107,7 +107,7 @@ int run(const Options& o) {
   mk::Schedule schedule;
   mk::CollectiveSpec spec;
   bool generated = false;
-  std::string inter = "auto";  // the resolved inter-node variant of a generated schedule
+  mk::InterPhase inter = mk::InterPhase::Auto;  // the resolved inter-node variant of a generated schedule
   mk::Topology topo;
 
   if (!o.scheduleIn.empty()) {
@@ -117,14 +117,9 @@ int run(const Options& o) {
                 schedule.info.algo.c_str(), schedule.nRanks);
     std::printf("  validate   OK\n");
   } else {
-    auto op = mk::parseCollOp(o.op);
-    if (!op) throw mk::Error(mk::ErrorCode::InvalidArgument,
-                             "unknown --op '" + o.op + "' (expected allreduce, allgather, reducescatter, broadcast, alltoall)");
-    auto dtype = mk::parseDType(o.dtype);
-    if (!dtype) throw mk::Error(mk::ErrorCode::InvalidArgument,
-                                "unknown --dtype '" + o.dtype + "' (expected float32, bfloat16, float16)");
-    auto redop = mk::parseRedOp(o.redop);
-    if (!redop) throw mk::Error(mk::ErrorCode::InvalidArgument, "unknown --redop '" + o.redop + "' (expected sum, max, min)");
+    const auto op = mk::requireCollOp(o.op, "--op");
+    const auto dtype = mk::requireDType(o.dtype, "--dtype");
+    const auto redop = mk::requireRedOp(o.redop, "--redop");
     const uint64_t bytes = mk::parseSize(o.bytes);
 
     const mk::Placement placed = mk::placeRanks(o.cluster, o.nodes, o.ranks);
@@ -132,16 +127,16 @@ int run(const Options& o) {
     const uint32_t perNode = topo.node.gpus;
     const uint32_t nRanks = placed.nRanks;
 
-    spec.op = *op;
-    spec.algo = o.algo;
-    spec.dtype = *dtype;
-    spec.redop = *redop;
+    spec.op = op;
+    spec.algo = mk::requireAlgorithm(op, o.algo);
+    spec.dtype = dtype;
+    spec.redop = redop;
     spec.root = o.root;
-    spec.count = countFromBytes(*op, bytes, *dtype, nRanks);
+    spec.count = countFromBytes(op, bytes, dtype, nRanks);
     mk::GenOptions gen;
     gen.chunks = o.chunks;
     gen.channels = o.channels;
-    gen.inter = o.inter;
+    gen.inter = *mk::parseInterPhase(o.inter);  // CLI11 checked the name
     // "auto" is decided under the profile the cost line below prices with, so both describe one schedule.
     gen.inter = mk::resolveInter(spec, topo.layout(nRanks), gen, profileFor(o, topo));
     inter = gen.inter;
@@ -154,15 +149,15 @@ int run(const Options& o) {
 
     const uint64_t used = mk::opBytes(spec, nRanks);
     std::printf("mk-schedule: %s %s on %s x %u node(s) (%u ranks, %u GPU(s) per node)\n", mk::toString(spec.op),
-                spec.algo.c_str(), topo.name.c_str(), topo.nodes, nRanks, perNode);
+                mk::toString(spec.algo), topo.name.c_str(), topo.nodes, nRanks, perNode);
     std::printf("  size       %s = %llu %s element(s) per rank%s", mk::formatSize(used).c_str(),
                 static_cast<unsigned long long>(spec.count), mk::toString(spec.dtype),
-                (*op == mk::CollOp::AllReduce || *op == mk::CollOp::Broadcast) ? "" : " per block");
+                (op == mk::CollOp::AllReduce || op == mk::CollOp::Broadcast) ? "" : " per block");
     if (used != bytes) std::printf(" (--bytes %llu rounded down to whole elements)", static_cast<unsigned long long>(bytes));
     std::printf("\n  options    redop %s, chunks %u, channels %u%s\n", mk::toString(spec.redop), gen.chunks, gen.channels,
-                *op == mk::CollOp::Broadcast ? (", root " + std::to_string(spec.root)).c_str() : "");
-    if (spec.op == mk::CollOp::AllReduce && spec.algo == "hierarchical")
-      std::printf("  inter-node %s%s\n", gen.inter.c_str(), o.inter == "auto" ? " (auto: the lower closed form)" : "");
+                op == mk::CollOp::Broadcast ? (", root " + std::to_string(spec.root)).c_str() : "");
+    if (spec.op == mk::CollOp::AllReduce && spec.algo == mk::Algorithm::Hierarchical)
+      std::printf("  inter-node %s%s\n", mk::toString(gen.inter), o.inter == "auto" ? " (auto: the lower closed form)" : "");
     std::printf("  generate   %.1f ms, validate OK\n", genMs);
   }
   printSummary(schedule);

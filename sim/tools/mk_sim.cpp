@@ -102,7 +102,7 @@ struct Setup {
 mk::sim::RunInfo baseInfo(const Setup& st, const mk::Schedule& s) {
   mk::sim::RunInfo info;
   info.op = st.spec ? mk::toString(st.spec->op) : s.info.op;
-  info.algo = st.spec ? st.spec->algo : s.info.algo;
+  info.algo = st.spec ? mk::toString(st.spec->algo) : s.info.algo;
   info.cluster = st.topo.name;
   info.dtype = mk::toString(st.spec ? st.spec->dtype : s.info.dtype);
   info.profileSource = st.profile.source;
@@ -111,7 +111,8 @@ mk::sim::RunInfo baseInfo(const Setup& st, const mk::Schedule& s) {
   info.ranks = s.nRanks;
   info.chunks = st.spec ? st.gen.chunks : s.info.chunks;
   info.channels = st.spec ? st.gen.channels : s.info.channels;
-  if (st.spec && st.spec->op == mk::CollOp::AllReduce && st.spec->algo == "hierarchical") info.inter = st.gen.inter;
+  if (st.spec && st.spec->op == mk::CollOp::AllReduce && st.spec->algo == mk::Algorithm::Hierarchical)
+    info.inter = mk::toString(st.gen.inter);
   const auto op = mk::parseCollOp(info.op);
   if (st.spec) {
     info.count = st.spec->count;
@@ -235,28 +236,20 @@ int run(const Options& o) {
 
   std::vector<uint64_t> sizes;
   if (o.scheduleIn.empty()) {
-    const auto op = mk::parseCollOp(o.op);
-    if (!op) bad("unknown --op '" + o.op + "' (expected allreduce, allgather, reducescatter, broadcast, alltoall)");
-    const auto dtype = mk::parseDType(o.dtype);
-    if (!dtype) bad("unknown --dtype '" + o.dtype + "' (expected float32, bfloat16, float16)");
-    const auto algos = mk::algorithmsFor(*op);
-    if (std::find(algos.begin(), algos.end(), o.algo) == algos.end()) {
-      std::string list;
-      for (const auto& a : algos) list += (list.empty() ? "" : ", ") + a;
-      bad("unknown algorithm '" + o.algo + "' for " + o.op + " (expected " + list + ")");
-    }
+    const auto op = mk::requireCollOp(o.op, "--op");
+    const auto dtype = mk::requireDType(o.dtype, "--dtype");
     mk::CollectiveSpec spec;
-    spec.op = *op;
-    spec.algo = o.algo;
-    spec.dtype = *dtype;
+    spec.op = op;
+    spec.algo = mk::requireAlgorithm(op, o.algo);
+    spec.dtype = dtype;
     st.spec = spec;
     st.gen.chunks = o.chunks;
     st.gen.channels = o.channels;
-    st.gen.inter = o.inter;
+    st.gen.inter = *mk::parseInterPhase(o.inter);  // CLI11 checked the name
     sizes = o.sweep.empty() ? std::vector<uint64_t>{mk::parseSize(o.bytes)} : parseSweep(o.sweep);
-    if (o.sweep.empty() && countFromBytes(*op, sizes[0], *dtype, st.nRanks) == 0)
-      bad("--bytes " + std::to_string(sizes[0]) + " holds less than one " + mk::toString(*dtype) +
-          " element per rank (need at least " + std::to_string(mk::minBytesFor(*op, *dtype, st.nRanks)) + " bytes)");
+    if (o.sweep.empty() && countFromBytes(op, sizes[0], dtype, st.nRanks) == 0)
+      bad("--bytes " + std::to_string(sizes[0]) + " holds less than one " + mk::toString(dtype) +
+          " element per rank (need at least " + std::to_string(mk::minBytesFor(op, dtype, st.nRanks)) + " bytes)");
   } else {
     st.nRanks = loaded.nRanks;
   }
@@ -264,7 +257,7 @@ int run(const Options& o) {
   // ---- header ----
   if (st.spec) {
     std::printf("mk-sim: %s %s on %s x %u node(s) (%u ranks, %u GPU(s) per node), %s, chunks %u, channels %u\n",
-                mk::toString(st.spec->op), st.spec->algo.c_str(), st.topo.name.c_str(), st.topo.nodes, st.nRanks,
+                mk::toString(st.spec->op), mk::toString(st.spec->algo), st.topo.name.c_str(), st.topo.nodes, st.nRanks,
                 st.topo.node.gpus, mk::toString(st.spec->dtype), st.gen.chunks, st.gen.channels);
   } else {
     std::printf("mk-sim: %s (%s %s, %u ranks) on %s x %u node(s)\n", o.scheduleIn.c_str(), loaded.info.op.c_str(),
@@ -286,8 +279,8 @@ int run(const Options& o) {
       // "auto" is decided by the closed forms under the profile this run uses, so the schedule and the
       // closed form printed next to the prediction are the same variant.
       st.gen.inter = mk::resolveInter(*st.spec, st.topo.layout(st.nRanks), st.gen, st.profile);
-      if (st.spec->op == mk::CollOp::AllReduce && st.spec->algo == "hierarchical")
-        std::printf("inter-node: %s%s\n", st.gen.inter.c_str(), o.inter == "auto" ? " (auto: the lower closed form)" : "");
+      if (st.spec->op == mk::CollOp::AllReduce && st.spec->algo == mk::Algorithm::Hierarchical)
+        std::printf("inter-node: %s%s\n", mk::toString(st.gen.inter), o.inter == "auto" ? " (auto: the lower closed form)" : "");
       s = mk::generate(*st.spec, st.topo.layout(st.nRanks), st.gen);
       const uint64_t used = mk::opBytes(*st.spec, st.nRanks);
       std::printf("size: %s = %llu element(s)%s\n", mk::formatSize(used).c_str(),
