@@ -7,7 +7,7 @@
 int main() {
   mk::CollectiveSpec spec;
   spec.op = mk::CollOp::AllReduce;
-  spec.algo = "ring";
+  spec.algo = mk::Algorithm::Ring;
   spec.count = 1021;
   const mk::Schedule s = mk::generate(spec, {0, 0, 0, 0});
   const mk::VerifyResult v = mk::verifyCollective(s, spec, 7);

@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   const mk::Topology topo = mk::topologyPreset("dgx-h100", nodes);
   mk::CollectiveSpec spec;
   spec.op = mk::CollOp::AllReduce;
-  spec.algo = algo;
+  spec.algo = mk::requireAlgorithm(spec.op, algo);
   spec.dtype = mk::DType::BFloat16;
   spec.count = (1ull << 30) / 2;
   mk::GenOptions opt;

@@ -19,6 +19,20 @@ profile="$(dirname "${BASH_SOURCE[0]}")/../../validation/data/profiles/h200x2-ca
 expect 0 'profile    calibrated on h200x2' -- "$tool" --op allreduce --algo two-shot --cluster h200x2 --bytes 64MiB --chunks 2 --profile "$profile"
 expect 0 'profile    uncalibrated' -- "$tool" --op allreduce --algo two-shot --cluster h200x2 --bytes 64MiB --chunks 2
 
+# --algo auto: the engine's choice (mk/algorithms/policy.hpp), printed, and the schedule of what it chose
+expect 0 '^  auto       (one-shot|two-shot|ring|hierarchical) \(the lowest closed form\), chunks [0-9]+ by size, channels 1 by size$' -- "$tool" --op allreduce --algo auto --cluster h200x2 --bytes 64MiB --profile "$profile"
+expect 0 'chunks 3 as given' -- "$tool" --op allreduce --algo auto --cluster h200x2 --bytes 64MiB --chunks 3
+expect 0 '^  options    redop sum, chunks 3, channels 1$' -- "$tool" --op allreduce --algo auto --cluster h200x2 --bytes 64MiB --chunks 3
+expect 0 '^verify: OK' -- "$tool" --op reducescatter --algo auto --cluster dgx-h100 --nodes 2 --bytes 1MiB --verify
+for size in 8 64MiB; do
+  auto_out=$("$tool" --op allreduce --algo auto --cluster h200x2 --bytes $size --profile "$profile" 2>&1)
+  chosen=$(sed -nE 's/^  auto       ([a-z-]+) \(the lowest closed form\), chunks ([0-9]+) by size, channels ([0-9]+) by size$/\1 \2 \3/p' <<<"$auto_out")
+  read -r algo chunks channels <<<"$chosen"
+  concrete_out=$("$tool" --op allreduce --algo "${algo:-none}" --chunks "${chunks:-1}" --channels "${channels:-1}" --cluster h200x2 --bytes $size --profile "$profile" 2>&1)
+  check "auto at $size chose '$chosen' and costs what it costs" \
+    test -n "$chosen" -a "$(grep '^  cost ' <<<"$auto_out")" == "$(grep '^  cost ' <<<"$concrete_out")"
+done
+
 # files: written only on success, readable back, packed form written
 expect 0 'wrote' -- "$tool" --op allreduce --algo one-shot --ranks 4 --bytes 4K --json "$work/ar.json" --packed "$work/ar.bin"
 check "output files written" test -s "$work/ar.json" -a -s "$work/ar.bin"

@@ -49,7 +49,7 @@ std::string describe(const std::vector<uint32_t>& nodeOf) {
 CollectiveSpec arSpec(const std::string& algo, uint64_t count, DType dtype = DType::Float32, RedOp redop = RedOp::Sum) {
   CollectiveSpec s;
   s.op = CollOp::AllReduce;
-  s.algo = algo;
+  s.algo = requireAlgorithm(CollOp::AllReduce, algo);
   s.count = count;
   s.dtype = dtype;
   s.redop = redop;
@@ -62,7 +62,7 @@ GenOptions opts(uint32_t chunks, uint32_t channels, const std::string& inter = "
   GenOptions o;
   o.chunks = chunks;
   o.channels = channels;
-  o.inter = inter;
+  o.inter = *parseInterPhase(inter);
   return o;
 }
 
@@ -233,9 +233,9 @@ void exactSweep(const std::string& algo) {
 TEST_CASE("allreduce: the registry lists one-shot two-shot ring hierarchical in that order with closed forms") {
   const auto names = algorithmsFor(CollOp::AllReduce);
   REQUIRE(names.size() == 4);
-  for (std::size_t i = 0; i < 4; ++i) CHECK(names[i] == kAllReduce[i]);
+  for (std::size_t i = 0; i < 4; ++i) CHECK(std::string(toString(names[i])) == kAllReduce[i]);
   for (const char* name : kAllReduce) {
-    const auto& def = detail::findAlgorithm(CollOp::AllReduce, name);
+    const auto& def = detail::findAlgorithm(CollOp::AllReduce, requireAlgorithm(CollOp::AllReduce, name));
     const bool hasSetup = def.setup != nullptr;  // every all-reduce declares scratch
     CHECK(hasSetup);
     const bool hasEmit = def.emit != nullptr, hasCost = def.cost != nullptr;
@@ -259,12 +259,19 @@ TEST_CASE("allreduce: count 0 and chunks 0 and channels 0 are InvalidArgument an
     CHECK_THROWS_AS(generate(arSpec(name, 16), nodesOfSize(4, 4), opts(1, 0)), Error);
     CHECK_THROWS_AS(generate(arSpec(name, 16), {}), Error);
   }
-  try {
-    generate(arSpec("butterfly", 16), nodesOfSize(4, 4));
-    FAIL("unknown algorithm accepted");
-  } catch (const Error& e) {
-    CHECK(e.code() == ErrorCode::NotFound);
-    CHECK(std::string(e.what()).find("hierarchical") != std::string::npos);
+  // A name that is no algorithm, and an algorithm without an all-reduce generator.
+  CollectiveSpec direct = arSpec("ring", 16);
+  direct.algo = Algorithm::Direct;
+  for (const auto& attempt : std::vector<std::function<void()>>{
+           [] { generate(arSpec("butterfly", 16), nodesOfSize(4, 4)); },
+           [&] { generate(direct, nodesOfSize(4, 4)); }}) {
+    try {
+      attempt();
+      FAIL("unknown algorithm accepted");
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::NotFound);
+      CHECK(std::string(e.what()).find("hierarchical") != std::string::npos);
+    }
   }
 }
 
@@ -882,30 +889,35 @@ TEST_CASE("allreduce hierarchical: auto picks the inter-node variant with the lo
     const CollectiveSpec spec = arSpec("hierarchical", bytes / 4);
     const double ring = closedForm(spec, opts(4, 1, "ring"), topo, 1024, profile).totalUs;
     const double rhd = closedForm(spec, opts(4, 1, "rhd"), topo, 1024, profile).totalUs;
-    const std::string pick = resolveInter(spec, nodeOf, opts(4, 1, "auto"), profile);
-    CHECK(pick == (rhd < ring ? "rhd" : "ring"));
+    const InterPhase pick = resolveInter(spec, nodeOf, opts(4, 1, "auto"), profile);
+    CHECK(pick == (rhd < ring ? InterPhase::Rhd : InterPhase::Ring));
     CHECK(closedForm(spec, opts(4, 1, "auto"), topo, 1024, profile).totalUs == std::min(ring, rhd));
   }
   // 128 nodes: 14 latency-bound exchanges beat 254 ring steps for a small message
-  CHECK(resolveInter(arSpec("hierarchical", 1024), nodeOf, opts(1, 1, "auto"), profile) == "rhd");
+  CHECK(resolveInter(arSpec("hierarchical", 1024), nodeOf, opts(1, 1, "auto"), profile) == InterPhase::Rhd);
   // no network phase, or another generator: nothing to choose
-  CHECK(resolveInter(arSpec("hierarchical", 1024), nodesOfSize(8, 8), opts(1, 1, "auto"), profile) == "ring");
-  CHECK(resolveInter(arSpec("ring", 1024), nodeOf, opts(1, 1, "auto"), profile) == "ring");
+  CHECK(resolveInter(arSpec("hierarchical", 1024), nodesOfSize(8, 8), opts(1, 1, "auto"), profile) == InterPhase::Ring);
+  CHECK(resolveInter(arSpec("ring", 1024), nodeOf, opts(1, 1, "auto"), profile) == InterPhase::Ring);
   // generate() resolves auto under the datasheet DGX-H100 profile: the schedule is one of the two variants
   const Schedule a = generate(arSpec("hierarchical", 1024), nodesOfSize(64, 8), opts(1, 1, "auto"));
   CHECK(countKind(a, StepKind::ProxyPut) == 64ull * 2 * 3);  // rhd over 8 nodes
 }
 
 TEST_CASE("allreduce: an unknown inter-node variant is InvalidArgument naming the choices") {
+  // Names are parsed at the edges (parseInterPhase); a value outside the enum is still refused by generate().
+  CHECK_FALSE(parseInterPhase("tree").has_value());
+  CHECK_FALSE(parseInterPhase("Ring").has_value());
+  GenOptions bad = opts(1, 1);
+  bad.inter = static_cast<InterPhase>(7);
   for (const char* name : kAllReduce) {
     INFO(std::string(name));
     try {
-      (void)generate(arSpec(name, 64), nodesOfSize(8, 4), opts(1, 1, "tree"));
+      (void)generate(arSpec(name, 64), nodesOfSize(8, 4), bad);
       FAIL("expected an error");
     } catch (const Error& e) {
       CHECK(e.code() == ErrorCode::InvalidArgument);
       CHECK(std::string(e.what()).find("ring, rhd or auto") != std::string::npos);
     }
   }
-  CHECK_THROWS_AS(resolveInter(arSpec("hierarchical", 64), nodesOfSize(8, 4), opts(1, 1, "Ring"), Profile{}), Error);
+  CHECK_THROWS_AS(resolveInter(arSpec("hierarchical", 64), nodesOfSize(8, 4), bad, Profile{}), Error);
 }

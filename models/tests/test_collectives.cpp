@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -49,7 +50,7 @@ CollectiveSpec makeSpec(CollOp op, const char* algo, uint64_t count, DType dtype
                         RedOp redop = RedOp::Sum, uint32_t root = 0) {
   CollectiveSpec s;
   s.op = op;
-  s.algo = algo;
+  s.algo = requireAlgorithm(op, algo);
   s.count = count;
   s.dtype = dtype;
   s.redop = redop;
@@ -78,7 +79,7 @@ const Algo kAlgos[] = {
 /// everything needed to reproduce it.
 void runCase(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt, uint64_t seed,
              InputKind kind = InputKind::Uniform) {
-  const std::string what = std::string(toString(spec.op)) + " " + spec.algo + " nodes " + describe(nodeOf) +
+  const std::string what = std::string(toString(spec.op)) + " " + toString(spec.algo) + " nodes " + describe(nodeOf) +
                            " count " + std::to_string(spec.count) + " " + toString(spec.dtype) + " " +
                            toString(spec.redop) + " root " + std::to_string(spec.root) + " chunks " +
                            std::to_string(opt.chunks) + " channels " + std::to_string(opt.channels) + " seed " +
@@ -215,12 +216,13 @@ void expectExactCost(CollOp op, const char* algo) {
 // ---- registry and bad input --------------------------------------------------------------------------------
 
 TEST_CASE("collectives: the registry lists every gather and scatter algorithm with a closed form") {
-  CHECK(algorithmsFor(CollOp::AllGather) == std::vector<std::string>{"ring", "direct", "hierarchical"});
-  CHECK(algorithmsFor(CollOp::ReduceScatter) == std::vector<std::string>{"ring", "direct", "hierarchical"});
-  CHECK(algorithmsFor(CollOp::Broadcast) == std::vector<std::string>{"direct", "ring"});
-  CHECK(algorithmsFor(CollOp::AllToAll) == std::vector<std::string>{"direct"});
+  using A = Algorithm;
+  CHECK(algorithmsFor(CollOp::AllGather) == std::vector<A>{A::Ring, A::Direct, A::Hierarchical});
+  CHECK(algorithmsFor(CollOp::ReduceScatter) == std::vector<A>{A::Ring, A::Direct, A::Hierarchical});
+  CHECK(algorithmsFor(CollOp::Broadcast) == std::vector<A>{A::Direct, A::Ring});
+  CHECK(algorithmsFor(CollOp::AllToAll) == std::vector<A>{A::Direct});
   for (const Algo& a : kAlgos) {
-    const auto& def = detail::findAlgorithm(a.op, a.name);
+    const auto& def = detail::findAlgorithm(a.op, requireAlgorithm(a.op, a.name));
     CHECK(static_cast<bool>(def.emit));
     CHECK(static_cast<bool>(def.cost));
     CHECK(std::string(def.summary).size() > 10);
@@ -228,9 +230,46 @@ TEST_CASE("collectives: the registry lists every gather and scatter algorithm wi
 }
 
 TEST_CASE("collectives: an unknown algorithm name is NotFound and lists the known ones") {
-  expectError([] { generate(makeSpec(CollOp::AllGather, "tree", 8), nodesOf(4, 4)); }, ErrorCode::NotFound,
-              "ring direct hierarchical");
-  expectError([] { generate(makeSpec(CollOp::AllToAll, "ring", 8), nodesOf(4, 4)); }, ErrorCode::NotFound, "direct");
+  // A name that is no algorithm (refused where it is parsed), and an algorithm without a generator for the op
+  // (refused where it is parsed and by generate()).
+  expectError([] { (void)requireAlgorithm(CollOp::AllGather, "tree"); }, ErrorCode::NotFound,
+              "unknown algorithm 'tree' for allgather (expected ring, direct, hierarchical)");
+  expectError([] { (void)requireAlgorithm(CollOp::AllToAll, "ring"); }, ErrorCode::NotFound, "(expected direct)");
+  CollectiveSpec ringAllToAll = makeSpec(CollOp::AllToAll, "direct", 8);
+  ringAllToAll.algo = Algorithm::Ring;
+  expectError([&] { generate(ringAllToAll, nodesOf(4, 4)); }, ErrorCode::NotFound, "(expected direct)");
+}
+
+TEST_CASE("collectives: specs and options compare field by field, so a pair of them can key a cache") {
+  const CollectiveSpec a = makeSpec(CollOp::AllGather, "ring", 8);
+  CHECK(a == makeSpec(CollOp::AllGather, "ring", 8));
+  std::vector<CollectiveSpec> differ(6, a);
+  differ[0].op = CollOp::ReduceScatter;
+  differ[1].algo = Algorithm::Direct;
+  differ[2].dtype = DType::Float16;
+  differ[3].redop = RedOp::Max;
+  differ[4].count = 9;
+  differ[5].root = 1;
+  for (const CollectiveSpec& d : differ) {
+    CHECK(a != d);
+    CHECK((a < d) != (d < a));  // strict and total over distinct specs
+  }
+  CHECK_FALSE(a < a);
+  const GenOptions o = makeOpt(2, 3);
+  CHECK(o == makeOpt(2, 3));
+  GenOptions rhd = o;
+  rhd.inter = InterPhase::Rhd;
+  for (const GenOptions& d : {makeOpt(1, 3), makeOpt(2, 1), rhd}) {
+    CHECK(o != d);
+    CHECK((o < d) != (d < o));
+  }
+  CHECK_FALSE(o < o);
+  std::map<std::pair<CollectiveSpec, GenOptions>, int> cache;
+  cache[{a, o}] = 1;
+  cache[{a, rhd}] = 2;
+  cache[{makeSpec(CollOp::AllGather, "ring", 8), makeOpt(2, 3)}] += 10;
+  CHECK(cache.size() == 2);
+  CHECK(cache.at({a, o}) == 11);
 }
 
 TEST_CASE("collectives: count 0 and broadcast roots outside the ranks are InvalidArgument") {

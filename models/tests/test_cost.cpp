@@ -457,13 +457,14 @@ TEST_CASE("cost: op bytes are the larger of the input and output buffer of one r
   CHECK(opBytes(s, 3) == 14);
 }
 
-TEST_CASE("cost: closedForm of an unknown algorithm is NotFound") {
+TEST_CASE("cost: closedForm of an algorithm without a generator for the op is NotFound") {
   CollectiveSpec s;
   s.op = CollOp::AllReduce;
-  s.algo = "no-such-algorithm";
+  s.algo = Algorithm::Direct;
   s.count = 17;
   const Topology t = topologyPreset("h200x2");
-  expectError([&] { closedForm(s, GenOptions{}, t, 2, defaultProfile(t)); }, ErrorCode::NotFound, {"no-such-algorithm"});
+  expectError([&] { closedForm(s, GenOptions{}, t, 2, defaultProfile(t)); }, ErrorCode::NotFound,
+              {"unknown algorithm 'direct' for allreduce"});
 }
 
 TEST_CASE("cost: closedForm dispatches to the generator's own cost function") {
@@ -477,7 +478,7 @@ TEST_CASE("cost: closedForm dispatches to the generator's own cost function") {
     CAPTURE(d.name);
     CollectiveSpec spec;
     spec.op = d.op;
-    spec.algo = d.name;
+    spec.algo = *parseAlgorithm(d.name);
     spec.count = 12345;
     spec.root = 3;
     if (!d.cost) {
@@ -517,7 +518,7 @@ TEST_CASE("cost: closedForm rejects more ranks than the topology has GPUs") {
     if (!d.cost) continue;
     CollectiveSpec spec;
     spec.op = d.op;
-    spec.algo = d.name;
+    spec.algo = *parseAlgorithm(d.name);
     spec.count = 100;
     expectError([&] { closedForm(spec, GenOptions{}, topo, 3, defaultProfile(topo)); }, ErrorCode::InvalidArgument,
                 {"3 ranks"});
@@ -835,7 +836,7 @@ TEST_CASE("cost: every generator declares whether peers touch user buffers as it
       const Topology topo = topologyPreset(preset, ranks > 8 ? 2 : 1);
       CollectiveSpec spec;
       spec.op = d.op;
-      spec.algo = d.name;
+      spec.algo = *parseAlgorithm(d.name);
       spec.count = 4099;
       for (uint32_t chunks : {1u, 4u}) {
         GenOptions opt;
@@ -861,7 +862,7 @@ TEST_CASE("cost: the peer-user-buffer term is charged once per op, by the timeli
     CAPTURE(algo);
     CollectiveSpec spec;
     spec.op = CollOp::AllReduce;
-    spec.algo = algo;
+    spec.algo = *parseAlgorithm(algo);
     spec.count = 1 << 20;
     const Schedule s = generate(spec, topo.layout(2));
     const double extra = peersTouchUserBuffers(s) ? 1.5 : 0.0;
@@ -871,10 +872,10 @@ TEST_CASE("cost: the peer-user-buffer term is charged once per op, by the timeli
   // One-shot writes only the peers' scratch; two-shot's all-gather phase writes their outputs.
   CollectiveSpec one;
   one.op = CollOp::AllReduce;
-  one.algo = "one-shot";
+  one.algo = Algorithm::OneShot;
   one.count = 1000;
   CHECK_FALSE(peersTouchUserBuffers(generate(one, topo.layout(2))));
-  one.algo = "two-shot";
+  one.algo = Algorithm::TwoShot;
   CHECK(peersTouchUserBuffers(generate(one, topo.layout(2))));
 }
 

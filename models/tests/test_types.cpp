@@ -5,6 +5,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "mk/algorithms/algorithms.hpp"
+#include "mk/error.hpp"
 #include "mk/schedule/pack.hpp"
 #include "mk/schedule/schedule.hpp"
 #include "mk/schedule/types.hpp"
@@ -45,6 +47,38 @@ TEST_CASE("types: dtype aliases fp32 f32 bf16 fp16 f16 half parse") {
 
 TEST_CASE("types: reduction op names round trip through parseRedOp") {
   checkRoundTrip<RedOp>(3, parseRedOp, {"sum", "max", "min"});
+}
+
+TEST_CASE("types: algorithm and inter-node phase names round trip") {
+  checkRoundTrip<Algorithm>(5, parseAlgorithm, {"one-shot", "two-shot", "ring", "hierarchical", "direct"});
+  checkRoundTrip<InterPhase>(3, parseInterPhase, {"auto", "ring", "rhd"});
+  CHECK_FALSE(parseAlgorithm("auto").has_value());  // "auto" is a request (policy.hpp), not an algorithm
+  CHECK_FALSE(parseAlgorithm("Ring").has_value());
+  CHECK_FALSE(parseInterPhase("tree").has_value());
+}
+
+TEST_CASE("types: a bad op dtype redop or algorithm word has one spelling, naming where it came from") {
+  auto message = [](auto fn) -> std::string {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(toString(e.code())) + ": " + e.message();
+    }
+    return "no error";
+  };
+  CHECK(message([] { requireCollOp("allsum", "--op"); }) ==
+        "invalid-argument: unknown --op 'allsum' (expected allreduce, allgather, reducescatter, broadcast, alltoall)");
+  CHECK(message([] { requireDType("int7", "dtype"); }) ==
+        "invalid-argument: unknown dtype 'int7' (expected float32, bfloat16, float16)");
+  CHECK(message([] { requireRedOp("prod", "--redop"); }) == "invalid-argument: unknown --redop 'prod' (expected sum, max, min)");
+  CHECK(message([] { requireAlgorithm(CollOp::AllReduce, "star"); }) ==
+        "not-found: unknown algorithm 'star' for allreduce (expected one-shot, two-shot, ring, hierarchical)");
+  CHECK(message([] { requireAlgorithm(CollOp::Broadcast, "one-shot"); }) ==
+        "not-found: unknown algorithm 'one-shot' for broadcast (expected direct, ring)");
+  CHECK(requireCollOp("all-reduce") == CollOp::AllReduce);  // the aliases of the parsers are kept
+  CHECK(requireDType("bf16") == DType::BFloat16);
+  CHECK(requireRedOp("min") == RedOp::Min);
+  CHECK(requireAlgorithm(CollOp::AllToAll, "direct") == Algorithm::Direct);
 }
 
 TEST_CASE("types: lane role names round trip through parseLaneRole") {

@@ -83,6 +83,76 @@ TEST_CASE("request: ranks grow the cluster unless nodes are explicit") {
   }
 }
 
+TEST_CASE("request: the words of a command line become a typed request, auto leaving algorithm and shape open") {
+  mk::CollectiveArgs a;
+  a.op = "reduce-scatter";
+  a.algo = "direct";
+  a.dtype = "bf16";
+  a.redop = "max";
+  a.root = 3;
+  a.chunks = 2;
+  a.inter = "rhd";
+  mk::CollectiveRequest r = mk::parseCollective(a);
+  CHECK(r.spec.op == mk::CollOp::ReduceScatter);
+  REQUIRE(r.algo.has_value());
+  CHECK(*r.algo == mk::Algorithm::Direct);
+  CHECK(r.spec.algo == mk::Algorithm::Direct);
+  CHECK(r.spec.dtype == mk::DType::BFloat16);
+  CHECK(r.spec.redop == mk::RedOp::Max);
+  CHECK(r.spec.root == 3);
+  CHECK(r.spec.count == 0);
+  CHECK(r.gen.chunks == 2);  // a concrete algorithm keeps the tools' defaults, given or not
+  CHECK(r.gen.channels == 1);
+  CHECK(r.gen.inter == mk::InterPhase::Rhd);
+
+  a.algo = "auto";
+  r = mk::parseCollective(a);
+  CHECK_FALSE(r.algo.has_value());
+  CHECK(r.gen.chunks == 0);  // not given: the size table's
+  CHECK(r.gen.channels == 0);
+  a.chunksGiven = true;
+  CHECK(mk::parseCollective(a).gen.chunks == 2);
+  CHECK(mk::parseCollective(a).gen.channels == 0);
+
+  auto error = [](mk::CollectiveArgs bad) -> std::string {
+    try {
+      (void)mk::parseCollective(bad);
+    } catch (const mk::Error& e) {
+      return e.message();
+    }
+    return "no error";
+  };
+  mk::CollectiveArgs bad;
+  bad.op = "allsum";
+  CHECK(error(bad).find("unknown --op 'allsum' (expected allreduce,") == 0);
+  bad = {};
+  bad.dtype = "int7";
+  CHECK(error(bad).find("unknown --dtype 'int7' (expected float32,") == 0);
+  bad = {};
+  bad.redop = "prod";
+  CHECK(error(bad).find("unknown --redop 'prod' (expected sum,") == 0);
+  bad = {};
+  bad.algo = "star";
+  CHECK(error(bad) == "unknown algorithm 'star' for allreduce (expected one-shot, two-shot, ring, hierarchical)");
+  bad.op = "alltoall";
+  bad.algo = "ring";
+  CHECK(error(bad) == "unknown algorithm 'ring' for alltoall (expected direct)");
+  bad = {};
+  bad.inter = "tree";
+  CHECK(error(bad).find("unknown --inter 'tree'") == 0);
+}
+
+TEST_CASE("request: a size below one element per rank block is bad input naming the least size") {
+  CHECK(mk::requireCountForBytes(mk::CollOp::AllGather, 64, mk::DType::Float32, 8) == 2);
+  try {
+    (void)mk::requireCountForBytes(mk::CollOp::AllGather, 8, mk::DType::Float32, 8);
+    FAIL("8 bytes accepted for 8 float32 blocks");
+  } catch (const mk::Error& e) {
+    CHECK(e.code() == mk::ErrorCode::InvalidArgument);
+    CHECK(e.message() == "--bytes 8 holds less than one float32 element per rank (need at least 32 bytes)");
+  }
+}
+
 TEST_CASE("size: durations and byte amounts print with a readable unit") {
   CHECK(mk::formatMicros(3.5) == "3.500 us");
   CHECK(mk::formatMicros(12291.0) == "12.291 ms");

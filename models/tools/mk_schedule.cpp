@@ -11,9 +11,9 @@
 #include <string>
 
 #include "mk/algorithms/algorithms.hpp"
+#include "mk/algorithms/policy.hpp"
 #include "mk/algorithms/request.hpp"
 #include "mk/cost/cost.hpp"
-#include "mk/cost/profile_io.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/verify.hpp"
 #include "mk/schedule/io.hpp"
@@ -21,6 +21,7 @@
 #include "mk/schedule/validate.hpp"
 #include "mk/topology/topology.hpp"
 #include "mk/util/cli.hpp"
+#include "mk/util/cli_collective.hpp"
 #include "mk/util/size.hpp"
 
 namespace {
@@ -28,25 +29,13 @@ namespace {
 constexpr int kExitVerifyFailed = mk::cli::kExitFailed;
 
 struct Options {
-  std::string op = "allreduce";
-  std::string algo = "ring";
-  std::string cluster = "dgx-h100";
-  uint32_t nodes = 0;
-  uint32_t ranks = 0;
-  std::string bytes = "1MiB";
-  std::string dtype = "float32";
-  std::string redop = "sum";
-  uint32_t root = 0;
-  uint32_t chunks = 1;
-  uint32_t channels = 1;
-  std::string inter = "auto";
+  mk::CollectiveArgs coll;
   bool verify = false;
   std::string inputs = "uniform";
   uint64_t seed = 1;
   std::string jsonOut;
   std::string packedOut;
   std::string scheduleIn;
-  std::string profile;
 };
 
 /// Steps per lane role and bytes per link class, summed over ranks: the shape of a schedule at a glance.
@@ -88,26 +77,12 @@ void printSummary(const mk::Schedule& s) {
   std::printf("(summed over ranks)\n");
 }
 
-/// Count argument of the op from nccl-tests-style "size" bytes; bad input when less than one element per rank.
-uint64_t countFromBytes(mk::CollOp op, uint64_t bytes, mk::DType dtype, uint32_t nRanks) {
-  const uint64_t count = mk::countForBytes(op, bytes, dtype, nRanks);
-  if (count == 0)
-    throw mk::Error(mk::ErrorCode::InvalidArgument, "--bytes " + std::to_string(bytes) + " holds less than one " +
-                                                        mk::toString(dtype) + " element per rank (need at least " +
-                                                        std::to_string(mk::minBytesFor(op, dtype, nRanks)) + " bytes)");
-  return count;
-}
-
-/// The profile the cost line prices with: --profile's file, else the cluster's datasheet defaults.
-mk::Profile profileFor(const Options& o, const mk::Topology& topo) {
-  return o.profile.empty() ? mk::defaultProfile(topo) : mk::loadProfile(o.profile);
-}
-
 int run(const Options& o) {
   mk::Schedule schedule;
   mk::CollectiveSpec spec;
+  mk::GenOptions gen;
+  mk::Profile profile;
   bool generated = false;
-  std::string inter = "auto";  // the resolved inter-node variant of a generated schedule
   mk::Topology topo;
 
   if (!o.scheduleIn.empty()) {
@@ -117,34 +92,22 @@ int run(const Options& o) {
                 schedule.info.algo.c_str(), schedule.nRanks);
     std::printf("  validate   OK\n");
   } else {
-    auto op = mk::parseCollOp(o.op);
-    if (!op) throw mk::Error(mk::ErrorCode::InvalidArgument,
-                             "unknown --op '" + o.op + "' (expected allreduce, allgather, reducescatter, broadcast, alltoall)");
-    auto dtype = mk::parseDType(o.dtype);
-    if (!dtype) throw mk::Error(mk::ErrorCode::InvalidArgument,
-                                "unknown --dtype '" + o.dtype + "' (expected float32, bfloat16, float16)");
-    auto redop = mk::parseRedOp(o.redop);
-    if (!redop) throw mk::Error(mk::ErrorCode::InvalidArgument, "unknown --redop '" + o.redop + "' (expected sum, max, min)");
-    const uint64_t bytes = mk::parseSize(o.bytes);
+    const mk::CollectiveRequest request = mk::parseCollective(o.coll);
+    const uint64_t bytes = mk::parseSize(o.coll.bytes);
 
-    const mk::Placement placed = mk::placeRanks(o.cluster, o.nodes, o.ranks);
+    const mk::Placement placed = mk::placeRanks(o.coll.cluster, o.coll.nodes, o.coll.ranks);
     topo = placed.topo;
     const uint32_t perNode = topo.node.gpus;
     const uint32_t nRanks = placed.nRanks;
 
-    spec.op = *op;
-    spec.algo = o.algo;
-    spec.dtype = *dtype;
-    spec.redop = *redop;
-    spec.root = o.root;
-    spec.count = countFromBytes(*op, bytes, *dtype, nRanks);
-    mk::GenOptions gen;
-    gen.chunks = o.chunks;
-    gen.channels = o.channels;
-    gen.inter = o.inter;
-    // "auto" is decided under the profile the cost line below prices with, so both describe one schedule.
-    gen.inter = mk::resolveInter(spec, topo.layout(nRanks), gen, profileFor(o, topo));
-    inter = gen.inter;
+    spec = request.spec;
+    spec.count = mk::requireCountForBytes(spec.op, bytes, spec.dtype, nRanks);
+    // "auto" (algorithm and inter-node phase) is decided under the profile the cost line below prices with,
+    // so both describe one schedule.
+    profile = mk::profileFor(o.coll, topo);
+    const mk::CollectivePlan plan = mk::planCollective(spec, request.algo, request.gen, topo, nRanks, profile);
+    spec = plan.spec;
+    gen = plan.gen;
 
     const auto t0 = std::chrono::steady_clock::now();
     schedule = mk::generate(spec, topo.layout(nRanks), gen);
@@ -154,25 +117,22 @@ int run(const Options& o) {
 
     const uint64_t used = mk::opBytes(spec, nRanks);
     std::printf("mk-schedule: %s %s on %s x %u node(s) (%u ranks, %u GPU(s) per node)\n", mk::toString(spec.op),
-                spec.algo.c_str(), topo.name.c_str(), topo.nodes, nRanks, perNode);
+                mk::toString(spec.algo), topo.name.c_str(), topo.nodes, nRanks, perNode);
+    if (plan.chosenByAuto) std::printf("  auto       %s\n", mk::cli::describeAutoChoice(plan, o.coll).c_str());
     std::printf("  size       %s = %llu %s element(s) per rank%s", mk::formatSize(used).c_str(),
                 static_cast<unsigned long long>(spec.count), mk::toString(spec.dtype),
-                (*op == mk::CollOp::AllReduce || *op == mk::CollOp::Broadcast) ? "" : " per block");
+                (spec.op == mk::CollOp::AllReduce || spec.op == mk::CollOp::Broadcast) ? "" : " per block");
     if (used != bytes) std::printf(" (--bytes %llu rounded down to whole elements)", static_cast<unsigned long long>(bytes));
     std::printf("\n  options    redop %s, chunks %u, channels %u%s\n", mk::toString(spec.redop), gen.chunks, gen.channels,
-                *op == mk::CollOp::Broadcast ? (", root " + std::to_string(spec.root)).c_str() : "");
-    if (spec.op == mk::CollOp::AllReduce && spec.algo == "hierarchical")
-      std::printf("  inter-node %s%s\n", gen.inter.c_str(), o.inter == "auto" ? " (auto: the lower closed form)" : "");
+                spec.op == mk::CollOp::Broadcast ? (", root " + std::to_string(spec.root)).c_str() : "");
+    if (spec.op == mk::CollOp::AllReduce && spec.algo == mk::Algorithm::Hierarchical)
+      std::printf("  inter-node %s%s\n", mk::toString(gen.inter),
+                  request.gen.inter == mk::InterPhase::Auto ? " (auto: the lower closed form)" : "");
     std::printf("  generate   %.1f ms, validate OK\n", genMs);
   }
   printSummary(schedule);
 
   if (generated) {
-    mk::GenOptions gen;
-    gen.chunks = o.chunks;
-    gen.channels = o.channels;
-    gen.inter = inter;
-    const mk::Profile profile = profileFor(o, topo);
     const mk::CostEstimate c = mk::closedForm(spec, gen, topo, schedule.nRanks, profile);
     const double algbw = static_cast<double>(mk::opBytes(spec, schedule.nRanks)) / (c.totalUs * 1e3);  // GB/s
     std::printf("  cost       %s closed form (latency %s, bandwidth %s, reduce %s)\n", mk::formatMicros(c.totalUs).c_str(),
@@ -224,29 +184,10 @@ int main(int argc, char** argv) {
       "  mk-schedule --schedule ar.json --packed ar.bin\n\n"
       "Exit codes: 0 success, 1 verification failed, 2 bad input.",
       "mk-schedule"};
-  app.add_option("--op", o.op, "collective: allreduce, allgather, reducescatter, broadcast, alltoall")->capture_default_str();
-  app.add_option("--algo", o.algo,
-                 "algorithm: allreduce one-shot|two-shot|ring|hierarchical; allgather and reducescatter "
-                 "ring|direct|hierarchical; broadcast direct|ring; alltoall direct")
-      ->capture_default_str();
-  app.add_option("--cluster", o.cluster, "preset (h200x2, dgx-h100, dgx-h200) or a topology JSON file")->capture_default_str();
-  app.add_option("--nodes", o.nodes, "nodes of the cluster (default: the preset's, or enough for --ranks)");
-  app.add_option("--ranks", o.ranks, "ranks (GPUs) taking part, placed node-major (default: every GPU)");
-  app.add_option("--bytes", o.bytes,
-                 "op size as nccl-tests counts it: the larger buffer of one rank (8, 1021, 64K, 1MiB, 1G); rounded "
-                 "down to whole elements (per rank block for allgather/reducescatter/alltoall)")
-      ->capture_default_str();
-  app.add_option("--dtype", o.dtype, "float32, bfloat16 or float16")->capture_default_str();
-  app.add_option("--redop", o.redop, "sum, max or min (allreduce, reducescatter)")->capture_default_str();
-  app.add_option("--root", o.root, "broadcast root rank")->capture_default_str();
-  app.add_option("--chunks", o.chunks, "pipeline depth: chunks per transfer (>= 1)")->capture_default_str();
-  app.add_option("--channels", o.channels, "parallel lanes, each on a slice of the data (>= 1)")->capture_default_str();
-  app.add_option("--inter", o.inter,
-                 "inter-node phase of the hierarchical all-reduce: ring (2(M-1) steps per chunk over M nodes), rhd "
-                 "(recursive halving + doubling, 2 log2 M steps; other node counts fold the extra nodes), or auto "
-                 "(the lower closed form under the cluster's datasheet profile)")
-      ->check(CLI::IsMember({"ring", "rhd", "auto"}))
-      ->capture_default_str();
+  mk::cli::addCollectiveOptions(app, o.coll);
+  app.get_option("--profile")
+      ->description("price the closed form (and decide auto) with this profile (mkernel.profile.v1, e.g. from "
+                    "mk-calibrate) instead of the cluster's datasheet defaults");
   app.add_flag("--verify", o.verify, "run the CPU reference executor on fresh random inputs and compare every element");
   app.add_option("--inputs", o.inputs,
                  "verify inputs: uniform (random in [-1,1), sums within the documented tolerance) or integers "
@@ -257,13 +198,7 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.jsonOut, "write the schedule as JSON (docs/schedule-format.md)");
   app.add_option("--packed", o.packedOut, "write the packed binary form (what a GPU uploads)");
   app.add_option("--schedule", o.scheduleIn, "read a schedule JSON instead of generating one (validate + summary)");
-  app.add_option("--profile", o.profile,
-                 "price the closed form with this profile (mkernel.profile.v1, e.g. from mk-calibrate) instead of the "
-                 "cluster's datasheet defaults");
   if (int rc = mk::cli::parse(app, argc, argv, "mk-schedule"); rc != mk::cli::kContinue) return rc;
-  if (int rc = mk::cli::requirePositive(app, "mk-schedule", {{"--ranks", o.ranks}, {"--nodes", o.nodes},
-                                                             {"--chunks", o.chunks}, {"--channels", o.channels}});
-      rc != mk::cli::kContinue)
-    return rc;
+  if (int rc = mk::cli::finishCollectiveOptions(app, "mk-schedule", o.coll); rc != mk::cli::kContinue) return rc;
   return mk::cli::run("mk-schedule", [&] { return run(o); });
 }

@@ -23,7 +23,7 @@ Json linkJson(const LinkLoad& l) {
 void describe(Json& j, const RunInfo& info) {
   j["engine"] = "simgrid-3.32";
   j["op"] = info.op;
-  j["algo"] = info.algo;
+  j["algo"] = info.chosenByAuto ? "auto:" + info.algo : info.algo;  // mk-bench's spelling of an auto choice
   j["cluster"] = info.cluster;
   j["nodes"] = info.nodes;
   j["gpus_per_node"] = info.gpusPerNode;
@@ -83,9 +83,20 @@ std::string sweepToJson(const std::vector<std::pair<RunInfo, Prediction>>& rows,
   Json j;
   j["schema"] = kPredictionSchema;
   if (!rows.empty()) describe(j, rows.front().first);
+  const bool perSize = !rows.empty() && rows.front().first.chosenByAuto;
+  if (perSize) {  // "auto" decides per size: each result says what it chose
+    j["algo"] = "auto";
+    j.erase("chunks");
+    j.erase("channels");
+  }
   Json results = Json::array();
   for (const auto& [info, p] : rows) {
     Json r;
+    if (perSize) {
+      r["algo"] = info.algo;
+      r["chunks"] = info.chunks;
+      r["channels"] = info.channels;
+    }
     result(r, p, info);
     r["stats"] = statsJson(p.stats);
     results.push_back(r);

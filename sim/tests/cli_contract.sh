@@ -40,6 +40,31 @@ expect 0 '^inter-node: rhd$' -- "$tool" --algo hierarchical --cluster dgx-h100 -
 expect 0 '^inter-node: (ring|rhd) \(auto: the lower closed form\)$' -- "$tool" --algo hierarchical --cluster dgx-h100 --nodes 4 --bytes 16M
 expect 0 'closed form: .*predicted / closed form = 1\.000' -- "$tool" --algo hierarchical --cluster dgx-h100 --nodes 8 --bytes 64M --inter rhd --chunks 4
 
+# ---- --algo auto: the engine's choice (mk/algorithms/policy.hpp), printed, predicting what it chose ----
+expect 0 '^auto: (one-shot|two-shot|ring|hierarchical) \(the lowest closed form\), chunks [0-9]+ by size, channels 1 by size$' -- "$tool" --algo auto --cluster h200x2 --bytes 64MiB
+expect 0 '^mk-sim: allreduce (one-shot|two-shot) on .*, chunks 3, channels 1$' -- "$tool" --algo auto --cluster h200x2 --bytes 64MiB --chunks 3
+expect 0 'chunks 3 as given, channels 1 by size$' -- "$tool" --algo auto --cluster h200x2 --bytes 64MiB --chunks 3
+expect 0 '^auto: direct ' -- "$tool" --op alltoall --algo auto --cluster dgx-h100 --bytes 1M
+expect 0 '^ +size\(B\) .*closed\(us\) +algo +chunks +channels$' -- "$tool" --algo auto --cluster h200x2 --sweep 8:1G:64
+calibrated="$(dirname "${BASH_SOURCE[0]}")/../../validation/data/profiles/h200x2-calibrated.json"
+# auto predicts exactly what the concrete algorithm it names predicts with the chunks and channels it names
+for args in "--cluster h200x2 --bytes 64MiB" "--cluster h200x2 --bytes 8 --profile $calibrated" \
+  "--cluster h200x2 --bytes 64MiB --profile $calibrated" "--cluster dgx-h100 --nodes 4 --bytes 256MiB" \
+  "--op reducescatter --cluster dgx-h100 --nodes 2 --bytes 4M"; do
+  # shellcheck disable=SC2086
+  auto_out=$("$tool" --algo auto $args 2>&1)
+  chosen=$(sed -nE 's/^auto: ([a-z-]+) \(the lowest closed form\), chunks ([0-9]+) by size, channels ([0-9]+) by size$/\1 \2 \3/p' <<<"$auto_out")
+  read -r algo chunks channels <<<"$chosen"
+  # shellcheck disable=SC2086
+  concrete_out=$("$tool" --algo "${algo:-none}" --chunks "${chunks:-1}" --channels "${channels:-1}" $args 2>&1)
+  check "auto ($args) chose '$chosen' and predicts what it predicts" \
+    test -n "$chosen" -a "$(grep '^predicted:' <<<"$auto_out")" == "$(grep '^predicted:' <<<"$concrete_out")"
+done
+"$tool" --algo auto --cluster h200x2 --bytes 64MiB --json "$work/auto.json" >/dev/null 2>&1
+check "auto's JSON names what it chose" grep -Eq '"algo": "auto:(one-shot|two-shot|ring|hierarchical)"' "$work/auto.json"
+"$tool" --algo auto --cluster h200x2 --sweep 8:1G:64 --json "$work/auto-sweep.json" >/dev/null 2>&1
+check "auto's sweep JSON names the choice of every size" test "$(grep -c '"algo": "' "$work/auto-sweep.json")" -eq 6
+
 # ---- files ----
 expect 0 'wrote .*p\.json' -- "$tool" --algo hierarchical --cluster dgx-h100 --nodes 2 --bytes 4M --json "$work/p.json" --trace "$work/t.json"
 check "prediction json has the schema" grep -q '"schema": "mkernel.prediction.v1"' "$work/p.json"

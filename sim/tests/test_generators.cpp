@@ -55,13 +55,13 @@ Outcome run(mk::CollOp op, const std::string& algo, const Platform& pl, uint64_t
   const mk::Topology topo = topology(pl);
   mk::CollectiveSpec spec;
   spec.op = op;
-  spec.algo = algo;
+  spec.algo = mk::requireAlgorithm(op, algo);
   spec.dtype = mk::DType::BFloat16;
   spec.count = count;
   mk::GenOptions opt;
   opt.chunks = chunks;
   opt.channels = channels;
-  opt.inter = inter;
+  opt.inter = *mk::parseInterPhase(inter);
   const mk::Schedule s = mk::generate(spec, topo.layout(pl.ranks), opt);
   const mk::Profile prof = mk::defaultProfile(topo);
   Outcome o;
@@ -113,7 +113,7 @@ TEST_CASE("generators: the tested set covers every registered algorithm") {
   std::set<std::string> registered;
   for (mk::CollOp op : {mk::CollOp::AllReduce, mk::CollOp::AllGather, mk::CollOp::ReduceScatter,
                         mk::CollOp::Broadcast, mk::CollOp::AllToAll})
-    for (const auto& a : mk::algorithmsFor(op)) registered.insert(std::string(mk::toString(op)) + "/" + a);
+    for (const auto& a : mk::algorithmsFor(op)) registered.insert(std::string(mk::toString(op)) + "/" + mk::toString(a));
   const std::set<std::string> tested = {
       "allreduce/one-shot",   "allreduce/two-shot",   "allreduce/ring",          "allreduce/hierarchical",
       "allgather/ring",       "allgather/direct",     "allgather/hierarchical",  "reducescatter/ring",
@@ -180,7 +180,7 @@ namespace {
 double predictAllReduce(const std::string& algo, const char* preset, uint32_t nodes, uint64_t bytes) {
   const mk::Topology topo = mk::topologyPreset(preset, nodes);
   mk::CollectiveSpec spec;
-  spec.algo = algo;
+  spec.algo = mk::requireAlgorithm(spec.op, algo);
   spec.dtype = mk::DType::BFloat16;
   spec.count = bytes / 2;
   const mk::Schedule s = mk::generate(spec, topo.layout(topo.totalGpus()));
@@ -206,10 +206,10 @@ TEST_CASE("generators: ring beats one-shot for large messages on one node") {
 TEST_CASE("generators: fast mode equals exact mode for a hierarchical allreduce across nodes") {
   const mk::Topology topo = mk::topologyPreset("dgx-h100", 4);
   mk::CollectiveSpec spec;
-  spec.algo = "hierarchical";
+  spec.algo = mk::Algorithm::Hierarchical;
   spec.count = 1000003;
-  for (const char* inter : {"ring", "rhd"}) {
-    CAPTURE(inter);
+  for (mk::InterPhase inter : {mk::InterPhase::Ring, mk::InterPhase::Rhd}) {
+    CAPTURE(mk::toString(inter));
     mk::GenOptions opt;
     opt.inter = inter;
     const mk::Schedule s = mk::generate(spec, topo.layout(32), opt);

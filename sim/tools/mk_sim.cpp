@@ -14,10 +14,11 @@
 #include <vector>
 
 #include "mk/algorithms/algorithms.hpp"
+#include "mk/algorithms/policy.hpp"
 #include "mk/algorithms/request.hpp"
-#include "mk/util/cli.hpp"
 #include "mk/cost/cost.hpp"
-#include "mk/cost/profile_io.hpp"
+#include "mk/util/cli.hpp"
+#include "mk/util/cli_collective.hpp"
 #include "mk/error.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/schedule/validate.hpp"
@@ -35,17 +36,7 @@ constexpr uint64_t kSuggestFastSteps = 1000000;
 constexpr std::size_t kBusiestLinks = 3;
 
 struct Options {
-  std::string op = "allreduce";
-  std::string algo = "ring";
-  std::string cluster = "dgx-h100";
-  uint32_t nodes = 0;
-  uint32_t ranks = 0;
-  std::string bytes = "1MiB";
-  std::string dtype = "float32";
-  uint32_t chunks = 1;
-  uint32_t channels = 1;
-  std::string inter = "auto";
-  std::string profileIn;
+  mk::CollectiveArgs coll;
   std::string jsonOut;
   std::string traceOut;
   std::string sweep;
@@ -55,10 +46,6 @@ struct Options {
 };
 
 [[noreturn]] void bad(const std::string& msg) { throw mk::Error(mk::ErrorCode::InvalidArgument, msg); }
-
-uint64_t countFromBytes(mk::CollOp op, uint64_t bytes, mk::DType dtype, uint32_t nRanks) {
-  return mk::countForBytes(op, bytes, dtype, nRanks);
-}
 
 /// An output path must be writable before hours of simulation are spent (writeFileAtomic checks it again).
 void checkOutputPath(const char* option, const std::string& path) {
@@ -96,13 +83,24 @@ struct Setup {
   bool defaultProfile = true;
   std::optional<mk::CollectiveSpec> spec;  ///< when generated
   mk::GenOptions gen;
+  bool chosenByAuto = false;  ///< spec->algo and gen came from --algo auto
   uint32_t nRanks = 0;
 };
+
+/// `st` with the plan of one size.
+Setup planned(const Setup& st, const mk::CollectivePlan& plan) {
+  Setup one = st;
+  one.spec = plan.spec;
+  one.gen = plan.gen;
+  one.chosenByAuto = plan.chosenByAuto;
+  return one;
+}
 
 mk::sim::RunInfo baseInfo(const Setup& st, const mk::Schedule& s) {
   mk::sim::RunInfo info;
   info.op = st.spec ? mk::toString(st.spec->op) : s.info.op;
-  info.algo = st.spec ? st.spec->algo : s.info.algo;
+  info.algo = st.spec ? mk::toString(st.spec->algo) : s.info.algo;
+  info.chosenByAuto = st.chosenByAuto;
   info.cluster = st.topo.name;
   info.dtype = mk::toString(st.spec ? st.spec->dtype : s.info.dtype);
   info.profileSource = st.profile.source;
@@ -111,7 +109,8 @@ mk::sim::RunInfo baseInfo(const Setup& st, const mk::Schedule& s) {
   info.ranks = s.nRanks;
   info.chunks = st.spec ? st.gen.chunks : s.info.chunks;
   info.channels = st.spec ? st.gen.channels : s.info.channels;
-  if (st.spec && st.spec->op == mk::CollOp::AllReduce && st.spec->algo == "hierarchical") info.inter = st.gen.inter;
+  if (st.spec && st.spec->op == mk::CollOp::AllReduce && st.spec->algo == mk::Algorithm::Hierarchical)
+    info.inter = mk::toString(st.gen.inter);
   const auto op = mk::parseCollOp(info.op);
   if (st.spec) {
     info.count = st.spec->count;
@@ -207,16 +206,17 @@ Setup makeSetup(const Options& o, const mk::Schedule* loaded) {
                                 ? *std::max_element(loaded->nodeOf.begin(), loaded->nodeOf.end()) + 1
                                 : 0;
   // A loaded schedule brings its own ranks: only its node count constrains the cluster.
-  const mk::Placement placed = mk::placeRanks(o.cluster, o.nodes, loaded != nullptr ? 0 : o.ranks, minNodes);
+  const mk::Placement placed = mk::placeRanks(o.coll.cluster, o.coll.nodes, loaded != nullptr ? 0 : o.coll.ranks, minNodes);
   st.topo = placed.topo;
   st.nRanks = placed.nRanks;
-  if (o.profileIn.empty()) {
-    st.profile = mk::defaultProfile(st.topo);
-  } else {
-    st.profile = mk::loadProfile(o.profileIn);
-    st.defaultProfile = false;
-  }
+  st.profile = mk::profileFor(o.coll, st.topo);
+  st.defaultProfile = o.coll.profile.empty();
   return st;
+}
+
+/// "chunks 4", or "chunks by size" where --algo auto picks them per size.
+std::string shapeText(const char* what, uint32_t value) {
+  return std::string(what) + (value ? " " + std::to_string(value) : " by size");
 }
 
 int run(const Options& o) {
@@ -234,38 +234,31 @@ int run(const Options& o) {
   Setup st = makeSetup(o, o.scheduleIn.empty() ? nullptr : &loaded);
 
   std::vector<uint64_t> sizes;
+  std::optional<mk::CollectiveRequest> request;
   if (o.scheduleIn.empty()) {
-    const auto op = mk::parseCollOp(o.op);
-    if (!op) bad("unknown --op '" + o.op + "' (expected allreduce, allgather, reducescatter, broadcast, alltoall)");
-    const auto dtype = mk::parseDType(o.dtype);
-    if (!dtype) bad("unknown --dtype '" + o.dtype + "' (expected float32, bfloat16, float16)");
-    const auto algos = mk::algorithmsFor(*op);
-    if (std::find(algos.begin(), algos.end(), o.algo) == algos.end()) {
-      std::string list;
-      for (const auto& a : algos) list += (list.empty() ? "" : ", ") + a;
-      bad("unknown algorithm '" + o.algo + "' for " + o.op + " (expected " + list + ")");
+    request = mk::parseCollective(o.coll);
+    sizes = o.sweep.empty() ? std::vector<uint64_t>{mk::parseSize(o.coll.bytes)} : parseSweep(o.sweep);
+    st.spec = request->spec;
+    st.gen = request->gen;
+    if (o.sweep.empty()) {
+      // One size: decide "auto" (algorithm, chunks, channels and inter-node phase) under the profile this run
+      // uses, so the schedule and the closed form printed next to the prediction are the same one.
+      st.spec->count = mk::requireCountForBytes(st.spec->op, sizes[0], st.spec->dtype, st.nRanks);
+      st = planned(st, mk::planCollective(*st.spec, request->algo, request->gen, st.topo, st.nRanks, st.profile));
     }
-    mk::CollectiveSpec spec;
-    spec.op = *op;
-    spec.algo = o.algo;
-    spec.dtype = *dtype;
-    st.spec = spec;
-    st.gen.chunks = o.chunks;
-    st.gen.channels = o.channels;
-    st.gen.inter = o.inter;
-    sizes = o.sweep.empty() ? std::vector<uint64_t>{mk::parseSize(o.bytes)} : parseSweep(o.sweep);
-    if (o.sweep.empty() && countFromBytes(*op, sizes[0], *dtype, st.nRanks) == 0)
-      bad("--bytes " + std::to_string(sizes[0]) + " holds less than one " + mk::toString(*dtype) +
-          " element per rank (need at least " + std::to_string(mk::minBytesFor(*op, *dtype, st.nRanks)) + " bytes)");
   } else {
     st.nRanks = loaded.nRanks;
   }
 
   // ---- header ----
   if (st.spec) {
-    std::printf("mk-sim: %s %s on %s x %u node(s) (%u ranks, %u GPU(s) per node), %s, chunks %u, channels %u\n",
-                mk::toString(st.spec->op), st.spec->algo.c_str(), st.topo.name.c_str(), st.topo.nodes, st.nRanks,
-                st.topo.node.gpus, mk::toString(st.spec->dtype), st.gen.chunks, st.gen.channels);
+    const bool perSize = !request->algo && !o.sweep.empty();  // auto over a sweep: decided per size
+    std::printf("mk-sim: %s %s on %s x %u node(s) (%u ranks, %u GPU(s) per node), %s, %s, %s\n",
+                mk::toString(st.spec->op), perSize ? "auto" : mk::toString(st.spec->algo), st.topo.name.c_str(),
+                st.topo.nodes, st.nRanks, st.topo.node.gpus, mk::toString(st.spec->dtype),
+                shapeText("chunks", st.gen.chunks).c_str(), shapeText("channels", st.gen.channels).c_str());
+    if (st.chosenByAuto)
+      std::printf("auto: %s\n", mk::cli::describeAutoChoice(mk::CollectivePlan{*st.spec, st.gen, true}, o.coll).c_str());
   } else {
     std::printf("mk-sim: %s (%s %s, %u ranks) on %s x %u node(s)\n", o.scheduleIn.c_str(), loaded.info.op.c_str(),
                 loaded.info.algo.c_str(), loaded.nRanks, st.topo.name.c_str(), st.topo.nodes);
@@ -273,7 +266,7 @@ int run(const Options& o) {
   if (st.defaultProfile)
     std::printf("profile: uncalibrated (datasheet defaults)\n");
   else
-    std::printf("profile: %s (%s)\n", o.profileIn.c_str(), st.profile.source.c_str());
+    std::printf("profile: %s (%s)\n", o.coll.profile.c_str(), st.profile.source.c_str());
   if (o.fast) std::printf("mode: fast (node-local steps analytic, network simulated)\n");
   std::fflush(stdout);
 
@@ -282,12 +275,9 @@ int run(const Options& o) {
   if (!st.spec || o.sweep.empty()) {
     mk::Schedule s;
     if (st.spec) {
-      st.spec->count = countFromBytes(st.spec->op, sizes[0], st.spec->dtype, st.nRanks);
-      // "auto" is decided by the closed forms under the profile this run uses, so the schedule and the
-      // closed form printed next to the prediction are the same variant.
-      st.gen.inter = mk::resolveInter(*st.spec, st.topo.layout(st.nRanks), st.gen, st.profile);
-      if (st.spec->op == mk::CollOp::AllReduce && st.spec->algo == "hierarchical")
-        std::printf("inter-node: %s%s\n", st.gen.inter.c_str(), o.inter == "auto" ? " (auto: the lower closed form)" : "");
+      if (st.spec->op == mk::CollOp::AllReduce && st.spec->algo == mk::Algorithm::Hierarchical)
+        std::printf("inter-node: %s%s\n", mk::toString(st.gen.inter),
+                    request->gen.inter == mk::InterPhase::Auto ? " (auto: the lower closed form)" : "");
       s = mk::generate(*st.spec, st.topo.layout(st.nRanks), st.gen);
       const uint64_t used = mk::opBytes(*st.spec, st.nRanks);
       std::printf("size: %s = %llu element(s)%s\n", mk::formatSize(used).c_str(),
@@ -305,27 +295,31 @@ int run(const Options& o) {
   }
 
   // ---- a sweep over sizes: an nccl-tests-like table ----
-  std::printf("%14s %12s %9s %14s %12s %12s %14s\n", "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
+  const bool autoColumns = !request->algo;  // what auto chose, per size
+  std::printf("%14s %12s %9s %14s %12s %12s %14s", "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
               "busbw(GB/s)", "closed(us)");
+  if (autoColumns) std::printf(" %14s %7s %9s", "algo", "chunks", "channels");
+  std::printf("\n");
   std::vector<std::pair<mk::sim::RunInfo, mk::sim::Prediction>> rows;
   for (const uint64_t bytes : sizes) {
     mk::CollectiveSpec spec = *st.spec;
-    spec.count = countFromBytes(spec.op, bytes, spec.dtype, st.nRanks);
+    spec.count = mk::countForBytes(spec.op, bytes, spec.dtype, st.nRanks);
     if (spec.count == 0) {
       std::printf("# %llu B holds less than one element per rank: skipped\n", static_cast<unsigned long long>(bytes));
       continue;
     }
-    Setup one = st;
-    one.spec = spec;
-    one.gen.inter = mk::resolveInter(spec, st.topo.layout(st.nRanks), st.gen, st.profile);  // per size
-    const mk::Schedule s = mk::generate(spec, st.topo.layout(st.nRanks), one.gen);
+    // Per size: "auto" may choose another algorithm, chunks, channels or inter-node phase at every size.
+    const Setup one = planned(st, mk::planCollective(spec, request->algo, request->gen, st.topo, st.nRanks, st.profile));
+    const mk::Schedule s = mk::generate(*one.spec, st.topo.layout(st.nRanks), one.gen);
     auto row = predictOne(o, one, s, false);
     const auto& [info, p] = row;
     const double algbw = mk::sim::algBwGBs(info.bytes, p.totalUs);
-    std::printf("%14llu %12llu %9s %14.2f %12.2f %12.2f %14s\n", static_cast<unsigned long long>(info.bytes),
+    std::printf("%14llu %12llu %9s %14.2f %12.2f %12.2f %14s", static_cast<unsigned long long>(info.bytes),
                 static_cast<unsigned long long>(info.count), info.dtype.c_str(), p.totalUs, algbw,
                 algbw * info.busBwFactor,
                 info.closedFormUs ? std::to_string(*info.closedFormUs).substr(0, 12).c_str() : "-");
+    if (autoColumns) std::printf(" %14s %7u %9u", info.algo.c_str(), info.chunks, info.channels);
+    std::printf("\n");
     std::fflush(stdout);
     rows.push_back(std::move(row));
   }
@@ -361,31 +355,14 @@ int main(int argc, char** argv) {
       "Progress goes to stderr for runs longer than 2 s. Format details: docs/simulator.md.\n\n"
       "Exit codes: 0 success, 1 internal failure (the simulation process died), 2 bad input.",
       "mk-sim"};
-  app.add_option("--op", o.op, "collective: allreduce, allgather, reducescatter, broadcast, alltoall")->capture_default_str();
-  app.add_option("--algo", o.algo,
-                 "algorithm: allreduce one-shot|two-shot|ring|hierarchical; allgather and reducescatter "
-                 "ring|direct|hierarchical; broadcast direct|ring; alltoall direct")
-      ->capture_default_str();
-  app.add_option("--cluster", o.cluster, "preset (h200x2, dgx-h100, dgx-h200) or a topology JSON file")->capture_default_str();
-  app.add_option("--nodes", o.nodes,
-                 "nodes of the cluster (default: the preset's, enough for --ranks, or enough for --schedule)");
-  app.add_option("--ranks", o.ranks, "ranks (GPUs) taking part, placed node-major (default: every GPU)");
-  app.add_option("--bytes", o.bytes,
-                 "op size as nccl-tests counts it: the larger buffer of one rank (8, 1021, 64K, 1MiB, 1G; binary "
-                 "multiples); rounded down to whole elements (per rank block for allgather/reducescatter/alltoall)")
-      ->capture_default_str();
-  app.add_option("--dtype", o.dtype, "float32, bfloat16 or float16")->capture_default_str();
-  app.add_option("--chunks", o.chunks, "pipeline depth: chunks per transfer (>= 1)")->capture_default_str();
-  app.add_option("--channels", o.channels, "parallel lanes, each on a slice of the data (>= 1)")->capture_default_str();
-  app.add_option("--inter", o.inter,
-                 "inter-node phase of the hierarchical all-reduce: ring (2(M-1) steps per chunk over M nodes), rhd "
-                 "(recursive halving + doubling, 2 log2 M steps; other node counts fold the extra nodes), or auto "
-                 "(the lower closed form under the profile used; per size with --sweep)")
-      ->check(CLI::IsMember({"ring", "rhd", "auto"}))
-      ->capture_default_str();
-  app.add_option("--profile", o.profileIn,
-                 "hardware profile JSON (schema mkernel.profile.v1, docs/simulator.md); default: datasheet numbers "
-                 "for the cluster, printed as 'profile: uncalibrated (datasheet defaults)'");
+  mk::cli::addCollectiveOptions(app, o.coll);
+  app.get_option("--nodes")->description(
+      "nodes of the cluster (default: the preset's, enough for --ranks, or enough for --schedule)");
+  for (const char* decidedPerSize : {"--algo", "--inter"})
+    app.get_option(decidedPerSize)->description(app.get_option(decidedPerSize)->get_description() + "; per size with --sweep");
+  app.get_option("--profile")
+      ->description("hardware profile JSON (schema mkernel.profile.v1, docs/simulator.md); default: datasheet "
+                    "numbers for the cluster, printed as 'profile: uncalibrated (datasheet defaults)'");
   app.add_option("--json", o.jsonOut, "write the prediction as JSON (schema mkernel.prediction.v1)");
   app.add_option("--trace", o.traceOut, "write the per-step trace as Chrome/Perfetto trace-event JSON (one size only)");
   app.add_option("--sweep", o.sweep,
@@ -399,9 +376,6 @@ int main(int argc, char** argv) {
                "formulas and simulate only the network flows (exact when nothing contends inside a node)");
   app.add_flag("--verbose", o.verbose, "show SimGrid's own log (info level) and the simulation's cost");
   if (int rc = mk::cli::parse(app, argc, argv, "mk-sim"); rc != mk::cli::kContinue) return rc;
-  if (int rc = mk::cli::requirePositive(app, "mk-sim", {{"--ranks", o.ranks}, {"--nodes", o.nodes},
-                                                        {"--chunks", o.chunks}, {"--channels", o.channels}});
-      rc != mk::cli::kContinue)
-    return rc;
+  if (int rc = mk::cli::finishCollectiveOptions(app, "mk-sim", o.coll); rc != mk::cli::kContinue) return rc;
   return mk::cli::run("mk-sim", [&] { return run(o); });
 }

@@ -117,22 +117,22 @@ RecordSchedule recordSchedule(const MeasurementRecord& r, const std::string& whe
   if (r.algo == "auto")
     bad(where, "algo 'auto' does not say which generator ran (mk-bench records 'auto:<generator>')");
   out.chosenByAuto = r.algo != generatorOf(r.algo);
-  out.spec.algo = generatorOf(r.algo);
-  const auto algos = algorithmsFor(*op);
-  if (std::find(algos.begin(), algos.end(), out.spec.algo) == algos.end())
-    bad(where, "unknown algorithm '" + out.spec.algo + "' for " + r.op + " (expected " + joined(algos) +
-                   ", optionally as auto:<algorithm>)");
-  const auto dtype = parseDType(r.dtype);
-  if (!dtype) bad(where, "unknown dtype '" + r.dtype + "' (expected float32, bfloat16, float16)");
-  out.spec.dtype = *dtype;
+  try {
+    out.spec.algo = requireAlgorithm(*op, generatorOf(r.algo));
+    out.spec.dtype = requireDType(r.dtype, "dtype");
+  } catch (const Error& e) {
+    bad(where, e.message() + (e.code() == ErrorCode::NotFound ? "; a record may also say auto:<algorithm>" : ""));
+  }
   out.nRanks = r.ranks;
   if (out.nRanks == 0) bad(where, "ranks must be >= 1");
   out.gen.chunks = static_cast<uint32_t>(std::min<uint64_t>(*positiveField(r, "chunks", where, true), UINT32_MAX));
   out.gen.channels = static_cast<uint32_t>(std::min<uint64_t>(*positiveField(r, "channels", where, true), UINT32_MAX));
   if (const auto red = extraField(r, "redop")) {
-    const auto parsed = red->is_string() ? parseRedOp(red->get<std::string>()) : std::nullopt;
-    if (!parsed) bad(where, "unknown redop " + red->dump() + " (expected \"sum\", \"max\" or \"min\")");
-    out.spec.redop = *parsed;
+    try {
+      out.spec.redop = requireRedOp(red->is_string() ? red->get<std::string>() : red->dump(), "redop");
+    } catch (const Error& e) {
+      bad(where, e.message());
+    }
   }
   if (const auto ip = extraField(r, "inplace")) {
     if (!ip->is_boolean()) bad(where, "field 'inplace' must be true or false (got " + ip->dump() + ")");
@@ -210,10 +210,7 @@ ValidationResult validateMeasurements(const std::vector<MeasurementFile>& files,
   if (names.size() != files.size())
     throw Error(ErrorCode::InvalidArgument, "validateMeasurements: " + std::to_string(files.size()) + " files but " +
                                                 std::to_string(names.size()) + " names");
-  for (const auto& op : options.ops)
-    if (!parseCollOp(op))
-      throw Error(ErrorCode::InvalidArgument,
-                  "unknown op '" + op + "' to select (expected allreduce, allgather, reducescatter, broadcast, alltoall)");
+  for (const auto& op : options.ops) (void)requireCollOp(op, "op");
   ValidationResult res;
   for (std::size_t f = 0; f < files.size(); ++f) {
     FileSummary fs;
@@ -636,7 +633,7 @@ std::string validationToJson(const ValidationResult& result, const ValidationCon
                     {"index", r.index},
                     {"op", toString(q.spec.op)},
                     {"algo", r.algo},
-                    {"generator", q.spec.algo},
+                    {"generator", toString(q.spec.algo)},
                     {"auto", q.chosenByAuto},
                     {"dtype", toString(q.spec.dtype)},
                     {"redop", toString(q.spec.redop)},

@@ -90,7 +90,7 @@ TEST_CASE("validate: a record maps back to its generator with auto and in-place"
   r.extra["redop"] = "\"max\"";
   const mk::RecordSchedule q = mk::recordSchedule(r, "f.json: records[0]");
   CHECK(q.spec.op == mk::CollOp::AllReduce);
-  CHECK(q.spec.algo == "one-shot");
+  CHECK(q.spec.algo == mk::Algorithm::OneShot);
   CHECK(q.chosenByAuto);
   CHECK(q.inPlace);
   CHECK(q.spec.redop == mk::RedOp::Max);
@@ -100,7 +100,7 @@ TEST_CASE("validate: a record maps back to its generator with auto and in-place"
   CHECK(q.gen.channels == 2);
   CHECK(q.nRanks == 2);
   const mk::RecordSchedule plain = mk::recordSchedule(coll("allreduce", "ring", 1024, 256), "w");
-  CHECK(plain.spec.algo == "ring");
+  CHECK(plain.spec.algo == mk::Algorithm::Ring);
   CHECK_FALSE(plain.chosenByAuto);
   CHECK_FALSE(plain.inPlace);
   CHECK(plain.spec.redop == mk::RedOp::Sum);
@@ -213,7 +213,7 @@ TEST_CASE("validate: predictions match records timed by the closed form and othe
   CHECK(res.ignored == 3);
   CHECK(res.files.at(0).validated == 3);
   CHECK(res.rows[1].algo == "auto:ring");
-  CHECK(res.rows[1].request.spec.algo == "ring");
+  CHECK(res.rows[1].request.spec.algo == mk::Algorithm::Ring);
   for (const auto& row : res.rows) {
     REQUIRE(row.closedErrPct);
     CHECK(std::fabs(*row.closedErrPct) < 1e-9);

@@ -153,7 +153,7 @@ const mk::ValidationRow& traceRow(const mk::ValidationResult& res, const std::op
   for (const auto& r : res.rows) {
     if (mk::toString(r.request.spec.op) != sel->op || r.bytes != sel->bytes) continue;
     if (r.algo == sel->algo) return r;
-    if (generatorMatch == nullptr && r.request.spec.algo == sel->algo) generatorMatch = &r;
+    if (generatorMatch == nullptr && mk::toString(r.request.spec.algo) == sel->algo) generatorMatch = &r;
   }
   if (generatorMatch == nullptr)
     bad("--trace-record " + sel->op + ":" + sel->algo + ":" + std::to_string(sel->bytes) +

@@ -1,6 +1,7 @@
 #include "mk/algorithms/algorithms.hpp"
 
-#include <sstream>
+#include <string>
+#include <tuple>
 
 #include "builder.hpp"
 #include "mk/cost/cost.hpp"
@@ -31,6 +32,71 @@ std::optional<CollOp> parseCollOp(std::string_view s) noexcept {
   return std::nullopt;
 }
 
+CollOp requireCollOp(std::string_view s, std::string_view what) {
+  if (const auto op = parseCollOp(s)) return *op;
+  throw Error(ErrorCode::InvalidArgument, "unknown " + std::string(what) + " '" + std::string(s) +
+                                              "' (expected allreduce, allgather, reducescatter, broadcast, alltoall)");
+}
+
+const char* toString(Algorithm a) noexcept {
+  switch (a) {
+    case Algorithm::OneShot: return "one-shot";
+    case Algorithm::TwoShot: return "two-shot";
+    case Algorithm::Ring: return "ring";
+    case Algorithm::Hierarchical: return "hierarchical";
+    case Algorithm::Direct: return "direct";
+  }
+  return "?";
+}
+
+std::optional<Algorithm> parseAlgorithm(std::string_view s) noexcept {
+  for (Algorithm a : {Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Ring, Algorithm::Hierarchical, Algorithm::Direct})
+    if (s == toString(a)) return a;
+  return std::nullopt;
+}
+
+const char* toString(InterPhase p) noexcept {
+  switch (p) {
+    case InterPhase::Auto: return "auto";
+    case InterPhase::Ring: return "ring";
+    case InterPhase::Rhd: return "rhd";
+  }
+  return "?";
+}
+
+std::optional<InterPhase> parseInterPhase(std::string_view s) noexcept {
+  for (InterPhase p : {InterPhase::Auto, InterPhase::Ring, InterPhase::Rhd})
+    if (s == toString(p)) return p;
+  return std::nullopt;
+}
+
+namespace {
+auto fields(const CollectiveSpec& s) noexcept { return std::tie(s.op, s.algo, s.dtype, s.redop, s.count, s.root); }
+auto fields(const GenOptions& g) noexcept { return std::tie(g.chunks, g.channels, g.inter); }
+
+/// The one spelling of "no generator of that name for this op", listing the ones that exist.
+[[noreturn]] void throwUnknownAlgorithm(CollOp op, std::string_view name) {
+  std::string list;
+  for (Algorithm a : algorithmsFor(op)) list += (list.empty() ? "" : ", ") + std::string(toString(a));
+  throw Error(ErrorCode::NotFound,
+              "unknown algorithm '" + std::string(name) + "' for " + toString(op) + " (expected " + list + ")");
+}
+}  // namespace
+
+bool operator==(const CollectiveSpec& a, const CollectiveSpec& b) noexcept { return fields(a) == fields(b); }
+bool operator!=(const CollectiveSpec& a, const CollectiveSpec& b) noexcept { return !(a == b); }
+bool operator<(const CollectiveSpec& a, const CollectiveSpec& b) noexcept { return fields(a) < fields(b); }
+bool operator==(const GenOptions& a, const GenOptions& b) noexcept { return fields(a) == fields(b); }
+bool operator!=(const GenOptions& a, const GenOptions& b) noexcept { return !(a == b); }
+bool operator<(const GenOptions& a, const GenOptions& b) noexcept { return fields(a) < fields(b); }
+
+Algorithm requireAlgorithm(CollOp op, std::string_view s) {
+  const auto a = parseAlgorithm(s);
+  if (!a) throwUnknownAlgorithm(op, s);
+  (void)detail::findAlgorithm(op, *a);
+  return *a;
+}
+
 namespace detail {
 const std::vector<AlgorithmDef>& algorithmRegistry() {
   static const std::vector<AlgorithmDef> all = [] {
@@ -42,22 +108,23 @@ const std::vector<AlgorithmDef>& algorithmRegistry() {
   return all;
 }
 
-const AlgorithmDef& findAlgorithm(CollOp op, const std::string& name) {
+const AlgorithmDef& findAlgorithm(CollOp op, Algorithm algo) {
+  const char* name = toString(algo);
   for (const auto& d : algorithmRegistry())
-    if (d.op == op && name == d.name) return d;
-  std::ostringstream msg;
-  msg << "unknown algorithm '" << name << "' for " << toString(op) << " (known:";
-  for (const auto& a : algorithmsFor(op)) msg << ' ' << a;
-  msg << ')';
-  throw Error(ErrorCode::NotFound, msg.str());
+    if (d.op == op && std::string_view(name) == d.name) return d;
+  throwUnknownAlgorithm(op, name);
 }
 }  // namespace detail
 
-std::vector<std::string> algorithmsFor(CollOp op) {
-  std::vector<std::string> names;
-  for (const auto& d : detail::algorithmRegistry())
-    if (d.op == op) names.emplace_back(d.name);
-  return names;
+std::vector<Algorithm> algorithmsFor(CollOp op) {
+  std::vector<Algorithm> algos;
+  for (const auto& d : detail::algorithmRegistry()) {
+    if (d.op != op) continue;
+    const auto a = parseAlgorithm(d.name);
+    if (!a) throw Error(ErrorCode::Internal, std::string("generator '") + d.name + "' has no Algorithm value");
+    algos.push_back(*a);
+  }
+  return algos;
 }
 
 uint64_t inputCount(const CollectiveSpec& spec, uint32_t nRanks) noexcept {
@@ -76,31 +143,32 @@ uint64_t outputCount(const CollectiveSpec& spec, uint32_t nRanks) noexcept {
   }
 }
 
-std::string resolveInter(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
-                         const Profile& profile) {
-  if (opt.inter != "ring" && opt.inter != "rhd" && opt.inter != "auto")
-    throw Error(ErrorCode::InvalidArgument, "inter must be ring, rhd or auto (got '" + opt.inter + "')");
-  if (opt.inter != "auto") return opt.inter;
-  if (spec.op != CollOp::AllReduce || spec.algo != "hierarchical") return "ring";
+InterPhase resolveInter(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
+                        const Profile& profile) {
+  if (opt.inter != InterPhase::Ring && opt.inter != InterPhase::Rhd && opt.inter != InterPhase::Auto)
+    throw Error(ErrorCode::InvalidArgument, "inter must be ring, rhd or auto (got " +
+                                                std::to_string(static_cast<unsigned>(opt.inter)) + ")");
+  if (opt.inter != InterPhase::Auto) return opt.inter;
+  if (spec.op != CollOp::AllReduce || spec.algo != Algorithm::Hierarchical) return InterPhase::Ring;
   GenOptions ring = opt, rhd = opt;
-  ring.inter = "ring";
-  rhd.inter = "rhd";
+  ring.inter = InterPhase::Ring;
+  rhd.inter = InterPhase::Rhd;
   const detail::GenContext ctxRing = detail::makeContext(spec, nodeOf, ring);
-  if (ctxRing.nNodes() < 2) return "ring";  // no network phase: the variants are the same schedule
+  if (ctxRing.nNodes() < 2) return InterPhase::Ring;  // no network phase: the variants are the same schedule
   const detail::GenContext ctxRhd = detail::makeContext(spec, nodeOf, rhd);
   // The closed forms of the hierarchical generator read the placement and the profile, not the topology.
   static const Topology kNoTopology{};
   const auto& def = detail::findAlgorithm(spec.op, spec.algo);
   const double tRing = def.cost(detail::CostContext{spec, ring, kNoTopology, ctxRing, profile}).totalUs;
   const double tRhd = def.cost(detail::CostContext{spec, rhd, kNoTopology, ctxRhd, profile}).totalUs;
-  return tRhd < tRing ? "rhd" : "ring";
+  return tRhd < tRing ? InterPhase::Rhd : InterPhase::Ring;
 }
 
 Schedule generate(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& optIn) {
   const auto& def = detail::findAlgorithm(spec.op, spec.algo);
   // "auto" without a caller's profile: the datasheet DGX-H100 profile decides (tools resolve it themselves).
   GenOptions opt = optIn;
-  if (opt.inter == "auto" && spec.op == CollOp::AllReduce && spec.algo == "hierarchical") {
+  if (opt.inter == InterPhase::Auto && spec.op == CollOp::AllReduce && spec.algo == Algorithm::Hierarchical) {
     static const Profile kReference = defaultProfile(topologyPreset("dgx-h100", 2));
     opt.inter = resolveInter(spec, nodeOf, opt, kReference);
   }

@@ -315,9 +315,10 @@ uint64_t hierChannelBase(const GenContext& ctx, uint32_t maxOwned, uint32_t chan
 
 /// The inter-node phase is recursive halving/doubling (generate() resolved "auto" before any emitter runs).
 bool useRhd(const GenContext& ctx) {
-  if (ctx.opt.inter != "ring" && ctx.opt.inter != "rhd")
-    throw Error(ErrorCode::Internal, "hierarchical: inter '" + ctx.opt.inter + "' reached the generator unresolved");
-  return ctx.opt.inter == "rhd" && ctx.nNodes() > 1;
+  if (ctx.opt.inter != InterPhase::Ring && ctx.opt.inter != InterPhase::Rhd)
+    throw Error(ErrorCode::Internal,
+                std::string("hierarchical: inter '") + toString(ctx.opt.inter) + "' reached the generator unresolved");
+  return ctx.opt.inter == InterPhase::Rhd && ctx.nNodes() > 1;
 }
 
 /// Recursive halving/doubling over the M nodes of a rail: the first M2 (largest power of two <= M) take part;
@@ -1405,7 +1406,7 @@ std::vector<HierNodeLoad> hierNodeLoads(const CostContext& c, uint32_t nodes) {
 }
 
 CostEstimate costHierarchical(const CostContext& c) {
-  if (c.opt.inter == "auto") {  // the cheaper variant under this profile
+  if (c.opt.inter == InterPhase::Auto) {  // the cheaper variant under this profile
     GenOptions resolved = c.opt;
     resolved.inter = resolveInter(c.spec, c.gen.nodeOf, c.opt, c.profile);
     const GenContext gen = makeContext(c.spec, c.gen.nodeOf, resolved);

@@ -22,8 +22,9 @@ GenContext makeContext(const CollectiveSpec& spec, const std::vector<uint32_t>& 
   if (opt.chunks == 0) throw Error(ErrorCode::InvalidArgument, "chunks must be >= 1 (got 0)");
   if (opt.channels == 0) throw Error(ErrorCode::InvalidArgument, "channels must be >= 1 (got 0)");
   if (spec.count == 0) throw Error(ErrorCode::InvalidArgument, "count must be > 0 (got 0)");
-  if (opt.inter != "ring" && opt.inter != "rhd" && opt.inter != "auto")
-    throw Error(ErrorCode::InvalidArgument, "inter must be ring, rhd or auto (got '" + opt.inter + "')");
+  if (opt.inter != InterPhase::Ring && opt.inter != InterPhase::Rhd && opt.inter != InterPhase::Auto)
+    throw Error(ErrorCode::InvalidArgument,
+                "inter must be ring, rhd or auto (got " + std::to_string(static_cast<unsigned>(opt.inter)) + ")");
   GenContext ctx;
   ctx.spec = spec;
   ctx.opt = opt;
@@ -52,7 +53,7 @@ ScheduleBuilder::ScheduleBuilder(const GenContext& ctx) : ctx_(ctx) {
   laneIndex_.resize(ctx.nRanks);
   sent_.resize(ctx.nRanks);
   s_.info.op = toString(ctx.spec.op);
-  s_.info.algo = ctx.spec.algo;
+  s_.info.algo = toString(ctx.spec.algo);
   s_.info.dtype = ctx.spec.dtype;
   s_.info.redop = ctx.spec.redop;
   s_.info.count = ctx.spec.count;
@@ -174,7 +175,7 @@ std::vector<uint32_t> ScheduleBuilder::newFlags(std::size_t n) {
 
 uint16_t scratchBuffer(const GenContext& ctx) {
   if (ctx.scratch < 0)
-    throw Error(ErrorCode::Internal, std::string(toString(ctx.spec.op)) + " " + ctx.spec.algo +
+    throw Error(ErrorCode::Internal, std::string(toString(ctx.spec.op)) + " " + toString(ctx.spec.algo) +
                                          ": the generator uses a scratch buffer but its setup declared none");
   return static_cast<uint16_t>(ctx.scratch);
 }

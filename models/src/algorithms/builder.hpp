@@ -143,8 +143,9 @@ const std::vector<AlgorithmDef>& algorithmRegistry();
 const std::vector<AlgorithmDef>& allReduceAlgorithms();
 const std::vector<AlgorithmDef>& gatherScatterAlgorithms();  ///< allgather, reducescatter, broadcast, alltoall
 
-/// The generator called `name` for `op`; throws Error(NotFound) listing the known ones.
-const AlgorithmDef& findAlgorithm(CollOp op, const std::string& name);
+/// The generator of `algo` for `op` (the entry whose name is toString(algo)); throws Error(NotFound) listing
+/// the known ones.
+const AlgorithmDef& findAlgorithm(CollOp op, Algorithm algo);
 
 /// Placement facts for nodeOf (node ids renumbered densely in first-seen order); throws InvalidArgument.
 GenContext makeContext(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt);

@@ -4,7 +4,10 @@
 #include "mk/schedule/types.hpp"
 
 #include <array>
+#include <string>
 #include <utility>
+
+#include "mk/error.hpp"
 
 namespace mk {
 namespace {
@@ -134,5 +137,22 @@ std::optional<LaneRole> parseLaneRole(std::string_view s) noexcept { return look
 std::optional<LinkClass> parseLinkClass(std::string_view s) noexcept { return lookup(kLinkClassNames, s); }
 std::optional<StepKind> parseStepKind(std::string_view s) noexcept { return lookup(kStepKindNames, s); }
 std::optional<BufferKind> parseBufferKind(std::string_view s) noexcept { return lookup(kBufferKindNames, s); }
+
+namespace {
+[[noreturn]] void throwUnknown(std::string_view what, std::string_view s, const char* expected) {
+  throw Error(ErrorCode::InvalidArgument,
+              "unknown " + std::string(what) + " '" + std::string(s) + "' (expected " + expected + ")");
+}
+}  // namespace
+
+DType requireDType(std::string_view s, std::string_view what) {
+  if (const auto v = parseDType(s)) return *v;
+  throwUnknown(what, s, "float32, bfloat16, float16");
+}
+
+RedOp requireRedOp(std::string_view s, std::string_view what) {
+  if (const auto v = parseRedOp(s)) return *v;
+  throwUnknown(what, s, "sum, max, min");
+}
 
 }  // namespace mk

@@ -23,11 +23,33 @@ enum class CollOp : uint8_t { AllReduce, AllGather, ReduceScatter, Broadcast, Al
 
 const char* toString(CollOp op) noexcept;  ///< "allreduce", ...
 std::optional<CollOp> parseCollOp(std::string_view s) noexcept;
+/// parseCollOp, or Error(InvalidArgument) "unknown <what> '<s>' (expected allreduce, allgather, ...)": the one
+/// spelling of a bad collective name, for tools (what = "--op") and readers (what = "op").
+CollOp requireCollOp(std::string_view s, std::string_view what = "op");
+
+/// The schedule generators by name. A generator exists for some (op, algorithm) pairs only (algorithmsFor()).
+enum class Algorithm : uint8_t { OneShot, TwoShot, Ring, Hierarchical, Direct };
+
+const char* toString(Algorithm a) noexcept;  ///< "one-shot", "two-shot", "ring", "hierarchical", "direct"
+std::optional<Algorithm> parseAlgorithm(std::string_view s) noexcept;
+/// The generator `s` names for `op`, or Error(NotFound) "unknown algorithm '<s>' for <op> (expected <the
+/// algorithmsFor(op) list>)": the one spelling for a name that is not an algorithm and for an algorithm that
+/// has no generator for `op`.
+Algorithm requireAlgorithm(CollOp op, std::string_view s);
+
+/// Inter-node phase of the hierarchical all-reduce (every other generator ignores it): a ring over the M
+/// nodes of each rail (2(M-1) steps per chunk), recursive halving + doubling (2 log2(M) steps per chunk; a
+/// non-power-of-two M folds its extra nodes into partners first), or Auto: the variant with the lower closed
+/// form (resolveInter()).
+enum class InterPhase : uint8_t { Auto, Ring, Rhd };
+
+const char* toString(InterPhase p) noexcept;  ///< "auto", "ring", "rhd"
+std::optional<InterPhase> parseInterPhase(std::string_view s) noexcept;
 
 /// What to compute.
 struct CollectiveSpec {
   CollOp op = CollOp::AllReduce;
-  std::string algo = "ring";  ///< see algorithmsFor()
+  Algorithm algo = Algorithm::Ring;  ///< see algorithmsFor()
   DType dtype = DType::Float32;
   RedOp redop = RedOp::Sum;
   uint64_t count = 0;  ///< see the count conventions above; > 0
@@ -38,30 +60,37 @@ struct CollectiveSpec {
 struct GenOptions {
   uint32_t chunks = 1;    ///< pipeline depth: each transfer split into this many chunks (>= 1)
   uint32_t channels = 1;  ///< independent parallel lanes, each on a slice of the data (>= 1)
-  /// Inter-node phase of the hierarchical all-reduce (ignored by every other generator): "ring" (a ring over
-  /// the M nodes of each rail, 2(M-1) steps per chunk), "rhd" (recursive halving + doubling, 2 log2(M) steps
-  /// per chunk; a non-power-of-two M folds its extra nodes into partners first), or "auto": the variant with
-  /// the lower closed form, under the datasheet DGX-H100 profile in generate() (tools that price with another
-  /// profile resolve it themselves with resolveInter()).
-  std::string inter = "auto";
+  /// Inter-node phase of the hierarchical all-reduce. Auto is decided under the datasheet DGX-H100 profile in
+  /// generate(); tools that price with another profile resolve it themselves with resolveInter().
+  InterPhase inter = InterPhase::Auto;
 };
 
-/// Algorithms a generator exists for, in the order `auto` would consider them.
-std::vector<std::string> algorithmsFor(CollOp op);
+/// Every field equal: two specs (options) that generate the same schedule. With the ordering below, the pair
+/// (CollectiveSpec, GenOptions) can key a schedule cache.
+bool operator==(const CollectiveSpec& a, const CollectiveSpec& b) noexcept;
+bool operator!=(const CollectiveSpec& a, const CollectiveSpec& b) noexcept;
+/// A strict weak ordering over every field (for std::map keys).
+bool operator<(const CollectiveSpec& a, const CollectiveSpec& b) noexcept;
+bool operator==(const GenOptions& a, const GenOptions& b) noexcept;
+bool operator!=(const GenOptions& a, const GenOptions& b) noexcept;
+bool operator<(const GenOptions& a, const GenOptions& b) noexcept;
+
+/// Algorithms a generator exists for, in the order `auto` considers them (the first wins a tie).
+std::vector<Algorithm> algorithmsFor(CollOp op);
 
 /// Generate the schedule of `spec` on ranks placed on nodes as `nodeOf` says (size = nRanks, 1..1024+;
 /// any layout, nodes may hold different numbers of ranks). Throws Error(InvalidArgument / NotFound)
-/// for bad input. The result passes validate() and has cost attributes filled.
+/// for bad input (NotFound: no generator of spec.algo for spec.op). The result passes validate() and has cost
+/// attributes filled.
 Schedule generate(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt = {});
 
 struct Profile;  // mk/cost/cost.hpp
 
-/// The concrete inter-node variant ("ring" or "rhd") that `opt.inter` stands for when `spec` is generated on
-/// `nodeOf`: itself when concrete, else the one whose closed form is lower under `profile` (ring on ties, and
-/// for every case without a network phase or another generator). Throws Error(InvalidArgument) for a value
-/// other than "ring", "rhd" or "auto".
-std::string resolveInter(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
-                         const Profile& profile);
+/// The concrete inter-node variant (Ring or Rhd) that `opt.inter` stands for when `spec` is generated on
+/// `nodeOf`: itself when concrete, else the one whose closed form is lower under `profile` (Ring on ties, and
+/// for every case without a network phase or another generator).
+InterPhase resolveInter(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
+                        const Profile& profile);
 
 /// Element counts of the "input" and "output" buffers per rank for `spec` on nRanks ranks.
 uint64_t inputCount(const CollectiveSpec& spec, uint32_t nRanks) noexcept;

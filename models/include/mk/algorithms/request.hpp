@@ -1,12 +1,15 @@
 // mkernel — from what a user asks on a command line (cluster, nodes, ranks, bytes) to a placement and a count.
 //
-// Shared by every tool (mk-schedule, mk-sim, ...) so that "--ranks 8 --bytes 1MiB" means the same thing in all.
+// Shared by every tool (mk-schedule, mk-sim, ...) so that "--ranks 8 --bytes 1MiB" means the same thing in all;
+// mk/util/cli_collective.hpp adds the options that fill CollectiveArgs to a command line.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "mk/algorithms/algorithms.hpp"
+#include "mk/cost/cost.hpp"
 #include "mk/topology/topology.hpp"
 
 namespace mk {
@@ -18,6 +21,44 @@ uint64_t countForBytes(CollOp op, uint64_t bytes, DType dtype, uint32_t nRanks) 
 
 /// Smallest `bytes` for which countForBytes() is at least 1.
 uint64_t minBytesFor(CollOp op, DType dtype, uint32_t nRanks) noexcept;
+
+/// countForBytes(), or Error(InvalidArgument) "--bytes <bytes> holds less than one <dtype> element per rank (need
+/// at least <minBytesFor> bytes)" when it is 0.
+uint64_t requireCountForBytes(CollOp op, uint64_t bytes, DType dtype, uint32_t nRanks);
+
+/// A collective as a command line names it, words and numbers as typed (the defaults are the tools').
+struct CollectiveArgs {
+  std::string op = "allreduce";
+  std::string algo = "ring";  ///< a generator name, or "auto" (policy.hpp)
+  std::string cluster = "dgx-h100";
+  uint32_t nodes = 0;  ///< 0: the cluster's own count, grown to hold `ranks`
+  uint32_t ranks = 0;  ///< 0: every GPU
+  std::string bytes = "1MiB";
+  std::string dtype = "float32";
+  std::string redop = "sum";
+  uint32_t root = 0;
+  uint32_t chunks = 1;
+  uint32_t channels = 1;
+  bool chunksGiven = false;    ///< `chunks` was asked for: "auto" keeps it instead of the size table's
+  bool channelsGiven = false;  ///< likewise `channels`
+  std::string inter = "auto";
+  std::string profile;  ///< profile file (mkernel.profile.v1); empty: the cluster's datasheet defaults
+};
+
+/// The words of CollectiveArgs checked and typed; the size is still open.
+struct CollectiveRequest {
+  CollectiveSpec spec;            ///< count 0: the tool sizes it (one --bytes, or every size of a sweep)
+  std::optional<Algorithm> algo;  ///< empty: "auto", decided per size by planCollective()
+  GenOptions gen;                 ///< with "auto", chunks and channels not given are 0 (the size table's)
+};
+
+/// Check the words of `a` with the one spelling of each error: requireCollOp (what "--op"), requireDType
+/// ("--dtype"), requireRedOp ("--redop"), requireAlgorithm unless "auto", and the inter-node phase. Throws
+/// Error(InvalidArgument), or Error(NotFound) for an algorithm without a generator for the op.
+CollectiveRequest parseCollective(const CollectiveArgs& a);
+
+/// The profile `a` prices with: its file (loadProfile), else the datasheet defaults of `topo`.
+Profile profileFor(const CollectiveArgs& a, const Topology& topo);
 
 /// Where a request runs.
 struct Placement {

@@ -52,4 +52,10 @@ std::optional<LinkClass> parseLinkClass(std::string_view s) noexcept;
 std::optional<StepKind> parseStepKind(std::string_view s) noexcept;
 std::optional<BufferKind> parseBufferKind(std::string_view s) noexcept;
 
+/// parseDType, or Error(InvalidArgument) "unknown <what> '<s>' (expected float32, bfloat16, float16)": the one
+/// spelling of a bad element type name, for tools (what = "--dtype") and readers (what = "dtype").
+DType requireDType(std::string_view s, std::string_view what = "dtype");
+/// parseRedOp, or Error(InvalidArgument) "unknown <what> '<s>' (expected sum, max, min)".
+RedOp requireRedOp(std::string_view s, std::string_view what = "redop");
+
 }  // namespace mk

@@ -21,7 +21,8 @@ namespace mk::sim {
 /// What was simulated, for reports (everything optional except what a schedule file also knows).
 struct RunInfo {
   std::string op;             ///< "allreduce", or the schedule's OpInfo::op
-  std::string algo;
+  std::string algo;           ///< the generator (or the schedule's OpInfo::algo)
+  bool chosenByAuto = false;  ///< `algo`, chunks and channels were chosen by "auto" (written "auto:<algo>")
   std::string cluster;        ///< topology name
   std::string dtype;
   std::string profileSource;  ///< Profile::source
@@ -40,7 +41,8 @@ double algBwGBs(uint64_t bytes, double timeUs) noexcept;
 /// {"schema": "mkernel.prediction.v1", "time_us", "algbw_gbs", "busbw_gbs", "busiest_links", "links", ...}.
 std::string predictionToJson(const Prediction& p, const RunInfo& info, int indent = 2);
 
-/// One document for a size sweep: the common fields once, then "results": [{bytes, count, time_us, ...}].
+/// One document for a size sweep: the common fields once, then "results": [{bytes, count, time_us, ...}]. When
+/// "auto" chose, the common "algo" is "auto" and every result names its own "algo", "chunks" and "channels".
 std::string sweepToJson(const std::vector<std::pair<RunInfo, Prediction>>& rows, int indent = 2);
 
 /// The per-step trace of `steps` (StepRecords of schedule `s`) as Chrome trace-event JSON.

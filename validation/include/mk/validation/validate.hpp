@@ -31,7 +31,7 @@ inline constexpr const char* kValidationSchema = "mkernel.validation.v1";
 
 /// A measurement record turned back into the request that produced it.
 struct RecordSchedule {
-  CollectiveSpec spec;        ///< spec.algo is the generator ("auto:ring" -> "ring")
+  CollectiveSpec spec;        ///< spec.algo is the generator ("auto:ring" -> Algorithm::Ring)
   GenOptions gen;             ///< chunks, channels as recorded
   uint32_t nRanks = 0;        ///< the record's ranks
   bool inPlace = false;       ///< the engine staged the input first (one device copy before the schedule)
