@@ -40,7 +40,7 @@
 #include "mk/device/compute_lane_device.hpp"
 #include "mk/gemm.hpp"
 #include "mk/schedule/pack.hpp"
-#include "runtime/lowering.hpp"
+#include "lowering/lowering.hpp"
 #include "mk/validation/measurement.hpp"
 
 namespace mkbench {

@@ -26,15 +26,15 @@
 #include <tuple>
 #include <vector>
 
-#include "device_arena.hpp"
-#include "lowering.hpp"
+#include "device/device_arena.hpp"
+#include "lowering/lowering.hpp"
 #include "mk/bootstrap.hpp"
 #include "mk/communicator.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/device/engine_device.hpp"
 #include "mk/error.hpp"
-#include "process_link.hpp"
-#include "topology_probe.hpp"
+#include "engine/process_link.hpp"
+#include "device/topology_probe.hpp"
 
 namespace mk::runtime {
 

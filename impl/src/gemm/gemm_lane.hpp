@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "device_arena.hpp"
-#include "lowering.hpp"
+#include "device/device_arena.hpp"
+#include "lowering/lowering.hpp"
 #include "mk/device/compute_lane_device.hpp"
 
 namespace mk::runtime {

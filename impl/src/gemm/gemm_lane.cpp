@@ -1,5 +1,5 @@
 // mkernel — host side of the resident kernel's compute lanes: per-op GemmParams blocks (see gemm_lane.hpp).
-#include "gemm_lane.hpp"
+#include "gemm/gemm_lane.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -8,7 +8,7 @@
 #include <mutex>
 #include <sstream>
 
-#include "gemm_maps.hpp"
+#include "gemm/gemm_maps.hpp"
 #include "mk/cuda_check.hpp"
 #include "mk/device/compute_lane_device.hpp"
 #include "mk/error.hpp"

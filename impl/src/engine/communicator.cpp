@@ -1,5 +1,5 @@
 // mkernel — communicator: resources, the resident kernels' lifecycle, op submission; one process driving
-// every GPU, or one process per GPU (local_group.hpp says where the two differ).
+// every GPU, or one process per GPU (engine/local_group.hpp says where the two differ).
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
@@ -14,14 +14,14 @@
 #include <sstream>
 #include <thread>
 
-#include "../kernels/resident_kernel.hpp"
-#include "driver_api.hpp"
-#include "gemm_lane.hpp"
-#include "gen_defaults.hpp"
-#include "host_log.hpp"
-#include "local_group.hpp"
+#include "kernels/resident_kernel.hpp"
+#include "device/driver_api.hpp"
+#include "gemm/gemm_lane.hpp"
+#include "engine/gen_defaults.hpp"
+#include "engine/host_log.hpp"
+#include "engine/local_group.hpp"
 #include "mk/device/compute_lane_device.hpp"
-#include "topology_probe.hpp"
+#include "device/topology_probe.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/cost/profile_io.hpp"
 #include "mk/cuda_check.hpp"
