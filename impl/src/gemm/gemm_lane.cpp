@@ -181,24 +181,24 @@ void GemmLaneBinder::release() noexcept {
   cudaGetLastError();
 }
 
-GemmLaneBinder& gemmLaneBinder(const void* group, uint32_t rank, int device, uint64_t waitLimitNs,
+GemmLaneBinder& gemmLaneBinder(const void* engine, uint32_t rank, int device, uint64_t waitLimitNs,
                                DeviceArena* arena) {
   std::lock_guard<std::mutex> lock(gRegistryMu);
-  auto& b = gRegistry[{group, rank}];
+  auto& b = gRegistry[{engine, rank}];
   if (!b) b = std::make_unique<GemmLaneBinder>(device, rank, waitLimitNs, arena);
   return *b;
 }
 
-std::string gemmLaneTimeoutReport(const void* group, uint32_t rank) {
+std::string gemmLaneTimeoutReport(const void* engine, uint32_t rank) {
   std::lock_guard<std::mutex> lock(gRegistryMu);
-  auto it = gRegistry.find({group, rank});
+  auto it = gRegistry.find({engine, rank});
   return it == gRegistry.end() ? std::string() : it->second->timeoutReport();
 }
 
-void releaseGemmLaneBinders(const void* group, bool freeMemory) noexcept {
+void releaseGemmLaneBinders(const void* engine, bool freeMemory) noexcept {
   std::lock_guard<std::mutex> lock(gRegistryMu);
   for (auto it = gRegistry.begin(); it != gRegistry.end();) {
-    if (it->first.first == group) {
+    if (it->first.first == engine) {
       if (!freeMemory) static_cast<void>(it->second.release());  // leaked on purpose: a live kernel may read it
       it = gRegistry.erase(it);  // otherwise the destructor frees
     } else {
