@@ -1,7 +1,8 @@
 # impl/ — one process per GPU: bootstrap (TCP rendezvous, MPI), cross-process memory, tests.
-# TCP rendezvous (torchrun-style variables; Open MPI / PMI rank variables accepted) and the shared state of
-# one process per GPU.
+# The launch variables and the one choice of rendezvous and GPU, the TCP rendezvous (torchrun-style variables;
+# Open MPI / PMI rank variables accepted) and the shared state of one process per GPU.
 target_sources(mk_impl PRIVATE
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/bootstrap/launch.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/src/bootstrap/tcp_bootstrap.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/src/engine/process_link.cpp)
 

@@ -148,10 +148,10 @@ class Communicator {
   /// plus Error(Unsupported) for ranks on different hosts and Error(InvalidArgument) for two ranks on
   /// one GPU or mismatched CommConfig::ringSlots; bootstrap failures name the rank or address at fault.
   static Communicator create(Bootstrap& bootstrap, int device, const CommConfig& config = {});
-  /// One process per GPU from the launcher's variables (mk/bootstrap.hpp). Started by mpirun without
-  /// MASTER_ADDR, in a build with MPI (mpiBootstrapBuilt()): the MPI bootstrap, the GPU being the process's
-  /// rank on its node. Otherwise torchrun-style variables (readLaunchEnvironment): TCP rendezvous at
-  /// MASTER_ADDR:MASTER_PORT, LOCAL_RANK picks the GPU. Budget CommConfig::hostBudgetMs. Throws
+  /// One process per GPU from the launcher's variables (bootstrapFromEnvironment, mk/bootstrap.hpp). Started
+  /// by mpirun without MASTER_ADDR, in a build with MPI (mpiBootstrapBuilt()): the MPI bootstrap, the GPU
+  /// being the process's rank on its node. Otherwise torchrun-style variables (readLaunchEnvironment): TCP
+  /// rendezvous at MASTER_ADDR:MASTER_PORT, LOCAL_RANK picks the GPU. Budget CommConfig::hostBudgetMs. Throws
   /// Error(InvalidArgument) naming a missing or malformed variable.
   static Communicator createFromEnvironment(const CommConfig& config = {});
 

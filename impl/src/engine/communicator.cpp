@@ -40,42 +40,8 @@ Communicator Communicator::create(Bootstrap& bootstrap, int device, const CommCo
 }
 
 Communicator Communicator::createFromEnvironment(const CommConfig& config) {
-  // Started by mpirun without MASTER_ADDR (and built with MPI): MPI itself is the rendezvous, and the node
-  // rank it reports picks the GPU. Otherwise the TCP rendezvous of the launch variables.
-  std::unique_ptr<Bootstrap> boot;
-  int rank = 0;
-  int localRank = 0;
-  LaunchEnvironment env;
-  if (preferMpiBootstrap()) {
-    boot = makeMpiBootstrap(config.hostBudgetMs, &localRank);
-    rank = boot->rank();
-  } else {
-    env = readLaunchEnvironment();
-    rank = env.rank;
-    localRank = env.localRank;
-  }
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    throw Error(ErrorCode::Unsupported, "rank " + std::to_string(rank) + ": no usable CUDA device (" +
-                                            cudaGetErrorName(e) + ")");
-  }
-  if (localRank >= count)
-    throw Error(ErrorCode::InvalidArgument, "rank " + std::to_string(rank) + (boot ? ": node rank " : ": LOCAL_RANK ") +
-                                                std::to_string(localRank) + " picks GPU " + std::to_string(localRank) +
-                                                " but this process sees " + std::to_string(count) +
-                                                " GPU(s) (more processes per node than GPUs?)");
-  if (!boot) {
-    TcpBootstrapOptions o;
-    o.rank = env.rank;
-    o.size = env.size;
-    o.addr = env.masterAddr;
-    o.port = env.masterPort;
-    o.timeoutMs = config.hostBudgetMs;
-    boot = std::make_unique<TcpBootstrap>(o);
-  }
-  return create(*boot, localRank, config);
+  RankLaunch launch = bootstrapFromEnvironment(config.hostBudgetMs);
+  return create(*launch.bootstrap, launch.device, config);
 }
 
 bool Communicator::multiProcess() const noexcept { return engine_ && engine_->multiProcess(); }
