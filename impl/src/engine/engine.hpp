@@ -60,7 +60,6 @@ class Engine {
   /// True for one process per GPU (only rank ownRank() lives here).
   bool multiProcess() const noexcept { return link_ != nullptr; }
   int ownRank() const noexcept { return me_; }
-  const CommConfig& config() const noexcept { return config_; }
 
   /// Submit one rank's part of a collective / custom schedule (see Communicator; submit.cpp).
   void submitCollective(int r, const CollectiveSpec& spec, const GenOptions& gen, const void* send, void* recv,
@@ -114,8 +113,8 @@ class Engine {
   std::string chooseAlgorithmLocked(CollOp op, uint64_t count, DType dtype);
 
   // ---- schedule_cache.cpp: lowered schedules, scratch and staging memory
-  CachedSchedule& cacheLocked(const std::string& key, const std::function<Schedule()>& make, uint64_t inBytes,
-                              uint64_t outBytes, const std::string& what);
+  CachedSchedule& cacheLocked(const std::string& key, const std::function<Schedule()>& make,
+                              const std::string& what);
   void ensureScratchLocked(uint64_t bytes);
   void* stagingLocked(int r, uint32_t seq, uint64_t bytes);
 
@@ -184,7 +183,6 @@ class Engine {
   std::map<uint32_t, PendingOp> pending_;  ///< ops not yet submitted by every rank, by sequence number
   std::vector<const CachedSchedule*> opSchedule_;  ///< [seq % ringSlots]: what each recent op ran
   std::vector<std::pair<uintptr_t, uintptr_t>> prevReads_, prevWrites_;  ///< user ranges of the last finalized op
-  uint32_t finalized_ = 0;  ///< ops whose descriptor was written
   uint64_t scratchBytes_ = 0;
 };
 

@@ -66,7 +66,6 @@ void Engine::finalizeLocked(uint32_t seq, const CachedSchedule& cs, const std::v
   }
   opSchedule_[seq % ringSlots_] = &cs;
   storeHost(&d.seq, seq + 1);  // last, with release: the kernel reads seq first (acquire)
-  finalized_ = seq + 1;
   if (link_) storeHost(&link_->header().finalized[me_], seq + 1);  // this rank's post slot may be reused
 }
 

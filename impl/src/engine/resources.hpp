@@ -25,7 +25,6 @@ struct CachedSchedule {
   std::vector<LoweredProgram> programs;   ///< per rank
   std::vector<void*> devicePrograms;      ///< per rank, on that rank's GPU (null for ranks of other processes)
   uint64_t scratchBytes = 0;
-  uint64_t inputBytes = 0, outputBytes = 0;  ///< per rank (collectives; 0 for custom schedules)
 };
 
 /// Engine resources of one rank.
@@ -58,7 +57,6 @@ struct PendingOp {
   std::vector<std::pair<uintptr_t, uintptr_t>> reads, writes;  ///< user byte ranges per rank (fence rule)
   uint32_t calls = 0;    ///< local ranks that called
   bool posted = false;   ///< multi-process: this rank's post of the op is on the board
-  bool fence = false;    ///< multi-process: this rank's part of the kOpFence decision
 };
 
 }  // namespace mk::runtime

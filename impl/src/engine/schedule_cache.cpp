@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
@@ -14,16 +15,28 @@
 #include "mk/schedule/pack.hpp"
 
 namespace mk::runtime {
+namespace {
+
+/// Replace each of `slots` (scratch or staging of rank `rr`, its device current) by a new block of `bytes` from
+/// the rank's arena. Ops in flight may still use the old blocks: they are retired (freed once the kernel
+/// stopped), never freed here.
+void regrowSlots(RankResources& rr, std::array<void*, device::kSlots>& slots, uint64_t bytes, const char* what) {
+  for (auto& p : slots) {
+    if (p) rr.retired.push_back(p);
+    p = nullptr;
+    p = rr.arena->allocate(bytes, what);
+  }
+}
+
+}  // namespace
 
 CachedSchedule& Engine::cacheLocked(const std::string& key, const std::function<Schedule()>& make,
-                                        uint64_t inBytes, uint64_t outBytes, const std::string& what) {
+                                    const std::string& what) {
   auto it = cache_.find(key);
   if (it != cache_.end()) return *it->second;
   auto c = std::make_unique<CachedSchedule>();
   c->schedule = make();
   c->what = what;
-  c->inputBytes = inBytes;
-  c->outputBytes = outBytes;
   if (c->schedule.nRanks != ranks_.size())
     throw Error(ErrorCode::InvalidArgument, "schedule has " + std::to_string(c->schedule.nRanks) +
                                                 " ranks but the communicator " + std::to_string(ranks_.size()));
@@ -72,11 +85,7 @@ void Engine::ensureScratchLocked(uint64_t bytes) {
   for (auto& rr : ranks_) {
     if (rr.device < 0) continue;  // a rank of another process
     MK_CUDA_CHECK(cudaSetDevice(rr.device));
-    for (auto& p : rr.scratch) {
-      if (p) rr.retired.push_back(p);
-      p = nullptr;
-      p = rr.arena->allocate(size, "a scratch arena");
-    }
+    regrowSlots(rr, rr.scratch, size, "a scratch arena");
     rr.scratchBytes = size;
   }
   scratchBytes_ = size;
@@ -86,11 +95,7 @@ void* Engine::stagingLocked(int r, uint32_t seq, uint64_t bytes) {
   RankResources& rr = ranks_[r];
   if (bytes > rr.stagingBytes) {
     MK_CUDA_CHECK(cudaSetDevice(rr.device));
-    for (auto& p : rr.staging) {
-      if (p) rr.retired.push_back(p);
-      p = nullptr;
-      p = rr.arena->allocate(bytes, "a staging buffer");
-    }
+    regrowSlots(rr, rr.staging, bytes, "a staging buffer");
     rr.stagingBytes = bytes;
   }
   return rr.staging[seq % device::kSlots];

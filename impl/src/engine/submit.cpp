@@ -64,7 +64,7 @@ void Engine::submitCollective(int r, const CollectiveSpec& specIn, const GenOpti
     w << " count " << spec.count << " chunks " << gen.chunks << " channels " << gen.channels;
     what = w.str();
   }
-  CachedSchedule& cs = cacheLocked(key, make, inBytes, outBytes, what);
+  CachedSchedule& cs = cacheLocked(key, make, what);
   // Broadcast: non-root ranks never read their input; a null send is allowed there.
   submitLocked(r, key, cs, send, recv, send ? inBytes : 0, outBytes, stream);
 }
@@ -87,7 +87,7 @@ void Engine::submitSchedule(int r, const Schedule& s, const void* input, void* o
     if (b.kind == BufferKind::Input) inBytes = std::max(inBytes, bytes);
     if (b.kind == BufferKind::Output || b.kind == BufferKind::InOut) outBytes = std::max(outBytes, bytes);
   }
-  CachedSchedule& cs = cacheLocked(key.str(), [&] { return s; }, 0, 0, what);
+  CachedSchedule& cs = cacheLocked(key.str(), [&] { return s; }, what);
   checkGemmOperands(cs.programs[static_cast<size_t>(r)], static_cast<uint32_t>(r), input, output);  // compute lanes
   submitLocked(r, key.str(), cs, input, output, inBytes, outBytes, stream);
 }

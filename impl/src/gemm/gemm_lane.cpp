@@ -8,6 +8,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "engine/host_sync.hpp"
 #include "gemm/gemm_maps.hpp"
 #include "mk/cuda_check.hpp"
 #include "mk/device/compute_lane_device.hpp"
@@ -18,8 +19,6 @@ namespace {
 
 /// Blocks kept per rank before the ones of completed ops are recycled (distinct address sets in use).
 constexpr size_t kMaxBlocks = 64;
-
-bool seqGeq(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) >= 0; }
 
 const device::LoweredGemm* gemmsOf(const LoweredProgram& p) {
   return reinterpret_cast<const device::LoweredGemm*>(p.image.data() + p.header().gemmsOffset);

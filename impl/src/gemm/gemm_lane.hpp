@@ -51,9 +51,6 @@ class GemmLaneBinder {
   /// Free every block and the report (the kernel must have stopped).
   void release() noexcept;
 
-  /// Blocks currently held (tests, diagnostics).
-  size_t cachedBlocks() const noexcept { return blocks_.size(); }
-
  private:
   struct Block {
     void* device = nullptr;
