@@ -1,7 +1,7 @@
 # impl/ — the in-kernel GEMM engine (issue 6): sources, mk-bench gemm, GPU tests.
-target_sources(mk_impl PRIVATE src/runtime/gemm.cpp src/kernels/gemm.cu
+target_sources(mk_impl PRIVATE src/gemm/gemm.cpp src/kernels/gemm.cu
   # compute lanes of the resident kernel: per-op GemmParams blocks (tensor maps) of Gemm steps
-  src/runtime/gemm_lane.cpp)
+  src/gemm/gemm_lane.cpp)
 # Register use and spills of the GEMM kernel are part of its contract (docs/gemm.md): print them.
 set_source_files_properties(src/kernels/gemm.cu PROPERTIES COMPILE_OPTIONS "-Xptxas=-v")
 target_sources(mk-bench PRIVATE bench/cublaslt_loader.cpp)

@@ -1,10 +1,10 @@
 # impl/ — one process per GPU: bootstrap (TCP rendezvous, MPI), cross-process memory, tests.
-# TCP rendezvous (torchrun-style variables; Open MPI / PMI rank variables accepted) and the shared state of
-# one process per GPU.
+# The launch variables and the one choice of rendezvous and GPU, the TCP rendezvous (torchrun-style variables;
+# Open MPI / PMI rank variables accepted) and the shared state of one process per GPU.
 target_sources(mk_impl PRIVATE
-  ${CMAKE_CURRENT_SOURCE_DIR}/src/runtime/bootstrap.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/src/runtime/process_link.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/src/runtime/topology_probe.cpp)
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/bootstrap/launch.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/bootstrap/tcp_bootstrap.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/src/engine/process_link.cpp)
 
 # MPI bootstrap (mpirun -np N without MASTER_ADDR): MK_WITH_MPI (top CMakeLists) AUTO builds it when an MPI
 # library is found, ON requires one, OFF never. MPI's C API is found through the C++ compiler (the CXX
@@ -25,10 +25,10 @@ endif()
 set(MK_HAVE_MPI ${mk_mpi_found} PARENT_SCOPE)
 message(STATUS "mkernel: MPI bootstrap ${mk_mpi_found}")
 if(mk_mpi_found)
-  target_sources(mk_impl PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/runtime/bootstrap_mpi.cpp)
+  target_sources(mk_impl PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/bootstrap/bootstrap_mpi.cpp)
   target_link_libraries(mk_impl PRIVATE MPI::MPI_CXX)
 else()
-  target_sources(mk_impl PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/runtime/bootstrap_mpi_stub.cpp)
+  target_sources(mk_impl PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/bootstrap/bootstrap_mpi_stub.cpp)
 endif()
 # shm_open / shm_unlink live in librt on older glibc.
 find_library(MK_LIBRT rt)

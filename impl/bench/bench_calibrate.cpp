@@ -28,10 +28,10 @@
 #include "mk/cuda_check.hpp"
 #include "mk/device_info.hpp"
 #include "mk/error.hpp"
+#include "mk/io/measurement.hpp"
 #include "mk/schedule/pack.hpp"
 #include "mk/schedule/validate.hpp"
 #include "mk/util/size.hpp"
-#include "mk/validation/measurement.hpp"
 
 namespace mkbench {
 namespace {

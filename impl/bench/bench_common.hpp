@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "mk/validation/measurement.hpp"
+#include "mk/io/measurement.hpp"
 
 namespace mkbench {
 

@@ -39,9 +39,9 @@
 #include "mk/communicator.hpp"
 #include "mk/device/compute_lane_device.hpp"
 #include "mk/gemm.hpp"
+#include "mk/io/measurement.hpp"
 #include "mk/schedule/pack.hpp"
-#include "runtime/lowering.hpp"
-#include "mk/validation/measurement.hpp"
+#include "lowering/lowering.hpp"
 
 namespace mkbench {
 namespace {

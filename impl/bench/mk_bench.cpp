@@ -10,8 +10,9 @@
 // with the same buffers, sizes and loop.
 //
 // One process drives every visible GPU, or — launched by torchrun (RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR
-// MASTER_PORT) or mpirun — each process drives the GPU of its node rank, as Communicator::create does
-// (NCCL then through ncclCommInitRank); rank 0 prints and writes the files, times are the slowest rank's.
+// MASTER_PORT) or mpirun — each process drives the GPU of its node rank, rendezvous and GPU chosen as
+// Communicator::createFromEnvironment chooses them (mk::bootstrapFromEnvironment; NCCL then through
+// ncclCommInitRank); rank 0 prints and writes the files, times are the slowest rank's.
 #include <cuda_runtime_api.h>
 
 #include <CLI/CLI.hpp>
@@ -38,8 +39,8 @@
 #include "mk/error.hpp"
 #include "mk/exec/numeric.hpp"
 #include "mk/exec/verify.hpp"
+#include "mk/io/measurement.hpp"
 #include "mk/util/size.hpp"
-#include "mk/validation/measurement.hpp"
 #include "bench_commands.hpp"
 #include "bench_common.hpp"
 #include "nccl_loader.hpp"
@@ -257,18 +258,11 @@ int run(const Args& a, const std::string& commandLine) {
   const int available = mk::cudaDeviceCountOrZero(&why);
   if (available == 0) throw mk::Error(mk::ErrorCode::Unsupported, "no CUDA device: " + why);
   if (mk::launchedAsRanks()) {
-    int localRank = mk::launchLocalRank();
-    if (mk::preferMpiBootstrap())
-      launch.boot = mk::makeMpiBootstrap(20000, &localRank);
-    else
-      launch.boot = mk::TcpBootstrap::fromEnvironment(20000);
-    if (localRank >= available)
-      throw mk::Error(mk::ErrorCode::InvalidArgument, "rank " + std::to_string(launch.boot->rank()) + ": node rank " +
-                                                          std::to_string(localRank) + " but only " +
-                                                          std::to_string(available) + " device(s) visible");
+    mk::RankLaunch rank = mk::bootstrapFromEnvironment(20000);
+    launch.boot = std::move(rank.bootstrap);
     launch.nRanks = launch.boot->size();
     launch.firstRank = launch.boot->rank();
-    launch.devs = {localRank};
+    launch.devs = {rank.device};
     gQuiet = !launch.leader();
   } else {
     launch.nRanks = a.gpus > 0 ? a.gpus : available;

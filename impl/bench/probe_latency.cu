@@ -23,7 +23,7 @@
 
 #include "mk/communicator.hpp"
 #include "mk/device/poll_device.hpp"
-#include "runtime/driver_api.hpp"
+#include "device/driver_api.hpp"
 
 namespace {
 

@@ -18,10 +18,21 @@
 
 #include "mk/communicator.hpp"
 #include "mk/cuda_check.hpp"
+#include "mk/error.hpp"
 #include "mk/exec/numeric.hpp"
 #include "mk/exec/verify.hpp"
 
 namespace mkt {
+
+/// The message of the mk::Error `f` throws; "" when it throws none.
+inline std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const mk::Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 /// Let every GPU read and write the default memory pool of every other GPU (once per process): the
 /// engine's peers write straight into user buffers, and peer access does not extend to pools.

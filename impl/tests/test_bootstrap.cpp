@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "mk/bootstrap.hpp"
+#include "mk/device_info.hpp"
 #include "mk/error.hpp"
 #include "multiprocess_launch.hpp"
 
@@ -266,6 +267,41 @@ TEST_CASE("bootstrap: launch variables are read and malformed ones named") {
   {
     EnvGuard g({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}});
     CHECK(contains(envError(), "MASTER_PORT='70000' is not a TCP port"));
+  }
+}
+
+TEST_CASE("bootstrap: bootstrapFromEnvironment reads the variables, then the GPUs, then meets its peers") {
+  {
+    // A malformed variable is named before any device is asked for.
+    EnvGuard g({{"RANK", "0"}, {"WORLD_SIZE", "x"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}});
+    try {
+      mk::bootstrapFromEnvironment(1000);
+      FAIL("a malformed WORLD_SIZE was accepted");
+    } catch (const mk::Error& e) {
+      CHECK(e.code() == mk::ErrorCode::InvalidArgument);
+      CHECK(contains(e.message(), "WORLD_SIZE='x'"));
+    }
+  }
+  {
+    // One rank, not started by mpirun: the TCP rendezvous (alone: no network), LOCAL_RANK picks the GPU. Without
+    // a GPU the launch is refused naming the rank, before any rendezvous.
+    EnvGuard g({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"},
+                {"MASTER_PORT", "1"}});
+    if (mk::cudaDeviceCountOrZero() == 0) {
+      try {
+        mk::bootstrapFromEnvironment(1000);
+        FAIL("a launch without a GPU was accepted");
+      } catch (const mk::Error& e) {
+        CHECK(e.code() == mk::ErrorCode::Unsupported);
+        CHECK(contains(e.message(), "rank 0: no usable CUDA device"));
+      }
+    } else {
+      const mk::RankLaunch launch = mk::bootstrapFromEnvironment(1000);
+      REQUIRE(launch.bootstrap != nullptr);
+      CHECK(launch.bootstrap->rank() == 0);
+      CHECK(launch.bootstrap->size() == 1);
+      CHECK(launch.device == 0);
+    }
   }
 }
 

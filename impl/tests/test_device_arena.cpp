@@ -1,11 +1,11 @@
-// The arithmetic of the device arena's bump allocator (runtime/device_arena.hpp): alignment, exhaustion
+// The arithmetic of the device arena's bump allocator (device/device_arena.hpp): alignment, exhaustion
 // without side effects, and the edges. The CUDA side is covered by the GPU case in test_arena_gpu.cpp.
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <limits>
 
-#include "runtime/device_arena.hpp"
+#include "device/device_arena.hpp"
 
 namespace {
 constexpr uint64_t kNone = std::numeric_limits<uint64_t>::max();

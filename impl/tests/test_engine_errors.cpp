@@ -11,23 +11,9 @@ namespace {
 
 using mk::DType;
 using mk::RedOp;
+using mkt::errorOf;
 
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const mk::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-mk::BufRef ref(uint32_t rank, uint16_t buffer, uint64_t offset) {
-  mk::BufRef r;
-  r.rank = rank;
-  r.buffer = buffer;
-  r.offset = offset;
-  return r;
-}
+mk::BufRef ref(uint32_t rank, uint16_t buffer, uint64_t offset) { return mk::bufRef(rank, buffer, offset); }
 
 /// input / output / scratch of `count` float32 on 2 ranks, no lanes.
 mk::Schedule handMade(uint64_t count) {

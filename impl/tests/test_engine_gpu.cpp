@@ -10,15 +10,7 @@ namespace {
 
 using mk::DType;
 using mk::RedOp;
-
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const mk::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using mkt::errorOf;
 
 }  // namespace
 

@@ -1,7 +1,7 @@
 // The default chunks and channels per (collective, algorithm, size): the measured table of gen_defaults.hpp.
 #include <doctest/doctest.h>
 
-#include "runtime/gen_defaults.hpp"
+#include "engine/gen_defaults.hpp"
 
 using mk::CollOp;
 using mk::runtime::defaultGenOptions;

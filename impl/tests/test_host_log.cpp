@@ -1,7 +1,7 @@
 // The host log's level parsing (MK_LOG): the values the user guide documents, and everything else off.
 #include <doctest/doctest.h>
 
-#include "runtime/host_log.hpp"
+#include "engine/host_log.hpp"
 
 using mk::runtime::LogLevel;
 using mk::runtime::parseLogLevel;

@@ -10,8 +10,8 @@
 #include "mk/device/compute_lane_device.hpp"
 #include "mk/error.hpp"
 #include "mk/schedule/pack.hpp"
-#include "runtime/gemm_lane.hpp"
-#include "runtime/lowering.hpp"
+#include "gemm/gemm_lane.hpp"
+#include "lowering/lowering.hpp"
 
 namespace {
 

@@ -23,7 +23,7 @@
 #include "mk/exec/numeric.hpp"
 #include "mk/exec/verify.hpp"
 #include "multiprocess_launch.hpp"
-#include "runtime/topology_probe.hpp"
+#include "device/topology_probe.hpp"
 
 namespace {
 

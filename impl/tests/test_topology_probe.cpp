@@ -4,7 +4,7 @@
 #include <string>
 
 #include "mk/topology/topology.hpp"
-#include "runtime/topology_probe.hpp"
+#include "device/topology_probe.hpp"
 
 TEST_CASE("topology: NVLink probes refine the local topology and say why when they cannot") {
   mk::runtime::NvlinkProbe direct;

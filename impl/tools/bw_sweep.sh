@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Large-message tuning sweep: one mk-bench run per (size, collective, algorithm, worker CTAs, chunks, channels),
-# one line each, so the per-size defaults (LocalGroup::chooseGenOptions) can be set from measurements.
+# one line each, so the per-size defaults (Engine::chooseGenOptions) can be set from measurements.
 #
 #   impl/tools/bw_sweep.sh <mk-bench> <out dir> [sizes, default 512M] [seconds budget, default 300]
 #

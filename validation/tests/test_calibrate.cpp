@@ -13,9 +13,9 @@
 #include "mk/cost/cost.hpp"
 #include "mk/cost/profile_io.hpp"
 #include "mk/error.hpp"
+#include "mk/io/measurement.hpp"
 #include "mk/topology/topology.hpp"
 #include "mk/validation/calibrate.hpp"
-#include "mk/validation/measurement.hpp"
 
 namespace {
 

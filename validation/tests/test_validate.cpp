@@ -13,9 +13,9 @@
 #include "mk/algorithms/algorithms.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
+#include "mk/io/measurement.hpp"
 #include "mk/sim/replay.hpp"
 #include "mk/topology/topology.hpp"
-#include "mk/validation/measurement.hpp"
 #include "mk/validation/validate.hpp"
 
 namespace {

@@ -13,11 +13,11 @@
 #include "mk/cost/cost.hpp"
 #include "mk/cost/profile_io.hpp"
 #include "mk/error.hpp"
+#include "mk/io/measurement.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/topology/topology.hpp"
 #include "mk/util/cli.hpp"
 #include "mk/validation/calibrate.hpp"
-#include "mk/validation/measurement.hpp"
 
 #ifndef MK_GIT_COMMIT
 #define MK_GIT_COMMIT "unknown"

@@ -28,12 +28,12 @@
 #include "mk/cost/cost.hpp"
 #include "mk/cost/profile_io.hpp"
 #include "mk/error.hpp"
+#include "mk/io/measurement.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/sim/replay.hpp"
 #include "mk/topology/topology.hpp"
 #include "mk/util/cli.hpp"
 #include "mk/util/size.hpp"
-#include "mk/validation/measurement.hpp"
 #include "mk/validation/validate.hpp"
 
 #ifndef MK_GIT_COMMIT

@@ -122,4 +122,19 @@ bool preferMpiBootstrap() noexcept;
 /// positive number or after MPI_Finalize, Error(IoError) when an MPI call fails.
 std::unique_ptr<Bootstrap> makeMpiBootstrap(double timeoutMs, int* localRank = nullptr);
 
+/// A process started as one rank (torchrun, mpirun): its rendezvous with the other ranks and its GPU.
+struct RankLaunch {
+  std::unique_ptr<Bootstrap> bootstrap;
+  int device = 0;  ///< the process's rank on its node, which picks the GPU it drives
+};
+
+/// The one choice of rendezvous and GPU for a process started as one rank (launchedAsRanks());
+/// Communicator::createFromEnvironment and mk-bench use it. Started by mpirun without MASTER_ADDR in a build
+/// with MPI (preferMpiBootstrap()): the MPI bootstrap, the node rank from MPI. Otherwise the TCP rendezvous of
+/// readLaunchEnvironment(), the node rank LOCAL_RANK. `timeoutMs` budgets the rendezvous. The node rank is
+/// checked against the GPUs this process sees before the TCP rendezvous starts. Throws Error(Unsupported) when
+/// no CUDA device is usable, Error(InvalidArgument) for a node rank beyond them or a missing / malformed launch
+/// variable, and what the bootstrap throws.
+RankLaunch bootstrapFromEnvironment(double timeoutMs);
+
 }  // namespace mk

@@ -127,11 +127,11 @@ struct TraceEvent {
 class Bootstrap;
 
 namespace runtime {
-class LocalGroup;
+class Engine;
 }
 
-/// One rank of a communicator: owns nothing alone, shares the group's resources (RAII: the resident
-/// kernels stop and every allocation is freed when the last rank of a group is destroyed). Movable, not
+/// One rank of a communicator: owns nothing alone, shares the engine's resources (RAII: the resident
+/// kernels stop and every allocation is freed when the last rank of a communicator is destroyed). Movable, not
 /// copyable. Every method throws mk::Error; after a device-side failure (timeout, ...) every call throws
 /// that failure's message.
 class Communicator {
@@ -148,10 +148,10 @@ class Communicator {
   /// plus Error(Unsupported) for ranks on different hosts and Error(InvalidArgument) for two ranks on
   /// one GPU or mismatched CommConfig::ringSlots; bootstrap failures name the rank or address at fault.
   static Communicator create(Bootstrap& bootstrap, int device, const CommConfig& config = {});
-  /// One process per GPU from the launcher's variables (mk/bootstrap.hpp). Started by mpirun without
-  /// MASTER_ADDR, in a build with MPI (mpiBootstrapBuilt()): the MPI bootstrap, the GPU being the process's
-  /// rank on its node. Otherwise torchrun-style variables (readLaunchEnvironment): TCP rendezvous at
-  /// MASTER_ADDR:MASTER_PORT, LOCAL_RANK picks the GPU. Budget CommConfig::hostBudgetMs. Throws
+  /// One process per GPU from the launcher's variables (bootstrapFromEnvironment, mk/bootstrap.hpp). Started
+  /// by mpirun without MASTER_ADDR, in a build with MPI (mpiBootstrapBuilt()): the MPI bootstrap, the GPU
+  /// being the process's rank on its node. Otherwise torchrun-style variables (readLaunchEnvironment): TCP
+  /// rendezvous at MASTER_ADDR:MASTER_PORT, LOCAL_RANK picks the GPU. Budget CommConfig::hostBudgetMs. Throws
   /// Error(InvalidArgument) naming a missing or malformed variable.
   static Communicator createFromEnvironment(const CommConfig& config = {});
 
@@ -215,14 +215,11 @@ class Communicator {
   /// synchronize().
   std::vector<TraceEvent> takeTrace();
 
-  /// Internal: the group this rank belongs to.
-  runtime::LocalGroup& group() const { return *group_; }
-
  private:
-  Communicator(std::shared_ptr<runtime::LocalGroup> group, int rank) : group_(std::move(group)), rank_(rank) {}
+  Communicator(std::shared_ptr<runtime::Engine> engine, int rank) : engine_(std::move(engine)), rank_(rank) {}
   void collective(const CollectiveSpec& spec, const void* send, void* recv, cudaStream_t stream, const CollOptions& opt);
 
-  std::shared_ptr<runtime::LocalGroup> group_;
+  std::shared_ptr<runtime::Engine> engine_;
   int rank_ = 0;
   const void* checked_[4] = {};  ///< recently validated device pointers (skips cudaPointerGetAttributes)
   unsigned checkedNext_ = 0;
@@ -230,7 +227,8 @@ class Communicator {
 
 /// Start a group: until the matching groupEnd(), ops submitted by this thread get no per-op stream wait.
 void groupStart();
-/// End a group: each (communicator, stream) used inside waits on its last op's completion.
+/// End a group: each (communicator, stream) used inside waits on its last op's completion. The communicators
+/// used inside a group must stay alive until its groupEnd().
 void groupEnd();
 
 /// Chrome / Perfetto trace JSON ("traceEvents", one complete event per step: pid = rank, tid = lane,

@@ -8,7 +8,7 @@
 
 #include "mk/cuda_check.hpp"
 #include "mk/device/gemm_device.hpp"
-#include "runtime/gemm_launch.hpp"
+#include "gemm/gemm_launch.hpp"
 
 namespace mk::runtime {
 namespace {

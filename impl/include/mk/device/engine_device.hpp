@@ -44,7 +44,7 @@ enum class Status : uint32_t {
   HostAbort = 8,          ///< the host poisoned the communicator (a mismatched collective, shutdown on error)
 };
 
-/// Failure record; host-mapped pinned memory shared by every rank of a local group. The writer first
+/// Failure record; host-mapped pinned memory shared by every rank of a communicator. The writer first
 /// claims the record with a compare-and-swap on EngineDeviceHandle::failureClaim (device memory of rank 0:
 /// GPU atomics on host-mapped memory are not atomic across devices without PCIe atomics), fills every
 /// field, fences (system scope) and only then sets `abort`, so a reader that sees abort != 0 sees the
@@ -103,7 +103,7 @@ enum OpFlagBits : uint32_t {
   kOpFence = 1u << 0,  ///< op touches user memory the previous op touched: start only once that op completed
 };
 
-/// One submitted op, host-mapped ring of `ringSlots` entries shared by every rank of a local group. The
+/// One submitted op, host-mapped ring of `ringSlots` entries shared by the ranks one process drives. The
 /// host writes every field, then `seq` = op + 1 LAST with release; the kernel reads `seq` with acquire
 /// (system scope) before anything else. Slot op % ringSlots is reused only after every rank's control warp
 /// has fetched the previous occupant (RankMailbox::fetched).

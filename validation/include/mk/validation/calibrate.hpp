@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "mk/cost/cost.hpp"
-#include "mk/validation/measurement.hpp"
+#include "mk/io/measurement.hpp"
 
 namespace mk {
 

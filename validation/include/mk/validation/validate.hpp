@@ -19,10 +19,10 @@
 #include "mk/algorithms/algorithms.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/cost/profile_io.hpp"
+#include "mk/io/measurement.hpp"
 #include "mk/schedule/schedule.hpp"
 #include "mk/sim/replay.hpp"
 #include "mk/topology/topology.hpp"
-#include "mk/validation/measurement.hpp"
 
 namespace mk {
 

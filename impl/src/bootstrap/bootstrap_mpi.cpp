@@ -39,11 +39,6 @@ void checkMpi(int rc, const char* call) {
     throw Error(ErrorCode::IoError, std::string("MPI bootstrap: ") + call + " failed: " + mpiErrorText(rc));
 }
 
-const char* envOrNull(const char* name) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? v : nullptr;
-}
-
 std::mutex& initMutex() {
   static std::mutex m;
   return m;
@@ -240,10 +235,6 @@ class MpiBootstrap final : public Bootstrap {
 }  // namespace
 
 bool mpiBootstrapBuilt() noexcept { return true; }
-
-bool preferMpiBootstrap() noexcept {
-  return (envOrNull("OMPI_COMM_WORLD_SIZE") || envOrNull("PMI_SIZE")) && !envOrNull("MASTER_ADDR");
-}
 
 std::unique_ptr<Bootstrap> makeMpiBootstrap(double timeoutMs, int* localRank) {
   if (!std::isfinite(timeoutMs) || timeoutMs <= 0)

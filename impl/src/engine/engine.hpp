@@ -1,4 +1,4 @@
-// mkernel — internal: the state the ranks of a communicator share, in one process or one per GPU.
+// mkernel — internal: the engine, the state the ranks of a communicator share, in one process or one per GPU.
 //
 // Both modes run the same code (lowering, submission, gating, failures); they differ only in where a
 // peer's addresses come from:
@@ -9,88 +9,46 @@
 //    CUDA IPC handles (RankState once at creation, buffers of each op through the post board). Op k's
 //    descriptor is written by whichever of this rank's submit call or the progress thread first sees
 //    every rank's post of op k (a submit never waits for a peer, except ring back-pressure).
+//
+// One class, one mutex (mu_), its methods defined by concern in the files of engine/ named below.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
-#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <functional>
 #include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
-#include "device_arena.hpp"
-#include "lowering.hpp"
+#include "device/topology_probe.hpp"
+#include "engine/process_link.hpp"
+#include "engine/resources.hpp"
 #include "mk/bootstrap.hpp"
 #include "mk/communicator.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/device/engine_device.hpp"
 #include "mk/error.hpp"
-#include "process_link.hpp"
-#include "topology_probe.hpp"
 
 namespace mk::runtime {
 
-/// A schedule lowered and uploaded for every rank, generated once per key.
-struct CachedSchedule {
-  Schedule schedule;
-  std::string what;  ///< "allreduce one-shot float32 sum count 1021" (for diagnostics)
-  std::vector<LoweredProgram> programs;   ///< per rank
-  std::vector<void*> devicePrograms;      ///< per rank, on that rank's GPU (null for ranks of other processes)
-  uint64_t scratchBytes = 0;
-  uint64_t inputBytes = 0, outputBytes = 0;  ///< per rank (collectives; 0 for custom schedules)
-};
-
-/// Engine resources of one rank.
-struct RankResources {
-  int device = -1;
-  cudaStream_t kernelStream = nullptr;  ///< runs the resident kernel (non-blocking)
-  cudaStream_t copyStream = nullptr;    ///< uploads (non-blocking: never waits for user streams)
-  device::RankState* state = nullptr;
-  uint32_t* doorbell = nullptr;
-  device::OpStamp* stamps = nullptr;  ///< ringSlots entries, device memory
-  std::array<void*, device::kSlots> scratch{};
-  uint64_t scratchBytes = 0;
-  std::array<void*, device::kSlots> staging{};
-  uint64_t stagingBytes = 0;
-  std::vector<void*> retired;  ///< device allocations freed once the kernel stopped
-  /// Where programs, scratch, staging and compute-lane blocks come from (CommConfig::deviceArenaBytes).
-  std::unique_ptr<DeviceArena> arena;
-  bool launched = false;
-  int8_t kernelHandoff = -1;  ///< 1: StreamHandoff::Kernel on this rank, 0: MemOps, -1: not decided yet
-  uint32_t submitted = 0;  ///< ops submitted by this rank
-};
-
-/// An op being assembled from the calls of every rank.
-struct PendingOp {
-  std::string key;
-  CachedSchedule* sched = nullptr;
-  std::vector<bool> called;
-  std::vector<const void*> input;  ///< bound input per rank (staging when staged)
-  std::vector<void*> output;
-  std::vector<std::pair<uintptr_t, uintptr_t>> reads, writes;  ///< user byte ranges per rank (fence rule)
-  uint32_t calls = 0;    ///< local ranks that called
-  bool posted = false;   ///< multi-process: this rank's post of the op is on the board
-  bool fence = false;    ///< multi-process: this rank's part of the kOpFence decision
-};
-
-/// Shared state of a local group; Communicator holds it through shared_ptr.
-class LocalGroup {
+/// The engine of one communicator: resources, resident kernels and op submission of its ranks (every rank in
+/// one process, or this process's rank of one process per GPU). Communicator holds it through shared_ptr.
+class Engine {
  public:
-  LocalGroup(const std::vector<int>& devices, const CommConfig& config);
+  Engine(const std::vector<int>& devices, const CommConfig& config);
   /// Multi-process: this process is rank boot.rank() of boot.size(), on `device` (collective over boot;
   /// the bootstrap is not used after the constructor returns).
-  LocalGroup(Bootstrap& boot, int device, const CommConfig& config);
-  ~LocalGroup();
-  LocalGroup(const LocalGroup&) = delete;
-  LocalGroup& operator=(const LocalGroup&) = delete;
+  Engine(Bootstrap& boot, int device, const CommConfig& config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   int size() const noexcept { return static_cast<int>(ranks_.size()); }
   const RankResources& rank(int r) const { return ranks_[r]; }
@@ -102,55 +60,70 @@ class LocalGroup {
   /// True for one process per GPU (only rank ownRank() lives here).
   bool multiProcess() const noexcept { return link_ != nullptr; }
   int ownRank() const noexcept { return me_; }
-  const CommConfig& config() const noexcept { return config_; }
 
-  /// Submit one rank's part of a collective / custom schedule (see Communicator).
+  /// Submit one rank's part of a collective / custom schedule (see Communicator; submit.cpp).
   void submitCollective(int r, const CollectiveSpec& spec, const GenOptions& gen, const void* send, void* recv,
                         cudaStream_t stream);
   void submitSchedule(int r, const Schedule& s, const void* input, void* output, cudaStream_t stream);
 
+  /// The "auto" choice (algorithm_choice.cpp).
   std::string chooseAlgorithm(CollOp op, uint64_t count, DType dtype);
   GenOptions chooseGenOptions(CollOp op, uint64_t count, DType dtype, const std::string& algo) const;
 
+  /// Host-side wait for rank r's submitted ops (handoff.cpp).
   void synchronize(int r);
   uint64_t submitted(int r);
+  /// Observations (timing.cpp).
   OpTiming opTiming(int r, uint64_t op);
   ClockSync calibrateClock(int r, int rounds);
   std::vector<TraceEvent> takeTrace(int r);
-  /// Enqueue the completion wait for op `seq` (0-based) of rank r on `stream` (groupEnd uses it).
+  /// Enqueue the completion wait for op `seq` (0-based) of rank r on `stream` (groupEnd uses it; handoff.cpp).
   void enqueueWait(int r, cudaStream_t stream, uint32_t seq);
 
  private:
+  // ---- setup.cpp: configuration, allocations, the resident kernels' launch
   static void checkConfig(const CommConfig& config);
-  void init(const std::vector<int>& devices);
-  void initProcess(Bootstrap& boot, int device);
   /// Worker CTAs for `dev` (CommConfig or the default), after checking the grid can be co-resident.
   uint32_t workersFor(int dev) const;
-  /// Whether rank r's ops meet their streams through the hand-off kernel (CommConfig::streamHandoff).
-  bool useKernelHandoff(int r);
-  /// Ring rank r's doorbell for op `seq` on `stream` and, when `wait`, hold the stream until the op completed.
-  void handoff(int r, cudaStream_t stream, uint32_t seq, bool wait);
-  /// Fill topology_ (a preset or "N GPUs like GPU 0") with the NVLink probes; sets topologySource_.
-  void refineTopology(const std::vector<NvlinkProbe>& probes, int major);
   void allocRank(int r, int dev);
   void allocHostBlocks(size_t nRanks);
   void launchKernels();
+
+  // ---- peers.cpp: which GPUs the ranks use, how they reach each other, the topology
+  void init(const std::vector<int>& devices);
+  void initProcess(Bootstrap& boot, int device);
+  /// Fill topology_ (a preset or "N GPUs like GPU 0") with the NVLink probes; sets topologySource_.
+  void refineTopology(const std::vector<NvlinkProbe>& probes, int major);
+
+  // ---- teardown.cpp
   void shutdown() noexcept;
   void releaseMemory() noexcept;
 
+  // ---- failures.cpp
   /// Throws the first failure (poisoned communicator or a device-side abort).
   void throwIfFailedLocked(bool deep = false);
   [[noreturn]] void poisonAndThrow(ErrorCode code, const std::string& message);
+  /// Record the first failure and stop the engine's kernels, without throwing.
+  void poisonLocked(ErrorCode code, const std::string& message) noexcept;
   std::string describeDeviceFailure() const;
+  uint32_t fetched(int r) const;
+  uint32_t completed(int r) const;
 
+  // ---- algorithm_choice.cpp
   std::string chooseAlgorithmLocked(CollOp op, uint64_t count, DType dtype);
-  CachedSchedule& cacheLocked(const std::string& key, const std::function<Schedule()>& make, uint64_t inBytes,
-                              uint64_t outBytes, const std::string& what);
+
+  // ---- schedule_cache.cpp: lowered schedules, scratch and staging memory
+  CachedSchedule& cacheLocked(const std::string& key, const std::function<Schedule()>& make,
+                              const std::string& what);
   void ensureScratchLocked(uint64_t bytes);
   void* stagingLocked(int r, uint32_t seq, uint64_t bytes);
+
+  // ---- submit.cpp
   void submitLocked(int r, const std::string& key, CachedSchedule& sched, const void* send, void* recv,
                     uint64_t inBytes, uint64_t outBytes, cudaStream_t stream);
   void waitRingSpaceLocked(int r, uint32_t seq);
+
+  // ---- finalize.cpp: an op's descriptor
   /// Write op `seq`'s descriptor: per rank, where its input, output and scratch (slot base) are.
   void finalizeLocked(uint32_t seq, const CachedSchedule& cs, const std::vector<uint64_t>& input,
                       const std::vector<uint64_t>& output, const std::vector<uint64_t>& scratch, bool fence);
@@ -158,8 +131,14 @@ class LocalGroup {
   void finalizeLocalLocked(uint32_t seq, PendingOp& op);
   /// Whether `op` touches user memory the previous op of these ranks touched (and remember op's ranges).
   bool touchesPreviousLocked(PendingOp& op);
-  /// Record the first failure and stop the group's kernels, without throwing.
-  void poisonLocked(ErrorCode code, const std::string& message) noexcept;
+
+  // ---- handoff.cpp: how an op meets the caller's stream
+  /// Whether rank r's ops meet their streams through the hand-off kernel (CommConfig::streamHandoff).
+  bool useKernelHandoff(int r);
+  /// Ring rank r's doorbell for op `seq` on `stream` and, when `wait`, hold the stream until the op completed.
+  void handoff(int r, cudaStream_t stream, uint32_t seq, bool wait);
+
+  // ---- progress.cpp: multi-process post board and progress thread
   /// Multi-process: put this rank's part of op `seq` on the post board.
   void postLocked(uint32_t seq, PendingOp& op);
   /// Multi-process: finalize every posted op every rank has posted (in order). Never blocks on a peer.
@@ -170,8 +149,6 @@ class LocalGroup {
   void stopProgressThread() noexcept;
   /// Ranks that have not posted op `seq` yet ("1, 3").
   std::string unpostedRanks(uint32_t seq) const;
-  uint32_t fetched(int r) const;
-  uint32_t completed(int r) const;
 
   CommConfig config_;
   Topology topology_;
@@ -206,8 +183,13 @@ class LocalGroup {
   std::map<uint32_t, PendingOp> pending_;  ///< ops not yet submitted by every rank, by sequence number
   std::vector<const CachedSchedule*> opSchedule_;  ///< [seq % ringSlots]: what each recent op ran
   std::vector<std::pair<uintptr_t, uintptr_t>> prevReads_, prevWrites_;  ///< user ranges of the last finalized op
-  uint32_t finalized_ = 0;  ///< ops whose descriptor was written
   uint64_t scratchBytes_ = 0;
 };
+
+/// True between groupStart() and groupEnd() on this thread: ops then get no per-op stream wait (handoff.cpp).
+bool insideGroup() noexcept;
+/// Inside a group: op `seq` of `engine`'s rank `rank` on `stream` gets its completion wait at groupEnd()
+/// (the engine must outlive the open group: communicator.hpp, groupEnd).
+void deferGroupWait(Engine* engine, int rank, cudaStream_t stream, uint32_t seq);
 
 }  // namespace mk::runtime

@@ -1,5 +1,5 @@
 // Lowering of one rank's schedule into the resident kernel's program (see lowering.hpp).
-#include "lowering.hpp"
+#include "lowering/lowering.hpp"
 
 #include <algorithm>
 #include <cstring>

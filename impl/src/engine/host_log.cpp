@@ -1,5 +1,5 @@
 // mkernel — the host side's diagnostic log (host_log.hpp).
-#include "host_log.hpp"
+#include "engine/host_log.hpp"
 
 #include <unistd.h>
 

@@ -1,5 +1,5 @@
 // mkernel — NVLink discovery through NVML loaded at run time (topology_probe.hpp).
-#include "topology_probe.hpp"
+#include "device/topology_probe.hpp"
 
 #include <dlfcn.h>
 

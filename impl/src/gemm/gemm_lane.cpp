@@ -1,5 +1,5 @@
 // mkernel — host side of the resident kernel's compute lanes: per-op GemmParams blocks (see gemm_lane.hpp).
-#include "gemm_lane.hpp"
+#include "gemm/gemm_lane.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -8,7 +8,8 @@
 #include <mutex>
 #include <sstream>
 
-#include "gemm_maps.hpp"
+#include "engine/host_sync.hpp"
+#include "gemm/gemm_maps.hpp"
 #include "mk/cuda_check.hpp"
 #include "mk/device/compute_lane_device.hpp"
 #include "mk/error.hpp"
@@ -18,8 +19,6 @@ namespace {
 
 /// Blocks kept per rank before the ones of completed ops are recycled (distinct address sets in use).
 constexpr size_t kMaxBlocks = 64;
-
-bool seqGeq(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) >= 0; }
 
 const device::LoweredGemm* gemmsOf(const LoweredProgram& p) {
   return reinterpret_cast<const device::LoweredGemm*>(p.image.data() + p.header().gemmsOffset);
@@ -181,24 +180,24 @@ void GemmLaneBinder::release() noexcept {
   cudaGetLastError();
 }
 
-GemmLaneBinder& gemmLaneBinder(const void* group, uint32_t rank, int device, uint64_t waitLimitNs,
+GemmLaneBinder& gemmLaneBinder(const void* engine, uint32_t rank, int device, uint64_t waitLimitNs,
                                DeviceArena* arena) {
   std::lock_guard<std::mutex> lock(gRegistryMu);
-  auto& b = gRegistry[{group, rank}];
+  auto& b = gRegistry[{engine, rank}];
   if (!b) b = std::make_unique<GemmLaneBinder>(device, rank, waitLimitNs, arena);
   return *b;
 }
 
-std::string gemmLaneTimeoutReport(const void* group, uint32_t rank) {
+std::string gemmLaneTimeoutReport(const void* engine, uint32_t rank) {
   std::lock_guard<std::mutex> lock(gRegistryMu);
-  auto it = gRegistry.find({group, rank});
+  auto it = gRegistry.find({engine, rank});
   return it == gRegistry.end() ? std::string() : it->second->timeoutReport();
 }
 
-void releaseGemmLaneBinders(const void* group, bool freeMemory) noexcept {
+void releaseGemmLaneBinders(const void* engine, bool freeMemory) noexcept {
   std::lock_guard<std::mutex> lock(gRegistryMu);
   for (auto it = gRegistry.begin(); it != gRegistry.end();) {
-    if (it->first.first == group) {
+    if (it->first.first == engine) {
       if (!freeMemory) static_cast<void>(it->second.release());  // leaked on purpose: a live kernel may read it
       it = gRegistry.erase(it);  // otherwise the destructor frees
     } else {

@@ -1,5 +1,5 @@
 // mkernel — internal: DeviceArena (see device_arena.hpp).
-#include "device_arena.hpp"
+#include "device/device_arena.hpp"
 
 #include <cuda_runtime_api.h>
 

@@ -1,5 +1,5 @@
 // mkernel — shared segment and CUDA IPC handle caches of a multi-process communicator (process_link.hpp).
-#include "process_link.hpp"
+#include "engine/process_link.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -12,7 +12,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "driver_api.hpp"
+#include "device/driver_api.hpp"
 #include "mk/cuda_check.hpp"
 #include "mk/error.hpp"
 

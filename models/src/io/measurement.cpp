@@ -1,4 +1,4 @@
-#include "mk/validation/measurement.hpp"
+#include "mk/io/measurement.hpp"
 
 #include <nlohmann/json.hpp>
 

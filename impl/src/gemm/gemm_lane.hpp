@@ -10,9 +10,9 @@
 // op that used them has completed on every rank (never freed while the kernel runs: cudaFree would wait
 // for it).
 //
-// The binders of a communicator live in a registry keyed by its LocalGroup (communicator.cpp calls
-// gemmLaneBinder() while it writes an op's descriptor, and releaseGemmLaneBinders() once its kernels have
-// stopped).
+// The binders of a communicator live in a registry keyed by its engine (engine/finalize.cpp calls
+// gemmLaneBinder() while it writes an op's descriptor, engine/teardown.cpp releaseGemmLaneBinders() once its
+// kernels have stopped).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -23,8 +23,8 @@
 #include <utility>
 #include <vector>
 
-#include "device_arena.hpp"
-#include "lowering.hpp"
+#include "device/device_arena.hpp"
+#include "lowering/lowering.hpp"
 #include "mk/device/compute_lane_device.hpp"
 
 namespace mk::runtime {
@@ -50,9 +50,6 @@ class GemmLaneBinder {
   std::string timeoutReport() const;
   /// Free every block and the report (the kernel must have stopped).
   void release() noexcept;
-
-  /// Blocks currently held (tests, diagnostics).
-  size_t cachedBlocks() const noexcept { return blocks_.size(); }
 
  private:
   struct Block {
@@ -82,15 +79,15 @@ device::GemmParams gemmLaneParams(const device::LoweredGemm& g, uint64_t waitLim
 /// next op's gate) expire and hide it behind a less precise message.
 uint64_t gemmLaneWaitLimitNs(uint64_t pollBudgetNs);
 
-/// The binder of (group, rank), created on first use.
+/// The binder of (engine, rank), created on first use.
 /// `arena` is used only when the binder is created here (the first call for the pair).
-GemmLaneBinder& gemmLaneBinder(const void* group, uint32_t rank, int device, uint64_t waitLimitNs,
+GemmLaneBinder& gemmLaneBinder(const void* engine, uint32_t rank, int device, uint64_t waitLimitNs,
                                DeviceArena* arena = nullptr);
-/// Report of (group, rank)'s binder, "" when none or no timeout.
-std::string gemmLaneTimeoutReport(const void* group, uint32_t rank);
-/// Forget the binders of `group`; free their memory when `freeMemory` (its kernels have stopped), else leak it
-/// (a kernel that never stopped may still read it), so that a later group at the same address starts clean.
-void releaseGemmLaneBinders(const void* group, bool freeMemory) noexcept;
+/// Report of (engine, rank)'s binder, "" when none or no timeout.
+std::string gemmLaneTimeoutReport(const void* engine, uint32_t rank);
+/// Forget the binders of `engine`; free their memory when `freeMemory` (its kernels have stopped), else leak it
+/// (a kernel that never stopped may still read it), so that a later engine at the same address starts clean.
+void releaseGemmLaneBinders(const void* engine, bool freeMemory) noexcept;
 
 /// Before an op is enqueued: every Gemm operand of `program` (rank `rank`) bound to the user's `input` /
 /// `output` pointer must start 16-byte aligned (TMA). Throws Error(InvalidArgument) naming the operand,

@@ -6,9 +6,6 @@ namespace mk {
 
 bool mpiBootstrapBuilt() noexcept { return false; }
 
-// Without MPI the TCP rendezvous is the only bootstrap, whatever launched the process.
-bool preferMpiBootstrap() noexcept { return false; }
-
 std::unique_ptr<Bootstrap> makeMpiBootstrap(double /*timeoutMs*/, int* /*localRank*/) {
   throw Error(ErrorCode::Unsupported,
               "makeMpiBootstrap: mkernel was built without MPI (install libopenmpi-dev and reconfigure, "

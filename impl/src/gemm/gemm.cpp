@@ -14,9 +14,9 @@
 
 #include "mk/cuda_check.hpp"
 #include "mk/error.hpp"
-#include "runtime/driver_api.hpp"
-#include "runtime/gemm_launch.hpp"
-#include "runtime/gemm_maps.hpp"
+#include "device/driver_api.hpp"
+#include "gemm/gemm_launch.hpp"
+#include "gemm/gemm_maps.hpp"
 
 namespace mk {
 

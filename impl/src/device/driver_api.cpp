@@ -1,4 +1,4 @@
-#include "driver_api.hpp"
+#include "device/driver_api.hpp"
 
 #include <cuda_runtime_api.h>
 

@@ -2,7 +2,7 @@
 //
 // * A POSIX shared-memory segment (created by rank 0, its name exchanged through the bootstrap, unlinked
 //   once every rank mapped it, registered with cudaHostRegister so every GPU's kernel can write it):
-//   the group's StatusBlock (failure record, abort word), per-rank progress words, and the per-op post
+//   the engine's StatusBlock (failure record, abort word), per-rank progress words, and the per-op post
 //   board through which each rank tells the others where its buffers of op k are.
 // * Device memory crosses processes as CUDA IPC handles of whole cudaMalloc allocations (IpcRef =
 //   handle + offset), exported once per allocation (cached by the driver's buffer id) and opened once

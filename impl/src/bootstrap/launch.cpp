@@ -1,0 +1,130 @@
+// mkernel — how this process was launched (mk/bootstrap.hpp): the launch variables, read here and nowhere else,
+// and the one choice of rendezvous and GPU for a process started as one rank.
+#include <cuda_runtime_api.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <initializer_list>
+#include <memory>
+#include <string>
+
+#include "mk/bootstrap.hpp"
+#include "mk/error.hpp"
+
+namespace mk {
+namespace {
+
+const char* envOrNull(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+/// Parse a whole decimal integer in [lo, hi] or throw naming the variable.
+long parseIntVar(const char* name, const char* value, long lo, long hi, const char* what) {
+  errno = 0;
+  char* end = nullptr;
+  const long v = std::strtol(value, &end, 10);
+  if (errno != 0 || end == value || *end != '\0' || v < lo || v > hi)
+    throw Error(ErrorCode::InvalidArgument, std::string("environment variable ") + name + "='" + value +
+                                                "' is not " + what + " (expected an integer in " + std::to_string(lo) +
+                                                ".." + std::to_string(hi) + ")");
+  return v;
+}
+
+/// The first of `names` that is set (its name through *which), else null.
+const char* firstVar(std::initializer_list<const char*> names, const char** which) {
+  for (const char* n : names)
+    if (const char* v = envOrNull(n)) {
+      *which = n;
+      return v;
+    }
+  *which = *names.begin();
+  return nullptr;
+}
+
+}  // namespace
+
+bool launchedAsRanks() {
+  return envOrNull("RANK") || envOrNull("WORLD_SIZE") || envOrNull("OMPI_COMM_WORLD_RANK") || envOrNull("PMI_RANK");
+}
+
+int launchLocalRank() {
+  const char* which = nullptr;
+  if (const char* local = firstVar({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}, &which))
+    return static_cast<int>(parseIntVar(which, local, 0, 1 << 16, "a local rank"));
+  if (const char* rank = firstVar({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}, &which))
+    return static_cast<int>(parseIntVar(which, rank, 0, 1 << 20, "a rank"));
+  return 0;
+}
+
+LaunchEnvironment readLaunchEnvironment() {
+  LaunchEnvironment env;
+  const char* which = nullptr;
+  const char* size = firstVar({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, &which);
+  if (!size)
+    throw Error(ErrorCode::InvalidArgument,
+                "environment variable WORLD_SIZE is not set (launch with torchrun, or set RANK WORLD_SIZE LOCAL_RANK "
+                "MASTER_ADDR MASTER_PORT; under mpirun OMPI_COMM_WORLD_SIZE / PMI_SIZE are read too)");
+  env.size = static_cast<int>(parseIntVar(which, size, 1, 1 << 20, "a process count"));
+  const char* rank = firstVar({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}, &which);
+  if (!rank)
+    throw Error(ErrorCode::InvalidArgument, "environment variable RANK is not set (WORLD_SIZE is " +
+                                                std::to_string(env.size) + "; each process needs its rank)");
+  env.rank = static_cast<int>(parseIntVar(which, rank, 0, env.size - 1, "a rank below WORLD_SIZE"));
+  env.localRank = launchLocalRank();  // RANK when no local rank is set (validated above)
+  const char* addr = envOrNull("MASTER_ADDR");
+  if (!addr)
+    throw Error(ErrorCode::InvalidArgument,
+                "environment variable MASTER_ADDR is not set (the host rank 0 listens on, e.g. 127.0.0.1)");
+  env.masterAddr = addr;
+  const char* port = envOrNull("MASTER_PORT");
+  if (!port)
+    throw Error(ErrorCode::InvalidArgument, "environment variable MASTER_PORT is not set (a free TCP port, e.g. 29500)");
+  env.masterPort = static_cast<uint16_t>(parseIntVar("MASTER_PORT", port, 1, 65535, "a TCP port"));
+  if (envOrNull("TORCHELASTIC_RUN_ID")) {
+    // torchrun's agent serves its own store on MASTER_PORT: rendezvous on the next port.
+    if (env.masterPort == 65535)
+      throw Error(ErrorCode::InvalidArgument, "MASTER_PORT=65535 under torchrun: the rendezvous uses MASTER_PORT + 1 "
+                                              "(torchrun's own store holds MASTER_PORT); pick a lower --master-port");
+    ++env.masterPort;
+  }
+  return env;
+}
+
+// Without MPI the TCP rendezvous is the only bootstrap, whatever launched the process.
+bool preferMpiBootstrap() noexcept {
+  return mpiBootstrapBuilt() && (envOrNull("OMPI_COMM_WORLD_SIZE") || envOrNull("PMI_SIZE")) &&
+         !envOrNull("MASTER_ADDR");
+}
+
+RankLaunch bootstrapFromEnvironment(double timeoutMs) {
+  // Started by mpirun without MASTER_ADDR (and built with MPI): MPI itself is the rendezvous, and the node
+  // rank it reports picks the GPU. Otherwise the TCP rendezvous of the launch variables.
+  RankLaunch launch;
+  int rank = 0;
+  if (preferMpiBootstrap()) {
+    launch.bootstrap = makeMpiBootstrap(timeoutMs, &launch.device);
+    rank = launch.bootstrap->rank();
+  } else {
+    const LaunchEnvironment env = readLaunchEnvironment();
+    rank = env.rank;
+    launch.device = env.localRank;
+  }
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(ErrorCode::Unsupported, "rank " + std::to_string(rank) + ": no usable CUDA device (" +
+                                            cudaGetErrorName(e) + ")");
+  }
+  if (launch.device >= count)
+    throw Error(ErrorCode::InvalidArgument, "rank " + std::to_string(rank) +
+                                                (launch.bootstrap ? ": node rank " : ": LOCAL_RANK ") +
+                                                std::to_string(launch.device) + " picks GPU " +
+                                                std::to_string(launch.device) + " but this process sees " +
+                                                std::to_string(count) + " GPU(s) (more processes per node than GPUs?)");
+  if (!launch.bootstrap) launch.bootstrap = TcpBootstrap::fromEnvironment(timeoutMs);
+  return launch;
+}
+
+}  // namespace mk

@@ -1,0 +1,137 @@
+// mkernel — engine failures: the first one poisons the engine and stops its kernels; a device-side report
+// (status block) or a kernel that died becomes an mk::Error naming the rank, lane, step and op.
+#include <cuda_runtime_api.h>
+
+#include <sstream>
+#include <string>
+
+#include "engine/engine.hpp"
+#include "engine/host_sync.hpp"
+#include "gemm/gemm_lane.hpp"
+#include "mk/error.hpp"
+#include "mk/schedule/validate.hpp"
+
+namespace mk::runtime {
+
+namespace {
+
+const char* statusName(device::Status s) {
+  switch (s) {
+    case device::Status::WaitTimeout: return "wait timed out";
+    case device::Status::BarrierTimeout: return "barrier timed out";
+    case device::Status::EntryTimeout: return "peer never entered the op";
+    case device::Status::DescriptorTimeout: return "op descriptor never became valid";
+    case device::Status::GateTimeout: return "earlier op never completed on every rank";
+    case device::Status::LaneSyncTimeout: return "CTAs of a lane never met";
+    case device::Status::BadProgram: return "bad program";
+    case device::Status::HostAbort: return "aborted by the host";
+    default: return "unknown failure";
+  }
+}
+
+}  // namespace
+
+uint32_t Engine::fetched(int r) const { return loadHost(&mailboxes_[r].fetched); }
+uint32_t Engine::completed(int r) const { return loadHost(&mailboxes_[r].completed); }
+
+std::string Engine::describeDeviceFailure() const {
+  const device::StatusBlock s = *status_;
+  const auto code = static_cast<device::Status>(s.code);
+  std::ostringstream os;
+  const CachedSchedule* sched = opSchedule_[s.op % ringSlots_];
+  const std::string what = sched ? " (" + sched->what + ")" : std::string();
+  switch (code) {
+    case device::Status::WaitTimeout:
+    case device::Status::BarrierTimeout:
+    case device::Status::EntryTimeout:
+    case device::Status::LaneSyncTimeout: {
+      if (sched && s.rank < sched->schedule.lanes.size() && s.lane < sched->schedule.lanes[s.rank].size() &&
+          s.step < sched->schedule.lanes[s.rank][s.lane].steps.size())
+        os << describeStep(sched->schedule, s.rank, s.lane, s.step);
+      else
+        os << "rank " << s.rank << " lane " << s.lane << " step " << s.step;
+      os << " of op " << s.op << what << ": " << statusName(code) << " after " << fmtMs(double(s.elapsedNs) / 1e6)
+         << ": ";
+      if (code == device::Status::WaitTimeout)
+        os << "flag " << s.flag << " expected >= " << s.expected << ", seen " << s.seen;
+      else if (code == device::Status::BarrierTimeout)
+        os << "barrier " << s.flag << " expected " << s.expected << " ranks, seen " << s.seen;
+      else if (code == device::Status::EntryTimeout)
+        os << "rank " << s.flag << " has entered " << s.seen << " ops, expected >= " << s.expected
+           << " (its stream never reached this op?)";
+      else
+        os << "sync point " << s.flag << " expected " << s.expected << " CTAs, seen " << s.seen;
+      break;
+    }
+    case device::Status::DescriptorTimeout:
+      os << "rank " << s.rank << " op " << s.op << ": " << statusName(code) << " after " << fmtMs(double(s.elapsedNs) / 1e6)
+         << " (seq seen " << s.seen << ", expected " << s.expected << "): did every rank submit op " << s.op << "?";
+      if (link_) {
+        const std::string missing = unpostedRanks(s.op);
+        if (!missing.empty()) os << " (rank(s) " << missing << " never submitted it)";
+      }
+      break;
+    case device::Status::GateTimeout:
+      os << "rank " << s.rank << " could not start op " << s.op << what << " within " << fmtMs(double(s.elapsedNs) / 1e6)
+         << ": rank " << s.flag << " has completed " << s.seen << " ops, expected >= " << s.expected;
+      break;
+    case device::Status::HostAbort:
+      os << "the communicator was stopped by the host after an earlier error";
+      if (link_) os << " (in the process of rank " << s.rank << ")";
+      break;
+    default:
+      os << "rank " << s.rank << ": " << statusName(code) << " (code " << s.code << ")";
+  }
+  return os.str();
+}
+
+void Engine::poisonAndThrow(ErrorCode code, const std::string& message) {
+  if (poison_.empty()) {
+    poison_ = message;
+    poisonCode_ = code;
+  }
+  if (status_ && loadHost(&status_->abort) == 0) {
+    status_->code = static_cast<uint32_t>(device::Status::HostAbort);
+    status_->rank = static_cast<uint32_t>(me_);  // multi-process: whose process stopped the engine
+    storeHost(&status_->abort, 1);
+  }
+  throw Error(code, message);
+}
+
+void Engine::throwIfFailedLocked(bool deep) {
+  if (!poison_.empty())
+    throw Error(poisonCode_, "communicator unusable after an earlier error: " + poison_);
+  if (loadHost(&status_->abort) != 0) {
+    const auto code = static_cast<device::Status>(status_->code);
+    poisonAndThrow(code == device::Status::HostAbort ? ErrorCode::Internal : ErrorCode::Timeout, describeDeviceFailure());
+  }
+  // A kernel that died (illegal address, ...) never raises `abort`: asked where the host waits anyway.
+  for (const auto& rr : ranks_) {
+    if (!deep) break;
+    if (!rr.launched) continue;  // ranks of other processes
+    const cudaError_t e = cudaStreamQuery(rr.kernelStream);
+    if (e != cudaErrorNotReady) {
+      cudaGetLastError();
+      // Compute lanes: a Gemm step whose wait expired traps; say who waited for what.
+      const std::string gemm = gemmLaneTimeoutReport(this, static_cast<uint32_t>(&rr - ranks_.data()));
+      poisonAndThrow(ErrorCode::CudaError, "the resident kernel on GPU " + std::to_string(rr.device) + " stopped: " +
+                                               (e == cudaSuccess ? std::string("exited") : std::string(cudaGetErrorName(e)) +
+                                                                                               ": " + cudaGetErrorString(e)) +
+                                               (gemm.empty() ? std::string() : " (" + gemm + ")"));
+    }
+  }
+}
+
+void Engine::poisonLocked(ErrorCode code, const std::string& message) noexcept {
+  if (poison_.empty()) {
+    poison_ = message;
+    poisonCode_ = code;
+  }
+  if (status_ && loadHost(&status_->abort) == 0) {
+    status_->code = static_cast<uint32_t>(device::Status::HostAbort);
+    status_->rank = static_cast<uint32_t>(me_);
+    storeHost(&status_->abort, 1);
+  }
+}
+
+}  // namespace mk::runtime

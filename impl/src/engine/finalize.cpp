@@ -1,0 +1,100 @@
+// mkernel — an op's descriptor: once every rank submitted op `seq`, its slot of the descriptor ring gets each
+// rank's program and bound addresses (and the compute lanes' parameter blocks), the fence bit of the ordering
+// rule, and `seq` last.
+#include <cuda_runtime_api.h>
+
+#include <utility>
+#include <vector>
+
+#include "engine/engine.hpp"
+#include "engine/host_sync.hpp"
+#include "gemm/gemm_lane.hpp"
+#include "mk/device/compute_lane_device.hpp"
+
+namespace mk::runtime {
+
+void Engine::finalizeLocked(uint32_t seq, const CachedSchedule& cs, const std::vector<uint64_t>& input,
+                                const std::vector<uint64_t>& output, const std::vector<uint64_t>& scratch, bool fence) {
+  // The descriptor slot's previous op must have been taken by every local rank's kernel.
+  if (seq >= ringSlots_) {
+    const uint32_t need = seq - ringSlots_ + 1;
+    const bool ok = hostPoll(config_.hostBudgetMs, [&] {
+      if (loadHost(&status_->abort) != 0) return true;
+      for (const int q : local_)
+        if (!seqGeq(fetched(q), need)) return false;
+      return true;
+    });
+    if (!ok)
+      poisonAndThrow(ErrorCode::Timeout, "descriptor ring slot " + std::to_string(seq % ringSlots_) + " for op " +
+                                             std::to_string(seq) + " stayed busy for " + fmtMs(config_.hostBudgetMs));
+    throwIfFailedLocked();
+  }
+  const uint32_t nB = static_cast<uint32_t>(cs.schedule.buffers.size());
+  device::OpDescriptor& d = ring_[seq % ringSlots_];
+  d.nBindings = static_cast<uint32_t>(ranks_.size()) * nB;
+  d.flags = fence ? device::kOpFence : 0u;
+  for (uint32_t q = 0; q < ranks_.size(); ++q) {
+    d.program[q] = reinterpret_cast<uint64_t>(cs.devicePrograms[q]);  // kernels read only their own entry
+    for (uint32_t b = 0; b < nB; ++b) {
+      const BufferLayout& L = cs.programs[q].buffers[b];
+      uint64_t addr = 0;
+      switch (L.kind) {
+        case BufferKind::Input: addr = input[q]; break;
+        case BufferKind::Output:
+        case BufferKind::InOut: addr = output[q]; break;
+        case BufferKind::Scratch: addr = scratch[q] + L.scratchOffset; break;
+      }
+      d.table[q * nB + b] = addr;
+    }
+  }
+  // ---- compute lanes: each local rank's Gemm steps get the GemmParams block (tensor maps) of this op's
+  // addresses, after the schedule's bindings (table[nRanks * nB + rank]; gemm_lane.hpp).
+  bool gemms = false;
+  for (uint32_t q = 0; q < ranks_.size(); ++q) gemms = gemms || gemmCount(cs.programs[q]) > 0;
+  if (gemms) {
+    const uint32_t n = static_cast<uint32_t>(ranks_.size());
+    for (uint32_t q = 0; q < n; ++q) d.table[device::gemmParamsBinding(n, nB, q)] = 0;
+    for (const int lq : local_) {
+      const auto q = static_cast<uint32_t>(lq);
+      if (gemmCount(cs.programs[q]) == 0) continue;
+      GemmLaneBinder& binder = gemmLaneBinder(this, q, ranks_[q].device, static_cast<uint64_t>(config_.pollBudgetMs * 1e6),
+                                                ranks_[q].arena.get());
+      d.table[device::gemmParamsBinding(n, nB, q)] =
+          binder.bind(cs.programs[q], cs.devicePrograms[q], d.table, seq, completed(lq), ranks_[q].copyStream);
+    }
+    d.nBindings = n * nB + n;
+  }
+  opSchedule_[seq % ringSlots_] = &cs;
+  storeHost(&d.seq, seq + 1);  // last, with release: the kernel reads seq first (acquire)
+  if (link_) storeHost(&link_->header().finalized[me_], seq + 1);  // this rank's post slot may be reused
+}
+
+bool Engine::touchesPreviousLocked(PendingOp& op) {
+  // Rule 2 of resident_kernel.cu: an op that touches user memory the previous op touched (and one of the
+  // two writes it) starts only after the previous op completed everywhere.
+  auto hit = [](const std::vector<std::pair<uintptr_t, uintptr_t>>& x, const std::vector<std::pair<uintptr_t, uintptr_t>>& y) {
+    for (const auto& a : x)
+      for (const auto& b : y)
+        if (a.first < b.second && b.first < a.second) return true;
+    return false;
+  };
+  const bool fence = hit(op.writes, prevWrites_) || hit(op.writes, prevReads_) || hit(op.reads, prevWrites_);
+  prevReads_ = std::move(op.reads);
+  prevWrites_ = std::move(op.writes);
+  return fence;
+}
+
+void Engine::finalizeLocalLocked(uint32_t seq, PendingOp& op) {
+  const bool fence = touchesPreviousLocked(op);
+  const uint32_t slot = seq % device::kSlots;
+  const size_t n = ranks_.size();
+  std::vector<uint64_t> in(n), out(n), scratch(n);
+  for (size_t q = 0; q < n; ++q) {
+    in[q] = reinterpret_cast<uint64_t>(op.input[q]);
+    out[q] = reinterpret_cast<uint64_t>(op.output[q]);
+    scratch[q] = reinterpret_cast<uint64_t>(ranks_[q].scratch[slot]);
+  }
+  finalizeLocked(seq, *op.sched, in, out, scratch, fence);
+}
+
+}  // namespace mk::runtime

@@ -1,0 +1,261 @@
+// mkernel — which GPUs an engine's ranks use and how they reach each other: in one process, peer access between
+// every pair of its GPUs; one process per GPU, what each process tells the others through the bootstrap and the
+// peers' memory it maps. Both end with the topology and profile the "auto" choice costs against.
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "device/driver_api.hpp"
+#include "device/topology_probe.hpp"
+#include "engine/engine.hpp"
+#include "engine/host_log.hpp"
+#include "mk/cost/profile_io.hpp"
+#include "mk/cuda_check.hpp"
+#include "mk/error.hpp"
+
+namespace mk::runtime {
+
+namespace {
+/// Topology for the "auto" choice: the lent pair's preset, else a node of this many GPUs like `prop`.
+Topology detectTopology(const cudaDeviceProp& prop, size_t n) {
+  const std::string name = prop.name;
+  if (n == 2 && name.find("H200") != std::string::npos) return topologyPreset("h200x2");
+  Topology t = topologyPreset(name.find("H100") != std::string::npos ? "dgx-h100" : "dgx-h200");
+  t.name = "local";
+  t.node.gpu = name;
+  t.node.gpus = static_cast<uint32_t>(n);
+  t.node.sms = static_cast<uint32_t>(prop.multiProcessorCount);
+  t.node.nics = 0;
+  t.node.nic = NicSpec{0, 0};
+  return t;
+}
+
+std::string peerAccessRefusal(int devA, int rankA, int devB, int rankB) {
+  return "GPU " + std::to_string(devA) + " (rank " + std::to_string(rankA) + ") cannot access the memory of GPU " +
+         std::to_string(devB) + " (rank " + std::to_string(rankB) +
+         "): cudaDeviceCanAccessPeer = 0; the engine needs NVLink or PCIe peer access between every pair of its GPUs";
+}
+}  // namespace
+
+void Engine::refineTopology(const std::vector<NvlinkProbe>& probes, int major) {
+  if (topology_.name == "h200x2") {
+    // The preset holds numbers measured on this very machine: keep them, say what NVML sees.
+    Topology probe = topology_;
+    topologySource_ = "preset h200x2 (NVML: " + applyNvlinkProbes(probe, probes, major) + ")";
+  } else {
+    topologySource_ =
+        "local, like " + topology_.node.gpu + " (NVML: " + applyNvlinkProbes(topology_, probes, major) + ")";
+  }
+  // The profile of the "auto" choice: loaded once, here, so that a bad file fails the creation, not an op.
+  if (config_.profile.empty()) {
+    profile_ = defaultProfile(topology_);
+    profileSource_ = profile_.source;
+  } else {
+    profile_ = loadProfile(config_.profile);
+    profileSource_ = profile_.source + " (" + config_.profile + ")";
+  }
+}
+
+void Engine::init(const std::vector<int>& devices) {
+  const size_t n = devices.size();
+  if (n == 0) throw Error(ErrorCode::InvalidArgument, "createLocal: the device list is empty");
+  if (n > device::kMaxRanks)
+    throw Error(ErrorCode::Unsupported, "createLocal: " + std::to_string(n) + " ranks asked for; the GPU engine drives at most " +
+                                            std::to_string(device::kMaxRanks) + " (one NVLink domain)");
+  int count = 0;
+  const cudaError_t cerr = cudaGetDeviceCount(&count);
+  if (cerr != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(ErrorCode::Unsupported, std::string("createLocal: no usable CUDA device (") + cudaGetErrorName(cerr) + ")");
+  }
+  std::set<int> seen;
+  for (size_t i = 0; i < n; ++i) {
+    if (devices[i] < 0 || devices[i] >= count)
+      throw Error(ErrorCode::InvalidArgument, "createLocal: rank " + std::to_string(i) + " asks for device " +
+                                                  std::to_string(devices[i]) + " but this process sees " +
+                                                  std::to_string(count) + " device(s) (more ranks than GPUs?)");
+    if (!seen.insert(devices[i]).second)
+      throw Error(ErrorCode::InvalidArgument, "createLocal: device " + std::to_string(devices[i]) +
+                                                  " is listed twice (one rank per GPU)");
+  }
+  driverApi();  // fail early, before anything is allocated, if stream memory operations are missing
+  MK_LOG_AT(Info, "createLocal", std::to_string(n) + " rank(s) on GPU(s) " + [&] {
+    std::string l;
+    for (int d : devices) l += (l.empty() ? "" : ",") + std::to_string(d);
+    return l;
+  }());
+
+  // Peer access both ways between every pair, or refuse naming the pair.
+  for (size_t a = 0; a < n; ++a)
+    for (size_t b = 0; b < n; ++b) {
+      if (a == b) continue;
+      int can = 0;
+      MK_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, devices[a], devices[b]));
+      if (!can)
+        throw Error(ErrorCode::Unsupported,
+                    peerAccessRefusal(devices[a], static_cast<int>(a), devices[b], static_cast<int>(b)));
+      MK_CUDA_CHECK(cudaSetDevice(devices[a]));
+      const cudaError_t e = cudaDeviceEnablePeerAccess(devices[b], 0);
+      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) MK_CUDA_CHECK(e);
+      cudaGetLastError();
+    }
+
+  cudaDeviceProp prop{};
+  MK_CUDA_CHECK(cudaGetDeviceProperties(&prop, devices[0]));
+  topology_ = detectTopology(prop, n);
+  {
+    std::vector<std::string> bus(n);
+    for (size_t i = 0; i < n; ++i) {
+      char id[32] = {};
+      MK_CUDA_CHECK(cudaDeviceGetPCIBusId(id, sizeof id, devices[i]));
+      bus[i] = id;
+    }
+    std::vector<NvlinkProbe> probes;
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<std::string> peers;
+      for (size_t j = 0; j < n; ++j)
+        if (j != i) peers.push_back(bus[j]);
+      probes.push_back(probeNvlinks(bus[i], peers));
+    }
+    refineTopology(probes, prop.major);
+  }
+  // Grid: control block + workers, all co-resident on every GPU.
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t w = workersFor(devices[i]);
+    workers_ = i == 0 ? w : std::min(workers_, w);
+  }
+
+  MK_LOG_AT(Info, "createLocal", "peer access enabled between every pair; " + std::to_string(workers_) +
+                                      " worker CTAs per GPU");
+  allocHostBlocks(n);
+  ranks_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    local_.push_back(static_cast<int>(i));
+    allocRank(static_cast<int>(i), devices[i]);
+  }
+  for (size_t i = 0; i < n; ++i) peerStates_.push_back(ranks_[i].state);
+}
+
+namespace {
+/// What every process tells the others at creation.
+struct ProcessInfo {
+  char host[64];
+  char busId[32];
+  char gpu[64];
+  uint8_t uuid[16];
+  int32_t device;
+  uint32_t workers;
+  uint32_t ringSlots;
+  uint32_t nPremapped;
+  IpcRef state;
+  IpcRef arena;                                    ///< the device arena's block (bufferId 0: none)
+  IpcRef premapped[CommConfig::kMaxPremapped];     ///< CommConfig::premappedBuffers
+};
+}  // namespace
+
+void Engine::initProcess(Bootstrap& boot, int dev) {
+  const int n = boot.size();
+  me_ = boot.rank();
+  const std::string who = "rank " + std::to_string(me_);
+  if (n < 1 || me_ < 0 || me_ >= n) throw Error(ErrorCode::InvalidArgument, "bootstrap reports rank " + std::to_string(me_) + " of " + std::to_string(n));
+  if (n > static_cast<int>(device::kMaxRanks))
+    throw Error(ErrorCode::Unsupported, std::to_string(n) + " ranks asked for; the GPU engine drives at most " +
+                                            std::to_string(device::kMaxRanks) + " (one NVLink domain)");
+  int count = 0;
+  const cudaError_t cerr = cudaGetDeviceCount(&count);
+  if (cerr != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(ErrorCode::Unsupported, who + ": no usable CUDA device (" + std::string(cudaGetErrorName(cerr)) + ")");
+  }
+  if (dev < 0 || dev >= count)
+    throw Error(ErrorCode::InvalidArgument, who + " asks for device " + std::to_string(dev) + " but this process sees " +
+                                                std::to_string(count) + " device(s) (LOCAL_RANK beyond the GPUs of this node?)");
+  driverApi();
+  cudaDeviceProp prop{};
+  MK_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  MK_CUDA_CHECK(cudaSetDevice(dev));
+  const uint32_t myWorkers = workersFor(dev);
+
+  MK_LOG_AT(Info, who, "bootstrap: " + std::to_string(n) + " rank(s); this process drives GPU " + std::to_string(dev));
+  link_ = std::make_unique<ProcessLink>(boot, ringSlots_);
+  status_ = &link_->header().status;
+  ranks_.resize(static_cast<size_t>(n));
+  local_ = {me_};
+  allocRank(me_, dev);
+
+  ProcessInfo mine{};
+  gethostname(mine.host, sizeof mine.host - 1);
+  MK_CUDA_CHECK(cudaDeviceGetPCIBusId(mine.busId, sizeof mine.busId, dev));
+  std::memcpy(mine.gpu, prop.name, sizeof mine.gpu - 1);
+  std::memcpy(mine.uuid, &prop.uuid, sizeof mine.uuid);
+  mine.device = dev;
+  mine.workers = myWorkers;
+  mine.ringSlots = ringSlots_;
+  mine.state = link_->exportPointer(ranks_[static_cast<size_t>(me_)].state, "engine state");
+  mine.arena = link_->exportPointer(ranks_[static_cast<size_t>(me_)].arena->base(), "the device arena");
+  mine.nPremapped = static_cast<uint32_t>(config_.premappedBuffers.size());
+  for (size_t i = 0; i < config_.premappedBuffers.size(); ++i)
+    mine.premapped[i] = link_->exportPointer(config_.premappedBuffers[i],
+                                             "CommConfig::premappedBuffers[" + std::to_string(i) + "]");
+  const std::vector<uint8_t> all = boot.allGather(&mine, sizeof mine);
+  std::vector<ProcessInfo> info(static_cast<size_t>(n));
+  std::memcpy(info.data(), all.data(), all.size());
+
+  workers_ = myWorkers;
+  for (int q = 0; q < n; ++q) {
+    const ProcessInfo& pi = info[static_cast<size_t>(q)];
+    if (std::strncmp(pi.host, mine.host, sizeof mine.host) != 0)
+      throw Error(ErrorCode::Unsupported, "rank " + std::to_string(q) + " runs on host '" + std::string(pi.host) + "', " + who +
+                                              " on '" + std::string(mine.host) +
+                                              "': the multi-process mode needs every rank on one node for now");
+    if (q != me_ && std::memcmp(pi.uuid, mine.uuid, sizeof mine.uuid) == 0)
+      throw Error(ErrorCode::InvalidArgument, "ranks " + std::to_string(std::min(q, me_)) + " and " +
+                                                  std::to_string(std::max(q, me_)) + " both use GPU " + mine.busId +
+                                                  " (one rank per GPU: check LOCAL_RANK and CUDA_VISIBLE_DEVICES)");
+    if (pi.ringSlots != ringSlots_)
+      throw Error(ErrorCode::InvalidArgument, "rank " + std::to_string(q) + " uses CommConfig::ringSlots " +
+                                                  std::to_string(pi.ringSlots) + ", " + who + " " +
+                                                  std::to_string(ringSlots_) + " (every rank must use the same config)");
+    workers_ = std::min(workers_, pi.workers);  // one worker count for every rank's lowering
+    if (q == me_) continue;
+    int peerDev = -1;
+    if (cudaDeviceGetByPCIBusId(&peerDev, pi.busId) == cudaSuccess) {  // visible here: check peer access
+      int can = 0;
+      MK_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, dev, peerDev));
+      if (!can) throw Error(ErrorCode::Unsupported, peerAccessRefusal(dev, me_, peerDev, q));
+    }
+    cudaGetLastError();
+  }
+  topology_ = detectTopology(prop, static_cast<size_t>(n));
+  {
+    // Each process sees its own GPU's links; the others are taken to be alike (one node of one kind).
+    std::vector<std::string> peers;
+    for (int q = 0; q < n; ++q)
+      if (q != me_) peers.emplace_back(info[static_cast<size_t>(q)].busId);
+    refineTopology({probeNvlinks(mine.busId, peers)}, prop.major);
+  }
+  allocHostBlocks(static_cast<size_t>(n));
+  MK_CUDA_CHECK(cudaSetDevice(dev));
+  for (int q = 0; q < n; ++q)
+    peerStates_.push_back(q == me_ ? ranks_[static_cast<size_t>(me_)].state
+                                   : static_cast<device::RankState*>(link_->importPointer(q, info[static_cast<size_t>(q)].state)));
+  // Mapped now, before the kernel starts (memcheck knows only mappings older than a running kernel); an op's
+  // pointer inside them later finds the mapping cached.
+  size_t premapped = 0;
+  for (int q = 0; q < n; ++q) {
+    if (q == me_) continue;
+    const ProcessInfo& pi = info[static_cast<size_t>(q)];
+    link_->importPointer(q, pi.arena);
+    for (uint32_t i = 0; i < pi.nPremapped && i < CommConfig::kMaxPremapped; ++i, ++premapped)
+      link_->importPointer(q, pi.premapped[i]);
+  }
+  MK_LOG_AT(Info, who, "every peer's engine state and device arena mapped, " + std::to_string(premapped) +
+                           " premapped peer buffer(s); " + std::to_string(workers_) + " worker CTAs per GPU");
+}
+
+}  // namespace mk::runtime

@@ -1,0 +1,104 @@
+// mkernel — the engine's schedule cache: a schedule is generated, lowered for every rank and uploaded once per
+// key; the scratch and staging memory its ops bind grows with it (retired, never freed, while ops may use it).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "engine/engine.hpp"
+#include "gemm/gemm_lane.hpp"
+#include "mk/cuda_check.hpp"
+#include "mk/error.hpp"
+#include "mk/schedule/pack.hpp"
+
+namespace mk::runtime {
+namespace {
+
+/// Replace each of `slots` (scratch or staging of rank `rr`, its device current) by a new block of `bytes` from
+/// the rank's arena. Ops in flight may still use the old blocks: they are retired (freed once the kernel
+/// stopped), never freed here.
+void regrowSlots(RankResources& rr, std::array<void*, device::kSlots>& slots, uint64_t bytes, const char* what) {
+  for (auto& p : slots) {
+    if (p) rr.retired.push_back(p);
+    p = nullptr;
+    p = rr.arena->allocate(bytes, what);
+  }
+}
+
+}  // namespace
+
+CachedSchedule& Engine::cacheLocked(const std::string& key, const std::function<Schedule()>& make,
+                                    const std::string& what) {
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return *it->second;
+  auto c = std::make_unique<CachedSchedule>();
+  c->schedule = make();
+  c->what = what;
+  if (c->schedule.nRanks != ranks_.size())
+    throw Error(ErrorCode::InvalidArgument, "schedule has " + std::to_string(c->schedule.nRanks) +
+                                                " ranks but the communicator " + std::to_string(ranks_.size()));
+  LowerOptions lo;
+  lo.nWorkers = workers_;
+  lo.minBytesPerCta = config_.minBytesPerCta;
+  for (uint32_t r = 0; r < ranks_.size(); ++r) c->programs.push_back(lowerPacked(packRank(c->schedule, r), r, lo));
+  for (uint32_t r = 0; r < ranks_.size() && !config_.computeLanes; ++r)
+    if (gemmCount(c->programs[r]) > 0)
+      throw Error(ErrorCode::Unsupported, what + ": rank " + std::to_string(r) + " has " +
+                                              std::to_string(gemmCount(c->programs[r])) +
+                                              " Gemm step(s); create the communicator with CommConfig::computeLanes = true "
+                                              "to run them (the compute-capable resident kernel)");
+  c->scratchBytes = c->programs[0].scratchBytes;
+  c->devicePrograms.assign(ranks_.size(), nullptr);
+  try {
+    for (const int lr : local_) {
+      const auto r = static_cast<uint32_t>(lr);
+      const auto& img = c->programs[r].image;
+      MK_CUDA_CHECK(cudaSetDevice(ranks_[r].device));
+      void* d = ranks_[r].arena->allocate(img.size(), "the lowered program of " + what);
+      c->devicePrograms[r] = d;
+      // The copy stream never waits for a user stream (non-blocking), so an upload cannot deadlock
+      // against a stream that waits for an op this thread has yet to complete.
+      MK_CUDA_CHECK(cudaMemcpyAsync(d, img.data(), img.size(), cudaMemcpyHostToDevice, ranks_[r].copyStream));
+      MK_CUDA_CHECK(cudaStreamSynchronize(ranks_[r].copyStream));
+    }
+  } catch (...) {
+    for (uint32_t r = 0; r < c->devicePrograms.size(); ++r) {
+      if (!c->devicePrograms[r]) continue;
+      cudaSetDevice(ranks_[r].device);
+      ranks_[r].arena->release(c->devicePrograms[r]);
+    }
+    throw;
+  }
+  ensureScratchLocked(c->scratchBytes);
+  auto& ref = *c;
+  cache_.emplace(key, std::move(c));
+  return ref;
+}
+
+void Engine::ensureScratchLocked(uint64_t bytes) {
+  if (bytes <= scratchBytes_) return;
+  // Ops in flight keep using the old arenas (their descriptors hold the addresses): retire, do not free.
+  const uint64_t size = std::max<uint64_t>(bytes, scratchBytes_ * 2);
+  for (auto& rr : ranks_) {
+    if (rr.device < 0) continue;  // a rank of another process
+    MK_CUDA_CHECK(cudaSetDevice(rr.device));
+    regrowSlots(rr, rr.scratch, size, "a scratch arena");
+    rr.scratchBytes = size;
+  }
+  scratchBytes_ = size;
+}
+
+void* Engine::stagingLocked(int r, uint32_t seq, uint64_t bytes) {
+  RankResources& rr = ranks_[r];
+  if (bytes > rr.stagingBytes) {
+    MK_CUDA_CHECK(cudaSetDevice(rr.device));
+    regrowSlots(rr, rr.staging, bytes, "a staging buffer");
+    rr.stagingBytes = bytes;
+  }
+  return rr.staging[seq % device::kSlots];
+}
+
+}  // namespace mk::runtime

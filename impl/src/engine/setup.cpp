@@ -1,0 +1,215 @@
+// mkernel — engine setup: the configuration check, the constructors of both modes, per-rank and host-mapped
+// allocations, and the launch of the resident kernels (engine/engine.hpp; peers.cpp finds the ranks' GPUs).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.hpp"
+#include "engine/host_log.hpp"
+#include "engine/host_sync.hpp"
+#include "gemm/gemm_lane.hpp"
+#include "kernels/resident_kernel.hpp"
+#include "mk/cuda_check.hpp"
+#include "mk/device/compute_lane_device.hpp"
+#include "mk/error.hpp"
+
+namespace mk::runtime {
+
+namespace {
+
+template <class T>
+T* hostAlloc(size_t count) {
+  void* p = nullptr;
+  MK_CUDA_CHECK(cudaHostAlloc(&p, count * sizeof(T), cudaHostAllocMapped | cudaHostAllocPortable));
+  std::memset(p, 0, count * sizeof(T));
+  return static_cast<T*>(p);
+}
+
+/// Host-mapped memory is addressed by the same pointer on every device (UVA); checked once here.
+template <class T>
+T* devicePointer(T* host) {
+  void* d = nullptr;
+  MK_CUDA_CHECK(cudaHostGetDevicePointer(&d, host, 0));
+  if (d != host)
+    throw Error(ErrorCode::Unsupported, "host-mapped memory has a different device address (no unified addressing?)");
+  return static_cast<T*>(d);
+}
+
+}  // namespace
+
+void Engine::checkConfig(const CommConfig& c) {
+  // Compute lanes: the GEMM engine's CTA shape; 512 is the default and is taken to mean "not chosen".
+  if (c.computeLanes && c.threadsPerCta != device::kComputeThreads && c.threadsPerCta != 512)
+    throw Error(ErrorCode::InvalidArgument, "CommConfig::threadsPerCta must be " + std::to_string(device::kComputeThreads) +
+                                                " (or the default 512) with computeLanes: the tile engine's CTA is one "
+                                                "producer and two consumer warpgroups (got " +
+                                                std::to_string(c.threadsPerCta) + ")");
+  if (c.threadsPerCta < 64 || c.threadsPerCta > static_cast<uint32_t>(kMaxThreadsPerCta) ||
+      c.threadsPerCta % 32 != 0)
+    throw Error(ErrorCode::InvalidArgument, "CommConfig::threadsPerCta must be a multiple of 32 in 64..512 (got " +
+                                                std::to_string(c.threadsPerCta) + ")");
+  if (c.premappedBuffers.size() > CommConfig::kMaxPremapped)
+    throw Error(ErrorCode::InvalidArgument, "CommConfig::premappedBuffers lists " + std::to_string(c.premappedBuffers.size()) +
+                                                " buffers; at most " + std::to_string(CommConfig::kMaxPremapped) +
+                                                " (list allocations, not every buffer inside one)");
+  if (c.ringSlots < 2 || c.ringSlots > 4096)
+    throw Error(ErrorCode::InvalidArgument,
+                "CommConfig::ringSlots must be in 2..4096 (got " + std::to_string(c.ringSlots) + ")");
+  if (!(c.pollBudgetMs > 0) || !(c.hostBudgetMs > 0))
+    throw Error(ErrorCode::InvalidArgument, "CommConfig::pollBudgetMs and hostBudgetMs must be > 0");
+  if (c.minBytesPerCta == 0) throw Error(ErrorCode::InvalidArgument, "CommConfig::minBytesPerCta must be > 0");
+}
+
+Engine::Engine(const std::vector<int>& devices, const CommConfig& config) : config_(config) {
+  checkConfig(config_);
+  if (config_.computeLanes) config_.threadsPerCta = device::kComputeThreads;
+  ringSlots_ = config_.ringSlots;
+  try {
+    init(devices);
+    launchKernels();
+  } catch (...) {
+    shutdown();
+    releaseMemory();
+    throw;
+  }
+}
+
+Engine::Engine(Bootstrap& boot, int device, const CommConfig& config) : config_(config) {
+  checkConfig(config_);
+  if (config_.computeLanes) config_.threadsPerCta = device::kComputeThreads;
+  ringSlots_ = config_.ringSlots;
+  try {
+    initProcess(boot, device);
+    launchKernels();
+    // Every rank's kernel runs before anyone submits: a peer's first op then never waits for a launch.
+    boot.barrier();
+    MK_LOG_AT(Info, rankName(me_), "every rank's resident kernel runs (bootstrap barrier passed)");
+  } catch (...) {
+    shutdown();
+    releaseMemory();
+    throw;
+  }
+  progress_ = std::thread([this] { progressThread(); });
+}
+
+uint32_t Engine::workersFor(int dev) const {
+  cudaDeviceProp p{};
+  MK_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+  const uint32_t sms = static_cast<uint32_t>(p.multiProcessorCount);
+  uint32_t w = config_.workerCtas ? config_.workerCtas : std::min<uint32_t>(64, std::max<uint32_t>(1, sms / 2));
+  // Compute lanes: one CTA per SM; by default every SM but 3 (+ the control block's), see CommConfig.
+  if (config_.computeLanes && config_.workerCtas == 0) w = sms > 5 ? sms - 4 : 1;
+  if (w > 0xFFFE) throw Error(ErrorCode::InvalidArgument, "CommConfig::workerCtas too large");
+  MK_CUDA_CHECK(cudaSetDevice(dev));
+  const int perSm = config_.computeLanes ? residentComputeBlocksPerSm(config_.trace)
+                                         : residentBlocksPerSm(config_.trace, static_cast<int>(config_.threadsPerCta));
+  const int64_t capacity = int64_t{perSm} * p.multiProcessorCount;
+  if (perSm <= 0 || capacity < int64_t{w} + 1)
+    throw Error(ErrorCode::Unsupported, "the resident kernel needs " + std::to_string(w + 1) + " co-resident CTAs of " +
+                                            std::to_string(config_.threadsPerCta) + " threads" +
+                                            (config_.computeLanes ? " and " + std::to_string(device::kComputeSmemBytes / 1024) +
+                                                                        " KiB of shared memory (computeLanes)"
+                                                                  : std::string()) +
+                                            " on GPU " +
+                                            std::to_string(dev) + ", which holds " + std::to_string(capacity) + " (" +
+                                            std::to_string(perSm) + " per SM x " + std::to_string(p.multiProcessorCount) +
+                                            " SMs): lower CommConfig::workerCtas or threadsPerCta");
+  return w;
+}
+
+void Engine::allocHostBlocks(size_t n) {
+  if (!link_) status_ = hostAlloc<device::StatusBlock>(1);  // multi-process: in the shared segment
+  ring_ = hostAlloc<device::OpDescriptor>(ringSlots_);
+  mailboxes_ = hostAlloc<device::RankMailbox>(n);
+  if (config_.trace) trace_ = hostAlloc<device::TraceRecord>(n * size_t{config_.traceCapacity});
+  traceTaken_.assign(n, 0);
+  opSchedule_.assign(ringSlots_, nullptr);
+  // cudaFreeHost may wait for the device: the clock probe's mailbox lives as long as the engine.
+  clockPing_ = hostAlloc<uint32_t>(4);
+  clockPong_ = hostAlloc<uint64_t>(2);
+}
+
+void Engine::allocRank(int r, int dev) {
+  RankResources& rr = ranks_[static_cast<size_t>(r)];
+  rr.device = dev;
+  MK_CUDA_CHECK(cudaSetDevice(rr.device));
+  MK_CUDA_CHECK(cudaStreamCreateWithFlags(&rr.kernelStream, cudaStreamNonBlocking));
+  MK_CUDA_CHECK(cudaStreamCreateWithFlags(&rr.copyStream, cudaStreamNonBlocking));
+  MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.state), sizeof(device::RankState)));
+  MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.doorbell), ringSlots_ * sizeof(uint32_t)));
+  MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.stamps), ringSlots_ * sizeof(device::OpStamp)));
+  MK_CUDA_CHECK(cudaMemsetAsync(rr.stamps, 0, ringSlots_ * sizeof(device::OpStamp), rr.copyStream));
+  MK_CUDA_CHECK(cudaMemsetAsync(rr.state, 0, sizeof(device::RankState), rr.copyStream));
+  MK_CUDA_CHECK(cudaMemsetAsync(rr.doorbell, 0, ringSlots_ * sizeof(uint32_t), rr.copyStream));
+  MK_CUDA_CHECK(cudaMemcpyAsync(&rr.state->doorbell, &rr.doorbell, sizeof(uint32_t*), cudaMemcpyHostToDevice,
+                                rr.copyStream));
+  MK_CUDA_CHECK(cudaStreamSynchronize(rr.copyStream));
+  // Reserved before the resident kernel starts (memcheck knows only the allocations older than a kernel).
+  rr.arena = std::make_unique<DeviceArena>();
+  rr.arena->reserve(dev, static_cast<uint32_t>(r), config_.deviceArenaBytes);
+  MK_LOG_AT(Info, rankName(r), "GPU " + std::to_string(dev) + ": state, doorbells and stamps allocated; device arena " +
+                                   (config_.deviceArenaBytes ? std::to_string(config_.deviceArenaBytes) + " bytes reserved"
+                                                             : std::string("off (allocate on demand)")));
+}
+
+void Engine::launchKernels() {
+  const uint32_t n = static_cast<uint32_t>(ranks_.size());
+  for (const int lr : local_) {
+    const uint32_t r = static_cast<uint32_t>(lr);
+    RankResources& rr = ranks_[r];
+    device::EngineDeviceHandle h{};
+    h.state = rr.state;
+    for (uint32_t q = 0; q < n; ++q) h.peers[q] = peerStates_[q];
+    h.status = link_ ? link_->statusDevice() : devicePointer(status_);
+    h.mailbox = devicePointer(&mailboxes_[r]);
+    h.ring = devicePointer(ring_);
+    h.stamps = rr.stamps;
+    h.trace = trace_ ? devicePointer(&trace_[size_t{r} * config_.traceCapacity]) : nullptr;
+    h.failureClaim = &peerStates_[0]->failureClaim;
+    h.traceCapacity = config_.traceCapacity;
+    h.ringSlots = ringSlots_;
+    h.rank = r;
+    h.nRanks = n;
+    h.nWorkers = workers_;
+    h.pollBudgetNs = static_cast<uint64_t>(config_.pollBudgetMs * 1e6);
+    MK_CUDA_CHECK(cudaSetDevice(rr.device));
+    MK_LOG_AT(Info, rankName(lr), "loading the engine's kernels on GPU " + std::to_string(rr.device));
+    MK_CUDA_CHECK(preloadKernels());
+    MK_LOG_AT(Info, rankName(lr), "launching the resident kernel on GPU " + std::to_string(rr.device) + " (1 + " +
+                                      std::to_string(workers_) + " CTAs" +
+                                      (config_.computeLanes ? std::string(", compute lanes") : std::string()) + ")");
+    if (config_.computeLanes) {
+      // The binder's host-mapped timeout report is allocated now: page-locked allocation while the resident
+      // kernel runs is avoided (the engine allocates host memory only before its launch).
+      gemmLaneBinder(this, r, rr.device, h.pollBudgetNs, rr.arena.get());
+      MK_CUDA_CHECK(launchResidentCompute(h, config_.trace, rr.kernelStream));
+    } else {
+      MK_CUDA_CHECK(launchResident(h, config_.trace, static_cast<int>(config_.threadsPerCta), rr.kernelStream));
+    }
+    rr.launched = true;
+    MK_LOG_AT(Info, rankName(lr), "launch call returned");
+  }
+  // Every CTA of every kernel must be running at once, or ops could deadlock: wait for the roll call.
+  for (const int r : local_) {
+    const uint32_t want = workers_ + 1;
+    const bool ok = hostPoll(config_.hostBudgetMs, [&] { return loadHost(&mailboxes_[r].started) == want; });
+    MK_LOG_AT(Info, rankName(r), ok ? "all " + std::to_string(want) + " CTAs of the resident kernel are running"
+                                    : "roll call: " + std::to_string(loadHost(&mailboxes_[r].started)) + " of " +
+                                          std::to_string(want) + " CTAs running after " + fmtMs(config_.hostBudgetMs));
+    if (!ok) {
+      const cudaError_t e = cudaStreamQuery(ranks_[r].kernelStream);
+      throw Error(e != cudaSuccess && e != cudaErrorNotReady ? ErrorCode::CudaError : ErrorCode::Unsupported,
+                  "the resident kernel on GPU " + std::to_string(ranks_[r].device) + " did not get all " +
+                      std::to_string(want) + " CTAs running within " + fmtMs(config_.hostBudgetMs) +
+                      (e != cudaSuccess && e != cudaErrorNotReady ? std::string(" (") + cudaGetErrorName(e) + ")"
+                                                                   : std::string(" (other work holds the SMs?)")));
+    }
+  }
+}
+
+}  // namespace mk::runtime

@@ -1,0 +1,211 @@
+// mkernel — op submission: a rank's call of a collective or a custom schedule becomes its part of op `seq`
+// (cache key, bound buffers, staged input, the doorbell on its stream); the op's descriptor is written once
+// every rank called (finalize.cpp), in one process here, in several through the post board (progress.cpp).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "device/driver_api.hpp"
+#include "engine/engine.hpp"
+#include "engine/host_log.hpp"
+#include "engine/host_sync.hpp"
+#include "gemm/gemm_lane.hpp"
+#include "mk/cuda_check.hpp"
+#include "mk/error.hpp"
+#include "mk/schedule/pack.hpp"
+#include "mk/schedule/validate.hpp"
+
+namespace mk::runtime {
+
+void Engine::submitCollective(int r, const CollectiveSpec& specIn, const GenOptions& genIn, const void* send,
+                                  void* recv, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  throwIfFailedLocked();
+  CollectiveSpec spec = specIn;
+  if (spec.algo.empty() || spec.algo == "auto") spec.algo = chooseAlgorithmLocked(spec.op, spec.count, spec.dtype);
+  GenOptions gen = chooseGenOptions(spec.op, spec.count, spec.dtype, spec.algo);
+  if (genIn.chunks) gen.chunks = genIn.chunks;
+  if (genIn.channels) gen.channels = genIn.channels;
+  const uint32_t n = static_cast<uint32_t>(ranks_.size());
+  // The hierarchical inter-node variant, decided under the profile "auto" costs against (generate() alone
+  // would use the datasheet one), and part of the cache key.
+  gen.inter = resolveInter(spec, topology_.layout(n), gen, profile_);
+  const uint64_t es = dtypeSize(spec.dtype);
+  const uint64_t inBytes = inputCount(spec, n) * es, outBytes = outputCount(spec, n) * es;
+  std::string key;
+  key.reserve(96);
+  key += toString(spec.op);
+  for (uint64_t v : {spec.count, uint64_t(spec.dtype), uint64_t(spec.redop), uint64_t(spec.root), uint64_t(gen.chunks),
+                     uint64_t(gen.channels)}) {
+    key += '|';
+    key += std::to_string(v);
+  }
+  key += '|';
+  key += spec.algo;
+  key += '|';
+  key += gen.inter;
+  auto make = [&] {
+    Schedule s = generate(spec, topology_.layout(n), gen);
+    ValidateOptions vo;
+    vo.checkRaces = false;  // generators' own tests prove race freedom; this checks the shape we rely on
+    validate(s, vo);
+    return s;
+  };
+  std::string what;
+  if (cache_.find(key) == cache_.end()) {
+    std::ostringstream w;
+    w << toString(spec.op) << ' ' << spec.algo << ' ' << toString(spec.dtype);
+    if (spec.op == CollOp::AllReduce || spec.op == CollOp::ReduceScatter) w << ' ' << toString(spec.redop);
+    if (spec.op == CollOp::Broadcast) w << " root " << spec.root;
+    w << " count " << spec.count << " chunks " << gen.chunks << " channels " << gen.channels;
+    what = w.str();
+  }
+  CachedSchedule& cs = cacheLocked(key, make, what);
+  // Broadcast: non-root ranks never read their input; a null send is allowed there.
+  submitLocked(r, key, cs, send, recv, send ? inBytes : 0, outBytes, stream);
+}
+
+void Engine::submitSchedule(int r, const Schedule& s, const void* input, void* output, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  throwIfFailedLocked();
+  const std::vector<uint8_t> image = pack(s);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a of the packed image: same schedule, same key
+  for (uint8_t b : image) h = (h ^ b) * 1099511628211ull;
+  std::ostringstream key;
+  key << "custom|" << std::hex << h << '|' << image.size();
+  const std::string what = "custom schedule '" + s.info.op + (s.info.algo.empty() ? "" : " " + s.info.algo) + "'";
+  // The user memory the op touches on this rank (every Input buffer is bound to `input`, every Output and
+  // InOut one to `output`): the fence rule needs it, or back-to-back custom ops writing the same output
+  // could overlap.
+  uint64_t inBytes = 0, outBytes = 0;
+  for (const BufferDecl& b : s.buffers) {
+    const uint64_t bytes = static_cast<uint64_t>(r) < b.count.size() ? b.count[r] * dtypeSize(b.dtype) : 0;
+    if (b.kind == BufferKind::Input) inBytes = std::max(inBytes, bytes);
+    if (b.kind == BufferKind::Output || b.kind == BufferKind::InOut) outBytes = std::max(outBytes, bytes);
+  }
+  CachedSchedule& cs = cacheLocked(key.str(), [&] { return s; }, what);
+  checkGemmOperands(cs.programs[static_cast<size_t>(r)], static_cast<uint32_t>(r), input, output);  // compute lanes
+  submitLocked(r, key.str(), cs, input, output, inBytes, outBytes, stream);
+}
+
+void Engine::waitRingSpaceLocked(int r, uint32_t seq) {
+  if (seq < ringSlots_) return;
+  const uint32_t need = seq - ringSlots_ + 1;
+  // Multi-process: this rank's post slot is free once every rank wrote the descriptor of its old op.
+  auto lagging = [&] {
+    std::string lag;
+    if (link_)
+      for (int q = 0; q < size(); ++q)
+        if (!seqGeq(loadHost(&link_->header().finalized[q]), need)) lag += (lag.empty() ? "" : ", ") + std::to_string(q);
+    return lag;
+  };
+  if (seqGeq(fetched(r), need) && lagging().empty()) return;
+  // Ops not yet submitted by every rank can never be fetched: waiting would deadlock a single thread.
+  if (!link_ && !pending_.empty() && !seqGeq(pending_.begin()->first, need)) {
+    const PendingOp& p = pending_.begin()->second;
+    std::string missing;
+    for (size_t q = 0; q < p.called.size(); ++q)
+      if (!p.called[q]) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+    throw Error(ErrorCode::InvalidArgument,
+                "rank " + std::to_string(r) + " is " + std::to_string(ringSlots_) + " ops ahead of rank(s) " + missing +
+                    ", which have not submitted op " + std::to_string(pending_.begin()->first) +
+                    ": submit each op on every rank before the next (loop over ranks inside the loop over ops), or "
+                    "raise CommConfig::ringSlots");
+  }
+  // Back-pressure: block (bounded) until the kernel has taken the slot's previous op.
+  if (!hostPoll(config_.hostBudgetMs, [&] {
+        pumpLocked();
+        return (seqGeq(fetched(r), need) && lagging().empty()) || loadHost(&status_->abort) != 0;
+      })) {
+    const std::string lag = lagging();
+    throw Error(ErrorCode::Timeout, "doorbell ring of rank " + std::to_string(r) + " stayed full for " +
+                                        fmtMs(config_.hostBudgetMs) + ": the kernel has taken " +
+                                        std::to_string(fetched(r)) + " ops, op " + std::to_string(seq) +
+                                        " needs slot " + std::to_string(seq % ringSlots_) +
+                                        (lag.empty() ? std::string(" (is a stream blocked?)")
+                                                     : "; rank(s) " + lag + " have not submitted op " +
+                                                           std::to_string(need - 1) + " yet (" +
+                                                           std::to_string(ringSlots_) + " ops behind)"));
+  }
+  throwIfFailedLocked(true);
+}
+
+void Engine::submitLocked(int r, const std::string& key, CachedSchedule& sched, const void* send, void* recv,
+                              uint64_t inBytes, uint64_t outBytes, cudaStream_t stream) {
+  RankResources& rr = ranks_[r];
+  const uint32_t seq = rr.submitted;
+  MK_LOG_AT(Debug, rankName(r), "op " + std::to_string(seq) + ": submitting " + sched.what);
+  waitRingSpaceLocked(r, seq);
+
+  PendingOp* op = nullptr;
+  auto it = pending_.find(seq);
+  if (it == pending_.end()) {
+    PendingOp fresh;
+    fresh.key = key;
+    fresh.sched = &sched;
+    fresh.called.assign(ranks_.size(), false);
+    fresh.input.assign(ranks_.size(), nullptr);
+    fresh.output.assign(ranks_.size(), nullptr);
+    op = &pending_.emplace(seq, std::move(fresh)).first->second;
+  } else {
+    op = &it->second;
+    if (op->key != key) {
+      int first = 0;
+      while (!op->called[first]) ++first;
+      poisonAndThrow(ErrorCode::InvalidArgument,
+                     "op " + std::to_string(seq) + " differs between ranks: rank " + std::to_string(first) +
+                         " submitted " + op->sched->what + ", rank " + std::to_string(r) + " submitted " + sched.what +
+                         " (every rank must submit the same collective with the same count, dtype, op and algorithm)");
+    }
+  }
+
+  const auto& api = driverApi();
+  MK_CUDA_CHECK(cudaSetDevice(rr.device));
+  if (link_) {
+    // Peers map these buffers through CUDA IPC: refuse one that cannot be exported before the doorbell rings.
+    link_->exportPointer(send, "send buffer");
+    link_->exportPointer(recv, "recv buffer");
+  }
+  const uintptr_t s0 = reinterpret_cast<uintptr_t>(send), r0 = reinterpret_cast<uintptr_t>(recv);
+  const void* boundInput = send;
+  if (send && inBytes > 0 && outBytes > 0 && s0 < r0 + outBytes && r0 < s0 + inBytes) {
+    // In place (or any overlap): the schedule may write the output while a peer still reads the input,
+    // so the input is staged first. Staging slot seq % 2 was last read by op seq - 2: wait for it.
+    // The copy is stream work outside the kernel, so it must also wait for the previous op, which may
+    // still be writing this very input (chained in-place ops in a group): in place costs one stream
+    // wait per op.
+    void* staging = stagingLocked(r, seq, inBytes);
+    if (seq >= 1)
+      checkDriver(api.streamWaitValue32(stream, reinterpret_cast<CUdeviceptr>(&rr.state->complete), seq,
+                                        CU_STREAM_WAIT_VALUE_GEQ),
+                  "cuStreamWaitValue32 (previous op complete before staging)");
+    MK_CUDA_CHECK(cudaMemcpyAsync(staging, send, inBytes, cudaMemcpyDeviceToDevice, stream));
+    boundInput = staging;
+  }
+  const bool grouped = insideGroup();
+  handoff(r, stream, seq, !grouped);
+  rr.submitted = seq + 1;
+  if (grouped) deferGroupWait(this, r, stream, seq);
+
+  op->called[r] = true;
+  op->input[r] = boundInput;
+  op->output[r] = recv;
+  if (send && inBytes) op->reads.emplace_back(s0, s0 + inBytes);
+  if (recv && outBytes) op->writes.emplace_back(r0, r0 + outBytes);
+  if (++op->calls == local_.size()) {
+    if (link_) {
+      postLocked(seq, *op);
+      progressLocked();  // the peers may have posted already
+      throwIfFailedLocked();
+    } else {
+      finalizeLocalLocked(seq, *op);
+      pending_.erase(seq);
+    }
+  }
+}
+
+}  // namespace mk::runtime

@@ -1,0 +1,132 @@
+// mkernel — observations of the engine: per-op timestamps, the host <-> GPU clock offset, per-step traces and
+// their Chrome trace form.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/engine.hpp"
+#include "engine/host_sync.hpp"
+#include "kernels/resident_kernel.hpp"
+#include "mk/cuda_check.hpp"
+#include "mk/error.hpp"
+
+namespace mk {
+namespace runtime {
+
+OpTiming Engine::opTiming(int r, uint64_t op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  device::OpStamp st{};
+  MK_CUDA_CHECK(cudaSetDevice(ranks_[r].device));
+  MK_CUDA_CHECK(cudaMemcpyAsync(&st, &ranks_[r].stamps[op % ringSlots_], sizeof st, cudaMemcpyDeviceToHost,
+                                ranks_[r].copyStream));
+  MK_CUDA_CHECK(cudaStreamSynchronize(ranks_[r].copyStream));
+  if (st.op != static_cast<uint32_t>(op) || st.completeNs == 0)
+    throw Error(ErrorCode::NotFound, "timestamps of op " + std::to_string(op) + " on rank " + std::to_string(r) +
+                                         " are not available (not complete yet, or overwritten by later ops)");
+  OpTiming t;
+  t.op = op;
+  t.doorbellNs = st.doorbellNs;
+  t.publishNs = st.publishNs;
+  t.firstStepNs = st.firstStepNs;
+  t.localDoneNs = st.localDoneNs;
+  t.completeNs = st.completeNs;
+  return t;
+}
+
+ClockSync Engine::calibrateClock(int r, int rounds) {
+  if (rounds < 1) throw Error(ErrorCode::InvalidArgument, "calibrateClock: rounds must be >= 1");
+  std::lock_guard<std::mutex> lock(mu_);
+  uint32_t* ping = clockPing_;
+  uint64_t* pong = clockPong_;
+  storeHost(ping, 0);
+  pong[1] = 0;
+  MK_CUDA_CHECK(cudaSetDevice(ranks_[r].device));
+  MK_CUDA_CHECK(launchClockProbe(ping, pong, static_cast<uint32_t>(rounds), 1000000000ull, ranks_[r].copyStream));
+  auto hostNs = [] {
+    return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+  };
+  ClockSync best;
+  best.uncertaintyNs = -1;
+  volatile uint64_t* vp = pong;
+  for (int i = 1; i <= rounds; ++i) {
+    const double t0 = hostNs();
+    storeHost(ping, static_cast<uint32_t>(i));
+    if (!hostPoll(1000, [&] { return static_cast<uint32_t>(vp[1]) == static_cast<uint32_t>(i); })) {
+      storeHost(ping, 0xFFFFFFFFu);  // the probe leaves at once if it ever runs
+      hostPoll(2000, [&] { return cudaStreamQuery(ranks_[r].copyStream) != cudaErrorNotReady; });
+      throw Error(ErrorCode::Timeout, "calibrateClock: the probe kernel on GPU " + std::to_string(ranks_[r].device) +
+                                          " did not answer ping " + std::to_string(i) + " within 1 s");
+    }
+    const double t1 = hostNs();
+    const double g = static_cast<double>(vp[0]);
+    const double half = (t1 - t0) / 2;
+    if (best.uncertaintyNs < 0 || half < best.uncertaintyNs) {
+      best.uncertaintyNs = half;
+      best.offsetNs = g - (t0 + half);
+    }
+  }
+  MK_CUDA_CHECK(cudaStreamSynchronize(ranks_[r].copyStream));
+  return best;
+}
+
+std::vector<TraceEvent> Engine::takeTrace(int r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<TraceEvent> out;
+  if (!trace_) return out;
+  uint32_t count = 0;
+  MK_CUDA_CHECK(cudaSetDevice(ranks_[r].device));
+  MK_CUDA_CHECK(cudaMemcpyAsync(&count, &ranks_[r].state->traceCount, sizeof count, cudaMemcpyDeviceToHost,
+                                ranks_[r].copyStream));
+  MK_CUDA_CHECK(cudaStreamSynchronize(ranks_[r].copyStream));
+  count = std::min(count, config_.traceCapacity);
+  const device::TraceRecord* rec = &trace_[size_t(r) * config_.traceCapacity];
+  for (uint32_t i = traceTaken_[r]; i < count; ++i) {
+    TraceEvent e;
+    e.rank = static_cast<uint32_t>(r);
+    e.lane = rec[i].lane;
+    e.step = rec[i].step;
+    e.op = rec[i].op;
+    e.kind = static_cast<StepKind>(rec[i].kind);
+    e.startNs = rec[i].startNs;
+    e.endNs = rec[i].endNs;
+    out.push_back(e);
+  }
+  traceTaken_[r] = count;
+  return out;
+}
+
+}  // namespace runtime
+
+std::string traceToChromeJson(const std::vector<TraceEvent>& events, const std::string& label) {
+  uint64_t t0 = UINT64_MAX;
+  for (const auto& e : events) t0 = std::min(t0, e.startNs);
+  std::ostringstream os;
+  os.precision(3);
+  os << std::fixed << "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"source\":\"" << label << "\"},\"traceEvents\":[";
+  bool first = true;
+  std::set<uint32_t> ranks;
+  for (const auto& e : events) ranks.insert(e.rank);
+  for (uint32_t r : ranks) {
+    os << (first ? "" : ",") << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << r
+       << ",\"args\":{\"name\":\"rank " << r << "\"}}";
+    first = false;
+  }
+  for (const auto& e : events) {
+    os << (first ? "" : ",") << "{\"name\":\"" << toString(e.kind) << "\",\"cat\":\"step\",\"ph\":\"X\",\"pid\":" << e.rank
+       << ",\"tid\":" << e.lane << ",\"ts\":" << double(e.startNs - t0) / 1e3
+       << ",\"dur\":" << double(e.endNs >= e.startNs ? e.endNs - e.startNs : 0) / 1e3 << ",\"args\":{\"op\":" << e.op
+       << ",\"step\":" << e.step << "}}";
+    first = false;
+  }
+  os << "]}";
+  return os.str();
+}
+
+}  // namespace mk
