@@ -231,12 +231,9 @@ void submitMk(std::vector<mk::Communicator>& comms, const Case& c, const std::ve
 }
 
 int run(const Args& a, const std::string& commandLine) {
-  const auto op = mk::parseCollOp(a.op);
-  if (!op) throw mk::Error(mk::ErrorCode::InvalidArgument, "unknown collective '" + a.op + "' (allreduce, allgather, reducescatter, broadcast, alltoall)");
-  const auto dt = mk::parseDType(a.dtype);
-  if (!dt) throw mk::Error(mk::ErrorCode::InvalidArgument, "unknown dtype '" + a.dtype + "' (float32, bfloat16, float16)");
-  const auto red = mk::parseRedOp(a.redop);
-  if (!red) throw mk::Error(mk::ErrorCode::InvalidArgument, "unknown redop '" + a.redop + "' (sum, max, min)");
+  const CollOp op = mk::requireCollOp(a.op, "collective");
+  const DType dt = mk::requireDType(a.dtype);
+  const RedOp red = mk::requireRedOp(a.redop);
   const uint64_t minB = mk::parseSize(a.minSize), maxB = mk::parseSize(a.maxSize);
   if (minB == 0 || maxB < minB) throw mk::Error(mk::ErrorCode::InvalidArgument, "need 0 < -b <= -e");
   if (a.factor < 2) throw mk::Error(mk::ErrorCode::InvalidArgument, "-f must be >= 2");
@@ -273,8 +270,8 @@ int run(const Args& a, const std::string& commandLine) {
   }
   const std::vector<int>& devs = launch.devs;
   const int n = launch.nRanks;
-  const uint64_t es = mk::dtypeSize(*dt);
-  const bool perRankCount = *op == CollOp::AllGather || *op == CollOp::ReduceScatter || *op == CollOp::AllToAll;
+  const uint64_t es = mk::dtypeSize(dt);
+  const bool perRankCount = op == CollOp::AllGather || op == CollOp::ReduceScatter || op == CollOp::AllToAll;
 
   // Sizes as nccl-tests: the larger buffer of one rank; count per its conventions.
   std::vector<std::pair<uint64_t, uint64_t>> sizes;  // bytes, count
@@ -300,7 +297,7 @@ int run(const Args& a, const std::string& commandLine) {
   std::vector<Row> rows;
   auto addRecord = [&](const Row& r, const char* stat, const std::vector<std::pair<std::string, std::string>>& extra) {
     mk::MeasurementRecord m;
-    m.op = toString(*op);
+    m.op = toString(op);
     m.impl = r.impl;
     m.algo = r.algo;
     m.dtype = a.dtype;
@@ -318,7 +315,7 @@ int run(const Args& a, const std::string& commandLine) {
     for (const auto& kv : extra) m.extra[kv.first] = kv.second;
     mf.records.push_back(m);
   };
-  const double busFactor = mk::busBwFactor(*op, static_cast<uint32_t>(n));
+  const double busFactor = mk::busBwFactor(op, static_cast<uint32_t>(n));
 
   // ---- mkernel --------------------------------------------------------------------------------------
   {
@@ -335,7 +332,7 @@ int run(const Args& a, const std::string& commandLine) {
     {
       std::string list = a.algo == "all" ? "auto" : a.algo;
       if (a.algo == "all")
-        for (const auto& name : mk::algorithmsFor(*op)) list += "," + name;
+        for (mk::Algorithm algo : mk::algorithmsFor(op)) list += std::string(",") + mk::toString(algo);
       std::stringstream ss(list);
       for (std::string item; std::getline(ss, item, ',');)
         if (!item.empty()) algos.push_back(item);
@@ -353,7 +350,7 @@ int run(const Args& a, const std::string& commandLine) {
       std::vector<mk::ClockSync> cs;
       for (auto& c : comms) cs.push_back(c.calibrateClock(200));
       const uint64_t count = std::max<uint64_t>(1, 8 / es) / 1;
-      Case c = makeCase(a, *op, *dt, *red, perRankCount ? 1 : count, buf, launch.firstRank);
+      Case c = makeCase(a, op, dt, red, perRankCount ? 1 : count, buf, launch.firstRank);
       fillInputs(c, launch, st, 1);
       std::vector<double> fromCall, fromReturn, doorbell, publish, hostCall;
       for (uint64_t i = 0; i < a.latencyProbes + 10; ++i) {
@@ -369,11 +366,11 @@ int run(const Args& a, const std::string& commandLine) {
           opt.chunks = a.chunks;
           opt.channels = a.channels;
           switch (c.spec.op) {
-            case CollOp::AllReduce: comms[r].allReduce(c.send[r], c.recv[r], c.spec.count, *dt, *red, st.s[r], opt); break;
-            case CollOp::AllGather: comms[r].allGather(c.send[r], c.recv[r], c.spec.count, *dt, st.s[r], opt); break;
-            case CollOp::ReduceScatter: comms[r].reduceScatter(c.send[r], c.recv[r], c.spec.count, *dt, *red, st.s[r], opt); break;
-            case CollOp::Broadcast: comms[r].broadcast(c.send[r], c.recv[r], c.spec.count, *dt, a.root, st.s[r], opt); break;
-            case CollOp::AllToAll: comms[r].allToAll(c.send[r], c.recv[r], c.spec.count, *dt, st.s[r], opt); break;
+            case CollOp::AllReduce: comms[r].allReduce(c.send[r], c.recv[r], c.spec.count, dt, red, st.s[r], opt); break;
+            case CollOp::AllGather: comms[r].allGather(c.send[r], c.recv[r], c.spec.count, dt, st.s[r], opt); break;
+            case CollOp::ReduceScatter: comms[r].reduceScatter(c.send[r], c.recv[r], c.spec.count, dt, red, st.s[r], opt); break;
+            case CollOp::Broadcast: comms[r].broadcast(c.send[r], c.recv[r], c.spec.count, dt, a.root, st.s[r], opt); break;
+            case CollOp::AllToAll: comms[r].allToAll(c.send[r], c.recv[r], c.spec.count, dt, st.s[r], opt); break;
           }
         }
         tReturn = hostNs();
@@ -403,7 +400,7 @@ int run(const Args& a, const std::string& commandLine) {
       mk::MeasurementRecord m;
       m.op = "enqueue-to-first-step";
       m.impl = "mkernel";
-      m.algo = comms[0].chooseAlgorithm(*op, c.spec.count, *dt);
+      m.algo = mk::toString(comms[0].chooseAlgorithm(op, c.spec.count, dt));
       m.dtype = a.dtype;
       m.ranks = static_cast<uint32_t>(n);
       m.bytes = c.spec.count * es;
@@ -426,14 +423,14 @@ int run(const Args& a, const std::string& commandLine) {
     printHeader("mkernel (resident kernel)");
     for (const auto& [bytes, count] : sizes)
       for (const auto& algoName : algos) {
-        Case c = makeCase(a, *op, *dt, *red, count, buf, launch.firstRank);
+        Case c = makeCase(a, op, dt, red, count, buf, launch.firstRank);
         mk::CollOptions opt(algoName);
         opt.chunks = a.chunks;
         opt.channels = a.channels;
         Row row;
         row.impl = "mkernel";
-        row.algo = algoName == "auto" ? "auto:" + comms[0].chooseAlgorithm(*op, count, *dt) : algoName;
-        const mk::GenOptions g = comms[0].chooseGenOptions(*op, count, *dt, algoName);
+        row.algo = algoName == "auto" ? "auto:" + std::string(mk::toString(comms[0].chooseAlgorithm(op, count, dt))) : algoName;
+        const mk::GenOptions g = comms[0].chooseGenOptions(op, count, dt, algoName);
         row.chunks = a.chunks ? a.chunks : g.chunks;
         row.channels = a.channels ? a.channels : g.channels;
         row.bytes = bytes;
@@ -481,7 +478,7 @@ int run(const Args& a, const std::string& commandLine) {
       auto traced = mk::Communicator::createLocal(devs, tc);
       for (const auto& [bytes, count] : sizes) {
         (void)bytes;
-        Case c = makeCase(a, *op, *dt, *red, count, buf, launch.firstRank);
+        Case c = makeCase(a, op, dt, red, count, buf, launch.firstRank);
         mk::CollOptions opt(algos.front() == "all" ? "auto" : algos.front());
         submitMk(traced, c, st.s, opt);
         st.sync();
@@ -509,14 +506,14 @@ int run(const Args& a, const std::string& commandLine) {
     say("# NCCL %s from %s (NCCL_NVLS_ENABLE=0)\n", nccl.version().c_str(), nccl.path().c_str());
     printHeader("NCCL");
     for (const auto& [bytes, count] : sizes) {
-      Case c = makeCase(a, *op, *dt, *red, count, buf, launch.firstRank);
+      Case c = makeCase(a, op, dt, red, count, buf, launch.firstRank);
       Row row;
       row.impl = "nccl";
       row.algo = "";
       row.bytes = bytes;
       row.count = count;
       row.iters = a.iters;
-      auto once = [&] { nccl.run(*op, c.send, c.recv, count, *dt, *red, a.root, st.s); };
+      auto once = [&] { nccl.run(op, c.send, c.recv, count, dt, red, a.root, st.s); };
       if (a.check) {
         const auto in = fillInputs(c, launch, st, bytes * 31 + 7);
         once();

@@ -187,7 +187,7 @@ void engineBreakdown(uint32_t ops, bool trace, mk::StreamHandoff handoff) {
   std::printf("# engine%s, stream hand-off %s: %s, %u worker CTAs, algorithm %s for 8 B, clock sync +-%.2f us\n",
               trace ? " (trace on)" : "", handoff == mk::StreamHandoff::Kernel ? "kernel" : "memops",
               comms[0].topology().name.c_str(), comms[0].workerCtas(),
-              comms[0].chooseAlgorithm(mk::CollOp::AllReduce, 2, mk::DType::Float32).c_str(),
+              mk::toString(comms[0].chooseAlgorithm(mk::CollOp::AllReduce, 2, mk::DType::Float32)),
               std::max(cs[0].uncertaintyNs, cs[1].uncertaintyNs) / 1e3);
   std::vector<double> submitted;  // host time when op k was submitted on both ranks
   auto submit = [&] {

@@ -67,7 +67,7 @@ TEST_CASE("engine arena: with a preallocated device arena every collective match
             CAPTURE(mk::toString(dt));
             CAPTURE(count);
             CAPTURE(inPlace);
-            CAPTURE(comms[0].chooseAlgorithm(op, count, dt));
+            CAPTURE(mk::toString(comms[0].chooseAlgorithm(op, count, dt)));
             CHECK(mkt::runAndCheck(comms, spec, inPlace, seed++, true, {}, &user.mem) == 0);
           }
     // Every generator of all-reduce once more (their scratch layouts differ).

@@ -31,7 +31,7 @@ void sweep(CollOp op, DType dt) {
         CAPTURE(mk::toString(red));
         CAPTURE(count);
         CAPTURE(inPlace);
-        CAPTURE(comms[0].chooseAlgorithm(op, count, dt));
+        CAPTURE(mk::toString(comms[0].chooseAlgorithm(op, count, dt)));
         CAPTURE(seed);
         CHECK(mkt::runAndCheck(comms, spec, inPlace, seed++) == 0);
       }
@@ -45,7 +45,7 @@ void large(CollOp op) {
   spec.op = op;
   spec.dtype = DType::Float32;
   spec.count = op == CollOp::AllReduce || op == CollOp::Broadcast ? (64ull << 20) : (32ull << 20);
-  CAPTURE(comms[0].chooseAlgorithm(op, spec.count, spec.dtype));
+  CAPTURE(mk::toString(comms[0].chooseAlgorithm(op, spec.count, spec.dtype)));
   CHECK(mkt::runAndCheck(comms, spec, false, 77) == 0);
 }
 

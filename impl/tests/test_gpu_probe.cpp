@@ -8,7 +8,7 @@ TEST_CASE("gpu: packed schedules decode identically on the device") {
   for (const char* algo : {"ring", "one-shot", "hierarchical"}) {
     mk::CollectiveSpec spec;
     spec.op = mk::CollOp::AllReduce;
-    spec.algo = algo;
+    spec.algo = mk::requireAlgorithm(spec.op, algo);
     spec.count = 1021;
     mk::GenOptions opt;
     opt.chunks = 3;

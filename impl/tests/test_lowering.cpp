@@ -546,7 +546,7 @@ TEST_CASE("lowering: an op completes on local completion only when no peer step 
     mk::CollectiveSpec spec;
     spec.op = mk::CollOp::AllReduce;
     spec.count = 4099;
-    spec.algo = algo;
+    spec.algo = mk::requireAlgorithm(spec.op, algo);
     const Schedule s = mk::generate(spec, {0, 0});
     const bool local = std::string(algo) == "one-shot";
     for (uint32_t r = 0; r < 2; ++r)

@@ -98,6 +98,7 @@ struct CollOptions {
   CollOptions() = default;
   CollOptions(const char* a) : algo(a) {}         // NOLINT: implicit on purpose
   CollOptions(std::string a) : algo(std::move(a)) {}  // NOLINT: implicit on purpose
+  CollOptions(Algorithm a) : algo(toString(a)) {}     // NOLINT: implicit on purpose
 };
 
 /// GPU-clock timestamps of one op on one rank (%globaltimer, ns).
@@ -197,9 +198,10 @@ class Communicator {
   /// outside (a schedule that can never finish ends in a timeout error, not a hang).
   void execute(const Schedule& s, const void* input, void* output, cudaStream_t stream);
 
-  /// Algorithm "auto" would pick for this collective (lowest closedForm on topology()).
-  std::string chooseAlgorithm(CollOp op, uint64_t count, DType dtype) const;
-  /// GenOptions the engine uses for (op, count, dtype, algo) when CollOptions leaves them at 0.
+  /// Algorithm "auto" would pick for this collective (mk::chooseAlgorithm on topology() under the profile).
+  Algorithm chooseAlgorithm(CollOp op, uint64_t count, DType dtype) const;
+  /// GenOptions the engine uses for (op, count, dtype, algo) when CollOptions leaves them at 0 (mk::defaultGenOptions;
+  /// algo "auto" or empty: of chooseAlgorithm's pick). Throws Error(NotFound) for an unknown algorithm.
   GenOptions chooseGenOptions(CollOp op, uint64_t count, DType dtype, const std::string& algo) const;
 
   /// Block the host until every op this rank submitted is complete for this rank (see "Stream semantics"

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -139,11 +140,13 @@ void Communicator::collective(const CollectiveSpec& specIn, const void* send, vo
   };
   if (!(sendOptional && send == nullptr)) check(send, "send");
   check(recv, "recv");
-  spec.algo = opt.algo.empty() ? "auto" : opt.algo;
+  // The algorithm's name is parsed here, at the API's edge: an unknown one fails before anything is submitted.
+  std::optional<Algorithm> algo;
+  if (!opt.algo.empty() && opt.algo != "auto") algo = requireAlgorithm(spec.op, opt.algo);
   GenOptions gen;
   gen.chunks = opt.chunks;
   gen.channels = opt.channels;
-  engine_->submitCollective(rank_, spec, gen, send, recv, stream);
+  engine_->submitCollective(rank_, spec, algo, gen, send, recv, stream);
 }
 
 namespace {
@@ -188,11 +191,12 @@ void Communicator::execute(const Schedule& s, const void* input, void* output, c
   engine_->submitSchedule(rank_, s, input, output, stream);
 }
 
-std::string Communicator::chooseAlgorithm(CollOp op, uint64_t count, DType dtype) const {
+Algorithm Communicator::chooseAlgorithm(CollOp op, uint64_t count, DType dtype) const {
   return engine_->chooseAlgorithm(op, count, dtype);
 }
 GenOptions Communicator::chooseGenOptions(CollOp op, uint64_t count, DType dtype, const std::string& algo) const {
-  return engine_->chooseGenOptions(op, count, dtype, algo == "auto" || algo.empty() ? chooseAlgorithm(op, count, dtype) : algo);
+  return engine_->chooseGenOptions(
+      op, count, dtype, algo == "auto" || algo.empty() ? chooseAlgorithm(op, count, dtype) : requireAlgorithm(op, algo));
 }
 void Communicator::synchronize() { engine_->synchronize(rank_); }
 uint64_t Communicator::nextOpIndex() const { return engine_->submitted(rank_); }

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -62,13 +63,14 @@ class Engine {
   int ownRank() const noexcept { return me_; }
 
   /// Submit one rank's part of a collective / custom schedule (see Communicator; submit.cpp).
-  void submitCollective(int r, const CollectiveSpec& spec, const GenOptions& gen, const void* send, void* recv,
+  void submitCollective(int r, const CollectiveSpec& spec, std::optional<Algorithm> algo, const GenOptions& gen,
+                        const void* send, void* recv,
                         cudaStream_t stream);
   void submitSchedule(int r, const Schedule& s, const void* input, void* output, cudaStream_t stream);
 
   /// The "auto" choice (algorithm_choice.cpp).
-  std::string chooseAlgorithm(CollOp op, uint64_t count, DType dtype);
-  GenOptions chooseGenOptions(CollOp op, uint64_t count, DType dtype, const std::string& algo) const;
+  Algorithm chooseAlgorithm(CollOp op, uint64_t count, DType dtype);
+  GenOptions chooseGenOptions(CollOp op, uint64_t count, DType dtype, Algorithm algo) const;
 
   /// Host-side wait for rank r's submitted ops (handoff.cpp).
   void synchronize(int r);
@@ -110,16 +112,16 @@ class Engine {
   uint32_t completed(int r) const;
 
   // ---- algorithm_choice.cpp
-  std::string chooseAlgorithmLocked(CollOp op, uint64_t count, DType dtype);
+  Algorithm chooseAlgorithmLocked(CollOp op, uint64_t count, DType dtype);
 
   // ---- schedule_cache.cpp: lowered schedules, scratch and staging memory
-  CachedSchedule& cacheLocked(const std::string& key, const std::function<Schedule()>& make,
+  CachedSchedule& cacheLocked(const ScheduleKey& key, const std::function<Schedule()>& make,
                               const std::string& what);
   void ensureScratchLocked(uint64_t bytes);
   void* stagingLocked(int r, uint32_t seq, uint64_t bytes);
 
   // ---- submit.cpp
-  void submitLocked(int r, const std::string& key, CachedSchedule& sched, const void* send, void* recv,
+  void submitLocked(int r, const ScheduleKey& key, CachedSchedule& sched, const void* send, void* recv,
                     uint64_t inBytes, uint64_t outBytes, cudaStream_t stream);
   void waitRingSpaceLocked(int r, uint32_t seq);
 
@@ -178,8 +180,8 @@ class Engine {
   std::mutex mu_;
   std::string poison_;  ///< first failure; non-empty = unusable
   ErrorCode poisonCode_ = ErrorCode::Internal;
-  std::map<std::string, std::unique_ptr<CachedSchedule>> cache_;
-  std::map<std::tuple<int, uint64_t, int>, std::string> autoCache_;  ///< "auto" choices
+  std::map<ScheduleKey, std::unique_ptr<CachedSchedule>> cache_;
+  std::map<std::tuple<int, uint64_t, int>, Algorithm> autoCache_;  ///< "auto" choices
   std::map<uint32_t, PendingOp> pending_;  ///< ops not yet submitted by every rank, by sequence number
   std::vector<const CachedSchedule*> opSchedule_;  ///< [seq % ringSlots]: what each recent op ran
   std::vector<std::pair<uintptr_t, uintptr_t>> prevReads_, prevWrites_;  ///< user ranges of the last finalized op

@@ -32,12 +32,6 @@ std::string hexPtr(const void* p) {
 
 }  // namespace
 
-uint64_t fnv1a(const std::string& s) noexcept {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 ProcessLink::ProcessLink(Bootstrap& boot, uint32_t ringSlots)
     : rank_(boot.rank()), size_(boot.size()), ringSlots_(ringSlots) {
   if (size_ > static_cast<int>(device::kMaxRanks))

@@ -91,7 +91,4 @@ class ProcessLink {
   std::map<std::pair<int, uint64_t>, void*> imports_;        ///< by (rank, buffer id): mapped base
 };
 
-/// FNV-1a of a string (op keys on the post board).
-uint64_t fnv1a(const std::string& s) noexcept;
-
 }  // namespace mk::runtime

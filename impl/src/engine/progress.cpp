@@ -20,7 +20,7 @@ namespace mk::runtime {
 void Engine::postLocked(uint32_t seq, PendingOp& op) {
   const size_t me = static_cast<size_t>(me_);
   OpPost& p = link_->post(seq, me_);
-  p.keyHash = fnv1a(op.key);
+  p.keyHash = op.key.digest();
   std::snprintf(p.what, sizeof p.what, "%s", op.sched->what.c_str());
   p.input = link_->exportPointer(op.input[me], "input");
   p.output = link_->exportPointer(op.output[me], "output");

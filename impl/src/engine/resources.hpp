@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -13,10 +14,61 @@
 
 #include "device/device_arena.hpp"
 #include "lowering/lowering.hpp"
+#include "mk/algorithms/algorithms.hpp"
 #include "mk/device/engine_device.hpp"
 #include "mk/schedule/schedule.hpp"
 
 namespace mk::runtime {
+
+/// FNV-1a (64-bit) of `n` bytes, continuing from `h`: the same value in every process for the same bytes.
+inline uint64_t fnv1a(const void* data, std::size_t n, uint64_t h = 1469598103934665603ull) noexcept {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+/// What a cached schedule is generated from: a collective with everything decided (the algorithm, chunks,
+/// channels and inter-node phase concrete), or a caller's own schedule, known by the FNV-1a hash and the size of
+/// its packed image.
+struct ScheduleKey {
+  bool custom = false;
+  CollectiveSpec spec;   ///< collectives
+  GenOptions gen;        ///< collectives
+  uint64_t imageHash = 0, imageBytes = 0;  ///< custom schedules
+
+  static ScheduleKey collective(const CollectiveSpec& spec, const GenOptions& gen) {
+    ScheduleKey k;
+    k.spec = spec;
+    k.gen = gen;
+    return k;
+  }
+  static ScheduleKey customImage(uint64_t hash, uint64_t bytes) {
+    ScheduleKey k;
+    k.custom = true;
+    k.imageHash = hash;
+    k.imageBytes = bytes;
+    return k;
+  }
+  bool operator==(const ScheduleKey& o) const noexcept {
+    return custom == o.custom && spec == o.spec && gen == o.gen && imageHash == o.imageHash &&
+           imageBytes == o.imageBytes;
+  }
+  bool operator!=(const ScheduleKey& o) const noexcept { return !(*this == o); }
+  bool operator<(const ScheduleKey& o) const noexcept {
+    if (custom != o.custom) return custom < o.custom;
+    if (custom) return imageHash != o.imageHash ? imageHash < o.imageHash : imageBytes < o.imageBytes;
+    return spec != o.spec ? spec < o.spec : gen < o.gen;
+  }
+  /// The same 64 bits in every process for the same key (FNV-1a over the fields, widened): the multi-process
+  /// post board compares it to catch ranks that submitted different ops.
+  uint64_t digest() const noexcept {
+    const uint64_t fields[] = {custom ? 1u : 0u,       imageHash,           imageBytes,
+                               uint64_t(spec.op),      uint64_t(spec.algo), uint64_t(spec.dtype),
+                               uint64_t(spec.redop),   spec.count,          uint64_t(spec.root),
+                               uint64_t(gen.chunks),   uint64_t(gen.channels), uint64_t(gen.inter)};
+    return fnv1a(fields, sizeof fields);
+  }
+};
 
 /// A schedule lowered and uploaded for every rank, generated once per key.
 struct CachedSchedule {
@@ -49,7 +101,7 @@ struct RankResources {
 
 /// An op being assembled from the calls of every rank.
 struct PendingOp {
-  std::string key;
+  ScheduleKey key;
   CachedSchedule* sched = nullptr;
   std::vector<bool> called;
   std::vector<const void*> input;  ///< bound input per rank (staging when staged)

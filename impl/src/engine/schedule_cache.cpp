@@ -30,7 +30,7 @@ void regrowSlots(RankResources& rr, std::array<void*, device::kSlots>& slots, ui
 
 }  // namespace
 
-CachedSchedule& Engine::cacheLocked(const std::string& key, const std::function<Schedule()>& make,
+CachedSchedule& Engine::cacheLocked(const ScheduleKey& key, const std::function<Schedule()>& make,
                                     const std::string& what) {
   auto it = cache_.find(key);
   if (it != cache_.end()) return *it->second;

@@ -14,6 +14,7 @@
 #include "engine/host_log.hpp"
 #include "engine/host_sync.hpp"
 #include "gemm/gemm_lane.hpp"
+#include "mk/algorithms/policy.hpp"
 #include "mk/cuda_check.hpp"
 #include "mk/error.hpp"
 #include "mk/schedule/pack.hpp"
@@ -21,33 +22,21 @@
 
 namespace mk::runtime {
 
-void Engine::submitCollective(int r, const CollectiveSpec& specIn, const GenOptions& genIn, const void* send,
-                                  void* recv, cudaStream_t stream) {
+void Engine::submitCollective(int r, const CollectiveSpec& specIn, std::optional<Algorithm> algo,
+                              const GenOptions& genIn, const void* send, void* recv, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mu_);
   throwIfFailedLocked();
-  CollectiveSpec spec = specIn;
-  if (spec.algo.empty() || spec.algo == "auto") spec.algo = chooseAlgorithmLocked(spec.op, spec.count, spec.dtype);
-  GenOptions gen = chooseGenOptions(spec.op, spec.count, spec.dtype, spec.algo);
-  if (genIn.chunks) gen.chunks = genIn.chunks;
-  if (genIn.channels) gen.channels = genIn.channels;
   const uint32_t n = static_cast<uint32_t>(ranks_.size());
-  // The hierarchical inter-node variant, decided under the profile "auto" costs against (generate() alone
-  // would use the datasheet one), and part of the cache key.
-  gen.inter = resolveInter(spec, topology_.layout(n), gen, profile_);
+  // The policy decides what the call leaves open (mk/algorithms/policy.hpp): the algorithm ("auto" choices
+  // cached per op, count and dtype), chunks and channels given as 0, and the hierarchical inter-node variant
+  // under the profile "auto" costs against. The decided request is the cache key.
+  const Algorithm chosen = algo ? *algo : chooseAlgorithmLocked(specIn.op, specIn.count, specIn.dtype);
+  const CollectivePlan plan = planCollective(specIn, chosen, genIn, topology_, n, profile_);
+  const CollectiveSpec& spec = plan.spec;
+  const GenOptions& gen = plan.gen;
   const uint64_t es = dtypeSize(spec.dtype);
   const uint64_t inBytes = inputCount(spec, n) * es, outBytes = outputCount(spec, n) * es;
-  std::string key;
-  key.reserve(96);
-  key += toString(spec.op);
-  for (uint64_t v : {spec.count, uint64_t(spec.dtype), uint64_t(spec.redop), uint64_t(spec.root), uint64_t(gen.chunks),
-                     uint64_t(gen.channels)}) {
-    key += '|';
-    key += std::to_string(v);
-  }
-  key += '|';
-  key += spec.algo;
-  key += '|';
-  key += gen.inter;
+  const ScheduleKey key = ScheduleKey::collective(spec, gen);
   auto make = [&] {
     Schedule s = generate(spec, topology_.layout(n), gen);
     ValidateOptions vo;
@@ -58,7 +47,7 @@ void Engine::submitCollective(int r, const CollectiveSpec& specIn, const GenOpti
   std::string what;
   if (cache_.find(key) == cache_.end()) {
     std::ostringstream w;
-    w << toString(spec.op) << ' ' << spec.algo << ' ' << toString(spec.dtype);
+    w << toString(spec.op) << ' ' << toString(spec.algo) << ' ' << toString(spec.dtype);
     if (spec.op == CollOp::AllReduce || spec.op == CollOp::ReduceScatter) w << ' ' << toString(spec.redop);
     if (spec.op == CollOp::Broadcast) w << " root " << spec.root;
     w << " count " << spec.count << " chunks " << gen.chunks << " channels " << gen.channels;
@@ -73,10 +62,8 @@ void Engine::submitSchedule(int r, const Schedule& s, const void* input, void* o
   std::lock_guard<std::mutex> lock(mu_);
   throwIfFailedLocked();
   const std::vector<uint8_t> image = pack(s);
-  uint64_t h = 1469598103934665603ull;  // FNV-1a of the packed image: same schedule, same key
-  for (uint8_t b : image) h = (h ^ b) * 1099511628211ull;
-  std::ostringstream key;
-  key << "custom|" << std::hex << h << '|' << image.size();
+  const uint64_t h = fnv1a(image.data(), image.size());  // same schedule, same key
+  const ScheduleKey key = ScheduleKey::customImage(h, image.size());
   const std::string what = "custom schedule '" + s.info.op + (s.info.algo.empty() ? "" : " " + s.info.algo) + "'";
   // The user memory the op touches on this rank (every Input buffer is bound to `input`, every Output and
   // InOut one to `output`): the fence rule needs it, or back-to-back custom ops writing the same output
@@ -87,9 +74,9 @@ void Engine::submitSchedule(int r, const Schedule& s, const void* input, void* o
     if (b.kind == BufferKind::Input) inBytes = std::max(inBytes, bytes);
     if (b.kind == BufferKind::Output || b.kind == BufferKind::InOut) outBytes = std::max(outBytes, bytes);
   }
-  CachedSchedule& cs = cacheLocked(key.str(), [&] { return s; }, what);
+  CachedSchedule& cs = cacheLocked(key, [&] { return s; }, what);
   checkGemmOperands(cs.programs[static_cast<size_t>(r)], static_cast<uint32_t>(r), input, output);  // compute lanes
-  submitLocked(r, key.str(), cs, input, output, inBytes, outBytes, stream);
+  submitLocked(r, key, cs, input, output, inBytes, outBytes, stream);
 }
 
 void Engine::waitRingSpaceLocked(int r, uint32_t seq) {
@@ -134,7 +121,7 @@ void Engine::waitRingSpaceLocked(int r, uint32_t seq) {
   throwIfFailedLocked(true);
 }
 
-void Engine::submitLocked(int r, const std::string& key, CachedSchedule& sched, const void* send, void* recv,
+void Engine::submitLocked(int r, const ScheduleKey& key, CachedSchedule& sched, const void* send, void* recv,
                               uint64_t inBytes, uint64_t outBytes, cudaStream_t stream) {
   RankResources& rr = ranks_[r];
   const uint32_t seq = rr.submitted;
