@@ -33,12 +33,13 @@ std::optional<CollOp> parseCollOp(std::string_view s) noexcept {
 
 namespace detail {
 const std::vector<AlgorithmDef>& algorithmRegistry() {
-  static const std::vector<AlgorithmDef> all = [] {
-    std::vector<AlgorithmDef> v = allReduceAlgorithms();
-    const auto& g = gatherScatterAlgorithms();
-    v.insert(v.end(), g.begin(), g.end());
-    return v;
-  }();
+  static const std::vector<AlgorithmDef> all = {
+      allReduceOneShot(),   allReduceTwoShot(),     allReduceRing(),       allReduceHierarchical(),
+      allGatherRing(),      allGatherDirect(),      allGatherHierarchical(),
+      reduceScatterRing(),  reduceScatterDirect(),  reduceScatterHierarchical(),
+      broadcastDirect(),    broadcastRing(),
+      allToAllDirect(),
+  };
   return all;
 }
 

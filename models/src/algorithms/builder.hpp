@@ -42,6 +42,8 @@ struct GenContext {
   uint16_t input = 0, output = 0;                ///< buffer ids
   int scratch = -1;                              ///< buffer id, or -1 when the algorithm has none
   uint32_t nNodes() const noexcept { return static_cast<uint32_t>(nodeRanks.size()); }
+  /// Ranks on node `node`.
+  uint32_t nodeSize(uint32_t node) const noexcept { return static_cast<uint32_t>(nodeRanks[node].size()); }
   bool sameNode(uint32_t a, uint32_t b) const noexcept { return nodeOf[a] == nodeOf[b]; }
 };
 
@@ -63,8 +65,6 @@ class ScheduleBuilder {
   /// Reserve room for `steps` more steps on an existing lane: a generator that knows its step count avoids
   /// growing the vector by doubling (which at 1024 ranks can leave up to half of the step memory unused).
   void reserveSteps(uint32_t rank, uint32_t lane, std::size_t steps);
-
-  static BufRef ref(uint32_t rank, uint16_t buffer, uint64_t offset) noexcept { return bufRef(rank, buffer, offset); }
 
   /// dst <- src, executed by `rank` (either side may be an NVLink peer of `rank`).
   void copy(uint32_t rank, uint32_t lane, BufRef dst, BufRef src, uint64_t count);
@@ -137,11 +137,22 @@ struct AlgorithmDef {
   bool peersTouchUser = true;
 };
 
-/// Every generator, allreduce first; defined in algorithms.cpp from the per-family tables below.
+/// Every generator, in the order algorithmsFor() lists them (all-reduce first); defined in algorithms.cpp.
 const std::vector<AlgorithmDef>& algorithmRegistry();
-/// Per-family tables (each in its own .cpp).
-const std::vector<AlgorithmDef>& allReduceAlgorithms();
-const std::vector<AlgorithmDef>& gatherScatterAlgorithms();  ///< allgather, reducescatter, broadcast, alltoall
+/// Each generator's definition, from the file of the same name (allreduce_one_shot.cpp, ...).
+AlgorithmDef allReduceOneShot();
+AlgorithmDef allReduceTwoShot();
+AlgorithmDef allReduceRing();
+AlgorithmDef allReduceHierarchical();  ///< both inter-node variants (ring and rhd)
+AlgorithmDef allGatherRing();
+AlgorithmDef allGatherDirect();
+AlgorithmDef allGatherHierarchical();
+AlgorithmDef reduceScatterRing();
+AlgorithmDef reduceScatterDirect();
+AlgorithmDef reduceScatterHierarchical();
+AlgorithmDef broadcastDirect();
+AlgorithmDef broadcastRing();
+AlgorithmDef allToAllDirect();
 
 /// The generator called `name` for `op`; throws Error(NotFound) listing the known ones.
 const AlgorithmDef& findAlgorithm(CollOp op, const std::string& name);
