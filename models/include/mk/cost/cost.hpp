@@ -59,10 +59,6 @@ struct CostEstimate {
   std::string formula;     ///< the instantiated formula, for humans
 };
 
-/// Cost of generate(spec, topo.layout(nRanks), opt) under `profile`.
-CostEstimate closedForm(const CollectiveSpec& spec, const GenOptions& opt, const Topology& topo, uint32_t nRanks,
-                        const Profile& profile);
-
 /// Start and end of one step in a timeline (microseconds from op submission).
 struct StepTime {
   uint32_t rank = 0, lane = 0, step = 0;
