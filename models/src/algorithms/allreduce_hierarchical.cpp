@@ -65,6 +65,18 @@ HierLayout hierLayout(const GenContext& ctx) {
   return h;
 }
 
+HierShards::HierShards(const GenContext& ctx, const HierLayout& layout, uint32_t channel, Range part)
+    : ctx_(ctx), layout_(layout), part_(part) {
+  channelBase_ = hierChannelBase(ctx, layout.maxOwned, channel);
+  stride_ = range(0).size;
+}
+
+std::vector<uint32_t> HierShards::ownedBy(uint32_t node, uint32_t localIndex) const {
+  std::vector<uint32_t> owned;
+  for (uint32_t s = localIndex; s < layout_.shards; s += ctx_.nodeSize(node)) owned.push_back(s);
+  return owned;
+}
+
 namespace {
 
 void setupHierarchical(ScheduleBuilder& b, GenContext& ctx) {
@@ -110,245 +122,356 @@ struct Pieces {
   uint32_t nonEmpty() const { return (n > 0 && piece[0].size > 0 ? 1u : 0u) + (n > 1 && piece[1].size > 0 ? 1u : 0u); }
 };
 
+/// Node n's walk through a shard in the ring variant (the file comment): the unit at each position, the
+/// pieces of each group, and where a shard's elements land in its owner's ring-receive slot.
+class RingWalk {
+ public:
+  RingWalk(const HierShards& shards, const HierGeometry& geo, const HierLayout& layout)
+      : shards_(shards), geo_(geo), layout_(layout) {}
+
+  /// The unit at position `position` of `node`'s walk through `shard`.
+  Range unitAt(uint32_t node, uint32_t shard, uint32_t position) const {
+    const uint32_t kr = geo_.ringChunks, nodes = geo_.nodes;
+    const uint32_t block = (node + nodes - position / kr) % nodes;
+    return splitRange(splitRange(shards_.range(shard), nodes, block), kr, kr - 1 - position % kr);
+  }
+  /// The pieces group `group` of `shard` is sent in on `node`: one element range, or two where the group
+  /// crosses a block boundary (cut at the walk's wrap where it has one, else at the first block boundary).
+  Pieces pieces(uint32_t node, uint32_t shard, uint32_t group) const {
+    const auto first = static_cast<uint32_t>(geo_.groups[group].begin);
+    const auto end = static_cast<uint32_t>(geo_.groups[group].end());
+    Pieces out;
+    if (!geo_.twoPieces[group]) {
+      out.piece[0] = span(node, shard, first, end);
+      out.n = 1;
+      return out;
+    }
+    const uint32_t kr = geo_.ringChunks;
+    const uint32_t wrap = (node + 1) * kr;  // the walk wraps between positions wrap-1 and wrap
+    const uint32_t cut = first < wrap && wrap < end ? wrap : (first / kr + 1) * kr;
+    out.piece[0] = span(node, shard, first, cut);
+    out.piece[1] = span(node, shard, cut, end);
+    out.n = 2;
+    return out;
+  }
+  /// Scratch offset of `element` of `shard` in its owner's ring-receive slot on `node`.
+  uint64_t ringSlot(uint32_t node, uint32_t shard, uint64_t element) const {
+    return layout_.ringBase + shards_.inSlot(node, shard, element);
+  }
+
+ private:
+  /// Positions [first, end) that do not wrap cover one element range.
+  Range span(uint32_t node, uint32_t shard, uint32_t first, uint32_t end) const {
+    const uint64_t lo = unitAt(node, shard, end - 1).begin;
+    return Range{lo, unitAt(node, shard, first).end() - lo};
+  }
+
+  const HierShards& shards_;
+  const HierGeometry& geo_;
+  const HierLayout& layout_;
+};
+
+/// The flags of one channel of the ring variant.
+struct RingFlags {
+  std::vector<uint32_t> phase1Arrived;  ///< per source local index: phase-1 pieces from it (in the owner's order)
+  std::vector<uint32_t> phase1Reduced;  ///< per owned shard (ordinal): the reducer's "phase-1 group reduced"
+  std::vector<uint32_t> ringArrived;    ///< per ordinal: ring reduce-scatter arrivals (one predecessor)
+  std::vector<uint32_t> gatherArrived;  ///< per ordinal: ring all-gather arrivals (one predecessor)
+  std::vector<uint32_t> ringReduced;    ///< per ordinal: the reducer's "ring unit reduced"
+  uint32_t phase3Arrived = 0;           ///< phase-3 arrivals, awaited once at their total
+};
+
+/// One rank's share of the work: the shards it owns and, per owned shard, how many of its units and groups
+/// are non-empty before each position and group (what running flag counts reach there).
+struct RingRank {
+  uint32_t node = 0, localIndex = 0, rank = 0;
+  uint32_t localRanks = 0;  ///< G: ranks on the node
+  uint16_t partial = 0;     ///< where this rank's node partial lives: its input alone on its node, else output
+  std::vector<uint32_t> owned;
+  std::vector<std::vector<uint64_t>> unitsBefore;   ///< [owned][position]: non-empty units before it
+  std::vector<std::vector<uint64_t>> groupsBefore;  ///< [owned][group]: non-empty groups before it
+  std::vector<uint64_t> phase1Signals;  ///< [owned]: phase-1 groups the ring's first sends wait for (signalled)
+};
+
+/// Emits one channel of the ring variant: per rank, its intra-node reduce-scatter sends (phase 1, mover),
+/// its reducer (phase-1 reductions interleaved with the ring's), its inter-node ring (sender), and its
+/// intra-node all-gather sends (phase 3, mover); then every rank's completion waits.
+class RingVariant {
+ public:
+  RingVariant(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part)
+      : b_(b),
+        ctx_(ctx),
+        lanes_(b, ctx, channel),
+        layout_(hierLayout(ctx)),
+        shards_(ctx, layout_, channel, part),
+        geo_(hierGeometry(layout_.shards, layout_.nodes, ctx.opt.chunks)),
+        walk_(shards_, geo_, layout_),
+        scratch_(layout_.scratchCount > 0 ? scratchBuffer(ctx) : 0),
+        // Every unit is non-empty: all lanes exist and the step counts reserveSteps() reserves are known.
+        full_(part.size >= uint64_t(layout_.shards) * geo_.positions) {
+    const uint32_t shards = layout_.shards, nodes = layout_.nodes, maxOwned = layout_.maxOwned;
+    flags_.phase1Arrived = b.newFlags(shards > 1 ? shards : 0);
+    flags_.phase1Reduced = b.newFlags(shards > 1 ? maxOwned : 0);
+    flags_.ringArrived = b.newFlags(nodes > 1 ? maxOwned : 0);
+    flags_.gatherArrived = b.newFlags(nodes > 1 ? maxOwned : 0);
+    flags_.ringReduced = b.newFlags(nodes > 1 ? maxOwned : 0);
+    flags_.phase3Arrived = shards > 1 ? b.newFlag() : 0;
+  }
+
+  void emit() {
+    for (uint32_t node = 0; node < layout_.nodes; ++node)
+      for (uint32_t localIndex = 0; localIndex < ctx_.nodeSize(node); ++localIndex) {
+        const RingRank me = planRank(node, localIndex);
+        if (full_) reserveSteps(me);
+        sendPhase1(me);
+        runReducer(me);
+        if (layout_.nodes > 1) runRing(me);
+        if (me.localRanks > 1) sendPhase3(me);
+      }
+    waitForCompletion();
+  }
+
+ private:
+  uint32_t chunks() const { return ctx_.opt.chunks; }  ///< K: phase-1/3 groups
+
+  RingRank planRank(uint32_t node, uint32_t localIndex) const {
+    RingRank me;
+    me.node = node;
+    me.localIndex = localIndex;
+    me.rank = ctx_.nodeRanks[node][localIndex];
+    me.localRanks = ctx_.nodeSize(node);
+    me.partial = me.localRanks == 1 ? ctx_.input : ctx_.output;
+    me.owned = shards_.ownedBy(node, localIndex);
+    const auto own = me.owned.size();
+    me.unitsBefore.assign(own, std::vector<uint64_t>(geo_.positions + 1, 0));
+    me.groupsBefore.assign(own, std::vector<uint64_t>(chunks() + 1, 0));
+    me.phase1Signals.assign(own, 0);
+    for (std::size_t j = 0; j < own; ++j) {
+      auto& units = me.unitsBefore[j];
+      for (uint32_t q = 0; q < geo_.positions; ++q) units[q + 1] = units[q] + (walk_.unitAt(node, me.owned[j], q).size > 0);
+      if (layout_.shards == 1) continue;
+      auto& groups = me.groupsBefore[j];
+      for (uint32_t t = 0; t < chunks(); ++t)
+        groups[t + 1] = groups[t] + (units[geo_.groups[t].end()] > units[geo_.groups[t].begin]);
+      if (me.localRanks == 1) continue;
+      // Only the groups some send waits for are signalled, so that every flag is fully consumed.
+      if (layout_.nodes == 1) {
+        me.phase1Signals[j] = groups[chunks()];
+      } else {
+        for (uint32_t q = 0; q < geo_.ringChunks; ++q)
+          if (units[q + 1] > units[q]) me.phase1Signals[j] = groups[geo_.groupOf[q] + 1];
+      }
+    }
+    return me;
+  }
+
+  /// Reserve each lane's steps up front (exact when every unit is non-empty).
+  void reserveSteps(const RingRank& me) {
+    const uint32_t r = me.rank, shards = layout_.shards, groupCount = chunks(), ringSteps = geo_.ringSteps;
+    const uint64_t own = me.owned.size(), localRanks = me.localRanks;
+    uint64_t pieceSum = 0;
+    for (uint32_t t = 0; t < groupCount && shards > 1; ++t) pieceSum += geo_.twoPieces[t] ? 2 : 1;
+    if (localRanks > 1) {
+      b_.reserveSteps(r, lanes_.mover(r), pieceSum * (shards - own + own * (localRanks - 1)) + 2ull * groupCount * own);
+      b_.reserveSteps(r, lanes_.reducer(r),
+                      (pieceSum + groupCount) * own * (localRanks - 1) + groupCount * own + 3ull * ringSteps * own + 1);
+    } else {
+      b_.reserveSteps(r, lanes_.reducer(r), 3ull * ringSteps * own + own);
+    }
+    if (layout_.nodes > 1) b_.reserveSteps(r, lanes_.sender(r), 4ull * ringSteps * own);
+  }
+
+  /// Phase 1, intra-node reduce-scatter (mover): every group of the input to each shard's owner, in the order
+  /// every owner reduces (group, then shard), into the owner's slot "from local index me.localIndex".
+  void sendPhase1(const RingRank& me) {
+    const uint32_t localRanks = me.localRanks, r = me.rank;
+    for (uint32_t t = 0; t < chunks() && localRanks > 1; ++t)
+      for (uint32_t i = 1; i < localRanks; ++i) {
+        const uint32_t peerIndex = (me.localIndex + i) % localRanks;
+        const uint32_t peer = ctx_.nodeRanks[me.node][peerIndex];
+        for (uint32_t s = peerIndex; s < layout_.shards; s += localRanks) {
+          const Pieces ps = walk_.pieces(me.node, s, t);
+          for (uint32_t k = 0; k < ps.n; ++k)
+            if (ps.piece[k].size > 0)
+              b_.put(r, lanes_.mover(r), bufRef(peer, scratch_, shards_.phase1Slot(me.node, me.localIndex, s, ps.piece[k].begin)),
+                     bufRef(r, ctx_.input, ps.piece[k].begin), ps.piece[k].size, flags_.phase1Arrived[me.localIndex]);
+        }
+      }
+  }
+
+  /// The reducer: the phase-1 groups of the owned shards in local-rank order, each reduced just before the
+  /// first ring step that consumes it (the ring's first sends need the groups of positions 0..Kr-1), between
+  /// the ring's reductions of the units each ring step brings in.
+  void runReducer(const RingRank& me) {
+    const uint32_t r = me.rank, node = me.node;
+    const auto own = me.owned.size();
+    Phase1Reductions phase1(*this, me);
+    std::vector<uint64_t> ringSeen(own, 0);
+    if (layout_.shards > 1) phase1.through(geo_.groupOf[geo_.ringChunks - 1]);
+    for (uint32_t i = 0; i < geo_.ringSteps; ++i) {
+      const uint32_t q = i + geo_.ringChunks;  // the position ring step i brings in
+      if (layout_.shards > 1) phase1.through(geo_.groupOf[q]);
+      for (std::size_t j = 0; j < own; ++j) {
+        const uint32_t s = me.owned[j], m = shards_.ordinal(node, s);
+        const Range u = walk_.unitAt(node, s, q);
+        if (u.size == 0) continue;
+        const uint32_t red = lanes_.reducer(r);
+        b_.wait(r, red, flags_.ringArrived[m], ++ringSeen[j]);
+        const BufRef received = bufRef(r, scratch_, walk_.ringSlot(node, s, u.begin));
+        const BufRef dst = q >= geo_.ringSteps ? bufRef(r, ctx_.output, u.begin) : received;
+        b_.reduce(r, red, dst, received, bufRef(r, me.partial, u.begin), u.size);
+        b_.signal(r, red, r, flags_.ringReduced[m]);
+      }
+    }
+  }
+
+  /// The reducer's phase-1 groups, reduced in order up to a given group.
+  class Phase1Reductions {
+   public:
+    Phase1Reductions(RingVariant& v, const RingRank& me)
+        : v_(v), me_(me), arrived_(me.localRanks, 0), signalled_(me.owned.size(), 0) {}
+    /// Reduce the groups up to `last` not reduced yet.
+    void through(uint32_t last) {
+      const uint32_t localRanks = me_.localRanks, r = me_.rank, node = me_.node;
+      for (; next_ <= last && next_ < v_.chunks() && localRanks > 1; ++next_)
+        for (std::size_t j = 0; j < me_.owned.size(); ++j) {
+          const uint32_t s = me_.owned[j];
+          const Pieces ps = v_.walk_.pieces(node, s, next_);
+          const uint32_t nonEmpty = ps.nonEmpty();
+          if (nonEmpty == 0) continue;
+          const uint32_t red = v_.lanes_.reducer(r);
+          for (uint32_t l = 0; l < localRanks; ++l)
+            if (l != me_.localIndex) v_.b_.wait(r, red, v_.flags_.phase1Arrived[l], arrived_[l] += nonEmpty);
+          for (uint32_t k = 0; k < ps.n; ++k) {
+            const Range u = ps.piece[k];
+            if (u.size == 0) continue;
+            auto operand = [&](uint32_t l) {
+              return l == me_.localIndex ? bufRef(r, v_.ctx_.input, u.begin)
+                                         : bufRef(r, v_.scratch_, v_.shards_.phase1Slot(node, l, s, u.begin));
+            };
+            reduceChain(v_.b_, r, red, bufRef(r, v_.ctx_.output, u.begin), localRanks, operand, u.size);
+          }
+          if (signalled_[j] < me_.phase1Signals[j]) {
+            v_.b_.signal(r, red, r, v_.flags_.phase1Reduced[v_.shards_.ordinal(node, s)]);
+            ++signalled_[j];
+          }
+        }
+    }
+
+   private:
+    RingVariant& v_;
+    const RingRank& me_;
+    std::vector<uint64_t> arrived_;    ///< per source local index: pieces awaited so far
+    std::vector<uint64_t> signalled_;  ///< per owned shard: groups signalled so far
+    uint32_t next_ = 0;                ///< the next group to reduce
+  };
+
+  /// The inter-node ring (sender), all hops cross-node: the reduce-scatter (send position i: the own partial
+  /// at i < Kr, then what the reducer produced) and the all-gather (the own final units, then each arrival
+  /// forwarded) to the owner of the same shard on the next node.
+  void runRing(const RingRank& me) {
+    const uint32_t r = me.rank, node = me.node, next = (node + 1) % layout_.nodes;
+    const uint32_t kr = geo_.ringChunks, ringSteps = geo_.ringSteps;
+    const auto own = me.owned.size();
+    std::vector<uint64_t> phase1Waited(own, 0), reducedWaited(own, 0), gatherWaited(own, 0);
+    for (uint32_t i = 0; i < ringSteps; ++i)
+      for (std::size_t j = 0; j < own; ++j) {
+        const uint32_t s = me.owned[j], m = shards_.ordinal(node, s);
+        const Range u = walk_.unitAt(node, s, i);
+        if (u.size == 0) continue;
+        BufRef src = bufRef(r, scratch_, walk_.ringSlot(node, s, u.begin));
+        if (i < kr) {
+          src = bufRef(r, me.partial, u.begin);
+          const uint64_t need = me.localRanks > 1 ? me.groupsBefore[j][geo_.groupOf[i] + 1] : 0;
+          if (need > phase1Waited[j]) {
+            b_.wait(r, lanes_.sender(r), flags_.phase1Reduced[m], need);
+            phase1Waited[j] = need;
+          }
+        } else {
+          b_.wait(r, lanes_.sender(r), flags_.ringReduced[m], ++reducedWaited[j]);
+        }
+        b_.put(r, lanes_.sender(r), bufRef(shards_.owner(next, s), scratch_, walk_.ringSlot(next, s, u.begin)), src,
+               u.size, flags_.ringArrived[shards_.ordinal(next, s)]);
+      }
+    for (uint32_t i = 0; i < ringSteps; ++i)
+      for (std::size_t j = 0; j < own; ++j) {
+        const uint32_t s = me.owned[j], m = shards_.ordinal(node, s);
+        const Range u = walk_.unitAt(node, s, i < kr ? ringSteps + i : i - kr);
+        if (u.size == 0) continue;
+        if (i < kr)
+          b_.wait(r, lanes_.sender(r), flags_.ringReduced[m], ++reducedWaited[j]);
+        else
+          b_.wait(r, lanes_.sender(r), flags_.gatherArrived[m], ++gatherWaited[j]);
+        b_.put(r, lanes_.sender(r), bufRef(shards_.owner(next, s), ctx_.output, u.begin), bufRef(r, ctx_.output, u.begin),
+               u.size, flags_.gatherArrived[shards_.ordinal(next, s)]);
+      }
+  }
+
+  /// Phase 3, intra-node all-gather (mover): each group of the owned shards to the node's other ranks once it
+  /// is final (all-gather arrivals for positions < L, the own final reductions for the rest; with one node,
+  /// phase 1's result).
+  void sendPhase3(const RingRank& me) {
+    const uint32_t r = me.rank, node = me.node, localRanks = me.localRanks;
+    const uint32_t kr = geo_.ringChunks, ringSteps = geo_.ringSteps;
+    const auto own = me.owned.size();
+    std::vector<uint64_t> gatherSeen(own, 0), reducedSeen(own, 0), phase1Seen(own, 0);
+    auto waitFor = [&](uint32_t flag, uint64_t need, uint64_t& seen) {
+      if (need <= seen) return;
+      b_.wait(r, lanes_.mover(r), flag, need);
+      seen = need;
+    };
+    for (uint32_t t = 0; t < chunks(); ++t)
+      for (std::size_t j = 0; j < own; ++j) {
+        const uint32_t s = me.owned[j], m = shards_.ordinal(node, s);
+        const Pieces ps = walk_.pieces(node, s, t);
+        if (ps.nonEmpty() == 0) continue;
+        const auto first = static_cast<uint32_t>(geo_.groups[t].begin);
+        const auto end = static_cast<uint32_t>(geo_.groups[t].end());
+        const auto& units = me.unitsBefore[j];
+        if (layout_.nodes == 1) {
+          waitFor(flags_.phase1Reduced[m], me.groupsBefore[j][t + 1], phase1Seen[j]);
+        } else {
+          if (first < ringSteps) waitFor(flags_.gatherArrived[m], units[std::min(end, ringSteps)], gatherSeen[j]);
+          if (end > ringSteps) waitFor(flags_.ringReduced[m], units[end] - units[kr], reducedSeen[j]);
+        }
+        for (uint32_t i = 1; i < localRanks; ++i) {
+          const uint32_t peer = ctx_.nodeRanks[node][(me.localIndex + i) % localRanks];
+          for (uint32_t k = 0; k < ps.n; ++k)
+            if (ps.piece[k].size > 0)
+              b_.put(r, lanes_.mover(r), bufRef(peer, ctx_.output, ps.piece[k].begin),
+                     bufRef(r, ctx_.output, ps.piece[k].begin), ps.piece[k].size, flags_.phase3Arrived);
+        }
+      }
+  }
+
+  /// Completion: a rank ends holding every shard. Non-owned shards arrive in phase 3; with one rank per node
+  /// the last all-gather arrivals are not forwarded, so the reducer waits for them.
+  void waitForCompletion() {
+    for (uint32_t r = 0; r < ctx_.nRanks; ++r) {
+      if (layout_.shards > 1) waitForAll(b_, lanes_, r, flags_.phase3Arrived);
+      if (layout_.nodes > 1 && ctx_.nodeSize(ctx_.nodeOf[r]) == 1)
+        for (uint32_t m = 0; m < layout_.maxOwned; ++m) waitForAll(b_, lanes_, r, flags_.gatherArrived[m]);
+    }
+  }
+
+  ScheduleBuilder& b_;
+  const GenContext& ctx_;
+  ChannelLanes lanes_;
+  const HierLayout layout_;
+  const HierShards shards_;
+  const HierGeometry geo_;
+  const RingWalk walk_;
+  const uint16_t scratch_;
+  const bool full_;
+  RingFlags flags_;
+};
+
 }  // namespace
 
 void emitHierarchical(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part) {
   if (ctx.nRanks == 1) return emitLocalCopy(b, ctx, channel, part);
   if (useRhd(ctx)) return emitHierarchicalRhd(b, ctx, channel, part);
-  ChannelLanes lanes(b, ctx, channel);
-  const HierLayout h = hierLayout(ctx);
-  const uint32_t S = h.shards, M = h.nodes, K = ctx.opt.chunks, maxOwned = h.maxOwned;
-  const HierGeometry geo = hierGeometry(S, M, K);
-  const uint32_t Kr = geo.ringChunks, P = geo.positions, L = geo.ringSteps;
-  const uint16_t scratch = h.scratchCount > 0 ? scratchBuffer(ctx) : 0;
-  auto size = [&](uint32_t n) { return static_cast<uint32_t>(ctx.nodeRanks[n].size()); };
-  auto owner = [&](uint32_t n, uint32_t s) { return ctx.nodeRanks[n][s % size(n)]; };
-  auto ordinal = [&](uint32_t n, uint32_t s) { return s / size(n); };  // which of its shards s is, for its owner
-  auto shard = [&](uint32_t s) { return splitRange(part, S, s); };
-  // The unit at position q of node n's walk through shard s.
-  auto unitAt = [&](uint32_t n, uint32_t s, uint32_t q) {
-    const uint32_t blockIdx = (n + M - q / Kr) % M;
-    return splitRange(splitRange(shard(s), M, blockIdx), Kr, Kr - 1 - q % Kr);
-  };
-  // Positions [x, y) that do not wrap cover one element range.
-  auto span = [&](uint32_t n, uint32_t s, uint32_t x, uint32_t y) {
-    const uint64_t lo = unitAt(n, s, y - 1).begin;
-    return Range{lo, unitAt(n, s, x).end() - lo};
-  };
-  auto pieces = [&](uint32_t n, uint32_t s, uint32_t t) {
-    const auto q0 = static_cast<uint32_t>(geo.groups[t].begin), q1 = static_cast<uint32_t>(geo.groups[t].end());
-    Pieces out;
-    if (!geo.twoPieces[t]) {
-      out.piece[0] = span(n, s, q0, q1);
-      out.n = 1;
-      return out;
-    }
-    const uint32_t wrap = (n + 1) * Kr;  // node n's walk wraps between positions wrap-1 and wrap
-    const uint32_t cut = q0 < wrap && wrap < q1 ? wrap : (q0 / Kr + 1) * Kr;
-    out.piece[0] = span(n, s, q0, cut);
-    out.piece[1] = span(n, s, cut, q1);
-    out.n = 2;
-    return out;
-  };
-  // Where element `e` of shard s lives in a slot of the shard's owner on node n.
-  const uint64_t chanBase = hierChannelBase(ctx, maxOwned, channel);
-  const uint64_t shardStride = shard(0).size;
-  auto inSlot = [&](uint32_t n, uint32_t s, uint64_t e) {
-    return chanBase + uint64_t(ordinal(n, s)) * shardStride + (e - shard(s).begin);
-  };
-  auto p1Slot = [&](uint32_t n, uint32_t sourceLocal, uint32_t s, uint64_t e) {
-    return uint64_t(sourceLocal) * h.slot + inSlot(n, s, e);
-  };
-  auto ringSlot = [&](uint32_t n, uint32_t s, uint64_t e) { return h.ringBase + inSlot(n, s, e); };
-
-  // Flags. Phase 1: one per source local index (a source sends to an owner in the owner's reduce order).
-  // Per owned shard (ordinal): ring arrivals of reduce-scatter / all-gather (one predecessor each), and the
-  // reducer's self-signals "phase-1 group reduced" and "ring unit reduced". Phase 3: one total.
-  const std::vector<uint32_t> p1Flag = b.newFlags(S > 1 ? S : 0), p1Ready = b.newFlags(S > 1 ? maxOwned : 0);
-  const std::vector<uint32_t> rsFlag = b.newFlags(M > 1 ? maxOwned : 0), agFlag = b.newFlags(M > 1 ? maxOwned : 0),
-                              ringReady = b.newFlags(M > 1 ? maxOwned : 0);
-  const uint32_t p3Flag = S > 1 ? b.newFlag() : 0;
-  // Every unit is non-empty: all lanes exist and the step counts below are known.
-  const bool full = part.size >= uint64_t(S) * P;
-
-  for (uint32_t n = 0; n < M; ++n) {
-    const uint32_t G = size(n);
-    const uint32_t succNode = (n + 1) % M;
-    for (uint32_t li = 0; li < G; ++li) {
-      const uint32_t r = ctx.nodeRanks[n][li];
-      const uint16_t acc = G == 1 ? ctx.input : ctx.output;  // where this rank's node partial lives
-      std::vector<uint32_t> owned;
-      for (uint32_t s = li; s < S; s += G) owned.push_back(s);
-      const auto own = static_cast<uint32_t>(owned.size());
-      // Per owned shard: non-empty units before each position, non-empty groups before each group, and how
-      // many phase-1 groups the ring's first sends wait for (only those are signalled: every flag is fully
-      // consumed).
-      std::vector<std::vector<uint64_t>> posBefore(own, std::vector<uint64_t>(P + 1, 0));
-      std::vector<std::vector<uint64_t>> groupsBefore(own, std::vector<uint64_t>(K + 1, 0));
-      std::vector<uint64_t> p1Signals(own, 0);
-      for (uint32_t j = 0; j < own; ++j) {
-        for (uint32_t q = 0; q < P; ++q) posBefore[j][q + 1] = posBefore[j][q] + (unitAt(n, owned[j], q).size > 0);
-        if (S == 1) continue;
-        for (uint32_t t = 0; t < K; ++t) {
-          const Range qs = geo.groups[t];
-          groupsBefore[j][t + 1] = groupsBefore[j][t] + (posBefore[j][qs.end()] > posBefore[j][qs.begin]);
-        }
-        if (G == 1) continue;
-        if (M == 1) {
-          p1Signals[j] = groupsBefore[j][K];
-        } else {
-          for (uint32_t q = 0; q < Kr; ++q)
-            if (posBefore[j][q + 1] > posBefore[j][q]) p1Signals[j] = groupsBefore[j][geo.groupOf[q] + 1];
-        }
-      }
-      if (full) {
-        uint64_t pieceSum = 0;
-        for (uint32_t t = 0; t < K && S > 1; ++t) pieceSum += geo.twoPieces[t] ? 2 : 1;
-        if (G > 1) {
-          b.reserveSteps(r, lanes.mover(r), pieceSum * (S - own + uint64_t(own) * (G - 1)) + 2ull * K * own);
-          b.reserveSteps(r, lanes.reducer(r), (pieceSum + K) * own * (G - 1) + uint64_t(K) * own + 3ull * L * own + 1);
-        } else {
-          b.reserveSteps(r, lanes.reducer(r), 3ull * L * own + own);
-        }
-        if (M > 1) b.reserveSteps(r, lanes.sender(r), 4ull * L * own);
-      }
-
-      // Phase 1, mover: every group of the input to each shard's owner, in the order every owner reduces
-      // (group, then shard), into the slot "from local index li".
-      for (uint32_t t = 0; t < K && G > 1; ++t)
-        for (uint32_t i = 1; i < G; ++i) {
-          const uint32_t peer = ctx.nodeRanks[n][(li + i) % G];
-          for (uint32_t s = (li + i) % G; s < S; s += G) {
-            const Pieces ps = pieces(n, s, t);
-            for (uint32_t k = 0; k < ps.n; ++k)
-              if (ps.piece[k].size > 0)
-                b.put(r, lanes.mover(r), bufRef(peer, scratch, p1Slot(n, li, s, ps.piece[k].begin)),
-                      bufRef(r, ctx.input, ps.piece[k].begin), ps.piece[k].size, p1Flag[li]);
-          }
-        }
-
-      // Reducer: phase-1 groups of the owned shards in local-rank order, each reduced just before the first
-      // ring step that consumes it (the ring's first sends need the groups of positions 0..Kr-1), then the
-      // ring's reductions.
-      std::vector<uint64_t> p1Count(G, 0), p1Sent(own, 0), rsCount(own, 0);
-      uint32_t nextGroup = 0;
-      auto phase1Through = [&](uint32_t last) {
-        for (; nextGroup <= last && nextGroup < K && G > 1; ++nextGroup)
-          for (uint32_t j = 0; j < own; ++j) {
-            const uint32_t s = owned[j];
-            const Pieces ps = pieces(n, s, nextGroup);
-            const uint32_t np = ps.nonEmpty();
-            if (np == 0) continue;
-            const uint32_t red = lanes.reducer(r);
-            for (uint32_t l = 0; l < G; ++l)
-              if (l != li) b.wait(r, red, p1Flag[l], p1Count[l] += np);
-            for (uint32_t k = 0; k < ps.n; ++k) {
-              const Range u = ps.piece[k];
-              if (u.size == 0) continue;
-              auto x = [&](uint32_t l) {
-                return l == li ? bufRef(r, ctx.input, u.begin) : bufRef(r, scratch, p1Slot(n, l, s, u.begin));
-              };
-              reduceChain(b, r, red, bufRef(r, ctx.output, u.begin), G, x, u.size);
-            }
-            if (p1Sent[j] < p1Signals[j]) {
-              b.signal(r, red, r, p1Ready[ordinal(n, s)]);
-              ++p1Sent[j];
-            }
-          }
-      };
-      if (S > 1) phase1Through(geo.groupOf[Kr - 1]);
-      for (uint32_t i = 0; i < L; ++i) {
-        const uint32_t q = i + Kr;  // the position ring step i brings in
-        if (S > 1) phase1Through(geo.groupOf[q]);
-        for (uint32_t j = 0; j < own; ++j) {
-          const uint32_t s = owned[j], m = ordinal(n, s);
-          const Range u = unitAt(n, s, q);
-          if (u.size == 0) continue;
-          const uint32_t red = lanes.reducer(r);
-          b.wait(r, red, rsFlag[m], ++rsCount[j]);
-          const BufRef dst = q >= L ? bufRef(r, ctx.output, u.begin) : bufRef(r, scratch, ringSlot(n, s, u.begin));
-          b.reduce(r, red, dst, bufRef(r, scratch, ringSlot(n, s, u.begin)), bufRef(r, acc, u.begin), u.size);
-          b.signal(r, red, r, ringReady[m]);
-        }
-      }
-
-      // Sender: the ring's reduce-scatter (send position i: the own partial at i < Kr, then what the reducer
-      // produced) and all-gather (the own final units, then each arrival forwarded), all hops cross-node.
-      if (M > 1) {
-        std::vector<uint64_t> p1Waited(own, 0), readyWait(own, 0), agWait(own, 0);
-        for (uint32_t i = 0; i < L; ++i)
-          for (uint32_t j = 0; j < own; ++j) {
-            const uint32_t s = owned[j], m = ordinal(n, s);
-            const Range u = unitAt(n, s, i);
-            if (u.size == 0) continue;
-            BufRef src = bufRef(r, scratch, ringSlot(n, s, u.begin));
-            if (i < Kr) {
-              src = bufRef(r, acc, u.begin);
-              const uint64_t need = G > 1 ? groupsBefore[j][geo.groupOf[i] + 1] : 0;
-              if (need > p1Waited[j]) {
-                b.wait(r, lanes.sender(r), p1Ready[m], need);
-                p1Waited[j] = need;
-              }
-            } else {
-              b.wait(r, lanes.sender(r), ringReady[m], ++readyWait[j]);
-            }
-            b.put(r, lanes.sender(r), bufRef(owner(succNode, s), scratch, ringSlot(succNode, s, u.begin)), src, u.size,
-                  rsFlag[ordinal(succNode, s)]);
-          }
-        for (uint32_t i = 0; i < L; ++i)
-          for (uint32_t j = 0; j < own; ++j) {
-            const uint32_t s = owned[j], m = ordinal(n, s);
-            const Range u = unitAt(n, s, i < Kr ? L + i : i - Kr);
-            if (u.size == 0) continue;
-            if (i < Kr)
-              b.wait(r, lanes.sender(r), ringReady[m], ++readyWait[j]);
-            else
-              b.wait(r, lanes.sender(r), agFlag[m], ++agWait[j]);
-            b.put(r, lanes.sender(r), bufRef(owner(succNode, s), ctx.output, u.begin), bufRef(r, ctx.output, u.begin),
-                  u.size, agFlag[ordinal(succNode, s)]);
-          }
-      }
-
-      // Phase 3, mover: each group of the owned shards to the node's other ranks once it is final (all-gather
-      // arrivals for positions < L, the own final reductions for the rest; with one node, phase 1's result).
-      if (G > 1) {
-        std::vector<uint64_t> agSeen(own, 0), readySeen(own, 0), p1Seen(own, 0);
-        auto waitFor = [&](uint32_t flag, uint64_t need, uint64_t& seen) {
-          if (need <= seen) return;
-          b.wait(r, lanes.mover(r), flag, need);
-          seen = need;
-        };
-        for (uint32_t t = 0; t < K; ++t)
-          for (uint32_t j = 0; j < own; ++j) {
-            const uint32_t s = owned[j], m = ordinal(n, s);
-            const Pieces ps = pieces(n, s, t);
-            if (ps.nonEmpty() == 0) continue;
-            const auto q0 = static_cast<uint32_t>(geo.groups[t].begin), q1 = static_cast<uint32_t>(geo.groups[t].end());
-            if (M == 1) {
-              waitFor(p1Ready[m], groupsBefore[j][t + 1], p1Seen[j]);
-            } else {
-              if (q0 < L) waitFor(agFlag[m], posBefore[j][std::min(q1, L)], agSeen[j]);
-              if (q1 > L) waitFor(ringReady[m], posBefore[j][q1] - posBefore[j][Kr], readySeen[j]);
-            }
-            for (uint32_t i = 1; i < G; ++i) {
-              const uint32_t peer = ctx.nodeRanks[n][(li + i) % G];
-              for (uint32_t k = 0; k < ps.n; ++k)
-                if (ps.piece[k].size > 0)
-                  b.put(r, lanes.mover(r), bufRef(peer, ctx.output, ps.piece[k].begin),
-                        bufRef(r, ctx.output, ps.piece[k].begin), ps.piece[k].size, p3Flag);
-            }
-          }
-      }
-    }
-  }
-  // Completion: a rank ends holding every shard. Non-owned shards arrive in phase 3; with one rank per
-  // node the last all-gather arrivals are not forwarded, so the reducer waits for them.
-  for (uint32_t r = 0; r < ctx.nRanks; ++r) {
-    const uint32_t n = ctx.nodeOf[r];
-    if (S > 1) waitForAll(b, lanes, r, p3Flag);
-    if (M > 1 && size(n) == 1)
-      for (uint32_t m = 0; m < maxOwned; ++m) waitForAll(b, lanes, r, agFlag[m]);
-  }
+  RingVariant(b, ctx, channel, part).emit();
 }
 
 namespace {

@@ -47,6 +47,43 @@ uint64_t rhdStride(const GenContext& ctx, uint32_t channel);
 /// The scratch layout of `ctx`'s schedule.
 HierLayout hierLayout(const GenContext& ctx);
 
+/// The shards of one channel's part and who owns them, as both variants lay them out: shard s (of S =
+/// maxLocal) is owned on node n by its rank of local index s % size(n), as that rank's ordinal-th shard
+/// (ordinal s / size(n)); in the owner's phase-1 slots (one per source local index) the shard sits at the
+/// same offset, channel after channel, one shard-sized region per ordinal.
+class HierShards {
+ public:
+  HierShards(const GenContext& ctx, const HierLayout& layout, uint32_t channel, Range part);
+  /// S.
+  uint32_t count() const noexcept { return layout_.shards; }
+  /// Element range of shard `shard` in [0, count).
+  Range range(uint32_t shard) const { return splitRange(part_, layout_.shards, shard); }
+  /// The rank of `node` that owns `shard`.
+  uint32_t owner(uint32_t node, uint32_t shard) const { return ctx_.nodeRanks[node][shard % ctx_.nodeSize(node)]; }
+  /// Which of its owner's shards `shard` is on `node`.
+  uint32_t ordinal(uint32_t node, uint32_t shard) const { return shard / ctx_.nodeSize(node); }
+  /// The shards the rank of local index `localIndex` on `node` owns, ascending.
+  std::vector<uint32_t> ownedBy(uint32_t node, uint32_t localIndex) const;
+  /// Offset of element `element` of `shard` inside one slot of its owner on `node`.
+  uint64_t inSlot(uint32_t node, uint32_t shard, uint64_t element) const {
+    return channelBase_ + uint64_t(ordinal(node, shard)) * stride_ + (element - range(shard).begin);
+  }
+  /// Scratch offset of `element` of `shard` in its owner's phase-1 slot for the rank of local index
+  /// `sourceLocal`.
+  uint64_t phase1Slot(uint32_t node, uint32_t sourceLocal, uint32_t shard, uint64_t element) const {
+    return uint64_t(sourceLocal) * layout_.slot + inSlot(node, shard, element);
+  }
+  /// Elements of the largest shard (shard 0): the stride between an owner's shard regions.
+  uint64_t stride() const noexcept { return stride_; }
+
+ private:
+  const GenContext& ctx_;
+  const HierLayout& layout_;
+  Range part_;
+  uint64_t channelBase_ = 0;
+  uint64_t stride_ = 0;
+};
+
 /// Emit one channel of the rhd variant (allreduce_hierarchical_rhd.cpp).
 void emitHierarchicalRhd(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part);
 

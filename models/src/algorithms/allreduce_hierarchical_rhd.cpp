@@ -1,6 +1,23 @@
 // mkernel — all-reduce, hierarchical with recursive halving/doubling (Rabenseifner) as its inter-node phase
 // (docs/algorithms-allreduce.md, "hierarchical, rhd"); its setup and AlgorithmDef are the ring variant's
 // (allreduce_hierarchical.cpp), which dispatches here when inter = "rhd".
+//
+// Phase 1 and phase 3 as in the ring variant, but on K plain chunks of each shard (one piece per group), and
+// per chunk a Rabenseifner all-reduce among the shard's owners on all nodes: recursive halving (reduce-scatter:
+// at step j exchange half of the current range with the node at distance M2/2^(j+1), keep the half the own bit
+// selects, reduce the received half into it) then recursive doubling (all-gather: the same partners
+// backwards, each sending its whole current range straight into the partner's output). A non-power-of-two M
+// folds: extra node M2 + i sends each chunk of its node partial to host node i, which
+// reduces it before the exchanges and sends the final chunk back at the end. Chunks are pipelined: the
+// sender runs chunk t's reduce-scatter and all-gather while NVLink still carries later groups and phase 3
+// forwards chunk t as soon as its last piece arrived.
+//
+// Flags per owned shard (ordinal m): one per reduce-scatter step and one per all-gather step (each fed by one
+// partner, chunks in order: running counts are exact, and separate flags per step keep a later partner's early
+// arrival from satisfying an earlier step's wait), fold-in and fold-back, and the reducer's self-signal
+// `ready` (phase-1 group reduced, then each reduction of a step). Every step's receive range has its own
+// scratch region, because the partner of step j+1 may send before this rank's step-j reduction has read its
+// region: nothing orders the two.
 #include <vector>
 
 #include "allreduce_hierarchical.hpp"
@@ -27,269 +44,420 @@ uint64_t rhdStride(const GenContext& ctx, uint32_t channel) {
   return (plan.extra > 0 ? shardMax : 0) + checkedProduct(ctx.opt.chunks, steps, "hierarchical rhd (chunks x steps)");
 }
 
+namespace {
 
-// hierarchical with inter = "rhd": phase 1 and phase 3 as above but on K plain chunks of each shard (one
-// piece per group), and per chunk a Rabenseifner all-reduce among the shard's owners on all nodes: recursive
-// halving (reduce-scatter: at step j exchange half of the current range with the node at distance M2/2^(j+1),
-// keep the half the own bit selects, reduce the received half into it) then recursive doubling (all-gather:
-// the same partners backwards, each sending its whole current range straight into the partner's output). A
-// non-power-of-two M folds: extra node M2 + i sends each chunk of its node partial to host node i, which
-// reduces it before the exchanges and sends the final chunk back at the end. Chunks are pipelined: the
-// sender runs chunk t's reduce-scatter and all-gather while NVLink still carries later groups and phase 3
-// forwards chunk t as soon as its last piece arrived.
-//
-// Flags per owned shard (ordinal m): one per reduce-scatter step and one per all-gather step (each fed by one
-// partner, chunks in order: running counts are exact, and separate flags per step keep a later partner's early
-// arrival from satisfying an earlier step's wait), fold-in and fold-back, and the reducer's self-signal
-// `ready` (phase-1 group reduced, then each reduction of a step). Every step's receive range has its own
-// scratch region, because the partner of step j+1 may send before this rank's step-j reduction has read its
-// region: nothing orders the two.
-void emitHierarchicalRhd(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part) {
-  ChannelLanes lanes(b, ctx, channel);
-  const HierLayout h = hierLayout(ctx);
-  const uint32_t S = h.shards, M = h.nodes, K = ctx.opt.chunks, maxOwned = h.maxOwned;
-  const RhdPlan plan = rhdPlan(M);
-  const uint32_t J = plan.steps, M2 = plan.pow2;
-  const uint16_t scratch = scratchBuffer(ctx);
-  auto size = [&](uint32_t n) { return static_cast<uint32_t>(ctx.nodeRanks[n].size()); };
-  auto owner = [&](uint32_t n, uint32_t s) { return ctx.nodeRanks[n][s % size(n)]; };
-  auto ordinal = [&](uint32_t n, uint32_t s) { return s / size(n); };
-  auto shard = [&](uint32_t s) { return splitRange(part, S, s); };
-  auto chunk = [&](uint32_t s, uint32_t t) { return splitRange(shard(s), K, t); };
-  // The range node n keeps after reduce-scatter step j (j = -1: the whole chunk) and the one it sends at j.
-  auto kept = [&](uint32_t n, uint32_t s, uint32_t t, int j) {
-    Range r = chunk(s, t);
-    for (int i = 0; i <= j; ++i) r = splitRange(r, 2, (n & plan.distance(uint32_t(i))) ? 1 : 0);
+/// Where the rhd variant's pieces of one channel are: chunk t of a shard, the range a node keeps after each
+/// reduce-scatter step and the half it sends there, and where a folded chunk and each received half land in
+/// the owner's scratch (after the phase-1 slots, per channel and owned shard one RHD region of rhdStride
+/// elements: the fold slot, then per step j and chunk room for ceil(chunk / 2^(j+1)) elements).
+class RhdWalk {
+ public:
+  RhdWalk(const GenContext& ctx, const HierLayout& layout, const HierShards& shards, const RhdPlan& plan,
+          uint32_t channel)
+      : ctx_(ctx), shards_(shards), plan_(plan) {
+    regionBase_ = layout.ringBase;
+    for (uint32_t c = 0; c < channel; ++c) regionBase_ += uint64_t(layout.maxOwned) * rhdStride(ctx, c);
+    regionStride_ = rhdStride(ctx, channel);
+    const uint64_t chunkMax = splitRange(Range{0, shards.stride()}, ctx.opt.chunks, 0).size;
+    stepOffset_.assign(plan.steps + 1, plan.extra > 0 ? shards.stride() : 0);
+    stepCapacity_.assign(plan.steps, 0);
+    for (uint32_t j = 0; j < plan.steps; ++j) {
+      stepCapacity_[j] = (chunkMax + (uint64_t(1) << (j + 1)) - 1) >> (j + 1);
+      stepOffset_[j + 1] = stepOffset_[j] + uint64_t(ctx.opt.chunks) * stepCapacity_[j];
+    }
+  }
+
+  /// Chunk `chunk` of `shard`.
+  Range chunk(uint32_t shard, uint32_t chunk) const { return splitRange(shards_.range(shard), ctx_.opt.chunks, chunk); }
+  /// The range `node` keeps of a chunk after reduce-scatter step `step` (step -1: the whole chunk).
+  Range kept(uint32_t node, uint32_t shard, uint32_t chunkIdx, int step) const {
+    Range r = chunk(shard, chunkIdx);
+    for (int i = 0; i <= step; ++i) r = splitRange(r, 2, (node & plan_.distance(uint32_t(i))) ? 1 : 0);
     return r;
-  };
-  auto sent = [&](uint32_t n, uint32_t s, uint32_t t, uint32_t j) {
-    return splitRange(kept(n, s, t, int(j) - 1), 2, (n & plan.distance(j)) ? 0 : 1);
-  };
-  // Scratch: phase-1 slots (by source local index), then per channel and owned shard the RHD region.
-  const uint64_t chanBase = hierChannelBase(ctx, maxOwned, channel);
-  const uint64_t shardStride = shard(0).size;
-  uint64_t rhdBase = h.ringBase;
-  for (uint32_t c = 0; c < channel; ++c) rhdBase += uint64_t(maxOwned) * rhdStride(ctx, c);
-  const uint64_t stride = rhdStride(ctx, channel);
-  const uint64_t chunkMax = splitRange(Range{0, shardStride}, K, 0).size;
-  std::vector<uint64_t> stepOff(J + 1, plan.extra > 0 ? shardStride : 0), cap(J, 0);
-  for (uint32_t j = 0; j < J; ++j) {
-    cap[j] = (chunkMax + (uint64_t(1) << (j + 1)) - 1) >> (j + 1);
-    stepOff[j + 1] = stepOff[j] + uint64_t(K) * cap[j];
   }
-  auto p1Slot = [&](uint32_t n, uint32_t sourceLocal, uint32_t s, uint64_t e) {
-    return uint64_t(sourceLocal) * h.slot + chanBase + uint64_t(ordinal(n, s)) * shardStride + (e - shard(s).begin);
-  };
-  auto region = [&](uint32_t n, uint32_t s) { return rhdBase + uint64_t(ordinal(n, s)) * stride; };
-  auto foldSlot = [&](uint32_t n, uint32_t s, uint64_t e) { return region(n, s) + (e - shard(s).begin); };
-  // Where the half received at step j of chunk t lands on node n (range `r` = what n keeps at step j).
-  auto stepSlot = [&](uint32_t n, uint32_t s, uint32_t t, uint32_t j, Range r, uint64_t e) {
-    return region(n, s) + stepOff[j] + uint64_t(t) * cap[j] + (e - r.begin);
-  };
-
-  const std::vector<uint32_t> p1Flag = b.newFlags(S > 1 ? S : 0), ready = b.newFlags(maxOwned);
-  std::vector<std::vector<uint32_t>> rsFlag, agFlag;
-  for (uint32_t j = 0; j < J; ++j) {
-    rsFlag.push_back(b.newFlags(maxOwned));
-    agFlag.push_back(b.newFlags(maxOwned));
+  /// The half of a chunk `node` sends at reduce-scatter step `step`.
+  Range sent(uint32_t node, uint32_t shard, uint32_t chunkIdx, uint32_t step) const {
+    return splitRange(kept(node, shard, chunkIdx, int(step) - 1), 2, (node & plan_.distance(step)) ? 0 : 1);
   }
-  const std::vector<uint32_t> foldIn = b.newFlags(plan.extra > 0 ? maxOwned : 0),
-                              foldBack = b.newFlags(plan.extra > 0 ? maxOwned : 0);
-  const uint32_t p3Flag = S > 1 ? b.newFlag() : 0;
-  // Every exchanged half is non-empty (the smallest chunk splits into M2 pieces): every lane exists.
-  const bool full = splitRange(shard(S - 1), K, K - 1).size >= M2;
+  /// Scratch offset of `element` of a chunk folded in from the extra node, on the host `node`.
+  uint64_t foldSlot(uint32_t node, uint32_t shard, uint64_t element) const {
+    return region(node, shard) + (element - shards_.range(shard).begin);
+  }
+  /// Scratch offset on `node` of `element` of the half received at step `step` of chunk `chunkIdx`, whose
+  /// kept range there is `keptRange`.
+  uint64_t stepSlot(uint32_t node, uint32_t shard, uint32_t chunkIdx, uint32_t step, Range keptRange,
+                    uint64_t element) const {
+    return region(node, shard) + stepOffset_[step] + uint64_t(chunkIdx) * stepCapacity_[step] +
+           (element - keptRange.begin);
+  }
 
-  for (uint32_t n = 0; n < M; ++n) {
-    const uint32_t G = size(n);
-    const bool isExtra = n >= M2, isHost = n < plan.extra;
-    const uint32_t foldPeer = isExtra ? n - M2 : n + M2;  // only meaningful for extra and host nodes
-    for (uint32_t li = 0; li < G; ++li) {
-      const uint32_t r = ctx.nodeRanks[n][li];
-      std::vector<uint32_t> owned;
-      for (uint32_t s = li; s < S; s += G) owned.push_back(s);
-      const auto own = static_cast<uint32_t>(owned.size());
-      // Where the node partial of a chunk lives before the exchanges: output after phase 1 (or the fold), the
-      // input itself on a node of one rank.
-      const uint16_t acc0 = (G > 1 || isHost) ? ctx.output : ctx.input;
-      auto accAt = [&](uint32_t j) { return j == 0 && !isHost ? (G > 1 ? ctx.output : ctx.input) : ctx.output; };
-      if (full) {
-        // Upper bounds of each lane's steps (exact up to a few skipped waits): growing 24 k lane vectors by
-        // doubling made malloc half of the generation time at 8192 ranks.
-        const uint64_t k = K, o = own, g = G, j = J;
-        if (G > 1) b.reserveSteps(r, lanes.mover(r), k * (S - o + o * (g - 1)) + k * o * (g - 1 + 1 + j));
-        b.reserveSteps(r, lanes.reducer(r), k * o * (2 * (g - 1) + 3 + 3 * j) + 1 + uint64_t(maxOwned) * j);
-        b.reserveSteps(r, lanes.sender(r), k * o * (4 * j + 3 + j));
+ private:
+  uint64_t region(uint32_t node, uint32_t shard) const {
+    return regionBase_ + uint64_t(shards_.ordinal(node, shard)) * regionStride_;
+  }
+
+  const GenContext& ctx_;
+  const HierShards& shards_;
+  const RhdPlan& plan_;
+  uint64_t regionBase_ = 0;    ///< this channel's first RHD region
+  uint64_t regionStride_ = 0;  ///< one owned shard's RHD region
+  std::vector<uint64_t> stepOffset_;    ///< per step (and one past the last): offset inside a region
+  std::vector<uint64_t> stepCapacity_;  ///< per step: elements reserved per chunk
+};
+
+/// The flags of one channel of the rhd variant (the file comment).
+struct RhdFlags {
+  std::vector<uint32_t> phase1Arrived;                ///< per source local index
+  std::vector<uint32_t> ready;                        ///< per ordinal: the reducer's self-signal
+  std::vector<std::vector<uint32_t>> halvingArrived;  ///< [step][ordinal]: reduce-scatter arrivals
+  std::vector<std::vector<uint32_t>> doublingArrived;  ///< [step][ordinal]: all-gather arrivals
+  std::vector<uint32_t> foldIn, foldBack;             ///< per ordinal (only with extra nodes)
+  uint32_t phase3Arrived = 0;
+};
+
+/// One rank's role in the rhd variant.
+struct RhdRank {
+  uint32_t node = 0, localIndex = 0, rank = 0;
+  uint32_t localRanks = 0;  ///< G: ranks on the node
+  bool isExtra = false;     ///< node >= M2: folds into its host
+  bool isHost = false;      ///< node < E: takes the fold of node + M2
+  uint32_t foldPeer = 0;    ///< the extra node's host, or the host's extra node
+  std::vector<uint32_t> owned;
+  /// Where the node partial of a chunk lives before the exchanges: output after phase 1 (or the fold), the
+  /// input itself on a node of one rank.
+  uint16_t partial = 0;
+  /// readyAt[owned][chunk][k]: signals to `ready` after stage k of the chunk (k = 0: its partial is complete;
+  /// k = j + 1: step j reduced), what the sender and phase 3 wait for.
+  std::vector<std::vector<std::vector<uint64_t>>> readyAt;
+};
+
+/// Emits one channel of the rhd variant: per rank, its intra-node reduce-scatter sends (phase 1, mover), its
+/// reducer (phase-1 reductions, the fold, each halving step's reduction), its inter-node exchanges (sender:
+/// fold in, recursive halving, recursive doubling, fold back), and its intra-node all-gather sends (phase 3,
+/// mover); then every rank's completion waits.
+class RhdVariant {
+ public:
+  RhdVariant(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part)
+      : b_(b),
+        ctx_(ctx),
+        lanes_(b, ctx, channel),
+        layout_(hierLayout(ctx)),
+        plan_(rhdPlan(layout_.nodes)),
+        shards_(ctx, layout_, channel, part),
+        walk_(ctx, layout_, shards_, plan_, channel),
+        scratch_(scratchBuffer(ctx)),
+        // Every exchanged half is non-empty (the smallest chunk splits into M2 pieces): every lane exists.
+        full_(splitRange(shards_.range(layout_.shards - 1), ctx.opt.chunks, ctx.opt.chunks - 1).size >= plan_.pow2) {
+    const uint32_t maxOwned = layout_.maxOwned;
+    flags_.phase1Arrived = b.newFlags(layout_.shards > 1 ? layout_.shards : 0);
+    flags_.ready = b.newFlags(maxOwned);
+    for (uint32_t j = 0; j < plan_.steps; ++j) {
+      flags_.halvingArrived.push_back(b.newFlags(maxOwned));
+      flags_.doublingArrived.push_back(b.newFlags(maxOwned));
+    }
+    flags_.foldIn = b.newFlags(plan_.extra > 0 ? maxOwned : 0);
+    flags_.foldBack = b.newFlags(plan_.extra > 0 ? maxOwned : 0);
+    flags_.phase3Arrived = layout_.shards > 1 ? b.newFlag() : 0;
+  }
+
+  void emit() {
+    for (uint32_t node = 0; node < layout_.nodes; ++node)
+      for (uint32_t localIndex = 0; localIndex < ctx_.nodeSize(node); ++localIndex) {
+        RhdRank me = planRank(node, localIndex);
+        if (full_) reserveSteps(me);
+        sendPhase1(me);
+        runReducer(me);
+        Exchanges(*this, me).emit();
+        if (me.localRanks > 1) sendPhase3(me);
       }
+    waitForCompletion();
+  }
 
-      // Phase 1, mover: chunk t of the input to each shard's owner (group, then shard), one piece per group.
-      for (uint32_t t = 0; t < K && G > 1; ++t)
-        for (uint32_t i = 1; i < G; ++i) {
-          const uint32_t peer = ctx.nodeRanks[n][(li + i) % G];
-          for (uint32_t s = (li + i) % G; s < S; s += G) {
-            const Range c = chunk(s, t);
-            if (c.size > 0)
-              b.put(r, lanes.mover(r), bufRef(peer, scratch, p1Slot(n, li, s, c.begin)), bufRef(r, ctx.input, c.begin),
-                    c.size, p1Flag[li]);
-          }
-        }
+ private:
+  uint32_t chunks() const { return ctx_.opt.chunks; }  ///< K
+  uint32_t steps() const { return plan_.steps; }       ///< J: exchanges per pass
 
-      // Reducer, per chunk: phase-1 group (+ the fold on a host), then the reduction of each reduce-scatter
-      // step. readyAt[j'][t][k] = signals to `ready` after stage k of chunk t (k = 0: the chunk's partial is
-      // complete; k = j + 1: step j reduced), what the sender waits for.
-      std::vector<std::vector<std::vector<uint64_t>>> readyAt(own, std::vector<std::vector<uint64_t>>(K, std::vector<uint64_t>(J + 1, 0)));
-      {
-        std::vector<uint64_t> p1Count(G, 0), foldCount(own, 0), rsCount(own * size_t(J), 0);
-        for (uint32_t t = 0; t < K; ++t) {
-          for (uint32_t jo = 0; jo < own; ++jo) {
-            const uint32_t s = owned[jo], m = ordinal(n, s);
-            const Range c = chunk(s, t);
-            if (c.size > 0 && G > 1) {
-              const uint32_t red = lanes.reducer(r);
-              for (uint32_t l = 0; l < G; ++l)
-                if (l != li) b.wait(r, red, p1Flag[l], ++p1Count[l]);
-              auto x = [&](uint32_t l) {
-                return l == li ? bufRef(r, ctx.input, c.begin) : bufRef(r, scratch, p1Slot(n, l, s, c.begin));
-              };
-              reduceChain(b, r, red, bufRef(r, ctx.output, c.begin), G, x, c.size);
-            }
-            if (c.size > 0 && isHost) {
-              const uint32_t red = lanes.reducer(r);
-              b.wait(r, red, foldIn[m], ++foldCount[jo]);
-              b.reduce(r, red, bufRef(r, ctx.output, c.begin), bufRef(r, G > 1 ? ctx.output : ctx.input, c.begin),
-                       bufRef(r, scratch, foldSlot(n, s, c.begin)), c.size);
-            }
-            if (c.size > 0 && (G > 1 || isHost)) b.signal(r, lanes.reducer(r), r, ready[m]);
-            readyAt[jo][t][0] = b.signalsSent(r, ready[m]);
-          }
-          for (uint32_t j = 0; j < J && !isExtra; ++j)
-            for (uint32_t jo = 0; jo < own; ++jo) {
-              const uint32_t s = owned[jo], m = ordinal(n, s);
-              const Range u = kept(n, s, t, int(j));
-              if (u.size > 0) {
-                const uint32_t red = lanes.reducer(r);
-                b.wait(r, red, rsFlag[j][m], ++rsCount[jo * size_t(J) + j]);
-                b.reduce(r, red, bufRef(r, ctx.output, u.begin), bufRef(r, accAt(j), u.begin),
-                         bufRef(r, scratch, stepSlot(n, s, t, j, u, u.begin)), u.size);
-                b.signal(r, red, r, ready[m]);
-              }
-              readyAt[jo][t][j + 1] = b.signalsSent(r, ready[m]);
-            }
+  RhdRank planRank(uint32_t node, uint32_t localIndex) const {
+    RhdRank me;
+    me.node = node;
+    me.localIndex = localIndex;
+    me.rank = ctx_.nodeRanks[node][localIndex];
+    me.localRanks = ctx_.nodeSize(node);
+    me.isExtra = node >= plan_.pow2;
+    me.isHost = node < plan_.extra;
+    me.foldPeer = me.isExtra ? node - plan_.pow2 : node + plan_.pow2;  // only meaningful for extra and host nodes
+    me.owned = shards_.ownedBy(node, localIndex);
+    me.partial = (me.localRanks > 1 || me.isHost) ? ctx_.output : ctx_.input;
+    return me;
+  }
+
+  /// Where a halving step's own operand lives: before the first step the partial as phase 1 left it (the
+  /// fold, on a host, leaves it in output), afterwards what the previous step reduced into output.
+  uint16_t operandAt(const RhdRank& me, uint32_t step) const {
+    return step == 0 && !me.isHost ? (me.localRanks > 1 ? ctx_.output : ctx_.input) : ctx_.output;
+  }
+
+  /// Upper bounds of each lane's steps (exact up to a few skipped waits): growing 24 k lane vectors by doubling
+  /// made malloc half of the generation time at 8192 ranks.
+  void reserveSteps(const RhdRank& me) {
+    const uint32_t r = me.rank;
+    const uint64_t k = chunks(), own = me.owned.size(), g = me.localRanks, j = steps();
+    if (me.localRanks > 1)
+      b_.reserveSteps(r, lanes_.mover(r), k * (layout_.shards - own + own * (g - 1)) + k * own * (g - 1 + 1 + j));
+    b_.reserveSteps(r, lanes_.reducer(r), k * own * (2 * (g - 1) + 3 + 3 * j) + 1 + uint64_t(layout_.maxOwned) * j);
+    b_.reserveSteps(r, lanes_.sender(r), k * own * (4 * j + 3 + j));
+  }
+
+  /// Phase 1, intra-node reduce-scatter (mover): chunk t of the input to each shard's owner (chunk, then
+  /// shard), one piece per chunk.
+  void sendPhase1(const RhdRank& me) {
+    const uint32_t r = me.rank, localRanks = me.localRanks;
+    for (uint32_t t = 0; t < chunks() && localRanks > 1; ++t)
+      for (uint32_t i = 1; i < localRanks; ++i) {
+        const uint32_t peerIndex = (me.localIndex + i) % localRanks;
+        const uint32_t peer = ctx_.nodeRanks[me.node][peerIndex];
+        for (uint32_t s = peerIndex; s < layout_.shards; s += localRanks) {
+          const Range c = walk_.chunk(s, t);
+          if (c.size > 0)
+            b_.put(r, lanes_.mover(r), bufRef(peer, scratch_, shards_.phase1Slot(me.node, me.localIndex, s, c.begin)),
+                   bufRef(r, ctx_.input, c.begin), c.size, flags_.phase1Arrived[me.localIndex]);
         }
       }
+  }
 
-      // Sender, per chunk: the fold (extra node), or the reduce-scatter and all-gather exchanges and, on a
-      // host, the final chunk back to its extra node. Arrivals counted per flag to give exact thresholds.
-      std::vector<uint64_t> readyWaited(own, 0), agSeen(own * size_t(J), 0), agWaited(own * size_t(J), 0);
-      auto waitReady = [&](uint32_t jo, uint32_t m, uint64_t need) {
-        if (need <= readyWaited[jo]) return;
-        b.wait(r, lanes.sender(r), ready[m], need);
-        readyWaited[jo] = need;
-      };
-      auto waitAg = [&](uint32_t jo, uint32_t m, uint32_t j) {
-        const size_t k = jo * size_t(J) + j;
-        if (agSeen[k] <= agWaited[k]) return;
-        b.wait(r, lanes.sender(r), agFlag[j][m], agSeen[k]);
-        agWaited[k] = agSeen[k];
-      };
-      for (uint32_t t = 0; t < K; ++t) {
-        if (isExtra) {
-          for (uint32_t jo = 0; jo < own; ++jo) {
-            const uint32_t s = owned[jo], m = ordinal(n, s);
-            const Range c = chunk(s, t);
-            if (c.size == 0) continue;
-            waitReady(jo, m, readyAt[jo][t][0]);  // the phase-1 reduction of this chunk (none on a node of one rank)
-            b.put(r, lanes.sender(r), bufRef(owner(foldPeer, s), scratch, foldSlot(foldPeer, s, c.begin)),
-                  bufRef(r, acc0, c.begin), c.size, foldIn[ordinal(foldPeer, s)]);
+  /// The reducer, per chunk: the phase-1 reduction (and the fold on a host), then the reduction of each
+  /// halving step's received half; fills me.readyAt.
+  void runReducer(RhdRank& me) {
+    const uint32_t r = me.rank, node = me.node, localRanks = me.localRanks, J = steps();
+    const auto own = me.owned.size();
+    me.readyAt.assign(own, std::vector<std::vector<uint64_t>>(chunks(), std::vector<uint64_t>(J + 1, 0)));
+    std::vector<uint64_t> phase1Seen(localRanks, 0), foldSeen(own, 0), halvingSeen(own * size_t(J), 0);
+    for (uint32_t t = 0; t < chunks(); ++t) {
+      for (std::size_t jo = 0; jo < own; ++jo) {
+        const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
+        const Range c = walk_.chunk(s, t);
+        if (c.size > 0 && localRanks > 1) {
+          const uint32_t red = lanes_.reducer(r);
+          for (uint32_t l = 0; l < localRanks; ++l)
+            if (l != me.localIndex) b_.wait(r, red, flags_.phase1Arrived[l], ++phase1Seen[l]);
+          auto operand = [&](uint32_t l) {
+            return l == me.localIndex ? bufRef(r, ctx_.input, c.begin)
+                                      : bufRef(r, scratch_, shards_.phase1Slot(node, l, s, c.begin));
+          };
+          reduceChain(b_, r, red, bufRef(r, ctx_.output, c.begin), localRanks, operand, c.size);
+        }
+        if (c.size > 0 && me.isHost) {
+          const uint32_t red = lanes_.reducer(r);
+          b_.wait(r, red, flags_.foldIn[m], ++foldSeen[jo]);
+          b_.reduce(r, red, bufRef(r, ctx_.output, c.begin), bufRef(r, localRanks > 1 ? ctx_.output : ctx_.input, c.begin),
+                    bufRef(r, scratch_, walk_.foldSlot(node, s, c.begin)), c.size);
+        }
+        if (c.size > 0 && (localRanks > 1 || me.isHost)) b_.signal(r, lanes_.reducer(r), r, flags_.ready[m]);
+        me.readyAt[jo][t][0] = b_.signalsSent(r, flags_.ready[m]);
+      }
+      for (uint32_t j = 0; j < J && !me.isExtra; ++j)
+        for (std::size_t jo = 0; jo < own; ++jo) {
+          const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
+          const Range u = walk_.kept(node, s, t, int(j));
+          if (u.size > 0) {
+            const uint32_t red = lanes_.reducer(r);
+            b_.wait(r, red, flags_.halvingArrived[j][m], ++halvingSeen[jo * size_t(J) + j]);
+            b_.reduce(r, red, bufRef(r, ctx_.output, u.begin), bufRef(r, operandAt(me, j), u.begin),
+                      bufRef(r, scratch_, walk_.stepSlot(node, s, t, j, u, u.begin)), u.size);
+            b_.signal(r, red, r, flags_.ready[m]);
           }
+          me.readyAt[jo][t][j + 1] = b_.signalsSent(r, flags_.ready[m]);
+        }
+    }
+  }
+
+  /// The sender's inter-node exchanges, per chunk: the fold into the host (an extra node), or recursive
+  /// halving, recursive doubling and, on a host, the final chunk back to its extra node. Arrivals are counted
+  /// per flag to give exact thresholds.
+  class Exchanges {
+   public:
+    Exchanges(RhdVariant& v, const RhdRank& me)
+        : v_(v),
+          me_(me),
+          readyWaited_(me.owned.size(), 0),
+          doublingSeen_(me.owned.size() * size_t(v.steps()), 0),
+          doublingWaited_(me.owned.size() * size_t(v.steps()), 0) {}
+
+    void emit() {
+      for (uint32_t t = 0; t < v_.chunks(); ++t) {
+        if (me_.isExtra) {
+          foldIn(t);
           continue;
         }
-        for (uint32_t j = 0; j < J; ++j)
-          for (uint32_t jo = 0; jo < own; ++jo) {
-            const uint32_t s = owned[jo], m = ordinal(n, s);
-            const Range u = sent(n, s, t, j);
-            if (u.size == 0) continue;
-            waitReady(jo, m, readyAt[jo][t][j]);
-            const uint32_t partner = n ^ plan.distance(j);
-            b.put(r, lanes.sender(r), bufRef(owner(partner, s), scratch, stepSlot(partner, s, t, j, u, u.begin)),
-                  bufRef(r, accAt(j), u.begin), u.size, rsFlag[j][ordinal(partner, s)]);
-          }
-        for (uint32_t k = 0; k < J; ++k) {
-          const uint32_t j = J - 1 - k;
-          for (uint32_t jo = 0; jo < own; ++jo) {
-            const uint32_t s = owned[jo], m = ordinal(n, s);
-            // What arrives at this step: the partner's kept range, i.e. what this node sent at step j.
-            if (sent(n, s, t, j).size > 0) ++agSeen[jo * size_t(J) + j];
-            const Range u = kept(n, s, t, int(j));
-            if (u.size == 0) continue;
-            if (k == 0)
-              waitReady(jo, m, readyAt[jo][t][J]);
-            else
-              waitAg(jo, m, j + 1);
-            const uint32_t partner = n ^ plan.distance(j);
-            b.put(r, lanes.sender(r), bufRef(owner(partner, s), ctx.output, u.begin), bufRef(r, ctx.output, u.begin),
-                  u.size, agFlag[j][ordinal(partner, s)]);
-          }
-        }
-        for (uint32_t jo = 0; jo < own && isHost; ++jo) {
-          const uint32_t s = owned[jo], m = ordinal(n, s);
-          const Range c = chunk(s, t);
-          if (c.size == 0) continue;
-          waitReady(jo, m, readyAt[jo][t][J]);
-          for (uint32_t j = 0; j < J; ++j) waitAg(jo, m, j);
-          b.put(r, lanes.sender(r), bufRef(owner(foldPeer, s), ctx.output, c.begin), bufRef(r, ctx.output, c.begin),
-                c.size, foldBack[ordinal(foldPeer, s)]);
-        }
+        halve(t);
+        doubleBack(t);
+        if (me_.isHost) foldBack(t);
       }
+    }
 
-      // Phase 3, mover: chunk t of each owned shard to the node's other ranks once final (own reductions and
-      // every all-gather arrival of the chunk; on an extra node the chunk sent back by the host).
-      if (G > 1) {
-        std::vector<uint64_t> readySeen(own, 0), agCount(own * size_t(J), 0), agDone(own * size_t(J), 0),
-            backCount(own, 0);
-        for (uint32_t t = 0; t < K; ++t)
-          for (uint32_t jo = 0; jo < own; ++jo) {
-            const uint32_t s = owned[jo], m = ordinal(n, s);
-            const Range c = chunk(s, t);
-            if (c.size == 0) continue;
-            const uint32_t mv = lanes.mover(r);
-            if (isExtra) {
-              b.wait(r, mv, foldBack[m], ++backCount[jo]);
-            } else {
-              const uint64_t need = readyAt[jo][t][J];
-              if (need > readySeen[jo]) {
-                b.wait(r, mv, ready[m], need);
-                readySeen[jo] = need;
-              }
-              for (uint32_t j = 0; j < J; ++j) {
-                const size_t k = jo * size_t(J) + j;
-                if (sent(n, s, t, j).size > 0) ++agCount[k];
-                if (agCount[k] > agDone[k]) {
-                  b.wait(r, mv, agFlag[j][m], agCount[k]);
-                  agDone[k] = agCount[k];
-                }
-              }
-            }
-            for (uint32_t i = 1; i < G; ++i) {
-              const uint32_t peer = ctx.nodeRanks[n][(li + i) % G];
-              b.put(r, mv, bufRef(peer, ctx.output, c.begin), bufRef(r, ctx.output, c.begin), c.size, p3Flag);
+   private:
+    uint32_t sender() { return v_.lanes_.sender(me_.rank); }
+
+    void waitReady(std::size_t jo, uint32_t ordinal, uint64_t need) {
+      if (need <= readyWaited_[jo]) return;
+      v_.b_.wait(me_.rank, sender(), v_.flags_.ready[ordinal], need);
+      readyWaited_[jo] = need;
+    }
+    void waitDoubling(std::size_t jo, uint32_t ordinal, uint32_t step) {
+      const size_t k = jo * size_t(v_.steps()) + step;
+      if (doublingSeen_[k] <= doublingWaited_[k]) return;
+      v_.b_.wait(me_.rank, sender(), v_.flags_.doublingArrived[step][ordinal], doublingSeen_[k]);
+      doublingWaited_[k] = doublingSeen_[k];
+    }
+
+    /// An extra node's chunk `t` of its node partial into its host's fold slot.
+    void foldIn(uint32_t t) {
+      const uint32_t r = me_.rank, node = me_.node, host = me_.foldPeer;
+      for (std::size_t jo = 0; jo < me_.owned.size(); ++jo) {
+        const uint32_t s = me_.owned[jo], m = v_.shards_.ordinal(node, s);
+        const Range c = v_.walk_.chunk(s, t);
+        if (c.size == 0) continue;
+        waitReady(jo, m, me_.readyAt[jo][t][0]);  // the phase-1 reduction of this chunk (none on a node of one rank)
+        v_.b_.put(r, sender(), bufRef(v_.shards_.owner(host, s), v_.scratch_, v_.walk_.foldSlot(host, s, c.begin)),
+                  bufRef(r, me_.partial, c.begin), c.size, v_.flags_.foldIn[v_.shards_.ordinal(host, s)]);
+      }
+    }
+
+    /// Recursive halving (reduce-scatter): at step j the half not kept goes to the partner at distance
+    /// M2/2^(j+1) once the reducer has finished the previous step.
+    void halve(uint32_t t) {
+      const uint32_t r = me_.rank, node = me_.node;
+      for (uint32_t j = 0; j < v_.steps(); ++j)
+        for (std::size_t jo = 0; jo < me_.owned.size(); ++jo) {
+          const uint32_t s = me_.owned[jo], m = v_.shards_.ordinal(node, s);
+          const Range u = v_.walk_.sent(node, s, t, j);
+          if (u.size == 0) continue;
+          waitReady(jo, m, me_.readyAt[jo][t][j]);
+          const uint32_t partner = node ^ v_.plan_.distance(j);
+          v_.b_.put(r, sender(),
+                    bufRef(v_.shards_.owner(partner, s), v_.scratch_, v_.walk_.stepSlot(partner, s, t, j, u, u.begin)),
+                    bufRef(r, v_.operandAt(me_, j), u.begin), u.size,
+                    v_.flags_.halvingArrived[j][v_.shards_.ordinal(partner, s)]);
+        }
+    }
+
+    /// Recursive doubling (all-gather): the same partners backwards, each sending its whole current range
+    /// straight into the partner's output, the last step's once the reducer is done, every other once the
+    /// previous doubling step's half has arrived.
+    void doubleBack(uint32_t t) {
+      const uint32_t r = me_.rank, node = me_.node, J = v_.steps();
+      for (uint32_t k = 0; k < J; ++k) {
+        const uint32_t j = J - 1 - k;
+        for (std::size_t jo = 0; jo < me_.owned.size(); ++jo) {
+          const uint32_t s = me_.owned[jo], m = v_.shards_.ordinal(node, s);
+          // What arrives at this step: the partner's kept range, i.e. what this node sent at step j.
+          if (v_.walk_.sent(node, s, t, j).size > 0) ++doublingSeen_[jo * size_t(J) + j];
+          const Range u = v_.walk_.kept(node, s, t, int(j));
+          if (u.size == 0) continue;
+          if (k == 0)
+            waitReady(jo, m, me_.readyAt[jo][t][J]);
+          else
+            waitDoubling(jo, m, j + 1);
+          const uint32_t partner = node ^ v_.plan_.distance(j);
+          v_.b_.put(r, sender(), bufRef(v_.shards_.owner(partner, s), v_.ctx_.output, u.begin),
+                    bufRef(r, v_.ctx_.output, u.begin), u.size,
+                    v_.flags_.doublingArrived[j][v_.shards_.ordinal(partner, s)]);
+        }
+      }
+    }
+
+    /// A host's final chunk `t` back to its extra node, once every doubling step's half has arrived.
+    void foldBack(uint32_t t) {
+      const uint32_t r = me_.rank, node = me_.node, extra = me_.foldPeer;
+      for (std::size_t jo = 0; jo < me_.owned.size(); ++jo) {
+        const uint32_t s = me_.owned[jo], m = v_.shards_.ordinal(node, s);
+        const Range c = v_.walk_.chunk(s, t);
+        if (c.size == 0) continue;
+        waitReady(jo, m, me_.readyAt[jo][t][v_.steps()]);
+        for (uint32_t j = 0; j < v_.steps(); ++j) waitDoubling(jo, m, j);
+        v_.b_.put(r, sender(), bufRef(v_.shards_.owner(extra, s), v_.ctx_.output, c.begin),
+                  bufRef(r, v_.ctx_.output, c.begin), c.size, v_.flags_.foldBack[v_.shards_.ordinal(extra, s)]);
+      }
+    }
+
+    RhdVariant& v_;
+    const RhdRank& me_;
+    std::vector<uint64_t> readyWaited_;     ///< per owned shard: `ready` awaited so far
+    std::vector<uint64_t> doublingSeen_;    ///< [owned][step]: doubling arrivals so far
+    std::vector<uint64_t> doublingWaited_;  ///< [owned][step]: doubling arrivals awaited so far
+  };
+
+  /// Phase 3, intra-node all-gather (mover): chunk t of each owned shard to the node's other ranks once final
+  /// (the own reductions and every doubling arrival of the chunk; on an extra node the chunk its host sent
+  /// back).
+  void sendPhase3(const RhdRank& me) {
+    const uint32_t r = me.rank, node = me.node, localRanks = me.localRanks, J = steps();
+    const auto own = me.owned.size();
+    std::vector<uint64_t> readySeen(own, 0), doublingCount(own * size_t(J), 0), doublingDone(own * size_t(J), 0),
+        backCount(own, 0);
+    for (uint32_t t = 0; t < chunks(); ++t)
+      for (std::size_t jo = 0; jo < own; ++jo) {
+        const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
+        const Range c = walk_.chunk(s, t);
+        if (c.size == 0) continue;
+        const uint32_t mover = lanes_.mover(r);
+        if (me.isExtra) {
+          b_.wait(r, mover, flags_.foldBack[m], ++backCount[jo]);
+        } else {
+          const uint64_t need = me.readyAt[jo][t][J];
+          if (need > readySeen[jo]) {
+            b_.wait(r, mover, flags_.ready[m], need);
+            readySeen[jo] = need;
+          }
+          for (uint32_t j = 0; j < J; ++j) {
+            const size_t k = jo * size_t(J) + j;
+            if (walk_.sent(node, s, t, j).size > 0) ++doublingCount[k];
+            if (doublingCount[k] > doublingDone[k]) {
+              b_.wait(r, mover, flags_.doublingArrived[j][m], doublingCount[k]);
+              doublingDone[k] = doublingCount[k];
             }
           }
+        }
+        for (uint32_t i = 1; i < localRanks; ++i) {
+          const uint32_t peer = ctx_.nodeRanks[node][(me.localIndex + i) % localRanks];
+          b_.put(r, mover, bufRef(peer, ctx_.output, c.begin), bufRef(r, ctx_.output, c.begin), c.size,
+                 flags_.phase3Arrived);
+        }
+      }
+  }
+
+  /// Completion: non-owned shards arrive in phase 3; a node of one rank ends with its own last arrivals.
+  void waitForCompletion() {
+    for (uint32_t r = 0; r < ctx_.nRanks; ++r) {
+      const uint32_t node = ctx_.nodeOf[r];
+      if (layout_.shards > 1) waitForAll(b_, lanes_, r, flags_.phase3Arrived);
+      if (ctx_.nodeSize(node) == 1) {
+        for (uint32_t m = 0; m < layout_.maxOwned; ++m) {
+          if (node >= plan_.pow2) waitForAll(b_, lanes_, r, flags_.foldBack[m]);
+          for (uint32_t j = 0; j < steps() && node < plan_.pow2; ++j)
+            waitForAll(b_, lanes_, r, flags_.doublingArrived[j][m]);
+        }
       }
     }
   }
-  // Completion: non-owned shards arrive in phase 3; a node of one rank ends with its own last arrivals.
-  for (uint32_t r = 0; r < ctx.nRanks; ++r) {
-    const uint32_t n = ctx.nodeOf[r];
-    if (S > 1) waitForAll(b, lanes, r, p3Flag);
-    if (size(n) == 1) {
-      for (uint32_t m = 0; m < maxOwned; ++m) {
-        if (n >= M2) waitForAll(b, lanes, r, foldBack[m]);
-        for (uint32_t j = 0; j < J && n < M2; ++j) waitForAll(b, lanes, r, agFlag[j][m]);
-      }
-    }
-  }
+
+  ScheduleBuilder& b_;
+  const GenContext& ctx_;
+  ChannelLanes lanes_;
+  const HierLayout layout_;
+  const RhdPlan plan_;
+  const HierShards shards_;
+  const RhdWalk walk_;
+  const uint16_t scratch_;
+  const bool full_;
+  RhdFlags flags_;
+};
+
+}  // namespace
+
+void emitHierarchicalRhd(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part) {
+  RhdVariant(b, ctx, channel, part).emit();
 }
-
 
 /// Hierarchical with inter = "rhd": the longest path through the lanes, as a max-plus recurrence over the K
 /// chunks and the 2 log2(M2) exchanges of each, one representative per node (its busiest rank's loads) fed
