@@ -240,19 +240,22 @@ class Replayer {
     for (uint32_t i = 0; i < steps.size(); ++i) {
       const double start = now();
       runStep(g, rank, steps[i]);
-      const double end = now();
-      if (opt_.trace) {
-        const uint64_t k = firstStep + i;
-        times_[2 * k] = start / kSecondsPerUs;
-        times_[2 * k + 1] = end / kSecondsPerUs;
-      }
-      noteEnd(end);
-      ++stepsDone_;
+      stepDone(firstStep + i, start, now());
     }
     ++lanesDone_;
   }
 
   void noteEnd(double t) { maxEndUs_ = std::max(maxEndUs_, t / kSecondsPerUs); }
+
+  /// Step `k` (flat index) ran from `start` to `end` (seconds): its trace times, the op's end so far, progress.
+  void stepDone(uint64_t k, double start, double end) {
+    if (opt_.trace) {
+      times_[2 * k] = start / kSecondsPerUs;
+      times_[2 * k + 1] = end / kSecondsPerUs;
+    }
+    noteEnd(end);
+    ++stepsDone_;
+  }
 
   /// SimOptions::fast: node-local steps (NVLink, memory, tensor pipe, signals) are timed with the timeline
   /// formulas on a lane-local clock that runs ahead of SimGrid's; the lane meets the engine clock only where
@@ -284,13 +287,7 @@ class Replayer {
           if (st.kind == StepKind::Put && (st.flags & kStepSignal))
             increment(st.flag, st.value, t + costs_.incrementDelayUs(st, rank) * kSecondsPerUs);
       }
-      if (opt_.trace) {
-        const uint64_t k = firstStep + i;
-        times_[2 * k] = start / kSecondsPerUs;
-        times_[2 * k + 1] = t / kSecondsPerUs;
-      }
-      noteEnd(t);
-      ++stepsDone_;
+      stepDone(firstStep + i, start, t);
     }
     ++lanesDone_;
   }

@@ -58,8 +58,6 @@ class ScheduleBuilder {
   uint32_t newFlag();
   /// `n` fresh flag ids.
   std::vector<uint32_t> newFlags(std::size_t n);
-  /// A fresh barrier id.
-  uint32_t newBarrier();
   /// Index of the lane of `rank` with `role` on `channel`, created on first use.
   uint32_t lane(uint32_t rank, LaneRole role, uint32_t channel = 0);
   /// Reserve room for `steps` more steps on an existing lane: a generator that knows its step count avoids
@@ -80,16 +78,11 @@ class ScheduleBuilder {
   void wait(uint32_t rank, uint32_t lane, uint32_t flagId, uint64_t threshold);
   /// Wait until own flag `flagId` has seen every signal emitted to it so far; no step if none were.
   void waitAllSent(uint32_t rank, uint32_t lane, uint32_t flagId);
-  /// Barrier `id` on `rank`'s lane.
-  void barrier(uint32_t rank, uint32_t lane, uint32_t id);
 
   /// Total increments emitted so far to (rank, flagId).
   uint64_t signalsSent(uint32_t rank, uint32_t flagId) const;
 
-  const GenContext& ctx() const noexcept { return ctx_; }
-  Schedule& schedule() noexcept { return s_; }
-
-  /// Close the schedule: flags, barriers, OpInfo, cost attributes. The builder is spent afterwards.
+  /// Close the schedule: fill its cost attributes (fillCostAttributes). The builder is spent afterwards.
   Schedule finish();
 
  private:

@@ -97,22 +97,12 @@ PathCounts netGroup(double pieces, double units) {
   return c;
 }
 
-namespace {
-
-void requirePositive(double v, const char* field) {
-  if (!(v > 0))
-    throw Error(ErrorCode::InvalidArgument,
-                std::string("profile field ") + field + " must be > 0 for this closed form (got " + std::to_string(v) + ")");
-}
-
-}  // namespace
-
 UnitPrices unitPrices(const CostContext& c, uint64_t elems, bool needsNet) {
   const Profile& pf = c.profile;
-  requirePositive(pf.nvlink.bwGBs, "nvlink.bwGBs");
-  requirePositive(pf.local.bwGBs, "local.bwGBs");
-  requirePositive(pf.reduceGBs, "reduceGBs");
-  if (needsNet) requirePositive(pf.network.bwGBs, "network.bwGBs");
+  requirePositive("profile.nvlink.bwGBs", pf.nvlink.bwGBs, "this closed form");
+  requirePositive("profile.local.bwGBs", pf.local.bwGBs, "this closed form");
+  requirePositive("profile.reduceGBs", pf.reduceGBs, "this closed form");
+  if (needsNet) requirePositive("profile.network.bwGBs", pf.network.bwGBs, "this closed form");
   UnitPrices u;
   u.share = effectiveChannels(c.gen);
   u.bytes = double(elems) * double(dtypeSize(c.spec.dtype));

@@ -2,12 +2,10 @@
 #include "mk/cost/step_cost.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <string>
 
 #include "mk/error.hpp"
-#include "mk/util/size.hpp"
 
 namespace mk {
 
@@ -19,18 +17,6 @@ constexpr double kFlopsPerUsPerTflops = 1e6;
 
 [[noreturn]] void badStep(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step, const std::string& what) {
   throw Error(ErrorCode::InvalidSchedule, describeStep(s, rank, lane, step) + ": " + what);
-}
-
-void needRate(const char* field, double v, const char* why) {
-  if (!std::isfinite(v) || !(v > 0))
-    throw Error(ErrorCode::InvalidArgument,
-                std::string("profile.") + field + " must be > 0 (got " + formatNumber(v) + ") for " + why);
-}
-
-void needLatency(const char* field, double v) {
-  if (!std::isfinite(v) || v < 0)
-    throw Error(ErrorCode::InvalidArgument,
-                std::string("profile.") + field + " must be >= 0 and finite (got " + formatNumber(v) + ")");
 }
 
 }  // namespace
@@ -76,13 +62,13 @@ StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra
   if (s.nodeOf.size() != s.nRanks)
     throw Error(ErrorCode::InvalidSchedule, "schedule has nodeOf of size " + std::to_string(s.nodeOf.size()) +
                                                 " for nRanks " + std::to_string(s.nRanks));
-  needLatency("dispatchUs", p.dispatchUs);
-  needLatency("flagUs", p.flagUs);
-  needLatency("localFlagUs", p.localFlagUs);
-  needLatency("proxyUs", p.proxyUs);
-  needLatency("nvlink.alphaUs", p.nvlink.alphaUs);
-  needLatency("network.alphaUs", p.network.alphaUs);
-  needLatency("local.alphaUs", p.local.alphaUs);
+  requireNonNegative("profile.dispatchUs", p.dispatchUs);
+  requireNonNegative("profile.flagUs", p.flagUs);
+  requireNonNegative("profile.localFlagUs", p.localFlagUs);
+  requireNonNegative("profile.proxyUs", p.proxyUs);
+  requireNonNegative("profile.nvlink.alphaUs", p.nvlink.alphaUs);
+  requireNonNegative("profile.network.alphaUs", p.network.alphaUs);
+  requireNonNegative("profile.local.alphaUs", p.local.alphaUs);
 
   singleNode_ = std::all_of(s.nodeOf.begin(), s.nodeOf.end(), [&](uint32_t n) { return n == s.nodeOf[0]; });
   share_.assign(static_cast<std::size_t>(s.nRanks) * kStepResources, 0);
@@ -126,11 +112,11 @@ StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra
         if (uses[k]) ++share_[static_cast<std::size_t>(r) * kStepResources + k];
     }
   }
-  if (copyLocal) needRate("local.bwGBs", p.local.bwGBs, "a local copy");
-  if (nvlink) needRate("nvlink.bwGBs", p.nvlink.bwGBs, "an NVLink transfer");
-  if (reduce) needRate("reduceGBs", p.reduceGBs, "a reduce");
-  if (network) needRate("network.bwGBs", p.network.bwGBs, "a proxy put");
-  if (gemm) needRate("gemmTflops", p.gemmTflops, "a gemm");
+  if (copyLocal) requirePositive("profile.local.bwGBs", p.local.bwGBs, "a local copy");
+  if (nvlink) requirePositive("profile.nvlink.bwGBs", p.nvlink.bwGBs, "an NVLink transfer");
+  if (reduce) requirePositive("profile.reduceGBs", p.reduceGBs, "a reduce");
+  if (network) requirePositive("profile.network.bwGBs", p.network.bwGBs, "a proxy put");
+  if (gemm) requirePositive("profile.gemmTflops", p.gemmTflops, "a gemm");
 }
 
 StepPrice StepCosts::price(const Step& st, uint32_t rank) const {
