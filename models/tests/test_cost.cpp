@@ -18,7 +18,9 @@
 #include "mk/cost/cost.hpp"
 #include "mk/cost/step_cost.hpp"
 #include "mk/error.hpp"
+#include "mk/schedule/check.hpp"
 #include "mk/schedule/pack.hpp"
+#include "mk/schedule/validate.hpp"
 #include "mk/topology/topology.hpp"
 
 using namespace mk;
@@ -949,6 +951,32 @@ TEST_CASE("step costs: shares, prices, delays and the engine's own check come fr
   Profile noGemm = p;
   noGemm.gemmTflops = 0;
   CHECK(StepCosts(h.s, noGemm).steps() == 6);
+}
+
+TEST_CASE("check: the timeline names a bad flag, wait or barrier in the validator's words") {
+  auto expectSameWords = [](Hand& h) {
+    fillCostAttributes(h.s);
+    const std::vector<ValidationIssue> issues = validateAll(h.s);
+    REQUIRE_FALSE(issues.empty());
+    expectError([&] { simulateUncontended(h.s, roundProfile()); }, ErrorCode::InvalidSchedule, {issues[0].message});
+  };
+  Hand signal({0, 0}, 1);
+  signal.lane(0);
+  signal.signal(0, 0, 1, 5);  // flag id out of range
+  expectSameWords(signal);
+  Hand foreign({0, 0}, 1);
+  foreign.lane(0);
+  foreign.wait(0, 0, 0, 1);
+  foreign.s.lanes[0][0].steps[0].flag.rank = 1;  // a wait on another rank's flag
+  expectSameWords(foreign);
+  Hand barrier({0, 0}, 1, 1);
+  barrier.lane(0);
+  barrier.barrier(0, 0, 3);
+  expectSameWords(barrier);
+  Hand tables({0, 0}, 1);
+  tables.s.nodeOf.pop_back();
+  expectError([&] { simulateUncontended(tables.s, roundProfile()); }, ErrorCode::InvalidSchedule,
+              {"schedule: ", nodeOfProblem(tables.s)});
 }
 
 TEST_CASE("timeline: a put into a peer's user buffer pays userPutUs on its visibility, into scratch it does not") {

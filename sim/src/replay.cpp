@@ -25,6 +25,7 @@
 
 #include "mk/cost/step_cost.hpp"
 #include "mk/error.hpp"
+#include "mk/schedule/check.hpp"
 #include "mk/sim/platform.hpp"
 
 XBT_LOG_NEW_DEFAULT_CATEGORY(mk_replay, "mkernel: schedule replay");
@@ -744,12 +745,7 @@ bool inProcessUsed = false;
 }  // namespace
 
 std::vector<uint32_t> placeRanks(const Schedule& s, const Topology& topo) {
-  if (s.nodeOf.size() != s.nRanks)
-    throw Error(ErrorCode::InvalidSchedule, "schedule has nodeOf of size " + std::to_string(s.nodeOf.size()) +
-                                                " for nRanks " + std::to_string(s.nRanks));
-  if (s.lanes.size() != s.nRanks)
-    throw Error(ErrorCode::InvalidSchedule, "schedule has " + std::to_string(s.lanes.size()) +
-                                                " lane lists for nRanks " + std::to_string(s.nRanks));
+  requireRankTables(s);
   const std::string cluster = topo.name.empty() ? std::string("the cluster") : "cluster '" + topo.name + "'";
   std::vector<uint32_t> used(topo.nodes, 0);
   std::vector<uint32_t> gpuOf(s.nRanks);

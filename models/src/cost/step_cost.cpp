@@ -6,6 +6,7 @@
 #include <string>
 
 #include "mk/error.hpp"
+#include "mk/schedule/check.hpp"
 
 namespace mk {
 
@@ -56,12 +57,7 @@ bool writesPeerUserBuffer(const Schedule& s, const Step& st, uint32_t rank) noex
 }
 
 StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra) : s_(s), p_(p) {
-  if (s.lanes.size() != s.nRanks)
-    throw Error(ErrorCode::InvalidSchedule, "schedule has " + std::to_string(s.lanes.size()) +
-                                                " lane lists for nRanks " + std::to_string(s.nRanks));
-  if (s.nodeOf.size() != s.nRanks)
-    throw Error(ErrorCode::InvalidSchedule, "schedule has nodeOf of size " + std::to_string(s.nodeOf.size()) +
-                                                " for nRanks " + std::to_string(s.nRanks));
+  requireRankTables(s);
   requireNonNegative("profile.dispatchUs", p.dispatchUs);
   requireNonNegative("profile.flagUs", p.flagUs);
   requireNonNegative("profile.localFlagUs", p.localFlagUs);
@@ -87,20 +83,8 @@ StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra
         const Step& st = steps[i];
         const StepResource res = stepResource(s, st, r, l, i);
         if (res != StepResource::None) uses[static_cast<uint32_t>(res)] = true;
-        const bool signals = st.kind == StepKind::Signal || st.kind == StepKind::Wait ||
-                             ((st.kind == StepKind::Put || st.kind == StepKind::ProxyPut) && (st.flags & kStepSignal));
-        if (signals && (st.flag.rank >= s.nRanks || st.flag.id >= s.nFlags))
-          badStep(s, r, l, i, "flag (rank " + std::to_string(st.flag.rank) + ", id " + std::to_string(st.flag.id) +
-                                  ") is out of range (nRanks " + std::to_string(s.nRanks) + ", nFlags " +
-                                  std::to_string(s.nFlags) + ")");
-        if (st.kind == StepKind::Wait && st.flag.rank != r)
-          badStep(s, r, l, i, "a wait must be on the executing rank's own flag (got rank " + std::to_string(st.flag.rank) + ")");
-        if (st.kind == StepKind::Barrier) {
-          if (st.aux >= s.nBarriers)
-            badStep(s, r, l, i, "barrier " + std::to_string(st.aux) + " is out of range (nBarriers " +
-                                    std::to_string(s.nBarriers) + ")");
-          ++barrierParticipants_[st.aux];
-        }
+        requireSyncReferences(s, r, l, i);
+        if (st.kind == StepKind::Barrier) ++barrierParticipants_[st.aux];
         if (extra) extra(r, l, i, res);
         copyLocal = copyLocal || (st.kind == StepKind::Copy && res == StepResource::Memory);
         nvlink = nvlink || res == StepResource::NvLink;
