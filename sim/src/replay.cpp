@@ -42,7 +42,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // Exec amounts are durations at full rate in ns: a GPU core runs 1e9 units per second (platform.cpp).
 constexpr double kWorkPerSecond = 1e9;
 
-// ---- checks and shares, computed in the calling process before any simulation ----------------------------
+// ---- the replay's own checks and its plan, made in the calling process before any simulation ------------
 
 [[noreturn]] void badStep(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step, const std::string& what) {
   throw Error(ErrorCode::InvalidSchedule, describeStep(s, rank, lane, step) + ": " + what);
