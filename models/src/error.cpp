@@ -1,5 +1,9 @@
 #include "mk/error.hpp"
 
+#include <cmath>
+
+#include "mk/util/size.hpp"
+
 namespace mk {
 
 const char* toString(ErrorCode code) noexcept {
@@ -20,5 +24,16 @@ const char* toString(ErrorCode code) noexcept {
 
 Error::Error(ErrorCode code, const std::string& message)
     : std::runtime_error(std::string(toString(code)) + ": " + message), code_(code), message_(message) {}
+
+void requirePositive(const std::string& field, double v, const std::string& purpose) {
+  if (!std::isfinite(v) || !(v > 0))
+    throw Error(ErrorCode::InvalidArgument, field + " must be > 0 (got " + formatNumber(v) + ")" +
+                                                (purpose.empty() ? std::string() : " for " + purpose));
+}
+
+void requireNonNegative(const std::string& field, double v) {
+  if (!std::isfinite(v) || v < 0)
+    throw Error(ErrorCode::InvalidArgument, field + " must be >= 0 and finite (got " + formatNumber(v) + ")");
+}
 
 }  // namespace mk

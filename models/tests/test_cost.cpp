@@ -16,8 +16,11 @@
 
 #include "../src/algorithms/builder.hpp"
 #include "mk/cost/cost.hpp"
+#include "mk/cost/step_cost.hpp"
 #include "mk/error.hpp"
+#include "mk/schedule/check.hpp"
 #include "mk/schedule/pack.hpp"
+#include "mk/schedule/validate.hpp"
 #include "mk/topology/topology.hpp"
 
 using namespace mk;
@@ -896,6 +899,85 @@ TEST_CASE("timeline: a put issue gap lets the lane move on while the put's signa
   p.putIssueUs = 5.0;  // not below alpha: not distinguished
   CHECK(h.run(p).totalUs == doctest::Approx(8.0));
   CHECK(putIssueUs(p) == 1.0);
+}
+
+TEST_CASE("step costs: shares, prices, delays and the engine's own check come from one object") {
+  // Rank 0 (node 0): two lanes putting to rank 1 (NVLink share 2), one proxy put to rank 2 on node 1.
+  Hand h({0, 0, 1}, 1, 1);
+  h.lane(0);
+  h.lane(0);
+  h.lane(0, LaneRole::InterSend);
+  h.put(0, 0, 1, k100KB, 0u);
+  h.put(0, 1, 1, k100KB);
+  h.proxyPut(0, 2, 2, k100KB);
+  h.lane(1);
+  h.wait(1, 0, 0, 1);
+  h.signal(1, 0, 1, 0);  // to its own rank
+  h.lane(2);
+  h.barrier(2, 0, 0);
+  fillCostAttributes(h.s);
+  const Profile p = roundProfile();
+  std::vector<std::string> seen;
+  const StepCosts costs(h.s, p, [&](uint32_t r, uint32_t l, uint32_t i, StepResource res) {
+    seen.push_back(std::to_string(r) + "." + std::to_string(l) + "." + std::to_string(i) + ":" +
+                   std::to_string(static_cast<int>(res)));
+  });
+  CHECK(seen == std::vector<std::string>{"0.0.0:0", "0.1.0:0", "0.2.0:1", "1.0.0:255", "1.0.1:255", "2.0.0:255"});
+  CHECK(costs.lanes().size() == 5);
+  CHECK(costs.lanes()[3].rank == 1);
+  CHECK(costs.lanes()[3].firstStep == 3);
+  CHECK(costs.steps() == 6);
+  CHECK(costs.share(0, StepResource::NvLink) == 2);
+  CHECK(costs.share(0, StepResource::Network) == 1);
+  CHECK(costs.share(1, StepResource::NvLink) == 0);
+  CHECK(costs.barrierParticipants(0) == 1);
+  CHECK_FALSE(costs.singleNode());
+  const Step& put = h.s.lanes[0][0].steps[0];
+  const StepPrice pr = costs.price(put, 0);
+  CHECK(pr.resource == StepResource::NvLink);
+  CHECK(pr.alphaUs == 1.0);
+  CHECK(pr.rate == 100);
+  CHECK(pr.unitsPerSecond() == 1e9);
+  CHECK(costs.laneUs(put, 0) == doctest::Approx(3.0));  // 1 + 1e5 B at 100 GB/s / 2 lanes
+  CHECK(costs.laneUs(h.s.lanes[0][2].steps[0], 0) == doctest::Approx(15.0));  // proxy 2 + alpha 3 + 1e5 B at 10 GB/s
+  CHECK(costs.incrementDelayUs(h.s.lanes[1][0].steps[1], 1) == p.localFlagUs);
+  CHECK(costs.signalDelayUs(0, 1) == p.flagUs);
+  CHECK(costs.signalDelayUs(0, 2) == p.proxyUs + p.network.alphaUs);
+  CHECK(costs.barrierReleaseUs() == p.proxyUs + p.network.alphaUs);
+  CHECK(costs.opTotalUs(1.0) == p.dispatchUs);
+  // A rate the schedule needs must be set; one it does not need may be 0.
+  Profile noNet = p;
+  noNet.network.bwGBs = 0;
+  expectError([&] { StepCosts(h.s, noNet); }, ErrorCode::InvalidArgument, {"profile.network.bwGBs", "a proxy put"});
+  Profile noGemm = p;
+  noGemm.gemmTflops = 0;
+  CHECK(StepCosts(h.s, noGemm).steps() == 6);
+}
+
+TEST_CASE("check: the timeline names a bad flag, wait or barrier in the validator's words") {
+  auto expectSameWords = [](Hand& h) {
+    fillCostAttributes(h.s);
+    const std::vector<ValidationIssue> issues = validateAll(h.s);
+    REQUIRE_FALSE(issues.empty());
+    expectError([&] { simulateUncontended(h.s, roundProfile()); }, ErrorCode::InvalidSchedule, {issues[0].message});
+  };
+  Hand signal({0, 0}, 1);
+  signal.lane(0);
+  signal.signal(0, 0, 1, 5);  // flag id out of range
+  expectSameWords(signal);
+  Hand foreign({0, 0}, 1);
+  foreign.lane(0);
+  foreign.wait(0, 0, 0, 1);
+  foreign.s.lanes[0][0].steps[0].flag.rank = 1;  // a wait on another rank's flag
+  expectSameWords(foreign);
+  Hand barrier({0, 0}, 1, 1);
+  barrier.lane(0);
+  barrier.barrier(0, 0, 3);
+  expectSameWords(barrier);
+  Hand tables({0, 0}, 1);
+  tables.s.nodeOf.pop_back();
+  expectError([&] { simulateUncontended(tables.s, roundProfile()); }, ErrorCode::InvalidSchedule,
+              {"schedule: ", nodeOfProblem(tables.s)});
 }
 
 TEST_CASE("timeline: a put into a peer's user buffer pays userPutUs on its visibility, into scratch it does not") {

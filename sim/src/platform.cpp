@@ -25,15 +25,8 @@ constexpr double kBytesPerGB = 1e9;
 // nanoseconds (replay.cpp), so one core delivers 1e9 units per second.
 constexpr double kGpuCoreSpeed = 1e9;
 
-std::string num(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
-
 double positiveRate(const char* field, double gbs) {
-  if (!std::isfinite(gbs) || !(gbs > 0))
-    throw Error(ErrorCode::InvalidArgument, std::string(field) + " must be > 0 to build the platform (got " + num(gbs) + ")");
+  requirePositive(field, gbs, "the platform");
   return gbs * kBytesPerGB;
 }
 

@@ -23,7 +23,9 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "mk/cost/step_cost.hpp"
 #include "mk/error.hpp"
+#include "mk/schedule/check.hpp"
 #include "mk/sim/platform.hpp"
 
 XBT_LOG_NEW_DEFAULT_CATEGORY(mk_replay, "mkernel: schedule replay");
@@ -40,63 +42,10 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // Exec amounts are durations at full rate in ns: a GPU core runs 1e9 units per second (platform.cpp).
 constexpr double kWorkPerSecond = 1e9;
 
-/// The shared resources of the timeline model (cost.cpp, rule 2); shares are counted the same way.
-enum Resource : uint8_t { kNvl = 0, kNet = 1, kMem = 2, kGpu = 3, kResources = 4, kNoResource = 255 };
-
-std::string num(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
-
-// ---- checks and shares, computed in the calling process before any simulation ----------------------------
+// ---- the replay's own checks and its plan, made in the calling process before any simulation ------------
 
 [[noreturn]] void badStep(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step, const std::string& what) {
   throw Error(ErrorCode::InvalidSchedule, describeStep(s, rank, lane, step) + ": " + what);
-}
-
-Resource resourceOf(const Schedule& s, const Step& st, uint32_t rank, uint32_t lane, uint32_t step) {
-  switch (st.kind) {
-    case StepKind::Put: return kNvl;
-    case StepKind::ProxyPut: return kNet;
-    case StepKind::Gemm: return kGpu;
-    case StepKind::Copy:
-    case StepKind::Reduce:
-      if (st.link == LinkClass::NVLink) return kNvl;
-      if (st.link == LinkClass::Local) return kMem;
-      badStep(s, rank, lane, step,
-              std::string("a copy or reduce needs link local or nvlink (got ") + toString(st.link) +
-                  "): call fillCostAttributes() first");
-    default: return kNoResource;
-  }
-}
-
-void needRate(const char* field, double v, const char* why) {
-  if (!std::isfinite(v) || !(v > 0))
-    throw Error(ErrorCode::InvalidArgument, std::string("profile.") + field + " must be > 0 (got " + num(v) + ") for " + why);
-}
-
-void needLatency(const char* field, double v) {
-  if (!std::isfinite(v) || v < 0)
-    throw Error(ErrorCode::InvalidArgument, std::string("profile.") + field + " must be >= 0 and finite (got " + num(v) + ")");
-}
-
-/// Everything the actors need that does not depend on SimGrid: built and checked before forking, so that bad
-/// input fails with a clean error in the caller's process.
-struct Plan {
-  const Schedule* s = nullptr;
-  const Profile* profile = nullptr;
-  std::vector<uint32_t> gpuOf;           ///< rank -> GPU index
-  std::vector<uint32_t> share;           ///< [rank * kResources + resource]
-  std::vector<std::pair<uint32_t, uint32_t>> lanes;  ///< global lane -> (rank, lane)
-  std::vector<uint64_t> firstStep;       ///< global lane -> index of its first step in the flat step arrays
-  std::vector<uint64_t> barrierExpected;
-  uint64_t steps = 0;
-  bool singleNode = true;
-};
-
-uint32_t shareOf(const Plan& plan, uint32_t rank, Resource r) {
-  return plan.share[static_cast<std::size_t>(rank) * kResources + r];
 }
 
 void checkRankRef(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step, const char* what, uint32_t ref) {
@@ -105,88 +54,40 @@ void checkRankRef(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step
                                      std::to_string(s.nRanks) + ")");
 }
 
-Plan makePlan(const Schedule& s, const Topology& topo, const Profile& p) {
-  Plan plan;
-  plan.s = &s;
-  plan.profile = &p;
-  plan.gpuOf = placeRanks(s, topo);
-  needLatency("dispatchUs", p.dispatchUs);
-  needLatency("flagUs", p.flagUs);
-  needLatency("localFlagUs", p.localFlagUs);
-  needLatency("proxyUs", p.proxyUs);
-  needLatency("nvlink.alphaUs", p.nvlink.alphaUs);
-  needLatency("network.alphaUs", p.network.alphaUs);
-  needLatency("local.alphaUs", p.local.alphaUs);
-  plan.singleNode = std::all_of(s.nodeOf.begin(), s.nodeOf.end(), [&](uint32_t n) { return n == s.nodeOf[0]; });
-  plan.share.assign(static_cast<std::size_t>(s.nRanks) * kResources, 0);
-  plan.barrierExpected.assign(s.nBarriers, 0);
-  bool copyLocal = false, nvl = false, reduce = false, reduceNvl = false, net = false, gemm = false;
-  for (uint32_t r = 0; r < s.nRanks; ++r) {
-    for (uint32_t l = 0; l < s.lanes[r].size(); ++l) {
-      const auto& steps = s.lanes[r][l].steps;
-      if (steps.size() > std::numeric_limits<uint32_t>::max())
-        throw Error(ErrorCode::InvalidSchedule, "rank " + std::to_string(r) + " lane " + std::to_string(l) +
-                                                    " has more than 2^32 steps");
-      plan.lanes.emplace_back(r, l);
-      plan.firstStep.push_back(plan.steps);
-      plan.steps += steps.size();
-      bool uses[kResources] = {false, false, false, false};
-      for (uint32_t i = 0; i < steps.size(); ++i) {
-        const Step& st = steps[i];
-        const Resource res = resourceOf(s, st, r, l, i);
-        if (res != kNoResource) uses[res] = true;
-        const bool signals = st.kind == StepKind::Signal || st.kind == StepKind::Wait ||
-                             ((st.kind == StepKind::Put || st.kind == StepKind::ProxyPut) && (st.flags & kStepSignal));
-        if (signals && (st.flag.rank >= s.nRanks || st.flag.id >= s.nFlags))
-          badStep(s, r, l, i, "flag (rank " + std::to_string(st.flag.rank) + ", id " + std::to_string(st.flag.id) +
-                                  ") is out of range (nRanks " + std::to_string(s.nRanks) + ", nFlags " +
-                                  std::to_string(s.nFlags) + ")");
-        if (st.kind == StepKind::Wait && st.flag.rank != r)
-          badStep(s, r, l, i, "a wait must be on the executing rank's own flag (got rank " + std::to_string(st.flag.rank) + ")");
-        if (st.kind == StepKind::Barrier) {
-          if (st.aux >= s.nBarriers)
-            badStep(s, r, l, i, "barrier " + std::to_string(st.aux) + " is out of range (nBarriers " +
-                                    std::to_string(s.nBarriers) + ")");
-          ++plan.barrierExpected[st.aux];
-        }
-        // Routes exist only where the hardware has a path: NVLink inside a node, the network across nodes.
-        if (res == kNvl || res == kNet || res == kMem) {
-          checkRankRef(s, r, l, i, "dst", st.dst.rank);
-          checkRankRef(s, r, l, i, "operand a", st.a.rank);
-          if (st.kind == StepKind::Reduce) checkRankRef(s, r, l, i, "operand b", st.b.rank);
-        }
-        if (res == kNvl) {
-          const bool peer = st.dst.rank != r || st.a.rank != r || (st.kind == StepKind::Reduce && st.b.rank != r);
-          if (!peer)
-            badStep(s, r, l, i, std::string("an NVLink ") + toString(st.kind) + " has every operand on this rank (use link local)");
-          for (uint32_t other : {st.dst.rank, st.a.rank, st.kind == StepKind::Reduce ? st.b.rank : r})
-            if (s.nodeOf[other] != s.nodeOf[r])
-              badStep(s, r, l, i, std::string("an NVLink ") + toString(st.kind) + " reaches rank " +
-                                      std::to_string(other) + " on node " + std::to_string(s.nodeOf[other]) +
-                                      ", not this rank's node " + std::to_string(s.nodeOf[r]));
-        }
-        if (res == kNet && s.nodeOf[st.dst.rank] == s.nodeOf[r])
-          badStep(s, r, l, i, "a proxy put targets rank " + std::to_string(st.dst.rank) +
-                                  " on this rank's own node (use put)");
-        copyLocal = copyLocal || (st.kind == StepKind::Copy && res == kMem);
-        nvl = nvl || res == kNvl;
-        reduce = reduce || st.kind == StepKind::Reduce;
-        reduceNvl = reduceNvl || (st.kind == StepKind::Reduce && res == kNvl);
-        net = net || st.kind == StepKind::ProxyPut;
-        gemm = gemm || st.kind == StepKind::Gemm;
-      }
-      for (int k = 0; k < kResources; ++k)
-        if (uses[k]) ++plan.share[static_cast<std::size_t>(r) * kResources + static_cast<std::size_t>(k)];
-    }
+/// The replay's own check of a step, after the timeline's (StepCosts): routes exist only where the hardware
+/// has a path, NVLink inside a node and the network across nodes.
+void checkRoute(const Schedule& s, uint32_t r, uint32_t l, uint32_t i, StepResource res) {
+  const Step& st = s.lanes[r][l].steps[i];
+  if (res == StepResource::NvLink || res == StepResource::Network || res == StepResource::Memory) {
+    checkRankRef(s, r, l, i, "dst", st.dst.rank);
+    checkRankRef(s, r, l, i, "operand a", st.a.rank);
+    if (st.kind == StepKind::Reduce) checkRankRef(s, r, l, i, "operand b", st.b.rank);
   }
-  if (copyLocal) needRate("local.bwGBs", p.local.bwGBs, "a local copy");
-  if (nvl) needRate("nvlink.bwGBs", p.nvlink.bwGBs, "an NVLink transfer");
-  if (reduce || reduceNvl) needRate("reduceGBs", p.reduceGBs, "a reduce");
-  if (net) needRate("network.bwGBs", p.network.bwGBs, "a proxy put");
-  if (gemm) needRate("gemmTflops", p.gemmTflops, "a gemm");
-  platformRates(topo, p);  // the platform's own rate checks, also before forking
-  return plan;
+  if (res == StepResource::NvLink) {
+    const bool peer = st.dst.rank != r || st.a.rank != r || (st.kind == StepKind::Reduce && st.b.rank != r);
+    if (!peer)
+      badStep(s, r, l, i, std::string("an NVLink ") + toString(st.kind) + " has every operand on this rank (use link local)");
+    for (uint32_t other : {st.dst.rank, st.a.rank, st.kind == StepKind::Reduce ? st.b.rank : r})
+      if (s.nodeOf[other] != s.nodeOf[r])
+        badStep(s, r, l, i, std::string("an NVLink ") + toString(st.kind) + " reaches rank " +
+                                std::to_string(other) + " on node " + std::to_string(s.nodeOf[other]) +
+                                ", not this rank's node " + std::to_string(s.nodeOf[r]));
+  }
+  if (res == StepResource::Network && s.nodeOf[st.dst.rank] == s.nodeOf[r])
+    badStep(s, r, l, i, "a proxy put targets rank " + std::to_string(st.dst.rank) + " on this rank's own node (use put)");
 }
+
+/// Everything the actors need that does not depend on SimGrid: built and checked before forking, so that bad
+/// input fails with a clean error in the caller's process.
+struct Plan {
+  Plan(const Schedule& s, const Topology& topo, const Profile& p)
+      : gpuOf(placeRanks(s, topo)),
+        costs(s, p, [&s](uint32_t r, uint32_t l, uint32_t i, StepResource res) { checkRoute(s, r, l, i, res); }) {
+    platformRates(topo, p);  // the platform's own rate checks, also before forking
+  }
+  std::vector<uint32_t> gpuOf;  ///< rank -> GPU index
+  StepCosts costs;              ///< the timeline's per-step rules: shares, prices, delays
+};
 
 // ---- the simulation ---------------------------------------------------------------------------------------
 
@@ -252,19 +153,25 @@ struct LaneMailboxes {
 class Replayer {
  public:
   Replayer(const Plan& plan, const Platform& platform, const SimOptions& opt)
-      : plan_(plan), s_(*plan.s), p_(*plan.profile), platform_(platform), opt_(opt) {
-    if (opt_.trace) times_.assign(2 * plan_.steps, 0.0);
+      : plan_(plan),
+        costs_(plan.costs),
+        s_(costs_.schedule()),
+        p_(costs_.profile()),
+        lanes_(costs_.lanes()),
+        platform_(platform),
+        opt_(opt) {
+    if (opt_.trace) times_.assign(2 * costs_.steps(), 0.0);
     flags_.resize(static_cast<std::size_t>(s_.nRanks) * s_.nFlags);
     barriers_.resize(s_.nBarriers);
-    actors_.resize(plan_.lanes.size(), nullptr);
-    where_.resize(plan_.lanes.size(), nullptr);
-    mailboxes_.resize(plan_.lanes.size());
+    actors_.resize(lanes_.size(), nullptr);
+    where_.resize(lanes_.size(), nullptr);
+    mailboxes_.resize(lanes_.size());
   }
 
   /// One actor per lane, in (rank, lane) order: SimGrid is deterministic for a fixed creation order.
   void start() {
-    for (uint64_t g = 0; g < plan_.lanes.size(); ++g) {
-      const auto [rank, lane] = plan_.lanes[g];
+    for (uint64_t g = 0; g < lanes_.size(); ++g) {
+      const auto [rank, lane, firstStep] = lanes_[g];
       where_[g] = gpuHost(rank);
       actors_[g] = sg4::Actor::create("r" + std::to_string(rank) + ".l" + std::to_string(lane), where_[g],
                                       LaneActor{this, g})
@@ -273,21 +180,18 @@ class Replayer {
   }
 
   void finish(Prediction& out) const {
-    if (lanesDone_ != plan_.lanes.size()) reportStuck();
-    out.totalUs = std::max(maxEndUs_, p_.dispatchUs);  // an op without steps still pays its dispatch
-    // The op-level term of the timeline: global completion + entry handshake when peers touch user buffers.
-    if (p_.peerUserUs > 0 && peersTouchUserBuffers(s_)) out.totalUs += p_.peerUserUs;
-    out.stats.steps = plan_.steps;
+    if (lanesDone_ != lanes_.size()) reportStuck();
+    out.totalUs = costs_.opTotalUs(maxEndUs_);  // rule 1: dispatch at least, peerUserUs on top
+    out.stats.steps = costs_.steps();
     out.stats.comms = comms_;
     out.stats.execs = execs_;
-    out.stats.actors = plan_.lanes.size();
+    out.stats.actors = lanes_.size();
     if (!opt_.trace) return;
-    out.steps.resize(plan_.steps);
-    for (uint64_t g = 0; g < plan_.lanes.size(); ++g) {
-      const auto [rank, lane] = plan_.lanes[g];
+    out.steps.resize(costs_.steps());
+    for (const auto& [rank, lane, firstStep] : lanes_) {
       const auto& steps = s_.lanes[rank][lane].steps;
       for (uint32_t i = 0; i < steps.size(); ++i) {
-        const uint64_t k = plan_.firstStep[g] + i;
+        const uint64_t k = firstStep + i;
         StepRecord& r = out.steps[k];
         r.rank = rank;
         r.lane = lane;
@@ -309,7 +213,7 @@ class Replayer {
   double linkBytes(uint32_t i) const { return linkBytes_[i]; }
 
   double progress() const {
-    return plan_.steps == 0 ? 1.0 : static_cast<double>(stepsDone_) / static_cast<double>(plan_.steps);
+    return costs_.steps() == 0 ? 1.0 : static_cast<double>(stepsDone_) / static_cast<double>(costs_.steps());
   }
 
  private:
@@ -329,7 +233,7 @@ class Replayer {
       runLaneFast(g);
       return;
     }
-    const auto [rank, lane] = plan_.lanes[g];
+    const auto [rank, lane, firstStep] = lanes_[g];
     const auto& steps = s_.lanes[rank][lane].steps;
     // Dispatch is paid once per op: every lane starts then (timeline rule 1).
     sg4::this_actor::sleep_for(p_.dispatchUs * kSecondsPerUs);
@@ -337,25 +241,28 @@ class Replayer {
     for (uint32_t i = 0; i < steps.size(); ++i) {
       const double start = now();
       runStep(g, rank, steps[i]);
-      const double end = now();
-      if (opt_.trace) {
-        const uint64_t k = plan_.firstStep[g] + i;
-        times_[2 * k] = start / kSecondsPerUs;
-        times_[2 * k + 1] = end / kSecondsPerUs;
-      }
-      noteEnd(end);
-      ++stepsDone_;
+      stepDone(firstStep + i, start, now());
     }
     ++lanesDone_;
   }
 
   void noteEnd(double t) { maxEndUs_ = std::max(maxEndUs_, t / kSecondsPerUs); }
 
+  /// Step `k` (flat index) ran from `start` to `end` (seconds): its trace times, the op's end so far, progress.
+  void stepDone(uint64_t k, double start, double end) {
+    if (opt_.trace) {
+      times_[2 * k] = start / kSecondsPerUs;
+      times_[2 * k + 1] = end / kSecondsPerUs;
+    }
+    noteEnd(end);
+    ++stepsDone_;
+  }
+
   /// SimOptions::fast: node-local steps (NVLink, memory, tensor pipe, signals) are timed with the timeline
   /// formulas on a lane-local clock that runs ahead of SimGrid's; the lane meets the engine clock only where
   /// the fabric decides (ProxyPut, Barrier) or a Wait cannot be decided from the increments sent so far.
   void runLaneFast(uint64_t g) {
-    const auto [rank, lane] = plan_.lanes[g];
+    const auto [rank, lane, firstStep] = lanes_[g];
     const auto& steps = s_.lanes[rank][lane].steps;
     double t = p_.dispatchUs * kSecondsPerUs;  // this lane's clock (seconds)
     noteEnd(t);
@@ -376,76 +283,39 @@ class Replayer {
         case StepKind::Signal:
           increment(st.flag, st.value, t + signalDelayUs(rank, st.flag.rank) * kSecondsPerUs);
           break;
-        default:
-          t += localDurationUs(st, rank) * kSecondsPerUs;
-          // As the timeline: the lane moves on after the issue time, the signal lands alpha after the start.
-          if (st.kind == StepKind::Put && (st.flags & kStepSignal)) {
-            const bool user = writesPeerUserBuffer(s_, st, rank);
-            increment(st.flag, st.value, t + (putAlphaUs(p_, user) - putLaneUs(p_, user)) * kSecondsPerUs);
-          }
+        default:  // Copy, Reduce, Put, Gemm: the timeline's duration on the lane's own clock
+          t += costs_.laneUs(st, rank) * kSecondsPerUs;
+          if (st.kind == StepKind::Put && (st.flags & kStepSignal))
+            increment(st.flag, st.value, t + costs_.incrementDelayUs(st, rank) * kSecondsPerUs);
       }
-      if (opt_.trace) {
-        const uint64_t k = plan_.firstStep[g] + i;
-        times_[2 * k] = start / kSecondsPerUs;
-        times_[2 * k + 1] = t / kSecondsPerUs;
-      }
-      noteEnd(t);
-      ++stepsDone_;
+      stepDone(firstStep + i, start, t);
     }
     ++lanesDone_;
   }
 
-  /// Timeline rule 3 for the steps that stay on one node (Copy, Reduce, Put, Gemm), in microseconds.
-  double localDurationUs(const Step& st, uint32_t rank) const {
-    const double bytes = static_cast<double>(st.bytes);
-    auto over = [&](double gbs, Resource r) { return bytes * shareOf(plan_, rank, r) / (gbs * 1e3); };
-    switch (st.kind) {
-      case StepKind::Copy:
-        if (st.link == LinkClass::NVLink) return p_.nvlink.alphaUs + over(p_.nvlink.bwGBs, kNvl);
-        return p_.local.alphaUs + over(p_.local.bwGBs, kMem);
-      case StepKind::Reduce:
-        if (st.link == LinkClass::NVLink) return p_.nvlink.alphaUs + over(std::min(p_.reduceGBs, p_.nvlink.bwGBs), kNvl);
-        return p_.local.alphaUs + over(p_.reduceGBs, kMem);
-      case StepKind::Put: return putLaneUs(p_, writesPeerUserBuffer(s_, st, rank)) + over(p_.nvlink.bwGBs, kNvl);
-      case StepKind::Gemm: return st.flops * shareOf(plan_, rank, kGpu) / (p_.gemmTflops * 1e6);
-      default: return 0;
-    }
-  }
-
-
+  /// Exact mode: every step as SimGrid activities, priced by the timeline's rules (StepCosts::price): the
+  /// latency as a sleep, the payload as a comm over the route or an Exec on the GPU, at the lane's share.
   void runStep(uint64_t g, uint32_t rank, const Step& st) {
-    const double bytes = static_cast<double>(st.bytes);
     switch (st.kind) {
       case StepKind::Copy:
-        if (st.link == LinkClass::NVLink) {
-          transferNvl(g, rank, st.a.rank, st.dst.rank, st.bytes, p_.nvlink.bwGBs);
-        } else {
-          execute(rank, p_.local.alphaUs, bytes / (p_.local.bwGBs * kBytesPerGB), kMem);
-        }
-        break;
       case StepKind::Reduce:
-        if (st.link == LinkClass::NVLink) {
-          // Data moves from whichever operand lives on another rank than the destination.
-          const uint32_t from = st.a.rank != st.dst.rank ? st.a.rank : st.b.rank;
-          transferNvl(g, rank, from, st.dst.rank, st.bytes, std::min(p_.reduceGBs, p_.nvlink.bwGBs));
-        } else {
-          execute(rank, p_.local.alphaUs, bytes / (p_.reduceGBs * kBytesPerGB), kMem);
-        }
-        break;
       case StepKind::Put:
-      {
-        const bool user = writesPeerUserBuffer(s_, st, rank);
-        transferNvl(g, rank, rank, st.dst.rank, st.bytes, p_.nvlink.bwGBs, putLaneUs(p_, user));
-        if (st.flags & kStepSignal)
-          increment(st.flag, st.value, now() + (putAlphaUs(p_, user) - putLaneUs(p_, user)) * kSecondsPerUs);
-      }
+      case StepKind::Gemm: {
+        const StepPrice pr = costs_.price(st, rank);
+        if (pr.resource == StepResource::NvLink)
+          transferNvl(g, rank, nvlinkSource(st, rank), st.dst.rank, st.bytes, pr);
+        else
+          execute(rank, pr);
+        if (st.kind == StepKind::Put && (st.flags & kStepSignal))
+          increment(st.flag, st.value, now() + costs_.incrementDelayUs(st, rank) * kSecondsPerUs);
         break;
+      }
       case StepKind::ProxyPut: {
+        const StepPrice pr = costs_.price(st, rank);
         const uint32_t hops = platform_.extraSwitchHops(plan_.gpuOf[rank], plan_.gpuOf[st.dst.rank]);
-        delay(p_.proxyUs + p_.network.alphaUs + hops * platform_.switchLatencyUs);
-        if (st.count > 0 && st.bytes > 0)
-          communicate(g, netHost(rank), netHost(st.dst.rank), st.bytes,
-                      p_.network.bwGBs * kBytesPerGB / shareOf(plan_, rank, kNet));
+        delay(pr.alphaUs + hops * platform_.switchLatencyUs);
+        if (pr.amount > 0)
+          communicate(g, netHost(rank), netHost(st.dst.rank), st.bytes, laneRate(rank, pr));
         if (st.flags & kStepSignal) increment(st.flag, st.value, now());
         break;
       }
@@ -454,17 +324,28 @@ class Replayer {
         break;
       case StepKind::Wait: waitFlag(g, st.flag, st.value, now()); break;
       case StepKind::Barrier: barrier(g, st.aux); break;
-      case StepKind::Gemm: execute(rank, 0.0, st.flops / (p_.gemmTflops * 1e12), kGpu); break;
     }
   }
 
-  /// Signal -> Wait visibility (timeline rule 3): localFlagUs on the same GPU, flagUs on the node, a proxied
-  /// remote write across nodes.
+  /// The rank whose memory an NVLink step's bytes leave: the executing rank for a Put, the source of a Copy,
+  /// the operand of a Reduce that lives on another rank than the destination.
+  static uint32_t nvlinkSource(const Step& st, uint32_t rank) {
+    if (st.kind == StepKind::Put) return rank;
+    if (st.kind == StepKind::Reduce) return st.a.rank != st.dst.rank ? st.a.rank : st.b.rank;
+    return st.a.rank;
+  }
+
+  /// Rule 3's signal visibility, plus the extra switch hops of a route that leaves its leaf across nodes.
   double signalDelayUs(uint32_t from, uint32_t to) const {
-    if (from == to) return p_.localFlagUs;
-    if (s_.nodeOf[from] == s_.nodeOf[to]) return p_.flagUs;
+    const double us = costs_.signalDelayUs(from, to);
+    if (s_.nodeOf[from] == s_.nodeOf[to]) return us;
     const uint32_t hops = platform_.extraSwitchHops(plan_.gpuOf[from], plan_.gpuOf[to]);
-    return p_.proxyUs + p_.network.alphaUs + hops * platform_.switchLatencyUs;
+    return us + hops * platform_.switchLatencyUs;
+  }
+
+  /// The lane's share of the step's full rate, in units (bytes) per second.
+  double laneRate(uint32_t rank, const StepPrice& pr) const {
+    return pr.rate * pr.unitsPerSecond() / costs_.share(rank, pr.resource);
   }
 
   /// Latency is paid as a sleep, never as link latency: CM02 would weight bandwidth shares by it.
@@ -472,19 +353,14 @@ class Replayer {
     if (us > 0) sg4::this_actor::sleep_for(us * kSecondsPerUs);
   }
 
-  /// An NVLink transfer between `from` and `to` (one of them a peer; makePlan checked it), capped at the lane's
-  /// share of `bwGBs`.
-  void transferNvl(uint64_t g, uint32_t rank, uint32_t from, uint32_t to, uint64_t bytes, double bwGBs) {
-    transferNvl(g, rank, from, to, bytes, bwGBs, p_.nvlink.alphaUs);
-  }
-  /// The same with `lanePartUs` of the latency paid by the lane (a Put pays its issue time; the rest of
-  /// alpha delays only its signal).
-  void transferNvl(uint64_t g, uint32_t rank, uint32_t from, uint32_t to, uint64_t bytes, double bwGBs,
-                   double lanePartUs) {
-    delay(lanePartUs);
+  /// An NVLink transfer between `from` and `to` (one of them a peer; Plan checked it): the lane pays the
+  /// price's alpha (a Put its issue time; the rest of its alpha delays only its signal), then the bytes flow
+  /// capped at the lane's share of the price's rate.
+  void transferNvl(uint64_t g, uint32_t rank, uint32_t from, uint32_t to, uint64_t bytes, const StepPrice& pr) {
+    delay(pr.alphaUs);
     if (bytes == 0) return;
     // The bytes flow from `from` to `to` whoever executes the step: a read starts at the peer.
-    communicate(g, gpuHost(from), gpuHost(to), bytes, bwGBs * kBytesPerGB / shareOf(plan_, rank, kNvl));
+    communicate(g, gpuHost(from), gpuHost(to), bytes, laneRate(rank, pr));
   }
 
   /// One transfer from host `from` to host `to` at most `rateCap` bytes/s (the lane's share: a lane's CTAs
@@ -554,9 +430,10 @@ class Replayer {
   /// `alphaUs` then `fullRateSeconds` of work at the lane's share, as one Exec bounded to that share. The alpha
   /// rides in the amount (one activity instead of a sleep and an exec): it occupies the lane's bound, never more,
   /// and the lanes of one pipe never exceed its core (their bounds add up to at most one core).
-  void execute(uint32_t rank, double alphaUs, double fullRateSeconds, Resource res) {
-    const double share = shareOf(plan_, rank, res);
-    const double seconds = alphaUs * kSecondsPerUs + fullRateSeconds * share;
+  void execute(uint32_t rank, const StepPrice& pr) {
+    const double fullRateSeconds = pr.amount / (pr.rate * pr.unitsPerSecond());
+    const double share = costs_.share(rank, pr.resource);
+    const double seconds = pr.alphaUs * kSecondsPerUs + fullRateSeconds * share;
     if (!(seconds > 0)) return;
     const double bound = kWorkPerSecond / share;
     sg4::ExecPtr e = sg4::Exec::init();
@@ -632,21 +509,20 @@ class Replayer {
     BarrierState& b = barriers_[id];
     b.lastArrival = b.arrived == 0 ? now() : std::max(b.lastArrival, now());
     ++b.arrived;
-    if (b.arrived < plan_.barrierExpected[id]) {
+    if (b.arrived < costs_.barrierParticipants(id)) {
       b.waiting.push_back(g);
       sg4::this_actor::suspend();
     } else {
       for (const uint64_t other : b.waiting) actors_[other]->resume();
       b.waiting.clear();
     }
-    const double releaseUs =
-        b.lastArrival / kSecondsPerUs + (plan_.singleNode ? p_.flagUs : p_.proxyUs + p_.network.alphaUs);
+    const double releaseUs = b.lastArrival / kSecondsPerUs + costs_.barrierReleaseUs();
     if (releaseUs * kSecondsPerUs > now()) sg4::this_actor::sleep_until(releaseUs * kSecondsPerUs);
   }
 
   [[noreturn]] void reportStuck() const {
-    throw Error(ErrorCode::Deadlock, "the replay stopped with " + std::to_string(plan_.lanes.size() - lanesDone_) +
-                                         " of " + std::to_string(plan_.lanes.size()) +
+    throw Error(ErrorCode::Deadlock, "the replay stopped with " + std::to_string(lanes_.size() - lanesDone_) +
+                                         " of " + std::to_string(lanes_.size()) +
                                          " lanes unfinished (the schedule cannot complete: run mk::validate on it)");
   }
 
@@ -657,8 +533,10 @@ class Replayer {
   };
 
   const Plan& plan_;
+  const StepCosts& costs_;
   const Schedule& s_;
   const Profile& p_;
+  const std::vector<LaneRef>& lanes_;
   const Platform& platform_;
   const SimOptions& opt_;
   std::vector<double> times_;  ///< [2 * step]: start, end (us)
@@ -702,7 +580,7 @@ Prediction simulate(const Plan& plan, const Topology& topo, const SimOptions& op
   auto* engine = new sg4::Engine("mk-sim");
   configureEngine(EngineConfig{opt.verbose, opt.actorStackKiB});
   if (opt.linkLoad) sg_link_load_plugin_init();
-  const Platform platform = buildPlatform(topo, *plan.profile, /*nvlink=*/!opt.fast);  // fast: never used
+  const Platform platform = buildPlatform(topo, plan.costs.profile(), /*nvlink=*/!opt.fast);  // fast: never used
   std::vector<sg4::Link*> links;
   if (opt.linkLoad) {
     links = engine->get_all_links();
@@ -711,8 +589,8 @@ Prediction simulate(const Plan& plan, const Topology& topo, const SimOptions& op
   Replayer replayer(plan, platform, opt);
   replayer.trackLinks(links);
   replayer.start();
-  XBT_INFO("replaying %llu steps on %zu lanes (%s mode)", static_cast<unsigned long long>(plan.steps),
-           plan.lanes.size(), opt.fast ? "fast" : "exact");
+  XBT_INFO("replaying %llu steps on %zu lanes (%s mode)", static_cast<unsigned long long>(plan.costs.steps()),
+           plan.costs.lanes().size(), opt.fast ? "fast" : "exact");
   if (opt.onProgress) {
     double nextReport = opt.progressAfterS;
     sg4::Engine::on_time_advance_cb([&](double) {
@@ -867,12 +745,7 @@ bool inProcessUsed = false;
 }  // namespace
 
 std::vector<uint32_t> placeRanks(const Schedule& s, const Topology& topo) {
-  if (s.nodeOf.size() != s.nRanks)
-    throw Error(ErrorCode::InvalidSchedule, "schedule has nodeOf of size " + std::to_string(s.nodeOf.size()) +
-                                                " for nRanks " + std::to_string(s.nRanks));
-  if (s.lanes.size() != s.nRanks)
-    throw Error(ErrorCode::InvalidSchedule, "schedule has " + std::to_string(s.lanes.size()) +
-                                                " lane lists for nRanks " + std::to_string(s.nRanks));
+  requireRankTables(s);
   const std::string cluster = topo.name.empty() ? std::string("the cluster") : "cluster '" + topo.name + "'";
   std::vector<uint32_t> used(topo.nodes, 0);
   std::vector<uint32_t> gpuOf(s.nRanks);
@@ -960,7 +833,7 @@ std::string runIsolated(const std::function<std::string()>& body) {
 }
 
 Prediction predict(const Schedule& s, const Topology& topo, const Profile& profile, const SimOptions& opt) {
-  const Plan plan = makePlan(s, topo, profile);
+  const Plan plan(s, topo, profile);
   if (!opt.isolate) {
     if (inProcessUsed)
       throw Error(ErrorCode::Unsupported,

@@ -11,18 +11,13 @@
 #include <set>
 
 #include "mk/error.hpp"
+#include "mk/util/size.hpp"
 
 namespace mk {
 namespace {
 
 [[noreturn]] void reject(const std::string& parameter, const std::string& what) {
   throw Error(ErrorCode::InvalidArgument, "calibration of " + parameter + ": " + what);
-}
-
-std::string num(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
 }
 
 double median(std::vector<double> v) {
@@ -54,8 +49,8 @@ AlphaBetaFit fitAlphaBeta(const std::vector<CalibPoint>& points, const std::stri
   double xMax = 0;
   for (const auto& p : points) {
     if (!std::isfinite(p.timeUs) || p.timeUs <= 0)
-      reject(parameter, "time_us must be finite and > 0 (got " + num(p.timeUs) + ")");
-    if (!std::isfinite(p.x) || p.x < 0) reject(parameter, "size must be finite and >= 0 (got " + num(p.x) + ")");
+      reject(parameter, "time_us must be finite and > 0 (got " + formatNumber(p.timeUs) + ")");
+    if (!std::isfinite(p.x) || p.x < 0) reject(parameter, "size must be finite and >= 0 (got " + formatNumber(p.x) + ")");
     distinct.insert(p.x);
     xMax = std::max(xMax, p.x);
   }
@@ -85,10 +80,10 @@ AlphaBetaFit fitAlphaBeta(const std::vector<CalibPoint>& points, const std::stri
   // An intercept that is zero up to rounding is zero, not a negative latency.
   if (alpha < 0 && -alpha <= 1e-12 * tMax) alpha = 0;
   if (!std::isfinite(alpha) || alpha < 0)
-    reject(parameter, "fitted latency alpha = " + num(alpha) +
+    reject(parameter, "fitted latency alpha = " + formatNumber(alpha) +
                           " us is negative or not finite (the points do not follow t = alpha + bytes/bw)");
   if (!std::isfinite(slope) || slope <= 0)
-    reject(parameter, "fitted bandwidth is not positive and finite (slope " + num(slope) +
+    reject(parameter, "fitted bandwidth is not positive and finite (slope " + formatNumber(slope) +
                           " us per byte): the time does not grow with the size");
   AlphaBetaFit f;
   f.alphaUs = alpha;
@@ -116,7 +111,7 @@ AlphaBetaFit fitAlphaBeta(const std::vector<CalibPoint>& points, const std::stri
 ConstantFit fitConstant(const std::vector<double>& timesUs, const std::string& parameter) {
   if (timesUs.empty()) reject(parameter, "needs at least 1 point (got 0)");
   for (double t : timesUs)
-    if (!std::isfinite(t) || t <= 0) reject(parameter, "time_us must be finite and > 0 (got " + num(t) + ")");
+    if (!std::isfinite(t) || t <= 0) reject(parameter, "time_us must be finite and > 0 (got " + formatNumber(t) + ")");
   // The median, not the mean: one preempted or cold iteration must not move a latency constant.
   ConstantFit f;
   f.n = timesUs.size();
@@ -160,7 +155,7 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
                         "calib-gemm; "
                         "calib-put-nvlink-oneway and calib-empty-op are recorded only)");
       if (!std::isfinite(r.timeUs) || r.timeUs <= 0)
-        throw Error(ErrorCode::InvalidArgument, where + ".time_us: must be finite and > 0 (got " + num(r.timeUs) + ")");
+        throw Error(ErrorCode::InvalidArgument, where + ".time_us: must be finite and > 0 (got " + formatNumber(r.timeUs) + ")");
       CalibPoint p{static_cast<double>(r.bytes), r.timeUs};
       if (r.op == kCalibGemm) {
         auto it = r.extra.find("flops");
@@ -210,7 +205,7 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
     const AlphaBetaFit f = fitAlphaBeta(it->second, std::string(name) + " (" + op + ")");
     value = f.bwGBs * scale;
     rep.parameters.push_back(ParameterFit{name, unit, value, true, f.n, f.r2, f.maxRelResidual,
-                                          "rate = alpha-beta slope (intercept " + num(f.alphaUs) + " us not kept)"});
+                                          "rate = alpha-beta slope (intercept " + formatNumber(f.alphaUs) + " us not kept)"});
   };
   auto constant = [&](const char* op, const char* name, double& value) {
     auto it = byOp.find(op);
@@ -220,7 +215,7 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
     const ConstantFit f = fitConstant(t, std::string(name) + " (" + op + ")");
     value = f.valueUs;
     rep.parameters.push_back(ParameterFit{name, "us", value, true, f.n, std::numeric_limits<double>::quiet_NaN(),
-                                          f.maxRelResidual, std::string(kMethodMedian) + " (MAD " + num(f.spreadUs) + " us)"});
+                                          f.maxRelResidual, std::string(kMethodMedian) + " (MAD " + formatNumber(f.spreadUs) + " us)"});
   };
   link(kCalibPutNvlink, "nvlink", out.nvlink);
   link(kCalibPutNetwork, "network", out.network);
@@ -241,7 +236,7 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
       rep.parameters.push_back(ParameterFit{"peerUserUs", "us", out.peerUserUs, true,
                                             byOp.at(kCalibDispatch).size(),
                                             std::numeric_limits<double>::quiet_NaN(), 0,
-                                            "median of calib-dispatch (" + num(withPeers) +
+                                            "median of calib-dispatch (" + formatNumber(withPeers) +
                                                 " us) - dispatchUs, floored at 0"});
     } else {
       defaultParam("peerUserUs", "us", out.peerUserUs);
@@ -256,7 +251,7 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
     const AlphaBetaFit f = fitAlphaBeta(it->second, std::string("putIssueUs (") + kCalibPutStream + ")");
     out.putIssueUs = f.alphaUs;
     rep.parameters.push_back(ParameterFit{"putIssueUs", "us", out.putIssueUs, true, f.n, f.r2, f.maxRelResidual,
-                                          "alpha-beta intercept (bandwidth " + num(f.bwGBs) + " GB/s not kept)"});
+                                          "alpha-beta intercept (bandwidth " + formatNumber(f.bwGBs) + " GB/s not kept)"});
   } else {
     defaultParam("putIssueUs", "us", out.putIssueUs);
   }
@@ -300,7 +295,7 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
       rep.parameters.push_back(ParameterFit{"userPutUs", "us", out.userPutUs, true, diffs.size(),
                                             std::numeric_limits<double>::quiet_NaN(), f.maxRelResidual,
                                             "median of " + std::string(kCalibPutNvlink) + " - " + kCalibPutNvlinkScratch +
-                                                " per size (MAD " + num(f.spreadUs) + " us), floored at 0"});
+                                                " per size (MAD " + formatNumber(f.spreadUs) + " us), floored at 0"});
     }
   }
   constant(kCalibProxy, "proxyUs", out.proxyUs);
@@ -324,8 +319,8 @@ std::string formatFitReport(const FitReport& report) {
                 "max rel resid", "source");
   s += buf;
   for (const auto& p : report.parameters) {
-    const std::string r2 = std::isnan(p.r2) ? "-" : num(p.r2);
-    const std::string resid = p.measured ? num(p.maxRelResidual) : "-";
+    const std::string r2 = std::isnan(p.r2) ? "-" : formatNumber(p.r2);
+    const std::string resid = p.measured ? formatNumber(p.maxRelResidual) : "-";
     std::snprintf(buf, sizeof buf, "%-16s %12.6g %-8s %5zu %9s %13s  %s\n", p.name.c_str(), p.value, p.unit.c_str(),
                   p.n, r2.c_str(), resid.c_str(), p.method.c_str());
     s += buf;

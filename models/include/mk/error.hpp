@@ -37,4 +37,12 @@ class Error : public std::runtime_error {
   std::string message_;
 };
 
+/// The one check of a rate, size or count that must be positive: throws Error(InvalidArgument)
+/// "<field> must be > 0 (got <v>)", followed by " for <purpose>" when `purpose` is given, unless `v` is finite
+/// and > 0.
+void requirePositive(const std::string& field, double v, const std::string& purpose = {});
+/// The one check of a latency or offset that may be 0: throws Error(InvalidArgument)
+/// "<field> must be >= 0 and finite (got <v>)" unless `v` is finite and >= 0.
+void requireNonNegative(const std::string& field, double v);
+
 }  // namespace mk

@@ -99,12 +99,13 @@ Algorithm requireAlgorithm(CollOp op, std::string_view s) {
 
 namespace detail {
 const std::vector<AlgorithmDef>& algorithmRegistry() {
-  static const std::vector<AlgorithmDef> all = [] {
-    std::vector<AlgorithmDef> v = allReduceAlgorithms();
-    const auto& g = gatherScatterAlgorithms();
-    v.insert(v.end(), g.begin(), g.end());
-    return v;
-  }();
+  static const std::vector<AlgorithmDef> all = {
+      allReduceOneShot(),   allReduceTwoShot(),     allReduceRing(),       allReduceHierarchical(),
+      allGatherRing(),      allGatherDirect(),      allGatherHierarchical(),
+      reduceScatterRing(),  reduceScatterDirect(),  reduceScatterHierarchical(),
+      broadcastDirect(),    broadcastRing(),
+      allToAllDirect(),
+  };
   return all;
 }
 
@@ -182,6 +183,32 @@ Schedule generate(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeO
   for (uint32_t c = 0; c < channels; ++c)
     def.emit(b, ctx, c, detail::splitRange(detail::Range{0, spec.count}, channels, c));
   return b.finish();
+}
+
+CostEstimate closedForm(const CollectiveSpec& spec, const GenOptions& opt, const Topology& topo, uint32_t nRanks,
+                        const Profile& profile) {
+  const detail::AlgorithmDef& d = detail::findAlgorithm(spec.op, spec.algo);
+  if (!d.cost)
+    throw Error(ErrorCode::Unsupported, std::string("algorithm '") + d.name + "' for " + toString(spec.op) +
+                                            " has no closed-form cost model (use simulateUncontended on its schedule)");
+  // "auto" is the cheaper inter-node variant under this profile (resolveInter), priced as that variant.
+  const std::vector<uint32_t> nodeOf = topo.layout(nRanks);
+  GenOptions resolved = opt;
+  resolved.inter = resolveInter(spec, nodeOf, opt, profile);
+  const detail::GenContext ctx = detail::makeContext(spec, nodeOf, resolved);
+  // Profile::userPutUs: the closed forms have one NVLink alpha per generator, so a generator whose peers write
+  // user buffers pays it on every NVLink message (the timeline charges it per Put by destination).
+  Profile pf = profile;
+  if (pf.userPutUs > 0 && d.peersTouchUser) pf.nvlink.alphaUs += pf.userPutUs;
+  CostEstimate e = d.cost(detail::CostContext{spec, resolved, topo, ctx, pf});
+  // The op-level term of the timeline (Profile::peerUserUs), from the generator's declared property (a test
+  // checks it against peersTouchUserBuffers on the generated schedules).
+  if (profile.peerUserUs > 0 && nRanks > 1 && d.peersTouchUser) {
+    e.totalUs += profile.peerUserUs;
+    e.latencyUs += profile.peerUserUs;
+    e.formula += " + U";
+  }
+  return e;
 }
 
 }  // namespace mk

@@ -74,7 +74,6 @@ uint16_t ScheduleBuilder::addBuffer(const std::string& name, DType dtype, Buffer
 }
 
 uint32_t ScheduleBuilder::newFlag() { return s_.nFlags++; }
-uint32_t ScheduleBuilder::newBarrier() { return s_.nBarriers++; }
 
 uint32_t ScheduleBuilder::lane(uint32_t rank, LaneRole role, uint32_t channel) {
   const uint64_t key = (uint64_t(static_cast<uint8_t>(role)) << 32) | channel;
@@ -160,11 +159,6 @@ void ScheduleBuilder::wait(uint32_t rank, uint32_t lane, uint32_t flagId, uint64
 void ScheduleBuilder::waitAllSent(uint32_t rank, uint32_t lane, uint32_t flagId) {
   const uint64_t n = signalsSent(rank, flagId);
   if (n > 0) wait(rank, lane, flagId, n);
-}
-
-void ScheduleBuilder::barrier(uint32_t rank, uint32_t lane, uint32_t id) {
-  Step& st = append(rank, lane, StepKind::Barrier);
-  st.aux = id;
 }
 
 std::vector<uint32_t> ScheduleBuilder::newFlags(std::size_t n) {

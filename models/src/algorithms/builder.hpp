@@ -42,6 +42,8 @@ struct GenContext {
   uint16_t input = 0, output = 0;                ///< buffer ids
   int scratch = -1;                              ///< buffer id, or -1 when the algorithm has none
   uint32_t nNodes() const noexcept { return static_cast<uint32_t>(nodeRanks.size()); }
+  /// Ranks on node `node`.
+  uint32_t nodeSize(uint32_t node) const noexcept { return static_cast<uint32_t>(nodeRanks[node].size()); }
   bool sameNode(uint32_t a, uint32_t b) const noexcept { return nodeOf[a] == nodeOf[b]; }
 };
 
@@ -56,15 +58,11 @@ class ScheduleBuilder {
   uint32_t newFlag();
   /// `n` fresh flag ids.
   std::vector<uint32_t> newFlags(std::size_t n);
-  /// A fresh barrier id.
-  uint32_t newBarrier();
   /// Index of the lane of `rank` with `role` on `channel`, created on first use.
   uint32_t lane(uint32_t rank, LaneRole role, uint32_t channel = 0);
   /// Reserve room for `steps` more steps on an existing lane: a generator that knows its step count avoids
   /// growing the vector by doubling (which at 1024 ranks can leave up to half of the step memory unused).
   void reserveSteps(uint32_t rank, uint32_t lane, std::size_t steps);
-
-  static BufRef ref(uint32_t rank, uint16_t buffer, uint64_t offset) noexcept { return bufRef(rank, buffer, offset); }
 
   /// dst <- src, executed by `rank` (either side may be an NVLink peer of `rank`).
   void copy(uint32_t rank, uint32_t lane, BufRef dst, BufRef src, uint64_t count);
@@ -80,16 +78,11 @@ class ScheduleBuilder {
   void wait(uint32_t rank, uint32_t lane, uint32_t flagId, uint64_t threshold);
   /// Wait until own flag `flagId` has seen every signal emitted to it so far; no step if none were.
   void waitAllSent(uint32_t rank, uint32_t lane, uint32_t flagId);
-  /// Barrier `id` on `rank`'s lane.
-  void barrier(uint32_t rank, uint32_t lane, uint32_t id);
 
   /// Total increments emitted so far to (rank, flagId).
   uint64_t signalsSent(uint32_t rank, uint32_t flagId) const;
 
-  const GenContext& ctx() const noexcept { return ctx_; }
-  Schedule& schedule() noexcept { return s_; }
-
-  /// Close the schedule: flags, barriers, OpInfo, cost attributes. The builder is spent afterwards.
+  /// Close the schedule: fill its cost attributes (fillCostAttributes). The builder is spent afterwards.
   Schedule finish();
 
  private:
@@ -137,11 +130,22 @@ struct AlgorithmDef {
   bool peersTouchUser = true;
 };
 
-/// Every generator, allreduce first; defined in algorithms.cpp from the per-family tables below.
+/// Every generator, in the order algorithmsFor() lists them (all-reduce first); defined in algorithms.cpp.
 const std::vector<AlgorithmDef>& algorithmRegistry();
-/// Per-family tables (each in its own .cpp).
-const std::vector<AlgorithmDef>& allReduceAlgorithms();
-const std::vector<AlgorithmDef>& gatherScatterAlgorithms();  ///< allgather, reducescatter, broadcast, alltoall
+/// Each generator's definition, from the file of the same name (allreduce_one_shot.cpp, ...).
+AlgorithmDef allReduceOneShot();
+AlgorithmDef allReduceTwoShot();
+AlgorithmDef allReduceRing();
+AlgorithmDef allReduceHierarchical();  ///< both inter-node variants (ring and rhd)
+AlgorithmDef allGatherRing();
+AlgorithmDef allGatherDirect();
+AlgorithmDef allGatherHierarchical();
+AlgorithmDef reduceScatterRing();
+AlgorithmDef reduceScatterDirect();
+AlgorithmDef reduceScatterHierarchical();
+AlgorithmDef broadcastDirect();
+AlgorithmDef broadcastRing();
+AlgorithmDef allToAllDirect();
 
 /// The generator of `algo` for `op` (the entry whose name is toString(algo)); throws Error(NotFound) listing
 /// the known ones.

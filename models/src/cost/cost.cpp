@@ -1,4 +1,4 @@
-// mkernel — datasheet profile, closed-form dispatch, and the uncontended timeline (docs/cost-model.md).
+// mkernel — datasheet profile and the uncontended timeline (docs/cost-model.md).
 #include "mk/cost/cost.hpp"
 
 #include <algorithm>
@@ -7,7 +7,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "../algorithms/builder.hpp"
+#include "mk/cost/step_cost.hpp"
 #include "mk/error.hpp"
 
 namespace mk {
@@ -35,18 +35,16 @@ constexpr double kGemmEfficiency = 0.75;
 
 // ---- uncontended timeline ----------------------------------------------------------------------------------
 
-/// The shared resources of rule 2 of the timeline model.
-enum Resource : uint8_t { kNvl = 0, kNet = 1, kMem = 2, kGpu = 3, kResources = 4, kNoResource = 255 };
-
-/// Discrete-event evaluation of the timeline rules. Lanes run ahead on their own ("inline") through every
-/// step whose timing does not depend on other lanes; only a Wait needs global time order, because its end is
-/// the time the counter reaches the threshold with increments applied in visibility order. Increments are
-/// therefore events in a time-ordered queue, and a Wait is decided only when the clock has reached its
-/// ready time: by then every increment visible earlier has been produced (a step's increment is never
-/// visible before the step starts, and every step starting earlier has already been run) and applied.
+/// Discrete-event evaluation of the timeline rules (the per-step rules are StepCosts'). Lanes run ahead on
+/// their own ("inline") through every step whose timing does not depend on other lanes; only a Wait needs
+/// global time order, because its end is the time the counter reaches the threshold with increments applied
+/// in visibility order. Increments are therefore events in a time-ordered queue, and a Wait is decided only
+/// when the clock has reached its ready time: by then every increment visible earlier has been produced (a
+/// step's increment is never visible before the step starts, and every step starting earlier has already
+/// been run) and applied.
 class UncontendedSim {
  public:
-  UncontendedSim(const Schedule& s, const Profile& p) : s_(s), p_(p) {}
+  UncontendedSim(const Schedule& s, const Profile& p) : s_(s), p_(p), costs_(s, p) {}
 
   Timeline run() {
     prepare();
@@ -65,11 +63,10 @@ class UncontendedSim {
       }
     }
     reportDeadlock();
+    double lastEnd = 0;
+    for (const StepTime& st : out_) lastEnd = std::max(lastEnd, st.endUs);
     Timeline tl;
-    tl.totalUs = t0;
-    for (const StepTime& st : out_) tl.totalUs = std::max(tl.totalUs, st.endUs);
-    // Global completion and the entry handshake, when some rank's user buffers are a peer's operand.
-    if (p_.peerUserUs > 0 && peersTouchUserBuffers(s_)) tl.totalUs += p_.peerUserUs;
+    tl.totalUs = costs_.opTotalUs(lastEnd);
     tl.steps = std::move(out_);
     return tl;
   }
@@ -101,140 +98,21 @@ class UncontendedSim {
   };
   using Waiter = std::pair<uint64_t, uint64_t>;  // (threshold, lane)
 
-  [[noreturn]] void badStep(uint32_t rank, uint32_t lane, uint32_t step, const std::string& what) const {
-    throw Error(ErrorCode::InvalidSchedule, describeStep(s_, rank, lane, step) + ": " + what);
-  }
-
   uint64_t flagIndex(FlagRef f) const noexcept { return static_cast<uint64_t>(f.rank) * s_.nFlags + f.id; }
 
-  Resource resourceOf(const Step& st, uint32_t rank, uint32_t lane, uint32_t step) const {
-    switch (st.kind) {
-      case StepKind::Put: return kNvl;
-      case StepKind::ProxyPut: return kNet;
-      case StepKind::Gemm: return kGpu;
-      case StepKind::Copy:
-      case StepKind::Reduce:
-        if (st.link == LinkClass::NVLink) return kNvl;
-        if (st.link == LinkClass::Local) return kMem;
-        if (st.link == LinkClass::Network)
-          badStep(rank, lane, step, "a copy or reduce cannot touch another node's memory (link network): use a ProxyPut");
-        badStep(rank, lane, step,
-                std::string("a copy or reduce needs link local or nvlink (got ") + toString(st.link) +
-                    "): call fillCostAttributes() first");
-      default: return kNoResource;
-    }
-  }
-
-  static void needRate(const char* field, double v, const char* why) {
-    if (!std::isfinite(v) || !(v > 0)) {
-      std::ostringstream os;
-      os << "profile." << field << " must be > 0 (got " << v << ") for " << why;
-      throw Error(ErrorCode::InvalidArgument, os.str());
-    }
-  }
-
-  static void needLatency(const char* field, double v) {
-    if (!std::isfinite(v) || v < 0) {
-      std::ostringstream os;
-      os << "profile." << field << " must be >= 0 and finite (got " << v << ")";
-      throw Error(ErrorCode::InvalidArgument, os.str());
-    }
-  }
-
-  /// Structure checks the rules depend on, shares (rule 2), output slots, barrier participation.
+  /// Lane states, output slots and barrier participation (the checks ran in StepCosts).
   void prepare() {
-    if (s_.lanes.size() != s_.nRanks)
-      throw Error(ErrorCode::InvalidSchedule, "schedule has " + std::to_string(s_.lanes.size()) +
-                                                  " lane lists for nRanks " + std::to_string(s_.nRanks));
-    if (s_.nodeOf.size() != s_.nRanks)
-      throw Error(ErrorCode::InvalidSchedule, "schedule has nodeOf of size " + std::to_string(s_.nodeOf.size()) +
-                                                  " for nRanks " + std::to_string(s_.nRanks));
-    needLatency("dispatchUs", p_.dispatchUs);
-    needLatency("flagUs", p_.flagUs);
-    needLatency("localFlagUs", p_.localFlagUs);
-    needLatency("proxyUs", p_.proxyUs);
-    needLatency("nvlink.alphaUs", p_.nvlink.alphaUs);
-    needLatency("network.alphaUs", p_.network.alphaUs);
-    needLatency("local.alphaUs", p_.local.alphaUs);
-
-    singleNode_ = std::all_of(s_.nodeOf.begin(), s_.nodeOf.end(), [&](uint32_t n) { return n == s_.nodeOf[0]; });
-    share_.assign(static_cast<std::size_t>(s_.nRanks) * kResources, 0);
+    for (const LaneRef& ref : costs_.lanes()) {
+      LaneState ls;
+      ls.rank = ref.rank;
+      ls.lane = ref.lane;
+      ls.firstOut = ref.firstStep;
+      ls.steps = &s_.lanes[ref.rank][ref.lane].steps;
+      lanes_.push_back(ls);
+    }
     barriers_.resize(s_.nBarriers);
-    bool copyLocal = false, copyNvl = false, reduceLocal = false, reduceNvl = false, net = false, gemm = false;
-    uint64_t outCount = 0;
-    for (uint32_t r = 0; r < s_.nRanks; ++r) {
-      for (uint32_t l = 0; l < s_.lanes[r].size(); ++l) {
-        const auto& steps = s_.lanes[r][l].steps;
-        if (steps.size() > UINT32_MAX) throw Error(ErrorCode::InvalidSchedule, "a lane has more than 2^32 steps");
-        LaneState ls;
-        ls.rank = r;
-        ls.lane = l;
-        ls.firstOut = outCount;
-        ls.steps = &steps;
-        lanes_.push_back(ls);
-        outCount += steps.size();
-        bool uses[kResources] = {false, false, false, false};
-        for (uint32_t i = 0; i < steps.size(); ++i) {
-          const Step& st = steps[i];
-          const Resource res = resourceOf(st, r, l, i);
-          if (res != kNoResource) uses[res] = true;
-          const bool signals = st.kind == StepKind::Signal || st.kind == StepKind::Wait ||
-                               ((st.kind == StepKind::Put || st.kind == StepKind::ProxyPut) && (st.flags & kStepSignal));
-          if (signals && (st.flag.rank >= s_.nRanks || st.flag.id >= s_.nFlags))
-            badStep(r, l, i, "flag (rank " + std::to_string(st.flag.rank) + ", id " + std::to_string(st.flag.id) +
-                                 ") is out of range (nRanks " + std::to_string(s_.nRanks) + ", nFlags " +
-                                 std::to_string(s_.nFlags) + ")");
-          if (st.kind == StepKind::Wait && st.flag.rank != r)
-            badStep(r, l, i, "a wait must be on the executing rank's own flag (got rank " + std::to_string(st.flag.rank) + ")");
-          if (st.kind == StepKind::Barrier) {
-            if (st.aux >= s_.nBarriers)
-              badStep(r, l, i, "barrier " + std::to_string(st.aux) + " is out of range (nBarriers " +
-                                   std::to_string(s_.nBarriers) + ")");
-            ++barriers_[st.aux].expected;
-          }
-          copyLocal = copyLocal || (st.kind == StepKind::Copy && res == kMem);
-          copyNvl = copyNvl || (st.kind == StepKind::Copy && res == kNvl) || st.kind == StepKind::Put;
-          reduceLocal = reduceLocal || (st.kind == StepKind::Reduce && res == kMem);
-          reduceNvl = reduceNvl || (st.kind == StepKind::Reduce && res == kNvl);
-          net = net || st.kind == StepKind::ProxyPut;
-          gemm = gemm || st.kind == StepKind::Gemm;
-        }
-        for (int k = 0; k < kResources; ++k)
-          if (uses[k]) ++share_[static_cast<std::size_t>(r) * kResources + static_cast<std::size_t>(k)];
-      }
-    }
-    if (copyLocal) needRate("local.bwGBs", p_.local.bwGBs, "a local copy");
-    if (copyNvl || reduceNvl) needRate("nvlink.bwGBs", p_.nvlink.bwGBs, "an NVLink transfer");
-    if (reduceLocal || reduceNvl) needRate("reduceGBs", p_.reduceGBs, "a reduce");
-    if (net) needRate("network.bwGBs", p_.network.bwGBs, "a proxy put");
-    if (gemm) needRate("gemmTflops", p_.gemmTflops, "a gemm");
-    out_.resize(outCount);
-  }
-
-  double share(uint32_t rank, Resource res) const noexcept {
-    return static_cast<double>(share_[static_cast<std::size_t>(rank) * kResources + res]);
-  }
-
-  /// Duration of a step that does not synchronise (rule 3), and the visibility delay of its increment.
-  double duration(const Step& st, uint32_t rank) const {
-    const double bytes = static_cast<double>(st.bytes);
-    switch (st.kind) {
-      case StepKind::Copy:
-        if (st.link == LinkClass::NVLink)
-          return p_.nvlink.alphaUs + bytes * share(rank, kNvl) / (p_.nvlink.bwGBs * 1e3);
-        return p_.local.alphaUs + bytes * share(rank, kMem) / (p_.local.bwGBs * 1e3);
-      case StepKind::Reduce:
-        if (st.link == LinkClass::NVLink)
-          return p_.nvlink.alphaUs + bytes * share(rank, kNvl) / (std::min(p_.reduceGBs, p_.nvlink.bwGBs) * 1e3);
-        return p_.local.alphaUs + bytes * share(rank, kMem) / (p_.reduceGBs * 1e3);
-      case StepKind::Put:
-        return putLaneUs(p_, writesPeerUserBuffer(s_, st, rank)) + bytes * share(rank, kNvl) / (p_.nvlink.bwGBs * 1e3);
-      case StepKind::ProxyPut:
-        if (st.count == 0) return p_.proxyUs + p_.network.alphaUs;
-        return p_.proxyUs + p_.network.alphaUs + bytes * share(rank, kNet) / (p_.network.bwGBs * 1e3);
-      case StepKind::Gemm: return st.flops * share(rank, kGpu) / (p_.gemmTflops * 1e6);
-      default: return 0;  // Signal (Wait and Barrier are handled by the caller)
-    }
+    for (uint32_t id = 0; id < s_.nBarriers; ++id) barriers_[id].expected = costs_.barrierParticipants(id);
+    out_.resize(costs_.steps());
   }
 
   void push(double t, uint64_t index, uint64_t value, bool increment) {
@@ -279,7 +157,7 @@ class UncontendedSim {
           b.lastArrival = b.arrived.empty() ? start : std::max(b.lastArrival, start);
           b.arrived.push_back(g);
           if (b.arrived.size() < b.expected) return;
-          const double end = b.lastArrival + (singleNode_ ? p_.flagUs : p_.proxyUs + p_.network.alphaUs);
+          const double end = b.lastArrival + costs_.barrierReleaseUs();
           for (uint64_t other : b.arrived) {
             LaneState& o = lanes_[other];
             record(o, o.ready, end);
@@ -289,20 +167,10 @@ class UncontendedSim {
           return;  // this lane continues from its event too
         }
         default: {
-          const double end = start + duration(st, ls.rank);
-          if (st.kind == StepKind::Signal) {
-            const bool sameRank = st.flag.rank == ls.rank;
-            const bool sameNode = s_.nodeOf[st.flag.rank] == s_.nodeOf[ls.rank];
-            const double delay =
-                sameRank ? p_.localFlagUs : sameNode ? p_.flagUs : p_.proxyUs + p_.network.alphaUs;
-            push(end + delay, flagIndex(st.flag), st.value, true);
-          } else if (st.kind == StepKind::Put && (st.flags & kStepSignal)) {
-            // The lane moved on after the issue time; the data (and so the signal) lands alpha after the start.
-            const bool user = writesPeerUserBuffer(s_, st, ls.rank);
-            push(end + (putAlphaUs(p_, user) - putLaneUs(p_, user)), flagIndex(st.flag), st.value, true);
-          } else if (st.kind == StepKind::ProxyPut && (st.flags & kStepSignal)) {
-            push(end, flagIndex(st.flag), st.value, true);
-          }
+          const double end = start + costs_.laneUs(st, ls.rank);
+          if (st.kind == StepKind::Signal ||
+              ((st.kind == StepKind::Put || st.kind == StepKind::ProxyPut) && (st.flags & kStepSignal)))
+            push(end + costs_.incrementDelayUs(st, ls.rank), flagIndex(st.flag), st.value, true);
           record(ls, start, end);
         }
       }
@@ -356,8 +224,7 @@ class UncontendedSim {
 
   const Schedule& s_;
   const Profile& p_;
-  bool singleNode_ = true;
-  std::vector<uint32_t> share_;  ///< [rank * kResources + resource]: lanes of the rank using it
+  const StepCosts costs_;
   std::vector<LaneState> lanes_;
   std::vector<StepTime> out_;
   std::vector<BarrierState> barriers_;
@@ -393,48 +260,6 @@ Profile defaultProfile(const Topology& t) {
   p.proxyUs = kProxyUs;
   p.gemmTflops = kGemmEfficiency * t.node.bf16Tflops;
   return p;
-}
-
-double putIssueUs(const Profile& p) noexcept {
-  return p.putIssueUs > 0 && p.putIssueUs < p.nvlink.alphaUs ? p.putIssueUs : p.nvlink.alphaUs;
-}
-
-double putAlphaUs(const Profile& p, bool intoUserBuffer) noexcept {
-  return p.nvlink.alphaUs + (intoUserBuffer && p.userPutUs > 0 ? p.userPutUs : 0.0);
-}
-
-double putLaneUs(const Profile& p, bool intoUserBuffer) noexcept {
-  return p.putIssueUs > 0 && p.putIssueUs < p.nvlink.alphaUs ? p.putIssueUs : putAlphaUs(p, intoUserBuffer);
-}
-
-bool writesPeerUserBuffer(const Schedule& s, const Step& st, uint32_t rank) noexcept {
-  return st.dst.rank != rank && st.dst.buffer < s.buffers.size() && s.buffers[st.dst.buffer].kind != BufferKind::Scratch;
-}
-
-CostEstimate closedForm(const CollectiveSpec& spec, const GenOptions& opt, const Topology& topo, uint32_t nRanks,
-                        const Profile& profile) {
-  const detail::AlgorithmDef& d = detail::findAlgorithm(spec.op, spec.algo);
-  if (!d.cost)
-    throw Error(ErrorCode::Unsupported, std::string("algorithm '") + d.name + "' for " + toString(spec.op) +
-                                            " has no closed-form cost model (use simulateUncontended on its schedule)");
-  // "auto" is the cheaper inter-node variant under this profile (resolveInter), priced as that variant.
-  const std::vector<uint32_t> nodeOf = topo.layout(nRanks);
-  GenOptions resolved = opt;
-  resolved.inter = resolveInter(spec, nodeOf, opt, profile);
-  const detail::GenContext ctx = detail::makeContext(spec, nodeOf, resolved);
-  // Profile::userPutUs: the closed forms have one NVLink alpha per generator, so a generator whose peers write
-  // user buffers pays it on every NVLink message (the timeline charges it per Put by destination).
-  Profile pf = profile;
-  if (pf.userPutUs > 0 && d.peersTouchUser) pf.nvlink.alphaUs += pf.userPutUs;
-  CostEstimate e = d.cost(detail::CostContext{spec, resolved, topo, ctx, pf});
-  // The op-level term of the timeline (Profile::peerUserUs), from the generator's declared property (a test
-  // checks it against peersTouchUserBuffers on the generated schedules).
-  if (profile.peerUserUs > 0 && nRanks > 1 && d.peersTouchUser) {
-    e.totalUs += profile.peerUserUs;
-    e.latencyUs += profile.peerUserUs;
-    e.formula += " + U";
-  }
-  return e;
 }
 
 Timeline simulateUncontended(const Schedule& s, const Profile& profile) { return UncontendedSim(s, profile).run(); }

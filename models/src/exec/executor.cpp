@@ -32,6 +32,7 @@
 
 #include "mk/error.hpp"
 #include "mk/exec/numeric.hpp"
+#include "mk/schedule/check.hpp"
 
 namespace mk {
 
@@ -42,11 +43,8 @@ HostMemory HostMemory::allocate(const Schedule& s) {
     mem.bytes[rank].resize(s.buffers.size());
     for (std::size_t b = 0; b < s.buffers.size(); ++b) {
       const BufferDecl& decl = s.buffers[b];
-      if (decl.count.size() != s.nRanks)
-        throw Error(ErrorCode::InvalidSchedule, "buffer '" + decl.name + "' has " +
-                                                    std::to_string(decl.count.size()) +
-                                                    " per-rank counts, expected nRanks = " +
-                                                    std::to_string(s.nRanks));
+      if (const std::string problem = bufferCountProblem(s, b); !problem.empty())
+        throw Error(ErrorCode::InvalidSchedule, "schedule: " + problem);
       const uint64_t elems = decl.count[rank];
       const uint64_t esize = dtypeSize(decl.dtype);
       if (elems > (uint64_t{1} << 40) / esize)
@@ -261,9 +259,8 @@ class Executor {
  private:
   // ---- setup -----------------------------------------------------------------------------------------
   void checkShape() {
-    if (s_.lanes.size() != s_.nRanks)
-      throw Error(ErrorCode::InvalidSchedule, "schedule has lanes for " + std::to_string(s_.lanes.size()) +
-                                                  " ranks, expected nRanks = " + std::to_string(s_.nRanks));
+    if (const std::string problem = laneListProblem(s_); !problem.empty())
+      throw Error(ErrorCode::InvalidSchedule, "schedule: " + problem);
     if (mem_.bytes.size() != s_.nRanks)
       throw Error(ErrorCode::InvalidArgument, "host memory has " + std::to_string(mem_.bytes.size()) +
                                                   " ranks, the schedule " + std::to_string(s_.nRanks) +
@@ -276,11 +273,8 @@ class Executor {
                                                     std::to_string(s_.buffers.size()));
       for (std::size_t b = 0; b < s_.buffers.size(); ++b) {
         const BufferDecl& decl = s_.buffers[b];
-        if (decl.count.size() != s_.nRanks)
-          throw Error(ErrorCode::InvalidSchedule, "buffer '" + decl.name + "' has " +
-                                                      std::to_string(decl.count.size()) +
-                                                      " per-rank counts, expected nRanks = " +
-                                                      std::to_string(s_.nRanks));
+        if (const std::string problem = bufferCountProblem(s_, b); !problem.empty())
+          throw Error(ErrorCode::InvalidSchedule, "schedule: " + problem);
         const uint64_t want = decl.count[rank] * dtypeSize(decl.dtype);
         if (mem_.bytes[rank][b].size() != want)
           throw Error(ErrorCode::InvalidArgument, "host memory of buffer '" + decl.name + "' on rank " +
@@ -350,13 +344,9 @@ class Executor {
     return x.offset < y.offset + yn && y.offset < x.offset + xn;
   }
 
+  /// The counter of the flag step `stepIdx` signals or awaits, after the shared checks of that reference.
   std::atomic<uint64_t>& flagRef(const LaneState& ls, uint32_t stepIdx, const FlagRef& f) const {
-    if (f.rank >= s_.nRanks)
-      invalid(ls, stepIdx, "flag rank " + std::to_string(f.rank) + " is out of range (nRanks = " +
-                               std::to_string(s_.nRanks) + ")");
-    if (f.id >= s_.nFlags)
-      invalid(ls, stepIdx, "flag id " + std::to_string(f.id) + " is out of range (nFlags = " +
-                               std::to_string(s_.nFlags) + ")");
+    requireSyncReferences(s_, ls.rank, ls.lane, stepIdx);
     return flags_[static_cast<std::size_t>(f.rank) * s_.nFlags + f.id];
   }
 
@@ -450,9 +440,6 @@ class Executor {
   }
 
   void waitFlag(LaneState& ls, uint32_t stepIdx, const Step& st) {
-    if (st.flag.rank != ls.rank)
-      invalid(ls, stepIdx, "waits on flag of rank " + std::to_string(st.flag.rank) +
-                               "; a lane may only wait on its own rank's flags");
     std::atomic<uint64_t>& flag = flagRef(ls, stepIdx, st.flag);
     if (flag.load() >= st.value) return;  // fast path: no lock when already satisfied
     std::unique_lock<std::mutex> lock(mu_);
@@ -464,9 +451,7 @@ class Executor {
   }
 
   void barrier(LaneState& ls, uint32_t stepIdx, const Step& st) {
-    if (st.aux >= s_.nBarriers)
-      invalid(ls, stepIdx, "barrier id " + std::to_string(st.aux) + " is out of range (nBarriers = " +
-                               std::to_string(s_.nBarriers) + ")");
+    requireSyncReferences(s_, ls.rank, ls.lane, stepIdx);
     std::unique_lock<std::mutex> lock(mu_);
     char& arrived = barrierArrived_[static_cast<std::size_t>(st.aux) * s_.nRanks + ls.rank];
     if (arrived) {

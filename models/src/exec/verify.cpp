@@ -40,6 +40,7 @@
 
 #include "mk/error.hpp"
 #include "mk/exec/numeric.hpp"
+#include "mk/util/size.hpp"
 
 namespace mk {
 namespace {
@@ -85,13 +86,6 @@ float roundOnce(DType t, double x) {
     std::memcpy(&f, &bits, sizeof f);
   }
   return roundTo(t, f);
-}
-
-std::string fmt(double v) {
-  std::ostringstream out;
-  out.precision(9);
-  out << v;
-  return out.str();
 }
 
 }  // namespace
@@ -262,8 +256,8 @@ VerifyResult verifyCollective(const Schedule& s, const CollectiveSpec& spec, uin
       if (ratio > res.worstRatio) res.worstRatio = ratio;
       if (ratio > 1 || std::isnan(ratio)) {
         if (res.ok)
-          res.detail = "rank " + std::to_string(r) + " output[" + std::to_string(i) + "]: got " + fmt(got) +
-                       " expected " + fmt(want) + " (tol " + fmt(tol) + ")";
+          res.detail = "rank " + std::to_string(r) + " output[" + std::to_string(i) + "]: got " + formatNumber(got, 9) +
+                       " expected " + formatNumber(want, 9) + " (tol " + formatNumber(tol, 9) + ")";
         res.ok = false;
       }
     }
@@ -278,8 +272,8 @@ VerifyResult verifyCollective(const Schedule& s, const CollectiveSpec& spec, uin
         if (std::memcmp(first + i * esize, mine + i * esize, esize) != 0) {
           res.ok = false;
           res.detail = "rank " + std::to_string(r) + " output[" + std::to_string(i) + "]: got " +
-                       fmt(loadElement(spec.dtype, mine, i)) + " but rank 0 has " +
-                       fmt(loadElement(spec.dtype, first, i)) +
+                       formatNumber(loadElement(spec.dtype, mine, i), 9) + " but rank 0 has " +
+                       formatNumber(loadElement(spec.dtype, first, i), 9) +
                        " (allreduce outputs must be bit-identical on every rank)";
           break;
         }

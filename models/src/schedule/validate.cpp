@@ -29,6 +29,7 @@
 #include <unordered_set>
 
 #include "mk/error.hpp"
+#include "mk/schedule/check.hpp"
 
 namespace mk {
 namespace {
@@ -162,14 +163,11 @@ class Validator {
       add(-1, -1, -1, "nRanks must be > 0 (got 0)");
       ok = false;
     }
-    if (s_.nodeOf.size() != s_.nRanks) {
-      add(-1, -1, -1, "nodeOf has " + str(s_.nodeOf.size()) + " entries, expected nRanks = " + str(s_.nRanks));
-      ok = false;
-    }
-    if (s_.lanes.size() != s_.nRanks) {
-      add(-1, -1, -1, "lanes has " + str(s_.lanes.size()) + " ranks, expected nRanks = " + str(s_.nRanks));
-      ok = false;
-    }
+    for (std::string problem : {nodeOfProblem(s_), laneListProblem(s_)})
+      if (!problem.empty()) {
+        add(-1, -1, -1, std::move(problem));
+        ok = false;
+      }
     if (s_.buffers.size() > 0xFFFF) {
       add(-1, -1, -1, str(s_.buffers.size()) + " buffers declared (at most 65535)");
       ok = false;
@@ -178,8 +176,8 @@ class Validator {
     for (std::size_t b = 0; b < s_.buffers.size(); ++b) {
       const BufferDecl& d = s_.buffers[b];
       const std::string id = "buffers[" + str(b) + "] '" + d.name + "'";
-      if (d.count.size() != s_.nRanks) {
-        add(-1, -1, -1, id + ": has " + str(d.count.size()) + " per-rank counts, expected nRanks = " + str(s_.nRanks));
+      if (std::string problem = bufferCountProblem(s_, b); !problem.empty()) {
+        add(-1, -1, -1, std::move(problem));
         ok = false;
       }
       if (static_cast<uint8_t>(d.dtype) > static_cast<uint8_t>(DType::Float16))
@@ -292,17 +290,10 @@ class Validator {
   }
 
   bool flagOk(uint32_t g, uint32_t i, const FlagRef& f, const char* what) {
-    bool ok = true;
-    if (f.rank >= s_.nRanks) {
-      addStep(g, i, std::string(what) + " flag rank " + str(f.rank) + " out of range (nRanks " + str(s_.nRanks) + ")");
-      ok = false;
-    }
-    if (f.id >= s_.nFlags) {
-      addStep(g, i, std::string(what) + " flag id " + str(f.id) + " out of range (nFlags " + str(s_.nFlags) + ")");
-      ok = false;
-    }
-    if (!ok) indexError_ = true;
-    return ok;
+    const std::vector<std::string> problems = flagProblems(s_, f, what);
+    for (const std::string& problem : problems) addStep(g, i, problem);
+    if (!problems.empty()) indexError_ = true;
+    return problems.empty();
   }
 
   void recordIncrement(uint32_t g, uint32_t i, const Step& st) {
@@ -391,9 +382,8 @@ class Validator {
       case StepKind::Wait: {
         if (st.value == 0) addStep(g, i, "wait threshold must be >= 1 (got 0)");
         if (!flagOk(g, i, st.flag, "awaited")) return;
-        if (st.flag.rank != r) {
-          addStep(g, i, "waits on flag " + str(st.flag.id) + " of rank " + str(st.flag.rank) +
-                            "; a lane may only wait on its own rank's (" + str(r) + ") flags");
+        if (const std::string problem = waitRankProblem(st, r); !problem.empty()) {
+          addStep(g, i, problem);
           indexError_ = true;  // the simulation models only own-rank waits
           return;
         }
@@ -404,8 +394,8 @@ class Validator {
       }
       case StepKind::Gemm: checkGemm(g, i, st); return;
       case StepKind::Barrier:
-        if (st.aux >= s_.nBarriers) {
-          addStep(g, i, "barrier id " + str(st.aux) + " out of range (nBarriers " + str(s_.nBarriers) + ")");
+        if (const std::string problem = barrierProblem(s_, st); !problem.empty()) {
+          addStep(g, i, problem);
           indexError_ = true;
           return;
         }

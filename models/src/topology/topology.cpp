@@ -10,6 +10,7 @@
 
 #include "mk/error.hpp"
 #include "mk/schedule/io.hpp"
+#include "mk/util/size.hpp"
 
 namespace mk {
 
@@ -24,12 +25,6 @@ std::string presetList() {
   std::string out;
   for (const auto& p : topologyPresets()) out += (out.empty() ? "" : ", ") + p;
   return out;
-}
-
-std::string num(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
 }
 
 // Hopper SXM figures shared by the DGX presets and the lent node.
@@ -81,16 +76,6 @@ Topology presetOneNode(const std::string& name) {
 }
 
 // ---- validation ------------------------------------------------------------------------------------------
-
-void requirePositive(const char* field, double v) {
-  if (!std::isfinite(v) || !(v > 0))
-    throw Error(ErrorCode::InvalidArgument, std::string(field) + " must be > 0 (got " + num(v) + ")");
-}
-
-void requireNonNegative(const char* field, double v) {
-  if (!std::isfinite(v) || v < 0)
-    throw Error(ErrorCode::InvalidArgument, std::string(field) + " must be >= 0 and finite (got " + num(v) + ")");
-}
 
 // ---- JSON reading with the path of every field in the error ---------------------------------------------
 
@@ -215,7 +200,7 @@ void validateTopology(const Topology& t) {
     throw Error(ErrorCode::InvalidArgument, "fabric.kind must be \"rail-leaf-spine\" (got \"" + f.kind + "\")");
   if (f.nodesPerLeaf == 0) throw Error(ErrorCode::InvalidArgument, "fabric.nodesPerLeaf must be >= 1 (got 0)");
   if (!std::isfinite(f.oversubscription) || !(f.oversubscription >= 1))
-    throw Error(ErrorCode::InvalidArgument, "fabric.oversubscription must be >= 1 (got " + num(f.oversubscription) + ")");
+    throw Error(ErrorCode::InvalidArgument, "fabric.oversubscription must be >= 1 (got " + formatNumber(f.oversubscription) + ")");
   requireNonNegative("fabric.switchLatencyUs", f.switchLatencyUs);
 }
 

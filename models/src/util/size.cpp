@@ -69,4 +69,10 @@ std::string formatBytes(double bytes) {
   return buf;
 }
 
+std::string formatNumber(double v, int significant) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", significant, v);
+  return buf;
+}
+
 }  // namespace mk

@@ -84,7 +84,16 @@ std::vector<Algorithm> algorithmsFor(CollOp op);
 /// attributes filled.
 Schedule generate(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt = {});
 
-struct Profile;  // mk/cost/cost.hpp
+struct Profile;       // mk/cost/cost.hpp
+struct CostEstimate;  // mk/cost/cost.hpp
+struct Topology;      // mk/topology/topology.hpp
+
+/// Closed-form cost of generate(spec, topo.layout(nRanks), opt) under `profile`, from the generator's own
+/// formula (docs/cost-model.md), without building the schedule. "auto" for the inter-node phase is priced as
+/// the variant resolveInter() picks under `profile`. Throws Error(NotFound) for an unknown algorithm,
+/// Error(Unsupported) for a generator without a closed form, Error(InvalidArgument) for bad input.
+CostEstimate closedForm(const CollectiveSpec& spec, const GenOptions& opt, const Topology& topo, uint32_t nRanks,
+                        const Profile& profile);
 
 /// The concrete inter-node variant (Ring or Rhd) that `opt.inter` stands for when `spec` is generated on
 /// `nodeOf`: itself when concrete, else the one whose closed form is lower under `profile` (Ring on ties, and

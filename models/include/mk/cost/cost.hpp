@@ -59,20 +59,6 @@ struct CostEstimate {
   std::string formula;     ///< the instantiated formula, for humans
 };
 
-/// Effective Put issue time of `p`: putIssueUs when it is set and below nvlink.alphaUs, else nvlink.alphaUs.
-double putIssueUs(const Profile& p) noexcept;
-/// Visibility latency of one NVLink Put: nvlink.alphaUs, plus userPutUs when it lands in a user buffer.
-double putAlphaUs(const Profile& p, bool intoUserBuffer) noexcept;
-/// Lane time of one NVLink Put before its bytes: putIssueUs when distinguished (set, below nvlink.alphaUs),
-/// else the Put's whole visibility latency (putAlphaUs). Its signal lands putAlphaUs after the Put starts.
-double putLaneUs(const Profile& p, bool intoUserBuffer) noexcept;
-/// True when step `st` of `s` writes a user buffer (not scratch) of another rank (a Put into a peer's output).
-bool writesPeerUserBuffer(const Schedule& s, const Step& st, uint32_t rank) noexcept;
-
-/// Cost of generate(spec, topo.layout(nRanks), opt) under `profile`.
-CostEstimate closedForm(const CollectiveSpec& spec, const GenOptions& opt, const Topology& topo, uint32_t nRanks,
-                        const Profile& profile);
-
 /// Start and end of one step in a timeline (microseconds from op submission).
 struct StepTime {
   uint32_t rank = 0, lane = 0, step = 0;

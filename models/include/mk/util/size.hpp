@@ -1,4 +1,5 @@
-// mkernel — human sizes on command lines: "8", "1K", "1KiB", "512M", "1GiB" (binary multiples).
+// mkernel — human sizes on command lines ("8", "1K", "1KiB", "512M", "1GiB": binary multiples) and the
+// formatting of sizes, durations and plain numbers in messages and reports.
 #pragma once
 
 #include <cstdint>
@@ -20,5 +21,9 @@ std::string formatMicros(double us);
 
 /// "7.00 MiB", "512 B": an amount of bytes (possibly fractional, e.g. an average) with two decimals.
 std::string formatBytes(double bytes);
+
+/// "0.65", "1.5e+06", "inf": `v` with `significant` significant digits in printf's %g style (what an
+/// ostream prints by default for 6), for numbers inside messages and formula strings.
+std::string formatNumber(double v, int significant = 6);
 
 }  // namespace mk

@@ -1,0 +1,123 @@
+// mkernel — the per-step rules of the timeline model (docs/cost-model.md, "rules"), in one place for every
+// engine that prices a schedule step by step: the uncontended timeline (simulateUncontended) and the SimGrid
+// replay (mk::sim::predict). They answer which resource a step uses, how many lanes of its rank share it,
+// what the step costs on its lane, when its flag increment becomes visible, when a barrier releases, and
+// which profile fields a schedule needs; each engine only decides when steps run.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "mk/cost/cost.hpp"
+#include "mk/schedule/schedule.hpp"
+
+namespace mk {
+
+/// The per-rank resources of timeline rule 2: the lanes of one rank that use a resource share it.
+enum class StepResource : uint8_t {
+  NvLink = 0,   ///< Put; Copy or Reduce with link nvlink
+  Network = 1,  ///< ProxyPut
+  Memory = 2,   ///< Copy or Reduce with link local
+  Tensor = 3,   ///< Gemm
+  None = 255,   ///< Signal, Wait, Barrier
+};
+/// Number of real resources (StepResource::None excluded).
+inline constexpr uint32_t kStepResources = 4;
+
+/// The resource step `st` of (rank, lane, step) of `s` uses. Throws Error(InvalidSchedule) naming the step
+/// for a Copy or Reduce whose link is neither local nor nvlink (network: use a ProxyPut; none: cost
+/// attributes not filled).
+StepResource stepResource(const Schedule& s, const Step& st, uint32_t rank, uint32_t lane, uint32_t step);
+
+/// Effective Put issue time of `p`: putIssueUs when it is set and below nvlink.alphaUs, else nvlink.alphaUs.
+double putIssueUs(const Profile& p) noexcept;
+/// Visibility latency of one NVLink Put: nvlink.alphaUs, plus userPutUs when it lands in a user buffer.
+double putAlphaUs(const Profile& p, bool intoUserBuffer) noexcept;
+/// Lane time of one NVLink Put before its bytes: putIssueUs when distinguished (set, below nvlink.alphaUs),
+/// else the Put's whole visibility latency (putAlphaUs). Its signal lands putAlphaUs after the Put starts.
+double putLaneUs(const Profile& p, bool intoUserBuffer) noexcept;
+/// True when step `st` of `s` writes a user buffer (not scratch) of another rank (a Put into a peer's output).
+bool writesPeerUserBuffer(const Schedule& s, const Step& st, uint32_t rank) noexcept;
+
+/// The price of one step that moves bytes or computes (Copy, Reduce, Put, ProxyPut, Gemm), in pieces: the
+/// lane first pays `alphaUs`, then moves `amount` units at `rate` divided by its rank's share of `resource`.
+/// Rule 3's duration is laneUs(); an engine that meters the payload itself (the SimGrid replay) uses the
+/// pieces.
+struct StepPrice {
+  StepResource resource = StepResource::None;
+  double alphaUs = 0;     ///< on the lane before the payload (a Put: its issue part, see putLaneUs)
+  double amount = 0;      ///< bytes, or FLOPs for a Gemm; 0 for a ProxyPut that only signals
+  double rate = 0;        ///< one lane's full rate: GB/s, or TFLOP/s for a Gemm
+  double unitsPerUs = 0;  ///< `amount` units per microsecond at rate 1: 1e3 (GB/s) or 1e6 (TFLOP/s)
+  /// `amount` units per second at rate 1 (1e9 or 1e12).
+  double unitsPerSecond() const noexcept { return unitsPerUs * 1e6; }
+};
+
+/// One lane of a schedule, in (rank, lane) order, with the index of its first step in the flat
+/// (rank, lane, step) order every engine's per-step output uses.
+struct LaneRef {
+  uint32_t rank = 0;
+  uint32_t lane = 0;
+  uint64_t firstStep = 0;
+};
+
+/// The timeline rules for one (schedule, profile), built once: checks the schedule's structure and the
+/// profile fields it needs, counts the shares of rule 2, and prices steps under rules 1 and 3. The schedule
+/// and the profile must outlive it.
+class StepCosts {
+ public:
+  /// An engine's own check of step (rank, lane, step), whose resource is `resource`; it throws to reject.
+  using StepCheck = std::function<void(uint32_t rank, uint32_t lane, uint32_t step, StepResource resource)>;
+
+  /// Throws Error(InvalidSchedule) for lane lists or nodeOf not of size nRanks, a lane of 2^32 steps or more,
+  /// a Copy or Reduce without a usable link (stepResource), a flag or barrier out of range, or a Wait on
+  /// another rank's flag; Error(InvalidArgument) for a negative or non-finite latency of the profile, or a
+  /// rate the schedule needs (local copy, NVLink, reduce, network, gemm) that is not > 0. `extra` runs on
+  /// every step right after the shared checks of that step.
+  StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra = {});
+
+  const Schedule& schedule() const noexcept { return s_; }
+  const Profile& profile() const noexcept { return p_; }
+  /// Every lane, in (rank, lane) order.
+  const std::vector<LaneRef>& lanes() const noexcept { return lanes_; }
+  /// Steps over all lanes.
+  uint64_t steps() const noexcept { return steps_; }
+  /// Lanes that reach barrier `id`.
+  uint64_t barrierParticipants(uint32_t id) const { return barrierParticipants_[id]; }
+  /// All ranks on one node (barriers release over NVLink flags, not through the proxy).
+  bool singleNode() const noexcept { return singleNode_; }
+  /// Rule 2: lanes of `rank` with at least one step using `r`.
+  uint32_t share(uint32_t rank, StepResource r) const noexcept {
+    return share_[static_cast<std::size_t>(rank) * kStepResources + static_cast<uint32_t>(r)];
+  }
+
+  /// Rule 3's price of a Copy, Reduce, Put, ProxyPut or Gemm executed by `rank` (resource None otherwise).
+  StepPrice price(const Step& st, uint32_t rank) const;
+  /// Rule 3: how long `st` keeps its lane, for a step that does not synchronise (0 for a Signal; Wait and
+  /// Barrier end by the rules of their own).
+  double laneUs(const Step& st, uint32_t rank) const;
+  /// Rule 3: Signal -> Wait visibility from `fromRank` to a flag of `toRank`: localFlagUs on the same rank,
+  /// flagUs on the same node, proxyUs + network.alphaUs across nodes.
+  double signalDelayUs(uint32_t fromRank, uint32_t toRank) const noexcept;
+  /// When the flag increment of `st` (a Signal, or a Put or ProxyPut with kStepSignal) becomes visible,
+  /// counted from the step's end: signalDelayUs for a Signal, the rest of the Put's alpha after its issue
+  /// time, 0 for a ProxyPut.
+  double incrementDelayUs(const Step& st, uint32_t rank) const noexcept;
+  /// Rule 3: a barrier releases every participant this long after its last arrival.
+  double barrierReleaseUs() const noexcept;
+  /// Rule 1: the op's total time when its last step ends at `lastEndUs` (dispatchUs without steps), plus
+  /// peerUserUs when some rank's step touches another rank's user buffers.
+  double opTotalUs(double lastEndUs) const;
+
+ private:
+  const Schedule& s_;
+  const Profile& p_;
+  bool singleNode_ = true;
+  std::vector<uint32_t> share_;  ///< [rank * kStepResources + resource]
+  std::vector<LaneRef> lanes_;
+  std::vector<uint64_t> barrierParticipants_;
+  uint64_t steps_ = 0;
+};
+
+}  // namespace mk

@@ -1,0 +1,105 @@
+// mkernel — internal: what the two variants of the hierarchical all-reduce share (the inter-node phase as a
+// ring in allreduce_hierarchical.cpp, as recursive halving/doubling in allreduce_hierarchical_rhd.cpp): the
+// scratch layout, the choice of variant, and the per-node loads their closed forms read.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "closed_form.hpp"
+#include "common.hpp"
+
+namespace mk::detail {
+
+/// Scratch layout of the hierarchical all-reduce (see allreduce_hierarchical.cpp).
+struct HierLayout {
+  uint32_t shards = 0;     ///< S
+  uint32_t nodes = 0;      ///< M
+  uint32_t maxOwned = 0;   ///< shards owned by a rank of the smallest node: ceil(S / smallest node)
+  uint64_t slot = 0;       ///< elements of one slot (all channels)
+  uint64_t ringBase = 0;   ///< scratch offset of the ring-receive slot
+  uint64_t scratchCount = 0;
+};
+
+/// Elements of one slot used by channels before `channel`.
+uint64_t hierChannelBase(const GenContext& ctx, uint32_t maxOwned, uint32_t channel);
+
+/// The inter-node phase is recursive halving/doubling (generate() resolved "auto" before any emitter runs).
+bool useRhd(const GenContext& ctx);
+
+/// Recursive halving/doubling over the M nodes of a rail: the first M2 (largest power of two <= M) take part;
+/// extra node M2 + i folds into host node i before and receives the result after.
+struct RhdPlan {
+  uint32_t pow2 = 1;   ///< M2
+  uint32_t extra = 0;  ///< E = M - M2
+  uint32_t steps = 0;  ///< J = log2(M2): exchanges per pass
+  /// Partner distance of reduce-scatter step j (all-gather walks the same distances backwards).
+  uint32_t distance(uint32_t j) const { return pow2 >> (j + 1); }
+};
+
+/// The RHD plan of `nodes` nodes.
+RhdPlan rhdPlan(uint32_t nodes);
+
+/// Elements of one owned shard's RHD receive region on `channel`: the fold slot (one shard, only with extra
+/// nodes) and, per chunk and step j, room for the half received at step j (at most ceil(chunk / 2^(j+1))).
+uint64_t rhdStride(const GenContext& ctx, uint32_t channel);
+
+/// The scratch layout of `ctx`'s schedule.
+HierLayout hierLayout(const GenContext& ctx);
+
+/// The shards of one channel's part and who owns them, as both variants lay them out: shard s (of S =
+/// maxLocal) is owned on node n by its rank of local index s % size(n), as that rank's ordinal-th shard
+/// (ordinal s / size(n)); in the owner's phase-1 slots (one per source local index) the shard sits at the
+/// same offset, channel after channel, one shard-sized region per ordinal.
+class HierShards {
+ public:
+  HierShards(const GenContext& ctx, const HierLayout& layout, uint32_t channel, Range part);
+  /// S.
+  uint32_t count() const noexcept { return layout_.shards; }
+  /// Element range of shard `shard` in [0, count).
+  Range range(uint32_t shard) const { return splitRange(part_, layout_.shards, shard); }
+  /// The rank of `node` that owns `shard`.
+  uint32_t owner(uint32_t node, uint32_t shard) const { return ctx_.nodeRanks[node][shard % ctx_.nodeSize(node)]; }
+  /// Which of its owner's shards `shard` is on `node`.
+  uint32_t ordinal(uint32_t node, uint32_t shard) const { return shard / ctx_.nodeSize(node); }
+  /// The shards the rank of local index `localIndex` on `node` owns, ascending.
+  std::vector<uint32_t> ownedBy(uint32_t node, uint32_t localIndex) const;
+  /// Offset of element `element` of `shard` inside one slot of its owner on `node`.
+  uint64_t inSlot(uint32_t node, uint32_t shard, uint64_t element) const {
+    return channelBase_ + uint64_t(ordinal(node, shard)) * stride_ + (element - range(shard).begin);
+  }
+  /// Scratch offset of `element` of `shard` in its owner's phase-1 slot for the rank of local index
+  /// `sourceLocal`.
+  uint64_t phase1Slot(uint32_t node, uint32_t sourceLocal, uint32_t shard, uint64_t element) const {
+    return uint64_t(sourceLocal) * layout_.slot + inSlot(node, shard, element);
+  }
+  /// Elements of the largest shard (shard 0): the stride between an owner's shard regions.
+  uint64_t stride() const noexcept { return stride_; }
+
+ private:
+  const GenContext& ctx_;
+  const HierLayout& layout_;
+  Range part_;
+  uint64_t channelBase_ = 0;
+  uint64_t stride_ = 0;
+};
+
+/// Emit one channel of the rhd variant (allreduce_hierarchical_rhd.cpp).
+void emitHierarchicalRhd(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part);
+
+/// What the busiest rank of one node does per phase-1/3 round and ring position (see hierLongest).
+struct HierNodeLoad {
+  double p1Puts = 0;    ///< messages per phase-1 round and piece (shards owned by the node's other ranks)
+  double perOwner = 0;  ///< phase-1 reductions and phase-3 messages per round and piece (owned shards x (G-1))
+  double owned = 0;     ///< units per ring position (owned shards)
+  bool phases = false;  ///< the node has several ranks (phases 1 and 3 exist)
+};
+
+/// The busiest rank's loads of each of the first `nodes` nodes: a rank owns ceil(S/size) shards and sends the
+/// rest in phase 1.
+std::vector<HierNodeLoad> hierNodeLoads(const CostContext& c, uint32_t nodes);
+
+/// The rhd variant's longest path (allreduce_hierarchical_rhd.cpp).
+PathCounts rhdLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, const std::vector<HierNodeLoad>& nodes);
+
+}  // namespace mk::detail

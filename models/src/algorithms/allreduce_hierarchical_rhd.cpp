@@ -1,0 +1,547 @@
+// mkernel — all-reduce, hierarchical with recursive halving/doubling (Rabenseifner) as its inter-node phase
+// (docs/algorithms-allreduce.md, "hierarchical, rhd"); its setup and AlgorithmDef are the ring variant's
+// (allreduce_hierarchical.cpp), which dispatches here when inter = "rhd".
+//
+// Phase 1 and phase 3 as in the ring variant, but on K plain chunks of each shard (one piece per group), and
+// per chunk a Rabenseifner all-reduce among the shard's owners on all nodes: recursive halving (reduce-scatter:
+// at step j exchange half of the current range with the node at distance M2/2^(j+1), keep the half the own bit
+// selects, reduce the received half into it) then recursive doubling (all-gather: the same partners
+// backwards, each sending its whole current range straight into the partner's output). A non-power-of-two M
+// folds: extra node M2 + i sends each chunk of its node partial to host node i, which
+// reduces it before the exchanges and sends the final chunk back at the end. Chunks are pipelined: the
+// sender runs chunk t's reduce-scatter and all-gather while NVLink still carries later groups and phase 3
+// forwards chunk t as soon as its last piece arrived.
+//
+// Flags per owned shard (ordinal m): one per reduce-scatter step and one per all-gather step (each fed by one
+// partner, chunks in order: running counts are exact, and separate flags per step keep a later partner's early
+// arrival from satisfying an earlier step's wait), fold-in and fold-back, and the reducer's self-signal
+// `ready` (phase-1 group reduced, then each reduction of a step). Every step's receive range has its own
+// scratch region, because the partner of step j+1 may send before this rank's step-j reduction has read its
+// region: nothing orders the two.
+#include <vector>
+
+#include "allreduce_hierarchical.hpp"
+
+namespace mk::detail {
+
+RhdPlan rhdPlan(uint32_t nodes) {
+  RhdPlan p;
+  while (p.pow2 * 2 <= nodes) {
+    p.pow2 *= 2;
+    ++p.steps;
+  }
+  p.extra = nodes - p.pow2;
+  return p;
+}
+
+uint64_t rhdStride(const GenContext& ctx, uint32_t channel) {
+  const RhdPlan plan = rhdPlan(ctx.nNodes());
+  const uint64_t shardMax =
+      splitRange(splitRange(Range{0, ctx.spec.count}, effectiveChannels(ctx), channel), ctx.maxLocal, 0).size;
+  const uint64_t chunkMax = splitRange(Range{0, shardMax}, ctx.opt.chunks, 0).size;
+  uint64_t steps = 0;
+  for (uint32_t j = 0; j < plan.steps; ++j) steps += (chunkMax + (uint64_t(1) << (j + 1)) - 1) >> (j + 1);
+  return (plan.extra > 0 ? shardMax : 0) + checkedProduct(ctx.opt.chunks, steps, "hierarchical rhd (chunks x steps)");
+}
+
+namespace {
+
+/// Where the rhd variant's pieces of one channel are: chunk t of a shard, the range a node keeps after each
+/// reduce-scatter step and the half it sends there, and where a folded chunk and each received half land in
+/// the owner's scratch (after the phase-1 slots, per channel and owned shard one RHD region of rhdStride
+/// elements: the fold slot, then per step j and chunk room for ceil(chunk / 2^(j+1)) elements).
+class RhdWalk {
+ public:
+  RhdWalk(const GenContext& ctx, const HierLayout& layout, const HierShards& shards, const RhdPlan& plan,
+          uint32_t channel)
+      : ctx_(ctx), shards_(shards), plan_(plan) {
+    regionBase_ = layout.ringBase;
+    for (uint32_t c = 0; c < channel; ++c) regionBase_ += uint64_t(layout.maxOwned) * rhdStride(ctx, c);
+    regionStride_ = rhdStride(ctx, channel);
+    const uint64_t chunkMax = splitRange(Range{0, shards.stride()}, ctx.opt.chunks, 0).size;
+    stepOffset_.assign(plan.steps + 1, plan.extra > 0 ? shards.stride() : 0);
+    stepCapacity_.assign(plan.steps, 0);
+    for (uint32_t j = 0; j < plan.steps; ++j) {
+      stepCapacity_[j] = (chunkMax + (uint64_t(1) << (j + 1)) - 1) >> (j + 1);
+      stepOffset_[j + 1] = stepOffset_[j] + uint64_t(ctx.opt.chunks) * stepCapacity_[j];
+    }
+  }
+
+  /// Chunk `chunk` of `shard`.
+  Range chunk(uint32_t shard, uint32_t chunk) const { return splitRange(shards_.range(shard), ctx_.opt.chunks, chunk); }
+  /// The range `node` keeps of a chunk after reduce-scatter step `step` (step -1: the whole chunk).
+  Range kept(uint32_t node, uint32_t shard, uint32_t chunkIdx, int step) const {
+    Range r = chunk(shard, chunkIdx);
+    for (int i = 0; i <= step; ++i) r = splitRange(r, 2, (node & plan_.distance(uint32_t(i))) ? 1 : 0);
+    return r;
+  }
+  /// The half of a chunk `node` sends at reduce-scatter step `step`.
+  Range sent(uint32_t node, uint32_t shard, uint32_t chunkIdx, uint32_t step) const {
+    return splitRange(kept(node, shard, chunkIdx, int(step) - 1), 2, (node & plan_.distance(step)) ? 0 : 1);
+  }
+  /// Scratch offset of `element` of a chunk folded in from the extra node, on the host `node`.
+  uint64_t foldSlot(uint32_t node, uint32_t shard, uint64_t element) const {
+    return region(node, shard) + (element - shards_.range(shard).begin);
+  }
+  /// Scratch offset on `node` of `element` of the half received at step `step` of chunk `chunkIdx`, whose
+  /// kept range there is `keptRange`.
+  uint64_t stepSlot(uint32_t node, uint32_t shard, uint32_t chunkIdx, uint32_t step, Range keptRange,
+                    uint64_t element) const {
+    return region(node, shard) + stepOffset_[step] + uint64_t(chunkIdx) * stepCapacity_[step] +
+           (element - keptRange.begin);
+  }
+
+ private:
+  uint64_t region(uint32_t node, uint32_t shard) const {
+    return regionBase_ + uint64_t(shards_.ordinal(node, shard)) * regionStride_;
+  }
+
+  const GenContext& ctx_;
+  const HierShards& shards_;
+  const RhdPlan& plan_;
+  uint64_t regionBase_ = 0;    ///< this channel's first RHD region
+  uint64_t regionStride_ = 0;  ///< one owned shard's RHD region
+  std::vector<uint64_t> stepOffset_;    ///< per step (and one past the last): offset inside a region
+  std::vector<uint64_t> stepCapacity_;  ///< per step: elements reserved per chunk
+};
+
+/// The flags of one channel of the rhd variant (the file comment).
+struct RhdFlags {
+  std::vector<uint32_t> phase1Arrived;                ///< per source local index
+  std::vector<uint32_t> ready;                        ///< per ordinal: the reducer's self-signal
+  std::vector<std::vector<uint32_t>> halvingArrived;  ///< [step][ordinal]: reduce-scatter arrivals
+  std::vector<std::vector<uint32_t>> doublingArrived;  ///< [step][ordinal]: all-gather arrivals
+  std::vector<uint32_t> foldIn, foldBack;             ///< per ordinal (only with extra nodes)
+  uint32_t phase3Arrived = 0;
+};
+
+/// One rank's role in the rhd variant.
+struct RhdRank {
+  uint32_t node = 0, localIndex = 0, rank = 0;
+  uint32_t localRanks = 0;  ///< G: ranks on the node
+  bool isExtra = false;     ///< node >= M2: folds into its host
+  bool isHost = false;      ///< node < E: takes the fold of node + M2
+  uint32_t foldPeer = 0;    ///< the extra node's host, or the host's extra node
+  std::vector<uint32_t> owned;
+  /// Where the node partial of a chunk lives before the exchanges: output after phase 1 (or the fold), the
+  /// input itself on a node of one rank.
+  uint16_t partial = 0;
+  /// readyAt[owned][chunk][k]: signals to `ready` after stage k of the chunk (k = 0: its partial is complete;
+  /// k = j + 1: step j reduced), what the sender and phase 3 wait for.
+  std::vector<std::vector<std::vector<uint64_t>>> readyAt;
+};
+
+/// Emits one channel of the rhd variant: per rank, its intra-node reduce-scatter sends (phase 1, mover), its
+/// reducer (phase-1 reductions, the fold, each halving step's reduction), its inter-node exchanges (sender:
+/// fold in, recursive halving, recursive doubling, fold back), and its intra-node all-gather sends (phase 3,
+/// mover); then every rank's completion waits.
+class RhdVariant {
+ public:
+  RhdVariant(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part)
+      : b_(b),
+        ctx_(ctx),
+        lanes_(b, ctx, channel),
+        layout_(hierLayout(ctx)),
+        plan_(rhdPlan(layout_.nodes)),
+        shards_(ctx, layout_, channel, part),
+        walk_(ctx, layout_, shards_, plan_, channel),
+        scratch_(scratchBuffer(ctx)),
+        // Every exchanged half is non-empty (the smallest chunk splits into M2 pieces): every lane exists.
+        full_(splitRange(shards_.range(layout_.shards - 1), ctx.opt.chunks, ctx.opt.chunks - 1).size >= plan_.pow2) {
+    const uint32_t maxOwned = layout_.maxOwned;
+    flags_.phase1Arrived = b.newFlags(layout_.shards > 1 ? layout_.shards : 0);
+    flags_.ready = b.newFlags(maxOwned);
+    for (uint32_t j = 0; j < plan_.steps; ++j) {
+      flags_.halvingArrived.push_back(b.newFlags(maxOwned));
+      flags_.doublingArrived.push_back(b.newFlags(maxOwned));
+    }
+    flags_.foldIn = b.newFlags(plan_.extra > 0 ? maxOwned : 0);
+    flags_.foldBack = b.newFlags(plan_.extra > 0 ? maxOwned : 0);
+    flags_.phase3Arrived = layout_.shards > 1 ? b.newFlag() : 0;
+  }
+
+  void emit() {
+    for (uint32_t node = 0; node < layout_.nodes; ++node)
+      for (uint32_t localIndex = 0; localIndex < ctx_.nodeSize(node); ++localIndex) {
+        RhdRank me = planRank(node, localIndex);
+        if (full_) reserveSteps(me);
+        sendPhase1(me);
+        runReducer(me);
+        Exchanges(*this, me).emit();
+        if (me.localRanks > 1) sendPhase3(me);
+      }
+    waitForCompletion();
+  }
+
+ private:
+  uint32_t chunks() const { return ctx_.opt.chunks; }  ///< K
+  uint32_t steps() const { return plan_.steps; }       ///< J: exchanges per pass
+
+  RhdRank planRank(uint32_t node, uint32_t localIndex) const {
+    RhdRank me;
+    me.node = node;
+    me.localIndex = localIndex;
+    me.rank = ctx_.nodeRanks[node][localIndex];
+    me.localRanks = ctx_.nodeSize(node);
+    me.isExtra = node >= plan_.pow2;
+    me.isHost = node < plan_.extra;
+    me.foldPeer = me.isExtra ? node - plan_.pow2 : node + plan_.pow2;  // only meaningful for extra and host nodes
+    me.owned = shards_.ownedBy(node, localIndex);
+    me.partial = (me.localRanks > 1 || me.isHost) ? ctx_.output : ctx_.input;
+    return me;
+  }
+
+  /// Where a halving step's own operand lives: before the first step the partial as phase 1 left it (the
+  /// fold, on a host, leaves it in output), afterwards what the previous step reduced into output.
+  uint16_t operandAt(const RhdRank& me, uint32_t step) const {
+    return step == 0 && !me.isHost ? (me.localRanks > 1 ? ctx_.output : ctx_.input) : ctx_.output;
+  }
+
+  /// Upper bounds of each lane's steps (exact up to a few skipped waits): growing 24 k lane vectors by doubling
+  /// made malloc half of the generation time at 8192 ranks.
+  void reserveSteps(const RhdRank& me) {
+    const uint32_t r = me.rank;
+    const uint64_t k = chunks(), own = me.owned.size(), g = me.localRanks, j = steps();
+    if (me.localRanks > 1)
+      b_.reserveSteps(r, lanes_.mover(r), k * (layout_.shards - own + own * (g - 1)) + k * own * (g - 1 + 1 + j));
+    b_.reserveSteps(r, lanes_.reducer(r), k * own * (2 * (g - 1) + 3 + 3 * j) + 1 + uint64_t(layout_.maxOwned) * j);
+    b_.reserveSteps(r, lanes_.sender(r), k * own * (4 * j + 3 + j));
+  }
+
+  /// Phase 1, intra-node reduce-scatter (mover): chunk t of the input to each shard's owner (chunk, then
+  /// shard), one piece per chunk.
+  void sendPhase1(const RhdRank& me) {
+    const uint32_t r = me.rank, localRanks = me.localRanks;
+    for (uint32_t t = 0; t < chunks() && localRanks > 1; ++t)
+      for (uint32_t i = 1; i < localRanks; ++i) {
+        const uint32_t peerIndex = (me.localIndex + i) % localRanks;
+        const uint32_t peer = ctx_.nodeRanks[me.node][peerIndex];
+        for (uint32_t s = peerIndex; s < layout_.shards; s += localRanks) {
+          const Range c = walk_.chunk(s, t);
+          if (c.size > 0)
+            b_.put(r, lanes_.mover(r), bufRef(peer, scratch_, shards_.phase1Slot(me.node, me.localIndex, s, c.begin)),
+                   bufRef(r, ctx_.input, c.begin), c.size, flags_.phase1Arrived[me.localIndex]);
+        }
+      }
+  }
+
+  /// The reducer, per chunk: the phase-1 reduction (and the fold on a host), then the reduction of each
+  /// halving step's received half; fills me.readyAt.
+  void runReducer(RhdRank& me) {
+    const uint32_t r = me.rank, node = me.node, localRanks = me.localRanks, J = steps();
+    const auto own = me.owned.size();
+    me.readyAt.assign(own, std::vector<std::vector<uint64_t>>(chunks(), std::vector<uint64_t>(J + 1, 0)));
+    std::vector<uint64_t> phase1Seen(localRanks, 0), foldSeen(own, 0), halvingSeen(own * size_t(J), 0);
+    for (uint32_t t = 0; t < chunks(); ++t) {
+      for (std::size_t jo = 0; jo < own; ++jo) {
+        const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
+        const Range c = walk_.chunk(s, t);
+        if (c.size > 0 && localRanks > 1) {
+          const uint32_t red = lanes_.reducer(r);
+          for (uint32_t l = 0; l < localRanks; ++l)
+            if (l != me.localIndex) b_.wait(r, red, flags_.phase1Arrived[l], ++phase1Seen[l]);
+          auto operand = [&](uint32_t l) {
+            return l == me.localIndex ? bufRef(r, ctx_.input, c.begin)
+                                      : bufRef(r, scratch_, shards_.phase1Slot(node, l, s, c.begin));
+          };
+          reduceChain(b_, r, red, bufRef(r, ctx_.output, c.begin), localRanks, operand, c.size);
+        }
+        if (c.size > 0 && me.isHost) {
+          const uint32_t red = lanes_.reducer(r);
+          b_.wait(r, red, flags_.foldIn[m], ++foldSeen[jo]);
+          b_.reduce(r, red, bufRef(r, ctx_.output, c.begin), bufRef(r, localRanks > 1 ? ctx_.output : ctx_.input, c.begin),
+                    bufRef(r, scratch_, walk_.foldSlot(node, s, c.begin)), c.size);
+        }
+        if (c.size > 0 && (localRanks > 1 || me.isHost)) b_.signal(r, lanes_.reducer(r), r, flags_.ready[m]);
+        me.readyAt[jo][t][0] = b_.signalsSent(r, flags_.ready[m]);
+      }
+      for (uint32_t j = 0; j < J && !me.isExtra; ++j)
+        for (std::size_t jo = 0; jo < own; ++jo) {
+          const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
+          const Range u = walk_.kept(node, s, t, int(j));
+          if (u.size > 0) {
+            const uint32_t red = lanes_.reducer(r);
+            b_.wait(r, red, flags_.halvingArrived[j][m], ++halvingSeen[jo * size_t(J) + j]);
+            b_.reduce(r, red, bufRef(r, ctx_.output, u.begin), bufRef(r, operandAt(me, j), u.begin),
+                      bufRef(r, scratch_, walk_.stepSlot(node, s, t, j, u, u.begin)), u.size);
+            b_.signal(r, red, r, flags_.ready[m]);
+          }
+          me.readyAt[jo][t][j + 1] = b_.signalsSent(r, flags_.ready[m]);
+        }
+    }
+  }
+
+  /// The sender's inter-node exchanges, per chunk: the fold into the host (an extra node), or recursive
+  /// halving, recursive doubling and, on a host, the final chunk back to its extra node. Arrivals are counted
+  /// per flag to give exact thresholds.
+  class Exchanges {
+   public:
+    Exchanges(RhdVariant& v, const RhdRank& me)
+        : v_(v),
+          me_(me),
+          readyWaited_(me.owned.size(), 0),
+          doublingSeen_(me.owned.size() * size_t(v.steps()), 0),
+          doublingWaited_(me.owned.size() * size_t(v.steps()), 0) {}
+
+    void emit() {
+      for (uint32_t t = 0; t < v_.chunks(); ++t) {
+        if (me_.isExtra) {
+          foldIn(t);
+          continue;
+        }
+        halve(t);
+        doubleBack(t);
+        if (me_.isHost) foldBack(t);
+      }
+    }
+
+   private:
+    uint32_t sender() { return v_.lanes_.sender(me_.rank); }
+
+    void waitReady(std::size_t jo, uint32_t ordinal, uint64_t need) {
+      if (need <= readyWaited_[jo]) return;
+      v_.b_.wait(me_.rank, sender(), v_.flags_.ready[ordinal], need);
+      readyWaited_[jo] = need;
+    }
+    void waitDoubling(std::size_t jo, uint32_t ordinal, uint32_t step) {
+      const size_t k = jo * size_t(v_.steps()) + step;
+      if (doublingSeen_[k] <= doublingWaited_[k]) return;
+      v_.b_.wait(me_.rank, sender(), v_.flags_.doublingArrived[step][ordinal], doublingSeen_[k]);
+      doublingWaited_[k] = doublingSeen_[k];
+    }
+
+    /// An extra node's chunk `t` of its node partial into its host's fold slot.
+    void foldIn(uint32_t t) {
+      const uint32_t r = me_.rank, node = me_.node, host = me_.foldPeer;
+      for (std::size_t jo = 0; jo < me_.owned.size(); ++jo) {
+        const uint32_t s = me_.owned[jo], m = v_.shards_.ordinal(node, s);
+        const Range c = v_.walk_.chunk(s, t);
+        if (c.size == 0) continue;
+        waitReady(jo, m, me_.readyAt[jo][t][0]);  // the phase-1 reduction of this chunk (none on a node of one rank)
+        v_.b_.put(r, sender(), bufRef(v_.shards_.owner(host, s), v_.scratch_, v_.walk_.foldSlot(host, s, c.begin)),
+                  bufRef(r, me_.partial, c.begin), c.size, v_.flags_.foldIn[v_.shards_.ordinal(host, s)]);
+      }
+    }
+
+    /// Recursive halving (reduce-scatter): at step j the half not kept goes to the partner at distance
+    /// M2/2^(j+1) once the reducer has finished the previous step.
+    void halve(uint32_t t) {
+      const uint32_t r = me_.rank, node = me_.node;
+      for (uint32_t j = 0; j < v_.steps(); ++j)
+        for (std::size_t jo = 0; jo < me_.owned.size(); ++jo) {
+          const uint32_t s = me_.owned[jo], m = v_.shards_.ordinal(node, s);
+          const Range u = v_.walk_.sent(node, s, t, j);
+          if (u.size == 0) continue;
+          waitReady(jo, m, me_.readyAt[jo][t][j]);
+          const uint32_t partner = node ^ v_.plan_.distance(j);
+          v_.b_.put(r, sender(),
+                    bufRef(v_.shards_.owner(partner, s), v_.scratch_, v_.walk_.stepSlot(partner, s, t, j, u, u.begin)),
+                    bufRef(r, v_.operandAt(me_, j), u.begin), u.size,
+                    v_.flags_.halvingArrived[j][v_.shards_.ordinal(partner, s)]);
+        }
+    }
+
+    /// Recursive doubling (all-gather): the same partners backwards, each sending its whole current range
+    /// straight into the partner's output, the last step's once the reducer is done, every other once the
+    /// previous doubling step's half has arrived.
+    void doubleBack(uint32_t t) {
+      const uint32_t r = me_.rank, node = me_.node, J = v_.steps();
+      for (uint32_t k = 0; k < J; ++k) {
+        const uint32_t j = J - 1 - k;
+        for (std::size_t jo = 0; jo < me_.owned.size(); ++jo) {
+          const uint32_t s = me_.owned[jo], m = v_.shards_.ordinal(node, s);
+          // What arrives at this step: the partner's kept range, i.e. what this node sent at step j.
+          if (v_.walk_.sent(node, s, t, j).size > 0) ++doublingSeen_[jo * size_t(J) + j];
+          const Range u = v_.walk_.kept(node, s, t, int(j));
+          if (u.size == 0) continue;
+          if (k == 0)
+            waitReady(jo, m, me_.readyAt[jo][t][J]);
+          else
+            waitDoubling(jo, m, j + 1);
+          const uint32_t partner = node ^ v_.plan_.distance(j);
+          v_.b_.put(r, sender(), bufRef(v_.shards_.owner(partner, s), v_.ctx_.output, u.begin),
+                    bufRef(r, v_.ctx_.output, u.begin), u.size,
+                    v_.flags_.doublingArrived[j][v_.shards_.ordinal(partner, s)]);
+        }
+      }
+    }
+
+    /// A host's final chunk `t` back to its extra node, once every doubling step's half has arrived.
+    void foldBack(uint32_t t) {
+      const uint32_t r = me_.rank, node = me_.node, extra = me_.foldPeer;
+      for (std::size_t jo = 0; jo < me_.owned.size(); ++jo) {
+        const uint32_t s = me_.owned[jo], m = v_.shards_.ordinal(node, s);
+        const Range c = v_.walk_.chunk(s, t);
+        if (c.size == 0) continue;
+        waitReady(jo, m, me_.readyAt[jo][t][v_.steps()]);
+        for (uint32_t j = 0; j < v_.steps(); ++j) waitDoubling(jo, m, j);
+        v_.b_.put(r, sender(), bufRef(v_.shards_.owner(extra, s), v_.ctx_.output, c.begin),
+                  bufRef(r, v_.ctx_.output, c.begin), c.size, v_.flags_.foldBack[v_.shards_.ordinal(extra, s)]);
+      }
+    }
+
+    RhdVariant& v_;
+    const RhdRank& me_;
+    std::vector<uint64_t> readyWaited_;     ///< per owned shard: `ready` awaited so far
+    std::vector<uint64_t> doublingSeen_;    ///< [owned][step]: doubling arrivals so far
+    std::vector<uint64_t> doublingWaited_;  ///< [owned][step]: doubling arrivals awaited so far
+  };
+
+  /// Phase 3, intra-node all-gather (mover): chunk t of each owned shard to the node's other ranks once final
+  /// (the own reductions and every doubling arrival of the chunk; on an extra node the chunk its host sent
+  /// back).
+  void sendPhase3(const RhdRank& me) {
+    const uint32_t r = me.rank, node = me.node, localRanks = me.localRanks, J = steps();
+    const auto own = me.owned.size();
+    std::vector<uint64_t> readySeen(own, 0), doublingCount(own * size_t(J), 0), doublingDone(own * size_t(J), 0),
+        backCount(own, 0);
+    for (uint32_t t = 0; t < chunks(); ++t)
+      for (std::size_t jo = 0; jo < own; ++jo) {
+        const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
+        const Range c = walk_.chunk(s, t);
+        if (c.size == 0) continue;
+        const uint32_t mover = lanes_.mover(r);
+        if (me.isExtra) {
+          b_.wait(r, mover, flags_.foldBack[m], ++backCount[jo]);
+        } else {
+          const uint64_t need = me.readyAt[jo][t][J];
+          if (need > readySeen[jo]) {
+            b_.wait(r, mover, flags_.ready[m], need);
+            readySeen[jo] = need;
+          }
+          for (uint32_t j = 0; j < J; ++j) {
+            const size_t k = jo * size_t(J) + j;
+            if (walk_.sent(node, s, t, j).size > 0) ++doublingCount[k];
+            if (doublingCount[k] > doublingDone[k]) {
+              b_.wait(r, mover, flags_.doublingArrived[j][m], doublingCount[k]);
+              doublingDone[k] = doublingCount[k];
+            }
+          }
+        }
+        for (uint32_t i = 1; i < localRanks; ++i) {
+          const uint32_t peer = ctx_.nodeRanks[node][(me.localIndex + i) % localRanks];
+          b_.put(r, mover, bufRef(peer, ctx_.output, c.begin), bufRef(r, ctx_.output, c.begin), c.size,
+                 flags_.phase3Arrived);
+        }
+      }
+  }
+
+  /// Completion: non-owned shards arrive in phase 3; a node of one rank ends with its own last arrivals.
+  void waitForCompletion() {
+    for (uint32_t r = 0; r < ctx_.nRanks; ++r) {
+      const uint32_t node = ctx_.nodeOf[r];
+      if (layout_.shards > 1) waitForAll(b_, lanes_, r, flags_.phase3Arrived);
+      if (ctx_.nodeSize(node) == 1) {
+        for (uint32_t m = 0; m < layout_.maxOwned; ++m) {
+          if (node >= plan_.pow2) waitForAll(b_, lanes_, r, flags_.foldBack[m]);
+          for (uint32_t j = 0; j < steps() && node < plan_.pow2; ++j)
+            waitForAll(b_, lanes_, r, flags_.doublingArrived[j][m]);
+        }
+      }
+    }
+  }
+
+  ScheduleBuilder& b_;
+  const GenContext& ctx_;
+  ChannelLanes lanes_;
+  const HierLayout layout_;
+  const RhdPlan plan_;
+  const HierShards shards_;
+  const RhdWalk walk_;
+  const uint16_t scratch_;
+  const bool full_;
+  RhdFlags flags_;
+};
+
+}  // namespace
+
+void emitHierarchicalRhd(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part) {
+  RhdVariant(b, ctx, channel, part).emit();
+}
+
+/// Hierarchical with inter = "rhd": the longest path through the lanes, as a max-plus recurrence over the K
+/// chunks and the 2 log2(M2) exchanges of each, one representative per node (its busiest rank's loads) fed
+/// by its partners' representatives (docs/algorithms-allreduce.md, "hierarchical, rhd"). A unit is one chunk
+/// of a shard; the half exchanged at step j costs ceil(chunk / 2^(j+1)) / chunk units (exact when the chunk
+/// divides by M2, and never below the real half otherwise). With equal nodes every rank of a node runs the
+/// same steps at the same times, so the recurrence is the timeline; uneven nodes make it a bound.
+PathCounts rhdLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, const std::vector<HierNodeLoad>& nodes) {
+  const Longest longest(&u);
+  const auto M = static_cast<uint32_t>(nodes.size());
+  const RhdPlan plan = rhdPlan(M);
+  const uint32_t J = plan.steps, M2 = plan.pow2;
+  std::vector<double> frac(J);
+  for (uint32_t j = 0; j < J; ++j)
+    frac[j] = double((chunkMax + (uint64_t(1) << (j + 1)) - 1) >> (j + 1)) / double(chunkMax);
+  const PathCounts zero, put = nvGroup(1, 1), red1 = redGroup(1, 1);
+  struct State {
+    PathCounts red, snd, mu, ready, finalReady, arrivals, fold, back;
+    std::vector<PathCounts> rs, ag;  // this chunk's send ends per step
+  };
+  std::vector<State> st(M);
+  for (uint32_t n = 0; n < M; ++n) {
+    st[n].rs.resize(J);
+    st[n].ag.resize(J);
+  }
+  std::vector<std::vector<PathCounts>> rounds(M, std::vector<PathCounts>(K));
+  for (uint32_t n = 0; n < M; ++n)
+    for (uint32_t t = 0; t < K; ++t) rounds[n][t] = (t ? rounds[n][t - 1] : zero) + nodes[n].p1Puts * put;
+  for (uint32_t n = 0; n < M; ++n) st[n].mu = rounds[n][K - 1];
+  auto partner = [&](uint32_t n, uint32_t j) { return n ^ plan.distance(j); };
+  for (uint32_t t = 0; t < K; ++t) {
+    for (uint32_t n = 0; n < M; ++n) {  // phase-1 group t on the reducer
+      State& s = st[n];
+      s.ready = zero;  // a node of one rank sends its own input at once
+      if (nodes[n].phases) {
+        s.red = longest(s.red, rounds[n][t]) + nodes[n].perOwner * red1;
+        s.ready = s.red + flagHop();
+      }
+    }
+    for (uint32_t n = M2; n < M; ++n) st[n].fold = st[n].snd = longest(st[n].snd, st[n].ready) + nodes[n].owned * netGroup(1, 1);
+    for (uint32_t n = 0; n < plan.extra; ++n) {
+      State& s = st[n];
+      s.red = longest(s.red, st[n + M2].fold) + nodes[n].owned * red1;
+      s.ready = s.red + flagHop();
+    }
+    for (uint32_t j = 0; j < J; ++j) {
+      for (uint32_t n = 0; n < M2; ++n)
+        st[n].rs[j] = st[n].snd = longest(st[n].snd, st[n].ready) + nodes[n].owned * netGroup(1, frac[j]);
+      for (uint32_t n = 0; n < M2; ++n) {
+        State& s = st[n];
+        s.red = longest(s.red, st[partner(n, j)].rs[j]) + nodes[n].owned * redGroup(1, frac[j]);
+        s.ready = s.red + flagHop();
+      }
+    }
+    for (uint32_t k = 0; k < J; ++k) {
+      const uint32_t j = J - 1 - k;
+      for (uint32_t n = 0; n < M2; ++n) {
+        const PathCounts ready = k == 0 ? st[n].ready : st[partner(n, j + 1)].ag[k - 1];
+        st[n].ag[k] = longest(st[n].snd, ready) + nodes[n].owned * netGroup(1, frac[j]);
+      }
+      for (uint32_t n = 0; n < M2; ++n) st[n].snd = st[n].ag[k];
+    }
+    for (uint32_t n = 0; n < M2; ++n) {  // this chunk is final on node n
+      State& s = st[n];
+      s.finalReady = s.ready;
+      for (uint32_t k = 0; k < J; ++k) s.finalReady = longest(s.finalReady, st[partner(n, J - 1 - k)].ag[k]);
+      s.arrivals = longest(s.arrivals, s.finalReady);
+    }
+    for (uint32_t n = 0; n < plan.extra; ++n) {
+      State& s = st[n];
+      st[n + M2].back = s.snd = longest(s.snd, s.finalReady) + nodes[n].owned * netGroup(1, 1);
+      st[n + M2].finalReady = st[n + M2].back;
+      st[n + M2].arrivals = longest(st[n + M2].arrivals, st[n + M2].back);
+    }
+    for (uint32_t n = 0; n < M; ++n)  // phase 3: chunk t to the node's other ranks
+      if (nodes[n].phases) st[n].mu = longest(st[n].mu, st[n].finalReady) + nodes[n].perOwner * put;
+  }
+  PathCounts total = zero;
+  for (uint32_t n = 0; n < M; ++n) {
+    const State& s = st[n];
+    PathCounts end = longest({s.red, s.snd, nodes[n].phases ? s.mu : s.arrivals});
+    total = n ? longest(total, end) : end;
+  }
+  return total;
+}
+
+}  // namespace mk::detail

@@ -1,0 +1,217 @@
+// mkernel — the closed forms' vocabulary (closed_form.hpp).
+#include "closed_form.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "common.hpp"
+#include "mk/error.hpp"
+#include "mk/util/size.hpp"
+
+namespace mk::detail {
+
+ClosedFormShape shapeOf(const CostContext& c) {
+  ClosedFormShape s;
+  s.p = c.gen.nRanks;
+  s.nodes = c.gen.nNodes();
+  s.gMax = c.gen.maxLocal;
+  s.gMin = s.gMax;
+  for (const auto& n : c.gen.nodeRanks) s.gMin = std::min(s.gMin, static_cast<uint32_t>(n.size()));
+  s.evenNodes = s.gMin == s.gMax;
+  s.part0 = splitRange(Range{0, c.spec.count}, effectiveChannels(c.gen), 0);
+  return s;
+}
+
+double chunkCount(uint64_t size, uint32_t chunks) { return double(std::min<uint64_t>(size, chunks)); }
+
+// ---- counted paths -------------------------------------------------------------------------------------------
+
+PathCounts operator+(PathCounts a, const PathCounts& b) {
+  a.nvA += b.nvA;
+  a.nvB += b.nvB;
+  a.netA += b.netA;
+  a.netB += b.netB;
+  a.redA += b.redA;
+  a.redB += b.redB;
+  a.copyA += b.copyA;
+  a.copyB += b.copyB;
+  a.flag += b.flag;
+  return a;
+}
+PathCounts operator*(double k, PathCounts a) {
+  a.nvA *= k;
+  a.nvB *= k;
+  a.netA *= k;
+  a.netB *= k;
+  a.redA *= k;
+  a.redB *= k;
+  a.copyA *= k;
+  a.copyB *= k;
+  a.flag *= k;
+  return a;
+}
+PathCounts nvMsg() {
+  PathCounts c;
+  c.nvA = c.nvB = 1;
+  return c;
+}
+PathCounts netMsg() {
+  PathCounts c;
+  c.netA = c.netB = 1;
+  return c;
+}
+PathCounts redMsg() {
+  PathCounts c;
+  c.redA = c.redB = 1;
+  return c;
+}
+PathCounts copyMsg() {
+  PathCounts c;
+  c.copyA = c.copyB = 1;
+  return c;
+}
+PathCounts flagHop() {
+  PathCounts c;
+  c.flag = 1;
+  return c;
+}
+/// An NVLink message of `units` units in `pieces` steps.
+PathCounts nvGroup(double pieces, double units) {
+  PathCounts c;
+  c.nvA = pieces;
+  c.nvB = units;
+  return c;
+}
+/// Local reductions of `units` units in `pieces` steps.
+PathCounts redGroup(double pieces, double units) {
+  PathCounts c;
+  c.redA = pieces;
+  c.redB = units;
+  return c;
+}
+
+PathCounts netGroup(double pieces, double units) {
+  PathCounts c;
+  c.netA = pieces;
+  c.netB = units;
+  return c;
+}
+
+UnitPrices unitPrices(const CostContext& c, uint64_t elems, bool needsNet) {
+  const Profile& pf = c.profile;
+  requirePositive("profile.nvlink.bwGBs", pf.nvlink.bwGBs, "this closed form");
+  requirePositive("profile.local.bwGBs", pf.local.bwGBs, "this closed form");
+  requirePositive("profile.reduceGBs", pf.reduceGBs, "this closed form");
+  if (needsNet) requirePositive("profile.network.bwGBs", pf.network.bwGBs, "this closed form");
+  UnitPrices u;
+  u.share = effectiveChannels(c.gen);
+  u.bytes = double(elems) * double(dtypeSize(c.spec.dtype));
+  const double b = u.bytes * u.share / 1e3;  // bytes / (GB/s * 1e3 / share) = b / GB/s
+  u.nvLat = pf.nvlink.alphaUs;
+  u.nvBw = b / pf.nvlink.bwGBs;
+  u.netLat = pf.proxyUs + pf.network.alphaUs;
+  u.netBw = needsNet ? b / pf.network.bwGBs : 0;
+  u.redLat = pf.local.alphaUs;
+  u.redBw = b / pf.reduceGBs;
+  u.copyLat = pf.local.alphaUs;
+  u.copyBw = b / pf.local.bwGBs;
+  u.flag = pf.localFlagUs;  // every F of these formulas is a reducer lane signalling a lane of its own GPU
+  u.dispatch = pf.dispatchUs;
+  return u;
+}
+
+CostEstimate estimate(const UnitPrices& u, const PathCounts& path, const std::string& symbolic) {
+  CostEstimate e;
+  e.latencyUs = u.dispatch + path.nvA * u.nvLat + path.netA * u.netLat + path.redA * u.redLat +
+                path.copyA * u.copyLat + path.flag * u.flag;
+  e.bandwidthUs = path.nvB * u.nvBw + path.netB * u.netBw + path.copyB * u.copyBw;
+  e.reduceUs = path.redB * u.redBw;
+  e.totalUs = u.dispatch + path.value(u);
+  std::ostringstream f;
+  f << symbolic << "; critical path = D";
+  bool split = false;
+  auto term = [&](double a, double bytes, const char* name) {
+    if (a == bytes) {
+      if (a != 0) f << " + " << formatNumber(a) << "*t_" << name;
+      return;
+    }
+    split = true;
+    if (a != 0) f << " + " << formatNumber(a) << "*a_" << name;
+    if (bytes != 0) f << " + " << formatNumber(bytes) << "*b_" << name;
+  };
+  term(path.nvA, path.nvB, "nv");
+  term(path.netA, path.netB, "net");
+  term(path.redA, path.redB, "red");
+  term(path.copyA, path.copyB, "copy");
+  if (path.flag != 0) f << " + " << formatNumber(path.flag) << "*F";
+  f << " = " << formatNumber(e.totalUs) << " us with piece " << formatNumber(u.bytes) << " B, C " << formatNumber(u.share) << ", D " << formatNumber(u.dispatch)
+    << ", t_nv " << formatNumber(u.nv()) << ", t_net " << formatNumber(u.net()) << ", t_red " << formatNumber(u.red()) << ", t_copy " << formatNumber(u.copy())
+    << ", F " << formatNumber(u.flag) << " us";
+  if (split) f << " (a_x: the alpha of t_x, b_x: its bytes term)";
+  e.formula = f.str();
+  return e;
+}
+
+CostEstimate costLocalCopy(const CostContext& c, const ClosedFormShape& s) {
+  const UnitPrices u = unitPrices(c, s.part0.size, false);
+  return estimate(u, copyMsg(), "p = 1: D + t_copy(n/C)");
+}
+
+// ---- priced paths --------------------------------------------------------------------------------------------
+
+Term maxOf(std::initializer_list<Term> terms) {
+  Term best = *terms.begin();
+  for (const Term& t : terms)
+    if (t.total() > best.total()) best = t;
+  return best;
+}
+
+ChunkPrices::ChunkPrices(const CostContext& ctx) : c(ctx) {
+  const Profile& pr = ctx.profile;
+  const uint64_t count = ctx.spec.count;
+  const uint64_t ch = std::min<uint64_t>(ctx.opt.channels, count);
+  const uint64_t part = (count + ch - 1) / ch;
+  const uint64_t k = std::min<uint64_t>(ctx.opt.chunks, part);
+  const uint64_t chunk = (part + k - 1) / k;
+  const auto esize = static_cast<double>(dtypeSize(ctx.spec.dtype));
+  channels = static_cast<double>(ch);
+  chunks = static_cast<double>(k);
+  partBytes = static_cast<double>(part) * esize;
+  chunkBytes = static_cast<double>(chunk) * esize;
+  t0 = Term{pr.dispatchUs, 0, 0};
+  nvl = Term{pr.nvlink.alphaUs, chunkBytes * channels / (pr.nvlink.bwGBs * 1e3), 0};
+  net = Term{pr.proxyUs + pr.network.alphaUs, chunkBytes * channels / (pr.network.bwGBs * 1e3), 0};
+  copy = Term{pr.local.alphaUs, partBytes * channels / (pr.local.bwGBs * 1e3), 0};
+  reduce = Term{pr.local.alphaUs, 0, chunkBytes * channels / (pr.reduceGBs * 1e3)};
+}
+
+std::string ChunkPrices::symbols() const {
+  const GenContext& g = c.gen;
+  std::ostringstream os;
+  os << "p=" << g.nRanks << " M=" << g.nNodes() << " G=" << g.maxLocal << " n=" << formatNumber(partBytes * channels, 4)
+     << "B C=" << formatNumber(channels, 4) << " K=" << formatNumber(chunks, 4) << " nc=" << formatNumber(chunkBytes, 4) << "B; T_nvl=" << formatNumber(nvl.total(), 4)
+     << " T_net=" << formatNumber(net.total(), 4) << " T_copy=" << formatNumber(copy.total(), 4) << " R=" << formatNumber(reduce.total(), 4) << " t0="
+     << formatNumber(t0.total(), 4);
+  return os.str();
+}
+
+CostEstimate ChunkPrices::finish(const Term& critical, const std::string& formula) const {
+  CostEstimate e;
+  const Term all = t0 + critical;
+  e.latencyUs = all.lat;
+  e.bandwidthUs = all.bw;
+  e.reduceUs = all.red;
+  e.totalUs = all.total();
+  e.formula = formula + "  [" + symbols() + "] = " + formatNumber(e.totalUs, 4) + " us";
+  return e;
+}
+
+Term slowestRingHop(const ChunkPrices& x) {
+  const GenContext& g = x.c.gen;
+  bool intra = false, inter = false;
+  for (uint32_t r = 0; r < g.nRanks; ++r) (g.sameNode(r, (r + 1) % g.nRanks) ? intra : inter) = true;
+  if (intra && inter) return maxOf({x.nvl, x.net});
+  return inter ? x.net : x.nvl;
+}
+
+}  // namespace mk::detail

@@ -1,0 +1,80 @@
+// mkernel — helpers shared by the generators (common.hpp).
+#include "common.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "mk/error.hpp"
+
+namespace mk::detail {
+
+uint32_t effectiveChannels(const GenContext& ctx) {
+  return static_cast<uint32_t>(std::min<uint64_t>(ctx.opt.channels, ctx.spec.count));
+}
+
+uint64_t checkedProduct(uint64_t a, uint64_t b, const char* what) {
+  if (a != 0 && b > std::numeric_limits<uint64_t>::max() / a)
+    throw Error(ErrorCode::InvalidArgument, std::string("scratch size of ") + what + " overflows 64 bits (" +
+                                                std::to_string(a) + " x " + std::to_string(b) + " elements)");
+  return a * b;
+}
+
+void waitForAll(ScheduleBuilder& b, ChannelLanes& lanes, uint32_t rank, uint32_t flag) {
+  const uint64_t n = b.signalsSent(rank, flag);
+  if (n > 0) b.wait(rank, lanes.reducer(rank), flag, n);
+}
+
+void emitLocalCopy(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part) {
+  ChannelLanes lanes(b, ctx, channel);
+  b.copy(0, lanes.mover(0), bufRef(0, ctx.output, part.begin), bufRef(0, ctx.input, part.begin), part.size);
+}
+
+std::vector<Range> chunkRanges(Range part, uint32_t chunks) {
+  const auto k = static_cast<uint32_t>(std::min<uint64_t>(chunks, part.size));
+  std::vector<Range> out;
+  out.reserve(k);
+  for (uint32_t i = 0; i < k; ++i) out.push_back(splitRange(part, k, i));
+  return out;
+}
+
+LaneRole sendRole(const GenContext& ctx, uint32_t from, uint32_t to) {
+  return ctx.sameNode(from, to) ? LaneRole::Intra : LaneRole::InterSend;
+}
+
+LaneRole recvRole(const GenContext& ctx, uint32_t from, uint32_t to) {
+  return ctx.sameNode(from, to) ? LaneRole::Intra : LaneRole::InterRecv;
+}
+
+std::vector<uint32_t> localPeers(const GenContext& ctx, uint32_t rank) {
+  const auto& mates = ctx.nodeRanks[ctx.nodeOf[rank]];
+  const uint32_t me = ctx.localIndex[rank];
+  std::vector<uint32_t> out;
+  out.reserve(mates.size());
+  for (std::size_t i = 1; i < mates.size(); ++i) out.push_back(mates[(me + i) % mates.size()]);
+  return out;
+}
+
+uint32_t railOwner(const GenContext& ctx, uint32_t node, uint32_t g) {
+  const auto& mates = ctx.nodeRanks[node];
+  return mates[g % mates.size()];
+}
+
+std::vector<uint32_t> railsOf(const GenContext& ctx, uint32_t rank) {
+  std::vector<uint32_t> out;
+  for (uint32_t g = ctx.localIndex[rank]; g < ctx.maxLocal; g += ctx.nodeSize(ctx.nodeOf[rank])) out.push_back(g);
+  return out;
+}
+
+void addScratch(ScheduleBuilder& b, GenContext& ctx, uint64_t slots) {
+  if (slots == 0) return;
+  ctx.scratch = b.addBuffer("scratch", ctx.spec.dtype, BufferKind::Scratch, slots * ctx.spec.count);
+}
+
+void localCopy(ScheduleBuilder& b, const GenContext& ctx, uint32_t rank, uint32_t channel, uint64_t dstOffset,
+               uint16_t srcBuf, uint64_t srcOffset, uint64_t count) {
+  b.copy(rank, b.lane(rank, LaneRole::Compute, channel), bufRef(rank, ctx.output, dstOffset), bufRef(rank, srcBuf, srcOffset),
+         count);
+}
+
+}  // namespace mk::detail

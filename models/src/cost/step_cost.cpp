@@ -1,0 +1,190 @@
+// mkernel — the per-step rules of the timeline model (step_cost.hpp, docs/cost-model.md).
+#include "mk/cost/step_cost.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "mk/error.hpp"
+#include "mk/schedule/check.hpp"
+
+namespace mk {
+
+namespace {
+
+// GB/s is 1e3 bytes per microsecond, TFLOP/s 1e6 FLOPs per microsecond.
+constexpr double kBytesPerUsPerGBs = 1e3;
+constexpr double kFlopsPerUsPerTflops = 1e6;
+
+[[noreturn]] void badStep(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step, const std::string& what) {
+  throw Error(ErrorCode::InvalidSchedule, describeStep(s, rank, lane, step) + ": " + what);
+}
+
+}  // namespace
+
+StepResource stepResource(const Schedule& s, const Step& st, uint32_t rank, uint32_t lane, uint32_t step) {
+  switch (st.kind) {
+    case StepKind::Put: return StepResource::NvLink;
+    case StepKind::ProxyPut: return StepResource::Network;
+    case StepKind::Gemm: return StepResource::Tensor;
+    case StepKind::Copy:
+    case StepKind::Reduce:
+      if (st.link == LinkClass::NVLink) return StepResource::NvLink;
+      if (st.link == LinkClass::Local) return StepResource::Memory;
+      if (st.link == LinkClass::Network)
+        badStep(s, rank, lane, step, "a copy or reduce cannot touch another node's memory (link network): use a ProxyPut");
+      badStep(s, rank, lane, step,
+              std::string("a copy or reduce needs link local or nvlink (got ") + toString(st.link) +
+                  "): call fillCostAttributes() first");
+    default: return StepResource::None;
+  }
+}
+
+double putIssueUs(const Profile& p) noexcept {
+  return p.putIssueUs > 0 && p.putIssueUs < p.nvlink.alphaUs ? p.putIssueUs : p.nvlink.alphaUs;
+}
+
+double putAlphaUs(const Profile& p, bool intoUserBuffer) noexcept {
+  return p.nvlink.alphaUs + (intoUserBuffer && p.userPutUs > 0 ? p.userPutUs : 0.0);
+}
+
+double putLaneUs(const Profile& p, bool intoUserBuffer) noexcept {
+  return p.putIssueUs > 0 && p.putIssueUs < p.nvlink.alphaUs ? p.putIssueUs : putAlphaUs(p, intoUserBuffer);
+}
+
+bool writesPeerUserBuffer(const Schedule& s, const Step& st, uint32_t rank) noexcept {
+  return st.dst.rank != rank && st.dst.buffer < s.buffers.size() && s.buffers[st.dst.buffer].kind != BufferKind::Scratch;
+}
+
+StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra) : s_(s), p_(p) {
+  requireRankTables(s);
+  requireNonNegative("profile.dispatchUs", p.dispatchUs);
+  requireNonNegative("profile.flagUs", p.flagUs);
+  requireNonNegative("profile.localFlagUs", p.localFlagUs);
+  requireNonNegative("profile.proxyUs", p.proxyUs);
+  requireNonNegative("profile.nvlink.alphaUs", p.nvlink.alphaUs);
+  requireNonNegative("profile.network.alphaUs", p.network.alphaUs);
+  requireNonNegative("profile.local.alphaUs", p.local.alphaUs);
+
+  singleNode_ = std::all_of(s.nodeOf.begin(), s.nodeOf.end(), [&](uint32_t n) { return n == s.nodeOf[0]; });
+  share_.assign(static_cast<std::size_t>(s.nRanks) * kStepResources, 0);
+  barrierParticipants_.assign(s.nBarriers, 0);
+  bool copyLocal = false, nvlink = false, reduce = false, network = false, gemm = false;
+  for (uint32_t r = 0; r < s.nRanks; ++r) {
+    for (uint32_t l = 0; l < s.lanes[r].size(); ++l) {
+      const auto& steps = s.lanes[r][l].steps;
+      if (steps.size() > std::numeric_limits<uint32_t>::max())
+        throw Error(ErrorCode::InvalidSchedule, "rank " + std::to_string(r) + " lane " + std::to_string(l) +
+                                                    " has more than 2^32 steps");
+      lanes_.push_back(LaneRef{r, l, steps_});
+      steps_ += steps.size();
+      bool uses[kStepResources] = {false, false, false, false};
+      for (uint32_t i = 0; i < steps.size(); ++i) {
+        const Step& st = steps[i];
+        const StepResource res = stepResource(s, st, r, l, i);
+        if (res != StepResource::None) uses[static_cast<uint32_t>(res)] = true;
+        requireSyncReferences(s, r, l, i);
+        if (st.kind == StepKind::Barrier) ++barrierParticipants_[st.aux];
+        if (extra) extra(r, l, i, res);
+        copyLocal = copyLocal || (st.kind == StepKind::Copy && res == StepResource::Memory);
+        nvlink = nvlink || res == StepResource::NvLink;
+        reduce = reduce || st.kind == StepKind::Reduce;
+        network = network || st.kind == StepKind::ProxyPut;
+        gemm = gemm || st.kind == StepKind::Gemm;
+      }
+      for (uint32_t k = 0; k < kStepResources; ++k)
+        if (uses[k]) ++share_[static_cast<std::size_t>(r) * kStepResources + k];
+    }
+  }
+  if (copyLocal) requirePositive("profile.local.bwGBs", p.local.bwGBs, "a local copy");
+  if (nvlink) requirePositive("profile.nvlink.bwGBs", p.nvlink.bwGBs, "an NVLink transfer");
+  if (reduce) requirePositive("profile.reduceGBs", p.reduceGBs, "a reduce");
+  if (network) requirePositive("profile.network.bwGBs", p.network.bwGBs, "a proxy put");
+  if (gemm) requirePositive("profile.gemmTflops", p.gemmTflops, "a gemm");
+}
+
+StepPrice StepCosts::price(const Step& st, uint32_t rank) const {
+  StepPrice pr;
+  pr.amount = static_cast<double>(st.bytes);
+  pr.unitsPerUs = kBytesPerUsPerGBs;
+  switch (st.kind) {
+    case StepKind::Copy:
+      if (st.link == LinkClass::NVLink) {
+        pr.resource = StepResource::NvLink;
+        pr.alphaUs = p_.nvlink.alphaUs;
+        pr.rate = p_.nvlink.bwGBs;
+      } else {
+        pr.resource = StepResource::Memory;
+        pr.alphaUs = p_.local.alphaUs;
+        pr.rate = p_.local.bwGBs;
+      }
+      return pr;
+    case StepKind::Reduce:
+      if (st.link == LinkClass::NVLink) {
+        pr.resource = StepResource::NvLink;
+        pr.alphaUs = p_.nvlink.alphaUs;
+        pr.rate = std::min(p_.reduceGBs, p_.nvlink.bwGBs);
+      } else {
+        pr.resource = StepResource::Memory;
+        pr.alphaUs = p_.local.alphaUs;
+        pr.rate = p_.reduceGBs;
+      }
+      return pr;
+    case StepKind::Put:
+      pr.resource = StepResource::NvLink;
+      pr.alphaUs = putLaneUs(p_, writesPeerUserBuffer(s_, st, rank));
+      pr.rate = p_.nvlink.bwGBs;
+      return pr;
+    case StepKind::ProxyPut:
+      pr.resource = StepResource::Network;
+      pr.alphaUs = p_.proxyUs + p_.network.alphaUs;
+      pr.rate = p_.network.bwGBs;
+      if (st.count == 0) pr.amount = 0;  // a signal only
+      return pr;
+    case StepKind::Gemm:
+      pr.resource = StepResource::Tensor;
+      pr.amount = st.flops;
+      pr.rate = p_.gemmTflops;
+      pr.unitsPerUs = kFlopsPerUsPerTflops;
+      return pr;
+    default: return StepPrice{};
+  }
+}
+
+double StepCosts::laneUs(const Step& st, uint32_t rank) const {
+  const StepPrice pr = price(st, rank);
+  if (pr.resource == StepResource::None) return 0;
+  // alpha, then the payload at the lane's share of the rate. A payload of 0 adds exactly 0.
+  return pr.alphaUs + pr.amount * static_cast<double>(share(rank, pr.resource)) / (pr.rate * pr.unitsPerUs);
+}
+
+double StepCosts::signalDelayUs(uint32_t fromRank, uint32_t toRank) const noexcept {
+  if (fromRank == toRank) return p_.localFlagUs;
+  if (s_.nodeOf[fromRank] == s_.nodeOf[toRank]) return p_.flagUs;
+  return p_.proxyUs + p_.network.alphaUs;
+}
+
+double StepCosts::incrementDelayUs(const Step& st, uint32_t rank) const noexcept {
+  switch (st.kind) {
+    case StepKind::Signal: return signalDelayUs(rank, st.flag.rank);
+    case StepKind::Put: {
+      // The lane moved on after the issue time; the data (and so the signal) lands alpha after the start.
+      const bool user = writesPeerUserBuffer(s_, st, rank);
+      return putAlphaUs(p_, user) - putLaneUs(p_, user);
+    }
+    default: return 0;
+  }
+}
+
+double StepCosts::barrierReleaseUs() const noexcept {
+  return singleNode_ ? p_.flagUs : p_.proxyUs + p_.network.alphaUs;
+}
+
+double StepCosts::opTotalUs(double lastEndUs) const {
+  double total = std::max(lastEndUs, p_.dispatchUs);
+  // Global completion and the entry handshake, when some rank's user buffers are a peer's operand.
+  if (p_.peerUserUs > 0 && peersTouchUserBuffers(s_)) total += p_.peerUserUs;
+  return total;
+}
+
+}  // namespace mk
