@@ -9,6 +9,7 @@
 #include "mk/device/compute_lane_device.hpp"
 #include "mk/error.hpp"
 #include "mk/gemm.hpp"
+#include "mk/schedule/check.hpp"
 #include "mk/schedule/pack.hpp"
 
 namespace mk::runtime {
@@ -123,9 +124,7 @@ class Lowerer {
     if (s_.nRanks > device::kMaxRanks)
       fail(ErrorCode::Unsupported, "schedule has " + std::to_string(s_.nRanks) + " ranks; the GPU engine drives at most " +
                                        std::to_string(device::kMaxRanks) + " (one NVLink domain)");
-    if (s_.lanes.size() != s_.nRanks)
-      fail(ErrorCode::InvalidSchedule, "schedule has lanes for " + std::to_string(s_.lanes.size()) + " ranks, expected " +
-                                           std::to_string(s_.nRanks));
+    requireRankTables(s_);
     for (uint32_t r = 0; r < s_.nodeOf.size(); ++r)
       if (s_.nodeOf[r] != s_.nodeOf[0])
         fail(ErrorCode::Unsupported, "rank " + std::to_string(r) + " is on node " + std::to_string(s_.nodeOf[r]) +
@@ -142,11 +141,10 @@ class Lowerer {
     if (s_.nBarriers > device::kMaxBarriers)
       fail(ErrorCode::Unsupported, "schedule uses " + std::to_string(s_.nBarriers) + " barriers; the engine has " +
                                        std::to_string(device::kMaxBarriers));
-    for (size_t b = 0; b < s_.buffers.size(); ++b)
-      if (s_.buffers[b].count.size() != s_.nRanks)
-        fail(ErrorCode::InvalidSchedule, "buffer '" + s_.buffers[b].name + "' has counts for " +
-                                             std::to_string(s_.buffers[b].count.size()) + " ranks, expected " +
-                                             std::to_string(s_.nRanks));
+    for (size_t b = 0; b < s_.buffers.size(); ++b) {
+      const std::string problem = bufferCountProblem(s_, b);
+      if (!problem.empty()) fail(ErrorCode::InvalidSchedule, "schedule: " + problem);
+    }
     const size_t nLanes = s_.lanes[rank_].size();
     if (nLanes > device::kMaxLanes || nLanes > opt_.nWorkers)
       fail(ErrorCode::Unsupported,
@@ -324,21 +322,12 @@ class Lowerer {
           addSignal(l, i, st, n, ls);
           break;
         case StepKind::Wait:
-          if (st.flag.rank != rank_)
-            failStep(ErrorCode::InvalidSchedule, l, i,
-                     "waits on flag " + std::to_string(st.flag.id) + " of rank " + std::to_string(st.flag.rank) +
-                         " (a lane waits only on its own rank's flags)");
-          if (st.flag.id >= s_.nFlags)
-            failStep(ErrorCode::InvalidSchedule, l, i,
-                     "flag " + std::to_string(st.flag.id) + " is outside the schedule's " + std::to_string(s_.nFlags) + " flags");
+          requireSyncReferences(s_, rank_, l, i);
           ls.flagRank = st.flag.rank;
           ls.flagId = st.flag.id;
           break;
         case StepKind::Barrier:
-          if (st.aux >= s_.nBarriers)
-            failStep(ErrorCode::InvalidSchedule, l, i,
-                     "barrier " + std::to_string(st.aux) + " is outside the schedule's " + std::to_string(s_.nBarriers) +
-                         " barriers");
+          requireSyncReferences(s_, rank_, l, i);
           ls.flagId = st.aux;
           if (n > 1) ls.arriveSync = newSyncPoint(l, i);
           pending.clear();  // every CTA waits for the barrier, which the last arrival opens
@@ -481,12 +470,7 @@ class Lowerer {
   }
 
   void addSignal(uint32_t l, uint32_t i, const Step& st, uint32_t n, LoweredStep& ls) {
-    if (st.flag.rank >= s_.nRanks)
-      failStep(ErrorCode::InvalidSchedule, l, i,
-               "signals rank " + std::to_string(st.flag.rank) + ", outside 0.." + std::to_string(s_.nRanks - 1));
-    if (st.flag.id >= s_.nFlags)
-      failStep(ErrorCode::InvalidSchedule, l, i,
-               "flag " + std::to_string(st.flag.id) + " is outside the schedule's " + std::to_string(s_.nFlags) + " flags");
+    requireSyncReferences(s_, rank_, l, i);
     ls.bits |= device::kLsSignal;
     ls.flagRank = st.flag.rank;
     ls.flagId = st.flag.id;
