@@ -676,7 +676,7 @@ class Reader {
     const auto n = static_cast<std::size_t>(get<uint64_t>());
     if (n > (buf_.size() - pos_) / sizeof(T)) fail();
     std::vector<T> v(n);
-    std::memcpy(v.data(), buf_.data() + pos_, n * sizeof(T));
+    if (n > 0) std::memcpy(v.data(), buf_.data() + pos_, n * sizeof(T));  // an empty vector's data() may be null
     pos_ += n * sizeof(T);
     return v;
   }
