@@ -1,4 +1,4 @@
-# impl/ — the in-kernel GEMM engine (issue 6): sources, mk-bench gemm, GPU tests.
+# impl/ — the in-kernel GEMM engine: sources, mk-bench gemm, GPU tests.
 target_sources(mk_impl PRIVATE src/gemm/gemm.cpp src/kernels/gemm.cu
   # compute lanes of the resident kernel: per-op GemmParams blocks (tensor maps) of Gemm steps
   src/gemm/gemm_lane.cpp)

@@ -64,7 +64,7 @@ struct Shape {
   int64_t m, n, k, ctas;
 };
 
-/// The issue-6 table: square-ish b x b x b/2, tensor-parallel M x 8192 x 14336, skinny M x 8192 x 8192;
+/// The reference table (--shapes issue6): square-ish b x b x b/2, tensor-parallel M x 8192 x 14336, skinny M x 8192 x 8192;
 /// every shape with all SMs (ctas 0) and with 116 (16 SMs left to communication).
 std::vector<Shape> issue6Shapes() {
   std::vector<Shape> base;

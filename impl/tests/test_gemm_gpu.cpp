@@ -1,4 +1,4 @@
-// GPU tests of the Hopper GEMM engine (issue 6): element-wise against a CPU reference (double accumulation
+// GPU tests of the Hopper GEMM engine: element-wise against a CPU reference (double accumulation
 // of the same bf16 inputs) on small and odd shapes, both B layouts, both output types, fewer CTAs than
 // tiles, the per-tile hook, and against cuBLASLt on a large shape.
 #include <doctest/doctest.h>

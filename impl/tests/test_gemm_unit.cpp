@@ -147,7 +147,7 @@ TEST_CASE("gemm validation: the tile width choice removes badly filled last wave
 
 TEST_CASE("gemm validation: the tma-store epilogue runs for bf16 output only and keeps the stage count") {
   mk::GemmConfig cfg;
-  CHECK(cfg.epilogue == mk::GemmEpilogue::TmaStore);  // the default (measured faster on every issue-6 shape)
+  CHECK(cfg.epilogue == mk::GemmEpilogue::TmaStore);  // the default (measured faster on every reference shape, --shapes issue6)
   cfg.epilogue = mk::GemmEpilogue::Direct;
   CHECK(mk::validateGemm(good(), cfg, 132).epilogue == mk::GemmEpilogue::Direct);
   cfg.epilogue = mk::GemmEpilogue::TmaStore;
@@ -273,7 +273,7 @@ TEST_CASE("gemm stream-K: the partition covers every iteration once and every CT
     }
   }
   CHECK(failures == 0);
-  // The issue-6 shape: 128 wide tiles of 128 k-slices on 116 CTAs: 16384 iterations, 141 or 142 per CTA,
+  // A reference shape (--shapes issue6): 128 wide tiles of 128 k-slices on 116 CTAs: 16384 iterations, 141 or 142 per CTA,
   // no tile in more than 2 pieces, and a CTA cuts at most 2 tiles.
   const mk::device::GemmStreamK big = mk::device::gemmStreamK(128, 128, 116);
   CHECK(big.begin(1) - big.begin(0) == 142);
@@ -309,7 +309,7 @@ TEST_CASE("gemm stream-K: Auto takes it only where the last wave is partly idle 
   auto pick = [](int64_t m, int64_t n, int64_t k, int64_t ctas) {
     return mk::gemmChooseSchedule(m, n, k, ctas, 0, GemmSchedule::Auto);
   };
-  // The issue-6 gap: 128 wide tiles on 116 CTAs (2 waves, the second 10 % full).
+  // The reference table's gap: 128 wide tiles on 116 CTAs (2 waves, the second 10 % full).
   mk::GemmScheduleChoice c = pick(512, 8192, 8192, 116);
   CHECK(c.schedule == GemmSchedule::StreamK);
   CHECK(c.blockN == 256);
@@ -480,7 +480,7 @@ int64_t replaySchedule(const mk::GemmTiles& t, int64_t k, int64_t groupM, int la
 }  // namespace
 
 TEST_CASE("gemm stream-K: a CPU replay of the kernel's walk stores every tile once with its whole k-sum") {
-  // The issue-6 shapes as Auto / StreamK schedule them, and small grids with cuts, whole tiles inside ranges,
+  // The reference shapes (--shapes issue6) as Auto / StreamK schedule them, and small grids with cuts, whole tiles inside ranges,
   // CTAs without stream-K work and the hybrid's whole waves; 3 launches each (counters must reset).
   struct Shape {
     int64_t m, n, k, ctas, tileN;

@@ -593,7 +593,7 @@ TEST_CASE("lowering: Gemm operands bound to misaligned user pointers are refused
   CHECK_NOTHROW(mk::runtime::checkGemmOperands(lowerRank(s, 1), 1, base + 2, base + 2));
 }
 
-// ---- compute lanes: tile split, lane barriers and the per-op GemmParams (issue 6 hang hunt) -------------
+// ---- compute lanes: tile split, lane barriers and the per-op GemmParams ------------------------------------
 
 namespace {
 

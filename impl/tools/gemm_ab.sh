@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mkernel — A/B of the GEMM engine's two epilogues (issue 6 follow-up), one call on the GPU machine.
+# mkernel — A/B of the GEMM engine's two epilogues, one call on the GPU machine.
 # Builds nothing: runs the binaries of BIN_DIR.
 #
 #   impl/tools/gemm_ab.sh OUT_DIR [BIN_DIR] [SECTIONS]
@@ -70,7 +70,7 @@ has skinny && for rep in 1 2; do
   done
 done
 
-# The issue-6 table with --check, one pass per variant.
+# The reference table (--shapes issue6) with --check, one pass per variant.
 if has table; then
   timeout 150 "$BIN/mk-bench" gemm --shapes issue6 --check --epilogue direct --json "$OUTDIR/bench_direct.json" \
     2>&1 | tee "$OUTDIR/bench_direct.log" || status=1

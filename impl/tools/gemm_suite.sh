@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# mkernel — the GEMM engine's device suite (issue 6), one call on the GPU machine:
-#   GPU tests, mk-bench gemm over the issue-6 table with --check, SASS / resource facts, and
+# mkernel — the GEMM engine's device suite, one call on the GPU machine:
+#   GPU tests, mk-bench gemm over the reference table (--shapes issue6) with --check, SASS / resource facts, and
 #   compute-sanitizer memcheck on a small subset of the tests.
 #
 #   impl/tools/gemm_suite.sh [BIN_DIR] [SECTIONS]

@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# Everything the GPU issues measure on one node, in ONE device call (device time is scarce). The second
-# 2 x H200 run of 2026-11-29 (commit eb8af58, validation/data/measured/*-eb8af58-*) ran exactly these steps:
+# Everything the GPU engine's measurements need on one node, in ONE device call (device time is scarce):
 #   1. mk-bench calibrate (micro-benchmarks) and mk-calibrate on it -> the node's profile;
 #   2. mk-bench allreduce / allgather / reducescatter, 8 B .. max bytes, mkernel auto (costed against that
 #      profile) and every algorithm, NCCL in the same run (NVLS off);
 #   3. one traced 1 MiB two-shot all-reduce (for mk-validate's side-by-side trace);
-#   4. mk-bench gemm over the issue-6 shapes with --check, the GEMM GPU tests, SASS facts; the GEMM as a Gemm
+#   4. mk-bench gemm over the reference shapes (--shapes issue6) with --check, the GEMM GPU tests, SASS facts; the GEMM as a Gemm
 #      step inside the resident kernel against the standalone kernel (mk-bench gemm --engine both);
 #   5. the GPU test suite (single- and multi-process), one process per case under a time limit;
 #   6. mk-probe-latency: the hand-off floors and the engine's per-op stage times (docs/gpu-engine.md, "Latency").
@@ -13,8 +12,8 @@
 #
 #   impl/tools/node_suite.sh <build dir> <out dir> [max bytes, default 512M] [gpus, default all] [--no-gemm-shapes]
 #
-# --no-gemm-shapes skips step 4's standalone issue-6 table (about 100 s) but keeps the compute-lane benches
-# (the f11cb06 run of 2026-11-29 ran steps 1-6 this way from a one-off copy of this script, probe rounds 500).
+# --no-gemm-shapes skips step 4's standalone reference table (about 100 s) but keeps the compute-lane benches.
+# docs/results.md says which runs used this script and how.
 #
 # <build dir> holds impl/{mk-bench, mk-probe-latency, mk_gpu_tests, mk_multigpu_tests, mk_multiprocess_tests,
 # mk_gemm_gpu_tests, mk_compute_lane_gpu_tests, mk_compute_lane_multigpu_tests}

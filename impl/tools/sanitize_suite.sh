@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# compute-sanitizer over the GPU tests that can be checked (issue 3 and 6 deliverable), one case per process
+# compute-sanitizer over the GPU tests that can be checked, one case per process
 # under a time limit, with a summary line per case.
 #
 #   impl/tools/sanitize_suite.sh <build dir> <out dir> [seconds per case, default 120]

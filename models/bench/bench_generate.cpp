@@ -3,7 +3,7 @@
 //   mk_bench_generate [nodes=128] [algo=hierarchical] [chunks=1]
 // Generates an all-reduce of 1 GiB bfloat16 on `nodes` x dgx-h100 once, and prints wall time, steps, and the
 // peak resident set of this process (VmHWM: the schedule is the only large thing it holds). Exits 1 when the
-// issue-2 targets (1024 GPUs: < 1 s and < 200 MB) are missed.
+// generation targets (1024 GPUs: < 1 s and < 200 MB) are missed.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>

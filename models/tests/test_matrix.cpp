@@ -1,4 +1,4 @@
-// The generator x ranks x counts x dtypes matrix of issue 2, on the CPU reference executor.
+// The generator x ranks x counts x dtypes matrix, on the CPU reference executor.
 //
 // Every schedule is validated (with the race check) and run on fresh random inputs; every output element of
 // every rank is compared with the plain reference: bit-exact for small-integer inputs (every summation order

@@ -24,7 +24,7 @@ struct Platform {
 };
 
 // Single-node platforms never contend for these schedules: NVSwitch ports carry symmetric traffic.
-// dgx-h200 with 4 and 8 ranks: the node issue 7 will measure.
+// dgx-h200 with 4 and 8 ranks: one 8-GPU NVSwitch node, partly and fully used.
 const Platform kSingleNode[] = {{"h200x2", 1, 2},   {"dgx-h100", 1, 8}, {"dgx-h100", 1, 5},
                                 {"dgx-h200", 1, 4}, {"dgx-h200", 1, 8}};
 

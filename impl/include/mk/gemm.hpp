@@ -1,4 +1,4 @@
-// mkernel — the standalone launch path of the Hopper GEMM engine (issue 6): C = A * B on one GPU.
+// mkernel — the standalone launch path of the Hopper GEMM engine: C = A * B on one GPU.
 //
 // bf16 inputs, fp32 accumulation, bf16 or fp32 output; A row-major (M x K); B row-major (K x N) or
 // column-major (an N x K row-major array, the "TN" case); C row-major (M x N). The device side
@@ -81,7 +81,7 @@ struct GemmConfig {
   /// tile when its wave count (ceil(tiles / CTAs)) makes it faster under the cost model of gemmChooseTileN.
   int64_t tileN = 0;
   /// Epilogue variant. TmaStore (the default) overlaps the store with the next tile: measured on H200 equal or
-  /// faster on every issue-6 shape (4096 x 4096 x 2048: 1.00 of cuBLAS against 0.83 direct); it runs only for
+  /// faster on every reference shape (--shapes issue6; docs/gemm.md has the numbers); it runs only for
   /// bf16 output with N a multiple of 8, Direct otherwise (GemmTiles::epilogue says which ran).
   GemmEpilogue epilogue = GemmEpilogue::TmaStore;
   /// Split-K: each output tile's k-range is cut into this many pieces run by different CTAs (work units =

@@ -34,7 +34,7 @@ thread_local ThreadGroup tGroup;
 
 /// True when compute-sanitizer is attached to this process. Its tools run one kernel at a time, so a kernel can
 /// never run beside the resident one. compute-sanitizer 2025.3 preloads its libraries and sets
-/// NV_SANITIZER_INJECTION_PORT_BASE (seen on the device, 2026-11-30); older versions injected through
+/// NV_SANITIZER_INJECTION_PORT_BASE (seen with compute-sanitizer 2025.3); older versions injected through
 /// CUDA_INJECTION64_PATH. Read once per rank when the hand-off is decided, never on the submission path.
 bool kernelsSerialisedByTool() {
   if (std::getenv("NV_SANITIZER_INJECTION_PORT_BASE") != nullptr) return true;

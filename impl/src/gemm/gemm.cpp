@@ -219,7 +219,7 @@ GemmTiles validateGemm(const GemmProblem& pr, const GemmConfig& cfg, int64_t smC
   t.tilesM = static_cast<uint64_t>(ceilDiv(pr.m, GemmTileConfig::kBlockM));
   t.tilesN = static_cast<uint64_t>(ceilDiv(pr.n, static_cast<int64_t>(t.blockN)));
   // The staging buffer holds bf16 tiles only; fp32 output keeps the direct epilogue. So does an N that is
-  // not a multiple of 8: measured on H200 (2026-11-29), a TMA store clipped at the tensor map's N still wrote
+  // not a multiple of 8: measured on H200, a TMA store clipped at the tensor map's N still wrote
   // the rest of the last 16-byte piece of each row (columns N .. round_up(N, 8) - 1, outside C).
   const bool tmaStoreFits = pr.outDType == DType::BFloat16 && pr.n % 8 == 0;
   t.epilogue = cfg.epilogue == GemmEpilogue::TmaStore && tmaStoreFits ? GemmEpilogue::TmaStore : GemmEpilogue::Direct;

@@ -1,4 +1,4 @@
-// mkernel — the Hopper GEMM tile engine (issue 6): C = A * B, bf16 inputs, fp32 accumulation, bf16 or fp32
+// mkernel — the Hopper GEMM tile engine: C = A * B, bf16 inputs, fp32 accumulation, bf16 or fp32
 // output, run by one CTA of 384 threads over a set of output tiles (persistent tile loop).
 //
 // Roles inside the CTA (warp specialisation):

@@ -1,4 +1,6 @@
-// mkernel — the packed binary form of a Schedule, for upload to the GPU and for compact files.
+// mkernel — the packed binary form of a Schedule: compact files, and what the GPU engine's lowering
+// (impl/src/lowering) reads to build the per-rank program the resident kernel runs (its own format,
+// mk/device/engine_device.hpp).
 //
 // Layout (little-endian, every record 16-byte aligned, sizes static_assert'ed below):
 //   PackedHeader
@@ -8,7 +10,7 @@
 //   PackedGemm     [nGemms]
 //   uint64_t       bufferCounts[nBuffers * nRanks]   (element count of buffer b on rank r at b*nRanks+r)
 //   uint32_t       nodeOf[nRanks] (padded to 16 bytes)
-// Cost attributes (bytes, flops) and names are not packed: the GPU does not need them. Buffer names and
+// Cost attributes (bytes, flops) and names are not packed: the engine does not need them. Buffer names and
 // OpInfo travel in JSON only; unpack() restores buffers as "buf<i>".
 #pragma once
 
@@ -57,8 +59,8 @@ struct PackedLane {
 };
 static_assert(sizeof(PackedLane) == 32);
 
-/// One step as the resident kernel reads it: Step without the cost attributes. The kernel reads the
-/// whole record before acting on it; nothing here is written concurrently, so no field order rule.
+/// One step: Step without the cost attributes. Written once and read whole, never concurrently, so no field
+/// order rule.
 struct PackedStep {
   uint8_t kind;  ///< StepKind
   uint8_t op;    ///< RedOp
