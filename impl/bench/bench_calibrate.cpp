@@ -103,9 +103,9 @@ Step waitStep(uint32_t self, uint64_t threshold) {
 
 /// What a benchmark varies: a pattern repeated `reps` times in one op, `messages` timed messages per repetition.
 struct Pattern {
-  std::string op;         ///< record op (calib-...)
-  std::string algo;       ///< how it was measured, for the record
-  double messages = 1;    ///< messages on the critical path per repetition
+  std::string op;       ///< record op (calib-...)
+  std::string algo;     ///< how it was measured, for the record
+  double messages = 1;  ///< messages on the critical path per repetition
   std::function<Schedule(uint64_t n, uint32_t reps)> make;
 };
 
@@ -130,8 +130,8 @@ Pattern putOneWay() {
 /// no rank's step touches another rank's user buffers, each op completes for its stream on local completion
 /// (as one-shot does), and the intercept is calib-dispatch-scratch; the difference is Profile::peerUserUs.
 Pattern putBothWays(bool intoScratch) {
-  return {intoScratch ? "calib-put-nvlink-scratch" : "calib-put-nvlink", intoScratch ? "both-ways-scratch" : "both-ways",
-          1, [intoScratch](uint64_t n, uint32_t reps) {
+  return {intoScratch ? "calib-put-nvlink-scratch" : "calib-put-nvlink",
+          intoScratch ? "both-ways-scratch" : "both-ways", 1, [intoScratch](uint64_t n, uint32_t reps) {
             Schedule s = baseSchedule(n, intoScratch ? "calib put both ways into scratch" : "calib put both ways");
             if (intoScratch) s.buffers.push_back({"scratch", DType::Float32, BufferKind::Scratch, {n, n}});
             s.nFlags = 1;
@@ -254,7 +254,8 @@ class Timer {
 };
 
 int run(const CalibArgs& a, const std::string& command) {
-  const uint64_t minB = mk::parseSize(a.minSize), maxB = mk::parseSize(a.maxSize), localMinB = mk::parseSize(a.localMin);
+  const uint64_t minB = mk::parseSize(a.minSize), maxB = mk::parseSize(a.maxSize),
+                 localMinB = mk::parseSize(a.localMin);
   if (minB < 4 || maxB < minB) throw mk::Error(mk::ErrorCode::InvalidArgument, "need 4 <= -b <= -e (float32 messages)");
   if (a.factor < 2) throw mk::Error(mk::ErrorCode::InvalidArgument, "-f must be >= 2");
   if (a.iters == 0 || a.reps == 0) throw mk::Error(mk::ErrorCode::InvalidArgument, "-n and --reps must be > 0");
@@ -294,10 +295,13 @@ int run(const CalibArgs& a, const std::string& command) {
   cfg.threadsPerCta = a.threads;
   auto comms = mk::Communicator::createLocal(devs, cfg);
   Timer timer(comms, buf, st, a);
-  std::printf("# mk-bench calibrate: 2 GPUs, %u worker CTAs x %u threads, iters %llu (fewer above 4 MiB), warmup %llu, reps %llu\n",
-              comms[0].workerCtas(), a.threads, static_cast<unsigned long long>(a.iters),
-              static_cast<unsigned long long>(a.warmup), static_cast<unsigned long long>(a.reps));
-  std::printf("# per message = (T(R_hi) - T(R_lo)) / ((R_hi - R_lo) * messages per repetition); T = median per-op time\n");
+  std::printf(
+      "# mk-bench calibrate: 2 GPUs, %u worker CTAs x %u threads, iters %llu (fewer above 4 MiB), warmup %llu, reps "
+      "%llu\n",
+      comms[0].workerCtas(), a.threads, static_cast<unsigned long long>(a.iters),
+      static_cast<unsigned long long>(a.warmup), static_cast<unsigned long long>(a.reps));
+  std::printf(
+      "# per message = (T(R_hi) - T(R_lo)) / ((R_hi - R_lo) * messages per repetition); T = median per-op time\n");
   std::printf("# %-24s %12s %6s %6s %12s %12s %12s %10s\n", "op", "bytes", "R_lo", "R_hi", "T_lo(us)", "T_hi(us)",
               "msg(us)", "GB/s");
 
@@ -335,8 +339,9 @@ int run(const CalibArgs& a, const std::string& command) {
     Schedule empty = baseSchedule(1, "calib empty op");
     const double t = timer.perOpUs(empty, a.iters);
     std::printf("  %-24s %12d %6d %6d %12.3f %12s %12.3f %10s\n", "calib-empty-op", 0, 0, 0, t, "-", t, "-");
-    record("calib-empty-op", "empty-op", 0, t, a.iters,
-           {{"how", quoted("per-op time of back-to-back fenced ops whose lanes have no step (events around the loop)")}});
+    record(
+        "calib-empty-op", "empty-op", 0, t, a.iters,
+        {{"how", quoted("per-op time of back-to-back fenced ops whose lanes have no step (events around the loop)")}});
   }
 
   auto sweep = [&](const Pattern& p, const std::vector<uint64_t>& bytesList, double bwGuessGBs) {
@@ -390,8 +395,8 @@ int run(const CalibArgs& a, const std::string& command) {
   if (all || a.only == "put" || a.only == "dispatch") {
     sweep(putBothWays(false), sizes, 300);
     for (const auto& [bytes, t0] : intercepts)
-      std::printf("  %-24s %12llu %6s %6s %12s %12s %12.3f %10s\n", "calib-dispatch", static_cast<unsigned long long>(bytes),
-                  "-", "-", "-", "-", t0, "-");
+      std::printf("  %-24s %12llu %6s %6s %12s %12s %12.3f %10s\n", "calib-dispatch",
+                  static_cast<unsigned long long>(bytes), "-", "-", "-", "-", t0, "-");
     // Into scratch: only the short messages, whose intercepts give dispatchUs (calib-dispatch-scratch).
     std::vector<uint64_t> shortSizes;
     for (uint64_t b : sizes)
@@ -416,8 +421,9 @@ int run(const CalibArgs& a, const std::string& command) {
 
 int calibrateMain(int argc, char** argv, const std::string& command) {
   CalibArgs a;
-  CLI::App app{"mk-bench calibrate: micro-benchmarks of the engine on 2 GPUs of one node, for mk-calibrate "
-               "(records: docs/calibration.md)"};
+  CLI::App app{
+      "mk-bench calibrate: micro-benchmarks of the engine on 2 GPUs of one node, for mk-calibrate "
+      "(records: docs/calibration.md)"};
   app.add_option("--json", a.json, "write the calibration records (mkernel.measurement.v1)");
   app.add_option("-b,--minbytes", a.minSize, "smallest NVLink message (K/M/G binary suffixes)");
   app.add_option("-e,--maxbytes", a.maxSize, "largest message");

@@ -22,7 +22,8 @@ namespace mkbench {
 
 double hostNs() {
   return static_cast<double>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
 double median(std::vector<double> v) {
@@ -69,7 +70,8 @@ std::string driverVersion() {
   std::istringstream is(readFileLine("/proc/driver/nvidia/version"));
   for (std::string tok; is >> tok;) {
     const bool digitsAndDots = tok.find_first_not_of("0123456789.") == std::string::npos;
-    if (digitsAndDots && std::count(tok.begin(), tok.end(), '.') >= 1 && std::isdigit(static_cast<unsigned char>(tok[0])))
+    if (digitsAndDots && std::count(tok.begin(), tok.end(), '.') >= 1 &&
+        std::isdigit(static_cast<unsigned char>(tok[0])))
       return tok;
   }
   int v = 0;

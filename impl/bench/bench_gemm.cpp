@@ -34,14 +34,14 @@
 #include "bench_commands.hpp"
 #include "bench_common.hpp"
 #include "cublaslt_loader.hpp"
-#include "mk/cuda_check.hpp"
-#include "mk/error.hpp"
+#include "lowering/lowering.hpp"
 #include "mk/communicator.hpp"
+#include "mk/cuda_check.hpp"
 #include "mk/device/compute_lane_device.hpp"
+#include "mk/error.hpp"
 #include "mk/gemm.hpp"
 #include "mk/io/measurement.hpp"
 #include "mk/schedule/pack.hpp"
-#include "lowering/lowering.hpp"
 
 namespace mkbench {
 namespace {
@@ -64,8 +64,8 @@ struct Shape {
   int64_t m, n, k, ctas;
 };
 
-/// The reference table (--shapes issue6): square-ish b x b x b/2, tensor-parallel M x 8192 x 14336, skinny M x 8192 x 8192;
-/// every shape with all SMs (ctas 0) and with 116 (16 SMs left to communication).
+/// The reference table (--shapes issue6): square-ish b x b x b/2, tensor-parallel M x 8192 x 14336, skinny M x 8192 x
+/// 8192; every shape with all SMs (ctas 0) and with 116 (16 SMs left to communication).
 std::vector<Shape> issue6Shapes() {
   std::vector<Shape> base;
   for (int64_t b : {2048, 4096, 8192, 16384}) base.push_back({b, b, b / 2, 0});
@@ -158,9 +158,9 @@ struct Result {
   uint32_t ctas = 0;
   uint64_t tileN = 0;
   mk::GemmEpilogue epilogue = mk::GemmEpilogue::Direct;  ///< the epilogue that ran (fp32 output: always direct)
-  uint64_t splitK = 1;  ///< k-pieces per tile that ran
-  mk::GemmSchedule schedule = mk::GemmSchedule::Tiles;  ///< the schedule that ran (the resident engine: tiles)
-  uint64_t streamKTiles = 0;  ///< tiles run as stream-K k-ranges
+  uint64_t splitK = 1;                                   ///< k-pieces per tile that ran
+  mk::GemmSchedule schedule = mk::GemmSchedule::Tiles;   ///< the schedule that ran (the resident engine: tiles)
+  uint64_t streamKTiles = 0;                             ///< tiles run as stream-K k-ranges
   std::string engine = "standalone";  ///< "standalone" (GemmPlan) or "resident" (a Gemm step, compute lanes)
   double stepUs = 0;  ///< resident: the last op's first step -> local done on the GPU clock (no per-op overhead)
 };
@@ -284,8 +284,8 @@ Result runResident(const GemmArgs& a, const Shape& sh, const mk::GemmProblem& pr
 
 /// Our standalone engine and cuBLASLt on one shape; with --engine resident / both, also the compute lane
 /// (appended to `resident`).
-Result runShape(const GemmArgs& a, const Shape& s, CublasLt& lt, cudaStream_t stream, cudaEvent_t ev0,
-                cudaEvent_t ev1, uint64_t seed, int sms, std::vector<Result>& resident) {
+Result runShape(const GemmArgs& a, const Shape& s, CublasLt& lt, cudaStream_t stream, cudaEvent_t ev0, cudaEvent_t ev1,
+                uint64_t seed, int sms, std::vector<Result>& resident) {
   const bool f32 = a.out == "f32";
   const bool rowB = a.layoutB == "row";
   auto roundUp8 = [](int64_t v) { return (v + 7) / 8 * 8; };
@@ -368,23 +368,26 @@ int gemmMain(int argc, char** argv, const std::string& command) {
   app.add_option("--iters", a.iters, "launches per timed loop")->check(CLI::PositiveNumber);
   app.add_option("-w,--warmup", a.warmup, "untimed launches before timing");
   app.add_option("--reps", a.reps, "timed loops; the median is reported")->check(CLI::PositiveNumber);
-  app.add_option("--group-m", a.groupM, "tile rows per raster group of our engine (L2 reuse)")->check(CLI::PositiveNumber);
+  app.add_option("--group-m", a.groupM, "tile rows per raster group of our engine (L2 reuse)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--tile-n", a.tileN, "our output tile width: 128, 256, or 0 = chosen per shape (wave count model)")
       ->check(CLI::IsMember({0, 128, 256}));
-  app.add_option("--epilogue", a.epilogue,
-                 "our epilogue: tma-store (the default: shared-memory staging + TMA stores overlapping the next tile; "
-                 "bf16 output with N a multiple of 8, else direct) or direct (registers to global). The 'epi' column and the "
-                 "JSON field 'epilogue' say which ran")
+  app.add_option(
+         "--epilogue", a.epilogue,
+         "our epilogue: tma-store (the default: shared-memory staging + TMA stores overlapping the next tile; "
+         "bf16 output with N a multiple of 8, else direct) or direct (registers to global). The 'epi' column and the "
+         "JSON field 'epilogue' say which ran")
       ->check(CLI::IsMember({"direct", "tma-store"}));
   app.add_option("--split-k", a.splitK,
                  "split each tile's k-range over this many CTAs (fp32 partials summed by the last one; 1 = off, "
                  "at most 64, reduced so no piece is empty: the 'sk' column and JSON 'split_k' say what ran)")
       ->check(CLI::Range(1, 64));
-  app.add_option("--schedule", a.schedule,
-                 "how our tiles are spread over the CTAs: auto (the default: stream-K where the wave model predicts a "
-                 "gain and every CTA gets >= half a tile of k-work), tiles (whole tiles, CTA c runs c, c + ctas, ...) or "
-                 "stream-k (whole waves, then the remaining tiles as equal k-iteration ranges per CTA; not with "
-                 "--split-k > 1). The 'sched' column and JSON extra.schedule say which ran")
+  app.add_option(
+         "--schedule", a.schedule,
+         "how our tiles are spread over the CTAs: auto (the default: stream-K where the wave model predicts a "
+         "gain and every CTA gets >= half a tile of k-work), tiles (whole tiles, CTA c runs c, c + ctas, ...) or "
+         "stream-k (whole waves, then the remaining tiles as equal k-iteration ranges per CTA; not with "
+         "--split-k > 1). The 'sched' column and JSON extra.schedule say which ran")
       ->check(CLI::IsMember({"auto", "tiles", "stream-k"}));
   app.add_option("--shapes", a.shapes,
                  "preset instead of -m/-n/-k/--ctas: issue6 = b x b x b/2 (b = 2048..16384), M x 8192 x 14336 "
@@ -406,7 +409,8 @@ int gemmMain(int argc, char** argv, const std::string& command) {
     shapes = issue6Shapes();
   } else {
     if (a.m <= 0 || a.n <= 0 || a.k <= 0) {
-      std::fprintf(stderr, "mk-bench gemm: -m, -n and -k must all be >= 1 (got %lld %lld %lld), or use --shapes issue6\n",
+      std::fprintf(stderr,
+                   "mk-bench gemm: -m, -n and -k must all be >= 1 (got %lld %lld %lld), or use --shapes issue6\n",
                    static_cast<long long>(a.m), static_cast<long long>(a.n), static_cast<long long>(a.k));
       return 2;
     }
@@ -427,8 +431,9 @@ int gemmMain(int argc, char** argv, const std::string& command) {
                 lt.version().c_str(), lt.path().c_str(), a.layoutB.c_str(), a.out.c_str(),
                 static_cast<unsigned long long>(a.iters), static_cast<unsigned long long>(a.reps));
     std::printf("# vs_share = ours / (cublas x ctas / SMs): the 116-CTA target is >= 0.85, all SMs >= 0.90\n");
-    std::printf("%10s %7s %7s %7s %5s %4s %3s %8s %9s %6s %5s %10s %10s %12s %14s %7s %9s %10s %10s %6s\n", "engine", "m", "n", "k", "ctas", "tile", "sk", "sched", "epi", "layout", "out",
-                "ours_us", "cublas_us", "ours_TFLOPs", "cublas_TFLOPs", "ratio", "vs_share", "rel_err", "bound", "check");
+    std::printf("%10s %7s %7s %7s %5s %4s %3s %8s %9s %6s %5s %10s %10s %12s %14s %7s %9s %10s %10s %6s\n", "engine",
+                "m", "n", "k", "ctas", "tile", "sk", "sched", "epi", "layout", "out", "ours_us", "cublas_us",
+                "ours_TFLOPs", "cublas_TFLOPs", "ratio", "vs_share", "rel_err", "bound", "check");
     mk::MeasurementFile file = newMeasurementFile(1, "", command);
     file.system["cublaslt"] = mkbench::quoted(lt.version());
     bool allOk = true;
@@ -438,70 +443,73 @@ int gemmMain(int argc, char** argv, const std::string& command) {
       const Result first = runShape(a, s, lt, stream, ev0, ev1, ++seed, sms, rows);
       if (first.engine != "-") rows.insert(rows.begin(), first);
       for (const Result& r : rows) {
-      const double flops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
-      const double ours = flops / r.oursUs * 1e-6, theirs = flops / r.cublasUs * 1e-6;
-      const double share = theirs * static_cast<double>(r.ctas) / static_cast<double>(sms);
-      const bool f32 = a.out == "f32";
-      char errText[32] = "-", boundText[32] = "-";
-      if (r.checked) {
-        std::snprintf(errText, sizeof(errText), "%.3g", r.err);
-        std::snprintf(boundText, sizeof(boundText), "%.3g", r.bound);
-      }
-      std::printf("%10s %7lld %7lld %7lld %5u %4llu %3llu %8s %9s %6s %5s %10.2f %10.2f %12.1f %14.1f %7.3f %9.3f %10s %10s %6s\n",
-                  r.engine.c_str(), static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k), r.ctas,
-                  static_cast<unsigned long long>(r.tileN), static_cast<unsigned long long>(r.splitK),
-                  mk::toString(r.schedule), mk::toString(r.epilogue), a.layoutB.c_str(), a.out.c_str(), r.oursUs, r.cublasUs, ours, theirs, ours / theirs, ours / share,
-                  errText, boundText, r.checked ? (r.ok ? "ok" : "FAIL") : "-");
-      std::fflush(stdout);
-      if (r.engine == "resident")
-        std::printf("# resident: the last op's Gemm step took %.2f us on the GPU clock (first step -> local done) = "
-                    "%.1f TFLOP/s; the rest of %.2f us per op is the engine's per-op cost\n",
-                    r.stepUs, flops / r.stepUs * 1e-6, r.oursUs);
-      allOk = allOk && r.ok;
-      const auto bytes = static_cast<uint64_t>((s.m * s.k + s.k * s.n) * 2 + s.m * s.n * (f32 ? 4 : 2));
-      for (int which = 0; which < 2; ++which) {
-        if (which == 1 && r.engine == "resident" && a.engine == "both") continue;  // cuBLAS recorded once
-        mk::MeasurementRecord rec;
-        rec.op = "gemm";
-        rec.impl = which == 0 ? "mkernel" : "cublas";
-        rec.algo = which == 0 ? (r.engine == "resident" ? "wgmma-tma-compute-lane" : "wgmma-tma-persistent")
-                              : "cublaslt-heuristic";
-        rec.dtype = "bfloat16";
-        rec.ranks = 1;
-        rec.bytes = bytes;
-        rec.timeUs = which == 0 ? r.oursUs : r.cublasUs;
-        rec.algbwGBs = static_cast<double>(bytes) / rec.timeUs * 1e-3;
-        rec.iters = a.iters;
-        rec.stat = "median";
-        rec.extra["m"] = std::to_string(s.m);
-        rec.extra["n"] = std::to_string(s.n);
-        rec.extra["k"] = std::to_string(s.k);
-        rec.extra["ctas"] = std::to_string(which == 0 ? r.ctas : static_cast<uint32_t>(sms));
-        rec.extra["layout"] = mkbench::quoted(a.layoutB);
-        rec.extra["out_dtype"] = mkbench::quoted(f32 ? "float32" : "bfloat16");
-        if (which == 0) {
-          rec.extra["engine"] = mkbench::quoted(r.engine);
-          rec.extra["tile"] = mkbench::quoted("128x" + std::to_string(r.tileN));
-          rec.extra["epilogue"] = mkbench::quoted(mk::toString(r.epilogue));
-          rec.extra["split_k"] = std::to_string(r.splitK);
-          rec.extra["schedule"] = mkbench::quoted(mk::toString(r.schedule));
-          rec.extra["stream_k_tiles"] = std::to_string(r.streamKTiles);
+        const double flops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+        const double ours = flops / r.oursUs * 1e-6, theirs = flops / r.cublasUs * 1e-6;
+        const double share = theirs * static_cast<double>(r.ctas) / static_cast<double>(sms);
+        const bool f32 = a.out == "f32";
+        char errText[32] = "-", boundText[32] = "-";
+        if (r.checked) {
+          std::snprintf(errText, sizeof(errText), "%.3g", r.err);
+          std::snprintf(boundText, sizeof(boundText), "%.3g", r.bound);
         }
-        rec.extra["flops"] = std::to_string(static_cast<uint64_t>(flops));
-        char buf[64];
-        std::snprintf(buf, sizeof(buf), "%.3f", which == 0 ? ours : theirs);
-        rec.extra["tflops"] = buf;
-        if (which == 0 && r.engine == "resident") {
-          std::snprintf(buf, sizeof(buf), "%.3f", r.stepUs);
-          rec.extra["step_us"] = buf;
+        std::printf(
+            "%10s %7lld %7lld %7lld %5u %4llu %3llu %8s %9s %6s %5s %10.2f %10.2f %12.1f %14.1f %7.3f %9.3f %10s %10s "
+            "%6s\n",
+            r.engine.c_str(), static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k),
+            r.ctas, static_cast<unsigned long long>(r.tileN), static_cast<unsigned long long>(r.splitK),
+            mk::toString(r.schedule), mk::toString(r.epilogue), a.layoutB.c_str(), a.out.c_str(), r.oursUs, r.cublasUs,
+            ours, theirs, ours / theirs, ours / share, errText, boundText, r.checked ? (r.ok ? "ok" : "FAIL") : "-");
+        std::fflush(stdout);
+        if (r.engine == "resident")
+          std::printf(
+              "# resident: the last op's Gemm step took %.2f us on the GPU clock (first step -> local done) = "
+              "%.1f TFLOP/s; the rest of %.2f us per op is the engine's per-op cost\n",
+              r.stepUs, flops / r.stepUs * 1e-6, r.oursUs);
+        allOk = allOk && r.ok;
+        const auto bytes = static_cast<uint64_t>((s.m * s.k + s.k * s.n) * 2 + s.m * s.n * (f32 ? 4 : 2));
+        for (int which = 0; which < 2; ++which) {
+          if (which == 1 && r.engine == "resident" && a.engine == "both") continue;  // cuBLAS recorded once
+          mk::MeasurementRecord rec;
+          rec.op = "gemm";
+          rec.impl = which == 0 ? "mkernel" : "cublas";
+          rec.algo = which == 0 ? (r.engine == "resident" ? "wgmma-tma-compute-lane" : "wgmma-tma-persistent")
+                                : "cublaslt-heuristic";
+          rec.dtype = "bfloat16";
+          rec.ranks = 1;
+          rec.bytes = bytes;
+          rec.timeUs = which == 0 ? r.oursUs : r.cublasUs;
+          rec.algbwGBs = static_cast<double>(bytes) / rec.timeUs * 1e-3;
+          rec.iters = a.iters;
+          rec.stat = "median";
+          rec.extra["m"] = std::to_string(s.m);
+          rec.extra["n"] = std::to_string(s.n);
+          rec.extra["k"] = std::to_string(s.k);
+          rec.extra["ctas"] = std::to_string(which == 0 ? r.ctas : static_cast<uint32_t>(sms));
+          rec.extra["layout"] = mkbench::quoted(a.layoutB);
+          rec.extra["out_dtype"] = mkbench::quoted(f32 ? "float32" : "bfloat16");
+          if (which == 0) {
+            rec.extra["engine"] = mkbench::quoted(r.engine);
+            rec.extra["tile"] = mkbench::quoted("128x" + std::to_string(r.tileN));
+            rec.extra["epilogue"] = mkbench::quoted(mk::toString(r.epilogue));
+            rec.extra["split_k"] = std::to_string(r.splitK);
+            rec.extra["schedule"] = mkbench::quoted(mk::toString(r.schedule));
+            rec.extra["stream_k_tiles"] = std::to_string(r.streamKTiles);
+          }
+          rec.extra["flops"] = std::to_string(static_cast<uint64_t>(flops));
+          char buf[64];
+          std::snprintf(buf, sizeof(buf), "%.3f", which == 0 ? ours : theirs);
+          rec.extra["tflops"] = buf;
+          if (which == 0 && r.engine == "resident") {
+            std::snprintf(buf, sizeof(buf), "%.3f", r.stepUs);
+            rec.extra["step_us"] = buf;
+          }
+          if (which == 0 && r.checked) {
+            std::snprintf(buf, sizeof(buf), "%.6g", std::isfinite(r.err) ? r.err : -1.0);
+            rec.extra["rel_err"] = buf;
+            rec.extra["check"] = r.ok ? "true" : "false";
+          }
+          file.records.push_back(rec);
         }
-        if (which == 0 && r.checked) {
-          std::snprintf(buf, sizeof(buf), "%.6g", std::isfinite(r.err) ? r.err : -1.0);
-          rec.extra["rel_err"] = buf;
-          rec.extra["check"] = r.ok ? "true" : "false";
-        }
-        file.records.push_back(rec);
-      }
       }
     }
     cudaEventDestroy(ev0);

@@ -13,13 +13,13 @@ namespace mkbench {
 
 // cuBLASLt's C ABI (cublasLt.h, stable since CUDA 11): opaque handles, int enums, a 64-byte algo blob.
 namespace {
-constexpr int kCudaR32F = 0;        // cudaDataType CUDA_R_32F
-constexpr int kCudaR16BF = 14;      // CUDA_R_16BF
-constexpr int kComputeF32 = 68;     // cublasComputeType_t CUBLAS_COMPUTE_32F
-constexpr int kDescTransA = 3;      // CUBLASLT_MATMUL_DESC_TRANSA
-constexpr int kDescTransB = 4;      // CUBLASLT_MATMUL_DESC_TRANSB
+constexpr int kCudaR32F = 0;          // cudaDataType CUDA_R_32F
+constexpr int kCudaR16BF = 14;        // CUDA_R_16BF
+constexpr int kComputeF32 = 68;       // cublasComputeType_t CUBLAS_COMPUTE_32F
+constexpr int kDescTransA = 3;        // CUBLASLT_MATMUL_DESC_TRANSA
+constexpr int kDescTransB = 4;        // CUBLASLT_MATMUL_DESC_TRANSB
 constexpr int kPrefMaxWorkspace = 1;  // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES
-constexpr int kOpN = 0, kOpT = 1;   // cublasOperation_t
+constexpr int kOpN = 0, kOpT = 1;     // cublasOperation_t
 constexpr std::size_t kWorkspaceBytes = 32u << 20;
 
 struct HeuristicResult {  // cublasLtMatmulHeuristicResult_t

@@ -17,11 +17,11 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cstdarg>
+#include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
-#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -31,6 +31,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench_commands.hpp"
+#include "bench_common.hpp"
 #include "mk/bootstrap.hpp"
 #include "mk/communicator.hpp"
 #include "mk/cost/cost.hpp"
@@ -41,21 +43,19 @@
 #include "mk/exec/verify.hpp"
 #include "mk/io/measurement.hpp"
 #include "mk/util/size.hpp"
-#include "bench_commands.hpp"
-#include "bench_common.hpp"
 #include "nccl_loader.hpp"
 
 namespace {
 
+using mk::CollOp;
+using mk::DType;
+using mk::RedOp;
 using mkbench::Buffers;
 using mkbench::hostNs;
 using mkbench::median;
 using mkbench::percentile;
 using mkbench::quoted;
 using mkbench::Streams;
-using mk::CollOp;
-using mk::DType;
-using mk::RedOp;
 
 struct Args {
   std::string op;
@@ -167,7 +167,8 @@ std::vector<std::vector<float>> fillInputs(const Case& c, const Launch& l, Strea
     MK_CUDA_CHECK(cudaSetDevice(l.devs[r]));
     MK_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(c.recv[r]) - c.recvOffset[r], 0xFF,
                                   std::max(outCount * es + c.recvOffset[r], inCount * es), st.s[r]));
-    MK_CUDA_CHECK(cudaMemcpyAsync(const_cast<void*>(c.send[r]), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, st.s[r]));
+    MK_CUDA_CHECK(
+        cudaMemcpyAsync(const_cast<void*>(c.send[r]), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, st.s[r]));
     MK_CUDA_CHECK(cudaStreamSynchronize(st.s[r]));
   }
   return in;
@@ -205,14 +206,14 @@ struct Row {
 };
 
 void printHeader(const char* what) {
-  say("#\n# %s\n#%12s %12s %9s %7s %8s %-18s %10s %12s %12s %7s\n", what, "size(B)", "count", "type", "redop",
-              "impl", "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+  say("#\n# %s\n#%12s %12s %9s %7s %8s %-18s %10s %12s %12s %7s\n", what, "size(B)", "count", "type", "redop", "impl",
+      "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
 }
 
 void printRow(const Row& r, const Args& a) {
   say(" %12llu %12llu %9s %7s %8s %-18s %10.2f %12.2f %12.2f %7s\n", static_cast<unsigned long long>(r.bytes),
-              static_cast<unsigned long long>(r.count), a.dtype.c_str(), a.redop.c_str(), r.impl.c_str(), r.algo.c_str(),
-              r.timeUs, r.algbw, r.busbw, r.wrong < 0 ? "-" : std::to_string(r.wrong).c_str());
+      static_cast<unsigned long long>(r.count), a.dtype.c_str(), a.redop.c_str(), r.impl.c_str(), r.algo.c_str(),
+      r.timeUs, r.algbw, r.busbw, r.wrong < 0 ? "-" : std::to_string(r.wrong).c_str());
   std::fflush(stdout);
 }
 
@@ -223,7 +224,9 @@ void submitMk(std::vector<mk::Communicator>& comms, const Case& c, const std::ve
     switch (sp.op) {
       case CollOp::AllReduce: comms[r].allReduce(c.send[r], c.recv[r], sp.count, sp.dtype, sp.redop, s[r], opt); break;
       case CollOp::AllGather: comms[r].allGather(c.send[r], c.recv[r], sp.count, sp.dtype, s[r], opt); break;
-      case CollOp::ReduceScatter: comms[r].reduceScatter(c.send[r], c.recv[r], sp.count, sp.dtype, sp.redop, s[r], opt); break;
+      case CollOp::ReduceScatter:
+        comms[r].reduceScatter(c.send[r], c.recv[r], sp.count, sp.dtype, sp.redop, s[r], opt);
+        break;
       case CollOp::Broadcast: comms[r].broadcast(c.send[r], c.recv[r], sp.count, sp.dtype, sp.root, s[r], opt); break;
       case CollOp::AllToAll: comms[r].allToAll(c.send[r], c.recv[r], sp.count, sp.dtype, s[r], opt); break;
     }
@@ -244,9 +247,10 @@ int run(const Args& a, const std::string& commandLine) {
   Launch launch;
   if (mk::launchedAsRanks()) {
     if (a.gpus > 0)
-      throw mk::Error(mk::ErrorCode::InvalidArgument,
-                      "--gpus: this process was started as one rank (RANK / WORLD_SIZE or an MPI launcher's are set), and "
-                      "each rank drives the GPU of its node rank; run without torchrun / mpirun to pick GPUs");
+      throw mk::Error(
+          mk::ErrorCode::InvalidArgument,
+          "--gpus: this process was started as one rank (RANK / WORLD_SIZE or an MPI launcher's are set), and "
+          "each rank drives the GPU of its node rank; run without torchrun / mpirun to pick GPUs");
     if (!a.trace.empty())
       throw mk::Error(mk::ErrorCode::InvalidArgument,
                       "--trace is written from one process driving every GPU (run mk-bench without torchrun / mpirun)");
@@ -289,9 +293,9 @@ int run(const Args& a, const std::string& commandLine) {
   if (launch.multiProcess()) mf.system["processes"] = std::to_string(n);
 
   say("# mk-bench %s: %d x %s%s, dtype %s, redop %s, %s, iters %llu, warmup %llu, reps %llu\n", a.op.c_str(), n,
-              prop.name, launch.multiProcess() ? " (one process per GPU)" : "", a.dtype.c_str(), a.redop.c_str(), a.inPlace ? "in place" : "out of place",
-              static_cast<unsigned long long>(a.iters), static_cast<unsigned long long>(a.warmup),
-              static_cast<unsigned long long>(a.reps));
+      prop.name, launch.multiProcess() ? " (one process per GPU)" : "", a.dtype.c_str(), a.redop.c_str(),
+      a.inPlace ? "in place" : "out of place", static_cast<unsigned long long>(a.iters),
+      static_cast<unsigned long long>(a.warmup), static_cast<unsigned long long>(a.reps));
   Buffers buf(devs, bufBytes);
   Streams st(devs);
   std::vector<Row> rows;
@@ -366,10 +370,16 @@ int run(const Args& a, const std::string& commandLine) {
           opt.chunks = a.chunks;
           opt.channels = a.channels;
           switch (c.spec.op) {
-            case CollOp::AllReduce: comms[r].allReduce(c.send[r], c.recv[r], c.spec.count, dt, red, st.s[r], opt); break;
+            case CollOp::AllReduce:
+              comms[r].allReduce(c.send[r], c.recv[r], c.spec.count, dt, red, st.s[r], opt);
+              break;
             case CollOp::AllGather: comms[r].allGather(c.send[r], c.recv[r], c.spec.count, dt, st.s[r], opt); break;
-            case CollOp::ReduceScatter: comms[r].reduceScatter(c.send[r], c.recv[r], c.spec.count, dt, red, st.s[r], opt); break;
-            case CollOp::Broadcast: comms[r].broadcast(c.send[r], c.recv[r], c.spec.count, dt, a.root, st.s[r], opt); break;
+            case CollOp::ReduceScatter:
+              comms[r].reduceScatter(c.send[r], c.recv[r], c.spec.count, dt, red, st.s[r], opt);
+              break;
+            case CollOp::Broadcast:
+              comms[r].broadcast(c.send[r], c.recv[r], c.spec.count, dt, a.root, st.s[r], opt);
+              break;
             case CollOp::AllToAll: comms[r].allToAll(c.send[r], c.recv[r], c.spec.count, dt, st.s[r], opt); break;
           }
         }
@@ -392,11 +402,11 @@ int run(const Args& a, const std::string& commandLine) {
       double unc = 0;
       for (const auto& x : cs) unc = std::max(unc, x.uncertaintyNs / 1e3);
       say("# host enqueue -> first step (%llu isolated %s of %llu B, us): median %.2f  p10 %.2f  p90 %.2f"
-                  "  | from the call's return: median %.2f | doorbell seen %.2f, published %.2f | host call %.2f"
-                  " | clock sync +-%.2f\n",
-                  static_cast<unsigned long long>(a.latencyProbes), a.op.c_str(),
-                  static_cast<unsigned long long>(c.spec.count * es), median(fromCall), percentile(fromCall, 0.1),
-                  percentile(fromCall, 0.9), median(fromReturn), median(doorbell), median(publish), median(hostCall), unc);
+          "  | from the call's return: median %.2f | doorbell seen %.2f, published %.2f | host call %.2f"
+          " | clock sync +-%.2f\n",
+          static_cast<unsigned long long>(a.latencyProbes), a.op.c_str(),
+          static_cast<unsigned long long>(c.spec.count * es), median(fromCall), percentile(fromCall, 0.1),
+          percentile(fromCall, 0.9), median(fromReturn), median(doorbell), median(publish), median(hostCall), unc);
       mk::MeasurementRecord m;
       m.op = "enqueue-to-first-step";
       m.impl = "mkernel";
@@ -415,8 +425,9 @@ int run(const Args& a, const std::string& commandLine) {
       m.extra["published_us"] = std::to_string(median(publish));
       m.extra["host_call_us"] = std::to_string(median(hostCall));
       m.extra["clock_uncertainty_us"] = std::to_string(unc);
-      m.extra["how"] = quoted("host steady_clock before the last rank's call vs %globaltimer at lane 0's first step, "
-                              "clocks related by a ping-pong calibration");
+      m.extra["how"] = quoted(
+          "host steady_clock before the last rank's call vs %globaltimer at lane 0's first step, "
+          "clocks related by a ping-pong calibration");
       mf.records.push_back(m);
     }
 
@@ -429,7 +440,8 @@ int run(const Args& a, const std::string& commandLine) {
         opt.channels = a.channels;
         Row row;
         row.impl = "mkernel";
-        row.algo = algoName == "auto" ? "auto:" + std::string(mk::toString(comms[0].chooseAlgorithm(op, count, dt))) : algoName;
+        row.algo = algoName == "auto" ? "auto:" + std::string(mk::toString(comms[0].chooseAlgorithm(op, count, dt)))
+                                      : algoName;
         const mk::GenOptions g = comms[0].chooseGenOptions(op, count, dt, algoName);
         row.chunks = a.chunks ? a.chunks : g.chunks;
         row.channels = a.channels ? a.channels : g.channels;
@@ -462,12 +474,13 @@ int run(const Args& a, const std::string& commandLine) {
         row.busbw = row.algbw * busFactor;
         printRow(row, a);
         rows.push_back(row);
-        addRecord(row, "median", {{"reps", std::to_string(a.reps)},
-                                  {"submit", quoted("batched: one stream wait per loop")},
-                                  {"chunks", std::to_string(row.chunks)},
-                                  {"channels", std::to_string(row.channels)},
-                                  {"worker_ctas", std::to_string(comms[0].workerCtas())},
-                                  {"auto_profile", quoted(comms[0].profileSource())}});
+        addRecord(row, "median",
+                  {{"reps", std::to_string(a.reps)},
+                   {"submit", quoted("batched: one stream wait per loop")},
+                   {"chunks", std::to_string(row.chunks)},
+                   {"channels", std::to_string(row.channels)},
+                   {"worker_ctas", std::to_string(comms[0].workerCtas())},
+                   {"auto_profile", quoted(comms[0].profileSource())}});
       }
 
     if (!a.trace.empty()) {
@@ -498,9 +511,9 @@ int run(const Args& a, const std::string& commandLine) {
 
   // ---- NCCL -----------------------------------------------------------------------------------------
   if (a.baseline == "nccl") {
-    std::unique_ptr<mkbench::Nccl> ncclPtr = launch.multiProcess()
-                                                 ? std::make_unique<mkbench::Nccl>(devs[0], launch.firstRank, n, *launch.boot)
-                                                 : std::make_unique<mkbench::Nccl>(devs);
+    std::unique_ptr<mkbench::Nccl> ncclPtr =
+        launch.multiProcess() ? std::make_unique<mkbench::Nccl>(devs[0], launch.firstRank, n, *launch.boot)
+                              : std::make_unique<mkbench::Nccl>(devs);
     mkbench::Nccl& nccl = *ncclPtr;
     mf.system["nccl"] = quoted(nccl.version());
     say("# NCCL %s from %s (NCCL_NVLS_ENABLE=0)\n", nccl.version().c_str(), nccl.path().c_str());
@@ -546,7 +559,8 @@ int run(const Args& a, const std::string& commandLine) {
         if (r.impl == "mkernel" && (r.algo.rfind("auto", 0) == 0 || mkT == 0 || r.timeUs < mkT))
           if (mkT == 0 || r.algo.rfind("auto", 0) == 0) mkT = r.timeUs;
       }
-      say("  %12llu %14.2f %14.2f %9.2fx\n", static_cast<unsigned long long>(bytes), mkT, ncT, mkT > 0 ? ncT / mkT : 0.0);
+      say("  %12llu %14.2f %14.2f %9.2fx\n", static_cast<unsigned long long>(bytes), mkT, ncT,
+          mkT > 0 ? ncT / mkT : 0.0);
     }
   }
 
@@ -575,7 +589,10 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "calibrate") return mkbench::calibrateMain(argc - 1, argv + 1, cmd);
   Args a;
   CLI::App app{"mk-bench: nccl-tests-style benchmark of the mkernel resident-kernel engine (NCCL in the same run)"};
-  app.add_option("op", a.op, "allreduce | allgather | reducescatter | broadcast | alltoall (also: mk-bench gemm --help, mk-bench calibrate --help)")->required();
+  app.add_option("op", a.op,
+                 "allreduce | allgather | reducescatter | broadcast | alltoall (also: mk-bench gemm --help, mk-bench "
+                 "calibrate --help)")
+      ->required();
   app.add_option("-b,--minbytes", a.minSize, "smallest size (nccl-tests 'size': the larger buffer of one rank)");
   app.add_option("-e,--maxbytes", a.maxSize, "largest size (K/M/G binary suffixes)");
   app.add_option("-f,--stepfactor", a.factor, "size multiplication factor");
@@ -598,7 +615,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", a.threads, "threads per CTA");
   app.add_option("--latency-probes", a.latencyProbes, "isolated ops timed host enqueue -> first step (0: skip)");
   app.add_option("--link", a.link, "link name for the metadata (default: NVML's active NVLink count)");
-  app.add_option("--profile", a.profile, "profile JSON the 'auto' choice costs against (e.g. from mk-calibrate; default: datasheet)");
+  app.add_option("--profile", a.profile,
+                 "profile JSON the 'auto' choice costs against (e.g. from mk-calibrate; default: datasheet)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -133,8 +133,8 @@ Nccl::~Nccl() {
 
 void Nccl::check(int result, const char* what) const {
   if (result != 0)
-    throw mk::Error(mk::ErrorCode::Internal,
-                    std::string(what) + " failed: " + (api_ && api_->getErrorString ? api_->getErrorString(result) : "?"));
+    throw mk::Error(mk::ErrorCode::Internal, std::string(what) + " failed: " +
+                                                 (api_ && api_->getErrorString ? api_->getErrorString(result) : "?"));
 }
 
 void Nccl::groupStart() { check(api_->groupStart(), "ncclGroupStart"); }
@@ -155,16 +155,20 @@ void Nccl::run(mk::CollOp op, const std::vector<const void*>& send, const std::v
         check(api_->allGather(send[r], recv[r], count, t, comms_[r], streams[r]), "ncclAllGather");
         break;
       case mk::CollOp::ReduceScatter:
-        check(api_->reduceScatter(send[r], recv[r], count, t, ncclOp(redop), comms_[r], streams[r]), "ncclReduceScatter");
+        check(api_->reduceScatter(send[r], recv[r], count, t, ncclOp(redop), comms_[r], streams[r]),
+              "ncclReduceScatter");
         break;
       case mk::CollOp::Broadcast:
-        check(api_->broadcast(send[r], recv[r], count, t, static_cast<int>(root), comms_[r], streams[r]), "ncclBroadcast");
+        check(api_->broadcast(send[r], recv[r], count, t, static_cast<int>(root), comms_[r], streams[r]),
+              "ncclBroadcast");
         break;
       case mk::CollOp::AllToAll:
         // All-to-all as nccl-tests does it: grouped send/recv of block j with every rank j.
         for (int j = 0; j < nRanks_; ++j) {
-          check(api_->send(static_cast<const char*>(send[r]) + j * count * es, count, t, j, comms_[r], streams[r]), "ncclSend");
-          check(api_->recv(static_cast<char*>(recv[r]) + j * count * es, count, t, j, comms_[r], streams[r]), "ncclRecv");
+          check(api_->send(static_cast<const char*>(send[r]) + j * count * es, count, t, j, comms_[r], streams[r]),
+                "ncclSend");
+          check(api_->recv(static_cast<char*>(recv[r]) + j * count * es, count, t, j, comms_[r], streams[r]),
+                "ncclRecv");
         }
         break;
     }

@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "device/driver_api.hpp"
 #include "mk/communicator.hpp"
 #include "mk/device/poll_device.hpp"
-#include "device/driver_api.hpp"
 
 namespace {
 
@@ -32,18 +32,19 @@ using mk::device::loadVolatile;
 
 constexpr uint64_t kBudgetNs = 2'000'000'000ull;  // every device spin gives up after 2 s
 
-#define PROBE_CHECK(x)                                                                                    \
-  do {                                                                                                    \
-    const cudaError_t e_ = (x);                                                                           \
-    if (e_ != cudaSuccess) {                                                                              \
-      std::fprintf(stderr, "mk-probe-latency: %s failed: %s\n", #x, cudaGetErrorString(e_));            \
-      std::exit(2);                                                                                       \
-    }                                                                                                     \
+#define PROBE_CHECK(x)                                                                       \
+  do {                                                                                       \
+    const cudaError_t e_ = (x);                                                              \
+    if (e_ != cudaSuccess) {                                                                 \
+      std::fprintf(stderr, "mk-probe-latency: %s failed: %s\n", #x, cudaGetErrorString(e_)); \
+      std::exit(2);                                                                          \
+    }                                                                                        \
   } while (0)
 
 double hostNs() {
   return static_cast<double>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 
 struct Stats {
@@ -110,13 +111,19 @@ __global__ void pingPongKernel(uint32_t* mine, uint32_t* peers, uint32_t rounds,
   for (uint32_t i = 1; i <= rounds; ++i) {
     const uint64_t t0 = globalTimerNs();
     if (initiator) {
-      if (mode == 1) mk::device::storeRelease(peers, i); else storeVolatile(peers, i);
+      if (mode == 1)
+        mk::device::storeRelease(peers, i);
+      else
+        storeVolatile(peers, i);
       if (mode == 2) mk::device::fenceSys();
     }
     while (loadVolatile(mine) != i)
       if (globalTimerNs() - t0 > kBudgetNs) return;
     if (!initiator) {
-      if (mode == 1) mk::device::storeRelease(peers, i); else storeVolatile(peers, i);
+      if (mode == 1)
+        mk::device::storeRelease(peers, i);
+      else
+        storeVolatile(peers, i);
       if (mode == 2) mk::device::fenceSys();
     } else {
       times[i - 1] = globalTimerNs() - t0;
@@ -132,12 +139,18 @@ __global__ void ctaPingPongKernel(uint32_t* words, uint32_t rounds, int mode, ui
   for (uint32_t i = 1; i <= rounds; ++i) {
     const uint64_t t0 = globalTimerNs();
     if (blockIdx.x == 0) {
-      if (mode == 1) mk::device::storeReleaseGpu(other, i); else storeVolatile(other, i);
+      if (mode == 1)
+        mk::device::storeReleaseGpu(other, i);
+      else
+        storeVolatile(other, i);
     }
     while (loadVolatile(mine) != i)
       if (globalTimerNs() - t0 > kBudgetNs) return;
     if (blockIdx.x == 1) {
-      if (mode == 1) mk::device::storeReleaseGpu(other, i); else storeVolatile(other, i);
+      if (mode == 1)
+        mk::device::storeReleaseGpu(other, i);
+      else
+        storeVolatile(other, i);
     } else {
       times[i - 1] = globalTimerNs() - t0;
     }
@@ -153,7 +166,10 @@ __global__ void fenceCostKernel(uint32_t* own, uint32_t* peer, uint32_t* host, u
     uint32_t* target = kind == 2 ? peer : kind == 3 ? host : own;
     if (kind != 0) storeVolatile(target, i);
     const uint64_t t0 = globalTimerNs();
-    if (kind == 4) mk::device::fenceGpu(); else mk::device::fenceSys();
+    if (kind == 4)
+      mk::device::fenceGpu();
+    else
+      mk::device::fenceSys();
     times[i] = globalTimerNs() - t0;
   }
 }
@@ -191,8 +207,7 @@ void engineBreakdown(uint32_t ops, bool trace, mk::StreamHandoff handoff) {
               std::max(cs[0].uncertaintyNs, cs[1].uncertaintyNs) / 1e3);
   std::vector<double> submitted;  // host time when op k was submitted on both ranks
   auto submit = [&] {
-    for (int r = 0; r < 2; ++r)
-      comms[r].allReduce(buf[r], buf[r] + 16, 2, mk::DType::Float32, mk::RedOp::Sum, st[r]);
+    for (int r = 0; r < 2; ++r) comms[r].allReduce(buf[r], buf[r] + 16, 2, mk::DType::Float32, mk::RedOp::Sum, st[r]);
     submitted.push_back(hostNs());
   };
   for (int i = 0; i < 20; ++i) submit();  // warm-up: generation, lowering and upload happen once
@@ -236,7 +251,8 @@ void engineBreakdown(uint32_t ops, bool trace, mk::StreamHandoff handoff) {
         turn.push_back(d(p.completeNs, t.doorbellNs));
         total.push_back(d(p.completeNs, t.completeNs));
       }
-    std::printf("# engine mode: %s: %.3f us per op (events, %u ops)\n", modes[mode], static_cast<double>(ms) * 1e3 / n, n);
+    std::printf("# engine mode: %s: %.3f us per op (events, %u ops)\n", modes[mode], static_cast<double>(ms) * 1e3 / n,
+                n);
     print("  host submitted -> doorbell+descriptor seen", stats(host), "clock-synced");
     print("  complete(k-1) -> doorbell+descriptor(k)", stats(turn), "stream turnaround + descriptor read");
     print("  doorbell -> published", stats(gate), "cross-op gate, board copy");
@@ -285,8 +301,9 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::printf("usage: mk-probe-latency [--rounds N] [--gpus 1|2]\n"
-                  "Measures the hand-off latencies the resident engine's small ops are made of (one line each).\n");
+      std::printf(
+          "usage: mk-probe-latency [--rounds N] [--gpus 1|2]\n"
+          "Measures the hand-off latencies the resident engine's small ops are made of (one line each).\n");
       return 0;
     }
     if ((a == "--rounds" || a == "--gpus") && i + 1 < argc) {
@@ -347,7 +364,8 @@ int main(int argc, char** argv) {
       us.push_back((hostNs() - t0) / 1e3);
     }
     PROBE_CHECK(cudaStreamSynchronize(s0));
-    static const char* names[] = {"host->gpu->host RTT (pinned, volatile)", "host->gpu->host RTT (pinned, st.release.sys)",
+    static const char* names[] = {"host->gpu->host RTT (pinned, volatile)",
+                                  "host->gpu->host RTT (pinned, st.release.sys)",
                                   "host->gpu->host RTT (pinned, st + fence.sys)"};
     print(names[mode], stats(us), "kernel polls host memory over PCIe, answers into host memory");
   }
@@ -406,7 +424,8 @@ int main(int argc, char** argv) {
       const double per = static_cast<double>(ms) * 1e3 / (n - warm);
       static const char* names[] = {"memop write + memop wait", "memop write only", "tiny kernel: ring + spin"};
       char note[160];
-      std::snprintf(note, sizeof note, "answer after %5.1f us: per op %7.3f us, minus the answer %6.3f us; host %5.2f us/op",
+      std::snprintf(note, sizeof note,
+                    "answer after %5.1f us: per op %7.3f us, minus the answer %6.3f us; host %5.2f us/op",
                     static_cast<double>(delay) / 1e3, per, per - static_cast<double>(delay) / 1e3, (h1 - h0) / 1e3 / n);
       std::printf("stream hand-off: %-26s %s\n", names[variant], note);
       std::fflush(stdout);
@@ -444,7 +463,8 @@ int main(int argc, char** argv) {
   }
   {
     static const char* names[] = {"fence.acq_rel.sys, nothing outstanding", "fence.acq_rel.sys after own-memory store",
-                                  "fence.acq_rel.sys after NVLink peer store", "fence.acq_rel.sys after host-memory store",
+                                  "fence.acq_rel.sys after NVLink peer store",
+                                  "fence.acq_rel.sys after host-memory store",
                                   "fence.acq_rel.gpu after own-memory store"};
     for (int kind = 0; kind < 5; ++kind) {
       if (kind == 2 && !peerWord) continue;

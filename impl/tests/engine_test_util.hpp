@@ -8,10 +8,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
-#include <functional>
-#include <memory>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -72,7 +72,8 @@ class DeviceBuffer {
     MK_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes ? bytes : 16, stream_));
     MK_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
-  DeviceBuffer(int device, void* existing, size_t bytes) : device_(device), bytes_(bytes), ptr_(existing), owns_(false) {
+  DeviceBuffer(int device, void* existing, size_t bytes)
+      : device_(device), bytes_(bytes), ptr_(existing), owns_(false) {
     MK_CUDA_CHECK(cudaSetDevice(device));
     MK_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
@@ -161,7 +162,9 @@ inline std::vector<uint8_t> toBytes(mk::DType dt, const std::vector<float>& v) {
 }
 
 inline double unitRoundoff(mk::DType dt) {
-  return dt == mk::DType::Float32 ? std::ldexp(1.0, -24) : dt == mk::DType::BFloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+  return dt == mk::DType::Float32    ? std::ldexp(1.0, -24)
+         : dt == mk::DType::BFloat16 ? std::ldexp(1.0, -8)
+                                     : std::ldexp(1.0, -11);
 }
 
 /// groupStart() now, groupEnd() at scope exit (also when a submit throws).
@@ -224,27 +227,31 @@ inline uint64_t runAndCheck(std::vector<mk::Communicator>& comms, const mk::Coll
       send[r] = recvBufs[r]->get() + inOffset;
       recv[r] = recvBufs[r]->get() + outOffset;
     } else {
-      sendBufs[r] = userMemory
-                        ? std::make_unique<DeviceBuffer>(comms[r].device(), (*userMemory)[r].base + sendAt, inCount * es)
-                        : std::make_unique<DeviceBuffer>(comms[r].device(), inCount * es);
+      sendBufs[r] =
+          userMemory ? std::make_unique<DeviceBuffer>(comms[r].device(), (*userMemory)[r].base + sendAt, inCount * es)
+                     : std::make_unique<DeviceBuffer>(comms[r].device(), inCount * es);
       sendBufs[r]->upload(bytes.data(), bytes.size());
       send[r] = sendBufs[r]->get();
       recv[r] = recvBufs[r]->get();
     }
   }
   {
-  GroupGuard group;
-  for (uint32_t r = 0; r < n; ++r) {
-    switch (spec.op) {
-      case mk::CollOp::AllReduce: comms[r].allReduce(send[r], recv[r], spec.count, dt, spec.redop, streams.s[r], opt); break;
-      case mk::CollOp::AllGather: comms[r].allGather(send[r], recv[r], spec.count, dt, streams.s[r], opt); break;
-      case mk::CollOp::ReduceScatter:
-        comms[r].reduceScatter(send[r], recv[r], spec.count, dt, spec.redop, streams.s[r], opt);
-        break;
-      case mk::CollOp::Broadcast: comms[r].broadcast(send[r], recv[r], spec.count, dt, spec.root, streams.s[r], opt); break;
-      case mk::CollOp::AllToAll: comms[r].allToAll(send[r], recv[r], spec.count, dt, streams.s[r], opt); break;
+    GroupGuard group;
+    for (uint32_t r = 0; r < n; ++r) {
+      switch (spec.op) {
+        case mk::CollOp::AllReduce:
+          comms[r].allReduce(send[r], recv[r], spec.count, dt, spec.redop, streams.s[r], opt);
+          break;
+        case mk::CollOp::AllGather: comms[r].allGather(send[r], recv[r], spec.count, dt, streams.s[r], opt); break;
+        case mk::CollOp::ReduceScatter:
+          comms[r].reduceScatter(send[r], recv[r], spec.count, dt, spec.redop, streams.s[r], opt);
+          break;
+        case mk::CollOp::Broadcast:
+          comms[r].broadcast(send[r], recv[r], spec.count, dt, spec.root, streams.s[r], opt);
+          break;
+        case mk::CollOp::AllToAll: comms[r].allToAll(send[r], recv[r], spec.count, dt, streams.s[r], opt); break;
+      }
     }
-  }
   }
   streams.sync(comms);
   for (auto& c : comms) c.synchronize();
@@ -252,7 +259,8 @@ inline uint64_t runAndCheck(std::vector<mk::Communicator>& comms, const mk::Coll
   uint64_t bad = 0;
   for (uint32_t r = 0; r < n; ++r) {
     std::vector<uint8_t> got(outCount * es);
-    recvBufs[r]->download(got.data(), got.size(), static_cast<size_t>(static_cast<char*>(recv[r]) - recvBufs[r]->get()));
+    recvBufs[r]->download(got.data(), got.size(),
+                          static_cast<size_t>(static_cast<char*>(recv[r]) - recvBufs[r]->get()));
     for (uint64_t i = 0; i < outCount; ++i) {
       const float g = mk::loadElement(dt, got.data(), i);
       const float e = expected[r][i];

@@ -31,7 +31,8 @@ class EnvGuard {
  public:
   EnvGuard(std::initializer_list<std::pair<const char*, const char*>> vars) {
     for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
-                          "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "TORCHELASTIC_RUN_ID"}) {
+                          "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE",
+                          "MPI_LOCALRANKID", "TORCHELASTIC_RUN_ID"}) {
       const char* v = std::getenv(k);
       if (v) saved_[k] = v;
       unsetenv(k);
@@ -40,7 +41,8 @@ class EnvGuard {
   }
   ~EnvGuard() {
     for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
-                          "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "TORCHELASTIC_RUN_ID"})
+                          "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE",
+                          "MPI_LOCALRANKID", "TORCHELASTIC_RUN_ID"})
       unsetenv(k);
     for (const auto& kv : saved_) setenv(kv.first.c_str(), kv.second.c_str(), 1);
   }
@@ -107,10 +109,11 @@ TEST_CASE("bootstrap: a rank that never arrives times out naming it") {
           const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           std::fprintf(stderr, "rank %d: %s (%.2f s)\n", r, e.what(), s);
           if (s > 5) return 11;
-          if (r == 0) return e.code() == mk::ErrorCode::Timeout && contains(e.message(), "rank(s) 2 never connected") &&
-                                     contains(e.message(), "127.0.0.1:" + std::to_string(port))
-                                 ? 0
-                                 : 12;
+          if (r == 0)
+            return e.code() == mk::ErrorCode::Timeout && contains(e.message(), "rank(s) 2 never connected") &&
+                           contains(e.message(), "127.0.0.1:" + std::to_string(port))
+                       ? 0
+                       : 12;
           return contains(e.message(), "rank 0") ? 0 : 13;
         }
       },
@@ -176,7 +179,11 @@ TEST_CASE("bootstrap: a second process claiming the same rank is refused") {
 
 TEST_CASE("bootstrap: launch variables are read and malformed ones named") {
   {
-    EnvGuard g({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+    EnvGuard g({{"RANK", "1"},
+                {"WORLD_SIZE", "2"},
+                {"LOCAL_RANK", "1"},
+                {"MASTER_ADDR", "127.0.0.1"},
+                {"MASTER_PORT", "29500"}});
     CHECK(mk::launchedAsRanks());
     const auto env = mk::readLaunchEnvironment();
     CHECK(env.rank == 1);
@@ -186,8 +193,11 @@ TEST_CASE("bootstrap: launch variables are read and malformed ones named") {
     CHECK(env.masterPort == 29500);
   }
   {
-    EnvGuard g({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-                {"MASTER_ADDR", "localhost"}, {"MASTER_PORT", "1234"}});
+    EnvGuard g({{"OMPI_COMM_WORLD_RANK", "3"},
+                {"OMPI_COMM_WORLD_SIZE", "4"},
+                {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                {"MASTER_ADDR", "localhost"},
+                {"MASTER_PORT", "1234"}});
     const auto env = mk::readLaunchEnvironment();
     CHECK(env.rank == 3);
     CHECK(env.size == 4);
@@ -195,12 +205,18 @@ TEST_CASE("bootstrap: launch variables are read and malformed ones named") {
   }
   {
     // torchrun's agent holds MASTER_PORT for its own store: the rendezvous moves to the next port.
-    EnvGuard g({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"},
+    EnvGuard g({{"RANK", "0"},
+                {"WORLD_SIZE", "2"},
+                {"MASTER_ADDR", "h"},
+                {"MASTER_PORT", "29500"},
                 {"TORCHELASTIC_RUN_ID", "none"}});
     CHECK(mk::readLaunchEnvironment().masterPort == 29501);
   }
   {
-    EnvGuard g({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "65535"},
+    EnvGuard g({{"RANK", "0"},
+                {"WORLD_SIZE", "2"},
+                {"MASTER_ADDR", "h"},
+                {"MASTER_PORT", "65535"},
                 {"TORCHELASTIC_RUN_ID", "none"}});
     CHECK(contains(envError(), "MASTER_PORT + 1"));
   }
@@ -285,8 +301,8 @@ TEST_CASE("bootstrap: bootstrapFromEnvironment reads the variables, then the GPU
   {
     // One rank, not started by mpirun: the TCP rendezvous (alone: no network), LOCAL_RANK picks the GPU. Without
     // a GPU the launch is refused naming the rank, before any rendezvous.
-    EnvGuard g({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"},
-                {"MASTER_PORT", "1"}});
+    EnvGuard g(
+        {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}});
     if (mk::cudaDeviceCountOrZero() == 0) {
       try {
         mk::bootstrapFromEnvironment(1000);

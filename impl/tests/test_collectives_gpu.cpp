@@ -57,9 +57,15 @@ TEST_CASE("engine: allreduce float16 matches the reference on 2 GPUs") { sweep(C
 TEST_CASE("engine: allgather float32 matches the reference on 2 GPUs") { sweep(CollOp::AllGather, DType::Float32); }
 TEST_CASE("engine: allgather bfloat16 matches the reference on 2 GPUs") { sweep(CollOp::AllGather, DType::BFloat16); }
 TEST_CASE("engine: allgather float16 matches the reference on 2 GPUs") { sweep(CollOp::AllGather, DType::Float16); }
-TEST_CASE("engine: reducescatter float32 matches the reference on 2 GPUs") { sweep(CollOp::ReduceScatter, DType::Float32); }
-TEST_CASE("engine: reducescatter bfloat16 matches the reference on 2 GPUs") { sweep(CollOp::ReduceScatter, DType::BFloat16); }
-TEST_CASE("engine: reducescatter float16 matches the reference on 2 GPUs") { sweep(CollOp::ReduceScatter, DType::Float16); }
+TEST_CASE("engine: reducescatter float32 matches the reference on 2 GPUs") {
+  sweep(CollOp::ReduceScatter, DType::Float32);
+}
+TEST_CASE("engine: reducescatter bfloat16 matches the reference on 2 GPUs") {
+  sweep(CollOp::ReduceScatter, DType::BFloat16);
+}
+TEST_CASE("engine: reducescatter float16 matches the reference on 2 GPUs") {
+  sweep(CollOp::ReduceScatter, DType::Float16);
+}
 TEST_CASE("engine: broadcast float32 matches the reference on 2 GPUs") { sweep(CollOp::Broadcast, DType::Float32); }
 TEST_CASE("engine: broadcast bfloat16 matches the reference on 2 GPUs") { sweep(CollOp::Broadcast, DType::BFloat16); }
 TEST_CASE("engine: broadcast float16 matches the reference on 2 GPUs") { sweep(CollOp::Broadcast, DType::Float16); }

@@ -52,10 +52,11 @@ class Watchdog {
         std::lock_guard<std::mutex> g(progressMu());
         last = progressText();
       }
-      std::fprintf(stderr,
-                   "\nWATCHDOG: test '%s' still running after %d s (a GPU hang?); last progress: %s\n"
-                   "WATCHDOG: exiting with code 3 instead of hanging (see docs/gemm.md, 'Inside the resident kernel')\n",
-                   what_.c_str(), seconds_, last.c_str());
+      std::fprintf(
+          stderr,
+          "\nWATCHDOG: test '%s' still running after %d s (a GPU hang?); last progress: %s\n"
+          "WATCHDOG: exiting with code 3 instead of hanging (see docs/gemm.md, 'Inside the resident kernel')\n",
+          what_.c_str(), seconds_, last.c_str());
       std::fflush(stderr);
       std::fflush(stdout);
       std::_Exit(3);
@@ -258,7 +259,8 @@ uint64_t checkC(const Problem& p, const std::vector<float>& ab, const std::vecto
         double sumAbs = 0;
         for (uint32_t kk = 0; kk < p.k; ++kk) {
           const double a = ab[uint64_t{i} * p.lda() + kk];
-          const double b = p.colB ? ab[p.aCount() + uint64_t{j} * p.ldb() + kk] : ab[p.aCount() + uint64_t{kk} * p.ldb() + j];
+          const double b =
+              p.colB ? ab[p.aCount() + uint64_t{j} * p.ldb() + kk] : ab[p.aCount() + uint64_t{kk} * p.ldb() + j];
           want += a * b;
           sumAbs += std::fabs(a * b);
         }
@@ -300,7 +302,8 @@ std::string describe(const Problem& p) {
 
 /// Run `problems` as single-Gemm schedules through comms[0] (1 rank), grouped back to back when `group`,
 /// each on its own fresh buffers, and check every result.
-[[maybe_unused]] void runSingle(std::vector<mk::Communicator>& comms, const std::vector<Problem>& problems, uint64_t seed, bool group) {
+[[maybe_unused]] void runSingle(std::vector<mk::Communicator>& comms, const std::vector<Problem>& problems,
+                                uint64_t seed, bool group) {
   const int dev = comms[0].device();
   mkt::Streams streams(comms);
   struct Run {
@@ -585,8 +588,8 @@ TEST_CASE("compute lanes: a Gemm tile Put with a signal to the peer and copied t
       const Schedule s = fusedGemmPut(p);
       mk::validate(s);
       mkt::Streams streams(comms);
-      std::vector<std::vector<float>> ab(2);
-      std::vector<std::unique_ptr<mkt::DeviceBuffer>> abBuf(2), outBuf(2);
+      std::vector<std::vector<float> > ab(2);
+      std::vector<std::unique_ptr<mkt::DeviceBuffer> > abBuf(2), outBuf(2);
       for (uint32_t r = 0; r < 2; ++r) {
         ab[r] = randomAB(p, ++seed);
         const auto bytes = mkt::toBytes(DType::BFloat16, ab[r]);
@@ -645,8 +648,8 @@ TEST_CASE("compute lanes: every collective matches the reference through a compu
           CAPTURE(mk::toString(dt));
           CAPTURE(count);
           CAPTURE(inPlace);
-          Watchdog::progress(std::string(mk::toString(op)) + " " + mk::toString(dt) + " count " + std::to_string(count) +
-                             (inPlace ? " in place" : " out of place"));
+          Watchdog::progress(std::string(mk::toString(op)) + " " + mk::toString(dt) + " count " +
+                             std::to_string(count) + (inPlace ? " in place" : " out of place"));
           CHECK(mkt::runAndCheck(comms, spec, inPlace, seed++) == 0);
         }
   // And a large one, chunked and pipelined (64 Mi float32 elements).

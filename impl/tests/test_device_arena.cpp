@@ -27,7 +27,7 @@ TEST_CASE("device arena: a request that does not fit changes nothing and the res
   CHECK(c.take(700) == 0);
   CHECK(c.take(300) == kNone);  // 768 + 300 > 1024
   CHECK(c.used() == 700);
-  CHECK(c.take(256) == 768);    // exactly to the end
+  CHECK(c.take(256) == 768);  // exactly to the end
   CHECK(c.used() == 1024);
   CHECK(c.take(1) == kNone);
 }

@@ -70,7 +70,8 @@ TEST_CASE("engine errors: a wait nobody signals times out naming rank lane and s
   CHECK(msg.find("flag 1 expected >= 3, seen 0") != std::string::npos);
   CHECK(seconds < 5.0);
   // Unusable afterwards, with the same story; the stream was released (no hang).
-  const std::string again = errorOf([&] { comms[0].allReduce(bufs[0]->get(), bufs[0]->get() + 256, 4, DType::Float32, RedOp::Sum, streams.s[0]); });
+  const std::string again = errorOf(
+      [&] { comms[0].allReduce(bufs[0]->get(), bufs[0]->get() + 256, 4, DType::Float32, RedOp::Sum, streams.s[0]); });
   CHECK(again.find("unusable") != std::string::npos);
   CHECK(again.find("rank 1 lane 1") != std::string::npos);
   streams.sync(comms);
@@ -182,14 +183,17 @@ TEST_CASE("engine errors: a full doorbell ring applies back-pressure and loses n
 TEST_CASE("engine errors: bad device lists are refused") {
   CHECK(errorOf([] { mk::Communicator::createLocal({}); }).find("empty") != std::string::npos);
   CHECK(errorOf([] { mk::Communicator::createLocal({0, 0}); }).find("listed twice") != std::string::npos);
-  CHECK(errorOf([] { mk::Communicator::createLocal({0, 1, 2, 3, 4, 5, 6, 7, 8}); }).find("at most") != std::string::npos);
+  CHECK(errorOf([] {
+          mk::Communicator::createLocal({0, 1, 2, 3, 4, 5, 6, 7, 8});
+        }).find("at most") != std::string::npos);
   int n = 0;
   MK_CUDA_CHECK(cudaGetDeviceCount(&n));
   CHECK(errorOf([&] { mk::Communicator::createLocal({0, n}); }).find("more ranks than GPUs") != std::string::npos);
   mk::CommConfig many;
   many.premappedBuffers.assign(mk::CommConfig::kMaxPremapped + 1, nullptr);
-  CHECK(errorOf([&] { mk::Communicator::createLocal({0, 1}, many); }).find("premappedBuffers lists 17") !=
-        std::string::npos);
+  CHECK(errorOf([&] {
+          mk::Communicator::createLocal({0, 1}, many);
+        }).find("premappedBuffers lists 17") != std::string::npos);
 }
 
 TEST_CASE("engine errors: a missing profile file fails the creation naming it and a datasheet one is used by default") {

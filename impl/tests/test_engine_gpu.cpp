@@ -35,17 +35,29 @@ TEST_CASE("engine: bad arguments are refused with a clear error and the communic
   cudaStream_t s = streams.s[0];
   mkt::DeviceBuffer buf(0, 1 << 16);
   char* d = buf.get();
-  CHECK(errorOf([&] { c.allReduce(nullptr, d, 4, DType::Float32, RedOp::Sum, s); }).find("send is null") != std::string::npos);
-  CHECK(errorOf([&] { c.allReduce(d, nullptr, 4, DType::Float32, RedOp::Sum, s); }).find("recv is null") != std::string::npos);
-  CHECK(errorOf([&] { c.allReduce(d + 1, d + 4096, 4, DType::Float32, RedOp::Sum, s); }).find("not aligned") != std::string::npos);
-  CHECK(errorOf([&] { c.allReduce(d, d + 4098, 4, DType::Float32, RedOp::Sum, s); }).find("not aligned") != std::string::npos);
-  CHECK(errorOf([&] { c.allReduce(d, d + 4096, 0, DType::Float32, RedOp::Sum, s); }).find("count must be > 0") != std::string::npos);
-  CHECK(errorOf([&] { c.allReduce(d, d + 4096, 4, static_cast<DType>(9), RedOp::Sum, s); }).find("dtype") != std::string::npos);
-  CHECK(errorOf([&] { c.allReduce(d, d + 4096, 4, DType::Float32, static_cast<RedOp>(7), s); }).find("reduction operator") != std::string::npos);
+  CHECK(errorOf([&] { c.allReduce(nullptr, d, 4, DType::Float32, RedOp::Sum, s); }).find("send is null") !=
+        std::string::npos);
+  CHECK(errorOf([&] { c.allReduce(d, nullptr, 4, DType::Float32, RedOp::Sum, s); }).find("recv is null") !=
+        std::string::npos);
+  CHECK(errorOf([&] { c.allReduce(d + 1, d + 4096, 4, DType::Float32, RedOp::Sum, s); }).find("not aligned") !=
+        std::string::npos);
+  CHECK(errorOf([&] { c.allReduce(d, d + 4098, 4, DType::Float32, RedOp::Sum, s); }).find("not aligned") !=
+        std::string::npos);
+  CHECK(errorOf([&] { c.allReduce(d, d + 4096, 0, DType::Float32, RedOp::Sum, s); }).find("count must be > 0") !=
+        std::string::npos);
+  CHECK(errorOf([&] { c.allReduce(d, d + 4096, 4, static_cast<DType>(9), RedOp::Sum, s); }).find("dtype") !=
+        std::string::npos);
+  CHECK(errorOf([&] {
+          c.allReduce(d, d + 4096, 4, DType::Float32, static_cast<RedOp>(7), s);
+        }).find("reduction operator") != std::string::npos);
   CHECK(errorOf([&] { c.broadcast(d, d + 4096, 4, DType::Float32, 3, s); }).find("root 3") != std::string::npos);
   std::vector<float> host(16);
-  CHECK(errorOf([&] { c.allReduce(host.data(), d, 4, DType::Float32, RedOp::Sum, s); }).find("device memory of GPU 0") != std::string::npos);
-  CHECK(errorOf([&] { c.allReduce(d, d + 4096, 4, DType::Float32, RedOp::Sum, s, "no-such-algo"); }).find("unknown algorithm") != std::string::npos);
+  CHECK(errorOf([&] {
+          c.allReduce(host.data(), d, 4, DType::Float32, RedOp::Sum, s);
+        }).find("device memory of GPU 0") != std::string::npos);
+  CHECK(errorOf([&] {
+          c.allReduce(d, d + 4096, 4, DType::Float32, RedOp::Sum, s, "no-such-algo");
+        }).find("unknown algorithm") != std::string::npos);
   // None of these enqueued anything: the communicator still computes.
   mk::CollectiveSpec spec;
   spec.op = mk::CollOp::AllReduce;

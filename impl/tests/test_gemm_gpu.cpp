@@ -58,9 +58,9 @@ struct Case {
 std::string describe(const Case& c) {
   return "m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) + " B " +
          mk::toString(c.layout) + " out " + (c.out == mk::DType::Float32 ? "f32" : "bf16") +
-         " ctas=" + std::to_string(c.ctas) + " tileN=" + std::to_string(c.tileN) +
-         " epilogue " + mk::toString(c.epilogue) + " splitK=" + std::to_string(c.splitK) +
-         " runs=" + std::to_string(c.runs) + " schedule " + mk::toString(c.schedule);
+         " ctas=" + std::to_string(c.ctas) + " tileN=" + std::to_string(c.tileN) + " epilogue " +
+         mk::toString(c.epilogue) + " splitK=" + std::to_string(c.splitK) + " runs=" + std::to_string(c.runs) +
+         " schedule " + mk::toString(c.schedule);
 }
 
 /// Runs one GEMM on random inputs and compares every element of C (and nothing outside it: the padding
@@ -166,7 +166,8 @@ void runAndCompare(const Case& c, uint64_t seed) {
   int64_t wrong = 0, sentinelHit = 0;
   for (int64_t w = 0; w < workers; ++w) {
     for (const Bad& e : badOf[static_cast<std::size_t>(w)])
-      if (wrong < 5) MESSAGE("C[" << e.row << "][" << e.col << "] = " << e.v << ", expected " << e.exact << " +- " << e.tol);
+      if (wrong < 5)
+        MESSAGE("C[" << e.row << "][" << e.col << "] = " << e.v << ", expected " << e.exact << " +- " << e.tol);
     wrong += wrongOf[static_cast<std::size_t>(w)];
   }
   // Columns n..ldc-1 are outside C: the clipped epilogue must never write them.
@@ -198,8 +199,8 @@ TEST_CASE("gemm: exact tiles match the CPU reference for every layout output typ
 
 TEST_CASE("gemm: remainders in M N and K are zero-filled on load and clipped on store") {
   uint64_t seed = 100;
-  const int64_t shapes[][3] = {{1, 1, 8}, {1, 1, 1}, {3, 5, 7}, {130, 260, 72}, {257, 513, 136}, {129, 255, 1000},
-                               {200, 300, 65}, {64, 700, 24}};
+  const int64_t shapes[][3] = {{1, 1, 8},       {1, 1, 1},        {3, 5, 7},      {130, 260, 72},
+                               {257, 513, 136}, {129, 255, 1000}, {200, 300, 65}, {64, 700, 24}};
   for (int64_t tileN : {128, 256})
     for (const auto& s : shapes)
       for (auto layout : {mk::GemmLayout::RowMajor, mk::GemmLayout::ColMajor})
@@ -210,9 +211,9 @@ TEST_CASE("gemm: remainders in M N and K are zero-filled on load and clipped on 
 TEST_CASE("gemm: fewer CTAs than tiles walk every tile and the hook sees each tile exactly once") {
   uint64_t seed = 200;
   for (auto layout : {mk::GemmLayout::RowMajor, mk::GemmLayout::ColMajor}) {
-    runAndCompare({700, 1100, 300, layout, mk::DType::BFloat16, 3, true}, seed++);   // 6 x 5 tiles on 3 CTAs
-    runAndCompare({1024, 2048, 512, layout, mk::DType::Float32, 7, true}, seed++);   // 8 x 8 tiles on 7 CTAs
-    runAndCompare({333, 777, 128, layout, mk::DType::Float32, 1, true}, seed++);     // one CTA does everything
+    runAndCompare({700, 1100, 300, layout, mk::DType::BFloat16, 3, true}, seed++);       // 6 x 5 tiles on 3 CTAs
+    runAndCompare({1024, 2048, 512, layout, mk::DType::Float32, 7, true}, seed++);       // 8 x 8 tiles on 7 CTAs
+    runAndCompare({333, 777, 128, layout, mk::DType::Float32, 1, true}, seed++);         // one CTA does everything
     runAndCompare({700, 1100, 300, layout, mk::DType::BFloat16, 5, true, 128}, seed++);  // 6 x 9 narrow tiles
   }
 }
@@ -233,7 +234,8 @@ void compareWithCublas(mkbench::CublasLt& lt, mk::GemmLayout layout, mk::DType o
   for (auto& v : a) v = toBf16(d(rng));
   for (auto& v : b) v = toBf16(d(rng));
   const std::size_t es = f32 ? 4 : 2;
-  Dev da(a.size() * 2), db(b.size() * 2), c1(static_cast<std::size_t>(m * n) * es), c2(static_cast<std::size_t>(m * n) * es);
+  Dev da(a.size() * 2), db(b.size() * 2), c1(static_cast<std::size_t>(m * n) * es),
+      c2(static_cast<std::size_t>(m * n) * es);
   MK_CUDA_CHECK(cudaMemcpy(da.p, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
   MK_CUDA_CHECK(cudaMemcpy(db.p, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
   MK_CUDA_CHECK(cudaMemset(c1.p, 0xFF, static_cast<std::size_t>(m * n) * es));  // NaN until written
@@ -286,10 +288,21 @@ TEST_CASE("gemm: large problem matches cuBLASLt within the relative error bound"
 
 TEST_CASE("gemm tma-store: exact tiles and remainders match the CPU reference and never write outside C") {
   uint64_t seed = 300;
-  const int64_t shapes[][3] = {{128, 256, 64}, {1, 1, 8},     {1, 1, 1},      {3, 5, 7},     {130, 260, 72},
-                               {257, 513, 136}, {129, 255, 1000}, {200, 300, 65}, {64, 700, 24}, {65, 1000, 200},
+  const int64_t shapes[][3] = {{128, 256, 64},
+                               {1, 1, 8},
+                               {1, 1, 1},
+                               {3, 5, 7},
+                               {130, 260, 72},
+                               {257, 513, 136},
+                               {129, 255, 1000},
+                               {200, 300, 65},
+                               {64, 700, 24},
+                               {65, 1000, 200},
                                // N a multiple of 8 (the staged path runs) with M and K remainders:
-                               {3, 8, 7},       {257, 512, 136},  {129, 264, 1000}, {1, 72, 9}};
+                               {3, 8, 7},
+                               {257, 512, 136},
+                               {129, 264, 1000},
+                               {1, 72, 9}};
   for (int64_t tileN : {128, 256})
     for (const auto& s : shapes)
       for (auto layout : {mk::GemmLayout::RowMajor, mk::GemmLayout::ColMajor})
@@ -372,10 +385,12 @@ TEST_CASE("gemm split-K: the last piece of each tile sums the partials for both 
           for (auto epi : {mk::GemmEpilogue::Direct, mk::GemmEpilogue::TmaStore})
             runAndCompare({s[0], s[1], s[2], layout, mk::DType::BFloat16, 0, false, tileN, epi, splitK}, seed++);
   // fp32 output, and a split larger than the k-slices (K = 100: 2 slices, 8 asked, 2 run).
-  runAndCompare({257, 513, 1000, mk::GemmLayout::RowMajor, mk::DType::Float32, 0, false, 256, mk::GemmEpilogue::Direct, 4},
-                seed++);
-  runAndCompare({200, 300, 100, mk::GemmLayout::ColMajor, mk::DType::Float32, 0, false, 128, mk::GemmEpilogue::Direct, 8},
-                seed++);
+  runAndCompare(
+      {257, 513, 1000, mk::GemmLayout::RowMajor, mk::DType::Float32, 0, false, 256, mk::GemmEpilogue::Direct, 4},
+      seed++);
+  runAndCompare(
+      {200, 300, 100, mk::GemmLayout::ColMajor, mk::DType::Float32, 0, false, 128, mk::GemmEpilogue::Direct, 8},
+      seed++);
 }
 
 TEST_CASE("gemm split-K: few CTAs and repeated runs reset the counters and call the hook once per tile") {
@@ -396,8 +411,8 @@ TEST_CASE("gemm stream-K: cut tiles are summed by their last piece for every rem
   // the small shapes: CTAs without work). The hook (every tile once per launch) on 7 and 13 CTAs, three
   // launches of the same plan (counters reset by the last piece) on 3 and 13.
   // N a multiple of 8 in four of them, so the TMA-store epilogue runs there (it falls back to direct otherwise).
-  const int64_t shapes[][3] = {{3, 5, 7}, {130, 264, 72}, {257, 512, 136}, {200, 304, 65}, {129, 255, 1000},
-                               {520, 696, 300}};
+  const int64_t shapes[][3] = {{3, 5, 7},      {130, 264, 72},   {257, 512, 136},
+                               {200, 304, 65}, {129, 255, 1000}, {520, 696, 300}};
   struct Out {
     mk::DType dtype;
     mk::GemmEpilogue epilogue;

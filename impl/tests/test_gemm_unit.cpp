@@ -17,7 +17,16 @@ namespace {
 void* addr(uintptr_t a) { return reinterpret_cast<void*>(a); }
 
 mk::GemmProblem good() {
-  return {1000, 700, 300, addr(0x10000), 304, addr(0x20000), 704, mk::GemmLayout::RowMajor, addr(0x30000), 704,
+  return {1000,
+          700,
+          300,
+          addr(0x10000),
+          304,
+          addr(0x20000),
+          704,
+          mk::GemmLayout::RowMajor,
+          addr(0x30000),
+          704,
           mk::DType::BFloat16};
 }
 
@@ -51,8 +60,8 @@ TEST_CASE("gemm validation: a good problem gives its tile grid") {
   mk::GemmConfig wide;
   wide.tileN = 256;
   const mk::GemmTiles t = mk::validateGemm(good(), wide, 132);
-  CHECK(t.tilesM == 8);   // ceil(1000 / 128)
-  CHECK(t.tilesN == 3);   // ceil(700 / 256)
+  CHECK(t.tilesM == 8);  // ceil(1000 / 128)
+  CHECK(t.tilesN == 3);  // ceil(700 / 256)
   CHECK(t.count() == 24);
   const mk::GemmTileShape s = mk::gemmTileShape();
   CHECK(s.blockM == 128);
@@ -147,7 +156,8 @@ TEST_CASE("gemm validation: the tile width choice removes badly filled last wave
 
 TEST_CASE("gemm validation: the tma-store epilogue runs for bf16 output only and keeps the stage count") {
   mk::GemmConfig cfg;
-  CHECK(cfg.epilogue == mk::GemmEpilogue::TmaStore);  // the default (measured faster on every reference shape, --shapes issue6)
+  CHECK(cfg.epilogue ==
+        mk::GemmEpilogue::TmaStore);  // the default (measured faster on every reference shape, --shapes issue6)
   cfg.epilogue = mk::GemmEpilogue::Direct;
   CHECK(mk::validateGemm(good(), cfg, 132).epilogue == mk::GemmEpilogue::Direct);
   cfg.epilogue = mk::GemmEpilogue::TmaStore;
@@ -170,7 +180,8 @@ TEST_CASE("gemm validation: the tma-store epilogue runs for bf16 output only and
   // Shared memory: 32 KiB of staging (128 rows x 128 bf16 columns per pass) next to the same stages as the
   // direct epilogue (the main loop is unchanged); both widths stay within the 227 KiB a Hopper CTA may use.
   for (uint32_t width : {128u, 256u}) {
-    const mk::GemmTileShape direct = mk::gemmTileShape(width), staged = mk::gemmTileShape(width, mk::GemmEpilogue::TmaStore);
+    const mk::GemmTileShape direct = mk::gemmTileShape(width),
+                            staged = mk::gemmTileShape(width, mk::GemmEpilogue::TmaStore);
     CHECK(staged.stages == direct.stages);
     CHECK(staged.smemBytes - direct.smemBytes == 128 * 128 * 2);
     CHECK(staged.threads == direct.threads);
@@ -273,8 +284,8 @@ TEST_CASE("gemm stream-K: the partition covers every iteration once and every CT
     }
   }
   CHECK(failures == 0);
-  // A reference shape (--shapes issue6): 128 wide tiles of 128 k-slices on 116 CTAs: 16384 iterations, 141 or 142 per CTA,
-  // no tile in more than 2 pieces, and a CTA cuts at most 2 tiles.
+  // A reference shape (--shapes issue6): 128 wide tiles of 128 k-slices on 116 CTAs: 16384 iterations, 141 or 142 per
+  // CTA, no tile in more than 2 pieces, and a CTA cuts at most 2 tiles.
   const mk::device::GemmStreamK big = mk::device::gemmStreamK(128, 128, 116);
   CHECK(big.begin(1) - big.begin(0) == 142);
   CHECK(big.begin(116) - big.begin(115) == 141);
@@ -321,8 +332,8 @@ TEST_CASE("gemm stream-K: Auto takes it only where the last wave is partly idle 
   CHECK(pick(2048, 2048, 1024, 116).schedule == GemmSchedule::Tiles);
   CHECK(pick(128, 8192, 8192, 116).schedule == GemmSchedule::Tiles);
   CHECK(mk::gemmChooseSchedule(4096, 4096, 2048, 116, 0, GemmSchedule::StreamK).schedule == GemmSchedule::StreamK);
-  CHECK(pick(512, 8192, 4096, 116).schedule == GemmSchedule::StreamK);   // 64 slices: the shortest taken
-  CHECK(pick(512, 8192, 4032, 116).schedule == GemmSchedule::Tiles);     // 63 slices
+  CHECK(pick(512, 8192, 4096, 116).schedule == GemmSchedule::StreamK);  // 64 slices: the shortest taken
+  CHECK(pick(512, 8192, 4032, 116).schedule == GemmSchedule::Tiles);    // 63 slices
   // Full (or nearly full) waves: whole tiles.
   CHECK(pick(512, 8192, 8192, 128).schedule == GemmSchedule::Tiles);   // 128 tiles on 128 CTAs
   CHECK(pick(4096, 4096, 2048, 132).schedule == GemmSchedule::Tiles);  // 3.9 waves
@@ -431,8 +442,7 @@ int64_t replaySchedule(const mk::GemmTiles& t, int64_t k, int64_t groupM, int la
   };
   std::vector<std::vector<Piece>> work(ctas);
   for (uint32_t cta = 0; cta < ctas; ++cta) {
-    mk::device::GemmWorkCursor w =
-        mk::device::gemmWorkCursor<false>(p, cta, ctas, mk::device::gemmUnitCount(p), cta);
+    mk::device::GemmWorkCursor w = mk::device::gemmWorkCursor<false>(p, cta, ctas, mk::device::gemmUnitCount(p), cta);
     uint32_t tile = 0, split = 0, kBegin = 0, kEnd = 0;
     while (w.next<false>(p, tile, split, kBegin, kEnd)) work[cta].push_back({tile, kBegin, kEnd});
   }
@@ -472,7 +482,7 @@ int64_t replaySchedule(const mk::GemmTiles& t, int64_t k, int64_t groupM, int la
       ++stored[pc.tile];
     }
     for (uint32_t tl = 0; tl < tiles; ++tl) problems += stored[tl] != 1;  // the hook: once per tile
-    for (uint32_t c : counters) problems += c != 0;                      // reset for the next launch
+    for (uint32_t c : counters) problems += c != 0;                       // reset for the next launch
   }
   return problems;
 }
@@ -480,15 +490,15 @@ int64_t replaySchedule(const mk::GemmTiles& t, int64_t k, int64_t groupM, int la
 }  // namespace
 
 TEST_CASE("gemm stream-K: a CPU replay of the kernel's walk stores every tile once with its whole k-sum") {
-  // The reference shapes (--shapes issue6) as Auto / StreamK schedule them, and small grids with cuts, whole tiles inside ranges,
-  // CTAs without stream-K work and the hybrid's whole waves; 3 launches each (counters must reset).
+  // The reference shapes (--shapes issue6) as Auto / StreamK schedule them, and small grids with cuts, whole tiles
+  // inside ranges, CTAs without stream-K work and the hybrid's whole waves; 3 launches each (counters must reset).
   struct Shape {
     int64_t m, n, k, ctas, tileN;
   };
-  const Shape shapes[] = {{512, 8192, 8192, 116, 0}, {4096, 4096, 2048, 116, 0}, {1024, 8192, 14336, 116, 0},
+  const Shape shapes[] = {{512, 8192, 8192, 116, 0}, {4096, 4096, 2048, 116, 0},  {1024, 8192, 14336, 116, 0},
                           {128, 8192, 8192, 132, 0}, {512, 8192, 1024, 116, 256}, {520, 696, 300, 3, 128},
-                          {520, 696, 300, 7, 256}, {520, 696, 300, 13, 128}, {3, 5, 7, 13, 0},
-                          {130, 264, 72, 13, 128}, {129, 255, 1000, 7, 256}, {1000, 700, 300, 1, 0}};
+                          {520, 696, 300, 7, 256},   {520, 696, 300, 13, 128},    {3, 5, 7, 13, 0},
+                          {130, 264, 72, 13, 128},   {129, 255, 1000, 7, 256},    {1000, 700, 300, 1, 0}};
   uint64_t seed = 1;
   for (const Shape& s : shapes) {
     const mk::GemmProblem pr = sized(s.m, s.n, s.k);

@@ -6,12 +6,12 @@
 #include <set>
 #include <string>
 
+#include "gemm/gemm_lane.hpp"
+#include "lowering/lowering.hpp"
 #include "mk/algorithms/algorithms.hpp"
 #include "mk/device/compute_lane_device.hpp"
 #include "mk/error.hpp"
 #include "mk/schedule/pack.hpp"
-#include "gemm/gemm_lane.hpp"
-#include "lowering/lowering.hpp"
 
 namespace {
 
@@ -160,10 +160,10 @@ TEST_CASE("lowering: large data steps get many CTAs and a signal gets its own sy
 TEST_CASE("lowering: a step reading what another CTA of its lane wrote gets a lane barrier") {
   Schedule s = twoRanks(1u << 16);
   mk::Lane lane;
-  lane.steps.push_back(copy(ref(0, 2, 0), ref(0, 0, 0), 1u << 16));                   // scratch <- input
-  lane.steps.push_back(copy(ref(0, 1, 0), ref(0, 2, 0), 1u << 16));                   // same pieces: no barrier
-  lane.steps.push_back(copy(ref(0, 1, 0), ref(0, 2, 100), (1u << 16) - 100));         // shifted: barrier
-  lane.steps.push_back(copy(ref(0, 0, 0), ref(0, 1, 5), 1000));                       // reads output: barrier
+  lane.steps.push_back(copy(ref(0, 2, 0), ref(0, 0, 0), 1u << 16));            // scratch <- input
+  lane.steps.push_back(copy(ref(0, 1, 0), ref(0, 2, 0), 1u << 16));            // same pieces: no barrier
+  lane.steps.push_back(copy(ref(0, 1, 0), ref(0, 2, 100), (1u << 16) - 100));  // shifted: barrier
+  lane.steps.push_back(copy(ref(0, 0, 0), ref(0, 1, 5), 1000));                // reads output: barrier
   s.lanes[0] = {lane};
   s.lanes[1] = {};
   LowerOptions opt;
@@ -634,8 +634,8 @@ void checkTileSplit(const mk::device::LoweredGemm& g, const mk::device::LoweredS
 TEST_CASE("lowering: every Gemm tile runs exactly once and every active CTA of the lane gets one") {
   // The bench shapes of the hang report (8192^2 x 4096 on 131 CTAs: 2048 wide tiles, 16 per CTA), the
   // 116-CTA shapes, the 2-GPU test's shape, remainders, one CTA, and more tiles than 16 bits count.
-  const uint32_t cases[][4] = {{8192, 8192, 4096, 131}, {4096, 4096, 2048, 131}, {4096, 4096, 2048, 116},
-                               {1024, 8192, 14336, 116}, {700, 1104, 200, 128},  {700, 520, 200, 128},
+  const uint32_t cases[][4] = {{8192, 8192, 4096, 131},  {4096, 4096, 2048, 131}, {4096, 4096, 2048, 116},
+                               {1024, 8192, 14336, 116}, {700, 1104, 200, 128},   {700, 520, 200, 128},
                                {129, 1000, 8, 128},      {300, 200, 104, 3},      {128, 128, 64, 1},
                                {1000, 520, 72, 7},       {65536, 40000, 64, 131}};
   for (const auto& c : cases) {

@@ -154,9 +154,9 @@ TEST_CASE("mpi bootstrap: a rank that skips allGather ends in Timeout within the
     const double took = msSince(t0);
     CHECK(c.thrown);
     CHECK(c.code == mk::ErrorCode::Timeout);
-    CHECK_MESSAGE(c.message.find("MPI_Iallgather did not complete within 500 ms: a rank never called it") !=
-                      std::string::npos,
-                  c.message);
+    CHECK_MESSAGE(
+        c.message.find("MPI_Iallgather did not complete within 500 ms: a rank never called it") != std::string::npos,
+        c.message);
     CHECK(took >= kBudgetMs - 10);
     CHECK_MESSAGE(took < kBudgetMs + 3000, "the timeout took " << took << " ms");
     // From now on the bootstrap refuses (its collective may still be pending inside MPI).
@@ -182,9 +182,9 @@ TEST_CASE("mpi bootstrap: a rank that skips barrier ends in Timeout within the b
     const double took = msSince(t0);
     CHECK(c.thrown);
     CHECK(c.code == mk::ErrorCode::Timeout);
-    CHECK_MESSAGE(c.message.find("MPI_Ibarrier did not complete within 300 ms: a rank never called it") !=
-                      std::string::npos,
-                  c.message);
+    CHECK_MESSAGE(
+        c.message.find("MPI_Ibarrier did not complete within 300 ms: a rank never called it") != std::string::npos,
+        c.message);
     CHECK(took >= kBudgetMs - 10);
     CHECK_MESSAGE(took < kBudgetMs + 3000, "the timeout took " << took << " ms");
   }

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "device/topology_probe.hpp"
 #include "mk/bootstrap.hpp"
 #include "mk/communicator.hpp"
 #include "mk/cuda_check.hpp"
@@ -23,7 +24,6 @@
 #include "mk/exec/numeric.hpp"
 #include "mk/exec/verify.hpp"
 #include "multiprocess_launch.hpp"
-#include "device/topology_probe.hpp"
 
 namespace {
 
@@ -42,11 +42,11 @@ bool launchRanks(const char* name, double timeoutS = kChildTimeoutS) {
   return true;
 }
 
-#define MP_TEST(name, fn)                    \
-  static void fn();                          \
-  TEST_CASE(name) {                          \
-    if (!launchRanks(name)) fn();            \
-  }                                          \
+#define MP_TEST(name, fn)         \
+  static void fn();               \
+  TEST_CASE(name) {               \
+    if (!launchRanks(name)) fn(); \
+  }                               \
   static void fn()
 
 /// Device memory from cudaMalloc (exportable through CUDA IPC); freed only after the communicator is gone.
@@ -243,9 +243,7 @@ void arenaSweep() {
   CHECK(failures == 0);
 }
 
-MP_TEST("multiprocess arena: every collective with a device arena and premapped buffers", mpArena) {
-  arenaSweep();
-}
+MP_TEST("multiprocess arena: every collective with a device arena and premapped buffers", mpArena) { arenaSweep(); }
 
 MP_TEST("multiprocess: allreduce every dtype redop count in and out of place", mpAllReduce) {
   sweep(mk::CollOp::AllReduce);
@@ -273,7 +271,8 @@ MP_TEST("multiprocess: 256 MiB of every collective", mpLarge) {
     spec.count = (op == mk::CollOp::AllReduce || op == mk::CollOp::Broadcast) ? elems : elems / kRanks;
     // Both placements for all-reduce; one each for the others (alternating), to keep the CPU reference short.
     for (bool inPlace : {false, true}) {
-      if (op != mk::CollOp::AllReduce && inPlace != (op == mk::CollOp::AllGather || op == mk::CollOp::Broadcast)) continue;
+      if (op != mk::CollOp::AllReduce && inPlace != (op == mk::CollOp::AllGather || op == mk::CollOp::Broadcast))
+        continue;
       CAPTURE(mk::toString(op));
       CAPTURE(inPlace);
       CHECK(runCase(env, a, b, spec, inPlace, 77) == 0);
@@ -426,7 +425,8 @@ MP_TEST("multiprocess: ranks submitting different ops get an error naming both",
     msg = e.message();
   }
   std::printf("rank %d: %s\n", comm.rank(), msg.c_str());
-  CHECK((msg.find("differs between ranks") != std::string::npos || msg.find("stopped by the host") != std::string::npos));
+  CHECK(
+      (msg.find("differs between ranks") != std::string::npos || msg.find("stopped by the host") != std::string::npos));
   MK_CUDA_CHECK(cudaStreamSynchronize(s));
   cudaStreamDestroy(s);
 }

@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "mk/topology/topology.hpp"
 #include "device/topology_probe.hpp"
+#include "mk/topology/topology.hpp"
 
 TEST_CASE("topology: NVLink probes refine the local topology and say why when they cannot") {
   mk::runtime::NvlinkProbe direct;

@@ -88,9 +88,9 @@ void verifyCase(const std::string& algo, const std::vector<uint32_t>& nodeOf, ui
                 const std::string& inter = "ring") {
   const CollectiveSpec spec = arSpec(algo, count, dtype, redop);
   const GenOptions opt = opts(chunks, channels, inter);
-  INFO("allreduce " << algo << " inter " << inter << " nodes " << describe(nodeOf) << " count " << count << " chunks " << chunks
-                    << " channels " << channels << " " << toString(dtype) << " " << toString(redop) << " seed " << seed
-                    << (kind == InputKind::SmallIntegers ? " small-integers" : " uniform"));
+  INFO("allreduce " << algo << " inter " << inter << " nodes " << describe(nodeOf) << " count " << count << " chunks "
+                    << chunks << " channels " << channels << " " << toString(dtype) << " " << toString(redop)
+                    << " seed " << seed << (kind == InputKind::SmallIntegers ? " small-integers" : " uniform"));
   const Schedule s = generate(spec, nodeOf, opt);
   const auto issues = validateAll(s);
   REQUIRE_MESSAGE(issues.empty(), (issues.empty() ? std::string() : issues.front().message));
@@ -262,9 +262,9 @@ TEST_CASE("allreduce: count 0 and chunks 0 and channels 0 are InvalidArgument an
   // A name that is no algorithm, and an algorithm without an all-reduce generator.
   CollectiveSpec direct = arSpec("ring", 16);
   direct.algo = Algorithm::Direct;
-  for (const auto& attempt : std::vector<std::function<void()>>{
-           [] { generate(arSpec("butterfly", 16), nodesOfSize(4, 4)); },
-           [&] { generate(direct, nodesOfSize(4, 4)); }}) {
+  for (const auto& attempt :
+       std::vector<std::function<void()>>{[] { generate(arSpec("butterfly", 16), nodesOfSize(4, 4)); },
+                                          [&] { generate(direct, nodesOfSize(4, 4)); }}) {
     try {
       attempt();
       FAIL("unknown algorithm accepted");
@@ -583,9 +583,18 @@ TEST_CASE("allreduce: pieces that come out empty emit no steps and no zero-byte 
 }
 
 TEST_CASE("allreduce: every schedule validates with the race check across ranks layouts chunks and channels") {
-  const std::vector<std::vector<uint32_t>> layouts = {
-      {0}, {0, 0}, {0, 1}, {0, 0, 0}, {0, 1, 2}, nodesOfSize(5, 5), {0, 0, 1, 1, 1}, nodesOfSize(8, 4), unevenLayout(),
-      {0, 1, 1, 1, 2, 2, 3, 3}, {7, 7, 3, 3, 3, 9}, nodesOfSize(16, 4)};
+  const std::vector<std::vector<uint32_t>> layouts = {{0},
+                                                      {0, 0},
+                                                      {0, 1},
+                                                      {0, 0, 0},
+                                                      {0, 1, 2},
+                                                      nodesOfSize(5, 5),
+                                                      {0, 0, 1, 1, 1},
+                                                      nodesOfSize(8, 4),
+                                                      unevenLayout(),
+                                                      {0, 1, 1, 1, 2, 2, 3, 3},
+                                                      {7, 7, 3, 3, 3, 9},
+                                                      nodesOfSize(16, 4)};
   ValidateOptions vo;
   vo.checkRaces = true;
   for (const char* name : kAllReduce)
@@ -791,9 +800,9 @@ std::vector<std::vector<uint32_t>> rhdLayouts() {
   l.push_back(nodesOfSize(12, 4));  // 3 nodes of 4
   l.push_back(nodesOfSize(5, 1));   // 5 nodes of one rank: the fold on single-rank nodes
   l.push_back(nodesOfSize(8, 1));
-  l.push_back(unevenLayout());                     // nodes of 3, 2, 3
-  l.push_back({0, 0, 1, 2, 2, 2, 3, 4, 4});        // 5 nodes of 2, 1, 3, 1, 2
-  l.push_back({0, 1, 0, 1, 2, 2, 0});              // interleaved ranks, nodes of 3, 2, 2
+  l.push_back(unevenLayout());               // nodes of 3, 2, 3
+  l.push_back({0, 0, 1, 2, 2, 2, 3, 4, 4});  // 5 nodes of 2, 1, 3, 1, 2
+  l.push_back({0, 1, 0, 1, 2, 2, 0});        // interleaved ranks, nodes of 3, 2, 2
   return l;
 }
 
@@ -837,7 +846,8 @@ TEST_CASE("allreduce hierarchical rhd: 2 log2 M exchanges per chunk and owner an
     CHECK(countKind(p2, StepKind::Put) == 32ull * 3 * chunks * 2);
   }
   // 1024 ranks: the inter phase is 2 log2(128) = 14 sends per owner, not 2 * 127
-  const Schedule big = generate(arSpec("hierarchical", 1 << 20, DType::BFloat16), nodesOfSize(1024, 8), opts(1, 1, "rhd"));
+  const Schedule big =
+      generate(arSpec("hierarchical", 1 << 20, DType::BFloat16), nodesOfSize(1024, 8), opts(1, 1, "rhd"));
   CHECK(countKind(big, StepKind::ProxyPut) == 1024ull * 14);
   CHECK(big.stepCount() < 1024ull * 100);
 }
@@ -873,7 +883,8 @@ TEST_CASE("allreduce hierarchical rhd: closed form bounds the timeline on uneven
   for (const auto& nodeOf : rhdLayouts())
     for (uint64_t count : {1021ull, 65537ull, 1000003ull}) {
       INFO("nodes " << describe(nodeOf) << " count " << count);
-      const auto [form, timeline] = formVsTimeline("hierarchical", nodeOf, count, 3, 2, oddProfile(), DType::BFloat16, "rhd");
+      const auto [form, timeline] =
+          formVsTimeline("hierarchical", nodeOf, count, 3, 2, oddProfile(), DType::BFloat16, "rhd");
       CHECK(form >= timeline * (1 - 1e-12));
       // a bound: one representative per node carries its busiest rank (observed up to +17% on interleaved nodes)
       CHECK(form <= timeline * 1.25);

@@ -70,9 +70,9 @@ struct Algo {
   const char* name;
 };
 const Algo kAlgos[] = {
-    {CollOp::AllGather, "ring"},        {CollOp::AllGather, "direct"},        {CollOp::AllGather, "hierarchical"},
-    {CollOp::ReduceScatter, "ring"},    {CollOp::ReduceScatter, "direct"},    {CollOp::ReduceScatter, "hierarchical"},
-    {CollOp::Broadcast, "direct"},      {CollOp::Broadcast, "ring"},          {CollOp::AllToAll, "direct"},
+    {CollOp::AllGather, "ring"},     {CollOp::AllGather, "direct"},     {CollOp::AllGather, "hierarchical"},
+    {CollOp::ReduceScatter, "ring"}, {CollOp::ReduceScatter, "direct"}, {CollOp::ReduceScatter, "hierarchical"},
+    {CollOp::Broadcast, "direct"},   {CollOp::Broadcast, "ring"},       {CollOp::AllToAll, "direct"},
 };
 
 /// Generate, validate (races included), execute and compare with the reference; one failure message names
@@ -448,8 +448,8 @@ TEST_CASE("reducescatter hierarchical: only rail owners cross nodes and each sen
 
 TEST_CASE("broadcast direct: the root sends K chunks to every other rank and nobody else sends") {
   const auto nodeOf = nodesOf(8, 4);
-  const Schedule s = generate(makeSpec(CollOp::Broadcast, "direct", 20, DType::Float32, RedOp::Sum, 5), nodeOf,
-                              makeOpt(2, 1));
+  const Schedule s =
+      generate(makeSpec(CollOp::Broadcast, "direct", 20, DType::Float32, RedOp::Sum, 5), nodeOf, makeOpt(2, 1));
   CHECK(countSteps(s, StepKind::Put, 5) == 3 * 2);
   CHECK(countSteps(s, StepKind::ProxyPut, 5) == 4 * 2);
   CHECK(countSteps(s, StepKind::Put) + countSteps(s, StepKind::ProxyPut) == 7 * 2);
@@ -459,11 +459,11 @@ TEST_CASE("broadcast direct: the root sends K chunks to every other rank and nob
 
 TEST_CASE("broadcast ring: a chain from the root where each rank forwards every chunk once") {
   const uint32_t p = 6, root = 4;
-  const Schedule s = generate(makeSpec(CollOp::Broadcast, "ring", 30, DType::Float32, RedOp::Sum, root), nodesOf(p, 3),
-                              makeOpt(3, 1));
+  const Schedule s =
+      generate(makeSpec(CollOp::Broadcast, "ring", 30, DType::Float32, RedOp::Sum, root), nodesOf(p, 3), makeOpt(3, 1));
   for (uint32_t r = 0; r < p; ++r) {
-    const uint64_t sent = countSteps(s, StepKind::Put, static_cast<int>(r)) +
-                          countSteps(s, StepKind::ProxyPut, static_cast<int>(r));
+    const uint64_t sent =
+        countSteps(s, StepKind::Put, static_cast<int>(r)) + countSteps(s, StepKind::ProxyPut, static_cast<int>(r));
     CHECK(sent == (r == (root + p - 1) % p ? 0u : 3u));
   }
   // Chain 4 -> 5 -> 0 -> 1 -> 2 -> 3: the hops 5 -> 0 and 2 -> 3 cross nodes, rank 3 ends it.
@@ -490,12 +490,12 @@ TEST_CASE("collectives: channels own disjoint slices and never share a lane") {
   for (const Algo& a : kAlgos) {
     INFO(toString(a.op) << " " << a.name);
     const Schedule one = generate(makeSpec(a.op, a.name, 40, DType::Float32, RedOp::Sum, 2), nodesOf(8, 4));
-    const Schedule two = generate(makeSpec(a.op, a.name, 40, DType::Float32, RedOp::Sum, 2), nodesOf(8, 4),
-                                  makeOpt(1, 2));
+    const Schedule two =
+        generate(makeSpec(a.op, a.name, 40, DType::Float32, RedOp::Sum, 2), nodesOf(8, 4), makeOpt(1, 2));
     for (uint32_t r = 0; r < 8; ++r) CHECK(two.lanes[r].size() == 2 * one.lanes[r].size());
     // A count smaller than the channels uses only count channels.
-    const Schedule tiny = generate(makeSpec(a.op, a.name, 1, DType::Float32, RedOp::Sum, 2), nodesOf(8, 4),
-                                   makeOpt(1, 4));
+    const Schedule tiny =
+        generate(makeSpec(a.op, a.name, 1, DType::Float32, RedOp::Sum, 2), nodesOf(8, 4), makeOpt(1, 4));
     for (uint32_t r = 0; r < 8; ++r) CHECK(tiny.lanes[r].size() == one.lanes[r].size());
   }
 }
@@ -517,7 +517,9 @@ TEST_CASE("collectives: every schedule validates with the race check on awkward 
 
 // ---- numerics: the sweep -----------------------------------------------------------------------------------
 
-TEST_CASE("verify: allgather ring over ranks layouts counts chunks channels and dtypes") { sweep(CollOp::AllGather, "ring"); }
+TEST_CASE("verify: allgather ring over ranks layouts counts chunks channels and dtypes") {
+  sweep(CollOp::AllGather, "ring");
+}
 TEST_CASE("verify: allgather direct over ranks layouts counts chunks channels and dtypes") {
   sweep(CollOp::AllGather, "direct");
 }
@@ -635,9 +637,9 @@ TEST_CASE("cost: uneven counts are priced by the largest piece and bound the tim
 
 TEST_CASE("cost: uneven and interleaved nodes are priced exactly too") {
   const Profile profiles[] = {oddProfile(), defaultProfile(topologyPreset("dgx-h100", 2))};
-  const std::vector<std::vector<uint32_t>> layouts = {nodesSized({3, 2, 3}), nodesSized({8, 4}), nodesSized({1, 4, 2}),
-                                                      nodesSized({8, 8, 3}), {0, 1, 0, 1, 2, 2, 0},
-                                                      {0, 1, 2, 0, 1, 2, 0, 1, 2}};
+  const std::vector<std::vector<uint32_t>> layouts = {nodesSized({3, 2, 3}), nodesSized({8, 4}),
+                                                      nodesSized({1, 4, 2}), nodesSized({8, 8, 3}),
+                                                      {0, 1, 0, 1, 2, 2, 0}, {0, 1, 2, 0, 1, 2, 0, 1, 2}};
   for (const Profile& profile : profiles)
     for (const Algo& a : kAlgos)
       for (const auto& nodeOf : layouts)
@@ -687,7 +689,8 @@ TEST_CASE("validate: dropping a ring wait makes the reduce race with the incomin
   Schedule s = generate(makeSpec(CollOp::ReduceScatter, "ring", 16), nodesOf(4, 4), makeOpt(2, 1));
   REQUIRE(validateAll(s).empty());
   auto& steps = s.lanes[1][0].steps;
-  const auto firstWait = std::find_if(steps.begin(), steps.end(), [](const Step& st) { return st.kind == StepKind::Wait; });
+  const auto firstWait =
+      std::find_if(steps.begin(), steps.end(), [](const Step& st) { return st.kind == StepKind::Wait; });
   REQUIRE(firstWait != steps.end());
   steps.erase(firstWait);
   const auto issues = validateAll(s);

@@ -33,12 +33,14 @@ void expectError(const std::function<void()>& fn, ErrorCode code, std::vector<st
     FAIL("expected an mk::Error(" << toString(code) << "), got none");
   } catch (const Error& e) {
     CHECK_MESSAGE(e.code() == code, "code " << toString(e.code()) << ", message: " << e.message());
-    for (const auto& p : parts) CHECK_MESSAGE(e.message().find(p) != std::string::npos, "'" << p << "' not in: " << e.message());
+    for (const auto& p : parts)
+      CHECK_MESSAGE(e.message().find(p) != std::string::npos, "'" << p << "' not in: " << e.message());
   }
 }
 
 /// Round numbers so every expected time below can be computed by hand:
-/// NVLink 100 GB/s = 1e5 B/us, network 10 GB/s = 1e4 B/us, local 200 GB/s, reduce 50 GB/s, gemm 10 TFLOP/s = 1e7 flop/us.
+/// NVLink 100 GB/s = 1e5 B/us, network 10 GB/s = 1e4 B/us, local 200 GB/s, reduce 50 GB/s, gemm 10 TFLOP/s = 1e7
+/// flop/us.
 Profile roundProfile() {
   Profile p;
   p.source = "test";
@@ -66,8 +68,10 @@ struct Hand {
     s.nBarriers = nBarriers;
     s.lanes.resize(s.nRanks);
     s.info.op = "custom";
-    s.buffers.push_back(BufferDecl{"buf", DType::Float32, BufferKind::Scratch, std::vector<uint64_t>(s.nRanks, 1u << 24)});
-    s.buffers.push_back(BufferDecl{"gemm", DType::BFloat16, BufferKind::Scratch, std::vector<uint64_t>(s.nRanks, 1u << 24)});
+    s.buffers.push_back(
+        BufferDecl{"buf", DType::Float32, BufferKind::Scratch, std::vector<uint64_t>(s.nRanks, 1u << 24)});
+    s.buffers.push_back(
+        BufferDecl{"gemm", DType::BFloat16, BufferKind::Scratch, std::vector<uint64_t>(s.nRanks, 1u << 24)});
   }
   uint32_t lane(uint32_t rank, LaneRole role = LaneRole::Intra) {
     s.lanes.at(rank).push_back(Lane{role, 1, {}});
@@ -91,7 +95,8 @@ struct Hand {
   void proxyPut(uint32_t rank, uint32_t lane, uint32_t dst, uint64_t count, std::optional<uint32_t> flag = {}) {
     transfer(StepKind::ProxyPut, rank, lane, dst, count, flag);
   }
-  void transfer(StepKind kind, uint32_t rank, uint32_t lane, uint32_t dst, uint64_t count, std::optional<uint32_t> flag) {
+  void transfer(StepKind kind, uint32_t rank, uint32_t lane, uint32_t dst, uint64_t count,
+                std::optional<uint32_t> flag) {
     Step& st = add(rank, lane, kind);
     st.dst = at(dst);
     st.a = at(rank);
@@ -243,7 +248,7 @@ Timeline referenceTimeline(const Schedule& s, const Profile& p) {
         const double end = c.ready + duration(st, c.rank);
         const std::size_t f = static_cast<std::size_t>(st.flag.rank) * s.nFlags + st.flag.id;
         if (st.kind == StepKind::Signal)
-          inc[f].emplace_back(end + (st.flag.rank == c.rank                     ? p.localFlagUs
+          inc[f].emplace_back(end + (st.flag.rank == c.rank                       ? p.localFlagUs
                                      : s.nodeOf[st.flag.rank] == s.nodeOf[c.rank] ? p.flagUs
                                                                                   : remoteFlag),
                               st.value);
@@ -570,10 +575,10 @@ TEST_CASE("timeline: a put chain across three ranks waits for each signal") {
 TEST_CASE("timeline: two lanes of one rank sharing nvlink get half the bandwidth each") {
   Hand h({0, 0}, 0);
   const uint32_t a = h.lane(0), b = h.lane(0), c = h.lane(0), other = h.lane(1);
-  h.put(0, a, 1, k100KB);     // share 2: 1 + 2 us
+  h.put(0, a, 1, k100KB);  // share 2: 1 + 2 us
   h.put(0, b, 1, k100KB);
-  h.copy(0, c, 0, k100KB);    // memory, not NVLink: full local bandwidth, 1 us
-  h.put(1, other, 0, k100KB); // another rank: its own NVLink, full bandwidth
+  h.copy(0, c, 0, k100KB);     // memory, not NVLink: full local bandwidth, 1 us
+  h.put(1, other, 0, k100KB);  // another rank: its own NVLink, full bandwidth
   const Timeline tl = h.run();
   checkStep(tl, 0, a, 0, 2, 5);
   checkStep(tl, 0, b, 0, 2, 5);
@@ -618,11 +623,11 @@ TEST_CASE("timeline: signal values add up and a threshold may be met by one larg
   h.lane(0);
   h.lane(1);
   const uint32_t b = h.lane(1);
-  h.signal(1, 0, 0, 0, 3);        // visible at 2.25
-  h.copy(1, b, 1, 4 * k100KB);    // [2, 4.5]
-  h.signal(1, b, 0, 0, 1);        // visible at 4.75
-  h.wait(0, 0, 0, 2);             // reached by the value-3 increment
-  h.wait(0, 0, 0, 4);             // needs the second one
+  h.signal(1, 0, 0, 0, 3);      // visible at 2.25
+  h.copy(1, b, 1, 4 * k100KB);  // [2, 4.5]
+  h.signal(1, b, 0, 0, 1);      // visible at 4.75
+  h.wait(0, 0, 0, 2);           // reached by the value-3 increment
+  h.wait(0, 0, 0, 4);           // needs the second one
   const Timeline tl = h.run();
   checkStep(tl, 0, 0, 0, 2, 2.25);
   checkStep(tl, 0, 0, 1, 2.25, 4.75);
@@ -833,7 +838,8 @@ TEST_CASE("cost: every generator declares whether peers touch user buffers as it
   for (const auto& d : detail::algorithmRegistry()) {
     const std::string name = std::string(toString(d.op)) + " " + d.name;
     CAPTURE(name);
-    for (const auto& [preset, ranks] : {std::pair<std::string, uint32_t>{"h200x2", 2u}, {"dgx-h200", 4u}, {"dgx-h200", 16u}}) {
+    for (const auto& [preset, ranks] :
+         {std::pair<std::string, uint32_t>{"h200x2", 2u}, {"dgx-h200", 4u}, {"dgx-h200", 16u}}) {
       CAPTURE(preset);
       CAPTURE(ranks);
       const Topology topo = topologyPreset(preset, ranks > 8 ? 2 : 1);
@@ -870,7 +876,8 @@ TEST_CASE("cost: the peer-user-buffer term is charged once per op, by the timeli
     const Schedule s = generate(spec, topo.layout(2));
     const double extra = peersTouchUserBuffers(s) ? 1.5 : 0.0;
     CHECK(simulateUncontended(s, q).totalUs == doctest::Approx(simulateUncontended(s, p).totalUs + extra));
-    CHECK(closedForm(spec, {}, topo, 2, q).totalUs == doctest::Approx(closedForm(spec, {}, topo, 2, p).totalUs + extra));
+    CHECK(closedForm(spec, {}, topo, 2, q).totalUs ==
+          doctest::Approx(closedForm(spec, {}, topo, 2, p).totalUs + extra));
   }
   // One-shot writes only the peers' scratch; two-shot's all-gather phase writes their outputs.
   CollectiveSpec one;
@@ -938,7 +945,7 @@ TEST_CASE("step costs: shares, prices, delays and the engine's own check come fr
   CHECK(pr.alphaUs == 1.0);
   CHECK(pr.rate == 100);
   CHECK(pr.unitsPerSecond() == 1e9);
-  CHECK(costs.laneUs(put, 0) == doctest::Approx(3.0));  // 1 + 1e5 B at 100 GB/s / 2 lanes
+  CHECK(costs.laneUs(put, 0) == doctest::Approx(3.0));                        // 1 + 1e5 B at 100 GB/s / 2 lanes
   CHECK(costs.laneUs(h.s.lanes[0][2].steps[0], 0) == doctest::Approx(15.0));  // proxy 2 + alpha 3 + 1e5 B at 10 GB/s
   CHECK(costs.incrementDelayUs(h.s.lanes[1][0].steps[1], 1) == p.localFlagUs);
   CHECK(costs.signalDelayUs(0, 1) == p.flagUs);

@@ -86,8 +86,7 @@ Step reduceStep(RedOp op, BufRef dst, BufRef a, BufRef b, uint64_t count) {
   st.count = count;
   return st;
 }
-Step putStep(StepKind kind, BufRef dst, BufRef a, uint64_t count, uint32_t flagRank, uint32_t flagId,
-             uint64_t value) {
+Step putStep(StepKind kind, BufRef dst, BufRef a, uint64_t count, uint32_t flagRank, uint32_t flagId, uint64_t value) {
   Step st = copyStep(dst, a, count);
   st.kind = kind;
   st.flags = kStepSignal;
@@ -244,13 +243,13 @@ TEST_CASE("numeric: half rounding ties to even overflow and subnormals") {
   CHECK(floatToHalf(65519.0f) == 0x7BFF);
   CHECK(floatToHalf(65520.0f) == 0x7C00);  // tie above max (odd): infinity
   CHECK(floatToHalf(-1e6f) == 0xFC00);
-  CHECK(floatToHalf(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);         // tie, even below
-  CHECK(floatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3C02);     // tie, odd below: up
+  CHECK(floatToHalf(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);      // tie, even below
+  CHECK(floatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3C02);  // tie, odd below: up
   CHECK(floatToHalf(std::nextafter(1.0f + std::ldexp(1.0f, -11), 2.0f)) == 0x3C01);
-  CHECK(floatToHalf(std::ldexp(1.0f, -25)) == 0x0000);                // tie with zero: even
+  CHECK(floatToHalf(std::ldexp(1.0f, -25)) == 0x0000);  // tie with zero: even
   CHECK(floatToHalf(std::nextafter(std::ldexp(1.0f, -25), 1.0f)) == 0x0001);
-  CHECK(floatToHalf(std::ldexp(3.0f, -25)) == 0x0002);                // 1.5 units: tie, odd below: up
-  CHECK(floatToHalf(std::ldexp(5.0f, -25)) == 0x0002);                // 2.5 units: tie, even below
+  CHECK(floatToHalf(std::ldexp(3.0f, -25)) == 0x0002);                          // 1.5 units: tie, odd below: up
+  CHECK(floatToHalf(std::ldexp(5.0f, -25)) == 0x0002);                          // 2.5 units: tie, even below
   CHECK(floatToHalf(std::ldexp(1.0f, -14) - std::ldexp(1.0f, -25)) == 0x0400);  // carries into normal
   CHECK(floatToHalf(std::ldexp(1.0f, -30)) == 0x0000);
   CHECK(floatToHalf(-std::ldexp(1.0f, -30)) == 0x8000);
@@ -300,7 +299,7 @@ TEST_CASE("numeric: NaN stays NaN and becomes quiet when narrowed") {
   const float negNan = fromBits(0xFFC00000u);
   CHECK(floatToBf16(negNan) == 0xFFC0);
   CHECK((floatToHalf(negNan) & 0x8000) != 0);
-  CHECK(std::isnan(halfToFloat(0x7C01)));           // signalling half NaN widens to a NaN
+  CHECK(std::isnan(halfToFloat(0x7C01)));                   // signalling half NaN widens to a NaN
   CHECK((bitsOf(halfToFloat(0x7C01)) & 0x00400000u) != 0);  // ... that is quiet
 }
 
@@ -418,7 +417,9 @@ TEST_CASE("executor: reduce computes every redop on every dtype and rounds once"
       execute(h.s, mem);
       const std::vector<float> got = read(mem, h.s, 0, d);
       for (uint64_t i = 0; i < n; ++i) {
-        float want = op == RedOp::Sum ? va[i] + vb[i] : op == RedOp::Max ? std::max(va[i], vb[i]) : std::min(va[i], vb[i]);
+        float want = op == RedOp::Sum   ? va[i] + vb[i]
+                     : op == RedOp::Max ? std::max(va[i], vb[i])
+                                        : std::min(va[i], vb[i]);
         if (dt == DType::BFloat16) want = bf16ToFloat(floatToBf16(want));
         if (dt == DType::Float16) want = halfToFloat(floatToHalf(want));
         CHECK(got[i] == want);
@@ -432,7 +433,7 @@ TEST_CASE("executor: reduce with dst aliasing a or b reads both before writing")
     Hand h(1);
     const uint16_t x = h.buffer("x", dt, 6);
     const uint16_t y = h.buffer("y", dt, 6);
-    h.add(0, 0, reduceStep(RedOp::Sum, ref(0, x), ref(0, x), ref(0, y), 6));      // x = x + y
+    h.add(0, 0, reduceStep(RedOp::Sum, ref(0, x), ref(0, x), ref(0, y), 6));           // x = x + y
     h.add(0, 0, reduceStep(RedOp::Max, ref(0, y, 1), ref(0, x, 1), ref(0, y, 1), 5));  // y = max(x, y)
     h.add(0, 0, reduceStep(RedOp::Sum, ref(0, y, 3), ref(0, y, 3), ref(0, y, 3), 3));  // y = y + y
     HostMemory mem = HostMemory::allocate(h.s);
@@ -496,8 +497,9 @@ TEST_CASE("executor: a ring of puts on 3 ranks delivers every block in order") {
       for (uint32_t k = 0; k + 1 < n; ++k) {
         const uint32_t block = (r + n - k) % n;
         if (k > 0) h.add(r, 0, waitStep(r, 0, k));
-        h.add(r, 0, putStep(StepKind::Put, ref((r + 1) % n, out, block * blk), ref(r, out, block * blk), blk,
-                            (r + 1) % n, 0, 1));
+        h.add(r, 0,
+              putStep(StepKind::Put, ref((r + 1) % n, out, block * blk), ref(r, out, block * blk), blk, (r + 1) % n, 0,
+                      1));
       }
       h.add(r, 0, waitStep(r, 0, n - 1));
     }
@@ -596,8 +598,8 @@ struct GemmCase {
 };
 
 void runGemmCase(const GemmCase& gc, uint64_t seed) {
-  INFO("gemm " << gc.m << "x" << gc.n << "x" << gc.k << " colB " << gc.bColMajor << " acc " << gc.accumulate
-               << " ab " << toString(gc.ab) << " c " << toString(gc.c) << " seed " << seed);
+  INFO("gemm " << gc.m << "x" << gc.n << "x" << gc.k << " colB " << gc.bColMajor << " acc " << gc.accumulate << " ab "
+               << toString(gc.ab) << " c " << toString(gc.c) << " seed " << seed);
   GemmShape g;
   g.m = gc.m;
   g.n = gc.n;
@@ -1068,8 +1070,9 @@ TEST_CASE("verify: referenceCollective rejects wrong input sizes and a bad root"
   CHECK(codeOf(e) == codeName(ErrorCode::InvalidArgument));
   CHECK(contains(e.message(), "rank 1"));
   const auto bcast = makeSpec(CollOp::Broadcast, DType::Float32, RedOp::Sum, 1, 5);
-  CHECK(codeOf(expectError([&] { referenceCollective(bcast, 2, {{1}, {2}}); })) ==
-        codeName(ErrorCode::InvalidArgument));
+  CHECK(codeOf(expectError([&] {
+          referenceCollective(bcast, 2, {{1}, {2}});
+        })) == codeName(ErrorCode::InvalidArgument));
 }
 
 TEST_CASE("verify: hand-built direct collectives of every op pass on every dtype") {
@@ -1129,7 +1132,7 @@ TEST_CASE("verify: allreduce ranks summing in different orders fail bit-identity
   const VerifyResult res = verifyCollective(s, spec, 3, InputKind::Uniform);
   INFO(res.detail);
   CHECK(!res.ok);
-  CHECK(res.worstRatio <= 1.0);  // every rank is within the summation bound ...
+  CHECK(res.worstRatio <= 1.0);                  // every rank is within the summation bound ...
   CHECK(contains(res.detail, "bit-identical"));  // ... but they disagree with each other
   // With small integers every order is exact, so the same schedule passes.
   CHECK(verifyCollective(s, spec, 3, InputKind::SmallIntegers).ok);

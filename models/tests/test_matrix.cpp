@@ -75,13 +75,11 @@ void runMatrix(mk::CollOp op, const char* algo, mk::DType dtype) {
 
 }  // namespace
 
-#define MK_MATRIX(OP, ALGO, NAME)                                                                   \
-  TEST_CASE("matrix: " NAME " float32 over ranks 1 to 16 and odd counts") {                         \
-    runMatrix(OP, ALGO, mk::DType::Float32);                                                        \
-  }                                                                                                 \
-  TEST_CASE("matrix: " NAME " bfloat16 over ranks 1 to 16 and odd counts") {                        \
-    runMatrix(OP, ALGO, mk::DType::BFloat16);                                                       \
-  }                                                                                                 \
+#define MK_MATRIX(OP, ALGO, NAME)                                                                                      \
+  TEST_CASE("matrix: " NAME " float32 over ranks 1 to 16 and odd counts") { runMatrix(OP, ALGO, mk::DType::Float32); } \
+  TEST_CASE("matrix: " NAME " bfloat16 over ranks 1 to 16 and odd counts") {                                           \
+    runMatrix(OP, ALGO, mk::DType::BFloat16);                                                                          \
+  }                                                                                                                    \
   TEST_CASE("matrix: " NAME " float16 over ranks 1 to 16 and odd counts") { runMatrix(OP, ALGO, mk::DType::Float16); }
 
 MK_MATRIX(mk::CollOp::AllReduce, "one-shot", "allreduce one-shot")
@@ -116,11 +114,14 @@ TEST_CASE("matrix: every registered algorithm is covered by the matrix") {
 
 TEST_CASE("matrix: max and min reductions are bit-exact for every reducing generator") {
   for (mk::RedOp redop : {mk::RedOp::Max, mk::RedOp::Min}) {
-    for (const auto& [op, algo] : std::vector<std::pair<mk::CollOp, std::string>>{
-             {mk::CollOp::AllReduce, "one-shot"}, {mk::CollOp::AllReduce, "two-shot"},
-             {mk::CollOp::AllReduce, "ring"}, {mk::CollOp::AllReduce, "hierarchical"},
-             {mk::CollOp::ReduceScatter, "ring"}, {mk::CollOp::ReduceScatter, "direct"},
-             {mk::CollOp::ReduceScatter, "hierarchical"}}) {
+    for (const auto& [op, algo] :
+         std::vector<std::pair<mk::CollOp, std::string>>{{mk::CollOp::AllReduce, "one-shot"},
+                                                         {mk::CollOp::AllReduce, "two-shot"},
+                                                         {mk::CollOp::AllReduce, "ring"},
+                                                         {mk::CollOp::AllReduce, "hierarchical"},
+                                                         {mk::CollOp::ReduceScatter, "ring"},
+                                                         {mk::CollOp::ReduceScatter, "direct"},
+                                                         {mk::CollOp::ReduceScatter, "hierarchical"}}) {
       for (mk::DType dtype : {mk::DType::Float32, mk::DType::BFloat16, mk::DType::Float16}) {
         mk::CollectiveSpec spec;
         spec.op = op;

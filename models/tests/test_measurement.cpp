@@ -84,7 +84,8 @@ TEST_CASE("measurement: a string where a number belongs is rejected") {
 
 TEST_CASE("measurement: empty records and truncated JSON are rejected") {
   requireParseError(R"({"schema": "mkernel.measurement.v1", "system": {"gpu": "x", "gpus": 1},
-    "run": {"date": "d", "commit": "c", "command": "x"}, "records": []})", "records");
+    "run": {"date": "d", "commit": "c", "command": "x"}, "records": []})",
+                    "records");
   requireParseError(std::string(kGood).substr(0, 200), "not valid JSON");
 }
 

@@ -50,16 +50,18 @@ TEST_CASE("policy: chunks grow with size, one channel") {
   CHECK(defaultGenOptions(CollOp::AllReduce, Algorithm::Hierarchical, 512 * MiB, 16).inter == InterPhase::Auto);
 }
 
-TEST_CASE("policy: two-shot all-reduce cuts its shard into pieces of about 16 MiB, 2 to 4 of them, never more than the general rule") {
+TEST_CASE(
+    "policy: two-shot all-reduce cuts its shard into pieces of about 16 MiB, 2 to 4 of them, never more than the "
+    "general rule") {
   CHECK(chunks(CollOp::AllReduce, Algorithm::TwoShot, 8) == 1);  // the general rule caps it
   CHECK(chunks(CollOp::AllReduce, Algorithm::TwoShot, MiB) == 2);
   CHECK(chunks(CollOp::AllReduce, Algorithm::TwoShot, 16 * MiB) == 2);
   CHECK(chunks(CollOp::AllReduce, Algorithm::TwoShot, 32 * MiB) == 2);  // shard 16 MiB: at least 2
   CHECK(chunks(CollOp::AllReduce, Algorithm::TwoShot, 64 * MiB) == 2);
   CHECK(chunks(CollOp::AllReduce, Algorithm::TwoShot, 128 * MiB) == 4);
-  CHECK(chunks(CollOp::AllReduce, Algorithm::TwoShot, 512 * MiB) == 4);     // at most 4
-  CHECK(chunks(CollOp::AllReduce, Algorithm::TwoShot, 128 * MiB, 8) == 2);  // 8 ranks: 16 MiB shards
-  CHECK(chunks(CollOp::AllReduce, Algorithm::TwoShot, 512 * MiB, 0) == 4);  // no rank count: treated as one
+  CHECK(chunks(CollOp::AllReduce, Algorithm::TwoShot, 512 * MiB) == 4);      // at most 4
+  CHECK(chunks(CollOp::AllReduce, Algorithm::TwoShot, 128 * MiB, 8) == 2);   // 8 ranks: 16 MiB shards
+  CHECK(chunks(CollOp::AllReduce, Algorithm::TwoShot, 512 * MiB, 0) == 4);   // no rank count: treated as one
   CHECK(chunks(CollOp::ReduceScatter, Algorithm::TwoShot, 128 * MiB) == 8);  // the shard rule is all-reduce's only
 }
 
@@ -69,10 +71,12 @@ TEST_CASE("policy: auto takes the lowest closed form at the table's chunks, the 
     uint32_t nodes, ranks;
   };
   int compared = 0;
-  for (const Where& w : {Where{"h200x2", 1, 2}, Where{"dgx-h100", 1, 8}, Where{"dgx-h100", 2, 16}, Where{"dgx-h200", 3, 20}}) {
+  for (const Where& w :
+       {Where{"h200x2", 1, 2}, Where{"dgx-h100", 1, 8}, Where{"dgx-h100", 2, 16}, Where{"dgx-h200", 3, 20}}) {
     const Topology topo = topologyPreset(w.preset, w.nodes);
     const Profile profile = defaultProfile(topo);
-    for (CollOp op : {CollOp::AllReduce, CollOp::AllGather, CollOp::ReduceScatter, CollOp::Broadcast, CollOp::AllToAll}) {
+    for (CollOp op :
+         {CollOp::AllReduce, CollOp::AllGather, CollOp::ReduceScatter, CollOp::Broadcast, CollOp::AllToAll}) {
       for (uint64_t count : {uint64_t{2}, uint64_t{1} << 12, uint64_t{1} << 18, uint64_t{1} << 24}) {
         CAPTURE(w.preset);
         CAPTURE(w.ranks);
@@ -98,7 +102,10 @@ TEST_CASE("policy: auto takes the lowest closed form at the table's chunks, the 
           const auto t = pricedAtDefaults(op, a, count, DType::BFloat16, topo, w.ranks, profile);
           if (t) CHECK(*t > bestUs);
         }
-        CHECK(c.gen == defaultGenOptions(op, c.algo, opBytes(CollectiveSpec{op, c.algo, DType::BFloat16, RedOp::Sum, count, 0}, w.ranks), w.ranks));
+        CHECK(c.gen ==
+              defaultGenOptions(op, c.algo,
+                                opBytes(CollectiveSpec{op, c.algo, DType::BFloat16, RedOp::Sum, count, 0}, w.ranks),
+                                w.ranks));
         ++compared;
       }
     }
@@ -110,7 +117,8 @@ TEST_CASE("policy: auto picks one-shot for a tiny all-reduce and another algorit
   const Topology topo = topologyPreset("dgx-h100", 1);
   const Profile profile = defaultProfile(topo);
   CHECK(chooseAlgorithm(CollOp::AllReduce, 2, DType::Float32, topo, 8, profile).algo == Algorithm::OneShot);
-  CHECK(chooseAlgorithm(CollOp::AllReduce, uint64_t{1} << 28, DType::Float32, topo, 8, profile).algo != Algorithm::OneShot);
+  CHECK(chooseAlgorithm(CollOp::AllReduce, uint64_t{1} << 28, DType::Float32, topo, 8, profile).algo !=
+        Algorithm::OneShot);
 }
 
 TEST_CASE("policy: with no closed form to compare auto takes the first algorithm") {

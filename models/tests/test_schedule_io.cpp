@@ -2,9 +2,9 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
-#include <ctime>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -289,7 +289,8 @@ TEST_CASE("json: steps carry only the fields their kind uses") {
 
 TEST_CASE("json: gemm steps keep their shape index layout bits and the shape table") {
   const std::string text = replaceOnce(
-      replaceOnce(smallJson(), R"("nBarriers":0,)", R"("nBarriers":0,"gemms":[{"m":2,"n":3,"k":4,"lda":4,"ldb":3,"ldc":5}],)"),
+      replaceOnce(smallJson(), R"("nBarriers":0,)",
+                  R"("nBarriers":0,"gemms":[{"m":2,"n":3,"k":4,"lda":4,"ldb":3,"ldc":5}],)"),
       R"({"kind":"copy","count":4,"dst":[1,"tmp",8],"a":[1,"in",0]})",
       R"({"kind":"gemm","gemm":0,"dst":[1,"tmp",0],"a":[1,"in",0],"b":[1,"in",0],"accumulate":true,"bColMajor":false})");
   const Schedule s = scheduleFromJson(text);
@@ -334,8 +335,9 @@ TEST_CASE("json: an unknown step kind names the JSON path and the accepted kinds
 }
 
 TEST_CASE("json: unknown dtype role and reduction op name their paths") {
-  expectParseError(replaceOnce(smallJson(), R"("dtype":"float32","kind":"scratch")", R"("dtype":"int8","kind":"scratch")"),
-                   {"buffers[1].dtype: unknown dtype 'int8'"});
+  expectParseError(
+      replaceOnce(smallJson(), R"("dtype":"float32","kind":"scratch")", R"("dtype":"int8","kind":"scratch")"),
+      {"buffers[1].dtype: unknown dtype 'int8'"});
   expectParseError(replaceOnce(smallJson(), R"("role":"intra","steps")", R"("role":"router","steps")"),
                    {"ranks[1].lanes[0].role: unknown lane role 'router'"});
   expectParseError(replaceOnce(smallJson(), R"("op":"sum")", R"("op":"prod")"),
@@ -388,7 +390,8 @@ TEST_CASE("json: a put flag without signal true is rejected") {
 }
 
 TEST_CASE("json: duplicate and empty buffer names are rejected") {
-  expectParseError(replaceOnce(smallJson(), R"("name":"tmp")", R"("name":"in")"), {"buffers[1].name: duplicate buffer name 'in'"});
+  expectParseError(replaceOnce(smallJson(), R"("name":"tmp")", R"("name":"in")"),
+                   {"buffers[1].name: duplicate buffer name 'in'"});
   expectParseError(replaceOnce(smallJson(), R"("name":"tmp")", R"("name":"")"), {"buffers[1].name"});
 }
 
@@ -688,15 +691,59 @@ TEST_CASE("cost: fillCostAttributes sets link bytes and flops per step kind") {
     st.kind = k;
     return st;
   };
-  { Step& st = add(StepKind::Copy); st.count = 10; st.dst = ioRef(0, 0, 0); st.a = ioRef(0, 0, 0); }
-  { Step& st = add(StepKind::Copy); st.count = 10; st.dst = ioRef(0, 1, 0); st.a = ioRef(1, 1, 0); }
-  { Step& st = add(StepKind::Reduce); st.count = 7; st.dst = ioRef(0, 1, 0); st.a = ioRef(0, 1, 0); st.b = ioRef(1, 1, 0); }
-  { Step& st = add(StepKind::Put); st.count = 5; st.dst = ioRef(1, 0, 0); st.a = ioRef(0, 0, 0); }
-  { Step& st = add(StepKind::ProxyPut); st.count = 0; st.dst = ioRef(2, 0, 0); st.flags = kStepSignal; }
-  { Step& st = add(StepKind::Signal); st.flag = FlagRef{2, 0}; st.value = 1; }
-  { Step& st = add(StepKind::Signal); st.flag = FlagRef{0, 0}; st.value = 1; }
-  { Step& st = add(StepKind::Gemm); st.dst = ioRef(0, 0, 0); st.a = ioRef(0, 1, 0); st.b = ioRef(0, 1, 0); }
-  { Step& st = add(StepKind::Wait); st.flag = FlagRef{0, 0}; st.value = 1; st.link = LinkClass::NVLink; }
+  {
+    Step& st = add(StepKind::Copy);
+    st.count = 10;
+    st.dst = ioRef(0, 0, 0);
+    st.a = ioRef(0, 0, 0);
+  }
+  {
+    Step& st = add(StepKind::Copy);
+    st.count = 10;
+    st.dst = ioRef(0, 1, 0);
+    st.a = ioRef(1, 1, 0);
+  }
+  {
+    Step& st = add(StepKind::Reduce);
+    st.count = 7;
+    st.dst = ioRef(0, 1, 0);
+    st.a = ioRef(0, 1, 0);
+    st.b = ioRef(1, 1, 0);
+  }
+  {
+    Step& st = add(StepKind::Put);
+    st.count = 5;
+    st.dst = ioRef(1, 0, 0);
+    st.a = ioRef(0, 0, 0);
+  }
+  {
+    Step& st = add(StepKind::ProxyPut);
+    st.count = 0;
+    st.dst = ioRef(2, 0, 0);
+    st.flags = kStepSignal;
+  }
+  {
+    Step& st = add(StepKind::Signal);
+    st.flag = FlagRef{2, 0};
+    st.value = 1;
+  }
+  {
+    Step& st = add(StepKind::Signal);
+    st.flag = FlagRef{0, 0};
+    st.value = 1;
+  }
+  {
+    Step& st = add(StepKind::Gemm);
+    st.dst = ioRef(0, 0, 0);
+    st.a = ioRef(0, 1, 0);
+    st.b = ioRef(0, 1, 0);
+  }
+  {
+    Step& st = add(StepKind::Wait);
+    st.flag = FlagRef{0, 0};
+    st.value = 1;
+    st.link = LinkClass::NVLink;
+  }
   add(StepKind::Barrier);
   fillCostAttributes(s);
   const auto& st = s.lanes[0][0].steps;

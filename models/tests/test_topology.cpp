@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include "mk/error.hpp"
 #include "mk/schedule/io.hpp"
@@ -28,7 +28,8 @@ void expectError(const std::function<void()>& fn, ErrorCode code, std::vector<st
     FAIL("expected an mk::Error(" << toString(code) << ") containing '" << parts.front() << "', got none");
   } catch (const Error& e) {
     CHECK_MESSAGE(e.code() == code, "code " << toString(e.code()) << ", message: " << e.message());
-    for (const auto& p : parts) CHECK_MESSAGE(e.message().find(p) != std::string::npos, "'" << p << "' not in: " << e.message());
+    for (const auto& p : parts)
+      CHECK_MESSAGE(e.message().find(p) != std::string::npos, "'" << p << "' not in: " << e.message());
   }
 }
 
@@ -154,7 +155,11 @@ TEST_CASE("topology: bad counts are rejected naming the field") {
       {"node.gpus", [](Topology& t) { t.node.gpus = 0; }},
       {"node.sms", [](Topology& t) { t.node.sms = 0; }},
       {"node.nics", [](Topology& t) { t.node.nics = 0; }},
-      {"node.gpus", [](Topology& t) { t.nodes = 1u << 20; t.node.gpus = 1u << 13; }},
+      {"node.gpus",
+       [](Topology& t) {
+         t.nodes = 1u << 20;
+         t.node.gpus = 1u << 13;
+       }},
       {"fabric.nodesPerLeaf", [](Topology& t) { t.fabric.nodesPerLeaf = 0; }},
   });
 }
@@ -238,10 +243,19 @@ TEST_CASE("topology: JSON preset form selects a preset and a node count") {
 
 TEST_CASE("topology: JSON missing fields are ParseErrors naming their path") {
   const Json full = Json::parse(topologyToJson(topologyPreset("dgx-h200", 2)));
-  const std::vector<std::vector<std::string>> paths = {
-      {"name"}, {"nodes"}, {"node"}, {"fabric"}, {"schema"},
-      {"node", "gpus"}, {"node", "hbmGBs"}, {"node", "nvlink", "bwGBs"}, {"node", "nvlink", "switched"},
-      {"node", "pcie", "latencyUs"}, {"node", "nic", "bwGBs"}, {"fabric", "oversubscription"}, {"fabric", "kind"}};
+  const std::vector<std::vector<std::string>> paths = {{"name"},
+                                                       {"nodes"},
+                                                       {"node"},
+                                                       {"fabric"},
+                                                       {"schema"},
+                                                       {"node", "gpus"},
+                                                       {"node", "hbmGBs"},
+                                                       {"node", "nvlink", "bwGBs"},
+                                                       {"node", "nvlink", "switched"},
+                                                       {"node", "pcie", "latencyUs"},
+                                                       {"node", "nic", "bwGBs"},
+                                                       {"fabric", "oversubscription"},
+                                                       {"fabric", "kind"}};
   for (const auto& path : paths) {
     std::string dotted;
     for (const auto& p : path) dotted += (dotted.empty() ? "" : ".") + p;
@@ -284,7 +298,8 @@ TEST_CASE("topology: JSON mistyped fields are ParseErrors naming their path") {
 TEST_CASE("topology: JSON values out of range are rejected by validation after parsing") {
   Json j = Json::parse(topologyToJson(topologyPreset("dgx-h100", 2)));
   j["node"]["nvlink"]["bwGBs"] = -3;
-  expectError([&] { topologyFromJson(j.dump()); }, ErrorCode::InvalidArgument, {"node.nvlink.bwGBs must be > 0 (got -3)"});
+  expectError([&] { topologyFromJson(j.dump()); }, ErrorCode::InvalidArgument,
+              {"node.nvlink.bwGBs must be > 0 (got -3)"});
   j = Json::parse(topologyToJson(topologyPreset("dgx-h100", 2)));
   j["node"]["nics"] = 0;
   expectError([&] { topologyFromJson(j.dump()); }, ErrorCode::InvalidArgument, {"node.nics", "no NICs"});
@@ -304,8 +319,9 @@ TEST_CASE("topology: loadTopology resolves preset names and overrides the node c
 }
 
 TEST_CASE("topology: loadTopology of an unknown name says it is neither a preset nor a file") {
-  expectError([] { loadTopology("/nonexistent/cluster.json"); }, ErrorCode::NotFound,
-              {"unknown cluster '/nonexistent/cluster.json'", "not a preset (h200x2, dgx-h100, dgx-h200)", "no such file"});
+  expectError(
+      [] { loadTopology("/nonexistent/cluster.json"); }, ErrorCode::NotFound,
+      {"unknown cluster '/nonexistent/cluster.json'", "not a preset (h200x2, dgx-h100, dgx-h200)", "no such file"});
   expectError([] { loadTopology(""); }, ErrorCode::NotFound, {"not a preset"});
 }
 

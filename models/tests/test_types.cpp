@@ -70,7 +70,8 @@ TEST_CASE("types: a bad op dtype redop or algorithm word has one spelling, namin
         "invalid-argument: unknown --op 'allsum' (expected allreduce, allgather, reducescatter, broadcast, alltoall)");
   CHECK(message([] { requireDType("int7", "dtype"); }) ==
         "invalid-argument: unknown dtype 'int7' (expected float32, bfloat16, float16)");
-  CHECK(message([] { requireRedOp("prod", "--redop"); }) == "invalid-argument: unknown --redop 'prod' (expected sum, max, min)");
+  CHECK(message([] { requireRedOp("prod", "--redop"); }) ==
+        "invalid-argument: unknown --redop 'prod' (expected sum, max, min)");
   CHECK(message([] { requireAlgorithm(CollOp::AllReduce, "star"); }) ==
         "not-found: unknown algorithm 'star' for allreduce (expected one-shot, two-shot, ring, hierarchical)");
   CHECK(message([] { requireAlgorithm(CollOp::Broadcast, "one-shot"); }) ==

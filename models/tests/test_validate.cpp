@@ -117,7 +117,8 @@ struct Hand {
 
 std::string listIssues(const std::vector<ValidationIssue>& issues) {
   std::ostringstream os;
-  for (const auto& is : issues) os << "  [" << is.rank << "," << is.lane << "," << is.step << "] " << is.message << "\n";
+  for (const auto& is : issues)
+    os << "  [" << is.rank << "," << is.lane << "," << is.step << "] " << is.message << "\n";
   return os.str();
 }
 
@@ -284,7 +285,8 @@ TEST_CASE("validate: an operand naming a missing buffer or rank is reported with
 TEST_CASE("validate: offset plus count beyond the buffer is reported even when the sum overflows") {
   Schedule s = oneShot(6).done();
   s.lanes[0][0].steps[2].count = 7;
-  expectIssue(s, {"rank 0 lane 0 (intra) step 2 (reduce): dst elements [0, 7) exceed buffer 'out' on rank 0 (6 elements)"});
+  expectIssue(
+      s, {"rank 0 lane 0 (intra) step 2 (reduce): dst elements [0, 7) exceed buffer 'out' on rank 0 (6 elements)"});
   s = oneShot(6).done();
   s.lanes[1][0].steps[0].a.offset = ~uint64_t{0} - 1;
   expectIssue(s, {"rank 1 lane 0 (intra) step 0 (put): a elements [", "overflow) exceed buffer 'in'"});
@@ -293,7 +295,8 @@ TEST_CASE("validate: offset plus count beyond the buffer is reported even when t
 TEST_CASE("validate: per-rank buffer sizes are checked against the operand's own rank") {
   Hand h = oneShot(8);
   h.s.buffers[2].count = {8, 4};  // rank 1's scratch is smaller
-  expectIssue(h.done(), {"rank 0 lane 0 (intra) step 0 (put): dst elements [0, 8) exceed buffer 'recv' on rank 1 (4 elements)"});
+  expectIssue(h.done(),
+              {"rank 0 lane 0 (intra) step 0 (put): dst elements [0, 8) exceed buffer 'recv' on rank 1 (4 elements)"});
 }
 
 TEST_CASE("validate: a put to another node or to its own rank is rejected") {
@@ -445,8 +448,8 @@ TEST_CASE("validate: a dense gemm step with bf16 inputs and f32 output is valid"
 TEST_CASE("validate: gemm A and B must share a 16-bit dtype") {
   Hand f32 = gemmHand(DType::Float32, DType::Float32);
   f32.gemm(0, 0, 0, at(0, 2, 0), at(0, 0, 0), at(0, 1, 0));
-  expectIssue(f32.done(), {"rank 0 lane 0 (compute) step 0 (gemm): A and B must share one 16-bit dtype",
-                           "A 'A' is float32"});
+  expectIssue(f32.done(),
+              {"rank 0 lane 0 (compute) step 0 (gemm): A and B must share one 16-bit dtype", "A 'A' is float32"});
   Hand mixed = gemmHand(DType::BFloat16, DType::Float16);
   mixed.gemm(0, 0, 0, at(0, 2, 0), at(0, 0, 0), at(0, 1, 0));
   expectIssue(mixed.done(), {"step 0 (gemm): A and B must share", "B 'B' is float16"});
@@ -503,8 +506,8 @@ TEST_CASE("validate: a wait on a flag nobody signals is reported as dangling wit
 TEST_CASE("validate: increments never awaited are reported as unmatched") {
   Hand h = oneShot();
   h.signal(0, 0, 1, 0, 2);  // two extra increments to rank 1's flag 0
-  const auto is = expectIssue(h.done(), {"flag 0 of rank 1: unmatched: 2 increments never awaited", "3 sent",
-                                         "largest wait threshold 1"});
+  const auto is = expectIssue(
+      h.done(), {"flag 0 of rank 1: unmatched: 2 increments never awaited", "3 sent", "largest wait threshold 1"});
   CHECK(is.rank == 1);
   Hand h2({0, 0}, 1);
   h2.signal(0, h2.lane(0), 1, 0);

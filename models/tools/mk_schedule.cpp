@@ -51,8 +51,10 @@ void printSummary(const mk::Schedule& s) {
       ls.second += lane.steps.size();
       auto it = roleMinMax.find(lane.role);
       const uint64_t n = lane.steps.size();
-      if (it == roleMinMax.end()) roleMinMax[lane.role] = {n, n};
-      else it->second = {std::min(it->second.first, n), std::max(it->second.second, n)};
+      if (it == roleMinMax.end())
+        roleMinMax[lane.role] = {n, n};
+      else
+        it->second = {std::min(it->second.first, n), std::max(it->second.second, n)};
       for (const auto& st : lane.steps) {
         kinds[st.kind] += 1;
         if (st.link != mk::LinkClass::None && st.kind != mk::StepKind::Signal)
@@ -122,9 +124,10 @@ int run(const Options& o) {
     std::printf("  size       %s = %llu %s element(s) per rank%s", mk::formatSize(used).c_str(),
                 static_cast<unsigned long long>(spec.count), mk::toString(spec.dtype),
                 (spec.op == mk::CollOp::AllReduce || spec.op == mk::CollOp::Broadcast) ? "" : " per block");
-    if (used != bytes) std::printf(" (--bytes %llu rounded down to whole elements)", static_cast<unsigned long long>(bytes));
-    std::printf("\n  options    redop %s, chunks %u, channels %u%s\n", mk::toString(spec.redop), gen.chunks, gen.channels,
-                spec.op == mk::CollOp::Broadcast ? (", root " + std::to_string(spec.root)).c_str() : "");
+    if (used != bytes)
+      std::printf(" (--bytes %llu rounded down to whole elements)", static_cast<unsigned long long>(bytes));
+    std::printf("\n  options    redop %s, chunks %u, channels %u%s\n", mk::toString(spec.redop), gen.chunks,
+                gen.channels, spec.op == mk::CollOp::Broadcast ? (", root " + std::to_string(spec.root)).c_str() : "");
     if (spec.op == mk::CollOp::AllReduce && spec.algo == mk::Algorithm::Hierarchical)
       std::printf("  inter-node %s%s\n", mk::toString(gen.inter),
                   request.gen.inter == mk::InterPhase::Auto ? " (auto: the lower closed form)" : "");
@@ -135,9 +138,11 @@ int run(const Options& o) {
   if (generated) {
     const mk::CostEstimate c = mk::closedForm(spec, gen, topo, schedule.nRanks, profile);
     const double algbw = static_cast<double>(mk::opBytes(spec, schedule.nRanks)) / (c.totalUs * 1e3);  // GB/s
-    std::printf("  cost       %s closed form (latency %s, bandwidth %s, reduce %s)\n", mk::formatMicros(c.totalUs).c_str(),
-                mk::formatMicros(c.latencyUs).c_str(), mk::formatMicros(c.bandwidthUs).c_str(), mk::formatMicros(c.reduceUs).c_str());
-    std::printf("             algbw %.2f GB/s, busbw %.2f GB/s\n", algbw, algbw * mk::busBwFactor(spec.op, schedule.nRanks));
+    std::printf("  cost       %s closed form (latency %s, bandwidth %s, reduce %s)\n",
+                mk::formatMicros(c.totalUs).c_str(), mk::formatMicros(c.latencyUs).c_str(),
+                mk::formatMicros(c.bandwidthUs).c_str(), mk::formatMicros(c.reduceUs).c_str());
+    std::printf("             algbw %.2f GB/s, busbw %.2f GB/s\n", algbw,
+                algbw * mk::busBwFactor(spec.op, schedule.nRanks));
     std::printf("  formula    %s\n", c.formula.c_str());
     std::printf("  profile    %s\n", profile.source.c_str());
   }
@@ -145,7 +150,8 @@ int run(const Options& o) {
   int rc = 0;
   if (o.verify) {
     if (!generated)
-      throw mk::Error(mk::ErrorCode::InvalidArgument, "--verify needs a generated schedule (not --schedule): the op it computes must be known");
+      throw mk::Error(mk::ErrorCode::InvalidArgument,
+                      "--verify needs a generated schedule (not --schedule): the op it computes must be known");
     const mk::InputKind kind = o.inputs == "integers" ? mk::InputKind::SmallIntegers : mk::InputKind::Uniform;
     const auto t0 = std::chrono::steady_clock::now();
     const mk::VerifyResult v = mk::verifyCollective(schedule, spec, o.seed, kind);
@@ -167,7 +173,8 @@ int run(const Options& o) {
   if (rc == 0 && !o.packedOut.empty()) {
     const auto image = mk::pack(schedule);
     mk::writeFileAtomic(o.packedOut, std::string(image.begin(), image.end()));
-    std::printf("wrote %s (%s packed)\n", o.packedOut.c_str(), mk::formatBytes(static_cast<double>(image.size())).c_str());
+    std::printf("wrote %s (%s packed)\n", o.packedOut.c_str(),
+                mk::formatBytes(static_cast<double>(image.size())).c_str());
   }
   return rc;
 }
@@ -186,8 +193,9 @@ int main(int argc, char** argv) {
       "mk-schedule"};
   mk::cli::addCollectiveOptions(app, o.coll);
   app.get_option("--profile")
-      ->description("price the closed form (and decide auto) with this profile (mkernel.profile.v1, e.g. from "
-                    "mk-calibrate) instead of the cluster's datasheet defaults");
+      ->description(
+          "price the closed form (and decide auto) with this profile (mkernel.profile.v1, e.g. from "
+          "mk-calibrate) instead of the cluster's datasheet defaults");
   app.add_flag("--verify", o.verify, "run the CPU reference executor on fresh random inputs and compare every element");
   app.add_option("--inputs", o.inputs,
                  "verify inputs: uniform (random in [-1,1), sums within the documented tolerance) or integers "

@@ -15,8 +15,8 @@ constexpr const char* kPredictionSchema = "mkernel.prediction.v1";
 constexpr std::size_t kBusiestLinks = 3;
 
 Json linkJson(const LinkLoad& l) {
-  return Json{{"name", l.name},          {"bandwidth_gbs", l.bandwidthGBs}, {"bytes", l.bytes},
-              {"avg_gbs", l.avgGBs},     {"peak_gbs", l.peakGBs},           {"utilization", l.utilization}};
+  return Json{{"name", l.name},      {"bandwidth_gbs", l.bandwidthGBs}, {"bytes", l.bytes},
+              {"avg_gbs", l.avgGBs}, {"peak_gbs", l.peakGBs},           {"utilization", l.utilization}};
 }
 
 /// Fields that describe the run (shared by single predictions and sweeps).
@@ -51,8 +51,8 @@ void result(Json& j, const Prediction& p, const RunInfo& info) {
 }
 
 Json statsJson(const SimStats& s) {
-  return Json{{"steps", s.steps},        {"comms", s.comms},           {"execs", s.execs},
-              {"actors", s.actors},      {"wall_s", s.wallSeconds},    {"peak_rss_mib", s.peakRssMiB}};
+  return Json{{"steps", s.steps},   {"comms", s.comms},        {"execs", s.execs},
+              {"actors", s.actors}, {"wall_s", s.wallSeconds}, {"peak_rss_mib", s.peakRssMiB}};
 }
 
 void appendNumber(std::string& out, double v) {

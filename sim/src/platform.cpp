@@ -1,8 +1,8 @@
 // mkernel — topology -> SimGrid 3.32 platform (platform.hpp, docs/simulator.md).
 #include "mk/sim/platform.hpp"
 
-#include <simgrid/s4u.hpp>
 #include <xbt/log.h>
+#include <simgrid/s4u.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -121,7 +121,7 @@ Platform buildPlatform(const Topology& topo, const Profile& profile, bool nvlink
       for (uint32_t a = 0; a < spec.gpus; ++a)
         for (uint32_t b = a + 1; b < spec.gpus; ++b) {
           sg4::Link* l = zone->create_split_duplex_link(nn + ".nvl" + std::to_string(a) + "-" + std::to_string(b),
-                                                       p.rates.nvlinkBps)
+                                                        p.rates.nvlinkBps)
                              ->seal();
           zone->add_route(p.gpu[node * spec.gpus + a]->get_netpoint(), p.gpu[node * spec.gpus + b]->get_netpoint(),
                           nullptr, nullptr, {{l, Direction::UP}}, false);
@@ -168,11 +168,12 @@ Platform buildPlatform(const Topology& topo, const Profile& profile, bool nvlink
     }
     fabric->seal();
   }
-  XBT_INFO("platform %s: %u nodes x %u GPUs, nvlink %g GB/s, nic %g GB/s, pcie %g GB/s, leaf uplink %g GB/s, "
-           "%s",
-           topo.name.c_str(), topo.nodes, spec.gpus, p.rates.nvlinkBps / kBytesPerGB, p.rates.nicBps / kBytesPerGB,
-           p.rates.pcieBps / kBytesPerGB, p.rates.leafUplinkBps / kBytesPerGB,
-           spec.nvlink.switched ? "NVSwitch" : "direct NVLink");
+  XBT_INFO(
+      "platform %s: %u nodes x %u GPUs, nvlink %g GB/s, nic %g GB/s, pcie %g GB/s, leaf uplink %g GB/s, "
+      "%s",
+      topo.name.c_str(), topo.nodes, spec.gpus, p.rates.nvlinkBps / kBytesPerGB, p.rates.nicBps / kBytesPerGB,
+      p.rates.pcieBps / kBytesPerGB, p.rates.leafUplinkBps / kBytesPerGB,
+      spec.nvlink.switched ? "NVSwitch" : "direct NVLink");
   root->seal();
   return p;
 }

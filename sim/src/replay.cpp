@@ -1,14 +1,14 @@
 // mkernel — Schedule -> SimGrid actors and activities -> prediction (replay.hpp, docs/simulator.md).
 #include "mk/sim/replay.hpp"
 
-#include <simgrid/kernel/Timer.hpp>
-#include <simgrid/plugins/load.h>
-#include <simgrid/s4u.hpp>
 #include <malloc.h>
+#include <simgrid/plugins/load.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xbt/log.h>
+#include <simgrid/kernel/Timer.hpp>
+#include <simgrid/s4u.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -50,8 +50,8 @@ constexpr double kWorkPerSecond = 1e9;
 
 void checkRankRef(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step, const char* what, uint32_t ref) {
   if (ref >= s.nRanks)
-    badStep(s, rank, lane, step, std::string(what) + " names rank " + std::to_string(ref) + " (nRanks " +
-                                     std::to_string(s.nRanks) + ")");
+    badStep(s, rank, lane, step,
+            std::string(what) + " names rank " + std::to_string(ref) + " (nRanks " + std::to_string(s.nRanks) + ")");
 }
 
 /// The replay's own check of a step, after the timeline's (StepCosts): routes exist only where the hardware
@@ -66,15 +66,17 @@ void checkRoute(const Schedule& s, uint32_t r, uint32_t l, uint32_t i, StepResou
   if (res == StepResource::NvLink) {
     const bool peer = st.dst.rank != r || st.a.rank != r || (st.kind == StepKind::Reduce && st.b.rank != r);
     if (!peer)
-      badStep(s, r, l, i, std::string("an NVLink ") + toString(st.kind) + " has every operand on this rank (use link local)");
+      badStep(s, r, l, i,
+              std::string("an NVLink ") + toString(st.kind) + " has every operand on this rank (use link local)");
     for (uint32_t other : {st.dst.rank, st.a.rank, st.kind == StepKind::Reduce ? st.b.rank : r})
       if (s.nodeOf[other] != s.nodeOf[r])
-        badStep(s, r, l, i, std::string("an NVLink ") + toString(st.kind) + " reaches rank " +
-                                std::to_string(other) + " on node " + std::to_string(s.nodeOf[other]) +
-                                ", not this rank's node " + std::to_string(s.nodeOf[r]));
+        badStep(s, r, l, i,
+                std::string("an NVLink ") + toString(st.kind) + " reaches rank " + std::to_string(other) + " on node " +
+                    std::to_string(s.nodeOf[other]) + ", not this rank's node " + std::to_string(s.nodeOf[r]));
   }
   if (res == StepResource::Network && s.nodeOf[st.dst.rank] == s.nodeOf[r])
-    badStep(s, r, l, i, "a proxy put targets rank " + std::to_string(st.dst.rank) + " on this rank's own node (use put)");
+    badStep(s, r, l, i,
+            "a proxy put targets rank " + std::to_string(st.dst.rank) + " on this rank's own node (use put)");
 }
 
 /// Everything the actors need that does not depend on SimGrid: built and checked before forking, so that bad
@@ -173,9 +175,9 @@ class Replayer {
     for (uint64_t g = 0; g < lanes_.size(); ++g) {
       const auto [rank, lane, firstStep] = lanes_[g];
       where_[g] = gpuHost(rank);
-      actors_[g] = sg4::Actor::create("r" + std::to_string(rank) + ".l" + std::to_string(lane), where_[g],
-                                      LaneActor{this, g})
-                       .get();
+      actors_[g] =
+          sg4::Actor::create("r" + std::to_string(rank) + ".l" + std::to_string(lane), where_[g], LaneActor{this, g})
+              .get();
     }
   }
 
@@ -314,8 +316,7 @@ class Replayer {
         const StepPrice pr = costs_.price(st, rank);
         const uint32_t hops = platform_.extraSwitchHops(plan_.gpuOf[rank], plan_.gpuOf[st.dst.rank]);
         delay(pr.alphaUs + hops * platform_.switchLatencyUs);
-        if (pr.amount > 0)
-          communicate(g, netHost(rank), netHost(st.dst.rank), st.bytes, laneRate(rank, pr));
+        if (pr.amount > 0) communicate(g, netHost(rank), netHost(st.dst.rank), st.bytes, laneRate(rank, pr));
         if (st.flags & kStepSignal) increment(st.flag, st.value, now());
         break;
       }
@@ -521,8 +522,8 @@ class Replayer {
   }
 
   [[noreturn]] void reportStuck() const {
-    throw Error(ErrorCode::Deadlock, "the replay stopped with " + std::to_string(lanes_.size() - lanesDone_) +
-                                         " of " + std::to_string(lanes_.size()) +
+    throw Error(ErrorCode::Deadlock, "the replay stopped with " + std::to_string(lanes_.size() - lanesDone_) + " of " +
+                                         std::to_string(lanes_.size()) +
                                          " lanes unfinished (the schedule cannot complete: run mk::validate on it)");
   }
 
@@ -542,8 +543,8 @@ class Replayer {
   std::vector<double> times_;  ///< [2 * step]: start, end (us)
   std::vector<FlagState> flags_;
   std::vector<BarrierState> barriers_;
-  std::vector<sg4::Actor*> actors_;    ///< per lane (kept alive by SimGrid until it ends)
-  std::vector<sg4::Host*> where_;      ///< per lane: the host its actor is on
+  std::vector<sg4::Actor*> actors_;  ///< per lane (kept alive by SimGrid until it ends)
+  std::vector<sg4::Host*> where_;    ///< per lane: the host its actor is on
   std::vector<LaneMailboxes> mailboxes_;
   std::unordered_map<const sg4::Host*, sg4::ActorPtr> receiver_;
   int token_ = 0;  ///< the payload every comm carries (only its simulated size matters)
@@ -791,8 +792,7 @@ std::string runIsolated(const std::function<std::string()>& body) {
       payload = "unknown exception";
     }
     const uint64_t n = payload.size();
-    const bool ok = writeAll(fds[1], &tag, 1) &&
-                    writeAll(fds[1], reinterpret_cast<const char*>(&n), sizeof n) &&
+    const bool ok = writeAll(fds[1], &tag, 1) && writeAll(fds[1], reinterpret_cast<const char*>(&n), sizeof n) &&
                     writeAll(fds[1], payload.data(), payload.size());
     ::close(fds[1]);
     std::fflush(nullptr);

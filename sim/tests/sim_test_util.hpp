@@ -175,7 +175,9 @@ inline const mk::sim::StepRecord& at(const mk::sim::Prediction& p, uint32_t rank
 }
 
 /// Relative closeness for times that should agree up to floating point.
-inline bool near(double a, double b, double rel = 1e-9) { return std::fabs(a - b) <= rel * std::max(1.0, std::fabs(b)); }
+inline bool near(double a, double b, double rel = 1e-9) {
+  return std::fabs(a - b) <= rel * std::max(1.0, std::fabs(b));
+}
 
 /// Run `fn` and return the mk::Error it throws (fails the test if it does not throw one).
 template <class F>

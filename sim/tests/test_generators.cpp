@@ -25,8 +25,8 @@ struct Platform {
 
 // Single-node platforms never contend for these schedules: NVSwitch ports carry symmetric traffic.
 // dgx-h200 with 4 and 8 ranks: one 8-GPU NVSwitch node, partly and fully used.
-const Platform kSingleNode[] = {{"h200x2", 1, 2},   {"dgx-h100", 1, 8}, {"dgx-h100", 1, 5},
-                                {"dgx-h200", 1, 4}, {"dgx-h200", 1, 8}};
+const Platform kSingleNode[] = {
+    {"h200x2", 1, 2}, {"dgx-h100", 1, 8}, {"dgx-h100", 1, 5}, {"dgx-h200", 1, 4}, {"dgx-h200", 1, 8}};
 
 mk::Topology topology(const Platform& p) {
   mk::Topology t = mk::topologyPreset(p.preset, p.nodes);
@@ -111,13 +111,14 @@ void checkTwoNodes(mk::CollOp op, const std::string& algo, bool contentionFree, 
 
 TEST_CASE("generators: the tested set covers every registered algorithm") {
   std::set<std::string> registered;
-  for (mk::CollOp op : {mk::CollOp::AllReduce, mk::CollOp::AllGather, mk::CollOp::ReduceScatter,
-                        mk::CollOp::Broadcast, mk::CollOp::AllToAll})
-    for (const auto& a : mk::algorithmsFor(op)) registered.insert(std::string(mk::toString(op)) + "/" + mk::toString(a));
+  for (mk::CollOp op : {mk::CollOp::AllReduce, mk::CollOp::AllGather, mk::CollOp::ReduceScatter, mk::CollOp::Broadcast,
+                        mk::CollOp::AllToAll})
+    for (const auto& a : mk::algorithmsFor(op))
+      registered.insert(std::string(mk::toString(op)) + "/" + mk::toString(a));
   const std::set<std::string> tested = {
-      "allreduce/one-shot",   "allreduce/two-shot",   "allreduce/ring",          "allreduce/hierarchical",
-      "allgather/ring",       "allgather/direct",     "allgather/hierarchical",  "reducescatter/ring",
-      "reducescatter/direct", "reducescatter/hierarchical", "broadcast/direct",  "broadcast/ring",
+      "allreduce/one-shot",   "allreduce/two-shot",         "allreduce/ring",         "allreduce/hierarchical",
+      "allgather/ring",       "allgather/direct",           "allgather/hierarchical", "reducescatter/ring",
+      "reducescatter/direct", "reducescatter/hierarchical", "broadcast/direct",       "broadcast/ring",
       "alltoall/direct"};
   CHECK(registered == tested);  // a new generator needs its test cases below
 }
@@ -228,10 +229,12 @@ TEST_CASE("generators: hierarchical rhd matches its closed form on 8 nodes and f
   // replay can only be slower than the uncontended timeline.
   for (uint32_t chunks : {1u, 4u}) {
     CAPTURE(chunks);
-    const Outcome even = run(mk::CollOp::AllReduce, "hierarchical", Platform{"dgx-h100", 8, 64}, 8ull << 20, chunks, 1, "rhd");
+    const Outcome even =
+        run(mk::CollOp::AllReduce, "hierarchical", Platform{"dgx-h100", 8, 64}, 8ull << 20, chunks, 1, "rhd");
     CHECK(even.sim == doctest::Approx(even.timeline).epsilon(0.01));
     CHECK(even.sim == doctest::Approx(even.closed).epsilon(0.01));
-    const Outcome fold = run(mk::CollOp::AllReduce, "hierarchical", Platform{"dgx-h100", 6, 48}, 6ull << 20, chunks, 1, "rhd");
+    const Outcome fold =
+        run(mk::CollOp::AllReduce, "hierarchical", Platform{"dgx-h100", 6, 48}, 6ull << 20, chunks, 1, "rhd");
     CHECK(fold.sim >= fold.timeline * (1 - 1e-4));
     CHECK(fold.closed >= fold.timeline * (1 - 1e-9));
   }

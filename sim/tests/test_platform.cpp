@@ -39,9 +39,10 @@ std::string join(const std::vector<std::string>& v) {
 }  // namespace
 
 TEST_CASE("platform: an nvswitch node routes gpu a to b through a's up link and b's down link") {
-  const std::string out = inChild(simtest::cluster(1, 4), [](sg4::Engine&, const mk::sim::Platform& p, std::ostream& os) {
-    os << join(mk::sim::routeLinks(p.gpu[1], p.gpu[3])) << "|" << join(mk::sim::routeLinks(p.gpu[3], p.gpu[1]));
-  });
+  const std::string out =
+      inChild(simtest::cluster(1, 4), [](sg4::Engine&, const mk::sim::Platform& p, std::ostream& os) {
+        os << join(mk::sim::routeLinks(p.gpu[1], p.gpu[3])) << "|" << join(mk::sim::routeLinks(p.gpu[3], p.gpu[1]));
+      });
   CHECK(out == "n0.nvl1_UP n0.nvl3_DOWN|n0.nvl3_UP n0.nvl1_DOWN");
 }
 
@@ -64,27 +65,28 @@ TEST_CASE("platform: direct links of a larger node split the per gpu bandwidth o
 }
 
 TEST_CASE("platform: a same rail same leaf network route is the pcie and nic of both ends") {
-  const std::string out = inChild(simtest::cluster(2, 2), [](sg4::Engine&, const mk::sim::Platform& p, std::ostream& os) {
-    os << join(mk::sim::routeLinks(p.net[1], p.net[3]));
-  });
+  const std::string out =
+      inChild(simtest::cluster(2, 2), [](sg4::Engine&, const mk::sim::Platform& p, std::ostream& os) {
+        os << join(mk::sim::routeLinks(p.net[1], p.net[3]));
+      });
   CHECK(out == "n0.pcie1_UP n0.nic1_UP n1.nic1_DOWN n1.pcie1_DOWN");
 }
 
 TEST_CASE("platform: a route to another leaf crosses both leaf uplinks") {
-  const std::string out = inChild(simtest::cluster(3, 1, /*perLeaf=*/2),
-                                  [](sg4::Engine&, const mk::sim::Platform& p, std::ostream& os) {
-                                    os << join(mk::sim::routeLinks(p.net[0], p.net[2])) << "|"
-                                       << join(mk::sim::routeLinks(p.net[0], p.net[1]));
-                                  });
+  const std::string out =
+      inChild(simtest::cluster(3, 1, /*perLeaf=*/2), [](sg4::Engine&, const mk::sim::Platform& p, std::ostream& os) {
+        os << join(mk::sim::routeLinks(p.net[0], p.net[2])) << "|" << join(mk::sim::routeLinks(p.net[0], p.net[1]));
+      });
   CHECK(out ==
         "n0.pcie0_UP n0.nic0_UP rail0.leaf0.up_UP rail0.leaf1.up_DOWN n2.nic0_DOWN n2.pcie0_DOWN|"
         "n0.pcie0_UP n0.nic0_UP n1.nic0_DOWN n1.pcie0_DOWN");
 }
 
 TEST_CASE("platform: a cross rail route goes through the spine") {
-  const std::string out = inChild(simtest::cluster(2, 2), [](sg4::Engine&, const mk::sim::Platform& p, std::ostream& os) {
-    os << join(mk::sim::routeLinks(p.net[0], p.net[3]));
-  });
+  const std::string out =
+      inChild(simtest::cluster(2, 2), [](sg4::Engine&, const mk::sim::Platform& p, std::ostream& os) {
+        os << join(mk::sim::routeLinks(p.net[0], p.net[3]));
+      });
   CHECK(out == "n0.pcie0_UP n0.nic0_UP rail0.leaf0.up_UP rail1.leaf0.up_DOWN n1.nic1_DOWN n1.pcie1_DOWN");
 }
 
@@ -98,11 +100,12 @@ TEST_CASE("platform: gpus sharing a nic share its link") {
 }
 
 TEST_CASE("platform: every link has zero latency") {
-  const std::string out = inChild(simtest::cluster(3, 4, 2), [](sg4::Engine& e, const mk::sim::Platform&, std::ostream& os) {
-    int nonzero = 0;
-    for (const sg4::Link* l : e.get_all_links()) nonzero += l->get_latency() != 0.0;
-    os << e.get_link_count() << " " << nonzero;
-  });
+  const std::string out =
+      inChild(simtest::cluster(3, 4, 2), [](sg4::Engine& e, const mk::sim::Platform&, std::ostream& os) {
+        int nonzero = 0;
+        for (const sg4::Link* l : e.get_all_links()) nonzero += l->get_latency() != 0.0;
+        os << e.get_link_count() << " " << nonzero;
+      });
   std::istringstream in(out);
   std::size_t links = 0;
   int nonzero = -1;
@@ -137,17 +140,18 @@ TEST_CASE("platform: link bandwidths follow the profile and the oversubscription
 }
 
 TEST_CASE("platform: extra switch hops are zero inside a leaf and two across leaves or rails") {
-  const std::string out = inChild(simtest::cluster(3, 2, /*perLeaf=*/2),
-                                  [](sg4::Engine&, const mk::sim::Platform& p, std::ostream& os) {
-                                    os << p.extraSwitchHops(0, 2) << p.extraSwitchHops(0, 4) << p.extraSwitchHops(0, 3);
-                                  });
+  const std::string out =
+      inChild(simtest::cluster(3, 2, /*perLeaf=*/2), [](sg4::Engine&, const mk::sim::Platform& p, std::ostream& os) {
+        os << p.extraSwitchHops(0, 2) << p.extraSwitchHops(0, 4) << p.extraSwitchHops(0, 3);
+      });
   CHECK(out == "022");
 }
 
 TEST_CASE("platform: a single node cluster has no network world") {
-  const std::string out = inChild(simtest::cluster(1, 8), [](sg4::Engine& e, const mk::sim::Platform& p, std::ostream& os) {
-    os << p.net.size() << " " << e.get_host_count() << " " << p.gpu[0]->get_core_count();
-  });
+  const std::string out =
+      inChild(simtest::cluster(1, 8), [](sg4::Engine& e, const mk::sim::Platform& p, std::ostream& os) {
+        os << p.net.size() << " " << e.get_host_count() << " " << p.gpu[0]->get_core_count();
+      });
   CHECK(out == "0 8 2");
 }
 
@@ -161,7 +165,8 @@ TEST_CASE("platform: a multi node cluster without nics is rejected") {
 
 TEST_CASE("platform: more nics than gpus is rejected") {
   mk::Topology t = simtest::cluster(2, 2, 32, 1.0, true, /*nics=*/4);
-  const mk::Error e = simtest::errorOf([&] { inChild(t, [](sg4::Engine&, const mk::sim::Platform&, std::ostream&) {}); });
+  const mk::Error e =
+      simtest::errorOf([&] { inChild(t, [](sg4::Engine&, const mk::sim::Platform&, std::ostream&) {}); });
   CHECK(e.code() == mk::ErrorCode::InvalidArgument);
   CHECK(e.message().find("node.nics (4) > node.gpus (2)") != std::string::npos);
 }

@@ -4,10 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
 #include <cstdio>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 #include "mk/cost/cost.hpp"
 #include "mk/cost/profile_io.hpp"

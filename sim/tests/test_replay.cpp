@@ -2,12 +2,12 @@
 // from the timeline rules (docs/cost-model.md), plus the process model (fork per prediction).
 #include <doctest/doctest.h>
 
+#include <unistd.h>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 #include "mk/cost/cost.hpp"
 #include "mk/sim/output.hpp"
@@ -340,9 +340,8 @@ TEST_CASE("replay: in-process mode runs once and then refuses") {
 }
 
 TEST_CASE("replay: errors in the simulating process keep their code and message") {
-  const mk::Error e = simtest::errorOf([] {
-    mk::sim::runIsolated([]() -> std::string { throw mk::Error(mk::ErrorCode::NotFound, "no such thing"); });
-  });
+  const mk::Error e = simtest::errorOf(
+      [] { mk::sim::runIsolated([]() -> std::string { throw mk::Error(mk::ErrorCode::NotFound, "no such thing"); }); });
   CHECK(e.code() == mk::ErrorCode::NotFound);
   CHECK(e.message() == "no such thing");
 }
@@ -487,8 +486,10 @@ TEST_CASE("replay: puts into a peer's user buffer pay userPutUs as in the timeli
       CAPTURE(fast);
       mk::sim::SimOptions o;
       o.fast = fast;
-      CHECK(mk::sim::predict(output, simtest::cluster(1, 2), p, o).totalUs == doctest::Approx(to.totalUs).epsilon(1e-9));
-      CHECK(mk::sim::predict(scratch, simtest::cluster(1, 2), p, o).totalUs == doctest::Approx(ts.totalUs).epsilon(1e-9));
+      CHECK(mk::sim::predict(output, simtest::cluster(1, 2), p, o).totalUs ==
+            doctest::Approx(to.totalUs).epsilon(1e-9));
+      CHECK(mk::sim::predict(scratch, simtest::cluster(1, 2), p, o).totalUs ==
+            doctest::Approx(ts.totalUs).epsilon(1e-9));
     }
   }
 }

@@ -50,12 +50,20 @@ TEST_CASE("sharing: cm02 with link latency would weight shares by route latency"
     sg4::Link* shared = zone->create_link("shared", 50e9)->seal();
     sg4::Link* shortHop = zone->create_link("short", 1e12)->set_latency(1e-6)->seal();
     sg4::Link* longHop = zone->create_link("long", 1e12)->set_latency(10e-6)->seal();
-    zone->add_route(a->get_netpoint(), c->get_netpoint(), nullptr, nullptr, {sg4::LinkInRoute(shortHop), sg4::LinkInRoute(shared)}, true);
-    zone->add_route(b->get_netpoint(), c->get_netpoint(), nullptr, nullptr, {sg4::LinkInRoute(longHop), sg4::LinkInRoute(shared)}, true);
+    zone->add_route(a->get_netpoint(), c->get_netpoint(), nullptr, nullptr,
+                    {sg4::LinkInRoute(shortHop), sg4::LinkInRoute(shared)}, true);
+    zone->add_route(b->get_netpoint(), c->get_netpoint(), nullptr, nullptr,
+                    {sg4::LinkInRoute(longHop), sg4::LinkInRoute(shared)}, true);
     zone->seal();
     double endA = 0, endB = 0;
-    sg4::Actor::create("a", a, [&] { sg4::Comm::sendto(a, c, 1e6); endA = sg4::Engine::get_clock(); });
-    sg4::Actor::create("b", b, [&] { sg4::Comm::sendto(b, c, 1e6); endB = sg4::Engine::get_clock(); });
+    sg4::Actor::create("a", a, [&] {
+      sg4::Comm::sendto(a, c, 1e6);
+      endA = sg4::Engine::get_clock();
+    });
+    sg4::Actor::create("b", b, [&] {
+      sg4::Comm::sendto(b, c, 1e6);
+      endB = sg4::Engine::get_clock();
+    });
     e->run();
     return std::to_string(endA * 1e6) + " " + std::to_string(endB * 1e6);
   });

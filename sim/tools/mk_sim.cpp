@@ -17,14 +17,14 @@
 #include "mk/algorithms/policy.hpp"
 #include "mk/algorithms/request.hpp"
 #include "mk/cost/cost.hpp"
-#include "mk/util/cli.hpp"
-#include "mk/util/cli_collective.hpp"
 #include "mk/error.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/schedule/validate.hpp"
 #include "mk/sim/output.hpp"
 #include "mk/sim/replay.hpp"
 #include "mk/topology/topology.hpp"
+#include "mk/util/cli.hpp"
+#include "mk/util/cli_collective.hpp"
 #include "mk/util/size.hpp"
 
 namespace {
@@ -141,7 +141,7 @@ mk::sim::SimOptions simOptions(const Options& o, bool trace) {
 
 /// Predict one schedule, with the references that are cheap enough to compute next to it.
 std::pair<mk::sim::RunInfo, mk::sim::Prediction> predictOne(const Options& o, const Setup& st, const mk::Schedule& s,
-                                                          bool trace) {
+                                                            bool trace) {
   mk::sim::RunInfo info = baseInfo(st, s);
   if (st.spec) {
     try {
@@ -152,8 +152,9 @@ std::pair<mk::sim::RunInfo, mk::sim::Prediction> predictOne(const Options& o, co
     }
   }
   if (!o.fast && s.stepCount() > kSuggestFastSteps)
-    std::fprintf(stderr, "mk-sim: %llu steps: the exact replay may take a while; --fast times node-local steps "
-                         "analytically and simulates only the network\n",
+    std::fprintf(stderr,
+                 "mk-sim: %llu steps: the exact replay may take a while; --fast times node-local steps "
+                 "analytically and simulates only the network\n",
                  static_cast<unsigned long long>(s.stepCount()));
   if (s.stepCount() <= kUncontendedMaxSteps) info.uncontendedUs = mk::simulateUncontended(s, st.profile).totalUs;
   mk::sim::Prediction p = mk::sim::predict(s, st.topo, st.profile, simOptions(o, trace));
@@ -169,7 +170,8 @@ void printPrediction(const mk::sim::RunInfo& info, const mk::sim::Prediction& p)
                 *info.closedFormUs > 0 ? p.totalUs / *info.closedFormUs : 0.0);
   if (info.uncontendedUs)
     std::printf("uncontended: %s (the timeline without link sharing; predicted / uncontended = %.3f)\n",
-                mk::formatMicros(*info.uncontendedUs).c_str(), *info.uncontendedUs > 0 ? p.totalUs / *info.uncontendedUs : 0.0);
+                mk::formatMicros(*info.uncontendedUs).c_str(),
+                *info.uncontendedUs > 0 ? p.totalUs / *info.uncontendedUs : 0.0);
   std::printf("busiest links:%s\n", p.links.empty() ? " none (no bytes crossed a link)" : "");
   for (std::size_t i = 0; i < std::min(kBusiestLinks, p.links.size()); ++i) {
     const mk::sim::LinkLoad& l = p.links[i];
@@ -206,7 +208,8 @@ Setup makeSetup(const Options& o, const mk::Schedule* loaded) {
                                 ? *std::max_element(loaded->nodeOf.begin(), loaded->nodeOf.end()) + 1
                                 : 0;
   // A loaded schedule brings its own ranks: only its node count constrains the cluster.
-  const mk::Placement placed = mk::placeRanks(o.coll.cluster, o.coll.nodes, loaded != nullptr ? 0 : o.coll.ranks, minNodes);
+  const mk::Placement placed =
+      mk::placeRanks(o.coll.cluster, o.coll.nodes, loaded != nullptr ? 0 : o.coll.ranks, minNodes);
   st.topo = placed.topo;
   st.nRanks = placed.nRanks;
   st.profile = mk::profileFor(o.coll, st.topo);
@@ -258,7 +261,8 @@ int run(const Options& o) {
                 st.topo.nodes, st.nRanks, st.topo.node.gpus, mk::toString(st.spec->dtype),
                 shapeText("chunks", st.gen.chunks).c_str(), shapeText("channels", st.gen.channels).c_str());
     if (st.chosenByAuto)
-      std::printf("auto: %s\n", mk::cli::describeAutoChoice(mk::CollectivePlan{*st.spec, st.gen, true}, o.coll).c_str());
+      std::printf("auto: %s\n",
+                  mk::cli::describeAutoChoice(mk::CollectivePlan{*st.spec, st.gen, true}, o.coll).c_str());
   } else {
     std::printf("mk-sim: %s (%s %s, %u ranks) on %s x %u node(s)\n", o.scheduleIn.c_str(), loaded.info.op.c_str(),
                 loaded.info.algo.c_str(), loaded.nRanks, st.topo.name.c_str(), st.topo.nodes);
@@ -296,8 +300,8 @@ int run(const Options& o) {
 
   // ---- a sweep over sizes: an nccl-tests-like table ----
   const bool autoColumns = !request->algo;  // what auto chose, per size
-  std::printf("%14s %12s %9s %14s %12s %12s %14s", "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
-              "busbw(GB/s)", "closed(us)");
+  std::printf("%14s %12s %9s %14s %12s %12s %14s", "size(B)", "count", "type", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
+              "closed(us)");
   if (autoColumns) std::printf(" %14s %7s %9s", "algo", "chunks", "channels");
   std::printf("\n");
   std::vector<std::pair<mk::sim::RunInfo, mk::sim::Prediction>> rows;
@@ -309,7 +313,8 @@ int run(const Options& o) {
       continue;
     }
     // Per size: "auto" may choose another algorithm, chunks, channels or inter-node phase at every size.
-    const Setup one = planned(st, mk::planCollective(spec, request->algo, request->gen, st.topo, st.nRanks, st.profile));
+    const Setup one =
+        planned(st, mk::planCollective(spec, request->algo, request->gen, st.topo, st.nRanks, st.profile));
     const mk::Schedule s = mk::generate(*one.spec, st.topo.layout(st.nRanks), one.gen);
     auto row = predictOne(o, one, s, false);
     const auto& [info, p] = row;
@@ -359,10 +364,12 @@ int main(int argc, char** argv) {
   app.get_option("--nodes")->description(
       "nodes of the cluster (default: the preset's, enough for --ranks, or enough for --schedule)");
   for (const char* decidedPerSize : {"--algo", "--inter"})
-    app.get_option(decidedPerSize)->description(app.get_option(decidedPerSize)->get_description() + "; per size with --sweep");
+    app.get_option(decidedPerSize)
+        ->description(app.get_option(decidedPerSize)->get_description() + "; per size with --sweep");
   app.get_option("--profile")
-      ->description("hardware profile JSON (schema mkernel.profile.v1, docs/simulator.md); default: datasheet "
-                    "numbers for the cluster, printed as 'profile: uncalibrated (datasheet defaults)'");
+      ->description(
+          "hardware profile JSON (schema mkernel.profile.v1, docs/simulator.md); default: datasheet "
+          "numbers for the cluster, printed as 'profile: uncalibrated (datasheet defaults)'");
   app.add_option("--json", o.jsonOut, "write the prediction as JSON (schema mkernel.prediction.v1)");
   app.add_option("--trace", o.traceOut, "write the per-step trace as Chrome/Perfetto trace-event JSON (one size only)");
   app.add_option("--sweep", o.sweep,

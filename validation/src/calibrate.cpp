@@ -33,9 +33,9 @@ constexpr const char* kMethodDefault = "default (not measured)";
 }  // namespace
 
 bool isCalibrationOp(const std::string& op) noexcept {
-  for (const char* k : {kCalibPutNvlink, kCalibPutNetwork, kCalibCopyLocal, kCalibReduce, kCalibFlag, kCalibFlagLocal,
-                        kCalibPutStream, kCalibDispatch, kCalibDispatchScratch, kCalibPutNvlinkScratch, kCalibProxy,
-                        kCalibGemm})
+  for (const char* k :
+       {kCalibPutNvlink, kCalibPutNetwork, kCalibCopyLocal, kCalibReduce, kCalibFlag, kCalibFlagLocal, kCalibPutStream,
+        kCalibDispatch, kCalibDispatchScratch, kCalibPutNvlinkScratch, kCalibProxy, kCalibGemm})
     if (op == k) return true;
   return false;
 }
@@ -50,7 +50,8 @@ AlphaBetaFit fitAlphaBeta(const std::vector<CalibPoint>& points, const std::stri
   for (const auto& p : points) {
     if (!std::isfinite(p.timeUs) || p.timeUs <= 0)
       reject(parameter, "time_us must be finite and > 0 (got " + formatNumber(p.timeUs) + ")");
-    if (!std::isfinite(p.x) || p.x < 0) reject(parameter, "size must be finite and >= 0 (got " + formatNumber(p.x) + ")");
+    if (!std::isfinite(p.x) || p.x < 0)
+      reject(parameter, "size must be finite and >= 0 (got " + formatNumber(p.x) + ")");
     distinct.insert(p.x);
     xMax = std::max(xMax, p.x);
   }
@@ -151,11 +152,13 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
         throw Error(ErrorCode::InvalidArgument,
                     where + ".op: unknown calibration op \"" + r.op +
                         "\" (expected calib-put-nvlink, calib-put-network, calib-copy-local, calib-reduce, "
-                        "calib-flag, calib-flag-local, calib-put-stream, calib-dispatch, calib-dispatch-scratch, calib-proxy or "
+                        "calib-flag, calib-flag-local, calib-put-stream, calib-dispatch, calib-dispatch-scratch, "
+                        "calib-proxy or "
                         "calib-gemm; "
                         "calib-put-nvlink-oneway and calib-empty-op are recorded only)");
       if (!std::isfinite(r.timeUs) || r.timeUs <= 0)
-        throw Error(ErrorCode::InvalidArgument, where + ".time_us: must be finite and > 0 (got " + formatNumber(r.timeUs) + ")");
+        throw Error(ErrorCode::InvalidArgument,
+                    where + ".time_us: must be finite and > 0 (got " + formatNumber(r.timeUs) + ")");
       CalibPoint p{static_cast<double>(r.bytes), r.timeUs};
       if (r.op == kCalibGemm) {
         auto it = r.extra.find("flops");
@@ -165,9 +168,9 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
           if (j.is_number()) flops = j.get<double>();
         }
         if (!std::isfinite(flops) || flops <= 0)
-          throw Error(ErrorCode::InvalidArgument,
-                      where + ".flops: a calib-gemm record needs a number > 0 (got " +
-                          (it == r.extra.end() ? std::string("nothing") : it->second) + ")");
+          throw Error(ErrorCode::InvalidArgument, where + ".flops: a calib-gemm record needs a number > 0 (got " +
+                                                      (it == r.extra.end() ? std::string("nothing") : it->second) +
+                                                      ")");
         p.x = flops;
       }
       byOp[r.op].push_back(p);
@@ -176,13 +179,14 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
   }
 
   if (rep.recordsUsed == 0)
-    throw Error(ErrorCode::InvalidArgument,
-                "calibration: no calibration records (impl \"mkernel\", op \"calib-*\") in the inputs, nothing to fit (" +
-                    std::to_string(rep.recordsIgnored) + " other records ignored: collectives are never fitted)");
+    throw Error(
+        ErrorCode::InvalidArgument,
+        "calibration: no calibration records (impl \"mkernel\", op \"calib-*\") in the inputs, nothing to fit (" +
+            std::to_string(rep.recordsIgnored) + " other records ignored: collectives are never fitted)");
   Profile out = defaults;
   auto defaultParam = [&](const char* name, const char* unit, double value) {
-    rep.parameters.push_back(ParameterFit{name, unit, value, false, 0, std::numeric_limits<double>::quiet_NaN(), 0,
-                                          kMethodDefault});
+    rep.parameters.push_back(
+        ParameterFit{name, unit, value, false, 0, std::numeric_limits<double>::quiet_NaN(), 0, kMethodDefault});
   };
   auto link = [&](const char* op, const char* prefix, LinkCost& lc) {
     const std::string a = std::string(prefix) + ".alphaUs", b = std::string(prefix) + ".bwGBs";
@@ -204,8 +208,9 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
     if (it == byOp.end()) return defaultParam(name, unit, value);
     const AlphaBetaFit f = fitAlphaBeta(it->second, std::string(name) + " (" + op + ")");
     value = f.bwGBs * scale;
-    rep.parameters.push_back(ParameterFit{name, unit, value, true, f.n, f.r2, f.maxRelResidual,
-                                          "rate = alpha-beta slope (intercept " + formatNumber(f.alphaUs) + " us not kept)"});
+    rep.parameters.push_back(
+        ParameterFit{name, unit, value, true, f.n, f.r2, f.maxRelResidual,
+                     "rate = alpha-beta slope (intercept " + formatNumber(f.alphaUs) + " us not kept)"});
   };
   auto constant = [&](const char* op, const char* name, double& value) {
     auto it = byOp.find(op);
@@ -215,7 +220,8 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
     const ConstantFit f = fitConstant(t, std::string(name) + " (" + op + ")");
     value = f.valueUs;
     rep.parameters.push_back(ParameterFit{name, "us", value, true, f.n, std::numeric_limits<double>::quiet_NaN(),
-                                          f.maxRelResidual, std::string(kMethodMedian) + " (MAD " + formatNumber(f.spreadUs) + " us)"});
+                                          f.maxRelResidual,
+                                          std::string(kMethodMedian) + " (MAD " + formatNumber(f.spreadUs) + " us)"});
   };
   link(kCalibPutNvlink, "nvlink", out.nvlink);
   link(kCalibPutNetwork, "network", out.network);
@@ -233,11 +239,10 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
       constant(kCalibDispatch, "dispatch with peer user buffers", withPeers);
       rep.parameters.pop_back();  // reported below as the difference it is used for
       out.peerUserUs = std::max(0.0, withPeers - out.dispatchUs);
-      rep.parameters.push_back(ParameterFit{"peerUserUs", "us", out.peerUserUs, true,
-                                            byOp.at(kCalibDispatch).size(),
-                                            std::numeric_limits<double>::quiet_NaN(), 0,
-                                            "median of calib-dispatch (" + formatNumber(withPeers) +
-                                                " us) - dispatchUs, floored at 0"});
+      rep.parameters.push_back(
+          ParameterFit{"peerUserUs", "us", out.peerUserUs, true, byOp.at(kCalibDispatch).size(),
+                       std::numeric_limits<double>::quiet_NaN(), 0,
+                       "median of calib-dispatch (" + formatNumber(withPeers) + " us) - dispatchUs, floored at 0"});
     } else {
       defaultParam("peerUserUs", "us", out.peerUserUs);
     }
@@ -250,8 +255,9 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
   if (auto it = byOp.find(kCalibPutStream); it != byOp.end()) {
     const AlphaBetaFit f = fitAlphaBeta(it->second, std::string("putIssueUs (") + kCalibPutStream + ")");
     out.putIssueUs = f.alphaUs;
-    rep.parameters.push_back(ParameterFit{"putIssueUs", "us", out.putIssueUs, true, f.n, f.r2, f.maxRelResidual,
-                                          "alpha-beta intercept (bandwidth " + formatNumber(f.bwGBs) + " GB/s not kept)"});
+    rep.parameters.push_back(
+        ParameterFit{"putIssueUs", "us", out.putIssueUs, true, f.n, f.r2, f.maxRelResidual,
+                     "alpha-beta intercept (bandwidth " + formatNumber(f.bwGBs) + " GB/s not kept)"});
   } else {
     defaultParam("putIssueUs", "us", out.putIssueUs);
   }
@@ -294,8 +300,9 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
         }
       rep.parameters.push_back(ParameterFit{"userPutUs", "us", out.userPutUs, true, diffs.size(),
                                             std::numeric_limits<double>::quiet_NaN(), f.maxRelResidual,
-                                            "median of " + std::string(kCalibPutNvlink) + " - " + kCalibPutNvlinkScratch +
-                                                " per size (MAD " + formatNumber(f.spreadUs) + " us), floored at 0"});
+                                            "median of " + std::string(kCalibPutNvlink) + " - " +
+                                                kCalibPutNvlinkScratch + " per size (MAD " + formatNumber(f.spreadUs) +
+                                                " us), floored at 0"});
     }
   }
   constant(kCalibProxy, "proxyUs", out.proxyUs);

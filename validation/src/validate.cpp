@@ -111,7 +111,9 @@ bool isValidatedRecord(const MeasurementRecord& r) noexcept {
 RecordSchedule recordSchedule(const MeasurementRecord& r, const std::string& where) {
   RecordSchedule out;
   const auto op = parseCollOp(r.op);
-  if (!op) bad(where, "op '" + r.op + "' is not a collective (expected allreduce, allgather, reducescatter, broadcast, alltoall)");
+  if (!op)
+    bad(where,
+        "op '" + r.op + "' is not a collective (expected allreduce, allgather, reducescatter, broadcast, alltoall)");
   out.spec.op = *op;
   if (r.algo.empty()) bad(where, "missing field 'algo': the record does not say which generator ran");
   if (r.algo == "auto")
@@ -148,8 +150,8 @@ RecordSchedule recordSchedule(const MeasurementRecord& r, const std::string& whe
     out.spec.count = *count;
     const uint64_t b = opBytes(out.spec, out.nRanks);
     if (b != r.bytes)
-      bad(where, "count " + std::to_string(*count) + " of " + elems + " is " + std::to_string(b) + " bytes for " + r.op +
-                     ", but the record says bytes " + std::to_string(r.bytes));
+      bad(where, "count " + std::to_string(*count) + " of " + elems + " is " + std::to_string(b) + " bytes for " +
+                     r.op + ", but the record says bytes " + std::to_string(r.bytes));
   } else {
     out.spec.count = countForBytes(out.spec.op, r.bytes, out.spec.dtype, out.nRanks);
     if (out.spec.count == 0)
@@ -263,14 +265,17 @@ ValidationResult validateMeasurements(const std::vector<MeasurementFile>& files,
         row.steps = job.schedule.stepCount();
         if (row.request.inPlace) {
           if (!(profile.local.bwGBs > 0))
-            throw Error(ErrorCode::InvalidArgument, where + ": in place: pricing the input staging copy needs profile "
-                                                            "local.bwGBs > 0 (got " + std::to_string(profile.local.bwGBs) + ")");
+            throw Error(ErrorCode::InvalidArgument, where +
+                                                        ": in place: pricing the input staging copy needs profile "
+                                                        "local.bwGBs > 0 (got " +
+                                                        std::to_string(profile.local.bwGBs) + ")");
           const double inBytes =
               static_cast<double>(inputCount(spec, row.request.nRanks)) * static_cast<double>(dtypeSize(spec.dtype));
           row.stagingUs = profile.local.alphaUs + inBytes / (profile.local.bwGBs * 1e3);
         }
         try {
-          row.closedUs = closedForm(spec, row.request.gen, job.topo, row.request.nRanks, profile).totalUs + row.stagingUs;
+          row.closedUs =
+              closedForm(spec, row.request.gen, job.topo, row.request.nRanks, profile).totalUs + row.stagingUs;
         } catch (const Error& e) {
           // Not every generator has a closed form: the row then has none (the simulator still judges it).
           if (e.code() != ErrorCode::Unsupported) throw Error(e.code(), where + ": closed form: " + e.message());
@@ -308,8 +313,8 @@ ValidationResult validateMeasurements(const std::vector<MeasurementFile>& files,
         const ValidationRow& row = res.rows[k];
         std::lock_guard<std::mutex> lock(errorMutex);
         if (!firstError)
-          firstError = std::make_exception_ptr(Error(
-              e.code(), row.file + ": records[" + std::to_string(row.index) + "]: simulation: " + e.message()));
+          firstError = std::make_exception_ptr(
+              Error(e.code(), row.file + ": records[" + std::to_string(row.index) + "]: simulation: " + e.message()));
         stop = true;
       } catch (...) {
         std::lock_guard<std::mutex> lock(errorMutex);
@@ -351,13 +356,13 @@ std::string resolveCluster(const std::vector<MeasurementFile>& files, const std:
     const std::string name = f < names.size() ? names[f] : "file " + std::to_string(f);
     const std::string c = inferCluster(files[f]);
     if (c.empty())
-      throw Error(ErrorCode::InvalidArgument,
-                  name + ": its system (gpu " + jsonString(files[f].system, "gpu") + ", gpus " +
-                      jsonString(files[f].system, "gpus") + ") matches no single cluster preset (" +
-                      joined(topologyPresets()) + "): give --cluster (a preset or a topology JSON file)");
+      throw Error(ErrorCode::InvalidArgument, name + ": its system (gpu " + jsonString(files[f].system, "gpu") +
+                                                  ", gpus " + jsonString(files[f].system, "gpus") +
+                                                  ") matches no single cluster preset (" + joined(topologyPresets()) +
+                                                  "): give --cluster (a preset or a topology JSON file)");
     if (!found.empty() && c != found)
-      throw Error(ErrorCode::InvalidArgument, "the files come from different systems (" + foundIn + ": " + found + ", " +
-                                                  name + ": " + c +
+      throw Error(ErrorCode::InvalidArgument, "the files come from different systems (" + foundIn + ": " + found +
+                                                  ", " + name + ": " + c +
                                                   "): validate each system separately with its own profile");
     found = c;
     if (foundIn.empty()) foundIn = name;
@@ -367,7 +372,8 @@ std::string resolveCluster(const std::vector<MeasurementFile>& files, const std:
 }
 
 bool isSelected(const MeasurementRecord& r, const ValidationOptions& options) {
-  if (!options.ops.empty() && std::find(options.ops.begin(), options.ops.end(), r.op) == options.ops.end()) return false;
+  if (!options.ops.empty() && std::find(options.ops.begin(), options.ops.end(), r.op) == options.ops.end())
+    return false;
   return algoSelected(options.algos, r.algo);
 }
 
@@ -384,7 +390,8 @@ void checkProfileIndependence(const ProfileProvenance& provenance, const std::st
       if (n == 0) continue;
       throw Error(ErrorCode::InvalidArgument,
                   "profile " + profileName + " was fitted on " + fitted + ", and " + names[f] + " holds " +
-                      std::to_string(n) + " collective record(s) validated here: judging a profile on a file it "
+                      std::to_string(n) +
+                      " collective record(s) validated here: judging a profile on a file it "
                       "was fitted from is circular; fit it on a micro-benchmark file without these records");
     }
   }
@@ -417,9 +424,11 @@ SideBySide sideBySideTrace(const Schedule& s, const sim::Prediction& predicted, 
       throw Error(ErrorCode::ParseError, traceName + ": not valid JSON: " + e.what());
     }
     const json* events = root.is_array() ? &root : nullptr;
-    if (root.is_object() && root.contains("traceEvents") && root["traceEvents"].is_array()) events = &root["traceEvents"];
+    if (root.is_object() && root.contains("traceEvents") && root["traceEvents"].is_array())
+      events = &root["traceEvents"];
     if (events == nullptr)
-      throw Error(ErrorCode::ParseError, traceName + ": expected a Chrome trace (an object with a \"traceEvents\" array)");
+      throw Error(ErrorCode::ParseError,
+                  traceName + ": expected a Chrome trace (an object with a \"traceEvents\" array)");
     struct Ev {
       uint32_t rank, lane, step;
       std::string kind;
@@ -432,11 +441,13 @@ SideBySide sideBySideTrace(const Schedule& s, const sim::Prediction& predicted, 
       if (!e.is_object()) throw Error(ErrorCode::ParseError, where + ": must be an object");
       if (e.value("ph", "") != "X") continue;  // metadata, counters
       for (const char* k : {"pid", "tid", "ts", "dur", "name", "args"})
-        if (!e.contains(k)) throw Error(ErrorCode::ParseError, where + ": missing '" + k + "' (mk-bench --trace format)");
+        if (!e.contains(k))
+          throw Error(ErrorCode::ParseError, where + ": missing '" + k + "' (mk-bench --trace format)");
       const json& args = e["args"];
       if (!args.is_object() || !args.contains("op") || !args.contains("step") || !args["op"].is_number_unsigned() ||
           !args["step"].is_number_unsigned())
-        throw Error(ErrorCode::ParseError, where + ": args must hold unsigned 'op' and 'step' (mk-bench --trace format)");
+        throw Error(ErrorCode::ParseError,
+                    where + ": args must hold unsigned 'op' and 'step' (mk-bench --trace format)");
       if (!e["pid"].is_number_unsigned() || !e["tid"].is_number_unsigned() || !e["ts"].is_number() ||
           !e["dur"].is_number() || !e["name"].is_string())
         throw Error(ErrorCode::ParseError, where + ": pid and tid must be unsigned, ts and dur numbers, name a string");
@@ -471,16 +482,18 @@ SideBySide sideBySideTrace(const Schedule& s, const sim::Prediction& predicted, 
                                                     std::to_string(byOp.rbegin()->first) + ")");
       const std::string why = mismatch(it->second);
       if (!why.empty())
-        throw Error(ErrorCode::InvalidArgument, traceName + ": op " + std::to_string(*measuredOp) +
-                                                    " is not the record's schedule: " + why);
+        throw Error(ErrorCode::InvalidArgument,
+                    traceName + ": op " + std::to_string(*measuredOp) + " is not the record's schedule: " + why);
       chosen = *measuredOp;
     } else {
       std::vector<uint64_t> matching;
       std::string firstWhy;
       for (const auto& [op, evs] : byOp) {
         const std::string why = mismatch(evs);
-        if (why.empty()) matching.push_back(op);
-        else if (firstWhy.empty()) firstWhy = "op " + std::to_string(op) + ": " + why;
+        if (why.empty())
+          matching.push_back(op);
+        else if (firstWhy.empty())
+          firstWhy = "op " + std::to_string(op) + ": " + why;
       }
       if (matching.empty())
         throw Error(ErrorCode::InvalidArgument,
@@ -488,7 +501,8 @@ SideBySide sideBySideTrace(const Schedule& s, const sim::Prediction& predicted, 
                         std::to_string(s.nRanks) + " ranks; " + firstWhy + "): trace the same op, algorithm and size");
       if (matching.size() > 1) {
         std::string list;
-        for (std::size_t k = 0; k < matching.size() && k < 8; ++k) list += (k ? ", " : "") + std::to_string(matching[k]);
+        for (std::size_t k = 0; k < matching.size() && k < 8; ++k)
+          list += (k ? ", " : "") + std::to_string(matching[k]);
         throw Error(ErrorCode::InvalidArgument,
                     traceName + ": " + std::to_string(matching.size()) + " ops have the record's schedule (" + list +
                         (matching.size() > 8 ? ", ..." : "") +
@@ -559,8 +573,12 @@ SideBySide sideBySideTrace(const Schedule& s, const sim::Prediction& predicted, 
                     {"dur", it->second.second},
                     {"pid", pidOf(st.rank, false)},
                     {"tid", st.lane},
-                    {"args", {{"step", st.step}, {"kind", c.kind}, {"bytes", st.bytes}, {"op", *out.measuredOp},
-                              {"engine", "measured"}}}});
+                    {"args",
+                     {{"step", st.step},
+                      {"kind", c.kind},
+                      {"bytes", st.bytes},
+                      {"op", *out.measuredOp},
+                      {"engine", "measured"}}}});
     }
     out.steps.push_back(std::move(c));
   }
@@ -583,8 +601,9 @@ std::string honestyStatement(const std::string& profilePath, const Profile& prof
            (files.empty() ? std::string("(no file listed)") : files) +
            ". The collective records judged here were never fitted.";
   }
-  return "The profile " + profilePath + " was not produced by mk-calibrate (tool: " +
-         (prov.tool.empty() ? std::string("not recorded") : prov.tool) + "; source: " + profile.source +
+  return "The profile " + profilePath +
+         " was not produced by mk-calibrate (tool: " + (prov.tool.empty() ? std::string("not recorded") : prov.tool) +
+         "; source: " + profile.source +
          "): this report cannot vouch that it was fitted on micro-benchmark records only.";
 }
 
@@ -616,15 +635,11 @@ std::string validationToJson(const ValidationResult& result, const ValidationCon
                      {"filtered", f.filtered},
                      {"skipped", f.skipped}});
   root["files"] = files;
-  json summary = {{"sim", stats(result.sim)},
-                  {"closed_form", stats(result.closed)},
-                  {"gated", "sim.median_abs_err_pct"},
-                  {"ignored", result.ignored},
-                  {"filtered", result.filtered},
-                  {"skipped", result.skipped.size()}};
+  json summary = {{"sim", stats(result.sim)},          {"closed_form", stats(result.closed)},
+                  {"gated", "sim.median_abs_err_pct"}, {"ignored", result.ignored},
+                  {"filtered", result.filtered},       {"skipped", result.skipped.size()}};
   summary["max_median_err_pct"] = ctx.maxMedianErrPct ? json(*ctx.maxMedianErrPct) : json(nullptr);
-  summary["gate_passed"] =
-      ctx.maxMedianErrPct ? json(result.sim.medianAbsPct <= *ctx.maxMedianErrPct) : json(nullptr);
+  summary["gate_passed"] = ctx.maxMedianErrPct ? json(result.sim.medianAbsPct <= *ctx.maxMedianErrPct) : json(nullptr);
   root["summary"] = summary;
   json rows = json::array();
   for (const auto& r : result.rows) {

@@ -197,7 +197,7 @@ TEST_CASE("calibrate: every parameter is recovered from a full synthetic micro-b
   CHECK(p.localFlagUs == doctest::Approx(0.33));
   CHECK(p.dispatchUs == doctest::Approx(1.6));  // the scratch-put intercept
   CHECK(p.peerUserUs == doctest::Approx(0.5));  // what the same pattern into the peers' output pays more
-  CHECK(relClose(p.putIssueUs, 0.6, 1e-9));    // the streamed puts' intercept
+  CHECK(relClose(p.putIssueUs, 0.6, 1e-9));     // the streamed puts' intercept
   CHECK(p.proxyUs == doctest::Approx(2.6));
   CHECK(relClose(p.gemmTflops, 742, 1e-9));
   CHECK(rep.parameters.size() == 15);
@@ -298,8 +298,7 @@ TEST_CASE("calibrate: a misspelt calibration op is refused naming the file and r
   std::vector<mk::MeasurementRecord> r;
   addLink(r, mk::kCalibPutNvlink, 1.7, 370);
   r.push_back(rec("calib-put-nvlnk", 8, 2.0));
-  requireInvalid([&] { mk::calibrate({file(r)}, mk::Profile{}, nullptr, {"a.json"}); },
-                 "a.json: records[27].op");
+  requireInvalid([&] { mk::calibrate({file(r)}, mk::Profile{}, nullptr, {"a.json"}); }, "a.json: records[27].op");
 }
 
 TEST_CASE("calibrate: a gemm record without flops is refused") {
@@ -319,7 +318,8 @@ TEST_CASE("calibrate: gemm records read from measurement JSON give the TFLOP/s r
   const mk::Profile p = mk::calibrate({mk::parseMeasurementFile(text, "g.json")}, mk::Profile{}, &rep);
   // 45e9 more flops take 90 us more: 500 TFLOP/s; the 2 us intercept is reported, not kept.
   CHECK(p.gemmTflops == doctest::Approx(500.0).epsilon(1e-9));
-  CHECK_MESSAGE(param(rep, "gemmTflops").method.find("intercept 2 us") != std::string::npos, param(rep, "gemmTflops").method);
+  CHECK_MESSAGE(param(rep, "gemmTflops").method.find("intercept 2 us") != std::string::npos,
+                param(rep, "gemmTflops").method);
 }
 
 TEST_CASE("calibrate: a calibrated profile survives the profile JSON round trip") {
@@ -343,10 +343,11 @@ TEST_CASE("calibrate: noisy micro-benchmark files recover the profile and report
   auto records = fullSet();
   for (auto& r : records) r.timeUs *= 1.0 + 0.01 * n01(rng);
   // Split over two files, as mk-bench would write one per run.
-  const std::vector<mk::MeasurementRecord> a(records.begin(), records.begin() + 40), b(records.begin() + 40, records.end());
+  const std::vector<mk::MeasurementRecord> a(records.begin(), records.begin() + 40),
+      b(records.begin() + 40, records.end());
   mk::FitReport rep;
-  const mk::Profile p = mk::calibrate({file(a), file(b)}, mk::defaultProfile(mk::topologyPreset("h200x2")), &rep,
-                                      {"a.json", "b.json"});
+  const mk::Profile p =
+      mk::calibrate({file(a), file(b)}, mk::defaultProfile(mk::topologyPreset("h200x2")), &rep, {"a.json", "b.json"});
   INFO("seed " << kSeed);
   CHECK(relClose(p.nvlink.alphaUs, 1.3, 0.05));  // the scratch Put's
   CHECK(p.userPutUs == doctest::Approx(0.4).epsilon(0.15));

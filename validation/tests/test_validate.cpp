@@ -34,8 +34,8 @@ mk::MeasurementRecord coll(const std::string& op, const std::string& algo, uint6
   r.timeUs = timeUs;
   r.iters = 40;
   r.stat = "median";
-  r.extra = {{"count", std::to_string(count)}, {"chunks", "1"}, {"channels", "1"}, {"redop", "\"sum\""},
-             {"inplace", "false"}};
+  r.extra = {
+      {"count", std::to_string(count)}, {"chunks", "1"}, {"channels", "1"}, {"redop", "\"sum\""}, {"inplace", "false"}};
   return r;
 }
 
@@ -200,7 +200,8 @@ TEST_CASE("validate: predictions match records timed by the closed form and othe
   std::vector<mk::MeasurementRecord> recs = {coll("allreduce", "one-shot", 1 << 20, 1 << 18),
                                              coll("allreduce", "auto:ring", 1 << 20, 1 << 18),
                                              coll("allgather", "direct", 1 << 16, 1 << 13),
-                                             other("allreduce", "nccl"), other("calib-flag", "mkernel"),
+                                             other("allreduce", "nccl"),
+                                             other("calib-flag", "mkernel"),
                                              other("enqueue-to-first-step", "mkernel")};
   for (auto& r : recs)
     if (mk::isValidatedRecord(r)) r.timeUs = closedFormUs(r);
@@ -287,9 +288,8 @@ TEST_CASE("validate: a profile fitted on a validated file is refused") {
   mk::ProfileProvenance prov;
   prov.tool = "mk-calibrate --out p.json";
   prov.measurements = {"/elsewhere/2026-11-29-h200x2-allreduce.json (run commit abc)"};
-  const std::string e = errorOf([&] {
-    mk::checkProfileIndependence(prov, "p.json", files, {"data/2026-11-29-h200x2-allreduce.json"});
-  });
+  const std::string e =
+      errorOf([&] { mk::checkProfileIndependence(prov, "p.json", files, {"data/2026-11-29-h200x2-allreduce.json"}); });
   CHECK(contains(e, "p.json"));
   CHECK(contains(e, "circular"));
   CHECK(contains(e, "1 collective record"));
@@ -383,7 +383,8 @@ TEST_CASE("validate: measured and predicted traces side by side") {
   CHECK(simulatedEvents == p.steps.size());
 
   // One op: chosen without asking.
-  CHECK(mk::sideBySideTrace(regen.schedule, p, measuredTrace(p, 1, 0, 1.0), "t.json", std::nullopt, "t").measuredOp == 0u);
+  CHECK(mk::sideBySideTrace(regen.schedule, p, measuredTrace(p, 1, 0, 1.0), "t.json", std::nullopt, "t").measuredOp ==
+        0u);
   // A trace of another schedule, a missing op and malformed input are refused by name.
   std::string wrongKind = measuredTrace(p, 1, 0, 1.0);
   const std::string firstKind = std::string("\"name\":\"") + mk::toString(p.steps[0].kind) + "\"";
@@ -403,7 +404,8 @@ TEST_CASE("validate: measured and predicted traces side by side") {
 
 TEST_CASE("validate: the JSON output holds rows summary profile and trace") {
   mk::MeasurementRecord r = coll("allreduce", "ring", 4096, 1024, 20.0);
-  const mk::ValidationResult res = mk::validateMeasurements({file({r, other("allreduce", "nccl")})}, {"f.json"}, datasheet());
+  const mk::ValidationResult res =
+      mk::validateMeasurements({file({r, other("allreduce", "nccl")})}, {"f.json"}, datasheet());
   mk::ValidationContext ctx;
   ctx.profile = datasheet();
   ctx.provenance.tool = "defaultProfile";

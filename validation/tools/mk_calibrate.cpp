@@ -3,8 +3,8 @@
 //   mk-calibrate --cluster h200x2 --out profile.json f1.json [f2.json ...] [--report fit.txt] [--base p.json]
 //
 // Exit codes (mk/util/cli.hpp): 0 success, 2 bad input (a file breaking the measurement contract, an unknown
-// cluster, a --base profile missing a parameter, a fit with too few points or an impossible value, an output that cannot be written): one line on
-// stderr and no output file.
+// cluster, a --base profile missing a parameter, a fit with too few points or an impossible value, an output that
+// cannot be written): one line on stderr and no output file.
 #include <cstdio>
 #include <ctime>
 #include <string>
@@ -49,8 +49,9 @@ std::string commandLine(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"mk-calibrate: fit the hardware profile (alpha-beta per link class, rates, latencies) from "
-               "micro-benchmark measurement files; collective records are never fitted"};
+  CLI::App app{
+      "mk-calibrate: fit the hardware profile (alpha-beta per link class, rates, latencies) from "
+      "micro-benchmark measurement files; collective records are never fitted"};
   std::string cluster = "h200x2";
   uint32_t nodes = 1;
   std::string out;
@@ -62,8 +63,9 @@ int main(int argc, char** argv) {
   app.add_option("--nodes", nodes, "nodes of the preset")->capture_default_str();
   app.add_option("--out", out, "profile to write (mkernel.profile.v1, written atomically)")->required();
   app.add_option("--report", reportOut, "also write the fit table to this file");
-  app.add_option("--base", base, "start from this profile (mkernel.profile.v1) instead of the cluster's datasheet "
-                                 "defaults: unmeasured parameters keep its values");
+  app.add_option("--base", base,
+                 "start from this profile (mkernel.profile.v1) instead of the cluster's datasheet "
+                 "defaults: unmeasured parameters keep its values");
   app.add_option("files", inputs, "measurement files (mkernel.measurement.v1)")->required();
   if (int rc = mk::cli::parse(app, argc, argv, kTool); rc != mk::cli::kContinue) return rc;
   if (int rc = mk::cli::requirePositive(app, kTool, {{"--nodes", nodes}}); rc != mk::cli::kContinue) return rc;

@@ -94,7 +94,8 @@ void checkOutputFile(const char* option, const std::string& path) {
   if (path.empty()) return;
   std::error_code ec;
   const fs::path dir = parentOf(path);
-  if (!fs::is_directory(dir, ec)) ioError(std::string(option) + " " + path + ": directory '" + dir.string() + "' does not exist");
+  if (!fs::is_directory(dir, ec))
+    ioError(std::string(option) + " " + path + ": directory '" + dir.string() + "' does not exist");
   if (fs::is_directory(path, ec)) ioError(std::string(option) + " " + path + " is a directory");
 }
 
@@ -105,11 +106,13 @@ void checkReportDir(const std::string& dir) {
   const fs::path parent = parentOf(dir);
   if (!fs::is_directory(parent, ec))
     ioError("--report " + dir + ": parent directory '" + parent.string() + "' does not exist");
-  if (::access(parent.c_str(), W_OK) != 0) ioError("--report " + dir + ": parent directory '" + parent.string() + "' is not writable");
+  if (::access(parent.c_str(), W_OK) != 0)
+    ioError("--report " + dir + ": parent directory '" + parent.string() + "' is not writable");
   if (!fs::exists(dir, ec)) return;
   if (!fs::is_directory(dir, ec)) ioError("--report " + dir + " exists and is not a directory");
   if (!fs::is_empty(dir, ec) && !fs::exists(fs::path(dir) / kReportMarker, ec))
-    ioError("--report " + dir + " is a non-empty directory that holds no previous mk-validate report: choose a new or "
+    ioError("--report " + dir +
+            " is a non-empty directory that holds no previous mk-validate report: choose a new or "
             "empty directory");
 }
 
@@ -169,8 +172,8 @@ std::string traceFileName(const mk::ValidationRow& r) {
 
 /// Run the report script; its output goes to `log`. Throws with the script's last line when it fails.
 void runReportScript(const Options& o, const fs::path& tmp, const std::string& log) {
-  std::vector<std::string> args = {o.python, o.script, "--json", (tmp / "validation.json").string(),
-                                   "--out", tmp.string()};
+  std::vector<std::string> args = {o.python, o.script,    "--json", (tmp / "validation.json").string(),
+                                   "--out",  tmp.string()};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -201,7 +204,8 @@ fs::path makeTempDir(const std::string& dir, const char* tag) {
   const fs::path target = fs::path(dir).lexically_normal();
   std::string name = target.has_filename() ? target.filename().string() : target.parent_path().filename().string();
   std::string tmpl = (parentOf(dir) / ("." + name + "." + tag + "-XXXXXX")).string();
-  if (::mkdtemp(tmpl.data()) == nullptr) ioError("--report " + dir + ": cannot create a temporary directory next to it: " + std::strerror(errno));
+  if (::mkdtemp(tmpl.data()) == nullptr)
+    ioError("--report " + dir + ": cannot create a temporary directory next to it: " + std::strerror(errno));
   // mkdtemp makes it 0700; the report is an ordinary directory, so give it the mode mkdir would have.
   const mode_t mask = ::umask(0);
   ::umask(mask);
@@ -216,7 +220,8 @@ void installReport(const fs::path& tmp, const std::string& dir) {
   fs::path old;
   if (fs::exists(target, ec) && !fs::is_empty(target, ec)) {
     old = makeTempDir(dir, "old");
-    if (::rename(target.c_str(), old.c_str()) != 0) ioError("--report " + dir + ": cannot move the previous report away: " + std::strerror(errno));
+    if (::rename(target.c_str(), old.c_str()) != 0)
+      ioError("--report " + dir + ": cannot move the previous report away: " + std::strerror(errno));
   }
   if (::rename(tmp.c_str(), target.c_str()) != 0) {
     const int err = errno;
@@ -226,7 +231,8 @@ void installReport(const fs::path& tmp, const std::string& dir) {
   if (!old.empty()) fs::remove_all(old, ec);
 }
 
-void printProvenance(const Options& o, const mk::Profile& p, const mk::ProfileProvenance& prov, const std::string& honesty) {
+void printProvenance(const Options& o, const mk::Profile& p, const mk::ProfileProvenance& prov,
+                     const std::string& honesty) {
   if (o.datasheet) {
     std::printf("profile: datasheet defaults of the cluster (%s)\n", p.source.c_str());
   } else {
@@ -256,7 +262,8 @@ int run(const Options& o, const std::string& command) {
   if (!o.reportDir.empty()) {
     std::error_code ec;
     if (!fs::exists(o.script, ec)) ioError("--report: report script " + o.script + " not found (see --report-script)");
-    if (::access(o.python.c_str(), X_OK) != 0) ioError("--report: " + o.python + " is not an executable (see --python)");
+    if (::access(o.python.c_str(), X_OK) != 0)
+      ioError("--report: " + o.python + " is not an executable (see --python)");
   }
 
   std::vector<mk::MeasurementFile> files;
@@ -297,9 +304,10 @@ int run(const Options& o, const std::string& command) {
 
   std::fputs(mk::formatValidationTable(res).c_str(), stdout);
   for (const auto& f : res.files)
-    std::printf("file %s: %zu records, %zu validated, %zu ignored (not mkernel collectives), %zu left out by "
-                "--op/--algo, %zu skipped\n",
-                f.name.c_str(), f.records, f.validated, f.ignored, f.filtered, f.skipped);
+    std::printf(
+        "file %s: %zu records, %zu validated, %zu ignored (not mkernel collectives), %zu left out by "
+        "--op/--algo, %zu skipped\n",
+        f.name.c_str(), f.records, f.validated, f.ignored, f.filtered, f.skipped);
   for (const auto& s : res.skipped) std::printf("skipped: %s\n", s.reason.c_str());
 
   // ---- outputs: the report in a temporary directory, then --json, then the report moved into place ----
@@ -313,8 +321,9 @@ int run(const Options& o, const std::string& command) {
       mk::sim::SimOptions so;
       so.linkLoad = false;
       const mk::sim::Prediction p = mk::sim::predict(regen.schedule, regen.topo, ctx.profile, so);
-      const std::string title = row.file + " records[" + std::to_string(row.index) + "]: " +
-                                mk::toString(row.request.spec.op) + " " + row.algo + " " + std::to_string(row.bytes) + " B";
+      const std::string title = row.file + " records[" + std::to_string(row.index) +
+                                "]: " + mk::toString(row.request.spec.op) + " " + row.algo + " " +
+                                std::to_string(row.bytes) + " B";
       const mk::SideBySide sbs =
           mk::sideBySideTrace(regen.schedule, p, measuredJson, o.measuredTrace, o.measuredOp, title);
       traceName = traceFileName(row);
@@ -322,7 +331,8 @@ int run(const Options& o, const std::string& command) {
       tmp = makeTempDir(o.reportDir, "tmp");
       mk::writeFileAtomic((tmp / "validation.json").string(), json);
       mk::writeFileAtomic((tmp / traceName).string(), sbs.json);
-      mk::writeFileAtomic((tmp / kReportMarker).string(), "written by mk-validate; a new report may replace this directory\n");
+      mk::writeFileAtomic((tmp / kReportMarker).string(),
+                          "written by mk-validate; a new report may replace this directory\n");
       const std::string log = (tmp / "report.log").string();
       runReportScript(o, tmp, log);
       std::error_code ec;
@@ -353,7 +363,8 @@ int run(const Options& o, const std::string& command) {
   bool failed = false;
   if (o.maxMedianErr && res.sim.medianAbsPct > *o.maxMedianErr) {
     std::fflush(stdout);
-    std::fprintf(stderr, "%s: gate failed: the simulator's median absolute error %.2f %% exceeds --max-median-err %g %%\n",
+    std::fprintf(stderr,
+                 "%s: gate failed: the simulator's median absolute error %.2f %% exceeds --max-median-err %g %%\n",
                  kTool, res.sim.medianAbsPct, *o.maxMedianErr);
     failed = true;
   }
@@ -383,7 +394,8 @@ int main(int argc, char** argv) {
       "profile was obtained.\n\n"
       "  mk-validate --profile p.json validation/data/measured/2026-11-29-h200x2-*.json\n"
       "  mk-validate --profile p.json --op allreduce --max-median-err 10 --report rep f.json\n"
-      "  mk-validate --profile p.json --report rep --trace-record allreduce:ring:1MiB --measured-trace t.json f.json\n\n"
+      "  mk-validate --profile p.json --report rep --trace-record allreduce:ring:1MiB --measured-trace t.json "
+      "f.json\n\n"
       "Exit codes: 0 success, 1 the gate failed or a simulation process died, 2 bad input (a file breaking the\n"
       "measurement contract, a record whose schedule cannot be regenerated, a profile missing a parameter, an\n"
       "unwritable output): one line on stderr and nothing written. Details: docs/validation.md.",

@@ -25,10 +25,10 @@ namespace mk {
 
 /// Rank, size and rendezvous of this process, read from the environment (see readLaunchEnvironment).
 struct LaunchEnvironment {
-  int rank = 0;        ///< RANK (or OMPI_COMM_WORLD_RANK / PMI_RANK)
-  int size = 1;        ///< WORLD_SIZE (or OMPI_COMM_WORLD_SIZE / PMI_SIZE)
-  int localRank = 0;   ///< LOCAL_RANK (or OMPI_COMM_WORLD_LOCAL_RANK; else = rank): picks the GPU
-  std::string masterAddr;  ///< MASTER_ADDR: host name or IPv4 address rank 0 listens on
+  int rank = 0;             ///< RANK (or OMPI_COMM_WORLD_RANK / PMI_RANK)
+  int size = 1;             ///< WORLD_SIZE (or OMPI_COMM_WORLD_SIZE / PMI_SIZE)
+  int localRank = 0;        ///< LOCAL_RANK (or OMPI_COMM_WORLD_LOCAL_RANK; else = rank): picks the GPU
+  std::string masterAddr;   ///< MASTER_ADDR: host name or IPv4 address rank 0 listens on
   uint16_t masterPort = 0;  ///< MASTER_PORT (1..65535); MASTER_PORT + 1 under torchrun (TORCHELASTIC_RUN_ID set),
                             ///< whose agent serves its own store on MASTER_PORT
 };

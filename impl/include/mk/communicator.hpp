@@ -52,13 +52,13 @@ enum class StreamHandoff : uint8_t {
 
 /// Runtime knobs of a communicator (one typed struct; no environment variables).
 struct CommConfig {
-  uint32_t workerCtas = 0;       ///< worker CTAs of the resident kernel per GPU; 0 = min(64, SMs / 2)
-  uint32_t threadsPerCta = 512;  ///< 64..512, a multiple of 32 (the control block runs two warps)
-  uint32_t ringSlots = 64;       ///< doorbell ring depth: ops in flight before a submit blocks (back-pressure)
-  double pollBudgetMs = 10000;   ///< budget of every device-side wait; past it the kernel reports and stops
-  double hostBudgetMs = 20000;   ///< budget of host-side waits (ring full, synchronize, start, shutdown)
-  bool trace = false;            ///< record start/end of every step (takeTrace); off costs nothing
-  uint32_t traceCapacity = 1u << 20;  ///< trace records kept per rank
+  uint32_t workerCtas = 0;              ///< worker CTAs of the resident kernel per GPU; 0 = min(64, SMs / 2)
+  uint32_t threadsPerCta = 512;         ///< 64..512, a multiple of 32 (the control block runs two warps)
+  uint32_t ringSlots = 64;              ///< doorbell ring depth: ops in flight before a submit blocks (back-pressure)
+  double pollBudgetMs = 10000;          ///< budget of every device-side wait; past it the kernel reports and stops
+  double hostBudgetMs = 20000;          ///< budget of host-side waits (ring full, synchronize, start, shutdown)
+  bool trace = false;                   ///< record start/end of every step (takeTrace); off costs nothing
+  uint32_t traceCapacity = 1u << 20;    ///< trace records kept per rank
   uint64_t minBytesPerCta = 32 * 1024;  ///< a data step uses one more CTA of its lane per this many bytes
   /// How ops meet the caller's stream.
   StreamHandoff streamHandoff = StreamHandoff::Auto;
@@ -96,7 +96,7 @@ struct CollOptions {
   uint32_t chunks = 0;        ///< GenOptions::chunks; 0 = chosen by size
   uint32_t channels = 0;      ///< GenOptions::channels; 0 = chosen by size
   CollOptions() = default;
-  CollOptions(const char* a) : algo(a) {}         // NOLINT: implicit on purpose
+  CollOptions(const char* a) : algo(a) {}             // NOLINT: implicit on purpose
   CollOptions(std::string a) : algo(std::move(a)) {}  // NOLINT: implicit on purpose
   CollOptions(Algorithm a) : algo(toString(a)) {}     // NOLINT: implicit on purpose
 };
@@ -219,7 +219,8 @@ class Communicator {
 
  private:
   Communicator(std::shared_ptr<runtime::Engine> engine, int rank) : engine_(std::move(engine)), rank_(rank) {}
-  void collective(const CollectiveSpec& spec, const void* send, void* recv, cudaStream_t stream, const CollOptions& opt);
+  void collective(const CollectiveSpec& spec, const void* send, void* recv, cudaStream_t stream,
+                  const CollOptions& opt);
 
   std::shared_ptr<runtime::Engine> engine_;
   int rank_ = 0;

@@ -15,8 +15,8 @@ namespace mk {
 }  // namespace mk
 
 /// Evaluate a CUDA runtime call once; throw mk::Error(CudaError) naming the call, place and error on failure.
-#define MK_CUDA_CHECK(expr)                                                         \
-  do {                                                                              \
-    const cudaError_t mkCudaErr_ = (expr);                                          \
+#define MK_CUDA_CHECK(expr)                                                                     \
+  do {                                                                                          \
+    const cudaError_t mkCudaErr_ = (expr);                                                      \
     if (mkCudaErr_ != cudaSuccess) ::mk::throwCudaError(mkCudaErr_, #expr, __FILE__, __LINE__); \
   } while (0)

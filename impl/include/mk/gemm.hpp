@@ -59,15 +59,15 @@ const char* toString(GemmSchedule schedule) noexcept;
 
 /// One GEMM: C (M x N) = A (M x K) * B (K x N). Signed sizes so that a negative value is reported, not wrapped.
 struct GemmProblem {
-  int64_t m = 0, n = 0, k = 0;                 ///< sizes, each >= 1
-  const void* a = nullptr;                     ///< bf16, row-major, lda >= k
-  int64_t lda = 0;                             ///< elements between rows of A
-  const void* b = nullptr;                     ///< bf16, see layoutB
-  int64_t ldb = 0;                             ///< RowMajor: >= n; ColMajor: >= k
-  GemmLayout layoutB = GemmLayout::RowMajor;   ///< B's storage order
-  void* c = nullptr;                           ///< output, row-major, ldc >= n
-  int64_t ldc = 0;                             ///< elements between rows of C
-  DType outDType = DType::BFloat16;            ///< BFloat16 or Float32
+  int64_t m = 0, n = 0, k = 0;                ///< sizes, each >= 1
+  const void* a = nullptr;                    ///< bf16, row-major, lda >= k
+  int64_t lda = 0;                            ///< elements between rows of A
+  const void* b = nullptr;                    ///< bf16, see layoutB
+  int64_t ldb = 0;                            ///< RowMajor: >= n; ColMajor: >= k
+  GemmLayout layoutB = GemmLayout::RowMajor;  ///< B's storage order
+  void* c = nullptr;                          ///< output, row-major, ldc >= n
+  int64_t ldc = 0;                            ///< elements between rows of C
+  DType outDType = DType::BFloat16;           ///< BFloat16 or Float32
 };
 
 /// How to run it.
@@ -103,8 +103,8 @@ struct GemmConfig {
 /// The engine's output tile (rows x columns) and stage depth, for callers sizing hook arrays or grids.
 struct GemmTileShape {
   uint32_t blockM = 0, blockN = 0, blockK = 0, stages = 0;
-  uint32_t smemBytes = 0;   ///< dynamic shared memory per CTA
-  uint32_t threads = 0;     ///< threads per CTA
+  uint32_t smemBytes = 0;  ///< dynamic shared memory per CTA
+  uint32_t threads = 0;    ///< threads per CTA
 };
 /// The compiled tile shape of tile width `blockN` (128 or 256; anything else reads as 256) and epilogue
 /// (TmaStore: 32 KiB more shared memory for the C staging buffer).
@@ -134,7 +134,7 @@ constexpr int64_t kGemmStreamKMinKIters = 64;
 struct GemmScheduleChoice {
   GemmSchedule schedule = GemmSchedule::Tiles;  ///< Tiles or StreamK
   uint32_t blockN = 256;                        ///< the tile width to run
-  double tilesTime = 0;    ///< best whole-tile schedule: waves x kIters x (rate of the width)
+  double tilesTime = 0;                         ///< best whole-tile schedule: waves x kIters x (rate of the width)
   double streamKTime = 0;  ///< best stream-K schedule: whole waves + the CTA's range + partial-tile traffic
 };
 
@@ -156,17 +156,17 @@ uint64_t gemmStreamKTileCount(uint64_t tiles, uint64_t ctas) noexcept;
 
 /// Tiles of a problem (ceil(M / blockM) x ceil(N / blockN)).
 struct GemmTiles {
-  uint64_t blockN = 256;   ///< the tile width chosen
+  uint64_t blockN = 256;  ///< the tile width chosen
   uint64_t tilesM = 0, tilesN = 0;
   /// The epilogue that runs: config.epilogue, except TmaStore with fp32 output runs Direct.
   GemmEpilogue epilogue = GemmEpilogue::Direct;
   uint64_t splitK = 1;          ///< k-pieces per tile that run (config.splitK, reduced so none is empty)
   uint64_t kItersPerSplit = 0;  ///< 64-wide k-slices per piece
   GemmSchedule schedule = GemmSchedule::Tiles;  ///< the schedule that runs (Tiles or StreamK, never Auto)
-  uint64_t streamKTiles = 0;  ///< stream-K: the last tiles of the raster run as k-ranges (0 = none)
-  uint64_t streamKCtas = 0;   ///< stream-K: CTAs with a k-range (min(CTAs, streamKTiles x kIters))
-  uint64_t ctas = 0;          ///< CTAs the kernel is launched with
-  uint64_t count() const { return tilesM * tilesN; }  ///< total output tiles
+  uint64_t streamKTiles = 0;                    ///< stream-K: the last tiles of the raster run as k-ranges (0 = none)
+  uint64_t streamKCtas = 0;                     ///< stream-K: CTAs with a k-range (min(CTAs, streamKTiles x kIters))
+  uint64_t ctas = 0;                            ///< CTAs the kernel is launched with
+  uint64_t count() const { return tilesM * tilesN; }   ///< total output tiles
   uint64_t units() const { return count() * splitK; }  ///< work units (tiles x k-pieces)
 };
 

@@ -211,8 +211,8 @@ class MpiBootstrap final : public Bootstrap {
     const std::string why = await(*p, timeoutMs_);
     if (why.empty()) return p;
     pending_ = std::move(p);
-    const std::string where = " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ", call #" +
-                              std::to_string(calls_) + ")";
+    const std::string where =
+        " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ", call #" + std::to_string(calls_) + ")";
     if (why != "timeout") {
       broken_ = std::string(call) + " failed";
       throw Error(ErrorCode::IoError, std::string("MPI bootstrap: ") + call + ": " + why + where);

@@ -25,9 +25,9 @@ long parseIntVar(const char* name, const char* value, long lo, long hi, const ch
   char* end = nullptr;
   const long v = std::strtol(value, &end, 10);
   if (errno != 0 || end == value || *end != '\0' || v < lo || v > hi)
-    throw Error(ErrorCode::InvalidArgument, std::string("environment variable ") + name + "='" + value +
-                                                "' is not " + what + " (expected an integer in " + std::to_string(lo) +
-                                                ".." + std::to_string(hi) + ")");
+    throw Error(ErrorCode::InvalidArgument, std::string("environment variable ") + name + "='" + value + "' is not " +
+                                                what + " (expected an integer in " + std::to_string(lo) + ".." +
+                                                std::to_string(hi) + ")");
   return v;
 }
 
@@ -79,13 +79,15 @@ LaunchEnvironment readLaunchEnvironment() {
   env.masterAddr = addr;
   const char* port = envOrNull("MASTER_PORT");
   if (!port)
-    throw Error(ErrorCode::InvalidArgument, "environment variable MASTER_PORT is not set (a free TCP port, e.g. 29500)");
+    throw Error(ErrorCode::InvalidArgument,
+                "environment variable MASTER_PORT is not set (a free TCP port, e.g. 29500)");
   env.masterPort = static_cast<uint16_t>(parseIntVar("MASTER_PORT", port, 1, 65535, "a TCP port"));
   if (envOrNull("TORCHELASTIC_RUN_ID")) {
     // torchrun's agent serves its own store on MASTER_PORT: rendezvous on the next port.
     if (env.masterPort == 65535)
-      throw Error(ErrorCode::InvalidArgument, "MASTER_PORT=65535 under torchrun: the rendezvous uses MASTER_PORT + 1 "
-                                              "(torchrun's own store holds MASTER_PORT); pick a lower --master-port");
+      throw Error(ErrorCode::InvalidArgument,
+                  "MASTER_PORT=65535 under torchrun: the rendezvous uses MASTER_PORT + 1 "
+                  "(torchrun's own store holds MASTER_PORT); pick a lower --master-port");
     ++env.masterPort;
   }
   return env;
@@ -114,15 +116,14 @@ RankLaunch bootstrapFromEnvironment(double timeoutMs) {
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    throw Error(ErrorCode::Unsupported, "rank " + std::to_string(rank) + ": no usable CUDA device (" +
-                                            cudaGetErrorName(e) + ")");
+    throw Error(ErrorCode::Unsupported,
+                "rank " + std::to_string(rank) + ": no usable CUDA device (" + cudaGetErrorName(e) + ")");
   }
   if (launch.device >= count)
-    throw Error(ErrorCode::InvalidArgument, "rank " + std::to_string(rank) +
-                                                (launch.bootstrap ? ": node rank " : ": LOCAL_RANK ") +
-                                                std::to_string(launch.device) + " picks GPU " +
-                                                std::to_string(launch.device) + " but this process sees " +
-                                                std::to_string(count) + " GPU(s) (more processes per node than GPUs?)");
+    throw Error(ErrorCode::InvalidArgument,
+                "rank " + std::to_string(rank) + (launch.bootstrap ? ": node rank " : ": LOCAL_RANK ") +
+                    std::to_string(launch.device) + " picks GPU " + std::to_string(launch.device) +
+                    " but this process sees " + std::to_string(count) + " GPU(s) (more processes per node than GPUs?)");
   if (!launch.bootstrap) launch.bootstrap = TcpBootstrap::fromEnvironment(timeoutMs);
   return launch;
 }

@@ -82,8 +82,8 @@ void sendAll(int fd, const void* data, size_t n, Clock::time_point deadline, con
         throw Error(ErrorCode::Timeout, "bootstrap: sending to " + who + " timed out (is it still running?)");
       continue;
     }
-    throw Error(ErrorCode::IoError, "bootstrap: sending to " + who + " failed: " + sysError(errno) +
-                                        " (did that process die?)");
+    throw Error(ErrorCode::IoError,
+                "bootstrap: sending to " + who + " failed: " + sysError(errno) + " (did that process die?)");
   }
 }
 
@@ -100,8 +100,9 @@ void recvAll(int fd, void* data, size_t n, Clock::time_point deadline, const std
       throw Error(ErrorCode::IoError, "bootstrap: " + who + " closed the connection (did that process die or fail?)");
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
       if (!waitFd(fd, POLLIN, deadline))
-        throw Error(ErrorCode::Timeout, "bootstrap: " + who + " did not answer in time (is it still running, and "
-                                                              "calling the same collective?)");
+        throw Error(ErrorCode::Timeout, "bootstrap: " + who +
+                                            " did not answer in time (is it still running, and "
+                                            "calling the same collective?)");
       continue;
     }
     if (errno == ECONNRESET)
@@ -134,8 +135,8 @@ std::string rankName(int q) { return "rank " + std::to_string(q); }
 
 TcpBootstrap::TcpBootstrap(const TcpBootstrapOptions& options) : opt_(options) {
   if (opt_.size < 1 || opt_.rank < 0 || opt_.rank >= opt_.size)
-    throw Error(ErrorCode::InvalidArgument, "TcpBootstrap: rank " + std::to_string(opt_.rank) +
-                                                " is outside 0.." + std::to_string(opt_.size - 1));
+    throw Error(ErrorCode::InvalidArgument,
+                "TcpBootstrap: rank " + std::to_string(opt_.rank) + " is outside 0.." + std::to_string(opt_.size - 1));
   if (opt_.port == 0) throw Error(ErrorCode::InvalidArgument, "TcpBootstrap: port must be 1..65535 (got 0)");
   if (!(opt_.timeoutMs > 0)) throw Error(ErrorCode::InvalidArgument, "TcpBootstrap: timeoutMs must be > 0");
   peers_.assign(static_cast<size_t>(opt_.rank == 0 ? opt_.size : 1), -1);

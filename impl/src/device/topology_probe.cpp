@@ -15,7 +15,7 @@ using NvmlReturn = int;  // nvmlReturn_t: 0 = NVML_SUCCESS
 using NvmlDevice = struct NvmlDeviceOpaque*;
 constexpr NvmlReturn kNvmlSuccess = 0;
 constexpr unsigned kNvmlMaxLinks = 18;  // NVML_NVLINK_MAX_LINKS
-struct NvmlPciInfo {                     // nvmlPciInfo_t
+struct NvmlPciInfo {                    // nvmlPciInfo_t
   char busIdLegacy[16];
   unsigned domain, bus, device, pciDeviceId, pciSubSystemId;
   char busId[32];
@@ -124,7 +124,8 @@ std::string applyNvlinkProbes(Topology& t, const std::vector<NvlinkProbe>& probe
   }
   const double perLink = nvlinkGBsPerLink(major);
   if (fewest == 0) return "no active NVLink (peer traffic goes over PCIe)";
-  if (perLink <= 0) return std::to_string(fewest) + " NVLinks per GPU of an unknown generation (sm " + std::to_string(major) + "x)";
+  if (perLink <= 0)
+    return std::to_string(fewest) + " NVLinks per GPU of an unknown generation (sm " + std::to_string(major) + "x)";
   t.node.nvlink.bwGBs = fewest * perLink;
   t.node.nvlink.switched = switched;
   return std::to_string(fewest) + " NVLinks per GPU" + (switched ? ", through a switch" : ", direct");

@@ -13,8 +13,8 @@ namespace mk::runtime {
 
 /// NVLinks of one GPU as NVML reports them.
 struct NvlinkProbe {
-  bool available = false;  ///< NVML answered for this GPU
-  std::string why;         ///< why not, when !available
+  bool available = false;    ///< NVML answered for this GPU
+  std::string why;           ///< why not, when !available
   uint32_t activeLinks = 0;  ///< links up
   /// Links up whose far end is each of the `peers` given to probeNvlinks (same order); links that end
   /// elsewhere (an NVSwitch) are activeLinks - sum(linksToPeer).

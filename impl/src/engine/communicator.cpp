@@ -64,7 +64,7 @@ namespace {
 void checkPoolAccess(const void* p, const char* which, const std::vector<int>& peers, const char* call) {
   void* pool = nullptr;
   const CUresult r = runtime::driverApi().pointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
-                                                               reinterpret_cast<CUdeviceptr>(p));
+                                                              reinterpret_cast<CUdeviceptr>(p));
   if (r != CUDA_SUCCESS || pool == nullptr) return;  // not pool memory: peer access covers it
   for (int peer : peers) {
     cudaMemLocation loc{};
@@ -93,10 +93,11 @@ void checkPointer(const void* p, const char* which, uint64_t elemSize, int devic
       attr.device != device)
     throw Error(ErrorCode::InvalidArgument,
                 std::string(call) + ": " + which + " must be device memory of GPU " + std::to_string(device) +
-                    " (got " + (e != cudaSuccess ? "an unknown pointer"
-                                : attr.type == cudaMemoryTypeHost ? "pinned host memory"
-                                : attr.type == cudaMemoryTypeUnregistered ? "pageable host memory"
-                                                                          : "memory of GPU " + std::to_string(attr.device)) +
+                    " (got " +
+                    (e != cudaSuccess                          ? "an unknown pointer"
+                     : attr.type == cudaMemoryTypeHost         ? "pinned host memory"
+                     : attr.type == cudaMemoryTypeUnregistered ? "pageable host memory"
+                                                               : "memory of GPU " + std::to_string(attr.device)) +
                     ")");
 }
 }  // namespace
@@ -118,7 +119,8 @@ void Communicator::collective(const CollectiveSpec& specIn, const void* send, vo
                                                 " is outside 0.." + std::to_string(size() - 1));
   const uint64_t es = dtypeSize(spec.dtype);
   if (spec.count > (uint64_t{1} << 46) / es / static_cast<uint64_t>(size()))
-    throw Error(ErrorCode::InvalidArgument, std::string(call) + ": count " + std::to_string(spec.count) + " is too large");
+    throw Error(ErrorCode::InvalidArgument,
+                std::string(call) + ": count " + std::to_string(spec.count) + " is too large");
   const bool sendOptional = spec.op == CollOp::Broadcast && static_cast<uint32_t>(rank_) != spec.root;
   // cudaPointerGetAttributes costs about a microsecond: pointers validated recently on this rank are
   // trusted (still checked for null and alignment, which depend on the dtype).
@@ -196,7 +198,8 @@ Algorithm Communicator::chooseAlgorithm(CollOp op, uint64_t count, DType dtype) 
 }
 GenOptions Communicator::chooseGenOptions(CollOp op, uint64_t count, DType dtype, const std::string& algo) const {
   return engine_->chooseGenOptions(
-      op, count, dtype, algo == "auto" || algo.empty() ? chooseAlgorithm(op, count, dtype) : requireAlgorithm(op, algo));
+      op, count, dtype,
+      algo == "auto" || algo.empty() ? chooseAlgorithm(op, count, dtype) : requireAlgorithm(op, algo));
 }
 void Communicator::synchronize() { engine_->synchronize(rank_); }
 uint64_t Communicator::nextOpIndex() const { return engine_->submitted(rank_); }

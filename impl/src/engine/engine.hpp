@@ -64,8 +64,7 @@ class Engine {
 
   /// Submit one rank's part of a collective / custom schedule (see Communicator; submit.cpp).
   void submitCollective(int r, const CollectiveSpec& spec, std::optional<Algorithm> algo, const GenOptions& gen,
-                        const void* send, void* recv,
-                        cudaStream_t stream);
+                        const void* send, void* recv, cudaStream_t stream);
   void submitSchedule(int r, const Schedule& s, const void* input, void* output, cudaStream_t stream);
 
   /// The "auto" choice (algorithm_choice.cpp).
@@ -115,8 +114,7 @@ class Engine {
   Algorithm chooseAlgorithmLocked(CollOp op, uint64_t count, DType dtype);
 
   // ---- schedule_cache.cpp: lowered schedules, scratch and staging memory
-  CachedSchedule& cacheLocked(const ScheduleKey& key, const std::function<Schedule()>& make,
-                              const std::string& what);
+  CachedSchedule& cacheLocked(const ScheduleKey& key, const std::function<Schedule()>& make, const std::string& what);
   void ensureScratchLocked(uint64_t bytes);
   void* stagingLocked(int r, uint32_t seq, uint64_t bytes);
 
@@ -155,14 +153,14 @@ class Engine {
   CommConfig config_;
   Topology topology_;
   std::string topologySource_;
-  Profile profile_;             ///< what "auto" costs against (CommConfig::profile, else defaultProfile(topology_))
+  Profile profile_;  ///< what "auto" costs against (CommConfig::profile, else defaultProfile(topology_))
   std::string profileSource_;
   uint32_t workers_ = 0;
   uint32_t ringSlots_ = 0;
-  std::vector<RankResources> ranks_;  ///< every rank; only local ones have resources (device >= 0)
-  std::vector<int> local_;            ///< ranks driven by this process
-  int me_ = 0;                        ///< multi-process: this process's rank
-  std::unique_ptr<ProcessLink> link_;  ///< multi-process only
+  std::vector<RankResources> ranks_;            ///< every rank; only local ones have resources (device >= 0)
+  std::vector<int> local_;                      ///< ranks driven by this process
+  int me_ = 0;                                  ///< multi-process: this process's rank
+  std::unique_ptr<ProcessLink> link_;           ///< multi-process only
   std::vector<device::RankState*> peerStates_;  ///< every rank's RankState as this process's GPU(s) address it
   std::thread progress_;
   std::atomic<bool> stopProgress_{false};
@@ -171,10 +169,10 @@ class Engine {
   // Host-mapped blocks (pinned, portable, mapped; one allocation each).
   device::StatusBlock* status_ = nullptr;
   device::OpDescriptor* ring_ = nullptr;
-  device::RankMailbox* mailboxes_ = nullptr;    // [nRanks]
-  device::TraceRecord* trace_ = nullptr;        // [nRanks][traceCapacity]
-  std::vector<uint32_t> traceTaken_;            // records already returned per rank
-  uint32_t* clockPing_ = nullptr;               // clock probe mailbox (host-mapped)
+  device::RankMailbox* mailboxes_ = nullptr;  // [nRanks]
+  device::TraceRecord* trace_ = nullptr;      // [nRanks][traceCapacity]
+  std::vector<uint32_t> traceTaken_;          // records already returned per rank
+  uint32_t* clockPing_ = nullptr;             // clock probe mailbox (host-mapped)
   uint64_t* clockPong_ = nullptr;
 
   std::mutex mu_;
@@ -182,7 +180,7 @@ class Engine {
   ErrorCode poisonCode_ = ErrorCode::Internal;
   std::map<ScheduleKey, std::unique_ptr<CachedSchedule>> cache_;
   std::map<std::tuple<int, uint64_t, int>, Algorithm> autoCache_;  ///< "auto" choices
-  std::map<uint32_t, PendingOp> pending_;  ///< ops not yet submitted by every rank, by sequence number
+  std::map<uint32_t, PendingOp> pending_;          ///< ops not yet submitted by every rank, by sequence number
   std::vector<const CachedSchedule*> opSchedule_;  ///< [seq % ringSlots]: what each recent op ran
   std::vector<std::pair<uintptr_t, uintptr_t>> prevReads_, prevWrites_;  ///< user ranges of the last finalized op
   uint64_t scratchBytes_ = 0;

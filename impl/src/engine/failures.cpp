@@ -64,23 +64,24 @@ std::string Engine::describeDeviceFailure() const {
       break;
     }
     case device::Status::DescriptorTimeout:
-      os << "rank " << s.rank << " op " << s.op << ": " << statusName(code) << " after " << fmtMs(double(s.elapsedNs) / 1e6)
-         << " (seq seen " << s.seen << ", expected " << s.expected << "): did every rank submit op " << s.op << "?";
+      os << "rank " << s.rank << " op " << s.op << ": " << statusName(code) << " after "
+         << fmtMs(double(s.elapsedNs) / 1e6) << " (seq seen " << s.seen << ", expected " << s.expected
+         << "): did every rank submit op " << s.op << "?";
       if (link_) {
         const std::string missing = unpostedRanks(s.op);
         if (!missing.empty()) os << " (rank(s) " << missing << " never submitted it)";
       }
       break;
     case device::Status::GateTimeout:
-      os << "rank " << s.rank << " could not start op " << s.op << what << " within " << fmtMs(double(s.elapsedNs) / 1e6)
-         << ": rank " << s.flag << " has completed " << s.seen << " ops, expected >= " << s.expected;
+      os << "rank " << s.rank << " could not start op " << s.op << what << " within "
+         << fmtMs(double(s.elapsedNs) / 1e6) << ": rank " << s.flag << " has completed " << s.seen
+         << " ops, expected >= " << s.expected;
       break;
     case device::Status::HostAbort:
       os << "the communicator was stopped by the host after an earlier error";
       if (link_) os << " (in the process of rank " << s.rank << ")";
       break;
-    default:
-      os << "rank " << s.rank << ": " << statusName(code) << " (code " << s.code << ")";
+    default: os << "rank " << s.rank << ": " << statusName(code) << " (code " << s.code << ")";
   }
   return os.str();
 }
@@ -99,11 +100,11 @@ void Engine::poisonAndThrow(ErrorCode code, const std::string& message) {
 }
 
 void Engine::throwIfFailedLocked(bool deep) {
-  if (!poison_.empty())
-    throw Error(poisonCode_, "communicator unusable after an earlier error: " + poison_);
+  if (!poison_.empty()) throw Error(poisonCode_, "communicator unusable after an earlier error: " + poison_);
   if (loadHost(&status_->abort) != 0) {
     const auto code = static_cast<device::Status>(status_->code);
-    poisonAndThrow(code == device::Status::HostAbort ? ErrorCode::Internal : ErrorCode::Timeout, describeDeviceFailure());
+    poisonAndThrow(code == device::Status::HostAbort ? ErrorCode::Internal : ErrorCode::Timeout,
+                   describeDeviceFailure());
   }
   // A kernel that died (illegal address, ...) never raises `abort`: asked where the host waits anyway.
   for (const auto& rr : ranks_) {
@@ -114,10 +115,11 @@ void Engine::throwIfFailedLocked(bool deep) {
       cudaGetLastError();
       // Compute lanes: a Gemm step whose wait expired traps; say who waited for what.
       const std::string gemm = gemmLaneTimeoutReport(this, static_cast<uint32_t>(&rr - ranks_.data()));
-      poisonAndThrow(ErrorCode::CudaError, "the resident kernel on GPU " + std::to_string(rr.device) + " stopped: " +
-                                               (e == cudaSuccess ? std::string("exited") : std::string(cudaGetErrorName(e)) +
-                                                                                               ": " + cudaGetErrorString(e)) +
-                                               (gemm.empty() ? std::string() : " (" + gemm + ")"));
+      poisonAndThrow(ErrorCode::CudaError,
+                     "the resident kernel on GPU " + std::to_string(rr.device) + " stopped: " +
+                         (e == cudaSuccess ? std::string("exited")
+                                           : std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e)) +
+                         (gemm.empty() ? std::string() : " (" + gemm + ")"));
     }
   }
 }

@@ -14,7 +14,7 @@
 namespace mk::runtime {
 
 void Engine::finalizeLocked(uint32_t seq, const CachedSchedule& cs, const std::vector<uint64_t>& input,
-                                const std::vector<uint64_t>& output, const std::vector<uint64_t>& scratch, bool fence) {
+                            const std::vector<uint64_t>& output, const std::vector<uint64_t>& scratch, bool fence) {
   // The descriptor slot's previous op must have been taken by every local rank's kernel.
   if (seq >= ringSlots_) {
     const uint32_t need = seq - ringSlots_ + 1;
@@ -57,8 +57,8 @@ void Engine::finalizeLocked(uint32_t seq, const CachedSchedule& cs, const std::v
     for (const int lq : local_) {
       const auto q = static_cast<uint32_t>(lq);
       if (gemmCount(cs.programs[q]) == 0) continue;
-      GemmLaneBinder& binder = gemmLaneBinder(this, q, ranks_[q].device, static_cast<uint64_t>(config_.pollBudgetMs * 1e6),
-                                                ranks_[q].arena.get());
+      GemmLaneBinder& binder = gemmLaneBinder(this, q, ranks_[q].device,
+                                              static_cast<uint64_t>(config_.pollBudgetMs * 1e6), ranks_[q].arena.get());
       d.table[device::gemmParamsBinding(n, nB, q)] =
           binder.bind(cs.programs[q], cs.devicePrograms[q], d.table, seq, completed(lq), ranks_[q].copyStream);
     }
@@ -72,7 +72,8 @@ void Engine::finalizeLocked(uint32_t seq, const CachedSchedule& cs, const std::v
 bool Engine::touchesPreviousLocked(PendingOp& op) {
   // Rule 2 of resident_kernel.cu: an op that touches user memory the previous op touched (and one of the
   // two writes it) starts only after the previous op completed everywhere.
-  auto hit = [](const std::vector<std::pair<uintptr_t, uintptr_t>>& x, const std::vector<std::pair<uintptr_t, uintptr_t>>& y) {
+  auto hit = [](const std::vector<std::pair<uintptr_t, uintptr_t>>& x,
+                const std::vector<std::pair<uintptr_t, uintptr_t>>& y) {
     for (const auto& a : x)
       for (const auto& b : y)
         if (a.first < b.second && b.first < a.second) return true;

@@ -71,9 +71,9 @@ bool Engine::useKernelHandoff(int r) {
       k = !serialised && int64_t{workers_} + 1 < sms;
     }
     rr.kernelHandoff = k ? 1 : 0;
-    MK_LOG_AT(Info, rankName(r), std::string("stream hand-off: ") +
-                                     (k ? "a 32-thread kernel per op" : "stream memory operations") +
-                                     (serialised ? " (compute-sanitizer attached)" : ""));
+    MK_LOG_AT(Info, rankName(r),
+              std::string("stream hand-off: ") + (k ? "a 32-thread kernel per op" : "stream memory operations") +
+                  (serialised ? " (compute-sanitizer attached)" : ""));
   }
   return rr.kernelHandoff == 1;
 }
@@ -83,13 +83,15 @@ void Engine::handoff(int r, cudaStream_t stream, uint32_t seq, bool wait) {
   MK_CUDA_CHECK(cudaSetDevice(rr.device));
   uint32_t* bell = &rr.doorbell[seq % ringSlots_];
   const auto& api = driverApi();
-  MK_LOG_AT(Debug, rankName(r), "op " + std::to_string(seq) + ": doorbell" + (wait ? " and stream wait" : "") +
-                                    " enqueued on stream " + std::to_string(reinterpret_cast<uintptr_t>(stream)));
+  MK_LOG_AT(Debug, rankName(r),
+            "op " + std::to_string(seq) + ": doorbell" + (wait ? " and stream wait" : "") + " enqueued on stream " +
+                std::to_string(reinterpret_cast<uintptr_t>(stream)));
   // In a group the doorbell is a stream memory write (no wait follows it, so nothing is descheduled and the
   // host pays ~1.3 us instead of a kernel launch); the group's one wait is the kernel's at groupEnd.
   if (!useKernelHandoff(r) || !wait) {
-    checkDriver(api.streamWriteValue32(stream, reinterpret_cast<CUdeviceptr>(bell), seq + 1, CU_STREAM_WRITE_VALUE_DEFAULT),
-                "cuStreamWriteValue32 (doorbell)");
+    checkDriver(
+        api.streamWriteValue32(stream, reinterpret_cast<CUdeviceptr>(bell), seq + 1, CU_STREAM_WRITE_VALUE_DEFAULT),
+        "cuStreamWriteValue32 (doorbell)");
     if (wait) enqueueWait(r, stream, seq);
     return;
   }
@@ -130,8 +132,9 @@ void Engine::synchronize(int r) {
                                                   " yet, so it can never complete");
   }
   const uint32_t want = ranks_[r].submitted;
-  MK_LOG_AT(Debug, rankName(r), "synchronize: waiting for " + std::to_string(want) + " op(s), " +
-                                    std::to_string(completed(r)) + " complete");
+  MK_LOG_AT(
+      Debug, rankName(r),
+      "synchronize: waiting for " + std::to_string(want) + " op(s), " + std::to_string(completed(r)) + " complete");
   const bool ok = hostPoll(config_.hostBudgetMs, [&] {
     pumpLocked();
     if (!poison_.empty() || loadHost(&status_->abort) != 0) return true;
@@ -146,9 +149,10 @@ void Engine::synchronize(int r) {
                                            unpostedRanks(kv.first) + " within " + fmtMs(config_.hostBudgetMs));
   }
   if (!ok)
-    poisonAndThrow(ErrorCode::Timeout, "synchronize on rank " + std::to_string(r) + ": " + std::to_string(completed(r)) +
-                                           " of " + std::to_string(want) + " ops completed after " +
-                                           fmtMs(config_.hostBudgetMs) + " (is a stream blocked?)");
+    poisonAndThrow(ErrorCode::Timeout, "synchronize on rank " + std::to_string(r) + ": " +
+                                           std::to_string(completed(r)) + " of " + std::to_string(want) +
+                                           " ops completed after " + fmtMs(config_.hostBudgetMs) +
+                                           " (is a stream blocked?)");
 }
 
 }  // namespace runtime

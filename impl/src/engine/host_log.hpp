@@ -33,7 +33,7 @@ void logLine(const std::string& who, const std::string& message);
 }  // namespace mk
 
 /// Log `msg` (an expression building a std::string, evaluated only when the level is on).
-#define MK_LOG_AT(level, who, msg)                                                   \
-  do {                                                                               \
+#define MK_LOG_AT(level, who, msg)                                                                  \
+  do {                                                                                              \
     if (::mk::runtime::logOn(::mk::runtime::LogLevel::level)) ::mk::runtime::logLine((who), (msg)); \
   } while (0)

@@ -65,13 +65,15 @@ void Engine::init(const std::vector<int>& devices) {
   const size_t n = devices.size();
   if (n == 0) throw Error(ErrorCode::InvalidArgument, "createLocal: the device list is empty");
   if (n > device::kMaxRanks)
-    throw Error(ErrorCode::Unsupported, "createLocal: " + std::to_string(n) + " ranks asked for; the GPU engine drives at most " +
+    throw Error(ErrorCode::Unsupported, "createLocal: " + std::to_string(n) +
+                                            " ranks asked for; the GPU engine drives at most " +
                                             std::to_string(device::kMaxRanks) + " (one NVLink domain)");
   int count = 0;
   const cudaError_t cerr = cudaGetDeviceCount(&count);
   if (cerr != cudaSuccess) {
     cudaGetLastError();
-    throw Error(ErrorCode::Unsupported, std::string("createLocal: no usable CUDA device (") + cudaGetErrorName(cerr) + ")");
+    throw Error(ErrorCode::Unsupported,
+                std::string("createLocal: no usable CUDA device (") + cudaGetErrorName(cerr) + ")");
   }
   std::set<int> seen;
   for (size_t i = 0; i < n; ++i) {
@@ -80,15 +82,16 @@ void Engine::init(const std::vector<int>& devices) {
                                                   std::to_string(devices[i]) + " but this process sees " +
                                                   std::to_string(count) + " device(s) (more ranks than GPUs?)");
     if (!seen.insert(devices[i]).second)
-      throw Error(ErrorCode::InvalidArgument, "createLocal: device " + std::to_string(devices[i]) +
-                                                  " is listed twice (one rank per GPU)");
+      throw Error(ErrorCode::InvalidArgument,
+                  "createLocal: device " + std::to_string(devices[i]) + " is listed twice (one rank per GPU)");
   }
   driverApi();  // fail early, before anything is allocated, if stream memory operations are missing
-  MK_LOG_AT(Info, "createLocal", std::to_string(n) + " rank(s) on GPU(s) " + [&] {
-    std::string l;
-    for (int d : devices) l += (l.empty() ? "" : ",") + std::to_string(d);
-    return l;
-  }());
+  MK_LOG_AT(
+      Info, "createLocal", std::to_string(n) + " rank(s) on GPU(s) " + [&] {
+        std::string l;
+        for (int d : devices) l += (l.empty() ? "" : ",") + std::to_string(d);
+        return l;
+      }());
 
   // Peer access both ways between every pair, or refuse naming the pair.
   for (size_t a = 0; a < n; ++a)
@@ -130,8 +133,8 @@ void Engine::init(const std::vector<int>& devices) {
     workers_ = i == 0 ? w : std::min(workers_, w);
   }
 
-  MK_LOG_AT(Info, "createLocal", "peer access enabled between every pair; " + std::to_string(workers_) +
-                                      " worker CTAs per GPU");
+  MK_LOG_AT(Info, "createLocal",
+            "peer access enabled between every pair; " + std::to_string(workers_) + " worker CTAs per GPU");
   allocHostBlocks(n);
   ranks_.resize(n);
   for (size_t i = 0; i < n; ++i) {
@@ -153,8 +156,8 @@ struct ProcessInfo {
   uint32_t ringSlots;
   uint32_t nPremapped;
   IpcRef state;
-  IpcRef arena;                                    ///< the device arena's block (bufferId 0: none)
-  IpcRef premapped[CommConfig::kMaxPremapped];     ///< CommConfig::premappedBuffers
+  IpcRef arena;                                 ///< the device arena's block (bufferId 0: none)
+  IpcRef premapped[CommConfig::kMaxPremapped];  ///< CommConfig::premappedBuffers
 };
 }  // namespace
 
@@ -162,7 +165,9 @@ void Engine::initProcess(Bootstrap& boot, int dev) {
   const int n = boot.size();
   me_ = boot.rank();
   const std::string who = "rank " + std::to_string(me_);
-  if (n < 1 || me_ < 0 || me_ >= n) throw Error(ErrorCode::InvalidArgument, "bootstrap reports rank " + std::to_string(me_) + " of " + std::to_string(n));
+  if (n < 1 || me_ < 0 || me_ >= n)
+    throw Error(ErrorCode::InvalidArgument,
+                "bootstrap reports rank " + std::to_string(me_) + " of " + std::to_string(n));
   if (n > static_cast<int>(device::kMaxRanks))
     throw Error(ErrorCode::Unsupported, std::to_string(n) + " ranks asked for; the GPU engine drives at most " +
                                             std::to_string(device::kMaxRanks) + " (one NVLink domain)");
@@ -173,8 +178,9 @@ void Engine::initProcess(Bootstrap& boot, int dev) {
     throw Error(ErrorCode::Unsupported, who + ": no usable CUDA device (" + std::string(cudaGetErrorName(cerr)) + ")");
   }
   if (dev < 0 || dev >= count)
-    throw Error(ErrorCode::InvalidArgument, who + " asks for device " + std::to_string(dev) + " but this process sees " +
-                                                std::to_string(count) + " device(s) (LOCAL_RANK beyond the GPUs of this node?)");
+    throw Error(ErrorCode::InvalidArgument, who + " asks for device " + std::to_string(dev) +
+                                                " but this process sees " + std::to_string(count) +
+                                                " device(s) (LOCAL_RANK beyond the GPUs of this node?)");
   driverApi();
   cudaDeviceProp prop{};
   MK_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
@@ -200,8 +206,8 @@ void Engine::initProcess(Bootstrap& boot, int dev) {
   mine.arena = link_->exportPointer(ranks_[static_cast<size_t>(me_)].arena->base(), "the device arena");
   mine.nPremapped = static_cast<uint32_t>(config_.premappedBuffers.size());
   for (size_t i = 0; i < config_.premappedBuffers.size(); ++i)
-    mine.premapped[i] = link_->exportPointer(config_.premappedBuffers[i],
-                                             "CommConfig::premappedBuffers[" + std::to_string(i) + "]");
+    mine.premapped[i] =
+        link_->exportPointer(config_.premappedBuffers[i], "CommConfig::premappedBuffers[" + std::to_string(i) + "]");
   const std::vector<uint8_t> all = boot.allGather(&mine, sizeof mine);
   std::vector<ProcessInfo> info(static_cast<size_t>(n));
   std::memcpy(info.data(), all.data(), all.size());
@@ -210,17 +216,17 @@ void Engine::initProcess(Bootstrap& boot, int dev) {
   for (int q = 0; q < n; ++q) {
     const ProcessInfo& pi = info[static_cast<size_t>(q)];
     if (std::strncmp(pi.host, mine.host, sizeof mine.host) != 0)
-      throw Error(ErrorCode::Unsupported, "rank " + std::to_string(q) + " runs on host '" + std::string(pi.host) + "', " + who +
-                                              " on '" + std::string(mine.host) +
+      throw Error(ErrorCode::Unsupported, "rank " + std::to_string(q) + " runs on host '" + std::string(pi.host) +
+                                              "', " + who + " on '" + std::string(mine.host) +
                                               "': the multi-process mode needs every rank on one node for now");
     if (q != me_ && std::memcmp(pi.uuid, mine.uuid, sizeof mine.uuid) == 0)
       throw Error(ErrorCode::InvalidArgument, "ranks " + std::to_string(std::min(q, me_)) + " and " +
                                                   std::to_string(std::max(q, me_)) + " both use GPU " + mine.busId +
                                                   " (one rank per GPU: check LOCAL_RANK and CUDA_VISIBLE_DEVICES)");
     if (pi.ringSlots != ringSlots_)
-      throw Error(ErrorCode::InvalidArgument, "rank " + std::to_string(q) + " uses CommConfig::ringSlots " +
-                                                  std::to_string(pi.ringSlots) + ", " + who + " " +
-                                                  std::to_string(ringSlots_) + " (every rank must use the same config)");
+      throw Error(ErrorCode::InvalidArgument,
+                  "rank " + std::to_string(q) + " uses CommConfig::ringSlots " + std::to_string(pi.ringSlots) + ", " +
+                      who + " " + std::to_string(ringSlots_) + " (every rank must use the same config)");
     workers_ = std::min(workers_, pi.workers);  // one worker count for every rank's lowering
     if (q == me_) continue;
     int peerDev = -1;
@@ -242,8 +248,9 @@ void Engine::initProcess(Bootstrap& boot, int dev) {
   allocHostBlocks(static_cast<size_t>(n));
   MK_CUDA_CHECK(cudaSetDevice(dev));
   for (int q = 0; q < n; ++q)
-    peerStates_.push_back(q == me_ ? ranks_[static_cast<size_t>(me_)].state
-                                   : static_cast<device::RankState*>(link_->importPointer(q, info[static_cast<size_t>(q)].state)));
+    peerStates_.push_back(
+        q == me_ ? ranks_[static_cast<size_t>(me_)].state
+                 : static_cast<device::RankState*>(link_->importPointer(q, info[static_cast<size_t>(q)].state)));
   // Mapped now, before the kernel starts (memcheck knows only mappings older than a running kernel); an op's
   // pointer inside them later finds the mapping cached.
   size_t premapped = 0;
@@ -254,8 +261,9 @@ void Engine::initProcess(Bootstrap& boot, int dev) {
     for (uint32_t i = 0; i < pi.nPremapped && i < CommConfig::kMaxPremapped; ++i, ++premapped)
       link_->importPointer(q, pi.premapped[i]);
   }
-  MK_LOG_AT(Info, who, "every peer's engine state and device arena mapped, " + std::to_string(premapped) +
-                           " premapped peer buffer(s); " + std::to_string(workers_) + " worker CTAs per GPU");
+  MK_LOG_AT(Info, who,
+            "every peer's engine state and device arena mapped, " + std::to_string(premapped) +
+                " premapped peer buffer(s); " + std::to_string(workers_) + " worker CTAs per GPU");
 }
 
 }  // namespace mk::runtime

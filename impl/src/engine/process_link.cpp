@@ -42,7 +42,8 @@ ProcessLink::ProcessLink(Bootstrap& boot, uint32_t ringSlots)
   int fd = -1;
   if (rank_ == 0) {
     const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-    std::snprintf(name, sizeof name, "/mkernel-%d-%llx", static_cast<int>(getpid()), static_cast<unsigned long long>(now));
+    std::snprintf(name, sizeof name, "/mkernel-%d-%llx", static_cast<int>(getpid()),
+                  static_cast<unsigned long long>(now));
     fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0)
       throw Error(ErrorCode::IoError, std::string("cannot create the shared-memory segment ") + name + ": " +
@@ -72,8 +73,9 @@ ProcessLink::ProcessLink(Bootstrap& boot, uint32_t ringSlots)
   if (rank_ != 0) {
     fd = shm_open(name, O_RDWR, 0600);
     if (fd < 0)
-      throw Error(ErrorCode::IoError, std::string("rank ") + std::to_string(rank_) + " cannot open rank 0's shared-memory segment " +
-                                          name + ": " + std::strerror(errno) +
+      throw Error(ErrorCode::IoError, std::string("rank ") + std::to_string(rank_) +
+                                          " cannot open rank 0's shared-memory segment " + name + ": " +
+                                          std::strerror(errno) +
                                           " (the processes of one communicator must share a node and /dev/shm)");
   }
   void* m = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -81,7 +83,8 @@ ProcessLink::ProcessLink(Bootstrap& boot, uint32_t ringSlots)
   ::close(fd);
   if (m == MAP_FAILED) {
     if (rank_ == 0) shm_unlink(name);
-    throw Error(ErrorCode::IoError, std::string("cannot map the shared-memory segment ") + name + ": " + std::strerror(mapErr));
+    throw Error(ErrorCode::IoError,
+                std::string("cannot map the shared-memory segment ") + name + ": " + std::strerror(mapErr));
   }
   base_ = m;
   header_ = static_cast<SharedHeader*>(m);
@@ -100,7 +103,8 @@ ProcessLink::ProcessLink(Bootstrap& boot, uint32_t ringSlots)
     throw;
   }
   if (rank_ == 0) shm_unlink(name);
-  if (header_->magic != kSharedMagic || header_->nRanks != static_cast<uint32_t>(size_) || header_->ringSlots != ringSlots_) {
+  if (header_->magic != kSharedMagic || header_->nRanks != static_cast<uint32_t>(size_) ||
+      header_->ringSlots != ringSlots_) {
     munmap(base_, bytes_);
     base_ = nullptr;
     throw Error(ErrorCode::InvalidArgument, "rank " + std::to_string(rank_) + ": rank 0's shared segment describes " +
@@ -113,7 +117,8 @@ ProcessLink::ProcessLink(Bootstrap& boot, uint32_t ringSlots)
     cudaGetLastError();
     munmap(base_, bytes_);
     base_ = nullptr;
-    throw Error(ErrorCode::CudaError, std::string("cudaHostRegister of the shared segment failed: ") + cudaGetErrorName(e));
+    throw Error(ErrorCode::CudaError,
+                std::string("cudaHostRegister of the shared segment failed: ") + cudaGetErrorName(e));
   }
   registered_ = true;
   void* d = nullptr;
@@ -149,8 +154,8 @@ IpcRef ProcessLink::exportPointer(const void* p, const std::string& what) {
     if (e != cudaSuccess) {
       cudaGetLastError();
       throw Error(ErrorCode::InvalidArgument,
-                  what + " " + hexPtr(p) + " cannot be shared with the other processes (cudaIpcGetMemHandle: " +
-                      cudaGetErrorName(e) +
+                  what + " " + hexPtr(p) +
+                      " cannot be shared with the other processes (cudaIpcGetMemHandle: " + cudaGetErrorName(e) +
                       "): in multi-process mode buffers must come from cudaMalloc (memory of stream-ordered pools "
                       "and of cuMemCreate is not exportable this way)");
     }

@@ -34,10 +34,10 @@ static_assert(sizeof(IpcRef) == 80);
 /// `seq` = k + 1 last (release); a reader acquires `seq` first.
 struct alignas(64) OpPost {
   uint32_t seq;
-  uint32_t fence;     ///< 1: this op touches user memory of this rank the previous op touched (kOpFence)
-  uint64_t keyHash;   ///< FNV-1a of the op's cache key: every rank must submit the same op
+  uint32_t fence;    ///< 1: this op touches user memory of this rank the previous op touched (kOpFence)
+  uint64_t keyHash;  ///< FNV-1a of the op's cache key: every rank must submit the same op
   IpcRef input, output, scratch;
-  char what[96];      ///< the op in words (for the mismatch message)
+  char what[96];  ///< the op in words (for the mismatch message)
 };
 
 /// The shared segment's fixed part.
@@ -87,8 +87,8 @@ class ProcessLink {
     uintptr_t base;
     size_t size;
   };
-  std::map<uint64_t, Export> exports_;                       ///< by buffer id
-  std::map<std::pair<int, uint64_t>, void*> imports_;        ///< by (rank, buffer id): mapped base
+  std::map<uint64_t, Export> exports_;                 ///< by buffer id
+  std::map<std::pair<int, uint64_t>, void*> imports_;  ///< by (rank, buffer id): mapped base
 };
 
 }  // namespace mk::runtime

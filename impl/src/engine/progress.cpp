@@ -53,11 +53,12 @@ void Engine::progressLocked() {
       for (size_t q = 0; q < n; ++q) {
         const OpPost& p = *posts[q];
         if (p.keyHash != posts[me]->keyHash) {
-          poisonLocked(ErrorCode::InvalidArgument,
-                       "op " + std::to_string(seq) + " differs between ranks: rank " + std::to_string(me_) + " submitted " +
-                           op.sched->what + ", rank " + std::to_string(q) + " submitted " +
-                           std::string(p.what, strnlen(p.what, sizeof p.what)) +
-                           " (every rank must submit the same collective with the same count, dtype, op and algorithm)");
+          poisonLocked(
+              ErrorCode::InvalidArgument,
+              "op " + std::to_string(seq) + " differs between ranks: rank " + std::to_string(me_) + " submitted " +
+                  op.sched->what + ", rank " + std::to_string(q) + " submitted " +
+                  std::string(p.what, strnlen(p.what, sizeof p.what)) +
+                  " (every rank must submit the same collective with the same count, dtype, op and algorithm)");
           return;
         }
         fence = fence || p.fence != 0;

@@ -32,8 +32,8 @@ inline uint64_t fnv1a(const void* data, std::size_t n, uint64_t h = 146959810393
 /// its packed image.
 struct ScheduleKey {
   bool custom = false;
-  CollectiveSpec spec;   ///< collectives
-  GenOptions gen;        ///< collectives
+  CollectiveSpec spec;                     ///< collectives
+  GenOptions gen;                          ///< collectives
   uint64_t imageHash = 0, imageBytes = 0;  ///< custom schedules
 
   static ScheduleKey collective(const CollectiveSpec& spec, const GenOptions& gen) {
@@ -62,10 +62,18 @@ struct ScheduleKey {
   /// The same 64 bits in every process for the same key (FNV-1a over the fields, widened): the multi-process
   /// post board compares it to catch ranks that submitted different ops.
   uint64_t digest() const noexcept {
-    const uint64_t fields[] = {custom ? 1u : 0u,       imageHash,           imageBytes,
-                               uint64_t(spec.op),      uint64_t(spec.algo), uint64_t(spec.dtype),
-                               uint64_t(spec.redop),   spec.count,          uint64_t(spec.root),
-                               uint64_t(gen.chunks),   uint64_t(gen.channels), uint64_t(gen.inter)};
+    const uint64_t fields[] = {custom ? 1u : 0u,
+                               imageHash,
+                               imageBytes,
+                               uint64_t(spec.op),
+                               uint64_t(spec.algo),
+                               uint64_t(spec.dtype),
+                               uint64_t(spec.redop),
+                               spec.count,
+                               uint64_t(spec.root),
+                               uint64_t(gen.chunks),
+                               uint64_t(gen.channels),
+                               uint64_t(gen.inter)};
     return fnv1a(fields, sizeof fields);
   }
 };
@@ -73,9 +81,9 @@ struct ScheduleKey {
 /// A schedule lowered and uploaded for every rank, generated once per key.
 struct CachedSchedule {
   Schedule schedule;
-  std::string what;  ///< "allreduce one-shot float32 sum count 1021" (for diagnostics)
-  std::vector<LoweredProgram> programs;   ///< per rank
-  std::vector<void*> devicePrograms;      ///< per rank, on that rank's GPU (null for ranks of other processes)
+  std::string what;                      ///< "allreduce one-shot float32 sum count 1021" (for diagnostics)
+  std::vector<LoweredProgram> programs;  ///< per rank
+  std::vector<void*> devicePrograms;     ///< per rank, on that rank's GPU (null for ranks of other processes)
   uint64_t scratchBytes = 0;
 };
 
@@ -96,7 +104,7 @@ struct RankResources {
   std::unique_ptr<DeviceArena> arena;
   bool launched = false;
   int8_t kernelHandoff = -1;  ///< 1: StreamHandoff::Kernel on this rank, 0: MemOps, -1: not decided yet
-  uint32_t submitted = 0;  ///< ops submitted by this rank
+  uint32_t submitted = 0;     ///< ops submitted by this rank
 };
 
 /// An op being assembled from the calls of every rank.
@@ -107,8 +115,8 @@ struct PendingOp {
   std::vector<const void*> input;  ///< bound input per rank (staging when staged)
   std::vector<void*> output;
   std::vector<std::pair<uintptr_t, uintptr_t>> reads, writes;  ///< user byte ranges per rank (fence rule)
-  uint32_t calls = 0;    ///< local ranks that called
-  bool posted = false;   ///< multi-process: this rank's post of the op is on the board
+  uint32_t calls = 0;                                          ///< local ranks that called
+  bool posted = false;  ///< multi-process: this rank's post of the op is on the board
 };
 
 }  // namespace mk::runtime

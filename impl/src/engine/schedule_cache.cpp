@@ -46,10 +46,10 @@ CachedSchedule& Engine::cacheLocked(const ScheduleKey& key, const std::function<
   for (uint32_t r = 0; r < ranks_.size(); ++r) c->programs.push_back(lowerPacked(packRank(c->schedule, r), r, lo));
   for (uint32_t r = 0; r < ranks_.size() && !config_.computeLanes; ++r)
     if (gemmCount(c->programs[r]) > 0)
-      throw Error(ErrorCode::Unsupported, what + ": rank " + std::to_string(r) + " has " +
-                                              std::to_string(gemmCount(c->programs[r])) +
-                                              " Gemm step(s); create the communicator with CommConfig::computeLanes = true "
-                                              "to run them (the compute-capable resident kernel)");
+      throw Error(ErrorCode::Unsupported,
+                  what + ": rank " + std::to_string(r) + " has " + std::to_string(gemmCount(c->programs[r])) +
+                      " Gemm step(s); create the communicator with CommConfig::computeLanes = true "
+                      "to run them (the compute-capable resident kernel)");
   c->scratchBytes = c->programs[0].scratchBytes;
   c->devicePrograms.assign(ranks_.size(), nullptr);
   try {

@@ -45,17 +45,18 @@ T* devicePointer(T* host) {
 void Engine::checkConfig(const CommConfig& c) {
   // Compute lanes: the GEMM engine's CTA shape; 512 is the default and is taken to mean "not chosen".
   if (c.computeLanes && c.threadsPerCta != device::kComputeThreads && c.threadsPerCta != 512)
-    throw Error(ErrorCode::InvalidArgument, "CommConfig::threadsPerCta must be " + std::to_string(device::kComputeThreads) +
+    throw Error(ErrorCode::InvalidArgument, "CommConfig::threadsPerCta must be " +
+                                                std::to_string(device::kComputeThreads) +
                                                 " (or the default 512) with computeLanes: the tile engine's CTA is one "
                                                 "producer and two consumer warpgroups (got " +
                                                 std::to_string(c.threadsPerCta) + ")");
-  if (c.threadsPerCta < 64 || c.threadsPerCta > static_cast<uint32_t>(kMaxThreadsPerCta) ||
-      c.threadsPerCta % 32 != 0)
+  if (c.threadsPerCta < 64 || c.threadsPerCta > static_cast<uint32_t>(kMaxThreadsPerCta) || c.threadsPerCta % 32 != 0)
     throw Error(ErrorCode::InvalidArgument, "CommConfig::threadsPerCta must be a multiple of 32 in 64..512 (got " +
                                                 std::to_string(c.threadsPerCta) + ")");
   if (c.premappedBuffers.size() > CommConfig::kMaxPremapped)
-    throw Error(ErrorCode::InvalidArgument, "CommConfig::premappedBuffers lists " + std::to_string(c.premappedBuffers.size()) +
-                                                " buffers; at most " + std::to_string(CommConfig::kMaxPremapped) +
+    throw Error(ErrorCode::InvalidArgument, "CommConfig::premappedBuffers lists " +
+                                                std::to_string(c.premappedBuffers.size()) + " buffers; at most " +
+                                                std::to_string(CommConfig::kMaxPremapped) +
                                                 " (list allocations, not every buffer inside one)");
   if (c.ringSlots < 2 || c.ringSlots > 4096)
     throw Error(ErrorCode::InvalidArgument,
@@ -110,15 +111,15 @@ uint32_t Engine::workersFor(int dev) const {
                                          : residentBlocksPerSm(config_.trace, static_cast<int>(config_.threadsPerCta));
   const int64_t capacity = int64_t{perSm} * p.multiProcessorCount;
   if (perSm <= 0 || capacity < int64_t{w} + 1)
-    throw Error(ErrorCode::Unsupported, "the resident kernel needs " + std::to_string(w + 1) + " co-resident CTAs of " +
-                                            std::to_string(config_.threadsPerCta) + " threads" +
-                                            (config_.computeLanes ? " and " + std::to_string(device::kComputeSmemBytes / 1024) +
-                                                                        " KiB of shared memory (computeLanes)"
-                                                                  : std::string()) +
-                                            " on GPU " +
-                                            std::to_string(dev) + ", which holds " + std::to_string(capacity) + " (" +
-                                            std::to_string(perSm) + " per SM x " + std::to_string(p.multiProcessorCount) +
-                                            " SMs): lower CommConfig::workerCtas or threadsPerCta");
+    throw Error(ErrorCode::Unsupported,
+                "the resident kernel needs " + std::to_string(w + 1) + " co-resident CTAs of " +
+                    std::to_string(config_.threadsPerCta) + " threads" +
+                    (config_.computeLanes ? " and " + std::to_string(device::kComputeSmemBytes / 1024) +
+                                                " KiB of shared memory (computeLanes)"
+                                          : std::string()) +
+                    " on GPU " + std::to_string(dev) + ", which holds " + std::to_string(capacity) + " (" +
+                    std::to_string(perSm) + " per SM x " + std::to_string(p.multiProcessorCount) +
+                    " SMs): lower CommConfig::workerCtas or threadsPerCta");
   return w;
 }
 
@@ -146,15 +147,16 @@ void Engine::allocRank(int r, int dev) {
   MK_CUDA_CHECK(cudaMemsetAsync(rr.stamps, 0, ringSlots_ * sizeof(device::OpStamp), rr.copyStream));
   MK_CUDA_CHECK(cudaMemsetAsync(rr.state, 0, sizeof(device::RankState), rr.copyStream));
   MK_CUDA_CHECK(cudaMemsetAsync(rr.doorbell, 0, ringSlots_ * sizeof(uint32_t), rr.copyStream));
-  MK_CUDA_CHECK(cudaMemcpyAsync(&rr.state->doorbell, &rr.doorbell, sizeof(uint32_t*), cudaMemcpyHostToDevice,
-                                rr.copyStream));
+  MK_CUDA_CHECK(
+      cudaMemcpyAsync(&rr.state->doorbell, &rr.doorbell, sizeof(uint32_t*), cudaMemcpyHostToDevice, rr.copyStream));
   MK_CUDA_CHECK(cudaStreamSynchronize(rr.copyStream));
   // Reserved before the resident kernel starts (memcheck knows only the allocations older than a kernel).
   rr.arena = std::make_unique<DeviceArena>();
   rr.arena->reserve(dev, static_cast<uint32_t>(r), config_.deviceArenaBytes);
-  MK_LOG_AT(Info, rankName(r), "GPU " + std::to_string(dev) + ": state, doorbells and stamps allocated; device arena " +
-                                   (config_.deviceArenaBytes ? std::to_string(config_.deviceArenaBytes) + " bytes reserved"
-                                                             : std::string("off (allocate on demand)")));
+  MK_LOG_AT(Info, rankName(r),
+            "GPU " + std::to_string(dev) + ": state, doorbells and stamps allocated; device arena " +
+                (config_.deviceArenaBytes ? std::to_string(config_.deviceArenaBytes) + " bytes reserved"
+                                          : std::string("off (allocate on demand)")));
 }
 
 void Engine::launchKernels() {
@@ -180,9 +182,10 @@ void Engine::launchKernels() {
     MK_CUDA_CHECK(cudaSetDevice(rr.device));
     MK_LOG_AT(Info, rankName(lr), "loading the engine's kernels on GPU " + std::to_string(rr.device));
     MK_CUDA_CHECK(preloadKernels());
-    MK_LOG_AT(Info, rankName(lr), "launching the resident kernel on GPU " + std::to_string(rr.device) + " (1 + " +
-                                      std::to_string(workers_) + " CTAs" +
-                                      (config_.computeLanes ? std::string(", compute lanes") : std::string()) + ")");
+    MK_LOG_AT(Info, rankName(lr),
+              "launching the resident kernel on GPU " + std::to_string(rr.device) + " (1 + " +
+                  std::to_string(workers_) + " CTAs" +
+                  (config_.computeLanes ? std::string(", compute lanes") : std::string()) + ")");
     if (config_.computeLanes) {
       // The binder's host-mapped timeout report is allocated now: page-locked allocation while the resident
       // kernel runs is avoided (the engine allocates host memory only before its launch).
@@ -198,16 +201,17 @@ void Engine::launchKernels() {
   for (const int r : local_) {
     const uint32_t want = workers_ + 1;
     const bool ok = hostPoll(config_.hostBudgetMs, [&] { return loadHost(&mailboxes_[r].started) == want; });
-    MK_LOG_AT(Info, rankName(r), ok ? "all " + std::to_string(want) + " CTAs of the resident kernel are running"
-                                    : "roll call: " + std::to_string(loadHost(&mailboxes_[r].started)) + " of " +
-                                          std::to_string(want) + " CTAs running after " + fmtMs(config_.hostBudgetMs));
+    MK_LOG_AT(Info, rankName(r),
+              ok ? "all " + std::to_string(want) + " CTAs of the resident kernel are running"
+                 : "roll call: " + std::to_string(loadHost(&mailboxes_[r].started)) + " of " + std::to_string(want) +
+                       " CTAs running after " + fmtMs(config_.hostBudgetMs));
     if (!ok) {
       const cudaError_t e = cudaStreamQuery(ranks_[r].kernelStream);
       throw Error(e != cudaSuccess && e != cudaErrorNotReady ? ErrorCode::CudaError : ErrorCode::Unsupported,
                   "the resident kernel on GPU " + std::to_string(ranks_[r].device) + " did not get all " +
                       std::to_string(want) + " CTAs running within " + fmtMs(config_.hostBudgetMs) +
                       (e != cudaSuccess && e != cudaErrorNotReady ? std::string(" (") + cudaGetErrorName(e) + ")"
-                                                                   : std::string(" (other work holds the SMs?)")));
+                                                                  : std::string(" (other work holds the SMs?)")));
     }
   }
 }

@@ -74,7 +74,8 @@ void Engine::submitSchedule(int r, const Schedule& s, const void* input, void* o
     if (b.kind == BufferKind::Input) inBytes = std::max(inBytes, bytes);
     if (b.kind == BufferKind::Output || b.kind == BufferKind::InOut) outBytes = std::max(outBytes, bytes);
   }
-  CachedSchedule& cs = cacheLocked(key, [&] { return s; }, what);
+  CachedSchedule& cs = cacheLocked(
+      key, [&] { return s; }, what);
   checkGemmOperands(cs.programs[static_cast<size_t>(r)], static_cast<uint32_t>(r), input, output);  // compute lanes
   submitLocked(r, key, cs, input, output, inBytes, outBytes, stream);
 }
@@ -87,7 +88,8 @@ void Engine::waitRingSpaceLocked(int r, uint32_t seq) {
     std::string lag;
     if (link_)
       for (int q = 0; q < size(); ++q)
-        if (!seqGeq(loadHost(&link_->header().finalized[q]), need)) lag += (lag.empty() ? "" : ", ") + std::to_string(q);
+        if (!seqGeq(loadHost(&link_->header().finalized[q]), need))
+          lag += (lag.empty() ? "" : ", ") + std::to_string(q);
     return lag;
   };
   if (seqGeq(fetched(r), need) && lagging().empty()) return;
@@ -109,20 +111,19 @@ void Engine::waitRingSpaceLocked(int r, uint32_t seq) {
         return (seqGeq(fetched(r), need) && lagging().empty()) || loadHost(&status_->abort) != 0;
       })) {
     const std::string lag = lagging();
-    throw Error(ErrorCode::Timeout, "doorbell ring of rank " + std::to_string(r) + " stayed full for " +
-                                        fmtMs(config_.hostBudgetMs) + ": the kernel has taken " +
-                                        std::to_string(fetched(r)) + " ops, op " + std::to_string(seq) +
-                                        " needs slot " + std::to_string(seq % ringSlots_) +
-                                        (lag.empty() ? std::string(" (is a stream blocked?)")
-                                                     : "; rank(s) " + lag + " have not submitted op " +
-                                                           std::to_string(need - 1) + " yet (" +
-                                                           std::to_string(ringSlots_) + " ops behind)"));
+    throw Error(ErrorCode::Timeout,
+                "doorbell ring of rank " + std::to_string(r) + " stayed full for " + fmtMs(config_.hostBudgetMs) +
+                    ": the kernel has taken " + std::to_string(fetched(r)) + " ops, op " + std::to_string(seq) +
+                    " needs slot " + std::to_string(seq % ringSlots_) +
+                    (lag.empty() ? std::string(" (is a stream blocked?)")
+                                 : "; rank(s) " + lag + " have not submitted op " + std::to_string(need - 1) +
+                                       " yet (" + std::to_string(ringSlots_) + " ops behind)"));
   }
   throwIfFailedLocked(true);
 }
 
 void Engine::submitLocked(int r, const ScheduleKey& key, CachedSchedule& sched, const void* send, void* recv,
-                              uint64_t inBytes, uint64_t outBytes, cudaStream_t stream) {
+                          uint64_t inBytes, uint64_t outBytes, cudaStream_t stream) {
   RankResources& rr = ranks_[r];
   const uint32_t seq = rr.submitted;
   MK_LOG_AT(Debug, rankName(r), "op " + std::to_string(seq) + ": submitting " + sched.what);

@@ -28,9 +28,9 @@ void Engine::shutdown() noexcept {
   bool drained = failed ? false : pending_.empty();
   if (drained)
     for (uint32_t r = 0; r < ranks_.size(); ++r)
-      if (ranks_[r].launched &&
-          !hostPoll(config_.hostBudgetMs, [&] { return seqGeq(completed(static_cast<int>(r)), ranks_[r].submitted) ||
-                                                        loadHost(&status_->abort) != 0; }))
+      if (ranks_[r].launched && !hostPoll(config_.hostBudgetMs, [&] {
+            return seqGeq(completed(static_cast<int>(r)), ranks_[r].submitted) || loadHost(&status_->abort) != 0;
+          }))
         drained = false;
   for (uint32_t r = 0; r < ranks_.size(); ++r) storeHost(&mailboxes_[r].shutdown, 1);
   if (!drained && status_ && loadHost(&status_->abort) == 0) {
@@ -41,7 +41,8 @@ void Engine::shutdown() noexcept {
   for (auto& rr : ranks_) {
     if (!rr.launched) continue;
     cudaSetDevice(rr.device);
-    const bool exited = hostPoll(config_.hostBudgetMs, [&] { return cudaStreamQuery(rr.kernelStream) != cudaErrorNotReady; });
+    const bool exited =
+        hostPoll(config_.hostBudgetMs, [&] { return cudaStreamQuery(rr.kernelStream) != cudaErrorNotReady; });
     if (!exited) {
       storeHost(&status_->abort, 1);
       if (!hostPoll(config_.hostBudgetMs, [&] { return cudaStreamQuery(rr.kernelStream) != cudaErrorNotReady; })) {

@@ -50,7 +50,8 @@ ClockSync Engine::calibrateClock(int r, int rounds) {
   MK_CUDA_CHECK(cudaSetDevice(ranks_[r].device));
   MK_CUDA_CHECK(launchClockProbe(ping, pong, static_cast<uint32_t>(rounds), 1000000000ull, ranks_[r].copyStream));
   auto hostNs = [] {
-    return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
+    return static_cast<double>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
   };
   ClockSync best;
   best.uncertaintyNs = -1;
@@ -114,13 +115,14 @@ std::string traceToChromeJson(const std::vector<TraceEvent>& events, const std::
   std::set<uint32_t> ranks;
   for (const auto& e : events) ranks.insert(e.rank);
   for (uint32_t r : ranks) {
-    os << (first ? "" : ",") << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << r
-       << ",\"args\":{\"name\":\"rank " << r << "\"}}";
+    os << (first ? "" : ",") << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << r << ",\"args\":{\"name\":\"rank "
+       << r << "\"}}";
     first = false;
   }
   for (const auto& e : events) {
-    os << (first ? "" : ",") << "{\"name\":\"" << toString(e.kind) << "\",\"cat\":\"step\",\"ph\":\"X\",\"pid\":" << e.rank
-       << ",\"tid\":" << e.lane << ",\"ts\":" << double(e.startNs - t0) / 1e3
+    os << (first ? "" : ",") << "{\"name\":\"" << toString(e.kind)
+       << "\",\"cat\":\"step\",\"ph\":\"X\",\"pid\":" << e.rank << ",\"tid\":" << e.lane
+       << ",\"ts\":" << double(e.startNs - t0) / 1e3
        << ",\"dur\":" << double(e.endNs >= e.startNs ? e.endNs - e.startNs : 0) / 1e3 << ",\"args\":{\"op\":" << e.op
        << ",\"step\":" << e.step << "}}";
     first = false;

@@ -12,11 +12,11 @@
 #include <string>
 #include <utility>
 
-#include "mk/cuda_check.hpp"
-#include "mk/error.hpp"
 #include "device/driver_api.hpp"
 #include "gemm/gemm_launch.hpp"
 #include "gemm/gemm_maps.hpp"
+#include "mk/cuda_check.hpp"
+#include "mk/error.hpp"
 
 namespace mk {
 
@@ -34,8 +34,7 @@ constexpr int64_t kMaxSplitK = 64;
 [[noreturn]] void bad(const std::string& what) { throw Error(ErrorCode::InvalidArgument, "gemm: " + what); }
 
 void needPositive(int64_t v, const char* name) {
-  if (v < 1 || v > kMaxDim)
-    bad(std::string(name) + " must be in [1, 2^32] (got " + std::to_string(v) + ")");
+  if (v < 1 || v > kMaxDim) bad(std::string(name) + " must be in [1, 2^32] (got " + std::to_string(v) + ")");
 }
 
 void needAligned(const void* p, const char* name) {
@@ -66,12 +65,9 @@ const char* toString(GemmEpilogue epilogue) noexcept {
 }
 const char* toString(GemmSchedule schedule) noexcept {
   switch (schedule) {
-    case GemmSchedule::Auto:
-      return "auto";
-    case GemmSchedule::Tiles:
-      return "tiles";
-    case GemmSchedule::StreamK:
-      return "stream-k";
+    case GemmSchedule::Auto: return "auto";
+    case GemmSchedule::Tiles: return "tiles";
+    case GemmSchedule::StreamK: return "stream-k";
   }
   return "unknown";
 }
@@ -133,8 +129,7 @@ double streamKTime(int64_t tilesM, int64_t n, int64_t kIters, int64_t ctas, int6
   const uint64_t skCtas = std::min(static_cast<uint64_t>(ctas), skIters);
   const uint64_t perCta = (skIters + skCtas - 1) / skCtas, minPerCta = skIters / skCtas;
   // A tile of kIters iterations meets at most ceil(kIters / shortest range) + 1 ranges.
-  const uint64_t pieces =
-      std::min(skCtas, (static_cast<uint64_t>(kIters) + minPerCta - 1) / minPerCta + 1);
+  const uint64_t pieces = std::min(skCtas, (static_cast<uint64_t>(kIters) + minPerCta - 1) / minPerCta + 1);
   const double partial = kGemmStreamKPartialIters * static_cast<double>(blockN) / 256.0;
   const double fixup = pieces > 1 ? static_cast<double>(pieces + 1) * partial : 0.0;
   return static_cast<double>(dpWaves * static_cast<uint64_t>(kIters) + perCta) * iterTime(blockN) + fixup;
@@ -197,14 +192,16 @@ GemmTiles validateGemm(const GemmProblem& pr, const GemmConfig& cfg, int64_t smC
   if (cfg.ctas < 0 || cfg.ctas > smCount)
     bad("ctas must be in [0, " + std::to_string(smCount) + "] (0 = every SM; one CTA per SM at most), got " +
         std::to_string(cfg.ctas));
-  if (cfg.groupM < 1 || cfg.groupM > 65535) bad("groupM must be in [1, 65535] (got " + std::to_string(cfg.groupM) + ")");
+  if (cfg.groupM < 1 || cfg.groupM > 65535)
+    bad("groupM must be in [1, 65535] (got " + std::to_string(cfg.groupM) + ")");
   if (cfg.tileN != 0 && cfg.tileN != 128 && cfg.tileN != 256)
     bad("tileN must be 0 (choose), 128 or 256 (got " + std::to_string(cfg.tileN) + ")");
   if (cfg.epilogue != GemmEpilogue::Direct && cfg.epilogue != GemmEpilogue::TmaStore)
     bad("epilogue must be Direct or TmaStore (got value " + std::to_string(static_cast<int>(cfg.epilogue)) + ")");
   if (cfg.splitK < 1 || cfg.splitK > kMaxSplitK)
     bad("splitK must be in [1, " + std::to_string(kMaxSplitK) + "] (1 = no split), got " + std::to_string(cfg.splitK));
-  if (cfg.schedule != GemmSchedule::Auto && cfg.schedule != GemmSchedule::Tiles && cfg.schedule != GemmSchedule::StreamK)
+  if (cfg.schedule != GemmSchedule::Auto && cfg.schedule != GemmSchedule::Tiles &&
+      cfg.schedule != GemmSchedule::StreamK)
     bad("schedule must be Auto, Tiles or StreamK (got value " + std::to_string(static_cast<int>(cfg.schedule)) + ")");
   if (cfg.schedule == GemmSchedule::StreamK && cfg.splitK > 1)
     bad("schedule StreamK cannot be combined with splitK > 1 (got splitK = " + std::to_string(cfg.splitK) +
@@ -261,7 +258,7 @@ struct GemmPlan::Impl {
   GemmTiles tiles;
   uint32_t* hookCounts = nullptr;
   int device = 0;
-  uint32_t* report = nullptr;  ///< host-mapped timeout report of the device (8 words, shared, never freed)
+  uint32_t* report = nullptr;      ///< host-mapped timeout report of the device (8 words, shared, never freed)
   void* splitWorkspace = nullptr;  ///< split-K or stream-K: partial tiles + counters (owned, one allocation)
   ~Impl() {
     if (splitWorkspace != nullptr) cudaFree(splitWorkspace);  // no throw from a destructor
@@ -298,10 +295,10 @@ device::GemmTensorMap encodeGemmMap2d(const void* base, uint64_t inner, uint64_t
   const cuuint64_t strides[1] = {strideElems * 2};
   const cuuint32_t box[2] = {boxInner, boxOuter};
   const cuuint32_t elemStrides[2] = {1, 1};
-  const CUresult r = runtime::tensorMapEncodeTiled()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, elemStrides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      runtime::tensorMapEncodeTiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides,
+                                      box, elemStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   runtime::checkDriver(r, (std::string("cuTensorMapEncodeTiled (gemm operand ") + name + ")").c_str());
   device::GemmTensorMap out;
   std::memcpy(&out, &map, sizeof(out));
@@ -407,7 +404,8 @@ std::string GemmPlan::timeoutReport() const {
   const volatile uint32_t* r = impl_->report;
   if (r[0] != 2) return "";
   return "gemm: CTA " + std::to_string(r[1]) + " thread " + std::to_string(r[2]) +
-         (r[3] == 1 ? " (producer) waited for shared-memory stage " : " (consumer) waited for the TMA loads of stage ") +
+         (r[3] == 1 ? " (producer) waited for shared-memory stage "
+                    : " (consumer) waited for the TMA loads of stage ") +
          std::to_string(r[4]) + " (phase parity " + std::to_string(r[5]) + ") of tile " + std::to_string(r[6]) +
          " for more than 10 s and trapped";
 }

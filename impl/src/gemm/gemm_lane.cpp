@@ -57,7 +57,8 @@ device::GemmParams gemmLaneParams(const device::LoweredGemm& g, uint64_t waitLim
     throw Error(ErrorCode::Internal, "lane " + std::to_string(g.lane) + " step " + std::to_string(g.step) +
                                          " (gemm): the lowered record has m " + std::to_string(g.m) + ", n " +
                                          std::to_string(g.n) + ", k " + std::to_string(g.k) + ", tile width " +
-                                         std::to_string(g.blockN) + " (expected m, n, k >= 1 and a width of 128 or 256)");
+                                         std::to_string(g.blockN) +
+                                         " (expected m, n, k >= 1 and a width of 128 or 256)");
   device::GemmParams p{};
   p.tmaStoreC = (g.flags & device::kLgTmaStore) ? 1u : 0u;
   p.ldc = g.ldc;
@@ -101,7 +102,8 @@ GemmLaneBinder::~GemmLaneBinder() { release(); }
 uint64_t GemmLaneBinder::bind(const LoweredProgram& program, const void* programKey, const uint64_t* table,
                               uint32_t seq, uint32_t completed, cudaStream_t copyStream) {
   const device::ProgramHeader& h = program.header();
-  Key key{programKey, std::vector<uint64_t>(table + size_t{rank_} * h.nBuffers, table + size_t{rank_ + 1} * h.nBuffers)};
+  Key key{programKey,
+          std::vector<uint64_t>(table + size_t{rank_} * h.nBuffers, table + size_t{rank_ + 1} * h.nBuffers)};
   auto it = blocks_.find(key);
   if (it != blocks_.end()) {
     it->second.lastSeq = seq;
@@ -199,7 +201,7 @@ void releaseGemmLaneBinders(const void* engine, bool freeMemory) noexcept {
   for (auto it = gRegistry.begin(); it != gRegistry.end();) {
     if (it->first.first == engine) {
       if (!freeMemory) static_cast<void>(it->second.release());  // leaked on purpose: a live kernel may read it
-      it = gRegistry.erase(it);  // otherwise the destructor frees
+      it = gRegistry.erase(it);                                  // otherwise the destructor frees
     } else {
       ++it;
     }
@@ -216,9 +218,9 @@ void checkGemmOperands(const LoweredProgram& program, uint32_t rank, const void*
     for (const auto& [op, name] : ops) {
       const uint32_t buffer = static_cast<uint32_t>(op >> device::kOperandShift) % nB;
       const BufferKind kind = program.buffers[buffer].kind;
-      const void* base = kind == BufferKind::Input ? input
+      const void* base = kind == BufferKind::Input                                   ? input
                          : (kind == BufferKind::Output || kind == BufferKind::InOut) ? output
-                                                                                       : nullptr;
+                                                                                     : nullptr;
       if (kind == BufferKind::Scratch) continue;  // engine memory: 256-byte aligned arenas
       const uint64_t at = reinterpret_cast<uint64_t>(base) + (op & device::kOperandOffsetMask);
       if (base == nullptr || at % 16 != 0) {
@@ -226,7 +228,8 @@ void checkGemmOperands(const LoweredProgram& program, uint32_t rank, const void*
         os << "execute: rank " << rank << " lane " << g[i].lane << " step " << g[i].step << " (gemm): " << name
            << " at " << (kind == BufferKind::Input ? "input" : "output") << " " << base << " + "
            << (op & device::kOperandOffsetMask) << " bytes "
-           << (base == nullptr ? "has no buffer (null pointer)" : "is not 16-byte aligned (the tile engine's TMA needs it)");
+           << (base == nullptr ? "has no buffer (null pointer)"
+                               : "is not 16-byte aligned (the tile engine's TMA needs it)");
         throw Error(ErrorCode::InvalidArgument, os.str());
       }
     }

@@ -6,9 +6,9 @@
 #include <mutex>
 #include <set>
 
+#include "gemm/gemm_launch.hpp"
 #include "mk/cuda_check.hpp"
 #include "mk/device/gemm_device.hpp"
-#include "gemm/gemm_launch.hpp"
 
 namespace mk::runtime {
 namespace {
@@ -49,10 +49,10 @@ __global__ void __launch_bounds__(GemmTileConfigT<kBlockN>::kThreads, 1)
 template <uint32_t kBlockN, bool kTmaStoreC>
 void setSmem() {
   const int bytes = static_cast<int>(GemmTileConfigT<kBlockN, kTmaStoreC>::kSmemBytes);
-  MK_CUDA_CHECK(cudaFuncSetAttribute(gemmKernel<kBlockN, kTmaStoreC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     bytes));
-  MK_CUDA_CHECK(cudaFuncSetAttribute(gemmKernelCounted<kBlockN, kTmaStoreC>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  MK_CUDA_CHECK(
+      cudaFuncSetAttribute(gemmKernel<kBlockN, kTmaStoreC>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  MK_CUDA_CHECK(
+      cudaFuncSetAttribute(gemmKernelCounted<kBlockN, kTmaStoreC>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
 template <uint32_t kBlockN, bool kTmaStoreC>

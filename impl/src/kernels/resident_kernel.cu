@@ -57,7 +57,7 @@ struct Elem<static_cast<int>(DType::BFloat16)> {
   static __device__ __forceinline__ Bits store(float f) {
     const uint32_t u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<Bits>((u >> 16) | 0x0040u);  // NaN stays NaN
-    return static_cast<Bits>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);                   // round to nearest even
+    return static_cast<Bits>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);                    // round to nearest even
   }
 };
 template <>
@@ -120,7 +120,8 @@ __device__ void reduceRange(char* dst, const char* a, const char* b, uint64_t n,
   const Bits* y = reinterpret_cast<const Bits*>(b);
   const uintptr_t mis = reinterpret_cast<uintptr_t>(dst) & 15u;
   uint64_t head = n;
-  if (mis == (reinterpret_cast<uintptr_t>(a) & 15u) && mis == (reinterpret_cast<uintptr_t>(b) & 15u) && mis % kSize == 0)
+  if (mis == (reinterpret_cast<uintptr_t>(a) & 15u) && mis == (reinterpret_cast<uintptr_t>(b) & 15u) &&
+      mis % kSize == 0)
     head = min(n, static_cast<uint64_t>(((16u - mis) & 15u) / kSize));
   for (uint64_t i = tid; i < head; i += nth) z[i] = E::store(applyOp<kOp>(E::load(x[i]), E::load(y[i])));
   if (head == n) return;
@@ -141,7 +142,8 @@ __device__ void reduceRange(char* dst, const char* a, const char* b, uint64_t n,
 }
 
 template <int kDType>
-__device__ void reduceDispatchOp(int op, char* dst, const char* a, const char* b, uint64_t n, uint32_t tid, uint32_t nth) {
+__device__ void reduceDispatchOp(int op, char* dst, const char* a, const char* b, uint64_t n, uint32_t tid,
+                                 uint32_t nth) {
   switch (op) {
     case static_cast<int>(RedOp::Max): return reduceRange<kDType, static_cast<int>(RedOp::Max)>(dst, a, b, n, tid, nth);
     case static_cast<int>(RedOp::Min): return reduceRange<kDType, static_cast<int>(RedOp::Min)>(dst, a, b, n, tid, nth);
@@ -152,8 +154,10 @@ __device__ void reduceDispatchOp(int op, char* dst, const char* a, const char* b
 __device__ void reduceDispatch(int dtype, int op, char* dst, const char* a, const char* b, uint64_t n, uint32_t tid,
                                uint32_t nth) {
   switch (dtype) {
-    case static_cast<int>(DType::BFloat16): return reduceDispatchOp<static_cast<int>(DType::BFloat16)>(op, dst, a, b, n, tid, nth);
-    case static_cast<int>(DType::Float16): return reduceDispatchOp<static_cast<int>(DType::Float16)>(op, dst, a, b, n, tid, nth);
+    case static_cast<int>(DType::BFloat16):
+      return reduceDispatchOp<static_cast<int>(DType::BFloat16)>(op, dst, a, b, n, tid, nth);
+    case static_cast<int>(DType::Float16):
+      return reduceDispatchOp<static_cast<int>(DType::Float16)>(op, dst, a, b, n, tid, nth);
     default: return reduceDispatchOp<static_cast<int>(DType::Float32)>(op, dst, a, b, n, tid, nth);
   }
 }
@@ -234,8 +238,9 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramH
         // Earlier steps may have written a peer's memory that another CTA of the lane reads next.
         fenceSys();
         addReleaseGpu(ctr, 1u);
-        ok = MK_POLL(h, loadVolatile(ctr) >= n, (PollSite{Status::LaneSyncTimeout, op, lane.laneIndex, s, step.barrierSync, n}),
-                     loadVolatile(ctr));
+        ok =
+            MK_POLL(h, loadVolatile(ctr) >= n,
+                    (PollSite{Status::LaneSyncTimeout, op, lane.laneIndex, s, step.barrierSync, n}), loadVolatile(ctr));
         fenceGpu();
       }
       sOkBefore = ok;
@@ -249,7 +254,8 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramH
         uint64_t b, e;
         ctaPiece(step.count, step.activeCtas, idx, &b, &e);
         const uint32_t es = dtypeBytes(step.dtype);
-        copyRange(operandAddress(table, step.dst) + b * es, operandAddress(table, step.a) + b * es, (e - b) * es, tid, nth);
+        copyRange(operandAddress(table, step.dst) + b * es, operandAddress(table, step.a) + b * es, (e - b) * es, tid,
+                  nth);
       }
     } else if (kind == static_cast<int>(StepKind::Reduce)) {
       if (idx < step.activeCtas) {
@@ -295,13 +301,15 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramH
           if (kind == static_cast<int>(StepKind::Barrier)) {
             uint32_t* ctr = &st->barriers[slot][step.flagId];
             ok = MK_POLL(h, loadVolatile(ctr) >= h.nRanks,
-                         (PollSite{Status::BarrierTimeout, op, lane.laneIndex, s, step.flagId, h.nRanks}), loadVolatile(ctr));
+                         (PollSite{Status::BarrierTimeout, op, lane.laneIndex, s, step.flagId, h.nRanks}),
+                         loadVolatile(ctr));
             fenceSys();
           }
         } else {
           const uint64_t* flag = &st->flags[slot][step.flagId];
           ok = MK_POLL(h, loadVolatile(flag) >= step.value,
-                       (PollSite{Status::WaitTimeout, op, lane.laneIndex, s, step.flagId, step.value}), loadVolatile(flag));
+                       (PollSite{Status::WaitTimeout, op, lane.laneIndex, s, step.flagId, step.value}),
+                       loadVolatile(flag));
           fenceSys();  // the flag may come from another GPU: acquire its data once, not on every spin
         }
         sOkAfter = ok;
@@ -429,7 +437,9 @@ struct ControlShared {
   } slot[kPrefetch];
 };
 
-__device__ __forceinline__ uint32_t smemAddr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ uint32_t smemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
 __device__ __forceinline__ void mbarInit(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smemAddr(bar)), "r"(count) : "memory");
 }
@@ -440,11 +450,10 @@ __device__ __forceinline__ void mbarArrive(uint64_t* bar) {
 /// Non-blocking (acquire, CTA scope): true once the phase of parity `parity` has completed.
 __device__ __forceinline__ bool mbarDone(uint64_t* bar, uint32_t parity) {
   uint32_t done;
-  asm volatile(
-      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(smemAddr(bar)), "r"(parity)
-      : "memory");
+  asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(done)
+               : "r"(smemAddr(bar)), "r"(parity)
+               : "memory");
   return done != 0;
 }
 /// Acquire a phase some lane of this warp already saw complete (try_wait: returns at once then). The lanes
@@ -452,11 +461,10 @@ __device__ __forceinline__ bool mbarDone(uint64_t* bar, uint32_t parity) {
 __device__ __forceinline__ void mbarAcquire(uint64_t* bar, uint32_t parity) {
   uint32_t done = 0;
   while (!done)
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smemAddr(bar)), "r"(parity)
-        : "memory");
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(smemAddr(bar)), "r"(parity)
+                 : "memory");
 }
 /// Parity of op j's phase in its slot's barriers.
 __device__ __forceinline__ uint32_t slotParity(uint32_t j) { return (j / kPrefetch) & 1u; }
@@ -536,7 +544,7 @@ __device__ __forceinline__ void announceEntry(const EngineDeviceHandle& h, uint3
 /// Warp 0 of the control block: the op pipeline. Touches device and peer memory only.
 __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
   __shared__ uint32_t cZero[kSlots][3];  // flags, barriers, sync points to zero when the slot's op completes
-  __shared__ uint32_t cLocal[kSlots];     // the slot's op completes for the stream on local completion
+  __shared__ uint32_t cLocal[kSlots];    // the slot's op completes for the stream on local completion
   const uint32_t lid = threadIdx.x & 31u;
   RankState* st = h.state;
   const uint32_t ringSlots = h.ringSlots;
@@ -618,7 +626,10 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
         if (c != lastComplete) {
           // Acquire every rank's done (and so their writes into this GPU) — or, for local completions, this
           // GPU's workers — then release the stream: the fence serves both, so the store after it is relaxed.
-          if (g != lastGlobal) fenceSys(); else fenceGpu();
+          if (g != lastGlobal)
+            fenceSys();
+          else
+            fenceGpu();
           storeRelaxed(&st->complete, c);
           const uint64_t now = globalTimerNs();
           for (uint32_t j = lastComplete; j != c; ++j) {
@@ -662,7 +673,8 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
           if (lid == 0) {
             const uint64_t now = globalTimerNs();
             if (now - descSince > h.pollBudgetNs) {
-              reportFailure(h, PollSite{Status::DescriptorTimeout, nextPub, 0xFFFFFFFFu, 0xFFFFFFFFu, 0, nextPub + 1ull},
+              reportFailure(h,
+                            PollSite{Status::DescriptorTimeout, nextPub, 0xFFFFFFFFu, 0xFFFFFFFFu, 0, nextPub + 1ull},
                             nextPub, now - descSince);
               fail = 1;
             }
@@ -800,8 +812,8 @@ __global__ void __launch_bounds__(kComputeThreads, 1) residentComputeKernel(cons
 /// (mk-probe-latency): the front end deschedules a memory wait that is not met at once and takes 7-9 us
 /// to come back, while this kernel releases the stream about 2.3 us after the answer. Bounded: it leaves
 /// after `budgetNs` or once the group aborted (the host then reports the failure).
-__global__ void handoffKernel(uint32_t* bell, uint32_t bellValue, const uint32_t* complete, uint32_t waitFor,
-                              int wait, const uint32_t* abortWord, uint64_t budgetNs) {
+__global__ void handoffKernel(uint32_t* bell, uint32_t bellValue, const uint32_t* complete, uint32_t waitFor, int wait,
+                              const uint32_t* abortWord, uint64_t budgetNs) {
   if (threadIdx.x != 0) return;
   if (bell) {
     fenceSys();  // the stream's earlier writes (finished kernels and copies) before the doorbell
@@ -874,14 +886,16 @@ int residentComputeBlocksPerSm(bool trace) {
   const int threads = static_cast<int>(device::kComputeThreads);
   const size_t smem = device::kComputeSmemBytes;
   const cudaError_t err =
-      trace ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, device::residentComputeKernel<true>, threads, smem)
-            : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, device::residentComputeKernel<false>, threads, smem);
+      trace
+          ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, device::residentComputeKernel<true>, threads, smem)
+          : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, device::residentComputeKernel<false>, threads, smem);
   return err == cudaSuccess ? blocks : -1;
 }
 
 cudaError_t prepareResidentCompute() {
   const int smem = static_cast<int>(device::kComputeSmemBytes);
-  cudaError_t e = cudaFuncSetAttribute(device::residentComputeKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  cudaError_t e =
+      cudaFuncSetAttribute(device::residentComputeKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e == cudaSuccess)
     e = cudaFuncSetAttribute(device::residentComputeKernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   return e;

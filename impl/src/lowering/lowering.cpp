@@ -122,8 +122,9 @@ class Lowerer {
       fail(ErrorCode::InvalidArgument,
            "rank " + std::to_string(rank_) + " is outside the schedule's " + std::to_string(s_.nRanks) + " ranks");
     if (s_.nRanks > device::kMaxRanks)
-      fail(ErrorCode::Unsupported, "schedule has " + std::to_string(s_.nRanks) + " ranks; the GPU engine drives at most " +
-                                       std::to_string(device::kMaxRanks) + " (one NVLink domain)");
+      fail(ErrorCode::Unsupported, "schedule has " + std::to_string(s_.nRanks) +
+                                       " ranks; the GPU engine drives at most " + std::to_string(device::kMaxRanks) +
+                                       " (one NVLink domain)");
     requireRankTables(s_);
     for (uint32_t r = 0; r < s_.nodeOf.size(); ++r)
       if (s_.nodeOf[r] != s_.nodeOf[0])
@@ -134,7 +135,8 @@ class Lowerer {
     if (bindings > device::kMaxBindings)
       fail(ErrorCode::Unsupported, "schedule binds " + std::to_string(s_.buffers.size()) + " buffers on " +
                                        std::to_string(s_.nRanks) + " ranks (" + std::to_string(bindings) +
-                                       " addresses); the engine carries at most " + std::to_string(device::kMaxBindings));
+                                       " addresses); the engine carries at most " +
+                                       std::to_string(device::kMaxBindings));
     if (s_.nFlags > device::kMaxFlags)
       fail(ErrorCode::Unsupported, "schedule uses " + std::to_string(s_.nFlags) + " flags per rank; the engine has " +
                                        std::to_string(device::kMaxFlags) + " (fewer chunks or channels)");
@@ -244,9 +246,9 @@ class Lowerer {
 
   uint64_t encode(uint32_t lane, uint32_t step, const BufRef& ref, uint64_t count, const char* which) const {
     if (ref.rank >= s_.nRanks)
-      failStep(ErrorCode::InvalidSchedule, lane, step,
-               std::string(which) + " rank " + std::to_string(ref.rank) + " is outside 0.." +
-                   std::to_string(s_.nRanks - 1));
+      failStep(
+          ErrorCode::InvalidSchedule, lane, step,
+          std::string(which) + " rank " + std::to_string(ref.rank) + " is outside 0.." + std::to_string(s_.nRanks - 1));
     if (ref.buffer >= s_.buffers.size())
       failStep(ErrorCode::InvalidSchedule, lane, step,
                std::string(which) + " buffer index " + std::to_string(ref.buffer) + " is outside the schedule's " +
@@ -291,19 +293,25 @@ class Lowerer {
           if (reduce) ls.b = encode(l, i, st.b, st.count, "rhs");
           const DType dt = s_.buffers[st.dst.buffer].dtype;
           if (s_.buffers[st.a.buffer].dtype != dt || (reduce && s_.buffers[st.b.buffer].dtype != dt))
-            failStep(ErrorCode::InvalidSchedule, l, i, "operands have different dtypes (the engine converts only when rounding a Reduce)");
+            failStep(ErrorCode::InvalidSchedule, l, i,
+                     "operands have different dtypes (the engine converts only when rounding a Reduce)");
           if (reduce && st.op != RedOp::Sum && st.op != RedOp::Max && st.op != RedOp::Min)
-            failStep(ErrorCode::InvalidSchedule, l, i, "unknown reduction operator " + std::to_string(static_cast<int>(st.op)));
+            failStep(ErrorCode::InvalidSchedule, l, i,
+                     "unknown reduction operator " + std::to_string(static_cast<int>(st.op)));
           ls.dtype = static_cast<uint8_t>(dt);
           ls.activeCtas = static_cast<uint16_t>(activeFor(st.count * dtypeSize(dt), n));
           for (const BufRef* ref : {&st.dst, &st.a, reduce ? &st.b : nullptr})
-            if (ref && ref->rank != rank_ && isUserBuffer(ref->buffer)) ls.entryMask |= static_cast<uint16_t>(1u << ref->rank);
+            if (ref && ref->rank != rank_ && isUserBuffer(ref->buffer))
+              ls.entryMask |= static_cast<uint16_t>(1u << ref->rank);
           if (n > 1) {
             std::vector<Access> mine;
-            mine.push_back(Access{st.dst.rank, st.dst.buffer, true, st.dst.offset, st.dst.offset + st.count, st.count, ls.activeCtas});
-            mine.push_back(Access{st.a.rank, st.a.buffer, false, st.a.offset, st.a.offset + st.count, st.count, ls.activeCtas});
+            mine.push_back(Access{st.dst.rank, st.dst.buffer, true, st.dst.offset, st.dst.offset + st.count, st.count,
+                                  ls.activeCtas});
+            mine.push_back(
+                Access{st.a.rank, st.a.buffer, false, st.a.offset, st.a.offset + st.count, st.count, ls.activeCtas});
             if (reduce)
-              mine.push_back(Access{st.b.rank, st.b.buffer, false, st.b.offset, st.b.offset + st.count, st.count, ls.activeCtas});
+              mine.push_back(
+                  Access{st.b.rank, st.b.buffer, false, st.b.offset, st.b.offset + st.count, st.count, ls.activeCtas});
             bool conflict = false;
             for (const Access& x : mine)
               for (const Access& y : pending)
@@ -318,9 +326,7 @@ class Lowerer {
           if (st.kind == StepKind::Put && (st.flags & kStepSignal)) addSignal(l, i, st, n, ls);
           break;
         }
-        case StepKind::Signal:
-          addSignal(l, i, st, n, ls);
-          break;
+        case StepKind::Signal: addSignal(l, i, st, n, ls); break;
         case StepKind::Wait:
           requireSyncReferences(s_, rank_, l, i);
           ls.flagRank = st.flag.rank;
@@ -335,9 +341,7 @@ class Lowerer {
         case StepKind::ProxyPut:
           failStep(ErrorCode::Unsupported, l, i,
                    "ProxyPut steps go through the proxy FIFO to another node, which arrives with the next milestone");
-        case StepKind::Gemm:
-          lowerGemm(l, i, st, n, ls, pending);
-          break;
+        case StepKind::Gemm: lowerGemm(l, i, st, n, ls, pending); break;
         default:
           failStep(ErrorCode::InvalidSchedule, l, i, "unknown step kind " + std::to_string(static_cast<int>(st.kind)));
       }
@@ -355,8 +359,8 @@ class Lowerer {
   void lowerGemm(uint32_t l, uint32_t i, const Step& st, uint32_t n, LoweredStep& ls, std::vector<Access>& pending) {
     if (st.aux >= s_.gemms.size())
       failStep(ErrorCode::InvalidSchedule, l, i,
-               "gemm index " + std::to_string(st.aux) + " is outside the schedule's " + std::to_string(s_.gemms.size()) +
-                   " gemm shapes");
+               "gemm index " + std::to_string(st.aux) + " is outside the schedule's " +
+                   std::to_string(s_.gemms.size()) + " gemm shapes");
     const GemmShape& g = s_.gemms[st.aux];
     const std::string shape = "gemms[" + std::to_string(st.aux) + "] (m " + std::to_string(g.m) + ", n " +
                               std::to_string(g.n) + ", k " + std::to_string(g.k) + ")";
@@ -365,20 +369,23 @@ class Lowerer {
     const bool colB = (st.flags & kStepBColMajor) != 0;
     const bool accumulate = (st.flags & kStepAccumulate) != 0;
     if (g.lda < g.k)
-      failStep(ErrorCode::InvalidSchedule, l, i, shape + ": lda " + std::to_string(g.lda) + " < k " + std::to_string(g.k));
+      failStep(ErrorCode::InvalidSchedule, l, i,
+               shape + ": lda " + std::to_string(g.lda) + " < k " + std::to_string(g.k));
     const uint32_t needLdb = colB ? g.k : g.n;
     if (g.ldb < needLdb)
       failStep(ErrorCode::InvalidSchedule, l, i,
                shape + ": ldb " + std::to_string(g.ldb) + " < " + (colB ? "k " : "n ") + std::to_string(needLdb) +
                    (colB ? " (B column-major)" : " (B row-major)"));
     if (g.ldc < g.n)
-      failStep(ErrorCode::InvalidSchedule, l, i, shape + ": ldc " + std::to_string(g.ldc) + " < n " + std::to_string(g.n));
+      failStep(ErrorCode::InvalidSchedule, l, i,
+               shape + ": ldc " + std::to_string(g.ldc) + " < n " + std::to_string(g.n));
     for (const auto& [ld, name] : {std::pair<uint32_t, const char*>{g.lda, "lda"}, {g.ldb, "ldb"}, {g.ldc, "ldc"}})
       if (ld % 8 != 0)
         failStep(ErrorCode::Unsupported, l, i,
                  shape + ": " + name + " " + std::to_string(ld) +
                      " is not a multiple of 8 elements (the tile engine's TMA needs 16-byte aligned rows)");
-    for (const auto& [ref, name] : {std::pair<const BufRef*, const char*>{&st.dst, "C (dst)"}, {&st.a, "A (a)"}, {&st.b, "B (b)"}})
+    for (const auto& [ref, name] :
+         {std::pair<const BufRef*, const char*>{&st.dst, "C (dst)"}, {&st.a, "A (a)"}, {&st.b, "B (b)"}})
       if (ref->rank != rank_)
         failStep(ErrorCode::Unsupported, l, i,
                  std::string(name) + " lives on rank " + std::to_string(ref->rank) +
@@ -397,7 +404,8 @@ class Lowerer {
     if (ct != DType::BFloat16 && ct != DType::Float32)
       failStep(ErrorCode::Unsupported, l, i,
                std::string("C must be a bfloat16 or float32 buffer (got ") + toString(ct) + ")");
-    for (const auto& [op, name] : {std::pair<uint64_t, const char*>{ls.dst, "C (dst)"}, {ls.a, "A (a)"}, {ls.b, "B (b)"}})
+    for (const auto& [op, name] :
+         {std::pair<uint64_t, const char*>{ls.dst, "C (dst)"}, {ls.a, "A (a)"}, {ls.b, "B (b)"}})
       if ((op & device::kOperandOffsetMask) % 16 != 0)
         failStep(ErrorCode::Unsupported, l, i,
                  std::string(name) + " starts " + std::to_string(op & device::kOperandOffsetMask) +
@@ -488,7 +496,8 @@ class Lowerer {
 
 LoweredProgram lowerRank(const Schedule& s, uint32_t rank, const LowerOptions& opt) {
   if (opt.nWorkers == 0 || opt.nWorkers > 0xFFFE)
-    throw Error(ErrorCode::InvalidArgument, "LowerOptions::nWorkers must be in 1..65534 (got " + std::to_string(opt.nWorkers) + ")");
+    throw Error(ErrorCode::InvalidArgument,
+                "LowerOptions::nWorkers must be in 1..65534 (got " + std::to_string(opt.nWorkers) + ")");
   if (opt.minBytesPerCta == 0) throw Error(ErrorCode::InvalidArgument, "LowerOptions::minBytesPerCta must be > 0");
   return Lowerer(s, rank, opt).run();
 }

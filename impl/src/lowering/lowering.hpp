@@ -18,8 +18,8 @@ namespace mk::runtime {
 
 /// How to lower.
 struct LowerOptions {
-  uint32_t nWorkers = 64;                    ///< worker CTAs of the resident kernel
-  uint64_t minBytesPerCta = 32 * 1024;       ///< a data step gets one more CTA per this many bytes
+  uint32_t nWorkers = 64;               ///< worker CTAs of the resident kernel
+  uint64_t minBytesPerCta = 32 * 1024;  ///< a data step gets one more CTA per this many bytes
 };
 
 /// A buffer of the schedule as the runtime binds it.
@@ -36,8 +36,8 @@ struct LoweredProgram {
   uint32_t rank = 0, nRanks = 0;
   uint32_t nLanes = 0, nFlags = 0, nBarriers = 0, nSyncPoints = 0;
   std::vector<BufferLayout> buffers;
-  uint64_t scratchBytes = 0;  ///< arena bytes per slot this schedule needs on every rank
-  uint32_t activeWorkers = 0; ///< worker CTAs that run a lane (the rest idle through the op)
+  uint64_t scratchBytes = 0;   ///< arena bytes per slot this schedule needs on every rank
+  uint32_t activeWorkers = 0;  ///< worker CTAs that run a lane (the rest idle through the op)
 
   const device::ProgramHeader& header() const noexcept {
     return *reinterpret_cast<const device::ProgramHeader*>(image.data());
@@ -61,6 +61,5 @@ LoweredProgram lowerRank(const Schedule& s, uint32_t rank, const LowerOptions& o
 
 /// Lower from the packed form (what packRank() produces for `rank`): unpack, then lowerRank().
 LoweredProgram lowerPacked(const std::vector<uint8_t>& packedRankImage, uint32_t rank, const LowerOptions& opt = {});
-
 
 }  // namespace mk::runtime

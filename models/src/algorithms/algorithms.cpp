@@ -50,7 +50,8 @@ const char* toString(Algorithm a) noexcept {
 }
 
 std::optional<Algorithm> parseAlgorithm(std::string_view s) noexcept {
-  for (Algorithm a : {Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Ring, Algorithm::Hierarchical, Algorithm::Direct})
+  for (Algorithm a :
+       {Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Ring, Algorithm::Hierarchical, Algorithm::Direct})
     if (s == toString(a)) return a;
   return std::nullopt;
 }
@@ -100,10 +101,9 @@ Algorithm requireAlgorithm(CollOp op, std::string_view s) {
 namespace detail {
 const std::vector<AlgorithmDef>& algorithmRegistry() {
   static const std::vector<AlgorithmDef> all = {
-      allReduceOneShot(),   allReduceTwoShot(),     allReduceRing(),       allReduceHierarchical(),
-      allGatherRing(),      allGatherDirect(),      allGatherHierarchical(),
-      reduceScatterRing(),  reduceScatterDirect(),  reduceScatterHierarchical(),
-      broadcastDirect(),    broadcastRing(),
+      allReduceOneShot(),    allReduceTwoShot(),          allReduceRing(),         allReduceHierarchical(),
+      allGatherRing(),       allGatherDirect(),           allGatherHierarchical(), reduceScatterRing(),
+      reduceScatterDirect(), reduceScatterHierarchical(), broadcastDirect(),       broadcastRing(),
       allToAllDirect(),
   };
   return all;
@@ -147,8 +147,8 @@ uint64_t outputCount(const CollectiveSpec& spec, uint32_t nRanks) noexcept {
 InterPhase resolveInter(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
                         const Profile& profile) {
   if (opt.inter != InterPhase::Ring && opt.inter != InterPhase::Rhd && opt.inter != InterPhase::Auto)
-    throw Error(ErrorCode::InvalidArgument, "inter must be ring, rhd or auto (got " +
-                                                std::to_string(static_cast<unsigned>(opt.inter)) + ")");
+    throw Error(ErrorCode::InvalidArgument,
+                "inter must be ring, rhd or auto (got " + std::to_string(static_cast<unsigned>(opt.inter)) + ")");
   if (opt.inter != InterPhase::Auto) return opt.inter;
   if (spec.op != CollOp::AllReduce || spec.algo != Algorithm::Hierarchical) return InterPhase::Ring;
   GenOptions ring = opt, rhd = opt;

@@ -58,9 +58,12 @@ CostEstimate costDirectExchange(const CostContext& c) {
 }
 
 AlgorithmDef allGatherDirect() {
-  return {CollOp::AllGather, "direct",
+  return {CollOp::AllGather,
+          "direct",
           "every rank puts its block into every peer's output (staggered order)",
-          nullptr, emitAllGatherDirect, costDirectExchange};
+          nullptr,
+          emitAllGatherDirect,
+          costDirectExchange};
 }
 
 }  // namespace mk::detail

@@ -23,8 +23,8 @@ void emitAllGatherHierarchical(ScheduleBuilder& b, const GenContext& ctx, uint32
     for (uint32_t i = 1; i < nodes; ++i) {
       const uint32_t target = railOwner(ctx, (n + i) % nodes, ctx.localIndex[r]);
       for (const Range& piece : chunks)
-        b.put(r, lane, bufRef(target, ctx.output, r * count + piece.begin), bufRef(r, ctx.input, piece.begin), piece.size,
-              from[r]);
+        b.put(r, lane, bufRef(target, ctx.output, r * count + piece.begin), bufRef(r, ctx.input, piece.begin),
+              piece.size, from[r]);
     }
   }
   // Phase 2: every owner hands its own block, then every block of its rails as it arrives, to its node.
@@ -34,7 +34,8 @@ void emitAllGatherHierarchical(ScheduleBuilder& b, const GenContext& ctx, uint32
     const uint32_t lane = b.lane(o, LaneRole::Intra, ch);
     for (const Range& piece : chunks)
       for (uint32_t y : peers)
-        b.put(o, lane, bufRef(y, ctx.output, o * count + piece.begin), bufRef(o, ctx.input, piece.begin), piece.size, from[o]);
+        b.put(o, lane, bufRef(y, ctx.output, o * count + piece.begin), bufRef(o, ctx.input, piece.begin), piece.size,
+              from[o]);
     for (uint32_t g : railsOf(ctx, o))
       for (uint32_t i = 1; i < nodes; ++i) {
         const uint32_t m = (n + nodes - i) % nodes;  // arrival order: node n - 1 puts to us first
@@ -44,8 +45,8 @@ void emitAllGatherHierarchical(ScheduleBuilder& b, const GenContext& ctx, uint32
           const Range piece = chunks[c];
           b.wait(o, lane, from[src], c + 1);
           for (uint32_t y : peers)
-            b.put(o, lane, bufRef(y, ctx.output, src * count + piece.begin), bufRef(o, ctx.output, src * count + piece.begin),
-                  piece.size, from[o]);
+            b.put(o, lane, bufRef(y, ctx.output, src * count + piece.begin),
+                  bufRef(o, ctx.output, src * count + piece.begin), piece.size, from[o]);
         }
       }
   }
@@ -95,9 +96,12 @@ CostEstimate costAllGatherHierarchical(const CostContext& c) {
 }  // namespace
 
 AlgorithmDef allGatherHierarchical() {
-  return {CollOp::AllGather, "hierarchical",
+  return {CollOp::AllGather,
+          "hierarchical",
           "rails: each block crosses the network once to its rail owner per node, which forwards it over NVLink",
-          nullptr, emitAllGatherHierarchical, costAllGatherHierarchical};
+          nullptr,
+          emitAllGatherHierarchical,
+          costAllGatherHierarchical};
 }
 
 }  // namespace mk::detail

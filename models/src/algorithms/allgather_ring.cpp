@@ -23,7 +23,8 @@ void emitAllGatherRing(ScheduleBuilder& b, const GenContext& ctx, uint32_t ch, R
       for (uint64_t c = 0; c < k; ++c) {
         const Range piece = chunks[c];
         if (step > 0) b.wait(r, lane, flag, (step - 1) * k + c + 1);
-        const BufRef src = step == 0 ? bufRef(r, ctx.input, piece.begin) : bufRef(r, ctx.output, blk * count + piece.begin);
+        const BufRef src =
+            step == 0 ? bufRef(r, ctx.input, piece.begin) : bufRef(r, ctx.output, blk * count + piece.begin);
         b.put(r, lane, bufRef(next, ctx.output, blk * count + piece.begin), src, piece.size, flag);
       }
     }
@@ -44,9 +45,12 @@ CostEstimate costAllGatherRing(const CostContext& c) {
 }  // namespace
 
 AlgorithmDef allGatherRing() {
-  return {CollOp::AllGather, "ring",
+  return {CollOp::AllGather,
+          "ring",
           "ring in rank order, p-1 steps forwarding the block received last, chunks pipelined",
-          nullptr, emitAllGatherRing, costAllGatherRing};
+          nullptr,
+          emitAllGatherRing,
+          costAllGatherRing};
 }
 
 }  // namespace mk::detail

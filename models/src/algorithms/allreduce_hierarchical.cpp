@@ -57,7 +57,8 @@ HierLayout hierLayout(const GenContext& ctx) {
   if (useRhd(ctx)) {
     // Phase-1 slots as for the ring, then the RHD regions (maxOwned per channel) instead of the ring slot.
     uint64_t rhd = 0;
-    for (uint32_t c = 0; c < effectiveChannels(ctx); ++c) rhd += checkedProduct(h.maxOwned, rhdStride(ctx, c), "hierarchical rhd");
+    for (uint32_t c = 0; c < effectiveChannels(ctx); ++c)
+      rhd += checkedProduct(h.maxOwned, rhdStride(ctx, c), "hierarchical rhd");
     h.scratchCount = h.ringBase + rhd;
     return h;
   }
@@ -87,10 +88,10 @@ void setupHierarchical(ScheduleBuilder& b, GenContext& ctx) {
 
 /// Positions and groups of one rank's walk through a shard (the same for every node, shard and channel).
 struct HierGeometry {
-  uint32_t nodes = 0;       ///< M
-  uint32_t ringChunks = 0;  ///< Kr: units per block
-  uint32_t positions = 0;   ///< P = M * Kr
-  uint32_t ringSteps = 0;   ///< L = (M - 1) * Kr: units one reduce-scatter (or all-gather) pass sends
+  uint32_t nodes = 0;              ///< M
+  uint32_t ringChunks = 0;         ///< Kr: units per block
+  uint32_t positions = 0;          ///< P = M * Kr
+  uint32_t ringSteps = 0;          ///< L = (M - 1) * Kr: units one reduce-scatter (or all-gather) pass sends
   std::vector<Range> groups;       ///< group t -> its positions [q0, q1); K groups, none empty
   std::vector<uint32_t> groupOf;   ///< position -> group
   std::vector<uint8_t> twoPieces;  ///< group t crosses a block boundary: sent as two pieces everywhere
@@ -102,7 +103,8 @@ HierGeometry hierGeometry(uint32_t shards, uint32_t nodes, uint32_t chunks) {
   g.ringChunks = shards == 1 ? chunks : (chunks + nodes - 1) / nodes;
   if (uint64_t(nodes) * g.ringChunks > std::numeric_limits<uint32_t>::max() / 2)
     throw Error(ErrorCode::InvalidArgument, "hierarchical: chunks " + std::to_string(chunks) + " on " +
-                                                std::to_string(nodes) + " nodes gives more than 2^31 ring units per shard");
+                                                std::to_string(nodes) +
+                                                " nodes gives more than 2^31 ring units per shard");
   g.positions = nodes * g.ringChunks;
   g.ringSteps = (nodes - 1) * g.ringChunks;
   if (shards == 1) return g;  // no phases 1 and 3: nothing to group
@@ -249,7 +251,8 @@ class RingVariant {
     me.phase1Signals.assign(own, 0);
     for (std::size_t j = 0; j < own; ++j) {
       auto& units = me.unitsBefore[j];
-      for (uint32_t q = 0; q < geo_.positions; ++q) units[q + 1] = units[q] + (walk_.unitAt(node, me.owned[j], q).size > 0);
+      for (uint32_t q = 0; q < geo_.positions; ++q)
+        units[q + 1] = units[q] + (walk_.unitAt(node, me.owned[j], q).size > 0);
       if (layout_.shards == 1) continue;
       auto& groups = me.groupsBefore[j];
       for (uint32_t t = 0; t < chunks(); ++t)
@@ -294,7 +297,8 @@ class RingVariant {
           const Pieces ps = walk_.pieces(me.node, s, t);
           for (uint32_t k = 0; k < ps.n; ++k)
             if (ps.piece[k].size > 0)
-              b_.put(r, lanes_.mover(r), bufRef(peer, scratch_, shards_.phase1Slot(me.node, me.localIndex, s, ps.piece[k].begin)),
+              b_.put(r, lanes_.mover(r),
+                     bufRef(peer, scratch_, shards_.phase1Slot(me.node, me.localIndex, s, ps.piece[k].begin)),
                      bufRef(r, ctx_.input, ps.piece[k].begin), ps.piece[k].size, flags_.phase1Arrived[me.localIndex]);
         }
       }
@@ -403,8 +407,8 @@ class RingVariant {
           b_.wait(r, lanes_.sender(r), flags_.ringReduced[m], ++reducedWaited[j]);
         else
           b_.wait(r, lanes_.sender(r), flags_.gatherArrived[m], ++gatherWaited[j]);
-        b_.put(r, lanes_.sender(r), bufRef(shards_.owner(next, s), ctx_.output, u.begin), bufRef(r, ctx_.output, u.begin),
-               u.size, flags_.gatherArrived[shards_.ordinal(next, s)]);
+        b_.put(r, lanes_.sender(r), bufRef(shards_.owner(next, s), ctx_.output, u.begin),
+               bufRef(r, ctx_.output, u.begin), u.size, flags_.gatherArrived[shards_.ordinal(next, s)]);
       }
   }
 
@@ -504,7 +508,8 @@ PathCounts hierLongest(const UnitPrices& u, const HierGeometry& geo, const std::
   std::vector<State> st(N);
   auto phase1Through = [&](uint32_t n, uint32_t last) {
     State& s = st[n];
-    for (; s.next <= last && s.next < K; ++s.next) s.q[s.next] = s.red = longest(s.red, s.a[s.next]) + nodes[n].perOwner * reduce[s.next];
+    for (; s.next <= last && s.next < K; ++s.next)
+      s.q[s.next] = s.red = longest(s.red, s.a[s.next]) + nodes[n].perOwner * reduce[s.next];
   };
   for (uint32_t n = 0; n < N; ++n) {
     State& s = st[n];
@@ -592,8 +597,8 @@ CostEstimate costHierarchical(const CostContext& c) {
                     "hierarchical, rhd: longest path of the chunk/exchange recurrence (docs); one chunk alone: "
                     "D + S1 + R1 + F + sum_j (t_net(h_j) + t_red(h_j) + F) + sum_j t_net(h_j) + S1, "
                     "h_j = chunk/2^(j+1), M2 = " +
-                        std::to_string(plan.pow2) + " nodes exchange in " + std::to_string(plan.steps) +
-                        " steps" + (plan.extra ? ", " + std::to_string(plan.extra) + " fold in and out" : "") +
+                        std::to_string(plan.pow2) + " nodes exchange in " + std::to_string(plan.steps) + " steps" +
+                        (plan.extra ? ", " + std::to_string(plan.extra) + " fold in and out" : "") +
                         ", S1 = (G-1)*t_nv(chunk), unit = chunk n/(C*G*K)");
   }
   const HierGeometry geo = hierGeometry(S, M, c.opt.chunks);
@@ -617,9 +622,12 @@ CostEstimate costHierarchical(const CostContext& c) {
 }  // namespace
 
 AlgorithmDef allReduceHierarchical() {
-  return {CollOp::AllReduce, "hierarchical",
+  return {CollOp::AllReduce,
+          "hierarchical",
           "NVLink reduce-scatter in each node, ring all-reduce of each shard across nodes, NVLink all-gather",
-          setupHierarchical, emitHierarchical, costHierarchical};
+          setupHierarchical,
+          emitHierarchical,
+          costHierarchical};
 }
 
 }  // namespace mk::detail

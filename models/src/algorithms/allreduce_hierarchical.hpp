@@ -13,11 +13,11 @@ namespace mk::detail {
 
 /// Scratch layout of the hierarchical all-reduce (see allreduce_hierarchical.cpp).
 struct HierLayout {
-  uint32_t shards = 0;     ///< S
-  uint32_t nodes = 0;      ///< M
-  uint32_t maxOwned = 0;   ///< shards owned by a rank of the smallest node: ceil(S / smallest node)
-  uint64_t slot = 0;       ///< elements of one slot (all channels)
-  uint64_t ringBase = 0;   ///< scratch offset of the ring-receive slot
+  uint32_t shards = 0;    ///< S
+  uint32_t nodes = 0;     ///< M
+  uint32_t maxOwned = 0;  ///< shards owned by a rank of the smallest node: ceil(S / smallest node)
+  uint64_t slot = 0;      ///< elements of one slot (all channels)
+  uint64_t ringBase = 0;  ///< scratch offset of the ring-receive slot
   uint64_t scratchCount = 0;
 };
 

@@ -99,19 +99,19 @@ class RhdWalk {
   const GenContext& ctx_;
   const HierShards& shards_;
   const RhdPlan& plan_;
-  uint64_t regionBase_ = 0;    ///< this channel's first RHD region
-  uint64_t regionStride_ = 0;  ///< one owned shard's RHD region
+  uint64_t regionBase_ = 0;             ///< this channel's first RHD region
+  uint64_t regionStride_ = 0;           ///< one owned shard's RHD region
   std::vector<uint64_t> stepOffset_;    ///< per step (and one past the last): offset inside a region
   std::vector<uint64_t> stepCapacity_;  ///< per step: elements reserved per chunk
 };
 
 /// The flags of one channel of the rhd variant (the file comment).
 struct RhdFlags {
-  std::vector<uint32_t> phase1Arrived;                ///< per source local index
-  std::vector<uint32_t> ready;                        ///< per ordinal: the reducer's self-signal
-  std::vector<std::vector<uint32_t>> halvingArrived;  ///< [step][ordinal]: reduce-scatter arrivals
+  std::vector<uint32_t> phase1Arrived;                 ///< per source local index
+  std::vector<uint32_t> ready;                         ///< per ordinal: the reducer's self-signal
+  std::vector<std::vector<uint32_t>> halvingArrived;   ///< [step][ordinal]: reduce-scatter arrivals
   std::vector<std::vector<uint32_t>> doublingArrived;  ///< [step][ordinal]: all-gather arrivals
-  std::vector<uint32_t> foldIn, foldBack;             ///< per ordinal (only with extra nodes)
+  std::vector<uint32_t> foldIn, foldBack;              ///< per ordinal (only with extra nodes)
   uint32_t phase3Arrived = 0;
 };
 
@@ -249,7 +249,8 @@ class RhdVariant {
         if (c.size > 0 && me.isHost) {
           const uint32_t red = lanes_.reducer(r);
           b_.wait(r, red, flags_.foldIn[m], ++foldSeen[jo]);
-          b_.reduce(r, red, bufRef(r, ctx_.output, c.begin), bufRef(r, localRanks > 1 ? ctx_.output : ctx_.input, c.begin),
+          b_.reduce(r, red, bufRef(r, ctx_.output, c.begin),
+                    bufRef(r, localRanks > 1 ? ctx_.output : ctx_.input, c.begin),
                     bufRef(r, scratch_, walk_.foldSlot(node, s, c.begin)), c.size);
         }
         if (c.size > 0 && (localRanks > 1 || me.isHost)) b_.signal(r, lanes_.reducer(r), r, flags_.ready[m]);
@@ -497,7 +498,8 @@ PathCounts rhdLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, const 
         s.ready = s.red + flagHop();
       }
     }
-    for (uint32_t n = M2; n < M; ++n) st[n].fold = st[n].snd = longest(st[n].snd, st[n].ready) + nodes[n].owned * netGroup(1, 1);
+    for (uint32_t n = M2; n < M; ++n)
+      st[n].fold = st[n].snd = longest(st[n].snd, st[n].ready) + nodes[n].owned * netGroup(1, 1);
     for (uint32_t n = 0; n < plan.extra; ++n) {
       State& s = st[n];
       s.red = longest(s.red, st[n + M2].fold) + nodes[n].owned * red1;

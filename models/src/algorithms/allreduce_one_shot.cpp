@@ -26,8 +26,8 @@ void emitOneShot(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Ra
     for (uint32_t r = 0; r < p; ++r)
       for (uint32_t i = 1; i < p; ++i) {
         const uint32_t peer = (r + i) % p;
-        b.put(r, lanes.to(r, peer), bufRef(peer, scratch, uint64_t(r) * count + c.begin),
-              bufRef(r, ctx.input, c.begin), c.size, arrived);
+        b.put(r, lanes.to(r, peer), bufRef(peer, scratch, uint64_t(r) * count + c.begin), bufRef(r, ctx.input, c.begin),
+              c.size, arrived);
       }
     for (uint32_t r = 0; r < p; ++r) {
       const uint32_t red = lanes.reducer(r);
@@ -52,16 +52,21 @@ CostEstimate costOneShot(const CostContext& c) {
   const PathCounts send = longest(double(s.gMax - 1) * nvMsg(), double(s.p - s.gMin) * netMsg());
   const PathCounts reduce = double(s.p - 1) * redMsg();
   const PathCounts path = send + reduce + (k - 1) * longest(send, reduce);
-  return estimate(u, path,
-                  "one-shot: D + S + R + (K-1)*max(S, R), S = max((G-1)*t_nv, (p-G)*t_net), R = (p-1)*t_red, piece n/(C*K)");
+  return estimate(
+      u, path,
+      "one-shot: D + S + R + (K-1)*max(S, R), S = max((G-1)*t_nv, (p-G)*t_net), R = (p-1)*t_red, piece n/(C*K)");
 }
 
 }  // namespace
 
 AlgorithmDef allReduceOneShot() {
-  return {CollOp::AllReduce, "one-shot",
+  return {CollOp::AllReduce,
+          "one-shot",
           "every rank sends its data to every peer and reduces all p contributions in rank order (latency-optimal)",
-          setupOneShot, emitOneShot, costOneShot, /*peersTouchUser=*/false};
+          setupOneShot,
+          emitOneShot,
+          costOneShot,
+          /*peersTouchUser=*/false};
 }
 
 }  // namespace mk::detail

@@ -125,9 +125,12 @@ CostEstimate costRing(const CostContext& c) {
 }  // namespace
 
 AlgorithmDef allReduceRing() {
-  return {CollOp::AllReduce, "ring",
+  return {CollOp::AllReduce,
+          "ring",
           "ring reduce-scatter then ring all-gather over all ranks in rank order, K chunks per step",
-          setupRing, emitRing, costRing};
+          setupRing,
+          emitRing,
+          costRing};
 }
 
 }  // namespace mk::detail

@@ -117,9 +117,12 @@ CostEstimate costTwoShot(const CostContext& c) {
 }  // namespace
 
 AlgorithmDef allReduceTwoShot() {
-  return {CollOp::AllReduce, "two-shot",
+  return {CollOp::AllReduce,
+          "two-shot",
           "direct reduce-scatter (rank j reduces shard j) then direct all-gather (2 hops, bandwidth-optimal)",
-          setupTwoShot, emitTwoShot, costTwoShot};
+          setupTwoShot,
+          emitTwoShot,
+          costTwoShot};
 }
 
 }  // namespace mk::detail

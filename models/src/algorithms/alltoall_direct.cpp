@@ -13,9 +13,8 @@ void emitAllToAllDirect(ScheduleBuilder& b, const GenContext& ctx, uint32_t ch, 
 }  // namespace
 
 AlgorithmDef allToAllDirect() {
-  return {CollOp::AllToAll, "direct",
-          "rank r puts block j into rank j's output block r (staggered order)",
-          nullptr, emitAllToAllDirect, costDirectExchange};
+  return {CollOp::AllToAll, "direct",           "rank r puts block j into rank j's output block r (staggered order)",
+          nullptr,          emitAllToAllDirect, costDirectExchange};
 }
 
 }  // namespace mk::detail

@@ -38,9 +38,12 @@ CostEstimate costBroadcastDirect(const CostContext& c) {
 }  // namespace
 
 AlgorithmDef broadcastDirect() {
-  return {CollOp::Broadcast, "direct",
+  return {CollOp::Broadcast,
+          "direct",
           "the root puts its buffer into every other rank's output (staggered order)",
-          nullptr, emitBroadcastDirect, costBroadcastDirect};
+          nullptr,
+          emitBroadcastDirect,
+          costBroadcastDirect};
 }
 
 }  // namespace mk::detail

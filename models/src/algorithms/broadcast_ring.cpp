@@ -47,9 +47,12 @@ CostEstimate costBroadcastRing(const CostContext& c) {
 }  // namespace
 
 AlgorithmDef broadcastRing() {
-  return {CollOp::Broadcast, "ring",
+  return {CollOp::Broadcast,
+          "ring",
           "pipelined chain root -> root+1 -> ..., each rank forwards chunk k on arrival",
-          nullptr, emitBroadcastRing, costBroadcastRing};
+          nullptr,
+          emitBroadcastRing,
+          costBroadcastRing};
 }
 
 }  // namespace mk::detail

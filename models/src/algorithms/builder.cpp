@@ -30,8 +30,8 @@ GenContext makeContext(const CollectiveSpec& spec, const std::vector<uint32_t>& 
   ctx.opt = opt;
   ctx.nRanks = static_cast<uint32_t>(nodeOf.size());
   if (spec.op == CollOp::Broadcast && spec.root >= ctx.nRanks)
-    throw Error(ErrorCode::InvalidArgument,
-                "broadcast root " + std::to_string(spec.root) + " is not a rank (nRanks " + std::to_string(ctx.nRanks) + ")");
+    throw Error(ErrorCode::InvalidArgument, "broadcast root " + std::to_string(spec.root) + " is not a rank (nRanks " +
+                                                std::to_string(ctx.nRanks) + ")");
   std::map<uint32_t, uint32_t> dense;
   ctx.nodeOf.resize(ctx.nRanks);
   ctx.localIndex.resize(ctx.nRanks);

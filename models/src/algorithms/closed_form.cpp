@@ -122,8 +122,8 @@ UnitPrices unitPrices(const CostContext& c, uint64_t elems, bool needsNet) {
 
 CostEstimate estimate(const UnitPrices& u, const PathCounts& path, const std::string& symbolic) {
   CostEstimate e;
-  e.latencyUs = u.dispatch + path.nvA * u.nvLat + path.netA * u.netLat + path.redA * u.redLat +
-                path.copyA * u.copyLat + path.flag * u.flag;
+  e.latencyUs = u.dispatch + path.nvA * u.nvLat + path.netA * u.netLat + path.redA * u.redLat + path.copyA * u.copyLat +
+                path.flag * u.flag;
   e.bandwidthUs = path.nvB * u.nvBw + path.netB * u.netBw + path.copyB * u.copyBw;
   e.reduceUs = path.redB * u.redBw;
   e.totalUs = u.dispatch + path.value(u);
@@ -144,9 +144,10 @@ CostEstimate estimate(const UnitPrices& u, const PathCounts& path, const std::st
   term(path.redA, path.redB, "red");
   term(path.copyA, path.copyB, "copy");
   if (path.flag != 0) f << " + " << formatNumber(path.flag) << "*F";
-  f << " = " << formatNumber(e.totalUs) << " us with piece " << formatNumber(u.bytes) << " B, C " << formatNumber(u.share) << ", D " << formatNumber(u.dispatch)
-    << ", t_nv " << formatNumber(u.nv()) << ", t_net " << formatNumber(u.net()) << ", t_red " << formatNumber(u.red()) << ", t_copy " << formatNumber(u.copy())
-    << ", F " << formatNumber(u.flag) << " us";
+  f << " = " << formatNumber(e.totalUs) << " us with piece " << formatNumber(u.bytes) << " B, C "
+    << formatNumber(u.share) << ", D " << formatNumber(u.dispatch) << ", t_nv " << formatNumber(u.nv()) << ", t_net "
+    << formatNumber(u.net()) << ", t_red " << formatNumber(u.red()) << ", t_copy " << formatNumber(u.copy()) << ", F "
+    << formatNumber(u.flag) << " us";
   if (split) f << " (a_x: the alpha of t_x, b_x: its bytes term)";
   e.formula = f.str();
   return e;
@@ -189,9 +190,10 @@ std::string ChunkPrices::symbols() const {
   const GenContext& g = c.gen;
   std::ostringstream os;
   os << "p=" << g.nRanks << " M=" << g.nNodes() << " G=" << g.maxLocal << " n=" << formatNumber(partBytes * channels, 4)
-     << "B C=" << formatNumber(channels, 4) << " K=" << formatNumber(chunks, 4) << " nc=" << formatNumber(chunkBytes, 4) << "B; T_nvl=" << formatNumber(nvl.total(), 4)
-     << " T_net=" << formatNumber(net.total(), 4) << " T_copy=" << formatNumber(copy.total(), 4) << " R=" << formatNumber(reduce.total(), 4) << " t0="
-     << formatNumber(t0.total(), 4);
+     << "B C=" << formatNumber(channels, 4) << " K=" << formatNumber(chunks, 4) << " nc=" << formatNumber(chunkBytes, 4)
+     << "B; T_nvl=" << formatNumber(nvl.total(), 4) << " T_net=" << formatNumber(net.total(), 4)
+     << " T_copy=" << formatNumber(copy.total(), 4) << " R=" << formatNumber(reduce.total(), 4)
+     << " t0=" << formatNumber(t0.total(), 4);
   return os.str();
 }
 

@@ -49,9 +49,10 @@ double chunkCount(uint64_t size, uint32_t chunks);
 
 /// Unit prices of the four kinds of message one step moves, for the largest piece.
 struct UnitPrices {
-  double bytes = 0;          ///< payload of one piece
-  double share = 1;          ///< lanes of one rank sharing each resource (the channel count)
-  double nvLat = 0, nvBw = 0, netLat = 0, netBw = 0, redLat = 0, redBw = 0, copyLat = 0, copyBw = 0, flag = 0, dispatch = 0;
+  double bytes = 0;  ///< payload of one piece
+  double share = 1;  ///< lanes of one rank sharing each resource (the channel count)
+  double nvLat = 0, nvBw = 0, netLat = 0, netBw = 0, redLat = 0, redBw = 0, copyLat = 0, copyBw = 0, flag = 0,
+         dispatch = 0;
   double nv() const { return nvLat + nvBw; }
   double net() const { return netLat + netBw; }
   double red() const { return redLat + redBw; }

@@ -73,8 +73,8 @@ void addScratch(ScheduleBuilder& b, GenContext& ctx, uint64_t slots) {
 
 void localCopy(ScheduleBuilder& b, const GenContext& ctx, uint32_t rank, uint32_t channel, uint64_t dstOffset,
                uint16_t srcBuf, uint64_t srcOffset, uint64_t count) {
-  b.copy(rank, b.lane(rank, LaneRole::Compute, channel), bufRef(rank, ctx.output, dstOffset), bufRef(rank, srcBuf, srcOffset),
-         count);
+  b.copy(rank, b.lane(rank, LaneRole::Compute, channel), bufRef(rank, ctx.output, dstOffset),
+         bufRef(rank, srcBuf, srcOffset), count);
 }
 
 }  // namespace mk::detail

@@ -45,8 +45,8 @@ AlgorithmChoice chooseAlgorithm(CollOp op, uint64_t count, DType dtype, const To
   return AlgorithmChoice{algos.front(), defaultGenOptions(op, algos.front(), bytes, nRanks), std::nullopt};
 }
 
-CollectivePlan planCollective(CollectiveSpec spec, std::optional<Algorithm> algo, GenOptions gen,
-                              const Topology& topo, uint32_t nRanks, const Profile& profile) {
+CollectivePlan planCollective(CollectiveSpec spec, std::optional<Algorithm> algo, GenOptions gen, const Topology& topo,
+                              uint32_t nRanks, const Profile& profile) {
   CollectivePlan plan;
   plan.chosenByAuto = !algo;
   spec.algo = algo ? *algo : chooseAlgorithm(spec.op, spec.count, spec.dtype, topo, nRanks, profile).algo;

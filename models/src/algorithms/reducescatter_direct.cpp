@@ -85,9 +85,13 @@ CostEstimate costReduceScatterDirect(const CostContext& c) {
 }  // namespace
 
 AlgorithmDef reduceScatterDirect() {
-  return {CollOp::ReduceScatter, "direct",
+  return {CollOp::ReduceScatter,
+          "direct",
           "every rank puts block j into rank j's scratch; rank j reduces all p in rank order",
-          setupReduceScatterDirect, emitReduceScatterDirect, costReduceScatterDirect, /*peersTouchUser=*/false};
+          setupReduceScatterDirect,
+          emitReduceScatterDirect,
+          costReduceScatterDirect,
+          /*peersTouchUser=*/false};
 }
 
 }  // namespace mk::detail

@@ -98,8 +98,9 @@ void emitReduceScatterHierarchical(ScheduleBuilder& b, const GenContext& ctx, ui
       const bool last = it.step + 1 == nodes;
       BufRef partial = bufRef(o, ctx.input, dest * count + piece.begin);
       if (mates.size() > 1) {
-        const BufRef target = (last && nodes == 1) ? bufRef(o, ctx.output, piece.begin)
-                                                   : bufRef(o, scratch, slots.partial(it.rho, it.step) * count + piece.begin);
+        const BufRef target = (last && nodes == 1)
+                                  ? bufRef(o, ctx.output, piece.begin)
+                                  : bufRef(o, scratch, slots.partial(it.rho, it.step) * count + piece.begin);
         auto operand = [&](uint32_t lx) {
           if (mates[lx] == o) return bufRef(o, ctx.input, dest * count + piece.begin);
           b.wait(o, lane, fromLocal[lx], j + 1);
@@ -216,7 +217,7 @@ CostEstimate costReduceScatterHierarchical(const CostContext& c) {
         if (step + 1 < nodes) post = post + x.net;
         runs.push_back(Run{x.chunks, x.reduce * gl + post, post});
       }
-    Term suffix;       // their total cost
+    Term suffix;  // their total cost
     std::vector<Term> suffixOf(runs.size());
     for (std::size_t i = runs.size(); i-- > 0;) {
       suffixOf[i] = suffix;
@@ -243,9 +244,12 @@ CostEstimate costReduceScatterHierarchical(const CostContext& c) {
 }  // namespace
 
 AlgorithmDef reduceScatterHierarchical() {
-  return {CollOp::ReduceScatter, "hierarchical",
+  return {CollOp::ReduceScatter,
+          "hierarchical",
           "rail owners reduce their node's partials over NVLink, then a ring reduce-scatter across nodes per rail",
-          setupReduceScatterHierarchical, emitReduceScatterHierarchical, costReduceScatterHierarchical,
+          setupReduceScatterHierarchical,
+          emitReduceScatterHierarchical,
+          costReduceScatterHierarchical,
           /*peersTouchUser=*/false};
 }
 

@@ -59,9 +59,13 @@ CostEstimate costReduceScatterRing(const CostContext& c) {
 }  // namespace
 
 AlgorithmDef reduceScatterRing() {
-  return {CollOp::ReduceScatter, "ring",
+  return {CollOp::ReduceScatter,
+          "ring",
           "ring reduce-scatter in rank order, p-1 steps of put + reduce, chunks pipelined",
-          setupReduceScatterRing, emitReduceScatterRing, costReduceScatterRing, /*peersTouchUser=*/false};
+          setupReduceScatterRing,
+          emitReduceScatterRing,
+          costReduceScatterRing,
+          /*peersTouchUser=*/false};
 }
 
 }  // namespace mk::detail

@@ -62,9 +62,9 @@ Placement placeRanks(const std::string& cluster, uint32_t nodes, uint32_t ranks,
   if (want != p.topo.nodes) p.topo = loadTopology(cluster, want);
   p.nRanks = ranks ? ranks : p.topo.totalGpus();
   if (p.nRanks > p.topo.totalGpus())
-    throw Error(ErrorCode::InvalidArgument, "--ranks " + std::to_string(p.nRanks) + " does not fit the cluster: " +
-                                                p.topo.name + " x " + std::to_string(p.topo.nodes) + " node(s) has " +
-                                                std::to_string(p.topo.totalGpus()) + " GPUs");
+    throw Error(ErrorCode::InvalidArgument,
+                "--ranks " + std::to_string(p.nRanks) + " does not fit the cluster: " + p.topo.name + " x " +
+                    std::to_string(p.topo.nodes) + " node(s) has " + std::to_string(p.topo.totalGpus()) + " GPUs");
   return p;
 }
 

@@ -74,14 +74,14 @@ class UncontendedSim {
  private:
   struct LaneState {
     uint32_t rank = 0, lane = 0;
-    uint32_t next = 0;   ///< index of the step to run
-    double ready = 0;    ///< end of the previous step
+    uint32_t next = 0;  ///< index of the step to run
+    double ready = 0;   ///< end of the previous step
     uint64_t firstOut = 0;
     const std::vector<Step>* steps = nullptr;
   };
   struct Event {
     double t;
-    uint64_t seq;  ///< FIFO among equal times: keeps the run deterministic
+    uint64_t seq;    ///< FIFO among equal times: keeps the run deterministic
     uint64_t index;  ///< lane (global index) or flag (rank * nFlags + id)
     uint64_t value;
     bool increment;
@@ -245,8 +245,8 @@ Profile defaultProfile(const Topology& t) {
   // GPU -> PCIe -> NIC -> leaf -> (spine) -> leaf -> NIC: the NIC's latency plus two leaf hops (rail-optimised:
   // same-rail peers under one leaf pair); bytes stream at the slower of the NIC and its PCIe link.
   const bool hasNic = t.node.nics > 0 && t.node.nic.bwGBs > 0;
-  const double nicGBs = hasNic ? t.node.nic.bwGBs : kFallbackNicGBs;             // no NIC: a 400 Gb/s one assumed
-  const double nicUs = hasNic ? t.node.nic.latencyUs : kFallbackNicLatencyUs;    // (only what-ifs reach it)
+  const double nicGBs = hasNic ? t.node.nic.bwGBs : kFallbackNicGBs;           // no NIC: a 400 Gb/s one assumed
+  const double nicUs = hasNic ? t.node.nic.latencyUs : kFallbackNicLatencyUs;  // (only what-ifs reach it)
   p.network = LinkCost{nicUs + 2 * t.fabric.switchLatencyUs, std::min(nicGBs, t.node.pcie.bwGBs)};
   // A local copy reads and writes every byte: half the HBM bandwidth.
   p.local = LinkCost{kLocalAlphaUs, t.node.hbmGBs / 2};

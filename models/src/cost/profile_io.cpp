@@ -17,7 +17,9 @@ using Json = nlohmann::json;
 
 constexpr const char* kProfileSchema = "mkernel.profile.v1";
 
-std::string join(const std::string& path, const char* key) { return path.empty() ? std::string(key) : path + "." + key; }
+std::string join(const std::string& path, const char* key) {
+  return path.empty() ? std::string(key) : path + "." + key;
+}
 
 [[noreturn]] void parseFail(const std::string& what) { throw Error(ErrorCode::ParseError, "profile: " + what); }
 
@@ -113,8 +115,9 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   const std::string schema = text(j, "", "schema");
   if (schema != kProfileSchema)
     parseFail("schema must be \"" + std::string(kProfileSchema) + "\" (got \"" + schema + "\")");
-  onlyKeys(j, "", {"schema", "source", "provenance", "nvlink", "network", "local", "reduceGBs", "flagUs",
-                   "localFlagUs", "dispatchUs", "peerUserUs", "putIssueUs", "userPutUs", "proxyUs", "gemmTflops"});
+  onlyKeys(j, "",
+           {"schema", "source", "provenance", "nvlink", "network", "local", "reduceGBs", "flagUs", "localFlagUs",
+            "dispatchUs", "peerUserUs", "putIssueUs", "userPutUs", "proxyUs", "gemmTflops"});
   Profile p;
   p.source = text(j, "", "source");
   p.nvlink = linkCost(j, "nvlink");
@@ -147,7 +150,8 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
       if (!m.is_array()) parseFail(std::string("provenance.measurements must be an array (got ") + m.type_name() + ")");
       for (std::size_t i = 0; i < m.size(); ++i) {
         if (!m[i].is_string())
-          parseFail("provenance.measurements[" + std::to_string(i) + "] must be a string (got " + m[i].type_name() + ")");
+          parseFail("provenance.measurements[" + std::to_string(i) + "] must be a string (got " + m[i].type_name() +
+                    ")");
         prov.measurements.push_back(m[i].get<std::string>());
       }
     }

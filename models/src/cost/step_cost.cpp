@@ -32,7 +32,8 @@ StepResource stepResource(const Schedule& s, const Step& st, uint32_t rank, uint
       if (st.link == LinkClass::NVLink) return StepResource::NvLink;
       if (st.link == LinkClass::Local) return StepResource::Memory;
       if (st.link == LinkClass::Network)
-        badStep(s, rank, lane, step, "a copy or reduce cannot touch another node's memory (link network): use a ProxyPut");
+        badStep(s, rank, lane, step,
+                "a copy or reduce cannot touch another node's memory (link network): use a ProxyPut");
       badStep(s, rank, lane, step,
               std::string("a copy or reduce needs link local or nvlink (got ") + toString(st.link) +
                   "): call fillCostAttributes() first");
@@ -53,7 +54,8 @@ double putLaneUs(const Profile& p, bool intoUserBuffer) noexcept {
 }
 
 bool writesPeerUserBuffer(const Schedule& s, const Step& st, uint32_t rank) noexcept {
-  return st.dst.rank != rank && st.dst.buffer < s.buffers.size() && s.buffers[st.dst.buffer].kind != BufferKind::Scratch;
+  return st.dst.rank != rank && st.dst.buffer < s.buffers.size() &&
+         s.buffers[st.dst.buffer].kind != BufferKind::Scratch;
 }
 
 StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra) : s_(s), p_(p) {
@@ -74,8 +76,8 @@ StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra
     for (uint32_t l = 0; l < s.lanes[r].size(); ++l) {
       const auto& steps = s.lanes[r][l].steps;
       if (steps.size() > std::numeric_limits<uint32_t>::max())
-        throw Error(ErrorCode::InvalidSchedule, "rank " + std::to_string(r) + " lane " + std::to_string(l) +
-                                                    " has more than 2^32 steps");
+        throw Error(ErrorCode::InvalidSchedule,
+                    "rank " + std::to_string(r) + " lane " + std::to_string(l) + " has more than 2^32 steps");
       lanes_.push_back(LaneRef{r, l, steps_});
       steps_ += steps.size();
       bool uses[kStepResources] = {false, false, false, false};

@@ -48,8 +48,8 @@ HostMemory HostMemory::allocate(const Schedule& s) {
       const uint64_t elems = decl.count[rank];
       const uint64_t esize = dtypeSize(decl.dtype);
       if (elems > (uint64_t{1} << 40) / esize)
-        throw Error(ErrorCode::InvalidArgument, "buffer '" + decl.name + "' on rank " + std::to_string(rank) +
-                                                    " has " + std::to_string(elems) +
+        throw Error(ErrorCode::InvalidArgument, "buffer '" + decl.name + "' on rank " + std::to_string(rank) + " has " +
+                                                    std::to_string(elems) +
                                                     " elements: too large for host memory (limit 1 TiB)");
       mem.bytes[rank][b].assign(static_cast<std::size_t>(elems * esize), std::byte{0});
     }
@@ -216,15 +216,16 @@ class Executor {
         if (!lane.steps.empty()) ++laneCount;
     if (laneCount == 0) return;
     if (laneCount > kMaxThreads)
-      throw Error(ErrorCode::Unsupported, "the CPU executor runs one thread per (rank, lane) with steps; this "
-                                          "schedule has " + std::to_string(laneCount) +
-                                          " such lanes, above the limit of " + std::to_string(kMaxThreads) +
-                                          " (run it on fewer ranks or merge lanes)");
+      throw Error(ErrorCode::Unsupported,
+                  "the CPU executor runs one thread per (rank, lane) with steps; this "
+                  "schedule has " +
+                      std::to_string(laneCount) + " such lanes, above the limit of " + std::to_string(kMaxThreads) +
+                      " (run it on fewer ranks or merge lanes)");
 
     if (static_cast<uint64_t>(s_.nRanks) * s_.nFlags > (uint64_t{1} << 30))
-      throw Error(ErrorCode::Unsupported, "nRanks x nFlags = " +
-                                              std::to_string(static_cast<uint64_t>(s_.nRanks) * s_.nFlags) +
-                                              " flag counters exceed the CPU executor's limit of 2^30");
+      throw Error(ErrorCode::Unsupported,
+                  "nRanks x nFlags = " + std::to_string(static_cast<uint64_t>(s_.nRanks) * s_.nFlags) +
+                      " flag counters exceed the CPU executor's limit of 2^30");
     flags_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<std::size_t>(s_.nRanks) * s_.nFlags);
     for (std::size_t i = 0; i < static_cast<std::size_t>(s_.nRanks) * s_.nFlags; ++i) flags_[i].store(0);
     barrierCount_.assign(s_.nBarriers, 0);
@@ -248,7 +249,8 @@ class Executor {
 
     // Throws (before any lane starts) if the threads cannot be had.
     WorkerPool::instance().runConcurrently(
-        laneCount, [](void* self, std::size_t i) noexcept {
+        laneCount,
+        [](void* self, std::size_t i) noexcept {
           auto* ex = static_cast<Executor*>(self);
           ex->laneMain(ex->lanes_[i]);
         },
@@ -267,20 +269,18 @@ class Executor {
                                                   " (use HostMemory::allocate(schedule))");
     for (uint32_t rank = 0; rank < s_.nRanks; ++rank) {
       if (mem_.bytes[rank].size() != s_.buffers.size())
-        throw Error(ErrorCode::InvalidArgument, "host memory of rank " + std::to_string(rank) + " has " +
-                                                    std::to_string(mem_.bytes[rank].size()) +
-                                                    " buffers, the schedule declares " +
-                                                    std::to_string(s_.buffers.size()));
+        throw Error(ErrorCode::InvalidArgument,
+                    "host memory of rank " + std::to_string(rank) + " has " + std::to_string(mem_.bytes[rank].size()) +
+                        " buffers, the schedule declares " + std::to_string(s_.buffers.size()));
       for (std::size_t b = 0; b < s_.buffers.size(); ++b) {
         const BufferDecl& decl = s_.buffers[b];
         if (const std::string problem = bufferCountProblem(s_, b); !problem.empty())
           throw Error(ErrorCode::InvalidSchedule, "schedule: " + problem);
         const uint64_t want = decl.count[rank] * dtypeSize(decl.dtype);
         if (mem_.bytes[rank][b].size() != want)
-          throw Error(ErrorCode::InvalidArgument, "host memory of buffer '" + decl.name + "' on rank " +
-                                                      std::to_string(rank) + " has " +
-                                                      std::to_string(mem_.bytes[rank][b].size()) +
-                                                      " bytes, expected " + std::to_string(want));
+          throw Error(ErrorCode::InvalidArgument,
+                      "host memory of buffer '" + decl.name + "' on rank " + std::to_string(rank) + " has " +
+                          std::to_string(mem_.bytes[rank][b].size()) + " bytes, expected " + std::to_string(want));
       }
     }
   }
@@ -318,17 +318,19 @@ class Executor {
   const BoundBuffer& operand(const LaneState& ls, uint32_t stepIdx, const char* name, const BufRef& ref,
                              uint64_t extent) const {
     if (ref.rank >= s_.nRanks)
-      invalid(ls, stepIdx, std::string("operand ") + name + " names rank " + std::to_string(ref.rank) +
-                               ", expected < nRanks = " + std::to_string(s_.nRanks));
+      invalid(ls, stepIdx,
+              std::string("operand ") + name + " names rank " + std::to_string(ref.rank) +
+                  ", expected < nRanks = " + std::to_string(s_.nRanks));
     if (ref.buffer >= nBuffers_)
-      invalid(ls, stepIdx, std::string("operand ") + name + " names buffer " + std::to_string(ref.buffer) +
-                               ", expected < " + std::to_string(nBuffers_) + " declared buffers");
+      invalid(ls, stepIdx,
+              std::string("operand ") + name + " names buffer " + std::to_string(ref.buffer) + ", expected < " +
+                  std::to_string(nBuffers_) + " declared buffers");
     const BoundBuffer& bb = bound_[ref.rank * nBuffers_ + ref.buffer];
     if (extent > bb.count || ref.offset > bb.count - extent)
-      invalid(ls, stepIdx, std::string("operand ") + name + " [" + std::to_string(ref.offset) + ", +" +
-                               std::to_string(extent) + ") is outside buffer '" + s_.buffers[ref.buffer].name +
-                               "' of rank " + std::to_string(ref.rank) + " (" + std::to_string(bb.count) +
-                               " elements)");
+      invalid(ls, stepIdx,
+              std::string("operand ") + name + " [" + std::to_string(ref.offset) + ", +" + std::to_string(extent) +
+                  ") is outside buffer '" + s_.buffers[ref.buffer].name + "' of rank " + std::to_string(ref.rank) +
+                  " (" + std::to_string(bb.count) + " elements)");
     return bb;
   }
 
@@ -370,12 +372,10 @@ class Executor {
   bool checkDeadlockLocked() {
     if (unfinished_ == 0 || blocked_ != unfinished_ || abort_.load()) return false;
     for (std::size_t i = 0; i < laneCount_; ++i)
-      if (!lanes_[i].finished && lanes_[i].blockKind != BlockKind::None && blockedCanProceed(lanes_[i]))
-        return false;
-    failLocked(std::make_exception_ptr(
-        Error(ErrorCode::Deadlock, "all " + std::to_string(unfinished_) +
-                                       " unfinished lanes are blocked and none can proceed:\n" +
-                                       blockedReportLocked())));
+      if (!lanes_[i].finished && lanes_[i].blockKind != BlockKind::None && blockedCanProceed(lanes_[i])) return false;
+    failLocked(std::make_exception_ptr(Error(
+        ErrorCode::Deadlock, "all " + std::to_string(unfinished_) +
+                                 " unfinished lanes are blocked and none can proceed:\n" + blockedReportLocked())));
     return true;
   }
 
@@ -423,11 +423,9 @@ class Executor {
       if (cvs_[ls.rank].wait_until(lock, deadline) == std::cv_status::timeout && !abort_.load() && !ready()) {
         const uint64_t now = totalProgress();
         if (now == seen) {
-          failLocked(std::make_exception_ptr(
-              Error(ErrorCode::Timeout, "no step completed anywhere for " +
-                                            std::to_string(opt_.stallTimeout.count()) +
-                                            " ms (ExecOptions::stallTimeout); blocked lanes:\n" +
-                                            blockedReportLocked())));
+          failLocked(std::make_exception_ptr(Error(
+              ErrorCode::Timeout, "no step completed anywhere for " + std::to_string(opt_.stallTimeout.count()) +
+                                      " ms (ExecOptions::stallTimeout); blocked lanes:\n" + blockedReportLocked())));
           break;
         }
         seen = now;
@@ -456,8 +454,9 @@ class Executor {
     char& arrived = barrierArrived_[static_cast<std::size_t>(st.aux) * s_.nRanks + ls.rank];
     if (arrived) {
       lock.unlock();
-      invalid(ls, stepIdx, "rank " + std::to_string(ls.rank) + " arrives at barrier " + std::to_string(st.aux) +
-                               " a second time; each rank must arrive exactly once");
+      invalid(ls, stepIdx,
+              "rank " + std::to_string(ls.rank) + " arrives at barrier " + std::to_string(st.aux) +
+                  " a second time; each rank must arrive exactly once");
     }
     arrived = 1;
     ls.stepsDone.fetch_add(1, std::memory_order_relaxed);  // an arrival is progress for the stall detector
@@ -477,8 +476,9 @@ class Executor {
     const BoundBuffer& dst = operand(ls, stepIdx, "dst", st.dst, st.count);
     const BoundBuffer& src = operand(ls, stepIdx, "a", st.a, st.count);
     if (dst.dtype != src.dtype)
-      invalid(ls, stepIdx, std::string("copies ") + toString(src.dtype) + " into " + toString(dst.dtype) +
-                               "; copies move bytes, operand dtypes must agree");
+      invalid(ls, stepIdx,
+              std::string("copies ") + toString(src.dtype) + " into " + toString(dst.dtype) +
+                  "; copies move bytes, operand dtypes must agree");
     if (partialOverlap(st.dst, st.count, st.a, st.count))
       invalid(ls, stepIdx, "source and destination ranges partially overlap");
     const std::size_t esize = dtypeSize(dst.dtype);
@@ -496,8 +496,7 @@ class Executor {
     if (st.op != RedOp::Sum && st.op != RedOp::Max && st.op != RedOp::Min)
       invalid(ls, stepIdx, "unknown reduction op " + std::to_string(static_cast<int>(st.op)));
     const uint64_t n = st.count;
-    if (dst.dtype == DType::Float32 && a.dtype == DType::Float32 && b.dtype == DType::Float32 &&
-        st.op == RedOp::Sum) {
+    if (dst.dtype == DType::Float32 && a.dtype == DType::Float32 && b.dtype == DType::Float32 && st.op == RedOp::Sum) {
       // Exact aliasing of d with x or y is fine: each element is read before it is written.
       float* d = reinterpret_cast<float*>(dst.data) + st.dst.offset;
       const float* x = reinterpret_cast<const float*>(a.data) + st.a.offset;
@@ -542,8 +541,9 @@ class Executor {
 
   void gemm(LaneState& ls, uint32_t stepIdx, const Step& st) {
     if (st.aux >= s_.gemms.size())
-      invalid(ls, stepIdx, "gemm index " + std::to_string(st.aux) + " is out of range (" +
-                               std::to_string(s_.gemms.size()) + " shapes)");
+      invalid(
+          ls, stepIdx,
+          "gemm index " + std::to_string(st.aux) + " is out of range (" + std::to_string(s_.gemms.size()) + " shapes)");
     const GemmShape& g = s_.gemms[st.aux];
     const uint64_t m = g.m, n = g.n, k = g.k;
     if (m == 0 || n == 0) return;
@@ -551,8 +551,8 @@ class Executor {
     if (g.ldc < n) invalid(ls, stepIdx, "ldc " + std::to_string(g.ldc) + " < n " + std::to_string(n));
     if (k > 0 && g.lda < k) invalid(ls, stepIdx, "lda " + std::to_string(g.lda) + " < k " + std::to_string(k));
     if (k > 0 && g.ldb < (bColMajor ? k : n))
-      invalid(ls, stepIdx, "ldb " + std::to_string(g.ldb) + " < " + (bColMajor ? "k " : "n ") +
-                               std::to_string(bColMajor ? k : n));
+      invalid(ls, stepIdx,
+              "ldb " + std::to_string(g.ldb) + " < " + (bColMajor ? "k " : "n ") + std::to_string(bColMajor ? k : n));
     const uint64_t cExtent = (m - 1) * g.ldc + n;
     const BoundBuffer& c = operand(ls, stepIdx, "dst (C)", st.dst, cExtent);
     const bool accumulate = (st.flags & kStepAccumulate) != 0;
@@ -635,13 +635,13 @@ class Executor {
   std::size_t nBuffers_ = 0;
   std::vector<BoundBuffer> bound_;  ///< [rank * nBuffers_ + buffer]
 
-  std::unique_ptr<std::atomic<uint64_t>[]> flags_;  ///< [rank * nFlags + id]
+  std::unique_ptr<std::atomic<uint64_t>[]> flags_;     ///< [rank * nFlags + id]
   std::unique_ptr<std::atomic<uint32_t>[]> sleepers_;  ///< lanes of each rank inside blockLocked
   std::unique_ptr<std::condition_variable[]> cvs_;     ///< one per rank, all on mu_
   std::unique_ptr<LaneState[]> lanes_;
   std::size_t laneCount_ = 0;
 
-  std::mutex mu_;                      // guards everything below and LaneState::block*/finished
+  std::mutex mu_;  // guards everything below and LaneState::block*/finished
   std::vector<uint32_t> barrierCount_;
   std::vector<char> barrierArrived_;  ///< [barrier * nRanks + rank]
   std::size_t unfinished_ = 0;

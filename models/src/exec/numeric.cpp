@@ -56,7 +56,7 @@ uint16_t floatToHalf(float f) noexcept {
   // 65520 = 65504 + half an ulp: a tie, and 65504's mantissa is odd, so it and everything above
   // rounds to infinity.
   if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (a >= 0x38800000u) {  // >= 2^-14: a normal half
+  if (a >= 0x38800000u) {                   // >= 2^-14: a normal half
     const uint32_t exp = (a >> 23) - 112u;  // rebias 127 -> 15
     const uint32_t mant = a & 0x007fffffu;
     uint32_t h = (exp << 10) | (mant >> 13);

@@ -104,8 +104,8 @@ std::vector<std::vector<float>> referenceCollective(const CollectiveSpec& spec, 
     if (inputs[r].size() != inCount)
       throw Error(ErrorCode::InvalidArgument, "referenceCollective: input of rank " + std::to_string(r) + " has " +
                                                   std::to_string(inputs[r].size()) + " elements, expected " +
-                                                  std::to_string(inCount) + " for " + toString(spec.op) +
-                                                  " of count " + std::to_string(spec.count));
+                                                  std::to_string(inCount) + " for " + toString(spec.op) + " of count " +
+                                                  std::to_string(spec.count));
   }
   if (spec.op == CollOp::Broadcast && spec.root >= nRanks)
     throw Error(ErrorCode::InvalidArgument, "referenceCollective: broadcast root " + std::to_string(spec.root) +
@@ -182,14 +182,14 @@ VerifyResult verifyCollective(const Schedule& s, const CollectiveSpec& spec, uin
     const bool inputRead = spec.op != CollOp::Broadcast || r == spec.root;
     if (inputRead && s.buffers[inBuf].count[r] != inCount)
       throw Error(ErrorCode::InvalidArgument, "verifyCollective: 'input' of rank " + std::to_string(r) + " has " +
-                                                  std::to_string(s.buffers[inBuf].count[r]) +
-                                                  " elements, expected " + std::to_string(inCount) + " for " +
-                                                  toString(spec.op) + " of count " + std::to_string(spec.count));
+                                                  std::to_string(s.buffers[inBuf].count[r]) + " elements, expected " +
+                                                  std::to_string(inCount) + " for " + toString(spec.op) + " of count " +
+                                                  std::to_string(spec.count));
     if (s.buffers[outBuf].count[r] != outCount)
       throw Error(ErrorCode::InvalidArgument, "verifyCollective: 'output' of rank " + std::to_string(r) + " has " +
-                                                  std::to_string(s.buffers[outBuf].count[r]) +
-                                                  " elements, expected " + std::to_string(outCount) + " for " +
-                                                  toString(spec.op) + " of count " + std::to_string(spec.count));
+                                                  std::to_string(s.buffers[outBuf].count[r]) + " elements, expected " +
+                                                  std::to_string(outCount) + " for " + toString(spec.op) +
+                                                  " of count " + std::to_string(spec.count));
   }
 
   HostMemory mem = HostMemory::allocate(s);
@@ -214,8 +214,7 @@ VerifyResult verifyCollective(const Schedule& s, const CollectiveSpec& spec, uin
   execute(s, mem, opt);
 
   const std::vector<std::vector<float>> ref = referenceCollective(spec, n, inputs);
-  const bool summing = spec.redop == RedOp::Sum &&
-                       (spec.op == CollOp::AllReduce || spec.op == CollOp::ReduceScatter);
+  const bool summing = spec.redop == RedOp::Sum && (spec.op == CollOp::AllReduce || spec.op == CollOp::ReduceScatter);
   const bool exact = kind == InputKind::SmallIntegers || !summing;
   const double u = unitRoundoff(spec.dtype);
   const double uEff = u + (spec.dtype == DType::Float32 ? 0.0 : 0x1p-24);

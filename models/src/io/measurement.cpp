@@ -34,7 +34,8 @@ double needPositive(const json& obj, const char* key, const std::string& where, 
   if (!v.is_number()) fail(where + "." + key, "must be a number (got " + v.dump() + ")");
   const double d = v.get<double>();
   if (!std::isfinite(d) || d < 0 || (!allowZero && d == 0))
-    fail(where + "." + key, std::string("must be a finite number ") + (allowZero ? ">= 0" : "> 0") + " (got " + v.dump() + ")");
+    fail(where + "." + key,
+         std::string("must be a finite number ") + (allowZero ? ">= 0" : "> 0") + " (got " + v.dump() + ")");
   return d;
 }
 
@@ -72,7 +73,7 @@ MeasurementFile parseMeasurementFile(const std::string& jsonText, const std::str
   f.command = needString(run, "command", name + ".run");
   const json& recs = need(root, "records", name);
   if (!recs.is_array() || recs.empty()) fail(name + ".records", "must be a non-empty array");
-  static const char* const kKnown[] = {"op",    "impl",  "algo",  "dtype", "ranks", "bytes",
+  static const char* const kKnown[] = {"op",      "impl",      "algo",      "dtype", "ranks", "bytes",
                                        "time_us", "algbw_gbs", "busbw_gbs", "iters", "stat"};
   for (std::size_t i = 0; i < recs.size(); ++i) {
     const std::string where = name + ".records[" + std::to_string(i) + "]";
@@ -111,9 +112,10 @@ std::string measurementFileToJson(const MeasurementFile& f) {
   root["run"] = {{"date", f.date}, {"commit", f.commit}, {"command", f.command}};
   json recs = json::array();
   for (const auto& m : f.records) {
-    json r = {{"op", m.op},         {"impl", m.impl},       {"algo", m.algo},           {"dtype", m.dtype},
-              {"ranks", m.ranks},   {"bytes", m.bytes},     {"time_us", m.timeUs},      {"algbw_gbs", m.algbwGBs},
-              {"busbw_gbs", m.busbwGBs}, {"iters", m.iters}, {"stat", m.stat}};
+    json r = {{"op", m.op},          {"impl", m.impl},          {"algo", m.algo},
+              {"dtype", m.dtype},    {"ranks", m.ranks},        {"bytes", m.bytes},
+              {"time_us", m.timeUs}, {"algbw_gbs", m.algbwGBs}, {"busbw_gbs", m.busbwGBs},
+              {"iters", m.iters},    {"stat", m.stat}};
     for (const auto& [k, v] : m.extra) r[k] = json::parse(v);
     recs.push_back(std::move(r));
   }

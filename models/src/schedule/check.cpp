@@ -36,7 +36,8 @@ void requireRankTables(const Schedule& s) {
 std::vector<std::string> flagProblems(const Schedule& s, FlagRef f, const char* what) {
   std::vector<std::string> problems;
   if (f.rank >= s.nRanks)
-    problems.push_back(std::string(what) + " flag rank " + str(f.rank) + " out of range (nRanks " + str(s.nRanks) + ")");
+    problems.push_back(std::string(what) + " flag rank " + str(f.rank) + " out of range (nRanks " + str(s.nRanks) +
+                       ")");
   if (f.id >= s.nFlags)
     problems.push_back(std::string(what) + " flag id " + str(f.id) + " out of range (nFlags " + str(s.nFlags) + ")");
   return problems;

@@ -252,9 +252,9 @@ std::string scheduleToJson(const Schedule& s, int indent) {
         w.newline(4);
         auto operand = [&](const char* k, const BufRef& ref) {
           if (ref.buffer >= names.size())
-            throw Error(ErrorCode::InvalidArgument, "cannot serialise " + stepWhere(r, l, i) + "." + k + ": buffer id " +
-                                                        std::to_string(ref.buffer) + " out of range (" +
-                                                        std::to_string(names.size()) + " buffers)");
+            throw Error(ErrorCode::InvalidArgument, "cannot serialise " + stepWhere(r, l, i) + "." + k +
+                                                        ": buffer id " + std::to_string(ref.buffer) +
+                                                        " out of range (" + std::to_string(names.size()) + " buffers)");
           w.comma();
           w.key(k);
           o += '[';
@@ -387,7 +387,9 @@ struct Path {
   }
 };
 
-[[noreturn]] void fail(const Path& p, const std::string& msg) { throw Error(ErrorCode::ParseError, p.str() + ": " + msg); }
+[[noreturn]] void fail(const Path& p, const std::string& msg) {
+  throw Error(ErrorCode::ParseError, p.str() + ": " + msg);
+}
 
 std::string describeJson(const json& v) {
   std::string d = v.dump();
@@ -469,8 +471,7 @@ void checkKeys(const json& obj, const Path& p, std::initializer_list<const char*
 
 const std::string kDTypeList = namesOf({DType::Float32, DType::BFloat16, DType::Float16});
 const std::string kRedOpList = namesOf({RedOp::Sum, RedOp::Max, RedOp::Min});
-const std::string kRoleList =
-    namesOf({LaneRole::Compute, LaneRole::Intra, LaneRole::InterSend, LaneRole::InterRecv});
+const std::string kRoleList = namesOf({LaneRole::Compute, LaneRole::Intra, LaneRole::InterSend, LaneRole::InterRecv});
 const std::string kKindList = namesOf({StepKind::Copy, StepKind::Reduce, StepKind::Put, StepKind::ProxyPut,
                                        StepKind::Signal, StepKind::Wait, StepKind::Gemm, StepKind::Barrier});
 const std::string kBufferKindList =
@@ -520,7 +521,8 @@ class Reader {
     OpInfo& info = s_.info;
     if (const json* x = optionalMember(v, "op")) info.op = asString(*x, p["op"]);
     if (const json* x = optionalMember(v, "algo")) info.algo = asString(*x, p["algo"]);
-    if (const json* x = optionalMember(v, "dtype")) info.dtype = asEnum<DType>(*x, p["dtype"], parseDType, "dtype", kDTypeList);
+    if (const json* x = optionalMember(v, "dtype"))
+      info.dtype = asEnum<DType>(*x, p["dtype"], parseDType, "dtype", kDTypeList);
     if (const json* x = optionalMember(v, "redop"))
       info.redop = asEnum<RedOp>(*x, p["redop"], parseRedOp, "reduction op", kRedOpList);
     if (const json* x = optionalMember(v, "count")) info.count = asU64(*x, p["count"]);
@@ -547,8 +549,8 @@ class Reader {
       const json& c = member(o, "count", pb);
       if (c.is_array()) {
         if (c.size() != s_.nRanks)
-          fail(pc, "has " + std::to_string(c.size()) + " per-rank counts, expected nRanks = " +
-                       std::to_string(s_.nRanks));
+          fail(pc,
+               "has " + std::to_string(c.size()) + " per-rank counts, expected nRanks = " + std::to_string(s_.nRanks));
         d.count.reserve(c.size());
         for (std::size_t r = 0; r < c.size(); ++r) d.count.push_back(asU64(c[r], pc[r]));
       } else {
@@ -672,7 +674,8 @@ class Reader {
         st.dst = readOperand(member(o, "dst", p), p["dst"]);
         st.a = readOperand(member(o, "a", p), p["a"]);
         st.b = readOperand(member(o, "b", p), p["b"]);
-        if (const json* x = optionalMember(o, "accumulate"); x && asBool(*x, p["accumulate"])) st.flags |= kStepAccumulate;
+        if (const json* x = optionalMember(o, "accumulate"); x && asBool(*x, p["accumulate"]))
+          st.flags |= kStepAccumulate;
         if (const json* x = optionalMember(o, "bColMajor"); x && asBool(*x, p["bColMajor"])) st.flags |= kStepBColMajor;
         break;
       case StepKind::Barrier:

@@ -264,8 +264,8 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
     if (pl.role > static_cast<uint8_t>(LaneRole::InterRecv))
       bad(where + ": unknown lane role " + std::to_string(pl.role));
     if (pl.firstStep > h.nSteps || pl.nSteps > h.nSteps - pl.firstStep)
-      bad(where + ": steps [" + std::to_string(pl.firstStep) + ", +" + std::to_string(pl.nSteps) +
-          ") exceed nSteps " + std::to_string(h.nSteps));
+      bad(where + ": steps [" + std::to_string(pl.firstStep) + ", +" + std::to_string(pl.nSteps) + ") exceed nSteps " +
+          std::to_string(h.nSteps));
     if (pl.firstStep != expectFirst)
       bad(where + ": firstStep " + std::to_string(pl.firstStep) + ", expected " + std::to_string(expectFirst) +
           " (each lane's steps follow the previous lane's)");
@@ -280,8 +280,8 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
       PackedStep ps;
       std::memcpy(&ps, in, sizeof ps);
       auto fail = [&](const std::string& what) {
-        bad("rank " + std::to_string(pl.rank) + " lane " + std::to_string(pl.laneIndex) + " step " +
-            std::to_string(i) + ": " + what);
+        bad("rank " + std::to_string(pl.rank) + " lane " + std::to_string(pl.laneIndex) + " step " + std::to_string(i) +
+            ": " + what);
       };
       if (ps.kind > static_cast<uint8_t>(StepKind::Barrier)) fail("unknown step kind " + std::to_string(ps.kind));
       if (ps.op > static_cast<uint8_t>(RedOp::Min)) fail("unknown reduction op " + std::to_string(ps.op));
@@ -297,10 +297,20 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
       };
       const bool signals = (kind == StepKind::Put || kind == StepKind::ProxyPut) && (ps.flags & kStepSignal);
       switch (kind) {
-        case StepKind::Copy: checkRef(ps.dst, "dst"); checkRef(ps.a, "a"); break;
-        case StepKind::Reduce: checkRef(ps.dst, "dst"); checkRef(ps.a, "a"); checkRef(ps.b, "b"); break;
+        case StepKind::Copy:
+          checkRef(ps.dst, "dst");
+          checkRef(ps.a, "a");
+          break;
+        case StepKind::Reduce:
+          checkRef(ps.dst, "dst");
+          checkRef(ps.a, "a");
+          checkRef(ps.b, "b");
+          break;
         case StepKind::Put:
-        case StepKind::ProxyPut: checkRef(ps.dst, "dst"); checkRef(ps.a, "a"); break;
+        case StepKind::ProxyPut:
+          checkRef(ps.dst, "dst");
+          checkRef(ps.a, "a");
+          break;
         case StepKind::Gemm:
           checkRef(ps.dst, "dst");
           checkRef(ps.a, "a");

@@ -85,8 +85,8 @@ class FlagIds {
 
 /// One increment of a flag (a Signal, or a Put/ProxyPut with kStepSignal).
 struct Increment {
-  uint32_t flag;    ///< dense flag id
-  uint32_t lane;    ///< global lane id
+  uint32_t flag;  ///< dense flag id
+  uint32_t lane;  ///< global lane id
   uint32_t step;
   uint64_t value;
   uint64_t suffix;  ///< value + values of the same lane's later increments to the same flag
@@ -235,8 +235,9 @@ class Validator {
       ok = false;
     }
     if (ref.buffer >= s_.buffers.size()) {
-      addStep(g, i, std::string(name) + " buffer id " + str(ref.buffer) + " out of range (" +
-                        str(s_.buffers.size()) + " buffers)");
+      addStep(g, i,
+              std::string(name) + " buffer id " + str(ref.buffer) + " out of range (" + str(s_.buffers.size()) +
+                  " buffers)");
       ok = false;
     }
     if (!ok) indexError_ = true;
@@ -247,20 +248,21 @@ class Validator {
   void rangeOk(uint32_t g, uint32_t i, const BufRef& ref, const char* name, uint64_t extent) {
     const uint64_t have = s_.buffers[ref.buffer].count[ref.rank];
     if (ref.offset > have || extent > have - ref.offset) {
-      const std::string end = ref.offset > std::numeric_limits<uint64_t>::max() - extent
-                                  ? std::string("overflow")
-                                  : str(ref.offset + extent);
-      addStep(g, i, std::string(name) + " elements [" + str(ref.offset) + ", " + end + ") exceed buffer " +
-                        bufName(ref.buffer) + " on rank " + str(ref.rank) + " (" + str(have) + " elements)");
+      const std::string end = ref.offset > std::numeric_limits<uint64_t>::max() - extent ? std::string("overflow")
+                                                                                         : str(ref.offset + extent);
+      addStep(g, i,
+              std::string(name) + " elements [" + str(ref.offset) + ", " + end + ") exceed buffer " +
+                  bufName(ref.buffer) + " on rank " + str(ref.rank) + " (" + str(have) + " elements)");
     }
   }
 
   void sameNodeOk(uint32_t g, uint32_t i, const BufRef& ref, const char* name, const char* kind) {
     const uint32_t r = laneRank_[g];
     if (s_.nodeOf[ref.rank] != s_.nodeOf[r])
-      addStep(g, i, std::string(name) + " is on rank " + str(ref.rank) + " (node " + str(s_.nodeOf[ref.rank]) +
-                        "), not on this rank's node " + str(s_.nodeOf[r]) + ": " + kind +
-                        " operands must be on the executing rank's node");
+      addStep(g, i,
+              std::string(name) + " is on rank " + str(ref.rank) + " (node " + str(s_.nodeOf[ref.rank]) +
+                  "), not on this rank's node " + str(s_.nodeOf[r]) + ": " + kind +
+                  " operands must be on the executing rank's node");
   }
 
   void dtypesAgree(uint32_t g, uint32_t i, std::initializer_list<std::pair<const char*, const BufRef*>> ops) {
@@ -269,9 +271,9 @@ class Validator {
     for (const auto& [name, ref] : ops) {
       const DType have = s_.buffers[ref->buffer].dtype;
       if (have != want) {
-        addStep(g, i, std::string("operand dtypes differ: ") + first.first + " " + bufName(first.second->buffer) +
-                          " is " + toString(want) + ", " + name + " " + bufName(ref->buffer) + " is " +
-                          toString(have));
+        addStep(g, i,
+                std::string("operand dtypes differ: ") + first.first + " " + bufName(first.second->buffer) + " is " +
+                    toString(want) + ", " + name + " " + bufName(ref->buffer) + " is " + toString(have));
         return;
       }
     }
@@ -284,9 +286,10 @@ class Validator {
     const uint64_t lo = std::max(dst.offset, src.offset);
     const uint64_t hi = std::min(addSat(dst.offset, n), addSat(src.offset, n));
     if (lo < hi)
-      addStep(g, i, std::string("dst [") + str(dst.offset) + ", " + str(addSat(dst.offset, n)) + ") partially overlaps " +
-                        srcName + " [" + str(src.offset) + ", " + str(addSat(src.offset, n)) + ") in buffer " +
-                        bufName(dst.buffer) + ": in-place operands must coincide exactly");
+      addStep(g, i,
+              std::string("dst [") + str(dst.offset) + ", " + str(addSat(dst.offset, n)) + ") partially overlaps " +
+                  srcName + " [" + str(src.offset) + ", " + str(addSat(src.offset, n)) + ") in buffer " +
+                  bufName(dst.buffer) + ": in-place operands must coincide exactly");
   }
 
   bool flagOk(uint32_t g, uint32_t i, const FlagRef& f, const char* what) {
@@ -351,11 +354,13 @@ class Validator {
           if (!proxy && st.dst.rank == r)
             addStep(g, i, "dst is on the executing rank " + str(r) + ": a put writes a peer's buffer (use copy)");
           else if (!proxy && !sameNode)
-            addStep(g, i, "dst rank " + str(st.dst.rank) + " is on node " + str(s_.nodeOf[st.dst.rank]) +
-                              ", not this rank's node " + str(s_.nodeOf[r]) + ": use proxyput across nodes");
+            addStep(g, i,
+                    "dst rank " + str(st.dst.rank) + " is on node " + str(s_.nodeOf[st.dst.rank]) +
+                        ", not this rank's node " + str(s_.nodeOf[r]) + ": use proxyput across nodes");
           else if (proxy && sameNode)
-            addStep(g, i, "dst rank " + str(st.dst.rank) + " is on this rank's node " + str(s_.nodeOf[r]) +
-                              ": a proxyput crosses nodes (use put inside a node)");
+            addStep(g, i,
+                    "dst rank " + str(st.dst.rank) + " is on this rank's node " + str(s_.nodeOf[r]) +
+                        ": a proxyput crosses nodes (use put inside a node)");
         }
         if (aOk && st.a.rank != r)
           addStep(g, i, "source a is on rank " + str(st.a.rank) + ", expected the executing rank " + str(r));
@@ -366,12 +371,13 @@ class Validator {
         }
         if ((st.flags & kStepSignal) && flagOk(g, i, st.flag, "signal")) {
           if (!proxy && s_.nodeOf[st.flag.rank] != s_.nodeOf[r])
-            addStep(g, i, "signals flag " + str(st.flag.id) + " of rank " + str(st.flag.rank) +
-                              " on another node: a put can only signal NVLink-reachable ranks");
+            addStep(g, i,
+                    "signals flag " + str(st.flag.id) + " of rank " + str(st.flag.rank) +
+                        " on another node: a put can only signal NVLink-reachable ranks");
           if (proxy && st.flag.rank != st.dst.rank)
-            addStep(g, i, "signals flag " + str(st.flag.id) + " of rank " + str(st.flag.rank) +
-                              ", but a proxyput's signal is delivered with the data to dst rank " +
-                              str(st.dst.rank));
+            addStep(g, i,
+                    "signals flag " + str(st.flag.id) + " of rank " + str(st.flag.rank) +
+                        ", but a proxyput's signal is delivered with the data to dst rank " + str(st.dst.rank));
           recordIncrement(g, i, st);
         }
         return;
@@ -422,16 +428,18 @@ class Validator {
     sameNodeOk(g, i, st.b, "B (b)", "gemm");
     const DType da = s_.buffers[st.a.buffer].dtype, db = s_.buffers[st.b.buffer].dtype;
     if (da != db || da == DType::Float32)
-      addStep(g, i, std::string("A and B must share one 16-bit dtype (bfloat16 or float16): A ") + bufName(st.a.buffer) +
-                        " is " + toString(da) + ", B " + bufName(st.b.buffer) + " is " + toString(db));
+      addStep(g, i,
+              std::string("A and B must share one 16-bit dtype (bfloat16 or float16): A ") + bufName(st.a.buffer) +
+                  " is " + toString(da) + ", B " + bufName(st.b.buffer) + " is " + toString(db));
     if (!ok) return;
     const GemmShape& gs = s_.gemms[st.aux];
     if (gs.m == 0 || gs.n == 0 || gs.k == 0) return;  // reported once for the shape
     const bool colB = st.flags & kStepBColMajor;
     const uint64_t needLdb = colB ? gs.k : gs.n;
     if (gs.ldb < needLdb)
-      addStep(g, i, "gemms[" + str(st.aux) + "].ldb " + str(gs.ldb) + " < " + (colB ? "k " : "n ") + str(needLdb) +
-                        " (B is " + (colB ? "column" : "row") + "-major)");
+      addStep(g, i,
+              "gemms[" + str(st.aux) + "].ldb " + str(gs.ldb) + " < " + (colB ? "k " : "n ") + str(needLdb) +
+                  " (B is " + (colB ? "column" : "row") + "-major)");
     else
       rangeOk(g, i, st.b, "B (b)", extentB(gs, colB));
     if (gs.lda >= gs.k) rangeOk(g, i, st.a, "A (a)", uint64_t{gs.m - 1} * gs.lda + gs.k);
@@ -458,12 +466,14 @@ class Validator {
       const FlagRef f = flagIds_.ref(w.flag);
       const uint64_t sent = total_[w.flag];
       if (sent == 0) {
-        addStep(w.lane, w.step, "waits on flag " + str(f.id) + " of rank " + str(f.rank) +
-                                    " but no step ever signals it (dangling wait)");
+        addStep(
+            w.lane, w.step,
+            "waits on flag " + str(f.id) + " of rank " + str(f.rank) + " but no step ever signals it (dangling wait)");
         flagBroken_[w.flag] = 1;
       } else if (w.value > sent) {
-        addStep(w.lane, w.step, "flag " + str(f.id) + " of rank " + str(f.rank) + " can never be satisfied: waits for >= " +
-                                    str(w.value) + " but only " + str(sent) + " increments are ever sent");
+        addStep(w.lane, w.step,
+                "flag " + str(f.id) + " of rank " + str(f.rank) + " can never be satisfied: waits for >= " +
+                    str(w.value) + " but only " + str(sent) + " increments are ever sent");
         flagBroken_[w.flag] = 1;
       }
     }
@@ -497,8 +507,9 @@ class Validator {
         barrierDense_[stepKey(b.lane, b.step)] = dense;
         if (k > begin && barriers_[k - 1].rank == b.rank) {
           const BarrierRec& prev = barriers_[k - 1];
-          addStep(b.lane, b.step, "executes barrier " + str(id) + " again (rank " + str(b.rank) + " already reached it at " +
-                                      where(prev.lane, prev.step) + "); every rank executes each barrier exactly once");
+          addStep(b.lane, b.step,
+                  "executes barrier " + str(id) + " again (rank " + str(b.rank) + " already reached it at " +
+                      where(prev.lane, prev.step) + "); every rank executes each barrier exactly once");
           barrierBroken_[dense] = 1;
           continue;
         }
@@ -508,8 +519,9 @@ class Validator {
       }
       for (; nextRank < s_.nRanks; ++nextRank) noteMissing(missing, nMissing, nextRank);
       if (distinct < s_.nRanks) {
-        add(-1, -1, -1, "barrier " + str(id) + ": ranks [" + missing + "] never execute it (" + str(nMissing) +
-                            " of " + str(s_.nRanks) + " ranks missing); every rank executes each barrier exactly once");
+        add(-1, -1, -1,
+            "barrier " + str(id) + ": ranks [" + missing + "] never execute it (" + str(nMissing) + " of " +
+                str(s_.nRanks) + " ranks missing); every rank executes each barrier exactly once");
         barrierBroken_[dense] = 1;
       }
       begin = end;
@@ -607,8 +619,9 @@ class Validator {
       if (st.kind == StepKind::Wait) {
         const uint32_t f = flagOf_[stepKey(g, pc)];
         if (flagBroken_[f]) continue;  // already reported as dangling / unsatisfiable
-        addStep(g, pc, "flag " + str(st.flag.id) + " >= " + str(st.value) + " never reached (final value " +
-                           str(counter_[f]) + ")" + pendingSignallers(f));
+        addStep(g, pc,
+                "flag " + str(st.flag.id) + " >= " + str(st.value) + " never reached (final value " + str(counter_[f]) +
+                    ")" + pendingSignallers(f));
       } else if (st.kind == StepKind::Barrier) {
         const uint32_t b = barrierDense_.at(stepKey(g, pc));
         if (barrierBroken_[b]) continue;
@@ -635,7 +648,8 @@ class Validator {
       ++n;
     }
     if (n == 0) return out;
-    return "; its missing increments come from steps that never run: " + out + (n > 3 ? "; +" + str(n - 3) + " more" : "");
+    return "; its missing increments come from steps that never run: " + out +
+           (n > 3 ? "; +" + str(n - 3) + " more" : "");
   }
 
   /// Counting sort of increments by flag (stable: keeps lane-major, program order within a flag) and the
@@ -690,9 +704,8 @@ class Validator {
   /// Offset of lane g's clock snapshot in effect at step i (the last one taken at a step < i).
   uint64_t snapAt(uint32_t g, uint32_t i) const {
     const auto& v = snaps_[g];
-    auto it = std::lower_bound(v.begin(), v.end(), i, [](const std::pair<uint32_t, uint64_t>& sn, uint32_t step) {
-      return sn.first < step;
-    });
+    auto it = std::lower_bound(v.begin(), v.end(), i,
+                               [](const std::pair<uint32_t, uint64_t>& sn, uint32_t step) { return sn.first < step; });
     return it == v.begin() ? kNoSnap : std::prev(it)->second;
   }
 

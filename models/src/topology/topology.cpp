@@ -28,15 +28,20 @@ std::string presetList() {
 }
 
 // Hopper SXM figures shared by the DGX presets and the lent node.
-constexpr uint32_t kHopperSxmSms = 132;       // H100/H200 SXM5: 132 SMs (NVIDIA H100 Tensor Core GPU Architecture whitepaper)
-constexpr double kHopperBf16DenseTflops = 989; // H100/H200 SXM datasheet: 1979 TFLOP/s bf16 "with sparsity" / 2 = dense
-constexpr double kNvlink4PerDirGBs = 450;     // NVLink 4: 18 links x 25 GB/s per direction = 900 GB/s bidirectional (datasheet)
-constexpr double kNvlinkLatencyUs = 0.65;     // measured on the lent H200 pair: P2P flag round trip 1.25 us / 2
-constexpr double kPcieGen5x16GBs = 64;        // PCIe Gen5 x16: 32 GT/s x 16 lanes, 128b/130b ~ 63-64 GB/s per direction
-constexpr double kPcieLatencyUs = 1.0;        // typical PCIe Gen5 round-trip-halved latency for a posted write + completion (order of 1 us)
-constexpr uint32_t kDgxNics = 8;              // DGX H100/H200: 8 x ConnectX-7 for the compute fabric, one per GPU (DGX user guide)
-constexpr double kCx7PerDirGBs = 50;          // ConnectX-7 NDR 400 Gb/s = 50 GB/s per direction (datasheet)
-constexpr double kCx7LatencyUs = 2.5;         // RDMA WRITE one-way small-message latency through a ConnectX-7, ~2-3 us incl. PCIe
+constexpr uint32_t kHopperSxmSms =
+    132;  // H100/H200 SXM5: 132 SMs (NVIDIA H100 Tensor Core GPU Architecture whitepaper)
+constexpr double kHopperBf16DenseTflops =
+    989;  // H100/H200 SXM datasheet: 1979 TFLOP/s bf16 "with sparsity" / 2 = dense
+constexpr double kNvlink4PerDirGBs =
+    450;  // NVLink 4: 18 links x 25 GB/s per direction = 900 GB/s bidirectional (datasheet)
+constexpr double kNvlinkLatencyUs = 0.65;  // measured on the lent H200 pair: P2P flag round trip 1.25 us / 2
+constexpr double kPcieGen5x16GBs = 64;     // PCIe Gen5 x16: 32 GT/s x 16 lanes, 128b/130b ~ 63-64 GB/s per direction
+constexpr double kPcieLatencyUs =
+    1.0;  // typical PCIe Gen5 round-trip-halved latency for a posted write + completion (order of 1 us)
+constexpr uint32_t kDgxNics = 8;  // DGX H100/H200: 8 x ConnectX-7 for the compute fabric, one per GPU (DGX user guide)
+constexpr double kCx7PerDirGBs = 50;  // ConnectX-7 NDR 400 Gb/s = 50 GB/s per direction (datasheet)
+constexpr double kCx7LatencyUs =
+    2.5;  // RDMA WRITE one-way small-message latency through a ConnectX-7, ~2-3 us incl. PCIe
 
 Topology dgx(const std::string& name, const std::string& gpu, double hbmGBs) {
   Topology t;
@@ -88,7 +93,9 @@ const Json& member(const Json& obj, const std::string& path, const char* key) {
   return *it;
 }
 
-std::string childPath(const std::string& path, const char* key) { return path.empty() ? std::string(key) : path + "." + key; }
+std::string childPath(const std::string& path, const char* key) {
+  return path.empty() ? std::string(key) : path + "." + key;
+}
 
 /// Reject keys we do not know: a misspelt "bwGbs" silently keeping a default is worse than an error.
 void onlyKeys(const Json& obj, const std::string& path, std::initializer_list<const char*> keys) {
@@ -107,14 +114,16 @@ void onlyKeys(const Json& obj, const std::string& path, std::initializer_list<co
 const Json& object(const Json& obj, const std::string& path, const char* key) {
   const Json& j = member(obj, path, key);
   if (!j.is_object())
-    throw Error(ErrorCode::ParseError, "topology: " + childPath(path, key) + " must be an object (got " + typeName(j) + ")");
+    throw Error(ErrorCode::ParseError,
+                "topology: " + childPath(path, key) + " must be an object (got " + typeName(j) + ")");
   return j;
 }
 
 double number(const Json& obj, const std::string& path, const char* key) {
   const Json& j = member(obj, path, key);
   if (!j.is_number())
-    throw Error(ErrorCode::ParseError, "topology: " + childPath(path, key) + " must be a number (got " + typeName(j) + ")");
+    throw Error(ErrorCode::ParseError,
+                "topology: " + childPath(path, key) + " must be a number (got " + typeName(j) + ")");
   return j.get<double>();
 }
 
@@ -135,14 +144,16 @@ uint32_t count32(const Json& obj, const std::string& path, const char* key) {
 std::string text(const Json& obj, const std::string& path, const char* key) {
   const Json& j = member(obj, path, key);
   if (!j.is_string())
-    throw Error(ErrorCode::ParseError, "topology: " + childPath(path, key) + " must be a string (got " + typeName(j) + ")");
+    throw Error(ErrorCode::ParseError,
+                "topology: " + childPath(path, key) + " must be a string (got " + typeName(j) + ")");
   return j.get<std::string>();
 }
 
 bool boolean(const Json& obj, const std::string& path, const char* key) {
   const Json& j = member(obj, path, key);
   if (!j.is_boolean())
-    throw Error(ErrorCode::ParseError, "topology: " + childPath(path, key) + " must be true or false (got " + typeName(j) + ")");
+    throw Error(ErrorCode::ParseError,
+                "topology: " + childPath(path, key) + " must be true or false (got " + typeName(j) + ")");
   return j.get<bool>();
 }
 
@@ -200,7 +211,8 @@ void validateTopology(const Topology& t) {
     throw Error(ErrorCode::InvalidArgument, "fabric.kind must be \"rail-leaf-spine\" (got \"" + f.kind + "\")");
   if (f.nodesPerLeaf == 0) throw Error(ErrorCode::InvalidArgument, "fabric.nodesPerLeaf must be >= 1 (got 0)");
   if (!std::isfinite(f.oversubscription) || !(f.oversubscription >= 1))
-    throw Error(ErrorCode::InvalidArgument, "fabric.oversubscription must be >= 1 (got " + formatNumber(f.oversubscription) + ")");
+    throw Error(ErrorCode::InvalidArgument,
+                "fabric.oversubscription must be >= 1 (got " + formatNumber(f.oversubscription) + ")");
   requireNonNegative("fabric.switchLatencyUs", f.switchLatencyUs);
 }
 
@@ -235,7 +247,8 @@ Topology topologyFromJson(const std::string& textIn) {
   } catch (const Json::parse_error& e) {
     throw Error(ErrorCode::ParseError, std::string("topology: not valid JSON: ") + e.what());
   }
-  if (!j.is_object()) throw Error(ErrorCode::ParseError, "topology: the document must be a JSON object (got " + typeName(j) + ")");
+  if (!j.is_object())
+    throw Error(ErrorCode::ParseError, "topology: the document must be a JSON object (got " + typeName(j) + ")");
   if (j.contains("schema")) {
     const std::string schema = text(j, "", "schema");
     if (schema != kTopologySchema)
@@ -252,7 +265,8 @@ Topology topologyFromJson(const std::string& textIn) {
     return topologyPreset(preset, nodes);
   }
 
-  if (!j.contains("schema")) throw Error(ErrorCode::ParseError, "topology: missing field schema (or use {\"preset\": ...})");
+  if (!j.contains("schema"))
+    throw Error(ErrorCode::ParseError, "topology: missing field schema (or use {\"preset\": ...})");
   onlyKeys(j, "", {"schema", "name", "nodes", "node", "fabric"});
   Topology t;
   t.name = text(j, "", "name");
@@ -295,8 +309,8 @@ Topology loadTopology(const std::string& presetOrPath, uint32_t nodes) {
 
   std::error_code ec;
   if (presetOrPath.empty() || !std::filesystem::is_regular_file(presetOrPath, ec))
-    throw Error(ErrorCode::NotFound, "unknown cluster '" + presetOrPath + "': not a preset (" + presetList() +
-                                         ") and no such file");
+    throw Error(ErrorCode::NotFound,
+                "unknown cluster '" + presetOrPath + "': not a preset (" + presetList() + ") and no such file");
   Topology t;
   try {
     t = topologyFromJson(readFile(presetOrPath));

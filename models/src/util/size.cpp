@@ -10,8 +10,8 @@ namespace mk {
 
 uint64_t parseSize(std::string_view text) {
   auto fail = [&](const char* why) {
-    return Error(ErrorCode::InvalidArgument, "bad size '" + std::string(text) + "': " + why +
-                                                 " (expected e.g. 8, 1021, 64K, 1MiB, 1G)");
+    return Error(ErrorCode::InvalidArgument,
+                 "bad size '" + std::string(text) + "': " + why + " (expected e.g. 8, 1021, 64K, 1MiB, 1G)");
   };
   std::size_t i = 0;
   while (i < text.size() && text[i] == ' ') ++i;
@@ -31,13 +31,20 @@ uint64_t parseSize(std::string_view text) {
   unsigned shift = 0;
   if (!suffix.empty() && suffix.back() == 'B') suffix.pop_back();
   if (!suffix.empty() && suffix.back() == 'I') suffix.pop_back();
-  if (suffix.empty()) shift = 0;
-  else if (suffix == "K") shift = 10;
-  else if (suffix == "M") shift = 20;
-  else if (suffix == "G") shift = 30;
-  else if (suffix == "T") shift = 40;
-  else if (suffix.find('.') != std::string::npos) throw fail("fractions are not allowed");
-  else throw fail("unknown suffix");
+  if (suffix.empty())
+    shift = 0;
+  else if (suffix == "K")
+    shift = 10;
+  else if (suffix == "M")
+    shift = 20;
+  else if (suffix == "G")
+    shift = 30;
+  else if (suffix == "T")
+    shift = 40;
+  else if (suffix.find('.') != std::string::npos)
+    throw fail("fractions are not allowed");
+  else
+    throw fail("unknown suffix");
   if (shift && value > (std::numeric_limits<uint64_t>::max() >> shift)) throw fail("too large");
   return value << shift;
 }
@@ -54,18 +61,25 @@ std::string formatSize(uint64_t bytes) {
 
 std::string formatMicros(double us) {
   char buf[64];
-  if (us >= 1e6) std::snprintf(buf, sizeof buf, "%.3f s", us / 1e6);
-  else if (us >= 1e3) std::snprintf(buf, sizeof buf, "%.3f ms", us / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.3f us", us);
+  if (us >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.3f s", us / 1e6);
+  else if (us >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.3f ms", us / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.3f us", us);
   return buf;
 }
 
 std::string formatBytes(double bytes) {
   char buf[64];
-  if (bytes >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
-  else if (bytes >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1024.0 * 1024));
-  else if (bytes >= 1024.0) std::snprintf(buf, sizeof buf, "%.2f KiB", bytes / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%.0f B", bytes);
+  if (bytes >= 1024.0 * 1024 * 1024)
+    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+  else if (bytes >= 1024.0 * 1024)
+    std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1024.0 * 1024));
+  else if (bytes >= 1024.0)
+    std::snprintf(buf, sizeof buf, "%.2f KiB", bytes / 1024.0);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f B", bytes);
   return buf;
 }
 

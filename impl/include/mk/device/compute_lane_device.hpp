@@ -51,17 +51,17 @@ enum LoweredGemmBits : uint32_t {
 /// One Gemm step of a rank's program, as lowered (the aux table of the program image). The host reads it
 /// per op to build the step's GemmParams; the kernel reads only the GemmParams.
 struct alignas(16) LoweredGemm {
-  uint32_t m, n, k;         ///< C is m x n, A m x k
-  uint32_t lda, ldb, ldc;   ///< leading dimensions in elements
-  uint32_t blockN;          ///< tile width chosen at lowering (128 or 256)
-  uint32_t flags;           ///< LoweredGemmBits
-  uint32_t tiles;           ///< ceil(m / 128) x ceil(n / blockN)
-  uint32_t ctas;            ///< CTAs of the lane that run tiles (LoweredStep::activeCtas)
-  uint16_t lane;            ///< lane index in the schedule (diagnostics)
-  uint8_t outDType;         ///< DType of C (Float32 or BFloat16)
+  uint32_t m, n, k;        ///< C is m x n, A m x k
+  uint32_t lda, ldb, ldc;  ///< leading dimensions in elements
+  uint32_t blockN;         ///< tile width chosen at lowering (128 or 256)
+  uint32_t flags;          ///< LoweredGemmBits
+  uint32_t tiles;          ///< ceil(m / 128) x ceil(n / blockN)
+  uint32_t ctas;           ///< CTAs of the lane that run tiles (LoweredStep::activeCtas)
+  uint16_t lane;           ///< lane index in the schedule (diagnostics)
+  uint8_t outDType;        ///< DType of C (Float32 or BFloat16)
   uint8_t reserved0;
-  uint32_t step;            ///< step index in the lane (diagnostics)
-  uint64_t a, b, dst;       ///< operands (kOperandShift encoding), as in the LoweredStep
+  uint32_t step;       ///< step index in the lane (diagnostics)
+  uint64_t a, b, dst;  ///< operands (kOperandShift encoding), as in the LoweredStep
 };
 static_assert(sizeof(LoweredGemm) == 80, "LoweredGemm is a fixed wire record");
 
@@ -82,8 +82,7 @@ extern __shared__ __align__(16) uint8_t mkComputeLaneSmem[];
 MK_DEVICE_INLINE void runGemmStep(const LoweredStep& step, const ProgramHeader* ph, const uint64_t* table,
                                   uint32_t rank, uint32_t idx) {
   if (idx >= step.activeCtas) return;
-  const auto* block =
-      reinterpret_cast<const GemmParams*>(table[gemmParamsBinding(ph->nRanks, ph->nBuffers, rank)]);
+  const auto* block = reinterpret_cast<const GemmParams*>(table[gemmParamsBinding(ph->nRanks, ph->nBuffers, rank)]);
   const GemmParams& p = block[step.count];
   const uint32_t units = p.tilesM * p.tilesN;
   GemmNoHook hook;

@@ -64,7 +64,8 @@ static_assert(sizeof(StatusBlock) == 64);
 /// Kernel -> host progress of one rank, host-mapped. Single writer per field: the rank's control block
 /// (its host-link warp, the only one that touches host memory), except `shutdown` (host -> kernel).
 struct alignas(64) RankMailbox {
-  uint32_t fetched;    ///< ops published to the workers (the host may reuse ring slot j, descriptor and doorbell, once > j)
+  uint32_t
+      fetched;  ///< ops published to the workers (the host may reuse ring slot j, descriptor and doorbell, once > j)
   uint32_t completed;  ///< ops complete on every rank (mirror of RankState::complete for host polling)
   uint32_t started;    ///< CTAs that entered the kernel (co-residency check at launch)
   uint32_t exited;     ///< 1 once the control warp has left its loop
@@ -190,20 +191,20 @@ inline constexpr uint64_t kOperandOffsetMask = (uint64_t{1} << kOperandShift) - 
 
 /// One step as the resident kernel runs it; 64 bytes, read whole before acting, never written at run time.
 struct alignas(16) LoweredStep {
-  uint8_t kind;   ///< StepKind (Copy, Reduce, Put, Signal, Wait, Barrier, Gemm: count = LoweredGemm index)
-  uint8_t redop;  ///< RedOp
-  uint8_t dtype;  ///< DType of the operands (checked equal at lowering)
-  uint8_t bits;   ///< LoweredStepBits
-  uint16_t activeCtas;  ///< CTAs of the lane that move data (the rest only take part in syncs)
-  uint16_t entryMask;   ///< ranks whose op entry this step waits for (kLsEntryCheck)
-  uint32_t flagRank;    ///< Signal / Put+signal: target rank; Wait: own rank
-  uint32_t flagId;      ///< flag id (Signal, Put+signal, Wait) or barrier id (Barrier)
-  uint32_t barrierSync;    ///< sync point the lane's CTAs meet at before the step (kLsBarrierBefore)
-  uint32_t arriveSync;     ///< sync point counting arrivals after the step (signal / barrier, lanes of > 1 CTA):
-                           ///< the CTA whose arrival completes it signals for the whole lane
-  uint64_t count;          ///< elements
-  uint64_t value;          ///< Signal increment / Wait threshold
-  uint64_t dst, a, b;      ///< operands (kOperandShift encoding)
+  uint8_t kind;          ///< StepKind (Copy, Reduce, Put, Signal, Wait, Barrier, Gemm: count = LoweredGemm index)
+  uint8_t redop;         ///< RedOp
+  uint8_t dtype;         ///< DType of the operands (checked equal at lowering)
+  uint8_t bits;          ///< LoweredStepBits
+  uint16_t activeCtas;   ///< CTAs of the lane that move data (the rest only take part in syncs)
+  uint16_t entryMask;    ///< ranks whose op entry this step waits for (kLsEntryCheck)
+  uint32_t flagRank;     ///< Signal / Put+signal: target rank; Wait: own rank
+  uint32_t flagId;       ///< flag id (Signal, Put+signal, Wait) or barrier id (Barrier)
+  uint32_t barrierSync;  ///< sync point the lane's CTAs meet at before the step (kLsBarrierBefore)
+  uint32_t arriveSync;   ///< sync point counting arrivals after the step (signal / barrier, lanes of > 1 CTA):
+                         ///< the CTA whose arrival completes it signals for the whole lane
+  uint64_t count;        ///< elements
+  uint64_t value;        ///< Signal increment / Wait threshold
+  uint64_t dst, a, b;    ///< operands (kOperandShift encoding)
 };
 static_assert(sizeof(LoweredStep) == 64);
 
@@ -220,7 +221,7 @@ static_assert(sizeof(LoweredLane) == 32);
 
 /// Which lane a worker CTA runs.
 struct CtaAssignment {
-  uint16_t lane;       ///< index into the program's lanes
+  uint16_t lane;  ///< index into the program's lanes
   uint16_t indexInLane;
 };
 static_assert(sizeof(CtaAssignment) == 4);
@@ -264,14 +265,14 @@ MK_HOST_DEVICE_INLINE void ctaPiece(uint64_t count, uint32_t active, uint32_t id
 
 /// Everything the resident kernel of one rank needs; passed by value at launch.
 struct EngineDeviceHandle {
-  RankState* state;               ///< this rank's state (device memory)
-  RankState* peers[kMaxRanks];    ///< every rank's state as this GPU addresses it (peer mappings; [rank] = state)
-  StatusBlock* status;            ///< host-mapped, shared by the group
-  RankMailbox* mailbox;           ///< host-mapped, this rank's
-  const OpDescriptor* ring;       ///< host-mapped, shared by the group
-  OpStamp* stamps;                ///< device memory, this rank's, ringSlots entries (read by cudaMemcpy)
-  TraceRecord* trace;             ///< host-mapped, this rank's (null when tracing is off)
-  uint32_t* failureClaim;         ///< rank 0's RankState::failureClaim (peer-mapped)
+  RankState* state;             ///< this rank's state (device memory)
+  RankState* peers[kMaxRanks];  ///< every rank's state as this GPU addresses it (peer mappings; [rank] = state)
+  StatusBlock* status;          ///< host-mapped, shared by the group
+  RankMailbox* mailbox;         ///< host-mapped, this rank's
+  const OpDescriptor* ring;     ///< host-mapped, shared by the group
+  OpStamp* stamps;              ///< device memory, this rank's, ringSlots entries (read by cudaMemcpy)
+  TraceRecord* trace;           ///< host-mapped, this rank's (null when tracing is off)
+  uint32_t* failureClaim;       ///< rank 0's RankState::failureClaim (peer-mapped)
   uint32_t traceCapacity;
   uint32_t ringSlots;
   uint32_t rank, nRanks;

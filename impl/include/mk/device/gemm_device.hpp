@@ -65,10 +65,10 @@ constexpr uint64_t kGemmWaitLimitNs = 10ull * 1000 * 1000 * 1000;
 /// the tiles: fewer idle CTAs in the last wave when tiles / CTAs rounds up badly, e.g. 116 CTAs).
 template <uint32_t kBlockNValue, bool kTmaStoreCValue = false>
 struct GemmTileConfigT {
-  static constexpr uint32_t kBlockM = 128;          ///< output rows per tile (two consumer warpgroups x 64)
+  static constexpr uint32_t kBlockM = 128;           ///< output rows per tile (two consumer warpgroups x 64)
   static constexpr uint32_t kBlockN = kBlockNValue;  ///< output columns per tile (one wgmma n per consumer)
-  static constexpr uint32_t kBlockK = 64;   ///< k per stage: 64 bf16 = 128 bytes, one swizzle row
-  static constexpr uint32_t kWgmmaK = 16;   ///< k per wgmma instruction (bf16)
+  static constexpr uint32_t kBlockK = 64;            ///< k per stage: 64 bf16 = 128 bytes, one swizzle row
+  static constexpr uint32_t kWgmmaK = 16;            ///< k per wgmma instruction (bf16)
   /// Epilogue through a shared-memory staging buffer and TMA stores (bf16 output) instead of direct stores.
   static constexpr bool kTmaStoreC = kTmaStoreCValue;
   /// Shared-memory ring depth: 4 x 48 KiB or 6 x 32 KiB (+ 32 KiB of C staging for the TMA-store epilogue:
@@ -76,7 +76,7 @@ struct GemmTileConfigT {
   static constexpr uint32_t kStages = kBlockN == 256 ? 4 : 6;
   static constexpr uint32_t kConsumerWarpgroups = 2;
   static constexpr uint32_t kThreads = 128 * (1 + kConsumerWarpgroups);  ///< producer + consumers
-  static constexpr uint32_t kConsumerWarps = 4 * kConsumerWarpgroups;     ///< arrivals that free a stage
+  static constexpr uint32_t kConsumerWarps = 4 * kConsumerWarpgroups;    ///< arrivals that free a stage
   static constexpr uint32_t kAccRegs = kBlockN / 2;  ///< fp32 accumulators per consumer thread (64 x N / 128)
   static constexpr uint32_t kStageBytesA = kBlockM * kBlockK * 2;
   static constexpr uint32_t kStageBytesB = kBlockN * kBlockK * 2;
@@ -122,18 +122,18 @@ enum class GemmOut : uint32_t { BFloat16 = 0, Float32 = 1 };
 /// (mk::GemmPlan). Trivially copyable: it is a kernel parameter (tensor maps must live in param, const or
 /// global memory, never in registers or shared memory).
 struct GemmParams {
-  GemmTensorMap mapA;   ///< A: M x K row-major, box 64 k x 128 rows
-  GemmTensorMap mapB;   ///< B: N x K row-major (box 64 k x kBlockN rows) or K x N row-major (box 64 n x 64 k)
-  void* c;              ///< C: M x N row-major, element type `out`
-  uint64_t ldc;         ///< elements between rows of C
-  uint32_t m, n, k;     ///< problem size
-  uint32_t tilesM;      ///< ceil(m / kBlockM)
-  uint32_t tilesN;      ///< ceil(n / kBlockN)
-  uint32_t blockN;      ///< the tile width the kernel was compiled for (128 or 256): checked on entry
-  uint32_t kIters;      ///< ceil(k / kBlockK)
-  uint32_t groupM;      ///< tile rows per raster group (L2 reuse of B across consecutive tiles)
-  GemmOut out;          ///< C's element type
-  uint32_t bRowMajor;   ///< 1: B is K x N row-major (wgmma reads it transposed); 0: N x K row-major
+  GemmTensorMap mapA;  ///< A: M x K row-major, box 64 k x 128 rows
+  GemmTensorMap mapB;  ///< B: N x K row-major (box 64 k x kBlockN rows) or K x N row-major (box 64 n x 64 k)
+  void* c;             ///< C: M x N row-major, element type `out`
+  uint64_t ldc;        ///< elements between rows of C
+  uint32_t m, n, k;    ///< problem size
+  uint32_t tilesM;     ///< ceil(m / kBlockM)
+  uint32_t tilesN;     ///< ceil(n / kBlockN)
+  uint32_t blockN;     ///< the tile width the kernel was compiled for (128 or 256): checked on entry
+  uint32_t kIters;     ///< ceil(k / kBlockK)
+  uint32_t groupM;     ///< tile rows per raster group (L2 reuse of B across consecutive tiles)
+  GemmOut out;         ///< C's element type
+  uint32_t bRowMajor;  ///< 1: B is K x N row-major (wgmma reads it transposed); 0: N x K row-major
   /// 1: the kernel was compiled with the TMA-store epilogue (checked on entry: mapC must be valid and the
   /// output bf16); 0: direct stores.
   uint32_t tmaStoreC;
@@ -278,15 +278,16 @@ MK_HOST_DEVICE_INLINE void gemmUnit(const GemmParams& p, uint32_t unit, uint32_t
 
 /// The work of one CTA, in order: its data-parallel units unit, unit + stride, ... < end, then (standalone
 /// kernels with stream-K only) the segments of its stream-K range [skNext, skEnd), last segment first
-/// (gemmStreamKLastSegment). Host and device code (the unit tests replay the kernel's walk). Producer and consumers walk
-/// the same sequence. 32-bit iteration indices (the host keeps a stream-K region below 2^32 iterations): the
+/// (gemmStreamKLastSegment). Host and device code (the unit tests replay the kernel's walk). Producer and consumers
+/// walk the same sequence. 32-bit iteration indices (the host keeps a stream-K region below 2^32 iterations): the
 /// consumers' 128 accumulators leave no register for 64-bit cursors (measured: spills).
 struct GemmWorkCursor {
   uint32_t unit, stride, end;
   uint32_t skNext, skEnd;
   /// The next piece of work: raster tile `tile`, split-K piece `split`, k-slices [kBegin, kEnd); false when done.
   template <bool kResident>
-  MK_HOST_DEVICE_INLINE bool next(const GemmParams& p, uint32_t& tile, uint32_t& split, uint32_t& kBegin, uint32_t& kEnd) {
+  MK_HOST_DEVICE_INLINE bool next(const GemmParams& p, uint32_t& tile, uint32_t& split, uint32_t& kBegin,
+                                  uint32_t& kEnd) {
     if (unit < end) {
       gemmUnit(p, unit, tile, split, kBegin, kEnd);
       unit += stride;
@@ -309,7 +310,7 @@ struct GemmWorkCursor {
 /// The cursor of CTA `cta` (its stream-K range; empty without stream-K or in the resident kernel).
 template <bool kResident>
 MK_HOST_DEVICE_INLINE GemmWorkCursor gemmWorkCursor(const GemmParams& p, uint32_t first, uint32_t stride, uint32_t end,
-                                               uint32_t cta) {
+                                                    uint32_t cta) {
   GemmWorkCursor w{first, stride, end, 0, 0};
   if constexpr (!kResident) {
     if (p.skTiles != 0) {
@@ -345,11 +346,10 @@ MK_DEVICE_INLINE void mbarArrive(uint32_t bar) {
 }
 MK_DEVICE_INLINE bool mbarTryWait(uint32_t bar, uint32_t parity) {
   uint32_t done;
-  asm volatile(
-      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
+  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(done)
+               : "r"(bar), "r"(parity)
+               : "memory");
   return done != 0;
 }
 MK_DEVICE_INLINE uint64_t globalTimerNs() {
@@ -793,11 +793,11 @@ MK_DEVICE_INLINE void consumeTiles(const GemmParams& p, uint32_t smemA, uint32_t
 /// kResident (the resident kernel's compute lanes, mk/device/compute_lane_device.hpp): the kernel goes on
 /// running other steps afterwards, so (a) every thread returns only at the end, with
 /// GemmTileConfigT::kLaunchRegs registers again (the consumers give back, a CTA barrier, then the producer
-/// takes back: never the other way round; the kernel must be launched with exactly that count), (b) the mbarriers are invalidated once every thread is done
-/// (the next call re-initialises the same shared memory), (c) the tensor maps, written by the host while
-/// the kernel ran, are acquired by the tensormap proxy before their first use (fence.proxy.tensormap), and
-/// (d) p.accumulate is honoured by the direct epilogue. Every store to C is complete when it returns (the
-/// TMA-store epilogue drains with cp.async.bulk.wait_group 0 + fence.proxy.async.global).
+/// takes back: never the other way round; the kernel must be launched with exactly that count), (b) the mbarriers are
+/// invalidated once every thread is done (the next call re-initialises the same shared memory), (c) the tensor maps,
+/// written by the host while the kernel ran, are acquired by the tensormap proxy before their first use
+/// (fence.proxy.tensormap), and (d) p.accumulate is honoured by the direct epilogue. Every store to C is complete when
+/// it returns (the TMA-store epilogue drains with cp.async.bulk.wait_group 0 + fence.proxy.async.global).
 template <uint32_t kBlockN, bool kTmaStoreC = false, bool kResident = false, class Hook>
 MK_DEVICE_INLINE void gemmRunTiles(const GemmParams& p, uint8_t* smem, uint32_t firstTile, uint32_t tileStride,
                                    uint32_t endTile, Hook& hook, uint32_t skCta = 0) {
@@ -831,16 +831,20 @@ MK_DEVICE_INLINE void gemmRunTiles(const GemmParams& p, uint8_t* smem, uint32_t 
     // The producer also acquires C's map: it prefetches it into the descriptor cache below.
     if (wgThread == 0) {
       if (warpgroup == 0) {
-        asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapA))
-                     : "memory");
-        asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapB))
-                     : "memory");
+        asm volatile(
+            "fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapA))
+            : "memory");
+        asm volatile(
+            "fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapB))
+            : "memory");
         if (kTmaStoreC)
-          asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapC))
-                       : "memory");
+          asm volatile(
+              "fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapC))
+              : "memory");
       } else if (kTmaStoreC) {
-        asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapC))
-                     : "memory");
+        asm volatile(
+            "fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapC))
+            : "memory");
       }
     }
   }
@@ -871,8 +875,8 @@ MK_DEVICE_INLINE void gemmRunTiles(const GemmParams& p, uint8_t* smem, uint32_t 
           const uint32_t dstB = smemB + stage * Cfg::kStageBytesB;
           if (p.bRowMajor) {
             for (uint32_t box = 0; box < Cfg::kBlockN / Cfg::kBoxN; ++box)
-              tmaLoad2d(dstB + box * Cfg::kBoxBytesBRowMajor, &p.mapB,
-                        colB + static_cast<int32_t>(box * Cfg::kBoxN), k0, full);
+              tmaLoad2d(dstB + box * Cfg::kBoxBytesBRowMajor, &p.mapB, colB + static_cast<int32_t>(box * Cfg::kBoxN),
+                        k0, full);
           } else {
             tmaLoad2d(dstB, &p.mapB, k0, colB, full);
           }
@@ -894,11 +898,11 @@ MK_DEVICE_INLINE void gemmRunTiles(const GemmParams& p, uint8_t* smem, uint32_t 
     // One straight-line k-loop per B layout: a layout branch between the wgmmas makes ptxas insert
     // warpgroup.arrive before each of them.
     if (p.bRowMajor)
-      gemm_detail::consumeTiles<kBlockN, kTmaStoreC, 1, kResident>(p, smemA, smemB, staging, fullBar, emptyBar, splitFlag,
-                                                                   firstTile, tileStride, endTile, hook, skCta);
+      gemm_detail::consumeTiles<kBlockN, kTmaStoreC, 1, kResident>(
+          p, smemA, smemB, staging, fullBar, emptyBar, splitFlag, firstTile, tileStride, endTile, hook, skCta);
     else
-      gemm_detail::consumeTiles<kBlockN, kTmaStoreC, 0, kResident>(p, smemA, smemB, staging, fullBar, emptyBar, splitFlag,
-                                                                   firstTile, tileStride, endTile, hook, skCta);
+      gemm_detail::consumeTiles<kBlockN, kTmaStoreC, 0, kResident>(
+          p, smemA, smemB, staging, fullBar, emptyBar, splitFlag, firstTile, tileStride, endTile, hook, skCta);
     if constexpr (!kResident) return;
     // The PTX ISA asks every warp of a warpgroup to synchronise explicitly between two setmaxnreg: the
     // direct epilogue has no warpgroup barrier of its own after the inc above.

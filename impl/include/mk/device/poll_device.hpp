@@ -21,23 +21,23 @@ namespace mk::device {
 
 // Loads, stores and reductions of one memory-model flavour each, for 32- and 64-bit words (generic
 // addresses: device, peer or host-mapped memory). One macro per shape so every flavour is spelled once.
-#define MK_DEFINE_LOADS(name, instr)                                                   \
-  MK_DEVICE_INLINE uint32_t name(const uint32_t* p) {                                  \
-    uint32_t v;                                                                        \
-    asm volatile(instr ".u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");                \
-    return v;                                                                          \
-  }                                                                                    \
-  MK_DEVICE_INLINE uint64_t name(const uint64_t* p) {                                  \
-    uint64_t v;                                                                        \
-    asm volatile(instr ".u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");                \
-    return v;                                                                          \
+#define MK_DEFINE_LOADS(name, instr)                                    \
+  MK_DEVICE_INLINE uint32_t name(const uint32_t* p) {                   \
+    uint32_t v;                                                         \
+    asm volatile(instr ".u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory"); \
+    return v;                                                           \
+  }                                                                     \
+  MK_DEVICE_INLINE uint64_t name(const uint64_t* p) {                   \
+    uint64_t v;                                                         \
+    asm volatile(instr ".u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory"); \
+    return v;                                                           \
   }
-#define MK_DEFINE_STORES(name, instr)                                                  \
-  MK_DEVICE_INLINE void name(uint32_t* p, uint32_t v) {                                \
-    asm volatile(instr ".u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");                  \
-  }                                                                                    \
-  MK_DEVICE_INLINE void name(uint64_t* p, uint64_t v) {                                \
-    asm volatile(instr ".u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");                  \
+#define MK_DEFINE_STORES(name, instr)                                 \
+  MK_DEVICE_INLINE void name(uint32_t* p, uint32_t v) {               \
+    asm volatile(instr ".u32 [%0], %1;" ::"l"(p), "r"(v) : "memory"); \
+  }                                                                   \
+  MK_DEVICE_INLINE void name(uint64_t* p, uint64_t v) {               \
+    asm volatile(instr ".u64 [%0], %1;" ::"l"(p), "l"(v) : "memory"); \
   }
 
 /// Acquire load, system scope.
@@ -150,7 +150,7 @@ MK_DEVICE_INLINE bool pollUntil(const EngineDeviceHandle& h, Cond&& cond, const 
 /// Bounded wait: spin until `cond` holds; on timeout write {code, rank, lane, step, flag, expected, seen}
 /// (from `site` and `seenExpr`) into the status block, raise the abort flag and evaluate to false; also
 /// false when another agent aborted. Live in release builds: a hang is a bug, a timeout a diagnosis.
-#define MK_POLL(handle, cond, site, seenExpr) \
+#define MK_POLL(handle, cond, site, seenExpr)                                          \
   ::mk::device::pollUntil((handle), [&]() { return static_cast<bool>(cond); }, (site), \
                           [&]() { return static_cast<uint64_t>(seenExpr); })
 

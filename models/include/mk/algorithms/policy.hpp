@@ -54,7 +54,7 @@ struct CollectivePlan {
 /// Decide what a request leaves open, as the engine does for a submitted collective: when `algo` is empty
 /// ("auto"), chooseAlgorithm's pick replaces spec.algo; gen.chunks and gen.channels that are 0 become the
 /// algorithm's defaultGenOptions; gen.inter Auto becomes resolveInter's variant under `profile`.
-CollectivePlan planCollective(CollectiveSpec spec, std::optional<Algorithm> algo, GenOptions gen,
-                              const Topology& topo, uint32_t nRanks, const Profile& profile);
+CollectivePlan planCollective(CollectiveSpec spec, std::optional<Algorithm> algo, GenOptions gen, const Topology& topo,
+                              uint32_t nRanks, const Profile& profile);
 
 }  // namespace mk

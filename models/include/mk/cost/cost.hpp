@@ -43,8 +43,8 @@ struct Profile {
   /// both-ways put patterns into the peers' user buffers and into their scratch. 0 = not distinguished.
   /// The closed forms charge it on every NVLink message of a generator whose peers touch user buffers.
   double userPutUs = 0;
-  double proxyUs = 0;      ///< extra per ProxyPut for the FIFO + host proxy
-  double gemmTflops = 0;   ///< achieved bf16 GEMM rate per GPU
+  double proxyUs = 0;     ///< extra per ProxyPut for the FIFO + host proxy
+  double gemmTflops = 0;  ///< achieved bf16 GEMM rate per GPU
 };
 
 /// Datasheet defaults for the topology's GPU and links.

@@ -30,9 +30,9 @@ struct MeasurementRecord {
 
 /// One measurement file.
 struct MeasurementFile {
-  std::string schema;                          ///< "mkernel.measurement.v1"
-  std::map<std::string, std::string> system;   ///< gpu, gpus, link, driver, cuda, nccl (values as JSON text)
-  std::string date, commit, command;           ///< the "run" object
+  std::string schema;                         ///< "mkernel.measurement.v1"
+  std::map<std::string, std::string> system;  ///< gpu, gpus, link, driver, cuda, nccl (values as JSON text)
+  std::string date, commit, command;          ///< the "run" object
   std::vector<MeasurementRecord> records;
 };
 

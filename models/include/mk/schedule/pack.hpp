@@ -62,10 +62,10 @@ static_assert(sizeof(PackedLane) == 32);
 /// One step: Step without the cost attributes. Written once and read whole, never concurrently, so no field
 /// order rule.
 struct PackedStep {
-  uint8_t kind;  ///< StepKind
-  uint8_t op;    ///< RedOp
-  uint8_t link;  ///< LinkClass
-  uint8_t flags; ///< StepFlagBits
+  uint8_t kind;   ///< StepKind
+  uint8_t op;     ///< RedOp
+  uint8_t link;   ///< LinkClass
+  uint8_t flags;  ///< StepFlagBits
   uint32_t aux;
   uint64_t count;
   BufRef dst, a, b;

@@ -59,16 +59,17 @@ enum StepFlagBits : uint8_t {
 
 /// One step of a lane. Trivially copyable; what each field means depends on `kind`:
 ///
-/// | kind     | dst            | a          | b          | count        | flag / value                      | aux          |
+/// | kind     | dst            | a          | b          | count        | flag / value                      | aux |
 /// |----------|----------------|------------|------------|--------------|-----------------------------------|--------------|
-/// | Copy     | destination    | source     | -          | elements     | -                                 | -            |
-/// | Reduce   | destination    | lhs        | rhs        | elements     | -                                 | -            |
-/// | Put      | peer dst       | local src  | -          | elements     | optional signal (kStepSignal)     | -            |
-/// | ProxyPut | remote dst     | local src  | -          | elements (0 = signal only) | optional remote signal | -            |
-/// | Signal   | -              | -          | -          | -            | target flag, increment            | -            |
-/// | Wait     | -              | -          | -          | -            | own flag, threshold               | -            |
-/// | Gemm     | C tile start   | A tile     | B tile     | -            | -                                 | gemms index  |
-/// | Barrier  | -              | -          | -          | -            | -                                 | barrier id   |
+/// | Copy     | destination    | source     | -          | elements     | -                                 | - | |
+/// Reduce   | destination    | lhs        | rhs        | elements     | -                                 | - | | Put
+/// | peer dst       | local src  | -          | elements     | optional signal (kStepSignal)     | -            | |
+/// ProxyPut | remote dst     | local src  | -          | elements (0 = signal only) | optional remote signal | - | |
+/// Signal   | -              | -          | -          | -            | target flag, increment            | - | | Wait
+/// | -              | -          | -          | -            | own flag, threshold               | -            | |
+/// Gemm     | C tile start   | A tile     | B tile     | -            | -                                 | gemms index
+/// | | Barrier  | -              | -          | -          | -            | -                                 | barrier
+/// id   |
 struct Step {
   StepKind kind = StepKind::Copy;
   RedOp op = RedOp::Sum;
@@ -121,10 +122,10 @@ struct OpInfo {
 /// One operation instance on nRanks GPUs.
 struct Schedule {
   uint32_t nRanks = 0;
-  std::vector<uint32_t> nodeOf;      ///< node index of each rank (size nRanks)
-  uint32_t nFlags = 0;               ///< flags per rank: ids 0 .. nFlags-1 on every rank
-  uint32_t nBarriers = 0;            ///< barrier ids 0 .. nBarriers-1
-  std::vector<BufferDecl> buffers;   ///< at most 65535
+  std::vector<uint32_t> nodeOf;          ///< node index of each rank (size nRanks)
+  uint32_t nFlags = 0;                   ///< flags per rank: ids 0 .. nFlags-1 on every rank
+  uint32_t nBarriers = 0;                ///< barrier ids 0 .. nBarriers-1
+  std::vector<BufferDecl> buffers;       ///< at most 65535
   std::vector<std::vector<Lane>> lanes;  ///< lanes[rank][lane]
   std::vector<GemmShape> gemms;
   OpInfo info;

@@ -32,21 +32,21 @@ struct NicSpec {
 /// rail g; leaves connect to spines with `oversubscription` = leaf down-bandwidth / up-bandwidth.
 struct FabricSpec {
   std::string kind = "rail-leaf-spine";
-  uint32_t nodesPerLeaf = 32;    ///< leaf radix towards nodes (per rail)
-  double oversubscription = 1.0; ///< >= 1; 1 = non-blocking
-  double switchLatencyUs = 0.5;  ///< per switch hop
+  uint32_t nodesPerLeaf = 32;     ///< leaf radix towards nodes (per rail)
+  double oversubscription = 1.0;  ///< >= 1; 1 = non-blocking
+  double switchLatencyUs = 0.5;   ///< per switch hop
 };
 
 /// One node type: GPU model and count, links, NICs.
 struct NodeSpec {
-  std::string gpu;             ///< "NVIDIA H200"
-  uint32_t gpus = 0;           ///< per node
-  uint32_t sms = 0;            ///< streaming multiprocessors per GPU
-  double bf16Tflops = 0;       ///< dense bf16 tensor peak per GPU
-  double hbmGBs = 0;           ///< HBM bandwidth per GPU
+  std::string gpu;        ///< "NVIDIA H200"
+  uint32_t gpus = 0;      ///< per node
+  uint32_t sms = 0;       ///< streaming multiprocessors per GPU
+  double bf16Tflops = 0;  ///< dense bf16 tensor peak per GPU
+  double hbmGBs = 0;      ///< HBM bandwidth per GPU
   NvlinkSpec nvlink;
   PcieSpec pcie;
-  uint32_t nics = 0;           ///< per node (0 = single-node system)
+  uint32_t nics = 0;  ///< per node (0 = single-node system)
   NicSpec nic;
 };
 

@@ -17,14 +17,16 @@ namespace mk::cli {
 /// --inter and --profile to `app`, bound to `a`. A tool whose use of one differs rewords it afterwards
 /// (app.get_option("--nodes")->description(...)).
 inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
-  app.add_option("--op", a.op, "collective: allreduce, allgather, reducescatter, broadcast, alltoall")->capture_default_str();
+  app.add_option("--op", a.op, "collective: allreduce, allgather, reducescatter, broadcast, alltoall")
+      ->capture_default_str();
   app.add_option("--algo", a.algo,
                  "algorithm: allreduce one-shot|two-shot|ring|hierarchical; allgather and reducescatter "
                  "ring|direct|hierarchical; broadcast direct|ring; alltoall direct; or auto (the engine's choice: "
                  "the lowest closed form under the profile used, with the engine's chunks and channels per size "
                  "unless --chunks or --channels is given)")
       ->capture_default_str();
-  app.add_option("--cluster", a.cluster, "preset (h200x2, dgx-h100, dgx-h200) or a topology JSON file")->capture_default_str();
+  app.add_option("--cluster", a.cluster, "preset (h200x2, dgx-h100, dgx-h200) or a topology JSON file")
+      ->capture_default_str();
   app.add_option("--nodes", a.nodes, "nodes of the cluster (default: the preset's, or enough for --ranks)");
   app.add_option("--ranks", a.ranks, "ranks (GPUs) taking part, placed node-major (default: every GPU)");
   app.add_option("--bytes", a.bytes,
@@ -52,16 +54,16 @@ inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
 inline int finishCollectiveOptions(const CLI::App& app, const char* tool, CollectiveArgs& a) {
   a.chunksGiven = app.count("--chunks") > 0;
   a.channelsGiven = app.count("--channels") > 0;
-  return requirePositive(app, tool, {{"--ranks", a.ranks}, {"--nodes", a.nodes}, {"--chunks", a.chunks},
-                                     {"--channels", a.channels}});
+  return requirePositive(
+      app, tool, {{"--ranks", a.ranks}, {"--nodes", a.nodes}, {"--chunks", a.chunks}, {"--channels", a.channels}});
 }
 
 /// What --algo auto chose, for the tools' report line: "one-shot (the lowest closed form), chunks 8 by size,
 /// channels 1 by size" ("as given" for --chunks / --channels on the command line).
 inline std::string describeAutoChoice(const CollectivePlan& plan, const CollectiveArgs& a) {
-  return std::string(toString(plan.spec.algo)) + " (the lowest closed form), chunks " + std::to_string(plan.gen.chunks) +
-         (a.chunksGiven ? " as given" : " by size") + ", channels " + std::to_string(plan.gen.channels) +
-         (a.channelsGiven ? " as given" : " by size");
+  return std::string(toString(plan.spec.algo)) + " (the lowest closed form), chunks " +
+         std::to_string(plan.gen.chunks) + (a.chunksGiven ? " as given" : " by size") + ", channels " +
+         std::to_string(plan.gen.channels) + (a.channelsGiven ? " as given" : " by size");
 }
 
 }  // namespace mk::cli

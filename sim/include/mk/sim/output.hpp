@@ -27,11 +27,11 @@ struct RunInfo {
   std::string dtype;
   std::string profileSource;  ///< Profile::source
   uint32_t nodes = 0, gpusPerNode = 0, ranks = 0, chunks = 1, channels = 1;
-  std::string inter;          ///< hierarchical all-reduce's inter-node phase ("ring" / "rhd"); empty otherwise
-  uint64_t bytes = 0;         ///< nccl-tests "size": mk::opBytes
-  uint64_t count = 0;         ///< the op's count argument
-  double busBwFactor = 1;     ///< mk::busBwFactor(op, ranks)
-  std::optional<double> closedFormUs;   ///< mk::closedForm, when the generator has one
+  std::string inter;                   ///< hierarchical all-reduce's inter-node phase ("ring" / "rhd"); empty otherwise
+  uint64_t bytes = 0;                  ///< nccl-tests "size": mk::opBytes
+  uint64_t count = 0;                  ///< the op's count argument
+  double busBwFactor = 1;              ///< mk::busBwFactor(op, ranks)
+  std::optional<double> closedFormUs;  ///< mk::closedForm, when the generator has one
   std::optional<double> uncontendedUs;  ///< mk::simulateUncontended on the same schedule
 };
 

@@ -28,8 +28,8 @@ namespace mk::sim {
 
 /// SimGrid settings every run uses, applied by configureEngine().
 struct EngineConfig {
-  bool verbose = false;                ///< SimGrid log threshold "info" instead of "critical"
-  uint32_t actorStackKiB = 32;         ///< contexts/stack-size: actors are small loops; 10k+ of them must fit
+  bool verbose = false;         ///< SimGrid log threshold "info" instead of "critical"
+  uint32_t actorStackKiB = 32;  ///< contexts/stack-size: actors are small loops; 10k+ of them must fit
 };
 
 /// Pin the network model (network/model:CM02, network/crosstraffic:0, network/TCP-gamma:0), the log threshold
@@ -53,12 +53,12 @@ PlatformRates platformRates(const Topology& topo, const Profile& profile);
 
 /// Handles into a built platform. Ranks of a schedule map onto GPUs with placeRanks() (replay.hpp).
 struct Platform {
-  uint32_t nodes = 0;            ///< Topology::nodes
-  uint32_t gpusPerNode = 0;      ///< NodeSpec::gpus
-  uint32_t nodesPerLeaf = 1;     ///< FabricSpec::nodesPerLeaf
-  uint32_t nicsPerNode = 0;      ///< NodeSpec::nics (= rails)
-  double switchLatencyUs = 0;    ///< FabricSpec::switchLatencyUs (paid per extra hop by the replay)
-  PlatformRates rates;           ///< the link bandwidths used
+  uint32_t nodes = 0;                    ///< Topology::nodes
+  uint32_t gpusPerNode = 0;              ///< NodeSpec::gpus
+  uint32_t nodesPerLeaf = 1;             ///< FabricSpec::nodesPerLeaf
+  uint32_t nicsPerNode = 0;              ///< NodeSpec::nics (= rails)
+  double switchLatencyUs = 0;            ///< FabricSpec::switchLatencyUs (paid per extra hop by the replay)
+  PlatformRates rates;                   ///< the link bandwidths used
   std::vector<simgrid::s4u::Host*> gpu;  ///< [node * gpusPerNode + local]: executes steps, NVLink endpoint
   std::vector<simgrid::s4u::Host*> net;  ///< same index: network endpoint behind PCIe + NIC (empty: single node)
 

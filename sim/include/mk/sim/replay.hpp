@@ -28,16 +28,16 @@ namespace mk::sim {
 
 /// How a prediction runs.
 struct SimOptions {
-  bool verbose = false;      ///< SimGrid's own logs (info) on stderr
-  bool isolate = true;       ///< run in a forked child (false: in this process, which can then never run another)
-  bool trace = true;         ///< keep per-step start/end times (Prediction::steps)
-  bool linkLoad = true;      ///< per-link load (Prediction::links): exact bytes, peak from SimGrid's link-load plugin
+  bool verbose = false;  ///< SimGrid's own logs (info) on stderr
+  bool isolate = true;   ///< run in a forked child (false: in this process, which can then never run another)
+  bool trace = true;     ///< keep per-step start/end times (Prediction::steps)
+  bool linkLoad = true;  ///< per-link load (Prediction::links): exact bytes, peak from SimGrid's link-load plugin
   /// Scale mode: steps that stay inside a node (NVLink, memory, GEMM, flags) are timed by the uncontended
   /// timeline formulas on each lane's own clock; only network flows (ProxyPut) and synchronisation go through
   /// SimGrid. Identical to the exact mode whenever nothing contends inside a node; much cheaper for large
   /// clusters (docs/simulator.md has the numbers). Link loads then cover the network links only.
   bool fast = false;
-  uint32_t actorStackKiB = 32;   ///< SimGrid context stack per actor: lanes need little, and SimGrid zeroes every stack
+  uint32_t actorStackKiB = 32;  ///< SimGrid context stack per actor: lanes need little, and SimGrid zeroes every stack
   /// Called about every `progressEveryS` seconds of wall time once `progressAfterS` have passed (never when
   /// empty), from the simulating process: fraction of steps done, simulated time so far (us), wall seconds.
   std::function<void(double fraction, double simUs, double wallS)> onProgress;
@@ -68,18 +68,18 @@ struct LinkLoad {
 /// What a simulation costs (reported by benchmarks and --verbose).
 struct SimStats {
   uint64_t steps = 0;
-  uint64_t comms = 0;        ///< SimGrid communications started
-  uint64_t execs = 0;        ///< SimGrid executions started
-  uint64_t actors = 0;       ///< one per lane
-  double wallSeconds = 0;    ///< platform + replay, in the simulating process
-  double peakRssMiB = 0;     ///< peak resident memory of the simulating process
+  uint64_t comms = 0;      ///< SimGrid communications started
+  uint64_t execs = 0;      ///< SimGrid executions started
+  uint64_t actors = 0;     ///< one per lane
+  double wallSeconds = 0;  ///< platform + replay, in the simulating process
+  double peakRssMiB = 0;   ///< peak resident memory of the simulating process
 };
 
 /// The simulator's answer.
 struct Prediction {
-  double totalUs = 0;              ///< max end over all steps (profile.dispatchUs for an empty schedule)
-  std::vector<StepRecord> steps;   ///< in (rank, lane, step) order when SimOptions::trace
-  std::vector<LinkLoad> links;     ///< busiest first (by utilization, then name) when SimOptions::linkLoad
+  double totalUs = 0;             ///< max end over all steps (profile.dispatchUs for an empty schedule)
+  std::vector<StepRecord> steps;  ///< in (rank, lane, step) order when SimOptions::trace
+  std::vector<LinkLoad> links;    ///< busiest first (by utilization, then name) when SimOptions::linkLoad
   SimStats stats;
 };
 

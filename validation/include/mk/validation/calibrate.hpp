@@ -21,16 +21,16 @@ inline constexpr const char* kCalibPutNetwork = "calib-put-network";  ///< Proxy
 inline constexpr const char* kCalibCopyLocal = "calib-copy-local";    ///< Copy inside one GPU -> local
 inline constexpr const char* kCalibReduce = "calib-reduce";           ///< Reduce, bytes = output -> reduceGBs
 inline constexpr const char* kCalibFlag = "calib-flag";               ///< Signal -> Wait over NVLink -> flagUs
-inline constexpr const char* kCalibFlagLocal = "calib-flag-local";    ///< Signal -> Wait, lanes of one GPU -> localFlagUs
+inline constexpr const char* kCalibFlagLocal = "calib-flag-local";  ///< Signal -> Wait, lanes of one GPU -> localFlagUs
 /// Streamed Puts to a same-node peer (one signal each, one wait at the end): the lane's time per Put ->
 /// putIssueUs (the intercept of its alpha-beta fit; the bandwidth stays calib-put-nvlink's).
 inline constexpr const char* kCalibPutStream = "calib-put-stream";
-inline constexpr const char* kCalibDispatch = "calib-dispatch";       ///< per-op intercept, puts into peers' output
+inline constexpr const char* kCalibDispatch = "calib-dispatch";  ///< per-op intercept, puts into peers' output
 /// Per-op intercept of the same put pattern writing into the peers' scratch -> dispatchUs; with it,
 /// peerUserUs = calib-dispatch - calib-dispatch-scratch (what an op whose peers touch user buffers pays more).
 inline constexpr const char* kCalibDispatchScratch = "calib-dispatch-scratch";
-inline constexpr const char* kCalibProxy = "calib-proxy";             ///< extra per ProxyPut -> proxyUs
-inline constexpr const char* kCalibGemm = "calib-gemm";               ///< bf16 GEMM, needs "flops" -> gemmTflops
+inline constexpr const char* kCalibProxy = "calib-proxy";  ///< extra per ProxyPut -> proxyUs
+inline constexpr const char* kCalibGemm = "calib-gemm";    ///< bf16 GEMM, needs "flops" -> gemmTflops
 
 /// Recorded by `mk-bench calibrate` for the report, not fitted: one-way ping-pong puts (the profile's
 /// nvlink class is fitted from calib-put-nvlink, both directions at once, as every 2-GPU collective uses it).
@@ -84,14 +84,14 @@ ConstantFit fitConstant(const std::vector<double>& timesUs, const std::string& p
 
 /// One profile parameter in the report.
 struct ParameterFit {
-  std::string name;            ///< profile JSON name: "nvlink.alphaUs", "reduceGBs", ...
-  std::string unit;            ///< "us", "GB/s", "TFLOP/s"
-  double value = 0;            ///< what the profile holds
-  bool measured = false;       ///< false: the datasheet default was kept
-  std::size_t n = 0;           ///< points fitted (0 when not measured)
-  double r2 = 0;               ///< weighted R^2 of the linear fit; NaN for constant fits and defaults
-  double maxRelResidual = 0;   ///< max relative residual of the fit (0 for defaults)
-  std::string method;          ///< "alpha-beta (weighted relative LS)", "median", "default (not measured)"
+  std::string name;           ///< profile JSON name: "nvlink.alphaUs", "reduceGBs", ...
+  std::string unit;           ///< "us", "GB/s", "TFLOP/s"
+  double value = 0;           ///< what the profile holds
+  bool measured = false;      ///< false: the datasheet default was kept
+  std::size_t n = 0;          ///< points fitted (0 when not measured)
+  double r2 = 0;              ///< weighted R^2 of the linear fit; NaN for constant fits and defaults
+  double maxRelResidual = 0;  ///< max relative residual of the fit (0 for defaults)
+  std::string method;         ///< "alpha-beta (weighted relative LS)", "median", "default (not measured)"
 };
 
 /// What calibrate() did: every parameter of mk::Profile, in declaration order, and the records it looked at.

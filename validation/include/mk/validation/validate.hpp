@@ -73,16 +73,16 @@ std::string formatSummaryLine(const ErrorStats& s, const std::string& prefix = "
 
 /// One predicted record.
 struct ValidationRow {
-  std::string file;             ///< name of the measurement file as given
-  std::size_t index = 0;        ///< index in the file's "records"
-  std::string algo;             ///< as recorded ("auto:ring")
-  RecordSchedule request;       ///< what was regenerated
-  uint64_t bytes = 0;           ///< nccl-tests size, as recorded
-  uint64_t steps = 0;           ///< steps of the regenerated schedule
+  std::string file;        ///< name of the measurement file as given
+  std::size_t index = 0;   ///< index in the file's "records"
+  std::string algo;        ///< as recorded ("auto:ring")
+  RecordSchedule request;  ///< what was regenerated
+  uint64_t bytes = 0;      ///< nccl-tests size, as recorded
+  uint64_t steps = 0;      ///< steps of the regenerated schedule
   double measuredUs = 0;
-  double simUs = 0;             ///< mk::sim::predict (exact mode) + stagingUs
+  double simUs = 0;                ///< mk::sim::predict (exact mode) + stagingUs
   std::optional<double> closedUs;  ///< mk::closedForm + stagingUs; none when the generator has no closed form
-  double stagingUs = 0;         ///< in-place input staging (a local copy of the input), 0 out of place
+  double stagingUs = 0;            ///< in-place input staging (a local copy of the input), 0 out of place
   double simErrPct = 0;
   std::optional<double> closedErrPct;
 };
@@ -97,36 +97,36 @@ struct SkippedRecord {
 /// Per input file: what was done with its records.
 struct FileSummary {
   std::string name;
-  std::string cluster;          ///< inferred from its system block ("" when not inferable)
-  std::string runCommit;        ///< the measuring run's commit
-  std::size_t records = 0;      ///< records in the file
-  std::size_t validated = 0;    ///< predicted (rows)
-  std::size_t ignored = 0;      ///< not mkernel collectives
-  std::size_t filtered = 0;     ///< left out by ValidationOptions::ops / algos
-  std::size_t skipped = 0;      ///< not regenerable (ValidationOptions::skipBad)
+  std::string cluster;        ///< inferred from its system block ("" when not inferable)
+  std::string runCommit;      ///< the measuring run's commit
+  std::size_t records = 0;    ///< records in the file
+  std::size_t validated = 0;  ///< predicted (rows)
+  std::size_t ignored = 0;    ///< not mkernel collectives
+  std::size_t filtered = 0;   ///< left out by ValidationOptions::ops / algos
+  std::size_t skipped = 0;    ///< not regenerable (ValidationOptions::skipBad)
 };
 
 /// What to validate and how.
 struct ValidationOptions {
-  std::string cluster;             ///< preset or topology file; "" = infer from every file's system block
-  std::vector<std::string> ops;    ///< only these ops (empty: all)
+  std::string cluster;           ///< preset or topology file; "" = infer from every file's system block
+  std::vector<std::string> ops;  ///< only these ops (empty: all)
   /// Only these algorithms (empty: all); an entry matches the recorded algo ("auto:ring") or the generator
   /// it names ("ring" matches "ring" and "auto:ring").
   std::vector<std::string> algos;
-  unsigned jobs = 2;               ///< predictions run at once (each forks a simulating process)
-  bool skipBad = false;            ///< records that cannot be regenerated: skip and list instead of throwing
+  unsigned jobs = 2;     ///< predictions run at once (each forks a simulating process)
+  bool skipBad = false;  ///< records that cannot be regenerated: skip and list instead of throwing
 };
 
 /// The outcome.
 struct ValidationResult {
-  std::string cluster;                 ///< what the predictions ran on
-  std::vector<ValidationRow> rows;     ///< in file order, then record order
+  std::string cluster;              ///< what the predictions ran on
+  std::vector<ValidationRow> rows;  ///< in file order, then record order
   std::vector<SkippedRecord> skipped;
   std::vector<FileSummary> files;
-  std::size_t ignored = 0;             ///< records of other kinds (nccl, calib-*, enqueue-to-first-step, ...)
-  std::size_t filtered = 0;            ///< validated kinds left out by ops / algos
-  ErrorStats sim;                      ///< the gated statistic
-  ErrorStats closed;                   ///< over the rows that have a closed form
+  std::size_t ignored = 0;   ///< records of other kinds (nccl, calib-*, enqueue-to-first-step, ...)
+  std::size_t filtered = 0;  ///< validated kinds left out by ops / algos
+  ErrorStats sim;            ///< the gated statistic
+  ErrorStats closed;         ///< over the rows that have a closed form
 };
 
 /// Regenerate and predict every validated record of `files` (names parallel to files, used in messages).
@@ -192,12 +192,12 @@ SideBySide sideBySideTrace(const Schedule& s, const sim::Prediction& predicted, 
 
 /// What the JSON and the report say about where the inputs came from.
 struct ValidationContext {
-  std::string profilePath;             ///< "" for datasheet defaults
-  Profile profile;                     ///< what the predictions used
-  ProfileProvenance provenance;        ///< from the profile file (tool "defaultProfile" for datasheet defaults)
-  std::string honesty;                 ///< the sentence on how the profile was obtained
-  std::string command;                 ///< mk-validate's command line
-  std::string commit;                  ///< mk-validate's build commit
+  std::string profilePath;                ///< "" for datasheet defaults
+  Profile profile;                        ///< what the predictions used
+  ProfileProvenance provenance;           ///< from the profile file (tool "defaultProfile" for datasheet defaults)
+  std::string honesty;                    ///< the sentence on how the profile was obtained
+  std::string command;                    ///< mk-validate's command line
+  std::string commit;                     ///< mk-validate's build commit
   std::optional<double> maxMedianErrPct;  ///< the gate, when given
 };
 
