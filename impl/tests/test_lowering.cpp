@@ -193,15 +193,52 @@ TEST_CASE("lowering: a write into a peer's user buffer waits for that peer to en
   CHECK(p.steps()[2].entryMask == 0);
 }
 
-TEST_CASE("lowering: ProxyPut steps are refused with a clear message") {
+TEST_CASE("lowering: a ProxyPut is one CTA's command with its remote signal and entry check") {
+  Schedule s = twoRanks(4096);
+  s.nodeOf = {0, 1};
+  s.nBarriers = 0;
+  mk::Lane lane;
+  lane.ctas = 1;
+  Step pp = copy(ref(1, 1, 0), ref(0, 0, 0), 4096, StepKind::ProxyPut);  // into rank 1's output, with a signal
+  pp.flags = mk::kStepSignal;
+  pp.flag = mk::FlagRef{1, 3};
+  pp.value = 1;
+  lane.steps.push_back(copy(ref(0, 0, 0), ref(0, 2, 0), 4096));  // many CTAs write the source first
+  lane.steps.push_back(pp);
+  lane.steps.push_back(copy(ref(0, 0, 0), ref(0, 2, 0), 4096));                   // and overwrite it afterwards
+  lane.steps.push_back(copy(ref(1, 2, 0), ref(0, 2, 0), 0, StepKind::ProxyPut));  // a pure signal into scratch
+  s.lanes[0] = {lane};
+  LowerOptions opt;
+  opt.minBytesPerCta = 1024;  // the copies want several CTAs
+  const LoweredProgram p = lowerRank(s, 0, opt);
+  REQUIRE(p.lanes()[0].ctaCount > 1);
+  const auto* st = p.steps();
+  CHECK(st[1].kind == static_cast<uint8_t>(StepKind::ProxyPut));
+  CHECK(st[1].activeCtas == 1);
+  CHECK((st[1].bits & mk::device::kLsRemoteSignal) != 0);
+  CHECK((st[1].bits & mk::device::kLsSignal) == 0);  // raised by the receiving side, not by this GPU
+  CHECK(st[1].flagRank == 1);
+  CHECK(st[1].flagId == 3);
+  CHECK(st[1].entryMask == 2);
+  CHECK((st[1].bits & mk::device::kLsBarrierBefore) != 0);  // the source was written by other CTAs
+  CHECK((st[2].bits & mk::device::kLsBarrierBefore) != 0);  // the source is overwritten after the proxy read it
+  CHECK(st[3].entryMask == 0);
+  CHECK((st[3].bits & mk::device::kLsRemoteSignal) == 0);
+}
+
+TEST_CASE("lowering: a ProxyPut inside a node or from another rank's memory is refused") {
   Schedule s = twoRanks(16);
+  s.nBarriers = 0;
   mk::Lane lane;
   lane.steps.push_back(copy(ref(1, 2, 0), ref(0, 0, 0), 16, StepKind::ProxyPut));
   s.lanes[0] = {lane};
-  const std::string msg = errorOf(s, 0);
-  CHECK(msg.find("unsupported") != std::string::npos);
-  CHECK(msg.find("ProxyPut") != std::string::npos);
+  std::string msg = errorOf(s, 0);
+  CHECK(msg.find("own node") != std::string::npos);
   CHECK(msg.find("rank 0 lane 0") != std::string::npos);
+  s.nodeOf = {0, 1};
+  s.lanes[0][0].steps[0].a = ref(1, 0, 0);
+  msg = errorOf(s, 0);
+  CHECK(msg.find("source must be this rank's") != std::string::npos);
 }
 
 // ---- compute lanes: Gemm steps -------------------------------------------------------------------------
@@ -420,10 +457,12 @@ TEST_CASE("lowering: more lanes than worker CTAs is refused naming the knob") {
   CHECK(msg.find("workerCtas") != std::string::npos);
 }
 
-TEST_CASE("lowering: ranks on two nodes are refused until ProxyPut exists") {
+TEST_CASE("lowering: barriers in a schedule spanning nodes are refused naming the way out") {
   Schedule s = twoRanks(8);
   s.nodeOf = {0, 1};
-  CHECK(errorOf(s, 0).find("multi-node") != std::string::npos);
+  const std::string msg = errorOf(s, 0);
+  CHECK(msg.find("node-local") != std::string::npos);
+  CHECK(msg.find("flags") != std::string::npos);
 }
 
 TEST_CASE("lowering: flags beyond the engine's limit are refused") {
@@ -505,8 +544,40 @@ TEST_CASE("lowering: every generated collective lowers on 2 and 4 ranks") {
   }
 }
 
-// Issue 7 runs the engine on 8-GPU NVSwitch nodes: every generator's schedule must lower there too, with the
-// largest pipelining and channel counts the engine picks (flags, sync points and lanes stay within limits).
+// Every generator's schedule must lower on an 8-GPU NVSwitch node too, with the largest pipelining and channel
+// counts the engine picks (flags, sync points and lanes stay within limits).
+TEST_CASE("lowering: every generated collective lowers across 2 and 4 nodes") {
+  for (mk::CollOp op : {mk::CollOp::AllReduce, mk::CollOp::AllGather, mk::CollOp::ReduceScatter, mk::CollOp::Broadcast,
+                        mk::CollOp::AllToAll})
+    for (const auto& algo : mk::algorithmsFor(op))
+      for (const std::vector<uint32_t>& nodeOf :
+           {std::vector<uint32_t>{0, 1}, std::vector<uint32_t>{0, 0, 1, 1}, std::vector<uint32_t>{0, 1, 2, 3},
+            std::vector<uint32_t>{0, 0, 1, 1, 2, 2, 3, 3}}) {
+        mk::CollectiveSpec spec;
+        spec.op = op;
+        spec.algo = algo;
+        spec.count = 1021;
+        mk::GenOptions g;
+        g.chunks = 2;
+        const Schedule s = mk::generate(spec, nodeOf, g);
+        CAPTURE(mk::toString(op));
+        CAPTURE(mk::toString(algo));
+        CAPTURE(nodeOf.size());
+        uint64_t steps = 0, proxyPuts = 0;
+        for (uint32_t r = 0; r < s.nRanks; ++r) {
+          const LoweredProgram p = lowerRank(s, r);
+          steps += p.header().nSteps;
+          for (uint32_t i = 0; i < p.header().nSteps; ++i)
+            if (p.steps()[i].kind == static_cast<uint8_t>(StepKind::ProxyPut)) {
+              ++proxyPuts;
+              CHECK(p.steps()[i].activeCtas == 1);
+            }
+        }
+        CHECK(steps == s.stepCount());
+        CHECK(proxyPuts > 0);
+      }
+}
+
 TEST_CASE("lowering: every generated collective lowers on 8 ranks of one node with deep pipelines") {
   for (mk::CollOp op : {mk::CollOp::AllReduce, mk::CollOp::AllGather, mk::CollOp::ReduceScatter, mk::CollOp::Broadcast,
                         mk::CollOp::AllToAll}) {

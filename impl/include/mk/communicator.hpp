@@ -50,6 +50,9 @@ enum class StreamHandoff : uint8_t {
   MemOps = 2,
 };
 
+/// The proxy's transport between nodes (CommConfig::transport).
+enum class ProxyTransport : uint8_t { Auto, Socket, IbVerbs };
+
 /// Runtime knobs of a communicator (one typed struct; no environment variables).
 struct CommConfig {
   uint32_t workerCtas = 0;              ///< worker CTAs of the resident kernel per GPU; 0 = min(64, SMs / 2)
@@ -88,6 +91,24 @@ struct CommConfig {
   /// streams wait for needs an SM while the resident kernel runs). Every rank must use the same value.
   /// Off (the default): the communication-only kernel, unchanged, and Gemm steps are refused.
   bool computeLanes = false;
+  /// Nodes (multi-process mode): ranks on one host form one node — they reach each other over NVLink and CUDA
+  /// IPC — and ranks on different hosts reach each other through the proxy (ProxyPut steps). ranksPerNode = N > 0
+  /// splits each host's ranks, in rank order, into nodes of N ranks, so the inter-node path runs on one machine
+  /// (each "node" then talks to the others through the proxy over loopback). 0 (the default): one node per host.
+  /// Every rank must use the same value.
+  uint32_t ranksPerNode = 0;
+  /// How the proxy reaches other nodes: Socket (TCP; any hosts, no RDMA NIC needed), IbVerbs (rdma-core RC queue
+  /// pairs; needs an RDMA device), or Auto (IbVerbs when a device exists, else Socket). Unused on one node.
+  ProxyTransport transport = ProxyTransport::Auto;
+  /// Slots of each rank's command FIFO (a power of two; a full FIFO back-pressures the pushing lane) and of its
+  /// inbox of what arrives from other nodes. Unused on one node.
+  uint32_t proxyFifoSlots = 1024;
+  uint32_t inboxSlots = 4096;
+  /// Let several ranks use one GPU (one process with createLocal({0, 0, ...}), or one process per rank under CUDA
+  /// MPS): each rank's resident kernel then takes its share of the SMs (workerCtas = 0 divides the default among
+  /// the ranks on the GPU), and the engine refuses a grid the GPU cannot hold for all of them at once. Off (the
+  /// default): two ranks on one GPU are refused as a launch mistake (LOCAL_RANK, CUDA_VISIBLE_DEVICES).
+  bool shareGpus = false;
 };
 
 /// How one collective call is generated. A string converts to it ("auto", "ring", ...).

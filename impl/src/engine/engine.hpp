@@ -60,6 +60,13 @@ class Engine {
   uint32_t workers() const noexcept { return workers_; }
   /// True for one process per GPU (only rank ownRank() lives here).
   bool multiProcess() const noexcept { return link_ != nullptr; }
+  /// Ranks q and r share a node (NVLink and CUDA IPC reach; otherwise the proxy).
+  bool sameNode(int q, int r) const { return nodeOf_[static_cast<size_t>(q)] == nodeOf_[static_cast<size_t>(r)]; }
+  uint32_t nodeCount() const;
+  uint32_t nodeSize(uint32_t node) const;
+  /// Bit q set for every rank q on rank r's node.
+  uint32_t localMask(int r) const;
+  bool multiNode() const { return nodeCount() > 1; }
   int ownRank() const noexcept { return me_; }
 
   /// Submit one rank's part of a collective / custom schedule (see Communicator; submit.cpp).
@@ -85,7 +92,9 @@ class Engine {
   // ---- setup.cpp: configuration, allocations, the resident kernels' launch
   static void checkConfig(const CommConfig& config);
   /// Worker CTAs for `dev` (CommConfig or the default), after checking the grid can be co-resident.
-  uint32_t workersFor(int dev) const;
+  /// Worker CTAs for `dev` shared by `sharers` ranks (CommConfig::shareGpus), after checking that every sharer's
+  /// grid can be co-resident at once.
+  uint32_t workersFor(int dev, uint32_t sharers = 1) const;
   void allocRank(int r, int dev);
   void allocHostBlocks(size_t nRanks);
   void launchKernels();
@@ -117,6 +126,13 @@ class Engine {
   CachedSchedule& cacheLocked(const ScheduleKey& key, const std::function<Schedule()>& make, const std::string& what);
   void ensureScratchLocked(uint64_t bytes);
   void* stagingLocked(int r, uint32_t seq, uint64_t bytes);
+
+  // ---- nodes.cpp: where ranks are and what that allows
+  /// Throws Error(Unsupported) unless the generators' node-major layout of equal nodes is this communicator's.
+  void requireCollectiveLayout() const;
+  /// Throws Error(InvalidArgument) unless `s` places its ranks on nodes as this communicator does (node ids may be
+  /// numbered differently, the grouping must be the same).
+  void requireSameNodes(const Schedule& s) const;
 
   // ---- submit.cpp
   void submitLocked(int r, const ScheduleKey& key, CachedSchedule& sched, const void* send, void* recv,
@@ -159,6 +175,7 @@ class Engine {
   uint32_t ringSlots_ = 0;
   std::vector<RankResources> ranks_;            ///< every rank; only local ones have resources (device >= 0)
   std::vector<int> local_;                      ///< ranks driven by this process
+  std::vector<uint32_t> nodeOf_;                ///< rank -> node (dense ids in order of each node's first rank)
   int me_ = 0;                                  ///< multi-process: this process's rank
   std::unique_ptr<ProcessLink> link_;           ///< multi-process only
   std::vector<device::RankState*> peerStates_;  ///< every rank's RankState as this process's GPU(s) address it

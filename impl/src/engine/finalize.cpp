@@ -42,7 +42,7 @@ void Engine::finalizeLocked(uint32_t seq, const CachedSchedule& cs, const std::v
         case BufferKind::Input: addr = input[q]; break;
         case BufferKind::Output:
         case BufferKind::InOut: addr = output[q]; break;
-        case BufferKind::Scratch: addr = scratch[q] + L.scratchOffset; break;
+        case BufferKind::Scratch: addr = scratch[q] ? scratch[q] + L.scratchOffset : 0; break;  // 0: another node
       }
       d.table[q * nB + b] = addr;
     }

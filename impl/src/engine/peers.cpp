@@ -75,16 +75,23 @@ void Engine::init(const std::vector<int>& devices) {
     throw Error(ErrorCode::Unsupported,
                 std::string("createLocal: no usable CUDA device (") + cudaGetErrorName(cerr) + ")");
   }
+  if (config_.ranksPerNode != 0 && config_.ranksPerNode < n)
+    throw Error(ErrorCode::Unsupported,
+                "createLocal: CommConfig::ranksPerNode " + std::to_string(config_.ranksPerNode) + " splits its " +
+                    std::to_string(n) +
+                    " ranks into several nodes, but the ranks of one process form one node; run one process per "
+                    "rank (Communicator::createFromEnvironment) to put ranks on several nodes");
   std::set<int> seen;
   for (size_t i = 0; i < n; ++i) {
     if (devices[i] < 0 || devices[i] >= count)
       throw Error(ErrorCode::InvalidArgument, "createLocal: rank " + std::to_string(i) + " asks for device " +
                                                   std::to_string(devices[i]) + " but this process sees " +
                                                   std::to_string(count) + " device(s) (more ranks than GPUs?)");
-    if (!seen.insert(devices[i]).second)
-      throw Error(ErrorCode::InvalidArgument,
-                  "createLocal: device " + std::to_string(devices[i]) + " is listed twice (one rank per GPU)");
+    if (!seen.insert(devices[i]).second && !config_.shareGpus)
+      throw Error(ErrorCode::InvalidArgument, "createLocal: device " + std::to_string(devices[i]) +
+                                                  " is listed twice (one rank per GPU, unless CommConfig::shareGpus)");
   }
+  nodeOf_.assign(n, 0);
   driverApi();  // fail early, before anything is allocated, if stream memory operations are missing
   MK_LOG_AT(
       Info, "createLocal", std::to_string(n) + " rank(s) on GPU(s) " + [&] {
@@ -96,7 +103,7 @@ void Engine::init(const std::vector<int>& devices) {
   // Peer access both ways between every pair, or refuse naming the pair.
   for (size_t a = 0; a < n; ++a)
     for (size_t b = 0; b < n; ++b) {
-      if (a == b) continue;
+      if (a == b || devices[a] == devices[b]) continue;  // a GPU reaches its own memory (shareGpus)
       int can = 0;
       MK_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, devices[a], devices[b]));
       if (!can)
@@ -122,14 +129,15 @@ void Engine::init(const std::vector<int>& devices) {
     for (size_t i = 0; i < n; ++i) {
       std::vector<std::string> peers;
       for (size_t j = 0; j < n; ++j)
-        if (j != i) peers.push_back(bus[j]);
+        if (j != i && bus[j] != bus[i]) peers.push_back(bus[j]);
       probes.push_back(probeNvlinks(bus[i], peers));
     }
     refineTopology(probes, prop.major);
   }
   // Grid: control block + workers, all co-resident on every GPU.
   for (size_t i = 0; i < n; ++i) {
-    const uint32_t w = workersFor(devices[i]);
+    const auto sharers = static_cast<uint32_t>(std::count(devices.begin(), devices.end(), devices[i]));
+    const uint32_t w = workersFor(devices[i], sharers);
     workers_ = i == 0 ? w : std::min(workers_, w);
   }
 
@@ -145,6 +153,41 @@ void Engine::init(const std::vector<int>& devices) {
 }
 
 namespace {
+/// What every process tells the others first: where it runs, so that nodes and shared GPUs are known before
+/// anything is allocated.
+struct PlacementInfo {
+  char host[64];
+  uint8_t uuid[16];
+  uint32_t ranksPerNode;
+  uint32_t shareGpus;
+};
+
+/// Nodes of `hosts` (one entry per rank): ranks of one host form one node, or nodes of `ranksPerNode` ranks in
+/// rank order when it is not 0. Node ids are dense, in order of each node's first rank.
+std::vector<uint32_t> nodesOf(const std::vector<std::string>& hosts, uint32_t ranksPerNode) {
+  std::vector<uint32_t> nodeOf(hosts.size());
+  std::vector<std::pair<std::string, uint32_t>> seen;                      // host -> ranks of it placed so far
+  std::vector<std::pair<std::pair<std::string, uint32_t>, uint32_t>> ids;  // (host, chunk) -> node id
+  for (size_t r = 0; r < hosts.size(); ++r) {
+    uint32_t index = 0;
+    auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& e) { return e.first == hosts[r]; });
+    if (it == seen.end()) {
+      seen.emplace_back(hosts[r], 1);
+    } else {
+      index = it->second++;
+    }
+    const auto key = std::make_pair(hosts[r], ranksPerNode ? index / ranksPerNode : 0u);
+    auto id = std::find_if(ids.begin(), ids.end(), [&](const auto& e) { return e.first == key; });
+    if (id == ids.end()) {
+      ids.emplace_back(key, static_cast<uint32_t>(ids.size()));
+      nodeOf[r] = ids.back().second;
+    } else {
+      nodeOf[r] = id->second;
+    }
+  }
+  return nodeOf;
+}
+
 /// What every process tells the others at creation.
 struct ProcessInfo {
   char host[64];
@@ -185,10 +228,49 @@ void Engine::initProcess(Bootstrap& boot, int dev) {
   cudaDeviceProp prop{};
   MK_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   MK_CUDA_CHECK(cudaSetDevice(dev));
-  const uint32_t myWorkers = workersFor(dev);
 
-  MK_LOG_AT(Info, who, "bootstrap: " + std::to_string(n) + " rank(s); this process drives GPU " + std::to_string(dev));
-  link_ = std::make_unique<ProcessLink>(boot, ringSlots_);
+  // Where every rank runs: its node (host, split by CommConfig::ranksPerNode) and which ranks share a GPU.
+  PlacementInfo place{};
+  gethostname(place.host, sizeof place.host - 1);
+  std::memcpy(place.uuid, &prop.uuid, sizeof place.uuid);
+  place.ranksPerNode = config_.ranksPerNode;
+  place.shareGpus = config_.shareGpus ? 1u : 0u;
+  std::vector<PlacementInfo> places(static_cast<size_t>(n));
+  {
+    const std::vector<uint8_t> all = boot.allGather(&place, sizeof place);
+    std::memcpy(places.data(), all.data(), all.size());
+  }
+  std::vector<std::string> hosts;
+  uint32_t sharers = 0;
+  for (int q = 0; q < n; ++q) {
+    const PlacementInfo& pq = places[static_cast<size_t>(q)];
+    if (pq.ranksPerNode != place.ranksPerNode || pq.shareGpus != place.shareGpus)
+      throw Error(ErrorCode::InvalidArgument,
+                  "rank " + std::to_string(q) + " uses CommConfig::ranksPerNode " + std::to_string(pq.ranksPerNode) +
+                      " and shareGpus " + std::to_string(pq.shareGpus) + ", " + who + " " +
+                      std::to_string(place.ranksPerNode) + " and " + std::to_string(place.shareGpus) +
+                      " (every rank must use the same config)");
+    hosts.emplace_back(pq.host, strnlen(pq.host, sizeof pq.host));
+    const bool sameGpu = hosts.back() == std::string(place.host) && std::memcmp(pq.uuid, place.uuid, 16) == 0;
+    if (sameGpu) ++sharers;
+    if (sameGpu && q != me_ && !config_.shareGpus)
+      throw Error(ErrorCode::InvalidArgument,
+                  "ranks " + std::to_string(std::min(q, me_)) + " and " + std::to_string(std::max(q, me_)) +
+                      " both use GPU " + std::to_string(dev) + " of host '" + hosts.back() +
+                      "' (one rank per GPU: check LOCAL_RANK and CUDA_VISIBLE_DEVICES, or set CommConfig::shareGpus "
+                      "to run several ranks on one GPU)");
+  }
+  nodeOf_ = nodesOf(hosts, config_.ranksPerNode);
+  int leader = 0;
+  while (nodeOf_[static_cast<size_t>(leader)] != nodeOf_[static_cast<size_t>(me_)]) ++leader;
+  const uint32_t myWorkers = workersFor(dev, sharers);
+
+  MK_LOG_AT(Info, who,
+            "bootstrap: " + std::to_string(n) + " rank(s) on " + std::to_string(nodeCount()) +
+                " node(s); this process drives GPU " + std::to_string(dev) + " on node " +
+                std::to_string(nodeOf_[static_cast<size_t>(me_)]) +
+                (sharers > 1 ? " (shared by " + std::to_string(sharers) + " ranks)" : std::string()));
+  link_ = std::make_unique<ProcessLink>(boot, ringSlots_, leader);
   status_ = &link_->header().status;
   ranks_.resize(static_cast<size_t>(n));
   local_ = {me_};
@@ -215,20 +297,13 @@ void Engine::initProcess(Bootstrap& boot, int dev) {
   workers_ = myWorkers;
   for (int q = 0; q < n; ++q) {
     const ProcessInfo& pi = info[static_cast<size_t>(q)];
-    if (std::strncmp(pi.host, mine.host, sizeof mine.host) != 0)
-      throw Error(ErrorCode::Unsupported, "rank " + std::to_string(q) + " runs on host '" + std::string(pi.host) +
-                                              "', " + who + " on '" + std::string(mine.host) +
-                                              "': the multi-process mode needs every rank on one node for now");
-    if (q != me_ && std::memcmp(pi.uuid, mine.uuid, sizeof mine.uuid) == 0)
-      throw Error(ErrorCode::InvalidArgument, "ranks " + std::to_string(std::min(q, me_)) + " and " +
-                                                  std::to_string(std::max(q, me_)) + " both use GPU " + mine.busId +
-                                                  " (one rank per GPU: check LOCAL_RANK and CUDA_VISIBLE_DEVICES)");
     if (pi.ringSlots != ringSlots_)
       throw Error(ErrorCode::InvalidArgument,
                   "rank " + std::to_string(q) + " uses CommConfig::ringSlots " + std::to_string(pi.ringSlots) + ", " +
                       who + " " + std::to_string(ringSlots_) + " (every rank must use the same config)");
-    workers_ = std::min(workers_, pi.workers);  // one worker count for every rank's lowering
-    if (q == me_) continue;
+    workers_ = std::min(workers_, pi.workers);                             // one worker count for every rank's lowering
+    if (q == me_ || !sameNode(q, me_)) continue;                           // other nodes are reached through the proxy
+    if (std::memcmp(pi.uuid, mine.uuid, sizeof mine.uuid) == 0) continue;  // a rank sharing this GPU (shareGpus)
     int peerDev = -1;
     if (cudaDeviceGetByPCIBusId(&peerDev, pi.busId) == cudaSuccess) {  // visible here: check peer access
       int can = 0;
@@ -237,25 +312,28 @@ void Engine::initProcess(Bootstrap& boot, int dev) {
     }
     cudaGetLastError();
   }
-  topology_ = detectTopology(prop, static_cast<size_t>(n));
+  const uint32_t perNode = nodeSize(nodeOf_[static_cast<size_t>(me_)]);
+  topology_ = detectTopology(prop, perNode);
+  topology_.nodes = nodeCount();
   {
-    // Each process sees its own GPU's links; the others are taken to be alike (one node of one kind).
+    // Each process sees its own GPU's links; the other nodes are taken to be alike (nodes of one kind).
     std::vector<std::string> peers;
     for (int q = 0; q < n; ++q)
-      if (q != me_) peers.emplace_back(info[static_cast<size_t>(q)].busId);
+      if (q != me_ && sameNode(q, me_)) peers.emplace_back(info[static_cast<size_t>(q)].busId);
     refineTopology({probeNvlinks(mine.busId, peers)}, prop.major);
   }
   allocHostBlocks(static_cast<size_t>(n));
   MK_CUDA_CHECK(cudaSetDevice(dev));
   for (int q = 0; q < n; ++q)
-    peerStates_.push_back(
-        q == me_ ? ranks_[static_cast<size_t>(me_)].state
-                 : static_cast<device::RankState*>(link_->importPointer(q, info[static_cast<size_t>(q)].state)));
+    peerStates_.push_back(q == me_           ? ranks_[static_cast<size_t>(me_)].state
+                          : sameNode(q, me_) ? static_cast<device::RankState*>(
+                                                   link_->importPointer(q, info[static_cast<size_t>(q)].state))
+                                             : nullptr);  // another node: never addressed by this GPU
   // Mapped now, before the kernel starts (memcheck knows only mappings older than a running kernel); an op's
   // pointer inside them later finds the mapping cached.
   size_t premapped = 0;
   for (int q = 0; q < n; ++q) {
-    if (q == me_) continue;
+    if (q == me_ || !sameNode(q, me_)) continue;
     const ProcessInfo& pi = info[static_cast<size_t>(q)];
     link_->importPointer(q, pi.arena);
     for (uint32_t i = 0; i < pi.nPremapped && i < CommConfig::kMaxPremapped; ++i, ++premapped)

@@ -32,15 +32,15 @@ std::string hexPtr(const void* p) {
 
 }  // namespace
 
-ProcessLink::ProcessLink(Bootstrap& boot, uint32_t ringSlots)
-    : rank_(boot.rank()), size_(boot.size()), ringSlots_(ringSlots) {
+ProcessLink::ProcessLink(Bootstrap& boot, uint32_t ringSlots, int leader)
+    : rank_(boot.rank()), size_(boot.size()), leader_(leader), ringSlots_(ringSlots) {
   if (size_ > static_cast<int>(device::kMaxRanks))
     throw Error(ErrorCode::Unsupported, "WORLD_SIZE " + std::to_string(size_) + ": the GPU engine drives at most " +
                                             std::to_string(device::kMaxRanks) + " ranks (one NVLink domain)");
   bytes_ = roundUp(sizeof(SharedHeader) + sizeof(OpPost) * size_t{ringSlots_} * static_cast<size_t>(size_), 4096);
   char name[kNameBytes] = {};
   int fd = -1;
-  if (rank_ == 0) {
+  if (rank_ == leader_) {
     const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
     std::snprintf(name, sizeof name, "/mkernel-%d-%llx", static_cast<int>(getpid()),
                   static_cast<unsigned long long>(now));
@@ -56,7 +56,7 @@ ProcessLink::ProcessLink(Bootstrap& boot, uint32_t ringSlots)
                                           std::to_string(bytes_) + " bytes: " + std::strerror(err));
     }
   }
-  // Every rank learns the name (rank 0's entry), maps it, and only then rank 0 unlinks it: the segment
+  // Every rank learns the name (its leader's entry), maps it, and only then the leader unlinks it: the segment
   // disappears with the last process even when one of them is killed.
   std::vector<uint8_t> names;
   try {
@@ -68,13 +68,13 @@ ProcessLink::ProcessLink(Bootstrap& boot, uint32_t ringSlots)
     }
     throw;
   }
-  std::memcpy(name, names.data(), sizeof name);
+  std::memcpy(name, names.data() + static_cast<size_t>(leader_) * sizeof name, sizeof name);
   name[kNameBytes - 1] = '\0';
-  if (rank_ != 0) {
+  if (rank_ != leader_) {
     fd = shm_open(name, O_RDWR, 0600);
     if (fd < 0)
-      throw Error(ErrorCode::IoError, std::string("rank ") + std::to_string(rank_) +
-                                          " cannot open rank 0's shared-memory segment " + name + ": " +
+      throw Error(ErrorCode::IoError, std::string("rank ") + std::to_string(rank_) + " cannot open rank " +
+                                          std::to_string(leader_) + "'s shared-memory segment " + name + ": " +
                                           std::strerror(errno) +
                                           " (the processes of one communicator must share a node and /dev/shm)");
   }
@@ -82,32 +82,33 @@ ProcessLink::ProcessLink(Bootstrap& boot, uint32_t ringSlots)
   const int mapErr = errno;
   ::close(fd);
   if (m == MAP_FAILED) {
-    if (rank_ == 0) shm_unlink(name);
+    if (rank_ == leader_) shm_unlink(name);
     throw Error(ErrorCode::IoError,
                 std::string("cannot map the shared-memory segment ") + name + ": " + std::strerror(mapErr));
   }
   base_ = m;
   header_ = static_cast<SharedHeader*>(m);
   posts_ = reinterpret_cast<OpPost*>(static_cast<char*>(m) + roundUp(sizeof(SharedHeader), 64));
-  if (rank_ == 0) {
+  if (rank_ == leader_) {
     header_->magic = kSharedMagic;
     header_->nRanks = static_cast<uint32_t>(size_);
     header_->ringSlots = ringSlots_;
   }
   try {
-    boot.barrier();  // every rank mapped it (and rank 0 initialised the header)
+    boot.barrier();  // every rank mapped its node's segment (and the leader initialised the header)
   } catch (...) {
-    if (rank_ == 0) shm_unlink(name);
+    if (rank_ == leader_) shm_unlink(name);
     munmap(base_, bytes_);
     base_ = nullptr;
     throw;
   }
-  if (rank_ == 0) shm_unlink(name);
+  if (rank_ == leader_) shm_unlink(name);
   if (header_->magic != kSharedMagic || header_->nRanks != static_cast<uint32_t>(size_) ||
       header_->ringSlots != ringSlots_) {
     munmap(base_, bytes_);
     base_ = nullptr;
-    throw Error(ErrorCode::InvalidArgument, "rank " + std::to_string(rank_) + ": rank 0's shared segment describes " +
+    throw Error(ErrorCode::InvalidArgument, "rank " + std::to_string(rank_) + ": rank " + std::to_string(leader_) +
+                                                "'s shared segment describes " +
                                                 std::to_string(header_ ? header_->nRanks : 0) + " ranks and " +
                                                 std::to_string(header_ ? header_->ringSlots : 0) +
                                                 " ring slots (every rank must use the same CommConfig::ringSlots)");

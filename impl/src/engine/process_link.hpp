@@ -1,9 +1,9 @@
 // mkernel — internal: what the processes of one multi-process communicator share after the bootstrap.
 //
-// * A POSIX shared-memory segment (created by rank 0, its name exchanged through the bootstrap, unlinked
-//   once every rank mapped it, registered with cudaHostRegister so every GPU's kernel can write it):
-//   the engine's StatusBlock (failure record, abort word), per-rank progress words, and the per-op post
-//   board through which each rank tells the others where its buffers of op k are.
+// * A POSIX shared-memory segment per node (created by the node's first rank, its name exchanged through the
+//   bootstrap, unlinked once every rank mapped it, registered with cudaHostRegister so every GPU's kernel can write
+//   it): the engine's StatusBlock (failure record, abort word), per-rank progress words, and the per-op post board
+//   through which each rank tells the others where its buffers of op k are.
 // * Device memory crosses processes as CUDA IPC handles of whole cudaMalloc allocations (IpcRef =
 //   handle + offset), exported once per allocation (cached by the driver's buffer id) and opened once
 //   per (peer, allocation) (cached too, closed at destruction).
@@ -51,8 +51,10 @@ struct alignas(64) SharedHeader {
 /// Shared segment + IPC handle caches of one process of a multi-process communicator.
 class ProcessLink {
  public:
-  /// Collective over `boot`: rank 0 creates the segment, every rank maps and registers it.
-  ProcessLink(Bootstrap& boot, uint32_t ringSlots);
+  /// Collective over `boot`: each node's `leader` (its first rank) creates its node's segment, every rank maps and
+  /// registers its leader's. Ranks are global: the post board has a slot per rank of the communicator, and only
+  /// the ranks of this node use theirs.
+  ProcessLink(Bootstrap& boot, uint32_t ringSlots, int leader);
   ~ProcessLink();
   ProcessLink(const ProcessLink&) = delete;
   ProcessLink& operator=(const ProcessLink&) = delete;
@@ -74,7 +76,7 @@ class ProcessLink {
   void closeImports() noexcept;
 
  private:
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, leader_ = 0;
   uint32_t ringSlots_ = 0;
   size_t bytes_ = 0;
   void* base_ = nullptr;

@@ -41,8 +41,11 @@ void Engine::progressLocked() {
       const uint32_t seq = it->first;
       PendingOp& op = it->second;
       if (!op.posted) return;
-      std::vector<const OpPost*> posts(n);
+      // The ranks of this node post on this node's board; ranks of other nodes bind nothing here (the proxy
+      // resolves their side with their own bindings), so their entries of the descriptor stay 0.
+      std::vector<const OpPost*> posts(n, nullptr);
       for (size_t q = 0; q < n; ++q) {
+        if (!sameNode(static_cast<int>(q), me_)) continue;
         const OpPost& p = link_->post(seq, static_cast<int>(q));
         if (loadHost(&p.seq) != seq + 1) return;  // rank q has not submitted op seq yet: never wait for it
         posts[q] = &p;
@@ -51,6 +54,7 @@ void Engine::progressLocked() {
       std::vector<uint64_t> in(n), out(n), scratch(n);
       MK_CUDA_CHECK(cudaSetDevice(ranks_[me].device));
       for (size_t q = 0; q < n; ++q) {
+        if (!posts[q]) continue;
         const OpPost& p = *posts[q];
         if (p.keyHash != posts[me]->keyHash) {
           poisonLocked(
@@ -115,7 +119,8 @@ std::string Engine::unpostedRanks(uint32_t seq) const {
   std::string missing;
   if (!link_) return missing;
   for (int q = 0; q < size(); ++q)
-    if (loadHost(&link_->post(seq, q).seq) != seq + 1) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+    if (sameNode(q, me_) && loadHost(&link_->post(seq, q).seq) != seq + 1)
+      missing += (missing.empty() ? "" : ", ") + std::to_string(q);
   return missing;
 }
 

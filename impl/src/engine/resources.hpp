@@ -102,6 +102,13 @@ struct RankResources {
   std::vector<void*> retired;  ///< device allocations freed once the kernel stopped
   /// Where programs, scratch, staging and compute-lane blocks come from (CommConfig::deviceArenaBytes).
   std::unique_ptr<DeviceArena> arena;
+  /// Inter-node (a communicator spanning nodes): the command FIFO this rank's kernel pushes into (ring and `done`
+  /// host-mapped, head and doneCache in device memory) and the inbox the host fills with what other nodes sent.
+  device::ProxyCommand* fifoRing = nullptr;
+  uint64_t* fifoDone = nullptr;
+  uint64_t* fifoDeviceWords = nullptr;  ///< [0] head, [1] doneCache (device memory)
+  device::InboxRecord* inbox = nullptr;
+  uint64_t inboxWritten = 0;  ///< records the host wrote (the kernel's RankMailbox::inboxTaken trails it)
   bool launched = false;
   int8_t kernelHandoff = -1;  ///< 1: StreamHandoff::Kernel on this rank, 0: MemOps, -1: not decided yet
   uint32_t submitted = 0;     ///< ops submitted by this rank

@@ -64,6 +64,12 @@ void Engine::checkConfig(const CommConfig& c) {
   if (!(c.pollBudgetMs > 0) || !(c.hostBudgetMs > 0))
     throw Error(ErrorCode::InvalidArgument, "CommConfig::pollBudgetMs and hostBudgetMs must be > 0");
   if (c.minBytesPerCta == 0) throw Error(ErrorCode::InvalidArgument, "CommConfig::minBytesPerCta must be > 0");
+  auto powerOfTwo = [](uint32_t v) { return v >= 16 && v <= (1u << 20) && (v & (v - 1)) == 0; };
+  if (!powerOfTwo(c.proxyFifoSlots) || !powerOfTwo(c.inboxSlots))
+    throw Error(ErrorCode::InvalidArgument,
+                "CommConfig::proxyFifoSlots and inboxSlots must be powers of two in "
+                "16..2^20 (got " +
+                    std::to_string(c.proxyFifoSlots) + " and " + std::to_string(c.inboxSlots) + ")");
 }
 
 Engine::Engine(const std::vector<int>& devices, const CommConfig& config) : config_(config) {
@@ -98,21 +104,42 @@ Engine::Engine(Bootstrap& boot, int device, const CommConfig& config) : config_(
   progress_ = std::thread([this] { progressThread(); });
 }
 
-uint32_t Engine::workersFor(int dev) const {
+uint32_t Engine::nodeCount() const {
+  uint32_t most = 0;
+  for (const uint32_t v : nodeOf_) most = std::max(most, v + 1);
+  return most;
+}
+
+uint32_t Engine::nodeSize(uint32_t node) const {
+  return static_cast<uint32_t>(std::count(nodeOf_.begin(), nodeOf_.end(), node));
+}
+
+uint32_t Engine::localMask(int r) const {
+  uint32_t mask = 0;
+  for (size_t q = 0; q < nodeOf_.size(); ++q)
+    if (nodeOf_[q] == nodeOf_[static_cast<size_t>(r)]) mask |= 1u << q;
+  return mask;
+}
+
+uint32_t Engine::workersFor(int dev, uint32_t sharers) const {
   cudaDeviceProp p{};
   MK_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
   const uint32_t sms = static_cast<uint32_t>(p.multiProcessorCount);
-  uint32_t w = config_.workerCtas ? config_.workerCtas : std::min<uint32_t>(64, std::max<uint32_t>(1, sms / 2));
-  // Compute lanes: one CTA per SM; by default every SM but 3 (+ the control block's), see CommConfig.
-  if (config_.computeLanes && config_.workerCtas == 0) w = sms > 5 ? sms - 4 : 1;
+  sharers = std::max<uint32_t>(1, sharers);
+  uint32_t w = config_.workerCtas
+                   ? config_.workerCtas
+                   : std::max<uint32_t>(1, std::min<uint32_t>(64, std::max<uint32_t>(1, sms / 2)) / sharers);
+  // Compute lanes: one CTA per SM; by default every SM but 3 (+ the control blocks'), see CommConfig.
+  if (config_.computeLanes && config_.workerCtas == 0) w = sms > 4 + sharers ? (sms - 3) / sharers - 1 : 1;
   if (w > 0xFFFE) throw Error(ErrorCode::InvalidArgument, "CommConfig::workerCtas too large");
   MK_CUDA_CHECK(cudaSetDevice(dev));
   const int perSm = config_.computeLanes ? residentComputeBlocksPerSm(config_.trace)
                                          : residentBlocksPerSm(config_.trace, static_cast<int>(config_.threadsPerCta));
   const int64_t capacity = int64_t{perSm} * p.multiProcessorCount;
-  if (perSm <= 0 || capacity < int64_t{w} + 1)
+  if (perSm <= 0 || capacity < (int64_t{w} + 1) * sharers)
     throw Error(ErrorCode::Unsupported,
-                "the resident kernel needs " + std::to_string(w + 1) + " co-resident CTAs of " +
+                (sharers > 1 ? std::to_string(sharers) + " ranks share this GPU; each " : std::string()) +
+                    "the resident kernel needs " + std::to_string(w + 1) + " co-resident CTAs of " +
                     std::to_string(config_.threadsPerCta) + " threads" +
                     (config_.computeLanes ? " and " + std::to_string(device::kComputeSmemBytes / 1024) +
                                                 " KiB of shared memory (computeLanes)"
@@ -153,6 +180,15 @@ void Engine::allocRank(int r, int dev) {
   // Reserved before the resident kernel starts (memcheck knows only the allocations older than a kernel).
   rr.arena = std::make_unique<DeviceArena>();
   rr.arena->reserve(dev, static_cast<uint32_t>(r), config_.deviceArenaBytes);
+  if (multiNode()) {
+    // Allocated before the kernel starts, like everything it addresses (memcheck, and no page-locked allocation
+    // while a resident kernel runs).
+    rr.fifoRing = hostAlloc<device::ProxyCommand>(config_.proxyFifoSlots);
+    rr.fifoDone = hostAlloc<uint64_t>(1);
+    rr.inbox = hostAlloc<device::InboxRecord>(config_.inboxSlots);
+    MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.fifoDeviceWords), 2 * sizeof(uint64_t)));
+    MK_CUDA_CHECK(cudaMemset(rr.fifoDeviceWords, 0, 2 * sizeof(uint64_t)));
+  }
   MK_LOG_AT(Info, rankName(r),
             "GPU " + std::to_string(dev) + ": state, doorbells and stamps allocated; device arena " +
                 (config_.deviceArenaBytes ? std::to_string(config_.deviceArenaBytes) + " bytes reserved"
@@ -172,7 +208,19 @@ void Engine::launchKernels() {
     h.ring = devicePointer(ring_);
     h.stamps = rr.stamps;
     h.trace = trace_ ? devicePointer(&trace_[size_t{r} * config_.traceCapacity]) : nullptr;
-    h.failureClaim = &peerStates_[0]->failureClaim;
+    int leader = 0;  // the node's first rank holds the claim word of its failure record
+    while (!sameNode(leader, lr)) ++leader;
+    h.failureClaim = &peerStates_[static_cast<size_t>(leader)]->failureClaim;
+    h.localMask = localMask(lr);
+    if (rr.fifoRing) {
+      h.fifo.ring = devicePointer(rr.fifoRing);
+      h.fifo.head = rr.fifoDeviceWords;
+      h.fifo.doneCache = rr.fifoDeviceWords + 1;
+      h.fifo.done = devicePointer(rr.fifoDone);
+      h.fifo.capacity = config_.proxyFifoSlots;
+      h.inbox = devicePointer(rr.inbox);
+      h.inboxCapacity = config_.inboxSlots;
+    }
     h.traceCapacity = config_.traceCapacity;
     h.ringSlots = ringSlots_;
     h.rank = r;

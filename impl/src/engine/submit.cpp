@@ -27,6 +27,7 @@ void Engine::submitCollective(int r, const CollectiveSpec& specIn, std::optional
   std::lock_guard<std::mutex> lock(mu_);
   throwIfFailedLocked();
   const uint32_t n = static_cast<uint32_t>(ranks_.size());
+  requireCollectiveLayout();
   // The policy decides what the call leaves open (mk/algorithms/policy.hpp): the algorithm ("auto" choices
   // cached per op, count and dtype), chunks and channels given as 0, and the hierarchical inter-node variant
   // under the profile "auto" costs against. The decided request is the cache key.
@@ -61,6 +62,7 @@ void Engine::submitCollective(int r, const CollectiveSpec& specIn, std::optional
 void Engine::submitSchedule(int r, const Schedule& s, const void* input, void* output, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mu_);
   throwIfFailedLocked();
+  requireSameNodes(s);
   const std::vector<uint8_t> image = pack(s);
   const uint64_t h = fnv1a(image.data(), image.size());  // same schedule, same key
   const ScheduleKey key = ScheduleKey::customImage(h, image.size());
@@ -88,7 +90,7 @@ void Engine::waitRingSpaceLocked(int r, uint32_t seq) {
     std::string lag;
     if (link_)
       for (int q = 0; q < size(); ++q)
-        if (!seqGeq(loadHost(&link_->header().finalized[q]), need))
+        if (sameNode(q, me_) && !seqGeq(loadHost(&link_->header().finalized[q]), need))
           lag += (lag.empty() ? "" : ", ") + std::to_string(q);
     return lag;
   };

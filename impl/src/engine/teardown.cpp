@@ -59,8 +59,8 @@ void Engine::shutdown() noexcept {
     // free nothing before every peer's kernel left (bounded: a dead peer writes nothing any more).
     storeHost(&link_->header().stopped[me_], 1);
     hostPoll(config_.hostBudgetMs, [&] {
-      for (int q = 0; q < size(); ++q)
-        if (loadHost(&link_->header().stopped[q]) == 0) return false;
+      for (int q = 0; q < size(); ++q)  // the node's ranks: only they share this segment and map this memory
+        if (sameNode(q, me_) && loadHost(&link_->header().stopped[q]) == 0) return false;
       return true;
     });
   }
@@ -95,6 +95,10 @@ void Engine::releaseMemory() noexcept {
     }
     cudaFree(rr.doorbell);
     cudaFree(rr.stamps);
+    cudaFree(rr.fifoDeviceWords);
+    if (rr.fifoRing) cudaFreeHost(rr.fifoRing);
+    if (rr.fifoDone) cudaFreeHost(rr.fifoDone);
+    if (rr.inbox) cudaFreeHost(rr.inbox);
     cudaFree(rr.state);
     if (rr.kernelStream) cudaStreamDestroy(rr.kernelStream);
     if (rr.copyStream) cudaStreamDestroy(rr.copyStream);

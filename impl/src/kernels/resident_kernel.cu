@@ -31,6 +31,7 @@
 #include "mk/device/compute_lane_device.hpp"
 #include "mk/device/engine_device.hpp"
 #include "mk/device/poll_device.hpp"
+#include "mk/device/proxy_device.hpp"
 #include "mk/schedule/types.hpp"
 #include "resident_kernel.hpp"
 
@@ -289,7 +290,8 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramH
           if (last) {
             if (kind == static_cast<int>(StepKind::Barrier)) {
               if (n > 1) fenceSys();
-              for (uint32_t q = 0; q < h.nRanks; ++q) addRelaxed(&h.peers[q]->barriers[slot][step.flagId], 1u);
+              for (uint32_t q = 0; q < h.nRanks; ++q)  // Barrier steps span one node (the lowering's rule)
+                if (h.localMask & (1u << q)) addRelaxed(&h.peers[q]->barriers[slot][step.flagId], 1u);
             } else if (step.flagRank == h.rank) {
               if (n > 1) fenceGpu();
               addRelaxedGpu(&st->flags[slot][step.flagId], step.value);  // a lane of this GPU waits on it
@@ -315,7 +317,10 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramH
         sOkAfter = ok;
       }
     } else if (tid == 0) {
-      sOkAfter = 1;
+      // A ProxyPut moves no data here: the lane's first CTA hands it to the proxy and waits until its source was
+      // read (the lowering gives it one active CTA and orders the lane's other CTAs around it).
+      sOkAfter =
+          kind == static_cast<int>(StepKind::ProxyPut) && idx == 0 ? proxyPutStep(h, step, op, lane.laneIndex, s) : 1;
     }
     __syncthreads();
     if (!sOkAfter) return false;
@@ -481,6 +486,8 @@ __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
   RankState* st = h.state;
   // next: the op to stage; taken: ops the control warp published (their slots are free again).
   uint32_t next = 0, taken = 0, mirroredComplete = 0, mirroredTaken = 0;
+  uint32_t mirroredDone = 0, mirroredEntered = 0;
+  uint64_t inboxPos = 0, inboxMirrored = 0;
   bool shutdownSent = false;
   for (uint32_t iter = 1;; ++iter) {
     uint32_t quit = 0;
@@ -498,6 +505,23 @@ __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
       if (taken != mirroredTaken) {
         storeRelaxed(&h.mailbox->fetched, taken);
         mirroredTaken = taken;
+      }
+      if (h.inbox != nullptr) {
+        // Other nodes: apply what arrived from them, and hand this rank's done and entered counts to the host,
+        // which relays them (this GPU cannot store into their state).
+        drainInbox(h, &inboxPos, 8);
+        if (inboxPos != inboxMirrored) {
+          storeRelease(&h.mailbox->inboxTaken, inboxPos);  // after the emptied headers: the host may reuse them
+          inboxMirrored = inboxPos;
+        }
+        const uint32_t d = loadVolatile(&st->doneFrom[h.rank]), e = loadVolatile(&st->enteredFrom[h.rank]);
+        if (d != mirroredDone || e != mirroredEntered) {
+          fenceSys();  // the done count stands for this rank's writes: visible before the host relays it
+          storeRelaxed(&h.mailbox->doneOut, d);
+          storeRelaxed(&h.mailbox->enteredOut, e);
+          mirroredDone = d;
+          mirroredEntered = e;
+        }
       }
       if ((iter & 15u) == 0u) {
         if (loadRelaxed(&h.status->abort) != 0u) storeRelaxed(&st->abort, 1u);
@@ -534,10 +558,11 @@ __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
   if (lid == 0) storeRelaxed(&h.mailbox->exited, 1u);
 }
 
-/// Tell every rank (this one included) that this rank entered op `op` (rule 3).
+/// Tell every rank of this node (this one included) that this rank entered op `op` (rule 3); the host relays it
+/// to the ranks of other nodes (RankMailbox::enteredOut).
 __device__ __forceinline__ void announceEntry(const EngineDeviceHandle& h, uint32_t op) {
   for (uint32_t q = 0; q < h.nRanks; ++q)
-    if (q != h.rank) storeRelaxed(&h.peers[q]->enteredFrom[h.rank], op + 1);
+    if (q != h.rank && (h.localMask & (1u << q))) storeRelaxed(&h.peers[q]->enteredFrom[h.rank], op + 1);
   h.state->enteredFrom[h.rank] = op + 1;
 }
 
@@ -604,7 +629,9 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
           h.stamps[nextLocal % ringSlots].localDoneNs = globalTimerNs();
           // One system-scope release covers the zeroed slot and every worker's writes (acquired above).
           fenceSys();
-          for (uint32_t q = 0; q < h.nRanks; ++q) storeRelaxed(&h.peers[q]->doneFrom[h.rank], nextLocal + 1);
+          // Ranks of other nodes learn it from the host (RankMailbox::doneOut, mirrored by the host-link warp).
+          for (uint32_t q = 0; q < h.nRanks; ++q)
+            if (h.localMask & (1u << q)) storeRelaxed(&h.peers[q]->doneFrom[h.rank], nextLocal + 1);
         }
         ++nextLocal;
       }

@@ -126,11 +126,14 @@ class Lowerer {
                                        " ranks; the GPU engine drives at most " + std::to_string(device::kMaxRanks) +
                                        " (one NVLink domain)");
     requireRankTables(s_);
-    for (uint32_t r = 0; r < s_.nodeOf.size(); ++r)
-      if (s_.nodeOf[r] != s_.nodeOf[0])
-        fail(ErrorCode::Unsupported, "rank " + std::to_string(r) + " is on node " + std::to_string(s_.nodeOf[r]) +
-                                         " but rank 0 on node " + std::to_string(s_.nodeOf[0]) +
-                                         ": multi-node schedules need ProxyPut, which arrives with the next milestone");
+    // Barriers are node-local on the GPU (their counters live in the node's mapped memory): a schedule spanning
+    // nodes synchronises with flags, which ProxyPut steps raise across nodes.
+    if (s_.nBarriers > 0 &&
+        std::any_of(s_.nodeOf.begin(), s_.nodeOf.end(), [&](uint32_t v) { return v != s_.nodeOf[0]; }))
+      fail(ErrorCode::Unsupported, "schedule spans " + std::to_string(nodeCount()) + " nodes and uses " +
+                                       std::to_string(s_.nBarriers) +
+                                       " barrier(s); the GPU engine's barriers are node-local: synchronise across "
+                                       "nodes with flags (a ProxyPut with a signal, a Wait)");
     const uint64_t bindings = uint64_t{s_.nRanks} * s_.buffers.size();
     if (bindings > device::kMaxBindings)
       fail(ErrorCode::Unsupported, "schedule binds " + std::to_string(s_.buffers.size()) + " buffers on " +
@@ -338,9 +341,7 @@ class Lowerer {
           if (n > 1) ls.arriveSync = newSyncPoint(l, i);
           pending.clear();  // every CTA waits for the barrier, which the last arrival opens
           break;
-        case StepKind::ProxyPut:
-          failStep(ErrorCode::Unsupported, l, i,
-                   "ProxyPut steps go through the proxy FIFO to another node, which arrives with the next milestone");
+        case StepKind::ProxyPut: lowerProxyPut(l, i, st, n, ls, pending); break;
         case StepKind::Gemm: lowerGemm(l, i, st, n, ls, pending); break;
         default:
           failStep(ErrorCode::InvalidSchedule, l, i, "unknown step kind " + std::to_string(static_cast<int>(st.kind)));
@@ -475,6 +476,53 @@ class Lowerer {
                "needs more than " + std::to_string(device::kMaxSyncPoints) +
                    " lane sync points on this rank (fewer chunks, or fewer CTAs per lane)");
     return syncPoints_++;
+  }
+
+  uint32_t nodeCount() const {
+    std::vector<uint32_t> nodes(s_.nodeOf);
+    std::sort(nodes.begin(), nodes.end());
+    return static_cast<uint32_t>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+  }
+
+  /// A ProxyPut: the lane's first CTA pushes its command to the proxy (which reads the source and writes the
+  /// destination on the other node) and waits until the source was read. The source read counts as an access of
+  /// that CTA alone, so a later step of the lane that overwrites it waits at a lane barrier; a destination in a
+  /// user buffer waits until its rank entered the op (rule 3, through the relayed entered count).
+  void lowerProxyPut(uint32_t l, uint32_t i, const Step& st, uint32_t n, LoweredStep& ls,
+                     std::vector<Access>& pending) {
+    if (st.dst.rank < s_.nRanks && st.dst.rank < s_.nodeOf.size() && s_.nodeOf[st.dst.rank] == s_.nodeOf[rank_])
+      failStep(ErrorCode::InvalidSchedule, l, i,
+               "a ProxyPut targets rank " + std::to_string(st.dst.rank) + " on this rank's own node (use a Put)");
+    static_assert(device::kMaxLanes <= device::kProxyMaxLanes, "a command must be able to name every lane");
+    ls.dst = encode(l, i, st.dst, st.count, "dst");
+    ls.a = encode(l, i, st.a, st.count, "src");
+    const DType dt = s_.buffers[st.dst.buffer].dtype;
+    if (s_.buffers[st.a.buffer].dtype != dt)
+      failStep(ErrorCode::InvalidSchedule, l, i, "operands have different dtypes (a ProxyPut copies bytes)");
+    if (st.a.rank != rank_)
+      failStep(ErrorCode::InvalidSchedule, l, i,
+               "a ProxyPut reads rank " + std::to_string(st.a.rank) + "'s memory; its source must be this rank's");
+    ls.dtype = static_cast<uint8_t>(dt);
+    ls.activeCtas = 1;
+    if (st.flags & kStepSignal) {
+      requireSyncReferences(s_, rank_, l, i);
+      ls.bits |= device::kLsRemoteSignal;
+      ls.flagRank = st.flag.rank;
+      ls.flagId = st.flag.id;
+    }
+    if (isUserBuffer(st.dst.buffer)) ls.entryMask |= static_cast<uint16_t>(1u << st.dst.rank);
+    if (n > 1 && st.count > 0) {
+      const Access read{st.a.rank, st.a.buffer, false, st.a.offset, st.a.offset + st.count, st.count, 1};
+      bool conflict = false;
+      for (const Access& y : pending)
+        if (y.write && overlaps(read, y) && !samePiece(read, y)) conflict = true;
+      if (conflict) {
+        ls.bits |= device::kLsBarrierBefore;
+        ls.barrierSync = newSyncPoint(l, i);
+        pending.clear();
+      }
+      pending.push_back(read);
+    }
   }
 
   void addSignal(uint32_t l, uint32_t i, const Step& st, uint32_t n, LoweredStep& ls) {

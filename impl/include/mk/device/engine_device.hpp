@@ -9,11 +9,14 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "mk/device/fifo_device.hpp"
+#include "mk/device/inbox_device.hpp"
 #include "mk/device/macros_device.hpp"
 
 namespace mk::device {
 
-/// Most ranks one communicator drives (one NVLink domain of this generation; multi-node comes with ProxyPut).
+/// Most ranks one communicator drives, over every node (the binding table and the per-rank progress words are
+/// sized by it).
 inline constexpr uint32_t kMaxRanks = 8;
 /// Most (rank, buffer) address bindings one op carries: kMaxRanks x 8 buffers.
 inline constexpr uint32_t kMaxBindings = 64;
@@ -42,6 +45,7 @@ enum class Status : uint32_t {
   LaneSyncTimeout = 6,    ///< CTAs of one lane never met at a lane barrier
   BadProgram = 7,         ///< a lowered program failed a device-side sanity check
   HostAbort = 8,          ///< the host poisoned the communicator (a mismatched collective, shutdown on error)
+  ProxyTimeout = 9,       ///< a ProxyPut step: the proxy never took (FIFO full) or never finished its command
 };
 
 /// Failure record; host-mapped pinned memory shared by every rank of a communicator. The writer first
@@ -64,13 +68,19 @@ static_assert(sizeof(StatusBlock) == 64);
 /// Kernel -> host progress of one rank, host-mapped. Single writer per field: the rank's control block
 /// (its host-link warp, the only one that touches host memory), except `shutdown` (host -> kernel).
 struct alignas(64) RankMailbox {
-  uint32_t
-      fetched;  ///< ops published to the workers (the host may reuse ring slot j, descriptor and doorbell, once > j)
+  /// Ops published to the workers (the host may reuse ring slot j, descriptor and doorbell, once > j).
+  uint32_t fetched;
   uint32_t completed;  ///< ops complete on every rank (mirror of RankState::complete for host polling)
   uint32_t started;    ///< CTAs that entered the kernel (co-residency check at launch)
   uint32_t exited;     ///< 1 once the control warp has left its loop
   uint32_t shutdown;   ///< host -> kernel: exit once every issued op has completed
-  uint32_t reserved[11];
+  /// Mirrors of this rank's own done and entered counts (RankState::doneFrom / enteredFrom [rank]): the host
+  /// relays them to the ranks of other nodes, which no store of this GPU reaches.
+  uint32_t doneOut;
+  uint32_t enteredOut;
+  uint32_t reserved0;
+  uint64_t inboxTaken;  ///< inbox records applied (the host may reuse their slots)
+  uint32_t reserved[6];
 };
 static_assert(sizeof(RankMailbox) == 64);
 
@@ -183,6 +193,7 @@ enum LoweredStepBits : uint8_t {
   kLsBarrierBefore = 1u << 0,  ///< every CTA of the lane meets (laneSync[barrierSync] == ctas) before the step
   kLsSignal = 1u << 1,         ///< after the step, the lane's last CTA adds `value` to flag (flagRank, flagId)
   kLsEntryCheck = 1u << 2,     ///< touches user buffers of the ranks in entryMask: wait until they entered the op
+  kLsRemoteSignal = 1u << 3,   ///< ProxyPut: the destination flag is raised on arrival (PutSignal / Signal commands)
 };
 
 /// Operand: (binding index << 48) | byte offset into that binding.
@@ -272,13 +283,19 @@ struct EngineDeviceHandle {
   const OpDescriptor* ring;     ///< host-mapped, shared by the group
   OpStamp* stamps;              ///< device memory, this rank's, ringSlots entries (read by cudaMemcpy)
   TraceRecord* trace;           ///< host-mapped, this rank's (null when tracing is off)
-  uint32_t* failureClaim;       ///< rank 0's RankState::failureClaim (peer-mapped)
+  uint32_t* failureClaim;       ///< the node's first rank's RankState::failureClaim (peer-mapped)
   uint32_t traceCapacity;
   uint32_t ringSlots;
   uint32_t rank, nRanks;
   uint32_t nWorkers;  ///< worker CTAs (the grid is nWorkers + 1: block 0 is the control block)
-  uint32_t reserved0;
-  uint64_t pollBudgetNs;  ///< budget of every bounded wait
+  /// Bit q set: rank q is on this rank's node, so peers[q] is mapped and this GPU writes its words directly.
+  /// Ranks of other nodes are reached through the proxy (the FIFO) and heard from through the inbox.
+  uint32_t localMask;
+  uint64_t pollBudgetNs;       ///< budget of every bounded wait
+  ProxyFifoDeviceHandle fifo;  ///< this rank's command FIFO (ring null: the communicator spans one node)
+  InboxRecord* inbox;          ///< host-mapped, this rank's inbox (null: one node)
+  uint32_t inboxCapacity;      ///< records, a power of two
+  uint32_t reserved1;
 };
 static_assert(std::is_trivially_copyable_v<EngineDeviceHandle>);
 

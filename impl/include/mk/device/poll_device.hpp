@@ -114,7 +114,9 @@ MK_DEVICE_INLINE void reportFailure(const EngineDeviceHandle& h, const PollSite&
     __threadfence_system();
   }
   storeRelease(&s->abort, 1u);
-  for (uint32_t q = 0; q < h.nRanks; ++q) storeRelease(&h.peers[q]->abort, 1u);
+  // Ranks of other nodes hear of it from the host, which relays the abort (their state is not mapped here).
+  for (uint32_t q = 0; q < h.nRanks; ++q)
+    if (h.localMask & (1u << q)) storeRelease(&h.peers[q]->abort, 1u);
 }
 
 /// Full fence, system scope: this thread's earlier writes (to any memory) are visible to every agent
