@@ -808,7 +808,9 @@ TEST_CASE("timeline: random schedules match an independent naive evaluation") {
   }
 }
 
-TEST_CASE("timeline: a million steps over 3072 lanes run in well under two seconds") {
+// Its wall time is printed, not asserted: a time limit belongs to a benchmark (it fails under sanitizers and on a
+// loaded machine without saying anything about the timeline's results).
+TEST_CASE("timeline: a million steps over 3072 lanes give the ring's exact times") {
   // A ring: every rank puts to the next and waits for the previous one's put, 163 rounds.
   const uint32_t nRanks = 3072, rounds = 163;
   Hand h(std::vector<uint32_t>(nRanks, 0), 1);
@@ -826,7 +828,6 @@ TEST_CASE("timeline: a million steps over 3072 lanes run in well under two secon
   const Timeline tl = simulateUncontended(h.s, roundProfile());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MESSAGE("1e6-step timeline took " << seconds << " s");
-  CHECK(seconds < 2.0);
   CHECK(tl.totalUs == doctest::Approx(2 + 3.0 * rounds));
   checkStep(tl, 1234, 0, 2 * 100, 2 + 3.0 * 100, 2 + 3.0 * 101);      // round 100's put
   checkStep(tl, 1234, 0, 2 * 100 + 1, 2 + 3.0 * 101, 2 + 3.0 * 101);  // its wait: the neighbour's put just landed

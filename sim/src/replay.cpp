@@ -578,7 +578,17 @@ Prediction simulate(const Plan& plan, const Topology& topo, const SimOptions& op
     // (its top few KiB) are ever faulted in. Only in the forked child: the caller's allocator stays as is.
     mallopt(M_MMAP_THRESHOLD, static_cast<int>(opt.actorStackKiB) * 1024);
   }
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer cannot follow SimGrid's own stack switching (it warns on stderr and may report false
+  // positives): a sanitizer build runs every actor on a thread of its own (slower, same results). The context
+  // factory is chosen when the engine is created, so it comes as a command-line setting.
+  std::string arg0 = "mk-sim", arg1 = "--log=xbt_cfg.thres:warning", arg2 = "--cfg=contexts/factory:thread";
+  char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
+  int argc = 3;
+  auto* engine = new sg4::Engine(&argc, argv);
+#else
   auto* engine = new sg4::Engine("mk-sim");
+#endif
   configureEngine(EngineConfig{opt.verbose, opt.actorStackKiB});
   if (opt.linkLoad) sg_link_load_plugin_init();
   const Platform platform = buildPlatform(topo, plan.costs.profile(), /*nvlink=*/!opt.fast);  // fast: never used
@@ -592,8 +602,9 @@ Prediction simulate(const Plan& plan, const Topology& topo, const SimOptions& op
   replayer.start();
   XBT_INFO("replaying %llu steps on %zu lanes (%s mode)", static_cast<unsigned long long>(plan.costs.steps()),
            plan.costs.lanes().size(), opt.fast ? "fast" : "exact");
+  // Outlives the callback, which runs inside engine->run() below (a copy in the `if` block's scope did not).
+  double nextReport = opt.progressAfterS;
   if (opt.onProgress) {
-    double nextReport = opt.progressAfterS;
     sg4::Engine::on_time_advance_cb([&](double) {
       const double w = wallSeconds();
       if (w < nextReport) return;

@@ -294,7 +294,13 @@ ValidationResult validateMeasurements(const std::vector<MeasurementFile>& files,
 
   // Every prediction forks its own simulating process (SimGrid allows one engine per process), so threads here
   // only wait on children: N threads keep N simulations running.
+#if defined(__SANITIZE_ADDRESS__)
+  // Each prediction forks its simulation process; under AddressSanitizer a fork while another thread is inside
+  // the sanitizer's allocator leaves that lock held in the child, which then hangs: one job at a time there.
+  const std::size_t nThreads = 1;
+#else
   const std::size_t nThreads = std::max<std::size_t>(1, std::min<std::size_t>(options.jobs, jobs.size()));
+#endif
   std::vector<double> simUs(jobs.size(), 0.0);
   std::atomic<std::size_t> next{0};
   std::atomic<bool> stop{false};
