@@ -708,17 +708,24 @@ TEST_CASE("timeline: on a rank that runs Gemm steps each lane runs at its CTAs' 
     h.put(1, h.lane(1), 0, k100KB);  // rank 1 runs no Gemm: rule 2 alone
     return h;
   };
+  // The 100 SMs shared by the lanes' weights: compute 30, put 10, network 1 of 41.
+  const double computeSms = 100.0 * 30 / 41, putSms = 100.0 * 10 / 41;
   Hand h = build(30, 10);
   const Timeline tl = h.run(p);
-  checkStep(tl, 0, 0, 0, 2, 2 + 3.2768e7 / (10e6 * 30 / 100));  // 30 of 100 SMs
-  checkStep(tl, 0, 0, 1, 2 + 3.2768e7 / 3e6, 2 + 3.2768e7 / 3e6 + 655360.0 / (10e6 * 2 / 100));
-  checkStep(tl, 0, 1, 0, 2, 2 + 1 + 1e5 / 2e4);      // 10 CTAs x 2 GB/s
-  checkStep(tl, 0, 2, 0, 2, 2 + 2 + 3 + 1e5 / 1e4);  // proxy + alpha + 10 GB/s
-  checkStep(tl, 1, 0, 0, 2, 2 + 1 + 1e5 / 1e5);      // 100 GB/s
-  // Lanes asking for more than the GPU's SMs are scaled down together: 300 + 100 of 100 SMs + 1 = 401.
-  Hand over = build(300, 100);
-  const Timeline tl2 = over.run(p);
-  checkStep(tl2, 0, 1, 0, 2, 2 + 1 + 1e5 / (100 * 100.0 / 401 * 2e3));
+  const double g0 = 3.2768e7 / (10e6 * computeSms / 100);  // at its share of the tensor pipe
+  checkStep(tl, 0, 0, 0, 2, 2 + g0);
+  checkStep(tl, 0, 0, 1, 2 + g0, 2 + g0 + 655360.0 / (10e6 * 2 / 100));  // 2 tiles: only 2 SMs have work
+  checkStep(tl, 0, 1, 0, 2, 2 + 1 + 1e5 / (putSms * 2e3));               // its SMs x 2 GB/s
+  checkStep(tl, 0, 2, 0, 2, 2 + 2 + 3 + 1e5 / 1e4);                      // proxy + alpha + 10 GB/s
+  checkStep(tl, 1, 0, 0, 2, 2 + 1 + 1e5 / 1e5);                          // 100 GB/s
+  // Only the proportions count: ten times the weights price the same.
+  Hand scaled = build(300, 100);
+  scaled.s.lanes[0][2].ctas = 10;
+  checkStep(scaled.run(p), 0, 1, 0, 2, 2 + 1 + 1e5 / (putSms * 2e3));
+  // One Gemm lane of weight 1 holds the whole GPU.
+  Hand one({0}, 0);
+  one.gemm(0, one.lane(0, LaneRole::Compute), 1280, 1280, 10);
+  checkStep(one.run(p), 0, 0, 0, 2, 2 + 3.2768e7 / 10e6);
   // A profile that does not distinguish SMs keeps rule 2 on every rank.
   Profile plain = roundProfile();
   checkStep(build(30, 10).run(plain), 0, 1, 0, 2, 2 + 1 + 1e5 / 1e5);

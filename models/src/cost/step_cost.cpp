@@ -57,7 +57,7 @@ uint64_t gemmTiles128(uint64_t m, uint64_t n) noexcept { return ((m + 127) / 128
 
 double laneSms(const Profile& p, double laneCtas, double rankCtas) noexcept {
   if (p.sms == 0 || !(rankCtas > 0)) return 0;
-  return laneCtas * std::min(1.0, static_cast<double>(p.sms) / rankCtas);
+  return static_cast<double>(p.sms) * laneCtas / rankCtas;
 }
 
 double ctaCapPerUs(const Profile& p, StepResource r, double sms, uint64_t gemmTiles) noexcept {

@@ -45,8 +45,8 @@ struct Profile {
   double userPutUs = 0;
   double proxyUs = 0;     ///< extra per ProxyPut for the FIFO + host proxy
   double gemmTflops = 0;  ///< achieved bf16 GEMM rate per GPU (all of its SMs)
-  /// SMs per GPU: the CTAs a resident compute kernel holds (one per SM). On a rank that runs Gemm steps the
-  /// lanes divide them by their Lane::ctas, and each lane's rates follow its CTAs (timeline rule 2b,
+  /// SMs per GPU (a resident compute kernel holds one CTA per SM). On a rank that runs Gemm steps the lanes
+  /// share them in proportion to their Lane::ctas, and each lane's rates follow its share (timeline rule 2b,
   /// docs/cost-model.md). 0 = not distinguished: every lane of such a rank runs as on a communication-only rank.
   uint32_t sms = 0;
   /// What one CTA moves through a Copy, Reduce or Put on a rank that runs Gemm steps (rule 2b), GB/s. 0 = not

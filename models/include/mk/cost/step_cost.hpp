@@ -43,8 +43,9 @@ bool writesPeerUserBuffer(const Schedule& s, const Step& st, uint32_t rank) noex
 /// Output tiles of 128 x 128 in an m x n Gemm: the unit the GPU's lowering gives one CTA of a compute lane.
 uint64_t gemmTiles128(uint64_t m, uint64_t n) noexcept;
 
-/// Rule 2b: the SMs a lane holds on a rank that runs Gemm steps: its Lane::ctas, scaled down when the lanes of
-/// its rank ask for more than the GPU's `p.sms` together (`rankCtas` = their sum). 0 when p.sms is 0.
+/// Rule 2b: the SMs a lane holds on a rank that runs Gemm steps: the GPU's `p.sms` shared among the rank's lanes
+/// in proportion to their Lane::ctas (weights, as the GPU engine reads them; `rankCtas` = their sum). 0 when
+/// p.sms is 0.
 double laneSms(const Profile& p, double laneCtas, double rankCtas) noexcept;
 
 /// Rule 2b: the most a step using `r` reaches on a lane holding `sms` SMs (laneSms) of a rank that runs Gemm
