@@ -170,8 +170,8 @@ FusedEstimate fusedClosedForm(const FusedSpec& spec, const FusedOptions& opt, co
   bool nvlink = false, network = false;
   for (uint32_t r = 0; r < ctx.p; ++r)
     for (const detail::FusedLanePlan& l : ctx.lanes[r]) {
-      nvlink = nvlink || l.purpose == detail::FusedLane::SendNvlink || l.purpose == detail::FusedLane::GatherNvlink;
-      network = network || l.purpose == detail::FusedLane::SendNetwork || l.purpose == detail::FusedLane::GatherNetwork;
+      nvlink = nvlink || l.purpose == detail::FusedLane::SendNvlink;
+      network = network || l.purpose == detail::FusedLane::SendNetwork;
     }
   if (nvlink) requirePositive("profile.nvlink.bwGBs", profile.nvlink.bwGBs, "an NVLink transfer");
   if (network) requirePositive("profile.network.bwGBs", profile.network.bwGBs, "a proxy put");

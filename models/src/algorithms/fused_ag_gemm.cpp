@@ -38,8 +38,8 @@ void emit(ScheduleBuilder& b, const FusedContext& ctx) {
     for (const auto& [d, t] : ctx.walk(sendTiles(ctx, r), ctx.visits[r])) {
       const uint32_t peer = ctx.ahead(r, d);
       const FusedTile& tile = ctx.tiles[r][t];
-      b.put(r, lanes.to(r, peer, FusedLane::SendNvlink), bufRef(peer, gathered, tile.row * sp.k), ownRows(r, tile),
-            uint64_t{tile.rows} * sp.k, arrive[d - 1]);
+      b.put(r, lanes.to(r, peer), bufRef(peer, gathered, tile.row * sp.k), ownRows(r, tile), uint64_t{tile.rows} * sp.k,
+            arrive[d - 1]);
     }
     // Compute: tile t of shard (r - d) in the option's walk, the shards as they arrive; a peer's tile waits for
     // exactly that tile.
@@ -84,9 +84,7 @@ FusedEstimate cost(const FusedContext& ctx, const Profile& profile) {
 }
 
 std::vector<std::pair<FusedLane, uint32_t>> commLanes(uint32_t nvlinkPeers, uint32_t networkPeers) {
-  std::vector<std::pair<FusedLane, uint32_t>> lanes;
-  addLinkLanes(lanes, FusedLane::SendNvlink, FusedLane::SendNetwork, nvlinkPeers, networkPeers);
-  return lanes;
+  return sendLanes(nvlinkPeers, networkPeers, 1);
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ std::vector<uint32_t> splitComm(const std::vector<std::pair<FusedLane, uint32_t>
   double total = 0;
   std::vector<std::size_t> data;
   for (std::size_t i = 0; i < comm.size(); ++i) {
-    const bool network = comm[i].first == FusedLane::SendNetwork || comm[i].first == FusedLane::GatherNetwork;
+    const bool network = comm[i].first == FusedLane::SendNetwork;
     if (network) continue;
     data.push_back(i);
     total += comm[i].second;
@@ -56,8 +56,6 @@ const char* describe(FusedLane purpose) noexcept {
     case FusedLane::SendNvlink: return "send over NVLink";
     case FusedLane::SendNetwork: return "send over the network";
     case FusedLane::Reduce: return "reduce";
-    case FusedLane::GatherNvlink: return "gather over NVLink";
-    case FusedLane::GatherNetwork: return "gather over the network";
   }
   return "?";
 }
@@ -207,20 +205,19 @@ uint32_t FusedContext::shareOf(uint32_t r, StepResource resource) const noexcept
   for (const FusedLanePlan& l : lanes[r]) {
     switch (l.purpose) {
       case FusedLane::Compute: n += resource == StepResource::Tensor; break;
-      case FusedLane::SendNvlink:
-      case FusedLane::GatherNvlink: n += resource == StepResource::NvLink; break;
-      case FusedLane::SendNetwork:
-      case FusedLane::GatherNetwork: n += resource == StepResource::Network; break;
+      case FusedLane::SendNvlink: n += resource == StepResource::NvLink; break;
+      case FusedLane::SendNetwork: n += resource == StepResource::Network; break;
       case FusedLane::Reduce: n += resource == StepResource::Memory; break;
     }
   }
   return n;
 }
 
-void addLinkLanes(std::vector<std::pair<FusedLane, uint32_t>>& lanes, FusedLane nvlinkPurpose, FusedLane networkPurpose,
-                  uint32_t nvlinkPeers, uint32_t networkPeers) {
-  if (nvlinkPeers > 0) lanes.emplace_back(nvlinkPurpose, nvlinkPeers);
-  if (networkPeers > 0) lanes.emplace_back(networkPurpose, networkPeers);
+std::vector<std::pair<FusedLane, uint32_t>> sendLanes(uint32_t nvlinkPeers, uint32_t networkPeers, uint32_t perPeer) {
+  std::vector<std::pair<FusedLane, uint32_t>> lanes;
+  if (nvlinkPeers > 0) lanes.emplace_back(FusedLane::SendNvlink, perPeer * nvlinkPeers);
+  if (networkPeers > 0) lanes.emplace_back(FusedLane::SendNetwork, perPeer * networkPeers);
+  return lanes;
 }
 
 // ---- emitting -------------------------------------------------------------------------------------------------
@@ -235,11 +232,6 @@ FusedLanes::FusedLanes(ScheduleBuilder& b, const FusedContext& ctx) : ctx_(ctx),
         case FusedLane::SendNvlink: break;
         case FusedLane::SendNetwork: role = LaneRole::InterSend; break;
         case FusedLane::Reduce: channel = 1; break;
-        case FusedLane::GatherNvlink: channel = 2; break;
-        case FusedLane::GatherNetwork:
-          role = LaneRole::InterSend;
-          channel = 2;
-          break;
       }
       index_[r].emplace_back(l.purpose, b.lane(r, role, channel));
     }
@@ -253,9 +245,8 @@ uint32_t FusedLanes::operator()(uint32_t r, FusedLane purpose) const {
                                        describe(purpose) + " lane in its plan");
 }
 
-uint32_t FusedLanes::to(uint32_t r, uint32_t peer, FusedLane nvlinkPurpose) const {
-  if (ctx_.sameNode(r, peer)) return (*this)(r, nvlinkPurpose);
-  return (*this)(r, nvlinkPurpose == FusedLane::SendNvlink ? FusedLane::SendNetwork : FusedLane::GatherNetwork);
+uint32_t FusedLanes::to(uint32_t r, uint32_t peer) const {
+  return (*this)(r, ctx_.sameNode(r, peer) ? FusedLane::SendNvlink : FusedLane::SendNetwork);
 }
 
 void applyLaneCtas(Schedule& s, const FusedContext& ctx) {

@@ -18,9 +18,10 @@
 //    or own-last, peers in visiting order) or round by round (interleaved: tile t of its own shard, then of
 //    every peer's in visiting order); send lanes walk the same items, each taking those of its link.
 //  * Lanes of a rank (created in this order when they have work): compute; send over NVLink; send over the
-//    network; reduce; gather over NVLink; gather over the network. Network lanes get one CTA each (the host
-//    proxy moves their bytes); the other communication lanes share the rest of the split by the number of
-//    shards they handle, at least one each.
+//    network; reduce. Network lanes get one CTA each (the host proxy moves their bytes); the other communication
+//    lanes share the rest of the split by the number of shards they handle, at least one each. gemm-ar's
+//    all-gather puts ride on the send lanes, one round behind the partials (sendItems): two lanes on one link
+//    would each get half of it for the whole op (timeline rule 2).
 #pragma once
 
 #include <cmath>
@@ -44,7 +45,7 @@ struct FusedTile {
 };
 
 /// What a lane of a fused schedule is for (the order lanes are created in).
-enum class FusedLane : uint8_t { Compute, SendNvlink, SendNetwork, Reduce, GatherNvlink, GatherNetwork };
+enum class FusedLane : uint8_t { Compute, SendNvlink, SendNetwork, Reduce };
 
 /// One lane of a rank's plan and its CTAs.
 struct FusedLanePlan {
@@ -107,9 +108,8 @@ class FusedLanes {
   FusedLanes(ScheduleBuilder& b, const FusedContext& ctx);
   /// Lane index of `purpose` on rank r; Error(Internal) when the plan has no such lane.
   uint32_t operator()(uint32_t r, FusedLane purpose) const;
-  /// The lane that sends from r to `peer` in phase `sendPurpose` (SendNvlink or GatherNvlink): its NVLink
-  /// variant inside a node, the network one across nodes.
-  uint32_t to(uint32_t r, uint32_t peer, FusedLane nvlinkPurpose) const;
+  /// The lane that sends from r to `peer`: SendNvlink inside a node, SendNetwork across nodes.
+  uint32_t to(uint32_t r, uint32_t peer) const;
 
  private:
   const FusedContext& ctx_;
@@ -193,21 +193,47 @@ FusedDef fusedGemmReduceScatter();
 FusedDef fusedAllGatherGemm();
 FusedDef fusedGemmAllReduce();
 
-/// gemm-rs and gemm-ar share the reduce-scatter part (fused_gemm_rs.cpp); gemm-ar adds the all-gather.
-struct ReduceScatterPart {
-  uint16_t a = 0, b = 0, c = 0, partial = 0, recv = 0;
-  uint32_t reduceFlagId = 0;  ///< gemm-ar: the reducer signals it after each finished tile
+/// The send lanes of a rank with `nvlinkPeers` and `networkPeers`: one per link that has peers, weighted by
+/// `perPeer` x its peers (the shards it moves).
+std::vector<std::pair<FusedLane, uint32_t>> sendLanes(uint32_t nvlinkPeers, uint32_t networkPeers, uint32_t perPeer);
+
+/// gemm-rs and gemm-ar share the reduce-scatter (fused_gemm_rs.cpp); gemm-ar adds the all-gather of each finished
+/// tile (fused_gemm_ar.cpp), on the same send lanes.
+/// One item of a send lane: the partial of tile t of the shard at distance d, or (gather) rank r's own finished
+/// tile t to every peer of the lane's link.
+struct SendItem {
+  uint32_t d = 0, t = 0;
+  bool gather = false;
 };
-/// Emit the reduce-scatter part; with `allReduce`, "c" holds all m rows and every finished tile is signalled on
-/// the returned flag.
-ReduceScatterPart emitReduceScatter(ScheduleBuilder& b, const FusedContext& ctx, bool allReduce);
-/// The closed form of that part: per rank, when each of its reduced tiles is visible to its gather lanes.
-std::vector<std::vector<double>> costReduceScatter(const FusedContext& ctx, const FusedPrices& px, FusedTally& tally);
-/// Append a lane of `nvlinkPurpose` when there are NVLink peers and one of `networkPurpose` when there are
-/// network peers, each weighted by its peers.
-void addLinkLanes(std::vector<std::pair<FusedLane, uint32_t>>& lanes, FusedLane nvlinkPurpose, FusedLane networkPurpose,
-                  uint32_t nvlinkPeers, uint32_t networkPeers);
-/// The reduce-scatter part's communication lanes (see FusedDef::commLanes).
-std::vector<std::pair<FusedLane, uint32_t>> reduceScatterLanes(uint32_t nvlinkPeers, uint32_t networkPeers);
+/// Rank r's send lane over NVLink (`near`) or the network: the partials in the compute walk's order and, with
+/// `allReduce`, the gather of own tile t before the first partial of round t + 2 (interleaved order) or after the
+/// last partial (shard by shard: no tile is finished before the last shard's partials arrive).
+std::vector<SendItem> sendItems(const FusedContext& ctx, uint32_t r, bool near, bool allReduce);
+/// Peers of r in visiting order over NVLink (`near`) or the network.
+std::vector<uint32_t> peersByLink(const FusedContext& ctx, uint32_t r, bool near);
+
+/// gemm-ar's all-gather (fused_gemm_ar.cpp).
+struct GatherPart {
+  uint16_t c = 0;                  ///< the "c" buffer (all of C on every rank)
+  uint32_t reduced = 0;            ///< own flag: the reduce lane signals each finished tile
+  std::vector<uint32_t> gathered;  ///< [d - 1]: finished tiles from the owner at distance d behind
+};
+GatherPart declareGather(ScheduleBuilder& b, const FusedContext& ctx, uint16_t c);
+/// Rank r's finished tile t put into the same rows of the "c" of every peer over `near` links, on `lane`.
+void emitGatherTile(ScheduleBuilder& b, const FusedContext& ctx, const GatherPart& g, uint32_t r, uint32_t lane,
+                    bool near, uint32_t t);
+/// Last on every rank's reduce lane: wait for every owner's finished tiles.
+void emitGatherWaits(ScheduleBuilder& b, const FusedContext& ctx, const FusedLanes& lanes, const GatherPart& g);
+/// Serve the gather of rank r's tile t, ready at `readyUs`, on `lane`; returns when its last copy is visible.
+double serveGatherTile(ServingLane& lane, const FusedContext& ctx, const FusedPrices& px, uint32_t r, bool near,
+                       uint32_t t, double readyUs);
+
+/// Emit the reduce-scatter and, with `allReduce`, the all-gather (then "c" holds all m rows on every rank).
+void emitReduceScatter(ScheduleBuilder& b, const FusedContext& ctx, bool allReduce);
+/// Its closed form: the lanes evaluated item by item as their inputs become known.
+FusedEstimate costReduceScatter(const FusedContext& ctx, const Profile& profile, bool allReduce);
+/// The communication lanes of gemm-rs (`allReduce` false) and gemm-ar (see FusedDef::commLanes).
+std::vector<std::pair<FusedLane, uint32_t>> reduceScatterLanes(uint32_t nvlinkPeers, uint32_t networkPeers,
+                                                               bool allReduce);
 
 }  // namespace mk::detail

@@ -1,8 +1,12 @@
 // gemm-rs: C = A B with k split over the ranks (row-parallel linear), reduce-scattered over m. Every rank computes
 // its partial of every tile; a tile owned by a peer goes to that peer's "recv" slot as soon as it is computed
 // (Put with signal over NVLink, ProxyPut across nodes), and each owner reduces its tiles as the partials arrive.
-// Also the first half of gemm-ar (fused_gemm_ar.cpp). Formulas: docs/fused-operators.md.
+// Also the first half of gemm-ar (fused_gemm_ar.cpp adds the all-gather). Formulas: docs/fused-operators.md.
+#include <cmath>
+#include <limits>
+
 #include "fused_common.hpp"
+#include "mk/error.hpp"
 
 namespace mk::detail {
 
@@ -19,36 +23,66 @@ uint64_t recvOffset(const FusedContext& ctx, uint32_t r, uint32_t d, const Fused
   return (uint64_t{d} - 1) * sh.rows * ctx.spec.n + (t.row - sh.rowBegin) * ctx.spec.n;
 }
 
-/// The reductions of owner r's tiles as (distance of the partial, tile) items, in the order the partials arrive
-/// (arrivals[r]): own-first shard by shard (the first arriving peer's partial for every tile, then the second's,
-/// ...), interleaved round by round; own-last sums the peers' partials into the first arriving peer's slot and
-/// adds its own tile last (distance 0).
-std::vector<std::pair<uint32_t, uint32_t>> reductions(const FusedContext& ctx, uint32_t r) {
-  std::vector<std::pair<uint32_t, uint32_t>> items;
+/// One reduction of owner r: tile t plus the partial from distance d; d = 0 adds the peers' sum to the own tile
+/// (own-last).
+struct Reduction {
+  uint32_t d = 0, t = 0;
+  bool waitOwn = false;   ///< the own partial (in "c") must be computed first
+  uint32_t alsoWait = 0;  ///< a second peer's partial it needs (own-last's first sum), 0 = none
+  bool finishes = false;  ///< the tile is complete after it (gemm-ar signals it)
+};
+
+/// The reductions of owner r's tiles in the order the partials arrive (arrivals[r]): c = own, then c += each
+/// peer's partial (own-first shard by shard, interleaved round by round); own-last sums the peers' partials in
+/// the first arriving peer's slot and adds the own tile last.
+std::vector<Reduction> reductions(const FusedContext& ctx, uint32_t r) {
+  std::vector<Reduction> out;
   const auto n = static_cast<uint32_t>(ctx.tiles[r].size());
   const std::vector<uint32_t>& peers = ctx.arrivals[r];
+  const uint32_t first = peers.front(), last = peers.back();
+  auto add = [&](uint32_t d, uint32_t t) { out.push_back(Reduction{d, t, d == first, 0, d == last}); };
   if (ctx.opt.order == TileOrder::Interleaved) {
     for (uint32_t t = 0; t < n; ++t)
-      for (uint32_t d : peers) items.emplace_back(d, t);
-    return items;
+      for (uint32_t d : peers) add(d, t);
+  } else if (ctx.opt.order == TileOrder::OwnFirst) {
+    for (uint32_t d : peers)
+      for (uint32_t t = 0; t < n; ++t) add(d, t);
+  } else {
+    for (std::size_t i = 1; i < peers.size(); ++i)
+      for (uint32_t t = 0; t < n; ++t) out.push_back(Reduction{peers[i], t, false, i == 1 ? first : 0, false});
+    for (uint32_t t = 0; t < n; ++t) out.push_back(Reduction{0, t, true, peers.size() == 1 ? first : 0, true});
   }
-  for (std::size_t i = ctx.opt.order == TileOrder::OwnLast ? 1 : 0; i < peers.size(); ++i)
-    for (uint32_t t = 0; t < n; ++t) items.emplace_back(peers[i], t);
-  if (ctx.opt.order == TileOrder::OwnLast)
-    for (uint32_t t = 0; t < n; ++t) items.emplace_back(0, t);
-  return items;
+  return out;
 }
 
 }  // namespace
 
-std::vector<std::pair<FusedLane, uint32_t>> reduceScatterLanes(uint32_t nvlinkPeers, uint32_t networkPeers) {
-  std::vector<std::pair<FusedLane, uint32_t>> lanes;
-  addLinkLanes(lanes, FusedLane::SendNvlink, FusedLane::SendNetwork, nvlinkPeers, networkPeers);
-  lanes.emplace_back(FusedLane::Reduce, nvlinkPeers + networkPeers);  // one reduction per peer's partial
+std::vector<std::pair<FusedLane, uint32_t>> reduceScatterLanes(uint32_t nvlinkPeers, uint32_t networkPeers,
+                                                               bool allReduce) {
+  // The send lanes move a shard per peer (and gemm-ar a second one: the finished tiles); the reduce lane
+  // reduces one per peer.
+  auto lanes = sendLanes(nvlinkPeers, networkPeers, allReduce ? 2 : 1);
+  lanes.emplace_back(FusedLane::Reduce, nvlinkPeers + networkPeers);
   return lanes;
 }
 
-ReduceScatterPart emitReduceScatter(ScheduleBuilder& b, const FusedContext& ctx, bool allReduce) {
+std::vector<SendItem> sendItems(const FusedContext& ctx, uint32_t r, bool near, bool allReduce) {
+  std::vector<SendItem> items;
+  uint32_t gathered = 0;
+  const auto ownTiles = static_cast<uint32_t>(ctx.tiles[r].size());
+  for (const auto& [d, t] : ctx.walk(ctx.tilesByDistance(r, true), ctx.visits[r])) {
+    if (d == 0 || ctx.sameNode(r, ctx.ahead(r, d)) != near) continue;
+    // One round behind: tile t - 2 was reduced while round t - 1's partials were sent.
+    if (allReduce && ctx.opt.order == TileOrder::Interleaved)
+      for (; gathered + 2 <= t && gathered < ownTiles; ++gathered) items.push_back(SendItem{0, gathered, true});
+    items.push_back(SendItem{d, t, false});
+  }
+  if (allReduce && !items.empty())
+    for (; gathered < ownTiles; ++gathered) items.push_back(SendItem{0, gathered, true});
+  return items;
+}
+
+void emitReduceScatter(ScheduleBuilder& b, const FusedContext& ctx, bool allReduce) {
   const uint32_t p = ctx.p;
   const FusedSpec& sp = ctx.spec;
   const uint64_t n = sp.n;
@@ -60,93 +94,80 @@ ReduceScatterPart emitReduceScatter(ScheduleBuilder& b, const FusedContext& ctx,
     cCount[r] = (allReduce ? sp.m : sh.rows) * n;
     recvCount[r] = checkedProduct(p - 1, sh.rows * n, "the recv buffer (ranks - 1 slots of a shard)");
   }
-  ReduceScatterPart part;
-  part.a = b.addBuffer("a", sp.dtype, BufferKind::Input, aCount);
-  part.b = b.addBuffer("b", sp.dtype, BufferKind::Input, bCount);
-  part.c = b.addBuffer("c", sp.dtype, BufferKind::Output, cCount);
+  const uint16_t a = b.addBuffer("a", sp.dtype, BufferKind::Input, aCount);
+  const uint16_t bb = b.addBuffer("b", sp.dtype, BufferKind::Input, bCount);
+  const uint16_t c = b.addBuffer("c", sp.dtype, BufferKind::Output, cCount);
   const FusedLanes lanes(b, ctx);
-  const uint8_t flags = gemmFlags(ctx);
-  auto aTile = [&](uint32_t r, const FusedTile& t) { return bufRef(r, part.a, t.row * ctx.shards[r].kLen); };
-
+  auto gemm = [&](uint32_t r, const FusedTile& t, BufRef dst) {
+    b.gemm(r, lanes(r, FusedLane::Compute), tileShape(ctx, r, t.rows), dst, bufRef(r, a, t.row * ctx.shards[r].kLen),
+           bufRef(r, bb, 0), gemmFlags(ctx));
+  };
   if (p == 1) {  // nothing to reduce: the GEMM straight into the output
-    for (const FusedTile& t : ctx.tiles[0])
-      b.gemm(0, lanes(0, FusedLane::Compute), tileShape(ctx, 0, t.rows), bufRef(0, part.c, ownOffset(ctx, 0, t, false)),
-             aTile(0, t), bufRef(0, part.b, 0), flags);
-    return part;
+    for (const FusedTile& t : ctx.tiles[0]) gemm(0, t, bufRef(0, c, ownOffset(ctx, 0, t, false)));
+    return;
   }
-  part.partial = b.addBuffer("partial", sp.dtype, BufferKind::Scratch, sp.m * n);
-  part.recv = b.addBuffer("recv", sp.dtype, BufferKind::Scratch, recvCount);
+  const uint16_t partial = b.addBuffer("partial", sp.dtype, BufferKind::Scratch, sp.m * n);
+  const uint16_t recv = b.addBuffer("recv", sp.dtype, BufferKind::Scratch, recvCount);
   const uint32_t done = b.newFlag();                       // own compute lane -> own send and reduce lanes, per tile
   const std::vector<uint32_t> arrive = b.newFlags(p - 1);  // [d - 1]: partials from the peer at distance d
-  if (allReduce) part.reduceFlagId = b.newFlag();          // own reduce lane -> own gather lanes, per finished tile
+  GatherPart gather;
+  if (allReduce) gather = declareGather(b, ctx, c);
 
   for (uint32_t r = 0; r < p; ++r) {
-    // Compute: a tile of every shard (its partial), in the option's order; index[d][t] is its place in it.
-    const uint32_t compute = lanes(r, FusedLane::Compute);
+    // Compute: a tile of every shard (its partial), in the option's walk; index[d][t] is its place in it.
     const std::vector<std::size_t> tilesAt = ctx.tilesByDistance(r, true);
-    const auto items = ctx.walk(tilesAt, ctx.visits[r]);
     std::vector<std::vector<uint64_t>> index(p);
     for (uint32_t d = 0; d < p; ++d) index[d].resize(tilesAt[d]);
     uint64_t g = 0;
-    for (const auto& [d, t] : items) {
+    for (const auto& [d, t] : ctx.walk(tilesAt, ctx.visits[r])) {
       const FusedTile& tile = ctx.tiles[ctx.ahead(r, d)][t];
-      const BufRef c =
-          d == 0 ? bufRef(r, part.c, ownOffset(ctx, r, tile, allReduce)) : bufRef(r, part.partial, tile.row * n);
-      b.gemm(r, compute, tileShape(ctx, r, tile.rows), c, aTile(r, tile), bufRef(r, part.b, 0), flags);
-      b.signal(r, compute, r, done);
+      gemm(r, tile, d == 0 ? bufRef(r, c, ownOffset(ctx, r, tile, allReduce)) : bufRef(r, partial, tile.row * n));
+      b.signal(r, lanes(r, FusedLane::Compute), r, done);
       index[d][t] = g++;
     }
-    // Send: each peer's partial tiles to it in the same order, each as soon as it is computed.
-    for (const auto& [d, t] : items) {
-      if (d == 0) continue;
-      const uint32_t owner = ctx.ahead(r, d);
-      const FusedTile& tile = ctx.tiles[owner][t];
-      const uint32_t lane = lanes.to(r, owner, FusedLane::SendNvlink);
-      b.wait(r, lane, done, index[d][t] + 1);
-      b.put(r, lane, bufRef(owner, part.recv, recvOffset(ctx, owner, d, tile)), bufRef(r, part.partial, tile.row * n),
-            uint64_t{tile.rows} * n, arrive[d - 1]);
+    // Send: each peer's partial tiles to it in the same order, each as soon as it is computed (and gemm-ar's
+    // finished tiles to every peer).
+    for (const bool near : {true, false}) {
+      for (const SendItem& item : sendItems(ctx, r, near, allReduce)) {
+        const uint32_t lane = lanes(r, near ? FusedLane::SendNvlink : FusedLane::SendNetwork);
+        if (item.gather) {
+          emitGatherTile(b, ctx, gather, r, lane, near, item.t);
+          continue;
+        }
+        const uint32_t owner = ctx.ahead(r, item.d);
+        const FusedTile& tile = ctx.tiles[owner][item.t];
+        b.wait(r, lane, done, index[item.d][item.t] + 1);
+        b.put(r, lane, bufRef(owner, recv, recvOffset(ctx, owner, item.d, tile)), bufRef(r, partial, tile.row * n),
+              uint64_t{tile.rows} * n, arrive[item.d - 1]);
+      }
     }
     // Reduce: own tiles, one reduction per peer's partial (each rounded to the dtype), as the partials arrive.
     const uint32_t reduce = lanes(r, FusedLane::Reduce);
     const auto& own = ctx.tiles[r];
-    auto cTile = [&](uint32_t t) { return bufRef(r, part.c, ownOffset(ctx, r, own[t], allReduce)); };
-    auto recvTile = [&](uint32_t d, uint32_t t) { return bufRef(r, part.recv, recvOffset(ctx, r, d, own[t])); };
-    auto finished = [&] {
-      if (allReduce) b.signal(r, reduce, r, part.reduceFlagId);
-    };
-    const uint32_t first = ctx.arrivals[r].front(), second = p > 2 ? ctx.arrivals[r][1] : 0;
-    const uint32_t lastPeer = ctx.arrivals[r].back();
-    for (const auto& [d, t] : reductions(ctx, r)) {
-      const uint64_t count = uint64_t{own[t].rows} * n;
-      if (ctx.opt.order != TileOrder::OwnLast) {
-        // c = own, then c += each peer's partial in the order they arrive.
-        if (d == first) b.wait(r, reduce, done, index[0][t] + 1);
-        b.wait(r, reduce, arrive[d - 1], t + 1);
-        b.reduce(r, reduce, cTile(t), cTile(t), recvTile(d, t), count);
-        if (d == lastPeer) finished();
-      } else if (d > 0) {
-        // The peers' partials summed in the first arriving peer's slot as they arrive.
-        if (d == second) b.wait(r, reduce, arrive[first - 1], t + 1);
-        b.wait(r, reduce, arrive[d - 1], t + 1);
-        b.reduce(r, reduce, recvTile(first, t), recvTile(first, t), recvTile(d, t), count);
-      } else {
-        // The own tile last: c = own + the peers' sum.
-        if (p == 2) b.wait(r, reduce, arrive[first - 1], t + 1);
-        b.wait(r, reduce, done, index[0][t] + 1);
-        b.reduce(r, reduce, cTile(t), cTile(t), recvTile(first, t), count);
-        finished();
-      }
+    const uint32_t sum = ctx.arrivals[r].front();  // own-last: the peers' partials are summed in this slot
+    for (const Reduction& x : reductions(ctx, r)) {
+      const FusedTile& tile = own[x.t];
+      if (x.alsoWait) b.wait(r, reduce, arrive[x.alsoWait - 1], x.t + 1);
+      if (x.d) b.wait(r, reduce, arrive[x.d - 1], x.t + 1);
+      if (x.waitOwn) b.wait(r, reduce, done, index[0][x.t] + 1);
+      const BufRef dst = x.d && ctx.opt.order == TileOrder::OwnLast ? bufRef(r, recv, recvOffset(ctx, r, sum, tile))
+                                                                    : bufRef(r, c, ownOffset(ctx, r, tile, allReduce));
+      const BufRef add = bufRef(r, recv, recvOffset(ctx, r, x.d ? x.d : sum, tile));
+      b.reduce(r, reduce, dst, dst, add, uint64_t{tile.rows} * n);
+      if (x.finishes && allReduce) b.signal(r, reduce, r, gather.reduced);
     }
   }
-  return part;
+  if (allReduce) emitGatherWaits(b, ctx, lanes, gather);
 }
 
-std::vector<std::vector<double>> costReduceScatter(const FusedContext& ctx, const FusedPrices& px, FusedTally& tally) {
+FusedEstimate costReduceScatter(const FusedContext& ctx, const Profile& profile, bool allReduce) {
   const uint32_t p = ctx.p;
   const uint64_t n = ctx.spec.n;
-  const double t0 = px.profile.dispatchUs;
-  const double flag = px.profile.localFlagUs;  // a Signal to the signalling rank's own flag
-  // comp[r][d][t]: when rank r's partial of tile t of shard (r + d) is computed.
+  const double t0 = profile.dispatchUs;
+  const double flag = profile.localFlagUs;  // a Signal to the signalling rank's own flag
+  const FusedPrices px{ctx, profile};
+  FusedTally tally;
+  // comp[r][d][t]: when rank r's partial of tile t of shard (r + d) is computed; its compute lane never waits.
   std::vector<TileTimes> comp(p);
   for (uint32_t r = 0; r < p; ++r) {
     const std::vector<std::size_t> tilesAt = ctx.tilesByDistance(r, true);
@@ -156,65 +177,87 @@ std::vector<std::vector<double>> costReduceScatter(const FusedContext& ctx, cons
       comp[r][d][t] = lane.serve(t0, px.gemmUs(r, ctx.tiles[ctx.ahead(r, d)][t].rows));
     tally.lane(FusedLane::Compute, lane, false);
   }
-  std::vector<std::vector<double>> reduced(p);
-  if (p == 1) return reduced;
-  // arrive[r][d][t]: when the partial of rank r's tile t from the peer at distance d is visible to r.
-  std::vector<TileTimes> arrive(p);
-  for (uint32_t r = 0; r < p; ++r) arrive[r] = tileTimes(std::vector<std::size_t>(p, ctx.tiles[r].size()));
+  if (p == 1) return tally.finish(ctx, profile, 0);
+
+  // The other lanes wait on each other across ranks (gemm-ar's gathers on the reductions, the reductions on the
+  // partials): serve every lane's items in order as their inputs become known, until all are served.
+  constexpr double kUnknown = std::numeric_limits<double>::quiet_NaN();
+  std::vector<TileTimes> arrive(p);             // [r][d][t]: partial of r's tile t from distance d visible to r
+  std::vector<std::vector<double>> reduced(p);  // [r][t]: r's finished tile t visible to its send lanes
   for (uint32_t r = 0; r < p; ++r) {
-    ServingLane nvlink(t0), network(t0);
-    for (const auto& [d, t] : ctx.walk(ctx.tilesByDistance(r, true), ctx.visits[r])) {
+    arrive[r] = TileTimes(p, std::vector<double>(ctx.tiles[r].size(), kUnknown));
+    reduced[r].assign(ctx.tiles[r].size(), kUnknown);
+  }
+  struct Cursor {
+    uint32_t r;
+    bool near;  // send lanes: the link
+    ServingLane lane;
+    std::vector<SendItem> sends;
+    std::vector<Reduction> reductions;
+    std::size_t next = 0;
+  };
+  std::vector<Cursor> cursors;
+  for (uint32_t r = 0; r < p; ++r) {
+    for (const bool near : {true, false})
+      cursors.push_back(Cursor{r, near, ServingLane(t0), sendItems(ctx, r, near, allReduce), {}, 0});
+    cursors.push_back(Cursor{r, false, ServingLane(t0), {}, reductions(ctx, r), 0});
+  }
+  // A send lane's item: returns false when its input is not known yet.
+  auto send = [&](Cursor& k, const SendItem& item) {
+    if (item.gather) {
+      if (std::isnan(reduced[k.r][item.t])) return false;
+      tally.endUs = std::max(tally.endUs, serveGatherTile(k.lane, ctx, px, k.r, k.near, item.t, reduced[k.r][item.t]));
+      return true;
+    }
+    const uint32_t owner = ctx.ahead(k.r, item.d);
+    const double us = px.putUs(k.r, owner, k.near ? FusedLane::SendNvlink : FusedLane::SendNetwork,
+                               uint64_t{ctx.tiles[owner][item.t].rows} * n, false);
+    arrive[owner][item.d][item.t] =
+        k.lane.serve(comp[k.r][item.d][item.t] + flag, us) + px.putVisibleUs(k.r, owner, false);
+    return true;
+  };
+  auto reduce = [&](Cursor& k, const Reduction& x) {
+    double ready = x.waitOwn ? comp[k.r][0][x.t] + flag : t0;
+    for (const uint32_t d : {x.d, x.alsoWait}) {
       if (d == 0) continue;
-      const uint32_t owner = ctx.ahead(r, d);
-      const bool near = ctx.sameNode(r, owner);
-      const double us = px.putUs(r, owner, near ? FusedLane::SendNvlink : FusedLane::SendNetwork,
-                                 uint64_t{ctx.tiles[owner][t].rows} * n, false);
-      const double end = (near ? nvlink : network).serve(comp[r][d][t] + flag, us);
-      arrive[owner][d][t] = end + px.putVisibleUs(r, owner, false);
+      if (std::isnan(arrive[k.r][d][x.t])) return false;
+      ready = std::max(ready, arrive[k.r][d][x.t]);
     }
-    tally.lane(FusedLane::SendNvlink, nvlink, false);
-    tally.lane(FusedLane::SendNetwork, network, true);
-  }
-  // The owner's reductions, as emitReduceScatter orders them; `reduced` is when each finished tile is visible.
-  for (uint32_t r = 0; r < p; ++r) {
-    const auto& own = ctx.tiles[r];
-    reduced[r].assign(own.size(), 0.0);
-    ServingLane lane(t0);
-    const uint32_t first = ctx.arrivals[r].front(), second = p > 2 ? ctx.arrivals[r][1] : 0;
-    for (const auto& [d, t] : reductions(ctx, r)) {
-      const double us = px.reduceUs(r, uint64_t{own[t].rows} * n);
-      const double ownReady = comp[r][0][t] + flag;
-      double ready;
-      bool last;
-      if (ctx.opt.order != TileOrder::OwnLast) {
-        ready = d == first ? std::max(arrive[r][d][t], ownReady) : arrive[r][d][t];
-        last = d == ctx.arrivals[r].back();
-      } else if (d > 0) {
-        ready = d == second ? std::max(arrive[r][first][t], arrive[r][d][t]) : arrive[r][d][t];
-        last = false;
-      } else {
-        ready = p == 2 ? std::max(arrive[r][first][t], ownReady) : ownReady;
-        last = true;
+    const double end = k.lane.serve(ready, px.reduceUs(k.r, uint64_t{ctx.tiles[k.r][x.t].rows} * n));
+    if (x.finishes) reduced[k.r][x.t] = end + flag;
+    return true;
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (Cursor& k : cursors) {
+      const std::size_t total = k.sends.size() + k.reductions.size();
+      while (k.next < total && (k.sends.empty() ? reduce(k, k.reductions[k.next]) : send(k, k.sends[k.next]))) {
+        ++k.next;
+        progress = true;
       }
-      const double end = lane.serve(ready, us);
-      if (last) reduced[r][t] = end + flag;
     }
-    tally.lane(FusedLane::Reduce, lane, false);
   }
-  return reduced;
+  for (const Cursor& k : cursors) {
+    if (k.next < k.sends.size() + k.reductions.size())
+      throw Error(ErrorCode::Internal, std::string(toString(ctx.spec.op)) + " closed form: rank " +
+                                           std::to_string(k.r) + "'s lanes wait on each other (a generator bug)");
+    if (!k.sends.empty())
+      tally.lane(k.near ? FusedLane::SendNvlink : FusedLane::SendNetwork, k.lane, !k.near);
+    else if (!k.reductions.empty())
+      tally.lane(FusedLane::Reduce, k.lane, false);
+  }
+  // Puts into the peers' "c" (gemm-ar) touch their user buffers: the op pays peerUserUs once (rule 1).
+  return tally.finish(ctx, profile, allReduce && profile.peerUserUs > 0 ? profile.peerUserUs : 0.0);
 }
 
 FusedDef fusedGemmReduceScatter() {
-  return FusedDef{FusedOp::GemmReduceScatter,
-                  "C = A B, k split over ranks, reduce-scattered over m: each tile pushed to its owner as computed",
-                  [](ScheduleBuilder& b, const FusedContext& ctx) { emitReduceScatter(b, ctx, false); },
-                  [](const FusedContext& ctx, const Profile& profile) {
-                    FusedTally tally;
-                    costReduceScatter(ctx, FusedPrices{ctx, profile}, tally);
-                    return tally.finish(ctx, profile, 0);
-                  },
-                  reduceScatterLanes,
-                  /*peersTouchUser=*/false};  // partials land in the owner's scratch
+  return FusedDef{
+      FusedOp::GemmReduceScatter,
+      "C = A B, k split over ranks, reduce-scattered over m: each tile pushed to its owner as computed",
+      [](ScheduleBuilder& b, const FusedContext& ctx) { emitReduceScatter(b, ctx, false); },
+      [](const FusedContext& ctx, const Profile& profile) { return costReduceScatter(ctx, profile, false); },
+      [](uint32_t nvlinkPeers, uint32_t networkPeers) { return reduceScatterLanes(nvlinkPeers, networkPeers, false); },
+      /*peersTouchUser=*/false};  // partials land in the owner's scratch
 }
 
 }  // namespace mk::detail
