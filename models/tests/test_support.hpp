@@ -15,10 +15,10 @@ namespace mk::test {
 inline void expectError(const std::function<void()>& fn, ErrorCode code, const std::vector<std::string>& parts) {
   try {
     fn();
-    FAIL("expected an mk::Error(" << toString(code) << ") containing '" << (parts.empty() ? "" : parts.front())
-                                  << "', got none");
+    FAIL("expected an mk::Error(" << std::string(toString(code)) << ") containing '"
+                                  << (parts.empty() ? "" : parts.front()) << "', got none");
   } catch (const Error& e) {
-    CHECK_MESSAGE(e.code() == code, "code " << toString(e.code()) << ", message: " << e.message());
+    CHECK_MESSAGE(e.code() == code, "code " << std::string(toString(e.code())) << ", message: " << e.message());
     for (const auto& p : parts)
       CHECK_MESSAGE(e.message().find(p) != std::string::npos, "'" << p << "' not in: " << e.message());
   }
