@@ -60,10 +60,13 @@ check "a failed run left $work/x.json" test ! -e "$work/x.json"
 expect 0 '^verify: OK' -- "$tool" --op gemm-rs --ranks 4 --m 301 --n 264 --k 520 --tile-rows 64 --verify
 expect 0 '^verify: OK' -- "$tool" --op ag-gemm --cluster dgx-h100 --nodes 2 --ranks 6 --m 203 --n 136 --k 72 --dtype float16 --layout-b col --verify --inputs integers
 expect 0 '^verify: OK' -- "$tool" --op gemm-ar --cluster dgx-h100 --nodes 2 --ranks 4 --m 77 --n 64 --k 96 --order own-last --comm-ctas 6 --verify
-expect 0 '^  split      128 CTAs \(132 SMs less the engine.s 4\): compute [0-9]+, communication [0-9]+ \(the lowest closed form\)$' -- "$tool" --op gemm-rs --cluster h200x2 --m 8192 --n 8192 --k 4096
+expect 0 '^  split      128 CTAs \(132 SMs less the engine.s 4\): compute [0-9]+, communication [0-9]+ \(the lowest closed form\); [0-9] compute lanes? \(the lowest closed form\)$' -- "$tool" --op gemm-rs --cluster h200x2 --m 8192 --n 8192 --k 4096
 expect 0 '^  busy       tensor .*: bound (tensor|nvlink|network|memory)$' -- "$tool" --op gemm-ar --cluster h200x2 --m 8192 --n 8192 --k 4096
 expect 0 'unfused    GEMM alone .* \+ reducescatter' -- "$tool" --op gemm-rs --cluster h200x2 --m 4096 --n 4096 --k 2048
 expect 0 'compute 100, communication 20 \(as given\)' -- "$tool" --op gemm-rs --cluster h200x2 --m 4096 --n 4096 --k 2048 --ctas 120 --comm-ctas 20
+expect 0 '; 2 compute lanes \(the lowest closed form\)$' -- "$tool" --op ag-gemm --cluster dgx-h100 --ranks 8 --m 8192 --n 8192 --k 4096
+expect 0 '^verify: OK' -- "$tool" --op gemm-rs --ranks 3 --m 95 --n 40 --k 48 --tile-rows 9 --compute-lanes 3 --comm-ctas 4 --verify
+expect 2 'leaves a compute lane without CTAs: 2 compute CTAs for 3 compute lanes' -- "$tool" --op gemm-rs --ranks 2 --m 64 --n 64 --k 64 --ctas 8 --comm-ctas 6 --compute-lanes 3
 expect 0 'wrote' -- "$tool" --op gemm-ar --ranks 2 --m 64 --n 64 --k 64 --json "$work/gemm-ar.json"
 expect 0 'validate   OK' -- "$tool" --schedule "$work/gemm-ar.json"
 expect 2 'gemm-rs: K = 1001 is not a multiple of 8' -- "$tool" --op gemm-rs --ranks 2 --m 64 --n 64 --k 1001 --json "$work/x.json"

@@ -85,7 +85,7 @@ TEST_CASE("fused: shards split rows evenly and k or n in whole units of 8") {
 TEST_CASE("fused: bad shapes are refused naming the dimension and what it must divide by") {
   auto check = [](FusedSpec s, uint32_t p, ErrorCode code, std::vector<std::string> parts) {
     expectError([&] { validateFusedSpec(s, p); }, code, parts);
-    expectError([&] { generate(s, layout(p, p), FusedOptions{16, TileOrder::OwnFirst, 8, 4}); }, code, parts);
+    expectError([&] { generate(s, layout(p, p), FusedOptions{16, TileOrder::OwnFirst, 8, 4, 1}); }, code, parts);
   };
   check(FusedSpec{FusedOp::GemmReduceScatter, DType::BFloat16, 64, 64, 1001}, 2, ErrorCode::InvalidArgument,
         {"gemm-rs", "K = 1001 is not a multiple of 8", "TMA", "K % 8 = 1"});
@@ -110,46 +110,56 @@ TEST_CASE("fused: a split that leaves a lane without CTAs or options left open a
   // gemm-ar on 2 nodes of 2: send over NVLink, send over the network, reduce.
   expectError(
       [&] {
-        generate(s, layout(4, 2), FusedOptions{16, TileOrder::OwnFirst, 16, 2});
+        generate(s, layout(4, 2), FusedOptions{16, TileOrder::OwnFirst, 16, 2, 1});
       },
       ErrorCode::InvalidArgument,
       {"leaves a communication lane without CTAs", "commCtas 2", "3 communication lanes", "send over the network",
        "commCtas must be at least 3"});
   expectError(
       [&] {
-        generate(s, layout(4, 2), FusedOptions{16, TileOrder::OwnFirst, 16, 16});
+        generate(s, layout(4, 2), FusedOptions{16, TileOrder::OwnFirst, 16, 16, 1});
       },
       ErrorCode::InvalidArgument, {"leaves the compute lane without CTAs", "commCtas 16 of ctas 16"});
   expectError(
       [&] {
-        generate(s, layout(2, 2), FusedOptions{0, TileOrder::OwnFirst, 16, 4});
+        generate(s, layout(2, 2), FusedOptions{0, TileOrder::OwnFirst, 16, 4, 1});
       },
       ErrorCode::InvalidArgument, {"tileRows must be >= 1"});
   expectError(
       [&] {
-        generate(s, layout(2, 2), FusedOptions{16, TileOrder::Auto, 16, 4});
+        generate(s, layout(2, 2), FusedOptions{16, TileOrder::Auto, 16, 4, 1});
       },
       ErrorCode::InvalidArgument, {"order must be own-first, own-last or interleaved", "planFused"});
   // One rank: nothing to split, the compute lane gets every CTA.
-  const Schedule one = generate(s, {0}, FusedOptions{16, TileOrder::OwnFirst, 16, 0});
+  const Schedule one = generate(s, {0}, FusedOptions{16, TileOrder::OwnFirst, 16, 0, 1});
   REQUIRE(one.lanes[0].size() == 1);
   CHECK(one.lanes[0][0].ctas == 16);
 }
 
 TEST_CASE("fused: the split is Lane::ctas: compute gets the rest, network lanes one each") {
   const FusedSpec s = FusedSpec{FusedOp::GemmAllReduce, DType::BFloat16, 64, 64, 64};
-  const Schedule sch = generate(s, layout(6, 3), FusedOptions{16, TileOrder::OwnLast, 100, 21});
+  const Schedule sch = generate(s, layout(6, 3), FusedOptions{16, TileOrder::OwnLast, 100, 21, 2});
   for (uint32_t r = 0; r < sch.nRanks; ++r) {
     CAPTURE(r);
     CHECK(laneCtas(sch, r) == 100);
-    uint32_t compute = 0;
+    std::vector<uint32_t> compute;
     for (const Lane& l : sch.lanes[r]) {
-      if (l.role == LaneRole::Compute) compute = l.ctas;
+      if (l.role == LaneRole::Compute) compute.push_back(l.ctas);
       if (l.role == LaneRole::InterSend) CHECK(l.ctas == 1);
       CHECK(l.ctas >= 1);
     }
-    CHECK(compute == 79);
+    CHECK(compute == std::vector<uint32_t>{40, 39});  // 79 compute CTAs, the first lane one more
   }
+  expectError(
+      [&] {
+        generate(s, layout(2, 2), FusedOptions{16, TileOrder::OwnFirst, 8, 6, 3});
+      },
+      ErrorCode::InvalidArgument, {"leaves a compute lane without CTAs: 2 compute CTAs for 3 compute lanes"});
+  expectError(
+      [&] {
+        generate(s, layout(2, 2), FusedOptions{16, TileOrder::OwnFirst, 8, 6, 0});
+      },
+      ErrorCode::InvalidArgument, {"computeLanes must be >= 1"});
 }
 
 TEST_CASE("fused: every op verifies on 1 to 8 ranks, one and two nodes, odd shapes, bf16 and fp16") {
@@ -169,7 +179,8 @@ TEST_CASE("fused: every op verifies on 1 to 8 ranks, one and two nodes, odd shap
           const TileOrder order =
               std::array<TileOrder, 3>{TileOrder::OwnFirst, TileOrder::OwnLast, TileOrder::Interleaved}[(seed / 2) % 3];
           const auto nodeOf = layout(p, perNode);
-          const FusedOptions opt = FusedOptions{static_cast<uint32_t>(3 + p % 3), order, 12, 6};
+          const FusedOptions opt =
+              FusedOptions{static_cast<uint32_t>(3 + p % 3), order, 12, 6, static_cast<uint32_t>(1 + seed % 3)};
           const std::string opName = toString(op);
           CAPTURE(opName);
           CAPTURE(p);
@@ -197,7 +208,7 @@ TEST_CASE("fused: every op verifies on 1 to 8 ranks, one and two nodes, odd shap
 
 TEST_CASE("fused: verification catches a missing partial, a wrong tile and a wrong rank's copy") {
   const FusedSpec fs = FusedSpec{FusedOp::GemmAllReduce, DType::BFloat16, 40, 32, 64};
-  const Schedule good = generate(fs, layout(4, 4), FusedOptions{7, TileOrder::OwnFirst, 12, 6});
+  const Schedule good = generate(fs, layout(4, 4), FusedOptions{7, TileOrder::OwnFirst, 12, 6, 1});
   REQUIRE(verifyFused(good, fs, 7, InputKind::SmallIntegers).ok);
   // Drop one Reduce step of rank 1: a peer's partial is missing from one of its tiles.
   Schedule dropped = good;
@@ -224,7 +235,7 @@ TEST_CASE("fused: every Gemm step is one the GPU engine takes (TMA alignment, ow
     for (MatrixLayout lb : {MatrixLayout::RowMajor, MatrixLayout::ColMajor}) {
       FusedSpec fs = FusedSpec{op, DType::BFloat16, 301, 264, 520};
       fs.layoutB = lb;
-      const Schedule s = generate(fs, layout(4, 2), FusedOptions{96, TileOrder::OwnFirst, 64, 8});
+      const Schedule s = generate(fs, layout(4, 2), FusedOptions{96, TileOrder::OwnFirst, 64, 8, 1});
       uint64_t gemms = 0;
       for (uint32_t r = 0; r < s.nRanks; ++r)
         for (const Lane& l : s.lanes[r])
@@ -271,7 +282,8 @@ TEST_CASE("fused: the closed form equals the uncontended timeline, tiles even or
             const uint64_t m = even ? uint64_t{p} * 3 * 64 : 61 * p + 3, n = 256, k = even ? 64 * p : 8 * (3 * p + 1);
             const FusedSpec fs = FusedSpec{op, DType::BFloat16, m, n, k};
             const uint32_t comm = 6 + static_cast<uint32_t>(variant);
-            const FusedOptions opt = FusedOptions{even ? 64u : 27u, order, 40, comm};
+            const FusedOptions opt =
+                FusedOptions{even ? 64u : 27u, order, 40, comm, static_cast<uint32_t>(1 + variant % 3)};
             Topology topo = topologyPreset("dgx-h100", 1);
             topo.node.gpus = perNode;
             topo.nodes = (p + perNode - 1) / perNode;
@@ -298,15 +310,17 @@ TEST_CASE("fused: the bound follows the resource: compute-heavy is tensor, a slo
   const Topology one = topologyPreset("dgx-h100", 1);
   Profile prof = fusedProfile();
   const FusedSpec big = FusedSpec{FusedOp::GemmReduceScatter, DType::BFloat16, 4 * 512, 512, 8192};
-  CHECK(fusedClosedForm(big, FusedOptions{128, TileOrder::OwnLast, 96, 8}, one, 4, prof).bound == FusedBound::Tensor);
+  CHECK(fusedClosedForm(big, FusedOptions{128, TileOrder::OwnLast, 96, 8, 1}, one, 4, prof).bound ==
+        FusedBound::Tensor);
   prof.nvlink.bwGBs = 5;
   const FusedSpec thin = FusedSpec{FusedOp::GemmReduceScatter, DType::BFloat16, 4 * 512, 512, 64};
-  CHECK(fusedClosedForm(thin, FusedOptions{128, TileOrder::OwnLast, 96, 8}, one, 4, prof).bound == FusedBound::NvLink);
+  CHECK(fusedClosedForm(thin, FusedOptions{128, TileOrder::OwnLast, 96, 8, 1}, one, 4, prof).bound ==
+        FusedBound::NvLink);
   const Topology two = topologyPreset("dgx-h100", 2);
   Profile slowNet = fusedProfile();
   slowNet.network.bwGBs = 1;
   const FusedEstimate e = fusedClosedForm(FusedSpec{FusedOp::AllGatherGemm, DType::BFloat16, 16 * 256, 16 * 64, 512},
-                                          FusedOptions{256, TileOrder::OwnFirst, 96, 8}, two, 16, slowNet);
+                                          FusedOptions{256, TileOrder::OwnFirst, 96, 8, 1}, two, 16, slowNet);
   CHECK(e.bound == FusedBound::Network);
   CHECK(e.networkUs > e.tensorUs);
 }
@@ -328,14 +342,17 @@ TEST_CASE("fused: planFused takes the split and order with the lowest closed for
     CHECK(plan.opt.order != TileOrder::Auto);
     CHECK(plan.opt.commCtas >= 1);
     CHECK(plan.opt.commCtas < plan.opt.ctas);
-    // No other feasible split or order is strictly better.
-    for (TileOrder order : {TileOrder::OwnFirst, TileOrder::OwnLast})
-      for (uint32_t c = 3; c < plan.opt.ctas; c += 7) {
+    // No other split or order is better by more than the grid search can miss (it looks at every 4th split,
+    // then around the best): every split of every order, within 1 %.
+    double best = plan.estimate.totalUs;
+    for (TileOrder order : {TileOrder::OwnFirst, TileOrder::OwnLast, TileOrder::Interleaved})
+      for (uint32_t c = 3; c + plan.opt.computeLanes <= plan.opt.ctas; ++c) {
         FusedOptions o = plan.opt;
         o.order = order;
         o.commCtas = c;
-        CHECK(fusedClosedForm(fs, o, topo, 8, prof).totalUs >= plan.estimate.totalUs);
+        best = std::min(best, fusedClosedForm(fs, o, topo, 8, prof).totalUs);
       }
+    CHECK(plan.estimate.totalUs <= best * 1.01);
     // An explicit split is kept.
     FusedOptions given;
     given.commCtas = 9;
@@ -352,6 +369,26 @@ TEST_CASE("fused: planFused takes the split and order with the lowest closed for
         planFused(FusedSpec{FusedOp::GemmReduceScatter, DType::BFloat16, 64, 64, 64}, tooMany, topo, 2, prof);
       },
       ErrorCode::InvalidArgument, {"ctas 500 exceeds the GPU's 132 SMs"});
+}
+
+TEST_CASE("fused: thin shards get more compute lanes, each tile's SMs kept busy") {
+  // ag-gemm on 8 ranks at m = n = 8192: a 1024 x 1024 tile has 64 engine tiles for ~118 compute CTAs.
+  const Topology topo = topologyPreset("dgx-h100", 1);
+  const Profile prof = defaultProfile(topo);
+  const FusedSpec fs = FusedSpec{FusedOp::AllGatherGemm, DType::BFloat16, 8192, 8192, 4096};
+  const FusedPlan plan = planFused(fs, FusedOptions{}, topo, 8, prof);
+  CHECK(plan.lanesByModel);
+  CHECK(plan.opt.computeLanes >= 2);
+  FusedOptions one = plan.opt;
+  one.computeLanes = 1;
+  const FusedEstimate oneLane = fusedClosedForm(fs, one, topo, 8, prof);
+  CHECK(oneLane.bound == FusedBound::Tensor);
+  CHECK(plan.estimate.tensorUs < 0.6 * oneLane.tensorUs);  // each lane's SMs have a tile each
+  CHECK(plan.estimate.totalUs < 0.9 * oneLane.totalUs);    // now NVLink bounds it
+  // Where a tile already fills the GPU, one lane is kept (ties keep fewer lanes).
+  const FusedPlan wide = planFused(FusedSpec{FusedOp::GemmReduceScatter, DType::BFloat16, 8192, 8192, 4096},
+                                   FusedOptions{}, topologyPreset("h200x2", 1), 2, prof);
+  CHECK(wide.opt.computeLanes == 1);
 }
 
 TEST_CASE("fused: the default tile is one wave of the kernel's CTAs, capped at the tallest shard") {

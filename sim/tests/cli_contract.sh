@@ -105,7 +105,7 @@ bad "broken\.json" -- "$tool" --schedule "$work/broken.json"
 # ---- fused operators: the plan, the prediction, what bounds it, and the unfused baseline ----
 fused=(--cluster h200x2 --m 4096 --n 4096 --k 2048)
 expect 0 '^predicted: [0-9.]+ (us|ms)  [0-9.]+ TFLOP/s per GPU$' -- "$tool" --op gemm-rs "${fused[@]}"
-expect 0 '^split: 128 CTAs \(132 SMs less the engine.s 4\): compute [0-9]+, communication [0-9]+ \(the lowest closed form\)$' -- "$tool" --op gemm-ar "${fused[@]}"
+expect 0 '^split: 128 CTAs \(132 SMs less the engine.s 4\): compute [0-9]+, communication [0-9]+ \(the lowest closed form\); [0-9] compute lanes? \(the lowest closed form\)$' -- "$tool" --op gemm-ar "${fused[@]}"
 expect 0 '^busy: tensor .*: bound (tensor|nvlink|network|memory)$' -- "$tool" --op ag-gemm "${fused[@]}"
 expect 0 '^unfused: GEMM alone .* \+ allreduce .*speedup [0-9.]+x' -- "$tool" --op gemm-ar "${fused[@]}"
 # two GPUs: nothing contends, so the replay is the closed form

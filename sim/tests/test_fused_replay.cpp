@@ -36,7 +36,7 @@ TEST_CASE("fused replay: on two GPUs nothing contends, so the replay is the time
         CAPTURE(comm);
         const mk::FusedSpec fs =
             mk::FusedSpec{op, mk::DType::BFloat16, 2 * 1000 + 1, 2048, 1024};  // odd rows: a short tile per shard
-        const mk::FusedOptions opt = mk::FusedOptions{256, order, 128, comm};
+        const mk::FusedOptions opt = mk::FusedOptions{256, order, 128, comm, 1};
         const mk::Schedule s = mk::generate(fs, topo.layout(2), opt);
         const double timeline = mk::simulateUncontended(s, prof).totalUs;
         const double replay = mk::sim::predict(s, topo, prof, quiet()).totalUs;
@@ -57,7 +57,7 @@ TEST_CASE("fused replay: the ring-ordered walks do not contend; an oversubscribe
       CAPTURE(opName);
       CAPTURE(oversubscription);
       const mk::FusedSpec fs = mk::FusedSpec{op, mk::DType::BFloat16, 256 * 16, 1024, 64 * 16};
-      const mk::FusedOptions opt = mk::FusedOptions{128, mk::TileOrder::Interleaved, 128, 12};
+      const mk::FusedOptions opt = mk::FusedOptions{128, mk::TileOrder::Interleaved, 128, 12, 1};
       const mk::Schedule s = mk::generate(fs, topo.layout(16), opt);
       const double timeline = mk::simulateUncontended(s, prof).totalUs;
       const double replay = mk::sim::predict(s, topo, prof, quiet()).totalUs;

@@ -41,11 +41,12 @@ void emit(ScheduleBuilder& b, const FusedContext& ctx) {
       b.put(r, lanes.to(r, peer), bufRef(peer, gathered, tile.row * sp.k), ownRows(r, tile), uint64_t{tile.rows} * sp.k,
             arrive[d - 1]);
     }
-    // Compute: tile t of shard (r - d) in the option's walk, the shards as they arrive; a peer's tile waits for
-    // exactly that tile.
-    const uint32_t compute = lanes(r, FusedLane::Compute);
+    // Compute: tile t of shard (r - d) in the option's walk, the shards as they arrive, the compute lanes taking
+    // the items in turn; a peer's tile waits for exactly that tile.
+    uint64_t turn = 0;
     for (const auto& [d, t] : ctx.walk(ctx.tilesByDistance(r, false), ctx.arrivals[r])) {
       const FusedTile& tile = ctx.tiles[ctx.behind(r, d)][t];
+      const uint32_t compute = lanes(r, FusedLane::Compute, static_cast<uint32_t>(turn++ % ctx.opt.computeLanes));
       if (d != 0) b.wait(r, compute, arrive[d - 1], t + 1);
       const BufRef aTile = d == 0 ? ownRows(r, tile) : bufRef(r, gathered, tile.row * sp.k);
       b.gemm(r, compute, tileShape(ctx, r, tile.rows), bufRef(r, c, tile.row * ctx.shards[r].cols), aTile,
@@ -75,10 +76,13 @@ FusedEstimate cost(const FusedContext& ctx, const Profile& profile) {
     tally.lane(FusedLane::SendNetwork, network, true);
   }
   for (uint32_t r = 0; r < p; ++r) {
-    ServingLane lane(t0);
-    for (const auto& [d, t] : ctx.walk(ctx.tilesByDistance(r, false), ctx.arrivals[r]))
-      lane.serve(d == 0 ? t0 : arrive[r][d][t], px.gemmUs(r, ctx.tiles[ctx.behind(r, d)][t].rows));
-    tally.lane(FusedLane::Compute, lane, false);
+    std::vector<ServingLane> lanes(ctx.opt.computeLanes, ServingLane(t0));
+    uint64_t turn = 0;
+    for (const auto& [d, t] : ctx.walk(ctx.tilesByDistance(r, false), ctx.arrivals[r])) {
+      const auto l = static_cast<uint32_t>(turn++ % lanes.size());
+      lanes[l].serve(d == 0 ? t0 : arrive[r][d][t], px.gemmUs(r, l, ctx.tiles[ctx.behind(r, d)][t].rows));
+    }
+    for (const ServingLane& lane : lanes) tally.lane(FusedLane::Compute, lane, false);
   }
   return tally.finish(ctx, profile, 0);
 }

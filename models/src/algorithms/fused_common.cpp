@@ -93,6 +93,7 @@ FusedContext makeFusedContext(const FusedSpec& spec, const std::vector<uint32_t>
     bad(std::string("order must be own-first, own-last or interleaved (got ") + toString(opt.order) +
         "; planFused chooses among them)");
   if (opt.ctas == 0) bad("ctas must be >= 1 (got 0; planFused takes the GPU's SMs)");
+  if (opt.computeLanes == 0) bad("computeLanes must be >= 1 (got 0; planFused chooses)");
   ctx.gen = placementOf(nodeOf);
   ctx.tiles.resize(ctx.p);
   for (uint32_t r = 0; r < ctx.p; ++r) {
@@ -130,10 +131,19 @@ FusedContext makeFusedContext(const FusedSpec& spec, const std::vector<uint32_t>
   }
 
   ctx.lanes.resize(ctx.p);
+  // The compute CTAs shared evenly by the compute lanes (the first ones one more).
+  auto addCompute = [&](uint32_t r, uint32_t ctas) {
+    if (ctas < opt.computeLanes)
+      bad("the split leaves a compute lane without CTAs: " + std::to_string(ctas) + " compute CTAs for " +
+          std::to_string(opt.computeLanes) + " compute lanes");
+    for (uint32_t l = 0; l < opt.computeLanes; ++l)
+      ctx.lanes[r].push_back(
+          FusedLanePlan{FusedLane::Compute, ctas / opt.computeLanes + (l < ctas % opt.computeLanes ? 1 : 0), l});
+  };
   for (uint32_t r = 0; r < ctx.p; ++r) {
     const auto comm = commLanesOf(spec.op, ctx.gen, r);
     if (comm.empty()) {
-      ctx.lanes[r].push_back(FusedLanePlan{FusedLane::Compute, opt.ctas});
+      addCompute(r, opt.ctas);
       continue;
     }
     if (opt.commCtas >= opt.ctas)
@@ -143,9 +153,9 @@ FusedContext makeFusedContext(const FusedSpec& spec, const std::vector<uint32_t>
       bad("the split leaves a communication lane without CTAs: commCtas " + std::to_string(opt.commCtas) +
           " for rank " + std::to_string(r) + "'s " + std::to_string(comm.size()) + " communication lanes (" +
           laneList(comm) + "); commCtas must be at least " + std::to_string(comm.size()) + " on this placement");
-    ctx.lanes[r].push_back(FusedLanePlan{FusedLane::Compute, opt.ctas - opt.commCtas});
+    addCompute(r, opt.ctas - opt.commCtas);
     const std::vector<uint32_t> ctas = splitComm(comm, opt.commCtas);
-    for (std::size_t i = 0; i < comm.size(); ++i) ctx.lanes[r].push_back(FusedLanePlan{comm[i].first, ctas[i]});
+    for (std::size_t i = 0; i < comm.size(); ++i) ctx.lanes[r].push_back(FusedLanePlan{comm[i].first, ctas[i], 0});
   }
   return ctx;
 }
@@ -188,9 +198,9 @@ uint32_t FusedContext::ldb(uint32_t r) const noexcept {
   return static_cast<uint32_t>(spec.layoutB == MatrixLayout::ColMajor ? gemmDepth(r) : gemmCols(r));
 }
 
-uint32_t FusedContext::ctasOf(uint32_t r, FusedLane purpose) const noexcept {
+uint32_t FusedContext::ctasOf(uint32_t r, FusedLane purpose, uint32_t index) const noexcept {
   for (const FusedLanePlan& l : lanes[r])
-    if (l.purpose == purpose) return l.ctas;
+    if (l.purpose == purpose && l.index == index) return l.ctas;
   return 0;
 }
 
@@ -228,19 +238,22 @@ FusedLanes::FusedLanes(ScheduleBuilder& b, const FusedContext& ctx) : ctx_(ctx),
       LaneRole role = LaneRole::Intra;
       uint32_t channel = 0;
       switch (l.purpose) {
-        case FusedLane::Compute: role = LaneRole::Compute; break;
+        case FusedLane::Compute:
+          role = LaneRole::Compute;
+          channel = l.index;
+          break;
         case FusedLane::SendNvlink: break;
         case FusedLane::SendNetwork: role = LaneRole::InterSend; break;
         case FusedLane::Reduce: channel = 1; break;
       }
-      index_[r].emplace_back(l.purpose, b.lane(r, role, channel));
+      index_[r].emplace_back(l, b.lane(r, role, channel));
     }
   }
 }
 
-uint32_t FusedLanes::operator()(uint32_t r, FusedLane purpose) const {
-  for (const auto& [p, lane] : index_.at(r))
-    if (p == purpose) return lane;
+uint32_t FusedLanes::operator()(uint32_t r, FusedLane purpose, uint32_t index) const {
+  for (const auto& [plan, lane] : index_.at(r))
+    if (plan.purpose == purpose && plan.index == index) return lane;
   throw Error(ErrorCode::Internal, std::string("fused schedule: rank ") + std::to_string(r) + " has no " +
                                        describe(purpose) + " lane in its plan");
 }
@@ -282,13 +295,13 @@ TileTimes tileTimes(const std::vector<std::size_t>& tilesAt) {
   return t;
 }
 
-double FusedPrices::gemmUs(uint32_t r, uint32_t rows) const {
+double FusedPrices::gemmUs(uint32_t r, uint32_t lane, uint32_t rows) const {
   const GemmShape g = tileShape(ctx, r, rows);
   const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
   StepPrice pr = stepPrice(profile, StepKind::Gemm, LinkClass::Local, flops, false);
   pr.capPerUs =
-      ctaCapPerUs(profile, StepResource::Tensor, laneSms(profile, ctx.ctasOf(r, FusedLane::Compute), ctx.rankCtas(r)),
-                  gemmTiles128(g.m, g.n));
+      ctaCapPerUs(profile, StepResource::Tensor,
+                  laneSms(profile, ctx.ctasOf(r, FusedLane::Compute, lane), ctx.rankCtas(r)), gemmTiles128(g.m, g.n));
   return stepLaneUs(pr, ctx.shareOf(r, StepResource::Tensor));
 }
 
@@ -348,7 +361,8 @@ FusedEstimate FusedTally::finish(const FusedContext& ctx, const Profile& profile
   e.fillDrainUs = std::max(0.0, e.totalUs - e.dispatchUs - e.boundUs);
   // Every rank's compute lane runs a tile of every shard (its partials, or the gathered rows).
   for (const auto& shard : ctx.tiles) e.tilesPerRank += shard.size();
-  e.computeCtas = ctx.ctasOf(0, FusedLane::Compute);
+  for (const FusedLanePlan& l : ctx.lanes[0])
+    if (l.purpose == FusedLane::Compute) e.computeCtas += l.ctas;
   e.formula = "t0 " + formatMicros(e.dispatchUs) + " + steady " + formatMicros(e.boundUs) + " (" + toString(e.bound) +
               ") + fill/drain " + formatMicros(e.fillDrainUs) + " = " + formatMicros(e.totalUs);
   return e;

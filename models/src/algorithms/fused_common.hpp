@@ -51,6 +51,7 @@ enum class FusedLane : uint8_t { Compute, SendNvlink, SendNetwork, Reduce };
 struct FusedLanePlan {
   FusedLane purpose = FusedLane::Compute;
   uint32_t ctas = 1;
+  uint32_t index = 0;  ///< which compute lane (0 .. computeLanes - 1); 0 for the others
 };
 
 /// Placement, shards, tiles and lanes of one request, derived once; shared by emit and the closed form.
@@ -80,8 +81,8 @@ struct FusedContext {
   uint64_t gemmCols(uint32_t r) const noexcept;
   uint64_t gemmDepth(uint32_t r) const noexcept;
   uint32_t ldb(uint32_t r) const noexcept;
-  /// Whether rank r has a lane for `purpose`, and its CTAs (0 when it has none).
-  uint32_t ctasOf(uint32_t r, FusedLane purpose) const noexcept;
+  /// The CTAs of rank r's lane for `purpose` (compute: compute lane `index`; 0 when it has none).
+  uint32_t ctasOf(uint32_t r, FusedLane purpose, uint32_t index = 0) const noexcept;
   /// Lane::ctas summed over rank r's lanes.
   uint32_t rankCtas(uint32_t r) const noexcept;
   /// Lanes of `purpose` class on rank r using `resource` (the share of timeline rule 2).
@@ -106,14 +107,14 @@ const char* describe(FusedLane purpose) noexcept;
 class FusedLanes {
  public:
   FusedLanes(ScheduleBuilder& b, const FusedContext& ctx);
-  /// Lane index of `purpose` on rank r; Error(Internal) when the plan has no such lane.
-  uint32_t operator()(uint32_t r, FusedLane purpose) const;
+  /// Lane index of `purpose` on rank r (compute: compute lane `index`); Error(Internal) when the plan has none.
+  uint32_t operator()(uint32_t r, FusedLane purpose, uint32_t index = 0) const;
   /// The lane that sends from r to `peer`: SendNvlink inside a node, SendNetwork across nodes.
   uint32_t to(uint32_t r, uint32_t peer) const;
 
  private:
   const FusedContext& ctx_;
-  std::vector<std::vector<std::pair<FusedLane, uint32_t>>> index_;
+  std::vector<std::vector<std::pair<FusedLanePlan, uint32_t>>> index_;  ///< per rank: (plan entry, lane index)
 };
 
 /// Set every lane's Lane::ctas from the context's plan (after the builder finished the schedule).
@@ -154,8 +155,8 @@ TileTimes tileTimes(const std::vector<std::size_t>& tilesAt);
 struct FusedPrices {
   const FusedContext& ctx;
   const Profile& profile;
-  /// Lane time of rank r's Gemm step of a tile of `rows` rows.
-  double gemmUs(uint32_t r, uint32_t rows) const;
+  /// Lane time of a Gemm step of a tile of `rows` rows on rank r's compute lane `lane`.
+  double gemmUs(uint32_t r, uint32_t lane, uint32_t rows) const;
   /// Lane time of a Put (or ProxyPut across nodes) of `elems` elements from r to `peer` on lane `purpose`;
   /// `intoUser`: it lands in the peer's user buffer.
   double putUs(uint32_t r, uint32_t peer, FusedLane purpose, uint64_t elems, bool intoUser) const;

@@ -98,46 +98,58 @@ void emitReduceScatter(ScheduleBuilder& b, const FusedContext& ctx, bool allRedu
   const uint16_t bb = b.addBuffer("b", sp.dtype, BufferKind::Input, bCount);
   const uint16_t c = b.addBuffer("c", sp.dtype, BufferKind::Output, cCount);
   const FusedLanes lanes(b, ctx);
-  auto gemm = [&](uint32_t r, const FusedTile& t, BufRef dst) {
-    b.gemm(r, lanes(r, FusedLane::Compute), tileShape(ctx, r, t.rows), dst, bufRef(r, a, t.row * ctx.shards[r].kLen),
-           bufRef(r, bb, 0), gemmFlags(ctx));
+  const uint32_t computeLanes = ctx.opt.computeLanes;
+  auto gemm = [&](uint32_t r, uint32_t lane, const FusedTile& t, BufRef dst) {
+    b.gemm(r, lanes(r, FusedLane::Compute, lane), tileShape(ctx, r, t.rows), dst,
+           bufRef(r, a, t.row * ctx.shards[r].kLen), bufRef(r, bb, 0), gemmFlags(ctx));
   };
   if (p == 1) {  // nothing to reduce: the GEMM straight into the output
-    for (const FusedTile& t : ctx.tiles[0]) gemm(0, t, bufRef(0, c, ownOffset(ctx, 0, t, false)));
+    for (std::size_t i = 0; i < ctx.tiles[0].size(); ++i)
+      gemm(0, static_cast<uint32_t>(i % computeLanes), ctx.tiles[0][i],
+           bufRef(0, c, ownOffset(ctx, 0, ctx.tiles[0][i], false)));
     return;
   }
   const uint16_t partial = b.addBuffer("partial", sp.dtype, BufferKind::Scratch, sp.m * n);
   const uint16_t recv = b.addBuffer("recv", sp.dtype, BufferKind::Scratch, recvCount);
-  const uint32_t done = b.newFlag();                       // own compute lane -> own send and reduce lanes, per tile
+  // [lane]: own compute lane -> own send and reduce lanes, one increment per tile in the lane's order.
+  const std::vector<uint32_t> done = b.newFlags(computeLanes);
   const std::vector<uint32_t> arrive = b.newFlags(p - 1);  // [d - 1]: partials from the peer at distance d
   GatherPart gather;
   if (allReduce) gather = declareGather(b, ctx, c);
 
   for (uint32_t r = 0; r < p; ++r) {
-    // Compute: a tile of every shard (its partial), in the option's walk; index[d][t] is its place in it.
+    // Compute: a tile of every shard (its partial), in the option's walk, the compute lanes taking the items in
+    // turn; lane[d][t] and index[d][t] say which lane computed it and its place there.
     const std::vector<std::size_t> tilesAt = ctx.tilesByDistance(r, true);
+    std::vector<std::vector<uint32_t>> lane(p);
     std::vector<std::vector<uint64_t>> index(p);
-    for (uint32_t d = 0; d < p; ++d) index[d].resize(tilesAt[d]);
-    uint64_t g = 0;
+    for (uint32_t d = 0; d < p; ++d) {
+      lane[d].resize(tilesAt[d]);
+      index[d].resize(tilesAt[d]);
+    }
+    std::vector<uint64_t> perLane(computeLanes, 0);
+    uint64_t turn = 0;
     for (const auto& [d, t] : ctx.walk(tilesAt, ctx.visits[r])) {
       const FusedTile& tile = ctx.tiles[ctx.ahead(r, d)][t];
-      gemm(r, tile, d == 0 ? bufRef(r, c, ownOffset(ctx, r, tile, allReduce)) : bufRef(r, partial, tile.row * n));
-      b.signal(r, lanes(r, FusedLane::Compute), r, done);
-      index[d][t] = g++;
+      const auto l = static_cast<uint32_t>(turn++ % computeLanes);
+      gemm(r, l, tile, d == 0 ? bufRef(r, c, ownOffset(ctx, r, tile, allReduce)) : bufRef(r, partial, tile.row * n));
+      b.signal(r, lanes(r, FusedLane::Compute, l), r, done[l]);
+      lane[d][t] = l;
+      index[d][t] = perLane[l]++;
     }
     // Send: each peer's partial tiles to it in the same order, each as soon as it is computed (and gemm-ar's
     // finished tiles to every peer).
     for (const bool near : {true, false}) {
       for (const SendItem& item : sendItems(ctx, r, near, allReduce)) {
-        const uint32_t lane = lanes(r, near ? FusedLane::SendNvlink : FusedLane::SendNetwork);
+        const uint32_t sender = lanes(r, near ? FusedLane::SendNvlink : FusedLane::SendNetwork);
         if (item.gather) {
-          emitGatherTile(b, ctx, gather, r, lane, near, item.t);
+          emitGatherTile(b, ctx, gather, r, sender, near, item.t);
           continue;
         }
         const uint32_t owner = ctx.ahead(r, item.d);
         const FusedTile& tile = ctx.tiles[owner][item.t];
-        b.wait(r, lane, done, index[item.d][item.t] + 1);
-        b.put(r, lane, bufRef(owner, recv, recvOffset(ctx, owner, item.d, tile)), bufRef(r, partial, tile.row * n),
+        b.wait(r, sender, done[lane[item.d][item.t]], index[item.d][item.t] + 1);
+        b.put(r, sender, bufRef(owner, recv, recvOffset(ctx, owner, item.d, tile)), bufRef(r, partial, tile.row * n),
               uint64_t{tile.rows} * n, arrive[item.d - 1]);
       }
     }
@@ -149,7 +161,7 @@ void emitReduceScatter(ScheduleBuilder& b, const FusedContext& ctx, bool allRedu
       const FusedTile& tile = own[x.t];
       if (x.alsoWait) b.wait(r, reduce, arrive[x.alsoWait - 1], x.t + 1);
       if (x.d) b.wait(r, reduce, arrive[x.d - 1], x.t + 1);
-      if (x.waitOwn) b.wait(r, reduce, done, index[0][x.t] + 1);
+      if (x.waitOwn) b.wait(r, reduce, done[lane[0][x.t]], index[0][x.t] + 1);
       const BufRef dst = x.d && ctx.opt.order == TileOrder::OwnLast ? bufRef(r, recv, recvOffset(ctx, r, sum, tile))
                                                                     : bufRef(r, c, ownOffset(ctx, r, tile, allReduce));
       const BufRef add = bufRef(r, recv, recvOffset(ctx, r, x.d ? x.d : sum, tile));
@@ -172,10 +184,13 @@ FusedEstimate costReduceScatter(const FusedContext& ctx, const Profile& profile,
   for (uint32_t r = 0; r < p; ++r) {
     const std::vector<std::size_t> tilesAt = ctx.tilesByDistance(r, true);
     comp[r] = tileTimes(tilesAt);
-    ServingLane lane(t0);
-    for (const auto& [d, t] : ctx.walk(tilesAt, ctx.visits[r]))
-      comp[r][d][t] = lane.serve(t0, px.gemmUs(r, ctx.tiles[ctx.ahead(r, d)][t].rows));
-    tally.lane(FusedLane::Compute, lane, false);
+    std::vector<ServingLane> lanes(ctx.opt.computeLanes, ServingLane(t0));
+    uint64_t turn = 0;
+    for (const auto& [d, t] : ctx.walk(tilesAt, ctx.visits[r])) {
+      const auto l = static_cast<uint32_t>(turn++ % lanes.size());
+      comp[r][d][t] = lanes[l].serve(t0, px.gemmUs(r, l, ctx.tiles[ctx.ahead(r, d)][t].rows));
+    }
+    for (const ServingLane& lane : lanes) tally.lane(FusedLane::Compute, lane, false);
   }
   if (p == 1) return tally.finish(ctx, profile, 0);
 

@@ -1,10 +1,12 @@
 // mkernel — what a fused op leaves open, decided as the engine would: the CTAs, the tile height, and the order
 // and the split with the lowest closed form; and the unfused baseline the planner compares with (fused.hpp).
 #include <algorithm>
+#include <tuple>
 
 #include "fused_common.hpp"
 #include "mk/algorithms/fused.hpp"
 #include "mk/algorithms/policy.hpp"
+#include "mk/cost/step_cost.hpp"
 #include "mk/error.hpp"
 
 namespace mk {
@@ -70,19 +72,67 @@ FusedPlan planFused(const FusedSpec& spec, FusedOptions opt, const Topology& top
     splits.clear();
     for (uint32_t c = most; c < opt.ctas; ++c) splits.push_back(c);
   }
+  // More compute lanes only help where a tile has fewer 128 x 128 output tiles than the kernel has CTAs (then
+  // each lane's share has work); elsewhere they only slow each tile down, so they are not tried.
+  std::vector<uint32_t> computeLanes = {opt.computeLanes};
+  if (opt.computeLanes == 0) {
+    plan.lanesByModel = true;
+    uint64_t narrowest = ~uint64_t{0};
+    for (const FusedShard& sh : fusedShards(spec, nRanks))
+      narrowest = std::min(narrowest, spec.op == FusedOp::AllGatherGemm ? sh.cols : spec.n);
+    const uint64_t rows = std::min<uint64_t>(opt.tileRows, spec.m / nRanks);
+    computeLanes = gemmTiles128(rows, narrowest) < opt.ctas ? std::vector<uint32_t>{1, 2, 4} : std::vector<uint32_t>{1};
+  }
+  // The lowest closed form over (order, lanes, split). Ties keep the earlier order, then fewer compute lanes,
+  // then fewer communication CTAs. Long split ranges are searched on a grid of every kGrid-th split first, then
+  // around the best point of the grid: the time against the split falls while communication bounds the op and
+  // rises once compute does, with steps of at most a few CTAs (the lanes' shares are whole CTAs).
+  constexpr uint32_t kGrid = 4;
   bool have = false;
+  auto consider = [&](const FusedOptions& o) {
+    const FusedEstimate e = fusedClosedForm(spec, o, topo, nRanks, profile);
+    const bool better =
+        !have || e.totalUs < plan.estimate.totalUs ||
+        (e.totalUs == plan.estimate.totalUs && std::tie(o.order, o.computeLanes, o.commCtas) <
+                                                   std::tie(plan.opt.order, plan.opt.computeLanes, plan.opt.commCtas));
+    if (better) {
+      plan.opt = o;
+      plan.estimate = e;
+      have = true;
+    }
+    return e.totalUs;
+  };
   for (const TileOrder order : orders)
-    for (const uint32_t comm : splits) {
-      FusedOptions o = opt;
-      o.order = order;
-      o.commCtas = comm;
-      const FusedEstimate e = fusedClosedForm(spec, o, topo, nRanks, profile);
-      // Strictly lower only: ties keep the earlier order, then fewer communication CTAs.
-      if (!have || e.totalUs < plan.estimate.totalUs) {
-        plan.opt = o;
-        plan.estimate = e;
-        have = true;
+    for (const uint32_t lanes : computeLanes) {
+      auto at = [&](uint32_t comm) {
+        FusedOptions o = opt;
+        o.order = order;
+        o.computeLanes = lanes;
+        o.commCtas = comm;
+        return consider(o);
+      };
+      // A lane count the compute CTAs cannot hold is skipped; one lane is always tried, so a split that does not
+      // fit is reported by generate()'s rules.
+      std::vector<uint32_t> fit;
+      for (const uint32_t comm : splits)
+        if (!plan.lanesByModel || lanes == 1 || (comm < opt.ctas ? opt.ctas - comm : opt.ctas) >= lanes)
+          fit.push_back(comm);
+      if (fit.size() <= 8 * kGrid) {
+        for (const uint32_t comm : fit) at(comm);
+        continue;
       }
+      std::size_t best = 0;
+      double bestUs = 0;
+      for (std::size_t i = 0; i < fit.size(); i += kGrid) {
+        const double us = at(fit[i]);
+        if (i == 0 || us < bestUs) {
+          best = i;
+          bestUs = us;
+        }
+      }
+      const std::size_t from = best >= kGrid ? best - kGrid + 1 : 0;
+      for (std::size_t i = from; i < std::min(fit.size(), best + kGrid); ++i)
+        if (i % kGrid != 0) at(fit[i]);
     }
   return plan;
 }

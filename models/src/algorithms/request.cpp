@@ -40,7 +40,8 @@ bool named(const CollectiveArgs& a, const char* option) {
 }  // namespace
 
 CollectiveRequest parseCollective(const CollectiveArgs& a) {
-  for (const char* option : {"--m", "--n", "--k", "--tile-rows", "--order", "--ctas", "--comm-ctas", "--layout-b"})
+  for (const char* option :
+       {"--m", "--n", "--k", "--tile-rows", "--order", "--ctas", "--comm-ctas", "--compute-lanes", "--layout-b"})
     if (named(a, option))
       throw Error(ErrorCode::InvalidArgument, std::string(option) +
                                                   " applies to the fused ops (gemm-rs, ag-gemm, gemm-ar), not to " +
@@ -73,7 +74,8 @@ FusedRequest parseFused(const CollectiveArgs& a) {
     if (named(a, option))
       throw Error(ErrorCode::InvalidArgument,
                   std::string(option) + " does not apply to " + op +
-                      ": a fused op is sized by --m, --n, --k and shaped by --tile-rows, --order, --ctas, --comm-ctas");
+                      ": a fused op is sized by --m, --n, --k and shaped by --tile-rows, --order, --ctas, --comm-ctas, "
+                      "--compute-lanes");
   for (const auto& [v, option, what] : {std::tuple<uint64_t, const char*, const char*>{a.m, "--m", "the rows of C"},
                                         {a.n, "--n", "the columns of C"},
                                         {a.k, "--k", "the inner dimension"}})
@@ -94,6 +96,7 @@ FusedRequest parseFused(const CollectiveArgs& a) {
   r.opt.tileRows = a.tileRows;
   r.opt.ctas = a.ctas;
   r.opt.commCtas = a.commCtas;
+  r.opt.computeLanes = a.computeLanes;
   return r;
 }
 

@@ -76,6 +76,10 @@ struct FusedOptions {
   /// Of those, the CTAs of all communication lanes together; the compute lane gets the rest (0: planFused
   /// takes the split with the lowest closed form). Ignored on one rank (nothing to communicate).
   uint32_t commCtas = 0;
+  /// Compute lanes taking the walk's tiles in turn, the compute CTAs shared evenly: more than one keeps the SMs
+  /// busy when a tile has fewer 128 x 128 output tiles than the compute lane has CTAs (ag-gemm on many ranks:
+  /// a shard of m / p rows times n / p columns). 0: planFused takes 1, 2 or 4 by the lowest closed form.
+  uint32_t computeLanes = 0;
 };
 
 /// SMs the GPU engine's compute-capable resident kernel leaves out of its workers: the control block's and three
@@ -101,9 +105,9 @@ std::vector<FusedShard> fusedShards(const FusedSpec& spec, uint32_t nRanks);
 
 /// Generate the schedule of `spec` on ranks placed on nodes as `nodeOf` says (any layout; Put inside a node,
 /// ProxyPut across nodes). `opt` must be concrete (planFused() makes it so): tileRows >= 1, order not Auto,
-/// ctas >= 1 and, on more than one rank, 1 <= commCtas < ctas with at least one CTA for every communication
-/// lane of every rank. Throws Error(InvalidArgument) naming the field. The result passes validate() and has
-/// cost attributes filled; Lane::ctas is the split (compute lane: ctas - commCtas).
+/// computeLanes >= 1, ctas >= 1 and, on more than one rank, 1 <= commCtas < ctas with at least one CTA for every
+/// communication lane of every rank and every compute lane. Throws Error(InvalidArgument) naming the field. The result
+/// passes validate() and has cost attributes filled; Lane::ctas is the split (compute lane: ctas - commCtas).
 Schedule generate(const FusedSpec& spec, const std::vector<uint32_t>& nodeOf, const FusedOptions& opt);
 
 /// Which resource a fused op's time is bound by: the one busiest over the op (largest busy time of one lane).
@@ -122,7 +126,7 @@ struct FusedEstimate {
   double boundUs = 0;                     ///< its busy time
   double fillDrainUs = 0;                 ///< totalUs - dispatchUs - boundUs: pipeline fill, drain and stalls
   uint64_t tilesPerRank = 0;              ///< Gemm steps of every rank (a tile of every shard)
-  uint32_t computeCtas = 0;               ///< the compute lane's CTAs
+  uint32_t computeCtas = 0;               ///< the compute lanes' CTAs together
   std::string formula;                    ///< the instantiated formula, for humans
 };
 
@@ -141,6 +145,7 @@ struct FusedPlan {
   bool orderByModel = false;  ///< order was Auto: the lower closed form
   bool ctasDefault = false;   ///< ctas was 0: the GPU's SMs less kEngineReservedSms
   bool splitByModel = false;  ///< commCtas was 0: the lowest closed form over every feasible split
+  bool lanesByModel = false;  ///< computeLanes was 0: the lowest closed form over 1, 2 and 4
   FusedEstimate estimate;     ///< the closed form of the plan
 };
 
@@ -149,9 +154,9 @@ struct FusedPlan {
 uint32_t fusedDefaultTileRows(const FusedSpec& spec, uint32_t nRanks, uint32_t ctas);
 
 /// Decide what `opt` leaves open, as the GPU engine would for a submitted fused op: ctas (the SMs of
-/// profile.sms, else topo.node.sms, less kEngineReservedSms), tileRows (fusedDefaultTileRows), and order and
-/// commCtas together by the lowest fusedClosedForm (ties: own-first before own-last before interleaved, then
-/// fewer communication CTAs). Throws
+/// profile.sms, else topo.node.sms, less kEngineReservedSms), tileRows (fusedDefaultTileRows), and order,
+/// computeLanes and commCtas together by the lowest fusedClosedForm (ties: own-first before own-last before
+/// interleaved, then fewer compute lanes, then fewer communication CTAs). Throws
 /// Error(InvalidArgument) for ctas above the GPU's SMs, plus what validateFusedSpec and generate() throw.
 FusedPlan planFused(const FusedSpec& spec, FusedOptions opt, const Topology& topo, uint32_t nRanks,
                     const Profile& profile);

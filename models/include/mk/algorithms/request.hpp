@@ -52,6 +52,7 @@ struct CollectiveArgs {
   std::string order = "auto";      ///< own-first, own-last, interleaved, or auto (the lowest closed form)
   uint32_t ctas = 0;               ///< 0: the GPU's SMs less the engine's reserve
   uint32_t commCtas = 0;           ///< 0: the split with the lowest closed form
+  uint32_t computeLanes = 0;       ///< 0: 1, 2 or 4 by the lowest closed form
   std::string layoutB = "row";     ///< row or col
   std::vector<std::string> given;  ///< the options named on the command line ("--bytes", ...)
 };
@@ -79,9 +80,9 @@ struct FusedRequest {
 };
 
 /// The words of `a` for a fused op: --op (requireFusedOp), --m, --n and --k (required), --dtype (bfloat16 unless
-/// named in `a.given`), --layout-b, --order, --tile-rows, --ctas, --comm-ctas; an option of the collectives named
-/// in `a.given` (--bytes, --algo, --redop, --root, --chunks, --channels, --inter) is refused. The shape rules are
-/// validateFusedSpec's, checked once the rank count is known. Throws Error(InvalidArgument).
+/// named in `a.given`), --layout-b, --order, --tile-rows, --ctas, --comm-ctas, --compute-lanes; an option of the
+/// collectives named in `a.given` (--bytes, --algo, --redop, --root, --chunks, --channels, --inter) is refused. The
+/// shape rules are validateFusedSpec's, checked once the rank count is known. Throws Error(InvalidArgument).
 FusedRequest parseFused(const CollectiveArgs& a);
 
 /// The profile `a` prices with: its file (loadProfile), else the datasheet defaults of `topo`.

@@ -23,15 +23,15 @@ namespace mk::cli {
 /// Every option addCollectiveOptions adds (what finishCollectiveOptions records in CollectiveArgs::given).
 inline const std::vector<const char*>& collectiveOptionNames() {
   static const std::vector<const char*> names = {
-      "--op",    "--algo", "--cluster",   "--nodes",    "--ranks", "--bytes",     "--dtype",
-      "--redop", "--root", "--chunks",    "--channels", "--inter", "--profile",   "--m",
-      "--n",     "--k",    "--tile-rows", "--order",    "--ctas",  "--comm-ctas", "--layout-b"};
+      "--op",        "--algo",   "--cluster",  "--nodes",     "--ranks",         "--bytes",   "--dtype", "--redop",
+      "--root",      "--chunks", "--channels", "--inter",     "--profile",       "--m",       "--n",     "--k",
+      "--tile-rows", "--order",  "--ctas",     "--comm-ctas", "--compute-lanes", "--layout-b"};
   return names;
 }
 
 /// Add --op, --algo, --cluster, --nodes, --ranks, --bytes, --dtype, --redop, --root, --chunks, --channels,
-/// --inter and --profile, and the fused ops' --m, --n, --k, --tile-rows, --order, --ctas, --comm-ctas and
-/// --layout-b to `app`, bound to `a`. A tool whose use of one differs rewords it afterwards
+/// --inter and --profile, and the fused ops' --m, --n, --k, --tile-rows, --order, --ctas, --comm-ctas,
+/// --compute-lanes and --layout-b to `app`, bound to `a`. A tool whose use of one differs rewords it afterwards
 /// (app.get_option("--nodes")->description(...)).
 inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
   app.add_option("--op", a.op,
@@ -83,14 +83,18 @@ inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
   app.add_option("--comm-ctas", a.commCtas,
                  "fused ops: of those, the CTAs of all communication lanes; the compute lane gets the rest (default: "
                  "the split with the lowest closed form)");
+  app.add_option("--compute-lanes", a.computeLanes,
+                 "fused ops: compute lanes taking the tiles in turn, sharing the compute CTAs evenly; more than one "
+                 "keeps the SMs busy when a tile has fewer 128 x 128 output tiles than CTAs (default: 1, 2 or 4, the "
+                 "lowest closed form)");
   app.add_option("--layout-b", a.layoutB, "fused ops: B row-major (k x n) or col (n x k, a Linear layer's weight)")
       ->check(CLI::IsMember({"row", "col"}))
       ->capture_default_str();
 }
 
 /// After parse(): the counting options must not be 0 (requirePositive on --ranks, --nodes, --chunks,
-/// --channels, --m, --n, --k, --tile-rows, --ctas, --comm-ctas), and `a` notes which options were given (`given`,
-/// chunksGiven, channelsGiven). Returns kContinue or the exit code.
+/// --channels, --m, --n, --k, --tile-rows, --ctas, --comm-ctas, --compute-lanes), and `a` notes which options were
+/// given (`given`, chunksGiven, channelsGiven). Returns kContinue or the exit code.
 inline int finishCollectiveOptions(const CLI::App& app, const char* tool, CollectiveArgs& a) {
   a.chunksGiven = app.count("--chunks") > 0;
   a.channelsGiven = app.count("--channels") > 0;
@@ -107,7 +111,8 @@ inline int finishCollectiveOptions(const CLI::App& app, const char* tool, Collec
                           {"--k", a.k},
                           {"--tile-rows", a.tileRows},
                           {"--ctas", a.ctas},
-                          {"--comm-ctas", a.commCtas}});
+                          {"--comm-ctas", a.commCtas},
+                          {"--compute-lanes", a.computeLanes}});
 }
 
 /// What --algo auto chose, for the tools' report line: "one-shot (the lowest closed form), chunks 8 by size,
@@ -162,6 +167,9 @@ inline std::vector<std::pair<std::string, std::string>> describeFusedPlan(const 
   else
     split += ": compute " + std::to_string(o.ctas - o.commCtas) + ", communication " + std::to_string(o.commCtas) +
              (plan.splitByModel ? " (the lowest closed form)" : " (as given)");
+  if (o.computeLanes > 1 || plan.lanesByModel)
+    split += "; " + std::to_string(o.computeLanes) + " compute lane" + (o.computeLanes > 1 ? "s" : "") +
+             (plan.lanesByModel ? " (the lowest closed form)" : " (as given)");
   lines.emplace_back("split", split);
   return lines;
 }
