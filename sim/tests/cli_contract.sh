@@ -114,6 +114,7 @@ expect 0 '^profile: sms, ctaGBs from the datasheet' -- "$tool" --op gemm-rs "${f
 expect 0 '  1\. n[01]\.(nic|pcie)[0-9]_(UP|DOWN) ' -- "$tool" --op gemm-rs --cluster dgx-h100 --nodes 2 --m 4096 --n 1024 --k 1024
 expect 0 'wrote' -- "$tool" --op gemm-rs "${fused[@]}" --json "$work/fused.json" --trace "$work/fused-trace.json"
 check "fused json has the split and the baseline" grep -q '"speedup_vs_unfused"' "$work/fused.json"
+check "fused json has the compute lanes" grep -q '"compute_lanes": 1' "$work/fused.json"
 check "fused trace has gemm steps" grep -q '"name":"gemm"' "$work/fused-trace.json"
 bad "--sweep sizes a collective" -- "$tool" --op gemm-rs "${fused[@]}" --sweep 8:1K:2
 bad "gemm-rs: K = 1001 is not a multiple of 8" -- "$tool" --op gemm-rs --cluster h200x2 --m 64 --n 64 --k 1001
