@@ -213,6 +213,7 @@ StepPrice StepCosts::sharedPrice(const Step& st, uint32_t rank) const {
 
 double StepCosts::laneUs(const Step& st, uint32_t rank, uint32_t lane) const {
   const StepPrice pr = price(st, rank, lane);
+  if (pr.resource == StepResource::None) return 0;  // share() has no entry for it
   return stepLaneUs(pr, share(rank, pr.resource));
 }
 
