@@ -56,6 +56,36 @@ one_line_error "$tool" --op allsum
 one_line_error "$tool" --cluster nope
 check "a failed run left $work/x.json" test ! -e "$work/x.json"
 
+# fused operators: planned, generated, verified; bad shapes, splits and dtypes refused before anything runs
+expect 0 '^verify: OK' -- "$tool" --op gemm-rs --ranks 4 --m 301 --n 264 --k 520 --tile-rows 64 --verify
+expect 0 '^verify: OK' -- "$tool" --op ag-gemm --cluster dgx-h100 --nodes 2 --ranks 6 --m 203 --n 136 --k 72 --dtype float16 --layout-b col --verify --inputs integers
+expect 0 '^verify: OK' -- "$tool" --op gemm-ar --cluster dgx-h100 --nodes 2 --ranks 4 --m 77 --n 64 --k 96 --order own-last --comm-ctas 6 --verify
+expect 0 '^  split      128 CTAs \(132 SMs less the engine.s 4\): compute [0-9]+, communication [0-9]+ \(the lowest closed form\); [0-9] compute lanes? \(the lowest closed form\)$' -- "$tool" --op gemm-rs --cluster h200x2 --m 8192 --n 8192 --k 4096
+expect 0 '^  busy       tensor .*: bound (tensor|nvlink|network|memory)$' -- "$tool" --op gemm-ar --cluster h200x2 --m 8192 --n 8192 --k 4096
+expect 0 'unfused    GEMM alone .* \+ reducescatter' -- "$tool" --op gemm-rs --cluster h200x2 --m 4096 --n 4096 --k 2048
+expect 0 'compute 100, communication 20 \(as given\)' -- "$tool" --op gemm-rs --cluster h200x2 --m 4096 --n 4096 --k 2048 --ctas 120 --comm-ctas 20
+expect 0 '; 2 compute lanes \(the lowest closed form\)$' -- "$tool" --op ag-gemm --cluster dgx-h100 --ranks 8 --m 8192 --n 8192 --k 4096
+expect 0 '^verify: OK' -- "$tool" --op gemm-rs --ranks 3 --m 95 --n 40 --k 48 --tile-rows 9 --compute-lanes 3 --comm-ctas 4 --verify
+expect 2 'leaves a compute lane without CTAs: 2 compute CTAs for 3 compute lanes' -- "$tool" --op gemm-rs --ranks 2 --m 64 --n 64 --k 64 --ctas 8 --comm-ctas 6 --compute-lanes 3
+expect 0 'wrote' -- "$tool" --op gemm-ar --ranks 2 --m 64 --n 64 --k 64 --json "$work/gemm-ar.json"
+expect 0 'validate   OK' -- "$tool" --schedule "$work/gemm-ar.json"
+expect 2 'gemm-rs: K = 1001 is not a multiple of 8' -- "$tool" --op gemm-rs --ranks 2 --m 64 --n 64 --k 1001 --json "$work/x.json"
+expect 2 'gemm-ar: N = 100 is not a multiple of 8' -- "$tool" --op gemm-ar --ranks 2 --m 64 --n 100 --k 64 --json "$work/x.json"
+expect 2 'K = 24 is split over the ranks in units of 8 .* at least 8 x ranks = 32' -- "$tool" --op gemm-rs --ranks 4 --m 64 --n 64 --k 24
+expect 2 'ag-gemm: M = 3 cannot give each of the 4 ranks' -- "$tool" --op ag-gemm --ranks 4 --m 3 --n 64 --k 64
+expect 2 'dtype float32 is not supported' -- "$tool" --op gemm-rs --ranks 2 --m 64 --n 64 --k 64 --dtype float32 --json "$work/x.json"
+expect 2 'leaves the compute lane without CTAs' -- "$tool" --op gemm-rs --ranks 2 --m 64 --n 64 --k 64 --ctas 16 --comm-ctas 16
+expect 2 'leaves a communication lane without CTAs: commCtas 1 .* \(send over NVLink, reduce\)' -- "$tool" --op gemm-rs --ranks 2 --m 64 --n 64 --k 64 --comm-ctas 1
+expect 2 'ctas 200 exceeds the GPU.s 132 SMs' -- "$tool" --op gemm-rs --ranks 2 --m 64 --n 64 --k 64 --ctas 200
+expect 2 '--m is required for gemm-rs' -- "$tool" --op gemm-rs --ranks 2 --n 64 --k 64
+expect 2 '--bytes does not apply to gemm-ar' -- "$tool" --op gemm-ar --ranks 2 --m 64 --n 64 --k 64 --bytes 1MiB
+expect 2 '--m applies to the fused ops' -- "$tool" --op allreduce --ranks 2 --m 64
+expect 2 'comm-ctas must be >= 1' -- "$tool" --op gemm-rs --ranks 2 --m 64 --n 64 --k 64 --comm-ctas 0
+expect 2 'order' -- "$tool" --op gemm-rs --ranks 2 --m 64 --n 64 --k 64 --order random
+one_line_error "$tool" --op gemm-rs --ranks 2 --m 64 --n 64 --k 1001
+one_line_error "$tool" --op gemm-rs --ranks 2 --m 64 --n 64 --k 64 --comm-ctas 1
+check "a refused fused op left $work/x.json" test ! -e "$work/x.json"
+
 # malformed schedules: truncated JSON, and one whose wait can never be satisfied
 head -c 300 "$work/ar.json" >"$work/truncated.json"
 expect 2 "parse-error" -- "$tool" --schedule "$work/truncated.json"

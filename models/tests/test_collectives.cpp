@@ -18,6 +18,7 @@
 #include "mk/exec/verify.hpp"
 #include "mk/schedule/validate.hpp"
 #include "mk/topology/topology.hpp"
+#include "test_support.hpp"
 
 using namespace mk;
 
@@ -140,15 +141,7 @@ uint64_t countSteps(const Schedule& s, StepKind kind, int rank = -1) {
   return n;
 }
 
-void expectError(const std::function<void()>& fn, ErrorCode code, const std::string& part) {
-  try {
-    fn();
-    FAIL("expected an mk::Error(" << toString(code) << "), got none");
-  } catch (const Error& e) {
-    CHECK_MESSAGE(e.code() == code, "code " << toString(e.code()) << ", message: " << e.message());
-    CHECK_MESSAGE(e.message().find(part) != std::string::npos, "'" << part << "' not in: " << e.message());
-  }
-}
+using test::expectError;
 
 /// A profile whose prices are all distinct and where the network beats NVLink in bandwidth, so a formula
 /// that picks the wrong maximum or forgets a term cannot agree with the timeline by accident.

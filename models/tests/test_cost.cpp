@@ -22,21 +22,13 @@
 #include "mk/schedule/pack.hpp"
 #include "mk/schedule/validate.hpp"
 #include "mk/topology/topology.hpp"
+#include "test_support.hpp"
 
 using namespace mk;
 
 namespace {
 
-void expectError(const std::function<void()>& fn, ErrorCode code, std::vector<std::string> parts) {
-  try {
-    fn();
-    FAIL("expected an mk::Error(" << toString(code) << "), got none");
-  } catch (const Error& e) {
-    CHECK_MESSAGE(e.code() == code, "code " << toString(e.code()) << ", message: " << e.message());
-    for (const auto& p : parts)
-      CHECK_MESSAGE(e.message().find(p) != std::string::npos, "'" << p << "' not in: " << e.message());
-  }
-}
+using test::expectError;
 
 /// Round numbers so every expected time below can be computed by hand:
 /// NVLink 100 GB/s = 1e5 B/us, network 10 GB/s = 1e4 B/us, local 200 GB/s, reduce 50 GB/s, gemm 10 TFLOP/s = 1e7
@@ -700,6 +692,45 @@ TEST_CASE("timeline: gemm runs at gemmTflops divided among the gemm lanes of a r
   checkStep(tl, 0, b, 0, 2, 6);
 }
 
+TEST_CASE("timeline: on a rank that runs Gemm steps each lane runs at its CTAs' rate (rule 2b)") {
+  Profile p = roundProfile();
+  p.sms = 100;
+  p.ctaGBs = 2;  // 10 CTAs move 20 GB/s, below the 100 GB/s NVLink
+  auto build = [](uint32_t computeCtas, uint32_t putCtas) {
+    Hand h({0, 0, 1}, 0);
+    const uint32_t c = h.lane(0, LaneRole::Compute), put = h.lane(0), net = h.lane(0, LaneRole::InterSend);
+    h.s.lanes[0][c].ctas = computeCtas;
+    h.s.lanes[0][put].ctas = putCtas;
+    h.gemm(0, c, 1280, 1280, 10);  // 100 tiles of 128 x 128, 3.2768e7 flop
+    h.gemm(0, c, 128, 256, 10);    // 2 tiles: only 2 CTAs have work
+    h.put(0, put, 1, k100KB);
+    h.proxyPut(0, net, 2, k100KB);   // the proxy moves it: not capped
+    h.put(1, h.lane(1), 0, k100KB);  // rank 1 runs no Gemm: rule 2 alone
+    return h;
+  };
+  // The 100 SMs shared by the lanes' weights: compute 30, put 10, network 1 of 41.
+  const double computeSms = 100.0 * 30 / 41, putSms = 100.0 * 10 / 41;
+  Hand h = build(30, 10);
+  const Timeline tl = h.run(p);
+  const double g0 = 3.2768e7 / (10e6 * computeSms / 100);  // at its share of the tensor pipe
+  checkStep(tl, 0, 0, 0, 2, 2 + g0);
+  checkStep(tl, 0, 0, 1, 2 + g0, 2 + g0 + 655360.0 / (10e6 * 2 / 100));  // 2 tiles: only 2 SMs have work
+  checkStep(tl, 0, 1, 0, 2, 2 + 1 + 1e5 / (putSms * 2e3));               // its SMs x 2 GB/s
+  checkStep(tl, 0, 2, 0, 2, 2 + 2 + 3 + 1e5 / 1e4);                      // proxy + alpha + 10 GB/s
+  checkStep(tl, 1, 0, 0, 2, 2 + 1 + 1e5 / 1e5);                          // 100 GB/s
+  // Only the proportions count: ten times the weights price the same.
+  Hand scaled = build(300, 100);
+  scaled.s.lanes[0][2].ctas = 10;
+  checkStep(scaled.run(p), 0, 1, 0, 2, 2 + 1 + 1e5 / (putSms * 2e3));
+  // One Gemm lane of weight 1 holds the whole GPU.
+  Hand one({0}, 0);
+  one.gemm(0, one.lane(0, LaneRole::Compute), 1280, 1280, 10);
+  checkStep(one.run(p), 0, 0, 0, 2, 2 + 3.2768e7 / 10e6);
+  // A profile that does not distinguish SMs keeps rule 2 on every rank.
+  Profile plain = roundProfile();
+  checkStep(build(30, 10).run(plain), 0, 1, 0, 2, 2 + 1 + 1e5 / 1e5);
+}
+
 TEST_CASE("timeline: reduce and copy durations per link class") {
   Hand h({0, 0}, 0);
   const uint32_t a = h.lane(0), b = h.lane(1), c = h.lane(1);
@@ -941,13 +972,13 @@ TEST_CASE("step costs: shares, prices, delays and the engine's own check come fr
   CHECK(costs.barrierParticipants(0) == 1);
   CHECK_FALSE(costs.singleNode());
   const Step& put = h.s.lanes[0][0].steps[0];
-  const StepPrice pr = costs.price(put, 0);
+  const StepPrice pr = costs.price(put, 0, 0);
   CHECK(pr.resource == StepResource::NvLink);
   CHECK(pr.alphaUs == 1.0);
   CHECK(pr.rate == 100);
   CHECK(pr.unitsPerSecond() == 1e9);
-  CHECK(costs.laneUs(put, 0) == doctest::Approx(3.0));                        // 1 + 1e5 B at 100 GB/s / 2 lanes
-  CHECK(costs.laneUs(h.s.lanes[0][2].steps[0], 0) == doctest::Approx(15.0));  // proxy 2 + alpha 3 + 1e5 B at 10 GB/s
+  CHECK(costs.laneUs(put, 0, 0) == doctest::Approx(3.0));                        // 1 + 1e5 B at 100 GB/s / 2 lanes
+  CHECK(costs.laneUs(h.s.lanes[0][2].steps[0], 0, 2) == doctest::Approx(15.0));  // proxy 2 + alpha 3 + 1e5 B at 10 GB/s
   CHECK(costs.incrementDelayUs(h.s.lanes[1][0].steps[1], 1) == p.localFlagUs);
   CHECK(costs.signalDelayUs(0, 1) == p.flagUs);
   CHECK(costs.signalDelayUs(0, 2) == p.proxyUs + p.network.alphaUs);

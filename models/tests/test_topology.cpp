@@ -14,6 +14,7 @@
 #include "mk/error.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/topology/topology.hpp"
+#include "test_support.hpp"
 
 using namespace mk;
 
@@ -21,17 +22,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-/// Runs `fn`, expects an mk::Error with `code` whose message contains every one of `parts`.
-void expectError(const std::function<void()>& fn, ErrorCode code, std::vector<std::string> parts) {
-  try {
-    fn();
-    FAIL("expected an mk::Error(" << toString(code) << ") containing '" << parts.front() << "', got none");
-  } catch (const Error& e) {
-    CHECK_MESSAGE(e.code() == code, "code " << toString(e.code()) << ", message: " << e.message());
-    for (const auto& p : parts)
-      CHECK_MESSAGE(e.message().find(p) != std::string::npos, "'" << p << "' not in: " << e.message());
-  }
-}
+using test::expectError;
 
 void checkSame(const Topology& a, const Topology& b) {
   CHECK(a.name == b.name);

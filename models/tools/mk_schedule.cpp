@@ -1,10 +1,11 @@
-// mk-schedule — generate, validate, verify and cost one collective schedule, without a GPU.
+// mk-schedule — generate, validate, verify and cost one collective or fused-operator schedule, without a GPU.
 //
 // Exit codes (mk/util/cli.hpp): 0 success, 1 verification failed or internal error, 2 bad input (one line on
 // stderr, no output file written).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/verify.hpp"
+#include "mk/exec/verify_fused.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/schedule/pack.hpp"
 #include "mk/schedule/validate.hpp"
@@ -79,7 +81,79 @@ void printSummary(const mk::Schedule& s) {
   std::printf("(summed over ranks)\n");
 }
 
+/// Run `check` (a verification on the CPU reference executor), print its verdict and time; the exit code.
+int verify(const Options& o, uint32_t nRanks, const std::function<mk::VerifyResult()>& check) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const mk::VerifyResult v = check();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!v.ok) {
+    std::printf("verify: FAILED: %s (seed %llu)\n", v.detail.c_str(), static_cast<unsigned long long>(o.seed));
+    return kExitVerifyFailed;
+  }
+  std::printf("verify: OK (%llu elements on %u ranks, %s inputs, seed %llu, %.0f ms)\n",
+              static_cast<unsigned long long>(v.checked), nRanks, o.inputs.c_str(),
+              static_cast<unsigned long long>(o.seed), ms);
+  return 0;
+}
+
+/// Outputs last, and only from a schedule that passed everything asked of it.
+void writeOutputs(const Options& o, const mk::Schedule& schedule) {
+  if (!o.jsonOut.empty()) {
+    mk::saveSchedule(schedule, o.jsonOut);
+    std::printf("wrote %s\n", o.jsonOut.c_str());
+  }
+  if (!o.packedOut.empty()) {
+    const auto image = mk::pack(schedule);
+    mk::writeFileAtomic(o.packedOut, std::string(image.begin(), image.end()));
+    std::printf("wrote %s (%s packed)\n", o.packedOut.c_str(),
+                mk::formatBytes(static_cast<double>(image.size())).c_str());
+  }
+}
+
+/// " (sms, ctaGBs: datasheet values, not in the profile)" when fillCtaDefaults filled something.
+std::string filledNote(const std::vector<std::string>& filled) {
+  std::string s;
+  for (const auto& f : filled) s += (s.empty() ? "" : ", ") + f;
+  return s.empty() ? s : " (" + s + ": datasheet values, not in the profile)";
+}
+
+void printLines(const std::vector<std::pair<std::string, std::string>>& lines) {
+  for (const auto& [label, text] : lines) std::printf("  %-10s %s\n", label.c_str(), text.c_str());
+}
+
+/// A fused op (--op gemm-rs|ag-gemm|gemm-ar): plan it, generate, validate, print its shape and closed form, verify.
+int runFused(const Options& o) {
+  const mk::FusedRequest request = mk::parseFused(o.coll);
+  const mk::Placement placed = mk::placeRanks(o.coll.cluster, o.coll.nodes, o.coll.ranks);
+  const mk::Topology& topo = placed.topo;
+  const uint32_t nRanks = placed.nRanks;
+  mk::Profile profile = mk::profileFor(o.coll, topo);
+  const std::vector<std::string> filled = mk::fillCtaDefaults(profile, topo);
+  const mk::FusedPlan plan = mk::planFused(request.spec, request.opt, topo, nRanks, profile);
+  const auto t0 = std::chrono::steady_clock::now();
+  const mk::Schedule schedule = mk::generate(plan.spec, topo.layout(nRanks), plan.opt);
+  const double genMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  mk::validate(schedule, mk::ValidateOptions{schedule.stepCount() <= 200000, 200000});
+
+  std::printf("mk-schedule: %s on %s x %u node(s) (%u ranks, %u GPU(s) per node)\n", mk::toString(plan.spec.op),
+              topo.name.c_str(), topo.nodes, nRanks, topo.node.gpus);
+  printLines(mk::cli::describeFusedPlan(plan, nRanks, profile.sms > 0 ? profile.sms : topo.node.sms));
+  std::printf("  generate   %.1f ms, validate OK\n", genMs);
+  printSummary(schedule);
+  const mk::LayeredEstimate layered = mk::layeredEstimate(plan.spec, topo, nRanks, profile);
+  std::printf("  cost       %s closed form: %s\n", mk::formatMicros(plan.estimate.totalUs).c_str(),
+              plan.estimate.formula.c_str());
+  printLines(mk::cli::describeFusedCost(plan.estimate, layered, plan.estimate.totalUs));
+  std::printf("  profile    %s%s\n", profile.source.c_str(), filledNote(filled).c_str());
+
+  const mk::InputKind kind = o.inputs == "integers" ? mk::InputKind::SmallIntegers : mk::InputKind::Uniform;
+  const int rc = o.verify ? verify(o, nRanks, [&] { return mk::verifyFused(schedule, plan.spec, o.seed, kind); }) : 0;
+  if (rc == 0) writeOutputs(o, schedule);
+  return rc;
+}
+
 int run(const Options& o) {
+  if (o.scheduleIn.empty() && mk::isFusedOp(o.coll.op)) return runFused(o);
   mk::Schedule schedule;
   mk::CollectiveSpec spec;
   mk::GenOptions gen;
@@ -147,35 +221,13 @@ int run(const Options& o) {
     std::printf("  profile    %s\n", profile.source.c_str());
   }
 
-  int rc = 0;
-  if (o.verify) {
-    if (!generated)
-      throw mk::Error(mk::ErrorCode::InvalidArgument,
-                      "--verify needs a generated schedule (not --schedule): the op it computes must be known");
-    const mk::InputKind kind = o.inputs == "integers" ? mk::InputKind::SmallIntegers : mk::InputKind::Uniform;
-    const auto t0 = std::chrono::steady_clock::now();
-    const mk::VerifyResult v = mk::verifyCollective(schedule, spec, o.seed, kind);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (v.ok) {
-      std::printf("verify: OK (%llu elements on %u ranks, %s inputs, seed %llu, %.0f ms)\n",
-                  static_cast<unsigned long long>(v.checked), schedule.nRanks, o.inputs.c_str(),
-                  static_cast<unsigned long long>(o.seed), ms);
-    } else {
-      std::printf("verify: FAILED: %s (seed %llu)\n", v.detail.c_str(), static_cast<unsigned long long>(o.seed));
-      rc = kExitVerifyFailed;
-    }
-  }
-  // Outputs last, and only from a schedule that passed everything asked of it.
-  if (rc == 0 && !o.jsonOut.empty()) {
-    mk::saveSchedule(schedule, o.jsonOut);
-    std::printf("wrote %s\n", o.jsonOut.c_str());
-  }
-  if (rc == 0 && !o.packedOut.empty()) {
-    const auto image = mk::pack(schedule);
-    mk::writeFileAtomic(o.packedOut, std::string(image.begin(), image.end()));
-    std::printf("wrote %s (%s packed)\n", o.packedOut.c_str(),
-                mk::formatBytes(static_cast<double>(image.size())).c_str());
-  }
+  if (o.verify && !generated)
+    throw mk::Error(mk::ErrorCode::InvalidArgument,
+                    "--verify needs a generated schedule (not --schedule): the op it computes must be known");
+  const mk::InputKind kind = o.inputs == "integers" ? mk::InputKind::SmallIntegers : mk::InputKind::Uniform;
+  const int rc =
+      o.verify ? verify(o, schedule.nRanks, [&] { return mk::verifyCollective(schedule, spec, o.seed, kind); }) : 0;
+  if (rc == 0) writeOutputs(o, schedule);
   return rc;
 }
 
@@ -184,9 +236,11 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{
-      "mk-schedule: generate a collective schedule for a cluster, validate it, verify it on the CPU reference\n"
-      "executor and print its shape and closed-form cost.\n\n"
+      "mk-schedule: generate a collective or fused GEMM + collective schedule for a cluster, validate it, verify it\n"
+      "on the CPU reference executor and print its shape and closed-form cost.\n\n"
       "  mk-schedule --op allreduce --algo ring --ranks 8 --bytes 1MiB --verify\n"
+      "  mk-schedule --op gemm-rs --cluster h200x2 --m 8192 --n 8192 --k 4096\n"
+      "  mk-schedule --op gemm-ar --ranks 4 --m 301 --n 264 --k 520 --tile-rows 64 --comm-ctas 12 --verify\n"
       "  mk-schedule --op allreduce --algo hierarchical --cluster dgx-h100 --nodes 4 --verify --json ar.json\n"
       "  mk-schedule --schedule ar.json --packed ar.bin\n\n"
       "Exit codes: 0 success, 1 verification failed, 2 bad input.",

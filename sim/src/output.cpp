@@ -50,6 +50,42 @@ void result(Json& j, const Prediction& p, const RunInfo& info) {
   j["busiest_links"] = busiest;
 }
 
+/// A fused op's shape, split and breakdown; `timeUs` is the prediction the rates are taken from.
+Json fusedJson(const FusedRunInfo& f, double timeUs, uint32_t ranks) {
+  const FusedSpec& s = f.plan.spec;
+  const FusedOptions& o = f.plan.opt;
+  const FusedEstimate& e = f.plan.estimate;
+  const double flops = fusedFlops(s);
+  Json j{
+      {"m", s.m},
+      {"n", s.n},
+      {"k", s.k},
+      {"layout_b", toString(s.layoutB)},
+      {"tile_rows", o.tileRows},
+      {"order", toString(o.order)},
+      {"ctas", o.ctas},
+      {"comm_ctas", o.commCtas},
+      {"compute_ctas", e.computeCtas},
+      {"compute_lanes", o.computeLanes},
+      {"chosen_by_model",
+       {{"tile_rows", f.plan.tileDefault},
+        {"order", f.plan.orderByModel},
+        {"split", f.plan.splitByModel},
+        {"compute_lanes", f.plan.lanesByModel}}},
+      {"gflop", flops / 1e9},
+      {"tflops_per_gpu", timeUs > 0 ? flops / ranks / (timeUs * 1e6) : 0.0},
+      {"bound", toString(e.bound)},
+      {"busy_us", {{"tensor", e.tensorUs}, {"nvlink", e.nvlinkUs}, {"network", e.networkUs}, {"memory", e.memoryUs}}},
+      {"fill_drain_us", e.fillDrainUs},
+      {"gemm_alone_us", f.layered.gemmUs},
+      {"collective_alone_us", f.layered.collectiveUs},
+      {"collective", f.layered.collective},
+      {"unfused_us", f.layered.totalUs()},
+      {"physical_bound_us", f.layered.boundUs()},
+      {"speedup_vs_unfused", timeUs > 0 ? f.layered.totalUs() / timeUs : 0.0}};
+  return j;
+}
+
 Json statsJson(const SimStats& s) {
   return Json{{"steps", s.steps},   {"comms", s.comms},        {"execs", s.execs},
               {"actors", s.actors}, {"wall_s", s.wallSeconds}, {"peak_rss_mib", s.peakRssMiB}};
@@ -72,6 +108,7 @@ std::string predictionToJson(const Prediction& p, const RunInfo& info, int inden
   j["schema"] = kPredictionSchema;
   describe(j, info);
   result(j, p, info);
+  if (info.fused) j["fused"] = fusedJson(*info.fused, p.totalUs, info.ranks);
   Json links = Json::array();
   for (const LinkLoad& l : p.links) links.push_back(linkJson(l));
   j["links"] = links;

@@ -242,7 +242,7 @@ class Replayer {
     noteEnd(now());
     for (uint32_t i = 0; i < steps.size(); ++i) {
       const double start = now();
-      runStep(g, rank, steps[i]);
+      runStep(g, rank, lane, steps[i]);
       stepDone(firstStep + i, start, now());
     }
     ++lanesDone_;
@@ -279,14 +279,14 @@ class Replayer {
         case StepKind::Barrier:
         case StepKind::ProxyPut:
           if (t > now()) sg4::this_actor::sleep_until(t);
-          runStep(g, rank, st);
+          runStep(g, rank, lane, st);
           t = now();
           break;
         case StepKind::Signal:
           increment(st.flag, st.value, t + signalDelayUs(rank, st.flag.rank) * kSecondsPerUs);
           break;
         default:  // Copy, Reduce, Put, Gemm: the timeline's duration on the lane's own clock
-          t += costs_.laneUs(st, rank) * kSecondsPerUs;
+          t += costs_.laneUs(st, rank, lane) * kSecondsPerUs;
           if (st.kind == StepKind::Put && (st.flags & kStepSignal))
             increment(st.flag, st.value, t + costs_.incrementDelayUs(st, rank) * kSecondsPerUs);
       }
@@ -297,13 +297,13 @@ class Replayer {
 
   /// Exact mode: every step as SimGrid activities, priced by the timeline's rules (StepCosts::price): the
   /// latency as a sleep, the payload as a comm over the route or an Exec on the GPU, at the lane's share.
-  void runStep(uint64_t g, uint32_t rank, const Step& st) {
+  void runStep(uint64_t g, uint32_t rank, uint32_t lane, const Step& st) {
     switch (st.kind) {
       case StepKind::Copy:
       case StepKind::Reduce:
       case StepKind::Put:
       case StepKind::Gemm: {
-        const StepPrice pr = costs_.price(st, rank);
+        const StepPrice pr = costs_.price(st, rank, lane);
         if (pr.resource == StepResource::NvLink)
           transferNvl(g, rank, nvlinkSource(st, rank), st.dst.rank, st.bytes, pr);
         else
@@ -313,7 +313,7 @@ class Replayer {
         break;
       }
       case StepKind::ProxyPut: {
-        const StepPrice pr = costs_.price(st, rank);
+        const StepPrice pr = costs_.price(st, rank, lane);
         const uint32_t hops = platform_.extraSwitchHops(plan_.gpuOf[rank], plan_.gpuOf[st.dst.rank]);
         delay(pr.alphaUs + hops * platform_.switchLatencyUs);
         if (pr.amount > 0) communicate(g, netHost(rank), netHost(st.dst.rank), st.bytes, laneRate(rank, pr));
@@ -344,8 +344,10 @@ class Replayer {
     return us + hops * platform_.switchLatencyUs;
   }
 
-  /// The lane's share of the step's full rate, in units (bytes) per second.
+  /// The lane's share of the step's full rate (rule 2), or its CTAs' cap where lower (rule 2b), in units (bytes)
+  /// per second.
   double laneRate(uint32_t rank, const StepPrice& pr) const {
+    if (costs_.capBinds(pr, rank)) return pr.capPerUs * 1e6;
     return pr.rate * pr.unitsPerSecond() / costs_.share(rank, pr.resource);
   }
 
@@ -434,9 +436,14 @@ class Replayer {
   void execute(uint32_t rank, const StepPrice& pr) {
     const double fullRateSeconds = pr.amount / (pr.rate * pr.unitsPerSecond());
     const double share = costs_.share(rank, pr.resource);
-    const double seconds = pr.alphaUs * kSecondsPerUs + fullRateSeconds * share;
+    double seconds = pr.alphaUs * kSecondsPerUs + fullRateSeconds * share;
+    double bound = kWorkPerSecond / share;
+    if (costs_.capBinds(pr, rank)) {  // rule 2b: the lane's CTAs hold this fraction of the pipe
+      const double fraction = pr.capPerUs / (pr.rate * pr.unitsPerUs);
+      seconds = pr.alphaUs * kSecondsPerUs + fullRateSeconds / fraction;
+      bound = kWorkPerSecond * fraction;
+    }
     if (!(seconds > 0)) return;
-    const double bound = kWorkPerSecond / share;
     sg4::ExecPtr e = sg4::Exec::init();
     e->set_host(gpuHost(rank));
     e->set_flops_amount(seconds * bound);

@@ -102,6 +102,26 @@ fi
 echo '{"schema": "mkernel.schedule.v1", "ranks": [' >"$work/broken.json"
 bad "broken\.json" -- "$tool" --schedule "$work/broken.json"
 
+# ---- fused operators: the plan, the prediction, what bounds it, and the unfused baseline ----
+fused=(--cluster h200x2 --m 4096 --n 4096 --k 2048)
+expect 0 '^predicted: [0-9.]+ (us|ms)  [0-9.]+ TFLOP/s per GPU$' -- "$tool" --op gemm-rs "${fused[@]}"
+expect 0 '^split: 128 CTAs \(132 SMs less the engine.s 4\): compute [0-9]+, communication [0-9]+ \(the lowest closed form\); [0-9] compute lanes? \(the lowest closed form\)$' -- "$tool" --op gemm-ar "${fused[@]}"
+expect 0 '^busy: tensor .*: bound (tensor|nvlink|network|memory)$' -- "$tool" --op ag-gemm "${fused[@]}"
+expect 0 '^unfused: GEMM alone .* \+ allreduce .*speedup [0-9.]+x' -- "$tool" --op gemm-ar "${fused[@]}"
+# two GPUs: nothing contends, so the replay is the closed form
+expect 0 'closed form: .*predicted / closed form = 1\.000' -- "$tool" --op gemm-ar "${fused[@]}" --order interleaved --comm-ctas 16
+expect 0 '^profile: sms, ctaGBs from the datasheet' -- "$tool" --op gemm-rs "${fused[@]}" --profile "$work/profile.json"
+expect 0 '  1\. n[01]\.(nic|pcie)[0-9]_(UP|DOWN) ' -- "$tool" --op gemm-rs --cluster dgx-h100 --nodes 2 --m 4096 --n 1024 --k 1024
+expect 0 'wrote' -- "$tool" --op gemm-rs "${fused[@]}" --json "$work/fused.json" --trace "$work/fused-trace.json"
+check "fused json has the split and the baseline" grep -q '"speedup_vs_unfused"' "$work/fused.json"
+check "fused json has the compute lanes" grep -q '"compute_lanes": 1' "$work/fused.json"
+check "fused trace has gemm steps" grep -q '"name":"gemm"' "$work/fused-trace.json"
+bad "--sweep sizes a collective" -- "$tool" --op gemm-rs "${fused[@]}" --sweep 8:1K:2
+bad "gemm-rs: K = 1001 is not a multiple of 8" -- "$tool" --op gemm-rs --cluster h200x2 --m 64 --n 64 --k 1001
+bad "leaves the compute lane without CTAs" -- "$tool" --op gemm-ar "${fused[@]}" --ctas 8 --comm-ctas 8
+bad "dtype float32 is not supported" -- "$tool" --op ag-gemm "${fused[@]}" --dtype float32
+bad "--m applies to the fused ops" -- "$tool" --op allreduce --m 64
+
 # ---- bad input: exit 2, one line, no file ----
 bad "unknown cluster 'dgx-a1'" -- "$tool" --cluster dgx-a1
 bad "unknown --op 'allsum'" -- "$tool" --op allsum

@@ -34,6 +34,8 @@ mk::Profile odd() {
   p.userPutUs = 0.4375;
   p.proxyUs = 2.5;
   p.gemmTflops = 742.5;
+  p.sms = 132;
+  p.ctaGBs = 36.75;
   return p;
 }
 
@@ -54,6 +56,8 @@ void checkSame(const mk::Profile& a, const mk::Profile& b) {
   CHECK(a.userPutUs == b.userPutUs);
   CHECK(a.proxyUs == b.proxyUs);
   CHECK(a.gemmTflops == b.gemmTflops);
+  CHECK(a.sms == b.sms);
+  CHECK(a.ctaGBs == b.ctaGBs);
 }
 
 /// The JSON of odd() with `edit` applied, parsed; returns the error.
@@ -69,6 +73,20 @@ mk::Error rejected(F edit) {
 TEST_CASE("profile io: every field round trips") {
   const mk::Profile p = odd();
   checkSame(mk::profileFromJson(mk::profileToJson(p)), p);
+}
+
+TEST_CASE("profile io: sms and ctaGBs are optional, written only when set, and sms is whole") {
+  mk::Profile p = odd();
+  p.sms = 0;
+  p.ctaGBs = 0;
+  const std::string text = mk::profileToJson(p);
+  CHECK(text.find("\"sms\"") == std::string::npos);
+  CHECK(text.find("ctaGBs") == std::string::npos);
+  checkSame(mk::profileFromJson(text), p);  // absent: 0, the CTA split not modelled
+  const mk::Error e = rejected([](Json& j) { j["sms"] = 131.5; });
+  CHECK(e.code() == mk::ErrorCode::ParseError);
+  CHECK(e.message().find("sms must be a whole number of SMs (got 131.5)") != std::string::npos);
+  CHECK(rejected([](Json& j) { j["ctaGBs"] = -1; }).message().find("ctaGBs must be >= 0") != std::string::npos);
 }
 
 TEST_CASE("profile io: the datasheet defaults of every preset round trip") {

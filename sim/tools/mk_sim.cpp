@@ -1,4 +1,5 @@
-// mk-sim — predict a collective's time by replaying its schedule on the SimGrid model of a cluster.
+// mk-sim — predict a collective's or a fused operator's time by replaying its schedule on the SimGrid model of a
+// cluster.
 //
 // Exit codes: 0 success, 1 internal failure (the simulation process died: a bug), 2 bad input (one line on
 // stderr, no output file written).
@@ -161,6 +162,14 @@ std::pair<mk::sim::RunInfo, mk::sim::Prediction> predictOne(const Options& o, co
   return {std::move(info), std::move(p)};
 }
 
+void printBusiestLinks(const std::vector<mk::sim::LinkLoad>& links) {
+  for (std::size_t i = 0; i < std::min(kBusiestLinks, links.size()); ++i) {
+    const mk::sim::LinkLoad& l = links[i];
+    std::printf("  %zu. %-22s %5.1f %% busy  (avg %.1f of %.1f GB/s, %s)\n", i + 1, l.name.c_str(),
+                100.0 * l.utilization, l.avgGBs, l.bandwidthGBs, mk::formatBytes(l.bytes).c_str());
+  }
+}
+
 void printPrediction(const mk::sim::RunInfo& info, const mk::sim::Prediction& p) {
   const double algbw = mk::sim::algBwGBs(info.bytes, p.totalUs);
   std::printf("predicted: %s  algbw %.2f GB/s  busbw %.2f GB/s\n", mk::formatMicros(p.totalUs).c_str(), algbw,
@@ -173,11 +182,7 @@ void printPrediction(const mk::sim::RunInfo& info, const mk::sim::Prediction& p)
                 mk::formatMicros(*info.uncontendedUs).c_str(),
                 *info.uncontendedUs > 0 ? p.totalUs / *info.uncontendedUs : 0.0);
   std::printf("busiest links:%s\n", p.links.empty() ? " none (no bytes crossed a link)" : "");
-  for (std::size_t i = 0; i < std::min(kBusiestLinks, p.links.size()); ++i) {
-    const mk::sim::LinkLoad& l = p.links[i];
-    std::printf("  %zu. %-22s %5.1f %% busy  (avg %.1f of %.1f GB/s, %s)\n", i + 1, l.name.c_str(),
-                100.0 * l.utilization, l.avgGBs, l.bandwidthGBs, mk::formatBytes(l.bytes).c_str());
-  }
+  printBusiestLinks(p.links);
 }
 
 void printStats(const mk::sim::SimStats& s) {
@@ -222,9 +227,64 @@ std::string shapeText(const char* what, uint32_t value) {
   return std::string(what) + (value ? " " + std::to_string(value) : " by size");
 }
 
+void printProfile(const Options& o, const Setup& st) {
+  if (st.defaultProfile)
+    std::printf("profile: uncalibrated (datasheet defaults)\n");
+  else
+    std::printf("profile: %s (%s)\n", o.coll.profile.c_str(), st.profile.source.c_str());
+}
+
+/// A fused op (--op gemm-rs|ag-gemm|gemm-ar): plan it as the engine would, replay its schedule, and report
+/// what bounds it next to the unfused baseline.
+int runFused(const Options& o) {
+  if (!o.sweep.empty()) bad("--sweep sizes a collective by --bytes; a fused op has one shape (--m, --n, --k)");
+  const mk::FusedRequest request = mk::parseFused(o.coll);
+  Setup st = makeSetup(o, nullptr);
+  const std::vector<std::string> filled = mk::fillCtaDefaults(st.profile, st.topo);
+  const mk::FusedPlan plan = mk::planFused(request.spec, request.opt, st.topo, st.nRanks, st.profile);
+  mk::sim::FusedRunInfo fused{plan, mk::layeredEstimate(plan.spec, st.topo, st.nRanks, st.profile)};
+  std::printf("mk-sim: %s on %s x %u node(s) (%u ranks, %u GPU(s) per node), %s\n", mk::toString(plan.spec.op),
+              st.topo.name.c_str(), st.topo.nodes, st.nRanks, st.topo.node.gpus, mk::toString(plan.spec.dtype));
+  printProfile(o, st);
+  if (!o.coll.profile.empty() && !filled.empty()) {
+    std::string names;
+    for (const auto& f : filled) names += (names.empty() ? "" : ", ") + f;
+    std::printf("profile: %s from the datasheet (not in the profile file)\n", names.c_str());
+  }
+  for (const auto& [label, text] :
+       mk::cli::describeFusedPlan(plan, st.nRanks, st.profile.sms > 0 ? st.profile.sms : st.topo.node.sms))
+    std::printf("%s: %s\n", label.c_str(), text.c_str());
+  if (o.fast) std::printf("mode: fast (node-local steps analytic, network simulated)\n");
+  std::fflush(stdout);
+
+  const mk::Schedule s = mk::generate(plan.spec, st.topo.layout(st.nRanks), plan.opt);
+  mk::sim::RunInfo info = baseInfo(st, s);
+  info.algo = s.info.algo;
+  info.closedFormUs = plan.estimate.totalUs;
+  if (s.stepCount() <= kUncontendedMaxSteps) info.uncontendedUs = mk::simulateUncontended(s, st.profile).totalUs;
+  info.fused = fused;
+  const bool wantTrace = !o.traceOut.empty();
+  const mk::sim::Prediction p = mk::sim::predict(s, st.topo, st.profile, simOptions(o, wantTrace));
+  std::printf("predicted: %s  %.1f TFLOP/s per GPU\n", mk::formatMicros(p.totalUs).c_str(),
+              p.totalUs > 0 ? mk::fusedFlops(plan.spec) / st.nRanks / (p.totalUs * 1e6) : 0.0);
+  std::printf("closed form: %s (predicted / closed form = %.3f): %s\n", mk::formatMicros(plan.estimate.totalUs).c_str(),
+              p.totalUs / plan.estimate.totalUs, plan.estimate.formula.c_str());
+  if (info.uncontendedUs)
+    std::printf("uncontended: %s (the timeline without link sharing)\n", mk::formatMicros(*info.uncontendedUs).c_str());
+  for (const auto& [label, text] : mk::cli::describeFusedCost(plan.estimate, fused.layered, p.totalUs))
+    std::printf("%s: %s\n", label.c_str(), text.c_str());
+  std::printf("busiest links:%s\n", p.links.empty() ? " none (no bytes crossed a link)" : "");
+  printBusiestLinks(p.links);
+  if (o.verbose) printStats(p.stats);
+  writeOutputs(o, o.jsonOut.empty() ? std::string() : mk::sim::predictionToJson(p, info),
+               wantTrace ? mk::sim::traceToJson(s, p.steps) : std::string());
+  return 0;
+}
+
 int run(const Options& o) {
   checkOutputPath("--json", o.jsonOut);
   checkOutputPath("--trace", o.traceOut);
+  if (o.scheduleIn.empty() && mk::isFusedOp(o.coll.op)) return runFused(o);
   if (!o.sweep.empty()) parseSweep(o.sweep);  // a malformed sweep is the first thing to report
   if (!o.sweep.empty() && !o.traceOut.empty()) bad("--trace needs one size: use --bytes, not --sweep");
   if (!o.sweep.empty() && !o.scheduleIn.empty()) bad("--sweep generates schedules: it cannot be used with --schedule");
@@ -267,10 +327,7 @@ int run(const Options& o) {
     std::printf("mk-sim: %s (%s %s, %u ranks) on %s x %u node(s)\n", o.scheduleIn.c_str(), loaded.info.op.c_str(),
                 loaded.info.algo.c_str(), loaded.nRanks, st.topo.name.c_str(), st.topo.nodes);
   }
-  if (st.defaultProfile)
-    std::printf("profile: uncalibrated (datasheet defaults)\n");
-  else
-    std::printf("profile: %s (%s)\n", o.coll.profile.c_str(), st.profile.source.c_str());
+  printProfile(o, st);
   if (o.fast) std::printf("mode: fast (node-local steps analytic, network simulated)\n");
   std::fflush(stdout);
 
@@ -330,11 +387,7 @@ int run(const Options& o) {
   }
   if (!rows.empty()) {
     std::printf("busiest links at %s:\n", mk::formatSize(rows.back().first.bytes).c_str());
-    for (std::size_t i = 0; i < std::min(kBusiestLinks, rows.back().second.links.size()); ++i) {
-      const mk::sim::LinkLoad& l = rows.back().second.links[i];
-      std::printf("  %zu. %-22s %5.1f %% busy  (avg %.1f of %.1f GB/s, %s)\n", i + 1, l.name.c_str(),
-                  100.0 * l.utilization, l.avgGBs, l.bandwidthGBs, mk::formatBytes(l.bytes).c_str());
-    }
+    printBusiestLinks(rows.back().second.links);
   }
   writeOutputs(o, o.jsonOut.empty() ? std::string() : mk::sim::sweepToJson(rows), std::string());
   return 0;
@@ -345,14 +398,16 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{
-      "mk-sim: predict the time of a collective by replaying its schedule (the same one the GPU runs) on a\n"
-      "SimGrid 3.32 model of the cluster: NVLink through NVSwitch or direct links, PCIe, one NIC per GPU into a\n"
-      "rail-optimised leaf/spine fabric. Link rates and latencies come from a profile (--profile; default: the\n"
-      "cluster's datasheet numbers, printed as uncalibrated). Prints the predicted time, algbw, busbw, the\n"
-      "closed form and the three busiest links.\n\n"
+      "mk-sim: predict the time of a collective or of a fused GEMM + collective by replaying its schedule (the\n"
+      "same one the GPU runs) on a SimGrid 3.32 model of the cluster: NVLink through NVSwitch or direct links,\n"
+      "PCIe, one NIC per GPU into a rail-optimised leaf/spine fabric. Link rates and latencies come from a profile\n"
+      "(--profile; default: the cluster's datasheet numbers, printed as uncalibrated). Prints the predicted time,\n"
+      "algbw, busbw (a fused op: TFLOP/s, its plan, what bounds it, the unfused baseline), the closed form and\n"
+      "the three busiest links.\n\n"
       "  mk-sim --op allreduce --algo ring --cluster dgx-h100 --nodes 2 --bytes 1G --dtype bfloat16\n"
       "  mk-sim --op allreduce --algo hierarchical --cluster dgx-h100 --nodes 128 --bytes 1G --json p.json\n"
       "  mk-sim --op allreduce --algo one-shot --cluster h200x2 --sweep 8:1G:2\n"
+      "  mk-sim --op gemm-ar --cluster h200x2 --m 8192 --n 8192 --k 4096   (prints what bounds it)\n"
       "  mk-sim --schedule s.json --cluster dgx-h100 --trace t.json   (open t.json in ui.perfetto.dev)\n\n"
       "Outputs: --json writes {\"schema\": \"mkernel.prediction.v1\", \"time_us\", \"algbw_gbs\", \"busbw_gbs\",\n"
       "\"closed_form_us\", \"busiest_links\", \"links\", \"stats\", ...} (a sweep: one \"results\" entry per size);\n"

@@ -73,6 +73,16 @@ uint16_t ScheduleBuilder::addBuffer(const std::string& name, DType dtype, Buffer
   return static_cast<uint16_t>(s_.buffers.size() - 1);
 }
 
+uint16_t ScheduleBuilder::addBuffer(const std::string& name, DType dtype, BufferKind kind,
+                                    std::vector<uint64_t> countOfRank) {
+  if (countOfRank.size() != ctx_.nRanks)
+    throw Error(ErrorCode::Internal, "buffer '" + name + "' declared with " + std::to_string(countOfRank.size()) +
+                                         " per-rank counts for " + std::to_string(ctx_.nRanks) + " ranks");
+  const uint16_t id = addBuffer(name, dtype, kind, uint64_t{0});
+  s_.buffers[id].count = std::move(countOfRank);
+  return id;
+}
+
 uint32_t ScheduleBuilder::newFlag() { return s_.nFlags++; }
 
 uint32_t ScheduleBuilder::lane(uint32_t rank, LaneRole role, uint32_t channel) {
@@ -141,6 +151,22 @@ void ScheduleBuilder::put(uint32_t rank, uint32_t lane, BufRef dst, BufRef src, 
     st.value = 1;
     countSignal(dst.rank, *signalFlag, 1);
   }
+}
+
+void ScheduleBuilder::gemm(uint32_t rank, uint32_t lane, const GemmShape& shape, BufRef c, BufRef a, BufRef b,
+                           uint8_t flags) {
+  const auto key = std::make_tuple(shape.m, shape.n, shape.k, shape.lda, shape.ldb, shape.ldc);
+  auto it = gemmIndex_.find(key);
+  if (it == gemmIndex_.end()) {
+    s_.gemms.push_back(shape);
+    it = gemmIndex_.emplace(key, static_cast<uint32_t>(s_.gemms.size() - 1)).first;
+  }
+  Step& st = append(rank, lane, StepKind::Gemm);
+  st.aux = it->second;
+  st.dst = c;
+  st.a = a;
+  st.b = b;
+  st.flags = flags;
 }
 
 void ScheduleBuilder::signal(uint32_t rank, uint32_t lane, uint32_t target, uint32_t flagId, uint64_t inc) {

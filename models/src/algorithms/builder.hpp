@@ -54,6 +54,8 @@ class ScheduleBuilder {
 
   /// Declare a buffer with the same element count on every rank; returns its id.
   uint16_t addBuffer(const std::string& name, DType dtype, BufferKind kind, uint64_t countPerRank);
+  /// Declare a buffer whose element count differs per rank (`countOfRank` has one entry per rank).
+  uint16_t addBuffer(const std::string& name, DType dtype, BufferKind kind, std::vector<uint64_t> countOfRank);
   /// A fresh flag id (valid on every rank).
   uint32_t newFlag();
   /// `n` fresh flag ids.
@@ -74,6 +76,9 @@ class ScheduleBuilder {
   void put(uint32_t rank, uint32_t lane, BufRef dst, BufRef src, uint64_t count, std::optional<uint32_t> signalFlag);
   /// flag (target, flagId) += inc.
   void signal(uint32_t rank, uint32_t lane, uint32_t target, uint32_t flagId, uint64_t inc = 1);
+  /// C [+]= A x B on `rank`'s own memory: a Gemm step of `shape` (`flags`: kStepAccumulate, kStepBColMajor).
+  /// Equal shapes share one entry of Schedule::gemms.
+  void gemm(uint32_t rank, uint32_t lane, const GemmShape& shape, BufRef c, BufRef a, BufRef b, uint8_t flags = 0);
   /// Wait until own flag `flagId` >= threshold.
   void wait(uint32_t rank, uint32_t lane, uint32_t flagId, uint64_t threshold);
   /// Wait until own flag `flagId` has seen every signal emitted to it so far; no step if none were.
@@ -96,6 +101,7 @@ class ScheduleBuilder {
   // beats any tree or hash.
   std::vector<std::vector<std::pair<uint64_t, uint32_t>>> laneIndex_;  ///< per rank: (role << 32 | channel, lane)
   std::vector<std::vector<uint64_t>> sent_;  ///< per rank: increments so far, indexed by flag id
+  std::map<std::tuple<uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t>, uint32_t> gemmIndex_;
 };
 
 /// The "scratch" buffer's id; throws Error(Internal) when the generator's setup declared none.

@@ -1,6 +1,7 @@
 #include "mk/algorithms/request.hpp"
 
 #include <algorithm>
+#include <tuple>
 
 #include "mk/cost/profile_io.hpp"
 #include "mk/error.hpp"
@@ -30,7 +31,21 @@ uint64_t requireCountForBytes(CollOp op, uint64_t bytes, DType dtype, uint32_t n
   return count;
 }
 
+namespace {
+
+bool named(const CollectiveArgs& a, const char* option) {
+  return std::find(a.given.begin(), a.given.end(), option) != a.given.end();
+}
+
+}  // namespace
+
 CollectiveRequest parseCollective(const CollectiveArgs& a) {
+  for (const char* option :
+       {"--m", "--n", "--k", "--tile-rows", "--order", "--ctas", "--comm-ctas", "--compute-lanes", "--layout-b"})
+    if (named(a, option))
+      throw Error(ErrorCode::InvalidArgument, std::string(option) +
+                                                  " applies to the fused ops (gemm-rs, ag-gemm, gemm-ar), not to " +
+                                                  (parseCollOp(a.op) ? toString(*parseCollOp(a.op)) : a.op));
   CollectiveRequest r;
   r.spec.op = requireCollOp(a.op, "--op");
   r.spec.dtype = requireDType(a.dtype, "--dtype");
@@ -49,8 +64,58 @@ CollectiveRequest parseCollective(const CollectiveArgs& a) {
   return r;
 }
 
+bool isFusedOp(std::string_view op) noexcept { return parseFusedOp(op).has_value(); }
+
+FusedRequest parseFused(const CollectiveArgs& a) {
+  FusedRequest r;
+  r.spec.op = requireFusedOp(a.op, "--op");
+  const char* op = toString(r.spec.op);
+  for (const char* option : {"--bytes", "--algo", "--redop", "--root", "--chunks", "--channels", "--inter"})
+    if (named(a, option))
+      throw Error(ErrorCode::InvalidArgument,
+                  std::string(option) + " does not apply to " + op +
+                      ": a fused op is sized by --m, --n, --k and shaped by --tile-rows, --order, --ctas, --comm-ctas, "
+                      "--compute-lanes");
+  for (const auto& [v, option, what] : {std::tuple<uint64_t, const char*, const char*>{a.m, "--m", "the rows of C"},
+                                        {a.n, "--n", "the columns of C"},
+                                        {a.k, "--k", "the inner dimension"}})
+    if (v == 0)
+      throw Error(ErrorCode::InvalidArgument, std::string(option) + " is required for " + op + " (" + what + ")");
+  r.spec.m = a.m;
+  r.spec.n = a.n;
+  r.spec.k = a.k;
+  r.spec.dtype = named(a, "--dtype") ? requireDType(a.dtype, "--dtype") : DType::BFloat16;
+  const auto layout = parseMatrixLayout(a.layoutB);
+  if (!layout) throw Error(ErrorCode::InvalidArgument, "unknown --layout-b '" + a.layoutB + "' (expected row, col)");
+  r.spec.layoutB = *layout;
+  const auto order = parseTileOrder(a.order);
+  if (!order)
+    throw Error(ErrorCode::InvalidArgument,
+                "unknown --order '" + a.order + "' (expected auto, own-first, own-last, interleaved)");
+  r.opt.order = *order;
+  r.opt.tileRows = a.tileRows;
+  r.opt.ctas = a.ctas;
+  r.opt.commCtas = a.commCtas;
+  r.opt.computeLanes = a.computeLanes;
+  return r;
+}
+
 Profile profileFor(const CollectiveArgs& a, const Topology& topo) {
   return a.profile.empty() ? defaultProfile(topo) : loadProfile(a.profile);
+}
+
+std::vector<std::string> fillCtaDefaults(Profile& p, const Topology& topo) {
+  const Profile datasheet = defaultProfile(topo);
+  std::vector<std::string> filled;
+  if (p.sms == 0) {
+    p.sms = datasheet.sms;
+    filled.emplace_back("sms");
+  }
+  if (p.ctaGBs == 0) {
+    p.ctaGBs = datasheet.ctaGBs;
+    filled.emplace_back("ctaGBs");
+  }
+  return filled;
 }
 
 Placement placeRanks(const std::string& cluster, uint32_t nodes, uint32_t ranks, uint32_t minNodes) {

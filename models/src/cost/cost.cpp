@@ -32,6 +32,10 @@ constexpr double kDispatchUs = 2.0;
 constexpr double kProxyUs = 2.5;
 // cuBLAS bf16 GEMM reached 680-790 TFLOP/s on the H200 pair against a 989 TFLOP/s dense peak (69-80%).
 constexpr double kGemmEfficiency = 0.75;
+// What one CTA of a lane moves per second through NVLink stores or local copies: NCCL's own model caps a Hopper
+// channel (one CTA) at 36.7 GB/s (perChMaxRingLL128Bw in NCCL's src/graph/tuning.cc). Not measured here: a
+// put-bandwidth-versus-CTAs micro-benchmark would calibrate it.
+constexpr double kCtaGBs = 36.7;
 
 // ---- uncontended timeline ----------------------------------------------------------------------------------
 
@@ -167,7 +171,7 @@ class UncontendedSim {
           return;  // this lane continues from its event too
         }
         default: {
-          const double end = start + costs_.laneUs(st, ls.rank);
+          const double end = start + costs_.laneUs(st, ls.rank, ls.lane);
           if (st.kind == StepKind::Signal ||
               ((st.kind == StepKind::Put || st.kind == StepKind::ProxyPut) && (st.flags & kStepSignal)))
             push(end + costs_.incrementDelayUs(st, ls.rank), flagIndex(st.flag), st.value, true);
@@ -259,6 +263,8 @@ Profile defaultProfile(const Topology& t) {
   p.dispatchUs = kDispatchUs;
   p.proxyUs = kProxyUs;
   p.gemmTflops = kGemmEfficiency * t.node.bf16Tflops;
+  p.sms = t.node.sms;
+  p.ctaGBs = kCtaGBs;
   return p;
 }
 

@@ -8,6 +8,7 @@
 
 #include "mk/error.hpp"
 #include "mk/schedule/io.hpp"
+#include "mk/util/size.hpp"
 
 namespace mk {
 
@@ -101,6 +102,9 @@ std::string profileToJson(const Profile& p, const ProfileProvenance& prov, int i
   j["userPutUs"] = p.userPutUs;
   j["proxyUs"] = p.proxyUs;
   j["gemmTflops"] = p.gemmTflops;
+  // Written only when set, so that a profile that does not distinguish them reads back the same.
+  if (p.sms > 0) j["sms"] = p.sms;
+  if (p.ctaGBs > 0) j["ctaGBs"] = p.ctaGBs;
   return j.dump(indent);
 }
 
@@ -117,7 +121,7 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
     parseFail("schema must be \"" + std::string(kProfileSchema) + "\" (got \"" + schema + "\")");
   onlyKeys(j, "",
            {"schema", "source", "provenance", "nvlink", "network", "local", "reduceGBs", "flagUs", "localFlagUs",
-            "dispatchUs", "peerUserUs", "putIssueUs", "userPutUs", "proxyUs", "gemmTflops"});
+            "dispatchUs", "peerUserUs", "putIssueUs", "userPutUs", "proxyUs", "gemmTflops", "sms", "ctaGBs"});
   Profile p;
   p.source = text(j, "", "source");
   p.nvlink = linkCost(j, "nvlink");
@@ -135,6 +139,14 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   p.userPutUs = j.contains("userPutUs") ? parameter(j, "", "userPutUs") : 0.0;
   p.proxyUs = parameter(j, "", "proxyUs");
   p.gemmTflops = parameter(j, "", "gemmTflops");
+  // Added with the fused operators: a profile without them does not model a rank's CTA split (rule 2b).
+  p.ctaGBs = j.contains("ctaGBs") ? parameter(j, "", "ctaGBs") : 0.0;
+  if (j.contains("sms")) {
+    const double sms = parameter(j, "", "sms");
+    if (sms != std::floor(sms) || sms > 1e6)
+      parseFail("sms must be a whole number of SMs (got " + formatNumber(sms) + ")");
+    p.sms = static_cast<uint32_t>(sms);
+  }
 
   ProfileProvenance prov;
   if (j.contains("provenance")) {

@@ -53,6 +53,82 @@ double putLaneUs(const Profile& p, bool intoUserBuffer) noexcept {
   return p.putIssueUs > 0 && p.putIssueUs < p.nvlink.alphaUs ? p.putIssueUs : putAlphaUs(p, intoUserBuffer);
 }
 
+uint64_t gemmTiles128(uint64_t m, uint64_t n) noexcept { return ((m + 127) / 128) * ((n + 127) / 128); }
+
+double laneSms(const Profile& p, double laneCtas, double rankCtas) noexcept {
+  if (p.sms == 0 || !(rankCtas > 0)) return 0;
+  return static_cast<double>(p.sms) * laneCtas / rankCtas;
+}
+
+double ctaCapPerUs(const Profile& p, StepResource r, double sms, uint64_t gemmTiles) noexcept {
+  if (p.sms == 0 || !(sms > 0)) return 0;
+  switch (r) {
+    case StepResource::Tensor:
+      return p.gemmTflops * kFlopsPerUsPerTflops * std::min(sms, static_cast<double>(gemmTiles)) /
+             static_cast<double>(p.sms);
+    case StepResource::NvLink:
+    case StepResource::Memory: return p.ctaGBs > 0 ? sms * p.ctaGBs * kBytesPerUsPerGBs : 0;
+    default: return 0;
+  }
+}
+
+StepPrice stepPrice(const Profile& p, StepKind kind, LinkClass link, double amount, bool intoPeerUser) noexcept {
+  StepPrice pr;
+  pr.amount = amount;
+  pr.unitsPerUs = kBytesPerUsPerGBs;
+  switch (kind) {
+    case StepKind::Copy:
+      if (link == LinkClass::NVLink) {
+        pr.resource = StepResource::NvLink;
+        pr.alphaUs = p.nvlink.alphaUs;
+        pr.rate = p.nvlink.bwGBs;
+      } else {
+        pr.resource = StepResource::Memory;
+        pr.alphaUs = p.local.alphaUs;
+        pr.rate = p.local.bwGBs;
+      }
+      return pr;
+    case StepKind::Reduce:
+      if (link == LinkClass::NVLink) {
+        pr.resource = StepResource::NvLink;
+        pr.alphaUs = p.nvlink.alphaUs;
+        pr.rate = std::min(p.reduceGBs, p.nvlink.bwGBs);
+      } else {
+        pr.resource = StepResource::Memory;
+        pr.alphaUs = p.local.alphaUs;
+        pr.rate = p.reduceGBs;
+      }
+      return pr;
+    case StepKind::Put:
+      pr.resource = StepResource::NvLink;
+      pr.alphaUs = putLaneUs(p, intoPeerUser);
+      pr.rate = p.nvlink.bwGBs;
+      return pr;
+    case StepKind::ProxyPut:
+      pr.resource = StepResource::Network;
+      pr.alphaUs = p.proxyUs + p.network.alphaUs;
+      pr.rate = p.network.bwGBs;
+      return pr;
+    case StepKind::Gemm:
+      pr.resource = StepResource::Tensor;
+      pr.rate = p.gemmTflops;
+      pr.unitsPerUs = kFlopsPerUsPerTflops;
+      return pr;
+    default: return StepPrice{};
+  }
+}
+
+bool capBinds(const StepPrice& pr, uint32_t share) noexcept {
+  return pr.capPerUs > 0 && pr.capPerUs * share < pr.rate * pr.unitsPerUs;
+}
+
+double stepLaneUs(const StepPrice& pr, uint32_t share) noexcept {
+  if (pr.resource == StepResource::None) return 0;
+  // alpha, then the payload at the lane's share of the rate (or its CTAs' cap). A payload of 0 adds exactly 0.
+  if (capBinds(pr, share)) return pr.alphaUs + pr.amount / pr.capPerUs;
+  return pr.alphaUs + pr.amount * static_cast<double>(share) / (pr.rate * pr.unitsPerUs);
+}
+
 bool writesPeerUserBuffer(const Schedule& s, const Step& st, uint32_t rank) noexcept {
   return st.dst.rank != rank && st.dst.buffer < s.buffers.size() &&
          s.buffers[st.dst.buffer].kind != BufferKind::Scratch;
@@ -98,6 +174,18 @@ StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra
         if (uses[k]) ++share_[static_cast<std::size_t>(r) * kStepResources + k];
     }
   }
+  // Rule 2b: a rank that runs Gemm steps splits its SMs among its lanes by their CTAs.
+  if (p.sms > 0) {
+    for (uint32_t r = 0; r < s.nRanks; ++r) {
+      if (share(r, StepResource::Tensor) == 0) continue;
+      if (rankCtas_.empty()) {
+        rankCtas_.assign(s.nRanks, 0);
+        laneSms_.resize(s.nRanks);
+      }
+      for (const Lane& lane : s.lanes[r]) rankCtas_[r] += lane.ctas;
+      for (const Lane& lane : s.lanes[r]) laneSms_[r].push_back(mk::laneSms(p, lane.ctas, rankCtas_[r]));
+    }
+  }
   if (copyLocal) requirePositive("profile.local.bwGBs", p.local.bwGBs, "a local copy");
   if (nvlink) requirePositive("profile.nvlink.bwGBs", p.nvlink.bwGBs, "an NVLink transfer");
   if (reduce) requirePositive("profile.reduceGBs", p.reduceGBs, "a reduce");
@@ -105,59 +193,28 @@ StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra
   if (gemm) requirePositive("profile.gemmTflops", p.gemmTflops, "a gemm");
 }
 
-StepPrice StepCosts::price(const Step& st, uint32_t rank) const {
-  StepPrice pr;
-  pr.amount = static_cast<double>(st.bytes);
-  pr.unitsPerUs = kBytesPerUsPerGBs;
-  switch (st.kind) {
-    case StepKind::Copy:
-      if (st.link == LinkClass::NVLink) {
-        pr.resource = StepResource::NvLink;
-        pr.alphaUs = p_.nvlink.alphaUs;
-        pr.rate = p_.nvlink.bwGBs;
-      } else {
-        pr.resource = StepResource::Memory;
-        pr.alphaUs = p_.local.alphaUs;
-        pr.rate = p_.local.bwGBs;
-      }
-      return pr;
-    case StepKind::Reduce:
-      if (st.link == LinkClass::NVLink) {
-        pr.resource = StepResource::NvLink;
-        pr.alphaUs = p_.nvlink.alphaUs;
-        pr.rate = std::min(p_.reduceGBs, p_.nvlink.bwGBs);
-      } else {
-        pr.resource = StepResource::Memory;
-        pr.alphaUs = p_.local.alphaUs;
-        pr.rate = p_.reduceGBs;
-      }
-      return pr;
-    case StepKind::Put:
-      pr.resource = StepResource::NvLink;
-      pr.alphaUs = putLaneUs(p_, writesPeerUserBuffer(s_, st, rank));
-      pr.rate = p_.nvlink.bwGBs;
-      return pr;
-    case StepKind::ProxyPut:
-      pr.resource = StepResource::Network;
-      pr.alphaUs = p_.proxyUs + p_.network.alphaUs;
-      pr.rate = p_.network.bwGBs;
-      if (st.count == 0) pr.amount = 0;  // a signal only
-      return pr;
-    case StepKind::Gemm:
-      pr.resource = StepResource::Tensor;
-      pr.amount = st.flops;
-      pr.rate = p_.gemmTflops;
-      pr.unitsPerUs = kFlopsPerUsPerTflops;
-      return pr;
-    default: return StepPrice{};
+StepPrice StepCosts::price(const Step& st, uint32_t rank, uint32_t lane) const {
+  StepPrice pr = sharedPrice(st, rank);
+  if (computes(rank) && pr.resource != StepResource::None) {
+    uint64_t tiles = 0;
+    if (st.kind == StepKind::Gemm) tiles = gemmTiles128(s_.gemms[st.aux].m, s_.gemms[st.aux].n);
+    pr.capPerUs = ctaCapPerUs(p_, pr.resource, laneSms_[rank][lane], tiles);
   }
+  return pr;
 }
 
-double StepCosts::laneUs(const Step& st, uint32_t rank) const {
-  const StepPrice pr = price(st, rank);
-  if (pr.resource == StepResource::None) return 0;
-  // alpha, then the payload at the lane's share of the rate. A payload of 0 adds exactly 0.
-  return pr.alphaUs + pr.amount * static_cast<double>(share(rank, pr.resource)) / (pr.rate * pr.unitsPerUs);
+StepPrice StepCosts::sharedPrice(const Step& st, uint32_t rank) const {
+  const bool gemm = st.kind == StepKind::Gemm;
+  StepPrice pr = stepPrice(p_, st.kind, st.link, gemm ? st.flops : static_cast<double>(st.bytes),
+                           st.kind == StepKind::Put && writesPeerUserBuffer(s_, st, rank));
+  if (st.kind == StepKind::ProxyPut && st.count == 0) pr.amount = 0;  // a signal only
+  return pr;
+}
+
+double StepCosts::laneUs(const Step& st, uint32_t rank, uint32_t lane) const {
+  const StepPrice pr = price(st, rank, lane);
+  if (pr.resource == StepResource::None) return 0;  // share() has no entry for it
+  return stepLaneUs(pr, share(rank, pr.resource));
 }
 
 double StepCosts::signalDelayUs(uint32_t fromRank, uint32_t toRank) const noexcept {

@@ -41,54 +41,13 @@
 #include "mk/error.hpp"
 #include "mk/exec/numeric.hpp"
 #include "mk/util/size.hpp"
+#include "verify_common.hpp"
 
 namespace mk {
-namespace {
 
-double unitRoundoff(DType t) {
-  switch (t) {
-    case DType::Float32: return 0x1p-24;
-    case DType::BFloat16: return 0x1p-8;
-    case DType::Float16: return 0x1p-11;
-  }
-  return 0x1p-24;
-}
-
-/// Half the distance between zero and the smallest subnormal: the absolute rounding error floor.
-double subnormalHalfStep(DType t) {
-  switch (t) {
-    case DType::Float32: return 0x1p-150;
-    case DType::BFloat16: return 0x1p-134;
-    case DType::Float16: return 0x1p-25;
-  }
-  return 0x1p-150;
-}
-
-float roundTo(DType t, float v) {
-  uint32_t word = 0;  // large enough for one element of any dtype
-  storeElement(t, &word, 0, v);
-  return loadElement(t, &word, 0);
-}
-
-/// Round a double to `t` with a single rounding. Going through float first would round twice; rounding
-/// to float with round-to-odd first makes the second (nearest-even) rounding exact, because float
-/// keeps at least two more bits than bf16 and half.
-float roundOnce(DType t, double x) {
-  float f = static_cast<float>(x);
-  if (t == DType::Float32 || std::isnan(x) || std::isinf(f)) return roundTo(t, f);
-  const auto back = static_cast<double>(f);
-  if (back != x) {
-    // Truncate toward zero, then force the last bit to 1 (sticky): round-to-odd.
-    if (std::fabs(back) > std::fabs(x)) f = std::nextafter(f, 0.0f);
-    uint32_t bits;
-    std::memcpy(&bits, &f, sizeof bits);
-    bits |= 1u;
-    std::memcpy(&f, &bits, sizeof f);
-  }
-  return roundTo(t, f);
-}
-
-}  // namespace
+using detail::roundOnce;
+using detail::subnormalHalfStep;
+using detail::unitRoundoff;
 
 std::vector<std::vector<float>> referenceCollective(const CollectiveSpec& spec, uint32_t nRanks,
                                                     const std::vector<std::vector<float>>& inputs) {
@@ -195,17 +154,12 @@ VerifyResult verifyCollective(const Schedule& s, const CollectiveSpec& spec, uin
   HostMemory mem = HostMemory::allocate(s);
   std::vector<std::vector<float>> inputs(n);
   for (uint32_t r = 0; r < n; ++r) {
-    // Draws come from the raw 64-bit stream (not std distributions, whose output differs between
-    // standard libraries) so a seed reproduces the same inputs everywhere.
     std::mt19937_64 rng(seed + r);
     const uint64_t have = s.buffers[inBuf].count[r];
     std::byte* base = mem.bytes[r][inBuf].data();
     inputs[r].resize(have);
     for (uint64_t i = 0; i < have; ++i) {
-      const uint64_t bits = rng();
-      const float v = kind == InputKind::SmallIntegers
-                          ? static_cast<float>(static_cast<int>(bits % 17) - 8)
-                          : static_cast<float>(static_cast<double>(bits >> 11) * 0x1p-52 - 1.0);
+      const float v = detail::inputValue(kind, rng(), 8);
       storeElement(spec.dtype, base, i, v);
       inputs[r][i] = loadElement(spec.dtype, base, i);
     }
@@ -243,41 +197,14 @@ VerifyResult verifyCollective(const Schedule& s, const CollectiveSpec& spec, uin
         tol = ((nd - 1) * uEff * absSum[src] + u * std::fabs(want)) * (1 + 2 * nd * uEff) +
               nd * subnormalHalfStep(spec.dtype);
       }
-      const double diff = std::fabs(got - want);
-      ++res.checked;
-      double ratio;
-      if (std::isnan(got) || std::isnan(want))
-        ratio = std::numeric_limits<double>::infinity();
-      else if (tol == 0)
-        ratio = diff == 0 ? 0 : std::numeric_limits<double>::infinity();
-      else
-        ratio = diff / tol;
-      if (ratio > res.worstRatio) res.worstRatio = ratio;
-      if (ratio > 1 || std::isnan(ratio)) {
-        if (res.ok)
-          res.detail = "rank " + std::to_string(r) + " output[" + std::to_string(i) + "]: got " + formatNumber(got, 9) +
-                       " expected " + formatNumber(want, 9) + " (tol " + formatNumber(tol, 9) + ")";
-        res.ok = false;
-      }
+      detail::checkElement(res, got, want, tol,
+                           [&] { return "rank " + std::to_string(r) + " output[" + std::to_string(i) + "]"; });
     }
   }
 
-  if (spec.op == CollOp::AllReduce) {
-    const std::size_t esize = dtypeSize(spec.dtype);
-    const std::byte* first = mem.bytes[0][outBuf].data();
-    for (uint32_t r = 1; r < n && res.ok; ++r) {
-      const std::byte* mine = mem.bytes[r][outBuf].data();
-      for (uint64_t i = 0; i < outCount; ++i)
-        if (std::memcmp(first + i * esize, mine + i * esize, esize) != 0) {
-          res.ok = false;
-          res.detail = "rank " + std::to_string(r) + " output[" + std::to_string(i) + "]: got " +
-                       formatNumber(loadElement(spec.dtype, mine, i), 9) + " but rank 0 has " +
-                       formatNumber(loadElement(spec.dtype, first, i), 9) +
-                       " (allreduce outputs must be bit-identical on every rank)";
-          break;
-        }
-    }
-  }
+  if (spec.op == CollOp::AllReduce)
+    detail::checkIdenticalAcrossRanks(res, mem, outBuf, outCount, spec.dtype, "output",
+                                      "allreduce outputs must be bit-identical on every rank");
   return res;
 }
 

@@ -7,8 +7,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "mk/algorithms/algorithms.hpp"
+#include "mk/algorithms/fused.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/topology/topology.hpp"
 
@@ -43,6 +46,15 @@ struct CollectiveArgs {
   bool channelsGiven = false;  ///< likewise `channels`
   std::string inter = "auto";
   std::string profile;  ///< profile file (mkernel.profile.v1); empty: the cluster's datasheet defaults
+  // The fused operators (--op gemm-rs | ag-gemm | gemm-ar, fused.hpp): the whole GEMM and the schedule's shape.
+  uint64_t m = 0, n = 0, k = 0;    ///< C[m x n] = A[m x k] B[k x n]; required for a fused op
+  uint32_t tileRows = 0;           ///< 0: planFused's default (one wave of CTAs per Gemm step)
+  std::string order = "auto";      ///< own-first, own-last, interleaved, or auto (the lowest closed form)
+  uint32_t ctas = 0;               ///< 0: the GPU's SMs less the engine's reserve
+  uint32_t commCtas = 0;           ///< 0: the split with the lowest closed form
+  uint32_t computeLanes = 0;       ///< 0: 1, 2 or 4 by the lowest closed form
+  std::string layoutB = "row";     ///< row or col
+  std::vector<std::string> given;  ///< the options named on the command line ("--bytes", ...)
 };
 
 /// The words of CollectiveArgs checked and typed; the size is still open.
@@ -53,12 +65,33 @@ struct CollectiveRequest {
 };
 
 /// Check the words of `a` with the one spelling of each error: requireCollOp (what "--op"), requireDType
-/// ("--dtype"), requireRedOp ("--redop"), requireAlgorithm unless "auto", and the inter-node phase. Throws
-/// Error(InvalidArgument), or Error(NotFound) for an algorithm without a generator for the op.
+/// ("--dtype"), requireRedOp ("--redop"), requireAlgorithm unless "auto", and the inter-node phase; an option
+/// of the fused ops named in `a.given` is refused. Throws Error(InvalidArgument), or Error(NotFound) for an
+/// algorithm without a generator for the op.
 CollectiveRequest parseCollective(const CollectiveArgs& a);
+
+/// Whether `op` names a fused operator (gemm-rs, ag-gemm, gemm-ar; parseFusedOp).
+bool isFusedOp(std::string_view op) noexcept;
+
+/// A fused op as a command line asks for it; what the options leave open (0, auto) planFused() decides.
+struct FusedRequest {
+  FusedSpec spec;
+  FusedOptions opt;
+};
+
+/// The words of `a` for a fused op: --op (requireFusedOp), --m, --n and --k (required), --dtype (bfloat16 unless
+/// named in `a.given`), --layout-b, --order, --tile-rows, --ctas, --comm-ctas, --compute-lanes; an option of the
+/// collectives named in `a.given` (--bytes, --algo, --redop, --root, --chunks, --channels, --inter) is refused. The
+/// shape rules are validateFusedSpec's, checked once the rank count is known. Throws Error(InvalidArgument).
+FusedRequest parseFused(const CollectiveArgs& a);
 
 /// The profile `a` prices with: its file (loadProfile), else the datasheet defaults of `topo`.
 Profile profileFor(const CollectiveArgs& a, const Topology& topo);
+
+/// `p` with Profile::sms and Profile::ctaGBs taken from the datasheet defaults of `topo` where it has none (a
+/// profile file written before the CTA split was modelled, as every calibrated one so far), so that a fused op's
+/// split is priced (timeline rule 2b); the returned list names the fields filled ("sms", "ctaGBs").
+std::vector<std::string> fillCtaDefaults(Profile& p, const Topology& topo);
 
 /// Where a request runs.
 struct Placement {

@@ -44,7 +44,14 @@ struct Profile {
   /// The closed forms charge it on every NVLink message of a generator whose peers touch user buffers.
   double userPutUs = 0;
   double proxyUs = 0;     ///< extra per ProxyPut for the FIFO + host proxy
-  double gemmTflops = 0;  ///< achieved bf16 GEMM rate per GPU
+  double gemmTflops = 0;  ///< achieved bf16 GEMM rate per GPU (all of its SMs)
+  /// SMs per GPU (a resident compute kernel holds one CTA per SM). On a rank that runs Gemm steps the lanes
+  /// share them in proportion to their Lane::ctas, and each lane's rates follow its share (timeline rule 2b,
+  /// docs/cost-model.md). 0 = not distinguished: every lane of such a rank runs as on a communication-only rank.
+  uint32_t sms = 0;
+  /// What one CTA moves through a Copy, Reduce or Put on a rank that runs Gemm steps (rule 2b), GB/s. 0 = not
+  /// distinguished (the lane's data steps are not limited by its CTAs).
+  double ctaGBs = 0;
 };
 
 /// Datasheet defaults for the topology's GPU and links.

@@ -10,10 +10,14 @@
 //     "nvlink":  { "alphaUs": 0.65, "bwGBs": 369 },
 //     "network": { "alphaUs": 3.5,  "bwGBs": 50 },
 //     "local":   { "alphaUs": 0.5,  "bwGBs": 1965 },
-//     "reduceGBs": 1310, "flagUs": 0.65, "dispatchUs": 2, "proxyUs": 2.5, "gemmTflops": 742 }
+//     "reduceGBs": 1310, "flagUs": 0.65, "dispatchUs": 2, "proxyUs": 2.5, "gemmTflops": 742,
+//     "sms": 132, "ctaGBs": 36.7 }
 //
 // Every numeric field is required, finite and >= 0 (a rate of 0 is allowed in the file: it only fails when a
-// schedule needs it, with a message from the engine that needs it). "provenance" is optional on input.
+// schedule needs it, with a message from the engine that needs it), except the fields added after the first
+// profiles were written, which are optional and default as mk::Profile documents: localFlagUs (its flagUs),
+// peerUserUs, putIssueUs, userPutUs, sms and ctaGBs (0 = not distinguished; sms a whole number). The writer
+// leaves sms and ctaGBs out when they are 0. "provenance" is optional on input.
 #pragma once
 
 #include <string>
@@ -32,7 +36,7 @@ struct ProfileProvenance {
   std::vector<std::string> measurements;  ///< measurement files the fit used
 };
 
-/// Serialise (all fields; provenance written when any of its fields is set).
+/// Serialise (all fields, sms and ctaGBs only when > 0; provenance written when any of its fields is set).
 std::string profileToJson(const Profile& p, const ProfileProvenance& provenance = {}, int indent = 2);
 
 /// Parse; throws Error(ParseError) for malformed JSON, a wrong schema, a missing, misspelt or mistyped field

@@ -40,19 +40,45 @@ double putLaneUs(const Profile& p, bool intoUserBuffer) noexcept;
 /// True when step `st` of `s` writes a user buffer (not scratch) of another rank (a Put into a peer's output).
 bool writesPeerUserBuffer(const Schedule& s, const Step& st, uint32_t rank) noexcept;
 
+/// Output tiles of 128 x 128 in an m x n Gemm: the unit the GPU's lowering gives one CTA of a compute lane.
+uint64_t gemmTiles128(uint64_t m, uint64_t n) noexcept;
+
+/// Rule 2b: the SMs a lane holds on a rank that runs Gemm steps: the GPU's `p.sms` shared among the rank's lanes
+/// in proportion to their Lane::ctas (weights, as the GPU engine reads them; `rankCtas` = their sum). 0 when
+/// p.sms is 0.
+double laneSms(const Profile& p, double laneCtas, double rankCtas) noexcept;
+
+/// Rule 2b: the most a step using `r` reaches on a lane holding `sms` SMs (laneSms) of a rank that runs Gemm
+/// steps, in units per microsecond: a Gemm of `gemmTiles` 128 x 128 output tiles gemmTflops*1e6 * min(sms,
+/// gemmTiles) / p.sms (a tile is one CTA's work); a Copy, Reduce or Put sms * ctaGBs * 1e3 bytes. 0 (no cap)
+/// for a ProxyPut (the host proxy moves its bytes), a synchronising step, or a rate the profile does not
+/// distinguish (p.sms or ctaGBs 0).
+double ctaCapPerUs(const Profile& p, StepResource r, double sms, uint64_t gemmTiles) noexcept;
+
 /// The price of one step that moves bytes or computes (Copy, Reduce, Put, ProxyPut, Gemm), in pieces: the
-/// lane first pays `alphaUs`, then moves `amount` units at `rate` divided by its rank's share of `resource`.
-/// Rule 3's duration is laneUs(); an engine that meters the payload itself (the SimGrid replay) uses the
-/// pieces.
+/// lane first pays `alphaUs`, then moves `amount` units at `rate` divided by its rank's share of `resource`
+/// (rule 2), or at `capPerUs` where that is lower (rule 2b). Rule 3's duration is laneUs(); an engine that
+/// meters the payload itself (the SimGrid replay) uses the pieces.
 struct StepPrice {
   StepResource resource = StepResource::None;
   double alphaUs = 0;     ///< on the lane before the payload (a Put: its issue part, see putLaneUs)
   double amount = 0;      ///< bytes, or FLOPs for a Gemm; 0 for a ProxyPut that only signals
   double rate = 0;        ///< one lane's full rate: GB/s, or TFLOP/s for a Gemm
   double unitsPerUs = 0;  ///< `amount` units per microsecond at rate 1: 1e3 (GB/s) or 1e6 (TFLOP/s)
+  double capPerUs = 0;    ///< rule 2b: what the lane's CTAs reach, units per microsecond; 0 = no cap
   /// `amount` units per second at rate 1 (1e9 or 1e12).
   double unitsPerSecond() const noexcept { return unitsPerUs * 1e6; }
 };
+
+/// Rule 3's price of a step of `kind` moving `amount` (bytes; FLOPs for a Gemm), without rule 2b's cap: a Copy
+/// or Reduce over `link` (nvlink, else local), a Put (`intoPeerUser`: landing in another rank's user buffer), a
+/// ProxyPut, a Gemm; resource None for the other kinds. StepCosts prices a schedule's steps with it; closed forms
+/// price the steps their generator would emit.
+StepPrice stepPrice(const Profile& p, StepKind kind, LinkClass link, double amount, bool intoPeerUser) noexcept;
+/// Whether rule 2b's cap, not rule 2's share of `share` lanes, sets the rate of `pr`.
+bool capBinds(const StepPrice& pr, uint32_t share) noexcept;
+/// Rule 3 under rules 2 and 2b: alpha, then the amount at the rate over `share` lanes or at the cap where lower.
+double stepLaneUs(const StepPrice& pr, uint32_t share) noexcept;
 
 /// One lane of a schedule, in (rank, lane) order, with the index of its first step in the flat
 /// (rank, lane, step) order every engine's per-step output uses.
@@ -92,11 +118,20 @@ class StepCosts {
     return share_[static_cast<std::size_t>(rank) * kStepResources + static_cast<uint32_t>(r)];
   }
 
-  /// Rule 3's price of a Copy, Reduce, Put, ProxyPut or Gemm executed by `rank` (resource None otherwise).
-  StepPrice price(const Step& st, uint32_t rank) const;
-  /// Rule 3: how long `st` keeps its lane, for a step that does not synchronise (0 for a Signal; Wait and
-  /// Barrier end by the rules of their own).
-  double laneUs(const Step& st, uint32_t rank) const;
+  /// Whether `rank` runs Gemm steps and the profile distinguishes SMs: its lanes' rates then follow their CTAs
+  /// (rule 2b).
+  bool computes(uint32_t rank) const noexcept { return !rankCtas_.empty() && rankCtas_[rank] > 0; }
+
+  /// Rule 3's price of a Copy, Reduce, Put, ProxyPut or Gemm executed by lane `lane` of `rank` (resource None
+  /// otherwise), with rule 2b's cap when the rank computes.
+  StepPrice price(const Step& st, uint32_t rank, uint32_t lane) const;
+  /// Whether rule 2b's cap, not rule 2's share, sets the rate of `pr` on `rank`.
+  bool capBinds(const StepPrice& pr, uint32_t rank) const noexcept {
+    return mk::capBinds(pr, share(rank, pr.resource));
+  }
+  /// Rule 3: how long `st` keeps lane `lane` of `rank`, for a step that does not synchronise (0 for a Signal;
+  /// Wait and Barrier end by the rules of their own).
+  double laneUs(const Step& st, uint32_t rank, uint32_t lane) const;
   /// Rule 3: Signal -> Wait visibility from `fromRank` to a flag of `toRank`: localFlagUs on the same rank,
   /// flagUs on the same node, proxyUs + network.alphaUs across nodes.
   double signalDelayUs(uint32_t fromRank, uint32_t toRank) const noexcept;
@@ -111,10 +146,15 @@ class StepCosts {
   double opTotalUs(double lastEndUs) const;
 
  private:
+  /// Rules 2 and 3 without rule 2b's cap.
+  StepPrice sharedPrice(const Step& st, uint32_t rank) const;
+
   const Schedule& s_;
   const Profile& p_;
   bool singleNode_ = true;
-  std::vector<uint32_t> share_;  ///< [rank * kStepResources + resource]
+  std::vector<uint32_t> share_;   ///< [rank * kStepResources + resource]
+  std::vector<double> rankCtas_;  ///< rule 2b: Lane::ctas summed over a computing rank's lanes (0: not computing)
+  std::vector<std::vector<double>> laneSms_;  ///< rule 2b: [rank][lane] SMs the lane holds (computing ranks)
   std::vector<LaneRef> lanes_;
   std::vector<uint64_t> barrierParticipants_;
   uint64_t steps_ = 0;

@@ -13,10 +13,18 @@
 #include <utility>
 #include <vector>
 
+#include "mk/algorithms/fused.hpp"
 #include "mk/schedule/schedule.hpp"
 #include "mk/sim/replay.hpp"
 
 namespace mk::sim {
+
+/// What a fused operator adds to a run's description: its plan (shape, split, closed form) and the unfused
+/// baseline.
+struct FusedRunInfo {
+  FusedPlan plan;
+  LayeredEstimate layered;
+};
 
 /// What was simulated, for reports (everything optional except what a schedule file also knows).
 struct RunInfo {
@@ -33,12 +41,14 @@ struct RunInfo {
   double busBwFactor = 1;              ///< mk::busBwFactor(op, ranks)
   std::optional<double> closedFormUs;  ///< mk::closedForm, when the generator has one
   std::optional<double> uncontendedUs;  ///< mk::simulateUncontended on the same schedule
+  std::optional<FusedRunInfo> fused;    ///< a fused op: written as "fused": {...} (docs/simulator.md)
 };
 
 /// nccl-tests algbw: bytes / time, in GB/s (0 when the time is 0).
 double algBwGBs(uint64_t bytes, double timeUs) noexcept;
 
-/// {"schema": "mkernel.prediction.v1", "time_us", "algbw_gbs", "busbw_gbs", "busiest_links", "links", ...}.
+/// {"schema": "mkernel.prediction.v1", "time_us", "algbw_gbs", "busbw_gbs", "busiest_links", "links", ...}, and
+/// for a fused op "fused": {"m", "n", "k", "tile_rows", "order", "ctas", "comm_ctas", "bound", "busy_us", ...}.
 std::string predictionToJson(const Prediction& p, const RunInfo& info, int indent = 2);
 
 /// One document for a size sweep: the common fields once, then "results": [{bytes, count, time_us, ...}]. When

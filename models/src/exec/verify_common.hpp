@@ -1,0 +1,113 @@
+// mkernel — internal: the rounding facts and the element comparison every verifier of this folder shares
+// (verify.cpp for the collectives, verify_fused.cpp for the fused operators).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "mk/exec/executor.hpp"
+#include "mk/exec/numeric.hpp"
+#include "mk/exec/verify.hpp"
+#include "mk/util/size.hpp"
+
+namespace mk::detail {
+
+/// The dtype's unit roundoff u: 2^-24 (float32), 2^-8 (bfloat16), 2^-11 (float16).
+inline double unitRoundoff(DType t) {
+  switch (t) {
+    case DType::Float32: return 0x1p-24;
+    case DType::BFloat16: return 0x1p-8;
+    case DType::Float16: return 0x1p-11;
+  }
+  return 0x1p-24;
+}
+
+/// Half the distance between zero and the smallest subnormal: the absolute rounding error floor.
+inline double subnormalHalfStep(DType t) {
+  switch (t) {
+    case DType::Float32: return 0x1p-150;
+    case DType::BFloat16: return 0x1p-134;
+    case DType::Float16: return 0x1p-25;
+  }
+  return 0x1p-150;
+}
+
+/// `v` rounded to `t` (nearest even), as float.
+inline float roundTo(DType t, float v) {
+  uint32_t word = 0;  // large enough for one element of any dtype
+  storeElement(t, &word, 0, v);
+  return loadElement(t, &word, 0);
+}
+
+/// Round a double to `t` with a single rounding. Going through float first would round twice; rounding
+/// to float with round-to-odd first makes the second (nearest-even) rounding exact, because float
+/// keeps at least two more bits than bf16 and half.
+inline float roundOnce(DType t, double x) {
+  float f = static_cast<float>(x);
+  if (t == DType::Float32 || std::isnan(x) || std::isinf(f)) return roundTo(t, f);
+  const auto back = static_cast<double>(f);
+  if (back != x) {
+    // Truncate toward zero, then force the last bit to 1 (sticky): round-to-odd.
+    if (std::fabs(back) > std::fabs(x)) f = std::nextafter(f, 0.0f);
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    bits |= 1u;
+    std::memcpy(&f, &bits, sizeof f);
+  }
+  return roundTo(t, f);
+}
+
+/// One input value from 64 random bits: an integer in [-range, range] for SmallIntegers, else uniform in [-1, 1).
+/// Draws come from the raw 64-bit stream (not std distributions, whose output differs between standard
+/// libraries) so a seed reproduces the same inputs everywhere.
+inline float inputValue(InputKind kind, uint64_t bits, uint32_t range) {
+  if (kind == InputKind::SmallIntegers)
+    return static_cast<float>(static_cast<int64_t>(bits % (2 * uint64_t{range} + 1)) - static_cast<int64_t>(range));
+  return static_cast<float>(static_cast<double>(bits >> 11) * 0x1p-52 - 1.0);
+}
+
+/// Compare one element: |got - want| <= tol (tol 0: equal), NaN never passes. Counts it in `res`, keeps the worst
+/// ratio, and on the first failure stores "<where()>: got X expected Y (tol T)" as `res.detail`.
+template <class Where>
+void checkElement(VerifyResult& res, double got, double want, double tol, const Where& where) {
+  const double diff = std::fabs(got - want);
+  ++res.checked;
+  double ratio;
+  if (std::isnan(got) || std::isnan(want))
+    ratio = std::numeric_limits<double>::infinity();
+  else if (tol == 0)
+    ratio = diff == 0 ? 0 : std::numeric_limits<double>::infinity();
+  else
+    ratio = diff / tol;
+  if (ratio > res.worstRatio) res.worstRatio = ratio;
+  if (ratio > 1 || std::isnan(ratio)) {
+    if (res.ok)
+      res.detail = where() + ": got " + formatNumber(got, 9) + " expected " + formatNumber(want, 9) + " (tol " +
+                   formatNumber(tol, 9) + ")";
+    res.ok = false;
+  }
+}
+
+/// Every rank's buffer `buf` (`count` elements of `t`) bit-identical to rank 0's; the first difference becomes
+/// `res.detail` with `why` appended. Skipped when `res` already failed.
+inline void checkIdenticalAcrossRanks(VerifyResult& res, const HostMemory& mem, uint16_t buf, uint64_t count, DType t,
+                                      const std::string& name, const std::string& why) {
+  const std::size_t esize = dtypeSize(t);
+  const std::byte* first = mem.bytes[0][buf].data();
+  for (std::size_t r = 1; r < mem.bytes.size() && res.ok; ++r) {
+    const std::byte* mine = mem.bytes[r][buf].data();
+    for (uint64_t i = 0; i < count; ++i)
+      if (std::memcmp(first + i * esize, mine + i * esize, esize) != 0) {
+        res.ok = false;
+        res.detail = "rank " + std::to_string(r) + " " + name + "[" + std::to_string(i) + "]: got " +
+                     formatNumber(loadElement(t, mine, i), 9) + " but rank 0 has " +
+                     formatNumber(loadElement(t, first, i), 9) + " (" + why + ")";
+        break;
+      }
+  }
+}
+
+}  // namespace mk::detail

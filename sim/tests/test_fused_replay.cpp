@@ -1,0 +1,93 @@
+// The fused operators' schedules replayed on SimGrid: the compute lane on its share of the tensor pipe and the
+// communication lanes on their CTAs and the links. Without contention the replay reproduces the uncontended
+// timeline (and so the closed form); where flows meet on a link it is only slower; and the planner's entry point
+// reports what it priced.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "mk/algorithms/fused.hpp"
+#include "mk/cost/cost.hpp"
+#include "mk/sim/fused.hpp"
+#include "mk/sim/replay.hpp"
+#include "mk/topology/topology.hpp"
+
+namespace {
+
+mk::sim::SimOptions quiet() {
+  mk::sim::SimOptions o;
+  o.trace = false;
+  o.linkLoad = false;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("fused replay: on two GPUs nothing contends, so the replay is the timeline and the closed form") {
+  const mk::Topology topo = mk::topologyPreset("h200x2", 1);
+  const mk::Profile prof = mk::defaultProfile(topo);
+  for (mk::FusedOp op : mk::fusedOps())
+    for (mk::TileOrder order : {mk::TileOrder::OwnFirst, mk::TileOrder::OwnLast, mk::TileOrder::Interleaved})
+      for (uint32_t comm : {3u, 24u}) {
+        const std::string opName = mk::toString(op), orderName = mk::toString(order);
+        CAPTURE(opName);
+        CAPTURE(orderName);
+        CAPTURE(comm);
+        const mk::FusedSpec fs =
+            mk::FusedSpec{op, mk::DType::BFloat16, 2 * 1000 + 1, 2048, 1024};  // odd rows: a short tile per shard
+        const mk::FusedOptions opt = mk::FusedOptions{256, order, 128, comm, 1};
+        const mk::Schedule s = mk::generate(fs, topo.layout(2), opt);
+        const double timeline = mk::simulateUncontended(s, prof).totalUs;
+        const double replay = mk::sim::predict(s, topo, prof, quiet()).totalUs;
+        CHECK(replay == doctest::Approx(timeline).epsilon(1e-6));
+        CHECK(mk::fusedClosedForm(fs, opt, topo, 2, prof).totalUs == doctest::Approx(timeline).epsilon(1e-12));
+      }
+}
+
+TEST_CASE("fused replay: the ring-ordered walks do not contend; an oversubscribed fabric makes them slower") {
+  for (const double oversubscription : {1.0, 4.0}) {
+    mk::Topology topo = mk::topologyPreset("dgx-h100", 2);
+    topo.fabric.nodesPerLeaf = 1;  // every cross-node flow climbs to the spine
+    topo.fabric.oversubscription = oversubscription;
+    topo.fabric.switchLatencyUs = 0;  // the spine's two extra hops are not in the timeline
+    const mk::Profile prof = mk::defaultProfile(topo);
+    for (mk::FusedOp op : mk::fusedOps()) {
+      const std::string opName = mk::toString(op);
+      CAPTURE(opName);
+      CAPTURE(oversubscription);
+      const mk::FusedSpec fs = mk::FusedSpec{op, mk::DType::BFloat16, 256 * 16, 1024, 64 * 16};
+      const mk::FusedOptions opt = mk::FusedOptions{128, mk::TileOrder::Interleaved, 128, 12, 1};
+      const mk::Schedule s = mk::generate(fs, topo.layout(16), opt);
+      const double timeline = mk::simulateUncontended(s, prof).totalUs;
+      const double replay = mk::sim::predict(s, topo, prof, quiet()).totalUs;
+      // At any moment every sender of a round targets a different peer: no port sees two flows at once.
+      if (oversubscription == 1.0) CHECK(replay == doctest::Approx(timeline).epsilon(1e-6));
+      // Eight GPUs' cross-node flows share a leaf uplink of two NICs' bandwidth.
+      if (oversubscription > 1.0) CHECK(replay > timeline * 1.05);
+    }
+  }
+}
+
+TEST_CASE("fused replay: the planner's entry point reports the plan, both predictions and the breakdown") {
+  const mk::Topology topo = mk::topologyPreset("h200x2", 1);
+  const mk::Profile prof = mk::defaultProfile(topo);
+  const mk::FusedSpec fs = mk::FusedSpec{mk::FusedOp::GemmAllReduce, mk::DType::BFloat16, 4096, 4096, 2048};
+  const mk::sim::FusedPrediction closed = mk::sim::predictFused(fs, mk::FusedOptions{}, topo, 2, prof);
+  CHECK_FALSE(closed.simulatedUs);
+  CHECK(closed.totalUs == closed.plan.estimate.totalUs);
+  CHECK(closed.plan.splitByModel);
+  CHECK(closed.plan.opt.commCtas + closed.plan.estimate.computeCtas == closed.plan.opt.ctas);
+  const mk::sim::FusedPrediction sim = mk::sim::predictFused(fs, mk::FusedOptions{}, topo, 2, prof, true, quiet());
+  REQUIRE(sim.simulatedUs);
+  REQUIRE(sim.uncontendedUs);
+  CHECK(*sim.uncontendedUs == doctest::Approx(sim.plan.estimate.totalUs).epsilon(1e-12));
+  CHECK(sim.totalUs == *sim.simulatedUs);
+  CHECK(sim.computeUs == doctest::Approx(2.0 * 4096 * 4096 * 1024 / (prof.gemmTflops * 1e6)));
+  CHECK(sim.commUs > 0);
+  CHECK(sim.exposedCommUs == doctest::Approx(sim.totalUs - sim.computeUs));
+  CHECK(sim.tflopsPerGpu == doctest::Approx(2.0 * 4096 * 4096 * 2048 / 2 / (sim.totalUs * 1e6)));
+  // The fused op is never faster than the physical bound, and here beats the layered program.
+  CHECK(sim.totalUs >= sim.layered.boundUs());
+  CHECK(sim.totalUs < sim.layered.totalUs());
+}
