@@ -4,7 +4,9 @@
 add_library(mk_host STATIC
   src/bootstrap/launch.cpp
   src/bootstrap/tcp_bootstrap.cpp
-  src/net/socket_util.cpp)
+  src/net/socket_util.cpp
+  # the proxy: FIFO host side
+  src/proxy/fifo.cpp)
 add_library(mk::host ALIAS mk_host)
 set_target_properties(mk_host PROPERTIES EXPORT_NAME host)
 target_include_directories(mk_host PUBLIC
@@ -71,3 +73,10 @@ if(MK_BUILD_TESTS)
   endif()
 endif()
 
+
+# CPU tests of the inter-node path (label unit, fast): the FIFO's host side.
+mk_add_doctest(mk_proxy_tests LABELS unit
+  SOURCES tests/unit_main.cpp tests/test_fifo.cpp LIBS mk::host)
+if(TARGET mk_proxy_tests)
+  target_include_directories(mk_proxy_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+endif()
