@@ -5,8 +5,15 @@ add_library(mk_host STATIC
   src/bootstrap/launch.cpp
   src/bootstrap/tcp_bootstrap.cpp
   src/net/socket_util.cpp
-  # the proxy: FIFO host side
-  src/proxy/fifo.cpp)
+  # the proxy: FIFO host side, consumer threads, wire protocol, socket transport, transport choice
+  src/proxy/fifo.cpp
+  src/proxy/memory.cpp
+  src/proxy/proxy.cpp
+  src/proxy/wire.cpp
+  src/proxy/socket_setup.cpp
+  src/proxy/socket_stream.cpp
+  src/proxy/socket_transport.cpp
+  src/proxy/transport.cpp)
 add_library(mk::host ALIAS mk_host)
 set_target_properties(mk_host PROPERTIES EXPORT_NAME host)
 target_include_directories(mk_host PUBLIC
@@ -42,6 +49,22 @@ else()
   target_sources(mk_host PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/bootstrap/bootstrap_mpi_stub.cpp)
 endif()
 
+# rdma-core (libibverbs, found by pkg-config): MK_WITH_IBVERBS (top CMakeLists) AUTO builds the ibverbs transport
+# when it is found, ON requires it, OFF never. Without it transport=ibverbs says so (ib_unavailable.cpp).
+set(mk_ibverbs_found OFF)
+if(NOT MK_WITH_IBVERBS STREQUAL "OFF")
+  pkg_check_modules(IBVERBS IMPORTED_TARGET libibverbs)
+  if(IBVERBS_FOUND)
+    set(mk_ibverbs_found ON)
+  elseif(MK_WITH_IBVERBS STREQUAL "ON")
+    message(FATAL_ERROR "MK_WITH_IBVERBS=ON but libibverbs was not found by pkg-config (apt-get install "
+                        "libibverbs-dev, or use AUTO/OFF)")
+  endif()
+endif()
+set(MK_HAVE_IBVERBS ${mk_ibverbs_found} PARENT_SCOPE)
+message(STATUS "mkernel: ibverbs transport ${mk_ibverbs_found}")
+target_sources(mk_host PRIVATE src/proxy/ib_unavailable.cpp)
+
 # CPU tests of the bootstrap (forked processes on 127.0.0.1): label unit, run everywhere.
 mk_add_doctest(mk_bootstrap_tests LABELS unit
   SOURCES tests/unit_main.cpp tests/test_bootstrap.cpp LIBS mk::host)
@@ -73,10 +96,12 @@ if(MK_BUILD_TESTS)
   endif()
 endif()
 
-
-# CPU tests of the inter-node path (label unit, fast): the FIFO's host side.
+# CPU tests of the inter-node path (label unit, fast): the FIFO's host side and the wire records; the socket
+# transport, the proxy and the CPU executor over it between forked processes on 127.0.0.1; the faults.
 mk_add_doctest(mk_proxy_tests LABELS unit
-  SOURCES tests/unit_main.cpp tests/test_fifo.cpp LIBS mk::host)
+  SOURCES tests/unit_main.cpp tests/test_fifo.cpp tests/test_wire.cpp tests/test_socket_transport.cpp
+          tests/test_socket_faults.cpp
+  LIBS mk::host)
 if(TARGET mk_proxy_tests)
   target_include_directories(mk_proxy_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 endif()
