@@ -13,7 +13,8 @@ add_library(mk_host STATIC
   src/proxy/socket_setup.cpp
   src/proxy/socket_stream.cpp
   src/proxy/socket_transport.cpp
-  src/proxy/transport.cpp)
+  src/proxy/transport.cpp
+  src/proxy/exec_port.cpp)
 add_library(mk::host ALIAS mk_host)
 set_target_properties(mk_host PROPERTIES EXPORT_NAME host)
 target_include_directories(mk_host PUBLIC
@@ -104,4 +105,9 @@ mk_add_doctest(mk_proxy_tests LABELS unit
   LIBS mk::host)
 if(TARGET mk_proxy_tests)
   target_include_directories(mk_proxy_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+endif()
+mk_add_doctest(mk_proxy_exec_tests LABELS unit
+  SOURCES tests/unit_main.cpp tests/test_exec_multinode.cpp LIBS mk::host)
+if(TARGET mk_proxy_exec_tests)
+  target_include_directories(mk_proxy_exec_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 endif()
