@@ -107,7 +107,7 @@ if(TARGET mk_proxy_tests)
   target_include_directories(mk_proxy_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 endif()
 mk_add_doctest(mk_proxy_exec_tests LABELS unit
-  SOURCES tests/unit_main.cpp tests/test_exec_multinode.cpp LIBS mk::host)
+  SOURCES tests/unit_main.cpp tests/test_exec_multinode.cpp tests/test_exec_faults.cpp LIBS mk::host)
 if(TARGET mk_proxy_exec_tests)
   target_include_directories(mk_proxy_exec_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 endif()
