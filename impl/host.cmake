@@ -66,6 +66,25 @@ set(MK_HAVE_IBVERBS ${mk_ibverbs_found} PARENT_SCOPE)
 message(STATUS "mkernel: ibverbs transport ${mk_ibverbs_found}")
 target_sources(mk_host PRIVATE src/proxy/ib_unavailable.cpp)
 
+# The commit measurement files name (read at configure time; "-dirty" when tracked files differ): mk-proxy-bench
+# here, mk-bench in the CUDA engine's part.
+execute_process(COMMAND git -C ${PROJECT_SOURCE_DIR} rev-parse HEAD OUTPUT_VARIABLE mk_git_sha
+                OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+execute_process(COMMAND git -C ${PROJECT_SOURCE_DIR} status --porcelain --untracked-files=no
+                OUTPUT_VARIABLE mk_git_dirty OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+if(NOT mk_git_sha)
+  set(mk_git_sha "unknown")
+elseif(mk_git_dirty)
+  string(APPEND mk_git_sha "-dirty")
+endif()
+
+# mk-proxy-bench: the host half of the inter-node path measured without a GPU (docs/inter-node.md).
+add_executable(mk-proxy-bench bench/proxy_bench.cpp bench/proxy_bench_pair.cpp)
+target_include_directories(mk-proxy-bench PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+target_link_libraries(mk-proxy-bench PRIVATE mk::host CLI11::CLI11 mk::warnings)
+target_compile_definitions(mk-proxy-bench PRIVATE MK_GIT_COMMIT="${mk_git_sha}")
+install(TARGETS mk-proxy-bench EXPORT mkernelTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
 # CPU tests of the bootstrap (forked processes on 127.0.0.1): label unit, run everywhere.
 mk_add_doctest(mk_bootstrap_tests LABELS unit
   SOURCES tests/unit_main.cpp tests/test_bootstrap.cpp LIBS mk::host)

@@ -32,11 +32,13 @@ std::string where(const PushSite& site) {
 
 // ---- FifoBell -------------------------------------------------------------------------------------------------
 
+// The wake-ups need store-load order on both sides (a Dekker pattern): the sleeper announces itself and then checks
+// the FIFO; the notifier publishes (header or done) and then checks for sleepers; at least one sees the other. The
+// notifier's publishing store is seq_cst (HostFifo::push, FifoConsumer::complete) and its load of the sleeper count
+// too, so no fence is needed on the fast path (an xchg on x86, stlr/ldar on ARM); the sleeper, on the slow path,
+// pairs its announcement with a full fence.
 void FifoBell::pushed() noexcept {
-  // Pairs with the fence in waitPushed: either the sleeper's ready() sees the command, or this load sees the
-  // sleeper (store-load ordering on both sides).
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (consumerAsleep_.load(std::memory_order_relaxed) == 0) return;
+  if (consumerAsleep_.load(std::memory_order_seq_cst) == 0) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++pushes_;
@@ -45,8 +47,7 @@ void FifoBell::pushed() noexcept {
 }
 
 void FifoBell::completed() noexcept {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (pushersAsleep_.load(std::memory_order_relaxed) == 0) return;
+  if (pushersAsleep_.load(std::memory_order_seq_cst) == 0) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++completions_;
@@ -56,7 +57,7 @@ void FifoBell::completed() noexcept {
 
 void FifoBell::waitPushed(std::chrono::microseconds timeout, const std::function<bool()>& ready) {
   std::unique_lock<std::mutex> lock(mu_);
-  consumerAsleep_.fetch_add(1, std::memory_order_relaxed);
+  consumerAsleep_.fetch_add(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const uint64_t seen = pushes_;
   if (!ready()) pushedCv_.wait_for(lock, timeout, [&] { return pushes_ != seen; });
@@ -65,7 +66,7 @@ void FifoBell::waitPushed(std::chrono::microseconds timeout, const std::function
 
 void FifoBell::waitCompleted(std::chrono::microseconds timeout, const std::function<bool()>& ready) {
   std::unique_lock<std::mutex> lock(mu_);
-  pushersAsleep_.fetch_add(1, std::memory_order_relaxed);
+  pushersAsleep_.fetch_add(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const uint64_t seen = completions_;
   if (!ready()) completedCv_.wait_for(lock, timeout, [&] { return completions_ != seen; });
@@ -105,9 +106,9 @@ bool FifoConsumer::ready() const noexcept {
 }
 
 void FifoConsumer::complete(uint64_t endPosition) noexcept {
-  // Release: the header zeroed in poll() and every read of the command's source data happen before a pusher sees
-  // the slot free.
-  __atomic_store_n(done_, endPosition, __ATOMIC_RELEASE);
+  // Release (at least): the header zeroed in poll() and every read of the command's source data happen before a
+  // pusher sees the slot free. seq_cst where a host pusher may sleep on the bell (see FifoBell).
+  __atomic_store_n(done_, endPosition, bell_ ? __ATOMIC_SEQ_CST : __ATOMIC_RELEASE);
   if (bell_) bell_->completed();
 }
 
@@ -159,7 +160,8 @@ std::optional<uint64_t> HostFifo::push(const device::ProxyCommand& command, cons
   }
   device::ProxyCommand& slot = mem_->ring[position & (capacity_ - 1)];
   __atomic_store_n(&slot.arg, command.arg, __ATOMIC_RELAXED);
-  __atomic_store_n(&slot.header, command.header, __ATOMIC_RELEASE);  // last: publishes arg with it
+  // Last, publishing arg with it; seq_cst (not just release) so the bell needs no fence (see FifoBell).
+  __atomic_store_n(&slot.header, command.header, __ATOMIC_SEQ_CST);
   bell_.pushed();
   return position;
 }

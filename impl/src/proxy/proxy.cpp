@@ -12,12 +12,20 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "mk/bootstrap.hpp"
 #include "proxy/spin.hpp"
 
 namespace mk::proxy {
+namespace {
+
+/// A put above this size streams through the transport (it is not buffered with the small ones): the commands
+/// before it are released first, and it is released once sent.
+constexpr uint64_t kStreamedPutBytes = 64 * 1024;
+
+}  // namespace
 
 struct Proxy::Consumer {
   uint32_t rank = 0;
@@ -127,16 +135,13 @@ void Proxy::idle(Consumer& c, uint32_t& idleRounds) {
   std::this_thread::sleep_for(slice);
 }
 
-void Proxy::handle(Consumer& c, Sender& sender, const PoppedCommand& popped) {
+std::optional<PutRequest> Proxy::resolve(Consumer& c, const PoppedCommand& popped) {
   const uint64_t header = popped.command.header;
   const device::ProxyKind kind = device::proxyKind(header);
-  if (kind == device::ProxyKind::Flush) {
-    sender.flush();
-    return;
-  }
+  if (kind == device::ProxyKind::Flush) return std::nullopt;
   if (kind != device::ProxyKind::Put && kind != device::ProxyKind::PutSignal && kind != device::ProxyKind::Signal)
     throw Error(ErrorCode::InvalidArgument, "unknown command kind " + std::to_string(static_cast<unsigned>(kind)));
-  const PutRequest req = resolver_.resolve(c.rank, popped.command, popped.position);
+  PutRequest req = resolver_.resolve(c.rank, popped.command, popped.position);
   const PutInfo& in = req.info;
   const bool wantData = kind != device::ProxyKind::Signal;
   const bool wantSignal = kind != device::ProxyKind::Put;
@@ -145,7 +150,7 @@ void Proxy::handle(Consumer& c, Sender& sender, const PoppedCommand& popped) {
                                          (in.signal ? " with a signal" : " without a signal") +
                                          (in.bytes > 0 && !req.src ? " from a null source" : "") +
                                          " for a command of kind " + std::to_string(static_cast<unsigned>(kind)));
-  sender.put(processOf(in.dstRank), req);
+  return req;
 }
 
 void Proxy::consumerMain(Consumer& c) noexcept {
@@ -161,6 +166,7 @@ void Proxy::consumerMain(Consumer& c) noexcept {
   try {
     std::unique_ptr<Sender> sender = transport_.openSender(copier_);
     std::vector<PoppedCommand> batch(opt_.maxBatch);
+    std::vector<std::optional<PutRequest>> requests(opt_.maxBatch);
     uint32_t idleRounds = 0;
     while (!stopping_.load(std::memory_order_relaxed)) {
       const std::size_t n = c.fifo.poll(batch.data(), batch.size());
@@ -168,14 +174,31 @@ void Proxy::consumerMain(Consumer& c) noexcept {
         idle(c, idleRounds);
         continue;
       }
+      // Resolve the batch first (cheap), then send in order. `done` is published once per batch (one store, one
+      // bell check), except around a put that streams: the commands before it are released before it starts, and
+      // it is released as soon as its source has been read.
       for (std::size_t i = 0; i < n; ++i) {
         current = batch[i];
-        handle(c, *sender, current);
-        c.fifo.complete(current.position + 1);
-        c.handled.fetch_add(1, std::memory_order_relaxed);
+        requests[i] = resolve(c, current);
+      }
+      uint64_t released = batch[0].position;
+      for (std::size_t i = 0; i < n; ++i) {
+        current = batch[i];
+        const bool streams = requests[i] && requests[i]->info.bytes > kStreamedPutBytes;
+        if (streams && released < current.position) {
+          sender->flush();
+          c.fifo.complete(released = current.position);
+        }
+        if (requests[i])
+          sender->put(processOf(requests[i]->info.dstRank), *requests[i]);
+        else
+          sender->flush();  // a Flush command: everything before it leaves now
+        if (streams) c.fifo.complete(released = current.position + 1);
       }
       current = PoppedCommand{};
       sender->flush();
+      if (released < batch[n - 1].position + 1) c.fifo.complete(batch[n - 1].position + 1);
+      c.handled.fetch_add(n, std::memory_order_relaxed);
     }
   } catch (const std::exception& e) {
     const Error* mkError = dynamic_cast<const Error*>(&e);

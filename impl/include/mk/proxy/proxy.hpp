@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,8 +41,9 @@ class ProxyResolver {
 
 /// Options of a Proxy.
 struct ProxyOptions {
-  /// Most commands taken from a FIFO at once; `done` passes each command once handled, the Sender is flushed after
-  /// the batch.
+  /// Most commands taken from a FIFO at once. `done` passes them together once the batch is handled (and the Sender
+  /// flushed), except around a put that streams (over 64 KiB): what precedes it is released before it starts, it is
+  /// released once its source has been read.
   uint32_t maxBatch = 32;
   /// CPUs to pin the consumer threads to: thread i (addFifo order) on cpus[i % size]. Empty: not pinned. A CPU the
   /// process may not use is logged and skipped.
@@ -88,7 +90,7 @@ class Proxy {
  private:
   struct Consumer;
   void consumerMain(Consumer& c) noexcept;
-  void handle(Consumer& c, Sender& sender, const PoppedCommand& popped);
+  std::optional<PutRequest> resolve(Consumer& c, const PoppedCommand& popped);
   void idle(Consumer& c, uint32_t& idleRounds);
   void log(const std::string& line) const;
 
