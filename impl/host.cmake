@@ -14,7 +14,10 @@ add_library(mk_host STATIC
   src/proxy/socket_stream.cpp
   src/proxy/socket_transport.cpp
   src/proxy/transport.cpp
-  src/proxy/exec_port.cpp)
+  src/proxy/exec_port.cpp
+  # ibverbs: the per-peer slot protocol builds everywhere (it talks to verbs_api.hpp only, and its unit test runs
+  # it over an in-memory double); the rdma-core calls and the transport only with libibverbs
+  src/proxy/ib/ib_peer.cpp)
 add_library(mk::host ALIAS mk_host)
 set_target_properties(mk_host PROPERTIES EXPORT_NAME host)
 target_include_directories(mk_host PUBLIC
@@ -64,7 +67,12 @@ if(NOT MK_WITH_IBVERBS STREQUAL "OFF")
 endif()
 set(MK_HAVE_IBVERBS ${mk_ibverbs_found} PARENT_SCOPE)
 message(STATUS "mkernel: ibverbs transport ${mk_ibverbs_found}")
-target_sources(mk_host PRIVATE src/proxy/ib_unavailable.cpp)
+if(mk_ibverbs_found)
+  target_sources(mk_host PRIVATE src/proxy/ib/verbs_real.cpp src/proxy/ib/ib_transport.cpp)
+  target_link_libraries(mk_host PRIVATE PkgConfig::IBVERBS)
+else()
+  target_sources(mk_host PRIVATE src/proxy/ib_unavailable.cpp)
+endif()
 
 # The commit measurement files name (read at configure time; "-dirty" when tracked files differ): mk-proxy-bench
 # here, mk-bench in the CUDA engine's part.
@@ -120,7 +128,7 @@ endif()
 # transport, the proxy and the CPU executor over it between forked processes on 127.0.0.1; the faults.
 mk_add_doctest(mk_proxy_tests LABELS unit
   SOURCES tests/unit_main.cpp tests/test_fifo.cpp tests/test_wire.cpp tests/test_socket_transport.cpp
-          tests/test_socket_faults.cpp
+          tests/test_socket_faults.cpp tests/test_ib_peer.cpp
   LIBS mk::host)
 if(TARGET mk_proxy_tests)
   target_include_directories(mk_proxy_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)

@@ -49,46 +49,7 @@ struct Connection {
   bool receiverDone = true;  ///< under SocketTransport::doneMu_
 };
 
-std::string describePut(const PutInfo& p) {
-  return "rank " + std::to_string(p.srcRank) + " lane " + std::to_string(p.lane) + " step " + std::to_string(p.step) +
-         " -> rank " + std::to_string(p.dstRank) + " op tag " + std::to_string(p.opTag) + " buffer " +
-         std::to_string(p.dstBuffer) + " bytes [" + std::to_string(p.dstOffset) + ", +" + std::to_string(p.bytes) +
-         ")" + (p.signal ? " then flag " + std::to_string(p.flagId) + " += " + std::to_string(p.flagValue) : "");
-}
-
-wire::FrameHeader headerOf(const PutInfo& p, bool checksum) {
-  wire::FrameHeader h{};
-  h.type = static_cast<uint8_t>(p.bytes > 0 ? wire::FrameType::Put : wire::FrameType::Signal);
-  h.flags =
-      static_cast<uint16_t>((p.signal ? wire::kFrameSignal : 0) | (checksum && p.bytes > 0 ? wire::kFrameChecksum : 0));
-  h.srcRank = p.srcRank;
-  h.dstRank = p.dstRank;
-  h.opTag = p.opTag;
-  h.lane = static_cast<uint16_t>(p.lane);
-  h.step = p.step;
-  h.buffer = p.dstBuffer;
-  h.flagId = p.flagId;
-  h.offset = p.dstOffset;
-  h.bytes = p.bytes;
-  h.value = p.flagValue;
-  return h;
-}
-
-PutInfo infoOf(const wire::FrameHeader& h) {
-  PutInfo p;
-  p.srcRank = h.srcRank;
-  p.dstRank = h.dstRank;
-  p.opTag = h.opTag;
-  p.lane = h.lane;
-  p.step = h.step;
-  p.dstBuffer = h.buffer;
-  p.dstOffset = h.offset;
-  p.bytes = h.type == static_cast<uint8_t>(wire::FrameType::Put) ? h.bytes : 0;
-  p.signal = (h.flags & wire::kFrameSignal) != 0;
-  p.flagId = h.flagId;
-  p.flagValue = h.value;
-  return p;
-}
+using wire::describePut;
 
 class SocketTransport final : public Transport {
  public:
@@ -129,22 +90,16 @@ class SocketTransport final : public Transport {
 
   std::unique_ptr<Sender> openSender(MemoryCopier& copier) override;
 
+  /// TCP reads the source itself (directly, or through the copier's staging): nothing to register.
+  bool registerMemory(const void*, std::size_t, int, uint64_t) override { return false; }
+
   void sendControl(int process, const ControlMessage& m) override {
     if (m.body.size() > kMaxControlBody)
       throw Error(ErrorCode::InvalidArgument, "socket transport: a control message body of " +
                                                   std::to_string(m.body.size()) + " bytes (at most " +
                                                   std::to_string(kMaxControlBody) + ")");
     Connection& c = connection(process);
-    wire::FrameHeader h{};
-    h.type = static_cast<uint8_t>(wire::FrameType::Control);
-    h.buffer = m.code;
-    h.srcRank = m.srcRank;
-    h.dstRank = m.dstRank;
-    h.opTag = m.opTag;
-    h.value = m.value;
-    h.offset = m.aux;
-    h.bytes = m.body.size();
-    h.flags = wire::kFrameChecksum;  // small: always checked
+    const wire::FrameHeader h = wire::controlHeader(m);
     writeFrame(c, h, m.body.data(), m.body.size());
   }
 
@@ -169,12 +124,7 @@ class SocketTransport final : public Transport {
         continue;
       }
       try {
-        wire::FrameHeader h{};
-        h.type = static_cast<uint8_t>(wire::FrameType::Abort);
-        h.srcRank = static_cast<uint32_t>(me_);
-        h.value = static_cast<uint64_t>(error.code());
-        h.bytes = text.size();
-        h.flags = wire::kFrameChecksum;
+        const wire::FrameHeader h = wire::abortHeader(me_, error.code(), text.size());
         writeFrameLocked(c, h, text.data(), text.size(), std::min(opt_.budget, std::chrono::milliseconds(1000)));
       } catch (const Error&) {
         ::shutdown(c.sendFd, SHUT_RDWR);
@@ -270,7 +220,7 @@ class SocketSender final : public Sender {
     Connection& c = t_.connection(process);
     const PutInfo& p = req.info;
     const bool checksum = t_.options().payloadChecksum;
-    wire::FrameHeader h = headerOf(p, checksum);
+    wire::FrameHeader h = wire::putHeader(p, checksum);
     if (p.bytes <= kInlineBytes) {
       appendSmall(c, h, req);
       return;
@@ -420,7 +370,7 @@ void SocketTransport::readTrailer(Connection& c, FrameReader& reader, const wire
 void SocketTransport::receivePut(Connection& c, FrameReader& reader, const wire::FrameHeader& h, uint32_t seq,
                                  CopyStream& stream, StagingBuffer* staging) {
   PutArrival a;
-  a.info = infoOf(h);
+  a.info = wire::putInfo(h);
   a.fromProcess = c.process;
   void* dstVoid = nullptr;
   try {
@@ -494,20 +444,13 @@ void SocketTransport::receiverMain(Connection& c) noexcept {
         case wire::FrameType::Put: receivePut(c, reader, h, seq, *stream, staging); break;
         case wire::FrameType::Signal: {
           PutArrival a;
-          a.info = infoOf(h);
+          a.info = wire::putInfo(h);
           a.fromProcess = c.process;
           sink_->putLanded(a);
           break;
         }
         case wire::FrameType::Control: {
-          ControlMessage m;
-          m.code = h.buffer;
-          m.srcRank = h.srcRank;
-          m.dstRank = h.dstRank;
-          m.opTag = h.opTag;
-          m.value = h.value;
-          m.aux = h.offset;
-          m.fromProcess = c.process;
+          ControlMessage m = wire::controlMessage(h, c.process);
           m.body.resize(h.bytes);
           reader.readExact(m.body.data(), m.body.size(), "the body of control frame " + std::to_string(seq));
           readTrailer(c, reader, h, seq, wire::crc32c(m.body.data(), m.body.size()));
@@ -519,9 +462,7 @@ void SocketTransport::receiverMain(Connection& c) noexcept {
           reader.readExact(text.data(), text.size(), "the text of abort frame " + std::to_string(seq));
           readTrailer(c, reader, h, seq, wire::crc32c(text.data(), text.size()));
           c.abortSeen.store(true);
-          const auto code = h.value <= static_cast<uint64_t>(ErrorCode::Internal) ? static_cast<ErrorCode>(h.value)
-                                                                                  : ErrorCode::Internal;
-          const Error e(code, "socket transport: " + c.name + " failed: " + text);
+          const Error e(wire::abortCode(h), "socket transport: " + c.name + " failed: " + text);
           markBroken(c, e);
           if (!closing_.load()) sink_->failed(e);
           break;

@@ -164,4 +164,84 @@ std::string trailerProblem(const FrameTrailer& t, uint32_t expectedSeq, bool che
   return {};
 }
 
+FrameHeader putHeader(const PutInfo& p, bool checksum) noexcept {
+  FrameHeader h{};
+  h.type = static_cast<uint8_t>(p.bytes > 0 ? FrameType::Put : FrameType::Signal);
+  h.flags = static_cast<uint16_t>((p.signal ? kFrameSignal : 0) | (checksum && p.bytes > 0 ? kFrameChecksum : 0));
+  h.srcRank = p.srcRank;
+  h.dstRank = p.dstRank;
+  h.opTag = p.opTag;
+  h.lane = static_cast<uint16_t>(p.lane);
+  h.step = p.step;
+  h.buffer = p.dstBuffer;
+  h.flagId = p.flagId;
+  h.offset = p.dstOffset;
+  h.bytes = p.bytes;
+  h.value = p.flagValue;
+  return h;
+}
+
+PutInfo putInfo(const FrameHeader& h) noexcept {
+  PutInfo p;
+  p.srcRank = h.srcRank;
+  p.dstRank = h.dstRank;
+  p.opTag = h.opTag;
+  p.lane = h.lane;
+  p.step = h.step;
+  p.dstBuffer = h.buffer;
+  p.dstOffset = h.offset;
+  p.bytes = h.type == static_cast<uint8_t>(FrameType::Put) ? h.bytes : 0;
+  p.signal = (h.flags & kFrameSignal) != 0;
+  p.flagId = h.flagId;
+  p.flagValue = h.value;
+  return p;
+}
+
+FrameHeader controlHeader(const ControlMessage& m) noexcept {
+  FrameHeader h{};
+  h.type = static_cast<uint8_t>(FrameType::Control);
+  h.flags = kFrameChecksum;
+  h.buffer = m.code;
+  h.srcRank = m.srcRank;
+  h.dstRank = m.dstRank;
+  h.opTag = m.opTag;
+  h.value = m.value;
+  h.offset = m.aux;
+  h.bytes = m.body.size();
+  return h;
+}
+
+ControlMessage controlMessage(const FrameHeader& h, int fromProcess) {
+  ControlMessage m;
+  m.code = h.buffer;
+  m.srcRank = h.srcRank;
+  m.dstRank = h.dstRank;
+  m.opTag = h.opTag;
+  m.value = h.value;
+  m.aux = h.offset;
+  m.fromProcess = fromProcess;
+  return m;
+}
+
+FrameHeader abortHeader(int process, ErrorCode code, std::size_t textBytes) noexcept {
+  FrameHeader h{};
+  h.type = static_cast<uint8_t>(FrameType::Abort);
+  h.flags = kFrameChecksum;
+  h.srcRank = static_cast<uint32_t>(process);
+  h.value = static_cast<uint64_t>(code);
+  h.bytes = textBytes;
+  return h;
+}
+
+ErrorCode abortCode(const FrameHeader& h) noexcept {
+  return h.value <= static_cast<uint64_t>(ErrorCode::Internal) ? static_cast<ErrorCode>(h.value) : ErrorCode::Internal;
+}
+
+std::string describePut(const PutInfo& p) {
+  return "rank " + std::to_string(p.srcRank) + " lane " + std::to_string(p.lane) + " step " + std::to_string(p.step) +
+         " -> rank " + std::to_string(p.dstRank) + " op tag " + std::to_string(p.opTag) + " buffer " +
+         std::to_string(p.dstBuffer) + " bytes [" + std::to_string(p.dstOffset) + ", +" + std::to_string(p.bytes) +
+         ")" + (p.signal ? " then flag " + std::to_string(p.flagId) + " += " + std::to_string(p.flagValue) : "");
+}
+
 }  // namespace mk::proxy::wire

@@ -12,6 +12,8 @@
 #include <string>
 #include <type_traits>
 
+#include "mk/proxy/transport.hpp"
+
 namespace mk::proxy::wire {
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the inter-node wire protocol is little-endian");
@@ -157,5 +159,21 @@ std::string frameProblem(const FrameHeader& h, uint32_t expectedSeq);
 /// What is wrong with a received trailer, or "": magic, sequence, checksum (when `checksum` is set, against
 /// `computed`).
 std::string trailerProblem(const FrameTrailer& t, uint32_t expectedSeq, bool checksum, uint32_t computed);
+
+/// The header of a put (a Put frame, or a Signal frame when it has no bytes); magic, seq and CRC are filled by
+/// sealFrame().
+FrameHeader putHeader(const PutInfo& put, bool checksum) noexcept;
+/// The put a Put or Signal frame carries.
+PutInfo putInfo(const FrameHeader& h) noexcept;
+/// The header of a control frame for `m` (checksummed: small); magic, seq and CRC by sealFrame().
+FrameHeader controlHeader(const ControlMessage& m) noexcept;
+/// The message a control frame carries, without its body (which follows the header).
+ControlMessage controlMessage(const FrameHeader& h, int fromProcess);
+/// The header of an abort frame of `process` failing with `code`, `textBytes` of text following.
+FrameHeader abortHeader(int process, ErrorCode code, std::size_t textBytes) noexcept;
+/// The error code an abort frame carries (Internal when it is not one this build knows).
+ErrorCode abortCode(const FrameHeader& h) noexcept;
+/// "rank 3 lane 1 step 7 -> rank 5 op tag 2 buffer 1 bytes [4096, +1000) then flag 4 += 1": a put in messages.
+std::string describePut(const PutInfo& put);
 
 }  // namespace mk::proxy::wire

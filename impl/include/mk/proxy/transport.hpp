@@ -130,10 +130,15 @@ struct TransportOptions {
   bool payloadChecksum = false;
   /// The job token every connection must present. Zero: rank 0 draws a random one and the bootstrap shares it.
   std::array<uint64_t, 2> token{};
-  /// ibverbs: the device to use ("" = the first one), its port, the receive slots per peer.
+  /// ibverbs: the device to use ("" = the first one), its port, the receive slots per peer (frames in flight per
+  /// connection and direction; each slot holds a chunk).
   std::string ibDevice;
   uint8_t ibPort = 1;
   uint32_t ibSlots = 16;
+  /// ibverbs: where the transport's registered host buffers (receive windows, send staging) come from. A GPU engine
+  /// passes its MemoryCopier, so those buffers are pinned and its copies from and into them asynchronous. Null: plain
+  /// page-aligned host memory.
+  MemoryCopier* stagingMemory = nullptr;
   /// Where refused connections and other events worth a line go. Empty: stderr, prefixed "mkernel: ".
   std::function<void(const std::string&)> log;
 };
@@ -167,6 +172,12 @@ class Transport {
   virtual void start(ProxySink& sink, MemoryCopier& copier) = 0;
   /// A sending side for the calling thread.
   virtual std::unique_ptr<Sender> openSender(MemoryCopier& copier) = 0;
+  /// Engine memory [base, base + bytes) that puts may be sent from without staging copies: host memory (dmabufFd < 0)
+  /// or device memory exported as a dma-buf (fd and offset from cuMemGetHandleForAddressRange). Returns true when the
+  /// transport will read puts from that range directly (ibverbs: registered with the NIC, ibv_reg_mr or
+  /// ibv_reg_dmabuf_mr), false when it keeps staging them (socket: always; ibverbs: the registration failed, logged).
+  /// The range must stay valid until close(). Thread-safe.
+  virtual bool registerMemory(const void* base, std::size_t bytes, int dmabufFd, uint64_t dmabufOffset) = 0;
   /// Send a control message to `process`. Thread-safe; throws like Sender::put.
   virtual void sendControl(int process, const ControlMessage& message) = 0;
   /// Tell every other process this one failed with `error` (they raise an mk::Error with its code naming this
