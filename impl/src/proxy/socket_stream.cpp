@@ -112,7 +112,7 @@ void FrameReader::readExact(void* dst, std::size_t n, const std::string& what, u
   auto* out = static_cast<uint8_t*>(dst);
   std::size_t got = 0;
   const std::size_t buffered = std::min(n, end_ - begin_);
-  std::memcpy(out, buf_.data() + begin_, buffered);
+  if (buffered) std::memcpy(out, buf_.data() + begin_, buffered);  // out may be null when n is 0
   begin_ += buffered;
   got += buffered;
   while (got < n) {
