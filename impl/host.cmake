@@ -128,7 +128,7 @@ endif()
 # transport, the proxy and the CPU executor over it between forked processes on 127.0.0.1; the faults.
 mk_add_doctest(mk_proxy_tests LABELS unit
   SOURCES tests/unit_main.cpp tests/test_fifo.cpp tests/test_wire.cpp tests/test_socket_transport.cpp
-          tests/test_socket_faults.cpp tests/test_ib_peer.cpp
+          tests/test_socket_faults.cpp tests/test_ib_peer.cpp tests/test_proxy.cpp
   LIBS mk::host)
 if(TARGET mk_proxy_tests)
   target_include_directories(mk_proxy_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)

@@ -105,6 +105,17 @@ bool FifoConsumer::ready() const noexcept {
   return device::proxyKind(__atomic_load_n(&slot.header, __ATOMIC_ACQUIRE)) != device::ProxyKind::Empty;
 }
 
+uint64_t FifoConsumer::readyBeyondGap(uint32_t lookahead) const noexcept {
+  if (ready()) return 0;
+  // Positions next()+1 .. next()+lookahead-1 of this lap: a later lap cannot be written before done passes next().
+  for (uint32_t k = 1; k < lookahead && k < capacity_; ++k) {
+    const device::ProxyCommand& slot = ring_[(next_ + k) & (capacity_ - 1)];
+    if (device::proxyKind(__atomic_load_n(&slot.header, __ATOMIC_ACQUIRE)) != device::ProxyKind::Empty)
+      return next_ + k;
+  }
+  return 0;
+}
+
 void FifoConsumer::complete(uint64_t endPosition) noexcept {
   // Release (at least): the header zeroed in poll() and every read of the command's source data happen before a
   // pusher sees the slot free. seq_cst where a host pusher may sleep on the bell (see FifoBell).

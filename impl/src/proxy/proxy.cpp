@@ -111,6 +111,21 @@ uint64_t Proxy::handled(uint32_t rank) const noexcept {
   return 0;
 }
 
+void Proxy::checkGap(Consumer& c, std::chrono::steady_clock::time_point& gapSince) {
+  const uint64_t later = c.fifo.readyBeyondGap(64);
+  if (later == 0) {
+    gapSince = {};
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (gapSince == std::chrono::steady_clock::time_point{}) gapSince = now;
+  if (now - gapSince < opt_.commandBudget) return;
+  throw Error(ErrorCode::Timeout,
+              "FIFO position " + std::to_string(c.fifo.next()) + " was claimed but its command never arrived within " +
+                  std::to_string(opt_.commandBudget.count()) + " ms, while position " + std::to_string(later) +
+                  " holds one (a pusher died between claiming and writing, or wrote out of order)");
+}
+
 void Proxy::idle(Consumer& c, uint32_t& idleRounds) {
   // Spin first: a lane pushing a burst of commands keeps the proxy busy, and a sleep costs tens of microseconds.
   const auto spinUntil = std::chrono::steady_clock::now() + opt_.idleSpin;
@@ -168,12 +183,15 @@ void Proxy::consumerMain(Consumer& c) noexcept {
     std::vector<PoppedCommand> batch(opt_.maxBatch);
     std::vector<std::optional<PutRequest>> requests(opt_.maxBatch);
     uint32_t idleRounds = 0;
+    std::chrono::steady_clock::time_point gapSince{};
     while (!stopping_.load(std::memory_order_relaxed)) {
       const std::size_t n = c.fifo.poll(batch.data(), batch.size());
       if (n == 0) {
+        checkGap(c, gapSince);
         idle(c, idleRounds);
         continue;
       }
+      gapSince = {};
       // Resolve the batch first (cheap), then send in order. `done` is published once per batch (one store, one
       // bell check), except around a put that streams: the commands before it are released before it starts, and
       // it is released as soon as its source has been read.

@@ -75,6 +75,9 @@ class FifoConsumer {
   std::size_t poll(PoppedCommand* out, std::size_t maxBatch) noexcept;
   /// True when a command is ready at next() (what poll() would take first). Never blocks.
   bool ready() const noexcept;
+  /// The first position after next() (looking up to `lookahead` ahead) that holds a command while next() does not,
+  /// or 0: a pusher claimed next() and has not written it, while a later pusher has. Never blocks.
+  uint64_t readyBeyondGap(uint32_t lookahead) const noexcept;
   /// Every command before `endPosition` (<= next()) has been handled: publish done = endPosition (release).
   void complete(uint64_t endPosition) noexcept;
   /// The next position poll() looks at.

@@ -53,6 +53,9 @@ struct ProxyOptions {
   std::chrono::microseconds idleSpin{50};
   /// Longest sleep between two polls of a FIFO without a bell (a GPU's FIFO): the latency an idle proxy adds.
   std::chrono::microseconds maxIdleSleep{100};
+  /// How long a claimed position may stay empty while a later one holds a command (a pusher that died between its
+  /// claim and its write, or wrote out of order) before the proxy fails with an error naming rank and position.
+  std::chrono::milliseconds commandBudget{10000};
   /// Where events worth a line go (pinning failures). Empty: stderr, prefixed "mkernel: ".
   std::function<void(const std::string&)> log;
 };
@@ -92,6 +95,8 @@ class Proxy {
   void consumerMain(Consumer& c) noexcept;
   std::optional<PutRequest> resolve(Consumer& c, const PoppedCommand& popped);
   void idle(Consumer& c, uint32_t& idleRounds);
+  /// Throws Error(Timeout) once next() stayed empty for commandBudget while a later position holds a command.
+  void checkGap(Consumer& c, std::chrono::steady_clock::time_point& gapSince);
   void log(const std::string& line) const;
 
   Transport& transport_;
