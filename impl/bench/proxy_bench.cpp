@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -48,6 +49,7 @@ struct Config {
   uint64_t minBytes = 8;
   uint64_t maxBytes = uint64_t{256} << 20;
   uint32_t chunk = 1u << 20;
+  uint32_t step = 2;
   std::string copies = "both";
   bool checksum = false;
   double budgetMs = 30000;
@@ -301,13 +303,13 @@ int drainSignalPeer(const Config& c, int me, uint16_t port, std::vector<mk::Meas
 
 std::vector<uint64_t> putSizes(const Config& c) {
   std::vector<uint64_t> sizes;
-  for (uint64_t s = c.minBytes; s <= c.maxBytes; s *= 8) sizes.push_back(s);
+  for (uint64_t s = c.minBytes; s <= c.maxBytes; s *= c.step) sizes.push_back(s);
   if (sizes.empty() || sizes.back() != c.maxBytes) sizes.push_back(c.maxBytes);
   return sizes;
 }
 
 /// Puts per timed batch: enough bytes (and enough puts) that the acknowledgement's round trip is noise.
-uint64_t itersFor(uint64_t bytes) { return std::clamp<uint64_t>((uint64_t{512} << 20) / bytes, 3, 20000); }
+uint64_t itersFor(uint64_t bytes) { return std::clamp<uint64_t>((uint64_t{256} << 20) / bytes, 3, 20000); }
 
 /// The plain TCP probe: a connection of its own between the same two processes, `iters` sends of `bytes`, then a
 /// one-byte acknowledgement.
@@ -420,6 +422,10 @@ mk::MeasurementFile newFile(const std::string& command) {
   f.system["cpu"] = "\"" + mk::bench::cpuModel() + "\"";
   f.system["cores"] = std::to_string(std::thread::hardware_concurrency());
   f.system["network"] = "\"loopback TCP (two processes of one host)\"";
+  // The host's load when the run started: spinning proxy threads compete with it for cores.
+  std::ifstream load("/proc/loadavg");
+  double load1 = 0;
+  if (load >> load1) f.system["load_average_1m"] = std::to_string(load1);
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
@@ -447,7 +453,9 @@ int main(int argc, char** argv) {
   app.add_option("--reps", c.reps, "repetitions; the median is reported")->check(CLI::Range(1, 1000));
   std::string minB = "8", maxB = "256M";
   app.add_option("--min-bytes", minB, "smallest put (suffixes K, M, G)");
-  app.add_option("--max-bytes", maxB, "largest put; sizes grow by 8x");
+  app.add_option("--max-bytes", maxB, "largest put");
+  app.add_option("--step", c.step, "sizes grow by this factor from --min-bytes (the largest is always measured)")
+      ->check(CLI::Range(2u, 1024u));
   app.add_option("--chunk", c.chunk, "staging chunk in bytes")->check(CLI::Range(4096u, 1u << 30));
   app.add_option("--copies", c.copies,
                  "put path: direct (from and into host memory), staged (through staging "
