@@ -73,7 +73,7 @@ struct ExecProxyPort::Impl final : ProxyResolver, ProxySink {
     PutRequest req;
     PutInfo& p = req.info;
     p.srcRank = rank;
-    p.dstRank = st.dst.rank;
+    p.dstRank = st.count > 0 ? st.dst.rank : st.flag.rank;  // a signal alone has no data operands
     p.opTag = tag;
     p.lane = lane;
     p.step = step;

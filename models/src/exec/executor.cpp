@@ -419,8 +419,10 @@ class Executor final : public RemoteEndpoint {
               break;
             case StepKind::Signal: needLocal("target flag", st.flag.rank); break;
             case StepKind::ProxyPut:
-              needLocal("a", st.a.rank);
-              if (!opt_.proxy) needLocal("dst (no ExecOptions::proxy to reach it)", st.dst.rank);
+              // A signal-only proxyput (count 0) has no data operands: its destination is its flag's rank.
+              if (st.count > 0) needLocal("a", st.a.rank);
+              if (!opt_.proxy)
+                needLocal("dst (no ExecOptions::proxy to reach it)", st.count > 0 ? st.dst.rank : st.flag.rank);
               break;
             case StepKind::Wait: break;
           }
