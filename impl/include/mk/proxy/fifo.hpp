@@ -28,15 +28,15 @@ namespace mk::proxy {
 
 /// One command taken from a FIFO, with its position.
 struct PoppedCommand {
-  uint64_t position = 0;
-  device::ProxyCommand command{};
+  uint64_t position = 0;           ///< its FIFO position
+  device::ProxyCommand command{};  ///< the record as the pusher wrote it
 };
 
 /// Who pushes: named by every error of a bounded wait on the pusher's side.
 struct PushSite {
-  uint32_t rank = 0;
-  uint32_t lane = 0;
-  uint32_t step = 0;
+  uint32_t rank = 0;  ///< the pushing rank (the FIFO's owner)
+  uint32_t lane = 0;  ///< the pushing lane
+  uint32_t step = 0;  ///< the ProxyPut step
 };
 
 /// Wakes a sleeping consumer when a host pusher writes a command, and sleeping pushers when the consumer publishes
@@ -64,6 +64,7 @@ class FifoBell {
 /// The consumer (proxy) side of one rank's FIFO. It does not own the memory. One thread at a time.
 class FifoConsumer {
  public:
+  /// No FIFO (valid() is false): a placeholder to assign to.
   FifoConsumer() = default;
   /// `ring` (capacity slots, a power of two) and `done` (written by this consumer only) must outlive it; positions
   /// start at *done. `bell` (may be null) is notified on complete(). Throws Error(InvalidArgument) for a null ring
@@ -84,6 +85,7 @@ class FifoConsumer {
   uint64_t next() const noexcept { return next_; }
   /// What this consumer last published as done.
   uint64_t done() const noexcept;
+  /// Slots in the ring.
   uint32_t capacity() const noexcept { return capacity_; }
   /// The bell a host pusher rings (null for a device FIFO).
   FifoBell* bell() const noexcept { return bell_; }
@@ -104,6 +106,7 @@ class HostFifo {
  public:
   /// `capacity` slots, a power of two in [2, 2^24]; throws Error(InvalidArgument) otherwise.
   explicit HostFifo(uint32_t capacity = 1024);
+  /// Frees the ring (no consumer may still use it).
   ~HostFifo();
   HostFifo(const HostFifo&) = delete;
   HostFifo& operator=(const HostFifo&) = delete;
@@ -126,6 +129,7 @@ class HostFifo {
   uint64_t done() const noexcept;
   /// The next position a push claims.
   uint64_t head() const noexcept;
+  /// Slots in the ring.
   uint32_t capacity() const noexcept { return capacity_; }
   /// The same memory as a device handle (host pointers: for tests and tools that drive it from the host).
   device::ProxyFifoDeviceHandle handle() noexcept;

@@ -59,7 +59,9 @@ class HostCopier final : public MemoryCopier {
 /// Owns one buffer from MemoryCopier::allocateStaging.
 class StagingBuffer {
  public:
+  /// No memory.
   StagingBuffer() = default;
+  /// `bytes` of staging from `copier` (which must outlive this buffer).
   StagingBuffer(MemoryCopier& copier, std::size_t bytes) : copier_(&copier), data_(copier.allocateStaging(bytes)) {}
   ~StagingBuffer() {
     if (data_) copier_->freeStaging(data_);

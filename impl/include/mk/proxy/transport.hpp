@@ -34,6 +34,7 @@ enum class TransportKind : uint8_t {
 };
 /// "auto", "socket", "ibverbs".
 const char* toString(TransportKind kind) noexcept;
+/// The kind named `s` ("auto", "socket", "ibverbs"), or nullopt.
 std::optional<TransportKind> parseTransportKind(std::string_view s) noexcept;
 /// parseTransportKind, or Error(InvalidArgument) "unknown <what> '<s>' (expected auto, socket or ibverbs)".
 TransportKind requireTransportKind(std::string_view s, std::string_view what = "transport");
@@ -75,11 +76,11 @@ struct PutArrival {
 /// values and body are the engine's; the transport carries them in order with the puts of the same sending
 /// thread.
 struct ControlMessage {
-  uint16_t code = 0;
-  uint32_t srcRank = 0;
+  uint16_t code = 0;     ///< what it is (the engine's numbering)
+  uint32_t srcRank = 0;  ///< the engine's; Proxy::sendControl routes by dstRank
   uint32_t dstRank = 0;
-  uint32_t opTag = 0;
-  uint64_t value = 0;
+  uint32_t opTag = 0;  ///< the op it is about
+  uint64_t value = 0;  ///< two values of the engine's
   uint64_t aux = 0;
   std::vector<uint8_t> body;  ///< at most kMaxControlBody bytes
   int fromProcess = -1;       ///< set on arrival
@@ -133,8 +134,8 @@ struct TransportOptions {
   /// ibverbs: the device to use ("" = the first one), its port, the receive slots per peer (frames in flight per
   /// connection and direction; each slot holds a chunk).
   std::string ibDevice;
-  uint8_t ibPort = 1;
-  uint32_t ibSlots = 16;
+  uint8_t ibPort = 1;     ///< ibverbs: the device's port (1-based)
+  uint32_t ibSlots = 16;  ///< ibverbs: receive slots per peer
   /// ibverbs: where the transport's registered host buffers (receive windows, send staging) come from. A GPU engine
   /// passes its MemoryCopier, so those buffers are pinned and its copies from and into them asynchronous. Null: plain
   /// page-aligned host memory.
@@ -161,10 +162,13 @@ class Sender {
 /// nodes), made by connectTransport().
 class Transport {
  public:
+  /// close() if it was not called.
   virtual ~Transport() = default;
+  /// Socket or Ibverbs (never Auto).
   virtual TransportKind kind() const noexcept = 0;
-  /// This process's index (its bootstrap rank) and the job's process count.
+  /// This process's index (its bootstrap rank).
   virtual int process() const noexcept = 0;
+  /// The job's process count.
   virtual int processes() const noexcept = 0;
   /// "process 2 (10.0.0.7:41234)": how errors name a process.
   virtual std::string describeProcess(int process) const = 0;
