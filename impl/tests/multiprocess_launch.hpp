@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "mk/bootstrap.hpp"
+
 extern char** environ;
 
 namespace mkt {
@@ -42,6 +44,17 @@ inline uint16_t freePort() {
   REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
   ::close(fd);
   return ntohs(a.sin_port);
+}
+
+/// Options of a TCP bootstrap of `size` processes meeting at 127.0.0.1:port.
+inline mk::TcpBootstrapOptions bootOptions(int rank, int size, uint16_t port, double timeoutMs = 5000) {
+  mk::TcpBootstrapOptions o;
+  o.rank = rank;
+  o.size = size;
+  o.addr = "127.0.0.1";
+  o.port = port;
+  o.timeoutMs = timeoutMs;
+  return o;
 }
 
 /// Wait for every pid until `timeoutS`; kill the ones still running. Exit codes in pid order

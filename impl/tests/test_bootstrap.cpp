@@ -5,51 +5,17 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <string>
 #include <vector>
 
+#include "env_guard.hpp"
 #include "mk/bootstrap.hpp"
-#include "mk/device_info.hpp"
 #include "mk/error.hpp"
 #include "multiprocess_launch.hpp"
 
 namespace {
 
-mk::TcpBootstrapOptions opts(int rank, int size, uint16_t port, double timeoutMs) {
-  mk::TcpBootstrapOptions o;
-  o.rank = rank;
-  o.size = size;
-  o.addr = "127.0.0.1";
-  o.port = port;
-  o.timeoutMs = timeoutMs;
-  return o;
-}
-
-/// Sets variables for one scope and restores what was there before.
-class EnvGuard {
- public:
-  EnvGuard(std::initializer_list<std::pair<const char*, const char*>> vars) {
-    for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
-                          "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE",
-                          "MPI_LOCALRANKID", "TORCHELASTIC_RUN_ID"}) {
-      const char* v = std::getenv(k);
-      if (v) saved_[k] = v;
-      unsetenv(k);
-    }
-    for (const auto& kv : vars) setenv(kv.first, kv.second, 1);
-  }
-  ~EnvGuard() {
-    for (const char* k : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
-                          "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE",
-                          "MPI_LOCALRANKID", "TORCHELASTIC_RUN_ID"})
-      unsetenv(k);
-    for (const auto& kv : saved_) setenv(kv.first.c_str(), kv.second.c_str(), 1);
-  }
-
- private:
-  std::map<std::string, std::string> saved_;
-};
+using mkt::EnvGuard;
 
 std::string envError() {
   try {
@@ -71,7 +37,7 @@ TEST_CASE("bootstrap: all-gather and barrier among four forked processes") {
   const auto codes = mkt::forkRanks(
       n,
       [&](int r) {
-        mk::TcpBootstrap boot(opts(r, n, port, 10000));
+        mk::TcpBootstrap boot(mkt::bootOptions(r, n, port, 10000));
         if (boot.rank() != r || boot.size() != n) return 2;
         for (int round = 0; round < 3; ++round) {
           // Contributions differ per rank and round, and their size varies per round.
@@ -102,7 +68,7 @@ TEST_CASE("bootstrap: a rank that never arrives times out naming it") {
       [&](int r) {
         const auto t0 = std::chrono::steady_clock::now();
         try {
-          mk::TcpBootstrap boot(opts(r, 3, port, 400));
+          mk::TcpBootstrap boot(mkt::bootOptions(r, 3, port, 400));
           boot.barrier();
           return 10;  // must not succeed
         } catch (const mk::Error& e) {
@@ -126,7 +92,7 @@ TEST_CASE("bootstrap: a rank that cannot reach rank 0 names the address") {
   const uint16_t port = mkt::freePort();
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    mk::TcpBootstrap boot(opts(1, 2, port, 300));
+    mk::TcpBootstrap boot(mkt::bootOptions(1, 2, port, 300));
     FAIL("rendezvous without rank 0 succeeded");
   } catch (const mk::Error& e) {
     CHECK(e.code() == mk::ErrorCode::Timeout);
@@ -141,7 +107,7 @@ TEST_CASE("bootstrap: mismatched collective calls fail on both sides") {
   const auto codes = mkt::forkRanks(
       2,
       [&](int r) {
-        mk::TcpBootstrap boot(opts(r, 2, port, 3000));
+        mk::TcpBootstrap boot(mkt::bootOptions(r, 2, port, 3000));
         const uint64_t v[2] = {1, 2};
         try {
           boot.allGather(v, r == 0 ? 8 : 16);  // rank 1 sends twice as many bytes
@@ -163,7 +129,7 @@ TEST_CASE("bootstrap: a second process claiming the same rank is refused") {
       3,
       [&](int r) {
         try {
-          mk::TcpBootstrap boot(opts(r == 0 ? 0 : 1, 3, port, 1500));  // two processes say rank 1
+          mk::TcpBootstrap boot(mkt::bootOptions(r == 0 ? 0 : 1, 3, port, 1500));  // two processes say rank 1
           boot.barrier();
           return 10;
         } catch (const mk::Error& e) {
@@ -286,45 +252,10 @@ TEST_CASE("bootstrap: launch variables are read and malformed ones named") {
   }
 }
 
-TEST_CASE("bootstrap: bootstrapFromEnvironment reads the variables, then the GPUs, then meets its peers") {
-  {
-    // A malformed variable is named before any device is asked for.
-    EnvGuard g({{"RANK", "0"}, {"WORLD_SIZE", "x"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}});
-    try {
-      mk::bootstrapFromEnvironment(1000);
-      FAIL("a malformed WORLD_SIZE was accepted");
-    } catch (const mk::Error& e) {
-      CHECK(e.code() == mk::ErrorCode::InvalidArgument);
-      CHECK(contains(e.message(), "WORLD_SIZE='x'"));
-    }
-  }
-  {
-    // One rank, not started by mpirun: the TCP rendezvous (alone: no network), LOCAL_RANK picks the GPU. Without
-    // a GPU the launch is refused naming the rank, before any rendezvous.
-    EnvGuard g(
-        {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}});
-    if (mk::cudaDeviceCountOrZero() == 0) {
-      try {
-        mk::bootstrapFromEnvironment(1000);
-        FAIL("a launch without a GPU was accepted");
-      } catch (const mk::Error& e) {
-        CHECK(e.code() == mk::ErrorCode::Unsupported);
-        CHECK(contains(e.message(), "rank 0: no usable CUDA device"));
-      }
-    } else {
-      const mk::RankLaunch launch = mk::bootstrapFromEnvironment(1000);
-      REQUIRE(launch.bootstrap != nullptr);
-      CHECK(launch.bootstrap->rank() == 0);
-      CHECK(launch.bootstrap->size() == 1);
-      CHECK(launch.device == 0);
-    }
-  }
-}
-
 TEST_CASE("bootstrap: bad options and unknown hosts are refused at once") {
-  CHECK_THROWS_AS(mk::TcpBootstrap(opts(2, 2, 1234, 100)), mk::Error);
-  CHECK_THROWS_AS(mk::TcpBootstrap(opts(0, 2, 0, 100)), mk::Error);
-  mk::TcpBootstrapOptions o = opts(1, 2, 1234, 100);
+  CHECK_THROWS_AS(mk::TcpBootstrap(mkt::bootOptions(2, 2, 1234, 100)), mk::Error);
+  CHECK_THROWS_AS(mk::TcpBootstrap(mkt::bootOptions(0, 2, 0, 100)), mk::Error);
+  mk::TcpBootstrapOptions o = mkt::bootOptions(1, 2, 1234, 100);
   o.addr = "no-such-host.invalid";
   try {
     mk::TcpBootstrap boot(o);
@@ -333,7 +264,7 @@ TEST_CASE("bootstrap: bad options and unknown hosts are refused at once") {
     CHECK(contains(e.message(), "cannot resolve MASTER_ADDR 'no-such-host.invalid'"));
   }
   // One rank alone needs no network at all.
-  mk::TcpBootstrap solo(opts(0, 1, 1, 100));
+  mk::TcpBootstrap solo(mkt::bootOptions(0, 1, 1, 100));
   const uint32_t v = 42;
   const auto all = solo.allGather(&v, sizeof v);
   REQUIRE(all.size() == 4);

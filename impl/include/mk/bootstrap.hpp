@@ -1,7 +1,7 @@
 // mkernel — bootstrap of a communicator spread over processes: who is who, and an all-gather to exchange
 // what the engine shares once at creation (memory handles, device identities, a shared-memory name).
 //
-// One process per GPU, same node (inter-node transports come with ProxyPut). The processes find each
+// One process per GPU or per node (the inter-node transports of mk/proxy/ connect through it). The processes find each
 // other through torchrun-style variables RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT (TCP
 // rendezvous at MASTER_ADDR:MASTER_PORT, run by rank 0); under mpirun the rank, size and local rank may
 // come from Open MPI's or PMI's variables instead (OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK, PMI_RANK /
@@ -134,7 +134,7 @@ struct RankLaunch {
 /// readLaunchEnvironment(), the node rank LOCAL_RANK. `timeoutMs` budgets the rendezvous. The node rank is
 /// checked against the GPUs this process sees before the TCP rendezvous starts. Throws Error(Unsupported) when
 /// no CUDA device is usable, Error(InvalidArgument) for a node rank beyond them or a missing / malformed launch
-/// variable, and what the bootstrap throws.
+/// variable, and what the bootstrap throws. Part of mk::impl (the CUDA engine): the rest of this header is mk::host.
 RankLaunch bootstrapFromEnvironment(double timeoutMs);
 
 }  // namespace mk

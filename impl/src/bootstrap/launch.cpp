@@ -1,7 +1,5 @@
-// mkernel — how this process was launched (mk/bootstrap.hpp): the launch variables, read here and nowhere else,
-// and the one choice of rendezvous and GPU for a process started as one rank.
-#include <cuda_runtime_api.h>
-
+// mkernel — how this process was launched (mk/bootstrap.hpp): the launch variables, read here and nowhere else.
+// CUDA-free (mk::host); the choice of rendezvous and GPU for a process started as one rank is in rank_launch.cpp.
 #include <cerrno>
 #include <cstdlib>
 #include <initializer_list>
@@ -97,35 +95,6 @@ LaunchEnvironment readLaunchEnvironment() {
 bool preferMpiBootstrap() noexcept {
   return mpiBootstrapBuilt() && (envOrNull("OMPI_COMM_WORLD_SIZE") || envOrNull("PMI_SIZE")) &&
          !envOrNull("MASTER_ADDR");
-}
-
-RankLaunch bootstrapFromEnvironment(double timeoutMs) {
-  // Started by mpirun without MASTER_ADDR (and built with MPI): MPI itself is the rendezvous, and the node
-  // rank it reports picks the GPU. Otherwise the TCP rendezvous of the launch variables.
-  RankLaunch launch;
-  int rank = 0;
-  if (preferMpiBootstrap()) {
-    launch.bootstrap = makeMpiBootstrap(timeoutMs, &launch.device);
-    rank = launch.bootstrap->rank();
-  } else {
-    const LaunchEnvironment env = readLaunchEnvironment();
-    rank = env.rank;
-    launch.device = env.localRank;
-  }
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    throw Error(ErrorCode::Unsupported,
-                "rank " + std::to_string(rank) + ": no usable CUDA device (" + cudaGetErrorName(e) + ")");
-  }
-  if (launch.device >= count)
-    throw Error(ErrorCode::InvalidArgument,
-                "rank " + std::to_string(rank) + (launch.bootstrap ? ": node rank " : ": LOCAL_RANK ") +
-                    std::to_string(launch.device) + " picks GPU " + std::to_string(launch.device) +
-                    " but this process sees " + std::to_string(count) + " GPU(s) (more processes per node than GPUs?)");
-  if (!launch.bootstrap) launch.bootstrap = TcpBootstrap::fromEnvironment(timeoutMs);
-  return launch;
 }
 
 }  // namespace mk

@@ -2,10 +2,7 @@
 #include "mk/bootstrap.hpp"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -18,11 +15,17 @@
 #include <thread>
 
 #include "mk/error.hpp"
+#include "net/socket_util.hpp"
 
 namespace mk {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using net::Clock;
+using net::deadlineAfter;
+using net::msLeft;
+using net::sysError;
+
+const std::string kContext = "bootstrap";
 
 constexpr uint32_t kHelloMagic = 0x4d4b4248u;  // "MKBH"
 constexpr uint32_t kCallMagic = 0x4d4b4243u;   // "MKBC"
@@ -34,98 +37,6 @@ struct CallHeader {
   uint32_t magic, call;
   uint64_t bytes;
 };
-
-Clock::time_point deadlineAfter(double ms) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
-}
-
-double msLeft(Clock::time_point deadline) {
-  return std::chrono::duration<double, std::milli>(deadline - Clock::now()).count();
-}
-
-std::string sysError(int err) { return std::strerror(err); }
-
-void setNonBlocking(int fd) {
-  const int fl = fcntl(fd, F_GETFL, 0);
-  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-    throw Error(ErrorCode::IoError, "bootstrap: fcntl(O_NONBLOCK) failed: " + sysError(errno));
-}
-
-void noDelay(int fd) {
-  const int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-/// Wait until fd is ready for `events` or the deadline passes; false on timeout.
-bool waitFd(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    const double left = msLeft(deadline);
-    if (left <= 0) return false;
-    pollfd p{fd, events, 0};
-    const int r = ::poll(&p, 1, static_cast<int>(left < 1000 ? left + 1 : 1000));
-    if (r > 0) return true;
-    if (r < 0 && errno != EINTR) throw Error(ErrorCode::IoError, "bootstrap: poll failed: " + sysError(errno));
-  }
-}
-
-void sendAll(int fd, const void* data, size_t n, Clock::time_point deadline, const std::string& who) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (w > 0) {
-      p += w;
-      n -= static_cast<size_t>(w);
-      continue;
-    }
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      if (!waitFd(fd, POLLOUT, deadline))
-        throw Error(ErrorCode::Timeout, "bootstrap: sending to " + who + " timed out (is it still running?)");
-      continue;
-    }
-    throw Error(ErrorCode::IoError,
-                "bootstrap: sending to " + who + " failed: " + sysError(errno) + " (did that process die?)");
-  }
-}
-
-void recvAll(int fd, void* data, size_t n, Clock::time_point deadline, const std::string& who) {
-  char* p = static_cast<char*>(data);
-  while (n > 0) {
-    const ssize_t r = ::recv(fd, p, n, 0);
-    if (r > 0) {
-      p += r;
-      n -= static_cast<size_t>(r);
-      continue;
-    }
-    if (r == 0)
-      throw Error(ErrorCode::IoError, "bootstrap: " + who + " closed the connection (did that process die or fail?)");
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-      if (!waitFd(fd, POLLIN, deadline))
-        throw Error(ErrorCode::Timeout, "bootstrap: " + who +
-                                            " did not answer in time (is it still running, and "
-                                            "calling the same collective?)");
-      continue;
-    }
-    if (errno == ECONNRESET)
-      throw Error(ErrorCode::IoError, "bootstrap: " + who + " reset the connection (did that process die or fail?)");
-    throw Error(ErrorCode::IoError, "bootstrap: receiving from " + who + " failed: " + sysError(errno));
-  }
-}
-
-/// IPv4 address of `host` (numeric or a name).
-sockaddr_in resolve(const std::string& host, uint16_t port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  const int e = getaddrinfo(host.c_str(), nullptr, &hints, &res);
-  if (e != 0 || !res)
-    throw Error(ErrorCode::IoError, "bootstrap: cannot resolve MASTER_ADDR '" + host + "': " + gai_strerror(e));
-  sockaddr_in a{};
-  std::memcpy(&a, res->ai_addr, sizeof a);
-  freeaddrinfo(res);
-  a.sin_port = htons(port);
-  return a;
-}
 
 std::string rankName(int q) { return "rank " + std::to_string(q); }
 
@@ -172,7 +83,7 @@ TcpBootstrap::~TcpBootstrap() {
 void TcpBootstrap::rendezvousRoot() {
   const auto deadline = deadlineAfter(opt_.timeoutMs);
   const std::string where = opt_.addr + ":" + std::to_string(opt_.port);
-  const sockaddr_in a = resolve(opt_.addr, opt_.port);
+  const sockaddr_in a = net::resolveIPv4(opt_.addr, opt_.port, kContext, "MASTER_ADDR");
   const int ls = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (ls < 0) throw Error(ErrorCode::IoError, "bootstrap: socket() failed: " + sysError(errno));
   struct Closer {
@@ -186,10 +97,10 @@ void TcpBootstrap::rendezvousRoot() {
                                         " (MASTER_PORT in use, or MASTER_ADDR not an address of this host?)");
   if (::listen(ls, opt_.size) != 0)
     throw Error(ErrorCode::IoError, "bootstrap: listen on " + where + " failed: " + sysError(errno));
-  setNonBlocking(ls);
+  net::setNonBlocking(ls, kContext);
   int connected = 0;
   while (connected < opt_.size - 1) {
-    if (!waitFd(ls, POLLIN, deadline)) {
+    if (!net::waitFd(ls, POLLIN, deadline, kContext)) {
       std::string missing;
       for (int q = 1; q < opt_.size; ++q)
         if (peers_[static_cast<size_t>(q)] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
@@ -203,10 +114,10 @@ void TcpBootstrap::rendezvousRoot() {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) continue;
       throw Error(ErrorCode::IoError, "bootstrap: accept on " + where + " failed: " + sysError(errno));
     }
-    noDelay(fd);
+    net::noDelay(fd);
     Hello h{};
     try {
-      recvAll(fd, &h, sizeof h, deadline, "a connecting process");
+      net::recvAll(fd, &h, sizeof h, deadline, kContext, "a connecting process");
     } catch (...) {
       ::close(fd);
       throw;
@@ -233,7 +144,7 @@ void TcpBootstrap::rendezvousRoot() {
 void TcpBootstrap::rendezvousPeer() {
   const auto deadline = deadlineAfter(opt_.timeoutMs);
   const std::string where = opt_.addr + ":" + std::to_string(opt_.port);
-  const sockaddr_in a = resolve(opt_.addr, opt_.port);
+  const sockaddr_in a = net::resolveIPv4(opt_.addr, opt_.port, kContext, "MASTER_ADDR");
   std::string last = "no attempt";
   for (;;) {
     if (msLeft(deadline) <= 0)
@@ -246,7 +157,7 @@ void TcpBootstrap::rendezvousPeer() {
     if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
       err = errno;
       if (err == EINPROGRESS) {
-        if (waitFd(fd, POLLOUT, deadline)) {
+        if (net::waitFd(fd, POLLOUT, deadline, kContext)) {
           socklen_t len = sizeof err;
           getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
         } else {
@@ -255,7 +166,7 @@ void TcpBootstrap::rendezvousPeer() {
       }
     }
     if (err == 0) {
-      noDelay(fd);
+      net::noDelay(fd);
       peers_[0] = fd;
       break;
     }
@@ -264,7 +175,7 @@ void TcpBootstrap::rendezvousPeer() {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // rank 0 may not listen yet
   }
   const Hello h{kHelloMagic, static_cast<uint32_t>(opt_.rank), static_cast<uint32_t>(opt_.size), 0};
-  sendAll(peers_[0], &h, sizeof h, deadline, "rank 0 at " + where);
+  net::sendAll(peers_[0], &h, sizeof h, deadline, kContext, "rank 0 at " + where);
 }
 
 std::vector<uint8_t> TcpBootstrap::allGather(const void* mine, size_t bytes) {
@@ -297,34 +208,36 @@ std::vector<uint8_t> TcpBootstrap::allGather(const void* mine, size_t bytes) {
         for (int c : waiting)
           if (peers_[static_cast<size_t>(c)] == p.fd) q = c;
         CallHeader hdr{};
-        recvAll(p.fd, &hdr, sizeof hdr, deadline, rankName(q));
+        net::recvAll(p.fd, &hdr, sizeof hdr, deadline, kContext, rankName(q));
         if (hdr.magic != kCallMagic || hdr.call != call || hdr.bytes != bytes)
           throw Error(ErrorCode::InvalidArgument, "bootstrap: rank " + std::to_string(q) + " is at collective call " +
                                                       std::to_string(hdr.call) + " with " + std::to_string(hdr.bytes) +
                                                       " bytes, rank 0 at call " + std::to_string(call) + " with " +
                                                       std::to_string(bytes) + " bytes (mismatched calls)");
-        if (bytes) recvAll(p.fd, all.data() + static_cast<size_t>(q) * bytes, bytes, deadline, rankName(q));
+        if (bytes)
+          net::recvAll(p.fd, all.data() + static_cast<size_t>(q) * bytes, bytes, deadline, kContext, rankName(q));
         waiting.erase(q);
       }
     }
     const CallHeader out{kCallMagic, call, all.size()};
     for (int q = 1; q < opt_.size; ++q) {
-      sendAll(peers_[static_cast<size_t>(q)], &out, sizeof out, deadline, rankName(q));
-      if (!all.empty()) sendAll(peers_[static_cast<size_t>(q)], all.data(), all.size(), deadline, rankName(q));
+      net::sendAll(peers_[static_cast<size_t>(q)], &out, sizeof out, deadline, kContext, rankName(q));
+      if (!all.empty())
+        net::sendAll(peers_[static_cast<size_t>(q)], all.data(), all.size(), deadline, kContext, rankName(q));
     }
     return all;
   }
   const CallHeader hdr{kCallMagic, call, bytes};
-  sendAll(peers_[0], &hdr, sizeof hdr, deadline, "rank 0");
-  if (bytes) sendAll(peers_[0], mine, bytes, deadline, "rank 0");
+  net::sendAll(peers_[0], &hdr, sizeof hdr, deadline, kContext, "rank 0");
+  if (bytes) net::sendAll(peers_[0], mine, bytes, deadline, kContext, "rank 0");
   CallHeader back{};
-  recvAll(peers_[0], &back, sizeof back, deadline, "rank 0");
+  net::recvAll(peers_[0], &back, sizeof back, deadline, kContext, "rank 0");
   if (back.magic != kCallMagic || back.call != call || back.bytes != all.size())
     throw Error(ErrorCode::InvalidArgument, "bootstrap: rank 0 answered collective call " + std::to_string(back.call) +
                                                 " with " + std::to_string(back.bytes) + " bytes, rank " +
                                                 std::to_string(opt_.rank) + " expected call " + std::to_string(call) +
                                                 " with " + std::to_string(all.size()));
-  if (!all.empty()) recvAll(peers_[0], all.data(), all.size(), deadline, "rank 0");
+  if (!all.empty()) net::recvAll(peers_[0], all.data(), all.size(), deadline, kContext, "rank 0");
   return all;
 }
 

@@ -16,6 +16,12 @@
 // The first error (thrown by a step, or a detected deadlock/stall) is stored, an abort flag is raised,
 // every sleeper is woken, and the caller waits for every lane to return before rethrowing it. Lanes
 // run on a process-wide pool of reused threads (WorkerPool), one thread per lane for the whole run.
+//
+// A run that spans processes (ExecOptions::localRanks, ExecOptions::proxy) runs the lanes of its local ranks only;
+// ProxyPut steps go to the port, and what arrives comes back through RemoteEndpoint (this class): bytes straight
+// into memory, then the flag increment through the same increment() as a local signal. Such an increment comes
+// from no lane of this run, so a lane blocked on a flag some ProxyPut raises ("async-fed") never counts as
+// deadlocked; the stall timeout bounds it, and every arrival counts as progress.
 #include "mk/exec/executor.hpp"
 
 #include <algorithm>
@@ -55,6 +61,18 @@ HostMemory HostMemory::allocate(const Schedule& s) {
     }
   }
   return mem;
+}
+
+HostMemory HostMemory::allocate(const Schedule& s, const std::vector<uint32_t>& ranks) {
+  for (uint32_t r : ranks)
+    if (r >= s.nRanks)
+      throw Error(ErrorCode::InvalidArgument, "HostMemory::allocate: rank " + std::to_string(r) +
+                                                  " is outside the schedule's " + std::to_string(s.nRanks) + " ranks");
+  HostMemory all;
+  all.bytes.resize(s.nRanks);
+  HostMemory one = allocate(s);
+  for (uint32_t r : ranks) all.bytes[r] = std::move(one.bytes[r]);
+  return all;
 }
 
 namespace {
@@ -202,7 +220,7 @@ struct alignas(64) LaneState {
   std::vector<float> scratchA, scratchB;  ///< Gemm tiles as float, reused across steps
 };
 
-class Executor {
+class Executor final : public RemoteEndpoint {
  public:
   Executor(const Schedule& s, HostMemory& mem, const ExecOptions& opt) : s_(s), mem_(mem), opt_(opt) {}
 
@@ -212,9 +230,10 @@ class Executor {
 
     std::size_t laneCount = 0;
     for (uint32_t rank = 0; rank < s_.nRanks; ++rank)
-      for (const Lane& lane : s_.lanes[rank])
-        if (!lane.steps.empty()) ++laneCount;
-    if (laneCount == 0) return;
+      if (local_[rank])
+        for (const Lane& lane : s_.lanes[rank])
+          if (!lane.steps.empty()) ++laneCount;
+    if (laneCount == 0 && !opt_.proxy) return;  // with a port the run still meets the other processes
     if (laneCount > kMaxThreads)
       throw Error(ErrorCode::Unsupported,
                   "the CPU executor runs one thread per (rank, lane) with steps; this "
@@ -226,6 +245,7 @@ class Executor {
       throw Error(ErrorCode::Unsupported,
                   "nRanks x nFlags = " + std::to_string(static_cast<uint64_t>(s_.nRanks) * s_.nFlags) +
                       " flag counters exceed the CPU executor's limit of 2^30");
+    checkPlacement();
     flags_ = std::make_unique<std::atomic<uint64_t>[]>(static_cast<std::size_t>(s_.nRanks) * s_.nFlags);
     for (std::size_t i = 0; i < static_cast<std::size_t>(s_.nRanks) * s_.nFlags; ++i) flags_[i].store(0);
     barrierCount_.assign(s_.nBarriers, 0);
@@ -238,7 +258,7 @@ class Executor {
     laneCount_ = laneCount;
     std::size_t idx = 0;
     for (uint32_t rank = 0; rank < s_.nRanks; ++rank)
-      for (uint32_t lane = 0; lane < s_.lanes[rank].size(); ++lane)
+      for (uint32_t lane = 0; local_[rank] && lane < s_.lanes[rank].size(); ++lane)
         if (!s_.lanes[rank][lane].steps.empty()) {
           lanes_[idx].rank = rank;
           lanes_[idx].lane = lane;
@@ -247,16 +267,61 @@ class Executor {
         }
     unfinished_ = laneCount;
 
-    // Throws (before any lane starts) if the threads cannot be had.
-    WorkerPool::instance().runConcurrently(
-        laneCount,
-        [](void* self, std::size_t i) noexcept {
-          auto* ex = static_cast<Executor*>(self);
-          ex->laneMain(ex->lanes_[i]);
-        },
-        this);
+    if (opt_.proxy) opt_.proxy->begin(s_, mem_, *this);
+    try {
+      // Throws (before any lane starts) if the threads cannot be had.
+      WorkerPool::instance().runConcurrently(
+          laneCount,
+          [](void* self, std::size_t i) noexcept {
+            auto* ex = static_cast<Executor*>(self);
+            ex->laneMain(ex->lanes_[i]);
+          },
+          this);
+    } catch (...) {
+      fail(std::current_exception());
+    }
+    if (opt_.proxy) {
+      std::exception_ptr error;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        error = firstError_;
+      }
+      opt_.proxy->end(error);
+    }
     if (firstError_) std::rethrow_exception(firstError_);
   }
+
+  // ---- RemoteEndpoint ----------------------------------------------------------------------------------------
+  std::byte* remoteWriteTarget(uint32_t rank, uint16_t buffer, uint64_t byteOffset, uint64_t bytes) override {
+    if (rank >= s_.nRanks || !local_[rank])
+      throw Error(ErrorCode::InvalidArgument,
+                  "remote write for rank " + std::to_string(rank) + ", which this process does not run");
+    if (buffer >= nBuffers_)
+      throw Error(ErrorCode::InvalidArgument, "remote write for buffer " + std::to_string(buffer) + " of rank " +
+                                                  std::to_string(rank) + ", the schedule declares " +
+                                                  std::to_string(nBuffers_));
+    const BoundBuffer& bb = bound_[rank * nBuffers_ + buffer];
+    const uint64_t size = bb.count * dtypeSize(bb.dtype);
+    if (bytes > size || byteOffset > size - bytes)
+      throw Error(ErrorCode::InvalidArgument, "remote write of bytes [" + std::to_string(byteOffset) + ", +" +
+                                                  std::to_string(bytes) + ") is outside buffer '" +
+                                                  s_.buffers[buffer].name + "' of rank " + std::to_string(rank) + " (" +
+                                                  std::to_string(size) + " bytes)");
+    return bb.data + byteOffset;
+  }
+
+  void remoteSignal(uint32_t rank, uint32_t flagId, uint64_t value) override {
+    if (rank >= s_.nRanks || !local_[rank] || flagId >= s_.nFlags)
+      throw Error(ErrorCode::InvalidArgument, "remote signal of flag " + std::to_string(flagId) + " of rank " +
+                                                  std::to_string(rank) + ": not a flag of a rank this process runs (" +
+                                                  std::to_string(s_.nFlags) + " flags per rank)");
+    arrivals_.fetch_add(1, std::memory_order_relaxed);  // progress for the stall detector
+    increment(rank, flags_[static_cast<std::size_t>(rank) * s_.nFlags + flagId], value);
+  }
+
+  void remoteFailure(std::exception_ptr error) noexcept override { fail(std::move(error)); }
+
+  bool aborting() const noexcept override { return abort_.load(); }
 
  private:
   // ---- setup -----------------------------------------------------------------------------------------
@@ -267,7 +332,17 @@ class Executor {
       throw Error(ErrorCode::InvalidArgument, "host memory has " + std::to_string(mem_.bytes.size()) +
                                                   " ranks, the schedule " + std::to_string(s_.nRanks) +
                                                   " (use HostMemory::allocate(schedule))");
+    local_.assign(s_.nRanks, opt_.localRanks.empty() ? 1 : 0);
+    for (uint32_t r : opt_.localRanks) {
+      if (r >= s_.nRanks)
+        throw Error(ErrorCode::InvalidArgument, "ExecOptions::localRanks names rank " + std::to_string(r) +
+                                                    ", outside the schedule's " + std::to_string(s_.nRanks) + " ranks");
+      if (local_[r])
+        throw Error(ErrorCode::InvalidArgument, "ExecOptions::localRanks names rank " + std::to_string(r) + " twice");
+      local_[r] = 1;
+    }
     for (uint32_t rank = 0; rank < s_.nRanks; ++rank) {
+      if (!local_[rank] && mem_.bytes[rank].empty()) continue;  // another process's rank
       if (mem_.bytes[rank].size() != s_.buffers.size())
         throw Error(ErrorCode::InvalidArgument,
                     "host memory of rank " + std::to_string(rank) + " has " + std::to_string(mem_.bytes[rank].size()) +
@@ -291,10 +366,99 @@ class Executor {
     for (uint32_t rank = 0; rank < s_.nRanks; ++rank)
       for (std::size_t b = 0; b < nBuffers_; ++b) {
         BoundBuffer& bb = bound_[rank * nBuffers_ + b];
-        bb.data = mem_.bytes[rank][b].data();
+        bb.data = mem_.bytes[rank].empty() ? nullptr : mem_.bytes[rank][b].data();
         bb.count = s_.buffers[b].count[rank];
         bb.dtype = s_.buffers[b].dtype;
       }
+  }
+
+  /// A run over some ranks only: every step of a local rank stays among local ranks, except a ProxyPut's
+  /// destination, which the port reaches. Also marks the async-fed flags (raised by a ProxyPut through the port).
+  void checkPlacement() {
+    const bool partial = std::find(local_.begin(), local_.end(), 0) != local_.end();
+    if (!partial && !opt_.proxy) return;
+    if (opt_.proxy) asyncFed_.assign(static_cast<std::size_t>(s_.nRanks) * s_.nFlags, 0);
+    auto runsHere = [&](uint32_t r) { return r < s_.nRanks && local_[r]; };
+    for (uint32_t rank = 0; rank < s_.nRanks; ++rank)
+      for (uint32_t lane = 0; lane < s_.lanes[rank].size(); ++lane) {
+        const std::vector<Step>& steps = s_.lanes[rank][lane].steps;
+        for (uint32_t i = 0; i < steps.size(); ++i) {
+          const Step& st = steps[i];
+          if (opt_.proxy && st.kind == StepKind::ProxyPut && (st.flags & kStepSignal) && runsHere(st.flag.rank) &&
+              st.flag.id < s_.nFlags)
+            asyncFed_[static_cast<std::size_t>(st.flag.rank) * s_.nFlags + st.flag.id] = 1;
+          if (!local_[rank]) continue;
+          auto refuse = [&](const std::string& what) {
+            throw Error(ErrorCode::InvalidArgument,
+                        describeStep(s_, rank, lane, i) + ": " + what + " (this process runs " + localRankList() + ")");
+          };
+          auto needLocal = [&](const char* name, uint32_t r) {
+            if (!runsHere(r))
+              refuse(std::string("operand ") + name + " is on rank " + std::to_string(r) +
+                     ", which another process runs; only a proxyput crosses processes");
+          };
+          switch (st.kind) {
+            case StepKind::Barrier:
+              if (partial) refuse("a barrier needs every rank in one process");
+              break;
+            case StepKind::Copy:
+            case StepKind::Put:
+              needLocal("dst", st.dst.rank);
+              needLocal("a", st.a.rank);
+              if (st.kind == StepKind::Put && (st.flags & kStepSignal)) needLocal("signal flag", st.flag.rank);
+              break;
+            case StepKind::Reduce:
+              needLocal("dst", st.dst.rank);
+              needLocal("a", st.a.rank);
+              needLocal("b", st.b.rank);
+              break;
+            case StepKind::Gemm:
+              needLocal("dst (C)", st.dst.rank);
+              needLocal("a (A)", st.a.rank);
+              needLocal("b (B)", st.b.rank);
+              break;
+            case StepKind::Signal: needLocal("target flag", st.flag.rank); break;
+            case StepKind::ProxyPut:
+              // A signal-only proxyput (count 0) has no data operands: its destination is its flag's rank.
+              if (st.count > 0) needLocal("a", st.a.rank);
+              if (!opt_.proxy)
+                needLocal("dst (no ExecOptions::proxy to reach it)", st.count > 0 ? st.dst.rank : st.flag.rank);
+              break;
+            case StepKind::Wait: break;
+          }
+        }
+      }
+  }
+
+  std::string localRankList() const {
+    std::string out;
+    uint32_t count = 0;
+    for (uint32_t r = 0; r < s_.nRanks; ++r)
+      if (local_[r]) {
+        if (count < 16) out += (count ? ", " : "") + std::to_string(r);
+        ++count;
+      }
+    if (count > 16) out += ", ... (" + std::to_string(count) + " ranks)";
+    return count == 1 ? "rank " + out : "ranks " + out;
+  }
+
+  bool isAsyncFed(uint32_t rank, uint32_t id) const {
+    return !asyncFed_.empty() && asyncFed_[static_cast<std::size_t>(rank) * s_.nFlags + id];
+  }
+
+  /// The ranks whose ProxyPuts raise flag (rank, id), for reports.
+  std::string proxySignallers(uint32_t rank, uint32_t id) const {
+    std::string out;
+    std::vector<char> seen(s_.nRanks, 0);
+    for (uint32_t r = 0; r < s_.nRanks; ++r)
+      for (const Lane& lane : s_.lanes[r])
+        for (const Step& st : lane.steps)
+          if (st.kind == StepKind::ProxyPut && (st.flags & kStepSignal) && st.flag.rank == rank && st.flag.id == id &&
+              !seen[r]) {
+            seen[r] = 1;
+            out += (out.empty() ? "" : ", ") + std::to_string(r);
+          }
+    return out;
   }
 
   // ---- errors ----------------------------------------------------------------------------------------
@@ -371,8 +535,13 @@ class Executor {
   /// Under mu_: every unfinished lane is blocked. Returns true (and fails) if none can proceed.
   bool checkDeadlockLocked() {
     if (unfinished_ == 0 || blocked_ != unfinished_ || abort_.load()) return false;
-    for (std::size_t i = 0; i < laneCount_; ++i)
-      if (!lanes_[i].finished && lanes_[i].blockKind != BlockKind::None && blockedCanProceed(lanes_[i])) return false;
+    for (std::size_t i = 0; i < laneCount_; ++i) {
+      const LaneState& ls = lanes_[i];
+      if (ls.finished || ls.blockKind == BlockKind::None) continue;
+      if (blockedCanProceed(ls)) return false;
+      // An increment through the proxy may still be in flight: only the stall timeout can tell.
+      if (ls.blockKind == BlockKind::Flag && isAsyncFed(ls.rank, ls.blockId)) return false;
+    }
     failLocked(std::make_exception_ptr(Error(
         ErrorCode::Deadlock, "all " + std::to_string(unfinished_) +
                                  " unfinished lanes are blocked and none can proceed:\n" + blockedReportLocked())));
@@ -391,10 +560,12 @@ class Executor {
       }
       if (lines) out << '\n';
       out << "  " << describeStep(s_, ls.rank, ls.lane, ls.blockStep) << ": ";
-      if (ls.blockKind == BlockKind::Flag)
+      if (ls.blockKind == BlockKind::Flag) {
         out << "waits for flag " << ls.blockId << " >= " << ls.blockThreshold << ", seen "
             << flags_[static_cast<std::size_t>(ls.rank) * s_.nFlags + ls.blockId].load();
-      else
+        if (isAsyncFed(ls.rank, ls.blockId))
+          out << " (raised through the proxy by rank(s) " << proxySignallers(ls.rank, ls.blockId) << ")";
+      } else
         out << "waits at barrier " << ls.blockId << ": " << barrierCount_[ls.blockId] << " of " << s_.nRanks
             << " ranks arrived";
       ++lines;
@@ -404,7 +575,7 @@ class Executor {
   }
 
   uint64_t totalProgress() const {
-    uint64_t sum = 0;
+    uint64_t sum = arrivals_.load(std::memory_order_relaxed);
     for (std::size_t i = 0; i < laneCount_; ++i) sum += lanes_[i].stepsDone.load(std::memory_order_relaxed);
     return sum;
   }
@@ -471,18 +642,25 @@ class Executor {
   }
 
   // ---- data steps ------------------------------------------------------------------------------------
-  void copy(const LaneState& ls, uint32_t stepIdx, const Step& st) {
-    if (st.count == 0) return;
+  /// The destination and source of a data move (Copy, Put, ProxyPut), after the range and dtype checks.
+  std::pair<const BoundBuffer*, const BoundBuffer*> moveOperands(const LaneState& ls, uint32_t stepIdx,
+                                                                 const Step& st) const {
     const BoundBuffer& dst = operand(ls, stepIdx, "dst", st.dst, st.count);
     const BoundBuffer& src = operand(ls, stepIdx, "a", st.a, st.count);
     if (dst.dtype != src.dtype)
       invalid(ls, stepIdx,
               std::string("copies ") + toString(src.dtype) + " into " + toString(dst.dtype) +
                   "; copies move bytes, operand dtypes must agree");
+    return {&dst, &src};
+  }
+
+  void copy(const LaneState& ls, uint32_t stepIdx, const Step& st) {
+    if (st.count == 0) return;
+    const auto [dst, src] = moveOperands(ls, stepIdx, st);
     if (partialOverlap(st.dst, st.count, st.a, st.count))
       invalid(ls, stepIdx, "source and destination ranges partially overlap");
-    const std::size_t esize = dtypeSize(dst.dtype);
-    std::memmove(dst.data + st.dst.offset * esize, src.data + st.a.offset * esize,
+    const std::size_t esize = dtypeSize(dst->dtype);
+    std::memmove(dst->data + st.dst.offset * esize, src->data + st.a.offset * esize,
                  static_cast<std::size_t>(st.count * esize));
   }
 
@@ -598,8 +776,17 @@ class Executor {
     switch (st.kind) {
       case StepKind::Copy: copy(ls, stepIdx, st); return;
       case StepKind::Reduce: reduce(ls, stepIdx, st); return;
-      case StepKind::Put:
-      case StepKind::ProxyPut: put(ls, stepIdx, st); return;
+      case StepKind::Put: put(ls, stepIdx, st); return;
+      case StepKind::ProxyPut:
+        if (opt_.proxy) {
+          // Checked here as put() would: the port trusts the step.
+          if (st.count > 0) moveOperands(ls, stepIdx, st);
+          if (st.flags & kStepSignal) flagRef(ls, stepIdx, st.flag);
+          opt_.proxy->proxyPut(ls.rank, ls.lane, stepIdx);
+          return;
+        }
+        put(ls, stepIdx, st);
+        return;
       case StepKind::Signal: increment(st.flag.rank, flagRef(ls, stepIdx, st.flag), st.value); return;
       case StepKind::Wait: waitFlag(ls, stepIdx, st); return;
       case StepKind::Gemm: gemm(ls, stepIdx, st); return;
@@ -635,6 +822,9 @@ class Executor {
   std::size_t nBuffers_ = 0;
   std::vector<BoundBuffer> bound_;  ///< [rank * nBuffers_ + buffer]
 
+  std::vector<char> local_;                            ///< [rank]: this process runs it
+  std::vector<char> asyncFed_;                         ///< [rank * nFlags + id]: raised by a ProxyPut through the port
+  std::atomic<uint64_t> arrivals_{0};                  ///< remote signals so far (progress)
   std::unique_ptr<std::atomic<uint64_t>[]> flags_;     ///< [rank * nFlags + id]
   std::unique_ptr<std::atomic<uint32_t>[]> sleepers_;  ///< lanes of each rank inside blockLocked
   std::unique_ptr<std::condition_variable[]> cvs_;     ///< one per rank, all on mu_

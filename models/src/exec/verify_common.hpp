@@ -91,19 +91,25 @@ void checkElement(VerifyResult& res, double got, double want, double tol, const 
   }
 }
 
-/// Every rank's buffer `buf` (`count` elements of `t`) bit-identical to rank 0's; the first difference becomes
-/// `res.detail` with `why` appended. Skipped when `res` already failed.
+/// Every held rank's buffer `buf` (`count` elements of `t`) bit-identical to the first held rank's; the first
+/// difference becomes `res.detail` with `why` appended. Ranks whose memory this process does not hold (a run that
+/// spans processes) are skipped. Skipped when `res` already failed.
 inline void checkIdenticalAcrossRanks(VerifyResult& res, const HostMemory& mem, uint16_t buf, uint64_t count, DType t,
                                       const std::string& name, const std::string& why) {
   const std::size_t esize = dtypeSize(t);
-  const std::byte* first = mem.bytes[0][buf].data();
-  for (std::size_t r = 1; r < mem.bytes.size() && res.ok; ++r) {
+  auto held = [&](std::size_t r) { return buf < mem.bytes[r].size() && mem.bytes[r][buf].size() >= count * esize; };
+  std::size_t firstRank = 0;
+  while (firstRank < mem.bytes.size() && !held(firstRank)) ++firstRank;
+  if (firstRank == mem.bytes.size()) return;
+  const std::byte* first = mem.bytes[firstRank][buf].data();
+  for (std::size_t r = firstRank + 1; r < mem.bytes.size() && res.ok; ++r) {
+    if (!held(r)) continue;
     const std::byte* mine = mem.bytes[r][buf].data();
     for (uint64_t i = 0; i < count; ++i)
       if (std::memcmp(first + i * esize, mine + i * esize, esize) != 0) {
         res.ok = false;
         res.detail = "rank " + std::to_string(r) + " " + name + "[" + std::to_string(i) + "]: got " +
-                     formatNumber(loadElement(t, mine, i), 9) + " but rank 0 has " +
+                     formatNumber(loadElement(t, mine, i), 9) + " but rank " + std::to_string(firstRank) + " has " +
                      formatNumber(loadElement(t, first, i), 9) + " (" + why + ")";
         break;
       }

@@ -32,6 +32,8 @@ struct VerifyResult {
 /// Fill fresh random inputs (seeded), execute `s` (generated for `spec`), compare every output element of
 /// every rank with referenceCollective(). Tolerance: 0 for SmallIntegers and for max/min; for Uniform
 /// sums (n-1) * u * sum|x| with u the dtype's unit roundoff plus one final rounding (docs/architecture.md).
+/// With opt.localRanks (a run that spans processes) this process fills and checks those ranks only; every process
+/// draws the same inputs from `seed`, and all-reduce outputs are compared bit for bit among the local ranks.
 VerifyResult verifyCollective(const Schedule& s, const CollectiveSpec& spec, uint64_t seed,
                               InputKind kind = InputKind::Uniform, const ExecOptions& opt = {});
 

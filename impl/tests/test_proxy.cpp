@@ -1,0 +1,151 @@
+// CPU tests of the proxy itself, in one process whose ranks reach each other through the socket transport's
+// connection to itself: commands of several FIFOs become puts in order, `done` passes them, and what goes wrong
+// (a command the resolver refuses, an unknown kind, a claimed position never written) stops that FIFO's proxy and
+// reaches the sink naming rank and position, within the budget.
+#include <doctest/doctest.h>
+
+#include <map>
+
+#include "mk/proxy/proxy.hpp"
+#include "proxy_test_util.hpp"
+
+namespace {
+
+using mk::device::packProxyHeader;
+using mk::device::ProxyCommand;
+using mk::device::ProxyKind;
+using mkt::contains;
+
+/// Step s of any lane of rank r puts `bytes[s]` bytes of rank r's source into rank 1 - r's buffer 0 at s * 4096,
+/// then signals flag s. Step 99 is refused.
+class TableResolver final : public mk::proxy::ProxyResolver {
+ public:
+  std::vector<std::vector<std::byte>> sources;
+  std::vector<uint64_t> bytes;
+  mk::proxy::PutRequest resolve(uint32_t rank, const ProxyCommand& cmd, uint64_t) override {
+    const uint32_t step = mk::device::proxyStep(cmd.header);
+    if (step == 99) throw mk::Error(mk::ErrorCode::InvalidSchedule, "step 99 is no proxyput step");
+    mk::proxy::PutRequest req;
+    req.info.srcRank = rank;
+    req.info.dstRank = 1 - rank;
+    req.info.lane = mk::device::proxyLane(cmd.header);
+    req.info.step = step;
+    req.info.dstOffset = uint64_t{step} * 4096;
+    req.info.bytes = bytes.at(step);
+    req.info.signal = mk::device::proxyKind(cmd.header) != ProxyKind::Put;
+    req.info.flagId = step;
+    req.info.flagValue = 1;
+    req.src = req.info.bytes ? sources.at(rank).data() : nullptr;
+    return req;
+  }
+};
+
+/// A one-process job: its transport, a sink with a buffer per rank, the proxy over two FIFOs (ranks 0 and 1).
+struct Solo {
+  mk::TcpBootstrap boot{mkt::bootOptions(0, 1, 1)};
+  std::unique_ptr<mk::proxy::Transport> transport;
+  mk::proxy::HostCopier copier;
+  mkt::HostSink sink;
+  TableResolver resolver;
+  mk::proxy::HostFifo fifo[2] = {mk::proxy::HostFifo(8), mk::proxy::HostFifo(8)};
+  std::unique_ptr<mk::proxy::Proxy> proxy;
+
+  explicit Solo(std::chrono::milliseconds commandBudget = std::chrono::milliseconds(10000)) {
+    transport = mk::proxy::connectTransport(boot, mkt::socketOptions(nullptr));
+    for (uint32_t r = 0; r < 2; ++r) {
+      sink.addBuffer(r, 0, 64 * 4096);
+      resolver.sources.emplace_back(4096);
+      for (uint32_t i = 0; i < 4096; ++i) resolver.sources[r][i] = mkt::patternByte(r, 0, i);
+    }
+    resolver.bytes.assign(100, 4096);
+    resolver.bytes[3] = 0;  // a signal alone
+    mk::proxy::ProxyOptions po;
+    po.maxBatch = 4;
+    po.commandBudget = commandBudget;
+    proxy = std::make_unique<mk::proxy::Proxy>(*transport, resolver, sink, copier, po);
+    proxy->setPlacement({0, 0});  // both ranks in this process
+    for (uint32_t r = 0; r < 2; ++r) proxy->addFifo(r, fifo[r].consumer());
+    proxy->start();
+  }
+  ~Solo() {
+    proxy->stop();
+    transport->close();
+  }
+  uint64_t push(uint32_t rank, ProxyKind kind, uint32_t step) {
+    return *fifo[rank].push(ProxyCommand{packProxyHeader(kind, 0, 1, step), 0}, {rank, 1, step},
+                            std::chrono::milliseconds(2000));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("proxy: commands of several FIFOs become puts in order, and done passes each") {
+  Solo s;
+  for (uint32_t step = 0; step < 20; ++step)
+    for (uint32_t r = 0; r < 2; ++r) {
+      const ProxyKind kind = step == 3 ? ProxyKind::Signal : (step % 5 == 4 ? ProxyKind::Flush : ProxyKind::PutSignal);
+      s.push(r, kind, step);
+    }
+  const uint64_t last = 19;
+  for (uint32_t r = 0; r < 2; ++r) CHECK(s.fifo[r].waitDone(last, {r, 1, 19}, std::chrono::milliseconds(5000)));
+  // Per rank: 15 puts with a signal and 1 signal alone; the 4 Flush commands send nothing.
+  REQUIRE(s.sink.waitFor([&] { return s.sink.arrivals.size() == 32; }, 5));
+  std::vector<uint32_t> next(2, 0);
+  for (const auto& a : s.sink.arrivals) {
+    CHECK(a.info.signal);
+    CHECK(a.info.step >= next[a.info.srcRank]);  // in FIFO order per rank
+    next[a.info.srcRank] = a.info.step + 1;
+    if (a.info.bytes) {
+      const auto& buf = s.sink.buffer(a.info.dstRank, 0);
+      CHECK(buf[a.info.dstOffset + 4095] == mkt::patternByte(a.info.srcRank, 0, 4095));
+    }
+  }
+  CHECK(s.proxy->handled(0) == 20);
+  CHECK(s.proxy->handled(1) == 20);
+  CHECK(s.sink.failures.empty());
+}
+
+TEST_CASE("proxy: a command the resolver refuses stops that FIFO's proxy and names rank and position") {
+  Solo s;
+  s.push(1, ProxyKind::PutSignal, 0);
+  s.push(1, ProxyKind::PutSignal, 99);
+  REQUIRE(s.sink.waitFor([&] { return !s.sink.failures.empty(); }, 5));
+  const mk::Error& e = s.sink.failures[0];
+  CHECK(e.code() == mk::ErrorCode::InvalidSchedule);
+  CHECK(contains(e.message(),
+                 "proxy of rank 1, FIFO position 1 (op tag 0, lane 1, step 99): step 99 is no proxyput step"));
+  // The other FIFO's proxy goes on.
+  s.push(0, ProxyKind::PutSignal, 5);
+  CHECK(s.fifo[0].waitDone(0, {0, 1, 5}, std::chrono::milliseconds(5000)));
+  // The refused FIFO does not advance past the command before the refused one: its pusher times out naming it.
+  CHECK_THROWS_WITH_AS(s.fifo[1].waitDone(1, {1, 1, 99}, std::chrono::milliseconds(100)),
+                       doctest::Contains("rank 1 lane 1 step 99: the proxy has not handled FIFO position 1"),
+                       mk::Error);
+}
+
+TEST_CASE("proxy: an unknown command kind is refused naming it") {
+  Solo s;
+  s.fifo[0].push(ProxyCommand{packProxyHeader(static_cast<ProxyKind>(9), 0, 2, 4), 0}, {0, 2, 4},
+                 std::chrono::milliseconds(100));
+  REQUIRE(s.sink.waitFor([&] { return !s.sink.failures.empty(); }, 5));
+  CHECK(contains(s.sink.failures[0].message(),
+                 "proxy of rank 0, FIFO position 0 (op tag 0, lane 2, step 4): unknown command kind 9"));
+}
+
+TEST_CASE("proxy: a position claimed but never written is a timeout naming rank and position") {
+  Solo s(std::chrono::milliseconds(150));
+  // A pusher claims position 0 and dies before writing it; the next pusher writes position 1.
+  mk::device::ProxyFifoDeviceHandle h = s.fifo[1].handle();
+  __atomic_fetch_add(h.head, 1, __ATOMIC_RELAXED);
+  s.push(1, ProxyKind::PutSignal, 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(s.sink.waitFor([&] { return !s.sink.failures.empty(); }, 5));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const mk::Error& e = s.sink.failures[0];
+  CHECK(e.code() == mk::ErrorCode::Timeout);
+  CHECK(contains(e.message(),
+                 "proxy of rank 1: FIFO position 0 was claimed but its command never arrived within 150 "
+                 "ms, while position 1 holds one"));
+  CHECK(seconds < 2);
+  CHECK(s.sink.arrivals.empty());
+}
