@@ -263,6 +263,14 @@ void Engine::initProcess(Bootstrap& boot, int dev) {
   nodeOf_ = nodesOf(hosts, config_.ranksPerNode);
   int leader = 0;
   while (nodeOf_[static_cast<size_t>(leader)] != nodeOf_[static_cast<size_t>(me_)]) ++leader;
+  // The GPU side of the inter-node path stops at the proxy: its kernels push commands and apply an inbox, but the
+  // engine does not yet run a proxy of its own (docs/inter-node.md, "The GPU engine"). Refused here, collectively
+  // (every rank computes the same layout), rather than left to time out in the first op.
+  if (nodeCount() > 1)
+    throw Error(ErrorCode::Unsupported,
+                "the ranks are on " + std::to_string(nodeCount()) +
+                    " nodes, and the GPU engine does not run communicators across nodes yet (the proxy, transports and "
+                    "the CPU reference executor across processes do: docs/inter-node.md); use one node");
   const uint32_t myWorkers = workersFor(dev, sharers);
 
   MK_LOG_AT(Info, who,
