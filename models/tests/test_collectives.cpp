@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../src/algorithms/builder.hpp"
+#include "expect_error.hpp"
 #include "mk/algorithms/algorithms.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
@@ -20,6 +21,7 @@
 #include "mk/topology/topology.hpp"
 
 using namespace mk;
+using mk::test::expectError;
 
 namespace {
 
@@ -138,16 +140,6 @@ uint64_t countSteps(const Schedule& s, StepKind kind, int rank = -1) {
       for (const Lane& l : s.lanes[r])
         for (const Step& st : l.steps) n += st.kind == kind ? 1 : 0;
   return n;
-}
-
-void expectError(const std::function<void()>& fn, ErrorCode code, const std::string& part) {
-  try {
-    fn();
-    FAIL("expected an mk::Error(" << toString(code) << "), got none");
-  } catch (const Error& e) {
-    CHECK_MESSAGE(e.code() == code, "code " << toString(e.code()) << ", message: " << e.message());
-    CHECK_MESSAGE(e.message().find(part) != std::string::npos, "'" << part << "' not in: " << e.message());
-  }
 }
 
 /// A profile whose prices are all distinct and where the network beats NVLink in bandwidth, so a formula

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../src/algorithms/builder.hpp"
+#include "expect_error.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/cost/step_cost.hpp"
 #include "mk/error.hpp"
@@ -24,19 +25,9 @@
 #include "mk/topology/topology.hpp"
 
 using namespace mk;
+using mk::test::expectError;
 
 namespace {
-
-void expectError(const std::function<void()>& fn, ErrorCode code, std::vector<std::string> parts) {
-  try {
-    fn();
-    FAIL("expected an mk::Error(" << toString(code) << "), got none");
-  } catch (const Error& e) {
-    CHECK_MESSAGE(e.code() == code, "code " << toString(e.code()) << ", message: " << e.message());
-    for (const auto& p : parts)
-      CHECK_MESSAGE(e.message().find(p) != std::string::npos, "'" << p << "' not in: " << e.message());
-  }
-}
 
 /// Round numbers so every expected time below can be computed by hand:
 /// NVLink 100 GB/s = 1e5 B/us, network 10 GB/s = 1e4 B/us, local 200 GB/s, reduce 50 GB/s, gemm 10 TFLOP/s = 1e7

@@ -11,27 +11,17 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include "expect_error.hpp"
 #include "mk/error.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/topology/topology.hpp"
 
 using namespace mk;
+using mk::test::expectError;
 
 namespace {
 
 using Json = nlohmann::json;
-
-/// Runs `fn`, expects an mk::Error with `code` whose message contains every one of `parts`.
-void expectError(const std::function<void()>& fn, ErrorCode code, std::vector<std::string> parts) {
-  try {
-    fn();
-    FAIL("expected an mk::Error(" << toString(code) << ") containing '" << parts.front() << "', got none");
-  } catch (const Error& e) {
-    CHECK_MESSAGE(e.code() == code, "code " << toString(e.code()) << ", message: " << e.message());
-    for (const auto& p : parts)
-      CHECK_MESSAGE(e.message().find(p) != std::string::npos, "'" << p << "' not in: " << e.message());
-  }
-}
 
 void checkSame(const Topology& a, const Topology& b) {
   CHECK(a.name == b.name);
