@@ -3,14 +3,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <exception>
 #include <mutex>
-#include <thread>
 
 #include "mk/cost/profile_io.hpp"
 #include "mk/error.hpp"
 #include "mk/plan/embed.hpp"
 #include "mk/util/size.hpp"
+#include "mk/validation/parallel.hpp"
 
 namespace mk::plan {
 
@@ -121,64 +120,50 @@ void CommPricer::runAll() {
     if (!e.done) todo.push_back(&e);
   if (todo.empty()) return;
   const auto start = std::chrono::steady_clock::now();
-  std::atomic<std::size_t> next{0}, finished{0};
-  std::atomic<bool> stop{false};
-  std::exception_ptr firstError;
-  std::mutex mutex;
-  auto worker = [&] {
-    for (;;) {
-      const std::size_t k = next.fetch_add(1);
-      if (k >= todo.size() || stop.load()) return;
-      Entry& e = *todo[k];
-      try {
-        const auto t0 = std::chrono::steady_clock::now();
-        const ConcurrentPlacement& p = e.placement;
-        const Schedule part = generate(e.spec, p.partNodeOf, e.gen);
-        const Schedule all = embedConcurrent(part, p.maps, p.nodeOf);
-        e.price.steps = all.stepCount();
-        if (settings_.budgetSteps != 0 && e.price.steps > settings_.budgetSteps && e.price.closedFormUs) {
-          e.price.us = *e.price.closedFormUs;
-          e.price.source = "closed-form";
-          e.price.note = "closed form: the simulation of " + std::to_string(e.price.steps) +
-                         " steps exceeds the budget of " + std::to_string(settings_.budgetSteps) +
-                         " (--sim-budget); link sharing is not in this number";
-          e.price.bound = "not simulated";
-        } else {
-          sim::SimOptions so;
-          so.trace = false;
-          so.linkLoad = true;
-          so.fast = p.multiNode;
-          const sim::Prediction pred = sim::predict(all, p.reduced, e.profile, so);
-          e.price.us = pred.totalUs;
-          e.price.source = so.fast ? "simgrid-fast" : "simgrid";
-          for (std::size_t i = 0; i < pred.links.size() && i < 3; ++i) e.price.busiest.push_back(pred.links[i]);
-          e.price.bound = boundOf(e.price);
-        }
-        e.price.wallS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        e.done = true;
-        const std::size_t done = ++finished;
-        if (settings_.onProgress) {
-          std::lock_guard<std::mutex> lock(mutex);
-          settings_.onProgress(done, todo.size(),
-                               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!firstError) firstError = std::current_exception();
-        stop = true;
+  std::atomic<std::size_t> finished{0};
+  std::mutex progress;
+  try {
+    forEachParallel(todo.size(), settings_.jobs, [&](std::size_t k) {
+      simulate(*todo[k]);
+      const std::size_t done = ++finished;
+      if (settings_.onProgress) {
+        std::lock_guard<std::mutex> lock(progress);
+        settings_.onProgress(done, todo.size(),
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       }
-    }
-  };
-  const std::size_t nThreads = std::max<std::size_t>(1, std::min<std::size_t>(settings_.jobs, todo.size()));
-  if (nThreads == 1) {
-    worker();
-  } else {
-    std::vector<std::thread> pool;
-    for (std::size_t t = 0; t < nThreads; ++t) pool.emplace_back(worker);
-    for (auto& th : pool) th.join();
+    });
+  } catch (...) {
+    simulations_ += finished.load();
+    throw;
   }
   simulations_ += finished.load();
-  if (firstError) std::rethrow_exception(firstError);
+}
+
+void CommPricer::simulate(Entry& e) const {
+  const auto t0 = std::chrono::steady_clock::now();
+  const ConcurrentPlacement& p = e.placement;
+  const Schedule part = generate(e.spec, p.partNodeOf, e.gen);
+  const Schedule all = embedConcurrent(part, p.maps, p.nodeOf);
+  e.price.steps = all.stepCount();
+  if (settings_.budgetSteps != 0 && e.price.steps > settings_.budgetSteps && e.price.closedFormUs) {
+    e.price.us = *e.price.closedFormUs;
+    e.price.source = "closed-form";
+    e.price.note = "closed form: the simulation of " + std::to_string(e.price.steps) + " steps exceeds the budget of " +
+                   std::to_string(settings_.budgetSteps) + " (--sim-budget); link sharing is not in this number";
+    e.price.bound = "not simulated";
+  } else {
+    sim::SimOptions so;
+    so.trace = false;
+    so.linkLoad = true;
+    so.fast = p.multiNode;
+    const sim::Prediction pred = sim::predict(all, p.reduced, e.profile, so);
+    e.price.us = pred.totalUs;
+    e.price.source = so.fast ? "simgrid-fast" : "simgrid";
+    for (std::size_t i = 0; i < pred.links.size() && i < 3; ++i) e.price.busiest.push_back(pred.links[i]);
+    e.price.bound = boundOf(e.price);
+  }
+  e.price.wallS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  e.done = true;
 }
 
 const CommPrice& CommPricer::price(const std::string& key) const {

@@ -80,6 +80,9 @@ class CommPricer {
     CommPrice price;
     bool done = false;
   };
+  /// Generate, embed and simulate (or price by the closed form) one entry; only touches `e`.
+  void simulate(Entry& e) const;
+
   PricerSettings settings_;
   std::map<std::string, Entry> entries_;
   std::size_t simulations_ = 0, requests_ = 0;
