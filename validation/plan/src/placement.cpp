@@ -7,6 +7,7 @@
 #include <set>
 
 #include "mk/error.hpp"
+#include "mk/sim/platform.hpp"
 
 namespace mk::plan {
 
@@ -16,9 +17,12 @@ namespace {
   throw Error(ErrorCode::Unsupported, "the " + g.name + " groups: " + what);
 }
 
-/// NIC of a GPU: GPUs share a node's NICs evenly (the platform's rail rule, mk::sim::Platform::railOf).
+/// NIC of a GPU: the simulated platform's rail rule (GPUs share a node's NICs evenly).
 uint32_t railOf(uint32_t local, const NodeSpec& n) {
-  return n.nics == 0 ? 0 : static_cast<uint32_t>(uint64_t{local} * n.nics / n.gpus);
+  sim::Platform p;
+  p.gpusPerNode = n.gpus;
+  p.nicsPerNode = n.nics;
+  return p.railOf(local);
 }
 
 std::vector<uint32_t> normalizedNodes(const std::vector<uint32_t>& ranks, uint32_t gpusPerNode) {

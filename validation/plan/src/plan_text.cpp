@@ -15,8 +15,9 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-/// "34.1 s", "812 ms": a step time with 3 significant digits.
+/// "34.1 s", "812 ms": a step time with 3 significant digits ("-" for nothing).
 std::string duration(double us) {
+  if (us <= 0) return "-";
   if (us >= 1e6) return fmt("%.3g s", us * 1e-6);
   if (us >= 1e3) return fmt("%.3g ms", us * 1e-3);
   return fmt("%.3g us", us);
@@ -34,6 +35,19 @@ std::string mark(Status s) {
   return "";
 }
 
+/// "36/59/5": the shares of the step (percent) from validated, extrapolated and not validated classes.
+std::string shares(const ScaleResult& s) {
+  double by[3] = {0, 0, 0}, total = 0;
+  for (const auto& [id, us] : s.classUs) {
+    const Status st = s.classUse.at(id).status;
+    by[st == Status::Validated ? 0 : st == Status::Extrapolated ? 1 : 2] += us;
+    total += us;
+  }
+  if (total <= 0) return "-";
+  return fmt("%.0f", 100 * by[0] / total) + "/" + fmt("%.0f", 100 * by[1] / total) + "/" +
+         fmt("%.0f", 100 * by[2] / total);
+}
+
 std::string pad(const std::string& s, std::size_t w, bool right = true) {
   if (s.size() >= w) return s;
   return right ? std::string(w - s.size(), ' ') + s : s + std::string(w - s.size(), ' ');
@@ -41,7 +55,7 @@ std::string pad(const std::string& s, std::size_t w, bool right = true) {
 
 }  // namespace
 
-std::string formatPlanText(const PlanResult& plan) {
+std::string formatPlanText(const PlanResult& plan, bool brief) {
   const PlanInputs& in = plan.inputs;
   const Workload& w = in.workload;
   const ParallelLayout& l = w.layout;
@@ -63,26 +77,29 @@ std::string formatPlanText(const PlanResult& plan) {
   out += "\nvalidation of the collectives: " + plan.validationNote + "\n";
 
   for (const VariantResult& v : plan.variants) {
+    if (brief && &v != &plan.variants.front()) break;
     out += "\n== " + v.name + "\n";
     out +=
-        "   GPUs  nodes  tp  pp    dp   mb        step     compute   exposed tp/ep/pp/dp (ms)       bubble   "
-        "tokens/s    MFU  scaling  confidence\n";
+        "   GPUs nodes  tp/pp/dp/ep   mb      step   compute  TP expos  EP expos  PP expos  DP expos    bubble"
+        "   tokens/s   MFU scaling  confidence (v/e/n %)\n";
     for (const ScaleResult& s : v.scales) {
       if (!s.feasible) {
         out += pad(std::to_string(s.gpus), 7) + "  not feasible: " + s.reason + "\n";
         continue;
       }
       const StepBreakdown& b = s.layered;
-      const std::string exposed = fmt("%.1f", b.tp.exposedUs * 1e-3) + "/" + fmt("%.1f", b.ep.exposedUs * 1e-3) + "/" +
-                                  fmt("%.1f", b.pp.exposedUs * 1e-3) + "/" + fmt("%.1f", b.dp.exposedUs * 1e-3);
-      out += pad(std::to_string(s.gpus), 7) + pad(std::to_string(s.nodes), 7) + pad(std::to_string(s.layout.tp), 4) +
-             pad(std::to_string(s.layout.pp), 4) + pad(std::to_string(s.layout.dp), 6) +
-             pad(std::to_string(s.layout.microBatches), 5) + pad(duration(b.stepUs), 12) +
-             pad(duration(b.computeUs), 12) + pad(exposed, 27) + pad(duration(b.bubbleUs), 13) +
-             pad(fmt("%.4g", s.tokensPerS), 11) + pad(pct(s.mfu), 7) + pad(pct(s.scalingEfficiency), 9) + "  " +
+      const ResolvedLayout& r = s.layout;
+      out += pad(std::to_string(s.gpus), 7) + pad(std::to_string(s.nodes), 6) +
+             pad(std::to_string(r.tp) + "/" + std::to_string(r.pp) + "/" + std::to_string(r.dp) + "/" +
+                     std::to_string(r.ep),
+                 14) +
+             pad(std::to_string(r.microBatches), 5) + pad(duration(b.stepUs), 10) + pad(duration(b.computeUs), 10) +
+             pad(duration(b.tp.exposedUs), 10) + pad(duration(b.ep.exposedUs), 10) + pad(duration(b.pp.exposedUs), 10) +
+             pad(duration(b.dp.exposedUs), 10) + pad(duration(b.bubbleUs), 10) + pad(fmt("%.4g", s.tokensPerS), 11) +
+             pad(pct(s.mfu), 6) + pad(pct(s.scalingEfficiency), 8) + "  " + pad(shares(s), 8, false) + " " +
              mark(s.status) + (s.hasNoise ? "  goodput " + pct(s.noise.goodput) : "") +
              (s.memoryCapacity > 0 && s.memory.total() > s.memoryCapacity
-                  ? "  (does not fit: " + formatBytes(s.memory.total()) + ")"
+                  ? "  (does not fit: " + formatBytes(s.memory.total()) + " per GPU)"
                   : "") +
              "\n";
     }
@@ -108,9 +125,9 @@ std::string formatPlanText(const PlanResult& plan) {
   }
   out += "\nfused: " + plan.fusedStatus + "\n";
   out +=
-      "confidence: validated = every class of operation making up >= 5 % of the step was measured in this regime;"
-      " extrapolated* = measured elsewhere (other GPU model or rank count); NOT VALIDATED = a class nothing "
-      "measured (e.g. inter-node collectives)\n";
+      "confidence: v/e/n = the share of the step from classes of operation validated / extrapolated (measured "
+      "on another GPU model or rank count) / not validated (nothing measured, e.g. inter-node collectives, "
+      "attention); the mark is the worst class making up >= 5 % of the step (docs/planner.md)\n";
   return out;
 }
 

@@ -121,7 +121,7 @@ int severity(Status s) {
 
 /// Which class each part of the step comes from, and the step's resulting status: the worst status among the
 /// classes that make up at least 5 % of the step.
-void attributeClasses(ScaleResult& sr, const PlanResult& out, const StageLowering& st, const Pending& pd) {
+void attributeClasses(ScaleResult& sr, const PlanResult& out, const Pending& pd) {
   const std::string gpu = pd.cluster.node.gpu;
   std::map<std::string, UseConfidence>& uses = sr.classUse;
   auto add = [&](const UseConfidence& u, double us) {
@@ -144,7 +144,6 @@ void attributeClasses(ScaleResult& sr, const PlanResult& out, const StageLowerin
       if (static_cast<int>(c.phase) == ph)
         add(c.confidence, phases[ph]->exposedUs * out.prices.at(c.priceKey).us * c.timesPerStep / total);
   }
-  (void)st;
   int worst = 0;
   std::string notes;
   for (const auto& [id, us] : sr.classUs) {
@@ -271,6 +270,18 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
     out.profileNote = "datasheet defaults of " + out.cluster.name + " (uncalibrated)";
   }
 
+  // ---- the variants: checked before any long work ----
+  std::vector<WhatIf> variants{WhatIf{}};
+  variants.front().name = "baseline";
+  variants.insert(variants.end(), in.whatIfs.begin(), in.whatIfs.end());
+  std::vector<Topology> nodeTypes;
+  std::vector<Profile> profiles;
+  for (const WhatIf& w : variants) {
+    nodeTypes.push_back(out.cluster);
+    profiles.push_back(out.profile);
+    applyWhatIf(w, nodeTypes.back(), profiles.back());
+  }
+
   // ---- what the measurements say: the GEMM model and the collectives' validation ----
   std::vector<MeasurementFile> files;
   std::vector<std::string> names;
@@ -303,17 +314,13 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
 
   // ---- pass 1: lower every scale of every variant and request its prices ----
   CommPricer pricer(in.pricer);
-  std::vector<WhatIf> variants{WhatIf{}};
-  variants.front().name = "baseline";
-  variants.insert(variants.end(), in.whatIfs.begin(), in.whatIfs.end());
   std::vector<std::vector<Pending>> pending(variants.size());
   for (std::size_t v = 0; v < variants.size(); ++v) {
     VariantResult vr;
     vr.name = variants[v].name;
     vr.whatIf = variants[v];
-    vr.nodeType = out.cluster;
-    vr.profile = out.profile;
-    applyWhatIf(variants[v], vr.nodeType, vr.profile);
+    vr.nodeType = nodeTypes[v];
+    vr.profile = profiles[v];
     pending[v].resize(in.gpus.size());
     for (std::size_t i = 0; i < in.gpus.size(); ++i) {
       ScaleResult sr;
@@ -455,7 +462,7 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
                                        static_cast<uint32_t>(perStepTimes(op, sr.layout)), pd.computeUs[c][f.compute],
                                        pd.keys[c][f.comm]});
       }
-      attributeClasses(sr, out, st, pd);
+      attributeClasses(sr, out, pd);
       describeBounds(sr, out, pd);
     }
   }

@@ -7,7 +7,6 @@
 #include <sstream>
 
 #include "mk/error.hpp"
-#include "mk/util/size.hpp"
 
 namespace mk::plan {
 

@@ -65,7 +65,7 @@ struct Options {
   std::string reportDir, jsonOut, statsOut;
   std::string python = "/usr/bin/python3";
   std::string script;
-  bool listWorkloads = false, quiet = false;
+  bool listWorkloads = false, quiet = false, brief = false;
 };
 
 [[noreturn]] void bad(const std::string& msg) { throw mk::Error(mk::ErrorCode::InvalidArgument, msg); }
@@ -210,7 +210,7 @@ int run(const Options& o, const std::string& command) {
   auto fused = mk::plan::makeFusedOpPricer();
   const mk::plan::PlanResult plan =
       mk::plan::runPlan(in, *fused, [](const std::string& s) { std::fprintf(stderr, "mk-plan: %s\n", s.c_str()); });
-  if (!o.quiet) std::fputs(mk::plan::formatPlanText(plan).c_str(), stdout);
+  if (!o.quiet) std::fputs(mk::plan::formatPlanText(plan, o.brief).c_str(), stdout);
 
   // ---- outputs: the report in a temporary directory, then the files, then the report moved into place ----
   const std::string json = mk::plan::planToJson(plan, MK_GIT_COMMIT);
@@ -320,6 +320,7 @@ int main(int argc, char** argv) {
   app.add_option("--report-script", o.script, "the report generator")->capture_default_str();
   app.add_flag("--list-workloads", o.listWorkloads, "print the built-in workloads and their sources");
   app.add_flag("-q,--quiet", o.quiet, "no table on stdout");
+  app.add_flag("--brief", o.brief, "print the baseline's table only (and the what-ifs side by side)");
   if (int rc = mk::cli::parse(app, argc, argv, kTool); rc != mk::cli::kContinue) return rc;
   if (int rc = mk::cli::requirePositive(app, kTool, {{"--jobs", o.jobs}}); rc != mk::cli::kContinue) return rc;
   const std::string command = mk::cli::commandLine(kTool, argc, argv);

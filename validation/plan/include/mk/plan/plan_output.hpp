@@ -22,6 +22,7 @@ std::string planStatsToJson(const PlanResult& plan, const std::string& command, 
 
 /// The terminal summary: the inputs in a few lines, one table per variant (GPUs, layout, step time and its
 /// breakdown, tokens/s, MFU, scaling efficiency, confidence), the what-ifs side by side, the fused status.
-std::string formatPlanText(const PlanResult& plan);
+/// `brief`: the baseline's table only (with the what-ifs side by side).
+std::string formatPlanText(const PlanResult& plan, bool brief = false);
 
 }  // namespace mk::plan
