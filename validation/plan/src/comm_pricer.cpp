@@ -142,8 +142,7 @@ void CommPricer::runAll() {
 void CommPricer::simulate(Entry& e) const {
   const auto t0 = std::chrono::steady_clock::now();
   const ConcurrentPlacement& p = e.placement;
-  const Schedule part = generate(e.spec, p.partNodeOf, e.gen);
-  const Schedule all = embedConcurrent(part, p.maps, p.nodeOf);
+  const Schedule all = embedConcurrent(generate(e.spec, p.partNodeOf, e.gen), p.maps, p.nodeOf);
   e.price.steps = all.stepCount();
   if (settings_.budgetSteps != 0 && e.price.steps > settings_.budgetSteps && e.price.closedFormUs) {
     e.price.us = *e.price.closedFormUs;
