@@ -12,15 +12,16 @@
 #include <vector>
 
 #include "../src/algorithms/builder.hpp"
+#include "expect_error.hpp"
 #include "mk/algorithms/algorithms.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/verify.hpp"
 #include "mk/schedule/validate.hpp"
 #include "mk/topology/topology.hpp"
-#include "test_support.hpp"
 
 using namespace mk;
+using mk::test::expectError;
 
 namespace {
 
@@ -140,8 +141,6 @@ uint64_t countSteps(const Schedule& s, StepKind kind, int rank = -1) {
         for (const Step& st : l.steps) n += st.kind == kind ? 1 : 0;
   return n;
 }
-
-using test::expectError;
 
 /// A profile whose prices are all distinct and where the network beats NVLink in bandwidth, so a formula
 /// that picks the wrong maximum or forgets a term cannot agree with the timeline by accident.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../src/algorithms/builder.hpp"
+#include "expect_error.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/cost/step_cost.hpp"
 #include "mk/error.hpp"
@@ -22,13 +23,11 @@
 #include "mk/schedule/pack.hpp"
 #include "mk/schedule/validate.hpp"
 #include "mk/topology/topology.hpp"
-#include "test_support.hpp"
 
 using namespace mk;
+using mk::test::expectError;
 
 namespace {
-
-using test::expectError;
 
 /// Round numbers so every expected time below can be computed by hand:
 /// NVLink 100 GB/s = 1e5 B/us, network 10 GB/s = 1e4 B/us, local 200 GB/s, reduce 50 GB/s, gemm 10 TFLOP/s = 1e7

@@ -13,7 +13,7 @@
 #include "mk/exec/verify_fused.hpp"
 #include "mk/schedule/validate.hpp"
 #include "mk/topology/topology.hpp"
-#include "test_support.hpp"
+#include "expect_error.hpp"
 
 using namespace mk;
 

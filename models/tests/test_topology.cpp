@@ -11,18 +11,17 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
+#include "expect_error.hpp"
 #include "mk/error.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/topology/topology.hpp"
-#include "test_support.hpp"
 
 using namespace mk;
+using mk::test::expectError;
 
 namespace {
 
 using Json = nlohmann::json;
-
-using test::expectError;
 
 void checkSame(const Topology& a, const Topology& b) {
   CHECK(a.name == b.name);

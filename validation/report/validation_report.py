@@ -9,17 +9,19 @@ log-log) and DIR/error-<op>.png (error % over size, per algorithm). Needs matplo
 python3-matplotlib: use /usr/bin/python3, not pyenv's). Exit codes: 0 done, 2 bad input, 3 no matplotlib.
 """
 import argparse
-import html
 import json
 import math
 import os
 import sys
 from collections import OrderedDict
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report_common import esc, fmt, import_pyplot, page, table  # noqa: E402
+from report_common import fail as _fail  # noqa: E402
+
 
 def fail(msg, code=2):
-    print(f"validation_report.py: error: {msg}", file=sys.stderr)
-    sys.exit(code)
+    _fail("validation_report.py", msg, code)
 
 
 def abs_stats(errs):
@@ -40,14 +42,6 @@ def size_label(b):
         if b >= div and b % div == 0:
             return f"{b // div} {unit}"
     return f"{b} B"
-
-
-def fmt(x, digits=2):
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
-def esc(x):
-    return html.escape(str(x))
 
 
 def plot_op(plt, op, algos, out):
@@ -110,26 +104,12 @@ ROW_HEAD = ["op", "algo", "bytes", "chunks x channels", "measured (us)", "simula
             "sim err %", "closed err %", "record"]
 
 
-def table(head, rows):
-    out = ["<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"]
-    for r in rows:
-        out.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>")
-    out.append("</table>")
-    return "\n".join(out)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", required=True, help="mk-validate --json output (mkernel.validation.v1)")
     ap.add_argument("--out", required=True, help="directory to write index.html and the PNGs into (must exist)")
     a = ap.parse_args()
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        fail(f"matplotlib is not available to {sys.executable} (Debian: apt install python3-matplotlib; "
-             "mk-validate --python selects the interpreter)", 3)
+    plt = import_pyplot("validation_report.py", "mk-validate --python")
     try:
         with open(a.json) as f:
             doc = json.load(f)
@@ -150,12 +130,7 @@ def main():
     plots = [(op, *plot_op(plt, op, algos, a.out)) for op, algos in by_op.items()]
 
     sim, cf = summary["sim"], summary["closed_form"]
-    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>mk-validate report</title><style>",
-             "body{font-family:sans-serif;margin:2em;max-width:1400px} table{border-collapse:collapse;margin:1em 0}"
-             "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right} th{background:#eee}"
-             "code,pre{background:#f6f6f6} .bad{color:#b00} img{max-width:100%}",
-             "</style></head><body>",
-             f"<h1>mk-validate: measured vs predicted on {esc(doc.get('cluster', '?'))}</h1>",
+    parts = [f"<h1>mk-validate: measured vs predicted on {esc(doc.get('cluster', '?'))}</h1>",
              "<h2>Summary</h2>",
              f"<pre>validation: n={sim['n']} median_abs_err_pct={sim['median_abs_err_pct']:.2f} "
              f"p90_abs_err_pct={sim['p90_abs_err_pct']:.2f} max_abs_err_pct={sim['max_abs_err_pct']:.2f}   (simulator, gated)\n"
@@ -248,9 +223,9 @@ def main():
     parts.append("</details>")
     tool = doc.get("tool", {})
     parts.append(f"<p><small>{esc(tool.get('command', ''))} (mk-validate commit {esc(tool.get('commit', '?'))})"
-                 "</small></p></body></html>")
+                 "</small></p>")
     with open(os.path.join(a.out, "index.html"), "w") as f:
-        f.write("\n".join(parts) + "\n")
+        f.write(page("mk-validate report", parts))
     return 0
 
 

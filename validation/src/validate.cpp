@@ -3,20 +3,17 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
-#include <exception>
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <set>
-#include <thread>
 #include <tuple>
 #include <utility>
 
 #include "mk/algorithms/request.hpp"
 #include "mk/error.hpp"
+#include "mk/validation/parallel.hpp"
 
 namespace mk {
 namespace {
@@ -292,51 +289,18 @@ ValidationResult validateMeasurements(const std::vector<MeasurementFile>& files,
     }
   }
 
-  // Every prediction forks its own simulating process (SimGrid allows one engine per process), so threads here
-  // only wait on children: N threads keep N simulations running.
-#if defined(__SANITIZE_ADDRESS__)
-  // Each prediction forks its simulation process; under AddressSanitizer a fork while another thread is inside
-  // the sanitizer's allocator leaves that lock held in the child, which then hangs: one job at a time there.
-  const std::size_t nThreads = 1;
-#else
-  const std::size_t nThreads = std::max<std::size_t>(1, std::min<std::size_t>(options.jobs, jobs.size()));
-#endif
   std::vector<double> simUs(jobs.size(), 0.0);
-  std::atomic<std::size_t> next{0};
-  std::atomic<bool> stop{false};
-  std::exception_ptr firstError;
-  std::mutex errorMutex;
-  auto worker = [&] {
-    for (;;) {
-      const std::size_t k = next.fetch_add(1);
-      if (k >= jobs.size() || stop.load()) return;
-      try {
-        sim::SimOptions so;
-        so.trace = false;
-        so.linkLoad = false;
-        simUs[k] = sim::predict(jobs[k].schedule, jobs[k].topo, profile, so).totalUs;
-      } catch (const Error& e) {
-        const ValidationRow& row = res.rows[k];
-        std::lock_guard<std::mutex> lock(errorMutex);
-        if (!firstError)
-          firstError = std::make_exception_ptr(
-              Error(e.code(), row.file + ": records[" + std::to_string(row.index) + "]: simulation: " + e.message()));
-        stop = true;
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(errorMutex);
-        if (!firstError) firstError = std::current_exception();
-        stop = true;
-      }
+  forEachParallel(jobs.size(), options.jobs, [&](std::size_t k) {
+    try {
+      sim::SimOptions so;
+      so.trace = false;
+      so.linkLoad = false;
+      simUs[k] = sim::predict(jobs[k].schedule, jobs[k].topo, profile, so).totalUs;
+    } catch (const Error& e) {
+      const ValidationRow& row = res.rows[k];
+      throw Error(e.code(), row.file + ": records[" + std::to_string(row.index) + "]: simulation: " + e.message());
     }
-  };
-  if (nThreads == 1) {
-    worker();
-  } else {
-    std::vector<std::thread> pool;
-    for (std::size_t t = 0; t < nThreads; ++t) pool.emplace_back(worker);
-    for (auto& th : pool) th.join();
-  }
-  if (firstError) std::rethrow_exception(firstError);
+  });
 
   std::vector<double> simErr, closedErr;
   for (std::size_t k = 0; k < res.rows.size(); ++k) {

@@ -37,14 +37,6 @@ std::string utcDate() {
 }
 
 /// The command line as typed, quoted where a word has a space, for the provenance.
-std::string commandLine(int argc, char** argv) {
-  std::string s = kTool;
-  for (int i = 1; i < argc; ++i) {
-    const std::string w = argv[i];
-    s += w.find(' ') == std::string::npos ? " " + w : " '" + w + "'";
-  }
-  return s;
-}
 
 }  // namespace
 
@@ -89,7 +81,7 @@ int main(int argc, char** argv) {
     prov.system = cluster;
     prov.date = utcDate();
     prov.commit = MK_GIT_COMMIT;
-    prov.tool = commandLine(argc, argv);
+    prov.tool = mk::cli::commandLine(kTool, argc, argv);
     const std::string table = mk::formatFitReport(report);
 
     // Both outputs or neither: the report is written first and removed again if the profile cannot be.

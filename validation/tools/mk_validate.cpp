@@ -7,20 +7,13 @@
 //
 // Exit codes (mk/util/cli.hpp): 0 success, 1 the gate failed (median simulator error above --max-median-err) or a
 // simulation process died, 2 bad input (one line on stderr, nothing written).
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,6 +27,7 @@
 #include "mk/topology/topology.hpp"
 #include "mk/util/cli.hpp"
 #include "mk/util/size.hpp"
+#include "mk/validation/report_dir.hpp"
 #include "mk/validation/validate.hpp"
 
 #ifndef MK_GIT_COMMIT
@@ -42,8 +36,6 @@
 #ifndef MK_REPORT_SCRIPT
 #define MK_REPORT_SCRIPT "validation_report.py"
 #endif
-
-extern char** environ;
 
 namespace {
 
@@ -74,57 +66,12 @@ struct Options {
 [[noreturn]] void bad(const std::string& msg) { throw mk::Error(mk::ErrorCode::InvalidArgument, msg); }
 [[noreturn]] void ioError(const std::string& msg) { throw mk::Error(mk::ErrorCode::IoError, msg); }
 
-std::string commandLine(int argc, char** argv) {
-  std::string s = kTool;
-  for (int i = 1; i < argc; ++i) {
-    const std::string w = argv[i];
-    s += w.find(' ') == std::string::npos ? " " + w : " '" + w + "'";
-  }
-  return s;
-}
+void checkReportDir(const std::string& dir) { mk::report::checkReportDir("--report", dir, kReportMarker, kTool); }
 
-fs::path parentOf(const std::string& path) {
-  const fs::path p = fs::path(path).lexically_normal();
-  fs::path parent = p.has_filename() ? p.parent_path() : p.parent_path().parent_path();
-  return parent.empty() ? fs::path(".") : parent;
-}
-
-/// A file output must be writable before minutes of simulation are spent (writeFileAtomic checks it again).
-void checkOutputFile(const char* option, const std::string& path) {
-  if (path.empty()) return;
-  std::error_code ec;
-  const fs::path dir = parentOf(path);
-  if (!fs::is_directory(dir, ec))
-    ioError(std::string(option) + " " + path + ": directory '" + dir.string() + "' does not exist");
-  if (fs::is_directory(path, ec)) ioError(std::string(option) + " " + path + " is a directory");
-}
-
-/// The report directory: new, empty, or a previous report (which it replaces); its parent must exist.
-void checkReportDir(const std::string& dir) {
-  if (dir.empty()) return;
-  std::error_code ec;
-  const fs::path parent = parentOf(dir);
-  if (!fs::is_directory(parent, ec))
-    ioError("--report " + dir + ": parent directory '" + parent.string() + "' does not exist");
-  if (::access(parent.c_str(), W_OK) != 0)
-    ioError("--report " + dir + ": parent directory '" + parent.string() + "' is not writable");
-  if (!fs::exists(dir, ec)) return;
-  if (!fs::is_directory(dir, ec)) ioError("--report " + dir + " exists and is not a directory");
-  if (!fs::is_empty(dir, ec) && !fs::exists(fs::path(dir) / kReportMarker, ec))
-    ioError("--report " + dir +
-            " is a non-empty directory that holds no previous mk-validate report: choose a new or "
-            "empty directory");
-}
-
-/// The report script: next to an installed mk-validate (../share/mkernel), else the source tree's.
-std::string defaultScript() {
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const fs::path installed = exe.parent_path().parent_path() / "share" / "mkernel" / "validation_report.py";
-    if (fs::exists(installed, ec)) return installed.string();
-  }
-  return MK_REPORT_SCRIPT;
+/// Run the report script; its output goes to `log`. Throws with the script's last line when it fails.
+void runReportScript(const Options& o, const fs::path& tmp, const std::string& log) {
+  mk::report::runScript("--report", o.python, o.script,
+                        {"--json", (tmp / "validation.json").string(), "--out", tmp.string()}, log);
 }
 
 /// "allreduce:auto:one-shot:64KiB" -> op, algo (may hold ':'), bytes.
@@ -171,65 +118,10 @@ std::string traceFileName(const mk::ValidationRow& r) {
 }
 
 /// Run the report script; its output goes to `log`. Throws with the script's last line when it fails.
-void runReportScript(const Options& o, const fs::path& tmp, const std::string& log) {
-  std::vector<std::string> args = {o.python, o.script,    "--json", (tmp / "validation.json").string(),
-                                   "--out",  tmp.string()};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = 0;
-  std::fflush(nullptr);
-  const int rc = posix_spawn(&pid, o.python.c_str(), &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) ioError("--report: cannot run " + o.python + ": " + std::strerror(rc));
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
-  std::ifstream in(log);
-  std::string line, last;
-  while (std::getline(in, line))
-    if (!line.empty()) last = line;
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  throw mk::Error(mk::ErrorCode::Unsupported, "--report: " + o.script + " (run by " + o.python + ") failed with exit " +
-                                                  std::to_string(code) + ": " + (last.empty() ? "no output" : last));
-}
 
 /// A fresh directory next to `dir` (same file system, so rename() can move it into place).
-fs::path makeTempDir(const std::string& dir, const char* tag) {
-  const fs::path target = fs::path(dir).lexically_normal();
-  std::string name = target.has_filename() ? target.filename().string() : target.parent_path().filename().string();
-  std::string tmpl = (parentOf(dir) / ("." + name + "." + tag + "-XXXXXX")).string();
-  if (::mkdtemp(tmpl.data()) == nullptr)
-    ioError("--report " + dir + ": cannot create a temporary directory next to it: " + std::strerror(errno));
-  // mkdtemp makes it 0700; the report is an ordinary directory, so give it the mode mkdir would have.
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  ::chmod(tmpl.c_str(), 0777 & ~mask);
-  return tmpl;
-}
 
 /// Move the finished report `tmp` to `dir`, replacing an empty directory or a previous report.
-void installReport(const fs::path& tmp, const std::string& dir) {
-  std::error_code ec;
-  const fs::path target = fs::path(dir).lexically_normal();
-  fs::path old;
-  if (fs::exists(target, ec) && !fs::is_empty(target, ec)) {
-    old = makeTempDir(dir, "old");
-    if (::rename(target.c_str(), old.c_str()) != 0)
-      ioError("--report " + dir + ": cannot move the previous report away: " + std::strerror(errno));
-  }
-  if (::rename(tmp.c_str(), target.c_str()) != 0) {
-    const int err = errno;
-    if (!old.empty()) ::rename(old.c_str(), target.c_str());
-    ioError("--report " + dir + ": cannot move the report into place: " + std::strerror(err));
-  }
-  if (!old.empty()) fs::remove_all(old, ec);
-}
 
 void printProvenance(const Options& o, const mk::Profile& p, const mk::ProfileProvenance& prov,
                      const std::string& honesty) {
@@ -248,7 +140,7 @@ void printProvenance(const Options& o, const mk::Profile& p, const mk::ProfilePr
 int run(const Options& o, const std::string& command) {
   // ---- everything that can be checked before the simulations ----
   if (o.datasheet == !o.profile.empty()) bad("give exactly one of --profile p.json and --datasheet");
-  checkOutputFile("--json", o.jsonOut);
+  mk::report::checkOutputFile("--json", o.jsonOut);
   checkReportDir(o.reportDir);
   std::optional<TraceSelector> sel;
   if (!o.traceRecord.empty()) sel = parseTraceRecord(o.traceRecord);
@@ -328,7 +220,7 @@ int run(const Options& o, const std::string& command) {
           mk::sideBySideTrace(regen.schedule, p, measuredJson, o.measuredTrace, o.measuredOp, title);
       traceName = traceFileName(row);
       json = mk::validationToJson(res, ctx, &sbs, &row, traceName, o.measuredTrace);
-      tmp = makeTempDir(o.reportDir, "tmp");
+      tmp = mk::report::makeTempDir("--report", o.reportDir, "tmp");
       mk::writeFileAtomic((tmp / "validation.json").string(), json);
       mk::writeFileAtomic((tmp / traceName).string(), sbs.json);
       mk::writeFileAtomic((tmp / kReportMarker).string(),
@@ -344,7 +236,7 @@ int run(const Options& o, const std::string& command) {
     if (!o.jsonOut.empty()) mk::writeFileAtomic(o.jsonOut, json);
     if (!o.reportDir.empty()) {
       try {
-        installReport(tmp, o.reportDir);
+        mk::report::installReport("--report", tmp, o.reportDir);
       } catch (...) {
         if (!o.jsonOut.empty()) std::remove(o.jsonOut.c_str());
         throw;
@@ -377,7 +269,7 @@ int run(const Options& o, const std::string& command) {
 
 int main(int argc, char** argv) {
   Options o;
-  o.script = defaultScript();
+  o.script = mk::report::defaultScript("validation_report.py", MK_REPORT_SCRIPT);
   CLI::App app{
       "mk-validate: predict every measured collective of the resident kernel (records with impl \"mkernel\" and op\n"
       "allreduce, allgather, reducescatter, broadcast or alltoall) with the SimGrid simulator (exact mode) and the\n"
@@ -438,6 +330,6 @@ int main(int argc, char** argv) {
   app.add_option("files", o.files, "measurement files (mkernel.measurement.v1)")->required();
   if (int rc = mk::cli::parse(app, argc, argv, kTool); rc != mk::cli::kContinue) return rc;
   if (int rc = mk::cli::requirePositive(app, kTool, {{"--jobs", o.jobs}}); rc != mk::cli::kContinue) return rc;
-  const std::string command = commandLine(argc, argv);
+  const std::string command = mk::cli::commandLine(kTool, argc, argv);
   return mk::cli::run(kTool, [&] { return run(o, command); });
 }

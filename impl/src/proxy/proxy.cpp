@@ -200,23 +200,27 @@ void Proxy::consumerMain(Consumer& c) noexcept {
         requests[i] = resolve(c, current);
       }
       uint64_t released = batch[0].position;
+      // `handled` counts a command before `done` passes it (the release of done then publishes the count too).
+      auto release = [&](uint64_t end) {
+        c.handled.fetch_add(end - released, std::memory_order_relaxed);
+        c.fifo.complete(released = end);
+      };
       for (std::size_t i = 0; i < n; ++i) {
         current = batch[i];
         const bool streams = requests[i] && requests[i]->info.bytes > kStreamedPutBytes;
         if (streams && released < current.position) {
           sender->flush();
-          c.fifo.complete(released = current.position);
+          release(current.position);
         }
         if (requests[i])
           sender->put(processOf(requests[i]->info.dstRank), *requests[i]);
         else
           sender->flush();  // a Flush command: everything before it leaves now
-        if (streams) c.fifo.complete(released = current.position + 1);
+        if (streams) release(current.position + 1);
       }
       current = PoppedCommand{};
       sender->flush();
-      if (released < batch[n - 1].position + 1) c.fifo.complete(batch[n - 1].position + 1);
-      c.handled.fetch_add(n, std::memory_order_relaxed);
+      if (released < batch[n - 1].position + 1) release(batch[n - 1].position + 1);
     }
   } catch (const std::exception& e) {
     const Error* mkError = dynamic_cast<const Error*>(&e);

@@ -11,6 +11,7 @@
 #include <exception>
 #include <functional>
 #include <initializer_list>
+#include <string>
 #include <utility>
 
 #include "mk/error.hpp"
@@ -44,6 +45,16 @@ inline int requirePositive(const CLI::App& app, const char* tool,
     }
   }
   return kContinue;
+}
+
+/// The command line as typed, `tool` first, quoted where a word has a space (for provenance and reports).
+inline std::string commandLine(const char* tool, int argc, char** argv) {
+  std::string s = tool;
+  for (int i = 1; i < argc; ++i) {
+    const std::string w = argv[i];
+    s += w.find(' ') == std::string::npos ? " " + w : " '" + w + "'";
+  }
+  return s;
 }
 
 /// Run the tool's body; an escaping error becomes one stderr line. mk::Error about the input exits 2; internal

@@ -1,4 +1,4 @@
-// Helpers the models tests share.
+// mkernel tests — the one check that a call fails with a given mk::Error code and a message naming what is wrong.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -15,16 +15,16 @@ namespace mk::test {
 inline void expectError(const std::function<void()>& fn, ErrorCode code, const std::vector<std::string>& parts) {
   try {
     fn();
-    FAIL("expected an mk::Error(" << std::string(toString(code)) << ") containing '"
-                                  << (parts.empty() ? "" : parts.front()) << "', got none");
+    FAIL("expected an mk::Error(" << toString(code) << ") containing '" << (parts.empty() ? "" : parts.front())
+                                  << "', got none");
   } catch (const Error& e) {
-    CHECK_MESSAGE(e.code() == code, "code " << std::string(toString(e.code())) << ", message: " << e.message());
+    CHECK_MESSAGE(e.code() == code, "code " << toString(e.code()) << ", message: " << e.message());
     for (const auto& p : parts)
       CHECK_MESSAGE(e.message().find(p) != std::string::npos, "'" << p << "' not in: " << e.message());
   }
 }
 
-/// expectError with one expected part.
+/// The same for one expected part (a literal: a braced list picks the overload above).
 inline void expectError(const std::function<void()>& fn, ErrorCode code, const char* part) {
   expectError(fn, code, std::vector<std::string>{part});
 }

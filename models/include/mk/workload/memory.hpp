@@ -1,0 +1,29 @@
+// mkernel — how much GPU memory one training step's state needs per GPU (docs/planner.md): weights, gradients,
+// Adam state under the layout's ZeRO stage, and the activations the pipeline schedule keeps in flight.
+//
+// Activations follow Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models"
+// (MLSys 2023, arXiv 2205.05198), with the attention scores never stored (a FlashAttention-style kernel):
+// s b h (10 + 24 / t) bytes per layer, s b h 34 / t with sequence parallelism, 2 s b h / t (the layer input
+// only) with full recomputation. Not counted: logits, temporary buffers, the CUDA context, fragmentation.
+#pragma once
+
+#include "mk/workload/lowering.hpp"
+#include "mk/workload/workload.hpp"
+
+namespace mk {
+
+/// Bytes per GPU of the stage that needs the most.
+struct MemoryEstimate {
+  uint32_t stage = 0;      ///< the pipeline stage these numbers are for
+  double weights = 0;      ///< parameters in the training dtype (sharded over dp under ZeRO 3)
+  double gradients = 0;    ///< in the layout's gradient dtype (sharded under ZeRO 2 and 3)
+  double optimizer = 0;    ///< Adam: fp32 master weights, first and second moments, 12 bytes per parameter
+  double activations = 0;  ///< per layer per micro-batch x layers x micro-batches in flight
+  double inFlight = 0;     ///< micro-batches whose activations the stage holds at once
+  double total() const noexcept { return weights + gradients + optimizer + activations; }
+};
+
+/// Memory of every stage of `step` (lowerStep(w, r)); returns the largest.
+MemoryEstimate estimateMemory(const Workload& w, const StepLowering& step);
+
+}  // namespace mk

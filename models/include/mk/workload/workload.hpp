@@ -1,0 +1,128 @@
+// mkernel — one training step of a decoder-only transformer and the parallel layout it runs with
+// (docs/planner.md). Pure data, checks and JSON: no CUDA, no SimGrid.
+//
+// A Workload is what a capacity planner is asked about: the model's shape (layers, hidden, FFN, heads, KV heads,
+// vocabulary, optional mixture of experts), the training step (sequence length, micro- and global batch, element
+// type, activation recomputation) and the layout (tensor, pipeline, data and expert parallelism, sequence
+// parallelism, ZeRO stage and gradient buckets). The data-parallel degree may be left to the GPU count ("auto"),
+// so that one workload can be swept from 8 to 8192 GPUs; resolveLayout() fixes it for one GPU count.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mk/schedule/types.hpp"
+
+namespace mk {
+
+/// Mixture of experts in every transformer layer's MLP (absent = dense).
+struct MoeSpec {
+  uint32_t experts = 0;  ///< routed experts per layer
+  uint32_t topK = 0;     ///< experts each token is sent to
+  uint64_t ffn = 0;      ///< intermediate size of one expert (0 = the model's ffn)
+};
+
+/// The model's shape, in the names of the public model configs (Hugging Face config.json in parentheses).
+struct ModelShape {
+  uint32_t layers = 0;   ///< transformer layers (num_hidden_layers)
+  uint64_t hidden = 0;   ///< model width (hidden_size)
+  uint64_t ffn = 0;      ///< MLP intermediate size (intermediate_size)
+  uint32_t heads = 0;    ///< query heads (num_attention_heads); head dim = hidden / heads
+  uint32_t kvHeads = 0;  ///< key/value heads (num_key_value_heads; = heads without GQA)
+  uint64_t vocab = 0;    ///< vocabulary (vocab_size)
+  bool gatedMlp = true;  ///< SwiGLU-style MLP: gate and up projections (3 matrices) instead of 2
+  std::optional<MoeSpec> moe;
+
+  uint64_t headDim() const noexcept { return heads ? hidden / heads : 0; }
+};
+
+/// Activation recomputation.
+enum class Recompute : uint8_t { None, Full };
+
+/// One optimizer step of training.
+struct TrainingSpec {
+  uint64_t seq = 0;                       ///< tokens per sequence
+  uint32_t microBatch = 0;                ///< sequences per micro-batch (per data-parallel replica)
+  uint64_t globalBatch = 0;               ///< sequences per optimizer step, over all replicas
+  DType dtype = DType::BFloat16;          ///< element type of weights and activations (what the GEMMs run in)
+  Recompute recompute = Recompute::None;  ///< Full: the forward pass is run again in the backward pass
+};
+
+/// Pipeline schedule.
+enum class PipelineSchedule : uint8_t { OneFOneB, Interleaved, GPipe };
+
+/// How the step is split over GPUs. Ranks are ordered tensor-parallel fastest, then expert, then the rest of
+/// the data-parallel dimension, then pipeline stage (Megatron-LM's "tp-ep-dp-pp" order):
+///   rank = tp_i + tp * (dp_i + dp * pp_i), with the expert-parallel group of a rank being `ep` consecutive
+///   data-parallel indices (dp_i / ep the same).
+struct ParallelLayout {
+  uint32_t tp = 1;             ///< tensor parallelism (Megatron: attention heads and MLP columns split)
+  uint32_t pp = 1;             ///< pipeline stages
+  std::optional<uint32_t> dp;  ///< data-parallel replicas; empty = "auto": GPUs / (tp * pp)
+  uint32_t ep = 1;             ///< expert parallelism (MoE only): experts split over ep data-parallel ranks
+  bool sp = true;              ///< sequence parallelism: TP all-reduce becomes reduce-scatter + all-gather
+  PipelineSchedule schedule = PipelineSchedule::OneFOneB;
+  uint32_t virtualStages = 1;        ///< model chunks per GPU (Interleaved only; 1 otherwise)
+  uint32_t zero = 1;                 ///< ZeRO stage 0..3 (0: all-reduce gradients; 1, 2: reduce-scatter + all-gather)
+  uint64_t bucketBytes = 0;          ///< gradient bucket size in bytes (0: kDefaultBucketBytes)
+  DType gradDtype = DType::Float32;  ///< element type gradients are reduced in
+  bool overlapGradReduce = true;     ///< gradient buckets reduced while the last backward pass runs
+  bool overlapParamGather = false;   ///< ZeRO 1/2: the parameter all-gather overlaps the next forward pass
+};
+
+/// A training step to plan.
+struct Workload {
+  std::string name;  ///< preset name or file stem
+  ModelShape model;
+  TrainingSpec training;
+  ParallelLayout layout;
+};
+
+/// The layout with every degree fixed for one GPU count.
+struct ResolvedLayout {
+  uint32_t gpus = 0;
+  uint32_t tp = 1, pp = 1, dp = 1, ep = 1;
+  uint32_t microBatches = 1;  ///< per replica per step: globalBatch / (dp * microBatch)
+  uint32_t virtualStages = 1;
+  std::vector<uint32_t> stageLayers;  ///< transformer layers of each pipeline stage (the first ones get extras)
+};
+
+/// Names of the built-in workloads: "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x22b".
+std::vector<std::string> workloadPresets();
+/// A built-in workload (model numbers from the public configs, docs/planner.md cites each); throws
+/// Error(NotFound) listing the presets.
+Workload workloadPreset(const std::string& name);
+/// One line describing a preset's source, for --list-workloads and the report.
+std::string workloadPresetSource(const std::string& name);
+
+/// Check every field that does not depend on the GPU count; throws Error(InvalidArgument) naming the field
+/// ("layout.tp 3 does not divide model.heads 64") and what was expected.
+void validateWorkload(const Workload& w);
+
+/// Fix the layout for `gpus` GPUs. Throws Error(InvalidArgument) naming the field when the layout cannot run on
+/// that many GPUs (tp * pp does not divide it, an explicit dp that gives another world size, dp not a multiple of
+/// ep, a global batch that dp * microBatch does not divide). validateWorkload() first.
+ResolvedLayout resolveLayout(const Workload& w, uint32_t gpus);
+
+/// Default gradient bucket (bytes) when ParallelLayout::bucketBytes is 0: PyTorch DistributedDataParallel's
+/// documented default, bucket_cap_mb = 25.
+inline constexpr uint64_t kDefaultBucketBytes = uint64_t{25} << 20;
+
+const char* toString(Recompute r) noexcept;         ///< "none", "full"
+const char* toString(PipelineSchedule s) noexcept;  ///< "1f1b", "interleaved", "gpipe"
+
+/// JSON ("mkernel.workload.v1", camelCase fields as the topology and profile files). Format: docs/planner.md.
+std::string workloadToJson(const Workload& w, int indent = 2);
+/// Parse and validate. A document with "preset" starts from that preset and every section and field is an
+/// override; without it "model" and "training" are required whole. Throws Error(ParseError) naming the field
+/// for malformed input, Error(InvalidArgument) from validateWorkload, Error(NotFound) for an unknown preset.
+Workload workloadFromJson(const std::string& text);
+/// A preset name or a path to a JSON file (errors name the file).
+Workload loadWorkload(const std::string& presetOrPath);
+/// Apply a layout JSON object ({"tp": 8, ...}: the "layout" section of a workload file) to `w`; throws like
+/// workloadFromJson with field names prefixed by `where`.
+void applyLayoutJson(Workload& w, const std::string& text, const std::string& where);
+
+}  // namespace mk

@@ -1,0 +1,423 @@
+// mkernel — a training step lowered to per-GPU GEMMs, attention kernels and collectives (lowering.hpp; the
+// formulas are in docs/planner.md).
+#include "mk/workload/lowering.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "mk/error.hpp"
+
+namespace mk {
+
+namespace {
+
+uint64_t ceilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+double dbl(uint64_t v) { return static_cast<double>(v); }
+
+/// Global rank of (tensor index, data-parallel index, pipeline stage): tp fastest, then dp, then pp.
+struct RankGrid {
+  uint32_t tp, dp, pp;
+  uint32_t rank(uint32_t t, uint32_t d, uint32_t s) const { return t + tp * (d + dp * s); }
+};
+
+/// Everything one stage's lowering needs, computed once.
+class StageBuilder {
+ public:
+  StageBuilder(const Workload& w, const ResolvedLayout& r, uint32_t stage) : w_(w), r_(r), grid_{r.tp, r.dp, r.pp} {
+    const ModelShape& m = w.model;
+    out_.stage = stage;
+    out_.layers = r.stageLayers.at(stage);
+    out_.embedding = stage == 0;
+    out_.head = stage + 1 == r.pp;
+    tokens_ = uint64_t{w.training.microBatch} * w.training.seq;
+    d_ = m.headDim();
+    qkvN_ = (m.heads / r.tp + 2 * std::max<uint64_t>(1, m.kvHeads / r.tp)) * d_;
+    attnOutK_ = (m.heads / r.tp) * d_;
+    ffnLocal_ = m.ffn / r.tp;
+    moeLayers_ = m.moe ? out_.layers : 0;
+    denseLayers_ = out_.layers - moeLayers_;
+    vocabLocal_ = ceilDiv(m.vocab, r.tp);
+    elemBytes_ = static_cast<double>(dtypeSize(w.training.dtype));
+  }
+
+  StageLowering build() {
+    addGroups();
+    addLayers(Pass::Forward, false);
+    addBackward();
+    if (w_.training.recompute == Recompute::Full) addLayers(Pass::Backward, true);
+    addPipeline();
+    addDataParallel();
+    return std::move(out_);
+  }
+
+ private:
+  // ---- groups ---------------------------------------------------------------------------------------------
+
+  uint32_t group(GroupSet g) {
+    out_.groups.push_back(std::move(g));
+    return static_cast<uint32_t>(out_.groups.size() - 1);
+  }
+
+  void addGroups() {
+    const uint32_t s = out_.stage;
+    GroupSet tp{"tp", {}}, dp{"dp", {}}, ep{"ep", {}}, edp{"edp", {}}, pp{"pp", {}};
+    for (uint32_t d = 0; d < r_.dp; ++d) {
+      std::vector<uint32_t> g;
+      for (uint32_t t = 0; t < r_.tp; ++t) g.push_back(grid_.rank(t, d, s));
+      tp.instances.push_back(std::move(g));
+    }
+    for (uint32_t t = 0; t < r_.tp; ++t) {
+      std::vector<uint32_t> g;
+      for (uint32_t d = 0; d < r_.dp; ++d) g.push_back(grid_.rank(t, d, s));
+      dp.instances.push_back(std::move(g));
+      for (uint32_t base = 0; base < r_.dp; base += r_.ep) {
+        std::vector<uint32_t> e;
+        for (uint32_t j = 0; j < r_.ep; ++j) e.push_back(grid_.rank(t, base + j, s));
+        ep.instances.push_back(std::move(e));
+      }
+      for (uint32_t e = 0; e < r_.ep; ++e) {
+        std::vector<uint32_t> g2;
+        for (uint32_t d = e; d < r_.dp; d += r_.ep) g2.push_back(grid_.rank(t, d, s));
+        edp.instances.push_back(std::move(g2));
+      }
+    }
+    // The boundary this stage sends over: to the next stage, or from the previous one for the last stage.
+    if (r_.pp > 1) {
+      const uint32_t from = s + 1 < r_.pp ? s : s - 1;
+      for (uint32_t d = 0; d < r_.dp; ++d)
+        for (uint32_t t = 0; t < r_.tp; ++t)
+          pp.instances.push_back({grid_.rank(t, d, from), grid_.rank(t, d, from + 1)});
+    }
+    tpGroups_ = group(std::move(tp));
+    dpGroups_ = group(std::move(dp));
+    epGroups_ = group(std::move(ep));
+    edpGroups_ = group(std::move(edp));
+    ppGroups_ = group(std::move(pp));
+  }
+
+  // ---- compute --------------------------------------------------------------------------------------------
+
+  uint32_t addGemm(const std::string& name, Pass pass, uint64_t m, uint64_t n, uint64_t k, uint64_t batch,
+                   uint32_t times, bool recompute) {
+    ComputeOp op;
+    op.name = name;
+    op.kind = ComputeKind::Gemm;
+    op.pass = pass;
+    op.m = m;
+    op.n = n;
+    op.k = k;
+    op.batch = batch;
+    op.flops =
+        2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(batch);
+    op.bytes = elemBytes_ * dbl(batch) * (dbl(m) * dbl(k) + dbl(k) * dbl(n) + dbl(m) * dbl(n));
+    op.times = times;
+    op.recompute = recompute;
+    out_.compute.push_back(op);
+    return static_cast<uint32_t>(out_.compute.size() - 1);
+  }
+
+  /// Causal attention of one micro-batch on this rank's heads: QK^T and PV per (sequence, head), half of each
+  /// computed under the causal mask; Q, K, V and O read or written once (the scores never reach HBM).
+  void addAttention(Pass pass, uint32_t times, bool recompute, bool backward) {
+    const uint64_t s = w_.training.seq;
+    const uint64_t batch = uint64_t{w_.training.microBatch} * (w_.model.heads / r_.tp);
+    ComputeOp op;
+    op.name = backward ? "attention.bwd" : recompute ? "attention.recompute" : "attention";
+    op.kind = ComputeKind::Attention;
+    op.pass = pass;
+    op.m = s;
+    op.n = s;
+    op.k = d_;
+    op.batch = batch;
+    const double fwdFlops = 2.0 * 2.0 * dbl(s) * dbl(s) * dbl(d_) * 0.5 * dbl(batch);
+    const double fwdBytes = 4.0 * dbl(s) * dbl(d_) * elemBytes_ * dbl(batch);
+    // FlashAttention's backward runs five of these matrix products (QK^T again, dV, dP, dQ, dK) against two
+    // forward, and reads and writes about twice the tensors (Q, K, V, O, dO in; dQ, dK, dV out).
+    op.flops = backward ? 2.5 * fwdFlops : fwdFlops;
+    op.bytes = backward ? 2.0 * fwdBytes : fwdBytes;
+    op.times = times;
+    op.recompute = recompute;
+    out_.compute.push_back(op);
+  }
+
+  uint32_t addComm(const std::string& name, Phase phase, CommKind kind, Pass pass, CommTiming timing, uint64_t count,
+                   DType dtype, uint32_t times, uint32_t groups) {
+    CommOp op;
+    op.name = name;
+    op.phase = phase;
+    op.kind = kind;
+    op.pass = pass;
+    op.timing = timing;
+    op.count = count;
+    op.dtype = dtype;
+    op.times = times;
+    op.groups = groups;
+    out_.comm.push_back(op);
+    return static_cast<uint32_t>(out_.comm.size() - 1);
+  }
+
+  void fuse(FusedKind kind, uint32_t compute, uint32_t comm) { out_.fused.push_back({kind, compute, comm}); }
+
+  /// A tensor-parallel boundary next to GEMM `gemm`: all-gather before a column-parallel GEMM, reduce-scatter
+  /// (sequence parallel) or all-reduce after a row-parallel one.
+  void tpBoundary(const std::string& name, CommKind kind, Pass pass, uint32_t gemm, uint32_t times) {
+    if (r_.tp == 1 || times == 0) return;
+    const uint64_t count = kind == CommKind::AllReduce ? tokens_ * w_.model.hidden : tokens_ * w_.model.hidden / r_.tp;
+    const uint32_t c =
+        addComm(name, Phase::Tp, kind, pass, CommTiming::Blocking, count, w_.training.dtype, times, tpGroups_);
+    fuse(kind == CommKind::AllGather       ? FusedKind::AllGatherGemm
+         : kind == CommKind::ReduceScatter ? FusedKind::GemmReduceScatter
+                                           : FusedKind::GemmAllReduce,
+         gemm, c);
+  }
+
+  /// The forward ops of this stage's layers (and head); `recompute` marks them as a backward-pass re-run.
+  void addLayers(Pass pass, bool recompute) {
+    const ModelShape& m = w_.model;
+    const uint32_t L = out_.layers;
+    const bool sp = w_.layout.sp;
+    const std::string sfx = recompute ? ".recompute" : "";
+    const uint64_t h = m.hidden;
+    const uint32_t qkv = addGemm("qkv" + sfx, pass, tokens_, qkvN_, h, 1, L, recompute);
+    if (sp) tpBoundary("tp.ag.qkv" + sfx, CommKind::AllGather, pass, qkv, L);
+    addAttention(pass, L, recompute, false);
+    const uint32_t out = addGemm("attn-out" + sfx, pass, tokens_, h, attnOutK_, 1, L, recompute);
+    tpBoundary((sp ? "tp.rs.attn-out" : "tp.ar.attn-out") + sfx, sp ? CommKind::ReduceScatter : CommKind::AllReduce,
+               pass, out, L);
+    if (denseLayers_ > 0) {
+      const uint64_t upN = (m.gatedMlp ? 2 : 1) * ffnLocal_;
+      const uint32_t up = addGemm("mlp-up" + sfx, pass, tokens_, upN, h, 1, denseLayers_, recompute);
+      if (sp) tpBoundary("tp.ag.mlp-up" + sfx, CommKind::AllGather, pass, up, denseLayers_);
+      const uint32_t down = addGemm("mlp-down" + sfx, pass, tokens_, h, ffnLocal_, 1, denseLayers_, recompute);
+      tpBoundary((sp ? "tp.rs.mlp-down" : "tp.ar.mlp-down") + sfx, sp ? CommKind::ReduceScatter : CommKind::AllReduce,
+                 pass, down, denseLayers_);
+    }
+    if (moeLayers_ > 0) addMoe(pass, recompute, sfx);
+    if (out_.head && !recompute) {
+      const uint32_t head = addGemm("lm-head", pass, tokens_, vocabLocal_, h, 1, 1, false);
+      if (sp) tpBoundary("tp.ag.lm-head", CommKind::AllGather, pass, head, 1);
+    }
+  }
+
+  /// Router, dispatch, experts, combine of the MoE layers (forward, or its recomputation).
+  void addMoe(Pass pass, bool recompute, const std::string& sfx) {
+    const ModelShape& m = w_.model;
+    const MoeSpec& moe = *m.moe;
+    const uint64_t local = tokens_ / r_.tp;  // each tensor-parallel rank routes its sequence slice
+    const uint64_t fe = moe.ffn ? moe.ffn : m.ffn;
+    const uint64_t expertsHere = moe.experts / r_.ep;
+    const uint64_t rows = ceilDiv(local * moe.topK * r_.ep, moe.experts);
+    addGemm("router" + sfx, pass, local, moe.experts, m.hidden, 1, moeLayers_, recompute);
+    const uint64_t block = ceilDiv(local * moe.topK * m.hidden, r_.ep);
+    if (r_.ep > 1)
+      addComm("ep.dispatch" + sfx, Phase::Ep, CommKind::AllToAll, pass, CommTiming::Blocking, block, w_.training.dtype,
+              moeLayers_, epGroups_);
+    addGemm("expert-up" + sfx, pass, rows, (m.gatedMlp ? 2 : 1) * fe, m.hidden, expertsHere, moeLayers_, recompute);
+    addGemm("expert-down" + sfx, pass, rows, m.hidden, fe, expertsHere, moeLayers_, recompute);
+    if (r_.ep > 1)
+      addComm("ep.combine" + sfx, Phase::Ep, CommKind::AllToAll, pass, CommTiming::Blocking, block, w_.training.dtype,
+              moeLayers_, epGroups_);
+  }
+
+  /// Data- and weight-gradient GEMMs of every forward GEMM, the attention backward, and the collectives that
+  /// mirror the forward ones (the backward of an all-gather is a reduce-scatter and the other way round).
+  void addBackward() {
+    const std::vector<ComputeOp> forward = out_.compute;  // forward ops only so far
+    const bool sp = w_.layout.sp;
+    for (const ComputeOp& f : forward) {
+      if (f.kind == ComputeKind::Attention) {
+        addAttention(Pass::Backward, f.times, false, true);
+        continue;
+      }
+      const uint32_t dgrad = addGemm(f.name + ".dgrad", Pass::Backward, f.m, f.k, f.n, f.batch, f.times, false);
+      addGemm(f.name + ".wgrad", Pass::Backward, f.k, f.n, f.m, f.batch, f.times, false);
+      // Column-parallel GEMMs (qkv, mlp-up, lm-head) reduce their input gradient; row-parallel ones (attn-out,
+      // mlp-down) gather their output gradient first.
+      const bool column = f.name == "qkv" || f.name == "mlp-up" || f.name == "lm-head";
+      const bool row = f.name == "attn-out" || f.name == "mlp-down";
+      if (column)
+        tpBoundary((sp ? "tp.rs." : "tp.ar.") + f.name + ".dgrad", sp ? CommKind::ReduceScatter : CommKind::AllReduce,
+                   Pass::Backward, dgrad, f.times);
+      if (row && sp) tpBoundary("tp.ag." + f.name + ".dgrad", CommKind::AllGather, Pass::Backward, dgrad, f.times);
+    }
+    if (moeLayers_ > 0 && r_.ep > 1) {
+      const CommOp* dispatch = nullptr;
+      for (const CommOp& c : out_.comm)
+        if (c.name == "ep.dispatch") dispatch = &c;
+      const CommOp proto = *dispatch;
+      addComm("ep.combine.bwd", Phase::Ep, CommKind::AllToAll, Pass::Backward, CommTiming::Blocking, proto.count,
+              proto.dtype, proto.times, epGroups_);
+      addComm("ep.dispatch.bwd", Phase::Ep, CommKind::AllToAll, Pass::Backward, CommTiming::Blocking, proto.count,
+              proto.dtype, proto.times, epGroups_);
+    }
+  }
+
+  // ---- pipeline and data parallelism ----------------------------------------------------------------------
+
+  void addPipeline() {
+    if (r_.pp == 1) return;
+    // A middle stage receives and sends one activation (forward) and one gradient (backward) per micro-batch and
+    // model chunk: T x h / t elements each (the sequence-parallel slice, or Megatron's scatter-gather of it).
+    const uint64_t count = tokens_ * w_.model.hidden / r_.tp;
+    addComm("pp.send", Phase::Pp, CommKind::SendRecv, Pass::Forward, CommTiming::Blocking, count, w_.training.dtype,
+            r_.virtualStages, ppGroups_);
+    addComm("pp.send.bwd", Phase::Pp, CommKind::SendRecv, Pass::Backward, CommTiming::Blocking, count,
+            w_.training.dtype, r_.virtualStages, ppGroups_);
+  }
+
+  /// Gradient reduction in equal buckets of at most the layout's bucket size (the last bucket of a framework is
+  /// smaller; equal buckets give one distinct collective to simulate), and ZeRO's parameter gathers.
+  void bucketed(const char* prefix, double params, uint32_t groupSize, uint32_t groups) {
+    const ParallelLayout& l = w_.layout;
+    if (groupSize <= 1 || params <= 0) return;
+    const DType grad = l.gradDtype;
+    const uint64_t elems = static_cast<uint64_t>(std::ceil(params));
+    const uint64_t bucket = l.bucketBytes ? l.bucketBytes : kDefaultBucketBytes;
+    const uint64_t n = std::max<uint64_t>(1, ceilDiv(elems * dtypeSize(grad), bucket));
+    const uint64_t perBucket = ceilDiv(elems, n);
+    const uint32_t times = static_cast<uint32_t>(n);
+    const std::string p = prefix;
+    if (l.zero == 0) {
+      addComm(p + ".ar", Phase::Dp, CommKind::AllReduce, Pass::Backward, CommTiming::GradBucket, perBucket, grad, times,
+              groups);
+      return;
+    }
+    const uint64_t shard = ceilDiv(perBucket, groupSize);
+    addComm(p + ".rs", Phase::Dp, CommKind::ReduceScatter, Pass::Backward, CommTiming::GradBucket, shard, grad, times,
+            groups);
+    addComm(p + ".ag", Phase::Dp, CommKind::AllGather, Pass::Forward, CommTiming::ParamGather, shard, w_.training.dtype,
+            times, groups);
+  }
+
+  /// ZeRO 3: every layer's parameters gathered before its forward and backward, its gradients reduce-scattered
+  /// after its backward, for every micro-batch.
+  void perLayer(const char* prefix, double layerParams, uint32_t layers, uint32_t groupSize, uint32_t groups) {
+    if (groupSize <= 1 || layerParams <= 0 || layers == 0) return;
+    const uint64_t shard = ceilDiv(static_cast<uint64_t>(std::ceil(layerParams)), groupSize);
+    const std::string p = prefix;
+    const DType dt = w_.training.dtype;
+    addComm(p + ".ag", Phase::Dp, CommKind::AllGather, Pass::Forward, CommTiming::LayerPrefetch, shard, dt, layers,
+            groups);
+    addComm(p + ".ag.bwd", Phase::Dp, CommKind::AllGather, Pass::Backward, CommTiming::LayerPrefetch, shard, dt, layers,
+            groups);
+    addComm(p + ".rs", Phase::Dp, CommKind::ReduceScatter, Pass::Backward, CommTiming::LayerPrefetch, shard,
+            w_.layout.gradDtype, layers, groups);
+  }
+
+  void addDataParallel() {
+    const ModelShape& m = w_.model;
+    const double h = static_cast<double>(m.hidden);
+    const double attn = h * static_cast<double>(qkvN_) + static_cast<double>(attnOutK_) * h;
+    const double norms = 2 * h;  // two RMSNorm weight vectors per layer (replicated over tensor parallelism)
+    const double mlp = (m.gatedMlp ? 3.0 : 2.0) * h * static_cast<double>(ffnLocal_);
+    const double router = m.moe ? h * m.moe->experts : 0;
+    const double vocabRows = static_cast<double>(vocabLocal_) * h;
+    const double perDenseLayer = attn + norms + mlp;
+    const double perMoeLayerDense = attn + norms + router;
+    double dense = denseLayers_ * perDenseLayer + moeLayers_ * perMoeLayerDense;
+    if (out_.embedding) dense += vocabRows;
+    if (out_.head) dense += vocabRows + h;  // untied output projection and the final norm
+    double expertPerLayer = 0;
+    if (m.moe) {
+      const double fe = static_cast<double>(m.moe->ffn ? m.moe->ffn : m.ffn);
+      expertPerLayer = static_cast<double>(m.moe->experts / r_.ep) * (m.gatedMlp ? 3.0 : 2.0) * h * fe;
+    }
+    out_.denseParams = dense;
+    out_.expertParams = expertPerLayer * moeLayers_;
+    const uint32_t edpSize = r_.dp / r_.ep;
+    if (w_.layout.zero == 3) {
+      // Layers (and the embedding / head, gathered like one more layer) one after the other.
+      const double extra = (out_.embedding ? vocabRows : 0) + (out_.head ? vocabRows + h : 0);
+      perLayer("dp.layer", m.moe ? perMoeLayerDense : perDenseLayer, out_.layers, r_.dp, dpGroups_);
+      perLayer("dp.embedding", extra, extra > 0 ? 1 : 0, r_.dp, dpGroups_);
+      perLayer("edp.layer", expertPerLayer, moeLayers_, edpSize, edpGroups_);
+      return;
+    }
+    bucketed("dp", out_.denseParams, r_.dp, dpGroups_);
+    bucketed("edp", out_.expertParams, edpSize, edpGroups_);
+  }
+
+  const Workload& w_;
+  const ResolvedLayout& r_;
+  RankGrid grid_;
+  StageLowering out_;
+  uint64_t tokens_ = 0, d_ = 0, qkvN_ = 0, attnOutK_ = 0, ffnLocal_ = 0, vocabLocal_ = 0;
+  uint32_t moeLayers_ = 0, denseLayers_ = 0;
+  double elemBytes_ = 2;
+  uint32_t tpGroups_ = 0, dpGroups_ = 0, epGroups_ = 0, edpGroups_ = 0, ppGroups_ = 0;
+};
+
+}  // namespace
+
+StepLowering lowerStep(const Workload& w, const ResolvedLayout& r) {
+  if (r.stageLayers.size() != r.pp || r.tp == 0 || r.dp == 0 || r.pp == 0)
+    throw Error(ErrorCode::InvalidArgument, "lowerStep: the layout is not resolved (call resolveLayout first)");
+  StepLowering out;
+  out.layout = r;
+  out.tokensPerStep = w.training.globalBatch * w.training.seq;
+  for (uint32_t s = 0; s < r.pp; ++s) {
+    out.stages.push_back(StageBuilder(w, r, s).build());
+    double perMb = 0;
+    for (const ComputeOp& op : out.stages.back().compute)
+      if (!op.recompute) perMb += op.flops * op.times;
+    out.modelFlopsPerStep += perMb * r.microBatches * static_cast<double>(r.tp) * r.dp;
+  }
+  return out;
+}
+
+const char* toString(Phase p) noexcept {
+  switch (p) {
+    case Phase::Tp: return "tp";
+    case Phase::Ep: return "ep";
+    case Phase::Pp: return "pp";
+    case Phase::Dp: return "dp";
+  }
+  return "tp";
+}
+
+const char* toString(CommKind k) noexcept {
+  switch (k) {
+    case CommKind::AllReduce: return "allreduce";
+    case CommKind::AllGather: return "allgather";
+    case CommKind::ReduceScatter: return "reducescatter";
+    case CommKind::AllToAll: return "alltoall";
+    case CommKind::SendRecv: return "sendrecv";
+  }
+  return "allreduce";
+}
+
+const char* toString(CommTiming t) noexcept {
+  switch (t) {
+    case CommTiming::Blocking: return "blocking";
+    case CommTiming::GradBucket: return "grad-bucket";
+    case CommTiming::ParamGather: return "param-gather";
+    case CommTiming::LayerPrefetch: return "layer-prefetch";
+  }
+  return "blocking";
+}
+
+const char* toString(FusedKind k) noexcept {
+  switch (k) {
+    case FusedKind::AllGatherGemm: return "allgather+gemm";
+    case FusedKind::GemmReduceScatter: return "gemm+reducescatter";
+    case FusedKind::GemmAllReduce: return "gemm+allreduce";
+  }
+  return "gemm+allreduce";
+}
+
+const char* toString(Pass p) noexcept { return p == Pass::Forward ? "forward" : "backward"; }
+const char* toString(ComputeKind k) noexcept { return k == ComputeKind::Gemm ? "gemm" : "attention"; }
+
+uint64_t commBytes(const CommOp& op, uint32_t groupSize) noexcept {
+  const uint64_t elem = dtypeSize(op.dtype);
+  switch (op.kind) {
+    case CommKind::AllGather:
+    case CommKind::ReduceScatter:
+    case CommKind::AllToAll: return op.count * groupSize * elem;
+    case CommKind::AllReduce:
+    case CommKind::SendRecv: return op.count * elem;
+  }
+  return op.count * elem;
+}
+
+}  // namespace mk

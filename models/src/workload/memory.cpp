@@ -1,0 +1,52 @@
+// mkernel — per-GPU memory of a training step (memory.hpp).
+#include "mk/workload/memory.hpp"
+
+#include <algorithm>
+
+namespace mk {
+
+MemoryEstimate estimateMemory(const Workload& w, const StepLowering& step) {
+  const ResolvedLayout& r = step.layout;
+  const ParallelLayout& l = w.layout;
+  const double s = static_cast<double>(w.training.seq);
+  const double b = static_cast<double>(w.training.microBatch);
+  const double h = static_cast<double>(w.model.hidden);
+  const double t = static_cast<double>(r.tp);
+  double perLayer = 0;  // bytes of one layer's activations for one micro-batch (16-bit activations)
+  if (w.training.recompute == Recompute::Full) {
+    perLayer = 2 * s * b * h / (l.sp ? t : 1.0);
+  } else {
+    perLayer = l.sp ? 34 * s * b * h / t : s * b * h * (10 + 24 / t);
+  }
+  const double m = r.microBatches, p = r.pp, v = r.virtualStages;
+  // 1F1B: stage s runs p - s forward passes before its first backward and holds their activations; the
+  // interleaved schedule holds (1 + (p - 1) / (p v)) times more on the first stage (Narayanan et al., SC'21);
+  // GPipe holds every micro-batch.
+  auto inFlightOf = [&](double stage) {
+    if (l.schedule == PipelineSchedule::GPipe) return m;
+    const double base = std::min(m, p - stage);
+    return l.schedule == PipelineSchedule::Interleaved ? base * (1 + (p - 1) / (p * v)) : base;
+  };
+
+  const double dp = r.dp, edp = static_cast<double>(r.dp / r.ep);
+  const double wBytes = static_cast<double>(dtypeSize(w.training.dtype));
+  const double gBytes = static_cast<double>(dtypeSize(l.gradDtype));
+  MemoryEstimate best;
+  bool first = true;
+  for (const StageLowering& st : step.stages) {
+    MemoryEstimate e;
+    e.stage = st.stage;
+    const double dense = st.denseParams, expert = st.expertParams;
+    const double all = dense + expert;
+    e.weights = l.zero == 3 ? wBytes * (dense / dp + expert / edp) : wBytes * all;
+    e.gradients = l.zero >= 2 ? gBytes * (dense / dp + expert / edp) : gBytes * all;
+    e.optimizer = l.zero >= 1 ? 12 * (dense / dp + expert / edp) : 12 * all;
+    e.inFlight = inFlightOf(st.stage);
+    e.activations = perLayer * st.layers * e.inFlight;
+    if (first || e.total() > best.total()) best = e;
+    first = false;
+  }
+  return best;
+}
+
+}  // namespace mk

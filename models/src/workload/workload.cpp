@@ -1,0 +1,257 @@
+// mkernel — workloads: presets, checks, and fixing a layout for a GPU count (workload.hpp).
+#include "mk/workload/workload.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "mk/error.hpp"
+
+namespace mk {
+
+namespace {
+
+[[noreturn]] void bad(const std::string& msg) { throw Error(ErrorCode::InvalidArgument, msg); }
+
+std::string str(uint64_t v) { return std::to_string(v); }
+
+struct Preset {
+  const char* name;
+  const char* source;  ///< where the model numbers come from (docs/planner.md repeats it with links)
+  Workload (*make)();
+};
+
+/// The training step and layout of a preset are our defaults, not the model authors' recipes: chosen so that
+/// the model state fits an 80 GB GPU at the smallest GPU count the layout allows (docs/planner.md).
+Workload llama(const char* name, uint32_t layers, uint64_t hidden, uint64_t ffn, uint32_t heads) {
+  Workload w;
+  w.name = name;
+  w.model.layers = layers;
+  w.model.hidden = hidden;
+  w.model.ffn = ffn;
+  w.model.heads = heads;
+  w.model.kvHeads = 8;      // every Llama 3 size: num_key_value_heads 8
+  w.model.vocab = 128256;   // vocab_size 128256 (the 128K tokenizer)
+  w.model.gatedMlp = true;  // SwiGLU
+  w.training.seq = 8192;    // Llama 3 pre-training context (max_position_embeddings 8192 of Meta-Llama-3-*)
+  w.training.microBatch = 1;
+  w.training.dtype = DType::BFloat16;
+  return w;
+}
+
+Workload llama3_8b() {
+  Workload w = llama("llama3-8b", 32, 4096, 14336, 32);
+  w.training.globalBatch = 512;
+  w.layout.tp = 8;    // one NVLink domain
+  w.layout.zero = 0;  // 1 B parameters per GPU: weights, fp32 gradients and Adam state fit without sharding
+  return w;
+}
+
+Workload llama3_70b() {
+  Workload w = llama("llama3-70b", 80, 8192, 28672, 64);
+  w.training.globalBatch = 512;
+  w.layout.tp = 8;
+  w.layout.pp = 4;
+  w.layout.zero = 1;
+  return w;
+}
+
+Workload llama3_405b() {
+  Workload w = llama("llama3-405b", 126, 16384, 53248, 128);
+  w.training.globalBatch = 2048;
+  w.layout.tp = 8;
+  w.layout.pp = 16;
+  w.layout.zero = 1;
+  return w;
+}
+
+Workload mixtral_8x22b() {
+  Workload w;
+  w.name = "mixtral-8x22b";
+  w.model.layers = 56;
+  w.model.hidden = 6144;
+  w.model.ffn = 16384;
+  w.model.heads = 48;
+  w.model.kvHeads = 8;
+  w.model.vocab = 32000;
+  w.model.gatedMlp = true;
+  w.model.moe = MoeSpec{8, 2, 0};  // num_local_experts 8, num_experts_per_tok 2, experts of intermediate_size
+  w.training.seq = 4096;
+  w.training.microBatch = 1;
+  w.training.globalBatch = 1024;
+  w.training.dtype = DType::BFloat16;
+  w.layout.tp = 2;
+  w.layout.pp = 4;
+  w.layout.ep = 8;
+  w.layout.sp = true;
+  w.layout.zero = 1;
+  return w;
+}
+
+const Preset kPresets[] = {
+    {"llama3-8b", "Meta Llama 3 8B: huggingface.co/meta-llama/Meta-Llama-3-8B config.json", llama3_8b},
+    {"llama3-70b", "Meta Llama 3 70B: huggingface.co/meta-llama/Meta-Llama-3-70B config.json", llama3_70b},
+    {"llama3-405b",
+     "Meta Llama 3.1 405B: huggingface.co/meta-llama/Llama-3.1-405B config.json (Llama 3 paper, arXiv 2407.21783, "
+     "Table 3)",
+     llama3_405b},
+    {"mixtral-8x22b", "Mistral AI Mixtral 8x22B: huggingface.co/mistralai/Mixtral-8x22B-v0.1 config.json",
+     mixtral_8x22b},
+};
+
+const Preset* findPreset(const std::string& name) {
+  for (const Preset& p : kPresets)
+    if (name == p.name) return &p;
+  return nullptr;
+}
+
+std::string presetList() {
+  std::string out;
+  for (const Preset& p : kPresets) out += (out.empty() ? "" : ", ") + std::string(p.name);
+  return out;
+}
+
+void requireAtLeast1(const char* field, uint64_t v) {
+  if (v == 0) bad(std::string(field) + " must be >= 1 (got 0)");
+}
+
+}  // namespace
+
+const char* toString(Recompute r) noexcept { return r == Recompute::Full ? "full" : "none"; }
+
+const char* toString(PipelineSchedule s) noexcept {
+  switch (s) {
+    case PipelineSchedule::OneFOneB: return "1f1b";
+    case PipelineSchedule::Interleaved: return "interleaved";
+    case PipelineSchedule::GPipe: return "gpipe";
+  }
+  return "1f1b";
+}
+
+std::vector<std::string> workloadPresets() {
+  std::vector<std::string> out;
+  for (const Preset& p : kPresets) out.emplace_back(p.name);
+  return out;
+}
+
+Workload workloadPreset(const std::string& name) {
+  const Preset* p = findPreset(name);
+  if (!p) throw Error(ErrorCode::NotFound, "unknown workload preset '" + name + "' (known: " + presetList() + ")");
+  Workload w = p->make();
+  validateWorkload(w);
+  return w;
+}
+
+std::string workloadPresetSource(const std::string& name) {
+  const Preset* p = findPreset(name);
+  return p ? p->source : "";
+}
+
+void validateWorkload(const Workload& w) {
+  const ModelShape& m = w.model;
+  requireAtLeast1("model.layers", m.layers);
+  requireAtLeast1("model.hidden", m.hidden);
+  requireAtLeast1("model.ffn", m.ffn);
+  requireAtLeast1("model.heads", m.heads);
+  requireAtLeast1("model.kvHeads", m.kvHeads);
+  requireAtLeast1("model.vocab", m.vocab);
+  if (m.hidden % m.heads != 0)
+    bad("model.heads " + str(m.heads) + " does not divide model.hidden " + str(m.hidden) +
+        " (the head dimension is hidden / heads)");
+  if (m.kvHeads > m.heads || m.heads % m.kvHeads != 0)
+    bad("model.kvHeads " + str(m.kvHeads) + " must divide model.heads " + str(m.heads) +
+        " (grouped-query attention shares each key/value head among heads / kvHeads query heads)");
+  if (m.moe) {
+    if (m.moe->experts < 2) bad("model.moe.experts must be >= 2 (got " + str(m.moe->experts) + ")");
+    if (m.moe->topK < 1 || m.moe->topK > m.moe->experts)
+      bad("model.moe.topK must be between 1 and model.moe.experts " + str(m.moe->experts) + " (got " +
+          str(m.moe->topK) + ")");
+  }
+
+  const TrainingSpec& t = w.training;
+  requireAtLeast1("training.seq", t.seq);
+  requireAtLeast1("training.microBatch", t.microBatch);
+  requireAtLeast1("training.globalBatch", t.globalBatch);
+  if (t.globalBatch % t.microBatch != 0)
+    bad("training.microBatch " + str(t.microBatch) + " does not divide training.globalBatch " + str(t.globalBatch));
+  if (t.dtype == DType::Float32)
+    bad("training.dtype must be bfloat16 or float16 (got float32): the compute model is fitted on 16-bit GEMMs");
+
+  const ParallelLayout& l = w.layout;
+  requireAtLeast1("layout.tp", l.tp);
+  requireAtLeast1("layout.pp", l.pp);
+  requireAtLeast1("layout.ep", l.ep);
+  requireAtLeast1("layout.virtualStages", l.virtualStages);
+  if (l.dp) requireAtLeast1("layout.dp", *l.dp);
+  if (m.heads % l.tp != 0)
+    bad("layout.tp " + str(l.tp) + " does not divide model.heads " + str(m.heads) +
+        " (tensor parallelism splits the attention heads)");
+  if (m.kvHeads % l.tp != 0 && l.tp % m.kvHeads != 0)
+    bad("layout.tp " + str(l.tp) + " and model.kvHeads " + str(m.kvHeads) +
+        " must divide one another (key/value heads are split, or replicated when tp > kvHeads)");
+  if (m.ffn % l.tp != 0) bad("layout.tp " + str(l.tp) + " does not divide model.ffn " + str(m.ffn));
+  if (m.moe && m.moe->ffn != 0 && m.moe->ffn % l.tp != 0)
+    bad("layout.tp " + str(l.tp) + " does not divide model.moe.ffn " + str(m.moe->ffn));
+  if (l.pp > m.layers) bad("layout.pp " + str(l.pp) + " exceeds model.layers " + str(m.layers));
+  if (l.schedule == PipelineSchedule::Interleaved) {
+    if (l.pp < 2) bad("layout.ppSchedule \"interleaved\" needs layout.pp >= 2 (got " + str(l.pp) + ")");
+    if (l.virtualStages < 2)
+      bad("layout.virtualStages must be >= 2 with the interleaved schedule (got " + str(l.virtualStages) + ")");
+    if (static_cast<uint64_t>(l.pp) * l.virtualStages > m.layers)
+      bad("layout.pp x layout.virtualStages (" + str(uint64_t{l.pp} * l.virtualStages) + ") exceeds model.layers " +
+          str(m.layers));
+  } else if (l.virtualStages != 1) {
+    bad(std::string("layout.virtualStages must be 1 with the ") + toString(l.schedule) + " schedule (got " +
+        str(l.virtualStages) + "; use \"ppSchedule\": \"interleaved\")");
+  }
+  if (l.ep > 1) {
+    if (!m.moe) bad("layout.ep " + str(l.ep) + " needs a mixture-of-experts model (model.moe)");
+    if (m.moe->experts % l.ep != 0)
+      bad("layout.ep " + str(l.ep) + " does not divide model.moe.experts " + str(m.moe->experts));
+  }
+  if (m.moe && l.tp > 1 && !l.sp)
+    bad("layout.sp must be true for a mixture-of-experts model with layout.tp > 1 (experts are not split by tensor "
+        "parallelism: each tensor-parallel rank routes its own sequence slice)");
+  if (l.dp && *l.dp % l.ep != 0) bad("layout.ep " + str(l.ep) + " does not divide layout.dp " + str(*l.dp));
+  if (l.zero > 3) bad("layout.zero must be 0, 1, 2 or 3 (got " + str(l.zero) + ")");
+  if (l.zero == 3 && l.pp > 1)
+    bad("layout.zero 3 is modelled without pipeline parallelism only (got layout.pp " + str(l.pp) + ")");
+  if (l.bucketBytes != 0 && l.bucketBytes < 4096)
+    bad("layout.bucketMiB must be at least 4 KiB (got " + str(l.bucketBytes) + " bytes)");
+  if (l.gradDtype == DType::Float16) bad("layout.gradDtype must be float32 or bfloat16 (got float16)");
+}
+
+ResolvedLayout resolveLayout(const Workload& w, uint32_t gpus) {
+  const ParallelLayout& l = w.layout;
+  const TrainingSpec& t = w.training;
+  if (gpus == 0) bad("the GPU count must be >= 1 (got 0)");
+  const uint64_t tpp = uint64_t{l.tp} * l.pp;
+  if (gpus % tpp != 0) bad("layout.tp x layout.pp = " + str(tpp) + " does not divide " + str(gpus) + " GPUs");
+  ResolvedLayout r;
+  r.gpus = gpus;
+  r.tp = l.tp;
+  r.pp = l.pp;
+  r.ep = l.ep;
+  r.virtualStages = l.virtualStages;
+  r.dp = static_cast<uint32_t>(gpus / tpp);
+  if (l.dp && *l.dp != r.dp)
+    bad("layout.dp " + str(*l.dp) + " gives " + str(tpp * *l.dp) + " GPUs (tp x pp x dp), not " + str(gpus) +
+        " (use \"dp\": \"auto\" to sweep GPU counts)");
+  if (r.dp % l.ep != 0)
+    bad("layout.ep " + str(l.ep) + " does not divide the data-parallel degree " + str(r.dp) + " at " + str(gpus) +
+        " GPUs");
+  const uint64_t perStep = uint64_t{r.dp} * t.microBatch;
+  if (t.globalBatch % perStep != 0)
+    bad("training.globalBatch " + str(t.globalBatch) + " is not a multiple of dp x microBatch = " + str(perStep) +
+        " at " + str(gpus) + " GPUs");
+  const uint64_t mb = t.globalBatch / perStep;
+  if (mb > UINT32_MAX) bad("training.globalBatch gives too many micro-batches (" + str(mb) + ")");
+  r.microBatches = static_cast<uint32_t>(mb);
+  if (l.schedule == PipelineSchedule::Interleaved && r.microBatches % l.pp != 0)
+    bad("the interleaved schedule needs the micro-batches per replica (" + str(r.microBatches) +
+        ") to be a multiple of layout.pp " + str(l.pp) + " at " + str(gpus) + " GPUs");
+  r.stageLayers.assign(l.pp, w.model.layers / l.pp);
+  for (uint32_t s = 0; s < w.model.layers % l.pp; ++s) ++r.stageLayers[s];
+  return r;
+}
+
+}  // namespace mk

@@ -1,0 +1,215 @@
+// mkernel — workloads <-> JSON ("mkernel.workload.v1", docs/planner.md).
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "../util/json_fields.hpp"
+#include "mk/error.hpp"
+#include "mk/schedule/io.hpp"
+#include "mk/workload/workload.hpp"
+
+namespace mk {
+
+namespace {
+
+using Json = nlohmann::json;
+using detail::JsonFields;
+
+constexpr const char* kWorkloadSchema = "mkernel.workload.v1";
+constexpr const char* kDoc = "workload";
+
+DType dtypeField(const JsonFields& f, const char* key) {
+  const std::string s = f.text(key);
+  const auto d = parseDType(s);
+  if (!d) f.fail(f.name(key) + " must be bfloat16, float16 or float32 (got \"" + s + "\")");
+  return *d;
+}
+
+/// `required`: the field must be there (a file without a preset); otherwise it overrides `v` when present.
+template <typename T, typename Read>
+void field(const JsonFields& f, const char* key, bool required, T& v, Read read) {
+  if (required || f.has(key)) v = read(key);
+}
+
+void readModel(const JsonFields& f, bool whole, ModelShape& m) {
+  f.onlyKeys({"layers", "hidden", "ffn", "heads", "kvHeads", "vocab", "gatedMlp", "moe"});
+  auto c32 = [&](const char* k) { return f.count32(k); };
+  auto c64 = [&](const char* k) { return f.count64(k); };
+  field(f, "layers", whole, m.layers, c32);
+  field(f, "hidden", whole, m.hidden, c64);
+  field(f, "ffn", whole, m.ffn, c64);
+  field(f, "heads", whole, m.heads, c32);
+  field(f, "kvHeads", whole, m.kvHeads, c32);
+  field(f, "vocab", whole, m.vocab, c64);
+  field(f, "gatedMlp", false, m.gatedMlp, [&](const char* k) { return f.boolean(k); });
+  if (f.has("moe")) {
+    if (f.value("moe").is_null()) {
+      m.moe.reset();  // a preset's experts removed
+    } else {
+      const JsonFields moe = f.object("moe");
+      moe.onlyKeys({"experts", "topK", "ffn"});
+      MoeSpec spec = m.moe.value_or(MoeSpec{});
+      const bool wholeMoe = !m.moe;
+      field(moe, "experts", wholeMoe, spec.experts, [&](const char* k) { return moe.count32(k); });
+      field(moe, "topK", wholeMoe, spec.topK, [&](const char* k) { return moe.count32(k); });
+      field(moe, "ffn", false, spec.ffn, [&](const char* k) { return moe.count64(k); });
+      m.moe = spec;
+    }
+  }
+}
+
+void readTraining(const JsonFields& f, bool whole, TrainingSpec& t) {
+  f.onlyKeys({"seq", "microBatch", "globalBatch", "dtype", "recompute"});
+  field(f, "seq", whole, t.seq, [&](const char* k) { return f.count64(k); });
+  field(f, "microBatch", whole, t.microBatch, [&](const char* k) { return f.count32(k); });
+  field(f, "globalBatch", whole, t.globalBatch, [&](const char* k) { return f.count64(k); });
+  field(f, "dtype", false, t.dtype, [&](const char* k) { return dtypeField(f, k); });
+  field(f, "recompute", false, t.recompute, [&](const char* k) {
+    const std::string s = f.text(k);
+    if (s == "none") return Recompute::None;
+    if (s == "full") return Recompute::Full;
+    f.fail(f.name(k) + " must be \"none\" or \"full\" (got \"" + s + "\")");
+  });
+}
+
+void readLayout(const JsonFields& f, ParallelLayout& l) {
+  f.onlyKeys({"tp", "pp", "dp", "ep", "sp", "ppSchedule", "virtualStages", "zero", "bucketMiB", "gradDtype",
+              "overlapGradReduce", "overlapParamGather"});
+  auto c32 = [&](const char* k) { return f.count32(k); };
+  auto flag = [&](const char* k) { return f.boolean(k); };
+  field(f, "tp", false, l.tp, c32);
+  field(f, "pp", false, l.pp, c32);
+  if (f.has("dp")) {
+    const Json& j = f.value("dp");
+    if (j.is_string()) {
+      if (j.get<std::string>() != "auto")
+        f.fail(f.name("dp") + " must be a positive integer or \"auto\" (got " + j.dump() + ")");
+      l.dp.reset();
+    } else {
+      l.dp = f.count32("dp");
+    }
+  }
+  field(f, "ep", false, l.ep, c32);
+  field(f, "sp", false, l.sp, flag);
+  field(f, "ppSchedule", false, l.schedule, [&](const char* k) {
+    const std::string s = f.text(k);
+    if (s == "1f1b") return PipelineSchedule::OneFOneB;
+    if (s == "interleaved") return PipelineSchedule::Interleaved;
+    if (s == "gpipe") return PipelineSchedule::GPipe;
+    f.fail(f.name(k) + " must be \"1f1b\", \"interleaved\" or \"gpipe\" (got \"" + s + "\")");
+  });
+  field(f, "virtualStages", false, l.virtualStages, c32);
+  field(f, "zero", false, l.zero, c32);
+  if (f.has("bucketMiB")) {
+    const double mib = f.number("bucketMiB");
+    if (!(mib > 0) || mib > 1e6)
+      f.fail(f.name("bucketMiB") + " must be > 0 and <= 1e6 (got " + f.value("bucketMiB").dump() + ")");
+    l.bucketBytes = static_cast<uint64_t>(std::llround(mib * 1048576.0));
+  }
+  field(f, "gradDtype", false, l.gradDtype, [&](const char* k) { return dtypeField(f, k); });
+  field(f, "overlapGradReduce", false, l.overlapGradReduce, flag);
+  field(f, "overlapParamGather", false, l.overlapParamGather, flag);
+}
+
+Json parseText(const std::string& text, const std::string& where) {
+  try {
+    return Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    throw Error(ErrorCode::ParseError, where + ": not valid JSON: " + e.what());
+  }
+}
+
+}  // namespace
+
+std::string workloadToJson(const Workload& w, int indent) {
+  const ModelShape& m = w.model;
+  Json model = {{"layers", m.layers},   {"hidden", m.hidden}, {"ffn", m.ffn},          {"heads", m.heads},
+                {"kvHeads", m.kvHeads}, {"vocab", m.vocab},   {"gatedMlp", m.gatedMlp}};
+  if (m.moe) model["moe"] = {{"experts", m.moe->experts}, {"topK", m.moe->topK}, {"ffn", m.moe->ffn}};
+  const TrainingSpec& t = w.training;
+  const ParallelLayout& l = w.layout;
+  Json layout = {{"tp", l.tp},
+                 {"pp", l.pp},
+                 {"ep", l.ep},
+                 {"sp", l.sp},
+                 {"ppSchedule", toString(l.schedule)},
+                 {"virtualStages", l.virtualStages},
+                 {"zero", l.zero},
+                 {"bucketMiB", static_cast<double>(l.bucketBytes ? l.bucketBytes : kDefaultBucketBytes) / 1048576.0},
+                 {"gradDtype", toString(l.gradDtype)},
+                 {"overlapGradReduce", l.overlapGradReduce},
+                 {"overlapParamGather", l.overlapParamGather}};
+  layout["dp"] = l.dp ? Json(*l.dp) : Json("auto");
+  Json j = {{"schema", kWorkloadSchema},
+            {"name", w.name},
+            {"model", model},
+            {"training",
+             {{"seq", t.seq},
+              {"microBatch", t.microBatch},
+              {"globalBatch", t.globalBatch},
+              {"dtype", toString(t.dtype)},
+              {"recompute", toString(t.recompute)}}},
+            {"layout", layout}};
+  return j.dump(indent);
+}
+
+Workload workloadFromJson(const std::string& text) {
+  const Json j = parseText(text, kDoc);
+  const JsonFields root(j, kDoc);
+  root.onlyKeys({"schema", "name", "preset", "model", "training", "layout"});
+  if (root.has("schema") && root.text("schema") != kWorkloadSchema)
+    root.fail(std::string("schema must be \"") + kWorkloadSchema + "\" (got \"" + root.text("schema") + "\")");
+  Workload w;
+  const bool fromPreset = root.has("preset");
+  if (fromPreset) {
+    w = workloadPreset(root.text("preset"));
+  } else if (!root.has("schema")) {
+    root.fail(std::string("missing field schema (\"") + kWorkloadSchema + "\"), or use {\"preset\": ...}");
+  }
+  if (root.has("name")) w.name = root.text("name");
+  if (fromPreset || root.has("model")) {
+    if (root.has("model")) readModel(root.object("model"), !fromPreset, w.model);
+  } else {
+    root.fail("missing field model");
+  }
+  if (root.has("training")) {
+    readTraining(root.object("training"), !fromPreset, w.training);
+  } else if (!fromPreset) {
+    root.fail("missing field training");
+  }
+  if (root.has("layout")) readLayout(root.object("layout"), w.layout);
+  validateWorkload(w);
+  return w;
+}
+
+void applyLayoutJson(Workload& w, const std::string& text, const std::string& where) {
+  const Json j = parseText(text, where);
+  try {
+    readLayout(JsonFields(j, where, "layout"), w.layout);
+    validateWorkload(w);
+  } catch (const Error& e) {
+    throw Error(e.code(), e.code() == ErrorCode::ParseError ? e.message() : where + ": " + e.message());
+  }
+}
+
+Workload loadWorkload(const std::string& presetOrPath) {
+  for (const auto& p : workloadPresets())
+    if (p == presetOrPath) return workloadPreset(p);
+  std::error_code ec;
+  if (presetOrPath.empty() || !std::filesystem::is_regular_file(presetOrPath, ec)) {
+    std::string list;
+    for (const auto& p : workloadPresets()) list += (list.empty() ? "" : ", ") + p;
+    throw Error(ErrorCode::NotFound,
+                "unknown workload '" + presetOrPath + "': not a preset (" + list + ") and no such file");
+  }
+  Workload w;
+  try {
+    w = workloadFromJson(readFile(presetOrPath));
+  } catch (const Error& e) {
+    throw Error(e.code(), presetOrPath + ": " + e.message());
+  }
+  if (w.name.empty()) w.name = std::filesystem::path(presetOrPath).stem().string();
+  return w;
+}
+
+}  // namespace mk

@@ -1,0 +1,272 @@
+// Tests of lowering a training step: parameter and FLOP counts against independent formulas, the collectives of
+// each parallel dimension, rank groups, fused candidates, memory.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "mk/workload/lowering.hpp"
+#include "mk/workload/memory.hpp"
+#include "mk/workload/workload.hpp"
+
+using namespace mk;
+
+namespace {
+
+Workload llama8b(uint32_t tp, uint32_t pp, bool sp) {
+  Workload w = workloadPreset("llama3-8b");
+  w.layout.tp = tp;
+  w.layout.pp = pp;
+  w.layout.sp = sp;
+  return w;
+}
+
+const CommOp* findComm(const StageLowering& s, const std::string& name) {
+  for (const CommOp& c : s.comm)
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+double sumFlops(const StageLowering& s, ComputeKind kind) {
+  double f = 0;
+  for (const ComputeOp& op : s.compute)
+    if (op.kind == kind && !op.recompute) f += op.flops * op.times;
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("lowering: the parameters of Llama 3 8B add up to its published count, 8 030 261 248") {
+  // Embedding and untied output (128256 x 4096 each), 32 layers of attention (q 4096x4096, k and v 4096x1024,
+  // o 4096x4096), SwiGLU MLP (3 x 4096 x 14336), two norms, and the final norm.
+  const Workload w = llama8b(1, 1, false);
+  const StepLowering step = lowerStep(w, resolveLayout(w, 1));
+  REQUIRE(step.stages.size() == 1);
+  CHECK(step.stages[0].denseParams == doctest::Approx(8030261248.0).epsilon(1e-12));
+  CHECK(step.stages[0].expertParams == 0);
+
+  // Split over 4 stages: the layers' and the embedding / head parameters land on their stages.
+  const Workload w4 = llama8b(1, 4, false);
+  const StepLowering s4 = lowerStep(w4, resolveLayout(w4, 4));
+  double sum = 0;
+  for (const auto& st : s4.stages) sum += st.denseParams;
+  CHECK(sum == doctest::Approx(8030261248.0).epsilon(1e-12));
+  CHECK(s4.stages[0].embedding);
+  CHECK(s4.stages[3].head);
+  CHECK(s4.stages[0].denseParams > s4.stages[1].denseParams);
+}
+
+TEST_CASE("lowering: GEMM FLOPs are 6 x matrix parameters x tokens, split exactly by tensor parallelism") {
+  const Workload w1 = llama8b(1, 1, false);
+  const StepLowering s1 = lowerStep(w1, resolveLayout(w1, 1));
+  const double tokens = 8192;  // one micro-batch of one sequence
+  // Matrix parameters: everything but the embedding table (a lookup) and the norm vectors.
+  const double h = 4096, layers = 32;
+  const double matrices = layers * (h * 6144 + h * h + 3 * h * 14336) + 128256 * h;
+  CHECK(sumFlops(s1.stages[0], ComputeKind::Gemm) == doctest::Approx(6 * matrices * tokens).epsilon(1e-12));
+  // Attention: QK^T and PV, 2 s^2 d per head under the causal mask, forward; backward 2.5 x that.
+  const double attnFwd = 2.0 * tokens * tokens * 128 * 32 * layers;
+  CHECK(sumFlops(s1.stages[0], ComputeKind::Attention) == doctest::Approx(3.5 * attnFwd).epsilon(1e-12));
+  // Model FLOPs of the whole step: per micro-batch x micro-batches (512 on one GPU).
+  CHECK(s1.modelFlopsPerStep == doctest::Approx(512 * (6 * matrices * tokens + 3.5 * attnFwd)).epsilon(1e-12));
+
+  for (uint32_t tp : {2u, 4u, 8u}) {
+    const Workload w = llama8b(tp, 1, true);
+    const StepLowering s = lowerStep(w, resolveLayout(w, tp));
+    CHECK(sumFlops(s.stages[0], ComputeKind::Gemm) * tp ==
+          doctest::Approx(sumFlops(s1.stages[0], ComputeKind::Gemm)).epsilon(1e-12));
+    CHECK(s.modelFlopsPerStep == doctest::Approx(s1.modelFlopsPerStep).epsilon(1e-12));
+  }
+  // Full recomputation adds one forward pass of work but no model FLOPs.
+  Workload wr = llama8b(1, 1, false);
+  wr.training.recompute = Recompute::Full;
+  const StepLowering sr = lowerStep(wr, resolveLayout(wr, 1));
+  double hw = 0;
+  for (const ComputeOp& op : sr.stages[0].compute) hw += op.flops * op.times;
+  // (the transformer layers are recomputed, not the LM head)
+  CHECK(hw == doctest::Approx(sumFlops(s1.stages[0], ComputeKind::Gemm) + 3.5 * attnFwd +
+                              2 * (matrices - 128256 * h) * tokens + attnFwd)
+                  .epsilon(1e-12));
+  CHECK(sr.modelFlopsPerStep == doctest::Approx(s1.modelFlopsPerStep).epsilon(1e-12));
+}
+
+TEST_CASE("lowering: tensor parallelism's collectives, with and without sequence parallelism") {
+  const uint64_t tokens = 8192, h = 4096;
+  {
+    const Workload w = llama8b(8, 1, true);
+    const StageLowering s = lowerStep(w, resolveLayout(w, 8)).stages[0];
+    int ag = 0, rs = 0, ar = 0;
+    for (const CommOp& c : s.comm) {
+      if (c.phase != Phase::Tp) continue;
+      if (c.kind == CommKind::AllGather) ++ag;
+      if (c.kind == CommKind::ReduceScatter) ++rs;
+      if (c.kind == CommKind::AllReduce) ++ar;
+      if (c.name.find("lm-head") == std::string::npos) CHECK(c.times == 32);
+      CHECK(c.count == tokens * h / 8);
+      CHECK(c.timing == CommTiming::Blocking);
+    }
+    CHECK(ar == 0);
+    CHECK(ag == 5);  // qkv, mlp-up forward; attn-out, mlp-down data gradients; the LM head's input
+    CHECK(rs == 5);  // attn-out, mlp-down forward; qkv, mlp-up data gradients; the LM head's data gradient
+    // Every TP collective is fused with the GEMM next to it, of the matching kind.
+    CHECK(s.fused.size() == 10);
+    for (const FusedCandidate& f : s.fused) {
+      const CommOp& c = s.comm[f.comm];
+      const ComputeOp& g = s.compute[f.compute];
+      CHECK(g.kind == ComputeKind::Gemm);
+      CHECK(c.name.find(g.name) != std::string::npos);
+      CHECK((f.kind == FusedKind::AllGatherGemm) == (c.kind == CommKind::AllGather));
+      CHECK((f.kind == FusedKind::GemmReduceScatter) == (c.kind == CommKind::ReduceScatter));
+    }
+  }
+  {
+    const Workload w = llama8b(8, 1, false);
+    const StageLowering s = lowerStep(w, resolveLayout(w, 8)).stages[0];
+    std::set<std::string> names;
+    for (const CommOp& c : s.comm)
+      if (c.phase == Phase::Tp) {
+        CHECK(c.kind == CommKind::AllReduce);
+        CHECK(c.count == tokens * h);
+        names.insert(c.name);
+      }
+    CHECK(names == std::set<std::string>{"tp.ar.attn-out", "tp.ar.mlp-down", "tp.ar.qkv.dgrad", "tp.ar.mlp-up.dgrad",
+                                         "tp.ar.lm-head.dgrad"});
+  }
+  {
+    const Workload w = llama8b(1, 1, true);
+    const StageLowering s = lowerStep(w, resolveLayout(w, 8)).stages[0];
+    for (const CommOp& c : s.comm) CHECK(c.phase != Phase::Tp);
+    CHECK(s.fused.empty());
+  }
+}
+
+TEST_CASE("lowering: rank groups partition each stage, tensor-parallel ranks are adjacent") {
+  Workload w = workloadPreset("mixtral-8x22b");    // tp 2, pp 4, ep 8
+  const ResolvedLayout r = resolveLayout(w, 256);  // dp 32
+  const StepLowering step = lowerStep(w, r);
+  REQUIRE(step.stages.size() == 4);
+  for (const StageLowering& s : step.stages) {
+    const uint32_t first = s.stage * 64;  // tp x dp ranks per stage
+    for (const GroupSet& g : s.groups) {
+      if (g.name == "pp") continue;
+      std::vector<uint32_t> all;
+      for (const auto& inst : g.instances) all.insert(all.end(), inst.begin(), inst.end());
+      std::sort(all.begin(), all.end());
+      REQUIRE(all.size() == 64);
+      for (uint32_t i = 0; i < 64; ++i) CHECK(all[i] == first + i);
+    }
+    const GroupSet& tp = s.groups[0];
+    CHECK(tp.name == "tp");
+    CHECK(tp.instances[0] == std::vector<uint32_t>{first, first + 1});
+    for (const GroupSet& g : s.groups) {
+      if (g.name == "ep")
+        CHECK(g.instances[0] == std::vector<uint32_t>{first, first + 2, first + 4, first + 6, first + 8, first + 10,
+                                                      first + 12, first + 14});
+      if (g.name == "dp") CHECK(g.instances[0].size() == 32);
+      if (g.name == "edp") CHECK(g.instances[0] == std::vector<uint32_t>{first, first + 16, first + 32, first + 48});
+      if (g.name == "pp") {
+        CHECK(g.instances.size() == 64);
+        const uint32_t from = s.stage + 1 < 4 ? s.stage : s.stage - 1;
+        CHECK(g.instances[0] == std::vector<uint32_t>{from * 64, (from + 1) * 64});
+      }
+    }
+  }
+}
+
+TEST_CASE("lowering: mixture of experts — dispatch and combine, expert GEMMs and parameters") {
+  const Workload w = workloadPreset("mixtral-8x22b");  // 8 experts, top 2, tp 2, ep 8, seq 4096
+  const StepLowering step = lowerStep(w, resolveLayout(w, 256));
+  const StageLowering& s = step.stages[1];
+  const uint64_t local = 4096 / 2, h = 6144;
+  const CommOp* d = findComm(s, "ep.dispatch");
+  REQUIRE(d);
+  CHECK(d->kind == CommKind::AllToAll);
+  CHECK(d->count == local * 2 * h / 8);  // per destination block
+  CHECK(d->times == 14);                 // 56 layers over 4 stages
+  CHECK(findComm(s, "ep.combine"));
+  CHECK(findComm(s, "ep.combine.bwd"));
+  CHECK(findComm(s, "ep.dispatch.bwd"));
+  bool sawUp = false;
+  for (const ComputeOp& op : s.compute)
+    if (op.name == "expert-up") {
+      sawUp = true;
+      CHECK(op.batch == 1);              // 8 experts over 8 ranks
+      CHECK(op.m == local * 2 * 8 / 8);  // every token of the EP group x top-k, spread over 8 experts
+      CHECK(op.n == 2 * 16384);
+    }
+  CHECK(sawUp);
+  CHECK(s.expertParams == doctest::Approx(14.0 * 1 * 3 * 6144 * 16384));
+  CHECK(findComm(s, "edp.rs"));  // expert gradients over the 4 ranks holding the same expert
+  CHECK(findComm(s, "dp.rs"));
+}
+
+TEST_CASE("lowering: gradient buckets cover the parameters; ZeRO stages change the collectives") {
+  Workload w = llama8b(8, 1, true);
+  for (uint32_t zero : {0u, 1u, 2u, 3u}) {
+    w.layout.zero = zero;
+    const StageLowering s = lowerStep(w, resolveLayout(w, 64)).stages[0];  // dp 8
+    if (zero == 0) {
+      const CommOp* ar = findComm(s, "dp.ar");
+      REQUIRE(ar);
+      CHECK(ar->timing == CommTiming::GradBucket);
+      const double elems = static_cast<double>(ar->count) * ar->times;
+      CHECK(elems >= s.denseParams);
+      CHECK(elems < s.denseParams + ar->times);
+      CHECK(static_cast<double>(ar->count) * 4 <= 25 * 1048576.0);  // fp32 gradients, 25 MiB buckets
+    } else if (zero < 3) {
+      const CommOp* rs = findComm(s, "dp.rs");
+      const CommOp* ag = findComm(s, "dp.ag");
+      REQUIRE(rs);
+      REQUIRE(ag);
+      CHECK(static_cast<double>(rs->count * 8 * rs->times) >= s.denseParams);
+      CHECK(ag->timing == CommTiming::ParamGather);
+      CHECK(ag->dtype == DType::BFloat16);
+    } else {
+      const CommOp* ag = findComm(s, "dp.layer.ag");
+      REQUIRE(ag);
+      CHECK(ag->timing == CommTiming::LayerPrefetch);
+      CHECK(ag->times == 32);
+      CHECK(findComm(s, "dp.layer.rs"));
+    }
+  }
+  // One replica: nothing to reduce.
+  const StageLowering one = lowerStep(w, resolveLayout(w, 8)).stages[0];
+  for (const CommOp& c : one.comm) CHECK(c.phase != Phase::Dp);
+}
+
+TEST_CASE("lowering: pipeline sends per micro-batch and model chunk") {
+  Workload w = workloadPreset("llama3-70b");
+  w.layout.schedule = PipelineSchedule::Interleaved;
+  w.layout.virtualStages = 5;
+  const StepLowering step = lowerStep(w, resolveLayout(w, 64));
+  const CommOp* send = findComm(step.stages[0], "pp.send");
+  REQUIRE(send);
+  CHECK(send->kind == CommKind::SendRecv);
+  CHECK(send->times == 5);
+  CHECK(send->count == 8192ull * 8192 / 8);
+}
+
+TEST_CASE("memory: model state under each ZeRO stage and activations in flight") {
+  Workload w = llama8b(8, 1, true);
+  w.layout.zero = 0;
+  const StepLowering s0 = lowerStep(w, resolveLayout(w, 64));
+  const MemoryEstimate m0 = estimateMemory(w, s0);
+  const double p = s0.stages[0].denseParams;
+  CHECK(m0.weights == doctest::Approx(2 * p));
+  CHECK(m0.gradients == doctest::Approx(4 * p));
+  CHECK(m0.optimizer == doctest::Approx(12 * p));
+  // s b h 34 / t per layer, 32 layers, one micro-batch in flight without pipelining.
+  CHECK(m0.activations == doctest::Approx(34.0 * 8192 * 4096 / 8 * 32));
+  w.layout.zero = 2;
+  const MemoryEstimate m2 = estimateMemory(w, lowerStep(w, resolveLayout(w, 64)));
+  CHECK(m2.gradients == doctest::Approx(4 * p / 8));
+  CHECK(m2.optimizer == doctest::Approx(12 * p / 8));
+  CHECK(m2.weights == doctest::Approx(2 * p));
+  // 1F1B: the first stage holds pp micro-batches, the most of any stage.
+  const Workload w70 = workloadPreset("llama3-70b");
+  const MemoryEstimate m70 = estimateMemory(w70, lowerStep(w70, resolveLayout(w70, 64)));
+  CHECK(m70.inFlight == 4);
+  CHECK(m70.stage == 0);
+}

@@ -1,0 +1,40 @@
+// mkernel — the report directories of the judge's tools (mk-validate, mk-plan): written whole or not at all.
+//
+// A report is written into a fresh temporary directory next to its destination (same file system), its Python
+// generator runs there, and only then is it renamed into place, replacing an empty directory or a previous report
+// of the same tool (recognised by a marker file). A failure leaves nothing behind.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace mk::report {
+
+/// The directory holding `path` ("." for a bare name).
+std::filesystem::path parentOf(const std::string& path);
+
+/// A file output must be writable before minutes of work are spent: its directory exists and it is not a
+/// directory. Throws Error(IoError) "<option> <path>: ...".
+void checkOutputFile(const std::string& option, const std::string& path);
+
+/// The report directory: new, empty, or a previous report of this tool (it holds `marker`); its parent exists and
+/// is writable. Throws Error(IoError) "<option> <dir>: ..." naming what is wrong.
+void checkReportDir(const std::string& option, const std::string& dir, const std::string& marker,
+                    const std::string& tool);
+
+/// The report generator `scriptName`: next to an installed tool (../share/mkernel), else `sourcePath`.
+std::string defaultScript(const std::string& scriptName, const std::string& sourcePath);
+
+/// A fresh directory next to `dir` (".<name>.<tag>-XXXXXX", mode as mkdir would give it).
+std::filesystem::path makeTempDir(const std::string& option, const std::string& dir, const char* tag);
+
+/// Move the finished report `tmp` to `dir`, replacing an empty directory or a previous report.
+void installReport(const std::string& option, const std::filesystem::path& tmp, const std::string& dir);
+
+/// Run `python script args...` with stdout and stderr into `log`; throws Error(Unsupported) "<option>: <script>
+/// (run by <python>) failed with exit N: <its last line>" when it fails, Error(IoError) when it cannot start.
+void runScript(const std::string& option, const std::string& python, const std::string& script,
+               const std::vector<std::string>& args, const std::string& log);
+
+}  // namespace mk::report

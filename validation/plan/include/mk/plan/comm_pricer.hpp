@@ -1,0 +1,95 @@
+// mkernel — the price of every communication of a plan: each distinct collective simulated once by SimGrid at the
+// cluster's scale (placement.hpp says which ranks and which part of the cluster), then looked up.
+//
+// The layered variant runs each collective as this project's generators do when asked for "auto" (the engine's
+// policy, mk::planCollective: the lowest closed form, the engine's chunks and channels for the size); a pipeline
+// send is a two-rank direct broadcast. Instances inside one node replay exactly; instances across nodes replay in
+// the simulator's fast mode (steps inside a node timed by the uncontended timeline, network flows and
+// synchronisation through SimGrid: identical when nothing contends inside a node). A schedule of more steps than
+// the budget is priced by its closed form instead and says so (no contention in that number).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mk/algorithms/policy.hpp"
+#include "mk/cost/cost.hpp"
+#include "mk/plan/placement.hpp"
+#include "mk/sim/replay.hpp"
+#include "mk/workload/lowering.hpp"
+
+namespace mk::plan {
+
+/// How prices are computed.
+struct PricerSettings {
+  unsigned jobs = 2;               ///< simulations at once (each a forked process)
+  uint64_t budgetSteps = 4000000;  ///< larger schedules are priced by their closed form (0: no limit)
+  /// Called after each finished simulation: done, total, wall seconds since runAll started.
+  std::function<void(std::size_t, std::size_t, double)> onProgress;
+};
+
+/// What one communication costs (all instances of its concurrent set at once).
+struct CommPrice {
+  double us = 0;     ///< one run
+  std::string op;    ///< "allreduce", ..., "sendrecv"
+  std::string algo;  ///< the generator and its shape: "hierarchical (rhd), 4 chunks"
+  bool chosenByAuto = false;
+  std::string source;  ///< "simgrid", "simgrid-fast", "closed-form", "none" (a group of one rank)
+  std::string note;    ///< why a closed form stands in for the simulation
+  std::string domain;  ///< "nvlink" (inside one node) or "network"
+  uint32_t groupSize = 0, groupNodes = 0, concurrent = 0;
+  uint64_t bytes = 0;  ///< nccl-tests size of one instance
+  std::optional<double> closedFormUs;
+  std::vector<sim::LinkLoad> busiest;  ///< up to 3, busiest first (simulated prices only)
+  std::string bound;                   ///< what limits it: "NIC bandwidth", "latency", ...
+  // Cost of the simulation (kept out of plan.json: it varies run to run).
+  uint64_t steps = 0;
+  double wallS = 0;
+};
+
+/// Prices by key; request first, runAll, then look up.
+class CommPricer {
+ public:
+  explicit CommPricer(PricerSettings settings) : settings_(std::move(settings)) {}
+
+  /// Register `op` of a stage whose groups are `groups`, on `cluster` under `profile`; returns the key of its
+  /// price. Cheap (no simulation): generator choice and placement. Throws Error(Unsupported) for placements the
+  /// reduction cannot represent (placeConcurrent).
+  std::string request(const CommOp& op, const GroupSet& groups, const Topology& cluster, const Profile& profile);
+
+  /// Simulate every requested price not known yet, `settings.jobs` at a time. Throws the first simulation error.
+  void runAll();
+
+  /// The price of a key from request() (after runAll()).
+  const CommPrice& price(const std::string& key) const;
+
+  std::size_t simulations() const noexcept { return simulations_; }  ///< simulated so far
+  std::size_t requests() const noexcept { return requests_; }        ///< request() calls so far
+  std::size_t distinct() const noexcept { return entries_.size(); }  ///< distinct keys
+
+ private:
+  struct Entry {
+    CollectiveSpec spec;
+    GenOptions gen;
+    ConcurrentPlacement placement;
+    Profile profile;
+    CommPrice price;
+    bool done = false;
+  };
+  /// Generate, embed and simulate (or price by the closed form) one entry; only touches `e`.
+  void simulate(Entry& e) const;
+
+  PricerSettings settings_;
+  std::map<std::string, Entry> entries_;
+  std::size_t simulations_ = 0, requests_ = 0;
+};
+
+/// "NIC bandwidth", "leaf uplink bandwidth", "PCIe bandwidth", "NVLink bandwidth" for a link name of the
+/// platform (mk::sim::buildPlatform), "" for another.
+std::string linkClass(const std::string& linkName);
+
+}  // namespace mk::plan

@@ -1,0 +1,72 @@
+// mkernel — how far each predicted number can be trusted (docs/planner.md, "Confidence").
+//
+// Every number of a plan is built from classes of operations: GEMMs, attention kernels, collectives inside a node
+// or across nodes, and the step model's composition (overlap, pipeline bubble). A class measured by this project
+// carries the error of its model against the committed measurements (validation/data/measured):
+//   * GEMMs: the GEMM model's leave-one-shape-out error on the cuBLAS records;
+//   * collectives inside a node: the simulator's error on the committed records of this project's engine
+//     (mk-validate's comparison, run on the plan's own profile);
+// a class nothing measured is "not validated". A use of a measured class outside what was measured (another GPU
+// model, more ranks) is "extrapolated" and says what was measured.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mk/plan/gemm_model.hpp"
+#include "mk/validation/validate.hpp"
+
+namespace mk::plan {
+
+/// How a number relates to measurements.
+enum class Status : uint8_t {
+  Validated,     ///< the class and its regime were measured: the error applies
+  Extrapolated,  ///< the class was measured, but not in this regime (GPU model, rank count)
+  NotValidated,  ///< nothing measured covers it
+  NotAvailable,  ///< not computed in this build
+};
+const char* toString(Status s) noexcept;  ///< "validated", "extrapolated", "not validated", "not available"
+
+/// One class of operations and what was measured of it.
+struct ConfidenceClass {
+  std::string id;    ///< "compute.gemm", "comm.nvlink.allreduce", "comm.network.allgather", "model.pipeline", ...
+  std::string what;  ///< one line for people
+  std::optional<ErrorStats> error;      ///< |predicted - measured| / measured, percent
+  std::string method;                   ///< how the error was obtained (or why there is none)
+  std::string measuredGpu;              ///< GPU model of the measurements ("" when none)
+  std::vector<uint32_t> measuredRanks;  ///< rank counts measured (collectives)
+};
+
+/// The confidence of one use of a class.
+struct UseConfidence {
+  std::string classId;
+  Status status = Status::NotValidated;
+  std::string note;  ///< what makes it extrapolated or not validated
+};
+
+/// Every class of a plan.
+class ConfidenceTable {
+ public:
+  void add(ConfidenceClass c);
+  const std::map<std::string, ConfidenceClass>& classes() const noexcept { return classes_; }
+  /// A compute kernel of `kind` on GPU model `gpu`.
+  UseConfidence forCompute(ComputeKind kind, const std::string& gpu) const;
+  /// A collective `op` ("allreduce", ..., "sendrecv") inside a node ("nvlink") or across nodes ("network") of
+  /// `groupSize` ranks on `gpu`.
+  UseConfidence forComm(const std::string& domain, const std::string& op, uint32_t groupSize,
+                        const std::string& gpu) const;
+  /// A class without a regime (the step model's composition: "model.pipeline", "model.overlap").
+  UseConfidence forClass(const std::string& id) const;
+
+ private:
+  std::map<std::string, ConfidenceClass> classes_;
+};
+
+/// The table for a plan: the GEMM model (null: no GEMM records), the simulator's validation rows on the
+/// committed collectives (null: none could be run, `why` says so).
+ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* validation,
+                                const std::string& validationGpu, const std::string& why);
+
+}  // namespace mk::plan

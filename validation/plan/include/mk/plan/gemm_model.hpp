@@ -1,0 +1,71 @@
+// mkernel — the planner's compute model: the time of a GEMM (or a fused attention kernel) from its FLOPs and HBM
+// bytes, fitted on our own GEMM measurements (docs/planner.md, "Compute").
+//
+//   t = c0 + max(flops / R, bytes / B)
+//
+// B is the GPU's datasheet HBM bandwidth (not fitted), R (the sustained tensor rate) and c0 (a fixed cost per
+// kernel: launch, prologue, the last wave's tail) are fitted by weighted least squares on relative error over the
+// committed cuBLAS records of validation/data/measured (impl "cublas", op "gemm"). Its confidence is the error of
+// predicting each measured shape with the model fitted on all the other shapes (leave one shape out): a GEMM of
+// a shape never measured is what the planner prices. On another GPU, R scales with the dense bf16 peak and B is
+// that GPU's HBM bandwidth (marked "extrapolated").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mk/io/measurement.hpp"
+#include "mk/topology/topology.hpp"
+#include "mk/validation/validate.hpp"
+#include "mk/workload/lowering.hpp"
+
+namespace mk::plan {
+
+/// One measured GEMM: C[m x n] = A[m x k] B[k x n] in 16-bit, its median time.
+struct GemmSample {
+  uint64_t m = 0, n = 0, k = 0;
+  double timeUs = 0;
+  std::string file;  ///< where it came from
+};
+
+/// The fitted model.
+struct GemmModel {
+  std::string gpu;        ///< GPU model of the records ("NVIDIA H200")
+  double peakTflops = 0;  ///< that GPU's dense bf16 peak (datasheet, from the topology presets)
+  double hbmGBs = 0;      ///< that GPU's HBM bandwidth (datasheet): B
+  double tflops = 0;      ///< R, fitted
+  double overheadUs = 0;  ///< c0, fitted (>= 0)
+  std::vector<GemmSample> samples;
+  std::vector<std::string> files;  ///< measurement files the samples came from
+  std::size_t shapes = 0;          ///< distinct (m, n, k)
+  ErrorStats inSample;             ///< |error| of the fit on its own samples
+  ErrorStats leaveOneShapeOut;     ///< |error| of each shape predicted by the fit on the others: the confidence
+};
+
+/// The samples of `files` (names parallel) with op "gemm", impl `impl`, 16-bit dtype and the given GPU in the
+/// file's system block. Measured numbers are used as recorded.
+std::vector<GemmSample> gemmSamples(const std::vector<MeasurementFile>& files, const std::vector<std::string>& names,
+                                    const std::string& gpu, const std::string& impl = "cublas");
+
+/// Fit R and c0 on `samples` for a GPU with `hbmGBs` and `peakTflops`. Throws Error(InvalidArgument) with fewer
+/// than 2 distinct shapes (the leave-one-shape-out error needs a fit without each).
+GemmModel fitGemmModel(const std::vector<GemmSample>& samples, const std::string& gpu, double peakTflops,
+                       double hbmGBs);
+
+/// The model's prediction for one kernel on `node`'s GPU: R scaled by node.bf16Tflops / peakTflops, B =
+/// node.hbmGBs.
+struct ComputePrice {
+  double us = 0;
+  bool memoryBound = false;  ///< the bytes term is larger than the FLOPs term
+};
+ComputePrice priceKernel(const GemmModel& model, double flops, double bytes, const NodeSpec& node);
+inline ComputePrice priceCompute(const GemmModel& model, const ComputeOp& op, const NodeSpec& node) {
+  return priceKernel(model, op.flops, op.bytes, node);
+}
+
+/// The dense bf16 peak and HBM bandwidth of GPU model `gpu` from the topology presets (the first preset with that
+/// GPU); throws Error(NotFound) naming the GPU when no preset has it.
+NodeSpec presetNodeOfGpu(const std::string& gpu);
+
+}  // namespace mk::plan

@@ -1,0 +1,146 @@
+// mkernel — the capacity planner: a workload on a cluster at every GPU count of a sweep, in every what-if variant
+// (docs/planner.md). Lowers each step (mk::lowerStep), prices compute with the GEMM model and communication with
+// the simulator (each distinct collective once), composes step times (step_model.hpp), and attaches to every
+// number the confidence of its class of operation.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mk/cost/profile_io.hpp"
+#include "mk/plan/comm_pricer.hpp"
+#include "mk/plan/confidence.hpp"
+#include "mk/plan/fused.hpp"
+#include "mk/plan/gemm_model.hpp"
+#include "mk/plan/step_model.hpp"
+#include "mk/plan/what_if.hpp"
+#include "mk/workload/memory.hpp"
+#include "mk/workload/workload.hpp"
+
+namespace mk::plan {
+
+/// What to plan.
+struct PlanInputs {
+  Workload workload;
+  std::string cluster = "dgx-h100";  ///< preset (grows to every GPU count) or topology file (a fixed size)
+  std::vector<uint32_t> gpus;        ///< GPU counts, ascending
+  std::string profilePath;           ///< mkernel.profile.v1 file; "" with datasheet = the cluster's datasheet
+  bool datasheet = false;
+  std::vector<WhatIf> whatIfs;
+  double tokenBudget = 1e12;          ///< tokens, for GPU-hours
+  std::string measuredDir;            ///< committed measurements (GEMM model, validation); "" = none
+  std::optional<double> gpuMemoryGB;  ///< per GPU; default from the GPU model (H100 80, H200 141)
+  PricerSettings pricer;
+};
+
+/// One communication of the critical stage at one scale.
+struct CommUse {
+  std::string name;  ///< CommOp::name
+  Phase phase = Phase::Tp;
+  CommTiming timing = CommTiming::Blocking;
+  uint32_t timesPerStep = 0;  ///< runs per step on a GPU of the stage
+  std::string priceKey;       ///< into PlanResult::prices
+  UseConfidence confidence;
+};
+
+/// One GEMM or attention kernel of the critical stage at one scale.
+struct ComputeUse {
+  std::string name;
+  ComputeKind kind = ComputeKind::Gemm;
+  uint64_t m = 0, n = 0, k = 0, batch = 1;
+  uint32_t timesPerStep = 0;
+  double us = 0;      ///< one kernel
+  double tflops = 0;  ///< achieved
+  bool memoryBound = false;
+};
+
+/// A (GEMM, collective) pair of the critical stage that the fused variant runs as one operator.
+struct FusedUse {
+  FusedKind kind = FusedKind::GemmReduceScatter;
+  std::string gemm, comm;  ///< ComputeOp::name, CommOp::name
+  uint64_t m = 0, n = 0, k = 0;
+  uint32_t timesPerStep = 0;
+  double gemmUs = 0;     ///< the GEMM alone (one run)
+  std::string priceKey;  ///< the collective alone, into PlanResult::prices
+};
+
+/// A plan at one GPU count in one variant.
+struct ScaleResult {
+  uint32_t gpus = 0, nodes = 0;
+  bool feasible = false;
+  std::string reason;  ///< why not
+  ResolvedLayout layout;
+  StepBreakdown layered;
+  bool fusedAvailable = false;
+  StepBreakdown fused;
+  std::string fusedNote;
+  double tokensPerS = 0, mfu = 0, scalingEfficiency = 0, gpuHours = 0;
+  bool hasNoise = false;
+  NoiseResult noise;
+  MemoryEstimate memory;
+  double memoryCapacity = 0;  ///< bytes per GPU, 0 = unknown
+  std::vector<CommUse> comm;
+  std::vector<ComputeUse> compute;
+  std::vector<FusedUse> fusedOps;
+  std::map<std::string, std::string> bounds;  ///< phase ("compute", "tp", ...) -> what limits it
+  /// Share of the step by class of operation (class id -> microseconds), each class's confidence in this use,
+  /// and the resulting status.
+  std::map<std::string, double> classUs;
+  std::map<std::string, UseConfidence> classUse;
+  Status status = Status::NotValidated;
+  std::string statusNote;
+};
+
+/// One variant (the baseline or a what-if) over the sweep.
+struct VariantResult {
+  std::string name;  ///< "baseline" or the what-if text
+  WhatIf whatIf;
+  Topology nodeType;  ///< the cluster's node type and fabric in this variant (node count per scale)
+  Profile profile;
+  std::vector<ScaleResult> scales;
+};
+
+/// Wall-clock statistics (kept out of plan.json: they differ from run to run).
+struct RunStats {
+  double wallS = 0, validationS = 0, simulationS = 0;
+  std::size_t simulations = 0, requests = 0, distinct = 0;
+  double simulatedWallS = 0;  ///< sum of the simulations' own wall times
+};
+
+/// The whole plan.
+struct PlanResult {
+  PlanInputs inputs;
+  Topology cluster;  ///< as given (node count of the file, or 1 for a preset)
+  bool clusterIsFile = false;
+  Profile profile;
+  ProfileProvenance provenance;
+  std::string profileNote;  ///< how the profile was obtained
+  std::optional<GemmModel> gemm;
+  std::string gemmNote;  ///< which records, or why none
+  ConfidenceTable confidence;
+  std::string validationNote;
+  std::vector<VariantResult> variants;
+  std::map<std::string, CommPrice> prices;
+  std::string fusedStatus;  ///< "available" or why not
+  RunStats stats;
+};
+
+/// Plan. `progress` receives one-line progress messages (stderr in mk-plan). Throws Error(InvalidArgument /
+/// NotFound / ParseError) for bad input (unknown cluster, a GPU count the cluster cannot hold, a profile file that
+/// breaks its contract) and Error(Internal) when a simulation dies; a GPU count the layout cannot use is not an
+/// error but an infeasible scale with its reason.
+PlanResult runPlan(const PlanInputs& inputs, FusedOpPricer& fused,
+                   const std::function<void(const std::string&)>& progress = {});
+
+/// "64:8192" (powers of two from 64 to 8192), "64:8192:4" (x4), "8,64,1000" (a list), "512" (one count). Throws
+/// Error(InvalidArgument) naming the text.
+std::vector<uint32_t> parseGpuCounts(const std::string& text);
+
+/// Memory of one GPU of the model `gpu` from its datasheet (bytes), 0 when unknown.
+double gpuMemoryBytes(const std::string& gpu);
+
+}  // namespace mk::plan

@@ -1,0 +1,53 @@
+// mkernel — the step-time model: priced operations of every pipeline stage -> one training step's time and its
+// breakdown (docs/planner.md, "Step time").
+//
+// Per micro-batch on stage s: forward F_s and backward B_s = the stage's compute + its blocking communication
+// (tensor, expert, pipeline) + the part of ZeRO 3's per-layer gathers that its compute does not hide. The slowest
+// stage c sets the pipeline: T_pipe = (m + (p - 1) / v) (F_c + B_c) for 1F1B and interleaved (v model chunks),
+// (m + p - 1) (F_c + B_c) for GPipe; the second term is the bubble. Gradient buckets become ready evenly during
+// the last backward pass of their stage and are reduced one after the other on the network; stage s finishes
+// that pass s (B_c) before the end of the pipeline; what runs past T_pipe is exposed. ZeRO 1/2 then gathers
+// the updated parameters (exposed, or hidden behind the next step's first forward with overlapParamGather).
+// In the fused variant a (GEMM, collective) pair costs the fused operator's time: its GEMM's layered time counts
+// as compute and the rest as exposed tensor-parallel communication.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mk/workload/lowering.hpp"
+#include "mk/workload/workload.hpp"
+
+namespace mk::plan {
+
+/// Prices of one stage's operations.
+struct StagePrices {
+  std::vector<double> computeUs;  ///< parallel to StageLowering::compute: one kernel
+  std::vector<double> commUs;     ///< parallel to StageLowering::comm: one run
+  /// Parallel to StageLowering::fused: the fused operator's time for one run. Empty: the layered variant.
+  std::vector<double> fusedUs;
+};
+
+/// Communication of one parallel dimension on the step's critical path, and what overlap hid.
+struct PhaseTime {
+  double exposedUs = 0;
+  double hiddenUs = 0;
+};
+
+/// One step.
+struct StepBreakdown {
+  double stepUs = 0;
+  double computeUs = 0;  ///< m x compute of one micro-batch on the critical stage (the bubble not included)
+  PhaseTime tp, ep, pp, dp;
+  double bubbleUs = 0;  ///< (p - 1) / v x (F_c + B_c): idle and fill time of the pipeline
+  uint32_t criticalStage = 0;
+  double forwardUs = 0, backwardUs = 0;  ///< F_c, B_c: one micro-batch on the critical stage
+  double criticalComputeUs = 0;  ///< compute on the step's critical path, bubble included (what stragglers slow)
+  double computeGemmUs = 0, computeAttentionUs = 0;  ///< computeUs split by kind
+};
+
+/// The step of `step` under `prices` (one entry per stage). Throws Error(InvalidArgument) when the prices do not
+/// match the lowering.
+StepBreakdown composeStep(const Workload& w, const StepLowering& step, const std::vector<StagePrices>& prices);
+
+}  // namespace mk::plan

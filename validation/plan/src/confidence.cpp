@@ -1,0 +1,152 @@
+// mkernel — confidence classes of a plan (confidence.hpp).
+#include "mk/plan/confidence.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "mk/error.hpp"
+
+namespace mk::plan {
+
+namespace {
+
+const char* kCollectives[] = {"allreduce", "allgather", "reducescatter", "alltoall", "sendrecv"};
+
+std::string ranksText(const std::vector<uint32_t>& ranks) {
+  std::string s;
+  for (uint32_t r : ranks) s += (s.empty() ? "" : ", ") + std::to_string(r);
+  return s;
+}
+
+}  // namespace
+
+const char* toString(Status s) noexcept {
+  switch (s) {
+    case Status::Validated: return "validated";
+    case Status::Extrapolated: return "extrapolated";
+    case Status::NotValidated: return "not validated";
+    case Status::NotAvailable: return "not available";
+  }
+  return "not validated";
+}
+
+void ConfidenceTable::add(ConfidenceClass c) {
+  const std::string id = c.id;
+  classes_[id] = std::move(c);
+}
+
+UseConfidence ConfidenceTable::forClass(const std::string& id) const {
+  UseConfidence u;
+  u.classId = id;
+  auto it = classes_.find(id);
+  if (it == classes_.end() || !it->second.error) {
+    u.status = id.rfind("fused.", 0) == 0 ? Status::NotAvailable : Status::NotValidated;
+    u.note = it == classes_.end() ? "no measurement" : it->second.method;
+    return u;
+  }
+  u.status = Status::Validated;
+  return u;
+}
+
+UseConfidence ConfidenceTable::forCompute(ComputeKind kind, const std::string& gpu) const {
+  UseConfidence u = forClass(kind == ComputeKind::Gemm ? "compute.gemm" : "compute.attention");
+  if (u.status != Status::Validated) return u;
+  const ConfidenceClass& c = classes_.at(u.classId);
+  if (c.measuredGpu != gpu) {
+    u.status = Status::Extrapolated;
+    u.note = "measured on " + c.measuredGpu + ", used for " + gpu;
+  }
+  return u;
+}
+
+UseConfidence ConfidenceTable::forComm(const std::string& domain, const std::string& op, uint32_t groupSize,
+                                       const std::string& gpu) const {
+  UseConfidence u = forClass("comm." + domain + "." + op);
+  if (u.status != Status::Validated) return u;
+  const ConfidenceClass& c = classes_.at(u.classId);
+  std::vector<std::string> why;
+  if (c.measuredGpu != gpu) why.push_back("measured on " + c.measuredGpu + ", used for " + gpu);
+  if (std::find(c.measuredRanks.begin(), c.measuredRanks.end(), groupSize) == c.measuredRanks.end())
+    why.push_back("measured on " + ranksText(c.measuredRanks) + " ranks, used on " + std::to_string(groupSize));
+  if (!why.empty()) {
+    u.status = Status::Extrapolated;
+    for (const auto& w : why) u.note += (u.note.empty() ? "" : "; ") + w;
+  }
+  return u;
+}
+
+ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* validation,
+                                const std::string& validationGpu, const std::string& why) {
+  ConfidenceTable t;
+  {
+    ConfidenceClass c;
+    c.id = "compute.gemm";
+    c.what = "GEMMs (forward, data and weight gradients), priced by the GEMM model";
+    if (gemm) {
+      c.error = gemm->leaveOneShapeOut;
+      c.measuredGpu = gemm->gpu;
+      c.method = "leave-one-shape-out error of the GEMM model over " + std::to_string(gemm->samples.size()) +
+                 " cuBLAS records of " + std::to_string(gemm->shapes) + " shapes on " + gemm->gpu;
+    } else {
+      c.method = "no GEMM measurement found";
+    }
+    t.add(c);
+  }
+  t.add({"compute.attention",
+         "attention core (FlashAttention-style kernel), priced by the GEMM model",
+         std::nullopt,
+         "no attention kernel has been measured",
+         "",
+         {}});
+
+  std::map<std::string, std::vector<double>> errs;
+  std::map<std::string, std::set<uint32_t>> ranks;
+  if (validation)
+    for (const ValidationRow& r : validation->rows) {
+      const std::string op = toString(r.request.spec.op);
+      errs[op].push_back(r.simErrPct);
+      ranks[op].insert(r.request.nRanks);
+    }
+  for (const char* op : kCollectives) {
+    ConfidenceClass c;
+    c.id = std::string("comm.nvlink.") + op;
+    c.what = std::string(op) + " inside one node (NVLink), simulated";
+    auto it = errs.find(op);
+    if (it != errs.end() && !it->second.empty()) {
+      c.error = errorStats(it->second);
+      c.measuredGpu = validationGpu;
+      c.measuredRanks.assign(ranks[op].begin(), ranks[op].end());
+      c.method = "the simulator's error on " + std::to_string(it->second.size()) +
+                 " committed records of this project's engine (mk-validate's comparison, this plan's profile)";
+    } else {
+      c.method = validation ? std::string("no committed measurement of ") + op + " inside a node" : why;
+    }
+    t.add(c);
+    ConfidenceClass n;
+    n.id = std::string("comm.network.") + op;
+    n.what = std::string(op) + " across nodes, simulated";
+    n.method = "no inter-node measurement is committed";
+    t.add(n);
+  }
+  t.add({"model.pipeline",
+         "pipeline bubble ((p - 1) / v micro-batch times)",
+         std::nullopt,
+         "no pipelined training step has been measured",
+         "",
+         {}});
+  t.add({"model.overlap",
+         "what the step model hides: gradient buckets behind the backward pass, ZeRO gathers",
+         std::nullopt,
+         "no training step has been measured",
+         "",
+         {}});
+  t.add({"fused",
+         "fused operators (AllGather+GEMM, GEMM+ReduceScatter, GEMM+AllReduce)",
+         std::nullopt,
+         "not available in this build",
+         "",
+         {}});
+  return t;
+}
+
+}  // namespace mk::plan

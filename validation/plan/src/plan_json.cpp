@@ -1,0 +1,262 @@
+// mkernel — plan.json and run-stats.json (plan_output.hpp).
+#include <nlohmann/json.hpp>
+
+#include "mk/cost/profile_io.hpp"
+#include "mk/plan/plan_output.hpp"
+#include "mk/topology/topology.hpp"
+
+namespace mk::plan {
+
+namespace {
+
+using Json = nlohmann::json;
+
+Json statsJson(const ErrorStats& s) {
+  return {{"n", s.n},
+          {"median_abs_err_pct", s.medianAbsPct},
+          {"p90_abs_err_pct", s.p90AbsPct},
+          {"max_abs_err_pct", s.maxAbsPct}};
+}
+
+Json phaseJson(const PhaseTime& p) { return {{"exposed_us", p.exposedUs}, {"hidden_us", p.hiddenUs}}; }
+
+Json stepJson(const StepBreakdown& b) {
+  return {{"step_us", b.stepUs},
+          {"compute_us", b.computeUs},
+          {"compute_gemm_us", b.computeGemmUs},
+          {"compute_attention_us", b.computeAttentionUs},
+          {"tp", phaseJson(b.tp)},
+          {"ep", phaseJson(b.ep)},
+          {"pp", phaseJson(b.pp)},
+          {"dp", phaseJson(b.dp)},
+          {"bubble_us", b.bubbleUs},
+          {"critical_stage", b.criticalStage},
+          {"forward_us", b.forwardUs},
+          {"backward_us", b.backwardUs},
+          {"critical_compute_us", b.criticalComputeUs}};
+}
+
+Json useJson(const UseConfidence& u) {
+  return {{"class", u.classId}, {"status", toString(u.status)}, {"note", u.note}};
+}
+
+Json topologyJson(const Topology& t) { return Json::parse(topologyToJson(t, -1)); }
+
+/// Short, stable ids for the collectives ("c1", "c2", ... in key order).
+std::map<std::string, std::string> collectiveIds(const PlanResult& plan) {
+  std::map<std::string, std::string> ids;
+  for (const auto& [key, price] : plan.prices) ids[key] = "c" + std::to_string(ids.size() + 1);
+  return ids;
+}
+
+Json scaleJson(const ScaleResult& s, const PlanResult& plan, const std::map<std::string, std::string>& ids) {
+  Json j = {{"gpus", s.gpus}, {"nodes", s.nodes}, {"feasible", s.feasible}};
+  if (!s.feasible) {
+    j["reason"] = s.reason;
+    return j;
+  }
+  const ResolvedLayout& l = s.layout;
+  j["layout"] = {{"tp", l.tp},
+                 {"pp", l.pp},
+                 {"dp", l.dp},
+                 {"ep", l.ep},
+                 {"micro_batches", l.microBatches},
+                 {"virtual_stages", l.virtualStages},
+                 {"stage_layers", l.stageLayers}};
+  j["layered"] = stepJson(s.layered);
+  if (s.fusedAvailable) {
+    j["fused"] = stepJson(s.fused);
+    j["fused"]["available"] = true;
+    j["fused_speedup"] = s.layered.stepUs / s.fused.stepUs;
+  } else {
+    j["fused"] = {{"available", false}, {"note", s.fusedNote}};
+    j["fused_speedup"] = nullptr;
+  }
+  j["tokens_per_s"] = s.tokensPerS;
+  j["mfu"] = s.mfu;
+  j["scaling_efficiency"] = s.scalingEfficiency;
+  j["gpu_hours"] = s.gpuHours;
+  if (s.hasNoise)
+    j["noise"] = {{"mean_step_us", s.noise.meanStepUs}, {"max_step_us", s.noise.maxStepUs},
+                  {"goodput", s.noise.goodput},         {"stragglers", s.noise.stragglers},
+                  {"steps_sampled", s.noise.steps},     {"tokens_per_s", s.tokensPerS * s.noise.goodput}};
+  const MemoryEstimate& m = s.memory;
+  j["memory"] = {{"stage", m.stage},
+                 {"weights_bytes", m.weights},
+                 {"gradients_bytes", m.gradients},
+                 {"optimizer_bytes", m.optimizer},
+                 {"activations_bytes", m.activations},
+                 {"micro_batches_in_flight", m.inFlight},
+                 {"total_bytes", m.total()},
+                 {"capacity_bytes", s.memoryCapacity > 0 ? Json(s.memoryCapacity) : Json(nullptr)},
+                 {"fits", s.memoryCapacity > 0 ? Json(m.total() <= s.memoryCapacity) : Json(nullptr)}};
+  Json classes = Json::object();
+  for (const auto& [id, us] : s.classUs) {
+    const UseConfidence& u = s.classUse.at(id);
+    classes[id] = {{"us", us}, {"status", toString(u.status)}, {"note", u.note}};
+  }
+  j["confidence"] = {{"status", toString(s.status)}, {"note", s.statusNote}, {"classes", classes}};
+  j["bounds"] = s.bounds;
+  Json comm = Json::array();
+  for (const CommUse& c : s.comm)
+    comm.push_back({{"name", c.name},
+                    {"phase", toString(c.phase)},
+                    {"timing", toString(c.timing)},
+                    {"times_per_step", c.timesPerStep},
+                    {"collective", ids.at(c.priceKey)},
+                    {"time_us", plan.prices.at(c.priceKey).us},
+                    {"confidence", useJson(c.confidence)}});
+  j["comm"] = comm;
+  Json compute = Json::array();
+  for (const ComputeUse& c : s.compute)
+    compute.push_back({{"name", c.name},
+                       {"kind", toString(c.kind)},
+                       {"m", c.m},
+                       {"n", c.n},
+                       {"k", c.k},
+                       {"batch", c.batch},
+                       {"times_per_step", c.timesPerStep},
+                       {"time_us", c.us},
+                       {"tflops", c.tflops},
+                       {"memory_bound", c.memoryBound}});
+  j["compute"] = compute;
+  Json fusedOps = Json::array();
+  for (const FusedUse& f : s.fusedOps)
+    fusedOps.push_back({{"kind", toString(f.kind)},
+                        {"gemm", f.gemm},
+                        {"comm", f.comm},
+                        {"m", f.m},
+                        {"n", f.n},
+                        {"k", f.k},
+                        {"times_per_step", f.timesPerStep},
+                        {"gemm_us", f.gemmUs},
+                        {"collective", ids.at(f.priceKey)},
+                        {"comm_us", plan.prices.at(f.priceKey).us}});
+  j["fused_ops"] = fusedOps;
+  return j;
+}
+
+Json whatIfJson(const WhatIf& w) {
+  Json j = Json::object();
+  if (w.nicBwFactor) j["nic_bw_factor"] = *w.nicBwFactor;
+  if (w.nicBwGBs) j["nic_bw_gbs"] = *w.nicBwGBs;
+  if (w.nics) j["nics"] = *w.nics;
+  if (w.oversub) j["oversubscription"] = *w.oversub;
+  if (w.nodesPerLeaf) j["nodes_per_leaf"] = *w.nodesPerLeaf;
+  if (w.nvlinkDomain) j["nvlink_domain"] = *w.nvlinkDomain;
+  if (w.noise.any())
+    j["noise"] = {{"sigma", w.noise.sigma},
+                  {"straggler_fraction", w.noise.stragglerFraction},
+                  {"straggler_slowdown", w.noise.stragglerSlowdown},
+                  {"seed", w.noise.seed}};
+  return j;
+}
+
+}  // namespace
+
+std::string planToJson(const PlanResult& plan, const std::string& commit, int indent) {
+  const auto ids = collectiveIds(plan);
+  const PlanInputs& in = plan.inputs;
+  Json j;
+  j["schema"] = kPlanSchema;
+  j["tool"] = {{"name", "mk-plan"}, {"commit", commit}};
+  Json whatIfs = Json::array();
+  for (const auto& w : in.whatIfs) whatIfs.push_back(w.name);
+  j["inputs"] = {
+      {"workload", Json::parse(workloadToJson(in.workload, -1))},
+      {"workload_source", workloadPresetSource(in.workload.name)},
+      {"cluster", {{"spec", in.cluster}, {"is_file", plan.clusterIsFile}, {"topology", topologyJson(plan.cluster)}}},
+      {"gpus", in.gpus},
+      {"what_ifs", whatIfs},
+      {"token_budget", in.tokenBudget},
+      {"gpu_memory_gb", in.gpuMemoryGB ? Json(*in.gpuMemoryGB) : Json(nullptr)},
+      {"sim_budget_steps", in.pricer.budgetSteps},
+      {"measured_dir", in.measuredDir},
+      {"profile", Json::parse(profileToJson(plan.profile, plan.provenance, -1))},
+      {"profile_note", plan.profileNote}};
+  const GemmModel& g = *plan.gemm;
+  j["compute_model"] = {{"formula", "t = c0 + max(flops / R, bytes / B)"},
+                        {"gpu", g.gpu},
+                        {"peak_tflops", g.peakTflops},
+                        {"hbm_gbs", g.hbmGBs},
+                        {"tflops", g.tflops},
+                        {"overhead_us", g.overheadUs},
+                        {"samples", g.samples.size()},
+                        {"shapes", g.shapes},
+                        {"files", g.files},
+                        {"in_sample", statsJson(g.inSample)},
+                        {"leave_one_shape_out", statsJson(g.leaveOneShapeOut)},
+                        {"note", plan.gemmNote}};
+  Json classes = Json::object();
+  for (const auto& [id, c] : plan.confidence.classes()) {
+    Json cj = {{"what", c.what}, {"method", c.method}};
+    cj["status"] = c.error ? "measured" : (id == "fused" ? "not available" : "not validated");
+    cj["error"] = c.error ? statsJson(*c.error) : Json(nullptr);
+    cj["measured_gpu"] = c.measuredGpu;
+    cj["measured_ranks"] = c.measuredRanks;
+    classes[id] = cj;
+  }
+  j["confidence"] = {{"classes", classes}, {"validation", plan.validationNote}};
+  j["fused"] = {{"status", plan.fusedStatus}};
+  Json colls = Json::object();
+  for (const auto& [key, p] : plan.prices) {
+    Json links = Json::array();
+    for (const auto& l : p.busiest)
+      links.push_back({{"name", l.name},
+                       {"bandwidth_gbs", l.bandwidthGBs},
+                       {"bytes", l.bytes},
+                       {"avg_gbs", l.avgGBs},
+                       {"peak_gbs", l.peakGBs},
+                       {"utilization", l.utilization}});
+    colls[ids.at(key)] = {{"op", p.op},
+                          {"algo", p.algo},
+                          {"auto", p.chosenByAuto},
+                          {"source", p.source},
+                          {"note", p.note},
+                          {"domain", p.domain},
+                          {"group_size", p.groupSize},
+                          {"group_nodes", p.groupNodes},
+                          {"concurrent", p.concurrent},
+                          {"bytes", p.bytes},
+                          {"time_us", p.us},
+                          {"closed_form_us", p.closedFormUs ? Json(*p.closedFormUs) : Json(nullptr)},
+                          {"busiest_links", links},
+                          {"bound", p.bound}};
+  }
+  j["collectives"] = colls;
+  Json variants = Json::array();
+  for (const VariantResult& v : plan.variants) {
+    Json scales = Json::array();
+    for (const ScaleResult& s : v.scales) scales.push_back(scaleJson(s, plan, ids));
+    Json node = topologyJson(v.nodeType);
+    node.erase("nodes");
+    variants.push_back(
+        {{"name", v.name},
+         {"what_if", whatIfJson(v.whatIf)},
+         {"cluster", node},
+         {"profile_network", {{"alphaUs", v.profile.network.alphaUs}, {"bwGBs", v.profile.network.bwGBs}}},
+         {"scales", scales}});
+  }
+  j["variants"] = variants;
+  return j.dump(indent);
+}
+
+std::string planStatsToJson(const PlanResult& plan, const std::string& command, int indent) {
+  const auto ids = collectiveIds(plan);
+  Json sims = Json::object();
+  for (const auto& [key, p] : plan.prices) sims[ids.at(key)] = {{"steps", p.steps}, {"wall_s", p.wallS}};
+  const RunStats& s = plan.stats;
+  Json j = {{"schema", kPlanStatsSchema},
+            {"command", command},
+            {"wall_s", s.wallS},
+            {"validation_s", s.validationS},
+            {"simulation_s", s.simulationS},
+            {"simulated_wall_s", s.simulatedWallS},
+            {"simulations", s.simulations},
+            {"requests", s.requests},
+            {"distinct", s.distinct},
+            {"collectives", sims}};
+  return j.dump(indent);
+}
+
+}  // namespace mk::plan

@@ -1,0 +1,134 @@
+// mkernel — the terminal summary of a plan (plan_output.hpp).
+#include <cstdio>
+#include <string>
+
+#include "mk/plan/plan_output.hpp"
+#include "mk/util/size.hpp"
+
+namespace mk::plan {
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+/// "34.1 s", "812 ms": a step time with 3 significant digits ("-" for nothing).
+std::string duration(double us) {
+  if (us <= 0) return "-";
+  if (us >= 1e6) return fmt("%.3g s", us * 1e-6);
+  if (us >= 1e3) return fmt("%.3g ms", us * 1e-3);
+  return fmt("%.3g us", us);
+}
+
+std::string pct(double x) { return fmt("%.0f %%", 100 * x); }
+
+std::string mark(Status s) {
+  switch (s) {
+    case Status::Validated: return "validated";
+    case Status::Extrapolated: return "extrapolated*";
+    case Status::NotValidated: return "NOT VALIDATED";
+    case Status::NotAvailable: return "n/a";
+  }
+  return "";
+}
+
+/// "36/59/5": the shares of the step (percent) from validated, extrapolated and not validated classes.
+std::string shares(const ScaleResult& s) {
+  double by[3] = {0, 0, 0}, total = 0;
+  for (const auto& [id, us] : s.classUs) {
+    const Status st = s.classUse.at(id).status;
+    by[st == Status::Validated ? 0 : st == Status::Extrapolated ? 1 : 2] += us;
+    total += us;
+  }
+  if (total <= 0) return "-";
+  return fmt("%.0f", 100 * by[0] / total) + "/" + fmt("%.0f", 100 * by[1] / total) + "/" +
+         fmt("%.0f", 100 * by[2] / total);
+}
+
+std::string pad(const std::string& s, std::size_t w, bool right = true) {
+  if (s.size() >= w) return s;
+  return right ? std::string(w - s.size(), ' ') + s : s + std::string(w - s.size(), ' ');
+}
+
+}  // namespace
+
+std::string formatPlanText(const PlanResult& plan, bool brief) {
+  const PlanInputs& in = plan.inputs;
+  const Workload& w = in.workload;
+  const ParallelLayout& l = w.layout;
+  std::string out;
+  out += "workload: " + w.name + " (" + std::to_string(w.model.layers) + " layers, hidden " +
+         std::to_string(w.model.hidden) + ", seq " + std::to_string(w.training.seq) + ", global batch " +
+         std::to_string(w.training.globalBatch) + " x micro " + std::to_string(w.training.microBatch) +
+         "); layout tp " + std::to_string(l.tp) + " pp " + std::to_string(l.pp) + " ep " + std::to_string(l.ep) +
+         (l.sp ? " sp" : "") + ", zero " + std::to_string(l.zero) + ", " + toString(l.schedule) + "\n";
+  out += "cluster: " + in.cluster + " (" + plan.cluster.node.gpu + ", " + std::to_string(plan.cluster.node.gpus) +
+         " GPUs and " + std::to_string(plan.cluster.node.nics) + " NICs per node)\n";
+  out += "profile: " + plan.profileNote + "\n";
+  const GemmModel& g = *plan.gemm;
+  out += "compute: t = " + fmt("%.2f", g.overheadUs) + " us + max(flops / " + fmt("%.0f", g.tflops) +
+         " TFLOP/s, bytes / " + fmt("%.0f", g.hbmGBs) + " GB/s) on " + g.gpu + "; " + plan.gemmNote;
+  if (g.leaveOneShapeOut.n)
+    out += "; leave-one-shape-out |error| median " + fmt("%.1f", g.leaveOneShapeOut.medianAbsPct) + " %, max " +
+           fmt("%.1f", g.leaveOneShapeOut.maxAbsPct) + " %";
+  out += "\nvalidation of the collectives: " + plan.validationNote + "\n";
+
+  for (const VariantResult& v : plan.variants) {
+    if (brief && &v != &plan.variants.front()) break;
+    out += "\n== " + v.name + "\n";
+    out +=
+        "   GPUs nodes  tp/pp/dp/ep   mb      step   compute  TP expos  EP expos  PP expos  DP expos    bubble"
+        "   tokens/s   MFU scaling  confidence (v/e/n %)\n";
+    for (const ScaleResult& s : v.scales) {
+      if (!s.feasible) {
+        out += pad(std::to_string(s.gpus), 7) + "  not feasible: " + s.reason + "\n";
+        continue;
+      }
+      const StepBreakdown& b = s.layered;
+      const ResolvedLayout& r = s.layout;
+      out += pad(std::to_string(s.gpus), 7) + pad(std::to_string(s.nodes), 6) +
+             pad(std::to_string(r.tp) + "/" + std::to_string(r.pp) + "/" + std::to_string(r.dp) + "/" +
+                     std::to_string(r.ep),
+                 14) +
+             pad(std::to_string(r.microBatches), 5) + pad(duration(b.stepUs), 10) + pad(duration(b.computeUs), 10) +
+             pad(duration(b.tp.exposedUs), 10) + pad(duration(b.ep.exposedUs), 10) + pad(duration(b.pp.exposedUs), 10) +
+             pad(duration(b.dp.exposedUs), 10) + pad(duration(b.bubbleUs), 10) + pad(fmt("%.4g", s.tokensPerS), 11) +
+             pad(pct(s.mfu), 6) + pad(pct(s.scalingEfficiency), 8) + "  " + pad(shares(s), 8, false) + " " +
+             mark(s.status) + (s.hasNoise ? "  goodput " + pct(s.noise.goodput) : "") +
+             (s.memoryCapacity > 0 && s.memory.total() > s.memoryCapacity
+                  ? "  (does not fit: " + formatBytes(s.memory.total()) + " per GPU)"
+                  : "") +
+             "\n";
+    }
+  }
+  if (plan.variants.size() > 1) {
+    out += "\n== what-ifs side by side: step time (tokens/s relative to the baseline)\n   GPUs";
+    for (const VariantResult& v : plan.variants) out += "  " + pad(v.name, 22);
+    out += "\n";
+    const auto& base = plan.variants.front().scales;
+    for (std::size_t i = 0; i < base.size(); ++i) {
+      out += pad(std::to_string(base[i].gpus), 7);
+      for (const VariantResult& v : plan.variants) {
+        const ScaleResult& s = v.scales[i];
+        std::string cell = "-";
+        if (s.feasible && base[i].feasible) {
+          const double rel = base[i].layered.stepUs / s.layered.stepUs * (s.hasNoise ? s.noise.goodput : 1.0);
+          cell = duration(s.hasNoise ? s.noise.meanStepUs : s.layered.stepUs) + " (" + fmt("%.2fx", rel) + ")";
+        }
+        out += "  " + pad(cell, 22);
+      }
+      out += "\n";
+    }
+  }
+  out += "\nfused: " + plan.fusedStatus + "\n";
+  out +=
+      "confidence: v/e/n = the share of the step from classes of operation validated / extrapolated (measured "
+      "on another GPU model or rank count) / not validated (nothing measured, e.g. inter-node collectives, "
+      "attention); the mark is the worst class making up >= 5 % of the step (docs/planner.md)\n";
+  return out;
+}
+
+}  // namespace mk::plan

@@ -1,0 +1,473 @@
+// mkernel — the capacity planner: sweep x variants -> lowered steps -> prices -> step times (planner.hpp).
+#include "mk/plan/planner.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include "mk/error.hpp"
+#include "mk/util/size.hpp"
+
+namespace mk::plan {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+[[noreturn]] void bad(const std::string& msg) { throw Error(ErrorCode::InvalidArgument, msg); }
+
+/// The committed measurement files of a directory (its top level only: archive/ holds engines that no longer
+/// exist), in name order.
+void loadMeasured(const std::string& dir, std::vector<MeasurementFile>& files, std::vector<std::string>& names) {
+  std::error_code ec;
+  if (dir.empty() || !fs::is_directory(dir, ec)) return;
+  std::vector<std::string> paths;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file() && e.path().extension() == ".json") paths.push_back(e.path().string());
+  std::sort(paths.begin(), paths.end());
+  for (const auto& p : paths) {
+    files.push_back(loadMeasurementFile(p));
+    names.push_back(fs::path(p).filename().string());
+  }
+}
+
+/// The GEMM model from the records of the cluster's GPU, else of the GPU with the most records.
+void fitCompute(PlanResult& out, const std::vector<MeasurementFile>& files, const std::vector<std::string>& names) {
+  std::map<std::string, std::vector<GemmSample>> byGpu;
+  for (const auto& f : files) {
+    auto it = f.system.find("gpu");
+    if (it == f.system.end() || it->second.size() < 2) continue;
+    const std::string gpu = it->second.substr(1, it->second.size() - 2);
+    if (byGpu.count(gpu)) continue;
+    auto samples = gemmSamples(files, names, gpu);
+    if (!samples.empty()) byGpu[gpu] = std::move(samples);
+  }
+  std::string gpu;
+  if (byGpu.count(out.cluster.node.gpu)) {
+    gpu = out.cluster.node.gpu;
+  } else {
+    for (const auto& [g, s] : byGpu)
+      if (gpu.empty() || s.size() > byGpu[gpu].size()) gpu = g;
+  }
+  if (gpu.empty()) {
+    out.gemmNote = "no GEMM records (impl cublas, op gemm) in " +
+                   (out.inputs.measuredDir.empty() ? std::string("(no --measured directory)") : out.inputs.measuredDir);
+    return;
+  }
+  const NodeSpec ref = presetNodeOfGpu(gpu);
+  out.gemm = fitGemmModel(byGpu[gpu], gpu, ref.bf16Tflops, ref.hbmGBs);
+  out.gemmNote = "fitted on " + std::to_string(out.gemm->samples.size()) + " cuBLAS records of " + gpu;
+}
+
+/// The simulator's errors on the committed collectives of this project's engine, with the plan's profile.
+std::optional<ValidationResult> validateCollectives(PlanResult& out, const std::vector<MeasurementFile>& files,
+                                                    const std::vector<std::string>& names, std::string& gpu) {
+  std::vector<MeasurementFile> sel;
+  std::vector<std::string> selNames;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    bool any = false;
+    for (const auto& r : files[i].records) any = any || isValidatedRecord(r);
+    if (any) {
+      sel.push_back(files[i]);
+      selNames.push_back(names[i]);
+    }
+  }
+  if (sel.empty()) {
+    out.validationNote = "no committed collective measurement of this project's engine";
+    return std::nullopt;
+  }
+  checkProfileIndependence(out.provenance, out.inputs.profilePath, sel, selNames);
+  ValidationOptions vo;
+  vo.jobs = out.inputs.pricer.jobs;
+  vo.skipBad = true;
+  ValidationResult res = validateMeasurements(sel, selNames, out.profile, vo);
+  gpu = loadTopology(res.cluster).node.gpu;
+  out.validationNote = std::to_string(res.rows.size()) + " records of " + std::to_string(sel.size()) + " files on " +
+                       res.cluster + ": median |error| " + formatNumber(res.sim.medianAbsPct, 3) + " %";
+  return res;
+}
+
+/// Everything pass 1 prepares for one scale.
+struct Pending {
+  StepLowering step;
+  Topology cluster;
+  std::vector<std::vector<std::string>> keys;      ///< [stage][comm op]
+  std::vector<std::vector<double>> computeUs;      ///< [stage][compute op]
+  std::vector<std::vector<bool>> computeMemBound;  ///< [stage][compute op]
+};
+
+uint32_t nodesFor(uint32_t gpus, uint32_t perNode) { return (gpus + perNode - 1) / perNode; }
+
+double perStepTimes(const CommOp& op, const ResolvedLayout& r) {
+  const bool perMicroBatch = op.timing == CommTiming::Blocking || op.timing == CommTiming::LayerPrefetch;
+  return static_cast<double>(op.times) * (perMicroBatch ? r.microBatches : 1);
+}
+
+int severity(Status s) {
+  switch (s) {
+    case Status::Validated: return 0;
+    case Status::Extrapolated: return 1;
+    case Status::NotValidated: return 2;
+    case Status::NotAvailable: return 3;
+  }
+  return 2;
+}
+
+/// Which class each part of the step comes from, and the step's resulting status: the worst status among the
+/// classes that make up at least 5 % of the step.
+void attributeClasses(ScaleResult& sr, const PlanResult& out, const Pending& pd) {
+  const std::string gpu = pd.cluster.node.gpu;
+  std::map<std::string, UseConfidence>& uses = sr.classUse;
+  auto add = [&](const UseConfidence& u, double us) {
+    if (us <= 0) return;
+    sr.classUs[u.classId] += us;
+    auto it = uses.find(u.classId);
+    // One class used in several regimes (e.g. 8-rank and 2-rank all-gathers): keep the least trusted.
+    if (it == uses.end() || severity(u.status) > severity(it->second.status)) uses[u.classId] = u;
+  };
+  add(out.confidence.forCompute(ComputeKind::Gemm, gpu), sr.layered.computeGemmUs);
+  add(out.confidence.forCompute(ComputeKind::Attention, gpu), sr.layered.computeAttentionUs);
+  add(out.confidence.forClass("model.pipeline"), sr.layered.bubbleUs);
+  const PhaseTime* phases[4] = {&sr.layered.tp, &sr.layered.ep, &sr.layered.pp, &sr.layered.dp};
+  for (int ph = 0; ph < 4; ++ph) {
+    double total = 0;
+    for (const CommUse& c : sr.comm)
+      if (static_cast<int>(c.phase) == ph) total += out.prices.at(c.priceKey).us * c.timesPerStep;
+    if (total <= 0) continue;
+    for (const CommUse& c : sr.comm)
+      if (static_cast<int>(c.phase) == ph)
+        add(c.confidence, phases[ph]->exposedUs * out.prices.at(c.priceKey).us * c.timesPerStep / total);
+  }
+  int worst = 0;
+  std::string notes;
+  for (const auto& [id, us] : sr.classUs) {
+    if (us < 0.05 * sr.layered.stepUs) continue;
+    const UseConfidence& u = uses.at(id);
+    worst = std::max(worst, severity(u.status));
+    if (u.status != Status::Validated)
+      notes +=
+          (notes.empty() ? "" : "; ") + id + " " + toString(u.status) + (u.note.empty() ? "" : " (" + u.note + ")");
+  }
+  sr.status = worst == 0 ? Status::Validated : worst == 1 ? Status::Extrapolated : Status::NotValidated;
+  sr.statusNote = notes;
+}
+
+void describeBounds(ScaleResult& sr, const PlanResult& out, const Pending& pd) {
+  const StageLowering& st = pd.step.stages[sr.layered.criticalStage];
+  double memUs = 0, allUs = 0;
+  for (std::size_t i = 0; i < st.compute.size(); ++i) {
+    const double us = pd.computeUs[sr.layered.criticalStage][i] * st.compute[i].times;
+    allUs += us;
+    if (pd.computeMemBound[sr.layered.criticalStage][i]) memUs += us;
+  }
+  const double memShare = allUs > 0 ? memUs / allUs : 0;
+  sr.bounds["compute"] =
+      memShare > 0.5
+          ? "HBM bandwidth (memory-bound kernels: " + formatNumber(100 * memShare, 3) + " % of compute)"
+          : "tensor cores (compute-bound kernels: " + formatNumber(100 * (1 - memShare), 3) + " % of compute)";
+  const Phase phases[4] = {Phase::Tp, Phase::Ep, Phase::Pp, Phase::Dp};
+  for (Phase ph : phases) {
+    const CommUse* top = nullptr;
+    double topUs = 0;
+    for (const CommUse& c : sr.comm) {
+      if (c.phase != ph) continue;
+      const double us = out.prices.at(c.priceKey).us * c.timesPerStep;
+      if (us > topUs) {
+        topUs = us;
+        top = &c;
+      }
+    }
+    if (top) sr.bounds[toString(ph)] = top->name + ": " + out.prices.at(top->priceKey).bound;
+  }
+  if (sr.layered.bubbleUs > 0)
+    sr.bounds["bubble"] = "pipeline fill and drain: (p - 1) / v = " +
+                          formatNumber(static_cast<double>(sr.layout.pp - 1) / sr.layout.virtualStages, 4) +
+                          " micro-batch times against " + std::to_string(sr.layout.microBatches) + " micro-batches";
+}
+
+}  // namespace
+
+double gpuMemoryBytes(const std::string& gpu) {
+  if (gpu == "NVIDIA H100") return 80e9;   // H100 SXM5 datasheet: 80 GB HBM3
+  if (gpu == "NVIDIA H200") return 141e9;  // H200 SXM datasheet: 141 GB HBM3e
+  return 0;
+}
+
+std::vector<uint32_t> parseGpuCounts(const std::string& text) {
+  auto num = [&](const std::string& s) -> uint32_t {
+    std::size_t used = 0;
+    unsigned long long v = 0;
+    try {
+      v = std::stoull(s, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != s.size() || s.empty() || s[0] == '-' || v == 0 || v > 1u << 24)
+      bad("--gpus '" + text + "': '" + s + "' is not a GPU count from 1 to 16777216");
+    return static_cast<uint32_t>(v);
+  };
+  std::vector<uint32_t> out;
+  if (text.find(':') != std::string::npos) {
+    std::vector<std::string> parts;
+    std::stringstream ss(text);
+    std::string p;
+    while (std::getline(ss, p, ':')) parts.push_back(p);
+    if (parts.size() < 2 || parts.size() > 3) bad("--gpus '" + text + "': expected MIN:MAX[:FACTOR]");
+    const uint32_t lo = num(parts[0]), hi = num(parts[1]);
+    const uint32_t factor = parts.size() == 3 ? num(parts[2]) : 2;
+    if (lo > hi) bad("--gpus '" + text + "': MIN is larger than MAX");
+    if (factor < 2) bad("--gpus '" + text + "': FACTOR must be >= 2");
+    for (uint64_t g = lo; g <= hi; g *= factor) out.push_back(static_cast<uint32_t>(g));
+  } else {
+    std::stringstream ss(text);
+    std::string p;
+    while (std::getline(ss, p, ',')) out.push_back(num(p));
+    if (out.empty()) bad("--gpus '" + text + "': no GPU count");
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+  }
+  return out;
+}
+
+PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
+                   const std::function<void(const std::string&)>& progress) {
+  const auto t0 = Clock::now();
+  auto say = [&](const std::string& s) {
+    if (progress) progress(s);
+  };
+  PlanResult out;
+  out.inputs = in;
+  validateWorkload(in.workload);
+  if (in.gpus.empty()) bad("no GPU count to plan (--gpus)");
+
+  // ---- the cluster and its capacity ----
+  std::error_code ec;
+  out.clusterIsFile = fs::is_regular_file(in.cluster, ec);
+  out.cluster = loadTopology(in.cluster);
+  const uint64_t capacity = out.clusterIsFile || out.cluster.node.nics == 0
+                                ? uint64_t{out.cluster.nodes} * out.cluster.node.gpus
+                                : uint64_t{1} << 32;
+  for (uint32_t g : in.gpus)
+    if (g > capacity)
+      bad("--gpus " + std::to_string(g) + ": cluster '" + in.cluster + "' has " + std::to_string(capacity) + " GPUs (" +
+          std::to_string(out.cluster.nodes) + " nodes x " + std::to_string(out.cluster.node.gpus) +
+          (out.cluster.node.nics == 0 ? ", no NICs to add nodes" : "") + ")");
+
+  // ---- the profile ----
+  if (!in.profilePath.empty()) {
+    out.profile = loadProfile(in.profilePath, &out.provenance);
+    out.profileNote = "profile " + in.profilePath + ": " + out.profile.source;
+  } else {
+    out.profile = defaultProfile(out.cluster);
+    out.provenance.tool = "defaultProfile";
+    out.provenance.system = out.cluster.name;
+    out.profileNote = "datasheet defaults of " + out.cluster.name + " (uncalibrated)";
+  }
+
+  // ---- the variants: checked before any long work ----
+  std::vector<WhatIf> variants{WhatIf{}};
+  variants.front().name = "baseline";
+  variants.insert(variants.end(), in.whatIfs.begin(), in.whatIfs.end());
+  std::vector<Topology> nodeTypes;
+  std::vector<Profile> profiles;
+  for (const WhatIf& w : variants) {
+    nodeTypes.push_back(out.cluster);
+    profiles.push_back(out.profile);
+    applyWhatIf(w, nodeTypes.back(), profiles.back());
+  }
+
+  // ---- what the measurements say: the GEMM model and the collectives' validation ----
+  std::vector<MeasurementFile> files;
+  std::vector<std::string> names;
+  loadMeasured(in.measuredDir, files, names);
+  fitCompute(out, files, names);
+  if (!out.gemm) {
+    // No records: the profile's single GEMM rate, with no per-shape efficiency and no confidence.
+    GemmModel g;
+    g.gpu = out.cluster.node.gpu;
+    g.peakTflops = out.cluster.node.bf16Tflops;
+    g.hbmGBs = out.cluster.node.hbmGBs;
+    g.tflops = out.profile.gemmTflops;
+    requirePositive("profile.gemmTflops", g.tflops, "pricing GEMMs without GEMM records");
+    out.gemmNote += "; GEMMs priced at the profile's gemmTflops (" + formatNumber(g.tflops, 4) + " TFLOP/s)";
+    out.gemm = g;
+  }
+  const auto tv = Clock::now();
+  std::optional<ValidationResult> validation;
+  std::string validationGpu;
+  if (!files.empty()) {
+    say("validating the simulator on the committed collective measurements");
+    validation = validateCollectives(out, files, names, validationGpu);
+  } else {
+    out.validationNote = "no measurement directory (--measured)";
+  }
+  out.stats.validationS = since(tv);
+  out.confidence = buildConfidence(out.gemm->samples.empty() ? nullptr : &*out.gemm,
+                                   validation ? &*validation : nullptr, validationGpu, out.validationNote);
+  out.fusedStatus = fusedPricer.available() ? "available" : fusedPricer.unavailableReason();
+
+  // ---- pass 1: lower every scale of every variant and request its prices ----
+  CommPricer pricer(in.pricer);
+  std::vector<std::vector<Pending>> pending(variants.size());
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    VariantResult vr;
+    vr.name = variants[v].name;
+    vr.whatIf = variants[v];
+    vr.nodeType = nodeTypes[v];
+    vr.profile = profiles[v];
+    pending[v].resize(in.gpus.size());
+    for (std::size_t i = 0; i < in.gpus.size(); ++i) {
+      ScaleResult sr;
+      sr.gpus = in.gpus[i];
+      sr.nodes = nodesFor(sr.gpus, vr.nodeType.node.gpus);
+      Pending& pd = pending[v][i];
+      try {
+        sr.layout = resolveLayout(in.workload, sr.gpus);
+        pd.step = lowerStep(in.workload, sr.layout);
+        pd.cluster = vr.nodeType;
+        pd.cluster.nodes = sr.nodes;
+        validateTopology(pd.cluster);
+        for (const StageLowering& st : pd.step.stages) {
+          pd.keys.emplace_back();
+          for (const CommOp& op : st.comm)
+            pd.keys.back().push_back(pricer.request(op, st.groups[op.groups], pd.cluster, vr.profile));
+          pd.computeUs.emplace_back();
+          pd.computeMemBound.emplace_back();
+          for (const ComputeOp& op : st.compute) {
+            const ComputePrice cp = priceCompute(*out.gemm, op, pd.cluster.node);
+            pd.computeUs.back().push_back(cp.us);
+            pd.computeMemBound.back().push_back(cp.memoryBound);
+          }
+        }
+        sr.feasible = true;
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::InvalidArgument && e.code() != ErrorCode::Unsupported) throw;
+        sr.feasible = false;
+        sr.reason = e.message();
+      }
+      vr.scales.push_back(std::move(sr));
+    }
+    out.variants.push_back(std::move(vr));
+  }
+
+  // ---- the simulations: every distinct collective once ----
+  const auto ts = Clock::now();
+  say("simulating " + std::to_string(pricer.distinct()) + " distinct collectives (" +
+      std::to_string(pricer.requests()) + " uses)");
+  pricer.runAll();
+  out.stats.simulationS = since(ts);
+  out.stats.simulations = pricer.simulations();
+  out.stats.requests = pricer.requests();
+  out.stats.distinct = pricer.distinct();
+
+  // ---- pass 2: step times ----
+  for (std::size_t v = 0; v < out.variants.size(); ++v) {
+    VariantResult& vr = out.variants[v];
+    double basePerGpu = 0;
+    for (std::size_t i = 0; i < vr.scales.size(); ++i) {
+      ScaleResult& sr = vr.scales[i];
+      if (!sr.feasible) continue;
+      Pending& pd = pending[v][i];
+      std::vector<StagePrices> prices(pd.step.stages.size());
+      for (std::size_t s = 0; s < prices.size(); ++s) {
+        prices[s].computeUs = pd.computeUs[s];
+        for (const std::string& key : pd.keys[s]) {
+          const CommPrice& cp = pricer.price(key);
+          prices[s].commUs.push_back(cp.us);
+          if (!out.prices.count(key)) {
+            out.prices[key] = cp;
+            out.stats.simulatedWallS += cp.wallS;
+          }
+        }
+      }
+      sr.layered = composeStep(in.workload, pd.step, prices);
+
+      // The fused variant: every (GEMM, collective) pair priced by the fused operators' model.
+      if (!fusedPricer.available()) {
+        sr.fusedNote = out.fusedStatus;
+      } else {
+        try {
+          for (std::size_t s = 0; s < prices.size(); ++s) {
+            const StageLowering& st = pd.step.stages[s];
+            for (const FusedCandidate& f : st.fused) {
+              FusedOpRequest rq;
+              rq.kind = f.kind;
+              rq.gemm = st.compute[f.compute];
+              rq.comm = st.comm[f.comm];
+              rq.placement = placeConcurrent(st.groups[rq.comm.groups], pd.cluster);
+              rq.cluster = &pd.cluster;
+              rq.profile = &vr.profile;
+              prices[s].fusedUs.push_back(fusedPricer.price(rq).us);
+            }
+          }
+          sr.fused = composeStep(in.workload, pd.step, prices);
+          sr.fusedAvailable = true;
+        } catch (const Error& e) {
+          sr.fusedNote = "fused: " + e.message();
+        }
+      }
+
+      const double stepS = sr.layered.stepUs * 1e-6;
+      sr.tokensPerS = static_cast<double>(pd.step.tokensPerStep) / stepS;
+      sr.mfu = pd.step.modelFlopsPerStep / (stepS * sr.gpus * pd.cluster.node.bf16Tflops * 1e12);
+      sr.gpuHours = in.tokenBudget / sr.tokensPerS * sr.gpus / 3600.0;
+      const double perGpu = sr.tokensPerS / sr.gpus;
+      if (basePerGpu == 0) basePerGpu = perGpu;
+      sr.scalingEfficiency = perGpu / basePerGpu;
+      if (vr.whatIf.noise.any()) {
+        sr.hasNoise = true;
+        sr.noise = applyNoise(vr.whatIf.noise, sr.gpus, sr.layered.stepUs, sr.layered.criticalComputeUs);
+      }
+      sr.memory = estimateMemory(in.workload, pd.step);
+      sr.memoryCapacity = in.gpuMemoryGB ? *in.gpuMemoryGB * 1e9 : gpuMemoryBytes(pd.cluster.node.gpu);
+
+      const uint32_t c = sr.layered.criticalStage;
+      const StageLowering& st = pd.step.stages[c];
+      for (std::size_t k = 0; k < st.comm.size(); ++k) {
+        const CommOp& op = st.comm[k];
+        const CommPrice& cp = pricer.price(pd.keys[c][k]);
+        CommUse u;
+        u.name = op.name;
+        u.phase = op.phase;
+        u.timing = op.timing;
+        u.timesPerStep = static_cast<uint32_t>(perStepTimes(op, sr.layout));
+        u.priceKey = pd.keys[c][k];
+        u.confidence = out.confidence.forComm(cp.domain, cp.op, cp.groupSize, pd.cluster.node.gpu);
+        sr.comm.push_back(u);
+      }
+      for (std::size_t k = 0; k < st.compute.size(); ++k) {
+        const ComputeOp& op = st.compute[k];
+        ComputeUse u{op.name,
+                     op.kind,
+                     op.m,
+                     op.n,
+                     op.k,
+                     op.batch,
+                     op.times * sr.layout.microBatches,
+                     pd.computeUs[c][k],
+                     op.flops / (pd.computeUs[c][k] * 1e6),
+                     pd.computeMemBound[c][k]};
+        sr.compute.push_back(u);
+      }
+      for (const FusedCandidate& f : st.fused) {
+        const ComputeOp& g = st.compute[f.compute];
+        const CommOp& op = st.comm[f.comm];
+        sr.fusedOps.push_back(FusedUse{f.kind, g.name, op.name, g.m, g.n, g.k,
+                                       static_cast<uint32_t>(perStepTimes(op, sr.layout)), pd.computeUs[c][f.compute],
+                                       pd.keys[c][f.comm]});
+      }
+      attributeClasses(sr, out, pd);
+      describeBounds(sr, out, pd);
+    }
+  }
+  out.stats.wallS = since(t0);
+  return out;
+}
+
+}  // namespace mk::plan

@@ -1,0 +1,149 @@
+// mkernel — the step-time model (step_model.hpp).
+#include "mk/plan/step_model.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "mk/error.hpp"
+
+namespace mk::plan {
+
+namespace {
+
+/// One stage's per-micro-batch sums.
+struct StageSums {
+  double computeF = 0, computeB = 0;
+  double gemm = 0, attention = 0;                    ///< computeF + computeB by kind
+  double blocking[4][2] = {};                        ///< [phase][pass] blocking communication
+  double hiddenTp = 0;                               ///< fused: the collectives' layered time hidden in the fused ops
+  double prefetch[2] = {}, prefetchExposed[2] = {};  ///< ZeRO 3 per pass
+  std::vector<double> buckets;                       ///< gradient buckets of one step, in order
+  double paramGather = 0;
+  double F() const {
+    return computeF + blocking[0][0] + blocking[1][0] + blocking[2][0] + blocking[3][0] + prefetchExposed[0];
+  }
+  double B() const {
+    return computeB + blocking[0][1] + blocking[1][1] + blocking[2][1] + blocking[3][1] + prefetchExposed[1];
+  }
+};
+
+int passIdx(Pass p) { return p == Pass::Forward ? 0 : 1; }
+
+StageSums sumStage(const StageLowering& st, const StagePrices& pr) {
+  if (pr.computeUs.size() != st.compute.size() || pr.commUs.size() != st.comm.size() ||
+      (!pr.fusedUs.empty() && pr.fusedUs.size() != st.fused.size()))
+    throw Error(ErrorCode::InvalidArgument,
+                "composeStep: stage " + std::to_string(st.stage) + ": the prices do not match the lowered operations");
+  std::vector<bool> computeFused(st.compute.size(), false), commFused(st.comm.size(), false);
+  StageSums s;
+  auto addCompute = [&](const ComputeOp& op, double us) {
+    (op.pass == Pass::Forward ? s.computeF : s.computeB) += us;
+    (op.kind == ComputeKind::Gemm ? s.gemm : s.attention) += us;
+  };
+  if (!pr.fusedUs.empty()) {
+    for (std::size_t f = 0; f < st.fused.size(); ++f) {
+      const FusedCandidate& fc = st.fused[f];
+      const ComputeOp& g = st.compute[fc.compute];
+      const CommOp& c = st.comm[fc.comm];
+      computeFused[fc.compute] = true;
+      commFused[fc.comm] = true;
+      const double gemm = pr.computeUs[fc.compute] * g.times;
+      const double fused = pr.fusedUs[f] * c.times;
+      const double layeredComm = pr.commUs[fc.comm] * c.times;
+      addCompute(g, std::min(gemm, fused));
+      const double exposed = std::max(0.0, fused - gemm);
+      s.blocking[static_cast<int>(Phase::Tp)][passIdx(c.pass)] += exposed;
+      s.hiddenTp += std::max(0.0, layeredComm - exposed);
+    }
+  }
+  for (std::size_t i = 0; i < st.compute.size(); ++i)
+    if (!computeFused[i]) addCompute(st.compute[i], pr.computeUs[i] * st.compute[i].times);
+  for (std::size_t i = 0; i < st.comm.size(); ++i) {
+    if (commFused[i]) continue;
+    const CommOp& c = st.comm[i];
+    const double us = pr.commUs[i] * c.times;
+    switch (c.timing) {
+      case CommTiming::Blocking: s.blocking[static_cast<int>(c.phase)][passIdx(c.pass)] += us; break;
+      case CommTiming::LayerPrefetch: s.prefetch[passIdx(c.pass)] += us; break;
+      case CommTiming::GradBucket: s.buckets.insert(s.buckets.end(), c.times, pr.commUs[i]); break;
+      case CommTiming::ParamGather: s.paramGather += us; break;
+    }
+  }
+  // ZeRO 3: a layer's gather runs while the previous layer computes; what the pass's compute cannot cover waits.
+  s.prefetchExposed[0] = std::max(0.0, s.prefetch[0] - s.computeF);
+  s.prefetchExposed[1] = std::max(0.0, s.prefetch[1] - s.computeB);
+  return s;
+}
+
+/// When the last gradient bucket is reduced, counted from the end of the stage's last backward pass.
+double bucketTail(const std::vector<double>& buckets, double backwardUs, bool overlap) {
+  double end = 0;
+  const double n = static_cast<double>(buckets.size());
+  for (std::size_t j = 0; j < buckets.size(); ++j) {
+    const double ready = overlap ? backwardUs * static_cast<double>(j + 1) / n : backwardUs;
+    end = std::max(end, ready) + buckets[j];
+  }
+  return buckets.empty() ? 0 : end - backwardUs;
+}
+
+}  // namespace
+
+StepBreakdown composeStep(const Workload& w, const StepLowering& step, const std::vector<StagePrices>& prices) {
+  if (prices.size() != step.stages.size())
+    throw Error(ErrorCode::InvalidArgument, "composeStep: " + std::to_string(prices.size()) + " stage prices for " +
+                                                std::to_string(step.stages.size()) + " stages");
+  std::vector<StageSums> sums;
+  for (std::size_t s = 0; s < step.stages.size(); ++s) sums.push_back(sumStage(step.stages[s], prices[s]));
+  uint32_t c = 0;
+  for (uint32_t s = 1; s < sums.size(); ++s)
+    if (sums[s].F() + sums[s].B() > sums[c].F() + sums[c].B()) c = s;
+  const StageSums& cs = sums[c];
+  const ResolvedLayout& r = step.layout;
+  const double m = r.microBatches;
+  const double bubbleFactor = w.layout.schedule == PipelineSchedule::GPipe
+                                  ? static_cast<double>(r.pp - 1)
+                                  : static_cast<double>(r.pp - 1) / static_cast<double>(r.virtualStages);
+  StepBreakdown b;
+  b.criticalStage = c;
+  b.forwardUs = cs.F();
+  b.backwardUs = cs.B();
+  const double perMb = b.forwardUs + b.backwardUs;
+  const double pipe = (m + bubbleFactor) * perMb;
+  b.computeUs = m * (cs.computeF + cs.computeB);
+  b.computeGemmUs = m * cs.gemm;
+  b.computeAttentionUs = m * cs.attention;
+  b.criticalComputeUs = (m + bubbleFactor) * (cs.computeF + cs.computeB);
+  PhaseTime* phases[4] = {&b.tp, &b.ep, &b.pp, &b.dp};
+  for (int ph = 0; ph < 4; ++ph) phases[ph]->exposedUs = m * (cs.blocking[ph][0] + cs.blocking[ph][1]);
+  b.tp.hiddenUs = m * cs.hiddenTp;
+  b.dp.exposedUs += m * (cs.prefetchExposed[0] + cs.prefetchExposed[1]);
+  b.dp.hiddenUs += m * (cs.prefetch[0] + cs.prefetch[1] - cs.prefetchExposed[0] - cs.prefetchExposed[1]);
+  b.bubbleUs = bubbleFactor * perMb;
+
+  // Gradient reduction: stage s ends its last backward pass s x B_c before the pipeline ends.
+  double dpEnd = -1, dpTotal = 0;
+  for (uint32_t s = 0; s < sums.size(); ++s) {
+    const double end = pipe - s * b.backwardUs + bucketTail(sums[s].buckets, sums[s].B(), w.layout.overlapGradReduce);
+    if (s == 0 || end > dpEnd) {
+      dpEnd = end;
+      dpTotal = 0;
+      for (double d : sums[s].buckets) dpTotal += d;
+    }
+  }
+  const double gradExposed = std::max(0.0, dpEnd - pipe);
+  // Parameter all-gather after the optimizer step (ZeRO 1/2), every stage at once.
+  double gatherExposed = 0, gatherTotal = 0;
+  for (const StageSums& s : sums) {
+    const double exposed = w.layout.overlapParamGather ? std::max(0.0, s.paramGather - s.F()) : s.paramGather;
+    if (exposed >= gatherExposed) {
+      gatherExposed = exposed;
+      gatherTotal = s.paramGather;
+    }
+  }
+  b.dp.exposedUs += gradExposed + gatherExposed;
+  b.dp.hiddenUs += std::max(0.0, dpTotal - gradExposed) + std::max(0.0, gatherTotal - gatherExposed);
+  b.stepUs = pipe + gradExposed + gatherExposed;
+  return b;
+}
+
+}  // namespace mk::plan

@@ -1,0 +1,157 @@
+// mkernel — what-if variants and the noise model (what_if.hpp).
+#include "mk/plan/what_if.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "mk/error.hpp"
+
+namespace mk::plan {
+
+namespace {
+
+[[noreturn]] void bad(const std::string& what, const std::string& msg) {
+  throw Error(ErrorCode::InvalidArgument, "--what-if '" + what + "': " + msg);
+}
+
+double positiveNumber(const std::string& what, const std::string& key, const std::string& v) {
+  std::size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(v, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used != v.size() || !std::isfinite(x) || x <= 0) bad(what, key + " must be a positive number (got '" + v + "')");
+  return x;
+}
+
+uint32_t positiveCount(const std::string& what, const std::string& key, const std::string& v) {
+  const double x = positiveNumber(what, key, v);
+  if (x != std::floor(x) || x > 1e9) bad(what, key + " must be a positive integer (got '" + v + "')");
+  return static_cast<uint32_t>(x);
+}
+
+double pathBottleneck(const Topology& t) { return std::min(t.node.nic.bwGBs, t.node.pcie.bwGBs); }
+
+/// A standard normal from two uniforms (Box-Muller): std::normal_distribution's algorithm is the library's, so
+/// results would differ between standard libraries; mt19937_64's sequence is fixed by the standard.
+double normal(std::mt19937_64& rng) {
+  const double u1 = (static_cast<double>(rng() >> 11) + 0.5) * 0x1.0p-53;
+  const double u2 = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+}  // namespace
+
+WhatIf parseWhatIf(const std::string& text) {
+  WhatIf w;
+  w.name = text;
+  if (text.empty()) bad(text, "empty (expected key=value[,key=value...])");
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()) bad(text, "'" + item + "' is not key=value");
+    const std::string key = item.substr(0, eq), v = item.substr(eq + 1);
+    if (key == "nic-bw") {
+      if (v.back() == 'x')
+        w.nicBwFactor = positiveNumber(text, key, v.substr(0, v.size() - 1));
+      else
+        w.nicBwGBs = positiveNumber(text, key, v);
+    } else if (key == "nics") {
+      w.nics = positiveCount(text, key, v);
+    } else if (key == "oversub") {
+      w.oversub = positiveNumber(text, key, v);
+      if (*w.oversub < 1) bad(text, "oversub must be >= 1 (got '" + v + "')");
+    } else if (key == "nodes-per-leaf") {
+      w.nodesPerLeaf = positiveCount(text, key, v);
+    } else if (key == "nvlink-domain") {
+      w.nvlinkDomain = positiveCount(text, key, v);
+    } else if (key == "noise") {
+      w.noise.sigma = positiveNumber(text, key, v);
+      if (w.noise.sigma > 10) bad(text, "noise must be <= 10 (got '" + v + "')");
+    } else if (key == "stragglers") {
+      const auto colon = v.find(':');
+      if (colon == std::string::npos)
+        bad(text, "stragglers must be FRACTION:SLOWDOWN, e.g. 0.01:1.5 (got '" + v + "')");
+      w.noise.stragglerFraction = positiveNumber(text, key + " fraction", v.substr(0, colon));
+      w.noise.stragglerSlowdown = positiveNumber(text, key + " slowdown", v.substr(colon + 1));
+      if (w.noise.stragglerFraction > 1) bad(text, "stragglers fraction must be <= 1 (got '" + v + "')");
+      if (w.noise.stragglerSlowdown < 1) bad(text, "stragglers slowdown must be >= 1 (got '" + v + "')");
+    } else if (key == "seed") {
+      w.noise.seed = positiveCount(text, key, v);
+    } else {
+      bad(text, "unknown key '" + key +
+                    "' (expected nic-bw, nics, oversub, nodes-per-leaf, nvlink-domain, noise, stragglers, seed)");
+    }
+  }
+  return w;
+}
+
+void applyWhatIf(const WhatIf& w, Topology& topo, Profile& profile) {
+  const double before = pathBottleneck(topo);
+  NodeSpec& n = topo.node;
+  if (w.nvlinkDomain) {
+    // Keep the NICs per GPU: a domain of 4 GPUs on a node type with 8 GPUs and 8 NICs gets 4 NICs.
+    const double perGpu = n.gpus ? static_cast<double>(n.nics) / n.gpus : 0;
+    n.gpus = *w.nvlinkDomain;
+    n.nics = n.nics ? std::max<uint32_t>(1, static_cast<uint32_t>(std::lround(perGpu * n.gpus))) : 0;
+  }
+  if (w.nics) n.nics = *w.nics;
+  if (w.nicBwFactor) n.nic.bwGBs *= *w.nicBwFactor;
+  if (w.nicBwGBs) n.nic.bwGBs = *w.nicBwGBs;
+  if (w.oversub) topo.fabric.oversubscription = *w.oversub;
+  if (w.nodesPerLeaf) topo.fabric.nodesPerLeaf = *w.nodesPerLeaf;
+  if (n.nics > n.gpus)
+    bad(w.name, "gives " + std::to_string(n.nics) + " NICs for " + std::to_string(n.gpus) +
+                    " GPUs per node: the model has at most one NIC per GPU");
+  try {
+    validateTopology(topo);
+  } catch (const Error& e) {
+    bad(w.name, e.message());
+  }
+  const double after = pathBottleneck(topo);
+  if (before > 0 && after > 0 && after != before) profile.network.bwGBs *= after / before;
+  if (w.changesCluster()) profile.source += " [what-if " + w.name + "]";
+}
+
+NoiseResult applyNoise(const NoiseSpec& spec, uint32_t gpus, double stepUs, double criticalComputeUs, uint32_t steps) {
+  NoiseResult r;
+  r.steps = steps;
+  if (!spec.any() || gpus == 0 || steps == 0) {
+    r.meanStepUs = r.maxStepUs = stepUs;
+    return r;
+  }
+  std::mt19937_64 rng(spec.seed * 0x9E3779B97F4A7C15ull + gpus);
+  std::vector<double> base(gpus, 1.0);
+  if (spec.stragglerFraction > 0 && spec.stragglerSlowdown > 1) {
+    const uint32_t k = static_cast<uint32_t>(std::lround(spec.stragglerFraction * gpus));
+    std::vector<uint32_t> ids(gpus);
+    for (uint32_t i = 0; i < gpus; ++i) ids[i] = i;
+    for (uint32_t i = 0; i < k && i < gpus; ++i) {  // the first k of a seeded Fisher-Yates shuffle
+      const uint32_t j = i + static_cast<uint32_t>(rng() % (gpus - i));
+      std::swap(ids[i], ids[j]);
+      base[ids[i]] = spec.stragglerSlowdown;
+    }
+    r.stragglers = std::min(k, gpus);
+  }
+  double sum = 0;
+  for (uint32_t s = 0; s < steps; ++s) {
+    double worst = 1;
+    for (uint32_t g = 0; g < gpus; ++g) {
+      const double slow = base[g] * (spec.sigma > 0 ? 1 + spec.sigma * std::fabs(normal(rng)) : 1.0);
+      worst = std::max(worst, slow);
+    }
+    const double t = stepUs + (worst - 1) * criticalComputeUs;
+    sum += t;
+    r.maxStepUs = std::max(r.maxStepUs, t);
+  }
+  r.meanStepUs = sum / steps;
+  r.goodput = stepUs / r.meanStepUs;
+  return r;
+}
+
+}  // namespace mk::plan

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# mk-plan's contract: the table and the report for a good run, the same plan.json for the same inputs, exit 2 with
+# one line naming the field or path for bad input and nothing written, a previous report replaced whole.
+# Usage: cli_contract.sh <mk-plan> <workdir>
+set -u
+tool=$1
+work=$2
+rm -rf "$work" && mkdir -p "$work"
+# shellcheck source=../../../cmake/cli_testlib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../../cmake/cli_testlib.sh"
+
+cp "$(dirname "${BASH_SOURCE[0]}")/data/tiny-workload.json" "$work/tiny.json"  # a small transformer: TP in a node, DP across
+tiny=("$tool" --workload "$work/tiny.json")
+run=("${tiny[@]}" --cluster dgx-h200 --gpus 8:32)
+
+# bad input: exit 2, exactly one line on stderr, and no output (report, json, temporary directories) afterwards
+bad() {
+  local pattern=$1
+  shift 2
+  expect 2 "$pattern" -- "$@" --json "$work/bad.json" --report "$work/bad-report"
+  one_line_error "$@" --json "$work/bad.json" --report "$work/bad-report"
+  if compgen -G "$work/bad*" >/dev/null || compgen -G "$work/.bad*" >/dev/null; then
+    echo "FAIL: $* left $(ls -d "$work"/bad* "$work"/.bad* 2>/dev/null)"
+    failures=$((failures + 1))
+    rm -rf "$work"/bad* "$work"/.bad*
+  else
+    passes=$((passes + 1))
+  fi
+}
+
+# ---- a good run: the table, the report, plan.json ----
+expect 0 '^== baseline$' -- "${run[@]}" --what-if nic-bw=2x --report "$work/rep" --json "$work/a.json"
+check "the report has index.html" test -s "$work/rep/index.html"
+for png in step-time breakdown comm throughput what-ifs; do
+  check "the report has $png.png" test -s "$work/rep/$png.png"
+done
+check "the report has plan.json" test -s "$work/rep/plan.json"
+check "the report has run-stats.json" test -s "$work/rep/run-stats.json"
+check "the report's plan.json is --json's" cmp -s "$work/a.json" "$work/rep/plan.json"
+check "no temporary directory is left" bash -c "! compgen -G '$work/.rep*' >/dev/null"
+check "plan.json says fused is not available" grep -q '"status": "not available in this build' "$work/a.json"
+check "the page says fused is not available" grep -q 'fused: not available in this build' "$work/rep/index.html"
+check "the page marks numbers that are not validated" grep -q 'not validated' "$work/rep/index.html"
+check "every image of the page exists" bash -c "for f in \$(grep -o \"src='[^']*'\" '$work/rep/index.html' | cut -d\"'\" -f2); do test -s '$work/rep/'\$f || exit 1; done"
+expect 0 'fused: not available in this build' -- "${run[@]}"
+expect 0 'mk-plan: [0-9]+ of [0-9]+ collectives simulated' -- "${run[@]}" -q
+expect 0 'llama3-405b .*layers 126, hidden 16384' -- "$tool" --list-workloads
+expect 0 'huggingface.co/mistralai/Mixtral-8x22B-v0.1' -- "$tool" --list-workloads
+expect 0 '--what-if' -- "$tool" --help
+
+# ---- the same inputs give the same plan.json; a previous report is replaced ----
+expect 0 'report: ' -- "${run[@]}" --what-if nic-bw=2x --report "$work/rep" --json "$work/b.json"
+check "the same inputs give the same plan.json" cmp -s "$work/a.json" "$work/b.json"
+check "a replaced report is complete" test -s "$work/rep/index.html"
+check "no old report is left next to it" bash -c "! compgen -G '$work/.rep*' >/dev/null"
+
+# ---- infeasible GPU counts are rows with their reason, not errors ----
+expect 0 '32  not feasible: training.globalBatch 2 is not a multiple of dp x microBatch = 4 at 32 GPUs' -- \
+  "${tiny[@]}" --cluster dgx-h200 --global-batch 2 --gpus 8,32
+
+# ---- bad input ----
+printf '{"schema": "mkernel.workload.v1", "model": {' >"$work/broken.json"
+printf '{"tpp": 4}' >"$work/layout-typo.json"
+printf '{"preset": "dgx-h200", "nodes": 2}' >"$work/two-nodes.json"
+mkdir -p "$work/foreign" && touch "$work/foreign/precious.txt"
+bad "unknown workload 'gpt5': not a preset \(llama3-8b" -- "$tool" --workload gpt5
+bad "broken.json: workload: not valid JSON" -- "$tool" --workload "$work/broken.json"
+bad "layout.tp 3 does not divide model.heads 16" -- "${run[@]}" --tp 3
+bad "layout-typo.json: unknown field layout.tpp" -- "${run[@]}" --layout "$work/layout-typo.json"
+bad "unknown field layout.tpp|layout.tpp" -- "${run[@]}" --layout "$work/layout-typo.json"
+bad "no such file|cannot open" -- "${run[@]}" --layout "$work/none.json"
+bad "unknown cluster 'dgx-b300'" -- "${tiny[@]}" --gpus 8 --cluster dgx-b300
+bad "--gpus 32: cluster '.*two-nodes.json' has 16 GPUs" -- "${tiny[@]}" --gpus 8:32 --cluster "$work/two-nodes.json"
+bad "--gpus '64:8': MIN is larger than MAX" -- "${tiny[@]}" --gpus 64:8
+bad "--what-if 'colour=red': unknown key 'colour'" -- "${run[@]}" --what-if colour=red
+bad "--what-if 'nics=16': gives 16 NICs for 8 GPUs" -- "${run[@]}" --what-if nics=16
+bad "--token-budget 'lots'" -- "${run[@]}" --token-budget lots
+bad "layout.ep 2 needs a mixture-of-experts model" -- "${run[@]}" --ep 2
+bad "cannot open '$work/missing-profile.json'" -- "${run[@]}" --profile "$work/missing-profile.json"
+bad "give at most one of --profile" -- "${run[@]}" --profile x.json --datasheet
+bad "--measured $work/nowhere: no such directory" -- "${run[@]}" --measured "$work/nowhere"
+bad "--pp-schedule 'zb'" -- "${run[@]}" --pp-schedule zb
+bad "--sp 'maybe': expected on or off" -- "${run[@]}" --sp maybe
+# outputs that cannot be written: checked before any simulation
+expect 2 "--report $work/no/such/dir: parent directory '$work/no/such' does not exist" -- \
+  "${run[@]}" --report "$work/no/such/dir"
+expect 2 "--report $work/foreign is a non-empty directory that holds no previous mk-plan report" -- \
+  "${run[@]}" --report "$work/foreign"
+check "a foreign directory is left alone" test -f "$work/foreign/precious.txt"
+expect 2 "--json $work/no/a.json: directory '$work/no' does not exist" -- "${run[@]}" --json "$work/no/a.json"
+# the report generator failing: exit 2 with its reason, no report, no --json file
+expect 2 "--report: .*plan_report.py \(run by /bin/false\) failed with exit 1" -- \
+  "${run[@]}" --python /bin/false --report "$work/bad-report" --json "$work/bad.json"
+check "a failed report leaves no directory" bash -c "! compgen -G '$work/bad*' >/dev/null && ! compgen -G '$work/.bad*' >/dev/null"
+expect 2 'error: --jobs must be >= 1' -- "${run[@]}" -j 0
+
+cli_summary

@@ -1,0 +1,175 @@
+// Tests of the whole planner on small workloads: the sanity rules of the issue (compute-only steps are the sum of
+// their GEMMs, more NIC bandwidth never slows a step, no NVLink never beats NVLink), determinism, the what-ifs,
+// infeasible scales, and the fused seam reporting "not available".
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "mk/error.hpp"
+#include "mk/plan/plan_output.hpp"
+#include "mk/plan/planner.hpp"
+
+using namespace mk;
+using namespace mk::plan;
+
+namespace {
+
+/// A small transformer (fast to simulate) with a layout that uses TP inside a node and DP across nodes.
+Workload tiny() {
+  Workload w;
+  w.name = "tiny";
+  w.model.layers = 4;
+  w.model.hidden = 2048;
+  w.model.ffn = 8192;
+  w.model.heads = 16;
+  w.model.kvHeads = 8;
+  w.model.vocab = 32000;
+  w.training.seq = 2048;
+  w.training.microBatch = 1;
+  w.training.globalBatch = 256;
+  w.layout.tp = 8;
+  w.layout.zero = 0;
+  return w;
+}
+
+PlanInputs inputs(const Workload& w, const std::string& gpus, const std::vector<std::string>& whatIfs = {}) {
+  PlanInputs in;
+  in.workload = w;
+  in.cluster = "dgx-h200";
+  in.gpus = parseGpuCounts(gpus);
+  in.profilePath = MK_DEFAULT_PROFILE;
+  in.measuredDir = MK_MEASURED_DIR;
+  for (const auto& s : whatIfs) in.whatIfs.push_back(parseWhatIf(s));
+  return in;
+}
+
+const ScaleResult& at(const VariantResult& v, uint32_t gpus) {
+  for (const auto& s : v.scales)
+    if (s.gpus == gpus) return s;
+  FAIL("no scale " << gpus);
+  return v.scales.front();
+}
+
+}  // namespace
+
+TEST_CASE("planner: a step without communication takes exactly the sum of its kernels (GEMMs and attention)") {
+  Workload w = tiny();
+  w.layout.tp = 1;
+  w.training.globalBatch = 8;
+  PlanInputs in = inputs(w, "1");
+  auto fused = makeFusedOpPricer();
+  const PlanResult p = runPlan(in, *fused);
+  const ScaleResult& s = at(p.variants.front(), 1);
+  REQUIRE(s.feasible);
+  const StepLowering step = lowerStep(w, resolveLayout(w, 1));
+  double sum = 0;
+  const NodeSpec node = topologyPreset("dgx-h200").node;
+  for (const ComputeOp& op : step.stages[0].compute) sum += priceCompute(*p.gemm, op, node).us * op.times;
+  CHECK(s.layered.stepUs == doctest::Approx(8 * sum).epsilon(1e-12));
+  CHECK(s.layered.computeUs == doctest::Approx(s.layered.stepUs).epsilon(1e-12));
+  CHECK(s.comm.empty());
+  // MFU: model FLOPs over the time at peak; a fully compute-bound step stays below the GEMM model's R / peak.
+  CHECK(s.mfu > 0.2);
+  CHECK(s.mfu < p.gemm->tflops / p.gemm->peakTflops);
+  // GEMMs on the GPU they were measured on; the attention kernels were never measured, so the step is not.
+  CHECK(p.confidence.forCompute(ComputeKind::Gemm, node.gpu).status == Status::Validated);
+  CHECK(s.status == Status::NotValidated);
+  CHECK(s.statusNote.find("compute.attention not validated") != std::string::npos);
+}
+
+TEST_CASE("planner: doubling NIC bandwidth never slows a step, and no NVLink never beats NVLink") {
+  auto fused = makeFusedOpPricer();
+  const PlanResult p = runPlan(inputs(tiny(), "8:128", {"nic-bw=2x", "nvlink-domain=1"}), *fused);
+  REQUIRE(p.variants.size() == 3);
+  const VariantResult &base = p.variants[0], &fast = p.variants[1], &noNvl = p.variants[2];
+  int compared = 0;
+  for (std::size_t i = 0; i < base.scales.size(); ++i) {
+    REQUIRE(base.scales[i].feasible);
+    REQUIRE(fast.scales[i].feasible);
+    REQUIRE(noNvl.scales[i].feasible);
+    CHECK(fast.scales[i].layered.stepUs <= base.scales[i].layered.stepUs * (1 + 1e-9));
+    CHECK(noNvl.scales[i].layered.stepUs >= base.scales[i].layered.stepUs);
+    ++compared;
+  }
+  CHECK(compared == 5);
+  // Without NVLink the tensor-parallel collectives cross the network, and cost much more.
+  CHECK(at(noNvl, 64).layered.tp.exposedUs > 2 * at(base, 64).layered.tp.exposedUs);
+  // Across nodes, a faster NIC shortens the data-parallel tail at the largest scale.
+  CHECK(at(fast, 128).layered.dp.exposedUs < at(base, 128).layered.dp.exposedUs);
+  // The baseline's intra-node collectives are extrapolated (measured on 2 ranks), the inter-node ones not validated.
+  bool sawNetwork = false;
+  for (const CommUse& c : at(base, 128).comm)
+    if (c.phase == Phase::Dp) {
+      sawNetwork = true;
+      CHECK(c.confidence.status == Status::NotValidated);
+      CHECK(p.prices.at(c.priceKey).domain == "network");
+      CHECK(p.prices.at(c.priceKey).source == "simgrid-fast");
+    } else if (c.phase == Phase::Tp) {
+      CHECK(c.confidence.status == Status::Extrapolated);
+    }
+  CHECK(sawNetwork);
+}
+
+TEST_CASE("planner: the same inputs give the same plan.json") {
+  auto fused = makeFusedOpPricer();
+  const PlanInputs in = inputs(tiny(), "8:32", {"oversub=2", "noise=0.05,stragglers=0.01:1.5,seed=3"});
+  const std::string a = planToJson(runPlan(in, *fused), "x");
+  const std::string b = planToJson(runPlan(in, *fused), "x");
+  CHECK(a == b);
+  CHECK(a.find("\"wall_s\"") == std::string::npos);  // run statistics live in run-stats.json
+}
+
+TEST_CASE("planner: shared NICs, stragglers, infeasible scales, the fused seam") {
+  Workload w = tiny();
+  w.training.globalBatch = 8;  // 16 replicas cannot split 8 sequences
+  auto fused = makeFusedOpPricer();
+  const PlanResult p = runPlan(inputs(w, "16,64,128", {"nics=4", "stragglers=0.05:1.5,seed=9"}), *fused);
+  const VariantResult &base = p.variants[0], &shared = p.variants[1], &slow = p.variants[2];
+  CHECK(at(base, 16).feasible);
+  CHECK_FALSE(at(base, 128).feasible);
+  CHECK(at(base, 128).reason.find("training.globalBatch 8") != std::string::npos);
+  // Two data-parallel groups share each NIC: simulated together, their reduction takes longer.
+  const ScaleResult& s64 = at(shared, 64);
+  bool sawDp = false;
+  for (const CommUse& c : s64.comm)
+    if (c.phase == Phase::Dp) {
+      sawDp = true;
+      CHECK(p.prices.at(c.priceKey).concurrent == 2);
+    }
+  CHECK(sawDp);
+  CHECK(s64.layered.stepUs > at(base, 64).layered.stepUs);
+  // 5 % of 64 GPUs are 1.5x slower: every step runs at their pace.
+  const ScaleResult& st = at(slow, 64);
+  REQUIRE(st.hasNoise);
+  CHECK(st.noise.stragglers == 3);
+  CHECK(st.noise.meanStepUs == doctest::Approx(st.layered.stepUs + 0.5 * st.layered.criticalComputeUs).epsilon(1e-9));
+  CHECK(st.noise.goodput < 1);
+  // No fused operators in this build: said, never priced.
+  CHECK_FALSE(at(base, 64).fusedAvailable);
+  CHECK(at(base, 64).fusedNote.find("not available in this build") != std::string::npos);
+  CHECK(p.fusedStatus.find("not available in this build") != std::string::npos);
+  const std::string json = planToJson(p, "x");
+  CHECK(json.find("\"fused_speedup\": null") != std::string::npos);
+}
+
+TEST_CASE("planner: bad inputs name what is wrong") {
+  auto fused = makeFusedOpPricer();
+  PlanInputs in = inputs(tiny(), "8");
+  in.cluster = "h200x2";  // one node of 2 GPUs, no NICs
+  CHECK_THROWS_WITH_AS(runPlan(in, *fused), doctest::Contains("--gpus 8: cluster 'h200x2' has 2 GPUs"), Error);
+  in.cluster = "dgx-b300";
+  CHECK_THROWS_AS(runPlan(in, *fused), Error);
+  CHECK_THROWS_WITH_AS(parseGpuCounts("64:8"), doctest::Contains("MIN is larger than MAX"), Error);
+  CHECK_THROWS_WITH_AS(parseGpuCounts("8,x"), doctest::Contains("'x' is not a GPU count"), Error);
+  CHECK(parseGpuCounts("8:64") == std::vector<uint32_t>{8, 16, 32, 64});
+  CHECK(parseGpuCounts("8:512:4") == std::vector<uint32_t>{8, 32, 128, 512});
+  CHECK(parseGpuCounts("64,8,64") == std::vector<uint32_t>{8, 64});
+  CHECK_THROWS_WITH_AS(parseWhatIf("nic-bw=fast"), doctest::Contains("nic-bw must be a positive number"), Error);
+  CHECK_THROWS_WITH_AS(parseWhatIf("nics"), doctest::Contains("'nics' is not key=value"), Error);
+  CHECK_THROWS_WITH_AS(parseWhatIf("color=red"), doctest::Contains("unknown key 'color'"), Error);
+  CHECK_THROWS_WITH_AS(parseWhatIf("oversub=0.5"), doctest::Contains("oversub must be >= 1"), Error);
+  in.cluster = "dgx-h200";
+  in.whatIfs = {parseWhatIf("nics=16")};
+  CHECK_THROWS_WITH_AS(runPlan(in, *fused), doctest::Contains("16 NICs for 8 GPUs"), Error);
+}

@@ -1,0 +1,147 @@
+// Tests of the step-time model on lowered steps with chosen prices: every formula of step_model.hpp checked
+// against a hand computation.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "mk/plan/step_model.hpp"
+#include "mk/workload/lowering.hpp"
+#include "mk/workload/workload.hpp"
+
+using namespace mk;
+using namespace mk::plan;
+
+namespace {
+
+/// Every compute kernel costs `compute` us, every communication of `phase` costs `comm` us (others 0).
+std::vector<StagePrices> flatPrices(const StepLowering& s, double compute, double comm, Phase phase) {
+  std::vector<StagePrices> out;
+  for (const StageLowering& st : s.stages) {
+    StagePrices p;
+    p.computeUs.assign(st.compute.size(), compute);
+    for (const CommOp& c : st.comm) p.commUs.push_back(c.phase == phase ? comm : 0.0);
+    out.push_back(p);
+  }
+  return out;
+}
+
+double kernels(const StageLowering& st, Pass pass) {
+  double n = 0;
+  for (const ComputeOp& op : st.compute)
+    if (op.pass == pass) n += op.times;
+  return n;
+}
+
+double sumOfParts(const StepBreakdown& b) {
+  return b.computeUs + b.tp.exposedUs + b.ep.exposedUs + b.pp.exposedUs + b.dp.exposedUs + b.bubbleUs;
+}
+
+Workload small(uint32_t tp, uint32_t pp) {
+  Workload w = workloadPreset("llama3-8b");
+  w.training.globalBatch = 64;
+  w.layout.tp = tp;
+  w.layout.pp = pp;
+  w.layout.zero = 0;
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("step model: without communication a step is micro-batches x the stage's compute") {
+  const Workload w = small(1, 1);
+  const StepLowering s = lowerStep(w, resolveLayout(w, 1));
+  const StepBreakdown b = composeStep(w, s, flatPrices(s, 2.0, 0, Phase::Tp));
+  const double perMb = 2.0 * (kernels(s.stages[0], Pass::Forward) + kernels(s.stages[0], Pass::Backward));
+  CHECK(b.stepUs == doctest::Approx(64 * perMb));
+  CHECK(b.computeUs == doctest::Approx(b.stepUs));
+  CHECK(b.bubbleUs == 0);
+  CHECK(b.criticalComputeUs == doctest::Approx(b.stepUs));
+}
+
+TEST_CASE("step model: the pipeline bubble is (p - 1) / v micro-batch times") {
+  Workload w = small(1, 4);
+  const StepLowering s = lowerStep(w, resolveLayout(w, 4));
+  const StepBreakdown b = composeStep(w, s, flatPrices(s, 1.0, 0, Phase::Tp));
+  // The slowest stage is the last (8 layers and the LM head).
+  CHECK(b.criticalStage == 3);
+  const double t = kernels(s.stages[3], Pass::Forward) + kernels(s.stages[3], Pass::Backward);
+  CHECK(b.forwardUs + b.backwardUs == doctest::Approx(t));
+  CHECK(b.bubbleUs == doctest::Approx(3 * t));
+  CHECK(b.stepUs == doctest::Approx((64 + 3) * t));
+  CHECK(sumOfParts(b) == doctest::Approx(b.stepUs));
+
+  w.layout.schedule = PipelineSchedule::Interleaved;
+  w.layout.virtualStages = 2;
+  const StepLowering si = lowerStep(w, resolveLayout(w, 4));
+  const StepBreakdown bi = composeStep(w, si, flatPrices(si, 1.0, 0, Phase::Tp));
+  CHECK(bi.bubbleUs == doctest::Approx(1.5 * (bi.forwardUs + bi.backwardUs)));
+}
+
+TEST_CASE("step model: blocking tensor-parallel communication adds per micro-batch; fused hides it") {
+  const Workload w = small(8, 1);
+  const StepLowering s = lowerStep(w, resolveLayout(w, 8));
+  const StepBreakdown layered = composeStep(w, s, flatPrices(s, 1.0, 5.0, Phase::Tp));
+  double runs = 0;
+  for (const CommOp& c : s.stages[0].comm)
+    if (c.phase == Phase::Tp) runs += c.times;
+  CHECK(layered.tp.exposedUs == doctest::Approx(64 * 5.0 * runs));
+  CHECK(layered.tp.hiddenUs == 0);
+  CHECK(sumOfParts(layered) == doctest::Approx(layered.stepUs));
+
+  // A fused operator that takes exactly its GEMM's time hides all of its collective.
+  auto prices = flatPrices(s, 1.0, 5.0, Phase::Tp);
+  prices[0].fusedUs.assign(s.stages[0].fused.size(), 1.0);
+  const StepBreakdown fused = composeStep(w, s, prices);
+  CHECK(fused.tp.exposedUs == doctest::Approx(0));
+  CHECK(fused.tp.hiddenUs == doctest::Approx(layered.tp.exposedUs));
+  CHECK(fused.stepUs == doctest::Approx(layered.stepUs - layered.tp.exposedUs));
+  // One that takes GEMM + 2 us exposes 2 us per run.
+  prices[0].fusedUs.assign(s.stages[0].fused.size(), 3.0);
+  const StepBreakdown partly = composeStep(w, s, prices);
+  CHECK(partly.tp.exposedUs == doctest::Approx(64 * 2.0 * runs));
+  CHECK(partly.tp.hiddenUs == doctest::Approx(64 * 3.0 * runs));
+  CHECK(sumOfParts(partly) == doctest::Approx(partly.stepUs));
+}
+
+TEST_CASE("step model: gradient buckets overlap the last backward pass; the last one is always exposed") {
+  Workload w = small(8, 1);
+  const StepLowering s = lowerStep(w, resolveLayout(w, 64));  // dp 8
+  uint32_t buckets = 0;
+  for (const CommOp& c : s.stages[0].comm)
+    if (c.timing == CommTiming::GradBucket) buckets += c.times;
+  REQUIRE(buckets > 2);
+  const double back = kernels(s.stages[0], Pass::Backward) * 1.0;
+  // Short buckets: each is done before the next is ready, only the last runs past the backward pass.
+  const double d = 0.5 * back / buckets;
+  const StepBreakdown b = composeStep(w, s, flatPrices(s, 1.0, d, Phase::Dp));
+  CHECK(b.dp.exposedUs == doctest::Approx(d));
+  CHECK(b.dp.hiddenUs == doctest::Approx((buckets - 1) * d));
+  // Long buckets: they queue; the tail is everything minus what fits after the first is ready.
+  const double D = 2.0 * back / buckets;
+  const StepBreakdown q = composeStep(w, s, flatPrices(s, 1.0, D, Phase::Dp));
+  CHECK(q.dp.exposedUs == doctest::Approx(back / buckets + buckets * D - back));
+  // Without overlap every bucket waits for the end of the backward pass.
+  w.layout.overlapGradReduce = false;
+  const StepBreakdown n = composeStep(w, s, flatPrices(s, 1.0, d, Phase::Dp));
+  CHECK(n.dp.exposedUs == doctest::Approx(buckets * d));
+  CHECK(sumOfParts(n) == doctest::Approx(n.stepUs));
+}
+
+TEST_CASE("step model: ZeRO 1 gathers parameters after the step; overlapped with the next forward when asked") {
+  Workload w = small(8, 1);
+  w.layout.zero = 1;
+  const StepLowering s = lowerStep(w, resolveLayout(w, 64));
+  std::vector<StagePrices> prices = flatPrices(s, 1.0, 0, Phase::Dp);
+  double gathers = 0;
+  for (std::size_t i = 0; i < s.stages[0].comm.size(); ++i)
+    if (s.stages[0].comm[i].timing == CommTiming::ParamGather) {
+      prices[0].commUs[i] = 3.0;
+      gathers += s.stages[0].comm[i].times;
+    }
+  const StepBreakdown b = composeStep(w, s, prices);
+  CHECK(b.dp.exposedUs == doctest::Approx(3.0 * gathers));
+  w.layout.overlapParamGather = true;
+  const StepBreakdown o = composeStep(w, s, prices);
+  CHECK(o.dp.exposedUs == doctest::Approx(std::max(0.0, 3.0 * gathers - o.forwardUs)));
+  CHECK_THROWS(composeStep(w, s, {}));
+}

@@ -1,0 +1,328 @@
+// mk-plan — capacity planning: how long a training step of a model takes on a cluster from 8 to 8192+ GPUs, where
+// the time goes, what bounds it, what-ifs on the network, and how far each number can be trusted
+// (docs/planner.md).
+//
+//   mk-plan --workload llama3-70b --cluster dgx-h100 --gpus 64:8192 --report DIR
+//
+// Exit codes (mk/util/cli.hpp): 0 success, 1 a simulation process died (a bug), 2 bad input (one line on stderr,
+// nothing written).
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mk/error.hpp"
+#include "mk/plan/plan_output.hpp"
+#include "mk/plan/planner.hpp"
+#include "mk/schedule/io.hpp"
+#include "mk/util/cli.hpp"
+#include "mk/util/size.hpp"
+#include "mk/validation/report_dir.hpp"
+#include "mk/workload/workload.hpp"
+
+#ifndef MK_GIT_COMMIT
+#define MK_GIT_COMMIT "unknown"
+#endif
+#ifndef MK_PLAN_REPORT_SCRIPT
+#define MK_PLAN_REPORT_SCRIPT "plan_report.py"
+#endif
+#ifndef MK_DEFAULT_PROFILE
+#define MK_DEFAULT_PROFILE ""
+#endif
+#ifndef MK_MEASURED_DIR
+#define MK_MEASURED_DIR ""
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kTool = "mk-plan";
+/// Written into every report directory: only a directory holding it may be replaced by a new report.
+constexpr const char* kReportMarker = ".mk-plan-report";
+
+struct Options {
+  std::string workload = "llama3-70b";
+  std::string layoutFile;
+  std::optional<uint32_t> tp, pp, ep, zero, microBatch, virtualStages;
+  std::optional<uint64_t> globalBatch, seq;
+  std::string sp, ppSchedule, recompute, bucket;
+  std::string cluster = "dgx-h100";
+  std::string gpus = "8:4096";
+  std::string profile;
+  bool datasheet = false;
+  std::vector<std::string> whatIfs;
+  std::string tokenBudget = "1T";
+  std::optional<double> gpuMemoryGB;
+  std::string measured;
+  uint64_t simBudget = 4000000;
+  unsigned jobs = 2;
+  std::string reportDir, jsonOut, statsOut;
+  std::string python = "/usr/bin/python3";
+  std::string script;
+  bool listWorkloads = false, quiet = false, brief = false;
+};
+
+[[noreturn]] void bad(const std::string& msg) { throw mk::Error(mk::ErrorCode::InvalidArgument, msg); }
+
+/// "1T", "15T", "2.5e12", "800B": a token count with decimal K/M/B/T suffixes.
+double parseTokens(const std::string& text) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (...) {
+    used = 0;
+  }
+  double mult = 1;
+  const std::string rest = used ? text.substr(used) : "";
+  if (rest == "K")
+    mult = 1e3;
+  else if (rest == "M")
+    mult = 1e6;
+  else if (rest == "B" || rest == "G")
+    mult = 1e9;
+  else if (rest == "T")
+    mult = 1e12;
+  else if (!rest.empty())
+    used = 0;
+  if (used == 0 || !std::isfinite(v) || v <= 0)
+    bad("--token-budget '" + text + "': expected a positive number of tokens, e.g. 15T, 800B, 2e12");
+  return v * mult;
+}
+
+bool onOff(const std::string& option, const std::string& v) {
+  if (v == "on" || v == "true" || v == "1") return true;
+  if (v == "off" || v == "false" || v == "0") return false;
+  bad(option + " '" + v + "': expected on or off");
+}
+
+/// The workload of the command line: a preset or file, then --layout, then the single-field options.
+mk::Workload buildWorkload(const Options& o) {
+  mk::Workload w = mk::loadWorkload(o.workload);
+  if (!o.layoutFile.empty()) mk::applyLayoutJson(w, mk::readFile(o.layoutFile), o.layoutFile);
+  mk::ParallelLayout& l = w.layout;
+  if (o.tp) l.tp = *o.tp;
+  if (o.pp) l.pp = *o.pp;
+  if (o.ep) l.ep = *o.ep;
+  if (o.zero) l.zero = *o.zero;
+  if (o.virtualStages) l.virtualStages = *o.virtualStages;
+  if (!o.sp.empty()) l.sp = onOff("--sp", o.sp);
+  if (!o.ppSchedule.empty()) {
+    if (o.ppSchedule == "1f1b")
+      l.schedule = mk::PipelineSchedule::OneFOneB;
+    else if (o.ppSchedule == "interleaved")
+      l.schedule = mk::PipelineSchedule::Interleaved;
+    else if (o.ppSchedule == "gpipe")
+      l.schedule = mk::PipelineSchedule::GPipe;
+    else
+      bad("--pp-schedule '" + o.ppSchedule + "': expected 1f1b, interleaved or gpipe");
+  }
+  if (!o.bucket.empty()) l.bucketBytes = mk::parseSize(o.bucket);
+  if (o.microBatch) w.training.microBatch = *o.microBatch;
+  if (o.globalBatch) w.training.globalBatch = *o.globalBatch;
+  if (o.seq) w.training.seq = *o.seq;
+  if (!o.recompute.empty()) {
+    if (o.recompute == "none")
+      w.training.recompute = mk::Recompute::None;
+    else if (o.recompute == "full")
+      w.training.recompute = mk::Recompute::Full;
+    else
+      bad("--recompute '" + o.recompute + "': expected none or full");
+  }
+  mk::validateWorkload(w);
+  return w;
+}
+
+void listWorkloads() {
+  for (const auto& name : mk::workloadPresets()) {
+    const mk::Workload w = mk::workloadPreset(name);
+    const auto& m = w.model;
+    std::printf(
+        "%-14s layers %u, hidden %llu, ffn %llu, heads %u, kv heads %u, vocab %llu%s\n", name.c_str(), m.layers,
+        static_cast<unsigned long long>(m.hidden), static_cast<unsigned long long>(m.ffn), m.heads, m.kvHeads,
+        static_cast<unsigned long long>(m.vocab),
+        m.moe ? (", " + std::to_string(m.moe->experts) + " experts, top " + std::to_string(m.moe->topK)).c_str() : "");
+    std::printf("%-14s seq %llu, global batch %llu x micro %u; layout tp %u pp %u ep %u%s zero %u\n", "",
+                static_cast<unsigned long long>(w.training.seq),
+                static_cast<unsigned long long>(w.training.globalBatch), w.training.microBatch, w.layout.tp,
+                w.layout.pp, w.layout.ep, w.layout.sp ? " sp" : "", w.layout.zero);
+    std::printf("%-14s source: %s\n", "", mk::workloadPresetSource(name).c_str());
+  }
+}
+
+int run(const Options& o, const std::string& command) {
+  if (o.listWorkloads) {
+    listWorkloads();
+    return 0;
+  }
+  // ---- everything that can be checked before minutes of simulation ----
+  if (o.datasheet && !o.profile.empty()) bad("give at most one of --profile p.json and --datasheet");
+  mk::plan::PlanInputs in;
+  in.workload = buildWorkload(o);
+  in.cluster = o.cluster;
+  in.gpus = mk::plan::parseGpuCounts(o.gpus);
+  for (const auto& w : o.whatIfs) in.whatIfs.push_back(mk::plan::parseWhatIf(w));
+  in.tokenBudget = parseTokens(o.tokenBudget);
+  in.gpuMemoryGB = o.gpuMemoryGB;
+  std::error_code ec;
+  if (o.datasheet) {
+    in.datasheet = true;
+  } else if (!o.profile.empty()) {
+    in.profilePath = o.profile;
+  } else if (fs::is_regular_file(MK_DEFAULT_PROFILE, ec)) {
+    in.profilePath = MK_DEFAULT_PROFILE;
+  }
+  if (o.measured == "none") {
+    in.measuredDir.clear();
+  } else if (!o.measured.empty()) {
+    if (!fs::is_directory(o.measured, ec)) bad("--measured " + o.measured + ": no such directory");
+    in.measuredDir = o.measured;
+  } else if (fs::is_directory(MK_MEASURED_DIR, ec)) {
+    in.measuredDir = MK_MEASURED_DIR;
+  }
+  in.pricer.jobs = o.jobs;
+  in.pricer.budgetSteps = o.simBudget;
+  mk::report::checkOutputFile("--json", o.jsonOut);
+  mk::report::checkOutputFile("--stats", o.statsOut);
+  mk::report::checkReportDir("--report", o.reportDir, kReportMarker, kTool);
+  if (!o.reportDir.empty()) {
+    if (!fs::exists(o.script, ec))
+      throw mk::Error(mk::ErrorCode::IoError,
+                      "--report: report script " + o.script + " not found (see --report-script)");
+    if (::access(o.python.c_str(), X_OK) != 0)
+      throw mk::Error(mk::ErrorCode::IoError, "--report: " + o.python + " is not an executable (see --python)");
+  }
+
+  // ---- the plan, with a progress line on stderr while simulating ----
+  auto last = std::chrono::steady_clock::now() - std::chrono::seconds(10);
+  in.pricer.onProgress = [&](std::size_t done, std::size_t total, double wallS) {
+    const auto now = std::chrono::steady_clock::now();
+    if (done != total && now - last < std::chrono::seconds(2)) return;
+    last = now;
+    std::fprintf(stderr, "mk-plan: %zu of %zu collectives simulated, %.1f s\n", done, total, wallS);
+  };
+  auto fused = mk::plan::makeFusedOpPricer();
+  const mk::plan::PlanResult plan =
+      mk::plan::runPlan(in, *fused, [](const std::string& s) { std::fprintf(stderr, "mk-plan: %s\n", s.c_str()); });
+  if (!o.quiet) std::fputs(mk::plan::formatPlanText(plan, o.brief).c_str(), stdout);
+
+  // ---- outputs: the report in a temporary directory, then the files, then the report moved into place ----
+  const std::string json = mk::plan::planToJson(plan, MK_GIT_COMMIT);
+  const std::string stats = mk::plan::planStatsToJson(plan, command);
+  fs::path tmp;
+  try {
+    if (!o.reportDir.empty()) {
+      tmp = mk::report::makeTempDir("--report", o.reportDir, "tmp");
+      mk::writeFileAtomic((tmp / "plan.json").string(), json);
+      mk::writeFileAtomic((tmp / "run-stats.json").string(), stats);
+      mk::writeFileAtomic((tmp / kReportMarker).string(),
+                          "written by mk-plan; a new report may replace this directory\n");
+      const std::string log = (tmp / "report.log").string();
+      mk::report::runScript("--report", o.python, o.script,
+                            {"--json", (tmp / "plan.json").string(), "--out", tmp.string()}, log);
+      fs::remove(log, ec);
+    }
+    if (!o.jsonOut.empty()) mk::writeFileAtomic(o.jsonOut, json);
+    if (!o.statsOut.empty()) mk::writeFileAtomic(o.statsOut, stats);
+    if (!o.reportDir.empty()) {
+      try {
+        mk::report::installReport("--report", tmp, o.reportDir);
+      } catch (...) {
+        if (!o.jsonOut.empty()) std::remove(o.jsonOut.c_str());
+        if (!o.statsOut.empty()) std::remove(o.statsOut.c_str());
+        throw;
+      }
+      tmp.clear();
+    }
+  } catch (...) {
+    if (!tmp.empty()) fs::remove_all(tmp, ec);
+    throw;
+  }
+  if (!o.jsonOut.empty()) std::printf("wrote %s\n", o.jsonOut.c_str());
+  if (!o.reportDir.empty()) std::printf("report: %s/index.html\n", o.reportDir.c_str());
+  std::printf("mk-plan: %zu GPU counts x %zu variants, %zu distinct collectives simulated in %.1f s (%.1f s total)\n",
+              in.gpus.size(), plan.variants.size(), plan.stats.distinct, plan.stats.simulationS, plan.stats.wallS);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  o.script = mk::report::defaultScript("plan_report.py", MK_PLAN_REPORT_SCRIPT);
+  CLI::App app{
+      "mk-plan: capacity planning for training a transformer on a GPU cluster, from 8 to 8192+ GPUs.\n\n"
+      "For every GPU count (and every what-if variant of the cluster) the training step is lowered to what each\n"
+      "GPU runs: forward and backward GEMMs, attention, and the collectives of tensor, pipeline, data and expert\n"
+      "parallelism. Compute is priced by a GEMM model fitted on our own GEMM measurements; every distinct\n"
+      "collective is simulated once by SimGrid on the cluster at that scale; a step-time model adds overlap, the\n"
+      "pipeline bubble and stragglers. Prints one table per variant; --report writes HTML + PNG plots + plan.json.\n"
+      "Every number carries its confidence: the measured error of its class of operation, or NOT VALIDATED.\n\n"
+      "  mk-plan --workload llama3-70b --cluster dgx-h100 --gpus 64:8192 --report plan\n"
+      "  mk-plan --workload llama3-8b --cluster dgx-h200 --gpus 8:4096 --what-if nic-bw=2x --what-if noise=0.05\n"
+      "  mk-plan --workload my.json --layout layout.json --cluster cluster.json --gpus 256,512,1024 --json p.json\n"
+      "  mk-plan --list-workloads\n\n"
+      "Exit codes: 0 success, 1 a simulation process died (a bug), 2 bad input (malformed or inconsistent workload,\n"
+      "layout or cluster, a GPU count the cluster cannot hold, an unwritable output): one line on stderr and\n"
+      "nothing written. Details: docs/planner.md.",
+      kTool};
+  app.add_option("--workload", o.workload,
+                 "preset (llama3-8b, llama3-70b, llama3-405b, mixtral-8x22b) or workload JSON (mkernel.workload.v1)")
+      ->capture_default_str();
+  app.add_option("--layout", o.layoutFile, "layout JSON ({\"tp\": 8, \"pp\": 4, ...}) applied over the workload's");
+  app.add_option("--tp", o.tp, "tensor parallelism");
+  app.add_option("--pp", o.pp, "pipeline stages");
+  app.add_option("--ep", o.ep, "expert parallelism (MoE)");
+  app.add_option("--zero", o.zero, "ZeRO stage 0..3");
+  app.add_option("--sp", o.sp, "sequence parallelism: on or off");
+  app.add_option("--pp-schedule", o.ppSchedule, "pipeline schedule: 1f1b, interleaved, gpipe");
+  app.add_option("--virtual-stages", o.virtualStages, "model chunks per GPU (interleaved)");
+  app.add_option("--micro-batch", o.microBatch, "sequences per micro-batch");
+  app.add_option("--global-batch", o.globalBatch, "sequences per optimizer step");
+  app.add_option("--seq", o.seq, "tokens per sequence");
+  app.add_option("--recompute", o.recompute, "activation recomputation: none or full");
+  app.add_option("--bucket", o.bucket, "gradient bucket size (25MiB, ...)");
+  app.add_option("--cluster", o.cluster,
+                 "preset node type (dgx-h100, dgx-h200, h200x2; nodes are added as the GPU count needs) or topology "
+                 "JSON (a fixed cluster)")
+      ->capture_default_str();
+  app.add_option("--gpus", o.gpus, "GPU counts: MIN:MAX[:FACTOR] (powers of FACTOR, default 2) or a list 64,256,1000")
+      ->capture_default_str();
+  app.add_option("--profile", o.profile,
+                 "hardware profile (mkernel.profile.v1); default: the committed calibrated profile "
+                 "(validation/data/profiles/h200x2-calibrated.json)");
+  app.add_flag("--datasheet", o.datasheet, "price with the cluster's datasheet defaults instead of a profile");
+  app.add_option("--what-if", o.whatIfs,
+                 "a variant, key=value[,key=value]: nic-bw=2x|GBs, nics=N, oversub=X, nodes-per-leaf=N, "
+                 "nvlink-domain=N, noise=SIGMA, stragglers=FRACTION:SLOWDOWN, seed=N (repeatable)");
+  app.add_option("--token-budget", o.tokenBudget, "tokens to train, for GPU-hours (15T, 800B, 2e12)")
+      ->capture_default_str();
+  app.add_option("--gpu-memory", o.gpuMemoryGB, "GB per GPU for the memory check (default: the GPU's datasheet)");
+  app.add_option("--measured", o.measured,
+                 "measurement directory for the GEMM model and the validation errors (default: the committed "
+                 "validation/data/measured; none: no measurements)");
+  app.add_option("--sim-budget", o.simBudget,
+                 "schedules of more steps are priced by their closed form instead of simulated (0: no limit)")
+      ->capture_default_str();
+  app.add_option("-j,--jobs", o.jobs, "simulations at once (each in its own process)")->capture_default_str();
+  app.add_option("--report", o.reportDir,
+                 "write DIR/index.html, PNG plots, DIR/plan.json and DIR/run-stats.json (new, empty or a previous "
+                 "report; written in a temporary directory, then renamed)");
+  app.add_option("--json", o.jsonOut, "write plan.json (mkernel.plan.v1) here too");
+  app.add_option("--stats", o.statsOut, "write the run's statistics (wall times, simulations) here");
+  app.add_option("--python", o.python, "python with matplotlib for --report")->capture_default_str();
+  app.add_option("--report-script", o.script, "the report generator")->capture_default_str();
+  app.add_flag("--list-workloads", o.listWorkloads, "print the built-in workloads and their sources");
+  app.add_flag("-q,--quiet", o.quiet, "no table on stdout");
+  app.add_flag("--brief", o.brief, "print the baseline's table only (and the what-ifs side by side)");
+  if (int rc = mk::cli::parse(app, argc, argv, kTool); rc != mk::cli::kContinue) return rc;
+  if (int rc = mk::cli::requirePositive(app, kTool, {{"--jobs", o.jobs}}); rc != mk::cli::kContinue) return rc;
+  const std::string command = mk::cli::commandLine(kTool, argc, argv);
+  return mk::cli::run(kTool, [&] { return run(o, command); });
+}

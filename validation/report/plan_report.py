@@ -1,0 +1,507 @@
+#!/usr/bin/env python3
+"""mk-plan's report: index.html and PNG plots from plan.json (schema mkernel.plan.v1).
+
+    /usr/bin/python3 plan_report.py --json plan.json --out DIR
+
+mk-plan --report DIR runs it (in a temporary directory it then renames). Writes DIR/index.html and
+step-time.png, breakdown.png, comm.png, throughput.png, what-ifs.png (with what-ifs) and goodput.png (with a
+noise or straggler what-if). Every number of the page is explained in docs/planner.md. Needs matplotlib (Debian's
+python3-matplotlib: /usr/bin/python3, not pyenv's). Exit codes: 0 done, 2 bad input, 3 no matplotlib.
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report_common import esc, fmt, import_pyplot, page, table  # noqa: E402
+from report_common import fail as _fail  # noqa: E402
+
+TOOL = "plan_report.py"
+PARTS = [("compute", "compute", "tab:blue"), ("tp", "TP exposed", "tab:orange"), ("ep", "EP exposed", "tab:purple"),
+         ("pp", "PP exposed", "tab:brown"), ("dp", "DP exposed", "tab:red"), ("bubble", "pipeline bubble", "tab:gray")]
+STATUS_CLASS = {"validated": "ok", "extrapolated": "ex", "not validated": "nv", "not available": "na"}
+
+
+def fail(msg, code=2):
+    _fail(TOOL, msg, code)
+
+
+def dur(us):
+    """A duration with 3 significant digits and a readable unit ("-" for none or zero)."""
+    if not us:
+        return "-"
+    if us >= 1e6:
+        return f"{us / 1e6:.3g} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.3g} ms"
+    return f"{us:.3g} us"
+
+
+def gib(b):
+    return "-" if b is None else f"{b / 2**30:.1f} GiB"
+
+
+def part_us(layered, key):
+    if key == "compute":
+        return layered["compute_us"]
+    if key == "bubble":
+        return layered["bubble_us"]
+    return layered[key]["exposed_us"]
+
+
+def feasible(scales):
+    return [s for s in scales if s["feasible"]]
+
+
+def shares(s):
+    """Fractions of the step by status of the classes that make it up."""
+    total = sum(c["us"] for c in s["confidence"]["classes"].values()) or 1
+    out = {}
+    for c in s["confidence"]["classes"].values():
+        out[c["status"]] = out.get(c["status"], 0) + c["us"] / total
+    return out
+
+
+def confidence_text(s):
+    """Shares of the step that are validated / extrapolated / not validated, e.g. "45/20/35 %"."""
+    sh = shares(s)
+    return "/".join(f"{100 * sh.get(k, 0):.0f}" for k in ("validated", "extrapolated", "not validated")) + " %"
+
+
+# ---- plots ----------------------------------------------------------------------------------------------------
+
+def gpu_axis(ax, gpus):
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(gpus)
+    ax.set_xticklabels([str(g) for g in gpus], rotation=45)
+    ax.set_xlabel("GPUs")
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def plot_step_time(plt, doc, out):
+    fig, ax = plt.subplots(figsize=(8, 5))
+    gpus = doc["inputs"]["gpus"]
+    any_fused = False
+    for v in doc["variants"]:
+        ss = feasible(v["scales"])
+        ax.plot([s["gpus"] for s in ss], [s["layered"]["step_us"] / 1e6 for s in ss], "o-", ms=4,
+                label=f"{v['name']} (layered)")
+        fs = [s for s in ss if s["fused"]["available"]]
+        if fs:
+            any_fused = True
+            ax.plot([s["gpus"] for s in fs], [s["fused"]["step_us"] / 1e6 for s in fs], "s--", ms=4,
+                    label=f"{v['name']} (fused)")
+    if not any_fused:
+        ax.text(0.02, 0.03, "fused: " + doc["fused"]["status"], transform=ax.transAxes, fontsize=8, color="#b00")
+    ax.set_yscale("log")
+    gpu_axis(ax, gpus)
+    ax.set_ylabel("step time (s)")
+    ax.set_title(f"{doc['inputs']['workload']['name']}: training step time")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "step-time.png"), dpi=100)
+    plt.close(fig)
+    return "step-time.png"
+
+
+def plot_breakdown(plt, doc, out):
+    base = feasible(doc["variants"][0]["scales"])
+    fig, (ax_abs, ax_rel) = plt.subplots(1, 2, figsize=(13, 5))
+    gpus = [s["gpus"] for s in base]
+    for key, label, color in PARTS:
+        vals = [part_us(s["layered"], key) / 1e3 for s in base]
+        if any(vals):
+            ax_abs.plot(gpus, vals, "o-", ms=4, color=color, label=label)
+    ax_abs.plot(gpus, [s["layered"]["step_us"] / 1e3 for s in base], "k--", lw=1, label="step")
+    ax_abs.set_yscale("log")
+    gpu_axis(ax_abs, doc["inputs"]["gpus"])
+    ax_abs.set_ylabel("ms per step")
+    ax_abs.set_title("step time by part (baseline, layered)")
+    ax_abs.legend(fontsize=8)
+    x = list(range(len(base)))
+    bottom = [0.0] * len(base)
+    for key, label, color in PARTS:
+        rel = [100 * part_us(s["layered"], key) / s["layered"]["step_us"] for s in base]
+        ax_rel.bar(x, rel, bottom=bottom, color=color, label=label)
+        bottom = [a + b for a, b in zip(bottom, rel)]
+    ax_rel.set_xticks(x)
+    ax_rel.set_xticklabels([str(g) for g in gpus], rotation=45)
+    ax_rel.set_xlabel("GPUs")
+    ax_rel.grid(True, axis="y", alpha=0.3)
+    ax_rel.set_ylabel("share of the step (%)")
+    ax_rel.set_title("share of the step")
+    ax_rel.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "breakdown.png"), dpi=100)
+    plt.close(fig)
+    return "breakdown.png"
+
+
+def plot_comm(plt, doc, out):
+    base = feasible(doc["variants"][0]["scales"])
+    gpus = [s["gpus"] for s in base]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for key, label, color in PARTS[1:5]:
+        exp = [s["layered"][key]["exposed_us"] / 1e3 for s in base]
+        hid = [s["layered"][key]["hidden_us"] / 1e3 for s in base]
+        if any(exp):
+            ax.plot(gpus, exp, "o-", color=color, ms=4, label=f"{label}")
+        if any(hid):
+            ax.plot(gpus, hid, "o:", color=color, ms=4, label=f"{label.split()[0]} hidden by overlap")
+    ax.set_yscale("symlog", linthresh=0.01)
+    gpu_axis(ax, doc["inputs"]["gpus"])
+    ax.set_ylabel("communication per step (ms)")
+    ax.set_title("communication per parallel dimension (baseline)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "comm.png"), dpi=100)
+    plt.close(fig)
+    return "comm.png"
+
+
+def plot_throughput(plt, doc, out):
+    fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(13, 5))
+    for v in doc["variants"]:
+        ss = feasible(v["scales"])
+        g = [s["gpus"] for s in ss]
+        ax_t.plot(g, [s["tokens_per_s"] for s in ss], "o-", ms=4, label=v["name"])
+        line = ax_e.plot(g, [100 * s["scaling_efficiency"] for s in ss], "o-", ms=4, label=f"{v['name']}: scaling")
+        ax_e.plot(g, [100 * s["mfu"] for s in ss], "s--", ms=3, color=line[0].get_color(), label=f"{v['name']}: MFU")
+    ax_t.set_yscale("log")
+    ax_t.set_ylabel("tokens / s")
+    ax_t.set_title("throughput")
+    ax_e.set_ylabel("%")
+    ax_e.set_ylim(0, 105)
+    ax_e.set_title("scaling efficiency (solid) and MFU (dashed)")
+    for ax in (ax_t, ax_e):
+        gpu_axis(ax, doc["inputs"]["gpus"])
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "throughput.png"), dpi=100)
+    plt.close(fig)
+    return "throughput.png"
+
+
+def relative(base, s):
+    """Throughput of `s` relative to the baseline at the same GPU count (goodput included)."""
+    if not (s["feasible"] and base["feasible"]):
+        return None
+    r = base["layered"]["step_us"] / s["layered"]["step_us"]
+    return r * s["noise"]["goodput"] if "noise" in s else r
+
+
+def plot_what_ifs(plt, doc, out):
+    base = doc["variants"][0]["scales"]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for v in doc["variants"][1:]:
+        pts = [(b["gpus"], relative(b, s)) for b, s in zip(base, v["scales"])]
+        pts = [p for p in pts if p[1] is not None]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=4, label=v["name"])
+    ax.axhline(1.0, color="black", lw=0.8)
+    gpu_axis(ax, doc["inputs"]["gpus"])
+    ax.set_ylabel("tokens/s relative to the baseline")
+    ax.set_title("what-ifs")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "what-ifs.png"), dpi=100)
+    plt.close(fig)
+    return "what-ifs.png"
+
+
+def plot_goodput(plt, doc, out):
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for v in doc["variants"]:
+        ss = [s for s in feasible(v["scales"]) if "noise" in s]
+        if ss:
+            ax.plot([s["gpus"] for s in ss], [100 * s["noise"]["goodput"] for s in ss], "o-", ms=4, label=v["name"])
+    gpu_axis(ax, doc["inputs"]["gpus"])
+    ax.set_ylabel("goodput (% of the noiseless throughput)")
+    ax.set_title("stragglers and noise: every step waits for its slowest GPU")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "goodput.png"), dpi=100)
+    plt.close(fig)
+    return "goodput.png"
+
+
+# ---- tables ---------------------------------------------------------------------------------------------------
+
+def scale_rows(v, budget):
+    rows, classes = [], []
+    for s in v["scales"]:
+        if not s["feasible"]:
+            rows.append([s["gpus"], s["nodes"], "-", "not feasible: " + s["reason"]] + [""] * 12)
+            classes.append("na")
+            continue
+        lay, b = s["layout"], s["layered"]
+        status = s["confidence"]["status"]
+        mem = s["memory"]
+        fits = "" if mem["fits"] is None else (" fits" if mem["fits"] else " DOES NOT FIT")
+        hidden = sum(b[k]["hidden_us"] for k in ("tp", "ep", "pp", "dp"))
+        mark = "" if status == "validated" else " †"
+        rows.append([s["gpus"], s["nodes"], f"{lay['tp']}/{lay['pp']}/{lay['dp']}/{lay['ep']}", lay["micro_batches"],
+                     (dur(b["step_us"]) + mark, STATUS_CLASS[status]), dur(b["compute_us"]),
+                     dur(b["tp"]["exposed_us"]), dur(b["ep"]["exposed_us"]), dur(b["pp"]["exposed_us"]),
+                     dur(b["dp"]["exposed_us"]), dur(hidden), dur(b["bubble_us"]), f"{s['tokens_per_s']:.4g}",
+                     f"{100 * s['mfu']:.1f} %", f"{100 * s['scaling_efficiency']:.0f} %",
+                     f"{s['gpu_hours']:.4g}", gib(mem["total_bytes"]) + fits,
+                     (confidence_text(s), STATUS_CLASS[status])])
+        classes.append("")
+    head = ["GPUs", "nodes", "tp/pp/dp/ep", "micro-batches", "step", "compute", "TP exposed", "EP exposed",
+            "PP exposed", "DP exposed", "hidden comm", "bubble", "tokens/s", "MFU", "scaling",
+            f"GPU-hours for {budget:.3g} tokens", "memory / GPU",
+            "share of the step validated / extrapolated / not validated"]
+    # Infeasible rows: one wide text cell, padded to the header's width.
+    rows = [r if len(r) == len(head) else (r + [""] * len(head))[:len(head)] for r in rows]
+    return head, rows, classes
+
+
+def class_share_rows(v):
+    """Per GPU count: each class of operation's share of the step and its confidence in that use."""
+    ids = sorted({cid for s in feasible(v["scales"]) for cid in s["confidence"]["classes"]})
+    rows, head = [], ["GPUs", "status"] + ids
+    for s in feasible(v["scales"]):
+        cls = s["confidence"]["classes"]
+        row = [s["gpus"], (s["confidence"]["status"], STATUS_CLASS[s["confidence"]["status"]])]
+        for cid in ids:
+            c = cls.get(cid)
+            row.append((f"{100 * c['us'] / s['layered']['step_us']:.0f} %", STATUS_CLASS[c["status"]]) if c else "-")
+        rows.append(row)
+    return head, rows
+
+
+def fused_rows(doc):
+    """Per GPU count and variant: the layered step, the fused step and the speedup (or "not available")."""
+    variants = doc["variants"]
+    head = ["GPUs"]
+    for v in variants:
+        head += [f"{v['name']}: layered", "fused", "speedup"]
+    rows = []
+    for i, b in enumerate(variants[0]["scales"]):
+        row = [b["gpus"]]
+        for v in variants:
+            s = v["scales"][i]
+            if not s["feasible"]:
+                row += ["-", "-", "-"]
+                continue
+            f = s["fused"]
+            row += [dur(s["layered"]["step_us"]), dur(f["step_us"]) if f["available"] else ("n/a", "na"),
+                    f"{s['fused_speedup']:.3f}x" if s["fused_speedup"] else ("n/a", "na")]
+        rows.append(row)
+    return head, rows
+
+
+def fused_op_rows(doc):
+    """The (GEMM, collective) pairs of the critical stage that the fused variant runs as one operator."""
+    base = feasible(doc["variants"][0]["scales"])
+    s = base[-1]
+    rows = [[f["kind"], f["gemm"], f["comm"], f["m"], f["n"], f["k"], f["times_per_step"], dur(f["gemm_us"]),
+             dur(f["comm_us"]), f["collective"]] for f in s["fused_ops"]]
+    return s["gpus"], ["fused operator", "GEMM", "collective", "m", "n", "k", "per step", "GEMM alone",
+                       "collective alone", "id"], rows
+
+
+def what_if_rows(doc):
+    base = doc["variants"][0]["scales"]
+    head = ["GPUs"] + [v["name"] for v in doc["variants"]]
+    rows = []
+    for i, b in enumerate(base):
+        row = [b["gpus"]]
+        for v in doc["variants"]:
+            s = v["scales"][i]
+            if not s["feasible"]:
+                row.append("-")
+                continue
+            step = s["noise"]["mean_step_us"] if "noise" in s else s["layered"]["step_us"]
+            r = relative(b, s)
+            row.append(dur(step) + (f" ({r:.2f}x)" if r is not None else ""))
+        rows.append(row)
+    return head, rows
+
+
+def bound_rows(doc):
+    rows = []
+    for s in feasible(doc["variants"][0]["scales"]):
+        for phase, what in s["bounds"].items():
+            rows.append([s["gpus"], phase, what])
+    return ["GPUs", "phase", "what bounds it"], rows
+
+
+def link_rows(doc):
+    rows = []
+    colls = doc["collectives"]
+    for v in doc["variants"]:
+        ss = feasible(v["scales"])
+        if not ss:
+            continue
+        s = ss[-1]
+        seen = set()
+        for c in s["comm"]:
+            if c["collective"] in seen:
+                continue
+            seen.add(c["collective"])
+            col = colls[c["collective"]]
+            links = "; ".join(f"{l['name']} {100 * l['utilization']:.0f} % of {l['bandwidth_gbs']:.0f} GB/s"
+                              for l in col["busiest_links"]) or "-"
+            rows.append([v["name"], s["gpus"], c["name"], c["collective"], (links, "w"), (col["bound"], "w")])
+    return ["variant", "GPUs", "collective (first use)", "id", "busiest links (average utilization)", "bound"], rows
+
+
+def collective_rows(doc):
+    rows, classes = [], []
+    for cid in sorted(doc["collectives"], key=lambda k: int(k[1:])):
+        c = doc["collectives"][cid]
+        rows.append([cid, c["op"], c["algo"], c["domain"], c["group_size"], c["group_nodes"], c["concurrent"],
+                     c["bytes"], dur(c["time_us"]), dur(c["closed_form_us"]), c["source"], (c["note"] or "-", "w")])
+        classes.append("nv" if c["domain"] == "network" else "")
+    return ["id", "op", "algorithm", "domain", "ranks", "nodes", "instances simulated", "bytes (nccl-tests size)", "time",
+            "closed form", "source", "note"], rows, classes
+
+
+def class_rows(doc):
+    rows, classes = [], []
+    for cid, c in doc["confidence"]["classes"].items():
+        e = c["error"]
+        rows.append([cid, (c["what"], "w"), c["status"], e["n"] if e else "-", fmt(e and e["median_abs_err_pct"]),
+                     fmt(e and e["p90_abs_err_pct"]), fmt(e and e["max_abs_err_pct"]),
+                     c["measured_gpu"] or "-", ", ".join(str(r) for r in c["measured_ranks"]) or "-",
+                     (c["method"], "w")])
+        classes.append("ok" if e else ("na" if c["status"] == "not available" else "nv"))
+    return ["class", "what", "status", "n", "median |err| %", "p90", "max", "measured on", "ranks", "how"], rows, classes
+
+
+def gemm_rows(doc):
+    base = feasible(doc["variants"][0]["scales"])
+    if not base:
+        return None, None
+    s = base[-1]
+    rows = [[c["name"], c["kind"], c["m"], c["n"], c["k"], c["batch"], c["times_per_step"], dur(c["time_us"]),
+             f"{c['tflops']:.0f}", "memory" if c["memory_bound"] else "compute"] for c in s["compute"]]
+    return s["gpus"], rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", required=True, help="mk-plan's plan.json (mkernel.plan.v1)")
+    ap.add_argument("--out", required=True, help="directory to write index.html and the PNGs into (must exist)")
+    a = ap.parse_args()
+    plt = import_pyplot(TOOL, "mk-plan --python")
+    try:
+        with open(a.json) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        fail(f"{a.json}: {e}")
+    if doc.get("schema") != "mkernel.plan.v1":
+        fail(f'{a.json}: expected schema "mkernel.plan.v1" (got {doc.get("schema")!r})')
+    if not os.path.isdir(a.out):
+        fail(f"--out {a.out} is not a directory")
+    if not feasible(doc["variants"][0]["scales"]):
+        fail("no GPU count of the sweep is feasible for this layout: nothing to plot (see the reasons in plan.json)")
+
+    inp = doc["inputs"]
+    w = inp["workload"]
+    m, t, l = w["model"], w["training"], w["layout"]
+    node = inp["cluster"]["topology"]["node"]
+    cm = doc["compute_model"]
+    noise = any("noise" in s for v in doc["variants"] for s in v["scales"])
+    imgs = [plot_step_time(plt, doc, a.out), plot_breakdown(plt, doc, a.out), plot_comm(plt, doc, a.out),
+            plot_throughput(plt, doc, a.out)]
+    what_if_png = plot_what_ifs(plt, doc, a.out) if len(doc["variants"]) > 1 else None
+    goodput_png = plot_goodput(plt, doc, a.out) if noise else None
+
+    p = [f"<h1>mk-plan: {esc(w['name'])} on {esc(inp['cluster']['spec'])}, {inp['gpus'][0]} to {inp['gpus'][-1]} "
+         "GPUs</h1>"]
+    moe = f", {m['moe']['experts']} experts top-{m['moe']['topK']}" if "moe" in m else ""
+    p.append("<div class='box'>")
+    p.append(f"<p><b>Workload.</b> {m['layers']} layers, hidden {m['hidden']}, FFN {m['ffn']}, {m['heads']} heads "
+             f"({m['kvHeads']} key/value), vocabulary {m['vocab']}{moe}; sequence {t['seq']}, global batch "
+             f"{t['globalBatch']} sequences of micro-batch {t['microBatch']}, {t['dtype']}, recompute {t['recompute']}. "
+             f"{esc(inp['workload_source'] or '')}</p>")
+    p.append(f"<p><b>Layout.</b> TP {l['tp']}, PP {l['pp']} ({l['ppSchedule']}, {l['virtualStages']} chunk(s) per "
+             f"GPU), DP {l['dp']}, EP {l['ep']}, sequence parallelism {'on' if l['sp'] else 'off'}, ZeRO {l['zero']}, "
+             f"gradient buckets of {l['bucketMiB']:.4g} MiB in {l['gradDtype']} "
+             f"({'overlapped with the backward pass' if l['overlapGradReduce'] else 'after the backward pass'}).</p>")
+    p.append(f"<p><b>Cluster.</b> {esc(inp['cluster']['spec'])}: {node['gpus']} x {esc(node['gpu'])} per node "
+             f"({node['bf16Tflops']:.0f} TFLOP/s dense bf16, {node['hbmGBs']:.0f} GB/s HBM), NVLink "
+             f"{node['nvlink']['bwGBs']:.0f} GB/s per GPU, {node['nics']} NICs of {node['nic']['bwGBs']:.0f} GB/s, "
+             f"PCIe {node['pcie']['bwGBs']:.0f} GB/s; rail leaves of {inp['cluster']['topology']['fabric']['nodesPerLeaf']}"
+             f" nodes, oversubscription {inp['cluster']['topology']['fabric']['oversubscription']:g}.</p>")
+    p.append(f"<p><b>Profile.</b> {esc(inp['profile_note'])}</p>")
+    lo = cm["leave_one_shape_out"]
+    p.append(f"<p><b>Compute.</b> t = {cm['overhead_us']:.2f} us + max(FLOPs / {cm['tflops']:.0f} TFLOP/s, bytes / "
+             f"{cm['hbm_gbs']:.0f} GB/s), fitted on {cm['samples']} cuBLAS records of {cm['shapes']} shapes on "
+             f"{esc(cm['gpu'])} (our measurements, validation/data/measured); leave-one-shape-out |error|: median "
+             f"{fmt(lo['median_abs_err_pct'], 1)} %, p90 {fmt(lo['p90_abs_err_pct'], 1)} %, max "
+             f"{fmt(lo['max_abs_err_pct'], 1)} %.</p>")
+    p.append(f"<p><b>Communication.</b> Each distinct collective simulated once by SimGrid at the cluster's scale "
+             f"({len(doc['collectives'])} distinct); validation of the simulator on the committed measurements: "
+             f"{esc(doc['confidence']['validation'])}.</p>")
+    p.append(f"<p><b>Fused operators.</b> <span class='bad'>fused: {esc(doc['fused']['status'])}</span></p>")
+    p.append("<p class='note'>Confidence: cells in <span class='ok'>green</span> are built only from classes of "
+             "operation measured in this regime, <span class='ex'>blue</span> extrapolated from measurements "
+             "elsewhere (another GPU model or rank count), <span class='nv'>orange †</span> include a class nothing "
+             "measured (e.g. inter-node collectives, attention): treat those as model output, not as validated "
+             "predictions. Every number is explained in docs/planner.md.</p></div>")
+
+    p.append("<h2>Step time at every scale</h2>")
+    p.append(f"<p><img src='{imgs[0]}' alt='step time vs GPUs'></p>")
+    for v in doc["variants"]:
+        head, rows, classes = scale_rows(v, inp["token_budget"])
+        p.append(f"<h3>{esc(v['name'])}</h3>")
+        p.append(table(head, rows, row_classes=classes))
+    p.append("<h3>Confidence of each number (baseline)</h3>")
+    p.append("<p class='note'>The share of each step that comes from each class of operation, coloured by how well "
+             "that class is measured in this use (the errors of each class are in \"Confidence by class of "
+             "operation\" below). A step is validated when every class making up at least 5 % of it is.</p>")
+    head, rows = class_share_rows(doc["variants"][0])
+    p.append(table(head, rows))
+    p.append("<h2>Where the time goes</h2>")
+    p.append(f"<p><img src='{imgs[1]}' alt='step breakdown'></p><p><img src='{imgs[2]}' alt='communication'></p>")
+    p.append("<h2>Throughput, scaling efficiency, MFU</h2>")
+    p.append(f"<p><img src='{imgs[3]}' alt='throughput'></p>")
+    p.append("<h2>Layered vs fused</h2>")
+    p.append(f"<p><span class='bad'>fused: {esc(doc['fused']['status'])}</span>. The layered variant runs every GEMM "
+             "and then its collective (what a framework on a collective library does); the fused variant runs each "
+             "pair below as one of this project's fused operators. No fused number is shown until the fused "
+             "operators' model prices them.</p>")
+    head, rows = fused_rows(doc)
+    p.append(table(head, rows))
+    g, head, rows = fused_op_rows(doc)
+    if rows:
+        p.append(f"<p>The pairs the fused variant replaces on the critical stage at {g} GPUs (baseline):</p>")
+        p.append(table(head, rows, left=3))
+    if what_if_png:
+        p.append("<h2>What-ifs side by side</h2>")
+        p.append(f"<p><img src='{what_if_png}' alt='what-ifs'></p>")
+        head, rows = what_if_rows(doc)
+        p.append(table(head, rows))
+    if goodput_png:
+        p.append("<h2>Stragglers and noise</h2>")
+        p.append(f"<p><img src='{goodput_png}' alt='goodput'></p>")
+    p.append("<h2>What bounds each phase (baseline)</h2>")
+    head, rows = bound_rows(doc)
+    p.append(table(head, rows, left=3))
+    p.append("<h2>Busiest links (largest scale of each variant, from SimGrid's link loads)</h2>")
+    head, rows = link_rows(doc)
+    p.append(table(head, rows, left=6))
+    p.append("<h2>Confidence by class of operation</h2>")
+    head, rows, classes = class_rows(doc)
+    p.append(table(head, rows, left=3, row_classes=classes))
+    p.append("<h2>Collectives simulated</h2>")
+    head, rows, classes = collective_rows(doc)
+    p.append(table(head, rows, left=4, row_classes=classes))
+    g, rows = gemm_rows(doc)
+    if rows:
+        p.append(f"<h2>Kernels of the critical stage at {g} GPUs (baseline)</h2>")
+        p.append(table(["kernel", "kind", "m", "n", "k", "batch", "per step", "time", "TFLOP/s", "bound"], rows,
+                       left=2))
+    p.append(f"<p><small>mk-plan commit {esc(doc['tool']['commit'])}; inputs and every number in plan.json; run "
+             "statistics in run-stats.json.</small></p>")
+    with open(os.path.join(a.out, "index.html"), "w") as f:
+        f.write(page(f"mk-plan: {w['name']}", p))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
