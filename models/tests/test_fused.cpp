@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "expect_error.hpp"
 #include "mk/algorithms/fused.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/cost/step_cost.hpp"
 #include "mk/exec/verify_fused.hpp"
 #include "mk/schedule/validate.hpp"
 #include "mk/topology/topology.hpp"
-#include "expect_error.hpp"
 
 using namespace mk;
 
