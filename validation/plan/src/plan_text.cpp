@@ -124,6 +124,21 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
     }
   }
   out += "\nfused: " + plan.fusedStatus + "\n";
+  if (!plan.variants.empty()) {
+    // Layered against fused on the baseline cluster: the fused operators' own model prices every GEMM + TP
+    // collective pair they replace (not validated until they run on GPUs).
+    bool header = false;
+    for (const ScaleResult& s : plan.variants.front().scales) {
+      if (!s.feasible || !s.fusedAvailable) continue;
+      if (!header) {
+        out += "   GPUs   layered     fused  speedup  TP exposed: layered     fused\n";
+        header = true;
+      }
+      out += pad(std::to_string(s.gpus), 7) + pad(duration(s.layered.stepUs), 10) + pad(duration(s.fused.stepUs), 10) +
+             pad(fmt("%.2fx", s.layered.stepUs / s.fused.stepUs), 9) + pad(duration(s.layered.tp.exposedUs), 20) +
+             pad(duration(s.fused.tp.exposedUs), 10) + "\n";
+    }
+  }
   out +=
       "confidence: v/e/n = the share of the step from classes of operation validated / extrapolated (measured "
       "on another GPU model or rank count) / not validated (nothing measured, e.g. inter-node collectives, "

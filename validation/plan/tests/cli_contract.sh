@@ -38,11 +38,12 @@ check "the report has plan.json" test -s "$work/rep/plan.json"
 check "the report has run-stats.json" test -s "$work/rep/run-stats.json"
 check "the report's plan.json is --json's" cmp -s "$work/a.json" "$work/rep/plan.json"
 check "no temporary directory is left" bash -c "! compgen -G '$work/.rep*' >/dev/null"
-check "plan.json says fused is not available" grep -q '"status": "not available in this build' "$work/a.json"
-check "the page says fused is not available" grep -q 'fused: not available in this build' "$work/rep/index.html"
+check "plan.json says the fused variant is priced" grep -q '"status": "available"' "$work/a.json"
+check "plan.json has a fused speedup" grep -Eq '"fused_speedup": [0-9]' "$work/a.json"
+check "the page says the fused variant is priced" grep -q 'fused: available' "$work/rep/index.html"
 check "the page marks numbers that are not validated" grep -q 'not validated' "$work/rep/index.html"
 check "every image of the page exists" bash -c "for f in \$(grep -o \"src='[^']*'\" '$work/rep/index.html' | cut -d\"'\" -f2); do test -s '$work/rep/'\$f || exit 1; done"
-expect 0 'fused: not available in this build' -- "${run[@]}"
+expect 0 'GPUs +layered +fused +speedup' -- "${run[@]}"
 expect 0 'mk-plan: [0-9]+ of [0-9]+ collectives simulated' -- "${run[@]}" -q
 expect 0 'llama3-405b .*layers 126, hidden 16384' -- "$tool" --list-workloads
 expect 0 'huggingface.co/mistralai/Mixtral-8x22B-v0.1' -- "$tool" --list-workloads

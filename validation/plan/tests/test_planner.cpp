@@ -145,12 +145,36 @@ TEST_CASE("planner: shared NICs, stragglers, infeasible scales, the fused seam")
   CHECK(st.noise.stragglers == 3);
   CHECK(st.noise.meanStepUs == doctest::Approx(st.layered.stepUs + 0.5 * st.layered.criticalComputeUs).epsilon(1e-9));
   CHECK(st.noise.goodput < 1);
-  // No fused operators in this build: said, never priced.
-  CHECK_FALSE(at(base, 64).fusedAvailable);
-  CHECK(at(base, 64).fusedNote.find("not available in this build") != std::string::npos);
-  CHECK(p.fusedStatus.find("not available in this build") != std::string::npos);
+  // The fused operators' model prices every GEMM + TP collective pair: a fused operator never beats its GEMM
+  // alone, so the fused step is never shorter than the layered step's compute.
+  CHECK(p.fusedStatus == "available");
+  for (const ScaleResult* sr : {&at(base, 16), &at(base, 64)}) {
+    REQUIRE(sr->fusedAvailable);
+    CHECK(sr->fused.stepUs > 0);
+    CHECK(sr->fused.stepUs >= sr->layered.criticalComputeUs * (1 - 1e-9));
+  }
   const std::string json = planToJson(p, "x");
-  CHECK(json.find("\"fused_speedup\": null") != std::string::npos);
+  CHECK(json.find("\"fused_speedup\": null") == std::string::npos);
+  CHECK(json.find("\"fused_speedup\": ") != std::string::npos);
+}
+
+namespace {
+/// A build without the fused operators' model: the planner must say so and never price the fused variant.
+class NoFusedPricer final : public FusedOpPricer {
+ public:
+  bool available() const override { return false; }
+  std::string unavailableReason() const override { return "not available in this build"; }
+  FusedOpPrice price(const FusedOpRequest&) override { throw Error(ErrorCode::Unsupported, "never called"); }
+};
+}  // namespace
+
+TEST_CASE("planner: without a fused pricer the fused variant is said to be unavailable, never priced") {
+  NoFusedPricer none;
+  const PlanResult p = runPlan(inputs(tiny(), "16"), none);
+  CHECK_FALSE(p.variants[0].scales[0].fusedAvailable);
+  CHECK(p.variants[0].scales[0].fusedNote.find("not available in this build") != std::string::npos);
+  CHECK(p.fusedStatus.find("not available in this build") != std::string::npos);
+  CHECK(planToJson(p, "x").find("\"fused_speedup\": null") != std::string::npos);
 }
 
 TEST_CASE("planner: bad inputs name what is wrong") {

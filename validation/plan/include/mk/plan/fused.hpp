@@ -1,15 +1,10 @@
-// mkernel — the fused variant's one open seam: the price of a fused operator (AllGather+GEMM, GEMM+ReduceScatter,
-// GEMM+AllReduce) that replaces a GEMM and the tensor-parallel collective next to it (docs/planner.md, "Fused").
+// mkernel — the price of a fused operator (AllGather+GEMM, GEMM+ReduceScatter, GEMM+AllReduce) that replaces a GEMM
+// and the tensor-parallel collective next to it (docs/planner.md, "The fused operators' prices").
 //
 // The planner knows which pairs fuse (mk::lowerStep's FusedCandidate) and how a fused operator's time enters the
 // step (step_model.hpp); what a fused operator costs belongs to the fused operators' own model, next to their
-// generators in models/src/algorithms. Until that model is linked, makeFusedOpPricer() returns a pricer that is
-// not available: mk-plan then reports "fused: not available in this build" and never a number of its own.
-//
-// To connect it, implement FusedOpPricer::price() with the fused operators' prediction (e.g. generate the fused
-// schedule for `request.kind` with the GEMM dims and the collective's count, embed it over
-// request.placement.maps like the layered collectives (embed.hpp) and replay it with mk::sim::predict on
-// request.placement.reduced), and return it from makeFusedOpPricer().
+// generators in models/src/algorithms: makeFusedOpPricer() prices with it (mk::sim::predictFused). A pricer that is
+// not available() makes mk-plan report the fused variant as unavailable, never a number of its own.
 #pragma once
 
 #include <memory>
