@@ -195,7 +195,20 @@ void ExecProxyPort::proxyPut(uint32_t rank, uint32_t lane, uint32_t step) {
   const auto cancelled = [&endpoint] { return endpoint.aborting(); };
   HostFifo& fifo = *m.fifos[rank];
   const std::optional<uint64_t> position = fifo.push(command, site, m.opt.budget, cancelled);
-  if (position) fifo.waitDone(*position, site, m.opt.budget, cancelled);
+  if (!position) return;
+  try {
+    fifo.waitDone(*position, site, m.opt.budget, cancelled);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::Timeout) throw;
+    // A proxy thread that does not answer is most often blocked in a transport call with a budget of its own (a
+    // send to a process that stopped reading), and the failure it reports names that process. Give it one more
+    // budget to do so (the wait then ends as cancelled) before reporting the stall of the FIFO itself.
+    try {
+      fifo.waitDone(*position, site, m.opt.budget, cancelled);
+    } catch (const Error&) {
+      throw e;
+    }
+  }
 }
 
 void ExecProxyPort::end(std::exception_ptr error) noexcept {
