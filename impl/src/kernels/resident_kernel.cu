@@ -212,6 +212,7 @@ template <bool kTrace, bool kCompute>
 __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramHeader* ph, const LoweredLane& lane,
                         const LoweredStep* steps, CtaAssignment me, const uint64_t* table) {
   __shared__ int sOkBefore, sOkAfter;
+  __shared__ uint32_t sProxyWord;
   const uint32_t slot = op % kSlots;
   const uint32_t n = lane.ctaCount;
   const uint32_t idx = me.indexInLane;
@@ -268,6 +269,12 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramH
       }
     }
     // ---- compute lanes (mk/device/compute_lane_device.hpp): only in the compute-capable instantiation ----
+    // A ProxyPut: the lane's first CTA stages its bytes in host memory chunk by chunk and pushes a command per chunk
+    // to the proxy (the lowering gives it one active CTA and orders the lane's other CTAs around it).
+    bool proxyOk = true;
+    if (kind == static_cast<int>(StepKind::ProxyPut) && idx == 0)
+      proxyOk = proxyPutStep(h, step, operandAddress(table, step.a), step.count * dtypeBytes(step.dtype), op,
+                             lane.laneIndex, s, &sProxyWord);
     if constexpr (kCompute) {
       if (kind == static_cast<int>(StepKind::Gemm)) runGemmStep(step, ph, table, h.rank, idx);
     }
@@ -317,10 +324,7 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramH
         sOkAfter = ok;
       }
     } else if (tid == 0) {
-      // A ProxyPut moves no data here: the lane's first CTA hands it to the proxy and waits until its source was
-      // read (the lowering gives it one active CTA and orders the lane's other CTAs around it).
-      sOkAfter =
-          kind == static_cast<int>(StepKind::ProxyPut) && idx == 0 ? proxyPutStep(h, step, op, lane.laneIndex, s) : 1;
+      sOkAfter = proxyOk ? 1 : 0;
     }
     __syncthreads();
     if (!sOkAfter) return false;
@@ -487,7 +491,6 @@ __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
   // next: the op to stage; taken: ops the control warp published (their slots are free again).
   uint32_t next = 0, taken = 0, mirroredComplete = 0, mirroredTaken = 0;
   uint32_t mirroredDone = 0, mirroredEntered = 0;
-  uint64_t inboxPos = 0, inboxMirrored = 0;
   bool shutdownSent = false;
   for (uint32_t iter = 1;; ++iter) {
     uint32_t quit = 0;
@@ -507,13 +510,8 @@ __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
         mirroredTaken = taken;
       }
       if (h.inbox != nullptr) {
-        // Other nodes: apply what arrived from them, and hand this rank's done and entered counts to the host,
-        // which relays them (this GPU cannot store into their state).
-        drainInbox(h, &inboxPos, 8);
-        if (inboxPos != inboxMirrored) {
-          storeRelease(&h.mailbox->inboxTaken, inboxPos);  // after the emptied headers: the host may reuse them
-          inboxMirrored = inboxPos;
-        }
+        // Other nodes: hand this rank's done and entered counts to the host, which relays them (this GPU cannot
+        // store into their state). What they send is applied by the inbox warps.
         const uint32_t d = loadVolatile(&st->doneFrom[h.rank]), e = loadVolatile(&st->enteredFrom[h.rank]);
         if (d != mirroredDone || e != mirroredEntered) {
           fenceSys();  // the done count stands for this rank's writes: visible before the host relays it
@@ -797,6 +795,24 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
   }
 }
 
+/// The control block's warps from the third on, when the communicator spans nodes: apply the inbox (what ranks of
+/// other nodes sent: bytes to copy into this GPU, flag increments, their done / entered counts) in order, until the
+/// control warp left.
+__device__ void inboxWarps(const EngineDeviceHandle& h, ControlShared& cs) {
+  __shared__ InboxRecord sRecord;
+  __shared__ int sQuit;
+  const uint32_t nThreads = blockDim.x - 64, tid = threadIdx.x - 64;
+  uint64_t pos = 0;
+  for (;;) {
+    drainInbox(h, &pos, nThreads, tid, &sRecord);
+    if (tid == 0) sQuit = mbarDone(&cs.done, 0) ? 1 : 0;
+    asm volatile("bar.sync 1, %0;" ::"r"(nThreads) : "memory");
+    const int quit = sQuit;
+    asm volatile("bar.sync 1, %0;" ::"r"(nThreads) : "memory");
+    if (quit) return;
+  }
+}
+
 /// Block 0 of either resident kernel: warp 0 drives ops, warp 1 talks to the host, the rest leave.
 __device__ __forceinline__ void controlBlock(const EngineDeviceHandle& h) {
   __shared__ ControlShared cs;
@@ -813,6 +829,8 @@ __device__ __forceinline__ void controlBlock(const EngineDeviceHandle& h) {
     controlWarp(h, cs);
   else if (threadIdx.x < 64)
     hostLinkWarp(h, cs);
+  else if (h.inbox != nullptr)
+    inboxWarps(h, cs);
 }
 
 template <bool kTrace>

@@ -294,6 +294,7 @@ struct EngineDeviceHandle {
   uint64_t pollBudgetNs;       ///< budget of every bounded wait
   ProxyFifoDeviceHandle fifo;  ///< this rank's command FIFO (ring null: the communicator spans one node)
   InboxRecord* inbox;          ///< host-mapped, this rank's inbox (null: one node)
+  const char* inboxStaging;    ///< host-mapped: where the host puts the bytes of Copy records
   uint32_t inboxCapacity;      ///< records, a power of two
   uint32_t reserved1;
 };

@@ -10,6 +10,12 @@
 //    full.
 // A push waits (bounded) while position - done >= capacity: back-pressure, never overwrite, never loss.
 //
+// The data of a GPU's command travels through host memory the GPU writes itself: the pushing lane copies a chunk of
+// the step's source into staging slot position % stagingSlots (host-mapped, chunkBytes each) before it pushes, so
+// the proxy reads only host memory and makes no CUDA call while ops run (a CUDA call of the proxy can wait for a
+// driver lock that a caller's thread holds while it waits for the very op the proxy serves). A step of more bytes
+// than one chunk pushes one command per chunk, `arg` = the chunk's index; only the last raises the remote flag.
+//
 // Word order: a pusher writes `arg`, then `header` LAST with release (system scope: the reader is the CPU); the
 // proxy acquires `header`, and a header whose kind is Empty means the slot holds no command. The proxy copies
 // the command out, zeroes the header, handles the command and only then advances `done`.
@@ -52,7 +58,7 @@ inline constexpr uint32_t kProxyMaxLanes = 1u << kProxyLaneBits;
 /// One command: 16 bytes, 16-byte aligned, in a ring of host-mapped pinned memory.
 struct alignas(16) ProxyCommand {
   uint64_t header;  ///< packProxyHeader(); written last, with release
-  uint64_t arg;     ///< 0 for step commands and Flush (reserved for the device API's raw puts)
+  uint64_t arg;     ///< step commands: the chunk's index in the step's bytes (chunks of chunkBytes); Flush: 0
 };
 static_assert(sizeof(ProxyCommand) == 16);
 static_assert(std::is_trivially_copyable_v<ProxyCommand>);
@@ -82,7 +88,10 @@ struct ProxyFifoDeviceHandle {
   uint64_t* doneCache;   ///< device memory: the last `done` a pusher saw
   const uint64_t* done;  ///< host-mapped: commands the proxy fully handled (written by the proxy only)
   uint32_t capacity;     ///< slots, a power of two
-  uint32_t reserved;
+  uint32_t
+      stagingSlots;     ///< chunk slots of `staging` (<= capacity): the data of position p is in slot p % stagingSlots
+  char* staging;        ///< host-mapped, stagingSlots x chunkBytes: the chunks the proxy sends
+  uint64_t chunkBytes;  ///< bytes per chunk (a multiple of 16)
 };
 static_assert(std::is_trivially_copyable_v<ProxyFifoDeviceHandle>);
 
