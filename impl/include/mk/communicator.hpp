@@ -104,6 +104,15 @@ struct CommConfig {
   /// inbox of what arrives from other nodes. Unused on one node.
   uint32_t proxyFifoSlots = 1024;
   uint32_t inboxSlots = 4096;
+  /// Bytes a rank holds in host memory for puts that arrive from other nodes before it submitted their op (the
+  /// receiver keeps reading its connections, so notices behind them are not held up); past it the op fails.
+  uint64_t proxyParkBytes = uint64_t{1} << 30;
+  /// The bytes of a ProxyPut travel in chunks of proxyChunkBytes (a multiple of 256) through host memory the GPU
+  /// writes and reads itself: proxyStagingSlots chunks per rank to send (at most proxyFifoSlots), proxyReceiveBytes
+  /// to receive (at least one chunk).
+  uint64_t proxyChunkBytes = uint64_t{1} << 20;
+  uint32_t proxyStagingSlots = 16;
+  uint64_t proxyReceiveBytes = uint64_t{64} << 20;
   /// Let several ranks use one GPU (one process with createLocal({0, 0, ...}), or one process per rank under CUDA
   /// MPS): each rank's resident kernel then takes its share of the SMs (workerCtas = 0 divides the default among
   /// the ranks on the GPU), and the engine refuses a grid the GPU cannot hold for all of them at once. Off (the
@@ -195,6 +204,8 @@ class Communicator {
   const std::string& topologySource() const noexcept;
   /// Where the profile of the "auto" choice came from (its `source`, and the file when CommConfig::profile is set).
   const std::string& profileSource() const noexcept;
+  /// The proxy's transport between this communicator's nodes ("socket", "ibverbs"); empty on one node.
+  std::string interNodeTransport() const;
   /// Worker CTAs of this rank's resident kernel.
   uint32_t workerCtas() const noexcept;
 

@@ -56,6 +56,7 @@ int Communicator::device() const noexcept { return engine_ ? engine_->rank(rank_
 const Topology& Communicator::topology() const noexcept { return engine_->topology(); }
 const std::string& Communicator::topologySource() const noexcept { return engine_->topologySource(); }
 const std::string& Communicator::profileSource() const noexcept { return engine_->profileSource(); }
+std::string Communicator::interNodeTransport() const { return engine_->interNodeTransport(); }
 uint32_t Communicator::workerCtas() const noexcept { return engine_ ? engine_->workers() : 0; }
 
 namespace {

@@ -41,6 +41,8 @@ namespace mk::runtime {
 
 /// The engine of one communicator: resources, resident kernels and op submission of its ranks (every rank in
 /// one process, or this process's rank of one process per GPU). Communicator holds it through shared_ptr.
+class InterNode;
+
 class Engine {
  public:
   Engine(const std::vector<int>& devices, const CommConfig& config);
@@ -57,6 +59,8 @@ class Engine {
   /// Where topology() came from ("preset h200x2 (NVML: 18 NVLinks per GPU, through a switch)").
   const std::string& topologySource() const noexcept { return topologySource_; }
   const std::string& profileSource() const noexcept { return profileSource_; }
+  /// The proxy's transport between nodes ("" on one node).
+  std::string interNodeTransport() const;
   uint32_t workers() const noexcept { return workers_; }
   /// True for one process per GPU (only rank ownRank() lives here).
   bool multiProcess() const noexcept { return link_ != nullptr; }
@@ -173,11 +177,15 @@ class Engine {
   std::string profileSource_;
   uint32_t workers_ = 0;
   uint32_t ringSlots_ = 0;
-  std::vector<RankResources> ranks_;            ///< every rank; only local ones have resources (device >= 0)
-  std::vector<int> local_;                      ///< ranks driven by this process
-  std::vector<uint32_t> nodeOf_;                ///< rank -> node (dense ids in order of each node's first rank)
-  int me_ = 0;                                  ///< multi-process: this process's rank
-  std::unique_ptr<ProcessLink> link_;           ///< multi-process only
+  std::vector<RankResources> ranks_;   ///< every rank; only local ones have resources (device >= 0)
+  std::vector<int> local_;             ///< ranks driven by this process
+  std::vector<uint32_t> nodeOf_;       ///< rank -> node (dense ids in order of each node's first rank)
+  int me_ = 0;                         ///< multi-process: this process's rank
+  std::unique_ptr<ProcessLink> link_;  ///< multi-process only
+  /// Several nodes: the proxy, the transport, the inbox writer and the relay (engine/internode.hpp). It reads the
+  /// rank resources and mailboxes directly, and never takes mu_.
+  std::unique_ptr<InterNode> interNode_;
+  friend class InterNode;
   std::vector<device::RankState*> peerStates_;  ///< every rank's RankState as this process's GPU(s) address it
   std::thread progress_;
   std::atomic<bool> stopProgress_{false};

@@ -7,6 +7,7 @@
 
 #include "engine/engine.hpp"
 #include "engine/host_sync.hpp"
+#include "engine/internode.hpp"
 #include "gemm/gemm_lane.hpp"
 #include "mk/error.hpp"
 #include "mk/schedule/validate.hpp"
@@ -25,6 +26,7 @@ const char* statusName(device::Status s) {
     case device::Status::LaneSyncTimeout: return "CTAs of a lane never met";
     case device::Status::BadProgram: return "bad program";
     case device::Status::HostAbort: return "aborted by the host";
+    case device::Status::ProxyTimeout: return "the proxy never handled a command";
     default: return "unknown failure";
   }
 }
@@ -72,6 +74,16 @@ std::string Engine::describeDeviceFailure() const {
         if (!missing.empty()) os << " (rank(s) " << missing << " never submitted it)";
       }
       break;
+    case device::Status::ProxyTimeout:
+      if (sched && s.rank < sched->schedule.lanes.size() && s.lane < sched->schedule.lanes[s.rank].size() &&
+          s.step < sched->schedule.lanes[s.rank][s.lane].steps.size())
+        os << describeStep(sched->schedule, s.rank, s.lane, s.step);
+      else
+        os << "rank " << s.rank << " lane " << s.lane << " step " << s.step;
+      os << " of op " << s.op << what << ": " << statusName(code) << " within " << fmtMs(double(s.elapsedNs) / 1e6)
+         << ": FIFO position " << s.expected - 1 << ", the proxy had handled " << s.seen
+         << " command(s) (the proxy thread, or the process at the other end, stopped answering)";
+      break;
     case device::Status::GateTimeout:
       os << "rank " << s.rank << " could not start op " << s.op << what << " within "
          << fmtMs(double(s.elapsedNs) / 1e6) << ": rank " << s.flag << " has completed " << s.seen
@@ -96,11 +108,17 @@ void Engine::poisonAndThrow(ErrorCode code, const std::string& message) {
     status_->rank = static_cast<uint32_t>(me_);  // multi-process: whose process stopped the engine
     storeHost(&status_->abort, 1);
   }
+  if (interNode_) interNode_->fail(Error(code, message));  // the ranks of other nodes stop too
   throw Error(code, message);
 }
 
 void Engine::throwIfFailedLocked(bool deep) {
   if (!poison_.empty()) throw Error(poisonCode_, "communicator unusable after an earlier error: " + poison_);
+  if (interNode_) {  // a peer, a connection or a proxy thread failed
+    ErrorCode code = ErrorCode::Internal;
+    const std::string remote = interNode_->failure(&code);
+    if (!remote.empty()) poisonAndThrow(code, remote);
+  }
   if (loadHost(&status_->abort) != 0) {
     const auto code = static_cast<device::Status>(status_->code);
     poisonAndThrow(code == device::Status::HostAbort ? ErrorCode::Internal : ErrorCode::Timeout,
@@ -134,6 +152,7 @@ void Engine::poisonLocked(ErrorCode code, const std::string& message) noexcept {
     status_->rank = static_cast<uint32_t>(me_);
     storeHost(&status_->abort, 1);
   }
+  if (interNode_) interNode_->fail(Error(code, message));
 }
 
 }  // namespace mk::runtime

@@ -8,6 +8,7 @@
 
 #include "engine/engine.hpp"
 #include "engine/host_sync.hpp"
+#include "engine/internode.hpp"
 #include "gemm/gemm_lane.hpp"
 #include "mk/device/compute_lane_device.hpp"
 
@@ -65,6 +66,10 @@ void Engine::finalizeLocked(uint32_t seq, const CachedSchedule& cs, const std::v
     d.nBindings = n * nB + n;
   }
   opSchedule_[seq % ringSlots_] = &cs;
+  // Several nodes: the proxy learns this op's addresses (and applies what arrived for it early) before the kernel
+  // can start it.
+  if (interNode_)
+    for (const int lq : local_) interNode_->bind(static_cast<uint32_t>(lq), seq, cs, d.table);
   storeHost(&d.seq, seq + 1);  // last, with release: the kernel reads seq first (acquire)
   if (link_) storeHost(&link_->header().finalized[me_], seq + 1);  // this rank's post slot may be reused
 }

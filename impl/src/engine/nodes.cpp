@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/engine.hpp"
+#include "engine/internode.hpp"
 #include "mk/error.hpp"
 
 namespace mk::runtime {
@@ -31,6 +32,8 @@ std::string layoutText(const std::vector<uint32_t>& nodeOf) {
   return "[" + t + "]";
 }
 }  // namespace
+
+std::string Engine::interNodeTransport() const { return interNode_ ? interNode_->transportName() : std::string(); }
 
 void Engine::requireCollectiveLayout() const {
   const auto n = static_cast<uint32_t>(nodeOf_.size());

@@ -14,6 +14,7 @@
 #include "device/topology_probe.hpp"
 #include "engine/engine.hpp"
 #include "engine/host_log.hpp"
+#include "engine/internode.hpp"
 #include "mk/cost/profile_io.hpp"
 #include "mk/cuda_check.hpp"
 #include "mk/error.hpp"
@@ -263,14 +264,12 @@ void Engine::initProcess(Bootstrap& boot, int dev) {
   nodeOf_ = nodesOf(hosts, config_.ranksPerNode);
   int leader = 0;
   while (nodeOf_[static_cast<size_t>(leader)] != nodeOf_[static_cast<size_t>(me_)]) ++leader;
-  // The GPU side of the inter-node path stops at the proxy: its kernels push commands and apply an inbox, but the
-  // engine does not yet run a proxy of its own (docs/inter-node.md, "The GPU engine"). Refused here, collectively
-  // (every rank computes the same layout), rather than left to time out in the first op.
-  if (nodeCount() > 1)
-    throw Error(ErrorCode::Unsupported,
-                "the ranks are on " + std::to_string(nodeCount()) +
-                    " nodes, and the GPU engine does not run communicators across nodes yet (the proxy, transports and "
-                    "the CPU reference executor across processes do: docs/inter-node.md); use one node");
+  // Several nodes: the control block's warps from the third on apply what other nodes send (the inbox).
+  if (nodeCount() > 1 && config_.threadsPerCta < 96)
+    throw Error(ErrorCode::InvalidArgument,
+                "CommConfig::threadsPerCta must be at least 96 when the ranks span nodes "
+                "(got " +
+                    std::to_string(config_.threadsPerCta) + "): the control block's third warp on applies the inbox");
   const uint32_t myWorkers = workersFor(dev, sharers);
 
   MK_LOG_AT(Info, who,
@@ -347,6 +346,8 @@ void Engine::initProcess(Bootstrap& boot, int dev) {
     for (uint32_t i = 0; i < pi.nPremapped && i < CommConfig::kMaxPremapped; ++i, ++premapped)
       link_->importPointer(q, pi.premapped[i]);
   }
+  // Several nodes: the transport and the proxy (collective over the bootstrap like the steps above).
+  if (multiNode()) interNode_ = std::make_unique<InterNode>(*this, boot);
   MK_LOG_AT(Info, who,
             "every peer's engine state and device arena mapped, " + std::to_string(premapped) +
                 " premapped peer buffer(s); " + std::to_string(workers_) + " worker CTAs per GPU");

@@ -108,7 +108,9 @@ struct RankResources {
   uint64_t* fifoDone = nullptr;
   uint64_t* fifoDeviceWords = nullptr;  ///< [0] head, [1] doneCache (device memory)
   device::InboxRecord* inbox = nullptr;
-  uint64_t inboxWritten = 0;  ///< records the host wrote (the kernel's RankMailbox::inboxTaken trails it)
+  char* fifoStaging = nullptr;   ///< host-mapped: the chunks the kernel stages for the proxy
+  char* inboxStaging = nullptr;  ///< host-mapped: the bytes of Copy records
+  uint64_t inboxWritten = 0;     ///< records the host wrote (the kernel's RankMailbox::inboxTaken trails it)
   bool launched = false;
   int8_t kernelHandoff = -1;  ///< 1: StreamHandoff::Kernel on this rank, 0: MemOps, -1: not decided yet
   uint32_t submitted = 0;     ///< ops submitted by this rank

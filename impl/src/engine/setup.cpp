@@ -12,6 +12,7 @@
 #include "engine/engine.hpp"
 #include "engine/host_log.hpp"
 #include "engine/host_sync.hpp"
+#include "engine/internode.hpp"
 #include "gemm/gemm_lane.hpp"
 #include "kernels/resident_kernel.hpp"
 #include "mk/cuda_check.hpp"
@@ -64,6 +65,13 @@ void Engine::checkConfig(const CommConfig& c) {
   if (!(c.pollBudgetMs > 0) || !(c.hostBudgetMs > 0))
     throw Error(ErrorCode::InvalidArgument, "CommConfig::pollBudgetMs and hostBudgetMs must be > 0");
   if (c.minBytesPerCta == 0) throw Error(ErrorCode::InvalidArgument, "CommConfig::minBytesPerCta must be > 0");
+  if (c.proxyChunkBytes == 0 || c.proxyChunkBytes % 256 != 0 || c.proxyStagingSlots == 0 ||
+      c.proxyStagingSlots > c.proxyFifoSlots || c.proxyReceiveBytes < c.proxyChunkBytes)
+    throw Error(ErrorCode::InvalidArgument,
+                "CommConfig::proxyChunkBytes must be a multiple of 256, proxyStagingSlots in 1..proxyFifoSlots and "
+                "proxyReceiveBytes at least one chunk (got " +
+                    std::to_string(c.proxyChunkBytes) + ", " + std::to_string(c.proxyStagingSlots) + ", " +
+                    std::to_string(c.proxyReceiveBytes) + ")");
   auto powerOfTwo = [](uint32_t v) { return v >= 16 && v <= (1u << 20) && (v & (v - 1)) == 0; };
   if (!powerOfTwo(c.proxyFifoSlots) || !powerOfTwo(c.inboxSlots))
     throw Error(ErrorCode::InvalidArgument,
@@ -93,6 +101,7 @@ Engine::Engine(Bootstrap& boot, int device, const CommConfig& config) : config_(
   try {
     initProcess(boot, device);
     launchKernels();
+    if (interNode_) interNode_->start();
     // Every rank's kernel runs before anyone submits: a peer's first op then never waits for a launch.
     boot.barrier();
     MK_LOG_AT(Info, rankName(me_), "every rank's resident kernel runs (bootstrap barrier passed)");
@@ -186,6 +195,8 @@ void Engine::allocRank(int r, int dev) {
     rr.fifoRing = hostAlloc<device::ProxyCommand>(config_.proxyFifoSlots);
     rr.fifoDone = hostAlloc<uint64_t>(1);
     rr.inbox = hostAlloc<device::InboxRecord>(config_.inboxSlots);
+    rr.fifoStaging = hostAlloc<char>(config_.proxyStagingSlots * config_.proxyChunkBytes);
+    rr.inboxStaging = hostAlloc<char>(config_.proxyReceiveBytes);
     MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.fifoDeviceWords), 2 * sizeof(uint64_t)));
     MK_CUDA_CHECK(cudaMemset(rr.fifoDeviceWords, 0, 2 * sizeof(uint64_t)));
   }
@@ -218,6 +229,10 @@ void Engine::launchKernels() {
       h.fifo.doneCache = rr.fifoDeviceWords + 1;
       h.fifo.done = devicePointer(rr.fifoDone);
       h.fifo.capacity = config_.proxyFifoSlots;
+      h.fifo.staging = devicePointer(rr.fifoStaging);
+      h.fifo.stagingSlots = config_.proxyStagingSlots;
+      h.fifo.chunkBytes = config_.proxyChunkBytes;
+      h.inboxStaging = devicePointer(rr.inboxStaging);
       h.inbox = devicePointer(rr.inbox);
       h.inboxCapacity = config_.inboxSlots;
     }

@@ -13,6 +13,7 @@
 #include "engine/engine.hpp"
 #include "engine/host_log.hpp"
 #include "engine/host_sync.hpp"
+#include "engine/internode.hpp"
 #include "gemm/gemm_lane.hpp"
 #include "mk/algorithms/policy.hpp"
 #include "mk/cuda_check.hpp"
@@ -179,6 +180,7 @@ void Engine::submitLocked(int r, const ScheduleKey& key, CachedSchedule& sched, 
   const bool grouped = insideGroup();
   handoff(r, stream, seq, !grouped);
   rr.submitted = seq + 1;
+  if (interNode_) interNode_->noteSubmitted();
   if (grouped) deferGroupWait(this, r, stream, seq);
 
   op->called[r] = true;

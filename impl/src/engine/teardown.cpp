@@ -8,6 +8,7 @@
 #include "engine/engine.hpp"
 #include "engine/host_log.hpp"
 #include "engine/host_sync.hpp"
+#include "engine/internode.hpp"
 #include "gemm/gemm_lane.hpp"
 
 namespace mk::runtime {
@@ -54,6 +55,11 @@ void Engine::shutdown() noexcept {
     rr.launched = false;
     MK_LOG_AT(Info, "shutdown", "the resident kernel on GPU " + std::to_string(rr.device) + " left");
   }
+  // The kernels have stopped pushing and nothing more is delivered to them: stop the proxy (goodbyes, bounded).
+  if (interNode_) {
+    if (failed) interNode_->fail(Error(poisonCode_, poison_.empty() ? describeDeviceFailure() : poison_));
+    interNode_->stop();
+  }
   if (link_ && !ranks_[static_cast<size_t>(me_)].launched) {
     // Peers' kernels may still write into this rank's memory (done / abort words) until they stopped:
     // free nothing before every peer's kernel left (bounded: a dead peer writes nothing any more).
@@ -99,6 +105,8 @@ void Engine::releaseMemory() noexcept {
     if (rr.fifoRing) cudaFreeHost(rr.fifoRing);
     if (rr.fifoDone) cudaFreeHost(rr.fifoDone);
     if (rr.inbox) cudaFreeHost(rr.inbox);
+    if (rr.fifoStaging) cudaFreeHost(rr.fifoStaging);
+    if (rr.inboxStaging) cudaFreeHost(rr.inboxStaging);
     cudaFree(rr.state);
     if (rr.kernelStream) cudaStreamDestroy(rr.kernelStream);
     if (rr.copyStream) cudaStreamDestroy(rr.copyStream);

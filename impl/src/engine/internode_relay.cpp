@@ -1,0 +1,94 @@
+// mkernel — the inter-node path's relay and failures (engine/internode.hpp): this rank's done and entered counts
+// sent to the ranks of other nodes, and a failure of any side turned into an error everywhere.
+#include <chrono>
+#include <string>
+#include <thread>
+#include <tuple>
+
+#include "engine/engine.hpp"
+#include "engine/host_log.hpp"
+#include "engine/host_sync.hpp"
+#include "engine/internode.hpp"
+
+namespace mk::runtime {
+
+void InterNode::noteSubmitted() {
+  submitted_.fetch_add(1, std::memory_order_release);
+  relayCv_.notify_one();
+}
+
+void InterNode::relayMain() noexcept {
+  const int me = engine_.me_;
+  const auto n = static_cast<uint32_t>(engine_.ranks_.size());
+  uint32_t sentDone = 0, sentEntered = 0;
+  const device::RankMailbox& mb = engine_.mailboxes_[me];
+  try {
+    while (!stopRelay_.load(std::memory_order_acquire)) {
+      const uint32_t done = loadHost(&mb.doneOut), entered = loadHost(&mb.enteredOut);
+      for (const auto& [code, value, sent] : {std::make_tuple(RelayCode::Entered, entered, &sentEntered),
+                                              std::make_tuple(RelayCode::Done, done, &sentDone)}) {
+        if (value == *sent) continue;
+        for (uint32_t q = 0; q < n; ++q) {
+          if (engine_.sameNode(static_cast<int>(q), me)) continue;
+          proxy::ControlMessage m;
+          m.code = static_cast<uint16_t>(code);
+          m.srcRank = static_cast<uint32_t>(me);
+          m.dstRank = q;
+          m.value = value;
+          proxy_->sendControl(m);
+        }
+        *sent = value;
+      }
+      // A failure of this rank's kernel (a bounded wait expired): the other nodes stop too, told why.
+      if (loadHost(&engine_.status_->abort) != 0 && failure(nullptr).empty() && !failedSent_.load()) {
+        const auto code = static_cast<device::Status>(engine_.status_->code);
+        if (code != device::Status::HostAbort)
+          fail(Error(ErrorCode::Timeout, "rank " + std::to_string(me) + ": " + engine_.describeDeviceFailure()));
+      }
+      // Spin while an op this rank submitted is not done here; otherwise sleep until the next submission.
+      if (seqGeq(sentDone, submitted_.load(std::memory_order_acquire))) {
+        std::unique_lock<std::mutex> lock(relayMu_);
+        relayCv_.wait_for(lock, std::chrono::milliseconds(1), [&] {
+          return stopRelay_.load() || !seqGeq(sentDone, submitted_.load(std::memory_order_acquire));
+        });
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  } catch (const Error& e) {
+    failed(e);
+  } catch (const std::exception& e) {
+    failed(Error(ErrorCode::Internal, std::string("inter-node relay: ") + e.what()));
+  }
+}
+
+void InterNode::failed(const Error& error) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(failMu_);
+    if (!failure_.empty()) return;
+    failure_ = error.message();
+    failureCode_ = error.code();
+  }
+  MK_LOG_AT(Info, rankName(engine_.me_), "inter-node path failed: " + error.message());
+  // Stop this process's kernels at their next poll (what Engine::poisonLocked does, without its mutex).
+  device::StatusBlock* s = engine_.status_;
+  if (s && loadHost(&s->abort) == 0) {
+    s->code = static_cast<uint32_t>(device::Status::HostAbort);
+    s->rank = static_cast<uint32_t>(engine_.me_);
+    storeHost(&s->abort, 1);
+  }
+  relayCv_.notify_all();
+}
+
+void InterNode::fail(const Error& error) noexcept {
+  if (failedSent_.exchange(true)) return;
+  if (proxy_) proxy_->abort(error);
+}
+
+std::string InterNode::failure(ErrorCode* code) const {
+  std::lock_guard<std::mutex> lock(failMu_);
+  if (code) *code = failureCode_;
+  return failure_;
+}
+
+}  // namespace mk::runtime
