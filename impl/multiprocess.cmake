@@ -25,6 +25,13 @@ if(TARGET mk_multiprocess_tests)
   target_include_directories(mk_multiprocess_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 endif()
 
+# GPU tests of the inter-node path on one GPU: rank processes as "nodes" under CUDA MPS (label gpu: one GPU).
+mk_add_doctest(mk_multinode_tests LABELS gpu GPU
+  SOURCES tests/gpu_test_main.cpp tests/test_multinode_gpu.cpp LIBS mk::impl)
+if(TARGET mk_multinode_tests)
+  target_include_directories(mk_multinode_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+endif()
+
 if(MK_BUILD_TESTS)
   # The GPU engine under mpirun: the multi-process test cases, launched as `mpirun -np 2` instead of
   # re-launching themselves (multiprocess_launch.hpp: isRankProcess), so Communicator::createFromEnvironment

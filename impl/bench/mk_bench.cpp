@@ -73,6 +73,9 @@ struct Args {
   uint64_t latencyProbes = 200;
   std::string link;
   std::string profile;
+  uint32_t ranksPerNode = 0;
+  std::string transport = "auto";
+  bool shareGpus = false;
 };
 
 /// `v` of every process, in rank order (one bootstrap all-gather).
@@ -299,6 +302,8 @@ int run(const Args& a, const std::string& commandLine) {
   Buffers buf(devs, bufBytes);
   Streams st(devs);
   std::vector<Row> rows;
+  uint32_t nodesOfRun = 1;     // set once the communicator exists
+  std::string transportOfRun;  // the proxy's transport on several nodes
   auto addRecord = [&](const Row& r, const char* stat, const std::vector<std::pair<std::string, std::string>>& extra) {
     mk::MeasurementRecord m;
     m.op = toString(op);
@@ -313,6 +318,10 @@ int run(const Args& a, const std::string& commandLine) {
     m.iters = r.iters;
     m.stat = stat;
     m.extra["count"] = std::to_string(r.count);
+    if (nodesOfRun > 1 && r.impl == "mkernel") {
+      m.extra["nodes"] = std::to_string(nodesOfRun);
+      m.extra["transport"] = mkbench::quoted(transportOfRun);
+    }
     m.extra["redop"] = quoted(a.redop);
     m.extra["inplace"] = a.inPlace ? "true" : "false";
     if (r.wrong >= 0) m.extra["wrong"] = std::to_string(r.wrong);
@@ -327,11 +336,22 @@ int run(const Args& a, const std::string& commandLine) {
     cfg.workerCtas = a.workers;
     cfg.threadsPerCta = a.threads;
     cfg.profile = a.profile;
+    cfg.ranksPerNode = a.ranksPerNode;
+    cfg.shareGpus = a.shareGpus;
+    cfg.transport = a.transport == "socket"    ? mk::ProxyTransport::Socket
+                    : a.transport == "ibverbs" ? mk::ProxyTransport::IbVerbs
+                                               : mk::ProxyTransport::Auto;
     std::vector<mk::Communicator> comms;
     if (launch.multiProcess())
       comms.push_back(mk::Communicator::create(*launch.boot, devs[0], cfg));
     else
       comms = mk::Communicator::createLocal(devs, cfg);
+    nodesOfRun = comms[0].topology().nodes;
+    transportOfRun = comms[0].interNodeTransport();
+    if (nodesOfRun > 1) {
+      mf.system["nodes"] = std::to_string(nodesOfRun);
+      mf.system["transport"] = mkbench::quoted(transportOfRun);
+    }
     std::vector<std::string> algos;
     {
       std::string list = a.algo == "all" ? "auto" : a.algo;
@@ -341,8 +361,9 @@ int run(const Args& a, const std::string& commandLine) {
       for (std::string item; std::getline(ss, item, ',');)
         if (!item.empty()) algos.push_back(item);
     }
-    say("# mkernel: %u worker CTAs x %u threads per GPU, topology %s\n", comms[0].workerCtas(), a.threads,
-        comms[0].topology().name.c_str());
+    say("# mkernel: %u worker CTAs x %u threads per GPU, topology %s, %u node(s)%s%s\n", comms[0].workerCtas(),
+        a.threads, comms[0].topology().name.c_str(), nodesOfRun, nodesOfRun > 1 ? ", transport " : "",
+        nodesOfRun > 1 ? transportOfRun.c_str() : "");
     say("# auto costs against: %s\n", comms[0].profileSource().c_str());
 
     // Host enqueue -> first step on the GPU: isolated small ops on an idle engine. Host and GPU clocks
@@ -614,6 +635,14 @@ int main(int argc, char** argv) {
   app.add_option("--workers", a.workers, "worker CTAs per GPU (0: auto)");
   app.add_option("--threads", a.threads, "threads per CTA");
   app.add_option("--latency-probes", a.latencyProbes, "isolated ops timed host enqueue -> first step (0: skip)");
+  app.add_option("--ranks-per-node", a.ranksPerNode,
+                 "split each host's ranks into nodes of this many (one process per rank): the inter-node path, "
+                 "through the proxy, runs between them (0: one node per host)");
+  app.add_option("--transport", a.transport, "the proxy's transport between nodes")
+      ->check(CLI::IsMember({"auto", "socket", "ibverbs"}))
+      ->capture_default_str();
+  app.add_flag("--share-gpus", a.shareGpus,
+               "let several ranks use one GPU (CommConfig::shareGpus; one process per rank needs CUDA MPS)");
   app.add_option("--link", a.link, "link name for the metadata (default: NVML's active NVLink count)");
   app.add_option("--profile", a.profile,
                  "profile JSON the 'auto' choice costs against (e.g. from mk-calibrate; default: datasheet)");

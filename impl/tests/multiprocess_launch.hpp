@@ -117,9 +117,10 @@ inline std::vector<int> forkRanks(int n, const std::function<int(int)>& body, do
 
 /// Re-run this test binary's test case `testName` as `n` ranks (exec, so each child starts CUDA fresh),
 /// with RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR=127.0.0.1 / MASTER_PORT (a free port) set, plus
-/// `extraEnv` ("NAME=value"). Returns the exit codes.
+/// `extraEnv` ("NAME=value"). LOCAL_RANK is the rank, or the rank modulo `gpus` when it is > 0 (ranks sharing the
+/// GPUs, CommConfig::shareGpus). Returns the exit codes.
 inline std::vector<int> execRanks(int n, const std::string& testName, double timeoutS,
-                                  const std::vector<std::string>& extraEnv = {}) {
+                                  const std::vector<std::string>& extraEnv = {}, int gpus = 0) {
   const uint16_t port = freePort();
   char exe[4096] = {};
   const ssize_t len = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -139,7 +140,7 @@ inline std::vector<int> execRanks(int n, const std::string& testName, double tim
     }
     env.push_back("RANK=" + std::to_string(r));
     env.push_back("WORLD_SIZE=" + std::to_string(n));
-    env.push_back("LOCAL_RANK=" + std::to_string(r));
+    env.push_back("LOCAL_RANK=" + std::to_string(gpus > 0 ? r % gpus : r));
     env.push_back("MASTER_ADDR=127.0.0.1");
     env.push_back("MASTER_PORT=" + std::to_string(port));
     for (const auto& kv : extraEnv) env.push_back(kv);

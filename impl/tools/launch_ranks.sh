@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Start N rank processes of one command on this machine the way torchrun does (RANK, WORLD_SIZE, LOCAL_RANK,
+# MASTER_ADDR=127.0.0.1, MASTER_PORT), wait for all of them, and exit with the first failure's status. A rank that
+# fails gets the others killed after a grace period, so a broken run never hangs the caller.
+#
+#   impl/tools/launch_ranks.sh [--mps] [--logs DIR] [--grace S] N command [args...]
+#
+# LOCAL_RANK = rank % (visible GPUs): with more ranks than GPUs, ranks share GPUs (give the command --share-gpus;
+# mk-bench and the tests take it). --mps starts the CUDA MPS control daemon for the run (several processes' resident
+# kernels then run at once on one GPU) and stops it afterwards; without MPS, kernels of different processes
+# time-slice and resident kernels cannot meet. Rank 0 prints to this terminal; rank i writes DIR/rank<i>.log (DIR:
+# a fresh temporary folder unless --logs), whose tail is printed when that rank fails.
+set -u
+mps=0
+logs=""
+grace=10
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --mps) mps=1; shift ;;
+    --logs) logs=$2; shift 2 ;;
+    --grace) grace=$2; shift 2 ;;
+    *) break ;;
+  esac
+done
+if [[ $# -lt 2 || ! $1 =~ ^[0-9]+$ || $1 -lt 1 ]]; then
+  echo "usage: launch_ranks.sh [--mps] [--logs DIR] [--grace S] N command [args...]" >&2
+  exit 2
+fi
+n=$1
+shift
+[[ -z $logs ]] && logs=$(mktemp -d /tmp/mk-ranks.XXXXXX)
+mkdir -p "$logs" || { echo "launch_ranks: cannot create $logs" >&2; exit 2; }
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+[[ $gpus -ge 1 ]] || gpus=1
+mpsctl=""
+if [[ $mps -eq 1 ]]; then
+  for c in /usr/local/nvidia/bin/nvidia-cuda-mps-control "$(command -v nvidia-cuda-mps-control 2>/dev/null)"; do
+    [[ -n $c && -x $c ]] && { mpsctl=$c; break; }
+  done
+  [[ -n $mpsctl ]] || { echo "launch_ranks: --mps: nvidia-cuda-mps-control not found" >&2; exit 2; }
+  export CUDA_MPS_PIPE_DIRECTORY=$logs/mps-pipe CUDA_MPS_LOG_DIRECTORY=$logs/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  "$mpsctl" -d || { echo "launch_ranks: the MPS daemon did not start" >&2; exit 2; }
+fi
+stop_mps() { [[ -n $mpsctl ]] && echo quit | "$mpsctl" >/dev/null 2>&1; }
+port=$((20000 + RANDOM % 20000))
+pids=()
+for ((r = 0; r < n; ++r)); do
+  if [[ $r -eq 0 ]]; then
+    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$((r % gpus)) MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$@" &
+  else
+    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$((r % gpus)) MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$@" >"$logs/rank$r.log" 2>&1 &
+  fi
+  pids+=($!)
+done
+status=0
+left=$n
+declare -A finished=()
+while [[ $left -gt 0 ]]; do
+  for ((r = 0; r < n; ++r)); do
+    [[ -n ${finished[$r]:-} ]] && continue
+    if ! kill -0 "${pids[$r]}" 2>/dev/null; then
+      wait "${pids[$r]}"
+      rc=$?
+      finished[$r]=1
+      left=$((left - 1))
+      if [[ $rc -ne 0 && $status -eq 0 ]]; then
+        status=$rc
+        echo "launch_ranks: rank $r exited with status $rc" >&2
+        [[ $r -gt 0 ]] && tail -20 "$logs/rank$r.log" >&2
+        # The others get a grace period to report their own view, then are killed.
+        (sleep "$grace"; for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done) &
+      fi
+    fi
+  done
+  sleep 0.05
+done
+stop_mps
+exit $status
