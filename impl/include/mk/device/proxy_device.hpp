@@ -37,6 +37,16 @@ MK_DEVICE_INLINE void copyBytes(char* dst, const char* src, uint64_t bytes, uint
   for (uint64_t t = head + nVec * 16 + tid; t < bytes; t += nth) dst[t] = src[t];
 }
 
+/// Publish a command at its claimed position `pos`: `arg`, then the header last with release. The system fence
+/// before it is cumulative over the writes the calling thread has ordered before it (a ProxyPut's staged chunk,
+/// after a CTA barrier): the proxy that acquires the header sees them.
+MK_DEVICE_INLINE void publishCommand(const ProxyFifoDeviceHandle& f, uint64_t pos, uint64_t header, uint64_t arg) {
+  ProxyCommand* slot = &f.ring[pos & (f.capacity - 1)];
+  storeRelaxed(&slot->arg, arg);
+  fenceSys();
+  storeRelease(&slot->header, header);
+}
+
 /// Run a ProxyPut step with every thread of the lane's first CTA: for each chunk of the step's `bytes`, claim a FIFO
 /// position, wait (bounded) until its staging slot is free, copy the chunk from `src` into the slot, then push the
 /// command (header last, release: the chunk is visible to the proxy first). The lane may overwrite the source
@@ -76,12 +86,7 @@ MK_DEVICE_INLINE bool proxyPutStep(const EngineDeviceHandle& h, const LoweredSte
       const ProxyKind kind = bytes == 0                                ? ProxyKind::Signal
                              : (last && (step.bits & kLsRemoteSignal)) ? ProxyKind::PutSignal
                                                                        : ProxyKind::Put;
-      ProxyCommand* slot = &f.ring[pos & (f.capacity - 1)];
-      storeRelaxed(&slot->arg, c);
-      // Cumulative over the CTA's chunk writes (the barrier above made them this thread's to order): the proxy
-      // that acquires the header sees the chunk.
-      fenceSys();
-      storeRelease(&slot->header, packProxyHeader(kind, op, lane, stepIdx));
+      publishCommand(f, pos, packProxyHeader(kind, op, lane, stepIdx), c);
     }
     __syncthreads();  // sPos and the shared word are rewritten for the next chunk
   }
