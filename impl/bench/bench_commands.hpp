@@ -11,5 +11,7 @@ namespace mkbench {
 int gemmMain(int argc, char** argv, const std::string& command);
 /// mk-bench calibrate --json f: the micro-benchmarks mk-calibrate fits the hardware profile from.
 int calibrateMain(int argc, char** argv, const std::string& command);
+/// mk-bench calibrate-network --json f, as 2 rank processes on 2 nodes: the inter-node micro-benchmarks.
+int calibrateNetworkMain(int argc, char** argv, const std::string& command);
 
 }  // namespace mkbench

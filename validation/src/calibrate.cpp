@@ -306,6 +306,17 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
     }
   }
   constant(kCalibProxy, "proxyUs", out.proxyUs);
+  // calib-put-network times the whole ProxyPut, and the model charges proxyUs + network.alphaUs + bytes / bw for
+  // one: with both measured, the network's alpha is the fit's intercept less proxyUs (floored at 0), so the sum
+  // stays what was measured and proxyUs is not counted twice.
+  if (byOp.count(kCalibPutNetwork) && byOp.count(kCalibProxy)) {
+    out.network.alphaUs = std::max(0.0, out.network.alphaUs - out.proxyUs);
+    for (ParameterFit& pf : rep.parameters)
+      if (pf.name == "network.alphaUs") {
+        pf.value = out.network.alphaUs;
+        pf.method += "; minus proxyUs (floored at 0)";
+      }
+  }
   // x = flops: the "bandwidth" is flops per us / 1e3, and TFLOP/s = flops per us / 1e6.
   rate(kCalibGemm, "gemmTflops", "TFLOP/s", 1e-3, out.gemmTflops);
 

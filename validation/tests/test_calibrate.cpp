@@ -72,7 +72,7 @@ void addLink(std::vector<mk::MeasurementRecord>& out, const char* op, double alp
 std::vector<mk::MeasurementRecord> fullSet() {
   std::vector<mk::MeasurementRecord> r;
   addLink(r, mk::kCalibPutNvlink, 1.7, 370);
-  addLink(r, mk::kCalibPutNetwork, 4.1, 48.5);
+  addLink(r, mk::kCalibPutNetwork, 6.7, 48.5);  // the whole ProxyPut: proxyUs 2.6 + the wire's 4.1
   addLink(r, mk::kCalibCopyLocal, 0.45, 1900);
   addLink(r, mk::kCalibReduce, 0.9, 1300);
   addLink(r, mk::kCalibPutStream, 0.6, 372);
@@ -188,8 +188,9 @@ TEST_CASE("calibrate: every parameter is recovered from a full synthetic micro-b
   CHECK(relClose(p.nvlink.alphaUs, 1.3, 1e-9));  // the scratch Put's: calib-put-nvlink's 1.7 minus userPutUs
   CHECK(p.userPutUs == doctest::Approx(0.4));
   CHECK(relClose(p.nvlink.bwGBs, 370, 1e-9));
-  CHECK(relClose(p.network.alphaUs, 4.1, 1e-9));
+  CHECK(relClose(p.network.alphaUs, 4.1, 1e-9));  // calib-put-network's 6.7 less proxyUs
   CHECK(relClose(p.network.bwGBs, 48.5, 1e-9));
+  CHECK(param(rep, "network.alphaUs").method.find("minus proxyUs") != std::string::npos);
   CHECK(relClose(p.local.alphaUs, 0.45, 1e-9));
   CHECK(relClose(p.local.bwGBs, 1900, 1e-9));
   CHECK(relClose(p.reduceGBs, 1300, 1e-9));
