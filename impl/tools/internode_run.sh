@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The inter-node measurements of one GPU machine, in one go (docs/inter-node.md, docs/results.md): every rank
+# process shares GPU 0 under CUDA MPS, each process is a "node" of its own (--ranks-per-node 1) and the network is
+# the socket transport over loopback TCP.
+#   impl/tools/internode_run.sh <build dir> <out dir> [quick]
+# <build dir> holds impl/<binaries> (a build folder, or impl/tools/pack_device.sh's output with lib/ beside it).
+# Writes <out>/*.json (measurement files) and <out>/*.log. `quick`: short sweeps, to check that everything runs.
+set -u
+build=$1
+out=$2
+quick=${3:-}
+mkdir -p "$out"
+[[ -d $build/lib ]] && export LD_LIBRARY_PATH=$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export NCCL_NVLS_ENABLE=0
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+bench=$build/impl/mk-bench
+status=0
+step() {  # step <name> <command...>: run, log, remember the first failure
+  local name=$1
+  shift
+  echo "== $name: $*" | tee -a "$out/internode.log"
+  local t0=$SECONDS
+  "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: rc $rc, $((SECONDS - t0)) s" | tee -a "$out/internode.log"
+  tail -3 "$out/$name.log" | sed 's/^/   /' | tee -a "$out/internode.log"
+  [[ $rc -ne 0 && $status -eq 0 ]] && status=$rc
+  return 0
+}
+ranks() {  # ranks <n> <mk-bench args...>: n processes, one node each, sharing GPU 0 under MPS
+  local n=$1
+  shift
+  "$here/launch_ranks.sh" --mps --logs "$out/ranks-$n-$RANDOM" "$n" "$bench" "$@" --ranks-per-node 1 --share-gpus \
+    --transport socket
+}
+if [[ -n $quick ]]; then
+  fifo=(--rounds 2000 --commands 200000 --reps 3)
+  net=(-b 8 -e 4M -f 16 --reps 3)
+  coll=(-b 8 -e 1M -f 32 -n 10 -w 3 --reps 3)
+else
+  fifo=()
+  net=(-b 8 -e 256M -f 4 --reps 5)
+  coll=(-b 8 -e 256M -f 4 -n 20 -w 5 --reps 5)
+fi
+step probe-fifo "$build/impl/mk-probe-fifo" "${fifo[@]}" --json "$out/fifo.json"
+step probe-fifo-4 "$build/impl/mk-probe-fifo" "${fifo[@]}" --pushers 4 --json "$out/fifo-4pushers.json"
+[[ -x $build/impl/mk-proxy-bench ]] && step proxy-bench "$build/impl/mk-proxy-bench" --json "$out/proxy-bench.json"
+step calibrate-network ranks 2 calibrate-network "${net[@]}" --json "$out/calibrate-network.json"
+for n in 2 4; do
+  step "allreduce-${n}n" ranks "$n" allreduce "${coll[@]}" --check --json "$out/allreduce-${n}n.json"
+done
+echo "internode_run: status $status" | tee -a "$out/internode.log"
+exit $status
