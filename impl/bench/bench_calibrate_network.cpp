@@ -5,14 +5,15 @@
 //
 // Like mk-bench calibrate, every engine benchmark is a hand-written schedule run through the engine itself
 // (Communicator::execute), timed with CUDA events around back-to-back ops, the median over --reps loops, and one
-// message is isolated by DIFFERENCE between R_lo and R_hi repetitions of a ping-pong (two messages per repetition,
-// each on the critical path):
-//   calib-put-network   a ProxyPut of `bytes` with its signal, node 0 -> node 1 and back: the whole one-way time
-//                       (device push, proxy, transport, remote inbox, flag); fits network.bwGBs and, less proxyUs,
-//                       network.alphaUs.
-//   calib-proxy         what a signal-only ProxyPut takes beyond the wire: its one-way time less the one-way latency
-//                       of 8 bytes over a plain TCP connection between the same two processes (the wire alone),
-//                       both measured in this run; fits proxyUs.
+// message is isolated by DIFFERENCE between R_lo and R_hi repetitions of the pattern:
+//   calib-put-network         both ranks ProxyPut `bytes` with a signal to each other, then wait for the other's:
+//                             one message each way at once, as the collectives use the network; the whole time of
+//                             a ProxyPut (device push, proxy, transport, remote inbox, flag). Fits network.bwGBs and,
+//                             less proxyUs, network.alphaUs.
+//   calib-put-network-oneway  the same ProxyPut as a ping-pong (one direction at a time); recorded, not fitted.
+//   calib-proxy               what a signal-only ProxyPut (ping-pong) takes beyond the wire: its one-way time less
+//                             the one-way latency of 8 bytes over a plain TCP connection between the same two
+//                             processes (the wire alone), both measured in this run; fits proxyUs.
 // Next to them, the plain TCP connection's one-way ping-pong time at every size (impl "tcp-loopback", op
 // "put-network"): the bandwidth the transport is judged against.
 #include <cuda_runtime_api.h>
@@ -59,13 +60,15 @@ struct NetArgs {
   bool shareGpus = false;
   std::string transport = "auto";
   uint32_t wireRounds = 2000;
+  std::string chunk;  ///< CommConfig::proxyChunkBytes ("" : the default)
 };
 
 constexpr uint16_t kIn = 0, kOut = 1;
 
-/// Two ranks on two nodes; rank r's lane 0 ping-pongs `reps` ProxyPuts of n float32 (n = 0: signals only) with
-/// the other rank, rank 0 first.
-Schedule proxyPingPong(uint64_t n, uint32_t reps) {
+/// Two ranks on two nodes, `reps` repetitions of ProxyPuts of n float32 (n = 0: signals only) on lane 0:
+/// ping-pong (rank 0 puts and waits for rank 1's put back: two messages on the critical path per repetition), or
+/// both ways (each rank puts to the other, then waits for the other's: one message in each direction at once).
+Schedule proxyPattern(uint64_t n, uint32_t reps, bool bothWays) {
   Schedule s;
   s.nRanks = 2;
   s.nodeOf = {0, 1};
@@ -74,7 +77,9 @@ Schedule proxyPingPong(uint64_t n, uint32_t reps) {
   s.buffers.push_back({"out", mk::DType::Float32, mk::BufferKind::Output, {elems, elems}});
   s.lanes.assign(2, std::vector<mk::Lane>(1));
   s.info.op = "custom";
-  s.info.algo = n == 0 ? "calib proxy signal ping-pong" : "calib proxyput ping-pong";
+  s.info.algo = n == 0     ? "calib proxy signal ping-pong"
+                : bothWays ? "calib proxyput both ways"
+                           : "calib proxyput ping-pong";
   s.info.dtype = mk::DType::Float32;
   s.info.count = elems;
   s.nFlags = 1;
@@ -100,8 +105,13 @@ Schedule proxyPingPong(uint64_t n, uint32_t reps) {
   for (uint32_t i = 1; i <= reps; ++i) {
     s.lanes[0][0].steps.push_back(put(0, 1));
     s.lanes[0][0].steps.push_back(wait(0, i));
-    s.lanes[1][0].steps.push_back(wait(1, i));
-    s.lanes[1][0].steps.push_back(put(1, 0));
+    if (bothWays) {
+      s.lanes[1][0].steps.push_back(put(1, 0));
+      s.lanes[1][0].steps.push_back(wait(1, i));
+    } else {
+      s.lanes[1][0].steps.push_back(wait(1, i));
+      s.lanes[1][0].steps.push_back(put(1, 0));
+    }
   }
   return s;
 }
@@ -150,9 +160,9 @@ int run(const NetArgs& a, const std::string& command) {
   mk::RankLaunch launch = mk::bootstrapFromEnvironment(20000);
   mk::Bootstrap& boot = *launch.bootstrap;
   if (boot.size() != 2)
-    throw mk::Error(mk::ErrorCode::InvalidArgument,
-                    "calibrate-network needs exactly 2 ranks (one per node); this run has " +
-                        std::to_string(boot.size()));
+    throw mk::Error(
+        mk::ErrorCode::InvalidArgument,
+        "calibrate-network needs exactly 2 ranks (one per node); this run has " + std::to_string(boot.size()));
   const int me = boot.rank();
   const bool leader = me == 0;
 
@@ -179,6 +189,7 @@ int run(const NetArgs& a, const std::string& command) {
   cfg.threadsPerCta = a.threads;
   cfg.ranksPerNode = a.ranksPerNode;
   cfg.shareGpus = a.shareGpus;
+  if (!a.chunk.empty()) cfg.proxyChunkBytes = mk::parseSize(a.chunk);
   cfg.transport = a.transport == "socket"    ? mk::ProxyTransport::Socket
                   : a.transport == "ibverbs" ? mk::ProxyTransport::IbVerbs
                                              : mk::ProxyTransport::Auto;
@@ -198,14 +209,18 @@ int run(const NetArgs& a, const std::string& command) {
   mf.system["transport"] = quoted(transport);
   mf.system["ranks_share_gpu"] = a.shareGpus ? "true" : "false";
   mf.system["cpu"] = quoted(mk::bench::cpuModel());
-  say(leader, "# mk-bench calibrate-network: 2 nodes of 1 rank, transport %s%s, iters %llu (fewer for long ops), reps %llu\n",
+  mf.system["proxy_chunk_bytes"] = std::to_string(cfg.proxyChunkBytes);
+  say(leader,
+      "# mk-bench calibrate-network: 2 nodes of 1 rank, transport %s%s, iters %llu (fewer for long ops), reps %llu\n",
       transport.c_str(), a.shareGpus ? ", the ranks share GPUs" : "", static_cast<unsigned long long>(a.iters),
       static_cast<unsigned long long>(a.reps));
-  say(leader, "# wire: plain TCP between the two processes, 8 B one way (median of %u ping-pongs): %.3f us\n", a.wireRounds,
-      wireUs);
-  say(leader, "# per message = (T(R_hi) - T(R_lo)) / ((R_hi - R_lo) * 2); T = median per-op time of the ping-pong op\n");
-  say(leader, "# %-20s %12s %6s %6s %12s %12s %12s %10s %12s %10s\n", "op", "bytes", "R_lo", "R_hi", "T_lo(us)", "T_hi(us)",
-      "msg(us)", "GB/s", "tcp(us)", "tcp GB/s");
+  say(leader, "# wire: plain TCP between the two processes, 8 B one way (median of %u ping-pongs): %.3f us\n",
+      a.wireRounds, wireUs);
+  say(leader,
+      "# per message = (T(R_hi) - T(R_lo)) / ((R_hi - R_lo) * messages per repetition: 1 both ways, 2 ping-pong); T = "
+      "median per-op time\n");
+  say(leader, "# %-24s %12s %6s %6s %12s %12s %12s %10s\n", "op", "bytes", "R_lo", "R_hi", "T_lo(us)", "T_hi(us)",
+      "msg(us)", "GB/s");
 
   // Median per-op time of `s` (this process's stream; both processes run the same loops).
   auto perOpUs = [&](Schedule s, uint64_t iters) {
@@ -222,8 +237,8 @@ int run(const NetArgs& a, const std::string& command) {
     return median(perOp);
   };
   int notRecorded = 0;
-  auto record = [&](const std::string& op, const std::string& impl, const std::string& algo, uint64_t bytes,
-                    double us, uint64_t iters, const std::vector<std::pair<std::string, std::string>>& extra) {
+  auto record = [&](const std::string& op, const std::string& impl, const std::string& algo, uint64_t bytes, double us,
+                    uint64_t iters, const std::vector<std::pair<std::string, std::string>>& extra) {
     mk::MeasurementRecord m;
     m.op = op;
     m.impl = impl;
@@ -243,15 +258,16 @@ int run(const NetArgs& a, const std::string& command) {
   };
   // One point: the ping-pong of n elements at R_lo and R_hi repetitions; returns the per-message time (<= 0: the
   // difference drowned in noise).
-  auto point = [&](uint64_t n, double guessUs, double* tLo, double* tHi, uint32_t* lo, uint32_t* hi,
+  auto point = [&](uint64_t n, bool bothWays, double guessUs, double* tLo, double* tHi, uint32_t* lo, uint32_t* hi,
                    uint64_t* iters) {
+    const double messages = bothWays ? 1 : 2;  // on the critical path per repetition
     *lo = guessUs < 200 ? 2 : 1;
     *hi = guessUs < 200 ? 18 : 3;
-    const double opGuess = guessUs * 2 * *hi + 30;
+    const double opGuess = guessUs * messages * *hi + 30;
     *iters = std::max<uint64_t>(2, std::min<uint64_t>(a.iters, static_cast<uint64_t>(200000.0 / opGuess)));
-    *tLo = perOpUs(proxyPingPong(n, *lo), *iters);
-    *tHi = perOpUs(proxyPingPong(n, *hi), *iters);
-    return (*tHi - *tLo) / (static_cast<double>(*hi - *lo) * 2);
+    *tLo = perOpUs(proxyPattern(n, *lo, bothWays), *iters);
+    *tHi = perOpUs(proxyPattern(n, *hi, bothWays), *iters);
+    return (*tHi - *tLo) / (static_cast<double>(*hi - *lo) * messages);
   };
 
   // ---- calib-proxy: signal-only ProxyPuts -----------------------------------------------------------------
@@ -259,12 +275,10 @@ int run(const NetArgs& a, const std::string& command) {
     double tLo = 0, tHi = 0;
     uint32_t lo = 0, hi = 0;
     uint64_t it = 0;
-    const double sig = point(0, 30, &tLo, &tHi, &lo, &hi, &it);
+    const double sig = point(0, false, 30, &tLo, &tHi, &lo, &hi, &it);
     const double proxy = sig - wireUs;
-    say(leader, "  %-20s %12d %6u %6u %12.3f %12.3f %12.3f %10s %12.3f %10s\n", "proxyput signal", 0, lo, hi, tLo, tHi, sig,
-        "-", wireUs, "-");
-    say(leader, "  %-20s %12d %6s %6s %12s %12s %12.3f %10s %12s %10s\n", "calib-proxy", 0, "-", "-", "-", "-", proxy, "-", "-",
-        "-");
+    say(leader, "  %-24s %12d %6u %6u %12.3f %12.3f %12.3f %10s\n", "proxyput signal", 0, lo, hi, tLo, tHi, sig, "-");
+    say(leader, "  %-24s %12d %6s %6s %12s %12s %12.3f %10s\n", "calib-proxy", 0, "-", "-", "-", "-", proxy, "-");
     if (proxy > 0)
       record("calib-proxy", "mkernel", "signal ping-pong less the wire", 0, proxy, it,
              {{"signal_us", std::to_string(sig)},
@@ -281,29 +295,35 @@ int run(const NetArgs& a, const std::string& command) {
   record("pingpong-network", "tcp-loopback", "plain tcp ping-pong", 8, wireUs, a.wireRounds,
          {{"how", quoted("median of half the round trip of 8 bytes over a plain TCP_NODELAY connection")}});
 
-  // ---- calib-put-network: ProxyPuts of every size, next to the plain TCP ping-pong of the same size ---------
+  // ---- ProxyPuts of every size: both ways at once (calib-put-network, what the collectives do) and ping-pong
+  // (calib-put-network-oneway, recorded only), next to the plain TCP ping-pong of the same size ----------------
   for (uint64_t bytes : sizes) {
     const uint64_t n = std::max<uint64_t>(1, bytes / 4);
     const uint64_t recBytes = n * 4;
-    double tLo = 0, tHi = 0;
-    uint32_t lo = 0, hi = 0;
-    uint64_t it = 0;
     const double guess = 30 + static_cast<double>(recBytes) / 3e3;  // ~3 GB/s
-    const double msg = point(n, guess, &tLo, &tHi, &lo, &hi, &it);
+    for (const bool bothWays : {true, false}) {
+      double tLo = 0, tHi = 0;
+      uint32_t lo = 0, hi = 0;
+      uint64_t it = 0;
+      const double msg = point(n, bothWays, guess, &tLo, &tHi, &lo, &hi, &it);
+      const char* op = bothWays ? "calib-put-network" : "calib-put-network-oneway";
+      say(leader, "  %-24s %12llu %6u %6u %12.3f %12.3f %12.3f %10.2f\n", op, static_cast<unsigned long long>(recBytes),
+          lo, hi, tLo, tHi, msg, msg > 0 ? static_cast<double>(recBytes) / (msg * 1e3) : 0.0);
+      if (msg > 0)
+        record(op, "mkernel", bothWays ? "both-ways" : "ping-pong", recBytes, msg, it,
+               {{"reps_lo", std::to_string(lo)},
+                {"reps_hi", std::to_string(hi)},
+                {"op_us_lo", std::to_string(tLo)},
+                {"op_us_hi", std::to_string(tHi)},
+                {"messages_per_rep", bothWays ? "1" : "2"}});
+      else
+        ++notRecorded;
+    }
     const uint32_t tcpRounds = static_cast<uint32_t>(std::clamp<double>(2e5 / guess, 5, 500));
     const double tcp = tcpPingPongUs(probe, me, recBytes, tcpRounds, wireBuf);
-    say(leader, "  %-20s %12llu %6u %6u %12.3f %12.3f %12.3f %10.2f %12.3f %10.2f\n", "calib-put-network",
-        static_cast<unsigned long long>(recBytes), lo, hi, tLo, tHi, msg,
-        msg > 0 ? static_cast<double>(recBytes) / (msg * 1e3) : 0.0, tcp, static_cast<double>(recBytes) / (tcp * 1e3));
-    if (msg > 0)
-      record("calib-put-network", "mkernel", "ping-pong", recBytes, msg, it,
-             {{"reps_lo", std::to_string(lo)},
-              {"reps_hi", std::to_string(hi)},
-              {"op_us_lo", std::to_string(tLo)},
-              {"op_us_hi", std::to_string(tHi)},
-              {"messages_per_rep", "2"}});
-    else
-      ++notRecorded;
+    say(leader, "  %-24s %12llu %6s %6s %12s %12s %12.3f %10.2f\n", "tcp ping-pong",
+        static_cast<unsigned long long>(recBytes), "-", "-", "-", "-", tcp,
+        static_cast<double>(recBytes) / (tcp * 1e3));
     record("put-network", "tcp-loopback", "plain tcp ping-pong", recBytes, tcp, tcpRounds,
            {{"how", quoted("median of half the round trip over a plain TCP_NODELAY connection")}});
   }
@@ -337,6 +357,7 @@ int calibrateNetworkMain(int argc, char** argv, const std::string& command) {
       ->check(CLI::IsMember({"auto", "socket", "ibverbs"}))
       ->capture_default_str();
   app.add_flag("--share-gpus", a.shareGpus, "let the two ranks use one GPU (one process per rank needs CUDA MPS)");
+  app.add_option("--proxy-chunk", a.chunk, "CommConfig::proxyChunkBytes: a ProxyPut travels in chunks of this size");
   app.add_option("--wire-rounds", a.wireRounds, "ping-pongs of the plain TCP probe's 8-byte latency")
       ->capture_default_str();
   try {

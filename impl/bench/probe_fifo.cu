@@ -138,8 +138,9 @@ std::vector<double> latency(MappedFifo& fifo, uint32_t rounds) {
   for (uint32_t i = 0; i < rounds;) {
     mk::proxy::PoppedCommand c;
     if (consumer.poll(&c, 1) == 0) {
-      if (seconds(t0) > kBudgetS) fail("latency: the host saw " + std::to_string(i) + " of " + std::to_string(rounds) +
-                                       " commands within " + std::to_string(kBudgetS) + " s");
+      if (seconds(t0) > kBudgetS)
+        fail("latency: the host saw " + std::to_string(i) + " of " + std::to_string(rounds) + " commands within " +
+             std::to_string(kBudgetS) + " s");
       continue;
     }
     __atomic_store_n(&fifo.hostWords[1], c.position + 1, __ATOMIC_RELEASE);
@@ -231,9 +232,10 @@ int main(int argc, char** argv) {
     std::vector<double> rates;
     for (uint32_t r = 0; r < reps; ++r) rates.push_back(drain(fifo, commands, pushers, batch));
     const double rate = mkbench::median(rates);
-    std::printf("drain, device-fed, one consumer       median %8.2f M commands/s  (%u pusher CTA(s), %llu commands, "
-                "batch %u, capacity %u, %u runs)\n",
-                rate / 1e6, pushers, static_cast<unsigned long long>(commands), batch, capacity, reps);
+    std::printf(
+        "drain, device-fed, one consumer       median %8.2f M commands/s  (%u pusher CTA(s), %llu commands, "
+        "batch %u, capacity %u, %u runs)\n",
+        rate / 1e6, pushers, static_cast<unsigned long long>(commands), batch, capacity, reps);
     if (!json.empty()) {
       mk::MeasurementFile mf = mkbench::newMeasurementFile(1, "", command);
       mk::MeasurementRecord m;

@@ -41,7 +41,7 @@ bool isCalibrationOp(const std::string& op) noexcept {
 }
 
 bool isRecordedOnlyCalibrationOp(const std::string& op) noexcept {
-  return op == kCalibPutNvlinkOneWay || op == kCalibEmptyOp;
+  return op == kCalibPutNvlinkOneWay || op == kCalibPutNetworkOneWay || op == kCalibEmptyOp;
 }
 
 AlphaBetaFit fitAlphaBeta(const std::vector<CalibPoint>& points, const std::string& parameter) {
@@ -155,7 +155,7 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
                         "calib-flag, calib-flag-local, calib-put-stream, calib-dispatch, calib-dispatch-scratch, "
                         "calib-proxy or "
                         "calib-gemm; "
-                        "calib-put-nvlink-oneway and calib-empty-op are recorded only)");
+                        "calib-put-nvlink-oneway, calib-put-network-oneway and calib-empty-op are recorded only)");
       if (!std::isfinite(r.timeUs) || r.timeUs <= 0)
         throw Error(ErrorCode::InvalidArgument,
                     where + ".time_us: must be finite and > 0 (got " + formatNumber(r.timeUs) + ")");

@@ -93,6 +93,19 @@ bool sameFile(const std::string& a, const std::string& b) {
   return fs::path(a).filename() == fs::path(b).filename();
 }
 
+/// The cluster with the ranks of `rq` placed as its run placed them: node-major, and, when the record says on how
+/// many nodes it ran, exactly that many with ranks / nodes each (the cluster must have that many GPUs per node).
+Placement placeRecord(const std::string& cluster, const RecordSchedule& rq) {
+  Placement p = placeRanks(cluster, rq.nodes, rq.nRanks);
+  if (rq.nodes > 0 && p.topo.node.gpus != rq.nRanks / rq.nodes)
+    throw Error(ErrorCode::InvalidArgument,
+                "the record ran " + std::to_string(rq.nRanks) + " ranks on " + std::to_string(rq.nodes) + " nodes (" +
+                    std::to_string(rq.nRanks / rq.nodes) + " per node), but cluster " + p.topo.name + " has " +
+                    std::to_string(p.topo.node.gpus) + " GPU(s) per node: give --cluster a topology with " +
+                    std::to_string(rq.nRanks / rq.nodes) + " GPU(s) per node");
+  return p;
+}
+
 /// One prediction to make.
 struct Job {
   Schedule schedule;
@@ -126,6 +139,12 @@ RecordSchedule recordSchedule(const MeasurementRecord& r, const std::string& whe
   if (out.nRanks == 0) bad(where, "ranks must be >= 1");
   out.gen.chunks = static_cast<uint32_t>(std::min<uint64_t>(*positiveField(r, "chunks", where, true), UINT32_MAX));
   out.gen.channels = static_cast<uint32_t>(std::min<uint64_t>(*positiveField(r, "channels", where, true), UINT32_MAX));
+  if (const auto nodes = positiveField(r, "nodes", where, false)) {
+    if (*nodes > out.nRanks || out.nRanks % *nodes != 0)
+      bad(where, "field 'nodes' " + std::to_string(*nodes) + " does not divide the record's " +
+                     std::to_string(out.nRanks) + " ranks into equal nodes");
+    out.nodes = static_cast<uint32_t>(*nodes);
+  }
   if (const auto red = extraField(r, "redop")) {
     try {
       out.spec.redop = requireRedOp(red->is_string() ? red->get<std::string>() : red->dump(), "redop");
@@ -224,7 +243,7 @@ ValidationResult validateMeasurements(const std::vector<MeasurementFile>& files,
   (void)loadTopology(res.cluster);
 
   std::vector<Job> jobs;
-  std::map<uint32_t, Placement> placements;
+  std::map<std::pair<uint32_t, uint32_t>, Placement> placements;  ///< by (ranks, nodes)
   for (std::size_t f = 0; f < files.size(); ++f) {
     FileSummary& fs = res.files[f];
     for (std::size_t i = 0; i < files[f].records.size(); ++i) {
@@ -251,9 +270,9 @@ ValidationResult validateMeasurements(const std::vector<MeasurementFile>& files,
         row.request = recordSchedule(r, where);  // its errors already name the record
         const CollectiveSpec& spec = row.request.spec;
         try {
-          auto it = placements.find(row.request.nRanks);
-          if (it == placements.end())
-            it = placements.emplace(row.request.nRanks, placeRanks(res.cluster, 0, row.request.nRanks)).first;
+          const std::pair<uint32_t, uint32_t> key{row.request.nRanks, row.request.nodes};
+          auto it = placements.find(key);
+          if (it == placements.end()) it = placements.emplace(key, placeRecord(res.cluster, row.request)).first;
           job.topo = it->second.topo;
           job.schedule = generate(spec, job.topo.layout(row.request.nRanks), row.request.gen);
         } catch (const Error& e) {
@@ -369,7 +388,7 @@ void checkProfileIndependence(const ProfileProvenance& provenance, const std::st
 
 Regenerated regenerate(const ValidationRow& row, const std::string& cluster) {
   Regenerated out;
-  out.topo = placeRanks(cluster, 0, row.request.nRanks).topo;
+  out.topo = placeRecord(cluster, row.request).topo;
   out.schedule = generate(row.request.spec, out.topo.layout(row.request.nRanks), row.request.gen);
   return out;
 }

@@ -240,6 +240,8 @@ TEST_CASE("calibrate: one-way put records are recorded only and never move the n
   CHECK(relClose(p.nvlink.alphaUs, 1.3, 1e-9));
   CHECK(mk::isRecordedOnlyCalibrationOp("calib-put-nvlink-oneway"));
   CHECK_FALSE(mk::isCalibrationOp("calib-put-nvlink-oneway"));
+  CHECK(mk::isRecordedOnlyCalibrationOp("calib-put-network-oneway"));
+  CHECK_FALSE(mk::isCalibrationOp("calib-put-network-oneway"));
   CHECK(mk::isRecordedOnlyCalibrationOp("calib-empty-op"));
   CHECK(mk::isCalibrationOp("calib-flag-local"));
   CHECK(mk::isCalibrationOp("calib-put-nvlink-scratch"));

@@ -427,3 +427,38 @@ TEST_CASE("validate: the JSON output holds rows summary profile and trace") {
   CHECK_FALSE(doc.contains("trace"));
   CHECK(contains(mk::formatValidationTable(res), "ring"));
 }
+
+TEST_CASE("validate: a multi-node record is placed on as many nodes as it ran on") {
+  // 4 ranks recorded on 2 nodes (2 per node, each rank its own process): the regenerated schedule must put ranks
+  // 0-1 and 2-3 on different nodes, which only a cluster with 2 GPUs per node can say.
+  mk::MeasurementRecord r = coll("allreduce", "hierarchical", 1 << 20, 1 << 18);
+  r.ranks = 4;
+  r.extra["nodes"] = "2";
+  r.extra["transport"] = "\"socket\"";
+  const mk::RecordSchedule q = mk::recordSchedule(r, "n.json");
+  CHECK(q.nodes == 2);
+  mk::ValidationRow row;
+  row.request = q;
+  const std::string twoPerNode = R"({"schema": "mkernel.topology.v1", "name": "two-per-node", "nodes": 2,
+    "node": {"gpu": "NVIDIA H200", "gpus": 2, "sms": 132, "bf16Tflops": 989, "hbmGBs": 4800,
+             "nvlink": {"bwGBs": 450, "latencyUs": 0.65, "switched": false}, "pcie": {"bwGBs": 64, "latencyUs": 1.0},
+             "nics": 1, "nic": {"bwGBs": 50, "latencyUs": 2.5}},
+    "fabric": {"kind": "rail-leaf-spine", "nodesPerLeaf": 32, "oversubscription": 1, "switchLatencyUs": 0.5}})";
+  const std::string path = "validate-two-per-node.json";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    REQUIRE(f);
+    std::fputs(twoPerNode.c_str(), f);
+    std::fclose(f);
+  }
+  const mk::Regenerated g = mk::regenerate(row, path);
+  CHECK(g.schedule.nodeOf == std::vector<uint32_t>{0, 0, 1, 1});
+  // A cluster of 8 GPUs per node would put all four on one node: refused, naming what is needed.
+  const std::string e = errorOf([&] { mk::regenerate(row, "dgx-h200"); });
+  CHECK(contains(e, "4 ranks on 2 nodes (2 per node)"));
+  CHECK(contains(e, "8 GPU(s) per node"));
+  std::remove(path.c_str());
+  mk::MeasurementRecord odd = r;
+  odd.extra["nodes"] = "3";
+  CHECK(contains(errorOf([&] { mk::recordSchedule(odd, "n.json"); }), "does not divide the record's 4 ranks"));
+}

@@ -35,6 +35,9 @@ inline constexpr const char* kCalibGemm = "calib-gemm";    ///< bf16 GEMM, needs
 /// Recorded by `mk-bench calibrate` for the report, not fitted: one-way ping-pong puts (the profile's
 /// nvlink class is fitted from calib-put-nvlink, both directions at once, as every 2-GPU collective uses it).
 inline constexpr const char* kCalibPutNvlinkOneWay = "calib-put-nvlink-oneway";
+/// Recorded by `mk-bench calibrate-network` for the report, not fitted: one-way ping-pong ProxyPuts (the network
+/// class is fitted from calib-put-network, both directions at once, as the collectives use it).
+inline constexpr const char* kCalibPutNetworkOneWay = "calib-put-network-oneway";
 /// Both-ways puts into the peers' scratch, per message: with calib-put-nvlink at the same sizes ->
 /// userPutUs (the median difference), and nvlink.alphaUs becomes the scratch Put's (their intercepts are
 /// calib-dispatch-scratch, recorded separately).

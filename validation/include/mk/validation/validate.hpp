@@ -34,6 +34,7 @@ struct RecordSchedule {
   CollectiveSpec spec;        ///< spec.algo is the generator ("auto:ring" -> Algorithm::Ring)
   GenOptions gen;             ///< chunks, channels as recorded
   uint32_t nRanks = 0;        ///< the record's ranks
+  uint32_t nodes = 0;         ///< the record's nodes (a multi-node run's "nodes"; 0: not recorded, one placement)
   bool inPlace = false;       ///< the engine staged the input first (one device copy before the schedule)
   bool chosenByAuto = false;  ///< the record's algo was "auto:<generator>"
 };
