@@ -4,7 +4,8 @@
 # the socket transport over loopback TCP.
 #   impl/tools/internode_run.sh <build dir> <out dir> [quick]
 # <build dir> holds impl/<binaries> (a build folder, or impl/tools/pack_device.sh's output with lib/ beside it).
-# Writes <out>/*.json (measurement files) and <out>/*.log. `quick`: short sweeps, to check that everything runs.
+# Writes <out>/*.json (measurement files) and <out>/*.log (the ranks' own logs go to $TMPDIR). `quick`: short sweeps,
+# to check that everything runs.
 set -u
 build=$1
 out=$2
@@ -27,11 +28,11 @@ step() {  # step <name> <command...>: run, log, remember the first failure
   [[ $rc -ne 0 && $status -eq 0 ]] && status=$rc
   return 0
 }
-ranks() {  # ranks <n> <mk-bench args...>: n processes, one node each, sharing GPU 0 under MPS
-  local n=$1
-  shift
-  "$here/launch_ranks.sh" --mps --logs "$out/ranks-$n-$RANDOM" "$n" "$bench" "$@" --ranks-per-node 1 --share-gpus \
-    --transport socket
+ranks() {  # ranks <n> <per node> <mk-bench args...>: n processes, <per node> a node, sharing GPU 0 under MPS
+  local n=$1 per=$2
+  shift 2
+  "$here/launch_ranks.sh" --mps --logs "$(mktemp -d "${TMPDIR:-/tmp}/mk-ranks.XXXXXX")" "$n" "$bench" "$@" \
+    --ranks-per-node "$per" --share-gpus --transport socket
 }
 if [[ -n $quick ]]; then
   fifo=(--rounds 2000 --commands 200000 --reps 3)
@@ -40,14 +41,15 @@ if [[ -n $quick ]]; then
 else
   fifo=()
   net=(-b 8 -e 256M -f 4 --reps 5)
-  coll=(-b 8 -e 256M -f 4 -n 20 -w 5 --reps 5)
+  coll=(-b 8 -e 256M -f 4 -n 10 -w 3 --reps 5)
 fi
+coll+=(--algo auto,hierarchical)
 step probe-fifo "$build/impl/mk-probe-fifo" "${fifo[@]}" --json "$out/fifo.json"
-step probe-fifo-4 "$build/impl/mk-probe-fifo" "${fifo[@]}" --pushers 4 --json "$out/fifo-4pushers.json"
+step probe-fifo-32 "$build/impl/mk-probe-fifo" "${fifo[@]}" --pushers 32 --json "$out/fifo-32pushers.json"
 [[ -x $build/impl/mk-proxy-bench ]] && step proxy-bench "$build/impl/mk-proxy-bench" --json "$out/proxy-bench.json"
-step calibrate-network ranks 2 calibrate-network "${net[@]}" --json "$out/calibrate-network.json"
-for n in 2 4; do
-  step "allreduce-${n}n" ranks "$n" allreduce "${coll[@]}" --check --json "$out/allreduce-${n}n.json"
-done
+step calibrate-network ranks 2 1 calibrate-network "${net[@]}" --json "$out/calibrate-network.json"
+step allreduce-2n ranks 2 1 allreduce "${coll[@]}" --check --json "$out/allreduce-2n.json"
+step allreduce-4n ranks 4 1 allreduce "${coll[@]}" --check --json "$out/allreduce-4n.json"
+step allreduce-2x2 ranks 4 2 allreduce "${coll[@]}" --check --json "$out/allreduce-2x2.json"
 echo "internode_run: status $status" | tee -a "$out/internode.log"
 exit $status
