@@ -11,5 +11,7 @@ namespace mkbench {
 int gemmMain(int argc, char** argv, const std::string& command);
 /// mk-bench calibrate --json f: the micro-benchmarks mk-calibrate fits the hardware profile from.
 int calibrateMain(int argc, char** argv, const std::string& command);
+/// mk-bench gemm-rs|ag-gemm|gemm-ar: a fused operator against cuBLASLt + the collective (bench_fused.cpp).
+int fusedMain(int argc, char** argv, const std::string& command);
 
 }  // namespace mkbench

@@ -608,6 +608,7 @@ int main(int argc, char** argv) {
   // Subcommands with their own options: mk-bench gemm ..., mk-bench calibrate ...
   if (argc > 1 && std::string(argv[1]) == "gemm") return mkbench::gemmMain(argc - 1, argv + 1, cmd);
   if (argc > 1 && std::string(argv[1]) == "calibrate") return mkbench::calibrateMain(argc - 1, argv + 1, cmd);
+  if (argc > 1 && mk::parseFusedOp(argv[1])) return mkbench::fusedMain(argc - 1, argv + 1, cmd);
   Args a;
   CLI::App app{"mk-bench: nccl-tests-style benchmark of the mkernel resident-kernel engine (NCCL in the same run)"};
   app.add_option("op", a.op,
