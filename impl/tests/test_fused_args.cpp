@@ -196,3 +196,20 @@ TEST_CASE("fused call: a generated schedule's Gemm operands bound per buffer pas
   bases[static_cast<size_t>(sch.bufferIndex("b"))] = 0x20008;
   CHECK(has(errorOf([&] { mk::runtime::checkGemmOperands(p, 1, bases); }), "B at input"));
 }
+
+TEST_CASE("fused call: the engine's default tile is the whole GEMM on one rank and >= 1024 rows otherwise") {
+  Env e;
+  const mk::FusedPlan one =
+      mk::runtime::planFusedCall(spec(FusedOp::GemmReduceScatter, 4096, 4096, 2048), {}, e.topo, 1, e.prof, 128, true);
+  CHECK(one.opt.tileRows == 4096);
+  CHECK(one.tileDefault);
+  const mk::FusedPlan two =
+      mk::runtime::planFusedCall(spec(FusedOp::GemmAllReduce, 16384, 16384, 8192), {}, e.topo, 2, e.prof, 63, true);
+  CHECK(two.opt.tileRows >= mk::runtime::kEngineMinTileRows);
+  // Capped by the largest shard: 600 rows on 2 ranks are shards of 300.
+  CHECK(mk::runtime::engineTileRows(spec(FusedOp::AllGatherGemm, 600, 64, 64), 2, 63) == 300);
+  FusedOptions given;
+  given.tileRows = 40;
+  CHECK(mk::runtime::planFusedCall(spec(FusedOp::AllGatherGemm, 600, 64, 64), given, e.topo, 2, e.prof, 63, true)
+            .opt.tileRows == 40);
+}

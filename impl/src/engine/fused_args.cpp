@@ -1,6 +1,7 @@
 // mkernel — the checks of a fused call, before anything runs (fused_args.hpp).
 #include "engine/fused_args.hpp"
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,6 +20,14 @@ FusedOperandCounts fusedOperandCounts(const FusedSpec& spec, uint32_t nRanks, ui
     case FusedOp::AllGatherGemm: c = {sh.rows * spec.k, spec.k * sh.cols, spec.m * sh.cols}; break;
   }
   return c;
+}
+
+uint32_t engineTileRows(const FusedSpec& spec, uint32_t nRanks, uint32_t ctas) {
+  uint64_t largest = 0;
+  for (const FusedShard& sh : fusedShards(spec, nRanks)) largest = std::max(largest, sh.rows);
+  if (nRanks == 1) return static_cast<uint32_t>(spec.m);  // nothing to overlap: one Gemm step, the plain GEMM
+  const uint64_t rows = std::max<uint64_t>(fusedDefaultTileRows(spec, nRanks, ctas), kEngineMinTileRows);
+  return static_cast<uint32_t>(std::min(rows, largest));
 }
 
 FusedPlan planFusedCall(const FusedSpec& spec, const FusedOptions& optIn, const Topology& topo, uint32_t nRanks,
@@ -41,8 +50,15 @@ FusedPlan planFusedCall(const FusedSpec& spec, const FusedOptions& optIn, const 
                     std::to_string(workers) +
                     " worker CTAs per rank: the split divides the resident kernel's workers (leave ctas 0, or set "
                     "CommConfig::workerCtas)");
+  bool tileDefault = false;
+  if (opt.tileRows == 0) {
+    opt.tileRows = engineTileRows(spec, nRanks, opt.ctas);
+    tileDefault = true;
+  }
   try {
-    return planFused(spec, opt, topo, nRanks, profile);
+    FusedPlan plan = planFused(spec, opt, topo, nRanks, profile);
+    plan.tileDefault = tileDefault;
+    return plan;
   } catch (const Error& e) {
     const std::string msg = e.message();
     throw Error(e.code(), msg.rfind(op, 0) == 0 ? msg : op + ": " + msg);

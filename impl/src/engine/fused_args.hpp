@@ -16,8 +16,22 @@ struct FusedOperandCounts {
 };
 FusedOperandCounts fusedOperandCounts(const FusedSpec& spec, uint32_t nRanks, uint32_t rank);
 
+/// Fewest rows of C per Gemm step the engine takes by default. Each step streams all of its B (K_r x n, or
+/// k x N_r) through the GPU for `rows` rows of A, so a step does `rows` FLOPs per byte of B: far below ~1000 it is
+/// bound by memory, not by the tensor cores (H200: 989 TFLOP/s over 4.8 TB/s ~ 206 FLOP/B before A and C). Measured
+/// on one H200, 2 ranks sharing it (docs/results.md, "Fused operators"): gemm-rs 16384 x 16384 x 8192 took 11.7 ms
+/// with 256-row tiles (the one-wave default) and 9.4 ms with 512..2048; ag-gemm 12.5 ms (128), 10.1 (512), 7.3 (2048);
+/// gemm-ar 8192 x 8192 x 4096 3.4 ms (128), 1.5 (512..1024).
+inline constexpr uint64_t kEngineMinTileRows = 1024;
+
+/// The tile a fused call takes when FusedOptions::tileRows is 0: on one rank the whole m (one Gemm step: nothing to
+/// overlap); otherwise fusedDefaultTileRows (one wave of `ctas` output tiles) but at least kEngineMinTileRows rows,
+/// and at most the largest shard's rows.
+uint32_t engineTileRows(const FusedSpec& spec, uint32_t nRanks, uint32_t ctas);
+
 /// What a fused call on a communicator of `nRanks` ranks, whose resident kernels have `workers` worker CTAs each,
-/// runs: planFused with ctas = workers. Refuses, with Error naming the op and what to change:
+/// runs: planFused with ctas = workers and, when opt.tileRows is 0, engineTileRows (FusedPlan::tileDefault set).
+/// Refuses, with Error naming the op and what to change:
 ///  * a communicator without compute lanes (`computeLanes` false; Unsupported);
 ///  * the spec's bad input (validateFusedSpec: InvalidArgument naming the dimension and its divisor);
 ///  * a dtype the GPU tile engine does not take: bfloat16 only (float16 runs on the CPU executor; Unsupported);
