@@ -26,7 +26,8 @@ uint32_t engineTileRows(const FusedSpec& spec, uint32_t nRanks, uint32_t ctas) {
   uint64_t largest = 0;
   for (const FusedShard& sh : fusedShards(spec, nRanks)) largest = std::max(largest, sh.rows);
   if (nRanks == 1) return static_cast<uint32_t>(spec.m);  // nothing to overlap: one Gemm step, the plain GEMM
-  const uint64_t rows = std::max<uint64_t>(fusedDefaultTileRows(spec, nRanks, ctas), kEngineMinTileRows);
+  const uint64_t floor = spec.op == FusedOp::AllGatherGemm ? kEngineMinTileRowsAgGemm : kEngineMinTileRows;
+  const uint64_t rows = std::max<uint64_t>(fusedDefaultTileRows(spec, nRanks, ctas), floor);
   return static_cast<uint32_t>(std::min(rows, largest));
 }
 

@@ -23,10 +23,14 @@ FusedOperandCounts fusedOperandCounts(const FusedSpec& spec, uint32_t nRanks, ui
 /// with 256-row tiles (the one-wave default) and 9.4 ms with 512..2048; ag-gemm 12.5 ms (128), 10.1 (512), 7.3 (2048);
 /// gemm-ar 8192 x 8192 x 4096 3.4 ms (128), 1.5 (512..1024).
 inline constexpr uint64_t kEngineMinTileRows = 1024;
+/// ag-gemm's floor: its steps are m-tile x N_r x k (a narrower, deeper step than gemm-rs's), and larger ones were
+/// faster every time they were measured (2 ranks sharing one H200, 16384 x 16384 x 8192: 12.5 ms with 128-row tiles,
+/// 11.5 with 1024, 7.3 with 2048; 4096 x 4096 x 2048: 207 us with 1024, 164 with 2048).
+inline constexpr uint64_t kEngineMinTileRowsAgGemm = 2048;
 
 /// The tile a fused call takes when FusedOptions::tileRows is 0: on one rank the whole m (one Gemm step: nothing to
-/// overlap); otherwise fusedDefaultTileRows (one wave of `ctas` output tiles) but at least kEngineMinTileRows rows,
-/// and at most the largest shard's rows.
+/// overlap); otherwise fusedDefaultTileRows (one wave of `ctas` output tiles) but at least kEngineMinTileRows rows
+/// (ag-gemm: kEngineMinTileRowsAgGemm), and at most the largest shard's rows.
 uint32_t engineTileRows(const FusedSpec& spec, uint32_t nRanks, uint32_t ctas);
 
 /// What a fused call on a communicator of `nRanks` ranks, whose resident kernels have `workers` worker CTAs each,
