@@ -4,7 +4,7 @@ target_sources(mk_impl PRIVATE src/gemm/gemm.cpp src/kernels/gemm.cu
   src/gemm/gemm_lane.cpp)
 # Register use and spills of the GEMM kernel are part of its contract (docs/gemm.md): print them.
 set_source_files_properties(src/kernels/gemm.cu PROPERTIES COMPILE_OPTIONS "-Xptxas=-v")
-target_sources(mk-bench PRIVATE bench/cublaslt_loader.cpp)
+target_sources(mk-bench PRIVATE bench/cublaslt_loader.cpp bench/bench_fused.cpp bench/fused_check.cpp)
 
 # GPU tests: correctness against a CPU reference and cuBLASLt (loaded at run time), hooks, bad input.
 mk_add_doctest(mk_gemm_gpu_tests LABELS gpu GPU
@@ -24,4 +24,12 @@ mk_add_doctest(mk_compute_lane_multigpu_tests LABELS multigpu GPU
   SOURCES tests/gpu_test_main.cpp tests/test_compute_lane_gpu.cpp LIBS mk::impl)
 if(TARGET mk_compute_lane_multigpu_tests)
   target_compile_definitions(mk_compute_lane_multigpu_tests PRIVATE MK_TEST_MIN_GPUS=2)
+endif()
+
+# The fused operators through Communicator on one GPU (1 rank and 2-4 ranks sharing it; label gpu), checked
+# against the host reference of impl/bench/fused_check.cpp.
+mk_add_doctest(mk_fused_gpu_tests LABELS gpu GPU
+  SOURCES tests/gpu_test_main.cpp tests/test_fused_gpu.cpp bench/fused_check.cpp LIBS mk::impl)
+if(TARGET mk_fused_gpu_tests)
+  target_include_directories(mk_fused_gpu_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/bench)
 endif()

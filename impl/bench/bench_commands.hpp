@@ -13,5 +13,7 @@ int gemmMain(int argc, char** argv, const std::string& command);
 int calibrateMain(int argc, char** argv, const std::string& command);
 /// mk-bench calibrate-network --json f, as 2 rank processes on 2 nodes: the inter-node micro-benchmarks.
 int calibrateNetworkMain(int argc, char** argv, const std::string& command);
+/// mk-bench gemm-rs|ag-gemm|gemm-ar: a fused operator against cuBLASLt + the collective (bench_fused.cpp).
+int fusedMain(int argc, char** argv, const std::string& command);
 
 }  // namespace mkbench

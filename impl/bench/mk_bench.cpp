@@ -610,11 +610,12 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "calibrate") return mkbench::calibrateMain(argc - 1, argv + 1, cmd);
   if (argc > 1 && std::string(argv[1]) == "calibrate-network")
     return mkbench::calibrateNetworkMain(argc - 1, argv + 1, cmd);
+  if (argc > 1 && mk::parseFusedOp(argv[1])) return mkbench::fusedMain(argc - 1, argv + 1, cmd);
   Args a;
   CLI::App app{"mk-bench: nccl-tests-style benchmark of the mkernel resident-kernel engine (NCCL in the same run)"};
   app.add_option("op", a.op,
                  "allreduce | allgather | reducescatter | broadcast | alltoall (also: mk-bench gemm --help, mk-bench "
-                 "calibrate --help, mk-bench calibrate-network --help)")
+                 "calibrate --help, mk-bench calibrate-network --help, mk-bench gemm-rs|ag-gemm|gemm-ar --help)")
       ->required();
   app.add_option("-b,--minbytes", a.minSize, "smallest size (nccl-tests 'size': the larger buffer of one rank)");
   app.add_option("-e,--maxbytes", a.maxSize, "largest size (K/M/G binary suffixes)");

@@ -98,3 +98,19 @@ TEST_CASE("measurement: a missing file is an io error naming the path") {
     CHECK(std::string(e.what()).find("/nonexistent/dir/x.json") != std::string::npos);
   }
 }
+
+TEST_CASE("measurement: fused-op records carry their shape, SMs and the split that ran") {
+  const std::string fused = replaced(kGood, R"({"op": "allreduce", "impl": "mkernel", "algo": "one-shot")",
+                                     R"({"op": "gemm-rs", "impl": "mkernel", "algo": "fused own-last", "m": 4096,
+                                         "n": 4096, "k": 2048, "sms": 126, "tile_rows": 1024, "compute_ctas": 46,
+                                         "comm_ctas": 17)");
+  const auto f = mk::parseMeasurementFile(fused, "f.json");
+  CHECK(f.records[0].extra.at("comm_ctas") == "17");
+  requireParseError(replaced(fused, R"("sms": 126, )", ""), "records[0].sms: missing");
+  requireParseError(replaced(fused, R"("m": 4096)", R"("m": 0)"), "records[0].m: must be > 0");
+  requireParseError(replaced(fused, R"("compute_ctas": 46)", R"("compute_ctas": "46")"),
+                    "records[0].compute_ctas: must be a non-negative integer");
+  // A baseline record of the same op needs the shape and SMs, not a split.
+  const std::string base = replaced(fused, R"("impl": "mkernel")", R"("impl": "cublas+mkernel")");
+  CHECK_NOTHROW(mk::parseMeasurementFile(replaced(base, R"("tile_rows": 1024, )", ""), "f.json"));
+}

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "mk/algorithms/algorithms.hpp"
+#include "mk/algorithms/fused.hpp"
 #include "mk/schedule/schedule.hpp"
 #include "mk/topology/topology.hpp"
 
@@ -229,6 +230,43 @@ class Communicator {
   /// distinct schedule. The schedule is not validated here: validate() it first when it comes from
   /// outside (a schedule that can never finish ends in a timeout error, not a hang).
   void execute(const Schedule& s, const void* input, void* output, cudaStream_t stream);
+  /// The same with each buffer bound to its own pointer: the schedule's Input buffers, in declaration order, to
+  /// `inputs[0]`, `inputs[1]`, ... and its Output / InOut buffers to `outputs[...]` (a list shorter than the buffers
+  /// of its kind binds the rest to its last entry). A fused schedule (mk::generate(FusedSpec, ...)) runs as
+  /// execute(s, {a, b}, {c}, stream). Outputs may not overlap inputs (nothing is staged). One process per GPU: a
+  /// peer's steps may reach only a rank's first input and first output.
+  void execute(const Schedule& s, const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+               cudaStream_t stream);
+
+  /// Fused operators (docs/fused-operators.md): a GEMM and a collective in one schedule, overlapped tile by tile on
+  /// the resident kernel's compute lanes (the communicator needs CommConfig::computeLanes). Every rank calls the
+  /// same op with the same shape; `a`, `b` and `c` are this rank's pieces (device memory of its GPU, 16-byte
+  /// aligned, row-major with dense leading dimensions; B column-major with `layoutB` ColMajor), as
+  /// mk::fusedShards() splits the whole C[m x n] = A[m x k] B[k x n]:
+  ///  * gemmReduceScatter: a = A[:, K_r] (m x K_r), b = B[K_r, :]; c = rows M_r of C (M_r x n);
+  ///  * allGatherGemm: a = A[M_r, :] (M_r x k), b = B[:, N_r] (k x N_r); c = C[:, N_r] (m x N_r);
+  ///  * gemmAllReduce: a and b as gemmReduceScatter; c = all of C (m x n), bit-identical on every rank.
+  /// Stream-ordered like the collectives. `opt` fields left 0 / Auto are decided by mk::planFused under this
+  /// communicator's topology and profile, the split dividing workerCtas() (fusedPlan() tells what was chosen); the
+  /// schedule is generated, lowered and uploaded once per shape and options. Refused before anything runs or is
+  /// written, with mk::Error naming what to change: a communicator without compute lanes, a dtype other than
+  /// bfloat16 (Unsupported), a shape that does not divide as the op needs (n, k multiples of 8; k, or n for
+  /// ag-gemm, at least 8 per rank; m >= ranks), operands that are null, not 16-byte aligned or overlapping c, a
+  /// split that leaves the compute lane or a communication lane without CTAs, FusedOptions::ctas other than 0 or
+  /// workerCtas() (InvalidArgument).
+  void gemmReduceScatter(const void* a, const void* b, void* c, uint64_t m, uint64_t n, uint64_t k, DType dtype,
+                         cudaStream_t stream, const FusedOptions& opt = {},
+                         MatrixLayout layoutB = MatrixLayout::RowMajor);
+  void allGatherGemm(const void* a, const void* b, void* c, uint64_t m, uint64_t n, uint64_t k, DType dtype,
+                     cudaStream_t stream, const FusedOptions& opt = {}, MatrixLayout layoutB = MatrixLayout::RowMajor);
+  void gemmAllReduce(const void* a, const void* b, void* c, uint64_t m, uint64_t n, uint64_t k, DType dtype,
+                     cudaStream_t stream, const FusedOptions& opt = {}, MatrixLayout layoutB = MatrixLayout::RowMajor);
+  /// Any fused op by its spec (the three calls above forward here).
+  void fused(const FusedSpec& spec, const void* a, const void* b, void* c, cudaStream_t stream,
+             const FusedOptions& opt = {});
+  /// What a fused call with (spec, opt) runs on this communicator: the concrete options (tile, order, the split,
+  /// compute lanes) and the closed form's estimate. Throws what the call would throw for the shape and options.
+  FusedPlan fusedPlan(const FusedSpec& spec, const FusedOptions& opt = {}) const;
 
   /// Algorithm "auto" would pick for this collective (mk::chooseAlgorithm on topology() under the profile).
   Algorithm chooseAlgorithm(CollOp op, uint64_t count, DType dtype) const;

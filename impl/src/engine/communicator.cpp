@@ -11,6 +11,7 @@
 
 #include "device/driver_api.hpp"
 #include "engine/engine.hpp"
+#include "engine/fused_args.hpp"
 #include "mk/bootstrap.hpp"
 #include "mk/communicator.hpp"
 #include "mk/cuda_check.hpp"
@@ -192,6 +193,59 @@ void Communicator::execute(const Schedule& s, const void* input, void* output, c
     throw Error(ErrorCode::InvalidArgument, "execute: schedule has " + std::to_string(s.nRanks) +
                                                 " ranks, the communicator " + std::to_string(size()));
   engine_->submitSchedule(rank_, s, input, output, stream);
+}
+
+void Communicator::execute(const Schedule& s, const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                           cudaStream_t stream) {
+  if (!engine_) throw Error(ErrorCode::InvalidArgument, "communicator was moved from");
+  if (s.nRanks != static_cast<uint32_t>(size()))
+    throw Error(ErrorCode::InvalidArgument, "execute: schedule has " + std::to_string(s.nRanks) +
+                                                " ranks, the communicator " + std::to_string(size()));
+  engine_->submitScheduleBound(rank_, s, inputs, outputs, stream);
+}
+
+void Communicator::fused(const FusedSpec& spec, const void* a, const void* b, void* c, cudaStream_t stream,
+                         const FusedOptions& opt) {
+  if (!engine_) throw Error(ErrorCode::InvalidArgument, "communicator was moved from");
+  // Shape, dtype, options and split first (pure checks, fused_args.hpp); then the operands: alignment and overlap,
+  // and device memory of this GPU; only then is anything generated or enqueued.
+  static_cast<void>(engine_->fusedPlan(spec, opt));
+  runtime::checkFusedOperands(spec, static_cast<uint32_t>(size()), static_cast<uint32_t>(rank_), a, b, c);
+  const char* call = toString(spec.op);
+  checkPointer(a, "A", 2, device(), call);
+  checkPointer(b, "B", 2, device(), call);
+  checkPointer(c, "C", 2, device(), call);
+  engine_->submitFused(rank_, spec, opt, a, b, c, stream);
+}
+
+namespace {
+FusedSpec fusedSpec(FusedOp op, uint64_t m, uint64_t n, uint64_t k, DType dtype, MatrixLayout layoutB) {
+  FusedSpec s;
+  s.op = op;
+  s.dtype = dtype;
+  s.m = m;
+  s.n = n;
+  s.k = k;
+  s.layoutB = layoutB;
+  return s;
+}
+}  // namespace
+
+void Communicator::gemmReduceScatter(const void* a, const void* b, void* c, uint64_t m, uint64_t n, uint64_t k,
+                                     DType dtype, cudaStream_t stream, const FusedOptions& opt, MatrixLayout layoutB) {
+  fused(fusedSpec(FusedOp::GemmReduceScatter, m, n, k, dtype, layoutB), a, b, c, stream, opt);
+}
+void Communicator::allGatherGemm(const void* a, const void* b, void* c, uint64_t m, uint64_t n, uint64_t k, DType dtype,
+                                 cudaStream_t stream, const FusedOptions& opt, MatrixLayout layoutB) {
+  fused(fusedSpec(FusedOp::AllGatherGemm, m, n, k, dtype, layoutB), a, b, c, stream, opt);
+}
+void Communicator::gemmAllReduce(const void* a, const void* b, void* c, uint64_t m, uint64_t n, uint64_t k, DType dtype,
+                                 cudaStream_t stream, const FusedOptions& opt, MatrixLayout layoutB) {
+  fused(fusedSpec(FusedOp::GemmAllReduce, m, n, k, dtype, layoutB), a, b, c, stream, opt);
+}
+FusedPlan Communicator::fusedPlan(const FusedSpec& spec, const FusedOptions& opt) const {
+  if (!engine_) throw Error(ErrorCode::InvalidArgument, "communicator was moved from");
+  return engine_->fusedPlan(spec, opt);
 }
 
 Algorithm Communicator::chooseAlgorithm(CollOp op, uint64_t count, DType dtype) const {

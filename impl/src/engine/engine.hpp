@@ -31,6 +31,7 @@
 #include "device/topology_probe.hpp"
 #include "engine/process_link.hpp"
 #include "engine/resources.hpp"
+#include "mk/algorithms/fused.hpp"
 #include "mk/bootstrap.hpp"
 #include "mk/communicator.hpp"
 #include "mk/cost/cost.hpp"
@@ -77,6 +78,15 @@ class Engine {
   void submitCollective(int r, const CollectiveSpec& spec, std::optional<Algorithm> algo, const GenOptions& gen,
                         const void* send, void* recv, cudaStream_t stream);
   void submitSchedule(int r, const Schedule& s, const void* input, void* output, cudaStream_t stream);
+  /// execute() with the schedule's Input buffers bound, in declaration order, to `inputs` and its Output / InOut ones
+  /// to `outputs` (a list shorter than the buffers of its kind repeats its last entry; fused.cpp).
+  void submitScheduleBound(int r, const Schedule& s, const std::vector<const void*>& inputs,
+                           const std::vector<void*>& outputs, cudaStream_t stream);
+  /// A fused op (fused.cpp): plan (cached), generate, lower and upload once per FusedKey, bind a, b and c.
+  void submitFused(int r, const FusedSpec& spec, const FusedOptions& opt, const void* a, const void* b, void* c,
+                   cudaStream_t stream);
+  /// What submitFused decides for (spec, opt) on this communicator (cached; fused.cpp).
+  FusedPlan fusedPlan(const FusedSpec& spec, const FusedOptions& opt);
 
   /// The "auto" choice (algorithm_choice.cpp).
   Algorithm chooseAlgorithm(CollOp op, uint64_t count, DType dtype);
@@ -139,14 +149,24 @@ class Engine {
   void requireSameNodes(const Schedule& s) const;
 
   // ---- submit.cpp
+  /// `bind` (optional): this rank's per-buffer addresses (PendingOp::bind); `extraReads` / `extraWrites`: user
+  /// byte ranges it touches besides send / recv (the fence rule).
   void submitLocked(int r, const ScheduleKey& key, CachedSchedule& sched, const void* send, void* recv,
-                    uint64_t inBytes, uint64_t outBytes, cudaStream_t stream);
+                    uint64_t inBytes, uint64_t outBytes, cudaStream_t stream, const std::vector<uint64_t>& bind = {},
+                    const std::vector<std::pair<uintptr_t, uintptr_t>>& extraReads = {},
+                    const std::vector<std::pair<uintptr_t, uintptr_t>>& extraWrites = {});
+  /// Bind `s` (already cached as `key`) on rank r to per-buffer addresses and submit it (fused.cpp).
+  void submitBoundLocked(int r, const ScheduleKey& key, CachedSchedule& cs, const std::vector<uint64_t>& bind,
+                         cudaStream_t stream);
+  FusedPlan fusedPlanLocked(const FusedSpec& spec, const FusedOptions& opt);
   void waitRingSpaceLocked(int r, uint32_t seq);
 
   // ---- finalize.cpp: an op's descriptor
-  /// Write op `seq`'s descriptor: per rank, where its input, output and scratch (slot base) are.
+  /// Write op `seq`'s descriptor: per rank, where its input, output and scratch (slot base) are; `bind` (per rank,
+  /// per buffer, may be empty) overrides the binding by kind where non-zero (PendingOp::bind).
   void finalizeLocked(uint32_t seq, const CachedSchedule& cs, const std::vector<uint64_t>& input,
-                      const std::vector<uint64_t>& output, const std::vector<uint64_t>& scratch, bool fence);
+                      const std::vector<uint64_t>& output, const std::vector<uint64_t>& scratch, bool fence,
+                      const std::vector<std::vector<uint64_t>>& bind = {});
   /// One process: every rank called; the addresses are this process's.
   void finalizeLocalLocked(uint32_t seq, PendingOp& op);
   /// Whether `op` touches user memory the previous op of these ranks touched (and remember op's ranges).
@@ -205,6 +225,7 @@ class Engine {
   ErrorCode poisonCode_ = ErrorCode::Internal;
   std::map<ScheduleKey, std::unique_ptr<CachedSchedule>> cache_;
   std::map<std::tuple<int, uint64_t, int>, Algorithm> autoCache_;  ///< "auto" choices
+  std::map<FusedKey, FusedPlan> fusedPlans_;                       ///< planFused per requested (spec, options)
   std::map<uint32_t, PendingOp> pending_;          ///< ops not yet submitted by every rank, by sequence number
   std::vector<const CachedSchedule*> opSchedule_;  ///< [seq % ringSlots]: what each recent op ran
   std::vector<std::pair<uintptr_t, uintptr_t>> prevReads_, prevWrites_;  ///< user ranges of the last finalized op

@@ -15,7 +15,8 @@
 namespace mk::runtime {
 
 void Engine::finalizeLocked(uint32_t seq, const CachedSchedule& cs, const std::vector<uint64_t>& input,
-                            const std::vector<uint64_t>& output, const std::vector<uint64_t>& scratch, bool fence) {
+                            const std::vector<uint64_t>& output, const std::vector<uint64_t>& scratch, bool fence,
+                            const std::vector<std::vector<uint64_t>>& bind) {
   // The descriptor slot's previous op must have been taken by every local rank's kernel.
   if (seq >= ringSlots_) {
     const uint32_t need = seq - ringSlots_ + 1;
@@ -45,6 +46,7 @@ void Engine::finalizeLocked(uint32_t seq, const CachedSchedule& cs, const std::v
         case BufferKind::InOut: addr = output[q]; break;
         case BufferKind::Scratch: addr = scratch[q] ? scratch[q] + L.scratchOffset : 0; break;  // 0: another node
       }
+      if (q < bind.size() && b < bind[q].size() && bind[q][b] != 0) addr = bind[q][b];
       d.table[q * nB + b] = addr;
     }
   }
@@ -100,7 +102,7 @@ void Engine::finalizeLocalLocked(uint32_t seq, PendingOp& op) {
     out[q] = reinterpret_cast<uint64_t>(op.output[q]);
     scratch[q] = reinterpret_cast<uint64_t>(ranks_[q].scratch[slot]);
   }
-  finalizeLocked(seq, *op.sched, in, out, scratch, fence);
+  finalizeLocked(seq, *op.sched, in, out, scratch, fence, op.bind);
 }
 
 }  // namespace mk::runtime

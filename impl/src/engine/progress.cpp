@@ -77,7 +77,9 @@ void Engine::progressLocked() {
           scratch[q] = reinterpret_cast<uint64_t>(link_->importPointer(qi, p.scratch));
         }
       }
-      finalizeLocked(seq, *op.sched, in, out, scratch, fence);
+      // Per-buffer bindings (fused ops) are known for this rank only: the post board carries one input and one
+      // output per rank, which is all a peer's steps may reach (the fused schedules never touch a peer's a or b).
+      finalizeLocked(seq, *op.sched, in, out, scratch, fence, op.bind);
       pending_.erase(it);
     }
   } catch (const Error& e) {

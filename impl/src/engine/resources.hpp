@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "device/device_arena.hpp"
 #include "lowering/lowering.hpp"
 #include "mk/algorithms/algorithms.hpp"
+#include "mk/algorithms/fused.hpp"
 #include "mk/device/engine_device.hpp"
 #include "mk/schedule/schedule.hpp"
 
@@ -27,19 +29,45 @@ inline uint64_t fnv1a(const void* data, std::size_t n, uint64_t h = 146959810393
   return h;
 }
 
+/// The fields of a fused op that decide its schedule (the spec and the concrete options planFused chose), as one
+/// comparable tuple: the cache key of a fused call.
+struct FusedKey {
+  uint8_t op = 0, dtype = 0, layoutB = 0, order = 0;
+  uint64_t m = 0, n = 0, k = 0;
+  uint32_t tileRows = 0, ctas = 0, commCtas = 0, computeLanes = 0;
+
+  static FusedKey of(const FusedSpec& s, const FusedOptions& o) {
+    return FusedKey{uint8_t(s.op), uint8_t(s.dtype), uint8_t(s.layoutB), uint8_t(o.order), s.m, s.n, s.k,
+                    o.tileRows,    o.ctas,           o.commCtas,         o.computeLanes};
+  }
+  auto tie() const noexcept {
+    return std::tie(op, dtype, layoutB, order, m, n, k, tileRows, ctas, commCtas, computeLanes);
+  }
+  bool operator==(const FusedKey& o) const noexcept { return tie() == o.tie(); }
+  bool operator<(const FusedKey& o) const noexcept { return tie() < o.tie(); }
+};
+
 /// What a cached schedule is generated from: a collective with everything decided (the algorithm, chunks,
-/// channels and inter-node phase concrete), or a caller's own schedule, known by the FNV-1a hash and the size of
-/// its packed image.
+/// channels and inter-node phase concrete), a fused op with its options concrete, or a caller's own schedule, known
+/// by the FNV-1a hash and the size of its packed image.
 struct ScheduleKey {
   bool custom = false;
+  bool fused = false;
   CollectiveSpec spec;                     ///< collectives
   GenOptions gen;                          ///< collectives
+  FusedKey fusedKey;                       ///< fused ops
   uint64_t imageHash = 0, imageBytes = 0;  ///< custom schedules
 
   static ScheduleKey collective(const CollectiveSpec& spec, const GenOptions& gen) {
     ScheduleKey k;
     k.spec = spec;
     k.gen = gen;
+    return k;
+  }
+  static ScheduleKey fusedOp(const FusedSpec& spec, const FusedOptions& opt) {
+    ScheduleKey k;
+    k.fused = true;
+    k.fusedKey = FusedKey::of(spec, opt);
     return k;
   }
   static ScheduleKey customImage(uint64_t hash, uint64_t bytes) {
@@ -50,13 +78,15 @@ struct ScheduleKey {
     return k;
   }
   bool operator==(const ScheduleKey& o) const noexcept {
-    return custom == o.custom && spec == o.spec && gen == o.gen && imageHash == o.imageHash &&
-           imageBytes == o.imageBytes;
+    return custom == o.custom && fused == o.fused && spec == o.spec && gen == o.gen && fusedKey == o.fusedKey &&
+           imageHash == o.imageHash && imageBytes == o.imageBytes;
   }
   bool operator!=(const ScheduleKey& o) const noexcept { return !(*this == o); }
   bool operator<(const ScheduleKey& o) const noexcept {
     if (custom != o.custom) return custom < o.custom;
     if (custom) return imageHash != o.imageHash ? imageHash < o.imageHash : imageBytes < o.imageBytes;
+    if (fused != o.fused) return fused < o.fused;
+    if (fused) return fusedKey < o.fusedKey;
     return spec != o.spec ? spec < o.spec : gen < o.gen;
   }
   /// The same 64 bits in every process for the same key (FNV-1a over the fields, widened): the multi-process
@@ -73,7 +103,15 @@ struct ScheduleKey {
                                uint64_t(spec.root),
                                uint64_t(gen.chunks),
                                uint64_t(gen.channels),
-                               uint64_t(gen.inter)};
+                               uint64_t(gen.inter),
+                               fused ? 1u : 0u,
+                               uint64_t(fusedKey.op) | uint64_t(fusedKey.dtype) << 8 |
+                                   uint64_t(fusedKey.layoutB) << 16 | uint64_t(fusedKey.order) << 24,
+                               fusedKey.m,
+                               fusedKey.n,
+                               fusedKey.k,
+                               uint64_t(fusedKey.tileRows) | uint64_t(fusedKey.ctas) << 32,
+                               uint64_t(fusedKey.commCtas) | uint64_t(fusedKey.computeLanes) << 32};
     return fnv1a(fields, sizeof fields);
   }
 };
@@ -123,6 +161,9 @@ struct PendingOp {
   std::vector<bool> called;
   std::vector<const void*> input;  ///< bound input per rank (staging when staged)
   std::vector<void*> output;
+  /// Per rank, per schedule buffer: an address that overrides the binding by kind (0: by kind; empty: none). Fused
+  /// ops and execute() with several inputs bind a and b separately this way.
+  std::vector<std::vector<uint64_t>> bind;
   std::vector<std::pair<uintptr_t, uintptr_t>> reads, writes;  ///< user byte ranges per rank (fence rule)
   uint32_t calls = 0;                                          ///< local ranks that called
   bool posted = false;  ///< multi-process: this rank's post of the op is on the board

@@ -126,7 +126,9 @@ void Engine::waitRingSpaceLocked(int r, uint32_t seq) {
 }
 
 void Engine::submitLocked(int r, const ScheduleKey& key, CachedSchedule& sched, const void* send, void* recv,
-                          uint64_t inBytes, uint64_t outBytes, cudaStream_t stream) {
+                          uint64_t inBytes, uint64_t outBytes, cudaStream_t stream, const std::vector<uint64_t>& bind,
+                          const std::vector<std::pair<uintptr_t, uintptr_t>>& extraReads,
+                          const std::vector<std::pair<uintptr_t, uintptr_t>>& extraWrites) {
   RankResources& rr = ranks_[r];
   const uint32_t seq = rr.submitted;
   MK_LOG_AT(Debug, rankName(r), "op " + std::to_string(seq) + ": submitting " + sched.what);
@@ -141,6 +143,7 @@ void Engine::submitLocked(int r, const ScheduleKey& key, CachedSchedule& sched, 
     fresh.called.assign(ranks_.size(), false);
     fresh.input.assign(ranks_.size(), nullptr);
     fresh.output.assign(ranks_.size(), nullptr);
+    fresh.bind.assign(ranks_.size(), {});
     op = &pending_.emplace(seq, std::move(fresh)).first->second;
   } else {
     op = &it->second;
@@ -188,6 +191,9 @@ void Engine::submitLocked(int r, const ScheduleKey& key, CachedSchedule& sched, 
   op->output[r] = recv;
   if (send && inBytes) op->reads.emplace_back(s0, s0 + inBytes);
   if (recv && outBytes) op->writes.emplace_back(r0, r0 + outBytes);
+  op->reads.insert(op->reads.end(), extraReads.begin(), extraReads.end());
+  op->writes.insert(op->writes.end(), extraWrites.begin(), extraWrites.end());
+  op->bind[r] = bind;
   if (++op->calls == local_.size()) {
     if (link_) {
       postLocked(seq, *op);

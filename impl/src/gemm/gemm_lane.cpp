@@ -209,6 +209,17 @@ void releaseGemmLaneBinders(const void* engine, bool freeMemory) noexcept {
 }
 
 void checkGemmOperands(const LoweredProgram& program, uint32_t rank, const void* input, const void* output) {
+  std::vector<uint64_t> bases(program.buffers.size(), 0);
+  for (size_t b = 0; b < bases.size(); ++b) {
+    const BufferKind kind = program.buffers[b].kind;
+    bases[b] = kind == BufferKind::Input                                   ? reinterpret_cast<uint64_t>(input)
+               : (kind == BufferKind::Output || kind == BufferKind::InOut) ? reinterpret_cast<uint64_t>(output)
+                                                                           : 0;
+  }
+  checkGemmOperands(program, rank, bases);
+}
+
+void checkGemmOperands(const LoweredProgram& program, uint32_t rank, const std::vector<uint64_t>& bases) {
   const uint32_t n = gemmCount(program);
   if (n == 0) return;
   const uint32_t nB = program.header().nBuffers;
@@ -218,18 +229,15 @@ void checkGemmOperands(const LoweredProgram& program, uint32_t rank, const void*
     for (const auto& [op, name] : ops) {
       const uint32_t buffer = static_cast<uint32_t>(op >> device::kOperandShift) % nB;
       const BufferKind kind = program.buffers[buffer].kind;
-      const void* base = kind == BufferKind::Input                                   ? input
-                         : (kind == BufferKind::Output || kind == BufferKind::InOut) ? output
-                                                                                     : nullptr;
       if (kind == BufferKind::Scratch) continue;  // engine memory: 256-byte aligned arenas
-      const uint64_t at = reinterpret_cast<uint64_t>(base) + (op & device::kOperandOffsetMask);
-      if (base == nullptr || at % 16 != 0) {
+      const uint64_t base = buffer < bases.size() ? bases[buffer] : 0;
+      const uint64_t at = base + (op & device::kOperandOffsetMask);
+      if (base == 0 || at % 16 != 0) {
         std::ostringstream os;
         os << "execute: rank " << rank << " lane " << g[i].lane << " step " << g[i].step << " (gemm): " << name
-           << " at " << (kind == BufferKind::Input ? "input" : "output") << " " << base << " + "
-           << (op & device::kOperandOffsetMask) << " bytes "
-           << (base == nullptr ? "has no buffer (null pointer)"
-                               : "is not 16-byte aligned (the tile engine's TMA needs it)");
+           << " at " << (kind == BufferKind::Input ? "input" : "output") << " buffer " << buffer << " "
+           << reinterpret_cast<const void*>(base) << " + " << (op & device::kOperandOffsetMask) << " bytes "
+           << (base == 0 ? "has no buffer (null pointer)" : "is not 16-byte aligned (the tile engine's TMA needs it)");
         throw Error(ErrorCode::InvalidArgument, os.str());
       }
     }

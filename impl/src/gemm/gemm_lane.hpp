@@ -93,6 +93,8 @@ void releaseGemmLaneBinders(const void* engine, bool freeMemory) noexcept;
 /// `output` pointer must start 16-byte aligned (TMA). Throws Error(InvalidArgument) naming the operand,
 /// lane and step otherwise.
 void checkGemmOperands(const LoweredProgram& program, uint32_t rank, const void* input, const void* output);
+/// The same with every user buffer's own address: `bases[b]` for buffer b (execute() with bound buffers, fused ops).
+void checkGemmOperands(const LoweredProgram& program, uint32_t rank, const std::vector<uint64_t>& bases);
 
 /// Gemm steps of a lowered program (its aux table).
 inline uint32_t gemmCount(const LoweredProgram& p) { return p.image.empty() ? 0 : p.header().nGemms; }

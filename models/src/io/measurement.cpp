@@ -96,6 +96,15 @@ MeasurementFile parseMeasurementFile(const std::string& jsonText, const std::str
       for (const char* k : kKnown) known = known || it.key() == k;
       if (!known) m.extra[it.key()] = it->dump();
     }
+    // Fused operators (GEMM + collective): the shape and the SMs, and for our engine the split that ran.
+    if (m.op == "gemm-rs" || m.op == "ag-gemm" || m.op == "gemm-ar") {
+      for (const char* k : {"m", "n", "k", "sms"}) needUnsigned(r, k, where, false);
+      if (m.impl == "mkernel") {
+        needUnsigned(r, "tile_rows", where, false);
+        needUnsigned(r, "compute_ctas", where, false);
+        needUnsigned(r, "comm_ctas", where, true);  // one rank: no communication lane
+      }
+    }
     f.records.push_back(std::move(m));
   }
   return f;

@@ -37,7 +37,10 @@ struct MeasurementFile {
 };
 
 /// Parse and check; throws Error(ParseError) naming the file, the record index and the field
-/// ("x.json: records[3].time_us: must be a finite number > 0 (got -1)").
+/// ("x.json: records[3].time_us: must be a finite number > 0 (got -1)"). Records of the fused operators (op
+/// "gemm-rs", "ag-gemm", "gemm-ar") must also carry their shape and SMs as positive integers (`m`, `n`, `k`, `sms`),
+/// and those of impl "mkernel" the split that ran: `tile_rows`, `compute_ctas` (> 0) and `comm_ctas` (rank 0's CTAs of
+/// the compute and communication lanes).
 MeasurementFile parseMeasurementFile(const std::string& jsonText, const std::string& nameForErrors = "<text>");
 MeasurementFile loadMeasurementFile(const std::string& path);
 
