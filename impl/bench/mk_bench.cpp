@@ -292,13 +292,20 @@ int run(const Args& a, const std::string& commandLine) {
 
   cudaDeviceProp prop{};
   MK_CUDA_CHECK(cudaGetDeviceProperties(&prop, devs[0]));
-  mk::MeasurementFile mf = mkbench::newMeasurementFile(n, a.link, commandLine);
+  // Ranks that share GPUs (one host): the GPUs are the visible ones they use, not one per rank.
+  const int gpusUsed = a.shareGpus ? std::min(n, available) : n;
+  mk::MeasurementFile mf = mkbench::newMeasurementFile(gpusUsed, a.link, commandLine);
   if (launch.multiProcess()) mf.system["processes"] = std::to_string(n);
+  if (a.shareGpus) mf.system["ranks_share_gpu"] = gpusUsed < n ? "true" : "false";
 
   say("# mk-bench %s: %d x %s%s, dtype %s, redop %s, %s, iters %llu, warmup %llu, reps %llu\n", a.op.c_str(), n,
-      prop.name, launch.multiProcess() ? " (one process per GPU)" : "", a.dtype.c_str(), a.redop.c_str(),
-      a.inPlace ? "in place" : "out of place", static_cast<unsigned long long>(a.iters),
-      static_cast<unsigned long long>(a.warmup), static_cast<unsigned long long>(a.reps));
+      prop.name,
+      gpusUsed < n ? (launch.multiProcess() ? " (one process per rank, ranks sharing GPUs)" : " (ranks sharing GPUs)")
+      : launch.multiProcess() ? " (one process per GPU)"
+                              : "",
+      a.dtype.c_str(), a.redop.c_str(), a.inPlace ? "in place" : "out of place",
+      static_cast<unsigned long long>(a.iters), static_cast<unsigned long long>(a.warmup),
+      static_cast<unsigned long long>(a.reps));
   Buffers buf(devs, bufBytes);
   Streams st(devs);
   std::vector<Row> rows;
