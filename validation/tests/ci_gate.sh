@@ -6,6 +6,12 @@
 #       (validation/data/measured/*-calibration.json) and judged by mk-validate on every other committed
 #       measurement file, with --max-median-err from validation/data/validation-threshold.txt. Exit status is
 #       mk-validate's (1: the median error is above the threshold).
+#   ci_gate.sh --internode <mk-calibrate> <mk-validate> <workdir>
+#       The same judgement across nodes: the committed 2 x H200 profile, with proxyUs and the network fitted on
+#       measured/internode/*-calibrate-network.json, judged on the 2-node all-reduce runs there
+#       (*-internode-allreduce-2n.json: two rank processes on one H200 under MPS, loopback TCP; the 4-process
+#       runs oversubscribe that host's CPU and are reported, not gated: docs/results.md) against the first
+#       number of validation/data/validation-internode-threshold.txt.
 #   ci_gate.sh --synthetic <mk-calibrate> <mk-validate> <workdir>
 #       The same chain on synthetic data, so that it is tested before real calibration data exists:
 #       calib-* records timed by a known profile -> mk-calibrate -> mk-validate on collectives timed by the
@@ -60,8 +66,29 @@ if [[ $mode == --committed ]]; then
   exit $rc
 fi
 
+if [[ $mode == --internode ]]; then
+  shopt -s nullglob
+  calib=("$data"/measured/internode/*-calibrate-network.json)
+  runs=("$data"/measured/internode/*-internode-allreduce-2n.json)
+  if [[ ${#calib[@]} -eq 0 || ${#runs[@]} -eq 0 ]]; then
+    echo "ci_gate: need committed internode/*-calibrate-network.json and *-internode-allreduce-2n.json" >&2
+    exit 2
+  fi
+  threshold=$(grep -v '^[[:space:]]*#' "$data/validation-internode-threshold.txt" | grep -v '^[[:space:]]*$' | head -1 |
+    tr -d '[:space:]')
+  [[ $threshold =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "ci_gate: bad internode threshold '$threshold'" >&2; exit 2; }
+  "$calibrate" --base "$data/profiles/h200x2-calibrated.json" --out "$work/profile.json" --report "$work/fit.txt" \
+    "${calib[@]}" || exit $?
+  "$validate" --cluster "$data/topologies/h200-mps-loopback.json" --profile "$work/profile.json" \
+    --max-median-err "$threshold" -j 2 "${runs[@]}" >"$work/validate.txt"
+  rc=$?
+  cat "$work/validate.txt"
+  echo "ci_gate: internode threshold $threshold % (validation/data/validation-internode-threshold.txt)"
+  exit $rc
+fi
+
 if [[ $mode != --synthetic ]]; then
-  echo "usage: ci_gate.sh --committed|--synthetic <mk-calibrate> <mk-validate> <workdir>" >&2
+  echo "usage: ci_gate.sh --committed|--internode|--synthetic <mk-calibrate> <mk-validate> <workdir>" >&2
   exit 2
 fi
 
