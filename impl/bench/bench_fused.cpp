@@ -12,12 +12,13 @@
 // Columns, per shape (medians over --reps loops of --iters back-to-back ops, CUDA events, nccl-tests style):
 //  * fused_us: the fused op through Communicator (one op per rank per iteration, one group per loop);
 //  * gemm_us: each rank's GEMM by cuBLASLt, one after another on one stream, with no communicator alive (every SM);
-//  * coll_us: the collective alone — NCCL refuses two ranks on one GPU ("duplicate GPU"), so when ranks share a GPU
-//    it is mkernel's own collective (auto algorithm, communication-only kernel), labelled "mkernel"; on one rank
-//    there is none;
-//  * base_us = gemm_us + coll_us: the unfused program (cuBLASLt GEMM, then the collective), its parts timed alone in
-//    this run and summed — a lower bound on running them one after the other; bound_us = max(gemm_us, coll_us):
-//    the physical bound of any overlap; speedup = base_us / fused_us; TFLOP/s = 2 m n k / fused_us (the whole GEMM).
+//  * coll_us: the collective alone: NCCL's when every rank has a GPU of its own; NCCL refuses two ranks on one GPU
+//    ("duplicate GPU"), so when ranks share a GPU it is mkernel's own collective (auto algorithm, communication-only
+//    kernel), labelled "mkernel"; on one rank there is none;
+//  * base_us: the unfused program. With a GPU per rank, cuBLASLt GEMM and NCCL collective run one after the other on
+//    each rank's stream (all-gather first for ag-gemm), timed as such (fused_baseline.hpp); with shared GPUs, the
+//    parts timed alone and summed (a lower bound on running them one after the other). bound_us = max(gemm_us,
+//    coll_us): the physical bound of any overlap; speedup = base_us / fused_us; TFLOP/s = 2 m n k / fused_us.
 // --check: every rank's C against the exact product under mk::verifyFused's tolerance, at --samples random elements
 // per rank (0 = all). --trace: the last shape's last fused op as Chrome trace JSON.
 #include <cuda_runtime_api.h>
@@ -36,6 +37,7 @@
 #include "bench_commands.hpp"
 #include "bench_common.hpp"
 #include "cublaslt_loader.hpp"
+#include "fused_baseline.hpp"
 #include "fused_check.hpp"
 #include "lowering/lowering.hpp"
 #include "mk/communicator.hpp"
@@ -175,13 +177,20 @@ int runFused(const FusedArgs& a, const std::string& command) {
               shared ? ", ranks SHARE the GPU (not the multi-GPU targets)" : "", a.layoutB.c_str(),
               static_cast<unsigned long long>(a.iters), static_cast<unsigned long long>(a.warmup),
               static_cast<unsigned long long>(a.reps));
-  std::printf(
-      "# baseline: cuBLASLt %s GEMM%s, parts timed alone in this run and summed (base = gemm + coll; bound = "
-      "max)\n",
-      lt.version().c_str(),
-      a.ranks == 1 ? " (one rank: no collective)"
-                   : " + mkernel's own collective (communication-only kernel; NCCL refuses two ranks on one "
-                     "GPU)");
+  const bool ncclBase = a.ranks > 1 && !shared;  // a GPU per rank: the unfused program runs on NCCL
+  if (ncclBase)
+    std::printf(
+        "# baseline: cuBLASLt %s GEMM and NCCL collective one after the other on each rank's stream (base); "
+        "each alone (gemm, coll); bound = max\n",
+        lt.version().c_str());
+  else
+    std::printf(
+        "# baseline: cuBLASLt %s GEMM%s, parts timed alone in this run and summed (base = gemm + coll; bound = "
+        "max)\n",
+        lt.version().c_str(),
+        a.ranks == 1 ? " (one rank: no collective)"
+                     : " + mkernel's own collective (communication-only kernel; NCCL refuses two ranks on one "
+                       "GPU)");
   std::printf("%8s %5s %6s %6s %6s %5s %11s %5s %6s %10s %10s %10s %10s %10s %8s %9s %9s %7s\n", "op", "ranks", "m",
               "n", "k", "tile", "order", "lanes", "cmp/cm", "fused_us", "base_us", "gemm_us", "coll_us", "bound_us",
               "speedup", "vs_bound", "TFLOP/s", "check");
@@ -261,61 +270,85 @@ int runFused(const FusedArgs& a, const std::string& command) {
         std::printf("# trace of the last op (%zu steps) written to %s\n", ev.size(), a.trace.c_str());
       }
     }
-    double gemmUs = 0, collUs = 0;
+    double gemmUs = 0, collUs = 0, seqUs = 0;
     std::string collName;
-    // ---- baseline: each rank's GEMM by cuBLASLt (no communicator alive), then the collective alone
-    {
-      std::vector<CublasLt::Plan> plans;
-      for (uint32_t r = 0; r < a.ranks; ++r) {
-        const mk::FusedShard& fs = d.shards[r];
-        mk::GemmProblem pr;
-        pr.m = static_cast<int64_t>(sh.m);
-        pr.n = static_cast<int64_t>(fs.cols);
-        pr.k = static_cast<int64_t>(fs.kLen);
-        pr.lda = pr.k;
-        pr.layoutB = *layoutB == mk::MatrixLayout::ColMajor ? mk::GemmLayout::ColMajor : mk::GemmLayout::RowMajor;
-        pr.ldb = pr.layoutB == mk::GemmLayout::ColMajor ? pr.k : pr.n;
-        pr.ldc = pr.n;
-        pr.outDType = mk::DType::BFloat16;
-        pr.a = ag ? collOut[r]->p : A[r]->p;  // ag: the gathered A (whatever it holds: timing only)
-        pr.b = B[r]->p;
-        pr.c = gemmOut[r]->p;
-        plans.push_back(lt.plan(pr));
-      }
-      Streams one({0});
-      gemmUs = timeGroupedUs(a, one, [&] {
-        for (uint32_t r = 0; r < a.ranks; ++r) lt.run(plans[r], one.s[0]);
-      });
-    }
     const bool evenRows = sh.m % a.ranks == 0;
-    if (a.ranks > 1 && evenRows) {
-      mk::CommConfig cfg;
-      cfg.shareGpus = shared;
-      auto comms = mk::Communicator::createLocal(devs, cfg);
-      const uint64_t shardRows = sh.m / a.ranks;
-      collName = ag ? "allgather" : ar ? "allreduce" : "reducescatter";
-      collUs = timeGroupedUs(a, st, [&] {
-        for (uint32_t r = 0; r < a.ranks; ++r) {
-          if (ag)
-            comms[r].allGather(A[r]->p, collOut[r]->p, shardRows * sh.k, mk::DType::BFloat16, st.s[r]);
-          else if (ar)
-            comms[r].allReduce(gemmOut[r]->p, collOut[r]->p, sh.m * sh.n, mk::DType::BFloat16, mk::RedOp::Sum, st.s[r]);
-          else
-            comms[r].reduceScatter(gemmOut[r]->p, collOut[r]->p, shardRows * sh.n, mk::DType::BFloat16, mk::RedOp::Sum,
-                                   st.s[r]);
-        }
-      });
-      const mk::CollOp cop = ag ? mk::CollOp::AllGather : ar ? mk::CollOp::AllReduce : mk::CollOp::ReduceScatter;
-      collName += std::string(" ") + mk::toString(comms[0].chooseAlgorithm(cop,
-                                                                           ag   ? shardRows * sh.k
-                                                                           : ar ? sh.m * sh.n
-                                                                                : shardRows * sh.n,
-                                                                           mk::DType::BFloat16));
+    const uint64_t shardRows = sh.m / a.ranks;
+    // Every rank's GEMM of the unfused program: its shard of the problem, into gemmOut (ag: from the gathered A).
+    auto gemmOf = [&](uint32_t r) {
+      const mk::FusedShard& fs = d.shards[r];
+      mk::GemmProblem pr;
+      pr.m = static_cast<int64_t>(sh.m);
+      pr.n = static_cast<int64_t>(fs.cols);
+      pr.k = static_cast<int64_t>(fs.kLen);
+      pr.lda = pr.k;
+      pr.layoutB = *layoutB == mk::MatrixLayout::ColMajor ? mk::GemmLayout::ColMajor : mk::GemmLayout::RowMajor;
+      pr.ldb = pr.layoutB == mk::GemmLayout::ColMajor ? pr.k : pr.n;
+      pr.ldc = pr.n;
+      pr.outDType = mk::DType::BFloat16;
+      pr.a = ag ? collOut[r]->p : A[r]->p;  // ag: the gathered A (whatever it holds: timing only)
+      pr.b = B[r]->p;
+      pr.c = gemmOut[r]->p;
+      return pr;
+    };
+    if (ncclBase && evenRows) {
+      // ---- baseline on NCCL: a GPU per rank, no communicator alive
+      std::vector<mk::GemmProblem> gemms;
+      BaselineCollective bc;
+      bc.op = ag ? mk::CollOp::AllGather : ar ? mk::CollOp::AllReduce : mk::CollOp::ReduceScatter;
+      bc.first = ag;
+      bc.count = ag ? shardRows * sh.k : ar ? sh.m * sh.n : shardRows * sh.n;
+      for (uint32_t r = 0; r < a.ranks; ++r) {
+        gemms.push_back(gemmOf(r));
+        bc.send.push_back(ag ? A[r]->p : gemmOut[r]->p);
+        bc.recv.push_back(collOut[r]->p);
+      }
+      const NcclBaseline nb = timeCublasThenNccl(devs, st, gemms, bc, BaselineTiming{a.iters, a.warmup, a.reps});
+      gemmUs = nb.gemmUs;
+      collUs = nb.collUs;
+      seqUs = nb.sequentialUs;
+      collName = std::string("nccl ") + nb.ncclVersion + " " + mk::toString(bc.op);
+      file.system["nccl"] = quoted(nb.ncclVersion);
+    } else {
+      // ---- baseline: each rank's GEMM by cuBLASLt (no communicator alive), then the collective alone
+      {
+        std::vector<CublasLt::Plan> plans;
+        for (uint32_t r = 0; r < a.ranks; ++r) plans.push_back(lt.plan(gemmOf(r)));
+        Streams one({0});
+        gemmUs = timeGroupedUs(a, one, [&] {
+          for (uint32_t r = 0; r < a.ranks; ++r) lt.run(plans[r], one.s[0]);
+        });
+      }
+      if (a.ranks > 1 && evenRows) {
+        mk::CommConfig cfg;
+        cfg.shareGpus = shared;
+        auto comms = mk::Communicator::createLocal(devs, cfg);
+        collName = ag ? "allgather" : ar ? "allreduce" : "reducescatter";
+        collUs = timeGroupedUs(a, st, [&] {
+          for (uint32_t r = 0; r < a.ranks; ++r) {
+            if (ag)
+              comms[r].allGather(A[r]->p, collOut[r]->p, shardRows * sh.k, mk::DType::BFloat16, st.s[r]);
+            else if (ar)
+              comms[r].allReduce(gemmOut[r]->p, collOut[r]->p, sh.m * sh.n, mk::DType::BFloat16, mk::RedOp::Sum,
+                                 st.s[r]);
+            else
+              comms[r].reduceScatter(gemmOut[r]->p, collOut[r]->p, shardRows * sh.n, mk::DType::BFloat16,
+                                     mk::RedOp::Sum, st.s[r]);
+          }
+        });
+        const mk::CollOp cop = ag ? mk::CollOp::AllGather : ar ? mk::CollOp::AllReduce : mk::CollOp::ReduceScatter;
+        collName += std::string(" ") + mk::toString(comms[0].chooseAlgorithm(cop,
+                                                                             ag   ? shardRows * sh.k
+                                                                             : ar ? sh.m * sh.n
+                                                                                  : shardRows * sh.n,
+                                                                             mk::DType::BFloat16));
+      }
+      seqUs = gemmUs + collUs;  // the shared-GPU (or one-rank) baseline: the parts summed
     }
     // ---- report
     const double flops = mk::fusedFlops(spec);
     const bool haveBase = a.ranks == 1 || evenRows;
-    const double base = gemmUs + collUs, bound = std::max(gemmUs, collUs);
+    const double base = seqUs, bound = std::max(gemmUs, collUs);
     // ---- records
     const uint64_t collBytes = (ag ? sh.m * sh.k : sh.m * sh.n) * 2;
     auto common = [&](mk::MeasurementRecord& rec) {
@@ -387,14 +420,15 @@ int runFused(const FusedArgs& a, const std::string& command) {
     if (haveBase) {
       mk::MeasurementRecord b;
       common(b);
-      b.impl = a.ranks == 1 ? "cublas" : "cublas+mkernel";
+      b.impl = a.ranks == 1 ? "cublas" : ncclBase ? "cublas+nccl" : "cublas+mkernel";
       b.algo = a.ranks == 1 ? "cublaslt-heuristic" : "cublaslt then " + collName;
       b.timeUs = base;
       b.algbwGBs = static_cast<double>(collBytes) / base * 1e-3;
       b.extra["sms"] = std::to_string(prop.multiProcessorCount);
       b.extra["gemm_us"] = num(gemmUs);
       b.extra["coll_us"] = num(collUs);
-      b.extra["baseline"] = quoted("parts timed alone in the same run and summed");
+      b.extra["baseline"] = quoted(ncclBase ? "GEMM and collective one after the other on each rank's stream, timed"
+                                            : "parts timed alone in the same run and summed");
       b.extra["tflops"] = num(flops / base * 1e-6);
       file.records.push_back(b);
     }
