@@ -4,7 +4,10 @@
 // reaches the sink naming rank and position, within the budget.
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <functional>
 #include <map>
+#include <thread>
 
 #include "mk/proxy/proxy.hpp"
 #include "proxy_test_util.hpp"
@@ -148,4 +151,88 @@ TEST_CASE("proxy: a position claimed but never written is a timeout naming rank 
                  "ms, while position 1 holds one"));
   CHECK(seconds < 2);
   CHECK(s.sink.arrivals.empty());
+}
+
+namespace {
+
+/// A one-process job whose single FIFO has no bell (as a GPU's: the consumer sleeps between polls), with the
+/// poll hook under test.
+struct Hooked {
+  mk::TcpBootstrap boot{mkt::bootOptions(0, 1, 1)};
+  std::unique_ptr<mk::proxy::Transport> transport;
+  mk::proxy::HostCopier copier;
+  mkt::HostSink sink;
+  TableResolver resolver;
+  mk::proxy::HostFifo fifo{8};
+  std::unique_ptr<mk::proxy::Proxy> proxy;
+
+  Hooked(std::function<bool()> poll, std::chrono::microseconds idleSpin, std::chrono::microseconds maxIdleSleep) {
+    transport = mk::proxy::connectTransport(boot, mkt::socketOptions(nullptr));
+    sink.addBuffer(1, 0, 64 * 4096);
+    resolver.sources.emplace_back(4096);
+    resolver.bytes.assign(100, 4096);
+    mk::proxy::ProxyOptions po;
+    po.idleSpin = idleSpin;
+    po.maxIdleSleep = maxIdleSleep;
+    po.poll = std::move(poll);
+    proxy = std::make_unique<mk::proxy::Proxy>(*transport, resolver, sink, copier, po);
+    proxy->setPlacement({0, 0});
+    const mk::device::ProxyFifoDeviceHandle h = fifo.handle();
+    proxy->addFifo(0, mk::proxy::FifoConsumer(h.ring, const_cast<uint64_t*>(h.done), h.capacity));  // no bell
+    proxy->start();
+  }
+  ~Hooked() {
+    proxy->stop();
+    transport->close();
+  }
+};
+
+/// Polls `cond` every millisecond for up to `seconds`.
+bool waitUntil(const std::function<bool()>& cond, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("proxy: the poll hook runs on the consumer thread and keeps it spinning while it says busy") {
+  std::atomic<uint64_t> calls{0};
+  std::atomic<bool> busy{true};
+  const std::thread::id me = std::this_thread::get_id();
+  std::atomic<bool> onOtherThread{true};
+  Hooked h(
+      [&] {
+        if (std::this_thread::get_id() == me) onOtherThread = false;
+        calls.fetch_add(1);
+        return busy.load();
+      },
+      std::chrono::microseconds(10), std::chrono::microseconds(1000));
+  // Busy: called round after round while the FIFO stays empty.
+  REQUIRE(waitUntil([&] { return calls.load() > 1000; }, 5));
+  // Idle: the consumer sleeps between polls and still calls it; wake() is harmless at any time.
+  busy = false;
+  h.proxy->wake();
+  const uint64_t idle = calls.load();
+  REQUIRE(waitUntil([&] { return calls.load() > idle + 10; }, 5));
+  // A command goes through, and the hook runs after it.
+  const uint64_t beforePut = calls.load();
+  h.fifo.push(ProxyCommand{packProxyHeader(ProxyKind::PutSignal, 0, 1, 2), 0}, {0, 1, 2},
+              std::chrono::milliseconds(2000));
+  CHECK(h.fifo.waitDone(0, {0, 1, 2}, std::chrono::milliseconds(5000)));
+  CHECK(waitUntil([&] { return calls.load() > beforePut; }, 5));
+  CHECK(onOtherThread.load());
+  CHECK(h.sink.failures.empty());
+}
+
+TEST_CASE("proxy: a poll hook that throws fails the consumer like a send, naming its rank") {
+  Hooked h([]() -> bool { throw mk::Error(mk::ErrorCode::IoError, "relay: the peer is gone"); },
+           std::chrono::microseconds(10), std::chrono::microseconds(1000));
+  REQUIRE(h.sink.waitFor([&] { return !h.sink.failures.empty(); }, 5));
+  CHECK(h.sink.failures[0].code() == mk::ErrorCode::IoError);
+  CHECK(contains(h.sink.failures[0].message(), "proxy of rank 0"));
+  CHECK(contains(h.sink.failures[0].message(), "relay: the peer is gone"));
 }

@@ -62,6 +62,7 @@ InterNode::InterNode(Engine& engine, Bootstrap& boot) : engine_(engine) {
   popt.maxIdleSleep = std::chrono::microseconds(50);
   popt.log = topt.log;
   popt.commandBudget = topt.budget;
+  popt.poll = [this] { return relayOnce(); };  // the relay needs no thread of its own
   proxy_ = std::make_unique<proxy::Proxy>(*transport_, *this, *this, *copier_, popt);
   const auto n = static_cast<uint32_t>(engine_.ranks_.size());
   proxy_->setPlacement(proxy::exchangePlacement(boot, {static_cast<uint32_t>(me)}, n));
@@ -81,14 +82,10 @@ const char* InterNode::transportName() const noexcept { return proxy::toString(t
 void InterNode::start() {
   if (started_) return;
   proxy_->start();
-  relay_ = std::thread([this] { relayMain(); });
   started_ = true;
 }
 
 void InterNode::stop() noexcept {
-  stopRelay_ = true;
-  relayCv_.notify_all();
-  if (relay_.joinable()) relay_.join();
   if (proxy_) proxy_->stop();
   if (transport_) transport_->close();
 }

@@ -6,21 +6,20 @@
 //  * sink: where an arriving put's bytes go (a slot of the rank's receive staging, or a parking buffer while the rank
 //    has not submitted the op yet), and the inbox records that make the kernel copy them into place and then raise
 //    the flag; the done / entered counts of ranks on other nodes (inbox records too); failures;
-//  * a relay thread that sends this rank's own done and entered counts (mirrored by the kernel into its mailbox)
-//    to the ranks of other nodes, which no store of this GPU can reach.
+//  * the relay, which sends this rank's own done and entered counts (mirrored by the kernel into its mailbox) to the
+//    ranks of other nodes, which no store of this GPU can reach; it runs on the proxy's consumer thread
+//    (ProxyOptions::poll), so a rank's host side polls with one thread, not two.
 // None of it makes a CUDA call while ops run (a caller's thread may hold a driver lock while it waits for the op
 // the proxy serves), and none of it takes the engine's mutex (a submitting thread may wait for such an op too).
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "engine/resources.hpp"
@@ -59,9 +58,9 @@ class InterNode final : public proxy::ProxyResolver, public proxy::ProxySink {
   InterNode(const InterNode&) = delete;
   InterNode& operator=(const InterNode&) = delete;
 
-  /// Start the transport's receivers, the proxy's consumers and the relay thread.
+  /// Start the transport's receivers and the proxy's consumer (which runs the relay).
   void start();
-  /// Stop the relay and the proxy, then close the transport (goodbyes, bounded). Never throws.
+  /// Stop the proxy (and with it the relay), then close the transport (goodbyes, bounded). Never throws.
   void stop() noexcept;
   /// Op `seq` of local rank `rank` was bound (its descriptor written) with `table` (the descriptor's bindings of
   /// every rank, nRanks x nBuffers): record this rank's addresses, then apply what arrived for it early.
@@ -133,7 +132,10 @@ class InterNode final : public proxy::ProxyResolver, public proxy::ProxySink {
                      uint64_t ringEnd);
   /// Raise the flag of an arrived (and landed) put on this GPU.
   void raiseFlag(const proxy::PutInfo& info);
-  void relayMain() noexcept;
+  /// The relay, run by the proxy's consumer thread (ProxyOptions::poll): send this rank's done and entered counts
+  /// to the ranks of other nodes when they changed, turn a failure of this rank's kernel into the job's. True
+  /// while an op this rank submitted is not done (the proxy keeps spinning).
+  bool relayOnce();
   Local& local(uint32_t rank);
 
   Engine& engine_;
@@ -145,12 +147,9 @@ class InterNode final : public proxy::ProxyResolver, public proxy::ProxySink {
   mutable std::mutex failMu_;
   std::string failure_;
   ErrorCode failureCode_ = ErrorCode::Internal;
-  std::atomic<bool> stopRelay_{false};
-  std::atomic<uint32_t> submitted_{0};  ///< ops this process's rank submitted (the relay's reason to spin)
-  std::mutex relayMu_;
-  std::condition_variable relayCv_;
+  std::atomic<uint32_t> submitted_{0};       ///< ops this process's rank submitted (the relay's reason to spin)
+  uint32_t sentDone_ = 0, sentEntered_ = 0;  ///< what the relay sent last (the proxy's thread only)
   std::atomic<bool> failedSent_{false};
-  std::thread relay_;
   bool started_ = false;
 };
 

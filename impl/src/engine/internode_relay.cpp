@@ -1,8 +1,7 @@
 // mkernel — the inter-node path's relay and failures (engine/internode.hpp): this rank's done and entered counts
-// sent to the ranks of other nodes, and a failure of any side turned into an error everywhere.
-#include <chrono>
+// sent to the ranks of other nodes (on the proxy's consumer thread, ProxyOptions::poll), and a failure of any side
+// turned into an error everywhere.
 #include <string>
-#include <thread>
 #include <tuple>
 
 #include "engine/engine.hpp"
@@ -14,52 +13,36 @@ namespace mk::runtime {
 
 void InterNode::noteSubmitted() {
   submitted_.fetch_add(1, std::memory_order_release);
-  relayCv_.notify_one();
+  if (proxy_) proxy_->wake();  // the relay runs on the proxy's thread: cut its idle sleep short
 }
 
-void InterNode::relayMain() noexcept {
+bool InterNode::relayOnce() {
   const int me = engine_.me_;
   const auto n = static_cast<uint32_t>(engine_.ranks_.size());
-  uint32_t sentDone = 0, sentEntered = 0;
   const device::RankMailbox& mb = engine_.mailboxes_[me];
-  try {
-    while (!stopRelay_.load(std::memory_order_acquire)) {
-      const uint32_t done = loadHost(&mb.doneOut), entered = loadHost(&mb.enteredOut);
-      for (const auto& [code, value, sent] : {std::make_tuple(RelayCode::Entered, entered, &sentEntered),
-                                              std::make_tuple(RelayCode::Done, done, &sentDone)}) {
-        if (value == *sent) continue;
-        for (uint32_t q = 0; q < n; ++q) {
-          if (engine_.sameNode(static_cast<int>(q), me)) continue;
-          proxy::ControlMessage m;
-          m.code = static_cast<uint16_t>(code);
-          m.srcRank = static_cast<uint32_t>(me);
-          m.dstRank = q;
-          m.value = value;
-          proxy_->sendControl(m);
-        }
-        *sent = value;
-      }
-      // A failure of this rank's kernel (a bounded wait expired): the other nodes stop too, told why.
-      if (loadHost(&engine_.status_->abort) != 0 && failure(nullptr).empty() && !failedSent_.load()) {
-        const auto code = static_cast<device::Status>(engine_.status_->code);
-        if (code != device::Status::HostAbort)
-          fail(Error(ErrorCode::Timeout, "rank " + std::to_string(me) + ": " + engine_.describeDeviceFailure()));
-      }
-      // Spin while an op this rank submitted is not done here; otherwise sleep until the next submission.
-      if (seqGeq(sentDone, submitted_.load(std::memory_order_acquire))) {
-        std::unique_lock<std::mutex> lock(relayMu_);
-        relayCv_.wait_for(lock, std::chrono::milliseconds(1), [&] {
-          return stopRelay_.load() || !seqGeq(sentDone, submitted_.load(std::memory_order_acquire));
-        });
-      } else {
-        std::this_thread::yield();
-      }
+  const uint32_t done = loadHost(&mb.doneOut), entered = loadHost(&mb.enteredOut);
+  for (const auto& [code, value, sent] : {std::make_tuple(RelayCode::Entered, entered, &sentEntered_),
+                                          std::make_tuple(RelayCode::Done, done, &sentDone_)}) {
+    if (value == *sent) continue;
+    for (uint32_t q = 0; q < n; ++q) {
+      if (engine_.sameNode(static_cast<int>(q), me)) continue;
+      proxy::ControlMessage m;
+      m.code = static_cast<uint16_t>(code);
+      m.srcRank = static_cast<uint32_t>(me);
+      m.dstRank = q;
+      m.value = value;
+      proxy_->sendControl(m);
     }
-  } catch (const Error& e) {
-    failed(e);
-  } catch (const std::exception& e) {
-    failed(Error(ErrorCode::Internal, std::string("inter-node relay: ") + e.what()));
+    *sent = value;
   }
+  // A failure of this rank's kernel (a bounded wait expired): the other nodes stop too, told why.
+  if (loadHost(&engine_.status_->abort) != 0 && failure(nullptr).empty() && !failedSent_.load()) {
+    const auto code = static_cast<device::Status>(engine_.status_->code);
+    if (code != device::Status::HostAbort)
+      fail(Error(ErrorCode::Timeout, "rank " + std::to_string(me) + ": " + engine_.describeDeviceFailure()));
+  }
+  // Busy while an op this rank submitted is not done here: the proxy keeps spinning.
+  return !seqGeq(sentDone_, submitted_.load(std::memory_order_acquire));
 }
 
 void InterNode::failed(const Error& error) noexcept {
@@ -77,7 +60,6 @@ void InterNode::failed(const Error& error) noexcept {
     s->rank = static_cast<uint32_t>(engine_.me_);
     storeHost(&s->abort, 1);
   }
-  relayCv_.notify_all();
 }
 
 void InterNode::fail(const Error& error) noexcept {

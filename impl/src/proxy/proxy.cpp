@@ -88,6 +88,7 @@ void Proxy::start() {
 
 void Proxy::stop() noexcept {
   stopping_.store(true);
+  wake();  // a consumer asleep between polls sees stopping_ at once
   for (auto& c : consumers_) {
     if (c->fifo.bell()) c->fifo.bell()->pushed();  // a consumer asleep on its bell wakes and sees stopping_
     if (c->thread.joinable()) c->thread.join();
@@ -126,9 +127,20 @@ void Proxy::checkGap(Consumer& c, std::chrono::steady_clock::time_point& gapSinc
                   " holds one (a pusher died between claiming and writing, or wrote out of order)");
 }
 
+void Proxy::wake() noexcept {
+  {
+    std::lock_guard<std::mutex> lock(wakeMu_);
+    wakes_.fetch_add(1, std::memory_order_relaxed);
+  }
+  wakeCv_.notify_all();
+}
+
 void Proxy::idle(Consumer& c, uint32_t& idleRounds) {
   // Spin first: a lane pushing a burst of commands keeps the proxy busy, and a sleep costs tens of microseconds.
+  // The poll hook runs on every round; while it says more is due, the spin goes on.
+  const uint64_t wakesSeen = wakes_.load(std::memory_order_relaxed);
   const auto spinUntil = std::chrono::steady_clock::now() + opt_.idleSpin;
+  bool busy = false;
   do {
     for (int i = 0; i < 64; ++i) {
       if (c.fifo.ready() || stopping_.load(std::memory_order_relaxed)) {
@@ -137,17 +149,22 @@ void Proxy::idle(Consumer& c, uint32_t& idleRounds) {
       }
       cpuRelax();
     }
-  } while (std::chrono::steady_clock::now() < spinUntil);
+    busy = opt_.poll && opt_.poll();
+    if (busy) idleRounds = 0;
+  } while (busy || std::chrono::steady_clock::now() < spinUntil);
   if (FifoBell* bell = c.fifo.bell()) {
     bell->waitPushed(std::chrono::milliseconds(1),
                      [&] { return c.fifo.ready() || stopping_.load(std::memory_order_relaxed); });
     return;
   }
-  // A device FIFO cannot ring: sleep in growing slices up to maxIdleSleep.
+  // A device FIFO cannot ring: sleep in growing slices up to maxIdleSleep, or until wake().
   const auto slice = std::min<std::chrono::microseconds>(opt_.maxIdleSleep,
                                                          std::chrono::microseconds(1L << std::min(idleRounds, 10u)));
   ++idleRounds;
-  std::this_thread::sleep_for(slice);
+  std::unique_lock<std::mutex> lock(wakeMu_);
+  wakeCv_.wait_for(lock, slice, [&] {
+    return wakes_.load(std::memory_order_relaxed) != wakesSeen || stopping_.load(std::memory_order_relaxed);
+  });
 }
 
 std::optional<PutRequest> Proxy::resolve(Consumer& c, const PoppedCommand& popped) {
@@ -217,6 +234,7 @@ void Proxy::consumerMain(Consumer& c) noexcept {
         else
           sender->flush();  // a Flush command: everything before it leaves now
         if (streams) release(current.position + 1);
+        if (opt_.poll) opt_.poll();
       }
       current = PoppedCommand{};
       sender->flush();

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -58,6 +59,11 @@ struct ProxyOptions {
   std::chrono::milliseconds commandBudget{10000};
   /// Where events worth a line go (pinning failures). Empty: stderr, prefixed "mkernel: ".
   std::function<void(const std::string&)> log;
+  /// Host work that belongs beside the FIFO (a GPU engine's relay of its op counters), run on the consumer thread
+  /// so that it needs no polling thread of its own: after every command handled and on every round of an idle
+  /// FIFO. True: more is due soon, so the consumer keeps spinning instead of sleeping. A throw fails the consumer
+  /// like a send's. For a Proxy with one FIFO (every consumer thread would call it).
+  std::function<bool()> poll;
 };
 
 /// The consumer threads of the FIFOs of this process's ranks. Construct, setPlacement, addFifo for each local
@@ -85,6 +91,8 @@ class Proxy {
   void abort(const Error& error) noexcept;
   /// Send `message` to the process of rank `message.dstRank`.
   void sendControl(const ControlMessage& message);
+  /// Wake a consumer that sleeps on an idle FIFO without a bell (new work for the poll hook is due). Never blocks.
+  void wake() noexcept;
   /// Commands the consumer of `rank`'s FIFO has handled so far (0 for a rank without a FIFO).
   uint64_t handled(uint32_t rank) const noexcept;
   /// The transport process of `rank` (Error(InvalidArgument) for a rank outside the placement).
@@ -108,6 +116,9 @@ class Proxy {
   std::vector<std::unique_ptr<Consumer>> consumers_;
   std::atomic<bool> stopping_{false};
   bool started_ = false;
+  std::mutex wakeMu_;  ///< with wakeCv_: the idle sleep that wake() cuts short
+  std::condition_variable wakeCv_;
+  std::atomic<uint64_t> wakes_{0};
 };
 
 /// Which process runs which rank, collectively over `bootstrap`: every process passes the ranks it runs; returns
