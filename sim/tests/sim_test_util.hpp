@@ -57,9 +57,6 @@ inline mk::Profile profile() {
   return p;
 }
 
-/// Rule 1's cross-node op boundary under profile(): proxyUs + network.alphaUs, once per op that spans nodes.
-inline constexpr double kCrossNodeBoundaryUs = 1.5 + 2.0;
-
 /// Builds a schedule step by step; buffer 0 is "buf" (float32, `elems` per rank).
 class Builder {
  public:

@@ -58,7 +58,7 @@ TEST_CASE("replay: a signal across nodes is visible after proxy plus network alp
   b.signalStep(0, 0, 1, 0);
   b.wait(1, 0, 0, 1);
   const auto p = simtest::run(b.done(), simtest::cluster(2, 1));
-  CHECK(p.totalUs == doctest::Approx(3.0 + 1.5 + 2.0 + simtest::kCrossNodeBoundaryUs).epsilon(1e-9));
+  CHECK(p.totalUs == doctest::Approx(3.0 + 1.5 + 2.0).epsilon(1e-9));
 }
 
 TEST_CASE("replay: a signal to a node under another leaf pays two more switch hops") {
@@ -66,7 +66,7 @@ TEST_CASE("replay: a signal to a node under another leaf pays two more switch ho
   b.signalStep(0, 0, 1, 0);
   b.wait(1, 0, 0, 1);
   const auto p = simtest::run(b.done(), simtest::cluster(2, 1, /*perLeaf=*/1));
-  CHECK(p.totalUs == doctest::Approx(3.0 + 1.5 + 2.0 + 2 * 0.5 + simtest::kCrossNodeBoundaryUs).epsilon(1e-9));
+  CHECK(p.totalUs == doctest::Approx(3.0 + 1.5 + 2.0 + 2 * 0.5).epsilon(1e-9));
 }
 
 TEST_CASE("replay: a wait takes increments in visibility order not sending order") {
@@ -88,7 +88,7 @@ TEST_CASE("replay: a signal to another rail crosses the spine and pays two more 
   x.signalStep(0, 0, 2, 0);  // rank 2 is GPU 1 of node 1: rail 1
   x.wait(2, 0, 0, 1);
   const auto p = simtest::run(x.done(), simtest::cluster(2, 2));
-  CHECK(p.totalUs == doctest::Approx(3.0 + 1.5 + 2.0 + 1.0 + simtest::kCrossNodeBoundaryUs).epsilon(1e-9));
+  CHECK(p.totalUs == doctest::Approx(3.0 + 1.5 + 2.0 + 1.0).epsilon(1e-9));
 }
 
 TEST_CASE("replay: a wait whose threshold is already reached ends at once") {
@@ -118,7 +118,7 @@ TEST_CASE("replay: a barrier across nodes adds proxy plus network alpha") {
   b.copy(1, 0, 1, 1, 500000);
   b.barrier(1, 0, 1);
   const auto p = simtest::run(b.done(), simtest::cluster(2, 1));
-  CHECK(p.totalUs == doctest::Approx(4.0 + 1.5 + 2.0 + simtest::kCrossNodeBoundaryUs).epsilon(1e-9));
+  CHECK(p.totalUs == doctest::Approx(4.0 + 1.5 + 2.0).epsilon(1e-9));
 }
 
 TEST_CASE("replay: a proxy put costs proxy plus network alpha plus bytes over network bandwidth") {
@@ -135,7 +135,7 @@ TEST_CASE("replay: a zero-byte proxy put is a remote signal costing proxy plus a
   b.proxyPut(0, 0, 1, 0, 0);
   b.wait(1, 0, 0, 1);
   const auto p = simtest::run(b.done(), simtest::cluster(2, 1));
-  CHECK(p.totalUs == doctest::Approx(6.5 + simtest::kCrossNodeBoundaryUs).epsilon(1e-9));
+  CHECK(p.totalUs == doctest::Approx(6.5).epsilon(1e-9));
   CHECK(p.stats.comms == 0);
 }
 
@@ -143,7 +143,7 @@ TEST_CASE("replay: a proxy put to another leaf pays two more switch hops") {
   Builder b({0, 1});
   b.proxyPut(0, 0, 1, 1000000);
   const auto p = simtest::run(b.done(), simtest::cluster(2, 1, /*perLeaf=*/1));
-  CHECK(p.totalUs == doctest::Approx(27.5 + simtest::kCrossNodeBoundaryUs).epsilon(1e-9));
+  CHECK(p.totalUs == doctest::Approx(27.5).epsilon(1e-9));
 }
 
 TEST_CASE("replay: local copy and reduce run at the memory and reduce rates") {

@@ -5,7 +5,6 @@
 #include <sstream>
 
 #include "common.hpp"
-#include "mk/cost/step_cost.hpp"
 #include "mk/error.hpp"
 #include "mk/util/size.hpp"
 
@@ -98,16 +97,6 @@ PathCounts netGroup(double pieces, double units) {
   return c;
 }
 
-namespace {
-
-/// What every op pays outside its steps, as the timeline's rule 1 (StepCosts::opTotalUs): dispatchUs, and the
-/// cross-node op boundary when the ranks span nodes.
-double opFixedUs(const CostContext& c) {
-  return c.profile.dispatchUs + (c.gen.nNodes() > 1 ? crossNodeBoundaryUs(c.profile) : 0.0);
-}
-
-}  // namespace
-
 UnitPrices unitPrices(const CostContext& c, uint64_t elems, bool needsNet) {
   const Profile& pf = c.profile;
   requirePositive("profile.nvlink.bwGBs", pf.nvlink.bwGBs, "this closed form");
@@ -127,7 +116,7 @@ UnitPrices unitPrices(const CostContext& c, uint64_t elems, bool needsNet) {
   u.copyLat = pf.local.alphaUs;
   u.copyBw = b / pf.local.bwGBs;
   u.flag = pf.localFlagUs;  // every F of these formulas is a reducer lane signalling a lane of its own GPU
-  u.dispatch = opFixedUs(c);
+  u.dispatch = pf.dispatchUs;
   return u;
 }
 
@@ -190,7 +179,7 @@ ChunkPrices::ChunkPrices(const CostContext& ctx) : c(ctx) {
   chunks = static_cast<double>(k);
   partBytes = static_cast<double>(part) * esize;
   chunkBytes = static_cast<double>(chunk) * esize;
-  t0 = Term{opFixedUs(ctx), 0, 0};
+  t0 = Term{pr.dispatchUs, 0, 0};
   nvl = Term{pr.nvlink.alphaUs, chunkBytes * channels / (pr.nvlink.bwGBs * 1e3), 0};
   net = Term{pr.proxyUs + pr.network.alphaUs, chunkBytes * channels / (pr.network.bwGBs * 1e3), 0};
   copy = Term{pr.local.alphaUs, partBytes * channels / (pr.local.bwGBs * 1e3), 0};

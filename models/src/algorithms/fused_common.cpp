@@ -3,7 +3,6 @@
 
 #include <algorithm>
 
-#include "mk/cost/step_cost.hpp"
 #include "mk/error.hpp"
 #include "mk/util/size.hpp"
 
@@ -343,12 +342,6 @@ void FusedTally::lane(FusedLane purpose, const ServingLane& l, bool network) {
 }
 
 FusedEstimate FusedTally::finish(const FusedContext& ctx, const Profile& profile, double extraUs) const {
-  // Rule 1's cross-node op boundary (StepCosts::opTotalUs), for the timeline's agreement.
-  for (uint32_t r = 1; r < ctx.gen.nRanks; ++r)
-    if (!ctx.sameNode(0, r)) {
-      extraUs += crossNodeBoundaryUs(profile);
-      break;
-    }
   FusedEstimate e;
   e.dispatchUs = profile.dispatchUs + extraUs;
   e.totalUs = std::max(endUs, profile.dispatchUs) + extraUs;

@@ -235,8 +235,6 @@ double StepCosts::incrementDelayUs(const Step& st, uint32_t rank) const noexcept
   }
 }
 
-double crossNodeBoundaryUs(const Profile& p) noexcept { return p.proxyUs + p.network.alphaUs; }
-
 double StepCosts::barrierReleaseUs() const noexcept {
   return singleNode_ ? p_.flagUs : p_.proxyUs + p_.network.alphaUs;
 }
@@ -245,9 +243,6 @@ double StepCosts::opTotalUs(double lastEndUs) const {
   double total = std::max(lastEndUs, p_.dispatchUs);
   // Global completion and the entry handshake, when some rank's user buffers are a peer's operand.
   if (p_.peerUserUs > 0 && peersTouchUserBuffers(s_)) total += p_.peerUserUs;
-  // Across nodes the op boundary itself crosses the network once (the GPU's done count reaches the host and the
-  // other nodes through the proxy): one cross-node signal delay per op.
-  if (!singleNode_) total += crossNodeBoundaryUs(p_);
   return total;
 }
 

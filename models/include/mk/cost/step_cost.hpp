@@ -80,10 +80,6 @@ bool capBinds(const StepPrice& pr, uint32_t share) noexcept;
 /// Rule 3 under rules 2 and 2b: alpha, then the amount at the rate over `share` lanes or at the cap where lower.
 double stepLaneUs(const StepPrice& pr, uint32_t share) noexcept;
 
-/// Rule 1's op-boundary term of a schedule that spans nodes: the op's completion reaches the other nodes through
-/// the proxy, one cross-node signal delay (proxyUs + network.alphaUs) per op. The closed forms add it too.
-double crossNodeBoundaryUs(const Profile& p) noexcept;
-
 /// One lane of a schedule, in (rank, lane) order, with the index of its first step in the flat
 /// (rank, lane, step) order every engine's per-step output uses.
 struct LaneRef {
@@ -146,8 +142,7 @@ class StepCosts {
   /// Rule 3: a barrier releases every participant this long after its last arrival.
   double barrierReleaseUs() const noexcept;
   /// Rule 1: the op's total time when its last step ends at `lastEndUs` (dispatchUs without steps), plus
-  /// peerUserUs when some rank's step touches another rank's user buffers, plus crossNodeBoundaryUs when the
-  /// schedule spans nodes.
+  /// peerUserUs when some rank's step touches another rank's user buffers.
   double opTotalUs(double lastEndUs) const;
 
  private:
