@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../src/algorithms/builder.hpp"
+#include "../src/algorithms/common.hpp"
 #include "expect_error.hpp"
 #include "mk/algorithms/algorithms.hpp"
 #include "mk/cost/cost.hpp"
@@ -701,4 +702,34 @@ TEST_CASE("collectives: 1024 ranks on 128 nodes broadcast and are priced exactly
     const double t = simulateUncontended(s, profile).totalUs;
     CHECK(closedForm(spec, makeOpt(2, 1), topo, 1024, profile).totalUs == doctest::Approx(t).epsilon(1e-9));
   }
+}
+
+TEST_CASE("collectives: a direct exchange sends across nodes in staggered order") {
+  // 3 nodes of 4 ranks: at every position of their cross-node send order, the 4 senders of a node target 4
+  // different ranks (one per remote GPU and NIC), starting with the next node; same-node peers keep ring order.
+  const std::vector<uint32_t> nodeOf = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2};
+  CollectiveSpec spec;
+  spec.op = CollOp::AllGather;
+  spec.algo = Algorithm::Direct;
+  spec.count = 64;
+  const detail::GenContext ctx = detail::makeContext(spec, nodeOf, GenOptions{});
+  for (uint32_t node = 0; node < 3; ++node) {
+    std::vector<std::vector<uint32_t>> remote;  // per sender of this node: its cross-node targets in order
+    for (uint32_t r = node * 4; r < node * 4 + 4; ++r) {
+      const std::vector<uint32_t> order = detail::directSendOrder(ctx, r);
+      REQUIRE(order.size() == 11);
+      std::vector<uint32_t> local(order.begin(), order.begin() + 3), rest(order.begin() + 3, order.end());
+      for (uint32_t i = 0; i < 3; ++i) CHECK(local[i] / 4 == node);
+      CHECK(local[0] == (r % 4 == 3 ? node * 4 : r + 1));
+      CHECK(rest[0] / 4 == (node + 1) % 3);  // the next node first
+      remote.push_back(rest);
+    }
+    for (uint32_t k = 0; k < 8; ++k) {
+      std::set<uint32_t> targets;
+      for (const auto& rest : remote) targets.insert(rest[k]);
+      CHECK(targets.size() == 4);
+    }
+  }
+  // The generated schedule is still exact.
+  CHECK(verifyCollective(generate(spec, nodeOf, GenOptions{}), spec, 3).ok);
 }

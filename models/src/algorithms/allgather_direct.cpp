@@ -15,14 +15,15 @@ void emitDirectExchange(ScheduleBuilder& b, const GenContext& ctx, uint32_t ch, 
   if (p == 1) return;
   const auto chunks = chunkRanges(part, ctx.opt.chunks);
   const auto from = b.newFlags(p);  // from[s]: increments at the receiver from sender s (one lane of s)
-  for (uint32_t r = 0; r < p; ++r)
+  for (uint32_t r = 0; r < p; ++r) {
+    const std::vector<uint32_t> order = directSendOrder(ctx, r);
     for (const Range& piece : chunks)
-      for (uint32_t i = 1; i < p; ++i) {
-        const uint32_t j = (r + i) % p;
+      for (const uint32_t j : order) {
         const uint64_t srcOff = (allToAll ? j * count : 0) + piece.begin;
         b.put(r, b.lane(r, sendRole(ctx, r, j), ch), bufRef(j, ctx.output, r * count + piece.begin),
               bufRef(r, ctx.input, srcOff), piece.size, from[r]);
       }
+  }
   for (uint32_t r = 0; r < p; ++r)
     for (uint32_t i = 1; i < p; ++i) {
       const uint32_t s = (r + p - i) % p;

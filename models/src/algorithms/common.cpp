@@ -46,6 +46,24 @@ LaneRole recvRole(const GenContext& ctx, uint32_t from, uint32_t to) {
   return ctx.sameNode(from, to) ? LaneRole::Intra : LaneRole::InterRecv;
 }
 
+std::vector<uint32_t> directSendOrder(const GenContext& ctx, uint32_t rank) {
+  const uint32_t p = ctx.nRanks, nodes = ctx.nNodes();
+  std::vector<uint32_t> local, remote;
+  for (uint32_t i = 1; i < p; ++i) {
+    const uint32_t j = (rank + i) % p;
+    (ctx.sameNode(rank, j) ? local : remote).push_back(j);
+  }
+  // Remote peers by (node distance, local index distance), both cyclic.
+  auto key = [&](uint32_t j) {
+    const uint32_t size = ctx.nodeSize(ctx.nodeOf[j]);
+    return std::make_pair((ctx.nodeOf[j] + nodes - ctx.nodeOf[rank]) % nodes,
+                          (ctx.localIndex[j] + size - ctx.localIndex[rank] % size) % size);
+  };
+  std::stable_sort(remote.begin(), remote.end(), [&](uint32_t a, uint32_t b) { return key(a) < key(b); });
+  local.insert(local.end(), remote.begin(), remote.end());
+  return local;
+}
+
 std::vector<uint32_t> localPeers(const GenContext& ctx, uint32_t rank) {
   const auto& mates = ctx.nodeRanks[ctx.nodeOf[rank]];
   const uint32_t me = ctx.localIndex[rank];

@@ -90,6 +90,12 @@ LaneRole sendRole(const GenContext& ctx, uint32_t from, uint32_t to);
 
 /// Lane role a rank waits on for data from `from` that it does not forward: Intra or InterRecv.
 LaneRole recvRole(const GenContext& ctx, uint32_t from, uint32_t to);
+/// Every peer of `rank`, in the order a direct exchange sends to them: the peers of its node in ring order from
+/// rank + 1 (as always), then the other nodes' ranks starting with the next node and, within a node, with the
+/// peer of its own local index. Senders of one node thus start on different GPUs of each remote node (each remote
+/// NIC takes one sender at a time, not all of them at once: no incast), where a global ring order would send every
+/// rank of a node to the same remote rank first.
+std::vector<uint32_t> directSendOrder(const GenContext& ctx, uint32_t rank);
 
 /// Same-node peers of `rank` in staggered order: the ranks above it, then the ones below (what visiting
 /// (rank + i) % p for i = 1..p-1 and keeping the same-node ones gives, since nodeRanks is ascending).

@@ -22,13 +22,14 @@ void emitReduceScatterDirect(ScheduleBuilder& b, const GenContext& ctx, uint32_t
   const uint16_t scratch = scratchBuffer(ctx);
   const auto chunks = chunkRanges(part, ctx.opt.chunks);
   const auto from = b.newFlags(p);
-  for (uint32_t r = 0; r < p; ++r)
+  for (uint32_t r = 0; r < p; ++r) {
+    const std::vector<uint32_t> order = directSendOrder(ctx, r);
     for (const Range& piece : chunks)
-      for (uint32_t i = 1; i < p; ++i) {
-        const uint32_t j = (r + i) % p;
+      for (const uint32_t j : order) {
         b.put(r, b.lane(r, sendRole(ctx, r, j), ch), bufRef(j, scratch, r * count + piece.begin),
               bufRef(r, ctx.input, j * count + piece.begin), piece.size, from[r]);
       }
+  }
   // Rank order 0..p-1 on every destination: the result does not depend on arrival order.
   for (uint32_t j = 0; j < p; ++j) {
     const uint32_t lane = b.lane(j, LaneRole::Compute, ch);
