@@ -39,163 +39,14 @@
 #include "mk/error.hpp"
 #include "mk/exec/numeric.hpp"
 #include "mk/schedule/check.hpp"
+#include "worker_pool.hpp"
 
 namespace mk {
-
-HostMemory HostMemory::allocate(const Schedule& s) {
-  HostMemory mem;
-  mem.bytes.resize(s.nRanks);
-  for (uint32_t rank = 0; rank < s.nRanks; ++rank) {
-    mem.bytes[rank].resize(s.buffers.size());
-    for (std::size_t b = 0; b < s.buffers.size(); ++b) {
-      const BufferDecl& decl = s.buffers[b];
-      if (const std::string problem = bufferCountProblem(s, b); !problem.empty())
-        throw Error(ErrorCode::InvalidSchedule, "schedule: " + problem);
-      const uint64_t elems = decl.count[rank];
-      const uint64_t esize = dtypeSize(decl.dtype);
-      if (elems > (uint64_t{1} << 40) / esize)
-        throw Error(ErrorCode::InvalidArgument, "buffer '" + decl.name + "' on rank " + std::to_string(rank) + " has " +
-                                                    std::to_string(elems) +
-                                                    " elements: too large for host memory (limit 1 TiB)");
-      mem.bytes[rank][b].assign(static_cast<std::size_t>(elems * esize), std::byte{0});
-    }
-  }
-  return mem;
-}
-
-HostMemory HostMemory::allocate(const Schedule& s, const std::vector<uint32_t>& ranks) {
-  for (uint32_t r : ranks)
-    if (r >= s.nRanks)
-      throw Error(ErrorCode::InvalidArgument, "HostMemory::allocate: rank " + std::to_string(r) +
-                                                  " is outside the schedule's " + std::to_string(s.nRanks) + " ranks");
-  HostMemory all;
-  all.bytes.resize(s.nRanks);
-  HostMemory one = allocate(s);
-  for (uint32_t r : ranks) all.bytes[r] = std::move(one.bytes[r]);
-  return all;
-}
 
 namespace {
 
 constexpr std::size_t kMaxThreads = 8192;
 constexpr std::size_t kMaxReportLines = 10;
-
-/// Process-wide pool of worker threads, reused across execute() calls: verification runs thousands of
-/// small schedules, and creating 30+ threads per run would cost more than running the schedule.
-/// Every job of a batch gets its own thread at the same time (lanes block on each other, so they must
-/// all run concurrently); the pool only saves the creation. The pool object is deliberately leaked:
-/// idle workers are detached and sleep on it, so destroying it at static-destruction time would pull
-/// the condition variables from under them.
-class WorkerPool {
- public:
-  using Job = void (*)(void* ctx, std::size_t index) noexcept;
-
-  static WorkerPool& instance() {
-    static WorkerPool* pool = new WorkerPool;  // leaked on purpose, see above
-    return *pool;
-  }
-
-  /// Run job(ctx, i) for every i in [0, n), each on its own thread, and return when all have returned.
-  /// Throws Error(Unsupported) without running anything if the threads cannot be obtained.
-  void runConcurrently(std::size_t n, Job job, void* ctx) {
-    std::vector<Worker*> workers;
-    workers.reserve(n);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      while (workers.size() < n && !idle_.empty()) {
-        workers.push_back(idle_.back());
-        idle_.pop_back();
-      }
-    }
-    try {
-      while (workers.size() < n) {
-        auto w = std::make_unique<Worker>();
-        std::thread(&WorkerPool::workerLoop, this, w.get()).detach();
-        workers.push_back(w.release());
-      }
-    } catch (const std::exception& e) {  // std::system_error (no more threads) or std::bad_alloc
-      release(workers);
-      throw Error(ErrorCode::Unsupported, "could not start executor thread " + std::to_string(workers.size() + 1) +
-                                              " of " + std::to_string(n) + ": " + e.what());
-    }
-    Batch batch;
-    batch.remaining = n;
-    for (std::size_t i = 0; i < n; ++i) {
-      Worker* w = workers[i];
-      std::lock_guard<std::mutex> lock(w->mu);
-      w->job = job;
-      w->ctx = ctx;
-      w->index = i;
-      w->batch = &batch;
-      w->cv.notify_one();
-    }
-    std::unique_lock<std::mutex> lock(batch.mu);
-    batch.done.wait(lock, [&] { return batch.remaining == 0; });
-  }
-
- private:
-  /// Idle workers beyond this many exit instead of parking: bounds what one huge run leaves behind.
-  static constexpr std::size_t kMaxIdle = 1024;
-
-  struct Batch {
-    std::mutex mu;
-    std::condition_variable done;
-    std::size_t remaining = 0;
-  };
-  struct Worker {
-    std::mutex mu;
-    std::condition_variable cv;
-    Job job = nullptr;  ///< set (under mu) while a job is pending
-    void* ctx = nullptr;
-    std::size_t index = 0;
-    Batch* batch = nullptr;
-  };
-
-  void release(const std::vector<Worker*>& workers) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (Worker* w : workers) idle_.push_back(w);
-  }
-
-  void workerLoop(Worker* w) noexcept {
-    for (;;) {
-      Job job;
-      void* ctx;
-      std::size_t index;
-      Batch* batch;
-      {
-        std::unique_lock<std::mutex> lock(w->mu);
-        w->cv.wait(lock, [&] { return w->job != nullptr; });
-        job = w->job;
-        ctx = w->ctx;
-        index = w->index;
-        batch = w->batch;
-        w->job = nullptr;
-      }
-      job(ctx, index);
-      // Park before reporting completion, so that a caller starting its next run right away finds this
-      // worker idle instead of creating a new thread. Once parked it may be handed a new job: that
-      // only sets fields under w->mu, which the next loop iteration reads.
-      bool park;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        park = idle_.size() < kMaxIdle;
-        if (park) idle_.push_back(w);
-      }
-      {
-        // Notify under the batch mutex: the caller may destroy `batch` as soon as it can lock it.
-        std::lock_guard<std::mutex> lock(batch->mu);
-        if (--batch->remaining == 0) batch->done.notify_all();
-      }
-      if (!park) {
-        delete w;
-        return;
-      }
-    }
-  }
-
-  std::mutex mu_;
-  std::vector<Worker*> idle_;
-};
 
 /// A bound (rank, buffer): what every operand check and access needs, in one place.
 struct BoundBuffer {
@@ -270,7 +121,7 @@ class Executor final : public RemoteEndpoint {
     if (opt_.proxy) opt_.proxy->begin(s_, mem_, *this);
     try {
       // Throws (before any lane starts) if the threads cannot be had.
-      WorkerPool::instance().runConcurrently(
+      detail::WorkerPool::instance().runConcurrently(
           laneCount,
           [](void* self, std::size_t i) noexcept {
             auto* ex = static_cast<Executor*>(self);
