@@ -22,7 +22,9 @@ expect 0 'profile    uncalibrated' -- "$tool" --op allreduce --algo two-shot --c
 # --algo auto: the engine's choice (mk/algorithms/policy.hpp), printed, and the schedule of what it chose
 expect 0 '^  auto       (one-shot|two-shot|ring|hierarchical) \(the lowest closed form\), chunks [0-9]+ by size, channels 1 by size$' -- "$tool" --op allreduce --algo auto --cluster h200x2 --bytes 64MiB --profile "$profile"
 expect 0 'chunks 3 as given' -- "$tool" --op allreduce --algo auto --cluster h200x2 --bytes 64MiB --chunks 3
-expect 0 '^  options    redop sum, chunks 3, channels 1$' -- "$tool" --op allreduce --algo auto --cluster h200x2 --bytes 64MiB --chunks 3
+expect 0 '^  options    redop sum, chunks 3, channels 1 by size$' -- "$tool" --op allreduce --algo auto --cluster h200x2 --bytes 64MiB --chunks 3
+expect 0 '^  options    redop sum, chunks 8 by size, channels 1 by size$' -- "$tool" --op allgather --algo ring --cluster h200x2 --bytes 256MiB
+expect 0 '^  options    redop sum, chunks 1 by size, channels 2$' -- "$tool" --op allgather --algo ring --cluster h200x2 --bytes 64K --channels 2
 expect 0 '^verify: OK' -- "$tool" --op reducescatter --algo auto --cluster dgx-h100 --nodes 2 --bytes 1MiB --verify
 for size in 8 64MiB; do
   auto_out=$("$tool" --op allreduce --algo auto --cluster h200x2 --bytes $size --profile "$profile" 2>&1)

@@ -91,6 +91,8 @@ TEST_CASE("request: the words of a command line become a typed request, auto lea
   a.redop = "max";
   a.root = 3;
   a.chunks = 2;
+  a.chunksGiven = true;
+  a.channels = 3;  // not given: the engine's rule decides
   a.inter = "rhd";
   mk::CollectiveRequest r = mk::parseCollective(a);
   CHECK(r.spec.op == mk::CollOp::ReduceScatter);
@@ -101,11 +103,12 @@ TEST_CASE("request: the words of a command line become a typed request, auto lea
   CHECK(r.spec.redop == mk::RedOp::Max);
   CHECK(r.spec.root == 3);
   CHECK(r.spec.count == 0);
-  CHECK(r.gen.chunks == 2);  // a concrete algorithm keeps the tools' defaults, given or not
-  CHECK(r.gen.channels == 1);
+  CHECK(r.gen.chunks == 2);    // asked for: kept
+  CHECK(r.gen.channels == 0);  // not asked for: the engine's rule per size (planCollective)
   CHECK(r.gen.inter == mk::InterPhase::Rhd);
 
   a.algo = "auto";
+  a.chunksGiven = false;
   r = mk::parseCollective(a);
   CHECK_FALSE(r.algo.has_value());
   CHECK(r.gen.chunks == 0);  // not given: the size table's

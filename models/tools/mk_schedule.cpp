@@ -200,8 +200,10 @@ int run(const Options& o) {
                 (spec.op == mk::CollOp::AllReduce || spec.op == mk::CollOp::Broadcast) ? "" : " per block");
     if (used != bytes)
       std::printf(" (--bytes %llu rounded down to whole elements)", static_cast<unsigned long long>(bytes));
-    std::printf("\n  options    redop %s, chunks %u, channels %u%s\n", mk::toString(spec.redop), gen.chunks,
-                gen.channels, spec.op == mk::CollOp::Broadcast ? (", root " + std::to_string(spec.root)).c_str() : "");
+    std::printf("\n  options    redop %s, %s, %s%s\n", mk::toString(spec.redop),
+                mk::cli::shapeText("chunks", gen.chunks, o.coll.chunksGiven).c_str(),
+                mk::cli::shapeText("channels", gen.channels, o.coll.channelsGiven).c_str(),
+                spec.op == mk::CollOp::Broadcast ? (", root " + std::to_string(spec.root)).c_str() : "");
     if (spec.op == mk::CollOp::AllReduce && spec.algo == mk::Algorithm::Hierarchical)
       std::printf("  inter-node %s%s\n", mk::toString(gen.inter),
                   request.gen.inter == mk::InterPhase::Auto ? " (auto: the lower closed form)" : "");

@@ -42,9 +42,14 @@ expect 0 'closed form: .*predicted / closed form = 1\.000' -- "$tool" --algo hie
 
 # ---- --algo auto: the engine's choice (mk/algorithms/policy.hpp), printed, predicting what it chose ----
 expect 0 '^auto: (one-shot|two-shot|ring|hierarchical) \(the lowest closed form\), chunks [0-9]+ by size, channels 1 by size$' -- "$tool" --algo auto --cluster h200x2 --bytes 64MiB
-expect 0 '^mk-sim: allreduce (one-shot|two-shot) on .*, chunks 3, channels 1$' -- "$tool" --algo auto --cluster h200x2 --bytes 64MiB --chunks 3
+expect 0 '^mk-sim: allreduce (one-shot|two-shot) on .*, chunks 3, channels 1 by size$' -- "$tool" --algo auto --cluster h200x2 --bytes 64MiB --chunks 3
 expect 0 'chunks 3 as given, channels 1 by size$' -- "$tool" --algo auto --cluster h200x2 --bytes 64MiB --chunks 3
 expect 0 '^auto: direct ' -- "$tool" --op alltoall --algo auto --cluster dgx-h100 --bytes 1M
+# chunks and channels left out follow the engine's rule for every algorithm (defaultGenOptions), per size
+expect 0 '^mk-sim: allreduce ring on .*, chunks 8 by size, channels 1 by size$' -- "$tool" --algo ring --cluster h200x2 --bytes 256MiB
+expect 0 '^mk-sim: allreduce ring on .*, chunks 1 by size, channels 1 by size$' -- "$tool" --algo ring --cluster h200x2 --bytes 64K
+expect 0 '^ +268435456 .* ring +8 +1$' -- "$tool" --algo ring --cluster h200x2 --sweep 256:256M:16
+expect 0 '^ +268435456 .* ring +2 +1$' -- "$tool" --algo ring --cluster h200x2 --sweep 256:256M:16 --chunks 2
 expect 0 '^ +size\(B\) .*closed\(us\) +algo +chunks +channels$' -- "$tool" --algo auto --cluster h200x2 --sweep 8:1G:64
 calibrated="$(dirname "${BASH_SOURCE[0]}")/../../validation/data/profiles/h200x2-calibrated.json"
 # auto predicts exactly what the concrete algorithm it names predicts with the chunks and channels it names

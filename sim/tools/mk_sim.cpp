@@ -222,11 +222,6 @@ Setup makeSetup(const Options& o, const mk::Schedule* loaded) {
   return st;
 }
 
-/// "chunks 4", or "chunks by size" where --algo auto picks them per size.
-std::string shapeText(const char* what, uint32_t value) {
-  return std::string(what) + (value ? " " + std::to_string(value) : " by size");
-}
-
 void printProfile(const Options& o, const Setup& st) {
   if (st.defaultProfile)
     std::printf("profile: uncalibrated (datasheet defaults)\n");
@@ -319,7 +314,8 @@ int run(const Options& o) {
     std::printf("mk-sim: %s %s on %s x %u node(s) (%u ranks, %u GPU(s) per node), %s, %s, %s\n",
                 mk::toString(st.spec->op), perSize ? "auto" : mk::toString(st.spec->algo), st.topo.name.c_str(),
                 st.topo.nodes, st.nRanks, st.topo.node.gpus, mk::toString(st.spec->dtype),
-                shapeText("chunks", st.gen.chunks).c_str(), shapeText("channels", st.gen.channels).c_str());
+                mk::cli::shapeText("chunks", st.gen.chunks, o.coll.chunksGiven).c_str(),
+                mk::cli::shapeText("channels", st.gen.channels, o.coll.channelsGiven).c_str());
     if (st.chosenByAuto)
       std::printf("auto: %s\n",
                   mk::cli::describeAutoChoice(mk::CollectivePlan{*st.spec, st.gen, true}, o.coll).c_str());
@@ -356,7 +352,8 @@ int run(const Options& o) {
   }
 
   // ---- a sweep over sizes: an nccl-tests-like table ----
-  const bool autoColumns = !request->algo;  // what auto chose, per size
+  // What auto (algorithm) or the engine's rule (chunks, channels) chose, per size.
+  const bool autoColumns = !request->algo || !o.coll.chunksGiven || !o.coll.channelsGiven;
   std::printf("%14s %12s %9s %14s %12s %12s %14s", "size(B)", "count", "type", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
               "closed(us)");
   if (autoColumns) std::printf(" %14s %7s %9s", "algo", "chunks", "channels");

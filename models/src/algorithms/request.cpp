@@ -58,9 +58,10 @@ CollectiveRequest parseCollective(const CollectiveArgs& a) {
   const auto inter = parseInterPhase(a.inter);
   if (!inter) throw Error(ErrorCode::InvalidArgument, "unknown --inter '" + a.inter + "' (expected ring, rhd, auto)");
   r.gen.inter = *inter;
-  // "auto" takes the size table's chunks and channels unless they were asked for, as the engine does.
-  r.gen.chunks = r.algo || a.chunksGiven ? a.chunks : 0;
-  r.gen.channels = r.algo || a.channelsGiven ? a.channels : 0;
+  // Chunks and channels not asked for follow the engine's rule for the size (defaultGenOptions), for every
+  // algorithm, so that a tool predicts the schedule the engine would run for the same request.
+  r.gen.chunks = a.chunksGiven ? a.chunks : 0;
+  r.gen.channels = a.channelsGiven ? a.channels : 0;
   return r;
 }
 

@@ -42,7 +42,7 @@ struct CollectiveArgs {
   uint32_t root = 0;
   uint32_t chunks = 1;
   uint32_t channels = 1;
-  bool chunksGiven = false;    ///< `chunks` was asked for: "auto" keeps it instead of the size table's
+  bool chunksGiven = false;    ///< `chunks` was asked for: kept instead of the engine's rule for the size
   bool channelsGiven = false;  ///< likewise `channels`
   std::string inter = "auto";
   std::string profile;  ///< profile file (mkernel.profile.v1); empty: the cluster's datasheet defaults
@@ -61,7 +61,7 @@ struct CollectiveArgs {
 struct CollectiveRequest {
   CollectiveSpec spec;            ///< count 0: the tool sizes it (one --bytes, or every size of a sweep)
   std::optional<Algorithm> algo;  ///< empty: "auto", decided per size by planCollective()
-  GenOptions gen;                 ///< with "auto", chunks and channels not given are 0 (the size table's)
+  GenOptions gen;                 ///< chunks and channels not given are 0: the engine's rule per size (policy.hpp)
 };
 
 /// Check the words of `a` with the one spelling of each error: requireCollOp (what "--op"), requireDType

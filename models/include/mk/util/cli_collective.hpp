@@ -41,8 +41,7 @@ inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
   app.add_option("--algo", a.algo,
                  "algorithm: allreduce one-shot|two-shot|ring|hierarchical; allgather and reducescatter "
                  "ring|direct|hierarchical; broadcast direct|ring; alltoall direct; or auto (the engine's choice: "
-                 "the lowest closed form under the profile used, with the engine's chunks and channels per size "
-                 "unless --chunks or --channels is given)")
+                 "the lowest closed form under the profile used)")
       ->capture_default_str();
   app.add_option("--cluster", a.cluster, "preset (h200x2, dgx-h100, dgx-h200) or a topology JSON file")
       ->capture_default_str();
@@ -56,8 +55,11 @@ inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
       ->capture_default_str();
   app.add_option("--redop", a.redop, "sum, max or min (allreduce, reducescatter)")->capture_default_str();
   app.add_option("--root", a.root, "broadcast root rank")->capture_default_str();
-  app.add_option("--chunks", a.chunks, "pipeline depth: chunks per transfer (>= 1)")->capture_default_str();
-  app.add_option("--channels", a.channels, "parallel lanes, each on a slice of the data (>= 1)")->capture_default_str();
+  app.add_option("--chunks", a.chunks,
+                 "pipeline depth: chunks per transfer (>= 1; default: the engine's rule for the op, algorithm and "
+                 "size, per size with --sweep: docs/user-guide.md)");
+  app.add_option("--channels", a.channels,
+                 "parallel lanes, each on a slice of the data (>= 1; default: the engine's rule, as --chunks)");
   app.add_option("--inter", a.inter,
                  "inter-node phase of the hierarchical all-reduce: ring (2(M-1) steps per chunk over M nodes), rhd "
                  "(recursive halving + doubling, 2 log2 M steps; other node counts fold the extra nodes), or auto "
@@ -121,6 +123,13 @@ inline std::string describeAutoChoice(const CollectivePlan& plan, const Collecti
   return std::string(toString(plan.spec.algo)) + " (the lowest closed form), chunks " +
          std::to_string(plan.gen.chunks) + (a.chunksGiven ? " as given" : " by size") + ", channels " +
          std::to_string(plan.gen.channels) + (a.channelsGiven ? " as given" : " by size");
+}
+
+/// "chunks 4" (given on the command line), "chunks 4 by size" (the engine's rule for this size), or "chunks by size"
+/// (value 0: decided per size of a sweep): how the tools print a schedule's chunks and channels.
+inline std::string shapeText(const char* what, uint32_t value, bool given) {
+  if (value == 0) return std::string(what) + " by size";
+  return std::string(what) + " " + std::to_string(value) + (given ? "" : " by size");
 }
 
 /// "[a:b, :]"-style text of a half-open range, "all" when it is the whole dimension.
