@@ -1047,3 +1047,55 @@ TEST_CASE("timeline: a put into a peer's user buffer pays userPutUs on its visib
   p.userPutUs = 0;
   CHECK(build(true).run(p).totalUs == doctest::Approx(build(false).run(p).totalUs));
 }
+
+// ---- ramps: a link's rate by transfer size -------------------------------------------------------------------
+
+TEST_CASE("cost: a ramp interpolates its fraction in log size and holds it beyond its ends") {
+  const LinkCost c{1.0, 100, {{1024, 0.25}, {4096, 0.5}, {65536, 1.0}}};
+  CHECK(rampFraction(c.ramp, 8) == doctest::Approx(0.25));  // below the first point: the first fraction
+  CHECK(rampFraction(c.ramp, 1024) == doctest::Approx(0.25));
+  CHECK(rampFraction(c.ramp, 2048) == doctest::Approx(0.375));  // half way in log2 between 1 KiB and 4 KiB
+  CHECK(rampFraction(c.ramp, 16384) == doctest::Approx(0.75));  // half way between 4 KiB and 64 KiB
+  CHECK(rampFraction(c.ramp, 1e12) == doctest::Approx(1.0));
+  CHECK(linkRate(c, 2048) == doctest::Approx(37.5));
+  CHECK(linkRate(LinkCost{1.0, 100}, 2048) == 100);  // no ramp: the line
+}
+
+TEST_CASE("cost: the step price of a put follows the link's ramp, and the closed form agrees") {
+  Profile p = defaultProfile(topologyPreset("h200x2"));
+  p.nvlink.ramp = {{64 * 1024, 0.2}, {16 << 20, 1.0}};
+  const StepPrice small = stepPrice(p, StepKind::Put, LinkClass::NVLink, 64 * 1024, false);
+  CHECK(small.rate == doctest::Approx(0.2 * p.nvlink.bwGBs));
+  const StepPrice large = stepPrice(p, StepKind::Put, LinkClass::NVLink, 64 << 20, false);
+  CHECK(large.rate == doctest::Approx(p.nvlink.bwGBs));
+  // The uncontended timeline and the closed form of a two-rank all-gather price the same put.
+  const Topology t = topologyPreset("h200x2");
+  for (const uint64_t bytes : {uint64_t{4096}, uint64_t{1} << 20, uint64_t{64} << 20}) {
+    CollectiveSpec spec{CollOp::AllGather, Algorithm::Direct, DType::Float32, RedOp::Sum, bytes / 8, 0};
+    const Schedule s = generate(spec, t.layout(2), GenOptions{});
+    const double timeline = simulateUncontended(s, p).totalUs;
+    const double closed = closedForm(spec, GenOptions{}, t, 2, p).totalUs;
+    CHECK(closed == doctest::Approx(timeline).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("cost: a ramp that breaks its rules is refused naming the point") {
+  auto message = [](const std::vector<RampPoint>& r, bool capped) -> std::string {
+    try {
+      validateRamp(r, "nvlink.ramp", capped);
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::InvalidArgument);
+      return e.message();
+    }
+    return "no error";
+  };
+  CHECK(message({{1024, 0.5}, {2048, 0.7}}, true) == "no error");
+  CHECK(message({{1024, 0.5}, {1024, 0.7}}, true).find("nvlink.ramp[1].bytes must be larger") != std::string::npos);
+  CHECK(message({{1024, 0.5}, {2048, 0.4}}, true).find("nvlink.ramp[1].fraction must not fall") != std::string::npos);
+  CHECK(message({{1024, 0.5}, {2048, 0.4}}, false) == "no error");  // a memory pipe's L2 bump
+  CHECK(message({{1024, 1.5}}, true).find("nvlink.ramp[0].fraction must be in (0, 1]") != std::string::npos);
+  CHECK(message({{1024, 1.5}}, false) == "no error");
+  CHECK(message({{0, 0.5}}, true).find("nvlink.ramp[0].bytes must be finite and > 0") != std::string::npos);
+  CHECK(message({{1024, 0}}, false).find("nvlink.ramp[0].fraction must be finite and > 0") != std::string::npos);
+  CHECK(message({{1024, std::nan("")}}, false).find("fraction") != std::string::npos);
+}

@@ -135,6 +135,33 @@ TEST_CASE("profile io: a profile written before the put and peer terms existed d
   CHECK(p.userPutUs == 0);
 }
 
+TEST_CASE("profile io: ramps round trip, are written only when set, and are checked") {
+  mk::Profile p = odd();
+  p.nvlink.ramp = {{65536, 0.125}, {1 << 20, 0.75}, {64 << 20, 1.0}};
+  p.local.ramp = {{32768, 0.5}, {4 << 20, 2.5}, {256 << 20, 1.0}};  // L2: above 1 at mid sizes
+  p.reduceRamp = {{4096, 0.3}, {8 << 20, 1.7}};
+  const mk::Profile back = mk::profileFromJson(mk::profileToJson(p));
+  REQUIRE(back.nvlink.ramp.size() == 3);
+  CHECK(back.nvlink.ramp[1].bytes == 1 << 20);
+  CHECK(back.nvlink.ramp[1].fraction == 0.75);
+  REQUIRE(back.local.ramp.size() == 3);
+  CHECK(back.local.ramp[1].fraction == 2.5);
+  REQUIRE(back.reduceRamp.size() == 2);
+  CHECK(back.network.ramp.empty());
+  CHECK(mk::profileToJson(odd()).find("ramp") == std::string::npos);
+  // A link's ramp is capped at 1 and never falls; a memory pipe's may do both.
+  const mk::Error above = rejected([](Json& j) { j["nvlink"]["ramp"] = Json::array({{{"bytes", 1024}, {"fraction", 1.5}}}); });
+  CHECK(above.message().find("nvlink.ramp[0].fraction must be in (0, 1]") != std::string::npos);
+  const mk::Error falls = rejected([](Json& j) {
+    j["network"]["ramp"] = Json::array({{{"bytes", 1024}, {"fraction", 0.5}}, {{"bytes", 4096}, {"fraction", 0.25}}});
+  });
+  CHECK(falls.message().find("network.ramp[1].fraction must not fall below") != std::string::npos);
+  const mk::Error typo = rejected([](Json& j) { j["local"]["ramp"] = Json::array({{{"bytes", 1024}, {"frac", 0.5}}}); });
+  CHECK(typo.message().find("unknown field local.ramp[0].frac") != std::string::npos);
+  const mk::Error notArray = rejected([](Json& j) { j["reduceRamp"] = 3; });
+  CHECK(notArray.message().find("reduceRamp must be an array") != std::string::npos);
+}
+
 TEST_CASE("profile io: a missing parameter is rejected naming the field") {
   const mk::Error e = rejected([](Json& j) { j["network"].erase("bwGBs"); });
   CHECK(e.code() == mk::ErrorCode::ParseError);

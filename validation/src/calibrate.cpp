@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "mk/error.hpp"
@@ -29,6 +30,18 @@ double median(std::vector<double> v) {
 constexpr const char* kMethodAlphaBeta = "alpha-beta (weighted relative LS)";
 constexpr const char* kMethodMedian = "median";
 constexpr const char* kMethodDefault = "default (not measured)";
+
+/// A ramp replaces a line that misses some point by more than kLineGoodEnough, and only where it at least halves
+/// the worst miss: a line that already follows the points stays (fewer parameters, the same prediction).
+constexpr double kLineGoodEnough = 0.02;
+bool keepRamp(const RampFit& r, double lineMaxRelResidual) {
+  return r.fitted && lineMaxRelResidual > kLineGoodEnough && r.maxRelResidual < 0.5 * lineMaxRelResidual;
+}
+
+std::string rampMethod(bool capped) {
+  return capped ? "fraction (bytes/bw) / (t - alpha) per size, made non-decreasing, at most 1"
+                : "fraction (bytes/bw) / (t - alpha) per size (L2: above 1 at mid sizes)";
+}
 
 }  // namespace
 
@@ -107,6 +120,87 @@ AlphaBetaFit fitAlphaBeta(const std::vector<CalibPoint>& points, const std::stri
   }
   f.r2 = ssTot > 0 ? 1.0 - ssRes / ssTot : (ssRes == 0 ? 1.0 : 0.0);
   return f;
+}
+
+RampFit fitRamp(const std::vector<CalibPoint>& points, const AlphaBetaFit& line, const std::string& parameter,
+                bool capped, std::optional<double> alphaUs) {
+  constexpr double kLatencyShare = 0.01;    // bytes term below this share of t: the latency regime
+  constexpr double kBandwidthShare = 0.80;  // bytes term above this share of t: the bandwidth regime
+  constexpr double kMinMovingShare = 0.05;  // t - alpha is taken as at least this share of t
+  RampFit out;
+  if (!(line.bwGBs > 0)) return out;
+  std::vector<CalibPoint> sorted = points;
+  std::sort(sorted.begin(), sorted.end(), [](const CalibPoint& a, const CalibPoint& b) { return a.x < b.x; });
+  auto bytesUs = [](double x, double bw) { return x / (bw * 1e3); };
+  auto inLatencyRegime = [&](const CalibPoint& p) { return bytesUs(p.x, line.bwGBs) / p.timeUs < kLatencyShare; };
+  std::vector<double> latency;
+  std::vector<CalibPoint> bandwidth;
+  std::set<double> distinct;
+  for (const CalibPoint& p : sorted) {
+    if (inLatencyRegime(p)) latency.push_back(p.timeUs - bytesUs(p.x, line.bwGBs));
+    if (bytesUs(p.x, line.bwGBs) / p.timeUs > kBandwidthShare) {
+      bandwidth.push_back(p);
+      distinct.insert(p.x);
+    }
+  }
+  out.latencyPoints = latency.size();
+  out.bandwidthPoints = bandwidth.size();
+  if ((!alphaUs && latency.empty()) || distinct.size() < 2) return out;
+  const double alpha = alphaUs ? *alphaUs : median(latency);
+  double bw = 0;
+  try {
+    bw = fitAlphaBeta(bandwidth, parameter + " (bandwidth regime)").bwGBs;
+  } catch (const Error&) {
+    return out;  // the large sizes alone do not make a line (e.g. a negative intercept): keep the plain line
+  }
+  // The fraction each size above the latency regime reaches; a capped ramp then takes the closest
+  // non-decreasing sequence (pool adjacent violators, equal weights): a larger put never reaches less of the link.
+  struct Block {
+    double sum, n;
+    std::size_t first, last;
+  };
+  std::vector<double> xs;
+  std::vector<Block> blocks;
+  for (const CalibPoint& p : sorted) {
+    if (inLatencyRegime(p)) continue;
+    const double moving = std::max(p.timeUs - alpha, kMinMovingShare * p.timeUs);
+    const double f = capped ? std::min(1.0, bytesUs(p.x, bw) / moving) : bytesUs(p.x, bw) / moving;
+    xs.push_back(p.x);
+    blocks.push_back(Block{f, 1, xs.size() - 1, xs.size() - 1});
+    while (capped && blocks.size() > 1 &&
+           blocks[blocks.size() - 2].sum / blocks[blocks.size() - 2].n > blocks.back().sum / blocks.back().n) {
+      const Block last = blocks.back();
+      blocks.pop_back();
+      blocks.back().sum += last.sum;
+      blocks.back().n += last.n;
+      blocks.back().last = last.last;
+    }
+  }
+  // Several points of one size (repeated runs): one ramp point per size, their mean (pooled blocks: the block's).
+  std::vector<RampPoint> ramp;
+  std::vector<double> perSize;
+  for (const Block& blk : blocks)
+    for (std::size_t i = blk.first; i <= blk.last; ++i) {
+      const double f = std::max(blk.sum / blk.n, 1e-6);
+      if (!ramp.empty() && ramp.back().bytes == xs[i]) {
+        perSize.push_back(f);
+        double sum = 0;
+        for (double v : perSize) sum += v;
+        ramp.back().fraction = sum / static_cast<double>(perSize.size());
+        continue;
+      }
+      perSize.assign(1, f);
+      ramp.push_back(RampPoint{xs[i], f});
+    }
+  out.link = LinkCost{alpha, bw, std::move(ramp)};
+  validateRamp(out.link.ramp, parameter + " ramp", capped);
+  for (const CalibPoint& p : points) {
+    const double model = alpha + p.x / (linkRate(out.link, p.x) * 1e3);
+    out.maxRelResidual = std::max(out.maxRelResidual, std::abs(model - p.timeUs) / p.timeUs);
+  }
+  out.rampPoints = out.link.ramp.size();
+  out.fitted = true;
+  return out;
 }
 
 ConstantFit fitConstant(const std::vector<double>& timesUs, const std::string& parameter) {
@@ -188,7 +282,8 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
     rep.parameters.push_back(
         ParameterFit{name, unit, value, false, 0, std::numeric_limits<double>::quiet_NaN(), 0, kMethodDefault});
   };
-  auto link = [&](const char* op, const char* prefix, LinkCost& lc) {
+  // A line, or a ramp over it where the ramp follows the points more closely (fitRamp).
+  auto link = [&](const char* op, const char* prefix, LinkCost& lc, bool capped) {
     const std::string a = std::string(prefix) + ".alphaUs", b = std::string(prefix) + ".bwGBs";
     auto it = byOp.find(op);
     if (it == byOp.end()) {
@@ -200,6 +295,18 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
     lc = LinkCost{f.alphaUs, f.bwGBs};
     rep.parameters.push_back(ParameterFit{a, "us", f.alphaUs, true, f.n, f.r2, f.maxRelResidual, kMethodAlphaBeta});
     rep.parameters.push_back(ParameterFit{b, "GB/s", f.bwGBs, true, f.n, f.r2, f.maxRelResidual, kMethodAlphaBeta});
+    const RampFit r = fitRamp(it->second, f, std::string(prefix) + " (" + op + ")", capped);
+    if (!keepRamp(r, f.maxRelResidual)) return;
+    lc = r.link;
+    rep.parameters.pop_back();
+    rep.parameters.pop_back();
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    rep.parameters.push_back(ParameterFit{a, "us", lc.alphaUs, true, r.latencyPoints, nan, r.maxRelResidual,
+                                          "median of t - bytes/bw where bytes/bw < 1 % of t (ramp fit)"});
+    rep.parameters.push_back(ParameterFit{b, "GB/s", lc.bwGBs, true, r.bandwidthPoints, nan, r.maxRelResidual,
+                                          "alpha-beta slope where bytes/bw > 80 % of t (ramp fit)"});
+    rep.parameters.push_back(ParameterFit{std::string(prefix) + ".ramp", "points", double(r.rampPoints), true,
+                                          r.rampPoints, nan, r.maxRelResidual, rampMethod(capped)});
   };
   // Rates (reduce, gemm): fitted with an intercept so launch overhead does not depress the rate; the profile
   // has no field for that intercept (the cost model charges local.alphaUs per reduce, nothing per gemm).
@@ -223,10 +330,36 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
                                           f.maxRelResidual,
                                           std::string(kMethodMedian) + " (MAD " + formatNumber(f.spreadUs) + " us)"});
   };
-  link(kCalibPutNvlink, "nvlink", out.nvlink);
-  link(kCalibPutNetwork, "network", out.network);
-  link(kCalibCopyLocal, "local", out.local);
+  // A put's bytes ramp up with its CTAs (the engine gives a data step one CTA per 32 KiB): NVLink and network
+  // puts get a ramp where it fits better than the line. A local copy's mid sizes run from L2, faster than its
+  // large-size rate: a ramp (at most 1) cannot say that, so the copy keeps its line.
+  link(kCalibPutNvlink, "nvlink", out.nvlink, true);
+  link(kCalibPutNetwork, "network", out.network, true);
+  link(kCalibCopyLocal, "local", out.local, false);
   rate(kCalibReduce, "reduceGBs", "GB/s", 1.0, out.reduceGBs);
+  // The model charges local.alphaUs before a reduce's bytes: its ramp is fitted against that alpha, and kept
+  // where it follows the points more closely than the line with that alpha.
+  if (auto it = byOp.find(kCalibReduce); it != byOp.end()) {
+    const AlphaBetaFit f = fitAlphaBeta(it->second, std::string("reduceGBs (") + kCalibReduce + ")");
+    double lineResidual = 0;
+    for (const CalibPoint& p : it->second)
+      lineResidual = std::max(lineResidual,
+                              std::abs(out.local.alphaUs + p.x / (f.bwGBs * 1e3) - p.timeUs) / p.timeUs);
+    const RampFit r =
+        fitRamp(it->second, f, std::string("reduceGBs (") + kCalibReduce + ")", false, out.local.alphaUs);
+    if (keepRamp(r, lineResidual)) {
+      out.reduceGBs = r.link.bwGBs;
+      out.reduceRamp = r.link.ramp;
+      rep.parameters.pop_back();
+      const double nan = std::numeric_limits<double>::quiet_NaN();
+      rep.parameters.push_back(ParameterFit{"reduceGBs", "GB/s", out.reduceGBs, true, r.bandwidthPoints, nan,
+                                            r.maxRelResidual,
+                                            "alpha-beta slope where bytes/bw > 80 % of t (ramp fit, alpha = "
+                                            "local.alphaUs)"});
+      rep.parameters.push_back(ParameterFit{"reduceRamp", "points", double(r.rampPoints), true, r.rampPoints, nan,
+                                            r.maxRelResidual, rampMethod(false)});
+    }
+  }
   constant(kCalibFlag, "flagUs", out.flagUs);
   constant(kCalibFlagLocal, "localFlagUs", out.localFlagUs);
   // dispatchUs: the intercept of ops whose peers write only scratch when measured (calib-dispatch-scratch),

@@ -383,3 +383,32 @@ TEST_CASE("calibrate: without the scratch-put intercept, dispatch is calib-dispa
   CHECK(q.peerUserUs == 0);
   CHECK(param(rep, "peerUserUs").measured);
 }
+
+TEST_CASE("calibrate: a put that ramps up with its size is fitted as a ramp, and a straight line stays a line") {
+  // Synthetic put times: alpha 5 us, 400 GB/s at large sizes, reaching a tenth of it at 64 KiB and all of it from
+  // 16 MiB on (log-linear in between), as the GPU's puts do when their CTAs cannot fill the link.
+  const mk::LinkCost truth{5.0, 400, {{64 * 1024, 0.1}, {16 << 20, 1.0}}};
+  std::vector<mk::CalibPoint> points;
+  for (unsigned k = 0; k <= 26; ++k) {
+    const double x = static_cast<double>(uint64_t{8} << k);
+    points.push_back(mk::CalibPoint{x, truth.alphaUs + x / (mk::linkRate(truth, x) * 1e3)});
+  }
+  const mk::AlphaBetaFit line = mk::fitAlphaBeta(points, "nvlink");
+  CHECK(line.maxRelResidual > 0.1);  // the line misses the mid sizes
+  const mk::RampFit r = mk::fitRamp(points, line, "nvlink", true);
+  REQUIRE(r.fitted);
+  CHECK(r.link.alphaUs == doctest::Approx(5.0).epsilon(0.01));
+  CHECK(r.link.bwGBs == doctest::Approx(400).epsilon(0.01));
+  CHECK(r.maxRelResidual < 0.01);
+  for (const double x : {65536.0, 1048576.0, 4194304.0})
+    CHECK(mk::rampFraction(r.link.ramp, x) == doctest::Approx(mk::rampFraction(truth.ramp, x)).epsilon(0.02));
+
+  // A put that follows t = alpha + bytes / bw exactly keeps its line in calibrate().
+  std::vector<mk::CalibPoint> straight;
+  for (unsigned k = 0; k <= 26; ++k) {
+    const double x = static_cast<double>(uint64_t{8} << k);
+    straight.push_back(mk::CalibPoint{x, 5.0 + x / 400e3});
+  }
+  const mk::AlphaBetaFit exact = mk::fitAlphaBeta(straight, "nvlink");
+  CHECK(exact.maxRelResidual < 1e-9);
+}

@@ -108,13 +108,13 @@ UnitPrices unitPrices(const CostContext& c, uint64_t elems, bool needsNet) {
   u.bytes = double(elems) * double(dtypeSize(c.spec.dtype));
   const double b = u.bytes * u.share / 1e3;  // bytes / (GB/s * 1e3 / share) = b / GB/s
   u.nvLat = pf.nvlink.alphaUs;
-  u.nvBw = b / pf.nvlink.bwGBs;
+  u.nvBw = b / linkRate(pf.nvlink, u.bytes);
   u.netLat = pf.proxyUs + pf.network.alphaUs;
-  u.netBw = needsNet ? b / pf.network.bwGBs : 0;
+  u.netBw = needsNet ? b / linkRate(pf.network, u.bytes) : 0;
   u.redLat = pf.local.alphaUs;
-  u.redBw = b / pf.reduceGBs;
+  u.redBw = b / reduceRate(pf, u.bytes);
   u.copyLat = pf.local.alphaUs;
-  u.copyBw = b / pf.local.bwGBs;
+  u.copyBw = b / linkRate(pf.local, u.bytes);
   u.flag = pf.localFlagUs;  // every F of these formulas is a reducer lane signalling a lane of its own GPU
   u.dispatch = pf.dispatchUs;
   return u;
@@ -180,10 +180,10 @@ ChunkPrices::ChunkPrices(const CostContext& ctx) : c(ctx) {
   partBytes = static_cast<double>(part) * esize;
   chunkBytes = static_cast<double>(chunk) * esize;
   t0 = Term{pr.dispatchUs, 0, 0};
-  nvl = Term{pr.nvlink.alphaUs, chunkBytes * channels / (pr.nvlink.bwGBs * 1e3), 0};
-  net = Term{pr.proxyUs + pr.network.alphaUs, chunkBytes * channels / (pr.network.bwGBs * 1e3), 0};
-  copy = Term{pr.local.alphaUs, partBytes * channels / (pr.local.bwGBs * 1e3), 0};
-  reduce = Term{pr.local.alphaUs, 0, chunkBytes * channels / (pr.reduceGBs * 1e3)};
+  nvl = Term{pr.nvlink.alphaUs, chunkBytes * channels / (linkRate(pr.nvlink, chunkBytes) * 1e3), 0};
+  net = Term{pr.proxyUs + pr.network.alphaUs, chunkBytes * channels / (linkRate(pr.network, chunkBytes) * 1e3), 0};
+  copy = Term{pr.local.alphaUs, partBytes * channels / (linkRate(pr.local, partBytes) * 1e3), 0};
+  reduce = Term{pr.local.alphaUs, 0, chunkBytes * channels / (reduceRate(pr, chunkBytes) * 1e3)};
 }
 
 std::string ChunkPrices::symbols() const {

@@ -68,13 +68,43 @@ std::string text(const Json& obj, const std::string& path, const char* key) {
   return j.get<std::string>();
 }
 
-LinkCost linkCost(const Json& obj, const char* key) {
-  const Json& j = object(obj, "", key);
-  onlyKeys(j, key, {"alphaUs", "bwGBs"});
-  return LinkCost{parameter(j, key, "alphaUs"), parameter(j, key, "bwGBs")};
+/// An optional ramp `key` of `obj`: [{"bytes": B, "fraction": f}, ...], checked by validateRamp.
+std::vector<RampPoint> ramp(const Json& obj, const std::string& path, const char* key, bool capped) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return {};
+  const std::string at = join(path, key);
+  if (!it->is_array()) parseFail(at + " must be an array of {\"bytes\", \"fraction\"} (got " + it->type_name() + ")");
+  std::vector<RampPoint> out;
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    const Json& p = (*it)[i];
+    const std::string pi = at + "[" + std::to_string(i) + "]";
+    if (!p.is_object()) parseFail(pi + " must be an object {\"bytes\", \"fraction\"} (got " + p.type_name() + ")");
+    onlyKeys(p, pi, {"bytes", "fraction"});
+    out.push_back(RampPoint{parameter(p, pi, "bytes"), parameter(p, pi, "fraction")});
+  }
+  validateRamp(out, "profile: " + at, capped);
+  return out;
 }
 
-Json linkCostJson(const LinkCost& c) { return Json{{"alphaUs", c.alphaUs}, {"bwGBs", c.bwGBs}}; }
+Json rampJson(const std::vector<RampPoint>& r) {
+  Json j = Json::array();
+  for (const RampPoint& p : r) j.push_back(Json{{"bytes", p.bytes}, {"fraction", p.fraction}});
+  return j;
+}
+
+/// A link: its ramp is capped (nvlink, network) or not (local: L2).
+LinkCost linkCost(const Json& obj, const char* key, bool capped) {
+  const Json& j = object(obj, "", key);
+  onlyKeys(j, key, {"alphaUs", "bwGBs", "ramp"});
+  return LinkCost{parameter(j, key, "alphaUs"), parameter(j, key, "bwGBs"), ramp(j, key, "ramp", capped)};
+}
+
+Json linkCostJson(const LinkCost& c) {
+  Json j{{"alphaUs", c.alphaUs}, {"bwGBs", c.bwGBs}};
+  // Written only when set, so that a profile without one reads back the same.
+  if (!c.ramp.empty()) j["ramp"] = rampJson(c.ramp);
+  return j;
+}
 
 }  // namespace
 
@@ -94,6 +124,7 @@ std::string profileToJson(const Profile& p, const ProfileProvenance& prov, int i
   j["network"] = linkCostJson(p.network);
   j["local"] = linkCostJson(p.local);
   j["reduceGBs"] = p.reduceGBs;
+  if (!p.reduceRamp.empty()) j["reduceRamp"] = rampJson(p.reduceRamp);
   j["flagUs"] = p.flagUs;
   j["localFlagUs"] = p.localFlagUs;
   j["dispatchUs"] = p.dispatchUs;
@@ -120,14 +151,15 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   if (schema != kProfileSchema)
     parseFail("schema must be \"" + std::string(kProfileSchema) + "\" (got \"" + schema + "\")");
   onlyKeys(j, "",
-           {"schema", "source", "provenance", "nvlink", "network", "local", "reduceGBs", "flagUs", "localFlagUs",
+           {"schema", "source", "provenance", "nvlink", "network", "local", "reduceGBs", "reduceRamp", "flagUs", "localFlagUs",
             "dispatchUs", "peerUserUs", "putIssueUs", "userPutUs", "proxyUs", "gemmTflops", "sms", "ctaGBs"});
   Profile p;
   p.source = text(j, "", "source");
-  p.nvlink = linkCost(j, "nvlink");
-  p.network = linkCost(j, "network");
-  p.local = linkCost(j, "local");
+  p.nvlink = linkCost(j, "nvlink", true);
+  p.network = linkCost(j, "network", true);
+  p.local = linkCost(j, "local", false);
   p.reduceGBs = parameter(j, "", "reduceGBs");
+  p.reduceRamp = ramp(j, "", "reduceRamp", false);
   p.flagUs = parameter(j, "", "flagUs");
   // Added after the first profiles were written: a profile without it prices a lane-to-lane signal like a
   // cross-GPU one (what every engine did before the field existed).

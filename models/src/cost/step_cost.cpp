@@ -2,11 +2,13 @@
 #include "mk/cost/step_cost.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 
 #include "mk/error.hpp"
 #include "mk/schedule/check.hpp"
+#include "mk/util/size.hpp"
 
 namespace mk {
 
@@ -21,6 +23,44 @@ constexpr double kFlopsPerUsPerTflops = 1e6;
 }
 
 }  // namespace
+
+double rampFraction(const std::vector<RampPoint>& r, double bytes) noexcept {
+  if (r.empty()) return 1.0;
+  if (!(bytes > r.front().bytes)) return r.front().fraction;
+  if (bytes >= r.back().bytes) return r.back().fraction;
+  const auto hi = std::upper_bound(r.begin(), r.end(), bytes,
+                                   [](double b, const RampPoint& p) { return b < p.bytes; });
+  const RampPoint& b = *hi;
+  const RampPoint& a = *(hi - 1);
+  const double t = std::log(bytes / a.bytes) / std::log(b.bytes / a.bytes);
+  return a.fraction + t * (b.fraction - a.fraction);
+}
+
+double linkRate(const LinkCost& c, double bytes) noexcept { return c.bwGBs * rampFraction(c.ramp, bytes); }
+
+double reduceRate(const Profile& p, double bytes) noexcept {
+  return p.reduceGBs * rampFraction(p.reduceRamp, bytes);
+}
+
+void validateRamp(const std::vector<RampPoint>& ramp, const std::string& what, bool capped) {
+  for (std::size_t i = 0; i < ramp.size(); ++i) {
+    const RampPoint& p = ramp[i];
+    const std::string at = what + "[" + std::to_string(i) + "]";
+    if (!std::isfinite(p.bytes) || p.bytes <= 0)
+      throw Error(ErrorCode::InvalidArgument, at + ".bytes must be finite and > 0 (got " + formatNumber(p.bytes) + ")");
+    if (!std::isfinite(p.fraction) || p.fraction <= 0 || (capped && p.fraction > 1))
+      throw Error(ErrorCode::InvalidArgument, at + ".fraction must be " + (capped ? "in (0, 1]" : "finite and > 0") +
+                                                  " (got " + formatNumber(p.fraction) + ")");
+    if (i == 0) continue;
+    if (p.bytes <= ramp[i - 1].bytes)
+      throw Error(ErrorCode::InvalidArgument, at + ".bytes must be larger than the point before (" +
+                                                  formatNumber(ramp[i - 1].bytes) + "): points in increasing size");
+    if (capped && p.fraction < ramp[i - 1].fraction)
+      throw Error(ErrorCode::InvalidArgument, at + ".fraction must not fall below the point before (" +
+                                                  formatNumber(ramp[i - 1].fraction) +
+                                                  "): a larger transfer never reaches less of the link");
+  }
+}
 
 StepResource stepResource(const Schedule& s, const Step& st, uint32_t rank, uint32_t lane, uint32_t step) {
   switch (st.kind) {
@@ -81,33 +121,33 @@ StepPrice stepPrice(const Profile& p, StepKind kind, LinkClass link, double amou
       if (link == LinkClass::NVLink) {
         pr.resource = StepResource::NvLink;
         pr.alphaUs = p.nvlink.alphaUs;
-        pr.rate = p.nvlink.bwGBs;
+        pr.rate = linkRate(p.nvlink, amount);
       } else {
         pr.resource = StepResource::Memory;
         pr.alphaUs = p.local.alphaUs;
-        pr.rate = p.local.bwGBs;
+        pr.rate = linkRate(p.local, amount);
       }
       return pr;
     case StepKind::Reduce:
       if (link == LinkClass::NVLink) {
         pr.resource = StepResource::NvLink;
         pr.alphaUs = p.nvlink.alphaUs;
-        pr.rate = std::min(p.reduceGBs, p.nvlink.bwGBs);
+        pr.rate = std::min(reduceRate(p, amount), linkRate(p.nvlink, amount));
       } else {
         pr.resource = StepResource::Memory;
         pr.alphaUs = p.local.alphaUs;
-        pr.rate = p.reduceGBs;
+        pr.rate = reduceRate(p, amount);
       }
       return pr;
     case StepKind::Put:
       pr.resource = StepResource::NvLink;
       pr.alphaUs = putLaneUs(p, intoPeerUser);
-      pr.rate = p.nvlink.bwGBs;
+      pr.rate = linkRate(p.nvlink, amount);
       return pr;
     case StepKind::ProxyPut:
       pr.resource = StepResource::Network;
       pr.alphaUs = p.proxyUs + p.network.alphaUs;
-      pr.rate = p.network.bwGBs;
+      pr.rate = linkRate(p.network, amount);
       return pr;
     case StepKind::Gemm:
       pr.resource = StepResource::Tensor;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mk/algorithms/algorithms.hpp"
@@ -10,11 +11,36 @@
 
 namespace mk {
 
-/// alpha (per message, us) and beta (1/bandwidth) of one link class.
+/// One point of a ramp: a transfer of `bytes` reaches `fraction` of the rate it belongs to.
+struct RampPoint {
+  double bytes = 0;
+  double fraction = 1;
+};
+
+/// alpha (per message, us) and beta (1/bandwidth) of one link class, with an optional ramp: how much of the
+/// bandwidth a transfer of a given size reaches.
 struct LinkCost {
+  LinkCost() = default;
+  LinkCost(double alpha, double bw, std::vector<RampPoint> r = {}) : alphaUs(alpha), bwGBs(bw), ramp(std::move(r)) {}
+
   double alphaUs = 0;
   double bwGBs = 0;
+  /// Points with bytes > 0 strictly increasing; between two points the fraction is linear in log(bytes), below
+  /// the first point it is the first one's, beyond the last the last one's. Empty: 1 at every size (the plain
+  /// alpha-beta line). A link's ramp (nvlink, network) is capped: fractions in (0, 1], non-decreasing (a put
+  /// spread over fewer CTAs than the link needs moves its bytes below the large-size rate). A memory pipe's
+  /// (local) is not: a copy whose buffers stay in L2 runs faster than the large-size rate. mk-calibrate fits
+  /// them from the micro-benchmarks; datasheet defaults leave them empty.
+  std::vector<RampPoint> ramp;
 };
+
+/// The fraction `ramp` gives a transfer of `bytes` (1 for an empty ramp).
+double rampFraction(const std::vector<RampPoint>& ramp, double bytes) noexcept;
+/// c.bwGBs * rampFraction(c.ramp, bytes): the one rate every engine and closed form charges a transfer of `bytes`.
+double linkRate(const LinkCost& c, double bytes) noexcept;
+/// Throws Error(InvalidArgument) "<what>[i]: ..." naming the first point that breaks the rules of LinkCost::ramp;
+/// `capped`: also fractions <= 1 and non-decreasing.
+void validateRamp(const std::vector<RampPoint>& ramp, const std::string& what, bool capped);
 
 /// Parameters the closed form and the simulator need. Defaults come from datasheets
 /// (`defaultProfile`); the calibration issue fits them from measurements.
@@ -24,6 +50,7 @@ struct Profile {
   LinkCost network;        ///< ProxyPut GPU->GPU across nodes (PCIe + NIC + fabric), per GPU per direction
   LinkCost local;          ///< Copy inside one GPU
   double reduceGBs = 0;    ///< Reduce throughput (output bytes/s) of one lane
+  std::vector<RampPoint> reduceRamp;  ///< reduceGBs by size (LinkCost::ramp, not capped: L2); empty = flat
   double flagUs = 0;       ///< Signal -> Wait visibility across NVLink (another GPU of the node)
   double localFlagUs = 0;  ///< Signal -> Wait visibility between lanes of one GPU (GPU-scope flag)
   double dispatchUs = 0;   ///< op enqueue -> first step on the GPU
@@ -53,6 +80,9 @@ struct Profile {
   /// distinguished (the lane's data steps are not limited by its CTAs).
   double ctaGBs = 0;
 };
+
+/// reduceGBs * rampFraction(reduceRamp, bytes): what a Reduce writing `bytes` runs at.
+double reduceRate(const Profile& p, double bytes) noexcept;
 
 /// Datasheet defaults for the topology's GPU and links.
 Profile defaultProfile(const Topology& t);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,26 @@ struct AlphaBetaFit {
 /// `parameter` for fewer than 2 distinct x, a non-positive or non-finite time, or a fit whose alpha is
 /// negative or whose bandwidth is not positive and finite.
 AlphaBetaFit fitAlphaBeta(const std::vector<CalibPoint>& points, const std::string& parameter = "alpha-beta");
+
+/// Result of fitRamp: a latency, the large-size bandwidth and the ramp between (mk::LinkCost's fields).
+struct RampFit {
+  bool fitted = false;  ///< false: too few points in the latency or the bandwidth regime (keep the line)
+  LinkCost link;        ///< alphaUs, bwGBs and ramp
+  double maxRelResidual = 0;  ///< max |model - measured| / measured over every point
+  std::size_t latencyPoints = 0, bandwidthPoints = 0, rampPoints = 0;
+};
+
+/// Fit t = alpha + x / (bw * fraction(x) * 1e3) to the points, given their alpha-beta fit `line`: alpha is
+/// `alphaUs` when given, else the median of t - x / line.bw over the latency regime (x / line.bw below 1 % of t);
+/// bw the slope of an alpha-beta fit over the bandwidth regime (x / line.bw above 80 % of t; its intercept is
+/// not kept); the ramp the fraction (x / bw) / (t - alpha) at every size above the latency regime (t - alpha taken
+/// as at least 5 % of t). `capped` (a link): fractions clamped to (0, 1] and made non-decreasing in size by
+/// pooling adjacent violators; otherwise (a memory pipe, whose mid sizes run from L2) kept as measured. Needs 2
+/// bandwidth points at distinct sizes and, without `alphaUs`, 1 latency point; otherwise `fitted` is false.
+/// Why: a straight line cannot follow a put whose CTAs cannot fill the link at mid sizes (it overprices small
+/// puts and underprices mid-size ones by up to 20 %), nor a copy that runs from L2 up to tens of MiB.
+RampFit fitRamp(const std::vector<CalibPoint>& points, const AlphaBetaFit& line, const std::string& parameter,
+                bool capped, std::optional<double> alphaUs = std::nullopt);
 
 /// Result of a constant fit (flag, dispatch, proxy): the median and how far the points stray from it.
 struct ConstantFit {
