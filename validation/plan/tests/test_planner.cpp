@@ -93,8 +93,10 @@ TEST_CASE("planner: doubling NIC bandwidth never slows a step, and no NVLink nev
     ++compared;
   }
   CHECK(compared == 5);
-  // Without NVLink the tensor-parallel collectives cross the network, and cost much more.
-  CHECK(at(noNvl, 64).layered.tp.exposedUs > 2 * at(base, 64).layered.tp.exposedUs);
+  // Without NVLink the tensor-parallel collectives cross the network, and cost much more. (Not 7x, the ratio of
+  // the link rates: the calibrated NVLink put reaches a third of its rate at the 256 KiB pieces of these 8 MiB
+  // all-reduces, its ramp, where the network has no measured ramp.)
+  CHECK(at(noNvl, 64).layered.tp.exposedUs > 1.5 * at(base, 64).layered.tp.exposedUs);
   // Across nodes, a faster NIC shortens the data-parallel tail at the largest scale.
   CHECK(at(fast, 128).layered.dp.exposedUs < at(base, 128).layered.dp.exposedUs);
   // The baseline's intra-node collectives are extrapolated (measured on 2 ranks), the inter-node ones not validated.
