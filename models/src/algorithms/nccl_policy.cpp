@@ -1,0 +1,110 @@
+// mkernel — the layered baseline's registry, profile view and "nccl auto" rule (mk/algorithms/nccl.hpp).
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "builder.hpp"
+#include "mk/algorithms/nccl.hpp"
+#include "mk/algorithms/policy.hpp"
+#include "mk/error.hpp"
+#include "mk/schedule/schedule.hpp"
+
+namespace mk {
+
+namespace detail {
+const std::vector<AlgorithmDef>& layeredRegistry() {
+  static const std::vector<AlgorithmDef> all = {ncclRing(CollOp::AllReduce), ncclTree(), ncclRing(CollOp::AllGather),
+                                                ncclRing(CollOp::ReduceScatter)};
+  return all;
+}
+}  // namespace detail
+
+bool isLayered(Algorithm a) noexcept { return a == Algorithm::NcclRing || a == Algorithm::NcclTree; }
+
+std::vector<Algorithm> layeredAlgorithmsFor(CollOp op) {
+  std::vector<Algorithm> out;
+  for (const auto& d : detail::layeredRegistry())
+    if (d.op == op) out.push_back(*parseAlgorithm(d.name));
+  return out;
+}
+
+uint8_t protocolFlags(Protocol p) noexcept {
+  switch (p) {
+    case Protocol::LL: return kStepLL;
+    case Protocol::LL128: return kStepLL128;
+    default: return 0;
+  }
+}
+
+Profile layeredProfile(const Profile& p, Protocol proto) {
+  Profile v = p;
+  // One kernel per op: its fixed cost by protocol takes the place of the resident kernel's dispatch.
+  v.dispatchUs = proto == Protocol::LL      ? p.nccl.baseLlUs
+                 : proto == Protocol::LL128 ? p.nccl.baseLl128Us
+                                            : p.nccl.baseSimpleUs;
+  // A plain put is NCCL's Simple protocol step; the engine-specific terms of our puts and ops do not apply.
+  v.nvlink.alphaUs = p.simple.latencyUs;
+  v.putIssueUs = 0;
+  v.userPutUs = 0;
+  v.peerUserUs = 0;
+  // NCCL reduces inside its receive loop (recvReduceSend): no separate step start-up, no hand-off between lanes.
+  v.local.alphaUs = 0;
+  v.localFlagUs = 0;
+  return v;
+}
+
+double layeredOpUs(double gpuUs, const Profile& p, uint32_t launchesPerOp) noexcept {
+  return std::max(gpuUs, static_cast<double>(launchesPerOp) * p.nccl.launchUs);
+}
+
+GenOptions layeredGenOptions(CollOp op, Algorithm algo, Protocol proto, uint64_t bytes, uint32_t nRanks) noexcept {
+  (void)algo;
+  GenOptions g = defaultGenOptions(op, Algorithm::Ring, bytes, nRanks);
+  g.protocol = proto;
+  return g;
+}
+
+Protocol resolveProtocol(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
+                         const Profile& profile) {
+  if (opt.protocol != Protocol::Auto) return opt.protocol;
+  if (!isLayered(spec.algo)) return Protocol::Simple;
+  const auto& def = detail::findAlgorithm(spec.op, spec.algo);
+  static const Topology kNoTopology{};  // the nccl-* closed forms read the placement and the profile only
+  Protocol best = Protocol::Simple;
+  double bestUs = 0;
+  for (Protocol p : {Protocol::Simple, Protocol::LL, Protocol::LL128}) {
+    GenOptions o = opt;
+    o.protocol = p;
+    const detail::GenContext ctx = detail::makeContext(spec, nodeOf, o);
+    const double t = def.cost(detail::CostContext{spec, o, kNoTopology, ctx, profile}).totalUs;
+    if (p == Protocol::Simple || t < bestUs) {
+      best = p;
+      bestUs = t;
+    }
+  }
+  return best;
+}
+
+LayeredChoice chooseLayered(CollOp op, uint64_t count, DType dtype, const Topology& topo, uint32_t nRanks,
+                            const Profile& profile) {
+  const std::vector<Algorithm> algos = layeredAlgorithmsFor(op);
+  if (algos.empty()) throw Error(ErrorCode::NotFound, std::string("no layered (nccl-*) generator for ") + toString(op));
+  CollectiveSpec spec;
+  spec.op = op;
+  spec.count = count;
+  spec.dtype = dtype;
+  const uint64_t bytes = opBytes(spec, nRanks);
+  std::optional<LayeredChoice> best;
+  for (Algorithm a : algos) {
+    spec.algo = a;
+    for (Protocol p : {Protocol::LL, Protocol::LL128, Protocol::Simple}) {
+      const GenOptions gen = layeredGenOptions(op, a, p, bytes, nRanks);
+      const double t = closedForm(spec, gen, topo, nRanks, profile).totalUs;
+      if (std::isfinite(t) && (!best || t < best->closedFormUs)) best = LayeredChoice{a, gen, t};
+    }
+  }
+  if (!best) throw Error(ErrorCode::Internal, std::string("no finite layered closed form for ") + toString(op));
+  return *best;
+}
+
+}  // namespace mk
