@@ -66,8 +66,8 @@ GenOptions layeredGenOptions(CollOp op, Algorithm algo, Protocol proto, uint64_t
 
 Protocol resolveProtocol(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
                          const Profile& profile) {
-  if (opt.protocol != Protocol::Auto) return opt.protocol;
-  if (!isLayered(spec.algo)) return Protocol::Simple;
+  // Every other generator ignores the protocol: it is left as given.
+  if (opt.protocol != Protocol::Auto || !isLayered(spec.algo)) return opt.protocol;
   const auto& def = detail::findAlgorithm(spec.op, spec.algo);
   static const Topology kNoTopology{};  // the nccl-* closed forms read the placement and the profile only
   Protocol best = Protocol::Simple;

@@ -77,7 +77,8 @@ void emitNcclTree(ScheduleBuilder& b, const GenContext& ctx, uint32_t ch, Range 
     auto reducer = [&] { return b.lane(r, LaneRole::Intra, keys + ch); };
     auto up = [&] { return b.lane(r, sendRole(ctx, r, parent), ch); };
     auto downLane = [&](uint32_t child) {
-      return ctx.sameNode(r, child) ? b.lane(r, LaneRole::Intra, 2 * keys + ch) : b.lane(r, LaneRole::InterSend, keys + ch);
+      return ctx.sameNode(r, child) ? b.lane(r, LaneRole::Intra, 2 * keys + ch)
+                                    : b.lane(r, LaneRole::InterSend, keys + ch);
     };
     for (uint64_t k = 0; k < chunks.size(); ++k) {
       const Range u = chunks[k];
@@ -86,7 +87,9 @@ void emitNcclTree(ScheduleBuilder& b, const GenContext& ctx, uint32_t ch, Range 
         const BufRef dst = bufRef(r, ctx.output, u.begin);
         reduceChain(
             b, r, reducer(), dst, static_cast<uint32_t>(t.children.size()) + 1,
-            [&](uint32_t i) { return i == 0 ? bufRef(r, ctx.input, u.begin) : bufRef(r, scratch, (i - 1) * count + u.begin); },
+            [&](uint32_t i) {
+              return i == 0 ? bufRef(r, ctx.input, u.begin) : bufRef(r, scratch, (i - 1) * count + u.begin);
+            },
             u.size);
         b.signal(r, reducer(), r, reduced);
       }
@@ -112,13 +115,15 @@ void emitNcclTree(ScheduleBuilder& b, const GenContext& ctx, uint32_t ch, Range 
   // A leaf ends with the final slices its parent forwards.
   for (uint32_t r = 0; r < p; ++r) {
     const TreeLinks t = treeLinks(ctx, r, tree);
-    if (t.children.empty() && t.parent >= 0) b.waitAllSent(r, b.lane(r, sendRole(ctx, r, static_cast<uint32_t>(t.parent)), ch), down);
+    if (t.children.empty() && t.parent >= 0)
+      b.waitAllSent(r, b.lane(r, sendRole(ctx, r, static_cast<uint32_t>(t.parent)), ch), down);
   }
 }
 
-/// Pipelined tree: the first slice goes up D hops, each a put then (at the receiver) the children's reductions
-/// and a lane hand-off; the other K - 1 slices follow at the pace of the slowest stage; the last one comes down D
-/// hops of puts. An estimate of the timeline's longest path, not a bound: docs/algorithms-nccl.md.
+/// Pipelined tree: the first slice goes up the chain and the heap, each hop a put then (at the receiver) the
+/// children's reductions and a lane hand-off; the other K - 1 slices follow at the pace of the slowest stage; the
+/// last one comes down the same hops as puts. An estimate of the timeline's longest path, not a bound:
+/// docs/algorithms-nccl.md.
 CostEstimate costNcclTree(const CostContext& c) {
   const Protocol proto = c.opt.protocol == Protocol::Auto ? Protocol::Simple : c.opt.protocol;
   const Profile view = protocolView(layeredProfile(c.profile, proto), protocolFlags(proto));
@@ -126,19 +131,21 @@ CostEstimate costNcclTree(const CostContext& c) {
   const ChunkPrices x(vc);
   const GenContext& g = c.gen;
   if (g.nRanks == 1) return x.finish(x.copy, "t0 + T_copy");
-  // Depth of the chain (largest node) plus the inter-node heap's height.
+  // The chain inside the largest node (NVLink hops, one child each) and the heap over the nodes (network hops;
+  // a head reduces its chain child and up to two tree children).
   const double chain = double(g.maxLocal - 1);
-  const double height = g.nNodes() > 1 ? std::floor(std::log2(double(g.nNodes()))) : 0;
-  const double depth = chain + height;
-  const Term hop = g.nNodes() > 1 ? maxOf({x.nvl, x.net}) : x.nvl;
-  const double kids = g.nNodes() > 1 ? double(kMaxChildren) : 1.0;
+  const bool multi = g.nNodes() > 1;
+  const double height = multi ? std::floor(std::log2(double(g.nNodes()))) : 0;
+  const double headKids = (g.maxLocal > 1 ? 1.0 : 0.0) + std::min(2.0, double(g.nNodes() - 1));
   const Term flag{view.localFlagUs, 0, 0};
-  const Term upStage = hop + x.reduce * kids + flag;
-  const Term pace = maxOf({hop, x.reduce * kids + flag});
-  CostEstimate e = x.finish(upStage * depth + pace * (x.chunks - 1) + hop * depth,
-                            "nccl-tree/" + std::string(toString(proto)) +
-                                ": t0 + D*(T_hop + c*R + F) + (K-1)*max(T_hop, c*R + F) + D*T_hop, D = chain + "
-                                "heap height, c = children");
+  const Term chainStage = x.nvl + x.reduce + flag;
+  const Term heapStage = x.net + x.reduce * headKids + flag;
+  const Term pace = multi ? maxOf({x.nvl, x.net, x.reduce * headKids + flag}) : maxOf({x.nvl, x.reduce + flag});
+  CostEstimate e =
+      x.finish(chainStage * chain + heapStage * height + pace * (x.chunks - 1) + x.nvl * chain + x.net * height,
+               "nccl-tree/" + std::string(toString(proto)) +
+                   ": t0 + (G-1)*(T_nvl + R + F) + h*(T_net + c*R + F) + (K-1)*max(T_nvl, T_net, c*R + F)"
+                   " + (G-1)*T_nvl + h*T_net, h = floor(log2 M), c = a head's children");
   return e;
 }
 

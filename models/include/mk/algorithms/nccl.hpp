@@ -43,16 +43,16 @@ double layeredOpUs(double gpuUs, const Profile& p, uint32_t launchesPerOp) noexc
 GenOptions layeredGenOptions(CollOp op, Algorithm algo, Protocol proto, uint64_t bytes, uint32_t nRanks) noexcept;
 
 /// The protocol `opt.protocol` stands for when nccl-* `spec` is generated on `nodeOf`: itself when concrete,
-/// else the one whose closed form under layeredProfile(profile, that protocol) is lowest (Simple on ties, and
-/// for every algorithm that is not nccl-*).
+/// else the one whose closed form under layeredProfile(profile, that protocol) is lowest (Simple on ties);
+/// `opt.protocol` unchanged for an algorithm that is not nccl-* (which ignores it).
 Protocol resolveProtocol(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
                          const Profile& profile);
 
 /// What "nccl auto" runs (NCCL's tuner, modelled): the algorithm and protocol with the lowest modelled time.
 struct LayeredChoice {
   Algorithm algo = Algorithm::NcclRing;
-  GenOptions gen;          ///< layeredGenOptions, protocol concrete
-  double closedFormUs = 0; ///< its closed form under layeredProfile(profile, gen.protocol)
+  GenOptions gen;           ///< layeredGenOptions, protocol concrete
+  double closedFormUs = 0;  ///< its closed form under layeredProfile(profile, gen.protocol)
 };
 
 /// Of layeredAlgorithmsFor(op) x {LL, LL128, Simple}, the pair whose closed form under layeredProfile() is the
