@@ -48,8 +48,8 @@ LayeredValidation validateLayered(const std::vector<MeasurementFile>& files, con
         ++out.ignored;
         continue;
       }
-      const std::string where = names[f] + ": records[" + std::to_string(i) + "] (nccl " + r.op + ", " +
-                                std::to_string(r.bytes) + " B)";
+      const std::string where =
+          names[f] + ": records[" + std::to_string(i) + "] (nccl " + r.op + ", " + std::to_string(r.bytes) + " B)";
       try {
         const DType dtype = requireDType(r.dtype, "dtype");
         const Placement placed = placeRanks(cluster, 0, r.ranks);

@@ -40,13 +40,18 @@ read_threshold() {
   echo "$t"
 }
 
-if [[ $mode == --committed ]]; then
+# The committed calibration file(s) (calib) and every other committed measurement file (others).
+committed_files() {
   shopt -s nullglob
   calib=("$data"/measured/*-calibration.json)
   others=()
   for f in "$data"/measured/*.json; do
     [[ $f == *-calibration.json ]] || others+=("$f")
   done
+}
+
+if [[ $mode == --committed ]]; then
+  committed_files
   if [[ ${#calib[@]} -eq 0 || ${#others[@]} -eq 0 ]]; then
     echo "ci_gate: need committed *-calibration.json and collective files in $data/measured" >&2
     exit 2
@@ -72,12 +77,7 @@ fi
 if [[ $mode == --nccl ]]; then
   # The layered baseline's line: the same profile as --committed, its impl "nccl" records against
   # validation-nccl-threshold.txt (--max-median-err-nccl).
-  shopt -s nullglob
-  calib=("$data"/measured/*-calibration.json)
-  others=()
-  for f in "$data"/measured/*.json; do
-    [[ $f == *-calibration.json ]] || others+=("$f")
-  done
+  committed_files
   threshold=$(grep -v '^[[:space:]]*#' "$data/validation-nccl-threshold.txt" | grep -v '^[[:space:]]*$' | head -1 |
     tr -d '[:space:]')
   [[ $threshold =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "ci_gate: bad nccl threshold '$threshold'" >&2; exit 2; }

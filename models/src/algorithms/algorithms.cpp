@@ -98,7 +98,6 @@ auto fields(const GenOptions& g) noexcept { return std::tie(g.chunks, g.channels
 [[noreturn]] void throwUnknownAlgorithm(CollOp op, std::string_view name) {
   std::string list;
   for (Algorithm a : algorithmsFor(op)) list += (list.empty() ? "" : ", ") + std::string(toString(a));
-  for (Algorithm a : layeredAlgorithmsFor(op)) list += ", " + std::string(toString(a));
   throw Error(ErrorCode::NotFound,
               "unknown algorithm '" + std::string(name) + "' for " + toString(op) + " (expected " + list + ")");
 }

@@ -19,10 +19,10 @@ struct LayeredRow {
   std::string op;
   uint64_t bytes = 0;
   double measuredUs = 0;
-  std::string choice;         ///< what "nccl auto" picked: "nccl-ring/ll", ...
-  uint32_t launchesPerOp = 1; ///< kernels the timing thread launched per op (the GPUs it drove)
-  double gpuUs = 0;           ///< the simulator's time of the chosen schedule under layeredProfile
-  double predictedUs = 0;     ///< layeredOpUs(gpuUs, profile, launchesPerOp)
+  std::string choice;          ///< what "nccl auto" picked: "nccl-ring/ll", ...
+  uint32_t launchesPerOp = 1;  ///< kernels the timing thread launched per op (the GPUs it drove)
+  double gpuUs = 0;            ///< the simulator's time of the chosen schedule under layeredProfile
+  double predictedUs = 0;      ///< layeredOpUs(gpuUs, profile, launchesPerOp)
   double errPct = 0;
 };
 
