@@ -12,6 +12,7 @@
 #include <string>
 
 #include "mk/algorithms/algorithms.hpp"
+#include "mk/algorithms/nccl.hpp"
 #include "mk/algorithms/policy.hpp"
 #include "mk/algorithms/request.hpp"
 #include "mk/cost/cost.hpp"
@@ -184,6 +185,8 @@ int run(const Options& o) {
     const mk::CollectivePlan plan = mk::planCollective(spec, request.algo, request.gen, topo, nRanks, profile);
     spec = plan.spec;
     gen = plan.gen;
+    // The layered baseline (nccl-*) is priced as that library runs: its kernel's cost per op and protocol.
+    if (mk::isLayered(spec.algo)) profile = mk::layeredProfile(profile, gen.protocol);
 
     const auto t0 = std::chrono::steady_clock::now();
     schedule = mk::generate(spec, topo.layout(nRanks), gen);

@@ -150,13 +150,17 @@ TEST_CASE("profile io: ramps round trip, are written only when set, and are chec
   CHECK(back.network.ramp.empty());
   CHECK(mk::profileToJson(odd()).find("ramp") == std::string::npos);
   // A link's ramp is capped at 1 and never falls; a memory pipe's may do both.
-  const mk::Error above = rejected([](Json& j) { j["nvlink"]["ramp"] = Json::array({{{"bytes", 1024}, {"fraction", 1.5}}}); });
+  const mk::Error above = rejected([](Json& j) {
+    j["nvlink"]["ramp"] = Json::array({{{"bytes", 1024}, {"fraction", 1.5}}});
+  });
   CHECK(above.message().find("nvlink.ramp[0].fraction must be in (0, 1]") != std::string::npos);
   const mk::Error falls = rejected([](Json& j) {
     j["network"]["ramp"] = Json::array({{{"bytes", 1024}, {"fraction", 0.5}}, {{"bytes", 4096}, {"fraction", 0.25}}});
   });
   CHECK(falls.message().find("network.ramp[1].fraction must not fall below") != std::string::npos);
-  const mk::Error typo = rejected([](Json& j) { j["local"]["ramp"] = Json::array({{{"bytes", 1024}, {"frac", 0.5}}}); });
+  const mk::Error typo = rejected([](Json& j) {
+    j["local"]["ramp"] = Json::array({{{"bytes", 1024}, {"frac", 0.5}}});
+  });
   CHECK(typo.message().find("unknown field local.ramp[0].frac") != std::string::npos);
   const mk::Error notArray = rejected([](Json& j) { j["reduceRamp"] = 3; });
   CHECK(notArray.message().find("reduceRamp must be an array") != std::string::npos);

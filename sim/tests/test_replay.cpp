@@ -27,15 +27,15 @@ TEST_CASE("replay: a put costs dispatch plus nvlink alpha plus bytes over bandwi
 
 TEST_CASE("replay: puts, proxy puts, copies and reduces run at their ramp's rate for their size") {
   mk::Profile pf = simtest::profile();
-  pf.nvlink.ramp = {{1e6, 0.25}};  // a 1 MB put reaches a quarter of 100 GB/s
+  pf.nvlink.ramp = {{1e6, 0.25}};              // a 1 MB put reaches a quarter of 100 GB/s
   pf.network.ramp = {{1e5, 0.5}, {1e7, 1.0}};  // half way in log size at 1 MB: 0.75 of 50 GB/s
-  pf.local.ramp = {{1e6, 2.0}};  // L2: twice the large-size copy rate
+  pf.local.ramp = {{1e6, 2.0}};                // L2: twice the large-size copy rate
   pf.reduceRamp = {{1e6, 0.5}};
   Builder b({0, 0, 1});
-  b.put(0, 0, 1, 1000000);        // 3 + 1 + 1e6 / 25e3 = 44
-  b.proxyPut(0, 1, 2, 1000000);   // 3 + 1.5 + 2 + 1e6 / 37.5e3 = 33.1667
-  b.copy(2, 0, 2, 2, 1000000);    // 3 + 0.5 + 1e6 / 2000e3 = 4
-  b.reduce(2, 0, 2, 1000000);     // 4 + 0.5 + 1e6 / 250e3 = 8.5
+  b.put(0, 0, 1, 1000000);       // 3 + 1 + 1e6 / 25e3 = 44
+  b.proxyPut(0, 1, 2, 1000000);  // 3 + 1.5 + 2 + 1e6 / 37.5e3 = 33.1667
+  b.copy(2, 0, 2, 2, 1000000);   // 3 + 0.5 + 1e6 / 2000e3 = 4
+  b.reduce(2, 0, 2, 1000000);    // 4 + 0.5 + 1e6 / 250e3 = 8.5
   const auto p = simtest::run(b.done(), simtest::cluster(2, 2), pf);
   CHECK(simtest::at(p, 0, 0, 0).endUs == doctest::Approx(44.0).epsilon(1e-9));
   CHECK(simtest::at(p, 0, 1, 0).endUs == doctest::Approx(3 + 1.5 + 2 + 1e6 / 37.5e3).epsilon(1e-9));

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "mk/algorithms/algorithms.hpp"
+#include "mk/algorithms/nccl.hpp"
 #include "mk/algorithms/policy.hpp"
 #include "mk/algorithms/request.hpp"
 #include "mk/cost/cost.hpp"
@@ -94,6 +95,8 @@ Setup planned(const Setup& st, const mk::CollectivePlan& plan) {
   one.spec = plan.spec;
   one.gen = plan.gen;
   one.chosenByAuto = plan.chosenByAuto;
+  // The layered baseline (nccl-*) is priced as that library runs: its kernel's cost per op and protocol.
+  if (mk::isLayered(plan.spec.algo)) one.profile = mk::layeredProfile(st.profile, plan.gen.protocol);
   return one;
 }
 

@@ -136,6 +136,11 @@ def main():
              f"p90_abs_err_pct={sim['p90_abs_err_pct']:.2f} max_abs_err_pct={sim['max_abs_err_pct']:.2f}   (simulator, gated)\n"
              f"closed form: n={cf['n']} median_abs_err_pct={cf['median_abs_err_pct']:.2f} "
              f"p90_abs_err_pct={cf['p90_abs_err_pct']:.2f} max_abs_err_pct={cf['max_abs_err_pct']:.2f}</pre>"]
+    if "nccl" in summary:
+        nc = summary["nccl"]
+        parts.append(f"<pre>nccl: n={nc['n']} median_abs_err_pct={nc['median_abs_err_pct']:.2f} "
+                     f"p90_abs_err_pct={nc['p90_abs_err_pct']:.2f} max_abs_err_pct={nc['max_abs_err_pct']:.2f}"
+                     "   (impl nccl records, the layered baseline: docs/algorithms-nccl.md)</pre>")
     if summary.get("max_median_err_pct") is not None:
         ok = summary.get("gate_passed")
         parts.append(f"<p class='{'' if ok else 'bad'}'>Gate: the simulator's median absolute error must not exceed "
@@ -153,11 +158,16 @@ def main():
     prov = profile.get("provenance", {})
     parts.append(f"<p>{esc(profile.get('path') or 'datasheet defaults (no file)')}: {esc(profile.get('source', ''))}</p>")
     values = []
-    for k, v in profile.items():
-        if isinstance(v, dict) and k != "provenance":
-            values += [(f"{k}.{kk}", vv) for kk, vv in v.items()]
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            values.append((k, v))
+
+    def flatten(prefix, obj):  # nested objects (protocols.ll.latencyUs) become dotted names
+        for k, v in obj.items():
+            name = f"{prefix}{k}"
+            if isinstance(v, dict):
+                flatten(name + ".", v)
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                values.append((name, v))
+
+    flatten("", {k: v for k, v in profile.items() if k != "provenance"})
     parts.append(table(["parameter", "value"], [(k, f"{v:.6g}") for k, v in values]))
     if prov:
         parts.append(table(["provenance", ""], [(k, "; ".join(v) if isinstance(v, list) else v) for k, v in prov.items()]))

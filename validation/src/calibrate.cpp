@@ -343,10 +343,8 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
     const AlphaBetaFit f = fitAlphaBeta(it->second, std::string("reduceGBs (") + kCalibReduce + ")");
     double lineResidual = 0;
     for (const CalibPoint& p : it->second)
-      lineResidual = std::max(lineResidual,
-                              std::abs(out.local.alphaUs + p.x / (f.bwGBs * 1e3) - p.timeUs) / p.timeUs);
-    const RampFit r =
-        fitRamp(it->second, f, std::string("reduceGBs (") + kCalibReduce + ")", false, out.local.alphaUs);
+      lineResidual = std::max(lineResidual, std::abs(out.local.alphaUs + p.x / (f.bwGBs * 1e3) - p.timeUs) / p.timeUs);
+    const RampFit r = fitRamp(it->second, f, std::string("reduceGBs (") + kCalibReduce + ")", false, out.local.alphaUs);
     if (keepRamp(r, lineResidual)) {
       out.reduceGBs = r.link.bwGBs;
       out.reduceRamp = r.link.ramp;

@@ -14,6 +14,7 @@
 #include "mk/algorithms/request.hpp"
 #include "mk/error.hpp"
 #include "mk/validation/parallel.hpp"
+#include "mk/validation/validate_layered.hpp"
 
 namespace mk {
 namespace {
@@ -629,6 +630,27 @@ std::string validationToJson(const ValidationResult& result, const ValidationCon
                   {"filtered", result.filtered},       {"skipped", result.skipped.size()}};
   summary["max_median_err_pct"] = ctx.maxMedianErrPct ? json(*ctx.maxMedianErrPct) : json(nullptr);
   summary["gate_passed"] = ctx.maxMedianErrPct ? json(result.sim.medianAbsPct <= *ctx.maxMedianErrPct) : json(nullptr);
+  if (ctx.layered != nullptr) {
+    const LayeredValidation& l = *ctx.layered;
+    json n = stats(l.stats);
+    n["max_median_err_pct"] = ctx.maxMedianErrNcclPct ? json(*ctx.maxMedianErrNcclPct) : json(nullptr);
+    n["gate_passed"] = ctx.maxMedianErrNcclPct ? json(l.stats.medianAbsPct <= *ctx.maxMedianErrNcclPct) : json(nullptr);
+    n["ignored"] = l.ignored;
+    summary["nccl"] = n;
+    json nrows = json::array();
+    for (const auto& r : l.rows)
+      nrows.push_back({{"file", r.file},
+                       {"index", r.index},
+                       {"op", r.op},
+                       {"bytes", r.bytes},
+                       {"choice", r.choice},
+                       {"launches_per_op", r.launchesPerOp},
+                       {"measured_us", r.measuredUs},
+                       {"gpu_us", r.gpuUs},
+                       {"predicted_us", r.predictedUs},
+                       {"err_pct", r.errPct}});
+    root["nccl_rows"] = nrows;
+  }
   root["summary"] = summary;
   json rows = json::array();
   for (const auto& r : result.rows) {

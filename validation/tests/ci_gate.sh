@@ -6,6 +6,9 @@
 #       (validation/data/measured/*-calibration.json) and judged by mk-validate on every other committed
 #       measurement file, with --max-median-err from validation/data/validation-threshold.txt. Exit status is
 #       mk-validate's (1: the median error is above the threshold).
+#   ci_gate.sh --nccl <mk-calibrate> <mk-validate> <workdir>
+#       The same profile and files, judged on their impl "nccl" records (the layered baseline's line, predicted
+#       with the nccl-* family) against validation/data/validation-nccl-threshold.txt.
 #   ci_gate.sh --internode <mk-calibrate> <mk-validate> <workdir>
 #       The same judgement across nodes: the committed 2 x H200 profile, with proxyUs and the network fitted on
 #       measured/internode/*-calibrate-network.json, judged on the 2-node all-reduce runs there
@@ -37,13 +40,18 @@ read_threshold() {
   echo "$t"
 }
 
-if [[ $mode == --committed ]]; then
+# The committed calibration file(s) (calib) and every other committed measurement file (others).
+committed_files() {
   shopt -s nullglob
   calib=("$data"/measured/*-calibration.json)
   others=()
   for f in "$data"/measured/*.json; do
     [[ $f == *-calibration.json ]] || others+=("$f")
   done
+}
+
+if [[ $mode == --committed ]]; then
+  committed_files
   if [[ ${#calib[@]} -eq 0 || ${#others[@]} -eq 0 ]]; then
     echo "ci_gate: need committed *-calibration.json and collective files in $data/measured" >&2
     exit 2
@@ -61,6 +69,27 @@ if [[ $mode == --committed ]]; then
   last=$(tail -1 "$work/validate.txt")
   if ! [[ $last =~ ^validation:\ n=[0-9]+\ median_abs_err_pct=[0-9.]+\ p90_abs_err_pct=[0-9.]+\ max_abs_err_pct=[0-9.]+$ ]]; then
     echo "ci_gate: mk-validate's last line is not the summary line: '$last'" >&2
+    exit 1
+  fi
+  exit $rc
+fi
+
+if [[ $mode == --nccl ]]; then
+  # The layered baseline's line: the same profile as --committed, its impl "nccl" records against
+  # validation-nccl-threshold.txt (--max-median-err-nccl).
+  committed_files
+  threshold=$(grep -v '^[[:space:]]*#' "$data/validation-nccl-threshold.txt" | grep -v '^[[:space:]]*$' | head -1 |
+    tr -d '[:space:]')
+  [[ $threshold =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "ci_gate: bad nccl threshold '$threshold'" >&2; exit 2; }
+  "$calibrate" --cluster h200x2 --out "$work/profile.json" --report "$work/fit.txt" "${calib[@]}" || exit $?
+  "$validate" --cluster h200x2 --profile "$work/profile.json" --max-median-err-nccl "$threshold" -j 2 \
+    --json "$work/validation.json" "${others[@]}" >"$work/validate.txt"
+  rc=$?
+  grep -v '^nccl .* records\[' "$work/validate.txt"
+  echo "ci_gate: nccl threshold $threshold % (validation/data/validation-nccl-threshold.txt)"
+  line=$(grep '^nccl: ' "$work/validate.txt")
+  if ! [[ $line =~ ^nccl:\ n=[0-9]+\ median_abs_err_pct=[0-9.]+\ p90_abs_err_pct=[0-9.]+\ max_abs_err_pct=[0-9.]+$ ]]; then
+    echo "ci_gate: mk-validate printed no nccl summary line: '$line'" >&2
     exit 1
   fi
   exit $rc

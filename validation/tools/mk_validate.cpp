@@ -29,6 +29,7 @@
 #include "mk/util/size.hpp"
 #include "mk/validation/report_dir.hpp"
 #include "mk/validation/validate.hpp"
+#include "mk/validation/validate_layered.hpp"
 
 #ifndef MK_GIT_COMMIT
 #define MK_GIT_COMMIT "unknown"
@@ -51,6 +52,7 @@ struct Options {
   std::string cluster;
   std::vector<std::string> ops, algos;
   std::optional<double> maxMedianErr;
+  std::optional<double> maxMedianErrNccl;
   std::string reportDir;
   std::string traceRecord;
   std::string measuredTrace;
@@ -171,6 +173,7 @@ int run(const Options& o, const std::string& command) {
   ctx.command = command;
   ctx.commit = MK_GIT_COMMIT;
   ctx.maxMedianErrPct = o.maxMedianErr;
+  ctx.maxMedianErrNcclPct = o.maxMedianErrNccl;
   if (o.datasheet) {
     ctx.profile = mk::defaultProfile(mk::loadTopology(vo.cluster));
     ctx.provenance.tool = "defaultProfile";
@@ -193,6 +196,11 @@ int run(const Options& o, const std::string& command) {
         std::to_string(res.filtered) + " left out by --op/--algo, " + std::to_string(res.skipped.size()) +
         " skipped): a gate that checks nothing must not pass");
   if (!o.reportDir.empty() && sel) (void)traceRow(res, sel);  // an unknown record is bad input: fail before writing
+  // The layered baseline: every impl "nccl" record, predicted with the nccl-* family (its own line below).
+  const mk::LayeredValidation layered = mk::validateLayered(files, o.files, vo.cluster, ctx.profile, o.jobs);
+  if (o.maxMedianErrNccl && layered.rows.empty())
+    bad("--max-median-err-nccl: no impl \"nccl\" record to validate: a gate that checks nothing must not pass");
+  if (!layered.rows.empty()) ctx.layered = &layered;
 
   std::fputs(mk::formatValidationTable(res).c_str(), stdout);
   for (const auto& f : res.files)
@@ -253,6 +261,21 @@ int run(const Options& o, const std::string& command) {
 
   std::printf("%s\n", mk::formatSummaryLine(res.closed, "closed form").c_str());
   bool failed = false;
+  if (!layered.rows.empty()) {
+    for (const auto& r : layered.rows)
+      std::printf("nccl %s records[%zu] %s %llu B: measured %.2f us, %s %.2f us (GPU %.2f, %u launch(es)), %+.2f %%\n",
+                  r.file.c_str(), r.index, r.op.c_str(), static_cast<unsigned long long>(r.bytes), r.measuredUs,
+                  r.choice.c_str(), r.predictedUs, r.gpuUs, r.launchesPerOp, r.errPct);
+    std::printf("%s\n", mk::formatSummaryLine(layered.stats, "nccl").c_str());
+    if (o.maxMedianErrNccl && layered.stats.medianAbsPct > *o.maxMedianErrNccl) {
+      std::fflush(stdout);
+      std::fprintf(
+          stderr,
+          "%s: gate failed: the nccl line's median absolute error %.2f %% exceeds --max-median-err-nccl %g %%\n", kTool,
+          layered.stats.medianAbsPct, *o.maxMedianErrNccl);
+      failed = true;
+    }
+  }
   if (o.maxMedianErr && res.sim.medianAbsPct > *o.maxMedianErr) {
     std::fflush(stdout);
     std::fprintf(stderr,
@@ -306,6 +329,10 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--max-median-err", o.maxMedianErr,
                  "gate: exit 1 when the simulator's median absolute error (percent) exceeds this")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-median-err-nccl", o.maxMedianErrNccl,
+                 "gate: exit 1 when the median absolute error (percent) of the nccl line (impl \"nccl\" records "
+                 "predicted with the nccl-* family, docs/algorithms-nccl.md) exceeds this")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--report", o.reportDir,
                  "write DIR/index.html with PNG plots (measured vs predicted time and error over size per op and "

@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "builder.hpp"
+#include "mk/algorithms/nccl.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
 #include "mk/topology/topology.hpp"
@@ -45,14 +46,32 @@ const char* toString(Algorithm a) noexcept {
     case Algorithm::Ring: return "ring";
     case Algorithm::Hierarchical: return "hierarchical";
     case Algorithm::Direct: return "direct";
+    case Algorithm::NcclRing: return "nccl-ring";
+    case Algorithm::NcclTree: return "nccl-tree";
   }
   return "?";
 }
 
 std::optional<Algorithm> parseAlgorithm(std::string_view s) noexcept {
-  for (Algorithm a :
-       {Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Ring, Algorithm::Hierarchical, Algorithm::Direct})
+  for (Algorithm a : {Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Ring, Algorithm::Hierarchical,
+                      Algorithm::Direct, Algorithm::NcclRing, Algorithm::NcclTree})
     if (s == toString(a)) return a;
+  return std::nullopt;
+}
+
+const char* toString(Protocol p) noexcept {
+  switch (p) {
+    case Protocol::Auto: return "auto";
+    case Protocol::Simple: return "simple";
+    case Protocol::LL: return "ll";
+    case Protocol::LL128: return "ll128";
+  }
+  return "?";
+}
+
+std::optional<Protocol> parseProtocol(std::string_view s) noexcept {
+  for (Protocol p : {Protocol::Auto, Protocol::Simple, Protocol::LL, Protocol::LL128})
+    if (s == toString(p)) return p;
   return std::nullopt;
 }
 
@@ -73,7 +92,7 @@ std::optional<InterPhase> parseInterPhase(std::string_view s) noexcept {
 
 namespace {
 auto fields(const CollectiveSpec& s) noexcept { return std::tie(s.op, s.algo, s.dtype, s.redop, s.count, s.root); }
-auto fields(const GenOptions& g) noexcept { return std::tie(g.chunks, g.channels, g.inter); }
+auto fields(const GenOptions& g) noexcept { return std::tie(g.chunks, g.channels, g.inter, g.protocol); }
 
 /// The one spelling of "no generator of that name for this op", listing the ones that exist.
 [[noreturn]] void throwUnknownAlgorithm(CollOp op, std::string_view name) {
@@ -111,8 +130,9 @@ const std::vector<AlgorithmDef>& algorithmRegistry() {
 
 const AlgorithmDef& findAlgorithm(CollOp op, Algorithm algo) {
   const char* name = toString(algo);
-  for (const auto& d : algorithmRegistry())
-    if (d.op == op && std::string_view(name) == d.name) return d;
+  for (const auto* registry : {&algorithmRegistry(), &layeredRegistry()})
+    for (const auto& d : *registry)
+      if (d.op == op && std::string_view(name) == d.name) return d;
   throwUnknownAlgorithm(op, name);
 }
 }  // namespace detail
@@ -173,6 +193,10 @@ Schedule generate(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeO
     static const Profile kReference = defaultProfile(topologyPreset("dgx-h100", 2));
     opt.inter = resolveInter(spec, nodeOf, opt, kReference);
   }
+  if (opt.protocol == Protocol::Auto && isLayered(spec.algo)) {
+    static const Profile kReference = defaultProfile(topologyPreset("dgx-h100", 2));
+    opt.protocol = resolveProtocol(spec, nodeOf, opt, kReference);
+  }
   detail::GenContext ctx = detail::makeContext(spec, nodeOf, opt);
   detail::ScheduleBuilder b(ctx);
   ctx.input = b.addBuffer("input", spec.dtype, BufferKind::Input, inputCount(spec, ctx.nRanks));
@@ -195,6 +219,7 @@ CostEstimate closedForm(const CollectiveSpec& spec, const GenOptions& opt, const
   const std::vector<uint32_t> nodeOf = topo.layout(nRanks);
   GenOptions resolved = opt;
   resolved.inter = resolveInter(spec, nodeOf, opt, profile);
+  resolved.protocol = resolveProtocol(spec, nodeOf, opt, profile);
   const detail::GenContext ctx = detail::makeContext(spec, nodeOf, resolved);
   // Profile::userPutUs: the closed forms have one NVLink alpha per generator, so a generator whose peers write
   // user buffers pays it on every NVLink message (the timeline charges it per Put by destination).

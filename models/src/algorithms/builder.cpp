@@ -25,6 +25,9 @@ GenContext makeContext(const CollectiveSpec& spec, const std::vector<uint32_t>& 
   if (opt.inter != InterPhase::Ring && opt.inter != InterPhase::Rhd && opt.inter != InterPhase::Auto)
     throw Error(ErrorCode::InvalidArgument,
                 "inter must be ring, rhd or auto (got " + std::to_string(static_cast<unsigned>(opt.inter)) + ")");
+  if (static_cast<uint8_t>(opt.protocol) > static_cast<uint8_t>(Protocol::LL128))
+    throw Error(ErrorCode::InvalidArgument, "protocol must be simple, ll, ll128 or auto (got " +
+                                                std::to_string(static_cast<unsigned>(opt.protocol)) + ")");
   GenContext ctx;
   ctx.spec = spec;
   ctx.opt = opt;
@@ -145,6 +148,7 @@ void ScheduleBuilder::put(uint32_t rank, uint32_t lane, BufRef dst, BufRef src, 
   st.dst = dst;
   st.a = src;
   st.count = count;
+  st.flags |= ctx_.putFlags;
   if (signalFlag) {
     st.flags |= kStepSignal;
     st.flag = FlagRef{dst.rank, *signalFlag};

@@ -41,6 +41,7 @@ struct GenContext {
   uint32_t maxLocal = 0;                         ///< largest node size
   uint16_t input = 0, output = 0;                ///< buffer ids
   int scratch = -1;                              ///< buffer id, or -1 when the algorithm has none
+  uint8_t putFlags = 0;  ///< protocol bits every Put / ProxyPut gets (kStepLL, kStepLL128; set by nccl-* setups)
   uint32_t nNodes() const noexcept { return static_cast<uint32_t>(nodeRanks.size()); }
   /// Ranks on node `node`.
   uint32_t nodeSize(uint32_t node) const noexcept { return static_cast<uint32_t>(nodeRanks[node].size()); }
@@ -138,6 +139,11 @@ struct AlgorithmDef {
 
 /// Every generator, in the order algorithmsFor() lists them (all-reduce first); defined in algorithms.cpp.
 const std::vector<AlgorithmDef>& algorithmRegistry();
+/// The layered (nccl-*) generators, in the order layeredAlgorithmsFor() lists them; defined in nccl_policy.cpp.
+const std::vector<AlgorithmDef>& layeredRegistry();
+/// The layered generators' definitions (nccl_ring.cpp, nccl_tree.cpp).
+AlgorithmDef ncclRing(CollOp op);
+AlgorithmDef ncclTree();
 /// Each generator's definition, from the file of the same name (allreduce_one_shot.cpp, ...).
 AlgorithmDef allReduceOneShot();
 AlgorithmDef allReduceTwoShot();

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "mk/algorithms/nccl.hpp"
 #include "mk/error.hpp"
 
 namespace mk {
@@ -54,6 +55,7 @@ CollectivePlan planCollective(CollectiveSpec spec, std::optional<Algorithm> algo
   if (gen.chunks == 0) gen.chunks = table.chunks;
   if (gen.channels == 0) gen.channels = table.channels;
   gen.inter = resolveInter(spec, topo.layout(nRanks), gen, profile);
+  gen.protocol = resolveProtocol(spec, topo.layout(nRanks), gen, profile);
   plan.spec = spec;
   plan.gen = gen;
   return plan;

@@ -1,5 +1,7 @@
 #include "mk/algorithms/request.hpp"
 
+#include "mk/algorithms/nccl.hpp"
+
 #include <algorithm>
 #include <tuple>
 
@@ -58,6 +60,14 @@ CollectiveRequest parseCollective(const CollectiveArgs& a) {
   const auto inter = parseInterPhase(a.inter);
   if (!inter) throw Error(ErrorCode::InvalidArgument, "unknown --inter '" + a.inter + "' (expected ring, rhd, auto)");
   r.gen.inter = *inter;
+  const auto protocol = parseProtocol(a.protocol);
+  if (!protocol)
+    throw Error(ErrorCode::InvalidArgument,
+                "unknown --protocol '" + a.protocol + "' (expected simple, ll, ll128, auto)");
+  if (*protocol != Protocol::Auto && !(r.algo && isLayered(*r.algo)))
+    throw Error(ErrorCode::InvalidArgument,
+                "--protocol applies to the layered algorithms (--algo nccl-ring, nccl-tree)");
+  r.gen.protocol = *protocol;
   // Chunks and channels not asked for follow the engine's rule for the size (defaultGenOptions), for every
   // algorithm, so that a tool predicts the schedule the engine would run for the same request.
   r.gen.chunks = a.chunksGiven ? a.chunks : 0;
@@ -71,7 +81,8 @@ FusedRequest parseFused(const CollectiveArgs& a) {
   FusedRequest r;
   r.spec.op = requireFusedOp(a.op, "--op");
   const char* op = toString(r.spec.op);
-  for (const char* option : {"--bytes", "--algo", "--redop", "--root", "--chunks", "--channels", "--inter"})
+  for (const char* option :
+       {"--bytes", "--algo", "--redop", "--root", "--chunks", "--channels", "--inter", "--protocol"})
     if (named(a, option))
       throw Error(ErrorCode::InvalidArgument,
                   std::string(option) + " does not apply to " + op +

@@ -106,6 +106,44 @@ Json linkCostJson(const LinkCost& c) {
   return j;
 }
 
+ProtocolCost protocolCost(const Json& obj, const std::string& path, const char* key) {
+  const std::string at = join(path, key);
+  const Json& j = object(obj, path, key);
+  onlyKeys(j, at, {"latencyUs", "bwFraction"});
+  ProtocolCost c{parameter(j, at, "latencyUs"), parameter(j, at, "bwFraction")};
+  if (!(c.bwFraction > 0) || c.bwFraction > 1) {
+    std::ostringstream os;
+    os << "profile: " << at << ".bwFraction must be in (0, 1] (got " << c.bwFraction << ")";
+    throw Error(ErrorCode::InvalidArgument, os.str());
+  }
+  return c;
+}
+
+Json protocolJson(const ProtocolCost& c) { return Json{{"latencyUs", c.latencyUs}, {"bwFraction", c.bwFraction}}; }
+
+/// "protocols" and "nccl": optional (profiles written before the layered baseline keep the documented defaults).
+void readLayered(const Json& j, Profile& p) {
+  if (j.contains("protocols")) {
+    const Json& pj = object(j, "", "protocols");
+    onlyKeys(pj, "protocols", {"simple", "ll", "ll128"});
+    if (pj.contains("simple")) p.simple = protocolCost(pj, "protocols", "simple");
+    if (pj.contains("ll")) p.ll = protocolCost(pj, "protocols", "ll");
+    if (pj.contains("ll128")) p.ll128 = protocolCost(pj, "protocols", "ll128");
+  }
+  if (j.contains("nccl")) {
+    const Json& nj = object(j, "", "nccl");
+    onlyKeys(nj, "nccl", {"launchUs", "baseUs"});
+    if (nj.contains("launchUs")) p.nccl.launchUs = parameter(nj, "nccl", "launchUs");
+    if (nj.contains("baseUs")) {
+      const Json& bj = object(nj, "nccl", "baseUs");
+      onlyKeys(bj, "nccl.baseUs", {"ll", "ll128", "simple"});
+      if (bj.contains("ll")) p.nccl.baseLlUs = parameter(bj, "nccl.baseUs", "ll");
+      if (bj.contains("ll128")) p.nccl.baseLl128Us = parameter(bj, "nccl.baseUs", "ll128");
+      if (bj.contains("simple")) p.nccl.baseSimpleUs = parameter(bj, "nccl.baseUs", "simple");
+    }
+  }
+}
+
 }  // namespace
 
 std::string profileToJson(const Profile& p, const ProfileProvenance& prov, int indent) {
@@ -136,6 +174,9 @@ std::string profileToJson(const Profile& p, const ProfileProvenance& prov, int i
   // Written only when set, so that a profile that does not distinguish them reads back the same.
   if (p.sms > 0) j["sms"] = p.sms;
   if (p.ctaGBs > 0) j["ctaGBs"] = p.ctaGBs;
+  j["protocols"] = {{"simple", protocolJson(p.simple)}, {"ll", protocolJson(p.ll)}, {"ll128", protocolJson(p.ll128)}};
+  j["nccl"] = {{"launchUs", p.nccl.launchUs},
+               {"baseUs", {{"ll", p.nccl.baseLlUs}, {"ll128", p.nccl.baseLl128Us}, {"simple", p.nccl.baseSimpleUs}}}};
   return j.dump(indent);
 }
 
@@ -150,9 +191,9 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   const std::string schema = text(j, "", "schema");
   if (schema != kProfileSchema)
     parseFail("schema must be \"" + std::string(kProfileSchema) + "\" (got \"" + schema + "\")");
-  onlyKeys(j, "",
-           {"schema", "source", "provenance", "nvlink", "network", "local", "reduceGBs", "reduceRamp", "flagUs", "localFlagUs",
-            "dispatchUs", "peerUserUs", "putIssueUs", "userPutUs", "proxyUs", "gemmTflops", "sms", "ctaGBs"});
+  onlyKeys(j, "", {"schema",     "source",     "provenance",  "nvlink",     "network",    "local",      "reduceGBs",
+                   "reduceRamp", "flagUs",     "localFlagUs", "dispatchUs", "peerUserUs", "putIssueUs", "userPutUs",
+                   "proxyUs",    "gemmTflops", "sms",         "ctaGBs",     "protocols",  "nccl"});
   Profile p;
   p.source = text(j, "", "source");
   p.nvlink = linkCost(j, "nvlink", true);
@@ -179,6 +220,7 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
       parseFail("sms must be a whole number of SMs (got " + formatNumber(sms) + ")");
     p.sms = static_cast<uint32_t>(sms);
   }
+  readLayered(j, p);
 
   ProfileProvenance prov;
   if (j.contains("provenance")) {

@@ -28,8 +28,7 @@ double rampFraction(const std::vector<RampPoint>& r, double bytes) noexcept {
   if (r.empty()) return 1.0;
   if (!(bytes > r.front().bytes)) return r.front().fraction;
   if (bytes >= r.back().bytes) return r.back().fraction;
-  const auto hi = std::upper_bound(r.begin(), r.end(), bytes,
-                                   [](double b, const RampPoint& p) { return b < p.bytes; });
+  const auto hi = std::upper_bound(r.begin(), r.end(), bytes, [](double b, const RampPoint& p) { return b < p.bytes; });
   const RampPoint& b = *hi;
   const RampPoint& a = *(hi - 1);
   const double t = std::log(bytes / a.bytes) / std::log(b.bytes / a.bytes);
@@ -38,9 +37,7 @@ double rampFraction(const std::vector<RampPoint>& r, double bytes) noexcept {
 
 double linkRate(const LinkCost& c, double bytes) noexcept { return c.bwGBs * rampFraction(c.ramp, bytes); }
 
-double reduceRate(const Profile& p, double bytes) noexcept {
-  return p.reduceGBs * rampFraction(p.reduceRamp, bytes);
-}
+double reduceRate(const Profile& p, double bytes) noexcept { return p.reduceGBs * rampFraction(p.reduceRamp, bytes); }
 
 void validateRamp(const std::vector<RampPoint>& ramp, const std::string& what, bool capped) {
   for (std::size_t i = 0; i < ramp.size(); ++i) {
@@ -112,7 +109,35 @@ double ctaCapPerUs(const Profile& p, StepResource r, double sms, uint64_t gemmTi
   }
 }
 
-StepPrice stepPrice(const Profile& p, StepKind kind, LinkClass link, double amount, bool intoPeerUser) noexcept {
+const ProtocolCost* stepProtocol(const Profile& p, uint8_t stepFlags) noexcept {
+  if (stepFlags & kStepLL) return &p.ll;
+  if (stepFlags & kStepLL128) return &p.ll128;
+  return nullptr;
+}
+
+Profile protocolView(const Profile& p, uint8_t stepFlags) {
+  const ProtocolCost* proto = stepProtocol(p, stepFlags);
+  if (proto == nullptr) return p;
+  Profile v = p;
+  v.nvlink.alphaUs = proto->latencyUs;
+  v.putIssueUs = 0;
+  v.userPutUs = 0;
+  v.nvlink.bwGBs *= proto->bwFraction;
+  v.network.bwGBs *= proto->bwFraction;
+  return v;
+}
+
+StepPrice stepPrice(const Profile& p, StepKind kind, LinkClass link, double amount, bool intoPeerUser,
+                    uint8_t stepFlags) noexcept {
+  // A packet protocol (kStepLL, kStepLL128): the flag rides with the data, so a Put has no separate issue and
+  // visibility parts, and only bwFraction of the bytes on the wire are payload.
+  if (const ProtocolCost* proto = stepProtocol(p, stepFlags);
+      proto != nullptr && (kind == StepKind::Put || kind == StepKind::ProxyPut)) {
+    StepPrice pr = stepPrice(p, kind, link, amount, intoPeerUser);
+    if (kind == StepKind::Put) pr.alphaUs = proto->latencyUs;
+    pr.rate *= proto->bwFraction;
+    return pr;
+  }
   StepPrice pr;
   pr.amount = amount;
   pr.unitsPerUs = kBytesPerUsPerGBs;
@@ -187,7 +212,7 @@ StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra
   singleNode_ = std::all_of(s.nodeOf.begin(), s.nodeOf.end(), [&](uint32_t n) { return n == s.nodeOf[0]; });
   share_.assign(static_cast<std::size_t>(s.nRanks) * kStepResources, 0);
   barrierParticipants_.assign(s.nBarriers, 0);
-  bool copyLocal = false, nvlink = false, reduce = false, network = false, gemm = false;
+  bool copyLocal = false, nvlink = false, reduce = false, network = false, gemm = false, ll = false, ll128 = false;
   for (uint32_t r = 0; r < s.nRanks; ++r) {
     for (uint32_t l = 0; l < s.lanes[r].size(); ++l) {
       const auto& steps = s.lanes[r][l].steps;
@@ -209,6 +234,8 @@ StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra
         reduce = reduce || st.kind == StepKind::Reduce;
         network = network || st.kind == StepKind::ProxyPut;
         gemm = gemm || st.kind == StepKind::Gemm;
+        ll = ll || (st.flags & kStepLL);
+        ll128 = ll128 || (st.flags & kStepLL128);
       }
       for (uint32_t k = 0; k < kStepResources; ++k)
         if (uses[k]) ++share_[static_cast<std::size_t>(r) * kStepResources + k];
@@ -231,6 +258,10 @@ StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra
   if (reduce) requirePositive("profile.reduceGBs", p.reduceGBs, "a reduce");
   if (network) requirePositive("profile.network.bwGBs", p.network.bwGBs, "a proxy put");
   if (gemm) requirePositive("profile.gemmTflops", p.gemmTflops, "a gemm");
+  if (ll) requirePositive("profile.protocols.ll.bwFraction", p.ll.bwFraction, "an LL put");
+  if (ll128) requirePositive("profile.protocols.ll128.bwFraction", p.ll128.bwFraction, "an LL128 put");
+  if (ll) requireNonNegative("profile.protocols.ll.latencyUs", p.ll.latencyUs);
+  if (ll128) requireNonNegative("profile.protocols.ll128.latencyUs", p.ll128.latencyUs);
 }
 
 StepPrice StepCosts::price(const Step& st, uint32_t rank, uint32_t lane) const {
@@ -246,7 +277,7 @@ StepPrice StepCosts::price(const Step& st, uint32_t rank, uint32_t lane) const {
 StepPrice StepCosts::sharedPrice(const Step& st, uint32_t rank) const {
   const bool gemm = st.kind == StepKind::Gemm;
   StepPrice pr = stepPrice(p_, st.kind, st.link, gemm ? st.flops : static_cast<double>(st.bytes),
-                           st.kind == StepKind::Put && writesPeerUserBuffer(s_, st, rank));
+                           st.kind == StepKind::Put && writesPeerUserBuffer(s_, st, rank), st.flags);
   if (st.kind == StepKind::ProxyPut && st.count == 0) pr.amount = 0;  // a signal only
   return pr;
 }
@@ -267,6 +298,8 @@ double StepCosts::incrementDelayUs(const Step& st, uint32_t rank) const noexcept
   switch (st.kind) {
     case StepKind::Signal: return signalDelayUs(rank, st.flag.rank);
     case StepKind::Put: {
+      // A packet protocol's flag is in the data: visible when the bytes are, at the step's end.
+      if (stepProtocol(p_, st.flags) != nullptr) return 0;
       // The lane moved on after the issue time; the data (and so the signal) lands alpha after the start.
       const bool user = writesPeerUserBuffer(s_, st, rank);
       return putAlphaUs(p_, user) - putLaneUs(p_, user);

@@ -57,6 +57,7 @@ std::string barrierProblem(const Schedule& s, const Step& st) {
 void requireSyncReferences(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step) {
   const Step& st = s.lanes[rank][lane].steps[step];
   std::vector<std::string> problems;
+  if (const char* problem = protocolFlagProblem(st.kind, st.flags)) problems.emplace_back(problem);
   switch (st.kind) {
     case StepKind::Put:
     case StepKind::ProxyPut:

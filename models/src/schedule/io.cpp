@@ -309,6 +309,11 @@ std::string scheduleToJson(const Schedule& s, int indent) {
             count();
             operand("dst", st.dst);
             operand("a", st.a);
+            if (st.flags & kStepProtocolBits) {
+              w.comma();
+              w.key("protocol");
+              w.str((st.flags & kStepLL) ? "ll" : "ll128");
+            }
             if (st.flags & kStepSignal) {
               w.comma();
               w.key("signal");
@@ -647,10 +652,19 @@ class Reader {
         break;
       case StepKind::Put:
       case StepKind::ProxyPut: {
-        checkKeys(o, p, {"kind", "count", "dst", "a", "signal", "flag", "value"}, cost);
+        checkKeys(o, p, {"kind", "count", "dst", "a", "protocol", "signal", "flag", "value"}, cost);
         st.count = asU64(member(o, "count", p), p["count"]);
         st.dst = readOperand(member(o, "dst", p), p["dst"]);
         st.a = readOperand(member(o, "a", p), p["a"]);
+        if (const json* x = optionalMember(o, "protocol")) {
+          const std::string proto = asString(*x, p["protocol"]);
+          if (proto == "ll")
+            st.flags |= kStepLL;
+          else if (proto == "ll128")
+            st.flags |= kStepLL128;
+          else if (proto != "simple")
+            fail(p["protocol"], "unknown protocol '" + proto + "' (expected simple, ll, ll128)");
+        }
         const json* sig = optionalMember(o, "signal");
         if (sig != nullptr && asBool(*sig, p["signal"])) {
           st.flags |= kStepSignal;

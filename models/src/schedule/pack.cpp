@@ -295,6 +295,7 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
           fail(std::string(name) + " rank " + std::to_string(r.rank) + " out of range (nRanks " +
                std::to_string(h.nRanks) + ")");
       };
+      if (const char* problem = protocolFlagProblem(kind, ps.flags)) fail(problem);
       const bool signals = (kind == StepKind::Put || kind == StepKind::ProxyPut) && (ps.flags & kStepSignal);
       switch (kind) {
         case StepKind::Copy:

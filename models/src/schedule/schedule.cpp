@@ -82,3 +82,16 @@ std::string describeStep(const Schedule& s, uint32_t rank, uint32_t lane, uint32
 }
 
 }  // namespace mk
+
+namespace mk {
+
+const char* protocolFlagProblem(StepKind kind, uint8_t flags) noexcept {
+  const uint8_t proto = flags & kStepProtocolBits;
+  if (proto == 0) return nullptr;
+  if (kind != StepKind::Put && kind != StepKind::ProxyPut)
+    return "protocol ll / ll128 (kStepLL, kStepLL128) is valid on put and proxyput steps only";
+  if (proto == kStepProtocolBits) return "kStepLL and kStepLL128 are both set (a put has at most one protocol)";
+  return nullptr;
+}
+
+}  // namespace mk

@@ -315,6 +315,7 @@ class Validator {
   }
 
   void checkStep(uint32_t g, uint32_t i, uint32_t r, const Step& st) {
+    if (const char* problem = protocolFlagProblem(st.kind, st.flags)) addStep(g, i, problem);
     switch (st.kind) {
       case StepKind::Copy:
       case StepKind::Reduce: {

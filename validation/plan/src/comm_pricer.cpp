@@ -5,6 +5,7 @@
 #include <chrono>
 #include <mutex>
 
+#include "mk/algorithms/nccl.hpp"
 #include "mk/cost/profile_io.hpp"
 #include "mk/error.hpp"
 #include "mk/plan/embed.hpp"
@@ -30,6 +31,7 @@ std::string describeAlgo(const CollectiveSpec& spec, const GenOptions& gen) {
   std::string s = toString(spec.algo);
   if (spec.op == CollOp::AllReduce && spec.algo == Algorithm::Hierarchical)
     s += std::string(" (") + toString(gen.inter) + ")";
+  if (isLayered(spec.algo)) s += std::string(" (") + toString(gen.protocol) + ")";
   s += ", " + std::to_string(gen.chunks) + (gen.chunks == 1 ? " chunk" : " chunks");
   if (gen.channels > 1) s += " x " + std::to_string(gen.channels) + " channels";
   return s;
@@ -86,6 +88,12 @@ std::string CommPricer::request(const CommOp& op, const GroupSet& groups, const 
     e.spec.root = 0;
     e.gen = defaultGenOptions(e.spec.op, e.spec.algo, opBytes(e.spec, p.groupSize), p.groupSize);
     e.gen.inter = InterPhase::Ring;
+  } else if (!layeredAlgorithmsFor(e.spec.op).empty()) {
+    // The layered variant is what users run: NCCL, modelled by the nccl-* family and its tuner (chooseLayered).
+    const LayeredChoice c = chooseLayered(e.spec.op, e.spec.count, e.spec.dtype, p.choice, p.groupSize, profile);
+    e.spec.algo = c.algo;
+    e.gen = c.gen;
+    e.profile = layeredProfile(profile, c.gen.protocol);
   } else {
     const CollectivePlan plan =
         planCollective(e.spec, std::nullopt, GenOptions{0, 0, InterPhase::Auto}, p.choice, p.groupSize, profile);
@@ -100,7 +108,7 @@ std::string CommPricer::request(const CommOp& op, const GroupSet& groups, const 
     if (err.code() != ErrorCode::Unsupported) throw;
   }
   // Everything the simulation depends on. A one-node simulation never uses the network's profile.
-  Profile keyed = profile;
+  Profile keyed = e.profile;
   keyed.source.clear();
   if (!p.multiNode) {
     keyed.network = LinkCost{};
@@ -109,7 +117,8 @@ std::string CommPricer::request(const CommOp& op, const GroupSet& groups, const 
   const std::string key = std::string(toString(e.spec.op)) + "|" + toString(e.spec.algo) + "|" +
                           toString(e.spec.dtype) + "|" + std::to_string(e.spec.count) + "|" +
                           std::to_string(e.gen.chunks) + "x" + std::to_string(e.gen.channels) + "|" +
-                          toString(e.gen.inter) + "|" + placementKey(p) + "|" + profileToJson(keyed, {}, -1);
+                          toString(e.gen.inter) + "|" + toString(e.gen.protocol) + "|" + placementKey(p) + "|" +
+                          profileToJson(keyed, {}, -1);
   entries_.emplace(key, std::move(e));  // an existing entry (the same simulation) is kept
   return key;
 }
@@ -145,7 +154,7 @@ void CommPricer::simulate(Entry& e) const {
   const Schedule all = embedConcurrent(generate(e.spec, p.partNodeOf, e.gen), p.maps, p.nodeOf);
   e.price.steps = all.stepCount();
   if (settings_.budgetSteps != 0 && e.price.steps > settings_.budgetSteps && e.price.closedFormUs) {
-    e.price.us = *e.price.closedFormUs;
+    e.price.us = isLayered(e.spec.algo) ? layeredOpUs(*e.price.closedFormUs, e.profile, 1) : *e.price.closedFormUs;
     e.price.source = "closed-form";
     e.price.note = "closed form: the simulation of " + std::to_string(e.price.steps) + " steps exceeds the budget of " +
                    std::to_string(settings_.budgetSteps) + " (--sim-budget); link sharing is not in this number";
@@ -156,7 +165,8 @@ void CommPricer::simulate(Entry& e) const {
     so.linkLoad = true;
     so.fast = p.multiNode;
     const sim::Prediction pred = sim::predict(all, p.reduced, e.profile, so);
-    e.price.us = pred.totalUs;
+    // A layered op also pays its kernel's launch on the host (one process per GPU: one launch per op).
+    e.price.us = isLayered(e.spec.algo) ? layeredOpUs(pred.totalUs, e.profile, 1) : pred.totalUs;
     e.price.source = so.fast ? "simgrid-fast" : "simgrid";
     for (std::size_t i = 0; i < pred.links.size() && i < 3; ++i) e.price.busiest.push_back(pred.links[i]);
     e.price.bound = boundOf(e.price);

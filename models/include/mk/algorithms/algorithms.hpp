@@ -28,9 +28,12 @@ std::optional<CollOp> parseCollOp(std::string_view s) noexcept;
 CollOp requireCollOp(std::string_view s, std::string_view what = "op");
 
 /// The schedule generators by name. A generator exists for some (op, algorithm) pairs only (algorithmsFor()).
-enum class Algorithm : uint8_t { OneShot, TwoShot, Ring, Hierarchical, Direct };
+/// NcclRing and NcclTree are the layered baseline (what NCCL does; mk/algorithms/nccl.hpp): they model another
+/// library, so algorithmsFor() (the candidates of `auto`) never lists them.
+enum class Algorithm : uint8_t { OneShot, TwoShot, Ring, Hierarchical, Direct, NcclRing, NcclTree };
 
-const char* toString(Algorithm a) noexcept;  ///< "one-shot", "two-shot", "ring", "hierarchical", "direct"
+/// "one-shot", "two-shot", "ring", "hierarchical", "direct", "nccl-ring", "nccl-tree"
+const char* toString(Algorithm a) noexcept;
 std::optional<Algorithm> parseAlgorithm(std::string_view s) noexcept;
 /// The generator `s` names for `op`, or Error(NotFound) "unknown algorithm '<s>' for <op> (expected <the
 /// algorithmsFor(op) list>)": the one spelling for a name that is not an algorithm and for an algorithm that
@@ -45,6 +48,14 @@ enum class InterPhase : uint8_t { Auto, Ring, Rhd };
 
 const char* toString(InterPhase p) noexcept;  ///< "auto", "ring", "rhd"
 std::optional<InterPhase> parseInterPhase(std::string_view s) noexcept;
+
+/// Protocol of the puts of the layered (nccl-*) algorithms, NCCL's three: Simple (a plain Put, then its flag),
+/// LL and LL128 (data and flag in the same stores: kStepLL, kStepLL128). Auto: the cheapest under the profile
+/// (resolveProtocol). Every other generator ignores it.
+enum class Protocol : uint8_t { Auto, Simple, LL, LL128 };
+
+const char* toString(Protocol p) noexcept;  ///< "auto", "simple", "ll", "ll128"
+std::optional<Protocol> parseProtocol(std::string_view s) noexcept;
 
 /// What to compute.
 struct CollectiveSpec {
@@ -63,6 +74,9 @@ struct GenOptions {
   /// Inter-node phase of the hierarchical all-reduce. Auto is decided under the datasheet DGX-H100 profile in
   /// generate(); tools that price with another profile resolve it themselves with resolveInter().
   InterPhase inter = InterPhase::Auto;
+  /// Protocol of the nccl-* algorithms (ignored by the others). Auto is decided in generate() under the datasheet
+  /// DGX-H100 profile; tools that price with another profile resolve it with resolveProtocol() (nccl.hpp).
+  Protocol protocol = Protocol::Auto;
 };
 
 /// Every field equal: two specs (options) that generate the same schedule. With the ordering below, the pair

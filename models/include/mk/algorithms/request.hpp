@@ -45,7 +45,8 @@ struct CollectiveArgs {
   bool chunksGiven = false;    ///< `chunks` was asked for: kept instead of the engine's rule for the size
   bool channelsGiven = false;  ///< likewise `channels`
   std::string inter = "auto";
-  std::string profile;  ///< profile file (mkernel.profile.v1); empty: the cluster's datasheet defaults
+  std::string protocol = "auto";  ///< nccl-* only: simple, ll, ll128, or auto (the lowest closed form)
+  std::string profile;            ///< profile file (mkernel.profile.v1); empty: the cluster's datasheet defaults
   // The fused operators (--op gemm-rs | ag-gemm | gemm-ar, fused.hpp): the whole GEMM and the schedule's shape.
   uint64_t m = 0, n = 0, k = 0;    ///< C[m x n] = A[m x k] B[k x n]; required for a fused op
   uint32_t tileRows = 0;           ///< 0: planFused's default (one wave of CTAs per Gemm step)

@@ -42,18 +42,40 @@ double linkRate(const LinkCost& c, double bytes) noexcept;
 /// `capped`: also fractions <= 1 and non-decreasing.
 void validateRamp(const std::vector<RampPoint>& ramp, const std::string& what, bool capped);
 
+/// The price of a packet protocol on a Put / ProxyPut that carries its flag bit (kStepLL, kStepLL128): data and
+/// flag travel in the same stores, so the message is visible as soon as its bytes are, without the fence and
+/// separate flag store of a plain Put. Defaults: NCCL's documented protocol design (docs/algorithms-nccl.md).
+struct ProtocolCost {
+  /// An NVLink Put of this protocol: lane time before its bytes, and its visibility latency (it replaces
+  /// nvlink.alphaUs, putIssueUs and userPutUs). A ProxyPut keeps proxyUs + network.alphaUs.
+  double latencyUs = 0;
+  /// Payload share of the bytes on the wire (LL: 4 of 8, LL128: 120 of 128): a Put or ProxyPut of this protocol
+  /// moves its bytes at the link's rate times this; in (0, 1].
+  double bwFraction = 1;
+};
+
+/// What a layered library's op (NCCL: one kernel per GPU per op) pays that the resident kernel's dispatch does
+/// not: the host launches a kernel for every op, and each kernel has a fixed cost by protocol. The nccl-*
+/// algorithms are priced with layeredProfile() (mk/algorithms/nccl.hpp), which turns these into dispatchUs.
+struct LayeredCosts {
+  double launchUs = 5.15;  ///< host time of one kernel launch (one per GPU the calling thread drives, per op)
+  double baseLlUs = 6.6;   ///< fixed cost of one op's kernel with the LL protocol
+  double baseLl128Us = 14.0;
+  double baseSimpleUs = 8.4;
+};
+
 /// Parameters the closed form and the simulator need. Defaults come from datasheets
 /// (`defaultProfile`); the calibration issue fits them from measurements.
 struct Profile {
   std::string source = "uncalibrated (datasheet defaults)";
-  LinkCost nvlink;         ///< Put over NVLink, per GPU per direction
-  LinkCost network;        ///< ProxyPut GPU->GPU across nodes (PCIe + NIC + fabric), per GPU per direction
-  LinkCost local;          ///< Copy inside one GPU
-  double reduceGBs = 0;    ///< Reduce throughput (output bytes/s) of one lane
+  LinkCost nvlink;                    ///< Put over NVLink, per GPU per direction
+  LinkCost network;                   ///< ProxyPut GPU->GPU across nodes (PCIe + NIC + fabric), per GPU per direction
+  LinkCost local;                     ///< Copy inside one GPU
+  double reduceGBs = 0;               ///< Reduce throughput (output bytes/s) of one lane
   std::vector<RampPoint> reduceRamp;  ///< reduceGBs by size (LinkCost::ramp, not capped: L2); empty = flat
-  double flagUs = 0;       ///< Signal -> Wait visibility across NVLink (another GPU of the node)
-  double localFlagUs = 0;  ///< Signal -> Wait visibility between lanes of one GPU (GPU-scope flag)
-  double dispatchUs = 0;   ///< op enqueue -> first step on the GPU
+  double flagUs = 0;                  ///< Signal -> Wait visibility across NVLink (another GPU of the node)
+  double localFlagUs = 0;             ///< Signal -> Wait visibility between lanes of one GPU (GPU-scope flag)
+  double dispatchUs = 0;              ///< op enqueue -> first step on the GPU
   /// Extra per-op cost of an op in which some rank's step reads or writes another rank's user buffers
   /// (peersTouchUserBuffers): the engine then completes it only once every rank is done and guards peers'
   /// accesses with an entry handshake, where an op whose peers write only scratch completes on local
@@ -79,6 +101,13 @@ struct Profile {
   /// What one CTA moves through a Copy, Reduce or Put on a rank that runs Gemm steps (rule 2b), GB/s. 0 = not
   /// distinguished (the lane's data steps are not limited by its CTAs).
   double ctaGBs = 0;
+  /// Packet protocols (NCCL's LL and LL128) of the layered baseline; not calibrated: NCCL's documented design.
+  ProtocolCost ll{0.6, 0.5};
+  ProtocolCost ll128{1.9, 120.0 / 128.0};
+  /// NCCL's Simple protocol: a plain Put then its flag. The nccl-* algorithms price their plain Puts with its
+  /// latency in place of nvlink.alphaUs (layeredProfile); its bytes go at the link's rate (bwFraction not read).
+  ProtocolCost simple{3.4, 1.0};
+  LayeredCosts nccl;  ///< per-op costs of the layered library (nccl-* algorithms)
 };
 
 /// reduceGBs * rampFraction(reduceRamp, bytes): what a Reduce writing `bytes` runs at.

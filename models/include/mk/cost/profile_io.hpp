@@ -17,7 +17,10 @@
 // schedule needs it, with a message from the engine that needs it), except the fields added after the first
 // profiles were written, which are optional and default as mk::Profile documents: localFlagUs (its flagUs),
 // peerUserUs, putIssueUs, userPutUs, sms and ctaGBs (0 = not distinguished; sms a whole number). The writer
-// leaves sms and ctaGBs out when they are 0. "provenance" is optional on input.
+// leaves sms and ctaGBs out when they are 0. "provenance" is optional on input. The layered baseline's fields are
+// optional too and default to NCCL's documented design (cost.hpp, docs/algorithms-nccl.md):
+//   "protocols": {"simple"|"ll"|"ll128": {"latencyUs": x, "bwFraction": f in (0, 1]}},
+//   "nccl": {"launchUs": x, "baseUs": {"ll": x, "ll128": x, "simple": x}}
 #pragma once
 
 #include <string>

@@ -74,7 +74,17 @@ struct StepPrice {
 /// or Reduce over `link` (nvlink, else local), a Put (`intoPeerUser`: landing in another rank's user buffer), a
 /// ProxyPut, a Gemm; resource None for the other kinds. StepCosts prices a schedule's steps with it; closed forms
 /// price the steps their generator would emit.
-StepPrice stepPrice(const Profile& p, StepKind kind, LinkClass link, double amount, bool intoPeerUser) noexcept;
+/// `stepFlags`: the step's protocol bits (kStepLL, kStepLL128) price a Put at its protocol's latency (lane time
+/// and visibility) and a Put or ProxyPut's bytes at the link rate times the protocol's bwFraction.
+StepPrice stepPrice(const Profile& p, StepKind kind, LinkClass link, double amount, bool intoPeerUser,
+                    uint8_t stepFlags = 0) noexcept;
+/// The packet protocol the flags of a Put / ProxyPut select (Profile::ll, Profile::ll128); nullptr for none.
+const ProtocolCost* stepProtocol(const Profile& p, uint8_t stepFlags) noexcept;
+/// `p` as a closed form sees Puts of the protocol `stepFlags` selects: a plain Put under the result costs what a
+/// Put with those flags costs under `p` (nvlink.alphaUs the protocol's latency, putIssueUs and userPutUs 0, the
+/// NVLink and network rates times its bwFraction). For generators whose only NVLink steps are Puts; `p` itself
+/// when no protocol bit is set.
+Profile protocolView(const Profile& p, uint8_t stepFlags);
 /// Whether rule 2b's cap, not rule 2's share of `share` lanes, sets the rate of `pr`.
 bool capBinds(const StepPrice& pr, uint32_t share) noexcept;
 /// Rule 3 under rules 2 and 2b: alpha, then the amount at the rate over `share` lanes or at the cap where lower.

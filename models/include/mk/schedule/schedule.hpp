@@ -55,7 +55,21 @@ enum StepFlagBits : uint8_t {
   kStepSignal = 1u << 0,      ///< Put/ProxyPut: signal `flag` by `value` once the data has landed
   kStepAccumulate = 1u << 1,  ///< Gemm: C += A*B (else C = A*B)
   kStepBColMajor = 1u << 2,   ///< Gemm: B is column-major (K contiguous), else row-major (N contiguous)
+  /// Put/ProxyPut, cost flavour "LL" (NCCL's low-latency protocol): data and flag travel in the same 8-byte
+  /// stores (4 B data + 4 B flag), so the receiver polls the data itself and no fence separates data and flag.
+  /// Same semantics as a plain Put (+ signal): the CPU executor runs it as one; the GPU engine ignores the bit
+  /// for now (a cost flavour until the resident kernel implements the packets). Priced by Profile::ll.
+  kStepLL = 1u << 3,
+  /// Put/ProxyPut, cost flavour "LL128": 128-byte lines carrying 120 B data + 8 B flag (NCCL's LL128). As
+  /// kStepLL otherwise; priced by Profile::ll128. At most one of kStepLL and kStepLL128 is set.
+  kStepLL128 = 1u << 4,
 };
+/// The protocol bits of Step::flags.
+inline constexpr uint8_t kStepProtocolBits = kStepLL | kStepLL128;
+
+/// Why the protocol bits of a step of `kind` with `flags` are invalid (only Put and ProxyPut carry one, and at
+/// most one), or nullptr when they are valid.
+const char* protocolFlagProblem(StepKind kind, uint8_t flags) noexcept;
 
 /// One step of a lane. Trivially copyable; what each field means depends on `kind`:
 ///

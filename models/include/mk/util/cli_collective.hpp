@@ -23,9 +23,9 @@ namespace mk::cli {
 /// Every option addCollectiveOptions adds (what finishCollectiveOptions records in CollectiveArgs::given).
 inline const std::vector<const char*>& collectiveOptionNames() {
   static const std::vector<const char*> names = {
-      "--op",        "--algo",   "--cluster",  "--nodes",     "--ranks",         "--bytes",   "--dtype", "--redop",
-      "--root",      "--chunks", "--channels", "--inter",     "--profile",       "--m",       "--n",     "--k",
-      "--tile-rows", "--order",  "--ctas",     "--comm-ctas", "--compute-lanes", "--layout-b"};
+      "--op",   "--algo",      "--cluster",  "--nodes", "--ranks",     "--bytes",         "--dtype",   "--redop",
+      "--root", "--chunks",    "--channels", "--inter", "--protocol",  "--profile",       "--m",       "--n",
+      "--k",    "--tile-rows", "--order",    "--ctas",  "--comm-ctas", "--compute-lanes", "--layout-b"};
   return names;
 }
 
@@ -41,7 +41,8 @@ inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
   app.add_option("--algo", a.algo,
                  "algorithm: allreduce one-shot|two-shot|ring|hierarchical; allgather and reducescatter "
                  "ring|direct|hierarchical; broadcast direct|ring; alltoall direct; or auto (the engine's choice: "
-                 "the lowest closed form under the profile used)")
+                 "the lowest closed form under the profile used); the layered baseline (NCCL, never auto's choice): "
+                 "nccl-ring (allreduce, allgather, reducescatter), nccl-tree (allreduce)")
       ->capture_default_str();
   app.add_option("--cluster", a.cluster, "preset (h200x2, dgx-h100, dgx-h200) or a topology JSON file")
       ->capture_default_str();
@@ -65,6 +66,11 @@ inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
                  "(recursive halving + doubling, 2 log2 M steps; other node counts fold the extra nodes), or auto "
                  "(the lower closed form under the profile used)")
       ->check(CLI::IsMember({"ring", "rhd", "auto"}))
+      ->capture_default_str();
+  app.add_option("--protocol", a.protocol,
+                 "protocol of the layered algorithms (--algo nccl-ring, nccl-tree): simple, ll, ll128, or auto (the "
+                 "lowest closed form under the profile used; docs/algorithms-nccl.md)")
+      ->check(CLI::IsMember({"simple", "ll", "ll128", "auto"}))
       ->capture_default_str();
   app.add_option("--profile", a.profile,
                  "hardware profile JSON (mkernel.profile.v1, e.g. from mk-calibrate); default: the cluster's "

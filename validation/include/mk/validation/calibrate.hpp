@@ -76,8 +76,8 @@ AlphaBetaFit fitAlphaBeta(const std::vector<CalibPoint>& points, const std::stri
 
 /// Result of fitRamp: a latency, the large-size bandwidth and the ramp between (mk::LinkCost's fields).
 struct RampFit {
-  bool fitted = false;  ///< false: too few points in the latency or the bandwidth regime (keep the line)
-  LinkCost link;        ///< alphaUs, bwGBs and ramp
+  bool fitted = false;        ///< false: too few points in the latency or the bandwidth regime (keep the line)
+  LinkCost link;              ///< alphaUs, bwGBs and ramp
   double maxRelResidual = 0;  ///< max |model - measured| / measured over every point
   std::size_t latencyPoints = 0, bandwidthPoints = 0, rampPoints = 0;
 };

@@ -1,10 +1,11 @@
 // mkernel — the price of every communication of a plan: each distinct collective simulated once by SimGrid at the
 // cluster's scale (placement.hpp says which ranks and which part of the cluster), then looked up.
 //
-// The layered variant runs each collective as this project's generators do when asked for "auto" (the engine's
-// policy, mk::planCollective: the lowest closed form, the engine's chunks and channels for the size); a pipeline
-// send is a two-rank direct broadcast. Instances inside one node replay exactly; instances across nodes replay in
-// the simulator's fast mode (steps inside a node timed by the uncontended timeline, network flows and
+// The layered variant runs each all-reduce, all-gather and reduce-scatter as NCCL does, modelled by the nccl-*
+// family (mk/algorithms/nccl.hpp: chooseLayered, NCCL's tuner modelled; priced under layeredProfile plus one
+// kernel launch per op); an all-to-all as this project's generators do when asked for "auto" (mk::planCollective);
+// a pipeline send is a two-rank direct broadcast. Instances inside one node replay exactly; instances across nodes
+// replay in the simulator's fast mode (steps inside a node timed by the uncontended timeline, network flows and
 // synchronisation through SimGrid: identical when nothing contends inside a node). A schedule of more steps than
 // the budget is priced by its closed form instead and says so (no contention in that number).
 #pragma once

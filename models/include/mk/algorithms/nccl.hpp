@@ -1,0 +1,65 @@
+// mkernel — the layered baseline: what NCCL does, as ordinary schedules (docs/algorithms-nccl.md).
+//
+// Capacity planning compares our fused operators with what users run today, a layered library: NCCL launches one
+// kernel per GPU per op and moves data with a ring (pipelined slices over channels) or a tree (a chain inside a
+// node, a double binary tree across nodes), each with one of three protocols chosen by size (LL, LL128,
+// Simple). The nccl-ring and nccl-tree generators emit that structure as Schedules, with the protocol as the puts'
+// cost flavour (kStepLL, kStepLL128); the same timeline, SimGrid replay and closed forms price them. They are not
+// candidates of our `auto` (policy.hpp): our engine does not run them as NCCL does.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mk/algorithms/algorithms.hpp"
+#include "mk/cost/cost.hpp"
+#include "mk/topology/topology.hpp"
+
+namespace mk {
+
+/// Whether `a` is one of the layered (nccl-*) algorithms.
+bool isLayered(Algorithm a) noexcept;
+
+/// The layered algorithms that exist for `op`, in the order chooseLayered() considers them: nccl-ring for
+/// allreduce, allgather and reducescatter, then nccl-tree for allreduce (NCCL's tree is an all-reduce only).
+std::vector<Algorithm> layeredAlgorithmsFor(CollOp op);
+
+/// Step::flags protocol bits of `p` (kStepLL, kStepLL128; none for Simple and Auto).
+uint8_t protocolFlags(Protocol p) noexcept;
+
+/// `p` as the nccl-* algorithms of protocol `proto` (concrete) are priced with: an op starts after
+/// LayeredCosts' fixed cost of a kernel of that protocol (dispatchUs = nccl.base*Us), and no engine-specific
+/// completion term (peerUserUs 0). The host's launches are not in it: layeredOpUs() adds them.
+Profile layeredProfile(const Profile& p, Protocol proto);
+
+/// Time per op of back-to-back layered ops when one host thread launches a kernel on each of `launchesPerOp`
+/// GPUs for every op (mk-bench and nccl-tests -g N: the GPUs of the node; one process per GPU: 1): the host
+/// issues launchesPerOp x nccl.launchUs per op while the GPUs run the previous op, so the slower of the two
+/// sets the pace. `gpuUs` is the op's modelled time under layeredProfile().
+double layeredOpUs(double gpuUs, const Profile& p, uint32_t launchesPerOp) noexcept;
+
+/// Chunks and channels of nccl-* at `bytes` (opBytes) on `nRanks` ranks: the engine's size rule
+/// (defaultGenOptions), so that both sides of a fused-vs-layered comparison pipeline alike.
+GenOptions layeredGenOptions(CollOp op, Algorithm algo, Protocol proto, uint64_t bytes, uint32_t nRanks) noexcept;
+
+/// The protocol `opt.protocol` stands for when nccl-* `spec` is generated on `nodeOf`: itself when concrete,
+/// else the one whose closed form under layeredProfile(profile, that protocol) is lowest (Simple on ties);
+/// `opt.protocol` unchanged for an algorithm that is not nccl-* (which ignores it).
+Protocol resolveProtocol(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
+                         const Profile& profile);
+
+/// What "nccl auto" runs (NCCL's tuner, modelled): the algorithm and protocol with the lowest modelled time.
+struct LayeredChoice {
+  Algorithm algo = Algorithm::NcclRing;
+  GenOptions gen;           ///< layeredGenOptions, protocol concrete
+  double closedFormUs = 0;  ///< its closed form under layeredProfile(profile, gen.protocol)
+};
+
+/// Of layeredAlgorithmsFor(op) x {LL, LL128, Simple}, the pair whose closed form under layeredProfile() is the
+/// lowest (the first on ties, in that order); on up to 256 ranks, the pairs whose closed form is within 1.5x of
+/// that lowest one are decided by their uncontended timeline instead (the tree's closed form is an estimate).
+/// Throws Error(NotFound) when no layered algorithm exists for `op`.
+LayeredChoice chooseLayered(CollOp op, uint64_t count, DType dtype, const Topology& topo, uint32_t nRanks,
+                            const Profile& profile);
+
+}  // namespace mk

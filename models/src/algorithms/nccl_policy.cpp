@@ -1,0 +1,135 @@
+// mkernel — the layered baseline's registry, profile view and "nccl auto" rule (mk/algorithms/nccl.hpp).
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+
+#include "builder.hpp"
+#include "mk/algorithms/nccl.hpp"
+#include "mk/algorithms/policy.hpp"
+#include "mk/cost/cost.hpp"
+#include "mk/error.hpp"
+#include "mk/schedule/schedule.hpp"
+
+namespace mk {
+
+namespace detail {
+const std::vector<AlgorithmDef>& layeredRegistry() {
+  static const std::vector<AlgorithmDef> all = {ncclRing(CollOp::AllReduce), ncclTree(), ncclRing(CollOp::AllGather),
+                                                ncclRing(CollOp::ReduceScatter)};
+  return all;
+}
+}  // namespace detail
+
+bool isLayered(Algorithm a) noexcept { return a == Algorithm::NcclRing || a == Algorithm::NcclTree; }
+
+std::vector<Algorithm> layeredAlgorithmsFor(CollOp op) {
+  std::vector<Algorithm> out;
+  for (const auto& d : detail::layeredRegistry())
+    if (d.op == op) out.push_back(*parseAlgorithm(d.name));
+  return out;
+}
+
+uint8_t protocolFlags(Protocol p) noexcept {
+  switch (p) {
+    case Protocol::LL: return kStepLL;
+    case Protocol::LL128: return kStepLL128;
+    default: return 0;
+  }
+}
+
+Profile layeredProfile(const Profile& p, Protocol proto) {
+  Profile v = p;
+  // One kernel per op: its fixed cost by protocol takes the place of the resident kernel's dispatch.
+  v.dispatchUs = proto == Protocol::LL      ? p.nccl.baseLlUs
+                 : proto == Protocol::LL128 ? p.nccl.baseLl128Us
+                                            : p.nccl.baseSimpleUs;
+  // A plain put is NCCL's Simple protocol step; the engine-specific terms of our puts and ops do not apply.
+  v.nvlink.alphaUs = p.simple.latencyUs;
+  v.putIssueUs = 0;
+  v.userPutUs = 0;
+  v.peerUserUs = 0;
+  // NCCL reduces inside its receive loop (recvReduceSend): no separate step start-up, no hand-off between lanes.
+  v.local.alphaUs = 0;
+  v.localFlagUs = 0;
+  return v;
+}
+
+double layeredOpUs(double gpuUs, const Profile& p, uint32_t launchesPerOp) noexcept {
+  return std::max(gpuUs, static_cast<double>(launchesPerOp) * p.nccl.launchUs);
+}
+
+GenOptions layeredGenOptions(CollOp op, Algorithm algo, Protocol proto, uint64_t bytes, uint32_t nRanks) noexcept {
+  (void)algo;
+  GenOptions g = defaultGenOptions(op, Algorithm::Ring, bytes, nRanks);
+  g.protocol = proto;
+  return g;
+}
+
+Protocol resolveProtocol(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
+                         const Profile& profile) {
+  // Every other generator ignores the protocol: it is left as given.
+  if (opt.protocol != Protocol::Auto || !isLayered(spec.algo)) return opt.protocol;
+  const auto& def = detail::findAlgorithm(spec.op, spec.algo);
+  static const Topology kNoTopology{};  // the nccl-* closed forms read the placement and the profile only
+  Protocol best = Protocol::Simple;
+  double bestUs = 0;
+  for (Protocol p : {Protocol::Simple, Protocol::LL, Protocol::LL128}) {
+    GenOptions o = opt;
+    o.protocol = p;
+    const detail::GenContext ctx = detail::makeContext(spec, nodeOf, o);
+    const double t = def.cost(detail::CostContext{spec, o, kNoTopology, ctx, profile}).totalUs;
+    if (p == Protocol::Simple || t < bestUs) {
+      best = p;
+      bestUs = t;
+    }
+  }
+  return best;
+}
+
+LayeredChoice chooseLayered(CollOp op, uint64_t count, DType dtype, const Topology& topo, uint32_t nRanks,
+                            const Profile& profile) {
+  const std::vector<Algorithm> algos = layeredAlgorithmsFor(op);
+  if (algos.empty()) throw Error(ErrorCode::NotFound, std::string("no layered (nccl-*) generator for ") + toString(op));
+  CollectiveSpec spec;
+  spec.op = op;
+  spec.count = count;
+  spec.dtype = dtype;
+  const uint64_t bytes = opBytes(spec, nRanks);
+  std::vector<LayeredChoice> all;
+  std::optional<LayeredChoice> best;
+  for (Algorithm a : algos) {
+    spec.algo = a;
+    for (Protocol p : {Protocol::LL, Protocol::LL128, Protocol::Simple}) {
+      const GenOptions gen = layeredGenOptions(op, a, p, bytes, nRanks);
+      const double t = closedForm(spec, gen, topo, nRanks, profile).totalUs;
+      if (!std::isfinite(t)) continue;
+      all.push_back(LayeredChoice{a, gen, t});
+      if (!best || t < best->closedFormUs) best = all.back();
+    }
+  }
+  if (!best) throw Error(ErrorCode::Internal, std::string("no finite layered closed form for ") + toString(op));
+  // The tree's closed form is an estimate (within 0.5-1.5x of its timeline), so a pick by closed forms alone can
+  // flip to a slower candidate when a rate changes (a faster NIC then slowed a planned step). Where schedules
+  // stay small, the candidates the closed forms cannot separate (within 1.5x of the best) are decided by their
+  // exact uncontended timeline; the choice keeps its closed form for the report.
+  constexpr uint32_t kTimelineMaxRanks = 256;
+  constexpr double kClosedFormSpread = 1.5;
+  if (nRanks > kTimelineMaxRanks) return *best;
+  const std::vector<uint32_t> nodeOf = topo.layout(nRanks);
+  std::optional<double> bestTimeline;
+  LayeredChoice pick = *best;
+  for (const LayeredChoice& c : all) {
+    if (c.closedFormUs > kClosedFormSpread * best->closedFormUs) continue;
+    spec.algo = c.algo;
+    const double t =
+        simulateUncontended(generate(spec, nodeOf, c.gen), layeredProfile(profile, c.gen.protocol)).totalUs;
+    if (!bestTimeline || t < *bestTimeline) {
+      bestTimeline = t;
+      pick = c;
+    }
+  }
+  return pick;
+}
+
+}  // namespace mk
