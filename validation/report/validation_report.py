@@ -158,7 +158,14 @@ def main():
             values += [(f"{k}.{kk}", vv) for kk, vv in v.items()]
         elif isinstance(v, (int, float)) and not isinstance(v, bool):
             values.append((k, v))
-    parts.append(table(["parameter", "value"], [(k, f"{v:.6g}") for k, v in values]))
+    def shown(v):
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return f"{v:.6g}"
+        if isinstance(v, list):  # the transport's efficiency curve: bytes -> fraction
+            return ", ".join(f"{p.get('bytes', 0):.6g} B: {p.get('fraction', 0):.4g}" if isinstance(p, dict) else str(p)
+                             for p in v) or "none"
+        return str(v)
+    parts.append(table(["parameter", "value"], [(k, shown(v)) for k, v in values]))
     if prov:
         parts.append(table(["provenance", ""], [(k, "; ".join(v) if isinstance(v, list) else v) for k, v in prov.items()]))
 

@@ -102,7 +102,7 @@ TransportModel transport(const Json& obj) {
   t.overheadUs = number(j, "transport", "overheadUs");
   t.latencyUs = number(j, "transport", "latencyUs");
   const double inFlight = number(j, "transport", "inFlight");
-  if (inFlight != std::floor(inFlight) || inFlight < 0 || inFlight > 1e9)
+  if (inFlight != std::floor(inFlight) || inFlight < 0 || inFlight > std::numeric_limits<uint32_t>::max())
     throw Error(
         ErrorCode::InvalidArgument,
         "profile: transport.inFlight must be a whole number of messages >= 1 (got " + formatNumber(inFlight) + ")");

@@ -24,8 +24,7 @@ std::string idx(const char* base, std::size_t i) { return std::string(base) + "[
 
 void checkRate(const std::string& field, double gbs) {
   if (!std::isfinite(gbs) || !(gbs > 0) || gbs > kMaxNicGBs)
-    bad(field + " must be in (0, " + formatNumber(kMaxNicGBs) + "] GB/s per direction (got " + formatNumber(gbs) +
-        ")");
+    bad(field + " must be in (0, " + formatNumber(kMaxNicGBs) + "] GB/s per direction (got " + formatNumber(gbs) + ")");
 }
 
 void checkLatency(const std::string& field, double us) {
@@ -47,8 +46,8 @@ void checkIndexList(const std::string& field, const std::vector<uint32_t>& list,
   std::set<uint32_t> seen;
   for (uint32_t v : list) {
     if (v >= limit)
-      bad(field + " names " + what + " " + std::to_string(v) + " but " + owner + " has " + std::to_string(limit) +
-          " " + what + (limit == 1 ? "" : "s") + " (0.." + std::to_string(limit == 0 ? 0 : limit - 1) + ")");
+      bad(field + " names " + what + " " + std::to_string(v) + " but " + owner + " has " + std::to_string(limit) + " " +
+          what + (limit == 1 ? "" : "s") + " (0.." + std::to_string(limit == 0 ? 0 : limit - 1) + ")");
     if (!seen.insert(v).second) bad(field + " lists " + what + " " + std::to_string(v) + " twice");
   }
 }
@@ -78,10 +77,9 @@ std::vector<std::string> nicTransports() { return {"ib", "roce", "efa", "tcp"}; 
 std::vector<NicSpec> nicsOf(const NodeSpec& n) {
   if (!n.nicList.empty()) return n.nicList;
   std::vector<NicSpec> out(n.nics, NicSpec{n.nic.bwGBs, n.nic.latencyUs, n.nic.transport, {}, {}});
-  if (n.gpus == 0) return out;
+  if (n.gpus == 0 || n.nics == 0) return out;
   if (n.nics <= n.gpus) {
-    for (uint32_t g = 0; g < n.gpus; ++g)
-      out[static_cast<uint64_t>(g) * n.nics / n.gpus].gpus.push_back(g);
+    for (uint32_t g = 0; g < n.gpus; ++g) out[static_cast<uint64_t>(g) * n.nics / n.gpus].gpus.push_back(g);
   } else {
     for (uint32_t i = 0; i < n.nics; ++i)
       out[i].gpus.push_back(static_cast<uint32_t>(static_cast<uint64_t>(i) * n.gpus / n.nics));

@@ -14,7 +14,7 @@ namespace {
 constexpr uint32_t kHopperSxmSms =
     132;  // H100/H200 SXM5: 132 SMs (NVIDIA H100 Tensor Core GPU Architecture whitepaper)
 constexpr double kHopperBf16DenseTflops =
-    989;  // H100/H200 SXM datasheet: 1979 TFLOP/s bf16 "with sparsity" / 2 = dense
+    989;                              // H100/H200 SXM datasheet: 1979 TFLOP/s bf16 "with sparsity" / 2 = dense
 constexpr double kH100HbmGBs = 3350;  // H100 SXM datasheet: 3.35 TB/s HBM3
 constexpr double kH200HbmGBs = 4800;  // H200 SXM datasheet: 4.8 TB/s HBM3e
 constexpr double kNvlink4PerDirGBs =
@@ -30,19 +30,19 @@ constexpr double kRdmaNicLatencyUs =
           // figure: the order of magnitude, used for every NIC of the presets; calibration replaces it)
 
 // Ampere (DGX A100) figures.
-constexpr uint32_t kA100Sms = 108;               // A100 SXM4: 108 SMs (NVIDIA A100 Tensor Core GPU Architecture)
-constexpr double kA100Bf16DenseTflops = 312;     // A100 datasheet: bf16 tensor 312 TFLOP/s (624 with sparsity)
-constexpr double kA100HbmGBs = 2039;             // A100 80GB SXM datasheet: 2,039 GB/s HBM2e
-constexpr double kNvlink3PerDirGBs = 300;        // NVLink 3: 600 GB/s bidirectional per GPU (A100 datasheet)
-constexpr double kPcieGen4x16GBs = 31.5;         // PCIe Gen4 x16: 16 GT/s x 16 lanes x 128b/130b / 8
-constexpr uint32_t kDgxA100Nics = 8;             // DGX A100: 8 x single-port ConnectX-6 HDR for compute (datasheet)
-constexpr double kCx6HdrPerDirGBs = 25;          // ConnectX-6 HDR 200 Gb/s = 25 GB/s per direction
+constexpr uint32_t kA100Sms = 108;            // A100 SXM4: 108 SMs (NVIDIA A100 Tensor Core GPU Architecture)
+constexpr double kA100Bf16DenseTflops = 312;  // A100 datasheet: bf16 tensor 312 TFLOP/s (624 with sparsity)
+constexpr double kA100HbmGBs = 2039;          // A100 80GB SXM datasheet: 2,039 GB/s HBM2e
+constexpr double kNvlink3PerDirGBs = 300;     // NVLink 3: 600 GB/s bidirectional per GPU (A100 datasheet)
+constexpr double kPcieGen4x16GBs = 31.5;      // PCIe Gen4 x16: 16 GT/s x 16 lanes x 128b/130b / 8
+constexpr uint32_t kDgxA100Nics = 8;          // DGX A100: 8 x single-port ConnectX-6 HDR for compute (datasheet)
+constexpr double kCx6HdrPerDirGBs = 25;       // ConnectX-6 HDR 200 Gb/s = 25 GB/s per direction
 
 // Cloud nodes.
-constexpr uint32_t kP5EfaNics = 32;        // AWS P5: up to 32 network cards, 3,200 Gbps in all (EC2 user guide, EFA)
-constexpr double kEfa100GbpsGBs = 12.5;    // 3,200 Gbps / 32 cards = 100 Gb/s = 12.5 GB/s per direction each
-constexpr uint32_t kA3MegaGpuNics = 8;     // GCP A3 Mega: 8 GPU NICs for GPUDirect-TCPXO (Compute Engine docs)
-constexpr double kTcp200GbpsGBs = 25;      // 200 Gb/s per GPU NIC = 25 GB/s per direction
+constexpr uint32_t kP5EfaNics = 32;      // AWS P5: up to 32 network cards, 3,200 Gbps in all (EC2 user guide, EFA)
+constexpr double kEfa100GbpsGBs = 12.5;  // 3,200 Gbps / 32 cards = 100 Gb/s = 12.5 GB/s per direction each
+constexpr uint32_t kA3MegaGpuNics = 8;   // GCP A3 Mega: 8 GPU NICs for GPUDirect-TCPXO (Compute Engine docs)
+constexpr double kTcp200GbpsGBs = 25;    // 200 Gb/s per GPU NIC = 25 GB/s per direction
 
 /// Eight GPUs on NVSwitch with `nics` uniform NICs: the shape every multi-node preset shares.
 Topology eightGpuNode(const std::string& name, const std::string& gpu, uint32_t sms, double tflops, double hbm,

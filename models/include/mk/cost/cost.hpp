@@ -40,6 +40,9 @@ struct TransportModel {
 /// Datasheet / protocol-specification defaults of a transport kind (sources: docs/transports.md); throws
 /// Error(InvalidArgument) for an unknown kind.
 TransportModel defaultTransport(const std::string& kind);
+/// InfiniBand RC framing (4096-byte MTU, LRH + BTH + ICRC + VCRC per packet, RETH once): what a profile sets as
+/// the ib efficiency to count it; the ib default leaves it out (docs/transports.md).
+std::vector<EfficiencyPoint> ibFramingCurve();
 /// Throws Error(InvalidArgument) naming `field` + ".<member>" for a value out of range: an unknown kind, a
 /// negative or non-finite overhead or latency, a fraction outside (0, 1], points not in ascending bytes or
 /// with falling fractions, inFlight 0.
