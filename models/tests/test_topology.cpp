@@ -117,12 +117,15 @@ TEST_CASE("topology: a multi-node preset multiplies the GPU count") {
   CHECK(topologyPreset("dgx-h200", 1024).totalGpus() == 8192);
 }
 
-TEST_CASE("topology: the preset list names the three presets") {
+TEST_CASE("topology: the preset list names the six presets") {
   const auto names = topologyPresets();
-  REQUIRE(names.size() == 3);
+  REQUIRE(names.size() == 6);
   CHECK(names[0] == "h200x2");
   CHECK(names[1] == "dgx-h100");
   CHECK(names[2] == "dgx-h200");
+  CHECK(names[3] == "a100-8x200");
+  CHECK(names[4] == "cloud-efa-32x100");
+  CHECK(names[5] == "cloud-tcp-8x200");
   for (const auto& n : names) CHECK_NOTHROW(validateTopology(topologyPreset(n)));
 }
 
@@ -243,7 +246,7 @@ TEST_CASE("topology: JSON missing fields are ParseErrors naming their path") {
                                                        {"node", "nvlink", "bwGBs"},
                                                        {"node", "nvlink", "switched"},
                                                        {"node", "pcie", "latencyUs"},
-                                                       {"node", "nic", "bwGBs"},
+                                                       {"node", "nics"},
                                                        {"fabric", "oversubscription"},
                                                        {"fabric", "kind"}};
   for (const auto& path : paths) {
@@ -256,6 +259,9 @@ TEST_CASE("topology: JSON missing fields are ParseErrors naming their path") {
     parent->erase(path.back());
     expectError([&] { topologyFromJson(j.dump()); }, ErrorCode::ParseError, {dotted});
   }
+  Json j = full;
+  j["node"]["nics"][3].erase("bwGBs");
+  expectError([&] { topologyFromJson(j.dump()); }, ErrorCode::ParseError, {"node.nics[3].bwGBs"});
 }
 
 TEST_CASE("topology: JSON mistyped fields are ParseErrors naming their path") {
@@ -291,7 +297,11 @@ TEST_CASE("topology: JSON values out of range are rejected by validation after p
   expectError([&] { topologyFromJson(j.dump()); }, ErrorCode::InvalidArgument,
               {"node.nvlink.bwGBs must be > 0 (got -3)"});
   j = Json::parse(topologyToJson(topologyPreset("dgx-h100", 2)));
+  j["node"]["nics"] = Json::array();
+  expectError([&] { topologyFromJson(j.dump()); }, ErrorCode::InvalidArgument, {"node.nics", "no NICs"});
+  // The first form still reads: a count and one NIC for all.
   j["node"]["nics"] = 0;
+  j["node"]["nic"] = Json{{"bwGBs", 50}, {"latencyUs", 2.5}};
   expectError([&] { topologyFromJson(j.dump()); }, ErrorCode::InvalidArgument, {"node.nics", "no NICs"});
 }
 
@@ -311,7 +321,8 @@ TEST_CASE("topology: loadTopology resolves preset names and overrides the node c
 TEST_CASE("topology: loadTopology of an unknown name says it is neither a preset nor a file") {
   expectError(
       [] { loadTopology("/nonexistent/cluster.json"); }, ErrorCode::NotFound,
-      {"unknown cluster '/nonexistent/cluster.json'", "not a preset (h200x2, dgx-h100, dgx-h200)", "no such file"});
+      {"unknown cluster '/nonexistent/cluster.json'",
+       "not a preset (h200x2, dgx-h100, dgx-h200, a100-8x200, cloud-efa-32x100, cloud-tcp-8x200)", "no such file"});
   expectError([] { loadTopology(""); }, ErrorCode::NotFound, {"not a preset"});
 }
 

@@ -19,7 +19,7 @@ FusedPrediction predictFused(const FusedSpec& spec, const FusedOptions& opt, con
     so.trace = false;
     so.linkLoad = false;
     out.simulatedUs = predict(s, topo, profile, so).totalUs;
-    out.uncontendedUs = simulateUncontended(s, profile).totalUs;
+    out.uncontendedUs = simulateUncontended(s, profile, topo).totalUs;
     out.totalUs = *out.simulatedUs;
   }
   out.computeUs = out.layered.gemmUs;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "mk/error.hpp"
+#include "mk/topology/topology.hpp"
 
 XBT_LOG_NEW_DEFAULT_CATEGORY(mk_platform, "mkernel: topology -> SimGrid platform");
 
@@ -57,24 +58,33 @@ PlatformRates platformRates(const Topology& topo, const Profile& profile) {
   r.nvlinkBps = (n.nvlink.switched || n.gpus <= 2) ? perGpu : perGpu / static_cast<double>(n.gpus - 1);
   if (topo.nodes > 1) {
     const double pcie = positiveRate("topology node.pcie.bwGBs", n.pcie.bwGBs);
-    const double nic = positiveRate("topology node.nic.bwGBs", n.nic.bwGBs);
+    const double alone = positiveRate("topology node.nics (the network path of one GPU)", nodeNetworkAloneGBs(n));
     const double wanted = positiveRate("profile.network.bwGBs", profile.network.bwGBs);
-    r.networkScale = wanted / std::min(pcie, nic);
+    r.networkScale = wanted / alone;
     r.pcieBps = pcie * r.networkScale;
-    r.nicBps = nic * r.networkScale;
+    for (const NicSpec& nic : nicsOf(n)) r.nicBpsOf.push_back(nic.bwGBs * kBytesPerGB * r.networkScale);
+    for (const PcieSwitchSpec& sw : n.pcieSwitches) r.switchBpsOf.push_back(sw.bwGBs * kBytesPerGB * r.networkScale);
+    r.nicBps = r.nicBpsOf.empty() ? 0 : r.nicBpsOf[0];
     r.leafUplinkBps = static_cast<double>(topo.fabric.nodesPerLeaf) * r.nicBps / topo.fabric.oversubscription;
   }
   return r;
 }
 
-uint32_t Platform::railOf(uint32_t local) const noexcept {
+uint32_t Platform::railOf(uint32_t local) const noexcept { return railOf(local, 0); }
+
+uint32_t Platform::railOf(uint32_t local, uint32_t stripe) const noexcept {
+  if (local < gpuRails.size() && !gpuRails[local].empty()) return gpuRails[local][stripe % gpuRails[local].size()];
   if (nicsPerNode == 0 || gpusPerNode == 0) return 0;
   return static_cast<uint32_t>(static_cast<uint64_t>(local) * nicsPerNode / gpusPerNode);
 }
 
 uint32_t Platform::extraSwitchHops(uint32_t gpuA, uint32_t gpuB) const noexcept {
+  return extraSwitchHops(gpuA, gpuB, 0);
+}
+
+uint32_t Platform::extraSwitchHops(uint32_t gpuA, uint32_t gpuB, uint32_t stripe) const noexcept {
   const uint32_t nodeA = gpuA / gpusPerNode, nodeB = gpuB / gpusPerNode;
-  const bool sameRail = railOf(gpuA % gpusPerNode) == railOf(gpuB % gpusPerNode);
+  const bool sameRail = railOf(gpuA % gpusPerNode, stripe) == railOf(gpuB % gpusPerNode, stripe);
   const bool sameLeaf = nodeA / nodesPerLeaf == nodeB / nodesPerLeaf;
   return sameRail && sameLeaf ? 0 : 2;
 }
@@ -82,15 +92,12 @@ uint32_t Platform::extraSwitchHops(uint32_t gpuA, uint32_t gpuB) const noexcept 
 Platform buildPlatform(const Topology& topo, const Profile& profile, bool nvlink) {
   validateTopology(topo);
   const NodeSpec& spec = topo.node;
-  if (spec.nics > spec.gpus)
-    throw Error(ErrorCode::InvalidArgument, "node.nics (" + std::to_string(spec.nics) + ") > node.gpus (" +
-                                                std::to_string(spec.gpus) +
-                                                "): the rail model gives each GPU one NIC; more NICs are not modelled");
   Platform p;
   p.nodes = topo.nodes;
   p.gpusPerNode = spec.gpus;
   p.nodesPerLeaf = topo.fabric.nodesPerLeaf;
   p.nicsPerNode = spec.nics;
+  p.gpuRails = gpuNics(spec);
   p.switchLatencyUs = topo.fabric.switchLatencyUs;
   p.rates = platformRates(topo, profile);
   const uint32_t total = topo.totalGpus();
@@ -136,10 +143,21 @@ Platform buildPlatform(const Topology& topo, const Profile& profile, bool nvlink
   // Only multi-node clusters have one: a ProxyPut never stays inside a node.
   if (topo.nodes > 1) {
     p.net.resize(total, nullptr);
+    p.netVia.resize(total);
+    for (uint32_t gpu = 0; gpu < total; ++gpu) p.netVia[gpu].resize(p.gpuRails[gpu % spec.gpus].size(), nullptr);
+    const auto nics = nicsOf(spec);
+    // The PCIe switches on each GPU's way to each of its NICs: its own, then the NIC's when that is another.
+    std::vector<int64_t> gpuSwitch(spec.gpus, -1), nicSwitch(nics.size(), -1);
+    for (uint32_t sw = 0; sw < spec.pcieSwitches.size(); ++sw) {
+      for (uint32_t g : spec.pcieSwitches[sw].gpus) gpuSwitch[g] = sw;
+      for (uint32_t i : spec.pcieSwitches[sw].nics) nicSwitch[i] = sw;
+    }
+    std::vector<sg4::Link*> pcie(total, nullptr);  // created with the GPU's first endpoint, shared by the rest
+    std::vector<sg4::Link*> switches(spec.pcieSwitches.size() * topo.nodes, nullptr);
     auto* fabric = sg4::create_star_zone("fabric");
     fabric->set_parent(root);
     const uint32_t leaves = (topo.nodes + p.nodesPerLeaf - 1) / p.nodesPerLeaf;
-    for (uint32_t rail = 0; rail < spec.nics; ++rail) {
+    for (uint32_t rail = 0; rail < nics.size(); ++rail) {
       for (uint32_t leaf = 0; leaf < leaves; ++leaf) {
         const std::string ln = "rail" + std::to_string(rail) + ".leaf" + std::to_string(leaf);
         auto* zone = sg4::create_star_zone(ln);
@@ -148,21 +166,38 @@ Platform buildPlatform(const Topology& topo, const Profile& profile, bool nvlink
         const uint32_t lastNode = std::min(topo.nodes, (leaf + 1) * p.nodesPerLeaf);
         for (uint32_t node = leaf * p.nodesPerLeaf; node < lastNode; ++node) {
           const std::string nn = nodeName(node);
-          sg4::Link* nic = zone->create_split_duplex_link(nn + ".nic" + std::to_string(rail), p.rates.nicBps)->seal();
-          for (uint32_t g = 0; g < spec.gpus; ++g) {
-            if (p.railOf(g) != rail) continue;
+          sg4::Link* nic =
+              zone->create_split_duplex_link(nn + ".nic" + std::to_string(rail), p.rates.nicBpsOf[rail])->seal();
+          auto switchLink = [&](int64_t s) -> sg4::Link* {
+            sg4::Link*& l = switches[node * spec.pcieSwitches.size() + s];
+            if (!l)
+              l = zone->create_split_duplex_link(nn + ".pcieSw" + std::to_string(s), p.rates.switchBpsOf[s])->seal();
+            return l;
+          };
+          for (uint32_t g : nics[rail].gpus) {
             const uint32_t gpu = node * spec.gpus + g;
-            sg4::Host* ep = zone->create_host(nn + ".gpu" + std::to_string(g) + ".net", kGpuCoreSpeed)->seal();
-            sg4::Link* pcie = zone->create_split_duplex_link(nn + ".pcie" + std::to_string(g), p.rates.pcieBps)->seal();
-            zone->add_route(ep->get_netpoint(), nullptr, nullptr, nullptr,
-                            {{pcie, Direction::UP}, {nic, Direction::UP}}, true);
-            p.net[gpu] = ep;
+            const auto& mine = p.gpuRails[g];
+            const uint32_t stripe = static_cast<uint32_t>(std::find(mine.begin(), mine.end(), rail) - mine.begin());
+            const std::string en = nn + ".gpu" + std::to_string(g) + ".net" + (stripe == 0 ? "" : std::to_string(rail));
+            sg4::Host* ep = zone->create_host(en, kGpuCoreSpeed)->seal();
+            if (!pcie[gpu])
+              pcie[gpu] = zone->create_split_duplex_link(nn + ".pcie" + std::to_string(g), p.rates.pcieBps)->seal();
+            std::vector<sg4::LinkInRoute> up{{pcie[gpu], Direction::UP}};
+            if (gpuSwitch[g] >= 0) up.emplace_back(switchLink(gpuSwitch[g]), Direction::UP);
+            if (nicSwitch[rail] >= 0 && nicSwitch[rail] != gpuSwitch[g])
+              up.emplace_back(switchLink(nicSwitch[rail]), Direction::UP);
+            up.emplace_back(nic, Direction::UP);
+            zone->add_route(ep->get_netpoint(), nullptr, nullptr, nullptr, up, true);
+            p.netVia[gpu][stripe] = ep;
+            if (stripe == 0) p.net[gpu] = ep;
           }
         }
         // The leaf switch is a non-blocking crossbar: no link between the NICs of one leaf.
         zone->add_route(sw, nullptr, nullptr, nullptr, {}, true);
         zone->seal();
-        sg4::Link* up = fabric->create_split_duplex_link(ln + ".up", p.rates.leafUplinkBps)->seal();
+        const double uplink =
+            static_cast<double>(p.nodesPerLeaf) * p.rates.nicBpsOf[rail] / topo.fabric.oversubscription;
+        sg4::Link* up = fabric->create_split_duplex_link(ln + ".up", uplink)->seal();
         fabric->add_route(zone->get_netpoint(), nullptr, sw, nullptr, {{up, Direction::UP}}, true);
       }
     }

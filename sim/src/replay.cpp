@@ -228,7 +228,6 @@ class Replayer {
   };
 
   sg4::Host* gpuHost(uint32_t rank) const { return platform_.gpu[plan_.gpuOf[rank]]; }
-  sg4::Host* netHost(uint32_t rank) const { return platform_.net[plan_.gpuOf[rank]]; }
   static double now() { return sg4::Engine::get_clock(); }
 
   void runLane(uint64_t g) {
@@ -317,7 +316,7 @@ class Replayer {
         const StepPrice pr = costs_.price(st, rank, lane);
         const uint32_t hops = platform_.extraSwitchHops(plan_.gpuOf[rank], plan_.gpuOf[st.dst.rank]);
         delay(pr.alphaUs + hops * platform_.switchLatencyUs);
-        if (pr.amount > 0) communicate(g, netHost(rank), netHost(st.dst.rank), st.bytes, laneRate(rank, pr));
+        if (pr.amount > 0) sendStriped(g, rank, st.dst.rank, pr.amount, laneRate(rank, pr));
         if (st.flags & kStepSignal) increment(st.flag, st.value, now());
         break;
       }
@@ -389,6 +388,39 @@ class Replayer {
     // The permanent receiver keeps finished comms until someone receives them: take ours back at once.
     void* back = nullptr;
     mb->get_async<void>(&back)->wait();
+  }
+
+  /// A ProxyPut's wire bytes from `rank` to `dst`, striped evenly over the sender's NICs (Platform::netVia): one
+  /// comm per stripe at its part of the lane's rate, all in flight at once.
+  void sendStriped(uint64_t g, uint32_t rank, uint32_t dst, double wireBytes, double rateCap) {
+    const auto& from = platform_.netVia[plan_.gpuOf[rank]];
+    const auto& to = platform_.netVia[plan_.gpuOf[dst]];
+    const auto bytes = static_cast<uint64_t>(std::ceil(wireBytes));
+    if (from.size() == 1) return communicate(g, from[0], to[0], bytes, rateCap);
+    const uint64_t k = from.size();
+    std::vector<std::pair<sg4::Mailbox*, sg4::CommPtr>> comms;
+    for (uint64_t j = 0; j < k; ++j) {
+      const uint64_t part = bytes / k + (j < bytes % k ? 1 : 0);
+      if (part == 0) continue;
+      // A mailbox comm leaves from its sender's host when it starts: the actor visits each stripe's endpoint.
+      if (where_[g] != from[j]) {
+        sg4::this_actor::set_host(from[j]);
+        where_[g] = from[j];
+      }
+      sg4::Host* dest = to[j % to.size()];
+      if (opt_.linkLoad) account(from[j], dest, part);
+      sg4::Mailbox* mb = mailbox(g, dest);
+      sg4::CommPtr c = mb->put_init(&token_, part);
+      c->set_rate(rateCap / static_cast<double>(k));
+      c->start();
+      ++comms_;
+      comms.emplace_back(mb, c);
+    }
+    for (auto& [mb, c] : comms) c->wait();
+    for (auto& [mb, c] : comms) {
+      void* back = nullptr;
+      mb->get_async<void>(&back)->wait();
+    }
   }
 
   sg4::Mailbox* mailbox(uint64_t g, sg4::Host* to) {

@@ -97,6 +97,28 @@ EOF
 expect 0 "^profile: .*profile\.json \(contract test profile\)" -- "$tool" --cluster dgx-h100 --profile "$work/profile.json"
 sed 's/"flagUs": 0.7/"flagUs": -0.7/' "$work/profile.json" >"$work/negative.json"
 sed 's/"reduceGBs": 1000, //' "$work/profile.json" >"$work/missing.json"
+# transports: a bad efficiency curve or zero messages in flight
+sed 's/"proxyUs": 2.5,/"proxyUs": 2.5, "transport": {"kind": "tcp", "overheadUs": 0, "latencyUs": 0, "inFlight": 8, "efficiency": [{"bytes": 64, "fraction": 0.9}, {"bytes": 4096, "fraction": 0.5}]},/' \
+  "$work/profile.json" >"$work/falling.json"
+sed 's/"proxyUs": 2.5,/"proxyUs": 2.5, "transport": {"kind": "tcp", "overheadUs": 0, "latencyUs": 0, "inFlight": 0, "efficiency": []},/' \
+  "$work/profile.json" >"$work/inflight.json"
+sed 's/"proxyUs": 2.5,/"proxyUs": 2.5, "transport": {"kind": "tcp", "overheadUs": 0, "latencyUs": 0, "inFlight": 8, "efficiency": [{"bytes": 64, "fraction": 1.5}]},/' \
+  "$work/profile.json" >"$work/fraction.json"
+# NIC lists: a NIC naming a GPU that does not exist, a GPU without NIC on several nodes
+nic_topology() {
+  cat <<JSON
+{"schema": "mkernel.topology.v1", "name": "nic-test", "nodes": 2,
+ "node": {"gpu": "NVIDIA H100", "gpus": 2, "sms": 132, "bf16Tflops": 989, "hbmGBs": 3350,
+   "nvlink": {"bwGBs": 450, "latencyUs": 0.65, "switched": true}, "pcie": {"bwGBs": 64, "latencyUs": 1.0},
+   "nics": [$1]},
+ "fabric": {"kind": "rail-leaf-spine", "nodesPerLeaf": 32, "oversubscription": 1, "switchLatencyUs": 0.5}}
+JSON
+}
+nic_topology '{"bwGBs": 50, "latencyUs": 2.5, "gpus": [0, 1]}' >"$work/nics-ok.json"
+nic_topology '{"bwGBs": 50, "latencyUs": 2.5, "gpus": [0, 2]}' >"$work/nics-ghost.json"
+nic_topology '{"bwGBs": 50, "latencyUs": 2.5, "gpus": [0]}' >"$work/nics-orphan.json"
+nic_topology '{"bwGBs": 50, "latencyUs": 2.5, "gpus": [0, 1], "transport": "carrier-pigeon"}' >"$work/nics-kind.json"
+expect 0 "^predicted: " -- "$tool" --cluster "$work/nics-ok.json" --algo hierarchical --bytes 1M
 
 # ---- schedules ----
 if [[ -n $schedtool ]]; then
@@ -146,6 +168,12 @@ bad "FACTOR" -- "$tool" --sweep 8:1G:1
 bad "--trace needs one size" -- "$tool" --sweep 8:1K:2
 bad "flagUs must be >= 0" -- "$tool" --profile "$work/negative.json"
 bad "missing field reduceGBs" -- "$tool" --profile "$work/missing.json"
+bad "transport.efficiency\[1\].fraction must not fall below the point before" -- "$tool" --profile "$work/falling.json"
+bad "transport.inFlight must be >= 1" -- "$tool" --profile "$work/inflight.json"
+bad "transport.efficiency\[0\].fraction must be in \(0, 1\]" -- "$tool" --profile "$work/fraction.json"
+bad "node.nics\[0\].gpus names GPU 2" -- "$tool" --cluster "$work/nics-ghost.json"
+bad "node.nics: GPU 1 has no NIC" -- "$tool" --cluster "$work/nics-orphan.json"
+bad "node.nics\[0\].transport must be one of" -- "$tool" --cluster "$work/nics-kind.json"
 bad "no-such-profile\.json" -- "$tool" --profile "$work/no-such-profile.json"
 expect 2 "directory .*no-such-dir' does not exist" -- "$tool" --json "$work/no-such-dir/p.json"
 expect 2 "is a directory" -- "$tool" --trace "$work"

@@ -163,12 +163,22 @@ TEST_CASE("platform: a multi node cluster without nics is rejected") {
   CHECK(e.message().find("nics") != std::string::npos);
 }
 
-TEST_CASE("platform: more nics than gpus is rejected") {
-  mk::Topology t = simtest::cluster(2, 2, 32, 1.0, true, /*nics=*/4);
-  const mk::Error e =
-      simtest::errorOf([&] { inChild(t, [](sg4::Engine&, const mk::sim::Platform&, std::ostream&) {}); });
-  CHECK(e.code() == mk::ErrorCode::InvalidArgument);
-  CHECK(e.message().find("node.nics (4) > node.gpus (2)") != std::string::npos);
+TEST_CASE("platform: a gpu with several nics gets an endpoint per nic, on their rails") {
+  const std::string out = inChild(simtest::cluster(2, 2, 32, 1.0, true, /*nics=*/4),
+                                  [](sg4::Engine&, const mk::sim::Platform& p, std::ostream& os) {
+                                    os << p.netVia[1].size() << " " << p.railOf(1, 0) << p.railOf(1, 1) << "|"
+                                       << join(mk::sim::routeLinks(p.netVia[1][1], p.netVia[3][1]));
+                                  });
+  CHECK(out == "2 23|n0.pcie1_UP n0.nic3_UP n1.nic3_DOWN n1.pcie1_DOWN");
+}
+
+TEST_CASE("platform: a pcie switch uplink joins the routes of the gpus behind it") {
+  mk::Topology t = simtest::cluster(2, 2);
+  t.node.pcieSwitches.push_back(mk::PcieSwitchSpec{100, {0, 1}, {}});
+  const std::string out = inChild(t, [](sg4::Engine&, const mk::sim::Platform& p, std::ostream& os) {
+    os << join(mk::sim::routeLinks(p.net[1], p.net[3]));
+  });
+  CHECK(out == "n0.pcie1_UP n0.pcieSw0_UP n0.nic1_UP n1.nic1_DOWN n1.pcieSw0_DOWN n1.pcie1_DOWN");
 }
 
 TEST_CASE("platform: a profile with zero nvlink bandwidth is rejected naming the field") {

@@ -160,7 +160,8 @@ std::pair<mk::sim::RunInfo, mk::sim::Prediction> predictOne(const Options& o, co
                  "mk-sim: %llu steps: the exact replay may take a while; --fast times node-local steps "
                  "analytically and simulates only the network\n",
                  static_cast<unsigned long long>(s.stepCount()));
-  if (s.stepCount() <= kUncontendedMaxSteps) info.uncontendedUs = mk::simulateUncontended(s, st.profile).totalUs;
+  if (s.stepCount() <= kUncontendedMaxSteps)
+    info.uncontendedUs = mk::simulateUncontended(s, st.profile, st.topo).totalUs;
   mk::sim::Prediction p = mk::sim::predict(s, st.topo, st.profile, simOptions(o, trace));
   return {std::move(info), std::move(p)};
 }
@@ -259,7 +260,8 @@ int runFused(const Options& o) {
   mk::sim::RunInfo info = baseInfo(st, s);
   info.algo = s.info.algo;
   info.closedFormUs = plan.estimate.totalUs;
-  if (s.stepCount() <= kUncontendedMaxSteps) info.uncontendedUs = mk::simulateUncontended(s, st.profile).totalUs;
+  if (s.stepCount() <= kUncontendedMaxSteps)
+    info.uncontendedUs = mk::simulateUncontended(s, st.profile, st.topo).totalUs;
   info.fused = fused;
   const bool wantTrace = !o.traceOut.empty();
   const mk::sim::Prediction p = mk::sim::predict(s, st.topo, st.profile, simOptions(o, wantTrace));

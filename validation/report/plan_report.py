@@ -381,6 +381,17 @@ def gemm_rows(doc):
     return s["gpus"], rows
 
 
+
+def nic_text(node):
+    """'8 NICs of 50 GB/s' from a topology node: the NIC list (the form files are written in) or the old count."""
+    nics = node.get("nics", 0)
+    if isinstance(nics, list):
+        rates = sorted({n["bwGBs"] for n in nics})
+        kinds = sorted({n.get("transport", "ib") for n in nics})
+        rate = "/".join(f"{r:.4g}" for r in rates) if rates else "0"
+        return f"{len(nics)} NICs of {rate} GB/s ({', '.join(kinds) or 'none'})"
+    return f"{nics} NICs of {node.get('nic', {}).get('bwGBs', 0):.0f} GB/s"
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", required=True, help="mk-plan's plan.json (mkernel.plan.v1)")
@@ -424,7 +435,7 @@ def main():
              f"({'overlapped with the backward pass' if l['overlapGradReduce'] else 'after the backward pass'}).</p>")
     p.append(f"<p><b>Cluster.</b> {esc(inp['cluster']['spec'])}: {node['gpus']} x {esc(node['gpu'])} per node "
              f"({node['bf16Tflops']:.0f} TFLOP/s dense bf16, {node['hbmGBs']:.0f} GB/s HBM), NVLink "
-             f"{node['nvlink']['bwGBs']:.0f} GB/s per GPU, {node['nics']} NICs of {node['nic']['bwGBs']:.0f} GB/s, "
+             f"{node['nvlink']['bwGBs']:.0f} GB/s per GPU, {nic_text(node)}, "
              f"PCIe {node['pcie']['bwGBs']:.0f} GB/s; rail leaves of {inp['cluster']['topology']['fabric']['nodesPerLeaf']}"
              f" nodes, oversubscription {inp['cluster']['topology']['fabric']['oversubscription']:g}.</p>")
     p.append(f"<p><b>Profile.</b> {esc(inp['profile_note'])}</p>")

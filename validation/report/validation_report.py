@@ -159,16 +159,26 @@ def main():
     parts.append(f"<p>{esc(profile.get('path') or 'datasheet defaults (no file)')}: {esc(profile.get('source', ''))}</p>")
     values = []
 
-    def flatten(prefix, obj):  # nested objects (protocols.ll.latencyUs) become dotted names
+    def flatten(prefix, obj):  # nested objects (protocols.ll.latencyUs, transport.kind) become dotted names
         for k, v in obj.items():
             name = f"{prefix}{k}"
             if isinstance(v, dict):
                 flatten(name + ".", v)
-            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            elif isinstance(v, list) or (isinstance(v, (int, float)) and not isinstance(v, bool)):
+                values.append((name, v))
+            elif isinstance(v, str) and prefix:
                 values.append((name, v))
 
+    def shown(v):
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return f"{v:.6g}"
+        if isinstance(v, list):  # a ramp or efficiency curve: bytes -> fraction
+            return ", ".join(f"{p.get('bytes', 0):.6g} B: {p.get('fraction', 0):.4g}" if isinstance(p, dict) else str(p)
+                             for p in v) or "none"
+        return str(v)
+
     flatten("", {k: v for k, v in profile.items() if k != "provenance"})
-    parts.append(table(["parameter", "value"], [(k, f"{v:.6g}") for k, v in values]))
+    parts.append(table(["parameter", "value"], [(k, shown(v)) for k, v in values]))
     if prov:
         parts.append(table(["provenance", ""], [(k, "; ".join(v) if isinstance(v, list) else v) for k, v in prov.items()]))
 

@@ -183,16 +183,13 @@ RecordSchedule recordSchedule(const MeasurementRecord& r, const std::string& whe
 std::string inferCluster(const MeasurementFile& f) {
   const std::string gpu = jsonString(f.system, "gpu");
   const std::string gpus = jsonString(f.system, "gpus");
-  std::string found;
-  int matches = 0;
+  // The first preset with that GPU and count: the DGX presets are listed before the cloud nodes that carry
+  // the same GPU (a measurement's system block does not say which NICs it had).
   for (const auto& name : topologyPresets()) {
     const Topology t = topologyPreset(name);
-    if (t.node.gpu == gpu && std::to_string(t.node.gpus) == gpus) {
-      found = name;
-      ++matches;
-    }
+    if (t.node.gpu == gpu && std::to_string(t.node.gpus) == gpus) return name;
   }
-  return matches == 1 ? found : "";
+  return "";
 }
 
 double errorPct(double predictedUs, double measuredUs) noexcept {

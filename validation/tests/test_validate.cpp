@@ -184,13 +184,14 @@ TEST_CASE("validate: error statistics are median p90 and max of absolute errors"
 TEST_CASE("validate: the cluster is inferred from the system block or asked for") {
   CHECK(mk::inferCluster(file({}, "NVIDIA H200", 2)) == "h200x2");
   CHECK(mk::inferCluster(file({}, "NVIDIA H100", 8)) == "dgx-h100");
-  CHECK(mk::inferCluster(file({}, "NVIDIA A100", 8)).empty());
+  CHECK(mk::inferCluster(file({}, "NVIDIA A100", 8)) == "a100-8x200");
+  CHECK(mk::inferCluster(file({}, "Tesla V100", 8)).empty());
   CHECK(mk::inferCluster(file({}, "NVIDIA H200", 4)).empty());
   const std::vector<mk::MeasurementFile> two = {file({}), file({}, "NVIDIA H100", 8)};
   const std::string mixed = errorOf([&] { mk::resolveCluster(two, {"a.json", "b.json"}, ""); });
   CHECK(contains(mixed, "different systems"));
   CHECK(contains(mixed, "b.json: dgx-h100"));
-  const std::string unknown = errorOf([] { mk::resolveCluster({file({}, "NVIDIA A100", 8)}, {"c.json"}, ""); });
+  const std::string unknown = errorOf([] { mk::resolveCluster({file({}, "Tesla V100", 8)}, {"c.json"}, ""); });
   CHECK(contains(unknown, "c.json"));
   CHECK(contains(unknown, "--cluster"));
   CHECK(mk::resolveCluster(two, {"a.json", "b.json"}, "h200x2") == "h200x2");

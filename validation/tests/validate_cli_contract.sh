@@ -41,7 +41,7 @@ variant("badalgo.json", lambda d: d["records"][1].update(algo="butterfly"))
 variant("badcount.json", lambda d: d["records"][2].update(count=4096))
 variant("nochunks.json", lambda d: d["records"][0].pop("chunks"))
 variant("negative.json", lambda d: d["records"][0].update(time_us=-1))
-variant("a100.json", lambda d: d["system"].update(gpu="NVIDIA A100", gpus=8))
+variant("a100.json", lambda d: d["system"].update(gpu="Tesla V100", gpus=8))
 variant("h100.json", lambda d: d["system"].update(gpu="NVIDIA H100", gpus=8))
 variant("onlynccl.json", lambda d: d.update(records=[d["records"][3]]))
 profile = {"schema": "mkernel.profile.v1", "source": "contract test",

@@ -32,7 +32,7 @@ Topology detectTopology(const cudaDeviceProp& prop, size_t n) {
   t.node.gpus = static_cast<uint32_t>(n);
   t.node.sms = static_cast<uint32_t>(prop.multiProcessorCount);
   t.node.nics = 0;
-  t.node.nic = NicSpec{0, 0};
+  t.node.nic = NicSpec{};
   return t;
 }
 

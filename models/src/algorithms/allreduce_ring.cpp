@@ -115,7 +115,7 @@ CostEstimate costRing(const CostContext& c) {
   const ClosedFormShape s = shapeOf(c);
   if (s.p == 1) return costLocalCopy(c, s);
   const Range block0 = splitRange(s.part0, s.p, 0);
-  const UnitPrices u = unitPrices(c, splitRange(block0, c.opt.chunks, 0).size, s.nodes > 1);
+  const UnitPrices u = unitPrices(c, splitRange(block0, c.opt.chunks, 0).size, s.nodes > 1, /*ringEdges=*/true);
   const double k = chunkCount(block0.size, c.opt.chunks);
   return estimate(u, ringLongest(u, s.p, s.gMax, k, s.nodes > 1, s.evenNodes),
                   "ring: D + 2(p-1)K*T + max(0, gain(m) for m in {1, G-1, G, G+1, p-G-1, p-G, p-G+1, p-1}), "

@@ -36,7 +36,7 @@ CostEstimate costBroadcastRing(const CostContext& c) {
   Term sum, slowest;
   for (uint32_t pos = 0; pos + 1 < g.nRanks; ++pos) {
     const uint32_t r = (c.spec.root + pos) % g.nRanks;
-    const Term hop = g.sameNode(r, (r + 1) % g.nRanks) ? x.nvl : x.net;
+    const Term hop = g.sameNode(r, (r + 1) % g.nRanks) ? x.nvl : x.netRing;
     sum = sum + hop;
     slowest = maxOf({slowest, hop});
   }

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common.hpp"
+#include "mk/cost/step_cost.hpp"
 #include "mk/error.hpp"
 #include "mk/util/size.hpp"
 
@@ -97,7 +98,26 @@ PathCounts netGroup(double pieces, double units) {
   return c;
 }
 
-UnitPrices unitPrices(const CostContext& c, uint64_t elems, bool needsNet) {
+double networkShare(const CostContext& c, bool ringEdges) {
+  const GenContext& g = c.gen;
+  if (g.nNodes() < 2) return 1.0;
+  std::vector<bool> sends(g.nRanks, true);
+  if (ringEdges)
+    for (uint32_t r = 0; r < g.nRanks; ++r) sends[r] = !g.sameNode(r, (r + 1) % g.nRanks);
+  const std::vector<double> shares = rankNetworkShares(c.topo, g.nodeOf, sends);
+  double least = 1.0;
+  for (uint32_t r = 0; r < g.nRanks; ++r)
+    if (sends[r]) least = std::min(least, shares[r]);
+  return least;
+}
+
+double networkMessageUs(const CostContext& c, double messageBytes, double share, bool ringEdges) {
+  const Profile& pf = c.profile;
+  const double wire = messageBytes / transportEfficiency(pf.transport, messageBytes);
+  return wire * share / (linkRate(pf.network, wire) * networkShare(c, ringEdges) * 1e3);
+}
+
+UnitPrices unitPrices(const CostContext& c, uint64_t elems, bool needsNet, bool ringEdges) {
   const Profile& pf = c.profile;
   requirePositive("profile.nvlink.bwGBs", pf.nvlink.bwGBs, "this closed form");
   requirePositive("profile.local.bwGBs", pf.local.bwGBs, "this closed form");
@@ -109,8 +129,8 @@ UnitPrices unitPrices(const CostContext& c, uint64_t elems, bool needsNet) {
   const double b = u.bytes * u.share / 1e3;  // bytes / (GB/s * 1e3 / share) = b / GB/s
   u.nvLat = pf.nvlink.alphaUs;
   u.nvBw = b / linkRate(pf.nvlink, u.bytes);
-  u.netLat = pf.proxyUs + pf.network.alphaUs;
-  u.netBw = needsNet ? b / linkRate(pf.network, u.bytes) : 0;
+  u.netLat = proxyAlphaUs(pf, static_cast<uint32_t>(u.share));
+  u.netBw = needsNet ? networkMessageUs(c, u.bytes, u.share, ringEdges) : 0;
   u.redLat = pf.local.alphaUs;
   u.redBw = b / reduceRate(pf, u.bytes);
   u.copyLat = pf.local.alphaUs;
@@ -181,7 +201,13 @@ ChunkPrices::ChunkPrices(const CostContext& ctx) : c(ctx) {
   chunkBytes = static_cast<double>(chunk) * esize;
   t0 = Term{pr.dispatchUs, 0, 0};
   nvl = Term{pr.nvlink.alphaUs, chunkBytes * channels / (linkRate(pr.nvlink, chunkBytes) * 1e3), 0};
-  net = Term{pr.proxyUs + pr.network.alphaUs, chunkBytes * channels / (linkRate(pr.network, chunkBytes) * 1e3), 0};
+  const double netAlpha = proxyAlphaUs(pr, static_cast<uint32_t>(ch));
+  if (ctx.gen.nNodes() > 1) {
+    net = Term{netAlpha, networkMessageUs(ctx, chunkBytes, channels, false), 0};
+    netRing = Term{netAlpha, networkMessageUs(ctx, chunkBytes, channels, true), 0};
+  } else {  // no network on the path: keep the plain price (a formula may still print it)
+    net = netRing = Term{netAlpha, chunkBytes * channels / (linkRate(pr.network, chunkBytes) * 1e3), 0};
+  }
   copy = Term{pr.local.alphaUs, partBytes * channels / (linkRate(pr.local, partBytes) * 1e3), 0};
   reduce = Term{pr.local.alphaUs, 0, chunkBytes * channels / (reduceRate(pr, chunkBytes) * 1e3)};
 }
@@ -212,8 +238,8 @@ Term slowestRingHop(const ChunkPrices& x) {
   const GenContext& g = x.c.gen;
   bool intra = false, inter = false;
   for (uint32_t r = 0; r < g.nRanks; ++r) (g.sameNode(r, (r + 1) % g.nRanks) ? intra : inter) = true;
-  if (intra && inter) return maxOf({x.nvl, x.net});
-  return inter ? x.net : x.nvl;
+  if (intra && inter) return maxOf({x.nvl, x.netRing});
+  return inter ? x.netRing : x.nvl;
 }
 
 }  // namespace mk::detail

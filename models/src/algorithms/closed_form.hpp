@@ -100,9 +100,18 @@ class Longest {
   const UnitPrices* u_;
 };
 
+/// The least fraction of profile.network.bwGBs a sending rank gets from its node's shared NICs
+/// (rankNetworkShares) while every rank sends (`ringEdges` false) or only the ranks whose ring successor is on
+/// another node (true: the flat rings); 1 on one node.
+double networkShare(const CostContext& c, bool ringEdges);
+/// The bytes term of one network message of `messageBytes` on a rank whose network lanes number `share`: its
+/// wire bytes (transportEfficiency) at the lane's part of the shared network rate.
+double networkMessageUs(const CostContext& c, double messageBytes, double share, bool ringEdges);
+
 /// Prices for pieces of `elems` elements of the spec's dtype; throws Error(InvalidArgument) for a profile
-/// rate they need that is not > 0 (the network's only when `needsNet`).
-UnitPrices unitPrices(const CostContext& c, uint64_t elems, bool needsNet);
+/// rate they need that is not > 0 (the network's only when `needsNet`). `ringEdges`: only the ranks whose ring
+/// successor is on another node send over the network (networkShare).
+UnitPrices unitPrices(const CostContext& c, uint64_t elems, bool needsNet, bool ringEdges = false);
 
 /// Fill a CostEstimate from the critical path; `symbolic` is the algorithm's formula.
 CostEstimate estimate(const UnitPrices& u, const PathCounts& path, const std::string& symbolic);
@@ -135,6 +144,7 @@ struct ChunkPrices {
   double chunks = 1;    ///< K' of the largest part
   double partBytes = 0, chunkBytes = 0;
   Term t0, nvl, net, copy, reduce;  ///< dispatch; one chunk over NVLink / network; copy of a part; reduce of a chunk
+  Term netRing;                     ///< one chunk over the network when only the ranks of ring edges across nodes send
 
   explicit ChunkPrices(const CostContext& ctx);
   /// "p=8 M=2 G=4 n=4096B C=1 K=1 nc=4096B ...": the symbols every formula string uses (G = largest node).

@@ -48,7 +48,8 @@ constexpr double kCtaGBs = 36.7;
 /// been run) and applied.
 class UncontendedSim {
  public:
-  UncontendedSim(const Schedule& s, const Profile& p) : s_(s), p_(p), costs_(s, p) {}
+  UncontendedSim(const Schedule& s, const Profile& p, std::vector<double> networkShares = {})
+      : s_(s), p_(p), costs_(s, p, {}, std::move(networkShares)) {}
 
   Timeline run() {
     prepare();
@@ -247,11 +248,15 @@ Profile defaultProfile(const Topology& t) {
   // A Put is a peer store: the link's one-way latency, then the per-direction NVLink bandwidth.
   p.nvlink = LinkCost{t.node.nvlink.latencyUs, t.node.nvlink.bwGBs};
   // GPU -> PCIe -> NIC -> leaf -> (spine) -> leaf -> NIC: the NIC's latency plus two leaf hops (rail-optimised:
-  // same-rail peers under one leaf pair); bytes stream at the slower of the NIC and its PCIe link.
-  const bool hasNic = t.node.nics > 0 && t.node.nic.bwGBs > 0;
-  const double nicGBs = hasNic ? t.node.nic.bwGBs : kFallbackNicGBs;           // no NIC: a 400 Gb/s one assumed
-  const double nicUs = hasNic ? t.node.nic.latencyUs : kFallbackNicLatencyUs;  // (only what-ifs reach it)
-  p.network = LinkCost{nicUs + 2 * t.fabric.switchLatencyUs, std::min(nicGBs, t.node.pcie.bwGBs)};
+  // same-rail peers under one leaf pair); bytes stream at what one GPU's network path gives while nothing else of
+  // its node shares it (its NICs striped, capped by PCIe and switch uplinks: nodeNetworkAloneGBs). Sharing is
+  // the topology's, applied per schedule (rankNetworkShares).
+  const double alone = nodeNetworkAloneGBs(t.node);
+  const bool hasNic = t.node.nics > 0 && alone > 0;
+  const double nicGBs = hasNic ? alone : std::min(kFallbackNicGBs, t.node.pcie.bwGBs);  // no NIC: one 400 Gb/s
+  const double nicUs = hasNic ? t.node.nic.latencyUs : kFallbackNicLatencyUs;           // (only what-ifs reach it)
+  p.network = LinkCost{nicUs + 2 * t.fabric.switchLatencyUs, nicGBs};
+  p.transport = defaultTransport(t.node.nics > 0 ? nicsOf(t.node).front().transport : std::string("ib"));
   // A local copy reads and writes every byte: half the HBM bandwidth.
   p.local = LinkCost{kLocalAlphaUs, t.node.hbmGBs / 2};
   // A reduce reads two operands and writes one: a third of the HBM bandwidth in output bytes.
@@ -269,6 +274,14 @@ Profile defaultProfile(const Topology& t) {
 }
 
 Timeline simulateUncontended(const Schedule& s, const Profile& profile) { return UncontendedSim(s, profile).run(); }
+
+Timeline simulateUncontended(const Schedule& s, const Profile& profile, const Topology& topo) {
+  std::vector<bool> sends(s.nRanks, false);
+  for (uint32_t r = 0; r < s.nRanks && r < s.lanes.size(); ++r)
+    for (const Lane& lane : s.lanes[r])
+      for (const Step& st : lane.steps) sends[r] = sends[r] || (st.kind == StepKind::ProxyPut && st.count > 0);
+  return UncontendedSim(s, profile, rankNetworkShares(topo, s.nodeOf, sends)).run();
+}
 
 double busBwFactor(CollOp op, uint32_t nRanks) noexcept {
   if (nRanks == 0) return 0;

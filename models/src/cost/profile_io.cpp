@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <initializer_list>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -144,6 +145,54 @@ void readLayered(const Json& j, Profile& p) {
   }
 }
 
+Json transportJson(const TransportModel& t) {
+  Json curve = Json::array();
+  for (const EfficiencyPoint& e : t.efficiency) curve.push_back({{"bytes", e.bytes}, {"fraction", e.fraction}});
+  return Json{{"kind", t.kind},
+              {"overheadUs", t.overheadUs},
+              {"latencyUs", t.latencyUs},
+              {"efficiency", curve},
+              {"inFlight", t.inFlight}};
+}
+
+/// "transport": {kind, overheadUs, latencyUs, efficiency: [{bytes, fraction}], inFlight}; the range rules are
+/// validateTransport's (exit 2 naming the field).
+TransportModel transport(const Json& obj) {
+  const Json& j = object(obj, "", "transport");
+  onlyKeys(j, "transport", {"kind", "overheadUs", "latencyUs", "efficiency", "inFlight"});
+  TransportModel t;
+  t.kind = text(j, "transport", "kind");
+  auto number = [&](const Json& o, const std::string& path, const char* key) {
+    const Json& v = member(o, path, key);
+    if (!v.is_number()) parseFail(join(path, key) + " must be a number (got " + v.type_name() + ")");
+    return v.get<double>();
+  };
+  t.overheadUs = number(j, "transport", "overheadUs");
+  t.latencyUs = number(j, "transport", "latencyUs");
+  const double inFlight = number(j, "transport", "inFlight");
+  if (inFlight != std::floor(inFlight) || inFlight < 0 || inFlight > std::numeric_limits<uint32_t>::max())
+    throw Error(
+        ErrorCode::InvalidArgument,
+        "profile: transport.inFlight must be a whole number of messages >= 1 (got " + formatNumber(inFlight) + ")");
+  t.inFlight = static_cast<uint32_t>(inFlight);
+  const Json& curve = member(j, "transport", "efficiency");
+  if (!curve.is_array())
+    parseFail(std::string("transport.efficiency must be an array (got ") + curve.type_name() + ")");
+  for (std::size_t i = 0; i < curve.size(); ++i) {
+    const std::string path = "transport.efficiency[" + std::to_string(i) + "]";
+    if (!curve[i].is_object())
+      parseFail(path + " must be an object {bytes, fraction} (got " + curve[i].type_name() + ")");
+    onlyKeys(curve[i], path, {"bytes", "fraction"});
+    t.efficiency.push_back({number(curve[i], path, "bytes"), number(curve[i], path, "fraction")});
+  }
+  try {
+    validateTransport(t, "transport");
+  } catch (const Error& e) {
+    throw Error(e.code(), "profile: " + e.message());
+  }
+  return t;
+}
+
 }  // namespace
 
 std::string profileToJson(const Profile& p, const ProfileProvenance& prov, int indent) {
@@ -170,6 +219,7 @@ std::string profileToJson(const Profile& p, const ProfileProvenance& prov, int i
   j["putIssueUs"] = p.putIssueUs;
   j["userPutUs"] = p.userPutUs;
   j["proxyUs"] = p.proxyUs;
+  j["transport"] = transportJson(p.transport);
   j["gemmTflops"] = p.gemmTflops;
   // Written only when set, so that a profile that does not distinguish them reads back the same.
   if (p.sms > 0) j["sms"] = p.sms;
@@ -191,9 +241,9 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   const std::string schema = text(j, "", "schema");
   if (schema != kProfileSchema)
     parseFail("schema must be \"" + std::string(kProfileSchema) + "\" (got \"" + schema + "\")");
-  onlyKeys(j, "", {"schema",     "source",     "provenance",  "nvlink",     "network",    "local",      "reduceGBs",
-                   "reduceRamp", "flagUs",     "localFlagUs", "dispatchUs", "peerUserUs", "putIssueUs", "userPutUs",
-                   "proxyUs",    "gemmTflops", "sms",         "ctaGBs",     "protocols",  "nccl"});
+  onlyKeys(j, "", {"schema",     "source",    "provenance",  "nvlink",     "network",    "local",      "reduceGBs",
+                   "reduceRamp", "flagUs",    "localFlagUs", "dispatchUs", "peerUserUs", "putIssueUs", "userPutUs",
+                   "proxyUs",    "transport", "gemmTflops",  "sms",        "ctaGBs",     "protocols",  "nccl"});
   Profile p;
   p.source = text(j, "", "source");
   p.nvlink = linkCost(j, "nvlink", true);
@@ -211,6 +261,14 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   p.putIssueUs = j.contains("putIssueUs") ? parameter(j, "", "putIssueUs") : 0.0;
   p.userPutUs = j.contains("userPutUs") ? parameter(j, "", "userPutUs") : 0.0;
   p.proxyUs = parameter(j, "", "proxyUs");
+  if (j.contains("transport")) {
+    p.transport = transport(j);
+  } else {
+    // Added with the transport model: a profile without it moves every message at the full network rate
+    // with any number in flight (what every engine did before the field existed).
+    p.transport.efficiency.clear();
+    p.transport.inFlight = std::numeric_limits<uint32_t>::max();
+  }
   p.gemmTflops = parameter(j, "", "gemmTflops");
   // Added with the fused operators: a profile without them does not model a rank's CTA split (rule 2b).
   p.ctaGBs = j.contains("ctaGBs") ? parameter(j, "", "ctaGBs") : 0.0;

@@ -90,6 +90,17 @@ double putLaneUs(const Profile& p, bool intoUserBuffer) noexcept {
   return p.putIssueUs > 0 && p.putIssueUs < p.nvlink.alphaUs ? p.putIssueUs : putAlphaUs(p, intoUserBuffer);
 }
 
+double transportEfficiency(const TransportModel& t, double bytes) noexcept { return rampFraction(t.efficiency, bytes); }
+
+double proxyAlphaUs(const Profile& p) noexcept {
+  return p.proxyUs + p.network.alphaUs + p.transport.overheadUs + p.transport.latencyUs;
+}
+
+double proxyAlphaUs(const Profile& p, uint32_t lanes) noexcept {
+  const double slots = std::max<uint32_t>(p.transport.inFlight, 1);
+  return proxyAlphaUs(p) * std::max(1.0, static_cast<double>(lanes) / slots);
+}
+
 uint64_t gemmTiles128(uint64_t m, uint64_t n) noexcept { return ((m + 127) / 128) * ((n + 127) / 128); }
 
 double laneSms(const Profile& p, double laneCtas, double rankCtas) noexcept {
@@ -171,8 +182,9 @@ StepPrice stepPrice(const Profile& p, StepKind kind, LinkClass link, double amou
       return pr;
     case StepKind::ProxyPut:
       pr.resource = StepResource::Network;
-      pr.alphaUs = p.proxyUs + p.network.alphaUs;
-      pr.rate = linkRate(p.network, amount);
+      pr.alphaUs = proxyAlphaUs(p);
+      pr.amount = amount / transportEfficiency(p.transport, amount);  // wire bytes
+      pr.rate = linkRate(p.network, pr.amount);
       return pr;
     case StepKind::Gemm:
       pr.resource = StepResource::Tensor;
@@ -199,8 +211,13 @@ bool writesPeerUserBuffer(const Schedule& s, const Step& st, uint32_t rank) noex
          s.buffers[st.dst.buffer].kind != BufferKind::Scratch;
 }
 
-StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra) : s_(s), p_(p) {
+StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra, std::vector<double> networkShares)
+    : s_(s), p_(p), netShare_(std::move(networkShares)) {
   requireRankTables(s);
+  if (!netShare_.empty() && netShare_.size() != s.nRanks)
+    throw Error(ErrorCode::InvalidArgument, "network shares: one per rank expected (got " +
+                                                std::to_string(netShare_.size()) + " for " + std::to_string(s.nRanks) +
+                                                " ranks)");
   requireNonNegative("profile.dispatchUs", p.dispatchUs);
   requireNonNegative("profile.flagUs", p.flagUs);
   requireNonNegative("profile.localFlagUs", p.localFlagUs);
@@ -278,7 +295,11 @@ StepPrice StepCosts::sharedPrice(const Step& st, uint32_t rank) const {
   const bool gemm = st.kind == StepKind::Gemm;
   StepPrice pr = stepPrice(p_, st.kind, st.link, gemm ? st.flops : static_cast<double>(st.bytes),
                            st.kind == StepKind::Put && writesPeerUserBuffer(s_, st, rank), st.flags);
-  if (st.kind == StepKind::ProxyPut && st.count == 0) pr.amount = 0;  // a signal only
+  if (st.kind == StepKind::ProxyPut) {
+    if (st.count == 0) pr.amount = 0;  // a signal only
+    pr.alphaUs = proxyAlphaUs(p_, share(rank, StepResource::Network));
+    if (!netShare_.empty()) pr.rate *= netShare_[rank];
+  }
   return pr;
 }
 
@@ -291,7 +312,7 @@ double StepCosts::laneUs(const Step& st, uint32_t rank, uint32_t lane) const {
 double StepCosts::signalDelayUs(uint32_t fromRank, uint32_t toRank) const noexcept {
   if (fromRank == toRank) return p_.localFlagUs;
   if (s_.nodeOf[fromRank] == s_.nodeOf[toRank]) return p_.flagUs;
-  return p_.proxyUs + p_.network.alphaUs;
+  return proxyAlphaUs(p_);
 }
 
 double StepCosts::incrementDelayUs(const Step& st, uint32_t rank) const noexcept {
@@ -308,9 +329,7 @@ double StepCosts::incrementDelayUs(const Step& st, uint32_t rank) const noexcept
   }
 }
 
-double StepCosts::barrierReleaseUs() const noexcept {
-  return singleNode_ ? p_.flagUs : p_.proxyUs + p_.network.alphaUs;
-}
+double StepCosts::barrierReleaseUs() const noexcept { return singleNode_ ? p_.flagUs : proxyAlphaUs(p_); }
 
 double StepCosts::opTotalUs(double lastEndUs) const {
   double total = std::max(lastEndUs, p_.dispatchUs);

@@ -11,74 +11,18 @@
 #include "mk/error.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/util/size.hpp"
+#include "topology_internal.hpp"
 
 namespace mk {
+
+using detail::presetList;
+using detail::presetOneNode;
 
 namespace {
 
 using Json = nlohmann::json;
 
 constexpr const char* kTopologySchema = "mkernel.topology.v1";
-
-/// "h200x2, dgx-h100, dgx-h200": the list every "unknown preset" message shows.
-std::string presetList() {
-  std::string out;
-  for (const auto& p : topologyPresets()) out += (out.empty() ? "" : ", ") + p;
-  return out;
-}
-
-// Hopper SXM figures shared by the DGX presets and the lent node.
-constexpr uint32_t kHopperSxmSms =
-    132;  // H100/H200 SXM5: 132 SMs (NVIDIA H100 Tensor Core GPU Architecture whitepaper)
-constexpr double kHopperBf16DenseTflops =
-    989;  // H100/H200 SXM datasheet: 1979 TFLOP/s bf16 "with sparsity" / 2 = dense
-constexpr double kNvlink4PerDirGBs =
-    450;  // NVLink 4: 18 links x 25 GB/s per direction = 900 GB/s bidirectional (datasheet)
-constexpr double kNvlinkLatencyUs = 0.65;  // measured on the lent H200 pair: P2P flag round trip 1.25 us / 2
-constexpr double kPcieGen5x16GBs = 64;     // PCIe Gen5 x16: 32 GT/s x 16 lanes, 128b/130b ~ 63-64 GB/s per direction
-constexpr double kPcieLatencyUs =
-    1.0;  // typical PCIe Gen5 round-trip-halved latency for a posted write + completion (order of 1 us)
-constexpr uint32_t kDgxNics = 8;  // DGX H100/H200: 8 x ConnectX-7 for the compute fabric, one per GPU (DGX user guide)
-constexpr double kCx7PerDirGBs = 50;  // ConnectX-7 NDR 400 Gb/s = 50 GB/s per direction (datasheet)
-constexpr double kCx7LatencyUs =
-    2.5;  // RDMA WRITE one-way small-message latency through a ConnectX-7, ~2-3 us incl. PCIe
-
-Topology dgx(const std::string& name, const std::string& gpu, double hbmGBs) {
-  Topology t;
-  t.name = name;
-  t.node.gpu = gpu;
-  t.node.gpus = 8;  // DGX H100/H200: 8 GPUs per system
-  t.node.sms = kHopperSxmSms;
-  t.node.bf16Tflops = kHopperBf16DenseTflops;
-  t.node.hbmGBs = hbmGBs;
-  t.node.nvlink = NvlinkSpec{kNvlink4PerDirGBs, kNvlinkLatencyUs, true};  // 4 NVSwitch chips: all-to-all at full bw
-  t.node.pcie = PcieSpec{kPcieGen5x16GBs, kPcieLatencyUs};
-  t.node.nics = kDgxNics;
-  t.node.nic = NicSpec{kCx7PerDirGBs, kCx7LatencyUs};
-  return t;  // fabric: the FabricSpec defaults (rail-leaf-spine, 32 nodes per leaf, non-blocking, 0.5 us per hop)
-}
-
-Topology presetOneNode(const std::string& name) {
-  if (name == "h200x2") {
-    // The lent GPU machine: two H200 SXM joined by NV18 (nvidia-smi topo -m), no RDMA NIC.
-    Topology t;
-    t.name = name;
-    t.node.gpu = "NVIDIA H200";
-    t.node.gpus = 2;
-    t.node.sms = kHopperSxmSms;
-    t.node.bf16Tflops = kHopperBf16DenseTflops;
-    t.node.hbmGBs = 4800;  // H200 datasheet: 4.8 TB/s HBM3e
-    // NV18 direct: all 18 NVLink 4 links go to the one peer, so the per-direction total equals NVSwitch's.
-    t.node.nvlink = NvlinkSpec{kNvlink4PerDirGBs, kNvlinkLatencyUs, false};
-    t.node.pcie = PcieSpec{kPcieGen5x16GBs, kPcieLatencyUs};
-    t.node.nics = 0;  // no RDMA NIC on that machine: single node only
-    t.node.nic = NicSpec{0, 0};
-    return t;
-  }
-  if (name == "dgx-h100") return dgx(name, "NVIDIA H100", 3350);  // H100 SXM datasheet: 3.35 TB/s HBM3
-  if (name == "dgx-h200") return dgx(name, "NVIDIA H200", 4800);  // H200 SXM datasheet: 4.8 TB/s HBM3e
-  throw Error(ErrorCode::NotFound, "unknown topology preset '" + name + "' (known: " + presetList() + ")");
-}
 
 // ---- validation ------------------------------------------------------------------------------------------
 
@@ -157,6 +101,67 @@ bool boolean(const Json& obj, const std::string& path, const char* key) {
   return j.get<bool>();
 }
 
+/// A list of local indices ("gpus": [0, 1]).
+std::vector<uint32_t> indexList(const Json& obj, const std::string& path, const char* key) {
+  const Json& j = member(obj, path, key);
+  if (!j.is_array())
+    throw Error(ErrorCode::ParseError,
+                "topology: " + childPath(path, key) + " must be an array of indices (got " + typeName(j) + ")");
+  std::vector<uint32_t> out;
+  for (std::size_t i = 0; i < j.size(); ++i)
+    out.push_back(count32(j[i], childPath(path, key) + "[" + std::to_string(i) + "]"));
+  return out;
+}
+
+/// "nics": a count with a uniform "nic" (the first form), or the list of NICs (the form we write).
+void readNics(const Json& node, NodeSpec& n) {
+  const Json& nics = member(node, "node", "nics");
+  if (nics.is_array()) {
+    if (node.contains("nic"))
+      throw Error(ErrorCode::ParseError,
+                  "topology: node.nic is only for the uniform form (node.nics a count); "
+                  "with a NIC list give each NIC its fields");
+    for (std::size_t i = 0; i < nics.size(); ++i) {
+      const std::string path = "node.nics[" + std::to_string(i) + "]";
+      if (!nics[i].is_object())
+        throw Error(ErrorCode::ParseError, "topology: " + path + " must be an object (got " + typeName(nics[i]) + ")");
+      onlyKeys(nics[i], path, {"name", "bwGBs", "latencyUs", "transport", "gpus"});
+      NicSpec nic;
+      if (nics[i].contains("name")) nic.name = text(nics[i], path, "name");
+      nic.bwGBs = number(nics[i], path, "bwGBs");
+      nic.latencyUs = number(nics[i], path, "latencyUs");
+      if (nics[i].contains("transport")) nic.transport = text(nics[i], path, "transport");
+      nic.gpus = indexList(nics[i], path, "gpus");
+      n.nicList.push_back(nic);
+    }
+    n.nics = static_cast<uint32_t>(n.nicList.size());
+    n.nic = n.nicList.empty() ? NicSpec{}
+                              : NicSpec{n.nicList[0].bwGBs, n.nicList[0].latencyUs, n.nicList[0].transport, {}, {}};
+  } else {
+    n.nics = count32(node, "node", "nics");
+    const Json& nic = object(node, "node", "nic");
+    onlyKeys(nic, "node.nic", {"bwGBs", "latencyUs", "transport"});
+    n.nic.bwGBs = number(nic, "node.nic", "bwGBs");
+    n.nic.latencyUs = number(nic, "node.nic", "latencyUs");
+    if (nic.contains("transport")) n.nic.transport = text(nic, "node.nic", "transport");
+  }
+  if (!node.contains("pcieSwitches")) return;
+  const Json& sws = member(node, "node", "pcieSwitches");
+  if (!sws.is_array())
+    throw Error(ErrorCode::ParseError, "topology: node.pcieSwitches must be an array (got " + typeName(sws) + ")");
+  for (std::size_t i = 0; i < sws.size(); ++i) {
+    const std::string path = "node.pcieSwitches[" + std::to_string(i) + "]";
+    if (!sws[i].is_object())
+      throw Error(ErrorCode::ParseError, "topology: " + path + " must be an object (got " + typeName(sws[i]) + ")");
+    onlyKeys(sws[i], path, {"bwGBs", "gpus", "nics"});
+    PcieSwitchSpec sw;
+    sw.bwGBs = number(sws[i], path, "bwGBs");
+    if (sws[i].contains("gpus")) sw.gpus = indexList(sws[i], path, "gpus");
+    if (sws[i].contains("nics")) sw.nics = indexList(sws[i], path, "nics");
+    n.pcieSwitches.push_back(sw);
+  }
+}
+
 }  // namespace
 
 std::vector<uint32_t> Topology::layout(uint32_t nRanks) const {
@@ -170,8 +175,6 @@ std::vector<uint32_t> Topology::layout(uint32_t nRanks) const {
   for (uint32_t r = 0; r < nRanks; ++r) nodeOf[r] = r / node.gpus;
   return nodeOf;
 }
-
-std::vector<std::string> topologyPresets() { return {"h200x2", "dgx-h100", "dgx-h200"}; }
 
 Topology topologyPreset(const std::string& name, uint32_t nodes) {
   Topology t = presetOneNode(name);  // unknown names fail first: that is the more useful message
@@ -195,17 +198,7 @@ void validateTopology(const Topology& t) {
   requireNonNegative("node.nvlink.latencyUs", n.nvlink.latencyUs);
   requirePositive("node.pcie.bwGBs", n.pcie.bwGBs);
   requireNonNegative("node.pcie.latencyUs", n.pcie.latencyUs);
-  if (n.nics > 0) {
-    requirePositive("node.nic.bwGBs", n.nic.bwGBs);
-  } else {
-    requireNonNegative("node.nic.bwGBs", n.nic.bwGBs);  // unused without NICs, but must still be a sane number
-  }
-  requireNonNegative("node.nic.latencyUs", n.nic.latencyUs);
-  if (n.nics == 0 && t.nodes > 1)
-    throw Error(ErrorCode::InvalidArgument,
-                "node.nics: " + (t.name.empty() ? std::string("this topology") : t.name) +
-                    " has no NICs: a multi-node cluster (nodes = " + std::to_string(t.nodes) +
-                    ") needs nics > 0 (use dgx-h200 or a JSON file)");
+  detail::validateNics(t);
   const FabricSpec& f = t.fabric;
   if (f.kind != "rail-leaf-spine")
     throw Error(ErrorCode::InvalidArgument, "fabric.kind must be \"rail-leaf-spine\" (got \"" + f.kind + "\")");
@@ -230,9 +223,21 @@ std::string topologyToJson(const Topology& t, int indent) {
       {"hbmGBs", n.hbmGBs},
       {"nvlink", {{"bwGBs", n.nvlink.bwGBs}, {"latencyUs", n.nvlink.latencyUs}, {"switched", n.nvlink.switched}}},
       {"pcie", {{"bwGBs", n.pcie.bwGBs}, {"latencyUs", n.pcie.latencyUs}}},
-      {"nics", n.nics},
-      {"nic", {{"bwGBs", n.nic.bwGBs}, {"latencyUs", n.nic.latencyUs}}},
   };
+  // The list form: every NIC with the GPUs it serves (the uniform form expanded).
+  Json nics = Json::array();
+  for (const NicSpec& nic : nicsOf(n)) {
+    Json e = {{"bwGBs", nic.bwGBs}, {"latencyUs", nic.latencyUs}, {"transport", nic.transport}, {"gpus", nic.gpus}};
+    if (!nic.name.empty()) e["name"] = nic.name;
+    nics.push_back(e);
+  }
+  j["node"]["nics"] = nics;
+  if (!n.pcieSwitches.empty()) {
+    Json sw = Json::array();
+    for (const PcieSwitchSpec& s : n.pcieSwitches)
+      sw.push_back({{"bwGBs", s.bwGBs}, {"gpus", s.gpus}, {"nics", s.nics}});
+    j["node"]["pcieSwitches"] = sw;
+  }
   j["fabric"] = {{"kind", t.fabric.kind},
                  {"nodesPerLeaf", t.fabric.nodesPerLeaf},
                  {"oversubscription", t.fabric.oversubscription},
@@ -272,7 +277,8 @@ Topology topologyFromJson(const std::string& textIn) {
   t.name = text(j, "", "name");
   t.nodes = count32(j, "", "nodes");
   const Json& node = object(j, "", "node");
-  onlyKeys(node, "node", {"gpu", "gpus", "sms", "bf16Tflops", "hbmGBs", "nvlink", "pcie", "nics", "nic"});
+  onlyKeys(node, "node",
+           {"gpu", "gpus", "sms", "bf16Tflops", "hbmGBs", "nvlink", "pcie", "nics", "nic", "pcieSwitches"});
   t.node.gpu = text(node, "node", "gpu");
   t.node.gpus = count32(node, "node", "gpus");
   t.node.sms = count32(node, "node", "sms");
@@ -287,11 +293,7 @@ Topology topologyFromJson(const std::string& textIn) {
   onlyKeys(pcie, "node.pcie", {"bwGBs", "latencyUs"});
   t.node.pcie.bwGBs = number(pcie, "node.pcie", "bwGBs");
   t.node.pcie.latencyUs = number(pcie, "node.pcie", "latencyUs");
-  t.node.nics = count32(node, "node", "nics");
-  const Json& nic = object(node, "node", "nic");
-  onlyKeys(nic, "node.nic", {"bwGBs", "latencyUs"});
-  t.node.nic.bwGBs = number(nic, "node.nic", "bwGBs");
-  t.node.nic.latencyUs = number(nic, "node.nic", "latencyUs");
+  readNics(node, t.node);
   const Json& fab = object(j, "", "fabric");
   onlyKeys(fab, "fabric", {"kind", "nodesPerLeaf", "oversubscription", "switchLatencyUs"});
   t.fabric.kind = text(fab, "fabric", "kind");

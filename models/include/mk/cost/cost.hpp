@@ -64,12 +64,45 @@ struct LayeredCosts {
   double baseSimpleUs = 8.4;
 };
 
+/// One point of a transport's efficiency curve: messages of `bytes` reach `fraction` of the line rate (a capped
+/// ramp: the same points, interpolation and checks as LinkCost::ramp).
+using EfficiencyPoint = RampPoint;
+
+/// How a NIC's transport turns line rate into message rate (docs/transports.md). Every ProxyPut pays
+/// `overheadUs` + `latencyUs` on top of the proxy and the network path's alpha, and moves its bytes at
+/// network.bwGBs x efficiency(bytes) (transportEfficiency, step_cost.hpp).
+struct TransportModel {
+  std::string kind = "ib";  ///< ib | roce | efa | tcp (nicTransports())
+  double overheadUs = 0;    ///< per message, on the sending lane: the transport's own work beyond the proxy's
+  double latencyUs = 0;     ///< added one-way latency of a small message beyond the NIC's and the fabric's
+  /// (bytes, fraction of line rate), ascending bytes and non-decreasing fractions in (0, 1], interpolated
+  /// linearly in log(bytes); below the first point its fraction, above the last the last one's. Empty = 1.
+  std::vector<EfficiencyPoint> efficiency;
+  /// Messages a NIC keeps in flight per connection: with a round trip of 2 x the message latency, a stream of
+  /// m-byte messages cannot beat inFlight x m per round trip (the window cap of transportEfficiency). >= 1.
+  uint32_t inFlight = 8;
+};
+
+/// Datasheet / protocol-specification defaults of a transport kind (sources: docs/transports.md); throws
+/// Error(InvalidArgument) for an unknown kind.
+TransportModel defaultTransport(const std::string& kind);
+/// InfiniBand RC framing (4096-byte MTU, LRH + BTH + ICRC + VCRC per packet, RETH once): what a profile sets as
+/// the ib efficiency to count it; the ib default leaves it out (docs/transports.md).
+std::vector<EfficiencyPoint> ibFramingCurve();
+/// Throws Error(InvalidArgument) naming `field` + ".<member>" for a value out of range: an unknown kind, a
+/// negative or non-finite overhead or latency, a fraction outside (0, 1], points not in ascending bytes or
+/// with falling fractions, inFlight 0.
+void validateTransport(const TransportModel& t, const std::string& field);
+
 /// Parameters the closed form and the simulator need. Defaults come from datasheets
 /// (`defaultProfile`); the calibration issue fits them from measurements.
 struct Profile {
   std::string source = "uncalibrated (datasheet defaults)";
-  LinkCost nvlink;                    ///< Put over NVLink, per GPU per direction
-  LinkCost network;                   ///< ProxyPut GPU->GPU across nodes (PCIe + NIC + fabric), per GPU per direction
+  LinkCost nvlink;  ///< Put over NVLink, per GPU per direction
+  /// ProxyPut GPU->GPU across nodes (PCIe + NIC + fabric), per GPU per direction, while no other GPU of the
+  /// node shares its NICs (nodeNetworkAloneGBs): sharing is the topology's (rankNetworkShares).
+  LinkCost network;
+  TransportModel transport;           ///< the NICs' transport: per-message overhead, latency, efficiency by size
   LinkCost local;                     ///< Copy inside one GPU
   double reduceGBs = 0;               ///< Reduce throughput (output bytes/s) of one lane
   std::vector<RampPoint> reduceRamp;  ///< reduceGBs by size (LinkCost::ramp, not capped: L2); empty = flat
@@ -140,8 +173,11 @@ struct Timeline {
   double totalUs = 0;
   std::vector<StepTime> steps;  ///< in (rank, lane, step) order
 };
-/// Throws Error(Deadlock) if the schedule cannot complete.
+/// Throws Error(Deadlock) if the schedule cannot complete. Without a topology every ProxyPut gets the whole
+/// network.bwGBs; with one, a rank's ProxyPuts get its rankNetworkShares() fraction of it, the ranks that issue
+/// ProxyPuts counted as sending at once (the static share of rule 2 extended to the NICs of a node).
 Timeline simulateUncontended(const Schedule& s, const Profile& profile);
+Timeline simulateUncontended(const Schedule& s, const Profile& profile, const Topology& topo);
 
 /// nccl-tests bus-bandwidth factor for `op` on n ranks (allreduce 2(n-1)/n, allgather/reducescatter/alltoall
 /// (n-1)/n, broadcast 1).

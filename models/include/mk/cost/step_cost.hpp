@@ -40,6 +40,16 @@ double putLaneUs(const Profile& p, bool intoUserBuffer) noexcept;
 /// True when step `st` of `s` writes a user buffer (not scratch) of another rank (a Put into a peer's output).
 bool writesPeerUserBuffer(const Schedule& s, const Step& st, uint32_t rank) noexcept;
 
+/// Fraction of the line rate a message of `bytes` reaches under transport `t`: its efficiency curve, linear in
+/// log(bytes) between points, flat beyond them (1 without a curve). A ProxyPut's bytes count bytes / fraction
+/// against the network rate, so its links carry the wire bytes (docs/transports.md).
+double transportEfficiency(const TransportModel& t, double bytes) noexcept;
+/// A cross-node message before its bytes: proxyUs + network.alphaUs + transport.overheadUs + transport.latencyUs.
+double proxyAlphaUs(const Profile& p) noexcept;
+/// A ProxyPut's alpha while `lanes` lanes of its rank send at once: a NIC keeps transport.inFlight messages in
+/// flight, so with more lanes the messages wait for a slot: proxyAlphaUs x max(1, lanes / inFlight).
+double proxyAlphaUs(const Profile& p, uint32_t lanes) noexcept;
+
 /// Output tiles of 128 x 128 in an m x n Gemm: the unit the GPU's lowering gives one CTA of a compute lane.
 uint64_t gemmTiles128(uint64_t m, uint64_t n) noexcept;
 
@@ -111,7 +121,9 @@ class StepCosts {
   /// another rank's flag; Error(InvalidArgument) for a negative or non-finite latency of the profile, or a
   /// rate the schedule needs (local copy, NVLink, reduce, network, gemm) that is not > 0. `extra` runs on
   /// every step right after the shared checks of that step.
-  StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra = {});
+  /// `networkShares` (one per rank, or empty): the fraction of network.bwGBs each rank's ProxyPuts get from its
+  /// node's shared NICs (rankNetworkShares); empty = the whole rate (the SimGrid replay, whose links share).
+  StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra = {}, std::vector<double> networkShares = {});
 
   const Schedule& schedule() const noexcept { return s_; }
   const Profile& profile() const noexcept { return p_; }
@@ -163,6 +175,7 @@ class StepCosts {
   const Profile& p_;
   bool singleNode_ = true;
   std::vector<uint32_t> share_;   ///< [rank * kStepResources + resource]
+  std::vector<double> netShare_;  ///< [rank] fraction of network.bwGBs from the node's NICs (empty: 1)
   std::vector<double> rankCtas_;  ///< rule 2b: Lane::ctas summed over a computing rank's lanes (0: not computing)
   std::vector<std::vector<double>> laneSms_;  ///< rule 2b: [rank][lane] SMs the lane holds (computing ranks)
   std::vector<LaneRef> lanes_;

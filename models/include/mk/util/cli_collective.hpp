@@ -44,7 +44,9 @@ inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
                  "the lowest closed form under the profile used); the layered baseline (NCCL, never auto's choice): "
                  "nccl-ring (allreduce, allgather, reducescatter), nccl-tree (allreduce)")
       ->capture_default_str();
-  app.add_option("--cluster", a.cluster, "preset (h200x2, dgx-h100, dgx-h200) or a topology JSON file")
+  app.add_option(
+         "--cluster", a.cluster,
+         "preset (h200x2, dgx-h100, dgx-h200, a100-8x200, cloud-efa-32x100, cloud-tcp-8x200) or a topology JSON file")
       ->capture_default_str();
   app.add_option("--nodes", a.nodes, "nodes of the cluster (default: the preset's, or enough for --ranks)");
   app.add_option("--ranks", a.ranks, "ranks (GPUs) taking part, placed node-major (default: every GPU)");

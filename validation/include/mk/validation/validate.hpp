@@ -53,7 +53,8 @@ bool isValidatedRecord(const MeasurementRecord& r) noexcept;
 RecordSchedule recordSchedule(const MeasurementRecord& r, const std::string& where);
 
 /// The topology preset a file was measured on, from its "system" block: the preset whose node has the same
-/// GPU model ("gpu") and GPU count ("gpus"). "" when no preset or more than one matches.
+/// GPU model ("gpu") and GPU count ("gpus"), the first in topologyPresets() order when several match (the DGX
+/// presets come before the cloud nodes with the same GPUs). "" when none matches.
 std::string inferCluster(const MeasurementFile& f);
 
 /// (predicted - measured) / measured * 100.
