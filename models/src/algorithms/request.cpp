@@ -56,7 +56,8 @@ CollectiveRequest parseCollective(const CollectiveArgs& a) {
     r.spec.algo = *r.algo;
   }
   const auto inter = parseInterPhase(a.inter);
-  if (!inter) throw Error(ErrorCode::InvalidArgument, "unknown --inter '" + a.inter + "' (expected ring, rhd, auto)");
+  if (!inter)
+    throw Error(ErrorCode::InvalidArgument, "unknown --inter '" + a.inter + "' (expected ring, rhd, bruck, auto)");
   r.gen.inter = *inter;
   // "auto" takes the size table's chunks and channels unless they were asked for, as the engine does.
   r.gen.chunks = r.algo || a.chunksGiven ? a.chunks : 0;
