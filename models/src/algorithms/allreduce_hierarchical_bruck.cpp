@@ -298,8 +298,8 @@ class BruckVariant {
           for (uint32_t p = 0; p < out.n; ++p) {
             const Range u = out.piece[p];
             if (u.size == 0) continue;
-            b_.put(r, snd, bufRef(shards_.owner(dst, s), ctx_.output, u.begin), bufRef(r, ctx_.output, u.begin),
-                   u.size, flags_.agArrived[k][shards_.ordinal(dst, s)]);
+            b_.put(r, snd, bufRef(shards_.owner(dst, s), ctx_.output, u.begin), bufRef(r, ctx_.output, u.begin), u.size,
+                   flags_.agArrived[k][shards_.ordinal(dst, s)]);
           }
         }
       }
@@ -398,8 +398,8 @@ PathCounts bruckLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, cons
     for (uint32_t rho = 0; rho < J; ++rho) {
       const uint32_t k = plan.rsRound(rho), d = plan.distance(k), c = plan.blocks(k);
       for (uint32_t n = 0; n < M; ++n)
-        rs[n] = st[n].snd = longest(st[n].snd, st[n].ready) +
-                            nodes[n].owned * netGroup(piecesOf(n, d, c, M), c * blockUnits);
+        rs[n] = st[n].snd =
+            longest(st[n].snd, st[n].ready) + nodes[n].owned * netGroup(piecesOf(n, d, c, M), c * blockUnits);
       for (uint32_t n = 0; n < M; ++n) {
         State& s = st[n];
         s.red = longest(s.red, rs[(n + M - d) % M]) + nodes[n].owned * redGroup(piecesOf(n, 0, c, M), c * blockUnits);
