@@ -997,7 +997,7 @@ TEST_CASE("allreduce: an unknown inter-node variant is InvalidArgument naming th
       FAIL("expected an error");
     } catch (const Error& e) {
       CHECK(e.code() == ErrorCode::InvalidArgument);
-      CHECK(std::string(e.what()).find("ring, rhd or auto") != std::string::npos);
+      CHECK(std::string(e.what()).find("ring, rhd, bruck or auto") != std::string::npos);
     }
   }
   CHECK_THROWS_AS(resolveInter(arSpec("hierarchical", 64), nodesOfSize(8, 4), bad, Profile{}), Error);
