@@ -891,6 +891,76 @@ TEST_CASE("allreduce hierarchical rhd: closed form bounds the timeline on uneven
     }
 }
 
+TEST_CASE("allreduce hierarchical bruck: bit-exact on small integers over node counts layouts counts and chunks") {
+  const uint64_t counts[] = {1, 5, 31, 1021, 4096};
+  const RedOp redops[] = {RedOp::Sum, RedOp::Max, RedOp::Min};
+  const DType dtypes[] = {DType::Float32, DType::BFloat16, DType::Float16};
+  uint64_t seed = 7300;
+  uint32_t turn = 0;
+  std::vector<std::vector<uint32_t>> layouts = rhdLayouts();
+  layouts.push_back(nodesOfSize(11, 1));  // 11 nodes of one rank: rounds of 1, 2, 4 and 3 blocks, wrapping
+  layouts.push_back(nodesOfSize(26, 2));  // 13 nodes
+  for (const auto& nodeOf : layouts)
+    for (uint64_t count : counts)
+      for (uint32_t chunks : {1u, 3u}) {
+        const uint32_t channels = (turn % 2) ? 2 : 1;
+        verifyCase("hierarchical", nodeOf, count, chunks, channels, dtypes[turn % 3], redops[(turn / 3) % 3],
+                   InputKind::SmallIntegers, seed++, "bruck");
+        ++turn;
+      }
+}
+
+TEST_CASE("allreduce hierarchical bruck: ceil(log2 M) rounds per pass and M - 1 blocks per node") {
+  // 6 nodes of 4: rounds of 1, 2 and 2 blocks each way (3 + 3 ProxyPuts per chunk and owner, plus one more
+  // wherever a node's range wraps past block 5), and every node moves 5 of 6 blocks each way.
+  for (uint32_t chunks : {1u, 4u}) {
+    INFO("chunks " << chunks);
+    const uint64_t count = 24 * 4 * 60;
+    const Schedule s = generate(arSpec("hierarchical", count), nodesOfSize(24, 4), opts(chunks, 1, "bruck"));
+    const uint64_t puts = countKind(s, StepKind::ProxyPut);
+    CHECK(puts >= 24ull * 2 * 3 * chunks);
+    CHECK(puts <= 24ull * 2 * 3 * 2 * chunks);
+    uint64_t netBytes = 0;
+    for (uint32_t r = 0; r < s.nRanks; ++r)
+      for (const auto& lane : s.lanes[r])
+        for (const auto& st : lane.steps)
+          if (st.kind == StepKind::ProxyPut) netBytes += st.count;
+    CHECK(netBytes == 24ull * 2 * (count / 4 / 6) * 5);  // per rank: its shard's 5 of 6 blocks, each way
+  }
+}
+
+TEST_CASE("allreduce hierarchical bruck: closed form equals the uncontended timeline on even cases") {
+  const Profile profiles[] = {oddProfile(), reduceBoundProfile(), defaultProfile(topologyPreset("dgx-h100", 2))};
+  struct Case {
+    uint32_t ranks, perNode;
+  };
+  const Case cases[] = {{4, 2}, {6, 2}, {8, 2}, {10, 2}, {12, 4}, {14, 2}, {16, 2}, {5, 1}, {7, 1}, {4, 4}};
+  for (const Case& c : cases)
+    for (uint32_t chunks : {1u, 3u})
+      for (uint32_t channels : {1u, 2u})
+        for (const Profile& profile : profiles)
+          for (uint64_t unit : {1ull, 4096ull}) {
+            const uint32_t nodes = c.ranks / c.perNode;
+            const uint64_t count = unit * channels * c.perNode * chunks * nodes;  // chunks divide by M
+            INFO("nodes " << nodes << " of " << c.perNode << " chunks " << chunks << " channels " << channels
+                          << " count " << count << " profile " << profile.source);
+            const auto [form, timeline] = formVsTimeline("hierarchical", nodesOfSize(c.ranks, c.perNode), count, chunks,
+                                                         channels, profile, DType::Float32, "bruck");
+            CHECK(form == doctest::Approx(timeline).epsilon(1e-9));
+          }
+}
+
+TEST_CASE("allreduce hierarchical bruck: closed form bounds the timeline on uneven counts and nodes") {
+  for (const auto& nodeOf : rhdLayouts())
+    for (uint64_t count : {1021ull, 65537ull, 1000003ull}) {
+      INFO("nodes " << describe(nodeOf) << " count " << count);
+      const auto [form, timeline] =
+          formVsTimeline("hierarchical", nodeOf, count, 3, 2, oddProfile(), DType::BFloat16, "bruck");
+      CHECK(form >= timeline * (1 - 1e-12));
+      CHECK(form <= timeline * 1.25);
+    }
+}
+
 TEST_CASE("allreduce hierarchical: auto picks the inter-node variant with the lower closed form") {
   const Topology topo = topologyPreset("dgx-h100", 128);
   const Profile profile = defaultProfile(topo);
@@ -927,7 +997,7 @@ TEST_CASE("allreduce: an unknown inter-node variant is InvalidArgument naming th
       FAIL("expected an error");
     } catch (const Error& e) {
       CHECK(e.code() == ErrorCode::InvalidArgument);
-      CHECK(std::string(e.what()).find("ring, rhd or auto") != std::string::npos);
+      CHECK(std::string(e.what()).find("ring, rhd, bruck or auto") != std::string::npos);
     }
   }
   CHECK_THROWS_AS(resolveInter(arSpec("hierarchical", 64), nodesOfSize(8, 4), bad, Profile{}), Error);

@@ -80,12 +80,13 @@ const char* toString(InterPhase p) noexcept {
     case InterPhase::Auto: return "auto";
     case InterPhase::Ring: return "ring";
     case InterPhase::Rhd: return "rhd";
+    case InterPhase::Bruck: return "bruck";
   }
   return "?";
 }
 
 std::optional<InterPhase> parseInterPhase(std::string_view s) noexcept {
-  for (InterPhase p : {InterPhase::Auto, InterPhase::Ring, InterPhase::Rhd})
+  for (InterPhase p : {InterPhase::Auto, InterPhase::Ring, InterPhase::Rhd, InterPhase::Bruck})
     if (s == toString(p)) return p;
   return std::nullopt;
 }
@@ -166,23 +167,32 @@ uint64_t outputCount(const CollectiveSpec& spec, uint32_t nRanks) noexcept {
 
 InterPhase resolveInter(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
                         const Profile& profile) {
-  if (opt.inter != InterPhase::Ring && opt.inter != InterPhase::Rhd && opt.inter != InterPhase::Auto)
-    throw Error(ErrorCode::InvalidArgument,
-                "inter must be ring, rhd or auto (got " + std::to_string(static_cast<unsigned>(opt.inter)) + ")");
+  if (opt.inter != InterPhase::Ring && opt.inter != InterPhase::Rhd && opt.inter != InterPhase::Bruck &&
+      opt.inter != InterPhase::Auto)
+    throw Error(ErrorCode::InvalidArgument, "inter must be ring, rhd, bruck or auto (got " +
+                                                std::to_string(static_cast<unsigned>(opt.inter)) + ")");
   if (opt.inter != InterPhase::Auto) return opt.inter;
   if (spec.op != CollOp::AllReduce || spec.algo != Algorithm::Hierarchical) return InterPhase::Ring;
-  GenOptions ring = opt, rhd = opt;
-  ring.inter = InterPhase::Ring;
-  rhd.inter = InterPhase::Rhd;
-  const detail::GenContext ctxRing = detail::makeContext(spec, nodeOf, ring);
-  if (ctxRing.nNodes() < 2) return InterPhase::Ring;  // no network phase: the variants are the same schedule
-  const detail::GenContext ctxRhd = detail::makeContext(spec, nodeOf, rhd);
+  GenOptions candidate = opt;
+  candidate.inter = InterPhase::Ring;
+  const detail::GenContext ctx = detail::makeContext(spec, nodeOf, candidate);
+  if (ctx.nNodes() < 2) return InterPhase::Ring;  // no network phase: the variants are the same schedule
   // The closed forms of the hierarchical generator read the placement and the profile, not the topology.
   static const Topology kNoTopology{};
   const auto& def = detail::findAlgorithm(spec.op, spec.algo);
-  const double tRing = def.cost(detail::CostContext{spec, ring, kNoTopology, ctxRing, profile}).totalUs;
-  const double tRhd = def.cost(detail::CostContext{spec, rhd, kNoTopology, ctxRhd, profile}).totalUs;
-  return tRhd < tRing ? InterPhase::Rhd : InterPhase::Ring;
+  InterPhase best = InterPhase::Ring;
+  double tBest = 0;
+  for (InterPhase p : {InterPhase::Ring, InterPhase::Rhd, InterPhase::Bruck}) {
+    candidate.inter = p;
+    detail::GenContext c = ctx;
+    c.opt.inter = p;
+    const double t = def.cost(detail::CostContext{spec, candidate, kNoTopology, c, profile}).totalUs;
+    if (p == InterPhase::Ring || t < tBest) {
+      best = p;
+      tBest = t;
+    }
+  }
+  return best;
 }
 
 Schedule generate(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& optIn) {

@@ -41,10 +41,15 @@ uint64_t hierChannelBase(const GenContext& ctx, uint32_t maxOwned, uint32_t chan
 }
 
 bool useRhd(const GenContext& ctx) {
-  if (ctx.opt.inter != InterPhase::Ring && ctx.opt.inter != InterPhase::Rhd)
+  if (ctx.opt.inter != InterPhase::Ring && ctx.opt.inter != InterPhase::Rhd && ctx.opt.inter != InterPhase::Bruck)
     throw Error(ErrorCode::Internal,
                 std::string("hierarchical: inter '") + toString(ctx.opt.inter) + "' reached the generator unresolved");
   return ctx.opt.inter == InterPhase::Rhd && ctx.nNodes() > 1;
+}
+
+bool useBruck(const GenContext& ctx) {
+  useRhd(ctx);  // the same check that inter was resolved
+  return ctx.opt.inter == InterPhase::Bruck && ctx.nNodes() > 1;
 }
 
 HierLayout hierLayout(const GenContext& ctx) {
@@ -54,12 +59,13 @@ HierLayout hierLayout(const GenContext& ctx) {
   h.maxOwned = maxOwnedShards(ctx);
   h.slot = hierChannelBase(ctx, h.maxOwned, effectiveChannels(ctx));
   h.ringBase = checkedProduct(h.shards > 1 ? h.shards : 0, h.slot, "hierarchical (maxLocal x shard)");
-  if (useRhd(ctx)) {
-    // Phase-1 slots as for the ring, then the RHD regions (maxOwned per channel) instead of the ring slot.
-    uint64_t rhd = 0;
+  if (useRhd(ctx) || useBruck(ctx)) {
+    // Phase-1 slots as for the ring, then the RHD (Bruck) regions (maxOwned per channel) instead of the ring slot.
+    uint64_t regions = 0;
     for (uint32_t c = 0; c < effectiveChannels(ctx); ++c)
-      rhd += checkedProduct(h.maxOwned, rhdStride(ctx, c), "hierarchical rhd");
-    h.scratchCount = h.ringBase + rhd;
+      regions +=
+          checkedProduct(h.maxOwned, useRhd(ctx) ? rhdStride(ctx, c) : bruckStride(ctx, c), "hierarchical rhd/bruck");
+    h.scratchCount = h.ringBase + regions;
     return h;
   }
   const uint64_t slots = (h.shards > 1 ? h.shards : 0) + (h.nodes > 1 ? 1 : 0);
@@ -77,6 +83,38 @@ std::vector<uint32_t> HierShards::ownedBy(uint32_t node, uint32_t localIndex) co
   std::vector<uint32_t> owned;
   for (uint32_t s = localIndex; s < layout_.shards; s += ctx_.nodeSize(node)) owned.push_back(s);
   return owned;
+}
+
+void emitChunkedPhase1(ScheduleBuilder& b, const GenContext& ctx, ChannelLanes& lanes, const HierShards& shards,
+                       uint32_t node, uint32_t localIndex, const std::vector<uint32_t>& phase1Arrived) {
+  const uint32_t localRanks = ctx.nodeSize(node), r = ctx.nodeRanks[node][localIndex];
+  const uint16_t scratch = scratchBuffer(ctx);
+  for (uint32_t t = 0; t < ctx.opt.chunks && localRanks > 1; ++t)
+    for (uint32_t i = 1; i < localRanks; ++i) {
+      const uint32_t peerIndex = (localIndex + i) % localRanks;
+      const uint32_t peer = ctx.nodeRanks[node][peerIndex];
+      for (uint32_t s = peerIndex; s < shards.count(); s += localRanks) {
+        const Range c = splitRange(shards.range(s), ctx.opt.chunks, t);
+        if (c.size > 0)
+          b.put(r, lanes.mover(r), bufRef(peer, scratch, shards.phase1Slot(node, localIndex, s, c.begin)),
+                bufRef(r, ctx.input, c.begin), c.size, phase1Arrived[localIndex]);
+      }
+    }
+}
+
+void emitChunkedPhase1Reduce(ScheduleBuilder& b, const GenContext& ctx, ChannelLanes& lanes, const HierShards& shards,
+                             uint32_t node, uint32_t localIndex, uint32_t shard, Range chunk,
+                             const std::vector<uint32_t>& phase1Arrived, std::vector<uint64_t>& seen) {
+  const uint32_t localRanks = ctx.nodeSize(node), r = ctx.nodeRanks[node][localIndex];
+  const uint16_t scratch = scratchBuffer(ctx);
+  const uint32_t red = lanes.reducer(r);
+  for (uint32_t l = 0; l < localRanks; ++l)
+    if (l != localIndex) b.wait(r, red, phase1Arrived[l], ++seen[l]);
+  auto operand = [&](uint32_t l) {
+    return l == localIndex ? bufRef(r, ctx.input, chunk.begin)
+                           : bufRef(r, scratch, shards.phase1Slot(node, l, shard, chunk.begin));
+  };
+  reduceChain(b, r, red, bufRef(r, ctx.output, chunk.begin), localRanks, operand, chunk.size);
 }
 
 namespace {
@@ -476,6 +514,7 @@ class RingVariant {
 void emitHierarchical(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part) {
   if (ctx.nRanks == 1) return emitLocalCopy(b, ctx, channel, part);
   if (useRhd(ctx)) return emitHierarchicalRhd(b, ctx, channel, part);
+  if (useBruck(ctx)) return emitHierarchicalBruck(b, ctx, channel, part);
   RingVariant(b, ctx, channel, part).emit();
 }
 
@@ -587,6 +626,7 @@ CostEstimate costHierarchical(const CostContext& c) {
   const ClosedFormShape s = shapeOf(c);
   if (s.p == 1) return costLocalCopy(c, s);
   const uint32_t S = s.gMax, M = s.nodes;
+  if (useBruck(c.gen)) return costHierarchicalBruck(c, s);
   if (useRhd(c.gen)) {
     const Range shard0 = splitRange(s.part0, S, 0);
     const uint64_t chunkMax = splitRange(shard0, c.opt.chunks, 0).size;

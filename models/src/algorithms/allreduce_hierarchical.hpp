@@ -26,6 +26,15 @@ uint64_t hierChannelBase(const GenContext& ctx, uint32_t maxOwned, uint32_t chan
 
 /// The inter-node phase is recursive halving/doubling (generate() resolved "auto" before any emitter runs).
 bool useRhd(const GenContext& ctx);
+/// The inter-node phase is Bruck's dissemination reduce-scatter + all-gather (and there are several nodes).
+bool useBruck(const GenContext& ctx);
+
+/// Elements of one owned shard's Bruck receive region on `channel` (allreduce_hierarchical_bruck.cpp).
+uint64_t bruckStride(const GenContext& ctx, uint32_t channel);
+/// Emit one channel of the bruck variant (allreduce_hierarchical_bruck.cpp).
+void emitHierarchicalBruck(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part);
+/// The bruck variant's closed form (allreduce_hierarchical_bruck.cpp).
+CostEstimate costHierarchicalBruck(const CostContext& c, const ClosedFormShape& s);
 
 /// Recursive halving/doubling over the M nodes of a rail: the first M2 (largest power of two <= M) take part;
 /// extra node M2 + i folds into host node i before and receives the result after.
@@ -83,6 +92,19 @@ class HierShards {
   uint64_t channelBase_ = 0;
   uint64_t stride_ = 0;
 };
+
+/// Phase 1 of the chunked variants (rhd, bruck) on the mover of the rank of local index `localIndex` on `node`:
+/// chunk t of the input to each shard's owner (chunk, then shard), one piece per chunk, into the owner's
+/// phase-1 slot for this rank; flag phase1Arrived[localIndex] on arrival.
+void emitChunkedPhase1(ScheduleBuilder& b, const GenContext& ctx, ChannelLanes& lanes, const HierShards& shards,
+                       uint32_t node, uint32_t localIndex, const std::vector<uint32_t>& phase1Arrived);
+
+/// The reducer's phase-1 reduction of `chunk` of the owned `shard` in the chunked variants: wait for the piece
+/// of every other local rank (`seen`: per local index, pieces awaited so far), then output = the reduction of
+/// all local contributions.
+void emitChunkedPhase1Reduce(ScheduleBuilder& b, const GenContext& ctx, ChannelLanes& lanes, const HierShards& shards,
+                             uint32_t node, uint32_t localIndex, uint32_t shard, Range chunk,
+                             const std::vector<uint32_t>& phase1Arrived, std::vector<uint64_t>& seen);
 
 /// Emit one channel of the rhd variant (allreduce_hierarchical_rhd.cpp).
 void emitHierarchicalRhd(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part);

@@ -211,18 +211,7 @@ class RhdVariant {
   /// Phase 1, intra-node reduce-scatter (mover): chunk t of the input to each shard's owner (chunk, then
   /// shard), one piece per chunk.
   void sendPhase1(const RhdRank& me) {
-    const uint32_t r = me.rank, localRanks = me.localRanks;
-    for (uint32_t t = 0; t < chunks() && localRanks > 1; ++t)
-      for (uint32_t i = 1; i < localRanks; ++i) {
-        const uint32_t peerIndex = (me.localIndex + i) % localRanks;
-        const uint32_t peer = ctx_.nodeRanks[me.node][peerIndex];
-        for (uint32_t s = peerIndex; s < layout_.shards; s += localRanks) {
-          const Range c = walk_.chunk(s, t);
-          if (c.size > 0)
-            b_.put(r, lanes_.mover(r), bufRef(peer, scratch_, shards_.phase1Slot(me.node, me.localIndex, s, c.begin)),
-                   bufRef(r, ctx_.input, c.begin), c.size, flags_.phase1Arrived[me.localIndex]);
-        }
-      }
+    emitChunkedPhase1(b_, ctx_, lanes_, shards_, me.node, me.localIndex, flags_.phase1Arrived);
   }
 
   /// The reducer, per chunk: the phase-1 reduction (and the fold on a host), then the reduction of each
@@ -236,16 +225,9 @@ class RhdVariant {
       for (std::size_t jo = 0; jo < own; ++jo) {
         const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
         const Range c = walk_.chunk(s, t);
-        if (c.size > 0 && localRanks > 1) {
-          const uint32_t red = lanes_.reducer(r);
-          for (uint32_t l = 0; l < localRanks; ++l)
-            if (l != me.localIndex) b_.wait(r, red, flags_.phase1Arrived[l], ++phase1Seen[l]);
-          auto operand = [&](uint32_t l) {
-            return l == me.localIndex ? bufRef(r, ctx_.input, c.begin)
-                                      : bufRef(r, scratch_, shards_.phase1Slot(node, l, s, c.begin));
-          };
-          reduceChain(b_, r, red, bufRef(r, ctx_.output, c.begin), localRanks, operand, c.size);
-        }
+        if (c.size > 0 && localRanks > 1)
+          emitChunkedPhase1Reduce(b_, ctx_, lanes_, shards_, node, me.localIndex, s, c, flags_.phase1Arrived,
+                                  phase1Seen);
         if (c.size > 0 && me.isHost) {
           const uint32_t red = lanes_.reducer(r);
           b_.wait(r, red, flags_.foldIn[m], ++foldSeen[jo]);

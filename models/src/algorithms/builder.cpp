@@ -22,9 +22,10 @@ GenContext makeContext(const CollectiveSpec& spec, const std::vector<uint32_t>& 
   if (opt.chunks == 0) throw Error(ErrorCode::InvalidArgument, "chunks must be >= 1 (got 0)");
   if (opt.channels == 0) throw Error(ErrorCode::InvalidArgument, "channels must be >= 1 (got 0)");
   if (spec.count == 0) throw Error(ErrorCode::InvalidArgument, "count must be > 0 (got 0)");
-  if (opt.inter != InterPhase::Ring && opt.inter != InterPhase::Rhd && opt.inter != InterPhase::Auto)
-    throw Error(ErrorCode::InvalidArgument,
-                "inter must be ring, rhd or auto (got " + std::to_string(static_cast<unsigned>(opt.inter)) + ")");
+  if (opt.inter != InterPhase::Ring && opt.inter != InterPhase::Rhd && opt.inter != InterPhase::Bruck &&
+      opt.inter != InterPhase::Auto)
+    throw Error(ErrorCode::InvalidArgument, "inter must be ring, rhd, bruck or auto (got " +
+                                                std::to_string(static_cast<unsigned>(opt.inter)) + ")");
   if (static_cast<uint8_t>(opt.protocol) > static_cast<uint8_t>(Protocol::LL128))
     throw Error(ErrorCode::InvalidArgument, "protocol must be simple, ll, ll128 or auto (got " +
                                                 std::to_string(static_cast<unsigned>(opt.protocol)) + ")");

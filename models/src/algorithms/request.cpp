@@ -58,7 +58,8 @@ CollectiveRequest parseCollective(const CollectiveArgs& a) {
     r.spec.algo = *r.algo;
   }
   const auto inter = parseInterPhase(a.inter);
-  if (!inter) throw Error(ErrorCode::InvalidArgument, "unknown --inter '" + a.inter + "' (expected ring, rhd, auto)");
+  if (!inter)
+    throw Error(ErrorCode::InvalidArgument, "unknown --inter '" + a.inter + "' (expected ring, rhd, bruck, auto)");
   r.gen.inter = *inter;
   const auto protocol = parseProtocol(a.protocol);
   if (!protocol)

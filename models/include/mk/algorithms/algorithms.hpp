@@ -42,11 +42,12 @@ Algorithm requireAlgorithm(CollOp op, std::string_view s);
 
 /// Inter-node phase of the hierarchical all-reduce (every other generator ignores it): a ring over the M
 /// nodes of each rail (2(M-1) steps per chunk), recursive halving + doubling (2 log2(M) steps per chunk; a
-/// non-power-of-two M folds its extra nodes into partners first), or Auto: the variant with the lower closed
-/// form (resolveInter()).
-enum class InterPhase : uint8_t { Auto, Ring, Rhd };
+/// non-power-of-two M folds its extra nodes into partners first), Bruck's dissemination reduce-scatter and
+/// all-gather (2 ceil(log2 M) steps per chunk on any M, every node busy, bandwidth-optimal), or Auto: the
+/// variant with the lowest closed form (resolveInter()).
+enum class InterPhase : uint8_t { Auto, Ring, Rhd, Bruck };
 
-const char* toString(InterPhase p) noexcept;  ///< "auto", "ring", "rhd"
+const char* toString(InterPhase p) noexcept;  ///< "auto", "ring", "rhd", "bruck"
 std::optional<InterPhase> parseInterPhase(std::string_view s) noexcept;
 
 /// Protocol of the puts of the layered (nccl-*) algorithms, NCCL's three: Simple (a plain Put, then its flag),
@@ -109,9 +110,9 @@ struct Topology;      // mk/topology/topology.hpp
 CostEstimate closedForm(const CollectiveSpec& spec, const GenOptions& opt, const Topology& topo, uint32_t nRanks,
                         const Profile& profile);
 
-/// The concrete inter-node variant (Ring or Rhd) that `opt.inter` stands for when `spec` is generated on
-/// `nodeOf`: itself when concrete, else the one whose closed form is lower under `profile` (Ring on ties, and
-/// for every case without a network phase or another generator).
+/// The concrete inter-node variant (Ring, Rhd or Bruck) that `opt.inter` stands for when `spec` is generated
+/// on `nodeOf`: itself when concrete, else the one whose closed form is lowest under `profile` (the earlier of
+/// Ring, Rhd, Bruck on ties; Ring for every case without a network phase or another generator).
 InterPhase resolveInter(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
                         const Profile& profile);
 

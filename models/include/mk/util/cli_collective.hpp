@@ -65,9 +65,10 @@ inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
                  "parallel lanes, each on a slice of the data (>= 1; default: the engine's rule, as --chunks)");
   app.add_option("--inter", a.inter,
                  "inter-node phase of the hierarchical all-reduce: ring (2(M-1) steps per chunk over M nodes), rhd "
-                 "(recursive halving + doubling, 2 log2 M steps; other node counts fold the extra nodes), or auto "
-                 "(the lower closed form under the profile used)")
-      ->check(CLI::IsMember({"ring", "rhd", "auto"}))
+                 "(recursive halving + doubling, 2 log2 M steps; other node counts fold the extra nodes), bruck "
+                 "(dissemination reduce-scatter + all-gather, 2 ceil(log2 M) steps on any M, no node idle), or "
+                 "auto (the lowest closed form under the profile used)")
+      ->check(CLI::IsMember({"ring", "rhd", "bruck", "auto"}))
       ->capture_default_str();
   app.add_option("--protocol", a.protocol,
                  "protocol of the layered algorithms (--algo nccl-ring, nccl-tree): simple, ll, ll128, or auto (the "
