@@ -29,7 +29,9 @@ for nodes in 8 32 128 512 1024; do
     [[ $inter == ring ]] && ((nodes > ring_max_nodes)) && continue
     for mode in exact fast; do
       [[ $mode == exact ]] && ((nodes > exact_max_nodes)) && continue
-      flags=(--op allreduce --algo hierarchical --cluster dgx-h100 --nodes "$nodes" --bytes 1G --inter "$inter" --verbose)
+      # --chunks 1: the rows stay comparable with the runs before the per-size default (8 chunks at 1 GiB, which
+      # simulates 8x the steps: docs/simulator.md "Scale").
+      flags=(--op allreduce --algo hierarchical --cluster dgx-h100 --nodes "$nodes" --bytes 1G --chunks 1 --inter "$inter" --verbose)
       [[ $mode == fast ]] && flags+=(--fast)
       walls=() rss=0 rc=0
       for ((i = 0; i < repeat; ++i)); do
