@@ -87,8 +87,8 @@ Protocol resolveProtocol(const CollectiveSpec& spec, const std::vector<uint32_t>
   return best;
 }
 
-LayeredChoice chooseLayered(CollOp op, uint64_t count, DType dtype, const Topology& topo, uint32_t nRanks,
-                            const Profile& profile) {
+std::vector<LayeredChoice> layeredCandidates(CollOp op, uint64_t count, DType dtype, const Topology& topo,
+                                             uint32_t nRanks, const Profile& profile, double spread) {
   const std::vector<Algorithm> algos = layeredAlgorithmsFor(op);
   if (algos.empty()) throw Error(ErrorCode::NotFound, std::string("no layered (nccl-*) generator for ") + toString(op));
   CollectiveSpec spec;
@@ -97,30 +97,41 @@ LayeredChoice chooseLayered(CollOp op, uint64_t count, DType dtype, const Topolo
   spec.dtype = dtype;
   const uint64_t bytes = opBytes(spec, nRanks);
   std::vector<LayeredChoice> all;
-  std::optional<LayeredChoice> best;
   for (Algorithm a : algos) {
     spec.algo = a;
     for (Protocol p : {Protocol::LL, Protocol::LL128, Protocol::Simple}) {
       const GenOptions gen = layeredGenOptions(op, a, p, bytes, nRanks);
       const double t = closedForm(spec, gen, topo, nRanks, profile).totalUs;
-      if (!std::isfinite(t)) continue;
-      all.push_back(LayeredChoice{a, gen, t});
-      if (!best || t < best->closedFormUs) best = all.back();
+      if (std::isfinite(t)) all.push_back(LayeredChoice{a, gen, t});
     }
   }
-  if (!best) throw Error(ErrorCode::Internal, std::string("no finite layered closed form for ") + toString(op));
+  if (all.empty()) throw Error(ErrorCode::Internal, std::string("no finite layered closed form for ") + toString(op));
+  // Lowest first; the earlier in the (algorithm, protocol) order on ties.
+  std::stable_sort(all.begin(), all.end(),
+                   [](const LayeredChoice& x, const LayeredChoice& y) { return x.closedFormUs < y.closedFormUs; });
+  const double limit = spread * all.front().closedFormUs;
+  all.erase(std::remove_if(all.begin() + 1, all.end(), [&](const LayeredChoice& c) { return c.closedFormUs > limit; }),
+            all.end());
+  return all;
+}
+
+LayeredChoice chooseLayered(CollOp op, uint64_t count, DType dtype, const Topology& topo, uint32_t nRanks,
+                            const Profile& profile) {
   // The tree's closed form is an estimate (within 0.5-1.5x of its timeline), so a pick by closed forms alone can
   // flip to a slower candidate when a rate changes (a faster NIC then slowed a planned step). Where schedules
-  // stay small, the candidates the closed forms cannot separate (within 1.5x of the best) are decided by their
-  // exact uncontended timeline; the choice keeps its closed form for the report.
+  // stay small, the candidates the closed forms cannot separate are decided by their exact uncontended timeline;
+  // the choice keeps its closed form for the report.
   constexpr uint32_t kTimelineMaxRanks = 256;
-  constexpr double kClosedFormSpread = 1.5;
-  if (nRanks > kTimelineMaxRanks) return *best;
+  const std::vector<LayeredChoice> close = layeredCandidates(op, count, dtype, topo, nRanks, profile);
+  if (close.size() == 1 || nRanks > kTimelineMaxRanks) return close.front();
+  CollectiveSpec spec;
+  spec.op = op;
+  spec.count = count;
+  spec.dtype = dtype;
   const std::vector<uint32_t> nodeOf = topo.layout(nRanks);
   std::optional<double> bestTimeline;
-  LayeredChoice pick = *best;
-  for (const LayeredChoice& c : all) {
-    if (c.closedFormUs > kClosedFormSpread * best->closedFormUs) continue;
+  LayeredChoice pick = close.front();
+  for (const LayeredChoice& c : close) {
     spec.algo = c.algo;
     const double t =
         simulateUncontended(generate(spec, nodeOf, c.gen), layeredProfile(profile, c.gen.protocol)).totalUs;

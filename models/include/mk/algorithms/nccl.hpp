@@ -55,6 +55,12 @@ struct LayeredChoice {
   double closedFormUs = 0;  ///< its closed form under layeredProfile(profile, gen.protocol)
 };
 
+/// The pairs of layeredAlgorithmsFor(op) x {LL, LL128, Simple} whose closed form under layeredProfile() is
+/// within `spread` times the lowest one, lowest first (the earlier pair on ties): the candidates a model of NCCL's
+/// tuner cannot separate by closed forms alone (the tree's is an estimate). Throws as chooseLayered().
+std::vector<LayeredChoice> layeredCandidates(CollOp op, uint64_t count, DType dtype, const Topology& topo,
+                                             uint32_t nRanks, const Profile& profile, double spread = 1.5);
+
 /// Of layeredAlgorithmsFor(op) x {LL, LL128, Simple}, the pair whose closed form under layeredProfile() is the
 /// lowest (the first on ties, in that order); on up to 256 ranks, the pairs whose closed form is within 1.5x of
 /// that lowest one are decided by their uncontended timeline instead (the tree's closed form is an estimate).

@@ -83,9 +83,13 @@ class CommPricer {
   };
   /// Generate, embed and simulate (or price by the closed form) one entry; only touches `e`.
   void simulate(Entry& e) const;
+  /// Key `e` by everything its simulation depends on and keep it (an existing entry of that key is kept).
+  std::string addEntry(Entry e, const Profile& profile);
 
   PricerSettings settings_;
   std::map<std::string, Entry> entries_;
+  /// Keys priced as the fastest of several entries (the layered variant's close candidates).
+  std::map<std::string, std::vector<std::string>> fastestOf_;
   std::size_t simulations_ = 0, requests_ = 0;
 };
 
