@@ -46,6 +46,15 @@ std::thread whenProxyBusy(mk::proxy::ExecProxyPort& port, std::vector<uint32_t> 
   });
 }
 
+/// Many proxy puts per process (8 chunks), so that a process stopped or killed once its proxy has handled the
+/// first one still owes most of its sends: with 1 chunk a loaded machine could let it finish them all before the
+/// watcher thread ran, and the op then succeeded.
+mk::GenOptions bigOptions() {
+  mk::GenOptions g;
+  g.chunks = 8;
+  return g;
+}
+
 mk::CollectiveSpec bigAllReduce() {
   mk::CollectiveSpec spec;
   spec.op = mk::CollOp::AllReduce;
@@ -74,7 +83,7 @@ TEST_CASE("multinode faults: a process killed mid-op is named by every surviving
         const mk::CollectiveSpec spec = bigAllReduce();
         const auto t0 = std::chrono::steady_clock::now();
         try {
-          mk::verifyCollective(mk::generate(spec, nodeOf), spec, 5, mk::InputKind::Uniform, opt);
+          mk::verifyCollective(mk::generate(spec, nodeOf, bigOptions()), spec, 5, mk::InputKind::Uniform, opt);
           return 2;  // a run that lost a process cannot succeed
         } catch (const mk::Error& e) {
           std::fprintf(stderr, "node %d (%.2f s): %s\n", node, secondsSince(t0), e.what());
@@ -186,7 +195,7 @@ TEST_CASE("multinode faults: a process that stops mid-op is named when the budge
         const auto t0 = std::chrono::steady_clock::now();
         int rc = 2;
         try {
-          mk::verifyCollective(mk::generate(spec, nodeOf), spec, 5, mk::InputKind::Uniform, opt);
+          mk::verifyCollective(mk::generate(spec, nodeOf, bigOptions()), spec, 5, mk::InputKind::Uniform, opt);
         } catch (const mk::Error& e) {
           std::fprintf(stderr, "node %d (%.2f s): %s\n", node, secondsSince(t0), e.what());
           // Either its lanes stall waiting for rank 2 or 3's proxyputs, or a send to process 1 stalls.
