@@ -329,11 +329,11 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--max-median-err", o.maxMedianErr,
                  "gate: exit 1 when the simulator's median absolute error (percent) exceeds this")
-      ->check(CLI::NonNegativeNumber);
+      ->check(mk::cli::percentThreshold());
   app.add_option("--max-median-err-nccl", o.maxMedianErrNccl,
                  "gate: exit 1 when the median absolute error (percent) of the nccl line (impl \"nccl\" records "
                  "predicted with the nccl-* family, docs/algorithms-nccl.md) exceeds this")
-      ->check(CLI::NonNegativeNumber);
+      ->check(mk::cli::percentThreshold());
   app.add_option("--report", o.reportDir,
                  "write DIR/index.html with PNG plots (measured vs predicted time and error over size per op and "
                  "algorithm, via --python with matplotlib), the table, the profile and its provenance, "
