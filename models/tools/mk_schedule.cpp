@@ -161,6 +161,9 @@ int runFused(const Options& o) {
 }
 
 int run(const Options& o) {
+  const std::vector<std::string> inputs{o.scheduleIn, o.coll.profile, o.coll.cluster};
+  mk::checkOutputPath("--json", o.jsonOut, inputs);
+  mk::checkOutputPath("--packed", o.packedOut, inputs);
   if (o.scheduleIn.empty() && mk::isFusedOp(o.coll.op)) return runFused(o);
   mk::Schedule schedule;
   mk::CollectiveSpec spec;

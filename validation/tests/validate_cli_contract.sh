@@ -150,4 +150,14 @@ one_line_error "$tool" --profile "$work/circular.json" "$good"
 one_line_error "$tool" --profile "$p" --report "$work/rep" --report-script "$work/failing.py" "$good"
 check "a failed run left $work/x.json" test ! -e "$work/x.json"
 
+# an output never replaces a non-regular file nor one of the command's own inputs
+mkfifo "$work/fifo"
+expect 2 "^mk-validate: error: .*--json $work/fifo: is a FIFO" -- "$tool" --profile "$p" --json "$work/fifo" "$good"
+check "the FIFO is still a FIFO" test -p "$work/fifo"
+cp "$good" "$work/good-copy.json"
+expect 2 "^mk-validate: error: .*--json $good: is also an input" -- "$tool" --profile "$p" --json "$good" "$good"
+expect 2 "^mk-validate: error: .*--json $p: is also an input" -- "$tool" --profile "$p" --json "$p" "$good"
+check "the input was not overwritten" cmp -s "$good" "$work/good-copy.json"
+one_line_error "$tool" --profile "$p" --json "$good" "$good"
+
 cli_summary

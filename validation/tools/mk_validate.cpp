@@ -142,7 +142,6 @@ void printProvenance(const Options& o, const mk::Profile& p, const mk::ProfilePr
 int run(const Options& o, const std::string& command) {
   // ---- everything that can be checked before the simulations ----
   if (o.datasheet == !o.profile.empty()) bad("give exactly one of --profile p.json and --datasheet");
-  mk::report::checkOutputFile("--json", o.jsonOut);
   checkReportDir(o.reportDir);
   std::optional<TraceSelector> sel;
   if (!o.traceRecord.empty()) sel = parseTraceRecord(o.traceRecord);
@@ -151,6 +150,9 @@ int run(const Options& o, const std::string& command) {
   if (o.measuredOp && o.measuredTrace.empty()) bad("--measured-op needs --measured-trace");
   if ((sel || !o.measuredTrace.empty()) && o.reportDir.empty())
     bad("--trace-record and --measured-trace go into the report: give --report DIR");
+  std::vector<std::string> inputs = o.files;
+  inputs.insert(inputs.end(), {o.profile, o.cluster, o.measuredTrace, o.script});
+  mk::checkOutputPath("--json", o.jsonOut, inputs);
   std::string measuredJson;
   if (!o.measuredTrace.empty()) measuredJson = mk::readFile(o.measuredTrace);
   if (!o.reportDir.empty()) {

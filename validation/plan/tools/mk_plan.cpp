@@ -188,8 +188,8 @@ int run(const Options& o, const std::string& command) {
   }
   in.pricer.jobs = o.jobs;
   in.pricer.budgetSteps = o.simBudget;
-  mk::report::checkOutputFile("--json", o.jsonOut);
-  mk::report::checkOutputFile("--stats", o.statsOut);
+  mk::checkOutputPath("--json", o.jsonOut);
+  mk::checkOutputPath("--stats", o.statsOut);
   mk::report::checkReportDir("--report", o.reportDir, kReportMarker, kTool);
   if (!o.reportDir.empty()) {
     if (!fs::exists(o.script, ec))
