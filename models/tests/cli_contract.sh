@@ -38,7 +38,22 @@ done
 # files: written only on success, readable back, packed form written
 expect 0 'wrote' -- "$tool" --op allreduce --algo one-shot --ranks 4 --bytes 4K --json "$work/ar.json" --packed "$work/ar.bin"
 check "output files written" test -s "$work/ar.json" -a -s "$work/ar.bin"
-expect 0 'validate   OK' -- "$tool" --schedule "$work/ar.json"
+expect 0 'validate   OK$' -- "$tool" --schedule "$work/ar.json"
+# an output never replaces a non-regular file nor one of the command's own inputs
+mkfifo "$work/fifo"
+expect 2 "^mk-schedule: error: .*--packed $work/fifo: is a FIFO" -- "$tool" --bytes 4K --packed "$work/fifo"
+check "the FIFO is still a FIFO" test -p "$work/fifo"
+cp "$work/ar.json" "$work/ar-copy.json"
+expect 2 "^mk-schedule: error: .*--json $work/ar.json: is also an input" -- \
+  "$tool" --schedule "$work/ar.json" --json "$work/ar.json"
+check "the input schedule is unchanged" cmp -s "$work/ar.json" "$work/ar-copy.json"
+
+# the race check runs up to 200 k steps; above, the output says plainly that it did not, never a bare "OK"
+expect 0 'generate   [0-9.]+ ms, validate OK$' -- "$tool" --op allreduce --algo ring --cluster dgx-h100 --bytes 64M
+expect 0 'validate OK \(race check skipped: 230408 steps > 200000\)$' -- \
+  "$tool" --op allreduce --algo ring --cluster dgx-h100 --chunks 600 --bytes 64M --json "$work/big.json"
+expect 0 'validate   OK \(race check skipped: 230408 steps > 200000\)$' -- "$tool" --schedule "$work/big.json"
+rm -f "$work/big.json"
 
 # bad input: exit 2, one line, no file
 expect 2 "unknown --op 'allsum'" -- "$tool" --op allsum --json "$work/x.json"

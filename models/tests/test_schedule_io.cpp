@@ -1,5 +1,6 @@
 // Tests of the JSON form, the file helpers, the packed binary form and the cost attributes.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -482,6 +483,34 @@ TEST_CASE("files: writeFileAtomic onto a directory fails without touching it") {
     ++entries;
   }
   CHECK(entries == 1);  // the temp file was removed
+  fs::remove_all(dir);
+}
+
+TEST_CASE("files: an output is never a non-regular file nor one of the inputs") {
+  const fs::path dir = scratchDir("outcheck");
+  const fs::path fifo = dir / "fifo", link = dir / "link", input = dir / "in.json", fresh = dir / "new.json";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  fs::create_symlink(fifo, link);
+  writeFileAtomic(input.string(), "{}");
+  auto refused = [](const fs::path& out, const std::vector<std::string>& inputs, const std::string& why) {
+    try {
+      checkOutputPath("--json", out.string(), inputs);
+      FAIL("expected InvalidArgument for " << out);
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::InvalidArgument);
+      CHECK(e.message().rfind("--json " + out.string() + ": " + why, 0) == 0);
+    }
+  };
+  refused(fifo, {}, "is a FIFO");
+  refused(link, {}, "is a FIFO");  // through the link
+  refused(dir, {}, "is a directory");
+  refused(input, {"other.json", input.string()}, "is also an input");
+  refused(dir / "." / "in.json", {input.string()}, "is also an input");  // another spelling of one file
+  CHECK_NOTHROW(checkOutputPath("--json", input.string(), {"other.json"}));
+  CHECK_NOTHROW(checkOutputPath("--json", fresh.string(), {input.string()}));
+  CHECK_NOTHROW(checkOutputPath("--json", "", {input.string()}));
+  CHECK_THROWS_AS(writeFileAtomic(fifo.string(), "x"), Error);
+  CHECK(fs::is_fifo(fifo));
   fs::remove_all(dir);
 }
 

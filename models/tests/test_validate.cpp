@@ -697,6 +697,11 @@ TEST_CASE("validate: the race check is skipped when disabled or above raceCheckM
   ValidateOptions small;
   small.raceCheckMaxSteps = racy.stepCount() - 1;
   expectValid(racy, small);
+  // validate() says that it did not run, and why, so no caller can report a skipped check as passed.
+  CHECK(validate(racy, off) == "turned off");
+  CHECK(validate(racy, small) == std::to_string(racy.stepCount()) + " steps > " + std::to_string(racy.stepCount() - 1));
+  const Schedule ordered = twoPuts(true).done();
+  CHECK(validate(ordered).empty());
 }
 
 // ---- reporting and scale ------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 // (isolated.hpp).
 #include "isolated.hpp"
 
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -145,6 +146,7 @@ std::string runIsolated(const std::function<std::string()>& body) {
   int fds[2];
   if (::pipe(fds) != 0) throw Error(ErrorCode::Internal, std::string("cannot create a pipe: ") + std::strerror(errno));
   std::fflush(nullptr);  // or buffered output would be written twice, once by each process
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(fds[0]);
@@ -152,6 +154,9 @@ std::string runIsolated(const std::function<std::string()>& body) {
     throw Error(ErrorCode::Internal, std::string("cannot fork the simulation process: ") + std::strerror(errno));
   }
   if (pid == 0) {
+    // The child must not outlive mk-sim: killed with its parent, and gone at once if the parent died between
+    // fork and prctl (then the child was already adopted and getppid no longer names the parent).
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != parent) ::_exit(4);
     ::close(fds[0]);
     char tag = 'O';
     std::string payload;

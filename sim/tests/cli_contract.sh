@@ -177,6 +177,16 @@ bad "node.nics\[0\].transport must be one of" -- "$tool" --cluster "$work/nics-k
 bad "no-such-profile\.json" -- "$tool" --profile "$work/no-such-profile.json"
 expect 2 "directory .*no-such-dir' does not exist" -- "$tool" --json "$work/no-such-dir/p.json"
 expect 2 "is a directory" -- "$tool" --trace "$work"
+# an output never replaces a non-regular file (a FIFO, a link to one, a directory) nor one of the inputs
+mkfifo "$work/fifo" && ln -s "$work/fifo" "$work/fifo-link"
+expect 2 "^mk-sim: error: .*--json $work/fifo: is a FIFO" -- "$tool" --bytes 1K --json "$work/fifo"
+expect 2 "^mk-sim: error: .*--trace $work/fifo-link: is a FIFO" -- "$tool" --bytes 1K --trace "$work/fifo-link"
+check "the FIFO is still a FIFO" test -p "$work/fifo"
+one_line_error "$tool" --bytes 1K --json "$work/fifo"
+cp "$work/profile.json" "$work/input.json"
+expect 2 "^mk-sim: error: .*--json $work/input.json: is also an input" -- \
+  "$tool" --cluster h200x2 --bytes 1K --profile "$work/input.json" --json "$work/input.json"
+check "the input profile is unchanged" cmp -s "$work/profile.json" "$work/input.json"
 bad "--bogus" -- "$tool" --bogus
 
 cli_summary

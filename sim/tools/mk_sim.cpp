@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <optional>
 #include <string>
 #include <utility>
@@ -48,19 +47,6 @@ struct Options {
 };
 
 [[noreturn]] void bad(const std::string& msg) { throw mk::Error(mk::ErrorCode::InvalidArgument, msg); }
-
-/// An output path must be writable before hours of simulation are spent (writeFileAtomic checks it again).
-void checkOutputPath(const char* option, const std::string& path) {
-  if (path.empty()) return;
-  const std::filesystem::path p(path);
-  std::error_code ec;
-  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
-  if (!std::filesystem::is_directory(dir, ec))
-    throw mk::Error(mk::ErrorCode::IoError,
-                    std::string(option) + " " + path + ": directory '" + dir.string() + "' does not exist");
-  if (std::filesystem::is_directory(p, ec))
-    throw mk::Error(mk::ErrorCode::IoError, std::string(option) + " " + path + " is a directory");
-}
 
 /// "8:1G:2" -> 8, 16, ..., 1G (nccl-tests -b/-e/-f).
 std::vector<uint64_t> parseSweep(const std::string& text) {
@@ -282,8 +268,10 @@ int runFused(const Options& o) {
 }
 
 int run(const Options& o) {
-  checkOutputPath("--json", o.jsonOut);
-  checkOutputPath("--trace", o.traceOut);
+  // Before hours of simulation are spent: outputs writable, and none of them one of the inputs.
+  const std::vector<std::string> inputs{o.scheduleIn, o.coll.profile, o.coll.cluster};
+  mk::checkOutputPath("--json", o.jsonOut, inputs);
+  mk::checkOutputPath("--trace", o.traceOut, inputs);
   if (o.scheduleIn.empty() && mk::isFusedOp(o.coll.op)) return runFused(o);
   if (!o.sweep.empty()) parseSweep(o.sweep);  // a malformed sweep is the first thing to report
   if (!o.sweep.empty() && !o.traceOut.empty()) bad("--trace needs one size: use --bytes, not --sweep");

@@ -32,14 +32,6 @@ fs::path parentOf(const std::string& path) {
   return parent.empty() ? fs::path(".") : parent;
 }
 
-void checkOutputFile(const std::string& option, const std::string& path) {
-  if (path.empty()) return;
-  std::error_code ec;
-  const fs::path dir = parentOf(path);
-  if (!fs::is_directory(dir, ec)) ioError(option + " " + path + ": directory '" + dir.string() + "' does not exist");
-  if (fs::is_directory(path, ec)) ioError(option + " " + path + " is a directory");
-}
-
 void checkReportDir(const std::string& option, const std::string& dir, const std::string& marker,
                     const std::string& tool) {
   if (dir.empty()) return;

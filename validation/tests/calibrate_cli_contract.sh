@@ -66,6 +66,22 @@ expect 2 "io-error" -- "$tool" --out "$work/no/such/dir/x.json" "$work/calib.jso
 expect 2 "io-error" -- "$tool" --out "$work/x.json" --report "$work/no/such/dir/fit.txt" "$work/calib.json"
 expect 2 "io-error" -- "$tool" --out "$work/no/such/dir/x.json" --report "$work/fit2.txt" "$work/calib.json"
 check "a failed profile write left its report behind" test ! -e "$work/fit2.txt"
+# an output never replaces a non-regular file nor one of the command's own inputs
+mkfifo "$work/fifo"
+expect 2 "^mk-calibrate: error: .*--out $work/fifo: is a FIFO" -- "$tool" --out "$work/fifo" "$work/calib.json"
+expect 2 "^mk-calibrate: error: .*--report $work/fifo: is a FIFO" -- \
+  "$tool" --out "$work/x.json" --report "$work/fifo" "$work/calib.json"
+expect 2 "^mk-calibrate: error: .*--out $work: is a directory" -- "$tool" --out "$work" "$work/calib.json"
+check "the FIFO is still a FIFO" test -p "$work/fifo"
+cp "$work/calib.json" "$work/calib-copy.json"
+expect 2 "^mk-calibrate: error: .*--out $work/calib.json: is also an input" -- \
+  "$tool" --out "$work/calib.json" "$work/calib.json"
+expect 2 "^mk-calibrate: error: .*--report $work/./calib.json: is also an input" -- \
+  "$tool" --out "$work/x.json" --report "$work/./calib.json" "$work/calib.json"
+expect 2 "^mk-calibrate: error: .*--out $work/base.json: is also an input" -- \
+  "$tool" --base "$work/base.json" --out "$work/base.json" "$work/calib.json"
+check "the input was not overwritten" cmp -s "$work/calib.json" "$work/calib-copy.json"
+one_line_error "$tool" --out "$work/calib.json" "$work/calib.json"
 one_line_error "$tool" --out "$work/x.json" "$work/truncated.json"
 one_line_error "$tool" --out "$work/x.json" "$collective"
 one_line_error "$tool" --out "$work/x.json" "$work/few.json"

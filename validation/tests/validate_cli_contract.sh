@@ -90,7 +90,7 @@ expect 1 "$summary" -- "$tool" --profile "$p" --max-median-err 0 "$good"
 check "gate failure: the summary is still the last line" grep -Eq "^$summary\$" <(tail -1 "$work/out.txt")
 check "gate failure: one stderr line" test "$(wc -l <"$work/err.txt")" -eq 1
 check "gate failure: says why" grep -q 'exceeds --max-median-err 0' "$work/err.txt"
-expect 0 "$summary" -- "$tool" --profile "$p" --max-median-err 1000 "$good"
+expect 0 "$summary" -- "$tool" --profile "$p" --max-median-err 100 "$good"
 
 # Bad input: exit 2, one line, nothing written.
 expect 2 'exactly one of --profile' -- "$tool" --json "$work/x.json" "$good"
@@ -131,7 +131,16 @@ expect 2 'failed with exit 1: boom: the script failed' -- "$tool" --profile "$p"
 check "a failed report left no directory" test ! -e "$work/rep"
 check "a failed report left no temporary directory" test -z "$(ls -A "$work" | grep -E '^\.rep\.')"
 expect 2 '--jobs must be >= 1' -- "$tool" --profile "$p" -j 0 "$good"
-expect 2 'max-median-err' -- "$tool" --profile "$p" --max-median-err -1 "$good"
+# A threshold that could switch a gate off (NaN compares false, inf and huge values pass anything) is bad input:
+# exit 2, one line naming the flag and the rule, and nothing written.
+for flag in --max-median-err --max-median-err-nccl; do
+  for v in nan NaN -1 inf -inf 1e308 1000 100.5 abc 5x ''; do
+    expect 2 "^mk-validate: error: $flag: must be a finite number in \\[0, 100\\]" -- \
+      "$tool" --profile "$p" "$flag" "$v" --json "$work/x.json" "$good"
+    one_line_error "$tool" --profile "$p" "$flag" "$v" "$good"
+  done
+done
+check "a rejected threshold wrote $work/x.json" test ! -e "$work/x.json"
 expect 2 'files' -- "$tool" --profile "$p"
 one_line_error "$tool" --profile "$work/nogemm.json" "$good"
 one_line_error "$tool" --profile "$p" "$work/truncated.json"
@@ -140,5 +149,15 @@ one_line_error "$tool" --profile "$p" "$work/a100.json"
 one_line_error "$tool" --profile "$work/circular.json" "$good"
 one_line_error "$tool" --profile "$p" --report "$work/rep" --report-script "$work/failing.py" "$good"
 check "a failed run left $work/x.json" test ! -e "$work/x.json"
+
+# an output never replaces a non-regular file nor one of the command's own inputs
+mkfifo "$work/fifo"
+expect 2 "^mk-validate: error: .*--json $work/fifo: is a FIFO" -- "$tool" --profile "$p" --json "$work/fifo" "$good"
+check "the FIFO is still a FIFO" test -p "$work/fifo"
+cp "$good" "$work/good-copy.json"
+expect 2 "^mk-validate: error: .*--json $good: is also an input" -- "$tool" --profile "$p" --json "$good" "$good"
+expect 2 "^mk-validate: error: .*--json $p: is also an input" -- "$tool" --profile "$p" --json "$p" "$good"
+check "the input was not overwritten" cmp -s "$good" "$work/good-copy.json"
+one_line_error "$tool" --profile "$p" --json "$good" "$good"
 
 cli_summary

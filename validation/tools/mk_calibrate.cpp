@@ -63,6 +63,11 @@ int main(int argc, char** argv) {
   if (int rc = mk::cli::requirePositive(app, kTool, {{"--nodes", nodes}}); rc != mk::cli::kContinue) return rc;
 
   return mk::cli::run(kTool, [&]() {
+    std::vector<std::string> given = inputs;
+    given.push_back(base);
+    given.push_back(cluster);
+    mk::checkOutputPath("--out", out, given);
+    mk::checkOutputPath("--report", reportOut, given);
     // The preset is resolved even with --base: an unknown cluster is an error either way.
     mk::Profile defaults = mk::defaultProfile(mk::topologyPreset(cluster, nodes));
     if (!base.empty()) defaults = mk::loadProfile(base);

@@ -142,7 +142,6 @@ void printProvenance(const Options& o, const mk::Profile& p, const mk::ProfilePr
 int run(const Options& o, const std::string& command) {
   // ---- everything that can be checked before the simulations ----
   if (o.datasheet == !o.profile.empty()) bad("give exactly one of --profile p.json and --datasheet");
-  mk::report::checkOutputFile("--json", o.jsonOut);
   checkReportDir(o.reportDir);
   std::optional<TraceSelector> sel;
   if (!o.traceRecord.empty()) sel = parseTraceRecord(o.traceRecord);
@@ -151,6 +150,9 @@ int run(const Options& o, const std::string& command) {
   if (o.measuredOp && o.measuredTrace.empty()) bad("--measured-op needs --measured-trace");
   if ((sel || !o.measuredTrace.empty()) && o.reportDir.empty())
     bad("--trace-record and --measured-trace go into the report: give --report DIR");
+  std::vector<std::string> inputs = o.files;
+  inputs.insert(inputs.end(), {o.profile, o.cluster, o.measuredTrace, o.script});
+  mk::checkOutputPath("--json", o.jsonOut, inputs);
   std::string measuredJson;
   if (!o.measuredTrace.empty()) measuredJson = mk::readFile(o.measuredTrace);
   if (!o.reportDir.empty()) {
@@ -329,11 +331,11 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--max-median-err", o.maxMedianErr,
                  "gate: exit 1 when the simulator's median absolute error (percent) exceeds this")
-      ->check(CLI::NonNegativeNumber);
+      ->check(mk::cli::percentThreshold());
   app.add_option("--max-median-err-nccl", o.maxMedianErrNccl,
                  "gate: exit 1 when the median absolute error (percent) of the nccl line (impl \"nccl\" records "
                  "predicted with the nccl-* family, docs/algorithms-nccl.md) exceeds this")
-      ->check(CLI::NonNegativeNumber);
+      ->check(mk::cli::percentThreshold());
   app.add_option("--report", o.reportDir,
                  "write DIR/index.html with PNG plots (measured vs predicted time and error over size per op and "
                  "algorithm, via --python with matplotlib), the table, the profile and its provenance, "

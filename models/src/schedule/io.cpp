@@ -1,4 +1,5 @@
-// mkernel — Schedule <-> JSON ("mkernel.schedule.v1", docs/schedule-format.md) and file helpers.
+// mkernel — Schedule <-> JSON ("mkernel.schedule.v1", docs/schedule-format.md); the file helpers are in
+// src/io/files.cpp.
 //
 // The writer is hand-rolled (string appends, std::to_chars) rather than built on a nlohmann DOM: a DOM of
 // a 1e6-step schedule costs seconds and gigabytes, the direct writer a fraction of a second. The reader
@@ -6,14 +7,10 @@
 // path so that errors name the field ("ranks[2].lanes[0].steps[5].kind") at no cost on the happy path.
 #include "mk/schedule/io.hpp"
 
-#include <unistd.h>
-
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <initializer_list>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -714,34 +711,6 @@ Schedule scheduleFromJson(const std::string& text) {
     throw Error(ErrorCode::ParseError, std::string("malformed or truncated JSON: ") + e.what());
   }
   return Reader().read(root);
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorCode::IoError, "cannot open '" + path + "' for reading: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(ErrorCode::IoError, "error while reading '" + path + "'");
-  return std::move(ss).str();
-}
-
-void writeFileAtomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(static_cast<long>(::getpid()));
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr)
-    throw Error(ErrorCode::IoError,
-                "cannot write '" + path + "': cannot create temporary file '" + tmp + "': " + std::strerror(errno));
-  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  int err = ok ? 0 : errno;
-  if (ok && std::fflush(f) != 0) ok = false, err = errno;
-  // fsync so that a crash after the rename cannot expose an empty file under the final name.
-  if (ok && ::fsync(::fileno(f)) != 0) ok = false, err = errno;
-  if (std::fclose(f) != 0 && ok) ok = false, err = errno;
-  if (ok && std::rename(tmp.c_str(), path.c_str()) != 0) ok = false, err = errno;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    throw Error(ErrorCode::IoError, "cannot write '" + path + "': " + std::strerror(err));
-  }
 }
 
 Schedule loadSchedule(const std::string& path) {

@@ -121,8 +121,16 @@ class Validator {
       checkFlagAccounting();
       checkBarriers();
       if (!indexError_) {
-        const bool raceWanted = opt_.checkRaces && s_.stepCount() <= opt_.raceCheckMaxSteps && issues_.empty();
+        const bool overSteps = s_.stepCount() > opt_.raceCheckMaxSteps;
+        const bool raceWanted = opt_.checkRaces && !overSteps && issues_.empty();
         trackClocks_ = raceWanted && raceBudgetOk();
+        if (!opt_.checkRaces)
+          raceSkipped_ = "turned off";
+        else if (overSteps)
+          raceSkipped_ = str(s_.stepCount()) + " steps > " + str(opt_.raceCheckMaxSteps);
+        else if (raceWanted && !trackClocks_)
+          raceSkipped_ = "its vector clocks would exceed " + str(kClockEntryBudget) + " entries or " +
+                         str(kClockJoinBudget) + " joins";
         simulate();
         if (trackClocks_ && issues_.empty()) checkRaces();
       }
@@ -130,6 +138,9 @@ class Validator {
     suppressed = suppressed_;
     return std::move(issues_);
   }
+
+  /// Why the race check did not run ("" when it ran, or when other problems made it moot).
+  const std::string& raceSkipped() const { return raceSkipped_; }
 
  private:
   // ---- reporting ---------------------------------------------------------------------------------------
@@ -828,7 +839,10 @@ class Validator {
         }
       }
     }
-    if (overBudget) return;
+    if (overBudget) {
+      raceSkipped_ = "it would sort more than " + str(kAccessBudget) + " access intervals";
+      return;
+    }
     std::sort(acc.begin(), acc.end(),
               [](const Access& x, const Access& y) { return x.key != y.key ? x.key < y.key : x.lo < y.lo; });
 
@@ -874,6 +888,7 @@ class Validator {
   const ValidateOptions& opt_;
   std::vector<ValidationIssue> issues_;
   uint64_t suppressed_ = 0;
+  std::string raceSkipped_;
   bool indexError_ = false;
   bool trackClocks_ = false;
 
@@ -908,8 +923,12 @@ class Validator {
   std::vector<std::vector<std::pair<uint32_t, uint64_t>>> snaps_;  ///< per lane: (step, pool offset)
 };
 
-std::vector<ValidationIssue> validateImpl(const Schedule& s, const ValidateOptions& opt, uint64_t& suppressed) {
-  return Validator(s, opt).run(suppressed);
+std::vector<ValidationIssue> validateImpl(const Schedule& s, const ValidateOptions& opt, uint64_t& suppressed,
+                                          std::string* raceSkipped = nullptr) {
+  Validator v(s, opt);
+  auto issues = v.run(suppressed);
+  if (raceSkipped) *raceSkipped = v.raceSkipped();
+  return issues;
 }
 
 }  // namespace
@@ -925,10 +944,11 @@ std::vector<ValidationIssue> validateAll(const Schedule& s, const ValidateOption
   return issues;
 }
 
-void validate(const Schedule& s, const ValidateOptions& opt) {
+std::string validate(const Schedule& s, const ValidateOptions& opt) {
   uint64_t suppressed = 0;
-  const auto issues = validateImpl(s, opt, suppressed);
-  if (issues.empty()) return;
+  std::string raceSkipped;
+  const auto issues = validateImpl(s, opt, suppressed, &raceSkipped);
+  if (issues.empty()) return raceSkipped;
   std::string msg = issues.front().message;
   const uint64_t more = issues.size() - 1 + suppressed;
   if (more > 0) msg += " (+" + str(more) + " more)";

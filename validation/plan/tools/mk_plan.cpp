@@ -188,8 +188,9 @@ int run(const Options& o, const std::string& command) {
   }
   in.pricer.jobs = o.jobs;
   in.pricer.budgetSteps = o.simBudget;
-  mk::report::checkOutputFile("--json", o.jsonOut);
-  mk::report::checkOutputFile("--stats", o.statsOut);
+  const std::vector<std::string> inputs{o.workload, o.layoutFile, o.cluster, o.profile, o.script};
+  mk::checkOutputPath("--json", o.jsonOut, inputs);
+  mk::checkOutputPath("--stats", o.statsOut, inputs);
   mk::report::checkReportDir("--report", o.reportDir, kReportMarker, kTool);
   if (!o.reportDir.empty()) {
     if (!fs::exists(o.script, ec))

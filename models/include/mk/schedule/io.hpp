@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "mk/schedule/schedule.hpp"
 
@@ -18,8 +19,15 @@ Schedule loadSchedule(const std::string& path);
 /// Write atomically: to "<path>.tmp" first, then rename, so a failure never leaves a half-written file.
 void saveSchedule(const Schedule& s, const std::string& path);
 
-/// Write `text` to `path` atomically (temp file + rename); throws IoError. Shared by every tool.
+/// Write `text` to `path` atomically (temp file + rename); throws IoError. Shared by every tool. Refuses a `path`
+/// that exists and is not a regular file (a device such as /dev/null, a FIFO, a directory): the rename would
+/// replace it.
 void writeFileAtomic(const std::string& path, const std::string& text);
+/// Every tool's check of an output path given as `option`, before any work: its directory exists, and it is not
+/// an existing non-regular file (see writeFileAtomic) nor the same file as one of the command's `inputs` (which
+/// it would overwrite). Throws Error naming the option and the path (exit 2): IoError for a missing directory,
+/// InvalidArgument for the rest. An empty `path` is no output.
+void checkOutputPath(const std::string& option, const std::string& path, const std::vector<std::string>& inputs = {});
 /// Read a whole file; throws IoError naming the path.
 std::string readFile(const std::string& path);
 

@@ -12,7 +12,7 @@ namespace mk {
 struct ValidateOptions {
   /// Also prove the absence of data races: every pair of steps touching overlapping elements of one
   /// (rank, buffer), at least one writing, must be ordered by lane order, flags or barriers.
-  /// Cost is O(steps x lanes); skipped automatically above `raceCheckMaxSteps`.
+  /// Cost is O(steps x lanes); skipped automatically above `raceCheckMaxSteps` (validate() says so).
   bool checkRaces = true;
   uint64_t raceCheckMaxSteps = 200000;
 };
@@ -32,7 +32,9 @@ struct ValidationIssue {
 /// the threshold and the largest value it can ever reach; optional race check.
 std::vector<ValidationIssue> validateAll(const Schedule& s, const ValidateOptions& opt = {});
 
-/// Throws Error(InvalidSchedule) with the first issue's message (and "(+N more)") if any.
-void validate(const Schedule& s, const ValidateOptions& opt = {});
+/// Throws Error(InvalidSchedule) with the first issue's message (and "(+N more)") if any. Returns "" when the
+/// schedule is valid and the race check ran, else why the race check did not run (e.g. "300000 steps > 200000",
+/// or over one of its budgets): a caller that says "OK" must say that too.
+std::string validate(const Schedule& s, const ValidateOptions& opt = {});
 
 }  // namespace mk

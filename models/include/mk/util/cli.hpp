@@ -6,8 +6,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <initializer_list>
@@ -45,6 +47,20 @@ inline int requirePositive(const CLI::App& app, const char* tool,
     }
   }
   return kContinue;
+}
+
+/// A gate threshold in percent: a finite number in [0, 100], checked on the text so that no spelling (nan, inf,
+/// 1e308, -1, abc) can switch a gate off. CLI11 names the flag: "--max-median-err: must be ...".
+inline CLI::Validator percentThreshold() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (!text.empty() && end == text.c_str() + text.size() && std::isfinite(v) && v >= 0 && v <= 100) return {};
+        const std::string shown = text.size() > 40 ? text.substr(0, 40) + "..." : text;
+        return "must be a finite number in [0, 100] (percent), got '" + shown + "'";
+      },
+      "PERCENT in [0, 100]");
 }
 
 /// The command line as typed, `tool` first, quoted where a word has a space (for provenance and reports).

@@ -14,10 +14,6 @@ namespace mk::report {
 /// The directory holding `path` ("." for a bare name).
 std::filesystem::path parentOf(const std::string& path);
 
-/// A file output must be writable before minutes of work are spent: its directory exists and it is not a
-/// directory. Throws Error(IoError) "<option> <path>: ...".
-void checkOutputFile(const std::string& option, const std::string& path);
-
 /// The report directory: new, empty, or a previous report of this tool (it holds `marker`); its parent exists and
 /// is writable. Throws Error(IoError) "<option> <dir>: ..." naming what is wrong.
 void checkReportDir(const std::string& option, const std::string& dir, const std::string& marker,
