@@ -75,6 +75,7 @@ struct Args {
   std::string profile;
   uint32_t ranksPerNode = 0;
   std::string transport = "auto";
+  std::string protocol = "auto";  // GenOptions::protocol (ll: one-shot's puts as LL packets)
   bool shareGpus = false;
 };
 
@@ -397,6 +398,7 @@ int run(const Args& a, const std::string& commandLine) {
           mk::CollOptions opt(a.algo == "all" ? "auto" : algos.front());
           opt.chunks = a.chunks;
           opt.channels = a.channels;
+          opt.protocol = *mk::parseProtocol(a.protocol);
           switch (c.spec.op) {
             case CollOp::AllReduce:
               comms[r].allReduce(c.send[r], c.recv[r], c.spec.count, dt, red, st.s[r], opt);
@@ -466,6 +468,7 @@ int run(const Args& a, const std::string& commandLine) {
         mk::CollOptions opt(algoName);
         opt.chunks = a.chunks;
         opt.channels = a.channels;
+        opt.protocol = *mk::parseProtocol(a.protocol);
         Row row;
         row.impl = "mkernel";
         row.algo = algoName == "auto" ? "auto:" + std::string(mk::toString(comms[0].chooseAlgorithm(op, count, dt)))
@@ -506,6 +509,7 @@ int run(const Args& a, const std::string& commandLine) {
                   {{"reps", std::to_string(a.reps)},
                    {"submit", quoted("batched: one stream wait per loop")},
                    {"chunks", std::to_string(row.chunks)},
+                   {"protocol", quoted(a.protocol)},
                    {"channels", std::to_string(row.channels)},
                    {"worker_ctas", std::to_string(comms[0].workerCtas())},
                    {"auto_profile", quoted(comms[0].profileSource())}});
@@ -521,6 +525,7 @@ int run(const Args& a, const std::string& commandLine) {
         (void)bytes;
         Case c = makeCase(a, op, dt, red, count, buf, launch.firstRank);
         mk::CollOptions opt(algos.front() == "all" ? "auto" : algos.front());
+        opt.protocol = *mk::parseProtocol(a.protocol);
         submitMk(traced, c, st.s, opt);
         st.sync();
       }
@@ -642,6 +647,10 @@ int main(int argc, char** argv) {
   app.add_option("-r,--root", a.root, "broadcast root");
   app.add_option("--chunks", a.chunks, "GenOptions::chunks (0: by size)");
   app.add_option("--channels", a.channels, "GenOptions::channels (0: by size)");
+  app.add_option("--protocol", a.protocol,
+                 "puts' protocol: auto | simple | ll (LL packets: one-shot all-reduce on one node)")
+      ->check(CLI::IsMember({"auto", "simple", "ll"}))
+      ->capture_default_str();
   app.add_option("--workers", a.workers, "worker CTAs per GPU (0: auto)");
   app.add_option("--threads", a.threads, "threads per CTA");
   app.add_option("--latency-probes", a.latencyProbes, "isolated ops timed host enqueue -> first step (0: skip)");

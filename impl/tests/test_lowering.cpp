@@ -8,6 +8,7 @@
 
 #include "gemm/gemm_lane.hpp"
 #include "lowering/lowering.hpp"
+#include "lowering/packets.hpp"
 #include "mk/algorithms/algorithms.hpp"
 #include "mk/device/compute_lane_device.hpp"
 #include "mk/error.hpp"
@@ -831,4 +832,115 @@ TEST_CASE("compute lanes: the per-op GemmParams follow the lowered record and re
   bad = g;
   bad.blockN = 64;
   refused(bad, "width");
+}
+
+namespace {
+/// One-shot all-reduce with its puts as LL packets (GenOptions::protocol = LL), `ranks` ranks of one node.
+Schedule oneShotPackets(uint32_t ranks, uint64_t count, uint32_t chunks, mk::DType dt = mk::DType::Float16) {
+  mk::CollectiveSpec spec;
+  spec.op = mk::CollOp::AllReduce;
+  spec.algo = mk::Algorithm::OneShot;
+  spec.count = count;
+  spec.dtype = dt;
+  mk::GenOptions g;
+  g.chunks = chunks;
+  g.protocol = mk::Protocol::LL;
+  return mk::generate(spec, std::vector<uint32_t>(ranks, 0), g);
+}
+}  // namespace
+
+TEST_CASE("lowering: LL packet puts land where the receiver's wait unpacks them") {
+  for (uint32_t ranks : {2u, 4u})
+    for (uint32_t chunks : {1u, 3u})
+      for (uint64_t count : {1ull, 1021ull, 4099ull}) {
+        CAPTURE(ranks);
+        CAPTURE(chunks);
+        CAPTURE(count);
+        const Schedule s = oneShotPackets(ranks, count, chunks);
+        std::vector<LoweredProgram> p;
+        for (uint32_t r = 0; r < ranks; ++r) p.push_back(lowerRank(s, r));
+        // Sender side: every Put is a packet Put (no signal bit), its offset names a packet run its receiver unpacks
+        // from the sender's own source, with the same count.
+        uint64_t puts = 0;
+        for (uint32_t q = 0; q < ranks; ++q)
+          for (uint32_t i = 0; i < p[q].header().nSteps; ++i) {
+            const auto& st = p[q].steps()[i];
+            if (st.kind != static_cast<uint8_t>(StepKind::Put)) continue;
+            ++puts;
+            CHECK((st.bits & mk::device::kLsPacket) != 0);
+            CHECK((st.bits & mk::device::kLsSignal) == 0);
+            CHECK(st.value % 16 == 0);
+            const LoweredProgram& rcv = p[st.flagRank];
+            const auto* runs = reinterpret_cast<const mk::device::LoweredPacketRecv*>(rcv.image.data() +
+                                                                                      rcv.header().packetRecvsOffset);
+            uint32_t matches = 0;
+            for (uint32_t k = 0; k < rcv.header().nPacketRecvs; ++k)
+              if (runs[k].areaOffset == st.value) {
+                ++matches;
+                CHECK(runs[k].sender == q);
+                CHECK(runs[k].count == st.count);
+              }
+            CHECK(matches == 1);
+          }
+        CHECK(puts == uint64_t{ranks} * (ranks - 1) * std::min<uint64_t>(chunks, count));
+        // Receiver side: every Wait unpacks ranks-1 runs, and the runs of one rank never overlap in its area.
+        for (uint32_t r = 0; r < ranks; ++r) {
+          const auto* runs = reinterpret_cast<const mk::device::LoweredPacketRecv*>(p[r].image.data() +
+                                                                                    p[r].header().packetRecvsOffset);
+          for (uint32_t i = 0; i < p[r].header().nSteps; ++i) {
+            const auto& st = p[r].steps()[i];
+            if (st.kind != static_cast<uint8_t>(StepKind::Wait)) continue;
+            CHECK((st.bits & mk::device::kLsPacket) != 0);
+            CHECK(st.count == ranks - 1);
+            CHECK(st.value + st.count <= p[r].header().nPacketRecvs);
+          }
+          std::vector<std::pair<uint64_t, uint64_t>> spans;
+          for (uint32_t k = 0; k < p[r].header().nPacketRecvs; ++k)
+            spans.emplace_back(runs[k].areaOffset, runs[k].areaOffset + mk::runtime::packetBytes(runs[k].count * 2));
+          std::sort(spans.begin(), spans.end());
+          for (size_t k = 1; k < spans.size(); ++k) CHECK(spans[k - 1].second <= spans[k].first);
+        }
+      }
+}
+
+TEST_CASE("lowering: LL packets need the whole schedule and fit the packet area") {
+  const Schedule s = oneShotPackets(2, 1021, 1);
+  CHECK_THROWS_WITH_AS(mk::runtime::lowerPacked(mk::packRank(s, 0), 0),
+                       doctest::Contains("lower it from the whole schedule"), mk::Error);
+  // 2 ranks x 300 Ki fp32 elements: 2.4 MB of packets into each rank, past its 1 MiB area.
+  const Schedule big = oneShotPackets(2, 300 * 1024, 1, mk::DType::Float32);
+  CHECK_THROWS_WITH_AS(lowerRank(big, 0), doctest::Contains("packet area holds"), mk::Error);
+}
+
+TEST_CASE("lowering: LL bits on flags that do not take packets run as plain puts with their signal") {
+  // Packet puts are all-or-nothing per flag: the hand-made one-shot with its put marked LL takes packets; with a
+  // second, plain signal into the same flag (or a wait below the puts' sum) the put stays a plain put + signal.
+  auto lowered = [](bool extraSignal, uint64_t threshold) {
+    Schedule s = oneShot(1021);
+    for (uint32_t r = 0; r < 2; ++r) {
+      s.lanes[r][0].steps[0].flags |= mk::kStepLL;
+      s.lanes[r][1].steps[0].value = threshold;
+      if (extraSignal) {
+        Step sig;
+        sig.kind = StepKind::Signal;
+        sig.flag = mk::FlagRef{1 - r, 0};
+        sig.value = 1;
+        s.lanes[r][0].steps.push_back(sig);
+      }
+    }
+    return lowerRank(s, 0);
+  };
+  auto packetBits = [](const LoweredProgram& p) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < p.header().nSteps; ++i) n += (p.steps()[i].bits & mk::device::kLsPacket) ? 1 : 0;
+    return n;
+  };
+  const LoweredProgram packets = lowered(false, 1);
+  CHECK(packetBits(packets) == 2);  // the put and the wait
+  CHECK(packets.header().nPacketRecvs == 1);
+  for (const LoweredProgram& p : {lowered(true, 2), lowered(false, 2)}) {
+    CHECK(packetBits(p) == 0);
+    CHECK(p.header().nPacketRecvs == 0);
+    CHECK((p.steps()[0].bits & mk::device::kLsSignal) != 0);
+  }
 }

@@ -150,6 +150,7 @@ void Communicator::collective(const CollectiveSpec& specIn, const void* send, vo
   GenOptions gen;
   gen.chunks = opt.chunks;
   gen.channels = opt.channels;
+  gen.protocol = opt.protocol;
   engine_->submitCollective(rank_, spec, algo, gen, send, recv, stream);
 }
 

@@ -103,7 +103,7 @@ struct ScheduleKey {
                                uint64_t(spec.root),
                                uint64_t(gen.chunks),
                                uint64_t(gen.channels),
-                               uint64_t(gen.inter),
+                               uint64_t(gen.inter) | uint64_t(gen.protocol) << 8,
                                fused ? 1u : 0u,
                                uint64_t(fusedKey.op) | uint64_t(fusedKey.dtype) << 8 |
                                    uint64_t(fusedKey.layoutB) << 16 | uint64_t(fusedKey.order) << 24,

@@ -43,7 +43,8 @@ CachedSchedule& Engine::cacheLocked(const ScheduleKey& key, const std::function<
   LowerOptions lo;
   lo.nWorkers = workers_;
   lo.minBytesPerCta = config_.minBytesPerCta;
-  for (uint32_t r = 0; r < ranks_.size(); ++r) c->programs.push_back(lowerPacked(packRank(c->schedule, r), r, lo));
+  // From the whole schedule: a rank's LL packet Waits need the senders' steps (lowering/packets.hpp).
+  for (uint32_t r = 0; r < ranks_.size(); ++r) c->programs.push_back(lowerRank(c->schedule, r, lo));
   for (uint32_t r = 0; r < ranks_.size() && !config_.computeLanes; ++r)
     if (gemmCount(c->programs[r]) > 0)
       throw Error(ErrorCode::Unsupported,

@@ -32,6 +32,7 @@
 #include "mbarrier.cuh"
 #include "mk/device/compute_lane_device.hpp"
 #include "mk/device/engine_device.hpp"
+#include "mk/device/packets_device.hpp"
 #include "mk/device/poll_device.hpp"
 #include "mk/device/proxy_device.hpp"
 #include "mk/schedule/types.hpp"
@@ -103,9 +104,30 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramH
         uint64_t b, e;
         ctaPiece(step.count, step.activeCtas, idx, &b, &e);
         const uint32_t es = dtypeBytes(step.dtype);
-        copyRange(operandAddress(table, step.dst) + b * es, operandAddress(table, step.a) + b * es, (e - b) * es, tid,
-                  nth);
+        if (step.bits & kLsPacket)  // LL packets into the receiver's area (mk/device/packets_device.hpp)
+          sendPackets(&h.peers[step.flagRank]->packets[slot][0][0] + step.value / 4, operandAddress(table, step.a),
+                      step.count * es, b * es, e * es, op + 1, tid, nth);
+        else
+          copyRange(operandAddress(table, step.dst) + b * es, operandAddress(table, step.a) + b * es, (e - b) * es, tid,
+                    nth);
       }
+    } else if (kind == static_cast<int>(StepKind::Wait) && (step.bits & kLsPacket)) {
+      // The packets of the LL Puts this Wait stands for: poll them and unpack them (no flag to wait on).
+      bool ok = true;
+      if (idx < step.activeCtas) {
+        const auto* runs =
+            reinterpret_cast<const LoweredPacketRecv*>(reinterpret_cast<const char*>(ph) + ph->packetRecvsOffset);
+        for (uint64_t k = 0; ok && k < step.count; ++k) {
+          const LoweredPacketRecv run = runs[step.value + k];
+          const uint32_t es = dtypeBytes(run.dtype);
+          uint64_t b, e;
+          ctaPiece(run.count, step.activeCtas, idx, &b, &e);
+          ok = recvPackets(h, &st->packets[slot][0][0] + run.areaOffset / 4, operandAddress(table, run.dst),
+                           run.count * es, b * es, e * es, op + 1, tid, nth,
+                           PollSite{Status::WaitTimeout, op, lane.laneIndex, s, step.flagId, op + 1ull});
+        }
+      }
+      if (__syncthreads_or(!ok)) return false;
     } else if (kind == static_cast<int>(StepKind::Reduce)) {
       if (idx < step.activeCtas) {
         uint64_t b, e;
@@ -127,7 +149,7 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramH
     }
 
     const bool arrives = (step.bits & kLsSignal) || kind == static_cast<int>(StepKind::Barrier);
-    if (arrives || kind == static_cast<int>(StepKind::Wait)) {
+    if (arrives || (kind == static_cast<int>(StepKind::Wait) && !(step.bits & kLsPacket))) {
       if (arrives) __syncthreads();  // every thread's data of this CTA is written before thread 0 publishes it
       if (tid == 0) {
         bool ok = true;

@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "lowering/packets.hpp"
 #include "mk/device/compute_lane_device.hpp"
 #include "mk/error.hpp"
 #include "mk/gemm.hpp"
@@ -46,6 +47,7 @@ class Lowerer {
 
   LoweredProgram run() {
     checkShape();
+    packets_ = planPackets(s_, uint64_t{device::kPacketsPerSlot} * 16);
     LoweredProgram p;
     p.rank = rank_;
     p.nRanks = s_.nRanks;
@@ -63,7 +65,7 @@ class Lowerer {
     for (uint32_t l = 0; l < lanes.size(); ++l) {
       device::LoweredLane& ll = outLanes[l];
       ll.firstStep = static_cast<uint32_t>(outSteps.size());
-      ll.nSteps = static_cast<uint32_t>(lanes[l].steps.size());
+      ll.nSteps = static_cast<uint32_t>(lanes[l].steps.size());  // one lowered step per schedule step
       ll.ctaBegin = nextCta;
       ll.ctaCount = ctaCount[l];
       ll.laneIndex = static_cast<uint16_t>(l);
@@ -98,6 +100,11 @@ class Lowerer {
       h.gemmsOffset = h.totalBytes;
       h.totalBytes = alignUp(h.gemmsOffset + gemms_.size() * sizeof(device::LoweredGemm), 16);
     }
+    h.nPacketRecvs = static_cast<uint32_t>(recvs_.size());
+    if (!recvs_.empty()) {
+      h.packetRecvsOffset = h.totalBytes;
+      h.totalBytes = alignUp(h.packetRecvsOffset + recvs_.size() * sizeof(device::LoweredPacketRecv), 16);
+    }
     p.image.assign(h.totalBytes, 0);
     std::memcpy(p.image.data(), &h, sizeof h);
     if (!outLanes.empty())
@@ -107,6 +114,9 @@ class Lowerer {
     std::memcpy(p.image.data() + h.ctasOffset, outCtas.data(), outCtas.size() * sizeof(device::CtaAssignment));
     if (!gemms_.empty())
       std::memcpy(p.image.data() + h.gemmsOffset, gemms_.data(), gemms_.size() * sizeof(device::LoweredGemm));
+    if (!recvs_.empty())
+      std::memcpy(p.image.data() + h.packetRecvsOffset, recvs_.data(),
+                  recvs_.size() * sizeof(device::LoweredPacketRecv));
     return p;
   }
 
@@ -303,7 +313,10 @@ class Lowerer {
                      "unknown reduction operator " + std::to_string(static_cast<int>(st.op)));
           ls.dtype = static_cast<uint8_t>(dt);
           ls.activeCtas = static_cast<uint16_t>(activeFor(st.count * dtypeSize(dt), n));
-          for (const BufRef* ref : {&st.dst, &st.a, reduce ? &st.b : nullptr})
+          // A packet Put writes the receiver's packet area, never its buffers: only its source counts for rule 3.
+          const auto sent = packets_.sendOffset.find({rank_, l, i});
+          const bool packet = sent != packets_.sendOffset.end();
+          for (const BufRef* ref : {packet ? nullptr : &st.dst, &st.a, reduce ? &st.b : nullptr})
             if (ref && ref->rank != rank_ && isUserBuffer(ref->buffer))
               ls.entryMask |= static_cast<uint16_t>(1u << ref->rank);
           if (n > 1) {
@@ -326,7 +339,14 @@ class Lowerer {
             }
             pending.insert(pending.end(), mine.begin(), mine.end());
           }
-          if (st.kind == StepKind::Put && (st.flags & kStepSignal)) addSignal(l, i, st, n, ls);
+          if (packet) {
+            ls.bits |= device::kLsPacket;
+            ls.flagRank = st.flag.rank;
+            ls.flagId = st.flag.id;
+            ls.value = sent->second;
+          } else if (st.kind == StepKind::Put && (st.flags & kStepSignal)) {
+            addSignal(l, i, st, n, ls);
+          }
           break;
         }
         case StepKind::Signal: addSignal(l, i, st, n, ls); break;
@@ -334,6 +354,7 @@ class Lowerer {
           requireSyncReferences(s_, rank_, l, i);
           ls.flagRank = st.flag.rank;
           ls.flagId = st.flag.id;
+          lowerPacketWait(l, i, st, n, ls, pending);
           break;
         case StepKind::Barrier:
           requireSyncReferences(s_, rank_, l, i);
@@ -525,6 +546,44 @@ class Lowerer {
     }
   }
 
+  /// A Wait on a flag that LL packet Puts raise: it unpacks their runs (LoweredPacketRecv[value, value + count))
+  /// instead of polling the flag, each run split among the lane's first activeCtas CTAs like a data step, and
+  /// each run's destination counted as a write of those CTAs.
+  void lowerPacketWait(uint32_t l, uint32_t i, const Step& st, uint32_t n, LoweredStep& ls,
+                       std::vector<Access>& pending) {
+    const auto it = packets_.runs.find({rank_, st.flag.id});
+    if (it == packets_.runs.end()) return;
+    uint64_t most = 0;
+    for (const PacketRun& run : it->second) most = std::max(most, run.count * dtypeSize(run.dtype));
+    ls.bits |= device::kLsPacket;
+    ls.activeCtas = static_cast<uint16_t>(activeFor(most, n));
+    ls.value = recvs_.size();
+    ls.count = it->second.size();
+    std::vector<Access> mine;
+    for (const PacketRun& run : it->second) {
+      device::LoweredPacketRecv rec{};
+      rec.dst = encode(l, i, run.dst, run.count, "packet dst");
+      rec.count = run.count;
+      rec.areaOffset = run.areaOffset;
+      rec.dtype = static_cast<uint8_t>(run.dtype);
+      rec.sender = run.sender;
+      recvs_.push_back(rec);
+      mine.push_back(Access{run.dst.rank, run.dst.buffer, true, run.dst.offset, run.dst.offset + run.count, run.count,
+                            ls.activeCtas});
+    }
+    if (n == 1) return;
+    bool conflict = false;
+    for (const Access& x : mine)
+      for (const Access& y : pending)
+        if (overlaps(x, y) && !samePiece(x, y)) conflict = true;
+    if (conflict) {
+      ls.bits |= device::kLsBarrierBefore;
+      ls.barrierSync = newSyncPoint(l, i);
+      pending.clear();
+    }
+    pending.insert(pending.end(), mine.begin(), mine.end());
+  }
+
   void addSignal(uint32_t l, uint32_t i, const Step& st, uint32_t n, LoweredStep& ls) {
     requireSyncReferences(s_, rank_, l, i);
     ls.bits |= device::kLsSignal;
@@ -537,7 +596,9 @@ class Lowerer {
   uint32_t rank_;
   LowerOptions opt_;
   uint32_t syncPoints_ = 0;
-  std::vector<device::LoweredGemm> gemms_;  ///< compute lanes: the aux table of this rank's Gemm steps
+  std::vector<device::LoweredGemm> gemms_;        ///< compute lanes: the aux table of this rank's Gemm steps
+  PacketPlan packets_;                            ///< where every LL packet Put of the schedule lands
+  std::vector<device::LoweredPacketRecv> recvs_;  ///< the packet runs this rank's Waits unpack
 };
 
 }  // namespace
@@ -551,7 +612,12 @@ LoweredProgram lowerRank(const Schedule& s, uint32_t rank, const LowerOptions& o
 }
 
 LoweredProgram lowerPacked(const std::vector<uint8_t>& packedRankImage, uint32_t rank, const LowerOptions& opt) {
-  return lowerRank(unpack(packedRankImage), rank, opt);
+  const Schedule s = unpack(packedRankImage);
+  // A rank's image lacks the other ranks' lanes, so it cannot tell which packets its Waits receive.
+  if (hasPacketPuts(s))
+    throw Error(ErrorCode::Unsupported,
+                "the schedule sends LL packets: lower it from the whole schedule (lowerRank), not one rank's image");
+  return lowerRank(s, rank, opt);
 }
 
 }  // namespace mk::runtime

@@ -33,6 +33,11 @@ inline constexpr uint32_t kMaxSyncPoints = 4096;
 /// Ops whose per-op state (flags, barriers, scratch, staging) can be live at once on a rank. Op k uses
 /// slot k % kSlots. Two slots let op k+1 start on one rank while a peer still finishes op k.
 inline constexpr uint32_t kSlots = 2;
+/// LL packets one rank can receive per op (per slot): 16 bytes each, carrying 8 bytes of data and the op's
+/// epoch twice (docs/gpu-engine.md, "LL packets"), so 512 KiB of data per rank and op.
+inline constexpr uint32_t kPacketsPerSlot = 65536;
+/// Bytes of data one LL packet carries.
+inline constexpr uint32_t kPacketDataBytes = 8;
 
 /// Why the kernel stopped. Written once into StatusBlock::code (the first failure wins).
 enum class Status : uint32_t {
@@ -181,6 +186,9 @@ struct alignas(128) RankState {
   uint32_t barriers[kSlots][kMaxBarriers];
   uint32_t laneSync[kSlots][kMaxSyncPoints];
   OpBoard board[kSlots];
+  /// LL packets peers wrote for the op of each slot ({data lo, epoch, data hi, epoch}, epoch = op + 1); never
+  /// zeroed: a packet of an older op carries an older epoch. Offsets are the lowering's (LoweredPacketRecv).
+  alignas(128) uint32_t packets[kSlots][kPacketsPerSlot][4];
 };
 static_assert(std::is_trivially_copyable_v<RankState>);
 
@@ -194,6 +202,9 @@ enum LoweredStepBits : uint8_t {
   kLsSignal = 1u << 1,         ///< after the step, the lane's last CTA adds `value` to flag (flagRank, flagId)
   kLsEntryCheck = 1u << 2,     ///< touches user buffers of the ranks in entryMask: wait until they entered the op
   kLsRemoteSignal = 1u << 3,   ///< ProxyPut: the destination flag is raised on arrival (PutSignal / Signal commands)
+  /// Put: send as LL packets into rank flagRank's packet area at byte offset `value` (no fence, no signal).
+  /// Wait: receive the `count` packet runs LoweredPacketRecv[value ...] instead of polling the flag.
+  kLsPacket = 1u << 4,
 };
 
 /// Operand: (binding index << 48) | byte offset into that binding.
@@ -218,6 +229,18 @@ struct alignas(16) LoweredStep {
   uint64_t dst, a, b;    ///< operands (kOperandShift encoding)
 };
 static_assert(sizeof(LoweredStep) == 64);
+
+/// One packet run a Wait with kLsPacket receives: the packets of one LL Put, unpacked into `dst` once every
+/// packet carries this op's epoch. 32 bytes.
+struct alignas(16) LoweredPacketRecv {
+  uint64_t dst;         ///< operand (kOperandShift encoding) on this rank
+  uint64_t count;       ///< elements
+  uint64_t areaOffset;  ///< byte offset of the run's first packet in RankState::packets[slot]
+  uint8_t dtype;        ///< DType
+  uint8_t reserved0[3];
+  uint32_t sender;  ///< the rank whose Put sent it (diagnostics)
+};
+static_assert(sizeof(LoweredPacketRecv) == 32);
 
 /// One lane: steps [firstStep, firstStep + nSteps) run by worker CTAs [ctaBegin, ctaBegin + ctaCount).
 struct alignas(16) LoweredLane {
@@ -246,7 +269,8 @@ enum ProgramFlagBits : uint32_t {
 };
 
 /// Program header; followed by LoweredLane[nLanes], LoweredStep[nSteps], CtaAssignment[nWorkers] at the
-/// byte offsets given (each 16-byte aligned), then (compute lanes) LoweredGemm[nGemms] at gemmsOffset.
+/// byte offsets given (each 16-byte aligned), then (compute lanes) LoweredGemm[nGemms] at gemmsOffset and
+/// (LL packets) LoweredPacketRecv[nPacketRecvs] at packetRecvsOffset.
 struct alignas(16) ProgramHeader {
   uint32_t magic;
   uint32_t rank, nRanks;
@@ -260,8 +284,12 @@ struct alignas(16) ProgramHeader {
   // ---- compute lanes (mk/device/compute_lane_device.hpp) ----
   uint32_t nGemms;       ///< Gemm steps of this rank (LoweredGemm records; 0 = none)
   uint64_t gemmsOffset;  ///< byte offset of LoweredGemm[nGemms] (0 when nGemms = 0)
+  // ---- LL packets (kLsPacket) ----
+  uint32_t nPacketRecvs;  ///< LoweredPacketRecv records (0 = none)
+  uint32_t reserved0;
+  uint64_t packetRecvsOffset;  ///< byte offset of LoweredPacketRecv[nPacketRecvs] (0 when none)
 };
-static_assert(sizeof(ProgramHeader) == 96);
+static_assert(sizeof(ProgramHeader) == 112);
 
 /// Elements of one data step that CTA `idx` of `active` moves: [*begin, *end). Pieces are multiples of
 /// 256 elements (so every piece but the last starts 16-byte aligned relative to the step's start) and

@@ -57,8 +57,9 @@ enum StepFlagBits : uint8_t {
   kStepBColMajor = 1u << 2,   ///< Gemm: B is column-major (K contiguous), else row-major (N contiguous)
   /// Put/ProxyPut, cost flavour "LL" (NCCL's low-latency protocol): data and flag travel in the same 8-byte
   /// stores (4 B data + 4 B flag), so the receiver polls the data itself and no fence separates data and flag.
-  /// Same semantics as a plain Put (+ signal): the CPU executor runs it as one; the GPU engine ignores the bit
-  /// for now (a cost flavour until the resident kernel implements the packets). Priced by Profile::ll.
+  /// Same semantics as a plain Put (+ signal): the CPU executor runs it as one; the GPU engine sends it as 16-byte
+  /// packets where its flag takes only packets and one Wait takes them all (impl/src/lowering/packets.hpp), as a
+  /// plain Put elsewhere. Priced by Profile::ll.
   kStepLL = 1u << 3,
   /// Put/ProxyPut, cost flavour "LL128": 128-byte lines carrying 120 B data + 8 B flag (NCCL's LL128). As
   /// kStepLL otherwise; priced by Profile::ll128. At most one of kStepLL and kStepLL128 is set.
