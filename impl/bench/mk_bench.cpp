@@ -647,8 +647,9 @@ int main(int argc, char** argv) {
   app.add_option("-r,--root", a.root, "broadcast root");
   app.add_option("--chunks", a.chunks, "GenOptions::chunks (0: by size)");
   app.add_option("--channels", a.channels, "GenOptions::channels (0: by size)");
-  app.add_option("--protocol", a.protocol,
-                 "puts' protocol: auto | simple | ll (LL packets: one-shot all-reduce on one node)")
+  app.add_option(
+         "--protocol", a.protocol,
+         "puts' protocol: auto | simple | ll (LL packets: one-shot / two-shot all-reduce, direct all-gather, one node)")
       ->check(CLI::IsMember({"auto", "simple", "ll"}))
       ->capture_default_str();
   app.add_option("--workers", a.workers, "worker CTAs per GPU (0: auto)");

@@ -835,11 +835,12 @@ TEST_CASE("compute lanes: the per-op GemmParams follow the lowered record and re
 }
 
 namespace {
-/// One-shot all-reduce with its puts as LL packets (GenOptions::protocol = LL), `ranks` ranks of one node.
-Schedule oneShotPackets(uint32_t ranks, uint64_t count, uint32_t chunks, mk::DType dt = mk::DType::Float16) {
+/// A collective with its puts as LL packets (GenOptions::protocol = LL), `ranks` ranks of one node.
+Schedule packetSchedule(uint32_t ranks, uint64_t count, uint32_t chunks, mk::DType dt = mk::DType::Float16,
+                        mk::CollOp op = mk::CollOp::AllReduce, mk::Algorithm algo = mk::Algorithm::OneShot) {
   mk::CollectiveSpec spec;
-  spec.op = mk::CollOp::AllReduce;
-  spec.algo = mk::Algorithm::OneShot;
+  spec.op = op;
+  spec.algo = algo;
   spec.count = count;
   spec.dtype = dt;
   mk::GenOptions g;
@@ -856,7 +857,7 @@ TEST_CASE("lowering: LL packet puts land where the receiver's wait unpacks them"
         CAPTURE(ranks);
         CAPTURE(chunks);
         CAPTURE(count);
-        const Schedule s = oneShotPackets(ranks, count, chunks);
+        const Schedule s = packetSchedule(ranks, count, chunks);
         std::vector<LoweredProgram> p;
         for (uint32_t r = 0; r < ranks; ++r) p.push_back(lowerRank(s, r));
         // Sender side: every Put is a packet Put (no signal bit), its offset names a packet run its receiver unpacks
@@ -903,12 +904,46 @@ TEST_CASE("lowering: LL packet puts land where the receiver's wait unpacks them"
       }
 }
 
+TEST_CASE("lowering: every put of the packet generators lowers as a packet put, every wait of theirs unpacks") {
+  // The cost model prices these generators' puts as packets; the engine must send every one as a packet.
+  const std::pair<mk::CollOp, mk::Algorithm> gens[] = {{mk::CollOp::AllReduce, mk::Algorithm::OneShot},
+                                                       {mk::CollOp::AllReduce, mk::Algorithm::TwoShot},
+                                                       {mk::CollOp::AllGather, mk::Algorithm::Direct}};
+  for (const auto& [op, algo] : gens)
+    for (uint32_t ranks : {2u, 3u, 8u})
+      for (uint32_t chunks : {1u, 4u})
+        for (uint64_t count : {1ull, 1021ull}) {
+          CAPTURE(mk::toString(op));
+          CAPTURE(mk::toString(algo));
+          CAPTURE(ranks);
+          CAPTURE(chunks);
+          CAPTURE(count);
+          const Schedule s = packetSchedule(ranks, count, chunks, mk::DType::BFloat16, op, algo);
+          uint64_t puts = 0, packetPuts = 0;
+          for (uint32_t r = 0; r < ranks; ++r) {
+            const LoweredProgram p = lowerRank(s, r);
+            for (uint32_t i = 0; i < p.header().nSteps; ++i) {
+              const auto& st = p.steps()[i];
+              const bool packet = (st.bits & mk::device::kLsPacket) != 0;
+              if (st.kind == static_cast<uint8_t>(StepKind::Put)) {
+                ++puts;
+                packetPuts += packet ? 1 : 0;
+              }
+              // Two-shot's reducer -> sender signal is a local Signal, not a put: that wait stays a flag wait.
+              if (st.kind == static_cast<uint8_t>(StepKind::Wait) && !packet) CHECK(algo == mk::Algorithm::TwoShot);
+            }
+          }
+          CHECK(puts > 0);
+          CHECK(packetPuts == puts);
+        }
+}
+
 TEST_CASE("lowering: LL packets need the whole schedule and fit the packet area") {
-  const Schedule s = oneShotPackets(2, 1021, 1);
+  const Schedule s = packetSchedule(2, 1021, 1);
   CHECK_THROWS_WITH_AS(mk::runtime::lowerPacked(mk::packRank(s, 0), 0),
                        doctest::Contains("lower it from the whole schedule"), mk::Error);
   // 2 ranks x 300 Ki fp32 elements: 2.4 MB of packets into each rank, past its 1 MiB area.
-  const Schedule big = oneShotPackets(2, 300 * 1024, 1, mk::DType::Float32);
+  const Schedule big = packetSchedule(2, 300 * 1024, 1, mk::DType::Float32);
   CHECK_THROWS_WITH_AS(lowerRank(big, 0), doctest::Contains("packet area holds"), mk::Error);
 }
 

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine_test_util.hpp"
@@ -53,28 +54,34 @@ TEST_CASE("shared gpu: ranks whose grids do not fit on the GPU together are refu
   CHECK(msg.find("co-resident") != std::string::npos);
 }
 
-TEST_CASE("shared gpu: one-shot all-reduce with LL packets is exact back to back, odd sizes, every dtype") {
+TEST_CASE("shared gpu: LL packets are exact back to back, odd sizes, every dtype, every packet generator") {
   // Packets reuse their area every second op (the epoch tells old from new), so each size runs several ops in a row.
+  const std::pair<mk::CollOp, mk::Algorithm> gens[] = {{mk::CollOp::AllReduce, mk::Algorithm::OneShot},
+                                                       {mk::CollOp::AllReduce, mk::Algorithm::TwoShot},
+                                                       {mk::CollOp::AllGather, mk::Algorithm::Direct}};
   for (uint32_t ranks : {2u, 4u}) {
     mk::CommConfig cfg;
     cfg.shareGpus = true;
     auto comms = mk::Communicator::createLocal(std::vector<int>(ranks, 0), cfg);
-    mk::CollOptions opt(mk::Algorithm::OneShot);
-    opt.protocol = mk::Protocol::LL;
     uint64_t seed = 7000 + ranks;
-    for (mk::DType dt : {mk::DType::Float32, mk::DType::BFloat16, mk::DType::Float16})
-      for (uint64_t count : {1ull, 3ull, 1021ull, 4099ull, 16389ull})
-        for (uint32_t chunks : {1u, 3u}) {
-          mk::CollectiveSpec spec;
-          spec.op = mk::CollOp::AllReduce;
-          spec.count = count;
-          spec.dtype = dt;
-          opt.chunks = chunks;
-          CAPTURE(ranks);
-          CAPTURE(mk::toString(dt));
-          CAPTURE(count);
-          CAPTURE(chunks);
-          for (int rep = 0; rep < 3; ++rep) CHECK(mkt::runAndCheck(comms, spec, rep == 1, seed++, false, opt) == 0);
-        }
+    for (const auto& [op, algo] : gens)
+      for (mk::DType dt : {mk::DType::Float32, mk::DType::BFloat16, mk::DType::Float16})
+        for (uint64_t count : {1ull, 3ull, 1021ull, 4099ull, 16389ull})
+          for (uint32_t chunks : {1u, 3u}) {
+            mk::CollOptions opt(algo);
+            opt.protocol = mk::Protocol::LL;
+            opt.chunks = chunks;
+            mk::CollectiveSpec spec;
+            spec.op = op;
+            spec.count = count;
+            spec.dtype = dt;
+            CAPTURE(ranks);
+            CAPTURE(mk::toString(op));
+            CAPTURE(mk::toString(algo));
+            CAPTURE(mk::toString(dt));
+            CAPTURE(count);
+            CAPTURE(chunks);
+            for (int rep = 0; rep < 3; ++rep) CHECK(mkt::runAndCheck(comms, spec, rep == 1, seed++, false, opt) == 0);
+          }
   }
 }

@@ -126,8 +126,9 @@ struct CollOptions {
   std::string algo = "auto";  ///< generator name (algorithmsFor(op)) or "auto": lowest closed-form cost
   uint32_t chunks = 0;        ///< GenOptions::chunks; 0 = chosen by size
   uint32_t channels = 0;      ///< GenOptions::channels; 0 = chosen by size
-  /// GenOptions::protocol: Protocol::LL sends a one-shot all-reduce's puts as LL packets (data and flag in the
-  /// same 16-byte stores, no fence between them; one node). Auto leaves it to the generator (plain puts today).
+  /// GenOptions::protocol: Protocol::LL sends the puts of one-shot / two-shot all-reduce and direct all-gather as
+  /// LL packets (data and flag in the same 16-byte stores, no fence between them; one node). Auto leaves it to the
+  /// generator (plain puts today).
   Protocol protocol = Protocol::Auto;
   CollOptions() = default;
   CollOptions(const char* a) : algo(a) {}             // NOLINT: implicit on purpose

@@ -21,8 +21,8 @@ constexpr uint64_t packetBytes(uint64_t dataBytes) noexcept { return (dataBytes 
 
 /// One LL Put as its receiver unpacks it.
 struct PacketRun {
-  BufRef dst;               ///< where the data goes (on the receiver)
-  uint64_t count = 0;       ///< elements
+  BufRef dst;          ///< where the data goes (on the receiver)
+  uint64_t count = 0;  ///< elements
   DType dtype = DType::Float32;
   uint64_t areaOffset = 0;  ///< byte offset in the receiver's packet area
   uint32_t sender = 0;

@@ -49,6 +49,10 @@ void emitAllGatherDirect(ScheduleBuilder& b, const GenContext& ctx, uint32_t ch,
   emitDirectExchange(b, ctx, ch, part, false);
 }
 
+void setupAllGatherDirect(ScheduleBuilder&, GenContext& ctx) { setupPacketPuts(ctx); }
+
+CostEstimate costAllGatherDirect(const CostContext& c) { return packetPriced(c, costDirectExchange); }
+
 }  // namespace
 
 CostEstimate costDirectExchange(const CostContext& c) {
@@ -62,9 +66,9 @@ AlgorithmDef allGatherDirect() {
   return {CollOp::AllGather,
           "direct",
           "every rank puts its block into every peer's output (staggered order)",
-          nullptr,
+          setupAllGatherDirect,
           emitAllGatherDirect,
-          costDirectExchange};
+          costAllGatherDirect};
 }
 
 }  // namespace mk::detail

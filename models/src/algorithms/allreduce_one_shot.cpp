@@ -1,24 +1,14 @@
 // mkernel — all-reduce, one-shot: every rank sends its slice to every peer and reduces all p contributions
 // itself, in rank order (docs/algorithms-allreduce.md, "one-shot"). Lanes and flags: common.hpp.
-#include <algorithm>
-
 #include "closed_form.hpp"
 #include "common.hpp"
-#include "mk/cost/step_cost.hpp"
 
 namespace mk::detail {
 namespace {
 
-/// LL packets on the puts when the caller asked for them (GenOptions::protocol) and every rank shares one node:
-/// the engine runs a packet Put over NVLink only (docs/gpu-engine.md, "LL packets").
-bool oneShotPackets(const GenOptions& opt, const std::vector<uint32_t>& nodeOf) {
-  return opt.protocol == Protocol::LL &&
-         std::all_of(nodeOf.begin(), nodeOf.end(), [&](uint32_t n) { return n == nodeOf.front(); });
-}
-
 void setupOneShot(ScheduleBuilder& b, GenContext& ctx) {
   if (ctx.nRanks == 1) return;
-  if (oneShotPackets(ctx.opt, ctx.nodeOf)) ctx.putFlags = kStepLL;
+  setupPacketPuts(ctx);
   ctx.scratch = b.addBuffer("scratch", ctx.spec.dtype, BufferKind::Scratch,
                             checkedProduct(ctx.nRanks, ctx.spec.count, "one-shot (nRanks x count)"));
 }
@@ -68,15 +58,7 @@ CostEstimate costOneShotWith(const CostContext& c) {
       "one-shot: D + S + R + (K-1)*max(S, R), S = max((G-1)*t_nv, (p-G)*t_net), R = (p-1)*t_red, piece n/(C*K)");
 }
 
-/// With LL packets the puts are priced at the protocol's latency and payload rate (protocolView), the same rule
-/// the timeline applies per step.
-CostEstimate costOneShot(const CostContext& c) {
-  if (!oneShotPackets(c.opt, c.gen.nodeOf)) return costOneShotWith(c);
-  const Profile view = protocolView(c.profile, kStepLL);
-  CostEstimate e = costOneShotWith(CostContext{c.spec, c.opt, c.topo, c.gen, view});
-  e.formula = "one-shot/ll: " + e.formula;
-  return e;
-}
+CostEstimate costOneShot(const CostContext& c) { return packetPriced(c, costOneShotWith); }
 
 }  // namespace
 

@@ -21,6 +21,7 @@ uint64_t twoShotChannelBase(const GenContext& ctx, uint32_t channel) {
 
 void setupTwoShot(ScheduleBuilder& b, GenContext& ctx) {
   if (ctx.nRanks == 1) return;
+  setupPacketPuts(ctx);
   const uint64_t slot = twoShotChannelBase(ctx, effectiveChannels(ctx));
   ctx.scratch = b.addBuffer("scratch", ctx.spec.dtype, BufferKind::Scratch,
                             checkedProduct(ctx.nRanks, slot, "two-shot (nRanks x shard)"));
@@ -88,7 +89,7 @@ void emitTwoShot(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Ra
   for (uint32_t r = 0; r < p; ++r) waitForAll(b, lanes, r, gathered);
 }
 
-CostEstimate costTwoShot(const CostContext& c) {
+CostEstimate costTwoShotWith(const CostContext& c) {
   const ClosedFormShape s = shapeOf(c);
   if (s.p == 1) return costLocalCopy(c, s);
   const Range shard0 = splitRange(s.part0, s.p, 0);
@@ -113,6 +114,8 @@ CostEstimate costTwoShot(const CostContext& c) {
                   "two-shot: D + max over send lanes L of max(2K*S_L, S + R + F + (K-1)*max(S, R) + S_L), "
                   "S_nv = (G-1)*t_nv, S_net = (p-G)*t_net, S = max, R = (p-1)*t_red, piece n/(C*p*K)");
 }
+
+CostEstimate costTwoShot(const CostContext& c) { return packetPriced(c, costTwoShotWith); }
 
 }  // namespace
 

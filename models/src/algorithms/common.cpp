@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "mk/cost/step_cost.hpp"
 #include "mk/error.hpp"
 
 namespace mk::detail {
@@ -23,6 +24,23 @@ uint64_t checkedProduct(uint64_t a, uint64_t b, const char* what) {
 void waitForAll(ScheduleBuilder& b, ChannelLanes& lanes, uint32_t rank, uint32_t flag) {
   const uint64_t n = b.signalsSent(rank, flag);
   if (n > 0) b.wait(rank, lanes.reducer(rank), flag, n);
+}
+
+bool packetPuts(const GenOptions& opt, const std::vector<uint32_t>& nodeOf) {
+  return opt.protocol == Protocol::LL &&
+         std::all_of(nodeOf.begin(), nodeOf.end(), [&](uint32_t n) { return n == nodeOf.front(); });
+}
+
+void setupPacketPuts(GenContext& ctx) {
+  if (packetPuts(ctx.opt, ctx.nodeOf)) ctx.putFlags = kStepLL;
+}
+
+CostEstimate packetPriced(const CostContext& c, CostEstimate (*cost)(const CostContext&)) {
+  if (!packetPuts(c.opt, c.gen.nodeOf)) return cost(c);
+  const Profile view = protocolView(c.profile, kStepLL);
+  CostEstimate e = cost(CostContext{c.spec, c.opt, c.topo, c.gen, view});
+  e.formula = "ll packets: " + e.formula;
+  return e;
 }
 
 void emitLocalCopy(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part) {

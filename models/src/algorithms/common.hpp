@@ -70,6 +70,16 @@ class ChannelLanes {
 /// nothing was sent, e.g. when every piece this rank would receive is empty.
 void waitForAll(ScheduleBuilder& b, ChannelLanes& lanes, uint32_t rank, uint32_t flag);
 
+/// LL packets (GenOptions::protocol = LL) on the puts of the engine's small-op generators (one-shot, two-shot,
+/// direct all-gather), whose every flag is raised by puts only and waited on once for all of them — what the GPU
+/// engine needs to send them as packets (impl/src/lowering/packets.hpp). Only when every rank shares one node:
+/// the engine's packets travel over NVLink. Setups call setupPacketPuts; closed forms price through packetPriced.
+bool packetPuts(const GenOptions& opt, const std::vector<uint32_t>& nodeOf);
+void setupPacketPuts(GenContext& ctx);
+/// `cost` under the packet protocol's put prices (protocolView: the same rule the timeline applies per step) when
+/// the generator sends packets, else `cost` as is.
+CostEstimate packetPriced(const CostContext& c, CostEstimate (*cost)(const CostContext&));
+
 /// p = 1: the all-reduce of one rank is a copy of its input (on the mover lane).
 void emitLocalCopy(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part);
 

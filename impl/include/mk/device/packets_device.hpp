@@ -18,8 +18,7 @@
 namespace mk::device {
 
 MK_DEVICE_INLINE void storePacket(uint32_t* p, uint32_t lo, uint32_t hi, uint32_t epoch) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(lo), "r"(epoch), "r"(hi),
-               "r"(epoch)
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(lo), "r"(epoch), "r"(hi), "r"(epoch)
                : "memory");
 }
 
@@ -76,8 +75,8 @@ MK_DEVICE_INLINE bool recvPackets(const EngineDeviceHandle& h, const uint32_t* a
   const uint64_t last = (byteEnd + kPacketDataBytes - 1) / kPacketDataBytes;
   for (uint64_t j = first + tid; j < last; j += nth) {
     uint32_t v[4];
-    const bool ok = MK_POLL(
-        h, (loadPacket(area + 4 * j, v), v[1] == epoch && v[3] == epoch), site, (uint64_t{v[1]} << 32) | v[3]);
+    const bool ok =
+        MK_POLL(h, (loadPacket(area + 4 * j, v), v[1] == epoch && v[3] == epoch), site, (uint64_t{v[1]} << 32) | v[3]);
     if (!ok) return false;
     writePacketData(dst, runBytes, j, v[0], v[2]);
   }

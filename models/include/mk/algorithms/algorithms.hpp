@@ -52,8 +52,8 @@ std::optional<InterPhase> parseInterPhase(std::string_view s) noexcept;
 
 /// Protocol of the puts of the layered (nccl-*) algorithms, NCCL's three: Simple (a plain Put, then its flag),
 /// LL and LL128 (data and flag in the same stores: kStepLL, kStepLL128). Auto: the cheapest under the profile
-/// (resolveProtocol). One-shot all-reduce sends its puts as LL packets when asked (Protocol::LL, one node; the
-/// GPU engine runs them as data+flag stores); every other generator ignores it.
+/// (resolveProtocol). One-shot and two-shot all-reduce and direct all-gather send their puts as LL packets when
+/// asked (Protocol::LL, one node; the GPU engine runs them as data+flag stores); the other generators ignore it.
 enum class Protocol : uint8_t { Auto, Simple, LL, LL128 };
 
 const char* toString(Protocol p) noexcept;  ///< "auto", "simple", "ll", "ll128"
