@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# mk-validate's report as a person sees it: mk-validate judges the committed 2 x H200 measurements with the
+# committed profile and writes its report; headless Chromium loads index.html, the page's own check
+# (report_common.py) counts the images that loaded and the script errors, and this test reads them from the
+# rendered DOM, checks the headline and the table alignment, and saves a screenshot (<workdir>/report.png). A copy
+# with one plot removed must be caught, so the check cannot pass by accident. Exits 77 (skipped) without Chromium
+# (Debian package chromium; scripts/setup installs it).
+# Usage: report_in_browser.sh <mk-validate> <workdir>
+set -u
+tool=$1
+work=$2
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=browser_lib.sh
+source "$here/browser_lib.sh"
+rm -rf "$work" && mkdir -p "$work"
+# shellcheck source=../../cmake/cli_testlib.sh
+source "$here/../../cmake/cli_testlib.sh"
+
+data="$here/../data"
+files=()
+for f in "$data"/measured/*-h200x2-*.json; do
+  [[ $f == *-calibration.json ]] || files+=("$f")
+done
+expect 0 'validation: n=' -- "$tool" --profile "$data/profiles/h200x2-calibrated.json" --cluster h200x2 \
+  --report "$work/rep" "${files[@]}"
+
+page="$work/rep/index.html"
+body=$(render "$page")
+want=$(grep -o '<img ' "$page" | wc -l)
+check "the page loaded and its check ran (body: $body)" test "$(attr data-checked "$body")" = yes
+check "the page shows $want images (saw $(attr data-images "$body"))" test "$(attr data-images "$body")" = "$want"
+check "the report has a time and an error plot per op (3 ops)" test "$want" -ge 6
+check "every image loaded (missing: $(attr data-images-missing "$body"))" test "$(attr data-images-missing "$body")" = 0
+check "no script error (errors: $(attr data-js-errors "$body"))" test "$(attr data-js-errors "$body")" = 0
+check "no console error in the browser's log" bash -c "! grep -E 'CONSOLE.*(Uncaught|Error)' '$work/browser.log'"
+check "the headline says the numbers in words" grep -qE 'Across [0-9]+ measured runs .* within [0-9.]+ % of the measured time at the median and [0-9.]+ % at p90' "$page"
+check "no raw summary line (median_abs_err_pct=) on the page" bash -c "! grep -q 'median_abs_err_pct=' '$page'"
+check "numbers are right-aligned (class n) and text is not" grep -q '<th class="n">measured (µs)</th>' "$page"
+check "the profile table has a unit column" grep -q '<th>unit</th>' "$page"
+check "one stylesheet" test "$(grep -c '<style>' "$page")" = 1
+dups=$(grep -o '<p[^>]*>[^<]\{40,\}' "$page" | sed 's/<p[^>]*>//' | sort | uniq -d | head -3)
+check "no sentence is repeated (${dups:-none})" test -z "$dups"
+screenshot "$page" "$work/report.png"
+check "a screenshot of the report is saved ($work/report.png)" test -s "$work/report.png"
+
+# The check must see a broken page: the same report without one of its plots.
+cp -r "$work/rep" "$work/broken"
+rm "$work/broken/time-allreduce.png"
+body=$(render "$work/broken/index.html")
+check "a missing plot is caught (missing: $(attr data-images-missing "$body"))" test "$(attr data-images-missing "$body")" = 1
+
+cli_summary
