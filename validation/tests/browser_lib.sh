@@ -30,3 +30,28 @@ screenshot() {
 }
 
 attr() { sed -n "s/.*$1=\"\\([^\"]*\\)\".*/\\1/p" <<<"$2"; }
+
+# check_page <index.html> <min images> <what>: the page loads, its check ran, it shows at least <min images>
+# images and every one loaded, no script or console error; its screenshot is saved as $work/report.png.
+# Uses cli_testlib.sh's check.
+check_page() {
+  local page=$1 min=$2 what=$3 body want
+  body=$(render "$page")
+  want=$(grep -o '<img ' "$page" | wc -l)
+  check "the page loaded and its check ran (body: $body)" test "$(attr data-checked "$body")" = yes
+  check "the page shows $want images (saw $(attr data-images "$body"))" test "$(attr data-images "$body")" = "$want"
+  check "the report has $what" test "$want" -ge "$min"
+  check "every image loaded (missing: $(attr data-images-missing "$body"))" test "$(attr data-images-missing "$body")" = 0
+  check "no script error (errors: $(attr data-js-errors "$body"))" test "$(attr data-js-errors "$body")" = 0
+  check "no console error in the browser's log" bash -c "! grep -E 'CONSOLE.*(Uncaught|Error)' '$work/browser.log'"
+  screenshot "$page" "$work/report.png"
+  check "a screenshot of the report is saved ($work/report.png)" test -s "$work/report.png"
+}
+
+# check_broken <report dir> <png>: the check must see a broken page, the same report without one of its plots.
+check_broken() {
+  local body
+  rm -rf "$work/broken" && cp -r "$1" "$work/broken" && rm "$work/broken/$2"
+  body=$(render "$work/broken/index.html")
+  check "a missing plot is caught (missing: $(attr data-images-missing "$body"))" test "$(attr data-images-missing "$body")" = 1
+}

@@ -25,14 +25,7 @@ expect 0 'validation: n=' -- "$tool" --profile "$data/profiles/h200x2-calibrated
   --report "$work/rep" "${files[@]}"
 
 page="$work/rep/index.html"
-body=$(render "$page")
-want=$(grep -o '<img ' "$page" | wc -l)
-check "the page loaded and its check ran (body: $body)" test "$(attr data-checked "$body")" = yes
-check "the page shows $want images (saw $(attr data-images "$body"))" test "$(attr data-images "$body")" = "$want"
-check "the report has a time and an error plot per op (3 ops)" test "$want" -ge 6
-check "every image loaded (missing: $(attr data-images-missing "$body"))" test "$(attr data-images-missing "$body")" = 0
-check "no script error (errors: $(attr data-js-errors "$body"))" test "$(attr data-js-errors "$body")" = 0
-check "no console error in the browser's log" bash -c "! grep -E 'CONSOLE.*(Uncaught|Error)' '$work/browser.log'"
+check_page "$page" 6 "a time and an error plot per op (3 ops)"
 check "the headline says the numbers in words" grep -qE 'Across [0-9]+ measured runs .* within [0-9.]+ % of the measured time at the median and [0-9.]+ % at p90' "$page"
 check "no raw summary line (median_abs_err_pct=) on the page" bash -c "! grep -q 'median_abs_err_pct=' '$page'"
 check "numbers are right-aligned (class n) and text is not" grep -q '<th class="n">measured (µs)</th>' "$page"
@@ -40,13 +33,6 @@ check "the profile table has a unit column" grep -q '<th>unit</th>' "$page"
 check "one stylesheet" test "$(grep -c '<style>' "$page")" = 1
 dups=$(grep -o '<p[^>]*>[^<]\{40,\}' "$page" | sed 's/<p[^>]*>//' | sort | uniq -d | head -3)
 check "no sentence is repeated (${dups:-none})" test -z "$dups"
-screenshot "$page" "$work/report.png"
-check "a screenshot of the report is saved ($work/report.png)" test -s "$work/report.png"
-
-# The check must see a broken page: the same report without one of its plots.
-cp -r "$work/rep" "$work/broken"
-rm "$work/broken/time-allreduce.png"
-body=$(render "$work/broken/index.html")
-check "a missing plot is caught (missing: $(attr data-images-missing "$body"))" test "$(attr data-images-missing "$body")" = 1
+check_broken "$work/rep" time-allreduce.png
 
 cli_summary
