@@ -19,8 +19,8 @@ TEST_CASE("trace: nanosecond times are written exactly and touching slices do no
   // each start and each duration on its own and made the first end 1 ns after the second began.
   const std::vector<double> edgesUs = {3.2334999, 4.4655001, 5.6975004, 6.9304999};
   for (std::size_t i = 0; i + 1 < edgesUs.size(); ++i)
-    w.slice({0, 0, "put", "nvlink", mk::io::usToNs(edgesUs[i]), mk::io::usToNs(edgesUs[i + 1]),
-             {{"step", uint64_t{i}}}});
+    w.slice(
+        {0, 0, "put", "nvlink", mk::io::usToNs(edgesUs[i]), mk::io::usToNs(edgesUs[i + 1]), {{"step", uint64_t{i}}}});
   const std::string text = w.finish();
   const json doc = json::parse(text);
   CHECK(doc["displayTimeUnit"] == "ns");
@@ -39,7 +39,7 @@ TEST_CASE("trace: nanosecond times are written exactly and touching slices do no
     const double ts = e["ts"].get<double>(), dur = e["dur"].get<double>();
     const int64_t start = std::llround(ts * 1e3), end = start + std::llround(dur * 1e3);
     CHECK(std::fabs(ts * 1e3 - static_cast<double>(start)) < 1e-6);  // whole nanoseconds
-    if (prevEnd >= 0) CHECK(start == prevEnd);                        // touching, not overlapping
+    if (prevEnd >= 0) CHECK(start == prevEnd);                       // touching, not overlapping
     prevEnd = end;
   }
   CHECK(slices == 3);

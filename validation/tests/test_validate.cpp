@@ -383,9 +383,9 @@ TEST_CASE("validate: measured and predicted traces side by side") {
   REQUIRE(firstMeasured.size() >= 2);
   for (const auto& [rank, t] : firstMeasured)  // every GPU aligned on its own first step: no clock skew left
     CHECK(std::fabs(t - firstPredictedOf[rank]) <= 1e-3);
-  CHECK(std::fabs(std::min_element(firstMeasured.begin(), firstMeasured.end(), [](auto& a, auto& b) {
-                    return a.second < b.second;
-                  })->second -
+  CHECK(std::fabs(std::min_element(firstMeasured.begin(), firstMeasured.end(),
+                                   [](auto& a, auto& b) { return a.second < b.second; })
+                      ->second -
                   firstPredicted) <= 1e-3);
   const json doc = json::parse(both.json);
   std::size_t measuredEvents = 0, simulatedEvents = 0;

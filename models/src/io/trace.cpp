@@ -45,8 +45,7 @@ void TraceWriter::add(const std::string& event) {
 void TraceWriter::process(uint32_t pid, const std::string& name, std::optional<int64_t> sortIndex) {
   add(Json{{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", name}}}}.dump());
   if (sortIndex)
-    add(Json{{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"args", {{"sort_index", *sortIndex}}}}
-            .dump());
+    add(Json{{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"args", {{"sort_index", *sortIndex}}}}.dump());
 }
 
 void TraceWriter::lane(uint32_t pid, uint32_t lane, const std::string& name) {

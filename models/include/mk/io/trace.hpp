@@ -35,8 +35,8 @@ using TraceArgs = std::vector<std::pair<std::string, TraceValue>>;
 /// One complete ("X") event on the track (pid, lane).
 struct TraceSlice {
   uint32_t pid = 0;
-  uint32_t lane = 0;      ///< written as tid traceTid(lane) and as args.lane
-  std::string name, cat;  ///< cat may be empty (then not written)
+  uint32_t lane = 0;               ///< written as tid traceTid(lane) and as args.lane
+  std::string name, cat;           ///< cat may be empty (then not written)
   int64_t startNs = 0, endNs = 0;  ///< endNs < startNs is written as a zero-length slice
   TraceArgs args;
 };
