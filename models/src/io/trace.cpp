@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 namespace mk::io {
 
@@ -32,14 +33,15 @@ int64_t usToNs(double us) noexcept { return std::isfinite(us) ? std::llround(us 
 
 TraceWriter::TraceWriter(TraceArgs otherData) {
   Json head{{"displayTimeUnit", "ns"}, {"otherData", toJson(otherData)}};
-  head_ = head.dump();
-  head_.pop_back();  // reopened: "traceEvents" follows
+  out_ = head.dump();
+  out_.pop_back();  // reopened: "traceEvents" follows
+  out_ += ",\"traceEvents\":[\n";
 }
 
 void TraceWriter::add(const std::string& event) {
-  if (!first_) events_ += ",\n";
+  if (!first_) out_ += ",\n";
   first_ = false;
-  events_ += event;
+  out_ += event;
 }
 
 void TraceWriter::process(uint32_t pid, const std::string& name, std::optional<int64_t> sortIndex) {
@@ -67,6 +69,9 @@ void TraceWriter::slice(const TraceSlice& s) {
   add(e.dump());
 }
 
-std::string TraceWriter::finish() const { return head_ + ",\"traceEvents\":[\n" + events_ + "\n]}\n"; }
+std::string TraceWriter::finish() {
+  out_ += "\n]}\n";
+  return std::move(out_);  // the document is built in place: a trace of millions of events is not copied
+}
 
 }  // namespace mk::io

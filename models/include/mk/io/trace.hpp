@@ -55,12 +55,12 @@ class TraceWriter {
   void slice(const TraceSlice& s);
 
   /// The whole document ({"displayTimeUnit": "ns", "otherData": {...}, "traceEvents": [...]}), newline-ended.
-  std::string finish() const;
+  /// Call once: the writer hands over the text it built and is empty afterwards.
+  std::string finish();
 
  private:
   void add(const std::string& event);
-  std::string head_;
-  std::string events_;
+  std::string out_;  ///< the document so far, without its closing "]}"
   bool first_ = true;
 };
 
