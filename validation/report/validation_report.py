@@ -33,10 +33,11 @@ def fail(msg, code=2):
 
 
 def unit_of(name):
-    last = name.rsplit(".", 1)[-1]
-    for suffix, unit in UNITS:
-        if last.endswith(suffix):
-            return unit
+    """The unit of a dotted profile name: its last part's, or an enclosing part's (nccl.baseUs.ll is in µs)."""
+    for part in reversed(name.split(".")):
+        for suffix, unit in UNITS:
+            if part.endswith(suffix):
+                return unit
     return ""
 
 

@@ -30,6 +30,7 @@ check "the headline says the numbers in words" grep -qE 'Across [0-9]+ measured 
 check "no raw summary line (median_abs_err_pct=) on the page" bash -c "! grep -q 'median_abs_err_pct=' '$page'"
 check "numbers are right-aligned (class n) and text is not" grep -q '<th class="n">measured (µs)</th>' "$page"
 check "the profile table has a unit column" grep -q '<th>unit</th>' "$page"
+check "every number of the profile has its unit" bash -c "! grep -E '<tr><td>[^<]*</td><td class=\"n\">[^<]*</td><td></td></tr>' '$page'"
 check "one stylesheet" test "$(grep -c '<style>' "$page")" = 1
 dups=$(grep -o '<p[^>]*>[^<]\{40,\}' "$page" | sed 's/<p[^>]*>//' | sort | uniq -d | head -3)
 check "no sentence is repeated (${dups:-none})" test -z "$dups"
