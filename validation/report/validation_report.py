@@ -77,7 +77,7 @@ def row_cells(r):
     return [r["op"], r["algo"], size_label(r["bytes"]), r["bytes"],
             f'{r["chunks"]} × {r["channels"]}' + (", in place" if r["inplace"] else ""), fmt(r["measured_us"]),
             fmt(r["sim_us"]), fmt(r["closed_us"]), fmt(r["sim_err_pct"], 1), fmt(r["closed_err_pct"], 1),
-            f'{r["file"]} [{r["index"]}]']
+            f'{os.path.basename(r["file"])} [{r["index"]}]']  # the Files table gives the whole path
 
 
 def headline(doc, by_op):
