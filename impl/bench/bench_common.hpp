@@ -8,15 +8,15 @@
 #include <vector>
 
 #include "mk/io/measurement.hpp"
+#include "mk/util/stats.hpp"
 
 namespace mkbench {
 
 /// Host steady clock in nanoseconds.
 double hostNs();
-/// Median (mean of the two middle values for an even count); 0 for no value.
-double median(std::vector<double> v);
-/// Nearest-rank percentile, p in [0, 1]; 0 for no value.
-double percentile(std::vector<double> v, double p);
+/// Median and percentile (p in [0, 1], linear interpolation): the project's one rule, mk/util/stats.hpp.
+using mk::median;
+inline double percentile(std::vector<double> v, double p) { return mk::quantile(std::move(v), p); }
 /// `s` as a JSON string literal (quotes, backslashes and control characters escaped), for the JSON-text
 /// fields of MeasurementFile (system, extra).
 std::string quoted(const std::string& s);

@@ -24,6 +24,7 @@
 #include "device/driver_api.hpp"
 #include "mk/communicator.hpp"
 #include "mk/device/poll_device.hpp"
+#include "mk/util/stats.hpp"
 
 namespace {
 
@@ -50,16 +51,7 @@ double hostNs() {
 struct Stats {
   double median = 0, p10 = 0, p90 = 0;
 };
-Stats stats(std::vector<double> v) {
-  Stats s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  auto at = [&](double q) { return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))]; };
-  s.median = at(0.5);
-  s.p10 = at(0.1);
-  s.p90 = at(0.9);
-  return s;
-}
+Stats stats(const std::vector<double>& v) { return {mk::median(v), mk::quantile(v, 0.1), mk::quantile(v, 0.9)}; }
 void print(const char* name, const Stats& s, const char* note) {
   std::printf("%-44s median %8.3f  p10 %8.3f  p90 %8.3f  us  %s\n", name, s.median, s.p10, s.p90, note);
   std::fflush(stdout);

@@ -26,6 +26,7 @@
 #include "mk/io/measurement.hpp"
 #include "mk/proxy/proxy.hpp"
 #include "mk/util/size.hpp"
+#include "mk/util/stats.hpp"
 #include "net/socket_util.hpp"
 #include "proxy_bench_pair.hpp"
 
@@ -36,10 +37,7 @@ using mk::proxy::PutRequest;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
+using mk::median;
 
 struct Config {
   uint64_t commands = 2000000;

@@ -2,8 +2,9 @@
 #include "mk/sim/output.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <nlohmann/json.hpp>
+
+#include "mk/io/trace.hpp"
 
 namespace mk::sim {
 
@@ -91,12 +92,6 @@ Json statsJson(const SimStats& s) {
               {"actors", s.actors}, {"wall_s", s.wallSeconds}, {"peak_rss_mib", s.peakRssMiB}};
 }
 
-void appendNumber(std::string& out, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6f", v);  // microseconds with picosecond resolution
-  out += buf;
-}
-
 }  // namespace
 
 double algBwGBs(uint64_t bytes, double timeUs) noexcept {
@@ -143,39 +138,21 @@ std::string sweepToJson(const std::vector<std::pair<RunInfo, Prediction>>& rows,
 }
 
 std::string traceToJson(const Schedule& s, const std::vector<StepRecord>& steps) {
-  // Written by hand, not through a JSON DOM: traces of large runs hold millions of events.
-  std::string out = "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
-  bool first = true;
-  auto sep = [&] {
-    if (!first) out += ",\n";
-    first = false;
-  };
+  io::TraceWriter w;
   for (uint32_t r = 0; r < s.nRanks; ++r) {
-    sep();
-    out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(r) + ",\"args\":{\"name\":\"rank " +
-           std::to_string(r) + " (node " + std::to_string(r < s.nodeOf.size() ? s.nodeOf[r] : 0) + ")\"}}";
-    for (uint32_t l = 0; r < s.lanes.size() && l < s.lanes[r].size(); ++l) {
-      sep();
-      out += "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + std::to_string(r) + ",\"tid\":" + std::to_string(l) +
-             ",\"args\":{\"name\":\"lane " + std::to_string(l) + " (" + toString(s.lanes[r][l].role) + ")\"}}";
-    }
+    w.process(r, "rank " + std::to_string(r) + " (node " + std::to_string(r < s.nodeOf.size() ? s.nodeOf[r] : 0) + ")");
+    for (uint32_t l = 0; r < s.lanes.size() && l < s.lanes[r].size(); ++l)
+      w.lane(r, l, "lane " + std::to_string(l) + " (" + toString(s.lanes[r][l].role) + ")");
   }
-  for (const StepRecord& st : steps) {
-    sep();
-    out += "{\"name\":\"";
-    out += toString(st.kind);
-    out += "\",\"cat\":\"";
-    out += toString(st.link);
-    out += "\",\"ph\":\"X\",\"ts\":";
-    appendNumber(out, st.startUs);
-    out += ",\"dur\":";
-    appendNumber(out, st.endUs - st.startUs);
-    out += ",\"pid\":" + std::to_string(st.rank) + ",\"tid\":" + std::to_string(st.lane) +
-           ",\"args\":{\"step\":" + std::to_string(st.step) + ",\"kind\":\"" + toString(st.kind) +
-           "\",\"bytes\":" + std::to_string(st.bytes) + "}}";
-  }
-  out += "\n]}\n";
-  return out;
+  for (const StepRecord& st : steps)
+    w.slice({st.rank,
+             st.lane,
+             toString(st.kind),
+             toString(st.link),
+             io::usToNs(st.startUs),
+             io::usToNs(st.endUs),
+             {{"step", uint64_t{st.step}}, {"kind", std::string(toString(st.kind))}, {"bytes", uint64_t{st.bytes}}}});
+  return w.finish();
 }
 
 }  // namespace mk::sim

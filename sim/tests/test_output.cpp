@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <string>
 
 #include "mk/sim/output.hpp"
@@ -53,13 +54,16 @@ TEST_CASE("output: the trace has one complete event per step with rank lane step
       continue;
     }
     REQUIRE(e["ph"] == "X");
-    const uint32_t rank = e["pid"], lane = e["tid"], step = e["args"]["step"];
+    const uint32_t rank = e["pid"], lane = e["args"]["lane"], step = e["args"]["step"];
+    CHECK(e["tid"].get<uint32_t>() == lane + 1);  // tid 0 is "no thread" to Perfetto
     const mk::Step& st = s.lanes[rank][lane].steps[step];
     CHECK(e["name"] == mk::toString(st.kind));
     CHECK(e["args"]["kind"] == mk::toString(st.kind));
     CHECK(e["cat"] == mk::toString(st.link));
     CHECK(e["args"]["bytes"].get<uint64_t>() == st.bytes);
-    CHECK(e["ts"].get<double>() == doctest::Approx(simtest::at(p, rank, lane, step).startUs).epsilon(1e-9));
+    const mk::sim::StepRecord& rec = simtest::at(p, rank, lane, step);
+    CHECK(std::fabs(e["ts"].get<double>() - rec.startUs) <= 0.5e-3);  // whole nanoseconds
+    CHECK(std::fabs(e["ts"].get<double>() + e["dur"].get<double>() - rec.endUs) <= 1e-3);
     CHECK(e["dur"].get<double>() >= 0.0);
     ++complete;
   }
@@ -73,7 +77,7 @@ TEST_CASE("output: trace metadata names ranks by node and lanes by role") {
   bool rank2 = false, lane1 = false;
   for (const Json& e : j["traceEvents"]) {
     if (e["name"] == "process_name" && e["pid"] == 2) rank2 = e["args"]["name"] == "rank 2 (node 1)";
-    if (e["name"] == "thread_name" && e["pid"] == 1 && e["tid"] == 1) lane1 = e["args"]["name"] == "lane 1 (intra)";
+    if (e["name"] == "thread_name" && e["pid"] == 1 && e["tid"] == 2) lane1 = e["args"]["name"] == "lane 1 (intra)";
   }
   CHECK(rank2);
   CHECK(lane1);

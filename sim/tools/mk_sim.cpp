@@ -401,7 +401,7 @@ int main(int argc, char** argv) {
       "  mk-sim --schedule s.json --cluster dgx-h100 --trace t.json   (open t.json in ui.perfetto.dev)\n\n"
       "Outputs: --json writes {\"schema\": \"mkernel.prediction.v1\", \"time_us\", \"algbw_gbs\", \"busbw_gbs\",\n"
       "\"closed_form_us\", \"busiest_links\", \"links\", \"stats\", ...} (a sweep: one \"results\" entry per size);\n"
-      "--trace writes every step as a Chrome/Perfetto trace event (pid = rank, tid = lane, ts/dur in us).\n"
+      "--trace writes every step as a Chrome/Perfetto trace event (pid = rank, tid = lane + 1, ts/dur in us).\n"
       "Progress goes to stderr for runs longer than 2 s. Format details: docs/simulator.md.\n\n"
       "Exit codes: 0 success, 1 internal failure (the simulation process died), 2 bad input.",
       "mk-sim"};

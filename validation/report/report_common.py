@@ -1,17 +1,15 @@
-"""What the judge's HTML reports share (mk-validate's and mk-plan's): the look, tables, number formats, the
-matplotlib import, and a check that runs in the browser and marks every image that did not load.
+"""What the judge's HTML reports share (mk-validate's and mk-plan's): the look (jinja2 templates and one
+stylesheet in templates/), tables, number formats, order statistics, the matplotlib and jinja2 imports, and a
+check that runs in the browser and marks every image that did not load.
 
 Imported by validation_report.py and plan_report.py from their own directory.
 """
 import html
+import math
+import os
 import sys
 
-CSS = ("body{font-family:sans-serif;margin:2em;max-width:1600px} table{border-collapse:collapse;margin:1em 0;"
-       "font-size:90%} td,th{border:1px solid #ccc;padding:2px 8px;text-align:right} th{background:#eee}"
-       "td{white-space:nowrap} td.w{white-space:normal;text-align:left}"
-       "td.l,th.l{text-align:left} code,pre{background:#f6f6f6} .bad{color:#b00} img{max-width:100%}"
-       ".nv{background:#fff1d6} .ex{background:#eef4ff} .ok{background:#eaf7ea} .na{color:#777}"
-       ".note{color:#555;font-size:90%} .box{border:1px solid #ccc;padding:0.5em 1em;background:#fafafa}")
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 
 # Runs in the reader's browser: counts the images, marks each one that did not load with a visible line, and
 # records script errors, on <body data-images, data-images-missing, data-js-errors, data-checked> (the headless
@@ -56,6 +54,46 @@ def import_pyplot(tool, option_hint):
     return plt
 
 
+def import_jinja(tool):
+    """A jinja2 Environment on templates/ (HTML autoescaped), or exit 3 saying how to get jinja2."""
+    try:
+        import jinja2
+    except ImportError:
+        fail(tool, f"jinja2 is not available to {sys.executable} (Debian: apt install python3-jinja2; scripts/setup "
+                   "installs it)", 3)
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+
+
+def render(env, template, **context):
+    """The page `template` renders to, with the browser check in its head."""
+    return env.get_template(template).render(check_script=CHECK_SCRIPT, **context)
+
+
+def median(values):
+    """The middle value, or the mean of the two middle ones; 0 for none (as mk::median, mk/util/stats.hpp)."""
+    return quantile(values, 0.5)
+
+
+def quantile(values, q):
+    """Linear interpolation between order statistics (as mk::quantile); 0 for none."""
+    a = sorted(values)
+    if not a:
+        return 0.0
+    pos = min(max(q, 0.0), 1.0) * (len(a) - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(a) - 1)
+    return a[lo] + (pos - lo) * (a[hi] - a[lo])
+
+
+def abs_stats(errs):
+    """n, median, p90, max of |errs|: as mk::errorStats."""
+    a = [abs(e) for e in errs]
+    if not a:
+        return 0, 0.0, 0.0, 0.0
+    return len(a), median(a), quantile(a, 0.9), max(a)
+
+
 def esc(x):
     return html.escape(str(x))
 
@@ -65,9 +103,10 @@ def fmt(x, digits=2):
 
 
 def table(head, rows, left=0, row_classes=None):
-    """An HTML table; the first `left` columns are left-aligned; cells may be (text, css class) pairs."""
+    """An HTML table; the first `left` columns are text (left-aligned), the others numbers (right-aligned);
+    cells may be (text, css class) pairs."""
     def cell(tag, c, i):
-        cls = ["l"] if i < left else []
+        cls = [] if i < left else ["n"]
         if isinstance(c, tuple):
             c, extra = c
             cls.append(extra)
@@ -81,7 +120,7 @@ def table(head, rows, left=0, row_classes=None):
     return "\n".join(out)
 
 
-def page(title, parts):
-    """A whole HTML document around `parts` (already HTML)."""
-    return "\n".join(["<!DOCTYPE html><html><head><meta charset='utf-8'>", f"<title>{esc(title)}</title>",
-                      f"<style>{CSS}</style>", CHECK_SCRIPT, "</head><body>"] + parts + ["</body></html>"]) + "\n"
+def page(title, parts, tool="report"):
+    """A whole HTML document around `parts` (already HTML), in the shared base template and stylesheet."""
+    from markupsafe import Markup  # jinja2's own dependency
+    return render(import_jinja(tool), "page.html.j2", title=title, body=Markup("\n".join(parts)), footer="") + "\n"

@@ -4,104 +4,122 @@
     /usr/bin/python3 validation_report.py --json validation.json --out DIR
 
 mk-validate --report DIR runs it (in a temporary directory it then renames), so it is rarely called by hand.
-Writes DIR/index.html, DIR/time-<op>.png (measured and predicted time over size, one panel per algorithm,
-log-log) and DIR/error-<op>.png (error % over size, per algorithm). Needs matplotlib (Debian's
-python3-matplotlib: use /usr/bin/python3, not pyenv's). Exit codes: 0 done, 2 bad input, 3 no matplotlib.
+Writes DIR/index.html (from templates/validation.html.j2), DIR/time-<op>.png (measured and predicted time over
+size, one panel per algorithm, log-log) and DIR/error-<op>.png (error % over size, per algorithm). Needs
+matplotlib and jinja2 (Debian's python3-matplotlib and python3-jinja2: use /usr/bin/python3, not pyenv's).
+Exit codes: 0 done, 2 bad input, 3 no matplotlib or no jinja2.
 """
 import argparse
 import json
-import math
 import os
 import sys
 from collections import OrderedDict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report_common import esc, fmt, import_pyplot, page, table  # noqa: E402
+from report_common import abs_stats, fmt, import_jinja, import_pyplot, render  # noqa: E402
 from report_common import fail as _fail  # noqa: E402
+from validation_plots import plot_op, size_label  # noqa: E402
+
+TOOL = "validation_report.py"
+
+# Units of profile parameters, by the end of their name (mkernel.profile.v1: docs/simulator.md).
+UNITS = (("Us", "µs"), ("GBs", "GB/s"), ("Tflops", "TFLOP/s"), ("Fraction", "fraction of peak"),
+         ("efficiency", "bytes: fraction of peak"), ("amp", "bytes: fraction of peak"), ("sms", "SMs"),
+         ("inFlight", "messages"))
 
 
 def fail(msg, code=2):
-    _fail("validation_report.py", msg, code)
+    _fail(TOOL, msg, code)
 
 
-def abs_stats(errs):
-    """n, median, p90 (linear interpolation between order statistics), max of |errs|: as mk::errorStats."""
-    a = sorted(abs(e) for e in errs)
-    n = len(a)
-    if n == 0:
-        return 0, 0.0, 0.0, 0.0
-    med = a[n // 2] if n % 2 else 0.5 * (a[n // 2 - 1] + a[n // 2])
-    pos = 0.9 * (n - 1)
-    lo = int(math.floor(pos))
-    hi = min(lo + 1, n - 1)
-    return n, med, a[lo] + (pos - lo) * (a[hi] - a[lo]), a[-1]
+def unit_of(name):
+    """The unit of a dotted profile name: its last part's, or an enclosing part's (nccl.baseUs.ll is in µs)."""
+    for part in reversed(name.split(".")):
+        for suffix, unit in UNITS:
+            if part.endswith(suffix):
+                return unit
+    return ""
 
 
-def size_label(b):
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if b >= div and b % div == 0:
-            return f"{b // div} {unit}"
-    return f"{b} B"
+def profile_rows(profile):
+    """(parameter, value, unit) for every number, list and nested string of the profile."""
+    rows = []
+
+    def shown(v):
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return f"{v:.4g}" if isinstance(v, float) else str(v)
+        if isinstance(v, list):  # a ramp or efficiency curve: bytes -> fraction
+            pts = [f"{size_label(p.get('bytes', 0))}: {p.get('fraction', 0):.3f}" if isinstance(p, dict) else str(p)
+                   for p in v]
+            return (", ".join(pts) or "none", "w")
+        return (str(v), "w")
+
+    def flatten(prefix, obj):  # nested objects (protocols.ll.latencyUs, transport.kind) become dotted names
+        for k, v in obj.items():
+            name = f"{prefix}{k}"
+            if isinstance(v, dict):
+                flatten(name + ".", v)
+            elif isinstance(v, list) or (isinstance(v, (int, float)) and not isinstance(v, bool)):
+                rows.append((name, shown(v), unit_of(name)))
+            elif isinstance(v, str) and prefix:
+                rows.append((name, shown(v), ""))
+
+    flatten("", {k: v for k, v in profile.items() if k not in ("provenance", "path", "source", "schema")})
+    return rows
 
 
-def plot_op(plt, op, algos, out):
-    """time-<op>.png and error-<op>.png; returns their file names."""
-    names = list(algos)
-    ncols = min(3, len(names))
-    nrows = (len(names) + ncols - 1) // ncols
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 4.0 * nrows), squeeze=False)
-    for k, algo in enumerate(names):
-        ax = axes[k // ncols][k % ncols]
-        rows = sorted(algos[algo], key=lambda r: r["bytes"])
-        xs = [r["bytes"] for r in rows]
-        ax.loglog(xs, [r["measured_us"] for r in rows], "o", color="black", ms=4, label="measured")
-        ax.loglog(xs, [r["sim_us"] for r in rows], "-", color="tab:blue", label="simulated")
-        cf = [(r["bytes"], r["closed_us"]) for r in rows if r["closed_us"] is not None]
-        if cf:
-            ax.loglog([c[0] for c in cf], [c[1] for c in cf], "--", color="tab:orange", label="closed form")
-        ax.set_title(f"{op} {algo}")
-        ax.set_xlabel("size (bytes)")
-        ax.set_ylabel("time (us)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    for k in range(len(names), nrows * ncols):
-        axes[k // ncols][k % ncols].axis("off")
-    fig.tight_layout()
-    time_png = f"time-{op}.png"
-    fig.savefig(os.path.join(out, time_png), dpi=100)
-    plt.close(fig)
-
-    fig, (ax_sim, ax_cf) = plt.subplots(1, 2, figsize=(13, 4.5), sharey=True)
-    for algo in names:
-        rows = sorted(algos[algo], key=lambda r: r["bytes"])
-        xs = [r["bytes"] for r in rows]
-        ax_sim.semilogx(xs, [r["sim_err_pct"] for r in rows], "o-", ms=3, label=algo)
-        cf = [(r["bytes"], r["closed_err_pct"]) for r in rows if r["closed_err_pct"] is not None]
-        if cf:
-            ax_cf.semilogx([c[0] for c in cf], [c[1] for c in cf], "o--", ms=3, label=algo)
-    for ax, what in ((ax_sim, "simulator"), (ax_cf, "closed form")):
-        ax.axhline(0, color="black", lw=0.8)
-        ax.axhspan(-5, 5, color="tab:green", alpha=0.12, label="+-5 %")
-        ax.set_title(f"{op}: {what} error vs size")
-        ax.set_xlabel("size (bytes)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    ax_sim.set_ylabel("(predicted - measured) / measured (%)")
-    fig.tight_layout()
-    err_png = f"error-{op}.png"
-    fig.savefig(os.path.join(out, err_png), dpi=100)
-    plt.close(fig)
-    return time_png, err_png
+ROW_COLUMNS = [("op", "t"), ("algo", "t"), ("size", "n"), ("bytes", "n"), ("chunks × channels", "t"),
+               ("measured (µs)", "n"), ("simulated (µs)", "n"), ("closed form (µs)", "n"), ("sim error (%)", "n"),
+               ("closed-form error (%)", "n"), ("record", "t")]
 
 
 def row_cells(r):
-    return [r["op"], r["algo"], r["bytes"], f'{r["chunks"]}x{r["channels"]}' + (" in place" if r["inplace"] else ""),
-            fmt(r["measured_us"]), fmt(r["sim_us"]), fmt(r["closed_us"]), fmt(r["sim_err_pct"], 1),
-            fmt(r["closed_err_pct"], 1), f'{r["file"]} [{r["index"]}]']
+    return [r["op"], r["algo"], size_label(r["bytes"]), r["bytes"],
+            f'{r["chunks"]} × {r["channels"]}' + (", in place" if r["inplace"] else ""), fmt(r["measured_us"]),
+            fmt(r["sim_us"]), fmt(r["closed_us"]), fmt(r["sim_err_pct"], 1), fmt(r["closed_err_pct"], 1),
+            f'{os.path.basename(r["file"])} [{r["index"]}]']  # the Files table gives the whole path
 
 
-ROW_HEAD = ["op", "algo", "bytes", "chunks x channels", "measured (us)", "simulated (us)", "closed form (us)",
-            "sim err %", "closed err %", "record"]
+def headline(doc, by_op):
+    """The validation numbers in one sentence."""
+    s = doc["summary"]
+    sim, cf = s["sim"], s["closed_form"]
+    ops = ", ".join(by_op)
+    text = (f"Across {sim['n']} measured runs ({ops}) the simulator is within {sim['median_abs_err_pct']:.1f} % of "
+            f"the measured time at the median and {sim['p90_abs_err_pct']:.1f} % at p90 (worst "
+            f"{sim['max_abs_err_pct']:.1f} %); the closed form is within {cf['median_abs_err_pct']:.1f} % median, "
+            f"{cf['p90_abs_err_pct']:.1f} % at p90.")
+    if "nccl" in s and s["nccl"].get("n"):
+        nc = s["nccl"]
+        text += (f" The layered baseline's {nc['n']} NCCL runs are predicted within {nc['median_abs_err_pct']:.1f} % "
+                 f"median, {nc['p90_abs_err_pct']:.1f} % at p90 (docs/algorithms-nccl.md).")
+    return text
+
+
+def trace_section(tr):
+    rec = tr["record"]
+    out = {"file": tr["file"], "note": tr["note"].rstrip("."),
+           "what": (f"{rec['op']} {rec['algo']} {size_label(rec['bytes'])}, {rec['file']} records[{rec['index']}], "
+                    f"measured {fmt(rec['measured_us'])} µs, simulated {fmt(rec['sim_us'])} µs "
+                    f"({fmt(rec['sim_err_pct'], 1)} %)")}
+    steps = tr.get("steps", [])
+    if tr.get("measured_trace"):
+        measured = sorted((s for s in steps if s["meas_dur_us"] is not None),
+                          key=lambda s: -abs(s["meas_dur_us"] - s["sim_dur_us"]))[:15]
+        out["caption"] = "The steps whose measured and predicted durations disagree most:"
+        out["columns"] = [("rank", "n"), ("lane", "n"), ("step", "n"), ("kind", "t"), ("measured start (µs)", "n"),
+                          ("measured duration (µs)", "n"), ("simulated start (µs)", "n"),
+                          ("simulated duration (µs)", "n"), ("duration difference (µs)", "n")]
+        out["rows"] = [(s["rank"], s["lane"], s["step"], s["kind"], fmt(s["meas_start_us"], 3),
+                        fmt(s["meas_dur_us"], 3), fmt(s["sim_start_us"], 3), fmt(s["sim_dur_us"], 3),
+                        fmt(s["meas_dur_us"] - s["sim_dur_us"], 3)) for s in measured]
+    else:
+        out["caption"] = "The longest predicted steps:"
+        out["columns"] = [("rank", "n"), ("lane", "n"), ("step", "n"), ("kind", "t"), ("simulated start (µs)", "n"),
+                          ("simulated duration (µs)", "n")]
+        out["rows"] = [(s["rank"], s["lane"], s["step"], s["kind"], fmt(s["sim_start_us"], 3), fmt(s["sim_dur_us"], 3))
+                       for s in sorted(steps, key=lambda s: -s["sim_dur_us"])[:15]]
+    return out
 
 
 def main():
@@ -109,7 +127,8 @@ def main():
     ap.add_argument("--json", required=True, help="mk-validate --json output (mkernel.validation.v1)")
     ap.add_argument("--out", required=True, help="directory to write index.html and the PNGs into (must exist)")
     a = ap.parse_args()
-    plt = import_pyplot("validation_report.py", "mk-validate --python")
+    plt = import_pyplot(TOOL, "mk-validate --python")
+    env = import_jinja(TOOL)
     try:
         with open(a.json) as f:
             doc = json.load(f)
@@ -121,73 +140,16 @@ def main():
         fail(f"--out {a.out} is not a directory")
     try:
         rows, summary, profile = doc["rows"], doc["summary"], doc["profile"]
+        sim = summary["sim"]
     except KeyError as e:
         fail(f"{a.json}: missing {e}")
 
     by_op = OrderedDict()
     for r in rows:
         by_op.setdefault(r["op"], OrderedDict()).setdefault(r["algo"], []).append(r)
-    plots = [(op, *plot_op(plt, op, algos, a.out)) for op, algos in by_op.items()]
+    plots = [dict(zip(("op", "time_png", "err_png"), (op, *plot_op(plt, op, algos, a.out))))
+             for op, algos in by_op.items()]
 
-    sim, cf = summary["sim"], summary["closed_form"]
-    parts = [f"<h1>mk-validate: measured vs predicted on {esc(doc.get('cluster', '?'))}</h1>",
-             "<h2>Summary</h2>",
-             f"<pre>validation: n={sim['n']} median_abs_err_pct={sim['median_abs_err_pct']:.2f} "
-             f"p90_abs_err_pct={sim['p90_abs_err_pct']:.2f} max_abs_err_pct={sim['max_abs_err_pct']:.2f}   (simulator, gated)\n"
-             f"closed form: n={cf['n']} median_abs_err_pct={cf['median_abs_err_pct']:.2f} "
-             f"p90_abs_err_pct={cf['p90_abs_err_pct']:.2f} max_abs_err_pct={cf['max_abs_err_pct']:.2f}</pre>"]
-    if "nccl" in summary:
-        nc = summary["nccl"]
-        parts.append(f"<pre>nccl: n={nc['n']} median_abs_err_pct={nc['median_abs_err_pct']:.2f} "
-                     f"p90_abs_err_pct={nc['p90_abs_err_pct']:.2f} max_abs_err_pct={nc['max_abs_err_pct']:.2f}"
-                     "   (impl nccl records, the layered baseline: docs/algorithms-nccl.md)</pre>")
-    if summary.get("max_median_err_pct") is not None:
-        ok = summary.get("gate_passed")
-        parts.append(f"<p class='{'' if ok else 'bad'}'>Gate: the simulator's median absolute error must not exceed "
-                     f"{summary['max_median_err_pct']} %: <b>{'passed' if ok else 'FAILED'}</b>.</p>")
-    parts.append("<p>Error = (predicted - measured) / measured x 100. Predictions replay the schedule regenerated "
-                 "from each record's own fields (op, algorithm, dtype, ranks, count, chunks, channels) in the "
-                 "SimGrid simulator (exact mode) and evaluate the closed form; measured numbers are shown as "
-                 "recorded, with no per-size or per-algorithm correction.</p>")
-    parts.append(f"<p><b>How the profile was obtained.</b> {esc(doc.get('honesty', ''))}</p>")
-    parts.append(f"<p>{summary.get('ignored', 0)} records of other kinds (NCCL baselines, calib-* micro-benchmarks, "
-                 f"enqueue-to-first-step) were ignored, {summary.get('filtered', 0)} left out by --op/--algo, "
-                 f"{summary.get('skipped', 0)} skipped as not regenerable.</p>")
-
-    parts.append("<h2>Profile</h2>")
-    prov = profile.get("provenance", {})
-    parts.append(f"<p>{esc(profile.get('path') or 'datasheet defaults (no file)')}: {esc(profile.get('source', ''))}</p>")
-    values = []
-
-    def flatten(prefix, obj):  # nested objects (protocols.ll.latencyUs, transport.kind) become dotted names
-        for k, v in obj.items():
-            name = f"{prefix}{k}"
-            if isinstance(v, dict):
-                flatten(name + ".", v)
-            elif isinstance(v, list) or (isinstance(v, (int, float)) and not isinstance(v, bool)):
-                values.append((name, v))
-            elif isinstance(v, str) and prefix:
-                values.append((name, v))
-
-    def shown(v):
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return f"{v:.6g}"
-        if isinstance(v, list):  # a ramp or efficiency curve: bytes -> fraction
-            return ", ".join(f"{p.get('bytes', 0):.6g} B: {p.get('fraction', 0):.4g}" if isinstance(p, dict) else str(p)
-                             for p in v) or "none"
-        return str(v)
-
-    flatten("", {k: v for k, v in profile.items() if k != "provenance"})
-    parts.append(table(["parameter", "value"], [(k, shown(v)) for k, v in values]))
-    if prov:
-        parts.append(table(["provenance", ""], [(k, "; ".join(v) if isinstance(v, list) else v) for k, v in prov.items()]))
-
-    parts.append("<h2>Files</h2>")
-    parts.append(table(["file", "system", "run commit", "records", "validated", "ignored", "left out", "skipped"],
-                       [(f["path"], f["system"], f["run_commit"], f["records"], f["validated"], f["ignored"],
-                         f["filtered"], f["skipped"]) for f in doc.get("files", [])]))
-
-    parts.append("<h2>Error by op and algorithm</h2>")
     stat_rows = []
     for op, algos in by_op.items():
         for algo, rs in algos.items():
@@ -195,57 +157,41 @@ def main():
             cfe = [r["closed_err_pct"] for r in rs if r["closed_err_pct"] is not None]
             _, cmed, _, cmx = abs_stats(cfe)
             worst = max(rs, key=lambda r: abs(r["sim_err_pct"]))
-            stat_rows.append((op, algo, n, fmt(med), fmt(p90), fmt(mx), size_label(worst["bytes"]),
-                              fmt(cmed) if cfe else "-", fmt(cmx) if cfe else "-"))
-    parts.append(table(["op", "algo", "n", "sim median |err| %", "sim p90", "sim max", "worst size",
-                        "closed median |err| %", "closed max"], stat_rows))
-
-    parts.append("<h2>Plots</h2>")
-    for op, time_png, err_png in plots:
-        parts.append(f"<h3>{esc(op)}</h3><p><img src=\"{esc(time_png)}\" alt=\"{esc(op)}: time vs size\"></p>"
-                     f"<p><img src=\"{esc(err_png)}\" alt=\"{esc(op)}: error vs size\"></p>")
-
-    tr = doc.get("trace")
-    if tr:
-        rec = tr["record"]
-        parts.append("<h2>Per-step trace</h2>")
-        parts.append(f"<p><a href=\"{esc(tr['file'])}\">{esc(tr['file'])}</a> (open in ui.perfetto.dev or "
-                     f"chrome://tracing): {esc(rec['op'])} {esc(rec['algo'])} {rec['bytes']} B, "
-                     f"{esc(rec['file'])} records[{rec['index']}], measured {fmt(rec['measured_us'])} us, "
-                     f"simulated {fmt(rec['sim_us'])} us ({fmt(rec['sim_err_pct'], 1)} %).</p>")
-        parts.append(f"<p>{esc(tr['note'])}.</p>")
-        steps = tr.get("steps", [])
-        if tr.get("measured_trace"):
-            measured = [s for s in steps if s["meas_dur_us"] is not None]
-            measured.sort(key=lambda s: -abs(s["meas_dur_us"] - s["sim_dur_us"]))
-            parts.append("<p>The steps whose measured and predicted durations disagree most:</p>")
-            parts.append(table(["rank", "lane", "step", "kind", "measured start", "measured dur", "sim start",
-                                "sim dur", "dur diff (us)"],
-                               [(s["rank"], s["lane"], s["step"], s["kind"], fmt(s["meas_start_us"], 3),
-                                 fmt(s["meas_dur_us"], 3), fmt(s["sim_start_us"], 3), fmt(s["sim_dur_us"], 3),
-                                 fmt(s["meas_dur_us"] - s["sim_dur_us"], 3)) for s in measured[:15]]))
-        else:
-            parts.append("<p>No measured trace was given (mk-bench --trace, then mk-validate --measured-trace): "
-                         "the trace holds the predicted timeline only. Its longest steps:</p>")
-            longest = sorted(steps, key=lambda s: -s["sim_dur_us"])[:15]
-            parts.append(table(["rank", "lane", "step", "kind", "sim start", "sim dur"],
-                               [(s["rank"], s["lane"], s["step"], s["kind"], fmt(s["sim_start_us"], 3),
-                                 fmt(s["sim_dur_us"], 3)) for s in longest]))
-
-    parts.append("<h2>Worst records</h2>")
-    worst = sorted(rows, key=lambda r: -abs(r["sim_err_pct"]))[:20]
-    parts.append(table(ROW_HEAD, [row_cells(r) for r in worst]))
-    if doc.get("skipped"):
-        parts.append("<h2>Skipped records</h2>")
-        parts.append(table(["file", "record", "reason"], [(s["file"], s["index"], s["reason"]) for s in doc["skipped"]]))
-    parts.append(f"<h2>All {len(rows)} records</h2><details><summary>table</summary>")
-    parts.append(table(ROW_HEAD, [row_cells(r) for r in rows]))
-    parts.append("</details>")
+            stat_rows.append((op, algo, n, fmt(med, 1), fmt(p90, 1), fmt(mx, 1), size_label(worst["bytes"]),
+                              fmt(cmed, 1) if cfe else "-", fmt(cmx, 1) if cfe else "-"))
+    gate = None
+    if summary.get("max_median_err_pct") is not None:
+        gate = {"limit": summary["max_median_err_pct"], "value": f"{sim['median_abs_err_pct']:.2f}",
+                "passed": bool(summary.get("gate_passed"))}
     tool = doc.get("tool", {})
-    parts.append(f"<p><small>{esc(tool.get('command', ''))} (mk-validate commit {esc(tool.get('commit', '?'))})"
-                 "</small></p>")
+    html = render(
+        env, "validation.html.j2", title=f"mk-validate: {doc.get('cluster', '?')}", cluster=doc.get("cluster", "?"),
+        profile_name=profile.get("path") or "datasheet defaults (no file)", profile_source=profile.get("source", ""),
+        headline=headline(doc, by_op),
+        cards=[(str(sim["n"]), "measured runs"), (f"{sim['median_abs_err_pct']:.1f} %", "median |error|"),
+               (f"{sim['p90_abs_err_pct']:.1f} %", "p90 |error|"), (f"{sim['max_abs_err_pct']:.1f} %", "worst |error|")],
+        gate=gate, honesty=doc.get("honesty", ""),
+        counts=(f"{summary.get('ignored', 0)} records of other kinds (NCCL baselines, calib-* micro-benchmarks, "
+                f"enqueue-to-first-step) were ignored, {summary.get('filtered', 0)} left out by --op/--algo, "
+                f"{summary.get('skipped', 0)} skipped as not regenerable."),
+        stat_columns=[("op", "t"), ("algo", "t"), ("runs", "n"), ("simulator median |error| (%)", "n"),
+                      ("simulator p90 (%)", "n"), ("simulator worst (%)", "n"), ("worst at size", "n"),
+                      ("closed form median |error| (%)", "n"), ("closed form worst (%)", "n")],
+        stat_rows=stat_rows, plots=plots, trace=trace_section(doc["trace"]) if doc.get("trace") else None,
+        row_columns=ROW_COLUMNS,
+        worst_rows=[row_cells(r) for r in sorted(rows, key=lambda r: -abs(r["sim_err_pct"]))[:20]],
+        all_rows=[row_cells(r) for r in rows],
+        skipped_rows=[(s["file"], s["index"], s["reason"]) for s in doc.get("skipped", [])],
+        profile_rows=profile_rows(profile),
+        provenance_rows=[(k, "; ".join(v) if isinstance(v, list) else v)
+                         for k, v in profile.get("provenance", {}).items()],
+        file_columns=[("file", "t"), ("system", "t"), ("run commit", "t"), ("records", "n"), ("validated", "n"),
+                      ("ignored", "n"), ("left out", "n"), ("skipped", "n")],
+        file_rows=[(f["path"], f["system"], f["run_commit"][:12], f["records"], f["validated"], f["ignored"],
+                    f["filtered"], f["skipped"]) for f in doc.get("files", [])],
+        footer=f"{tool.get('command', '')} (mk-validate commit {tool.get('commit', '?')})")
     with open(os.path.join(a.out, "index.html"), "w") as f:
-        f.write(page("mk-validate report", parts))
+        f.write(html + "\n")
     return 0
 
 

@@ -13,18 +13,13 @@
 
 #include "mk/error.hpp"
 #include "mk/util/size.hpp"
+#include "mk/util/stats.hpp"
 
 namespace mk {
 namespace {
 
 [[noreturn]] void reject(const std::string& parameter, const std::string& what) {
   throw Error(ErrorCode::InvalidArgument, "calibration of " + parameter + ": " + what);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
 constexpr const char* kMethodAlphaBeta = "alpha-beta (weighted relative LS)";
@@ -409,11 +404,6 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
     } else {
       // A difference may be negative (noise): the median of the signed differences, not fitConstant (which
       // takes times and refuses non-positive ones).
-      auto median = [](std::vector<double> v) {
-        std::sort(v.begin(), v.end());
-        const std::size_t m = v.size() / 2;
-        return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-      };
       const double mid = median(diffs);
       std::vector<double> dev;
       for (double d : diffs) dev.push_back(std::fabs(d - mid));

@@ -13,6 +13,8 @@
 
 #include "mk/algorithms/request.hpp"
 #include "mk/error.hpp"
+#include "mk/io/trace.hpp"
+#include "mk/util/stats.hpp"
 #include "mk/validation/parallel.hpp"
 #include "mk/validation/validate_layered.hpp"
 
@@ -202,15 +204,10 @@ ErrorStats errorStats(const std::vector<double>& errPct) {
   std::vector<double> a;
   a.reserve(errPct.size());
   for (double e : errPct) a.push_back(std::fabs(e));
-  std::sort(a.begin(), a.end());
-  const std::size_t n = a.size();
-  s.n = n;
-  s.medianAbsPct = n % 2 == 1 ? a[n / 2] : 0.5 * (a[n / 2 - 1] + a[n / 2]);
-  const double pos = 0.9 * static_cast<double>(n - 1);
-  const auto lo = static_cast<std::size_t>(std::floor(pos));
-  const std::size_t hi = std::min(lo + 1, n - 1);
-  s.p90AbsPct = a[lo] + (pos - static_cast<double>(lo)) * (a[hi] - a[lo]);
-  s.maxAbsPct = a.back();
+  s.n = a.size();
+  s.medianAbsPct = median(a);
+  s.p90AbsPct = quantile(a, 0.9);
+  s.maxAbsPct = *std::max_element(a.begin(), a.end());
   return s;
 }
 
@@ -394,10 +391,9 @@ Regenerated regenerate(const ValidationRow& row, const std::string& cluster) {
 SideBySide sideBySideTrace(const Schedule& s, const sim::Prediction& predicted, const std::string& measuredTraceJson,
                            const std::string& traceName, std::optional<uint64_t> measuredOp, const std::string& title) {
   SideBySide out;
-  // Measured step of one op: (rank, lane, step) -> (start, duration), times as in the file.
+  // Measured step of one op: (rank, lane, step) -> (start, duration) in nanoseconds, aligned.
   using Key = std::tuple<uint32_t, uint32_t, uint32_t>;
-  std::map<Key, std::pair<double, double>> measured;
-  double shiftUs = 0;
+  std::map<Key, std::pair<int64_t, int64_t>> measured;
   double predictedFirstUs = 0;
   if (!predicted.steps.empty()) {
     predictedFirstUs = predicted.steps.front().startUs;
@@ -438,9 +434,12 @@ SideBySide sideBySideTrace(const Schedule& s, const sim::Prediction& predicted, 
       if (!e["pid"].is_number_unsigned() || !e["tid"].is_number_unsigned() || !e["ts"].is_number() ||
           !e["dur"].is_number() || !e["name"].is_string())
         throw Error(ErrorCode::ParseError, where + ": pid and tid must be unsigned, ts and dur numbers, name a string");
-      byOp[args["op"].get<uint64_t>()].push_back({e["pid"].get<uint32_t>(), e["tid"].get<uint32_t>(),
-                                                  args["step"].get<uint32_t>(), e["name"].get<std::string>(),
-                                                  e["ts"].get<double>(), e["dur"].get<double>()});
+      // Traces of mk::io::TraceWriter carry the lane in args (tid = lane + 1); older ones had tid = lane.
+      const bool hasLane = args.contains("lane") && args["lane"].is_number_unsigned();
+      const uint32_t lane = hasLane ? args["lane"].get<uint32_t>() : e["tid"].get<uint32_t>();
+      byOp[args["op"].get<uint64_t>()].push_back({e["pid"].get<uint32_t>(), lane, args["step"].get<uint32_t>(),
+                                                  e["name"].get<std::string>(), e["ts"].get<double>(),
+                                                  e["dur"].get<double>()});
     }
     if (byOp.empty()) throw Error(ErrorCode::ParseError, traceName + ": holds no step event (\"ph\": \"X\")");
     // Why an op is not this schedule's, or "" when it is: every event one of its steps, every step once.
@@ -498,39 +497,43 @@ SideBySide sideBySideTrace(const Schedule& s, const sim::Prediction& predicted, 
       chosen = matching.front();
     }
     out.measuredOp = chosen;
-    double first = 0;
-    bool any = false;
+    // Each GPU stamps steps with its own %globaltimer, and the clocks of two GPUs differ by an offset the
+    // trace does not record: align every rank on its own first step (that rank's first measured step starts
+    // with its first predicted step), so no rank's steps float by another GPU's clock offset.
+    std::map<uint32_t, double> firstMeasured, firstPredicted;
     for (const Ev& e : byOp[chosen]) {
-      first = any ? std::min(first, e.ts) : e.ts;
-      any = true;
+      auto [it, fresh] = firstMeasured.emplace(e.rank, e.ts);
+      if (!fresh) it->second = std::min(it->second, e.ts);
     }
-    shiftUs = predictedFirstUs - first;
-    for (const Ev& e : byOp[chosen]) measured[{e.rank, e.lane, e.step}] = {e.ts + shiftUs, e.dur};
+    for (const auto& st : predicted.steps) {
+      auto [it, fresh] = firstPredicted.emplace(st.rank, st.startUs);
+      if (!fresh) it->second = std::min(it->second, st.startUs);
+    }
+    for (const Ev& e : byOp[chosen])
+      measured[{e.rank, e.lane, e.step}] = {
+          io::usToNs(e.ts) - io::usToNs(firstMeasured[e.rank]) + io::usToNs(firstPredicted[e.rank]), io::usToNs(e.dur)};
     char note[512];
     std::snprintf(note, sizeof note,
-                  "measured: op %llu of %s, shifted so that its first step starts with the predicted first step "
-                  "(%.3f us after the enqueue, i.e. after the profile's dispatch): a GPU trace has no enqueue time",
+                  "measured: op %llu of %s, each rank shifted so that its first step starts with its predicted "
+                  "first step (the first at %.3f us after the enqueue, i.e. after the profile's dispatch): a GPU "
+                  "trace has no enqueue time, and each GPU's clock has its own offset",
                   static_cast<unsigned long long>(chosen), traceName.c_str(), predictedFirstUs);
     out.note = note;
   } else {
     out.note = "no measured trace given (mk-bench --trace, then --measured-trace): the predicted timeline only";
   }
 
-  json ev = json::array();
+  io::TraceWriter w({{"source", std::string("mk-validate")}, {"record", title}, {"alignment", out.note}});
   auto pidOf = [](uint32_t rank, bool simulated) { return 2 * rank + (simulated ? 1 : 0); };
   for (uint32_t r = 0; r < s.nRanks; ++r) {
     for (int simulated = measuredTraceJson.empty() ? 1 : 0; simulated <= 1; ++simulated) {
       const uint32_t pid = pidOf(r, simulated != 0);
-      const std::string name = std::string(simulated ? "simulated" : "measured") + " rank " + std::to_string(r) +
-                               " (node " + std::to_string(r < s.nodeOf.size() ? s.nodeOf[r] : 0) + ")";
-      ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", name}}}});
-      ev.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"args", {{"sort_index", pid}}}});
+      w.process(pid,
+                std::string(simulated ? "simulated" : "measured") + " rank " + std::to_string(r) + " (node " +
+                    std::to_string(r < s.nodeOf.size() ? s.nodeOf[r] : 0) + ")",
+                pid);
       for (uint32_t l = 0; l < s.lanes[r].size(); ++l)
-        ev.push_back({{"name", "thread_name"},
-                      {"ph", "M"},
-                      {"pid", pid},
-                      {"tid", l},
-                      {"args", {{"name", "lane " + std::to_string(l) + " (" + toString(s.lanes[r][l].role) + ")"}}}});
+        w.lane(pid, l, "lane " + std::to_string(l) + " (" + toString(s.lanes[r][l].role) + ")");
     }
   }
   for (const sim::StepRecord& st : predicted.steps) {
@@ -541,38 +544,26 @@ SideBySide sideBySideTrace(const Schedule& s, const sim::Prediction& predicted, 
     c.kind = toString(st.kind);
     c.simStartUs = st.startUs;
     c.simDurUs = st.endUs - st.startUs;
-    ev.push_back({{"name", c.kind},
-                  {"cat", toString(st.link)},
-                  {"ph", "X"},
-                  {"ts", st.startUs},
-                  {"dur", c.simDurUs},
-                  {"pid", pidOf(st.rank, true)},
-                  {"tid", st.lane},
-                  {"args", {{"step", st.step}, {"kind", c.kind}, {"bytes", st.bytes}, {"engine", "simulated"}}}});
+    const io::TraceArgs args{{"step", uint64_t{st.step}}, {"kind", c.kind}, {"bytes", uint64_t{st.bytes}}};
+    io::TraceSlice sl{pidOf(st.rank, true), st.lane, c.kind, toString(st.link), io::usToNs(st.startUs),
+                      io::usToNs(st.endUs), args};
+    sl.args.emplace_back("engine", std::string("simulated"));
+    w.slice(sl);
     auto it = measured.find({st.rank, st.lane, st.step});
     if (it != measured.end()) {
-      c.measStartUs = it->second.first;
-      c.measDurUs = it->second.second;
-      ev.push_back({{"name", c.kind},
-                    {"cat", toString(st.link)},
-                    {"ph", "X"},
-                    {"ts", it->second.first},
-                    {"dur", it->second.second},
-                    {"pid", pidOf(st.rank, false)},
-                    {"tid", st.lane},
-                    {"args",
-                     {{"step", st.step},
-                      {"kind", c.kind},
-                      {"bytes", st.bytes},
-                      {"op", *out.measuredOp},
-                      {"engine", "measured"}}}});
+      c.measStartUs = static_cast<double>(it->second.first) / 1e3;
+      c.measDurUs = static_cast<double>(it->second.second) / 1e3;
+      sl.pid = pidOf(st.rank, false);
+      sl.startNs = it->second.first;
+      sl.endNs = it->second.first + it->second.second;
+      sl.args = args;
+      sl.args.emplace_back("op", *out.measuredOp);
+      sl.args.emplace_back("engine", std::string("measured"));
+      w.slice(sl);
     }
     out.steps.push_back(std::move(c));
   }
-  json root = {{"displayTimeUnit", "ns"},
-               {"otherData", {{"source", "mk-validate"}, {"record", title}, {"alignment", out.note}}},
-               {"traceEvents", std::move(ev)}};
-  out.json = root.dump() + "\n";
+  out.json = w.finish();
   return out;
 }
 

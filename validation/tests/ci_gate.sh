@@ -238,19 +238,20 @@ for op in allreduce allgather reducescatter; do
 done
 check "report: the trace file of the chosen record" test -s "$work/rep/trace-allreduce-two-shot-4194304.json"
 check "report: index.html links the trace" grep -q 'href="trace-allreduce-two-shot-4194304.json"' "$work/rep/index.html"
-check "report: says there was no measured trace" grep -q 'No measured trace was given' "$work/rep/index.html"
+check "report: says there was no measured trace" grep -q 'no measured trace given' "$work/rep/index.html"
 check "report: states how the profile was obtained" grep -q 'micro-benchmark (calib-\*) records only' "$work/rep/index.html"
 check "report: shows the provenance" grep -q 'calib.json (run commit 5a17e71c)' "$work/rep/index.html"
 check "report: no temporary directory left" test -z "$(ls -A "$work" | grep -E '^\.rep\.')"
 
-# A "measured" trace in mk-bench's format (pid = rank, args {op, step}) made from the predicted one, its steps
-# 10 % longer; then the report puts both side by side.
+# A "measured" trace in mk-bench's format (pid = rank, tid = lane + 1, args {op, step, lane}) made from the
+# predicted one, its steps 10 % longer; then the report puts both side by side.
 /usr/bin/python3 - "$work" <<'PY'
 import json, sys
 work = sys.argv[1]
 sim = json.load(open(f"{work}/rep/trace-allreduce-two-shot-4194304.json"))
 ev = [{"name": e["name"], "cat": "step", "ph": "X", "pid": e["pid"] // 2, "tid": e["tid"], "ts": 50 + 1.1 * e["ts"],
-       "dur": 1.1 * e["dur"], "args": {"op": 0, "step": e["args"]["step"]}} for e in sim["traceEvents"] if e["ph"] == "X"]
+       "dur": 1.1 * e["dur"], "args": {"op": 0, "step": e["args"]["step"], "lane": e["args"]["lane"]}}
+      for e in sim["traceEvents"] if e["ph"] == "X"]
 json.dump({"displayTimeUnit": "ns", "otherData": {"source": "mk-bench allreduce"}, "traceEvents": ev},
           open(f"{work}/measured-trace.json", "w"))
 PY

@@ -5,8 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -322,8 +324,8 @@ TEST_CASE("validate: the honesty statement says how the profile was obtained") {
 namespace {
 
 /// A measured trace in mk::traceToChromeJson's format holding `ops` copies of the predicted steps, each op
-/// `gapUs` after the previous one and its steps `scale` times as long.
-std::string measuredTrace(const mk::sim::Prediction& p, int ops, double gapUs, double scale) {
+/// `gapUs` after the previous one and its steps `scale` times as long; rank r's clock is `skewUs` * r ahead.
+std::string measuredTrace(const mk::sim::Prediction& p, int ops, double gapUs, double scale, double skewUs = 0) {
   json ev = json::array();
   ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0}, {"args", {{"name", "rank 0"}}}});
   for (int op = 0; op < ops; ++op)
@@ -332,10 +334,10 @@ std::string measuredTrace(const mk::sim::Prediction& p, int ops, double gapUs, d
                     {"cat", "step"},
                     {"ph", "X"},
                     {"pid", st.rank},
-                    {"tid", st.lane},
-                    {"ts", 100.0 + op * gapUs + st.startUs * scale},
+                    {"tid", st.lane + 1},
+                    {"ts", 100.0 + op * gapUs + st.startUs * scale + skewUs * st.rank},
                     {"dur", (st.endUs - st.startUs) * scale},
-                    {"args", {{"op", op}, {"step", st.step}}}});
+                    {"args", {{"op", op}, {"step", st.step}, {"lane", st.lane}}}});
   return json{{"displayTimeUnit", "ns"}, {"traceEvents", ev}}.dump();
 }
 
@@ -359,8 +361,8 @@ TEST_CASE("validate: measured and predicted traces side by side") {
   CHECK(alone.steps.size() == p.steps.size());
   CHECK_FALSE(alone.measuredOp);
 
-  // Two ops with the schedule's steps: ambiguous without --measured-op.
-  const std::string two = measuredTrace(p, 2, 1000.0, 2.0);
+  // Two ops with the schedule's steps: ambiguous without --measured-op. Rank r's clock runs 50 * r us ahead.
+  const std::string two = measuredTrace(p, 2, 1000.0, 2.0, 50.0);
   const std::string amb = errorOf([&] { mk::sideBySideTrace(regen.schedule, p, two, "t.json", std::nullopt, "t"); });
   CHECK(contains(amb, "--measured-op"));
   const mk::SideBySide both = mk::sideBySideTrace(regen.schedule, p, two, "t.json", 1, "t");
@@ -368,18 +370,29 @@ TEST_CASE("validate: measured and predicted traces side by side") {
   CHECK(*both.measuredOp == 1);
   CHECK(contains(both.json, "measured rank 0"));
   CHECK(contains(both.json, "simulated rank 0"));
-  double firstMeasured = 1e300;
+  std::map<uint32_t, double> firstMeasured, firstPredictedOf;
   for (const auto& c : both.steps) {
     REQUIRE(c.measStartUs);
     REQUIRE(c.measDurUs);
-    CHECK(*c.measDurUs == doctest::Approx(2.0 * c.simDurUs));
-    firstMeasured = std::min(firstMeasured, *c.measStartUs);
+    CHECK(std::fabs(*c.measDurUs - 2.0 * c.simDurUs) <= 1e-3);  // whole nanoseconds in the trace
+    firstMeasured.emplace(c.rank, 1e300);
+    firstPredictedOf.emplace(c.rank, 1e300);
+    firstMeasured[c.rank] = std::min(firstMeasured[c.rank], *c.measStartUs);
+    firstPredictedOf[c.rank] = std::min(firstPredictedOf[c.rank], c.simStartUs);
   }
-  CHECK(firstMeasured == doctest::Approx(firstPredicted));  // aligned on the first step
+  REQUIRE(firstMeasured.size() >= 2);
+  for (const auto& [rank, t] : firstMeasured)  // every GPU aligned on its own first step: no clock skew left
+    CHECK(std::fabs(t - firstPredictedOf[rank]) <= 1e-3);
+  CHECK(std::fabs(std::min_element(firstMeasured.begin(), firstMeasured.end(),
+                                   [](auto& a, auto& b) { return a.second < b.second; })
+                      ->second -
+                  firstPredicted) <= 1e-3);
   const json doc = json::parse(both.json);
   std::size_t measuredEvents = 0, simulatedEvents = 0;
-  for (const auto& e : doc["traceEvents"])
+  for (const auto& e : doc["traceEvents"]) {
+    CHECK(e.value("tid", 1) != 0);  // lane 0 is tid 1: Perfetto reads tid 0 as "no thread"
     if (e["ph"] == "X") (e["pid"].get<int>() % 2 == 0 ? measuredEvents : simulatedEvents)++;
+  }
   CHECK(measuredEvents == p.steps.size());
   CHECK(simulatedEvents == p.steps.size());
 

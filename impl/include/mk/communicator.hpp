@@ -308,8 +308,10 @@ void groupStart();
 /// used inside a group must stay alive until its groupEnd().
 void groupEnd();
 
-/// Chrome / Perfetto trace JSON ("traceEvents", one complete event per step: pid = rank, tid = lane,
-/// ts / dur in microseconds from the earliest start) — the format the simulator emits too.
+/// Chrome / Perfetto trace JSON ("traceEvents", one complete event per step: pid = rank, tid = lane + 1,
+/// ts / dur in whole nanoseconds from the earliest start, written in microseconds, args {op, step, lane}) —
+/// the format the simulator emits too (both through mk::io::TraceWriter). Each GPU's own %globaltimer: ranks
+/// on different GPUs keep their clock offsets (mk-validate aligns each rank on its first step).
 std::string traceToChromeJson(const std::vector<TraceEvent>& events, const std::string& label = "mkernel");
 
 }  // namespace mk

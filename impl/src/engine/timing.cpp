@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.hpp"
@@ -16,6 +16,7 @@
 #include "kernels/resident_kernel.hpp"
 #include "mk/cuda_check.hpp"
 #include "mk/error.hpp"
+#include "mk/io/trace.hpp"
 
 namespace mk {
 namespace runtime {
@@ -108,27 +109,24 @@ std::vector<TraceEvent> Engine::takeTrace(int r) {
 std::string traceToChromeJson(const std::vector<TraceEvent>& events, const std::string& label) {
   uint64_t t0 = UINT64_MAX;
   for (const auto& e : events) t0 = std::min(t0, e.startNs);
-  std::ostringstream os;
-  os.precision(3);
-  os << std::fixed << "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"source\":\"" << label << "\"},\"traceEvents\":[";
-  bool first = true;
+  io::TraceWriter w({{"source", label}});
   std::set<uint32_t> ranks;
-  for (const auto& e : events) ranks.insert(e.rank);
-  for (uint32_t r : ranks) {
-    os << (first ? "" : ",") << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << r << ",\"args\":{\"name\":\"rank "
-       << r << "\"}}";
-    first = false;
-  }
+  std::set<std::pair<uint32_t, uint32_t>> lanes;
   for (const auto& e : events) {
-    os << (first ? "" : ",") << "{\"name\":\"" << toString(e.kind)
-       << "\",\"cat\":\"step\",\"ph\":\"X\",\"pid\":" << e.rank << ",\"tid\":" << e.lane
-       << ",\"ts\":" << double(e.startNs - t0) / 1e3
-       << ",\"dur\":" << double(e.endNs >= e.startNs ? e.endNs - e.startNs : 0) / 1e3 << ",\"args\":{\"op\":" << e.op
-       << ",\"step\":" << e.step << "}}";
-    first = false;
+    ranks.insert(e.rank);
+    lanes.insert({e.rank, e.lane});
   }
-  os << "]}";
-  return os.str();
+  for (uint32_t r : ranks) w.process(r, "rank " + std::to_string(r));
+  for (const auto& [r, l] : lanes) w.lane(r, l, "lane " + std::to_string(l));
+  for (const auto& e : events)
+    w.slice({e.rank,
+             e.lane,
+             toString(e.kind),
+             "step",
+             static_cast<int64_t>(e.startNs - t0),
+             static_cast<int64_t>(e.endNs >= e.startNs ? e.endNs - t0 : e.startNs - t0),
+             {{"op", e.op}, {"step", uint64_t{e.step}}}});
+  return w.finish();
 }
 
 }  // namespace mk

@@ -1,10 +1,11 @@
 // mkernel — what the simulator writes: the prediction JSON ("mkernel.prediction.v1") and the per-step trace
 // in Chrome / Perfetto trace-event JSON. Formats: docs/simulator.md.
 //
-// The trace format is the one the GPU engine's trace uses too: one complete event ("ph": "X") per step,
-// "pid" = rank, "tid" = lane, "ts"/"dur" in microseconds from op submission, "name" = step kind, "cat" = link
-// class, "args" = {"step", "kind", "bytes"}; metadata events name each rank ("rank 3 (node 0)") and lane
-// ("lane 1 (intra)"). Any engine that fills StepRecords can write it with traceToJson().
+// The trace format is the one the GPU engine's trace uses too (both written by mk::io::TraceWriter): one
+// complete event ("ph": "X") per step, "pid" = rank, "tid" = lane + 1, "ts"/"dur" in microseconds from op
+// submission (whole nanoseconds), "name" = step kind, "cat" = link class, "args" = {"step", "kind", "bytes",
+// "lane"}; metadata events name each rank ("rank 3 (node 0)") and lane ("lane 1 (intra)"). Any engine that
+// fills StepRecords can write it with traceToJson().
 #pragma once
 
 #include <cstdint>

@@ -183,12 +183,13 @@ struct SideBySide {
 
 /// Put the predicted per-step timeline of `s` (StepRecords from mk::sim::predict with trace) next to the
 /// measured one from `measuredTraceJson` (mk::traceToChromeJson's format, mk-bench --trace: pid = rank,
-/// tid = lane, args {op, step}), or alone when measuredTraceJson is empty. Measured ranks become pids
-/// "measured rank r", predicted ones "simulated rank r", in adjacent rows. The measured op is `measuredOp`,
-/// or else the only op of the trace whose steps are the schedule's steps (same rank, lane, step and kind).
-/// The measured op is shifted so its first step starts with the predicted first step (a GPU trace has no
-/// enqueue time). Throws Error(ParseError) naming `traceName` for a malformed trace, Error(InvalidArgument)
-/// when no op, or more than one op without measuredOp, matches the schedule.
+/// args {op, step, lane}; traces without args.lane have tid = lane), or alone when measuredTraceJson is empty. Measured
+/// ranks become pids "measured rank r", predicted ones "simulated rank r", in adjacent rows. The measured op is
+/// `measuredOp`, or else the only op of the trace whose steps are the schedule's steps (same rank, lane, step and
+/// kind). Each rank of the measured op is shifted so that its first step starts with that rank's first predicted step
+/// (a GPU trace has no enqueue time, and each GPU's clock has its own offset). Written by mk::io::TraceWriter (tid =
+/// lane + 1, whole nanoseconds). Throws Error(ParseError) naming `traceName` for a malformed trace,
+/// Error(InvalidArgument) when no op, or more than one op without measuredOp, matches the schedule.
 SideBySide sideBySideTrace(const Schedule& s, const sim::Prediction& predicted, const std::string& measuredTraceJson,
                            const std::string& traceName, std::optional<uint64_t> measuredOp, const std::string& title);
 
