@@ -148,6 +148,13 @@ RecordSchedule recordSchedule(const MeasurementRecord& r, const std::string& whe
                      std::to_string(out.nRanks) + " ranks into equal nodes");
     out.nodes = static_cast<uint32_t>(*nodes);
   }
+  // The puts' protocol (mk-bench --protocol): records from before LL packets have none and ran plain puts.
+  out.gen.protocol = Protocol::Simple;
+  if (const auto pr = extraField(r, "protocol")) {
+    const auto p = pr->is_string() ? parseProtocol(pr->get<std::string>()) : std::nullopt;
+    if (!p) bad(where, "field 'protocol' must be auto, simple, ll or ll128 (got " + pr->dump().substr(0, 40) + ")");
+    out.gen.protocol = *p;
+  }
   if (const auto red = extraField(r, "redop")) {
     try {
       out.spec.redop = requireRedOp(red->is_string() ? red->get<std::string>() : red->dump(), "redop");

@@ -108,6 +108,17 @@ TEST_CASE("validate: a record maps back to its generator with auto and in-place"
   CHECK(plain.spec.redop == mk::RedOp::Sum);
 }
 
+TEST_CASE("validate: a record's protocol picks packet puts; records without one ran plain puts") {
+  mk::MeasurementRecord r = coll("allreduce", "two-shot", 1024, 256);
+  CHECK(mk::recordSchedule(r, "w").gen.protocol == mk::Protocol::Simple);
+  const double plainUs = closedFormUs(r);
+  r.extra["protocol"] = "\"ll\"";
+  CHECK(mk::recordSchedule(r, "w").gen.protocol == mk::Protocol::LL);
+  CHECK(closedFormUs(r) != plainUs);  // priced with the packet protocol's put prices
+  r.extra["protocol"] = "\"fast\"";
+  CHECK(contains(errorOf([&] { mk::recordSchedule(r, "f.json: records[0]"); }), "field 'protocol' must be"));
+}
+
 TEST_CASE("validate: allgather and reducescatter counts are per rank and must give the recorded bytes") {
   // allgather: count per rank, bytes = the output (count x ranks); reducescatter: bytes = the input.
   CHECK(mk::recordSchedule(coll("allgather", "ring", 128, 16), "w").spec.count == 16);
