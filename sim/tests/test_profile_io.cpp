@@ -176,9 +176,22 @@ TEST_CASE("profile io: a missing parameter is rejected naming the field") {
 
 TEST_CASE("profile io: a negative parameter is rejected naming the field") {
   const mk::Error e = rejected([](Json& j) { j["nvlink"]["alphaUs"] = -0.5; });
-  CHECK(e.code() == mk::ErrorCode::InvalidArgument);
-  CHECK(e.message().find("nvlink.alphaUs must be >= 0") != std::string::npos);
+  CHECK(e.code() == mk::ErrorCode::ParseError);
+  CHECK(e.message().find("nvlink.alphaUs must be a finite number in [0, 1000000]") != std::string::npos);
   CHECK(e.message().find("-0.5") != std::string::npos);
+}
+
+TEST_CASE("profile io: values a model cannot carry are rejected naming the field and the rule") {
+  // Each of these once reached the simulator: an abort, a false deadlock, or a prediction of inf.
+  const mk::Error huge = rejected([](Json& j) { j["network"]["bwGBs"] = 1e308; });
+  CHECK(huge.message().find("profile: network.bwGBs must be a finite number in [0, 1000000]") != std::string::npos);
+  const mk::Error tiny = rejected([](Json& j) { j["network"]["bwGBs"] = 5e-324; });
+  CHECK(tiny.message().find("network.bwGBs must be 0 or a rate in [0.001, 1e+06]") != std::string::npos);
+  const mk::Error slow = rejected([](Json& j) { j["nvlink"]["alphaUs"] = 1.7e308; });
+  CHECK(slow.message().find("nvlink.alphaUs must be a finite number") != std::string::npos);
+  const mk::Error sms = rejected([](Json& j) { j["sms"] = 4294967298.0; });
+  CHECK(sms.code() == mk::ErrorCode::ParseError);
+  CHECK(sms.message().find("profile: sms must be a whole number") != std::string::npos);
 }
 
 TEST_CASE("profile io: a non finite parameter is rejected") {

@@ -55,7 +55,8 @@ nlohmann::json parseJson(const std::string& text, const std::string& what, std::
   } catch (const nlohmann::json::exception& e) {
     // e.what() carries nlohmann's byte position, what a user needs to find the fault; it quotes at most a few
     // bytes of the text around it.
-    throw Error(ErrorCode::ParseError, what + ": not valid JSON (malformed or truncated): " + excerpt(e.what(), 4 * kExcerptChars));
+    throw Error(ErrorCode::ParseError,
+                what + ": not valid JSON (malformed or truncated): " + excerpt(e.what(), 4 * kExcerptChars));
   }
 }
 
@@ -107,8 +108,7 @@ void failNumber(const std::string& field, const nlohmann::json& v, double min, d
 }
 
 void failString(const std::string& field, const nlohmann::json& v, std::size_t maxLen) {
-  if (v.is_string())
-    failField(field, "must be a string of at most " + std::to_string(maxLen) + " bytes", v);
+  if (v.is_string()) failField(field, "must be a string of at most " + std::to_string(maxLen) + " bytes", v);
   failField(field, "must be a string", v);
 }
 

@@ -59,8 +59,7 @@ std::string nameOf(const Path& p) {
 }
 
 [[noreturn]] void failUnsigned(const std::string& field, const nlohmann::json& v, uint64_t min, uint64_t max);
-[[noreturn]] void failNumber(const std::string& field, const nlohmann::json& v, double min, double max,
-                             bool minOpen);
+[[noreturn]] void failNumber(const std::string& field, const nlohmann::json& v, double min, double max, bool minOpen);
 [[noreturn]] void failString(const std::string& field, const nlohmann::json& v, std::size_t maxLen);
 [[noreturn]] void failBool(const std::string& field, const nlohmann::json& v);
 
