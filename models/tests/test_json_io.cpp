@@ -43,7 +43,8 @@ TEST_CASE("json io: 100,000 nested levels are a parse error in every reader, not
 }
 
 TEST_CASE("json io: the depth bound counts brackets, not brackets inside strings") {
-  CHECK(parseJson(R"({"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["})", "t").is_object());
+  CHECK(parseJson(R"({"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["})", "t")
+            .is_object());
   CHECK(parseJson(nested(256, '[', ']'), "t").is_array());
   expectError([] { parseJson(nested(257, '[', ']'), "t.json"); }, ErrorCode::ParseError,
               {"t.json: arrays and objects nest deeper than 256 levels (at byte 256)"});
@@ -57,7 +58,8 @@ TEST_CASE("json io: a document over the size bound is refused before parsing") {
 }
 
 TEST_CASE("json io: not JSON, and numbers beyond double's range, are parse errors naming the document") {
-  expectError([] { parseJson("{\"a\": 1e400}", "x.json"); }, ErrorCode::ParseError, {"x.json: not valid JSON", "1e400"});
+  expectError([] { parseJson("{\"a\": 1e400}", "x.json"); }, ErrorCode::ParseError,
+              {"x.json: not valid JSON", "1e400"});
   expectError([] { parseJson("{\"a\": ", "x.json"); }, ErrorCode::ParseError, {"x.json: not valid JSON"});
 }
 
@@ -89,4 +91,9 @@ TEST_CASE("json io: getters check type, range and width at the field, with a bou
   }
   CHECK(describeJson(nlohmann::json::array({1, 2, 3})) == "array of 3 elements");
   CHECK(describeJson(nlohmann::json::object()) == "object with 0 members");
+}
+
+TEST_CASE("json io: readFile stops at its bound, so an endless input cannot exhaust memory") {
+  expectError([] { readFile("/dev/zero", std::size_t{1} << 20); }, ErrorCode::ParseError,
+              {"/dev/zero: longer than the limit of 1048576 bytes"});
 }
