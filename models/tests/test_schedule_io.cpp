@@ -380,6 +380,10 @@ TEST_CASE("json: negative fractional and oversized numbers are rejected") {
       {"ranks[1].lanes[0].steps[2].count must be a whole number in [0, 1125899906842624] (got number -4)"});
   expectParseError(replaceOnce(smallJson(), R"("kind":"copy","count":4)", R"("kind":"copy","count":4.5)"),
                    {"steps[2].count must be a whole number", "(got number 4.5)"});
+  // 2^62 elements: bytes (count x 4) would wrap to 0; a "bytes" the writer added is ignored, never trusted.
+  expectParseError(
+      replaceOnce(smallJson(), R"("kind":"copy","count":4)", R"("kind":"copy","count":4611686018427387904,"bytes":0)"),
+      {"steps[2].count must be a whole number in [0, 1125899906842624]"});
   expectParseError(
       replaceOnce(smallJson(), R"("flag":[1,0],"value":1},)", R"("flag":[4294967296,0],"value":1},)"),
       {"ranks[1].lanes[0].steps[0].flag[0] must be a whole number in [0, 4294967295] (got number 4294967296)"});

@@ -85,8 +85,9 @@ TEST_CASE("profile io: sms and ctaGBs are optional, written only when set, and s
   checkSame(mk::profileFromJson(text), p);  // absent: 0, the CTA split not modelled
   const mk::Error e = rejected([](Json& j) { j["sms"] = 131.5; });
   CHECK(e.code() == mk::ErrorCode::ParseError);
-  CHECK(e.message().find("sms must be a whole number of SMs (got 131.5)") != std::string::npos);
-  CHECK(rejected([](Json& j) { j["ctaGBs"] = -1; }).message().find("ctaGBs must be >= 0") != std::string::npos);
+  CHECK(e.message().find("sms must be a whole number in [0, 1048576] (got number 131.5)") != std::string::npos);
+  CHECK(rejected([](Json& j) { j["ctaGBs"] = -1; }).message().find("ctaGBs must be a finite number in [0, 1000000]") !=
+        std::string::npos);
 }
 
 TEST_CASE("profile io: the datasheet defaults of every preset round trip") {
@@ -210,7 +211,7 @@ TEST_CASE("profile io: a non finite parameter is rejected") {
 TEST_CASE("profile io: a parameter of the wrong type is rejected naming the field") {
   const mk::Error e = rejected([](Json& j) { j["flagUs"] = "fast"; });
   CHECK(e.code() == mk::ErrorCode::ParseError);
-  CHECK(e.message().find("flagUs must be a number") != std::string::npos);
+  CHECK(e.message().find("flagUs must be a finite number in [0, 1000000] (got string \"fast\")") != std::string::npos);
 }
 
 TEST_CASE("profile io: a misspelt field is rejected instead of ignored") {

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "mk/error.hpp"
 
@@ -35,9 +36,13 @@ std::size_t tooDeepAt(const std::string& text, unsigned maxDepth) {
   return std::string::npos;
 }
 
+/// The shortest of %.15g..%.17g that reads back as `x`: -0.7, not -0.69999999999999996.
 std::string formatDouble(double x) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", x);
+  for (int precision = 15; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, x);
+    if (std::strtod(buf, nullptr) == x) break;
+  }
   return buf;
 }
 

@@ -25,6 +25,18 @@ inline constexpr int kExitFailed = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kContinue = -1;
 
+/// Whether `text` is a finite decimal number (no hex, nan, inf or overflow), stored in `*value`: the one reading
+/// of a number typed on the command line, shared by the numeric flags and the gate thresholds.
+inline bool decimalNumber(const std::string& text, double* value) {
+  if (text.empty() || text.find_first_of("xXpP") != std::string::npos) return false;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size() || !std::isfinite(v) || errno == ERANGE) return false;
+  *value = v;
+  return true;
+}
+
 /// What is wrong with the text of a numeric option of CLI11 type `type` ("UINT", "INT", "FLOAT"), or "" when
 /// nothing is. CLI11 alone wraps 18446744073709551616 to 0 in a 64-bit option and takes nan, inf and 1e400 as
 /// doubles; every spelling is judged here, on the text, before any conversion.
@@ -45,13 +57,8 @@ inline std::string numberTextProblem(const std::string& type, const std::string&
     if (errno == ERANGE) return std::string("must be ") + rule + ", got '" + shown + "'";
     return {};
   }
-  if (type == "FLOAT") {
-    char* end = nullptr;
-    errno = 0;
-    const double v = std::strtod(text.c_str(), &end);
-    if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v) || errno == ERANGE)
-      return "must be a finite number, got '" + shown + "'";
-  }
+  double v = 0;
+  if (type == "FLOAT" && !decimalNumber(text, &v)) return "must be a finite number, got '" + shown + "'";
   return {};
 }
 
@@ -96,9 +103,8 @@ inline int requirePositive(const CLI::App& app, const char* tool,
 inline CLI::Validator percentThreshold() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (!text.empty() && end == text.c_str() + text.size() && std::isfinite(v) && v >= 0 && v <= 100) return {};
+        double v = 0;
+        if (decimalNumber(text, &v) && v >= 0 && v <= 100) return {};
         const std::string shown = text.size() > 40 ? text.substr(0, 40) + "..." : text;
         return "must be a finite number in [0, 100] (percent), got '" + shown + "'";
       },
