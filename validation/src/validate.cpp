@@ -42,7 +42,7 @@ std::optional<uint64_t> positiveField(const MeasurementRecord& r, const char* ke
       bad(where, std::string("missing field '") + key + "' (needed to regenerate the schedule the engine ran)");
     return std::nullopt;
   }
-  return json_get::unsignedInt(*v, where + "." + key, max, 1);
+  return json_get::unsignedInt(*v, where + ": field '" + key + "'", max, 1);
 }
 
 std::string joined(const std::vector<std::string>& v) {
