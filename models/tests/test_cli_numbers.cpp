@@ -11,7 +11,8 @@ TEST_CASE("cli: numeric flag text that CLI11 alone would wrap or accept is refus
     CAPTURE(ok);
     CHECK(numberTextProblem("UINT", ok).empty());
   }
-  for (const char* bad : {"18446744073709551616", "18446744073709551617", "-1", "1e3", "0x10", "abc", "", "nan", "+1"}) {
+  for (const char* bad :
+       {"18446744073709551616", "18446744073709551617", "-1", "1e3", "0x10", "abc", "", "nan", "+1"}) {
     CAPTURE(bad);
     CHECK(numberTextProblem("UINT", bad).find("must be a whole number >= 0 that fits 64 bits") == 0);
   }
