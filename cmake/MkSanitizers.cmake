@@ -17,6 +17,21 @@ if(MK_SANITIZE)
   message(STATUS "mkernel: AddressSanitizer + UndefinedBehaviorSanitizer ON")
 endif()
 
+# MK_FUZZ: the reader fuzz targets (models/fuzz/) as libFuzzer binaries. Needs clang (Debian's clang package);
+# everything is instrumented for coverage and built with ASan + UBSan, as libFuzzer wants.
+option(MK_FUZZ "Build models/fuzz/ as libFuzzer targets (clang; needs MK_WITH_CUDA=OFF)" OFF)
+if(MK_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "MK_FUZZ=ON needs clang: configure with -DCMAKE_CXX_COMPILER=clang++")
+  endif()
+  if(NOT MK_WITH_CUDA STREQUAL "OFF")
+    message(FATAL_ERROR "MK_FUZZ=ON builds the CPU targets only: configure with -DMK_WITH_CUDA=OFF")
+  endif()
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g)
+  add_link_options(-fsanitize=address,undefined)
+  message(STATUS "mkernel: libFuzzer targets ON (ASan + UBSan)")
+endif()
+
 # MK_WERROR: warnings are errors (CI turns it on; off by default so that a newer compiler's new warning does not
 # stop a user's build).
 option(MK_WERROR "Treat compiler warnings as errors" OFF)

@@ -99,6 +99,17 @@ TEST_CASE("measurement: a missing file is an io error naming the path") {
   }
 }
 
+TEST_CASE("measurement: counts are checked at the field, never wrapped") {
+  requireParseError(replaced(kGood, R"("ranks": 2,)", R"("ranks": 4294967298,)"),
+                    "f.json.records[0].ranks must be a whole number in [1, 4294967295] (got number 4294967298)");
+  requireParseError(replaced(kGood, R"("ranks": 2,)", R"("ranks": 2, "chunks": 10000000,)"),
+                    "f.json.records[0].chunks must be a whole number in [1, 4096] (got number 10000000)");
+  requireParseError(replaced(kGood, R"("bytes": 8,)", R"("bytes": 4611686018427387904,)"),
+                    "f.json.records[0].bytes must be a whole number in [0, 1125899906842624]");
+  requireParseError(replaced(kGood, R"("time_us": 2.4,)", R"("time_us": 1e300,)"),
+                    "f.json.records[0].time_us must be a finite number in (0, 3600000000]");
+}
+
 TEST_CASE("measurement: fused-op records carry their shape, SMs and the split that ran") {
   const std::string fused = replaced(kGood, R"({"op": "allreduce", "impl": "mkernel", "algo": "one-shot")",
                                      R"({"op": "gemm-rs", "impl": "mkernel", "algo": "fused own-last", "m": 4096,
@@ -107,9 +118,10 @@ TEST_CASE("measurement: fused-op records carry their shape, SMs and the split th
   const auto f = mk::parseMeasurementFile(fused, "f.json");
   CHECK(f.records[0].extra.at("comm_ctas") == "17");
   requireParseError(replaced(fused, R"("sms": 126, )", ""), "records[0].sms: missing");
-  requireParseError(replaced(fused, R"("m": 4096)", R"("m": 0)"), "records[0].m: must be > 0");
+  requireParseError(replaced(fused, R"("m": 4096)", R"("m": 0)"),
+                    "records[0].m must be a whole number in [1, 4294967295] (got number 0)");
   requireParseError(replaced(fused, R"("compute_ctas": 46)", R"("compute_ctas": "46")"),
-                    "records[0].compute_ctas: must be a non-negative integer");
+                    "records[0].compute_ctas must be a whole number in [1, 4294967295] (got string \"46\")");
   // A baseline record of the same op needs the shape and SMs, not a split.
   const std::string base = replaced(fused, R"("impl": "mkernel")", R"("impl": "cublas+mkernel")");
   CHECK_NOTHROW(mk::parseMeasurementFile(replaced(base, R"("tile_rows": 1024, )", ""), "f.json"));

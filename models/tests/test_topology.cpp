@@ -291,11 +291,17 @@ TEST_CASE("topology: JSON mistyped fields are ParseErrors naming their path") {
   }
 }
 
-TEST_CASE("topology: JSON values out of range are rejected by validation after parsing") {
+TEST_CASE("topology: JSON values out of range are rejected at the field or by validation after parsing") {
   Json j = Json::parse(topologyToJson(topologyPreset("dgx-h100", 2)));
   j["node"]["nvlink"]["bwGBs"] = -3;
+  expectError([&] { topologyFromJson(j.dump()); }, ErrorCode::ParseError,
+              {"node.nvlink.bwGBs must be a finite number in [0.001, 1000000] (got number -3)"});
+  j["node"]["nvlink"]["bwGBs"] = 5e-324;
+  expectError([&] { topologyFromJson(j.dump()); }, ErrorCode::ParseError, {"node.nvlink.bwGBs must be a finite"});
+  j = Json::parse(topologyToJson(topologyPreset("dgx-h100", 2)));
+  j["fabric"]["nodesPerLeaf"] = 4294967295u;
   expectError([&] { topologyFromJson(j.dump()); }, ErrorCode::InvalidArgument,
-              {"node.nvlink.bwGBs must be > 0 (got -3)"});
+              {"fabric.nodesPerLeaf must be in [1, 65536] (got 4294967295)"});
   j = Json::parse(topologyToJson(topologyPreset("dgx-h100", 2)));
   j["node"]["nics"] = Json::array();
   expectError([&] { topologyFromJson(j.dump()); }, ErrorCode::InvalidArgument, {"node.nics", "no NICs"});

@@ -96,7 +96,7 @@ TEST_CASE("workload: JSON round trip, preset overrides, and parse errors naming 
   bad("{", ErrorCode::ParseError, {"workload: not valid JSON"});
   bad(R"({"preset": "llama3-70b", "layout": {"tpp": 4}})", ErrorCode::ParseError, {"unknown field layout.tpp"});
   bad(R"({"preset": "llama3-70b", "layout": {"tp": -1}})", ErrorCode::ParseError,
-      {"layout.tp must be a non-negative integer"});
+      {"layout.tp must be a whole number in [0, 4294967295] (got number -1)"});
   bad(R"({"preset": "llama3-70b", "layout": {"dp": "many"}})", ErrorCode::ParseError,
       {"layout.dp must be a positive integer or \"auto\""});
   bad(R"({"preset": "llama3-70b", "layout": {"ppSchedule": "zb"}})", ErrorCode::ParseError, {"layout.ppSchedule"});

@@ -166,7 +166,7 @@ bad "chunks" -- "$tool" --chunks 0
 bad "bad --sweep '8:1G'" -- "$tool" --sweep 8:1G
 bad "FACTOR" -- "$tool" --sweep 8:1G:1
 bad "--trace needs one size" -- "$tool" --sweep 8:1K:2
-bad "flagUs must be >= 0" -- "$tool" --profile "$work/negative.json"
+bad "flagUs must be a finite number in \[0, 1000000\] \(got number -0\.7\)" -- "$tool" --profile "$work/negative.json"
 bad "missing field reduceGBs" -- "$tool" --profile "$work/missing.json"
 bad "transport.efficiency\[1\].fraction must not fall below the point before" -- "$tool" --profile "$work/falling.json"
 bad "transport.inFlight must be >= 1" -- "$tool" --profile "$work/inflight.json"

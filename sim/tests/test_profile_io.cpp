@@ -85,8 +85,9 @@ TEST_CASE("profile io: sms and ctaGBs are optional, written only when set, and s
   checkSame(mk::profileFromJson(text), p);  // absent: 0, the CTA split not modelled
   const mk::Error e = rejected([](Json& j) { j["sms"] = 131.5; });
   CHECK(e.code() == mk::ErrorCode::ParseError);
-  CHECK(e.message().find("sms must be a whole number of SMs (got 131.5)") != std::string::npos);
-  CHECK(rejected([](Json& j) { j["ctaGBs"] = -1; }).message().find("ctaGBs must be >= 0") != std::string::npos);
+  CHECK(e.message().find("sms must be a whole number in [0, 1048576] (got number 131.5)") != std::string::npos);
+  CHECK(rejected([](Json& j) { j["ctaGBs"] = -1; }).message().find("ctaGBs must be a finite number in [0, 1000000]") !=
+        std::string::npos);
 }
 
 TEST_CASE("profile io: the datasheet defaults of every preset round trip") {
@@ -176,9 +177,22 @@ TEST_CASE("profile io: a missing parameter is rejected naming the field") {
 
 TEST_CASE("profile io: a negative parameter is rejected naming the field") {
   const mk::Error e = rejected([](Json& j) { j["nvlink"]["alphaUs"] = -0.5; });
-  CHECK(e.code() == mk::ErrorCode::InvalidArgument);
-  CHECK(e.message().find("nvlink.alphaUs must be >= 0") != std::string::npos);
+  CHECK(e.code() == mk::ErrorCode::ParseError);
+  CHECK(e.message().find("nvlink.alphaUs must be a finite number in [0, 1000000]") != std::string::npos);
   CHECK(e.message().find("-0.5") != std::string::npos);
+}
+
+TEST_CASE("profile io: values a model cannot carry are rejected naming the field and the rule") {
+  // Each of these once reached the simulator: an abort, a false deadlock, or a prediction of inf.
+  const mk::Error huge = rejected([](Json& j) { j["network"]["bwGBs"] = 1e308; });
+  CHECK(huge.message().find("profile: network.bwGBs must be a finite number in [0, 1000000]") != std::string::npos);
+  const mk::Error tiny = rejected([](Json& j) { j["network"]["bwGBs"] = 5e-324; });
+  CHECK(tiny.message().find("network.bwGBs must be 0 or a rate in [0.001, 1e+06]") != std::string::npos);
+  const mk::Error slow = rejected([](Json& j) { j["nvlink"]["alphaUs"] = 1.7e308; });
+  CHECK(slow.message().find("nvlink.alphaUs must be a finite number") != std::string::npos);
+  const mk::Error sms = rejected([](Json& j) { j["sms"] = 4294967298.0; });
+  CHECK(sms.code() == mk::ErrorCode::ParseError);
+  CHECK(sms.message().find("profile: sms must be a whole number") != std::string::npos);
 }
 
 TEST_CASE("profile io: a non finite parameter is rejected") {
@@ -197,7 +211,7 @@ TEST_CASE("profile io: a non finite parameter is rejected") {
 TEST_CASE("profile io: a parameter of the wrong type is rejected naming the field") {
   const mk::Error e = rejected([](Json& j) { j["flagUs"] = "fast"; });
   CHECK(e.code() == mk::ErrorCode::ParseError);
-  CHECK(e.message().find("flagUs must be a number") != std::string::npos);
+  CHECK(e.message().find("flagUs must be a finite number in [0, 1000000] (got string \"fast\")") != std::string::npos);
 }
 
 TEST_CASE("profile io: a misspelt field is rejected instead of ignored") {

@@ -13,6 +13,7 @@
 
 #include "mk/algorithms/request.hpp"
 #include "mk/error.hpp"
+#include "mk/io/json.hpp"
 #include "mk/io/trace.hpp"
 #include "mk/util/stats.hpp"
 #include "mk/validation/parallel.hpp"
@@ -34,19 +35,16 @@ std::optional<json> extraField(const MeasurementRecord& r, const char* key) {
   return json::parse(it->second);
 }
 
-/// A positive integer field; `required` makes its absence an error.
+/// A positive integer field at most `max`; `required` makes its absence an error.
 std::optional<uint64_t> positiveField(const MeasurementRecord& r, const char* key, const std::string& where,
-                                      bool required) {
+                                      bool required, uint64_t max = kMaxElements) {
   const auto v = extraField(r, key);
   if (!v) {
     if (required)
       bad(where, std::string("missing field '") + key + "' (needed to regenerate the schedule the engine ran)");
     return std::nullopt;
   }
-  if (!v->is_number_integer() || (v->is_number_integer() && !v->is_number_unsigned() && v->get<int64_t>() < 0) ||
-      v->get<uint64_t>() == 0)
-    bad(where, std::string("field '") + key + "' must be an integer >= 1 (got " + v->dump() + ")");
-  return v->get<uint64_t>();
+  return json_get::unsignedInt(*v, where + ": field '" + key + "'", max, 1);
 }
 
 std::string joined(const std::vector<std::string>& v) {
@@ -140,8 +138,9 @@ RecordSchedule recordSchedule(const MeasurementRecord& r, const std::string& whe
   }
   out.nRanks = r.ranks;
   if (out.nRanks == 0) bad(where, "ranks must be >= 1");
-  out.gen.chunks = static_cast<uint32_t>(std::min<uint64_t>(*positiveField(r, "chunks", where, true), UINT32_MAX));
-  out.gen.channels = static_cast<uint32_t>(std::min<uint64_t>(*positiveField(r, "channels", where, true), UINT32_MAX));
+  // The generators' own bounds: a record cannot ask for more work than the command line could.
+  out.gen.chunks = static_cast<uint32_t>(*positiveField(r, "chunks", where, true, kMaxChunks));
+  out.gen.channels = static_cast<uint32_t>(*positiveField(r, "channels", where, true, kMaxChannels));
   if (const auto nodes = positiveField(r, "nodes", where, false)) {
     if (*nodes > out.nRanks || out.nRanks % *nodes != 0)
       bad(where, "field 'nodes' " + std::to_string(*nodes) + " does not divide the record's " +
@@ -152,23 +151,24 @@ RecordSchedule recordSchedule(const MeasurementRecord& r, const std::string& whe
   out.gen.protocol = Protocol::Simple;
   if (const auto pr = extraField(r, "protocol")) {
     const auto p = pr->is_string() ? parseProtocol(pr->get<std::string>()) : std::nullopt;
-    if (!p) bad(where, "field 'protocol' must be auto, simple, ll or ll128 (got " + pr->dump().substr(0, 40) + ")");
+    if (!p) bad(where, "field 'protocol' must be auto, simple, ll or ll128 (got " + describeJson(*pr) + ")");
     out.gen.protocol = *p;
   }
   if (const auto red = extraField(r, "redop")) {
     try {
-      out.spec.redop = requireRedOp(red->is_string() ? red->get<std::string>() : red->dump(), "redop");
+      out.spec.redop = requireRedOp(red->is_string() ? excerpt(red->get<std::string>()) : describeJson(*red), "redop");
     } catch (const Error& e) {
       bad(where, e.message());
     }
   }
   if (const auto ip = extraField(r, "inplace")) {
-    if (!ip->is_boolean()) bad(where, "field 'inplace' must be true or false (got " + ip->dump() + ")");
+    if (!ip->is_boolean()) bad(where, "field 'inplace' must be true or false (got " + describeJson(*ip) + ")");
     out.inPlace = ip->get<bool>();
   }
   if (const auto root = extraField(r, "root")) {
     if (!root->is_number_unsigned() || root->get<uint64_t>() >= out.nRanks)
-      bad(where, "field 'root' must be a rank in 0.." + std::to_string(out.nRanks - 1) + " (got " + root->dump() + ")");
+      bad(where,
+          "field 'root' must be a rank in 0.." + std::to_string(out.nRanks - 1) + " (got " + describeJson(*root) + ")");
     out.spec.root = root->get<uint32_t>();
   }
   const std::string elems = std::string(toString(out.spec.dtype)) + " on " + std::to_string(out.nRanks) + " ranks";
@@ -407,12 +407,7 @@ SideBySide sideBySideTrace(const Schedule& s, const sim::Prediction& predicted, 
     for (const auto& st : predicted.steps) predictedFirstUs = std::min(predictedFirstUs, st.startUs);
   }
   if (!measuredTraceJson.empty()) {
-    json root;
-    try {
-      root = json::parse(measuredTraceJson);
-    } catch (const json::parse_error& e) {
-      throw Error(ErrorCode::ParseError, traceName + ": not valid JSON: " + e.what());
-    }
+    const json root = parseJson(measuredTraceJson, traceName);
     const json* events = root.is_array() ? &root : nullptr;
     if (root.is_object() && root.contains("traceEvents") && root["traceEvents"].is_array())
       events = &root["traceEvents"];

@@ -19,8 +19,12 @@ GenContext makeContext(const CollectiveSpec& spec, const std::vector<uint32_t>& 
   if (nodeOf.empty()) throw Error(ErrorCode::InvalidArgument, "a schedule needs at least 1 rank (nodeOf is empty)");
   if (nodeOf.size() > std::numeric_limits<uint32_t>::max() / 2)
     throw Error(ErrorCode::InvalidArgument, "too many ranks: " + std::to_string(nodeOf.size()));
-  if (opt.chunks == 0) throw Error(ErrorCode::InvalidArgument, "chunks must be >= 1 (got 0)");
-  if (opt.channels == 0) throw Error(ErrorCode::InvalidArgument, "channels must be >= 1 (got 0)");
+  if (opt.chunks == 0 || opt.chunks > kMaxChunks)
+    throw Error(ErrorCode::InvalidArgument,
+                "chunks must be in [1, " + std::to_string(kMaxChunks) + "] (got " + std::to_string(opt.chunks) + ")");
+  if (opt.channels == 0 || opt.channels > kMaxChannels)
+    throw Error(ErrorCode::InvalidArgument, "channels must be in [1, " + std::to_string(kMaxChannels) + "] (got " +
+                                                std::to_string(opt.channels) + ")");
   if (spec.count == 0) throw Error(ErrorCode::InvalidArgument, "count must be > 0 (got 0)");
   if (opt.inter != InterPhase::Ring && opt.inter != InterPhase::Rhd && opt.inter != InterPhase::Bruck &&
       opt.inter != InterPhase::Auto)

@@ -8,7 +8,9 @@
 #include <sstream>
 
 #include "mk/error.hpp"
+#include "mk/io/json.hpp"
 #include "mk/schedule/io.hpp"
+#include "mk/schedule/schedule.hpp"
 #include "mk/util/size.hpp"
 
 namespace mk {
@@ -49,24 +51,37 @@ const Json& object(const Json& obj, const std::string& path, const char* key) {
   return j;
 }
 
-/// A parameter: present, a number, finite and >= 0. Rates of 0 are accepted here (an engine that needs the
-/// rate rejects it with its own reason); negative or infinite values are never meaningful.
-double parameter(const Json& obj, const std::string& path, const char* key) {
-  const Json& j = member(obj, path, key);
-  if (!j.is_number()) parseFail(join(path, key) + " must be a number (got " + j.type_name() + ")");
-  const double v = j.get<double>();
-  if (!std::isfinite(v) || v < 0) {
-    std::ostringstream os;
-    os << "profile: " << join(path, key) << " must be >= 0 and finite (got " << v << ")";
-    throw Error(ErrorCode::InvalidArgument, os.str());
+/// What a parameter measures, and so its range (checked at the field by the json_get getters).
+enum class Unit {
+  Time,      ///< microseconds: [0, kMaxLatencyUs]
+  Rate,      ///< GB/s or TFLOP/s: 0 (an engine that needs the rate rejects it with its own reason), or in
+             ///< [kMinRate, kMaxRate]
+  Bytes,     ///< a message size: [0, kMaxElements]
+  Fraction,  ///< a ramp's or curve's share of the peak rate: [0, 1e3] (validateRamp judges the curve)
+};
+
+double checked(const Json& j, const std::string& name, Unit unit) {
+  const std::string field = "profile: " + name;
+  switch (unit) {
+    case Unit::Time: return json_get::number(j, field, 0, kMaxLatencyUs);
+    case Unit::Bytes: return json_get::number(j, field, 0, static_cast<double>(kMaxElements));
+    case Unit::Fraction: return json_get::number(j, field, 0, 1e3);
+    case Unit::Rate: break;
   }
+  const double v = json_get::number(j, field, 0, kMaxRate);
+  if (v > 0 && v < kMinRate)
+    failField(field, "must be 0 or a rate in [" + formatNumber(kMinRate) + ", " + formatNumber(kMaxRate) + "]", j);
   return v;
+}
+
+/// A parameter: present and in its unit's range.
+double parameter(const Json& obj, const std::string& path, const char* key, Unit unit) {
+  return checked(member(obj, path, key), join(path, key), unit);
 }
 
 std::string text(const Json& obj, const std::string& path, const char* key) {
   const Json& j = member(obj, path, key);
-  if (!j.is_string()) parseFail(join(path, key) + " must be a string (got " + j.type_name() + ")");
-  return j.get<std::string>();
+  return json_get::text(j, "profile: " + join(path, key));
 }
 
 /// An optional ramp `key` of `obj`: [{"bytes": B, "fraction": f}, ...], checked by validateRamp.
@@ -81,7 +96,7 @@ std::vector<RampPoint> ramp(const Json& obj, const std::string& path, const char
     const std::string pi = at + "[" + std::to_string(i) + "]";
     if (!p.is_object()) parseFail(pi + " must be an object {\"bytes\", \"fraction\"} (got " + p.type_name() + ")");
     onlyKeys(p, pi, {"bytes", "fraction"});
-    out.push_back(RampPoint{parameter(p, pi, "bytes"), parameter(p, pi, "fraction")});
+    out.push_back(RampPoint{parameter(p, pi, "bytes", Unit::Bytes), parameter(p, pi, "fraction", Unit::Fraction)});
   }
   validateRamp(out, "profile: " + at, capped);
   return out;
@@ -97,7 +112,8 @@ Json rampJson(const std::vector<RampPoint>& r) {
 LinkCost linkCost(const Json& obj, const char* key, bool capped) {
   const Json& j = object(obj, "", key);
   onlyKeys(j, key, {"alphaUs", "bwGBs", "ramp"});
-  return LinkCost{parameter(j, key, "alphaUs"), parameter(j, key, "bwGBs"), ramp(j, key, "ramp", capped)};
+  return LinkCost{parameter(j, key, "alphaUs", Unit::Time), parameter(j, key, "bwGBs", Unit::Rate),
+                  ramp(j, key, "ramp", capped)};
 }
 
 Json linkCostJson(const LinkCost& c) {
@@ -111,7 +127,7 @@ ProtocolCost protocolCost(const Json& obj, const std::string& path, const char* 
   const std::string at = join(path, key);
   const Json& j = object(obj, path, key);
   onlyKeys(j, at, {"latencyUs", "bwFraction"});
-  ProtocolCost c{parameter(j, at, "latencyUs"), parameter(j, at, "bwFraction")};
+  ProtocolCost c{parameter(j, at, "latencyUs", Unit::Time), parameter(j, at, "bwFraction", Unit::Fraction)};
   if (!(c.bwFraction > 0) || c.bwFraction > 1) {
     std::ostringstream os;
     os << "profile: " << at << ".bwFraction must be in (0, 1] (got " << c.bwFraction << ")";
@@ -134,13 +150,13 @@ void readLayered(const Json& j, Profile& p) {
   if (j.contains("nccl")) {
     const Json& nj = object(j, "", "nccl");
     onlyKeys(nj, "nccl", {"launchUs", "baseUs"});
-    if (nj.contains("launchUs")) p.nccl.launchUs = parameter(nj, "nccl", "launchUs");
+    if (nj.contains("launchUs")) p.nccl.launchUs = parameter(nj, "nccl", "launchUs", Unit::Time);
     if (nj.contains("baseUs")) {
       const Json& bj = object(nj, "nccl", "baseUs");
       onlyKeys(bj, "nccl.baseUs", {"ll", "ll128", "simple"});
-      if (bj.contains("ll")) p.nccl.baseLlUs = parameter(bj, "nccl.baseUs", "ll");
-      if (bj.contains("ll128")) p.nccl.baseLl128Us = parameter(bj, "nccl.baseUs", "ll128");
-      if (bj.contains("simple")) p.nccl.baseSimpleUs = parameter(bj, "nccl.baseUs", "simple");
+      if (bj.contains("ll")) p.nccl.baseLlUs = parameter(bj, "nccl.baseUs", "ll", Unit::Time);
+      if (bj.contains("ll128")) p.nccl.baseLl128Us = parameter(bj, "nccl.baseUs", "ll128", Unit::Time);
+      if (bj.contains("simple")) p.nccl.baseSimpleUs = parameter(bj, "nccl.baseUs", "simple", Unit::Time);
     }
   }
 }
@@ -162,19 +178,10 @@ TransportModel transport(const Json& obj) {
   onlyKeys(j, "transport", {"kind", "overheadUs", "latencyUs", "efficiency", "inFlight"});
   TransportModel t;
   t.kind = text(j, "transport", "kind");
-  auto number = [&](const Json& o, const std::string& path, const char* key) {
-    const Json& v = member(o, path, key);
-    if (!v.is_number()) parseFail(join(path, key) + " must be a number (got " + v.type_name() + ")");
-    return v.get<double>();
-  };
-  t.overheadUs = number(j, "transport", "overheadUs");
-  t.latencyUs = number(j, "transport", "latencyUs");
-  const double inFlight = number(j, "transport", "inFlight");
-  if (inFlight != std::floor(inFlight) || inFlight < 0 || inFlight > std::numeric_limits<uint32_t>::max())
-    throw Error(
-        ErrorCode::InvalidArgument,
-        "profile: transport.inFlight must be a whole number of messages >= 1 (got " + formatNumber(inFlight) + ")");
-  t.inFlight = static_cast<uint32_t>(inFlight);
+  t.overheadUs = parameter(j, "transport", "overheadUs", Unit::Time);
+  t.latencyUs = parameter(j, "transport", "latencyUs", Unit::Time);
+  // A whole number of messages; validateTransport says why 0 is refused.
+  t.inFlight = json_get::u32(member(j, "transport", "inFlight"), std::string("profile: transport.inFlight"));
   const Json& curve = member(j, "transport", "efficiency");
   if (!curve.is_array())
     parseFail(std::string("transport.efficiency must be an array (got ") + curve.type_name() + ")");
@@ -183,7 +190,8 @@ TransportModel transport(const Json& obj) {
     if (!curve[i].is_object())
       parseFail(path + " must be an object {bytes, fraction} (got " + curve[i].type_name() + ")");
     onlyKeys(curve[i], path, {"bytes", "fraction"});
-    t.efficiency.push_back({number(curve[i], path, "bytes"), number(curve[i], path, "fraction")});
+    t.efficiency.push_back(
+        {parameter(curve[i], path, "bytes", Unit::Bytes), parameter(curve[i], path, "fraction", Unit::Fraction)});
   }
   try {
     validateTransport(t, "transport");
@@ -231,16 +239,11 @@ std::string profileToJson(const Profile& p, const ProfileProvenance& prov, int i
 }
 
 Profile profileFromJson(const std::string& input, ProfileProvenance* provenance) {
-  Json j;
-  try {
-    j = Json::parse(input);
-  } catch (const Json::exception& e) {
-    parseFail(std::string("not valid JSON: ") + e.what());
-  }
+  const Json j = parseJson(input, "profile", kMaxConfigJsonBytes);
   if (!j.is_object()) parseFail(std::string("the document must be a JSON object (got ") + j.type_name() + ")");
   const std::string schema = text(j, "", "schema");
   if (schema != kProfileSchema)
-    parseFail("schema must be \"" + std::string(kProfileSchema) + "\" (got \"" + schema + "\")");
+    parseFail("schema must be \"" + std::string(kProfileSchema) + "\" (got \"" + excerpt(schema) + "\")");
   onlyKeys(j, "", {"schema",     "source",    "provenance",  "nvlink",     "network",    "local",      "reduceGBs",
                    "reduceRamp", "flagUs",    "localFlagUs", "dispatchUs", "peerUserUs", "putIssueUs", "userPutUs",
                    "proxyUs",    "transport", "gemmTflops",  "sms",        "ctaGBs",     "protocols",  "nccl"});
@@ -249,18 +252,18 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   p.nvlink = linkCost(j, "nvlink", true);
   p.network = linkCost(j, "network", true);
   p.local = linkCost(j, "local", false);
-  p.reduceGBs = parameter(j, "", "reduceGBs");
+  p.reduceGBs = parameter(j, "", "reduceGBs", Unit::Rate);
   p.reduceRamp = ramp(j, "", "reduceRamp", false);
-  p.flagUs = parameter(j, "", "flagUs");
+  p.flagUs = parameter(j, "", "flagUs", Unit::Time);
   // Added after the first profiles were written: a profile without it prices a lane-to-lane signal like a
   // cross-GPU one (what every engine did before the field existed).
-  p.localFlagUs = j.contains("localFlagUs") ? parameter(j, "", "localFlagUs") : p.flagUs;
-  p.dispatchUs = parameter(j, "", "dispatchUs");
+  p.localFlagUs = j.contains("localFlagUs") ? parameter(j, "", "localFlagUs", Unit::Time) : p.flagUs;
+  p.dispatchUs = parameter(j, "", "dispatchUs", Unit::Time);
   // Added later too: a profile without it charges no op the peer-user-buffer term (as before it existed).
-  p.peerUserUs = j.contains("peerUserUs") ? parameter(j, "", "peerUserUs") : 0.0;
-  p.putIssueUs = j.contains("putIssueUs") ? parameter(j, "", "putIssueUs") : 0.0;
-  p.userPutUs = j.contains("userPutUs") ? parameter(j, "", "userPutUs") : 0.0;
-  p.proxyUs = parameter(j, "", "proxyUs");
+  p.peerUserUs = j.contains("peerUserUs") ? parameter(j, "", "peerUserUs", Unit::Time) : 0.0;
+  p.putIssueUs = j.contains("putIssueUs") ? parameter(j, "", "putIssueUs", Unit::Time) : 0.0;
+  p.userPutUs = j.contains("userPutUs") ? parameter(j, "", "userPutUs", Unit::Time) : 0.0;
+  p.proxyUs = parameter(j, "", "proxyUs", Unit::Time);
   if (j.contains("transport")) {
     p.transport = transport(j);
   } else {
@@ -269,15 +272,10 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
     p.transport.efficiency.clear();
     p.transport.inFlight = std::numeric_limits<uint32_t>::max();
   }
-  p.gemmTflops = parameter(j, "", "gemmTflops");
+  p.gemmTflops = parameter(j, "", "gemmTflops", Unit::Rate);
   // Added with the fused operators: a profile without them does not model a rank's CTA split (rule 2b).
-  p.ctaGBs = j.contains("ctaGBs") ? parameter(j, "", "ctaGBs") : 0.0;
-  if (j.contains("sms")) {
-    const double sms = parameter(j, "", "sms");
-    if (sms != std::floor(sms) || sms > 1e6)
-      parseFail("sms must be a whole number of SMs (got " + formatNumber(sms) + ")");
-    p.sms = static_cast<uint32_t>(sms);
-  }
+  p.ctaGBs = j.contains("ctaGBs") ? parameter(j, "", "ctaGBs", Unit::Rate) : 0.0;
+  if (j.contains("sms")) p.sms = json_get::u32(j["sms"], std::string("profile: sms"), 1u << 20);
   readLayered(j, p);
 
   ProfileProvenance prov;
@@ -293,10 +291,8 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
       const Json& m = pj["measurements"];
       if (!m.is_array()) parseFail(std::string("provenance.measurements must be an array (got ") + m.type_name() + ")");
       for (std::size_t i = 0; i < m.size(); ++i) {
-        if (!m[i].is_string())
-          parseFail("provenance.measurements[" + std::to_string(i) + "] must be a string (got " + m[i].type_name() +
-                    ")");
-        prov.measurements.push_back(m[i].get<std::string>());
+        prov.measurements.push_back(
+            json_get::text(m[i], "profile: provenance.measurements[" + std::to_string(i) + "]"));
       }
     }
   }

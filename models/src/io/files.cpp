@@ -16,13 +16,20 @@
 
 namespace mk {
 
-std::string readFile(const std::string& path) {
+std::string readFile(const std::string& path, std::size_t maxBytes) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(ErrorCode::IoError, "cannot open '" + path + "' for reading: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  std::string out;
+  std::vector<char> buf(std::size_t{1} << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    out.append(buf.data(), static_cast<std::size_t>(in.gcount()));
+    if (out.size() > maxBytes)
+      throw Error(ErrorCode::ParseError,
+                  path + ": longer than the limit of " + std::to_string(maxBytes) + " bytes for this kind of file");
+  }
   if (in.bad()) throw Error(ErrorCode::IoError, "error while reading '" + path + "'");
-  return std::move(ss).str();
+  return out;
 }
 
 namespace {

@@ -3,9 +3,13 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <limits>
 
+#include "mk/algorithms/algorithms.hpp"
 #include "mk/error.hpp"
+#include "mk/io/json.hpp"
 #include "mk/schedule/io.hpp"
+#include "mk/schedule/schedule.hpp"
 
 namespace mk {
 namespace {
@@ -23,45 +27,32 @@ const json& need(const json& obj, const char* key, const std::string& where) {
 }
 
 std::string needString(const json& obj, const char* key, const std::string& where, bool allowEmpty = false) {
-  const json& v = need(obj, key, where);
-  if (!v.is_string()) fail(where + "." + key, "must be a string (got " + v.dump() + ")");
-  if (!allowEmpty && v.get<std::string>().empty()) fail(where + "." + key, "must not be empty");
-  return v.get<std::string>();
+  const std::string& v = json_get::text(need(obj, key, where), where + "." + key);
+  if (!allowEmpty && v.empty()) fail(where + "." + key, "must not be empty");
+  return v;
 }
 
-double needPositive(const json& obj, const char* key, const std::string& where, bool allowZero) {
-  const json& v = need(obj, key, where);
-  if (!v.is_number()) fail(where + "." + key, "must be a number (got " + v.dump() + ")");
-  const double d = v.get<double>();
-  if (!std::isfinite(d) || d < 0 || (!allowZero && d == 0))
-    fail(where + "." + key,
-         std::string("must be a finite number ") + (allowZero ? ">= 0" : "> 0") + " (got " + v.dump() + ")");
-  return d;
+/// Measured times: (0, one hour] in microseconds.
+constexpr double kMaxTimeUs = 3.6e9;
+
+double needNumber(const json& obj, const char* key, const std::string& where, double max, bool allowZero) {
+  return json_get::number(need(obj, key, where), where + "." + key, 0, max, !allowZero);
 }
 
-uint64_t needUnsigned(const json& obj, const char* key, const std::string& where, bool allowZero) {
-  const json& v = need(obj, key, where);
-  if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
-    fail(where + "." + key, "must be a non-negative integer (got " + v.dump() + ")");
-  const uint64_t u = v.get<uint64_t>();
-  if (!allowZero && u == 0) fail(where + "." + key, "must be > 0");
-  return u;
+uint64_t needUnsigned(const json& obj, const char* key, const std::string& where, bool allowZero,
+                      uint64_t max = std::numeric_limits<uint32_t>::max()) {
+  return json_get::unsignedInt(need(obj, key, where), where + "." + key, max, allowZero ? 0 : 1);
 }
 
 }  // namespace
 
 MeasurementFile parseMeasurementFile(const std::string& jsonText, const std::string& name) {
-  json root;
-  try {
-    root = json::parse(jsonText);
-  } catch (const json::parse_error& e) {
-    fail(name, std::string("not valid JSON: ") + e.what());
-  }
+  const json root = parseJson(jsonText, name, kMaxConfigJsonBytes);
   if (!root.is_object()) fail(name, "top level must be an object");
   MeasurementFile f;
   f.schema = needString(root, "schema", name);
   if (f.schema.rfind("mkernel.measurement.", 0) != 0)
-    fail(name + ".schema", "expected \"mkernel.measurement.v1\" (got \"" + f.schema + "\")");
+    fail(name + ".schema", "expected \"mkernel.measurement.v1\" (got \"" + excerpt(f.schema) + "\")");
   const json& sys = need(root, "system", name);
   if (!sys.is_object()) fail(name + ".system", "must be an object");
   for (const char* k : {"gpu", "gpus"}) need(sys, k, name + ".system");
@@ -85,10 +76,10 @@ MeasurementFile parseMeasurementFile(const std::string& jsonText, const std::str
     m.algo = r.contains("algo") ? needString(r, "algo", where, true) : "";
     m.dtype = needString(r, "dtype", where);
     m.ranks = static_cast<uint32_t>(needUnsigned(r, "ranks", where, false));
-    m.bytes = needUnsigned(r, "bytes", where, true);
-    m.timeUs = needPositive(r, "time_us", where, false);
-    m.algbwGBs = r.contains("algbw_gbs") ? needPositive(r, "algbw_gbs", where, true) : 0;
-    m.busbwGBs = r.contains("busbw_gbs") ? needPositive(r, "busbw_gbs", where, true) : 0;
+    m.bytes = needUnsigned(r, "bytes", where, true, kMaxElements);
+    m.timeUs = needNumber(r, "time_us", where, kMaxTimeUs, false);
+    m.algbwGBs = r.contains("algbw_gbs") ? needNumber(r, "algbw_gbs", where, kMaxRate, true) : 0;
+    m.busbwGBs = r.contains("busbw_gbs") ? needNumber(r, "busbw_gbs", where, kMaxRate, true) : 0;
     m.iters = needUnsigned(r, "iters", where, false);
     m.stat = needString(r, "stat", where);
     for (auto it = r.begin(); it != r.end(); ++it) {
@@ -96,6 +87,9 @@ MeasurementFile parseMeasurementFile(const std::string& jsonText, const std::str
       for (const char* k : kKnown) known = known || it.key() == k;
       if (!known) m.extra[it.key()] = it->dump();
     }
+    // What a generator is asked for when the record is replayed: never more than the command line may ask.
+    if (r.contains("chunks")) needUnsigned(r, "chunks", where, false, kMaxChunks);
+    if (r.contains("channels")) needUnsigned(r, "channels", where, false, kMaxChannels);
     // Fused operators (GEMM + collective): the shape and the SMs, and for our engine the split that ran.
     if (m.op == "gemm-rs" || m.op == "ag-gemm" || m.op == "gemm-ar") {
       for (const char* k : {"m", "n", "k", "sms"}) needUnsigned(r, k, where, false);

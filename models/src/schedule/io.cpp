@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "mk/error.hpp"
+#include "mk/io/json.hpp"
 #include "mk/schedule/pack.hpp"
 
 namespace mk {
@@ -26,6 +27,8 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kSchema = "mkernel.schedule.v1";
+/// Longest name (buffer, op, algorithm) a schedule may carry.
+constexpr std::size_t kMaxNameBytes = 256;
 
 // ---------------------------------------------------------------------------------------------------------
 // Writer
@@ -393,12 +396,6 @@ struct Path {
   throw Error(ErrorCode::ParseError, p.str() + ": " + msg);
 }
 
-std::string describeJson(const json& v) {
-  std::string d = v.dump();
-  if (d.size() > 40) d = d.substr(0, 37) + "...";
-  return std::string(v.type_name()) + " " + d;
-}
-
 const json& member(const json& obj, const char* key, const Path& p) {
   auto it = obj.find(key);
   if (it == obj.end()) fail(p[key], "required field is missing");
@@ -417,24 +414,13 @@ void expectArray(const json& v, const Path& p) {
   if (!v.is_array()) fail(p, "expected an array, got " + describeJson(v));
 }
 
-uint64_t asU64(const json& v, const Path& p, uint64_t max = std::numeric_limits<uint64_t>::max()) {
-  // nlohmann stores every non-negative integer literal as unsigned; negatives and 3.0 are rejected.
-  if (!v.is_number_unsigned()) fail(p, "expected a non-negative integer, got " + describeJson(v));
-  const uint64_t x = v.get<uint64_t>();
-  if (x > max) fail(p, "value " + std::to_string(x) + " exceeds the maximum " + std::to_string(max));
-  return x;
-}
-uint32_t asU32(const json& v, const Path& p) {
-  return static_cast<uint32_t>(asU64(v, p, std::numeric_limits<uint32_t>::max()));
-}
-const std::string& asString(const json& v, const Path& p) {
-  if (!v.is_string()) fail(p, "expected a string, got " + describeJson(v));
-  return v.get_ref<const std::string&>();
-}
-bool asBool(const json& v, const Path& p) {
-  if (!v.is_boolean()) fail(p, "expected true or false, got " + describeJson(v));
-  return v.get<bool>();
-}
+/// Element counts and offsets: at most kMaxElements, so that bytes (count x element size) and offset + count
+/// never overflow and stay exact in a double (the cost model's unit).
+uint64_t asU64(const json& v, const Path& p, uint64_t max = kMaxElements) { return json_get::unsignedInt(v, p, max); }
+uint32_t asU32(const json& v, const Path& p) { return json_get::u32(v, p); }
+/// Names (buffers, ops, algorithms) are identifiers, not documents.
+const std::string& asString(const json& v, const Path& p) { return json_get::text(v, p, kMaxNameBytes); }
+bool asBool(const json& v, const Path& p) { return json_get::boolean(v, p); }
 
 /// "a, b, c" from a name table, for "expected one of" messages.
 template <typename E>
@@ -451,7 +437,7 @@ template <typename E, typename Parser>
 E asEnum(const json& v, const Path& p, Parser parse, const char* what, const std::string& expected) {
   const std::string& s = asString(v, p);
   auto e = parse(s);
-  if (!e) fail(p, std::string("unknown ") + what + " '" + s + "' (expected one of " + expected + ")");
+  if (!e) fail(p, std::string("unknown ") + what + " '" + excerpt(s) + "' (expected one of " + expected + ")");
   return *e;
 }
 
@@ -467,7 +453,7 @@ void checkKeys(const json& obj, const Path& p, std::initializer_list<const char*
     if (ok) continue;
     std::string list;
     for (const char* a : allowed) list += list.empty() ? std::string(a) : std::string(", ") + a;
-    fail(p, "unknown field '" + k + "' (expected " + list + ")");
+    fail(p, "unknown field '" + excerpt(k) + "' (expected " + list + ")");
   }
 }
 
@@ -486,7 +472,8 @@ class Reader {
     expectObject(root, top);
     checkKeys(root, top, {"schema", "info", "nRanks", "nodeOf", "nFlags", "nBarriers", "buffers", "gemms", "ranks"});
     const std::string& schema = asString(member(root, "schema", top), top["schema"]);
-    if (schema != kSchema) fail(top["schema"], "unsupported schema '" + schema + "' (expected '" + kSchema + "')");
+    if (schema != kSchema)
+      fail(top["schema"], "unsupported schema '" + excerpt(schema) + "' (expected '" + kSchema + "')");
 
     if (const json* info = optionalMember(root, "info")) readInfo(*info, top["info"]);
     s_.nRanks = asU32(member(root, "nRanks", top), top["nRanks"]);
@@ -544,7 +531,7 @@ class Reader {
       BufferDecl d;
       d.name = asString(member(o, "name", pb), pb["name"]);
       if (d.name.empty()) fail(pb["name"], "a buffer name must not be empty");
-      if (byName_.count(d.name)) fail(pb["name"], "duplicate buffer name '" + d.name + "'");
+      if (byName_.count(d.name)) fail(pb["name"], "duplicate buffer name '" + excerpt(d.name) + "'");
       d.dtype = asEnum<DType>(member(o, "dtype", pb), pb["dtype"], parseDType, "dtype", kDTypeList);
       d.kind = asEnum<BufferKind>(member(o, "kind", pb), pb["kind"], parseBufferKind, "buffer kind", kBufferKindList);
       const Path pc = pb["count"];
@@ -614,7 +601,8 @@ class Reader {
     if (it == byName_.end()) {
       std::string declared;
       for (const auto& b : s_.buffers) declared += (declared.empty() ? "" : ", ") + b.name;
-      fail(p, "unknown buffer '" + name + "' (declared: " + (declared.empty() ? "none" : declared) + ")");
+      fail(p, "unknown buffer '" + excerpt(name) + "' (declared: " + (declared.empty() ? "none" : excerpt(declared)) +
+                  ")");
     }
     ref.buffer = it->second;
     ref.offset = asU64(v[2], p[2]);
@@ -660,13 +648,13 @@ class Reader {
           else if (proto == "ll128")
             st.flags |= kStepLL128;
           else if (proto != "simple")
-            fail(p["protocol"], "unknown protocol '" + proto + "' (expected simple, ll, ll128)");
+            fail(p["protocol"], "unknown protocol '" + excerpt(proto) + "' (expected simple, ll, ll128)");
         }
         const json* sig = optionalMember(o, "signal");
         if (sig != nullptr && asBool(*sig, p["signal"])) {
           st.flags |= kStepSignal;
           st.flag = readFlag(member(o, "flag", p), p["flag"]);
-          st.value = asU64(member(o, "value", p), p["value"]);
+          st.value = json_get::unsignedInt(member(o, "value", p), p["value"]);
         } else {
           if (optionalMember(o, "flag")) fail(p["flag"], "a flag is given but \"signal\" is not true");
           if (optionalMember(o, "value")) fail(p["value"], "a value is given but \"signal\" is not true");
@@ -677,7 +665,7 @@ class Reader {
       case StepKind::Wait:
         checkKeys(o, p, {"kind", "flag", "value"}, cost);
         st.flag = readFlag(member(o, "flag", p), p["flag"]);
-        st.value = asU64(member(o, "value", p), p["value"]);
+        st.value = json_get::unsignedInt(member(o, "value", p), p["value"]);
         break;
       case StepKind::Gemm:
         checkKeys(o, p, {"kind", "gemm", "dst", "a", "b", "accumulate", "bColMajor"}, cost);
@@ -702,26 +690,24 @@ class Reader {
 
 }  // namespace
 
-Schedule scheduleFromJson(const std::string& text) {
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::parse_error& e) {
-    // e.what() carries nlohmann's byte position / line and column, which is what a user needs here.
-    throw Error(ErrorCode::ParseError, std::string("malformed or truncated JSON: ") + e.what());
-  }
-  return Reader().read(root);
-}
+namespace {
 
-Schedule loadSchedule(const std::string& path) {
-  const std::string text = readFile(path);
+/// The one reading path: `what` names the document in every message (a path, or "schedule").
+Schedule readSchedule(const std::string& text, const std::string& what) {
+  const json root = parseJson(text, what);
   try {
-    return scheduleFromJson(text);
+    return Reader().read(root);
   } catch (const Error& e) {
     if (e.code() != ErrorCode::ParseError) throw;
-    throw Error(ErrorCode::ParseError, path + ": " + e.message());
+    throw Error(ErrorCode::ParseError, what + ": " + e.message());
   }
 }
+
+}  // namespace
+
+Schedule scheduleFromJson(const std::string& text) { return readSchedule(text, "schedule"); }
+
+Schedule loadSchedule(const std::string& path) { return readSchedule(readFile(path), path); }
 
 void saveSchedule(const Schedule& s, const std::string& path) { writeFileAtomic(path, scheduleToJson(s) + "\n"); }
 

@@ -236,6 +236,10 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
     if (h.nRanks > 0)
       std::memcpy(d.count.data(), data + lay.counts + uint64_t{b} * h.nRanks * sizeof(uint64_t),
                   h.nRanks * sizeof(uint64_t));
+    for (uint32_t r = 0; r < h.nRanks; ++r)
+      if (d.count[r] > kMaxElements)
+        bad("buffer " + std::to_string(b) + " rank " + std::to_string(r) + ": count " + std::to_string(d.count[r]) +
+            " exceeds " + std::to_string(kMaxElements) + " elements");
   }
 
   s.gemms.resize(h.nGemms);
@@ -296,6 +300,9 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
                std::to_string(h.nRanks) + ")");
       };
       if (const char* problem = protocolFlagProblem(kind, ps.flags)) fail(problem);
+      if (ps.count > kMaxElements || ps.dst.offset > kMaxElements || ps.a.offset > kMaxElements ||
+          ps.b.offset > kMaxElements)
+        fail("a count or offset exceeds " + std::to_string(kMaxElements) + " elements");
       const bool signals = (kind == StepKind::Put || kind == StepKind::ProxyPut) && (ps.flags & kStepSignal);
       switch (kind) {
         case StepKind::Copy:

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "mk/error.hpp"
+#include "mk/io/json.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/util/size.hpp"
 #include "topology_internal.hpp"
@@ -23,6 +24,13 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr const char* kTopologySchema = "mkernel.topology.v1";
+
+// Bounds of what a node and a fabric can be, far above any datasheet: a node of 1024 GPUs (an NVL576 rack is
+// the largest NVLink domain announced), 2^20 SMs, a leaf switch with 65536 node ports, 1000:1 oversubscription.
+constexpr uint32_t kMaxGpusPerNode = 1024;
+constexpr uint32_t kMaxSms = 1u << 20;
+constexpr uint32_t kMaxNodesPerLeaf = 65536;
+constexpr double kMaxOversubscription = 1e3;
 
 // ---- validation ------------------------------------------------------------------------------------------
 
@@ -63,23 +71,17 @@ const Json& object(const Json& obj, const std::string& path, const char* key) {
   return j;
 }
 
-double number(const Json& obj, const std::string& path, const char* key) {
-  const Json& j = member(obj, path, key);
-  if (!j.is_number())
-    throw Error(ErrorCode::ParseError,
-                "topology: " + childPath(path, key) + " must be a number (got " + typeName(j) + ")");
-  return j.get<double>();
+/// A latency in microseconds: [0, kMaxLatencyUs].
+double latency(const Json& obj, const std::string& path, const char* key) {
+  return json_get::number(member(obj, path, key), "topology: " + childPath(path, key), 0, kMaxLatencyUs);
 }
 
-uint32_t count32(const Json& j, const std::string& full) {
-  if (!j.is_number_integer() || (!j.is_number_unsigned() && j.get<int64_t>() < 0))
-    throw Error(ErrorCode::ParseError, "topology: " + full + " must be a non-negative integer (got " +
-                                           (j.is_number() ? j.dump() : typeName(j)) + ")");
-  const uint64_t v = j.get<uint64_t>();
-  if (v > std::numeric_limits<uint32_t>::max())
-    throw Error(ErrorCode::ParseError, "topology: " + full + " is too large (got " + j.dump() + ")");
-  return static_cast<uint32_t>(v);
+/// A bandwidth (GB/s) or compute rate (TFLOP/s): [kMinRate, kMaxRate].
+double rate(const Json& obj, const std::string& path, const char* key) {
+  return json_get::number(member(obj, path, key), "topology: " + childPath(path, key), kMinRate, kMaxRate);
 }
+
+uint32_t count32(const Json& j, const std::string& full) { return json_get::u32(j, "topology: " + full); }
 
 uint32_t count32(const Json& obj, const std::string& path, const char* key) {
   return count32(member(obj, path, key), childPath(path, key));
@@ -87,10 +89,7 @@ uint32_t count32(const Json& obj, const std::string& path, const char* key) {
 
 std::string text(const Json& obj, const std::string& path, const char* key) {
   const Json& j = member(obj, path, key);
-  if (!j.is_string())
-    throw Error(ErrorCode::ParseError,
-                "topology: " + childPath(path, key) + " must be a string (got " + typeName(j) + ")");
-  return j.get<std::string>();
+  return json_get::text(j, "topology: " + childPath(path, key));
 }
 
 bool boolean(const Json& obj, const std::string& path, const char* key) {
@@ -128,8 +127,8 @@ void readNics(const Json& node, NodeSpec& n) {
       onlyKeys(nics[i], path, {"name", "bwGBs", "latencyUs", "transport", "gpus"});
       NicSpec nic;
       if (nics[i].contains("name")) nic.name = text(nics[i], path, "name");
-      nic.bwGBs = number(nics[i], path, "bwGBs");
-      nic.latencyUs = number(nics[i], path, "latencyUs");
+      nic.bwGBs = rate(nics[i], path, "bwGBs");
+      nic.latencyUs = latency(nics[i], path, "latencyUs");
       if (nics[i].contains("transport")) nic.transport = text(nics[i], path, "transport");
       nic.gpus = indexList(nics[i], path, "gpus");
       n.nicList.push_back(nic);
@@ -141,8 +140,8 @@ void readNics(const Json& node, NodeSpec& n) {
     n.nics = count32(node, "node", "nics");
     const Json& nic = object(node, "node", "nic");
     onlyKeys(nic, "node.nic", {"bwGBs", "latencyUs", "transport"});
-    n.nic.bwGBs = number(nic, "node.nic", "bwGBs");
-    n.nic.latencyUs = number(nic, "node.nic", "latencyUs");
+    n.nic.bwGBs = rate(nic, "node.nic", "bwGBs");
+    n.nic.latencyUs = latency(nic, "node.nic", "latencyUs");
     if (nic.contains("transport")) n.nic.transport = text(nic, "node.nic", "transport");
   }
   if (!node.contains("pcieSwitches")) return;
@@ -155,7 +154,7 @@ void readNics(const Json& node, NodeSpec& n) {
       throw Error(ErrorCode::ParseError, "topology: " + path + " must be an object (got " + typeName(sws[i]) + ")");
     onlyKeys(sws[i], path, {"bwGBs", "gpus", "nics"});
     PcieSwitchSpec sw;
-    sw.bwGBs = number(sws[i], path, "bwGBs");
+    sw.bwGBs = rate(sws[i], path, "bwGBs");
     if (sws[i].contains("gpus")) sw.gpus = indexList(sws[i], path, "gpus");
     if (sws[i].contains("nics")) sw.nics = indexList(sws[i], path, "nics");
     n.pcieSwitches.push_back(sw);
@@ -187,11 +186,15 @@ Topology topologyPreset(const std::string& name, uint32_t nodes) {
 void validateTopology(const Topology& t) {
   if (t.nodes == 0) throw Error(ErrorCode::InvalidArgument, "nodes must be >= 1 (got 0)");
   const NodeSpec& n = t.node;
-  if (n.gpus == 0) throw Error(ErrorCode::InvalidArgument, "node.gpus must be >= 1 (got 0)");
+  if (n.gpus == 0 || n.gpus > kMaxGpusPerNode)
+    throw Error(ErrorCode::InvalidArgument, "node.gpus must be in [1, " + std::to_string(kMaxGpusPerNode) + "] (got " +
+                                                std::to_string(n.gpus) + ")");
   if (static_cast<uint64_t>(t.nodes) * n.gpus > std::numeric_limits<uint32_t>::max())
     throw Error(ErrorCode::InvalidArgument, "nodes x node.gpus must fit in 32 bits (got " + std::to_string(t.nodes) +
                                                 " x " + std::to_string(n.gpus) + ")");
-  if (n.sms == 0) throw Error(ErrorCode::InvalidArgument, "node.sms must be >= 1 (got 0)");
+  if (n.sms == 0 || n.sms > kMaxSms)
+    throw Error(ErrorCode::InvalidArgument,
+                "node.sms must be in [1, " + std::to_string(kMaxSms) + "] (got " + std::to_string(n.sms) + ")");
   requirePositive("node.bf16Tflops", n.bf16Tflops);
   requirePositive("node.hbmGBs", n.hbmGBs);
   requirePositive("node.nvlink.bwGBs", n.nvlink.bwGBs);
@@ -202,10 +205,13 @@ void validateTopology(const Topology& t) {
   const FabricSpec& f = t.fabric;
   if (f.kind != "rail-leaf-spine")
     throw Error(ErrorCode::InvalidArgument, "fabric.kind must be \"rail-leaf-spine\" (got \"" + f.kind + "\")");
-  if (f.nodesPerLeaf == 0) throw Error(ErrorCode::InvalidArgument, "fabric.nodesPerLeaf must be >= 1 (got 0)");
-  if (!std::isfinite(f.oversubscription) || !(f.oversubscription >= 1))
-    throw Error(ErrorCode::InvalidArgument,
-                "fabric.oversubscription must be >= 1 (got " + formatNumber(f.oversubscription) + ")");
+  if (f.nodesPerLeaf == 0 || f.nodesPerLeaf > kMaxNodesPerLeaf)
+    throw Error(ErrorCode::InvalidArgument, "fabric.nodesPerLeaf must be in [1, " + std::to_string(kMaxNodesPerLeaf) +
+                                                "] (got " + std::to_string(f.nodesPerLeaf) + ")");
+  if (!std::isfinite(f.oversubscription) || !(f.oversubscription >= 1) || f.oversubscription > kMaxOversubscription)
+    throw Error(ErrorCode::InvalidArgument, "fabric.oversubscription must be in [1, " +
+                                                formatNumber(kMaxOversubscription) + "] (got " +
+                                                formatNumber(f.oversubscription) + ")");
   requireNonNegative("fabric.switchLatencyUs", f.switchLatencyUs);
 }
 
@@ -246,19 +252,14 @@ std::string topologyToJson(const Topology& t, int indent) {
 }
 
 Topology topologyFromJson(const std::string& textIn) {
-  Json j;
-  try {
-    j = Json::parse(textIn);
-  } catch (const Json::parse_error& e) {
-    throw Error(ErrorCode::ParseError, std::string("topology: not valid JSON: ") + e.what());
-  }
+  const Json j = parseJson(textIn, "topology", kMaxConfigJsonBytes);
   if (!j.is_object())
     throw Error(ErrorCode::ParseError, "topology: the document must be a JSON object (got " + typeName(j) + ")");
   if (j.contains("schema")) {
     const std::string schema = text(j, "", "schema");
     if (schema != kTopologySchema)
-      throw Error(ErrorCode::ParseError,
-                  "topology: schema must be \"" + std::string(kTopologySchema) + "\" (got \"" + schema + "\")");
+      throw Error(ErrorCode::ParseError, "topology: schema must be \"" + std::string(kTopologySchema) + "\" (got \"" +
+                                             excerpt(schema) + "\")");
   }
 
   // Short form: a preset, optionally with a node count.
@@ -282,24 +283,26 @@ Topology topologyFromJson(const std::string& textIn) {
   t.node.gpu = text(node, "node", "gpu");
   t.node.gpus = count32(node, "node", "gpus");
   t.node.sms = count32(node, "node", "sms");
-  t.node.bf16Tflops = number(node, "node", "bf16Tflops");
-  t.node.hbmGBs = number(node, "node", "hbmGBs");
+  t.node.bf16Tflops = rate(node, "node", "bf16Tflops");
+  t.node.hbmGBs = rate(node, "node", "hbmGBs");
   const Json& nvl = object(node, "node", "nvlink");
   onlyKeys(nvl, "node.nvlink", {"bwGBs", "latencyUs", "switched"});
-  t.node.nvlink.bwGBs = number(nvl, "node.nvlink", "bwGBs");
-  t.node.nvlink.latencyUs = number(nvl, "node.nvlink", "latencyUs");
+  t.node.nvlink.bwGBs = rate(nvl, "node.nvlink", "bwGBs");
+  t.node.nvlink.latencyUs = latency(nvl, "node.nvlink", "latencyUs");
   t.node.nvlink.switched = boolean(nvl, "node.nvlink", "switched");
   const Json& pcie = object(node, "node", "pcie");
   onlyKeys(pcie, "node.pcie", {"bwGBs", "latencyUs"});
-  t.node.pcie.bwGBs = number(pcie, "node.pcie", "bwGBs");
-  t.node.pcie.latencyUs = number(pcie, "node.pcie", "latencyUs");
+  t.node.pcie.bwGBs = rate(pcie, "node.pcie", "bwGBs");
+  t.node.pcie.latencyUs = latency(pcie, "node.pcie", "latencyUs");
   readNics(node, t.node);
   const Json& fab = object(j, "", "fabric");
   onlyKeys(fab, "fabric", {"kind", "nodesPerLeaf", "oversubscription", "switchLatencyUs"});
   t.fabric.kind = text(fab, "fabric", "kind");
   t.fabric.nodesPerLeaf = count32(fab, "fabric", "nodesPerLeaf");
-  t.fabric.oversubscription = number(fab, "fabric", "oversubscription");
-  t.fabric.switchLatencyUs = number(fab, "fabric", "switchLatencyUs");
+  t.fabric.oversubscription =
+      json_get::number(member(fab, "fabric", "oversubscription"), std::string("topology: fabric.oversubscription"), 1,
+                       kMaxOversubscription);
+  t.fabric.switchLatencyUs = latency(fab, "fabric", "switchLatencyUs");
   validateTopology(t);
   return t;
 }

@@ -1,11 +1,11 @@
 // mkernel — JSON field reading with full paths in the errors (json_fields.hpp).
 #include "json_fields.hpp"
 
-#include <cmath>
 #include <limits>
 #include <utility>
 
 #include "mk/error.hpp"
+#include "mk/io/json.hpp"
 
 namespace mk::detail {
 
@@ -38,37 +38,20 @@ const JsonFields::Json& JsonFields::value(const char* key) const {
 
 JsonFields JsonFields::object(const char* key) const { return JsonFields(value(key), doc_, name(key)); }
 
-std::string JsonFields::text(const char* key) const {
-  const Json& j = value(key);
-  if (!j.is_string()) fail(name(key) + " must be a string (got " + j.type_name() + ")");
-  return j.get<std::string>();
-}
+// The checks are mk/io/json.hpp's getters; only the document prefix is added here.
+std::string JsonFields::text(const char* key) const { return json_get::text(value(key), doc_ + ": " + name(key)); }
 
-bool JsonFields::boolean(const char* key) const {
-  const Json& j = value(key);
-  if (!j.is_boolean()) fail(name(key) + " must be true or false (got " + j.type_name() + ")");
-  return j.get<bool>();
-}
+bool JsonFields::boolean(const char* key) const { return json_get::boolean(value(key), doc_ + ": " + name(key)); }
 
 uint64_t JsonFields::count64(const char* key) const {
-  const Json& j = value(key);
-  if (!j.is_number_integer() || (!j.is_number_unsigned() && j.get<int64_t>() < 0))
-    fail(name(key) + " must be a non-negative integer (got " + (j.is_number() ? j.dump() : j.type_name()) + ")");
-  return j.get<uint64_t>();
+  return json_get::unsignedInt(value(key), doc_ + ": " + name(key));
 }
 
-uint32_t JsonFields::count32(const char* key) const {
-  const uint64_t v = count64(key);
-  if (v > std::numeric_limits<uint32_t>::max()) fail(name(key) + " is too large (got " + value(key).dump() + ")");
-  return static_cast<uint32_t>(v);
-}
+uint32_t JsonFields::count32(const char* key) const { return json_get::u32(value(key), doc_ + ": " + name(key)); }
 
 double JsonFields::number(const char* key) const {
-  const Json& j = value(key);
-  if (!j.is_number()) fail(name(key) + " must be a number (got " + j.type_name() + ")");
-  const double v = j.get<double>();
-  if (!std::isfinite(v)) fail(name(key) + " must be finite (got " + j.dump() + ")");
-  return v;
+  return json_get::number(value(key), doc_ + ": " + name(key), -std::numeric_limits<double>::max(),
+                          std::numeric_limits<double>::max());
 }
 
 }  // namespace mk::detail

@@ -1,6 +1,6 @@
 // mkernel — reading the fields of a JSON configuration object with the full path of every field in the errors
-// ("workload: layout.tp must be a non-negative integer (got -1)"). Private to models/: readers of hand-written
-// files (workloads; topology and profile files have their own copies of these rules and could move here).
+// ("workload: layout.tp must be a whole number ... (got number -1)"). Private to models/: the workload reader;
+// the checks themselves are mk/io/json.hpp's getters, shared by every reader.
 #pragma once
 
 #include <cstdint>

@@ -5,6 +5,7 @@
 
 #include "../util/json_fields.hpp"
 #include "mk/error.hpp"
+#include "mk/io/json.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/workload/workload.hpp"
 
@@ -21,7 +22,7 @@ constexpr const char* kDoc = "workload";
 DType dtypeField(const JsonFields& f, const char* key) {
   const std::string s = f.text(key);
   const auto d = parseDType(s);
-  if (!d) f.fail(f.name(key) + " must be bfloat16, float16 or float32 (got \"" + s + "\")");
+  if (!d) f.fail(f.name(key) + " must be bfloat16, float16 or float32 (got \"" + excerpt(s) + "\")");
   return *d;
 }
 
@@ -68,7 +69,7 @@ void readTraining(const JsonFields& f, bool whole, TrainingSpec& t) {
     const std::string s = f.text(k);
     if (s == "none") return Recompute::None;
     if (s == "full") return Recompute::Full;
-    f.fail(f.name(k) + " must be \"none\" or \"full\" (got \"" + s + "\")");
+    f.fail(f.name(k) + " must be \"none\" or \"full\" (got \"" + excerpt(s) + "\")");
   });
 }
 
@@ -83,7 +84,7 @@ void readLayout(const JsonFields& f, ParallelLayout& l) {
     const Json& j = f.value("dp");
     if (j.is_string()) {
       if (j.get<std::string>() != "auto")
-        f.fail(f.name("dp") + " must be a positive integer or \"auto\" (got " + j.dump() + ")");
+        f.fail(f.name("dp") + " must be a positive integer or \"auto\" (got " + describeJson(j) + ")");
       l.dp.reset();
     } else {
       l.dp = f.count32("dp");
@@ -96,14 +97,14 @@ void readLayout(const JsonFields& f, ParallelLayout& l) {
     if (s == "1f1b") return PipelineSchedule::OneFOneB;
     if (s == "interleaved") return PipelineSchedule::Interleaved;
     if (s == "gpipe") return PipelineSchedule::GPipe;
-    f.fail(f.name(k) + " must be \"1f1b\", \"interleaved\" or \"gpipe\" (got \"" + s + "\")");
+    f.fail(f.name(k) + " must be \"1f1b\", \"interleaved\" or \"gpipe\" (got \"" + excerpt(s) + "\")");
   });
   field(f, "virtualStages", false, l.virtualStages, c32);
   field(f, "zero", false, l.zero, c32);
   if (f.has("bucketMiB")) {
     const double mib = f.number("bucketMiB");
     if (!(mib > 0) || mib > 1e6)
-      f.fail(f.name("bucketMiB") + " must be > 0 and <= 1e6 (got " + f.value("bucketMiB").dump() + ")");
+      f.fail(f.name("bucketMiB") + " must be > 0 and <= 1e6 (got " + describeJson(f.value("bucketMiB")) + ")");
     l.bucketBytes = static_cast<uint64_t>(std::llround(mib * 1048576.0));
   }
   field(f, "gradDtype", false, l.gradDtype, [&](const char* k) { return dtypeField(f, k); });
@@ -112,11 +113,7 @@ void readLayout(const JsonFields& f, ParallelLayout& l) {
 }
 
 Json parseText(const std::string& text, const std::string& where) {
-  try {
-    return Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    throw Error(ErrorCode::ParseError, where + ": not valid JSON: " + e.what());
-  }
+  return parseJson(text, where, kMaxConfigJsonBytes);
 }
 
 }  // namespace

@@ -245,6 +245,9 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
   out.inputs = in;
   validateWorkload(in.workload);
   if (in.gpus.empty()) bad("no GPU count to plan (--gpus)");
+  // 1 PB per GPU: far above any datasheet; beyond it (or at 0, or negative) the memory check means nothing.
+  if (in.gpuMemoryGB && !(*in.gpuMemoryGB > 0 && *in.gpuMemoryGB <= 1e6))
+    bad("--gpu-memory must be in (0, 1000000] GB (got " + formatNumber(*in.gpuMemoryGB) + ")");
 
   // ---- the cluster and its capacity ----
   std::error_code ec;

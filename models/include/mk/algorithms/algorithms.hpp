@@ -69,10 +69,17 @@ struct CollectiveSpec {
   uint32_t root = 0;   ///< broadcast only
 };
 
+/// Deepest pipeline a generator accepts: NCCL pipelines a transfer in 8 steps; 4096 chunks of even a 64 GiB
+/// message are 16 MiB each, so more only multiplies steps (and memory) without modelling anything new.
+inline constexpr uint32_t kMaxChunks = 4096;
+/// Most channels a generator accepts: NCCL uses at most 32 (64 on newest builds); lanes grow quadratically
+/// with channels in some generators.
+inline constexpr uint32_t kMaxChannels = 256;
+
 /// How to shape the schedule.
 struct GenOptions {
-  uint32_t chunks = 1;    ///< pipeline depth: each transfer split into this many chunks (>= 1)
-  uint32_t channels = 1;  ///< independent parallel lanes, each on a slice of the data (>= 1)
+  uint32_t chunks = 1;    ///< pipeline depth: each transfer split into this many chunks (1..kMaxChunks)
+  uint32_t channels = 1;  ///< independent parallel lanes, each on a slice of the data (1..kMaxChannels)
   /// Inter-node phase of the hierarchical all-reduce. Auto is decided under the datasheet DGX-H100 profile in
   /// generate(); tools that price with another profile resolve it themselves with resolveInter().
   InterPhase inter = InterPhase::Auto;

@@ -40,7 +40,9 @@ struct MeasurementFile {
 /// ("x.json: records[3].time_us: must be a finite number > 0 (got -1)"). Records of the fused operators (op
 /// "gemm-rs", "ag-gemm", "gemm-ar") must also carry their shape and SMs as positive integers (`m`, `n`, `k`, `sms`),
 /// and those of impl "mkernel" the split that ran: `tile_rows`, `compute_ctas` (> 0) and `comm_ctas` (rank 0's CTAs of
-/// the compute and communication lanes).
+/// the compute and communication lanes). Every field is checked at the field (mk/io/json.hpp): `ranks` fits 32
+/// bits, `bytes` at most kMaxElements, times finite in (0, one hour], and a record's `chunks` / `channels`, when
+/// present, within the generators' kMaxChunks / kMaxChannels.
 MeasurementFile parseMeasurementFile(const std::string& jsonText, const std::string& nameForErrors = "<text>");
 MeasurementFile loadMeasurementFile(const std::string& path);
 

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "mk/io/limits.hpp"
 #include "mk/schedule/schedule.hpp"
 
 namespace mk {
@@ -28,7 +29,8 @@ void writeFileAtomic(const std::string& path, const std::string& text);
 /// it would overwrite). Throws Error naming the option and the path (exit 2): IoError for a missing directory,
 /// InvalidArgument for the rest. An empty `path` is no output.
 void checkOutputPath(const std::string& option, const std::string& path, const std::vector<std::string>& inputs = {});
-/// Read a whole file; throws IoError naming the path.
-std::string readFile(const std::string& path);
+/// Read a whole file of at most `maxBytes`; throws IoError naming the path when it cannot be read, and
+/// ParseError when it is longer (so that /dev/zero or a runaway pipe cannot exhaust memory).
+std::string readFile(const std::string& path, std::size_t maxBytes = kMaxJsonBytes);
 
 }  // namespace mk

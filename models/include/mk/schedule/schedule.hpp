@@ -115,6 +115,11 @@ struct Lane {
 };
 
 /// A named per-rank buffer. `count[r]` is its element count on rank r (ranks may differ).
+/// Most elements a buffer, a step or an offset may name: 2^50, so that bytes (elements x element size, at most
+/// 8) and offset + count never overflow 64 bits and stay exact in a double, the cost model's unit. Readers
+/// refuse larger values at the field.
+inline constexpr uint64_t kMaxElements = uint64_t{1} << 50;
+
 struct BufferDecl {
   std::string name;
   DType dtype = DType::Float32;

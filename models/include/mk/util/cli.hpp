@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -24,8 +25,56 @@ inline constexpr int kExitFailed = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kContinue = -1;
 
+/// Whether `text` is a finite decimal number (no hex, nan, inf or overflow), stored in `*value`: the one reading
+/// of a number typed on the command line, shared by the numeric flags and the gate thresholds.
+inline bool decimalNumber(const std::string& text, double* value) {
+  if (text.empty() || text.find_first_of("xXpP") != std::string::npos) return false;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size() || !std::isfinite(v) || errno == ERANGE) return false;
+  *value = v;
+  return true;
+}
+
+/// What is wrong with the text of a numeric option of CLI11 type `type` ("UINT", "INT", "FLOAT"), or "" when
+/// nothing is. CLI11 alone wraps 18446744073709551616 to 0 in a 64-bit option and takes nan, inf and 1e400 as
+/// doubles; every spelling is judged here, on the text, before any conversion.
+inline std::string numberTextProblem(const std::string& type, const std::string& text) {
+  const std::string shown = text.size() > 40 ? text.substr(0, 40) + "..." : text;
+  const bool isUint = type == "UINT";
+  if (isUint || type == "INT") {
+    const std::size_t first = (!isUint && !text.empty() && text[0] == '-') ? 1 : 0;
+    bool digits = text.size() > first;
+    for (std::size_t i = first; i < text.size(); ++i) digits = digits && text[i] >= '0' && text[i] <= '9';
+    const char* rule = isUint ? "a whole number >= 0 that fits 64 bits" : "a whole number that fits 64 bits";
+    if (!digits) return std::string("must be ") + rule + ", got '" + shown + "'";
+    errno = 0;
+    if (isUint)
+      (void)std::strtoull(text.c_str(), nullptr, 10);
+    else
+      (void)std::strtoll(text.c_str(), nullptr, 10);
+    if (errno == ERANGE) return std::string("must be ") + rule + ", got '" + shown + "'";
+    return {};
+  }
+  double v = 0;
+  if (type == "FLOAT" && !decimalNumber(text, &v)) return "must be a finite number, got '" + shown + "'";
+  return {};
+}
+
+/// Attach the numeric text check to every UINT, INT and FLOAT option of `app` and its subcommands.
+inline void checkNumberTexts(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    if (type != "UINT" && type != "INT" && type != "FLOAT") continue;
+    opt->check(CLI::Validator([type](std::string& text) { return numberTextProblem(type, text); }, "", "mk-number"));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) checkNumberTexts(*sub);
+}
+
 /// Parse argv. Returns kContinue, or the exit code after printing help (0) or one error line (2).
 inline int parse(CLI::App& app, int argc, char** argv, const char* tool) {
+  checkNumberTexts(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -54,9 +103,8 @@ inline int requirePositive(const CLI::App& app, const char* tool,
 inline CLI::Validator percentThreshold() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (!text.empty() && end == text.c_str() + text.size() && std::isfinite(v) && v >= 0 && v <= 100) return {};
+        double v = 0;
+        if (decimalNumber(text, &v) && v >= 0 && v <= 100) return {};
         const std::string shown = text.size() > 40 ? text.substr(0, 40) + "..." : text;
         return "must be a finite number in [0, 100] (percent), got '" + shown + "'";
       },
