@@ -65,6 +65,24 @@ TEST_CASE("engine: bad arguments are refused with a clear error and the communic
   CHECK(mkt::runAndCheck(comms, spec, false, 1) == 0);
 }
 
+TEST_CASE("engine: an op submitted under CUDA graph capture is refused and the stream and engine stay usable") {
+  auto comms = mk::Communicator::createLocal({0});
+  mkt::Streams streams(comms);
+  cudaStream_t s = streams.s[0];
+  mkt::DeviceBuffer buf(0, 1 << 16);
+  char* d = buf.get();
+  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  const std::string e = errorOf([&] { comms[0].allReduce(d, d + 4096, 4, DType::Float32, RedOp::Sum, s); });
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+  if (graph) cudaGraphDestroy(graph);
+  CHECK(e.find("CUDA graph capture") != std::string::npos);
+  mk::CollectiveSpec spec;
+  spec.op = mk::CollOp::AllReduce;
+  spec.count = 1021;
+  CHECK(mkt::runAndCheck(comms, spec, false, 5) == 0);
+}
+
 TEST_CASE("engine: a kernel grid that cannot be co-resident is refused") {
   mk::CommConfig cfg;
   cfg.workerCtas = 60000;

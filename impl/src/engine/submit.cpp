@@ -131,6 +131,16 @@ void Engine::submitLocked(int r, const ScheduleKey& key, CachedSchedule& sched, 
                           const std::vector<std::pair<uintptr_t, uintptr_t>>& extraWrites) {
   RankResources& rr = ranks_[r];
   const uint32_t seq = rr.submitted;
+  // A captured op would replay its hand-off with this op's sequence number forever: the kernel would wait for a
+  // descriptor nobody writes. Refuse it before anything is enqueued (CUDA graph capture is not supported yet).
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  MK_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone)
+    throw Error(ErrorCode::Unsupported,
+                rankName(r) + ": " + sched.what +
+                    " was submitted to a stream under CUDA graph capture; mkernel ops cannot be captured yet (the "
+                    "engine numbers ops at submission). Submit them outside the capture; end the capture "
+                    "(cudaStreamEndCapture) to use the stream again");
   MK_LOG_AT(Debug, rankName(r), "op " + std::to_string(seq) + ": submitting " + sched.what);
   waitRingSpaceLocked(r, seq);
 
