@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <limits>
 
 #include "algorithms/builder.hpp"
@@ -78,15 +79,32 @@ uint64_t saturatingAdd(uint64_t a, uint64_t b) noexcept {
 }
 
 /// Steps to count before a job is certainly above `limit`: one past what the per-step part alone allows.
-uint64_t stepLimit(const Job& job, uint64_t limit) noexcept { return limit / std::max<uint64_t>(1, bytesPerStep(job)) + 1; }
+uint64_t stepLimit(const MemoryJob& job, uint64_t limit) noexcept {
+  return limit / std::max<uint64_t>(1, bytesPerStep(job)) + 1;
+}
+
+/// A lane's memory in steps' worth of the job's per-step bytes (at least 1).
+uint64_t laneWeightOf(const MemoryJob& job) noexcept {
+  const uint64_t perStep = std::max<uint64_t>(1, bytesPerStep(job));
+  return std::max<uint64_t>(1, (kScheduleBytesPerLane + perStep - 1) / perStep);
+}
+
+/// Count under the limit, with a floor first: a channel with elements emits at least one step on a lane of its own,
+/// so min(channels, count) lanes and steps are a lower bound that refuses --channels 4294967295 before any loop.
+MemoryNeed needOf(const ScheduleCount& floor, const MemoryJob& job, uint64_t limit,
+                  const std::function<ScheduleCount(uint64_t, uint64_t)>& count) {
+  const MemoryNeed least = memoryNeed(floor, job);
+  if (least.total() > limit) return least;
+  return memoryNeed(count(stepLimit(job, limit), laneWeightOf(job)), job);
+}
 
 }  // namespace
 
 ScheduleCount countSchedule(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
-                            uint64_t maxSteps) {
+                            uint64_t maxWeight, uint64_t laneWeight) {
   const auto& def = detail::findAlgorithm(spec.op, spec.algo);
   detail::GenContext ctx = detail::makeContext(spec, nodeOf, detail::resolvedForGenerate(spec, nodeOf, opt));
-  detail::ScheduleBuilder b(ctx, maxSteps);
+  detail::ScheduleBuilder b(ctx, maxWeight, laneWeight);
   ScheduleCount c;
   try {
     detail::emitCollective(b, ctx, def);
@@ -98,9 +116,9 @@ ScheduleCount countSchedule(const CollectiveSpec& spec, const std::vector<uint32
 }
 
 ScheduleCount countSchedule(const FusedSpec& spec, const std::vector<uint32_t>& nodeOf, const FusedOptions& opt,
-                            uint64_t maxSteps) {
+                            uint64_t maxWeight, uint64_t laneWeight) {
   const detail::FusedContext ctx = detail::makeFusedContext(spec, nodeOf, opt);
-  detail::ScheduleBuilder b(ctx.gen, maxSteps);
+  detail::ScheduleBuilder b(ctx.gen, maxWeight, laneWeight);
   ScheduleCount c;
   try {
     detail::fusedDef(spec.op).emit(b, ctx);
@@ -130,7 +148,7 @@ std::string MemoryNeed::text() const {
   return s + ")";
 }
 
-uint64_t bytesPerStep(const Job& job) noexcept {
+uint64_t bytesPerStep(const MemoryJob& job) noexcept {
   uint64_t b = kScheduleBytesPerStep;
   if (job.json) b += kJsonBytesPerStep;
   if (job.packed) b += kPackedBytesPerStep;
@@ -139,23 +157,22 @@ uint64_t bytesPerStep(const Job& job) noexcept {
   return b;
 }
 
-MemoryNeed memoryNeed(const ScheduleCount& c, const Job& job) {
+MemoryNeed memoryNeed(const ScheduleCount& c, const MemoryJob& job) {
   MemoryNeed need;
   need.atLeast = !c.complete;
   need.parts.emplace_back("schedule", saturatingAdd(saturatingMul(c.steps, kScheduleBytesPerStep),
                                                     saturatingMul(c.lanes, kScheduleBytesPerLane)));
   if (job.json || job.packed)
-    need.parts.emplace_back("output", saturatingMul(c.steps, (job.json ? kJsonBytesPerStep : 0) +
-                                                                 (job.packed ? kPackedBytesPerStep : 0)));
+    need.parts.emplace_back(
+        "output", saturatingMul(c.steps, (job.json ? kJsonBytesPerStep : 0) + (job.packed ? kPackedBytesPerStep : 0)));
   if (job.verify)
-    need.parts.emplace_back("verify",
-                            saturatingAdd(saturatingAdd(c.bufferBytes, saturatingMul(c.ioElements, kVerifyBytesPerIoElement)),
-                                          saturatingMul(c.steps, kVerifyBytesPerStep)));
+    need.parts.emplace_back(
+        "verify", saturatingAdd(saturatingAdd(c.bufferBytes, saturatingMul(c.ioElements, kVerifyBytesPerIoElement)),
+                                saturatingMul(c.steps, kVerifyBytesPerStep)));
   if (job.simulate)
     need.parts.emplace_back(
-        "simulation",
-        saturatingAdd(saturatingMul(c.steps, kSimBytesPerStep + (job.trace ? kTraceBytesPerStep : 0)),
-                      saturatingMul(job.platformGpus, kSimBytesPerGpu)));
+        "simulation", saturatingAdd(saturatingMul(c.steps, kSimBytesPerStep + (job.trace ? kTraceBytesPerStep : 0)),
+                                    saturatingMul(job.platformGpus, kSimBytesPerGpu)));
   return need;
 }
 
@@ -172,28 +189,38 @@ uint64_t defaultMaxMemory() noexcept {
 }
 
 void requireWithin(const MemoryNeed& need, uint64_t limit, const std::string& flag) {
-  if (need.total() <= limit && !(need.atLeast && need.total() >= limit)) return;
+  // atLeast: counting stopped because the count alone passed the limit (or the floor did), whatever the priced
+  // parts add up to.
+  if (!need.atLeast && need.total() <= limit) return;
   throw Error(ErrorCode::InvalidArgument, "needs " + need.text() + " above " + flag + " " + gb(limit) +
-                                              "; raise it with " + flag + " (or ask for less: fewer ranks, chunks, "
+                                              "; raise it with " + flag +
+                                              " (or ask for less: fewer ranks, chunks, "
                                               "channels or bytes)");
 }
 
 MemoryNeed checkMemory(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
-                       const Job& job, uint64_t limit) {
+                       const MemoryJob& job, uint64_t limit) {
   // A chunk holds at least one element: past the elements of a rank every further chunk is empty, and the
   // generators would still walk each of them (hours at --chunks 4294967295) without emitting a step to count.
   if (opt.chunks > spec.count)
     throw Error(ErrorCode::InvalidArgument, "--chunks " + std::to_string(opt.chunks) + " is more than the " +
-                                                std::to_string(spec.count) + " element(s) per rank: every chunk "
-                                                "past that is empty; use at most " + std::to_string(spec.count));
-  const MemoryNeed need = memoryNeed(countSchedule(spec, nodeOf, opt, stepLimit(job, limit)), job);
+                                                std::to_string(spec.count) +
+                                                " element(s) per rank: every chunk "
+                                                "past that is empty; use at most " +
+                                                std::to_string(spec.count));
+  ScheduleCount floor;
+  floor.steps = floor.lanes = std::min<uint64_t>(opt.channels, spec.count);
+  floor.complete = false;
+  const MemoryNeed need = needOf(floor, job, limit, [&](uint64_t maxWeight, uint64_t laneWeight) {
+    return countSchedule(spec, nodeOf, opt, maxWeight, laneWeight);
+  });
   requireWithin(need, limit);
   return need;
 }
 
 MemoryNeed checkMemory(const FusedSpec& spec, const std::vector<uint32_t>& nodeOf, const FusedOptions& opt,
-                       const Job& job, uint64_t limit) {
-  const MemoryNeed need = memoryNeed(countSchedule(spec, nodeOf, opt, stepLimit(job, limit)), job);
+                       const MemoryJob& job, uint64_t limit) {
+  const MemoryNeed need = memoryNeed(countSchedule(spec, nodeOf, opt, stepLimit(job, limit), laneWeightOf(job)), job);
   requireWithin(need, limit);
   return need;
 }

@@ -2,6 +2,7 @@
 // generates, the stop at the step limit, and the refusal above --max-memory.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -45,8 +46,8 @@ constexpr uint64_t kNoLimit = ~uint64_t{0} - 1;
 
 TEST_CASE("resources: counting every collective generator gives the steps, lanes and buffers it generates") {
   int cases = 0;
-  for (const CollOp op : {CollOp::AllReduce, CollOp::AllGather, CollOp::ReduceScatter, CollOp::Broadcast,
-                          CollOp::AllToAll}) {
+  for (const CollOp op :
+       {CollOp::AllReduce, CollOp::AllGather, CollOp::ReduceScatter, CollOp::Broadcast, CollOp::AllToAll}) {
     std::vector<Algorithm> algos = algorithmsFor(op);
     for (const Algorithm a : layeredAlgorithmsFor(op)) algos.push_back(a);
     for (const Algorithm algo : algos) {
@@ -55,7 +56,7 @@ TEST_CASE("resources: counting every collective generator gives the steps, lanes
                {1, 8}, {2, 2}, {3, 8}, {8, 8}, {8, 2}, {12, 4}, {10, 4}, {16, 8}, {6, 1}}) {
         for (const uint64_t count : {uint64_t{1}, uint64_t{7}, uint64_t{1000}, uint64_t{4099}}) {
           for (const uint32_t chunks : {1u, 3u, 8u}) {
-            for (const uint32_t channels : {1u, 2u}) {
+            for (const uint32_t channels : {1u, 2u, 5u}) {
               for (const InterPhase inter : {InterPhase::Ring, InterPhase::Rhd, InterPhase::Bruck}) {
                 if (inter != InterPhase::Ring && !(op == CollOp::AllReduce && algo == Algorithm::Hierarchical))
                   continue;
@@ -85,6 +86,9 @@ TEST_CASE("resources: counting every collective generator gives the steps, lanes
                 CHECK(c.lanes == lanesOf(s));
                 CHECK(c.nRanks == s.nRanks);
                 CHECK(c.bufferBytes == bufferBytesOf(s));
+                // checkMemory's floor: a channel with elements has a step on a lane of its own.
+                CHECK(c.steps >= std::min<uint64_t>(channels, count));
+                CHECK(c.lanes >= std::min<uint64_t>(channels, count));
                 ++cases;
               }
             }
@@ -117,7 +121,7 @@ TEST_CASE("resources: counting every fused generator gives the steps it generate
   }
 }
 
-TEST_CASE("resources: counting stops one step past the limit") {
+TEST_CASE("resources: counting stops once steps and lanes pass the limit") {
   CollectiveSpec spec;
   spec.algo = Algorithm::Ring;
   spec.count = 1 << 20;
@@ -127,7 +131,8 @@ TEST_CASE("resources: counting stops one step past the limit") {
   REQUIRE(full.steps > 100);
   const ScheduleCount cut = countSchedule(spec, nodesOf(16, 8), gen, 100);
   CHECK_FALSE(cut.complete);
-  CHECK(cut.steps == 101);
+  CHECK(cut.steps + cut.lanes >= 100);
+  CHECK(cut.steps + cut.lanes <= 101);
 }
 
 TEST_CASE("resources: a job above the limit is refused fast, naming the parts and the option") {
@@ -139,21 +144,23 @@ TEST_CASE("resources: a job above the limit is refused fast, naming the parts an
   GenOptions gen;
   gen.chunks = 8;
   gen.channels = 2;
-  Job job;
+  MemoryJob job;
   job.simulate = true;
   job.platformGpus = topo.totalGpus();
   const auto t0 = std::chrono::steady_clock::now();
-  expectError([&] { checkMemory(spec, topo.layout(topo.totalGpus()), gen, job, uint64_t{8} << 30); },
-              ErrorCode::InvalidArgument, {"needs more than ~", "schedule", "simulation", "above --max-memory 8 GiB",
-                                           "raise it with --max-memory"});
+  expectError(
+      [&] { checkMemory(spec, topo.layout(topo.totalGpus()), gen, job, uint64_t{8} << 30); },
+      ErrorCode::InvalidArgument,
+      {"needs more than ~", "schedule", "simulation", "above --max-memory 8 GiB", "raise it with --max-memory"});
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 2.0);
 }
 
-TEST_CASE("resources: verify memory grows with ranks x bytes and is refused under a small limit, run under a raised one") {
+TEST_CASE(
+    "resources: verify memory grows with ranks x bytes and is refused under a small limit, run under a raised one") {
   CollectiveSpec spec;
   spec.algo = Algorithm::Ring;
   spec.count = (uint64_t{64} << 20) / 4;  // 64 MiB of float32 per rank
-  Job job;
+  MemoryJob job;
   job.verify = true;
   const std::vector<uint32_t> nodeOf = nodesOf(32, 8);
   const MemoryNeed need = memoryNeed(countSchedule(spec, nodeOf, GenOptions{}, kNoLimit), job);
@@ -169,8 +176,20 @@ TEST_CASE("resources: chunks past the elements of a rank are refused before any 
   spec.count = 1000;
   GenOptions gen;
   gen.chunks = 4294967295u;
-  expectError([&] { checkMemory(spec, nodesOf(8, 8), gen, Job{}, uint64_t{1} << 40); }, ErrorCode::InvalidArgument,
-              {"--chunks 4294967295 is more than the 1000 element(s) per rank"});
+  expectError([&] { checkMemory(spec, nodesOf(8, 8), gen, MemoryJob{}, uint64_t{1} << 40); },
+              ErrorCode::InvalidArgument, {"--chunks 4294967295 is more than the 1000 element(s) per rank"});
+}
+
+TEST_CASE("resources: every job whose counting stopped at the limit is refused, whatever lanes weigh") {
+  // Many ranks: lanes weigh a whole step in the count but less in the price; the stop still refuses.
+  CollectiveSpec spec;
+  spec.algo = Algorithm::Ring;
+  spec.count = 1 << 18;
+  for (const uint64_t limit : {uint64_t{1} << 20, uint64_t{10} << 20, uint64_t{1} << 30}) {
+    CAPTURE(limit);
+    expectError([&] { checkMemory(spec, nodesOf(8192, 8), GenOptions{}, MemoryJob{}, limit); },
+                ErrorCode::InvalidArgument, {"needs more than"});
+  }
 }
 
 TEST_CASE("resources: the default limit is half of the physical memory") {

@@ -44,8 +44,8 @@ struct Options {
 };
 
 /// What this run does with the schedule, for the memory estimate.
-mk::Job jobOf(const Options& o) {
-  mk::Job job;
+mk::MemoryJob jobOf(const Options& o) {
+  mk::MemoryJob job;
   job.json = !o.jsonOut.empty();
   job.packed = !o.packedOut.empty();
   job.verify = o.verify;

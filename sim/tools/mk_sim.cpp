@@ -199,8 +199,8 @@ void writeOutputs(const Options& o, const std::string& json, const std::string& 
 }
 
 /// What one simulation of this run needs besides its schedule: the replay, the trace, the platform it builds.
-mk::Job jobOf(const Setup& st, bool trace) {
-  mk::Job job;
+mk::MemoryJob jobOf(const Setup& st, bool trace) {
+  mk::MemoryJob job;
   job.simulate = true;
   job.trace = trace;
   job.json = false;  // the prediction's JSON holds no per-step data

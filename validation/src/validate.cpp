@@ -56,8 +56,8 @@ uint64_t memoryShare(const ValidationOptions& options) {
 
 /// What predicting one record spends besides its schedule: the replay and the platform of its nodes.
 template <class Request>
-Job predictionJob(const Topology& topo, const Request& request) {
-  Job job;
+MemoryJob predictionJob(const Topology& topo, const Request& request) {
+  MemoryJob job;
   job.simulate = true;
   job.platformGpus = static_cast<uint64_t>(topo.node.gpus) * ((request.nRanks + topo.node.gpus - 1) / topo.node.gpus);
   return job;

@@ -21,32 +21,32 @@ namespace mk {
 
 /// What a generated schedule will hold, counted by its own generator without storing a step.
 struct ScheduleCount {
-  uint64_t steps = 0;        ///< every step on every lane (a lower bound when !complete)
-  uint64_t lanes = 0;        ///< lanes on every rank (so far, when !complete)
+  uint64_t steps = 0;  ///< every step on every lane (a lower bound when !complete)
+  uint64_t lanes = 0;  ///< lanes on every rank (so far, when !complete)
   uint32_t nRanks = 0;
   uint64_t bufferBytes = 0;  ///< every declared buffer on every rank, in bytes: what the CPU executor allocates
   uint64_t ioElements = 0;   ///< input + output elements summed over ranks: the verifier's float copies of them
   bool complete = true;      ///< false: counting stopped at the step limit, the schedule has more steps
 };
 
-/// Count what generate(spec, nodeOf, opt) would build, stopping after `maxSteps` steps (complete = false).
-/// Throws what generate() throws for bad input.
+/// Count what generate(spec, nodeOf, opt) would build, stopping (complete = false) once steps + lanes x
+/// `laneWeight` pass `maxWeight`. Throws what generate() throws for bad input.
 ScheduleCount countSchedule(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
-                            uint64_t maxSteps);
+                            uint64_t maxWeight, uint64_t laneWeight = 1);
 /// The same for a fused operator (opt concrete, as planFused() returns it).
 ScheduleCount countSchedule(const FusedSpec& spec, const std::vector<uint32_t>& nodeOf, const FusedOptions& opt,
-                            uint64_t maxSteps);
+                            uint64_t maxWeight, uint64_t laneWeight = 1);
 
 /// The same facts of a schedule already in memory (one read from a file).
 ScheduleCount countOf(const Schedule& s);
 
 /// What a command will do with one schedule: each part adds its memory.
-struct Job {
-  bool json = false;      ///< write the schedule as JSON text
-  bool packed = false;    ///< write the packed binary form
-  bool verify = false;    ///< run the CPU reference executor
-  bool simulate = false;  ///< replay it on the SimGrid model
-  bool trace = false;     ///< keep and write the per-step trace of the replay
+struct MemoryJob {
+  bool json = false;          ///< write the schedule as JSON text
+  bool packed = false;        ///< write the packed binary form
+  bool verify = false;        ///< run the CPU reference executor
+  bool simulate = false;      ///< replay it on the SimGrid model
+  bool trace = false;         ///< keep and write the per-step trace of the replay
   uint64_t platformGpus = 0;  ///< GPUs of the platform the simulation builds (simulate only)
 };
 
@@ -60,26 +60,27 @@ struct MemoryNeed {
 };
 
 /// The memory `job` needs on the schedule `count` describes.
-MemoryNeed memoryNeed(const ScheduleCount& count, const Job& job);
+MemoryNeed memoryNeed(const ScheduleCount& count, const MemoryJob& job);
 
 /// Bytes each step costs `job` (the part of memoryNeed() that grows with the step count).
-uint64_t bytesPerStep(const Job& job) noexcept;
+uint64_t bytesPerStep(const MemoryJob& job) noexcept;
 
 /// The machine's physical memory in bytes (sysconf), 0 when unknown.
 uint64_t physicalMemory() noexcept;
 /// The default --max-memory: half of the physical memory (8 GiB when it is unknown).
 uint64_t defaultMaxMemory() noexcept;
 
-/// Throws Error(InvalidArgument) "needs ~10.8 GiB (schedule 1.2 GiB, verify 9.6 GiB) above --max-memory 8 GiB; raise
+/// Throws Error(InvalidArgument) when `need` is above `limit` or is only a lower bound (counting stopped at the
+/// limit): "needs ~10.8 GiB (schedule 1.2 GiB, verify 9.6 GiB) above --max-memory 8 GiB; raise
 /// it with --max-memory" when `need` is above `limit`.
 void requireWithin(const MemoryNeed& need, uint64_t limit, const std::string& flag = "--max-memory");
 
 /// Count the schedule of `spec` (stopping where the limit is certainly passed), estimate what `job` needs and
 /// refuse it above `limit` (requireWithin). Returns the estimate. Cheap: no step is stored.
 MemoryNeed checkMemory(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
-                       const Job& job, uint64_t limit);
+                       const MemoryJob& job, uint64_t limit);
 /// The same for a fused operator.
 MemoryNeed checkMemory(const FusedSpec& spec, const std::vector<uint32_t>& nodeOf, const FusedOptions& opt,
-                       const Job& job, uint64_t limit);
+                       const MemoryJob& job, uint64_t limit);
 
 }  // namespace mk

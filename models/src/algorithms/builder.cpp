@@ -67,9 +67,11 @@ ScheduleBuilder::ScheduleBuilder(const GenContext& ctx) : ctx_(ctx) {
   s_.info.channels = ctx.opt.channels;
 }
 
-ScheduleBuilder::ScheduleBuilder(const GenContext& ctx, uint64_t maxSteps) : ScheduleBuilder(ctx) {
+ScheduleBuilder::ScheduleBuilder(const GenContext& ctx, uint64_t maxWeight, uint64_t laneWeight)
+    : ScheduleBuilder(ctx) {
   counting_ = true;
-  maxSteps_ = maxSteps;
+  maxWeight_ = maxWeight;
+  laneWeight_ = laneWeight;
 }
 
 uint16_t ScheduleBuilder::addBuffer(const std::string& name, DType dtype, BufferKind kind, uint64_t countPerRank) {
@@ -107,6 +109,7 @@ uint32_t ScheduleBuilder::lane(uint32_t rank, LaneRole role, uint32_t channel) {
     const auto& hash = laneHash_[rank];
     if (const auto it = hash.find(key); it != hash.end()) return it->second;
   }
+  if (counting_ && (weight_ += laneWeight_) > maxWeight_) throw StepLimitReached{};
   auto& lanes = s_.lanes[rank];
   Lane l;
   l.role = role;
@@ -129,7 +132,8 @@ void ScheduleBuilder::reserveSteps(uint32_t rank, uint32_t lane, std::size_t ste
 
 Step& ScheduleBuilder::append(uint32_t rank, uint32_t lane, StepKind kind) {
   if (counting_) {
-    if (++counted_ > maxSteps_) throw StepLimitReached{};
+    ++counted_;
+    if (++weight_ > maxWeight_) throw StepLimitReached{};
     return dropped_;  // written by the generator, never read
   }
   auto& steps = s_.lanes.at(rank).at(lane).steps;

@@ -54,9 +54,10 @@ class ScheduleBuilder {
  public:
   explicit ScheduleBuilder(const GenContext& ctx);
   /// A builder that counts instead of storing: every step is counted and dropped, so a generator run through it
-  /// tells how many steps (and which lanes and buffers) its schedule will hold, in little memory. Past
-  /// `maxSteps` steps it throws StepLimitReached, so an absurd request stops early.
-  ScheduleBuilder(const GenContext& ctx, uint64_t maxSteps);
+  /// tells how many steps (and which lanes and buffers) its schedule will hold, in little memory. Once steps +
+  /// lanes x `laneWeight` pass `maxWeight` it throws StepLimitReached, so an absurd request stops early (lanes
+  /// weigh in because a request for millions of channels creates lanes faster than steps).
+  ScheduleBuilder(const GenContext& ctx, uint64_t maxWeight, uint64_t laneWeight);
 
   /// Declare a buffer with the same element count on every rank; returns its id.
   uint16_t addBuffer(const std::string& name, DType dtype, BufferKind kind, uint64_t countPerRank);
@@ -108,7 +109,9 @@ class ScheduleBuilder {
   const GenContext& ctx_;
   Schedule s_;
   bool counting_ = false;
-  uint64_t maxSteps_ = 0;
+  uint64_t maxWeight_ = 0;
+  uint64_t laneWeight_ = 0;
+  uint64_t weight_ = 0;  ///< steps + lanes x laneWeight_ so far (counting builder)
   uint64_t counted_ = 0;
   Step dropped_;  ///< where a counting builder's steps are written and forgotten
   // Flat per-rank tables: lane() and countSignal() run once per emitted step, so a std::map lookup there

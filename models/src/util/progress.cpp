@@ -24,18 +24,18 @@ void printProgress(const std::string& tool, const std::string& what, double frac
 ProgressTicker::ProgressTicker(std::string tool, std::string what, bool enabled, std::function<double()> fraction,
                                double afterS, double everyS) {
   if (!enabled) return;
-  thread_ = std::thread([this, tool = std::move(tool), what = std::move(what), fraction = std::move(fraction),
-                         afterS, everyS] {
-    using Clock = std::chrono::steady_clock;
-    const auto start = Clock::now();
-    auto next = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(afterS));
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (!wake_.wait_until(lock, next, [this] { return done_; })) {
-      const double wallS = std::chrono::duration<double>(Clock::now() - start).count();
-      printProgress(tool, what, fraction ? fraction() : -1.0, wallS);
-      next += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(everyS));
-    }
-  });
+  thread_ = std::thread(
+      [this, tool = std::move(tool), what = std::move(what), fraction = std::move(fraction), afterS, everyS] {
+        using Clock = std::chrono::steady_clock;
+        const auto start = Clock::now();
+        auto next = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(afterS));
+        std::unique_lock<std::mutex> lock(mutex_);
+        while (!wake_.wait_until(lock, next, [this] { return done_; })) {
+          const double wallS = std::chrono::duration<double>(Clock::now() - start).count();
+          printProgress(tool, what, fraction ? fraction() : -1.0, wallS);
+          next += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(everyS));
+        }
+      });
 }
 
 ProgressTicker::~ProgressTicker() {
