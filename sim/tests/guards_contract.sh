@@ -9,7 +9,6 @@ rm -rf "$work" && mkdir -p "$work"
 # shellcheck source=../../cmake/cli_testlib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../cmake/cli_testlib.sh"
 
-guarded() { (ulimit -v 2097152 && timeout 10 "$@"); }
 # the cases of issues 19 and 20: refused in well under a second, in little memory, naming the parts and the option
 expect 2 'needs more than ~[0-9.]+ GiB \(schedule >[0-9.]+ GiB, simulation >[0-9.]+ GiB\) above --max-memory' -- \
   guarded "$tool" --cluster dgx-h100 --nodes 1024
