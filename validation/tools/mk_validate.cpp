@@ -317,7 +317,8 @@ int main(int argc, char** argv) {
       "f.json\n\n"
       "Exit codes: 0 success, 1 the gate failed or a simulation process died, 2 bad input (a file breaking the\n"
       "measurement contract, a record whose schedule cannot be regenerated, a profile missing a parameter, an\n"
-      "unwritable output): one line on stderr and nothing written. Details: docs/validation.md.",
+      "unwritable output, a record above --max-memory): one line on stderr and nothing written; 3 out of memory.\n"
+      "Details: docs/validation.md.",
       kTool};
   app.add_option("--profile", o.profile, "hardware profile (mkernel.profile.v1), normally from mk-calibrate");
   app.add_flag("--datasheet", o.datasheet,
