@@ -96,10 +96,7 @@ void printSummary(const mk::Schedule& s) {
 /// Run `check` (a verification on the CPU reference executor), print its verdict and time; the exit code.
 int verify(const Options& o, uint32_t nRanks, const std::function<mk::VerifyResult()>& check) {
   const auto t0 = std::chrono::steady_clock::now();
-  const mk::VerifyResult v = [&] {
-    const mk::ProgressTicker ticker("mk-schedule", "verify", o.guard.progressWanted());
-    return check();
-  }();
+  const mk::VerifyResult v = mk::withProgress("mk-schedule", "verify", o.guard.progressWanted(), check);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!v.ok) {
     std::printf("verify: FAILED: %s (seed %llu)\n", v.detail.c_str(), static_cast<unsigned long long>(o.seed));
@@ -126,13 +123,6 @@ void writeOutputs(const Options& o, const mk::Schedule& schedule) {
   if (!o.packedOut.empty())
     std::printf("wrote %s (%s packed)\n", o.packedOut.c_str(),
                 mk::formatBytes(static_cast<double>(packedBytes)).c_str());
-}
-
-/// Generate under a progress line (when wanted): generation of a large schedule takes seconds.
-template <class Generate>
-mk::Schedule generating(const Options& o, Generate&& gen) {
-  const mk::ProgressTicker ticker("mk-schedule", "generate", o.guard.progressWanted());
-  return gen();
 }
 
 /// " (sms, ctaGBs: datasheet values, not in the profile)" when fillCtaDefaults filled something.
@@ -164,7 +154,9 @@ int runFused(const Options& o) {
   const mk::FusedPlan plan = mk::planFused(request.spec, request.opt, topo, nRanks, profile);
   mk::checkMemory(plan.spec, topo.layout(nRanks), plan.opt, jobOf(o), o.guard.maxMemory());
   const auto t0 = std::chrono::steady_clock::now();
-  const mk::Schedule schedule = generating(o, [&] { return mk::generate(plan.spec, topo.layout(nRanks), plan.opt); });
+  const mk::Schedule schedule = mk::withProgress("mk-schedule", "generate", o.guard.progressWanted(), [&] {
+    return mk::generate(plan.spec, topo.layout(nRanks), plan.opt);
+  });
   const double genMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const std::string validated = validateText(schedule);
 
@@ -225,7 +217,8 @@ int run(const Options& o) {
 
     mk::checkMemory(spec, topo.layout(nRanks), gen, jobOf(o), o.guard.maxMemory());
     const auto t0 = std::chrono::steady_clock::now();
-    schedule = generating(o, [&] { return mk::generate(spec, topo.layout(nRanks), gen); });
+    schedule = mk::withProgress("mk-schedule", "generate", o.guard.progressWanted(),
+                                [&] { return mk::generate(spec, topo.layout(nRanks), gen); });
     const double genMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const std::string validated = validateText(schedule);
     generated = true;

@@ -256,7 +256,8 @@ int runFused(const Options& o) {
 
   const bool wantTrace = !o.traceOut.empty();
   mk::checkMemory(plan.spec, st.topo.layout(st.nRanks), plan.opt, jobOf(st, wantTrace), o.guard.maxMemory());
-  const mk::Schedule s = mk::generate(plan.spec, st.topo.layout(st.nRanks), plan.opt);
+  const mk::Schedule s = mk::withProgress("mk-sim", "generate", o.guard.progressWanted(),
+                                          [&] { return mk::generate(plan.spec, st.topo.layout(st.nRanks), plan.opt); });
   mk::sim::RunInfo info = baseInfo(st, s);
   info.algo = s.info.algo;
   info.closedFormUs = plan.estimate.totalUs;
@@ -342,7 +343,8 @@ int run(const Options& o) {
         std::printf("inter-node: %s%s\n", mk::toString(st.gen.inter),
                     request->gen.inter == mk::InterPhase::Auto ? " (auto: the lower closed form)" : "");
       mk::checkMemory(*st.spec, st.topo.layout(st.nRanks), st.gen, jobOf(st, wantTrace), o.guard.maxMemory());
-      s = mk::generate(*st.spec, st.topo.layout(st.nRanks), st.gen);
+      s = mk::withProgress("mk-sim", "generate", o.guard.progressWanted(),
+                           [&] { return mk::generate(*st.spec, st.topo.layout(st.nRanks), st.gen); });
       const uint64_t used = mk::opBytes(*st.spec, st.nRanks);
       std::printf("size: %s = %llu element(s)%s\n", mk::formatSize(used).c_str(),
                   static_cast<unsigned long long>(st.spec->count),
@@ -378,7 +380,9 @@ int run(const Options& o) {
     const Setup one =
         planned(st, mk::planCollective(spec, request->algo, request->gen, st.topo, st.nRanks, st.profile));
     mk::checkMemory(*one.spec, st.topo.layout(st.nRanks), one.gen, jobOf(st, false), o.guard.maxMemory());
-    const mk::Schedule s = mk::generate(*one.spec, st.topo.layout(st.nRanks), one.gen);
+    const mk::Schedule s = mk::withProgress("mk-sim", "generate", o.guard.progressWanted(), [&] {
+      return mk::generate(*one.spec, st.topo.layout(st.nRanks), one.gen);
+    });
     auto row = predictOne(o, one, s, false);
     const auto& [info, p] = row;
     const double algbw = mk::sim::algBwGBs(info.bytes, p.totalUs);

@@ -37,4 +37,12 @@ class ProgressTicker {
   std::thread thread_;
 };
 
+/// Run `work` under a ProgressTicker (`tool`: `what`, when `enabled`) and return what it returns: generation and
+/// verification, which have no loop of their own to report from.
+template <class Work>
+auto withProgress(const std::string& tool, const std::string& what, bool enabled, Work&& work) {
+  const ProgressTicker ticker(tool, what, enabled);
+  return work();
+}
+
 }  // namespace mk
