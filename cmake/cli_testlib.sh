@@ -34,6 +34,10 @@ one_line_error() {
   check "$* printed $n stderr lines (want 1)" test "$n" -eq 1
 }
 
+# guarded <command...>: run with at most 2 GiB of address space and 10 s, for requests a guard must refuse
+# fast and in little memory (a guard that let one through fails here instead of taking the machine).
+guarded() { (ulimit -v 2097152 && timeout 10 "$@"); }
+
 cli_summary() {
   echo "$passes passed, $failures failed"
   [[ $failures -eq 0 ]]

@@ -1,7 +1,7 @@
 // mk-schedule — generate, validate, verify and cost one collective or fused-operator schedule, without a GPU.
 //
 // Exit codes (mk/util/cli.hpp): 0 success, 1 verification failed or internal error, 2 bad input (one line on
-// stderr, no output file written).
+// stderr, no output file written; a request above --max-memory too), 3 out of memory.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +19,7 @@
 #include "mk/error.hpp"
 #include "mk/exec/verify.hpp"
 #include "mk/exec/verify_fused.hpp"
+#include "mk/resources.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/schedule/pack.hpp"
 #include "mk/schedule/validate.hpp"
@@ -39,7 +40,17 @@ struct Options {
   std::string jsonOut;
   std::string packedOut;
   std::string scheduleIn;
+  mk::cli::GuardArgs guard;
 };
+
+/// What this run does with the schedule, for the memory estimate.
+mk::MemoryJob jobOf(const Options& o) {
+  mk::MemoryJob job;
+  job.json = !o.jsonOut.empty();
+  job.packed = !o.packedOut.empty();
+  job.verify = o.verify;
+  return job;
+}
 
 /// Steps per lane role and bytes per link class, summed over ranks: the shape of a schedule at a glance.
 void printSummary(const mk::Schedule& s) {
@@ -85,7 +96,7 @@ void printSummary(const mk::Schedule& s) {
 /// Run `check` (a verification on the CPU reference executor), print its verdict and time; the exit code.
 int verify(const Options& o, uint32_t nRanks, const std::function<mk::VerifyResult()>& check) {
   const auto t0 = std::chrono::steady_clock::now();
-  const mk::VerifyResult v = check();
+  const mk::VerifyResult v = mk::withProgress("mk-schedule", "verify", o.guard.progressWanted(), check);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!v.ok) {
     std::printf("verify: FAILED: %s (seed %llu)\n", v.detail.c_str(), static_cast<unsigned long long>(o.seed));
@@ -97,18 +108,21 @@ int verify(const Options& o, uint32_t nRanks, const std::function<mk::VerifyResu
   return 0;
 }
 
-/// Outputs last, and only from a schedule that passed everything asked of it.
+/// Outputs last, and only from a schedule that passed everything asked of it; all of them or none.
 void writeOutputs(const Options& o, const mk::Schedule& schedule) {
-  if (!o.jsonOut.empty()) {
-    mk::saveSchedule(schedule, o.jsonOut);
-    std::printf("wrote %s\n", o.jsonOut.c_str());
-  }
+  mk::OutputSet outputs;
+  if (!o.jsonOut.empty()) outputs.stage("--json", o.jsonOut, mk::scheduleToJson(schedule) + "\n");
+  std::size_t packedBytes = 0;
   if (!o.packedOut.empty()) {
     const auto image = mk::pack(schedule);
-    mk::writeFileAtomic(o.packedOut, std::string(image.begin(), image.end()));
-    std::printf("wrote %s (%s packed)\n", o.packedOut.c_str(),
-                mk::formatBytes(static_cast<double>(image.size())).c_str());
+    packedBytes = image.size();
+    outputs.stage("--packed", o.packedOut, std::string(image.begin(), image.end()));
   }
+  outputs.commit();
+  if (!o.jsonOut.empty()) std::printf("wrote %s\n", o.jsonOut.c_str());
+  if (!o.packedOut.empty())
+    std::printf("wrote %s (%s packed)\n", o.packedOut.c_str(),
+                mk::formatBytes(static_cast<double>(packedBytes)).c_str());
 }
 
 /// " (sms, ctaGBs: datasheet values, not in the profile)" when fillCtaDefaults filled something.
@@ -138,8 +152,11 @@ int runFused(const Options& o) {
   mk::Profile profile = mk::profileFor(o.coll, topo);
   const std::vector<std::string> filled = mk::fillCtaDefaults(profile, topo);
   const mk::FusedPlan plan = mk::planFused(request.spec, request.opt, topo, nRanks, profile);
+  mk::checkMemory(plan.spec, topo.layout(nRanks), plan.opt, jobOf(o), o.guard.maxMemory());
   const auto t0 = std::chrono::steady_clock::now();
-  const mk::Schedule schedule = mk::generate(plan.spec, topo.layout(nRanks), plan.opt);
+  const mk::Schedule schedule = mk::withProgress("mk-schedule", "generate", o.guard.progressWanted(), [&] {
+    return mk::generate(plan.spec, topo.layout(nRanks), plan.opt);
+  });
   const double genMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const std::string validated = validateText(schedule);
 
@@ -198,8 +215,10 @@ int run(const Options& o) {
     // The layered baseline (nccl-*) is priced as that library runs: its kernel's cost per op and protocol.
     if (mk::isLayered(spec.algo)) profile = mk::layeredProfile(profile, gen.protocol);
 
+    mk::checkMemory(spec, topo.layout(nRanks), gen, jobOf(o), o.guard.maxMemory());
     const auto t0 = std::chrono::steady_clock::now();
-    schedule = mk::generate(spec, topo.layout(nRanks), gen);
+    schedule = mk::withProgress("mk-schedule", "generate", o.guard.progressWanted(),
+                                [&] { return mk::generate(spec, topo.layout(nRanks), gen); });
     const double genMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const std::string validated = validateText(schedule);
     generated = true;
@@ -258,7 +277,7 @@ int main(int argc, char** argv) {
       "  mk-schedule --op gemm-ar --ranks 4 --m 301 --n 264 --k 520 --tile-rows 64 --comm-ctas 12 --verify\n"
       "  mk-schedule --op allreduce --algo hierarchical --cluster dgx-h100 --nodes 4 --verify --json ar.json\n"
       "  mk-schedule --schedule ar.json --packed ar.bin\n\n"
-      "Exit codes: 0 success, 1 verification failed, 2 bad input.",
+      "Exit codes: 0 success, 1 verification failed, 2 bad input (or above --max-memory), 3 out of memory.",
       "mk-schedule"};
   mk::cli::addCollectiveOptions(app, o.coll);
   app.get_option("--profile")
@@ -275,6 +294,7 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.jsonOut, "write the schedule as JSON (docs/schedule-format.md)");
   app.add_option("--packed", o.packedOut, "write the packed binary form (what a GPU uploads)");
   app.add_option("--schedule", o.scheduleIn, "read a schedule JSON instead of generating one (validate + summary)");
+  mk::cli::addGuardOptions(app, o.guard);
   if (int rc = mk::cli::parse(app, argc, argv, "mk-schedule"); rc != mk::cli::kContinue) return rc;
   if (int rc = mk::cli::finishCollectiveOptions(app, "mk-schedule", o.coll); rc != mk::cli::kContinue) return rc;
   return mk::cli::run("mk-schedule", [&] { return run(o); });

@@ -704,7 +704,18 @@ std::vector<uint32_t> placeRanks(const Schedule& s, const Topology& topo) {
   return gpuOf;
 }
 
-Prediction predict(const Schedule& s, const Topology& topo, const Profile& profile, const SimOptions& opt) {
+Topology usedPart(const Topology& topo, const Schedule& s) {
+  Topology part = topo;
+  uint32_t last = 0;
+  for (const uint32_t node : s.nodeOf) last = std::max(last, node);
+  // Nodes past the last one a rank sits on carry no traffic, and a leaf's uplink is sized by nodesPerLeaf, not by
+  // the number of leaves: leaving them out changes no route and no rate of the nodes in use.
+  if (!s.nodeOf.empty() && last + 1 < topo.nodes) part.nodes = last + 1;
+  return part;
+}
+
+Prediction predict(const Schedule& s, const Topology& whole, const Profile& profile, const SimOptions& opt) {
+  const Topology topo = usedPart(whole, s);
   const Plan plan(s, topo, profile);
   if (!opt.isolate) {
     if (inProcessUsed)

@@ -188,3 +188,17 @@ TEST_CASE("platform: a profile with zero nvlink bandwidth is rejected naming the
   CHECK(e.code() == mk::ErrorCode::InvalidArgument);
   CHECK(e.message().find("profile.nvlink.bwGBs") != std::string::npos);
 }
+
+TEST_CASE("platform: a simulation builds only the nodes up to the last one its ranks use") {
+  const mk::Topology topo = mk::topologyPreset("dgx-h100", 4000);
+  mk::Schedule s;
+  s.nRanks = 2;
+  s.nodeOf = {0, 0};
+  CHECK(mk::sim::usedPart(topo, s).nodes == 1);
+  s.nodeOf = {0, 2};
+  CHECK(mk::sim::usedPart(topo, s).nodes == 3);
+  s.nodeOf = {0, 3999};
+  CHECK(mk::sim::usedPart(topo, s).nodes == 4000);
+  // Everything but the node count is the cluster's.
+  CHECK(mk::sim::usedPart(topo, s).fabric.nodesPerLeaf == topo.fabric.nodesPerLeaf);
+}

@@ -19,6 +19,7 @@
 #include "mk/algorithms/request.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
+#include "mk/resources.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/schedule/validate.hpp"
 #include "mk/sim/output.hpp"
@@ -44,6 +45,7 @@ struct Options {
   std::string scheduleIn;
   bool verbose = false;
   bool fast = false;
+  mk::cli::GuardArgs guard;
 };
 
 [[noreturn]] void bad(const std::string& msg) { throw mk::Error(mk::ErrorCode::InvalidArgument, msg); }
@@ -60,7 +62,11 @@ std::vector<uint64_t> parseSweep(const std::string& text) {
   if (lo == 0 || hi < lo) bad("bad --sweep '" + text + "': need 0 < MIN <= MAX");
   if (factor < 2) bad("bad --sweep '" + text + "': FACTOR must be an integer >= 2");
   std::vector<uint64_t> sizes;
-  for (uint64_t b = lo; b <= hi; b = b > hi / factor ? hi + 1 : b * factor) sizes.push_back(b);
+  // b * factor is formed only when it cannot pass hi, so MAX near 2^64 cannot wrap around (at most 64 sizes).
+  for (uint64_t b = lo;; b *= factor) {
+    sizes.push_back(b);
+    if (b > hi / factor) break;
+  }
   return sizes;
 }
 
@@ -122,10 +128,10 @@ mk::sim::SimOptions simOptions(const Options& o, bool trace) {
   so.verbose = o.verbose;
   so.trace = trace;
   so.fast = o.fast;
-  so.onProgress = [](double fraction, double simUs, double wallS) {
-    std::fprintf(stderr, "mk-sim: %5.1f%% of steps done, simulated %s, %.1f s wall\n", 100.0 * fraction,
-                 mk::formatMicros(simUs).c_str(), wallS);
-  };
+  if (o.guard.progressWanted())
+    so.onProgress = [](double fraction, double simUs, double wallS) {
+      mk::printProgress("mk-sim", "simulate", fraction, wallS, "simulated " + mk::formatMicros(simUs));
+    };
   return so;
 }
 
@@ -182,19 +188,25 @@ void printStats(const mk::sim::SimStats& s) {
               s.peakRssMiB);
 }
 
-/// Write the outputs all or nothing: if the second file fails, the first is removed again.
+/// Write the outputs all or nothing: when one fails, none of the targets is replaced.
 void writeOutputs(const Options& o, const std::string& json, const std::string& trace) {
-  if (!o.traceOut.empty()) mk::writeFileAtomic(o.traceOut, trace);
-  if (!o.jsonOut.empty()) {
-    try {
-      mk::writeFileAtomic(o.jsonOut, json + "\n");
-    } catch (...) {
-      if (!o.traceOut.empty()) std::remove(o.traceOut.c_str());
-      throw;
-    }
-  }
+  mk::OutputSet outputs;
+  outputs.stage("--trace", o.traceOut, trace);
+  outputs.stage("--json", o.jsonOut, json + "\n");
+  outputs.commit();
   if (!o.traceOut.empty()) std::printf("wrote %s\n", o.traceOut.c_str());
   if (!o.jsonOut.empty()) std::printf("wrote %s\n", o.jsonOut.c_str());
+}
+
+/// What one simulation of this run needs besides its schedule: the replay, the trace, the platform it builds.
+mk::MemoryJob jobOf(const Setup& st, bool trace) {
+  mk::MemoryJob job;
+  job.simulate = true;
+  job.trace = trace;
+  job.json = false;  // the prediction's JSON holds no per-step data
+  job.platformGpus =
+      static_cast<uint64_t>(st.topo.node.gpus) * ((st.nRanks + st.topo.node.gpus - 1) / st.topo.node.gpus);
+  return job;
 }
 
 Setup makeSetup(const Options& o, const mk::Schedule* loaded) {
@@ -242,14 +254,16 @@ int runFused(const Options& o) {
   if (o.fast) std::printf("mode: fast (node-local steps analytic, network simulated)\n");
   std::fflush(stdout);
 
-  const mk::Schedule s = mk::generate(plan.spec, st.topo.layout(st.nRanks), plan.opt);
+  const bool wantTrace = !o.traceOut.empty();
+  mk::checkMemory(plan.spec, st.topo.layout(st.nRanks), plan.opt, jobOf(st, wantTrace), o.guard.maxMemory());
+  const mk::Schedule s = mk::withProgress("mk-sim", "generate", o.guard.progressWanted(),
+                                          [&] { return mk::generate(plan.spec, st.topo.layout(st.nRanks), plan.opt); });
   mk::sim::RunInfo info = baseInfo(st, s);
   info.algo = s.info.algo;
   info.closedFormUs = plan.estimate.totalUs;
   if (s.stepCount() <= kUncontendedMaxSteps)
     info.uncontendedUs = mk::simulateUncontended(s, st.profile, st.topo).totalUs;
   info.fused = fused;
-  const bool wantTrace = !o.traceOut.empty();
   const mk::sim::Prediction p = mk::sim::predict(s, st.topo, st.profile, simOptions(o, wantTrace));
   std::printf("predicted: %s  %.1f TFLOP/s per GPU\n", mk::formatMicros(p.totalUs).c_str(),
               p.totalUs > 0 ? mk::fusedFlops(plan.spec) / st.nRanks / (p.totalUs * 1e6) : 0.0);
@@ -328,12 +342,15 @@ int run(const Options& o) {
       if (st.spec->op == mk::CollOp::AllReduce && st.spec->algo == mk::Algorithm::Hierarchical)
         std::printf("inter-node: %s%s\n", mk::toString(st.gen.inter),
                     request->gen.inter == mk::InterPhase::Auto ? " (auto: the lower closed form)" : "");
-      s = mk::generate(*st.spec, st.topo.layout(st.nRanks), st.gen);
+      mk::checkMemory(*st.spec, st.topo.layout(st.nRanks), st.gen, jobOf(st, wantTrace), o.guard.maxMemory());
+      s = mk::withProgress("mk-sim", "generate", o.guard.progressWanted(),
+                           [&] { return mk::generate(*st.spec, st.topo.layout(st.nRanks), st.gen); });
       const uint64_t used = mk::opBytes(*st.spec, st.nRanks);
       std::printf("size: %s = %llu element(s)%s\n", mk::formatSize(used).c_str(),
                   static_cast<unsigned long long>(st.spec->count),
                   used != sizes[0] ? " (--bytes rounded down to whole elements)" : "");
     } else {
+      mk::requireWithin(mk::memoryNeed(mk::countOf(loaded), jobOf(st, wantTrace)), o.guard.maxMemory());
       s = std::move(loaded);
     }
     auto [info, p] = predictOne(o, st, s, wantTrace);
@@ -362,7 +379,10 @@ int run(const Options& o) {
     // Per size: "auto" may choose another algorithm, chunks, channels or inter-node phase at every size.
     const Setup one =
         planned(st, mk::planCollective(spec, request->algo, request->gen, st.topo, st.nRanks, st.profile));
-    const mk::Schedule s = mk::generate(*one.spec, st.topo.layout(st.nRanks), one.gen);
+    mk::checkMemory(*one.spec, st.topo.layout(st.nRanks), one.gen, jobOf(st, false), o.guard.maxMemory());
+    const mk::Schedule s = mk::withProgress("mk-sim", "generate", o.guard.progressWanted(), [&] {
+      return mk::generate(*one.spec, st.topo.layout(st.nRanks), one.gen);
+    });
     auto row = predictOne(o, one, s, false);
     const auto& [info, p] = row;
     const double algbw = mk::sim::algBwGBs(info.bytes, p.totalUs);
@@ -402,8 +422,10 @@ int main(int argc, char** argv) {
       "Outputs: --json writes {\"schema\": \"mkernel.prediction.v1\", \"time_us\", \"algbw_gbs\", \"busbw_gbs\",\n"
       "\"closed_form_us\", \"busiest_links\", \"links\", \"stats\", ...} (a sweep: one \"results\" entry per size);\n"
       "--trace writes every step as a Chrome/Perfetto trace event (pid = rank, tid = lane + 1, ts/dur in us).\n"
-      "Progress goes to stderr for runs longer than 2 s. Format details: docs/simulator.md.\n\n"
-      "Exit codes: 0 success, 1 internal failure (the simulation process died), 2 bad input.",
+      "Progress goes to stderr for runs longer than 2 s (a terminal, or --progress). Format details: "
+      "docs/simulator.md.\n\n"
+      "Exit codes: 0 success, 1 internal failure (the simulation process died), 2 bad input (or above\n"
+      "--max-memory), 3 out of memory.",
       "mk-sim"};
   mk::cli::addCollectiveOptions(app, o.coll);
   app.get_option("--nodes")->description(
@@ -427,6 +449,7 @@ int main(int argc, char** argv) {
                "scale mode: time steps that stay inside a node (NVLink, memory, GEMM, flags) with the uncontended "
                "formulas and simulate only the network flows (exact when nothing contends inside a node)");
   app.add_flag("--verbose", o.verbose, "show SimGrid's own log (info level) and the simulation's cost");
+  mk::cli::addGuardOptions(app, o.guard);
   if (int rc = mk::cli::parse(app, argc, argv, "mk-sim"); rc != mk::cli::kContinue) return rc;
   if (int rc = mk::cli::finishCollectiveOptions(app, "mk-sim", o.coll); rc != mk::cli::kContinue) return rc;
   return mk::cli::run("mk-sim", [&] { return run(o); });

@@ -16,6 +16,7 @@
 #include "mk/io/json.hpp"
 #include "mk/io/trace.hpp"
 #include "mk/util/stats.hpp"
+#include "mk/resources.hpp"
 #include "mk/validation/parallel.hpp"
 #include "mk/validation/validate_layered.hpp"
 
@@ -45,6 +46,21 @@ std::optional<uint64_t> positiveField(const MeasurementRecord& r, const char* ke
     return std::nullopt;
   }
   return json_get::unsignedInt(*v, where + ": field '" + key + "'", max, 1);
+}
+
+/// One prediction's share of --max-memory: options.jobs of them run at once.
+uint64_t memoryShare(const ValidationOptions& options) {
+  const uint64_t limit = options.maxMemory > 0 ? options.maxMemory : defaultMaxMemory();
+  return limit / std::max(1u, options.jobs);
+}
+
+/// What predicting one record spends besides its schedule: the replay and the platform of its nodes.
+template <class Request>
+MemoryJob predictionJob(const Topology& topo, const Request& request) {
+  MemoryJob job;
+  job.simulate = true;
+  job.platformGpus = static_cast<uint64_t>(topo.node.gpus) * ((request.nRanks + topo.node.gpus - 1) / topo.node.gpus);
+  return job;
 }
 
 std::string joined(const std::vector<std::string>& v) {
@@ -276,6 +292,8 @@ ValidationResult validateMeasurements(const std::vector<MeasurementFile>& files,
           auto it = placements.find(key);
           if (it == placements.end()) it = placements.emplace(key, placeRecord(res.cluster, row.request)).first;
           job.topo = it->second.topo;
+          checkMemory(spec, job.topo.layout(row.request.nRanks), row.request.gen, predictionJob(job.topo, row.request),
+                      memoryShare(options));
           job.schedule = generate(spec, job.topo.layout(row.request.nRanks), row.request.gen);
         } catch (const Error& e) {
           throw Error(e.code(), where + ": " + e.message());

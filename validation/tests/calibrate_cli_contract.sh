@@ -66,6 +66,13 @@ expect 2 "io-error" -- "$tool" --out "$work/no/such/dir/x.json" "$work/calib.jso
 expect 2 "io-error" -- "$tool" --out "$work/x.json" --report "$work/no/such/dir/fit.txt" "$work/calib.json"
 expect 2 "io-error" -- "$tool" --out "$work/no/such/dir/x.json" --report "$work/fit2.txt" "$work/calib.json"
 check "a failed profile write left its report behind" test ! -e "$work/fit2.txt"
+# all or nothing: when the second output cannot be written (no room for a temporary next to a 250-character
+# name), the first target keeps its old content and no temporary is left
+echo old >"$work/fit-old.txt"
+long="$work/$(printf 'c%.0s' {1..250})"
+expect 2 "io-error.*cannot write" -- "$tool" --report "$work/fit-old.txt" --out "$long" "$work/calib.json"
+check "the report target kept its old content" grep -qx old "$work/fit-old.txt"
+check "no temporary left" test -z "$(find "$work" -name '*.tmp.*')"
 # an output never replaces a non-regular file nor one of the command's own inputs
 mkfifo "$work/fifo"
 expect 2 "^mk-calibrate: error: .*--out $work/fifo: is a FIFO" -- "$tool" --out "$work/fifo" "$work/calib.json"

@@ -83,6 +83,10 @@ expect 0 'validation: n=3 ' -- "$tool" --profile "$p" --cluster h200x2 "$work/a1
 expect 0 'wrote .*/v.json' -- "$tool" --profile "$p" --json "$work/v.json" "$good"
 check "--json has the schema" grep -q '"schema": "mkernel.validation.v1"' "$work/v.json"
 check "--json has the gated statistic" grep -q '"gated": "sim.median_abs_err_pct"' "$work/v.json"
+# --max-memory: each prediction gets its share; a record above it is bad input, refused before it runs
+expect 2 'above --max-memory' -- "$tool" --profile "$p" --max-memory 1K --json "$work/x.json" "$good"
+check "a refused run wrote no --json" test ! -e "$work/x.json"
+expect 2 'max-memory' -- "$tool" --profile "$p" --max-memory lots "$good"
 
 # The gate: exit 1, the reason on stderr, the summary still the last stdout line.
 expect 1 "$summary" -- "$tool" --profile "$p" --max-median-err 0 "$good"

@@ -89,14 +89,11 @@ int main(int argc, char** argv) {
     prov.tool = mk::cli::commandLine(kTool, argc, argv);
     const std::string table = mk::formatFitReport(report);
 
-    // Both outputs or neither: the report is written first and removed again if the profile cannot be.
-    if (!reportOut.empty()) mk::writeFileAtomic(reportOut, table);
-    try {
-      mk::saveProfile(profile, out, prov);
-    } catch (...) {
-      if (!reportOut.empty()) std::remove(reportOut.c_str());
-      throw;
-    }
+    // Both outputs or neither, and neither target replaced when one of them cannot be written.
+    mk::OutputSet outputs;
+    outputs.stage("--report", reportOut, table);
+    outputs.stage("--out", out, mk::profileToJson(profile, prov) + "\n");
+    outputs.commit();
     std::fputs(table.c_str(), stdout);
     std::printf("wrote %s (%s)\n", out.c_str(), profile.source.c_str());
     return 0;

@@ -63,6 +63,7 @@ struct Options {
   std::string python = "/usr/bin/python3";
   std::string script;
   std::vector<std::string> files;
+  mk::cli::GuardArgs guard;
 };
 
 [[noreturn]] void bad(const std::string& msg) { throw mk::Error(mk::ErrorCode::InvalidArgument, msg); }
@@ -170,6 +171,7 @@ int run(const Options& o, const std::string& command) {
   vo.algos = o.algos;
   vo.jobs = o.jobs;
   vo.skipBad = o.skipBad;
+  vo.maxMemory = o.guard.maxMemory();
 
   mk::ValidationContext ctx;
   ctx.command = command;
@@ -212,9 +214,12 @@ int run(const Options& o, const std::string& command) {
         f.name.c_str(), f.records, f.validated, f.ignored, f.filtered, f.skipped);
   for (const auto& s : res.skipped) std::printf("skipped: %s\n", s.reason.c_str());
 
-  // ---- outputs: the report in a temporary directory, then --json, then the report moved into place ----
+  // ---- outputs, all or nothing: the report in a temporary directory and --json in a temporary file, then the
+  // report moved into place, then --json ----
   std::string json;
   fs::path tmp;
+  std::optional<mk::TempGuard> tmpGuard;  // the report's temporary directory, removed on SIGINT / SIGTERM
+  mk::OutputSet outputs;
   std::string traceName;
   try {
     if (!o.reportDir.empty()) {
@@ -231,6 +236,7 @@ int run(const Options& o, const std::string& command) {
       traceName = traceFileName(row);
       json = mk::validationToJson(res, ctx, &sbs, &row, traceName, o.measuredTrace);
       tmp = mk::report::makeTempDir("--report", o.reportDir, "tmp");
+      tmpGuard.emplace(tmp.string(), true);
       mk::writeFileAtomic((tmp / "validation.json").string(), json);
       mk::writeFileAtomic((tmp / traceName).string(), sbs.json);
       mk::writeFileAtomic((tmp / kReportMarker).string(),
@@ -243,16 +249,12 @@ int run(const Options& o, const std::string& command) {
     } else {
       json = mk::validationToJson(res, ctx);
     }
-    if (!o.jsonOut.empty()) mk::writeFileAtomic(o.jsonOut, json);
+    outputs.stage("--json", o.jsonOut, json);
     if (!o.reportDir.empty()) {
-      try {
-        mk::report::installReport("--report", tmp, o.reportDir);
-      } catch (...) {
-        if (!o.jsonOut.empty()) std::remove(o.jsonOut.c_str());
-        throw;
-      }
+      mk::report::installReport("--report", tmp, o.reportDir);
       tmp.clear();
     }
+    outputs.commit();
   } catch (...) {
     std::error_code ec;
     if (!tmp.empty()) fs::remove_all(tmp, ec);
@@ -315,7 +317,8 @@ int main(int argc, char** argv) {
       "f.json\n\n"
       "Exit codes: 0 success, 1 the gate failed or a simulation process died, 2 bad input (a file breaking the\n"
       "measurement contract, a record whose schedule cannot be regenerated, a profile missing a parameter, an\n"
-      "unwritable output): one line on stderr and nothing written. Details: docs/validation.md.",
+      "unwritable output, a record above --max-memory): one line on stderr and nothing written; 3 out of memory.\n"
+      "Details: docs/validation.md.",
       kTool};
   app.add_option("--profile", o.profile, "hardware profile (mkernel.profile.v1), normally from mk-calibrate");
   app.add_flag("--datasheet", o.datasheet,
@@ -351,6 +354,7 @@ int main(int argc, char** argv) {
                  "which op of --measured-trace (mk-bench traces one op per size, in sweep order; default: the only "
                  "op whose steps are the record's schedule)");
   app.add_option("-j,--jobs", o.jobs, "simulations run at once (each in its own process)")->capture_default_str();
+  mk::cli::addGuardOptions(app, o.guard);
   app.add_option("--json", o.jsonOut, "write every row, the summary and the profile as JSON (mkernel.validation.v1)");
   app.add_flag("--skip-bad", o.skipBad,
                "records whose schedule cannot be regenerated are skipped, counted and listed instead of failing");

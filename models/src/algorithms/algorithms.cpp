@@ -1,5 +1,6 @@
 #include "mk/algorithms/algorithms.hpp"
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 
@@ -195,8 +196,11 @@ InterPhase resolveInter(const CollectiveSpec& spec, const std::vector<uint32_t>&
   return best;
 }
 
-Schedule generate(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& optIn) {
-  const auto& def = detail::findAlgorithm(spec.op, spec.algo);
+namespace detail {
+
+/// `opt` with "auto" resolved as generate() resolves it without a caller's profile.
+GenOptions resolvedForGenerate(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf,
+                               const GenOptions& optIn) {
   // "auto" without a caller's profile: the datasheet DGX-H100 profile decides (tools resolve it themselves).
   GenOptions opt = optIn;
   if (opt.inter == InterPhase::Auto && spec.op == CollOp::AllReduce && spec.algo == Algorithm::Hierarchical) {
@@ -207,15 +211,28 @@ Schedule generate(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeO
     static const Profile kReference = defaultProfile(topologyPreset("dgx-h100", 2));
     opt.protocol = resolveProtocol(spec, nodeOf, opt, kReference);
   }
-  detail::GenContext ctx = detail::makeContext(spec, nodeOf, opt);
-  detail::ScheduleBuilder b(ctx);
+  return opt;
+}
+
+/// The one body of generate() and countCollective(): declare the buffers, emit every channel into `b`.
+void emitCollective(ScheduleBuilder& b, GenContext& ctx, const AlgorithmDef& def) {
+  const CollectiveSpec& spec = ctx.spec;
   ctx.input = b.addBuffer("input", spec.dtype, BufferKind::Input, inputCount(spec, ctx.nRanks));
   ctx.output = b.addBuffer("output", spec.dtype, BufferKind::Output, outputCount(spec, ctx.nRanks));
   if (def.setup) def.setup(b, ctx);
   // Channels own disjoint slices of every block; a channel with an empty slice emits nothing.
-  const uint32_t channels = static_cast<uint32_t>(std::min<uint64_t>(opt.channels, spec.count));
+  const uint32_t channels = static_cast<uint32_t>(std::min<uint64_t>(ctx.opt.channels, spec.count));
   for (uint32_t c = 0; c < channels; ++c)
     def.emit(b, ctx, c, detail::splitRange(detail::Range{0, spec.count}, channels, c));
+}
+
+}  // namespace detail
+
+Schedule generate(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& optIn) {
+  const auto& def = detail::findAlgorithm(spec.op, spec.algo);
+  detail::GenContext ctx = detail::makeContext(spec, nodeOf, detail::resolvedForGenerate(spec, nodeOf, optIn));
+  detail::ScheduleBuilder b(ctx);
+  detail::emitCollective(b, ctx, def);
   return b.finish();
 }
 

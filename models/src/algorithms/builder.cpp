@@ -59,6 +59,7 @@ ScheduleBuilder::ScheduleBuilder(const GenContext& ctx) : ctx_(ctx) {
   s_.nodeOf = ctx.nodeOf;
   s_.lanes.resize(ctx.nRanks);
   laneIndex_.resize(ctx.nRanks);
+  laneHash_.resize(ctx.nRanks);
   sent_.resize(ctx.nRanks);
   s_.info.op = toString(ctx.spec.op);
   s_.info.algo = toString(ctx.spec.algo);
@@ -68,6 +69,13 @@ ScheduleBuilder::ScheduleBuilder(const GenContext& ctx) : ctx_(ctx) {
   s_.info.root = ctx.spec.root;
   s_.info.chunks = ctx.opt.chunks;
   s_.info.channels = ctx.opt.channels;
+}
+
+ScheduleBuilder::ScheduleBuilder(const GenContext& ctx, uint64_t maxWeight, uint64_t laneWeight)
+    : ScheduleBuilder(ctx) {
+  counting_ = true;
+  maxWeight_ = maxWeight;
+  laneWeight_ = laneWeight;
 }
 
 uint16_t ScheduleBuilder::addBuffer(const std::string& name, DType dtype, BufferKind kind, uint64_t countPerRank) {
@@ -96,23 +104,42 @@ uint32_t ScheduleBuilder::newFlag() { return s_.nFlags++; }
 uint32_t ScheduleBuilder::lane(uint32_t rank, LaneRole role, uint32_t channel) {
   const uint64_t key = (uint64_t(static_cast<uint8_t>(role)) << 32) | channel;
   auto& index = laneIndex_.at(rank);
-  for (const auto& [k, idx] : index)
-    if (k == key) return idx;
+  if (index.size() <= kLaneScanMax) {
+    for (const auto& [k, idx] : index)
+      if (k == key) return idx;
+  } else {
+    // Many channels: a scan per step (and per miss: generators ask for lanes of ranks that may have none) would
+    // make generation quadratic in the channel count.
+    const auto& hash = laneHash_[rank];
+    if (const auto it = hash.find(key); it != hash.end()) return it->second;
+  }
+  if (counting_ && (weight_ += laneWeight_) > maxWeight_) throw StepLimitReached{};
   auto& lanes = s_.lanes[rank];
   Lane l;
   l.role = role;
   lanes.push_back(std::move(l));
   const auto idx = static_cast<uint32_t>(lanes.size() - 1);
   index.emplace_back(key, idx);
+  if (index.size() == kLaneScanMax + 1) {
+    for (const auto& [k, i] : index) laneHash_[rank].emplace(k, i);
+  } else if (index.size() > kLaneScanMax + 1) {
+    laneHash_[rank].emplace(key, idx);
+  }
   return idx;
 }
 
 void ScheduleBuilder::reserveSteps(uint32_t rank, uint32_t lane, std::size_t steps) {
+  if (counting_) return;
   auto& v = s_.lanes.at(rank).at(lane).steps;
   v.reserve(v.size() + steps);
 }
 
 Step& ScheduleBuilder::append(uint32_t rank, uint32_t lane, StepKind kind) {
+  if (counting_) {
+    ++counted_;
+    if (++weight_ > maxWeight_) throw StepLimitReached{};
+    return dropped_;  // written by the generator, never read
+  }
   auto& steps = s_.lanes.at(rank).at(lane).steps;
   steps.emplace_back();
   Step& st = steps.back();

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "mk/algorithms/algorithms.hpp"
@@ -52,6 +53,11 @@ struct GenContext {
 class ScheduleBuilder {
  public:
   explicit ScheduleBuilder(const GenContext& ctx);
+  /// A builder that counts instead of storing: every step is counted and dropped, so a generator run through it
+  /// tells how many steps (and which lanes and buffers) its schedule will hold, in little memory. Once steps +
+  /// lanes x `laneWeight` pass `maxWeight` it throws StepLimitReached, so an absurd request stops early (lanes
+  /// weigh in because a request for millions of channels creates lanes faster than steps).
+  ScheduleBuilder(const GenContext& ctx, uint64_t maxWeight, uint64_t laneWeight);
 
   /// Declare a buffer with the same element count on every rank; returns its id.
   uint16_t addBuffer(const std::string& name, DType dtype, BufferKind kind, uint64_t countPerRank);
@@ -91,19 +97,36 @@ class ScheduleBuilder {
   /// Close the schedule: fill its cost attributes (fillCostAttributes). The builder is spent afterwards.
   Schedule finish();
 
+  /// A counting builder's steps so far.
+  uint64_t stepsCounted() const noexcept { return counted_; }
+  /// The schedule as built so far: buffers and lanes (a counting builder's lanes hold no steps).
+  const Schedule& partial() const noexcept { return s_; }
+
  private:
   Step& append(uint32_t rank, uint32_t lane, StepKind kind);
   void countSignal(uint32_t rank, uint32_t flagId, uint64_t inc);
 
   const GenContext& ctx_;
   Schedule s_;
+  bool counting_ = false;
+  uint64_t maxWeight_ = 0;
+  uint64_t laneWeight_ = 0;
+  uint64_t weight_ = 0;  ///< steps + lanes x laneWeight_ so far (counting builder)
+  uint64_t counted_ = 0;
+  Step dropped_;  ///< where a counting builder's steps are written and forgotten
   // Flat per-rank tables: lane() and countSignal() run once per emitted step, so a std::map lookup there
   // dominated generation at 1024 ranks. A rank has a handful of lanes (a few per channel), so a linear scan
   // beats any tree or hash.
   std::vector<std::vector<std::pair<uint64_t, uint32_t>>> laneIndex_;  ///< per rank: (role << 32 | channel, lane)
-  std::vector<std::vector<uint64_t>> sent_;  ///< per rank: increments so far, indexed by flag id
+  /// Above this many lanes on a rank, lookups go through laneHash_ (many channels) instead of a scan.
+  static constexpr std::size_t kLaneScanMax = 32;
+  std::vector<std::unordered_map<uint64_t, uint32_t>> laneHash_;  ///< per rank, filled past kLaneScanMax lanes
+  std::vector<std::vector<uint64_t>> sent_;                       ///< per rank: increments so far, indexed by flag id
   std::map<std::tuple<uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t>, uint32_t> gemmIndex_;
 };
+
+/// Thrown by a counting builder past its step limit.
+struct StepLimitReached {};
 
 /// The "scratch" buffer's id; throws Error(Internal) when the generator's setup declared none.
 uint16_t scratchBuffer(const GenContext& ctx);
@@ -165,5 +188,10 @@ const AlgorithmDef& findAlgorithm(CollOp op, Algorithm algo);
 
 /// Placement facts for nodeOf (node ids renumbered densely in first-seen order); throws InvalidArgument.
 GenContext makeContext(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt);
+/// `opt` with "auto" (inter-node phase, protocol) resolved as generate() resolves it (algorithms.cpp).
+GenOptions resolvedForGenerate(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt);
+/// generate()'s body: declare the buffers of `ctx` (input, output, the generator's scratch) and emit every channel
+/// (algorithms.cpp); run with a counting builder it counts what generate() would store.
+void emitCollective(ScheduleBuilder& b, GenContext& ctx, const AlgorithmDef& def);
 
 }  // namespace mk::detail

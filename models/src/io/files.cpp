@@ -1,12 +1,18 @@
 // mkernel — the file helpers every tool shares (mk/schedule/io.hpp): read a whole file, write one atomically,
-// and the one check of an output path (not a device, FIFO or directory; not one of the command's inputs).
+// the one check of an output path (not a device, FIFO or directory; not one of the command's inputs), a set of
+// outputs written all or nothing, and the removal of temporaries when a signal ends the process.
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -68,10 +74,66 @@ void checkOutputPath(const std::string& option, const std::string& path, const s
   }
 }
 
-void writeFileAtomic(const std::string& path, const std::string& text) {
-  if (const std::string kind = nonRegularKind(path); !kind.empty())
-    throw Error(ErrorCode::IoError, "cannot write '" + path + "': it is " + kind + ", not a regular file");
-  const std::string tmp = path + ".tmp." + std::to_string(static_cast<long>(::getpid()));
+namespace {
+
+// ---- temporaries removed on SIGINT / SIGTERM / SIGHUP -------------------------------------------------------
+// A fixed table, so that the handler reads it without allocating or locking: a slot is claimed (0 -> 1), filled,
+// then published (2); the handler only touches published slots of the process that registered them (a forked
+// simulation child inherits the table and the handler, and must not remove its parent's files).
+constexpr int kTempSlots = 64;
+constexpr std::size_t kTempPathMax = 4096;
+struct TempSlot {
+  std::atomic<int> state{0};
+  bool directory = false;
+  pid_t owner = 0;
+  char path[kTempPathMax] = {};
+};
+TempSlot gTempSlots[kTempSlots];
+
+void removeTemporaries(int sig) {
+  const pid_t self = ::getpid();
+  for (TempSlot& slot : gTempSlots) {
+    if (slot.state.load(std::memory_order_acquire) != 2 || slot.owner != self) continue;
+    if (!slot.directory) {
+      ::unlink(slot.path);
+      continue;
+    }
+    // No async-signal-safe recursive removal exists: fork and exec rm, both safe in a handler.
+    const pid_t child = ::fork();
+    if (child == 0) {
+      char rm[] = "rm", rf[] = "-rf", dd[] = "--";
+      char* argv[] = {rm, rf, dd, slot.path, nullptr};
+      char* envp[] = {nullptr};
+      ::execve("/bin/rm", argv, envp);
+      ::_exit(127);
+    }
+    if (child > 0) ::waitpid(child, nullptr, 0);
+  }
+  // The default action, so the parent sees the process killed by `sig` (exit status 128 + sig in a shell).
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+/// Install the handler for SIGINT, SIGTERM and SIGHUP where it is not already there; checked at every registration,
+/// since a test harness (doctest) may have put its own back. A signal that is ignored stays ignored (nohup).
+void installHandlers() {
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old {};
+    ::sigaction(sig, nullptr, &old);
+    if (old.sa_handler == SIG_IGN || old.sa_handler == removeTemporaries) continue;
+    struct sigaction sa {};
+    sa.sa_handler = removeTemporaries;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(sig, &sa, nullptr);
+  }
+}
+
+std::string tmpNameFor(const std::string& path) {
+  return path + ".tmp." + std::to_string(static_cast<long>(::getpid()));
+}
+
+/// Write `text` to `tmp` (created or truncated) and fsync it; throws IoError about `path`.
+void writeTemporary(const std::string& path, const std::string& tmp, const std::string& text) {
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr)
     throw Error(ErrorCode::IoError,
@@ -82,11 +144,78 @@ void writeFileAtomic(const std::string& path, const std::string& text) {
   // fsync so that a crash after the rename cannot expose an empty file under the final name.
   if (ok && ::fsync(::fileno(f)) != 0) ok = false, err = errno;
   if (std::fclose(f) != 0 && ok) ok = false, err = errno;
-  if (ok && std::rename(tmp.c_str(), path.c_str()) != 0) ok = false, err = errno;
   if (!ok) {
     std::remove(tmp.c_str());
     throw Error(ErrorCode::IoError, "cannot write '" + path + "': " + std::strerror(err));
   }
+}
+
+void requireReplaceable(const std::string& path) {
+  if (const std::string kind = nonRegularKind(path); !kind.empty())
+    throw Error(ErrorCode::IoError, "cannot write '" + path + "': it is " + kind + ", not a regular file");
+}
+
+}  // namespace
+
+TempGuard::TempGuard(const std::string& path, bool directory) {
+  if (path.size() >= kTempPathMax) return;  // not removable on a signal; the owner still removes it normally
+  installHandlers();
+  for (int i = 0; i < kTempSlots; ++i) {
+    int expected = 0;
+    if (!gTempSlots[i].state.compare_exchange_strong(expected, 1, std::memory_order_acquire)) continue;
+    TempSlot& slot = gTempSlots[i];
+    std::memcpy(slot.path, path.c_str(), path.size() + 1);
+    slot.directory = directory;
+    slot.owner = ::getpid();
+    slot.state.store(2, std::memory_order_release);
+    slot_ = i;
+    return;
+  }
+}
+
+TempGuard::~TempGuard() {
+  if (slot_ >= 0) gTempSlots[slot_].state.store(0, std::memory_order_release);
+}
+
+void writeFileAtomic(const std::string& path, const std::string& text) {
+  requireReplaceable(path);
+  const std::string tmp = tmpNameFor(path);
+  const TempGuard guard(tmp, false);
+  writeTemporary(path, tmp, text);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    throw Error(ErrorCode::IoError, "cannot write '" + path + "': " + std::strerror(err));
+  }
+}
+
+OutputSet::~OutputSet() {
+  for (const Entry& e : staged_) std::remove(e.tmp.c_str());
+}
+
+void OutputSet::stage(const std::string& option, const std::string& path, const std::string& text) {
+  if (path.empty()) return;
+  requireReplaceable(path);
+  Entry e{option, path, tmpNameFor(path)};
+  // Guarded from creation to commit: a signal in between removes it.
+  staged_.push_back(e);
+  guards_.push_back(std::make_unique<TempGuard>(e.tmp, false));
+  try {
+    writeTemporary(path, e.tmp, text);
+  } catch (const Error& err) {
+    throw Error(ErrorCode::IoError, option + " " + err.message());
+  }
+}
+
+void OutputSet::commit() {
+  for (std::size_t i = 0; i < staged_.size(); ++i) {
+    const Entry& e = staged_[i];
+    if (std::rename(e.tmp.c_str(), e.path.c_str()) != 0)
+      throw Error(ErrorCode::IoError,
+                  e.option + " " + e.path + ": cannot move the finished file into place: " + std::strerror(errno));
+  }
+  staged_.clear();
+  guards_.clear();
 }
 
 }  // namespace mk

@@ -213,13 +213,17 @@ int run(const Options& o, const std::string& command) {
       mk::plan::runPlan(in, *fused, [](const std::string& s) { std::fprintf(stderr, "mk-plan: %s\n", s.c_str()); });
   if (!o.quiet) std::fputs(mk::plan::formatPlanText(plan, o.brief).c_str(), stdout);
 
-  // ---- outputs: the report in a temporary directory, then the files, then the report moved into place ----
+  // ---- outputs, all or nothing: the report in a temporary directory and the files in temporaries, then the
+  // report moved into place, then the files ----
   const std::string json = mk::plan::planToJson(plan, MK_GIT_COMMIT);
   const std::string stats = mk::plan::planStatsToJson(plan, command);
   fs::path tmp;
+  std::optional<mk::TempGuard> tmpGuard;  // the report's temporary directory, removed on SIGINT / SIGTERM
+  mk::OutputSet outputs;
   try {
     if (!o.reportDir.empty()) {
       tmp = mk::report::makeTempDir("--report", o.reportDir, "tmp");
+      tmpGuard.emplace(tmp.string(), true);
       mk::writeFileAtomic((tmp / "plan.json").string(), json);
       mk::writeFileAtomic((tmp / "run-stats.json").string(), stats);
       mk::writeFileAtomic((tmp / kReportMarker).string(),
@@ -229,18 +233,13 @@ int run(const Options& o, const std::string& command) {
                             {"--json", (tmp / "plan.json").string(), "--out", tmp.string()}, log);
       fs::remove(log, ec);
     }
-    if (!o.jsonOut.empty()) mk::writeFileAtomic(o.jsonOut, json);
-    if (!o.statsOut.empty()) mk::writeFileAtomic(o.statsOut, stats);
+    outputs.stage("--json", o.jsonOut, json);
+    outputs.stage("--stats", o.statsOut, stats);
     if (!o.reportDir.empty()) {
-      try {
-        mk::report::installReport("--report", tmp, o.reportDir);
-      } catch (...) {
-        if (!o.jsonOut.empty()) std::remove(o.jsonOut.c_str());
-        if (!o.statsOut.empty()) std::remove(o.statsOut.c_str());
-        throw;
-      }
+      mk::report::installReport("--report", tmp, o.reportDir);
       tmp.clear();
     }
+    outputs.commit();
   } catch (...) {
     if (!tmp.empty()) fs::remove_all(tmp, ec);
     throw;

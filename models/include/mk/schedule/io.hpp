@@ -1,6 +1,7 @@
 // mkernel — Schedule <-> JSON (nlohmann-json) and file helpers. The format is docs/schedule-format.md.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,45 @@ void writeFileAtomic(const std::string& path, const std::string& text);
 /// it would overwrite). Throws Error naming the option and the path (exit 2): IoError for a missing directory,
 /// InvalidArgument for the rest. An empty `path` is no output.
 void checkOutputPath(const std::string& option, const std::string& path, const std::vector<std::string>& inputs = {});
+/// Registers a temporary file or directory for removal if the process is ended by SIGINT, SIGTERM or SIGHUP
+/// while the guard lives (the handler unlinks files with async-signal-safe calls, removes directories with a
+/// forked `rm -rf`, then re-raises the signal with its default action). The guard does not remove the path
+/// itself when it goes out of scope: its owner does, or renames it into place.
+class TempGuard {
+ public:
+  TempGuard(const std::string& path, bool directory);
+  TempGuard(const TempGuard&) = delete;
+  TempGuard& operator=(const TempGuard&) = delete;
+  ~TempGuard();
+
+ private:
+  int slot_ = -1;
+};
+
+/// A command's outputs written all or nothing: stage() writes each one to a temporary next to its target
+/// ("<path>.tmp.<pid>"); commit() renames them all into place once every one was written; the destructor
+/// removes whatever was not committed, so when one output fails none of the targets is replaced. Staged
+/// temporaries are removed on SIGINT / SIGTERM as well (see TempGuard).
+class OutputSet {
+ public:
+  OutputSet() = default;
+  OutputSet(const OutputSet&) = delete;
+  OutputSet& operator=(const OutputSet&) = delete;
+  ~OutputSet();
+  /// Write `text` to a temporary for `path` (nothing when `path` is empty); throws IoError naming `option`.
+  void stage(const std::string& option, const std::string& path, const std::string& text);
+  /// Rename every staged temporary over its target, in staging order; throws IoError. (Renames within one
+  /// directory do not fail in practice once the writes succeeded; the rename itself is not undone.)
+  void commit();
+
+ private:
+  struct Entry {
+    std::string option, path, tmp;
+  };
+  std::vector<Entry> staged_;
+  std::vector<std::unique_ptr<TempGuard>> guards_;
+};
+
 /// Read a whole file of at most `maxBytes`; throws IoError naming the path when it cannot be read, and
 /// ParseError when it is longer (so that /dev/zero or a runaway pipe cannot exhaust memory).
 std::string readFile(const std::string& path, std::size_t maxBytes = kMaxJsonBytes);

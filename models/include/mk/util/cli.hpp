@@ -1,7 +1,8 @@
 // mkernel — what every command-line tool does the same way: parse, reject zero counts, and turn errors into
 // one line and an exit code. Header-only and for tools: it needs CLI11 (Debian libcli11-dev).
 //
-// Exit codes shared by all tools: 0 success, 1 the job failed (verification failed, internal error), 2 bad input.
+// Exit codes shared by all tools: 0 success, 1 the job failed (verification failed, internal error), 2 bad input
+// (a request above --max-memory included), 3 out of memory (an allocation failed although the estimate passed).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -14,15 +15,20 @@
 #include <exception>
 #include <functional>
 #include <initializer_list>
+#include <new>
 #include <string>
 #include <utility>
 
 #include "mk/error.hpp"
+#include "mk/resources.hpp"
+#include "mk/util/progress.hpp"
+#include "mk/util/size.hpp"
 
 namespace mk::cli {
 
 inline constexpr int kExitFailed = 1;
 inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitOutOfMemory = 3;
 inline constexpr int kContinue = -1;
 
 /// Whether `text` is a finite decimal number (no hex, nan, inf or overflow), stored in `*value`: the one reading
@@ -121,8 +127,40 @@ inline std::string commandLine(const char* tool, int argc, char** argv) {
   return s;
 }
 
-/// Run the tool's body; an escaping error becomes one stderr line. mk::Error about the input exits 2; internal
-/// errors, deadlocks and anything else exit 1.
+/// The resource options every tool that generates, verifies or simulates shares: --max-memory and --progress.
+struct GuardArgs {
+  std::string maxMemoryText;  ///< as given; empty: the default
+  bool progress = false;
+  /// The limit in bytes: --max-memory, or mk::defaultMaxMemory() (half of the physical memory).
+  uint64_t maxMemory() const { return maxMemoryText.empty() ? defaultMaxMemory() : parseSize(maxMemoryText); }
+  /// Whether to print progress lines (--progress, or stderr is a terminal).
+  bool progressWanted() const noexcept { return mk::progressWanted(progress); }
+};
+
+/// Add --max-memory SIZE and --progress to `app`, bound to `g`.
+inline void addGuardOptions(CLI::App& app, GuardArgs& g) {
+  app.add_option("--max-memory", g.maxMemoryText,
+                 "refuse (exit 2) a job whose estimated memory (schedule, verification, simulation) is above SIZE "
+                 "(e.g. 8G, 512MiB; default: half of this machine's physical memory, " +
+                     formatBytes(static_cast<double>(defaultMaxMemory())) + ")")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            try {
+              if (parseSize(text) == 0) return "must be > 0";
+            } catch (const Error& e) {
+              return e.message();
+            }
+            return {};
+          },
+          ""))
+      ->type_name("SIZE");
+  app.add_flag("--progress", g.progress,
+               "print progress lines on stderr for work longer than 2 s (default: only when stderr is a terminal)");
+}
+
+/// Run the tool's body; an escaping error becomes one stderr line. mk::Error about the input exits 2; an
+/// allocation failure (std::bad_alloc) exits 3 with a plain "out of memory" line; internal errors, deadlocks and
+/// anything else exit 1.
 inline int run(const char* tool, const std::function<int()>& body) {
   try {
     return body();
@@ -131,6 +169,14 @@ inline int run(const char* tool, const std::function<int()>& body) {
     std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
     const bool internal = e.code() == ErrorCode::Internal || e.code() == ErrorCode::Deadlock;
     return internal ? kExitFailed : kExitBadInput;
+  } catch (const std::bad_alloc&) {
+    // Below the estimate's resolution (or another process took the memory): say so plainly, never "std::bad_alloc".
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "%s: error: out of memory: an allocation failed; ask for less (fewer ranks, chunks, channels or "
+                 "bytes) or free memory\n",
+                 tool);
+    return kExitOutOfMemory;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "%s: error: %s\n", tool, e.what());

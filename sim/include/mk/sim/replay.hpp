@@ -87,6 +87,9 @@ struct Prediction {
 /// order. Throws Error(InvalidArgument) when the schedule does not fit the cluster (a node index beyond the
 /// cluster, more ranks on a node than it has GPUs), naming the rank and node.
 std::vector<uint32_t> placeRanks(const Schedule& s, const Topology& topo);
+/// `topo` cut to the nodes `s` places ranks on (up to its last one): what predict() builds, so that 2 ranks on a
+/// 4000-node cluster simulate one node, not 4000.
+Topology usedPart(const Topology& topo, const Schedule& s);
 
 /// Replay `s` on `topo` under `profile`. The schedule must be valid (mk::validate); predict() only re-checks
 /// what it indexes with (Error(InvalidSchedule)) and the profile rates the schedule needs

@@ -117,6 +117,9 @@ struct ValidationOptions {
   std::vector<std::string> algos;
   unsigned jobs = 2;     ///< predictions run at once (each forks a simulating process)
   bool skipBad = false;  ///< records that cannot be regenerated: skip and list instead of throwing
+  /// Memory all predictions running at once may take (mk/resources.hpp; 0: defaultMaxMemory()): a record whose
+  /// schedule and simulation need more than its share (maxMemory / jobs) is bad input, refused before it runs.
+  uint64_t maxMemory = 0;
 };
 
 /// The outcome.
