@@ -25,6 +25,7 @@
 #include "mk/topology/topology.hpp"
 #include "mk/util/cli.hpp"
 #include "mk/util/cli_collective.hpp"
+#include "mk/util/cli_convention.hpp"
 #include "mk/util/size.hpp"
 
 namespace {
@@ -39,6 +40,7 @@ struct Options {
   std::string jsonOut;
   std::string packedOut;
   std::string scheduleIn;
+  mk::cli::SizeFlags sizes;
 };
 
 /// Steps per lane role and bytes per link class, summed over ranks: the shape of a schedule at a glance.
@@ -80,6 +82,18 @@ void printSummary(const mk::Schedule& s) {
   if (linkBytes.empty()) std::printf("none");
   for (const auto& [link, b] : linkBytes) std::printf("%s %s  ", mk::toString(link), mk::formatBytes(b).c_str());
   std::printf("(summed over ranks)\n");
+}
+
+/// The one size of this run: --bytes, or a --sweep (-b/-e/-f) of one size; a range is refused (one schedule per run).
+uint64_t oneSize(const Options& o) {
+  if (o.sizes.sweep.empty()) return mk::parseSize(o.coll.bytes);
+  const std::vector<uint64_t> sizes = mk::parseSweep(o.sizes.sweep);
+  if (sizes.size() != 1)
+    throw mk::Error(mk::ErrorCode::InvalidArgument,
+                    "--sweep " + o.sizes.sweep + " is " + std::to_string(sizes.size()) +
+                        " sizes: mk-schedule makes one schedule per run (give one size: --bytes, or -b equal to -e); "
+                        "mk-sim --sweep predicts a range");
+  return sizes.front();
 }
 
 /// Run `check` (a verification on the CPU reference executor), print its verdict and time; the exit code.
@@ -180,7 +194,7 @@ int run(const Options& o) {
     std::printf("  validate   %s\n", validated.c_str());
   } else {
     const mk::CollectiveRequest request = mk::parseCollective(o.coll);
-    const uint64_t bytes = mk::parseSize(o.coll.bytes);
+    const uint64_t bytes = oneSize(o);
 
     const mk::Placement placed = mk::placeRanks(o.coll.cluster, o.coll.nodes, o.coll.ranks);
     topo = placed.topo;
@@ -275,7 +289,11 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.jsonOut, "write the schedule as JSON (docs/schedule-format.md)");
   app.add_option("--packed", o.packedOut, "write the packed binary form (what a GPU uploads)");
   app.add_option("--schedule", o.scheduleIn, "read a schedule JSON instead of generating one (validate + summary)");
+  mk::cli::addSweepOptions(app, o.sizes, "mk-schedule makes one schedule: a range of one size only (mk-sim sweeps)");
   if (int rc = mk::cli::parse(app, argc, argv, "mk-schedule"); rc != mk::cli::kContinue) return rc;
   if (int rc = mk::cli::finishCollectiveOptions(app, "mk-schedule", o.coll); rc != mk::cli::kContinue) return rc;
-  return mk::cli::run("mk-schedule", [&] { return run(o); });
+  return mk::cli::run("mk-schedule", [&] {
+    o.sizes.sweep = mk::cli::resolveSweep(app, o.sizes, o.coll.bytes + ":" + o.coll.bytes + ":2");
+    return run(o);
+  });
 }

@@ -26,6 +26,7 @@
 #include "mk/topology/topology.hpp"
 #include "mk/util/cli.hpp"
 #include "mk/util/cli_collective.hpp"
+#include "mk/util/cli_convention.hpp"
 #include "mk/util/size.hpp"
 
 namespace {
@@ -40,29 +41,14 @@ struct Options {
   mk::CollectiveArgs coll;
   std::string jsonOut;
   std::string traceOut;
-  std::string sweep;
+  mk::cli::SizeFlags sizes;
+  std::string sweep;  ///< MIN:MAX:FACTOR from --sweep or -b/-e/-f (resolveSweep); "" for one size
   std::string scheduleIn;
   bool verbose = false;
   bool fast = false;
 };
 
 [[noreturn]] void bad(const std::string& msg) { throw mk::Error(mk::ErrorCode::InvalidArgument, msg); }
-
-/// "8:1G:2" -> 8, 16, ..., 1G (nccl-tests -b/-e/-f).
-std::vector<uint64_t> parseSweep(const std::string& text) {
-  const auto c1 = text.find(':');
-  const auto c2 = c1 == std::string::npos ? std::string::npos : text.find(':', c1 + 1);
-  if (c2 == std::string::npos || text.find(':', c2 + 1) != std::string::npos)
-    bad("bad --sweep '" + text + "': expected MIN:MAX:FACTOR, e.g. 8:1G:2");
-  const uint64_t lo = mk::parseSize(text.substr(0, c1));
-  const uint64_t hi = mk::parseSize(text.substr(c1 + 1, c2 - c1 - 1));
-  const uint64_t factor = mk::parseSize(text.substr(c2 + 1));
-  if (lo == 0 || hi < lo) bad("bad --sweep '" + text + "': need 0 < MIN <= MAX");
-  if (factor < 2) bad("bad --sweep '" + text + "': FACTOR must be an integer >= 2");
-  std::vector<uint64_t> sizes;
-  for (uint64_t b = lo; b <= hi; b = b > hi / factor ? hi + 1 : b * factor) sizes.push_back(b);
-  return sizes;
-}
 
 /// What one run needs besides the schedule.
 struct Setup {
@@ -273,7 +259,7 @@ int run(const Options& o) {
   mk::checkOutputPath("--json", o.jsonOut, inputs);
   mk::checkOutputPath("--trace", o.traceOut, inputs);
   if (o.scheduleIn.empty() && mk::isFusedOp(o.coll.op)) return runFused(o);
-  if (!o.sweep.empty()) parseSweep(o.sweep);  // a malformed sweep is the first thing to report
+  if (!o.sweep.empty()) mk::parseSweep(o.sweep);  // a malformed sweep is the first thing to report
   if (!o.sweep.empty() && !o.traceOut.empty()) bad("--trace needs one size: use --bytes, not --sweep");
   if (!o.sweep.empty() && !o.scheduleIn.empty()) bad("--sweep generates schedules: it cannot be used with --schedule");
 
@@ -288,7 +274,7 @@ int run(const Options& o) {
   std::optional<mk::CollectiveRequest> request;
   if (o.scheduleIn.empty()) {
     request = mk::parseCollective(o.coll);
-    sizes = o.sweep.empty() ? std::vector<uint64_t>{mk::parseSize(o.coll.bytes)} : parseSweep(o.sweep);
+    sizes = o.sweep.empty() ? std::vector<uint64_t>{mk::parseSize(o.coll.bytes)} : mk::parseSweep(o.sweep);
     st.spec = request->spec;
     st.gen = request->gen;
     if (o.sweep.empty()) {
@@ -417,9 +403,7 @@ int main(int argc, char** argv) {
           "numbers for the cluster, printed as 'profile: uncalibrated (datasheet defaults)'");
   app.add_option("--json", o.jsonOut, "write the prediction as JSON (schema mkernel.prediction.v1)");
   app.add_option("--trace", o.traceOut, "write the per-step trace as Chrome/Perfetto trace-event JSON (one size only)");
-  app.add_option("--sweep", o.sweep,
-                 "MIN:MAX:FACTOR, e.g. 8:1G:2: predict every size MIN, MIN*FACTOR, ... <= MAX and print an "
-                 "nccl-tests-like table (replaces --bytes)");
+  mk::cli::addSweepOptions(app, o.sizes, "predict each and print an nccl-tests-like table (replaces --bytes)");
   app.add_option("--schedule", o.scheduleIn,
                  "replay this schedule JSON (validated first) instead of generating one; --cluster must fit its "
                  "ranks (--nodes defaults to the schedule's node count)");
@@ -429,5 +413,8 @@ int main(int argc, char** argv) {
   app.add_flag("--verbose", o.verbose, "show SimGrid's own log (info level) and the simulation's cost");
   if (int rc = mk::cli::parse(app, argc, argv, "mk-sim"); rc != mk::cli::kContinue) return rc;
   if (int rc = mk::cli::finishCollectiveOptions(app, "mk-sim", o.coll); rc != mk::cli::kContinue) return rc;
-  return mk::cli::run("mk-sim", [&] { return run(o); });
+  return mk::cli::run("mk-sim", [&] {
+    o.sweep = mk::cli::resolveSweep(app, o.sizes, o.coll.bytes + ":" + o.coll.bytes + ":2");
+    return run(o);
+  });
 }

@@ -49,6 +49,33 @@ uint64_t parseSize(std::string_view text) {
   return value << shift;
 }
 
+std::vector<uint64_t> parseSweep(std::string_view text, std::string_view flag) {
+  const std::string head = "bad " + std::string(flag) + " '" + std::string(text) + "': ";
+  auto bad = [&](const std::string& why) { return Error(ErrorCode::InvalidArgument, head + why); };
+  const auto c1 = text.find(':');
+  const auto c2 = c1 == std::string_view::npos ? std::string_view::npos : text.find(':', c1 + 1);
+  if (c2 == std::string_view::npos || text.find(':', c2 + 1) != std::string_view::npos)
+    throw bad("expected MIN:MAX:FACTOR, e.g. 8:1G:2");
+  uint64_t lo = 0, hi = 0, factor = 0;
+  try {
+    lo = parseSize(text.substr(0, c1));
+    hi = parseSize(text.substr(c1 + 1, c2 - c1 - 1));
+    factor = parseSize(text.substr(c2 + 1));
+  } catch (const Error& e) {
+    throw bad(e.message());
+  }
+  if (lo == 0 || hi < lo) throw bad("need 0 < MIN <= MAX");
+  if (factor < 2) throw bad("FACTOR must be an integer >= 2");
+  std::vector<uint64_t> sizes;
+  for (uint64_t b = lo; b <= hi; b = b > hi / factor ? hi + 1 : b * factor) sizes.push_back(b);
+  return sizes;
+}
+
+std::string formatSizeWithBytes(uint64_t bytes) {
+  const std::string human = formatSize(bytes);
+  return bytes < 1024 || bytes % 1024 != 0 ? human : human + " (" + std::to_string(bytes) + " B)";
+}
+
 std::string formatSize(uint64_t bytes) {
   static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   unsigned u = 0;

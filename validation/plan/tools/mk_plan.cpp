@@ -21,6 +21,7 @@
 #include "mk/plan/planner.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/util/cli.hpp"
+#include "mk/util/cli_convention.hpp"
 #include "mk/util/size.hpp"
 #include "mk/validation/report_dir.hpp"
 #include "mk/workload/workload.hpp"
@@ -52,7 +53,7 @@ struct Options {
   std::optional<uint32_t> tp, pp, ep, zero, microBatch, virtualStages;
   std::optional<uint64_t> globalBatch, seq;
   std::string sp, ppSchedule, recompute, bucket;
-  std::string cluster = "dgx-h100";
+  std::string cluster = mk::kDefaultCluster;
   std::string gpus = "8:4096";
   std::string profile;
   bool datasheet = false;
@@ -291,7 +292,8 @@ int main(int argc, char** argv) {
   app.add_option("--bucket", o.bucket, "gradient bucket size (25MiB, ...)");
   app.add_option("--cluster", o.cluster,
                  "preset node type (dgx-h100, dgx-h200, h200x2; nodes are added as the GPU count needs) or topology "
-                 "JSON (a fixed cluster)")
+                 "JSON (a fixed cluster); " +
+                     mk::cli::defaultClusterNote())
       ->capture_default_str();
   app.add_option("--gpus", o.gpus, "GPU counts: MIN:MAX[:FACTOR] (powers of FACTOR, default 2) or a list 64,256,1000")
       ->capture_default_str();
@@ -312,9 +314,10 @@ int main(int argc, char** argv) {
                  "schedules of more steps are priced by their closed form instead of simulated (0: no limit)")
       ->capture_default_str();
   app.add_option("-j,--jobs", o.jobs, "simulations at once (each in its own process)")->capture_default_str();
-  app.add_option("--report", o.reportDir,
-                 "write DIR/index.html, PNG plots, DIR/plan.json and DIR/run-stats.json (new, empty or a previous "
-                 "report; written in a temporary directory, then renamed)");
+  app.add_option(
+      "--report", o.reportDir,
+      "an HTML folder: write DIR/index.html, PNG plots, DIR/plan.json and DIR/run-stats.json (new, empty or a previous "
+      "report; written in a temporary directory, then renamed)");
   app.add_option("--json", o.jsonOut, "write plan.json (mkernel.plan.v1) here too");
   app.add_option("--stats", o.statsOut, "write the run's statistics (wall times, simulations) here");
   app.add_option("--python", o.python, "python with matplotlib for --report")->capture_default_str();

@@ -16,6 +16,7 @@
 #include "mk/algorithms/policy.hpp"
 #include "mk/algorithms/request.hpp"
 #include "mk/util/cli.hpp"
+#include "mk/util/cli_convention.hpp"
 #include "mk/util/size.hpp"
 
 namespace mk::cli {
@@ -29,7 +30,8 @@ inline const std::vector<const char*>& collectiveOptionNames() {
   return names;
 }
 
-/// Add --op, --algo, --cluster, --nodes, --ranks, --bytes, --dtype, --redop, --root, --chunks, --channels,
+/// Add --op, --algo, --cluster, --nodes, --ranks, --bytes, -d/--dtype, --redop, --root (the shared ones from
+/// cli_convention.hpp), --chunks, --channels,
 /// --inter and --profile, and the fused ops' --m, --n, --k, --tile-rows, --order, --ctas, --comm-ctas,
 /// --compute-lanes and --layout-b to `app`, bound to `a`. A tool whose use of one differs rewords it afterwards
 /// (app.get_option("--nodes")->description(...)).
@@ -44,9 +46,10 @@ inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
                  "the lowest closed form under the profile used); the layered baseline (NCCL, never auto's choice): "
                  "nccl-ring (allreduce, allgather, reducescatter), nccl-tree (allreduce)")
       ->capture_default_str();
-  app.add_option(
-         "--cluster", a.cluster,
-         "preset (h200x2, dgx-h100, dgx-h200, a100-8x200, cloud-efa-32x100, cloud-tcp-8x200) or a topology JSON file")
+  app.add_option("--cluster", a.cluster,
+                 "preset (h200x2, dgx-h100, dgx-h200, a100-8x200, cloud-efa-32x100, cloud-tcp-8x200) or a topology "
+                 "JSON file; " +
+                     defaultClusterNote())
       ->capture_default_str();
   app.add_option("--nodes", a.nodes, "nodes of the cluster (default: the preset's, or enough for --ranks)");
   app.add_option("--ranks", a.ranks, "ranks (GPUs) taking part, placed node-major (default: every GPU)");
@@ -54,10 +57,9 @@ inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
                  "op size as nccl-tests counts it: the larger buffer of one rank (8, 1021, 64K, 1MiB, 1G; binary "
                  "multiples); rounded down to whole elements (per rank block for allgather/reducescatter/alltoall)")
       ->capture_default_str();
-  app.add_option("--dtype", a.dtype, "float32, bfloat16 or float16 (fused ops: bfloat16, the default, or float16)")
-      ->capture_default_str();
-  app.add_option("--redop", a.redop, "sum, max or min (allreduce, reducescatter)")->capture_default_str();
-  app.add_option("--root", a.root, "broadcast root rank")->capture_default_str();
+  addDtypeOption(app, a.dtype, "float32, bfloat16 or float16 (fused ops: bfloat16, the default, or float16)");
+  addRedopOption(app, a.redop, "allreduce, reducescatter", false);
+  addRootOption(app, a.root, false);
   app.add_option("--chunks", a.chunks,
                  "pipeline depth: chunks per transfer (>= 1; default: the engine's rule for the op, algorithm and "
                  "size, per size with --sweep: docs/user-guide.md)");
