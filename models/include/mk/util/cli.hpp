@@ -1,7 +1,8 @@
 // mkernel — what every command-line tool does the same way: parse, reject zero counts, and turn errors into
 // one line and an exit code. Header-only and for tools: it needs CLI11 (Debian libcli11-dev).
 //
-// Exit codes shared by all tools: 0 success, 1 the job failed (verification failed, internal error), 2 bad input.
+// Exit codes shared by all tools: 0 success, 1 the job failed (verification failed, internal error), 2 bad input,
+// 3 no GPU (a GPU tool on a machine without a usable NVIDIA GPU), 4 the NVIDIA driver is too old for this build.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -22,6 +23,8 @@ namespace mk::cli {
 
 inline constexpr int kExitFailed = 1;
 inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitNoGpu = 3;
+inline constexpr int kExitDriverTooOld = 4;
 inline constexpr int kContinue = -1;
 
 /// Parse argv. Returns kContinue, or the exit code after printing help (0) or one error line (2).
@@ -73,16 +76,27 @@ inline std::string commandLine(const char* tool, int argc, char** argv) {
   return s;
 }
 
-/// Run the tool's body; an escaping error becomes one stderr line. mk::Error about the input exits 2; internal
-/// errors, deadlocks and anything else exit 1.
+/// The exit code of a tool whose body threw `code`: no GPU 3, driver too old 4, internal errors and deadlocks 1,
+/// everything else (the input) 2.
+inline int exitCodeFor(ErrorCode code) noexcept {
+  switch (code) {
+    case ErrorCode::NoDevice: return kExitNoGpu;
+    case ErrorCode::DriverTooOld: return kExitDriverTooOld;
+    case ErrorCode::Internal:
+    case ErrorCode::Deadlock: return kExitFailed;
+    default: return kExitBadInput;
+  }
+}
+
+/// Run the tool's body; an escaping error becomes one stderr line and exitCodeFor(its code); anything else that is
+/// not an mk::Error exits 1.
 inline int run(const char* tool, const std::function<int()>& body) {
   try {
     return body();
   } catch (const Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
-    const bool internal = e.code() == ErrorCode::Internal || e.code() == ErrorCode::Deadlock;
-    return internal ? kExitFailed : kExitBadInput;
+    return exitCodeFor(e.code());
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "%s: error: %s\n", tool, e.what());

@@ -57,7 +57,7 @@ inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
                  "op size as nccl-tests counts it: the larger buffer of one rank (8, 1021, 64K, 1MiB, 1G; binary "
                  "multiples); rounded down to whole elements (per rank block for allgather/reducescatter/alltoall)")
       ->capture_default_str();
-  addDtypeOption(app, a.dtype, "float32, bfloat16 or float16 (fused ops: bfloat16, the default, or float16)");
+  addDtypeOption(app, a.dtype, "float32, bfloat16 or float16 (fused ops: bfloat16, the default, or float16)", false);
   addRedopOption(app, a.redop, "allreduce, reducescatter", false);
   addRootOption(app, a.root, false);
   app.add_option("--chunks", a.chunks,

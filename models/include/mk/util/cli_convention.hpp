@@ -30,9 +30,10 @@ inline std::string defaultClusterNote() {
   return std::string("default: ") + kDefaultCluster + ", the same in every tool that generates or predicts";
 }
 
-/// -d,--dtype: the element type.
-inline CLI::Option* addDtypeOption(CLI::App& app, std::string& dtype, const std::string& choices) {
-  return app.add_option("-d,--dtype", dtype, "element type: " + choices)->capture_default_str();
+/// -d,--dtype: the element type. `ncclAlias` adds nccl-tests' long spelling --datatype (mk-bench).
+inline CLI::Option* addDtypeOption(CLI::App& app, std::string& dtype, const std::string& choices, bool ncclAlias) {
+  return app.add_option(ncclAlias ? "-d,--dtype,--datatype" : "-d,--dtype", dtype, "element type: " + choices)
+      ->capture_default_str();
 }
 
 /// --redop: the reduction (sum, max or min). `ncclAlias` adds nccl-tests' -o (mk-bench only: elsewhere -o is free
@@ -56,8 +57,10 @@ struct SizeFlags {
 /// Add --sweep and nccl-tests' -b,--minbytes / -e,--maxbytes / -f,--stepfactor (the --bytes option itself is the
 /// tool's, bound to its own field). `sweepHelp` says what a sweep prints in this tool.
 inline void addSweepOptions(CLI::App& app, SizeFlags& f, const std::string& sweepHelp) {
-  app.add_option("--sweep", f.sweep, "MIN:MAX:FACTOR, e.g. 8:1G:2: every size MIN, MIN*FACTOR, ... <= MAX; " + sweepHelp);
-  app.add_option("-b,--minbytes", f.minBytes, "smallest size of the sweep (nccl-tests' -b; with -e and -f, as --sweep)");
+  app.add_option("--sweep", f.sweep,
+                 "MIN:MAX:FACTOR, e.g. 8:1G:2: every size MIN, MIN*FACTOR, ... <= MAX; " + sweepHelp);
+  app.add_option("-b,--minbytes", f.minBytes,
+                 "smallest size of the sweep (nccl-tests' -b; with -e and -f, as --sweep)");
   app.add_option("-e,--maxbytes", f.maxBytes, "largest size of the sweep (nccl-tests' -e)");
   app.add_option("-f,--stepfactor", f.factor, "size multiplication factor of the sweep (nccl-tests' -f; default 2)");
 }
