@@ -324,7 +324,7 @@ int main(int argc, char** argv) {
   app.add_option("--cluster", o.cluster,
                  "preset (h200x2, dgx-h100, dgx-h200) or topology JSON the records ran on (default: the preset whose "
                  "GPU model and count match every file's system block; an error when none or several do)");
-  app.add_option("--op", o.ops, "only these ops (comma-separated: allreduce,allgather,...)")->delimiter(',');
+  app.add_option("--op", o.ops, "only these collectives (comma-separated: allreduce,allgather,...)")->delimiter(',');
   app.add_option("--algo", o.algos,
                  "only these algorithms (comma-separated); \"ring\" matches ring and auto:ring, \"auto:ring\" only the "
                  "latter")
@@ -336,11 +336,12 @@ int main(int argc, char** argv) {
                  "gate: exit 1 when the median absolute error (percent) of the nccl line (impl \"nccl\" records "
                  "predicted with the nccl-* family, docs/algorithms-nccl.md) exceeds this")
       ->check(mk::cli::percentThreshold());
-  app.add_option("--report", o.reportDir,
-                 "write DIR/index.html with PNG plots (measured vs predicted time and error over size per op and "
-                 "algorithm, via --python with matplotlib), the table, the profile and its provenance, "
-                 "DIR/validation.json, and one Perfetto trace DIR/trace-<op>-<algo>-<bytes>.json. DIR must be new, "
-                 "empty, or a previous report (replaced whole; written in a temporary directory, then renamed)");
+  app.add_option(
+      "--report", o.reportDir,
+      "an HTML folder: write DIR/index.html with PNG plots (measured vs predicted time and error over size per op and "
+      "algorithm, via --python with matplotlib), the table, the profile and its provenance, "
+      "DIR/validation.json, and one Perfetto trace DIR/trace-<op>-<algo>-<bytes>.json. DIR must be new, "
+      "empty, or a previous report (replaced whole; written in a temporary directory, then renamed)");
   app.add_option("--trace-record", o.traceRecord,
                  "OP:ALGO:BYTES of the record whose per-step trace the report shows (BYTES as 64KiB or 65536); "
                  "default: the record with the largest simulator error");
