@@ -50,12 +50,12 @@ TEST_CASE("size: parseSweep multiplies up to MAX and names the flag and rule it 
   CHECK(mk::parseSweep("8:64:2") == std::vector<uint64_t>{8, 16, 32, 64});
   CHECK(mk::parseSweep("1K:4K:3") == std::vector<uint64_t>{1024, 3072});
   CHECK(mk::parseSweep("1:1:2") == std::vector<uint64_t>{1});
-  for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
-           {"8:1G", "expected MIN:MAX:FACTOR"},
-           {"0:8:2", "need 0 < MIN <= MAX"},
-           {"8:1:2", "need 0 < MIN <= MAX"},
-           {"8:64:1", "FACTOR must be an integer >= 2"},
-           {"8:64:x", "bad size 'x'"}}) {
+  for (const auto& [text, why] :
+       std::vector<std::pair<std::string, std::string>>{{"8:1G", "expected MIN:MAX:FACTOR"},
+                                                        {"0:8:2", "need 0 < MIN <= MAX"},
+                                                        {"8:1:2", "need 0 < MIN <= MAX"},
+                                                        {"8:64:1", "FACTOR must be an integer >= 2"},
+                                                        {"8:64:x", "bad size 'x'"}}) {
     try {
       mk::parseSweep(text, "--sweep");
       FAIL("accepted " << text);
@@ -85,8 +85,8 @@ TEST_CASE("cli: no GPU and a too old driver have their own exit codes, apart fro
 }
 
 TEST_CASE("error: CUDA start-up errors map to no GPU or driver too old") {
-  CHECK(mk::cudaStartupErrorCode(100, true) == mk::ErrorCode::NoDevice);   // cudaErrorNoDevice
-  CHECK(mk::cudaStartupErrorCode(35, false) == mk::ErrorCode::NoDevice);   // no libcuda at all
+  CHECK(mk::cudaStartupErrorCode(100, true) == mk::ErrorCode::NoDevice);     // cudaErrorNoDevice
+  CHECK(mk::cudaStartupErrorCode(35, false) == mk::ErrorCode::NoDevice);     // no libcuda at all
   CHECK(mk::cudaStartupErrorCode(35, true) == mk::ErrorCode::DriverTooOld);  // libcuda older than the runtime
-  CHECK(mk::cudaStartupErrorCode(2, true) == mk::ErrorCode::CudaError);    // cudaErrorMemoryAllocation
+  CHECK(mk::cudaStartupErrorCode(2, true) == mk::ErrorCode::CudaError);      // cudaErrorMemoryAllocation
 }

@@ -4,6 +4,7 @@
 // stderr, no output file written).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <iostream>
@@ -15,6 +16,7 @@
 #include "mk/algorithms/nccl.hpp"
 #include "mk/algorithms/policy.hpp"
 #include "mk/algorithms/request.hpp"
+#include "mk/cost/bottleneck.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/verify.hpp"
@@ -94,6 +96,23 @@ uint64_t oneSize(const Options& o) {
                         " sizes: mk-schedule makes one schedule per run (give one size: --bytes, or -b equal to -e); "
                         "mk-sim --sweep predicts a range");
   return sizes.front();
+}
+
+/// What bounds the op, from the uncontended timeline's resource use (mk/cost/bottleneck.hpp): "network-bound: ...".
+void printBound(const mk::Schedule& s, const mk::Profile& profile, const mk::Topology& topo, double closedUs) {
+  // The timeline holds every step's times: above this many steps mk-sim --fast is the tool for the question.
+  constexpr uint64_t kTimelineMaxSteps = 2000000;
+  if (s.stepCount() > kTimelineMaxSteps) {
+    std::printf("  bound      not computed (%llu steps: the timeline is not worth the memory; mk-sim says it)\n",
+                static_cast<unsigned long long>(s.stepCount()));
+    return;
+  }
+  const mk::Timeline t = mk::simulateUncontended(s, profile, topo);
+  std::printf("  bound      %s\n", mk::bottleneckText(mk::timelineResourceUse(s, t, profile)).c_str());
+  const bool same = std::fabs(t.totalUs - closedUs) <= 1e-3 * closedUs;
+  std::printf("  timeline   %s uncontended%s\n", mk::formatMicros(t.totalUs).c_str(),
+              same ? " (= the closed form: the formula is exact for this schedule when nothing contends)"
+                   : " (the closed form differs: it sums the critical path's terms, the timeline plays every step)");
 }
 
 /// Run `check` (a verification on the CPU reference executor), print its verdict and time; the exit code.
@@ -222,7 +241,7 @@ int run(const Options& o) {
     std::printf("mk-schedule: %s %s on %s x %u node(s) (%u ranks, %u GPU(s) per node)\n", mk::toString(spec.op),
                 mk::toString(spec.algo), topo.name.c_str(), topo.nodes, nRanks, perNode);
     if (plan.chosenByAuto) std::printf("  auto       %s\n", mk::cli::describeAutoChoice(plan, o.coll).c_str());
-    std::printf("  size       %s = %llu %s element(s) per rank%s", mk::formatSize(used).c_str(),
+    std::printf("  size       %s = %llu %s element(s) per rank%s", mk::formatSizeWithBytes(used).c_str(),
                 static_cast<unsigned long long>(spec.count), mk::toString(spec.dtype),
                 (spec.op == mk::CollOp::AllReduce || spec.op == mk::CollOp::Broadcast) ? "" : " per block");
     if (used != bytes)
@@ -247,6 +266,7 @@ int run(const Options& o) {
     std::printf("             algbw %.2f GB/s, busbw %.2f GB/s\n", algbw,
                 algbw * mk::busBwFactor(spec.op, schedule.nRanks));
     std::printf("  formula    %s\n", c.formula.c_str());
+    printBound(schedule, profile, topo, c.totalUs);
     std::printf("  profile    %s\n", profile.source.c_str());
   }
 

@@ -17,10 +17,12 @@
 #include "mk/algorithms/nccl.hpp"
 #include "mk/algorithms/policy.hpp"
 #include "mk/algorithms/request.hpp"
+#include "mk/cost/bottleneck.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/schedule/validate.hpp"
+#include "mk/sim/link_use.hpp"
 #include "mk/sim/output.hpp"
 #include "mk/sim/replay.hpp"
 #include "mk/topology/topology.hpp"
@@ -146,7 +148,22 @@ void printBusiestLinks(const std::vector<mk::sim::LinkLoad>& links) {
   }
 }
 
-void printPrediction(const mk::sim::RunInfo& info, const mk::sim::Prediction& p) {
+/// Why the closed-form or uncontended line is absent, and what it means when the three times coincide.
+void printReferenceNotes(const mk::sim::RunInfo& info, const mk::sim::Prediction& p, bool generated, uint64_t steps) {
+  if (!info.closedFormUs)
+    std::printf("closed form: none (%s)\n", generated ? "this algorithm has no closed form"
+                                                      : "a loaded --schedule has no generator parameters to price");
+  if (!info.uncontendedUs)
+    std::printf("uncontended: not computed (%llu steps, above %llu: its timeline is not worth the memory)\n",
+                static_cast<unsigned long long>(steps), static_cast<unsigned long long>(kUncontendedMaxSteps));
+  auto same = [&](const std::optional<double>& v) { return v && std::fabs(*v - p.totalUs) <= 1e-3 * p.totalUs; };
+  if (same(info.closedFormUs) && same(info.uncontendedUs))
+    std::printf(
+        "note: predicted, closed form and uncontended agree: no link is shared by two transfers at once, so "
+        "the simulation adds no contention to the formulas\n");
+}
+
+void printPrediction(const mk::sim::RunInfo& info, const mk::sim::Prediction& p, bool generated, uint64_t steps) {
   const double algbw = mk::sim::algBwGBs(info.bytes, p.totalUs);
   std::printf("predicted: %s  algbw %.2f GB/s  busbw %.2f GB/s\n", mk::formatMicros(p.totalUs).c_str(), algbw,
               algbw * info.busBwFactor);
@@ -157,6 +174,8 @@ void printPrediction(const mk::sim::RunInfo& info, const mk::sim::Prediction& p)
     std::printf("uncontended: %s (the timeline without link sharing; predicted / uncontended = %.3f)\n",
                 mk::formatMicros(*info.uncontendedUs).c_str(),
                 *info.uncontendedUs > 0 ? p.totalUs / *info.uncontendedUs : 0.0);
+  printReferenceNotes(info, p, generated, steps);
+  std::printf("bound: %s\n", mk::bottleneckText(mk::sim::linkResourceUse(p.links)).c_str());
   std::printf("busiest links:%s\n", p.links.empty() ? " none (no bytes crossed a link)" : "");
   printBusiestLinks(p.links);
 }
@@ -316,14 +335,14 @@ int run(const Options& o) {
                     request->gen.inter == mk::InterPhase::Auto ? " (auto: the lower closed form)" : "");
       s = mk::generate(*st.spec, st.topo.layout(st.nRanks), st.gen);
       const uint64_t used = mk::opBytes(*st.spec, st.nRanks);
-      std::printf("size: %s = %llu element(s)%s\n", mk::formatSize(used).c_str(),
+      std::printf("size: %s = %llu element(s)%s\n", mk::formatSizeWithBytes(used).c_str(),
                   static_cast<unsigned long long>(st.spec->count),
                   used != sizes[0] ? " (--bytes rounded down to whole elements)" : "");
     } else {
       s = std::move(loaded);
     }
     auto [info, p] = predictOne(o, st, s, wantTrace);
-    printPrediction(info, p);
+    printPrediction(info, p, st.spec.has_value(), s.stepCount());
     if (o.verbose) printStats(p.stats);
     writeOutputs(o, o.jsonOut.empty() ? std::string() : mk::sim::predictionToJson(p, info),
                  wantTrace ? mk::sim::traceToJson(s, p.steps) : std::string());
@@ -352,17 +371,21 @@ int run(const Options& o) {
     auto row = predictOne(o, one, s, false);
     const auto& [info, p] = row;
     const double algbw = mk::sim::algBwGBs(info.bytes, p.totalUs);
+    // One decimal convention in every table: times (us) and rates (GB/s) with two decimals, "-" for none.
+    char closed[32] = "-";
+    if (info.closedFormUs) std::snprintf(closed, sizeof closed, "%.2f", *info.closedFormUs);
     std::printf("%14llu %12llu %9s %14.2f %12.2f %12.2f %14s", static_cast<unsigned long long>(info.bytes),
                 static_cast<unsigned long long>(info.count), info.dtype.c_str(), p.totalUs, algbw,
-                algbw * info.busBwFactor,
-                info.closedFormUs ? std::to_string(*info.closedFormUs).substr(0, 12).c_str() : "-");
+                algbw * info.busBwFactor, closed);
     if (autoColumns) std::printf(" %14s %7u %9u", info.algo.c_str(), info.chunks, info.channels);
     std::printf("\n");
     std::fflush(stdout);
     rows.push_back(std::move(row));
   }
   if (!rows.empty()) {
-    std::printf("busiest links at %s:\n", mk::formatSize(rows.back().first.bytes).c_str());
+    std::printf("bound at %s: %s\n", mk::formatSizeWithBytes(rows.back().first.bytes).c_str(),
+                mk::bottleneckText(mk::sim::linkResourceUse(rows.back().second.links)).c_str());
+    std::printf("busiest links at %s:\n", mk::formatSizeWithBytes(rows.back().first.bytes).c_str());
     printBusiestLinks(rows.back().second.links);
   }
   writeOutputs(o, o.jsonOut.empty() ? std::string() : mk::sim::sweepToJson(rows), std::string());
