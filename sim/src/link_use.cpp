@@ -6,8 +6,7 @@ std::string linkKind(const std::string& name) {
   if (name.find(".nvl") != std::string::npos) return "NVLink";
   if (name.find(".nic") != std::string::npos) return "network";
   if (name.find(".pcie") != std::string::npos) return "PCIe";
-  if (name.find("leaf") != std::string::npos || name.find("spine") != std::string::npos ||
-      name.rfind("rail", 0) == 0)
+  if (name.find("leaf") != std::string::npos || name.find("spine") != std::string::npos || name.rfind("rail", 0) == 0)
     return "fabric";
   return "link";
 }

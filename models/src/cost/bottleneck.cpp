@@ -25,7 +25,8 @@ std::string bottleneckText(const std::vector<ResourceUse>& uses) {
   }
   std::vector<const ResourceUse*> kinds;
   for (const auto& [kind, u] : byKind) kinds.push_back(u);
-  std::stable_sort(kinds.begin(), kinds.end(), [](const ResourceUse* a, const ResourceUse* b) { return a->busy > b->busy; });
+  std::stable_sort(kinds.begin(), kinds.end(),
+                   [](const ResourceUse* a, const ResourceUse* b) { return a->busy > b->busy; });
   const ResourceUse& top = *kinds.front();
   std::string s = top.busy >= kBandwidthBoundBusy
                       ? top.kind + "-bound: " + top.name + " is " + percent(top.busy) + " busy"
@@ -49,8 +50,8 @@ std::vector<ResourceUse> timelineResourceUse(const Schedule& s, const Timeline& 
       }
     // GB/s x us = 1e3 bytes.
     if (nvlink > 0 && profile.nvlink.bwGBs > 0)
-      uses.push_back({"rank " + std::to_string(r) + " NVLink out", "NVLink",
-                      nvlink / (profile.nvlink.bwGBs * 1e3 * t.totalUs)});
+      uses.push_back(
+          {"rank " + std::to_string(r) + " NVLink out", "NVLink", nvlink / (profile.nvlink.bwGBs * 1e3 * t.totalUs)});
     if (network > 0 && profile.network.bwGBs > 0)
       uses.push_back({"rank " + std::to_string(r) + " network out", "network",
                       network / (profile.network.bwGBs * 1e3 * t.totalUs)});
