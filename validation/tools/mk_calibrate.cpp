@@ -16,14 +16,11 @@
 #include "mk/io/measurement.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/topology/topology.hpp"
+#include "mk/util/build_commit.hpp"
 #include "mk/util/cli.hpp"
 #include "mk/util/cli_convention.hpp"
 #include "mk/validation/calibrate.hpp"
 #include "mk/validation/system_cluster.hpp"
-
-#ifndef MK_GIT_COMMIT
-#define MK_GIT_COMMIT "unknown"
-#endif
 
 namespace {
 
@@ -95,7 +92,7 @@ int main(int argc, char** argv) {
     if (!base.empty() && !report.defaulted().empty()) profile.source += " (defaults from " + base + ")";
     prov.system = cluster;
     prov.date = utcDate();
-    prov.commit = MK_GIT_COMMIT;
+    prov.commit = mk::buildCommit();
     prov.tool = mk::cli::commandLine(kTool, argc, argv);
     const std::string table = mk::formatFitReport(report);
 

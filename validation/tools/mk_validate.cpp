@@ -25,15 +25,13 @@
 #include "mk/schedule/io.hpp"
 #include "mk/sim/replay.hpp"
 #include "mk/topology/topology.hpp"
+#include "mk/util/build_commit.hpp"
 #include "mk/util/cli.hpp"
 #include "mk/util/size.hpp"
 #include "mk/validation/report_dir.hpp"
 #include "mk/validation/validate.hpp"
 #include "mk/validation/validate_layered.hpp"
 
-#ifndef MK_GIT_COMMIT
-#define MK_GIT_COMMIT "unknown"
-#endif
 #ifndef MK_REPORT_SCRIPT
 #define MK_REPORT_SCRIPT "validation_report.py"
 #endif
@@ -173,7 +171,7 @@ int run(const Options& o, const std::string& command) {
 
   mk::ValidationContext ctx;
   ctx.command = command;
-  ctx.commit = MK_GIT_COMMIT;
+  ctx.commit = mk::buildCommit();
   ctx.maxMedianErrPct = o.maxMedianErr;
   ctx.maxMedianErrNcclPct = o.maxMedianErrNccl;
   if (o.datasheet) {

@@ -20,15 +20,13 @@
 #include "mk/plan/plan_output.hpp"
 #include "mk/plan/planner.hpp"
 #include "mk/schedule/io.hpp"
+#include "mk/util/build_commit.hpp"
 #include "mk/util/cli.hpp"
 #include "mk/util/cli_convention.hpp"
 #include "mk/util/size.hpp"
 #include "mk/validation/report_dir.hpp"
 #include "mk/workload/workload.hpp"
 
-#ifndef MK_GIT_COMMIT
-#define MK_GIT_COMMIT "unknown"
-#endif
 #ifndef MK_PLAN_REPORT_SCRIPT
 #define MK_PLAN_REPORT_SCRIPT "plan_report.py"
 #endif
@@ -215,7 +213,7 @@ int run(const Options& o, const std::string& command) {
   if (!o.quiet) std::fputs(mk::plan::formatPlanText(plan, o.brief).c_str(), stdout);
 
   // ---- outputs: the report in a temporary directory, then the files, then the report moved into place ----
-  const std::string json = mk::plan::planToJson(plan, MK_GIT_COMMIT);
+  const std::string json = mk::plan::planToJson(plan, mk::buildCommit());
   const std::string stats = mk::plan::planStatsToJson(plan, command);
   fs::path tmp;
   try {
