@@ -29,6 +29,7 @@
 #include "mk/util/cli.hpp"
 #include "mk/util/cli_collective.hpp"
 #include "mk/util/cli_convention.hpp"
+#include "mk/util/format.hpp"
 #include "mk/util/size.hpp"
 
 namespace {
@@ -372,11 +373,10 @@ int run(const Options& o) {
     const auto& [info, p] = row;
     const double algbw = mk::sim::algBwGBs(info.bytes, p.totalUs);
     // One decimal convention in every table: times (us) and rates (GB/s) with two decimals, "-" for none.
-    char closed[32] = "-";
-    if (info.closedFormUs) std::snprintf(closed, sizeof closed, "%.2f", *info.closedFormUs);
+    const std::string closed = info.closedFormUs ? mk::strprintf("%.2f", *info.closedFormUs) : "-";
     std::printf("%14llu %12llu %9s %14.2f %12.2f %12.2f %14s", static_cast<unsigned long long>(info.bytes),
                 static_cast<unsigned long long>(info.count), info.dtype.c_str(), p.totalUs, algbw,
-                algbw * info.busBwFactor, closed);
+                algbw * info.busBwFactor, closed.c_str());
     if (autoColumns) std::printf(" %14s %7u %9u", info.algo.c_str(), info.chunks, info.channels);
     std::printf("\n");
     std::fflush(stdout);

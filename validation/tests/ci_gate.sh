@@ -106,8 +106,9 @@ if [[ $mode == --internode ]]; then
   threshold=$(grep -v '^[[:space:]]*#' "$data/validation-internode-threshold.txt" | grep -v '^[[:space:]]*$' | head -1 |
     tr -d '[:space:]')
   [[ $threshold =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "ci_gate: bad internode threshold '$threshold'" >&2; exit 2; }
-  "$calibrate" --base "$data/profiles/h200x2-calibrated.json" --out "$work/profile.json" --summary "$work/fit.txt" \
-    "${calib[@]}" || exit $?
+  # --cluster names the base's preset: the loopback runs used one GPU of the node, a system no preset matches.
+  "$calibrate" --cluster h200x2 --base "$data/profiles/h200x2-calibrated.json" --out "$work/profile.json" \
+    --summary "$work/fit.txt" "${calib[@]}" || exit $?
   "$validate" --cluster "$data/topologies/h200-mps-loopback.json" --profile "$work/profile.json" \
     --max-median-err "$threshold" -j 2 "${runs[@]}" >"$work/validate.txt"
   rc=$?

@@ -1,4 +1,5 @@
 #include "mk/cost/bottleneck.hpp"
+#include "mk/util/format.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -7,11 +8,7 @@
 namespace mk {
 namespace {
 
-std::string percent(double busy) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f %%", 100.0 * busy);
-  return buf;
-}
+std::string percent(double busy) { return strprintf("%.1f %%", 100.0 * busy); }
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "mk/error.hpp"
+#include "mk/util/format.hpp"
 
 namespace mk {
 
@@ -87,33 +88,18 @@ std::string formatSize(uint64_t bytes) {
 }
 
 std::string formatMicros(double us) {
-  char buf[64];
-  if (us >= 1e6)
-    std::snprintf(buf, sizeof buf, "%.3f s", us / 1e6);
-  else if (us >= 1e3)
-    std::snprintf(buf, sizeof buf, "%.3f ms", us / 1e3);
-  else
-    std::snprintf(buf, sizeof buf, "%.3f us", us);
-  return buf;
+  if (us >= 1e6) return strprintf("%.3f s", us / 1e6);
+  if (us >= 1e3) return strprintf("%.3f ms", us / 1e3);
+  return strprintf("%.3f us", us);
 }
 
 std::string formatBytes(double bytes) {
-  char buf[64];
-  if (bytes >= 1024.0 * 1024 * 1024)
-    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
-  else if (bytes >= 1024.0 * 1024)
-    std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1024.0 * 1024));
-  else if (bytes >= 1024.0)
-    std::snprintf(buf, sizeof buf, "%.2f KiB", bytes / 1024.0);
-  else
-    std::snprintf(buf, sizeof buf, "%.0f B", bytes);
-  return buf;
+  if (bytes >= 1024.0 * 1024 * 1024) return strprintf("%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+  if (bytes >= 1024.0 * 1024) return strprintf("%.2f MiB", bytes / (1024.0 * 1024));
+  if (bytes >= 1024.0) return strprintf("%.2f KiB", bytes / 1024.0);
+  return strprintf("%.0f B", bytes);
 }
 
-std::string formatNumber(double v, int significant) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*g", significant, v);
-  return buf;
-}
+std::string formatNumber(double v, int significant) { return strprintf("%.*g", significant, v); }
 
 }  // namespace mk

@@ -17,6 +17,7 @@
 #include "mk/algorithms/request.hpp"
 #include "mk/util/cli.hpp"
 #include "mk/util/cli_convention.hpp"
+#include "mk/util/format.hpp"
 #include "mk/util/size.hpp"
 
 namespace mk::cli {
@@ -155,14 +156,13 @@ inline std::vector<std::pair<std::string, std::string>> describeFusedPlan(const 
   const FusedSpec& s = plan.spec;
   const FusedOptions& o = plan.opt;
   std::vector<std::pair<std::string, std::string>> lines;
-  char buf[512];
-  std::snprintf(
-      buf, sizeof buf, "C[%llu x %llu] = A[%llu x %llu] B[%llu x %llu], %s, B %s-major: %.4g GFLOP, %.4g per rank",
+  const std::string problem = strprintf(
+      "C[%llu x %llu] = A[%llu x %llu] B[%llu x %llu], %s, B %s-major: %.4g GFLOP, %.4g per rank",
       static_cast<unsigned long long>(s.m), static_cast<unsigned long long>(s.n), static_cast<unsigned long long>(s.m),
       static_cast<unsigned long long>(s.k), static_cast<unsigned long long>(s.k), static_cast<unsigned long long>(s.n),
       toString(s.dtype), s.layoutB == MatrixLayout::ColMajor ? "column" : "row", fusedFlops(s) / 1e9,
       fusedFlops(s) / 1e9 / nRanks);
-  lines.emplace_back("problem", buf);
+  lines.emplace_back("problem", problem);
   const FusedShard r0 = fusedShards(s, nRanks).front();
   const bool ag = s.op == FusedOp::AllGatherGemm;
   const std::string a =
@@ -205,11 +205,11 @@ inline std::vector<std::pair<std::string, std::string>> describeFusedCost(const 
                                  toString(e.bound));
   std::string unfused = "GEMM alone " + formatMicros(l.gemmUs);
   if (l.collectiveUs > 0) unfused += " + " + l.collective + " " + formatMicros(l.collectiveUs);
-  char buf[256];
-  std::snprintf(buf, sizeof buf, " = %s; physical bound %s; fused: speedup %.2fx, %s exposed over the GEMM",
+  unfused +=
+      strprintf(" = %s; physical bound %s; fused: speedup %.2fx, %s exposed over the GEMM",
                 formatMicros(l.totalUs()).c_str(), formatMicros(l.boundUs()).c_str(),
                 fusedUs > 0 ? l.totalUs() / fusedUs : 0.0, formatMicros(std::max(0.0, fusedUs - l.gemmUs)).c_str());
-  lines.emplace_back("unfused", unfused + buf);
+  lines.emplace_back("unfused", unfused);
   return lines;
 }
 
