@@ -74,23 +74,11 @@ else()
   target_sources(mk_host PRIVATE src/proxy/ib_unavailable.cpp)
 endif()
 
-# The commit measurement files name (read at configure time; "-dirty" when tracked files differ): mk-proxy-bench
-# here, mk-bench in the CUDA engine's part.
-execute_process(COMMAND git -C ${PROJECT_SOURCE_DIR} rev-parse HEAD OUTPUT_VARIABLE mk_git_sha
-                OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-execute_process(COMMAND git -C ${PROJECT_SOURCE_DIR} status --porcelain --untracked-files=no
-                OUTPUT_VARIABLE mk_git_dirty OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-if(NOT mk_git_sha)
-  set(mk_git_sha "unknown")
-elseif(mk_git_dirty)
-  string(APPEND mk_git_sha "-dirty")
-endif()
-
 # mk-proxy-bench: the host half of the inter-node path measured without a GPU (docs/inter-node.md).
 add_executable(mk-proxy-bench bench/proxy_bench.cpp bench/proxy_bench_pair.cpp)
 target_include_directories(mk-proxy-bench PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
-target_link_libraries(mk-proxy-bench PRIVATE mk::host CLI11::CLI11 mk::warnings)
-target_compile_definitions(mk-proxy-bench PRIVATE MK_GIT_COMMIT="${mk_git_sha}")
+# The commit its measurement files name: mk::build_commit (read at build time).
+target_link_libraries(mk-proxy-bench PRIVATE mk::host mk::build_commit CLI11::CLI11 mk::warnings)
 install(TARGETS mk-proxy-bench EXPORT mkernelTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # CPU tests of the bootstrap (forked processes on 127.0.0.1): label unit, run everywhere.

@@ -31,6 +31,7 @@
 #include "mk/io/measurement.hpp"
 #include "mk/schedule/pack.hpp"
 #include "mk/schedule/validate.hpp"
+#include "mk/util/cli.hpp"
 #include "mk/util/size.hpp"
 
 namespace mkbench {
@@ -265,9 +266,7 @@ int run(const CalibArgs& a, const std::string& command) {
     throw mk::Error(mk::ErrorCode::InvalidArgument,
                     "--only " + a.only + ": expected all, dispatch, put, flag, copy or reduce");
 
-  std::string why;
-  const int available = mk::cudaDeviceCountOrZero(&why);
-  if (available == 0) throw mk::Error(mk::ErrorCode::Unsupported, "no CUDA device: " + why);
+  const int available = mk::requireCudaDevices();
   if (available < 2)
     throw mk::Error(mk::ErrorCode::Unsupported, "calibrate needs 2 GPUs of one node (NVLink puts and flags); " +
                                                     std::to_string(available) + " visible");
@@ -443,6 +442,9 @@ int calibrateMain(int argc, char** argv, const std::string& command) {
   }
   try {
     return run(a, command);
+  } catch (const mk::Error& e) {  // no GPU 3, driver too old 4, the rest 2 (mk/util/cli.hpp)
+    std::fprintf(stderr, "mk-bench calibrate: %s\n", e.what());
+    return mk::cli::exitCodeFor(e.code());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mk-bench calibrate: %s\n", e.what());
     return 2;

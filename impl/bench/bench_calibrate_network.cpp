@@ -39,6 +39,7 @@
 #include "mk/io/measurement.hpp"
 #include "mk/schedule/pack.hpp"
 #include "mk/schedule/validate.hpp"
+#include "mk/util/cli.hpp"
 #include "mk/util/size.hpp"
 #include "net/socket_util.hpp"
 #include "proxy_bench_pair.hpp"
@@ -155,8 +156,7 @@ int run(const NetArgs& a, const std::string& command) {
                     "calibrate-network runs as two rank processes, one per node: start it with "
                     "impl/tools/launch_ranks.sh [--mps] 2 mk-bench calibrate-network --ranks-per-node 1 ... (or "
                     "torchrun / mpirun with two ranks)");
-  std::string why;
-  if (mk::cudaDeviceCountOrZero(&why) == 0) throw mk::Error(mk::ErrorCode::Unsupported, "no CUDA device: " + why);
+  mk::requireCudaDevices();
   mk::RankLaunch launch = mk::bootstrapFromEnvironment(20000);
   mk::Bootstrap& boot = *launch.bootstrap;
   if (boot.size() != 2)
@@ -367,6 +367,9 @@ int calibrateNetworkMain(int argc, char** argv, const std::string& command) {
   }
   try {
     return run(a, command);
+  } catch (const mk::Error& e) {  // no GPU 3, driver too old 4, the rest 2 (mk/util/cli.hpp)
+    std::fprintf(stderr, "mk-bench calibrate-network: %s\n", e.what());
+    return mk::cli::exitCodeFor(e.code());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mk-bench calibrate-network: %s\n", e.what());
     return 2;

@@ -13,10 +13,7 @@
 #include <sstream>
 
 #include "mk/cuda_check.hpp"
-
-#ifndef MK_GIT_COMMIT
-#define MK_GIT_COMMIT "unknown"
-#endif
+#include "mk/util/build_commit.hpp"
 
 namespace mkbench {
 
@@ -111,7 +108,7 @@ mk::MeasurementFile newMeasurementFile(int gpus, const std::string& link, const 
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
   mf.date = date;
-  mf.commit = MK_GIT_COMMIT;
+  mf.commit = mk::buildCommit();
   mf.command = command;
   return mf;
 }

@@ -25,7 +25,7 @@ std::string driverVersion();
 /// "NV18": active NVLinks of GPU 0 through NVML (loaded at run time), or "" when NVML is not there.
 std::string nvlinkName();
 /// A measurement file with the system metadata of this machine (GPU 0's name and SMs, `gpus`, link — `link`
-/// or NVML's —, driver, CUDA runtime), today's UTC date, the commit this binary was configured from and
+/// or NVML's —, driver, CUDA runtime), today's UTC date, the commit this binary was built from (mk::buildCommit) and
 /// `command`. Records are added by the caller.
 mk::MeasurementFile newMeasurementFile(int gpus, const std::string& link, const std::string& command);
 

@@ -46,6 +46,7 @@
 #include "mk/error.hpp"
 #include "mk/io/measurement.hpp"
 #include "mk/schedule/pack.hpp"
+#include "mk/util/cli.hpp"
 #include "mk/util/size.hpp"
 
 namespace mkbench {
@@ -161,9 +162,7 @@ int runFused(const FusedArgs& a, const std::string& command) {
   for (const Shape& s : shapes)
     mk::validateFusedSpec(mk::FusedSpec{op, mk::DType::BFloat16, s.m, s.n, s.k, *layoutB}, a.ranks);
 
-  std::string why;
-  const int available = mk::cudaDeviceCountOrZero(&why);
-  if (available == 0) throw mk::Error(mk::ErrorCode::Unsupported, "no CUDA device: " + why);
+  const int available = mk::requireCudaDevices();
   std::vector<int> devs;
   for (uint32_t r = 0; r < a.ranks; ++r) devs.push_back(static_cast<int>(r % static_cast<uint32_t>(available)));
   const bool shared = a.ranks > static_cast<uint32_t>(available);
@@ -474,6 +473,9 @@ int fusedMain(int argc, char** argv, const std::string& command) {
   }
   try {
     return runFused(a, command);
+  } catch (const mk::Error& e) {  // no GPU 3, driver too old 4, the rest 2 (mk/util/cli.hpp)
+    std::fprintf(stderr, "mk-bench %s: %s\n", a.op.c_str(), e.what());
+    return mk::cli::exitCodeFor(e.code());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mk-bench %s: %s\n", a.op.c_str(), e.what());
     return 2;

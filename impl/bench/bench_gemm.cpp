@@ -42,6 +42,7 @@
 #include "mk/gemm.hpp"
 #include "mk/io/measurement.hpp"
 #include "mk/schedule/pack.hpp"
+#include "mk/util/cli.hpp"
 
 namespace mkbench {
 namespace {
@@ -521,6 +522,9 @@ int gemmMain(int argc, char** argv, const std::string& command) {
       return 1;
     }
     return 0;
+  } catch (const mk::Error& e) {  // no GPU 3, driver too old 4, the rest 2 (mk/util/cli.hpp)
+    std::fprintf(stderr, "mk-bench gemm: %s\n", e.what());
+    return mk::cli::exitCodeFor(e.code());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mk-bench gemm: %s\n", e.what());
     return 2;

@@ -1,6 +1,6 @@
 // mk-bench — nccl-tests-style benchmark of the resident-kernel engine, with NCCL measured in the same run.
 //
-//   mk-bench allreduce -b 8 -e 512M -f 2 [-d float32] [-o sum] [--algo auto|all|one-shot,ring,...]
+//   mk-bench allreduce -b 8 -e 512M -f 2 [-d float32] [--redop sum] [--algo auto|all|one-shot,ring,...]
 //            [--baseline nccl] [--check] [--json out.json] [--trace t.json] [-n iters] [-w warmup]
 //
 // Timing (as nccl-tests): per size, CUDA events around `iters` back-to-back ops on one stream per GPU after
@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_cli.hpp"
 #include "bench_commands.hpp"
 #include "bench_common.hpp"
 #include "mk/bootstrap.hpp"
@@ -42,6 +43,7 @@
 #include "mk/exec/numeric.hpp"
 #include "mk/exec/verify.hpp"
 #include "mk/io/measurement.hpp"
+#include "mk/util/cli.hpp"
 #include "mk/util/size.hpp"
 #include "nccl_loader.hpp"
 
@@ -57,27 +59,7 @@ using mkbench::percentile;
 using mkbench::quoted;
 using mkbench::Streams;
 
-struct Args {
-  std::string op;
-  std::string minSize = "8", maxSize = "512M";
-  uint64_t factor = 2;
-  std::string dtype = "float32", redop = "sum";
-  std::string algo = "auto";
-  std::string baseline;
-  bool check = false, inPlace = false;
-  std::string json, trace;
-  uint64_t iters = 100, warmup = 20, reps = 5;
-  int gpus = 0;
-  uint32_t root = 0, chunks = 0, channels = 0;
-  uint32_t workers = 0, threads = 512;
-  uint64_t latencyProbes = 200;
-  std::string link;
-  std::string profile;
-  uint32_t ranksPerNode = 0;
-  std::string transport = "auto";
-  std::string protocol = "auto";  // GenOptions::protocol (ll: one-shot's puts as LL packets)
-  bool shareGpus = false;
-};
+using mkbench::Args;
 
 /// `v` of every process, in rank order (one bootstrap all-gather).
 template <class T>
@@ -241,9 +223,7 @@ int run(const Args& a, const std::string& commandLine) {
   const CollOp op = mk::requireCollOp(a.op, "collective");
   const DType dt = mk::requireDType(a.dtype);
   const RedOp red = mk::requireRedOp(a.redop);
-  const uint64_t minB = mk::parseSize(a.minSize), maxB = mk::parseSize(a.maxSize);
-  if (minB == 0 || maxB < minB) throw mk::Error(mk::ErrorCode::InvalidArgument, "need 0 < -b <= -e");
-  if (a.factor < 2) throw mk::Error(mk::ErrorCode::InvalidArgument, "-f must be >= 2");
+  const std::vector<uint64_t> range = mk::parseSweep(a.sweep);
   if (a.iters == 0 || a.reps == 0) throw mk::Error(mk::ErrorCode::InvalidArgument, "-n and --reps must be > 0");
   if (!a.baseline.empty() && a.baseline != "nccl")
     throw mk::Error(mk::ErrorCode::InvalidArgument, "unknown baseline '" + a.baseline + "' (nccl)");
@@ -259,9 +239,7 @@ int run(const Args& a, const std::string& commandLine) {
       throw mk::Error(mk::ErrorCode::InvalidArgument,
                       "--trace is written from one process driving every GPU (run mk-bench without torchrun / mpirun)");
   }
-  std::string why;
-  const int available = mk::cudaDeviceCountOrZero(&why);
-  if (available == 0) throw mk::Error(mk::ErrorCode::Unsupported, "no CUDA device: " + why);
+  const int available = mk::requireCudaDevices();
   if (mk::launchedAsRanks()) {
     mk::RankLaunch rank = mk::bootstrapFromEnvironment(20000);
     launch.boot = std::move(rank.bootstrap);
@@ -283,12 +261,12 @@ int run(const Args& a, const std::string& commandLine) {
 
   // Sizes as nccl-tests: the larger buffer of one rank; count per its conventions.
   std::vector<std::pair<uint64_t, uint64_t>> sizes;  // bytes, count
-  for (uint64_t b = minB; b <= maxB; b *= a.factor) {
+  for (const uint64_t b : range) {
     const uint64_t count = b / es / (perRankCount ? static_cast<uint64_t>(n) : 1);
     if (count > 0) sizes.emplace_back(count * es * (perRankCount ? static_cast<uint64_t>(n) : 1), count);
-    if (b > maxB / a.factor) break;
   }
-  if (sizes.empty()) throw mk::Error(mk::ErrorCode::InvalidArgument, "no size in [-b, -e] holds one element per rank");
+  if (sizes.empty())
+    throw mk::Error(mk::ErrorCode::InvalidArgument, "no size of " + a.sweep + " holds one element per rank");
   const uint64_t bufBytes = sizes.back().first + 256;
 
   cudaDeviceProp prop{};
@@ -624,60 +602,6 @@ int main(int argc, char** argv) {
     return mkbench::calibrateNetworkMain(argc - 1, argv + 1, cmd);
   if (argc > 1 && mk::parseFusedOp(argv[1])) return mkbench::fusedMain(argc - 1, argv + 1, cmd);
   Args a;
-  CLI::App app{"mk-bench: nccl-tests-style benchmark of the mkernel resident-kernel engine (NCCL in the same run)"};
-  app.add_option("op", a.op,
-                 "allreduce | allgather | reducescatter | broadcast | alltoall (also: mk-bench gemm --help, mk-bench "
-                 "calibrate --help, mk-bench calibrate-network --help, mk-bench gemm-rs|ag-gemm|gemm-ar --help)")
-      ->required();
-  app.add_option("-b,--minbytes", a.minSize, "smallest size (nccl-tests 'size': the larger buffer of one rank)");
-  app.add_option("-e,--maxbytes", a.maxSize, "largest size (K/M/G binary suffixes)");
-  app.add_option("-f,--stepfactor", a.factor, "size multiplication factor");
-  app.add_option("-d,--datatype", a.dtype, "float32 | bfloat16 | float16");
-  app.add_option("-o,--op", a.redop, "sum | max | min");
-  app.add_option("--algo", a.algo, "auto | all | comma-separated generator names (one-shot, two-shot, ring, ...)");
-  app.add_option("--baseline", a.baseline, "nccl: also time NCCL (libnccl.so.2, loaded at run time)");
-  app.add_flag("-c,--check", a.check, "verify each size once against the CPU reference on fresh random data");
-  app.add_flag("--inplace", a.inPlace, "in-place variant (NCCL's conventions)");
-  app.add_option("--json", a.json, "write the measurement file (mkernel.measurement.v1)");
-  app.add_option("--trace", a.trace, "write a Chrome/Perfetto trace of one op per size");
-  app.add_option("-n,--iters", a.iters, "timed ops per loop");
-  app.add_option("-w,--warmup_iters", a.warmup, "untimed ops first");
-  app.add_option("--reps", a.reps, "timed loops per size (the median is reported)");
-  app.add_option("-g,--gpus", a.gpus, "GPUs (default: all visible)");
-  app.add_option("-r,--root", a.root, "broadcast root");
-  app.add_option("--chunks", a.chunks, "GenOptions::chunks (0: by size)");
-  app.add_option("--channels", a.channels, "GenOptions::channels (0: by size)");
-  app.add_option(
-         "--protocol", a.protocol,
-         "puts' protocol: auto | simple | ll (LL packets: one-shot / two-shot all-reduce, direct all-gather, one node)")
-      ->check(CLI::IsMember({"auto", "simple", "ll"}))
-      ->capture_default_str();
-  app.add_option("--workers", a.workers, "worker CTAs per GPU (0: auto)");
-  app.add_option("--threads", a.threads, "threads per CTA");
-  app.add_option("--latency-probes", a.latencyProbes, "isolated ops timed host enqueue -> first step (0: skip)");
-  app.add_option("--ranks-per-node", a.ranksPerNode,
-                 "split each host's ranks into nodes of this many (one process per rank): the inter-node path, "
-                 "through the proxy, runs between them (0: one node per host)");
-  app.add_option("--transport", a.transport, "the proxy's transport between nodes")
-      ->check(CLI::IsMember({"auto", "socket", "ibverbs"}))
-      ->capture_default_str();
-  app.add_flag("--share-gpus", a.shareGpus,
-               "let several ranks use one GPU (CommConfig::shareGpus; one process per rank needs CUDA MPS)");
-  app.add_option("--link", a.link, "link name for the metadata (default: NVML's active NVLink count)");
-  app.add_option("--profile", a.profile,
-                 "profile JSON the 'auto' choice costs against (e.g. from mk-calibrate; default: datasheet)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  try {
-    return run(a, cmd);
-  } catch (const mk::Error& e) {
-    std::fprintf(stderr, "mk-bench: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "mk-bench: %s\n", e.what());
-    return 2;
-  }
+  if (int rc = mkbench::parseArgs(argc, argv, a); rc != mk::cli::kContinue) return rc;
+  return mk::cli::run("mk-bench", [&] { return run(a, cmd); });
 }

@@ -25,6 +25,7 @@
 #include "mk/error.hpp"
 #include "mk/io/measurement.hpp"
 #include "mk/proxy/proxy.hpp"
+#include "mk/util/build_commit.hpp"
 #include "mk/util/size.hpp"
 #include "mk/util/stats.hpp"
 #include "net/socket_util.hpp"
@@ -428,7 +429,7 @@ mk::MeasurementFile newFile(const std::string& command) {
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
   f.date = date;
-  f.commit = MK_GIT_COMMIT;
+  f.commit = mk::buildCommit();
   f.command = command;
   return f;
 }

@@ -11,15 +11,28 @@
 # processes each under its own sanitizer; and memcheck on the one-process, 2-GPU arena case. Every case runs
 # with MK_LOG=debug (every op logged); one still running 10 s before its limit gets its host stacks dumped into its log.
 # MK_SANITIZE_ENGINE_ONLY=1 skips the GEMM cases. Results: docs/gpu-engine.md, "compute-sanitizer".
-# Exit 0 when every case passed, 1 otherwise.
+# Exit 0 when every case passed, 1 otherwise, 77 (ctest's "skipped") with one line when compute-sanitizer is not
+# installed (it comes with the CUDA toolkit: /usr/local/cuda/bin, or $CUDA_HOME/bin).
 set -u
 build=$1
 R=$2
 limit=${3:-120}
 B=$build/impl
-mkdir -p "$R"
 export CUDA_MODULE_LOADING=EAGER NCCL_NVLS_ENABLE=0
 for d in /opt/torch/.venv/lib/python3*/site-packages/nvidia/cublas/lib; do [[ -d $d ]] && export LD_LIBRARY_PATH=$d:${LD_LIBRARY_PATH:-}; done
+# MK_COMPUTE_SANITIZER names the binary (the test of the missing case points it nowhere); else PATH, then the toolkit.
+sanitizer=${MK_COMPUTE_SANITIZER:-}
+if [[ -z $sanitizer ]]; then
+  sanitizer=$(command -v compute-sanitizer)
+  for d in "${CUDA_HOME:-/usr/local/cuda}/bin" /usr/local/cuda/bin; do
+    [[ -z $sanitizer && -x $d/compute-sanitizer ]] && sanitizer=$d/compute-sanitizer
+  done
+fi
+if [[ -z $sanitizer || ! -x $sanitizer ]]; then
+  echo "sanitize_suite: SKIPPED: compute-sanitizer not found (${sanitizer:-not on PATH, nor in \$CUDA_HOME/bin or /usr/local/cuda/bin}): install the CUDA toolkit's compute-sanitizer" >&2
+  exit 77
+fi
+mkdir -p "$R"
 status=0
 # A case that has not finished 10 s before its limit: print the host threads' stacks (gdb when present, else
 # each thread's kernel wait channel) of the process under the sanitizer, then let the limit kill it.
@@ -40,7 +53,7 @@ stacks() {  # stacks <pid of the case's timeout> <log>
 start() {
   local tool=$1 log=$2
   shift 2
-  MK_LOG=debug timeout -k 5 "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" >> "$log" 2>&1 &
+  MK_LOG=debug timeout -k 5 "$limit" "$sanitizer" --tool "$tool" --error-exitcode 9 "$@" >> "$log" 2>&1 &
 }
 # Wait for the pids given, dumping stacks of those still running near the limit; the worst exit code in $rc.
 finish() {  # finish <log> <pid>...

@@ -17,6 +17,8 @@ const char* toString(ErrorCode code) noexcept {
     case ErrorCode::Deadlock: return "deadlock";
     case ErrorCode::IoError: return "io-error";
     case ErrorCode::CudaError: return "cuda-error";
+    case ErrorCode::NoDevice: return "no-gpu";
+    case ErrorCode::DriverTooOld: return "driver-too-old";
     case ErrorCode::Internal: return "internal";
   }
   return "unknown";
@@ -24,6 +26,14 @@ const char* toString(ErrorCode code) noexcept {
 
 Error::Error(ErrorCode code, const std::string& message)
     : std::runtime_error(std::string(toString(code)) + ": " + message), code_(code), message_(message) {}
+
+ErrorCode cudaStartupErrorCode(int cudaRuntimeError, bool driverLoadable) noexcept {
+  constexpr int kInsufficientDriver = 35;  // cudaErrorInsufficientDriver
+  constexpr int kNoDevice = 100;           // cudaErrorNoDevice
+  if (cudaRuntimeError == kNoDevice) return ErrorCode::NoDevice;
+  if (cudaRuntimeError == kInsufficientDriver) return driverLoadable ? ErrorCode::DriverTooOld : ErrorCode::NoDevice;
+  return ErrorCode::CudaError;
+}
 
 void requirePositive(const std::string& field, double v, const std::string& purpose) {
   if (!std::isfinite(v) || !(v > 0))

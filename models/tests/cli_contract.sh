@@ -13,6 +13,14 @@ expect 0 '^verify: OK' -- "$tool" --op allreduce --algo hierarchical --cluster d
 expect 0 '^verify: OK' -- "$tool" --op allreduce --algo ring --ranks 5 --bytes 1021 --dtype bfloat16 --inputs integers --verify
 expect 0 'rounded down' -- "$tool" --ranks 8 --bytes 1048573
 expect 0 'closed form' -- "$tool" --op allgather --algo ring --ranks 4 --bytes 64K
+# what bounds it, from the uncontended timeline, and the size in human units next to the raw bytes
+expect 0 '^  bound      network-bound: rank [0-9]+ network out is [0-9]+\.[0-9] % busy; NVLink [0-9]+\.[0-9] %' -- "$tool" --cluster dgx-h100 --nodes 2 --bytes 64M
+expect 0 '^  bound      latency-bound: no link is half busy' -- "$tool" --op allreduce --algo one-shot --cluster h200x2 --bytes 1K
+expect 0 '^  timeline   [0-9.]+ (us|ms) uncontended \(= the closed form' -- "$tool" --cluster dgx-h100 --nodes 2 --bytes 64M
+expect 0 '^  size       64 MiB \(67108864 B\) = 16777216 float32' -- "$tool" --cluster dgx-h100 --bytes 64M
+# one schedule per run: a range is refused and names mk-sim; -b equal to -e is one size
+expect 2 'mk-schedule makes one schedule per run.*mk-sim --sweep' -- "$tool" --sweep 8:64:2
+expect 0 '^  size       64 KiB \(65536 B\)' -- "$tool" -b 64K -e 64K -d bfloat16
 expect 0 '--op' -- "$tool" --help
 # --profile prices the closed form with a profile file (the committed calibrated one) instead of the datasheet
 profile="$(dirname "${BASH_SOURCE[0]}")/../../validation/data/profiles/h200x2-calibrated.json"

@@ -1,9 +1,10 @@
 // mk-schedule — generate, validate, verify and cost one collective or fused-operator schedule, without a GPU.
 //
 // Exit codes (mk/util/cli.hpp): 0 success, 1 verification failed or internal error, 2 bad input (one line on
-// stderr, no output file written; a request above --max-memory too), 3 out of memory.
+// stderr, no output file written; a request above --max-memory too), 5 out of memory.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <iostream>
@@ -15,6 +16,7 @@
 #include "mk/algorithms/nccl.hpp"
 #include "mk/algorithms/policy.hpp"
 #include "mk/algorithms/request.hpp"
+#include "mk/cost/bottleneck.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/verify.hpp"
@@ -26,6 +28,7 @@
 #include "mk/topology/topology.hpp"
 #include "mk/util/cli.hpp"
 #include "mk/util/cli_collective.hpp"
+#include "mk/util/cli_convention.hpp"
 #include "mk/util/size.hpp"
 
 namespace {
@@ -41,6 +44,7 @@ struct Options {
   std::string packedOut;
   std::string scheduleIn;
   mk::cli::GuardArgs guard;
+  mk::cli::SizeFlags sizes;
 };
 
 /// What this run does with the schedule, for the memory estimate.
@@ -91,6 +95,35 @@ void printSummary(const mk::Schedule& s) {
   if (linkBytes.empty()) std::printf("none");
   for (const auto& [link, b] : linkBytes) std::printf("%s %s  ", mk::toString(link), mk::formatBytes(b).c_str());
   std::printf("(summed over ranks)\n");
+}
+
+/// The one size of this run: --bytes, or a --sweep (-b/-e/-f) of one size; a range is refused (one schedule per run).
+uint64_t oneSize(const Options& o) {
+  if (o.sizes.sweep.empty()) return mk::parseSize(o.coll.bytes);
+  const std::vector<uint64_t> sizes = mk::parseSweep(o.sizes.sweep);
+  if (sizes.size() != 1)
+    throw mk::Error(mk::ErrorCode::InvalidArgument,
+                    "--sweep " + o.sizes.sweep + " is " + std::to_string(sizes.size()) +
+                        " sizes: mk-schedule makes one schedule per run (give one size: --bytes, or -b equal to -e); "
+                        "mk-sim --sweep predicts a range");
+  return sizes.front();
+}
+
+/// What bounds the op, from the uncontended timeline's resource use (mk/cost/bottleneck.hpp): "network-bound: ...".
+void printBound(const mk::Schedule& s, const mk::Profile& profile, const mk::Topology& topo, double closedUs) {
+  // The timeline holds every step's times: above this many steps mk-sim --fast is the tool for the question.
+  constexpr uint64_t kTimelineMaxSteps = 2000000;
+  if (s.stepCount() > kTimelineMaxSteps) {
+    std::printf("  bound      not computed (%llu steps: the timeline is not worth the memory; mk-sim says it)\n",
+                static_cast<unsigned long long>(s.stepCount()));
+    return;
+  }
+  const mk::Timeline t = mk::simulateUncontended(s, profile, topo);
+  std::printf("  bound      %s\n", mk::bottleneckText(mk::timelineResourceUse(s, t, profile)).c_str());
+  const bool same = std::fabs(t.totalUs - closedUs) <= 1e-3 * closedUs;
+  std::printf("  timeline   %s uncontended%s\n", mk::formatMicros(t.totalUs).c_str(),
+              same ? " (= the closed form: the formula is exact for this schedule when nothing contends)"
+                   : " (the closed form differs: it sums the critical path's terms, the timeline plays every step)");
 }
 
 /// Run `check` (a verification on the CPU reference executor), print its verdict and time; the exit code.
@@ -197,7 +230,7 @@ int run(const Options& o) {
     std::printf("  validate   %s\n", validated.c_str());
   } else {
     const mk::CollectiveRequest request = mk::parseCollective(o.coll);
-    const uint64_t bytes = mk::parseSize(o.coll.bytes);
+    const uint64_t bytes = oneSize(o);
 
     const mk::Placement placed = mk::placeRanks(o.coll.cluster, o.coll.nodes, o.coll.ranks);
     topo = placed.topo;
@@ -227,7 +260,7 @@ int run(const Options& o) {
     std::printf("mk-schedule: %s %s on %s x %u node(s) (%u ranks, %u GPU(s) per node)\n", mk::toString(spec.op),
                 mk::toString(spec.algo), topo.name.c_str(), topo.nodes, nRanks, perNode);
     if (plan.chosenByAuto) std::printf("  auto       %s\n", mk::cli::describeAutoChoice(plan, o.coll).c_str());
-    std::printf("  size       %s = %llu %s element(s) per rank%s", mk::formatSize(used).c_str(),
+    std::printf("  size       %s = %llu %s element(s) per rank%s", mk::formatSizeWithBytes(used).c_str(),
                 static_cast<unsigned long long>(spec.count), mk::toString(spec.dtype),
                 (spec.op == mk::CollOp::AllReduce || spec.op == mk::CollOp::Broadcast) ? "" : " per block");
     if (used != bytes)
@@ -252,6 +285,7 @@ int run(const Options& o) {
     std::printf("             algbw %.2f GB/s, busbw %.2f GB/s\n", algbw,
                 algbw * mk::busBwFactor(spec.op, schedule.nRanks));
     std::printf("  formula    %s\n", c.formula.c_str());
+    printBound(schedule, profile, topo, c.totalUs);
     std::printf("  profile    %s\n", profile.source.c_str());
   }
 
@@ -277,7 +311,7 @@ int main(int argc, char** argv) {
       "  mk-schedule --op gemm-ar --ranks 4 --m 301 --n 264 --k 520 --tile-rows 64 --comm-ctas 12 --verify\n"
       "  mk-schedule --op allreduce --algo hierarchical --cluster dgx-h100 --nodes 4 --verify --json ar.json\n"
       "  mk-schedule --schedule ar.json --packed ar.bin\n\n"
-      "Exit codes: 0 success, 1 verification failed, 2 bad input (or above --max-memory), 3 out of memory.",
+      "Exit codes: 0 success, 1 verification failed, 2 bad input (or above --max-memory), 5 out of memory.",
       "mk-schedule"};
   mk::cli::addCollectiveOptions(app, o.coll);
   app.get_option("--profile")
@@ -295,7 +329,11 @@ int main(int argc, char** argv) {
   app.add_option("--packed", o.packedOut, "write the packed binary form (what a GPU uploads)");
   app.add_option("--schedule", o.scheduleIn, "read a schedule JSON instead of generating one (validate + summary)");
   mk::cli::addGuardOptions(app, o.guard);
+  mk::cli::addSweepOptions(app, o.sizes, "mk-schedule makes one schedule: a range of one size only (mk-sim sweeps)");
   if (int rc = mk::cli::parse(app, argc, argv, "mk-schedule"); rc != mk::cli::kContinue) return rc;
   if (int rc = mk::cli::finishCollectiveOptions(app, "mk-schedule", o.coll); rc != mk::cli::kContinue) return rc;
-  return mk::cli::run("mk-schedule", [&] { return run(o); });
+  return mk::cli::run("mk-schedule", [&] {
+    o.sizes.sweep = mk::cli::resolveSweep(app, o.sizes, o.coll.bytes + ":" + o.coll.bytes + ":2");
+    return run(o);
+  });
 }

@@ -40,6 +40,20 @@ expect 0 '^inter-node: rhd$' -- "$tool" --algo hierarchical --cluster dgx-h100 -
 expect 0 '^inter-node: (ring|rhd) \(auto: the lower closed form\)$' -- "$tool" --algo hierarchical --cluster dgx-h100 --nodes 4 --bytes 16M
 expect 0 'closed form: .*predicted / closed form = 1\.000' -- "$tool" --algo hierarchical --cluster dgx-h100 --nodes 8 --bytes 64M --inter rhd --chunks 4
 
+# ---- what bounds it, in words (mk/cost/bottleneck.hpp), and why a reference line is absent or equal ----
+expect 0 '^bound: network-bound: n[01]\.nic[0-7]_(UP|DOWN) is [0-9]+\.[0-9] % busy; PCIe [0-9]+\.[0-9] %' -- "$tool" --algo ring --cluster dgx-h100 --nodes 2 --bytes 256M
+expect 0 '^bound: NVLink-bound: n0\.nvl[0-7]_(UP|DOWN) is [0-9]+\.[0-9] % busy$' -- "$tool" --algo ring --cluster dgx-h100 --bytes 256M
+expect 0 '^bound: latency-bound: no link is half busy; the busiest, n0\.nvl0-1_(UP|DOWN), is [0-9]\.[0-9] %' -- "$tool" --algo one-shot --cluster h200x2 --bytes 64K
+expect 0 '^note: predicted, closed form and uncontended agree: no link is shared' -- "$tool" --algo one-shot --cluster h200x2 --bytes 64K
+expect 0 '^size: 256 MiB \(268435456 B\) = 67108864 element' -- "$tool" --algo ring --cluster h200x2 --bytes 256M
+expect 0 '^bound at 64 KiB \(65536 B\): latency-bound' -- "$tool" --algo one-shot --cluster h200x2 -b 1K -e 64K -f 8
+# one decimal convention in the sweep table: the closed form with two decimals, as the simulated time
+expect 0 '^ +65536 +16384 +float32 +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2} +[0-9]+\.[0-9]{2}( |$)' -- "$tool" --algo one-shot --cluster h200x2 --sweep 1K:64K:8
+# nccl-tests' -b/-e/-f are --sweep; one size and a range together are refused
+expect 0 '^ +8 +2 +float32 ' -- "$tool" --algo ring --cluster h200x2 -b 8 -e 64K -f 4
+bad '--bytes gives one size and --sweep' -- "$tool" --bytes 1M --sweep 8:1G:2
+bad 'bad -b/-e/-f' -- "$tool" -b 1G -e 1K
+
 # ---- --algo auto: the engine's choice (mk/algorithms/policy.hpp), printed, predicting what it chose ----
 expect 0 '^auto: (one-shot|two-shot|ring|hierarchical) \(the lowest closed form\), chunks [0-9]+ by size, channels 1 by size$' -- "$tool" --algo auto --cluster h200x2 --bytes 64MiB
 expect 0 '^mk-sim: allreduce (one-shot|two-shot) on .*, chunks 3, channels 1 by size$' -- "$tool" --algo auto --cluster h200x2 --bytes 64MiB --chunks 3
@@ -124,6 +138,7 @@ expect 0 "^predicted: " -- "$tool" --cluster "$work/nics-ok.json" --algo hierarc
 if [[ -n $schedtool ]]; then
   "$schedtool" --op allreduce --algo ring --cluster dgx-h100 --ranks 8 --bytes 64K --json "$work/s8.json" >/dev/null
   expect 0 'predicted:' -- "$tool" --schedule "$work/s8.json"
+  expect 0 '^closed form: none \(a loaded --schedule has no generator parameters to price\)$' -- "$tool" --schedule "$work/s8.json"
   bad "places more than 2 ranks on node 0" -- "$tool" --schedule "$work/s8.json" --cluster h200x2
 fi
 echo '{"schema": "mkernel.schedule.v1", "ranks": [' >"$work/broken.json"

@@ -17,16 +17,20 @@
 #include "mk/algorithms/nccl.hpp"
 #include "mk/algorithms/policy.hpp"
 #include "mk/algorithms/request.hpp"
+#include "mk/cost/bottleneck.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
 #include "mk/resources.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/schedule/validate.hpp"
+#include "mk/sim/link_use.hpp"
 #include "mk/sim/output.hpp"
 #include "mk/sim/replay.hpp"
 #include "mk/topology/topology.hpp"
 #include "mk/util/cli.hpp"
 #include "mk/util/cli_collective.hpp"
+#include "mk/util/cli_convention.hpp"
+#include "mk/util/format.hpp"
 #include "mk/util/size.hpp"
 
 namespace {
@@ -41,7 +45,8 @@ struct Options {
   mk::CollectiveArgs coll;
   std::string jsonOut;
   std::string traceOut;
-  std::string sweep;
+  mk::cli::SizeFlags sizes;
+  std::string sweep;  ///< MIN:MAX:FACTOR from --sweep or -b/-e/-f (resolveSweep); "" for one size
   std::string scheduleIn;
   bool verbose = false;
   bool fast = false;
@@ -49,26 +54,6 @@ struct Options {
 };
 
 [[noreturn]] void bad(const std::string& msg) { throw mk::Error(mk::ErrorCode::InvalidArgument, msg); }
-
-/// "8:1G:2" -> 8, 16, ..., 1G (nccl-tests -b/-e/-f).
-std::vector<uint64_t> parseSweep(const std::string& text) {
-  const auto c1 = text.find(':');
-  const auto c2 = c1 == std::string::npos ? std::string::npos : text.find(':', c1 + 1);
-  if (c2 == std::string::npos || text.find(':', c2 + 1) != std::string::npos)
-    bad("bad --sweep '" + text + "': expected MIN:MAX:FACTOR, e.g. 8:1G:2");
-  const uint64_t lo = mk::parseSize(text.substr(0, c1));
-  const uint64_t hi = mk::parseSize(text.substr(c1 + 1, c2 - c1 - 1));
-  const uint64_t factor = mk::parseSize(text.substr(c2 + 1));
-  if (lo == 0 || hi < lo) bad("bad --sweep '" + text + "': need 0 < MIN <= MAX");
-  if (factor < 2) bad("bad --sweep '" + text + "': FACTOR must be an integer >= 2");
-  std::vector<uint64_t> sizes;
-  // b * factor is formed only when it cannot pass hi, so MAX near 2^64 cannot wrap around (at most 64 sizes).
-  for (uint64_t b = lo;; b *= factor) {
-    sizes.push_back(b);
-    if (b > hi / factor) break;
-  }
-  return sizes;
-}
 
 /// What one run needs besides the schedule.
 struct Setup {
@@ -166,7 +151,22 @@ void printBusiestLinks(const std::vector<mk::sim::LinkLoad>& links) {
   }
 }
 
-void printPrediction(const mk::sim::RunInfo& info, const mk::sim::Prediction& p) {
+/// Why the closed-form or uncontended line is absent, and what it means when the three times coincide.
+void printReferenceNotes(const mk::sim::RunInfo& info, const mk::sim::Prediction& p, bool generated, uint64_t steps) {
+  if (!info.closedFormUs)
+    std::printf("closed form: none (%s)\n", generated ? "this algorithm has no closed form"
+                                                      : "a loaded --schedule has no generator parameters to price");
+  if (!info.uncontendedUs)
+    std::printf("uncontended: not computed (%llu steps, above %llu: its timeline is not worth the memory)\n",
+                static_cast<unsigned long long>(steps), static_cast<unsigned long long>(kUncontendedMaxSteps));
+  auto same = [&](const std::optional<double>& v) { return v && std::fabs(*v - p.totalUs) <= 1e-3 * p.totalUs; };
+  if (same(info.closedFormUs) && same(info.uncontendedUs))
+    std::printf(
+        "note: predicted, closed form and uncontended agree: no link is shared by two transfers at once, so "
+        "the simulation adds no contention to the formulas\n");
+}
+
+void printPrediction(const mk::sim::RunInfo& info, const mk::sim::Prediction& p, bool generated, uint64_t steps) {
   const double algbw = mk::sim::algBwGBs(info.bytes, p.totalUs);
   std::printf("predicted: %s  algbw %.2f GB/s  busbw %.2f GB/s\n", mk::formatMicros(p.totalUs).c_str(), algbw,
               algbw * info.busBwFactor);
@@ -177,6 +177,8 @@ void printPrediction(const mk::sim::RunInfo& info, const mk::sim::Prediction& p)
     std::printf("uncontended: %s (the timeline without link sharing; predicted / uncontended = %.3f)\n",
                 mk::formatMicros(*info.uncontendedUs).c_str(),
                 *info.uncontendedUs > 0 ? p.totalUs / *info.uncontendedUs : 0.0);
+  printReferenceNotes(info, p, generated, steps);
+  std::printf("bound: %s\n", mk::bottleneckText(mk::sim::linkResourceUse(p.links)).c_str());
   std::printf("busiest links:%s\n", p.links.empty() ? " none (no bytes crossed a link)" : "");
   printBusiestLinks(p.links);
 }
@@ -287,7 +289,7 @@ int run(const Options& o) {
   mk::checkOutputPath("--json", o.jsonOut, inputs);
   mk::checkOutputPath("--trace", o.traceOut, inputs);
   if (o.scheduleIn.empty() && mk::isFusedOp(o.coll.op)) return runFused(o);
-  if (!o.sweep.empty()) parseSweep(o.sweep);  // a malformed sweep is the first thing to report
+  if (!o.sweep.empty()) mk::parseSweep(o.sweep);  // a malformed sweep is the first thing to report
   if (!o.sweep.empty() && !o.traceOut.empty()) bad("--trace needs one size: use --bytes, not --sweep");
   if (!o.sweep.empty() && !o.scheduleIn.empty()) bad("--sweep generates schedules: it cannot be used with --schedule");
 
@@ -302,7 +304,7 @@ int run(const Options& o) {
   std::optional<mk::CollectiveRequest> request;
   if (o.scheduleIn.empty()) {
     request = mk::parseCollective(o.coll);
-    sizes = o.sweep.empty() ? std::vector<uint64_t>{mk::parseSize(o.coll.bytes)} : parseSweep(o.sweep);
+    sizes = o.sweep.empty() ? std::vector<uint64_t>{mk::parseSize(o.coll.bytes)} : mk::parseSweep(o.sweep);
     st.spec = request->spec;
     st.gen = request->gen;
     if (o.sweep.empty()) {
@@ -346,7 +348,7 @@ int run(const Options& o) {
       s = mk::withProgress("mk-sim", "generate", o.guard.progressWanted(),
                            [&] { return mk::generate(*st.spec, st.topo.layout(st.nRanks), st.gen); });
       const uint64_t used = mk::opBytes(*st.spec, st.nRanks);
-      std::printf("size: %s = %llu element(s)%s\n", mk::formatSize(used).c_str(),
+      std::printf("size: %s = %llu element(s)%s\n", mk::formatSizeWithBytes(used).c_str(),
                   static_cast<unsigned long long>(st.spec->count),
                   used != sizes[0] ? " (--bytes rounded down to whole elements)" : "");
     } else {
@@ -354,7 +356,7 @@ int run(const Options& o) {
       s = std::move(loaded);
     }
     auto [info, p] = predictOne(o, st, s, wantTrace);
-    printPrediction(info, p);
+    printPrediction(info, p, st.spec.has_value(), s.stepCount());
     if (o.verbose) printStats(p.stats);
     writeOutputs(o, o.jsonOut.empty() ? std::string() : mk::sim::predictionToJson(p, info),
                  wantTrace ? mk::sim::traceToJson(s, p.steps) : std::string());
@@ -386,17 +388,20 @@ int run(const Options& o) {
     auto row = predictOne(o, one, s, false);
     const auto& [info, p] = row;
     const double algbw = mk::sim::algBwGBs(info.bytes, p.totalUs);
+    // One decimal convention in every table: times (us) and rates (GB/s) with two decimals, "-" for none.
+    const std::string closed = info.closedFormUs ? mk::strprintf("%.2f", *info.closedFormUs) : "-";
     std::printf("%14llu %12llu %9s %14.2f %12.2f %12.2f %14s", static_cast<unsigned long long>(info.bytes),
                 static_cast<unsigned long long>(info.count), info.dtype.c_str(), p.totalUs, algbw,
-                algbw * info.busBwFactor,
-                info.closedFormUs ? std::to_string(*info.closedFormUs).substr(0, 12).c_str() : "-");
+                algbw * info.busBwFactor, closed.c_str());
     if (autoColumns) std::printf(" %14s %7u %9u", info.algo.c_str(), info.chunks, info.channels);
     std::printf("\n");
     std::fflush(stdout);
     rows.push_back(std::move(row));
   }
   if (!rows.empty()) {
-    std::printf("busiest links at %s:\n", mk::formatSize(rows.back().first.bytes).c_str());
+    std::printf("bound at %s: %s\n", mk::formatSizeWithBytes(rows.back().first.bytes).c_str(),
+                mk::bottleneckText(mk::sim::linkResourceUse(rows.back().second.links)).c_str());
+    std::printf("busiest links at %s:\n", mk::formatSizeWithBytes(rows.back().first.bytes).c_str());
     printBusiestLinks(rows.back().second.links);
   }
   writeOutputs(o, o.jsonOut.empty() ? std::string() : mk::sim::sweepToJson(rows), std::string());
@@ -425,7 +430,7 @@ int main(int argc, char** argv) {
       "Progress goes to stderr for runs longer than 2 s (a terminal, or --progress). Format details: "
       "docs/simulator.md.\n\n"
       "Exit codes: 0 success, 1 internal failure (the simulation process died), 2 bad input (or above\n"
-      "--max-memory), 3 out of memory.",
+      "--max-memory), 5 out of memory.",
       "mk-sim"};
   mk::cli::addCollectiveOptions(app, o.coll);
   app.get_option("--nodes")->description(
@@ -439,9 +444,7 @@ int main(int argc, char** argv) {
           "numbers for the cluster, printed as 'profile: uncalibrated (datasheet defaults)'");
   app.add_option("--json", o.jsonOut, "write the prediction as JSON (schema mkernel.prediction.v1)");
   app.add_option("--trace", o.traceOut, "write the per-step trace as Chrome/Perfetto trace-event JSON (one size only)");
-  app.add_option("--sweep", o.sweep,
-                 "MIN:MAX:FACTOR, e.g. 8:1G:2: predict every size MIN, MIN*FACTOR, ... <= MAX and print an "
-                 "nccl-tests-like table (replaces --bytes)");
+  mk::cli::addSweepOptions(app, o.sizes, "predict each and print an nccl-tests-like table (replaces --bytes)");
   app.add_option("--schedule", o.scheduleIn,
                  "replay this schedule JSON (validated first) instead of generating one; --cluster must fit its "
                  "ranks (--nodes defaults to the schedule's node count)");
@@ -452,5 +455,8 @@ int main(int argc, char** argv) {
   mk::cli::addGuardOptions(app, o.guard);
   if (int rc = mk::cli::parse(app, argc, argv, "mk-sim"); rc != mk::cli::kContinue) return rc;
   if (int rc = mk::cli::finishCollectiveOptions(app, "mk-sim", o.coll); rc != mk::cli::kContinue) return rc;
-  return mk::cli::run("mk-sim", [&] { return run(o); });
+  return mk::cli::run("mk-sim", [&] {
+    o.sweep = mk::cli::resolveSweep(app, o.sizes, o.coll.bytes + ":" + o.coll.bytes + ":2");
+    return run(o);
+  });
 }

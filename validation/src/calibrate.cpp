@@ -12,6 +12,7 @@
 #include <set>
 
 #include "mk/error.hpp"
+#include "mk/util/format.hpp"
 #include "mk/util/size.hpp"
 #include "mk/util/stats.hpp"
 
@@ -452,21 +453,16 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
 }
 
 std::string formatFitReport(const FitReport& report) {
-  std::string s;
-  char buf[512];
-  std::snprintf(buf, sizeof buf, "%-16s %12s %-8s %5s %9s %13s  %s\n", "parameter", "value", "unit", "n", "R^2",
-                "max rel resid", "source");
-  s += buf;
+  std::string s = strprintf("%-16s %12s %-8s %5s %9s %13s  %s\n", "parameter", "value", "unit", "n", "R^2",
+                            "max rel resid", "source");
   for (const auto& p : report.parameters) {
     const std::string r2 = std::isnan(p.r2) ? "-" : formatNumber(p.r2);
     const std::string resid = p.measured ? formatNumber(p.maxRelResidual) : "-";
-    std::snprintf(buf, sizeof buf, "%-16s %12.6g %-8s %5zu %9s %13s  %s\n", p.name.c_str(), p.value, p.unit.c_str(),
-                  p.n, r2.c_str(), resid.c_str(), p.method.c_str());
-    s += buf;
+    s += strprintf("%-16s %12.6g %-8s %5zu %9s %13s  %s\n", p.name.c_str(), p.value, p.unit.c_str(), p.n, r2.c_str(),
+                   resid.c_str(), p.method.c_str());
   }
-  std::snprintf(buf, sizeof buf, "records: %zu calibration records fitted, %zu other records ignored (never fitted)\n",
-                report.recordsUsed, report.recordsIgnored);
-  s += buf;
+  s += strprintf("records: %zu calibration records fitted, %zu other records ignored (never fitted)\n",
+                 report.recordsUsed, report.recordsIgnored);
   return s;
 }
 

@@ -63,25 +63,8 @@ MemoryJob predictionJob(const Topology& topo, const Request& request) {
   return job;
 }
 
-std::string joined(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-
 std::string describeRecord(const MeasurementRecord& r) {
   return r.op + " " + (r.algo.empty() ? "-" : r.algo) + " " + std::to_string(r.bytes) + " B";
-}
-
-std::string jsonString(const std::map<std::string, std::string>& m, const char* key) {
-  auto it = m.find(key);
-  if (it == m.end()) return "";
-  try {
-    const json v = json::parse(it->second);
-    return v.is_string() ? v.get<std::string>() : v.dump();
-  } catch (const json::exception&) {
-    return it->second;
-  }
 }
 
 std::string generatorOf(const std::string& algo) {
@@ -203,18 +186,6 @@ RecordSchedule recordSchedule(const MeasurementRecord& r, const std::string& whe
                      " elements (per rank block) and the record has no 'count'");
   }
   return out;
-}
-
-std::string inferCluster(const MeasurementFile& f) {
-  const std::string gpu = jsonString(f.system, "gpu");
-  const std::string gpus = jsonString(f.system, "gpus");
-  // The first preset with that GPU and count: the DGX presets are listed before the cloud nodes that carry
-  // the same GPU (a measurement's system block does not say which NICs it had).
-  for (const auto& name : topologyPresets()) {
-    const Topology t = topologyPreset(name);
-    if (t.node.gpu == gpu && std::to_string(t.node.gpus) == gpus) return name;
-  }
-  return "";
 }
 
 double errorPct(double predictedUs, double measuredUs) noexcept {
@@ -355,29 +326,6 @@ ValidationResult validateMeasurements(const std::vector<MeasurementFile>& files,
   res.sim = errorStats(simErr);
   res.closed = errorStats(closedErr);
   return res;
-}
-
-std::string resolveCluster(const std::vector<MeasurementFile>& files, const std::vector<std::string>& names,
-                           const std::string& cluster) {
-  if (!cluster.empty()) return cluster;
-  std::string found, foundIn;
-  for (std::size_t f = 0; f < files.size(); ++f) {
-    const std::string name = f < names.size() ? names[f] : "file " + std::to_string(f);
-    const std::string c = inferCluster(files[f]);
-    if (c.empty())
-      throw Error(ErrorCode::InvalidArgument, name + ": its system (gpu " + jsonString(files[f].system, "gpu") +
-                                                  ", gpus " + jsonString(files[f].system, "gpus") +
-                                                  ") matches no single cluster preset (" + joined(topologyPresets()) +
-                                                  "): give --cluster (a preset or a topology JSON file)");
-    if (!found.empty() && c != found)
-      throw Error(ErrorCode::InvalidArgument, "the files come from different systems (" + foundIn + ": " + found +
-                                                  ", " + name + ": " + c +
-                                                  "): validate each system separately with its own profile");
-    found = c;
-    if (foundIn.empty()) foundIn = name;
-  }
-  if (found.empty()) throw Error(ErrorCode::InvalidArgument, "no measurement file given");
-  return found;
 }
 
 bool isSelected(const MeasurementRecord& r, const ValidationOptions& options) {

@@ -41,8 +41,12 @@ check "profile records the command line" grep -q '"mk-calibrate --cluster h200x2
 check "profile lists what was not measured" grep -q 'default (not measured): network.alphaUs' "$work/p.json"
 # collective records next to the micro-benchmarks are counted and ignored
 expect 0 '[0-9]+ other records ignored' -- "$tool" --out "$work/p2.json" "$work/calib.json" "$collective"
-expect 0 'wrote' -- "$tool" --out "$work/p3.json" --report "$work/fit.txt" "$work/calib.json"
-check "report written" grep -q 'nvlink.alphaUs' "$work/fit.txt"
+expect 0 'wrote' -- "$tool" --out "$work/p3.json" --summary "$work/fit.txt" "$work/calib.json"
+check "summary written" grep -q 'nvlink.alphaUs' "$work/fit.txt"
+# the cluster defaults to the preset the files ran on (their system block: 2 x NVIDIA H200)
+expect 0 'calibrated on h200x2 ' -- "$tool" --out "$work/p5.json" "$work/calib.json"
+# --report changed meaning (an HTML folder in every tool): the old text-file use is refused, naming --summary
+expect 2 '^mk-calibrate: error: --report .*--summary FILE' -- "$tool" --out "$work/x.json" --report "$work/fit.txt" "$work/calib.json"
 
 # --base: unmeasured parameters come from a given profile; one missing a parameter is refused
 sed 's/"gemmTflops": [0-9.]*/"gemmTflops": 123.5/' "$work/p.json" >"$work/base.json"
@@ -63,8 +67,8 @@ expect 2 "unknown.*dgx-a1|dgx-a1" -- "$tool" --cluster dgx-a1 --out "$work/x.jso
 expect 2 "nodes must be >= 1" -- "$tool" --nodes 0 --out "$work/x.json" "$work/calib.json"
 expect 2 "out" -- "$tool" "$work/calib.json"
 expect 2 "io-error" -- "$tool" --out "$work/no/such/dir/x.json" "$work/calib.json"
-expect 2 "io-error" -- "$tool" --out "$work/x.json" --report "$work/no/such/dir/fit.txt" "$work/calib.json"
-expect 2 "io-error" -- "$tool" --out "$work/no/such/dir/x.json" --report "$work/fit2.txt" "$work/calib.json"
+expect 2 "io-error" -- "$tool" --out "$work/x.json" --summary "$work/no/such/dir/fit.txt" "$work/calib.json"
+expect 2 "io-error" -- "$tool" --out "$work/no/such/dir/x.json" --summary "$work/fit2.txt" "$work/calib.json"
 check "a failed profile write left its report behind" test ! -e "$work/fit2.txt"
 # all or nothing: when the second output cannot be written (no room for a temporary next to a 250-character
 # name), the first target keeps its old content and no temporary is left
@@ -76,15 +80,15 @@ check "no temporary left" test -z "$(find "$work" -name '*.tmp.*')"
 # an output never replaces a non-regular file nor one of the command's own inputs
 mkfifo "$work/fifo"
 expect 2 "^mk-calibrate: error: .*--out $work/fifo: is a FIFO" -- "$tool" --out "$work/fifo" "$work/calib.json"
-expect 2 "^mk-calibrate: error: .*--report $work/fifo: is a FIFO" -- \
-  "$tool" --out "$work/x.json" --report "$work/fifo" "$work/calib.json"
+expect 2 "^mk-calibrate: error: .*--summary $work/fifo: is a FIFO" -- \
+  "$tool" --out "$work/x.json" --summary "$work/fifo" "$work/calib.json"
 expect 2 "^mk-calibrate: error: .*--out $work: is a directory" -- "$tool" --out "$work" "$work/calib.json"
 check "the FIFO is still a FIFO" test -p "$work/fifo"
 cp "$work/calib.json" "$work/calib-copy.json"
 expect 2 "^mk-calibrate: error: .*--out $work/calib.json: is also an input" -- \
   "$tool" --out "$work/calib.json" "$work/calib.json"
-expect 2 "^mk-calibrate: error: .*--report $work/./calib.json: is also an input" -- \
-  "$tool" --out "$work/x.json" --report "$work/./calib.json" "$work/calib.json"
+expect 2 "^mk-calibrate: error: .*--summary $work/./calib.json: is also an input" -- \
+  "$tool" --out "$work/x.json" --summary "$work/./calib.json" "$work/calib.json"
 expect 2 "^mk-calibrate: error: .*--out $work/base.json: is also an input" -- \
   "$tool" --base "$work/base.json" --out "$work/base.json" "$work/calib.json"
 check "the input was not overwritten" cmp -s "$work/calib.json" "$work/calib-copy.json"

@@ -59,7 +59,7 @@ if [[ $mode == --committed ]]; then
   threshold=$(read_threshold) || exit 2
   # The committed measurements are from the 2 x H200 machine: its preset fills what the micro-benchmarks
   # do not measure (network, proxy: unused on one node).
-  "$calibrate" --cluster h200x2 --out "$work/profile.json" --report "$work/fit.txt" "${calib[@]}" || exit $?
+  "$calibrate" --cluster h200x2 --out "$work/profile.json" --summary "$work/fit.txt" "${calib[@]}" || exit $?
   start=$(date +%s)
   "$validate" --cluster h200x2 --profile "$work/profile.json" --max-median-err "$threshold" -j 2 --json "$work/validation.json" \
     "${others[@]}" >"$work/validate.txt"
@@ -81,7 +81,7 @@ if [[ $mode == --nccl ]]; then
   threshold=$(grep -v '^[[:space:]]*#' "$data/validation-nccl-threshold.txt" | grep -v '^[[:space:]]*$' | head -1 |
     tr -d '[:space:]')
   [[ $threshold =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "ci_gate: bad nccl threshold '$threshold'" >&2; exit 2; }
-  "$calibrate" --cluster h200x2 --out "$work/profile.json" --report "$work/fit.txt" "${calib[@]}" || exit $?
+  "$calibrate" --cluster h200x2 --out "$work/profile.json" --summary "$work/fit.txt" "${calib[@]}" || exit $?
   "$validate" --cluster h200x2 --profile "$work/profile.json" --max-median-err-nccl "$threshold" -j 2 \
     --json "$work/validation.json" "${others[@]}" >"$work/validate.txt"
   rc=$?
@@ -106,8 +106,9 @@ if [[ $mode == --internode ]]; then
   threshold=$(grep -v '^[[:space:]]*#' "$data/validation-internode-threshold.txt" | grep -v '^[[:space:]]*$' | head -1 |
     tr -d '[:space:]')
   [[ $threshold =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "ci_gate: bad internode threshold '$threshold'" >&2; exit 2; }
-  "$calibrate" --base "$data/profiles/h200x2-calibrated.json" --out "$work/profile.json" --report "$work/fit.txt" \
-    "${calib[@]}" || exit $?
+  # --cluster names the base's preset: the loopback runs used one GPU of the node, a system no preset matches.
+  "$calibrate" --cluster h200x2 --base "$data/profiles/h200x2-calibrated.json" --out "$work/profile.json" \
+    --summary "$work/fit.txt" "${calib[@]}" || exit $?
   "$validate" --cluster "$data/topologies/h200-mps-loopback.json" --profile "$work/profile.json" \
     --max-median-err "$threshold" -j 2 "${runs[@]}" >"$work/validate.txt"
   rc=$?

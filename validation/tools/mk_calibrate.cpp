@@ -1,6 +1,6 @@
 // mk-calibrate — fit the hardware profile from micro-benchmark measurement files (docs/calibration.md).
 //
-//   mk-calibrate --cluster h200x2 --out profile.json f1.json [f2.json ...] [--report fit.txt] [--base p.json]
+//   mk-calibrate [--cluster h200x2] --out profile.json f1.json [f2.json ...] [--summary fit.txt] [--base p.json]
 //
 // Exit codes (mk/util/cli.hpp): 0 success, 2 bad input (a file breaking the measurement contract, an unknown
 // cluster, a --base profile missing a parameter, a fit with too few points or an impossible value, an output that
@@ -16,12 +16,11 @@
 #include "mk/io/measurement.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/topology/topology.hpp"
+#include "mk/util/build_commit.hpp"
 #include "mk/util/cli.hpp"
+#include "mk/util/cli_convention.hpp"
 #include "mk/validation/calibrate.hpp"
-
-#ifndef MK_GIT_COMMIT
-#define MK_GIT_COMMIT "unknown"
-#endif
+#include "mk/validation/system_cluster.hpp"
 
 namespace {
 
@@ -44,39 +43,47 @@ int main(int argc, char** argv) {
   CLI::App app{
       "mk-calibrate: fit the hardware profile (alpha-beta per link class, rates, latencies) from "
       "micro-benchmark measurement files; collective records are never fitted"};
-  std::string cluster = "h200x2";
+  std::string cluster;
   uint32_t nodes = 1;
   std::string out;
   std::string reportOut;
   std::string base;
   std::vector<std::string> inputs;
-  app.add_option("--cluster", cluster, "topology preset whose datasheet defaults fill unmeasured parameters")
-      ->capture_default_str();
+  app.add_option("--cluster", cluster,
+                 "topology preset whose datasheet defaults fill unmeasured parameters (default: the preset whose GPU "
+                 "model and count match every file's system block, as mk-validate; an error when none or several do)");
   app.add_option("--nodes", nodes, "nodes of the preset")->capture_default_str();
   app.add_option("--out", out, "profile to write (mkernel.profile.v1, written atomically)")->required();
-  app.add_option("--report", reportOut, "also write the fit table to this file");
+  app.add_option("--summary", reportOut, "also write the fit table (text, as printed on stdout) to this file");
+  mk::cli::RetiredOption oldReport{"--report",
+                                   "--report names an HTML folder in every tool now; mk-calibrate writes its fit table "
+                                   "with --summary FILE (and on stdout)",
+                                   {}};
+  mk::cli::addRetiredOption(app, oldReport);
   app.add_option("--base", base,
                  "start from this profile (mkernel.profile.v1) instead of the cluster's datasheet "
                  "defaults: unmeasured parameters keep its values");
   app.add_option("files", inputs, "measurement files (mkernel.measurement.v1)")->required();
   if (int rc = mk::cli::parse(app, argc, argv, kTool); rc != mk::cli::kContinue) return rc;
   if (int rc = mk::cli::requirePositive(app, kTool, {{"--nodes", nodes}}); rc != mk::cli::kContinue) return rc;
+  if (int rc = mk::cli::refuseRetired(app, kTool, {&oldReport}); rc != mk::cli::kContinue) return rc;
 
   return mk::cli::run(kTool, [&]() {
     std::vector<std::string> given = inputs;
     given.push_back(base);
     given.push_back(cluster);
     mk::checkOutputPath("--out", out, given);
-    mk::checkOutputPath("--report", reportOut, given);
-    // The preset is resolved even with --base: an unknown cluster is an error either way.
-    mk::Profile defaults = mk::defaultProfile(mk::topologyPreset(cluster, nodes));
-    if (!base.empty()) defaults = mk::loadProfile(base);
+    mk::checkOutputPath("--summary", reportOut, given);
     std::vector<mk::MeasurementFile> files;
     mk::ProfileProvenance prov;
     for (const auto& path : inputs) {
       files.push_back(mk::loadMeasurementFile(path));
       prov.measurements.push_back(path + " (run commit " + files.back().commit + ")");
     }
+    cluster = mk::resolveCluster(files, inputs, cluster);
+    // The preset is resolved even with --base: an unknown cluster is an error either way.
+    mk::Profile defaults = mk::defaultProfile(mk::topologyPreset(cluster, nodes));
+    if (!base.empty()) defaults = mk::loadProfile(base);
     mk::FitReport report;
     mk::Profile profile = mk::calibrate(files, defaults, &report, inputs);
     // "calibrated from N records..." -> "calibrated on h200x2 from N records...": the system the numbers describe.
@@ -85,7 +92,7 @@ int main(int argc, char** argv) {
     if (!base.empty() && !report.defaulted().empty()) profile.source += " (defaults from " + base + ")";
     prov.system = cluster;
     prov.date = utcDate();
-    prov.commit = MK_GIT_COMMIT;
+    prov.commit = mk::buildCommit();
     prov.tool = mk::cli::commandLine(kTool, argc, argv);
     const std::string table = mk::formatFitReport(report);
 

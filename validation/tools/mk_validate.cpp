@@ -25,15 +25,13 @@
 #include "mk/schedule/io.hpp"
 #include "mk/sim/replay.hpp"
 #include "mk/topology/topology.hpp"
+#include "mk/util/build_commit.hpp"
 #include "mk/util/cli.hpp"
 #include "mk/util/size.hpp"
 #include "mk/validation/report_dir.hpp"
 #include "mk/validation/validate.hpp"
 #include "mk/validation/validate_layered.hpp"
 
-#ifndef MK_GIT_COMMIT
-#define MK_GIT_COMMIT "unknown"
-#endif
 #ifndef MK_REPORT_SCRIPT
 #define MK_REPORT_SCRIPT "validation_report.py"
 #endif
@@ -175,7 +173,7 @@ int run(const Options& o, const std::string& command) {
 
   mk::ValidationContext ctx;
   ctx.command = command;
-  ctx.commit = MK_GIT_COMMIT;
+  ctx.commit = mk::buildCommit();
   ctx.maxMedianErrPct = o.maxMedianErr;
   ctx.maxMedianErrNcclPct = o.maxMedianErrNccl;
   if (o.datasheet) {
@@ -317,7 +315,7 @@ int main(int argc, char** argv) {
       "f.json\n\n"
       "Exit codes: 0 success, 1 the gate failed or a simulation process died, 2 bad input (a file breaking the\n"
       "measurement contract, a record whose schedule cannot be regenerated, a profile missing a parameter, an\n"
-      "unwritable output, a record above --max-memory): one line on stderr and nothing written; 3 out of memory.\n"
+      "unwritable output, a record above --max-memory): one line on stderr and nothing written; 5 out of memory.\n"
       "Details: docs/validation.md.",
       kTool};
   app.add_option("--profile", o.profile, "hardware profile (mkernel.profile.v1), normally from mk-calibrate");
@@ -327,7 +325,7 @@ int main(int argc, char** argv) {
   app.add_option("--cluster", o.cluster,
                  "preset (h200x2, dgx-h100, dgx-h200) or topology JSON the records ran on (default: the preset whose "
                  "GPU model and count match every file's system block; an error when none or several do)");
-  app.add_option("--op", o.ops, "only these ops (comma-separated: allreduce,allgather,...)")->delimiter(',');
+  app.add_option("--op", o.ops, "only these collectives (comma-separated: allreduce,allgather,...)")->delimiter(',');
   app.add_option("--algo", o.algos,
                  "only these algorithms (comma-separated); \"ring\" matches ring and auto:ring, \"auto:ring\" only the "
                  "latter")
@@ -339,11 +337,12 @@ int main(int argc, char** argv) {
                  "gate: exit 1 when the median absolute error (percent) of the nccl line (impl \"nccl\" records "
                  "predicted with the nccl-* family, docs/algorithms-nccl.md) exceeds this")
       ->check(mk::cli::percentThreshold());
-  app.add_option("--report", o.reportDir,
-                 "write DIR/index.html with PNG plots (measured vs predicted time and error over size per op and "
-                 "algorithm, via --python with matplotlib), the table, the profile and its provenance, "
-                 "DIR/validation.json, and one Perfetto trace DIR/trace-<op>-<algo>-<bytes>.json. DIR must be new, "
-                 "empty, or a previous report (replaced whole; written in a temporary directory, then renamed)");
+  app.add_option(
+      "--report", o.reportDir,
+      "an HTML folder: write DIR/index.html with PNG plots (measured vs predicted time and error over size per op and "
+      "algorithm, via --python with matplotlib), the table, the profile and its provenance, "
+      "DIR/validation.json, and one Perfetto trace DIR/trace-<op>-<algo>-<bytes>.json. DIR must be new, "
+      "empty, or a previous report (replaced whole; written in a temporary directory, then renamed)");
   app.add_option("--trace-record", o.traceRecord,
                  "OP:ALGO:BYTES of the record whose per-step trace the report shows (BYTES as 64KiB or 65536); "
                  "default: the record with the largest simulator error");

@@ -17,6 +17,8 @@ enum class ErrorCode {
   Deadlock,         ///< no participant can make progress
   IoError,          ///< a file could not be read or written
   CudaError,        ///< a CUDA runtime or driver call failed
+  NoDevice,         ///< no GPU: no NVIDIA driver on the machine, or the driver sees no device
+  DriverTooOld,     ///< the NVIDIA driver is older than the CUDA runtime this build was linked with
   Internal,         ///< a broken invariant inside mkernel (a bug: please report)
 };
 
@@ -36,6 +38,12 @@ class Error : public std::runtime_error {
   ErrorCode code_;
   std::string message_;
 };
+
+/// What a failing CUDA runtime call at start-up means: cudaErrorNoDevice (100), or cudaErrorInsufficientDriver
+/// (35) with no driver library to load, is NoDevice; cudaErrorInsufficientDriver with a driver present is
+/// DriverTooOld; anything else is CudaError. Takes the runtime's numeric code so that it needs no CUDA header
+/// (impl/src/device/ static_asserts the values).
+ErrorCode cudaStartupErrorCode(int cudaRuntimeError, bool driverLoadable) noexcept;
 
 /// The one check of a rate, size or count that must be positive: throws Error(InvalidArgument)
 /// "<field> must be > 0 (got <v>)", followed by " for <purpose>" when `purpose` is given, unless `v` is finite

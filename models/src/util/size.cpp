@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "mk/error.hpp"
+#include "mk/util/format.hpp"
 
 namespace mk {
 
@@ -49,6 +50,37 @@ uint64_t parseSize(std::string_view text) {
   return value << shift;
 }
 
+std::vector<uint64_t> parseSweep(std::string_view text, std::string_view flag) {
+  const std::string head = "bad " + std::string(flag) + " '" + std::string(text) + "': ";
+  auto bad = [&](const std::string& why) { return Error(ErrorCode::InvalidArgument, head + why); };
+  const auto c1 = text.find(':');
+  const auto c2 = c1 == std::string_view::npos ? std::string_view::npos : text.find(':', c1 + 1);
+  if (c2 == std::string_view::npos || text.find(':', c2 + 1) != std::string_view::npos)
+    throw bad("expected MIN:MAX:FACTOR, e.g. 8:1G:2");
+  uint64_t lo = 0, hi = 0, factor = 0;
+  try {
+    lo = parseSize(text.substr(0, c1));
+    hi = parseSize(text.substr(c1 + 1, c2 - c1 - 1));
+    factor = parseSize(text.substr(c2 + 1));
+  } catch (const Error& e) {
+    throw bad(e.message());
+  }
+  if (lo == 0 || hi < lo) throw bad("need 0 < MIN <= MAX");
+  if (factor < 2) throw bad("FACTOR must be an integer >= 2");
+  std::vector<uint64_t> sizes;
+  // b * factor is formed only when it cannot pass hi, so MAX near 2^64 cannot wrap around (at most 64 sizes).
+  for (uint64_t b = lo;; b *= factor) {
+    sizes.push_back(b);
+    if (b > hi / factor) break;
+  }
+  return sizes;
+}
+
+std::string formatSizeWithBytes(uint64_t bytes) {
+  const std::string human = formatSize(bytes);
+  return bytes < 1024 || bytes % 1024 != 0 ? human : human + " (" + std::to_string(bytes) + " B)";
+}
+
 std::string formatSize(uint64_t bytes) {
   static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   unsigned u = 0;
@@ -60,33 +92,18 @@ std::string formatSize(uint64_t bytes) {
 }
 
 std::string formatMicros(double us) {
-  char buf[64];
-  if (us >= 1e6)
-    std::snprintf(buf, sizeof buf, "%.3f s", us / 1e6);
-  else if (us >= 1e3)
-    std::snprintf(buf, sizeof buf, "%.3f ms", us / 1e3);
-  else
-    std::snprintf(buf, sizeof buf, "%.3f us", us);
-  return buf;
+  if (us >= 1e6) return strprintf("%.3f s", us / 1e6);
+  if (us >= 1e3) return strprintf("%.3f ms", us / 1e3);
+  return strprintf("%.3f us", us);
 }
 
 std::string formatBytes(double bytes) {
-  char buf[64];
-  if (bytes >= 1024.0 * 1024 * 1024)
-    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
-  else if (bytes >= 1024.0 * 1024)
-    std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1024.0 * 1024));
-  else if (bytes >= 1024.0)
-    std::snprintf(buf, sizeof buf, "%.2f KiB", bytes / 1024.0);
-  else
-    std::snprintf(buf, sizeof buf, "%.0f B", bytes);
-  return buf;
+  if (bytes >= 1024.0 * 1024 * 1024) return strprintf("%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+  if (bytes >= 1024.0 * 1024) return strprintf("%.2f MiB", bytes / (1024.0 * 1024));
+  if (bytes >= 1024.0) return strprintf("%.2f KiB", bytes / 1024.0);
+  return strprintf("%.0f B", bytes);
 }
 
-std::string formatNumber(double v, int significant) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*g", significant, v);
-  return buf;
-}
+std::string formatNumber(double v, int significant) { return strprintf("%.*g", significant, v); }
 
 }  // namespace mk

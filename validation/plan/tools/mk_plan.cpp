@@ -20,14 +20,13 @@
 #include "mk/plan/plan_output.hpp"
 #include "mk/plan/planner.hpp"
 #include "mk/schedule/io.hpp"
+#include "mk/util/build_commit.hpp"
 #include "mk/util/cli.hpp"
+#include "mk/util/cli_convention.hpp"
 #include "mk/util/size.hpp"
 #include "mk/validation/report_dir.hpp"
 #include "mk/workload/workload.hpp"
 
-#ifndef MK_GIT_COMMIT
-#define MK_GIT_COMMIT "unknown"
-#endif
 #ifndef MK_PLAN_REPORT_SCRIPT
 #define MK_PLAN_REPORT_SCRIPT "plan_report.py"
 #endif
@@ -52,7 +51,7 @@ struct Options {
   std::optional<uint32_t> tp, pp, ep, zero, microBatch, virtualStages;
   std::optional<uint64_t> globalBatch, seq;
   std::string sp, ppSchedule, recompute, bucket;
-  std::string cluster = "dgx-h100";
+  std::string cluster = mk::kDefaultCluster;
   std::string gpus = "8:4096";
   std::string profile;
   bool datasheet = false;
@@ -215,7 +214,7 @@ int run(const Options& o, const std::string& command) {
 
   // ---- outputs, all or nothing: the report in a temporary directory and the files in temporaries, then the
   // report moved into place, then the files ----
-  const std::string json = mk::plan::planToJson(plan, MK_GIT_COMMIT);
+  const std::string json = mk::plan::planToJson(plan, mk::buildCommit());
   const std::string stats = mk::plan::planStatsToJson(plan, command);
   fs::path tmp;
   std::optional<mk::TempGuard> tmpGuard;  // the report's temporary directory, removed on SIGINT / SIGTERM
@@ -290,7 +289,8 @@ int main(int argc, char** argv) {
   app.add_option("--bucket", o.bucket, "gradient bucket size (25MiB, ...)");
   app.add_option("--cluster", o.cluster,
                  "preset node type (dgx-h100, dgx-h200, h200x2; nodes are added as the GPU count needs) or topology "
-                 "JSON (a fixed cluster)")
+                 "JSON (a fixed cluster); " +
+                     mk::cli::defaultClusterNote())
       ->capture_default_str();
   app.add_option("--gpus", o.gpus, "GPU counts: MIN:MAX[:FACTOR] (powers of FACTOR, default 2) or a list 64,256,1000")
       ->capture_default_str();
@@ -311,9 +311,10 @@ int main(int argc, char** argv) {
                  "schedules of more steps are priced by their closed form instead of simulated (0: no limit)")
       ->capture_default_str();
   app.add_option("-j,--jobs", o.jobs, "simulations at once (each in its own process)")->capture_default_str();
-  app.add_option("--report", o.reportDir,
-                 "write DIR/index.html, PNG plots, DIR/plan.json and DIR/run-stats.json (new, empty or a previous "
-                 "report; written in a temporary directory, then renamed)");
+  app.add_option(
+      "--report", o.reportDir,
+      "an HTML folder: write DIR/index.html, PNG plots, DIR/plan.json and DIR/run-stats.json (new, empty or a previous "
+      "report; written in a temporary directory, then renamed)");
   app.add_option("--json", o.jsonOut, "write plan.json (mkernel.plan.v1) here too");
   app.add_option("--stats", o.statsOut, "write the run's statistics (wall times, simulations) here");
   app.add_option("--python", o.python, "python with matplotlib for --report")->capture_default_str();

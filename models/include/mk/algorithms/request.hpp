@@ -33,7 +33,7 @@ uint64_t requireCountForBytes(CollOp op, uint64_t bytes, DType dtype, uint32_t n
 struct CollectiveArgs {
   std::string op = "allreduce";
   std::string algo = "ring";  ///< a generator name, or "auto" (policy.hpp)
-  std::string cluster = "dgx-h100";
+  std::string cluster = kDefaultCluster;
   uint32_t nodes = 0;  ///< 0: the cluster's own count, grown to hold `ranks`
   uint32_t ranks = 0;  ///< 0: every GPU
   std::string bytes = "1MiB";

@@ -110,6 +110,12 @@ struct Topology {
 std::vector<double> rankNetworkShares(const Topology& t, const std::vector<uint32_t>& nodeOf,
                                       const std::vector<bool>& sends);
 
+/// The cluster every tool that generates or predicts uses when --cluster is not given (mk-schedule, mk-sim,
+/// mk-plan): 8 H100 GPUs per node on NVSwitch, one 400 Gb/s NIC per GPU, so any GPU count up to thousands fits.
+/// The measured 2 x H200 node (h200x2) has no NIC to grow by; tools that read measurements default to the
+/// preset their files ran on instead.
+inline constexpr const char* kDefaultCluster = "dgx-h100";
+
 /// Names of the built-in presets: "h200x2", "dgx-h100", "dgx-h200", "a100-8x200", "cloud-efa-32x100",
 /// "cloud-tcp-8x200" (sources: docs/transports.md).
 std::vector<std::string> topologyPresets();

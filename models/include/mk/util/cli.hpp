@@ -2,7 +2,8 @@
 // one line and an exit code. Header-only and for tools: it needs CLI11 (Debian libcli11-dev).
 //
 // Exit codes shared by all tools: 0 success, 1 the job failed (verification failed, internal error), 2 bad input
-// (a request above --max-memory included), 3 out of memory (an allocation failed although the estimate passed).
+// (a request above --max-memory included), 3 no GPU (a GPU tool on a machine without a usable NVIDIA GPU), 4 the
+// NVIDIA driver is too old for this build, 5 out of memory (an allocation failed although the estimate passed).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -28,7 +29,9 @@ namespace mk::cli {
 
 inline constexpr int kExitFailed = 1;
 inline constexpr int kExitBadInput = 2;
-inline constexpr int kExitOutOfMemory = 3;
+inline constexpr int kExitNoGpu = 3;
+inline constexpr int kExitDriverTooOld = 4;
+inline constexpr int kExitOutOfMemory = 5;
 inline constexpr int kContinue = -1;
 
 /// Whether `text` is a finite decimal number (no hex, nan, inf or overflow), stored in `*value`: the one reading
@@ -158,17 +161,27 @@ inline void addGuardOptions(CLI::App& app, GuardArgs& g) {
                "print progress lines on stderr for work longer than 2 s (default: only when stderr is a terminal)");
 }
 
-/// Run the tool's body; an escaping error becomes one stderr line. mk::Error about the input exits 2; an
-/// allocation failure (std::bad_alloc) exits 3 with a plain "out of memory" line; internal errors, deadlocks and
-/// anything else exit 1.
+/// The exit code of a tool whose body threw `code`: no GPU 3, driver too old 4, internal errors and deadlocks 1,
+/// everything else (the input) 2.
+inline int exitCodeFor(ErrorCode code) noexcept {
+  switch (code) {
+    case ErrorCode::NoDevice: return kExitNoGpu;
+    case ErrorCode::DriverTooOld: return kExitDriverTooOld;
+    case ErrorCode::Internal:
+    case ErrorCode::Deadlock: return kExitFailed;
+    default: return kExitBadInput;
+  }
+}
+
+/// Run the tool's body; an escaping error becomes one stderr line and exitCodeFor(its code); an allocation failure
+/// (std::bad_alloc) exits 5 with a plain "out of memory" line; anything else that is not an mk::Error exits 1.
 inline int run(const char* tool, const std::function<int()>& body) {
   try {
     return body();
   } catch (const Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
-    const bool internal = e.code() == ErrorCode::Internal || e.code() == ErrorCode::Deadlock;
-    return internal ? kExitFailed : kExitBadInput;
+    return exitCodeFor(e.code());
   } catch (const std::bad_alloc&) {
     // Below the estimate's resolution (or another process took the memory): say so plainly, never "std::bad_alloc".
     std::fflush(stdout);

@@ -16,6 +16,8 @@
 #include "mk/algorithms/policy.hpp"
 #include "mk/algorithms/request.hpp"
 #include "mk/util/cli.hpp"
+#include "mk/util/cli_convention.hpp"
+#include "mk/util/format.hpp"
 #include "mk/util/size.hpp"
 
 namespace mk::cli {
@@ -29,7 +31,8 @@ inline const std::vector<const char*>& collectiveOptionNames() {
   return names;
 }
 
-/// Add --op, --algo, --cluster, --nodes, --ranks, --bytes, --dtype, --redop, --root, --chunks, --channels,
+/// Add --op, --algo, --cluster, --nodes, --ranks, --bytes, -d/--dtype, --redop, --root (the shared ones from
+/// cli_convention.hpp), --chunks, --channels,
 /// --inter and --profile, and the fused ops' --m, --n, --k, --tile-rows, --order, --ctas, --comm-ctas,
 /// --compute-lanes and --layout-b to `app`, bound to `a`. A tool whose use of one differs rewords it afterwards
 /// (app.get_option("--nodes")->description(...)).
@@ -44,9 +47,10 @@ inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
                  "the lowest closed form under the profile used); the layered baseline (NCCL, never auto's choice): "
                  "nccl-ring (allreduce, allgather, reducescatter), nccl-tree (allreduce)")
       ->capture_default_str();
-  app.add_option(
-         "--cluster", a.cluster,
-         "preset (h200x2, dgx-h100, dgx-h200, a100-8x200, cloud-efa-32x100, cloud-tcp-8x200) or a topology JSON file")
+  app.add_option("--cluster", a.cluster,
+                 "preset (h200x2, dgx-h100, dgx-h200, a100-8x200, cloud-efa-32x100, cloud-tcp-8x200) or a topology "
+                 "JSON file; " +
+                     defaultClusterNote())
       ->capture_default_str();
   app.add_option("--nodes", a.nodes, "nodes of the cluster (default: the preset's, or enough for --ranks)");
   app.add_option("--ranks", a.ranks, "ranks (GPUs) taking part, placed node-major (default: every GPU)");
@@ -54,10 +58,9 @@ inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
                  "op size as nccl-tests counts it: the larger buffer of one rank (8, 1021, 64K, 1MiB, 1G; binary "
                  "multiples); rounded down to whole elements (per rank block for allgather/reducescatter/alltoall)")
       ->capture_default_str();
-  app.add_option("--dtype", a.dtype, "float32, bfloat16 or float16 (fused ops: bfloat16, the default, or float16)")
-      ->capture_default_str();
-  app.add_option("--redop", a.redop, "sum, max or min (allreduce, reducescatter)")->capture_default_str();
-  app.add_option("--root", a.root, "broadcast root rank")->capture_default_str();
+  addDtypeOption(app, a.dtype, "float32, bfloat16 or float16 (fused ops: bfloat16, the default, or float16)", false);
+  addRedopOption(app, a.redop, "allreduce, reducescatter", false);
+  addRootOption(app, a.root, false);
   app.add_option("--chunks", a.chunks,
                  "pipeline depth: chunks per transfer (>= 1; default: the engine's rule for the op, algorithm and "
                  "size, per size with --sweep: docs/user-guide.md)");
@@ -71,8 +74,9 @@ inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
       ->check(CLI::IsMember({"ring", "rhd", "bruck", "auto"}))
       ->capture_default_str();
   app.add_option("--protocol", a.protocol,
-                 "protocol of the layered algorithms (--algo nccl-ring, nccl-tree): simple, ll, ll128, or auto (the "
-                 "lowest closed form under the profile used; docs/algorithms-nccl.md)")
+                 "protocol of the puts: for the layered algorithms (--algo nccl-ring, nccl-tree) simple, ll, ll128, "
+                 "or auto (the lowest closed form under the profile used; docs/algorithms-nccl.md); ll also sends "
+                 "the puts of one-shot, two-shot and direct all-gather as LL packets on one node (auto: plain puts)")
       ->check(CLI::IsMember({"simple", "ll", "ll128", "auto"}))
       ->capture_default_str();
   app.add_option("--profile", a.profile,
@@ -153,14 +157,13 @@ inline std::vector<std::pair<std::string, std::string>> describeFusedPlan(const 
   const FusedSpec& s = plan.spec;
   const FusedOptions& o = plan.opt;
   std::vector<std::pair<std::string, std::string>> lines;
-  char buf[512];
-  std::snprintf(
-      buf, sizeof buf, "C[%llu x %llu] = A[%llu x %llu] B[%llu x %llu], %s, B %s-major: %.4g GFLOP, %.4g per rank",
+  const std::string problem = strprintf(
+      "C[%llu x %llu] = A[%llu x %llu] B[%llu x %llu], %s, B %s-major: %.4g GFLOP, %.4g per rank",
       static_cast<unsigned long long>(s.m), static_cast<unsigned long long>(s.n), static_cast<unsigned long long>(s.m),
       static_cast<unsigned long long>(s.k), static_cast<unsigned long long>(s.k), static_cast<unsigned long long>(s.n),
       toString(s.dtype), s.layoutB == MatrixLayout::ColMajor ? "column" : "row", fusedFlops(s) / 1e9,
       fusedFlops(s) / 1e9 / nRanks);
-  lines.emplace_back("problem", buf);
+  lines.emplace_back("problem", problem);
   const FusedShard r0 = fusedShards(s, nRanks).front();
   const bool ag = s.op == FusedOp::AllGatherGemm;
   const std::string a =
@@ -203,11 +206,11 @@ inline std::vector<std::pair<std::string, std::string>> describeFusedCost(const 
                                  toString(e.bound));
   std::string unfused = "GEMM alone " + formatMicros(l.gemmUs);
   if (l.collectiveUs > 0) unfused += " + " + l.collective + " " + formatMicros(l.collectiveUs);
-  char buf[256];
-  std::snprintf(buf, sizeof buf, " = %s; physical bound %s; fused: speedup %.2fx, %s exposed over the GEMM",
+  unfused +=
+      strprintf(" = %s; physical bound %s; fused: speedup %.2fx, %s exposed over the GEMM",
                 formatMicros(l.totalUs()).c_str(), formatMicros(l.boundUs()).c_str(),
                 fusedUs > 0 ? l.totalUs() / fusedUs : 0.0, formatMicros(std::max(0.0, fusedUs - l.gemmUs)).c_str());
-  lines.emplace_back("unfused", unfused + buf);
+  lines.emplace_back("unfused", unfused);
   return lines;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace mk {
 
@@ -12,6 +13,15 @@ namespace mk {
 /// "B" alone allowed). Throws Error(InvalidArgument) for empty, negative, fractional, garbage or overflowing
 /// input, naming the text.
 uint64_t parseSize(std::string_view text);
+
+/// "MIN:MAX:FACTOR" (e.g. "8:1G:2", each part a size as parseSize reads it) -> MIN, MIN*FACTOR, ... <= MAX, the
+/// sizes of an nccl-tests -b/-e/-f sweep. Throws Error(InvalidArgument) naming `flag` and the rule broken
+/// (three parts, 0 < MIN <= MAX, FACTOR an integer >= 2).
+std::vector<uint64_t> parseSweep(std::string_view text, std::string_view flag = "--sweep");
+
+/// "64 MiB (67108864 B)": a size in the largest binary unit that divides it exactly, the raw bytes next to it
+/// (just "512 B" below 1 KiB, where both are one number).
+std::string formatSizeWithBytes(uint64_t bytes);
 
 /// "1 KiB", "512 MiB", "1021 B": the largest binary unit that divides the value exactly.
 std::string formatSize(uint64_t bytes);

@@ -23,6 +23,7 @@
 #include "mk/schedule/schedule.hpp"
 #include "mk/sim/replay.hpp"
 #include "mk/topology/topology.hpp"
+#include "mk/validation/system_cluster.hpp"
 
 namespace mk {
 
@@ -51,11 +52,6 @@ bool isValidatedRecord(const MeasurementRecord& r) noexcept;
 /// whose message starts with `where` ("f.json: records[7] (allreduce ring 1024 B)") and says what was expected
 /// and what was seen.
 RecordSchedule recordSchedule(const MeasurementRecord& r, const std::string& where);
-
-/// The topology preset a file was measured on, from its "system" block: the preset whose node has the same
-/// GPU model ("gpu") and GPU count ("gpus"), the first in topologyPresets() order when several match (the DGX
-/// presets come before the cloud nodes with the same GPUs). "" when none matches.
-std::string inferCluster(const MeasurementFile& f);
 
 /// (predicted - measured) / measured * 100.
 double errorPct(double predictedUs, double measuredUs) noexcept;
@@ -141,12 +137,6 @@ struct ValidationResult {
 /// when a simulating process dies.
 ValidationResult validateMeasurements(const std::vector<MeasurementFile>& files, const std::vector<std::string>& names,
                                       const Profile& profile, const ValidationOptions& options = {});
-
-/// The cluster the records of `files` are predicted on: `cluster` when given, else the one preset every file's
-/// system block matches (inferCluster). Throws Error(InvalidArgument) naming the file whose system matches no
-/// single preset, or the two files from different systems (the message asks for --cluster).
-std::string resolveCluster(const std::vector<MeasurementFile>& files, const std::vector<std::string>& names,
-                           const std::string& cluster);
 
 /// True when `r` is validated under `options`' op and algorithm selection.
 bool isSelected(const MeasurementRecord& r, const ValidationOptions& options);

@@ -26,9 +26,9 @@ namespace mk::plan {
 /// What to plan.
 struct PlanInputs {
   Workload workload;
-  std::string cluster = "dgx-h100";  ///< preset (grows to every GPU count) or topology file (a fixed size)
-  std::vector<uint32_t> gpus;        ///< GPU counts, ascending
-  std::string profilePath;           ///< mkernel.profile.v1 file; "" with datasheet = the cluster's datasheet
+  std::string cluster = kDefaultCluster;  ///< preset (grows to every GPU count) or topology file (a fixed size)
+  std::vector<uint32_t> gpus;             ///< GPU counts, ascending
+  std::string profilePath;                ///< mkernel.profile.v1 file; "" with datasheet = the cluster's datasheet
   bool datasheet = false;
   std::vector<WhatIf> whatIfs;
   double tokenBudget = 1e12;          ///< tokens, for GPU-hours
