@@ -74,8 +74,8 @@ check "a failed profile write left its report behind" test ! -e "$work/fit2.txt"
 # name), the first target keeps its old content and no temporary is left
 echo old >"$work/fit-old.txt"
 long="$work/$(printf 'c%.0s' {1..250})"
-expect 2 "io-error.*cannot write" -- "$tool" --report "$work/fit-old.txt" --out "$long" "$work/calib.json"
-check "the report target kept its old content" grep -qx old "$work/fit-old.txt"
+expect 2 "io-error.*cannot write" -- "$tool" --summary "$work/fit-old.txt" --out "$long" "$work/calib.json"
+check "the summary target kept its old content" grep -qx old "$work/fit-old.txt"
 check "no temporary left" test -z "$(find "$work" -name '*.tmp.*')"
 # an output never replaces a non-regular file nor one of the command's own inputs
 mkfifo "$work/fifo"
