@@ -15,8 +15,8 @@
 #include "mk/error.hpp"
 #include "mk/io/json.hpp"
 #include "mk/io/trace.hpp"
-#include "mk/util/stats.hpp"
 #include "mk/resources.hpp"
+#include "mk/util/stats.hpp"
 #include "mk/validation/parallel.hpp"
 #include "mk/validation/validate_layered.hpp"
 
