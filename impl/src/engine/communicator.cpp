@@ -107,6 +107,7 @@ void checkPointer(const void* p, const char* which, uint64_t elemSize, int devic
 void Communicator::collective(const CollectiveSpec& specIn, const void* send, void* recv, cudaStream_t stream,
                               const CollOptions& opt) {
   if (!engine_) throw Error(ErrorCode::InvalidArgument, "communicator was moved from");
+  engine_->refuseCapture(rank_, stream);  // first: the pointer checks below must not run inside a capture
   const char* call = toString(specIn.op);
   CollectiveSpec spec = specIn;
   if (spec.count == 0) throw Error(ErrorCode::InvalidArgument, std::string(call) + ": count must be > 0");

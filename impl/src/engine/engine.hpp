@@ -78,6 +78,9 @@ class Engine {
   void submitCollective(int r, const CollectiveSpec& spec, std::optional<Algorithm> algo, const GenOptions& gen,
                         const void* send, void* recv, cudaStream_t stream);
   void submitSchedule(int r, const Schedule& s, const void* input, void* output, cudaStream_t stream);
+  /// Throws Error(Unsupported) when `stream` is under CUDA graph capture (ops cannot be captured yet), before any
+  /// work of the submission touches it.
+  void refuseCapture(int r, cudaStream_t stream) const;
   /// execute() with the schedule's Input buffers bound, in declaration order, to `inputs` and its Output / InOut ones
   /// to `outputs` (a list shorter than the buffers of its kind repeats its last entry; fused.cpp).
   void submitScheduleBound(int r, const Schedule& s, const std::vector<const void*>& inputs,

@@ -23,10 +23,24 @@
 
 namespace mk::runtime {
 
+void Engine::refuseCapture(int r, cudaStream_t stream) const {
+  // A captured op would replay its hand-off with this op's sequence number forever: the kernel would wait for a
+  // descriptor nobody writes. Refuse it before anything (a schedule upload included) touches the stream.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  MK_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone)
+    throw Error(ErrorCode::Unsupported,
+                rankName(r) +
+                    ": an op was submitted to a stream under CUDA graph capture; mkernel ops cannot be captured yet "
+                    "(the engine numbers ops at submission). Submit them outside the capture; end the capture "
+                    "(cudaStreamEndCapture) to use the stream again");
+}
+
 void Engine::submitCollective(int r, const CollectiveSpec& specIn, std::optional<Algorithm> algo,
                               const GenOptions& genIn, const void* send, void* recv, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mu_);
   throwIfFailedLocked();
+  refuseCapture(r, stream);
   const uint32_t n = static_cast<uint32_t>(ranks_.size());
   requireCollectiveLayout();
   // The policy decides what the call leaves open (mk/algorithms/policy.hpp): the algorithm ("auto" choices
@@ -63,6 +77,7 @@ void Engine::submitCollective(int r, const CollectiveSpec& specIn, std::optional
 void Engine::submitSchedule(int r, const Schedule& s, const void* input, void* output, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mu_);
   throwIfFailedLocked();
+  refuseCapture(r, stream);
   requireSameNodes(s);
   const std::vector<uint8_t> image = pack(s);
   const uint64_t h = fnv1a(image.data(), image.size());  // same schedule, same key
@@ -131,16 +146,6 @@ void Engine::submitLocked(int r, const ScheduleKey& key, CachedSchedule& sched, 
                           const std::vector<std::pair<uintptr_t, uintptr_t>>& extraWrites) {
   RankResources& rr = ranks_[r];
   const uint32_t seq = rr.submitted;
-  // A captured op would replay its hand-off with this op's sequence number forever: the kernel would wait for a
-  // descriptor nobody writes. Refuse it before anything is enqueued (CUDA graph capture is not supported yet).
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  MK_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone)
-    throw Error(ErrorCode::Unsupported,
-                rankName(r) + ": " + sched.what +
-                    " was submitted to a stream under CUDA graph capture; mkernel ops cannot be captured yet (the "
-                    "engine numbers ops at submission). Submit them outside the capture; end the capture "
-                    "(cudaStreamEndCapture) to use the stream again");
   MK_LOG_AT(Debug, rankName(r), "op " + std::to_string(seq) + ": submitting " + sched.what);
   waitRingSpaceLocked(r, seq);
 
