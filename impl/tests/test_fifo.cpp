@@ -113,7 +113,7 @@ TEST_CASE("fifo: a ring full for longer than the budget names rank, lane, step a
   CHECK(s < 2.0);
 }
 
-TEST_CASE("fifo: waiting for a command the proxy never handles times out naming it; cancel returns early") {
+TEST_CASE("fifo: waiting for a command the proxy never handles times out naming it, cancel returns early") {
   HostFifo fifo(4);
   const auto pos = fifo.push(command(0, 2, 5), {1, 2, 5}, std::chrono::milliseconds(10));
   REQUIRE(pos);

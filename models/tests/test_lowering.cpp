@@ -202,7 +202,7 @@ TEST_CASE("lowering: mixture of experts — dispatch and combine, expert GEMMs a
   CHECK(findComm(s, "dp.rs"));
 }
 
-TEST_CASE("lowering: gradient buckets cover the parameters; ZeRO stages change the collectives") {
+TEST_CASE("lowering: gradient buckets cover the parameters, ZeRO stages change the collectives") {
   Workload w = llama8b(8, 1, true);
   for (uint32_t zero : {0u, 1u, 2u, 3u}) {
     w.layout.zero = zero;

@@ -167,10 +167,11 @@ TEST_CASE("transport: defaults are monotone, valid, and interpolate in log(bytes
   expectError([] { defaultTransport("myrinet"); }, ErrorCode::InvalidArgument, {"ib, roce, efa, tcp"});
 }
 
-TEST_CASE("transport: a ProxyPut pays overhead and latency and moves wire bytes; too many lanes queue") {
+TEST_CASE("transport: a ProxyPut pays overhead and latency and moves wire bytes, too many lanes queue") {
   Profile p = defaultProfile(topologyPreset("dgx-h100", 2));
   p.transport.overheadUs = 1;
   p.transport.latencyUs = 2;
+  p.transport.efficiency = {{4096, 0.5}, {4194304, 0.95}};  // below line rate at 1 MiB: the wire moves more
   const StepPrice pr = stepPrice(p, StepKind::ProxyPut, LinkClass::Network, 1048576, false);
   CHECK(pr.alphaUs == doctest::Approx(p.proxyUs + p.network.alphaUs + 3));
   CHECK(pr.amount == doctest::Approx(1048576 / transportEfficiency(p.transport, 1048576)));

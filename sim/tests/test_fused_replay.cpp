@@ -45,7 +45,7 @@ TEST_CASE("fused replay: on two GPUs nothing contends, so the replay is the time
       }
 }
 
-TEST_CASE("fused replay: the ring-ordered walks do not contend; an oversubscribed fabric makes them slower") {
+TEST_CASE("fused replay: the ring-ordered walks do not contend, an oversubscribed fabric makes them slower") {
   for (const double oversubscription : {1.0, 4.0}) {
     mk::Topology topo = mk::topologyPreset("dgx-h100", 2);
     topo.fabric.nodesPerLeaf = 1;  // every cross-node flow climbs to the spine

@@ -108,7 +108,7 @@ TEST_CASE("validate: a record maps back to its generator with auto and in-place"
   CHECK(plain.spec.redop == mk::RedOp::Sum);
 }
 
-TEST_CASE("validate: a record's protocol picks packet puts; records without one ran plain puts") {
+TEST_CASE("validate: a record's protocol picks packet puts, records without one ran plain puts") {
   mk::MeasurementRecord r = coll("allreduce", "two-shot", 1024, 256);
   CHECK(mk::recordSchedule(r, "w").gen.protocol == mk::Protocol::Simple);
   const double plainUs = closedFormUs(r);

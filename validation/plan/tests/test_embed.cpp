@@ -59,7 +59,7 @@ TEST_CASE("embed: copies of an all-reduce on interleaved ranks validate and each
     }
 }
 
-TEST_CASE("embed: copies on their own rails take the time of one copy; sharing a NIC slows them") {
+TEST_CASE("embed: copies on their own rails take the time of one copy, sharing a NIC slows them") {
   CollectiveSpec spec;
   spec.op = CollOp::AllReduce;
   spec.algo = Algorithm::Ring;

@@ -77,7 +77,7 @@ TEST_CASE("step model: the pipeline bubble is (p - 1) / v micro-batch times") {
   CHECK(bi.bubbleUs == doctest::Approx(1.5 * (bi.forwardUs + bi.backwardUs)));
 }
 
-TEST_CASE("step model: blocking tensor-parallel communication adds per micro-batch; fused hides it") {
+TEST_CASE("step model: blocking tensor-parallel communication adds per micro-batch, fused hides it") {
   const Workload w = small(8, 1);
   const StepLowering s = lowerStep(w, resolveLayout(w, 8));
   const StepBreakdown layered = composeStep(w, s, flatPrices(s, 1.0, 5.0, Phase::Tp));
@@ -103,7 +103,7 @@ TEST_CASE("step model: blocking tensor-parallel communication adds per micro-bat
   CHECK(sumOfParts(partly) == doctest::Approx(partly.stepUs));
 }
 
-TEST_CASE("step model: gradient buckets overlap the last backward pass; the last one is always exposed") {
+TEST_CASE("step model: gradient buckets overlap the last backward pass, the last one is always exposed") {
   Workload w = small(8, 1);
   const StepLowering s = lowerStep(w, resolveLayout(w, 64));  // dp 8
   uint32_t buckets = 0;
@@ -127,7 +127,7 @@ TEST_CASE("step model: gradient buckets overlap the last backward pass; the last
   CHECK(sumOfParts(n) == doctest::Approx(n.stepUs));
 }
 
-TEST_CASE("step model: ZeRO 1 gathers parameters after the step; overlapped with the next forward when asked") {
+TEST_CASE("step model: ZeRO 1 gathers parameters after the step, overlapped with the next forward when asked") {
   Workload w = small(8, 1);
   w.layout.zero = 1;
   const StepLowering s = lowerStep(w, resolveLayout(w, 64));
