@@ -14,6 +14,7 @@
 
 #include "mk/cuda_check.hpp"
 #include "mk/util/build_commit.hpp"
+#include "mk/util/format.hpp"
 
 namespace mkbench {
 
@@ -30,9 +31,7 @@ std::string quoted(const std::string& s) {
       out += '\\';
       out += c;
     } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-      out += buf;
+      out += mk::strprintf("\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
     } else {
       out += c;
     }

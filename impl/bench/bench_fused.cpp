@@ -47,6 +47,7 @@
 #include "mk/io/measurement.hpp"
 #include "mk/schedule/pack.hpp"
 #include "mk/util/cli.hpp"
+#include "mk/util/format.hpp"
 #include "mk/util/size.hpp"
 
 namespace mkbench {
@@ -365,25 +366,21 @@ int runFused(const FusedArgs& a, const std::string& command) {
       rec.extra["shared_gpu"] = shared ? "true" : "false";
       rec.extra["flops"] = std::to_string(static_cast<uint64_t>(flops));
     };
-    auto num = [](double v) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%.3f", v);
-      return std::string(buf);
-    };
+    auto num = [](double v) { return mk::strprintf("%.3f", v); };
     for (const Variant& row : rows) {
-      char baseText[32] = "-", collText[32] = "-", speedText[32] = "-", vsText[32] = "-";
+      std::string baseText = "-", collText = "-", speedText = "-", vsText = "-";
       if (haveBase) {
-        std::snprintf(baseText, sizeof baseText, "%.2f", base);
-        std::snprintf(collText, sizeof collText, "%.2f", collUs);
-        std::snprintf(speedText, sizeof speedText, "%.3f", base / row.fusedUs);
-        std::snprintf(vsText, sizeof vsText, "%.3f", bound / row.fusedUs);
+        baseText = mk::strprintf("%.2f", base);
+        collText = mk::strprintf("%.2f", collUs);
+        speedText = mk::strprintf("%.3f", base / row.fusedUs);
+        vsText = mk::strprintf("%.3f", bound / row.fusedUs);
       }
       const std::string split = std::to_string(row.computeCtas) + "/" + std::to_string(row.commCtas);
       std::printf("%8s %5u %6llu %6llu %6llu %5u %11s %5u %6s %10.2f %10s %10.2f %10s %10.2f %8s %9s %9.1f %7s\n",
                   a.op.c_str(), a.ranks, static_cast<unsigned long long>(sh.m), static_cast<unsigned long long>(sh.n),
                   static_cast<unsigned long long>(sh.k), row.plan.opt.tileRows, mk::toString(row.plan.opt.order),
-                  row.plan.opt.computeLanes, split.c_str(), row.fusedUs, baseText, gemmUs, collText,
-                  haveBase ? bound : gemmUs, speedText, vsText, flops / row.fusedUs * 1e-6,
+                  row.plan.opt.computeLanes, split.c_str(), row.fusedUs, baseText.c_str(), gemmUs, collText.c_str(),
+                  haveBase ? bound : gemmUs, speedText.c_str(), vsText.c_str(), flops / row.fusedUs * 1e-6,
                   row.checked ? (row.ok ? "ok" : "FAIL") : "-");
       if (row.checked && !row.ok) std::printf("# check FAILED: %s\n", row.first.c_str());
       std::fflush(stdout);

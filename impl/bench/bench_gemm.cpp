@@ -43,6 +43,7 @@
 #include "mk/io/measurement.hpp"
 #include "mk/schedule/pack.hpp"
 #include "mk/util/cli.hpp"
+#include "mk/util/format.hpp"
 
 namespace mkbench {
 namespace {
@@ -448,10 +449,10 @@ int gemmMain(int argc, char** argv, const std::string& command) {
         const double ours = flops / r.oursUs * 1e-6, theirs = flops / r.cublasUs * 1e-6;
         const double share = theirs * static_cast<double>(r.ctas) / static_cast<double>(sms);
         const bool f32 = a.out == "f32";
-        char errText[32] = "-", boundText[32] = "-";
+        std::string errText = "-", boundText = "-";
         if (r.checked) {
-          std::snprintf(errText, sizeof(errText), "%.3g", r.err);
-          std::snprintf(boundText, sizeof(boundText), "%.3g", r.bound);
+          errText = mk::strprintf("%.3g", r.err);
+          boundText = mk::strprintf("%.3g", r.bound);
         }
         std::printf(
             "%10s %7lld %7lld %7lld %5u %4llu %3llu %8s %9s %6s %5s %10.2f %10.2f %12.1f %14.1f %7.3f %9.3f %10s %10s "
@@ -459,7 +460,8 @@ int gemmMain(int argc, char** argv, const std::string& command) {
             r.engine.c_str(), static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k),
             r.ctas, static_cast<unsigned long long>(r.tileN), static_cast<unsigned long long>(r.splitK),
             mk::toString(r.schedule), mk::toString(r.epilogue), a.layoutB.c_str(), a.out.c_str(), r.oursUs, r.cublasUs,
-            ours, theirs, ours / theirs, ours / share, errText, boundText, r.checked ? (r.ok ? "ok" : "FAIL") : "-");
+            ours, theirs, ours / theirs, ours / share, errText.c_str(), boundText.c_str(),
+            r.checked ? (r.ok ? "ok" : "FAIL") : "-");
         std::fflush(stdout);
         if (r.engine == "resident")
           std::printf(
@@ -497,16 +499,10 @@ int gemmMain(int argc, char** argv, const std::string& command) {
             rec.extra["stream_k_tiles"] = std::to_string(r.streamKTiles);
           }
           rec.extra["flops"] = std::to_string(static_cast<uint64_t>(flops));
-          char buf[64];
-          std::snprintf(buf, sizeof(buf), "%.3f", which == 0 ? ours : theirs);
-          rec.extra["tflops"] = buf;
-          if (which == 0 && r.engine == "resident") {
-            std::snprintf(buf, sizeof(buf), "%.3f", r.stepUs);
-            rec.extra["step_us"] = buf;
-          }
+          rec.extra["tflops"] = mk::strprintf("%.3f", which == 0 ? ours : theirs);
+          if (which == 0 && r.engine == "resident") rec.extra["step_us"] = mk::strprintf("%.3f", r.stepUs);
           if (which == 0 && r.checked) {
-            std::snprintf(buf, sizeof(buf), "%.6g", std::isfinite(r.err) ? r.err : -1.0);
-            rec.extra["rel_err"] = buf;
+            rec.extra["rel_err"] = mk::strprintf("%.6g", std::isfinite(r.err) ? r.err : -1.0);
             rec.extra["check"] = r.ok ? "true" : "false";
           }
           file.records.push_back(rec);

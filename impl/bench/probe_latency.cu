@@ -24,6 +24,7 @@
 #include "device/driver_api.hpp"
 #include "mk/communicator.hpp"
 #include "mk/device/poll_device.hpp"
+#include "mk/util/format.hpp"
 #include "mk/util/stats.hpp"
 
 namespace {
@@ -415,11 +416,10 @@ int main(int argc, char** argv) {
       PROBE_CHECK(cudaStreamSynchronize(s0));
       const double per = static_cast<double>(ms) * 1e3 / (n - warm);
       static const char* names[] = {"memop write + memop wait", "memop write only", "tiny kernel: ring + spin"};
-      char note[160];
-      std::snprintf(note, sizeof note,
-                    "answer after %5.1f us: per op %7.3f us, minus the answer %6.3f us; host %5.2f us/op",
-                    static_cast<double>(delay) / 1e3, per, per - static_cast<double>(delay) / 1e3, (h1 - h0) / 1e3 / n);
-      std::printf("stream hand-off: %-26s %s\n", names[variant], note);
+      const std::string note = mk::strprintf(
+          "answer after %5.1f us: per op %7.3f us, minus the answer %6.3f us; host %5.2f us/op",
+          static_cast<double>(delay) / 1e3, per, per - static_cast<double>(delay) / 1e3, (h1 - h0) / 1e3 / n);
+      std::printf("stream hand-off: %-26s %s\n", names[variant], note.c_str());
       std::fflush(stdout);
       cudaEventDestroy(e0);
       cudaEventDestroy(e1);

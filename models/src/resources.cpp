@@ -12,6 +12,7 @@
 #include "algorithms/builder.hpp"
 #include "algorithms/fused_common.hpp"
 #include "mk/error.hpp"
+#include "mk/util/format.hpp"
 
 namespace mk {
 
@@ -59,13 +60,8 @@ void record(ScheduleCount& c, const Schedule& s, uint64_t steps, bool complete) 
 
 /// "10.8 GiB", "8 GiB", "310 MiB": binary units, as --max-memory reads them.
 std::string gb(uint64_t bytes) {
-  char buf[32];
   const double gib = static_cast<double>(bytes) / double(uint64_t{1} << 30);
-  if (gib >= 0.1)
-    std::snprintf(buf, sizeof buf, "%.1f", gib);
-  else
-    std::snprintf(buf, sizeof buf, "%.0f", gib * 1024);
-  std::string s = buf;
+  std::string s = gib >= 0.1 ? strprintf("%.1f", gib) : strprintf("%.0f", gib * 1024);
   if (s.size() > 2 && s.compare(s.size() - 2, 2, ".0") == 0) s.resize(s.size() - 2);
   return s + (gib >= 0.1 ? " GiB" : " MiB");
 }

@@ -24,6 +24,7 @@
 #include "mk/exec/verify.hpp"
 #include "mk/schedule/validate.hpp"
 #include "mk/topology/topology.hpp"
+#include "mk/util/format.hpp"
 
 using namespace mk;
 
@@ -760,9 +761,7 @@ TEST_CASE("allreduce: the formula text shows the critical path and its total") {
   CHECK(e.formula.find("ring") != std::string::npos);
   CHECK(e.formula.find("critical path") != std::string::npos);
   CHECK(e.formula.find("t_nv") != std::string::npos);
-  char total[32];
-  std::snprintf(total, sizeof total, "%.6g", e.totalUs);
-  CHECK(e.formula.find(total) != std::string::npos);
+  CHECK(e.formula.find(mk::strprintf("%.6g", e.totalUs)) != std::string::npos);
   CHECK(e.bandwidthUs > 10 * e.latencyUs);  // 64 MiB: bandwidth dominates
   // A Reduce slower than a send puts the reducers on the critical path.
   const CostEstimate slow = closedFormOf(arSpec("ring", 1 << 24), opts(2, 1), nodesOfSize(8, 8), reduceBoundProfile());

@@ -16,6 +16,7 @@
 #include "mk/io/json.hpp"
 #include "mk/io/trace.hpp"
 #include "mk/resources.hpp"
+#include "mk/util/format.hpp"
 #include "mk/util/stats.hpp"
 #include "mk/validation/parallel.hpp"
 #include "mk/validation/validate_layered.hpp"
@@ -206,10 +207,8 @@ ErrorStats errorStats(const std::vector<double>& errPct) {
 }
 
 std::string formatSummaryLine(const ErrorStats& s, const std::string& prefix) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "%s: n=%zu median_abs_err_pct=%.2f p90_abs_err_pct=%.2f max_abs_err_pct=%.2f",
-                prefix.c_str(), s.n, s.medianAbsPct, s.p90AbsPct, s.maxAbsPct);
-  return buf;
+  return strprintf("%s: n=%zu median_abs_err_pct=%.2f p90_abs_err_pct=%.2f max_abs_err_pct=%.2f", prefix.c_str(), s.n,
+                   s.medianAbsPct, s.p90AbsPct, s.maxAbsPct);
 }
 
 ValidationResult validateMeasurements(const std::vector<MeasurementFile>& files, const std::vector<std::string>& names,
@@ -480,13 +479,11 @@ SideBySide sideBySideTrace(const Schedule& s, const sim::Prediction& predicted, 
     for (const Ev& e : byOp[chosen])
       measured[{e.rank, e.lane, e.step}] = {
           io::usToNs(e.ts) - io::usToNs(firstMeasured[e.rank]) + io::usToNs(firstPredicted[e.rank]), io::usToNs(e.dur)};
-    char note[512];
-    std::snprintf(note, sizeof note,
-                  "measured: op %llu of %s, each rank shifted so that its first step starts with its predicted "
-                  "first step (the first at %.3f us after the enqueue, i.e. after the profile's dispatch): a GPU "
-                  "trace has no enqueue time, and each GPU's clock has its own offset",
-                  static_cast<unsigned long long>(chosen), traceName.c_str(), predictedFirstUs);
-    out.note = note;
+    out.note = strprintf(
+        "measured: op %llu of %s, each rank shifted so that its first step starts with its predicted "
+        "first step (the first at %.3f us after the enqueue, i.e. after the profile's dispatch): a GPU "
+        "trace has no enqueue time, and each GPU's clock has its own offset",
+        static_cast<unsigned long long>(chosen), traceName.c_str(), predictedFirstUs);
   } else {
     out.note = "no measured trace given (mk-bench --trace, then --measured-trace): the predicted timeline only";
   }
@@ -667,21 +664,16 @@ std::string validationToJson(const ValidationResult& result, const ValidationCon
 }
 
 std::string formatValidationTable(const ValidationResult& result) {
-  std::string out;
-  char buf[512];
-  std::snprintf(buf, sizeof buf, "%-13s %-17s %11s %7s %13s %13s %13s %9s %9s\n", "op", "algo", "bytes", "ch x ch",
-                "measured(us)", "sim(us)", "closed(us)", "sim err%", "cf err%");
-  out += buf;
+  std::string out = strprintf("%-13s %-17s %11s %7s %13s %13s %13s %9s %9s\n", "op", "algo", "bytes", "ch x ch",
+                              "measured(us)", "sim(us)", "closed(us)", "sim err%", "cf err%");
   for (const auto& r : result.rows) {
     const std::string shape = std::to_string(r.request.gen.chunks) + "x" + std::to_string(r.request.gen.channels) +
                               (r.request.inPlace ? "i" : "");
-    char closed[32] = "-", closedErr[32] = "-";
-    if (r.closedUs) std::snprintf(closed, sizeof closed, "%.2f", *r.closedUs);
-    if (r.closedErrPct) std::snprintf(closedErr, sizeof closedErr, "%+.1f", *r.closedErrPct);
-    std::snprintf(buf, sizeof buf, "%-13s %-17s %11llu %7s %13.2f %13.2f %13s %+9.1f %9s\n",
-                  toString(r.request.spec.op), r.algo.c_str(), static_cast<unsigned long long>(r.bytes), shape.c_str(),
-                  r.measuredUs, r.simUs, closed, r.simErrPct, closedErr);
-    out += buf;
+    const std::string closed = r.closedUs ? strprintf("%.2f", *r.closedUs) : "-";
+    const std::string closedErr = r.closedErrPct ? strprintf("%+.1f", *r.closedErrPct) : "-";
+    out += strprintf("%-13s %-17s %11llu %7s %13.2f %13.2f %13s %+9.1f %9s\n", toString(r.request.spec.op),
+                     r.algo.c_str(), static_cast<unsigned long long>(r.bytes), shape.c_str(), r.measuredUs, r.simUs,
+                     closed.c_str(), r.simErrPct, closedErr.c_str());
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "mk/error.hpp"
+#include "mk/util/format.hpp"
 
 namespace mk {
 
@@ -38,12 +39,12 @@ std::size_t tooDeepAt(const std::string& text, unsigned maxDepth) {
 
 /// The shortest of %.15g..%.17g that reads back as `x`: -0.7, not -0.69999999999999996.
 std::string formatDouble(double x) {
-  char buf[32];
+  std::string s;
   for (int precision = 15; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof buf, "%.*g", precision, x);
-    if (std::strtod(buf, nullptr) == x) break;
+    s = strprintf("%.*g", precision, x);
+    if (std::strtod(s.c_str(), nullptr) == x) break;
   }
-  return buf;
+  return s;
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "mk/error.hpp"
 #include "mk/io/json.hpp"
 #include "mk/schedule/pack.hpp"
+#include "mk/util/format.hpp"
 
 namespace mk {
 namespace {
@@ -72,9 +73,7 @@ class Writer {
       u64(static_cast<uint64_t>(v));
       return;
     }
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.17g", v);
-    out_ += buf;
+    out_ += strprintf("%.17g", v);
   }
   void str(const char* s) {  // only for our own enum names: no escaping needed
     out_ += '"';

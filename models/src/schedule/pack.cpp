@@ -9,6 +9,7 @@
 #include <string>
 
 #include "mk/error.hpp"
+#include "mk/util/format.hpp"
 
 // The image is defined as little-endian and written with memcpy of host structs.
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -198,9 +199,7 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
   PackedHeader h;
   std::memcpy(&h, data, sizeof h);
   if (h.magic != kPackMagic) {
-    char buf[16];
-    std::snprintf(buf, sizeof buf, "0x%08X", h.magic);
-    bad(std::string("bad magic ") + buf + " (expected 0x43534B4D, \"MKSC\"): not a packed schedule image");
+    bad("bad magic " + strprintf("0x%08X", h.magic) + " (expected 0x43534B4D, \"MKSC\"): not a packed schedule image");
   }
   if (h.version != kPackVersion)
     bad("unsupported version " + std::to_string(h.version) + " (this build reads version " +

@@ -3,17 +3,14 @@
 #include <string>
 
 #include "mk/plan/plan_output.hpp"
+#include "mk/util/format.hpp"
 #include "mk/util/size.hpp"
 
 namespace mk::plan {
 
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
+std::string fmt(const char* f, double v) { return strprintf(f, v); }
 
 /// "34.1 s", "812 ms": a step time with 3 significant digits ("-" for nothing).
 std::string duration(double us) {
