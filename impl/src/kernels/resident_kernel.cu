@@ -44,14 +44,6 @@ namespace {
 constexpr uint16_t kIdleLane = 0xFFFF;
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
 
-__device__ __forceinline__ char* operandAddress(const uint64_t* table, uint64_t operand) {
-  return reinterpret_cast<char*>(table[operand >> kOperandShift]) + (operand & kOperandOffsetMask);
-}
-
-__device__ __forceinline__ uint32_t dtypeBytes(uint8_t dtype) {
-  return dtype == static_cast<uint8_t>(DType::Float32) ? 4u : 2u;
-}
-
 // ---- worker CTAs --------------------------------------------------------------------------------------
 
 /// Run one lane's steps for op `op`. Returns false when the CTA must stop (abort or timeout), with the
@@ -113,20 +105,10 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramH
       }
     } else if (kind == static_cast<int>(StepKind::Wait) && (step.bits & kLsPacket)) {
       // The packets of the LL Puts this Wait stands for: poll them and unpack them (no flag to wait on).
-      bool ok = true;
-      if (idx < step.activeCtas) {
-        const auto* runs =
-            reinterpret_cast<const LoweredPacketRecv*>(reinterpret_cast<const char*>(ph) + ph->packetRecvsOffset);
-        for (uint64_t k = 0; ok && k < step.count; ++k) {
-          const LoweredPacketRecv run = runs[step.value + k];
-          const uint32_t es = dtypeBytes(run.dtype);
-          uint64_t b, e;
-          ctaPiece(run.count, step.activeCtas, idx, &b, &e);
-          ok = recvPackets(h, &st->packets[slot][0][0] + run.areaOffset / 4, operandAddress(table, run.dst),
-                           run.count * es, b * es, e * es, op + 1, tid, nth,
-                           PollSite{Status::WaitTimeout, op, lane.laneIndex, s, step.flagId, op + 1ull});
-        }
-      }
+      const bool ok =
+          idx >= step.activeCtas ||
+          recvPacketRuns(h, ph, step, table, op,
+                         PollSite{Status::WaitTimeout, op, lane.laneIndex, s, step.flagId, op + 1ull}, idx, tid, nth);
       if (__syncthreads_or(!ok)) return false;
     } else if (kind == static_cast<int>(StepKind::Reduce)) {
       if (idx < step.activeCtas) {

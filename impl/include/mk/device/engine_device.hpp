@@ -12,6 +12,7 @@
 #include "mk/device/fifo_device.hpp"
 #include "mk/device/inbox_device.hpp"
 #include "mk/device/macros_device.hpp"
+#include "mk/schedule/types.hpp"
 
 namespace mk::device {
 
@@ -210,6 +211,16 @@ enum LoweredStepBits : uint8_t {
 /// Operand: (binding index << 48) | byte offset into that binding.
 inline constexpr uint32_t kOperandShift = 48;
 inline constexpr uint64_t kOperandOffsetMask = (uint64_t{1} << kOperandShift) - 1;
+
+/// The address an operand names, given the op's binding table.
+MK_HOST_DEVICE_INLINE char* operandAddress(const uint64_t* table, uint64_t operand) {
+  return reinterpret_cast<char*>(table[operand >> kOperandShift]) + (operand & kOperandOffsetMask);
+}
+
+/// Bytes of one element of a lowered step's dtype (float32 4, bfloat16 and float16 2).
+MK_HOST_DEVICE_INLINE uint32_t dtypeBytes(uint8_t dtype) {
+  return dtype == static_cast<uint8_t>(DType::Float32) ? 4u : 2u;
+}
 
 /// One step as the resident kernel runs it; 64 bytes, read whole before acting, never written at run time.
 struct alignas(16) LoweredStep {

@@ -83,5 +83,25 @@ MK_DEVICE_INLINE bool recvPackets(const EngineDeviceHandle& h, const uint32_t* a
   return true;
 }
 
+/// A Wait with kLsPacket, for CTA `idx` (< step.activeCtas) of its lane: receive its share of every packet run the
+/// lowering attached (LoweredPacketRecv[step.value, step.value + step.count), split like a data step by ctaPiece).
+MK_DEVICE_INLINE bool recvPacketRuns(const EngineDeviceHandle& h, const ProgramHeader* ph, const LoweredStep& step,
+                                     const uint64_t* table, uint32_t op, const PollSite& site, uint32_t idx,
+                                     uint32_t tid, uint32_t nth) {
+  const auto* runs =
+      reinterpret_cast<const LoweredPacketRecv*>(reinterpret_cast<const char*>(ph) + ph->packetRecvsOffset);
+  const uint32_t* area = &h.state->packets[op % kSlots][0][0];
+  for (uint64_t k = 0; k < step.count; ++k) {
+    const LoweredPacketRecv run = runs[step.value + k];
+    const uint32_t es = dtypeBytes(run.dtype);
+    uint64_t b, e;
+    ctaPiece(run.count, step.activeCtas, idx, &b, &e);
+    if (!recvPackets(h, area + run.areaOffset / 4, operandAddress(table, run.dst), run.count * es, b * es, e * es,
+                     op + 1, tid, nth, site))
+      return false;
+  }
+  return true;
+}
+
 }  // namespace mk::device
 #endif  // MK_HAVE_DEVICE_CODE
