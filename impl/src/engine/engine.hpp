@@ -78,8 +78,8 @@ class Engine {
   void submitCollective(int r, const CollectiveSpec& spec, std::optional<Algorithm> algo, const GenOptions& gen,
                         const void* send, void* recv, cudaStream_t stream);
   void submitSchedule(int r, const Schedule& s, const void* input, void* output, cudaStream_t stream);
-  /// Throws Error(Unsupported) when `stream` is under CUDA graph capture (ops cannot be captured yet), before any
-  /// work of the submission touches it.
+  /// Throws Error(Unsupported) when `stream` is under CUDA graph capture (ops cannot be captured yet). Every
+  /// Communicator entry point calls it first, before any check or upload could touch the caller's capture.
   void refuseCapture(int r, cudaStream_t stream) const;
   /// execute() with the schedule's Input buffers bound, in declaration order, to `inputs` and its Output / InOut ones
   /// to `outputs` (a list shorter than the buffers of its kind repeats its last entry; fused.cpp).

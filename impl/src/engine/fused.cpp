@@ -40,7 +40,6 @@ void Engine::submitFused(int r, const FusedSpec& spec, const FusedOptions& opt, 
                          cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mu_);
   throwIfFailedLocked();
-  refuseCapture(r, stream);
   requireCollectiveLayout();
   const uint32_t n = static_cast<uint32_t>(ranks_.size());
   const FusedPlan plan = fusedPlanLocked(spec, opt);
@@ -78,7 +77,6 @@ void Engine::submitScheduleBound(int r, const Schedule& s, const std::vector<con
                                  const std::vector<void*>& outputs, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mu_);
   throwIfFailedLocked();
-  refuseCapture(r, stream);
   requireSameNodes(s);
   if (inputs.empty() || outputs.empty())
     throw Error(ErrorCode::InvalidArgument,

@@ -25,7 +25,7 @@ namespace mk::runtime {
 
 void Engine::refuseCapture(int r, cudaStream_t stream) const {
   // A captured op would replay its hand-off with this op's sequence number forever: the kernel would wait for a
-  // descriptor nobody writes. Refuse it before anything (a schedule upload included) touches the stream.
+  // descriptor nobody writes. Refused before anything (a pointer check, a schedule upload) touches the stream.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   MK_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   if (capture != cudaStreamCaptureStatusNone)
@@ -40,7 +40,6 @@ void Engine::submitCollective(int r, const CollectiveSpec& specIn, std::optional
                               const GenOptions& genIn, const void* send, void* recv, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mu_);
   throwIfFailedLocked();
-  refuseCapture(r, stream);
   const uint32_t n = static_cast<uint32_t>(ranks_.size());
   requireCollectiveLayout();
   // The policy decides what the call leaves open (mk/algorithms/policy.hpp): the algorithm ("auto" choices
@@ -77,7 +76,6 @@ void Engine::submitCollective(int r, const CollectiveSpec& specIn, std::optional
 void Engine::submitSchedule(int r, const Schedule& s, const void* input, void* output, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mu_);
   throwIfFailedLocked();
-  refuseCapture(r, stream);
   requireSameNodes(s);
   const std::vector<uint8_t> image = pack(s);
   const uint64_t h = fnv1a(image.data(), image.size());  // same schedule, same key
