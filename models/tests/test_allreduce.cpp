@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../src/algorithms/builder.hpp"
+#include "layout.hpp"
 #include "mk/algorithms/algorithms.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
@@ -28,15 +29,11 @@
 
 using namespace mk;
 
+using mk::test::nodesOf;
+
 namespace {
 
 const char* const kAllReduce[] = {"one-shot", "two-shot", "ring", "hierarchical"};
-
-std::vector<uint32_t> nodesOfSize(uint32_t nRanks, uint32_t perNode) {
-  std::vector<uint32_t> nodeOf(nRanks);
-  for (uint32_t r = 0; r < nRanks; ++r) nodeOf[r] = r / perNode;
-  return nodeOf;
-}
 
 /// The uneven layout of the brief: nodes of 3, 2 and 3 ranks.
 std::vector<uint32_t> unevenLayout() { return {0, 0, 0, 1, 1, 2, 2, 2}; }
@@ -104,11 +101,11 @@ void verifyCase(const std::string& algo, const std::vector<uint32_t>& nodeOf, ui
 /// channel count, dtype and redop appears, in about a hundred runs per algorithm.
 void numericSweep(const std::string& algo, InputKind kind) {
   std::vector<std::vector<uint32_t>> layouts;
-  for (uint32_t p : {1u, 2u, 3u, 4u, 5u, 8u, 16u}) layouts.push_back(nodesOfSize(p, p));
-  layouts.push_back(nodesOfSize(8, 4));
+  for (uint32_t p : {1u, 2u, 3u, 4u, 5u, 8u, 16u}) layouts.push_back(nodesOf(p, p));
+  layouts.push_back(nodesOf(8, 4));
   layouts.push_back(unevenLayout());
-  layouts.push_back(nodesOfSize(5, 1));
-  layouts.push_back(nodesOfSize(16, 4));
+  layouts.push_back(nodesOf(5, 1));
+  layouts.push_back(nodesOf(16, 4));
   const uint64_t counts[] = {1, 2, 7, 31, 1021, 65537};
   const DType dtypes[] = {DType::Float32, DType::BFloat16, DType::Float16};
   const RedOp redops[] = {RedOp::Sum, RedOp::Max, RedOp::Min};
@@ -208,9 +205,8 @@ std::pair<double, double> formVsTimeline(const std::string& algo, const std::vec
 
 /// The even cases of the brief: several p, K, C, layouts, two profiles; closed form must equal the timeline.
 void exactSweep(const std::string& algo) {
-  const std::vector<std::vector<uint32_t>> layouts = {nodesOfSize(2, 2),  nodesOfSize(4, 4), nodesOfSize(8, 8),
-                                                      nodesOfSize(8, 4),  nodesOfSize(8, 2), nodesOfSize(4, 1),
-                                                      nodesOfSize(12, 4), nodesOfSize(16, 8)};
+  const std::vector<std::vector<uint32_t>> layouts = {nodesOf(2, 2), nodesOf(4, 4), nodesOf(8, 8),  nodesOf(8, 4),
+                                                      nodesOf(8, 2), nodesOf(4, 1), nodesOf(12, 4), nodesOf(16, 8)};
   const Profile profiles[] = {oddProfile(), reduceBoundProfile(), defaultProfile(topologyPreset("dgx-h100", 2))};
   for (const auto& nodeOf : layouts)
     for (uint32_t chunks : {1u, 3u, 4u})
@@ -250,22 +246,21 @@ TEST_CASE("allreduce: count 0 and chunks 0 and channels 0 are InvalidArgument an
   for (const char* name : kAllReduce) {
     INFO(name);
     try {
-      generate(arSpec(name, 0), nodesOfSize(4, 4));
+      generate(arSpec(name, 0), nodesOf(4, 4));
       FAIL("count 0 accepted");
     } catch (const Error& e) {
       CHECK(e.code() == ErrorCode::InvalidArgument);
       CHECK(std::string(e.what()).find("count") != std::string::npos);
     }
-    CHECK_THROWS_AS(generate(arSpec(name, 16), nodesOfSize(4, 4), opts(0, 1)), Error);
-    CHECK_THROWS_AS(generate(arSpec(name, 16), nodesOfSize(4, 4), opts(1, 0)), Error);
+    CHECK_THROWS_AS(generate(arSpec(name, 16), nodesOf(4, 4), opts(0, 1)), Error);
+    CHECK_THROWS_AS(generate(arSpec(name, 16), nodesOf(4, 4), opts(1, 0)), Error);
     CHECK_THROWS_AS(generate(arSpec(name, 16), {}), Error);
   }
   // A name that is no algorithm, and an algorithm without an all-reduce generator.
   CollectiveSpec direct = arSpec("ring", 16);
   direct.algo = Algorithm::Direct;
-  for (const auto& attempt :
-       std::vector<std::function<void()>>{[] { generate(arSpec("butterfly", 16), nodesOfSize(4, 4)); },
-                                          [&] { generate(direct, nodesOfSize(4, 4)); }}) {
+  for (const auto& attempt : std::vector<std::function<void()>>{
+           [] { generate(arSpec("butterfly", 16), nodesOf(4, 4)); }, [&] { generate(direct, nodesOf(4, 4)); }}) {
     try {
       attempt();
       FAIL("unknown algorithm accepted");
@@ -280,7 +275,7 @@ TEST_CASE("allreduce: a closed form with a zero bandwidth in its profile is Inva
   Profile p = oddProfile();
   p.reduceGBs = 0;
   try {
-    closedFormOf(arSpec("ring", 1024), opts(1, 1), nodesOfSize(4, 4), p);
+    closedFormOf(arSpec("ring", 1024), opts(1, 1), nodesOf(4, 4), p);
     FAIL("zero reduce throughput accepted");
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::InvalidArgument);
@@ -311,7 +306,7 @@ TEST_CASE("allreduce: one rank is a single local copy per channel for every algo
 
 TEST_CASE("allreduce one-shot: puts stay intra and proxy puts go to inter-send lanes with staggered peers") {
   const uint32_t chunks = 3;
-  const Schedule s = generate(arSpec("one-shot", 3 * 64), nodesOfSize(8, 4), opts(chunks, 1));
+  const Schedule s = generate(arSpec("one-shot", 3 * 64), nodesOf(8, 4), opts(chunks, 1));
   for (uint32_t r = 0; r < 8; ++r) {
     INFO("rank " << r);
     auto by = stepsByRole(s, r);
@@ -335,7 +330,7 @@ TEST_CASE("allreduce one-shot: puts stay intra and proxy puts go to inter-send l
 
 TEST_CASE("allreduce one-shot: every rank reduces the p contributions in rank order") {
   const uint32_t p = 5;
-  const Schedule s = generate(arSpec("one-shot", 40), nodesOfSize(p, p), opts(1, 1));
+  const Schedule s = generate(arSpec("one-shot", 40), nodesOf(p, p), opts(1, 1));
   const int scratch = s.bufferIndex("scratch");
   REQUIRE(scratch >= 0);
   for (uint32_t r = 0; r < p; ++r) {
@@ -360,7 +355,7 @@ TEST_CASE("allreduce one-shot: every rank reduces the p contributions in rank or
 
 TEST_CASE("allreduce two-shot: rank j reduces shard j and gathers it back with one put per peer and chunk") {
   const uint32_t p = 8, chunks = 2;
-  const Schedule s = generate(arSpec("two-shot", p * chunks * 8), nodesOfSize(p, 4), opts(chunks, 1));
+  const Schedule s = generate(arSpec("two-shot", p * chunks * 8), nodesOf(p, 4), opts(chunks, 1));
   // scratch: one shard-sized slot per source rank
   REQUIRE(s.bufferIndex("scratch") >= 0);
   CHECK(s.buffers[static_cast<std::size_t>(s.bufferIndex("scratch"))].count[0] == p * chunks * 8);
@@ -383,7 +378,7 @@ TEST_CASE("allreduce two-shot: rank j reduces shard j and gathers it back with o
 
 TEST_CASE("allreduce ring: every rank sends only to its successor and only node boundaries use the network") {
   const uint32_t p = 8, chunks = 3;
-  const Schedule s = generate(arSpec("ring", p * chunks * 5), nodesOfSize(p, 4), opts(chunks, 1));
+  const Schedule s = generate(arSpec("ring", p * chunks * 5), nodesOf(p, 4), opts(chunks, 1));
   for (uint32_t r = 0; r < p; ++r) {
     INFO("rank " << r);
     const bool boundary = r % 4 == 3;
@@ -408,7 +403,7 @@ TEST_CASE("allreduce ring: every rank sends only to its successor and only node 
 }
 
 TEST_CASE("allreduce hierarchical: only shard owners cross nodes and only to the same shard's owner") {
-  const Schedule s = generate(arSpec("hierarchical", 8 * 2 * 7), nodesOfSize(8, 4), opts(2, 1));
+  const Schedule s = generate(arSpec("hierarchical", 8 * 2 * 7), nodesOf(8, 4), opts(2, 1));
   // scratch holds only owned shards: 4 phase-1 slots + 1 ring slot of count/4 elements each
   REQUIRE(s.bufferIndex("scratch") >= 0);
   CHECK(s.buffers[static_cast<std::size_t>(s.bufferIndex("scratch"))].count[0] == 5 * 112 / 4);
@@ -440,7 +435,7 @@ TEST_CASE("allreduce hierarchical: NVLink messages per rank do not grow with the
   for (uint32_t nodes : {4u, 8u, 16u}) {
     INFO("nodes " << nodes);
     const uint32_t p = 4 * nodes;
-    const Schedule s = generate(arSpec("hierarchical", uint64_t(p) * 6), nodesOfSize(p, 4), opts(chunks, 1));
+    const Schedule s = generate(arSpec("hierarchical", uint64_t(p) * 6), nodesOf(p, 4), opts(chunks, 1));
     for (uint32_t r = 0; r < p; r += 5) {
       auto by = stepsByRole(s, r);
       CHECK(by[LaneRole::Intra][StepKind::Put] == 2 * 3 * chunks * 2);
@@ -458,7 +453,7 @@ TEST_CASE("allreduce hierarchical: phase-1 pieces tile every owner's shard once 
   // shard to its top, on node 2 it does not; every node still cuts it into the same number of pieces.
   for (uint64_t count : {60ull, 61ull, 1000ull}) {
     INFO("count " << count);
-    const Schedule s = generate(arSpec("hierarchical", count), nodesOfSize(6, 2), opts(1, 1));
+    const Schedule s = generate(arSpec("hierarchical", count), nodesOf(6, 2), opts(1, 1));
     const int scratch = s.bufferIndex("scratch"), input = s.bufferIndex("input");
     REQUIRE(scratch >= 0);
     const uint64_t shard0 = (count + 1) / 2;  // shard s = [s * shard0, ...) of the part
@@ -483,7 +478,7 @@ TEST_CASE("allreduce hierarchical: phase-1 pieces tile every owner's shard once 
 
 TEST_CASE("allreduce hierarchical: more chunks than nodes cut every ring block") {
   // M = 2, K = 5: Kr = ceil(5/2) = 3 units per block, 6 positions in 5 groups.
-  const Schedule s = generate(arSpec("hierarchical", 6 * 2 * 3 * 7), nodesOfSize(6, 3), opts(5, 1));
+  const Schedule s = generate(arSpec("hierarchical", 6 * 2 * 3 * 7), nodesOf(6, 3), opts(5, 1));
   for (uint32_t r = 0; r < 6; ++r) {
     auto by = stepsByRole(s, r);
     CHECK(by[LaneRole::InterSend][StepKind::ProxyPut] == 2 * 1 * 3);
@@ -498,14 +493,14 @@ TEST_CASE("allreduce hierarchical: more chunks than nodes cut every ring block")
 TEST_CASE("allreduce: dropping any one wait from a hierarchical schedule breaks validation") {
   // Every wait orders a real dependency (a race appears) or is the last one on its flag (the flag is left
   // unconsumed). Checked for every wait of one rank per node position, on three nodes with wrapping groups.
-  checkEveryWaitMatters(generate(arSpec("hierarchical", 6 * 3 * 5), nodesOfSize(6, 2), opts(2, 1)), {0, 3, 5});
+  checkEveryWaitMatters(generate(arSpec("hierarchical", 6 * 3 * 5), nodesOf(6, 2), opts(2, 1)), {0, 3, 5});
 }
 
 TEST_CASE("allreduce hierarchical: 1024 ranks take 7 steps per ring position plus O(G K) steps per rank") {
   // The scale target of the Foundation issue: 128 nodes of 8, every unit non-empty, chunks 1 and 4. The
   // ring costs 7 steps per position (sender: put + wait twice; reducer: wait, reduce, signal); phases 1
   // and 3 about 60 per group (7 peers x 2 pieces, twice, plus 7 waits and 14 reductions).
-  const auto nodeOf = nodesOfSize(1024, 8);
+  const auto nodeOf = nodesOf(1024, 8);
   for (uint32_t chunks : {1u, 4u}) {
     INFO("chunks " << chunks);
     const Schedule s = generate(arSpec("hierarchical", 1 << 20, DType::BFloat16), nodeOf, opts(chunks, 1));
@@ -517,16 +512,16 @@ TEST_CASE("allreduce hierarchical: 1024 ranks take 7 steps per ring position plu
 }
 
 TEST_CASE("allreduce hierarchical: one node has no network phase and one rank per node has no NVLink phase") {
-  const Schedule oneNode = generate(arSpec("hierarchical", 96), nodesOfSize(4, 4), opts(2, 1));
+  const Schedule oneNode = generate(arSpec("hierarchical", 96), nodesOf(4, 4), opts(2, 1));
   CHECK(countKind(oneNode, StepKind::ProxyPut) == 0);
   CHECK(countKind(oneNode, StepKind::Put) > 0);
   for (const auto& lanes : oneNode.lanes)
     for (const Lane& l : lanes) CHECK(l.role == LaneRole::Intra);
-  const Schedule railOnly = generate(arSpec("hierarchical", 96), nodesOfSize(4, 1), opts(2, 1));
+  const Schedule railOnly = generate(arSpec("hierarchical", 96), nodesOf(4, 1), opts(2, 1));
   CHECK(countKind(railOnly, StepKind::Put) == 0);
   CHECK(countKind(railOnly, StepKind::ProxyPut) == 2 * 3 * 2 * 4);
   // with one rank per node, hierarchical is the ring over the nodes
-  const Schedule ring = generate(arSpec("ring", 96), nodesOfSize(4, 1), opts(2, 1));
+  const Schedule ring = generate(arSpec("ring", 96), nodesOf(4, 1), opts(2, 1));
   CHECK(railOnly.stepCount() == ring.stepCount());
   CHECK(verifyCollective(oneNode, arSpec("hierarchical", 96), 3, InputKind::SmallIntegers).ok);
   CHECK(verifyCollective(railOnly, arSpec("hierarchical", 96), 4, InputKind::SmallIntegers).ok);
@@ -548,8 +543,8 @@ TEST_CASE("allreduce: channels use disjoint lanes and disjoint elements") {
   for (const char* name : kAllReduce) {
     INFO(name);
     const uint64_t count = 2 * 8 * 3 * 4;
-    const Schedule one = generate(arSpec(name, count), nodesOfSize(8, 4), opts(3, 1));
-    const Schedule two = generate(arSpec(name, count), nodesOfSize(8, 4), opts(3, 2));
+    const Schedule one = generate(arSpec(name, count), nodesOf(8, 4), opts(3, 1));
+    const Schedule two = generate(arSpec(name, count), nodesOf(8, 4), opts(3, 2));
     for (uint32_t r = 0; r < 8; ++r) {
       CHECK(two.lanes[r].size() == 2 * one.lanes[r].size());
       // every lane touches output elements of one channel's half only
@@ -567,7 +562,7 @@ TEST_CASE("allreduce: channels use disjoint lanes and disjoint elements") {
 
 TEST_CASE("allreduce: pieces that come out empty emit no steps and no zero-byte messages") {
   for (const char* name : kAllReduce)
-    for (const auto& nodeOf : {nodesOfSize(8, 8), nodesOfSize(8, 4), unevenLayout()}) {
+    for (const auto& nodeOf : {nodesOf(8, 8), nodesOf(8, 4), unevenLayout()}) {
       INFO(name << " nodes " << describe(nodeOf));
       const Schedule s = generate(arSpec(name, 1), nodeOf, opts(3, 2));
       for (const auto& lanes : s.lanes)
@@ -589,13 +584,13 @@ TEST_CASE("allreduce: every schedule validates with the race check across ranks 
                                                       {0, 1},
                                                       {0, 0, 0},
                                                       {0, 1, 2},
-                                                      nodesOfSize(5, 5),
+                                                      nodesOf(5, 5),
                                                       {0, 0, 1, 1, 1},
-                                                      nodesOfSize(8, 4),
+                                                      nodesOf(8, 4),
                                                       unevenLayout(),
                                                       {0, 1, 1, 1, 2, 2, 3, 3},
                                                       {7, 7, 3, 3, 3, 9},
-                                                      nodesOfSize(16, 4)};
+                                                      nodesOf(16, 4)};
   ValidateOptions vo;
   vo.checkRaces = true;
   for (const char* name : kAllReduce)
@@ -614,7 +609,7 @@ TEST_CASE("allreduce: every schedule validates with the race check across ranks 
 TEST_CASE("allreduce: dropping any one wait from a ring breaks validation") {
   // Every Wait of the ring orders a real dependency: without it the validator finds a race or leaves the
   // flag unconsumed. Checked for each wait of rank 1.
-  const Schedule base = generate(arSpec("ring", 4 * 2 * 3), nodesOfSize(4, 2), opts(2, 1));
+  const Schedule base = generate(arSpec("ring", 4 * 2 * 3), nodesOf(4, 2), opts(2, 1));
   uint32_t tried = 0;
   for (std::size_t l = 0; l < base.lanes[1].size(); ++l)
     for (std::size_t i = 0; i < base.lanes[1][l].steps.size(); ++i) {
@@ -631,7 +626,7 @@ TEST_CASE("allreduce: dropping any one wait from a ring breaks validation") {
 TEST_CASE("allreduce: without its arrival wait a one-shot reducer races with the incoming puts") {
   // Remove rank 1's wait and the signals it counted, so flag accounting stays clean: what is left is the
   // data race between the peers' puts into rank 1's scratch and rank 1's reductions reading it.
-  Schedule s = generate(arSpec("one-shot", 8), nodesOfSize(4, 4), opts(1, 1));
+  Schedule s = generate(arSpec("one-shot", 8), nodesOf(4, 4), opts(1, 1));
   REQUIRE(validateAll(s).empty());
   uint32_t flag = 0;
   bool removed = false;
@@ -655,7 +650,7 @@ TEST_CASE("allreduce: without its arrival wait a one-shot reducer races with the
 TEST_CASE("allreduce: a large cluster generates and validates for every algorithm") {
   // 1024 ranks (128 nodes of 8) with few elements: most pieces are empty, which must stay consistent; then
   // full-size pieces on 256 and 64 ranks.
-  const auto nodeOf = nodesOfSize(1024, 8);
+  const auto nodeOf = nodesOf(1024, 8);
   for (const char* name : {"ring", "hierarchical"}) {
     INFO(name);
     const Schedule s = generate(arSpec(name, 7), nodeOf, opts(2, 1));
@@ -664,9 +659,9 @@ TEST_CASE("allreduce: a large cluster generates and validates for every algorith
     vo.checkRaces = false;
     CHECK(validateAll(s, vo).empty());
   }
-  const Schedule h = generate(arSpec("hierarchical", 4096), nodesOfSize(256, 8), opts(1, 1));
+  const Schedule h = generate(arSpec("hierarchical", 4096), nodesOf(256, 8), opts(1, 1));
   CHECK(countKind(h, StepKind::ProxyPut) == 256 * 2 * 31);
-  const Schedule o = generate(arSpec("one-shot", 3), nodesOfSize(64, 8), opts(1, 1));
+  const Schedule o = generate(arSpec("one-shot", 3), nodesOf(64, 8), opts(1, 1));
   CHECK(countKind(o, StepKind::Put) + countKind(o, StepKind::ProxyPut) == 64 * 63);
   CHECK(validateAll(o).empty());
 }
@@ -693,7 +688,7 @@ TEST_CASE("allreduce: uniform inputs stay within the summation bound for every a
 TEST_CASE("allreduce: every algorithm leaves identical bits on every rank") {
   // One-shot reduces in rank order everywhere; the others compute each value once and copy it.
   for (const char* name : kAllReduce)
-    for (const auto& nodeOf : {nodesOfSize(5, 5), nodesOfSize(8, 4), unevenLayout()}) {
+    for (const auto& nodeOf : {nodesOf(5, 5), nodesOf(8, 4), unevenLayout()}) {
       INFO(name << " nodes " << describe(nodeOf));
       const Schedule s = generate(arSpec(name, 999), nodeOf, opts(3, 2));
       const auto outs = runOutputs(s, 77);
@@ -727,7 +722,7 @@ TEST_CASE("allreduce hierarchical: closed form equals the timeline on 16 nodes a
           INFO("nodes " << nodes << " of " << c.perNode << " chunks " << c.chunks << " channels " << channels
                         << " count " << count << " profile " << profile.source);
           const auto [form, timeline] =
-              formVsTimeline("hierarchical", nodesOfSize(c.ranks, c.perNode), count, c.chunks, channels, profile);
+              formVsTimeline("hierarchical", nodesOf(c.ranks, c.perNode), count, c.chunks, channels, profile);
           CHECK(form == doctest::Approx(timeline).epsilon(1e-9));
         }
 }
@@ -735,7 +730,7 @@ TEST_CASE("allreduce hierarchical: closed form equals the timeline on 16 nodes a
 TEST_CASE("allreduce: closed forms bound the timeline from above on uneven counts within 1e-3") {
   // Counts that do not divide: every piece is priced as the largest one.
   for (const char* name : kAllReduce)
-    for (const auto& nodeOf : {nodesOfSize(8, 8), nodesOfSize(8, 4), nodesOfSize(6, 2)})
+    for (const auto& nodeOf : {nodesOf(8, 8), nodesOf(8, 4), nodesOf(6, 2)})
       for (uint64_t count : {1021ull, 65537ull, 1000003ull}) {
         INFO(name << " nodes " << describe(nodeOf) << " count " << count);
         const auto [form, timeline] = formVsTimeline(name, nodeOf, count, 3, 2, oddProfile(), DType::BFloat16);
@@ -757,14 +752,14 @@ TEST_CASE("allreduce: closed forms bound the timeline from above on uneven nodes
 }
 
 TEST_CASE("allreduce: the formula text shows the critical path and its total") {
-  const CostEstimate e = closedFormOf(arSpec("ring", 1 << 24), opts(2, 1), nodesOfSize(8, 8), oddProfile());
+  const CostEstimate e = closedFormOf(arSpec("ring", 1 << 24), opts(2, 1), nodesOf(8, 8), oddProfile());
   CHECK(e.formula.find("ring") != std::string::npos);
   CHECK(e.formula.find("critical path") != std::string::npos);
   CHECK(e.formula.find("t_nv") != std::string::npos);
   CHECK(e.formula.find(mk::strprintf("%.6g", e.totalUs)) != std::string::npos);
   CHECK(e.bandwidthUs > 10 * e.latencyUs);  // 64 MiB: bandwidth dominates
   // A Reduce slower than a send puts the reducers on the critical path.
-  const CostEstimate slow = closedFormOf(arSpec("ring", 1 << 24), opts(2, 1), nodesOfSize(8, 8), reduceBoundProfile());
+  const CostEstimate slow = closedFormOf(arSpec("ring", 1 << 24), opts(2, 1), nodesOf(8, 8), reduceBoundProfile());
   CHECK(slow.reduceUs > slow.bandwidthUs);
   CHECK(slow.formula.find("t_red") != std::string::npos);
 }
@@ -795,10 +790,10 @@ namespace {
 /// Layouts for the rhd variant: power-of-two and other node counts (folds), one rank per node, uneven nodes.
 std::vector<std::vector<uint32_t>> rhdLayouts() {
   std::vector<std::vector<uint32_t>> l;
-  for (uint32_t nodes : {2u, 3u, 4u, 5u, 6u, 7u, 8u}) l.push_back(nodesOfSize(nodes * 2, 2));
-  l.push_back(nodesOfSize(12, 4));  // 3 nodes of 4
-  l.push_back(nodesOfSize(5, 1));   // 5 nodes of one rank: the fold on single-rank nodes
-  l.push_back(nodesOfSize(8, 1));
+  for (uint32_t nodes : {2u, 3u, 4u, 5u, 6u, 7u, 8u}) l.push_back(nodesOf(nodes * 2, 2));
+  l.push_back(nodesOf(12, 4));  // 3 nodes of 4
+  l.push_back(nodesOf(5, 1));   // 5 nodes of one rank: the fold on single-rank nodes
+  l.push_back(nodesOf(8, 1));
   l.push_back(unevenLayout());               // nodes of 3, 2, 3
   l.push_back({0, 0, 1, 2, 2, 2, 3, 4, 4});  // 5 nodes of 2, 1, 3, 1, 2
   l.push_back({0, 1, 0, 1, 2, 2, 0});        // interleaved ranks, nodes of 3, 2, 2
@@ -824,7 +819,7 @@ TEST_CASE("allreduce hierarchical rhd: bit-exact on small integers over node cou
 }
 
 TEST_CASE("allreduce hierarchical rhd: uniform inputs stay within the summation bound and ranks agree") {
-  for (const auto& nodeOf : {nodesOfSize(16, 2), nodesOfSize(12, 2), unevenLayout()}) {
+  for (const auto& nodeOf : {nodesOf(16, 2), nodesOf(12, 2), unevenLayout()}) {
     verifyCase("hierarchical", nodeOf, 65537, 4, 1, DType::Float32, RedOp::Sum, InputKind::Uniform, 31, "rhd");
     const Schedule s = generate(arSpec("hierarchical", 999), nodeOf, opts(3, 2, "rhd"));
     const auto outs = runOutputs(s, 78);
@@ -837,23 +832,22 @@ TEST_CASE("allreduce hierarchical rhd: 2 log2 M exchanges per chunk and owner an
   // add one ProxyPut each way per chunk and owner.
   for (uint32_t chunks : {1u, 4u}) {
     INFO("chunks " << chunks);
-    const Schedule p2 = generate(arSpec("hierarchical", 32 * 4 * 64), nodesOfSize(32, 4), opts(chunks, 1, "rhd"));
+    const Schedule p2 = generate(arSpec("hierarchical", 32 * 4 * 64), nodesOf(32, 4), opts(chunks, 1, "rhd"));
     CHECK(countKind(p2, StepKind::ProxyPut) == 32ull * 2 * 3 * chunks);
-    const Schedule fold = generate(arSpec("hierarchical", 24 * 4 * 64), nodesOfSize(24, 4), opts(chunks, 1, "rhd"));
+    const Schedule fold = generate(arSpec("hierarchical", 24 * 4 * 64), nodesOf(24, 4), opts(chunks, 1, "rhd"));
     CHECK(countKind(fold, StepKind::ProxyPut) == (16ull * 2 * 2 + 2 * 4 * 2) * chunks);
     // phase 1 and 3 are unchanged in shape: one NVLink put per peer, chunk and direction
     CHECK(countKind(p2, StepKind::Put) == 32ull * 3 * chunks * 2);
   }
   // 1024 ranks: the inter phase is 2 log2(128) = 14 sends per owner, not 2 * 127
-  const Schedule big =
-      generate(arSpec("hierarchical", 1 << 20, DType::BFloat16), nodesOfSize(1024, 8), opts(1, 1, "rhd"));
+  const Schedule big = generate(arSpec("hierarchical", 1 << 20, DType::BFloat16), nodesOf(1024, 8), opts(1, 1, "rhd"));
   CHECK(countKind(big, StepKind::ProxyPut) == 1024ull * 14);
   CHECK(big.stepCount() < 1024ull * 100);
 }
 
 TEST_CASE("allreduce hierarchical rhd: every wait matters on a folded layout") {
   // 3 nodes of 2: ranks 0 (host node 0), 3 (plain node 1), 5 (extra node 2)
-  checkEveryWaitMatters(generate(arSpec("hierarchical", 6 * 3 * 8), nodesOfSize(6, 2), opts(2, 1, "rhd")), {0, 3, 5});
+  checkEveryWaitMatters(generate(arSpec("hierarchical", 6 * 3 * 8), nodesOf(6, 2), opts(2, 1, "rhd")), {0, 3, 5});
 }
 
 TEST_CASE("allreduce hierarchical rhd: closed form equals the uncontended timeline on even cases") {
@@ -872,7 +866,7 @@ TEST_CASE("allreduce hierarchical rhd: closed form equals the uncontended timeli
             const uint64_t count = unit * channels * c.perNode * chunks * 8;  // chunks divide by M2 <= 8
             INFO("nodes " << nodes << " of " << c.perNode << " chunks " << chunks << " channels " << channels
                           << " count " << count << " profile " << profile.source);
-            const auto [form, timeline] = formVsTimeline("hierarchical", nodesOfSize(c.ranks, c.perNode), count, chunks,
+            const auto [form, timeline] = formVsTimeline("hierarchical", nodesOf(c.ranks, c.perNode), count, chunks,
                                                          channels, profile, DType::Float32, "rhd");
             CHECK(form == doctest::Approx(timeline).epsilon(1e-9));
           }
@@ -897,8 +891,8 @@ TEST_CASE("allreduce hierarchical bruck: bit-exact on small integers over node c
   uint64_t seed = 7300;
   uint32_t turn = 0;
   std::vector<std::vector<uint32_t>> layouts = rhdLayouts();
-  layouts.push_back(nodesOfSize(11, 1));  // 11 nodes of one rank: rounds of 1, 2, 4 and 3 blocks, wrapping
-  layouts.push_back(nodesOfSize(26, 2));  // 13 nodes
+  layouts.push_back(nodesOf(11, 1));  // 11 nodes of one rank: rounds of 1, 2, 4 and 3 blocks, wrapping
+  layouts.push_back(nodesOf(26, 2));  // 13 nodes
   for (const auto& nodeOf : layouts)
     for (uint64_t count : counts)
       for (uint32_t chunks : {1u, 3u}) {
@@ -915,7 +909,7 @@ TEST_CASE("allreduce hierarchical bruck: ceil(log2 M) rounds per pass and M - 1 
   for (uint32_t chunks : {1u, 4u}) {
     INFO("chunks " << chunks);
     const uint64_t count = 24 * 4 * 60;
-    const Schedule s = generate(arSpec("hierarchical", count), nodesOfSize(24, 4), opts(chunks, 1, "bruck"));
+    const Schedule s = generate(arSpec("hierarchical", count), nodesOf(24, 4), opts(chunks, 1, "bruck"));
     const uint64_t puts = countKind(s, StepKind::ProxyPut);
     CHECK(puts >= 24ull * 2 * 3 * chunks);
     CHECK(puts <= 24ull * 2 * 3 * 2 * chunks);
@@ -943,7 +937,7 @@ TEST_CASE("allreduce hierarchical bruck: closed form equals the uncontended time
             const uint64_t count = unit * channels * c.perNode * chunks * nodes;  // chunks divide by M
             INFO("nodes " << nodes << " of " << c.perNode << " chunks " << chunks << " channels " << channels
                           << " count " << count << " profile " << profile.source);
-            const auto [form, timeline] = formVsTimeline("hierarchical", nodesOfSize(c.ranks, c.perNode), count, chunks,
+            const auto [form, timeline] = formVsTimeline("hierarchical", nodesOf(c.ranks, c.perNode), count, chunks,
                                                          channels, profile, DType::Float32, "bruck");
             CHECK(form == doctest::Approx(timeline).epsilon(1e-9));
           }
@@ -976,10 +970,10 @@ TEST_CASE("allreduce hierarchical: auto picks the inter-node variant with the lo
   // 128 nodes: 14 latency-bound exchanges beat 254 ring steps for a small message
   CHECK(resolveInter(arSpec("hierarchical", 1024), nodeOf, opts(1, 1, "auto"), profile) == InterPhase::Rhd);
   // no network phase, or another generator: nothing to choose
-  CHECK(resolveInter(arSpec("hierarchical", 1024), nodesOfSize(8, 8), opts(1, 1, "auto"), profile) == InterPhase::Ring);
+  CHECK(resolveInter(arSpec("hierarchical", 1024), nodesOf(8, 8), opts(1, 1, "auto"), profile) == InterPhase::Ring);
   CHECK(resolveInter(arSpec("ring", 1024), nodeOf, opts(1, 1, "auto"), profile) == InterPhase::Ring);
   // generate() resolves auto under the datasheet DGX-H100 profile: the schedule is one of the two variants
-  const Schedule a = generate(arSpec("hierarchical", 1024), nodesOfSize(64, 8), opts(1, 1, "auto"));
+  const Schedule a = generate(arSpec("hierarchical", 1024), nodesOf(64, 8), opts(1, 1, "auto"));
   CHECK(countKind(a, StepKind::ProxyPut) == 64ull * 2 * 3);  // rhd over 8 nodes
 }
 
@@ -992,12 +986,12 @@ TEST_CASE("allreduce: an unknown inter-node variant is InvalidArgument naming th
   for (const char* name : kAllReduce) {
     INFO(std::string(name));
     try {
-      (void)generate(arSpec(name, 64), nodesOfSize(8, 4), bad);
+      (void)generate(arSpec(name, 64), nodesOf(8, 4), bad);
       FAIL("expected an error");
     } catch (const Error& e) {
       CHECK(e.code() == ErrorCode::InvalidArgument);
       CHECK(std::string(e.what()).find("ring, rhd, bruck or auto") != std::string::npos);
     }
   }
-  CHECK_THROWS_AS(resolveInter(arSpec("hierarchical", 64), nodesOfSize(8, 4), bad, Profile{}), Error);
+  CHECK_THROWS_AS(resolveInter(arSpec("hierarchical", 64), nodesOf(8, 4), bad, Profile{}), Error);
 }

@@ -14,6 +14,7 @@
 #include "../src/algorithms/builder.hpp"
 #include "../src/algorithms/common.hpp"
 #include "expect_error.hpp"
+#include "layout.hpp"
 #include "mk/algorithms/algorithms.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
@@ -23,14 +24,9 @@
 
 using namespace mk;
 using mk::test::expectError;
+using mk::test::nodesOf;
 
 namespace {
-
-std::vector<uint32_t> nodesOf(uint32_t nRanks, uint32_t perNode) {
-  std::vector<uint32_t> nodeOf(nRanks);
-  for (uint32_t r = 0; r < nRanks; ++r) nodeOf[r] = r / perNode;
-  return nodeOf;
-}
 
 /// Nodes holding the given numbers of ranks, node-major.
 std::vector<uint32_t> nodesSized(std::initializer_list<uint32_t> sizes) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "expect_error.hpp"
+#include "layout.hpp"
 #include "mk/algorithms/algorithms.hpp"
 #include "mk/algorithms/fused.hpp"
 #include "mk/algorithms/nccl.hpp"
@@ -18,14 +19,9 @@
 
 using namespace mk;
 using mk::test::expectError;
+using mk::test::nodesOf;
 
 namespace {
-
-std::vector<uint32_t> nodesOf(uint32_t nRanks, uint32_t perNode) {
-  std::vector<uint32_t> nodeOf(nRanks);
-  for (uint32_t r = 0; r < nRanks; ++r) nodeOf[r] = r / perNode;
-  return nodeOf;
-}
 
 uint64_t bufferBytesOf(const Schedule& s) {
   uint64_t b = 0;
