@@ -164,7 +164,8 @@ class Bootstrap;
 
 namespace runtime {
 class Engine;
-}
+struct TestHooks;  // fault injection for the engine's own tests (impl/src/engine/fault_injection.hpp)
+}  // namespace runtime
 
 /// One rank of a communicator: owns nothing alone, shares the engine's resources (RAII: the resident
 /// kernels stop and every allocation is freed when the last rank of a communicator is destroyed). Movable, not
@@ -296,6 +297,7 @@ class Communicator {
   void collective(const CollectiveSpec& spec, const void* send, void* recv, cudaStream_t stream,
                   const CollOptions& opt);
 
+  friend struct runtime::TestHooks;
   std::shared_ptr<runtime::Engine> engine_;
   int rank_ = 0;
   const void* checked_[4] = {};  ///< recently validated device pointers (skips cudaPointerGetAttributes)

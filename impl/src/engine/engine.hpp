@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -133,6 +134,8 @@ class Engine {
   /// Record the first failure and stop the engine's kernels, without throwing.
   void poisonLocked(ErrorCode code, const std::string& message) noexcept;
   std::string describeDeviceFailure() const;
+  /// " (the process of rank q (pid p) has exited: ...)" for peers of this node found gone, else "".
+  std::string goneNote() const;
   uint32_t fetched(int r) const;
   uint32_t completed(int r) const;
 
@@ -175,6 +178,12 @@ class Engine {
   /// Whether `op` touches user memory the previous op of these ranks touched (and remember op's ranges).
   bool touchesPreviousLocked(PendingOp& op);
 
+  // ---- fault_injection.cpp: tests of the kernel's descriptor checks (engine/fault_injection.hpp)
+  /// Corrupt descriptor `d` of op `seq` as injectFault_ says, for rank injectRank_'s entry, and clear it.
+  void applyInjectedFaultLocked(device::OpDescriptor& d, uint32_t seq);
+  device::DescriptorFault injectFault_{};  ///< 0: none (the only state outside the tests)
+  int injectRank_ = 0;
+
   // ---- handoff.cpp: how an op meets the caller's stream
   /// Whether rank r's ops meet their streams through the hand-off kernel (CommConfig::streamHandoff).
   bool useKernelHandoff(int r);
@@ -190,6 +199,13 @@ class Engine {
   void pumpLocked();
   void progressThread();
   void stopProgressThread() noexcept;
+  /// Multi-process: whether it is time to look for dead peer processes (every kPeerWatchMs; the progress thread and
+  /// host waits look). peersGoneLocked poisons the engine, naming them, when ProcessLink::goneRanks found any.
+  bool peerWatchDueLocked();
+  void peersGoneLocked(const std::string& gone);
+  /// How often peers are looked for (a /proc read per peer of the node).
+  static constexpr int kPeerWatchMs = 20;
+  std::chrono::steady_clock::time_point lastPeerWatch_{};
   /// Ranks that have not posted op `seq` yet ("1, 3").
   std::string unpostedRanks(uint32_t seq) const;
 
@@ -209,6 +225,7 @@ class Engine {
   /// rank resources and mailboxes directly, and never takes mu_.
   std::unique_ptr<InterNode> interNode_;
   friend class InterNode;
+  friend struct TestHooks;
   std::vector<device::RankState*> peerStates_;  ///< every rank's RankState as this process's GPU(s) address it
   std::thread progress_;
   std::atomic<bool> stopProgress_{false};

@@ -27,6 +27,7 @@ const char* statusName(device::Status s) {
     case device::Status::BadProgram: return "bad program";
     case device::Status::HostAbort: return "aborted by the host";
     case device::Status::ProxyTimeout: return "the proxy never handled a command";
+    case device::Status::BadDescriptor: return "op descriptor refused";
     default: return "unknown failure";
   }
 }
@@ -89,13 +90,45 @@ std::string Engine::describeDeviceFailure() const {
          << fmtMs(double(s.elapsedNs) / 1e6) << ": rank " << s.flag << " has completed " << s.seen
          << " ops, expected >= " << s.expected;
       break;
+    case device::Status::BadDescriptor: {
+      os << "rank " << s.rank << " op " << s.op << what << ": " << statusName(code) << ": ";
+      switch (static_cast<device::DescriptorFault>(s.flag)) {
+        case device::DescriptorFault::CheckWord:
+          os << "its words do not match the check word the host wrote (0x" << std::hex << s.expected << ", folded 0x"
+             << s.seen << std::dec << "): the descriptor ring was overwritten after the host published it";
+          break;
+        case device::DescriptorFault::Bindings:
+          os << s.seen << " bindings, more than the table's " << device::kMaxBindings;
+          break;
+        case device::DescriptorFault::ProgramAddress:
+          os << "program address 0x" << std::hex << s.seen << std::dec << " is null or not 16-byte aligned";
+          break;
+        case device::DescriptorFault::ProgramHeader:
+          os << "the memory it names is not this rank's lowered program (magic 0x" << std::hex << s.seen
+             << ", expected 0x" << s.expected << std::dec << ", or another rank's, rank count or CTA count)";
+          break;
+        default: os << "fault " << s.flag;
+      }
+      os << "; nothing of the op ran on rank " << s.rank;
+      break;
+    }
     case device::Status::HostAbort:
       os << "the communicator was stopped by the host after an earlier error";
       if (link_) os << " (in the process of rank " << s.rank << ")";
       break;
     default: os << "rank " << s.rank << ": " << statusName(code) << " (code " << s.code << ")";
   }
+  os << goneNote();
   return os.str();
+}
+
+std::string Engine::goneNote() const {
+  // A timeout, or a kernel killed by an illegal address, is often the trace of a peer process that died: its memory,
+  // which this rank's kernel was reading or writing, went with it. Say so.
+  const std::string gone = link_ ? link_->goneRanks() : std::string();
+  return gone.empty() ? gone
+                      : " (the process of " + gone +
+                            " has exited: its memory, which this rank's kernel may have been " + "using, went with it)";
 }
 
 void Engine::poisonAndThrow(ErrorCode code, const std::string& message) {
@@ -121,8 +154,9 @@ void Engine::throwIfFailedLocked(bool deep) {
   }
   if (loadHost(&status_->abort) != 0) {
     const auto code = static_cast<device::Status>(status_->code);
-    poisonAndThrow(code == device::Status::HostAbort ? ErrorCode::Internal : ErrorCode::Timeout,
-                   describeDeviceFailure());
+    const bool timedOut = code != device::Status::HostAbort && code != device::Status::BadDescriptor &&
+                          code != device::Status::BadProgram;
+    poisonAndThrow(timedOut ? ErrorCode::Timeout : ErrorCode::Internal, describeDeviceFailure());
   }
   // A kernel that died (illegal address, ...) never raises `abort`: asked where the host waits anyway.
   for (const auto& rr : ranks_) {
@@ -137,7 +171,7 @@ void Engine::throwIfFailedLocked(bool deep) {
                      "the resident kernel on GPU " + std::to_string(rr.device) + " stopped: " +
                          (e == cudaSuccess ? std::string("exited")
                                            : std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e)) +
-                         (gemm.empty() ? std::string() : " (" + gemm + ")"));
+                         (gemm.empty() ? std::string() : " (" + gemm + ")") + goneNote());
     }
   }
 }

@@ -1,8 +1,10 @@
 // mkernel — an op's descriptor: once every rank submitted op `seq`, its slot of the descriptor ring gets each
 // rank's program and bound addresses (and the compute lanes' parameter blocks), the fence bit of the ordering
-// rule, and `seq` last.
+// rule, the check word over all of it, and `seq` last.
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -32,7 +34,9 @@ void Engine::finalizeLocked(uint32_t seq, const CachedSchedule& cs, const std::v
     throwIfFailedLocked();
   }
   const uint32_t nB = static_cast<uint32_t>(cs.schedule.buffers.size());
-  device::OpDescriptor& d = ring_[seq % ringSlots_];
+  // Built here, then copied into the ring in one go: the check word is computed without reading host-mapped memory
+  // back, and the ring sees one streaming write. Unused entries are 0.
+  device::OpDescriptor d{};
   d.nBindings = static_cast<uint32_t>(ranks_.size()) * nB;
   d.flags = fence ? device::kOpFence : 0u;
   for (uint32_t q = 0; q < ranks_.size(); ++q) {
@@ -72,7 +76,13 @@ void Engine::finalizeLocked(uint32_t seq, const CachedSchedule& cs, const std::v
   // can start it.
   if (interNode_)
     for (const int lq : local_) interNode_->bind(static_cast<uint32_t>(lq), seq, cs, d.table);
-  storeHost(&d.seq, seq + 1);  // last, with release: the kernel reads seq first (acquire)
+  d.check = device::descriptorCheck(d, seq + 1);
+  if (injectFault_ != device::DescriptorFault{}) applyInjectedFaultLocked(d, seq);
+  device::OpDescriptor& slot = ring_[seq % ringSlots_];
+  static_assert(offsetof(device::OpDescriptor, seq) == 0 && sizeof(d.seq) == 4, "seq leads the descriptor");
+  std::memcpy(reinterpret_cast<char*>(&slot) + sizeof(d.seq), reinterpret_cast<const char*>(&d) + sizeof(d.seq),
+              sizeof d - sizeof(d.seq));
+  storeHost(&slot.seq, seq + 1);  // last, with release: the kernel reads seq first (acquire)
   if (link_) storeHost(&link_->header().finalized[me_], seq + 1);  // this rank's post slot may be reused
 }
 

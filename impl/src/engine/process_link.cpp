@@ -10,7 +10,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "device/driver_api.hpp"
 #include "mk/cuda_check.hpp"
@@ -23,6 +26,35 @@ constexpr uint32_t kSharedMagic = 0x4d4b5348u;  // "MKSH"
 constexpr size_t kNameBytes = 64;
 
 size_t roundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+/// What /proc/<pid>/stat says of a process: its start time (clock ticks after boot; a reused pid has another),
+/// whether it is on its way out (a zombie, dead, or PF_EXITING: killed and tearing down), and whether it was read.
+struct ProcStat {
+  bool read = false;
+  bool exiting = false;
+  uint64_t startTicks = 0;
+};
+
+ProcStat procStat(int pid) {
+  ProcStat st;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return st;
+  const size_t close = line.rfind(')');  // the command name may hold spaces and parentheses
+  if (close == std::string::npos) return st;
+  std::istringstream rest(line.substr(close + 1));
+  std::vector<std::string> fields(1);  // fields[i] is field i + 2 of proc(5): [1] state, [7] flags, [20] starttime
+  for (std::string field; fields.size() <= 20 && rest >> field;) fields.push_back(field);
+  if (fields.size() <= 20) return st;
+  try {
+    constexpr uint64_t kPfExiting = 0x4;  // PF_EXITING
+    st.startTicks = std::stoull(fields[20]);
+    st.exiting = fields[1] == "Z" || fields[1] == "X" || (std::stoull(fields[7]) & kPfExiting) != 0;
+    st.read = true;
+  } catch (...) {
+  }
+  return st;
+}
 
 std::string hexPtr(const void* p) {
   std::ostringstream os;
@@ -94,6 +126,8 @@ ProcessLink::ProcessLink(Bootstrap& boot, uint32_t ringSlots, int leader)
     header_->nRanks = static_cast<uint32_t>(size_);
     header_->ringSlots = ringSlots_;
   }
+  header_->pid[rank_] = static_cast<int32_t>(getpid());
+  header_->startTicks[rank_] = procStat(static_cast<int>(getpid())).startTicks;
   try {
     boot.barrier();  // every rank mapped its node's segment (and the leader initialised the header)
   } catch (...) {
@@ -122,6 +156,12 @@ ProcessLink::ProcessLink(Bootstrap& boot, uint32_t ringSlots, int leader)
                 std::string("cudaHostRegister of the shared segment failed: ") + cudaGetErrorName(e));
   }
   registered_ = true;
+  // Only processes this one sees as they saw themselves are watched: in another pid namespace a live peer would
+  // look gone.
+  watched_.assign(static_cast<size_t>(size_), false);
+  for (int q = 0; q < size_; ++q)
+    watched_[static_cast<size_t>(q)] = q != rank_ && header_->pid[q] > 0 && header_->startTicks[q] != 0 &&
+                                       procStat(header_->pid[q]).startTicks == header_->startTicks[q];
   void* d = nullptr;
   MK_CUDA_CHECK(cudaHostGetDevicePointer(&d, base_, 0));
   statusDevice_ = &static_cast<SharedHeader*>(d)->status;
@@ -132,6 +172,22 @@ ProcessLink::~ProcessLink() {
   if (registered_) cudaHostUnregister(base_);
   if (base_) munmap(base_, bytes_);
   cudaGetLastError();
+}
+
+bool ProcessLink::gone(int q) const {
+  if (q < 0 || q >= size_ || !watched_[static_cast<size_t>(q)]) return false;
+  if (__atomic_load_n(&header_->stopped[q], __ATOMIC_ACQUIRE) != 0) return false;  // left in order
+  const ProcStat st = procStat(header_->pid[q]);
+  return !st.read || st.startTicks != header_->startTicks[q] || st.exiting;
+}
+
+std::string ProcessLink::goneRanks() const {
+  std::string out;
+  for (int q = 0; q < size_; ++q)
+    if (gone(q))
+      out += (out.empty() ? "" : ", ") + std::string("rank ") + std::to_string(q) + " (pid " +
+             std::to_string(header_->pid[q]) + ")";
+  return out;
 }
 
 OpPost& ProcessLink::post(uint32_t seq, int q) noexcept {

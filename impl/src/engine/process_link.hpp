@@ -46,6 +46,10 @@ struct alignas(64) SharedHeader {
   uint32_t magic, nRanks, ringSlots, reserved;
   uint32_t finalized[device::kMaxRanks];  ///< ops whose descriptor rank q has written (post slots free below)
   uint32_t stopped[device::kMaxRanks];    ///< 1 once rank q's resident kernel left (memory may be freed)
+  /// Rank q's process: its pid and start time (/proc/<pid>/stat, clock ticks after boot), written by rank q before
+  /// the set-up barrier, so the others can tell a process that died from one that is slow (ProcessLink::goneRanks).
+  int32_t pid[device::kMaxRanks];
+  uint64_t startTicks[device::kMaxRanks];
 };
 
 /// Shared segment + IPC handle caches of one process of a multi-process communicator.
@@ -74,6 +78,12 @@ class ProcessLink {
   void* importPointer(int q, const IpcRef& ref);
   /// Close every imported mapping (after this rank's kernel stopped and every peer's did).
   void closeImports() noexcept;
+  /// Whether rank q's process (a rank of this node) has gone, or is going (killed and tearing down, a zombie),
+  /// without having stopped its engine (SharedHeader::stopped). False for a process this one cannot see (another
+  /// pid namespace: never watched). Reads /proc; needs no lock.
+  bool gone(int q) const;
+  /// The ranks for which gone() holds, as "rank 1 (pid 4242)" joined by ", "; empty when none.
+  std::string goneRanks() const;
 
  private:
   int rank_ = 0, size_ = 1, leader_ = 0;
@@ -84,6 +94,7 @@ class ProcessLink {
   OpPost* posts_ = nullptr;
   device::StatusBlock* statusDevice_ = nullptr;
   bool registered_ = false;
+  std::vector<bool> watched_;  ///< rank q's process was visible from here at set-up (same pid namespace)
   struct Export {
     cudaIpcMemHandle_t handle;
     uintptr_t base;

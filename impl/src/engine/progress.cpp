@@ -88,12 +88,39 @@ void Engine::progressLocked() {
 }
 
 void Engine::pumpLocked() {
-  if (link_) progressLocked();
+  if (!link_) return;
+  progressLocked();
+  // A host wait (synchronize, a full ring) holds the lock the progress thread's watch needs: watch from here too.
+  if (peerWatchDueLocked()) peersGoneLocked(link_->goneRanks());
+}
+
+bool Engine::peerWatchDueLocked() {
+  if (!link_ || !poison_.empty() || loadHost(&status_->abort) != 0) return false;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - lastPeerWatch_ < std::chrono::milliseconds(kPeerWatchMs)) return false;
+  lastPeerWatch_ = now;
+  return true;
+}
+
+void Engine::peersGoneLocked(const std::string& gone) {
+  // A peer of this node that died (killed, crashed) without stopping its engine can never finish an op, and its
+  // memory, which this rank's kernel writes, goes with its process: stop the communicator as soon as it is seen going,
+  // naming it, instead of letting every rank's kernel wait out its poll budget.
+  if (!gone.empty() && poison_.empty())
+    poisonLocked(ErrorCode::IoError, "rank " + std::to_string(me_) + ": the process of " + gone +
+                                         " exited without destroying its communicator (killed or crashed?); the "
+                                         "ops in flight cannot complete");
 }
 
 void Engine::progressThread() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopProgress_.load()) {
+    if (peerWatchDueLocked()) {  // /proc is read without the lock: a submit never waits for it
+      lock.unlock();
+      const std::string gone = link_->goneRanks();
+      lock.lock();
+      peersGoneLocked(gone);
+    }
     progressLocked();
     bool waiting = false;
     for (const auto& kv : pending_) waiting = waiting || kv.second.posted;

@@ -144,6 +144,12 @@ uint32_t Engine::workersFor(int dev, uint32_t sharers) const {
   MK_CUDA_CHECK(cudaSetDevice(dev));
   const int perSm = config_.computeLanes ? residentComputeBlocksPerSm(config_.trace)
                                          : residentBlocksPerSm(config_.trace, static_cast<int>(config_.threadsPerCta));
+  if (perSm < 0) {
+    const cudaError_t e = cudaGetLastError();
+    throw Error(ErrorCode::CudaError, "GPU " + std::to_string(dev) +
+                                          ": the resident kernel's occupancy query failed: " + cudaGetErrorName(e) +
+                                          ": " + cudaGetErrorString(e));
+  }
   const int64_t capacity = int64_t{perSm} * p.multiProcessorCount;
   if (perSm <= 0 || capacity < (int64_t{w} + 1) * sharers)
     throw Error(ErrorCode::Unsupported,

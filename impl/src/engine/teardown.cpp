@@ -62,11 +62,11 @@ void Engine::shutdown() noexcept {
   }
   if (link_ && !ranks_[static_cast<size_t>(me_)].launched) {
     // Peers' kernels may still write into this rank's memory (done / abort words) until they stopped:
-    // free nothing before every peer's kernel left (bounded: a dead peer writes nothing any more).
+    // free nothing before every peer's kernel left (bounded; a peer whose process died is not waited for).
     storeHost(&link_->header().stopped[me_], 1);
     hostPoll(config_.hostBudgetMs, [&] {
       for (int q = 0; q < size(); ++q)  // the node's ranks: only they share this segment and map this memory
-        if (sameNode(q, me_) && loadHost(&link_->header().stopped[q]) == 0) return false;
+        if (sameNode(q, me_) && loadHost(&link_->header().stopped[q]) == 0 && !link_->gone(q)) return false;
       return true;
     });
   }

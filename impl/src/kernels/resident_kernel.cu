@@ -314,6 +314,7 @@ __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
   uint32_t next = 0, taken = 0, mirroredComplete = 0, mirroredTaken = 0;
   uint32_t mirroredDone = 0, mirroredEntered = 0;
   bool shutdownSent = false;
+  bool refused = false;  // a descriptor failed its checks: nothing more is staged
   for (uint32_t iter = 1;; ++iter) {
     uint32_t quit = 0;
     if (lid == 0) {
@@ -354,7 +355,7 @@ __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
     if (__shfl_sync(kFullMask, quit, 0)) break;
     taken = __shfl_sync(kFullMask, taken, 0);
     // Stage the next descriptor once its slot is free and the host has published it.
-    if (next - taken < kPrefetch) {
+    if (!refused && next - taken < kPrefetch) {
       const OpDescriptor* d = &h.ring[next % h.ringSlots];
       uint32_t seq = 0;
       if (lid == 0) seq = loadVolatile(&d->seq);
@@ -364,14 +365,56 @@ __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
         // Every lane acquires the slot's release by the control warp (lane 0 saw it complete: true for all).
         if (next >= kPrefetch) mbarAcquire(&cs.empty[next % kPrefetch], slotParity(next - kPrefetch));
         ControlShared::Slot& sl = cs.slot[next % kPrefetch];
-        for (uint32_t i = lid; i < kMaxBindings; i += 32) sl.table[i] = loadRelaxed(&d->table[i]);
-        if (lid == 0) {
-          sl.program = loadRelaxed(&d->program[h.rank]);
-          sl.nBindings = loadRelaxed(&d->nBindings);
-          sl.flags = loadRelaxed(&d->flags);
+        // The whole descriptor (40 pieces of 16 bytes) in at most two loads per lane, issued before any is used: a
+        // load of host memory costs its thread a PCIe round trip. Lane l holds words 2l, 2l + 1 and (l < 8) 64 + 2l,
+        // 65 + 2l. The check word folds words 0 .. kDescriptorWords - 1 (engine_device.hpp, descriptorCheck) per
+        // lane, XOR-reduced over the warp; word kDescriptorWords is the check itself.
+        static_assert(sizeof(OpDescriptor) == 80 * sizeof(uint64_t) && kDescriptorWords == 74 && kMaxRanks == 8 &&
+                          kMaxBindings == 64,
+                      "the word map below");
+        const auto* words = reinterpret_cast<const uint64_t*>(d);
+        uint64_t w[4] = {0, 0, 0, 0};
+        loadRelaxed2(words + 2 * lid, &w[0], &w[1]);
+        if (lid < 8) loadRelaxed2(words + 64 + 2 * lid, &w[2], &w[3]);
+        uint64_t fold = 0;
+        for (uint32_t k = 0; k < 4; ++k) {
+          const uint32_t i = k < 2 ? 2 * lid + k : 64 + 2 * lid + (k - 2);
+          if (k >= 2 && lid >= 8) break;
+          if (i < kDescriptorWords) fold ^= descriptorWordMix(w[k], i);
+          if (i >= 2 + kMaxRanks && i < kDescriptorWords) sl.table[i - 2 - kMaxRanks] = w[k];
         }
-        mbarArrive(&cs.full[next % kPrefetch]);  // every lane releases its own writes
-        ++next;
+        for (uint32_t o = 16; o != 0; o >>= 1) fold ^= __shfl_xor_sync(kFullMask, fold, o);
+        const uint32_t progWord = 2 + h.rank;
+        const uint64_t own = __shfl_sync(kFullMask, (progWord & 1u) ? w[1] : w[0], progWord / 2);
+        const uint64_t want = __shfl_sync(kFullMask, w[2], (kDescriptorWords - 64) / 2);
+        const auto nb = static_cast<uint32_t>(w[0] >> 32);  // lane 0's: word 0 is (seq, nBindings)
+        const auto fl = static_cast<uint32_t>(w[1]);        // lane 0's: word 1 is (flags, reserved0)
+        uint32_t fault = 0;
+        if (lid == 0) {
+          // Refused, not staged: the control warp never sees the op and stops on the abort this raises.
+          uint64_t seen = 0;
+          if (fold != want) {
+            fault = static_cast<uint32_t>(DescriptorFault::CheckWord);
+            seen = fold;
+          } else if (nb > kMaxBindings) {
+            fault = static_cast<uint32_t>(DescriptorFault::Bindings);
+            seen = nb;
+          } else if (own == 0 || (own & 15u) != 0) {
+            fault = static_cast<uint32_t>(DescriptorFault::ProgramAddress);
+            seen = own;
+          }
+          if (fault != 0)
+            reportFailure(h, PollSite{Status::BadDescriptor, next, 0xFFFFFFFFu, 0xFFFFFFFFu, fault, want}, seen, 0);
+          sl.program = own;
+          sl.nBindings = nb;
+          sl.flags = fl;
+        }
+        if (__shfl_sync(kFullMask, fault, 0) != 0) {
+          refused = true;
+        } else {
+          mbarArrive(&cs.full[next % kPrefetch]);  // every lane releases its own writes
+          ++next;
+        }
       }
     }
   }
@@ -548,13 +591,28 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
         const uint32_t sl = nextPub % kSlots;
         OpBoard* b = &st->board[sl];
         const uint32_t nb = staged.nBindings;
+        // The program must be this rank's: the descriptor's check word guards against corruption, not against a
+        // host that names the wrong memory. Checked on the header's first line, which the lines below read anyway.
+        const auto* ph = reinterpret_cast<const ProgramHeader*>(staged.program);
+        uint32_t badHeader = 0;
+        if (lid == 0 && (ph->magic != kProgramMagic || ph->rank != h.rank || ph->nRanks != h.nRanks ||
+                         ph->nWorkers != h.nWorkers)) {
+          reportFailure(h,
+                        PollSite{Status::BadDescriptor, nextPub, 0xFFFFFFFFu, 0xFFFFFFFFu,
+                                 static_cast<uint32_t>(DescriptorFault::ProgramHeader), kProgramMagic},
+                        ph->magic, 0);
+          badHeader = 1;
+        }
+        if (__shfl_sync(kFullMask, badHeader, 0)) {
+          failed = true;
+          break;
+        }
         for (uint32_t i = lid; i < nb; i += 32) b->table[i] = staged.table[i];
         if (lid == 0) {
           b->program = staged.program;
           b->nBindings = nb;
           b->op = nextPub;
           b->waitComplete = early ? nextPub : kNoCompleteWait;
-          const auto* ph = reinterpret_cast<const ProgramHeader*>(staged.program);
           cZero[sl][0] = ph->nFlags;
           cZero[sl][1] = ph->nBarriers;
           cZero[sl][2] = ph->nSyncPoints;

@@ -52,6 +52,15 @@ enum class Status : uint32_t {
   BadProgram = 7,         ///< a lowered program failed a device-side sanity check
   HostAbort = 8,          ///< the host poisoned the communicator (a mismatched collective, shutdown on error)
   ProxyTimeout = 9,       ///< a ProxyPut step: the proxy never took (FIFO full) or never finished its command
+  BadDescriptor = 10,     ///< an op descriptor failed its check word or its bounds (DescriptorFault in `flag`)
+};
+
+/// What was wrong with a refused op descriptor (StatusBlock::flag of a BadDescriptor failure).
+enum class DescriptorFault : uint32_t {
+  CheckWord = 1,       ///< the descriptor's words do not match the check word the host wrote (expected / seen)
+  Bindings = 2,        ///< nBindings above kMaxBindings (seen: the count)
+  ProgramAddress = 3,  ///< this rank's program address is null or not 16-byte aligned (seen: the address)
+  ProgramHeader = 4,   ///< the program's header is not this rank's (magic, rank, ranks or worker CTAs differ)
 };
 
 /// Failure record; host-mapped pinned memory shared by every rank of a communicator. The writer first
@@ -123,7 +132,9 @@ enum OpFlagBits : uint32_t {
 /// One submitted op, host-mapped ring of `ringSlots` entries shared by the ranks one process drives. The
 /// host writes every field, then `seq` = op + 1 LAST with release; the kernel reads `seq` with acquire
 /// (system scope) before anything else. Slot op % ringSlots is reused only after every rank's control warp
-/// has fetched the previous occupant (RankMailbox::fetched).
+/// has fetched the previous occupant (RankMailbox::fetched). `check` (descriptorCheck) covers every word the
+/// kernel uses, so a descriptor corrupted after the host wrote it is refused (Status::BadDescriptor) instead of
+/// sending the kernel through a wild pointer.
 struct alignas(64) OpDescriptor {
   uint32_t seq;        ///< op + 1 when valid
   uint32_t nBindings;  ///< entries of `table` in use (nRanks x nBuffers of the schedule)
@@ -131,9 +142,38 @@ struct alignas(64) OpDescriptor {
   uint32_t reserved0;
   uint64_t program[kMaxRanks];   ///< device address of each rank's lowered program (on that rank's GPU)
   uint64_t table[kMaxBindings];  ///< address of (rank, buffer) at rank * nBuffers + buffer
-  uint64_t reserved1[6];
+  uint64_t check;                ///< descriptorCheck of the words above, written before `seq`
+  uint64_t reserved1[5];
 };
 static_assert(sizeof(OpDescriptor) == 640);
+
+/// Words of an OpDescriptor the check covers: (seq, nBindings), (flags, reserved0), program[], table[].
+inline constexpr uint32_t kDescriptorWords = 2 + kMaxRanks + kMaxBindings;
+
+/// Word `i` of the descriptor's checked part, mixed with its position (a splitmix64 finalizer): the check is the
+/// XOR of every word's mix, so lanes of a warp can each fold a share of the words and XOR-reduce, and a changed,
+/// swapped or moved word changes it.
+MK_HOST_DEVICE_INLINE uint64_t descriptorWordMix(uint64_t word, uint32_t i) {
+  uint64_t z = word ^ (0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(i) + 1));
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/// Word `i` < kDescriptorWords of `d` (seq taken as `seq`: the host computes the check before it publishes seq).
+MK_HOST_DEVICE_INLINE uint64_t descriptorWord(const OpDescriptor& d, uint32_t seq, uint32_t i) {
+  if (i == 0) return static_cast<uint64_t>(seq) | (static_cast<uint64_t>(d.nBindings) << 32);
+  if (i == 1) return static_cast<uint64_t>(d.flags) | (static_cast<uint64_t>(d.reserved0) << 32);
+  if (i < 2 + kMaxRanks) return d.program[i - 2];
+  return d.table[i - 2 - kMaxRanks];
+}
+
+/// The check word of descriptor `d` published with `seq` (host side; the kernel folds the same words per lane).
+inline uint64_t descriptorCheck(const OpDescriptor& d, uint32_t seq) {
+  uint64_t c = 0;
+  for (uint32_t i = 0; i < kDescriptorWords; ++i) c ^= descriptorWordMix(descriptorWord(d, seq, i), i);
+  return c;
+}
 
 /// OpBoard::waitComplete when the workers may start at once.
 inline constexpr uint32_t kNoCompleteWait = 0xFFFFFFFFu;

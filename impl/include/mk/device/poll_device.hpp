@@ -47,6 +47,12 @@ MK_DEFINE_LOADS(loadVolatile, "ld.volatile")
 /// Relaxed load, system scope: a poll that must see other agents' stores but orders nothing.
 MK_DEFINE_LOADS(loadRelaxed, "ld.relaxed.sys")
 
+/// Relaxed 16-byte load, system scope: two words in one transaction (`p` 16-byte aligned). Host memory is read at
+/// PCIe distance, and a thread's loads there cost a round trip each: the fewer per thread, the sooner it has them.
+MK_DEVICE_INLINE void loadRelaxed2(const uint64_t* p, uint64_t* a, uint64_t* b) {
+  asm volatile("ld.relaxed.sys.v2.u64 {%0, %1}, [%2];" : "=l"(*a), "=l"(*b) : "l"(p) : "memory");
+}
+
 /// Release store / add, GPU scope (counters only this GPU reads).
 MK_DEFINE_STORES(storeReleaseGpu, "st.release.gpu")
 MK_DEFINE_STORES(addReleaseGpu, "red.release.gpu.add")
