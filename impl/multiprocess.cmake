@@ -56,3 +56,11 @@ if(MK_BUILD_TESTS)
     endforeach()
   endif()
 endif()
+
+# GPU tests of faults on one GPU: poisoned op descriptors (one process), rank processes killed mid-op (under CUDA MPS;
+# those cases skip without it). Label gpu.
+mk_add_doctest(mk_faults_tests LABELS gpu GPU
+  SOURCES tests/gpu_test_main.cpp tests/test_faults_gpu.cpp LIBS mk::impl)
+if(TARGET mk_faults_tests)
+  target_include_directories(mk_faults_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+endif()

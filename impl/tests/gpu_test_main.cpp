@@ -16,6 +16,31 @@
 #define MK_TEST_MIN_GPUS 1
 #endif
 
+namespace {
+
+/// Counts the test cases that started: a rank process re-launched for one case (multiprocess_launch.hpp) whose
+/// filter matched nothing must fail, not pass having run nothing.
+int gCasesStarted = 0;
+
+struct CaseCounter : doctest::IReporter {
+  explicit CaseCounter(const doctest::ContextOptions&) {}
+  void report_query(const doctest::QueryData&) override {}
+  void test_run_start() override {}
+  void test_run_end(const doctest::TestRunStats&) override {}
+  void test_case_start(const doctest::TestCaseData&) override { ++gCasesStarted; }
+  void test_case_reenter(const doctest::TestCaseData&) override {}
+  void test_case_end(const doctest::CurrentTestCaseStats&) override {}
+  void test_case_exception(const doctest::TestCaseException&) override {}
+  void subcase_start(const doctest::SubcaseSignature&) override {}
+  void subcase_end() override {}
+  void log_assert(const doctest::AssertData&) override {}
+  void log_message(const doctest::MessageData&) override {}
+  void test_case_skipped(const doctest::TestCaseData&) override {}
+};
+REGISTER_LISTENER("case-counter", 1, CaseCounter);
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // The engine's resident kernel never returns: a kernel loaded lazily (on first launch) while it runs
   // would wait for the device to go idle. Load every module at start-up (docs/gpu-engine.md).
@@ -35,5 +60,12 @@ int main(int argc, char** argv) {
     }
   }
   doctest::Context ctx(argc, argv);
-  return ctx.run();
+  const int rc = ctx.run();
+  // A re-launched rank (RANK and MASTER_PORT set by execRanks) must have run the one case it was started for.
+  if (!listing && rc == 0 && gCasesStarted == 0 && std::getenv("RANK") != nullptr &&
+      std::getenv("MASTER_PORT") != nullptr) {
+    std::printf("FAIL: this rank process was started for one test case, and its filter matched none\n");
+    return 3;
+  }
+  return rc;
 }
