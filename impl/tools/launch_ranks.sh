@@ -10,6 +10,10 @@
 # kernels then run at once on one GPU) and stops it afterwards; without MPS, kernels of different processes
 # time-slice and resident kernels cannot meet. Rank 0 prints to this terminal; rank i writes DIR/rank<i>.log (DIR:
 # a fresh temporary folder unless --logs), whose tail is printed when that rank fails.
+#
+# No orphans: SIGINT / SIGTERM / SIGHUP to the launcher stop every rank (SIGTERM, then SIGKILL after 2 s) and the MPS
+# daemon it started, and the ranks get SIGKILL from the kernel should the launcher itself be killed (setpriv
+# --pdeathsig, where util-linux has it).
 set -u
 mps=0
 logs=""
@@ -43,13 +47,33 @@ if [[ $mps -eq 1 ]]; then
   "$mpsctl" -d || { echo "launch_ranks: the MPS daemon did not start" >&2; exit 2; }
 fi
 stop_mps() { [[ -n $mpsctl ]] && echo quit | "$mpsctl" >/dev/null 2>&1; }
-port=$((20000 + RANDOM % 20000))
 pids=()
+on_signal() {
+  local sig=$1
+  echo "launch_ranks: $sig: stopping the ranks" >&2
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for _ in $(seq 20); do
+    local alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [[ $alive -eq 0 ]] && break
+    sleep 0.1
+  done
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  stop_mps
+  case $sig in INT) exit 130 ;; HUP) exit 129 ;; *) exit 143 ;; esac
+}
+trap 'on_signal INT' INT
+trap 'on_signal TERM' TERM
+trap 'on_signal HUP' HUP
+deathsig=()
+if setpriv --help 2>/dev/null | grep -q -- --pdeathsig; then deathsig=(setpriv --pdeathsig KILL --); fi
+port=$((20000 + RANDOM % 20000))
 for ((r = 0; r < n; ++r)); do
   if [[ $r -eq 0 ]]; then
-    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$((r % gpus)) MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$@" &
+    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$((r % gpus)) MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "${deathsig[@]}" "$@" &
   else
-    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$((r % gpus)) MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$@" >"$logs/rank$r.log" 2>&1 &
+    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$((r % gpus)) MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "${deathsig[@]}" "$@" \
+      >"$logs/rank$r.log" 2>&1 &
   fi
   pids+=($!)
 done
