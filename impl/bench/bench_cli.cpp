@@ -20,7 +20,7 @@ void addArgs(CLI::App& app, Args& a) {
       "collective", a.op,
       "the collective: allreduce | allgather | reducescatter | broadcast | alltoall (or --op; also: mk-bench "
       "gemm --help, mk-bench calibrate --help, mk-bench calibrate-network --help, mk-bench "
-      "gemm-rs|ag-gemm|gemm-ar --help)");
+      "gemm-rs|ag-gemm|gemm-ar --help, mk-bench soak --help)");
   app.add_option("--op", a.opFlag, "collective: the same as the positional (the reduction is --redop)");
   app.add_option("--bytes", a.bytes, "one size instead of a sweep (nccl-tests 'size': the larger buffer of one rank)");
   mk::cli::addSweepOptions(app, a.sizes,

@@ -15,5 +15,7 @@ int calibrateMain(int argc, char** argv, const std::string& command);
 int calibrateNetworkMain(int argc, char** argv, const std::string& command);
 /// mk-bench gemm-rs|ag-gemm|gemm-ar: a fused operator against cuBLASLt + the collective (bench_fused.cpp).
 int fusedMain(int argc, char** argv, const std::string& command);
+/// mk-bench soak [--seconds S] ...: mixed back-to-back collectives, checked, memory sampled (bench_soak.cpp).
+int soakMain(int argc, char** argv, const std::string& command);
 
 }  // namespace mkbench

@@ -601,6 +601,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "calibrate-network")
     return mkbench::calibrateNetworkMain(argc - 1, argv + 1, cmd);
   if (argc > 1 && mk::parseFusedOp(argv[1])) return mkbench::fusedMain(argc - 1, argv + 1, cmd);
+  if (argc > 1 && std::string(argv[1]) == "soak") return mkbench::soakMain(argc - 1, argv + 1, cmd);
   Args a;
   if (int rc = mkbench::parseArgs(argc, argv, a); rc != mk::cli::kContinue) return rc;
   return mk::cli::run("mk-bench", [&] { return run(a, cmd); });
