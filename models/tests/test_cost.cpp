@@ -1018,18 +1018,24 @@ TEST_CASE("check: the timeline names a bad flag, wait or barrier in the validato
               {"schedule: ", nodeOfProblem(tables.s)});
 }
 
+/// Rank 0 puts 1e5 bytes `puts` times to rank 1 (the first with a signal), into its scratch or its output buffer;
+/// rank 1 waits for the signal.
+Hand putsToRank1(bool intoOutput, int puts) {
+  Hand h({0, 0}, 1);
+  h.s.buffers.push_back(BufferDecl{"out", DType::Float32, BufferKind::Output, std::vector<uint64_t>(2, 1u << 24)});
+  h.lane(0);
+  h.lane(1);
+  h.put(0, 0, 1, k100KB, 0u);
+  for (int i = 1; i < puts; ++i) h.put(0, 0, 1, k100KB);
+  if (intoOutput)
+    for (Step& st : h.s.lanes[0][0].steps) st.dst.buffer = 2;
+  h.wait(1, 0, 0, 1);
+  return h;
+}
+
 TEST_CASE("timeline: a put into a peer's user buffer pays userPutUs on its visibility, into scratch it does not") {
-  // Two puts with a signal each, one into rank 1's scratch and one into its output; rank 1 waits for each.
-  auto build = [](bool intoOutput) {
-    Hand h({0, 0}, 1);
-    h.s.buffers.push_back(BufferDecl{"out", DType::Float32, BufferKind::Output, std::vector<uint64_t>(2, 1u << 24)});
-    h.lane(0);
-    h.lane(1);
-    h.put(0, 0, 1, k100KB, 0u);
-    if (intoOutput) h.s.lanes[0][0].steps.back().dst.buffer = 2;
-    h.wait(1, 0, 0, 1);
-    return h;
-  };
+  // One put with a signal, into rank 1's scratch or into its output; rank 1 waits for it.
+  auto build = [](bool intoOutput) { return putsToRank1(intoOutput, 1); };
   Profile p = roundProfile();  // alpha 1 us, 1e5 bytes take 1 us
   p.userPutUs = 0.5;
   const Timeline scratch = build(false).run(p), output = build(true).run(p);
@@ -1049,19 +1055,8 @@ TEST_CASE("timeline: a put into a peer's user buffer pays userPutUs on its visib
 }
 
 TEST_CASE("timeline: a put into scratch skips the entry check: its lane time is putIssueUs - userPutUs") {
-  // The same put into rank 1's scratch and into its output; putIssueUs is the user-buffer Put's (calib-put-stream).
-  auto build = [](bool intoOutput) {
-    Hand h({0, 0}, 1);
-    h.s.buffers.push_back(BufferDecl{"out", DType::Float32, BufferKind::Output, std::vector<uint64_t>(2, 1u << 24)});
-    h.lane(0);
-    h.lane(1);
-    h.put(0, 0, 1, k100KB, 0u);
-    h.put(0, 0, 1, k100KB);
-    if (intoOutput)
-      for (Step& st : h.s.lanes[0][0].steps) st.dst.buffer = 2;
-    h.wait(1, 0, 0, 1);
-    return h;
-  };
+  // Two puts into rank 1's scratch or into its output; putIssueUs is the user-buffer Put's (calib-put-stream).
+  auto build = [](bool intoOutput) { return putsToRank1(intoOutput, 2); };
   Profile p = roundProfile();  // alpha 1 us (scratch), 1e5 bytes take 1 us
   p.userPutUs = 0.5;
   p.putIssueUs = 0.8;
