@@ -1018,18 +1018,24 @@ TEST_CASE("check: the timeline names a bad flag, wait or barrier in the validato
               {"schedule: ", nodeOfProblem(tables.s)});
 }
 
+/// Rank 0 puts 1e5 bytes `puts` times to rank 1 (the first with a signal), into its scratch or its output buffer;
+/// rank 1 waits for the signal.
+Hand putsToRank1(bool intoOutput, int puts) {
+  Hand h({0, 0}, 1);
+  h.s.buffers.push_back(BufferDecl{"out", DType::Float32, BufferKind::Output, std::vector<uint64_t>(2, 1u << 24)});
+  h.lane(0);
+  h.lane(1);
+  h.put(0, 0, 1, k100KB, 0u);
+  for (int i = 1; i < puts; ++i) h.put(0, 0, 1, k100KB);
+  if (intoOutput)
+    for (Step& st : h.s.lanes[0][0].steps) st.dst.buffer = 2;
+  h.wait(1, 0, 0, 1);
+  return h;
+}
+
 TEST_CASE("timeline: a put into a peer's user buffer pays userPutUs on its visibility, into scratch it does not") {
-  // Two puts with a signal each, one into rank 1's scratch and one into its output; rank 1 waits for each.
-  auto build = [](bool intoOutput) {
-    Hand h({0, 0}, 1);
-    h.s.buffers.push_back(BufferDecl{"out", DType::Float32, BufferKind::Output, std::vector<uint64_t>(2, 1u << 24)});
-    h.lane(0);
-    h.lane(1);
-    h.put(0, 0, 1, k100KB, 0u);
-    if (intoOutput) h.s.lanes[0][0].steps.back().dst.buffer = 2;
-    h.wait(1, 0, 0, 1);
-    return h;
-  };
+  // One put with a signal, into rank 1's scratch or into its output; rank 1 waits for it.
+  auto build = [](bool intoOutput) { return putsToRank1(intoOutput, 1); };
   Profile p = roundProfile();  // alpha 1 us, 1e5 bytes take 1 us
   p.userPutUs = 0.5;
   const Timeline scratch = build(false).run(p), output = build(true).run(p);
@@ -1046,6 +1052,60 @@ TEST_CASE("timeline: a put into a peer's user buffer pays userPutUs on its visib
   // 0 = not distinguished: both destinations cost alpha.
   p.userPutUs = 0;
   CHECK(build(true).run(p).totalUs == doctest::Approx(build(false).run(p).totalUs));
+}
+
+TEST_CASE("timeline: a put into scratch skips the entry check: its lane time is putIssueUs - userPutUs") {
+  // Two puts into rank 1's scratch or into its output; putIssueUs is the user-buffer Put's (calib-put-stream).
+  auto build = [](bool intoOutput) { return putsToRank1(intoOutput, 2); };
+  Profile p = roundProfile();  // alpha 1 us (scratch), 1e5 bytes take 1 us
+  p.userPutUs = 0.5;
+  p.putIssueUs = 0.8;
+  CHECK(putLaneUs(p, true) == doctest::Approx(0.8));
+  CHECK(putLaneUs(p, false) == doctest::Approx(0.3));
+  const Timeline scratch = build(false).run(p), output = build(true).run(p);
+  checkStep(scratch, 0, 0, 0, 2.0, 3.3);  // issue 0.3 + bytes 1
+  checkStep(scratch, 0, 0, 1, 3.3, 4.6);
+  checkStep(scratch, 1, 0, 0, 2.0, 4.0);  // the first put's signal: 2 + alpha 1 + bytes 1
+  checkStep(output, 0, 0, 0, 2.0, 3.8);   // issue 0.8 + bytes 1
+  checkStep(output, 0, 0, 1, 3.8, 5.6);
+  checkStep(output, 1, 0, 0, 2.0, 4.5);  // 2 + alpha 1.5 + bytes 1
+  // An issue not below the Put's own alpha is not distinguished, for each destination on its own.
+  p.putIssueUs = 1.2;
+  CHECK(putLaneUs(p, true) == doctest::Approx(1.2));   // below 1.5
+  CHECK(putLaneUs(p, false) == doctest::Approx(0.7));  // 1.2 - 0.5, below 1
+  p.putIssueUs = 1.6;
+  CHECK(putLaneUs(p, true) == doctest::Approx(1.5));
+  CHECK(putLaneUs(p, false) == doctest::Approx(1.0));
+}
+
+TEST_CASE("timeline: a met Wait keeps its lane waitUs, an unmet one ends when its flag is visible") {
+  // Rank 0 puts with a signal; rank 1 waits for it on two lanes: lane 0 at once (unmet), lane 1 after a long copy
+  // (met by then); each lane then copies again.
+  Hand h({0, 0}, 1);
+  h.lane(0);
+  h.lane(1);
+  h.lane(1);
+  h.put(0, 0, 1, k100KB, 0u);
+  h.wait(1, 0, 0, 1);
+  h.copy(1, 0, 1, k100KB);
+  h.copy(1, 1, 1, 4 * k100KB);
+  h.wait(1, 1, 0, 1);
+  h.copy(1, 1, 1, k100KB);
+  // The put is visible at 2 + 1 + 1 = 4; rank 1's two copying lanes share its memory: 1e5 bytes take 0.5 + 1 us.
+  Profile p = roundProfile();
+  const Timeline before = h.run(p);
+  checkStep(before, 1, 0, 0, 2.0, 4.0);
+  checkStep(before, 1, 1, 1, 6.5, 6.5);  // met: nothing
+  p.waitUs = 0.75;
+  CHECK(waitEndUs(p, 6.5, 4.0) == doctest::Approx(7.25));
+  CHECK(waitEndUs(p, 2.0, 4.0) == doctest::Approx(4.0));
+  const Timeline tl = h.run(p);
+  checkStep(tl, 1, 0, 0, 2.0, 4.0);  // unmet: visibility (its 2 us exceed waitUs)
+  checkStep(tl, 1, 0, 1, 4.0, 5.5);
+  checkStep(tl, 1, 1, 1, 6.5, 7.25);  // met: waitUs
+  checkStep(tl, 1, 1, 2, 7.25, 8.75);
+  CHECK(tl.totalUs == doctest::Approx(8.75));
+  CHECK(tl.totalUs == doctest::Approx(before.totalUs + 0.75));
 }
 
 // ---- ramps: a link's rate by transfer size -------------------------------------------------------------------

@@ -274,7 +274,7 @@ class Replayer {
       switch (st.kind) {
         case StepKind::Wait:
           waitFlag(g, st.flag, st.value, t);
-          t = std::max(t, now());
+          t = waitEnd(t, std::max(t, now()));
           break;
         case StepKind::Barrier:
         case StepKind::ProxyPut:
@@ -323,9 +323,22 @@ class Replayer {
       case StepKind::Signal:
         increment(st.flag, st.value, now() + signalDelayUs(rank, st.flag.rank) * kSecondsPerUs);
         break;
-      case StepKind::Wait: waitFlag(g, st.flag, st.value, now()); break;
+      case StepKind::Wait: {
+        const double start = now();
+        waitFlag(g, st.flag, st.value, start);
+        const double end = waitEnd(start, now());
+        if (end > now()) sg4::this_actor::sleep_until(end);
+        break;
+      }
       case StepKind::Barrier: barrier(g, st.aux); break;
     }
+  }
+
+  /// Rule 3's Wait (mk::waitEndUs) in seconds: a Wait started at `start` whose flag was visible at `visible`.
+  /// Without waitUs exactly `visible`, so that no unit conversion moves a wait that costs nothing.
+  double waitEnd(double start, double visible) const {
+    if (!(p_.waitUs > 0)) return visible;
+    return waitEndUs(p_, start / kSecondsPerUs, visible / kSecondsPerUs) * kSecondsPerUs;
   }
 
   /// The rank whose memory an NVLink step's bytes leave: the executing rank for a Put, the source of a Copy,

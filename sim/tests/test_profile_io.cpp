@@ -32,6 +32,7 @@ mk::Profile odd() {
   p.peerUserUs = 0.1875;
   p.putIssueUs = 0.375;
   p.userPutUs = 0.4375;
+  p.waitUs = 1.0625;
   p.proxyUs = 2.5;
   p.gemmTflops = 742.5;
   p.sms = 132;
@@ -54,6 +55,7 @@ void checkSame(const mk::Profile& a, const mk::Profile& b) {
   CHECK(a.peerUserUs == b.peerUserUs);
   CHECK(a.putIssueUs == b.putIssueUs);
   CHECK(a.userPutUs == b.userPutUs);
+  CHECK(a.waitUs == b.waitUs);
   CHECK(a.proxyUs == b.proxyUs);
   CHECK(a.gemmTflops == b.gemmTflops);
   CHECK(a.sms == b.sms);
@@ -129,11 +131,12 @@ TEST_CASE("profile io: a profile written before localFlagUs existed prices a loc
 
 TEST_CASE("profile io: a profile written before the put and peer terms existed distinguishes none of them") {
   Json j = Json::parse(mk::profileToJson(odd()));
-  for (const char* k : {"peerUserUs", "putIssueUs", "userPutUs"}) j.erase(k);
+  for (const char* k : {"peerUserUs", "putIssueUs", "userPutUs", "waitUs"}) j.erase(k);
   const mk::Profile p = mk::profileFromJson(j.dump());
   CHECK(p.peerUserUs == 0);
   CHECK(p.putIssueUs == 0);
   CHECK(p.userPutUs == 0);
+  CHECK(p.waitUs == 0);
 }
 
 TEST_CASE("profile io: ramps round trip, are written only when set, and are checked") {
@@ -180,6 +183,8 @@ TEST_CASE("profile io: a negative parameter is rejected naming the field") {
   CHECK(e.code() == mk::ErrorCode::ParseError);
   CHECK(e.message().find("nvlink.alphaUs must be a finite number in [0, 1000000]") != std::string::npos);
   CHECK(e.message().find("-0.5") != std::string::npos);
+  const mk::Error w = rejected([](Json& j) { j["waitUs"] = -1; });
+  CHECK(w.message().find("waitUs must be a finite number in [0, 1000000]") != std::string::npos);
 }
 
 TEST_CASE("profile io: values a model cannot carry are rejected naming the field and the rule") {

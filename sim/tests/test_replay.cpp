@@ -486,6 +486,28 @@ TEST_CASE("replay: a put issue gap gives the timeline's times in both modes") {
   CHECK(tl.totalUs < mk::simulateUncontended(s, simtest::profile()).totalUs);
 }
 
+TEST_CASE("replay: a met Wait keeps its lane waitUs as in the timeline in both modes") {
+  // Rank 1 waits for rank 0's put after two puts of its own: met by then, so the wait costs exactly waitUs.
+  Builder b({0, 0});
+  b.put(0, 0, 1, 250000, 0);
+  b.put(1, 0, 0, 250000);
+  b.put(1, 0, 0, 250000);
+  b.wait(1, 0, 0, 1);
+  b.put(1, 0, 0, 250000);
+  const mk::Schedule s = b.done();
+  mk::Profile p = simtest::profile();
+  const double before = mk::simulateUncontended(s, p).totalUs;
+  p.waitUs = 0.6;
+  const mk::Timeline tl = mk::simulateUncontended(s, p);
+  CHECK(tl.totalUs == doctest::Approx(before + 0.6));
+  for (const bool fast : {false, true}) {
+    CAPTURE(fast);
+    mk::sim::SimOptions o;
+    o.fast = fast;
+    CHECK(mk::sim::predict(s, simtest::cluster(1, 2), p, o).totalUs == doctest::Approx(tl.totalUs).epsilon(1e-9));
+  }
+}
+
 TEST_CASE("replay: puts into a peer's user buffer pay userPutUs as in the timeline in both modes") {
   Builder b({0, 0});
   for (int i = 0; i < 3; ++i) b.put(0, 0, 1, 250000, 0);

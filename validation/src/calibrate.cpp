@@ -34,6 +34,32 @@ bool keepRamp(const RampFit& r, double lineMaxRelResidual) {
   return r.fitted && lineMaxRelResidual > kLineGoodEnough && r.maxRelResidual < 0.5 * lineMaxRelResidual;
 }
 
+/// The sizes at which two patterns' per-message difference is read: latency dominates up to here; beyond, the
+/// difference drowns in the transfer's own noise.
+constexpr double kDifferenceMaxBytes = 64 * 1024;
+
+/// The median of `a` - `b` over the sizes both measured up to kDifferenceMaxBytes (signed: a difference may be
+/// negative from noise), with its spread; n = 0 when no size is common.
+struct Difference {
+  double valueUs = 0, spreadUs = 0, maxRelResidual = 0;
+  std::size_t n = 0;
+};
+Difference medianDifference(const std::vector<CalibPoint>& a, const std::vector<CalibPoint>& b) {
+  std::vector<double> diffs;
+  for (const CalibPoint& y : b)
+    for (const CalibPoint& x : a)
+      if (x.x == y.x && y.x <= kDifferenceMaxBytes) diffs.push_back(x.timeUs - y.timeUs);
+  Difference d;
+  d.n = diffs.size();
+  if (diffs.empty()) return d;
+  d.valueUs = median(diffs);
+  std::vector<double> dev;
+  for (double v : diffs) dev.push_back(std::fabs(v - d.valueUs));
+  d.spreadUs = median(dev);
+  for (double v : dev) d.maxRelResidual = std::max(d.maxRelResidual, d.valueUs != 0 ? v / std::fabs(d.valueUs) : 0.0);
+  return d;
+}
+
 std::string rampMethod(bool capped) {
   return capped ? "fraction (bytes/bw) / (t - alpha) per size, made non-decreasing, at most 1"
                 : "fraction (bytes/bw) / (t - alpha) per size (L2: above 1 at mid sizes)";
@@ -44,13 +70,13 @@ std::string rampMethod(bool capped) {
 bool isCalibrationOp(const std::string& op) noexcept {
   for (const char* k :
        {kCalibPutNvlink, kCalibPutNetwork, kCalibCopyLocal, kCalibReduce, kCalibFlag, kCalibFlagLocal, kCalibPutStream,
-        kCalibDispatch, kCalibDispatchScratch, kCalibPutNvlinkScratch, kCalibProxy, kCalibGemm})
+        kCalibDispatch, kCalibDispatchScratch, kCalibPutNvlinkScratch, kCalibPutNvlinkOneWay, kCalibProxy, kCalibGemm})
     if (op == k) return true;
   return false;
 }
 
 bool isRecordedOnlyCalibrationOp(const std::string& op) noexcept {
-  return op == kCalibPutNvlinkOneWay || op == kCalibPutNetworkOneWay || op == kCalibEmptyOp;
+  return op == kCalibPutNetworkOneWay || op == kCalibEmptyOp;
 }
 
 AlphaBetaFit fitAlphaBeta(const std::vector<CalibPoint>& points, const std::string& parameter) {
@@ -243,9 +269,8 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
                     where + ".op: unknown calibration op \"" + r.op +
                         "\" (expected calib-put-nvlink, calib-put-network, calib-copy-local, calib-reduce, "
                         "calib-flag, calib-flag-local, calib-put-stream, calib-dispatch, calib-dispatch-scratch, "
-                        "calib-proxy or "
-                        "calib-gemm; "
-                        "calib-put-nvlink-oneway, calib-put-network-oneway and calib-empty-op are recorded only)");
+                        "calib-put-nvlink-scratch, calib-put-nvlink-oneway, calib-proxy or calib-gemm; "
+                        "calib-put-network-oneway and calib-empty-op are recorded only)");
       if (!std::isfinite(r.timeUs) || r.timeUs <= 0)
         throw Error(ErrorCode::InvalidArgument,
                     where + ".time_us: must be finite and > 0 (got " + formatNumber(r.timeUs) + ")");
@@ -388,43 +413,66 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
   } else {
     defaultParam("putIssueUs", "us", out.putIssueUs);
   }
+  // waitUs: calib-put-nvlink is a Put then a Wait on one lane, calib-put-stream the same Puts without the Waits:
+  // per size, the difference is what each Wait keeps its lane (the peer's Put was visible by then: the one-way
+  // time below is shorter than the issue plus this).
+  const std::vector<CalibPoint> none;
+  auto points = [&](const char* op) -> const std::vector<CalibPoint>& {
+    const auto it = byOp.find(op);
+    return it == byOp.end() ? none : it->second;
+  };
+  const Difference wait = medianDifference(points(kCalibPutNvlink), points(kCalibPutStream));
+  if (wait.n == 0) {
+    defaultParam("waitUs", "us", out.waitUs);
+  } else {
+    out.waitUs = std::max(0.0, wait.valueUs);
+    rep.parameters.push_back(ParameterFit{"waitUs", "us", out.waitUs, true, wait.n,
+                                          std::numeric_limits<double>::quiet_NaN(), wait.maxRelResidual,
+                                          "median of " + std::string(kCalibPutNvlink) + " - " + kCalibPutStream +
+                                              " per size (MAD " + formatNumber(wait.spreadUs) + " us), floored at 0"});
+  }
   // userPutUs: what a Put into a peer's user buffer costs more than one into its scratch, per message: the
-  // median difference of the two both-ways patterns at the sizes both measured where latency dominates
-  // (<= kUserPutMaxBytes: beyond, the difference drowns in the transfer's noise). nvlink.alphaUs then becomes
-  // the scratch Put's, so that a Put into user buffers still costs what calib-put-nvlink measured.
-  {
-    constexpr double kUserPutMaxBytes = 64 * 1024;
-    const auto user = byOp.find(kCalibPutNvlink), scratch = byOp.find(kCalibPutNvlinkScratch);
-    std::vector<double> diffs;
-    if (user != byOp.end() && scratch != byOp.end())
-      for (const CalibPoint& s : scratch->second)
-        for (const CalibPoint& u : user->second)
-          if (u.x == s.x && s.x <= kUserPutMaxBytes) diffs.push_back(u.timeUs - s.timeUs);
-    if (diffs.empty()) {
-      defaultParam("userPutUs", "us", out.userPutUs);
-    } else {
-      // A difference may be negative (noise): the median of the signed differences, not fitConstant (which
-      // takes times and refuses non-positive ones).
-      const double mid = median(diffs);
-      std::vector<double> dev;
-      for (double d : diffs) dev.push_back(std::fabs(d - mid));
-      struct {
-        double valueUs, spreadUs, maxRelResidual;
-      } f{mid, median(dev), 0};
-      for (double d : dev) f.maxRelResidual = std::max(f.maxRelResidual, mid != 0 ? d / std::fabs(mid) : 0.0);
-      // Floored at 0 and kept below alpha: the scratch Put cannot be free.
-      out.userPutUs = std::min(std::max(0.0, f.valueUs), 0.9 * out.nvlink.alphaUs);
-      out.nvlink.alphaUs -= out.userPutUs;
+  // median difference of the two both-ways patterns at the sizes both measured where latency dominates.
+  // nvlink.alphaUs then becomes the scratch Put's, so that a Put into user buffers still costs what
+  // calib-put-nvlink measured.
+  const Difference user = medianDifference(points(kCalibPutNvlink), points(kCalibPutNvlinkScratch));
+  if (user.n == 0) {
+    defaultParam("userPutUs", "us", out.userPutUs);
+  } else {
+    // Floored at 0 and kept below alpha: the scratch Put cannot be free.
+    out.userPutUs = std::min(std::max(0.0, user.valueUs), 0.9 * out.nvlink.alphaUs);
+    out.nvlink.alphaUs -= out.userPutUs;
+    for (ParameterFit& pf : rep.parameters)
+      if (pf.name == "nvlink.alphaUs") {
+        pf.value = out.nvlink.alphaUs;
+        pf.method += "; minus userPutUs (a Put into scratch)";
+      }
+    rep.parameters.push_back(ParameterFit{"userPutUs", "us", out.userPutUs, true, user.n,
+                                          std::numeric_limits<double>::quiet_NaN(), user.maxRelResidual,
+                                          "median of " + std::string(kCalibPutNvlink) + " - " + kCalibPutNvlinkScratch +
+                                              " per size (MAD " + formatNumber(user.spreadUs) + " us), floored at 0"});
+  }
+  // With waitUs measured, a Put's visibility is no longer the both-ways cycle (that is the issue plus the Wait's
+  // lane time): it is the one-way ping-pong's latency regime, the time from a Put's start until the waiting
+  // peer moves on (into the peer's output, so less userPutUs for the scratch Put nvlink.alphaUs stands for).
+  if (wait.n > 0 && byOp.count(kCalibPutNvlinkOneWay)) {
+    std::vector<double> latency;
+    for (const CalibPoint& p : byOp.at(kCalibPutNvlinkOneWay)) {
+      const double bytesUs = p.x / (linkRate(out.nvlink, p.x) * 1e3);
+      if (bytesUs < 0.01 * p.timeUs) latency.push_back(p.timeUs - bytesUs);
+    }
+    if (!latency.empty()) {
+      const ConstantFit f = fitConstant(latency, std::string("nvlink.alphaUs (") + kCalibPutNvlinkOneWay + ")");
+      out.nvlink.alphaUs = std::max(0.0, f.valueUs - out.userPutUs);
       for (ParameterFit& pf : rep.parameters)
         if (pf.name == "nvlink.alphaUs") {
           pf.value = out.nvlink.alphaUs;
-          pf.method += "; minus userPutUs (a Put into scratch)";
+          pf.n = f.n;
+          pf.maxRelResidual = f.maxRelResidual;
+          pf.method = "median of " + std::string(kCalibPutNvlinkOneWay) + " - bytes/bw where bytes/bw < 1 % of t (" +
+                      formatNumber(f.valueUs) + " us, MAD " + formatNumber(f.spreadUs) +
+                      " us): the Put's visibility; minus userPutUs (a Put into scratch)";
         }
-      rep.parameters.push_back(ParameterFit{"userPutUs", "us", out.userPutUs, true, diffs.size(),
-                                            std::numeric_limits<double>::quiet_NaN(), f.maxRelResidual,
-                                            "median of " + std::string(kCalibPutNvlink) + " - " +
-                                                kCalibPutNvlinkScratch + " per size (MAD " + formatNumber(f.spreadUs) +
-                                                " us), floored at 0"});
     }
   }
   constant(kCalibProxy, "proxyUs", out.proxyUs);

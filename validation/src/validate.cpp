@@ -583,6 +583,8 @@ std::string validationToJson(const ValidationResult& result, const ValidationCon
                   {"filtered", result.filtered},       {"skipped", result.skipped.size()}};
   summary["max_median_err_pct"] = ctx.maxMedianErrPct ? json(*ctx.maxMedianErrPct) : json(nullptr);
   summary["gate_passed"] = ctx.maxMedianErrPct ? json(result.sim.medianAbsPct <= *ctx.maxMedianErrPct) : json(nullptr);
+  summary["max_max_err_pct"] = ctx.maxMaxErrPct ? json(*ctx.maxMaxErrPct) : json(nullptr);
+  summary["max_gate_passed"] = ctx.maxMaxErrPct ? json(result.sim.maxAbsPct <= *ctx.maxMaxErrPct) : json(nullptr);
   if (ctx.layered != nullptr) {
     const LayeredValidation& l = *ctx.layered;
     json n = stats(l.stats);

@@ -4,8 +4,9 @@
 #   ci_gate.sh --committed <mk-calibrate> <mk-validate> <workdir>
 #       The profile is fitted by mk-calibrate on the committed calibration file(s)
 #       (validation/data/measured/*-calibration.json) and judged by mk-validate on every other committed
-#       measurement file, with --max-median-err from validation/data/validation-threshold.txt. Exit status is
-#       mk-validate's (1: the median error is above the threshold).
+#       measurement file, with --max-median-err from validation/data/validation-threshold.txt and --max-max-err
+#       from validation/data/validation-max-threshold.txt. Exit status is mk-validate's (1: the median or the
+#       largest error is above its threshold).
 #   ci_gate.sh --nccl <mk-calibrate> <mk-validate> <workdir>
 #       The same profile and files, judged on their impl "nccl" records (the layered baseline's line, predicted
 #       with the nccl-* family) against validation/data/validation-nccl-threshold.txt.
@@ -29,12 +30,12 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 data="$here/../data"
 rm -rf "$work" && mkdir -p "$work"
 
-# The gate threshold: the first line of validation-threshold.txt that is not a comment.
+# A gate threshold: the first line of validation/data/<file> that is not a comment (default validation-threshold.txt).
 read_threshold() {
-  local t
-  t=$(grep -v '^[[:space:]]*#' "$data/validation-threshold.txt" | grep -v '^[[:space:]]*$' | head -1 | tr -d '[:space:]')
+  local t file=${1:-validation-threshold.txt}
+  t=$(grep -v '^[[:space:]]*#' "$data/$file" | grep -v '^[[:space:]]*$' | head -1 | tr -d '[:space:]')
   if ! [[ $t =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
-    echo "ci_gate: $data/validation-threshold.txt: expected one number (percent) on its first non-comment line, got '$t'" >&2
+    echo "ci_gate: $data/$file: expected one number (percent) on its first non-comment line, got '$t'" >&2
     exit 2
   fi
   echo "$t"
@@ -57,15 +58,17 @@ if [[ $mode == --committed ]]; then
     exit 2
   fi
   threshold=$(read_threshold) || exit 2
+  maxThreshold=$(read_threshold validation-max-threshold.txt) || exit 2
   # The committed measurements are from the 2 x H200 machine: its preset fills what the micro-benchmarks
   # do not measure (network, proxy: unused on one node).
   "$calibrate" --cluster h200x2 --out "$work/profile.json" --summary "$work/fit.txt" "${calib[@]}" || exit $?
   start=$(date +%s)
-  "$validate" --cluster h200x2 --profile "$work/profile.json" --max-median-err "$threshold" -j 2 --json "$work/validation.json" \
-    "${others[@]}" >"$work/validate.txt"
+  "$validate" --cluster h200x2 --profile "$work/profile.json" --max-median-err "$threshold" --max-max-err "$maxThreshold" \
+    -j 2 --json "$work/validation.json" "${others[@]}" >"$work/validate.txt"
   rc=$?
   cat "$work/validate.txt"
-  echo "ci_gate: threshold $threshold % (validation/data/validation-threshold.txt), $(($(date +%s) - start)) s"
+  echo "ci_gate: threshold $threshold % median (validation/data/validation-threshold.txt), $maxThreshold % max" \
+    "(validation/data/validation-max-threshold.txt), $(($(date +%s) - start)) s"
   last=$(tail -1 "$work/validate.txt")
   if ! [[ $last =~ ^validation:\ n=[0-9]+\ median_abs_err_pct=[0-9.]+\ p90_abs_err_pct=[0-9.]+\ max_abs_err_pct=[0-9.]+$ ]]; then
     echo "ci_gate: mk-validate's last line is not the summary line: '$last'" >&2

@@ -201,10 +201,14 @@ TEST_CASE("calibrate: every parameter is recovered from a full synthetic micro-b
   CHECK(relClose(p.putIssueUs, 0.6, 1e-9));     // the streamed puts' intercept
   CHECK(p.proxyUs == doctest::Approx(2.6));
   CHECK(relClose(p.gemmTflops, 742, 1e-9));
-  CHECK(rep.parameters.size() == 15);
-  std::size_t shortSizes = 0;  // userPutUs compares the sizes where latency dominates (<= 64 KiB)
+  // A Wait's lane time: the both-ways cycle (put, wait) less the streamed put, 1.7 - 0.6 plus the bytes terms'
+  // difference (370 against 372 GB/s: below 1e-3 us up to 64 KiB).
+  CHECK(p.waitUs == doctest::Approx(1.1).epsilon(1e-3));
+  CHECK(rep.parameters.size() == 16);
+  std::size_t shortSizes = 0;  // userPutUs and waitUs compare the sizes where latency dominates (<= 64 KiB)
   for (uint64_t b : sizes()) shortSizes += b <= 64 * 1024 ? 1 : 0;
   CHECK(param(rep, "userPutUs").n == shortSizes);
+  CHECK(param(rep, "waitUs").n == shortSizes);
   CHECK(param(rep, "nvlink.alphaUs").method.find("minus userPutUs") != std::string::npos);
   CHECK(rep.defaulted().empty());
   CHECK(rep.recordsIgnored == 0);
@@ -229,17 +233,31 @@ TEST_CASE("calibrate: collective and baseline records are ignored and counted an
   CHECK(relClose(p.nvlink.bwGBs, 370, 1e-9));
 }
 
-TEST_CASE("calibrate: one-way put records are recorded only and never move the nvlink fit") {
+TEST_CASE("calibrate: with waitUs measured, one-way puts give the Put's visibility (nvlink.alphaUs)") {
+  // Ping-pong puts into the peer's output: visible 1.2 us after they start (plus bytes); the scratch Put's
+  // visibility is that less userPutUs (0.4). The cycle of calib-put-nvlink (1.7) is the issue plus the Wait's lane
+  // time, no longer the Put's latency; the bytes and their ramp stay calib-put-nvlink's.
   auto records = fullSet();
   const std::size_t calib = records.size();
-  for (uint64_t b : sizes()) records.push_back(rec(mk::kCalibPutNvlinkOneWay, b, 1e6));
+  for (uint64_t b : sizes()) records.push_back(rec(mk::kCalibPutNvlinkOneWay, b, abTime(1.2, 370, double(b))));
+  const mk::Profile defaults = mk::defaultProfile(mk::topologyPreset("h200x2"));
   mk::FitReport rep;
-  const mk::Profile p = mk::calibrate({file(records)}, mk::defaultProfile(mk::topologyPreset("h200x2")), &rep);
-  CHECK(rep.recordsUsed == calib);
-  CHECK(rep.recordsIgnored == sizes().size());
-  CHECK(relClose(p.nvlink.alphaUs, 1.3, 1e-9));
-  CHECK(mk::isRecordedOnlyCalibrationOp("calib-put-nvlink-oneway"));
-  CHECK_FALSE(mk::isCalibrationOp("calib-put-nvlink-oneway"));
+  const mk::Profile p = mk::calibrate({file(records)}, defaults, &rep);
+  CHECK(rep.recordsUsed == calib + sizes().size());
+  CHECK(rep.recordsIgnored == 0);
+  CHECK(p.nvlink.alphaUs == doctest::Approx(0.8).epsilon(1e-6));
+  CHECK(relClose(p.nvlink.bwGBs, 370, 1e-9));
+  CHECK(param(rep, "nvlink.alphaUs").method.find(mk::kCalibPutNvlinkOneWay) != std::string::npos);
+  CHECK(mk::isCalibrationOp("calib-put-nvlink-oneway"));
+  CHECK_FALSE(mk::isRecordedOnlyCalibrationOp("calib-put-nvlink-oneway"));
+  // Without the streamed puts there is no waitUs, and the cycle stays the Put's latency: the one-way records
+  // then move nothing.
+  std::vector<mk::MeasurementRecord> noStream;
+  for (const auto& r : records)
+    if (r.op != mk::kCalibPutStream) noStream.push_back(r);
+  const mk::Profile q = mk::calibrate({file(noStream)}, defaults);
+  CHECK(q.waitUs == defaults.waitUs);
+  CHECK(relClose(q.nvlink.alphaUs, 1.3, 1e-9));
   CHECK(mk::isRecordedOnlyCalibrationOp("calib-put-network-oneway"));
   CHECK_FALSE(mk::isCalibrationOp("calib-put-network-oneway"));
   CHECK(mk::isRecordedOnlyCalibrationOp("calib-empty-op"));
@@ -277,7 +295,7 @@ TEST_CASE("calibrate: a parameter without records keeps the datasheet default an
   CHECK(p.network.bwGBs == defaults.network.bwGBs);
   CHECK(p.gemmTflops == defaults.gemmTflops);
   CHECK(p.flagUs == defaults.flagUs);
-  CHECK(rep.defaulted().size() == 13);
+  CHECK(rep.defaulted().size() == 14);
   CHECK(!param(rep, "gemmTflops").measured);
   CHECK(param(rep, "gemmTflops").method == "default (not measured)");
   CHECK(param(rep, "nvlink.bwGBs").measured);

@@ -95,6 +95,12 @@ check "gate failure: the summary is still the last line" grep -Eq "^$summary\$" 
 check "gate failure: one stderr line" test "$(wc -l <"$work/err.txt")" -eq 1
 check "gate failure: says why" grep -q 'exceeds --max-median-err 0' "$work/err.txt"
 expect 0 "$summary" -- "$tool" --profile "$p" --max-median-err 100 "$good"
+# The gate on the largest error: the same contract, its own reason.
+"$tool" --profile "$p" --max-max-err 0 "$good" >"$work/out.txt" 2>"$work/err.txt"
+check "max gate failure: exit 1" test $? -eq 1
+check "max gate failure: the summary is still the last line" grep -Eq "^$summary\$" <(tail -1 "$work/out.txt")
+check "max gate failure: says why" grep -q 'largest absolute error .* exceeds --max-max-err 0' "$work/err.txt"
+expect 0 "$summary" -- "$tool" --profile "$p" --max-max-err 100 --max-median-err 100 "$good"
 
 # Bad input: exit 2, one line, nothing written.
 expect 2 'exactly one of --profile' -- "$tool" --json "$work/x.json" "$good"
@@ -137,7 +143,7 @@ check "a failed report left no temporary directory" test -z "$(ls -A "$work" | g
 expect 2 '--jobs must be >= 1' -- "$tool" --profile "$p" -j 0 "$good"
 # A threshold that could switch a gate off (NaN compares false, inf and huge values pass anything) is bad input:
 # exit 2, one line naming the flag and the rule, and nothing written.
-for flag in --max-median-err --max-median-err-nccl; do
+for flag in --max-median-err --max-max-err --max-median-err-nccl; do
   for v in nan NaN -1 inf -inf 1e308 1000 100.5 abc 5x ''; do
     expect 2 "^mk-validate: error: $flag: must be a finite number in \\[0, 100\\]" -- \
       "$tool" --profile "$p" "$flag" "$v" --json "$work/x.json" "$good"

@@ -2,10 +2,12 @@
 // from a hardware profile, and report how far the predictions are (docs/validation.md).
 //
 //   mk-validate --profile p.json [--cluster h200x2] [--op allreduce,...] [--algo ...] [--max-median-err X]
-//               [--report DIR] [--trace-record OP:ALGO:BYTES [--measured-trace t.json [--measured-op N]]]
+//               [--max-max-err Y] [--report DIR] [--trace-record OP:ALGO:BYTES [--measured-trace t.json [--measured-op
+//               N]]]
 //               [-j N] [--json out.json] [--skip-bad] files...
 //
-// Exit codes (mk/util/cli.hpp): 0 success, 1 the gate failed (median simulator error above --max-median-err) or a
+// Exit codes (mk/util/cli.hpp): 0 success, 1 a gate failed (the simulator's median error above --max-median-err,
+// its largest above --max-max-err) or a
 // simulation process died, 2 bad input (one line on stderr, nothing written).
 #include <unistd.h>
 
@@ -50,6 +52,7 @@ struct Options {
   std::string cluster;
   std::vector<std::string> ops, algos;
   std::optional<double> maxMedianErr;
+  std::optional<double> maxMaxErr;
   std::optional<double> maxMedianErrNccl;
   std::string reportDir;
   std::string traceRecord;
@@ -175,6 +178,7 @@ int run(const Options& o, const std::string& command) {
   ctx.command = command;
   ctx.commit = mk::buildCommit();
   ctx.maxMedianErrPct = o.maxMedianErr;
+  ctx.maxMaxErrPct = o.maxMaxErr;
   ctx.maxMedianErrNcclPct = o.maxMedianErrNccl;
   if (o.datasheet) {
     ctx.profile = mk::defaultProfile(mk::loadTopology(vo.cluster));
@@ -285,6 +289,13 @@ int run(const Options& o, const std::string& command) {
                  kTool, res.sim.medianAbsPct, *o.maxMedianErr);
     failed = true;
   }
+  if (o.maxMaxErr && res.sim.maxAbsPct > *o.maxMaxErr) {
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "%s: gate failed: the simulator's largest absolute error %.2f %% exceeds --max-max-err %g %%\n", kTool,
+                 res.sim.maxAbsPct, *o.maxMaxErr);
+    failed = true;
+  }
   // The last line, always: scripts and the CI gate read it.
   std::printf("%s\n", mk::formatSummaryLine(res.sim).c_str());
   return failed ? mk::cli::kExitFailed : 0;
@@ -332,6 +343,9 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--max-median-err", o.maxMedianErr,
                  "gate: exit 1 when the simulator's median absolute error (percent) exceeds this")
+      ->check(mk::cli::percentThreshold());
+  app.add_option("--max-max-err", o.maxMaxErr,
+                 "gate: exit 1 when the simulator's largest absolute error (percent) over the records exceeds this")
       ->check(mk::cli::percentThreshold());
   app.add_option("--max-median-err-nccl", o.maxMedianErrNccl,
                  "gate: exit 1 when the median absolute error (percent) of the nccl line (impl \"nccl\" records "

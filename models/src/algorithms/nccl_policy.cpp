@@ -52,6 +52,7 @@ Profile layeredProfile(const Profile& p, Protocol proto) {
   // NCCL reduces inside its receive loop (recvReduceSend): no separate step start-up, no hand-off between lanes.
   v.local.alphaUs = 0;
   v.localFlagUs = 0;
+  v.waitUs = 0;  // our interpreter's Wait step; NCCL's waits are inside its protocol loops (their latencies above)
   return v;
 }
 

@@ -151,7 +151,7 @@ class UncontendedSim {
           }
           const uint64_t f = flagIndex(st.flag);
           if (counter_[f] >= st.value) {
-            record(ls, start, start);
+            record(ls, start, waitEndUs(p_, start, start));
             break;
           }
           waiters_[f].push(Waiter{st.value, g});
@@ -197,7 +197,7 @@ class UncontendedSim {
     // The counter first reached these thresholds at t, and each waiter was blocked at or before t.
     for (uint64_t g : resumed_) {  // runLane never touches resumed_ (it does not apply increments)
       LaneState& ls = lanes_[g];
-      record(ls, ls.ready, std::max(ls.ready, t));
+      record(ls, ls.ready, waitEndUs(p_, ls.ready, t));
       runLane(g, t);
     }
   }

@@ -226,6 +226,7 @@ std::string profileToJson(const Profile& p, const ProfileProvenance& prov, int i
   j["peerUserUs"] = p.peerUserUs;
   j["putIssueUs"] = p.putIssueUs;
   j["userPutUs"] = p.userPutUs;
+  j["waitUs"] = p.waitUs;
   j["proxyUs"] = p.proxyUs;
   j["transport"] = transportJson(p.transport);
   j["gemmTflops"] = p.gemmTflops;
@@ -244,9 +245,10 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   const std::string schema = text(j, "", "schema");
   if (schema != kProfileSchema)
     parseFail("schema must be \"" + std::string(kProfileSchema) + "\" (got \"" + excerpt(schema) + "\")");
-  onlyKeys(j, "", {"schema",     "source",    "provenance",  "nvlink",     "network",    "local",      "reduceGBs",
-                   "reduceRamp", "flagUs",    "localFlagUs", "dispatchUs", "peerUserUs", "putIssueUs", "userPutUs",
-                   "proxyUs",    "transport", "gemmTflops",  "sms",        "ctaGBs",     "protocols",  "nccl"});
+  onlyKeys(j, "", {"schema",     "source",     "provenance", "nvlink",      "network",    "local",
+                   "reduceGBs",  "reduceRamp", "flagUs",     "localFlagUs", "dispatchUs", "peerUserUs",
+                   "putIssueUs", "userPutUs",  "waitUs",     "proxyUs",     "transport",  "gemmTflops",
+                   "sms",        "ctaGBs",     "protocols",  "nccl"});
   Profile p;
   p.source = text(j, "", "source");
   p.nvlink = linkCost(j, "nvlink", true);
@@ -263,6 +265,8 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   p.peerUserUs = j.contains("peerUserUs") ? parameter(j, "", "peerUserUs", Unit::Time) : 0.0;
   p.putIssueUs = j.contains("putIssueUs") ? parameter(j, "", "putIssueUs", Unit::Time) : 0.0;
   p.userPutUs = j.contains("userPutUs") ? parameter(j, "", "userPutUs", Unit::Time) : 0.0;
+  // Added with the Wait's lane time: a profile without it lets a met Wait cost nothing (as before it existed).
+  p.waitUs = j.contains("waitUs") ? parameter(j, "", "waitUs", Unit::Time) : 0.0;
   p.proxyUs = parameter(j, "", "proxyUs", Unit::Time);
   if (j.contains("transport")) {
     p.transport = transport(j);

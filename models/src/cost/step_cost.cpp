@@ -87,7 +87,17 @@ double putAlphaUs(const Profile& p, bool intoUserBuffer) noexcept {
 }
 
 double putLaneUs(const Profile& p, bool intoUserBuffer) noexcept {
-  return p.putIssueUs > 0 && p.putIssueUs < p.nvlink.alphaUs ? p.putIssueUs : putAlphaUs(p, intoUserBuffer);
+  const double alpha = putAlphaUs(p, intoUserBuffer);
+  if (!(p.putIssueUs > 0)) return alpha;
+  // The entry check (poll the peer's entry, system fence) runs at the start of a step that touches a peer's user
+  // buffer: it is lane time as much as latency, and calib-put-stream's puts (into the peers' output) paid it.
+  // (Floored at 0: a profile whose entry check exceeds the whole issue leaves the scratch Put no lane time.)
+  const double issue = intoUserBuffer || !(p.userPutUs > 0) ? p.putIssueUs : std::max(0.0, p.putIssueUs - p.userPutUs);
+  return issue < alpha ? issue : alpha;
+}
+
+double waitEndUs(const Profile& p, double startUs, double visibleUs) noexcept {
+  return std::max(visibleUs, startUs + (p.waitUs > 0 ? p.waitUs : 0.0));
 }
 
 double transportEfficiency(const TransportModel& t, double bytes) noexcept { return rampFraction(t.efficiency, bytes); }

@@ -125,6 +125,11 @@ struct Profile {
   /// both-ways put patterns into the peers' user buffers and into their scratch. 0 = not distinguished.
   /// The closed forms charge it on every NVLink message of a generator whose peers touch user buffers.
   double userPutUs = 0;
+  /// The least time a Wait step keeps its lane, even when its flag is already set: the poll that finds it, the
+  /// acquire fence and the lane's hand-off to its next step (mk::waitEndUs). An unmet Wait ends when the flag is
+  /// visible (nvlink.alphaUs, flagUs, ... are measured up to the waiting lane's next step, so they contain this
+  /// part); a met one ends waitUs after it started. 0 = not distinguished (a met Wait costs nothing).
+  double waitUs = 0;
   double proxyUs = 0;     ///< extra per ProxyPut for the FIFO + host proxy
   double gemmTflops = 0;  ///< achieved bf16 GEMM rate per GPU (all of its SMs)
   /// SMs per GPU (a resident compute kernel holds one CTA per SM). On a rank that runs Gemm steps the lanes

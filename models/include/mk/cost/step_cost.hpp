@@ -34,9 +34,14 @@ StepResource stepResource(const Schedule& s, const Step& st, uint32_t rank, uint
 double putIssueUs(const Profile& p) noexcept;
 /// Visibility latency of one NVLink Put: nvlink.alphaUs, plus userPutUs when it lands in a user buffer.
 double putAlphaUs(const Profile& p, bool intoUserBuffer) noexcept;
-/// Lane time of one NVLink Put before its bytes: putIssueUs when distinguished (set, below nvlink.alphaUs),
-/// else the Put's whole visibility latency (putAlphaUs). Its signal lands putAlphaUs after the Put starts.
+/// Lane time of one NVLink Put before its bytes: the issue time when distinguished (putIssueUs set, below
+/// nvlink.alphaUs), else the Put's whole visibility latency (putAlphaUs). Its signal lands putAlphaUs after the Put
+/// starts. putIssueUs is a Put into a peer's user buffer (what calib-put-stream times); a Put into scratch skips
+/// the engine's entry check (rule 3: the peer entered the op), so its issue is putIssueUs - userPutUs.
 double putLaneUs(const Profile& p, bool intoUserBuffer) noexcept;
+/// When a Wait that started at `startUs` ends, its flag's threshold being visible at `visibleUs`: max(visibleUs,
+/// startUs + waitUs). The one Wait rule of every engine (timeline, replay); a met Wait still costs waitUs.
+double waitEndUs(const Profile& p, double startUs, double visibleUs) noexcept;
 /// True when step `st` of `s` writes a user buffer (not scratch) of another rank (a Put into a peer's output).
 bool writesPeerUserBuffer(const Schedule& s, const Step& st, uint32_t rank) noexcept;
 

@@ -33,8 +33,10 @@ inline constexpr const char* kCalibDispatchScratch = "calib-dispatch-scratch";
 inline constexpr const char* kCalibProxy = "calib-proxy";  ///< extra per ProxyPut -> proxyUs
 inline constexpr const char* kCalibGemm = "calib-gemm";    ///< bf16 GEMM, needs "flops" -> gemmTflops
 
-/// Recorded by `mk-bench calibrate` for the report, not fitted: one-way ping-pong puts (the profile's
-/// nvlink class is fitted from calib-put-nvlink, both directions at once, as every 2-GPU collective uses it).
+/// One-way ping-pong puts (into the peer's output), per message: the time from a Put's start until the waiting
+/// peer's lane moves on, with nothing else on either lane. When calib-put-stream gives waitUs too, its latency
+/// regime is the Put's visibility: nvlink.alphaUs (less userPutUs). The bytes and the ramp stay calib-put-nvlink's
+/// (both directions at once, as every 2-GPU collective uses the link).
 inline constexpr const char* kCalibPutNvlinkOneWay = "calib-put-nvlink-oneway";
 /// Recorded by `mk-bench calibrate-network` for the report, not fitted: one-way ping-pong ProxyPuts (the network
 /// class is fitted from calib-put-network, both directions at once, as the collectives use it).
@@ -50,7 +52,7 @@ inline constexpr const char* kCalibEmptyOp = "calib-empty-op";
 /// True for the fitted ops above (the exact spelling; other "calib-" ops, except the recorded-only ones, are
 /// an error in calibrate()).
 bool isCalibrationOp(const std::string& op) noexcept;
-/// True for calibration ops that are recorded but never fitted (kCalibPutNvlinkOneWay, kCalibEmptyOp).
+/// True for calibration ops that are recorded but never fitted (kCalibPutNetworkOneWay, kCalibEmptyOp).
 bool isRecordedOnlyCalibrationOp(const std::string& op) noexcept;
 
 /// One measured point of a linear fit: x (bytes, or flops for gemm) and the time it took.

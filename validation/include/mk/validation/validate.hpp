@@ -195,6 +195,7 @@ struct ValidationContext {
   std::string command;                    ///< mk-validate's command line
   std::string commit;                     ///< mk-validate's build commit
   std::optional<double> maxMedianErrPct;  ///< the gate, when given
+  std::optional<double> maxMaxErrPct;     ///< the gate on the largest error, when given
   /// The layered baseline's line (validate_layered.hpp), when `impl: nccl` records were predicted; not owned.
   const struct LayeredValidation* layered = nullptr;
   std::optional<double> maxMedianErrNcclPct;  ///< its gate, when given
