@@ -744,7 +744,7 @@ TEST_CASE("allreduce: closed forms bound the timeline from above on uneven nodes
   // loose on other layouts and profiles, here it is within 5%).
   for (const char* name : kAllReduce)
     for (uint64_t count : {48ull, 4800ull, 480000ull}) {
-      INFO(name << " count " << count);
+      INFO(std::string(name) << " count " << count);
       const auto [form, timeline] = formVsTimeline(name, unevenLayout(), count, 2, 1, oddProfile());
       CHECK(form >= timeline * (1 - 1e-12));
       CHECK(form <= timeline * 1.05);

@@ -456,7 +456,7 @@ PathCounts rhdLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, const 
   std::vector<double> frac(J);
   for (uint32_t j = 0; j < J; ++j)
     frac[j] = double((chunkMax + (uint64_t(1) << (j + 1)) - 1) >> (j + 1)) / double(chunkMax);
-  const PathCounts zero, put = nvGroup(1, 1), red1 = redGroup(1, 1);
+  const PathCounts zero, put = nvGroup(1, 1), red1 = redGroup(1, 1), land = netLands();
   struct State {
     PathCounts red, snd, mu, ready, finalReady, arrivals, fold, back;
     std::vector<PathCounts> rs, ag;  // this chunk's send ends per step
@@ -484,7 +484,7 @@ PathCounts rhdLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, const 
       st[n].fold = st[n].snd = longest(st[n].snd, st[n].ready) + nodes[n].owned * netGroup(1, 1);
     for (uint32_t n = 0; n < plan.extra; ++n) {
       State& s = st[n];
-      s.red = longest(s.red, st[n + M2].fold) + nodes[n].owned * red1;
+      s.red = longest(s.red, st[n + M2].fold + land) + nodes[n].owned * red1;
       s.ready = s.red + flagHop();
     }
     for (uint32_t j = 0; j < J; ++j) {
@@ -492,14 +492,14 @@ PathCounts rhdLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, const 
         st[n].rs[j] = st[n].snd = longest(st[n].snd, st[n].ready) + nodes[n].owned * netGroup(1, frac[j]);
       for (uint32_t n = 0; n < M2; ++n) {
         State& s = st[n];
-        s.red = longest(s.red, st[partner(n, j)].rs[j]) + nodes[n].owned * redGroup(1, frac[j]);
+        s.red = longest(s.red, st[partner(n, j)].rs[j] + land) + nodes[n].owned * redGroup(1, frac[j]);
         s.ready = s.red + flagHop();
       }
     }
     for (uint32_t k = 0; k < J; ++k) {
       const uint32_t j = J - 1 - k;
       for (uint32_t n = 0; n < M2; ++n) {
-        const PathCounts ready = k == 0 ? st[n].ready : st[partner(n, j + 1)].ag[k - 1];
+        const PathCounts ready = k == 0 ? st[n].ready : st[partner(n, j + 1)].ag[k - 1] + land;
         st[n].ag[k] = longest(st[n].snd, ready) + nodes[n].owned * netGroup(1, frac[j]);
       }
       for (uint32_t n = 0; n < M2; ++n) st[n].snd = st[n].ag[k];
@@ -507,14 +507,14 @@ PathCounts rhdLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, const 
     for (uint32_t n = 0; n < M2; ++n) {  // this chunk is final on node n
       State& s = st[n];
       s.finalReady = s.ready;
-      for (uint32_t k = 0; k < J; ++k) s.finalReady = longest(s.finalReady, st[partner(n, J - 1 - k)].ag[k]);
+      for (uint32_t k = 0; k < J; ++k) s.finalReady = longest(s.finalReady, st[partner(n, J - 1 - k)].ag[k] + land);
       s.arrivals = longest(s.arrivals, s.finalReady);
     }
     for (uint32_t n = 0; n < plan.extra; ++n) {
       State& s = st[n];
       st[n + M2].back = s.snd = longest(s.snd, s.finalReady) + nodes[n].owned * netGroup(1, 1);
-      st[n + M2].finalReady = st[n + M2].back;
-      st[n + M2].arrivals = longest(st[n + M2].arrivals, st[n + M2].back);
+      st[n + M2].finalReady = st[n + M2].back + land;
+      st[n + M2].arrivals = longest(st[n + M2].arrivals, st[n + M2].back + land);
     }
     for (uint32_t n = 0; n < M; ++n)  // phase 3: chunk t to the node's other ranks
       if (nodes[n].phases) st[n].mu = longest(st[n].mu, st[n].finalReady) + nodes[n].perOwner * put;
