@@ -836,8 +836,8 @@ TEST_CASE("allreduce hierarchical rhd: 2 log2 M exchanges per chunk and owner an
     CHECK(countKind(p2, StepKind::ProxyPut) == 32ull * 2 * 3 * chunks);
     const Schedule fold = generate(arSpec("hierarchical", 24 * 4 * 64), nodesOf(24, 4), opts(chunks, 1, "rhd"));
     CHECK(countKind(fold, StepKind::ProxyPut) == (16ull * 2 * 2 + 2 * 4 * 2) * chunks);
-    // phase 1 and 3 are unchanged in shape: one NVLink put per peer, chunk and direction
-    CHECK(countKind(p2, StepKind::Put) == 32ull * 3 * chunks * 2);
+    // phase 1: one NVLink put per peer and chunk; phase 3: two, the kept half and then the last-arriving half
+    CHECK(countKind(p2, StepKind::Put) == 32ull * 3 * chunks * 3);
   }
   // 1024 ranks: the inter phase is 2 log2(128) = 14 sends per owner, not 2 * 127
   const Schedule big = generate(arSpec("hierarchical", 1 << 20, DType::BFloat16), nodesOf(1024, 8), opts(1, 1, "rhd"));
@@ -963,9 +963,11 @@ TEST_CASE("allreduce hierarchical: auto picks the inter-node variant with the lo
     const CollectiveSpec spec = arSpec("hierarchical", bytes / 4);
     const double ring = closedForm(spec, opts(4, 1, "ring"), topo, 1024, profile).totalUs;
     const double rhd = closedForm(spec, opts(4, 1, "rhd"), topo, 1024, profile).totalUs;
+    const double bruck = closedForm(spec, opts(4, 1, "bruck"), topo, 1024, profile).totalUs;
     const InterPhase pick = resolveInter(spec, nodeOf, opts(4, 1, "auto"), profile);
-    CHECK(pick == (rhd < ring ? InterPhase::Rhd : InterPhase::Ring));
-    CHECK(closedForm(spec, opts(4, 1, "auto"), topo, 1024, profile).totalUs == std::min(ring, rhd));
+    const double best = std::min({ring, rhd, bruck});
+    CHECK(pick == (best == ring ? InterPhase::Ring : best == rhd ? InterPhase::Rhd : InterPhase::Bruck));
+    CHECK(closedForm(spec, opts(4, 1, "auto"), topo, 1024, profile).totalUs == best);
   }
   // 128 nodes: 14 latency-bound exchanges beat 254 ring steps for a small message
   CHECK(resolveInter(arSpec("hierarchical", 1024), nodeOf, opts(1, 1, "auto"), profile) == InterPhase::Rhd);

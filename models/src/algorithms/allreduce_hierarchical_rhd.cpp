@@ -387,43 +387,61 @@ class RhdVariant {
     std::vector<std::vector<uint64_t>> doneAt_;  ///< [owned][step][chunk]: doubling arrivals through the chunk
   };
 
-  /// Phase 3, intra-node all-gather (mover): chunk t of each owned shard to the node's other ranks once final
-  /// (the own reductions and every doubling arrival of the chunk; on an extra node the chunk its host sent
-  /// back).
+  /// Phase 3, intra-node all-gather (mover), per chunk t in two pieces, each owned shard's first piece before
+  /// any second one: the half the node kept at halving step 0, once final (the own reductions and the doubling
+  /// arrivals of steps J-1 .. 1), then the half the last doubling step delivers (step 0), so that only a half
+  /// chunk remains to forward after the network's last message. On an extra node the chunk its host sent back,
+  /// whole.
   void sendPhase3(const RhdRank& me) {
-    const uint32_t r = me.rank, node = me.node, localRanks = me.localRanks, J = steps();
+    const uint32_t r = me.rank, node = me.node, J = steps();
     const auto own = me.owned.size();
     std::vector<uint64_t> readySeen(own, 0), doublingCount(own * size_t(J), 0), doublingDone(own * size_t(J), 0),
         backCount(own, 0);
-    for (uint32_t t = 0; t < chunks(); ++t)
+    const uint32_t mover = lanes_.mover(r);
+    auto waitDoubling = [&](std::size_t jo, uint32_t m, uint32_t j) {
+      const size_t k = jo * size_t(J) + j;
+      if (doublingCount[k] <= doublingDone[k]) return;
+      b_.wait(r, mover, flags_.doublingArrived[j][m], doublingCount[k]);
+      doublingDone[k] = doublingCount[k];
+    };
+    for (uint32_t t = 0; t < chunks(); ++t) {
       for (std::size_t jo = 0; jo < own; ++jo) {
         const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
         const Range c = walk_.chunk(s, t);
         if (c.size == 0) continue;
-        const uint32_t mover = lanes_.mover(r);
         if (me.isExtra) {
           b_.wait(r, mover, flags_.foldBack[m], ++backCount[jo]);
-        } else {
-          const uint64_t need = me.readyAt[jo][t][J];
-          if (need > readySeen[jo]) {
-            b_.wait(r, mover, flags_.ready[m], need);
-            readySeen[jo] = need;
-          }
-          for (uint32_t j = 0; j < J; ++j) {
-            const size_t k = jo * size_t(J) + j;
-            if (walk_.sent(node, s, t, j).size > 0) ++doublingCount[k];
-            if (doublingCount[k] > doublingDone[k]) {
-              b_.wait(r, mover, flags_.doublingArrived[j][m], doublingCount[k]);
-              doublingDone[k] = doublingCount[k];
-            }
-          }
+          forward(me, c);
+          continue;
         }
-        for (uint32_t i = 1; i < localRanks; ++i) {
-          const uint32_t peer = ctx_.nodeRanks[node][(me.localIndex + i) % localRanks];
-          b_.put(r, mover, bufRef(peer, ctx_.output, c.begin), bufRef(r, ctx_.output, c.begin), c.size,
-                 flags_.phase3Arrived);
+        const uint64_t need = me.readyAt[jo][t][J];
+        if (need > readySeen[jo]) {
+          b_.wait(r, mover, flags_.ready[m], need);
+          readySeen[jo] = need;
         }
+        for (uint32_t j = 0; j < J; ++j)
+          if (walk_.sent(node, s, t, j).size > 0) ++doublingCount[jo * size_t(J) + j];
+        for (uint32_t j = 1; j < J; ++j) waitDoubling(jo, m, j);
+        forward(me, walk_.kept(node, s, t, 0));
       }
+      for (std::size_t jo = 0; jo < own && !me.isExtra; ++jo) {
+        const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
+        const Range half = walk_.sent(node, s, t, 0);
+        if (half.size == 0) continue;
+        waitDoubling(jo, m, 0);
+        forward(me, half);
+      }
+    }
+  }
+
+  /// Phase 3's puts of range `c` of the output to the node's other ranks.
+  void forward(const RhdRank& me, Range c) {
+    if (c.size == 0) return;
+    for (uint32_t i = 1; i < me.localRanks; ++i) {
+      const uint32_t peer = ctx_.nodeRanks[me.node][(me.localIndex + i) % me.localRanks];
+      b_.put(me.rank, lanes_.mover(me.rank), bufRef(peer, ctx_.output, c.begin), bufRef(me.rank, ctx_.output, c.begin),
+             c.size, flags_.phase3Arrived);
+    }
   }
 
   /// Completion: non-owned shards arrive in phase 3; a node of one rank ends with its own last arrivals.
@@ -541,17 +559,26 @@ PathCounts rhdLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, const 
     for (uint32_t n = 0; n < M2; ++n)
       if (sg < 2 * J || n < plan.extra) senderStage(n, t, sg);
   });
+  // Phase 3 per chunk: on a node of the exchanges the half kept at step 0 once final (all but the last doubling
+  // arrival), then the other half (the last arrival, step 0); on an extra node the chunk sent back, whole.
+  const PathCounts half = nvGroup(1, J > 0 ? frac[0] : 1);
   for (uint32_t t = 0; t < K; ++t)
     for (uint32_t n = 0; n < M; ++n) {
       Chunk& c = st[n].chunk[t];
-      if (n < M2 && n >= plan.extra) {  // final on node n: its own reductions and every doubling arrival
-        c.finalReady = c.ready[J];
-        for (uint32_t k = 0; k < J; ++k)
-          c.finalReady = longest(c.finalReady, st[partner(n, J - 1 - k)].chunk[t].send[J + k] + land);
+      if (n >= M2) {
+        c.finalReady = st[n - M2].chunk[t].back + land;
+        st[n].arrivals = longest(st[n].arrivals, c.finalReady);
+        if (nodes[n].phases) st[n].mu = longest(st[n].mu, c.finalReady) + nodes[n].perOwner * put;
+        continue;
       }
-      if (n >= M2) c.finalReady = st[n - M2].chunk[t].back + land;
+      PathCounts keptFinal = c.ready[J];
+      for (uint32_t k = 0; k + 1 < J; ++k)
+        keptFinal = longest(keptFinal, st[partner(n, J - 1 - k)].chunk[t].send[J + k] + land);
+      const PathCounts last = J > 0 ? st[partner(n, 0)].chunk[t].send[2 * J - 1] + land : zero;
+      if (n >= plan.extra) c.finalReady = longest(keptFinal, last);  // (a host computed it for its fold-back)
       st[n].arrivals = longest(st[n].arrivals, c.finalReady);
-      if (nodes[n].phases) st[n].mu = longest(st[n].mu, c.finalReady) + nodes[n].perOwner * put;  // phase 3
+      if (nodes[n].phases)
+        st[n].mu = longest(longest(st[n].mu, keptFinal) + nodes[n].perOwner * half, last) + nodes[n].perOwner * half;
     }
   PathCounts total = zero;
   for (uint32_t n = 0; n < M; ++n) {
