@@ -836,13 +836,16 @@ TEST_CASE("allreduce hierarchical rhd: 2 log2 M exchanges per chunk and owner an
     CHECK(countKind(p2, StepKind::ProxyPut) == 32ull * 2 * 3 * chunks);
     const Schedule fold = generate(arSpec("hierarchical", 24 * 4 * 64), nodesOf(24, 4), opts(chunks, 1, "rhd"));
     CHECK(countKind(fold, StepKind::ProxyPut) == (16ull * 2 * 2 + 2 * 4 * 2) * chunks);
-    // phase 1: one NVLink put per peer and chunk; phase 3: two, the kept half and then the last-arriving half
-    CHECK(countKind(p2, StepKind::Put) == 32ull * 3 * chunks * 3);
+    // phases 1 and 3: two NVLink puts per peer and chunk each (phase 1: the half sent at step 0, then the
+    // kept half; phase 3: the kept half, then the half the last doubling step delivers)
+    CHECK(countKind(p2, StepKind::Put) == 32ull * 3 * chunks * 4);
   }
   // 1024 ranks: the inter phase is 2 log2(128) = 14 sends per owner, not 2 * 127
   const Schedule big = generate(arSpec("hierarchical", 1 << 20, DType::BFloat16), nodesOf(1024, 8), opts(1, 1, "rhd"));
   CHECK(countKind(big, StepKind::ProxyPut) == 1024ull * 14);
-  CHECK(big.stepCount() < 1024ull * 100);
+  // per rank: 14 sends, their waits and reductions, and phases 1 and 3 in halves (4 x 7 puts, 2 x 7
+  // reductions and their waits): about 115 steps, against 2 x 127 sends alone for a ring over the nodes
+  CHECK(big.stepCount() < 1024ull * 128);
 }
 
 TEST_CASE("allreduce hierarchical rhd: every wait matters on a folded layout") {

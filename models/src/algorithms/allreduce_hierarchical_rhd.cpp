@@ -209,15 +209,35 @@ class RhdVariant {
     const uint32_t r = me.rank;
     const uint64_t k = chunks(), own = me.owned.size(), g = me.localRanks, j = steps();
     if (me.localRanks > 1)
-      b_.reserveSteps(r, lanes_.mover(r), k * (layout_.shards - own + own * (g - 1)) + k * own * (g - 1 + 1 + j));
-    b_.reserveSteps(r, lanes_.reducer(r), k * own * (2 * (g - 1) + 3 + 3 * j) + 1 + uint64_t(layout_.maxOwned) * j);
+      b_.reserveSteps(r, lanes_.mover(r), 2 * k * (layout_.shards - own + own * (g - 1)) + k * own * (g + 1 + j));
+    b_.reserveSteps(r, lanes_.reducer(r), k * own * (4 * (g - 1) + 3 + 3 * j) + 1 + uint64_t(layout_.maxOwned) * j);
     b_.reserveSteps(r, lanes_.sender(r), k * own * (4 * j + 3 + j));
   }
 
-  /// Phase 1, intra-node reduce-scatter (mover): chunk t of the input to each shard's owner (chunk, then
-  /// shard), one piece per chunk.
+  /// The two halves of chunk t of `shard` that phase 1 delivers one after the other on `node`: first the half
+  /// the owner sends at halving step 0 (so that the network starts after half a chunk of phase 1), then the
+  /// half it keeps. An extra node sends its chunk whole, and splits it the same way.
+  Range phase1Half(uint32_t node, uint32_t shard, uint32_t t, bool first) const {
+    return first ? walk_.sent(node, shard, t, 0) : walk_.kept(node, shard, t, 0);
+  }
+
+  /// Phase 1, intra-node reduce-scatter (mover): per chunk, the first halves (phase1Half) of the input to each
+  /// shard's owner, then the second halves, one piece per half, into the owner's phase-1 slot for this rank.
   void sendPhase1(const RhdRank& me) {
-    emitChunkedPhase1(b_, ctx_, lanes_, shards_, me.node, me.localIndex, flags_.phase1Arrived);
+    if (me.localRanks < 2) return;
+    const uint32_t r = me.rank, node = me.node;
+    for (uint32_t t = 0; t < chunks(); ++t)
+      for (const bool first : {true, false})
+        for (uint32_t i = 1; i < me.localRanks; ++i) {
+          const uint32_t peerIndex = (me.localIndex + i) % me.localRanks;
+          const uint32_t peer = ctx_.nodeRanks[node][peerIndex];
+          for (uint32_t s = peerIndex; s < shards_.count(); s += me.localRanks) {
+            const Range c = phase1Half(node, s, t, first);
+            if (c.size > 0)
+              b_.put(r, lanes_.mover(r), bufRef(peer, scratch_, shards_.phase1Slot(node, me.localIndex, s, c.begin)),
+                     bufRef(r, ctx_.input, c.begin), c.size, flags_.phase1Arrived[me.localIndex]);
+          }
+        }
   }
 
   /// The reducer, stage by stage in wavefront order (rhdWavefront): stage 0 of a chunk is its phase-1
@@ -230,12 +250,26 @@ class RhdVariant {
     std::vector<uint64_t> phase1Seen(localRanks, 0), foldSeen(own, 0), halvingSeen(own * size_t(J), 0);
     rhdWavefront(chunks(), me.isExtra ? 1 : J + 1, [&](uint32_t t, uint32_t k) {
       if (k == 0) {
+        // The first halves of phase 1 (what halving step 0 sends): a plain node signals the sender at once.
+        const bool early = !me.isHost && !me.isExtra;
+        for (std::size_t jo = 0; jo < own && localRanks > 1; ++jo) {
+          const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
+          const Range c = phase1Half(node, s, t, true);
+          if (c.size == 0) continue;
+          emitChunkedPhase1Reduce(b_, ctx_, lanes_, shards_, node, me.localIndex, s, c, flags_.phase1Arrived,
+                                  phase1Seen);
+          if (early) b_.signal(r, lanes_.reducer(r), r, flags_.ready[m]);
+        }
+        if (early)
+          for (std::size_t jo = 0; jo < own; ++jo)
+            me.readyAt[jo][t][0] = b_.signalsSent(r, flags_.ready[shards_.ordinal(node, me.owned[jo])]);
         for (std::size_t jo = 0; jo < own; ++jo) {
           const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
-          const Range c = walk_.chunk(s, t);
-          if (c.size > 0 && localRanks > 1)
-            emitChunkedPhase1Reduce(b_, ctx_, lanes_, shards_, node, me.localIndex, s, c, flags_.phase1Arrived,
+          const Range c = walk_.chunk(s, t), second = phase1Half(node, s, t, false);
+          if (second.size > 0 && localRanks > 1)
+            emitChunkedPhase1Reduce(b_, ctx_, lanes_, shards_, node, me.localIndex, s, second, flags_.phase1Arrived,
                                     phase1Seen);
+          if (early) continue;  // the kept half needs no signal: this lane reduces into it next
           if (c.size > 0 && me.isHost) {
             const uint32_t red = lanes_.reducer(r);
             b_.wait(r, red, flags_.foldIn[m], ++foldSeen[jo]);
@@ -505,10 +539,15 @@ PathCounts rhdLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, const 
     std::vector<Chunk> chunk;
   };
   std::vector<Node> st(M);
-  std::vector<std::vector<PathCounts>> rounds(M, std::vector<PathCounts>(K));
+  // Phase 1 in half rounds (first halves, then second halves of chunk t): roundsA[t], roundsB[t].
+  std::vector<std::vector<PathCounts>> roundsA(M, std::vector<PathCounts>(K)), rounds = roundsA;
+  const PathCounts halfPut = nvGroup(1, J > 0 ? frac[0] : 1), halfRed = redGroup(1, J > 0 ? frac[0] : 1);
   for (uint32_t n = 0; n < M; ++n) {
     st[n].chunk.assign(K, Chunk{std::vector<PathCounts>(J + 1), std::vector<PathCounts>(2 * J), {}, {}, {}});
-    for (uint32_t t = 0; t < K; ++t) rounds[n][t] = (t ? rounds[n][t - 1] : zero) + nodes[n].p1Puts * put;
+    for (uint32_t t = 0; t < K; ++t) {
+      roundsA[n][t] = (t ? rounds[n][t - 1] : zero) + nodes[n].p1Puts * halfPut;
+      rounds[n][t] = roundsA[n][t] + nodes[n].p1Puts * halfPut;
+    }
     st[n].mu = rounds[n][K - 1];
   }
   auto reducerStage = [&](uint32_t n, uint32_t t, uint32_t k) {
@@ -516,9 +555,11 @@ PathCounts rhdLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, const 
     Chunk& c = s.chunk[t];
     if (k == 0) {
       c.ready[0] = zero;  // a node of one rank sends its own input at once
-      if (nodes[n].phases) {
-        s.red = longest(s.red, rounds[n][t]) + nodes[n].perOwner * red1;
-        c.ready[0] = s.red + flagHop();
+      if (nodes[n].phases) {  // a plain node's sender starts on the first halves
+        s.red = longest(s.red, roundsA[n][t]) + nodes[n].perOwner * halfRed;
+        if (n < M2 && n >= plan.extra) c.ready[0] = s.red + flagHop();
+        s.red = longest(s.red, rounds[n][t]) + nodes[n].perOwner * halfRed;
+        if (n >= M2 || n < plan.extra) c.ready[0] = s.red + flagHop();
       }
       if (n < plan.extra) {  // a host reduces its extra node's chunk in
         s.red = longest(s.red, st[n + M2].chunk[t].fold + land) + nodes[n].owned * red1;
