@@ -173,9 +173,12 @@ TEST_CASE("transport: a ProxyPut pays its issue on the lane, its latency overlap
   p.transport.latencyUs = 2;
   p.transport.efficiency = {{4096, 0.5}, {4194304, 0.95}};  // below line rate at 1 MiB: the wire moves more
   const StepPrice pr = stepPrice(p, StepKind::ProxyPut, LinkClass::Network, 1048576, false);
-  CHECK(pr.alphaUs == doctest::Approx(p.proxyUs + 1));
+  // The datasheet profile splits proxyUs: the post (proxyPostUs) is serial, the FIFO's visibility overlaps.
+  REQUIRE(p.proxyPostUs > 0);
+  REQUIRE(p.proxyPostUs < p.proxyUs);
+  CHECK(pr.alphaUs == doctest::Approx(p.proxyPostUs + 1));
   CHECK(proxyIssueUs(p) + proxyLatencyUs(p) == doctest::Approx(proxyAlphaUs(p)));
-  CHECK(proxyLatencyUs(p) == doctest::Approx(p.network.alphaUs + 2));
+  CHECK(proxyLatencyUs(p) == doctest::Approx(p.proxyUs - p.proxyPostUs + p.network.alphaUs + 2));
   CHECK(pr.amount == doctest::Approx(1048576 / transportEfficiency(p.transport, 1048576)));
   CHECK(pr.amount > 1048576);
   // 8 slots: a message longer than an eighth of its latency keeps the lane only for its issue and bytes.
@@ -186,6 +189,11 @@ TEST_CASE("transport: a ProxyPut pays its issue on the lane, its latency overlap
   CHECK(proxyLaneUs(p, 0.1) == doctest::Approx((0.1 + proxyLatencyUs(p)) / 8));
   // One slot is the serial rule: the lane pays issue, bytes and latency, and the message lands at its end.
   p.transport.inFlight = 1;
+  CHECK(proxyLaneUs(p, busy) == doctest::Approx(busy + proxyLatencyUs(p)));
+  // proxyPostUs unset (or not below proxyUs): the whole proxyUs is serial, as in profiles written before it.
+  p.proxyPostUs = 0;
+  CHECK(proxyIssueUs(p) == doctest::Approx(p.proxyUs + 1));
+  CHECK(proxyLatencyUs(p) == doctest::Approx(p.network.alphaUs + 2));
   CHECK(proxyLaneUs(p, busy) == doctest::Approx(busy + proxyLatencyUs(p)));
   CHECK(proxyLandsAfterUs(p, busy) == doctest::Approx(0));
 }

@@ -227,6 +227,7 @@ std::string profileToJson(const Profile& p, const ProfileProvenance& prov, int i
   j["putIssueUs"] = p.putIssueUs;
   j["userPutUs"] = p.userPutUs;
   j["proxyUs"] = p.proxyUs;
+  j["proxyPostUs"] = p.proxyPostUs;
   j["transport"] = transportJson(p.transport);
   j["gemmTflops"] = p.gemmTflops;
   // Written only when set, so that a profile that does not distinguish them reads back the same.
@@ -246,7 +247,7 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
     parseFail("schema must be \"" + std::string(kProfileSchema) + "\" (got \"" + excerpt(schema) + "\")");
   onlyKeys(j, "", {"schema",     "source",    "provenance",  "nvlink",     "network",    "local",      "reduceGBs",
                    "reduceRamp", "flagUs",    "localFlagUs", "dispatchUs", "peerUserUs", "putIssueUs", "userPutUs",
-                   "proxyUs",    "transport", "gemmTflops",  "sms",        "ctaGBs",     "protocols",  "nccl"});
+                   "proxyUs",    "proxyPostUs", "transport", "gemmTflops",  "sms",        "ctaGBs",     "protocols",  "nccl"});
   Profile p;
   p.source = text(j, "", "source");
   p.nvlink = linkCost(j, "nvlink", true);
@@ -264,6 +265,8 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   p.putIssueUs = j.contains("putIssueUs") ? parameter(j, "", "putIssueUs", Unit::Time) : 0.0;
   p.userPutUs = j.contains("userPutUs") ? parameter(j, "", "userPutUs", Unit::Time) : 0.0;
   p.proxyUs = parameter(j, "", "proxyUs", Unit::Time);
+  // Added with the overlapped ProxyPut latency: a profile without it keeps the whole proxyUs serial.
+  p.proxyPostUs = j.contains("proxyPostUs") ? parameter(j, "", "proxyPostUs", Unit::Time) : 0.0;
   if (j.contains("transport")) {
     p.transport = transport(j);
   } else {

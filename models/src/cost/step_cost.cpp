@@ -96,9 +96,20 @@ double proxyAlphaUs(const Profile& p) noexcept {
   return p.proxyUs + p.network.alphaUs + p.transport.overheadUs + p.transport.latencyUs;
 }
 
-double proxyIssueUs(const Profile& p) noexcept { return p.proxyUs + p.transport.overheadUs; }
+namespace {
 
-double proxyLatencyUs(const Profile& p) noexcept { return p.network.alphaUs + p.transport.latencyUs; }
+/// The proxy's serial part of proxyUs: proxyPostUs when set below proxyUs, else all of it.
+double proxyPostPart(const Profile& p) noexcept {
+  return p.proxyPostUs > 0 && p.proxyPostUs < p.proxyUs ? p.proxyPostUs : p.proxyUs;
+}
+
+}  // namespace
+
+double proxyIssueUs(const Profile& p) noexcept { return proxyPostPart(p) + p.transport.overheadUs; }
+
+double proxyLatencyUs(const Profile& p) noexcept {
+  return p.proxyUs - proxyPostPart(p) + p.network.alphaUs + p.transport.latencyUs;
+}
 
 double proxyLaneUs(const Profile& p, double busyUs) noexcept {
   const double slots = std::max<uint32_t>(p.transport.inFlight, 1);
@@ -230,6 +241,7 @@ StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra
   requireNonNegative("profile.flagUs", p.flagUs);
   requireNonNegative("profile.localFlagUs", p.localFlagUs);
   requireNonNegative("profile.proxyUs", p.proxyUs);
+  requireNonNegative("profile.proxyPostUs", p.proxyPostUs);
   requireNonNegative("profile.nvlink.alphaUs", p.nvlink.alphaUs);
   requireNonNegative("profile.network.alphaUs", p.network.alphaUs);
   requireNonNegative("profile.local.alphaUs", p.local.alphaUs);

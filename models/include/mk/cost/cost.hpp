@@ -126,6 +126,11 @@ struct Profile {
   /// The closed forms charge it on every NVLink message of a generator whose peers touch user buffers.
   double userPutUs = 0;
   double proxyUs = 0;     ///< extra per ProxyPut for the FIFO + host proxy
+  /// The serial part of proxyUs, when it is set and below proxyUs: the proxy thread's work per message (posting
+  /// the work request), which a lane pays before the next message; the rest of proxyUs (the FIFO record
+  /// becoming visible to the proxy) overlaps later messages like the network's latency (proxyIssueUs,
+  /// proxyLatencyUs). 0 (or >= proxyUs) = not distinguished: the whole proxyUs is serial.
+  double proxyPostUs = 0;
   double gemmTflops = 0;  ///< achieved bf16 GEMM rate per GPU (all of its SMs)
   /// SMs per GPU (a resident compute kernel holds one CTA per SM). On a rank that runs Gemm steps the lanes
   /// share them in proportion to their Lane::ctas, and each lane's rates follow its share (timeline rule 2b,

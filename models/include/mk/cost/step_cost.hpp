@@ -47,11 +47,12 @@ double transportEfficiency(const TransportModel& t, double bytes) noexcept;
 /// A cross-node message before its bytes: proxyUs + network.alphaUs + transport.overheadUs + transport.latencyUs
 /// (a cross-node signal or barrier release pays all of it).
 double proxyAlphaUs(const Profile& p) noexcept;
-/// The serial part of a ProxyPut's alpha, paid on its lane before the bytes: proxyUs + transport.overheadUs
-/// (the proxy's and the transport's per-message work).
+/// The serial part of a ProxyPut's alpha, paid on its lane before the bytes: the proxy's work per message
+/// (proxyPostUs when set below proxyUs, else proxyUs) + transport.overheadUs.
 double proxyIssueUs(const Profile& p) noexcept;
-/// The overlapped part of a ProxyPut's alpha: network.alphaUs + transport.latencyUs. The message lands this
-/// long after its bytes left; the lane meanwhile issues the next message (docs/cost-model.md, "ProxyPut").
+/// The overlapped part of a ProxyPut's alpha: the rest of proxyUs + network.alphaUs + transport.latencyUs. The
+/// message lands this long after its bytes left; the lane meanwhile issues the next message (docs/cost-model.md,
+/// "ProxyPut").
 double proxyLatencyUs(const Profile& p) noexcept;
 /// How long a ProxyPut keeps its lane when its issue and bytes take `busyUs` (stepLaneUs of its price): a lane
 /// is one connection with transport.inFlight slots, and a message holds its slot from its start until it has
