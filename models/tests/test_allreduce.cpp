@@ -741,13 +741,15 @@ TEST_CASE("allreduce: closed forms bound the timeline from above on uneven count
 
 TEST_CASE("allreduce: closed forms bound the timeline from above on uneven nodes") {
   // Nodes of 3, 2 and 3: prices of the largest node and the slowest hop; documented as a bound (it can be
-  // loose on other layouts and profiles, here it is within 5%).
+  // loose on other layouts and profiles). Here within 6%: hierarchical (ring inter phase) gives +5.8% since a
+  // ProxyPut's latency overlaps (+3.9% before; its tightness moves with the profile either way: +6.8% with
+  // network.alphaUs 0 under this profile, which prices alike under both rules).
   for (const char* name : kAllReduce)
     for (uint64_t count : {48ull, 4800ull, 480000ull}) {
       INFO(std::string(name) << " count " << count);
       const auto [form, timeline] = formVsTimeline(name, unevenLayout(), count, 2, 1, oddProfile());
       CHECK(form >= timeline * (1 - 1e-12));
-      CHECK(form <= timeline * 1.05);
+      CHECK(form <= timeline * 1.06);
     }
 }
 
@@ -953,7 +955,9 @@ TEST_CASE("allreduce hierarchical bruck: closed form bounds the timeline on unev
       const auto [form, timeline] =
           formVsTimeline("hierarchical", nodeOf, count, 3, 2, oddProfile(), DType::BFloat16, "bruck");
       CHECK(form >= timeline * (1 - 1e-12));
-      CHECK(form <= timeline * 1.25);
+      // a bound: one representative per node carries its busiest rank; +29% on nodes of 2, 1, 3, 1, 2 since a
+      // ProxyPut's latency overlaps (the representative chains its rounds' landings; within 25% before)
+      CHECK(form <= timeline * 1.30);
     }
 }
 
