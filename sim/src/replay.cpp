@@ -321,7 +321,7 @@ class Replayer {
         delay(pr.alphaUs);
         if (pr.amount > 0) sendStriped(g, rank, st.dst.rank, pr.amount, laneRate(rank, pr));
         const double busyUs = (now() - start) / kSecondsPerUs;
-        const double landsUs = proxyLandsAfterUs(p_, busyUs) + hops * platform_.switchLatencyUs;
+        const double landsUs = proxyLatencyUs(p_) + hops * platform_.switchLatencyUs;  // after the bytes
         if (st.flags & kStepSignal) increment(st.flag, st.value, now() + landsUs * kSecondsPerUs);
         delay(proxyLaneUs(p_, busyUs) - busyUs);
         break;
