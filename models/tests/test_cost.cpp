@@ -1016,7 +1016,7 @@ TEST_CASE("step costs: shares, prices, delays and the engine's own check come fr
   CHECK(pr.alphaUs == 1.0);
   CHECK(pr.rate == 100);
   CHECK(pr.unitsPerSecond() == 1e9);
-  CHECK(costs.laneUs(put, 0, 0) == doctest::Approx(3.0));                        // 1 + 1e5 B at 100 GB/s / 2 lanes
+  CHECK(costs.laneUs(put, 0, 0) == doctest::Approx(3.0));  // 1 + 1e5 B at 100 GB/s / 2 lanes
   // proxy 2 + 1e5 B at 10 GB/s on the lane; the network's alpha 3 overlaps and delays only the landing.
   CHECK(costs.laneUs(h.s.lanes[0][2].steps[0], 0, 2) == doctest::Approx(12.0));
   CHECK(costs.incrementDelayUs(h.s.lanes[0][2].steps[0], 0) == doctest::Approx(3.0));

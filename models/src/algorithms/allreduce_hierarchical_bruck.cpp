@@ -402,7 +402,8 @@ PathCounts bruckLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, cons
             longest(st[n].snd, st[n].ready) + nodes[n].owned * netGroup(piecesOf(n, d, c, M), c * blockUnits);
       for (uint32_t n = 0; n < M; ++n) {
         State& s = st[n];
-        s.red = longest(s.red, rs[(n + M - d) % M] + land) + nodes[n].owned * redGroup(piecesOf(n, 0, c, M), c * blockUnits);
+        s.red = longest(s.red, rs[(n + M - d) % M] + land) +
+                nodes[n].owned * redGroup(piecesOf(n, 0, c, M), c * blockUnits);
         s.ready = s.red + flagHop();
       }
     }
@@ -419,8 +420,7 @@ PathCounts bruckLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, cons
     for (uint32_t n = 0; n < M; ++n) {
       State& s = st[n];
       s.finalReady = s.ready;
-      for (uint32_t k = 0; k < J; ++k)
-        s.finalReady = longest(s.finalReady, ag[k][(n + plan.distance(k)) % M] + land);
+      for (uint32_t k = 0; k < J; ++k) s.finalReady = longest(s.finalReady, ag[k][(n + plan.distance(k)) % M] + land);
       if (nodes[n].phases)
         s.mu = longest(s.mu, s.finalReady) + nodes[n].perOwner * put;
       else

@@ -415,9 +415,9 @@ class RhdVariant {
 
     RhdVariant& v_;
     const RhdRank& me_;
-    std::vector<uint64_t> readyWaited_;     ///< per owned shard: `ready` awaited so far
-    std::vector<uint64_t> doublingSeen_;    ///< [owned][step]: doubling arrivals so far
-    std::vector<uint64_t> doublingWaited_;  ///< [owned][step]: doubling arrivals awaited so far
+    std::vector<uint64_t> readyWaited_;          ///< per owned shard: `ready` awaited so far
+    std::vector<uint64_t> doublingSeen_;         ///< [owned][step]: doubling arrivals so far
+    std::vector<uint64_t> doublingWaited_;       ///< [owned][step]: doubling arrivals awaited so far
     std::vector<std::vector<uint64_t>> doneAt_;  ///< [owned][step][chunk]: doubling arrivals through the chunk
   };
 
@@ -554,7 +554,7 @@ PathCounts rhdLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, const 
     Node& s = st[n];
     Chunk& c = s.chunk[t];
     if (k == 0) {
-      c.ready[0] = zero;  // a node of one rank sends its own input at once
+      c.ready[0] = zero;      // a node of one rank sends its own input at once
       if (nodes[n].phases) {  // a plain node's sender starts on the first halves
         s.red = longest(s.red, roundsA[n][t]) + nodes[n].perOwner * halfRed;
         if (n < M2 && n >= plan.extra) c.ready[0] = s.red + flagHop();
@@ -582,7 +582,8 @@ PathCounts rhdLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, const 
       c.send[sg] = s.snd = longest(s.snd, ready) + nodes[n].owned * netGroup(1, frac[j]);
     } else {  // a host's fold-back, once the chunk is final here
       c.finalReady = c.ready[J];
-      for (uint32_t k = 0; k < J; ++k) c.finalReady = longest(c.finalReady, st[partner(n, J - 1 - k)].chunk[t].send[J + k] + land);
+      for (uint32_t k = 0; k < J; ++k)
+        c.finalReady = longest(c.finalReady, st[partner(n, J - 1 - k)].chunk[t].send[J + k] + land);
       c.back = s.snd = longest(s.snd, c.finalReady) + nodes[n].owned * netGroup(1, 1);
     }
   };

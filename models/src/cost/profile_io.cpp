@@ -245,9 +245,10 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   const std::string schema = text(j, "", "schema");
   if (schema != kProfileSchema)
     parseFail("schema must be \"" + std::string(kProfileSchema) + "\" (got \"" + excerpt(schema) + "\")");
-  onlyKeys(j, "", {"schema",     "source",    "provenance",  "nvlink",     "network",    "local",      "reduceGBs",
-                   "reduceRamp", "flagUs",    "localFlagUs", "dispatchUs", "peerUserUs", "putIssueUs", "userPutUs",
-                   "proxyUs",    "proxyPostUs", "transport", "gemmTflops",  "sms",        "ctaGBs",     "protocols",  "nccl"});
+  onlyKeys(j, "", {"schema",     "source",     "provenance", "nvlink",      "network",    "local",
+                   "reduceGBs",  "reduceRamp", "flagUs",     "localFlagUs", "dispatchUs", "peerUserUs",
+                   "putIssueUs", "userPutUs",  "proxyUs",    "proxyPostUs", "transport",  "gemmTflops",
+                   "sms",        "ctaGBs",     "protocols",  "nccl"});
   Profile p;
   p.source = text(j, "", "source");
   p.nvlink = linkCost(j, "nvlink", true);

@@ -125,7 +125,7 @@ struct Profile {
   /// both-ways put patterns into the peers' user buffers and into their scratch. 0 = not distinguished.
   /// The closed forms charge it on every NVLink message of a generator whose peers touch user buffers.
   double userPutUs = 0;
-  double proxyUs = 0;     ///< extra per ProxyPut for the FIFO + host proxy
+  double proxyUs = 0;  ///< extra per ProxyPut for the FIFO + host proxy
   /// The serial part of proxyUs, when it is set and below proxyUs: the proxy thread's work per message (posting
   /// the work request), which a lane pays before the next message; the rest of proxyUs (the FIFO record
   /// becoming visible to the proxy) overlaps later messages like the network's latency (proxyIssueUs,
