@@ -286,12 +286,4 @@ Term ringFlowLine(const ChunkPrices& x, bool reduces) {
   return end;
 }
 
-Term slowestRingHop(const ChunkPrices& x) {
-  const GenContext& g = x.c.gen;
-  bool intra = false, inter = false;
-  for (uint32_t r = 0; r < g.nRanks; ++r) (g.sameNode(r, (r + 1) % g.nRanks) ? intra : inter) = true;
-  if (intra && inter) return maxOf({x.nvl, x.netRing});
-  return inter ? x.netRing : x.nvl;
-}
-
 }  // namespace mk::detail

@@ -172,7 +172,4 @@ uint32_t ringRepresentatives(const GenContext& g);
 /// (the ranks of one local index run the same times), over every rank otherwise, O(reps x p x K).
 Term ringFlowLine(const ChunkPrices& x, bool reduces);
 
-/// The slowest hop price among ring edges r -> r + 1 (network if any edge crosses nodes).
-Term slowestRingHop(const ChunkPrices& x);
-
 }  // namespace mk::detail

@@ -47,7 +47,7 @@ void validateRamp(const std::vector<RampPoint>& ramp, const std::string& what, b
 /// separate flag store of a plain Put. Defaults: NCCL's documented protocol design (docs/algorithms-nccl.md).
 struct ProtocolCost {
   /// An NVLink Put of this protocol: lane time before its bytes, and its visibility latency (it replaces
-  /// nvlink.alphaUs, putIssueUs and userPutUs). A ProxyPut keeps proxyUs + network.alphaUs.
+  /// nvlink.alphaUs, putIssueUs and userPutUs). A ProxyPut keeps its issue and latency (proxyIssueUs, proxyLatencyUs).
   double latencyUs = 0;
   /// Payload share of the bytes on the wire (LL: 4 of 8, LL128: 120 of 128): a Put or ProxyPut of this protocol
   /// moves its bytes at the link's rate times this; in (0, 1].
