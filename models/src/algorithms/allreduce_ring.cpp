@@ -79,17 +79,18 @@ void emitRing(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range
 
 /// The ring lattice's longest path (docs: "ring"), evaluated step by step: per representative rank
 /// (ringRepresentatives) its sender (reduce-scatter then all-gather sends, chunk by chunk) and its reducer (one
-/// reduction per arrival), a send across nodes landing netLands after its lane time. Exact for equal pieces;
-/// O(representatives x p x K).
+/// reduction per arrival), a send across nodes landing netLands after its lane time. Exact for equal pieces up to
+/// kExactRingRanks uneven ranks (a bound beyond); O(representatives x p x K).
 PathCounts ringLongest(const UnitPrices& u, const GenContext& g, double k) {
   const Longest longest(&u);
-  const uint32_t p = g.nRanks, Q = ringRepresentatives(g);
+  const RingReps reps = ringRepresentatives(g);
+  const uint32_t p = g.nRanks, Q = reps.count;
   const auto K = static_cast<uint32_t>(k);
   std::vector<PathCounts> hop(Q), land(Q);
   for (uint32_t i = 0; i < Q; ++i) {
-    const bool net = !g.sameNode(i, (i + 1) % p);
-    hop[i] = net ? netMsg() : nvMsg();
-    if (net) land[i] = netLands();
+    const bool far = reps.crosses(g, i), near = reps.stays(g, i);
+    hop[i] = far && near ? longest(nvMsg(), netMsg()) : far ? netMsg() : nvMsg();
+    if (far) land[i] = netLands();
   }
   auto pred = [&](uint32_t i) { return (i + Q - 1) % Q; };
   const PathCounts zero, red = redMsg(), flag = flagHop();

@@ -250,22 +250,39 @@ CostEstimate ChunkPrices::finish(const Term& critical, const std::string& formul
   return e;
 }
 
-uint32_t ringRepresentatives(const GenContext& g) {
+RingReps ringRepresentatives(const GenContext& g) {
   const uint32_t p = g.nRanks, G = g.maxLocal;
   bool periodic = p % G == 0;
   for (uint32_t r = 0; r < p && periodic; ++r) periodic = g.nodeSize(g.nodeOf[r]) == G && g.localIndex[r] == r % G;
-  return periodic ? G : p;
+  if (periodic) return RingReps{G, false};
+  if (p <= kExactRingRanks) return RingReps{p, false};
+  return RingReps{1, true};
+}
+
+bool RingReps::crosses(const GenContext& g, uint32_t i) const {
+  if (!bound) return !g.sameNode(i, (i + 1) % g.nRanks);
+  for (uint32_t r = 0; r < g.nRanks; ++r)
+    if (!g.sameNode(r, (r + 1) % g.nRanks)) return true;
+  return false;
+}
+
+bool RingReps::stays(const GenContext& g, uint32_t i) const {
+  if (!bound) return g.sameNode(i, (i + 1) % g.nRanks);
+  for (uint32_t r = 0; r < g.nRanks; ++r)
+    if (g.sameNode(r, (r + 1) % g.nRanks)) return true;
+  return false;
 }
 
 Term ringFlowLine(const ChunkPrices& x, bool reduces) {
   const GenContext& g = x.c.gen;
-  const uint32_t p = g.nRanks, Q = ringRepresentatives(g);
+  const RingReps reps = ringRepresentatives(g);
+  const uint32_t p = g.nRanks, Q = reps.count;
   const auto K = static_cast<uint32_t>(x.chunks);
   std::vector<Term> hop(Q), land(Q), lane(Q);
   for (uint32_t i = 0; i < Q; ++i) {
-    const bool near = g.sameNode(i, (i + 1) % p);
-    hop[i] = near ? x.nvl : x.netRing;
-    land[i] = near ? Term{} : x.netLand;
+    const bool far = reps.crosses(g, i), near = reps.stays(g, i);
+    hop[i] = far && near ? maxOf({x.nvl, x.netRing}) : far ? x.netRing : x.nvl;
+    land[i] = far ? x.netLand : Term{};
   }
   auto pred = [&](uint32_t i) { return (i + Q - 1) % Q; };
   std::vector<std::vector<Term>> arrived(Q, std::vector<Term>(K)), next = arrived;

@@ -161,15 +161,26 @@ struct ChunkPrices {
   CostEstimate finish(const Term& critical, const std::string& formula) const;
 };
 
-/// Ranks of a ring in rank order that stand for all (rank i for every rank i + m*Q): G with equal node-major
-/// nodes (the ranks of one local index run the same times, their successors alike), else every rank.
-uint32_t ringRepresentatives(const GenContext& g);
+/// Ranks of a ring in rank order that stand for all (rank i for every rank i + m*count): G with equal
+/// node-major nodes (the ranks of one local index run the same times, their successors alike), else every
+/// rank up to kExactRingRanks; beyond that one representative, its own predecessor, that prices every hop as
+/// the slowest class present and lands every send (`bound`: an upper bound, O(p K) instead of O(p^2 K)).
+struct RingReps {
+  uint32_t count = 1;
+  bool bound = false;
+  /// Whether representative i's send crosses nodes (in a bound: whether any send does).
+  bool crosses(const GenContext& g, uint32_t i) const;
+  /// Whether representative i's send stays on its node (in a bound: whether any send does).
+  bool stays(const GenContext& g, uint32_t i) const;
+};
+inline constexpr uint32_t kExactRingRanks = 1024;
+RingReps ringRepresentatives(const GenContext& g);
 
 /// The ring flow line of the gather/scatter rings: every rank's one lane runs p-1 steps of K chunks, chunk c of
 /// step s (s >= 1) once that chunk of step s-1 has landed from its predecessor, then (`reduces`) a Reduce, then
 /// its hop (T_nvl, or T_net to another node, landing netLand later); it ends with the last step's arrivals
-/// (reduced into output when `reduces`). Exact: evaluated over G representatives for equal node-major nodes
-/// (the ranks of one local index run the same times), over every rank otherwise, O(reps x p x K).
+/// (reduced into output when `reduces`). Evaluated over ringRepresentatives: exact for equal node-major nodes
+/// and up to kExactRingRanks ranks otherwise, an upper bound beyond; O(representatives x p x K).
 Term ringFlowLine(const ChunkPrices& x, bool reduces);
 
 }  // namespace mk::detail
