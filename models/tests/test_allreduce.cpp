@@ -741,13 +741,15 @@ TEST_CASE("allreduce: closed forms bound the timeline from above on uneven count
 
 TEST_CASE("allreduce: closed forms bound the timeline from above on uneven nodes") {
   // Nodes of 3, 2 and 3: prices of the largest node and the slowest hop; documented as a bound (it can be
-  // loose on other layouts and profiles, here it is within 5%).
+  // loose on other layouts and profiles). Here within 6%: hierarchical (ring inter phase) gives +5.8% since a
+  // ProxyPut's latency overlaps (+3.9% before; its tightness moves with the profile either way: +6.8% with
+  // network.alphaUs 0 under this profile, which prices alike under both rules).
   for (const char* name : kAllReduce)
     for (uint64_t count : {48ull, 4800ull, 480000ull}) {
-      INFO(name << " count " << count);
+      INFO(std::string(name) << " count " << count);
       const auto [form, timeline] = formVsTimeline(name, unevenLayout(), count, 2, 1, oddProfile());
       CHECK(form >= timeline * (1 - 1e-12));
-      CHECK(form <= timeline * 1.05);
+      CHECK(form <= timeline * 1.06);
     }
 }
 
@@ -836,13 +838,16 @@ TEST_CASE("allreduce hierarchical rhd: 2 log2 M exchanges per chunk and owner an
     CHECK(countKind(p2, StepKind::ProxyPut) == 32ull * 2 * 3 * chunks);
     const Schedule fold = generate(arSpec("hierarchical", 24 * 4 * 64), nodesOf(24, 4), opts(chunks, 1, "rhd"));
     CHECK(countKind(fold, StepKind::ProxyPut) == (16ull * 2 * 2 + 2 * 4 * 2) * chunks);
-    // phase 1 and 3 are unchanged in shape: one NVLink put per peer, chunk and direction
-    CHECK(countKind(p2, StepKind::Put) == 32ull * 3 * chunks * 2);
+    // phases 1 and 3: two NVLink puts per peer and chunk each (phase 1: the half sent at step 0, then the
+    // kept half; phase 3: the kept half, then the half the last doubling step delivers)
+    CHECK(countKind(p2, StepKind::Put) == 32ull * 3 * chunks * 4);
   }
   // 1024 ranks: the inter phase is 2 log2(128) = 14 sends per owner, not 2 * 127
   const Schedule big = generate(arSpec("hierarchical", 1 << 20, DType::BFloat16), nodesOf(1024, 8), opts(1, 1, "rhd"));
   CHECK(countKind(big, StepKind::ProxyPut) == 1024ull * 14);
-  CHECK(big.stepCount() < 1024ull * 100);
+  // per rank: 14 sends, their waits and reductions, and phases 1 and 3 in halves (4 x 7 puts, 2 x 7
+  // reductions and their waits): about 115 steps, against 2 x 127 sends alone for a ring over the nodes
+  CHECK(big.stepCount() < 1024ull * 128);
 }
 
 TEST_CASE("allreduce hierarchical rhd: every wait matters on a folded layout") {
@@ -950,7 +955,9 @@ TEST_CASE("allreduce hierarchical bruck: closed form bounds the timeline on unev
       const auto [form, timeline] =
           formVsTimeline("hierarchical", nodeOf, count, 3, 2, oddProfile(), DType::BFloat16, "bruck");
       CHECK(form >= timeline * (1 - 1e-12));
-      CHECK(form <= timeline * 1.25);
+      // a bound: one representative per node carries its busiest rank; +29% on nodes of 2, 1, 3, 1, 2 since a
+      // ProxyPut's latency overlaps (the representative chains its rounds' landings; within 25% before)
+      CHECK(form <= timeline * 1.30);
     }
 }
 
@@ -963,9 +970,11 @@ TEST_CASE("allreduce hierarchical: auto picks the inter-node variant with the lo
     const CollectiveSpec spec = arSpec("hierarchical", bytes / 4);
     const double ring = closedForm(spec, opts(4, 1, "ring"), topo, 1024, profile).totalUs;
     const double rhd = closedForm(spec, opts(4, 1, "rhd"), topo, 1024, profile).totalUs;
+    const double bruck = closedForm(spec, opts(4, 1, "bruck"), topo, 1024, profile).totalUs;
     const InterPhase pick = resolveInter(spec, nodeOf, opts(4, 1, "auto"), profile);
-    CHECK(pick == (rhd < ring ? InterPhase::Rhd : InterPhase::Ring));
-    CHECK(closedForm(spec, opts(4, 1, "auto"), topo, 1024, profile).totalUs == std::min(ring, rhd));
+    const double best = std::min({ring, rhd, bruck});
+    CHECK(pick == (best == ring ? InterPhase::Ring : best == rhd ? InterPhase::Rhd : InterPhase::Bruck));
+    CHECK(closedForm(spec, opts(4, 1, "auto"), topo, 1024, profile).totalUs == best);
   }
   // 128 nodes: 14 latency-bound exchanges beat 254 ring steps for a small message
   CHECK(resolveInter(arSpec("hierarchical", 1024), nodeOf, opts(1, 1, "auto"), profile) == InterPhase::Rhd);

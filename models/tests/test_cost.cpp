@@ -182,6 +182,10 @@ Timeline referenceTimeline(const Schedule& s, const Profile& p) {
         if (resourceOf(st) >= 0) uses[static_cast<std::size_t>(resourceOf(st))] = true;
       for (std::size_t k = 0; k < 4; ++k) share[r][k] += uses[k] ? 1 : 0;
     }
+  auto proxyBusy = [&](const Step& st, uint32_t r) {
+    const double net = static_cast<double>(share[r][static_cast<std::size_t>(kNet)]);
+    return p.proxyUs + (st.count == 0 ? 0.0 : static_cast<double>(st.bytes) / (p.network.bwGBs * 1e3 / net));
+  };
   auto duration = [&](const Step& st, uint32_t r) {
     const double b = static_cast<double>(st.bytes);
     auto sh = [&](int k) { return static_cast<double>(share[r][static_cast<std::size_t>(k)]); };
@@ -194,9 +198,10 @@ Timeline referenceTimeline(const Schedule& s, const Profile& p) {
                    ? p.nvlink.alphaUs + b / (std::min(p.reduceGBs, p.nvlink.bwGBs) * 1e3 / sh(kNvl))
                    : p.local.alphaUs + b / (p.reduceGBs * 1e3 / sh(kMem));
       case StepKind::Put: return p.nvlink.alphaUs + b / (p.nvlink.bwGBs * 1e3 / sh(kNvl));
-      case StepKind::ProxyPut:
-        return st.count == 0 ? p.proxyUs + p.network.alphaUs
-                             : p.proxyUs + p.network.alphaUs + b / (p.network.bwGBs * 1e3 / sh(kNet));
+      case StepKind::ProxyPut: {  // the issue and bytes on the lane; the latency in one of inFlight slots
+        const double busy = proxyBusy(st, r);
+        return std::max(busy, (busy + p.network.alphaUs) / p.transport.inFlight);
+      }
       case StepKind::Gemm: return st.flops / (p.gemmTflops * 1e6 / sh(kGpu));
       default: return 0.0;
     }
@@ -243,8 +248,9 @@ Timeline referenceTimeline(const Schedule& s, const Profile& p) {
                                      : s.nodeOf[st.flag.rank] == s.nodeOf[c.rank] ? p.flagUs
                                                                                   : remoteFlag),
                               st.value);
-        if ((st.kind == StepKind::Put || st.kind == StepKind::ProxyPut) && (st.flags & kStepSignal))
-          inc[f].emplace_back(end, st.value);
+        if (st.kind == StepKind::Put && (st.flags & kStepSignal)) inc[f].emplace_back(end, st.value);
+        if (st.kind == StepKind::ProxyPut && (st.flags & kStepSignal))  // lands after its latency
+          inc[f].emplace_back(c.ready + proxyBusy(st, c.rank) + p.network.alphaUs, st.value);
         finish(c, c.ready, end);
       }
     }
@@ -624,24 +630,58 @@ TEST_CASE("timeline: signal values add up and a threshold may be met by one larg
   checkStep(tl, 0, 0, 1, 2.25, 4.75);
 }
 
-TEST_CASE("timeline: cross-node proxy puts pay proxy and network latency") {
+TEST_CASE("timeline: a cross-node proxy put keeps its lane for issue and bytes, lands after the latency") {
   Hand h({0, 1}, 1);
   h.lane(0);
   h.lane(1);
-  h.proxyPut(0, 0, 1, k100KB, 0u);  // 2 + 3 + 1e5 / 1e4 = 15 us -> [2, 17]
+  h.proxyPut(0, 0, 1, k100KB, 0u);  // issue 2 + 1e5 / 1e4 = 12 us -> [2, 14], lands 3 us later at 17
   h.wait(1, 0, 0, 1);               // [2, 17]
-  h.proxyPut(1, 0, 0, 0, 0u);       // signal only: 2 + 3 -> [17, 22]
-  h.wait(0, 0, 0, 1);               // [17, 22]
+  h.proxyPut(1, 0, 0, 0, 0u);       // signal only: issue 2 -> [17, 19], lands at 22
+  h.wait(0, 0, 0, 1);               // [14, 22]
   h.signal(0, 0, 1, 0);             // [22, 22], visible at 22 + 2 + 3 = 27
-  h.wait(1, 0, 0, 2);               // [22, 27]
+  h.wait(1, 0, 0, 2);               // [19, 27]
   const Timeline tl = h.run();
-  checkStep(tl, 0, 0, 0, 2, 17);
+  checkStep(tl, 0, 0, 0, 2, 14);
   checkStep(tl, 1, 0, 0, 2, 17);
-  checkStep(tl, 1, 0, 1, 17, 22);
-  checkStep(tl, 0, 0, 1, 17, 22);
+  checkStep(tl, 1, 0, 1, 17, 19);
+  checkStep(tl, 0, 0, 1, 14, 22);
   checkStep(tl, 0, 0, 2, 22, 22);
-  checkStep(tl, 1, 0, 2, 22, 27);
+  checkStep(tl, 1, 0, 2, 19, 27);
   CHECK(tl.totalUs == doctest::Approx(27));
+}
+
+TEST_CASE("timeline: back-to-back proxy puts overlap their latency up to the in-flight slots") {
+  // Two 100 KB puts on one lane: the second starts when the first's bytes are out, not when it has landed
+  // (the old serial rule gave [2, 17] and [17, 32]).
+  Hand h({0, 1}, 1);
+  h.lane(0);
+  h.lane(1);
+  h.proxyPut(0, 0, 1, k100KB, 0u);
+  h.proxyPut(0, 0, 1, k100KB, 0u);
+  h.wait(1, 0, 0, 2);
+  Timeline tl = h.run();
+  checkStep(tl, 0, 0, 0, 2, 14);
+  checkStep(tl, 0, 0, 1, 14, 26);
+  checkStep(tl, 1, 0, 0, 2, 29);  // the second lands 3 us after its bytes
+  // One slot in flight is the serial rule: each put keeps its lane until it has landed.
+  Profile serial = roundProfile();
+  serial.transport.inFlight = 1;
+  tl = h.run(serial);
+  checkStep(tl, 0, 0, 0, 2, 17);
+  checkStep(tl, 0, 0, 1, 17, 32);
+  checkStep(tl, 1, 0, 0, 2, 32);
+  // Signal-only puts (issue 2 us, latency 3 us) and two slots: a slot frees 5 us after a start, so the lane
+  // starts one every 2.5 us.
+  Hand z({0, 1}, 1);
+  z.lane(0);
+  z.lane(1);
+  for (int i = 0; i < 4; ++i) z.proxyPut(0, 0, 1, 0, 0u);
+  z.wait(1, 0, 0, 4);
+  Profile two = roundProfile();
+  two.transport.inFlight = 2;
+  tl = z.run(two);
+  checkStep(tl, 0, 0, 3, 2 + 3 * 2.5, 2 + 4 * 2.5);
+  checkStep(tl, 1, 0, 0, 2, 2 + 3 * 2.5 + 5);
 }
 
 TEST_CASE("timeline: proxy puts of one rank share the network") {
@@ -650,8 +690,8 @@ TEST_CASE("timeline: proxy puts of one rank share the network") {
   h.proxyPut(0, a, 2, k100KB);
   h.proxyPut(0, b, 2, k100KB);
   const Timeline tl = h.run();
-  checkStep(tl, 0, a, 0, 2, 2 + 5 + 20);
-  checkStep(tl, 0, b, 0, 2, 2 + 5 + 20);
+  checkStep(tl, 0, a, 0, 2, 2 + 2 + 20);
+  checkStep(tl, 0, b, 0, 2, 2 + 2 + 20);
 }
 
 TEST_CASE("timeline: a barrier on one node ends flagUs after the last arrival") {
@@ -715,7 +755,7 @@ TEST_CASE("timeline: on a rank that runs Gemm steps each lane runs at its CTAs' 
   checkStep(tl, 0, 0, 0, 2, 2 + g0);
   checkStep(tl, 0, 0, 1, 2 + g0, 2 + g0 + 655360.0 / (10e6 * 2 / 100));  // 2 tiles: only 2 SMs have work
   checkStep(tl, 0, 1, 0, 2, 2 + 1 + 1e5 / (putSms * 2e3));               // its SMs x 2 GB/s
-  checkStep(tl, 0, 2, 0, 2, 2 + 2 + 3 + 1e5 / 1e4);                      // proxy + alpha + 10 GB/s
+  checkStep(tl, 0, 2, 0, 2, 2 + 2 + 1e5 / 1e4);                          // issue + 10 GB/s, latency overlaps
   checkStep(tl, 1, 0, 0, 2, 2 + 1 + 1e5 / 1e5);                          // 100 GB/s
   // Only the proportions count: ten times the weights price the same.
   Hand scaled = build(300, 100);
@@ -976,8 +1016,10 @@ TEST_CASE("step costs: shares, prices, delays and the engine's own check come fr
   CHECK(pr.alphaUs == 1.0);
   CHECK(pr.rate == 100);
   CHECK(pr.unitsPerSecond() == 1e9);
-  CHECK(costs.laneUs(put, 0, 0) == doctest::Approx(3.0));                        // 1 + 1e5 B at 100 GB/s / 2 lanes
-  CHECK(costs.laneUs(h.s.lanes[0][2].steps[0], 0, 2) == doctest::Approx(15.0));  // proxy 2 + alpha 3 + 1e5 B at 10 GB/s
+  CHECK(costs.laneUs(put, 0, 0) == doctest::Approx(3.0));  // 1 + 1e5 B at 100 GB/s / 2 lanes
+  // proxy 2 + 1e5 B at 10 GB/s on the lane; the network's alpha 3 overlaps and delays only the landing.
+  CHECK(costs.laneUs(h.s.lanes[0][2].steps[0], 0, 2) == doctest::Approx(12.0));
+  CHECK(costs.incrementDelayUs(h.s.lanes[0][2].steps[0], 0) == doctest::Approx(3.0));
   CHECK(costs.incrementDelayUs(h.s.lanes[1][0].steps[1], 1) == p.localFlagUs);
   CHECK(costs.signalDelayUs(0, 1) == p.flagUs);
   CHECK(costs.signalDelayUs(0, 2) == p.proxyUs + p.network.alphaUs);

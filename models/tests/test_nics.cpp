@@ -167,17 +167,35 @@ TEST_CASE("transport: defaults are monotone, valid, and interpolate in log(bytes
   expectError([] { defaultTransport("myrinet"); }, ErrorCode::InvalidArgument, {"ib, roce, efa, tcp"});
 }
 
-TEST_CASE("transport: a ProxyPut pays overhead and latency and moves wire bytes, too many lanes queue") {
+TEST_CASE("transport: a ProxyPut pays its issue on the lane, its latency overlaps, and moves wire bytes") {
   Profile p = defaultProfile(topologyPreset("dgx-h100", 2));
   p.transport.overheadUs = 1;
   p.transport.latencyUs = 2;
   p.transport.efficiency = {{4096, 0.5}, {4194304, 0.95}};  // below line rate at 1 MiB: the wire moves more
   const StepPrice pr = stepPrice(p, StepKind::ProxyPut, LinkClass::Network, 1048576, false);
-  CHECK(pr.alphaUs == doctest::Approx(p.proxyUs + p.network.alphaUs + 3));
+  // The datasheet profile splits proxyUs: the post (proxyPostUs) is serial, the FIFO's visibility overlaps.
+  REQUIRE(p.proxyPostUs > 0);
+  REQUIRE(p.proxyPostUs < p.proxyUs);
+  CHECK(pr.alphaUs == doctest::Approx(p.proxyPostUs + 1));
+  CHECK(proxyIssueUs(p) + proxyLatencyUs(p) == doctest::Approx(proxyAlphaUs(p)));
+  CHECK(proxyLatencyUs(p) == doctest::Approx(p.proxyUs - p.proxyPostUs + p.network.alphaUs + 2));
   CHECK(pr.amount == doctest::Approx(1048576 / transportEfficiency(p.transport, 1048576)));
   CHECK(pr.amount > 1048576);
-  CHECK(proxyAlphaUs(p, 16) == doctest::Approx(2 * proxyAlphaUs(p)));  // 16 lanes, 8 in flight
-  CHECK(proxyAlphaUs(p, 4) == doctest::Approx(proxyAlphaUs(p)));
+  // 8 slots: a message longer than an eighth of its latency keeps the lane only for its issue and bytes.
+  const double busy = stepLaneUs(pr, 1);
+  CHECK(proxyLaneUs(p, busy) == doctest::Approx(busy));
+  CHECK(proxyLandsAfterUs(p, busy) == doctest::Approx(proxyLatencyUs(p)));
+  // A tiny message: the slots bind, and the lane waits for one to free.
+  CHECK(proxyLaneUs(p, 0.1) == doctest::Approx((0.1 + proxyLatencyUs(p)) / 8));
+  // One slot is the serial rule: the lane pays issue, bytes and latency, and the message lands at its end.
+  p.transport.inFlight = 1;
+  CHECK(proxyLaneUs(p, busy) == doctest::Approx(busy + proxyLatencyUs(p)));
+  // proxyPostUs unset (or not below proxyUs): the whole proxyUs is serial, as in profiles written before it.
+  p.proxyPostUs = 0;
+  CHECK(proxyIssueUs(p) == doctest::Approx(p.proxyUs + 1));
+  CHECK(proxyLatencyUs(p) == doctest::Approx(p.network.alphaUs + 2));
+  CHECK(proxyLaneUs(p, busy) == doctest::Approx(busy + proxyLatencyUs(p)));
+  CHECK(proxyLandsAfterUs(p, busy) == doctest::Approx(0));
 }
 
 TEST_CASE("transport: the profile JSON round-trips it and rejects bad values naming the field") {

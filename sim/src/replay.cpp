@@ -313,11 +313,17 @@ class Replayer {
         break;
       }
       case StepKind::ProxyPut: {
+        // The issue on the lane, then the bytes over the fabric; the message lands the transport's latency (and
+        // any extra switch hops) later, while the lane goes on within its in-flight slots (proxyLaneUs).
         const StepPrice pr = costs_.price(st, rank, lane);
         const uint32_t hops = platform_.extraSwitchHops(plan_.gpuOf[rank], plan_.gpuOf[st.dst.rank]);
-        delay(pr.alphaUs + hops * platform_.switchLatencyUs);
+        const double start = now();
+        delay(pr.alphaUs);
         if (pr.amount > 0) sendStriped(g, rank, st.dst.rank, pr.amount, laneRate(rank, pr));
-        if (st.flags & kStepSignal) increment(st.flag, st.value, now());
+        const double busyUs = (now() - start) / kSecondsPerUs;
+        const double landsUs = proxyLatencyUs(p_) + hops * platform_.switchLatencyUs;  // after the bytes
+        if (st.flags & kStepSignal) increment(st.flag, st.value, now() + landsUs * kSecondsPerUs);
+        delay(proxyLaneUs(p_, busyUs) - busyUs);
         break;
       }
       case StepKind::Signal:

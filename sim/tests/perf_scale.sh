@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Scale benchmark of mk-sim (label perf; `ctest -L perf`): hierarchical all-reduce of 1 GiB on rail-optimised
-# DGX-H100 clusters, wall time and peak memory (GNU time, the whole process tree) of the exact replay and
-# --fast, for both inter-node phases (rhd: recursive halving/doubling, 2 log2 M exchanges per chunk; ring:
-# 2(M-1) steps per chunk), then the targets on the rhd rows: 1024 GPUs (exact replay) <= 5 s and
-# <= 2 GB, 8192 GPUs (fast) <= 60 s.
+# Scale benchmark of mk-sim (label perf; `ctest -L perf`): hierarchical all-reduce of 512 MiB bfloat16 on
+# rail-optimised DGX-H100 clusters, wall time and peak memory (GNU time, the whole process tree) of the exact
+# replay and --fast. Rows "auto" run the default options (chunks and channels by size and node count, inter-node
+# phase auto: docs/results.md "Scaling of the hierarchical all-reduce"), and the targets are checked on
+# them: 1024 GPUs (exact replay) <= 5 s and <= 2 GB, 8192 GPUs (fast) <= 60 s. Rows "ring" (--inter ring
+# --chunks 1: 2(M-1) steps per chunk) stay for comparison with the runs before.
 # Usage: perf_scale.sh <mk-sim> <workdir>. Bounds (largest node count tried, default in brackets):
 #   MK_SIM_PERF_MAX_NODES [1024]        every row
 #   MK_SIM_PERF_EXACT_MAX_NODES [128]   exact replay (its actors and activities grow with every node-local step)
@@ -25,13 +26,12 @@ printf '%6s %6s %-5s %-6s %12s %10s %11s %12s %10s\n' GPUs nodes inter mode pred
 missed=0
 for nodes in 8 32 128 512 1024; do
   ((nodes > max_nodes)) && { echo "# $((nodes * 8)) GPUs skipped (MK_SIM_PERF_MAX_NODES=$max_nodes)"; continue; }
-  for inter in rhd ring; do
+  for inter in auto ring; do
     [[ $inter == ring ]] && ((nodes > ring_max_nodes)) && continue
     for mode in exact fast; do
       [[ $mode == exact ]] && ((nodes > exact_max_nodes)) && continue
-      # --chunks 1: the rows stay comparable with the runs before the per-size default (8 chunks at 1 GiB, which
-      # simulates 8x the steps: docs/simulator.md "Scale").
-      flags=(--op allreduce --algo hierarchical --cluster dgx-h100 --nodes "$nodes" --bytes 1G --chunks 1 --inter "$inter" --verbose)
+      flags=(--op allreduce --algo hierarchical --cluster dgx-h100 --nodes "$nodes" --bytes 512MiB --dtype bfloat16 --verbose)
+      [[ $inter == ring ]] && flags+=(--inter ring --chunks 1)
       [[ $mode == fast ]] && flags+=(--fast)
       walls=() rss=0 rc=0
       for ((i = 0; i < repeat; ++i)); do
@@ -48,7 +48,7 @@ for nodes in 8 32 128 512 1024; do
       comms=$(awk '/^simulation:/ {print $4}' "$log")
       printf '%6d %6d %-5s %-6s %12s %10s %11s %12s %10s\n' $((nodes * 8)) "$nodes" "$inter" "$mode" \
         "${predicted:-rc=$rc}" "$wall" "$rss" "${steps:-?}" "${comms:-?}"
-      [[ $inter == rhd ]] || continue
+      [[ $inter == auto ]] || continue
       if [[ $mode == exact && $nodes -eq 128 ]]; then
         awk -v w="$wall" -v m="$rss" 'BEGIN { exit !(w <= 5 && m <= 2048) }' ||
           { echo "# MISSED: 1024 GPUs took ${wall} s and ${rss} MiB (target <= 5 s, <= 2048 MiB)"; missed=1; }

@@ -61,8 +61,18 @@ TEST_CASE("fused replay: the ring-ordered walks do not contend, an oversubscribe
       const mk::Schedule s = mk::generate(fs, topo.layout(16), opt);
       const double timeline = mk::simulateUncontended(s, prof).totalUs;
       const double replay = mk::sim::predict(s, topo, prof, quiet()).totalUs;
-      // At any moment every sender of a round targets a different peer: no port sees two flows at once.
-      if (oversubscription == 1.0) CHECK(replay == doctest::Approx(timeline).epsilon(1e-6));
+      // With every ProxyPut holding its lane until it has landed (one message in flight), every sender of a
+      // round targets a different peer at any moment: no port sees two flows at once.
+      mk::Profile serial = prof;
+      serial.transport.inFlight = 1;
+      serial.proxyPostUs = 0;
+      if (oversubscription == 1.0)
+        CHECK(mk::sim::predict(s, topo, serial, quiet()).totalUs ==
+              doctest::Approx(mk::simulateUncontended(s, serial).totalUs).epsilon(1e-6));
+      // With the latency overlapped (8 in flight) the senders drift apart by their rounds' landings and a port
+      // sometimes takes two rounds at once: gemm-rs and gemm-ar +6-7 % (ag-gemm none).
+      if (oversubscription == 1.0) CHECK(replay >= timeline * (1 - 1e-9));
+      if (oversubscription == 1.0) CHECK(replay <= timeline * 1.07);
       // Eight GPUs' cross-node flows share a leaf uplink of two NICs' bandwidth.
       if (oversubscription > 1.0) CHECK(replay > timeline * 1.05);
     }

@@ -33,12 +33,12 @@ TEST_CASE("replay: puts, proxy puts, copies and reduces run at their ramp's rate
   pf.reduceRamp = {{1e6, 0.5}};
   Builder b({0, 0, 1});
   b.put(0, 0, 1, 1000000);       // 3 + 1 + 1e6 / 25e3 = 44
-  b.proxyPut(0, 1, 2, 1000000);  // 3 + 1.5 + 2 + 1e6 / 37.5e3 = 33.1667
+  b.proxyPut(0, 1, 2, 1000000);  // 3 + 1.5 + 1e6 / 37.5e3 = 31.1667 (the network alpha: its landing)
   b.copy(2, 0, 2, 2, 1000000);   // 3 + 0.5 + 1e6 / 2000e3 = 4
   b.reduce(2, 0, 2, 1000000);    // 4 + 0.5 + 1e6 / 250e3 = 8.5
   const auto p = simtest::run(b.done(), simtest::cluster(2, 2), pf);
   CHECK(simtest::at(p, 0, 0, 0).endUs == doctest::Approx(44.0).epsilon(1e-9));
-  CHECK(simtest::at(p, 0, 1, 0).endUs == doctest::Approx(3 + 1.5 + 2 + 1e6 / 37.5e3).epsilon(1e-9));
+  CHECK(simtest::at(p, 0, 1, 0).endUs == doctest::Approx(3 + 1.5 + 1e6 / 37.5e3).epsilon(1e-9));
   CHECK(simtest::at(p, 2, 0, 0).endUs == doctest::Approx(4.0).epsilon(1e-9));
   CHECK(simtest::at(p, 2, 0, 1).endUs == doctest::Approx(8.5).epsilon(1e-9));
 }
@@ -139,13 +139,26 @@ TEST_CASE("replay: a barrier across nodes adds proxy plus network alpha") {
   CHECK(p.totalUs == doctest::Approx(4.0 + 1.5 + 2.0).epsilon(1e-9));
 }
 
-TEST_CASE("replay: a proxy put costs proxy plus network alpha plus bytes over network bandwidth") {
+TEST_CASE("replay: a proxy put keeps its lane for proxy and bytes, and lands the network alpha later") {
   Builder b({0, 1});
-  b.proxyPut(0, 0, 1, 1000000, 0);  // 3 + 1.5 + 2 + 1e6 / 50e3 = 26.5
+  b.proxyPut(0, 0, 1, 1000000, 0);  // lane: 3 + 1.5 + 1e6 / 50e3 = 24.5; lands 2 us later
   b.wait(1, 0, 0, 1);
   const auto p = simtest::run(b.done(), simtest::cluster(2, 1));
-  CHECK(simtest::at(p, 0, 0, 0).endUs == doctest::Approx(26.5).epsilon(1e-9));
+  CHECK(simtest::at(p, 0, 0, 0).endUs == doctest::Approx(24.5).epsilon(1e-9));
   CHECK(simtest::at(p, 1, 0, 0).endUs == doctest::Approx(26.5).epsilon(1e-9));
+}
+
+TEST_CASE("replay: back-to-back proxy puts overlap the latency, as the timeline prices them") {
+  // The second put starts when the first one's bytes are out (24.5), not when it has landed (26.5).
+  Builder b({0, 1});
+  b.proxyPut(0, 0, 1, 1000000, 0);
+  b.proxyPut(0, 0, 1, 1000000, 0);
+  b.wait(1, 0, 0, 2);
+  const mk::Schedule s = b.done();
+  const auto p = simtest::run(s, simtest::cluster(2, 1));
+  CHECK(simtest::at(p, 0, 0, 1).startUs == doctest::Approx(24.5).epsilon(1e-9));
+  CHECK(simtest::at(p, 1, 0, 0).endUs == doctest::Approx(24.5 + 21.5 + 2).epsilon(1e-9));
+  CHECK(p.totalUs == doctest::Approx(mk::simulateUncontended(s, simtest::profile()).totalUs).epsilon(1e-9));
 }
 
 TEST_CASE("replay: a zero-byte proxy put is a remote signal costing proxy plus alpha") {
@@ -159,7 +172,8 @@ TEST_CASE("replay: a zero-byte proxy put is a remote signal costing proxy plus a
 
 TEST_CASE("replay: a proxy put to another leaf pays two more switch hops") {
   Builder b({0, 1});
-  b.proxyPut(0, 0, 1, 1000000);
+  b.proxyPut(0, 0, 1, 1000000, 0);  // lands 24.5 + 2 + 2 x 0.5
+  b.wait(1, 0, 0, 1);
   const auto p = simtest::run(b.done(), simtest::cluster(2, 1, /*perLeaf=*/1));
   CHECK(p.totalUs == doctest::Approx(27.5).epsilon(1e-9));
 }

@@ -16,26 +16,30 @@ using simtest::Builder;
 
 TEST_CASE("sharing: two flows into one nic get equal shares") {
   // Ranks 1 and 2 (nodes 1, 2) write 1 MB each into rank 0 (node 0) at the same time: its NIC's 50 GB/s is
-  // split 25/25, so each takes 1e6 / 25e3 = 40 us after 3 + 1.5 + 2 us of dispatch and latency.
+  // split 25/25, so each keeps its lane 1e6 / 25e3 = 40 us after 3 + 1.5 us of dispatch and proxy.
   Builder b({0, 1, 2});
   b.proxyPut(1, 0, 0, 1000000);
   b.proxyPut(2, 0, 0, 1000000);
   const auto p = simtest::run(b.done(), simtest::cluster(3, 1));
-  CHECK(simtest::at(p, 1, 0, 0).endUs == doctest::Approx(46.5).epsilon(1e-9));
-  CHECK(simtest::at(p, 2, 0, 0).endUs == doctest::Approx(46.5).epsilon(1e-9));
+  CHECK(simtest::at(p, 1, 0, 0).endUs == doctest::Approx(44.5).epsilon(1e-9));
+  CHECK(simtest::at(p, 2, 0, 0).endUs == doctest::Approx(44.5).epsilon(1e-9));
 }
 
 TEST_CASE("sharing: flows with different route latencies still share equally") {
-  // Rank 2 is under another leaf: its flow starts 1 us later (two more switch hops). Alone, rank 1's flow runs
-  // at 50 GB/s for 1 us, then both run at 25: rank 1 ends at 6.5 + 1 + 9.5e5 / 25e3 = 45.5, rank 2 gets the
-  // whole NIC for its last 5e4 B and ends at 46.5. With latency on the links CM02 would give the short route
-  // about 7/13 of the link instead of 1/2.
+  // Rank 2 is under another leaf: two more switch hops, 1 us more latency, which delays only the landing of
+  // its put (cost-model.md, rule 3 "ProxyPut"): both flows start at 4.5 and share rank 0's NIC 25/25, ending
+  // at 4.5 + 1e6 / 25e3 = 44.5; rank 2's lands 1 us after rank 1's. With latency on the links CM02 would give
+  // the short route about 7/13 of the link instead of 1/2.
   Builder b({0, 1, 2});
-  b.proxyPut(1, 0, 0, 1000000);
-  b.proxyPut(2, 0, 0, 1000000);
+  b.proxyPut(1, 0, 0, 1000000, 0);
+  b.proxyPut(2, 0, 0, 1000000, 1);
+  b.wait(0, 0, 0, 1);
+  b.wait(0, 0, 1, 1);
   const auto p = simtest::run(b.done(), simtest::cluster(3, 1, /*perLeaf=*/2));
-  CHECK(simtest::at(p, 1, 0, 0).endUs == doctest::Approx(45.5).epsilon(1e-9));
-  CHECK(simtest::at(p, 2, 0, 0).endUs == doctest::Approx(46.5).epsilon(1e-9));
+  CHECK(simtest::at(p, 1, 0, 0).endUs == doctest::Approx(44.5).epsilon(1e-9));
+  CHECK(simtest::at(p, 2, 0, 0).endUs == doctest::Approx(44.5).epsilon(1e-9));
+  CHECK(simtest::at(p, 0, 0, 0).endUs == doctest::Approx(44.5 + 2).epsilon(1e-9));
+  CHECK(simtest::at(p, 0, 0, 1).endUs == doctest::Approx(44.5 + 2 + 1).epsilon(1e-9));
 }
 
 TEST_CASE("sharing: cm02 with link latency would weight shares by route latency") {
@@ -102,8 +106,8 @@ TEST_CASE("sharing: an oversubscribed leaf uplink slows cross leaf traffic") {
   };
   const auto fast = simtest::run(schedule(), simtest::cluster(4, 1, 2, 1.0));
   const auto slow = simtest::run(schedule(), simtest::cluster(4, 1, 2, 4.0));
-  CHECK(fast.totalUs == doctest::Approx(3.0 + 4.5 + 20.0).epsilon(1e-9));
-  CHECK(slow.totalUs == doctest::Approx(3.0 + 4.5 + 80.0).epsilon(1e-9));
+  CHECK(fast.totalUs == doctest::Approx(3.0 + 1.5 + 20.0).epsilon(1e-9));  // dispatch, proxy, bytes
+  CHECK(slow.totalUs == doctest::Approx(3.0 + 1.5 + 80.0).epsilon(1e-9));
   REQUIRE(!slow.links.empty());
   CHECK(slow.links[0].name == "rail0.leaf0.up_UP");
   CHECK(slow.links[0].utilization > 0.9);

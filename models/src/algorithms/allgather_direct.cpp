@@ -40,7 +40,7 @@ Term directSendTerm(const ChunkPrices& x) {
   for (uint32_t n = 0; n < g.nNodes(); ++n) {
     const double local = g.nodeSize(n) - 1.0;
     const double remote = static_cast<double>(g.nRanks - g.nodeSize(n));
-    best = maxOf({best, x.nvl * (local * x.chunks), x.net * (remote * x.chunks)});
+    best = maxOf({best, x.nvl * (local * x.chunks), x.netSends(remote * x.chunks)});
   }
   return best;
 }

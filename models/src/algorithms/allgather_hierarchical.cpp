@@ -60,7 +60,7 @@ CostEstimate costAllGatherHierarchical(const CostContext& c) {
   if (g.nRanks == 1) return x.finish(x.copy, "t0 + T_copy");
   const uint32_t nodes = g.nNodes();
   const double k = x.chunks;
-  Term best = maxOf({x.copy, x.net * ((nodes - 1.0) * k)});  // the inter-send lanes: (M-1) K' proxy puts
+  Term best = maxOf({x.copy, x.netSends((nodes - 1.0) * k)});  // the inter-send lanes: (M-1) K' proxy puts
   // An owner's Intra lane hands out its own block (K' chunks of D = (G-1) T_nvl), then forwards J remote
   // chunks, chunk j taking D from max(its arrival a_j, the previous one's end): a two-stage flow line, so it
   // ends at max(K'D + J D, max_j a_j + (J - j) D). Every sender's inter lane only puts, so a_j is exact:
@@ -69,7 +69,7 @@ CostEstimate costAllGatherHierarchical(const CostContext& c) {
     const Term d = x.nvl * (g.maxLocal - 1.0);
     const double j = (nodes - 1.0) * k;  // a_j grows by T_net and j by 1: the max is at j = 0 or J-1
     best = maxOf({best, d * (k + j)});
-    if (nodes > 1) best = maxOf({best, x.net + d * j, x.net * j + d});
+    if (nodes > 1) best = maxOf({best, x.net + x.netLand + d * j, x.net * j + x.netLand + d});
     return x.finish(best,
                     "t0 + max(T_copy, J*T_net, K*D + J*D, T_net + J*D, J*T_net + D) with D = (G-1)*T_nvl, "
                     "J = (M-1)*K remote chunks per owner");
@@ -85,7 +85,7 @@ CostEstimate costAllGatherHierarchical(const CostContext& c) {
     const Term d = x.nvl * (g.nodeSize(n) - 1.0);
     best = maxOf({best, d * (k + total)});
     for (std::size_t j = 0; j < arrivals.size(); ++j)
-      best = maxOf({best, x.net * arrivals[j] + d * (total - static_cast<double>(j))});
+      best = maxOf({best, x.net * arrivals[j] + x.netLand + d * (total - static_cast<double>(j))});
   }
   return x.finish(best,
                   "t0 + max(T_copy, (M-1)*K*T_net, max over owners of max(K*D + J*D, max_j a_j*T_net + (J-j)*D)) "

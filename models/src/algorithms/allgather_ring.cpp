@@ -36,10 +36,10 @@ void emitAllGatherRing(ScheduleBuilder& b, const GenContext& ctx, uint32_t ch, R
 
 CostEstimate costAllGatherRing(const CostContext& c) {
   const ChunkPrices x(c);
-  const double p = c.gen.nRanks;
   if (c.gen.nRanks == 1) return x.finish(x.copy, "t0 + T_copy");
-  const Term ring = slowestRingHop(x) * ((p - 1) * x.chunks);
-  return x.finish(maxOf({x.copy, ring}), "t0 + max(T_copy, (p-1)*K*max(hop prices: T_nvl or T_net))");
+  return x.finish(maxOf({x.copy, ringFlowLine(x, false)}),
+                  "t0 + max(T_copy, ring flow line of p-1 steps x K chunks: a chunk forwarded once it landed; "
+                  "(p-1)*K*max hop price when nothing waits)");
 }
 
 }  // namespace

@@ -532,7 +532,7 @@ PathCounts hierLongest(const UnitPrices& u, const HierGeometry& geo, const std::
   const Longest longest(&u);
   const auto N = static_cast<uint32_t>(nodes.size());
   const uint32_t K = static_cast<uint32_t>(geo.groups.size()), Kr = geo.ringChunks, L = geo.ringSteps;
-  const PathCounts zero;
+  const PathCounts zero, land = netLands();  // a ring send lands on its successor this long after its lane time
   std::vector<PathCounts> put(K), reduce(K);
   for (uint32_t t = 0; t < K; ++t) {
     const double pieces = geo.twoPieces[t] ? 2 : 1, units = double(geo.groups[t].size);
@@ -565,28 +565,28 @@ PathCounts hierLongest(const UnitPrices& u, const HierGeometry& geo, const std::
       State& s = st[n];
       PathCounts ready = zero;  // a node of one rank sends its own input at once
       if (i < Kr && nodes[n].phases) ready = s.q[geo.groupOf[i]] + flagHop();
-      if (i >= Kr) ready = i < L + Kr ? s.rho[i - Kr] + flagHop() : st[pred(n)].x[i - Kr];
+      if (i >= Kr) ready = i < L + Kr ? s.rho[i - Kr] + flagHop() : st[pred(n)].x[i - Kr] + land;
       s.x[i] = s.snd = longest(s.snd, ready) + nodes[n].owned * netMsg();
     }
     if (i >= L) continue;
     for (uint32_t n = 0; n < N; ++n) {
       State& s = st[n];
       if (nodes[n].phases) phase1Through(n, geo.groupOf[i + Kr]);
-      s.rho[i] = s.red = longest(s.red, st[pred(n)].x[i]) + nodes[n].owned * redMsg();
+      s.rho[i] = s.red = longest(s.red, st[pred(n)].x[i] + land) + nodes[n].owned * redMsg();
     }
   }
   PathCounts total = zero;
   for (uint32_t n = 0; n < N; ++n) {
     const State& s = st[n];
     PathCounts end = s.red;
-    if (L > 0) end = longest({end, s.x[2 * L - 1], st[pred(n)].x[2 * L - 1]});
+    if (L > 0) end = longest({end, s.x[2 * L - 1], st[pred(n)].x[2 * L - 1] + land});
     if (nodes[n].phases) {
       PathCounts mover = s.a[K - 1];
       for (uint32_t t = 0; t < K; ++t) {
         const auto q0 = static_cast<uint32_t>(geo.groups[t].begin), q1 = static_cast<uint32_t>(geo.groups[t].end());
         PathCounts available = zero;
         if (L == 0) available = s.q[t] + flagHop();
-        if (L > 0 && q0 < L) available = longest(available, st[pred(n)].x[L + std::min(q1, L) - 1]);
+        if (L > 0 && q0 < L) available = longest(available, st[pred(n)].x[L + std::min(q1, L) - 1] + land);
         if (L > 0 && q1 > L) available = longest(available, s.rho[q1 - 1 - Kr] + flagHop());
         mover = longest(mover, available) + nodes[n].perOwner * put[t];
       }
@@ -646,7 +646,7 @@ CostEstimate costHierarchical(const CostContext& c) {
   const UnitPrices u = unitPrices(c, unit0.size, M > 1);
   if (S == 1) {  // one rank per node: exactly the ring over the M nodes
     const Range block0 = splitRange(splitRange(s.part0, S, 0), M, 0);
-    return estimate(u, ringLongest(u, M, 1, chunkCount(block0.size, c.opt.chunks), true, true),
+    return estimate(u, ringLongest(u, c.gen, chunkCount(block0.size, c.opt.chunks)),
                     "hierarchical, one rank per node = ring over M nodes: see ring, piece n/(C*M*K)");
   }
   // Equal nodes: one representative that is its own ring predecessor is exact.

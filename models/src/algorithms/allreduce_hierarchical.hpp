@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "closed_form.hpp"
@@ -45,6 +46,12 @@ struct RhdPlan {
   /// Partner distance of reduce-scatter step j (all-gather walks the same distances backwards).
   uint32_t distance(uint32_t j) const { return pow2 >> (j + 1); }
 };
+
+/// The order in which one lane of the rhd variant runs `stages` stages of each of `chunks` chunks: wavefront
+/// by wavefront (d = chunk + stage), older chunks first within one, so that while a chunk waits for its
+/// partner's half (latency, reduction) the lane works on the next chunks instead of idling. Every stage sees
+/// the chunks in order, so per-flag running counts stay exact. Calls visit(chunk, stage).
+void rhdWavefront(uint32_t chunks, uint32_t stages, const std::function<void(uint32_t, uint32_t)>& visit);
 
 /// The RHD plan of `nodes` nodes.
 RhdPlan rhdPlan(uint32_t nodes);

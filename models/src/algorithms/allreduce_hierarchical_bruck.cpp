@@ -376,7 +376,7 @@ PathCounts bruckLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, cons
   const BruckPlan plan = bruckPlan(M);
   const uint32_t J = plan.rounds;
   const double blockUnits = double((chunkMax + M - 1) / M) / double(chunkMax);
-  const PathCounts zero, put = nvGroup(1, 1), red1 = redGroup(1, 1);
+  const PathCounts zero, put = nvGroup(1, 1), red1 = redGroup(1, 1), land = netLands();
   struct State {
     PathCounts red, snd, mu, ready, finalReady, arrivals;
   };
@@ -402,7 +402,8 @@ PathCounts bruckLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, cons
             longest(st[n].snd, st[n].ready) + nodes[n].owned * netGroup(piecesOf(n, d, c, M), c * blockUnits);
       for (uint32_t n = 0; n < M; ++n) {
         State& s = st[n];
-        s.red = longest(s.red, rs[(n + M - d) % M]) + nodes[n].owned * redGroup(piecesOf(n, 0, c, M), c * blockUnits);
+        s.red = longest(s.red, rs[(n + M - d) % M] + land) +
+                nodes[n].owned * redGroup(piecesOf(n, 0, c, M), c * blockUnits);
         s.ready = s.red + flagHop();
       }
     }
@@ -411,7 +412,7 @@ PathCounts bruckLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, cons
       for (uint32_t n = 0; n < M; ++n) {
         PathCounts need = k == 0 ? st[n].ready : zero;
         for (uint32_t before = 0; before < k; ++before)
-          need = longest(need, ag[before][(n + plan.distance(before)) % M]);
+          need = longest(need, ag[before][(n + plan.distance(before)) % M] + land);
         ag[k][n] = longest(st[n].snd, need) + nodes[n].owned * netGroup(piecesOf(n, 0, c, M), c * blockUnits);
       }
       for (uint32_t n = 0; n < M; ++n) st[n].snd = ag[k][n];
@@ -419,7 +420,7 @@ PathCounts bruckLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, cons
     for (uint32_t n = 0; n < M; ++n) {
       State& s = st[n];
       s.finalReady = s.ready;
-      for (uint32_t k = 0; k < J; ++k) s.finalReady = longest(s.finalReady, ag[k][(n + plan.distance(k)) % M]);
+      for (uint32_t k = 0; k < J; ++k) s.finalReady = longest(s.finalReady, ag[k][(n + plan.distance(k)) % M] + land);
       if (nodes[n].phases)
         s.mu = longest(s.mu, s.finalReady) + nodes[n].perOwner * put;
       else

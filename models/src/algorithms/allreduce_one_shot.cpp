@@ -50,9 +50,11 @@ CostEstimate costOneShotWith(const CostContext& c) {
   const double k = chunkCount(s.part0.size, c.opt.chunks);
   // Chunk k has arrived everywhere when both send lanes finished their (k+1)-th round; the reducer then
   // runs p-1 Reduces per chunk: a two-stage flow shop.
-  const PathCounts send = longest(double(s.gMax - 1) * nvMsg(), double(s.p - s.gMin) * netMsg());
+  // A network round lands netLands after its lane is done with it: a constant lag of that stage of the shop.
+  const PathCounts sendI = double(s.gMax - 1) * nvMsg(), sendX = double(s.p - s.gMin) * netMsg();
   const PathCounts reduce = double(s.p - 1) * redMsg();
-  const PathCounts path = send + reduce + (k - 1) * longest(send, reduce);
+  PathCounts path = sendI + reduce + (k - 1) * longest(sendI, reduce);
+  if (s.p > s.gMin) path = longest(path, sendX + netLands() + reduce + (k - 1) * longest(sendX, reduce));
   return estimate(
       u, path,
       "one-shot: D + S + R + (K-1)*max(S, R), S = max((G-1)*t_nv, (p-G)*t_net), R = (p-1)*t_red, piece n/(C*K)");

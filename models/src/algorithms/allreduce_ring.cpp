@@ -77,36 +77,48 @@ void emitRing(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range
 
 }  // namespace
 
-/// The ring lattice's longest path (docs: "ring"): 2L sends on the slowest lane, or m excursions
-/// through the reducers (each R + F instead of K-1 sends), the spare positions on the reducers if a
-/// Reduce costs more than a send. `tail` is the price of the lane a path ends on, `nb` how many of the m
-/// ranks passed before it send over the network.
-PathCounts ringLongest(const UnitPrices& u, uint32_t p, uint32_t groupSize, double k, bool multiNode, bool evenNodes) {
+/// The ring lattice's longest path (docs: "ring"), evaluated step by step: per representative rank
+/// (ringRepresentatives) its sender (reduce-scatter then all-gather sends, chunk by chunk) and its reducer (one
+/// reduction per arrival), a send across nodes landing netLands after its lane time. Exact for equal pieces up to
+/// kExactRingRanks uneven ranks (a bound beyond); O(representatives x p x K).
+PathCounts ringLongest(const UnitPrices& u, const GenContext& g, double k) {
   const Longest longest(&u);
-  const double L = double(p - 1) * k;
-  const bool allNet = multiNode && groupSize == 1;
-  const bool uniform = !multiNode || allNet || !evenNodes;
-  const PathCounts tFast = allNet ? netMsg() : nvMsg();
-  const PathCounts tSlow = uniform ? (multiNode && !allNet ? longest(nvMsg(), netMsg()) : tFast) : netMsg();
-  PathCounts best = 2 * L * longest(tFast, tSlow);
-  auto candidate = [&](double m, const PathCounts& last, double nb) {
-    const bool spareOnReducer = u.red() > last.value(u);
-    const double spare = spareOnReducer ? (double(p) - m) * k - 1 : 0;
-    PathCounts passed = uniform ? m * tSlow : nb * netMsg() + (m - nb) * nvMsg();
-    return passed + (m + spare) * redMsg() + m * flagHop() + (2 * L - m * k - spare) * last;
-  };
-  const double g = groupSize;
-  for (double m : {1.0, g - 1, g, g + 1, double(p) - g - 1, double(p) - g, double(p) - g + 1, double(p) - 1}) {
-    if (m < 1 || m > double(p) - 1) continue;
-    if (uniform) {
-      best = longest(best, candidate(m, tSlow, 0));
-      continue;
-    }
-    const auto mi = static_cast<uint64_t>(m), gi = static_cast<uint64_t>(g);
-    best = longest({best, candidate(m, netMsg(), double(mi / gi)), candidate(m, nvMsg(), double((mi + 1) / gi)),
-                    candidate(m, nvMsg(), double((mi + gi - 1) / gi))});
+  const RingReps reps = ringRepresentatives(g);
+  const uint32_t p = g.nRanks, Q = reps.count;
+  const auto K = static_cast<uint32_t>(k);
+  std::vector<PathCounts> hop(Q), land(Q);
+  for (uint32_t i = 0; i < Q; ++i) {
+    const bool far = reps.crosses(g, i), near = reps.stays(g, i);
+    hop[i] = far && near ? longest(nvMsg(), netMsg()) : far ? netMsg() : nvMsg();
+    if (far) land[i] = netLands();
   }
-  return best;
+  auto pred = [&](uint32_t i) { return (i + Q - 1) % Q; };
+  const PathCounts zero, red = redMsg(), flag = flagHop();
+  std::vector<PathCounts> snd(Q), rdc(Q);
+  // Per representative and chunk: the last reduction (reduce-scatter) or arrival (all-gather) of the step.
+  std::vector<std::vector<PathCounts>> done(Q, std::vector<PathCounts>(K)), sent = done;
+  for (uint32_t s = 0; s + 1 < p; ++s)
+    for (uint32_t c = 0; c < K; ++c) {
+      for (uint32_t i = 0; i < Q; ++i) {
+        snd[i] = longest(snd[i], s ? done[i][c] + flag : zero) + hop[i];
+        sent[i][c] = snd[i] + land[i];
+      }
+      for (uint32_t i = 0; i < Q; ++i) done[i][c] = rdc[i] = longest(rdc[i], sent[pred(i)][c]) + red;
+    }
+  for (uint32_t s = 0; s + 1 < p; ++s)
+    for (uint32_t c = 0; c < K; ++c) {
+      for (uint32_t i = 0; i < Q; ++i) {
+        snd[i] = longest(snd[i], s ? sent[pred(i)][c] : done[i][c] + flag) + hop[i];
+        done[i][c] = snd[i] + land[i];  // the arrival at the successor
+      }
+      for (uint32_t i = 0; i < Q; ++i) sent[i][c] = done[i][c];
+    }
+  PathCounts total = zero;
+  for (uint32_t i = 0; i < Q; ++i) {
+    total = longest({total, snd[i], rdc[i]});
+    for (uint32_t c = 0; c < K; ++c) total = longest(total, sent[pred(i)][c]);
+  }
+  return total;
 }
 
 namespace {
@@ -117,9 +129,9 @@ CostEstimate costRing(const CostContext& c) {
   const Range block0 = splitRange(s.part0, s.p, 0);
   const UnitPrices u = unitPrices(c, splitRange(block0, c.opt.chunks, 0).size, s.nodes > 1, /*ringEdges=*/true);
   const double k = chunkCount(block0.size, c.opt.chunks);
-  return estimate(u, ringLongest(u, s.p, s.gMax, k, s.nodes > 1, s.evenNodes),
-                  "ring: D + 2(p-1)K*T + max(0, gain(m) for m in {1, G-1, G, G+1, p-G-1, p-G, p-G+1, p-1}), "
-                  "gain(m) = m*(R + F) - m*K*T_last + (passed sends) + spare*(R - T_last), piece n/(C*p*K)");
+  return estimate(u, ringLongest(u, c.gen, k),
+                  "ring: D + longest path of the send/reduce lattice (docs), 2(p-1)K*T when nothing waits; "
+                  "a chunk sent on once reduced (R + F) or landed (L after a send across nodes), piece n/(C*p*K)");
 }
 
 }  // namespace

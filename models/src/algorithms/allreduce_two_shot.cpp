@@ -99,6 +99,8 @@ CostEstimate costTwoShotWith(const CostContext& c) {
   const PathCounts sendI = double(s.gMax - 1) * nvMsg();
   const PathCounts sendX = double(s.p - s.gMin) * netMsg();
   const PathCounts send = longest(sendI, sendX);
+  // What the owner waits for: the network round lands netLands after its lane is done with it.
+  const PathCounts arrived = s.p > s.gMin ? longest(sendI, sendX + netLands()) : sendI;
   const PathCounts reduce = double(s.p - 1) * redMsg();
   // Each send lane runs its K reduce-scatter rounds, then its K all-gather rounds, round k not before the
   // owner's reduction of chunk k (flow shop of arrivals and reductions) plus the self-signal.
@@ -106,7 +108,9 @@ CostEstimate costTwoShotWith(const CostContext& c) {
   bool first = true;
   for (const PathCounts* lane : {&sendI, &sendX}) {
     if (lane->value(u) == 0) continue;
-    const PathCounts e = longest(2 * k * *lane, send + reduce + flagHop() + (k - 1) * longest(send, reduce) + *lane);
+    const PathCounts land = lane == &sendX ? netLands() : PathCounts{};  // the lane's last all-gather message
+    const PathCounts e =
+        longest(2 * k * *lane, arrived + reduce + flagHop() + (k - 1) * longest(send, reduce) + *lane) + land;
     path = first ? e : longest(path, e);
     first = false;
   }

@@ -31,7 +31,7 @@ CostEstimate costBroadcastDirect(const CostContext& c) {
   if (g.nRanks == 1) return x.finish(x.copy, "t0 + T_copy");
   const double local = g.nodeSize(g.nodeOf[c.spec.root]) - 1.0;
   const double remote = g.nRanks - g.nodeSize(g.nodeOf[c.spec.root]);
-  return x.finish(maxOf({x.copy, x.nvl * (local * x.chunks), x.net * (remote * x.chunks)}),
+  return x.finish(maxOf({x.copy, x.nvl * (local * x.chunks), x.netSends(remote * x.chunks)}),
                   "t0 + max(T_copy, K*(G_root-1)*T_nvl, K*(p-G_root)*T_net)");
 }
 

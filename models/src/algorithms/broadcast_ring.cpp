@@ -36,8 +36,9 @@ CostEstimate costBroadcastRing(const CostContext& c) {
   Term sum, slowest;
   for (uint32_t pos = 0; pos + 1 < g.nRanks; ++pos) {
     const uint32_t r = (c.spec.root + pos) % g.nRanks;
-    const Term hop = g.sameNode(r, (r + 1) % g.nRanks) ? x.nvl : x.netRing;
-    sum = sum + hop;
+    const bool near = g.sameNode(r, (r + 1) % g.nRanks);
+    const Term hop = near ? x.nvl : x.netRing;
+    sum = sum + hop + (near ? Term{} : x.netLand);  // the next rank forwards a chunk once it has landed
     slowest = maxOf({slowest, hop});
   }
   return x.finish(maxOf({x.copy, sum + slowest * (x.chunks - 1)}),

@@ -37,6 +37,7 @@ PathCounts operator+(PathCounts a, const PathCounts& b) {
   a.copyA += b.copyA;
   a.copyB += b.copyB;
   a.flag += b.flag;
+  a.netL += b.netL;
   return a;
 }
 PathCounts operator*(double k, PathCounts a) {
@@ -49,6 +50,7 @@ PathCounts operator*(double k, PathCounts a) {
   a.copyA *= k;
   a.copyB *= k;
   a.flag *= k;
+  a.netL *= k;
   return a;
 }
 PathCounts nvMsg() {
@@ -69,6 +71,11 @@ PathCounts redMsg() {
 PathCounts copyMsg() {
   PathCounts c;
   c.copyA = c.copyB = 1;
+  return c;
+}
+PathCounts netLands() {
+  PathCounts c;
+  c.netL = 1;
   return c;
 }
 PathCounts flagHop() {
@@ -129,8 +136,12 @@ UnitPrices unitPrices(const CostContext& c, uint64_t elems, bool needsNet, bool 
   const double b = u.bytes * u.share / 1e3;  // bytes / (GB/s * 1e3 / share) = b / GB/s
   u.nvLat = pf.nvlink.alphaUs;
   u.nvBw = b / linkRate(pf.nvlink, u.bytes);
-  u.netLat = proxyAlphaUs(pf, static_cast<uint32_t>(u.share));
   u.netBw = needsNet ? networkMessageUs(c, u.bytes, u.share, ringEdges) : 0;
+  // The unit message's lane time and landing under the ProxyPut rule (step_cost.hpp, proxyLaneUs): the issue
+  // (plus any wait for an in-flight slot) per message, the latency only where another lane waits for it.
+  const double busy = proxyIssueUs(pf) + u.netBw;
+  u.netLat = proxyLaneUs(pf, busy) - u.netBw;
+  u.netLand = proxyLandsAfterUs(pf, busy);
   u.redLat = pf.local.alphaUs;
   u.redBw = b / reduceRate(pf, u.bytes);
   u.copyLat = pf.local.alphaUs;
@@ -143,7 +154,7 @@ UnitPrices unitPrices(const CostContext& c, uint64_t elems, bool needsNet, bool 
 CostEstimate estimate(const UnitPrices& u, const PathCounts& path, const std::string& symbolic) {
   CostEstimate e;
   e.latencyUs = u.dispatch + path.nvA * u.nvLat + path.netA * u.netLat + path.redA * u.redLat + path.copyA * u.copyLat +
-                path.flag * u.flag;
+                path.flag * u.flag + path.netL * u.netLand;
   e.bandwidthUs = path.nvB * u.nvBw + path.netB * u.netBw + path.copyB * u.copyBw;
   e.reduceUs = path.redB * u.redBw;
   e.totalUs = u.dispatch + path.value(u);
@@ -201,13 +212,18 @@ ChunkPrices::ChunkPrices(const CostContext& ctx) : c(ctx) {
   chunkBytes = static_cast<double>(chunk) * esize;
   t0 = Term{pr.dispatchUs, 0, 0};
   nvl = Term{pr.nvlink.alphaUs, chunkBytes * channels / (linkRate(pr.nvlink, chunkBytes) * 1e3), 0};
-  const double netAlpha = proxyAlphaUs(pr, static_cast<uint32_t>(ch));
+  double netBw = 0, netRingBw = 0;
   if (ctx.gen.nNodes() > 1) {
-    net = Term{netAlpha, networkMessageUs(ctx, chunkBytes, channels, false), 0};
-    netRing = Term{netAlpha, networkMessageUs(ctx, chunkBytes, channels, true), 0};
+    netBw = networkMessageUs(ctx, chunkBytes, channels, false);
+    netRingBw = networkMessageUs(ctx, chunkBytes, channels, true);
   } else {  // no network on the path: keep the plain price (a formula may still print it)
-    net = netRing = Term{netAlpha, chunkBytes * channels / (linkRate(pr.network, chunkBytes) * 1e3), 0};
+    netBw = netRingBw = chunkBytes * channels / (linkRate(pr.network, chunkBytes) * 1e3);
   }
+  // The ProxyPut rule (step_cost.hpp, proxyLaneUs): a chunk's lane time, and its landing after that.
+  const double issue = proxyIssueUs(pr);
+  net = Term{proxyLaneUs(pr, issue + netBw) - netBw, netBw, 0};
+  netRing = Term{proxyLaneUs(pr, issue + netRingBw) - netRingBw, netRingBw, 0};
+  netLand = Term{proxyLandsAfterUs(pr, issue + netBw), 0, 0};
   copy = Term{pr.local.alphaUs, partBytes * channels / (linkRate(pr.local, partBytes) * 1e3), 0};
   reduce = Term{pr.local.alphaUs, 0, chunkBytes * channels / (reduceRate(pr, chunkBytes) * 1e3)};
 }
@@ -234,12 +250,57 @@ CostEstimate ChunkPrices::finish(const Term& critical, const std::string& formul
   return e;
 }
 
-Term slowestRingHop(const ChunkPrices& x) {
+RingReps ringRepresentatives(const GenContext& g) {
+  const uint32_t p = g.nRanks, G = g.maxLocal;
+  bool periodic = p % G == 0;
+  for (uint32_t r = 0; r < p && periodic; ++r) periodic = g.nodeSize(g.nodeOf[r]) == G && g.localIndex[r] == r % G;
+  if (periodic) return RingReps{G, false};
+  if (p <= kExactRingRanks) return RingReps{p, false};
+  return RingReps{1, true};
+}
+
+bool RingReps::crosses(const GenContext& g, uint32_t i) const {
+  if (!bound) return !g.sameNode(i, (i + 1) % g.nRanks);
+  for (uint32_t r = 0; r < g.nRanks; ++r)
+    if (!g.sameNode(r, (r + 1) % g.nRanks)) return true;
+  return false;
+}
+
+bool RingReps::stays(const GenContext& g, uint32_t i) const {
+  if (!bound) return g.sameNode(i, (i + 1) % g.nRanks);
+  for (uint32_t r = 0; r < g.nRanks; ++r)
+    if (g.sameNode(r, (r + 1) % g.nRanks)) return true;
+  return false;
+}
+
+Term ringFlowLine(const ChunkPrices& x, bool reduces) {
   const GenContext& g = x.c.gen;
-  bool intra = false, inter = false;
-  for (uint32_t r = 0; r < g.nRanks; ++r) (g.sameNode(r, (r + 1) % g.nRanks) ? intra : inter) = true;
-  if (intra && inter) return maxOf({x.nvl, x.netRing});
-  return inter ? x.netRing : x.nvl;
+  const RingReps reps = ringRepresentatives(g);
+  const uint32_t p = g.nRanks, Q = reps.count;
+  const auto K = static_cast<uint32_t>(x.chunks);
+  std::vector<Term> hop(Q), land(Q), lane(Q);
+  for (uint32_t i = 0; i < Q; ++i) {
+    const bool far = reps.crosses(g, i), near = reps.stays(g, i);
+    hop[i] = far && near ? maxOf({x.nvl, x.netRing}) : far ? x.netRing : x.nvl;
+    land[i] = far ? x.netLand : Term{};
+  }
+  auto pred = [&](uint32_t i) { return (i + Q - 1) % Q; };
+  std::vector<std::vector<Term>> arrived(Q, std::vector<Term>(K)), next = arrived;
+  for (uint32_t s = 0; s + 1 < p; ++s) {
+    for (uint32_t c = 0; c < K; ++c)
+      for (uint32_t i = 0; i < Q; ++i) {
+        lane[i] = s ? maxOf({lane[i], arrived[pred(i)][c]}) + (reduces ? x.reduce : Term{}) + hop[i] : lane[i] + hop[i];
+        next[i][c] = lane[i] + land[i];
+      }
+    std::swap(arrived, next);
+  }
+  Term end;
+  for (uint32_t i = 0; i < Q; ++i) {
+    for (uint32_t c = 0; c < K; ++c)  // the last step's arrivals: waited for (all-gather) or reduced into output
+      lane[i] = reduces ? maxOf({lane[i], arrived[pred(i)][c]}) + x.reduce : maxOf({lane[i], arrived[pred(i)][c]});
+    end = maxOf({end, lane[i]});
+  }
+  return end;
 }
 
 }  // namespace mk::detail

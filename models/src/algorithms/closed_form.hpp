@@ -53,6 +53,8 @@ struct UnitPrices {
   double share = 1;  ///< lanes of one rank sharing each resource (the channel count)
   double nvLat = 0, nvBw = 0, netLat = 0, netBw = 0, redLat = 0, redBw = 0, copyLat = 0, copyBw = 0, flag = 0,
          dispatch = 0;
+  /// A network message lands this long after its lane time (netLat + netBw) ends: proxyLandsAfterUs.
+  double netLand = 0;
   double nv() const { return nvLat + nvBw; }
   double net() const { return netLat + netBw; }
   double red() const { return redLat + redBw; }
@@ -62,11 +64,12 @@ struct UnitPrices {
 /// A path through the timeline as counts of unit prices. Latency (alpha) and bytes terms are counted apart:
 /// most messages carry one piece (both counts grow together), but hierarchical's phase-1/3 messages carry a
 /// group of g units in one or two pieces (g bytes terms, one or two alphas).
+/// A network message's lane time (netA, netB) and its landing (netL: counted where another lane waits for it).
 struct PathCounts {
-  double nvA = 0, nvB = 0, netA = 0, netB = 0, redA = 0, redB = 0, copyA = 0, copyB = 0, flag = 0;
+  double nvA = 0, nvB = 0, netA = 0, netB = 0, redA = 0, redB = 0, copyA = 0, copyB = 0, flag = 0, netL = 0;
   double value(const UnitPrices& u) const {
     return nvA * u.nvLat + nvB * u.nvBw + netA * u.netLat + netB * u.netBw + redA * u.redLat + redB * u.redBw +
-           copyA * u.copyLat + copyB * u.copyBw + flag * u.flag;
+           copyA * u.copyLat + copyB * u.copyBw + flag * u.flag + netL * u.netLand;
   }
 };
 PathCounts operator+(PathCounts a, const PathCounts& b);
@@ -76,6 +79,8 @@ PathCounts nvMsg();
 PathCounts netMsg();
 PathCounts redMsg();
 PathCounts copyMsg();
+/// The landing of a network message after its lane time: what a lane waiting for it pays on top (netLand).
+PathCounts netLands();
 /// One signal between lanes of one GPU (F: a reducer lane signalling a lane of its own GPU).
 PathCounts flagHop();
 /// An NVLink message of `units` units in `pieces` steps.
@@ -119,9 +124,9 @@ CostEstimate estimate(const UnitPrices& u, const PathCounts& path, const std::st
 /// The all-reduce of one rank: a copy of its part, "p = 1: D + t_copy(n/C)".
 CostEstimate costLocalCopy(const CostContext& c, const ClosedFormShape& s);
 
-/// The longest path of the all-reduce ring's lattice on p ranks (allreduce_ring.cpp; the hierarchical
-/// all-reduce with one rank per node is this ring over its nodes).
-PathCounts ringLongest(const UnitPrices& u, uint32_t p, uint32_t groupSize, double k, bool multiNode, bool evenNodes);
+/// The longest path of the all-reduce ring's lattice over the ranks of `g` in rank order, `k` chunks per block
+/// (allreduce_ring.cpp; the hierarchical all-reduce with one rank per node is this ring over its nodes).
+PathCounts ringLongest(const UnitPrices& u, const GenContext& g, double k);
 
 // ---- priced paths --------------------------------------------------------------------------------------------
 
@@ -144,16 +149,38 @@ struct ChunkPrices {
   double chunks = 1;    ///< K' of the largest part
   double partBytes = 0, chunkBytes = 0;
   Term t0, nvl, net, copy, reduce;  ///< dispatch; one chunk over NVLink / network; copy of a part; reduce of a chunk
+  Term netLand;                     ///< a network chunk lands this long after its lane time (net) ends
   Term netRing;                     ///< one chunk over the network when only the ranks of ring edges across nodes send
 
   explicit ChunkPrices(const CostContext& ctx);
+  /// `n` network chunks back to back on one lane until the last has landed (0 for none).
+  Term netSends(double n) const { return n > 0 ? net * n + netLand : Term{}; }
   /// "p=8 M=2 G=4 n=4096B C=1 K=1 nc=4096B ...": the symbols every formula string uses (G = largest node).
   std::string symbols() const;
   /// The estimate of the path t0 + `critical`, with `formula`, the symbols and the total as its text.
   CostEstimate finish(const Term& critical, const std::string& formula) const;
 };
 
-/// The slowest hop price among ring edges r -> r + 1 (network if any edge crosses nodes).
-Term slowestRingHop(const ChunkPrices& x);
+/// Ranks of a ring in rank order that stand for all (rank i for every rank i + m*count): G with equal
+/// node-major nodes (the ranks of one local index run the same times, their successors alike), else every
+/// rank up to kExactRingRanks; beyond that one representative, its own predecessor, that prices every hop as
+/// the slowest class present and lands every send (`bound`: an upper bound, O(p K) instead of O(p^2 K)).
+struct RingReps {
+  uint32_t count = 1;
+  bool bound = false;
+  /// Whether representative i's send crosses nodes (in a bound: whether any send does).
+  bool crosses(const GenContext& g, uint32_t i) const;
+  /// Whether representative i's send stays on its node (in a bound: whether any send does).
+  bool stays(const GenContext& g, uint32_t i) const;
+};
+inline constexpr uint32_t kExactRingRanks = 1024;
+RingReps ringRepresentatives(const GenContext& g);
+
+/// The ring flow line of the gather/scatter rings: every rank's one lane runs p-1 steps of K chunks, chunk c of
+/// step s (s >= 1) once that chunk of step s-1 has landed from its predecessor, then (`reduces`) a Reduce, then
+/// its hop (T_nvl, or T_net to another node, landing netLand later); it ends with the last step's arrivals
+/// (reduced into output when `reduces`). Evaluated over ringRepresentatives: exact for equal node-major nodes
+/// and up to kExactRingRanks ranks otherwise, an upper bound beyond; O(representatives x p x K).
+Term ringFlowLine(const ChunkPrices& x, bool reduces);
 
 }  // namespace mk::detail

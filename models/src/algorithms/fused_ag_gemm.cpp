@@ -68,9 +68,10 @@ FusedEstimate cost(const FusedContext& ctx, const Profile& profile) {
     for (const auto& [d, t] : ctx.walk(sendTiles(ctx, r), ctx.visits[r])) {
       const uint32_t peer = ctx.ahead(r, d);
       const bool near = ctx.sameNode(r, peer);
-      const double us = px.putUs(r, peer, near ? FusedLane::SendNvlink : FusedLane::SendNetwork,
-                                 uint64_t{ctx.tiles[r][t].rows} * ctx.spec.k, false);
-      arrive[peer][d][t] = (near ? nvlink : network).serve(t0, us) + px.putVisibleUs(r, peer, false);
+      const FusedLane purpose = near ? FusedLane::SendNvlink : FusedLane::SendNetwork;
+      const uint64_t elems = uint64_t{ctx.tiles[r][t].rows} * ctx.spec.k;
+      const double us = px.putUs(r, peer, purpose, elems, false);
+      arrive[peer][d][t] = (near ? nvlink : network).serve(t0, us) + px.putVisibleUs(r, peer, purpose, elems, false);
     }
     tally.lane(FusedLane::SendNvlink, nvlink, false);
     tally.lane(FusedLane::SendNetwork, network, true);

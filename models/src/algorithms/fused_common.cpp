@@ -305,7 +305,7 @@ double FusedPrices::gemmUs(uint32_t r, uint32_t lane, uint32_t rows) const {
   return stepLaneUs(pr, ctx.shareOf(r, StepResource::Tensor));
 }
 
-double FusedPrices::putUs(uint32_t r, uint32_t peer, FusedLane purpose, uint64_t elems, bool intoUser) const {
+double FusedPrices::putBusyUs(uint32_t r, uint32_t peer, FusedLane purpose, uint64_t elems, bool intoUser) const {
   const double bytes = static_cast<double>(elems * dtypeSize(ctx.spec.dtype));
   const bool nvlink = ctx.sameNode(r, peer);
   StepPrice pr = stepPrice(profile, nvlink ? StepKind::Put : StepKind::ProxyPut,
@@ -314,8 +314,13 @@ double FusedPrices::putUs(uint32_t r, uint32_t peer, FusedLane purpose, uint64_t
   return stepLaneUs(pr, ctx.shareOf(r, pr.resource));
 }
 
-double FusedPrices::putVisibleUs(uint32_t r, uint32_t peer, bool intoUser) const {
-  if (!ctx.sameNode(r, peer)) return 0;
+double FusedPrices::putUs(uint32_t r, uint32_t peer, FusedLane purpose, uint64_t elems, bool intoUser) const {
+  const double busy = putBusyUs(r, peer, purpose, elems, intoUser);
+  return ctx.sameNode(r, peer) ? busy : proxyLaneUs(profile, busy);
+}
+
+double FusedPrices::putVisibleUs(uint32_t r, uint32_t peer, FusedLane purpose, uint64_t elems, bool intoUser) const {
+  if (!ctx.sameNode(r, peer)) return proxyLandsAfterUs(profile, putBusyUs(r, peer, purpose, elems, intoUser));
   return putAlphaUs(profile, intoUser) - putLaneUs(profile, intoUser);
 }
 

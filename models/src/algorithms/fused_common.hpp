@@ -160,8 +160,11 @@ struct FusedPrices {
   /// Lane time of a Put (or ProxyPut across nodes) of `elems` elements from r to `peer` on lane `purpose`;
   /// `intoUser`: it lands in the peer's user buffer.
   double putUs(uint32_t r, uint32_t peer, FusedLane purpose, uint64_t elems, bool intoUser) const;
-  /// When a put's signal is visible after its step ends (Put: the rest of its alpha; ProxyPut: 0).
-  double putVisibleUs(uint32_t r, uint32_t peer, bool intoUser) const;
+  /// When a put of `elems` elements on lane `purpose` is visible after its step ends (Put: the rest of its
+  /// alpha; ProxyPut: its landing, proxyLandsAfterUs).
+  double putVisibleUs(uint32_t r, uint32_t peer, FusedLane purpose, uint64_t elems, bool intoUser) const;
+  /// A Put's or ProxyPut's issue and bytes (a ProxyPut's lane time before the in-flight rule, proxyLaneUs).
+  double putBusyUs(uint32_t r, uint32_t peer, FusedLane purpose, uint64_t elems, bool intoUser) const;
   /// Lane time of a local Reduce of `elems` elements on r's reduce lane.
   double reduceUs(uint32_t r, uint64_t elems) const;
 };

@@ -41,9 +41,9 @@ double serveGatherTile(ServingLane& lane, const FusedContext& ctx, const FusedPr
   const uint64_t elems = uint64_t{ctx.tiles[r][t].rows} * ctx.spec.n;
   double landed = readyUs;
   for (const uint32_t q : peersByLink(ctx, r, near)) {
-    const double end =
-        lane.serve(readyUs, px.putUs(r, q, near ? FusedLane::SendNvlink : FusedLane::SendNetwork, elems, true));
-    landed = std::max(landed, end + px.putVisibleUs(r, q, true));  // the receiver's final wait
+    const FusedLane purpose = near ? FusedLane::SendNvlink : FusedLane::SendNetwork;
+    const double end = lane.serve(readyUs, px.putUs(r, q, purpose, elems, true));
+    landed = std::max(landed, end + px.putVisibleUs(r, q, purpose, elems, true));  // the receiver's final wait
   }
   return landed;
 }

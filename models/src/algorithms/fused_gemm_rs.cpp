@@ -225,10 +225,11 @@ FusedEstimate costReduceScatter(const FusedContext& ctx, const Profile& profile,
       return true;
     }
     const uint32_t owner = ctx.ahead(k.r, item.d);
-    const double us = px.putUs(k.r, owner, k.near ? FusedLane::SendNvlink : FusedLane::SendNetwork,
-                               uint64_t{ctx.tiles[owner][item.t].rows} * n, false);
+    const FusedLane purpose = k.near ? FusedLane::SendNvlink : FusedLane::SendNetwork;
+    const uint64_t elems = uint64_t{ctx.tiles[owner][item.t].rows} * n;
+    const double us = px.putUs(k.r, owner, purpose, elems, false);
     arrive[owner][item.d][item.t] =
-        k.lane.serve(comp[k.r][item.d][item.t] + flag, us) + px.putVisibleUs(k.r, owner, false);
+        k.lane.serve(comp[k.r][item.d][item.t] + flag, us) + px.putVisibleUs(k.r, owner, purpose, elems, false);
     return true;
   };
   auto reduce = [&](Cursor& k, const Reduction& x) {

@@ -139,13 +139,13 @@ CostEstimate costNcclTree(const CostContext& c) {
   const double headKids = (g.maxLocal > 1 ? 1.0 : 0.0) + std::min(2.0, double(g.nNodes() - 1));
   const Term flag{view.localFlagUs, 0, 0};
   const Term chainStage = x.nvl + x.reduce + flag;
-  const Term heapStage = x.net + x.reduce * headKids + flag;
+  const Term heapStage = x.net + x.netLand + x.reduce * headKids + flag;
   const Term pace = multi ? maxOf({x.nvl, x.net, x.reduce * headKids + flag}) : maxOf({x.nvl, x.reduce + flag});
-  CostEstimate e =
-      x.finish(chainStage * chain + heapStage * height + pace * (x.chunks - 1) + x.nvl * chain + x.net * height,
-               "nccl-tree/" + std::string(toString(proto)) +
-                   ": t0 + (G-1)*(T_nvl + R + F) + h*(T_net + c*R + F) + (K-1)*max(T_nvl, T_net, c*R + F)"
-                   " + (G-1)*T_nvl + h*T_net, h = floor(log2 M), c = a head's children");
+  CostEstimate e = x.finish(
+      chainStage * chain + heapStage * height + pace * (x.chunks - 1) + x.nvl * chain + (x.net + x.netLand) * height,
+      "nccl-tree/" + std::string(toString(proto)) +
+          ": t0 + (G-1)*(T_nvl + R + F) + h*(T_net + c*R + F) + (K-1)*max(T_nvl, T_net, c*R + F)"
+          " + (G-1)*T_nvl + h*T_net, h = floor(log2 M), c = a head's children");
   return e;
 }
 

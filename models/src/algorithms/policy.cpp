@@ -10,7 +10,28 @@
 
 namespace mk {
 
-GenOptions defaultGenOptions(CollOp op, Algorithm algo, uint64_t bytes, uint32_t nRanks) noexcept {
+namespace {
+
+/// Nodes of the placement of `nRanks` ranks on `topo`; 1 when they do not fit it (the closed forms then refuse).
+uint32_t nodesOf(const Topology& topo, uint32_t nRanks) {
+  std::vector<uint32_t> nodeOf;
+  try {
+    nodeOf = topo.layout(nRanks);
+  } catch (const Error&) {
+    return 1;
+  }
+  std::vector<uint32_t> sorted(nodeOf);
+  std::sort(sorted.begin(), sorted.end());
+  return static_cast<uint32_t>(std::unique(sorted.begin(), sorted.end()) - sorted.begin());
+}
+
+/// Hierarchical all-reduce: from this many nodes on, at most kLargeHierChunks chunks (policy.hpp).
+constexpr uint32_t kLargeHierNodes = 512;
+constexpr uint32_t kLargeHierChunks = 4;
+
+}  // namespace
+
+GenOptions defaultGenOptions(CollOp op, Algorithm algo, uint64_t bytes, uint32_t nRanks, uint32_t nodes) noexcept {
   constexpr uint64_t MiB = uint64_t{1} << 20;
   GenOptions g;
   g.channels = 1;
@@ -19,6 +40,8 @@ GenOptions defaultGenOptions(CollOp op, Algorithm algo, uint64_t bytes, uint32_t
     const uint64_t shard = bytes / std::max<uint32_t>(nRanks, 1);
     g.chunks = std::min(g.chunks, static_cast<uint32_t>(std::clamp<uint64_t>(shard / (16 * MiB), 2, 4)));
   }
+  if (op == CollOp::AllReduce && algo == Algorithm::Hierarchical && nodes >= kLargeHierNodes)
+    g.chunks = std::min(g.chunks, kLargeHierChunks);
   return g;
 }
 
@@ -31,10 +54,11 @@ AlgorithmChoice chooseAlgorithm(CollOp op, uint64_t count, DType dtype, const To
   spec.count = count;
   spec.dtype = dtype;
   const uint64_t bytes = opBytes(spec, nRanks);
+  const uint32_t nodes = nodesOf(topo, nRanks);
   std::optional<AlgorithmChoice> best;
   for (Algorithm a : algos) {
     spec.algo = a;
-    const GenOptions gen = defaultGenOptions(op, a, bytes, nRanks);
+    const GenOptions gen = defaultGenOptions(op, a, bytes, nRanks, nodes);
     try {
       const double t = closedForm(spec, gen, topo, nRanks, profile).totalUs;
       if (std::isfinite(t) && (!best || t < *best->closedFormUs)) best = AlgorithmChoice{a, gen, t};
@@ -43,7 +67,7 @@ AlgorithmChoice chooseAlgorithm(CollOp op, uint64_t count, DType dtype, const To
     }
   }
   if (best) return *best;
-  return AlgorithmChoice{algos.front(), defaultGenOptions(op, algos.front(), bytes, nRanks), std::nullopt};
+  return AlgorithmChoice{algos.front(), defaultGenOptions(op, algos.front(), bytes, nRanks, nodes), std::nullopt};
 }
 
 CollectivePlan planCollective(CollectiveSpec spec, std::optional<Algorithm> algo, GenOptions gen, const Topology& topo,
@@ -51,7 +75,7 @@ CollectivePlan planCollective(CollectiveSpec spec, std::optional<Algorithm> algo
   CollectivePlan plan;
   plan.chosenByAuto = !algo;
   spec.algo = algo ? *algo : chooseAlgorithm(spec.op, spec.count, spec.dtype, topo, nRanks, profile).algo;
-  const GenOptions table = defaultGenOptions(spec.op, spec.algo, opBytes(spec, nRanks), nRanks);
+  const GenOptions table = defaultGenOptions(spec.op, spec.algo, opBytes(spec, nRanks), nRanks, nodesOf(topo, nRanks));
   if (gen.chunks == 0) gen.chunks = table.chunks;
   if (gen.channels == 0) gen.channels = table.channels;
   gen.inter = resolveInter(spec, topo.layout(nRanks), gen, profile);

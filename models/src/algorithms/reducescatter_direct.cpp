@@ -68,7 +68,7 @@ CostEstimate costReduceScatterDirect(const CostContext& c) {
     for (double kk : {0.0, k - 1}) {
       const Term tail = x.reduce * (p - first + (k - 1 - kk) * (p - 1));
       if (local > 0) best = maxOf({best, x.nvl * ((kk + 1) * local) + tail});
-      if (remote > 0) best = maxOf({best, x.net * ((kk + 1) * remote) + tail});
+      if (remote > 0) best = maxOf({best, x.netSends((kk + 1) * remote) + tail});
     }
   }
   return x.finish(best,

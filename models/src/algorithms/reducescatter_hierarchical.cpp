@@ -176,7 +176,7 @@ CostEstimate costReduceScatterHierarchicalUneven(const ChunkPrices& x) {
           if (step > 0) t = maxOf({t, prev[(n + nodes - 1) % nodes][kk]}) + x.reduce;
           if (step + 1 < nodes) t = t + x.net;
           laneEnd[o] = t;
-          cur[n][kk] = t;
+          cur[n][kk] = step + 1 < nodes ? t + x.netLand : t;  // the ring successor waits for the landing
           best = maxOf({best, t});
         }
       }
@@ -191,7 +191,9 @@ CostEstimate costReduceScatterHierarchical(const CostContext& c) {
   const ChunkPrices x(c);
   const GenContext& g = c.gen;
   if (g.nRanks == 1) return x.finish(x.copy, "t0 + T_copy");
-  if (!shapeOf(c).evenNodes) return costReduceScatterHierarchicalUneven(x);
+  // The even nodes' closed form below assumes ring partials never stall; a partial that lands after its
+  // sender's lane moved on (ProxyPut latency, netLand) can stall its successor: the recurrence then.
+  if (!shapeOf(c).evenNodes || (g.nNodes() > 1 && x.netLand.total() > 0)) return costReduceScatterHierarchicalUneven(x);
   const uint32_t nodes = g.nNodes();
   Term best;
   // Per owner, its ring lane runs items (one chunk of one block at one ring step) in order; an item costs

@@ -50,10 +50,10 @@ void emitReduceScatterRing(ScheduleBuilder& b, const GenContext& ctx, uint32_t c
 
 CostEstimate costReduceScatterRing(const CostContext& c) {
   const ChunkPrices x(c);
-  const double p = c.gen.nRanks;
   if (c.gen.nRanks == 1) return x.finish(x.copy, "t0 + T_copy");
-  return x.finish((slowestRingHop(x) + x.reduce) * ((p - 1) * x.chunks),
-                  "t0 + (p-1)*K*(max(hop prices: T_nvl or T_net) + R)");
+  return x.finish(ringFlowLine(x, true),
+                  "t0 + ring flow line of p-1 steps x K chunks: a chunk reduced and sent once it landed, "
+                  "(p-1)*K*(max hop price + R) when nothing waits");
 }
 
 }  // namespace

@@ -30,6 +30,9 @@ constexpr double kDispatchUs = 2.0;
 // Per ProxyPut: the GPU writes a FIFO record, a pinned host thread sees it (half the measured 2.67 us
 // mapped-memory round trip) and posts the work request (~1 us of ibv_post_send + doorbell MMIO).
 constexpr double kProxyUs = 2.5;
+// Of that, the proxy thread's own work per message (the post): the ~1 us above. The FIFO record's visibility
+// is latency, which later messages overlap (step_cost.hpp, proxyIssueUs).
+constexpr double kProxyPostUs = 1.0;
 // cuBLAS bf16 GEMM reached 680-790 TFLOP/s on the H200 pair against a 989 TFLOP/s dense peak (69-80%).
 constexpr double kGemmEfficiency = 0.75;
 // What one CTA of a lane moves per second through NVLink stores or local copies: NCCL's own model caps a Hopper
@@ -267,6 +270,7 @@ Profile defaultProfile(const Topology& t) {
   p.localFlagUs = t.node.nvlink.latencyUs / 2;
   p.dispatchUs = kDispatchUs;
   p.proxyUs = kProxyUs;
+  p.proxyPostUs = kProxyPostUs;
   p.gemmTflops = kGemmEfficiency * t.node.bf16Tflops;
   p.sms = t.node.sms;
   p.ctaGBs = kCtaGBs;

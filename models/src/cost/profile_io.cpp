@@ -228,6 +228,7 @@ std::string profileToJson(const Profile& p, const ProfileProvenance& prov, int i
   j["userPutUs"] = p.userPutUs;
   j["waitUs"] = p.waitUs;
   j["proxyUs"] = p.proxyUs;
+  j["proxyPostUs"] = p.proxyPostUs;
   j["transport"] = transportJson(p.transport);
   j["gemmTflops"] = p.gemmTflops;
   // Written only when set, so that a profile that does not distinguish them reads back the same.
@@ -245,10 +246,10 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   const std::string schema = text(j, "", "schema");
   if (schema != kProfileSchema)
     parseFail("schema must be \"" + std::string(kProfileSchema) + "\" (got \"" + excerpt(schema) + "\")");
-  onlyKeys(j, "", {"schema",     "source",     "provenance", "nvlink",      "network",    "local",
-                   "reduceGBs",  "reduceRamp", "flagUs",     "localFlagUs", "dispatchUs", "peerUserUs",
-                   "putIssueUs", "userPutUs",  "waitUs",     "proxyUs",     "transport",  "gemmTflops",
-                   "sms",        "ctaGBs",     "protocols",  "nccl"});
+  onlyKeys(j, "", {"schema",     "source",     "provenance", "nvlink",      "network",     "local",
+                   "reduceGBs",  "reduceRamp", "flagUs",     "localFlagUs", "dispatchUs",  "peerUserUs",
+                   "putIssueUs", "userPutUs",  "waitUs",     "proxyUs",     "proxyPostUs", "transport",
+                   "gemmTflops", "sms",        "ctaGBs",     "protocols",   "nccl"});
   Profile p;
   p.source = text(j, "", "source");
   p.nvlink = linkCost(j, "nvlink", true);
@@ -268,6 +269,8 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   // Added with the Wait's lane time: a profile without it lets a met Wait cost nothing (as before it existed).
   p.waitUs = j.contains("waitUs") ? parameter(j, "", "waitUs", Unit::Time) : 0.0;
   p.proxyUs = parameter(j, "", "proxyUs", Unit::Time);
+  // Added with the overlapped ProxyPut latency: a profile without it keeps the whole proxyUs serial.
+  p.proxyPostUs = j.contains("proxyPostUs") ? parameter(j, "", "proxyPostUs", Unit::Time) : 0.0;
   if (j.contains("transport")) {
     p.transport = transport(j);
   } else {

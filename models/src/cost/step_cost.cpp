@@ -106,9 +106,28 @@ double proxyAlphaUs(const Profile& p) noexcept {
   return p.proxyUs + p.network.alphaUs + p.transport.overheadUs + p.transport.latencyUs;
 }
 
-double proxyAlphaUs(const Profile& p, uint32_t lanes) noexcept {
+namespace {
+
+/// The proxy's serial part of proxyUs: proxyPostUs when set below proxyUs, else all of it.
+double proxyPostPart(const Profile& p) noexcept {
+  return p.proxyPostUs > 0 && p.proxyPostUs < p.proxyUs ? p.proxyPostUs : p.proxyUs;
+}
+
+}  // namespace
+
+double proxyIssueUs(const Profile& p) noexcept { return proxyPostPart(p) + p.transport.overheadUs; }
+
+double proxyLatencyUs(const Profile& p) noexcept {
+  return p.proxyUs - proxyPostPart(p) + p.network.alphaUs + p.transport.latencyUs;
+}
+
+double proxyLaneUs(const Profile& p, double busyUs) noexcept {
   const double slots = std::max<uint32_t>(p.transport.inFlight, 1);
-  return proxyAlphaUs(p) * std::max(1.0, static_cast<double>(lanes) / slots);
+  return std::max(busyUs, (busyUs + proxyLatencyUs(p)) / slots);
+}
+
+double proxyLandsAfterUs(const Profile& p, double busyUs) noexcept {
+  return busyUs + proxyLatencyUs(p) - proxyLaneUs(p, busyUs);
 }
 
 uint64_t gemmTiles128(uint64_t m, uint64_t n) noexcept { return ((m + 127) / 128) * ((n + 127) / 128); }
@@ -192,7 +211,7 @@ StepPrice stepPrice(const Profile& p, StepKind kind, LinkClass link, double amou
       return pr;
     case StepKind::ProxyPut:
       pr.resource = StepResource::Network;
-      pr.alphaUs = proxyAlphaUs(p);
+      pr.alphaUs = proxyIssueUs(p);  // the latency overlaps later messages: proxyLaneUs, proxyLandsAfterUs
       pr.amount = amount / transportEfficiency(p.transport, amount);  // wire bytes
       pr.rate = linkRate(p.network, pr.amount);
       return pr;
@@ -232,6 +251,7 @@ StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra
   requireNonNegative("profile.flagUs", p.flagUs);
   requireNonNegative("profile.localFlagUs", p.localFlagUs);
   requireNonNegative("profile.proxyUs", p.proxyUs);
+  requireNonNegative("profile.proxyPostUs", p.proxyPostUs);
   requireNonNegative("profile.nvlink.alphaUs", p.nvlink.alphaUs);
   requireNonNegative("profile.network.alphaUs", p.network.alphaUs);
   requireNonNegative("profile.local.alphaUs", p.local.alphaUs);
@@ -307,7 +327,6 @@ StepPrice StepCosts::sharedPrice(const Step& st, uint32_t rank) const {
                            st.kind == StepKind::Put && writesPeerUserBuffer(s_, st, rank), st.flags);
   if (st.kind == StepKind::ProxyPut) {
     if (st.count == 0) pr.amount = 0;  // a signal only
-    pr.alphaUs = proxyAlphaUs(p_, share(rank, StepResource::Network));
     if (!netShare_.empty()) pr.rate *= netShare_[rank];
   }
   return pr;
@@ -316,7 +335,8 @@ StepPrice StepCosts::sharedPrice(const Step& st, uint32_t rank) const {
 double StepCosts::laneUs(const Step& st, uint32_t rank, uint32_t lane) const {
   const StepPrice pr = price(st, rank, lane);
   if (pr.resource == StepResource::None) return 0;  // share() has no entry for it
-  return stepLaneUs(pr, share(rank, pr.resource));
+  const double busy = stepLaneUs(pr, share(rank, pr.resource));
+  return st.kind == StepKind::ProxyPut ? proxyLaneUs(p_, busy) : busy;
 }
 
 double StepCosts::signalDelayUs(uint32_t fromRank, uint32_t toRank) const noexcept {
@@ -334,6 +354,10 @@ double StepCosts::incrementDelayUs(const Step& st, uint32_t rank) const noexcept
       // The lane moved on after the issue time; the data (and so the signal) lands alpha after the start.
       const bool user = writesPeerUserBuffer(s_, st, rank);
       return putAlphaUs(p_, user) - putLaneUs(p_, user);
+    }
+    case StepKind::ProxyPut: {
+      const StepPrice pr = sharedPrice(st, rank);  // no rule 2b cap: the host proxy moves the bytes
+      return proxyLandsAfterUs(p_, stepLaneUs(pr, share(rank, StepResource::Network)));
     }
     default: return 0;
   }

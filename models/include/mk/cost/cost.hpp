@@ -47,7 +47,7 @@ void validateRamp(const std::vector<RampPoint>& ramp, const std::string& what, b
 /// separate flag store of a plain Put. Defaults: NCCL's documented protocol design (docs/algorithms-nccl.md).
 struct ProtocolCost {
   /// An NVLink Put of this protocol: lane time before its bytes, and its visibility latency (it replaces
-  /// nvlink.alphaUs, putIssueUs and userPutUs). A ProxyPut keeps proxyUs + network.alphaUs.
+  /// nvlink.alphaUs, putIssueUs and userPutUs). A ProxyPut keeps its issue and latency (proxyIssueUs, proxyLatencyUs).
   double latencyUs = 0;
   /// Payload share of the bytes on the wire (LL: 4 of 8, LL128: 120 of 128): a Put or ProxyPut of this protocol
   /// moves its bytes at the link's rate times this; in (0, 1].
@@ -130,7 +130,12 @@ struct Profile {
   /// visible (nvlink.alphaUs, flagUs, ... are measured up to the waiting lane's next step, so they contain this
   /// part); a met one ends waitUs after it started. 0 = not distinguished (a met Wait costs nothing).
   double waitUs = 0;
-  double proxyUs = 0;     ///< extra per ProxyPut for the FIFO + host proxy
+  double proxyUs = 0;  ///< extra per ProxyPut for the FIFO + host proxy
+  /// The serial part of proxyUs, when it is set and below proxyUs: the proxy thread's work per message (posting
+  /// the work request), which a lane pays before the next message; the rest of proxyUs (the FIFO record
+  /// becoming visible to the proxy) overlaps later messages like the network's latency (proxyIssueUs,
+  /// proxyLatencyUs). 0 (or >= proxyUs) = not distinguished: the whole proxyUs is serial.
+  double proxyPostUs = 0;
   double gemmTflops = 0;  ///< achieved bf16 GEMM rate per GPU (all of its SMs)
   /// SMs per GPU (a resident compute kernel holds one CTA per SM). On a rank that runs Gemm steps the lanes
   /// share them in proportion to their Lane::ctas, and each lane's rates follow its share (timeline rule 2b,

@@ -49,11 +49,24 @@ bool writesPeerUserBuffer(const Schedule& s, const Step& st, uint32_t rank) noex
 /// log(bytes) between points, flat beyond them (1 without a curve). A ProxyPut's bytes count bytes / fraction
 /// against the network rate, so its links carry the wire bytes (docs/transports.md).
 double transportEfficiency(const TransportModel& t, double bytes) noexcept;
-/// A cross-node message before its bytes: proxyUs + network.alphaUs + transport.overheadUs + transport.latencyUs.
+/// A cross-node message before its bytes: proxyUs + network.alphaUs + transport.overheadUs + transport.latencyUs
+/// (a cross-node signal or barrier release pays all of it).
 double proxyAlphaUs(const Profile& p) noexcept;
-/// A ProxyPut's alpha while `lanes` lanes of its rank send at once: a NIC keeps transport.inFlight messages in
-/// flight, so with more lanes the messages wait for a slot: proxyAlphaUs x max(1, lanes / inFlight).
-double proxyAlphaUs(const Profile& p, uint32_t lanes) noexcept;
+/// The serial part of a ProxyPut's alpha, paid on its lane before the bytes: the proxy's work per message
+/// (proxyPostUs when set below proxyUs, else proxyUs) + transport.overheadUs.
+double proxyIssueUs(const Profile& p) noexcept;
+/// The overlapped part of a ProxyPut's alpha: the rest of proxyUs + network.alphaUs + transport.latencyUs. The
+/// message lands this long after its bytes left; the lane meanwhile issues the next message (docs/cost-model.md,
+/// "ProxyPut").
+double proxyLatencyUs(const Profile& p) noexcept;
+/// How long a ProxyPut keeps its lane when its issue and bytes take `busyUs` (stepLaneUs of its price): a lane
+/// is one connection with transport.inFlight slots, and a message holds its slot from its start until it has
+/// landed (busyUs + proxyLatencyUs), so in steady state a lane starts at most inFlight messages per such span:
+/// max(busyUs, (busyUs + proxyLatencyUs) / inFlight). inFlight 1 is the serial rule (busyUs + latency).
+double proxyLaneUs(const Profile& p, double busyUs) noexcept;
+/// When a ProxyPut whose issue and bytes take `busyUs` lands, counted from the end of its lane time
+/// (proxyLaneUs): busyUs + proxyLatencyUs - proxyLaneUs.
+double proxyLandsAfterUs(const Profile& p, double busyUs) noexcept;
 
 /// Output tiles of 128 x 128 in an m x n Gemm: the unit the GPU's lowering gives one CTA of a compute lane.
 uint64_t gemmTiles128(uint64_t m, uint64_t n) noexcept;
@@ -164,7 +177,7 @@ class StepCosts {
   double signalDelayUs(uint32_t fromRank, uint32_t toRank) const noexcept;
   /// When the flag increment of `st` (a Signal, or a Put or ProxyPut with kStepSignal) becomes visible,
   /// counted from the step's end: signalDelayUs for a Signal, the rest of the Put's alpha after its issue
-  /// time, 0 for a ProxyPut.
+  /// time, proxyLandsAfterUs for a ProxyPut.
   double incrementDelayUs(const Step& st, uint32_t rank) const noexcept;
   /// Rule 3: a barrier releases every participant this long after its last arrival.
   double barrierReleaseUs() const noexcept;
