@@ -303,14 +303,17 @@ int runSoak(const SoakArgs& a) {
   const bool rssFlat = flat(rssSamples, &rssEarly, &rssLate);
   const bool gpuFlat = flat(gpuSamples, &gpuEarly, &gpuLate);
   if (leader) {
-    std::printf("# %llu ops in %.1f s (%.1f us per op, checks included), %llu checked (over every process), "
-                "%llu wrong elements\n",
-                static_cast<unsigned long long>(index), elapsed, elapsed * 1e6 / static_cast<double>(index),
-                static_cast<unsigned long long>(checkedAll), static_cast<unsigned long long>(wrongAll));
-    for (const auto& [what, k] : perOp) std::printf("#   %-28s %llu\n", what.c_str(), static_cast<unsigned long long>(k));
-    std::printf("# host memory (RSS, summed over the processes): %.1f MB in the second quarter, %.1f MB in the last: "
-                "%s\n",
-                rssEarly / 1e6, rssLate / 1e6, rssFlat ? "flat" : "GROWING");
+    std::printf(
+        "# %llu ops in %.1f s (%.1f us per op, checks included), %llu checked (over every process), "
+        "%llu wrong elements\n",
+        static_cast<unsigned long long>(index), elapsed, elapsed * 1e6 / static_cast<double>(index),
+        static_cast<unsigned long long>(checkedAll), static_cast<unsigned long long>(wrongAll));
+    for (const auto& [what, k] : perOp)
+      std::printf("#   %-28s %llu\n", what.c_str(), static_cast<unsigned long long>(k));
+    std::printf(
+        "# host memory (RSS, summed over the processes): %.1f MB in the second quarter, %.1f MB in the last: "
+        "%s\n",
+        rssEarly / 1e6, rssLate / 1e6, rssFlat ? "flat" : "GROWING");
     std::printf("# GPU memory used: %.1f MB in the second quarter, %.1f MB in the last: %s\n", gpuEarly / 1e6,
                 gpuLate / 1e6, gpuFlat ? "flat" : "GROWING");
   }
@@ -323,8 +326,9 @@ int runSoak(const SoakArgs& a) {
 int soakMain(int argc, char** argv, const std::string& command) {
   (void)command;  // nothing is written but the log and the CSV
   SoakArgs a;
-  CLI::App app{"mk-bench soak: mixed back-to-back collectives for a given time, some checked element-wise, with host "
-               "and GPU memory sampled every 5 s; exit 1 on a wrong element or memory that grows"};
+  CLI::App app{
+      "mk-bench soak: mixed back-to-back collectives for a given time, some checked element-wise, with host "
+      "and GPU memory sampled every 5 s; exit 1 on a wrong element or memory that grows"};
   app.add_option("--seconds", a.seconds, "how long to run (stops at the first 64-op round boundary after it)");
   app.add_option("--max-bytes", a.maxBytes, "largest op, in bytes of a 4-byte dtype (K, M, G suffixes)");
   app.add_option("--sizes", a.sizes, "distinct element counts drawn from (odd, log-spread up to --max-bytes)")

@@ -123,8 +123,9 @@ bool mpsRunning() {
 bool launch(const char* name, int ranks, int victim) {
   if (mkt::isRankProcess()) return false;
   if (!mpsRunning()) {
-    MESSAGE("CUDA MPS is not running (start nvidia-cuda-mps-control -d, or use impl/tools/launch_ranks.sh --mps): "
-            "several processes' resident kernels cannot share one GPU without it");
+    MESSAGE(
+        "CUDA MPS is not running (start nvidia-cuda-mps-control -d, or use impl/tools/launch_ranks.sh --mps): "
+        "several processes' resident kernels cannot share one GPU without it");
     std::exit(77);
   }
   char dir[] = "/tmp/mk-faults.XXXXXX";
