@@ -37,7 +37,7 @@ void addArgs(CLI::App& app, Args& a) {
   app.add_option("-n,--iters", a.iters, "timed ops per loop");
   app.add_option("-w,--warmup_iters", a.warmup, "untimed ops first");
   app.add_option("--reps", a.reps, "timed loops per size (the median is reported)");
-  app.add_option("-g,--gpus", a.gpus, "GPUs (default: all visible)");
+  app.add_option("-g,--gpus", a.gpus, "GPUs (0, the default: all visible)")->check(CLI::NonNegativeNumber);
   mk::cli::addRootOption(app, a.root, true);
   app.add_option("--chunks", a.chunks, "GenOptions::chunks (0: by size)");
   app.add_option("--channels", a.channels, "GenOptions::channels (0: by size)");
