@@ -435,11 +435,7 @@ int calibrateMain(int argc, char** argv, const std::string& command) {
   app.add_option("--workers", a.workers, "worker CTAs per GPU (0: auto, as the collectives)");
   app.add_option("--threads", a.threads, "threads per CTA");
   app.add_option("--link", a.link, "link name for the metadata (default: NVML's active NVLink count)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (int rc = mk::cli::parse(app, argc, argv, "mk-bench calibrate"); rc != mk::cli::kContinue) return rc;
   try {
     return run(a, command);
   } catch (const mk::Error& e) {  // no GPU 3, driver too old 4, the rest 2 (mk/util/cli.hpp)

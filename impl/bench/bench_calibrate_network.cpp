@@ -360,11 +360,7 @@ int calibrateNetworkMain(int argc, char** argv, const std::string& command) {
   app.add_option("--proxy-chunk", a.chunk, "CommConfig::proxyChunkBytes: a ProxyPut travels in chunks of this size");
   app.add_option("--wire-rounds", a.wireRounds, "ping-pongs of the plain TCP probe's 8-byte latency")
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (int rc = mk::cli::parse(app, argc, argv, "mk-bench calibrate-network"); rc != mk::cli::kContinue) return rc;
   try {
     return run(a, command);
   } catch (const mk::Error& e) {  // no GPU 3, driver too old 4, the rest 2 (mk/util/cli.hpp)

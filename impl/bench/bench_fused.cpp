@@ -463,11 +463,8 @@ int fusedMain(int argc, char** argv, const std::string& command) {
   app.add_option("--samples", a.samples, "--check: random elements per rank (0 = every element)");
   app.add_option("--json", a.json, "write measurement records (mkernel.measurement.v1) to this file");
   app.add_option("--trace", a.trace, "write the last shape's last fused op as Chrome trace JSON");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  const std::string tool = std::string("mk-bench ") + argv[0];
+  if (int rc = mk::cli::parse(app, argc, argv, tool.c_str()); rc != mk::cli::kContinue) return rc;
   try {
     return runFused(a, command);
   } catch (const mk::Error& e) {  // no GPU 3, driver too old 4, the rest 2 (mk/util/cli.hpp)

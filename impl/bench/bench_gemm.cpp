@@ -400,11 +400,7 @@ int gemmMain(int argc, char** argv, const std::string& command) {
                  "communicator with compute lanes: the resident kernel's in-kernel rate, per-op engine cost included) "
                  "or both; the 'engine' column and JSON extra.engine say which")
       ->check(CLI::IsMember({"standalone", "resident", "both"}));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (int rc = mk::cli::parse(app, argc, argv, "mk-bench gemm"); rc != mk::cli::kContinue) return rc;
 
   std::vector<Shape> shapes;
   if (a.shapes == "issue6") {

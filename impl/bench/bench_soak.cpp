@@ -340,11 +340,7 @@ int soakMain(int argc, char** argv, const std::string& command) {
   app.add_flag("--share-gpus", a.shareGpus, "ranks may share GPUs (CommConfig::shareGpus)");
   app.add_option("--ranks", a.ranks, "ranks of one process (with --share-gpus: all on GPU 0)")->check(CLI::Range(1, 8));
   app.add_option("--workers", a.workers, "worker CTAs per rank (0 = the engine's default)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
+  if (int rc = mk::cli::parse(app, argc, argv, "mk-bench soak"); rc != mk::cli::kContinue) return rc;
   return mk::cli::run("mk-bench soak", [&] { return runSoak(a); });
 }
 
