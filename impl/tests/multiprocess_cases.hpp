@@ -1,13 +1,17 @@
 // Test helpers of the multi-process GPU tests (one process per rank): device buffers, inputs every process can
-// compute for every rank, and one collective run on this rank checked element-wise against the CPU reference.
+// compute for every rank, one collective run on this rank checked element-wise against the CPU reference, and the
+// set-up of rank processes sharing one GPU as "nodes" (CUDA MPS).
 #pragma once
 
 #include <doctest/doctest.h>
 
 #include <cuda_runtime_api.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "mk/bootstrap.hpp"
@@ -63,6 +67,36 @@ struct Env {
     return c;
   }
 };
+
+/// The configuration of a rank process of the one-GPU inter-node tests: `ranksPerNode`-rank "nodes" sharing the GPU,
+/// joined by the proxy's socket transport, with the given budgets.
+inline mk::CommConfig sharedGpuNodesConfig(uint32_t ranksPerNode, double pollBudgetMs, double hostBudgetMs) {
+  mk::CommConfig c = Env::config();
+  c.ranksPerNode = ranksPerNode;
+  c.shareGpus = true;
+  c.transport = mk::ProxyTransport::Socket;
+  c.pollBudgetMs = pollBudgetMs;
+  c.hostBudgetMs = hostBudgetMs;
+  return c;
+}
+
+/// CUDA MPS is running for this user: its control pipe exists (CUDA_MPS_PIPE_DIRECTORY or the default). Without it,
+/// several processes' resident kernels cannot run on one GPU at once.
+inline bool mpsRunning() {
+  const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+  const std::string pipe = std::string(dir ? dir : "/tmp/nvidia-mps") + "/control";
+  struct stat st {};
+  return ::stat(pipe.c_str(), &st) == 0;
+}
+
+/// In a launcher of rank processes sharing one GPU: skip the case (exit 77, ctest's skip) unless MPS runs, saying why.
+inline void skipWithoutMps() {
+  if (mpsRunning()) return;
+  MESSAGE(
+      "CUDA MPS is not running (start nvidia-cuda-mps-control -d, or use impl/tools/launch_ranks.sh --mps): "
+      "several processes' resident kernels cannot share one GPU without it");
+  std::exit(77);
+}
 
 /// Run one collective on this rank (buffers given), compare every output element with the CPU reference.
 inline uint64_t runCase(Env& env, Buffer& a, Buffer& b, const mk::CollectiveSpec& spec, bool inPlace, uint64_t seed,

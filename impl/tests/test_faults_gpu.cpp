@@ -10,7 +10,6 @@
 
 #include <cuda_runtime_api.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -108,26 +107,13 @@ void poisonedDescriptor(DescriptorFault fault, int victim, int refuser, const st
 
 // ---- a rank process killed mid-op, several processes under MPS -----------------------------------------------------
 
-/// CUDA MPS is running for this user (its control pipe exists).
-bool mpsRunning() {
-  const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
-  const std::string pipe = std::string(dir ? dir : "/tmp/nvidia-mps") + "/control";
-  struct stat st {};
-  return ::stat(pipe.c_str(), &st) == 0;
-}
-
 /// In the launcher: run `name` as `ranks` processes on GPU 0 (a fresh folder for their notes in MK_FAULT_DIR), CHECK
 /// that `victim` died of SIGKILL and every other rank passed; then, in a fresh process (MK_FAULT_PHASE=verify), that
 /// the GPU runs collectives exactly, retried for up to 60 s (under MPS, a client's fatal fault stops every client of
 /// the GPU, and the server takes new ones once they have all exited). In a rank: false.
 bool launch(const char* name, int ranks, int victim) {
   if (mkt::isRankProcess()) return false;
-  if (!mpsRunning()) {
-    MESSAGE(
-        "CUDA MPS is not running (start nvidia-cuda-mps-control -d, or use impl/tools/launch_ranks.sh --mps): "
-        "several processes' resident kernels cannot share one GPU without it");
-    std::exit(77);
-  }
+  mkt::skipWithoutMps();
   char dir[] = "/tmp/mk-faults.XXXXXX";
   REQUIRE(::mkdtemp(dir) != nullptr);
   const auto codes = mkt::execRanks(ranks, name, kChildTimeoutS, {std::string("MK_FAULT_DIR=") + dir}, /*gpus=*/1);
@@ -156,13 +142,7 @@ bool verifyPhase() {
 }
 
 mk::CommConfig rankConfig(uint32_t ranksPerNode) {
-  mk::CommConfig c = mkt::Env::config();
-  c.ranksPerNode = ranksPerNode;
-  c.shareGpus = true;
-  c.transport = mk::ProxyTransport::Socket;
-  c.pollBudgetMs = kPollBudgetMs;
-  c.hostBudgetMs = 20000;
-  return c;
+  return mkt::sharedGpuNodesConfig(ranksPerNode, kPollBudgetMs, 20000);
 }
 
 std::string faultDir() {

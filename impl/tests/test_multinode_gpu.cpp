@@ -6,7 +6,6 @@
 #include <doctest/doctest.h>
 
 #include <cuda_runtime_api.h>
-#include <sys/stat.h>
 
 #include <cstdlib>
 #include <string>
@@ -20,24 +19,11 @@ namespace {
 
 constexpr double kChildTimeoutS = 110;
 
-/// CUDA MPS is running for this user: its control pipe exists (CUDA_MPS_PIPE_DIRECTORY or the default).
-bool mpsRunning() {
-  const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
-  const std::string pipe = std::string(dir ? dir : "/tmp/nvidia-mps") + "/control";
-  struct stat st {};
-  return ::stat(pipe.c_str(), &st) == 0;
-}
-
 /// In the launcher: run `name` as `ranks` processes on GPU 0 with `ranksPerNode`, CHECK they all passed, return
 /// true. In a rank: false.
 bool launch(const char* name, int ranks) {
   if (mkt::isRankProcess()) return false;
-  if (!mpsRunning()) {
-    MESSAGE(
-        "CUDA MPS is not running (start nvidia-cuda-mps-control -d, or use impl/tools/launch_ranks.sh --mps): "
-        "several processes' resident kernels cannot share one GPU without it");
-    std::exit(77);
-  }
+  mkt::skipWithoutMps();
   const auto codes = mkt::execRanks(ranks, name, kChildTimeoutS, {}, /*gpus=*/1);
   for (size_t r = 0; r < codes.size(); ++r) {
     CAPTURE(r);
@@ -46,15 +32,7 @@ bool launch(const char* name, int ranks) {
   return true;
 }
 
-mk::CommConfig config(uint32_t ranksPerNode) {
-  mk::CommConfig c = mkt::Env::config();
-  c.ranksPerNode = ranksPerNode;
-  c.shareGpus = true;
-  c.transport = mk::ProxyTransport::Socket;
-  c.pollBudgetMs = 5000;
-  c.hostBudgetMs = 30000;
-  return c;
-}
+mk::CommConfig config(uint32_t ranksPerNode) { return mkt::sharedGpuNodesConfig(ranksPerNode, 5000, 30000); }
 
 /// Every generator of the collectives, counts {1, 1021, 256 Ki + 3}, float32 and bfloat16, out of place, on this
 /// process's rank of a communicator of ranksPerNode-rank nodes.
