@@ -172,19 +172,21 @@ void toUs(const std::vector<uint64_t>& ns, std::vector<double>* out) {
   for (const uint64_t v : ns) out->push_back(static_cast<double>(v) / 1e3);
 }
 
-/// 7. The engine itself: back-to-back 8-byte all-reduces on GPUs 0 and 1, per-op stage times from the
-/// kernel's %globaltimer stamps (OpTiming), in three submission modes; with `trace`, also where each step
-/// of rank 0 starts and ends relative to the op's publication.
-void engineBreakdown(uint32_t ops, bool trace, mk::StreamHandoff handoff) {
+/// 7. The engine itself: back-to-back 8-byte all-reduces on GPUs 0 and 1 (with one GPU: two ranks sharing GPU 0,
+/// so no NVLink is crossed), per-op stage times from the kernel's %globaltimer stamps (OpTiming), in three
+/// submission modes; with `trace`, also where each step of rank 0 starts and ends relative to the op's publication.
+void engineBreakdown(uint32_t ops, bool trace, mk::StreamHandoff handoff, int gpus) {
   mk::CommConfig cfg;
   cfg.trace = trace;
   cfg.streamHandoff = handoff;
-  auto comms = mk::Communicator::createLocal({0, 1}, cfg);
+  cfg.shareGpus = gpus < 2;
+  const std::vector<int> devs = gpus < 2 ? std::vector<int>{0, 0} : std::vector<int>{0, 1};
+  auto comms = mk::Communicator::createLocal(devs, cfg);
   std::vector<cudaStream_t> st(2);
   std::vector<float*> buf(2);
   std::vector<mk::ClockSync> cs;
   for (int r = 0; r < 2; ++r) {
-    PROBE_CHECK(cudaSetDevice(r));
+    PROBE_CHECK(cudaSetDevice(devs[static_cast<size_t>(r)]));
     PROBE_CHECK(cudaStreamCreateWithFlags(&st[r], cudaStreamNonBlocking));
     PROBE_CHECK(cudaMalloc(reinterpret_cast<void**>(&buf[r]), 256));
     // Never cudaDeviceSynchronize / cudaMemset here: the resident kernel runs until the communicator goes.
@@ -193,8 +195,9 @@ void engineBreakdown(uint32_t ops, bool trace, mk::StreamHandoff handoff) {
     cs.push_back(comms[r].calibrateClock(200));
   }
   PROBE_CHECK(cudaSetDevice(0));
-  std::printf("# engine%s, stream hand-off %s: %s, %u worker CTAs, algorithm %s for 8 B, clock sync +-%.2f us\n",
-              trace ? " (trace on)" : "", handoff == mk::StreamHandoff::Kernel ? "kernel" : "memops",
+  std::printf("# engine%s%s, stream hand-off %s: %s, %u worker CTAs, algorithm %s for 8 B, clock sync +-%.2f us\n",
+              trace ? " (trace on)" : "", gpus < 2 ? " (2 ranks sharing GPU 0)" : "",
+              handoff == mk::StreamHandoff::Kernel ? "kernel" : "memops",
               comms[0].topology().name.c_str(), comms[0].workerCtas(),
               mk::toString(comms[0].chooseAlgorithm(mk::CollOp::AllReduce, 2, mk::DType::Float32)),
               std::max(cs[0].uncertaintyNs, cs[1].uncertaintyNs) / 1e3);
@@ -281,7 +284,7 @@ void engineBreakdown(uint32_t ops, bool trace, mk::StreamHandoff handoff) {
     }
   }
   for (int r = 0; r < 2; ++r) {
-    PROBE_CHECK(cudaSetDevice(r));
+    PROBE_CHECK(cudaSetDevice(devs[static_cast<size_t>(r)]));
     PROBE_CHECK(cudaStreamSynchronize(st[r]));
   }
 }
@@ -497,10 +500,8 @@ int main(int argc, char** argv) {
   }
   PROBE_CHECK(cudaSetDevice(0));
   cudaStreamSynchronize(s0);
-  if (gpus >= 2) {
-    engineBreakdown(rounds, false, mk::StreamHandoff::MemOps);
-    engineBreakdown(rounds, false, mk::StreamHandoff::Kernel);
-    engineBreakdown(rounds, true, mk::StreamHandoff::Kernel);
-  }
+  engineBreakdown(rounds, false, mk::StreamHandoff::MemOps, gpus);
+  engineBreakdown(rounds, false, mk::StreamHandoff::Kernel, gpus);
+  engineBreakdown(rounds, true, mk::StreamHandoff::Kernel, gpus);
   return 0;
 }
