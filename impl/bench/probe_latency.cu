@@ -197,8 +197,8 @@ void engineBreakdown(uint32_t ops, bool trace, mk::StreamHandoff handoff, int gp
   PROBE_CHECK(cudaSetDevice(0));
   std::printf("# engine%s%s, stream hand-off %s: %s, %u worker CTAs, algorithm %s for 8 B, clock sync +-%.2f us\n",
               trace ? " (trace on)" : "", gpus < 2 ? " (2 ranks sharing GPU 0)" : "",
-              handoff == mk::StreamHandoff::Kernel ? "kernel" : "memops",
-              comms[0].topology().name.c_str(), comms[0].workerCtas(),
+              handoff == mk::StreamHandoff::Kernel ? "kernel" : "memops", comms[0].topology().name.c_str(),
+              comms[0].workerCtas(),
               mk::toString(comms[0].chooseAlgorithm(mk::CollOp::AllReduce, 2, mk::DType::Float32)),
               std::max(cs[0].uncertaintyNs, cs[1].uncertaintyNs) / 1e3);
   std::vector<double> submitted;  // host time when op k was submitted on both ranks
