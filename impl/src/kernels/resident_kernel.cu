@@ -31,6 +31,7 @@
 #include "data_ops.cuh"
 #include "mbarrier.cuh"
 #include "mk/device/compute_lane_device.hpp"
+#include "mk/device/descriptor_device.hpp"
 #include "mk/device/engine_device.hpp"
 #include "mk/device/packets_device.hpp"
 #include "mk/device/poll_device.hpp"
@@ -365,51 +366,17 @@ __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
         // Every lane acquires the slot's release by the control warp (lane 0 saw it complete: true for all).
         if (next >= kPrefetch) mbarAcquire(&cs.empty[next % kPrefetch], slotParity(next - kPrefetch));
         ControlShared::Slot& sl = cs.slot[next % kPrefetch];
-        // The whole descriptor (40 pieces of 16 bytes) in at most two loads per lane, issued before any is used: a
-        // load of host memory costs its thread a PCIe round trip. Lane l holds words 2l, 2l + 1 and (l < 8) 64 + 2l,
-        // 65 + 2l. The check word folds words 0 .. kDescriptorWords - 1 (engine_device.hpp, descriptorCheck) per
-        // lane, XOR-reduced over the warp; word kDescriptorWords is the check itself.
-        static_assert(sizeof(OpDescriptor) == 80 * sizeof(uint64_t) && kDescriptorWords == 74 && kMaxRanks == 8 &&
-                          kMaxBindings == 64,
-                      "the word map below");
-        const auto* words = reinterpret_cast<const uint64_t*>(d);
-        uint64_t w[4] = {0, 0, 0, 0};
-        loadRelaxed2(words + 2 * lid, &w[0], &w[1]);
-        if (lid < 8) loadRelaxed2(words + 64 + 2 * lid, &w[2], &w[3]);
-        uint64_t fold = 0;
-        for (uint32_t k = 0; k < 4; ++k) {
-          const uint32_t i = k < 2 ? 2 * lid + k : 64 + 2 * lid + (k - 2);
-          if (k >= 2 && lid >= 8) break;
-          if (i < kDescriptorWords) fold ^= descriptorWordMix(w[k], i);
-          if (i >= 2 + kMaxRanks && i < kDescriptorWords) sl.table[i - 2 - kMaxRanks] = w[k];
-        }
-        for (uint32_t o = 16; o != 0; o >>= 1) fold ^= __shfl_xor_sync(kFullMask, fold, o);
-        const uint32_t progWord = 2 + h.rank;
-        const uint64_t own = __shfl_sync(kFullMask, (progWord & 1u) ? w[1] : w[0], progWord / 2);
-        const uint64_t want = __shfl_sync(kFullMask, w[2], (kDescriptorWords - 64) / 2);
-        const auto nb = static_cast<uint32_t>(w[0] >> 32);  // lane 0's: word 0 is (seq, nBindings)
-        const auto fl = static_cast<uint32_t>(w[1]);        // lane 0's: word 1 is (flags, reserved0)
-        uint32_t fault = 0;
+        const DescriptorRead rd = readDescriptor(d, h.rank, lid, sl.table);
         if (lid == 0) {
           // Refused, not staged: the control warp never sees the op and stops on the abort this raises.
-          uint64_t seen = 0;
-          if (fold != want) {
-            fault = static_cast<uint32_t>(DescriptorFault::CheckWord);
-            seen = fold;
-          } else if (nb > kMaxBindings) {
-            fault = static_cast<uint32_t>(DescriptorFault::Bindings);
-            seen = nb;
-          } else if (own == 0 || (own & 15u) != 0) {
-            fault = static_cast<uint32_t>(DescriptorFault::ProgramAddress);
-            seen = own;
-          }
-          if (fault != 0)
-            reportFailure(h, PollSite{Status::BadDescriptor, next, 0xFFFFFFFFu, 0xFFFFFFFFu, fault, want}, seen, 0);
-          sl.program = own;
-          sl.nBindings = nb;
-          sl.flags = fl;
+          if (rd.fault != 0)
+            reportFailure(h, PollSite{Status::BadDescriptor, next, 0xFFFFFFFFu, 0xFFFFFFFFu, rd.fault, rd.want},
+                          rd.seen, 0);
+          sl.program = rd.program;
+          sl.nBindings = rd.nBindings;
+          sl.flags = rd.flags;
         }
-        if (__shfl_sync(kFullMask, fault, 0) != 0) {
+        if (rd.fault != 0) {
           refused = true;
         } else {
           mbarArrive(&cs.full[next % kPrefetch]);  // every lane releases its own writes
@@ -731,40 +698,6 @@ __global__ void __launch_bounds__(kComputeThreads, 1) residentComputeKernel(cons
   workerLoop<kTrace, true>(h, blockIdx.x - 1);
 }
 
-/// The stream hand-off of one op (StreamHandoff::Kernel), run on the caller's stream: ring the op's doorbell
-/// (when `bell` is set) once the stream's earlier work is done, then hold the stream until `complete`
-/// reaches `waitFor` (when `wait` is set). Measured against a stream memory write + wait pair
-/// (mk-probe-latency): the front end deschedules a memory wait that is not met at once and takes 7-9 us
-/// to come back, while this kernel releases the stream about 2.3 us after the answer. Bounded: it leaves
-/// after `budgetNs` or once the group aborted (the host then reports the failure).
-__global__ void handoffKernel(uint32_t* bell, uint32_t bellValue, const uint32_t* complete, uint32_t waitFor, int wait,
-                              const uint32_t* abortWord, uint64_t budgetNs) {
-  if (threadIdx.x != 0) return;
-  if (bell) {
-    fenceSys();  // the stream's earlier writes (finished kernels and copies) before the doorbell
-    storeRelaxed(bell, bellValue);
-  }
-  if (!wait) return;
-  const uint64_t t0 = globalTimerNs();
-  for (uint32_t spins = 1;; ++spins) {
-    if (seqGeq(loadVolatile(complete), waitFor)) break;
-    if ((spins & 63u) == 0u && (loadVolatile(abortWord) != 0u || globalTimerNs() - t0 > budgetNs)) break;
-  }
-  fenceGpu();  // acquire: the engine released `complete` after every rank's writes into this GPU
-}
-
-__global__ void clockProbeKernel(const uint32_t* ping, uint64_t* pong, uint32_t rounds, uint64_t budgetNs) {
-  if (threadIdx.x != 0) return;
-  for (uint32_t i = 1; i <= rounds; ++i) {
-    const uint64_t start = globalTimerNs();
-    while (loadVolatile(ping) != i) {
-      if (globalTimerNs() - start > budgetNs || loadVolatile(ping) == 0xFFFFFFFFu) return;
-    }
-    storeRelaxed(&pong[0], globalTimerNs());
-    storeRelease(reinterpret_cast<uint32_t*>(&pong[1]), i);
-  }
-}
-
 }  // namespace
 }  // namespace mk::device
 
@@ -782,8 +715,7 @@ cudaError_t preloadKernels() {
   cudaFuncAttributes attr{};
   cudaError_t e = cudaFuncGetAttributes(&attr, device::residentKernel<true>);
   if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, device::residentKernel<false>);
-  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, device::clockProbeKernel);
-  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, device::handoffKernel);
+  if (e == cudaSuccess) e = preloadHelperKernels();
   if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, device::residentComputeKernel<true>);  // compute lanes
   if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, device::residentComputeKernel<false>);
   return e;
@@ -795,12 +727,6 @@ cudaError_t launchResident(const device::EngineDeviceHandle& h, bool trace, int 
     device::residentKernel<true><<<grid, block, 0, stream>>>(h);
   else
     device::residentKernel<false><<<grid, block, 0, stream>>>(h);
-  return cudaGetLastError();
-}
-
-cudaError_t launchHandoff(uint32_t* bell, uint32_t bellValue, const uint32_t* complete, uint32_t waitFor, bool wait,
-                          const uint32_t* abortWord, uint64_t budgetNs, cudaStream_t stream) {
-  device::handoffKernel<<<1, 32, 0, stream>>>(bell, bellValue, complete, waitFor, wait ? 1 : 0, abortWord, budgetNs);
   return cudaGetLastError();
 }
 
@@ -834,12 +760,6 @@ cudaError_t launchResidentCompute(const device::EngineDeviceHandle& h, bool trac
     device::residentComputeKernel<true><<<grid, block, device::kComputeSmemBytes, stream>>>(h);
   else
     device::residentComputeKernel<false><<<grid, block, device::kComputeSmemBytes, stream>>>(h);
-  return cudaGetLastError();
-}
-
-cudaError_t launchClockProbe(const uint32_t* ping, uint64_t* pong, uint32_t rounds, uint64_t budgetNs,
-                             cudaStream_t stream) {
-  device::clockProbeKernel<<<1, 32, 0, stream>>>(ping, pong, rounds, budgetNs);
   return cudaGetLastError();
 }
 

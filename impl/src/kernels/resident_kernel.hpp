@@ -1,4 +1,5 @@
-// mkernel — internal: host entry points of the resident kernel and its helper kernels (no device code).
+// mkernel — internal: host entry points of the resident kernel (resident_kernel.cu) and its helper kernels
+// (helper_kernels.cu); no device code.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -18,6 +19,8 @@ int residentBlocksPerSm(bool trace, int threads);
 /// launch of a kernel loads it and that load waits for the device to go idle — which never happens while
 /// the resident kernel runs: any kernel first launched after it would deadlock.
 cudaError_t preloadKernels();
+/// Load the helper kernels (hand-off, clock probe; helper_kernels.cu): part of preloadKernels.
+cudaError_t preloadHelperKernels();
 /// Launch the resident kernel for one rank (grid = h.nWorkers + 1) on `stream` of the current device.
 cudaError_t launchResident(const device::EngineDeviceHandle& h, bool trace, int threads, cudaStream_t stream);
 
