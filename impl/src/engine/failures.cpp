@@ -126,9 +126,10 @@ std::string Engine::goneNote() const {
   // A timeout, or a kernel killed by an illegal address, is often the trace of a peer process that died: its memory,
   // which this rank's kernel was reading or writing, went with it. Say so.
   const std::string gone = link_ ? link_->goneRanks() : std::string();
-  return gone.empty() ? gone
-                      : " (the process of " + gone +
-                            " has exited: its memory, which this rank's kernel may have been " + "using, went with it)";
+  if (gone.empty()) return gone;
+  return " (the process of " + gone +
+         " has exited: its memory, which this rank's kernel may have been using, went "
+         "with it)";
 }
 
 void Engine::poisonAndThrow(ErrorCode code, const std::string& message) {
