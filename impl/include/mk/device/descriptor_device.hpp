@@ -29,9 +29,9 @@ struct DescriptorRead {
 /// lane): the binding table goes to `table` (kMaxBindings entries, shared memory), the rest is returned and checked:
 /// the check word, at most kMaxBindings bindings, a non-null 16-byte aligned program for `rank`.
 MK_DEVICE_INLINE DescriptorRead readDescriptor(const OpDescriptor* d, uint32_t rank, uint32_t lid, uint64_t* table) {
-  static_assert(sizeof(OpDescriptor) == 80 * sizeof(uint64_t) && kDescriptorWords == 74 && kMaxRanks == 8 &&
-                    kMaxBindings == 64,
-                "the word map above");
+  static_assert(
+      sizeof(OpDescriptor) == 80 * sizeof(uint64_t) && kDescriptorWords == 74 && kMaxRanks == 8 && kMaxBindings == 64,
+      "the word map above");
   constexpr unsigned kAll = 0xFFFFFFFFu;
   const auto* words = reinterpret_cast<const uint64_t*>(d);
   uint64_t w[4] = {0, 0, 0, 0};
