@@ -24,6 +24,7 @@
 #include "device/driver_api.hpp"
 #include "mk/communicator.hpp"
 #include "mk/device/poll_device.hpp"
+#include "mk/graph.hpp"
 #include "mk/util/format.hpp"
 #include "mk/util/stats.hpp"
 
@@ -210,8 +211,28 @@ void engineBreakdown(uint32_t ops, bool trace, mk::StreamHandoff handoff, int gp
   for (auto& c : comms) c.synchronize();
   if (trace)
     for (auto& c : comms) c.takeTrace();
-  static const char* modes[] = {"stream wait per op", "group (one wait at the end)", "isolated (host sync per op)"};
-  for (int mode = 0; mode < 3; ++mode) {
+  static const char* modes[] = {"stream wait per op", "group (one wait at the end)", "isolated (host sync per op)",
+                                "replayed graph (the group captured, one launch per rank)"};
+  const uint32_t n = std::min<uint32_t>(ops, 60);  // stamps live ringSlots (64) ops
+  // Mode 3 (kernel hand-off only: the memory-operation hand-off cannot be captured): the group of mode 1 captured
+  // once, each rank's graph launched through mk::GraphExec (mk/graph.hpp).
+  std::vector<mk::GraphExec> graphs;
+  if (handoff == mk::StreamHandoff::Kernel) {
+    std::vector<cudaGraph_t> g(2, nullptr);
+    for (int r = 0; r < 2; ++r) PROBE_CHECK(cudaStreamBeginCapture(st[r], cudaStreamCaptureModeThreadLocal));
+    mk::groupStart();
+    for (uint32_t i = 0; i < n; ++i) submit();
+    mk::groupEnd();
+    for (int r = 0; r < 2; ++r) PROBE_CHECK(cudaStreamEndCapture(st[r], &g[r]));
+    for (int r = 0; r < 2; ++r) {
+      graphs.emplace_back(g[r]);
+      PROBE_CHECK(cudaGraphDestroy(g[r]));
+    }
+    for (int r = 0; r < 2; ++r) graphs[r].launch(st[r]);  // warm-up: the graphs' first launch uploads them
+    for (auto& c : comms) c.synchronize();
+  }
+  for (int mode = 0; mode < 4; ++mode) {
+    if (mode == 3 && graphs.empty()) continue;
     const uint64_t first = comms[0].nextOpIndex();
     submitted.clear();
     PROBE_CHECK(cudaSetDevice(0));  // the communicator leaves the last rank's device current
@@ -219,9 +240,15 @@ void engineBreakdown(uint32_t ops, bool trace, mk::StreamHandoff handoff, int gp
     PROBE_CHECK(cudaEventCreate(&e0));
     PROBE_CHECK(cudaEventCreate(&e1));
     PROBE_CHECK(cudaEventRecord(e0, st[0]));
-    const uint32_t n = std::min<uint32_t>(ops, 60);  // stamps live ringSlots (64) ops
     if (mode == 1) mk::groupStart();
-    for (uint32_t i = 0; i < n; ++i) {
+    double launchUs = 0;
+    if (mode == 3) {
+      const double t0 = hostNs();
+      for (int r = 0; r < 2; ++r) graphs[r].launch(st[r]);
+      launchUs = (hostNs() - t0) / 1e3;
+      submitted.assign(n, t0);  // every op's host call is the launch
+    }
+    for (uint32_t i = 0; i < n && mode != 3; ++i) {
       submit();
       if (mode == 2)
         for (auto& c : comms) c.synchronize();
@@ -249,6 +276,7 @@ void engineBreakdown(uint32_t ops, bool trace, mk::StreamHandoff handoff, int gp
       }
     std::printf("# engine mode: %s: %.3f us per op (events, %u ops)\n", modes[mode], static_cast<double>(ms) * 1e3 / n,
                 n);
+    if (mode == 3) std::printf("  host: %.3f us for both ranks' launches (%u ops each)\n", launchUs, n);
     print("  host submitted -> doorbell+descriptor seen", stats(host), "clock-synced");
     print("  complete(k-1) -> doorbell+descriptor(k)", stats(turn), "stream turnaround + descriptor read");
     print("  doorbell -> published", stats(gate), "cross-op gate, board copy");
@@ -294,15 +322,18 @@ void engineBreakdown(uint32_t ops, bool trace, mk::StreamHandoff handoff, int gp
 int main(int argc, char** argv) {
   uint32_t rounds = 2000;
   int gpus = 2;
+  bool engineOnly = false;  // only probe 7 (the engine's stages), skipping the hand-off micro-probes
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::printf(
-          "usage: mk-probe-latency [--rounds N] [--gpus 1|2]\n"
+          "usage: mk-probe-latency [--rounds N] [--gpus 1|2] [--engine-only]\n"
           "Measures the hand-off latencies the resident engine's small ops are made of (one line each).\n");
       return 0;
     }
-    if ((a == "--rounds" || a == "--gpus") && i + 1 < argc) {
+    if (a == "--engine-only") {
+      engineOnly = true;
+    } else if ((a == "--rounds" || a == "--gpus") && i + 1 < argc) {
       const long v = std::strtol(argv[++i], nullptr, 10);
       if (v < 1 || v > 1000000) {
         std::fprintf(stderr, "mk-probe-latency: %s wants a positive number, got %s\n", a.c_str(), argv[i]);
@@ -339,6 +370,10 @@ int main(int argc, char** argv) {
   std::vector<double> us;
   std::printf("# mk-probe-latency: %u rounds per probe, %d GPU(s)\n", rounds, gpus);
 
+  if (engineOnly) {
+    engineBreakdown(rounds, false, mk::StreamHandoff::Kernel, gpus);
+    return 0;
+  }
   // 1. host <-> GPU through host-mapped memory: host writes ping, the kernel polls it over PCIe and
   //    writes pong into host memory, the host polls pong. The round trip the doorbell-from-host path pays.
   for (int mode = 0; mode < 3; ++mode) {

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "device/topology_probe.hpp"
+#include "engine/capture.hpp"
 #include "engine/process_link.hpp"
 #include "engine/resources.hpp"
 #include "mk/algorithms/fused.hpp"
@@ -45,7 +46,7 @@ namespace mk::runtime {
 /// one process, or this process's rank of one process per GPU). Communicator holds it through shared_ptr.
 class InterNode;
 
-class Engine {
+class Engine : public std::enable_shared_from_this<Engine> {
  public:
   Engine(const std::vector<int>& devices, const CommConfig& config);
   /// Multi-process: this process is rank boot.rank() of boot.size(), on `device` (collective over boot;
@@ -79,9 +80,16 @@ class Engine {
   void submitCollective(int r, const CollectiveSpec& spec, std::optional<Algorithm> algo, const GenOptions& gen,
                         const void* send, void* recv, cudaStream_t stream);
   void submitSchedule(int r, const Schedule& s, const void* input, void* output, cudaStream_t stream);
-  /// Throws Error(Unsupported) when `stream` is under CUDA graph capture (ops cannot be captured yet). Every
-  /// Communicator entry point calls it first, before any check or upload could touch the caller's capture.
-  void refuseCapture(int r, cudaStream_t stream) const;
+  /// Throws Error(Unsupported) when rank r's ops cannot be captured into a CUDA graph at all (one process per GPU,
+  /// several nodes). Every Communicator entry point calls it first when its stream is capturing (RelaxedCapture).
+  void requireCapturable(int r) const;
+  /// GraphExec::launch: each record's launch gets its op numbers and its ops are submitted, as if called now
+  /// (capture.cpp). Throws what a submission throws.
+  void launchCaptured(const std::vector<CaptureRecord*>& recs);
+  /// GraphExec::launch when cudaGraphLaunch failed: the ops given numbers will never run; the engine is unusable.
+  void failLaunch(const std::string& message);
+  /// groupEnd inside a capture: the completion wait for captured op `index` of `rec` on `stream`.
+  void enqueueCapturedWait(const CaptureRecord& rec, uint32_t index, cudaStream_t stream);
   /// execute() with the schedule's Input buffers bound, in declaration order, to `inputs` and its Output / InOut ones
   /// to `outputs` (a list shorter than the buffers of its kind repeats its last entry; fused.cpp).
   void submitScheduleBound(int r, const Schedule& s, const std::vector<const void*>& inputs,
@@ -136,6 +144,9 @@ class Engine {
   std::string describeDeviceFailure() const;
   /// " (the process of rank q (pid p) has exited: ...)" for peers of this node found gone, else "".
   std::string goneNote() const;
+  /// " (a graph ... was replayed by cudaGraphLaunch ...)" when a captured graph's first node stopped the context for
+  /// a replay the host never authorised (capture.cpp), else "".
+  std::string graphMisuseNote() const;
   uint32_t fetched(int r) const;
   uint32_t completed(int r) const;
 
@@ -154,6 +165,16 @@ class Engine {
   /// numbered differently, the grouping must be the same).
   void requireSameNodes(const Schedule& s) const;
 
+  // ---- capture.cpp: ops captured into CUDA graphs (mk/graph.hpp, engine/capture.hpp)
+  /// Rank r's op captured on `stream` instead of submitted: its hand-off nodes go into the caller's graph (the
+  /// record's first node before its first op) and its arguments into the record, for every launch.
+  void captureLocked(int r, const CapturedOp& op, cudaStream_t stream);
+  /// Most captures one engine keeps (its host-mapped GraphCells block and each rank's device bases).
+  static constexpr uint32_t kMaxCaptures = 1024;
+  std::vector<std::shared_ptr<CaptureRecord>> captures_;  ///< every record (their cells and bases are the engine's)
+  std::map<std::pair<int, unsigned long long>, CaptureRecord*> openCaptures_;  ///< (rank, capture id) -> record
+  device::GraphCells* graphCells_ = nullptr;                                   ///< [kMaxCaptures], host-mapped
+
   // ---- submit.cpp
   /// `bind` (optional): this rank's per-buffer addresses (PendingOp::bind); `extraReads` / `extraWrites`: user
   /// byte ranges it touches besides send / recv (the fence rule).
@@ -166,6 +187,15 @@ class Engine {
                          cudaStream_t stream);
   FusedPlan fusedPlanLocked(const FusedSpec& spec, const FusedOptions& opt);
   void waitRingSpaceLocked(int r, uint32_t seq);
+  /// Op `seq` as rank r's call joins it: the pending op (created for the first rank), or Error(InvalidArgument)
+  /// naming both calls when the ranks submitted different ops.
+  PendingOp& pendingOpLocked(int r, uint32_t seq, const ScheduleKey& key, CachedSchedule& sched);
+  /// Rank r's part of op `seq` recorded (bound input and output, user ranges, bindings); once every local rank
+  /// called, the descriptor is written (one process) or posted (one process per GPU).
+  void recordCallLocked(int r, uint32_t seq, PendingOp& op, const void* boundInput, const void* send, void* recv,
+                        uint64_t inBytes, uint64_t outBytes, const std::vector<uint64_t>& bind,
+                        const std::vector<std::pair<uintptr_t, uintptr_t>>& extraReads,
+                        const std::vector<std::pair<uintptr_t, uintptr_t>>& extraWrites);
 
   // ---- finalize.cpp: an op's descriptor
   /// Write op `seq`'s descriptor: per rank, where its input, output and scratch (slot base) are; `bind` (per rank,
@@ -255,7 +285,8 @@ class Engine {
 /// True between groupStart() and groupEnd() on this thread: ops then get no per-op stream wait (handoff.cpp).
 bool insideGroup() noexcept;
 /// Inside a group: op `seq` of `engine`'s rank `rank` on `stream` gets its completion wait at groupEnd()
-/// (the engine must outlive the open group: communicator.hpp, groupEnd).
-void deferGroupWait(Engine* engine, int rank, cudaStream_t stream, uint32_t seq);
+/// (the engine must outlive the open group: communicator.hpp, groupEnd). Captured ops: `rec` is their record and
+/// `seq` the op's index in it.
+void deferGroupWait(Engine* engine, int rank, cudaStream_t stream, uint32_t seq, const CaptureRecord* rec = nullptr);
 
 }  // namespace mk::runtime

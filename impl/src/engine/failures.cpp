@@ -172,7 +172,7 @@ void Engine::throwIfFailedLocked(bool deep) {
                      "the resident kernel on GPU " + std::to_string(rr.device) + " stopped: " +
                          (e == cudaSuccess ? std::string("exited")
                                            : std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e)) +
-                         (gemm.empty() ? std::string() : " (" + gemm + ")") + goneNote());
+                         (gemm.empty() ? std::string() : " (" + gemm + ")") + graphMisuseNote() + goneNote());
     }
   }
 }

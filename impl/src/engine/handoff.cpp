@@ -24,7 +24,8 @@ struct GroupWait {
   Engine* engine;  // engines must outlive an open group (documented in communicator.hpp)
   int rank;
   cudaStream_t stream;
-  uint32_t seq;
+  uint32_t seq;              ///< the op's number, or its index in `rec` when captured
+  const CaptureRecord* rec;  ///< captured ops: their record (engine/capture.hpp)
 };
 struct ThreadGroup {
   int depth = 0;
@@ -49,8 +50,8 @@ bool kernelsSerialisedByTool() {
 
 bool insideGroup() noexcept { return tGroup.depth > 0; }
 
-void deferGroupWait(Engine* engine, int rank, cudaStream_t stream, uint32_t seq) {
-  tGroup.waits.push_back(GroupWait{engine, rank, stream, seq});
+void deferGroupWait(Engine* engine, int rank, cudaStream_t stream, uint32_t seq, const CaptureRecord* rec) {
+  tGroup.waits.push_back(GroupWait{engine, rank, stream, seq, rec});
 }
 
 bool Engine::useKernelHandoff(int r) {
@@ -165,13 +166,18 @@ void groupEnd() {
   if (--g.depth > 0) return;
   std::vector<runtime::GroupWait> waits;
   waits.swap(g.waits);
-  // The last op per (engine, rank, stream): ops of one rank complete in order, so one wait covers all.
+  // The last op per (engine, rank, stream, capture): ops of one rank complete in order, so one wait covers all.
   for (size_t i = 0; i < waits.size(); ++i) {
     bool later = false;
     for (size_t j = i + 1; j < waits.size(); ++j)
-      if (waits[j].engine == waits[i].engine && waits[j].rank == waits[i].rank && waits[j].stream == waits[i].stream)
+      if (waits[j].engine == waits[i].engine && waits[j].rank == waits[i].rank && waits[j].stream == waits[i].stream &&
+          waits[j].rec == waits[i].rec)
         later = true;
-    if (!later) waits[i].engine->enqueueWait(waits[i].rank, waits[i].stream, waits[i].seq);
+    if (later) continue;
+    if (waits[i].rec)
+      waits[i].engine->enqueueCapturedWait(*waits[i].rec, waits[i].seq, waits[i].stream);
+    else
+      waits[i].engine->enqueueWait(waits[i].rank, waits[i].stream, waits[i].seq);
   }
 }
 

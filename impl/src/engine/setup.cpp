@@ -175,6 +175,8 @@ void Engine::allocHostBlocks(size_t n) {
   // cudaFreeHost may wait for the device: the clock probe's mailbox lives as long as the engine.
   clockPing_ = hostAlloc<uint32_t>(4);
   clockPong_ = hostAlloc<uint64_t>(2);
+  // Graph capture's cells (capture.cpp), for the same reason: 64 KiB.
+  graphCells_ = hostAlloc<device::GraphCells>(kMaxCaptures);
 }
 
 void Engine::allocRank(int r, int dev) {
@@ -186,6 +188,8 @@ void Engine::allocRank(int r, int dev) {
   MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.state), sizeof(device::RankState)));
   MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.doorbell), ringSlots_ * sizeof(uint32_t)));
   MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.stamps), ringSlots_ * sizeof(device::OpStamp)));
+  // Graph capture's per-replay bases (capture.cpp), allocated with the rest before the kernel starts: 4 KiB.
+  MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.graphBase), kMaxCaptures * sizeof(uint32_t)));
   MK_CUDA_CHECK(cudaMemsetAsync(rr.stamps, 0, ringSlots_ * sizeof(device::OpStamp), rr.copyStream));
   MK_CUDA_CHECK(cudaMemsetAsync(rr.state, 0, sizeof(device::RankState), rr.copyStream));
   MK_CUDA_CHECK(cudaMemsetAsync(rr.doorbell, 0, ringSlots_ * sizeof(uint32_t), rr.copyStream));

@@ -23,17 +23,19 @@
 
 namespace mk::runtime {
 
-void Engine::refuseCapture(int r, cudaStream_t stream) const {
-  // A captured op would replay its hand-off with this op's sequence number forever: the kernel would wait for a
-  // descriptor nobody writes. Refused before anything (a pointer check, a schedule upload) touches the stream.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  MK_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone)
+void Engine::requireCapturable(int r) const {
+  // What no op of this communicator could be captured with; what depends on the op is checked by captureLocked.
+  if (link_)
     throw Error(ErrorCode::Unsupported,
                 rankName(r) +
-                    ": an op was submitted to a stream under CUDA graph capture; mkernel ops cannot be captured yet "
-                    "(the engine numbers ops at submission). Submit them outside the capture; end the capture "
-                    "(cudaStreamEndCapture) to use the stream again");
+                    ": an op was submitted to a stream under CUDA graph capture, but graph capture needs every "
+                    "rank of the communicator in this process (Communicator::createLocal); one process per "
+                    "GPU cannot capture yet. Submit the op outside the capture");
+  if (multiNode())
+    throw Error(ErrorCode::Unsupported,
+                rankName(r) +
+                    ": an op was submitted to a stream under CUDA graph capture, but graph capture works on "
+                    "one node only (the proxy takes each op from the host). Submit it outside the capture");
 }
 
 void Engine::submitCollective(int r, const CollectiveSpec& specIn, std::optional<Algorithm> algo,
@@ -142,33 +144,15 @@ void Engine::submitLocked(int r, const ScheduleKey& key, CachedSchedule& sched, 
                           uint64_t inBytes, uint64_t outBytes, cudaStream_t stream, const std::vector<uint64_t>& bind,
                           const std::vector<std::pair<uintptr_t, uintptr_t>>& extraReads,
                           const std::vector<std::pair<uintptr_t, uintptr_t>>& extraWrites) {
+  if (RelaxedCapture::capturing(stream)) {
+    captureLocked(r, CapturedOp{key, &sched, send, recv, inBytes, outBytes, bind, extraReads, extraWrites}, stream);
+    return;
+  }
   RankResources& rr = ranks_[r];
   const uint32_t seq = rr.submitted;
   MK_LOG_AT(Debug, rankName(r), "op " + std::to_string(seq) + ": submitting " + sched.what);
   waitRingSpaceLocked(r, seq);
-
-  PendingOp* op = nullptr;
-  auto it = pending_.find(seq);
-  if (it == pending_.end()) {
-    PendingOp fresh;
-    fresh.key = key;
-    fresh.sched = &sched;
-    fresh.called.assign(ranks_.size(), false);
-    fresh.input.assign(ranks_.size(), nullptr);
-    fresh.output.assign(ranks_.size(), nullptr);
-    fresh.bind.assign(ranks_.size(), {});
-    op = &pending_.emplace(seq, std::move(fresh)).first->second;
-  } else {
-    op = &it->second;
-    if (op->key != key) {
-      int first = 0;
-      while (!op->called[first]) ++first;
-      poisonAndThrow(ErrorCode::InvalidArgument,
-                     "op " + std::to_string(seq) + " differs between ranks: rank " + std::to_string(first) +
-                         " submitted " + op->sched->what + ", rank " + std::to_string(r) + " submitted " + sched.what +
-                         " (every rank must submit the same collective with the same count, dtype, op and algorithm)");
-    }
-  }
+  PendingOp& op = pendingOpLocked(r, seq, key, sched);
 
   const auto& api = driverApi();
   MK_CUDA_CHECK(cudaSetDevice(rr.device));
@@ -198,22 +182,53 @@ void Engine::submitLocked(int r, const ScheduleKey& key, CachedSchedule& sched, 
   rr.submitted = seq + 1;
   if (interNode_) interNode_->noteSubmitted();
   if (grouped) deferGroupWait(this, r, stream, seq);
+  recordCallLocked(r, seq, op, boundInput, send, recv, inBytes, outBytes, bind, extraReads, extraWrites);
+}
 
-  op->called[r] = true;
-  op->input[r] = boundInput;
-  op->output[r] = recv;
-  if (send && inBytes) op->reads.emplace_back(s0, s0 + inBytes);
-  if (recv && outBytes) op->writes.emplace_back(r0, r0 + outBytes);
-  op->reads.insert(op->reads.end(), extraReads.begin(), extraReads.end());
-  op->writes.insert(op->writes.end(), extraWrites.begin(), extraWrites.end());
-  op->bind[r] = bind;
-  if (++op->calls == local_.size()) {
+PendingOp& Engine::pendingOpLocked(int r, uint32_t seq, const ScheduleKey& key, CachedSchedule& sched) {
+  auto it = pending_.find(seq);
+  if (it == pending_.end()) {
+    PendingOp fresh;
+    fresh.key = key;
+    fresh.sched = &sched;
+    fresh.called.assign(ranks_.size(), false);
+    fresh.input.assign(ranks_.size(), nullptr);
+    fresh.output.assign(ranks_.size(), nullptr);
+    fresh.bind.assign(ranks_.size(), {});
+    return pending_.emplace(seq, std::move(fresh)).first->second;
+  }
+  PendingOp& op = it->second;
+  if (op.key != key) {
+    int first = 0;
+    while (!op.called[first]) ++first;
+    poisonAndThrow(ErrorCode::InvalidArgument,
+                   "op " + std::to_string(seq) + " differs between ranks: rank " + std::to_string(first) +
+                       " submitted " + op.sched->what + ", rank " + std::to_string(r) + " submitted " + sched.what +
+                       " (every rank must submit the same collective with the same count, dtype, op and algorithm)");
+  }
+  return op;
+}
+
+void Engine::recordCallLocked(int r, uint32_t seq, PendingOp& op, const void* boundInput, const void* send, void* recv,
+                              uint64_t inBytes, uint64_t outBytes, const std::vector<uint64_t>& bind,
+                              const std::vector<std::pair<uintptr_t, uintptr_t>>& extraReads,
+                              const std::vector<std::pair<uintptr_t, uintptr_t>>& extraWrites) {
+  const uintptr_t s0 = reinterpret_cast<uintptr_t>(send), r0 = reinterpret_cast<uintptr_t>(recv);
+  op.called[r] = true;
+  op.input[r] = boundInput;
+  op.output[r] = recv;
+  if (send && inBytes) op.reads.emplace_back(s0, s0 + inBytes);
+  if (recv && outBytes) op.writes.emplace_back(r0, r0 + outBytes);
+  op.reads.insert(op.reads.end(), extraReads.begin(), extraReads.end());
+  op.writes.insert(op.writes.end(), extraWrites.begin(), extraWrites.end());
+  op.bind[r] = bind;
+  if (++op.calls == local_.size()) {
     if (link_) {
-      postLocked(seq, *op);
+      postLocked(seq, op);
       progressLocked();  // the peers may have posted already
       throwIfFailedLocked();
     } else {
-      finalizeLocalLocked(seq, *op);
+      finalizeLocalLocked(seq, op);
       pending_.erase(seq);
     }
   }

@@ -101,6 +101,7 @@ void Engine::releaseMemory() noexcept {
     }
     cudaFree(rr.doorbell);
     cudaFree(rr.stamps);
+    cudaFree(rr.graphBase);
     cudaFree(rr.fifoDeviceWords);
     if (rr.fifoRing) cudaFreeHost(rr.fifoRing);
     if (rr.fifoDone) cudaFreeHost(rr.fifoDone);
@@ -119,6 +120,8 @@ void Engine::releaseMemory() noexcept {
     if (trace_) cudaFreeHost(trace_);
     if (clockPing_) cudaFreeHost(clockPing_);
     if (clockPong_) cudaFreeHost(clockPong_);
+    if (graphCells_) cudaFreeHost(graphCells_);
+    graphCells_ = nullptr;
     status_ = nullptr;
     link_.reset();
   }

@@ -30,6 +30,15 @@ cudaError_t launchResident(const device::EngineDeviceHandle& h, bool trace, int 
 cudaError_t launchHandoff(uint32_t* bell, uint32_t bellValue, const uint32_t* complete, uint32_t waitFor, bool wait,
                           const uint32_t* abortWord, uint64_t budgetNs, cudaStream_t stream);
 
+/// Graph capture (engine/capture.hpp): the first node of a rank's captured ops (device::GraphCells -> *base), and
+/// the hand-off of captured op `offset` (doorbells[(base + offset) % slots] when `ring`, then the wait when `wait`).
+cudaError_t launchGraphBegin(device::GraphCells* cells, uint32_t* base, cudaStream_t stream);
+cudaError_t launchGraphHandoff(const uint32_t* base, uint32_t offset, uint32_t* doorbells, uint32_t slots, bool ring,
+                               const uint32_t* complete, bool wait, const uint32_t* abortWord, uint64_t budgetNs,
+                               cudaStream_t stream);
+/// The host address of the first node's kernel (GraphExec finds a graph's captured ops by it).
+const void* graphBeginKernelAddress();
+
 // ---- compute lanes (CommConfig::computeLanes; mk/device/compute_lane_device.hpp) ----
 /// Blocks of the compute-capable resident kernel (384 threads, kComputeSmemBytes of dynamic shared memory)
 /// one SM can hold (1 on sm_90), or -1 when the kernel cannot be prepared on the current device.

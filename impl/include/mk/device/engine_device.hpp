@@ -99,6 +99,19 @@ struct alignas(64) RankMailbox {
 };
 static_assert(sizeof(RankMailbox) == 64);
 
+/// Launches of one captured graph whose first op number the host has written ahead (GraphCells::base).
+inline constexpr uint32_t kGraphCells = 8;
+
+/// One rank's ops captured into a CUDA graph (graph capture; engine/capture.hpp), host-mapped. The host gives each
+/// launch of the graph its first op number (base[n % kGraphCells] for launch n, then authorized = n + 1); the
+/// graph's first node takes it (begun = n + 1) and the op nodes ring doorbells base + 0, base + 1, ...
+struct alignas(64) GraphCells {
+  uint32_t authorized;  ///< host -> device: launches given an op number
+  uint32_t begun;       ///< device -> host: launches whose first node ran (their cells may be reused)
+  uint32_t misused;     ///< device -> host: 1 + the replay that ran without being authorised (0: none)
+  uint32_t base[kGraphCells];
+};
+
 /// Timestamps (%globaltimer, ns) of one op on one rank, a device-memory ring indexed by op % ringSlots
 /// (device memory so stamping costs no PCIe write on the op's path).
 /// Written by the control warp, except firstStepNs (the first worker CTA of lane 0).
