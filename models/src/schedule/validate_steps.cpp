@@ -1,0 +1,309 @@
+// mkernel — the schedule validator, phases A (structure: counts, buffers, lanes) and B (per-step rules: buffer
+// references, ranges, dtypes, flags, Gemm shapes); the class is in validator.hpp.
+#include <algorithm>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "mk/error.hpp"
+#include "mk/schedule/check.hpp"
+#include "validator.hpp"
+
+namespace mk::validation {
+
+bool Validator::checkStructure() {
+  bool ok = true;
+  if (s_.nRanks == 0) {
+    add(-1, -1, -1, "nRanks must be > 0 (got 0)");
+    ok = false;
+  }
+  for (std::string problem : {nodeOfProblem(s_), laneListProblem(s_)})
+    if (!problem.empty()) {
+      add(-1, -1, -1, std::move(problem));
+      ok = false;
+    }
+  if (s_.buffers.size() > 0xFFFF) {
+    add(-1, -1, -1, str(s_.buffers.size()) + " buffers declared (at most 65535)");
+    ok = false;
+  }
+  std::unordered_set<std::string> names;
+  for (std::size_t b = 0; b < s_.buffers.size(); ++b) {
+    const BufferDecl& d = s_.buffers[b];
+    const std::string id = "buffers[" + str(b) + "] '" + d.name + "'";
+    if (std::string problem = bufferCountProblem(s_, b); !problem.empty()) {
+      add(-1, -1, -1, std::move(problem));
+      ok = false;
+    }
+    if (static_cast<uint8_t>(d.dtype) > static_cast<uint8_t>(DType::Float16))
+      add(-1, -1, -1, id + ": unknown dtype " + str(static_cast<uint8_t>(d.dtype)));
+    if (static_cast<uint8_t>(d.kind) > static_cast<uint8_t>(BufferKind::InOut))
+      add(-1, -1, -1, id + ": unknown buffer kind " + str(static_cast<uint8_t>(d.kind)));
+    if (d.name.empty()) add(-1, -1, -1, id + ": a buffer name must not be empty (operands refer to it in JSON)");
+    if (!names.insert(d.name).second) add(-1, -1, -1, id + ": duplicate buffer name");
+  }
+  for (std::size_t gi = 0; gi < s_.gemms.size(); ++gi) {
+    const GemmShape& g = s_.gemms[gi];
+    const std::string id = "gemms[" + str(gi) + "]";
+    if (g.m == 0 || g.n == 0 || g.k == 0)
+      add(-1, -1, -1, id + ": m, n, k must all be > 0 (got " + str(g.m) + ", " + str(g.n) + ", " + str(g.k) + ")");
+    if (g.lda < g.k) add(-1, -1, -1, id + ": lda " + str(g.lda) + " < k " + str(g.k) + " (A is row-major m x k)");
+    if (g.ldc < g.n) add(-1, -1, -1, id + ": ldc " + str(g.ldc) + " < n " + str(g.n) + " (C is row-major m x n)");
+  }
+  if (!ok) return false;
+  for (uint32_t r = 0; r < s_.nRanks; ++r) {
+    for (std::size_t l = 0; l < s_.lanes[r].size(); ++l) {
+      const Lane& lane = s_.lanes[r][l];
+      const std::string id = "rank " + str(r) + " lane " + str(l);
+      if (static_cast<uint8_t>(lane.role) > static_cast<uint8_t>(LaneRole::InterRecv))
+        add(r, static_cast<int64_t>(l), -1, id + ": unknown lane role " + str(static_cast<uint8_t>(lane.role)));
+      if (lane.ctas == 0) add(r, static_cast<int64_t>(l), -1, id + ": ctas must be >= 1 (got 0)");
+      if (lane.steps.size() >= kNone) {
+        add(r, static_cast<int64_t>(l), -1, id + ": more than 2^32-2 steps");
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+void Validator::indexLanes() {
+  for (uint32_t r = 0; r < s_.nRanks; ++r) {
+    for (std::size_t l = 0; l < s_.lanes[r].size(); ++l) {
+      laneRank_.push_back(r);
+      laneLocal_.push_back(static_cast<uint32_t>(l));
+      lanePtr_.push_back(&s_.lanes[r][l]);
+      stepBase_.push_back(totalSteps_);
+      totalSteps_ += s_.lanes[r][l].steps.size();
+    }
+  }
+  nLanes_ = static_cast<uint32_t>(lanePtr_.size());
+  flagOf_.assign(totalSteps_, kNone);
+}
+
+bool Validator::refOk(uint32_t g, uint32_t i, const BufRef& ref, const char* name) {
+  bool ok = true;
+  if (ref.rank >= s_.nRanks) {
+    addStep(g, i, std::string(name) + " rank " + str(ref.rank) + " out of range (nRanks " + str(s_.nRanks) + ")");
+    ok = false;
+  }
+  if (ref.buffer >= s_.buffers.size()) {
+    addStep(
+        g, i,
+        std::string(name) + " buffer id " + str(ref.buffer) + " out of range (" + str(s_.buffers.size()) + " buffers)");
+    ok = false;
+  }
+  if (!ok) indexError_ = true;
+  return ok;
+}
+
+void Validator::rangeOk(uint32_t g, uint32_t i, const BufRef& ref, const char* name, uint64_t extent) {
+  const uint64_t have = s_.buffers[ref.buffer].count[ref.rank];
+  if (ref.offset > have || extent > have - ref.offset) {
+    const std::string end =
+        ref.offset > std::numeric_limits<uint64_t>::max() - extent ? std::string("overflow") : str(ref.offset + extent);
+    addStep(g, i,
+            std::string(name) + " elements [" + str(ref.offset) + ", " + end + ") exceed buffer " +
+                bufName(ref.buffer) + " on rank " + str(ref.rank) + " (" + str(have) + " elements)");
+  }
+}
+
+void Validator::sameNodeOk(uint32_t g, uint32_t i, const BufRef& ref, const char* name, const char* kind) {
+  const uint32_t r = laneRank_[g];
+  if (s_.nodeOf[ref.rank] != s_.nodeOf[r])
+    addStep(g, i,
+            std::string(name) + " is on rank " + str(ref.rank) + " (node " + str(s_.nodeOf[ref.rank]) +
+                "), not on this rank's node " + str(s_.nodeOf[r]) + ": " + kind +
+                " operands must be on the executing rank's node");
+}
+
+void Validator::dtypesAgree(uint32_t g, uint32_t i, std::initializer_list<std::pair<const char*, const BufRef*>> ops) {
+  const auto& first = *ops.begin();
+  const DType want = s_.buffers[first.second->buffer].dtype;
+  for (const auto& [name, ref] : ops) {
+    const DType have = s_.buffers[ref->buffer].dtype;
+    if (have != want) {
+      addStep(g, i,
+              std::string("operand dtypes differ: ") + first.first + " " + bufName(first.second->buffer) + " is " +
+                  toString(want) + ", " + name + " " + bufName(ref->buffer) + " is " + toString(have));
+      return;
+    }
+  }
+}
+
+void Validator::overlapOk(uint32_t g, uint32_t i, const BufRef& dst, const BufRef& src, const char* srcName,
+                          uint64_t n) {
+  if (dst.rank != src.rank || dst.buffer != src.buffer || dst.offset == src.offset || n == 0) return;
+  const uint64_t lo = std::max(dst.offset, src.offset);
+  const uint64_t hi = std::min(addSat(dst.offset, n), addSat(src.offset, n));
+  if (lo < hi)
+    addStep(g, i,
+            std::string("dst [") + str(dst.offset) + ", " + str(addSat(dst.offset, n)) + ") partially overlaps " +
+                srcName + " [" + str(src.offset) + ", " + str(addSat(src.offset, n)) + ") in buffer " +
+                bufName(dst.buffer) + ": in-place operands must coincide exactly");
+}
+
+bool Validator::flagOk(uint32_t g, uint32_t i, const FlagRef& f, const char* what) {
+  const std::vector<std::string> problems = flagProblems(s_, f, what);
+  for (const std::string& problem : problems) addStep(g, i, problem);
+  if (!problems.empty()) indexError_ = true;
+  return problems.empty();
+}
+
+void Validator::recordIncrement(uint32_t g, uint32_t i, const Step& st) {
+  if (st.value == 0) addStep(g, i, "signal increment must be >= 1 (got 0)");
+  const uint32_t f = flagIds_.get(st.flag);
+  flagOf_[stepBase_[g] + i] = f;
+  incs_.push_back(Increment{f, g, i, st.value, 0});
+}
+
+void Validator::checkSteps() {
+  for (uint32_t g = 0; g < nLanes_; ++g) {
+    const uint32_t r = laneRank_[g];
+    const auto& steps = lanePtr_[g]->steps;
+    for (uint32_t i = 0; i < steps.size(); ++i) checkStep(g, i, r, steps[i]);
+  }
+}
+
+void Validator::checkStep(uint32_t g, uint32_t i, uint32_t r, const Step& st) {
+  if (const char* problem = protocolFlagProblem(st.kind, st.flags)) addStep(g, i, problem);
+  switch (st.kind) {
+    case StepKind::Copy:
+    case StepKind::Reduce: {
+      const bool reduce = st.kind == StepKind::Reduce;
+      const char* kind = reduce ? "reduce" : "copy";
+      if (st.count == 0) addStep(g, i, "count must be > 0");
+      if (reduce && static_cast<uint8_t>(st.op) > static_cast<uint8_t>(RedOp::Min))
+        addStep(g, i, "unknown reduction op " + str(static_cast<uint8_t>(st.op)));
+      const bool dOk = refOk(g, i, st.dst, "dst");
+      const bool aOk = refOk(g, i, st.a, "a");
+      const bool bOk = !reduce || refOk(g, i, st.b, "b");
+      if (!(dOk && aOk && bOk)) return;
+      sameNodeOk(g, i, st.dst, "dst", kind);
+      sameNodeOk(g, i, st.a, "a", kind);
+      if (reduce) sameNodeOk(g, i, st.b, "b", kind);
+      if (reduce)
+        dtypesAgree(g, i, {{"dst", &st.dst}, {"a", &st.a}, {"b", &st.b}});
+      else
+        dtypesAgree(g, i, {{"dst", &st.dst}, {"a", &st.a}});
+      rangeOk(g, i, st.dst, "dst", st.count);
+      rangeOk(g, i, st.a, "a", st.count);
+      if (reduce) rangeOk(g, i, st.b, "b", st.count);
+      overlapOk(g, i, st.dst, st.a, "a", st.count);
+      if (reduce) overlapOk(g, i, st.dst, st.b, "b", st.count);
+      return;
+    }
+    case StepKind::Put:
+    case StepKind::ProxyPut: {
+      const bool proxy = st.kind == StepKind::ProxyPut;
+      if (!proxy && st.count == 0) addStep(g, i, "count must be > 0 (use a signal step to signal without data)");
+      if (proxy && st.count == 0 && !(st.flags & kStepSignal))
+        addStep(g, i, "count 0 without kStepSignal does nothing (a zero-count proxyput must signal)");
+      const bool dOk = refOk(g, i, st.dst, "dst");
+      const bool aOk = refOk(g, i, st.a, "a");
+      if (dOk) {
+        const bool sameNode = s_.nodeOf[st.dst.rank] == s_.nodeOf[r];
+        if (!proxy && st.dst.rank == r)
+          addStep(g, i, "dst is on the executing rank " + str(r) + ": a put writes a peer's buffer (use copy)");
+        else if (!proxy && !sameNode)
+          addStep(g, i,
+                  "dst rank " + str(st.dst.rank) + " is on node " + str(s_.nodeOf[st.dst.rank]) +
+                      ", not this rank's node " + str(s_.nodeOf[r]) + ": use proxyput across nodes");
+        else if (proxy && sameNode)
+          addStep(g, i,
+                  "dst rank " + str(st.dst.rank) + " is on this rank's node " + str(s_.nodeOf[r]) +
+                      ": a proxyput crosses nodes (use put inside a node)");
+      }
+      if (aOk && st.a.rank != r)
+        addStep(g, i, "source a is on rank " + str(st.a.rank) + ", expected the executing rank " + str(r));
+      if (dOk && aOk) {
+        dtypesAgree(g, i, {{"dst", &st.dst}, {"a", &st.a}});
+        rangeOk(g, i, st.dst, "dst", st.count);
+        rangeOk(g, i, st.a, "a", st.count);
+      }
+      if ((st.flags & kStepSignal) && flagOk(g, i, st.flag, "signal")) {
+        if (!proxy && s_.nodeOf[st.flag.rank] != s_.nodeOf[r])
+          addStep(g, i,
+                  "signals flag " + str(st.flag.id) + " of rank " + str(st.flag.rank) +
+                      " on another node: a put can only signal NVLink-reachable ranks");
+        if (proxy && st.flag.rank != st.dst.rank)
+          addStep(g, i,
+                  "signals flag " + str(st.flag.id) + " of rank " + str(st.flag.rank) +
+                      ", but a proxyput's signal is delivered with the data to dst rank " + str(st.dst.rank));
+        recordIncrement(g, i, st);
+      }
+      return;
+    }
+    case StepKind::Signal:
+      if (flagOk(g, i, st.flag, "target")) recordIncrement(g, i, st);
+      return;
+    case StepKind::Wait: {
+      if (st.value == 0) addStep(g, i, "wait threshold must be >= 1 (got 0)");
+      if (!flagOk(g, i, st.flag, "awaited")) return;
+      if (const std::string problem = waitRankProblem(st, r); !problem.empty()) {
+        addStep(g, i, problem);
+        indexError_ = true;  // the simulation models only own-rank waits
+        return;
+      }
+      const uint32_t f = flagIds_.get(st.flag);
+      flagOf_[stepBase_[g] + i] = f;
+      waits_.push_back(WaitRec{g, i, f, st.value});
+      return;
+    }
+    case StepKind::Gemm: checkGemm(g, i, st); return;
+    case StepKind::Barrier:
+      if (const std::string problem = barrierProblem(s_, st); !problem.empty()) {
+        addStep(g, i, problem);
+        indexError_ = true;
+        return;
+      }
+      barriers_.push_back(BarrierRec{st.aux, r, g, i});
+      return;
+  }
+  addStep(g, i, "unknown step kind " + str(static_cast<uint8_t>(st.kind)));
+  indexError_ = true;
+}
+
+void Validator::checkGemm(uint32_t g, uint32_t i, const Step& st) {
+  bool ok = true;
+  if (st.aux >= s_.gemms.size()) {
+    addStep(g, i, "gemm index " + str(st.aux) + " out of range (" + str(s_.gemms.size()) + " gemm shapes)");
+    indexError_ = true;
+    ok = false;
+  }
+  const bool dOk = refOk(g, i, st.dst, "C (dst)");
+  const bool aOk = refOk(g, i, st.a, "A (a)");
+  const bool bOk = refOk(g, i, st.b, "B (b)");
+  if (!(dOk && aOk && bOk)) return;
+  sameNodeOk(g, i, st.dst, "C (dst)", "gemm");
+  sameNodeOk(g, i, st.a, "A (a)", "gemm");
+  sameNodeOk(g, i, st.b, "B (b)", "gemm");
+  const DType da = s_.buffers[st.a.buffer].dtype, db = s_.buffers[st.b.buffer].dtype;
+  if (da != db || da == DType::Float32)
+    addStep(g, i,
+            std::string("A and B must share one 16-bit dtype (bfloat16 or float16): A ") + bufName(st.a.buffer) +
+                " is " + toString(da) + ", B " + bufName(st.b.buffer) + " is " + toString(db));
+  if (!ok) return;
+  const GemmShape& gs = s_.gemms[st.aux];
+  if (gs.m == 0 || gs.n == 0 || gs.k == 0) return;  // reported once for the shape
+  const bool colB = st.flags & kStepBColMajor;
+  const uint64_t needLdb = colB ? gs.k : gs.n;
+  if (gs.ldb < needLdb)
+    addStep(g, i,
+            "gemms[" + str(st.aux) + "].ldb " + str(gs.ldb) + " < " + (colB ? "k " : "n ") + str(needLdb) + " (B is " +
+                (colB ? "column" : "row") + "-major)");
+  else
+    rangeOk(g, i, st.b, "B (b)", extentB(gs, colB));
+  if (gs.lda >= gs.k) rangeOk(g, i, st.a, "A (a)", uint64_t{gs.m - 1} * gs.lda + gs.k);
+  if (gs.ldc >= gs.n) rangeOk(g, i, st.dst, "C (dst)", uint64_t{gs.m - 1} * gs.ldc + gs.n);
+}
+
+uint64_t Validator::extentB(const GemmShape& gs, bool colB) {
+  return colB ? uint64_t{gs.n - 1} * gs.ldb + gs.k : uint64_t{gs.k - 1} * gs.ldb + gs.n;
+}
+
+}  // namespace mk::validation
