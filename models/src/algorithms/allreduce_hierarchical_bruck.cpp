@@ -156,18 +156,6 @@ class BruckWalk {
     const uint64_t begin = prefix(node, shard, chunkIdx, from);
     return Range{begin, prefix(node, shard, chunkIdx, from + count) - begin};
   }
-  /// The two pieces of the chunk the partial goes into the rotated copy in: [cut, end) and [begin, cut), cut
-  /// where the rotation wraps (the first element of block `node`), or mid-chunk where it does not (node 0).
-  BlockPieces rotationPieces(uint32_t node, uint32_t shard, uint32_t chunkIdx) const {
-    const Range c = chunk(shard, chunkIdx);
-    uint64_t cut = block(shard, chunkIdx, node).begin;
-    if (cut == c.begin) cut = splitRange(c, 2, 1).begin;
-    BlockPieces out;
-    out.piece[0] = Range{cut, c.end() - cut};
-    out.piece[1] = Range{c.begin, cut - c.begin};
-    out.n = 2;
-    return out;
-  }
   /// Scratch offset on `node` of offset `offset` of its rotated copy of chunk `chunkIdx`.
   uint64_t workSlot(uint32_t node, uint32_t shard, uint32_t chunkIdx, uint64_t offset) const {
     return region(node, shard) + uint64_t(chunkIdx) * perChunk_ + offset;
@@ -215,6 +203,8 @@ struct BruckRank {
   std::vector<std::vector<std::vector<uint64_t>>> readyAt;
   /// agThrough[owned][k][chunk]: all-gather pieces of round k that arrive through this chunk (running count).
   std::vector<std::vector<std::vector<uint64_t>>> agThrough;
+  /// readyAwaited[owned]: the most `ready` signals the sender or the mover waits for.
+  std::vector<uint64_t> readyAwaited;
 };
 
 /// Emits one channel of the bruck variant: per rank, phase 1 (mover), the reducer (the partial into the rotated
@@ -250,12 +240,14 @@ class BruckVariant {
         me.rank = ctx_.nodeRanks[node][localIndex];
         me.localRanks = ctx_.nodeSize(node);
         me.owned = shards_.ownedBy(node, localIndex);
+        me.readyAwaited.assign(me.owned.size(), 0);
         countArrivals(me);
         reserveSteps(me);
-        emitChunkedPhase1(b_, ctx_, lanes_, shards_, node, localIndex, flags_.phase1Arrived);
+        sendPhase1(me);
         runReducer(me);
         runSender(me);
         if (me.localRanks > 1) sendPhase3(me);
+        consumeReady(me);
       }
     waitForCompletion();
   }
@@ -269,6 +261,17 @@ class BruckVariant {
   /// sends them.
   BlockPieces agIncoming(uint32_t node, uint32_t shard, uint32_t t, uint32_t k) const {
     return agPieces(walk_.chunk(shard, t), nodes(), (node + plan_.distance(k)) % nodes(), plan_.blocks(k));
+  }
+
+  /// The two parts of chunk t of `shard` on `node` that phase 1 delivers and phase 3 forwards one after the
+  /// other: part 0 = relative blocks [h, M) (h = 2^(J-1)), what the first reduce-scatter round sends, so that the
+  /// network starts after that part of phase 1; part 1 = relative blocks [0, h), final before the last all-gather
+  /// round, so that only part 0 remains to forward after it. Each cut as agPieces cuts it (the same number of
+  /// messages on every node).
+  BlockPieces part(uint32_t node, uint32_t shard, uint32_t t, uint32_t which) const {
+    const uint32_t M = nodes(), h = plan_.distance(rounds() - 1);
+    return which == 0 ? agPieces(walk_.chunk(shard, t), M, (node + h) % M, M - h)
+                      : agPieces(walk_.chunk(shard, t), M, node, h);
   }
 
   void countArrivals(BruckRank& me) const {
@@ -286,14 +289,36 @@ class BruckVariant {
   void reserveSteps(const BruckRank& me) {
     const uint32_t r = me.rank;
     const uint64_t k = chunks(), own = me.owned.size(), g = me.localRanks, j = rounds();
-    if (g > 1) b_.reserveSteps(r, lanes_.mover(r), k * (layout_.shards - own) + k * own * (g + j));
-    b_.reserveSteps(r, lanes_.reducer(r), k * own * (3 * g + 3 * j) + 1 + uint64_t(layout_.maxOwned) * j);
+    if (g > 1) b_.reserveSteps(r, lanes_.mover(r), 4 * k * (layout_.shards - own) + k * own * (4 * g + j));
+    b_.reserveSteps(r, lanes_.reducer(r), k * own * (6 * g + 3 * j) + 1 + uint64_t(layout_.maxOwned) * j);
     b_.reserveSteps(r, lanes_.sender(r), k * own * 5 * j);
   }
 
+  /// Phase 1, intra-node reduce-scatter (mover): per chunk, part 0 (part()) of the input to each shard's owner,
+  /// then part 1, into the owner's phase-1 slot for this rank.
+  void sendPhase1(const BruckRank& me) {
+    const uint32_t r = me.rank, node = me.node;
+    for (uint32_t t = 0; t < chunks() && me.localRanks > 1; ++t)
+      for (const uint32_t which : {0u, 1u})
+        for (uint32_t i = 1; i < me.localRanks; ++i) {
+          const uint32_t peerIndex = (me.localIndex + i) % me.localRanks;
+          const uint32_t peer = ctx_.nodeRanks[node][peerIndex];
+          for (uint32_t s = peerIndex; s < shards_.count(); s += me.localRanks) {
+            const BlockPieces pieces = part(node, s, t, which);
+            for (uint32_t p = 0; p < pieces.n; ++p) {
+              const Range u = pieces.piece[p];
+              if (u.size > 0)
+                b_.put(r, lanes_.mover(r), bufRef(peer, scratch_, shards_.phase1Slot(node, me.localIndex, s, u.begin)),
+                       bufRef(r, ctx_.input, u.begin), u.size, flags_.phase1Arrived[me.localIndex]);
+            }
+          }
+        }
+  }
+
   /// The reducer, stage by stage in wavefront order: stage 0 of a chunk puts its node partial into the rotated
-  /// copy (the phase-1 reduction, or a copy of the input on a node of one rank), stage rho + 1 reduces what
-  /// reduce-scatter round rho brought; fills me.readyAt.
+  /// copy (the phase-1 reduction, or a copy of the input on a node of one rank), part 0 of every owned shard
+  /// (signalled: what the first round sends) before part 1; stage rho + 1 reduces what reduce-scatter round rho
+  /// brought; fills me.readyAt.
   void runReducer(BruckRank& me) {
     const uint32_t r = me.rank, node = me.node, J = rounds();
     const uint32_t red = lanes_.reducer(r);
@@ -301,16 +326,21 @@ class BruckVariant {
     me.readyAt.assign(own, std::vector<std::vector<uint64_t>>(chunks(), std::vector<uint64_t>(J + 1, 0)));
     std::vector<uint64_t> phase1Seen(me.localRanks, 0), rsSeen(own * size_t(J), 0);
     rhdWavefront(chunks(), J + 1, [&](uint32_t t, uint32_t stage) {
+      if (stage == 0) {
+        for (const uint32_t which : {0u, 1u})
+          for (std::size_t jo = 0; jo < own; ++jo) {
+            const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
+            // Part 1 is signalled too: where the first round's reduction is empty, the second round sends from it.
+            if (walk_.chunk(s, t).size > 0) {
+              partialIntoWork(me, s, t, which, phase1Seen);
+              b_.signal(r, red, r, flags_.ready[m]);
+            }
+            if (which == 0) me.readyAt[jo][t][0] = b_.signalsSent(r, flags_.ready[m]);
+          }
+        return;
+      }
       for (std::size_t jo = 0; jo < own; ++jo) {
         const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
-        if (stage == 0) {
-          if (walk_.chunk(s, t).size > 0) {
-            partialIntoWork(me, s, t, phase1Seen);
-            b_.signal(r, red, r, flags_.ready[m]);
-          }
-          me.readyAt[jo][t][0] = b_.signalsSent(r, flags_.ready[m]);
-          continue;
-        }
         const uint32_t rho = stage - 1, k = plan_.rsRound(rho);
         const Range in = walk_.relative(node, s, t, 0, plan_.blocks(k));
         if (in.size > 0) {
@@ -326,13 +356,14 @@ class BruckVariant {
     });
   }
 
-  /// The node partial of chunk t of `shard` into the rotated copy, in two pieces (walk_.rotationPieces): the
-  /// reduction of every local rank's contribution once phase 1 has delivered it, or a copy of the input.
-  void partialIntoWork(const BruckRank& me, uint32_t shard, uint32_t t, std::vector<uint64_t>& phase1Seen) {
+  /// Part `which` (part()) of the node partial of chunk t of `shard` into the rotated copy: the reduction of
+  /// every local rank's contribution once phase 1 has delivered it, or a copy of the input.
+  void partialIntoWork(const BruckRank& me, uint32_t shard, uint32_t t, uint32_t which,
+                       std::vector<uint64_t>& phase1Seen) {
     const uint32_t r = me.rank, node = me.node, red = lanes_.reducer(r);
-    for (uint32_t l = 0; l < me.localRanks; ++l)
-      if (l != me.localIndex) b_.wait(r, red, flags_.phase1Arrived[l], ++phase1Seen[l]);
-    const BlockPieces pieces = walk_.rotationPieces(node, shard, t);
+    const BlockPieces pieces = part(node, shard, t, which);
+    for (uint32_t l = 0; l < me.localRanks && pieces.nonEmpty() > 0; ++l)
+      if (l != me.localIndex) b_.wait(r, red, flags_.phase1Arrived[l], phase1Seen[l] += pieces.nonEmpty());
     for (uint32_t p = 0; p < pieces.n; ++p) {
       const Range u = pieces.piece[p];
       if (u.size == 0) continue;
@@ -352,7 +383,7 @@ class BruckVariant {
   /// The sender, stage by stage in wavefront order: stages 0 .. J-1 the reduce-scatter rounds (each once the
   /// reducer has finished the rounds before), stages J .. 2J-1 the all-gather rounds (each once the own block is
   /// final and every earlier round's arrivals of the chunk are in).
-  void runSender(const BruckRank& me) {
+  void runSender(BruckRank& me) {
     const uint32_t r = me.rank, node = me.node, J = rounds(), M = nodes();
     const uint32_t snd = lanes_.sender(r);
     const auto own = me.owned.size();
@@ -361,6 +392,7 @@ class BruckVariant {
       if (need <= readyWaited[jo]) return;
       b_.wait(r, snd, flags_.ready[m], need);
       readyWaited[jo] = need;
+      me.readyAwaited[jo] = std::max(me.readyAwaited[jo], need);
     };
     rhdWavefront(chunks(), 2 * J, [&](uint32_t t, uint32_t stage) {
       for (std::size_t jo = 0; jo < own; ++jo) {
@@ -396,36 +428,54 @@ class BruckVariant {
     });
   }
 
-  /// Phase 3, intra-node all-gather (mover): chunk t of each owned shard to the node's other ranks once final
-  /// (the own block reduced and every all-gather arrival of the chunk).
-  void sendPhase3(const BruckRank& me) {
-    const uint32_t r = me.rank, node = me.node, J = rounds();
+  /// Phase 3, intra-node all-gather (mover), per chunk t: part 1 (part()) of each owned shard to the node's other
+  /// ranks once final (the own block reduced, the all-gather arrivals of every round but the last), then part 0,
+  /// which the last all-gather round brings.
+  void sendPhase3(BruckRank& me) {
+    const uint32_t r = me.rank, node = me.node, J = rounds(), mover = lanes_.mover(r);
     const auto own = me.owned.size();
     std::vector<uint64_t> readySeen(own, 0), agDone(own * size_t(J), 0);
+    auto waitRounds = [&](std::size_t jo, uint32_t m, uint32_t t, uint32_t from, uint32_t to) {
+      for (uint32_t k = from; k < to; ++k) {
+        const size_t i = jo * size_t(J) + k;
+        if (me.agThrough[jo][k][t] <= agDone[i]) continue;
+        b_.wait(r, mover, flags_.agArrived[k][m], me.agThrough[jo][k][t]);
+        agDone[i] = me.agThrough[jo][k][t];
+      }
+    };
     for (uint32_t t = 0; t < chunks(); ++t)
-      for (std::size_t jo = 0; jo < own; ++jo) {
-        const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
-        const Range c = walk_.chunk(s, t);
-        if (c.size == 0) continue;
-        const uint32_t mover = lanes_.mover(r);
-        const uint64_t need = me.readyAt[jo][t][J];
-        if (need > readySeen[jo]) {
-          b_.wait(r, mover, flags_.ready[m], need);
-          readySeen[jo] = need;
-        }
-        for (uint32_t k = 0; k < J; ++k) {
-          const size_t i = jo * size_t(J) + k;
-          if (me.agThrough[jo][k][t] > agDone[i]) {
-            b_.wait(r, mover, flags_.agArrived[k][m], me.agThrough[jo][k][t]);
-            agDone[i] = me.agThrough[jo][k][t];
+      for (const uint32_t which : {1u, 0u})
+        for (std::size_t jo = 0; jo < own; ++jo) {
+          const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
+          if (walk_.chunk(s, t).size == 0) continue;
+          if (which == 1) {
+            const uint64_t need = me.readyAt[jo][t][J];
+            if (need > readySeen[jo]) {
+              b_.wait(r, mover, flags_.ready[m], need);
+              readySeen[jo] = need;
+              me.readyAwaited[jo] = std::max(me.readyAwaited[jo], need);
+            }
+          }
+          waitRounds(jo, m, t, 0, which == 1 ? J - 1 : J);
+          const BlockPieces pieces = part(node, s, t, which);
+          for (uint32_t i = 1; i < me.localRanks; ++i) {
+            const uint32_t peer = ctx_.nodeRanks[node][(me.localIndex + i) % me.localRanks];
+            for (uint32_t p = 0; p < pieces.n; ++p)
+              if (pieces.piece[p].size > 0)
+                b_.put(r, mover, bufRef(peer, ctx_.output, pieces.piece[p].begin),
+                       bufRef(r, ctx_.output, pieces.piece[p].begin), pieces.piece[p].size, flags_.phase3Arrived);
           }
         }
-        for (uint32_t i = 1; i < me.localRanks; ++i) {
-          const uint32_t peer = ctx_.nodeRanks[node][(me.localIndex + i) % me.localRanks];
-          b_.put(r, mover, bufRef(peer, ctx_.output, c.begin), bufRef(r, ctx_.output, c.begin), c.size,
-                 flags_.phase3Arrived);
-        }
-      }
+  }
+
+  /// The reducer's own wait for `ready` signals nobody else awaited (where the pieces that would have are empty:
+  /// tiny chunks), so that every flag is consumed.
+  void consumeReady(const BruckRank& me) {
+    for (std::size_t jo = 0; jo < me.owned.size(); ++jo) {
+      const uint32_t m = shards_.ordinal(me.node, me.owned[jo]);
+      const uint64_t sent = b_.signalsSent(me.rank, flags_.ready[m]);
+      if (sent > me.readyAwaited[jo]) b_.wait(me.rank, lanes_.reducer(me.rank), flags_.ready[m], sent);
+    }
   }
 
   /// Completion: non-owned shards arrive in phase 3; a node of one rank ends with its own last arrivals.
@@ -461,10 +511,16 @@ PathCounts bruckLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, cons
   const BruckPlan plan = bruckPlan(M);
   const uint32_t J = plan.rounds;
   const double blockUnits = double((chunkMax + M - 1) / M) / double(chunkMax);
-  const PathCounts zero, put = nvGroup(1, 1), land = netLands(), partialRed = redGroup(2, 1);
-  PathCounts partialCopy;  // the input into the rotated copy, in two pieces
-  partialCopy.copyA = 2;
-  partialCopy.copyB = 1;
+  const PathCounts zero, land = netLands();
+  // Parts 0 and 1 of a chunk (relative blocks [h, M) and [0, h), h = 2^(J-1)): their messages and units.
+  const uint32_t h = plan.distance(J - 1);
+  const double partPieces[2] = {M - h >= 2 ? 2.0 : 1.0, h >= 2 ? 2.0 : 1.0};
+  const double partUnits[2] = {(M - h) * blockUnits, h * blockUnits};
+  PathCounts partCopy[2];  // a part of the input into the rotated copy (a node of one rank)
+  for (const uint32_t w : {0u, 1u}) {
+    partCopy[w].copyA = partPieces[w];
+    partCopy[w].copyB = partUnits[w];
+  }
   struct Chunk {
     std::vector<PathCounts> ready, send;  ///< after reducer stage s; the end of sender stage s
   };
@@ -473,22 +529,30 @@ PathCounts bruckLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, cons
     std::vector<Chunk> chunk;
   };
   std::vector<Node> st(M);
-  std::vector<std::vector<PathCounts>> rounds(M, std::vector<PathCounts>(K));  // phase 1 through chunk t
+  // Phase 1 through part 0 of chunk t (roundsA) and through all of it (rounds).
+  std::vector<std::vector<PathCounts>> roundsA(M, std::vector<PathCounts>(K)), rounds = roundsA;
   for (uint32_t n = 0; n < M; ++n) {
     st[n].chunk.assign(K, Chunk{std::vector<PathCounts>(J + 1), std::vector<PathCounts>(2 * J)});
-    for (uint32_t t = 0; t < K; ++t) rounds[n][t] = (t ? rounds[n][t - 1] : zero) + nodes[n].p1Puts * put;
+    for (uint32_t t = 0; t < K; ++t) {
+      roundsA[n][t] = (t ? rounds[n][t - 1] : zero) + nodes[n].p1Puts * nvGroup(partPieces[0], partUnits[0]);
+      rounds[n][t] = roundsA[n][t] + nodes[n].p1Puts * nvGroup(partPieces[1], partUnits[1]);
+    }
     st[n].mu = rounds[n][K - 1];
   }
   auto reducerStage = [&](uint32_t n, uint32_t t, uint32_t stage) {
     Node& s = st[n];
-    if (stage == 0) {
-      s.red = nodes[n].phases ? longest(s.red, rounds[n][t]) + nodes[n].perOwner * partialRed
-                              : s.red + nodes[n].owned * partialCopy;
-    } else {
-      const uint32_t rho = stage - 1, k = plan.rsRound(rho);
-      const PathCounts in = st[(n + M - plan.distance(k)) % M].chunk[t].send[rho] + land;
-      s.red = longest(s.red, in) + nodes[n].owned * redGroup(1, plan.blocks(k) * blockUnits);
+    if (stage == 0) {  // part 0 (signalled: the first round sends it), then part 1
+      for (const uint32_t w : {0u, 1u}) {
+        s.red = nodes[n].phases ? longest(s.red, w == 0 ? roundsA[n][t] : rounds[n][t]) +
+                                      nodes[n].perOwner * redGroup(partPieces[w], partUnits[w])
+                                : s.red + nodes[n].owned * partCopy[w];
+        if (w == 0) s.chunk[t].ready[0] = s.red + flagHop();
+      }
+      return;
     }
+    const uint32_t rho = stage - 1, k = plan.rsRound(rho);
+    const PathCounts in = st[(n + M - plan.distance(k)) % M].chunk[t].send[rho] + land;
+    s.red = longest(s.red, in) + nodes[n].owned * redGroup(1, plan.blocks(k) * blockUnits);
     s.chunk[t].ready[stage] = s.red + flagHop();
   };
   auto senderStage = [&](uint32_t n, uint32_t t, uint32_t stage) {
@@ -514,16 +578,20 @@ PathCounts bruckLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, cons
       for (uint32_t n = 0; n < M; ++n) reducerStage(n, t, stage);
     for (uint32_t n = 0; n < M; ++n) senderStage(n, t, stage);
   });
+  // Phase 3 per chunk: part 1 once final (the own block, every all-gather round but the last), then part 0
+  // (the last round's arrival).
   for (uint32_t t = 0; t < K; ++t)
     for (uint32_t n = 0; n < M; ++n) {
       Node& s = st[n];
-      PathCounts finalReady = s.chunk[t].ready[J];
-      for (uint32_t k = 0; k < J; ++k)
-        finalReady = longest(finalReady, st[(n + plan.distance(k)) % M].chunk[t].send[J + k] + land);
+      PathCounts keptFinal = s.chunk[t].ready[J];
+      for (uint32_t k = 0; k + 1 < J; ++k)
+        keptFinal = longest(keptFinal, st[(n + plan.distance(k)) % M].chunk[t].send[J + k] + land);
+      const PathCounts last = st[(n + h) % M].chunk[t].send[2 * J - 1] + land;
       if (nodes[n].phases)
-        s.mu = longest(s.mu, finalReady) + nodes[n].perOwner * put;
+        s.mu = longest(longest(s.mu, keptFinal) + nodes[n].perOwner * nvGroup(partPieces[1], partUnits[1]), last) +
+               nodes[n].perOwner * nvGroup(partPieces[0], partUnits[0]);
       else
-        s.arrivals = longest(s.arrivals, finalReady);
+        s.arrivals = longest({s.arrivals, keptFinal, last});
     }
   PathCounts total = zero;
   for (uint32_t n = 0; n < M; ++n) {
