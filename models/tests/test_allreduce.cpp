@@ -986,6 +986,25 @@ TEST_CASE("allreduce hierarchical: auto picks the inter-node variant with the lo
   CHECK(countKind(a, StepKind::ProxyPut) == 64ull * 2 * 3);  // rhd over 8 nodes
 }
 
+TEST_CASE("allreduce hierarchical: auto leaves rhd out where it folds, and picks the lower of ring and bruck") {
+  // rhd's fold makes host NICs receive two messages at once, which its closed form does not see.
+  for (uint32_t nodes : {3u, 5u, 6u, 12u, 13u, 24u})
+    for (uint64_t bytes : {uint64_t(1) << 10, uint64_t(1) << 16, uint64_t(1) << 22, uint64_t(1) << 28}) {
+      INFO("nodes " << nodes << " bytes " << bytes);
+      const Topology topo = topologyPreset("dgx-h100", nodes);
+      const Profile profile = defaultProfile(topo);
+      const CollectiveSpec spec = arSpec("hierarchical", bytes / 4);
+      const double ring = closedForm(spec, opts(4, 1, "ring"), topo, 8 * nodes, profile).totalUs;
+      const double bruck = closedForm(spec, opts(4, 1, "bruck"), topo, 8 * nodes, profile).totalUs;
+      const InterPhase pick = resolveInter(spec, topo.layout(8 * nodes), opts(4, 1, "auto"), profile);
+      CHECK(pick == (bruck < ring ? InterPhase::Bruck : InterPhase::Ring));
+    }
+  // a power of two keeps rhd a candidate
+  const Topology topo = topologyPreset("dgx-h100", 8);
+  CHECK(resolveInter(arSpec("hierarchical", 1024), topo.layout(64), opts(1, 1, "auto"), defaultProfile(topo)) ==
+        InterPhase::Rhd);
+}
+
 TEST_CASE("allreduce: an unknown inter-node variant is InvalidArgument naming the choices") {
   // Names are parsed at the edges (parseInterPhase); a value outside the enum is still refused by generate().
   CHECK_FALSE(parseInterPhase("tree").has_value());
