@@ -267,11 +267,34 @@ class BruckVariant {
   /// other: part 0 = relative blocks [h, M) (h = 2^(J-1)), what the first reduce-scatter round sends, so that the
   /// network starts after that part of phase 1; part 1 = relative blocks [0, h), final before the last all-gather
   /// round, so that only part 0 remains to forward after it. Each cut as agPieces cuts it (the same number of
-  /// messages on every node).
+  /// messages on every node). On 2 nodes part 0 is the whole chunk in one piece and part 1 is empty: there the
+  /// NVLink phases, not the network, bound the op, and the parts would only add messages to them.
   BlockPieces part(uint32_t node, uint32_t shard, uint32_t t, uint32_t which) const {
     const uint32_t M = nodes(), h = plan_.distance(rounds() - 1);
+    if (M == 2) {
+      BlockPieces whole;
+      whole.piece[0] = walk_.chunk(shard, t);
+      whole.n = which == 0 ? 1 : 0;
+      return whole;
+    }
     return which == 0 ? agPieces(walk_.chunk(shard, t), M, (node + h) % M, M - h)
                       : agPieces(walk_.chunk(shard, t), M, node, h);
+  }
+
+  /// Part `which` of the partial as the reducer writes it into the rotated copy: part() cut at block `node`'s
+  /// first element, where the rotation wraps (only the whole chunk of 2 nodes crosses it; node 0 cuts it in the
+  /// middle, so that every node takes two steps).
+  BlockPieces reducePart(uint32_t node, uint32_t shard, uint32_t t, uint32_t which) const {
+    if (nodes() != 2) return part(node, shard, t, which);
+    BlockPieces out;
+    if (which == 1) return out;
+    const Range c = walk_.chunk(shard, t);
+    uint64_t cut = walk_.block(shard, t, node).begin;
+    if (cut == c.begin) cut = splitRange(c, 2, 1).begin;
+    out.piece[0] = Range{cut, c.end() - cut};
+    out.piece[1] = Range{c.begin, cut - c.begin};
+    out.n = 2;
+    return out;
   }
 
   void countArrivals(BruckRank& me) const {
@@ -361,9 +384,10 @@ class BruckVariant {
   void partialIntoWork(const BruckRank& me, uint32_t shard, uint32_t t, uint32_t which,
                        std::vector<uint64_t>& phase1Seen) {
     const uint32_t r = me.rank, node = me.node, red = lanes_.reducer(r);
-    const BlockPieces pieces = part(node, shard, t, which);
-    for (uint32_t l = 0; l < me.localRanks && pieces.nonEmpty() > 0; ++l)
-      if (l != me.localIndex) b_.wait(r, red, flags_.phase1Arrived[l], phase1Seen[l] += pieces.nonEmpty());
+    const uint32_t arriving = part(node, shard, t, which).nonEmpty();
+    for (uint32_t l = 0; l < me.localRanks && arriving > 0; ++l)
+      if (l != me.localIndex) b_.wait(r, red, flags_.phase1Arrived[l], phase1Seen[l] += arriving);
+    const BlockPieces pieces = reducePart(node, shard, t, which);
     for (uint32_t p = 0; p < pieces.n; ++p) {
       const Range u = pieces.piece[p];
       if (u.size == 0) continue;
@@ -513,12 +537,15 @@ PathCounts bruckLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, cons
   const double blockUnits = double((chunkMax + M - 1) / M) / double(chunkMax);
   const PathCounts zero, land = netLands();
   // Parts 0 and 1 of a chunk (relative blocks [h, M) and [0, h), h = 2^(J-1)): their messages and units.
+  // On 2 nodes part 0 is the whole chunk (one NVLink message, two reduce steps) and part 1 empty.
   const uint32_t h = plan.distance(J - 1);
-  const double partPieces[2] = {M - h >= 2 ? 2.0 : 1.0, h >= 2 ? 2.0 : 1.0};
-  const double partUnits[2] = {(M - h) * blockUnits, h * blockUnits};
+  const bool two = M == 2;
+  const double partPieces[2] = {two ? 1.0 : M - h >= 2 ? 2.0 : 1.0, two ? 0.0 : h >= 2 ? 2.0 : 1.0};
+  const double partUnits[2] = {two ? 1.0 : (M - h) * blockUnits, two ? 0.0 : h * blockUnits};
+  const double reducePieces[2] = {two ? 2.0 : partPieces[0], partPieces[1]};
   PathCounts partCopy[2];  // a part of the input into the rotated copy (a node of one rank)
   for (const uint32_t w : {0u, 1u}) {
-    partCopy[w].copyA = partPieces[w];
+    partCopy[w].copyA = reducePieces[w];
     partCopy[w].copyB = partUnits[w];
   }
   struct Chunk {
@@ -544,7 +571,7 @@ PathCounts bruckLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, cons
     if (stage == 0) {  // part 0 (signalled: the first round sends it), then part 1
       for (const uint32_t w : {0u, 1u}) {
         s.red = nodes[n].phases ? longest(s.red, w == 0 ? roundsA[n][t] : rounds[n][t]) +
-                                      nodes[n].perOwner * redGroup(partPieces[w], partUnits[w])
+                                      nodes[n].perOwner * redGroup(reducePieces[w], partUnits[w])
                                 : s.red + nodes[n].owned * partCopy[w];
         if (w == 0) s.chunk[t].ready[0] = s.red + flagHop();
       }
