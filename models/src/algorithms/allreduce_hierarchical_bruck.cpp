@@ -53,8 +53,23 @@ struct BruckPlan {
   uint32_t blocks(uint32_t k) const { return std::min(1u << k, nodes - (1u << k)); }
   /// Messages of an all-gather round on every node: two for a range of two or more blocks (agPieces).
   uint32_t agMessages(uint32_t k) const { return blocks(k) >= 2 ? 2 : 1; }
-  /// Reduce-scatter round rho (in emission order) is round J - 1 - rho.
-  uint32_t rsRound(uint32_t rho) const { return rounds - 1 - rho; }
+  /// The two largest rounds swap places where they are independent: round J-1 moves M - 2^(J-1) blocks, round
+  /// J-2 2^(J-2); where the first are fewer (M below 1.5 x 2^(J-1)) round J-1's reduction does not reach what round
+  /// J-2 sends, so the reduce-scatter can start with the larger one (and the all-gather end with it), and the
+  /// pipeline's fill and drain (phases 1 and 3 around the first and last round) stay about half a chunk.
+  bool swapped() const { return rounds >= 2 && blocks(rounds - 1) < distance(rounds - 2); }
+  /// Reduce-scatter round rho (in emission order): J - 1 - rho, but for the swap.
+  uint32_t rsRound(uint32_t rho) const {
+    if (swapped() && rho < 2) return rounds - 2 + rho;
+    return rounds - 1 - rho;
+  }
+  /// All-gather round q (in emission order): q, but for the swap; also the position of round q (an involution).
+  uint32_t agRound(uint32_t q) const {
+    if (swapped() && q + 2 >= rounds) return 2 * rounds - 3 - q;
+    return q;
+  }
+  /// The round the reduce-scatter starts with and the all-gather ends with.
+  uint32_t firstRound() const { return rsRound(0); }
 };
 
 BruckPlan bruckPlan(uint32_t nodes) {
@@ -270,30 +285,42 @@ class BruckVariant {
   /// messages on every node). On 2 nodes part 0 is the whole chunk in one piece and part 1 is empty: there the
   /// NVLink phases, not the network, bound the op, and the parts would only add messages to them.
   BlockPieces part(uint32_t node, uint32_t shard, uint32_t t, uint32_t which) const {
-    const uint32_t M = nodes(), h = plan_.distance(rounds() - 1);
+    const uint32_t M = nodes(), r0 = plan_.firstRound();
+    const uint32_t from = plan_.distance(r0), count = plan_.blocks(r0);
     if (M == 2) {
       BlockPieces whole;
       whole.piece[0] = walk_.chunk(shard, t);
       whole.n = which == 0 ? 1 : 0;
       return whole;
     }
-    return which == 0 ? agPieces(walk_.chunk(shard, t), M, (node + h) % M, M - h)
-                      : agPieces(walk_.chunk(shard, t), M, node, h);
+    return which == 0 ? agPieces(walk_.chunk(shard, t), M, (node + from) % M, count)
+                      : agPieces(walk_.chunk(shard, t), M, (node + from + count) % M, M - count);
   }
 
-  /// Part `which` of the partial as the reducer writes it into the rotated copy: part() cut at block `node`'s
-  /// first element, where the rotation wraps (only the whole chunk of 2 nodes crosses it; node 0 cuts it in the
-  /// middle, so that every node takes two steps).
-  BlockPieces reducePart(uint32_t node, uint32_t shard, uint32_t t, uint32_t which) const {
-    if (nodes() != 2) return part(node, shard, t, which);
-    BlockPieces out;
-    if (which == 1) return out;
+  /// Part `which` of the partial as the reducer writes it into the rotated copy: pieces that never cross block
+  /// `node`'s first element, where the rotation wraps. Part 0 and, without the swap, part 1 start or end there;
+  /// with the swap part 1 (relative blocks [2^(J-1), M) and [0, 2^(J-2))) is cut into its two ranges, each as
+  /// agPieces cuts it; the whole chunk of 2 nodes at block `node` (node 0 in the middle: two steps everywhere).
+  std::vector<Range> reducePart(uint32_t node, uint32_t shard, uint32_t t, uint32_t which) const {
+    const uint32_t M = nodes();
+    std::vector<Range> out;
+    auto add = [&](const BlockPieces& p) {
+      for (uint32_t i = 0; i < p.n; ++i) out.push_back(p.piece[i]);
+    };
     const Range c = walk_.chunk(shard, t);
-    uint64_t cut = walk_.block(shard, t, node).begin;
-    if (cut == c.begin) cut = splitRange(c, 2, 1).begin;
-    out.piece[0] = Range{cut, c.end() - cut};
-    out.piece[1] = Range{c.begin, cut - c.begin};
-    out.n = 2;
+    if (M == 2) {
+      if (which != 0) return out;
+      uint64_t cut = walk_.block(shard, t, node).begin;
+      if (cut == c.begin) cut = splitRange(c, 2, 1).begin;
+      return {Range{cut, c.end() - cut}, Range{c.begin, cut - c.begin}};
+    }
+    if (which == 0 || !plan_.swapped()) {
+      add(part(node, shard, t, which));
+      return out;
+    }
+    const uint32_t J = rounds(), h = plan_.distance(J - 1);
+    add(agPieces(c, M, (node + h) % M, M - h));
+    add(agPieces(c, M, node, plan_.distance(J - 2)));
     return out;
   }
 
@@ -387,9 +414,7 @@ class BruckVariant {
     const uint32_t arriving = part(node, shard, t, which).nonEmpty();
     for (uint32_t l = 0; l < me.localRanks && arriving > 0; ++l)
       if (l != me.localIndex) b_.wait(r, red, flags_.phase1Arrived[l], phase1Seen[l] += arriving);
-    const BlockPieces pieces = reducePart(node, shard, t, which);
-    for (uint32_t p = 0; p < pieces.n; ++p) {
-      const Range u = pieces.piece[p];
+    for (const Range u : reducePart(node, shard, t, which)) {
       if (u.size == 0) continue;
       const BufRef dst = bufRef(r, scratch_, walk_.workSlot(node, shard, t, walk_.rotated(node, shard, t, u.begin)));
       if (me.localRanks == 1) {
@@ -431,11 +456,12 @@ class BruckVariant {
                  flags_.rsArrived[k][shards_.ordinal(dst, s)]);
           continue;
         }
-        const uint32_t k = stage - J, dst = (node + M - plan_.distance(k)) % M;
+        const uint32_t q = stage - J, k = plan_.agRound(q), dst = (node + M - plan_.distance(k)) % M;
         const BlockPieces out = agPieces(walk_.chunk(s, t), M, node, plan_.blocks(k));
         if (out.nonEmpty() == 0) continue;
         waitReady(jo, m, me.readyAt[jo][t][J]);
-        for (uint32_t before = 0; before < k; ++before) {
+        for (uint32_t earlier = 0; earlier < q; ++earlier) {
+          const uint32_t before = plan_.agRound(earlier);
           const size_t i = jo * size_t(J) + before;
           const uint64_t need = me.agThrough[jo][before][t];
           if (need <= agWaited[i]) continue;
@@ -459,8 +485,9 @@ class BruckVariant {
     const uint32_t r = me.rank, node = me.node, J = rounds(), mover = lanes_.mover(r);
     const auto own = me.owned.size();
     std::vector<uint64_t> readySeen(own, 0), agDone(own * size_t(J), 0);
-    auto waitRounds = [&](std::size_t jo, uint32_t m, uint32_t t, uint32_t from, uint32_t to) {
-      for (uint32_t k = from; k < to; ++k) {
+    auto waitRounds = [&](std::size_t jo, uint32_t m, uint32_t t, uint32_t except) {  // every round but `except`
+      for (uint32_t k = 0; k < J; ++k) {
+        if (k == except) continue;
         const size_t i = jo * size_t(J) + k;
         if (me.agThrough[jo][k][t] <= agDone[i]) continue;
         b_.wait(r, mover, flags_.agArrived[k][m], me.agThrough[jo][k][t]);
@@ -480,7 +507,7 @@ class BruckVariant {
               me.readyAwaited[jo] = std::max(me.readyAwaited[jo], need);
             }
           }
-          waitRounds(jo, m, t, 0, which == 1 ? J - 1 : J);
+          waitRounds(jo, m, t, which == 1 ? plan_.firstRound() : J);
           const BlockPieces pieces = part(node, s, t, which);
           for (uint32_t i = 1; i < me.localRanks; ++i) {
             const uint32_t peer = ctx_.nodeRanks[node][(me.localIndex + i) % me.localRanks];
@@ -538,11 +565,14 @@ PathCounts bruckLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, cons
   const PathCounts zero, land = netLands();
   // Parts 0 and 1 of a chunk (relative blocks [h, M) and [0, h), h = 2^(J-1)): their messages and units.
   // On 2 nodes part 0 is the whole chunk (one NVLink message, two reduce steps) and part 1 empty.
-  const uint32_t h = plan.distance(J - 1);
+  const uint32_t r0 = plan.firstRound(), c0 = plan.blocks(r0);
   const bool two = M == 2;
-  const double partPieces[2] = {two ? 1.0 : M - h >= 2 ? 2.0 : 1.0, two ? 0.0 : h >= 2 ? 2.0 : 1.0};
-  const double partUnits[2] = {two ? 1.0 : (M - h) * blockUnits, two ? 0.0 : h * blockUnits};
-  const double reducePieces[2] = {two ? 2.0 : partPieces[0], partPieces[1]};
+  const double partPieces[2] = {two ? 1.0 : c0 >= 2 ? 2.0 : 1.0, two ? 0.0 : M - c0 >= 2 ? 2.0 : 1.0};
+  const double partUnits[2] = {two ? 1.0 : c0 * blockUnits, two ? 0.0 : (M - c0) * blockUnits};
+  const uint32_t h = plan.distance(J - 1);
+  const double reducePieces[2] = {
+      two ? 2.0 : partPieces[0],
+      plan.swapped() ? (M - h >= 2 ? 2.0 : 1.0) + (plan.distance(J - 2) >= 2 ? 2.0 : 1.0) : partPieces[1]};
   PathCounts partCopy[2];  // a part of the input into the rotated copy (a node of one rank)
   for (const uint32_t w : {0u, 1u}) {
     partCopy[w].copyA = reducePieces[w];
@@ -591,10 +621,10 @@ PathCounts bruckLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, cons
           longest(s.snd, c.ready[stage]) + nodes[n].owned * netGroup(1, plan.blocks(k) * blockUnits);
       return;
     }
-    const uint32_t k = stage - J;
+    const uint32_t q = stage - J, k = plan.agRound(q);
     PathCounts need = c.ready[J];
-    for (uint32_t before = 0; before < k; ++before)
-      need = longest(need, st[(n + plan.distance(before)) % M].chunk[t].send[J + before] + land);
+    for (uint32_t earlier = 0; earlier < q; ++earlier)
+      need = longest(need, st[(n + plan.distance(plan.agRound(earlier))) % M].chunk[t].send[J + earlier] + land);
     c.send[stage] = s.snd =
         longest(s.snd, need) + nodes[n].owned * netGroup(plan.agMessages(k), plan.blocks(k) * blockUnits);
   };
@@ -610,10 +640,11 @@ PathCounts bruckLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, cons
   for (uint32_t t = 0; t < K; ++t)
     for (uint32_t n = 0; n < M; ++n) {
       Node& s = st[n];
+      // all-gather emission position q brings round agRound(q) from node n + 2^k; the last position round r0
       PathCounts keptFinal = s.chunk[t].ready[J];
-      for (uint32_t k = 0; k + 1 < J; ++k)
-        keptFinal = longest(keptFinal, st[(n + plan.distance(k)) % M].chunk[t].send[J + k] + land);
-      const PathCounts last = st[(n + h) % M].chunk[t].send[2 * J - 1] + land;
+      for (uint32_t q = 0; q + 1 < J; ++q)
+        keptFinal = longest(keptFinal, st[(n + plan.distance(plan.agRound(q))) % M].chunk[t].send[J + q] + land);
+      const PathCounts last = st[(n + plan.distance(r0)) % M].chunk[t].send[2 * J - 1] + land;
       if (nodes[n].phases)
         s.mu = longest(longest(s.mu, keptFinal) + nodes[n].perOwner * nvGroup(partPieces[1], partUnits[1]), last) +
                nodes[n].perOwner * nvGroup(partPieces[0], partUnits[0]);
