@@ -2,7 +2,7 @@
 // inter-node phase (docs/algorithms-allreduce.md, "hierarchical, bruck"); its setup and AlgorithmDef are the
 // ring variant's (allreduce_hierarchical.cpp), which dispatches here when inter = "bruck".
 //
-// Phase 1 as in the rhd variant (K plain chunks of each shard). Per chunk, the shard's owners on the M nodes
+// K plain chunks of each shard, as in the rhd variant. Per chunk, the shard's owners on the M nodes
 // (one per node) run a reduce-scatter and an all-gather in J = ceil(log2 M) rounds each, for any M: the chunk
 // is cut into M blocks, block b ends on node b. Round k pairs node n with n + 2^k and moves
 // c_k = min(2^k, M - 2^k) blocks, so each pass moves sum c_k = M - 1 blocks per node (bandwidth-optimal) and no
@@ -27,9 +27,13 @@
 // nodes whose ranges wrapped sent one message more per round, fell behind the others, and a NIC received two
 // rounds at once: the SimGrid replay lost 1.3x to contention at 12 and 248 nodes.)
 //
+// Where M < 1.5 x 2^(J-1) the two largest rounds swap (BruckPlan::swapped): round J-1's reduction does not reach
+// what round J-2 sends, so the reduce-scatter starts with the larger round J-2 and the all-gather ends with it.
+//
 // The reducer and the sender run their (chunk, stage) pairs in wavefront order (rhdWavefront), so that one
-// chunk's round trips overlap the next chunks' messages. Phase 3 (mover) forwards chunk t once its last
-// all-gather piece and the own final block are in.
+// chunk's round trips overlap the next chunks' messages. Phase 1 (mover) delivers each chunk in two parts, first
+// what the first round sends; phase 3 (mover) forwards first what is final before the last all-gather round, then
+// what that round brings (part()): the pipeline's fill and drain are about half a chunk each.
 //
 // Flags per owned shard (ordinal m): one per reduce-scatter round and one per all-gather round (each fed by
 // one partner, chunks in order: running counts are exact), and the reducer's self-signal `ready` (partial
