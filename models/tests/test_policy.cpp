@@ -173,6 +173,9 @@ TEST_CASE("policy: a plan fills what the request leaves open and keeps what it g
 TEST_CASE("policy: the hierarchical all-reduce takes at most 4 chunks from 512 nodes on, 8 below") {
   CHECK(defaultGenOptions(CollOp::AllReduce, Algorithm::Hierarchical, 512 * MiB, 1024, 128).chunks == 8);
   CHECK(defaultGenOptions(CollOp::AllReduce, Algorithm::Hierarchical, 512 * MiB, 4096, 512).chunks == 4);
+  // not a power of two (the bruck phase): 6, so that its sender never waits and the nodes stay in step
+  CHECK(defaultGenOptions(CollOp::AllReduce, Algorithm::Hierarchical, 512 * MiB, 8000, 1000).chunks == 6);
+  CHECK(defaultGenOptions(CollOp::AllReduce, Algorithm::Hierarchical, 512 * MiB, 1984, 248).chunks == 8);
   CHECK(defaultGenOptions(CollOp::AllReduce, Algorithm::Hierarchical, 2 * MiB, 4096, 512).chunks == 2);
   CHECK(defaultGenOptions(CollOp::AllReduce, Algorithm::Ring, 512 * MiB, 4096, 512).chunks == 8);
   // The plan a tool makes for 8192 ranks of dgx-h100 (1024 nodes) takes it.

@@ -183,7 +183,13 @@ InterPhase resolveInter(const CollectiveSpec& spec, const std::vector<uint32_t>&
   const auto& def = detail::findAlgorithm(spec.op, spec.algo);
   InterPhase best = InterPhase::Ring;
   double tBest = 0;
+  const uint32_t nodes = ctx.nNodes();
   for (InterPhase p : {InterPhase::Ring, InterPhase::Rhd, InterPhase::Bruck}) {
+    // rhd on a node count that is not a power of two folds the extra nodes into hosts, whose NICs then receive
+    // the fold and their exchange partners' halves at once: the closed forms see no contention, and rhd's
+    // undercuts the SimGrid replay by 1.1-1.4x there (docs/results.md), so it is no candidate. Ring and bruck
+    // keep every NIC receiving from one partner at a time (replay = closed form).
+    if (p == InterPhase::Rhd && (nodes & (nodes - 1)) != 0) continue;
     candidate.inter = p;
     detail::GenContext c = ctx;
     c.opt.inter = p;

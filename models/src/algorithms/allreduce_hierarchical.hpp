@@ -3,6 +3,7 @@
 // scratch layout, the choice of variant, and the per-node loads their closed forms read.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -30,11 +31,42 @@ bool useRhd(const GenContext& ctx);
 /// The inter-node phase is Bruck's dissemination reduce-scatter + all-gather (and there are several nodes).
 bool useBruck(const GenContext& ctx);
 
-/// Elements of one owned shard's Bruck receive region on `channel` (allreduce_hierarchical_bruck.cpp).
+/// Bruck's rounds over M nodes: round k pairs node n with n + 2^k and moves min(2^k, M - 2^k) blocks.
+struct BruckPlan {
+  uint32_t nodes = 0;   ///< M
+  uint32_t rounds = 0;  ///< J = ceil(log2 M)
+  uint32_t distance(uint32_t k) const { return 1u << k; }
+  uint32_t blocks(uint32_t k) const { return std::min(1u << k, nodes - (1u << k)); }
+  /// Messages of an all-gather round on every node: two for a range of two or more blocks (agPieces).
+  uint32_t agMessages(uint32_t k) const { return blocks(k) >= 2 ? 2 : 1; }
+  /// The two largest rounds swap places where they are independent: round J-1 moves M - 2^(J-1) blocks, round
+  /// J-2 2^(J-2); where the first are fewer (M below 1.5 x 2^(J-1)) round J-1's reduction does not reach what round
+  /// J-2 sends, so the reduce-scatter can start with the larger one (and the all-gather end with it), and the
+  /// pipeline's fill and drain (phases 1 and 3 around the first and last round) stay about half a chunk.
+  bool swapped() const { return rounds >= 2 && blocks(rounds - 1) < distance(rounds - 2); }
+  /// Reduce-scatter round rho (in emission order): J - 1 - rho, but for the swap.
+  uint32_t rsRound(uint32_t rho) const {
+    if (swapped() && rho < 2) return rounds - 2 + rho;
+    return rounds - 1 - rho;
+  }
+  /// All-gather round q (in emission order): q, but for the swap; also the position of round q (an involution).
+  uint32_t agRound(uint32_t q) const {
+    if (swapped() && q + 2 >= rounds) return 2 * rounds - 3 - q;
+    return q;
+  }
+  /// The round the reduce-scatter starts with and the all-gather ends with.
+  uint32_t firstRound() const { return rsRound(0); }
+};
+
+/// The Bruck plan of `nodes` nodes (allreduce_hierarchical_bruck.cpp).
+BruckPlan bruckPlan(uint32_t nodes);
+
+/// Elements of one owned shard's Bruck region on `channel`: per chunk its rotated copy and the reduce-scatter
+/// receive regions (allreduce_hierarchical_bruck.cpp).
 uint64_t bruckStride(const GenContext& ctx, uint32_t channel);
 /// Emit one channel of the bruck variant (allreduce_hierarchical_bruck.cpp).
 void emitHierarchicalBruck(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part);
-/// The bruck variant's closed form (allreduce_hierarchical_bruck.cpp).
+/// The bruck variant's closed form (allreduce_hierarchical_bruck_cost.cpp).
 CostEstimate costHierarchicalBruck(const CostContext& c, const ClosedFormShape& s);
 
 /// Recursive halving/doubling over the M nodes of a rail: the first M2 (largest power of two <= M) take part;

@@ -2,23 +2,38 @@
 // inter-node phase (docs/algorithms-allreduce.md, "hierarchical, bruck"); its setup and AlgorithmDef are the
 // ring variant's (allreduce_hierarchical.cpp), which dispatches here when inter = "bruck".
 //
-// Phases 1 and 3 as in the rhd variant (K plain chunks of each shard). Per chunk, the shard's owners on the M
-// nodes (one per node) run a reduce-scatter and an all-gather in J = ceil(log2 M) rounds each, for any M: the
-// chunk is cut into M blocks, block b ends on node b. Round k pairs node n with n + 2^k and moves
+// K plain chunks of each shard, as in the rhd variant. Per chunk, the shard's owners on the M nodes
+// (one per node) run a reduce-scatter and an all-gather in J = ceil(log2 M) rounds each, for any M: the chunk
+// is cut into M blocks, block b ends on node b. Round k pairs node n with n + 2^k and moves
 // c_k = min(2^k, M - 2^k) blocks, so each pass moves sum c_k = M - 1 blocks per node (bandwidth-optimal) and no
 // node idles or folds. Blocks are named relative to the node: relative block d of node n is block (n + d) mod M.
-//  * reduce-scatter, rounds k = J-1 .. 0: node n sends its partials of relative blocks [2^k, 2^k + c_k) to node
-//    n + 2^k (whose relative blocks [0, c_k) they are) and reduces what node n - 2^k sends into its own
-//    relative blocks [0, c_k). A block sent at round k is never touched again (later rounds reduce only
-//    relative blocks below c_k' <= 2^k' < 2^k), so the send and the reduction of one round never overlap.
-//    After round 0 node n holds block n reduced over every node.
-//  * all-gather, rounds k = 0 .. J-1: node n sends its final relative blocks [0, c_k) straight into the output
-//    of node n - 2^k and receives relative blocks [2^k, 2^k + c_k) from node n + 2^k; before round k it holds
-//    relative blocks [0, 2^k), so everything it sends is final.
-// Blocks that wrap past block M-1 travel as two messages (two pieces), so a node pays one extra message on
-// the rounds where its range wraps. The node partial lives in output before the exchanges: phase 1 leaves it
-// there, and on a node of one rank the reducer copies its input there first (a block's partial is then read
-// and written in one place whichever round reduces it first).
+//  * The reduce-scatter works on a rotated copy of the chunk in scratch ("work"): relative block d of node n at
+//    the offset where block (n + d) mod M starts, counted from block n, so every range of relative blocks is
+//    one contiguous range and every node sends one message per round. Stage 0 of the reducer writes the node
+//    partial there (the phase-1 reduction, or a copy of the input on a node of one rank) in two pieces on
+//    every node (cut where the rotation wraps, or mid-chunk on node 0).
+//  * reduce-scatter, rounds k = J-1 .. 0: node n sends work relative blocks [2^k, 2^k + c_k) to node n + 2^k
+//    (whose relative blocks [0, c_k) they are) and reduces what node n - 2^k sends into its own work relative
+//    blocks [0, c_k); the last round's reduction (k = 0: relative block 0) leaves block n, final, in output.
+//    A block sent at round k is never touched again (later rounds reduce only relative blocks below
+//    c_k' <= 2^k' < 2^k), so the send and the reduction of one round never overlap.
+//  * all-gather, rounds k = 0 .. J-1: node n sends its final relative blocks [0, c_k) of output straight into
+//    the output of node n - 2^k and receives relative blocks [2^k, 2^k + c_k) from node n + 2^k; before round k
+//    it holds relative blocks [0, 2^k), so everything it sends is final. A range of two or more blocks travels
+//    as two messages on every node (cut where it wraps past block M-1, else at its middle block), one block as
+//    one.
+// Every node thus sends the same messages of the same sizes in the same order: nodes stay in step, and in
+// every round each NIC receives from one partner at a time. (Without the rotation and the uniform cut, the
+// nodes whose ranges wrapped sent one message more per round, fell behind the others, and a NIC received two
+// rounds at once: the SimGrid replay lost 1.3x to contention at 12 and 248 nodes.)
+//
+// Where M < 1.5 x 2^(J-1) the two largest rounds swap (BruckPlan::swapped): round J-1's reduction does not reach
+// what round J-2 sends, so the reduce-scatter starts with the larger round J-2 and the all-gather ends with it.
+//
+// The reducer and the sender run their (chunk, stage) pairs in wavefront order (rhdWavefront), so that one
+// chunk's round trips overlap the next chunks' messages. Phase 1 (mover) delivers each chunk in two parts, first
+// what the first round sends; phase 3 (mover) forwards first what is final before the last all-gather round, then
+// what that round brings (part()): the pipeline's fill and drain are about half a chunk each.
 //
 // Flags per owned shard (ordinal m): one per reduce-scatter round and one per all-gather round (each fed by
 // one partner, chunks in order: running counts are exact), and the reducer's self-signal `ready` (partial
@@ -32,18 +47,6 @@
 
 namespace mk::detail {
 
-namespace {
-
-/// Bruck's rounds over M nodes: round k pairs node n with n + 2^k and moves min(2^k, M - 2^k) blocks.
-struct BruckPlan {
-  uint32_t nodes = 0;   ///< M
-  uint32_t rounds = 0;  ///< J = ceil(log2 M)
-  uint32_t distance(uint32_t k) const { return 1u << k; }
-  uint32_t blocks(uint32_t k) const { return std::min(1u << k, nodes - (1u << k)); }
-  /// Reduce-scatter round rho (in emission order) is round J - 1 - rho.
-  uint32_t rsRound(uint32_t rho) const { return rounds - 1 - rho; }
-};
-
 BruckPlan bruckPlan(uint32_t nodes) {
   BruckPlan p;
   p.nodes = nodes;
@@ -51,54 +54,66 @@ BruckPlan bruckPlan(uint32_t nodes) {
   return p;
 }
 
-/// Blocks [first, first + count) mod M of `chunk` as at most two element ranges (the second where they wrap).
+namespace {
+
+/// At most two element ranges (empty ones have size 0).
 struct BlockPieces {
   Range piece[2];
   uint32_t n = 0;
   uint32_t nonEmpty() const { return (n > 0 && piece[0].size > 0 ? 1u : 0u) + (n > 1 && piece[1].size > 0 ? 1u : 0u); }
 };
 
-BlockPieces blockPieces(Range chunk, uint32_t M, uint32_t first, uint32_t count) {
+/// Blocks [first, first + count) mod M of `chunk` as the all-gather sends them: one range for one block, else
+/// two, cut where they wrap past block M-1 or, where they do not, at block first + count / 2, so that every node
+/// sends the same number of messages in a round. A function of the blocks alone: sender and receiver agree.
+BlockPieces agPieces(Range chunk, uint32_t M, uint32_t first, uint32_t count) {
   BlockPieces out;
   const Range lo = splitRange(chunk, M, first);
-  if (first + count <= M) {
-    const Range hi = splitRange(chunk, M, first + count - 1);
-    out.piece[0] = Range{lo.begin, hi.end() - lo.begin};
+  if (count == 1) {
+    out.piece[0] = lo;
     out.n = 1;
     return out;
   }
-  out.piece[0] = Range{lo.begin, chunk.end() - lo.begin};
-  const Range hi = splitRange(chunk, M, first + count - M - 1);
-  out.piece[1] = Range{chunk.begin, hi.end() - chunk.begin};
   out.n = 2;
+  if (first + count <= M) {
+    const uint64_t cut = splitRange(chunk, M, first + count / 2).begin;
+    out.piece[0] = Range{lo.begin, cut - lo.begin};
+    out.piece[1] = Range{cut, splitRange(chunk, M, first + count - 1).end() - cut};
+    return out;
+  }
+  out.piece[0] = Range{lo.begin, chunk.end() - lo.begin};
+  out.piece[1] = Range{chunk.begin, splitRange(chunk, M, first + count - M - 1).end() - chunk.begin};
   return out;
-}
-
-/// Elements one block of a chunk can hold at most: ceil(largest chunk / M).
-uint64_t bruckBlockMax(const GenContext& ctx, uint64_t shardMax) {
-  const uint64_t chunkMax = splitRange(Range{0, shardMax}, ctx.opt.chunks, 0).size;
-  return (chunkMax + ctx.nNodes() - 1) / ctx.nNodes();
 }
 
 uint64_t shardMaxOf(const GenContext& ctx, uint32_t channel) {
   return splitRange(splitRange(Range{0, ctx.spec.count}, effectiveChannels(ctx), channel), ctx.maxLocal, 0).size;
 }
 
+/// Elements of the largest chunk of a channel, and of one of its blocks at most: ceil(chunk / M).
+uint64_t bruckChunkMax(const GenContext& ctx, uint32_t channel) {
+  return splitRange(Range{0, shardMaxOf(ctx, channel)}, ctx.opt.chunks, 0).size;
+}
+uint64_t bruckBlockMax(const GenContext& ctx, uint64_t chunkMax) {
+  return (chunkMax + ctx.nNodes() - 1) / ctx.nNodes();
+}
+
 }  // namespace
 
 uint64_t bruckStride(const GenContext& ctx, uint32_t channel) {
-  // Per chunk, room for the c_k blocks received at every reduce-scatter round: M - 1 blocks in all.
-  const uint64_t blockMax = bruckBlockMax(ctx, shardMaxOf(ctx, channel));
-  return checkedProduct(checkedProduct(ctx.opt.chunks, ctx.nNodes() - 1, "hierarchical bruck (chunks x nodes)"),
-                        blockMax, "hierarchical bruck (blocks x block)");
+  // Per chunk, the rotated copy (one chunk) and room for the c_k blocks received at every reduce-scatter round
+  // (M - 1 blocks in all).
+  const uint64_t chunkMax = bruckChunkMax(ctx, channel);
+  const uint64_t rounds =
+      checkedProduct(ctx.nNodes() - 1, bruckBlockMax(ctx, chunkMax), "hierarchical bruck (nodes x block)");
+  return checkedProduct(ctx.opt.chunks, chunkMax + rounds, "hierarchical bruck (chunks x chunk)");
 }
 
 namespace {
 
-/// Where the bruck variant's pieces of one channel are: chunk t of a shard, its blocks, and where a received
-/// reduce-scatter piece lands in the owner's scratch (after the phase-1 slots, per channel and owned shard one
-/// region of bruckStride elements: per chunk and round k, room for c_k blocks, filled from the first received
-/// block on, wrapping once).
+/// Where the bruck variant's pieces of one channel are: chunk t of a shard, its blocks, the node's rotated copy
+/// of it and where a received reduce-scatter piece lands (after the phase-1 slots, per channel and owned shard
+/// one region of bruckStride elements: per chunk the rotated copy, then per round k room for c_k blocks).
 class BruckWalk {
  public:
   BruckWalk(const GenContext& ctx, const HierLayout& layout, const HierShards& shards, const BruckPlan& plan,
@@ -107,7 +122,9 @@ class BruckWalk {
     regionBase_ = layout.ringBase;
     for (uint32_t c = 0; c < channel; ++c) regionBase_ += uint64_t(layout.maxOwned) * bruckStride(ctx, c);
     regionStride_ = bruckStride(ctx, channel);
-    blockMax_ = bruckBlockMax(ctx, shards.stride());
+    chunkMax_ = bruckChunkMax(ctx, channel);
+    blockMax_ = bruckBlockMax(ctx, chunkMax_);
+    perChunk_ = chunkMax_ + uint64_t(plan.nodes - 1) * blockMax_;
     roundBlocks_.assign(plan.rounds + 1, 0);
     for (uint32_t k = 0; k < plan.rounds; ++k) roundBlocks_[k + 1] = roundBlocks_[k] + plan.blocks(k);
   }
@@ -115,24 +132,49 @@ class BruckWalk {
   Range chunk(uint32_t shard, uint32_t chunkIdx) const {
     return splitRange(shards_.range(shard), ctx_.opt.chunks, chunkIdx);
   }
-  /// Relative blocks [from, from + count) of `node` in chunk `chunkIdx` of `shard`.
-  BlockPieces relative(uint32_t node, uint32_t shard, uint32_t chunkIdx, uint32_t from, uint32_t count) const {
-    return blockPieces(chunk(shard, chunkIdx), plan_.nodes, (node + from) % plan_.nodes, count);
+  /// Block `block` of chunk `chunkIdx` of `shard`.
+  Range block(uint32_t shard, uint32_t chunkIdx, uint32_t block) const {
+    return splitRange(chunk(shard, chunkIdx), plan_.nodes, block);
   }
-  /// Scratch offset on `node` of `element` of its relative blocks [0, c_k) received at reduce-scatter round k.
-  uint64_t rsSlot(uint32_t node, uint32_t shard, uint32_t chunkIdx, uint32_t k, uint64_t element) const {
+  /// Offset of `element` of the chunk in `node`'s rotated copy: counted from the first element of block `node`,
+  /// wrapping at the chunk's end.
+  uint64_t rotated(uint32_t node, uint32_t shard, uint32_t chunkIdx, uint64_t element) const {
     const Range c = chunk(shard, chunkIdx);
-    const uint64_t first = splitRange(c, plan_.nodes, node).begin;
-    const uint64_t within = element >= first ? element - first : (c.end() - first) + (element - c.begin);
-    return regionBase_ + uint64_t(shards_.ordinal(node, shard)) * regionStride_ +
-           (uint64_t(chunkIdx) * (plan_.nodes - 1) + roundBlocks_[k]) * blockMax_ + within;
+    const uint64_t origin = block(shard, chunkIdx, node).begin;
+    return element >= origin ? element - origin : (c.end() - origin) + (element - c.begin);
+  }
+  /// Relative blocks [from, from + count) of `node` (from + count <= M) as one range of its rotated copy.
+  Range relative(uint32_t node, uint32_t shard, uint32_t chunkIdx, uint32_t from, uint32_t count) const {
+    const uint64_t begin = prefix(node, shard, chunkIdx, from);
+    return Range{begin, prefix(node, shard, chunkIdx, from + count) - begin};
+  }
+  /// Scratch offset on `node` of offset `offset` of its rotated copy of chunk `chunkIdx`.
+  uint64_t workSlot(uint32_t node, uint32_t shard, uint32_t chunkIdx, uint64_t offset) const {
+    return region(node, shard) + uint64_t(chunkIdx) * perChunk_ + offset;
+  }
+  /// Scratch offset on `node` of offset `offset` (in its rotated copy) of what reduce-scatter round k brings.
+  uint64_t rsSlot(uint32_t node, uint32_t shard, uint32_t chunkIdx, uint32_t k, uint64_t offset) const {
+    return region(node, shard) + uint64_t(chunkIdx) * perChunk_ + chunkMax_ + roundBlocks_[k] * blockMax_ + offset;
   }
 
  private:
+  /// Elements of `node`'s relative blocks [0, d) (d <= M): where relative block d starts in its rotated copy.
+  uint64_t prefix(uint32_t node, uint32_t shard, uint32_t chunkIdx, uint32_t d) const {
+    const Range c = chunk(shard, chunkIdx);
+    const uint32_t M = plan_.nodes;
+    auto start = [&](uint32_t b) { return b == M ? c.end() : block(shard, chunkIdx, b).begin; };
+    const uint64_t origin = start(node);
+    if (node + d <= M) return start(node + d) - origin;
+    return (c.end() - origin) + (start(node + d - M) - c.begin);
+  }
+  uint64_t region(uint32_t node, uint32_t shard) const {
+    return regionBase_ + uint64_t(shards_.ordinal(node, shard)) * regionStride_;
+  }
+
   const GenContext& ctx_;
   const HierShards& shards_;
   const BruckPlan& plan_;
-  uint64_t regionBase_ = 0, regionStride_ = 0, blockMax_ = 0;
+  uint64_t regionBase_ = 0, regionStride_ = 0, chunkMax_ = 0, blockMax_ = 0, perChunk_ = 0;
   std::vector<uint64_t> roundBlocks_;  ///< per round k: blocks received at rounds before k (of one chunk)
 };
 
@@ -148,14 +190,18 @@ struct BruckRank {
   uint32_t node = 0, localIndex = 0, rank = 0;
   uint32_t localRanks = 0;
   std::vector<uint32_t> owned;
-  /// readyAt[owned][chunk][k]: signals to `ready` after stage k of the chunk (k = 0: the partial is in output;
-  /// k = rho + 1: reduce-scatter round rho, in emission order, reduced).
+  /// readyAt[owned][chunk][stage]: signals to `ready` after reducer stage `stage` of the chunk (0: the partial is
+  /// in the rotated copy; rho + 1: reduce-scatter round rho, in emission order, reduced).
   std::vector<std::vector<std::vector<uint64_t>>> readyAt;
+  /// agThrough[owned][k][chunk]: all-gather pieces of round k that arrive through this chunk (running count).
+  std::vector<std::vector<std::vector<uint64_t>>> agThrough;
+  /// readyAwaited[owned]: the most `ready` signals the sender or the mover waits for.
+  std::vector<uint64_t> readyAwaited;
 };
 
-/// Emits one channel of the bruck variant: per rank, phase 1 (mover), the reducer (phase-1 reductions or the
-/// copy of the input, each reduce-scatter round's reduction), the sender (reduce-scatter, all-gather), phase 3
-/// (mover); then every rank's completion waits.
+/// Emits one channel of the bruck variant: per rank, phase 1 (mover), the reducer (the partial into the rotated
+/// copy, each reduce-scatter round's reduction), the sender (reduce-scatter, all-gather), phase 3 (mover); then
+/// every rank's completion waits.
 class BruckVariant {
  public:
   BruckVariant(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part)
@@ -165,7 +211,8 @@ class BruckVariant {
         layout_(hierLayout(ctx)),
         plan_(bruckPlan(layout_.nodes)),
         shards_(ctx, layout_, channel, part),
-        walk_(ctx, layout_, shards_, plan_, channel) {
+        walk_(ctx, layout_, shards_, plan_, channel),
+        scratch_(scratchBuffer(ctx)) {
     const uint32_t maxOwned = layout_.maxOwned;
     flags_.phase1Arrived = b.newFlags(layout_.shards > 1 ? layout_.shards : 0);
     flags_.ready = b.newFlags(maxOwned);
@@ -185,11 +232,14 @@ class BruckVariant {
         me.rank = ctx_.nodeRanks[node][localIndex];
         me.localRanks = ctx_.nodeSize(node);
         me.owned = shards_.ownedBy(node, localIndex);
+        me.readyAwaited.assign(me.owned.size(), 0);
+        countArrivals(me);
         reserveSteps(me);
-        emitChunkedPhase1(b_, ctx_, lanes_, shards_, node, localIndex, flags_.phase1Arrived);
+        sendPhase1(me);
         runReducer(me);
         runSender(me);
         if (me.localRanks > 1) sendPhase3(me);
+        consumeReady(me);
       }
     waitForCompletion();
   }
@@ -199,144 +249,261 @@ class BruckVariant {
   uint32_t rounds() const { return plan_.rounds; }
   uint32_t nodes() const { return plan_.nodes; }
 
+  /// What round k of the all-gather brings `node` of chunk t: relative blocks [2^k, 2^k + c_k), as node n + 2^k
+  /// sends them.
+  BlockPieces agIncoming(uint32_t node, uint32_t shard, uint32_t t, uint32_t k) const {
+    return agPieces(walk_.chunk(shard, t), nodes(), (node + plan_.distance(k)) % nodes(), plan_.blocks(k));
+  }
+
+  /// The two parts of chunk t of `shard` on `node` that phase 1 delivers and phase 3 forwards one after the
+  /// other: part 0 = relative blocks [h, M) (h = 2^(J-1)), what the first reduce-scatter round sends, so that the
+  /// network starts after that part of phase 1; part 1 = relative blocks [0, h), final before the last all-gather
+  /// round, so that only part 0 remains to forward after it. Each cut as agPieces cuts it (the same number of
+  /// messages on every node). On 2 nodes part 0 is the whole chunk in one piece and part 1 is empty: there the
+  /// NVLink phases, not the network, bound the op, and the parts would only add messages to them.
+  BlockPieces part(uint32_t node, uint32_t shard, uint32_t t, uint32_t which) const {
+    const uint32_t M = nodes(), r0 = plan_.firstRound();
+    const uint32_t from = plan_.distance(r0), count = plan_.blocks(r0);
+    if (M == 2) {
+      BlockPieces whole;
+      whole.piece[0] = walk_.chunk(shard, t);
+      whole.n = which == 0 ? 1 : 0;
+      return whole;
+    }
+    return which == 0 ? agPieces(walk_.chunk(shard, t), M, (node + from) % M, count)
+                      : agPieces(walk_.chunk(shard, t), M, (node + from + count) % M, M - count);
+  }
+
+  /// Part `which` of the partial as the reducer writes it into the rotated copy: pieces that never cross block
+  /// `node`'s first element, where the rotation wraps. Part 0 and, without the swap, part 1 start or end there;
+  /// with the swap part 1 (relative blocks [2^(J-1), M) and [0, 2^(J-2))) is cut into its two ranges, each as
+  /// agPieces cuts it; the whole chunk of 2 nodes at block `node` (node 0 in the middle: two steps everywhere).
+  std::vector<Range> reducePart(uint32_t node, uint32_t shard, uint32_t t, uint32_t which) const {
+    const uint32_t M = nodes();
+    std::vector<Range> out;
+    auto add = [&](const BlockPieces& p) {
+      for (uint32_t i = 0; i < p.n; ++i) out.push_back(p.piece[i]);
+    };
+    const Range c = walk_.chunk(shard, t);
+    if (M == 2) {
+      if (which != 0) return out;
+      uint64_t cut = walk_.block(shard, t, node).begin;
+      if (cut == c.begin) cut = splitRange(c, 2, 1).begin;
+      return {Range{cut, c.end() - cut}, Range{c.begin, cut - c.begin}};
+    }
+    if (which == 0 || !plan_.swapped()) {
+      add(part(node, shard, t, which));
+      return out;
+    }
+    const uint32_t J = rounds(), h = plan_.distance(J - 1);
+    add(agPieces(c, M, (node + h) % M, M - h));
+    add(agPieces(c, M, node, plan_.distance(J - 2)));
+    return out;
+  }
+
+  void countArrivals(BruckRank& me) const {
+    const uint32_t J = rounds();
+    me.agThrough.assign(me.owned.size(), std::vector<std::vector<uint64_t>>(J, std::vector<uint64_t>(chunks(), 0)));
+    for (std::size_t jo = 0; jo < me.owned.size(); ++jo)
+      for (uint32_t k = 0; k < J; ++k) {
+        uint64_t n = 0;
+        for (uint32_t t = 0; t < chunks(); ++t)
+          me.agThrough[jo][k][t] = n += agIncoming(me.node, me.owned[jo], t, k).nonEmpty();
+      }
+  }
+
   /// Upper bounds of each lane's steps (see the rhd variant: growing lane vectors by doubling is costly).
   void reserveSteps(const BruckRank& me) {
     const uint32_t r = me.rank;
     const uint64_t k = chunks(), own = me.owned.size(), g = me.localRanks, j = rounds();
-    if (g > 1) {
-      b_.reserveSteps(r, lanes_.mover(r), k * (layout_.shards - own + own * (g - 1)) + k * own * (g + 1 + j));
-    }
-    b_.reserveSteps(r, lanes_.reducer(r), k * own * (2 * g + 2 + 4 * j) + 1 + uint64_t(layout_.maxOwned) * j);
-    b_.reserveSteps(r, lanes_.sender(r), k * own * (7 * j + 1));
+    if (g > 1) b_.reserveSteps(r, lanes_.mover(r), 4 * k * (layout_.shards - own) + k * own * (4 * g + j));
+    b_.reserveSteps(r, lanes_.reducer(r), k * own * (6 * g + 3 * j) + 1 + uint64_t(layout_.maxOwned) * j);
+    b_.reserveSteps(r, lanes_.sender(r), k * own * 5 * j);
   }
 
-  /// The reducer, per chunk: the node partial into output (phase-1 reduction, or a copy of the input on a node
-  /// of one rank), then each reduce-scatter round's received blocks reduced into it; fills me.readyAt.
+  /// Phase 1, intra-node reduce-scatter (mover): per chunk, part 0 (part()) of the input to each shard's owner,
+  /// then part 1, into the owner's phase-1 slot for this rank.
+  void sendPhase1(const BruckRank& me) {
+    const uint32_t r = me.rank, node = me.node;
+    for (uint32_t t = 0; t < chunks() && me.localRanks > 1; ++t)
+      for (const uint32_t which : {0u, 1u})
+        for (uint32_t i = 1; i < me.localRanks; ++i) {
+          const uint32_t peerIndex = (me.localIndex + i) % me.localRanks;
+          const uint32_t peer = ctx_.nodeRanks[node][peerIndex];
+          for (uint32_t s = peerIndex; s < shards_.count(); s += me.localRanks) {
+            const BlockPieces pieces = part(node, s, t, which);
+            for (uint32_t p = 0; p < pieces.n; ++p) {
+              const Range u = pieces.piece[p];
+              if (u.size > 0)
+                b_.put(r, lanes_.mover(r), bufRef(peer, scratch_, shards_.phase1Slot(node, me.localIndex, s, u.begin)),
+                       bufRef(r, ctx_.input, u.begin), u.size, flags_.phase1Arrived[me.localIndex]);
+            }
+          }
+        }
+  }
+
+  /// The reducer, stage by stage in wavefront order: stage 0 of a chunk puts its node partial into the rotated
+  /// copy (the phase-1 reduction, or a copy of the input on a node of one rank), part 0 of every owned shard
+  /// (signalled: what the first round sends) before part 1; stage rho + 1 reduces what reduce-scatter round rho
+  /// brought; fills me.readyAt.
   void runReducer(BruckRank& me) {
     const uint32_t r = me.rank, node = me.node, J = rounds();
+    const uint32_t red = lanes_.reducer(r);
     const auto own = me.owned.size();
     me.readyAt.assign(own, std::vector<std::vector<uint64_t>>(chunks(), std::vector<uint64_t>(J + 1, 0)));
     std::vector<uint64_t> phase1Seen(me.localRanks, 0), rsSeen(own * size_t(J), 0);
-    for (uint32_t t = 0; t < chunks(); ++t) {
+    rhdWavefront(chunks(), J + 1, [&](uint32_t t, uint32_t stage) {
+      if (stage == 0) {
+        for (const uint32_t which : {0u, 1u})
+          for (std::size_t jo = 0; jo < own; ++jo) {
+            const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
+            // Part 1 is signalled too: where the first round's reduction is empty, the second round sends from it.
+            if (walk_.chunk(s, t).size > 0) {
+              partialIntoWork(me, s, t, which, phase1Seen);
+              b_.signal(r, red, r, flags_.ready[m]);
+            }
+            if (which == 0) me.readyAt[jo][t][0] = b_.signalsSent(r, flags_.ready[m]);
+          }
+        return;
+      }
       for (std::size_t jo = 0; jo < own; ++jo) {
         const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
-        const Range c = walk_.chunk(s, t);
-        if (c.size > 0) {
-          if (me.localRanks > 1)
-            emitChunkedPhase1Reduce(b_, ctx_, lanes_, shards_, node, me.localIndex, s, c, flags_.phase1Arrived,
-                                    phase1Seen);
-          else
-            b_.copy(r, lanes_.reducer(r), bufRef(r, ctx_.output, c.begin), bufRef(r, ctx_.input, c.begin), c.size);
-          b_.signal(r, lanes_.reducer(r), r, flags_.ready[m]);
+        const uint32_t rho = stage - 1, k = plan_.rsRound(rho);
+        const Range in = walk_.relative(node, s, t, 0, plan_.blocks(k));
+        if (in.size > 0) {
+          b_.wait(r, red, flags_.rsArrived[k][m], ++rsSeen[jo * size_t(J) + k]);
+          const BufRef acc = bufRef(r, scratch_, walk_.workSlot(node, s, t, in.begin));
+          // The last round's block is the node's own, final: into output, where the all-gather reads it.
+          const BufRef dst = k == 0 ? bufRef(r, ctx_.output, walk_.block(s, t, node).begin) : acc;
+          b_.reduce(r, red, dst, acc, bufRef(r, scratch_, walk_.rsSlot(node, s, t, k, in.begin)), in.size);
+          b_.signal(r, red, r, flags_.ready[m]);
         }
-        me.readyAt[jo][t][0] = b_.signalsSent(r, flags_.ready[m]);
+        me.readyAt[jo][t][stage] = b_.signalsSent(r, flags_.ready[m]);
       }
-      for (uint32_t rho = 0; rho < J; ++rho)
-        for (std::size_t jo = 0; jo < own; ++jo) {
-          const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s), k = plan_.rsRound(rho);
-          const BlockPieces in = walk_.relative(node, s, t, 0, plan_.blocks(k));
-          if (in.nonEmpty() > 0) {
-            const uint32_t red = lanes_.reducer(r);
-            b_.wait(r, red, flags_.rsArrived[k][m], rsSeen[jo * size_t(J) + k] += in.nonEmpty());
-            for (uint32_t p = 0; p < in.n; ++p) {
-              const Range u = in.piece[p];
-              if (u.size == 0) continue;
-              const BufRef acc = bufRef(r, ctx_.output, u.begin);
-              b_.reduce(r, red, acc, acc, bufRef(r, scratchBuffer(ctx_), walk_.rsSlot(node, s, t, k, u.begin)), u.size);
-            }
-            b_.signal(r, red, r, flags_.ready[m]);
-          }
-          me.readyAt[jo][t][rho + 1] = b_.signalsSent(r, flags_.ready[m]);
-        }
+    });
+  }
+
+  /// Part `which` (part()) of the node partial of chunk t of `shard` into the rotated copy: the reduction of
+  /// every local rank's contribution once phase 1 has delivered it, or a copy of the input.
+  void partialIntoWork(const BruckRank& me, uint32_t shard, uint32_t t, uint32_t which,
+                       std::vector<uint64_t>& phase1Seen) {
+    const uint32_t r = me.rank, node = me.node, red = lanes_.reducer(r);
+    const uint32_t arriving = part(node, shard, t, which).nonEmpty();
+    for (uint32_t l = 0; l < me.localRanks && arriving > 0; ++l)
+      if (l != me.localIndex) b_.wait(r, red, flags_.phase1Arrived[l], phase1Seen[l] += arriving);
+    for (const Range u : reducePart(node, shard, t, which)) {
+      if (u.size == 0) continue;
+      const BufRef dst = bufRef(r, scratch_, walk_.workSlot(node, shard, t, walk_.rotated(node, shard, t, u.begin)));
+      if (me.localRanks == 1) {
+        b_.copy(r, red, dst, bufRef(r, ctx_.input, u.begin), u.size);
+        continue;
+      }
+      auto operand = [&](uint32_t l) {
+        return l == me.localIndex ? bufRef(r, ctx_.input, u.begin)
+                                  : bufRef(r, scratch_, shards_.phase1Slot(node, l, shard, u.begin));
+      };
+      reduceChain(b_, r, red, dst, me.localRanks, operand, u.size);
     }
   }
 
-  /// The sender, per chunk: the reduce-scatter rounds (each once the reducer has finished the rounds before),
-  /// then the all-gather rounds (the first once the last reduction is done, each later one once every earlier
-  /// round's arrivals are in).
-  void runSender(const BruckRank& me) {
+  /// The sender, stage by stage in wavefront order: stages 0 .. J-1 the reduce-scatter rounds (each once the
+  /// reducer has finished the rounds before), stages J .. 2J-1 the all-gather rounds (each once the own block is
+  /// final and every earlier round's arrivals of the chunk are in).
+  void runSender(BruckRank& me) {
     const uint32_t r = me.rank, node = me.node, J = rounds(), M = nodes();
     const uint32_t snd = lanes_.sender(r);
     const auto own = me.owned.size();
-    std::vector<uint64_t> readyWaited(own, 0), agSeen(own * size_t(J), 0), agWaited(own * size_t(J), 0);
+    std::vector<uint64_t> readyWaited(own, 0), agWaited(own * size_t(J), 0);
     auto waitReady = [&](std::size_t jo, uint32_t m, uint64_t need) {
       if (need <= readyWaited[jo]) return;
       b_.wait(r, snd, flags_.ready[m], need);
       readyWaited[jo] = need;
+      me.readyAwaited[jo] = std::max(me.readyAwaited[jo], need);
     };
-    for (uint32_t t = 0; t < chunks(); ++t) {
-      for (uint32_t rho = 0; rho < J; ++rho) {
-        const uint32_t k = plan_.rsRound(rho), dst = (node + plan_.distance(k)) % M;
-        for (std::size_t jo = 0; jo < own; ++jo) {
-          const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
-          const BlockPieces out = walk_.relative(node, s, t, plan_.distance(k), plan_.blocks(k));
-          if (out.nonEmpty() == 0) continue;
-          waitReady(jo, m, me.readyAt[jo][t][rho]);
-          for (uint32_t p = 0; p < out.n; ++p) {
-            const Range u = out.piece[p];
-            if (u.size == 0) continue;
-            b_.put(r, snd, bufRef(shards_.owner(dst, s), scratchBuffer(ctx_), walk_.rsSlot(dst, s, t, k, u.begin)),
-                   bufRef(r, ctx_.output, u.begin), u.size, flags_.rsArrived[k][shards_.ordinal(dst, s)]);
-          }
-        }
-      }
-      for (uint32_t k = 0; k < J; ++k) {
-        const uint32_t dst = (node + M - plan_.distance(k)) % M;
-        for (std::size_t jo = 0; jo < own; ++jo) {
-          const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
-          // What arrives at this round: relative blocks [2^k, 2^k + c_k) from node + 2^k.
-          agSeen[jo * size_t(J) + k] += walk_.relative(node, s, t, plan_.distance(k), plan_.blocks(k)).nonEmpty();
-          const BlockPieces out = walk_.relative(node, s, t, 0, plan_.blocks(k));
-          if (out.nonEmpty() == 0) continue;
-          waitReady(jo, m, me.readyAt[jo][t][J]);
-          for (uint32_t before = 0; before < k; ++before) {
-            const size_t i = jo * size_t(J) + before;
-            if (agSeen[i] <= agWaited[i]) continue;
-            b_.wait(r, snd, flags_.agArrived[before][m], agSeen[i]);
-            agWaited[i] = agSeen[i];
-          }
-          for (uint32_t p = 0; p < out.n; ++p) {
-            const Range u = out.piece[p];
-            if (u.size == 0) continue;
-            b_.put(r, snd, bufRef(shards_.owner(dst, s), ctx_.output, u.begin), bufRef(r, ctx_.output, u.begin), u.size,
-                   flags_.agArrived[k][shards_.ordinal(dst, s)]);
-          }
-        }
-      }
-    }
-  }
-
-  /// Phase 3, intra-node all-gather (mover): chunk t of each owned shard to the node's other ranks once final
-  /// (the last reduction and every all-gather arrival of the chunk).
-  void sendPhase3(const BruckRank& me) {
-    const uint32_t r = me.rank, node = me.node, J = rounds();
-    const auto own = me.owned.size();
-    std::vector<uint64_t> readySeen(own, 0), agCount(own * size_t(J), 0), agDone(own * size_t(J), 0);
-    for (uint32_t t = 0; t < chunks(); ++t)
+    rhdWavefront(chunks(), 2 * J, [&](uint32_t t, uint32_t stage) {
       for (std::size_t jo = 0; jo < own; ++jo) {
         const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
-        const Range c = walk_.chunk(s, t);
-        if (c.size == 0) continue;
-        const uint32_t mover = lanes_.mover(r);
-        const uint64_t need = me.readyAt[jo][t][J];
-        if (need > readySeen[jo]) {
-          b_.wait(r, mover, flags_.ready[m], need);
-          readySeen[jo] = need;
+        if (stage < J) {
+          const uint32_t k = plan_.rsRound(stage), dst = (node + plan_.distance(k)) % M;
+          const Range out = walk_.relative(node, s, t, plan_.distance(k), plan_.blocks(k));
+          if (out.size == 0) continue;
+          waitReady(jo, m, me.readyAt[jo][t][stage]);
+          b_.put(r, snd, bufRef(shards_.owner(dst, s), scratch_, walk_.rsSlot(dst, s, t, k, 0)),
+                 bufRef(r, scratch_, walk_.workSlot(node, s, t, out.begin)), out.size,
+                 flags_.rsArrived[k][shards_.ordinal(dst, s)]);
+          continue;
         }
-        for (uint32_t k = 0; k < J; ++k) {
-          const size_t i = jo * size_t(J) + k;
-          agCount[i] += walk_.relative(node, s, t, plan_.distance(k), plan_.blocks(k)).nonEmpty();
-          if (agCount[i] > agDone[i]) {
-            b_.wait(r, mover, flags_.agArrived[k][m], agCount[i]);
-            agDone[i] = agCount[i];
-          }
+        const uint32_t q = stage - J, k = plan_.agRound(q), dst = (node + M - plan_.distance(k)) % M;
+        const BlockPieces out = agPieces(walk_.chunk(s, t), M, node, plan_.blocks(k));
+        if (out.nonEmpty() == 0) continue;
+        waitReady(jo, m, me.readyAt[jo][t][J]);
+        for (uint32_t earlier = 0; earlier < q; ++earlier) {
+          const uint32_t before = plan_.agRound(earlier);
+          const size_t i = jo * size_t(J) + before;
+          const uint64_t need = me.agThrough[jo][before][t];
+          if (need <= agWaited[i]) continue;
+          b_.wait(r, snd, flags_.agArrived[before][m], need);
+          agWaited[i] = need;
         }
-        for (uint32_t i = 1; i < me.localRanks; ++i) {
-          const uint32_t peer = ctx_.nodeRanks[node][(me.localIndex + i) % me.localRanks];
-          b_.put(r, mover, bufRef(peer, ctx_.output, c.begin), bufRef(r, ctx_.output, c.begin), c.size,
-                 flags_.phase3Arrived);
+        for (uint32_t p = 0; p < out.n; ++p) {
+          const Range u = out.piece[p];
+          if (u.size == 0) continue;
+          b_.put(r, snd, bufRef(shards_.owner(dst, s), ctx_.output, u.begin), bufRef(r, ctx_.output, u.begin), u.size,
+                 flags_.agArrived[k][shards_.ordinal(dst, s)]);
         }
       }
+    });
+  }
+
+  /// Phase 3, intra-node all-gather (mover), per chunk t: part 1 (part()) of each owned shard to the node's other
+  /// ranks once final (the own block reduced, the all-gather arrivals of every round but the last), then part 0,
+  /// which the last all-gather round brings.
+  void sendPhase3(BruckRank& me) {
+    const uint32_t r = me.rank, node = me.node, J = rounds(), mover = lanes_.mover(r);
+    const auto own = me.owned.size();
+    std::vector<uint64_t> readySeen(own, 0), agDone(own * size_t(J), 0);
+    auto waitRounds = [&](std::size_t jo, uint32_t m, uint32_t t, uint32_t except) {  // every round but `except`
+      for (uint32_t k = 0; k < J; ++k) {
+        if (k == except) continue;
+        const size_t i = jo * size_t(J) + k;
+        if (me.agThrough[jo][k][t] <= agDone[i]) continue;
+        b_.wait(r, mover, flags_.agArrived[k][m], me.agThrough[jo][k][t]);
+        agDone[i] = me.agThrough[jo][k][t];
+      }
+    };
+    for (uint32_t t = 0; t < chunks(); ++t)
+      for (const uint32_t which : {1u, 0u})
+        for (std::size_t jo = 0; jo < own; ++jo) {
+          const uint32_t s = me.owned[jo], m = shards_.ordinal(node, s);
+          if (walk_.chunk(s, t).size == 0) continue;
+          if (which == 1) {
+            const uint64_t need = me.readyAt[jo][t][J];
+            if (need > readySeen[jo]) {
+              b_.wait(r, mover, flags_.ready[m], need);
+              readySeen[jo] = need;
+              me.readyAwaited[jo] = std::max(me.readyAwaited[jo], need);
+            }
+          }
+          waitRounds(jo, m, t, which == 1 ? plan_.firstRound() : J);
+          const BlockPieces pieces = part(node, s, t, which);
+          for (uint32_t i = 1; i < me.localRanks; ++i) {
+            const uint32_t peer = ctx_.nodeRanks[node][(me.localIndex + i) % me.localRanks];
+            for (uint32_t p = 0; p < pieces.n; ++p)
+              if (pieces.piece[p].size > 0)
+                b_.put(r, mover, bufRef(peer, ctx_.output, pieces.piece[p].begin),
+                       bufRef(r, ctx_.output, pieces.piece[p].begin), pieces.piece[p].size, flags_.phase3Arrived);
+          }
+        }
+  }
+
+  /// The reducer's own wait for `ready` signals nobody else awaited (where the pieces that would have are empty:
+  /// tiny chunks), so that every flag is consumed.
+  void consumeReady(const BruckRank& me) {
+    for (std::size_t jo = 0; jo < me.owned.size(); ++jo) {
+      const uint32_t m = shards_.ordinal(me.node, me.owned[jo]);
+      const uint64_t sent = b_.signalsSent(me.rank, flags_.ready[m]);
+      if (sent > me.readyAwaited[jo]) b_.wait(me.rank, lanes_.reducer(me.rank), flags_.ready[m], sent);
+    }
   }
 
   /// Completion: non-owned shards arrive in phase 3; a node of one rank ends with its own last arrivals.
@@ -356,103 +523,14 @@ class BruckVariant {
   const BruckPlan plan_;
   const HierShards shards_;
   const BruckWalk walk_;
+  const uint16_t scratch_;
   BruckFlags flags_;
 };
-
-/// Wrapped messages of `node`'s relative blocks [from, from + count): 2 where they wrap past block M-1.
-double piecesOf(uint32_t node, uint32_t from, uint32_t count, uint32_t M) {
-  return (node + from) % M + count > M ? 2 : 1;
-}
-
-/// The bruck variant's longest path: a max-plus recurrence over the K chunks and the 2J rounds of each, one
-/// representative per node (its busiest rank's loads) fed by its partners' representatives, in the order the
-/// lanes run their steps (reducer: partial then each reduce-scatter round; sender: reduce-scatter rounds then
-/// all-gather rounds; mover: every phase-1 round, then phase 3 chunk by chunk). A round's message of c_k
-/// blocks costs c_k * ceil(chunk / M) / chunk units and one alpha per piece (two where the node's range
-/// wraps): exact when the chunk divides by M and nodes are equal, an upper bound otherwise.
-PathCounts bruckLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, const std::vector<HierNodeLoad>& nodes) {
-  const Longest longest(&u);
-  const auto M = static_cast<uint32_t>(nodes.size());
-  const BruckPlan plan = bruckPlan(M);
-  const uint32_t J = plan.rounds;
-  const double blockUnits = double((chunkMax + M - 1) / M) / double(chunkMax);
-  const PathCounts zero, put = nvGroup(1, 1), red1 = redGroup(1, 1), land = netLands();
-  struct State {
-    PathCounts red, snd, mu, ready, finalReady, arrivals;
-  };
-  std::vector<State> st(M);
-  std::vector<PathCounts> rs(M);
-  std::vector<std::vector<PathCounts>> ag(J, std::vector<PathCounts>(M));
-  std::vector<std::vector<PathCounts>> rounds(M, std::vector<PathCounts>(K));
-  for (uint32_t n = 0; n < M; ++n) {
-    for (uint32_t t = 0; t < K; ++t) rounds[n][t] = (t ? rounds[n][t - 1] : zero) + nodes[n].p1Puts * put;
-    st[n].mu = rounds[n][K - 1];
-  }
-  for (uint32_t t = 0; t < K; ++t) {
-    for (uint32_t n = 0; n < M; ++n) {  // the partial in output: phase-1 group t, or the copy of the input
-      State& s = st[n];
-      s.red = nodes[n].phases ? longest(s.red, rounds[n][t]) + nodes[n].perOwner * red1
-                              : s.red + nodes[n].owned * copyMsg();
-      s.ready = s.red + flagHop();
-    }
-    for (uint32_t rho = 0; rho < J; ++rho) {
-      const uint32_t k = plan.rsRound(rho), d = plan.distance(k), c = plan.blocks(k);
-      for (uint32_t n = 0; n < M; ++n)
-        rs[n] = st[n].snd =
-            longest(st[n].snd, st[n].ready) + nodes[n].owned * netGroup(piecesOf(n, d, c, M), c * blockUnits);
-      for (uint32_t n = 0; n < M; ++n) {
-        State& s = st[n];
-        s.red = longest(s.red, rs[(n + M - d) % M] + land) +
-                nodes[n].owned * redGroup(piecesOf(n, 0, c, M), c * blockUnits);
-        s.ready = s.red + flagHop();
-      }
-    }
-    for (uint32_t k = 0; k < J; ++k) {
-      const uint32_t c = plan.blocks(k);
-      for (uint32_t n = 0; n < M; ++n) {
-        PathCounts need = k == 0 ? st[n].ready : zero;
-        for (uint32_t before = 0; before < k; ++before)
-          need = longest(need, ag[before][(n + plan.distance(before)) % M] + land);
-        ag[k][n] = longest(st[n].snd, need) + nodes[n].owned * netGroup(piecesOf(n, 0, c, M), c * blockUnits);
-      }
-      for (uint32_t n = 0; n < M; ++n) st[n].snd = ag[k][n];
-    }
-    for (uint32_t n = 0; n < M; ++n) {
-      State& s = st[n];
-      s.finalReady = s.ready;
-      for (uint32_t k = 0; k < J; ++k) s.finalReady = longest(s.finalReady, ag[k][(n + plan.distance(k)) % M] + land);
-      if (nodes[n].phases)
-        s.mu = longest(s.mu, s.finalReady) + nodes[n].perOwner * put;
-      else
-        s.arrivals = longest(s.arrivals, s.finalReady);
-    }
-  }
-  PathCounts total = zero;
-  for (uint32_t n = 0; n < M; ++n) {
-    const State& s = st[n];
-    const PathCounts end = longest({s.red, s.snd, nodes[n].phases ? s.mu : s.arrivals});
-    total = n ? longest(total, end) : end;
-  }
-  return total;
-}
 
 }  // namespace
 
 void emitHierarchicalBruck(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part) {
   BruckVariant(b, ctx, channel, part).emit();
-}
-
-CostEstimate costHierarchicalBruck(const CostContext& c, const ClosedFormShape& s) {
-  const Range shard0 = splitRange(s.part0, s.gMax, 0);
-  const uint64_t chunkMax = splitRange(shard0, c.opt.chunks, 0).size;
-  const UnitPrices u = unitPrices(c, chunkMax, true);
-  const BruckPlan plan = bruckPlan(s.nodes);
-  return estimate(u, bruckLongest(u, c.opt.chunks, chunkMax, hierNodeLoads(c, s.nodes)),
-                  "hierarchical, bruck: longest path of the chunk/round recurrence (docs); per chunk J = " +
-                      std::to_string(plan.rounds) +
-                      " reduce-scatter and J all-gather rounds, round k moving min(2^k, M-2^k) blocks of "
-                      "ceil(chunk/M), a wrapped range as two messages; S1 = (G-1)*t_nv(chunk), unit = chunk "
-                      "n/(C*G*K)");
 }
 
 }  // namespace mk::detail

@@ -25,9 +25,11 @@ uint32_t nodesOf(const Topology& topo, uint32_t nRanks) {
   return static_cast<uint32_t>(std::unique(sorted.begin(), sorted.end()) - sorted.begin());
 }
 
-/// Hierarchical all-reduce: from this many nodes on, at most kLargeHierChunks chunks (policy.hpp).
+/// Hierarchical all-reduce: from this many nodes on, at most kLargeHierChunks chunks on a power-of-two node count
+/// and kLargeHierOddChunks on others (policy.hpp).
 constexpr uint32_t kLargeHierNodes = 512;
 constexpr uint32_t kLargeHierChunks = 4;
+constexpr uint32_t kLargeHierOddChunks = 6;
 
 }  // namespace
 
@@ -41,7 +43,7 @@ GenOptions defaultGenOptions(CollOp op, Algorithm algo, uint64_t bytes, uint32_t
     g.chunks = std::min(g.chunks, static_cast<uint32_t>(std::clamp<uint64_t>(shard / (16 * MiB), 2, 4)));
   }
   if (op == CollOp::AllReduce && algo == Algorithm::Hierarchical && nodes >= kLargeHierNodes)
-    g.chunks = std::min(g.chunks, kLargeHierChunks);
+    g.chunks = std::min(g.chunks, (nodes & (nodes - 1)) == 0 ? kLargeHierChunks : kLargeHierOddChunks);
   return g;
 }
 

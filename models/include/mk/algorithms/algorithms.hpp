@@ -43,7 +43,8 @@ Algorithm requireAlgorithm(CollOp op, std::string_view s);
 /// Inter-node phase of the hierarchical all-reduce (every other generator ignores it): a ring over the M
 /// nodes of each rail (2(M-1) steps per chunk), recursive halving + doubling (2 log2(M) steps per chunk; a
 /// non-power-of-two M folds its extra nodes into partners first), Bruck's dissemination reduce-scatter and
-/// all-gather (2 ceil(log2 M) steps per chunk on any M, every node busy, bandwidth-optimal), or Auto: the
+/// all-gather (2 ceil(log2 M) rounds per chunk on any M, every node busy, bandwidth-optimal, every node sending
+/// the same messages so that the nodes stay in step), or Auto: the
 /// variant with the lowest closed form (resolveInter()).
 enum class InterPhase : uint8_t { Auto, Ring, Rhd, Bruck };
 
@@ -120,7 +121,8 @@ CostEstimate closedForm(const CollectiveSpec& spec, const GenOptions& opt, const
 
 /// The concrete inter-node variant (Ring, Rhd or Bruck) that `opt.inter` stands for when `spec` is generated
 /// on `nodeOf`: itself when concrete, else the one whose closed form is lowest under `profile` (the earlier of
-/// Ring, Rhd, Bruck on ties; Ring for every case without a network phase or another generator).
+/// Ring, Rhd, Bruck on ties; Ring for every case without a network phase or another generator). Rhd is a
+/// candidate only on a power-of-two node count: its fold contends for the NICs, which no closed form sees.
 InterPhase resolveInter(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
                         const Profile& profile);
 

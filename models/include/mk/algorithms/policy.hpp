@@ -26,11 +26,15 @@ namespace mk {
 ///    forms priced at the general rule made two-shot dearer than one-shot, so "auto" took one-shot, which
 ///    measured slower);
 ///  * one channel: 2 or 4 channels measured slightly slower at 512 MiB.
-///  * hierarchical all-reduce on `nodes` >= 512 nodes: at most 4 chunks. Modelled, not measured (closed form
-///    and SimGrid replay under the datasheet DGX-H100 profile, docs/results.md "Scaling of the hierarchical
-///    all-reduce"): 512 MiB reaches 343-346 GB/s busbw with 4 chunks on 512-1024 nodes against 351-353 with 8,
-///    and 4 chunks simulate half the steps (1024 nodes: 32 s and 1.6 GB instead of 101 s and 2.0 GB). Channels
-///    stay 1: under timeline rule 2 C channels of K chunks price as one channel of K.
+///  * hierarchical all-reduce on `nodes` >= 512 nodes: at most 4 chunks on a power-of-two node count, at most 6
+///    on others. Modelled, not measured (closed form and SimGrid replay under the datasheet DGX-H100 profile,
+///    docs/results.md "Scaling of the hierarchical all-reduce"): 512 MiB reaches 343-346 GB/s busbw with 4
+///    chunks on 512-1024 nodes against 351-353 with 8, and 4 chunks simulate half the steps (1024 nodes: 32 s
+///    and 1.6 GB instead of 101 s and 2.0 GB). Other node counts run the bruck phase, whose sender with 4
+///    chunks waits for arrivals whose latency differs by node (partners on another leaf), so the nodes fall
+///    out of step and NICs receive two rounds at once (496 nodes: replay 1.24x the closed form); with 6 it
+///    always has another chunk's message to send (1000 nodes: replay = closed form, 342 GB/s). Channels stay
+///    1: under timeline rule 2 C channels of K chunks price as one channel of K.
 GenOptions defaultGenOptions(CollOp op, Algorithm algo, uint64_t bytes, uint32_t nRanks, uint32_t nodes = 1) noexcept;
 
 /// What "auto" runs.

@@ -70,7 +70,7 @@ inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
                  "inter-node phase of the hierarchical all-reduce: ring (2(M-1) steps per chunk over M nodes), rhd "
                  "(recursive halving + doubling, 2 log2 M steps; other node counts fold the extra nodes), bruck "
                  "(dissemination reduce-scatter + all-gather, 2 ceil(log2 M) steps on any M, no node idle), or "
-                 "auto (the lowest closed form under the profile used)")
+                 "auto (the lowest closed form under the profile used; rhd only on a power-of-two M)")
       ->check(CLI::IsMember({"ring", "rhd", "bruck", "auto"}))
       ->capture_default_str();
   app.add_option("--protocol", a.protocol,
