@@ -1,0 +1,129 @@
+// Exact mode times NVLink transfers at their caps and proves that no NVLink link was oversubscribed (the link
+// ledger); when the proof fails it simulates them. Either way the answer must be SimGrid's: compared here with
+// the replay that simulates every NVLink transfer (SimOptions::timeNvlink = false), step by step and link by link.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "../src/link_ledger.hpp"
+#include "mk/algorithms/algorithms.hpp"
+#include "mk/sim/replay.hpp"
+#include "sim_test_util.hpp"
+
+using simtest::Builder;
+
+namespace {
+
+mk::sim::SimOptions simulatedNvlink() {
+  mk::sim::SimOptions o;
+  o.timeNvlink = false;
+  return o;
+}
+
+/// SimGrid's own rounding: a comm at its cap ends within about a byte's time (1e-11 s at 225 GB/s) of bytes /
+/// rate, and later steps inherit that; a schedule of these sizes collects far less than this (microseconds).
+constexpr double kSimGridRoundingUs = 1e-4;
+
+/// Same times for every step (up to SimGrid's rounding), same bytes and peak load on every link.
+void checkSame(const mk::sim::Prediction& timed, const mk::sim::Prediction& simulated) {
+  CHECK(std::fabs(timed.totalUs - simulated.totalUs) <= kSimGridRoundingUs);
+  REQUIRE(timed.steps.size() == simulated.steps.size());
+  for (std::size_t i = 0; i < timed.steps.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::fabs(timed.steps[i].startUs - simulated.steps[i].startUs) <= kSimGridRoundingUs);
+    CHECK(std::fabs(timed.steps[i].endUs - simulated.steps[i].endUs) <= kSimGridRoundingUs);
+  }
+  REQUIRE(timed.links.size() == simulated.links.size());
+  for (std::size_t i = 0; i < timed.links.size(); ++i) {
+    CAPTURE(simulated.links[i].name);
+    CHECK(timed.links[i].name == simulated.links[i].name);
+    CHECK(timed.links[i].bytes == doctest::Approx(simulated.links[i].bytes).epsilon(1e-12));
+    CHECK(timed.links[i].peakGBs == doctest::Approx(simulated.links[i].peakGBs).epsilon(1e-9));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("link ledger: transfers that fit every link pass, one that overfills a link fails") {
+  mk::sim::detail::LinkLedger ledger({100.0, 100.0});
+  CHECK(ledger.add({0, 1}, 0.0, 10.0, 60.0, 0.0));
+  CHECK(ledger.add({1}, 10.0, 20.0, 60.0, 0.0));  // starts as the first ends: never both in flight
+  CHECK(ledger.add({0}, 5.0, 8.0, 40.0, 0.0));    // 60 + 40: exactly full
+  CHECK(ledger.peakBps(0) == doctest::Approx(100.0));
+  CHECK(ledger.peakBps(1) == doctest::Approx(60.0));
+  CHECK_FALSE(ledger.add({1}, 2.0, 12.0, 50.0, 0.0));  // 60 + 50 at t = 2, and 50 + 60 from t = 10
+  CHECK(ledger.peakBps(1) == doctest::Approx(110.0));
+}
+
+TEST_CASE("link ledger: the peak inside a transfer's span is found where another one starts") {
+  mk::sim::detail::LinkLedger ledger({100.0});
+  CHECK(ledger.add({0}, 4.0, 6.0, 50.0, 0.0));
+  CHECK_FALSE(ledger.add({0}, 0.0, 10.0, 60.0, 0.0));  // fine at its start, 110 from t = 4
+  mk::sim::detail::LinkLedger pruned({100.0});
+  CHECK(pruned.add({0}, 0.0, 1.0, 80.0, 0.0));
+  CHECK(pruned.add({0}, 1.0, 2.0, 80.0, 1.0));  // the first ended by the engine's clock: forgotten
+  CHECK(pruned.peakBps(0) == doctest::Approx(80.0));
+}
+
+TEST_CASE("timed nvlink: transfers that never share a link are timed in one pass, without SimGrid comms") {
+  Builder b({0, 0, 0, 0});
+  b.put(0, 0, 1, 1000000);
+  b.put(2, 0, 3, 1000000);
+  const mk::Schedule s = b.done();
+  const auto t = simtest::cluster(1, 4);
+  const auto timed = simtest::run(s, t);
+  CHECK(timed.stats.passes == 1);
+  CHECK(timed.stats.nvlinkTimed == 2);
+  CHECK(timed.stats.comms == 0);
+  const auto simulated = mk::sim::predict(s, t, simtest::profile(), simulatedNvlink());
+  CHECK(simulated.stats.nvlinkTimed == 0);
+  CHECK(simulated.stats.comms == 2);
+  checkSame(timed, simulated);
+}
+
+TEST_CASE("timed nvlink: an oversubscribed nvlink link sends the replay to a second, simulated pass") {
+  Builder b({0, 0, 0});
+  b.put(1, 0, 0, 1000000);  // both into GPU 0's down link at the full 100 GB/s
+  b.put(2, 0, 0, 1000000);
+  const mk::Schedule s = b.done();
+  const auto t = simtest::cluster(1, 3);
+  const auto p = simtest::run(s, t);
+  CHECK(p.stats.passes == 2);
+  CHECK(p.stats.nvlinkOversubscribed);
+  CHECK(p.stats.comms == 2);
+  CHECK(p.totalUs == doctest::Approx(3.0 + 1.0 + 1e6 / 50e3).epsilon(1e-9));  // shared: 50 GB/s each
+  checkSame(p, mk::sim::predict(s, t, simtest::profile(), simulatedNvlink()));
+}
+
+TEST_CASE("timed nvlink: generators on DGX nodes give the simulated answer step by step") {
+  struct Case {
+    mk::CollOp op;
+    const char* algo;
+    uint32_t nodes;
+  };
+  const Case cases[] = {{mk::CollOp::AllReduce, "hierarchical", 2}, {mk::CollOp::AllReduce, "ring", 1},
+                        {mk::CollOp::AllReduce, "two-shot", 1},     {mk::CollOp::AllReduce, "one-shot", 1},
+                        {mk::CollOp::AllGather, "hierarchical", 2}, {mk::CollOp::ReduceScatter, "direct", 1},
+                        {mk::CollOp::AllToAll, "direct", 2}};
+  for (const Case& c : cases) {
+    const std::string algo = c.algo;
+    CAPTURE(algo);
+    CAPTURE(c.nodes);
+    const mk::Topology topo = mk::topologyPreset("dgx-h100", c.nodes);
+    mk::CollectiveSpec spec;
+    spec.op = c.op;
+    spec.algo = mk::requireAlgorithm(c.op, c.algo);
+    spec.dtype = mk::DType::BFloat16;
+    spec.count = 262147;
+    mk::GenOptions opt;
+    opt.chunks = 2;
+    const mk::Schedule s = mk::generate(spec, topo.layout(8 * c.nodes), opt);
+    const mk::Profile prof = mk::defaultProfile(topo);
+    const auto timed = mk::sim::predict(s, topo, prof);
+    const auto simulated = mk::sim::predict(s, topo, prof, simulatedNvlink());
+    CAPTURE(timed.stats.passes);
+    checkSame(timed, simulated);
+  }
+}
