@@ -19,8 +19,7 @@ bool LinkLedger::add(const std::vector<uint32_t>& route, double start, double en
   bool fits = true;
   for (const uint32_t link : route) {
     auto& flows = inFlight_[link];
-    flows.erase(std::remove_if(flows.begin(), flows.end(), [now](const Flow& f) { return f.end <= now; }),
-                flows.end());
+    flows.erase(std::remove_if(flows.begin(), flows.end(), [now](const Flow& f) { return f.end <= now; }), flows.end());
     // The sum of rates in flight is piecewise constant and only rises where a transfer starts: its largest value
     // over [start, end) is reached at `start` or at the start of another transfer inside that span.
     double most = 0;

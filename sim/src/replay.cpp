@@ -255,9 +255,11 @@ class Replayer {
   /// Waits are decided from the flag's increments (waitFlag). NVLink transfers are timed the same way and
   /// entered in the ledger, which proves that SimGrid would have given each its cap (timedNvl); fast mode
   /// times them without that proof, and the second pass after a failed proof simulates them. The lane meets
-  /// the engine clock (sleep_until) only where the platform decides: a simulated transfer, a ProxyPut, a
-  /// Barrier. A step started at engine time t never starts before t, so every increment visible before a
-  /// Wait's time exists by then.
+  /// the engine clock (syncTo) only where the platform decides: before a simulated transfer (a ProxyPut, or an
+  /// NVLink one in the second pass). A Wait that the increments sent so far decide by the lane's clock ends
+  /// there (later increments could only make the threshold's time earlier); otherwise the lane suspends until
+  /// the engine reaches that time, and any increment sent meanwhile moves the wake-up. A Barrier takes the
+  /// latest arrival over its lanes' clocks.
   void runLane(uint64_t g) {
     const auto [rank, lane, firstStep] = lanes_[g];
     const auto& steps = s_.lanes[rank][lane].steps;
@@ -271,11 +273,7 @@ class Replayer {
           waitFlag(g, st.flag, st.value, t);
           t = waitEnd(t, std::max(t, now()));
           break;
-        case StepKind::Barrier:
-          syncTo(t);
-          barrier(g, st.aux);
-          t = now();
-          break;
+        case StepKind::Barrier: t = barrier(g, st.aux, t); break;
         case StepKind::ProxyPut: t = proxyPut(g, rank, lane, st, t); break;
         case StepKind::Signal:
           increment(st.flag, st.value, t + signalDelayUs(rank, st.flag.rank) * kSecondsPerUs);
@@ -314,9 +312,14 @@ class Replayer {
     if ((++stepsDone_ & (kStepsPerTick - 1)) == 0 && onSteps_) onSteps_();
   }
 
-  /// Bring the engine clock to the lane's clock `t` before the lane starts an activity there.
+  /// Bring the engine clock to the lane's clock `t` before the lane starts an activity there: a kernel timer
+  /// resumes the lane at exactly `t` (cheaper than a sleep activity; set without a simcall, as in scheduleWake).
   static void syncTo(double t) {
-    if (t > now()) sg4::this_actor::sleep_until(t);
+    if (t > now()) {
+      sg4::Actor* self = sg4::Actor::self();
+      simgrid::kernel::timer::Timer::set(t, [self] { self->resume(); });
+      sg4::this_actor::suspend();
+    }
   }
 
   /// A ProxyPut started at lane time `t`: the issue on the lane, then the bytes over the fabric (simulated); the
@@ -425,14 +428,14 @@ class Replayer {
     }
     if (opt_.linkLoad) account(from, to, bytes);
     sg4::Mailbox* mb = mailbox(g, to);
-    sg4::CommPtr c = mb->put_init(&token_, bytes);
-    c->set_rate(rateCap);
-    c->start();
+    simgrid::kernel::actor::ActorImpl* self = sg4::Actor::self()->get_impl();
     ++comms_;
-    c->wait();
+    sg4::Comm::send(self, mb, static_cast<double>(bytes), rateCap, &token_, sizeof(void*), nullptr, nullptr, nullptr,
+                    -1.0);
     // The permanent receiver keeps finished comms until someone receives them: take ours back at once.
     void* back = nullptr;
-    mb->get_async<void>(&back)->wait();
+    std::size_t size = sizeof(void*);
+    sg4::Comm::recv(self, mb, &back, &size, nullptr, nullptr, nullptr, -1.0, -1.0);
   }
 
   /// A ProxyPut's wire bytes from `rank` to `dst`, striped evenly over the sender's NICs (Platform::netVia): one
@@ -573,20 +576,23 @@ class Replayer {
     sg4::this_actor::suspend();
   }
 
-  void barrier(uint64_t g, uint32_t id) {
+  /// Lane `g` reaches barrier `id` at lane time `t`; returns its clock when the barrier lets it go: the last
+  /// arrival (in simulated time, whichever lane gets there last in the run) plus the release. Only lanes that
+  /// arrive before the last participant suspend; none of them needs the engine clock.
+  double barrier(uint64_t g, uint32_t id, double t) {
     BarrierState& b = barriers_[id];
-    b.lastArrival = b.arrived == 0 ? now() : std::max(b.lastArrival, now());
+    b.lastArrival = b.arrived == 0 ? t : std::max(b.lastArrival, t);
     ++b.arrived;
     if (b.arrived < costs_.barrierParticipants(id)) {
       b.waiting.push_back(g);
       sg4::this_actor::suspend();
-      if (oversubscribed_) return;
+      if (oversubscribed_) return t;
     } else {
       for (const uint64_t other : b.waiting) actors_[other]->resume();
       b.waiting.clear();
     }
     const double releaseUs = b.lastArrival / kSecondsPerUs + costs_.barrierReleaseUs();
-    if (releaseUs * kSecondsPerUs > now()) sg4::this_actor::sleep_until(releaseUs * kSecondsPerUs);
+    return std::max(t, releaseUs * kSecondsPerUs);
   }
 
   [[noreturn]] void reportStuck() const {
