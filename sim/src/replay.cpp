@@ -25,12 +25,13 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "flag_state.hpp"
 #include "isolated.hpp"
 #include "link_ledger.hpp"
 #include "mk/cost/step_cost.hpp"
 #include "mk/error.hpp"
-#include "mk/schedule/check.hpp"
 #include "mk/sim/platform.hpp"
+#include "replay_plan.hpp"
 
 XBT_LOG_NEW_DEFAULT_CATEGORY(mk_replay, "mkernel: schedule replay");
 
@@ -38,114 +39,18 @@ namespace sg4 = simgrid::s4u;
 
 namespace mk::sim {
 
+using detail::BarrierState;
+using detail::FlagState;
+using detail::FlagWaiter;
+using detail::Plan;
+
 namespace {
 
 constexpr double kSecondsPerUs = 1e-6;
 constexpr double kBytesPerGB = 1e9;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// ---- the replay's own checks and its plan, made in the calling process before any simulation ------------
-
-[[noreturn]] void badStep(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step, const std::string& what) {
-  throw Error(ErrorCode::InvalidSchedule, describeStep(s, rank, lane, step) + ": " + what);
-}
-
-void checkRankRef(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step, const char* what, uint32_t ref) {
-  if (ref >= s.nRanks)
-    badStep(s, rank, lane, step,
-            std::string(what) + " names rank " + std::to_string(ref) + " (nRanks " + std::to_string(s.nRanks) + ")");
-}
-
-/// The replay's own check of a step, after the timeline's (StepCosts): routes exist only where the hardware
-/// has a path, NVLink inside a node and the network across nodes.
-void checkRoute(const Schedule& s, uint32_t r, uint32_t l, uint32_t i, StepResource res) {
-  const Step& st = s.lanes[r][l].steps[i];
-  if (res == StepResource::NvLink || res == StepResource::Network || res == StepResource::Memory) {
-    checkRankRef(s, r, l, i, "dst", st.dst.rank);
-    checkRankRef(s, r, l, i, "operand a", st.a.rank);
-    if (st.kind == StepKind::Reduce) checkRankRef(s, r, l, i, "operand b", st.b.rank);
-  }
-  if (res == StepResource::NvLink) {
-    const bool peer = st.dst.rank != r || st.a.rank != r || (st.kind == StepKind::Reduce && st.b.rank != r);
-    if (!peer)
-      badStep(s, r, l, i,
-              std::string("an NVLink ") + toString(st.kind) + " has every operand on this rank (use link local)");
-    for (uint32_t other : {st.dst.rank, st.a.rank, st.kind == StepKind::Reduce ? st.b.rank : r})
-      if (s.nodeOf[other] != s.nodeOf[r])
-        badStep(s, r, l, i,
-                std::string("an NVLink ") + toString(st.kind) + " reaches rank " + std::to_string(other) + " on node " +
-                    std::to_string(s.nodeOf[other]) + ", not this rank's node " + std::to_string(s.nodeOf[r]));
-  }
-  if (res == StepResource::Network && s.nodeOf[st.dst.rank] == s.nodeOf[r])
-    badStep(s, r, l, i,
-            "a proxy put targets rank " + std::to_string(st.dst.rank) + " on this rank's own node (use put)");
-}
-
-/// Everything the actors need that does not depend on SimGrid: built and checked before forking, so that bad
-/// input fails with a clean error in the caller's process.
-struct Plan {
-  Plan(const Schedule& s, const Topology& topo, const Profile& p)
-      : gpuOf(placeRanks(s, topo)),
-        costs(s, p, [&s](uint32_t r, uint32_t l, uint32_t i, StepResource res) { checkRoute(s, r, l, i, res); }) {
-    platformRates(topo, p);  // the platform's own rate checks, also before forking
-  }
-  std::vector<uint32_t> gpuOf;  ///< rank -> GPU index
-  StepCosts costs;              ///< the timeline's per-step rules: shares, prices, delays
-};
-
 // ---- the simulation ---------------------------------------------------------------------------------------
-
-uint64_t saturatingAdd(uint64_t a, uint64_t b) {
-  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max() : a + b;
-}
-
-/// A lane suspended on a flag until `wakeAt` (infinity: until an increment makes the threshold reachable).
-/// `generation` tells a current wake-up timer from one made stale by an earlier increment.
-struct FlagWaiter {
-  uint64_t threshold = 0;
-  uint64_t lane = 0;
-  double wakeAt = 0;
-  uint64_t generation = 0;
-};
-
-/// A flag counter. Increments are known when they are sent, together with the time they become visible, so
-/// the counter keeps `value` (visible by now) and `pending` (visible later, in time order): the time it reaches
-/// a threshold is known without waking anybody per increment. Only a lane that must block costs a timer.
-struct FlagState {
-  uint64_t value = 0;
-  std::deque<std::pair<double, uint64_t>> pending;  ///< (visibility time, increment), ascending time
-  std::vector<FlagWaiter> waiters;
-
-  /// Fold the increments visible at `now` into `value`.
-  void settle(double now) {
-    while (!pending.empty() && pending.front().first <= now) {
-      value = saturatingAdd(value, pending.front().second);
-      pending.pop_front();
-    }
-  }
-  void add(double t, uint64_t inc) {
-    // Increments arrive nearly in time order: insert from the back.
-    auto it = pending.end();
-    while (it != pending.begin() && std::prev(it)->first > t) --it;
-    pending.insert(it, {t, inc});
-  }
-  /// Earliest time the counter is >= threshold with the increments sent so far (-inf: already; inf: never yet).
-  double reachTime(uint64_t threshold) const {
-    if (value >= threshold) return -kInf;
-    uint64_t sum = value;
-    for (const auto& [t, inc] : pending) {
-      sum = saturatingAdd(sum, inc);
-      if (sum >= threshold) return t;
-    }
-    return kInf;
-  }
-};
-
-struct BarrierState {
-  uint64_t arrived = 0;
-  double lastArrival = 0;
-  std::vector<uint64_t> waiting;  ///< lanes suspended until the last arrival
-};
 
 /// Where one lane's transfers go: one mailbox per destination host, so that a lane's drain receive always
 /// matches its own (single outstanding) comm.
@@ -726,36 +631,6 @@ Prediction simulate(const Plan& plan, const Topology& topo, const SimOptions& op
 bool inProcessUsed = false;
 
 }  // namespace
-
-std::vector<uint32_t> placeRanks(const Schedule& s, const Topology& topo) {
-  requireRankTables(s);
-  const std::string cluster = topo.name.empty() ? std::string("the cluster") : "cluster '" + topo.name + "'";
-  std::vector<uint32_t> used(topo.nodes, 0);
-  std::vector<uint32_t> gpuOf(s.nRanks);
-  for (uint32_t r = 0; r < s.nRanks; ++r) {
-    const uint32_t node = s.nodeOf[r];
-    if (node >= topo.nodes)
-      throw Error(ErrorCode::InvalidArgument, "schedule rank " + std::to_string(r) + " is on node " +
-                                                  std::to_string(node) + " but " + cluster + " has " +
-                                                  std::to_string(topo.nodes) + " node(s) (use --nodes)");
-    if (used[node] == topo.node.gpus)
-      throw Error(ErrorCode::InvalidArgument, "schedule places more than " + std::to_string(topo.node.gpus) +
-                                                  " ranks on node " + std::to_string(node) + " but " + cluster +
-                                                  " has " + std::to_string(topo.node.gpus) + " GPUs per node");
-    gpuOf[r] = node * topo.node.gpus + used[node]++;
-  }
-  return gpuOf;
-}
-
-Topology usedPart(const Topology& topo, const Schedule& s) {
-  Topology part = topo;
-  uint32_t last = 0;
-  for (const uint32_t node : s.nodeOf) last = std::max(last, node);
-  // Nodes past the last one a rank sits on carry no traffic, and a leaf's uplink is sized by nodesPerLeaf, not by
-  // the number of leaves: leaving them out changes no route and no rate of the nodes in use.
-  if (!s.nodeOf.empty() && last + 1 < topo.nodes) part.nodes = last + 1;
-  return part;
-}
 
 Prediction predict(const Schedule& s, const Topology& whole, const Profile& profile, const SimOptions& opt) {
   const Topology topo = usedPart(whole, s);
