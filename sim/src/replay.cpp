@@ -61,9 +61,9 @@ struct LaneMailboxes {
 /// All simulation state of one replay. Lives in the simulating process only.
 class Replayer {
  public:
-  /// `timeNvlink` (exact mode): NVLink transfers are timed at their caps and proven uncontended (LinkLedger)
-  /// instead of simulated; see runLane.
-  Replayer(const Plan& plan, const Platform& platform, const SimOptions& opt, bool timeNvlink)
+  /// `timeTransfers` (exact mode): NVLink and network transfers are timed at their caps and proven uncontended
+  /// (LinkLedger) instead of simulated; see runLane.
+  Replayer(const Plan& plan, const Platform& platform, const SimOptions& opt, bool timeTransfers)
       : plan_(plan),
         costs_(plan.costs),
         s_(costs_.schedule()),
@@ -71,7 +71,7 @@ class Replayer {
         lanes_(costs_.lanes()),
         platform_(platform),
         opt_(opt),
-        timeNvlink_(timeNvlink && !opt.fast) {
+        timeTransfers_(timeTransfers && !opt.fast) {
     if (opt_.trace) times_.assign(2 * costs_.steps(), 0.0);
     flags_.resize(static_cast<std::size_t>(s_.nRanks) * s_.nFlags);
     barriers_.resize(s_.nBarriers);
@@ -92,7 +92,7 @@ class Replayer {
   }
 
   void finish(Prediction& out) const {
-    out.stats.nvlinkOversubscribed = oversubscribed_;
+    out.stats.oversubscribed = oversubscribed_;
     if (oversubscribed_) return;  // the timed pass is void: predict() runs the replay again
     if (lanesDone_ != lanes_.size()) reportStuck();
     out.totalUs = costs_.opTotalUs(maxEndUs_);  // rule 1: dispatch at least, peerUserUs on top
@@ -100,7 +100,7 @@ class Replayer {
     out.stats.comms = comms_;
     out.stats.execs = execs_;
     out.stats.actors = lanes_.size();
-    out.stats.nvlinkTimed = nvlinkTimed_;
+    out.stats.timedTransfers = timed_;
     if (!opt_.trace) return;
     out.steps.resize(costs_.steps());
     for (const auto& [rank, lane, firstStep] : lanes_) {
@@ -120,8 +120,7 @@ class Replayer {
     }
   }
 
-  /// Every link of the platform: those whose bytes are reported, and those the ledger of timed NVLink transfers
-  /// keeps.
+  /// Every link of the platform: those whose bytes are reported, and those the ledger of timed transfers keeps.
   void trackLinks(const std::vector<sg4::Link*>& links) {
     std::vector<double> capacity;
     for (uint32_t i = 0; i < links.size(); ++i) {
@@ -129,7 +128,7 @@ class Replayer {
       capacity.push_back(links[i]->get_bandwidth());
     }
     linkBytes_.assign(links.size(), 0.0);
-    if (timeNvlink_) ledger_ = std::make_unique<detail::LinkLedger>(std::move(capacity));
+    if (timeTransfers_) ledger_ = std::make_unique<detail::LinkLedger>(std::move(capacity));
   }
   double linkBytes(uint32_t i) const { return linkBytes_[i]; }
   /// The largest instantaneous load of link `i` from the transfers timed without SimGrid (bytes/s; 0: none).
@@ -157,11 +156,11 @@ class Replayer {
   /// are timed with the timeline's own rule (StepCosts::laneUs) on that clock without any simulation event: a
   /// local Copy / Reduce or a Gemm holds its pipe at its lane's share, and the shares of a pipe's lanes add up
   /// to at most the pipe (rule 2), so an Exec bounded to it would always run at exactly its bound. Signals and
-  /// Waits are decided from the flag's increments (waitFlag). NVLink transfers are timed the same way and
-  /// entered in the ledger, which proves that SimGrid would have given each its cap (timedNvl); fast mode
-  /// times them without that proof, and the second pass after a failed proof simulates them. The lane meets
-  /// the engine clock (syncTo) only where the platform decides: before a simulated transfer (a ProxyPut, or an
-  /// NVLink one in the second pass). A Wait that the increments sent so far decide by the lane's clock ends
+  /// Waits are decided from the flag's increments (waitFlag). Transfers (NVLink, and a ProxyPut's bytes) are
+  /// timed the same way at their caps and entered in the ledger, which proves that SimGrid would have given each
+  /// its cap (timedFlow); fast mode times NVLink without that proof and simulates the network, and the second
+  /// pass after a failed proof simulates every transfer. The lane meets the engine clock (syncTo) only before a
+  /// simulated transfer. A Wait that the increments sent so far decide by the lane's clock ends
   /// there (later increments could only make the threshold's time earlier); otherwise the lane suspends until
   /// the engine reaches that time, and any increment sent meanwhile moves the wake-up. A Barrier takes the
   /// latest arrival over its lanes' clocks.
@@ -185,7 +184,7 @@ class Replayer {
           break;
         default: {  // Copy, Reduce, Put, Gemm
           const StepPrice pr = costs_.price(st, rank, lane);
-          if (pr.resource == StepResource::NvLink && timeNvlink_) {
+          if (pr.resource == StepResource::NvLink && timeTransfers_) {
             t = timedNvl(rank, lane, st, pr, t);
           } else if (pr.resource == StepResource::NvLink && !opt_.fast) {
             t = transferNvl(g, rank, nvlinkSource(st, rank), st.dst.rank, st.bytes, pr, t);
@@ -234,7 +233,9 @@ class Replayer {
     const StepPrice pr = costs_.price(st, rank, lane);
     const uint32_t hops = platform_.extraSwitchHops(plan_.gpuOf[rank], plan_.gpuOf[st.dst.rank]);
     double sent = t + pr.alphaUs * kSecondsPerUs;  // the end, then the bytes' end
-    if (pr.amount > 0) {
+    if (pr.amount > 0 && timeTransfers_) {
+      sent = timedStripes(rank, st.dst.rank, pr.amount, laneRate(rank, pr), sent);
+    } else if (pr.amount > 0) {
       syncTo(sent);
       sendStriped(g, rank, st.dst.rank, pr.amount, laneRate(rank, pr));
       sent = now();
@@ -279,20 +280,43 @@ class Replayer {
   /// An NVLink step started at lane time `t`, timed by the timeline's rule (alpha, then the bytes at the lane's
   /// cap) and entered in the ledger on its SimGrid route. While no link is oversubscribed, SimGrid would give
   /// every such transfer exactly its cap (max-min sharing leaves a bound alone while its links have room), so
-  /// the times are the simulated ones; otherwise the pass stops and predict() simulates the NVLink transfers.
+  /// the times are the simulated ones; otherwise the pass stops and predict() simulates every transfer.
   double timedNvl(uint32_t rank, uint32_t lane, const Step& st, const StepPrice& pr, double t) {
     const double end = t + costs_.laneUs(st, rank, lane) * kSecondsPerUs;
     if (st.bytes == 0) return end;
-    sg4::Host* from = gpuHost(nvlinkSource(st, rank));
-    sg4::Host* to = gpuHost(st.dst.rank);
-    if (opt_.linkLoad) account(from, to, st.bytes);
-    ++nvlinkTimed_;
-    if (!ledger_->add(route(from, to), t + pr.alphaUs * kSecondsPerUs, end, laneRate(rank, pr), now()))
-      stopOversubscribed();
+    timedFlow(gpuHost(nvlinkSource(st, rank)), gpuHost(st.dst.rank), st.bytes, t + pr.alphaUs * kSecondsPerUs, end,
+              laneRate(rank, pr));
     return end;
   }
 
-  /// An NVLink link carried more than its bandwidth: release every suspended lane so that all of them end at
+  /// A ProxyPut's wire bytes timed as sendStriped would send them (one transfer per NIC stripe at its part of
+  /// the lane's rate), from `start`; returns when the last stripe is through.
+  double timedStripes(uint32_t rank, uint32_t dst, double wireBytes, double rateCap, double start) {
+    const auto& from = platform_.netVia[plan_.gpuOf[rank]];
+    const auto& to = platform_.netVia[plan_.gpuOf[dst]];
+    const auto bytes = static_cast<uint64_t>(std::ceil(wireBytes));
+    const uint64_t k = from.size();
+    const double rate = k == 1 ? rateCap : rateCap / static_cast<double>(k);
+    double end = start;
+    for (uint64_t j = 0; j < k; ++j) {
+      const uint64_t part = bytes / k + (j < bytes % k ? 1 : 0);
+      if (part == 0) continue;
+      const double stripeEnd = start + static_cast<double>(part) / rate;
+      timedFlow(from[j], to[j % to.size()], part, start, stripeEnd, rate);
+      end = std::max(end, stripeEnd);
+    }
+    return end;
+  }
+
+  /// One transfer timed at its cap `rate` over [start, end): its bytes on the link report, and its place in the
+  /// ledger; an oversubscribed link stops the pass.
+  void timedFlow(const sg4::Host* from, const sg4::Host* to, uint64_t bytes, double start, double end, double rate) {
+    if (opt_.linkLoad) account(from, to, bytes);
+    ++timed_;
+    if (!ledger_->add(route(from, to), start, end, rate, now())) stopOversubscribed();
+  }
+
+  /// A link carried more than its bandwidth: release every suspended lane so that all of them end at
   /// their next step and the engine runs dry; the result is void (finish).
   void stopOversubscribed() {
     oversubscribed_ = true;
@@ -519,10 +543,10 @@ class Replayer {
   const std::vector<LaneRef>& lanes_;
   const Platform& platform_;
   const SimOptions& opt_;
-  const bool timeNvlink_;
-  std::unique_ptr<detail::LinkLedger> ledger_;  ///< when timeNvlink_
-  bool oversubscribed_ = false;                 ///< the ledger found an NVLink link over its bandwidth
-  uint64_t nvlinkTimed_ = 0;
+  const bool timeTransfers_;
+  std::unique_ptr<detail::LinkLedger> ledger_;  ///< when timeTransfers_
+  bool oversubscribed_ = false;                 ///< the ledger found a link over its bandwidth
+  uint64_t timed_ = 0;
   std::vector<double> times_;  ///< [2 * step]: start, end (us)
   std::vector<FlagState> flags_;
   std::vector<BarrierState> barriers_;
@@ -549,9 +573,9 @@ double peakRssMiB() {
   return static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux reports KiB
 }
 
-/// One replay in this process. `timeNvlink`: exact mode times NVLink transfers and proves them uncontended
-/// (Replayer::timedNvl); the result then has stats.nvlinkOversubscribed set when the proof failed.
-Prediction simulate(const Plan& plan, const Topology& topo, const SimOptions& opt, bool timeNvlink) {
+/// One replay in this process. `timeTransfers`: exact mode times NVLink and network transfers and proves them
+/// uncontended (Replayer::timedFlow); the result then has stats.oversubscribed set when the proof failed.
+Prediction simulate(const Plan& plan, const Topology& topo, const SimOptions& opt, bool timeTransfers) {
   const auto wallStart = std::chrono::steady_clock::now();
   auto wallSeconds = [wallStart] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - wallStart).count();
@@ -582,7 +606,7 @@ Prediction simulate(const Plan& plan, const Topology& topo, const SimOptions& op
   const std::vector<sg4::Link*> links = engine->get_all_links();
   if (opt.linkLoad)
     for (const sg4::Link* l : links) sg_link_load_track(l);
-  Replayer replayer(plan, platform, opt, timeNvlink);
+  Replayer replayer(plan, platform, opt, timeTransfers);
   replayer.trackLinks(links);
   replayer.start();
   XBT_INFO("replaying %llu steps on %zu lanes (%s mode)", static_cast<unsigned long long>(plan.costs.steps()),
@@ -603,7 +627,7 @@ Prediction simulate(const Plan& plan, const Topology& topo, const SimOptions& op
   if (opt.onProgress) report();  // the last report, when one is due
   Prediction out;
   replayer.finish(out);
-  if (opt.linkLoad && !out.stats.nvlinkOversubscribed) {
+  if (opt.linkLoad && !out.stats.oversubscribed) {
     const double seconds = out.totalUs * kSecondsPerUs;
     for (uint32_t i = 0; i < links.size(); ++i) {
       const sg4::Link* l = links[i];
@@ -640,18 +664,19 @@ Prediction predict(const Schedule& s, const Topology& whole, const Profile& prof
       throw Error(ErrorCode::Unsupported,
                   "SimGrid 3.32 allows one engine per process and this process already ran one: use isolate = true");
     inProcessUsed = true;
-    return simulate(plan, topo, opt, /*timeNvlink=*/false);  // no second engine for a second pass
+    return simulate(plan, topo, opt, /*timeTransfers=*/false);  // no second engine for a second pass
   }
-  auto pass = [&](bool timeNvlink) {
-    return detail::deserialize(runIsolated([&] { return detail::serialize(simulate(plan, topo, opt, timeNvlink)); }));
+  auto pass = [&](bool timeTransfers) {
+    return detail::deserialize(
+        runIsolated([&] { return detail::serialize(simulate(plan, topo, opt, timeTransfers)); }));
   };
-  if (opt.fast || !opt.timeNvlink) return pass(false);
+  if (opt.fast || !opt.timeTransfers) return pass(false);
   Prediction timed = pass(true);
-  if (!timed.stats.nvlinkOversubscribed) return timed;
-  // Some NVLink link was shared beyond its bandwidth: SimGrid's sharing decides those transfers.
+  if (!timed.stats.oversubscribed) return timed;
+  // Some link was shared beyond its bandwidth: SimGrid's sharing decides the transfers.
   Prediction simulated = pass(false);
   simulated.stats.passes = 2;
-  simulated.stats.nvlinkOversubscribed = true;
+  simulated.stats.oversubscribed = true;
   simulated.stats.wallSeconds += timed.stats.wallSeconds;
   simulated.stats.peakRssMiB = std::max(simulated.stats.peakRssMiB, timed.stats.peakRssMiB);
   return simulated;

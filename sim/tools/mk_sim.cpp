@@ -189,10 +189,10 @@ void printStats(const mk::sim::SimStats& s) {
               static_cast<unsigned long long>(s.execs), static_cast<unsigned long long>(s.actors), s.wallSeconds,
               s.peakRssMiB);
   if (s.passes > 1)
-    std::printf("nvlink: a link was oversubscribed, so a second pass simulated every NVLink transfer\n");
-  else if (s.nvlinkTimed > 0)
-    std::printf("nvlink: %llu transfers timed at their caps (no NVLink link oversubscribed: SimGrid would agree)\n",
-                static_cast<unsigned long long>(s.nvlinkTimed));
+    std::printf("transfers: a link was oversubscribed, so a second pass simulated every transfer\n");
+  else if (s.timedTransfers > 0)
+    std::printf("transfers: %llu timed at their caps (no link oversubscribed: SimGrid would agree)\n",
+                static_cast<unsigned long long>(s.timedTransfers));
 }
 
 /// Write the outputs all or nothing: when one fails, none of the targets is replaced.

@@ -3,12 +3,13 @@
 // One actor per (rank, lane) runs the lane's steps in order on a lane clock that may run ahead of SimGrid's:
 //   Copy / Reduce (link local) and Gemm -> timed on the lane clock: the lanes of one GPU pipe never exceed it
 //                                          (rule 2), so a bounded Exec would always run at its bound;
-//   Put, Copy / Reduce over NVLink      -> exact mode: timed at the lane's cap and entered in a ledger that proves
-//                                          no NVLink link is ever oversubscribed (so SimGrid would give each its
-//                                          cap); if the proof fails, a second pass runs each as the alpha (a
-//                                          sleep) then a Comm between the two GPU hosts;
-//   ProxyPut                            -> proxy + network alpha (+ extra switch hops) on the lane clock, then a
-//                                          Comm between the two GPUs' network endpoints (PCIe, NIC, fabric);
+//   Put, Copy / Reduce over NVLink      -> the alpha on the lane clock, then the bytes from the source GPU host
+//                                          to the destination GPU host at the lane's cap;
+//   ProxyPut                            -> proxy + network alpha (+ extra switch hops) on the lane clock, then the
+//                                          bytes between the two GPUs' network endpoints (PCIe, NIC, fabric);
+//   transfers, exact mode               -> timed at their caps and entered in a ledger that proves no link is
+//                                          ever oversubscribed (so SimGrid would give each its cap); if the proof
+//                                          fails, a second pass runs each as a SimGrid Comm;
 //   Signal / Wait / Barrier             -> simulation-level counters; a lane suspends only when it must wait.
 // Each transfer's rate is capped at (profile bandwidth) / (lanes of the rank using that resource), exactly as
 // in mk::simulateUncontended; links then share what remains when flows meet. Without contention the replay
@@ -41,11 +42,11 @@ struct SimOptions {
   /// SimGrid. Identical to the exact mode whenever nothing contends inside a node; much cheaper for large
   /// clusters (docs/simulator.md has the numbers). Link loads then cover the network links only.
   bool fast = false;
-  /// Exact mode: time NVLink transfers at their caps and prove that no NVLink link is ever oversubscribed (then
-  /// SimGrid's sharing would give every transfer its cap: same times, far fewer simulation events); when the
-  /// proof fails, a second pass simulates every NVLink transfer. false: simulate them all from the start (the
+  /// Exact mode: time NVLink and network transfers at their caps and prove that no link is ever oversubscribed
+  /// (then SimGrid's sharing would give every transfer its cap: same times, far fewer simulation events); when
+  /// the proof fails, a second pass simulates every transfer. false: simulate them all from the start (the
   /// reference the tests compare with; also what isolate = false does, as it cannot run a second pass).
-  bool timeNvlink = true;
+  bool timeTransfers = true;
   uint32_t actorStackKiB = 32;  ///< SimGrid context stack per actor: lanes need little, and SimGrid zeroes every stack
   /// Called about every `progressEveryS` seconds of wall time once `progressAfterS` have passed (never when
   /// empty), from the simulating process: fraction of steps done, simulated time so far (us), wall seconds.
@@ -80,12 +81,12 @@ struct SimStats {
   uint64_t comms = 0;   ///< SimGrid communications started
   uint64_t execs = 0;   ///< local Copy / Reduce and Gemm steps (timed on the lane's clock: they never contend)
   uint64_t actors = 0;  ///< one per lane
-  /// Exact mode: NVLink transfers timed at their caps without a SimGrid comm, proven uncontended (no NVLink link
-  /// ever carried more than its bandwidth, so SimGrid's sharing would have left every cap alone).
-  uint64_t nvlinkTimed = 0;
-  /// Exact mode: the proof failed (an NVLink link was oversubscribed), so the replay ran a second pass with every
-  /// NVLink transfer simulated; wallSeconds covers both passes.
-  bool nvlinkOversubscribed = false;
+  /// Exact mode: transfers timed at their caps without a SimGrid comm, proven uncontended (no link ever carried
+  /// more than its bandwidth, so SimGrid's sharing would have left every cap alone).
+  uint64_t timedTransfers = 0;
+  /// Exact mode: the proof failed (a link was oversubscribed), so the replay ran a second pass with every transfer
+  /// simulated; wallSeconds covers both passes.
+  bool oversubscribed = false;
   uint32_t passes = 1;
   double wallSeconds = 0;  ///< platform + replay, in the simulating process
   double peakRssMiB = 0;   ///< peak resident memory of the simulating process
