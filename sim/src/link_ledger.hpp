@@ -1,5 +1,5 @@
 // mkernel — internal to the replay: transfers timed without SimGrid, per link, and the proof that SimGrid would
-// have timed them the same (docs/simulator.md "Exact mode: NVLink timed, then proven").
+// have timed them the same (docs/simulator.md "Exact mode: transfers timed, then proven").
 //
 // A transfer capped at its lane's rate gets exactly that rate from SimGrid's max-min sharing as long as, on every
 // link of its route, the rates of the transfers in flight together never exceed the link's bandwidth. The ledger

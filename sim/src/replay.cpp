@@ -71,7 +71,7 @@ class Replayer {
         lanes_(costs_.lanes()),
         platform_(platform),
         opt_(opt),
-        timeTransfers_(timeTransfers && !opt.fast) {
+        timeTransfers_(timeTransfers) {
     if (opt_.trace) times_.assign(2 * costs_.steps(), 0.0);
     flags_.resize(static_cast<std::size_t>(s_.nRanks) * s_.nFlags);
     barriers_.resize(s_.nBarriers);
@@ -158,12 +158,12 @@ class Replayer {
   /// to at most the pipe (rule 2), so an Exec bounded to it would always run at exactly its bound. Signals and
   /// Waits are decided from the flag's increments (waitFlag). Transfers (NVLink, and a ProxyPut's bytes) are
   /// timed the same way at their caps and entered in the ledger, which proves that SimGrid would have given each
-  /// its cap (timedFlow); fast mode times NVLink without that proof and simulates the network, and the second
-  /// pass after a failed proof simulates every transfer. The lane meets the engine clock (syncTo) only before a
-  /// simulated transfer. A Wait that the increments sent so far decide by the lane's clock ends
-  /// there (later increments could only make the threshold's time earlier); otherwise the lane suspends until
-  /// the engine reaches that time, and any increment sent meanwhile moves the wake-up. A Barrier takes the
-  /// latest arrival over its lanes' clocks.
+  /// its cap (timedFlow); fast mode times NVLink without that proof (its network transfers go to the ledger
+  /// too), and the second pass after a failed proof simulates every transfer (fast: every network transfer). The lane
+  /// meets the engine clock (syncTo) only before a simulated transfer. A Wait that the increments sent so far decide by
+  /// the lane's clock ends there (later increments could only make the threshold's time earlier); otherwise the lane
+  /// suspends until the engine reaches that time, and any increment sent meanwhile moves the wake-up. A Barrier takes
+  /// the latest arrival over its lanes' clocks.
   void runLane(uint64_t g) {
     const auto [rank, lane, firstStep] = lanes_[g];
     const auto& steps = s_.lanes[rank][lane].steps;
@@ -184,7 +184,7 @@ class Replayer {
           break;
         default: {  // Copy, Reduce, Put, Gemm
           const StepPrice pr = costs_.price(st, rank, lane);
-          if (pr.resource == StepResource::NvLink && timeTransfers_) {
+          if (pr.resource == StepResource::NvLink && !opt_.fast && timeTransfers_) {
             t = timedNvl(rank, lane, st, pr, t);
           } else if (pr.resource == StepResource::NvLink && !opt_.fast) {
             t = transferNvl(g, rank, nvlinkSource(st, rank), st.dst.rank, st.bytes, pr, t);
@@ -670,7 +670,7 @@ Prediction predict(const Schedule& s, const Topology& whole, const Profile& prof
     return detail::deserialize(
         runIsolated([&] { return detail::serialize(simulate(plan, topo, opt, timeTransfers)); }));
   };
-  if (opt.fast || !opt.timeTransfers) return pass(false);
+  if (!opt.timeTransfers) return pass(false);
   Prediction timed = pass(true);
   if (!timed.stats.oversubscribed) return timed;
   // Some link was shared beyond its bandwidth: SimGrid's sharing decides the transfers.

@@ -101,6 +101,12 @@ TEST_CASE("timed transfers: network transfers that never share a link are timed 
   const auto simulated = mk::sim::predict(s, t, simtest::profile(), simulatedTransfers());
   CHECK(simulated.stats.comms == 2);
   checkSame(timed, simulated);
+  mk::sim::SimOptions fast;  // fast mode times its network transfers under the same proof
+  fast.fast = true;
+  const auto timedFast = mk::sim::predict(s, t, simtest::profile(), fast);
+  CHECK(timedFast.stats.comms == 0);
+  fast.timeTransfers = false;
+  checkSame(timedFast, mk::sim::predict(s, t, simtest::profile(), fast));
 }
 
 TEST_CASE("timed transfers: two flows into one nic make a second, simulated pass") {

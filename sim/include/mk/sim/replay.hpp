@@ -38,11 +38,11 @@ struct SimOptions {
   bool trace = true;     ///< keep per-step start/end times (Prediction::steps)
   bool linkLoad = true;  ///< per-link load (Prediction::links): exact bytes, peak from SimGrid's link-load plugin
   /// Scale mode: steps that stay inside a node (NVLink, memory, GEMM, flags) are timed by the uncontended
-  /// timeline formulas on each lane's own clock; only network flows (ProxyPut) and synchronisation go through
-  /// SimGrid. Identical to the exact mode whenever nothing contends inside a node; much cheaper for large
-  /// clusters (docs/simulator.md has the numbers). Link loads then cover the network links only.
+  /// timeline formulas on each lane's own clock, NVLink contention unmodelled; network flows (ProxyPut) are timed
+  /// under timeTransfers' proof or simulated. Identical to the exact mode whenever nothing contends inside a
+  /// node (docs/simulator.md has the numbers). Link loads then cover the network links only.
   bool fast = false;
-  /// Exact mode: time NVLink and network transfers at their caps and prove that no link is ever oversubscribed
+  /// Time NVLink (exact mode) and network transfers at their caps and prove that no link is ever oversubscribed
   /// (then SimGrid's sharing would give every transfer its cap: same times, far fewer simulation events); when
   /// the proof fails, a second pass simulates every transfer. false: simulate them all from the start (the
   /// reference the tests compare with; also what isolate = false does, as it cannot run a second pass).
@@ -81,10 +81,10 @@ struct SimStats {
   uint64_t comms = 0;   ///< SimGrid communications started
   uint64_t execs = 0;   ///< local Copy / Reduce and Gemm steps (timed on the lane's clock: they never contend)
   uint64_t actors = 0;  ///< one per lane
-  /// Exact mode: transfers timed at their caps without a SimGrid comm, proven uncontended (no link ever carried
+  /// Transfers timed at their caps without a SimGrid comm, proven uncontended (no link ever carried
   /// more than its bandwidth, so SimGrid's sharing would have left every cap alone).
   uint64_t timedTransfers = 0;
-  /// Exact mode: the proof failed (a link was oversubscribed), so the replay ran a second pass with every transfer
+  /// The proof failed (a link was oversubscribed), so the replay ran a second pass with every transfer
   /// simulated; wallSeconds covers both passes.
   bool oversubscribed = false;
   uint32_t passes = 1;
