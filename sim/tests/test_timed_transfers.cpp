@@ -47,6 +47,20 @@ void checkSame(const mk::sim::Prediction& timed, const mk::sim::Prediction& simu
   }
 }
 
+/// Every one of the `transfers` of `s` on `t` is timed in one pass without a SimGrid comm, as the replay that
+/// simulates them (one comm each) times it.
+void checkOneTimedPass(const mk::Schedule& s, const mk::Topology& t, uint64_t transfers, mk::sim::SimOptions opt = {}) {
+  const auto timed = mk::sim::predict(s, t, simtest::profile(), opt);
+  CHECK(timed.stats.passes == 1);
+  CHECK(timed.stats.timedTransfers == transfers);
+  CHECK(timed.stats.comms == 0);
+  opt.timeTransfers = false;
+  const auto simulated = mk::sim::predict(s, t, simtest::profile(), opt);
+  CHECK(simulated.stats.timedTransfers == 0);
+  CHECK(simulated.stats.comms == transfers);
+  checkSame(timed, simulated);
+}
+
 }  // namespace
 
 TEST_CASE("link ledger: transfers that fit every link pass, one that overfills a link fails") {
@@ -74,39 +88,20 @@ TEST_CASE("timed transfers: transfers that never share a link are timed in one p
   Builder b({0, 0, 0, 0});
   b.put(0, 0, 1, 1000000);
   b.put(2, 0, 3, 1000000);
-  const mk::Schedule s = b.done();
-  const auto t = simtest::cluster(1, 4);
-  const auto timed = simtest::run(s, t);
-  CHECK(timed.stats.passes == 1);
-  CHECK(timed.stats.timedTransfers == 2);
-  CHECK(timed.stats.comms == 0);
-  const auto simulated = mk::sim::predict(s, t, simtest::profile(), simulatedTransfers());
-  CHECK(simulated.stats.timedTransfers == 0);
-  CHECK(simulated.stats.comms == 2);
-  checkSame(timed, simulated);
+  checkOneTimedPass(b.done(), simtest::cluster(1, 4), 2);
 }
 
-TEST_CASE("timed transfers: network transfers that never share a link are timed too") {
+TEST_CASE("timed transfers: network transfers that never share a link are timed too, in fast mode as well") {
   Builder b({0, 1, 2, 3});
   b.proxyPut(0, 0, 2, 1000000, 0);  // node 0 -> node 2 and node 1 -> node 3: separate NICs, one leaf
   b.proxyPut(1, 0, 3, 1000000, 0);
   b.wait(2, 0, 0, 1);
   b.wait(3, 0, 0, 1);
   const mk::Schedule s = b.done();
-  const auto t = simtest::cluster(4, 1);
-  const auto timed = simtest::run(s, t);
-  CHECK(timed.stats.passes == 1);
-  CHECK(timed.stats.timedTransfers == 2);
-  CHECK(timed.stats.comms == 0);
-  const auto simulated = mk::sim::predict(s, t, simtest::profile(), simulatedTransfers());
-  CHECK(simulated.stats.comms == 2);
-  checkSame(timed, simulated);
-  mk::sim::SimOptions fast;  // fast mode times its network transfers under the same proof
+  checkOneTimedPass(s, simtest::cluster(4, 1), 2);
+  mk::sim::SimOptions fast;
   fast.fast = true;
-  const auto timedFast = mk::sim::predict(s, t, simtest::profile(), fast);
-  CHECK(timedFast.stats.comms == 0);
-  fast.timeTransfers = false;
-  checkSame(timedFast, mk::sim::predict(s, t, simtest::profile(), fast));
+  checkOneTimedPass(s, simtest::cluster(4, 1), 2, fast);
 }
 
 TEST_CASE("timed transfers: two flows into one nic make a second, simulated pass") {
