@@ -17,17 +17,21 @@
 #include <csignal>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <iterator>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <type_traits>
 #include <unordered_map>
 
+#include "flag_state.hpp"
 #include "isolated.hpp"
+#include "link_ledger.hpp"
 #include "mk/cost/step_cost.hpp"
 #include "mk/error.hpp"
-#include "mk/schedule/check.hpp"
 #include "mk/sim/platform.hpp"
+#include "replay_plan.hpp"
 
 XBT_LOG_NEW_DEFAULT_CATEGORY(mk_replay, "mkernel: schedule replay");
 
@@ -35,116 +39,18 @@ namespace sg4 = simgrid::s4u;
 
 namespace mk::sim {
 
+using detail::BarrierState;
+using detail::FlagState;
+using detail::FlagWaiter;
+using detail::Plan;
+
 namespace {
 
 constexpr double kSecondsPerUs = 1e-6;
 constexpr double kBytesPerGB = 1e9;
 constexpr double kInf = std::numeric_limits<double>::infinity();
-// Exec amounts are durations at full rate in ns: a GPU core runs 1e9 units per second (platform.cpp).
-constexpr double kWorkPerSecond = 1e9;
-
-// ---- the replay's own checks and its plan, made in the calling process before any simulation ------------
-
-[[noreturn]] void badStep(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step, const std::string& what) {
-  throw Error(ErrorCode::InvalidSchedule, describeStep(s, rank, lane, step) + ": " + what);
-}
-
-void checkRankRef(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step, const char* what, uint32_t ref) {
-  if (ref >= s.nRanks)
-    badStep(s, rank, lane, step,
-            std::string(what) + " names rank " + std::to_string(ref) + " (nRanks " + std::to_string(s.nRanks) + ")");
-}
-
-/// The replay's own check of a step, after the timeline's (StepCosts): routes exist only where the hardware
-/// has a path, NVLink inside a node and the network across nodes.
-void checkRoute(const Schedule& s, uint32_t r, uint32_t l, uint32_t i, StepResource res) {
-  const Step& st = s.lanes[r][l].steps[i];
-  if (res == StepResource::NvLink || res == StepResource::Network || res == StepResource::Memory) {
-    checkRankRef(s, r, l, i, "dst", st.dst.rank);
-    checkRankRef(s, r, l, i, "operand a", st.a.rank);
-    if (st.kind == StepKind::Reduce) checkRankRef(s, r, l, i, "operand b", st.b.rank);
-  }
-  if (res == StepResource::NvLink) {
-    const bool peer = st.dst.rank != r || st.a.rank != r || (st.kind == StepKind::Reduce && st.b.rank != r);
-    if (!peer)
-      badStep(s, r, l, i,
-              std::string("an NVLink ") + toString(st.kind) + " has every operand on this rank (use link local)");
-    for (uint32_t other : {st.dst.rank, st.a.rank, st.kind == StepKind::Reduce ? st.b.rank : r})
-      if (s.nodeOf[other] != s.nodeOf[r])
-        badStep(s, r, l, i,
-                std::string("an NVLink ") + toString(st.kind) + " reaches rank " + std::to_string(other) + " on node " +
-                    std::to_string(s.nodeOf[other]) + ", not this rank's node " + std::to_string(s.nodeOf[r]));
-  }
-  if (res == StepResource::Network && s.nodeOf[st.dst.rank] == s.nodeOf[r])
-    badStep(s, r, l, i,
-            "a proxy put targets rank " + std::to_string(st.dst.rank) + " on this rank's own node (use put)");
-}
-
-/// Everything the actors need that does not depend on SimGrid: built and checked before forking, so that bad
-/// input fails with a clean error in the caller's process.
-struct Plan {
-  Plan(const Schedule& s, const Topology& topo, const Profile& p)
-      : gpuOf(placeRanks(s, topo)),
-        costs(s, p, [&s](uint32_t r, uint32_t l, uint32_t i, StepResource res) { checkRoute(s, r, l, i, res); }) {
-    platformRates(topo, p);  // the platform's own rate checks, also before forking
-  }
-  std::vector<uint32_t> gpuOf;  ///< rank -> GPU index
-  StepCosts costs;              ///< the timeline's per-step rules: shares, prices, delays
-};
 
 // ---- the simulation ---------------------------------------------------------------------------------------
-
-uint64_t saturatingAdd(uint64_t a, uint64_t b) {
-  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max() : a + b;
-}
-
-/// A lane suspended on a flag until `wakeAt` (infinity: until an increment makes the threshold reachable).
-/// `generation` tells a current wake-up timer from one made stale by an earlier increment.
-struct FlagWaiter {
-  uint64_t threshold = 0;
-  uint64_t lane = 0;
-  double wakeAt = 0;
-  uint64_t generation = 0;
-};
-
-/// A flag counter. Increments are known when they are sent, together with the time they become visible, so
-/// the counter keeps `value` (visible by now) and `pending` (visible later, in time order): the time it reaches
-/// a threshold is known without waking anybody per increment. Only a lane that must block costs a timer.
-struct FlagState {
-  uint64_t value = 0;
-  std::deque<std::pair<double, uint64_t>> pending;  ///< (visibility time, increment), ascending time
-  std::vector<FlagWaiter> waiters;
-
-  /// Fold the increments visible at `now` into `value`.
-  void settle(double now) {
-    while (!pending.empty() && pending.front().first <= now) {
-      value = saturatingAdd(value, pending.front().second);
-      pending.pop_front();
-    }
-  }
-  void add(double t, uint64_t inc) {
-    // Increments arrive nearly in time order: insert from the back.
-    auto it = pending.end();
-    while (it != pending.begin() && std::prev(it)->first > t) --it;
-    pending.insert(it, {t, inc});
-  }
-  /// Earliest time the counter is >= threshold with the increments sent so far (-inf: already; inf: never yet).
-  double reachTime(uint64_t threshold) const {
-    if (value >= threshold) return -kInf;
-    uint64_t sum = value;
-    for (const auto& [t, inc] : pending) {
-      sum = saturatingAdd(sum, inc);
-      if (sum >= threshold) return t;
-    }
-    return kInf;
-  }
-};
-
-struct BarrierState {
-  uint64_t arrived = 0;
-  double lastArrival = 0;
-  std::vector<uint64_t> waiting;  ///< lanes suspended until the last arrival
-};
 
 /// Where one lane's transfers go: one mailbox per destination host, so that a lane's drain receive always
 /// matches its own (single outstanding) comm.
@@ -155,14 +61,17 @@ struct LaneMailboxes {
 /// All simulation state of one replay. Lives in the simulating process only.
 class Replayer {
  public:
-  Replayer(const Plan& plan, const Platform& platform, const SimOptions& opt)
+  /// `timeTransfers` (exact mode): NVLink and network transfers are timed at their caps and proven uncontended
+  /// (LinkLedger) instead of simulated; see runLane.
+  Replayer(const Plan& plan, const Platform& platform, const SimOptions& opt, bool timeTransfers)
       : plan_(plan),
         costs_(plan.costs),
         s_(costs_.schedule()),
         p_(costs_.profile()),
         lanes_(costs_.lanes()),
         platform_(platform),
-        opt_(opt) {
+        opt_(opt),
+        timeTransfers_(timeTransfers) {
     if (opt_.trace) times_.assign(2 * costs_.steps(), 0.0);
     flags_.resize(static_cast<std::size_t>(s_.nRanks) * s_.nFlags);
     barriers_.resize(s_.nBarriers);
@@ -183,12 +92,15 @@ class Replayer {
   }
 
   void finish(Prediction& out) const {
+    out.stats.oversubscribed = oversubscribed_;
+    if (oversubscribed_) return;  // the timed pass is void: predict() runs the replay again
     if (lanesDone_ != lanes_.size()) reportStuck();
     out.totalUs = costs_.opTotalUs(maxEndUs_);  // rule 1: dispatch at least, peerUserUs on top
     out.stats.steps = costs_.steps();
     out.stats.comms = comms_;
     out.stats.execs = execs_;
     out.stats.actors = lanes_.size();
+    out.stats.timedTransfers = timed_;
     if (!opt_.trace) return;
     out.steps.resize(costs_.steps());
     for (const auto& [rank, lane, firstStep] : lanes_) {
@@ -208,12 +120,22 @@ class Replayer {
     }
   }
 
-  /// Links whose bytes are reported.
+  /// Every link of the platform: those whose bytes are reported, and those the ledger of timed transfers keeps.
   void trackLinks(const std::vector<sg4::Link*>& links) {
-    for (uint32_t i = 0; i < links.size(); ++i) linkIndex_.emplace(links[i], i);
+    std::vector<double> capacity;
+    for (uint32_t i = 0; i < links.size(); ++i) {
+      linkIndex_.emplace(links[i], i);
+      capacity.push_back(links[i]->get_bandwidth());
+    }
     linkBytes_.assign(links.size(), 0.0);
+    if (timeTransfers_) ledger_ = std::make_unique<detail::LinkLedger>(std::move(capacity));
   }
   double linkBytes(uint32_t i) const { return linkBytes_[i]; }
+  /// The largest instantaneous load of link `i` from the transfers timed without SimGrid (bytes/s; 0: none).
+  double timedPeakBps(uint32_t i) const { return ledger_ ? ledger_->peakBps(i) : 0.0; }
+
+  /// Called every kStepsPerTick steps done (progress reports that do not wait for the engine clock to move).
+  void onSteps(std::function<void()> tick) { onSteps_ = std::move(tick); }
 
   double progress() const {
     return costs_.steps() == 0 ? 1.0 : static_cast<double>(stepsDone_) / static_cast<double>(costs_.steps());
@@ -230,20 +152,53 @@ class Replayer {
   sg4::Host* gpuHost(uint32_t rank) const { return platform_.gpu[plan_.gpuOf[rank]]; }
   static double now() { return sg4::Engine::get_clock(); }
 
+  /// One lane's steps on a lane-local clock `t` that may run ahead of SimGrid's. Steps that can never contend
+  /// are timed with the timeline's own rule (StepCosts::laneUs) on that clock without any simulation event: a
+  /// local Copy / Reduce or a Gemm holds its pipe at its lane's share, and the shares of a pipe's lanes add up
+  /// to at most the pipe (rule 2), so an Exec bounded to it would always run at exactly its bound. Signals and
+  /// Waits are decided from the flag's increments (waitFlag). Transfers (NVLink, and a ProxyPut's bytes) are
+  /// timed the same way at their caps and entered in the ledger, which proves that SimGrid would have given each
+  /// its cap (timedFlow); fast mode times NVLink without that proof (its network transfers go to the ledger
+  /// too), and the second pass after a failed proof simulates every transfer (fast: every network transfer). The lane
+  /// meets the engine clock (syncTo) only before a simulated transfer. A Wait that the increments sent so far decide by
+  /// the lane's clock ends there (later increments could only make the threshold's time earlier); otherwise the lane
+  /// suspends until the engine reaches that time, and any increment sent meanwhile moves the wake-up. A Barrier takes
+  /// the latest arrival over its lanes' clocks.
   void runLane(uint64_t g) {
-    if (opt_.fast) {
-      runLaneFast(g);
-      return;
-    }
     const auto [rank, lane, firstStep] = lanes_[g];
     const auto& steps = s_.lanes[rank][lane].steps;
-    // Dispatch is paid once per op: every lane starts then (timeline rule 1).
-    sg4::this_actor::sleep_for(p_.dispatchUs * kSecondsPerUs);
-    noteEnd(now());
+    double t = p_.dispatchUs * kSecondsPerUs;  // dispatch is paid once per op: every lane starts then (rule 1)
+    noteEnd(t);
     for (uint32_t i = 0; i < steps.size(); ++i) {
-      const double start = now();
-      runStep(g, rank, lane, steps[i]);
-      stepDone(firstStep + i, start, now());
+      const Step& st = steps[i];
+      const double start = t;
+      switch (st.kind) {
+        case StepKind::Wait:
+          waitFlag(g, st.flag, st.value, t);
+          t = waitEnd(t, std::max(t, now()));
+          break;
+        case StepKind::Barrier: t = barrier(g, st.aux, t); break;
+        case StepKind::ProxyPut: t = proxyPut(g, rank, lane, st, t); break;
+        case StepKind::Signal:
+          increment(st.flag, st.value, t + signalDelayUs(rank, st.flag.rank) * kSecondsPerUs);
+          break;
+        default: {  // Copy, Reduce, Put, Gemm
+          const StepPrice pr = costs_.price(st, rank, lane);
+          if (pr.resource == StepResource::NvLink && !opt_.fast && timeTransfers_) {
+            t = timedNvl(rank, lane, st, pr, t);
+          } else if (pr.resource == StepResource::NvLink && !opt_.fast) {
+            t = transferNvl(g, rank, nvlinkSource(st, rank), st.dst.rank, st.bytes, pr, t);
+          } else {
+            const double us = costs_.laneUs(st, rank, lane);
+            if (pr.resource != StepResource::NvLink && us > 0) ++execs_;
+            t += us * kSecondsPerUs;
+          }
+          if (st.kind == StepKind::Put && (st.flags & kStepSignal))
+            increment(st.flag, st.value, t + costs_.incrementDelayUs(st, rank) * kSecondsPerUs);
+        }
+      }
+      stepDone(firstStep + i, start, t);
+      if (oversubscribed_) return;
     }
     ++lanesDone_;
   }
@@ -257,87 +212,39 @@ class Replayer {
       times_[2 * k + 1] = end / kSecondsPerUs;
     }
     noteEnd(end);
-    ++stepsDone_;
+    // Lanes that only time their steps never move the engine clock: they report progress every so many steps.
+    if ((++stepsDone_ & (kStepsPerTick - 1)) == 0 && onSteps_) onSteps_();
   }
 
-  /// SimOptions::fast: node-local steps (NVLink, memory, tensor pipe, signals) are timed with the timeline
-  /// formulas on a lane-local clock that runs ahead of SimGrid's; the lane meets the engine clock only where
-  /// the fabric decides (ProxyPut, Barrier) or a Wait cannot be decided from the increments sent so far.
-  void runLaneFast(uint64_t g) {
-    const auto [rank, lane, firstStep] = lanes_[g];
-    const auto& steps = s_.lanes[rank][lane].steps;
-    double t = p_.dispatchUs * kSecondsPerUs;  // this lane's clock (seconds)
-    noteEnd(t);
-    for (uint32_t i = 0; i < steps.size(); ++i) {
-      const Step& st = steps[i];
-      const double start = t;
-      switch (st.kind) {
-        case StepKind::Wait:
-          waitFlag(g, st.flag, st.value, t);
-          t = waitEnd(t, std::max(t, now()));
-          break;
-        case StepKind::Barrier:
-        case StepKind::ProxyPut:
-          if (t > now()) sg4::this_actor::sleep_until(t);
-          runStep(g, rank, lane, st);
-          t = now();
-          break;
-        case StepKind::Signal:
-          increment(st.flag, st.value, t + signalDelayUs(rank, st.flag.rank) * kSecondsPerUs);
-          break;
-        default:  // Copy, Reduce, Put, Gemm: the timeline's duration on the lane's own clock
-          t += costs_.laneUs(st, rank, lane) * kSecondsPerUs;
-          if (st.kind == StepKind::Put && (st.flags & kStepSignal))
-            increment(st.flag, st.value, t + costs_.incrementDelayUs(st, rank) * kSecondsPerUs);
-      }
-      stepDone(firstStep + i, start, t);
+  /// Bring the engine clock to the lane's clock `t` before the lane starts an activity there: a kernel timer
+  /// resumes the lane at exactly `t` (cheaper than a sleep activity; set without a simcall, as in scheduleWake).
+  static void syncTo(double t) {
+    if (t > now()) {
+      sg4::Actor* self = sg4::Actor::self();
+      simgrid::kernel::timer::Timer::set(t, [self] { self->resume(); });
+      sg4::this_actor::suspend();
     }
-    ++lanesDone_;
   }
 
-  /// Exact mode: every step as SimGrid activities, priced by the timeline's rules (StepCosts::price): the
-  /// latency as a sleep, the payload as a comm over the route or an Exec on the GPU, at the lane's share.
-  void runStep(uint64_t g, uint32_t rank, uint32_t lane, const Step& st) {
-    switch (st.kind) {
-      case StepKind::Copy:
-      case StepKind::Reduce:
-      case StepKind::Put:
-      case StepKind::Gemm: {
-        const StepPrice pr = costs_.price(st, rank, lane);
-        if (pr.resource == StepResource::NvLink)
-          transferNvl(g, rank, nvlinkSource(st, rank), st.dst.rank, st.bytes, pr);
-        else
-          execute(rank, pr);
-        if (st.kind == StepKind::Put && (st.flags & kStepSignal))
-          increment(st.flag, st.value, now() + costs_.incrementDelayUs(st, rank) * kSecondsPerUs);
-        break;
-      }
-      case StepKind::ProxyPut: {
-        // The issue on the lane, then the bytes over the fabric; the message lands the transport's latency (and
-        // any extra switch hops) later, while the lane goes on within its in-flight slots (proxyLaneUs).
-        const StepPrice pr = costs_.price(st, rank, lane);
-        const uint32_t hops = platform_.extraSwitchHops(plan_.gpuOf[rank], plan_.gpuOf[st.dst.rank]);
-        const double start = now();
-        delay(pr.alphaUs);
-        if (pr.amount > 0) sendStriped(g, rank, st.dst.rank, pr.amount, laneRate(rank, pr));
-        const double busyUs = (now() - start) / kSecondsPerUs;
-        const double landsUs = proxyLatencyUs(p_) + hops * platform_.switchLatencyUs;  // after the bytes
-        if (st.flags & kStepSignal) increment(st.flag, st.value, now() + landsUs * kSecondsPerUs);
-        delay(proxyLaneUs(p_, busyUs) - busyUs);
-        break;
-      }
-      case StepKind::Signal:
-        increment(st.flag, st.value, now() + signalDelayUs(rank, st.flag.rank) * kSecondsPerUs);
-        break;
-      case StepKind::Wait: {
-        const double start = now();
-        waitFlag(g, st.flag, st.value, start);
-        const double end = waitEnd(start, now());
-        if (end > now()) sg4::this_actor::sleep_until(end);
-        break;
-      }
-      case StepKind::Barrier: barrier(g, st.aux); break;
+  /// A ProxyPut started at lane time `t`: the issue on the lane, then the bytes over the fabric (simulated); the
+  /// message lands the transport's latency (and any extra switch hops) later, while the lane goes on within its
+  /// in-flight slots (proxyLaneUs). Returns the lane's clock after the step.
+  double proxyPut(uint64_t g, uint32_t rank, uint32_t lane, const Step& st, double t) {
+    const StepPrice pr = costs_.price(st, rank, lane);
+    const uint32_t hops = platform_.extraSwitchHops(plan_.gpuOf[rank], plan_.gpuOf[st.dst.rank]);
+    double sent = t + pr.alphaUs * kSecondsPerUs;  // the issue's end, then the bytes' end
+    if (pr.amount > 0 && timeTransfers_) {
+      sent = timedStripes(rank, st.dst.rank, pr.amount, laneRate(rank, pr), sent);
+    } else if (pr.amount > 0) {
+      syncTo(sent);
+      sendStriped(g, rank, st.dst.rank, pr.amount, laneRate(rank, pr));
+      sent = now();
     }
+    const double busyUs = (sent - t) / kSecondsPerUs;
+    const double landsUs = proxyLatencyUs(p_) + hops * platform_.switchLatencyUs;  // after the bytes
+    if (st.flags & kStepSignal) increment(st.flag, st.value, sent + landsUs * kSecondsPerUs);
+    const double restUs = proxyLaneUs(p_, busyUs) - busyUs;
+    return restUs > 0 ? sent + restUs * kSecondsPerUs : sent;
   }
 
   /// Rule 3's Wait (mk::waitEndUs) in seconds: a Wait started at `start` whose flag was visible at `visible`.
@@ -370,19 +277,70 @@ class Replayer {
     return pr.rate * pr.unitsPerSecond() / costs_.share(rank, pr.resource);
   }
 
-  /// Latency is paid as a sleep, never as link latency: CM02 would weight bandwidth shares by it.
-  static void delay(double us) {
-    if (us > 0) sg4::this_actor::sleep_for(us * kSecondsPerUs);
+  /// An NVLink step started at lane time `t`, timed by the timeline's rule (alpha, then the bytes at the lane's
+  /// cap) and entered in the ledger on its SimGrid route. While no link is oversubscribed, SimGrid would give
+  /// every such transfer exactly its cap (max-min sharing leaves a bound alone while its links have room), so
+  /// the times are the simulated ones; otherwise the pass stops and predict() simulates every transfer.
+  double timedNvl(uint32_t rank, uint32_t lane, const Step& st, const StepPrice& pr, double t) {
+    const double end = t + costs_.laneUs(st, rank, lane) * kSecondsPerUs;
+    if (st.bytes == 0) return end;
+    timedFlow(gpuHost(nvlinkSource(st, rank)), gpuHost(st.dst.rank), st.bytes, t + pr.alphaUs * kSecondsPerUs, end,
+              laneRate(rank, pr));
+    return end;
   }
 
-  /// An NVLink transfer between `from` and `to` (one of them a peer; Plan checked it): the lane pays the
-  /// price's alpha (a Put its issue time; the rest of its alpha delays only its signal), then the bytes flow
-  /// capped at the lane's share of the price's rate.
-  void transferNvl(uint64_t g, uint32_t rank, uint32_t from, uint32_t to, uint64_t bytes, const StepPrice& pr) {
-    delay(pr.alphaUs);
-    if (bytes == 0) return;
+  /// A ProxyPut's wire bytes timed as sendStriped would send them (one transfer per NIC stripe at its part of
+  /// the lane's rate), from `start`; returns when the last stripe is through.
+  double timedStripes(uint32_t rank, uint32_t dst, double wireBytes, double rateCap, double start) {
+    const auto& from = platform_.netVia[plan_.gpuOf[rank]];
+    const auto& to = platform_.netVia[plan_.gpuOf[dst]];
+    const auto bytes = static_cast<uint64_t>(std::ceil(wireBytes));
+    const uint64_t k = from.size();
+    const double rate = k == 1 ? rateCap : rateCap / static_cast<double>(k);
+    double end = start;
+    for (uint64_t j = 0; j < k; ++j) {
+      const uint64_t part = bytes / k + (j < bytes % k ? 1 : 0);
+      if (part == 0) continue;
+      const double stripeEnd = start + static_cast<double>(part) / rate;
+      timedFlow(from[j], to[j % to.size()], part, start, stripeEnd, rate);
+      end = std::max(end, stripeEnd);
+    }
+    return end;
+  }
+
+  /// One transfer timed at its cap `rate` over [start, end): its bytes on the link report, and its place in the
+  /// ledger; an oversubscribed link stops the pass.
+  void timedFlow(const sg4::Host* from, const sg4::Host* to, uint64_t bytes, double start, double end, double rate) {
+    if (opt_.linkLoad) account(from, to, bytes);
+    ++timed_;
+    if (!ledger_->add(route(from, to), start, end, rate, now())) stopOversubscribed();
+  }
+
+  /// A link carried more than its bandwidth: release every suspended lane so that all of them end at
+  /// their next step and the engine runs dry; the result is void (finish).
+  void stopOversubscribed() {
+    oversubscribed_ = true;
+    for (FlagState& f : flags_) {
+      for (const FlagWaiter& w : f.waiters) actors_[w.lane]->resume();
+      f.waiters.clear();
+    }
+    for (BarrierState& b : barriers_) {
+      for (const uint64_t lane : b.waiting) actors_[lane]->resume();
+      b.waiting.clear();
+    }
+  }
+
+  /// An NVLink transfer between `from` and `to` (one of them a peer; Plan checked it) started at lane time `t`:
+  /// the lane pays the price's alpha (a Put its issue time; the rest of its alpha delays only its signal), then
+  /// the bytes flow capped at the lane's share of the price's rate. Returns the lane's clock after the step.
+  double transferNvl(uint64_t g, uint32_t rank, uint32_t from, uint32_t to, uint64_t bytes, const StepPrice& pr,
+                     double t) {
+    t += pr.alphaUs * kSecondsPerUs;
+    if (bytes == 0) return t;
+    syncTo(t);
     // The bytes flow from `from` to `to` whoever executes the step: a read starts at the peer.
     communicate(g, gpuHost(from), gpuHost(to), bytes, laneRate(rank, pr));
+    return now();
   }
 
   /// One transfer from host `from` to host `to` at most `rateCap` bytes/s (the lane's share: a lane's CTAs
@@ -399,14 +357,14 @@ class Replayer {
     }
     if (opt_.linkLoad) account(from, to, bytes);
     sg4::Mailbox* mb = mailbox(g, to);
-    sg4::CommPtr c = mb->put_init(&token_, bytes);
-    c->set_rate(rateCap);
-    c->start();
+    simgrid::kernel::actor::ActorImpl* self = sg4::Actor::self()->get_impl();
     ++comms_;
-    c->wait();
+    sg4::Comm::send(self, mb, static_cast<double>(bytes), rateCap, &token_, sizeof(void*), nullptr, nullptr, nullptr,
+                    -1.0);
     // The permanent receiver keeps finished comms until someone receives them: take ours back at once.
     void* back = nullptr;
-    mb->get_async<void>(&back)->wait();
+    std::size_t size = sizeof(void*);
+    sg4::Comm::recv(self, mb, &back, &size, nullptr, nullptr, nullptr, -1.0, -1.0);
   }
 
   /// A ProxyPut's wire bytes from `rank` to `dst`, striped evenly over the sender's NICs (Platform::netVia): one
@@ -467,6 +425,11 @@ class Replayer {
   /// integrates a link's load between that link's own events, so its byte count is wrong whenever a flow's
   /// rate changes because another flow ended elsewhere; it is used for the peak instantaneous load only.
   void account(const sg4::Host* from, const sg4::Host* to, uint64_t bytes) {
+    for (const uint32_t id : route(from, to)) linkBytes_[id] += static_cast<double>(bytes);
+  }
+
+  /// The links from `from` to `to` as indices of trackLinks' list (cached: SimGrid computes a route per call).
+  const std::vector<uint32_t>& route(const sg4::Host* from, const sg4::Host* to) {
     auto it = routes_.find({from, to});
     if (it == routes_.end()) {
       std::vector<sg4::Link*> links;
@@ -479,30 +442,7 @@ class Replayer {
       }
       it = routes_.emplace(std::make_pair(from, to), std::move(ids)).first;
     }
-    for (const uint32_t id : it->second) linkBytes_[id] += static_cast<double>(bytes);
-  }
-
-  /// `alphaUs` then `fullRateSeconds` of work at the lane's share, as one Exec bounded to that share. The alpha
-  /// rides in the amount (one activity instead of a sleep and an exec): it occupies the lane's bound, never more,
-  /// and the lanes of one pipe never exceed its core (their bounds add up to at most one core).
-  void execute(uint32_t rank, const StepPrice& pr) {
-    const double fullRateSeconds = pr.amount / (pr.rate * pr.unitsPerSecond());
-    const double share = costs_.share(rank, pr.resource);
-    double seconds = pr.alphaUs * kSecondsPerUs + fullRateSeconds * share;
-    double bound = kWorkPerSecond / share;
-    if (costs_.capBinds(pr, rank)) {  // rule 2b: the lane's CTAs hold this fraction of the pipe
-      const double fraction = pr.capPerUs / (pr.rate * pr.unitsPerUs);
-      seconds = pr.alphaUs * kSecondsPerUs + fullRateSeconds / fraction;
-      bound = kWorkPerSecond * fraction;
-    }
-    if (!(seconds > 0)) return;
-    sg4::ExecPtr e = sg4::Exec::init();
-    e->set_host(gpuHost(rank));
-    e->set_flops_amount(seconds * bound);
-    e->set_bound(bound);
-    e->start();
-    ++execs_;
-    e->wait();
+    return it->second;
   }
 
   FlagState& flag(FlagRef f) { return flags_[static_cast<std::size_t>(f.rank) * s_.nFlags + f.id]; }
@@ -565,19 +505,23 @@ class Replayer {
     sg4::this_actor::suspend();
   }
 
-  void barrier(uint64_t g, uint32_t id) {
+  /// Lane `g` reaches barrier `id` at lane time `t`; returns its clock when the barrier lets it go: the last
+  /// arrival (in simulated time, whichever lane gets there last in the run) plus the release. Only lanes that
+  /// arrive before the last participant suspend; none of them needs the engine clock.
+  double barrier(uint64_t g, uint32_t id, double t) {
     BarrierState& b = barriers_[id];
-    b.lastArrival = b.arrived == 0 ? now() : std::max(b.lastArrival, now());
+    b.lastArrival = b.arrived == 0 ? t : std::max(b.lastArrival, t);
     ++b.arrived;
     if (b.arrived < costs_.barrierParticipants(id)) {
       b.waiting.push_back(g);
       sg4::this_actor::suspend();
+      if (oversubscribed_) return t;
     } else {
       for (const uint64_t other : b.waiting) actors_[other]->resume();
       b.waiting.clear();
     }
     const double releaseUs = b.lastArrival / kSecondsPerUs + costs_.barrierReleaseUs();
-    if (releaseUs * kSecondsPerUs > now()) sg4::this_actor::sleep_until(releaseUs * kSecondsPerUs);
+    return std::max(t, releaseUs * kSecondsPerUs);
   }
 
   [[noreturn]] void reportStuck() const {
@@ -599,6 +543,10 @@ class Replayer {
   const std::vector<LaneRef>& lanes_;
   const Platform& platform_;
   const SimOptions& opt_;
+  const bool timeTransfers_;
+  std::unique_ptr<detail::LinkLedger> ledger_;  ///< when timeTransfers_
+  bool oversubscribed_ = false;                 ///< the ledger found a link over its bandwidth
+  uint64_t timed_ = 0;
   std::vector<double> times_;  ///< [2 * step]: start, end (us)
   std::vector<FlagState> flags_;
   std::vector<BarrierState> barriers_;
@@ -612,6 +560,8 @@ class Replayer {
   std::vector<double> linkBytes_;  ///< per tracked link
   double maxEndUs_ = 0;
   uint64_t stepsDone_ = 0;
+  static constexpr uint64_t kStepsPerTick = 1024;
+  std::function<void()> onSteps_;
   uint64_t lanesDone_ = 0;
   uint64_t comms_ = 0;
   uint64_t execs_ = 0;
@@ -623,7 +573,9 @@ double peakRssMiB() {
   return static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux reports KiB
 }
 
-Prediction simulate(const Plan& plan, const Topology& topo, const SimOptions& opt) {
+/// One replay in this process. `timeTransfers`: exact mode times NVLink and network transfers and proves them
+/// uncontended (Replayer::timedFlow); the result then has stats.oversubscribed set when the proof failed.
+Prediction simulate(const Plan& plan, const Topology& topo, const SimOptions& opt, bool timeTransfers) {
   const auto wallStart = std::chrono::steady_clock::now();
   auto wallSeconds = [wallStart] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - wallStart).count();
@@ -651,30 +603,31 @@ Prediction simulate(const Plan& plan, const Topology& topo, const SimOptions& op
   configureEngine(EngineConfig{opt.verbose, opt.actorStackKiB});
   if (opt.linkLoad) sg_link_load_plugin_init();
   const Platform platform = buildPlatform(topo, plan.costs.profile(), /*nvlink=*/!opt.fast);  // fast: never used
-  std::vector<sg4::Link*> links;
-  if (opt.linkLoad) {
-    links = engine->get_all_links();
+  const std::vector<sg4::Link*> links = engine->get_all_links();
+  if (opt.linkLoad)
     for (const sg4::Link* l : links) sg_link_load_track(l);
-  }
-  Replayer replayer(plan, platform, opt);
+  Replayer replayer(plan, platform, opt, timeTransfers);
   replayer.trackLinks(links);
   replayer.start();
   XBT_INFO("replaying %llu steps on %zu lanes (%s mode)", static_cast<unsigned long long>(plan.costs.steps()),
            plan.costs.lanes().size(), opt.fast ? "fast" : "exact");
   // Outlives the callback, which runs inside engine->run() below (a copy in the `if` block's scope did not).
   double nextReport = opt.progressAfterS;
+  auto report = [&] {
+    const double w = wallSeconds();
+    if (w < nextReport) return;
+    nextReport = w + opt.progressEveryS;
+    opt.onProgress(replayer.progress(), sg4::Engine::get_clock() / kSecondsPerUs, w);
+  };
   if (opt.onProgress) {
-    sg4::Engine::on_time_advance_cb([&](double) {
-      const double w = wallSeconds();
-      if (w < nextReport) return;
-      nextReport = w + opt.progressEveryS;
-      opt.onProgress(replayer.progress(), sg4::Engine::get_clock() / kSecondsPerUs, w);
-    });
+    sg4::Engine::on_time_advance_cb([&](double) { report(); });
+    replayer.onSteps(report);
   }
   engine->run();
+  if (opt.onProgress) report();  // the last report, when one is due
   Prediction out;
   replayer.finish(out);
-  if (opt.linkLoad) {
+  if (opt.linkLoad && !out.stats.oversubscribed) {
     const double seconds = out.totalUs * kSecondsPerUs;
     for (uint32_t i = 0; i < links.size(); ++i) {
       const sg4::Link* l = links[i];
@@ -685,7 +638,7 @@ Prediction simulate(const Plan& plan, const Topology& topo, const SimOptions& op
       ll.bandwidthGBs = l->get_bandwidth() / kBytesPerGB;
       ll.bytes = bytes;
       ll.avgGBs = seconds > 0 ? bytes / seconds / kBytesPerGB : 0;
-      ll.peakGBs = sg_link_get_max_instantaneous_load(l) / kBytesPerGB;
+      ll.peakGBs = std::max(sg_link_get_max_instantaneous_load(l), replayer.timedPeakBps(i)) / kBytesPerGB;
       ll.utilization = ll.bandwidthGBs > 0 ? ll.avgGBs / ll.bandwidthGBs : 0;
       out.links.push_back(std::move(ll));
     }
@@ -703,36 +656,6 @@ bool inProcessUsed = false;
 
 }  // namespace
 
-std::vector<uint32_t> placeRanks(const Schedule& s, const Topology& topo) {
-  requireRankTables(s);
-  const std::string cluster = topo.name.empty() ? std::string("the cluster") : "cluster '" + topo.name + "'";
-  std::vector<uint32_t> used(topo.nodes, 0);
-  std::vector<uint32_t> gpuOf(s.nRanks);
-  for (uint32_t r = 0; r < s.nRanks; ++r) {
-    const uint32_t node = s.nodeOf[r];
-    if (node >= topo.nodes)
-      throw Error(ErrorCode::InvalidArgument, "schedule rank " + std::to_string(r) + " is on node " +
-                                                  std::to_string(node) + " but " + cluster + " has " +
-                                                  std::to_string(topo.nodes) + " node(s) (use --nodes)");
-    if (used[node] == topo.node.gpus)
-      throw Error(ErrorCode::InvalidArgument, "schedule places more than " + std::to_string(topo.node.gpus) +
-                                                  " ranks on node " + std::to_string(node) + " but " + cluster +
-                                                  " has " + std::to_string(topo.node.gpus) + " GPUs per node");
-    gpuOf[r] = node * topo.node.gpus + used[node]++;
-  }
-  return gpuOf;
-}
-
-Topology usedPart(const Topology& topo, const Schedule& s) {
-  Topology part = topo;
-  uint32_t last = 0;
-  for (const uint32_t node : s.nodeOf) last = std::max(last, node);
-  // Nodes past the last one a rank sits on carry no traffic, and a leaf's uplink is sized by nodesPerLeaf, not by
-  // the number of leaves: leaving them out changes no route and no rate of the nodes in use.
-  if (!s.nodeOf.empty() && last + 1 < topo.nodes) part.nodes = last + 1;
-  return part;
-}
-
 Prediction predict(const Schedule& s, const Topology& whole, const Profile& profile, const SimOptions& opt) {
   const Topology topo = usedPart(whole, s);
   const Plan plan(s, topo, profile);
@@ -741,9 +664,22 @@ Prediction predict(const Schedule& s, const Topology& whole, const Profile& prof
       throw Error(ErrorCode::Unsupported,
                   "SimGrid 3.32 allows one engine per process and this process already ran one: use isolate = true");
     inProcessUsed = true;
-    return simulate(plan, topo, opt);
+    return simulate(plan, topo, opt, /*timeTransfers=*/false);  // no second engine for a second pass
   }
-  return detail::deserialize(runIsolated([&] { return detail::serialize(simulate(plan, topo, opt)); }));
+  auto pass = [&](bool timeTransfers) {
+    return detail::deserialize(
+        runIsolated([&] { return detail::serialize(simulate(plan, topo, opt, timeTransfers)); }));
+  };
+  if (!opt.timeTransfers) return pass(false);
+  Prediction timed = pass(true);
+  if (!timed.stats.oversubscribed) return timed;
+  // Some link was shared beyond its bandwidth: SimGrid's sharing decides the transfers.
+  Prediction simulated = pass(false);
+  simulated.stats.passes = 2;
+  simulated.stats.oversubscribed = true;
+  simulated.stats.wallSeconds += timed.stats.wallSeconds;
+  simulated.stats.peakRssMiB = std::max(simulated.stats.peakRssMiB, timed.stats.peakRssMiB);
+  return simulated;
 }
 
 }  // namespace mk::sim

@@ -7,7 +7,9 @@
 # --chunks 1: 2(M-1) steps per chunk) stay for comparison with the runs before.
 # Usage: perf_scale.sh <mk-sim> <workdir>. Bounds (largest node count tried, default in brackets):
 #   MK_SIM_PERF_MAX_NODES [1024]        every row
-#   MK_SIM_PERF_EXACT_MAX_NODES [128]   exact replay (its actors and activities grow with every node-local step)
+#   MK_SIM_PERF_EXACT_MAX_NODES [128]   exact replay (transfers timed and proven uncontended, or a second pass
+#                                       that simulates them: docs/simulator.md "Exact mode: transfers timed,
+#                                       then proven")
 #   MK_SIM_PERF_RING_MAX_NODES [128]    ring rows: O(M^2) steps (4096 GPUs: 158 s, 8192: 756 s, docs/simulator.md)
 #   MK_SIM_PERF_REPEAT [1]              runs per row; the median wall time is reported (the machine is shared)
 set -u

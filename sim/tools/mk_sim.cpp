@@ -188,6 +188,11 @@ void printStats(const mk::sim::SimStats& s) {
               static_cast<unsigned long long>(s.steps), static_cast<unsigned long long>(s.comms),
               static_cast<unsigned long long>(s.execs), static_cast<unsigned long long>(s.actors), s.wallSeconds,
               s.peakRssMiB);
+  if (s.passes > 1)
+    std::printf("transfers: a link was oversubscribed, so a second pass simulated every transfer\n");
+  else if (s.timedTransfers > 0)
+    std::printf("transfers: %llu timed at their caps (no link oversubscribed: SimGrid would agree)\n",
+                static_cast<unsigned long long>(s.timedTransfers));
 }
 
 /// Write the outputs all or nothing: when one fails, none of the targets is replaced.

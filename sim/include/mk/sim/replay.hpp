@@ -1,11 +1,16 @@
 // mkernel — replay a Schedule on the SimGrid platform of a cluster and predict its time (docs/simulator.md).
 //
-// One actor per (rank, lane) runs the lane's steps in order:
-//   Copy / Reduce (link local) and Gemm -> an Exec on the rank's GPU host, bounded to the lane's share;
-//   Put, Copy / Reduce over NVLink      -> the alpha as a sleep, then a Comm between the two GPU hosts;
-//   ProxyPut                            -> proxy + network alpha (+ extra switch hops) as a sleep, then a Comm
-//                                          between the two GPUs' network endpoints (PCIe, NIC, fabric);
-//   Signal / Wait / Barrier             -> simulation-level counters with condition variables.
+// One actor per (rank, lane) runs the lane's steps in order on a lane clock that may run ahead of SimGrid's:
+//   Copy / Reduce (link local) and Gemm -> timed on the lane clock: the lanes of one GPU pipe never exceed it
+//                                          (rule 2), so a bounded Exec would always run at its bound;
+//   Put, Copy / Reduce over NVLink      -> the alpha on the lane clock, then the bytes from the source GPU host
+//                                          to the destination GPU host at the lane's cap;
+//   ProxyPut                            -> proxy + network alpha (+ extra switch hops) on the lane clock, then the
+//                                          bytes between the two GPUs' network endpoints (PCIe, NIC, fabric);
+//   transfers, exact mode               -> timed at their caps and entered in a ledger that proves no link is
+//                                          ever oversubscribed (so SimGrid would give each its cap); if the proof
+//                                          fails, a second pass runs each as a SimGrid Comm;
+//   Signal / Wait / Barrier             -> simulation-level counters; a lane suspends only when it must wait.
 // Each transfer's rate is capped at (profile bandwidth) / (lanes of the rank using that resource), exactly as
 // in mk::simulateUncontended; links then share what remains when flows meet. Without contention the replay
 // reproduces simulateUncontended; with contention it can only be slower.
@@ -33,10 +38,15 @@ struct SimOptions {
   bool trace = true;     ///< keep per-step start/end times (Prediction::steps)
   bool linkLoad = true;  ///< per-link load (Prediction::links): exact bytes, peak from SimGrid's link-load plugin
   /// Scale mode: steps that stay inside a node (NVLink, memory, GEMM, flags) are timed by the uncontended
-  /// timeline formulas on each lane's own clock; only network flows (ProxyPut) and synchronisation go through
-  /// SimGrid. Identical to the exact mode whenever nothing contends inside a node; much cheaper for large
-  /// clusters (docs/simulator.md has the numbers). Link loads then cover the network links only.
+  /// timeline formulas on each lane's own clock, NVLink contention unmodelled; network flows (ProxyPut) are timed
+  /// under timeTransfers' proof or simulated. Identical to the exact mode whenever nothing contends inside a
+  /// node (docs/simulator.md has the numbers). Link loads then cover the network links only.
   bool fast = false;
+  /// Time NVLink (exact mode) and network transfers at their caps and prove that no link is ever oversubscribed
+  /// (then SimGrid's sharing would give every transfer its cap: same times, far fewer simulation events); when
+  /// the proof fails, a second pass simulates every transfer. false: simulate them all from the start (the
+  /// reference the tests compare with; also what isolate = false does, as it cannot run a second pass).
+  bool timeTransfers = true;
   uint32_t actorStackKiB = 32;  ///< SimGrid context stack per actor: lanes need little, and SimGrid zeroes every stack
   /// Called about every `progressEveryS` seconds of wall time once `progressAfterS` have passed (never when
   /// empty), from the simulating process: fraction of steps done, simulated time so far (us), wall seconds.
@@ -68,9 +78,16 @@ struct LinkLoad {
 /// What a simulation costs (reported by benchmarks and --verbose).
 struct SimStats {
   uint64_t steps = 0;
-  uint64_t comms = 0;      ///< SimGrid communications started
-  uint64_t execs = 0;      ///< SimGrid executions started
-  uint64_t actors = 0;     ///< one per lane
+  uint64_t comms = 0;   ///< SimGrid communications started
+  uint64_t execs = 0;   ///< local Copy / Reduce and Gemm steps (timed on the lane's clock: they never contend)
+  uint64_t actors = 0;  ///< one per lane
+  /// Transfers timed at their caps without a SimGrid comm, proven uncontended (no link ever carried
+  /// more than its bandwidth, so SimGrid's sharing would have left every cap alone).
+  uint64_t timedTransfers = 0;
+  /// The proof failed (a link was oversubscribed), so the replay ran a second pass with every transfer
+  /// simulated; wallSeconds covers both passes.
+  bool oversubscribed = false;
+  uint32_t passes = 1;
   double wallSeconds = 0;  ///< platform + replay, in the simulating process
   double peakRssMiB = 0;   ///< peak resident memory of the simulating process
 };
