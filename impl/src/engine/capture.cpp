@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -287,7 +288,20 @@ void GraphExec::launch(cudaStream_t stream) {
     if (it == engines.end()) it = engines.insert(engines.end(), {e, {}});
     it->second.push_back(rec.get());
   }
-  for (auto& [engine, recs] : engines) engine->launchCaptured(recs);
+  // A graph spanning several communicators: when one refuses, the ones before it were given op numbers that will
+  // never run, so they are failed too (their next call says why) rather than left waiting for those ops.
+  for (size_t i = 0; i < engines.size(); ++i) {
+    try {
+      engines[i].first->launchCaptured(engines[i].second);
+    } catch (const std::exception& e) {
+      for (size_t j = 0; j < i; ++j)
+        engines[j].first->failLaunch(std::string("GraphExec::launch: another communicator of the graph refused the "
+                                                 "launch (") +
+                                     e.what() +
+                                     "); this one's ops of the launch were given numbers that will never run");
+      throw;
+    }
+  }
   const cudaError_t err = cudaGraphLaunch(impl_->exec, stream);
   if (err != cudaSuccess) {
     cudaGetLastError();
