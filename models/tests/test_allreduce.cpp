@@ -943,8 +943,9 @@ TEST_CASE("allreduce hierarchical bruck: closed form equals the uncontended time
   struct Case {
     uint32_t ranks, perNode;
   };
-  const Case cases[] = {{4, 2}, {6, 2}, {8, 2}, {10, 2}, {12, 4}, {14, 2}, {16, 2}, {5, 1}, {7, 1}, {4, 4},
-                       {18, 2}, {17, 1}};  // 9 and 17 nodes: round J-1 between rounds (BruckPlan::smallAt)
+  const Case cases[] = {
+      {4, 2}, {6, 2}, {8, 2}, {10, 2}, {12, 4}, {14, 2}, {16, 2},
+      {5, 1}, {7, 1}, {4, 4}, {18, 2}, {17, 1}};  // 9 and 17 nodes: round J-1 between rounds (BruckPlan::smallAt)
   for (const Case& c : cases)
     for (uint32_t chunks : {1u, 3u})
       for (uint32_t channels : {1u, 2u})
