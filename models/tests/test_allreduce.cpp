@@ -901,6 +901,9 @@ TEST_CASE("allreduce hierarchical bruck: bit-exact on small integers over node c
   layouts.push_back(nodesOf(24, 2));  // 12 nodes
   layouts.push_back(nodesOf(48, 8));  // 6 nodes of 8: parts and rotations of every shard
   layouts.push_back(nodesOf(7, 1));   // 7 nodes of one rank: the input copied into the rotated copy
+  layouts.push_back(nodesOf(9, 1));   // 9 nodes: the 1-block round J-1 third of 4 (BruckPlan::smallAt)
+  layouts.push_back(nodesOf(36, 2));  // 18 nodes: the 2-block round J-1 fourth of 5, before rounds 0 and 1
+  layouts.push_back(nodesOf(20, 1));  // 20 nodes: the 4-block round J-1 third of 5
   for (const auto& nodeOf : layouts)
     for (uint64_t count : counts)
       for (uint32_t chunks : {1u, 3u}) {
@@ -940,7 +943,9 @@ TEST_CASE("allreduce hierarchical bruck: closed form equals the uncontended time
   struct Case {
     uint32_t ranks, perNode;
   };
-  const Case cases[] = {{4, 2}, {6, 2}, {8, 2}, {10, 2}, {12, 4}, {14, 2}, {16, 2}, {5, 1}, {7, 1}, {4, 4}};
+  const Case cases[] = {
+      {4, 2}, {6, 2}, {8, 2}, {10, 2}, {12, 4}, {14, 2}, {16, 2},
+      {5, 1}, {7, 1}, {4, 4}, {18, 2}, {17, 1}};  // 9 and 17 nodes: round J-1 between rounds (BruckPlan::smallAt)
   for (const Case& c : cases)
     for (uint32_t chunks : {1u, 3u})
       for (uint32_t channels : {1u, 2u})

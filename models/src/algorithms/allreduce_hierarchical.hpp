@@ -44,16 +44,21 @@ struct BruckPlan {
   /// J-2 sends, so the reduce-scatter can start with the larger one (and the all-gather end with it), and the
   /// pipeline's fill and drain (phases 1 and 3 around the first and last round) stay about half a chunk.
   bool swapped() const { return rounds >= 2 && blocks(rounds - 1) < distance(rounds - 2); }
-  /// Reduce-scatter round rho (in emission order): J - 1 - rho, but for the swap.
+  /// Where they swap, the small round J-1 (r = M - 2^(J-1) blocks) runs as late as it may: its reduction writes
+  /// relative blocks [0, r), which only rounds k with 2^k < r send, so it goes just before the first of those
+  /// (reduce-scatter position J - 1 - ceil(log2 r), at least 1, and before round 0, whose reduction writes the
+  /// output), between large rounds instead of at the pipeline's start; the all-gather runs the reverse order
+  /// (round J-1 once [0, r) is held).
+  uint32_t smallAt() const;
+  /// Reduce-scatter round rho (in emission order): J - 1 - rho, but for the swap (round J-2 first, J-1 at
+  /// smallAt(), the others descending).
   uint32_t rsRound(uint32_t rho) const {
-    if (swapped() && rho < 2) return rounds - 2 + rho;
-    return rounds - 1 - rho;
+    if (!swapped()) return rounds - 1 - rho;
+    const uint32_t p = smallAt();
+    return rho < p ? rounds - 2 - rho : rho == p ? rounds - 1 : rounds - 1 - rho;
   }
-  /// All-gather round q (in emission order): q, but for the swap; also the position of round q (an involution).
-  uint32_t agRound(uint32_t q) const {
-    if (swapped() && q + 2 >= rounds) return 2 * rounds - 3 - q;
-    return q;
-  }
+  /// All-gather round q (in emission order): the reduce-scatter's order reversed.
+  uint32_t agRound(uint32_t q) const { return rsRound(rounds - 1 - q); }
   /// The round the reduce-scatter starts with and the all-gather ends with.
   uint32_t firstRound() const { return rsRound(0); }
 };

@@ -28,7 +28,9 @@
 // rounds at once: the SimGrid replay lost 1.3x to contention at 12 and 248 nodes.)
 //
 // Where M < 1.5 x 2^(J-1) the two largest rounds swap (BruckPlan::swapped): round J-1's reduction does not reach
-// what round J-2 sends, so the reduce-scatter starts with the larger round J-2 and the all-gather ends with it.
+// what round J-2 sends, so the reduce-scatter starts with the larger round J-2 and the all-gather ends with it;
+// and the small round J-1 runs as late as its blocks allow (BruckPlan::smallAt), between large rounds, where
+// a nearly empty round no longer delays the pipeline's fill and drain.
 //
 // The reducer and the sender run their (chunk, stage) pairs in wavefront order (rhdWavefront), so that one
 // chunk's round trips overlap the next chunks' messages. Phase 1 (mover) delivers each chunk in two parts, first
@@ -46,6 +48,12 @@
 #include "allreduce_hierarchical.hpp"
 
 namespace mk::detail {
+
+uint32_t BruckPlan::smallAt() const {
+  uint32_t logR = 0;  // ceil(log2 r), r = blocks(J - 1)
+  while ((1u << logR) < blocks(rounds - 1)) ++logR;
+  return std::min(rounds - 1 - logR, rounds - 2);  // round 0 stays last: its reduction writes the output
+}
 
 BruckPlan bruckPlan(uint32_t nodes) {
   BruckPlan p;
