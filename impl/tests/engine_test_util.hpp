@@ -288,4 +288,13 @@ inline uint64_t runAndCheck(std::vector<mk::Communicator>& comms, const mk::Coll
   return bad;
 }
 
+/// A float32 sum all-reduce of `count` elements on every rank, checked like runAndCheck (its mismatches): whether a
+/// communicator still computes after a refused call.
+inline uint64_t allReduceMismatches(std::vector<mk::Communicator>& comms, uint64_t count, uint64_t seed) {
+  mk::CollectiveSpec spec;
+  spec.op = mk::CollOp::AllReduce;
+  spec.count = count;
+  return runAndCheck(comms, spec, false, seed);
+}
+
 }  // namespace mkt
