@@ -32,6 +32,14 @@ if(TARGET mk_multinode_tests)
   target_include_directories(mk_multinode_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 endif()
 
+# GPU tests of CUDA graph capture in child processes on one GPU: rank processes sharing GPU 0 under CUDA MPS (those
+# cases skip without it), and a plain cudaGraphLaunch, which ends its process's CUDA context (label gpu).
+mk_add_doctest(mk_graph_process_tests LABELS gpu GPU
+  SOURCES tests/gpu_test_main.cpp tests/test_graph_process_gpu.cpp LIBS mk::impl)
+if(TARGET mk_graph_process_tests)
+  target_include_directories(mk_graph_process_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+endif()
+
 if(MK_BUILD_TESTS)
   # The GPU engine under mpirun: the multi-process test cases, launched as `mpirun -np 2` instead of
   # re-launching themselves (multiprocess_launch.hpp: isRankProcess), so Communicator::createFromEnvironment

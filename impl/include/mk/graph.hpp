@@ -1,4 +1,4 @@
-// mkernel — CUDA graph capture of mkernel ops (docs/gpu-engine.md, "Graph capture").
+// mkernel — CUDA graph capture of mkernel ops (docs/gpu-engine.md, "CUDA graph capture").
 //
 // Ops submitted to a stream under capture (cudaStreamBeginCapture ... cudaStreamEndCapture) do not run: they become
 // nodes of the captured graph — per rank, a first node that takes the replay's op numbers, and per op the hand-off
@@ -7,11 +7,13 @@
 // ops their numbers, writes their descriptors (the host work of a submission without its CUDA calls) and launches
 // the graph with one cudaGraphLaunch, so a step replayed as a graph pays one host call, not one per op.
 //
-// What can be captured: ops of a communicator whose ranks all live in this process (Communicator::createLocal) on
-// one node, with separate send and recv buffers, through the kernel hand-off (an SM left free beside the resident
-// kernel: CommConfig::streamHandoff Auto or Kernel), all of one rank's ops of a capture on one stream. Anything
-// else is refused with mk::Error(Unsupported) at capture time, and the caller's capture stays valid. Every rank
-// must capture the same ops in the same order (as for submission); a mismatch is reported at launch.
+// What can be captured: ops of a communicator on one node — all its ranks in this process
+// (Communicator::createLocal), or one rank per process (createFromEnvironment; each process captures and launches
+// its own rank's graph, and its buffers, which the peers map through CUDA IPC, are checked at capture) — with
+// separate send and recv buffers, through the kernel hand-off (an SM left free beside the resident kernel:
+// CommConfig::streamHandoff Auto or Kernel), all of one rank's ops of a capture on one stream. Anything else is
+// refused with mk::Error at capture time, and the caller's capture stays valid. Every rank must capture the same
+// ops in the same order (as for submission); a mismatch is reported at launch.
 //
 // A captured graph must be launched through GraphExec::launch: a plain cudaGraphLaunch of it cannot know its op
 // numbers, so its first node stops the CUDA context, and the communicator's next call throws an mk::Error naming

@@ -63,6 +63,10 @@ RelaxedCapture::~RelaxedCapture() {
   if (active_) cudaThreadExchangeStreamCaptureMode(&previous_);
 }
 
+CaptureScope::CaptureScope(const Engine& engine, int rank, cudaStream_t stream) : RelaxedCapture(stream) {
+  if (active()) engine.requireCapturable(rank);
+}
+
 void Engine::captureLocked(int r, const CapturedOp& op, cudaStream_t stream) {
   throwIfFailedLocked();
   RankResources& rr = ranks_[r];
@@ -78,10 +82,16 @@ void Engine::captureLocked(int r, const CapturedOp& op, cudaStream_t stream) {
     throw Error(ErrorCode::Unsupported, who +
                                             ": send and recv overlap (in place), which needs a staging copy "
                                             "chosen per op number; capture it with separate buffers");
+  MK_CUDA_CHECK(cudaSetDevice(rr.device));
+  if (link_) {
+    // One process per GPU: every launch posts these buffers for the peers to map (CUDA IPC); one that cannot be
+    // exported is refused now, at capture, rather than at some later launch.
+    link_->exportPointer(op.send, who + ": send buffer");
+    link_->exportPointer(op.recv, who + ": recv buffer");
+  }
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long id = 0;
   MK_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &id));
-  MK_CUDA_CHECK(cudaSetDevice(rr.device));
   CaptureRecord*& rec = openCaptures_[{r, id}];
   if (rec && rec->stream != stream)
     throw Error(ErrorCode::Unsupported, who +

@@ -66,4 +66,12 @@ class RelaxedCapture {
   cudaStreamCaptureMode previous_ = cudaStreamCaptureModeRelaxed;
 };
 
+/// The first line of every Communicator entry point that takes a stream: relaxed capture mode while the call runs
+/// (RelaxedCapture), and, when the stream is capturing, what no op of the engine could be captured with refused
+/// before anything is checked or enqueued (Engine::requireCapturable).
+class CaptureScope : public RelaxedCapture {
+ public:
+  CaptureScope(const Engine& engine, int rank, cudaStream_t stream);
+};
+
 }  // namespace mk::runtime

@@ -107,9 +107,7 @@ void checkPointer(const void* p, const char* which, uint64_t elemSize, int devic
 void Communicator::collective(const CollectiveSpec& specIn, const void* send, void* recv, cudaStream_t stream,
                               const CollOptions& opt) {
   if (!engine_) throw Error(ErrorCode::InvalidArgument, "communicator was moved from");
-  // First: under capture, the checks and uploads below run in relaxed mode so they cannot invalidate the capture.
-  const runtime::RelaxedCapture capture(stream);
-  if (capture.active()) engine_->requireCapturable(rank_);
+  const runtime::CaptureScope capture(*engine_, rank_, stream);  // first (capture.hpp)
   const char* call = toString(specIn.op);
   CollectiveSpec spec = specIn;
   if (spec.count == 0) throw Error(ErrorCode::InvalidArgument, std::string(call) + ": count must be > 0");
@@ -193,9 +191,7 @@ void Communicator::allToAll(const void* send, void* recv, uint64_t count, DType 
 
 void Communicator::execute(const Schedule& s, const void* input, void* output, cudaStream_t stream) {
   if (!engine_) throw Error(ErrorCode::InvalidArgument, "communicator was moved from");
-  // First: under capture, the checks and uploads below run in relaxed mode so they cannot invalidate the capture.
-  const runtime::RelaxedCapture capture(stream);
-  if (capture.active()) engine_->requireCapturable(rank_);
+  const runtime::CaptureScope capture(*engine_, rank_, stream);  // first (capture.hpp)
   if (s.nRanks != static_cast<uint32_t>(size()))
     throw Error(ErrorCode::InvalidArgument, "execute: schedule has " + std::to_string(s.nRanks) +
                                                 " ranks, the communicator " + std::to_string(size()));
@@ -205,9 +201,7 @@ void Communicator::execute(const Schedule& s, const void* input, void* output, c
 void Communicator::execute(const Schedule& s, const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
                            cudaStream_t stream) {
   if (!engine_) throw Error(ErrorCode::InvalidArgument, "communicator was moved from");
-  // First: under capture, the checks and uploads below run in relaxed mode so they cannot invalidate the capture.
-  const runtime::RelaxedCapture capture(stream);
-  if (capture.active()) engine_->requireCapturable(rank_);
+  const runtime::CaptureScope capture(*engine_, rank_, stream);  // first (capture.hpp)
   if (s.nRanks != static_cast<uint32_t>(size()))
     throw Error(ErrorCode::InvalidArgument, "execute: schedule has " + std::to_string(s.nRanks) +
                                                 " ranks, the communicator " + std::to_string(size()));
@@ -217,9 +211,7 @@ void Communicator::execute(const Schedule& s, const std::vector<const void*>& in
 void Communicator::fused(const FusedSpec& spec, const void* a, const void* b, void* c, cudaStream_t stream,
                          const FusedOptions& opt) {
   if (!engine_) throw Error(ErrorCode::InvalidArgument, "communicator was moved from");
-  // First: under capture, the checks and uploads below run in relaxed mode so they cannot invalidate the capture.
-  const runtime::RelaxedCapture capture(stream);
-  if (capture.active()) engine_->requireCapturable(rank_);
+  const runtime::CaptureScope capture(*engine_, rank_, stream);  // first (capture.hpp)
   // Shape, dtype, options and split first (pure checks, fused_args.hpp); then the operands: alignment and overlap,
   // and device memory of this GPU; only then is anything generated or enqueued.
   static_cast<void>(engine_->fusedPlan(spec, opt));

@@ -80,8 +80,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void submitCollective(int r, const CollectiveSpec& spec, std::optional<Algorithm> algo, const GenOptions& gen,
                         const void* send, void* recv, cudaStream_t stream);
   void submitSchedule(int r, const Schedule& s, const void* input, void* output, cudaStream_t stream);
-  /// Throws Error(Unsupported) when rank r's ops cannot be captured into a CUDA graph at all (one process per GPU,
-  /// several nodes). Every Communicator entry point calls it first when its stream is capturing (RelaxedCapture).
+  /// Throws Error(Unsupported) when rank r's ops cannot be captured into a CUDA graph at all (several nodes). Every
+  /// Communicator entry point calls it first when its stream is capturing (CaptureScope).
   void requireCapturable(int r) const;
   /// GraphExec::launch: each record's launch gets its op numbers and its ops are submitted, as if called now
   /// (capture.cpp). Throws what a submission throws.

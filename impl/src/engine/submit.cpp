@@ -25,12 +25,6 @@ namespace mk::runtime {
 
 void Engine::requireCapturable(int r) const {
   // What no op of this communicator could be captured with; what depends on the op is checked by captureLocked.
-  if (link_)
-    throw Error(ErrorCode::Unsupported,
-                rankName(r) +
-                    ": an op was submitted to a stream under CUDA graph capture, but graph capture needs every "
-                    "rank of the communicator in this process (Communicator::createLocal); one process per "
-                    "GPU cannot capture yet. Submit the op outside the capture");
   if (multiNode())
     throw Error(ErrorCode::Unsupported,
                 rankName(r) +
