@@ -138,24 +138,25 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramH
         bool ok = true;
         if (arrives) {
           bool last = true;
-          // This CTA's data (possibly in a peer's memory) is visible system-wide before it arrives; the
-          // CTA that completes the count then signals for the whole lane.
-          fenceSys();
-          if (n > 1) last = fetchAddAcqRelGpu(&st->laneSync[slot][step.arriveSync], 1u) + 1u == n;
-          // The increments below are relaxed: the system fence just above (or, for a lane of several CTAs,
-          // the one after the arrival, cumulative over the other CTAs' data it acquired) already orders
-          // the data before them. A fence plus a relaxed store is the cheaper release (mk-probe-latency:
-          // NVLink round trip 1.3 us that way, 2.4 us with st.release.sys).
+          // One system fence per signal. In a lane of several CTAs each CTA releases its data (possibly in a
+          // peer's memory) at GPU scope to the CTA that completes the count; that CTA's system fence below is
+          // cumulative over the data its arrival acquired, so it alone pays the system scope, then signals for
+          // the whole lane.
+          if (n > 1) {
+            fenceGpu();
+            last = fetchAddAcqRelGpu(&st->laneSync[slot][step.arriveSync], 1u) + 1u == n;
+          }
+          // The increments below are relaxed: the system fence just above them orders the data before them. A
+          // fence plus a relaxed store is the cheaper release (mk-probe-latency: NVLink round trip 1.3 us that
+          // way, 2.4 us with st.release.sys).
           if (last) {
+            fenceSys();
             if (kind == static_cast<int>(StepKind::Barrier)) {
-              if (n > 1) fenceSys();
               for (uint32_t q = 0; q < h.nRanks; ++q)  // Barrier steps span one node (the lowering's rule)
                 if (h.localMask & (1u << q)) addRelaxed(&h.peers[q]->barriers[slot][step.flagId], 1u);
             } else if (step.flagRank == h.rank) {
-              if (n > 1) fenceGpu();
               addRelaxedGpu(&st->flags[slot][step.flagId], step.value);  // a lane of this GPU waits on it
             } else {
-              if (n > 1) fenceSys();
               addRelaxed(&h.peers[step.flagRank]->flags[slot][step.flagId], step.value);
             }
           }
@@ -265,7 +266,10 @@ __device__ void workerLoop(const EngineDeviceHandle& h, uint32_t worker) {
     if (!ok) return;
     __syncthreads();
     if (tid == 0) {
-      fenceSys();  // whatever this CTA wrote into peers is visible before the rank announces done
+      // GPU scope is enough: the control warp acquires this count and announces the rank's done to its peers after
+      // a system fence, which is cumulative over this CTA's writes into peers (one system fence per op and rank,
+      // not one per CTA on the op's critical path).
+      fenceGpu();
       addRelaxedGpu(&st->lanesDone[op % kSlots], 1u);  // ordered by the fence above
     }
   }
