@@ -204,7 +204,9 @@ __device__ void workerLoop(const EngineDeviceHandle& h, uint32_t worker) {
   __shared__ uint64_t sTable[kMaxBindings];
   __shared__ uint64_t sProgram;
   __shared__ uint32_t sBindings;
-  __shared__ int sStop;
+  __shared__ uint32_t sWaitFor;   // OpBoard::waitComplete of the op being picked up
+  __shared__ int sStop;           // shutdown or abort while waiting for an op
+  __shared__ uint32_t sGateStop;  // the wait for the previous op's completion failed (reported)
   RankState* st = h.state;
   const uint32_t tid = threadIdx.x;
   uint64_t cachedProgram = 0;
@@ -229,24 +231,29 @@ __device__ void workerLoop(const EngineDeviceHandle& h, uint32_t worker) {
         const OpBoard* board = &st->board[op % kSlots];
         sProgram = __ldcg(&board->program);
         sBindings = __ldcg(&board->nBindings);
-        const uint32_t waitFor = __ldcg(&board->waitComplete);
-        // Published early (fenced on the previous op): start only once that op is complete for this rank.
-        if (waitFor != kNoCompleteWait) {
-          stop = MK_POLL(h, seqGeq(loadVolatile(&st->complete), waitFor),
-                         (PollSite{Status::GateTimeout, op, 0xFFFFFFFFu, 0xFFFFFFFFu, h.rank, waitFor}),
-                         loadVolatile(&st->complete))
-                     ? 0
-                     : 1;
-          fenceGpu();  // acquire: the control warp released `complete` after acquiring every writer's data
-          sStop = stop;
-        }
+        sWaitFor = __ldcg(&board->waitComplete);
       }
     }
     __syncthreads();
     if (sStop) return;
     const OpBoard* board = &st->board[op % kSlots];
     for (uint32_t i = tid; i < sBindings; i += blockDim.x) sTable[i] = __ldcg(&board->table[i]);
+    // Published early (fenced on the previous op): start only once that op is complete for this rank. The table
+    // above is read while the previous op still runs; only the op's steps wait.
+    if (tid == 0) {
+      uint32_t stop = 0;
+      if (sWaitFor != kNoCompleteWait) {
+        stop = MK_POLL(h, seqGeq(loadVolatile(&st->complete), sWaitFor),
+                       (PollSite{Status::GateTimeout, op, 0xFFFFFFFFu, 0xFFFFFFFFu, h.rank, sWaitFor}),
+                       loadVolatile(&st->complete))
+                   ? 0u
+                   : 1u;
+        fenceGpu();  // acquire: the control warp released `complete` after acquiring every writer's data
+      }
+      sGateStop = stop;
+    }
     __syncthreads();
+    if (sGateStop) return;
     // What this CTA runs in a program (its assignment, lane record and first step) is decoded once per
     // program: programs are immutable and their memory is freed only after the kernel stopped, so the
     // address identifies the content. Back-to-back ops of one schedule skip three dependent loads.
@@ -453,6 +460,19 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
       if (done == h.nWorkers) {
         fenceGpu();
         const uint32_t sl = nextLocal % kSlots;
+        if (lid == 0) h.stamps[nextLocal % ringSlots].localDoneNs = globalTimerNs();  // every worker CTA finished
+        // An op complete on local completion (kProgLocalCompletion) whose predecessors are complete releases the
+        // stream (and the next op's workers waiting for it) now: the fence above acquired every worker's writes and
+        // releases them at GPU scope, the scope of everyone who reads `complete` on this GPU. The slot reset and the
+        // done exchange below are for the peers (rules 1 and 2) and no longer sit between this op and the next.
+        if (cLocal[sl] && lastComplete == nextLocal) {
+          if (lid == 0) {
+            storeRelaxed(&st->complete, nextLocal + 1);
+            h.stamps[nextLocal % ringSlots].completeNs = globalTimerNs();
+            h.stamps[nextLocal % ringSlots].op = nextLocal;
+          }
+          lastComplete = nextLocal + 1;
+        }
         for (uint32_t i = lid; i < cZero[sl][0]; i += 32) st->flags[sl][i] = 0;
         for (uint32_t i = lid; i < cZero[sl][1]; i += 32) st->barriers[sl][i] = 0;
         for (uint32_t i = lid; i < cZero[sl][2]; i += 32) st->laneSync[sl][i] = 0;
@@ -460,7 +480,6 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
         fenceGpu();
         __syncwarp();
         if (lid == 0) {
-          h.stamps[nextLocal % ringSlots].localDoneNs = globalTimerNs();
           // One system-scope release covers the zeroed slot and every worker's writes (acquired above).
           fenceSys();
           // Ranks of other nodes learn it from the host (RankMailbox::doneOut, mirrored by the host-link warp).
