@@ -259,12 +259,15 @@ void engineBreakdown(uint32_t ops, bool trace, mk::StreamHandoff handoff, int gp
     for (auto& c : comms) c.synchronize();
     float ms = 0;
     PROBE_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    std::vector<double> host, turn, gate, pickup, exec, finish, total;
+    std::vector<double> host, staged, rung, turn, gate, pickup, exec, finish, total;
     auto d = [](uint64_t a, uint64_t b) { return (static_cast<double>(b) - static_cast<double>(a)) / 1e3; };
     for (uint32_t i = 0; i < n; ++i)
       for (int r = 0; r < 2; ++r) {
         const mk::OpTiming t = comms[r].opTiming(first + i);
-        host.push_back((static_cast<double>(t.doorbellNs) - cs[r].offsetNs - submitted[i]) / 1e3);
+        auto sinceSubmit = [&](uint64_t ns) { return (static_cast<double>(ns) - cs[r].offsetNs - submitted[i]) / 1e3; };
+        host.push_back(sinceSubmit(t.doorbellNs));
+        staged.push_back(sinceSubmit(t.stagedNs));
+        rung.push_back(sinceSubmit(t.rungNs));
         gate.push_back(d(t.doorbellNs, t.publishNs));
         pickup.push_back(d(t.publishNs, t.firstStepNs));
         exec.push_back(d(t.firstStepNs, t.localDoneNs));
@@ -278,11 +281,13 @@ void engineBreakdown(uint32_t ops, bool trace, mk::StreamHandoff handoff, int gp
                 n);
     if (mode == 3) std::printf("  host: %.3f us for both ranks' launches (%u ops each)\n", launchUs, n);
     print("  host submitted -> doorbell+descriptor seen", stats(host), "clock-synced");
+    print("  host submitted -> descriptor staged", stats(staged), "clock-synced: read from host memory");
+    print("  host submitted -> doorbell rung", stats(rung), "clock-synced: the stream's hand-off");
     print("  complete(k-1) -> doorbell+descriptor(k)", stats(turn), "stream turnaround + descriptor read");
     print("  doorbell -> published", stats(gate), "cross-op gate, board copy");
     print("  published -> first step", stats(pickup), "worker pick-up");
     print("  first step -> local done", stats(exec), "the op's steps");
-    print("  local done -> complete", stats(finish), "slot reset + done exchange");
+    print("  local done -> complete", stats(finish), "done exchange (at once on local completion)");
     print("  complete(k-1) -> complete(k)", stats(total), "");
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);

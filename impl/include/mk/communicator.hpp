@@ -143,7 +143,9 @@ struct OpTiming {
   uint64_t publishNs = 0;    ///< the op was handed to the worker CTAs
   uint64_t firstStepNs = 0;  ///< lane 0 began its first step
   uint64_t localDoneNs = 0;  ///< every CTA of this rank finished
-  uint64_t completeNs = 0;   ///< every rank finished
+  uint64_t completeNs = 0;   ///< every rank finished (this rank, for ops complete on local completion)
+  uint64_t stagedNs = 0;     ///< the kernel had read the op's descriptor from host memory
+  uint64_t rungNs = 0;       ///< the kernel first saw the doorbell (doorbellNs: the later of this and stagedNs)
 };
 
 /// Offset between the GPU's %globaltimer and the host's steady clock: gpuNs ~ hostNs + offsetNs.

@@ -38,6 +38,8 @@ OpTiming Engine::opTiming(int r, uint64_t op) {
   t.firstStepNs = st.firstStepNs;
   t.localDoneNs = st.localDoneNs;
   t.completeNs = st.completeNs;
+  t.stagedNs = st.stagedNs;
+  t.rungNs = st.rungNs;
   return t;
 }
 

@@ -390,6 +390,7 @@ __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
         if (rd.fault != 0) {
           refused = true;
         } else {
+          if (lid == 0) h.stamps[next % h.ringSlots].stagedNs = globalTimerNs();
           mbarArrive(&cs.full[next % kPrefetch]);  // every lane releases its own writes
           ++next;
         }
@@ -538,6 +539,7 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
         if (lid == 0) {
           ready = mbarDone(&cs.full[nextPub % kPrefetch], slotParity(nextPub)) ? 1u : 0u;
           const uint64_t now = globalTimerNs();
+          if (descSince == 0) h.stamps[nextPub % ringSlots].rungNs = now;
           if (ready || descSince == 0) h.stamps[nextPub % ringSlots].doorbellNs = now;
           if (!ready && descSince == 0) descSince = now;
         }

@@ -114,17 +114,19 @@ struct alignas(64) GraphCells {
 
 /// Timestamps (%globaltimer, ns) of one op on one rank, a device-memory ring indexed by op % ringSlots
 /// (device memory so stamping costs no PCIe write on the op's path).
-/// Written by the control warp, except firstStepNs (the first worker CTA of lane 0).
+/// Written by the control warp, except firstStepNs (the first worker CTA of lane 0) and stagedNs (the host-link warp).
 struct alignas(16) OpStamp {
-  uint64_t doorbellNs;   ///< control warp saw the doorbell
+  uint64_t doorbellNs;   ///< control warp saw the doorbell with the descriptor staged (the later of the two)
   uint64_t publishNs;    ///< op handed to the worker CTAs
   uint64_t firstStepNs;  ///< lane 0's first CTA began its first step
   uint64_t localDoneNs;  ///< every worker CTA of this rank finished the op
   uint64_t completeNs;   ///< every rank finished the op (the stream may move on)
   uint32_t op;           ///< op sequence number the record belongs to (written last)
   uint32_t reserved;
+  uint64_t stagedNs;  ///< host-link warp had staged the descriptor (read from host memory) into shared memory
+  uint64_t rungNs;    ///< control warp first saw the doorbell (staged or not)
 };
-static_assert(sizeof(OpStamp) == 48);
+static_assert(sizeof(OpStamp) == 64);
 
 /// One traced step (start/end of the lane's first CTA), host-mapped, appended with atomicAdd.
 struct alignas(16) TraceRecord {
