@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../src/algorithms/allreduce_hierarchical.hpp"
 #include "../src/algorithms/builder.hpp"
 #include "layout.hpp"
 #include "mk/algorithms/algorithms.hpp"
@@ -889,7 +890,7 @@ TEST_CASE("allreduce hierarchical rhd: closed form bounds the timeline on uneven
     }
 }
 
-TEST_CASE("allreduce hierarchical bruck: bit-exact on small integers over node counts layouts counts and chunks") {
+TEST_CASE("allreduce hierarchical bruck, bruck-half: bit-exact on small integers over node counts layouts counts") {
   const uint64_t counts[] = {1, 5, 31, 1021, 4096};
   const RedOp redops[] = {RedOp::Sum, RedOp::Max, RedOp::Min};
   const DType dtypes[] = {DType::Float32, DType::BFloat16, DType::Float16};
@@ -904,14 +905,16 @@ TEST_CASE("allreduce hierarchical bruck: bit-exact on small integers over node c
   layouts.push_back(nodesOf(9, 1));   // 9 nodes: the 1-block round J-1 third of 4 (BruckPlan::smallAt)
   layouts.push_back(nodesOf(36, 2));  // 18 nodes: the 2-block round J-1 fourth of 5, before rounds 0 and 1
   layouts.push_back(nodesOf(20, 1));  // 20 nodes: the 4-block round J-1 third of 5
-  for (const auto& nodeOf : layouts)
-    for (uint64_t count : counts)
-      for (uint32_t chunks : {1u, 3u}) {
-        const uint32_t channels = (turn % 2) ? 2 : 1;
-        verifyCase("hierarchical", nodeOf, count, chunks, channels, dtypes[turn % 3], redops[(turn / 3) % 3],
-                   InputKind::SmallIntegers, seed++, "bruck");
-        ++turn;
-      }
+  layouts.push_back({0, 0, 0, 1, 1, 2, 2, 2, 3, 4, 4, 4, 4, 5, 6, 6, 7, 8, 8, 9});  // 10 ragged nodes
+  for (const char* inter : {"bruck", "bruck-half"})
+    for (const auto& nodeOf : layouts)
+      for (uint64_t count : counts)
+        for (uint32_t chunks : {1u, 3u}) {
+          const uint32_t channels = (turn % 2) ? 2 : 1;
+          verifyCase("hierarchical", nodeOf, count, chunks, channels, dtypes[turn % 3], redops[(turn / 3) % 3],
+                     InputKind::SmallIntegers, seed++, inter);
+          ++turn;
+        }
 }
 
 TEST_CASE("allreduce hierarchical bruck: ceil(log2 M) rounds per pass and M - 1 blocks per node") {
@@ -938,40 +941,77 @@ TEST_CASE("allreduce hierarchical bruck: ceil(log2 M) rounds per pass and M - 1 
   }
 }
 
-TEST_CASE("allreduce hierarchical bruck: closed form equals the uncontended timeline on even cases") {
+TEST_CASE("allreduce hierarchical bruck-half: every reduce-scatter round halves what is live") {
+  // 6 nodes of 4: the reduce-scatter moves 3, then 1, then 1 block (live 6 -> 3 -> 2 -> 1), the all-gather the
+  // reverse: 1 + 1 + 2 messages (two from two blocks on); every node still moves 5 of 6 blocks each way.
+  for (uint32_t chunks : {1u, 4u}) {
+    INFO("chunks " << chunks);
+    const uint64_t count = 24 * 4 * 60;
+    const Schedule s = generate(arSpec("hierarchical", count), nodesOf(24, 4), opts(chunks, 1, "bruck-half"));
+    for (uint32_t r = 0; r < s.nRanks; ++r) {
+      uint64_t mine = 0, bytes = 0;
+      for (const auto& lane : s.lanes[r])
+        for (const auto& st : lane.steps)
+          if (st.kind == StepKind::ProxyPut) {
+            ++mine;
+            bytes += st.count;
+          }
+      CHECK(mine == (3 + 4) * chunks);
+      CHECK(bytes == 2 * (count / 4 / 6) * 5);
+    }
+  }
+  // The plans: bruck-half's first reduce-scatter round moves floor(M/2) blocks; on a power of two and on 3 nodes
+  // it is bruck's plan.
+  for (uint32_t nodes = 2; nodes <= 1024; ++nodes) {
+    INFO("nodes " << nodes);
+    const detail::BruckPlan half = detail::bruckPlan(nodes, InterPhase::BruckHalf);
+    const detail::BruckPlan bruck = detail::bruckPlan(nodes, InterPhase::Bruck);
+    REQUIRE(half.rounds == bruck.rounds);
+    CHECK(half.held.front() == 1);
+    CHECK(half.held.back() == nodes);
+    CHECK(half.blocks(half.firstRound()) == nodes / 2);
+    CHECK_FALSE(half.swapped());
+    for (uint32_t k = 0; k < half.rounds; ++k) CHECK(half.blocks(k) <= half.distance(k));
+    if ((nodes & (nodes - 1)) == 0 || nodes == 3) CHECK(half.held == bruck.held);
+  }
+}
+
+TEST_CASE("allreduce hierarchical bruck, bruck-half: closed form equals the uncontended timeline on even cases") {
   const Profile profiles[] = {oddProfile(), reduceBoundProfile(), defaultProfile(topologyPreset("dgx-h100", 2))};
   struct Case {
     uint32_t ranks, perNode;
   };
   const Case cases[] = {
       {4, 2}, {6, 2}, {8, 2}, {10, 2}, {12, 4}, {14, 2}, {16, 2},
-      {5, 1}, {7, 1}, {4, 4}, {18, 2}, {17, 1}};  // 9 and 17 nodes: round J-1 between rounds (BruckPlan::smallAt)
-  for (const Case& c : cases)
-    for (uint32_t chunks : {1u, 3u})
-      for (uint32_t channels : {1u, 2u})
-        for (const Profile& profile : profiles)
-          for (uint64_t unit : {1ull, 4096ull}) {
-            const uint32_t nodes = c.ranks / c.perNode;
-            const uint64_t count = unit * channels * c.perNode * chunks * nodes;  // chunks divide by M
-            INFO("nodes " << nodes << " of " << c.perNode << " chunks " << chunks << " channels " << channels
-                          << " count " << count << " profile " << profile.source);
-            const auto [form, timeline] = formVsTimeline("hierarchical", nodesOf(c.ranks, c.perNode), count, chunks,
-                                                         channels, profile, DType::Float32, "bruck");
-            CHECK(form == doctest::Approx(timeline).epsilon(1e-9));
-          }
+      {5, 1}, {7, 1}, {4, 4}, {18, 2}, {17, 1}, {20, 2}};  // 9 and 17 nodes: round J-1 between rounds (smallAt)
+  for (const char* inter : {"bruck", "bruck-half"})
+    for (const Case& c : cases)
+      for (uint32_t chunks : {1u, 3u})
+        for (uint32_t channels : {1u, 2u})
+          for (const Profile& profile : profiles)
+            for (uint64_t unit : {1ull, 4096ull}) {
+              const uint32_t nodes = c.ranks / c.perNode;
+              const uint64_t count = unit * channels * c.perNode * chunks * nodes;  // chunks divide by M
+              INFO(inter << " nodes " << nodes << " of " << c.perNode << " chunks " << chunks << " channels "
+                         << channels << " count " << count << " profile " << profile.source);
+              const auto [form, timeline] = formVsTimeline("hierarchical", nodesOf(c.ranks, c.perNode), count, chunks,
+                                                           channels, profile, DType::Float32, inter);
+              CHECK(form == doctest::Approx(timeline).epsilon(1e-9));
+            }
 }
 
-TEST_CASE("allreduce hierarchical bruck: closed form bounds the timeline on uneven counts and nodes") {
-  for (const auto& nodeOf : rhdLayouts())
-    for (uint64_t count : {1021ull, 65537ull, 1000003ull}) {
-      INFO("nodes " << describe(nodeOf) << " count " << count);
-      const auto [form, timeline] =
-          formVsTimeline("hierarchical", nodeOf, count, 3, 2, oddProfile(), DType::BFloat16, "bruck");
-      CHECK(form >= timeline * (1 - 1e-12));
-      // a bound: one representative per node carries its busiest rank; +29% on nodes of 2, 1, 3, 1, 2 since a
-      // ProxyPut's latency overlaps (the representative chains its rounds' landings; within 25% before)
-      CHECK(form <= timeline * 1.30);
-    }
+TEST_CASE("allreduce hierarchical bruck, bruck-half: closed form bounds the timeline on uneven counts and nodes") {
+  for (const char* inter : {"bruck", "bruck-half"})
+    for (const auto& nodeOf : rhdLayouts())
+      for (uint64_t count : {1021ull, 65537ull, 1000003ull}) {
+        INFO(inter << " nodes " << describe(nodeOf) << " count " << count);
+        const auto [form, timeline] =
+            formVsTimeline("hierarchical", nodeOf, count, 3, 2, oddProfile(), DType::BFloat16, inter);
+        CHECK(form >= timeline * (1 - 1e-12));
+        // a bound: one representative per node carries its busiest rank; +29% on nodes of 2, 1, 3, 1, 2 since a
+        // ProxyPut's latency overlaps (the representative chains its rounds' landings; within 25% before)
+        CHECK(form <= timeline * 1.30);
+      }
 }
 
 TEST_CASE("allreduce hierarchical: auto picks the inter-node variant with the lower closed form") {
@@ -984,9 +1024,13 @@ TEST_CASE("allreduce hierarchical: auto picks the inter-node variant with the lo
     const double ring = closedForm(spec, opts(4, 1, "ring"), topo, 1024, profile).totalUs;
     const double rhd = closedForm(spec, opts(4, 1, "rhd"), topo, 1024, profile).totalUs;
     const double bruck = closedForm(spec, opts(4, 1, "bruck"), topo, 1024, profile).totalUs;
+    const double half = closedForm(spec, opts(4, 1, "bruck-half"), topo, 1024, profile).totalUs;
     const InterPhase pick = resolveInter(spec, nodeOf, opts(4, 1, "auto"), profile);
-    const double best = std::min({ring, rhd, bruck});
-    CHECK(pick == (best == ring ? InterPhase::Ring : best == rhd ? InterPhase::Rhd : InterPhase::Bruck));
+    const double best = std::min({ring, rhd, bruck, half});
+    CHECK(pick == (best == ring    ? InterPhase::Ring
+                   : best == rhd   ? InterPhase::Rhd
+                   : best == bruck ? InterPhase::Bruck
+                                   : InterPhase::BruckHalf));
     CHECK(closedForm(spec, opts(4, 1, "auto"), topo, 1024, profile).totalUs == best);
   }
   // 128 nodes: 14 latency-bound exchanges beat 254 ring steps for a small message
@@ -999,7 +1043,7 @@ TEST_CASE("allreduce hierarchical: auto picks the inter-node variant with the lo
   CHECK(countKind(a, StepKind::ProxyPut) == 64ull * 2 * 3);  // rhd over 8 nodes
 }
 
-TEST_CASE("allreduce hierarchical: auto leaves rhd out where it folds, and picks the lower of ring and bruck") {
+TEST_CASE("allreduce hierarchical: auto leaves rhd out where it folds, and picks the lowest of ring and the bruck's") {
   // rhd's fold makes host NICs receive two messages at once, which its closed form does not see.
   for (uint32_t nodes : {3u, 5u, 6u, 12u, 13u, 24u})
     for (uint64_t bytes : {uint64_t(1) << 10, uint64_t(1) << 16, uint64_t(1) << 22, uint64_t(1) << 28}) {
@@ -1009,8 +1053,10 @@ TEST_CASE("allreduce hierarchical: auto leaves rhd out where it folds, and picks
       const CollectiveSpec spec = arSpec("hierarchical", bytes / 4);
       const double ring = closedForm(spec, opts(4, 1, "ring"), topo, 8 * nodes, profile).totalUs;
       const double bruck = closedForm(spec, opts(4, 1, "bruck"), topo, 8 * nodes, profile).totalUs;
+      const double half = closedForm(spec, opts(4, 1, "bruck-half"), topo, 8 * nodes, profile).totalUs;
       const InterPhase pick = resolveInter(spec, topo.layout(8 * nodes), opts(4, 1, "auto"), profile);
-      CHECK(pick == (bruck < ring ? InterPhase::Bruck : InterPhase::Ring));
+      const double best = std::min({ring, bruck, half});  // the earlier on ties
+      CHECK(pick == (best == ring ? InterPhase::Ring : best == bruck ? InterPhase::Bruck : InterPhase::BruckHalf));
     }
   // a power of two keeps rhd a candidate
   const Topology topo = topologyPreset("dgx-h100", 8);
@@ -1031,7 +1077,7 @@ TEST_CASE("allreduce: an unknown inter-node variant is InvalidArgument naming th
       FAIL("expected an error");
     } catch (const Error& e) {
       CHECK(e.code() == ErrorCode::InvalidArgument);
-      CHECK(std::string(e.what()).find("ring, rhd, bruck or auto") != std::string::npos);
+      CHECK(std::string(e.what()).find("ring, rhd, bruck, bruck-half or auto") != std::string::npos);
     }
   }
   CHECK_THROWS_AS(resolveInter(arSpec("hierarchical", 64), nodesOf(8, 4), bad, Profile{}), Error);

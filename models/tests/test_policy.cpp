@@ -191,9 +191,11 @@ TEST_CASE("policy: the hierarchical all-reduce takes at most 4 chunks from 512 n
 
 TEST_CASE("policy: at its defaults the hierarchical all-reduce of 512 MiB reaches 85% of the NIC bound (modelled)") {
   // dgx-h100: 8 x 400 Gb/s NICs, 400 GB/s of bus bandwidth; the closed form under the datasheet profile, on
-  // powers of two (M = 3 takes bruck; other counts fold or contend: docs/results.md), and bruck just above
-  // them (130, 258, 514: the nearly empty round J-1 between large rounds, BruckPlan::smallAt) and at 248 / 1000.
-  for (uint32_t nodes : {2u, 3u, 4u, 8u, 16u, 32u, 64u, 128u, 130u, 248u, 256u, 258u, 512u, 514u, 1000u, 1024u}) {
+  // powers of two (M = 3 takes bruck; other counts fold or contend: docs/results.md), bruck just above
+  // them (130, 258, 514: the nearly empty round J-1 between large rounds, BruckPlan::smallAt) and at 248 / 1000,
+  // and bruck-half where bruck's first round moves well under half a chunk (158-162, 281-390, 542-867; worst 640).
+  for (uint32_t nodes : {2u,   3u,   4u,   8u,   16u,  32u,  64u,  128u, 130u, 158u, 160u, 162u,  248u, 256u,
+                         258u, 281u, 320u, 390u, 512u, 514u, 542u, 640u, 641u, 768u, 867u, 1000u, 1024u}) {
     INFO("nodes " << nodes);
     const Topology topo = topologyPreset("dgx-h100", nodes);
     const Profile profile = defaultProfile(topo);

@@ -53,7 +53,8 @@ TEST_CASE("resources: counting every collective generator gives the steps, lanes
         for (const uint64_t count : {uint64_t{1}, uint64_t{7}, uint64_t{1000}, uint64_t{4099}}) {
           for (const uint32_t chunks : {1u, 3u, 8u}) {
             for (const uint32_t channels : {1u, 2u, 5u}) {
-              for (const InterPhase inter : {InterPhase::Ring, InterPhase::Rhd, InterPhase::Bruck}) {
+              for (const InterPhase inter :
+                   {InterPhase::Ring, InterPhase::Rhd, InterPhase::Bruck, InterPhase::BruckHalf}) {
                 if (inter != InterPhase::Ring && !(op == CollOp::AllReduce && algo == Algorithm::Hierarchical))
                   continue;
                 CollectiveSpec spec;

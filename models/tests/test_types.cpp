@@ -51,7 +51,7 @@ TEST_CASE("types: reduction op names round trip through parseRedOp") {
 
 TEST_CASE("types: algorithm and inter-node phase names round trip") {
   checkRoundTrip<Algorithm>(5, parseAlgorithm, {"one-shot", "two-shot", "ring", "hierarchical", "direct"});
-  checkRoundTrip<InterPhase>(4, parseInterPhase, {"auto", "ring", "rhd", "bruck"});
+  checkRoundTrip<InterPhase>(5, parseInterPhase, {"auto", "ring", "rhd", "bruck", "bruck-half"});
   CHECK_FALSE(parseAlgorithm("auto").has_value());  // "auto" is a request (policy.hpp), not an algorithm
   CHECK_FALSE(parseAlgorithm("Ring").has_value());
   CHECK_FALSE(parseInterPhase("tree").has_value());

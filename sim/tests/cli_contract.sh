@@ -39,6 +39,8 @@ expect 0 '--inter' -- "$tool" --help
 expect 0 '^inter-node: rhd$' -- "$tool" --algo hierarchical --cluster dgx-h100 --nodes 4 --bytes 16M --inter rhd
 expect 0 '^inter-node: (ring|rhd) \(auto: the lower closed form\)$' -- "$tool" --algo hierarchical --cluster dgx-h100 --nodes 4 --bytes 16M
 expect 0 'closed form: .*predicted / closed form = 1\.000' -- "$tool" --algo hierarchical --cluster dgx-h100 --nodes 8 --bytes 64M --inter rhd --chunks 4
+expect 0 'closed form: .*predicted / closed form = 1\.000' -- "$tool" --algo hierarchical --cluster dgx-h100 --nodes 10 --bytes 64M --inter bruck-half
+bad 'bruck-half' -- "$tool" --algo hierarchical --cluster dgx-h100 --nodes 4 --bytes 16M --inter bruck-third
 
 # ---- what bounds it, in words (mk/cost/bottleneck.hpp), and why a reference line is absent or equal ----
 expect 0 '^bound: network-bound: n[01]\.nic[0-7]_(UP|DOWN) is [0-9]+\.[0-9] % busy; PCIe [0-9]+\.[0-9] %' -- "$tool" --algo ring --cluster dgx-h100 --nodes 2 --bytes 256M

@@ -224,20 +224,22 @@ TEST_CASE("generators: fast mode equals exact mode for a hierarchical allreduce 
   }
 }
 
-TEST_CASE("generators: hierarchical bruck matches its closed form on 3, 5 and 12 nodes") {
+TEST_CASE("generators: hierarchical bruck and bruck-half match their closed forms on 3, 5, 10 and 12 nodes") {
   // Every round pairs each NIC with one sender and one receiver, and every node sends the same messages (the
   // rotated reduce-scatter, the all-gather's uniform cut), so the nodes stay in step with several chunks in
   // flight too: nothing contends and the replay equals the closed form (the wrapped ranges of before put 5 and
   // 12 nodes out of step, and a NIC received two rounds at once: 1.26x at 12 nodes, 8 chunks).
-  for (uint32_t chunks : {1u, 4u})
-    for (uint32_t nodes : {3u, 5u, 12u}) {
-      CAPTURE(chunks);
-      CAPTURE(nodes);
-      const Outcome o = run(mk::CollOp::AllReduce, "hierarchical", Platform{"dgx-h100", nodes, 8 * nodes},
-                            uint64_t(nodes) << 20, chunks, 1, "bruck");
-      CHECK(o.sim == doctest::Approx(o.timeline).epsilon(0.01));
-      CHECK(o.sim == doctest::Approx(o.closed).epsilon(0.01));
-    }
+  for (const char* inter : {"bruck", "bruck-half"})
+    for (uint32_t chunks : {1u, 4u})
+      for (uint32_t nodes : {3u, 5u, 10u, 12u}) {
+        CAPTURE(inter);
+        CAPTURE(chunks);
+        CAPTURE(nodes);
+        const Outcome o = run(mk::CollOp::AllReduce, "hierarchical", Platform{"dgx-h100", nodes, 8 * nodes},
+                              uint64_t(nodes) << 20, chunks, 1, inter);
+        CHECK(o.sim == doctest::Approx(o.timeline).epsilon(0.01));
+        CHECK(o.sim == doctest::Approx(o.closed).epsilon(0.01));
+      }
 }
 
 TEST_CASE("generators: hierarchical rhd matches its closed form on 8 nodes and folds 6 nodes correctly") {

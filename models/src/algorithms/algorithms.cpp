@@ -82,12 +82,13 @@ const char* toString(InterPhase p) noexcept {
     case InterPhase::Ring: return "ring";
     case InterPhase::Rhd: return "rhd";
     case InterPhase::Bruck: return "bruck";
+    case InterPhase::BruckHalf: return "bruck-half";
   }
   return "?";
 }
 
 std::optional<InterPhase> parseInterPhase(std::string_view s) noexcept {
-  for (InterPhase p : {InterPhase::Auto, InterPhase::Ring, InterPhase::Rhd, InterPhase::Bruck})
+  for (InterPhase p : {InterPhase::Auto, InterPhase::Ring, InterPhase::Rhd, InterPhase::Bruck, InterPhase::BruckHalf})
     if (s == toString(p)) return p;
   return std::nullopt;
 }
@@ -168,10 +169,7 @@ uint64_t outputCount(const CollectiveSpec& spec, uint32_t nRanks) noexcept {
 
 InterPhase resolveInter(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
                         const Profile& profile) {
-  if (opt.inter != InterPhase::Ring && opt.inter != InterPhase::Rhd && opt.inter != InterPhase::Bruck &&
-      opt.inter != InterPhase::Auto)
-    throw Error(ErrorCode::InvalidArgument, "inter must be ring, rhd, bruck or auto (got " +
-                                                std::to_string(static_cast<unsigned>(opt.inter)) + ")");
+  detail::checkInterPhase(opt.inter);
   if (opt.inter != InterPhase::Auto) return opt.inter;
   if (spec.op != CollOp::AllReduce || spec.algo != Algorithm::Hierarchical) return InterPhase::Ring;
   GenOptions candidate = opt;
@@ -184,7 +182,7 @@ InterPhase resolveInter(const CollectiveSpec& spec, const std::vector<uint32_t>&
   InterPhase best = InterPhase::Ring;
   double tBest = 0;
   const uint32_t nodes = ctx.nNodes();
-  for (InterPhase p : {InterPhase::Ring, InterPhase::Rhd, InterPhase::Bruck}) {
+  for (InterPhase p : {InterPhase::Ring, InterPhase::Rhd, InterPhase::Bruck, InterPhase::BruckHalf}) {
     // rhd on a node count that is not a power of two folds the extra nodes into hosts, whose NICs then receive
     // the fold and their exchange partners' halves at once: the closed forms see no contention, and rhd's
     // undercuts the SimGrid replay by 1.1-1.4x there (docs/results.md), so it is no candidate. Ring and bruck

@@ -41,7 +41,8 @@ uint64_t hierChannelBase(const GenContext& ctx, uint32_t maxOwned, uint32_t chan
 }
 
 bool useRhd(const GenContext& ctx) {
-  if (ctx.opt.inter != InterPhase::Ring && ctx.opt.inter != InterPhase::Rhd && ctx.opt.inter != InterPhase::Bruck)
+  checkInterPhase(ctx.opt.inter);
+  if (ctx.opt.inter == InterPhase::Auto)
     throw Error(ErrorCode::Internal,
                 std::string("hierarchical: inter '") + toString(ctx.opt.inter) + "' reached the generator unresolved");
   return ctx.opt.inter == InterPhase::Rhd && ctx.nNodes() > 1;
@@ -49,7 +50,7 @@ bool useRhd(const GenContext& ctx) {
 
 bool useBruck(const GenContext& ctx) {
   useRhd(ctx);  // the same check that inter was resolved
-  return ctx.opt.inter == InterPhase::Bruck && ctx.nNodes() > 1;
+  return (ctx.opt.inter == InterPhase::Bruck || ctx.opt.inter == InterPhase::BruckHalf) && ctx.nNodes() > 1;
 }
 
 HierLayout hierLayout(const GenContext& ctx) {

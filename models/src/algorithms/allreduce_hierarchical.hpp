@@ -28,21 +28,32 @@ uint64_t hierChannelBase(const GenContext& ctx, uint32_t maxOwned, uint32_t chan
 
 /// The inter-node phase is recursive halving/doubling (generate() resolved "auto" before any emitter runs).
 bool useRhd(const GenContext& ctx);
-/// The inter-node phase is Bruck's dissemination reduce-scatter + all-gather (and there are several nodes).
+/// The inter-node phase is a dissemination reduce-scatter + all-gather, bruck or bruck-half (and there are several
+/// nodes).
 bool useBruck(const GenContext& ctx);
 
-/// Bruck's rounds over M nodes: round k pairs node n with n + 2^k and moves min(2^k, M - 2^k) blocks.
+/// The rounds of the dissemination inter-node phases (bruck, bruck-half) over M nodes. All-gather round k (k
+/// ascending) pairs node n with n + distance(k) and moves blocks(k) blocks: before it a node holds its relative
+/// blocks [0, held[k]), after it [0, held[k + 1]); the distance is what the node holds (the blocks it receives
+/// start where its own end), and blocks(k) <= held[k] (it sends only what it holds). The reduce-scatter runs the
+/// rounds backwards. Any such sequence from held[0] = 1 to held[J] = M moves M - 1 blocks per pass.
+///  * bruck: held[k] = 2^k, so round k moves min(2^k, M - 2^k) blocks;
+///  * bruck-half: held[k] = ceil(M / 2^(J-k)), so every reduce-scatter round moves half (rounded down) of the
+///    blocks still live, the first floor(M / 2), as recursive halving does on a power of two (where the two
+///    plans are the same, and at M = 3).
 struct BruckPlan {
-  uint32_t nodes = 0;   ///< M
-  uint32_t rounds = 0;  ///< J = ceil(log2 M)
-  uint32_t distance(uint32_t k) const { return 1u << k; }
-  uint32_t blocks(uint32_t k) const { return std::min(1u << k, nodes - (1u << k)); }
+  uint32_t nodes = 0;          ///< M
+  uint32_t rounds = 0;         ///< J = ceil(log2 M)
+  std::vector<uint32_t> held;  ///< J + 1 entries: relative blocks held before all-gather round k; held[J] = M
+  uint32_t distance(uint32_t k) const { return held[k]; }
+  uint32_t blocks(uint32_t k) const { return held[k + 1] - held[k]; }
   /// Messages of an all-gather round on every node: two for a range of two or more blocks (agPieces).
   uint32_t agMessages(uint32_t k) const { return blocks(k) >= 2 ? 2 : 1; }
-  /// The two largest rounds swap places where they are independent: round J-1 moves M - 2^(J-1) blocks, round
-  /// J-2 2^(J-2); where the first are fewer (M below 1.5 x 2^(J-1)) round J-1's reduction does not reach what round
-  /// J-2 sends, so the reduce-scatter can start with the larger one (and the all-gather end with it), and the
-  /// pipeline's fill and drain (phases 1 and 3 around the first and last round) stay about half a chunk.
+  /// The two largest rounds swap places where they are independent (bruck only: bruck-half's round J-1 always
+  /// moves at least as many blocks as round J-2): round J-1 moves M - 2^(J-1) blocks, round J-2 2^(J-2); where
+  /// the first are fewer (M below 1.5 x 2^(J-1)) round J-1's reduction does not reach what round J-2 sends, so
+  /// the reduce-scatter can start with the larger one (and the all-gather end with it), and the pipeline's fill
+  /// and drain (phases 1 and 3 around the first and last round) stay about half a chunk.
   bool swapped() const { return rounds >= 2 && blocks(rounds - 1) < distance(rounds - 2); }
   /// Where they swap, the small round J-1 (r = M - 2^(J-1) blocks) runs as late as it may: its reduction writes
   /// relative blocks [0, r), which only rounds k with 2^k < r send, so it goes just before the first of those
@@ -63,8 +74,8 @@ struct BruckPlan {
   uint32_t firstRound() const { return rsRound(0); }
 };
 
-/// The Bruck plan of `nodes` nodes (allreduce_hierarchical_bruck.cpp).
-BruckPlan bruckPlan(uint32_t nodes);
+/// The plan of `nodes` nodes for `inter` (Bruck or BruckHalf; allreduce_hierarchical_bruck.cpp).
+BruckPlan bruckPlan(uint32_t nodes, InterPhase inter);
 
 /// Elements of one owned shard's Bruck region on `channel`: per chunk its rotated copy and the reduce-scatter
 /// receive regions (allreduce_hierarchical_bruck.cpp).

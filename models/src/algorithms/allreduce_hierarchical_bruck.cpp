@@ -1,25 +1,27 @@
-// mkernel — all-reduce, hierarchical with Bruck's dissemination reduce-scatter and all-gather as its
-// inter-node phase (docs/algorithms-allreduce.md, "hierarchical, bruck"); its setup and AlgorithmDef are the
-// ring variant's (allreduce_hierarchical.cpp), which dispatches here when inter = "bruck".
+// mkernel — all-reduce, hierarchical with a dissemination reduce-scatter and all-gather as its inter-node phase:
+// Bruck's rounds ("bruck") or rounds that halve what is live ("bruck-half") (docs/algorithms-allreduce.md,
+// "hierarchical, bruck"); its setup and AlgorithmDef are the ring variant's (allreduce_hierarchical.cpp), which
+// dispatches here when inter = "bruck" or "bruck-half". The two differ only in their BruckPlan.
 //
 // K plain chunks of each shard, as in the rhd variant. Per chunk, the shard's owners on the M nodes
 // (one per node) run a reduce-scatter and an all-gather in J = ceil(log2 M) rounds each, for any M: the chunk
-// is cut into M blocks, block b ends on node b. Round k pairs node n with n + 2^k and moves
-// c_k = min(2^k, M - 2^k) blocks, so each pass moves sum c_k = M - 1 blocks per node (bandwidth-optimal) and no
-// node idles or folds. Blocks are named relative to the node: relative block d of node n is block (n + d) mod M.
+// is cut into M blocks, block b ends on node b. Round k pairs node n with n + D_k (D_k = distance(k), the blocks
+// a node holds before all-gather round k: 2^k for bruck) and moves c_k = blocks(k) <= D_k blocks (bruck:
+// min(2^k, M - 2^k)), so each pass moves sum c_k = M - 1 blocks per node (bandwidth-optimal) and no node idles
+// or folds. Blocks are named relative to the node: relative block d of node n is block (n + d) mod M.
 //  * The reduce-scatter works on a rotated copy of the chunk in scratch ("work"): relative block d of node n at
 //    the offset where block (n + d) mod M starts, counted from block n, so every range of relative blocks is
 //    one contiguous range and every node sends one message per round. Stage 0 of the reducer writes the node
 //    partial there (the phase-1 reduction, or a copy of the input on a node of one rank) in two pieces on
 //    every node (cut where the rotation wraps, or mid-chunk on node 0).
-//  * reduce-scatter, rounds k = J-1 .. 0: node n sends work relative blocks [2^k, 2^k + c_k) to node n + 2^k
-//    (whose relative blocks [0, c_k) they are) and reduces what node n - 2^k sends into its own work relative
+//  * reduce-scatter, rounds k = J-1 .. 0: node n sends work relative blocks [D_k, D_k + c_k) to node n + D_k
+//    (whose relative blocks [0, c_k) they are) and reduces what node n - D_k sends into its own work relative
 //    blocks [0, c_k); the last round's reduction (k = 0: relative block 0) leaves block n, final, in output.
 //    A block sent at round k is never touched again (later rounds reduce only relative blocks below
-//    c_k' <= 2^k' < 2^k), so the send and the reduction of one round never overlap.
+//    c_k' <= D_k' < D_k), so the send and the reduction of one round never overlap.
 //  * all-gather, rounds k = 0 .. J-1: node n sends its final relative blocks [0, c_k) of output straight into
-//    the output of node n - 2^k and receives relative blocks [2^k, 2^k + c_k) from node n + 2^k; before round k
-//    it holds relative blocks [0, 2^k), so everything it sends is final. A range of two or more blocks travels
+//    the output of node n - D_k and receives relative blocks [D_k, D_k + c_k) from node n + D_k; before round k
+//    it holds relative blocks [0, D_k), so everything it sends is final. A range of two or more blocks travels
 //    as two messages on every node (cut where it wraps past block M-1, else at its middle block), one block as
 //    one.
 // Every node thus sends the same messages of the same sizes in the same order: nodes stay in step, and in
@@ -27,9 +29,9 @@
 // nodes whose ranges wrapped sent one message more per round, fell behind the others, and a NIC received two
 // rounds at once: the SimGrid replay lost 1.3x to contention at 12 and 248 nodes.)
 //
-// Where M < 1.5 x 2^(J-1) the two largest rounds swap (BruckPlan::swapped): round J-1's reduction does not reach
-// what round J-2 sends, so the reduce-scatter starts with the larger round J-2 and the all-gather ends with it;
-// and the small round J-1 runs as late as its blocks allow (BruckPlan::smallAt), between large rounds, where
+// bruck only: where M < 1.5 x 2^(J-1) the two largest rounds swap (BruckPlan::swapped): round J-1's reduction does
+// not reach what round J-2 sends, so the reduce-scatter starts with the larger round J-2 and the all-gather ends
+// with it; and the small round J-1 runs as late as its blocks allow (BruckPlan::smallAt), between large rounds, where
 // a nearly empty round no longer delays the pipeline's fill and drain.
 //
 // The reducer and the sender run their (chunk, stage) pairs in wavefront order (rhdWavefront), so that one
@@ -55,10 +57,13 @@ uint32_t BruckPlan::smallAt() const {
   return std::min(rounds - 1 - logR, rounds - 2);  // round 0 stays last: its reduction writes the output
 }
 
-BruckPlan bruckPlan(uint32_t nodes) {
+BruckPlan bruckPlan(uint32_t nodes, InterPhase inter) {
   BruckPlan p;
   p.nodes = nodes;
   while ((uint64_t(1) << p.rounds) < nodes) ++p.rounds;
+  p.held.assign(p.rounds + 1, nodes);
+  // bruck: 2^k; bruck-half: what is live after each reduce-scatter round, halved (rounded up) from M down to 1.
+  for (uint32_t k = p.rounds; k-- > 0;) p.held[k] = inter == InterPhase::BruckHalf ? (p.held[k + 1] + 1) / 2 : 1u << k;
   return p;
 }
 
@@ -217,7 +222,7 @@ class BruckVariant {
         ctx_(ctx),
         lanes_(b, ctx, channel),
         layout_(hierLayout(ctx)),
-        plan_(bruckPlan(layout_.nodes)),
+        plan_(bruckPlan(layout_.nodes, ctx.opt.inter)),
         shards_(ctx, layout_, channel, part),
         walk_(ctx, layout_, shards_, plan_, channel),
         scratch_(scratchBuffer(ctx)) {
@@ -257,18 +262,19 @@ class BruckVariant {
   uint32_t rounds() const { return plan_.rounds; }
   uint32_t nodes() const { return plan_.nodes; }
 
-  /// What round k of the all-gather brings `node` of chunk t: relative blocks [2^k, 2^k + c_k), as node n + 2^k
+  /// What round k of the all-gather brings `node` of chunk t: relative blocks [D_k, D_k + c_k), as node n + D_k
   /// sends them.
   BlockPieces agIncoming(uint32_t node, uint32_t shard, uint32_t t, uint32_t k) const {
     return agPieces(walk_.chunk(shard, t), nodes(), (node + plan_.distance(k)) % nodes(), plan_.blocks(k));
   }
 
   /// The two parts of chunk t of `shard` on `node` that phase 1 delivers and phase 3 forwards one after the
-  /// other: part 0 = relative blocks [h, M) (h = 2^(J-1)), what the first reduce-scatter round sends, so that the
-  /// network starts after that part of phase 1; part 1 = relative blocks [0, h), final before the last all-gather
-  /// round, so that only part 0 remains to forward after it. Each cut as agPieces cuts it (the same number of
-  /// messages on every node). On 2 nodes part 0 is the whole chunk in one piece and part 1 is empty: there the
-  /// NVLink phases, not the network, bound the op, and the parts would only add messages to them.
+  /// other: part 0 = what the first reduce-scatter round r0 sends, relative blocks [D_r0, D_r0 + c_r0) ([h, M),
+  /// h = D_(J-1), without the swap), so that the network starts after that part of phase 1; part 1 = the rest
+  /// ([0, h) without the swap), final before the last all-gather round, so that only part 0 remains to forward
+  /// after it. Each cut as agPieces cuts it (the same number of messages on every node). On 2 nodes part 0 is the
+  /// whole chunk in one piece and part 1 is empty: there the NVLink phases, not the network, bound the op, and the
+  /// parts would only add messages to them.
   BlockPieces part(uint32_t node, uint32_t shard, uint32_t t, uint32_t which) const {
     const uint32_t M = nodes(), r0 = plan_.firstRound();
     const uint32_t from = plan_.distance(r0), count = plan_.blocks(r0);

@@ -1,6 +1,6 @@
-// mkernel — the closed form of the hierarchical all-reduce with Bruck's dissemination inter-node phase
-// (docs/algorithms-allreduce.md, "hierarchical, bruck"): the longest path through the lanes of the schedule
-// allreduce_hierarchical_bruck.cpp emits, in the same order, without building it.
+// mkernel — the closed form of the hierarchical all-reduce with a dissemination inter-node phase, bruck or
+// bruck-half (docs/algorithms-allreduce.md, "hierarchical, bruck"): the longest path through the lanes of the
+// schedule allreduce_hierarchical_bruck.cpp emits, in the same order, without building it.
 #include <string>
 #include <vector>
 
@@ -13,13 +13,13 @@ namespace {
 /// The bruck variant's longest path: a max-plus recurrence over the K chunks and the 2J rounds of each, one
 /// representative per node (its busiest rank's loads) fed by its partners' representatives, in the order the
 /// lanes run their steps (reducer and sender in wavefront order, as rhdLongest; mover: every phase-1 round,
-/// then phase 3 chunk by chunk). A round's message of c_k blocks costs c_k * ceil(chunk / M) / chunk units and
-/// one alpha (an all-gather range of two or more blocks two); the partial goes into the rotated copy in two
-/// pieces. Exact when the chunk divides by M and nodes are equal, an upper bound otherwise.
-PathCounts bruckLongest(const UnitPrices& u, uint32_t K, uint64_t chunkMax, const std::vector<HierNodeLoad>& nodes) {
+/// then phase 3 chunk by chunk), for either plan. A round's message of c_k blocks costs c_k * ceil(chunk / M) /
+/// chunk units and one alpha (an all-gather range of two or more blocks two); the partial goes into the rotated
+/// copy in two pieces. Exact when the chunk divides by M and nodes are equal, an upper bound otherwise.
+PathCounts bruckLongest(const UnitPrices& u, const BruckPlan& plan, uint32_t K, uint64_t chunkMax,
+                        const std::vector<HierNodeLoad>& nodes) {
   const Longest longest(&u);
-  const auto M = static_cast<uint32_t>(nodes.size());
-  const BruckPlan plan = bruckPlan(M);
+  const uint32_t M = plan.nodes;
   const uint32_t J = plan.rounds;
   const double blockUnits = double((chunkMax + M - 1) / M) / double(chunkMax);
   const PathCounts zero, land = netLands();
@@ -126,14 +126,16 @@ CostEstimate costHierarchicalBruck(const CostContext& c, const ClosedFormShape& 
   const Range shard0 = splitRange(s.part0, s.gMax, 0);
   const uint64_t chunkMax = splitRange(shard0, c.opt.chunks, 0).size;
   const UnitPrices u = unitPrices(c, chunkMax, true);
-  const BruckPlan plan = bruckPlan(s.nodes);
-  return estimate(u, bruckLongest(u, c.opt.chunks, chunkMax, hierNodeLoads(c, s.nodes)),
-                  "hierarchical, bruck: longest path of the chunk/round recurrence in wavefront order (docs); per "
-                  "chunk J = " +
-                      std::to_string(plan.rounds) +
-                      " reduce-scatter and J all-gather rounds, round k moving min(2^k, M-2^k) blocks of "
-                      "ceil(chunk/M) in one message (all-gather: two from two blocks on), S1 = (G-1)*t_nv(chunk), "
-                      "unit = chunk n/(C*G*K)");
+  const BruckPlan plan = bruckPlan(s.nodes, c.gen.opt.inter);
+  const bool half = c.gen.opt.inter == InterPhase::BruckHalf;
+  return estimate(
+      u, bruckLongest(u, plan, c.opt.chunks, chunkMax, hierNodeLoads(c, s.nodes)),
+      std::string("hierarchical, ") + toString(c.gen.opt.inter) +
+          ": longest path of the chunk/round recurrence in wavefront order (docs); per chunk J = " +
+          std::to_string(plan.rounds) + " reduce-scatter and J all-gather rounds, round k moving " +
+          (half ? "floor(L/2) of the L blocks still live (the first floor(M/2))" : "min(2^k, M-2^k) blocks") +
+          " of ceil(chunk/M) in one message (all-gather: two from two blocks on), S1 = (G-1)*t_nv(chunk), "
+          "unit = chunk n/(C*G*K)");
 }
 
 }  // namespace mk::detail

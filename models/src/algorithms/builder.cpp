@@ -15,6 +15,12 @@ Range splitRange(Range r, uint32_t parts, uint32_t i) noexcept {
   return Range{begin, base + (i < extra ? 1 : 0)};
 }
 
+void checkInterPhase(InterPhase inter) {
+  if (static_cast<uint8_t>(inter) > static_cast<uint8_t>(InterPhase::BruckHalf))
+    throw Error(ErrorCode::InvalidArgument, "inter must be ring, rhd, bruck, bruck-half or auto (got " +
+                                                std::to_string(static_cast<unsigned>(inter)) + ")");
+}
+
 GenContext makeContext(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt) {
   if (nodeOf.empty()) throw Error(ErrorCode::InvalidArgument, "a schedule needs at least 1 rank (nodeOf is empty)");
   if (nodeOf.size() > std::numeric_limits<uint32_t>::max() / 2)
@@ -26,10 +32,7 @@ GenContext makeContext(const CollectiveSpec& spec, const std::vector<uint32_t>& 
     throw Error(ErrorCode::InvalidArgument, "channels must be in [1, " + std::to_string(kMaxChannels) + "] (got " +
                                                 std::to_string(opt.channels) + ")");
   if (spec.count == 0) throw Error(ErrorCode::InvalidArgument, "count must be > 0 (got 0)");
-  if (opt.inter != InterPhase::Ring && opt.inter != InterPhase::Rhd && opt.inter != InterPhase::Bruck &&
-      opt.inter != InterPhase::Auto)
-    throw Error(ErrorCode::InvalidArgument, "inter must be ring, rhd, bruck or auto (got " +
-                                                std::to_string(static_cast<unsigned>(opt.inter)) + ")");
+  checkInterPhase(opt.inter);
   if (static_cast<uint8_t>(opt.protocol) > static_cast<uint8_t>(Protocol::LL128))
     throw Error(ErrorCode::InvalidArgument, "protocol must be simple, ll, ll128 or auto (got " +
                                                 std::to_string(static_cast<unsigned>(opt.protocol)) + ")");

@@ -186,6 +186,9 @@ AlgorithmDef allToAllDirect();
 /// the known ones.
 const AlgorithmDef& findAlgorithm(CollOp op, Algorithm algo);
 
+/// Throws Error(InvalidArgument) unless `inter` is one of the InterPhase values (a cast from a wider integer may
+/// hold any).
+void checkInterPhase(InterPhase inter);
 /// Placement facts for nodeOf (node ids renumbered densely in first-seen order); throws InvalidArgument.
 GenContext makeContext(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt);
 /// `opt` with "auto" (inter-node phase, protocol) resolved as generate() resolves it (algorithms.cpp).

@@ -44,11 +44,12 @@ Algorithm requireAlgorithm(CollOp op, std::string_view s);
 /// nodes of each rail (2(M-1) steps per chunk), recursive halving + doubling (2 log2(M) steps per chunk; a
 /// non-power-of-two M folds its extra nodes into partners first), Bruck's dissemination reduce-scatter and
 /// all-gather (2 ceil(log2 M) rounds per chunk on any M, every node busy, bandwidth-optimal, every node sending
-/// the same messages so that the nodes stay in step), or Auto: the
+/// the same messages so that the nodes stay in step), the same with rounds that each move half of the blocks still
+/// live (BruckHalf: the first round floor(M/2) blocks, as recursive halving on a power of two), or Auto: the
 /// variant with the lowest closed form (resolveInter()).
-enum class InterPhase : uint8_t { Auto, Ring, Rhd, Bruck };
+enum class InterPhase : uint8_t { Auto, Ring, Rhd, Bruck, BruckHalf };
 
-const char* toString(InterPhase p) noexcept;  ///< "auto", "ring", "rhd", "bruck"
+const char* toString(InterPhase p) noexcept;  ///< "auto", "ring", "rhd", "bruck", "bruck-half"
 std::optional<InterPhase> parseInterPhase(std::string_view s) noexcept;
 
 /// Protocol of the puts of the layered (nccl-*) algorithms, NCCL's three: Simple (a plain Put, then its flag),
@@ -119,10 +120,10 @@ struct Topology;      // mk/topology/topology.hpp
 CostEstimate closedForm(const CollectiveSpec& spec, const GenOptions& opt, const Topology& topo, uint32_t nRanks,
                         const Profile& profile);
 
-/// The concrete inter-node variant (Ring, Rhd or Bruck) that `opt.inter` stands for when `spec` is generated
-/// on `nodeOf`: itself when concrete, else the one whose closed form is lowest under `profile` (the earlier of
-/// Ring, Rhd, Bruck on ties; Ring for every case without a network phase or another generator). Rhd is a
-/// candidate only on a power-of-two node count: its fold contends for the NICs, which no closed form sees.
+/// The concrete inter-node variant (Ring, Rhd, Bruck or BruckHalf) that `opt.inter` stands for when `spec` is
+/// generated on `nodeOf`: itself when concrete, else the one whose closed form is lowest under `profile` (the
+/// earlier of Ring, Rhd, Bruck, BruckHalf on ties; Ring for every case without a network phase or another generator).
+/// Rhd is a candidate only on a power-of-two node count: its fold contends for the NICs, which no closed form sees.
 InterPhase resolveInter(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
                         const Profile& profile);
 

@@ -69,9 +69,10 @@ inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
   app.add_option("--inter", a.inter,
                  "inter-node phase of the hierarchical all-reduce: ring (2(M-1) steps per chunk over M nodes), rhd "
                  "(recursive halving + doubling, 2 log2 M steps; other node counts fold the extra nodes), bruck "
-                 "(dissemination reduce-scatter + all-gather, 2 ceil(log2 M) steps on any M, no node idle), or "
+                 "(dissemination reduce-scatter + all-gather, 2 ceil(log2 M) steps on any M, no node idle), "
+                 "bruck-half (the same, each round moving half of the blocks still live, the first M/2), or "
                  "auto (the lowest closed form under the profile used; rhd only on a power-of-two M)")
-      ->check(CLI::IsMember({"ring", "rhd", "bruck", "auto"}))
+      ->check(CLI::IsMember({"ring", "rhd", "bruck", "bruck-half", "auto"}))
       ->capture_default_str();
   app.add_option("--protocol", a.protocol,
                  "protocol of the puts: for the layered algorithms (--algo nccl-ring, nccl-tree) simple, ll, ll128, "
