@@ -5,13 +5,17 @@
 //    reference, launch after launch, with eager ops between launches; a buffer the peers cannot map is refused at
 //    capture time and the capture stays valid;
 //  * a plain cudaGraphLaunch of captured ops: its first node stops the CUDA context, so it runs in a child process,
-//    and the communicator's next call must name the cause.
+//    and the communicator's next call must name the cause;
+//  * the race the replay test found, in eager ops: a rank posts an op, then a larger op's schedule regrows the scratch
+//    arenas before its peer posts the first; the first op's descriptor must still use the arena the peer was told of.
 #include <doctest/doctest.h>
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine_test_util.hpp"
@@ -202,4 +206,24 @@ PROCESS_TEST("graph: a plain cudaGraphLaunch of captured ops stops the communica
   CHECK(e.find("replay 0") != std::string::npos);
   // The communicator stays unusable, and says so, on every rank.
   CHECK(mkt::errorOf([&] { comms[1].synchronize(); }).find("unusable") != std::string::npos);
+}
+
+PROCESS_TEST("processes: an op posted before a later op regrew the scratch arenas is exact on every rank", 2, true,
+             postedBeforeRegrow) {
+  mkt::useLocalDevice();
+  constexpr uint64_t small = 1021, large = (1u << 20) + 3;
+  mkt::Buffer inS(small * 4), outS(small * 4), inL(large * 4), outL(large * 4);
+  mkt::Env env(sharedConfig());
+  const uint32_t n = static_cast<uint32_t>(env.comm.size());
+  uploadInput(env, inS.p, small, 11);
+  uploadInput(env, inL.p, large, 12);
+  // Rank 1 posts op 0 late, so rank 0 has posted op 0 and cached op 1's schedule (whose scratch regrows the arenas)
+  // before rank 0's descriptor of op 0 can be written.
+  if (env.comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  mk::CollOptions oneShot("one-shot");
+  env.comm.allReduce(inS.p, outS.p, small, DType::Float32, RedOp::Sum, env.stream, oneShot);
+  env.comm.allReduce(inL.p, outL.p, large, DType::Float32, RedOp::Sum, env.stream, oneShot);
+  MK_CUDA_CHECK(cudaStreamSynchronize(env.stream));
+  CHECK(mismatches(outS.p, sumOfInputs(n, small, 11), "the op posted before the regrow") == 0);
+  CHECK(mismatches(outL.p, sumOfInputs(n, large, 12), "the op that regrew the arenas") == 0);
 }

@@ -24,7 +24,8 @@ void Engine::postLocked(uint32_t seq, PendingOp& op) {
   std::snprintf(p.what, sizeof p.what, "%s", op.sched->what.c_str());
   p.input = link_->exportPointer(op.input[me], "input");
   p.output = link_->exportPointer(op.output[me], "output");
-  p.scratch = link_->exportPointer(ranks_[me].scratch[seq % device::kSlots], "scratch arena");
+  op.postedScratch = ranks_[me].scratch[seq % device::kSlots];
+  p.scratch = link_->exportPointer(op.postedScratch, "scratch arena");
   p.fence = touchesPreviousLocked(op) ? 1u : 0u;
   storeHost(&p.seq, seq + 1);  // last, with release: peers acquire it first
   op.posted = true;
@@ -70,7 +71,7 @@ void Engine::progressLocked() {
         if (q == me) {
           in[q] = reinterpret_cast<uint64_t>(op.input[q]);
           out[q] = reinterpret_cast<uint64_t>(op.output[q]);
-          scratch[q] = reinterpret_cast<uint64_t>(ranks_[q].scratch[seq % device::kSlots]);
+          scratch[q] = reinterpret_cast<uint64_t>(op.postedScratch);  // what the peers were told
         } else {
           in[q] = reinterpret_cast<uint64_t>(link_->importPointer(qi, p.input));
           out[q] = reinterpret_cast<uint64_t>(link_->importPointer(qi, p.output));

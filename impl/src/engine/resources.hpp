@@ -168,6 +168,9 @@ struct PendingOp {
   std::vector<std::pair<uintptr_t, uintptr_t>> reads, writes;  ///< user byte ranges per rank (fence rule)
   uint32_t calls = 0;                                          ///< local ranks that called
   bool posted = false;  ///< multi-process: this rank's post of the op is on the board
+  /// Multi-process: this rank's scratch arena of the op's slot as posted. The descriptor must use the arena the peers
+  /// were told of, even when a later op's schedule regrew the arenas before every rank posted this one.
+  void* postedScratch = nullptr;
 };
 
 }  // namespace mk::runtime
