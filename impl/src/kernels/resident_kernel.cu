@@ -424,6 +424,15 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
   bool enterPending = false;
   bool have = false, failed = false;
   uint64_t descSince = 0, gateSince = 0;
+  // Lane 0, after the fence that releases them: the stream may move past ops [lastComplete, c); their stamps.
+  auto releaseComplete = [&](uint32_t c) {
+    storeRelaxed(&st->complete, c);
+    const uint64_t now = globalTimerNs();
+    for (uint32_t j = lastComplete; j != c; ++j) {
+      h.stamps[j % ringSlots].completeNs = now;
+      h.stamps[j % ringSlots].op = j;
+    }
+  };
   if (lid < kSlots * 3) cZero[lid / 3][lid % 3] = 0;
   if (lid < kSlots) cLocal[lid] = 0;
   __syncwarp();
@@ -467,11 +476,7 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
         // releases them at GPU scope, the scope of everyone who reads `complete` on this GPU. The slot reset and the
         // done exchange below are for the peers (rules 1 and 2) and no longer sit between this op and the next.
         if (cLocal[sl] && lastComplete == nextLocal) {
-          if (lid == 0) {
-            storeRelaxed(&st->complete, nextLocal + 1);
-            h.stamps[nextLocal % ringSlots].completeNs = globalTimerNs();
-            h.stamps[nextLocal % ringSlots].op = nextLocal;
-          }
+          if (lid == 0) releaseComplete(nextLocal + 1);
           lastComplete = nextLocal + 1;
         }
         for (uint32_t i = lid; i < cZero[sl][0]; i += 32) st->flags[sl][i] = 0;
@@ -511,12 +516,7 @@ __device__ void controlWarp(const EngineDeviceHandle& h, ControlShared& cs) {
             fenceSys();
           else
             fenceGpu();
-          storeRelaxed(&st->complete, c);
-          const uint64_t now = globalTimerNs();
-          for (uint32_t j = lastComplete; j != c; ++j) {
-            h.stamps[j % ringSlots].completeNs = now;
-            h.stamps[j % ringSlots].op = j;
-          }
+          releaseComplete(c);
         }
       }
       lastGlobal = __shfl_sync(kFullMask, g, 0);
