@@ -288,6 +288,18 @@ inline uint64_t runAndCheck(std::vector<mk::Communicator>& comms, const mk::Coll
   return bad;
 }
 
+/// Mismatches of `got` against `want`, compared exactly (CHECKs report the first, with `what` and its index).
+inline uint64_t mismatches(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  uint64_t bad = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (got[i] != want[i] && bad++ == 0) {
+      CAPTURE(what);
+      CAPTURE(i);
+      CHECK(got[i] == want[i]);
+    }
+  return bad;
+}
+
 /// A float32 sum all-reduce of `count` elements on every rank, checked like runAndCheck (its mismatches): whether a
 /// communicator still computes after a refused call.
 inline uint64_t allReduceMismatches(std::vector<mk::Communicator>& comms, uint64_t count, uint64_t seed) {

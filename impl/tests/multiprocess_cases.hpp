@@ -19,6 +19,7 @@
 #include "mk/cuda_check.hpp"
 #include "mk/exec/numeric.hpp"
 #include "mk/exec/verify.hpp"
+#include "multiprocess_launch.hpp"
 
 namespace mkt {
 
@@ -96,6 +97,20 @@ inline void skipWithoutMps() {
       "CUDA MPS is not running (start nvidia-cuda-mps-control -d, or use impl/tools/launch_ranks.sh --mps): "
       "several processes' resident kernels cannot share one GPU without it");
   std::exit(77);
+}
+
+/// In the launcher of a one-GPU case: run this binary's test case `name` as `ranks` processes sharing GPU 0
+/// (skipped, exit 77, without MPS when `needMps`; one process needs none), CHECK that every one exited 0, and return
+/// true. In a rank process: false, and the caller runs the case's body.
+inline bool launchOnSharedGpu(const char* name, int ranks, double timeoutS, bool needMps = true) {
+  if (isRankProcess()) return false;
+  if (needMps) skipWithoutMps();
+  const auto codes = execRanks(ranks, name, timeoutS, {}, /*gpus=*/1);
+  for (size_t r = 0; r < codes.size(); ++r) {
+    CAPTURE(r);
+    CHECK(codes[r] == 0);
+  }
+  return true;
 }
 
 /// Run one collective on this rank (buffers given), compare every output element with the CPU reference.

@@ -18,6 +18,7 @@ namespace {
 using mk::DType;
 using mk::RedOp;
 using mkt::errorOf;
+using mkt::mismatches;
 
 std::vector<mk::Communicator> twoRanks(mk::CommConfig cfg = {}) {
   int devices = 0;
@@ -47,20 +48,6 @@ std::vector<float> download(const mkt::DeviceBuffer& b, uint64_t count, uint64_t
   std::vector<float> v(count);
   b.download(v.data(), count * 4, offsetBytes);
   return v;
-}
-
-/// Mismatches of `got` against `want` (CHECKs report the first).
-uint64_t mismatches(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
-  uint64_t bad = 0;
-  for (size_t i = 0; i < want.size(); ++i)
-    if (got[i] != want[i]) {
-      if (bad++ == 0) {
-        CAPTURE(what);
-        CAPTURE(i);
-        CHECK(got[i] == want[i]);
-      }
-    }
-  return bad;
 }
 
 }  // namespace

@@ -31,24 +31,11 @@ using mk::RedOp;
 
 constexpr double kChildTimeoutS = 55;
 
-/// In the launcher: run `name` as `ranks` processes (sharing GPU 0 under MPS when `mps`), CHECK they all passed,
-/// return true. In a child: false.
-bool launch(const char* name, int ranks, bool mps) {
-  if (mkt::isRankProcess()) return false;
-  if (mps) mkt::skipWithoutMps();
-  const auto codes = mkt::execRanks(ranks, name, kChildTimeoutS, {}, /*gpus=*/1);
-  for (size_t r = 0; r < codes.size(); ++r) {
-    CAPTURE(r);
-    CHECK(codes[r] == 0);
-  }
-  return true;
-}
-
-#define PROCESS_TEST(name, ranks, mps, fn) \
-  static void fn();                        \
-  TEST_CASE(name) {                        \
-    if (!launch(name, ranks, mps)) fn();   \
-  }                                        \
+#define PROCESS_TEST(name, ranks, mps, fn)                               \
+  static void fn();                                                      \
+  TEST_CASE(name) {                                                      \
+    if (!mkt::launchOnSharedGpu(name, ranks, kChildTimeoutS, mps)) fn(); \
+  }                                                                      \
   static void fn()
 
 mk::CommConfig sharedConfig() {
@@ -74,19 +61,12 @@ std::vector<float> sumOfInputs(uint32_t ranks, uint64_t count, uint64_t seed) {
   return s;
 }
 
-/// Mismatches of `count` floats at `src` (offset `offsetBytes`) against `want`; the first is CHECKed.
+/// Mismatches of the floats at `src` (offset `offsetBytes`) against `want` (mkt::mismatches).
 uint64_t mismatches(const void* src, const std::vector<float>& want, const char* what, uint64_t offsetBytes = 0) {
   std::vector<float> got(want.size());
   MK_CUDA_CHECK(
       cudaMemcpy(got.data(), static_cast<const char*>(src) + offsetBytes, got.size() * 4, cudaMemcpyDeviceToHost));
-  uint64_t bad = 0;
-  for (size_t i = 0; i < want.size(); ++i)
-    if (got[i] != want[i] && bad++ == 0) {
-      CAPTURE(what);
-      CAPTURE(i);
-      CHECK(got[i] == want[i]);
-    }
-  return bad;
+  return mkt::mismatches(got, want, what);
 }
 
 }  // namespace

@@ -21,16 +21,7 @@ constexpr double kChildTimeoutS = 110;
 
 /// In the launcher: run `name` as `ranks` processes on GPU 0 with `ranksPerNode`, CHECK they all passed, return
 /// true. In a rank: false.
-bool launch(const char* name, int ranks) {
-  if (mkt::isRankProcess()) return false;
-  mkt::skipWithoutMps();
-  const auto codes = mkt::execRanks(ranks, name, kChildTimeoutS, {}, /*gpus=*/1);
-  for (size_t r = 0; r < codes.size(); ++r) {
-    CAPTURE(r);
-    CHECK(codes[r] == 0);
-  }
-  return true;
-}
+bool launch(const char* name, int ranks) { return mkt::launchOnSharedGpu(name, ranks, kChildTimeoutS); }
 
 mk::CommConfig config(uint32_t ranksPerNode) { return mkt::sharedGpuNodesConfig(ranksPerNode, 5000, 30000); }
 
