@@ -15,7 +15,7 @@ if(TARGET mk_gemm_gpu_tests)
 endif()
 # CPU-only: validation of problems and configs (no GPU needed).
 mk_add_doctest(mk_gemm_unit_tests LABELS unit
-  SOURCES tests/unit_main.cpp tests/test_gemm_unit.cpp LIBS mk::impl)
+  SOURCES tests/test_gemm_unit.cpp LIBS mk::impl)
 
 # Compute lanes (Gemm steps inside the resident kernel): the 1-GPU cases (label gpu) and, from the same file,
 # the 2-GPU cases (fused Gemm + Put pattern, collectives in the compute-capable mode; label multigpu).

@@ -83,15 +83,15 @@ install(TARGETS mk-proxy-bench EXPORT mkernelTargets RUNTIME DESTINATION ${CMAKE
 
 # CPU tests of the bootstrap (forked processes on 127.0.0.1): label unit, run everywhere.
 mk_add_doctest(mk_bootstrap_tests LABELS unit
-  SOURCES tests/unit_main.cpp tests/test_bootstrap.cpp LIBS mk::host)
+  SOURCES tests/test_bootstrap.cpp LIBS mk::host)
 
 # The MPI bootstrap: each TEST_CASE of mk_mpi_bootstrap_tests is collective, so each runs as one CTest under
 # `mpirun -np 3` (the script skips with 77 when mpirun is absent). Without MPI the binary checks the stub
 # (makeMpiBootstrap throws Unsupported) and runs directly. Label unit: CPU only, run in CI (as root there,
 # hence --allow-run-as-root).
 if(MK_BUILD_TESTS)
-  add_executable(mk_mpi_bootstrap_tests tests/unit_main.cpp tests/test_mpi_bootstrap.cpp)
-  target_link_libraries(mk_mpi_bootstrap_tests PRIVATE doctest::doctest mk::host mk::warnings)
+  add_executable(mk_mpi_bootstrap_tests tests/test_mpi_bootstrap.cpp)
+  target_link_libraries(mk_mpi_bootstrap_tests PRIVATE mk_doctest_main doctest::doctest mk::host mk::warnings)
   target_compile_options(mk_mpi_bootstrap_tests PRIVATE "SHELL:-include ${PROJECT_SOURCE_DIR}/cmake/doctest_prelude.hpp")
   if(mk_mpi_found)
     target_compile_definitions(mk_mpi_bootstrap_tests PRIVATE MK_TEST_MPI=1)
@@ -115,14 +115,14 @@ endif()
 # CPU tests of the inter-node path (label unit, fast): the FIFO's host side and the wire records; the socket
 # transport, the proxy and the CPU executor over it between forked processes on 127.0.0.1; the faults.
 mk_add_doctest(mk_proxy_tests LABELS unit
-  SOURCES tests/unit_main.cpp tests/test_fifo.cpp tests/test_wire.cpp tests/test_socket_transport.cpp
+  SOURCES tests/test_fifo.cpp tests/test_wire.cpp tests/test_socket_transport.cpp
           tests/test_socket_faults.cpp tests/test_ib_peer.cpp tests/test_proxy.cpp
   LIBS mk::host)
 if(TARGET mk_proxy_tests)
   target_include_directories(mk_proxy_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 endif()
 mk_add_doctest(mk_proxy_exec_tests LABELS unit
-  SOURCES tests/unit_main.cpp tests/test_exec_multinode.cpp tests/test_exec_faults.cpp LIBS mk::host)
+  SOURCES tests/test_exec_multinode.cpp tests/test_exec_faults.cpp LIBS mk::host)
 if(TARGET mk_proxy_exec_tests)
   target_include_directories(mk_proxy_exec_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 endif()

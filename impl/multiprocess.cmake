@@ -12,7 +12,7 @@ endif()
 # CPU tests of the CUDA-facing launch (bootstrapFromEnvironment) and of the NVLink probe's topology update: label
 # unit, run everywhere the engine is built.
 mk_add_doctest(mk_rank_launch_tests LABELS unit
-  SOURCES tests/unit_main.cpp tests/test_rank_launch.cpp tests/test_topology_probe.cpp LIBS mk::impl)
+  SOURCES tests/test_rank_launch.cpp tests/test_topology_probe.cpp LIBS mk::impl)
 if(TARGET mk_rank_launch_tests)
   target_include_directories(mk_rank_launch_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 endif()
