@@ -107,11 +107,18 @@ Placement placeRecord(const std::string& cluster, const RecordSchedule& rq) {
   return p;
 }
 
-/// One prediction to make.
+/// One prediction to make: the schedule of a request on its placement. Records of the same request (repeated
+/// runs, "auto:<generator>" beside the generator itself, in place or not) share one job: the simulation is
+/// deterministic, and each job is a simulation process of its own.
 struct Job {
+  RecordSchedule request;
   Schedule schedule;
   Topology topo;
 };
+
+bool sameSimulation(const RecordSchedule& a, const RecordSchedule& b) noexcept {
+  return a.spec == b.spec && a.gen == b.gen && a.nRanks == b.nRanks && a.nodes == b.nodes;
+}
 
 }  // namespace
 
@@ -231,6 +238,7 @@ ValidationResult validateMeasurements(const std::vector<MeasurementFile>& files,
   (void)loadTopology(res.cluster);
 
   std::vector<Job> jobs;
+  std::vector<std::size_t> rowJob;                                ///< the job of each row
   std::map<std::pair<uint32_t, uint32_t>, Placement> placements;  ///< by (ranks, nodes)
   for (std::size_t f = 0; f < files.size(); ++f) {
     FileSummary& fs = res.files[f];
@@ -253,21 +261,30 @@ ValidationResult validateMeasurements(const std::vector<MeasurementFile>& files,
       row.algo = r.algo;
       row.bytes = r.bytes;
       row.measuredUs = r.timeUs;
-      Job job;
+      std::size_t j = 0;
+      bool newJob = false;  // a row skipped below takes its new job with it
       try {
         row.request = recordSchedule(r, where);  // its errors already name the record
         const CollectiveSpec& spec = row.request.spec;
-        try {
-          const std::pair<uint32_t, uint32_t> key{row.request.nRanks, row.request.nodes};
-          auto it = placements.find(key);
-          if (it == placements.end()) it = placements.emplace(key, placeRecord(res.cluster, row.request)).first;
-          job.topo = it->second.topo;
-          checkMemory(spec, job.topo.layout(row.request.nRanks), row.request.gen, predictionJob(job.topo, row.request),
-                      memoryShare(options));
-          job.schedule = generate(spec, job.topo.layout(row.request.nRanks), row.request.gen);
-        } catch (const Error& e) {
-          throw Error(e.code(), where + ": " + e.message());
+        while (j < jobs.size() && !sameSimulation(jobs[j].request, row.request)) ++j;
+        if (j == jobs.size()) {
+          Job job;
+          job.request = row.request;
+          try {
+            const std::pair<uint32_t, uint32_t> key{row.request.nRanks, row.request.nodes};
+            auto it = placements.find(key);
+            if (it == placements.end()) it = placements.emplace(key, placeRecord(res.cluster, row.request)).first;
+            job.topo = it->second.topo;
+            checkMemory(spec, job.topo.layout(row.request.nRanks), row.request.gen,
+                        predictionJob(job.topo, row.request), memoryShare(options));
+            job.schedule = generate(spec, job.topo.layout(row.request.nRanks), row.request.gen);
+          } catch (const Error& e) {
+            throw Error(e.code(), where + ": " + e.message());
+          }
+          jobs.push_back(std::move(job));
+          newJob = true;
         }
+        const Job& job = jobs[j];
         row.steps = job.schedule.stepCount();
         if (row.request.inPlace) {
           if (!(profile.local.bwGBs > 0))
@@ -288,13 +305,14 @@ ValidationResult validateMeasurements(const std::vector<MeasurementFile>& files,
         }
       } catch (const Error& e) {
         if (!options.skipBad) throw;
+        if (newJob) jobs.pop_back();
         res.skipped.push_back({names[f], i, e.message()});
         ++fs.skipped;
         continue;
       }
       ++fs.validated;
       res.rows.push_back(std::move(row));
-      jobs.push_back(std::move(job));
+      rowJob.push_back(j);
     }
   }
 
@@ -306,7 +324,8 @@ ValidationResult validateMeasurements(const std::vector<MeasurementFile>& files,
       so.linkLoad = false;
       simUs[k] = sim::predict(jobs[k].schedule, jobs[k].topo, profile, so).totalUs;
     } catch (const Error& e) {
-      const ValidationRow& row = res.rows[k];
+      const ValidationRow& row = res.rows[static_cast<std::size_t>(std::find(rowJob.begin(), rowJob.end(), k) -
+                                                                   rowJob.begin())];  // the first row of this job
       throw Error(e.code(), row.file + ": records[" + std::to_string(row.index) + "]: simulation: " + e.message());
     }
   });
@@ -314,7 +333,7 @@ ValidationResult validateMeasurements(const std::vector<MeasurementFile>& files,
   std::vector<double> simErr, closedErr;
   for (std::size_t k = 0; k < res.rows.size(); ++k) {
     ValidationRow& row = res.rows[k];
-    row.simUs = simUs[k] + row.stagingUs;
+    row.simUs = simUs[rowJob[k]] + row.stagingUs;
     row.simErrPct = errorPct(row.simUs, row.measuredUs);
     simErr.push_back(row.simErrPct);
     if (row.closedUs) {
