@@ -3,6 +3,7 @@
 
 #include <malloc.h>
 #include <simgrid/plugins/load.h>
+#include <simgrid/version.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -680,6 +681,12 @@ Prediction predict(const Schedule& s, const Topology& whole, const Profile& prof
   simulated.stats.wallSeconds += timed.stats.wallSeconds;
   simulated.stats.peakRssMiB = std::max(simulated.stats.peakRssMiB, timed.stats.peakRssMiB);
   return simulated;
+}
+
+std::string engineVersion() {
+  int major = 0, minor = 0, patch = 0;
+  sg_version_get(&major, &minor, &patch);
+  return "SimGrid " + std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
 }
 
 }  // namespace mk::sim

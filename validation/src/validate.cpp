@@ -18,7 +18,7 @@
 #include "mk/resources.hpp"
 #include "mk/util/format.hpp"
 #include "mk/util/stats.hpp"
-#include "mk/validation/parallel.hpp"
+#include "mk/validation/prediction_cache.hpp"
 #include "mk/validation/validate_layered.hpp"
 
 namespace mk {
@@ -316,19 +316,17 @@ ValidationResult validateMeasurements(const std::vector<MeasurementFile>& files,
     }
   }
 
-  std::vector<double> simUs(jobs.size(), 0.0);
-  forEachParallel(jobs.size(), options.jobs, [&](std::size_t k) {
-    try {
-      sim::SimOptions so;
-      so.trace = false;
-      so.linkLoad = false;
-      simUs[k] = sim::predict(jobs[k].schedule, jobs[k].topo, profile, so).totalUs;
-    } catch (const Error& e) {
-      const ValidationRow& row = res.rows[static_cast<std::size_t>(std::find(rowJob.begin(), rowJob.end(), k) -
-                                                                   rowJob.begin())];  // the first row of this job
-      throw Error(e.code(), row.file + ": records[" + std::to_string(row.index) + "]: simulation: " + e.message());
-    }
-  });
+  std::vector<TotalJob> work;
+  for (const Job& j : jobs) work.push_back(TotalJob{&j.schedule, &j.topo, &profile});
+  const std::vector<double> simUs = predictTotals(
+      work, options.jobs, options.cache,
+      [&](std::size_t k) {
+        const ValidationRow& row = res.rows[static_cast<std::size_t>(std::find(rowJob.begin(), rowJob.end(), k) -
+                                                                     rowJob.begin())];  // the first row of this job
+        return row.file + ": records[" + std::to_string(row.index) + "]";
+      },
+      &res.fromCache);
+  res.simulations = jobs.size();
 
   std::vector<double> simErr, closedErr;
   for (std::size_t k = 0; k < res.rows.size(); ++k) {

@@ -8,7 +8,7 @@
 #include "mk/error.hpp"
 #include "mk/sim/replay.hpp"
 #include "mk/topology/topology.hpp"
-#include "mk/validation/parallel.hpp"
+#include "mk/validation/prediction_cache.hpp"
 
 namespace mk {
 
@@ -31,7 +31,8 @@ uint32_t launchesPerOp(const MeasurementFile& f, const std::string& name) {
 }
 
 LayeredValidation validateLayered(const std::vector<MeasurementFile>& files, const std::vector<std::string>& names,
-                                  const std::string& cluster, const Profile& profile, unsigned jobs) {
+                                  const std::string& cluster, const Profile& profile, unsigned jobs,
+                                  PredictionCache* cache) {
   LayeredValidation out;
   struct Job {
     Schedule schedule;
@@ -76,12 +77,10 @@ LayeredValidation validateLayered(const std::vector<MeasurementFile>& files, con
       }
     }
   }
-  std::vector<double> gpuUs(work.size(), 0.0);
-  forEachParallel(work.size(), jobs, [&](std::size_t k) {
-    sim::SimOptions so;
-    so.trace = false;
-    so.linkLoad = false;
-    gpuUs[k] = sim::predict(work[k].schedule, work[k].topo, work[k].profile, so).totalUs;
+  std::vector<TotalJob> totals;
+  for (const Job& j : work) totals.push_back(TotalJob{&j.schedule, &j.topo, &j.profile});
+  const std::vector<double> gpuUs = predictTotals(totals, jobs, cache, [&](std::size_t k) {
+    return out.rows[k].file + ": records[" + std::to_string(out.rows[k].index) + "]";
   });
   std::vector<double> err;
   for (std::size_t k = 0; k < out.rows.size(); ++k) {

@@ -19,45 +19,20 @@
 #include "mk/sim/replay.hpp"
 #include "mk/topology/topology.hpp"
 #include "mk/validation/validate.hpp"
+#include "validate_fixtures.hpp"
 
 namespace {
 
+using mkt::coll;
+using mkt::datasheet;
+using mkt::file;
 using nlohmann::json;
-
-mk::MeasurementRecord coll(const std::string& op, const std::string& algo, uint64_t bytes, uint64_t count,
-                           double timeUs = 10.0) {
-  mk::MeasurementRecord r;
-  r.op = op;
-  r.impl = "mkernel";
-  r.algo = algo;
-  r.dtype = "float32";
-  r.ranks = 2;
-  r.bytes = bytes;
-  r.timeUs = timeUs;
-  r.iters = 40;
-  r.stat = "median";
-  r.extra = {
-      {"count", std::to_string(count)}, {"chunks", "1"}, {"channels", "1"}, {"redop", "\"sum\""}, {"inplace", "false"}};
-  return r;
-}
 
 mk::MeasurementRecord other(const std::string& op, const std::string& impl) {
   mk::MeasurementRecord r = coll(op, "", 8, 2);
   r.impl = impl;
   r.extra.clear();
   return r;
-}
-
-mk::MeasurementFile file(std::vector<mk::MeasurementRecord> records, const std::string& gpu = "NVIDIA H200",
-                         int gpus = 2) {
-  mk::MeasurementFile f;
-  f.schema = "mkernel.measurement.v1";
-  f.system = {{"gpu", "\"" + gpu + "\""}, {"gpus", std::to_string(gpus)}, {"link", "\"NV18\""}};
-  f.date = "2026-11-29";
-  f.commit = "0123abcd";
-  f.command = "mk-bench allreduce";
-  f.records = std::move(records);
-  return f;
 }
 
 /// The message of the mk::Error `fn` throws ("" when it does not throw).
@@ -71,11 +46,6 @@ std::string errorOf(const std::function<void()>& fn) {
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-const mk::Profile& datasheet() {
-  static const mk::Profile p = mk::defaultProfile(mk::topologyPreset("h200x2"));
-  return p;
-}
 
 double closedFormUs(const mk::MeasurementRecord& r) {
   const mk::RecordSchedule q = mk::recordSchedule(r, "test");

@@ -79,6 +79,16 @@ expect 0 'validation: n=2 ' -- "$tool" --profile "$p" --algo ring,direct "$good"
 expect 0 'validation: n=3 ' -- "$tool" --datasheet "$good"
 expect 0 'datasheet defaults' -- "$tool" --datasheet "$good"
 expect 0 'validation: n=3 ' -- "$tool" --profile "$p" -j 1 "$good"
+# The prediction cache: a second run takes every prediction from it, and prints the same table.
+cache="$work/cache"
+expect 0 '3 distinct predictions for 3 records, 0 of them from the cache .*/cache/predictions-' -- \
+  "$tool" --profile "$p" --cache "$cache" "$good"
+"$tool" --profile "$p" --cache none "$good" >"$work/fresh.txt" 2>&1
+"$tool" --profile "$p" --cache "$cache" "$good" >"$work/cached.txt" 2>&1
+check "a second run takes every prediction from the cache" grep -q '3 of them from the cache' "$work/cached.txt"
+check "--cache none simulates every prediction" grep -q '0 of them from the cache (off)' "$work/fresh.txt"
+check "the cached run prints the same table and summary" \
+  diff <(grep -v 'from the cache' "$work/fresh.txt") <(grep -v 'from the cache' "$work/cached.txt")
 expect 0 'validation: n=3 ' -- "$tool" --profile "$p" --cluster h200x2 "$work/a100.json"
 expect 0 'wrote .*/v.json' -- "$tool" --profile "$p" --json "$work/v.json" "$good"
 check "--json has the schema" grep -q '"schema": "mkernel.validation.v1"' "$work/v.json"

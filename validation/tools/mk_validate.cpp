@@ -30,6 +30,7 @@
 #include "mk/util/build_commit.hpp"
 #include "mk/util/cli.hpp"
 #include "mk/util/size.hpp"
+#include "mk/validation/prediction_cache.hpp"
 #include "mk/validation/report_dir.hpp"
 #include "mk/validation/validate.hpp"
 #include "mk/validation/validate_layered.hpp"
@@ -59,6 +60,7 @@ struct Options {
   std::string measuredTrace;
   std::optional<uint64_t> measuredOp;
   unsigned jobs = 2;
+  std::string cache = mk::PredictionCache::defaultDir();
   std::string jsonOut;
   bool skipBad = false;
   std::string python = "/usr/bin/python3";
@@ -173,6 +175,8 @@ int run(const Options& o, const std::string& command) {
   vo.jobs = o.jobs;
   vo.skipBad = o.skipBad;
   vo.maxMemory = o.guard.maxMemory();
+  mk::PredictionCache cache(o.cache == "none" ? "" : o.cache);
+  vo.cache = &cache;
 
   mk::ValidationContext ctx;
   ctx.command = command;
@@ -203,7 +207,10 @@ int run(const Options& o, const std::string& command) {
         " skipped): a gate that checks nothing must not pass");
   if (!o.reportDir.empty() && sel) (void)traceRow(res, sel);  // an unknown record is bad input: fail before writing
   // The layered baseline: every impl "nccl" record, predicted with the nccl-* family (its own line below).
-  const mk::LayeredValidation layered = mk::validateLayered(files, o.files, vo.cluster, ctx.profile, o.jobs);
+  const mk::LayeredValidation layered = mk::validateLayered(files, o.files, vo.cluster, ctx.profile, o.jobs, &cache);
+  std::printf("mk-validate: %zu distinct predictions for %zu records, %zu of them from the cache%s%s\n",
+              res.simulations, res.rows.size(), res.fromCache, cache.enabled() ? " " : " (off)",
+              cache.enabled() ? cache.file().c_str() : "");
   if (o.maxMedianErrNccl && layered.rows.empty())
     bad("--max-median-err-nccl: no impl \"nccl\" record to validate: a gate that checks nothing must not pass");
   if (!layered.rows.empty()) ctx.layered = &layered;
@@ -367,6 +374,10 @@ int main(int argc, char** argv) {
                  "which op of --measured-trace (mk-bench traces one op per size, in sweep order; default: the only "
                  "op whose steps are the record's schedule)");
   app.add_option("-j,--jobs", o.jobs, "simulations run at once (each in its own process)")->capture_default_str();
+  app.add_option("--cache", o.cache,
+                 "keep predictions between runs of this executable in DIR (a hit is what a fresh simulation "
+                 "gives; a rebuilt tool starts over); none: simulate everything")
+      ->capture_default_str();
   mk::cli::addGuardOptions(app, o.guard);
   app.add_option("--json", o.jsonOut, "write every row, the summary and the profile as JSON (mkernel.validation.v1)");
   app.add_flag("--skip-bad", o.skipBad,

@@ -10,6 +10,7 @@
 
 #include "mk/error.hpp"
 #include "mk/util/size.hpp"
+#include "mk/validation/prediction_cache.hpp"
 
 namespace mk::plan {
 
@@ -86,7 +87,11 @@ std::optional<ValidationResult> validateCollectives(PlanResult& out, const std::
   ValidationOptions vo;
   vo.jobs = out.inputs.pricer.jobs;
   vo.skipBad = true;
+  PredictionCache cache(out.inputs.cacheDir);
+  vo.cache = &cache;
   ValidationResult res = validateMeasurements(sel, selNames, out.profile, vo);
+  out.stats.validationPredictions = res.simulations;
+  out.stats.validationFromCache = res.fromCache;
   gpu = loadTopology(res.cluster).node.gpu;
   out.validationNote = std::to_string(res.rows.size()) + " records of " + std::to_string(sel.size()) + " files on " +
                        res.cluster + ": median |error| " + formatNumber(res.sim.medianAbsPct, 3) + " %";
@@ -307,6 +312,8 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
   if (!files.empty()) {
     say("validating the simulator on the committed collective measurements");
     validation = validateCollectives(out, files, names, validationGpu);
+    say("validation: " + std::to_string(out.stats.validationPredictions) + " distinct predictions, " +
+        std::to_string(out.stats.validationFromCache) + " of them from the cache");
   } else {
     out.validationNote = "no measurement directory (--measured)";
   }

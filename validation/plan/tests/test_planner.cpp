@@ -41,6 +41,7 @@ PlanInputs inputs(const Workload& w, const std::string& gpus, const std::vector<
   in.gpus = parseGpuCounts(gpus);
   in.profilePath = MK_DEFAULT_PROFILE;
   in.measuredDir = MK_MEASURED_DIR;
+  in.cacheDir = MK_TEST_CACHE_DIR;
   for (const auto& s : whatIfs) in.whatIfs.push_back(parseWhatIf(s));
   return in;
 }
@@ -135,6 +136,13 @@ TEST_CASE("planner: the same inputs give the same plan.json") {
   const std::string b = planToJson(runPlan(in, *fused), "x");
   CHECK(a == b);
   CHECK(a.find("\"wall_s\"") == std::string::npos);  // run statistics live in run-stats.json
+  // Every prediction of the validation simulated afresh: the same plan as with the cache the runs above used.
+  PlanInputs uncached = in;
+  uncached.cacheDir.clear();
+  const PlanResult c = runPlan(uncached, *fused);
+  CHECK(c.stats.validationFromCache == 0);
+  CHECK(c.stats.validationPredictions > 0);
+  CHECK(planToJson(c, "x") == a);
 }
 
 TEST_CASE("planner: shared NICs, stragglers, infeasible scales, the fused seam") {

@@ -24,6 +24,7 @@
 #include "mk/util/cli.hpp"
 #include "mk/util/cli_convention.hpp"
 #include "mk/util/size.hpp"
+#include "mk/validation/prediction_cache.hpp"
 #include "mk/validation/report_dir.hpp"
 #include "mk/workload/workload.hpp"
 
@@ -59,6 +60,7 @@ struct Options {
   std::string tokenBudget = "1T";
   std::optional<double> gpuMemoryGB;
   std::string measured;
+  std::string cache = mk::PredictionCache::defaultDir();
   uint64_t simBudget = 4000000;
   unsigned jobs = 2;
   std::string reportDir, jsonOut, statsOut;
@@ -185,6 +187,7 @@ int run(const Options& o, const std::string& command) {
   } else if (fs::is_directory(MK_MEASURED_DIR, ec)) {
     in.measuredDir = MK_MEASURED_DIR;
   }
+  if (o.cache != "none") in.cacheDir = o.cache;
   in.pricer.jobs = o.jobs;
   in.pricer.budgetSteps = o.simBudget;
   const std::vector<std::string> inputs{o.workload, o.layoutFile, o.cluster, o.profile, o.script};
@@ -311,6 +314,10 @@ int main(int argc, char** argv) {
                  "schedules of more steps are priced by their closed form instead of simulated (0: no limit)")
       ->capture_default_str();
   app.add_option("-j,--jobs", o.jobs, "simulations at once (each in its own process)")->capture_default_str();
+  app.add_option("--cache", o.cache,
+                 "keep the validation's predictions between runs of this executable in DIR (a hit is what a fresh "
+                 "simulation gives; a rebuilt tool starts over); none: simulate them every run")
+      ->capture_default_str();
   app.add_option(
       "--report", o.reportDir,
       "an HTML folder: write DIR/index.html, PNG plots, DIR/plan.json and DIR/run-stats.json (new, empty or a previous "

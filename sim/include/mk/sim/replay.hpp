@@ -114,6 +114,9 @@ Topology usedPart(const Topology& topo, const Schedule& s);
 /// simulating process dies.
 Prediction predict(const Schedule& s, const Topology& topo, const Profile& profile, const SimOptions& opt = {});
 
+/// The simulation engine this process runs: "SimGrid <major>.<minor>.<patch>" of the loaded library.
+std::string engineVersion();
+
 /// Run `body` in a forked child and return the bytes it returns. An mk::Error thrown in the child is
 /// re-thrown here with its code and message; any other exception becomes Error(Internal); a child killed by
 /// a signal becomes Error(Internal) naming the signal. For code that needs its own SimGrid Engine (tests of

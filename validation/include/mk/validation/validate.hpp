@@ -23,6 +23,7 @@
 #include "mk/schedule/schedule.hpp"
 #include "mk/sim/replay.hpp"
 #include "mk/topology/topology.hpp"
+#include "mk/validation/prediction_cache.hpp"
 #include "mk/validation/system_cluster.hpp"
 
 namespace mk {
@@ -116,6 +117,7 @@ struct ValidationOptions {
   /// Memory all predictions running at once may take (mk/resources.hpp; 0: defaultMaxMemory()): a record whose
   /// schedule and simulation need more than its share (maxMemory / jobs) is bad input, refused before it runs.
   uint64_t maxMemory = 0;
+  PredictionCache* cache = nullptr;  ///< predictions kept between runs (prediction_cache.hpp); nullptr: none
 };
 
 /// The outcome.
@@ -124,10 +126,12 @@ struct ValidationResult {
   std::vector<ValidationRow> rows;  ///< in file order, then record order
   std::vector<SkippedRecord> skipped;
   std::vector<FileSummary> files;
-  std::size_t ignored = 0;   ///< records of other kinds (nccl, calib-*, enqueue-to-first-step, ...)
-  std::size_t filtered = 0;  ///< validated kinds left out by ops / algos
-  ErrorStats sim;            ///< the gated statistic
-  ErrorStats closed;         ///< over the rows that have a closed form
+  std::size_t ignored = 0;      ///< records of other kinds (nccl, calib-*, enqueue-to-first-step, ...)
+  std::size_t filtered = 0;     ///< validated kinds left out by ops / algos
+  ErrorStats sim;               ///< the gated statistic
+  ErrorStats closed;            ///< over the rows that have a closed form
+  std::size_t simulations = 0;  ///< distinct predictions the rows needed (rows of one request share one)
+  std::size_t fromCache = 0;    ///< of those, how many ValidationOptions::cache held
 };
 
 /// Regenerate and predict every validated record of `files` (names parallel to files, used in messages).

@@ -40,8 +40,10 @@ uint32_t launchesPerOp(const MeasurementFile& f, const std::string& name);
 
 /// Predict every `impl: nccl` allreduce / allgather / reducescatter record of `files` on `cluster` (a preset or a
 /// topology file): the nccl-* algorithm and protocol chooseLayered() picks under `profile`, simulated under
-/// layeredProfile(), plus the host's launches (layeredOpUs). `jobs` predictions run at once.
+/// layeredProfile(), plus the host's launches (layeredOpUs). `jobs` predictions run at once; `cache` (optional)
+/// keeps them between runs (prediction_cache.hpp).
 LayeredValidation validateLayered(const std::vector<MeasurementFile>& files, const std::vector<std::string>& names,
-                                  const std::string& cluster, const Profile& profile, unsigned jobs);
+                                  const std::string& cluster, const Profile& profile, unsigned jobs,
+                                  PredictionCache* cache = nullptr);
 
 }  // namespace mk

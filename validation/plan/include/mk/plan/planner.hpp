@@ -31,8 +31,9 @@ struct PlanInputs {
   std::string profilePath;                ///< mkernel.profile.v1 file; "" with datasheet = the cluster's datasheet
   bool datasheet = false;
   std::vector<WhatIf> whatIfs;
-  double tokenBudget = 1e12;          ///< tokens, for GPU-hours
-  std::string measuredDir;            ///< committed measurements (GEMM model, validation); "" = none
+  double tokenBudget = 1e12;  ///< tokens, for GPU-hours
+  std::string measuredDir;    ///< committed measurements (GEMM model, validation); "" = none
+  std::string cacheDir;       ///< the validation's predictions kept between runs (prediction_cache.hpp); "" = none
   std::optional<double> gpuMemoryGB;  ///< per GPU; default from the GPU model (H100 80, H200 141)
   PricerSettings pricer;
 };
@@ -108,7 +109,8 @@ struct VariantResult {
 struct RunStats {
   double wallS = 0, validationS = 0, simulationS = 0;
   std::size_t simulations = 0, requests = 0, distinct = 0;
-  double simulatedWallS = 0;  ///< sum of the simulations' own wall times
+  std::size_t validationPredictions = 0, validationFromCache = 0;  ///< the validation's, and its cache hits
+  double simulatedWallS = 0;                                       ///< sum of the simulations' own wall times
 };
 
 /// The whole plan.
