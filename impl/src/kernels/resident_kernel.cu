@@ -366,18 +366,19 @@ __device__ void hostLinkWarp(const EngineDeviceHandle& h, ControlShared& cs) {
     }
     if (__shfl_sync(kFullMask, quit, 0)) break;
     taken = __shfl_sync(kFullMask, taken, 0);
-    // Stage the next descriptor once its slot is free and the host has published it.
+    // Stage the next descriptor once its slot is free and the host has published it. Each poll reads the whole
+    // descriptor, seq included, in one PCIe round trip: polling seq alone and then reading the body took two, on
+    // the critical path of an op submitted to an idle kernel. A body read beside its new seq but before the
+    // host's writes of it arrived fails the check word (readDescriptor) and is read again after the fence.
     if (!refused && next - taken < kPrefetch) {
       const OpDescriptor* d = &h.ring[next % h.ringSlots];
-      uint32_t seq = 0;
-      if (lid == 0) seq = loadVolatile(&d->seq);
-      seq = __shfl_sync(kFullMask, seq, 0);
-      if (seq == next + 1) {
-        fenceSys();  // acquire: `seq` is written last by the host, the body before it
-        // Every lane acquires the slot's release by the control warp (lane 0 saw it complete: true for all).
-        if (next >= kPrefetch) mbarAcquire(&cs.empty[next % kPrefetch], slotParity(next - kPrefetch));
-        ControlShared::Slot& sl = cs.slot[next % kPrefetch];
-        const DescriptorRead rd = readDescriptor(d, h.rank, lid, sl.table);
+      // Every lane acquires the slot's release by the control warp (lane 0 saw it complete: true for all).
+      if (next >= kPrefetch) mbarAcquire(&cs.empty[next % kPrefetch], slotParity(next - kPrefetch));
+      ControlShared::Slot& sl = cs.slot[next % kPrefetch];
+      DescriptorRead rd = readDescriptor(d, h.rank, lid, sl.table);
+      if (rd.seq == next + 1) {
+        fenceSys();  // acquire: `seq` is written last by the host; what the op reads next was written before it
+        if (rd.fault != 0) rd = readDescriptor(d, h.rank, lid, sl.table);  // torn by the host's writes, or bad
         if (lid == 0) {
           // Refused, not staged: the control warp never sees the op and stops on the abort this raises.
           if (rd.fault != 0)

@@ -16,18 +16,21 @@
 #if MK_HAVE_DEVICE_CODE
 namespace mk::device {
 
-/// What readDescriptor found: this rank's program, the binding count and flags, and (fault != 0) why the descriptor
-/// is refused, with the value seen and the one expected (StatusBlock::seen / expected). The same on every lane.
+/// What readDescriptor found: the seq word, this rank's program, the binding count and flags, and (fault != 0) why
+/// the descriptor is refused, with the value seen and the one expected (StatusBlock::seen / expected). The same on
+/// every lane.
 struct DescriptorRead {
   uint64_t program;
-  uint32_t nBindings, flags;
+  uint32_t seq, nBindings, flags;
   uint32_t fault;  ///< DescriptorFault, 0 = none
   uint64_t seen, want;
 };
 
-/// Read descriptor `d`, already acquired (its seq seen, then a system fence), with every lane of the warp (`lid` its
-/// lane): the binding table goes to `table` (kMaxBindings entries, shared memory), the rest is returned and checked:
-/// the check word, at most kMaxBindings bindings, a non-null 16-byte aligned program for `rank`.
+/// Read descriptor `d` with every lane of the warp (`lid` its lane): the binding table goes to `table` (kMaxBindings
+/// entries, shared memory), the rest is returned and checked: the check word, at most kMaxBindings bindings, a
+/// non-null 16-byte aligned program for `rank`. The read need not follow an acquire of `seq`: the check word covers
+/// seq and every other word, so a read the host's writes tore (a new seq beside older words, or the reverse) fails
+/// the check like a corrupted descriptor does (a false match of the 64-bit check is a ~2^-64 event per torn read).
 MK_DEVICE_INLINE DescriptorRead readDescriptor(const OpDescriptor* d, uint32_t rank, uint32_t lid, uint64_t* table) {
   static_assert(
       sizeof(OpDescriptor) == 80 * sizeof(uint64_t) && kDescriptorWords == 74 && kMaxRanks == 8 && kMaxBindings == 64,
@@ -49,8 +52,10 @@ MK_DEVICE_INLINE DescriptorRead readDescriptor(const OpDescriptor* d, uint32_t r
   DescriptorRead r{};
   r.program = __shfl_sync(kAll, (progWord & 1u) ? w[1] : w[0], progWord / 2);
   r.want = __shfl_sync(kAll, w[2], (kDescriptorWords - 64) / 2);
-  r.nBindings = static_cast<uint32_t>(__shfl_sync(kAll, w[0], 0) >> 32);  // word 0 is (seq, nBindings)
-  r.flags = static_cast<uint32_t>(__shfl_sync(kAll, w[1], 0));            // word 1 is (flags, reserved0)
+  const uint64_t w0 = __shfl_sync(kAll, w[0], 0);  // word 0 is (seq, nBindings)
+  r.seq = static_cast<uint32_t>(w0);
+  r.nBindings = static_cast<uint32_t>(w0 >> 32);
+  r.flags = static_cast<uint32_t>(__shfl_sync(kAll, w[1], 0));  // word 1 is (flags, reserved0)
   if (fold != r.want) {
     r.fault = static_cast<uint32_t>(DescriptorFault::CheckWord);
     r.seen = fold;
