@@ -11,7 +11,7 @@ if(MK_SANITIZE)
   endif()
   # -fno-sanitize-recover: an undefined-behaviour report fails the test instead of scrolling past.
   # -O1 -g1 (placed after the build type's flags, so they win): about a third of the compile time of -O2 -g,
-  # which keeps CI's second build short; line tables are all a sanitizer's stack trace needs.
+  # which keeps CI's build (a sanitized one) short; line tables are all a sanitizer's stack trace needs.
   add_compile_options(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g1)
   add_link_options(-fsanitize=address,undefined)
   message(STATUS "mkernel: AddressSanitizer + UndefinedBehaviorSanitizer ON")
