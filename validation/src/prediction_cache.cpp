@@ -91,10 +91,10 @@ void prune(const std::string& dir, std::size_t keep) {
 
 PredictionCache::PredictionCache(std::string dir) : dir_(std::move(dir)) {
   if (dir_.empty()) return;
-  const std::string id = executableId();
-  if (id.empty()) return;
-  file_ = (fs::path(dir_) / ("predictions-" + hex(fnv1a(id.data(), id.size())) + ".json")).string();
-  entries_ = readEntries(file_, id);
+  id_ = executableId();
+  if (id_.empty()) return;
+  file_ = (fs::path(dir_) / ("predictions-" + hex(fnv1a(id_.data(), id_.size())) + ".json")).string();
+  entries_ = readEntries(file_, id_);
 }
 
 std::string PredictionCache::defaultDir() {
@@ -131,15 +131,14 @@ void PredictionCache::put(const std::string& key, double totalUs) {
 
 bool PredictionCache::save() {
   if (!enabled() || added_.empty()) return true;
-  const std::string id = executableId();
   std::error_code ec;
   fs::create_directories(dir_, ec);
-  std::map<std::string, double> merged = readEntries(file_, id);
+  std::map<std::string, double> merged = readEntries(file_, id_);
   if (merged.size() + added_.size() > kMaxEntries) merged.clear();
   for (const auto& [k, v] : added_) merged[k] = v;
   nlohmann::json j;
   j["schema"] = kSchema;
-  j["executable"] = id;
+  j["executable"] = id_;
   j["entries"] = merged;
   try {
     writeFileAtomic(file_, j.dump() + "\n");

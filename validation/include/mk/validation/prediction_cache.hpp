@@ -47,6 +47,7 @@ class PredictionCache {
 
  private:
   std::string dir_;
+  std::string id_;  ///< what the simulator is (the executable, SimGrid); read once
   std::string file_;
   std::map<std::string, double> entries_;
   std::map<std::string, double> added_;
