@@ -30,10 +30,12 @@
 #include "mk/util/stats.hpp"
 #include "net/socket_util.hpp"
 #include "proxy_bench_pair.hpp"
+#include "proxy_bench_sink.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using mk::bench::CountingSink;
 using mk::proxy::PutRequest;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -52,61 +54,6 @@ struct Config {
   std::string copies = "both";
   bool checksum = false;
   double budgetMs = 30000;
-};
-
-/// Counts what lands; a waiter sleeps until a count is reached. Writes go to one buffer (every put of a size to the
-/// same place: the benchmark measures movement, the tests check content).
-class CountingSink final : public mk::proxy::ProxySink {
- public:
-  explicit CountingSink(uint64_t bytes) : buffer_(std::max<uint64_t>(bytes, 1)) {}
-  void* putDestination(const mk::proxy::PutArrival& a) override {
-    if (a.info.dstOffset + a.info.bytes > buffer_.size())
-      throw mk::Error(mk::ErrorCode::InvalidArgument, "put beyond the benchmark's buffer");
-    return buffer_.data() + a.info.dstOffset;
-  }
-  void putLanded(const mk::proxy::PutArrival&) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++landed_;
-    if (landed_ >= target_) cv_.notify_all();
-  }
-  void control(const mk::proxy::ControlMessage& m) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    acks_.push_back(m.value);
-    cv_.notify_all();
-  }
-  void failed(const mk::Error& e) noexcept override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (error_.empty()) error_ = e.what();
-    cv_.notify_all();
-  }
-  /// Wait until `count` puts landed since the last reset (throws the transport's failure, or a timeout).
-  void waitLanded(uint64_t count) {
-    std::unique_lock<std::mutex> lock(mu_);
-    target_ = count;
-    if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return landed_ >= count || !error_.empty(); }))
-      throw mk::Error(mk::ErrorCode::Timeout,
-                      "only " + std::to_string(landed_) + " of " + std::to_string(count) + " puts landed within 60 s");
-    if (!error_.empty()) throw mk::Error(mk::ErrorCode::IoError, error_);
-    landed_ -= count;
-  }
-  /// Wait for the next ack (a control message) and return its value.
-  uint64_t waitAck() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return !acks_.empty() || !error_.empty(); }))
-      throw mk::Error(mk::ErrorCode::Timeout, "no acknowledgement within 60 s");
-    if (!error_.empty()) throw mk::Error(mk::ErrorCode::IoError, error_);
-    const uint64_t v = acks_.front();
-    acks_.erase(acks_.begin());
-    return v;
-  }
-
- private:
-  std::vector<std::byte> buffer_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t landed_ = 0, target_ = UINT64_MAX;
-  std::vector<uint64_t> acks_;
-  std::string error_;
 };
 
 /// Every command names a signal to rank 1 (the second process): the cheapest real resolution (a table lookup).

@@ -21,6 +21,7 @@
 #include "mk/bootstrap.hpp"
 #include "mk/error.hpp"
 #include "mk/proxy/transport.hpp"
+#include "mk/util/range.hpp"
 #include "multiprocess_launch.hpp"
 #include "net/socket_util.hpp"
 #include "proxy/wire.hpp"
@@ -54,8 +55,10 @@ class HostSink final : public mk::proxy::ProxySink {
     if (it == buffers_.end())
       throw mk::Error(mk::ErrorCode::InvalidArgument,
                       "no buffer " + std::to_string(a.info.dstBuffer) + " on rank " + std::to_string(a.info.dstRank));
-    if (a.info.dstOffset + a.info.bytes > it->second.size())
-      throw mk::Error(mk::ErrorCode::InvalidArgument, "bytes outside the buffer");
+    if (!mk::rangeInside(a.info.dstOffset, a.info.bytes, it->second.size()))
+      throw mk::Error(mk::ErrorCode::InvalidArgument, "bytes " + mk::rangeText(a.info.dstOffset, a.info.bytes) +
+                                                          " outside the buffer of " +
+                                                          std::to_string(it->second.size()) + " bytes");
     return it->second.data() + a.info.dstOffset;
   }
   void putLanded(const mk::proxy::PutArrival& a) override {

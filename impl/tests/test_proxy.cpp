@@ -9,7 +9,9 @@
 #include <map>
 #include <thread>
 
+#include "../bench/proxy_bench_sink.hpp"
 #include "mk/proxy/proxy.hpp"
+#include "mk/util/range.hpp"
 #include "proxy_test_util.hpp"
 
 namespace {
@@ -235,4 +237,117 @@ TEST_CASE("proxy: a poll hook that throws fails the consumer like a send, naming
   CHECK(h.sink.failures[0].code() == mk::ErrorCode::IoError);
   CHECK(contains(h.sink.failures[0].message(), "proxy of rank 0"));
   CHECK(contains(h.sink.failures[0].message(), "relay: the peer is gone"));
+}
+
+// ---- range checks that cannot wrap (mk/util/range.hpp) and the sinks that use it ----------------------------------
+
+namespace {
+
+constexpr uint64_t kMax = UINT64_MAX;
+
+/// A put of `bytes` bytes at `offset` into buffer 0 of rank 0.
+mk::proxy::PutArrival arrival(uint64_t offset, uint64_t bytes) {
+  mk::proxy::PutArrival a;
+  a.info.srcRank = 1;
+  a.info.dstRank = 0;
+  a.info.dstBuffer = 0;
+  a.info.dstOffset = offset;
+  a.info.bytes = bytes;
+  return a;
+}
+
+/// Offsets and lengths whose sum wraps past 2^64 to a small number: a check by addition lets them in.
+const std::vector<std::pair<uint64_t, uint64_t>> kWrapping = {
+    {kMax - 15, 32}, {16, kMax - 7}, {kMax, 1}, {1, kMax}, {kMax, kMax}};
+
+}  // namespace
+
+TEST_CASE("range: rangeInside accepts exactly the ranges inside the region, also near 2^64") {
+  static_assert(mk::rangeInside(0, 0, 0) && !mk::rangeInside(kMax - 15, 32, 64), "usable in constant expressions");
+  // Zero bytes: inside anywhere up to and including the end, never past it.
+  CHECK(mk::rangeInside(0, 0, 0));
+  CHECK(mk::rangeInside(64, 0, 64));
+  CHECK_FALSE(mk::rangeInside(65, 0, 64));
+  CHECK_FALSE(mk::rangeInside(kMax, 0, 64));
+  // The last byte, the whole region, one byte too many.
+  CHECK(mk::rangeInside(63, 1, 64));
+  CHECK(mk::rangeInside(0, 64, 64));
+  CHECK_FALSE(mk::rangeInside(64, 1, 64));
+  CHECK_FALSE(mk::rangeInside(1, 64, 64));
+  CHECK_FALSE(mk::rangeInside(0, 65, 64));
+  // Offsets and lengths near 2^64, where offset + bytes wraps.
+  for (const auto& range : kWrapping) {
+    const uint64_t offset = range.first, bytes = range.second;
+    CAPTURE(offset);
+    CAPTURE(bytes);
+    CHECK_FALSE(mk::rangeInside(offset, bytes, 64));
+    CHECK_FALSE(mk::rangeInside(offset, bytes, kMax - 1));
+  }
+  // A region as large as 64 bits allow.
+  CHECK(mk::rangeInside(kMax - 16, 16, kMax));
+  CHECK(mk::rangeInside(0, kMax, kMax));
+  CHECK_FALSE(mk::rangeInside(kMax - 15, 16, kMax));
+  CHECK(mk::rangeText(kMax - 15, 32) == "[18446744073709551600, +32)");
+}
+
+TEST_CASE("range: the test sink and mk-proxy-bench's sink refuse puts whose offset + bytes wraps, naming them") {
+  mkt::HostSink host;
+  host.addBuffer(0, 0, 4096);
+  mk::bench::CountingSink bench(4096);
+  for (mk::proxy::ProxySink* sink :
+       {static_cast<mk::proxy::ProxySink*>(&host), static_cast<mk::proxy::ProxySink*>(&bench)}) {
+    CAPTURE(sink == &host ? "HostSink" : "CountingSink");
+    for (const auto& range : kWrapping) {
+      const uint64_t offset = range.first, bytes = range.second;
+      CAPTURE(offset);
+      CAPTURE(bytes);
+      CHECK_THROWS_WITH_AS(sink->putDestination(arrival(offset, bytes)),
+                           doctest::Contains(mk::rangeText(offset, bytes).c_str()), mk::Error);
+    }
+    CHECK_THROWS_AS(sink->putDestination(arrival(4096 - 31, 32)), mk::Error);
+    CHECK(sink->putDestination(arrival(4096 - 32, 32)) != nullptr);
+  }
+  for (const std::byte b : host.buffer(0, 0)) REQUIRE(b == std::byte{0});
+}
+
+TEST_CASE("range: a peer's put at offset 2^64 - 16 fails its connection naming the range, and writes nothing") {
+  namespace wire = mk::proxy::wire;
+  const uint16_t port = mkt::freePort();
+  const auto codes = mkt::forkRanks(
+      2,
+      [&](int me) -> int {
+        mk::TcpBootstrap boot(mkt::bootOptions(me, 2, port));
+        if (me == 1) {
+          mkt::FakePeer fake(boot);
+          if (fake.connect(0).kind != static_cast<uint16_t>(wire::HelloKind::Accept)) return 10;
+          // With offset + bytes = 16 a check by addition passes and the payload lands 16 bytes before the buffer.
+          const wire::FrameHeader h = mkt::FakePeer::frame(wire::FrameType::Put, 0, [](wire::FrameHeader& f) {
+            f.srcRank = 1;
+            f.offset = kMax - 15;
+            f.bytes = 32;
+          });
+          const std::vector<uint8_t> payload(32, 0x5a);
+          const wire::FrameTrailer t{wire::kTrailerMagic, 0, 0, 0};
+          fake.sendRaw(&h, sizeof h);
+          fake.sendRaw(payload.data(), payload.size());
+          fake.sendRaw(&t, sizeof t);
+          boot.barrier();
+          return 0;
+        }
+        auto transport = mk::proxy::connectTransport(boot, mkt::socketOptions(nullptr, 1000));
+        mk::proxy::HostCopier copier;
+        mkt::HostSink sink;
+        sink.addBuffer(0, 0, 4096);
+        transport->start(sink, copier);
+        int rc = mkt::expectFailure(sink, "process 0, a put at 2^64 - 16",
+                                    {"process 1 (127.0.0.1:", "[18446744073709551600, +32) outside the buffer"});
+        for (const std::byte b : sink.buffer(0, 0))
+          if (b != std::byte{0}) rc = 5;
+        boot.barrier();
+        transport->close();
+        return rc;
+      },
+      30);
+  CHECK(codes[0] == 0);
+  CHECK(codes[1] == 0);
 }

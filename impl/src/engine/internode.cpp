@@ -15,6 +15,7 @@
 #include "engine/host_log.hpp"
 #include "engine/host_sync.hpp"
 #include "mk/schedule/validate.hpp"
+#include "mk/util/range.hpp"
 
 namespace mk::runtime {
 
@@ -134,14 +135,14 @@ void InterNode::applyParkedLocked(uint32_t rank, uint32_t seq) {
     const Parked& p = q.front();
     uint64_t dst = 0, offset = 0, ringEnd = 0;
     if (!p.data.empty()) {
-      const uint64_t end = p.info.dstOffset + p.data.size();
-      if (p.info.dstBuffer >= op->address.size() || end > op->bytes[p.info.dstBuffer] ||
+      if (p.info.dstBuffer >= op->address.size() ||
+          !rangeInside(p.info.dstOffset, p.data.size(), op->bytes[p.info.dstBuffer]) ||
           op->address[p.info.dstBuffer] == 0)
-        throw Error(ErrorCode::InvalidArgument,
-                    "rank " + std::to_string(p.info.srcRank) + " sent op " + std::to_string(seq) +
-                        " bytes for buffer " + std::to_string(p.info.dstBuffer) + " [" +
-                        std::to_string(p.info.dstOffset) + ", " + std::to_string(end) + ") that rank " +
-                        std::to_string(rank) + " does not have (" + op->sched->what + ")");
+        throw Error(ErrorCode::InvalidArgument, "rank " + std::to_string(p.info.srcRank) + " sent op " +
+                                                    std::to_string(seq) + " bytes for buffer " +
+                                                    std::to_string(p.info.dstBuffer) + " " +
+                                                    rangeText(p.info.dstOffset, p.data.size()) + " that rank " +
+                                                    std::to_string(rank) + " does not have (" + op->sched->what + ")");
       dst = op->address[p.info.dstBuffer] + p.info.dstOffset;
       offset = allocateReceive(rank, p.data.size(), &ringEnd);
       std::memcpy(engine_.ranks_[rank].inboxStaging + offset, p.data.data(), p.data.size());
@@ -161,7 +162,9 @@ uint64_t InterNode::allocateReceive(uint32_t rank, uint64_t bytes, uint64_t* end
   Local& l = local(rank);
   ReceiveRing& ring = l.ring;
   const uint64_t size = engine_.config_.proxyReceiveBytes;
-  const uint64_t want = (bytes + 255) / 256 * 256;  // 256-byte slots keep the kernel's 16-byte copies aligned
+  // 256-byte slots keep the kernel's 16-byte copies aligned; bytes is compared first because rounding a length near
+  // 2^64 up wraps to a small one.
+  const uint64_t want = bytes > size ? UINT64_MAX : (bytes + 255) / 256 * 256;
   if (want > size)
     throw Error(ErrorCode::InvalidArgument,
                 "a put of " + std::to_string(bytes) +
@@ -273,15 +276,14 @@ void* InterNode::putDestination(const proxy::PutArrival& put) {
   std::lock_guard<std::mutex> lock(mu_);
   Local& l = local(info.dstRank);
   if (const OpBinding* op = findOp(info.dstRank, info.opTag); op && l.parked.count(info.opTag) == 0) {
-    const uint64_t end = info.dstOffset + info.bytes;
-    if (info.dstBuffer >= op->address.size() || end < info.dstOffset || end > op->bytes[info.dstBuffer] ||
+    if (info.dstBuffer >= op->address.size() || !rangeInside(info.dstOffset, info.bytes, op->bytes[info.dstBuffer]) ||
         op->address[info.dstBuffer] == 0)
       throw Error(ErrorCode::InvalidArgument,
                   "rank " + std::to_string(info.srcRank) + " (lane " + std::to_string(info.lane) + " step " +
-                      std::to_string(info.step) + ") sent op " + std::to_string(info.opTag) + " bytes [" +
-                      std::to_string(info.dstOffset) + ", " + std::to_string(end) + ") of buffer " +
-                      std::to_string(info.dstBuffer) + ", which rank " + std::to_string(info.dstRank) +
-                      " does not have in that op (" + op->sched->what + ")");
+                      std::to_string(info.step) + ") sent op " + std::to_string(info.opTag) + " bytes " +
+                      rangeText(info.dstOffset, info.bytes) + " of buffer " + std::to_string(info.dstBuffer) +
+                      ", which rank " + std::to_string(info.dstRank) + " does not have in that op (" + op->sched->what +
+                      ")");
     // The bytes land in the receive staging; putLanded asks the kernel to copy them into place.
     Receiving r;
     r.info = info;
@@ -294,7 +296,7 @@ void* InterNode::putDestination(const proxy::PutArrival& put) {
   // The op is not bound on this rank yet (its caller has not submitted it): keep the bytes in host memory until it
   // is, rather than stop reading the connection (the sender's done / entered notices travel behind them).
   const uint64_t limit = engine_.config_.proxyParkBytes;
-  if (l.parkedBytes + info.bytes > limit)
+  if (!rangeInside(l.parkedBytes, info.bytes, limit))
     throw Error(ErrorCode::InvalidArgument,
                 "rank " + std::to_string(info.srcRank) + " sent " + std::to_string(info.bytes) + " bytes of op " +
                     std::to_string(info.opTag) + " before rank " + std::to_string(info.dstRank) +

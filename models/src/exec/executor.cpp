@@ -39,6 +39,7 @@
 #include "mk/error.hpp"
 #include "mk/exec/numeric.hpp"
 #include "mk/schedule/check.hpp"
+#include "mk/util/range.hpp"
 #include "worker_pool.hpp"
 
 namespace mk {
@@ -153,11 +154,10 @@ class Executor final : public RemoteEndpoint {
                                                   std::to_string(nBuffers_));
     const BoundBuffer& bb = bound_[rank * nBuffers_ + buffer];
     const uint64_t size = bb.count * dtypeSize(bb.dtype);
-    if (bytes > size || byteOffset > size - bytes)
-      throw Error(ErrorCode::InvalidArgument, "remote write of bytes [" + std::to_string(byteOffset) + ", +" +
-                                                  std::to_string(bytes) + ") is outside buffer '" +
-                                                  s_.buffers[buffer].name + "' of rank " + std::to_string(rank) + " (" +
-                                                  std::to_string(size) + " bytes)");
+    if (!rangeInside(byteOffset, bytes, size))
+      throw Error(ErrorCode::InvalidArgument, "remote write of bytes " + rangeText(byteOffset, bytes) +
+                                                  " is outside buffer '" + s_.buffers[buffer].name + "' of rank " +
+                                                  std::to_string(rank) + " (" + std::to_string(size) + " bytes)");
     return bb.data + byteOffset;
   }
 
@@ -341,11 +341,11 @@ class Executor final : public RemoteEndpoint {
               std::string("operand ") + name + " names buffer " + std::to_string(ref.buffer) + ", expected < " +
                   std::to_string(nBuffers_) + " declared buffers");
     const BoundBuffer& bb = bound_[ref.rank * nBuffers_ + ref.buffer];
-    if (extent > bb.count || ref.offset > bb.count - extent)
+    if (!rangeInside(ref.offset, extent, bb.count))
       invalid(ls, stepIdx,
-              std::string("operand ") + name + " [" + std::to_string(ref.offset) + ", +" + std::to_string(extent) +
-                  ") is outside buffer '" + s_.buffers[ref.buffer].name + "' of rank " + std::to_string(ref.rank) +
-                  " (" + std::to_string(bb.count) + " elements)");
+              std::string("operand ") + name + " " + rangeText(ref.offset, extent) + " is outside buffer '" +
+                  s_.buffers[ref.buffer].name + "' of rank " + std::to_string(ref.rank) + " (" +
+                  std::to_string(bb.count) + " elements)");
     return bb;
   }
 

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "mk/bootstrap.hpp"
+#include "mk/util/range.hpp"
 #include "proxy/ib/ib_peer.hpp"
 #include "proxy/spin.hpp"
 
@@ -150,7 +151,7 @@ class IbTransport final : public Transport {
     const auto a = reinterpret_cast<uint64_t>(src);
     std::lock_guard<std::mutex> lock(regMu_);
     for (const ib::MemoryRegion& mr : regions_)
-      if (a >= mr.addr && a + bytes <= mr.addr + mr.length) return &mr;
+      if (a >= mr.addr && rangeInside(a - mr.addr, bytes, mr.length)) return &mr;
     return nullptr;
   }
 
