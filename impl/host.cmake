@@ -2,8 +2,10 @@
 # the bootstrap (TCP rendezvous, MPI), the command FIFO's host side, the proxy and its transports (socket; ibverbs
 # where rdma-core is found) and the CPU executor's inter-node port. The CUDA engine (mk::impl) links it.
 add_library(mk_host STATIC
+  src/bootstrap/job_key.cpp
   src/bootstrap/launch.cpp
   src/bootstrap/tcp_bootstrap.cpp
+  src/bootstrap/tcp_rendezvous.cpp
   src/net/socket_util.cpp
   # the proxy: FIFO host side, consumer threads, wire protocol, socket transport, transport choice
   src/proxy/fifo.cpp
@@ -24,7 +26,9 @@ target_include_directories(mk_host PUBLIC
   $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
   $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
   PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
-target_link_libraries(mk_host PUBLIC mk::models Threads::Threads PRIVATE mk::warnings)
+# libcrypto (OpenSSL, Debian libssl-dev): HMAC-SHA256 for the rendezvous's handshake (mk/job_key.hpp).
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+target_link_libraries(mk_host PUBLIC mk::models Threads::Threads PRIVATE mk::warnings OpenSSL::Crypto)
 install(TARGETS mk_host EXPORT mkernelTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 
@@ -122,7 +126,7 @@ if(TARGET mk_proxy_tests)
   target_include_directories(mk_proxy_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 endif()
 mk_add_doctest(mk_proxy_exec_tests LABELS unit
-  SOURCES tests/test_exec_multinode.cpp tests/test_exec_faults.cpp LIBS mk::host)
+  SOURCES tests/test_exec_multinode.cpp tests/test_exec_faults.cpp tests/test_bootstrap_hostile.cpp LIBS mk::host)
 if(TARGET mk_proxy_exec_tests)
   target_include_directories(mk_proxy_exec_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 endif()

@@ -20,6 +20,15 @@
 #include "net/socket_util.hpp"
 
 namespace mk::bench {
+namespace {
+
+/// The pair's job key: drawn by runPair before it forks, so that both processes hold it and no other does.
+JobKey& pairKey() {
+  static JobKey key;
+  return key;
+}
+
+}  // namespace
 
 uint16_t freePort() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -39,12 +48,14 @@ TcpBootstrapOptions bootOptions(int me, uint16_t port) {
   o.addr = "127.0.0.1";
   o.port = port;
   o.timeoutMs = 120000;  // a 256 MiB batch of a slow path takes seconds between two barriers
+  o.key = pairKey();
   return o;
 }
 
 void runPair(const std::function<int(int, uint16_t, std::vector<MeasurementRecord>*)>& body,
              std::vector<MeasurementRecord>* records, double timeoutS) {
   const uint16_t port = freePort();
+  pairKey() = JobKey::generate();
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t child = ::fork();

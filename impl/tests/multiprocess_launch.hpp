@@ -46,9 +46,18 @@ inline uint16_t freePort() {
   return ntohs(a.sin_port);
 }
 
-/// Options of a TCP bootstrap of `size` processes meeting at 127.0.0.1:port.
+/// The job key of the test job meeting on `port`: the same in every process that knows the port (a forked rank
+/// computes it for itself), another for another port. A test key, not a secret.
+inline mk::JobKey testJobKey(uint16_t port) {
+  char hex[64];
+  std::snprintf(hex, sizeof hex, "6d6b65726e656c2d746573742d6b6579%08x", static_cast<unsigned>(port));
+  return mk::JobKey::fromHex(hex, "the test key");
+}
+
+/// Options of a TCP bootstrap of `size` processes meeting at 127.0.0.1:port, with the port's test job key.
 inline mk::TcpBootstrapOptions bootOptions(int rank, int size, uint16_t port, double timeoutMs = 5000) {
   mk::TcpBootstrapOptions o;
+  o.key = testJobKey(port);
   o.rank = rank;
   o.size = size;
   o.addr = "127.0.0.1";
@@ -117,8 +126,8 @@ inline std::vector<int> forkRanks(int n, const std::function<int(int)>& body, do
 
 /// Re-run this test binary's test case `testName` as `n` ranks (exec, so each child starts CUDA fresh),
 /// with RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR=127.0.0.1 / MASTER_PORT (a free port) set, plus
-/// `extraEnv` ("NAME=value"). LOCAL_RANK is the rank, or the rank modulo `gpus` when it is > 0 (ranks sharing the
-/// GPUs, CommConfig::shareGpus). Returns the exit codes.
+/// MK_JOB_KEY (the port's test key) and `extraEnv` ("NAME=value"). LOCAL_RANK is the rank, or the rank modulo `gpus`
+/// when it is > 0 (ranks sharing the GPUs, CommConfig::shareGpus). Returns the exit codes.
 inline std::vector<int> execRanks(int n, const std::string& testName, double timeoutS,
                                   const std::vector<std::string>& extraEnv = {}, int gpus = 0) {
   const uint16_t port = freePort();
@@ -134,7 +143,8 @@ inline std::vector<int> execRanks(int n, const std::string& testName, double tim
     for (char** e = environ; *e; ++e) {
       const std::string kv = *e;
       bool ours = false;
-      for (const char* k : {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=", "MASTER_PORT="})
+      for (const char* k :
+           {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "MASTER_ADDR=", "MASTER_PORT=", "MK_JOB_KEY=", "MK_JOB_KEY_FILE="})
         ours = ours || kv.rfind(k, 0) == 0;
       if (!ours) env.push_back(kv);
     }
@@ -143,6 +153,7 @@ inline std::vector<int> execRanks(int n, const std::string& testName, double tim
     env.push_back("LOCAL_RANK=" + std::to_string(gpus > 0 ? r % gpus : r));
     env.push_back("MASTER_ADDR=127.0.0.1");
     env.push_back("MASTER_PORT=" + std::to_string(port));
+    env.push_back("MK_JOB_KEY=" + testJobKey(port).hex());
     for (const auto& kv : extraEnv) env.push_back(kv);
     std::vector<char*> envp;
     for (auto& kv : env) envp.push_back(kv.data());

@@ -2,6 +2,9 @@
 // failures that name the rank or address at fault, and the launch variables.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +31,19 @@ std::string envError() {
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+constexpr const char* kKeyHex = "00112233445566778899aabbccddeeff0123456789abcdef";
+
+/// The message of the mk::Error `f` throws ("no error" when it throws none).
+template <class F>
+std::string errorOf(F f) {
+  try {
+    f();
+  } catch (const mk::Error& e) {
+    return e.message();
+  }
+  return "no error";
+}
 
 }  // namespace
 
@@ -149,7 +165,8 @@ TEST_CASE("bootstrap: launch variables are read and malformed ones named") {
                 {"WORLD_SIZE", "2"},
                 {"LOCAL_RANK", "1"},
                 {"MASTER_ADDR", "127.0.0.1"},
-                {"MASTER_PORT", "29500"}});
+                {"MASTER_PORT", "29500"},
+                {"MK_JOB_KEY", kKeyHex}});
     CHECK(mk::launchedAsRanks());
     const auto env = mk::readLaunchEnvironment();
     CHECK(env.rank == 1);
@@ -163,7 +180,8 @@ TEST_CASE("bootstrap: launch variables are read and malformed ones named") {
                 {"OMPI_COMM_WORLD_SIZE", "4"},
                 {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
                 {"MASTER_ADDR", "localhost"},
-                {"MASTER_PORT", "1234"}});
+                {"MASTER_PORT", "1234"},
+                {"MK_JOB_KEY", kKeyHex}});
     const auto env = mk::readLaunchEnvironment();
     CHECK(env.rank == 3);
     CHECK(env.size == 4);
@@ -175,7 +193,8 @@ TEST_CASE("bootstrap: launch variables are read and malformed ones named") {
                 {"WORLD_SIZE", "2"},
                 {"MASTER_ADDR", "h"},
                 {"MASTER_PORT", "29500"},
-                {"TORCHELASTIC_RUN_ID", "none"}});
+                {"TORCHELASTIC_RUN_ID", "none"},
+                {"MK_JOB_KEY", kKeyHex}});
     CHECK(mk::readLaunchEnvironment().masterPort == 29501);
   }
   {
@@ -272,4 +291,83 @@ TEST_CASE("bootstrap: bad options and unknown hosts are refused at once") {
   std::memcpy(&back, all.data(), 4);
   CHECK(back == 42);
   solo.barrier();
+}
+
+TEST_CASE("bootstrap: a job of several processes needs a job key, read from MK_JOB_KEY or a private file") {
+  {
+    EnvGuard g({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
+    CHECK(contains(envError(), "neither MK_JOB_KEY nor MK_JOB_KEY_FILE is set"));
+  }
+  {
+    // One process alone needs none.
+    EnvGuard g({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
+    CHECK(mk::readLaunchEnvironment().jobKey.empty());
+  }
+  {
+    EnvGuard g(
+        {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}, {"MK_JOB_KEY", kKeyHex}});
+    CHECK(mk::readLaunchEnvironment().jobKey.hex() == kKeyHex);
+  }
+  // Malformed keys are named by where they came from, and their text is never echoed.
+  const std::string secretish = "zz112233445566778899aabbccddeeff";
+  for (const std::string& bad : {std::string("00112233"), secretish, std::string(kKeyHex) + "0"}) {
+    CAPTURE(bad);
+    EnvGuard g({{"MK_JOB_KEY", bad.c_str()}});
+    const std::string m = errorOf([] { mk::readJobKey(); });
+    CHECK(contains(m, "environment variable MK_JOB_KEY"));
+    CHECK(contains(m, "hex digits"));
+    CHECK_FALSE(contains(m, bad));
+  }
+  // A key file: private, regular, not a link; the same key as the variable would give.
+  char dir[] = "/tmp/mk-key-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string file = std::string(dir) + "/key";
+  {
+    FILE* f = std::fopen(file.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fprintf(f, "%s\n", kKeyHex);
+    std::fclose(f);
+  }
+  ::chmod(file.c_str(), 0600);
+  {
+    EnvGuard g({{"MK_JOB_KEY_FILE", file.c_str()}});
+    CHECK(mk::readJobKey().hex() == kKeyHex);
+  }
+  {
+    EnvGuard g({{"MK_JOB_KEY_FILE", file.c_str()}, {"MK_JOB_KEY", kKeyHex}});
+    CHECK(contains(errorOf([] { mk::readJobKey(); }), "both MK_JOB_KEY and MK_JOB_KEY_FILE are set"));
+  }
+  ::chmod(file.c_str(), 0644);
+  CHECK(contains(errorOf([&] { mk::JobKey::fromFile(file); }), "readable or writable by other users (mode 0644)"));
+  ::chmod(file.c_str(), 0600);
+  const std::string link = std::string(dir) + "/link";
+  REQUIRE(::symlink(file.c_str(), link.c_str()) == 0);
+  CHECK(contains(errorOf([&] { mk::JobKey::fromFile(link); }), "symbolic link"));
+  const std::string fifo = std::string(dir) + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(contains(errorOf([&] { mk::JobKey::fromFile(fifo); }), "not a regular file"));  // and does not hang
+  CHECK(contains(errorOf([&] { mk::JobKey::fromFile(std::string(dir) + "/none"); }), "cannot open job key file"));
+  for (const std::string& p : {file, link, fifo}) ::unlink(p.c_str());
+  ::rmdir(dir);
+  // A job of several processes without a key is refused before any socket is opened.
+  mk::TcpBootstrapOptions o = mkt::bootOptions(0, 2, 1, 100);
+  o.key = mk::JobKey();
+  CHECK(contains(errorOf([&] { mk::TcpBootstrap boot(o); }), "needs a job key"));
+}
+
+TEST_CASE("bootstrap: the job key's HMAC-SHA256 matches RFC 4231 and fresh keys differ") {
+  // RFC 4231, test case 1: key 0x0b x 20, data "Hi There".
+  const mk::JobKey k = mk::JobKey::fromHex("0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b", "the test vector");
+  const mk::JobKey::Mac m = k.mac("Hi There", 8);
+  char hex[65] = {};
+  for (size_t i = 0; i < m.size(); ++i) std::snprintf(hex + 2 * i, 3, "%02x", m[i]);
+  CHECK(std::string(hex) == "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  mk::JobKey::Mac other = m;
+  CHECK(mk::macEqual(m, other));
+  other[31] ^= 1;
+  CHECK_FALSE(mk::macEqual(m, other));
+  const mk::JobKey a = mk::JobKey::generate(), b = mk::JobKey::generate();
+  CHECK(a.hex().size() == 64);
+  CHECK(a.hex() != b.hex());
+  CHECK(mk::JobKey::fromHex(a.hex(), "x").hex() == a.hex());
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Start N rank processes of one command on this machine the way torchrun does (RANK, WORLD_SIZE, LOCAL_RANK,
-# MASTER_ADDR=127.0.0.1, MASTER_PORT), wait for all of them, and exit with the first failure's status. A rank that
-# fails gets the others killed after a grace period, so a broken run never hangs the caller.
+# MASTER_ADDR=127.0.0.1, MASTER_PORT; and MK_JOB_KEY, the caller's or a fresh one), wait for all of them, and exit
+# with the first failure's status. A rank that fails gets the others killed after a grace period, so a broken run
+# never hangs the caller.
 #
 #   impl/tools/launch_ranks.sh [--mps] [--logs DIR] [--grace S] N command [args...]
 #
@@ -68,6 +69,12 @@ trap 'on_signal HUP' HUP
 deathsig=()
 if setpriv --help 2>/dev/null | grep -q -- --pdeathsig; then deathsig=(setpriv --pdeathsig KILL --); fi
 port=$((20000 + RANDOM % 20000))
+# The job key every rank proves it holds at the rendezvous (docs/inter-node.md, "Who may join a job"): the caller's,
+# else a fresh one for this run, handed to the ranks only (the environment is readable by this user alone).
+if [[ -z ${MK_JOB_KEY:-} && -z ${MK_JOB_KEY_FILE:-} ]]; then
+  MK_JOB_KEY=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+  export MK_JOB_KEY
+fi
 for ((r = 0; r < n; ++r)); do
   if [[ $r -eq 0 ]]; then
     RANK=$r WORLD_SIZE=$n LOCAL_RANK=$((r % gpus)) MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "${deathsig[@]}" "$@" &

@@ -89,9 +89,10 @@ run() {  # run <tool> <visible devices> <binary> <test-case filter>: one process
 }
 run_ranks() {  # run_ranks <tool> <ranks> <binary> <test-case filter>: one process per GPU, each under its own sanitizer
   local tool=$1 n=$2 bin=$3 tc=$4 t0=$SECONDS r pids=()
-  local port=$((20000 + RANDOM % 20000))
+  local port=$((20000 + RANDOM % 20000)) key
+  key=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')  # the job key of these ranks (docs/inter-node.md)
   for ((r = 0; r < n; ++r)); do
-    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port MK_JOB_KEY=$key \
       start "$tool" "$R/sanitizer-$tool-$n-ranks-rank$r.log" "$B/$bin" "-tc=$tc" --no-intro
     pids+=($!)
   done

@@ -10,6 +10,11 @@
 // on MASTER_PORT + 1. A build with MPI (libopenmpi-dev) bootstraps a process started by mpirun without
 // MASTER_ADDR through MPI instead (makeMpiBootstrap, preferMpiBootstrap).
 //
+// The TCP rendezvous admits only processes that hold the job's key (mk/job_key.hpp: MK_JOB_KEY or MK_JOB_KEY_FILE,
+// given by the launcher): each connection proves it by an HMAC over fresh nonces, both ways, before it is told
+// anything. A connection that fails (a stranger, a port scanner, a process of another job, a silent or half-open
+// socket) is logged and closed, and the rendezvous goes on. Threat model: docs/inter-node.md, "Who may join a job".
+//
 // Every operation is collective (every rank calls it, in the same order) and bounded: a rank that never
 // arrives, an address that refuses, a peer that dies mid-exchange end in mk::Error naming the rank or the
 // address, never in a hang.
@@ -17,9 +22,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "mk/job_key.hpp"
 
 namespace mk {
 
@@ -31,6 +39,7 @@ struct LaunchEnvironment {
   std::string masterAddr;   ///< MASTER_ADDR: host name or IPv4 address rank 0 listens on
   uint16_t masterPort = 0;  ///< MASTER_PORT (1..65535); MASTER_PORT + 1 under torchrun (TORCHELASTIC_RUN_ID set),
                             ///< whose agent serves its own store on MASTER_PORT
+  JobKey jobKey;            ///< MK_JOB_KEY or MK_JOB_KEY_FILE (readJobKey); required when size > 1
 };
 
 /// True when the environment describes a multi-process launch (RANK / WORLD_SIZE or their MPI equivalents
@@ -44,7 +53,8 @@ bool launchedAsRanks();
 int launchLocalRank();
 
 /// Read the launch variables. Throws Error(InvalidArgument) naming the variable that is missing or
-/// malformed (not an integer, rank outside 0..size-1, port outside 1..65535, ...).
+/// malformed (not an integer, rank outside 0..size-1, port outside 1..65535, a job of several processes without a
+/// job key, ...).
 LaunchEnvironment readLaunchEnvironment();
 
 /// Who is who among the processes of one communicator, and a collective byte exchange.
@@ -69,17 +79,26 @@ struct TcpBootstrapOptions {
   std::string addr = "127.0.0.1";  ///< where rank 0 listens and every other rank connects
   uint16_t port = 0;               ///< 1..65535
   double timeoutMs = 30000;        ///< budget of the rendezvous and of each later collective call
+  JobKey key;                      ///< the job's key; required when size > 1 (every rank the same)
+  double handshakeMs = 2000;       ///< budget of one connection's handshake: a silent or half-open one is dropped
+  /// Where a refused connection is reported (one line each, "bootstrap: rank 0 refused a connection from ...");
+  /// empty: standard error. After 16 lines further refusals are counted, not printed.
+  std::function<void(const std::string&)> log;
 };
 
-/// Star topology over TCP: rank 0 listens on addr:port and accepts size - 1 connections (each says who it
-/// is); the others connect (retrying until rank 0 listens or the budget is spent). allGather: every rank
+/// Star topology over TCP: rank 0 listens on addr:port and accepts size - 1 authenticated connections (each proves
+/// it holds the job key and says who it is; rank 0 proves the same back); the others connect (retrying until rank 0
+/// listens or the budget is spent). A connection that fails the handshake is logged, closed and otherwise ignored:
+/// it cannot take a rank, learn anything the job shares, or end the rendezvous. allGather: every rank
 /// sends its bytes to rank 0, which answers with the concatenation. The connections stay open for the
 /// communicator's life (barrier at destruction); a peer that dies shows up as a closed connection.
 class TcpBootstrap final : public Bootstrap {
  public:
-  /// Rendezvous now. Throws Error(InvalidArgument) for bad options, Error(Timeout) naming the ranks that
-  /// never connected (rank 0) or the address that never accepted (others), Error(IoError) for socket
-  /// failures (address in use, unknown host, ...).
+  /// Rendezvous now. Throws Error(InvalidArgument) for bad options (no key for a job of several processes
+  /// included), for a rank 0 that refused this process's key, and for authenticated processes that disagree on
+  /// WORLD_SIZE or claim one rank twice; Error(Timeout) naming the ranks that never connected and the connections
+  /// refused meanwhile (rank 0) or the address that never accepted (others); Error(IoError) for socket failures
+  /// (address in use, unknown host, ...).
   explicit TcpBootstrap(const TcpBootstrapOptions& options);
   /// From readLaunchEnvironment(), with `timeoutMs` as the budget.
   static std::unique_ptr<TcpBootstrap> fromEnvironment(double timeoutMs = 30000);
@@ -93,6 +112,8 @@ class TcpBootstrap final : public Bootstrap {
   void barrier() override;
   /// Budget of each later collective call (ms).
   void setTimeoutMs(double ms) { opt_.timeoutMs = ms; }
+  /// Connections rank 0 refused during the rendezvous (0 on other ranks).
+  std::size_t refusedConnections() const noexcept { return refused_; }
 
  private:
   void rendezvousRoot();
@@ -101,6 +122,7 @@ class TcpBootstrap final : public Bootstrap {
   TcpBootstrapOptions opt_;
   std::vector<int> peers_;  ///< rank 0: socket of rank q at [q] (-1 for itself); others: [0] = socket to rank 0
   uint32_t calls_ = 0;      ///< collective calls so far (checked on both sides: catches mismatched call orders)
+  std::size_t refused_ = 0;
 };
 
 /// True when this build has the MPI bootstrap (MPI found at configure time, MK_WITH_MPI not OFF).

@@ -1,4 +1,5 @@
-// mkernel — the TCP rendezvous (mk/bootstrap.hpp); the launch variables it starts from are read in launch.cpp.
+// mkernel — the TCP bootstrap (mk/bootstrap.hpp): options, the collective calls over the rendezvous's connections.
+// The rendezvous and its handshake are in tcp_rendezvous.cpp, the launch variables it starts from in launch.cpp.
 #include "mk/bootstrap.hpp"
 
 #include <arpa/inet.h>
@@ -27,12 +28,8 @@ using net::sysError;
 
 const std::string kContext = "bootstrap";
 
-constexpr uint32_t kHelloMagic = 0x4d4b4248u;  // "MKBH"
-constexpr uint32_t kCallMagic = 0x4d4b4243u;   // "MKBC"
+constexpr uint32_t kCallMagic = 0x4d4b4243u;  // "MKBC"
 
-struct Hello {
-  uint32_t magic, rank, size, reserved;
-};
 struct CallHeader {
   uint32_t magic, call;
   uint64_t bytes;
@@ -50,6 +47,13 @@ TcpBootstrap::TcpBootstrap(const TcpBootstrapOptions& options) : opt_(options) {
                 "TcpBootstrap: rank " + std::to_string(opt_.rank) + " is outside 0.." + std::to_string(opt_.size - 1));
   if (opt_.port == 0) throw Error(ErrorCode::InvalidArgument, "TcpBootstrap: port must be 1..65535 (got 0)");
   if (!(opt_.timeoutMs > 0)) throw Error(ErrorCode::InvalidArgument, "TcpBootstrap: timeoutMs must be > 0");
+  if (!(opt_.handshakeMs > 0)) throw Error(ErrorCode::InvalidArgument, "TcpBootstrap: handshakeMs must be > 0");
+  if (opt_.size > 1 && opt_.key.empty())
+    throw Error(ErrorCode::InvalidArgument,
+                "TcpBootstrap: a job of " + std::to_string(opt_.size) +
+                    " processes needs a job key, the same on every rank, so that no stranger can join it: set "
+                    "MK_JOB_KEY (e.g. export MK_JOB_KEY=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \\n')) or "
+                    "MK_JOB_KEY_FILE before launching (docs/inter-node.md, \"Who may join a job\")");
   peers_.assign(static_cast<size_t>(opt_.rank == 0 ? opt_.size : 1), -1);
   try {
     if (opt_.size == 1) return;
@@ -72,110 +76,13 @@ std::unique_ptr<TcpBootstrap> TcpBootstrap::fromEnvironment(double timeoutMs) {
   o.addr = env.masterAddr;
   o.port = env.masterPort;
   o.timeoutMs = timeoutMs;
+  o.key = env.jobKey;
   return std::make_unique<TcpBootstrap>(o);
 }
 
 TcpBootstrap::~TcpBootstrap() {
   for (int fd : peers_)
     if (fd >= 0) ::close(fd);
-}
-
-void TcpBootstrap::rendezvousRoot() {
-  const auto deadline = deadlineAfter(opt_.timeoutMs);
-  const std::string where = opt_.addr + ":" + std::to_string(opt_.port);
-  const sockaddr_in a = net::resolveIPv4(opt_.addr, opt_.port, kContext, "MASTER_ADDR");
-  const int ls = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (ls < 0) throw Error(ErrorCode::IoError, "bootstrap: socket() failed: " + sysError(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{ls};
-  const int one = 1;
-  setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(ls, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0)
-    throw Error(ErrorCode::IoError, "bootstrap: rank 0 cannot listen on " + where + ": " + sysError(errno) +
-                                        " (MASTER_PORT in use, or MASTER_ADDR not an address of this host?)");
-  if (::listen(ls, opt_.size) != 0)
-    throw Error(ErrorCode::IoError, "bootstrap: listen on " + where + " failed: " + sysError(errno));
-  net::setNonBlocking(ls, kContext);
-  int connected = 0;
-  while (connected < opt_.size - 1) {
-    if (!net::waitFd(ls, POLLIN, deadline, kContext)) {
-      std::string missing;
-      for (int q = 1; q < opt_.size; ++q)
-        if (peers_[static_cast<size_t>(q)] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
-      throw Error(ErrorCode::Timeout, "bootstrap: rank(s) " + missing + " never connected to rank 0 at " + where +
-                                          " within " + std::to_string(static_cast<long>(opt_.timeoutMs)) +
-                                          " ms (WORLD_SIZE " + std::to_string(opt_.size) +
-                                          "; were they started, with the same MASTER_ADDR / MASTER_PORT?)");
-    }
-    const int fd = ::accept4(ls, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) continue;
-      throw Error(ErrorCode::IoError, "bootstrap: accept on " + where + " failed: " + sysError(errno));
-    }
-    net::noDelay(fd);
-    Hello h{};
-    try {
-      net::recvAll(fd, &h, sizeof h, deadline, kContext, "a connecting process");
-    } catch (...) {
-      ::close(fd);
-      throw;
-    }
-    if (h.magic != kHelloMagic) {
-      ::close(fd);  // not one of ours (a port scanner, a stale client): ignore it
-      continue;
-    }
-    if (static_cast<int>(h.size) != opt_.size || h.rank == 0 || static_cast<int>(h.rank) >= opt_.size ||
-        peers_[h.rank] >= 0) {
-      ::close(fd);
-      throw Error(ErrorCode::InvalidArgument,
-                  "bootstrap: a process at " + where + " says it is rank " + std::to_string(h.rank) + " of " +
-                      std::to_string(h.size) + ", but rank 0 expects WORLD_SIZE " + std::to_string(opt_.size) +
-                      (h.rank != 0 && static_cast<int>(h.rank) < opt_.size && peers_[h.rank] >= 0
-                           ? " and rank " + std::to_string(h.rank) + " already connected (two processes with one RANK?)"
-                           : std::string(" and ranks 1..") + std::to_string(opt_.size - 1)));
-    }
-    peers_[h.rank] = fd;
-    ++connected;
-  }
-}
-
-void TcpBootstrap::rendezvousPeer() {
-  const auto deadline = deadlineAfter(opt_.timeoutMs);
-  const std::string where = opt_.addr + ":" + std::to_string(opt_.port);
-  const sockaddr_in a = net::resolveIPv4(opt_.addr, opt_.port, kContext, "MASTER_ADDR");
-  std::string last = "no attempt";
-  for (;;) {
-    if (msLeft(deadline) <= 0)
-      throw Error(ErrorCode::Timeout, "bootstrap: rank " + std::to_string(opt_.rank) + " could not reach rank 0 at " +
-                                          where + " within " + std::to_string(static_cast<long>(opt_.timeoutMs)) +
-                                          " ms (last error: " + last + "; is rank 0 running?)");
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) throw Error(ErrorCode::IoError, "bootstrap: socket() failed: " + sysError(errno));
-    int err = 0;
-    if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
-      err = errno;
-      if (err == EINPROGRESS) {
-        if (net::waitFd(fd, POLLOUT, deadline, kContext)) {
-          socklen_t len = sizeof err;
-          getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        } else {
-          err = ETIMEDOUT;
-        }
-      }
-    }
-    if (err == 0) {
-      net::noDelay(fd);
-      peers_[0] = fd;
-      break;
-    }
-    ::close(fd);
-    last = sysError(err);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // rank 0 may not listen yet
-  }
-  const Hello h{kHelloMagic, static_cast<uint32_t>(opt_.rank), static_cast<uint32_t>(opt_.size), 0};
-  net::sendAll(peers_[0], &h, sizeof h, deadline, kContext, "rank 0 at " + where);
 }
 
 std::vector<uint8_t> TcpBootstrap::allGather(const void* mine, size_t bytes) {
