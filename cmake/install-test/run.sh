@@ -15,11 +15,12 @@ test -f "$work/prefix/include/mk/schedule/schedule.hpp"
 cmake -S "$here" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" "$@" >"$work/configure.log"
 cmake --build "$work/consumer" >"$work/build.log"
 "$work/consumer/consumer"
-# find_package(mkernel COMPONENTS models) on a machine without CUDA, SimGrid or MPI: each of them made unfindable
-# (pkg-config finds no module, find_package of CUDAToolkit, MPI and PkgConfig disabled).
+# find_package(mkernel COMPONENTS models) on a machine without CUDA, SimGrid, MPI or OpenSSL: each of them made
+# unfindable (pkg-config finds no module, find_package of CUDAToolkit, MPI, OpenSSL and PkgConfig disabled).
 PKG_CONFIG_LIBDIR=/nonexistent PKG_CONFIG_PATH= cmake -S "$here" -B "$work/consumer-models" \
   -DCMAKE_PREFIX_PATH="$work/prefix" -DMODELS_ONLY=ON -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON \
-  -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON "$@" >"$work/configure-models.log"
+  -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON -DCMAKE_DISABLE_FIND_PACKAGE_OpenSSL=ON -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON \
+  "$@" >"$work/configure-models.log"
 cmake --build "$work/consumer-models" >"$work/build-models.log"
 "$work/consumer-models/consumer" | grep '^consumer (models only): OK'
 "$work/prefix/bin/mk-schedule" --op allgather --algo direct --ranks 3 --bytes 3K --verify | grep '^verify: OK'
