@@ -134,3 +134,43 @@ TEST_CASE("workload: resolving a layout for a GPU count, with the field that doe
   for (uint32_t l : big.stageLayers) sum += l;
   CHECK(sum == 126);
 }
+
+TEST_CASE("workload: sizes whose products overflow 64 bits are refused naming the factors, never wrapped") {
+  auto check = [](const std::function<void(Workload&)>& edit, const std::vector<std::string>& parts) {
+    expectError([&] { validateWorkload(withLayout("llama3-8b", edit)); }, ErrorCode::InvalidArgument, parts);
+  };
+  // A hidden size of 2^62: tokens x hidden wrapped to 0 and surfaced as "count must be > 0 (got 0)".
+  check([](Workload& w) { w.model.hidden = uint64_t{1} << 62; },
+        {"training.microBatch x training.seq x model.hidden x bytes per element", "4611686018427387904",
+         "overflows 64 bits"});
+  // 2^30 sequences of 2^40 tokens: the tokens of a step wrapped to 64 and gave a wrong throughput with exit 0.
+  check(
+      [](Workload& w) {
+        w.training.seq = uint64_t{1} << 40;
+        w.training.globalBatch = uint64_t{1} << 30;
+      },
+      {"training.globalBatch x training.seq = 1073741824 x 1099511627776 overflows 64 bits"});
+  check(
+      [](Workload& w) {
+        w.model.ffn = uint64_t{1} << 61;
+        w.layout.tp = 1;
+      },
+      {"parameters", "overflows 64 bits"});
+  // An expert model: the routed rows count topK copies of each token.
+  expectError(
+      [] { validateWorkload(withLayout("mixtral-8x22b", [](Workload& w) { w.model.hidden = uint64_t{3} << 58; })); },
+      ErrorCode::InvalidArgument, {"model.hidden x model.moe.topK x bytes per element", "overflows 64 bits"});
+}
+
+TEST_CASE("workload: a gradient bucket outside [4 KiB, 1e6 MiB] is an error, never silently the default") {
+  // 1e-9 MiB rounds to 0 bytes, which used to mean "the default 25 MiB".
+  expectError([] { workloadFromJson(R"({"preset": "llama3-8b", "layout": {"bucketMiB": 1e-9}})"); },
+              ErrorCode::ParseError, {"layout.bucketMiB must be in [0.00390625, 1e6] MiB", "1e-09"});
+  expectError([] { workloadFromJson(R"({"preset": "llama3-8b", "layout": {"bucketMiB": 0.001}})"); },
+              ErrorCode::ParseError, {"layout.bucketMiB"});
+  CHECK(workloadFromJson(R"({"preset": "llama3-8b", "layout": {"bucketMiB": 0.00390625}})").layout.bucketBytes == 4096);
+  CHECK(workloadPreset("llama3-8b").layout.bucketBytes == kDefaultBucketBytes);
+  // A bucket of 0 bytes set in code (or by --bucket 0) is refused too: 0 no longer stands for the default.
+  expectError([] { validateWorkload(withLayout("llama3-8b", [](Workload& w) { w.layout.bucketBytes = 0; })); },
+              ErrorCode::InvalidArgument, {"layout.bucketMiB (--bucket) must be in [4 KiB, 1e6 MiB] (got 0 bytes)"});
+}

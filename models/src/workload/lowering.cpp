@@ -272,8 +272,7 @@ class StageBuilder {
     if (groupSize <= 1 || params <= 0) return;
     const DType grad = l.gradDtype;
     const uint64_t elems = static_cast<uint64_t>(std::ceil(params));
-    const uint64_t bucket = l.bucketBytes ? l.bucketBytes : kDefaultBucketBytes;
-    const uint64_t n = std::max<uint64_t>(1, ceilDiv(elems * dtypeSize(grad), bucket));
+    const uint64_t n = std::max<uint64_t>(1, ceilDiv(elems * dtypeSize(grad), l.bucketBytes));
     const uint64_t perBucket = ceilDiv(elems, n);
     const uint32_t times = static_cast<uint32_t>(n);
     const std::string p = prefix;

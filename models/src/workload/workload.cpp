@@ -5,6 +5,8 @@
 #include <string>
 
 #include "mk/error.hpp"
+#include "mk/util/checked_mul.hpp"
+#include "mk/util/size.hpp"
 
 namespace mk {
 
@@ -114,6 +116,49 @@ void requireAtLeast1(const char* field, uint64_t v) {
   if (v == 0) bad(std::string(field) + " must be >= 1 (got 0)");
 }
 
+/// The lowering and the planner count tokens, elements and bytes in 64 bits: a shape whose largest products do
+/// not fit is refused here, naming its fields, instead of wrapping (a wrapped element count of 0 surfaced as
+/// "count must be > 0 (got 0)", a wrapped token count as a wrong throughput).
+void checkProductsFit(const Workload& w) {
+  const ModelShape& m = w.model;
+  const TrainingSpec& t = w.training;
+  const char* hint = "use a smaller model or batch";
+  (void)checkedMul({{"training.globalBatch", t.globalBatch}, {"training.seq", t.seq}}, hint);
+  const uint64_t elem = std::max(dtypeSize(t.dtype), dtypeSize(w.layout.gradDtype));
+  // A micro-batch's activations in bytes (tensor-parallel and expert-parallel messages are slices of it), and
+  // the rows routed to the experts of one expert-parallel group.
+  if (!m.moe) {
+    (void)checkedMul({{"training.microBatch", t.microBatch},
+                      {"training.seq", t.seq},
+                      {"model.hidden", m.hidden},
+                      {"bytes per element", elem}},
+                     hint);
+  } else {
+    (void)checkedMul({{"training.microBatch", t.microBatch},
+                      {"training.seq", t.seq},
+                      {"model.hidden", m.hidden},
+                      {"model.moe.topK", m.moe->topK},
+                      {"bytes per element", elem}},
+                     hint);
+    (void)checkedMul({{"training.microBatch", t.microBatch},
+                      {"training.seq", t.seq},
+                      {"model.moe.topK", m.moe->topK},
+                      {"layout.ep", w.layout.ep}},
+                     hint);
+  }
+  // The parameters (as doubles in the lowering) are rounded to 64-bit element counts and multiplied by the
+  // element size: bound the model's parameter bytes below 2^63.
+  const double h = static_cast<double>(m.hidden);
+  const double fe = static_cast<double>(m.moe && m.moe->ffn ? m.moe->ffn : m.ffn);
+  const double perLayer = 4 * h * h + 2 * h + 3 * h * static_cast<double>(m.ffn) +
+                          (m.moe ? h * m.moe->experts + static_cast<double>(m.moe->experts) * 3 * h * fe : 0);
+  const double params = m.layers * perLayer + 2 * static_cast<double>(m.vocab) * h + h;
+  if (!(params * static_cast<double>(elem) < 0x1p63))
+    bad("the model has " + formatNumber(params, 3) + " parameters: x " + str(elem) +
+        " bytes each overflows 64 bits (model.layers, model.hidden, model.ffn, model.vocab and model.moe are too "
+        "large)");
+}
+
 }  // namespace
 
 const char* toString(Recompute r) noexcept { return r == Recompute::Full ? "full" : "none"; }
@@ -215,9 +260,10 @@ void validateWorkload(const Workload& w) {
   if (l.zero > 3) bad("layout.zero must be 0, 1, 2 or 3 (got " + str(l.zero) + ")");
   if (l.zero == 3 && l.pp > 1)
     bad("layout.zero 3 is modelled without pipeline parallelism only (got layout.pp " + str(l.pp) + ")");
-  if (l.bucketBytes != 0 && l.bucketBytes < 4096)
-    bad("layout.bucketMiB must be at least 4 KiB (got " + str(l.bucketBytes) + " bytes)");
+  if (l.bucketBytes < kMinBucketBytes || l.bucketBytes > kMaxBucketBytes)
+    bad("layout.bucketMiB (--bucket) must be in [4 KiB, 1e6 MiB] (got " + str(l.bucketBytes) + " bytes)");
   if (l.gradDtype == DType::Float16) bad("layout.gradDtype must be float32 or bfloat16 (got float16)");
+  checkProductsFit(w);
 }
 
 ResolvedLayout resolveLayout(const Workload& w, uint32_t gpus) {

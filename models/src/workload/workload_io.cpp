@@ -7,6 +7,7 @@
 #include "mk/error.hpp"
 #include "mk/io/json.hpp"
 #include "mk/schedule/io.hpp"
+#include "mk/util/size.hpp"
 #include "mk/workload/workload.hpp"
 
 namespace mk {
@@ -102,9 +103,11 @@ void readLayout(const JsonFields& f, ParallelLayout& l) {
   field(f, "virtualStages", false, l.virtualStages, c32);
   field(f, "zero", false, l.zero, c32);
   if (f.has("bucketMiB")) {
+    // The bound is checked on the MiB as given: 1e-9 MiB rounds to 0 bytes, which once meant "the default".
     const double mib = f.number("bucketMiB");
-    if (!(mib > 0) || mib > 1e6)
-      f.fail(f.name("bucketMiB") + " must be > 0 and <= 1e6 (got " + describeJson(f.value("bucketMiB")) + ")");
+    if (!(mib * 1048576.0 >= static_cast<double>(kMinBucketBytes)) || mib > 1e6)
+      f.fail(f.name("bucketMiB") + " must be in [" + formatNumber(kMinBucketBytes / 1048576.0) +
+             ", 1e6] MiB, i.e. at least 4 KiB (got " + describeJson(f.value("bucketMiB")) + ")");
     l.bucketBytes = static_cast<uint64_t>(std::llround(mib * 1048576.0));
   }
   field(f, "gradDtype", false, l.gradDtype, [&](const char* k) { return dtypeField(f, k); });
@@ -132,7 +135,7 @@ std::string workloadToJson(const Workload& w, int indent) {
                  {"ppSchedule", toString(l.schedule)},
                  {"virtualStages", l.virtualStages},
                  {"zero", l.zero},
-                 {"bucketMiB", static_cast<double>(l.bucketBytes ? l.bucketBytes : kDefaultBucketBytes) / 1048576.0},
+                 {"bucketMiB", static_cast<double>(l.bucketBytes) / 1048576.0},
                  {"gradDtype", toString(l.gradDtype)},
                  {"overlapGradReduce", l.overlapGradReduce},
                  {"overlapParamGather", l.overlapParamGather}};

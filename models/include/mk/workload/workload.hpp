@@ -53,6 +53,13 @@ struct TrainingSpec {
 /// Pipeline schedule.
 enum class PipelineSchedule : uint8_t { OneFOneB, Interleaved, GPipe };
 
+/// Default gradient bucket (bytes): PyTorch DistributedDataParallel's documented default, bucket_cap_mb = 25.
+inline constexpr uint64_t kDefaultBucketBytes = uint64_t{25} << 20;
+/// The gradient bucket sizes a layout may ask for: 4 KiB to 1e6 MiB. No value stands for "the default", so a size
+/// that rounds to nothing is an error instead of silently becoming 25 MiB.
+inline constexpr uint64_t kMinBucketBytes = 4096;
+inline constexpr uint64_t kMaxBucketBytes = uint64_t{1000000} << 20;
+
 /// How the step is split over GPUs. Ranks are ordered tensor-parallel fastest, then expert, then the rest of
 /// the data-parallel dimension, then pipeline stage (Megatron-LM's "tp-ep-dp-pp" order):
 ///   rank = tp_i + tp * (dp_i + dp * pp_i), with the expert-parallel group of a rank being `ep` consecutive
@@ -66,7 +73,7 @@ struct ParallelLayout {
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
   uint32_t virtualStages = 1;        ///< model chunks per GPU (Interleaved only; 1 otherwise)
   uint32_t zero = 1;                 ///< ZeRO stage 0..3 (0: all-reduce gradients; 1, 2: reduce-scatter + all-gather)
-  uint64_t bucketBytes = 0;          ///< gradient bucket size in bytes (0: kDefaultBucketBytes)
+  uint64_t bucketBytes = kDefaultBucketBytes;  ///< gradient bucket size in bytes, in [kMinBucketBytes, kMaxBucketBytes]
   DType gradDtype = DType::Float32;  ///< element type gradients are reduced in
   bool overlapGradReduce = true;     ///< gradient buckets reduced while the last backward pass runs
   bool overlapParamGather = false;   ///< ZeRO 1/2: the parameter all-gather overlaps the next forward pass
@@ -105,10 +112,6 @@ void validateWorkload(const Workload& w);
 /// that many GPUs (tp * pp does not divide it, an explicit dp that gives another world size, dp not a multiple of
 /// ep, a global batch that dp * microBatch does not divide). validateWorkload() first.
 ResolvedLayout resolveLayout(const Workload& w, uint32_t gpus);
-
-/// Default gradient bucket (bytes) when ParallelLayout::bucketBytes is 0: PyTorch DistributedDataParallel's
-/// documented default, bucket_cap_mb = 25.
-inline constexpr uint64_t kDefaultBucketBytes = uint64_t{25} << 20;
 
 const char* toString(Recompute r) noexcept;         ///< "none", "full"
 const char* toString(PipelineSchedule s) noexcept;  ///< "1f1b", "interleaved", "gpipe"
