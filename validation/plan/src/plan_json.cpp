@@ -1,9 +1,14 @@
 // mkernel — plan.json and run-stats.json (plan_output.hpp).
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <string>
+
 #include "mk/cost/profile_io.hpp"
+#include "mk/error.hpp"
 #include "mk/plan/plan_output.hpp"
 #include "mk/topology/topology.hpp"
+#include "mk/util/size.hpp"
 
 namespace mk::plan {
 
@@ -136,6 +141,23 @@ Json scaleJson(const ScaleResult& s, const PlanResult& plan, const std::map<std:
   return j;
 }
 
+/// The last guard before a document is written: every number is finite. nlohmann writes NaN and inf as null,
+/// which a reader cannot tell from "not applicable"; a non-finite number here is a model bug the input checks
+/// missed, so it is an internal error naming the field, never a plan with a hole in it.
+void requireFinite(const Json& j, const std::string& path) {
+  if (j.is_number_float()) {
+    const double v = j.get<double>();
+    if (!std::isfinite(v))
+      throw Error(ErrorCode::Internal, path + " is " + formatNumber(v) +
+                                           ", not a finite number: refusing to write it as null (a bug: please "
+                                           "report it with the command line)");
+  } else if (j.is_object()) {
+    for (const auto& [k, v] : j.items()) requireFinite(v, path + "." + k);
+  } else if (j.is_array()) {
+    for (std::size_t i = 0; i < j.size(); ++i) requireFinite(j[i], path + "[" + std::to_string(i) + "]");
+  }
+}
+
 Json whatIfJson(const WhatIf& w) {
   Json j = Json::object();
   if (w.nicBwFactor) j["nic_bw_factor"] = *w.nicBwFactor;
@@ -238,6 +260,7 @@ std::string planToJson(const PlanResult& plan, const std::string& commit, int in
          {"scales", scales}});
   }
   j["variants"] = variants;
+  requireFinite(j, "plan.json");
   return j.dump(indent);
 }
 
@@ -258,6 +281,7 @@ std::string planStatsToJson(const PlanResult& plan, const std::string& command, 
             {"requests", s.requests},
             {"distinct", s.distinct},
             {"collectives", sims}};
+  requireFinite(j, "run-stats.json");
   return j.dump(indent);
 }
 

@@ -1,7 +1,9 @@
 // mkernel — the terminal summary of a plan (plan_output.hpp).
+#include <cmath>
 #include <cstdio>
 #include <string>
 
+#include "mk/error.hpp"
 #include "mk/plan/plan_output.hpp"
 #include "mk/util/format.hpp"
 #include "mk/util/size.hpp"
@@ -10,17 +12,24 @@ namespace mk::plan {
 
 namespace {
 
-std::string fmt(const char* f, double v) { return strprintf(f, v); }
-
-/// "34.1 s", "812 ms": a step time with 3 significant digits ("-" for nothing).
-std::string duration(double us) {
-  if (us <= 0) return "-";
-  if (us >= 1e6) return fmt("%.3g s", us * 1e-6);
-  if (us >= 1e3) return fmt("%.3g ms", us * 1e-3);
-  return fmt("%.3g us", us);
+/// `v` printed with `f`. Every number of the summary passes here: a non-finite one ("inf s") is a model bug the
+/// input checks missed, so it is an internal error naming `field`, never a table with "inf" or "nan" in it.
+std::string fmt(const char* field, const char* f, double v) {
+  if (!std::isfinite(v))
+    throw Error(ErrorCode::Internal, std::string("the summary's ") + field + " is " + formatNumber(v) +
+                                         ", not a finite number (a bug: please report it with the command line)");
+  return strprintf(f, v);
 }
 
-std::string pct(double x) { return fmt("%.0f %%", 100 * x); }
+/// "34.1 s", "812 ms": a step time with 3 significant digits ("-" for nothing).
+std::string duration(const char* field, double us) {
+  if (us <= 0) return "-";
+  if (us >= 1e6) return fmt(field, "%.3g s", us * 1e-6);
+  if (us >= 1e3) return fmt(field, "%.3g ms", us * 1e-3);
+  return fmt(field, "%.3g us", us);
+}
+
+std::string pct(const char* field, double x) { return fmt(field, "%.0f %%", 100 * x); }
 
 std::string mark(Status s) {
   switch (s) {
@@ -41,8 +50,9 @@ std::string shares(const ScaleResult& s) {
     total += us;
   }
   if (total <= 0) return "-";
-  return fmt("%.0f", 100 * by[0] / total) + "/" + fmt("%.0f", 100 * by[1] / total) + "/" +
-         fmt("%.0f", 100 * by[2] / total);
+  return fmt("confidence share", "%.0f", 100 * by[0] / total) + "/" +
+         fmt("confidence share", "%.0f", 100 * by[1] / total) + "/" +
+         fmt("confidence share", "%.0f", 100 * by[2] / total);
 }
 
 std::string pad(const std::string& s, std::size_t w, bool right = true) {
@@ -66,11 +76,12 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
          " GPUs and " + std::to_string(plan.cluster.node.nics) + " NICs per node)\n";
   out += "profile: " + plan.profileNote + "\n";
   const GemmModel& g = *plan.gemm;
-  out += "compute: t = " + fmt("%.2f", g.overheadUs) + " us + max(flops / " + fmt("%.0f", g.tflops) +
-         " TFLOP/s, bytes / " + fmt("%.0f", g.hbmGBs) + " GB/s) on " + g.gpu + "; " + plan.gemmNote;
+  out += "compute: t = " + fmt("compute overhead", "%.2f", g.overheadUs) + " us + max(flops / " +
+         fmt("compute TFLOP/s", "%.0f", g.tflops) + " TFLOP/s, bytes / " + fmt("compute HBM GB/s", "%.0f", g.hbmGBs) +
+         " GB/s) on " + g.gpu + "; " + plan.gemmNote;
   if (g.leaveOneShapeOut.n)
-    out += "; leave-one-shape-out |error| median " + fmt("%.1f", g.leaveOneShapeOut.medianAbsPct) + " %, max " +
-           fmt("%.1f", g.leaveOneShapeOut.maxAbsPct) + " %";
+    out += "; leave-one-shape-out |error| median " + fmt("compute error", "%.1f", g.leaveOneShapeOut.medianAbsPct) +
+           " %, max " + fmt("compute error", "%.1f", g.leaveOneShapeOut.maxAbsPct) + " %";
   out += "\nvalidation of the collectives: " + plan.validationNote + "\n";
 
   for (const VariantResult& v : plan.variants) {
@@ -90,11 +101,13 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
              pad(std::to_string(r.tp) + "/" + std::to_string(r.pp) + "/" + std::to_string(r.dp) + "/" +
                      std::to_string(r.ep),
                  14) +
-             pad(std::to_string(r.microBatches), 5) + pad(duration(b.stepUs), 10) + pad(duration(b.computeUs), 10) +
-             pad(duration(b.tp.exposedUs), 10) + pad(duration(b.ep.exposedUs), 10) + pad(duration(b.pp.exposedUs), 10) +
-             pad(duration(b.dp.exposedUs), 10) + pad(duration(b.bubbleUs), 10) + pad(fmt("%.4g", s.tokensPerS), 11) +
-             pad(pct(s.mfu), 6) + pad(pct(s.scalingEfficiency), 8) + "  " + pad(shares(s), 8, false) + " " +
-             mark(s.status) + (s.hasNoise ? "  goodput " + pct(s.noise.goodput) : "") +
+             pad(std::to_string(r.microBatches), 5) + pad(duration("step", b.stepUs), 10) +
+             pad(duration("compute", b.computeUs), 10) + pad(duration("TP exposed", b.tp.exposedUs), 10) +
+             pad(duration("EP exposed", b.ep.exposedUs), 10) + pad(duration("PP exposed", b.pp.exposedUs), 10) +
+             pad(duration("DP exposed", b.dp.exposedUs), 10) + pad(duration("bubble", b.bubbleUs), 10) +
+             pad(fmt("tokens/s", "%.4g", s.tokensPerS), 11) + pad(pct("MFU", s.mfu), 6) +
+             pad(pct("scaling", s.scalingEfficiency), 8) + "  " + pad(shares(s), 8, false) + " " + mark(s.status) +
+             (s.hasNoise ? "  goodput " + pct("goodput", s.noise.goodput) : "") +
              (s.memoryCapacity > 0 && s.memory.total() > s.memoryCapacity
                   ? "  (does not fit: " + formatBytes(s.memory.total()) + " per GPU)"
                   : "") +
@@ -113,7 +126,8 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
         std::string cell = "-";
         if (s.feasible && base[i].feasible) {
           const double rel = base[i].layered.stepUs / s.layered.stepUs * (s.hasNoise ? s.noise.goodput : 1.0);
-          cell = duration(s.hasNoise ? s.noise.meanStepUs : s.layered.stepUs) + " (" + fmt("%.2fx", rel) + ")";
+          cell = duration("what-if step", s.hasNoise ? s.noise.meanStepUs : s.layered.stepUs) + " (" +
+                 fmt("what-if speedup", "%.2fx", rel) + ")";
         }
         out += "  " + pad(cell, 22);
       }
@@ -131,9 +145,11 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
         out += "   GPUs   layered     fused  speedup  TP exposed: layered     fused\n";
         header = true;
       }
-      out += pad(std::to_string(s.gpus), 7) + pad(duration(s.layered.stepUs), 10) + pad(duration(s.fused.stepUs), 10) +
-             pad(fmt("%.2fx", s.layered.stepUs / s.fused.stepUs), 9) + pad(duration(s.layered.tp.exposedUs), 20) +
-             pad(duration(s.fused.tp.exposedUs), 10) + "\n";
+      out += pad(std::to_string(s.gpus), 7) + pad(duration("layered step", s.layered.stepUs), 10) +
+             pad(duration("fused step", s.fused.stepUs), 10) +
+             pad(fmt("fused speedup", "%.2fx", s.layered.stepUs / s.fused.stepUs), 9) +
+             pad(duration("layered TP exposed", s.layered.tp.exposedUs), 20) +
+             pad(duration("fused TP exposed", s.fused.tp.exposedUs), 10) + "\n";
     }
   }
   out +=

@@ -253,6 +253,9 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
   // 1 PB per GPU: far above any datasheet; beyond it (or at 0, or negative) the memory check means nothing.
   if (in.gpuMemoryGB && !(*in.gpuMemoryGB > 0 && *in.gpuMemoryGB <= 1e6))
     bad("--gpu-memory must be in (0, 1000000] GB (got " + formatNumber(*in.gpuMemoryGB) + ")");
+  // 1e18 tokens: a million times today's largest runs; beyond it GPU-hours stop being finite ("1e300T" was inf).
+  if (!(in.tokenBudget > 0 && in.tokenBudget <= 1e18))
+    bad("--token-budget must be in (0, 1e18] tokens (got " + formatNumber(in.tokenBudget) + ")");
 
   // ---- the cluster and its capacity ----
   std::error_code ec;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "mk/error.hpp"
+#include "mk/util/size.hpp"
 
 namespace mk::plan {
 
@@ -25,6 +26,16 @@ double positiveNumber(const std::string& what, const std::string& key, const std
     used = 0;
   }
   if (used != v.size() || !std::isfinite(x) || x <= 0) bad(what, key + " must be a positive number (got '" + v + "')");
+  return x;
+}
+
+/// `v` parsed as positiveNumber() and within [lo, hi]: every what-if value has a bound, so that no variant can
+/// turn a step time into inf (stragglers=0.5:1e300 printed "inf s" and wrote null into plan.json).
+double boundedNumber(const std::string& what, const std::string& key, const std::string& v, double lo, double hi,
+                     const char* unit = "") {
+  const double x = positiveNumber(what, key, v);
+  if (x < lo || x > hi)
+    bad(what, key + " must be in [" + formatNumber(lo) + ", " + formatNumber(hi) + "]" + unit + " (got '" + v + "')");
   return x;
 }
 
@@ -58,29 +69,26 @@ WhatIf parseWhatIf(const std::string& text) {
     const std::string key = item.substr(0, eq), v = item.substr(eq + 1);
     if (key == "nic-bw") {
       if (v.back() == 'x')
-        w.nicBwFactor = positiveNumber(text, key, v.substr(0, v.size() - 1));
+        w.nicBwFactor =
+            boundedNumber(text, key + " factor", v.substr(0, v.size() - 1), kMinNicBwFactor, kMaxNicBwFactor);
       else
-        w.nicBwGBs = positiveNumber(text, key, v);
+        w.nicBwGBs = boundedNumber(text, key, v, kMinNicBwGBs, kMaxNicBwGBs, " GB/s");
     } else if (key == "nics") {
       w.nics = positiveCount(text, key, v);
     } else if (key == "oversub") {
-      w.oversub = positiveNumber(text, key, v);
-      if (*w.oversub < 1) bad(text, "oversub must be >= 1 (got '" + v + "')");
+      w.oversub = boundedNumber(text, key, v, 1, kMaxOversubscription);
     } else if (key == "nodes-per-leaf") {
       w.nodesPerLeaf = positiveCount(text, key, v);
     } else if (key == "nvlink-domain") {
       w.nvlinkDomain = positiveCount(text, key, v);
     } else if (key == "noise") {
-      w.noise.sigma = positiveNumber(text, key, v);
-      if (w.noise.sigma > 10) bad(text, "noise must be <= 10 (got '" + v + "')");
+      w.noise.sigma = boundedNumber(text, key, v, 0, kMaxNoiseSigma);
     } else if (key == "stragglers") {
       const auto colon = v.find(':');
       if (colon == std::string::npos)
         bad(text, "stragglers must be FRACTION:SLOWDOWN, e.g. 0.01:1.5 (got '" + v + "')");
-      w.noise.stragglerFraction = positiveNumber(text, key + " fraction", v.substr(0, colon));
-      w.noise.stragglerSlowdown = positiveNumber(text, key + " slowdown", v.substr(colon + 1));
-      if (w.noise.stragglerFraction > 1) bad(text, "stragglers fraction must be <= 1 (got '" + v + "')");
-      if (w.noise.stragglerSlowdown < 1) bad(text, "stragglers slowdown must be >= 1 (got '" + v + "')");
+      w.noise.stragglerFraction = boundedNumber(text, key + " fraction", v.substr(0, colon), 0, 1);
+      w.noise.stragglerSlowdown = boundedNumber(text, key + " slowdown", v.substr(colon + 1), 1, kMaxStragglerSlowdown);
     } else if (key == "seed") {
       w.noise.seed = positiveCount(text, key, v);
     } else {

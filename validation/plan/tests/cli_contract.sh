@@ -87,6 +87,12 @@ bad "--gpus 32: cluster '.*two-nodes.json' has 16 GPUs" -- "${tiny[@]}" --gpus 8
 bad "--gpus '64:8': MIN is larger than MAX" -- "${tiny[@]}" --gpus 64:8
 bad "--what-if 'colour=red': unknown key 'colour'" -- "${run[@]}" --what-if colour=red
 bad "--what-if 'nics=16': gives 16 NICs for 8 GPUs" -- "${run[@]}" --what-if nics=16
+# values whose time would not be finite, and sizes whose product would wrap: refused up front, nothing written
+bad "--what-if 'stragglers=0.5:1e300': stragglers slowdown must be in \[1, 100\]" -- \
+  "${run[@]}" --what-if stragglers=0.5:1e300
+sed 's/"hidden": 2048/"hidden": 4611686018427387904/' "$work/tiny.json" >"$work/huge.json"
+bad "training.microBatch x training.seq x model.hidden x bytes per element = 1 x 2048 x 4611686018427387904 x 4 overflows 64 bits" -- \
+  "$tool" --workload "$work/huge.json" --cluster dgx-h200 --gpus 8:32
 bad "--token-budget 'lots'" -- "${run[@]}" --token-budget lots
 bad "layout.ep 2 needs a mixture-of-experts model" -- "${run[@]}" --ep 2
 bad "cannot open '$work/missing-profile.json'" -- "${run[@]}" --profile "$work/missing-profile.json"

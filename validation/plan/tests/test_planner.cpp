@@ -3,6 +3,8 @@
 // infeasible scales, and the fused seam reporting "not available".
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -181,6 +183,22 @@ TEST_CASE("planner: shared NICs, stragglers, infeasible scales, the fused seam")
   const std::string json = planToJson(p, "x");
   CHECK(json.find("\"fused_speedup\": null") == std::string::npos);
   CHECK(json.find("\"fused_speedup\": ") != std::string::npos);
+  // The last guard: a number that is not finite is never written (nlohmann would write null) nor printed ("inf
+  // s"); it is an internal error naming the field.
+  PlanResult broken = p;
+  broken.variants[1].scales[1].tokensPerS = std::numeric_limits<double>::infinity();
+  CHECK_THROWS_WITH_AS(planToJson(broken, "x"),
+                       doctest::Contains("plan.json.variants[1].scales[1].tokens_per_s is inf"), Error);
+  CHECK_THROWS_WITH_AS(formatPlanText(broken), doctest::Contains("the summary's tokens/s is inf"), Error);
+  try {
+    (void)planToJson(broken, "x");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::Internal);  // exit 1: a bug, not the user's input
+  }
+  broken = p;
+  broken.variants[0].scales[0].mfu = std::nan("");
+  CHECK_THROWS_WITH_AS(planToJson(broken, "x"), doctest::Contains("plan.json.variants[0].scales[0].mfu is nan"), Error);
+  CHECK_THROWS_WITH_AS(formatPlanText(broken), doctest::Contains("the summary's MFU is nan"), Error);
 }
 
 namespace {
@@ -217,7 +235,22 @@ TEST_CASE("planner: bad inputs name what is wrong") {
   CHECK_THROWS_WITH_AS(parseWhatIf("nic-bw=fast"), doctest::Contains("nic-bw must be a positive number"), Error);
   CHECK_THROWS_WITH_AS(parseWhatIf("nics"), doctest::Contains("'nics' is not key=value"), Error);
   CHECK_THROWS_WITH_AS(parseWhatIf("color=red"), doctest::Contains("unknown key 'color'"), Error);
-  CHECK_THROWS_WITH_AS(parseWhatIf("oversub=0.5"), doctest::Contains("oversub must be >= 1"), Error);
+  CHECK_THROWS_WITH_AS(parseWhatIf("oversub=0.5"), doctest::Contains("oversub must be in [1, 1000]"), Error);
+  // Every what-if value has a domain that keeps times finite (stragglers=0.5:1e300 printed "inf s").
+  CHECK_THROWS_WITH_AS(parseWhatIf("stragglers=0.5:1e300"),
+                       doctest::Contains("'stragglers=0.5:1e300': stragglers slowdown must be in [1, 100]"), Error);
+  CHECK_THROWS_WITH_AS(parseWhatIf("nic-bw=1e-300"), doctest::Contains("nic-bw must be in [0.001, 1e+06] GB/s"), Error);
+  CHECK_THROWS_WITH_AS(parseWhatIf("nic-bw=1e300x"), doctest::Contains("nic-bw factor must be in [0.001, 1000]"),
+                       Error);
+  CHECK_THROWS_WITH_AS(parseWhatIf("oversub=1e300"), doctest::Contains("oversub must be in [1, 1000]"), Error);
+  CHECK_THROWS_WITH_AS(parseWhatIf("noise=11"), doctest::Contains("noise must be in [0, 10]"), Error);
+  CHECK_THROWS_WITH_AS(parseWhatIf("stragglers=2:1.5"), doctest::Contains("stragglers fraction must be in [0, 1]"),
+                       Error);
+  CHECK(parseWhatIf("stragglers=1:100,nic-bw=1000x,oversub=1000").noise.stragglerSlowdown == 100);
+  PlanInputs huge = in;
+  huge.tokenBudget = std::numeric_limits<double>::infinity();  // what "--token-budget 1e300T" parses to
+  CHECK_THROWS_WITH_AS(runPlan(huge, *fused), doctest::Contains("--token-budget must be in (0, 1e18] tokens (got inf)"),
+                       Error);
   in.cluster = "dgx-h200";
   in.whatIfs = {parseWhatIf("nics=16")};
   CHECK_THROWS_WITH_AS(runPlan(in, *fused), doctest::Contains("16 NICs for 8 GPUs"), Error);

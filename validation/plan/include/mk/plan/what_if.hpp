@@ -24,6 +24,14 @@
 
 namespace mk::plan {
 
+/// The domain of each what-if value (parseWhatIf refuses anything outside, naming the bound): wide enough for any
+/// cluster worth planning, narrow enough that no variant can make a time infinite.
+inline constexpr double kMinNicBwFactor = 1e-3, kMaxNicBwFactor = 1e3;  ///< nic-bw=Fx
+inline constexpr double kMinNicBwGBs = 1e-3, kMaxNicBwGBs = 1e6;        ///< nic-bw=GBs
+inline constexpr double kMaxOversubscription = 1e3;                     ///< oversub=X (the topology's own bound)
+inline constexpr double kMaxNoiseSigma = 10;                            ///< noise=S
+inline constexpr double kMaxStragglerSlowdown = 100;  ///< stragglers=F:X; a GPU 100x slower is a failed one
+
 /// Per-GPU slowdowns (seeded, reproducible).
 struct NoiseSpec {
   double sigma = 0;              ///< noise: compute x (1 + sigma |Z|) per GPU per step
