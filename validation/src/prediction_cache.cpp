@@ -1,10 +1,15 @@
 // mkernel — simulated totals kept on disk between runs (prediction_cache.hpp).
 #include "mk/validation/prediction_cache.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -56,19 +61,80 @@ std::string executableId() {
          std::to_string(st.st_mtim.tv_nsec) + "|" + sim::engineVersion();
 }
 
-std::map<std::string, double> readEntries(const std::string& file, const std::string& id) {
-  std::map<std::string, double> out;
-  std::ifstream in(file);
-  if (!in) return out;
-  try {
-    const nlohmann::json j = nlohmann::json::parse(in);
-    if (j.value("schema", "") != kSchema || j.value("executable", "") != id) return out;
-    for (const auto& [k, v] : j.at("entries").items())
-      if (v.is_number()) out.emplace(k, v.get<double>());
-  } catch (const std::exception&) {
-    out.clear();  // a torn or foreign file: an empty cache
+/// A damaged file's worth of text is far below this (200000 entries of ~60 bytes); a larger file is not ours.
+constexpr std::size_t kMaxFileBytes = std::size_t{64} << 20;
+/// The longest total a cache entry may hold, in microseconds (about 2.8 hours of one collective): far above any
+/// schedule the tools simulate, far below what a damaged value (1e300) would do to an error.
+constexpr double kMaxTotalUs = 1e10;
+
+/// A key as key() writes it: 32 hex digits, '-', digits, '-', digits.
+bool wellFormedKey(const std::string& k) {
+  if (k.size() < 36 || k.size() > 80 || k[32] != '-') return false;
+  for (std::size_t i = 0; i < 32; ++i)
+    if (!std::isxdigit(static_cast<unsigned char>(k[i]))) return false;
+  const std::size_t dash = k.find('-', 33);
+  if (dash == std::string::npos || dash == 33 || dash + 1 == k.size()) return false;
+  for (std::size_t i = 33; i < k.size(); ++i)
+    if (i != dash && !std::isdigit(static_cast<unsigned char>(k[i]))) return false;
+  return true;
+}
+
+/// Whether `totalUs` is a total a simulation can have given: finite, > 0, below kMaxTotalUs. The one rule for
+/// what is written and what is read back: a damaged value (negative, zero, huge) is never used as a prediction.
+bool plausibleTotal(double totalUs) { return std::isfinite(totalUs) && totalUs > 0 && totalUs <= kMaxTotalUs; }
+
+/// What a cache file held: its good entries, how many were damaged, and why the file was not read at all.
+struct ReadResult {
+  std::map<std::string, double> entries;
+  std::size_t damaged = 0;
+  std::string unusable;  ///< non-empty: the file is not a regular file, or too large (say so once)
+};
+
+ReadResult readEntries(const std::string& file, const std::string& id) {
+  ReadResult r;
+  // O_NONBLOCK: a FIFO at the path must not block the open (and then the run) waiting for a writer; fstat then
+  // refuses anything that is not a regular file.
+  const int fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return r;
+  struct stat st {};
+  std::string text;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    r.unusable = "not a regular file";
+  } else if (static_cast<uint64_t>(st.st_size) > kMaxFileBytes) {
+    r.unusable = "larger than " + std::to_string(kMaxFileBytes >> 20) + " MiB";
+  } else {
+    char buf[65536];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n > 0 && text.size() + static_cast<std::size_t>(n) <= kMaxFileBytes) {
+        text.append(buf, static_cast<std::size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n != 0) text.clear();  // an error, or a file growing past the bound while read: an empty cache
+      break;
+    }
   }
-  return out;
+  ::close(fd);
+  if (text.empty()) return r;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (j.value("schema", "") != kSchema || j.value("executable", "") != id) return r;
+    for (const auto& [k, v] : j.at("entries").items()) {
+      if (v.is_number() && wellFormedKey(k) && plausibleTotal(v.get<double>()))
+        r.entries.emplace(k, v.get<double>());
+      else
+        ++r.damaged;
+    }
+  } catch (const std::exception&) {
+    r.entries.clear();  // a torn or foreign file: an empty cache
+    r.damaged = 0;
+  }
+  return r;
+}
+
+void warnOnStderr(const std::string& message) {
+  std::fprintf(stderr, "%s: warning: %s\n", program_invocation_short_name, message.c_str());
 }
 
 /// Keep the `keep` most recently written cache files of `dir`.
@@ -89,12 +155,25 @@ void prune(const std::string& dir, std::size_t keep) {
 
 }  // namespace
 
-PredictionCache::PredictionCache(std::string dir) : dir_(std::move(dir)) {
+PredictionCache::PredictionCache(std::string dir, const std::function<void(const std::string&)>& warn)
+    : dir_(std::move(dir)) {
   if (dir_.empty()) return;
   id_ = executableId();
   if (id_.empty()) return;
-  file_ = (fs::path(dir_) / ("predictions-" + hex(fnv1a(id_.data(), id_.size())) + ".json")).string();
-  entries_ = readEntries(file_, id_);
+  const std::string file = (fs::path(dir_) / ("predictions-" + hex(fnv1a(id_.data(), id_.size())) + ".json")).string();
+  ReadResult r = readEntries(file, id_);
+  const auto say = warn ? warn : warnOnStderr;
+  if (!r.unusable.empty()) {
+    // Not ours to replace (a FIFO, a device, a directory): no cache this run, and nothing written there.
+    say("prediction cache " + file + " is " + r.unusable + ": running without the cache");
+    return;
+  }
+  if (r.damaged > 0)
+    say("prediction cache " + file + ": ignored " + std::to_string(r.damaged) + " damaged cache entr" +
+        (r.damaged == 1 ? "y" : "ies") + " (simulated again)");
+  file_ = file;
+  damaged_ = r.damaged;
+  entries_ = std::move(r.entries);
 }
 
 std::string PredictionCache::defaultDir() {
@@ -124,7 +203,7 @@ std::optional<double> PredictionCache::find(const std::string& key) const {
 }
 
 void PredictionCache::put(const std::string& key, double totalUs) {
-  if (!enabled()) return;
+  if (!enabled() || !plausibleTotal(totalUs)) return;  // what a later read would reject is not kept
   entries_[key] = totalUs;
   added_[key] = totalUs;
 }
@@ -133,7 +212,9 @@ bool PredictionCache::save() {
   if (!enabled() || added_.empty()) return true;
   std::error_code ec;
   fs::create_directories(dir_, ec);
-  std::map<std::string, double> merged = readEntries(file_, id_);
+  ReadResult onDisk = readEntries(file_, id_);
+  if (!onDisk.unusable.empty()) return false;  // replaced by something not ours since the start: leave it
+  std::map<std::string, double> merged = std::move(onDisk.entries);
   if (merged.size() + added_.size() > kMaxEntries) merged.clear();
   for (const auto& [k, v] : added_) merged[k] = v;
   nlohmann::json j;

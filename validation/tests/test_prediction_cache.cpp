@@ -1,11 +1,16 @@
 // The prediction cache (mk/validation/prediction_cache.hpp): a hit is the number a fresh simulation gives, records
 // of one request share one simulation, the key follows every input, and a broken cache never breaks a run.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -164,4 +169,78 @@ TEST_CASE("prediction cache: the directory keeps the 16 most recently written fi
   CHECK(fs::exists(dir.path / "predictions-old19.json"));  // the newest of the old ones stay
   CHECK_FALSE(fs::exists(dir.path / "predictions-old0.json"));
   CHECK(fs::exists(dir.path / "notes.txt"));  // other files are not the cache's to remove
+}
+
+TEST_CASE("prediction cache: a damaged entry is ignored, counted once and simulated again, never used") {
+  const mk::MeasurementFile f = records();
+  const mk::ValidationResult fresh = validate(f, nullptr);
+  TempDir dir("damaged");
+  std::string file;
+  {
+    mk::PredictionCache c(dir.path.string());
+    REQUIRE(validate(f, &c).fromCache == 0);
+    file = c.file();
+  }
+  // Each kind of damage a disk, an editor or a bug can leave: negative, zero, huge, null (what a NaN is written
+  // as), a string, a bool, and a good value under a key of the wrong shape (a truncated one).
+  const std::vector<std::vector<nlohmann::json>> rounds = {{-5.0, 0.0, 1e300}, {nullptr, "12", true}};
+  for (std::size_t round = 0; round < rounds.size(); ++round) {
+    CAPTURE(round);
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(file));
+    REQUIRE(j["entries"].size() == 3);
+    std::size_t i = 0;
+    for (auto& [key, value] : j["entries"].items()) value = rounds[round][i++];
+    if (round == 1) j["entries"]["0123-4-5"] = 10.0;
+    std::ofstream(file, std::ios::trunc) << j.dump();
+    std::vector<std::string> warnings;
+    mk::PredictionCache damaged(dir.path.string(), [&](const std::string& w) { warnings.push_back(w); });
+    CHECK(damaged.enabled());
+    CHECK(damaged.damaged() == (round == 1 ? 4 : 3));
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find("ignored " + std::to_string(damaged.damaged()) + " damaged cache entries") !=
+          std::string::npos);
+    const mk::ValidationResult d = validate(f, &damaged);
+    CHECK(d.fromCache == 0);  // simulated again: the errors are the fresh ones, not 100 %
+    for (std::size_t r = 0; r < fresh.rows.size(); ++r) {
+      CAPTURE(r);
+      CHECK(d.rows[r].simUs == fresh.rows[r].simUs);
+      CHECK(d.rows[r].simErrPct == fresh.rows[r].simErrPct);
+    }
+    CHECK(d.sim.medianAbsPct == fresh.sim.medianAbsPct);
+  }
+  std::vector<std::string> warnings;
+  mk::PredictionCache repaired(dir.path.string(), [&](const std::string& w) { warnings.push_back(w); });
+  CHECK(warnings.empty());  // the save dropped the damaged entries
+  CHECK(repaired.damaged() == 0);
+  CHECK(validate(f, &repaired).fromCache == 3);
+  // A total no reader would accept is not written either.
+  repaired.put(std::string(32, 'a') + "-1-1", 0.0);
+  CHECK_FALSE(repaired.find(std::string(32, 'a') + "-1-1"));
+}
+
+TEST_CASE("prediction cache: a FIFO at the cache's path neither hangs the run nor is replaced") {
+  TempDir dir("fifo");
+  const std::string file = mk::PredictionCache(dir.path.string()).file();
+  REQUIRE_FALSE(file.empty());
+  REQUIRE(::mkfifo(file.c_str(), 0600) == 0);
+  std::vector<std::string> warnings;
+  // Bounded: if opening the FIFO blocks (a regression), open its other end so that the reader sees EOF, and fail.
+  auto opened = std::async(std::launch::async, [&] {
+    return std::make_unique<mk::PredictionCache>(dir.path.string(),
+                                                 [&](const std::string& w) { warnings.push_back(w); });
+  });
+  if (opened.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    FAIL_CHECK("opening a FIFO as the prediction cache blocked");
+    const int unblock = ::open(file.c_str(), O_RDWR);
+    if (unblock >= 0) ::close(unblock);
+  }
+  const std::unique_ptr<mk::PredictionCache> c = opened.get();
+  CHECK_FALSE(c->enabled());  // off for this run: the validation simulates, and save() writes nothing
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("not a regular file") != std::string::npos);
+  const mk::ValidationResult r = validate(records(), c.get());
+  CHECK(r.fromCache == 0);
+  struct stat st {};
+  REQUIRE(::stat(file.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
 }

@@ -23,17 +23,22 @@ namespace mk {
 /// Simulated totals (microseconds) of one executable, in DIR/predictions-<executable id>.json. The executable id
 /// covers what the simulator is: this program's path, size and modification time (the simulator is linked into
 /// it) and the SimGrid version; a rebuilt tool starts a new file. A missing, unreadable or foreign file is an
-/// empty cache; nothing here ever fails a run.
+/// empty cache; nothing here ever fails a run. Every entry read is checked (a well-formed key, a finite total in
+/// (0, 1e10] us): a damaged one is never used, only simulated again and counted. A path that is not a regular file
+/// (a FIFO, a device, a directory) is never opened for long nor replaced: the cache is off for the run.
 class PredictionCache {
  public:
-  /// `dir` empty: disabled (every lookup misses, save() writes nothing).
-  explicit PredictionCache(std::string dir);
+  /// `dir` empty: disabled (every lookup misses, save() writes nothing). `warn` receives one line when the file
+  /// holds damaged entries or is not a regular file (default: "<program>: warning: ..." on stderr).
+  explicit PredictionCache(std::string dir, const std::function<void(const std::string&)>& warn = {});
 
   /// $XDG_CACHE_HOME/mkernel, else $HOME/.cache/mkernel; empty when neither is set.
   static std::string defaultDir();
 
   bool enabled() const noexcept { return !file_.empty(); }
   const std::string& file() const noexcept { return file_; }
+  /// Entries of the file that were damaged and ignored when it was read.
+  std::size_t damaged() const noexcept { return damaged_; }
 
   /// The key of one prediction: a digest of the packed schedule, the topology and the profile.
   static std::string key(const Schedule& s, const Topology& topo, const Profile& profile);
@@ -51,6 +56,7 @@ class PredictionCache {
   std::string file_;
   std::map<std::string, double> entries_;
   std::map<std::string, double> added_;
+  std::size_t damaged_ = 0;
 };
 
 /// One prediction to make (trace and link loads off: only the total is kept).
