@@ -15,15 +15,22 @@ namespace mk::report {
 std::filesystem::path parentOf(const std::string& path);
 
 /// The report directory: new, empty, or a previous report of this tool (it holds `marker`); its parent exists and
-/// is writable. Throws Error(IoError) "<option> <dir>: ..." naming what is wrong.
+/// is writable. Throws Error(IoError) "<option> <dir>: ..." naming what is wrong. Removes what runs killed with -9
+/// left next to it (removeStaleTempDirs).
 void checkReportDir(const std::string& option, const std::string& dir, const std::string& marker,
                     const std::string& tool);
 
 /// The report generator `scriptName`: next to an installed tool (../share/mkernel), else `sourcePath`.
 std::string defaultScript(const std::string& scriptName, const std::string& sourcePath);
 
-/// A fresh directory next to `dir` (".<name>.<tag>-XXXXXX", mode as mkdir would give it).
+/// A fresh directory next to `dir` (".<name>.<tag>-<pid>-XXXXXX", mode as mkdir would give it).
 std::filesystem::path makeTempDir(const std::string& option, const std::string& dir, const char* tag);
+
+/// Remove the temporary directories next to report directory `target` (".<name>.tmp-<pid>-XXXXXX", and
+/// ".<name>.old-<pid>-XXXXXX") whose process is gone: left by a run killed with -9, which no handler cleans up. A
+/// previous report moved aside by a run killed before its own was in place goes back to `target` if that is free.
+/// Directories of live runs, and names without a pid, are left alone. Never throws.
+void removeStaleTempDirs(const std::string& target);
 
 /// Move the finished report `tmp` to `dir`, replacing an empty directory or a previous report.
 void installReport(const std::string& option, const std::filesystem::path& tmp, const std::string& dir);
