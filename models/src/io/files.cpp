@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "mk/error.hpp"
+#include "mk/io/output_paths.hpp"
 #include "mk/schedule/io.hpp"
 
 namespace mk {
@@ -58,7 +59,7 @@ std::string nonRegularKind(const std::string& path) {
 void checkOutputPath(const std::string& option, const std::string& path, const std::vector<std::string>& inputs) {
   namespace fs = std::filesystem;
   if (path.empty()) return;
-  const fs::path p(path);
+  const fs::path p(resolveOutputTarget(path));  // through a symbolic link, its target is what gets written
   std::error_code ec;
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
   if (!fs::is_directory(dir, ec))
@@ -179,10 +180,13 @@ TempGuard::~TempGuard() {
 
 void writeFileAtomic(const std::string& path, const std::string& text) {
   requireReplaceable(path);
-  const std::string tmp = tmpNameFor(path);
+  // Through a symbolic link the link is kept and its target replaced, as cp and shell redirection do: the temporary
+  // goes next to the target (same file system, so the rename cannot fail with EXDEV).
+  const std::string target = resolveOutputTarget(path);
+  const std::string tmp = tmpNameFor(target);
   const TempGuard guard(tmp, false);
   writeTemporary(path, tmp, text);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
     const int err = errno;
     std::remove(tmp.c_str());
     throw Error(ErrorCode::IoError, "cannot write '" + path + "': " + std::strerror(err));
@@ -196,7 +200,8 @@ OutputSet::~OutputSet() {
 void OutputSet::stage(const std::string& option, const std::string& path, const std::string& text) {
   if (path.empty()) return;
   requireReplaceable(path);
-  Entry e{option, path, tmpNameFor(path)};
+  const std::string target = resolveOutputTarget(path);  // written through a symbolic link, as writeFileAtomic
+  Entry e{option, path, target, tmpNameFor(target)};
   // Guarded from creation to commit: a signal in between removes it.
   staged_.push_back(e);
   guards_.push_back(std::make_unique<TempGuard>(e.tmp, false));
@@ -210,7 +215,7 @@ void OutputSet::stage(const std::string& option, const std::string& path, const 
 void OutputSet::commit() {
   for (std::size_t i = 0; i < staged_.size(); ++i) {
     const Entry& e = staged_[i];
-    if (std::rename(e.tmp.c_str(), e.path.c_str()) != 0)
+    if (std::rename(e.tmp.c_str(), e.target.c_str()) != 0)
       throw Error(ErrorCode::IoError,
                   e.option + " " + e.path + ": cannot move the finished file into place: " + std::strerror(errno));
   }

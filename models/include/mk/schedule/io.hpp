@@ -23,7 +23,7 @@ void saveSchedule(const Schedule& s, const std::string& path);
 
 /// Write `text` to `path` atomically (temp file + rename); throws IoError. Shared by every tool. Refuses a `path`
 /// that exists and is not a regular file (a device such as /dev/null, a FIFO, a directory): the rename would
-/// replace it.
+/// replace it. A `path` that is a symbolic link keeps the link: its target is replaced (resolveOutputTarget).
 void writeFileAtomic(const std::string& path, const std::string& text);
 /// Every tool's check of an output path given as `option`, before any work: its directory exists, and it is not
 /// an existing non-regular file (see writeFileAtomic) nor the same file as one of the command's `inputs` (which
@@ -63,7 +63,7 @@ class OutputSet {
 
  private:
   struct Entry {
-    std::string option, path, tmp;
+    std::string option, path, target, tmp;  // target: `path` with its symbolic links followed
   };
   std::vector<Entry> staged_;
   std::vector<std::unique_ptr<TempGuard>> guards_;
