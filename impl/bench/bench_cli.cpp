@@ -1,6 +1,7 @@
 #include "bench_cli.hpp"
 
 #include "mk/error.hpp"
+#include "mk/io/output_paths.hpp"
 
 namespace mkbench {
 namespace {
@@ -82,6 +83,7 @@ void finishArgs(const CLI::App& app, Args& a) {
     a.sweep = a.bytes + ":" + a.bytes + ":2";
   }
   if (a.sweep.empty()) a.sweep = kDefaultSweep;
+  mk::checkDistinctOutputs({{"--json", a.json, mk::OutputKind::File}, {"--trace", a.trace, mk::OutputKind::File}});
 }
 
 int parseArgs(int argc, char** argv, Args& a) {

@@ -45,6 +45,7 @@
 #include "mk/device_info.hpp"
 #include "mk/error.hpp"
 #include "mk/io/measurement.hpp"
+#include "mk/io/output_paths.hpp"
 #include "mk/schedule/pack.hpp"
 #include "mk/util/cli.hpp"
 #include "mk/util/format.hpp"
@@ -466,6 +467,7 @@ int fusedMain(int argc, char** argv, const std::string& command) {
   const std::string tool = std::string("mk-bench ") + argv[0];
   if (int rc = mk::cli::parse(app, argc, argv, tool.c_str()); rc != mk::cli::kContinue) return rc;
   try {
+    mk::checkDistinctOutputs({{"--json", a.json, mk::OutputKind::File}, {"--trace", a.trace, mk::OutputKind::File}});
     return runFused(a, command);
   } catch (const mk::Error& e) {  // no GPU 3, driver too old 4, the rest 2 (mk/util/cli.hpp)
     std::fprintf(stderr, "mk-bench %s: %s\n", a.op.c_str(), e.what());

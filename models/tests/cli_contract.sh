@@ -55,6 +55,17 @@ cp "$work/ar.json" "$work/ar-copy.json"
 expect 2 "^mk-schedule: error: .*--json $work/ar.json: is also an input" -- \
   "$tool" --schedule "$work/ar.json" --json "$work/ar.json"
 check "the input schedule is unchanged" cmp -s "$work/ar.json" "$work/ar-copy.json"
+# two outputs on one path, spelled differently: refused before any work, naming both, the target left alone
+echo old >"$work/same.out"
+expect 2 "^mk-schedule: error: invalid-argument: --json $work/same.out and --packed $work/\./same.out: both name the same path" -- \
+  "$tool" --bytes 4K --json "$work/same.out" --packed "$work/./same.out"
+one_line_error "$tool" --bytes 4K --json "$work/same.out" --packed "$work/same.out"
+check "a refused --json/--packed pair left its target alone" test "$(cat "$work/same.out")" = old
+# an output that is a symbolic link: written through it, the link kept and its target replaced
+mkdir -p "$work/store" && echo old >"$work/store/linked.json" && ln -sfn store/linked.json "$work/linked.json"
+expect 0 'wrote' -- "$tool" --bytes 4K --json "$work/linked.json"
+check "the link is kept" test -L "$work/linked.json"
+check "its target is replaced" grep -q '"schema"' "$work/store/linked.json"
 
 # the race check runs up to 200 k steps; above, the output says plainly that it did not, never a bare "OK"
 expect 0 'generate   [0-9.]+ ms, validate OK$' -- "$tool" --op allreduce --algo ring --cluster dgx-h100 --bytes 64M

@@ -21,6 +21,7 @@
 #include "mk/error.hpp"
 #include "mk/exec/verify.hpp"
 #include "mk/exec/verify_fused.hpp"
+#include "mk/io/output_paths.hpp"
 #include "mk/resources.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/schedule/pack.hpp"
@@ -212,6 +213,8 @@ int runFused(const Options& o) {
 
 int run(const Options& o) {
   const std::vector<std::string> inputs{o.scheduleIn, o.coll.profile, o.coll.cluster};
+  mk::checkDistinctOutputs(
+      {{"--json", o.jsonOut, mk::OutputKind::File}, {"--packed", o.packedOut, mk::OutputKind::File}});
   mk::checkOutputPath("--json", o.jsonOut, inputs);
   mk::checkOutputPath("--packed", o.packedOut, inputs);
   if (o.scheduleIn.empty() && mk::isFusedOp(o.coll.op)) return runFused(o);

@@ -93,6 +93,11 @@ check "prediction json has time_us" grep -q '"time_us": ' "$work/p.json"
 check "prediction json has busiest_links" grep -q '"busiest_links"' "$work/p.json"
 check "trace has complete events" grep -q '"ph":"X"' "$work/t.json"
 check "trace names ranks" grep -q '"process_name"' "$work/t.json"
+# two outputs on one path: refused before any simulation, naming both options, the target left as it was
+echo old >"$work/w.json"
+expect 2 "^mk-sim: error: invalid-argument: --json $work/w.json and --trace $work/w.json: both name the same path" -- \
+  "$tool" --algo ring --cluster h200x2 --bytes 4K --json "$work/w.json" --trace "$work/w.json"
+check "a refused --json/--trace pair left its target alone" test "$(cat "$work/w.json")" = old
 expect 0 'wrote' -- "$tool" --algo ring --cluster h200x2 --sweep 1K:1M:32 --json "$work/sweep.json"
 check "sweep json has results" grep -q '"results"' "$work/sweep.json"
 check "no temporary files left" bash -c "! compgen -G '$work/*.tmp*' >/dev/null"

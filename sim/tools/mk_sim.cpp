@@ -20,6 +20,7 @@
 #include "mk/cost/bottleneck.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
+#include "mk/io/output_paths.hpp"
 #include "mk/resources.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/schedule/validate.hpp"
@@ -291,6 +292,8 @@ int runFused(const Options& o) {
 int run(const Options& o) {
   // Before hours of simulation are spent: outputs writable, and none of them one of the inputs.
   const std::vector<std::string> inputs{o.scheduleIn, o.coll.profile, o.coll.cluster};
+  mk::checkDistinctOutputs(
+      {{"--json", o.jsonOut, mk::OutputKind::File}, {"--trace", o.traceOut, mk::OutputKind::File}});
   mk::checkOutputPath("--json", o.jsonOut, inputs);
   mk::checkOutputPath("--trace", o.traceOut, inputs);
   if (o.scheduleIn.empty() && mk::isFusedOp(o.coll.op)) return runFused(o);

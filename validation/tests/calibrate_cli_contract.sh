@@ -43,6 +43,11 @@ check "profile lists what was not measured" grep -q 'default (not measured): net
 expect 0 '[0-9]+ other records ignored' -- "$tool" --out "$work/p2.json" "$work/calib.json" "$collective"
 expect 0 'wrote' -- "$tool" --out "$work/p3.json" --summary "$work/fit.txt" "$work/calib.json"
 check "summary written" grep -q 'nvlink.alphaUs' "$work/fit.txt"
+# two outputs on one path: refused before any work, naming both options, the existing target left as it was
+echo old >"$work/same.txt"
+expect 2 "^mk-calibrate: error: invalid-argument: --out $work/same.txt and --summary $work/same.txt: both name the same path" -- \
+  "$tool" --out "$work/same.txt" --summary "$work/same.txt" "$work/calib.json"
+check "a refused --out/--summary pair left its target alone" test "$(cat "$work/same.txt")" = old
 # the cluster defaults to the preset the files ran on (their system block: 2 x NVIDIA H200)
 expect 0 'calibrated on h200x2 ' -- "$tool" --out "$work/p5.json" "$work/calib.json"
 # --report changed meaning (an HTML folder in every tool): the old text-file use is refused, naming --summary

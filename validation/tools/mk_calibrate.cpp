@@ -14,6 +14,7 @@
 #include "mk/cost/profile_io.hpp"
 #include "mk/error.hpp"
 #include "mk/io/measurement.hpp"
+#include "mk/io/output_paths.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/topology/topology.hpp"
 #include "mk/util/build_commit.hpp"
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> given = inputs;
     given.push_back(base);
     given.push_back(cluster);
+    mk::checkDistinctOutputs({{"--out", out, mk::OutputKind::File}, {"--summary", reportOut, mk::OutputKind::File}});
     mk::checkOutputPath("--out", out, given);
     mk::checkOutputPath("--summary", reportOut, given);
     std::vector<mk::MeasurementFile> files;

@@ -24,6 +24,7 @@
 #include "mk/cost/profile_io.hpp"
 #include "mk/error.hpp"
 #include "mk/io/measurement.hpp"
+#include "mk/io/output_paths.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/sim/replay.hpp"
 #include "mk/topology/topology.hpp"
@@ -145,6 +146,9 @@ void printProvenance(const Options& o, const mk::Profile& p, const mk::ProfilePr
 
 int run(const Options& o, const std::string& command) {
   // ---- everything that can be checked before the simulations ----
+  mk::checkDistinctOutputs({{"--report", o.reportDir, mk::OutputKind::Folder},
+                            {"--json", o.jsonOut, mk::OutputKind::File},
+                            {"--cache", o.cache == "none" ? "" : o.cache, mk::OutputKind::Folder}});
   if (o.datasheet == !o.profile.empty()) bad("give exactly one of --profile p.json and --datasheet");
   checkReportDir(o.reportDir);
   std::optional<TraceSelector> sel;

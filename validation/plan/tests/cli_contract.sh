@@ -66,6 +66,12 @@ check "a plan from the cache is the plan simulated afresh" cmp -s "$work/c2.json
 check "the cached and the fresh plan agree with the first" cmp -s "$work/c1.json" "$work/c3.json"
 check "a replaced report is complete" test -s "$work/rep/index.html"
 check "no old report is left next to it" bash -c "! compgen -G '$work/.rep*' >/dev/null"
+# --json inside the --report folder: refused before any simulation, naming both, the previous report left whole
+echo old >"$work/rep/copy.json"
+expect 2 "^mk-plan: error: invalid-argument: --json $work/rep/copy.json and --report $work/rep: the first lies inside" -- \
+  "${run[@]}" --report "$work/rep" --json "$work/rep/copy.json"
+check "a refused --report/--json pair left --json's target alone" test "$(cat "$work/rep/copy.json")" = old
+check "a refused --report/--json pair left the report alone" cmp -s "$work/b.json" "$work/rep/plan.json"
 
 # ---- infeasible GPU counts are rows with their reason, not errors ----
 expect 0 '32  not feasible: training.globalBatch 2 is not a multiple of dp x microBatch = 4 at 32 GPUs' -- \

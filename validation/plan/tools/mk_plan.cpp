@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "mk/error.hpp"
+#include "mk/io/output_paths.hpp"
 #include "mk/plan/plan_output.hpp"
 #include "mk/plan/planner.hpp"
 #include "mk/schedule/io.hpp"
@@ -163,6 +164,10 @@ int run(const Options& o, const std::string& command) {
     return 0;
   }
   // ---- everything that can be checked before minutes of simulation ----
+  mk::checkDistinctOutputs({{"--report", o.reportDir, mk::OutputKind::Folder},
+                            {"--json", o.jsonOut, mk::OutputKind::File},
+                            {"--stats", o.statsOut, mk::OutputKind::File},
+                            {"--cache", o.cache == "none" ? "" : o.cache, mk::OutputKind::Folder}});
   if (o.datasheet && !o.profile.empty()) bad("give at most one of --profile p.json and --datasheet");
   mk::plan::PlanInputs in;
   in.workload = buildWorkload(o);
