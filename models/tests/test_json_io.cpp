@@ -42,6 +42,40 @@ TEST_CASE("json io: 100,000 nested levels are a parse error in every reader, not
   }
 }
 
+TEST_CASE("json io: a NUL byte is refused with its offset in every reader, never the end of the text") {
+  // nlohmann stops at a NUL: "{...}\0garbage" once parsed as "{...}" and the garbage was never looked at.
+  expectError([] { parseJson(std::string("{\"a\": 1}\0xyz", 11), "x.json"); }, ErrorCode::ParseError,
+              {"x.json: not valid JSON: a NUL byte at byte 8"});
+  const std::string doc = std::string("{}\0garbage", 10);
+  const std::vector<std::pair<const char*, std::function<void()>>> readers = {
+      {"schedule", [&] { scheduleFromJson(doc); }},
+      {"topology", [&] { topologyFromJson(doc); }},
+      {"profile", [&] { profileFromJson(doc); }},
+      {"workload", [&] { workloadFromJson(doc); }},
+      {"measurement", [&] { parseMeasurementFile(doc, "m.json"); }},
+  };
+  for (const auto& [name, read] : readers) {
+    CAPTURE(name);
+    expectError(read, ErrorCode::ParseError, {"a NUL byte at byte 2"});
+  }
+}
+
+TEST_CASE("json io: a schema string matches by whole name and major version, a minor version allowed") {
+  CHECK(schemaMatches("mkernel.profile.v1", "mkernel.profile.v1"));
+  CHECK(schemaMatches("mkernel.profile.v1.0", "mkernel.profile.v1"));
+  CHECK(schemaMatches("mkernel.profile.v1.12", "mkernel.profile.v1"));
+  for (const char* bad :
+       {"mkernel.profile.v10", "mkernel.profile.v1xyz", "mkernel.profile.v1.", "mkernel.profile.v1.a",
+        "mkernel.profile.v1.2.3", "mkernel.profile.v", "mkernel.profile", "", "mkernel.topology.v1"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(schemaMatches(bad, "mkernel.profile.v1"));
+  }
+  // Every reader uses it: a prefix of the right name with another major is refused at "schema".
+  expectError([] { profileFromJson(R"({"schema": "mkernel.profile.v10"})"); }, ErrorCode::ParseError, {"schema"});
+  expectError([] { topologyFromJson(R"({"schema": "mkernel.topology.v1x", "name": "t"})"); }, ErrorCode::ParseError,
+              {"schema"});
+}
+
 TEST_CASE("json io: the depth bound counts brackets, not brackets inside strings") {
   CHECK(parseJson(R"({"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["})", "t")
             .is_object());

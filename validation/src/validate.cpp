@@ -406,7 +406,11 @@ SideBySide sideBySideTrace(const Schedule& s, const sim::Prediction& predicted, 
       const json& e = (*events)[i];
       const std::string where = traceName + ": traceEvents[" + std::to_string(i) + "]";
       if (!e.is_object()) throw Error(ErrorCode::ParseError, where + ": must be an object");
-      if (e.value("ph", "") != "X") continue;  // metadata, counters
+      // e.value("ph", "") throws nlohmann's type_error (a raw exception, exit 1) for a phase that is not a string.
+      const auto ph = e.find("ph");
+      if (ph != e.end() && !ph->is_string())
+        failField(where + ": ph", "must be a string (the event's phase: \"X\" for a step)", *ph);
+      if (ph == e.end() || *ph != "X") continue;  // metadata, counters
       for (const char* k : {"pid", "tid", "ts", "dur", "name", "args"})
         if (!e.contains(k))
           throw Error(ErrorCode::ParseError, where + ": missing '" + k + "' (mk-bench --trace format)");

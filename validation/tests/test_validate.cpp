@@ -400,6 +400,11 @@ TEST_CASE("validate: measured and predicted traces side by side") {
                                        "n.json", 0, "t");
                  }),
                  "missing 'args'"));
+  // A phase that is not a string is one field error, not nlohmann's type_error.
+  CHECK(contains(errorOf([&] {
+                   mk::sideBySideTrace(regen.schedule, p, R"({"traceEvents":[{"ph":null,"pid":0}]})", "p.json", 0, "t");
+                 }),
+                 "p.json: traceEvents[0]: ph must be a string"));
 }
 
 TEST_CASE("validate: the JSON output holds rows summary profile and trace") {

@@ -244,7 +244,7 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   const Json j = parseJson(input, "profile", kMaxConfigJsonBytes);
   if (!j.is_object()) parseFail(std::string("the document must be a JSON object (got ") + j.type_name() + ")");
   const std::string schema = text(j, "", "schema");
-  if (schema != kProfileSchema)
+  if (!schemaMatches(schema, kProfileSchema))
     parseFail("schema must be \"" + std::string(kProfileSchema) + "\" (got \"" + excerpt(schema) + "\")");
   onlyKeys(j, "", {"schema",     "source",     "provenance", "nvlink",      "network",     "local",
                    "reduceGBs",  "reduceRamp", "flagUs",     "localFlagUs", "dispatchUs",  "peerUserUs",

@@ -53,6 +53,11 @@ nlohmann::json parseJson(const std::string& text, const std::string& what, std::
   if (text.size() > maxBytes)
     throw Error(ErrorCode::ParseError, what + ": " + std::to_string(text.size()) + " bytes exceeds the limit of " +
                                            std::to_string(maxBytes) + " bytes for this kind of file");
+  // nlohmann's lexer takes a NUL byte for the end of the input: "{...}\0garbage" would parse as "{...}" and the
+  // rest be silently dropped. A NUL is never valid JSON (not even inside a string), so any one is refused.
+  if (const std::size_t nul = text.find('\0'); nul != std::string::npos)
+    throw Error(ErrorCode::ParseError, what + ": not valid JSON: a NUL byte at byte " + std::to_string(nul) +
+                                           " (a JSON file is text; is this a binary or a damaged file?)");
   if (const std::size_t at = tooDeepAt(text, kMaxJsonDepth); at != std::string::npos)
     throw Error(ErrorCode::ParseError, what + ": arrays and objects nest deeper than " + std::to_string(kMaxJsonDepth) +
                                            " levels (at byte " + std::to_string(at) + ")");
@@ -64,6 +69,16 @@ nlohmann::json parseJson(const std::string& text, const std::string& what, std::
     throw Error(ErrorCode::ParseError,
                 what + ": not valid JSON (malformed or truncated): " + excerpt(e.what(), 4 * kExcerptChars));
   }
+}
+
+bool schemaMatches(const std::string& got, const std::string& supported) {
+  if (got.compare(0, supported.size(), supported) != 0) return false;
+  if (got.size() == supported.size()) return true;
+  // A minor version: ".<digits>", nothing after it.
+  if (got[supported.size()] != '.' || got.size() == supported.size() + 1) return false;
+  for (std::size_t i = supported.size() + 1; i < got.size(); ++i)
+    if (got[i] < '0' || got[i] > '9') return false;
+  return true;
 }
 
 std::string excerpt(const std::string& s, std::size_t maxChars) {

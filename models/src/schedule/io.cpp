@@ -471,7 +471,7 @@ class Reader {
     expectObject(root, top);
     checkKeys(root, top, {"schema", "info", "nRanks", "nodeOf", "nFlags", "nBarriers", "buffers", "gemms", "ranks"});
     const std::string& schema = asString(member(root, "schema", top), top["schema"]);
-    if (schema != kSchema)
+    if (!schemaMatches(schema, kSchema))
       fail(top["schema"], "unsupported schema '" + excerpt(schema) + "' (expected '" + kSchema + "')");
 
     if (const json* info = optionalMember(root, "info")) readInfo(*info, top["info"]);

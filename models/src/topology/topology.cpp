@@ -257,7 +257,7 @@ Topology topologyFromJson(const std::string& textIn) {
     throw Error(ErrorCode::ParseError, "topology: the document must be a JSON object (got " + typeName(j) + ")");
   if (j.contains("schema")) {
     const std::string schema = text(j, "", "schema");
-    if (schema != kTopologySchema)
+    if (!schemaMatches(schema, kTopologySchema))
       throw Error(ErrorCode::ParseError, "topology: schema must be \"" + std::string(kTopologySchema) + "\" (got \"" +
                                              excerpt(schema) + "\")");
   }

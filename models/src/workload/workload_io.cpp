@@ -157,7 +157,7 @@ Workload workloadFromJson(const std::string& text) {
   const Json j = parseText(text, kDoc);
   const JsonFields root(j, kDoc);
   root.onlyKeys({"schema", "name", "preset", "model", "training", "layout"});
-  if (root.has("schema") && root.text("schema") != kWorkloadSchema)
+  if (root.has("schema") && !schemaMatches(root.text("schema"), kWorkloadSchema))
     root.fail(std::string("schema must be \"") + kWorkloadSchema + "\" (got \"" + root.text("schema") + "\")");
   Workload w;
   const bool fromPreset = root.has("preset");

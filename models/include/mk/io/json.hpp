@@ -23,6 +23,11 @@ namespace mk {
 /// reject them at the field.
 nlohmann::json parseJson(const std::string& text, const std::string& what, std::size_t maxBytes = kMaxJsonBytes);
 
+/// Whether a document's "schema" string `got` is the `supported` one ("mkernel.measurement.v1"): exactly it, or it
+/// with a minor version ("mkernel.measurement.v1.2"). Name and major version must match whole: a prefix check once
+/// took "mkernel.measurement.v10" and "mkernel.measurement.v1xyz" for v1.
+bool schemaMatches(const std::string& got, const std::string& supported);
+
 /// `s` cut to `maxChars` characters ("..." appended when cut).
 std::string excerpt(const std::string& s, std::size_t maxChars = kExcerptChars);
 /// A bounded description of a value for messages: `number 1e+400`, `string "abc..."`, `array of 3 elements`,
