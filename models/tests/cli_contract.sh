@@ -141,4 +141,15 @@ check "an invalid schedule still wrote a packed file" test ! -e "$work/stuck.bin
 expect 2 "io-error.*no/such/file.json" -- "$tool" --schedule /no/such/file.json
 expect 2 "no/such/profile.json" -- "$tool" --cluster h200x2 --profile /no/such/profile.json
 
+# issue 40's stragglers: a NUL byte after the JSON, options a schedule file makes meaningless, an empty path, a
+# spaced size and a newline in a value are each one error line (exit 2), never silently accepted
+{ cat "$work/ar.json"; printf '\0garbage'; } >"$work/nul.json"
+expect 2 "nul.json: not valid JSON: a NUL byte at byte $(stat -c %s "$work/ar.json")" -- "$tool" --schedule "$work/nul.json"
+expect 2 '^mk-schedule: error: --ranks is ignored with --schedule' -- "$tool" --schedule "$work/ar.json" --ranks 8
+expect 2 '^mk-schedule: error: -b,--minbytes is ignored with --schedule' -- "$tool" --schedule "$work/ar.json" -b 64K
+expect 2 '^mk-schedule: error: --json: must not be empty' -- "$tool" --bytes 4K --json ''
+expect 2 "bad size '1 K B': spaces are not allowed" -- "$tool" --bytes '1 K B'
+expect 2 'unknown --op .all\\nreduce.' -- "$tool" --op $'all\nreduce'
+one_line_error "$tool" --op $'all\nreduce'
+
 cli_summary

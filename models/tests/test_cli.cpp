@@ -90,3 +90,54 @@ TEST_CASE("error: CUDA start-up errors map to no GPU or driver too old") {
   CHECK(mk::cudaStartupErrorCode(35, true) == mk::ErrorCode::DriverTooOld);  // libcuda older than the runtime
   CHECK(mk::cudaStartupErrorCode(2, true) == mk::ErrorCode::CudaError);      // cudaErrorMemoryAllocation
 }
+
+namespace {
+
+/// mk::cli::parse on an app with a path option, a list option, a flag and positional files: its exit code.
+int parseCode(std::vector<std::string> args) {
+  CLI::App app;
+  std::string out;
+  std::vector<std::string> ops, files;
+  bool quiet = false;
+  app.add_option("--out", out);
+  app.add_option("--op", ops)->delimiter(',');
+  app.add_flag("--quiet", quiet);
+  app.add_option("files", files);
+  args.insert(args.begin(), "tool");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return mk::cli::parse(app, static_cast<int>(argv.size()), argv.data(), "tool");
+}
+
+}  // namespace
+
+TEST_CASE("cli: an empty value is refused on every option, never taken for 'not given'") {
+  CHECK(parseCode({"--out", "x", "--op", "a,b", "--quiet", "f.json"}) == mk::cli::kContinue);
+  CHECK(parseCode({"--out", ""}) == mk::cli::kExitBadInput);
+  CHECK(parseCode({"--out="}) == mk::cli::kExitBadInput);
+  CHECK(parseCode({"--op", ""}) == mk::cli::kExitBadInput);
+  CHECK(parseCode({"f.json", ""}) == mk::cli::kExitBadInput);
+}
+
+TEST_CASE("cli: an error line escapes newlines and control bytes, so it stays one line") {
+  CHECK(mk::cli::oneLine("plain text: ok") == "plain text: ok");
+  CHECK(mk::cli::oneLine("all\nreduce") == "all\\nreduce");
+  CHECK(mk::cli::oneLine("a\r\tb") == "a\\r\\tb");
+  CHECK(mk::cli::oneLine(std::string("x\0y\x1b\x7f", 5)) == "x\\x00y\\x1b\\x7f");
+  CHECK(mk::cli::oneLine("caf\xc3\xa9") == "caf\xc3\xa9");  // UTF-8 passes as is
+}
+
+TEST_CASE("cli: refuseOthers names the first given option outside the kept ones") {
+  CLI::App app;
+  std::string schedule, json;
+  uint32_t ranks = 0;
+  app.add_option("--schedule", schedule);
+  app.add_option("--json", json);
+  app.add_option("-r,--ranks", ranks);
+  std::vector<std::string> args{"tool", "--schedule", "s.json", "--json", "o.json"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  CHECK(mk::cli::refuseOthers(app, "tool", {"--schedule", "--json"}, "is ignored") == mk::cli::kContinue);
+  CHECK(mk::cli::refuseOthers(app, "tool", {"--schedule"}, "is ignored") == mk::cli::kExitBadInput);
+}

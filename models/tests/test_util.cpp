@@ -42,6 +42,13 @@ TEST_CASE("size: negative fractional garbage and overflowing sizes are rejected"
   requireBadSize("20000000000T", "too large");
 }
 
+TEST_CASE("size: a size is one word: spaces anywhere are refused") {
+  for (const char* text : {"1 K B", "1 KiB", " 8", "8 ", "6 4K", "1\tK", " "}) {
+    CAPTURE(text);
+    requireBadSize(text, "spaces are not allowed");
+  }
+}
+
 TEST_CASE("size: formatSize picks the largest exact binary unit") {
   CHECK(mk::formatSize(1048576) == "1 MiB");
   CHECK(mk::formatSize(1048573) == "1048573 B");

@@ -334,6 +334,13 @@ int main(int argc, char** argv) {
   mk::cli::addGuardOptions(app, o.guard);
   mk::cli::addSweepOptions(app, o.sizes, "mk-schedule makes one schedule: a range of one size only (mk-sim sweeps)");
   if (int rc = mk::cli::parse(app, argc, argv, "mk-schedule"); rc != mk::cli::kContinue) return rc;
+  // A schedule file says its op, ranks and sizes: a generator option next to it would be silently ignored.
+  if (app.count("--schedule") > 0)
+    if (int rc = mk::cli::refuseOthers(
+            app, "mk-schedule", {"--schedule", "--json", "--packed", "--verify", "--max-memory", "--progress"},
+            "is ignored with --schedule (the file is the schedule: its op, ranks and sizes)");
+        rc != mk::cli::kContinue)
+      return rc;
   if (int rc = mk::cli::finishCollectiveOptions(app, "mk-schedule", o.coll); rc != mk::cli::kContinue) return rc;
   return mk::cli::run("mk-schedule", [&] {
     o.sizes.sweep = mk::cli::resolveSweep(app, o.sizes, o.coll.bytes + ":" + o.coll.bytes + ":2");

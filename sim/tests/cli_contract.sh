@@ -210,5 +210,8 @@ expect 2 "^mk-sim: error: .*--json $work/input.json: is also an input" -- \
   "$tool" --cluster h200x2 --bytes 1K --profile "$work/input.json" --json "$work/input.json"
 check "the input profile is unchanged" cmp -s "$work/profile.json" "$work/input.json"
 bad "--bogus" -- "$tool" --bogus
+# a newline in a value is escaped in the one error line; an empty path is an error, not "no output"
+bad 'unknown --op .all\\nreduce.' -- "$tool" --op $'all\nreduce'
+expect 2 '^mk-sim: error: --trace: must not be empty' -- "$tool" --bytes 1K --trace ''
 
 cli_summary

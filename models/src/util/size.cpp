@@ -14,9 +14,12 @@ uint64_t parseSize(std::string_view text) {
     return Error(ErrorCode::InvalidArgument,
                  "bad size '" + std::string(text) + "': " + why + " (expected e.g. 8, 1021, 64K, 1MiB, 1G)");
   };
+  if (text.empty()) throw fail("empty");
+  // One word, as the shell passes it: '1 K B' once read as 1 KiB, and "1 KiB" with one space is refused too, so
+  // that a size never depends on how a script happened to quote it.
+  for (const char c : text)
+    if (std::isspace(static_cast<unsigned char>(c))) throw fail("spaces are not allowed (write 1KiB, not 1 KiB)");
   std::size_t i = 0;
-  while (i < text.size() && text[i] == ' ') ++i;
-  if (i == text.size()) throw fail("empty");
   if (text[i] == '-') throw fail("negative");
   if (text[i] == '+') ++i;
   if (i == text.size() || !std::isdigit(static_cast<unsigned char>(text[i]))) throw fail("no digits");
@@ -27,8 +30,7 @@ uint64_t parseSize(std::string_view text) {
     value = value * 10 + digit;
   }
   std::string suffix;
-  for (; i < text.size(); ++i)
-    if (text[i] != ' ') suffix += static_cast<char>(std::toupper(static_cast<unsigned char>(text[i])));
+  for (; i < text.size(); ++i) suffix += static_cast<char>(std::toupper(static_cast<unsigned char>(text[i])));
   unsigned shift = 0;
   if (!suffix.empty() && suffix.back() == 'B') suffix.pop_back();
   if (!suffix.empty() && suffix.back() == 'I') suffix.pop_back();

@@ -118,5 +118,6 @@ expect 2 "--report: .*plan_report.py \(run by /bin/false\) failed with exit 1" -
   "${run[@]}" --python /bin/false --report "$work/bad-report" --json "$work/bad.json"
 check "a failed report leaves no directory" bash -c "! compgen -G '$work/bad*' >/dev/null && ! compgen -G '$work/.bad*' >/dev/null"
 expect 2 'error: --jobs must be >= 1' -- "${run[@]}" -j 0
+expect 2 '^mk-plan: error: --report: must not be empty' -- "${run[@]}" --report ''
 
 cli_summary

@@ -71,6 +71,32 @@ inline std::string numberTextProblem(const std::string& type, const std::string&
   return {};
 }
 
+/// `text` on one line: a newline, carriage return or tab as \n, \r, \t, any other control byte (and DEL) as
+/// \xNN. Every error line a tool prints goes through it, so that a value echoed from the user (--op $'all\nreduce')
+/// can neither break the one-line rule nor forge a second line.
+inline std::string oneLine(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      static const char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 /// Attach the numeric text check to every UINT, INT and FLOAT option of `app` and its subcommands.
 inline void checkNumberTexts(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
@@ -81,15 +107,47 @@ inline void checkNumberTexts(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) checkNumberTexts(*sub);
 }
 
+/// Refuse an empty value on every option of `app` (and its subcommands) that takes one, positionals included:
+/// `--out ''` (an unset shell variable) once meant "not given" and silently dropped an output or an input. No
+/// option of any tool gives "" a meaning ("none" is the word where one may be switched off).
+inline void checkNonEmptyValues(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_type_size() == 0) continue;  // a flag
+    opt->check(CLI::Validator(
+        [](std::string& text) -> std::string {
+          return text.empty() ? "must not be empty (give a value, or leave the option out for its default)" : "";
+        },
+        "", "mk-non-empty"));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) checkNonEmptyValues(*sub);
+}
+
 /// Parse argv. Returns kContinue, or the exit code after printing help (0) or one error line (2).
 inline int parse(CLI::App& app, int argc, char** argv, const char* tool) {
   checkNumberTexts(app);
+  checkNonEmptyValues(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "%s: error: %s (see --help)\n", tool, e.what());
+    std::fprintf(stderr, "%s: error: %s (see --help)\n", tool, oneLine(e.what()).c_str());
+    return kExitBadInput;
+  }
+  return kContinue;
+}
+
+/// In a run where only the options named in `kept` mean something (mk-schedule --schedule F: the file says what
+/// the schedule is), any other option given is refused rather than silently ignored: "<tool>: error: --ranks
+/// <why>; leave it out" (exit 2). `why` reads e.g. "is ignored with --schedule (the file is the schedule)".
+inline int refuseOthers(const CLI::App& app, const char* tool, std::initializer_list<const char*> kept,
+                        const std::string& why) {
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() == 0) continue;
+    bool keep = false;
+    for (const char* name : kept) keep = keep || opt->check_name(name);
+    if (keep) continue;
+    std::fprintf(stderr, "%s: error: %s %s; leave it out\n", tool, opt->get_name(false, true).c_str(), why.c_str());
     return kExitBadInput;
   }
   return kContinue;
@@ -180,7 +238,7 @@ inline int run(const char* tool, const std::function<int()>& body) {
     return body();
   } catch (const Error& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
+    std::fprintf(stderr, "%s: error: %s\n", tool, oneLine(e.what()).c_str());
     return exitCodeFor(e.code());
   } catch (const std::bad_alloc&) {
     // Below the estimate's resolution (or another process took the memory): say so plainly, never "std::bad_alloc".
@@ -192,7 +250,7 @@ inline int run(const char* tool, const std::function<int()>& body) {
     return kExitOutOfMemory;
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
+    std::fprintf(stderr, "%s: error: %s\n", tool, oneLine(e.what()).c_str());
     return kExitFailed;
   }
 }

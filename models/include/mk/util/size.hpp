@@ -10,8 +10,8 @@
 namespace mk {
 
 /// Parse a byte size: digits with an optional binary suffix K/Ki/KiB/KB, M.., G.., T.. (all powers of 1024;
-/// "B" alone allowed). Throws Error(InvalidArgument) for empty, negative, fractional, garbage or overflowing
-/// input, naming the text.
+/// "B" alone allowed; one word: no spaces, "1 KiB" included). Throws Error(InvalidArgument) for empty, negative,
+/// fractional, spaced, garbage or overflowing input, naming the text.
 uint64_t parseSize(std::string_view text);
 
 /// "MIN:MAX:FACTOR" (e.g. "8:1G:2", each part a size as parseSize reads it) -> MIN, MIN*FACTOR, ... <= MAX, the
