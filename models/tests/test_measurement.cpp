@@ -70,6 +70,17 @@ TEST_CASE("measurement: a wrong schema is rejected") {
   requireParseError(replaced(kGood, "mkernel.measurement.v1", "nccl-tests"), "f.json.schema");
 }
 
+TEST_CASE("measurement: the schema is checked by name and major version, not by prefix") {
+  for (const char* bad : {"mkernel.measurement.v10", "mkernel.measurement.v1xyz", "mkernel.measurement.v2",
+                          "mkernel.measurement.v1.", "mkernel.measurement.v1.2x", "mkernel.measurement."}) {
+    CAPTURE(bad);
+    requireParseError(replaced(kGood, "mkernel.measurement.v1", bad), "f.json.schema: must be");
+  }
+  // A minor version of the supported major is read: it only adds what this reader keeps as extra fields.
+  CHECK(mk::parseMeasurementFile(replaced(kGood, "mkernel.measurement.v1", "mkernel.measurement.v1.3"), "f.json")
+            .records.size() == 2);
+}
+
 TEST_CASE("measurement: a negative time is rejected naming the record") {
   requireParseError(replaced(kGood, R"("time_us": 2.4)", R"("time_us": -2.4)"), "records[0].time_us");
 }

@@ -102,6 +102,10 @@ one_line_error "$tool" --out "$work/x.json" "$work/truncated.json"
 one_line_error "$tool" --out "$work/x.json" "$collective"
 one_line_error "$tool" --out "$work/x.json" "$work/few.json"
 one_line_error "$tool" --base "$work/nogemm.json" --out "$work/x.json" "$work/calib.json"
+# one file under two spellings would weigh its points twice in the fit; an empty path is not "no output"
+expect 2 "^mk-calibrate: error: .*'$work/calib.json' and '$work/./calib.json' are the same measurement file" -- \
+  "$tool" --out "$work/x.json" "$work/calib.json" "$work/./calib.json"
+expect 2 '^mk-calibrate: error: --summary: must not be empty' -- "$tool" --out "$work/x.json" --summary '' "$work/calib.json"
 check "a failed run left $work/x.json" test ! -e "$work/x.json"
 
 cli_summary

@@ -134,6 +134,10 @@ expect 2 'no record to validate' -- "$tool" --profile "$p" --algo two-shot "$goo
 expect 2 'circular' -- "$tool" --profile "$work/circular.json" --json "$work/x.json" "$good"
 expect 0 'validation: n=1 ' -- "$tool" --profile "$work/circular.json" --cluster h200x2 "$work/a100.json" --op allgather
 expect 2 'io-error.*no/such/file.json' -- "$tool" --profile "$p" /no/such/file.json
+# one file twice would count its records twice in the medians; an empty file name is not "no file"
+expect 2 "^mk-validate: error: .*'$good' and '$(dirname "$good")/./$(basename "$good")' are the same measurement file" -- \
+  "$tool" --profile "$p" "$good" "$(dirname "$good")/./$(basename "$good")"
+expect 2 '^mk-validate: error: files: must not be empty' -- "$tool" --profile "$p" "$good" ''
 expect 2 'io-error.*directory' -- "$tool" --profile "$p" --json "$work/no/such/dir/x.json" "$good"
 expect 2 'io-error.*does not exist' -- "$tool" --profile "$p" --report "$work/no/such/dir/rep" "$good"
 touch "$work/afile"

@@ -76,12 +76,10 @@ int main(int argc, char** argv) {
     mk::checkDistinctOutputs({{"--out", out, mk::OutputKind::File}, {"--summary", reportOut, mk::OutputKind::File}});
     mk::checkOutputPath("--out", out, given);
     mk::checkOutputPath("--summary", reportOut, given);
-    std::vector<mk::MeasurementFile> files;
+    const std::vector<mk::MeasurementFile> files = mk::loadMeasurementFiles(inputs);
     mk::ProfileProvenance prov;
-    for (const auto& path : inputs) {
-      files.push_back(mk::loadMeasurementFile(path));
-      prov.measurements.push_back(path + " (run commit " + files.back().commit + ")");
-    }
+    for (std::size_t i = 0; i < files.size(); ++i)
+      prov.measurements.push_back(inputs[i] + " (run commit " + files[i].commit + ")");
     cluster = mk::resolveCluster(files, inputs, cluster);
     // The preset is resolved even with --base: an unknown cluster is an error either way.
     mk::Profile defaults = mk::defaultProfile(mk::topologyPreset(cluster, nodes));

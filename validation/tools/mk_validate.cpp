@@ -170,8 +170,7 @@ int run(const Options& o, const std::string& command) {
       ioError("--report: " + o.python + " is not an executable (see --python)");
   }
 
-  std::vector<mk::MeasurementFile> files;
-  for (const auto& path : o.files) files.push_back(mk::loadMeasurementFile(path));
+  const std::vector<mk::MeasurementFile> files = mk::loadMeasurementFiles(o.files);
   mk::ValidationOptions vo;
   vo.cluster = mk::resolveCluster(files, o.files, o.cluster);
   vo.ops = o.ops;

@@ -1,9 +1,12 @@
 #include "mk/io/measurement.hpp"
 
+#include <sys/stat.h>
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "mk/algorithms/algorithms.hpp"
 #include "mk/error.hpp"
@@ -15,6 +18,8 @@ namespace mk {
 namespace {
 
 using nlohmann::json;
+
+constexpr const char* kMeasurementSchema = "mkernel.measurement.v1";
 
 [[noreturn]] void fail(const std::string& where, const std::string& what) {
   throw Error(ErrorCode::ParseError, where + ": " + what);
@@ -51,8 +56,10 @@ MeasurementFile parseMeasurementFile(const std::string& jsonText, const std::str
   if (!root.is_object()) fail(name, "top level must be an object");
   MeasurementFile f;
   f.schema = needString(root, "schema", name);
-  if (f.schema.rfind("mkernel.measurement.", 0) != 0)
-    fail(name + ".schema", "expected \"mkernel.measurement.v1\" (got \"" + excerpt(f.schema) + "\")");
+  if (!schemaMatches(f.schema, kMeasurementSchema))
+    fail(name + ".schema", std::string("must be \"") + kMeasurementSchema + "\" or \"" + kMeasurementSchema +
+                               ".<minor>\" (got \"" + excerpt(f.schema) +
+                               "\"): this mkernel reads major version 1 of measurement files");
   const json& sys = need(root, "system", name);
   if (!sys.is_object()) fail(name + ".system", "must be an object");
   for (const char* k : {"gpu", "gpus"}) need(sys, k, name + ".system");
@@ -105,6 +112,24 @@ MeasurementFile parseMeasurementFile(const std::string& jsonText, const std::str
 }
 
 MeasurementFile loadMeasurementFile(const std::string& path) { return parseMeasurementFile(readFile(path), path); }
+
+std::vector<MeasurementFile> loadMeasurementFiles(const std::vector<std::string>& paths) {
+  std::vector<std::pair<std::pair<dev_t, ino_t>, const std::string*>> seen;
+  for (const std::string& path : paths) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) continue;  // loading it names the problem
+    for (const auto& [id, first] : seen)
+      if (id == std::make_pair(st.st_dev, st.st_ino))
+        throw Error(ErrorCode::InvalidArgument,
+                    "'" + *first + "' and '" + path +
+                        "' are the same measurement file: give each file once (its records would count twice)");
+    seen.push_back({{st.st_dev, st.st_ino}, &path});
+  }
+  std::vector<MeasurementFile> files;
+  files.reserve(paths.size());
+  for (const std::string& path : paths) files.push_back(loadMeasurementFile(path));
+  return files;
+}
 
 std::string measurementFileToJson(const MeasurementFile& f) {
   json root;

@@ -45,6 +45,11 @@ struct MeasurementFile {
 /// present, within the generators' kMaxChunks / kMaxChannels.
 MeasurementFile parseMeasurementFile(const std::string& jsonText, const std::string& nameForErrors = "<text>");
 MeasurementFile loadMeasurementFile(const std::string& path);
+/// Load every file of a tool's list of inputs, in order. The same file given twice, under any two spellings
+/// (a.json and ./a.json, a link and its target: compared by device and inode), is refused with
+/// Error(InvalidArgument) naming both before anything is read: its records would count twice in a fit or a
+/// median.
+std::vector<MeasurementFile> loadMeasurementFiles(const std::vector<std::string>& paths);
 
 /// Serialise back (extra fields preserved); written atomically by saveMeasurementFile.
 std::string measurementFileToJson(const MeasurementFile& f);
