@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "mk/error.hpp"
+#include "mk/io/output_paths.hpp"
 
 extern char** environ;
 
@@ -93,15 +94,16 @@ void checkReportDir(const std::string& option, const std::string& dir, const std
                     const std::string& tool) {
   if (dir.empty()) return;
   std::error_code ec;
-  const fs::path parent = parentOf(dir);
+  const std::string target = resolveOutputTarget(dir);  // a symlinked report folder: its target is replaced
+  const fs::path parent = parentOf(target);
   if (!fs::is_directory(parent, ec))
     ioError(option + " " + dir + ": parent directory '" + parent.string() + "' does not exist");
   if (::access(parent.c_str(), W_OK) != 0)
     ioError(option + " " + dir + ": parent directory '" + parent.string() + "' is not writable");
-  removeStaleTempDirs(dir);
-  if (!fs::exists(dir, ec)) return;
-  if (!fs::is_directory(dir, ec)) ioError(option + " " + dir + " exists and is not a directory");
-  if (!fs::is_empty(dir, ec) && !fs::exists(fs::path(dir) / marker, ec))
+  removeStaleTempDirs(target);
+  if (!fs::exists(target, ec)) return;
+  if (!fs::is_directory(target, ec)) ioError(option + " " + dir + " exists and is not a directory");
+  if (!fs::is_empty(target, ec) && !fs::exists(fs::path(target) / marker, ec))
     ioError(option + " " + dir + " is a non-empty directory that holds no previous " + tool +
             " report: choose a new or empty directory");
 }
@@ -117,9 +119,11 @@ std::string defaultScript(const std::string& scriptName, const std::string& sour
 }
 
 fs::path makeTempDir(const std::string& option, const std::string& dir, const char* tag) {
-  const fs::path target = fs::path(dir).lexically_normal();
+  // Next to the folder the report replaces: the target of a symbolic link (same file system for the rename).
+  const std::string resolved = resolveOutputTarget(dir);
+  const fs::path target = fs::path(resolved).lexically_normal();
   // The pid in the name tells a later run whether the directory's owner still lives (removeStaleTempDirs).
-  std::string tmpl = (parentOf(dir) / (tempPrefix(target, tag) + std::to_string(::getpid()) + "-XXXXXX")).string();
+  std::string tmpl = (parentOf(resolved) / (tempPrefix(target, tag) + std::to_string(::getpid()) + "-XXXXXX")).string();
   if (::mkdtemp(tmpl.data()) == nullptr)
     ioError(option + " " + dir + ": cannot create a temporary directory next to it: " + std::strerror(errno));
   // mkdtemp makes it 0700; the report is an ordinary directory, so give it the mode mkdir would have.
@@ -131,7 +135,8 @@ fs::path makeTempDir(const std::string& option, const std::string& dir, const ch
 
 void installReport(const std::string& option, const fs::path& tmp, const std::string& dir) {
   std::error_code ec;
-  const fs::path target = fs::path(dir).lexically_normal();
+  // Through a symbolic link the link is kept and the folder it points to replaced, as for an output file.
+  const fs::path target = fs::path(resolveOutputTarget(dir)).lexically_normal();
   fs::path old;
   if (fs::exists(target, ec) && !fs::is_empty(target, ec)) {
     old = makeTempDir(option, dir, "old");

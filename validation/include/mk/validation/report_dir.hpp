@@ -32,7 +32,9 @@ std::filesystem::path makeTempDir(const std::string& option, const std::string& 
 /// Directories of live runs, and names without a pid, are left alone. Never throws.
 void removeStaleTempDirs(const std::string& target);
 
-/// Move the finished report `tmp` to `dir`, replacing an empty directory or a previous report.
+/// Move the finished report `tmp` to `dir`, replacing an empty directory or a previous report. A `dir` that is a
+/// symbolic link is kept: the folder it points to is replaced (resolveOutputTarget), as checkReportDir and
+/// makeTempDir see it.
 void installReport(const std::string& option, const std::filesystem::path& tmp, const std::string& dir);
 
 /// Run `python script args...` with stdout and stderr into `log`; throws Error(Unsupported) "<option>: <script>
