@@ -1,5 +1,6 @@
 #include "bench_cli.hpp"
 
+#include "mk/algorithms/algorithms.hpp"
 #include "mk/error.hpp"
 #include "mk/io/output_paths.hpp"
 
@@ -63,6 +64,18 @@ void addArgs(CLI::App& app, Args& a) {
                  "profile JSON the 'auto' choice costs against (e.g. from mk-calibrate; default: datasheet)");
 }
 
+void checkArgs(const Args& a) {
+  mk::requireCollOp(a.op, "collective");
+  mk::requireDType(a.dtype, "--dtype");
+  mk::requireRedOp(a.redop, "--redop");
+  mk::parseSweep(a.sweep);
+  if (a.iters == 0)
+    throw mk::Error(mk::ErrorCode::InvalidArgument, "-n/--iters must be >= 1 (got 0): a timed loop of no op");
+  if (a.reps == 0) throw mk::Error(mk::ErrorCode::InvalidArgument, "--reps must be >= 1 (got 0)");
+  if (!a.baseline.empty() && a.baseline != "nccl")
+    throw mk::Error(mk::ErrorCode::InvalidArgument, "unknown --baseline '" + a.baseline + "' (expected nccl)");
+}
+
 void finishArgs(const CLI::App& app, Args& a) {
   if (!a.opFlag.empty()) {
     if (a.opFlag == "sum" || a.opFlag == "max" || a.opFlag == "min" || a.opFlag == "prod")
@@ -83,6 +96,7 @@ void finishArgs(const CLI::App& app, Args& a) {
     a.sweep = a.bytes + ":" + a.bytes + ":2";
   }
   if (a.sweep.empty()) a.sweep = kDefaultSweep;
+  checkArgs(a);
   mk::checkDistinctOutputs({{"--json", a.json, mk::OutputKind::File}, {"--trace", a.trace, mk::OutputKind::File}});
 }
 

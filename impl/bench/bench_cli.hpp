@@ -42,6 +42,11 @@ inline constexpr const char* kDefaultSweep = "8:512M:2";
 /// Every option of `mk-bench <collective>` on `app`, bound to `a`.
 void addArgs(CLI::App& app, Args& a);
 
+/// Every check of the words and counts of `a` that needs no GPU: the collective, --dtype, --redop, the sizes,
+/// -n and --reps >= 1, --baseline. Run by finishArgs, so mk-bench refuses bad input before it looks for a GPU and
+/// mk-bench-cli accepts exactly what mk-bench accepts. Throws Error(InvalidArgument).
+void checkArgs(const Args& a);
+
 /// After parse: the collective from the positional or --op (--op sum|max|min, the reduction before the
 /// convention, is refused naming --redop), and the sizes resolved into a.sweep. Throws Error(InvalidArgument).
 void finishArgs(const CLI::App& app, Args& a);

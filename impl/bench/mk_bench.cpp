@@ -223,10 +223,7 @@ int run(const Args& a, const std::string& commandLine) {
   const CollOp op = mk::requireCollOp(a.op, "collective");
   const DType dt = mk::requireDType(a.dtype);
   const RedOp red = mk::requireRedOp(a.redop);
-  const std::vector<uint64_t> range = mk::parseSweep(a.sweep);
-  if (a.iters == 0 || a.reps == 0) throw mk::Error(mk::ErrorCode::InvalidArgument, "-n and --reps must be > 0");
-  if (!a.baseline.empty() && a.baseline != "nccl")
-    throw mk::Error(mk::ErrorCode::InvalidArgument, "unknown baseline '" + a.baseline + "' (nccl)");
+  const std::vector<uint64_t> range = mk::parseSweep(a.sweep);  // every word checked by mkbench::checkArgs already
 
   Launch launch;
   if (mk::launchedAsRanks()) {

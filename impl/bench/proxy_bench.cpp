@@ -25,7 +25,9 @@
 #include "mk/error.hpp"
 #include "mk/io/measurement.hpp"
 #include "mk/proxy/proxy.hpp"
+#include "mk/schedule/io.hpp"
 #include "mk/util/build_commit.hpp"
+#include "mk/util/cli.hpp"
 #include "mk/util/size.hpp"
 #include "mk/util/stats.hpp"
 #include "net/socket_util.hpp"
@@ -408,12 +410,22 @@ int main(int argc, char** argv) {
                  "copies, as a GPU engine), or both")
       ->check(CLI::IsMember({"direct", "staged", "both"}));
   app.add_flag("--checksum", c.checksum, "add a CRC32C of every payload");
-  CLI11_PARSE(app, argc, argv);
+  // Bad input exits 2 with one line, as in every tool (CLI11_PARSE exited 105 for a value out of range, and a
+  // bad size exited 1 like a failed run); a failure of the benchmark itself stays 1 (below).
+  if (int rc = mk::cli::parse(app, argc, argv, "mk-proxy-bench"); rc != mk::cli::kContinue) return rc;
+  if (int rc = mk::cli::run("mk-proxy-bench",
+                            [&] {
+                              c.minBytes = sizeOption(minB, "--min-bytes");
+                              c.maxBytes = sizeOption(maxB, "--max-bytes");
+                              if (c.minBytes == 0 || c.maxBytes < c.minBytes)
+                                throw mk::Error(mk::ErrorCode::InvalidArgument,
+                                                "--min-bytes must be >= 1 and <= --max-bytes");
+                              mk::checkOutputPath("--json", json);  // before minutes of measuring, not after
+                              return mk::cli::kContinue;
+                            });
+      rc != mk::cli::kContinue)
+    return rc;
   try {
-    c.minBytes = sizeOption(minB, "--min-bytes");
-    c.maxBytes = sizeOption(maxB, "--max-bytes");
-    if (c.minBytes == 0 || c.maxBytes < c.minBytes)
-      throw mk::Error(mk::ErrorCode::InvalidArgument, "--min-bytes must be >= 1 and <= --max-bytes");
     if (!drain && !put) drain = put = true;
     std::string command = "mk-proxy-bench";
     for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
@@ -432,8 +444,8 @@ int main(int argc, char** argv) {
       std::printf("# %zu records written to %s\n", file.records.size(), json.c_str());
     }
   } catch (const mk::Error& e) {
-    std::fprintf(stderr, "mk-proxy-bench: %s\n", e.what());
-    return 1;
+    std::fprintf(stderr, "mk-proxy-bench: error: %s\n", mk::cli::oneLine(e.what()).c_str());
+    return mk::cli::kExitFailed;
   }
   return 0;
 }
