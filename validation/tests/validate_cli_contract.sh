@@ -154,6 +154,10 @@ expect 2 'failed with exit 1: boom: the script failed' -- "$tool" --profile "$p"
   --report-script "$work/failing.py" "$good"
 check "a failed report left no directory" test ! -e "$work/rep"
 check "a failed report left no temporary directory" test -z "$(ls -A "$work" | grep -E '^\.rep\.')"
+# --json inside the --report folder: refused before any simulation, naming both options, nothing written
+expect 2 "^mk-validate: error: invalid-argument: --json $work/rep/x.json and --report $work/rep: the first lies inside" -- \
+  "$tool" --profile "$p" --report "$work/rep" --json "$work/rep/x.json" "$good"
+check "a refused --report/--json pair left no folder" test ! -e "$work/rep"
 expect 2 '--jobs must be >= 1' -- "$tool" --profile "$p" -j 0 "$good"
 # A threshold that could switch a gate off (NaN compares false, inf and huge values pass anything) is bad input:
 # exit 2, one line naming the flag and the rule, and nothing written.
