@@ -15,6 +15,8 @@ expect 2 "^mk-bench: error: .*unknown --dtype 'int7'" -- "$bench" allreduce -d i
 expect 2 "^mk-bench: error: .*unknown --redop 'prod'" -- "$bench" allreduce -o prod
 expect 2 '^mk-bench: error: .*-n/--iters must be >= 1' -- "$bench" allreduce -n 0
 expect 2 '^mk-bench: error: --json: must not be empty' -- "$bench" allreduce --json ''
+expect 2 "^mk-bench: error: invalid-argument: --json $work/b.json and --trace $work/b.json: both name the same path" -- \
+  "$bench" allreduce --json "$work/b.json" --trace "$work/b.json"
 
 expect 2 '^mk-proxy-bench: error: --batch: Value 0 not in range' -- "$proxy" --batch 0 --json "$work/p.json"
 expect 2 "^mk-proxy-bench: error: .*--min-bytes: bad size '-1': negative" -- "$proxy" --min-bytes -1 --json "$work/p.json"
