@@ -12,6 +12,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <new>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -165,6 +166,9 @@ std::string runIsolated(const std::function<std::string()>& body) {
     } catch (const Error& e) {
       tag = 'E';
       payload = std::string(1, static_cast<char>(e.code())) + e.message();
+    } catch (const std::bad_alloc&) {
+      tag = 'M';  // the parent throws it again: out of memory is exit 5, not an internal failure
+      payload.clear();
     } catch (const std::exception& e) {
       tag = 'X';
       payload = e.what();
@@ -208,6 +212,7 @@ std::string runIsolated(const std::function<std::string()>& body) {
   const char tag = data[0];
   std::string payload = data.substr(1 + sizeof n);
   if (tag == 'O') return payload;
+  if (tag == 'M') throw std::bad_alloc();
   if (tag == 'E' && !payload.empty())
     throw Error(static_cast<ErrorCode>(static_cast<unsigned char>(payload[0])), payload.substr(1));
   throw Error(ErrorCode::Internal, "in the simulation process: " + payload);

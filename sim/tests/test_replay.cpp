@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <new>
 #include <string>
 
 #include "mk/cost/cost.hpp"
@@ -376,6 +377,11 @@ TEST_CASE("replay: errors in the simulating process keep their code and message"
       [] { mk::sim::runIsolated([]() -> std::string { throw mk::Error(mk::ErrorCode::NotFound, "no such thing"); }); });
   CHECK(e.code() == mk::ErrorCode::NotFound);
   CHECK(e.message() == "no such thing");
+}
+
+TEST_CASE("replay: running out of memory in the simulating process is std::bad_alloc in the caller") {
+  // Not an internal error (exit 1): the tools turn std::bad_alloc into exit 5 with one line.
+  CHECK_THROWS_AS(mk::sim::runIsolated([]() -> std::string { throw std::bad_alloc(); }), std::bad_alloc);
 }
 
 TEST_CASE("replay: a simulating process that dies is an internal error naming the signal") {

@@ -39,7 +39,16 @@ void forEachParallel(std::size_t n, unsigned jobs, const std::function<void(std:
     worker();
   } else {
     std::vector<std::thread> pool;
-    for (std::size_t t = 0; t < nThreads; ++t) pool.emplace_back(worker);
+    try {
+      pool.reserve(nThreads);
+      for (std::size_t t = 0; t < nThreads; ++t) pool.emplace_back(worker);
+    } catch (...) {
+      // No thread (or no memory for one): the running ones stop after their item and are joined, never left
+      // joinable (std::terminate); the error (std::bad_alloc: the tools' exit 5) goes to the caller.
+      stop = true;
+      for (auto& th : pool) th.join();
+      throw;
+    }
     for (auto& th : pool) th.join();
   }
   if (firstError) std::rethrow_exception(firstError);

@@ -6,6 +6,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,7 +48,10 @@ class WorkerPool {
         std::thread(&WorkerPool::workerLoop, this, w.get()).detach();
         workers.push_back(w.release());
       }
-    } catch (const std::exception& e) {  // std::system_error (no more threads) or std::bad_alloc
+    } catch (const std::bad_alloc&) {  // out of memory is the tools' exit 5, not an unsupported request
+      release(workers);
+      throw;
+    } catch (const std::exception& e) {  // std::system_error: no more threads
       release(workers);
       throw Error(ErrorCode::Unsupported, "could not start executor thread " + std::to_string(workers.size() + 1) +
                                               " of " + std::to_string(n) + ": " + e.what());

@@ -118,7 +118,8 @@ Prediction predict(const Schedule& s, const Topology& topo, const Profile& profi
 std::string engineVersion();
 
 /// Run `body` in a forked child and return the bytes it returns. An mk::Error thrown in the child is
-/// re-thrown here with its code and message; any other exception becomes Error(Internal); a child killed by
+/// re-thrown here with its code and message; a std::bad_alloc as std::bad_alloc (out of memory, the tools' exit 5);
+/// any other exception becomes Error(Internal); a child killed by
 /// a signal becomes Error(Internal) naming the signal. For code that needs its own SimGrid Engine (tests of
 /// the platform).
 std::string runIsolated(const std::function<std::string()>& body);
