@@ -37,6 +37,21 @@ constexpr uint64_t kTraceBytesPerStep = 450;
 // One GPU of the SimGrid platform: its hosts, links, routes and the lane actors' stacks: about 230 KiB measured
 // on 1024 GPUs.
 constexpr uint64_t kSimBytesPerGpu = 320 * 1024;
+// One flag counter of the replay (sim/src/flag_state.hpp, allocated for every rank x nFlags whether a step uses it
+// or not): sizeof(FlagState) 112 on libstdc++ plus what an empty std::deque allocates (its map of 8 pointers and
+// one 512-byte node, with malloc's headers): 720 derived, 704 measured (nFlags 5000000 on 2 ranks, 7.0 GB peak).
+constexpr uint64_t kSimBytesPerFlag = 768;
+// One barrier: the replay's BarrierState (40) and StepCosts' participant count (8) in the simulating child; the
+// uncontended timeline's BarrierState (40) in the caller is freed before the replay: 48 derived, 48 measured
+// (nBarriers 50000000, 2.4 GB peak), rounded up.
+constexpr uint64_t kSimBytesPerBarrier = 64;
+// The CPU executor's flag counter (an 8-byte atomic) and its byte of "fed by the proxy", rounded up.
+constexpr uint64_t kVerifyBytesPerFlag = 16;
+// The CPU executor's arrival count per barrier (4 bytes) and one byte per rank of who arrived, rounded up.
+constexpr uint64_t kVerifyBytesPerBarrier = 8;
+// Flag and barrier state above this is a part of its own in the estimate's text ("flags and barriers 7.2 GiB"): the
+// one a user must shrink. Below it, it is folded into its job's part to keep the line short.
+constexpr uint64_t kOwnPartBytes = uint64_t{64} << 20;
 // The verifier keeps one float copy of every input element (the inputs it drew) and of every output element
 // (the reference result); with the executor's buffers that matched the measured peak to 1 %.
 constexpr uint64_t kVerifyBytesPerIoElement = sizeof(float);
@@ -48,6 +63,8 @@ void record(ScheduleCount& c, const Schedule& s, uint64_t steps, bool complete) 
   c.nRanks = s.nRanks;
   c.lanes = 0;
   for (const auto& lanes : s.lanes) c.lanes += lanes.size();
+  c.flags = static_cast<uint64_t>(s.nRanks) * s.nFlags;
+  c.barriers = s.nBarriers;
   c.bufferBytes = 0;
   c.ioElements = 0;
   for (const BufferDecl& d : s.buffers) {
@@ -161,14 +178,24 @@ MemoryNeed memoryNeed(const ScheduleCount& c, const MemoryJob& job) {
   if (job.json || job.packed)
     need.parts.emplace_back(
         "output", saturatingMul(c.steps, (job.json ? kJsonBytesPerStep : 0) + (job.packed ? kPackedBytesPerStep : 0)));
+  // Flag counters and barriers: declared per rank, so a small file can ask for more of them than of steps.
+  const uint64_t verifySync = job.verify ? saturatingAdd(saturatingMul(c.flags, kVerifyBytesPerFlag),
+                                                         saturatingMul(c.barriers, kVerifyBytesPerBarrier + c.nRanks))
+                                         : 0;
+  const uint64_t simSync = job.simulate ? saturatingAdd(saturatingMul(c.flags, kSimBytesPerFlag),
+                                                        saturatingMul(c.barriers, kSimBytesPerBarrier))
+                                        : 0;
+  const bool ownPart = saturatingAdd(verifySync, simSync) > kOwnPartBytes;
   if (job.verify)
     need.parts.emplace_back(
         "verify", saturatingAdd(saturatingAdd(c.bufferBytes, saturatingMul(c.ioElements, kVerifyBytesPerIoElement)),
-                                saturatingMul(c.steps, kVerifyBytesPerStep)));
+                                saturatingAdd(saturatingMul(c.steps, kVerifyBytesPerStep), ownPart ? 0 : verifySync)));
   if (job.simulate)
     need.parts.emplace_back(
-        "simulation", saturatingAdd(saturatingMul(c.steps, kSimBytesPerStep + (job.trace ? kTraceBytesPerStep : 0)),
-                                    saturatingMul(job.platformGpus, kSimBytesPerGpu)));
+        "simulation",
+        saturatingAdd(saturatingMul(c.steps, kSimBytesPerStep + (job.trace ? kTraceBytesPerStep : 0)),
+                      saturatingAdd(saturatingMul(job.platformGpus, kSimBytesPerGpu), ownPart ? 0 : simSync)));
+  if (ownPart) need.parts.emplace_back("flags and barriers", saturatingAdd(verifySync, simSync));
   return need;
 }
 
@@ -188,10 +215,12 @@ void requireWithin(const MemoryNeed& need, uint64_t limit, const std::string& fl
   // atLeast: counting stopped because the count alone passed the limit (or the floor did), whatever the priced
   // parts add up to.
   if (!need.atLeast && need.total() <= limit) return;
-  throw Error(ErrorCode::InvalidArgument, "needs " + need.text() + " above " + flag + " " + gb(limit) +
-                                              "; raise it with " + flag +
-                                              " (or ask for less: fewer ranks, chunks, "
-                                              "channels or bytes)");
+  bool sync = false;
+  for (const auto& part : need.parts) sync = sync || part.first == "flags and barriers";
+  throw Error(ErrorCode::InvalidArgument,
+              "needs " + need.text() + " above " + flag + " " + gb(limit) + "; raise it with " + flag +
+                  (sync ? " (or declare fewer flags or barriers: nFlags and nBarriers are per rank)"
+                        : " (or ask for less: fewer ranks, chunks, channels or bytes)"));
 }
 
 MemoryNeed checkMemory(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,

@@ -189,6 +189,30 @@ TEST_CASE("resources: every job whose counting stopped at the limit is refused, 
   }
 }
 
+TEST_CASE("resources: flags and barriers a schedule declares are priced for the replay and the executor") {
+  // Issue 40: "nFlags": 5000000 in a 1 KiB file grew mk-sim to 24 GB; the estimate saw only the one step.
+  Schedule s;
+  s.nRanks = 8;
+  s.nodeOf.assign(8, 0);
+  s.lanes.resize(8);
+  s.nFlags = 5000000;
+  const ScheduleCount c = countOf(s);
+  CHECK(c.flags == uint64_t{8} * 5000000);
+  MemoryJob sim;
+  sim.simulate = true;
+  const MemoryNeed need = memoryNeed(c, sim);
+  CHECK(need.total() >= c.flags * 700);  // the replay's counter per (rank, flag): 704 bytes measured
+  expectError([&] { requireWithin(need, uint64_t{64} << 20); }, ErrorCode::InvalidArgument,
+              {"flags and barriers", "above --max-memory 64 MiB", "nFlags and nBarriers"});
+  MemoryJob verify;
+  verify.verify = true;
+  CHECK(memoryNeed(c, verify).total() >= c.flags * 8);  // the executor's 8-byte atomic per (rank, flag)
+  s.nFlags = 0;
+  s.nBarriers = 5000000;
+  CHECK(memoryNeed(countOf(s), sim).total() >= uint64_t{5000000} * 48);
+  CHECK(memoryNeed(countOf(s), verify).total() >= uint64_t{5000000} * (4 + 8));
+}
+
 TEST_CASE("resources: the default limit is half of the physical memory") {
   CHECK(physicalMemory() > 0);
   CHECK(defaultMaxMemory() == physicalMemory() / 2);

@@ -18,6 +18,28 @@ expect 2 'needs more than' -- guarded "$tool" --algo ring --cluster dgx-h100 --b
 expect 2 'max-memory' -- "$tool" --max-memory lots
 one_line_error "$tool" --cluster dgx-h100 --nodes 1024
 
+# issue 40: a 1 KiB schedule declaring 5000000 flags (the replay keeps a counter per rank x flag: 24 GB once) or
+# barriers is refused before the replay, naming the estimate and the limit
+for field in nFlags nBarriers; do
+  cat >"$work/$field.json" <<EOF
+{"schema": "mkernel.schedule.v1", "nRanks": 1, "nodeOf": [0], "$field": 5000000,
+ "buffers": [{"name": "x", "dtype": "float32", "kind": "inout", "count": 4}],
+ "ranks": [{"lanes": [{"role": "compute", "steps": [{"kind": "copy", "count": 4, "dst": [0, "x", 0], "a": [0, "x", 0]}]}]}]}
+EOF
+  expect 2 'needs ~[0-9.]+ [GM]iB \(.*flags and barriers [0-9.]+ [GM]iB\) above --max-memory 64 MiB' -- \
+    guarded "$tool" --schedule "$work/$field.json" --cluster h200x2 --max-memory 64M
+done
+one_line_error "$tool" --schedule "$work/nFlags.json" --cluster h200x2 --max-memory 64M
+# under the limit but above the address space: the simulating child runs out of memory, and that is exit 5 with one
+# line, not an internal error (an AddressSanitizer build reserves terabytes of address space: no ulimit -v there)
+if ! ldd "$tool" 2>/dev/null | grep -q libasan; then
+  sed 's/"nFlags": 5000000/"nFlags": 2000000/' "$work/nFlags.json" >"$work/flags2m.json"
+  expect 5 '^mk-sim: error: out of memory' -- bash -c "ulimit -v 1048576 && exec \"\$@\"" _ \
+    "$tool" --schedule "$work/flags2m.json" --cluster h200x2 --max-memory 4G
+  one_line_error bash -c "ulimit -v 1048576 && exec \"\$@\"" _ "$tool" --schedule "$work/flags2m.json" \
+    --cluster h200x2 --max-memory 4G
+fi
+
 # 2 ranks on a 4000-node cluster: only the node they use is built
 expect 0 '^predicted: ' -- timeout 20 "$tool" --cluster dgx-h100 --nodes 4000 --ranks 2 --bytes 1MiB
 # a sweep whose MAX is 2^64-1 ends (at most 64 sizes)

@@ -307,6 +307,12 @@ int run(const Options& o) {
     mk::validate(loaded);
   }
   Setup st = makeSetup(o, o.scheduleIn.empty() ? nullptr : &loaded);
+  if (!o.scheduleIn.empty()) {
+    // Priced before anything that grows with it: a 1 KiB file may declare 5000000 flags per rank, which the replay
+    // keeps one counter each of (nRanks x nFlags), far more than its steps.
+    st.nRanks = loaded.nRanks;
+    mk::requireWithin(mk::memoryNeed(mk::countOf(loaded), jobOf(st, !o.traceOut.empty())), o.guard.maxMemory());
+  }
 
   std::vector<uint64_t> sizes;
   std::optional<mk::CollectiveRequest> request;
@@ -321,8 +327,6 @@ int run(const Options& o) {
       st.spec->count = mk::requireCountForBytes(st.spec->op, sizes[0], st.spec->dtype, st.nRanks);
       st = planned(st, mk::planCollective(*st.spec, request->algo, request->gen, st.topo, st.nRanks, st.profile));
     }
-  } else {
-    st.nRanks = loaded.nRanks;
   }
 
   // ---- header ----
@@ -360,8 +364,7 @@ int run(const Options& o) {
                   static_cast<unsigned long long>(st.spec->count),
                   used != sizes[0] ? " (--bytes rounded down to whole elements)" : "");
     } else {
-      mk::requireWithin(mk::memoryNeed(mk::countOf(loaded), jobOf(st, wantTrace)), o.guard.maxMemory());
-      s = std::move(loaded);
+      s = std::move(loaded);  // its memory was checked right after loading
     }
     auto [info, p] = predictOne(o, st, s, wantTrace);
     printPrediction(info, p, st.spec.has_value(), s.stepCount());

@@ -26,6 +26,8 @@ struct ScheduleCount {
   uint32_t nRanks = 0;
   uint64_t bufferBytes = 0;  ///< every declared buffer on every rank, in bytes: what the CPU executor allocates
   uint64_t ioElements = 0;   ///< input + output elements summed over ranks: the verifier's float copies of them
+  uint64_t flags = 0;        ///< flag counters of every rank (nRanks x nFlags): the replay and executor keep each
+  uint64_t barriers = 0;     ///< declared barriers (nBarriers): the replay and executor keep each
   bool complete = true;      ///< false: counting stopped at the step limit, the schedule has more steps
 };
 
