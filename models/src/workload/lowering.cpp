@@ -273,6 +273,11 @@ class StageBuilder {
     const DType grad = l.gradDtype;
     const uint64_t elems = static_cast<uint64_t>(std::ceil(params));
     const uint64_t n = std::max<uint64_t>(1, ceilDiv(elems * dtypeSize(grad), l.bucketBytes));
+    // CommOp::times is 32 bits: more buckets would wrap into a wrong (small) gradient reduction.
+    if (n > UINT32_MAX)
+      throw Error(ErrorCode::InvalidArgument, std::string(prefix) + " gradients need " + std::to_string(n) +
+                                                  " buckets of layout.bucketMiB per step, more than 4294967295; use "
+                                                  "larger buckets (--bucket) or a smaller model");
     const uint64_t perBucket = ceilDiv(elems, n);
     const uint32_t times = static_cast<uint32_t>(n);
     const std::string p = prefix;

@@ -11,6 +11,7 @@
 #include "mk/cost/profile_io.hpp"
 #include "mk/error.hpp"
 #include "mk/plan/embed.hpp"
+#include "mk/resources.hpp"
 #include "mk/util/size.hpp"
 #include "mk/validation/parallel.hpp"
 
@@ -148,8 +149,53 @@ std::string CommPricer::addEntry(Entry e, const Profile& profile) {
                           std::to_string(e.gen.chunks) + "x" + std::to_string(e.gen.channels) + "|" +
                           toString(e.gen.inter) + "|" + toString(e.gen.protocol) + "|" + placementKey(p) + "|" +
                           profileToJson(keyed, {}, -1);
-  entries_.emplace(key, std::move(e));  // an existing entry (the same simulation) is kept
+  if (entries_.count(key)) return key;  // an existing entry (the same simulation) is kept
+  planSimulation(e);
+  entries_.emplace(key, std::move(e));
   return key;
+}
+
+void CommPricer::planSimulation(Entry& e) const {
+  const ConcurrentPlacement& p = e.placement;
+  const uint64_t instances = std::max<std::size_t>(1, p.maps.size());
+  // What one simulation costs (mk/resources.hpp): the embedded schedule and its replay on the reduced cluster.
+  MemoryJob job;
+  job.simulate = true;
+  job.platformGpus = p.reduced.totalGpus();
+  const uint64_t share = settings_.maxMemory == 0 ? std::numeric_limits<uint64_t>::max()
+                                                  : settings_.maxMemory / std::max(1u, settings_.jobs);
+  // Count one instance only as far as the budget and the share allow: an instance of a 32768-rank ring holds
+  // billions of steps, and counting them all would cost what generating them did.
+  uint64_t maxSteps = share / bytesPerStep(job) + 1;
+  if (settings_.budgetSteps != 0) maxSteps = std::min(maxSteps, settings_.budgetSteps + 1);
+  const ScheduleCount part = countSchedule(e.spec, p.partNodeOf, e.gen, maxSteps / instances + 1);
+  ScheduleCount all = part;
+  all.steps = part.steps * instances;  // both bounded by maxSteps x instances: no overflow
+  all.lanes = part.lanes * instances;
+  all.flags = part.flags * instances;
+  all.barriers = part.barriers * instances;
+  const MemoryNeed need = memoryNeed(all, job);
+  e.price.steps = all.steps;
+  // Counting stopped early (!complete) at whichever limit was lower; lanes weigh in the stop, so steps alone may
+  // still look under it.
+  const bool budgetStopped = settings_.budgetSteps != 0 && maxSteps == settings_.budgetSteps + 1 && !part.complete;
+  const bool overBudget = settings_.budgetSteps != 0 && (all.steps > settings_.budgetSteps || budgetStopped);
+  const bool overMemory = need.atLeast || need.total() > share;
+  if (!overBudget && !overMemory) return;
+  std::string why;
+  if (overBudget)
+    why = "the simulation of " + std::string(part.complete ? "" : "more than ") + std::to_string(all.steps) +
+          " steps exceeds the budget of " + std::to_string(settings_.budgetSteps) + " (--sim-budget)";
+  else
+    why = "the simulation needs " + need.text() + ", above " + formatBytes(static_cast<double>(share)) +
+          " (--max-memory" + (settings_.jobs > 1 ? " / " + std::to_string(settings_.jobs) + " jobs" : "") + ")";
+  if (!e.price.closedFormUs)
+    throw Error(ErrorCode::Unsupported, e.price.op + " of " + std::to_string(p.groupSize) + " ranks (" + e.price.algo +
+                                            "): " + why +
+                                            " and it has no closed form to stand in; raise the limit "
+                                            "or plan fewer GPUs");
+  e.closedFormOnly = true;
+  e.price.note = "closed form: " + why + "; link sharing is not in this number";
 }
 
 void CommPricer::runAll() {
@@ -180,15 +226,14 @@ void CommPricer::runAll() {
 void CommPricer::simulate(Entry& e) const {
   const auto t0 = std::chrono::steady_clock::now();
   const ConcurrentPlacement& p = e.placement;
-  const Schedule all = embedConcurrent(generate(e.spec, p.partNodeOf, e.gen), p.maps, p.nodeOf);
-  e.price.steps = all.stepCount();
-  if (settings_.budgetSteps != 0 && e.price.steps > settings_.budgetSteps && e.price.closedFormUs) {
+  if (e.closedFormOnly) {
+    // Decided when it was requested (planSimulation), without generating a step: note and steps are set.
     e.price.us = isLayered(e.spec.algo) ? layeredOpUs(*e.price.closedFormUs, e.profile, 1) : *e.price.closedFormUs;
     e.price.source = "closed-form";
-    e.price.note = "closed form: the simulation of " + std::to_string(e.price.steps) + " steps exceeds the budget of " +
-                   std::to_string(settings_.budgetSteps) + " (--sim-budget); link sharing is not in this number";
     e.price.bound = "not simulated";
   } else {
+    const Schedule all = embedConcurrent(generate(e.spec, p.partNodeOf, e.gen), p.maps, p.nodeOf);
+    e.price.steps = all.stepCount();
     sim::SimOptions so;
     so.trace = false;
     so.linkLoad = true;
@@ -202,6 +247,13 @@ void CommPricer::simulate(Entry& e) const {
   }
   e.price.wallS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   e.done = true;
+}
+
+uint64_t CommPricer::plannedSteps() const noexcept {
+  uint64_t steps = 0;
+  for (const auto& [key, e] : entries_)
+    if (!e.done && !e.closedFormOnly) steps += e.price.steps;
+  return steps;
 }
 
 const CommPrice& CommPricer::price(const std::string& key) const {

@@ -55,6 +55,14 @@ std::string shares(const ScaleResult& s) {
          fmt("confidence share", "%.0f", 100 * by[2] / total);
 }
 
+/// Collectives of the scale's critical stage priced by their closed form instead of simulated (above --sim-budget
+/// or their share of --max-memory): their link sharing is not in the step.
+std::size_t closedFormUses(const PlanResult& plan, const ScaleResult& s) {
+  std::size_t n = 0;
+  for (const CommUse& c : s.comm) n += plan.prices.at(c.priceKey).source == "closed-form" ? 1 : 0;
+  return n;
+}
+
 std::string pad(const std::string& s, std::size_t w, bool right = true) {
   if (s.size() >= w) return s;
   return right ? std::string(w - s.size(), ' ') + s : s + std::string(w - s.size(), ' ');
@@ -84,6 +92,7 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
            " %, max " + fmt("compute error", "%.1f", g.leaveOneShapeOut.maxAbsPct) + " %";
   out += "\nvalidation of the collectives: " + plan.validationNote + "\n";
 
+  bool anyClosedForm = false;
   for (const VariantResult& v : plan.variants) {
     if (brief && &v != &plan.variants.front()) break;
     out += "\n== " + v.name + "\n";
@@ -111,9 +120,18 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
              (s.memoryCapacity > 0 && s.memory.total() > s.memoryCapacity
                   ? "  (does not fit: " + formatBytes(s.memory.total()) + " per GPU)"
                   : "") +
+             (closedFormUses(plan, s) ? "  [closed form: " + std::to_string(closedFormUses(plan, s)) + " of " +
+                                            std::to_string(s.comm.size()) + " collectives]"
+                                      : "") +
              "\n";
+      anyClosedForm = anyClosedForm || closedFormUses(plan, s) > 0;
     }
   }
+  if (anyClosedForm)
+    out +=
+        "[closed form: N of M collectives]: N collectives of the step were too large to simulate (--sim-budget, or "
+        "their share of --max-memory) and are priced by their closed form, without link sharing; plan.json's "
+        "collectives say which and why\n";
   if (plan.variants.size() > 1) {
     out += "\n== what-ifs side by side: step time (tokens/s relative to the baseline)\n   GPUs";
     for (const VariantResult& v : plan.variants) out += "  " + pad(v.name, 22);

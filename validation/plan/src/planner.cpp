@@ -372,7 +372,7 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
   // ---- the simulations: every distinct collective once ----
   const auto ts = Clock::now();
   say("simulating " + std::to_string(pricer.distinct()) + " distinct collectives (" +
-      std::to_string(pricer.requests()) + " uses)");
+      std::to_string(pricer.requests()) + " uses, " + std::to_string(pricer.plannedSteps()) + " steps)");
   pricer.runAll();
   out.stats.simulationS = since(ts);
   out.stats.simulations = pricer.simulations();

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "mk/error.hpp"
 
@@ -17,7 +19,9 @@ struct StageSums {
   double blocking[4][2] = {};                        ///< [phase][pass] blocking communication
   double hiddenTp = 0;                               ///< fused: the collectives' layered time hidden in the fused ops
   double prefetch[2] = {}, prefetchExposed[2] = {};  ///< ZeRO 3 per pass
-  std::vector<double> buckets;                       ///< gradient buckets of one step, in order
+  /// Gradient buckets of one step, in order, as runs of equal buckets (count, us each): a step may have billions of
+  /// them (a vocabulary of 2^40 in 25 MiB buckets), one double each took gigabytes.
+  std::vector<std::pair<uint64_t, double>> buckets;
   double paramGather = 0;
   double F() const {
     return computeF + blocking[0][0] + blocking[1][0] + blocking[2][0] + blocking[3][0] + prefetchExposed[0];
@@ -65,7 +69,7 @@ StageSums sumStage(const StageLowering& st, const StagePrices& pr) {
     switch (c.timing) {
       case CommTiming::Blocking: s.blocking[static_cast<int>(c.phase)][passIdx(c.pass)] += us; break;
       case CommTiming::LayerPrefetch: s.prefetch[passIdx(c.pass)] += us; break;
-      case CommTiming::GradBucket: s.buckets.insert(s.buckets.end(), c.times, pr.commUs[i]); break;
+      case CommTiming::GradBucket: s.buckets.emplace_back(c.times, pr.commUs[i]); break;
       case CommTiming::ParamGather: s.paramGather += us; break;
     }
   }
@@ -75,15 +79,25 @@ StageSums sumStage(const StageLowering& st, const StagePrices& pr) {
   return s;
 }
 
-/// When the last gradient bucket is reduced, counted from the end of the stage's last backward pass.
-double bucketTail(const std::vector<double>& buckets, double backwardUs, bool overlap) {
+/// When the last gradient bucket is reduced, counted from the end of the stage's last backward pass. Bucket j of n
+/// is ready at backwardUs x (j + 1) / n (with overlap) and is reduced after the previous one: end_j = max(end_{j-1},
+/// ready_j) + us_j. Over a run of k equal buckets from a, end = max(end_{a-1} + k us, max_i (ready_i + (a + k - i)
+/// us)); the second term is linear in i, so its largest value is at i = a or i = a + k - 1: O(1) per run.
+double bucketTail(const std::vector<std::pair<uint64_t, double>>& buckets, double backwardUs, bool overlap) {
+  uint64_t total = 0;
+  for (const auto& run : buckets) total += run.first;
+  if (total == 0) return 0;
+  const double n = static_cast<double>(total);
+  auto ready = [&](uint64_t j) { return overlap ? backwardUs * static_cast<double>(j + 1) / n : backwardUs; };
   double end = 0;
-  const double n = static_cast<double>(buckets.size());
-  for (std::size_t j = 0; j < buckets.size(); ++j) {
-    const double ready = overlap ? backwardUs * static_cast<double>(j + 1) / n : backwardUs;
-    end = std::max(end, ready) + buckets[j];
+  uint64_t first = 0;
+  for (const auto& [count, us] : buckets) {
+    if (count == 0) continue;
+    const double k = static_cast<double>(count);
+    end = std::max({end + k * us, ready(first) + k * us, ready(first + count - 1) + us});
+    first += count;
   }
-  return buckets.empty() ? 0 : end - backwardUs;
+  return end - backwardUs;
 }
 
 }  // namespace
@@ -127,7 +141,7 @@ StepBreakdown composeStep(const Workload& w, const StepLowering& step, const std
     if (s == 0 || end > dpEnd) {
       dpEnd = end;
       dpTotal = 0;
-      for (double d : sums[s].buckets) dpTotal += d;
+      for (const auto& [count, us] : sums[s].buckets) dpTotal += static_cast<double>(count) * us;
     }
   }
   const double gradExposed = std::max(0.0, dpEnd - pipe);

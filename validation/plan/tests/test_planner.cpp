@@ -3,7 +3,9 @@
 // infeasible scales, and the fused seam reporting "not available".
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
@@ -199,6 +201,43 @@ TEST_CASE("planner: shared NICs, stragglers, infeasible scales, the fused seam")
   broken.variants[0].scales[0].mfu = std::nan("");
   CHECK_THROWS_WITH_AS(planToJson(broken, "x"), doctest::Contains("plan.json.variants[0].scales[0].mfu is nan"), Error);
   CHECK_THROWS_WITH_AS(formatPlanText(broken), doctest::Contains("the summary's MFU is nan"), Error);
+}
+
+TEST_CASE("planner: collectives above the step budget or the memory share are priced by their closed form, marked") {
+  // Issue 40: --gpus 65536 generated every schedule before looking at the budget (7 GB and more, minutes). Now the
+  // counting pass decides first; no schedule above the budget is generated.
+  Workload w = tiny();
+  w.training.globalBatch = 8192;
+  PlanInputs in = inputs(w, "65536");
+  in.measuredDir.clear();  // no validation: this test is about the pricer
+  in.pricer.budgetSteps = 100000;
+  auto fused = makeFusedOpPricer();
+  const auto t0 = std::chrono::steady_clock::now();
+  const PlanResult p = runPlan(in, *fused);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 20.0);
+  const ScaleResult& s = at(p.variants[0], 65536);
+  REQUIRE(s.feasible);
+  bool closed = false;
+  for (const CommUse& c : s.comm) {
+    const CommPrice& cp = p.prices.at(c.priceKey);
+    if (cp.source != "closed-form") continue;
+    closed = true;
+    CHECK(cp.note.find("exceeds the budget of 100000 (--sim-budget)") != std::string::npos);
+    CHECK(cp.us > 0);
+  }
+  CHECK(closed);
+  CHECK(formatPlanText(p).find("[closed form: ") != std::string::npos);
+  CHECK(planToJson(p, "x").find("\"source\": \"closed-form\"") != std::string::npos);
+
+  // The memory share: 1 MiB for each of 2 jobs holds no simulation of the data-parallel all-reduce.
+  PlanInputs small = inputs(w, "64");
+  small.measuredDir.clear();
+  small.pricer.maxMemory = uint64_t{2} << 20;
+  const PlanResult q = runPlan(small, *fused);
+  bool byMemory = false;
+  for (const auto& [key, cp] : q.prices)
+    byMemory = byMemory || (cp.source == "closed-form" && cp.note.find("(--max-memory / 2 jobs)") != std::string::npos);
+  CHECK(byMemory);
 }
 
 namespace {

@@ -63,6 +63,7 @@ struct Options {
   std::string measured;
   std::string cache = mk::PredictionCache::defaultDir();
   uint64_t simBudget = 4000000;
+  mk::cli::GuardArgs guard;  ///< --max-memory only: mk-plan prints its progress always
   unsigned jobs = 2;
   std::string reportDir, jsonOut, statsOut;
   std::string python = "/usr/bin/python3";
@@ -195,6 +196,7 @@ int run(const Options& o, const std::string& command) {
   if (o.cache != "none") in.cacheDir = o.cache;
   in.pricer.jobs = o.jobs;
   in.pricer.budgetSteps = o.simBudget;
+  in.pricer.maxMemory = o.guard.maxMemory();
   const std::vector<std::string> inputs{o.workload, o.layoutFile, o.cluster, o.profile, o.script};
   mk::checkOutputPath("--json", o.jsonOut, inputs);
   mk::checkOutputPath("--stats", o.statsOut, inputs);
@@ -319,6 +321,10 @@ int main(int argc, char** argv) {
                  "schedules of more steps are priced by their closed form instead of simulated (0: no limit)")
       ->capture_default_str();
   app.add_option("-j,--jobs", o.jobs, "simulations at once (each in its own process)")->capture_default_str();
+  mk::cli::addMaxMemoryOption(app, o.guard,
+                              "memory the simulations at once may take: each of the --jobs gets an equal share, and a "
+                              "collective whose simulation is estimated above it is priced by its closed form "
+                              "(marked), as above --sim-budget");
   app.add_option("--cache", o.cache,
                  "keep the validation's predictions between runs of this executable in DIR (a hit is what a fresh "
                  "simulation gives; a rebuilt tool starts over); none: simulate them every run")

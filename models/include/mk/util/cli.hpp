@@ -198,12 +198,16 @@ struct GuardArgs {
   bool progressWanted() const noexcept { return mk::progressWanted(progress); }
 };
 
-/// Add --max-memory SIZE and --progress to `app`, bound to `g`.
-inline void addGuardOptions(CLI::App& app, GuardArgs& g) {
-  app.add_option("--max-memory", g.maxMemoryText,
-                 "refuse (exit 2) a job whose estimated memory (schedule, verification, simulation) is above SIZE "
-                 "(e.g. 8G, 512MiB; default: half of this machine's physical memory, " +
-                     formatBytes(static_cast<double>(defaultMaxMemory())) + ")")
+/// Add --max-memory SIZE alone to `app`, bound to `g.maxMemoryText`, with `what` saying what the limit bounds (a tool
+/// that prints no progress: mk-plan, mk-proxy-bench). Returns the option.
+inline CLI::Option* addMaxMemoryOption(CLI::App& app, GuardArgs& g,
+                                       const std::string& what =
+                                           "refuse (exit 2) a job whose estimated memory "
+                                           "(schedule, verification, simulation) is above SIZE") {
+  return app
+      .add_option("--max-memory", g.maxMemoryText,
+                  what + " (e.g. 8G, 512MiB; default: half of this machine's physical memory, " +
+                      formatBytes(static_cast<double>(defaultMaxMemory())) + ")")
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {
             try {
@@ -215,6 +219,11 @@ inline void addGuardOptions(CLI::App& app, GuardArgs& g) {
           },
           ""))
       ->type_name("SIZE");
+}
+
+/// Add --max-memory SIZE and --progress to `app`, bound to `g`.
+inline void addGuardOptions(CLI::App& app, GuardArgs& g) {
+  addMaxMemoryOption(app, g);
   app.add_flag("--progress", g.progress,
                "print progress lines on stderr for work longer than 2 s (default: only when stderr is a terminal)");
 }

@@ -29,6 +29,9 @@ namespace mk::plan {
 struct PricerSettings {
   unsigned jobs = 2;               ///< simulations at once (each a forked process)
   uint64_t budgetSteps = 4000000;  ///< larger schedules are priced by their closed form (0: no limit)
+  /// Bytes all simulations at once may take (0: no limit); each of the `jobs` gets an equal share, and a schedule
+  /// whose estimated simulation (mk::memoryNeed) is above its share is priced by its closed form as well.
+  uint64_t maxMemory = 0;
   /// Called after each finished simulation: done, total, wall seconds since runAll started.
   std::function<void(std::size_t, std::size_t, double)> onProgress;
 };
@@ -40,7 +43,7 @@ struct CommPrice {
   std::string algo;  ///< the generator and its shape: "hierarchical (rhd), 4 chunks"
   bool chosenByAuto = false;
   std::string source;  ///< "simgrid", "simgrid-fast", "closed-form", "none" (a group of one rank)
-  std::string note;    ///< why a closed form stands in for the simulation
+  std::string note;    ///< why a closed form stands in for the simulation (decided before generating anything)
   std::string domain;  ///< "nvlink" (inside one node) or "network"
   uint32_t groupSize = 0, groupNodes = 0, concurrent = 0;
   uint64_t bytes = 0;  ///< nccl-tests size of one instance
@@ -48,7 +51,7 @@ struct CommPrice {
   std::vector<sim::LinkLoad> busiest;  ///< up to 3, busiest first (simulated prices only)
   std::string bound;                   ///< what limits it: "NIC bandwidth", "latency", ...
   // Cost of the simulation (kept out of plan.json: it varies run to run).
-  uint64_t steps = 0;
+  uint64_t steps = 0;  ///< of the simulated schedule (every instance); a lower bound when priced by the closed form
   double wallS = 0;
 };
 
@@ -58,8 +61,10 @@ class CommPricer {
   explicit CommPricer(PricerSettings settings) : settings_(std::move(settings)) {}
 
   /// Register `op` of a stage whose groups are `groups`, on `cluster` under `profile`; returns the key of its
-  /// price. Cheap (no simulation): generator choice and placement. Throws Error(Unsupported) for placements the
-  /// reduction cannot represent (placeConcurrent).
+  /// price. Cheap (no simulation): generator choice, placement, and the schedule counted (mk::countSchedule, up to
+  /// the budget) to decide whether its simulation fits --sim-budget and its share of the memory. Throws
+  /// Error(Unsupported) for placements the reduction cannot represent (placeConcurrent) and for a schedule above
+  /// the budget or the memory that has no closed form to stand in.
   std::string request(const CommOp& op, const GroupSet& groups, const Topology& cluster, const Profile& profile);
 
   /// Simulate every requested price not known yet, `settings.jobs` at a time. Throws the first simulation error.
@@ -71,6 +76,8 @@ class CommPricer {
   std::size_t simulations() const noexcept { return simulations_; }  ///< simulated so far
   std::size_t requests() const noexcept { return requests_; }        ///< request() calls so far
   std::size_t distinct() const noexcept { return entries_.size(); }  ///< distinct keys
+  /// Steps runAll() will simulate (counted when requested; the closed-form prices take none): the work ahead.
+  uint64_t plannedSteps() const noexcept;
 
  private:
   struct Entry {
@@ -80,7 +87,11 @@ class CommPricer {
     Profile profile;
     CommPrice price;
     bool done = false;
+    bool closedFormOnly = false;  ///< above the step budget or the memory share: never generated
   };
+  /// Count `e`'s simulated schedule up to what the settings allow and, above them, make the closed form its price
+  /// (with a note saying why) before anything is generated.
+  void planSimulation(Entry& e) const;
   /// Generate, embed and simulate (or price by the closed form) one entry; only touches `e`.
   void simulate(Entry& e) const;
   /// Key `e` by everything its simulation depends on and keep it (an existing entry of that key is kept).
