@@ -15,10 +15,12 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "mk/bootstrap.hpp"
@@ -251,9 +253,25 @@ int drainSignalPeer(const Config& c, int me, uint16_t port, std::vector<mk::Meas
 
 std::vector<uint64_t> putSizes(const Config& c) {
   std::vector<uint64_t> sizes;
-  for (uint64_t s = c.minBytes; s <= c.maxBytes; s *= c.step) sizes.push_back(s);
-  if (sizes.empty() || sizes.back() != c.maxBytes) sizes.push_back(c.maxBytes);
+  // s x step is formed only when it stays <= maxBytes: near 2^64 (--max-bytes 16777215T) it wrapped to a small size
+  // and the loop never ended.
+  for (uint64_t s = c.minBytes;; s *= c.step) {
+    sizes.push_back(s);
+    if (s > c.maxBytes / c.step) break;
+  }
+  if (sizes.back() != c.maxBytes) sizes.push_back(c.maxBytes);
   return sizes;
+}
+
+/// What --put allocates in its two processes: the source buffer of each (process 0's also feeds the TCP probe),
+/// process 1's landing buffer, and the staging chunks of the socket transport (two a side, per copy mode).
+mk::MemoryNeed putMemory(const Config& c) {
+  const uint64_t modes = c.copies == "both" ? 2 : 1;
+  const uint64_t maxBytes = c.maxBytes, chunk = c.chunk;
+  mk::MemoryNeed need;
+  need.parts.emplace_back("put buffers", maxBytes > UINT64_MAX / 3 ? UINT64_MAX : 3 * maxBytes);
+  need.parts.emplace_back("staging", 4 * modes * chunk);
+  return need;
 }
 
 /// Puts per timed batch: enough bytes (and enough puts) that the acknowledgement's round trip is noise.
@@ -410,6 +428,10 @@ int main(int argc, char** argv) {
                  "copies, as a GPU engine), or both")
       ->check(CLI::IsMember({"direct", "staged", "both"}));
   app.add_flag("--checksum", c.checksum, "add a CRC32C of every payload");
+  mk::cli::GuardArgs guard;
+  mk::cli::addMaxMemoryOption(app, guard,
+                              "refuse (exit 2) a --put whose buffers (3 x --max-bytes over the two processes, and the "
+                              "staging chunks) are above SIZE");
   // Bad input exits 2 with one line, as in every tool (CLI11_PARSE exited 105 for a value out of range, and a
   // bad size exited 1 like a failed run); a failure of the benchmark itself stays 1 (below).
   if (int rc = mk::cli::parse(app, argc, argv, "mk-proxy-bench"); rc != mk::cli::kContinue) return rc;
@@ -421,6 +443,10 @@ int main(int argc, char** argv) {
                                 throw mk::Error(mk::ErrorCode::InvalidArgument,
                                                 "--min-bytes must be >= 1 and <= --max-bytes");
                               mk::checkOutputPath("--json", json);  // before minutes of measuring, not after
+                              if (put || !drain) {
+                                mk::requireWithin(putMemory(c), guard.maxMemory());
+                                (void)putSizes(c);
+                              }
                               return mk::cli::kContinue;
                             });
       rc != mk::cli::kContinue)
@@ -446,6 +472,11 @@ int main(int argc, char** argv) {
   } catch (const mk::Error& e) {
     std::fprintf(stderr, "mk-proxy-bench: error: %s\n", mk::cli::oneLine(e.what()).c_str());
     return mk::cli::kExitFailed;
+  } catch (const std::bad_alloc&) {
+    // Above what the estimate saw (another process took the memory): one line and exit 5, as in every tool.
+    std::fprintf(stderr,
+                 "mk-proxy-bench: error: out of memory: an allocation failed; lower --max-bytes or free memory\n");
+    return mk::cli::kExitOutOfMemory;
   }
   return 0;
 }

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <thread>
 
 #include "mk/error.hpp"
@@ -21,6 +22,9 @@
 
 namespace mk::bench {
 namespace {
+
+/// Process 1's exit status for std::bad_alloc (the tools' "out of memory", mk/util/cli.hpp).
+constexpr int kOutOfMemory = 5;
 
 /// The pair's job key: drawn by runPair before it forks, so that both processes hold it and no other does.
 JobKey& pairKey() {
@@ -66,6 +70,8 @@ void runPair(const std::function<int(int, uint16_t, std::vector<MeasurementRecor
     try {
       std::vector<MeasurementRecord> dropped;
       code = body(1, port, &dropped);
+    } catch (const std::bad_alloc&) {
+      code = kOutOfMemory;  // process 0 says it, once
     } catch (const std::exception& e) {
       std::fprintf(stderr, "mk-proxy-bench: process 1: %s\n", e.what());
     }
@@ -75,8 +81,11 @@ void runPair(const std::function<int(int, uint16_t, std::vector<MeasurementRecor
   }
   int code = 1;
   std::string error;
+  bool outOfMemory = false;
   try {
     code = body(0, port, records);
+  } catch (const std::bad_alloc&) {
+    outOfMemory = true;
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -91,6 +100,8 @@ void runPair(const std::function<int(int, uint16_t, std::vector<MeasurementRecor
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  // Out of memory in either process is std::bad_alloc for the tool (exit 5), not a failed measurement.
+  if (outOfMemory || (WIFEXITED(status) && WEXITSTATUS(status) == kOutOfMemory)) throw std::bad_alloc();
   if (!error.empty()) throw Error(ErrorCode::IoError, "mk-proxy-bench: process 0: " + error);
   if (code != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
     throw Error(ErrorCode::IoError, "mk-proxy-bench: the measurement failed (process 0 code " + std::to_string(code) +

@@ -17,7 +17,8 @@ uint16_t freePort();
 /// Bootstrap options of process `me` of two, meeting at 127.0.0.1:port.
 TcpBootstrapOptions bootOptions(int me, uint16_t port);
 /// Run `body` as process 0 (here, records into `records`) and process 1 (a forked child, records dropped), meeting at
-/// a fresh port. Throws Error(IoError) when the child fails or does not finish within `timeoutS`.
+/// a fresh port. Throws Error(IoError) when the child fails or does not finish within `timeoutS`, std::bad_alloc when
+/// either process ran out of memory.
 void runPair(const std::function<int(int me, uint16_t port, std::vector<MeasurementRecord>* records)>& body,
              std::vector<MeasurementRecord>* records, double timeoutS = 600);
 /// A plain blocking TCP connection between the two processes of `boot` (process 1 listens, process 0 connects),

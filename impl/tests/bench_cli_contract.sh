@@ -23,6 +23,12 @@ expect 2 "^mk-proxy-bench: error: .*--min-bytes: bad size '-1': negative" -- "$p
 expect 2 '^mk-proxy-bench: error: .*--json .*no/such/dir' -- "$proxy" --json "$work/no/such/dir/p.json"
 expect 2 '^mk-proxy-bench: error: --json: must not be empty' -- "$proxy" --json ''
 one_line_error "$proxy" --max-bytes '1 K'
+# issue 40: a size whose loop wrapped (and whose buffers no machine holds) is refused before any socket or buffer,
+# naming the estimate and the limit
+expect 2 '^mk-proxy-bench: error: .*needs ~.*put buffers .* above --max-memory 4 GiB' -- \
+  "$proxy" --put --max-bytes 16777215T --max-memory 4G --json "$work/p.json"
+expect 2 'above --max-memory 1 GiB' -- "$proxy" --put --max-bytes 1G --max-memory 1G
+check "a refused run wrote nothing" test ! -e "$work/p.json"
 check "a refused run wrote $work/p.json" test ! -e "$work/p.json"
 
 cli_summary
