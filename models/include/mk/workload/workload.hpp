@@ -71,12 +71,12 @@ struct ParallelLayout {
   uint32_t ep = 1;             ///< expert parallelism (MoE only): experts split over ep data-parallel ranks
   bool sp = true;              ///< sequence parallelism: TP all-reduce becomes reduce-scatter + all-gather
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
-  uint32_t virtualStages = 1;        ///< model chunks per GPU (Interleaved only; 1 otherwise)
-  uint32_t zero = 1;                 ///< ZeRO stage 0..3 (0: all-reduce gradients; 1, 2: reduce-scatter + all-gather)
+  uint32_t virtualStages = 1;  ///< model chunks per GPU (Interleaved only; 1 otherwise)
+  uint32_t zero = 1;           ///< ZeRO stage 0..3 (0: all-reduce gradients; 1, 2: reduce-scatter + all-gather)
   uint64_t bucketBytes = kDefaultBucketBytes;  ///< gradient bucket size in bytes, in [kMinBucketBytes, kMaxBucketBytes]
-  DType gradDtype = DType::Float32;  ///< element type gradients are reduced in
-  bool overlapGradReduce = true;     ///< gradient buckets reduced while the last backward pass runs
-  bool overlapParamGather = false;   ///< ZeRO 1/2: the parameter all-gather overlaps the next forward pass
+  DType gradDtype = DType::Float32;            ///< element type gradients are reduced in
+  bool overlapGradReduce = true;               ///< gradient buckets reduced while the last backward pass runs
+  bool overlapParamGather = false;             ///< ZeRO 1/2: the parameter all-gather overlaps the next forward pass
 };
 
 /// A training step to plan.
