@@ -2,8 +2,8 @@
 // against a hand computation.
 #include <doctest/doctest.h>
 
-#include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <vector>
 
 #include "mk/plan/step_model.hpp"
@@ -140,7 +140,7 @@ TEST_CASE("step model: a hundred million gradient buckets compose in constant me
     if (c.timing == CommTiming::GradBucket) buckets += c.times;
   REQUIRE(buckets > 100000000);
   const double back = kernels(s.stages[0], Pass::Backward) * 1.0;
-  const auto t0 = std::chrono::steady_clock::now();
+  const std::clock_t t0 = std::clock();  // processor time: a loaded CI machine stretches the wall clock
   const double d = 0.5 * back / static_cast<double>(buckets);
   const StepBreakdown b = composeStep(w, s, flatPrices(s, 1.0, d, Phase::Dp));
   CHECK(b.dp.exposedUs == doctest::Approx(d));
@@ -150,7 +150,7 @@ TEST_CASE("step model: a hundred million gradient buckets compose in constant me
   CHECK(q.dp.exposedUs ==
         doctest::Approx(back / static_cast<double>(buckets) + static_cast<double>(buckets) * D - back));
   // One double per bucket was 0.8 GB and seconds here; the runs take microseconds (1 s: room for a sanitizer).
-  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 1.0);
+  CHECK(static_cast<double>(std::clock() - t0) / CLOCKS_PER_SEC < 1.0);
 }
 
 TEST_CASE("step model: ZeRO 1 gathers parameters after the step, overlapped with the next forward when asked") {
