@@ -31,7 +31,8 @@ class StageBuilder {
     out_.head = stage + 1 == r.pp;
     tokens_ = uint64_t{w.training.microBatch} * w.training.seq;
     d_ = m.headDim();
-    qkvN_ = (m.heads / r.tp + 2 * std::max<uint64_t>(1, m.kvHeads / r.tp)) * d_;
+    kvLocal_ = std::max<uint64_t>(1, m.kvHeads / r.tp);
+    qkvN_ = (m.heads / r.tp + 2 * kvLocal_) * d_;
     attnOutK_ = (m.heads / r.tp) * d_;
     ffnLocal_ = m.ffn / r.tp;
     moeLayers_ = m.moe ? out_.layers : 0;
@@ -47,6 +48,7 @@ class StageBuilder {
     if (w_.training.recompute == Recompute::Full) addLayers(Pass::Backward, true);
     addPipeline();
     addDataParallel();
+    addStepKernels();
     return std::move(out_);
   }
 
@@ -102,7 +104,10 @@ class StageBuilder {
     ComputeOp op;
     op.name = name;
     op.kind = ComputeKind::Gemm;
+    op.cls = KernelClass::Gemm;
+    op.kernel = name;
     op.pass = pass;
+    op.dtype = w_.training.dtype;
     op.m = m;
     op.n = n;
     op.k = k;
@@ -117,27 +122,135 @@ class StageBuilder {
   }
 
   /// Causal attention of one micro-batch on this rank's heads: QK^T and PV per (sequence, head), half of each
-  /// computed under the causal mask; Q, K, V and O read or written once (the scores never reach HBM).
+  /// computed under the causal mask; Q, K, V, O and the fp32 log-sum-exp read or written once (the scores never
+  /// reach HBM; K and V have the rank's key-value heads).
   void addAttention(Pass pass, uint32_t times, bool recompute, bool backward) {
     const uint64_t s = w_.training.seq;
-    const uint64_t batch = uint64_t{w_.training.microBatch} * (w_.model.heads / r_.tp);
+    const uint64_t heads = w_.model.heads / r_.tp;
+    const uint64_t batch = uint64_t{w_.training.microBatch} * heads;
     ComputeOp op;
     op.name = backward ? "attention.bwd" : recompute ? "attention.recompute" : "attention";
     op.kind = ComputeKind::Attention;
+    op.cls = KernelClass::Attention;
+    op.kernel = backward ? "attention.bwd" : "attention";
     op.pass = pass;
+    op.dtype = w_.training.dtype;
     op.m = s;
     op.n = s;
     op.k = d_;
     op.batch = batch;
+    op.seqs = w_.training.microBatch;
+    op.seq = s;
+    op.heads = heads;
+    op.kvHeads = kvLocal_;
+    op.headDim = d_;
+    op.causal = true;
     const double fwdFlops = 2.0 * 2.0 * dbl(s) * dbl(s) * dbl(d_) * 0.5 * dbl(batch);
-    const double fwdBytes = 4.0 * dbl(s) * dbl(d_) * elemBytes_ * dbl(batch);
+    const double rows = dbl(op.seqs) * dbl(s);
+    const double qo = rows * dbl(heads) * dbl(d_) * elemBytes_, kv = rows * dbl(kvLocal_) * dbl(d_) * elemBytes_;
+    const double lse = rows * dbl(heads) * 4;
     // FlashAttention's backward runs five of these matrix products (QK^T again, dV, dP, dQ, dK) against two
-    // forward, and reads and writes about twice the tensors (Q, K, V, O, dO in; dQ, dK, dV out).
+    // forward; it reads Q, K, V, O, dO and the log-sum-exp and writes dQ, dK, dV.
     op.flops = backward ? 2.5 * fwdFlops : fwdFlops;
-    op.bytes = backward ? 2.0 * fwdBytes : fwdBytes;
+    op.bytes = backward ? 4.0 * qo + 4.0 * kv + lse : 2.0 * qo + 2.0 * kv + lse;
     op.times = times;
     op.recompute = recompute;
     out_.compute.push_back(op);
+  }
+
+  /// FLOPs and HBM bytes of one launch of a non-GEMM kernel from its class, kernel and shape (docs/planner.md,
+  /// "Kernel census"; the same formulas as validation/tools/kernel_bench.py). `grad`: the kernel's backward.
+  /// e = the activations' element size; statistics, indices and routing weights are fp32 / int64 as the
+  /// frameworks keep them.
+  void kernelCost(ComputeOp& op, bool grad) const {
+    const double e = elemBytes_, t = dbl(op.tokens), h = dbl(op.hidden), v = dbl(op.vocab);
+    switch (op.cls) {
+      case KernelClass::Norm: {
+        const bool ln = op.kernel == "layernorm";
+        const double affine = ln ? 2 : 1, stats = t * 4 * (ln ? 2 : 1);  // weight (and bias); rstd (and mean)
+        op.flops = (grad ? 8 : 5) * t * h;
+        op.bytes = grad ? 3 * e * t * h + 2 * e * affine * h + stats : 2 * e * t * h + e * affine * h + stats;
+        return;
+      }
+      case KernelClass::Activation:
+        if (op.kernel == "swiglu") {  // hidden = gate + up = 2 f
+          const double f = h / 2;
+          op.flops = (grad ? 10 : 5) * t * f;
+          op.bytes = grad ? e * t * f + 2 * e * t * h : e * t * h + e * t * f;
+        } else {
+          op.flops = (grad ? 12 : 8) * t * h;
+          op.bytes = (grad ? 3 : 2) * e * t * h;
+        }
+        return;
+      case KernelClass::Rotary:  // x in and out, cos and sin one row per token
+        op.flops = 3 * t * dbl(op.heads) * dbl(op.headDim);
+        op.bytes = 2 * e * t * dbl(op.heads) * dbl(op.headDim) + 2 * e * t * dbl(op.headDim);
+        return;
+      case KernelClass::Residual:
+        op.flops = t * h;
+        op.bytes = 3 * e * t * h;
+        return;
+      case KernelClass::Loss:  // logits; int64 labels, fp32 loss and log-sum-exp
+        op.flops = (grad ? 3 : 4) * t * v;
+        op.bytes = grad ? 2 * e * t * v + 12 * t : e * t * v + 16 * t;
+        return;
+      case KernelClass::Embedding:  // int64 ids; backward: a scatter-add into the rank's vocab x h gradient
+        op.flops = grad ? t * h : 0;
+        op.bytes = grad ? 8 * t + e * t * h + e * v * h : 8 * t + 2 * e * t * h;
+        return;
+      case KernelClass::Optimizer:  // fp32 param, grad, m, v read; param, m, v written
+        op.flops = 12 * dbl(op.params);
+        op.bytes = 28 * dbl(op.params);
+        return;
+      case KernelClass::GradNorm:  // the norm reads every fp32 gradient, the clipping scale reads and writes them
+        op.flops = 3 * dbl(op.params);
+        op.bytes = 12 * dbl(op.params);
+        return;
+      case KernelClass::Cast:
+        op.flops = dbl(op.elements);
+        op.bytes = (op.kernel == "amax" ? 2 : 3) * dbl(op.elements);
+        return;
+      case KernelClass::Router: {  // logits in, fp32 weights and int64 indices of the top k out
+        const double te = t * dbl(op.experts), tk = t * dbl(op.topk);
+        op.flops = (grad ? 4 : 5) * te;
+        op.bytes = grad ? 3 * e * te + 12 * tk : e * te + 12 * tk;
+        return;
+      }
+      case KernelClass::Permute: {  // rows = tokens x top k; int32 row maps (and fp32 weights to unpermute)
+        const double rows = t * dbl(op.topk);
+        const bool un = op.kernel == "unpermute";
+        op.flops = un ? 2 * rows * h : 0;
+        op.bytes = un ? e * rows * h + e * t * h + 12 * rows : e * t * h + e * rows * h + 16 * rows;
+        return;
+      }
+      case KernelClass::Gemm:
+      case KernelClass::Attention: break;
+    }
+    throw Error(ErrorCode::Internal, "kernelCost: " + op.name + " is a GEMM or attention kernel");
+  }
+
+  /// A non-GEMM kernel from its shape (`proto`: class, kernel and shape fields set).
+  uint32_t addKernel(ComputeOp op, const std::string& name, Pass pass, uint32_t times, bool recompute,
+                     bool grad = false) {
+    if (times == 0) return UINT32_MAX;
+    op.name = name;
+    op.kind = ComputeKind::Other;
+    op.pass = pass;
+    if (op.cls != KernelClass::Optimizer && op.cls != KernelClass::GradNorm) op.dtype = w_.training.dtype;
+    op.times = times;
+    op.recompute = recompute;
+    kernelCost(op, grad);
+    out_.compute.push_back(op);
+    return static_cast<uint32_t>(out_.compute.size() - 1);
+  }
+
+  static ComputeOp shape(KernelClass cls, const char* kernel, uint64_t tokens, uint64_t hidden) {
+    ComputeOp op;
+    op.cls = cls;
+    op.kernel = kernel;
+    op.tokens = tokens;
+    op.hidden = hidden;
+    return op;
   }
 
   uint32_t addComm(const std::string& name, Phase phase, CommKind kind, Pass pass, CommTiming timing, uint64_t count,
@@ -171,31 +284,55 @@ class StageBuilder {
          gemm, c);
   }
 
-  /// The forward ops of this stage's layers (and head); `recompute` marks them as a backward-pass re-run.
+  /// The forward ops of this stage's layers (and embedding, head and loss); `recompute` marks them as a
+  /// backward-pass re-run (Megatron-LM's full recomputation re-runs the transformer layers only).
   void addLayers(Pass pass, bool recompute) {
     const ModelShape& m = w_.model;
     const uint32_t L = out_.layers;
     const bool sp = w_.layout.sp;
     const std::string sfx = recompute ? ".recompute" : "";
     const uint64_t h = m.hidden;
+    // Norms and residual adds see the sequence-parallel slice; replicated over tensor parallelism without it.
+    const uint64_t slice = sp ? tokens_ / r_.tp : tokens_;
+    const char* norm = m.gatedMlp ? "rmsnorm" : "layernorm";
+    if (out_.embedding && !recompute) {
+      ComputeOp e = shape(KernelClass::Embedding, "embedding", tokens_, h);
+      e.vocab = vocabLocal_;
+      addKernel(e, "embedding", pass, 1, false);
+    }
+    addKernel(shape(KernelClass::Norm, norm, slice, h), "attn-norm" + sfx, pass, L, recompute);
     const uint32_t qkv = addGemm("qkv" + sfx, pass, tokens_, qkvN_, h, 1, L, recompute);
     if (sp) tpBoundary("tp.ag.qkv" + sfx, CommKind::AllGather, pass, qkv, L);
+    ComputeOp rope = shape(KernelClass::Rotary, "rope", tokens_, 0);
+    rope.heads = m.heads / r_.tp + kvLocal_;  // q and k heads of the rank, one launch
+    rope.kvHeads = kvLocal_;
+    rope.headDim = d_;
+    addKernel(rope, "rope" + sfx, pass, L, recompute);
     addAttention(pass, L, recompute, false);
     const uint32_t out = addGemm("attn-out" + sfx, pass, tokens_, h, attnOutK_, 1, L, recompute);
     tpBoundary((sp ? "tp.rs.attn-out" : "tp.ar.attn-out") + sfx, sp ? CommKind::ReduceScatter : CommKind::AllReduce,
                pass, out, L);
+    addKernel(shape(KernelClass::Residual, "add", slice, h), "attn-residual" + sfx, pass, L, recompute);
+    addKernel(shape(KernelClass::Norm, norm, slice, h), "mlp-norm" + sfx, pass, L, recompute);
     if (denseLayers_ > 0) {
       const uint64_t upN = (m.gatedMlp ? 2 : 1) * ffnLocal_;
       const uint32_t up = addGemm("mlp-up" + sfx, pass, tokens_, upN, h, 1, denseLayers_, recompute);
       if (sp) tpBoundary("tp.ag.mlp-up" + sfx, CommKind::AllGather, pass, up, denseLayers_);
+      addKernel(shape(KernelClass::Activation, m.gatedMlp ? "swiglu" : "gelu", tokens_, upN), "mlp-act" + sfx, pass,
+                denseLayers_, recompute);
       const uint32_t down = addGemm("mlp-down" + sfx, pass, tokens_, h, ffnLocal_, 1, denseLayers_, recompute);
       tpBoundary((sp ? "tp.rs.mlp-down" : "tp.ar.mlp-down") + sfx, sp ? CommKind::ReduceScatter : CommKind::AllReduce,
                  pass, down, denseLayers_);
     }
     if (moeLayers_ > 0) addMoe(pass, recompute, sfx);
+    addKernel(shape(KernelClass::Residual, "add", slice, h), "mlp-residual" + sfx, pass, L, recompute);
     if (out_.head && !recompute) {
+      addKernel(shape(KernelClass::Norm, norm, slice, h), "final-norm", pass, 1, false);
       const uint32_t head = addGemm("lm-head", pass, tokens_, vocabLocal_, h, 1, 1, false);
       if (sp) tpBoundary("tp.ag.lm-head", CommKind::AllGather, pass, head, 1);
+      ComputeOp loss = shape(KernelClass::Loss, "cross-entropy", tokens_, 0);
+      loss.vocab = vocabLocal_;
+      addKernel(loss, "loss", pass, 1, false);
     }
   }
 
@@ -208,15 +345,29 @@ class StageBuilder {
     const uint64_t expertsHere = moe.experts / r_.ep;
     const uint64_t rows = ceilDiv(local * moe.topK * r_.ep, moe.experts);
     addGemm("router" + sfx, pass, local, moe.experts, m.hidden, 1, moeLayers_, recompute);
+    ComputeOp topk = shape(KernelClass::Router, "topk-softmax", local, 0);
+    topk.experts = moe.experts;
+    topk.topk = moe.topK;
+    addKernel(topk, "router-topk" + sfx, pass, moeLayers_, recompute);
+    ComputeOp perm = shape(KernelClass::Permute, "permute", local, m.hidden);
+    perm.topk = moe.topK;
+    perm.experts = moe.experts;
+    addKernel(perm, "permute" + sfx, pass, moeLayers_, recompute);
     const uint64_t block = ceilDiv(local * moe.topK * m.hidden, r_.ep);
     if (r_.ep > 1)
       addComm("ep.dispatch" + sfx, Phase::Ep, CommKind::AllToAll, pass, CommTiming::Blocking, block, w_.training.dtype,
               moeLayers_, epGroups_);
-    addGemm("expert-up" + sfx, pass, rows, (m.gatedMlp ? 2 : 1) * fe, m.hidden, expertsHere, moeLayers_, recompute);
+    const uint64_t upN = (m.gatedMlp ? 2 : 1) * fe;
+    addGemm("expert-up" + sfx, pass, rows, upN, m.hidden, expertsHere, moeLayers_, recompute);
+    // One launch over the rows of every local expert.
+    addKernel(shape(KernelClass::Activation, m.gatedMlp ? "swiglu" : "gelu", rows * expertsHere, upN),
+              "expert-act" + sfx, pass, moeLayers_, recompute);
     addGemm("expert-down" + sfx, pass, rows, m.hidden, fe, expertsHere, moeLayers_, recompute);
     if (r_.ep > 1)
       addComm("ep.combine" + sfx, Phase::Ep, CommKind::AllToAll, pass, CommTiming::Blocking, block, w_.training.dtype,
               moeLayers_, epGroups_);
+    perm.kernel = "unpermute";
+    addKernel(perm, "unpermute" + sfx, pass, moeLayers_, recompute);
   }
 
   /// Data- and weight-gradient GEMMs of every forward GEMM, the attention backward, and the collectives that
@@ -227,6 +378,14 @@ class StageBuilder {
     for (const ComputeOp& f : forward) {
       if (f.kind == ComputeKind::Attention) {
         addAttention(Pass::Backward, f.times, false, true);
+        continue;
+      }
+      if (f.kind == ComputeKind::Other) {
+        // The residual's backward adds the two gradient paths; a permute's backward scatters rows back (an
+        // unpermute's work) and an unpermute's gathers them (a permute's).
+        ComputeOp b = f;
+        if (f.cls == KernelClass::Permute) b.kernel = f.kernel == "permute" ? "unpermute" : "permute";
+        addKernel(b, f.name + ".bwd", Pass::Backward, f.times, false, f.cls != KernelClass::Permute);
         continue;
       }
       const uint32_t dgrad = addGemm(f.name + ".dgrad", Pass::Backward, f.m, f.k, f.n, f.batch, f.times, false);
@@ -341,11 +500,29 @@ class StageBuilder {
     bucketed("edp", out_.expertParams, edpSize, edpGroups_);
   }
 
+  /// The optimizer step and the gradient-norm pass, once per step over the parameters this rank's optimizer
+  /// updates: all of the stage's parameters per GPU without ZeRO, its shard of them (dense over dp, experts over
+  /// the expert data-parallel group) with ZeRO 1 to 3.
+  void addStepKernels() {
+    const bool sharded = w_.layout.zero > 0;
+    const double dense = sharded ? std::ceil(out_.denseParams / r_.dp) : out_.denseParams;
+    const double expert = sharded ? std::ceil(out_.expertParams / (r_.dp / r_.ep)) : out_.expertParams;
+    ComputeOp p;
+    p.cls = KernelClass::Optimizer;
+    p.kernel = "adam";
+    p.dtype = DType::Float32;
+    p.params = static_cast<uint64_t>(std::ceil(dense + expert));
+    addKernel(p, "adam", Pass::Step, 1, false);
+    p.cls = KernelClass::GradNorm;
+    p.kernel = "grad-norm";
+    addKernel(p, "grad-norm", Pass::Step, 1, false);
+  }
+
   const Workload& w_;
   const ResolvedLayout& r_;
   RankGrid grid_;
   StageLowering out_;
-  uint64_t tokens_ = 0, d_ = 0, qkvN_ = 0, attnOutK_ = 0, ffnLocal_ = 0, vocabLocal_ = 0;
+  uint64_t tokens_ = 0, d_ = 0, qkvN_ = 0, attnOutK_ = 0, ffnLocal_ = 0, vocabLocal_ = 0, kvLocal_ = 0;
   uint32_t moeLayers_ = 0, denseLayers_ = 0;
   double elemBytes_ = 2;
   uint32_t tpGroups_ = 0, dpGroups_ = 0, epGroups_ = 0, edpGroups_ = 0, ppGroups_ = 0;
@@ -362,8 +539,9 @@ StepLowering lowerStep(const Workload& w, const ResolvedLayout& r) {
   for (uint32_t s = 0; s < r.pp; ++s) {
     out.stages.push_back(StageBuilder(w, r, s).build());
     double perMb = 0;
+    // Model FLOPs are the matrix products' (GEMMs and attention), as MFU counts them.
     for (const ComputeOp& op : out.stages.back().compute)
-      if (!op.recompute) perMb += op.flops * op.times;
+      if (!op.recompute && op.kind != ComputeKind::Other) perMb += op.flops * op.times;
     out.modelFlopsPerStep += perMb * r.microBatches * static_cast<double>(r.tp) * r.dp;
   }
   return out;
@@ -409,8 +587,42 @@ const char* toString(FusedKind k) noexcept {
   return "gemm+allreduce";
 }
 
-const char* toString(Pass p) noexcept { return p == Pass::Forward ? "forward" : "backward"; }
-const char* toString(ComputeKind k) noexcept { return k == ComputeKind::Gemm ? "gemm" : "attention"; }
+const char* toString(Pass p) noexcept {
+  switch (p) {
+    case Pass::Forward: return "forward";
+    case Pass::Backward: return "backward";
+    case Pass::Step: return "step";
+  }
+  return "forward";
+}
+
+const char* toString(ComputeKind k) noexcept {
+  switch (k) {
+    case ComputeKind::Gemm: return "gemm";
+    case ComputeKind::Attention: return "attention";
+    case ComputeKind::Other: return "other";
+  }
+  return "gemm";
+}
+
+const char* toString(KernelClass c) noexcept {
+  switch (c) {
+    case KernelClass::Gemm: return "gemm";
+    case KernelClass::Attention: return "attention";
+    case KernelClass::Norm: return "norm";
+    case KernelClass::Activation: return "activation";
+    case KernelClass::Rotary: return "rotary";
+    case KernelClass::Residual: return "residual";
+    case KernelClass::Loss: return "loss";
+    case KernelClass::Embedding: return "embedding";
+    case KernelClass::Optimizer: return "optimizer";
+    case KernelClass::GradNorm: return "grad-norm";
+    case KernelClass::Cast: return "cast";
+    case KernelClass::Router: return "router";
+    case KernelClass::Permute: return "permute";
+  }
+  return "gemm";
+}
 
 uint64_t commBytes(const CommOp& op, uint32_t groupSize) noexcept {
   const uint64_t elem = dtypeSize(op.dtype);

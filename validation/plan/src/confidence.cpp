@@ -59,6 +59,12 @@ UseConfidence ConfidenceTable::forCompute(ComputeKind kind, const std::string& g
   return u;
 }
 
+UseConfidence ConfidenceTable::forKernelClass(KernelClass cls, const std::string& gpu) const {
+  if (cls == KernelClass::Gemm) return forCompute(ComputeKind::Gemm, gpu);
+  if (cls == KernelClass::Attention) return forCompute(ComputeKind::Attention, gpu);
+  return forClass(std::string("compute.") + toString(cls));
+}
+
 UseConfidence ConfidenceTable::forComm(const std::string& domain, const std::string& op, uint32_t groupSize,
                                        const std::string& gpu) const {
   UseConfidence u = forClass("comm." + domain + "." + op);
@@ -98,6 +104,17 @@ ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* v
          "no attention kernel has been measured",
          "",
          {}});
+  // Every other class of the census: no kernel model yet (issue 32 item 3), so the roofline prices it.
+  for (int k = 0; k < kKernelClasses; ++k) {
+    const auto cls = static_cast<KernelClass>(k);
+    if (cls == KernelClass::Gemm || cls == KernelClass::Attention) continue;
+    t.add({std::string("compute.") + toString(cls),
+           std::string(toString(cls)) + " kernels, priced by the roofline c0 + bytes / B (unmeasured class)",
+           std::nullopt,
+           "roofline: unmeasured (no kernel records of this class)",
+           "",
+           {}});
+  }
 
   std::map<std::string, std::vector<double>> errs;
   std::map<std::string, std::set<uint32_t>> ranks;

@@ -142,6 +142,14 @@ ComputePrice priceKernel(const GemmModel& model, double flops, double bytes, con
   return ComputePrice{model.overheadUs + std::max(f, b), b > f};
 }
 
+ComputePrice priceUnmeasured(const GemmModel& model, double bytes, const NodeSpec& node) {
+  return ComputePrice{model.overheadUs + bytes / (node.hbmGBs * 1e3), true};
+}
+
+const char* computePriceSource(const ComputeOp& op) noexcept {
+  return op.kind == ComputeKind::Other ? "roofline: unmeasured" : "gemm-model";
+}
+
 NodeSpec presetNodeOfGpu(const std::string& gpu) {
   std::string seen;
   for (const auto& p : topologyPresets()) {

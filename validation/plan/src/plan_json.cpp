@@ -26,10 +26,14 @@ Json statsJson(const ErrorStats& s) {
 Json phaseJson(const PhaseTime& p) { return {{"exposed_us", p.exposedUs}, {"hidden_us", p.hiddenUs}}; }
 
 Json stepJson(const StepBreakdown& b) {
+  Json byClass = Json::object();
+  for (int k = 0; k < kKernelClasses; ++k) byClass[toString(static_cast<KernelClass>(k))] = b.computeClassUs[k];
   return {{"step_us", b.stepUs},
           {"compute_us", b.computeUs},
           {"compute_gemm_us", b.computeGemmUs},
           {"compute_attention_us", b.computeAttentionUs},
+          {"compute_class_us", byClass},
+          {"optimizer_us", b.optimizerUs},
           {"tp", phaseJson(b.tp)},
           {"ep", phaseJson(b.ep)},
           {"pp", phaseJson(b.pp)},
@@ -101,6 +105,9 @@ Json scaleJson(const ScaleResult& s, const PlanResult& plan, const std::map<std:
     classes[id] = {{"us", us}, {"status", toString(u.status)}, {"note", u.note}};
   }
   j["confidence"] = {{"status", toString(s.status)}, {"note", s.statusNote}, {"classes", classes}};
+  j["unmeasured_compute_us"] = s.unmeasuredComputeUs;
+  j["unmeasured_compute_share"] = s.unmeasuredComputeShare;
+  j["unpriced"] = s.unpriced;
   j["bounds"] = s.bounds;
   Json comm = Json::array();
   for (const CommUse& c : s.comm)
@@ -116,6 +123,11 @@ Json scaleJson(const ScaleResult& s, const PlanResult& plan, const std::map<std:
   for (const ComputeUse& c : s.compute)
     compute.push_back({{"name", c.name},
                        {"kind", toString(c.kind)},
+                       {"class", toString(c.cls)},
+                       {"kernel", c.kernel},
+                       {"pass", toString(c.pass)},
+                       {"source", c.source},
+                       {"unmeasured", c.kind == ComputeKind::Other},
                        {"m", c.m},
                        {"n", c.n},
                        {"k", c.k},
@@ -261,6 +273,119 @@ std::string planToJson(const PlanResult& plan, const std::string& commit, int in
   }
   j["variants"] = variants;
   requireFinite(j, "plan.json");
+  return j.dump(indent);
+}
+
+namespace {
+
+/// One kernel of the census: the contract's fields, then the planner's price.
+Json kernelJson(const ComputeOp& op, const ComputePrice& price, uint32_t microBatches) {
+  Json k = {{"name", op.name},
+            {"class", toString(op.cls)},
+            {"kernel", op.kernel},
+            {"pass", toString(op.pass)},
+            {"dtype", toString(op.dtype)}};
+  switch (op.cls) {
+    case KernelClass::Gemm: k.update({{"m", op.m}, {"n", op.n}, {"k", op.k}, {"batch", op.batch}}); break;
+    case KernelClass::Attention:
+      k.update({{"batch", op.seqs},
+                {"seq", op.seq},
+                {"heads", op.heads},
+                {"kv_heads", op.kvHeads},
+                {"head_dim", op.headDim},
+                {"causal", op.causal}});
+      break;
+    case KernelClass::Norm:
+    case KernelClass::Activation:
+    case KernelClass::Residual: k.update({{"tokens", op.tokens}, {"hidden", op.hidden}}); break;
+    case KernelClass::Rotary:
+      k.update({{"tokens", op.tokens}, {"heads", op.heads}, {"kv_heads", op.kvHeads}, {"head_dim", op.headDim}});
+      break;
+    case KernelClass::Loss: k.update({{"tokens", op.tokens}, {"vocab", op.vocab}}); break;
+    case KernelClass::Embedding: k.update({{"tokens", op.tokens}, {"hidden", op.hidden}, {"vocab", op.vocab}}); break;
+    case KernelClass::Optimizer:
+    case KernelClass::GradNorm: k["params"] = op.params; break;
+    case KernelClass::Cast: k["elements"] = op.elements; break;
+    case KernelClass::Router: k.update({{"tokens", op.tokens}, {"experts", op.experts}, {"topk", op.topk}}); break;
+    case KernelClass::Permute:
+      k.update({{"tokens", op.tokens}, {"hidden", op.hidden}, {"topk", op.topk}, {"experts", op.experts}});
+      break;
+  }
+  const bool perStep = op.pass == Pass::Step;
+  const double perMb = perStep ? 0.0 : price.us * op.times;
+  k.update({{"flops", op.flops},
+            {"bytes", op.bytes},
+            {"times", op.times},
+            {"per", perStep ? "step" : "micro-batch"},
+            {"recompute", op.recompute},
+            {"price",
+             {{"us_per_launch", price.us},
+              {"us_per_micro_batch", perStep ? Json(nullptr) : Json(perMb)},
+              {"us_per_step", perStep ? price.us * op.times : perMb * microBatches},
+              {"memory_bound", price.memoryBound},
+              {"source", computePriceSource(op)}}}});
+  return k;
+}
+
+}  // namespace
+
+std::string kernelCensusToJson(const PlanResult& plan, const std::string& commit, int indent) {
+  const GemmModel& g = *plan.gemm;
+  const VariantResult& base = plan.variants.at(0);
+  const NodeSpec& node = base.nodeType.node;
+  Json scales = Json::array();
+  for (const ScaleResult& s : base.scales) {
+    if (!s.feasible) continue;
+    // The planner's own lowering and prices, recomputed: both are pure functions of the workload, the layout, the
+    // GEMM model and the node.
+    const StepLowering step = lowerStep(plan.inputs.workload, s.layout);
+    Json stages = Json::array();
+    for (const StageLowering& st : step.stages) {
+      Json kernels = Json::array();
+      double perStep = 0, unmeasured = 0;
+      for (const ComputeOp& op : st.compute) {
+        const ComputePrice price = priceCompute(g, op, node);
+        kernels.push_back(kernelJson(op, price, s.layout.microBatches));
+        const double us = price.us * op.times * (op.pass == Pass::Step ? 1 : s.layout.microBatches);
+        perStep += us;
+        if (op.kind == ComputeKind::Other) unmeasured += us;
+      }
+      stages.push_back({{"stage", st.stage},
+                        {"layers", st.layers},
+                        {"embedding", st.embedding},
+                        {"head", st.head},
+                        {"compute_us_per_step", perStep},
+                        {"unmeasured_us_per_step", unmeasured},
+                        {"unmeasured_share", perStep > 0 ? unmeasured / perStep : 0.0},
+                        {"kernels", kernels}});
+    }
+    const ResolvedLayout& r = s.layout;
+    scales.push_back({{"gpus", s.gpus},
+                      {"layout",
+                       {{"tp", r.tp},
+                        {"pp", r.pp},
+                        {"dp", r.dp},
+                        {"ep", r.ep},
+                        {"virtual_stages", r.virtualStages},
+                        {"micro_batches", r.microBatches}}},
+                      {"critical_stage", s.layered.criticalStage},
+                      {"unmeasured_compute_share", s.unmeasuredComputeShare},
+                      {"unpriced", s.unpriced},
+                      {"stages", stages}});
+  }
+  Json j = {{"schema", kKernelCensusSchema},
+            {"tool", {{"name", "mk-plan"}, {"commit", commit}}},
+            {"workload", plan.inputs.workload.name},
+            {"cluster", plan.inputs.cluster},
+            {"gpu", node.gpu},
+            {"pricing",
+             {{"gemm-model", "t = c0 + max(flops / R, bytes / B)"},
+              {"roofline: unmeasured", "t = c0 + bytes / B"},
+              {"c0_us", g.overheadUs},
+              {"R_tflops", g.tflops * node.bf16Tflops / g.peakTflops},
+              {"B_gbs", node.hbmGBs}}},
+            {"scales", scales}};
+  requireFinite(j, "kernel census");
   return j.dump(indent);
 }
 

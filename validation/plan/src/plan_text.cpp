@@ -92,7 +92,7 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
            " %, max " + fmt("compute error", "%.1f", g.leaveOneShapeOut.maxAbsPct) + " %";
   out += "\nvalidation of the collectives: " + plan.validationNote + "\n";
 
-  bool anyClosedForm = false;
+  bool anyClosedForm = false, anyUnmeasured = false;
   for (const VariantResult& v : plan.variants) {
     if (brief && &v != &plan.variants.front()) break;
     out += "\n== " + v.name + "\n";
@@ -123,8 +123,12 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
              (closedFormUses(plan, s) ? "  [closed form: " + std::to_string(closedFormUses(plan, s)) + " of " +
                                             std::to_string(s.comm.size()) + " collectives]"
                                       : "") +
-             "\n";
+             (s.unmeasuredComputeUs > 0
+                  ? "  [unmeasured: " + pct("unmeasured share", s.unmeasuredComputeShare) + " of compute]"
+                  : "") +
+             (s.unpriced.empty() ? "" : "  [UNPRICED: " + std::to_string(s.unpriced.size()) + " kernels]") + "\n";
       anyClosedForm = anyClosedForm || closedFormUses(plan, s) > 0;
+      anyUnmeasured = anyUnmeasured || s.unmeasuredComputeUs > 0;
     }
   }
   if (anyClosedForm)
@@ -132,6 +136,12 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
         "[closed form: N of M collectives]: N collectives of the step were too large to simulate (--sim-budget, or "
         "their share of --max-memory) and are priced by their closed form, without link sharing; plan.json's "
         "collectives say which and why\n";
+  if (anyUnmeasured)
+    out +=
+        "[unmeasured: X % of compute]: the share of the step's compute time from kernel classes no measurement "
+        "covers yet (norms, activations, rotary, residual adds, the loss, embedding, optimizer, gradient norm, MoE "
+        "router and permute), priced by the roofline c0 + bytes / B; plan.json's compute entries say which "
+        "(source \"roofline: unmeasured\")\n";
   if (plan.variants.size() > 1) {
     out += "\n== what-ifs side by side: step time (tokens/s relative to the baseline)\n   GPUs";
     for (const VariantResult& v : plan.variants) out += "  " + pad(v.name, 22);

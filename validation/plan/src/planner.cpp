@@ -136,8 +136,13 @@ void attributeClasses(ScaleResult& sr, const PlanResult& out, const Pending& pd)
     // One class used in several regimes (e.g. 8-rank and 2-rank all-gathers): keep the least trusted.
     if (it == uses.end() || severity(u.status) > severity(it->second.status)) uses[u.classId] = u;
   };
-  add(out.confidence.forCompute(ComputeKind::Gemm, gpu), sr.layered.computeGemmUs);
-  add(out.confidence.forCompute(ComputeKind::Attention, gpu), sr.layered.computeAttentionUs);
+  for (int k = 0; k < kKernelClasses; ++k) {
+    const auto cls = static_cast<KernelClass>(k);
+    const double us = sr.layered.computeClassUs[k];
+    add(out.confidence.forKernelClass(cls, gpu), us);
+    if (cls != KernelClass::Gemm && cls != KernelClass::Attention) sr.unmeasuredComputeUs += us;
+  }
+  sr.unmeasuredComputeShare = sr.layered.computeUs > 0 ? sr.unmeasuredComputeUs / sr.layered.computeUs : 0;
   add(out.confidence.forClass("model.pipeline"), sr.layered.bubbleUs);
   const PhaseTime* phases[4] = {&sr.layered.tp, &sr.layered.ep, &sr.layered.pp, &sr.layered.dp};
   for (int ph = 0; ph < 4; ++ph) {
@@ -167,6 +172,7 @@ void describeBounds(ScaleResult& sr, const PlanResult& out, const Pending& pd) {
   const StageLowering& st = pd.step.stages[sr.layered.criticalStage];
   double memUs = 0, allUs = 0;
   for (std::size_t i = 0; i < st.compute.size(); ++i) {
+    if (st.compute[i].pass == Pass::Step) continue;  // per step, not per micro-batch
     const double us = pd.computeUs[sr.layered.criticalStage][i] * st.compute[i].times;
     allUs += us;
     if (pd.computeMemBound[sr.layered.criticalStage][i]) memUs += us;
@@ -356,6 +362,8 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
             const ComputePrice cp = priceCompute(*out.gemm, op, pd.cluster.node);
             pd.computeUs.back().push_back(cp.us);
             pd.computeMemBound.back().push_back(cp.memoryBound);
+            if (!(std::isfinite(cp.us) && cp.us > 0))
+              sr.unpriced.push_back("stage " + std::to_string(st.stage) + ": " + op.name);
           }
         }
         sr.feasible = true;
@@ -456,16 +464,21 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
       }
       for (std::size_t k = 0; k < st.compute.size(); ++k) {
         const ComputeOp& op = st.compute[k];
-        ComputeUse u{op.name,
-                     op.kind,
-                     op.m,
-                     op.n,
-                     op.k,
-                     op.batch,
-                     op.times * sr.layout.microBatches,
-                     pd.computeUs[c][k],
-                     op.flops / (pd.computeUs[c][k] * 1e6),
-                     pd.computeMemBound[c][k]};
+        ComputeUse u;
+        u.name = op.name;
+        u.kind = op.kind;
+        u.cls = op.cls;
+        u.kernel = op.kernel;
+        u.pass = op.pass;
+        u.m = op.m;
+        u.n = op.n;
+        u.k = op.k;
+        u.batch = op.batch;
+        u.timesPerStep = op.pass == Pass::Step ? op.times : op.times * sr.layout.microBatches;
+        u.us = pd.computeUs[c][k];
+        u.tflops = op.flops / (pd.computeUs[c][k] * 1e6);
+        u.memoryBound = pd.computeMemBound[c][k];
+        u.source = computePriceSource(op);
         sr.compute.push_back(u);
       }
       for (const FusedCandidate& f : st.fused) {

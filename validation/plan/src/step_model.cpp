@@ -15,7 +15,9 @@ namespace {
 /// One stage's per-micro-batch sums.
 struct StageSums {
   double computeF = 0, computeB = 0;
-  double gemm = 0, attention = 0;                    ///< computeF + computeB by kind
+  double byClass[kKernelClasses] = {};               ///< computeF + computeB by kernel class
+  double step = 0;                                   ///< the per-step kernels (optimizer, gradient norm)
+  double stepByClass[kKernelClasses] = {};           ///< `step` by kernel class
   double blocking[4][2] = {};                        ///< [phase][pass] blocking communication
   double hiddenTp = 0;                               ///< fused: the collectives' layered time hidden in the fused ops
   double prefetch[2] = {}, prefetchExposed[2] = {};  ///< ZeRO 3 per pass
@@ -41,8 +43,13 @@ StageSums sumStage(const StageLowering& st, const StagePrices& pr) {
   std::vector<bool> computeFused(st.compute.size(), false), commFused(st.comm.size(), false);
   StageSums s;
   auto addCompute = [&](const ComputeOp& op, double us) {
+    if (op.pass == Pass::Step) {
+      s.step += us;
+      s.stepByClass[static_cast<int>(op.cls)] += us;
+      return;
+    }
     (op.pass == Pass::Forward ? s.computeF : s.computeB) += us;
-    (op.kind == ComputeKind::Gemm ? s.gemm : s.attention) += us;
+    s.byClass[static_cast<int>(op.cls)] += us;
   };
   if (!pr.fusedUs.empty()) {
     for (std::size_t f = 0; f < st.fused.size(); ++f) {
@@ -124,8 +131,7 @@ StepBreakdown composeStep(const Workload& w, const StepLowering& step, const std
   const double perMb = b.forwardUs + b.backwardUs;
   const double pipe = (m + bubbleFactor) * perMb;
   b.computeUs = m * (cs.computeF + cs.computeB);
-  b.computeGemmUs = m * cs.gemm;
-  b.computeAttentionUs = m * cs.attention;
+  for (int k = 0; k < kKernelClasses; ++k) b.computeClassUs[k] = m * cs.byClass[k];
   b.criticalComputeUs = (m + bubbleFactor) * (cs.computeF + cs.computeB);
   PhaseTime* phases[4] = {&b.tp, &b.ep, &b.pp, &b.dp};
   for (int ph = 0; ph < 4; ++ph) phases[ph]->exposedUs = m * (cs.blocking[ph][0] + cs.blocking[ph][1]);
@@ -134,8 +140,10 @@ StepBreakdown composeStep(const Workload& w, const StepLowering& step, const std
   b.dp.hiddenUs += m * (cs.prefetch[0] + cs.prefetch[1] - cs.prefetchExposed[0] - cs.prefetchExposed[1]);
   b.bubbleUs = bubbleFactor * perMb;
 
-  // Gradient reduction: stage s ends its last backward pass s x B_c before the pipeline ends.
-  double dpEnd = -1, dpTotal = 0;
+  // Gradient reduction: stage s ends its last backward pass s x B_c before the pipeline ends; its optimizer step
+  // and gradient norm run once its last bucket is reduced (with ZeRO, on the shard the reduce-scatter left).
+  double dpEnd = -1, dpTotal = 0, stepEnd = pipe;
+  uint32_t last = 0;
   for (uint32_t s = 0; s < sums.size(); ++s) {
     const double end = pipe - s * b.backwardUs + bucketTail(sums[s].buckets, sums[s].B(), w.layout.overlapGradReduce);
     if (s == 0 || end > dpEnd) {
@@ -143,8 +151,22 @@ StepBreakdown composeStep(const Workload& w, const StepLowering& step, const std
       dpTotal = 0;
       for (const auto& [count, us] : sums[s].buckets) dpTotal += static_cast<double>(count) * us;
     }
+    if (end + sums[s].step > stepEnd) {
+      stepEnd = end + sums[s].step;
+      last = s;
+    }
   }
   const double gradExposed = std::max(0.0, dpEnd - pipe);
+  // What the optimizer adds past the gradient reduction, split over its classes as the stage that ends last runs
+  // them.
+  b.optimizerUs = std::max(0.0, stepEnd - pipe - gradExposed);
+  if (sums[last].step > 0)
+    for (int k = 0; k < kKernelClasses; ++k)
+      b.computeClassUs[k] += b.optimizerUs * sums[last].stepByClass[k] / sums[last].step;
+  b.computeUs += b.optimizerUs;
+  b.criticalComputeUs += b.optimizerUs;
+  b.computeGemmUs = b.computeClassUs[static_cast<int>(KernelClass::Gemm)];
+  b.computeAttentionUs = b.computeClassUs[static_cast<int>(KernelClass::Attention)];
   // Parameter all-gather after the optimizer step (ZeRO 1/2), every stage at once.
   double gatherExposed = 0, gatherTotal = 0;
   for (const StageSums& s : sums) {
@@ -156,7 +178,7 @@ StepBreakdown composeStep(const Workload& w, const StepLowering& step, const std
   }
   b.dp.exposedUs += gradExposed + gatherExposed;
   b.dp.hiddenUs += std::max(0.0, dpTotal - gradExposed) + std::max(0.0, gatherTotal - gatherExposed);
-  b.stepUs = pipe + gradExposed + gatherExposed;
+  b.stepUs = pipe + gradExposed + b.optimizerUs + gatherExposed;
   return b;
 }
 

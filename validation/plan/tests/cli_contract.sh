@@ -49,6 +49,31 @@ expect 0 'llama3-405b .*layers 126, hidden 16384' -- "$tool" --list-workloads
 expect 0 'huggingface.co/mistralai/Mixtral-8x22B-v0.1' -- "$tool" --list-workloads
 expect 0 '--what-if' -- "$tool" --help
 
+# ---- the kernel census: valid JSON, every stage's kernels with the contract's fields and their price ----
+expect 0 "wrote $work/kernels.json" -- "${run[@]}" -q --emit-kernels "$work/kernels.json"
+check "the census is JSON with the contract's fields, every kernel priced" python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["schema"] == "mkernel.kernel-census.v1", d["schema"]
+assert [s["gpus"] for s in d["scales"]] == [8, 16, 32]
+classes = set()
+for s in d["scales"]:
+    assert s["unpriced"] == []
+    for st in s["stages"]:
+        for k in st["kernels"]:
+            for f in ("class", "kernel", "pass", "dtype", "flops", "bytes", "times", "price"):
+                assert f in k, (k["name"], f)
+            assert k["price"]["us_per_launch"] > 0 and k["price"]["source"] in ("gemm-model", "roofline: unmeasured")
+            classes.add(k["class"])
+want = {"gemm", "attention", "norm", "activation", "rotary", "residual", "loss", "embedding", "optimizer", "grad-norm"}
+assert want <= classes, want - classes
+' "$work/kernels.json"
+expect 0 'unmeasured: [0-9]+ % of compute' -- "${run[@]}"
+expect 2 "--emit-kernels $work/no/k.json: directory '$work/no' does not exist" -- \
+  "${run[@]}" --emit-kernels "$work/no/k.json"
+expect 2 "--json $work/a.json and --emit-kernels $work/a.json" -- \
+  "${run[@]}" --emit-kernels "$work/a.json" --json "$work/a.json"
+
 # ---- the same inputs give the same plan.json; a previous report is replaced ----
 expect 0 'report: ' -- "${run[@]}" --what-if nic-bw=2x --report "$work/rep" --json "$work/b.json"
 check "the same inputs give the same plan.json" cmp -s "$work/a.json" "$work/b.json"

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "mk/error.hpp"
 #include "mk/plan/plan_output.hpp"
 #include "mk/plan/planner.hpp"
@@ -59,7 +61,7 @@ const ScaleResult& at(const VariantResult& v, uint32_t gpus) {
 
 }  // namespace
 
-TEST_CASE("planner: a step without communication takes exactly the sum of its kernels (GEMMs and attention)") {
+TEST_CASE("planner: a step without communication takes exactly the sum of its kernels (every class)") {
   Workload w = tiny();
   w.layout.tp = 1;
   w.training.globalBatch = 8;
@@ -71,8 +73,10 @@ TEST_CASE("planner: a step without communication takes exactly the sum of its ke
   const StepLowering step = lowerStep(w, resolveLayout(w, 1));
   double sum = 0;
   const NodeSpec node = topologyPreset("dgx-h200").node;
-  for (const ComputeOp& op : step.stages[0].compute) sum += priceCompute(*p.gemm, op, node).us * op.times;
-  CHECK(s.layered.stepUs == doctest::Approx(8 * sum).epsilon(1e-12));
+  // Per micro-batch kernels 8 times, the optimizer and gradient norm once.
+  for (const ComputeOp& op : step.stages[0].compute)
+    sum += priceCompute(*p.gemm, op, node).us * op.times * (op.pass == Pass::Step ? 1 : 8);
+  CHECK(s.layered.stepUs == doctest::Approx(sum).epsilon(1e-12));
   CHECK(s.layered.computeUs == doctest::Approx(s.layered.stepUs).epsilon(1e-12));
   CHECK(s.comm.empty());
   // MFU: model FLOPs over the time at peak; a fully compute-bound step stays below the GEMM model's R / peak.
@@ -82,6 +86,54 @@ TEST_CASE("planner: a step without communication takes exactly the sum of its ke
   CHECK(p.confidence.forCompute(ComputeKind::Gemm, node.gpu).status == Status::Validated);
   CHECK(s.status == Status::NotValidated);
   CHECK(s.statusNote.find("compute.attention not validated") != std::string::npos);
+}
+
+TEST_CASE("planner: every kernel of every preset is priced, unmeasured classes marked with their share") {
+  for (const std::string& name : workloadPresets()) {
+    CAPTURE(name);
+    // One GPU of the preset's model: every class of its census, no collective to simulate.
+    Workload w = workloadPreset(name);
+    w.layout = ParallelLayout{};
+    w.layout.zero = 0;
+    w.training.microBatch = 1;
+    w.training.globalBatch = 2;
+    PlanInputs in = inputs(w, "1");
+    in.measuredDir.clear();  // the profile's GEMM rate: the roofline's c0 is 0, every price still > 0
+    auto fused = makeFusedOpPricer();
+    const PlanResult p = runPlan(in, *fused);
+    const ScaleResult& s = at(p.variants.front(), 1);
+    REQUIRE(s.feasible);
+    CHECK(s.unpriced.empty());
+    CHECK(s.unmeasuredComputeShare > 0);
+    CHECK(s.unmeasuredComputeShare < 0.5);
+    double unmeasured = 0;
+    for (const ComputeUse& c : s.compute) {
+      CHECK(c.us > 0);
+      CHECK(c.source == (c.kind == ComputeKind::Other ? "roofline: unmeasured" : "gemm-model"));
+      if (c.kind == ComputeKind::Other) unmeasured += c.us * c.timesPerStep;
+    }
+    // One stage, one GPU: the step's compute is exactly its kernels, and the unmeasured part is theirs.
+    CHECK(s.unmeasuredComputeUs == doctest::Approx(unmeasured).epsilon(1e-9));
+    REQUIRE(s.classUse.count("compute.norm"));
+    CHECK(s.classUse.at("compute.norm").status == Status::NotValidated);
+    CHECK(s.classUse.at("compute.norm").note.find("roofline: unmeasured") != std::string::npos);
+    CHECK(s.classUse.count("compute.router") == (w.model.moe ? 1u : 0u));
+
+    // The census: the same kernels with the contract's fields and the same prices.
+    const nlohmann::json census = nlohmann::json::parse(kernelCensusToJson(p, "test"));
+    CHECK(census["schema"] == kKernelCensusSchema);
+    const nlohmann::json& kernels = census["scales"][0]["stages"][0]["kernels"];
+    REQUIRE(kernels.size() == s.compute.size());
+    for (std::size_t i = 0; i < kernels.size(); ++i) {
+      const nlohmann::json& k = kernels[i];
+      CHECK(k["name"] == s.compute[i].name);
+      CHECK(k["class"] == toString(s.compute[i].cls));
+      for (const char* f : {"kernel", "pass", "dtype", "flops", "bytes", "times", "price"}) CHECK(k.contains(f));
+      CHECK(k["price"]["us_per_launch"].get<double>() == doctest::Approx(s.compute[i].us).epsilon(1e-12));
+      if (k["class"] == "norm") CHECK((k.contains("tokens") && k.contains("hidden")));
+      if (k["class"] == "optimizer") CHECK(k["pass"] == "step");
+    }
+  }
 }
 
 TEST_CASE("planner: a faster NIC never slows the layered step where NCCL's closed forms misrank its algorithms") {

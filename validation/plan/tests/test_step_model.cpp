@@ -54,7 +54,11 @@ TEST_CASE("step model: without communication a step is micro-batches x the stage
   const StepLowering s = lowerStep(w, resolveLayout(w, 1));
   const StepBreakdown b = composeStep(w, s, flatPrices(s, 2.0, 0, Phase::Tp));
   const double perMb = 2.0 * (kernels(s.stages[0], Pass::Forward) + kernels(s.stages[0], Pass::Backward));
-  CHECK(b.stepUs == doctest::Approx(64 * perMb));
+  // ... and once per step its optimizer step and gradient norm, after the last backward pass.
+  const double perStep = 2.0 * kernels(s.stages[0], Pass::Step);
+  CHECK(perStep == 4.0);
+  CHECK(b.optimizerUs == doctest::Approx(perStep));
+  CHECK(b.stepUs == doctest::Approx(64 * perMb + perStep));
   CHECK(b.computeUs == doctest::Approx(b.stepUs));
   CHECK(b.bubbleUs == 0);
   CHECK(b.criticalComputeUs == doctest::Approx(b.stepUs));
@@ -69,7 +73,9 @@ TEST_CASE("step model: the pipeline bubble is (p - 1) / v micro-batch times") {
   const double t = kernels(s.stages[3], Pass::Forward) + kernels(s.stages[3], Pass::Backward);
   CHECK(b.forwardUs + b.backwardUs == doctest::Approx(t));
   CHECK(b.bubbleUs == doctest::Approx(3 * t));
-  CHECK(b.stepUs == doctest::Approx((64 + 3) * t));
+  // Stage 0 ends its last backward pass last; its optimizer step and gradient norm (1 us each) follow.
+  CHECK(b.optimizerUs == doctest::Approx(kernels(s.stages[0], Pass::Step)));
+  CHECK(b.stepUs == doctest::Approx((64 + 3) * t + 2));
   CHECK(sumOfParts(b) == doctest::Approx(b.stepUs));
 
   w.layout.schedule = PipelineSchedule::Interleaved;

@@ -65,7 +65,7 @@ struct Options {
   uint64_t simBudget = 4000000;
   mk::cli::GuardArgs guard;  ///< --max-memory only: mk-plan prints its progress always
   unsigned jobs = 2;
-  std::string reportDir, jsonOut, statsOut;
+  std::string reportDir, jsonOut, statsOut, kernelsOut;
   std::string python = "/usr/bin/python3";
   std::string script;
   bool listWorkloads = false, quiet = false, brief = false;
@@ -168,6 +168,7 @@ int run(const Options& o, const std::string& command) {
   mk::checkDistinctOutputs({{"--report", o.reportDir, mk::OutputKind::Folder},
                             {"--json", o.jsonOut, mk::OutputKind::File},
                             {"--stats", o.statsOut, mk::OutputKind::File},
+                            {"--emit-kernels", o.kernelsOut, mk::OutputKind::File},
                             {"--cache", o.cache == "none" ? "" : o.cache, mk::OutputKind::Folder}});
   if (o.datasheet && !o.profile.empty()) bad("give at most one of --profile p.json and --datasheet");
   mk::plan::PlanInputs in;
@@ -200,6 +201,7 @@ int run(const Options& o, const std::string& command) {
   const std::vector<std::string> inputs{o.workload, o.layoutFile, o.cluster, o.profile, o.script};
   mk::checkOutputPath("--json", o.jsonOut, inputs);
   mk::checkOutputPath("--stats", o.statsOut, inputs);
+  mk::checkOutputPath("--emit-kernels", o.kernelsOut, inputs);
   mk::report::checkReportDir("--report", o.reportDir, kReportMarker, kTool);
   if (!o.reportDir.empty()) {
     if (!fs::exists(o.script, ec))
@@ -226,6 +228,7 @@ int run(const Options& o, const std::string& command) {
   // report moved into place, then the files ----
   const std::string json = mk::plan::planToJson(plan, mk::buildCommit());
   const std::string stats = mk::plan::planStatsToJson(plan, command);
+  const std::string kernels = o.kernelsOut.empty() ? "" : mk::plan::kernelCensusToJson(plan, mk::buildCommit());
   fs::path tmp;
   std::optional<mk::TempGuard> tmpGuard;  // the report's temporary directory, removed on SIGINT / SIGTERM
   mk::OutputSet outputs;
@@ -244,6 +247,7 @@ int run(const Options& o, const std::string& command) {
     }
     outputs.stage("--json", o.jsonOut, json);
     outputs.stage("--stats", o.statsOut, stats);
+    outputs.stage("--emit-kernels", o.kernelsOut, kernels);
     if (!o.reportDir.empty()) {
       mk::report::installReport("--report", tmp, o.reportDir);
       tmp.clear();
@@ -254,6 +258,7 @@ int run(const Options& o, const std::string& command) {
     throw;
   }
   if (!o.jsonOut.empty()) std::printf("wrote %s\n", o.jsonOut.c_str());
+  if (!o.kernelsOut.empty()) std::printf("wrote %s\n", o.kernelsOut.c_str());
   if (!o.reportDir.empty()) std::printf("report: %s/index.html\n", o.reportDir.c_str());
   std::printf("mk-plan: %zu GPU counts x %zu variants, %zu distinct collectives simulated in %.1f s (%.1f s total)\n",
               in.gpus.size(), plan.variants.size(), plan.stats.distinct, plan.stats.simulationS, plan.stats.wallS);
@@ -268,8 +273,9 @@ int main(int argc, char** argv) {
   CLI::App app{
       "mk-plan: capacity planning for training a transformer on a GPU cluster, from 8 to 8192+ GPUs.\n\n"
       "For every GPU count (and every what-if variant of the cluster) the training step is lowered to what each\n"
-      "GPU runs: forward and backward GEMMs, attention, and the collectives of tensor, pipeline, data and expert\n"
-      "parallelism. Compute is priced by a GEMM model fitted on our own GEMM measurements; every distinct\n"
+      "GPU runs: forward and backward GEMMs, attention, norms, activations, the loss, the optimizer, ... and the\n"
+      "collectives of tensor, pipeline, data and expert parallelism. GEMMs and attention are priced by a GEMM model\n"
+      "fitted on our own GEMM measurements, the other kernels by the HBM roofline (marked unmeasured); every distinct\n"
       "collective is simulated once by SimGrid on the cluster at that scale; a step-time model adds overlap, the\n"
       "pipeline bubble and stragglers. Prints one table per variant; --report writes HTML + PNG plots + plan.json.\n"
       "Every number carries its confidence: the measured error of its class of operation, or NOT VALIDATED.\n\n"
@@ -335,6 +341,9 @@ int main(int argc, char** argv) {
       "report; written in a temporary directory, then renamed)");
   app.add_option("--json", o.jsonOut, "write plan.json (mkernel.plan.v1) here too");
   app.add_option("--stats", o.statsOut, "write the run's statistics (wall times, simulations) here");
+  app.add_option("--emit-kernels", o.kernelsOut,
+                 "write the kernel census here (mkernel.kernel-census.v1): every kernel of every stage of the "
+                 "baseline's feasible GPU counts, its shape, FLOPs, bytes and the price the planner gave it");
   app.add_option("--python", o.python, "python with matplotlib for --report")->capture_default_str();
   app.add_option("--report-script", o.script, "the report generator")->capture_default_str();
   app.add_flag("--list-workloads", o.listWorkloads, "print the built-in workloads and their sources");

@@ -1,5 +1,6 @@
-// mkernel — one training step lowered to what every GPU does: its GEMMs and attention kernels per micro-batch
-// and the collectives each parallel dimension needs, per pipeline stage (docs/planner.md has every formula).
+// mkernel — one training step lowered to what every GPU does: every kernel it runs per micro-batch and per step
+// (the census: GEMMs, attention, norms, activations, ..., the optimizer) and the collectives each parallel
+// dimension needs, per pipeline stage (docs/planner.md has every formula).
 //
 // Pure arithmetic over the workload: no topology, no prices. The planner (validation/plan) prices compute with
 // its GEMM model and communication with the simulator, then adds overlap, the pipeline bubble and stragglers.
@@ -11,6 +12,10 @@
 //     without it the row-parallel outputs are all-reduced;
 //   * experts are not split by tensor parallelism (expert TP = 1); with tp > 1 a MoE layer works on each rank's
 //     sequence slice (T / t tokens) and routing is assumed uniform over the experts;
+//   * the other kernels run where Megatron-LM runs them: norms and residual adds on the sequence-parallel slice
+//     (T / t tokens; T without sequence parallelism), rotary and the activation on T tokens of the rank's heads
+//     and MLP columns, the loss on T x vocab / t logits, the optimizer and gradient norm once per step over the
+//     parameters this rank's optimizer holds (its ZeRO shard);
 //   * ranks are ordered tp fastest, then dp (whose ep consecutive indices form an expert-parallel group), then pp.
 #pragma once
 
@@ -23,22 +28,51 @@
 
 namespace mk {
 
-/// Forward or backward pass (a recomputed forward counts as backward work).
-enum class Pass : uint8_t { Forward, Backward };
-/// What a compute operation is: a GEMM, or the attention core (a FlashAttention-style fused kernel).
-enum class ComputeKind : uint8_t { Gemm, Attention };
+/// Forward or backward pass (a recomputed forward counts as backward work), or once per optimizer step (the
+/// optimizer and the gradient norm: communication never uses Step).
+enum class Pass : uint8_t { Forward, Backward, Step };
+/// What a compute operation is: a GEMM, the attention core (a FlashAttention-style fused kernel), or any other
+/// kernel of the step (norms, activations, the loss, the optimizer, ...: ComputeOp::cls says which).
+enum class ComputeKind : uint8_t { Gemm, Attention, Other };
 
-/// One compute kernel of a stage, run `times` times per micro-batch.
+/// The census's kernel classes (issue 32's contract; docs/planner.md, "Kernel census"): what a kernel model is
+/// fitted per. Gemm and Attention are exactly ComputeKind's Gemm and Attention; every other class is Other.
+enum class KernelClass : uint8_t {
+  Gemm,
+  Attention,
+  Norm,        ///< rmsnorm / layernorm: tokens, hidden
+  Activation,  ///< swiglu / gelu: tokens, hidden = the activation's input width per GPU
+  Rotary,      ///< rope on q and k: tokens, heads (q + k heads per GPU), headDim
+  Residual,    ///< add: tokens, hidden
+  Loss,        ///< cross-entropy over the logits: tokens, vocab (per GPU)
+  Embedding,   ///< gather (forward) / scatter-add (backward): tokens, hidden, vocab (per GPU)
+  Optimizer,   ///< fused AdamW over params (elements per GPU), per step
+  GradNorm,    ///< global-norm clipping over params, per step
+  Cast,        ///< FP8 recipes: cast-fp8, amax over elements (no recipe emits it yet)
+  Router,      ///< MoE topk-softmax: tokens, experts, topk
+  Permute,     ///< MoE permute / unpermute: tokens, hidden, topk
+};
+inline constexpr int kKernelClasses = 13;
+
+/// One compute kernel of a stage, run `times` times per micro-batch (pass Step: per optimizer step).
 struct ComputeOp {
-  std::string name;  ///< "qkv", "qkv.dgrad", "qkv.wgrad", "attention", "attention.bwd", "expert-up", ...
+  std::string name;  ///< unique on the stage: "qkv", "qkv.dgrad", "attention.bwd", "attn-norm", "adam", ...
   ComputeKind kind = ComputeKind::Gemm;
+  KernelClass cls = KernelClass::Gemm;
+  std::string kernel;  ///< the contract's kernel name: the GEMM's name, "attention", "rmsnorm", "swiglu", "add", ...
   Pass pass = Pass::Forward;
-  uint64_t m = 0, n = 0, k = 0;  ///< one GEMM instance (attention: m = n = seq, k = head dim)
-  uint64_t batch = 1;            ///< instances in one kernel (experts per rank; sequences x heads for attention)
-  double flops = 0;              ///< of one kernel, all instances (attention: causal mask applied)
-  double bytes = 0;              ///< HBM traffic of one kernel: operands read and result written once
-  uint32_t times = 1;            ///< kernels per micro-batch on the stage
-  bool recompute = false;        ///< a forward op run again in the backward pass (not model FLOPs)
+  DType dtype = DType::BFloat16;  ///< what the kernel computes in (the optimizer and grad-norm: float32)
+  uint64_t m = 0, n = 0, k = 0;   ///< one GEMM instance (attention: m = n = seq, k = head dim)
+  uint64_t batch = 1;             ///< instances in one kernel (experts per rank; sequences x heads for attention)
+  /// The contract's shape fields of the non-GEMM classes (0 where the class has no such field); attention also
+  /// fills seqs (sequences), heads, kvHeads, headDim and causal.
+  uint64_t tokens = 0, hidden = 0, vocab = 0, heads = 0, kvHeads = 0, headDim = 0, seqs = 0, seq = 0, experts = 0,
+           topk = 0, params = 0, elements = 0;
+  bool causal = false;
+  double flops = 0;        ///< of one kernel, all instances (attention: causal mask applied)
+  double bytes = 0;        ///< HBM traffic of one kernel: operands read and result written once
+  uint32_t times = 1;      ///< kernels per micro-batch on the stage (pass Step: per step)
+  bool recompute = false;  ///< a forward op run again in the backward pass (not model FLOPs)
 };
 
 /// Which parallel dimension a communication belongs to.
@@ -110,8 +144,9 @@ const char* toString(Phase p) noexcept;        ///< "tp", "ep", "pp", "dp"
 const char* toString(CommKind k) noexcept;     ///< "allreduce", "allgather", "reducescatter", "alltoall", "sendrecv"
 const char* toString(CommTiming t) noexcept;   ///< "blocking", "grad-bucket", "param-gather", "layer-prefetch"
 const char* toString(FusedKind k) noexcept;    ///< "allgather+gemm", "gemm+reducescatter", "gemm+allreduce"
-const char* toString(Pass p) noexcept;         ///< "forward", "backward"
-const char* toString(ComputeKind k) noexcept;  ///< "gemm", "attention"
+const char* toString(Pass p) noexcept;         ///< "forward", "backward", "step"
+const char* toString(ComputeKind k) noexcept;  ///< "gemm", "attention", "other"
+const char* toString(KernelClass c) noexcept;  ///< the contract's class: "gemm", "norm", "grad-norm", ...
 
 /// Bytes nccl-tests calls the op's size (the larger buffer of one rank), for reports: elements x the dtype,
 /// times the group size for the gathered / scattered side of all-gather and reduce-scatter.

@@ -53,6 +53,9 @@ class ConfidenceTable {
   const std::map<std::string, ConfidenceClass>& classes() const noexcept { return classes_; }
   /// A compute kernel of `kind` on GPU model `gpu`.
   UseConfidence forCompute(ComputeKind kind, const std::string& gpu) const;
+  /// A kernel of class `cls` on `gpu`: forCompute for GEMMs and attention, "compute.<class>" (not validated,
+  /// "roofline: unmeasured") for the others.
+  UseConfidence forKernelClass(KernelClass cls, const std::string& gpu) const;
   /// A collective `op` ("allreduce", ..., "sendrecv") inside a node ("nvlink") or across nodes ("network") of
   /// `groupSize` ranks on `gpu`.
   UseConfidence forComm(const std::string& domain, const std::string& op, uint32_t groupSize,

@@ -60,7 +60,18 @@ struct ComputePrice {
   bool memoryBound = false;  ///< the bytes term is larger than the FLOPs term
 };
 ComputePrice priceKernel(const GemmModel& model, double flops, double bytes, const NodeSpec& node);
+
+/// A kernel of a class no model covers yet (ComputeKind::Other: norms, activations, the loss, the optimizer, ...):
+/// the roofline t = c0 + bytes / B with the GEMM model's fixed cost c0 and node.hbmGBs. Marked "unmeasured" in
+/// every report (docs/planner.md, "Kernel census").
+ComputePrice priceUnmeasured(const GemmModel& model, double bytes, const NodeSpec& node);
+
+/// Where a kernel's price comes from: "gemm-model" (GEMMs, attention) or "roofline: unmeasured".
+const char* computePriceSource(const ComputeOp& op) noexcept;
+
+/// Every kernel of the census: GEMMs and attention by the GEMM model, the other classes by priceUnmeasured.
 inline ComputePrice priceCompute(const GemmModel& model, const ComputeOp& op, const NodeSpec& node) {
+  if (op.kind == ComputeKind::Other) return priceUnmeasured(model, op.bytes, node);
   return priceKernel(model, op.flops, op.bytes, node);
 }
 

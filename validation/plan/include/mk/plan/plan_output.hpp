@@ -12,10 +12,17 @@ namespace mk::plan {
 /// Schema names.
 inline constexpr const char* kPlanSchema = "mkernel.plan.v1";
 inline constexpr const char* kPlanStatsSchema = "mkernel.plan-stats.v1";
+inline constexpr const char* kKernelCensusSchema = "mkernel.kernel-census.v1";
 
 /// The plan as JSON: the same inputs give the same text (no times of the run, no paths of the outputs).
 /// `commit` is the build's commit.
 std::string planToJson(const PlanResult& plan, const std::string& commit, int indent = 1);
+
+/// The kernel census (mk-plan --emit-kernels, "mkernel.kernel-census.v1"; docs/planner.md, "Kernel census"):
+/// for every feasible GPU count of the baseline, every stage's kernels with the contract's fields (class,
+/// kernel, pass, dtype, shape, flops, bytes), times, and the price the planner gave them (per launch, per
+/// micro-batch, per step) with its source.
+std::string kernelCensusToJson(const PlanResult& plan, const std::string& commit, int indent = 1);
 
 /// How long the run took and what it simulated.
 std::string planStatsToJson(const PlanResult& plan, const std::string& command, int indent = 1);

@@ -48,15 +48,19 @@ struct CommUse {
   UseConfidence confidence;
 };
 
-/// One GEMM or attention kernel of the critical stage at one scale.
+/// One kernel of the critical stage at one scale (every class of the census).
 struct ComputeUse {
   std::string name;
   ComputeKind kind = ComputeKind::Gemm;
+  KernelClass cls = KernelClass::Gemm;
+  std::string kernel;  ///< the census's kernel name
+  Pass pass = Pass::Forward;
   uint64_t m = 0, n = 0, k = 0, batch = 1;
   uint32_t timesPerStep = 0;
   double us = 0;      ///< one kernel
   double tflops = 0;  ///< achieved
   bool memoryBound = false;
+  std::string source;  ///< computePriceSource: "gemm-model" or "roofline: unmeasured"
 };
 
 /// A (GEMM, collective) pair of the critical stage that the fused variant runs as one operator.
@@ -92,6 +96,11 @@ struct ScaleResult {
   /// and the resulting status.
   std::map<std::string, double> classUs;
   std::map<std::string, UseConfidence> classUse;
+  /// Compute time of the step priced by a class no measurement covers (the roofline), and its share of the step's
+  /// compute time (StepBreakdown::computeUs).
+  double unmeasuredComputeUs = 0, unmeasuredComputeShare = 0;
+  /// Kernels of any stage without a finite positive price ("stage 1: loss"): empty in every plan (a test says so).
+  std::vector<std::string> unpriced;
   Status status = Status::NotValidated;
   std::string statusNote;
 };

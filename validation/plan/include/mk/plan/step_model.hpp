@@ -6,7 +6,8 @@
 // stage c sets the pipeline: T_pipe = (m + (p - 1) / v) (F_c + B_c) for 1F1B and interleaved (v model chunks),
 // (m + p - 1) (F_c + B_c) for GPipe; the second term is the bubble. Gradient buckets become ready evenly during
 // the last backward pass of their stage and are reduced one after the other on the network; stage s finishes
-// that pass s (B_c) before the end of the pipeline; what runs past T_pipe is exposed. ZeRO 1/2 then gathers
+// that pass s (B_c) before the end of the pipeline; what runs past T_pipe is exposed. Each stage then runs its
+// per-step kernels (optimizer, gradient norm); what the last of them adds is exposed. ZeRO 1/2 then gathers
 // the updated parameters (exposed, or hidden behind the next step's first forward with overlapParamGather).
 // In the fused variant a (GEMM, collective) pair costs the fused operator's time: its GEMM's layered time counts
 // as compute and the rest as exposed tensor-parallel communication.
@@ -37,13 +38,16 @@ struct PhaseTime {
 /// One step.
 struct StepBreakdown {
   double stepUs = 0;
-  double computeUs = 0;  ///< m x compute of one micro-batch on the critical stage (the bubble not included)
+  /// m x compute of one micro-batch on the critical stage (the bubble not included), plus optimizerUs
+  double computeUs = 0;
   PhaseTime tp, ep, pp, dp;
   double bubbleUs = 0;  ///< (p - 1) / v x (F_c + B_c): idle and fill time of the pipeline
   uint32_t criticalStage = 0;
   double forwardUs = 0, backwardUs = 0;  ///< F_c, B_c: one micro-batch on the critical stage
   double criticalComputeUs = 0;  ///< compute on the step's critical path, bubble included (what stragglers slow)
   double computeGemmUs = 0, computeAttentionUs = 0;  ///< computeUs split by kind
+  double computeClassUs[kKernelClasses] = {};        ///< computeUs split by kernel class (KernelClass order)
+  double optimizerUs = 0;  ///< the per-step kernels (optimizer, gradient norm) past the gradient reduction
 };
 
 /// The step of `step` under `prices` (one entry per stage). Throws Error(InvalidArgument) when the prices do not
