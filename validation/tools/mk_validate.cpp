@@ -31,6 +31,7 @@
 #include "mk/util/build_commit.hpp"
 #include "mk/util/cli.hpp"
 #include "mk/util/size.hpp"
+#include "mk/validation/kernel_records.hpp"
 #include "mk/validation/prediction_cache.hpp"
 #include "mk/validation/report_dir.hpp"
 #include "mk/validation/validate.hpp"
@@ -171,6 +172,8 @@ int run(const Options& o, const std::string& command) {
   }
 
   const std::vector<mk::MeasurementFile> files = mk::loadMeasurementFiles(o.files);
+  // Kernel records are not validated here, but one the census cannot read is bad input (exit 2), as in mk-plan.
+  for (std::size_t i = 0; i < files.size(); ++i) (void)mk::kernelRecords(files[i], o.files[i]);
   mk::ValidationOptions vo;
   vo.cluster = mk::resolveCluster(files, o.files, o.cluster);
   vo.ops = o.ops;

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "mk/error.hpp"
+#include "mk/util/size.hpp"
 
 namespace mk::plan {
 
@@ -60,6 +61,18 @@ UseConfidence ConfidenceTable::forCompute(ComputeKind kind, const std::string& g
 }
 
 UseConfidence ConfidenceTable::forKernelClass(KernelClass cls, const std::string& gpu) const {
+  const std::string id = std::string("compute.") + toString(cls);
+  auto it = classes_.find(id);
+  if (it != classes_.end() && !it->second.errorByGpu.empty()) {
+    UseConfidence u;
+    u.classId = id;
+    u.status = Status::Validated;
+    if (!it->second.errorByGpu.count(gpu)) {
+      u.status = Status::Extrapolated;
+      u.note = "kernel records of " + it->second.measuredGpu + ", used for " + gpu;
+    }
+    return u;
+  }
   if (cls == KernelClass::Gemm) return forCompute(ComputeKind::Gemm, gpu);
   if (cls == KernelClass::Attention) return forCompute(ComputeKind::Attention, gpu);
   return forClass(std::string("compute.") + toString(cls));
@@ -82,7 +95,8 @@ UseConfidence ConfidenceTable::forComm(const std::string& domain, const std::str
 }
 
 ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* validation,
-                                const std::string& validationGpu, const std::string& why) {
+                                const std::string& validationGpu, const std::string& why, const KernelModels* kernels,
+                                const std::string& planGpu) {
   ConfidenceTable t;
   {
     ConfidenceClass c;
@@ -103,6 +117,7 @@ ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* v
          std::nullopt,
          "no attention kernel has been measured",
          "",
+         {},
          {}});
   // Every other class of the census: no kernel model yet (issue 32 item 3), so the roofline prices it.
   for (int k = 0; k < kKernelClasses; ++k) {
@@ -113,7 +128,28 @@ ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* v
            std::nullopt,
            "roofline: unmeasured (no kernel records of this class)",
            "",
+           {},
            {}});
+  }
+  // Every class with kernel records: the kernel models' leave-one-shape-out error per GPU.
+  for (int k = 0; kernels && k < kKernelClasses; ++k) {
+    const auto cls = static_cast<KernelClass>(k);
+    const auto byGpu = kernels->classErrors(cls);
+    if (byGpu.empty()) continue;
+    ConfidenceClass c;
+    c.id = std::string("compute.") + toString(cls);
+    c.what =
+        std::string(toString(cls)) + " kernels, priced by the kernel model c0 + flops / R + bytes / B fitted per GPU";
+    c.measuredGpu = byGpu.count(planGpu) ? planGpu : byGpu.begin()->first;
+    c.error = byGpu.at(c.measuredGpu).leaveOneShapeOut;
+    c.method = "leave-one-shape-out error of the kernel models";
+    for (const auto& [gpu, e] : byGpu) {
+      c.errorByGpu[gpu] = e.leaveOneShapeOut;
+      c.method += "; " + gpu + ": " + std::to_string(e.records) + " records of " + std::to_string(e.shapes) +
+                  " shapes, median " + formatNumber(e.leaveOneShapeOut.medianAbsPct, 3) + " %, max " +
+                  formatNumber(e.leaveOneShapeOut.maxAbsPct, 3) + " %";
+    }
+    t.add(c);
   }
 
   std::map<std::string, std::vector<double>> errs;
@@ -150,12 +186,14 @@ ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* v
          std::nullopt,
          "no pipelined training step has been measured",
          "",
+         {},
          {}});
   t.add({"model.overlap",
          "what the step model hides: gradient buckets behind the backward pass, ZeRO gathers",
          std::nullopt,
          "no training step has been measured",
          "",
+         {},
          {}});
   t.add({"fused",
          "fused operators (AllGather+GEMM, GEMM+ReduceScatter, GEMM+AllReduce)",
@@ -163,6 +201,7 @@ ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* v
          "no fused operator has run on a GPU yet: priced by the fused schedules' own model (closed form, SimGrid "
          "replay across nodes)",
          "",
+         {},
          {}});
   return t;
 }

@@ -127,7 +127,7 @@ Json scaleJson(const ScaleResult& s, const PlanResult& plan, const std::map<std:
                        {"kernel", c.kernel},
                        {"pass", toString(c.pass)},
                        {"source", c.source},
-                       {"unmeasured", c.kind == ComputeKind::Other},
+                       {"unmeasured", c.source.rfind("roofline", 0) == 0},
                        {"m", c.m},
                        {"n", c.n},
                        {"k", c.k},
@@ -221,6 +221,24 @@ std::string planToJson(const PlanResult& plan, const std::string& commit, int in
                         {"in_sample", statsJson(g.inSample)},
                         {"leave_one_shape_out", statsJson(g.leaveOneShapeOut)},
                         {"note", plan.gemmNote}};
+  Json kernelModels = Json::array();
+  for (const auto& [key, m] : plan.kernels.models())
+    kernelModels.push_back({{"gpu", key.gpu},
+                            {"class", toString(key.cls)},
+                            {"kernel", key.variant},
+                            {"dtype", key.dtype},
+                            {"pass", key.pass},
+                            {"overhead_us", m.overheadUs},
+                            {"tflops", m.tflops > 0 ? Json(m.tflops) : Json(nullptr)},
+                            {"bandwidth_gbs", m.bandwidthGBs > 0 ? Json(m.bandwidthGBs) : Json(nullptr)},
+                            {"records", m.records},
+                            {"shapes", m.shapes},
+                            {"files", m.files},
+                            {"in_sample", statsJson(m.inSample)},
+                            {"leave_one_shape_out", statsJson(m.leaveOneShapeOut)}});
+  j["kernel_models"] = {{"formula", "t = c0 + flops / R + bytes / B (a term fitted to 0 is null)"},
+                        {"note", plan.kernelNote},
+                        {"models", kernelModels}};
   Json classes = Json::object();
   for (const auto& [id, c] : plan.confidence.classes()) {
     Json cj = {{"what", c.what}, {"method", c.method}};
@@ -228,6 +246,9 @@ std::string planToJson(const PlanResult& plan, const std::string& commit, int in
     cj["error"] = c.error ? statsJson(*c.error) : Json(nullptr);
     cj["measured_gpu"] = c.measuredGpu;
     cj["measured_ranks"] = c.measuredRanks;
+    Json byGpu = Json::object();
+    for (const auto& [gpu, e] : c.errorByGpu) byGpu[gpu] = statsJson(e);
+    cj["error_by_gpu"] = byGpu;
     classes[id] = cj;
   }
   j["confidence"] = {{"classes", classes}, {"validation", plan.validationNote}};
@@ -279,7 +300,7 @@ std::string planToJson(const PlanResult& plan, const std::string& commit, int in
 namespace {
 
 /// One kernel of the census: the contract's fields, then the planner's price.
-Json kernelJson(const ComputeOp& op, const ComputePrice& price, uint32_t microBatches) {
+Json kernelJson(const ComputeOp& op, const KernelPrice& price, uint32_t microBatches) {
   Json k = {{"name", op.name},
             {"class", toString(op.cls)},
             {"kernel", op.kernel},
@@ -323,7 +344,7 @@ Json kernelJson(const ComputeOp& op, const ComputePrice& price, uint32_t microBa
               {"us_per_micro_batch", perStep ? Json(nullptr) : Json(perMb)},
               {"us_per_step", perStep ? price.us * op.times : perMb * microBatches},
               {"memory_bound", price.memoryBound},
-              {"source", computePriceSource(op)}}}});
+              {"source", price.source}}}});
   return k;
 }
 
@@ -344,11 +365,11 @@ std::string kernelCensusToJson(const PlanResult& plan, const std::string& commit
       Json kernels = Json::array();
       double perStep = 0, unmeasured = 0;
       for (const ComputeOp& op : st.compute) {
-        const ComputePrice price = priceCompute(g, op, node);
+        const KernelPrice price = priceCompute(g, plan.kernels, op, node);
         kernels.push_back(kernelJson(op, price, s.layout.microBatches));
         const double us = price.us * op.times * (op.pass == Pass::Step ? 1 : s.layout.microBatches);
         perStep += us;
-        if (op.kind == ComputeKind::Other) unmeasured += us;
+        if (price.source.rfind("roofline", 0) == 0) unmeasured += us;
       }
       stages.push_back({{"stage", st.stage},
                         {"layers", st.layers},
@@ -379,7 +400,8 @@ std::string kernelCensusToJson(const PlanResult& plan, const std::string& commit
             {"cluster", plan.inputs.cluster},
             {"gpu", node.gpu},
             {"pricing",
-             {{"gemm-model", "t = c0 + max(flops / R, bytes / B)"},
+             {{"kernel-model", "t = c0 + flops / R + bytes / B, fitted per GPU, class, kernel, dtype and pass"},
+              {"gemm-model", "t = c0 + max(flops / R, bytes / B)"},
               {"roofline: unmeasured", "t = c0 + bytes / B"},
               {"c0_us", g.overheadUs},
               {"R_tflops", g.tflops * node.bf16Tflops / g.peakTflops},

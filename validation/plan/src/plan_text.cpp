@@ -90,6 +90,9 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
   if (g.leaveOneShapeOut.n)
     out += "; leave-one-shape-out |error| median " + fmt("compute error", "%.1f", g.leaveOneShapeOut.medianAbsPct) +
            " %, max " + fmt("compute error", "%.1f", g.leaveOneShapeOut.maxAbsPct) + " %";
+  out += "\nkernels: " + plan.kernelNote;
+  if (!plan.kernels.models().empty())
+    out += " (t = c0 + flops / R + bytes / B per GPU, class, kernel, dtype and pass; plan.json kernel_models)";
   out += "\nvalidation of the collectives: " + plan.validationNote + "\n";
 
   bool anyClosedForm = false, anyUnmeasured = false;
@@ -138,10 +141,9 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
         "collectives say which and why\n";
   if (anyUnmeasured)
     out +=
-        "[unmeasured: X % of compute]: the share of the step's compute time from kernel classes no measurement "
-        "covers yet (norms, activations, rotary, residual adds, the loss, embedding, optimizer, gradient norm, MoE "
-        "router and permute), priced by the roofline c0 + bytes / B; plan.json's compute entries say which "
-        "(source \"roofline: unmeasured\")\n";
+        "[unmeasured: X % of compute]: the share of the step's compute time from kernel classes no kernel record "
+        "covers, priced by the roofline c0 + bytes / B; plan.json's compute entries say which (source "
+        "\"roofline: unmeasured\")\n";
   if (plan.variants.size() > 1) {
     out += "\n== what-ifs side by side: step time (tokens/s relative to the baseline)\n   GPUs";
     for (const VariantResult& v : plan.variants) out += "  " + pad(v.name, 22);

@@ -102,9 +102,10 @@ std::optional<ValidationResult> validateCollectives(PlanResult& out, const std::
 struct Pending {
   StepLowering step;
   Topology cluster;
-  std::vector<std::vector<std::string>> keys;      ///< [stage][comm op]
-  std::vector<std::vector<double>> computeUs;      ///< [stage][compute op]
-  std::vector<std::vector<bool>> computeMemBound;  ///< [stage][compute op]
+  std::vector<std::vector<std::string>> keys;           ///< [stage][comm op]
+  std::vector<std::vector<double>> computeUs;           ///< [stage][compute op]
+  std::vector<std::vector<bool>> computeMemBound;       ///< [stage][compute op]
+  std::vector<std::vector<std::string>> computeSource;  ///< [stage][compute op]
 };
 
 uint32_t nodesFor(uint32_t gpus, uint32_t perNode) { return (gpus + perNode - 1) / perNode; }
@@ -140,7 +141,9 @@ void attributeClasses(ScaleResult& sr, const PlanResult& out, const Pending& pd)
     const auto cls = static_cast<KernelClass>(k);
     const double us = sr.layered.computeClassUs[k];
     add(out.confidence.forKernelClass(cls, gpu), us);
-    if (cls != KernelClass::Gemm && cls != KernelClass::Attention) sr.unmeasuredComputeUs += us;
+    // A class no kernel record covers (any GPU): priced by the roofline (GEMMs and attention: the GEMM model).
+    if (cls != KernelClass::Gemm && cls != KernelClass::Attention && !out.kernels.hasClass(cls))
+      sr.unmeasuredComputeUs += us;
   }
   sr.unmeasuredComputeShare = sr.layered.computeUs > 0 ? sr.unmeasuredComputeUs / sr.layered.computeUs : 0;
   add(out.confidence.forClass("model.pipeline"), sr.layered.bubbleUs);
@@ -304,6 +307,14 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
   std::vector<std::string> names;
   loadMeasured(in.measuredDir, files, names);
   fitCompute(out, files, names);
+  // Once per run: every GPU count and variant prices from these fits.
+  out.kernels = KernelModels::fit(files, names);
+  out.kernelNote = out.kernels.models().empty()
+                       ? "no kernel records (op kernel) in " +
+                             (in.measuredDir.empty() ? std::string("(no --measured directory)") : in.measuredDir)
+                       : std::to_string(out.kernels.models().size()) + " kernel models fitted on " +
+                             std::to_string(out.kernels.records()) + " kernel records of " +
+                             std::to_string(out.kernels.files().size()) + " files";
   if (!out.gemm) {
     // No records: the profile's single GEMM rate, with no per-shape efficiency and no confidence.
     GemmModel g;
@@ -327,8 +338,9 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
     out.validationNote = "no measurement directory (--measured)";
   }
   out.stats.validationS = since(tv);
-  out.confidence = buildConfidence(out.gemm->samples.empty() ? nullptr : &*out.gemm,
-                                   validation ? &*validation : nullptr, validationGpu, out.validationNote);
+  out.confidence =
+      buildConfidence(out.gemm->samples.empty() ? nullptr : &*out.gemm, validation ? &*validation : nullptr,
+                      validationGpu, out.validationNote, &out.kernels, out.cluster.node.gpu);
   out.fusedStatus = fusedPricer.available() ? "available" : fusedPricer.unavailableReason();
 
   // ---- pass 1: lower every scale of every variant and request its prices ----
@@ -358,10 +370,12 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
             pd.keys.back().push_back(pricer.request(op, st.groups[op.groups], pd.cluster, vr.profile));
           pd.computeUs.emplace_back();
           pd.computeMemBound.emplace_back();
+          pd.computeSource.emplace_back();
           for (const ComputeOp& op : st.compute) {
-            const ComputePrice cp = priceCompute(*out.gemm, op, pd.cluster.node);
+            const KernelPrice cp = priceCompute(*out.gemm, out.kernels, op, pd.cluster.node);
             pd.computeUs.back().push_back(cp.us);
             pd.computeMemBound.back().push_back(cp.memoryBound);
+            pd.computeSource.back().push_back(cp.source);
             if (!(std::isfinite(cp.us) && cp.us > 0))
               sr.unpriced.push_back("stage " + std::to_string(st.stage) + ": " + op.name);
           }
@@ -478,7 +492,7 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
         u.us = pd.computeUs[c][k];
         u.tflops = op.flops / (pd.computeUs[c][k] * 1e6);
         u.memoryBound = pd.computeMemBound[c][k];
-        u.source = computePriceSource(op);
+        u.source = pd.computeSource[c][k];
         sr.compute.push_back(u);
       }
       for (const FusedCandidate& f : st.fused) {

@@ -63,12 +63,12 @@ for s in d["scales"]:
         for k in st["kernels"]:
             for f in ("class", "kernel", "pass", "dtype", "flops", "bytes", "times", "price"):
                 assert f in k, (k["name"], f)
-            assert k["price"]["us_per_launch"] > 0 and k["price"]["source"] in ("gemm-model", "roofline: unmeasured")
+            assert k["price"]["us_per_launch"] > 0 and k["price"]["source"] in ("kernel-model", "kernel-model: extrapolated", "gemm-model", "roofline: unmeasured")
             classes.add(k["class"])
 want = {"gemm", "attention", "norm", "activation", "rotary", "residual", "loss", "embedding", "optimizer", "grad-norm"}
 assert want <= classes, want - classes
 ' "$work/kernels.json"
-expect 0 'unmeasured: [0-9]+ % of compute' -- "${run[@]}"
+expect 0 'kernels: [0-9]+ kernel models fitted on [0-9]+ kernel records' -- "${run[@]}"
 expect 2 "--emit-kernels $work/no/k.json: directory '$work/no' does not exist" -- \
   "${run[@]}" --emit-kernels "$work/no/k.json"
 expect 2 "--json $work/a.json and --emit-kernels $work/a.json" -- \

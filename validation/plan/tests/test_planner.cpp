@@ -75,17 +75,22 @@ TEST_CASE("planner: a step without communication takes exactly the sum of its ke
   const NodeSpec node = topologyPreset("dgx-h200").node;
   // Per micro-batch kernels 8 times, the optimizer and gradient norm once.
   for (const ComputeOp& op : step.stages[0].compute)
-    sum += priceCompute(*p.gemm, op, node).us * op.times * (op.pass == Pass::Step ? 1 : 8);
+    sum += priceCompute(*p.gemm, p.kernels, op, node).us * op.times * (op.pass == Pass::Step ? 1 : 8);
   CHECK(s.layered.stepUs == doctest::Approx(sum).epsilon(1e-12));
   CHECK(s.layered.computeUs == doctest::Approx(s.layered.stepUs).epsilon(1e-12));
   CHECK(s.comm.empty());
   // MFU: model FLOPs over the time at peak; a fully compute-bound step stays below the GEMM model's R / peak.
   CHECK(s.mfu > 0.2);
   CHECK(s.mfu < p.gemm->tflops / p.gemm->peakTflops);
-  // GEMMs on the GPU they were measured on; the attention kernels were never measured, so the step is not.
-  CHECK(p.confidence.forCompute(ComputeKind::Gemm, node.gpu).status == Status::Validated);
-  CHECK(s.status == Status::NotValidated);
-  CHECK(s.statusNote.find("compute.attention not validated") != std::string::npos);
+  // Every class from the kernel models: validated where the plan's GPU has kernel records, extrapolated (by the
+  // datasheet ratios) from another GPU's otherwise; the step is as trusted as its classes.
+  const Status want =
+      p.kernels.classErrors(KernelClass::Gemm).count(node.gpu) ? Status::Validated : Status::Extrapolated;
+  for (const ComputeUse& c : s.compute)
+    CHECK(c.source == (want == Status::Validated ? "kernel-model" : "kernel-model: extrapolated"));
+  CHECK(p.confidence.forKernelClass(KernelClass::Gemm, node.gpu).status == want);
+  CHECK(p.confidence.forKernelClass(KernelClass::Attention, node.gpu).status == want);
+  CHECK(s.status == want);
 }
 
 TEST_CASE("planner: every kernel of every preset is priced, unmeasured classes marked with their share") {

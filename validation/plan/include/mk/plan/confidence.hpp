@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mk/plan/gemm_model.hpp"
+#include "mk/plan/kernel_model.hpp"
 #include "mk/validation/validate.hpp"
 
 namespace mk::plan {
@@ -37,6 +38,9 @@ struct ConfidenceClass {
   std::string method;                   ///< how the error was obtained (or why there is none)
   std::string measuredGpu;              ///< GPU model of the measurements ("" when none)
   std::vector<uint32_t> measuredRanks;  ///< rank counts measured (collectives)
+  /// Kernel classes: the leave-one-shape-out error on each GPU model with records (`error` is the plan's GPU's
+  /// when it has records, else the first one's).
+  std::map<std::string, ErrorStats> errorByGpu;
 };
 
 /// The confidence of one use of a class.
@@ -67,9 +71,11 @@ class ConfidenceTable {
   std::map<std::string, ConfidenceClass> classes_;
 };
 
-/// The table for a plan: the GEMM model (null: no GEMM records), the simulator's validation rows on the
-/// committed collectives (null: none could be run, `why` says so).
+/// The table for a plan: the GEMM model (null: no GEMM records), the kernel models (null: none; a class with
+/// kernel records carries their leave-one-shape-out error per GPU, `planGpu`'s first), the simulator's validation
+/// rows on the committed collectives (null: none could be run, `why` says so).
 ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* validation,
-                                const std::string& validationGpu, const std::string& why);
+                                const std::string& validationGpu, const std::string& why,
+                                const KernelModels* kernels = nullptr, const std::string& planGpu = "");
 
 }  // namespace mk::plan

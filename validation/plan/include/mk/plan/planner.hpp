@@ -16,6 +16,7 @@
 #include "mk/plan/confidence.hpp"
 #include "mk/plan/fused.hpp"
 #include "mk/plan/gemm_model.hpp"
+#include "mk/plan/kernel_model.hpp"
 #include "mk/plan/step_model.hpp"
 #include "mk/plan/what_if.hpp"
 #include "mk/workload/memory.hpp"
@@ -60,7 +61,8 @@ struct ComputeUse {
   double us = 0;      ///< one kernel
   double tflops = 0;  ///< achieved
   bool memoryBound = false;
-  std::string source;  ///< computePriceSource: "gemm-model" or "roofline: unmeasured"
+  std::string source;  ///< KernelPrice::source: "kernel-model", "kernel-model: extrapolated", "gemm-model", "roofline:
+                       ///< unmeasured"
 };
 
 /// A (GEMM, collective) pair of the critical stage that the fused variant runs as one operator.
@@ -131,7 +133,9 @@ struct PlanResult {
   ProfileProvenance provenance;
   std::string profileNote;  ///< how the profile was obtained
   std::optional<GemmModel> gemm;
-  std::string gemmNote;  ///< which records, or why none
+  std::string gemmNote;    ///< which records, or why none
+  KernelModels kernels;    ///< every kernel model of the measured folder, fitted once per run
+  std::string kernelNote;  ///< which records, or why none
   ConfidenceTable confidence;
   std::string validationNote;
   std::vector<VariantResult> variants;

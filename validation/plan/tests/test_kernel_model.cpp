@@ -1,0 +1,219 @@
+// Tests of the kernel models (issue 32 item 3): a fit recovers known parameters (rate, fixed cost and the
+// memory-bound term), the committed H100 kernel records give a model per class whose leave-one-shape-out errors are
+// printed and held by gates set from the run, plans price from them and say so, and bad records are refused.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mk/error.hpp"
+#include "mk/io/measurement.hpp"
+#include "mk/plan/kernel_model.hpp"
+#include "mk/plan/plan_output.hpp"
+#include "mk/plan/planner.hpp"
+
+using namespace mk;
+using namespace mk::plan;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kH100File = "2026-12-06-h100-ddd58f8-kernels.json";
+
+/// Norm-like records made by t = c0 + flops / R + bytes / B: small ones dominated by c0, large ones by bytes, and a
+/// few with a heavy FLOPs term, so that all three parameters are identified.
+std::vector<KernelRecord> synthetic(double c0, double tflops, double gbs) {
+  std::vector<KernelRecord> out;
+  const double sizes[][2] = {{1e3, 1e5}, {1e6, 4e6}, {3e9, 2e7}, {1e8, 1e9}, {5e10, 3e8}, {2e7, 2e8}, {1e11, 1e9}};
+  std::size_t i = 0;
+  for (const auto& s : sizes) {
+    KernelRecord r;
+    r.cls = KernelClass::Norm;
+    r.kernel = "rmsnorm";
+    r.flops = s[0];
+    r.bytes = s[1];
+    r.timeUs = c0 + r.flops / (tflops * 1e6) + r.bytes / (gbs * 1e3);
+    r.shape = "shape " + std::to_string(i);
+    r.file = "synthetic";
+    r.index = i++;
+    out.push_back(r);
+    r.timeUs *= 1.001;  // a second, slightly slower run of the same shape
+    out.push_back(r);
+  }
+  return out;
+}
+
+MeasurementFile h100() { return loadMeasurementFile(std::string(MK_MEASURED_DIR) + "/" + kH100File); }
+
+std::string refused(const MeasurementFile& f) {
+  try {
+    KernelModels::fit({f}, {"bad.json"});
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::InvalidArgument);
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("kernel model: a fit on data made by a known model recovers c0, R and the effective bandwidth") {
+  const KernelKey key{"test GPU", KernelClass::Norm, "rmsnorm", "", "forward"};
+  const KernelModel m = fitKernelModel(synthetic(6.0, 40, 2500), key);
+  CHECK(m.overheadUs == doctest::Approx(6.0).epsilon(0.01));
+  CHECK(m.tflops == doctest::Approx(40).epsilon(0.01));
+  CHECK(m.bandwidthGBs == doctest::Approx(2500).epsilon(0.01));
+  CHECK(m.shapes == 7);
+  CHECK(m.records == 14);
+  CHECK(m.leaveOneShapeOut.maxAbsPct < 0.5);
+  // No FLOPs term in the data: R comes out absent (0), not negative.
+  const KernelModel mem = fitKernelModel(synthetic(3.0, 1e12, 1000), key);
+  CHECK(mem.tflops == 0);
+  CHECK(mem.bandwidthGBs == doctest::Approx(1000).epsilon(0.01));
+  CHECK(predictKernelUs(mem, 0, 1e9) == doctest::Approx(3.0 + 1e3).epsilon(0.01));
+  // One shape: nothing to judge a prediction by.
+  auto one = synthetic(6, 40, 2500);
+  one.resize(2);
+  CHECK_THROWS_AS(fitKernelModel(one, key), Error);
+}
+
+TEST_CASE("kernel model: the committed H100 records give a model per class within the gates") {
+  const KernelModels km = KernelModels::fit({h100()}, {kH100File});
+  CHECK(km.records() == 1657);
+  // Gates: set just above what this fit achieves on the committed file (2026-12-06); never loosened to pass.
+  struct Gate {
+    KernelClass cls;
+    double losoMedian, losoMax;
+  };
+  const Gate gates[] = {
+      {KernelClass::Gemm, 5.5, 69},      {KernelClass::Attention, 5.5, 30}, {KernelClass::Norm, 6, 30},
+      {KernelClass::Activation, 1, 6},   {KernelClass::Rotary, 1.5, 9},     {KernelClass::Residual, 1.5, 7.5},
+      {KernelClass::Loss, 11.5, 40},     {KernelClass::Embedding, 4, 34},   {KernelClass::Optimizer, 8.5, 46.5},
+      {KernelClass::GradNorm, 6, 23},    {KernelClass::Cast, 3.5, 17},      {KernelClass::Router, 5.5, 39},
+      {KernelClass::Permute, 3.5, 39.5},
+  };
+  for (const Gate& g : gates) {
+    CAPTURE(toString(g.cls));
+    const auto errs = km.classErrors(g.cls);
+    REQUIRE(errs.count("NVIDIA H100"));
+    const KernelClassErrors& e = errs.at("NVIDIA H100");
+    std::printf(
+        "kernel model H100 %-10s records %4zu shapes %4zu in-sample median %5.1f %% max %6.1f %%  "
+        "leave-one-shape-out median %5.1f %% max %6.1f %%\n",
+        toString(g.cls), e.records, e.shapes, e.inSample.medianAbsPct, e.inSample.maxAbsPct,
+        e.leaveOneShapeOut.medianAbsPct, e.leaveOneShapeOut.maxAbsPct);
+    CHECK(e.leaveOneShapeOut.medianAbsPct < g.losoMedian);
+    CHECK(e.leaveOneShapeOut.maxAbsPct < g.losoMax);
+  }
+  for (const auto& [key, m] : km.models())
+    std::printf("kernel model %-40s c0 %7.2f us  R %7.0f TFLOP/s  B %6.0f GB/s  LOSO median %5.1f %%\n",
+                key.text().c_str(), m.overheadUs, m.tflops, m.bandwidthGBs, m.leaveOneShapeOut.medianAbsPct);
+}
+
+TEST_CASE("kernel model: wave quantisation of GEMM tiles is measured, and left off where it does not help") {
+  MeasurementFile f = h100();
+  // Only the GEMMs: the other classes ignore the option.
+  std::vector<MeasurementRecord> gemms;
+  for (const auto& r : f.records)
+    if (r.extra.count("class") && r.extra.at("class") == "\"gemm\"") gemms.push_back(r);
+  f.records = gemms;
+  KernelFitOptions waves;
+  waves.waveTileM = 128;
+  waves.waveTileN = 256;
+  waves.sms = 132;  // H100 SXM
+  const KernelModels plain = KernelModels::fit({f}, {kH100File}),
+                     quantised = KernelModels::fit({f}, {kH100File}, waves);
+  const ErrorStats a = plain.classErrors(KernelClass::Gemm).at("NVIDIA H100").leaveOneShapeOut;
+  const ErrorStats b = quantised.classErrors(KernelClass::Gemm).at("NVIDIA H100").leaveOneShapeOut;
+  std::printf(
+      "kernel model H100 gemm leave-one-shape-out: plain median %.2f %% max %.1f %%; 128x256 waves over 132 SMs "
+      "median %.2f %% max %.1f %%\n",
+      a.medianAbsPct, a.maxAbsPct, b.medianAbsPct, b.maxAbsPct);
+  // What keeps the planner's choice (no waves) honest: if quantisation ever wins, this fails and the choice is
+  // revisited.
+  CHECK(b.medianAbsPct > a.medianAbsPct);
+}
+
+TEST_CASE("kernel model: a kernel record the census does not know is refused, naming file, record and field") {
+  const MeasurementFile good = h100();
+  MeasurementFile f;
+  f.system = good.system;
+  f.records = {good.records.at(0), good.records.at(0)};
+  f.records[1].extra["class"] = "\"softmax\"";
+  CHECK(refused(f).find("bad.json: records[1].class: 'softmax' is not a class of the kernel census") !=
+        std::string::npos);
+  f.records[1] = good.records.at(0);
+  f.records[1].dtype = "int4";
+  CHECK(refused(f).find("bad.json: records[1].dtype: 'int4'") != std::string::npos);
+  f.records[1] = good.records.at(0);
+  f.records[1].extra.erase("k");
+  CHECK(refused(f).find("bad.json: records[1].k: missing (a gemm record needs m, n, k, batch)") != std::string::npos);
+  f.records[1] = good.records.at(0);
+  f.records[1].extra["pass"] = "\"sideways\"";
+  CHECK(refused(f).find("bad.json: records[1].pass:") != std::string::npos);
+}
+
+TEST_CASE("kernel model: a dgx-h100 plan prices every kernel from the H100 kernel models and says so") {
+  Workload w = workloadPreset("llama3-8b");
+  w.layout = ParallelLayout{};
+  w.layout.zero = 0;
+  w.model.layers = 2;
+  w.training.microBatch = 1;
+  w.training.globalBatch = 2;
+  // Only the kernel file: no collective to validate, nothing else changes the compute.
+  const fs::path dir = fs::path(MK_TEST_CACHE_DIR).parent_path() / "kernel-model-test";
+  fs::create_directories(dir / "h100");
+  fs::copy_file(fs::path(MK_MEASURED_DIR) / kH100File, dir / "h100" / kH100File, fs::copy_options::overwrite_existing);
+  PlanInputs in;
+  in.workload = w;
+  in.cluster = "dgx-h100";
+  in.gpus = {1};
+  in.measuredDir = (dir / "h100").string();
+  in.cacheDir = "";
+  auto fused = makeFusedOpPricer();
+  const PlanResult p = runPlan(in, *fused);
+  const ScaleResult& s = p.variants.front().scales.front();
+  REQUIRE(s.feasible);
+  CHECK(s.unpriced.empty());
+  CHECK(s.unmeasuredComputeUs == 0);
+  for (const ComputeUse& c : s.compute) {
+    CAPTURE(c.name);
+    CHECK(c.source == "kernel-model");
+  }
+  for (const auto& [id, u] : s.classUse)
+    if (id.rfind("compute.", 0) == 0) CHECK(u.status == Status::Validated);
+  const nlohmann::json j = nlohmann::json::parse(planToJson(p, "test"));
+  CHECK(j["variants"][0]["scales"][0]["compute"][0]["source"] == "kernel-model");
+  CHECK(j["confidence"]["classes"]["compute.norm"]["error_by_gpu"].contains("NVIDIA H100"));
+  CHECK(j["kernel_models"]["models"].size() == p.kernels.models().size());
+
+  // The same records for a dgx-h200 plan: extrapolated by the datasheet ratios, and marked.
+  in.cluster = "dgx-h200";
+  const PlanResult q = runPlan(in, *fused);
+  for (const ComputeUse& c : q.variants.front().scales.front().compute) CHECK(c.source == "kernel-model: extrapolated");
+  CHECK(q.confidence.forKernelClass(KernelClass::Norm, "NVIDIA H200").status == Status::Extrapolated);
+
+  // A class with no record stays marked: the file without its norm records.
+  MeasurementFile f = loadMeasurementFile((dir / "h100" / kH100File).string());
+  std::vector<MeasurementRecord> kept;
+  for (const auto& r : f.records)
+    if (r.extra.at("class") != "\"norm\"") kept.push_back(r);
+  f.records = kept;
+  fs::create_directories(dir / "no-norm");
+  std::ofstream(dir / "no-norm" / kH100File) << measurementFileToJson(f);
+  in.cluster = "dgx-h100";
+  in.measuredDir = (dir / "no-norm").string();
+  const PlanResult r = runPlan(in, *fused);
+  const ScaleResult& t = r.variants.front().scales.front();
+  for (const ComputeUse& c : t.compute) {
+    CAPTURE(c.name);
+    CHECK(c.source == (c.cls == KernelClass::Norm ? "roofline: unmeasured" : "kernel-model"));
+  }
+  CHECK(t.unmeasuredComputeUs > 0);
+  CHECK(t.classUse.at("compute.norm").status == Status::NotValidated);
+}
