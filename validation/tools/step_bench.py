@@ -353,13 +353,14 @@ class Trainer:
         for ids, tgt in batches:
             loss = self.model(ids, tgt, cos, sin) / M
             loss.backward()
+        last = loss.detach() * M  # the last micro-batch's loss, unscaled
         torch.nn.utils.clip_grad_norm_(self.master, 1.0, foreach=True)
         self.opt.step()
         with torch.no_grad():
             for q, m in zip(self.params, self.master):
                 q.copy_(m)
         self.main_grad.zero_()
-        return loss
+        return last
 
 
 def run_step_record(torch, tr, e, dev):
