@@ -65,7 +65,22 @@ void addArgs(CLI::App& app, Args& a) {
 }
 
 void checkArgs(const Args& a) {
-  mk::requireCollOp(a.op, "collective");
+  const mk::CollOp op = mk::requireCollOp(a.op, "collective");
+  // --algo: "all", or a list of "auto" and generator names for this collective, checked here so that a typo is
+  // refused before any GPU is looked for.
+  if (a.algo != "all") {
+    std::size_t start = 0;
+    for (;;) {
+      const std::size_t comma = a.algo.find(',', start);
+      const std::string item = a.algo.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      if (item.empty())
+        throw mk::Error(mk::ErrorCode::InvalidArgument,
+                        "--algo '" + a.algo + "' has an empty name (a comma-separated list of generator names)");
+      if (item != "auto") mk::requireAlgorithm(op, item);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
   mk::requireDType(a.dtype, "--dtype");
   mk::requireRedOp(a.redop, "--redop");
   mk::parseSweep(a.sweep);

@@ -8,7 +8,7 @@
 int main(int argc, char** argv) {
   mkbench::Args a;
   if (int rc = mkbench::parseArgs(argc, argv, a); rc != mk::cli::kContinue) return rc;
-  std::printf("collective %s, sizes %s, dtype %s, redop %s, root %u\n", a.op.c_str(), a.sweep.c_str(), a.dtype.c_str(),
-              a.redop.c_str(), a.root);
+  std::printf("collective %s, sizes %s, dtype %s, redop %s, root %u, algo %s\n", a.op.c_str(), a.sweep.c_str(),
+              a.dtype.c_str(), a.redop.c_str(), a.root, a.algo.c_str());
   return 0;
 }

@@ -14,6 +14,9 @@ expect 0 'dtype bfloat16, redop max' -- "$bench" allreduce -d bfloat16 -o max -n
 expect 2 "^mk-bench: error: .*unknown --dtype 'int7'" -- "$bench" allreduce -d int7
 expect 2 "^mk-bench: error: .*unknown --redop 'prod'" -- "$bench" allreduce -o prod
 expect 2 '^mk-bench: error: .*-n/--iters must be >= 1' -- "$bench" allreduce -n 0
+expect 2 "^mk-bench: error: .*unknown algorithm 'rign' for allreduce" -- "$bench" allreduce --algo one-shot,rign
+expect 2 "^mk-bench: error: .*--algo 'ring,' has an empty name" -- "$bench" allreduce --algo ring,
+expect 0 'algo auto,one-shot' -- "$bench" allreduce --algo auto,one-shot -n 1
 expect 2 '^mk-bench: error: --json: must not be empty' -- "$bench" allreduce --json ''
 expect 2 "^mk-bench: error: invalid-argument: --json $work/b.json and --trace $work/b.json: both name the same path" -- \
   "$bench" allreduce --json "$work/b.json" --trace "$work/b.json"
