@@ -56,6 +56,10 @@ bool macEqual(const JobKey::Mac& a, const JobKey::Mac& b) noexcept;
 /// `n` fresh random bytes from the operating system (getrandom). Throws Error(IoError) when it fails.
 void randomBytes(void* out, std::size_t n);
 
+/// "a job of <processes> processes needs a job key, ... how to make and give one": the one explanation of a missing
+/// key, for every place that refuses a job without one.
+std::string missingJobKeyText(int processes);
+
 /// The job key of this process's launch: MK_JOB_KEY (hex) or MK_JOB_KEY_FILE (a path), empty when neither is set.
 /// Throws Error(InvalidArgument) when both are set, or when the one that is set is malformed (naming it).
 JobKey readJobKey();

@@ -138,6 +138,13 @@ void randomBytes(void* out, std::size_t n) {
   }
 }
 
+std::string missingJobKeyText(int processes) {
+  return "a job of " + std::to_string(processes) +
+         " processes needs a job key, the same on every rank, so that no stranger can join it: set MK_JOB_KEY "
+         "(e.g. export MK_JOB_KEY=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \\n')) or MK_JOB_KEY_FILE before "
+         "torchrun / mpirun, and pass it to every node (docs/inter-node.md, \"Who may join a job\")";
+}
+
 JobKey readJobKey() {
   const char* hex = envOrNull("MK_JOB_KEY");
   const char* file = envOrNull("MK_JOB_KEY_FILE");

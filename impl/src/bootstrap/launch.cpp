@@ -91,10 +91,7 @@ LaunchEnvironment readLaunchEnvironment() {
   env.jobKey = readJobKey();
   if (env.size > 1 && env.jobKey.empty())
     throw Error(ErrorCode::InvalidArgument,
-                "neither MK_JOB_KEY nor MK_JOB_KEY_FILE is set: a job of " + std::to_string(env.size) +
-                    " processes needs a job key, the same on every rank, so that no stranger can join it (e.g. export "
-                    "MK_JOB_KEY=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \\n') before torchrun / mpirun, and pass it "
-                    "to every node; docs/inter-node.md, \"Who may join a job\")");
+                "neither MK_JOB_KEY nor MK_JOB_KEY_FILE is set: " + missingJobKeyText(env.size));
   return env;
 }
 

@@ -49,11 +49,7 @@ TcpBootstrap::TcpBootstrap(const TcpBootstrapOptions& options) : opt_(options) {
   if (!(opt_.timeoutMs > 0)) throw Error(ErrorCode::InvalidArgument, "TcpBootstrap: timeoutMs must be > 0");
   if (!(opt_.handshakeMs > 0)) throw Error(ErrorCode::InvalidArgument, "TcpBootstrap: handshakeMs must be > 0");
   if (opt_.size > 1 && opt_.key.empty())
-    throw Error(ErrorCode::InvalidArgument,
-                "TcpBootstrap: a job of " + std::to_string(opt_.size) +
-                    " processes needs a job key, the same on every rank, so that no stranger can join it: set "
-                    "MK_JOB_KEY (e.g. export MK_JOB_KEY=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \\n')) or "
-                    "MK_JOB_KEY_FILE before launching (docs/inter-node.md, \"Who may join a job\")");
+    throw Error(ErrorCode::InvalidArgument, "TcpBootstrap: " + missingJobKeyText(opt_.size));
   peers_.assign(static_cast<size_t>(opt_.rank == 0 ? opt_.size : 1), -1);
   try {
     if (opt_.size == 1) return;
