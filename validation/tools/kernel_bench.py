@@ -465,6 +465,29 @@ def parse_args(argv):
     return a
 
 
+def open_gpu(tool, commit_arg):
+    """(torch, commit, 0) for a GPU run of `tool`, or (None, None, exit code): 2 without a commit to name, 3 without
+    PyTorch or a GPU. TF32 is switched off: every kernel runs in the precision its record names. Shared by
+    kernel_bench.py and step_bench.py."""
+    commit = commit_arg or git_commit()
+    if not commit:
+        sys.stderr.write("%s: no git history here: give --commit SHA (the commit of this tree)\n" % tool)
+        return None, None, 2
+    try:
+        import torch
+    except ImportError as ex:
+        sys.stderr.write("%s: needs PyTorch with CUDA (%s)\n" % (tool, str(ex).splitlines()[0]))
+        return None, None, 3
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
+        sys.stderr.write("%s: no CUDA GPU visible to PyTorch\n" % tool)
+        return None, None, 3
+    import warnings
+    warnings.filterwarnings("ignore")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch, commit, 0
+
+
 def git_commit():
     here = os.path.dirname(os.path.abspath(__file__))
     try:
@@ -1124,22 +1147,9 @@ def main(argv):
             print(json.dumps(public(e), sort_keys=True))
         print("# %d kernels, predicted %.0f s on an H100" % (len(entries), predicted))
         return 0
-    commit = a.commit or git_commit()
-    if not commit:
-        sys.stderr.write("kernel_bench.py: no git history here: give --commit SHA (the commit of this tree)\n")
-        return 2
-    try:
-        import torch
-    except ImportError as ex:
-        sys.stderr.write("kernel_bench.py: needs PyTorch with CUDA (%s)\n" % str(ex).splitlines()[0])
-        return 3
-    if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
-        sys.stderr.write("kernel_bench.py: no CUDA GPU visible to PyTorch\n")
-        return 3
-    import warnings
-    warnings.filterwarnings("ignore")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch, commit, rc = open_gpu("kernel_bench.py", a.commit)
+    if rc:
+        return rc
     B = Bench(torch)
     sysb = system_block(torch)
     cmd = "kernel_bench.py " + shlex.join(argv)

@@ -423,22 +423,9 @@ def main(argv):
                                   params=params_of(MODELS[e["model"]])), sort_keys=True))
         print("# %d steps, predicted %.0f s on an H100" % (len(grid), predicted))
         return 0
-    commit = a.commit or kb.git_commit()
-    if not commit:
-        sys.stderr.write("step_bench.py: no git history here: give --commit SHA (the commit of this tree)\n")
-        return 2
-    try:
-        import torch
-    except ImportError as ex:
-        sys.stderr.write("step_bench.py: needs PyTorch with CUDA (%s)\n" % str(ex).splitlines()[0])
-        return 3
-    if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
-        sys.stderr.write("step_bench.py: no CUDA GPU visible to PyTorch\n")
-        return 3
-    import warnings
-    warnings.filterwarnings("ignore")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch, commit, rc = kb.open_gpu("step_bench.py", a.commit)
+    if rc:
+        return rc
     dev = torch.device("cuda", 0)
     sysb = kb.system_block(torch)
     doc = {"schema": kb.SCHEMA, "system": sysb,
