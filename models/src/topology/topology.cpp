@@ -196,6 +196,7 @@ void validateTopology(const Topology& t) {
     throw Error(ErrorCode::InvalidArgument,
                 "node.sms must be in [1, " + std::to_string(kMaxSms) + "] (got " + std::to_string(n.sms) + ")");
   requirePositive("node.bf16Tflops", n.bf16Tflops);
+  requireNonNegative("node.fp8Tflops", n.fp8Tflops);
   requirePositive("node.hbmGBs", n.hbmGBs);
   requirePositive("node.nvlink.bwGBs", n.nvlink.bwGBs);
   requireNonNegative("node.nvlink.latencyUs", n.nvlink.latencyUs);
@@ -226,6 +227,7 @@ std::string topologyToJson(const Topology& t, int indent) {
       {"gpus", n.gpus},
       {"sms", n.sms},
       {"bf16Tflops", n.bf16Tflops},
+      {"fp8Tflops", n.fp8Tflops},
       {"hbmGBs", n.hbmGBs},
       {"nvlink", {{"bwGBs", n.nvlink.bwGBs}, {"latencyUs", n.nvlink.latencyUs}, {"switched", n.nvlink.switched}}},
       {"pcie", {{"bwGBs", n.pcie.bwGBs}, {"latencyUs", n.pcie.latencyUs}}},
@@ -278,12 +280,16 @@ Topology topologyFromJson(const std::string& textIn) {
   t.name = text(j, "", "name");
   t.nodes = count32(j, "", "nodes");
   const Json& node = object(j, "", "node");
-  onlyKeys(node, "node",
-           {"gpu", "gpus", "sms", "bf16Tflops", "hbmGBs", "nvlink", "pcie", "nics", "nic", "pcieSwitches"});
+  onlyKeys(
+      node, "node",
+      {"gpu", "gpus", "sms", "bf16Tflops", "fp8Tflops", "hbmGBs", "nvlink", "pcie", "nics", "nic", "pcieSwitches"});
   t.node.gpu = text(node, "node", "gpu");
   t.node.gpus = count32(node, "node", "gpus");
   t.node.sms = count32(node, "node", "sms");
   t.node.bf16Tflops = rate(node, "node", "bf16Tflops");
+  // Optional: a file without it describes a GPU without FP8 (training.dtype fp8 is refused on it).
+  if (node.contains("fp8Tflops"))
+    t.node.fp8Tflops = json_get::number(member(node, "node", "fp8Tflops"), "topology: node.fp8Tflops", 0, kMaxRate);
   t.node.hbmGBs = rate(node, "node", "hbmGBs");
   const Json& nvl = object(node, "node", "nvlink");
   onlyKeys(nvl, "node.nvlink", {"bwGBs", "latencyUs", "switched"});

@@ -60,6 +60,7 @@ struct NodeSpec {
   uint32_t gpus = 0;      ///< per node
   uint32_t sms = 0;       ///< streaming multiprocessors per GPU
   double bf16Tflops = 0;  ///< dense bf16 tensor peak per GPU
+  double fp8Tflops = 0;   ///< dense fp8 (e4m3) tensor peak per GPU; 0: no FP8 (training.dtype fp8 refused)
   double hbmGBs = 0;      ///< HBM bandwidth per GPU
   NvlinkSpec nvlink;
   PcieSpec pcie;
