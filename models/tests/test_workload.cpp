@@ -10,6 +10,7 @@
 #include "expect_error.hpp"
 #include "mk/error.hpp"
 #include "mk/workload/lowering.hpp"
+#include "mk/workload/memory.hpp"
 #include "mk/workload/workload.hpp"
 
 using namespace mk;
@@ -373,4 +374,74 @@ TEST_CASE("workload: census FLOPs and bytes of an odd-sized model match the hand
   CHECK(rn->pass == Pass::Backward);
   CHECK(rn->bytes == findKernel(sr, "attn-norm")->bytes);  // the forward's work again
   CHECK_FALSE(findKernel(sr, "loss.recompute"));
+}
+
+TEST_CASE("workload: fp8 training puts FP8 GEMMs, casts and amax in the census and FP8 copies in memory") {
+  Workload w = oddWorkload(1, false);
+  // training.dtype "fp8" parses to the recipe (bf16 elsewhere), writes back as "fp8", and a bad name lists it.
+  Workload parsed = workloadFromJson(R"({"preset": "llama3-8b", "training": {"dtype": "fp8"}})");
+  CHECK(parsed.training.fp8);
+  CHECK(parsed.training.dtype == DType::BFloat16);
+  CHECK(workloadToJson(parsed).find(R"("dtype": "fp8")") != std::string::npos);
+  CHECK(workloadFromJson(workloadToJson(parsed)).training.fp8);
+  CHECK_FALSE(workloadFromJson(R"({"preset": "llama3-8b", "training": {"dtype": "bf16"}})").training.fp8);
+  expectError([] { workloadFromJson(R"({"preset": "llama3-8b", "training": {"dtype": "fp4"}})"); },
+              ErrorCode::ParseError, "fp8");
+
+  const Workload wb = w;
+  const StepLowering bf = lowerStep(wb, resolveLayout(wb, 1));
+  w.training.fp8 = true;
+  const StepLowering f8 = lowerStep(w, resolveLayout(w, 1));
+  const StageLowering& s = f8.stages[0];
+  const double T = 51, h = 96, qkvN = (3 + 2) * 32, ffn = 192;
+  // FP8 GEMMs: one-byte operands, bf16 output, the same FLOPs (model FLOPs unchanged).
+  const ComputeOp* qkv = findKernel(s, "qkv");
+  REQUIRE(qkv);
+  CHECK(std::string(dtypeName(*qkv)) == "float8_e4m3");
+  CHECK(qkv->bytes == T * h + h * qkvN + 2 * T * qkvN);
+  CHECK(qkv->flops == findKernel(bf.stages[0], "qkv")->flops);
+  CHECK(f8.modelFlopsPerStep == bf.modelFlopsPerStep);
+  CHECK(std::string(dtypeName(*findKernel(s, "mlp-down.wgrad"))) == "float8_e4m3");
+  CHECK(findKernel(s, "mlp-down.wgrad")->bytes == ffn * T + T * h + 2 * ffn * h);
+  // The LM head stays in bf16, and nothing is cast for it.
+  CHECK(std::string(dtypeName(*findKernel(s, "lm-head"))) == "bfloat16");
+  CHECK(findKernel(s, "lm-head.cast") == nullptr);
+  // The forward input: amax (bf16 in, 2 bytes per element) then cast-fp8 (2 in, 1 out) of T x h per layer.
+  const ComputeOp* amax = findKernel(s, "qkv.amax");
+  const ComputeOp* cast = findKernel(s, "qkv.cast");
+  REQUIRE(amax);
+  REQUIRE(cast);
+  CHECK(amax->cls == KernelClass::Cast);
+  CHECK(amax->kernel == "amax");
+  CHECK(std::string(dtypeName(*amax)) == "bfloat16");
+  CHECK(cast->kernel == "cast-fp8");
+  CHECK(std::string(dtypeName(*cast)) == "float8_e4m3");
+  CHECK(cast->elements == 51 * 96);
+  CHECK(amax->bytes == 2 * T * h);
+  CHECK(cast->bytes == 3 * T * h);
+  CHECK(cast->flops == T * h);
+  CHECK(cast->times == 2);
+  CHECK(cast->pass == Pass::Forward);
+  // The data gradient casts the output gradient (T x qkvN); the weight gradient reuses both casts.
+  CHECK(findKernel(s, "qkv.dgrad.cast")->elements == 51 * 160);
+  CHECK(findKernel(s, "qkv.dgrad.cast")->pass == Pass::Backward);
+  CHECK(findKernel(s, "qkv.wgrad.cast") == nullptr);
+  CHECK(findKernel(s, "qkv.cast.bwd") == nullptr);
+  // The weights once per step (Transformer Engine caches the FP8 copy over the micro-batches).
+  const ComputeOp* wcast = findKernel(s, "mlp-up.weight.cast");
+  REQUIRE(wcast);
+  CHECK(wcast->pass == Pass::Step);
+  CHECK(wcast->elements == 96 * 384);
+  CHECK(wcast->times == 2);
+  CHECK(findKernel(s, "mlp-up.weight.amax")->bytes == 2.0 * 96 * 384);
+  CHECK(findKernel(bf.stages[0], "qkv.cast") == nullptr);
+
+  // Memory: + 1 byte per FP8 GEMM parameter, the FP8 GEMMs' inputs saved in one byte: 7 s b h less per layer.
+  const MemoryEstimate mb = estimateMemory(wb, bf), mf = estimateMemory(w, f8);
+  const double fp8Params = 2 * (h * qkvN + 96.0 * h + 3 * h * ffn);
+  CHECK(s.fp8DenseParams == fp8Params);
+  CHECK(mf.weights - mb.weights == doctest::Approx(fp8Params));
+  CHECK(mf.gradients == mb.gradients);
+  CHECK(mf.optimizer == mb.optimizer);
+  CHECK(mb.activations - mf.activations == doctest::Approx(7 * T * h * 2 * mf.inFlight));
 }

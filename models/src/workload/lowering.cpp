@@ -108,17 +108,47 @@ class StageBuilder {
     op.kernel = name;
     op.pass = pass;
     op.dtype = w_.training.dtype;
+    op.fp8 = fp8Gemm(name);
     op.m = m;
     op.n = n;
     op.k = k;
     op.batch = batch;
     op.flops =
         2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(batch);
-    op.bytes = elemBytes_ * dbl(batch) * (dbl(m) * dbl(k) + dbl(k) * dbl(n) + dbl(m) * dbl(n));
+    // FP8: one-byte operands, the output in bf16 (Transformer Engine's GEMMs).
+    const double in = op.fp8 ? 1.0 : elemBytes_;
+    op.bytes = dbl(batch) * (in * (dbl(m) * dbl(k) + dbl(k) * dbl(n)) + elemBytes_ * dbl(m) * dbl(n));
     op.times = times;
     op.recompute = recompute;
     out_.compute.push_back(op);
-    return static_cast<uint32_t>(out_.compute.size() - 1);
+    const uint32_t idx = static_cast<uint32_t>(out_.compute.size() - 1);
+    // The A operand of a forward or data-gradient GEMM (the activation, the output gradient) is cast to FP8
+    // per micro-batch, after an amax for its per-tensor scale; the weight-gradient GEMM reuses both casts (the
+    // input saved in FP8, the output gradient's transposed copy from the same cast), the weights are cast once per
+    // step (addStepKernels).
+    const bool wgrad = name.size() > 6 && name.compare(name.size() - 6, 6, ".wgrad") == 0;
+    if (op.fp8 && !wgrad) addCast(name, pass, dbl(m) * dbl(k) * dbl(batch), times, recompute);
+    return idx;
+  }
+
+  /// training.dtype fp8: the GEMMs Transformer Engine runs in FP8 (Megatron-LM's FP8 recipe): every linear
+  /// layer of attention, the MLP and the experts; the LM head and the MoE router stay in bf16.
+  bool fp8Gemm(const std::string& name) const {
+    if (!w_.training.fp8) return false;
+    const std::string base = name.substr(0, name.find('.'));
+    return base != "lm-head" && base != "router";
+  }
+
+  /// amax (per-tensor scale) then cast-fp8 of `elements` bf16 values, `times` per micro-batch (Step: per step).
+  void addCast(const std::string& prefix, Pass pass, double elements, uint32_t times, bool recompute) {
+    ComputeOp a;
+    a.cls = KernelClass::Cast;
+    a.kernel = "amax";
+    a.elements = static_cast<uint64_t>(elements);
+    addKernel(a, prefix + ".amax", pass, times, recompute);
+    a.kernel = "cast-fp8";
+    a.fp8 = true;
+    addKernel(a, prefix + ".cast", pass, times, recompute);
   }
 
   /// Causal attention of one micro-batch on this rank's heads: QK^T and PV per (sequence, head), half of each
@@ -380,6 +410,7 @@ class StageBuilder {
         addAttention(Pass::Backward, f.times, false, true);
         continue;
       }
+      if (f.cls == KernelClass::Cast) continue;  // the backward's casts come with its GEMMs
       if (f.kind == ComputeKind::Other) {
         // The residual's backward adds the two gradient paths; a permute's backward scatters rows back (an
         // unpermute's work) and an unpermute's gathers them (a permute's).
@@ -487,6 +518,7 @@ class StageBuilder {
     }
     out_.denseParams = dense;
     out_.expertParams = expertPerLayer * moeLayers_;
+    if (w_.training.fp8) out_.fp8DenseParams = denseLayers_ * (attn + mlp) + moeLayers_ * attn;
     const uint32_t edpSize = r_.dp / r_.ep;
     if (w_.layout.zero == 3) {
       // Layers (and the embedding / head, gathered like one more layer) one after the other.
@@ -516,6 +548,14 @@ class StageBuilder {
     p.cls = KernelClass::GradNorm;
     p.kernel = "grad-norm";
     addKernel(p, "grad-norm", Pass::Step, 1, false);
+    // FP8 weights: cast once per step, not per micro-batch. Megatron-LM tells Transformer Engine which
+    // micro-batch is the step's first (is_first_microbatch); TE casts the weights then and reuses the FP8 copy
+    // (and its transpose, written by the same kernel) for the other micro-batches: the weights only change at
+    // the optimizer step.
+    const std::vector<ComputeOp> ops = out_.compute;
+    for (const ComputeOp& g : ops)
+      if (g.cls == KernelClass::Gemm && g.fp8 && g.pass == Pass::Forward && !g.recompute)
+        addCast(g.name + ".weight", Pass::Step, dbl(g.k) * dbl(g.n) * dbl(g.batch), g.times, false);
   }
 
   const Workload& w_;
@@ -623,6 +663,8 @@ const char* toString(KernelClass c) noexcept {
   }
   return "gemm";
 }
+
+const char* dtypeName(const ComputeOp& op) noexcept { return op.fp8 ? "float8_e4m3" : toString(op.dtype); }
 
 uint64_t commBytes(const CommOp& op, uint32_t groupSize) noexcept {
   const uint64_t elem = dtypeSize(op.dtype);

@@ -14,7 +14,12 @@ MemoryEstimate estimateMemory(const Workload& w, const StepLowering& step) {
   const double t = static_cast<double>(r.tp);
   double perLayer = 0;  // bytes of one layer's activations for one micro-batch (16-bit activations)
   if (w.training.recompute == Recompute::Full) {
-    perLayer = 2 * s * b * h / (l.sp ? t : 1.0);
+    perLayer = 2 * s * b * h / (l.sp ? t : 1.0);  // the layer input: the bf16 residual stream, FP8 or not
+  } else if (w.training.fp8) {
+    // Transformer Engine saves the inputs of its FP8 GEMMs for the weight gradient in FP8: one byte instead of
+    // two for the qkv and mlp-up inputs (2 s b h each, replicated without sequence parallelism), the attn-out
+    // input (2 s b h / t) and the mlp-down input (8 s b h / t): 10 + 24 / t becomes 8 + 19 / t.
+    perLayer = l.sp ? 27 * s * b * h / t : s * b * h * (8 + 19 / t);
   } else {
     perLayer = l.sp ? 34 * s * b * h / t : s * b * h * (10 + 24 / t);
   }
@@ -39,6 +44,12 @@ MemoryEstimate estimateMemory(const Workload& w, const StepLowering& step) {
     const double dense = st.denseParams, expert = st.expertParams;
     const double all = dense + expert;
     e.weights = l.zero == 3 ? wBytes * (dense / dp + expert / edp) : wBytes * all;
+    // FP8: the one-byte copy of every FP8 GEMM's weight that Transformer Engine keeps for the step (sharded like
+    // the weights under ZeRO 3).
+    if (w.training.fp8) {
+      const double fp8Dense = st.fp8DenseParams;
+      e.weights += l.zero == 3 ? fp8Dense / dp + expert / edp : fp8Dense + expert;
+    }
     e.gradients = l.zero >= 2 ? gBytes * (dense / dp + expert / edp) : gBytes * all;
     e.optimizer = l.zero >= 1 ? 12 * (dense / dp + expert / edp) : 12 * all;
     e.inFlight = inFlightOf(st.stage);

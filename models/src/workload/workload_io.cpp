@@ -65,7 +65,18 @@ void readTraining(const JsonFields& f, bool whole, TrainingSpec& t) {
   field(f, "seq", whole, t.seq, [&](const char* k) { return f.count64(k); });
   field(f, "microBatch", whole, t.microBatch, [&](const char* k) { return f.count32(k); });
   field(f, "globalBatch", whole, t.globalBatch, [&](const char* k) { return f.count64(k); });
-  field(f, "dtype", false, t.dtype, [&](const char* k) { return dtypeField(f, k); });
+  if (f.has("dtype")) {
+    // "fp8" is a recipe, not one element type: FP8 GEMMs over bf16 weights and activations.
+    const std::string s = f.text("dtype");
+    t.fp8 = s == "fp8";
+    if (t.fp8) {
+      t.dtype = DType::BFloat16;
+    } else {
+      const auto d = parseDType(s);
+      if (!d) f.fail(f.name("dtype") + " must be bfloat16, float16, float32 or fp8 (got \"" + excerpt(s) + "\")");
+      t.dtype = *d;
+    }
+  }
   field(f, "recompute", false, t.recompute, [&](const char* k) {
     const std::string s = f.text(k);
     if (s == "none") return Recompute::None;
@@ -147,7 +158,7 @@ std::string workloadToJson(const Workload& w, int indent) {
              {{"seq", t.seq},
               {"microBatch", t.microBatch},
               {"globalBatch", t.globalBatch},
-              {"dtype", toString(t.dtype)},
+              {"dtype", t.fp8 ? "fp8" : toString(t.dtype)},
               {"recompute", toString(t.recompute)}}},
             {"layout", layout}};
   return j.dump(indent);

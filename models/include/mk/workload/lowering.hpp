@@ -48,7 +48,7 @@ enum class KernelClass : uint8_t {
   Embedding,   ///< gather (forward) / scatter-add (backward): tokens, hidden, vocab (per GPU)
   Optimizer,   ///< fused AdamW over params (elements per GPU), per step
   GradNorm,    ///< global-norm clipping over params, per step
-  Cast,        ///< FP8 recipes: cast-fp8, amax over elements (no recipe emits it yet)
+  Cast,        ///< FP8 recipes (training.dtype fp8): cast-fp8, amax over elements
   Router,      ///< MoE topk-softmax: tokens, experts, topk
   Permute,     ///< MoE permute / unpermute: tokens, hidden, topk
 };
@@ -62,8 +62,11 @@ struct ComputeOp {
   std::string kernel;  ///< the contract's kernel name: the GEMM's name, "attention", "rmsnorm", "swiglu", "add", ...
   Pass pass = Pass::Forward;
   DType dtype = DType::BFloat16;  ///< what the kernel computes in (the optimizer and grad-norm: float32)
-  uint64_t m = 0, n = 0, k = 0;   ///< one GEMM instance (attention: m = n = seq, k = head dim)
-  uint64_t batch = 1;             ///< instances in one kernel (experts per rank; sequences x heads for attention)
+  /// FP8 GEMM (float8_e4m3 operands, `dtype` output) or a cast-fp8 kernel (float8_e4m3 output): the census's
+  /// dtype is then "float8_e4m3" (dtypeName).
+  bool fp8 = false;
+  uint64_t m = 0, n = 0, k = 0;  ///< one GEMM instance (attention: m = n = seq, k = head dim)
+  uint64_t batch = 1;            ///< instances in one kernel (experts per rank; sequences x heads for attention)
   /// The contract's shape fields of the non-GEMM classes (0 where the class has no such field); attention also
   /// fills seqs (sequences), heads, kvHeads, headDim and causal.
   uint64_t tokens = 0, hidden = 0, vocab = 0, heads = 0, kvHeads = 0, headDim = 0, seqs = 0, seq = 0, experts = 0,
@@ -127,6 +130,9 @@ struct StageLowering {
   std::vector<FusedCandidate> fused;
   double denseParams = 0;   ///< parameters per GPU reduced over the data-parallel group
   double expertParams = 0;  ///< parameters per GPU reduced over the expert data-parallel group
+  /// training.dtype fp8: the dense parameters per GPU whose GEMMs run in FP8 (attention and MLP projections;
+  /// not the embedding, the LM head, norms or the router) and so have an FP8 copy; every expert parameter does.
+  double fp8DenseParams = 0;
 };
 
 /// The whole step.
@@ -147,6 +153,8 @@ const char* toString(FusedKind k) noexcept;    ///< "allgather+gemm", "gemm+redu
 const char* toString(Pass p) noexcept;         ///< "forward", "backward", "step"
 const char* toString(ComputeKind k) noexcept;  ///< "gemm", "attention", "other"
 const char* toString(KernelClass c) noexcept;  ///< the contract's class: "gemm", "norm", "grad-norm", ...
+/// The census's dtype of a kernel: "float8_e4m3" for FP8 GEMMs and casts, toString(op.dtype) otherwise.
+const char* dtypeName(const ComputeOp& op) noexcept;
 
 /// Bytes nccl-tests calls the op's size (the larger buffer of one rank), for reports: elements x the dtype,
 /// times the group size for the gathered / scattered side of all-gather and reduce-scatter.

@@ -43,10 +43,13 @@ enum class Recompute : uint8_t { None, Full };
 
 /// One optimizer step of training.
 struct TrainingSpec {
-  uint64_t seq = 0;                       ///< tokens per sequence
-  uint32_t microBatch = 0;                ///< sequences per micro-batch (per data-parallel replica)
-  uint64_t globalBatch = 0;               ///< sequences per optimizer step, over all replicas
-  DType dtype = DType::BFloat16;          ///< element type of weights and activations (what the GEMMs run in)
+  uint64_t seq = 0;               ///< tokens per sequence
+  uint32_t microBatch = 0;        ///< sequences per micro-batch (per data-parallel replica)
+  uint64_t globalBatch = 0;       ///< sequences per optimizer step, over all replicas
+  DType dtype = DType::BFloat16;  ///< element type of weights and activations (what the GEMMs run in)
+  /// training.dtype "fp8": Transformer Engine's recipe, the linear layers' GEMMs in float8_e4m3 forward and
+  /// backward (per-tensor scales, bf16 outputs), everything else in `dtype` (then bfloat16); docs/planner.md.
+  bool fp8 = false;
   Recompute recompute = Recompute::None;  ///< Full: the forward pass is run again in the backward pass
 };
 
