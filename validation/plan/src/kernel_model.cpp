@@ -115,6 +115,8 @@ std::string variantOf(KernelClass cls, const std::string& kernel) {
   return cls == KernelClass::Gemm || cls == KernelClass::Attention ? std::string() : kernel;
 }
 
+constexpr const char* kFp8Dtype = "float8_e4m3";
+
 std::string dtypeOf(KernelClass cls, const std::string& dtype) {
   return cls == KernelClass::Gemm ? dtype : std::string();
 }
@@ -216,7 +218,8 @@ KernelModels KernelModels::fit(const std::vector<MeasurementFile>& files, const 
     KernelModel m = fitKernelModel(recs, key, options);
     try {
       const NodeSpec node = presetNodeOfGpu(key.gpu);
-      m.peakTflops = node.bf16Tflops;
+      // FP8 GEMM records scale by the fp8 peaks (0 on a GPU without FP8: never extrapolated from).
+      m.peakTflops = key.dtype == kFp8Dtype ? node.fp8Tflops : node.bf16Tflops;
       m.hbmGBs = node.hbmGBs;
     } catch (const Error&) {
       // A GPU no preset knows: its models price only plans on that GPU (never extrapolated from).
@@ -241,7 +244,7 @@ KernelModels KernelModels::fit(const std::vector<MeasurementFile>& files, const 
 }
 
 KernelModels::Match KernelModels::find(const ComputeOp& op, const std::string& gpu) const {
-  const std::string variant = variantOf(op.cls, op.kernel), dtype = dtypeOf(op.cls, toString(op.dtype));
+  const std::string variant = variantOf(op.cls, op.kernel), dtype = dtypeOf(op.cls, dtypeName(op));
   std::vector<std::string> gpus{gpu};
   for (const auto& [k, m] : models_)
     if (std::find(gpus.begin(), gpus.end(), k.gpu) == gpus.end()) gpus.push_back(k.gpu);
@@ -284,8 +287,10 @@ KernelPrice priceCompute(const GemmModel& gemm, const KernelModels& kernels, con
   const KernelModels::Match match = kernels.find(op, node.gpu);
   if (match.model) {
     const KernelModel& m = *match.model;
-    // Another GPU's records: its rate scaled by the dense bf16 peaks, its bandwidth by the HBM datasheets.
-    const double rScale = match.extrapolated && m.peakTflops > 0 ? node.bf16Tflops / m.peakTflops : 1.0;
+    // Another GPU's records: its rate scaled by the dense bf16 (FP8 GEMMs: fp8) peaks, its bandwidth by the HBM
+    // datasheets.
+    const double peak = op.fp8 && op.cls == KernelClass::Gemm ? node.fp8Tflops : node.bf16Tflops;
+    const double rScale = match.extrapolated && m.peakTflops > 0 ? peak / m.peakTflops : 1.0;
     const double bScale = match.extrapolated && m.hbmGBs > 0 ? node.hbmGBs / m.hbmGBs : 1.0;
     const double f =
         m.tflops > 0 ? flopsFor(m.options, op.flops, op.m, op.n, op.batch) / (m.tflops * rScale * 1e6) : 0.0;
@@ -297,7 +302,10 @@ KernelPrice priceCompute(const GemmModel& gemm, const KernelModels& kernels, con
   }
   // No record of this kernel (its class, variant, dtype) on any GPU: the GEMM model or the roofline, and the
   // source says so (plan.json, the census, the unmeasured share).
-  const ComputePrice c = priceCompute(gemm, op, node);
+  // The GEMM model is fitted on bf16 GEMMs: an FP8 GEMM's FLOPs count for bf16 / fp8 of theirs.
+  ComputeOp scaled = op;
+  if (op.fp8 && op.cls == KernelClass::Gemm && node.fp8Tflops > 0) scaled.flops *= node.bf16Tflops / node.fp8Tflops;
+  const ComputePrice c = priceCompute(gemm, scaled, node);
   p.us = c.us;
   p.memoryBound = c.memoryBound;
   p.source = computePriceSource(op);

@@ -305,7 +305,7 @@ Json kernelJson(const ComputeOp& op, const KernelPrice& price, uint32_t microBat
             {"class", toString(op.cls)},
             {"kernel", op.kernel},
             {"pass", toString(op.pass)},
-            {"dtype", toString(op.dtype)}};
+            {"dtype", dtypeName(op)}};
   switch (op.cls) {
     case KernelClass::Gemm: k.update({{"m", op.m}, {"n", op.n}, {"k", op.k}, {"batch", op.batch}}); break;
     case KernelClass::Attention:

@@ -273,6 +273,9 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
   const uint64_t capacity = out.clusterIsFile || out.cluster.node.nics == 0
                                 ? uint64_t{out.cluster.nodes} * out.cluster.node.gpus
                                 : uint64_t{1} << 32;
+  if (in.workload.training.fp8 && !(out.cluster.node.fp8Tflops > 0))
+    bad("training.dtype: fp8 needs a GPU with FP8 tensor cores (Hopper or newer); " + out.cluster.node.gpu +
+        " has none");
   for (uint32_t g : in.gpus)
     if (g > capacity)
       bad("--gpus " + std::to_string(g) + ": cluster '" + in.cluster + "' has " + std::to_string(capacity) + " GPUs (" +

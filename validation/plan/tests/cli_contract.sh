@@ -114,6 +114,9 @@ bad "layout-typo.json: unknown field layout.tpp" -- "${run[@]}" --layout "$work/
 bad "unknown field layout.tpp|layout.tpp" -- "${run[@]}" --layout "$work/layout-typo.json"
 bad "no such file|cannot open" -- "${run[@]}" --layout "$work/none.json"
 bad "unknown cluster 'dgx-b300'" -- "${tiny[@]}" --gpus 8 --cluster dgx-b300
+sed 's/"globalBatch": 64}/"globalBatch": 64, "dtype": "fp8"}/' "$work/tiny.json" >"$work/tiny-fp8.json"
+bad "training.dtype: fp8 needs a GPU with FP8 tensor cores \(Hopper or newer\); NVIDIA A100 has none" -- \
+  "$tool" --workload "$work/tiny-fp8.json" --gpus 8 --cluster a100-8x200
 bad "--gpus 32: cluster '.*two-nodes.json' has 16 GPUs" -- "${tiny[@]}" --gpus 8:32 --cluster "$work/two-nodes.json"
 bad "--gpus '64:8': MIN is larger than MAX" -- "${tiny[@]}" --gpus 64:8
 bad "--what-if 'colour=red': unknown key 'colour'" -- "${run[@]}" --what-if colour=red
