@@ -435,6 +435,16 @@ TEST_CASE("workload: fp8 training puts FP8 GEMMs, casts and amax in the census a
   CHECK(wcast->times == 2);
   CHECK(findKernel(s, "mlp-up.weight.amax")->bytes == 2.0 * 96 * 384);
   CHECK(findKernel(bf.stages[0], "qkv.cast") == nullptr);
+  // With sequence parallelism TE casts the rank's slice before the all-gather: T / t rows for the column-parallel
+  // inputs and the row-parallel output gradients, all T rows where nothing is gathered.
+  Workload w3 = oddWorkload(3, true);
+  w3.training.fp8 = true;
+  const StageLowering s3 = lowerStep(w3, resolveLayout(w3, 3)).stages[0];
+  CHECK(findKernel(s3, "qkv.cast")->elements == 17 * 96);
+  CHECK(findKernel(s3, "mlp-up.cast")->elements == 17 * 96);
+  CHECK(findKernel(s3, "attn-out.dgrad.cast")->elements == 17 * 96);
+  CHECK(findKernel(s3, "mlp-down.cast")->elements == 51 * 64);
+  CHECK(findKernel(s3, "qkv.dgrad.cast")->elements == 51 * 96);  // q, k, v of one head each: 96 columns
 
   // Memory: + 1 byte per FP8 GEMM parameter, the FP8 GEMMs' inputs saved in one byte: 7 s b h less per layer.
   const MemoryEstimate mb = estimateMemory(wb, bf), mf = estimateMemory(w, f8);

@@ -127,8 +127,20 @@ class StageBuilder {
     // input saved in FP8, the output gradient's transposed copy from the same cast), the weights are cast once per
     // step (addStepKernels).
     const bool wgrad = name.size() > 6 && name.compare(name.size() - 6, 6, ".wgrad") == 0;
-    if (op.fp8 && !wgrad) addCast(name, pass, dbl(m) * dbl(k) * dbl(batch), times, recompute);
+    if (op.fp8 && !wgrad) addCast(name, pass, dbl(m) * dbl(k) * dbl(batch) / spGathered(name), times, recompute);
     return idx;
+  }
+
+  /// t where a GEMM's A operand arrives through a sequence-parallel all-gather (the column-parallel forward
+  /// inputs, the row-parallel output gradients), 1 elsewhere: Transformer Engine casts the rank's sequence slice
+  /// before the all-gather, so each rank casts T / t rows.
+  double spGathered(const std::string& name) const {
+    if (!w_.layout.sp || r_.tp == 1) return 1;
+    const std::string base = name.substr(0, name.find('.'));
+    const bool dgrad = name.find(".dgrad") != std::string::npos;
+    return (!dgrad && (base == "qkv" || base == "mlp-up")) || (dgrad && (base == "attn-out" || base == "mlp-down"))
+               ? static_cast<double>(r_.tp)
+               : 1;
   }
 
   /// training.dtype fp8: the GEMMs Transformer Engine runs in FP8 (Megatron-LM's FP8 recipe): every linear
