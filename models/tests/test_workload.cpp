@@ -334,6 +334,18 @@ TEST_CASE("workload: census FLOPs and bytes of an odd-sized model match the hand
   CHECK(static_cast<double>(adam->params) == s.denseParams + s.expertParams);
   CHECK(adam->bytes == 28.0 * static_cast<double>(adam->params));
   CHECK(findKernel(s, "grad-norm")->params == adam->params);
+  // Mixed precision: the fp32 masters copied into the 16-bit parameters, the fp32 main gradients zeroed.
+  const ComputeOp* copy = findKernel(s, "param-copy");
+  const ComputeOp* zero = findKernel(s, "zero-grad");
+  REQUIRE(copy);
+  REQUIRE(zero);
+  CHECK(copy->pass == Pass::Step);
+  CHECK(copy->cls == KernelClass::Optimizer);
+  CHECK(copy->params == adam->params);
+  CHECK(copy->bytes == (4 + e) * static_cast<double>(adam->params));
+  CHECK(zero->params == adam->params);
+  CHECK(zero->bytes == 4.0 * static_cast<double>(adam->params));
+  CHECK(zero->flops == 0);
   // Norms and activations are not model FLOPs: MFU counts the matrix products only.
   double matmul = 0;
   for (const ComputeOp& op : s.compute)
@@ -363,6 +375,18 @@ TEST_CASE("workload: census FLOPs and bytes of an odd-sized model match the hand
   wz.layout.zero = 1;
   const StageLowering sz = lowerStep(wz, resolveLayout(wz, 2)).stages[0];
   CHECK(static_cast<double>(findKernel(sz, "adam")->params) == std::ceil(sz.denseParams / 2));
+  CHECK(findKernel(sz, "param-copy")->params == findKernel(sz, "adam")->params);
+  // ZeRO 1 keeps every gradient on the rank: the whole buffer is zeroed; ZeRO 2 shards it like the optimizer.
+  CHECK(static_cast<double>(findKernel(sz, "zero-grad")->params) == std::ceil(sz.denseParams));
+  wz.layout.zero = 2;
+  const StageLowering sz2 = lowerStep(wz, resolveLayout(wz, 2)).stages[0];
+  CHECK(findKernel(sz2, "zero-grad")->params == findKernel(sz2, "adam")->params);
+  // Training in float32 keeps no masters: neither kernel runs.
+  Workload wf = oddWorkload(1, false);
+  wf.training.dtype = DType::Float32;
+  const StageLowering sf = lowerStep(wf, resolveLayout(wf, 1)).stages[0];
+  CHECK(findKernel(sf, "param-copy") == nullptr);
+  CHECK(findKernel(sf, "zero-grad") == nullptr);
 
   // Full recomputation re-runs the layers' kernels (not the embedding, head or loss) as backward work.
   Workload wr = oddWorkload(1, false);

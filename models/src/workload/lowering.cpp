@@ -240,9 +240,17 @@ class StageBuilder {
         op.flops = grad ? t * h : 0;
         op.bytes = grad ? 8 * t + e * t * h + e * v * h : 8 * t + 2 * e * t * h;
         return;
-      case KernelClass::Optimizer:  // fp32 param, grad, m, v read; param, m, v written
-        op.flops = 12 * dbl(op.params);
-        op.bytes = 28 * dbl(op.params);
+      case KernelClass::Optimizer:
+        if (op.kernel == "param-copy") {  // fp32 master read, the bf16 (model dtype) parameter written
+          op.flops = dbl(op.params);
+          op.bytes = (4 + e) * dbl(op.params);
+        } else if (op.kernel == "zero-grad") {  // the fp32 main-gradient buffer set to zero
+          op.flops = 0;
+          op.bytes = 4 * dbl(op.params);
+        } else {  // adam: fp32 param, grad, m, v read; param, m, v written
+          op.flops = 12 * dbl(op.params);
+          op.bytes = 28 * dbl(op.params);
+        }
         return;
       case KernelClass::GradNorm:  // the norm reads every fp32 gradient, the clipping scale reads and writes them
         op.flops = 3 * dbl(op.params);
@@ -544,9 +552,10 @@ class StageBuilder {
     bucketed("edp", out_.expertParams, edpSize, edpGroups_);
   }
 
-  /// The optimizer step and the gradient-norm pass, once per step over the parameters this rank's optimizer
-  /// updates: all of the stage's parameters per GPU without ZeRO, its shard of them (dense over dp, experts over
-  /// the expert data-parallel group) with ZeRO 1 to 3.
+  /// The optimizer step, the copy of the masters into the model's parameters, the zeroing of the main-gradient
+  /// buffer and the gradient-norm pass, once per step over the parameters this rank's optimizer updates: all of the
+  /// stage's parameters per GPU without ZeRO, its shard of them (dense over dp, experts over the expert data-parallel
+  /// group) with ZeRO 1 to 3.
   void addStepKernels() {
     const bool sharded = w_.layout.zero > 0;
     const double dense = sharded ? std::ceil(out_.denseParams / r_.dp) : out_.denseParams;
@@ -557,6 +566,19 @@ class StageBuilder {
     p.dtype = DType::Float32;
     p.params = static_cast<uint64_t>(std::ceil(dense + expert));
     addKernel(p, "adam", Pass::Step, 1, false);
+    // Mixed precision keeps fp32 master weights: after the step each updated master is copied into the model's
+    // 16-bit parameter (Megatron-LM's _copy_main_params_to_model_params), and the fp32 main-gradient buffer the
+    // next step accumulates into is zeroed (zero_grad_buffer): over the local buffer, which ZeRO 2 and 3 shard.
+    // Training in float32 keeps no masters and no separate buffer: neither kernel runs.
+    if (elemBytes_ < 4) {
+      p.kernel = "param-copy";
+      addKernel(p, "param-copy", Pass::Step, 1, false);
+      ComputeOp z = p;
+      z.kernel = "zero-grad";
+      z.params =
+          static_cast<uint64_t>(std::ceil(w_.layout.zero >= 2 ? dense + expert : out_.denseParams + out_.expertParams));
+      addKernel(z, "zero-grad", Pass::Step, 1, false);
+    }
     p.cls = KernelClass::GradNorm;
     p.kernel = "grad-norm";
     addKernel(p, "grad-norm", Pass::Step, 1, false);
