@@ -450,6 +450,13 @@ def parse_args(argv):
         if c not in CLASSES:
             raise BadInput("--classes: unknown class '%s' (choose from %s)" % (c, ",".join(CLASSES)))
     a.class_list = classes
+    check_out_and_commit(a)
+    return a
+
+
+def check_out_and_commit(a):
+    """The --out and --commit checks both harnesses share (BadInput naming the option): --out is required unless
+    --list, and must name a file in a writable folder; --commit is 7 to 40 hex digits."""
     if not a.list:
         if not a.out:
             raise BadInput("--out FILE.json is required (or --list)")
@@ -462,7 +469,6 @@ def parse_args(argv):
             raise BadInput("--out: folder '%s' is not writable" % parent)
     if a.commit is not None and (len(a.commit) < 7 or any(ch not in "0123456789abcdefABCDEF" for ch in a.commit)):
         raise BadInput("--commit: '%s' is not a git commit id (7 to 40 hex digits)" % a.commit)
-    return a
 
 
 def open_gpu(tool, commit_arg):

@@ -58,8 +58,7 @@ MODELS = {
 }
 
 
-class BadInput(Exception):
-    pass
+BadInput = kb.BadInput  # one bad-input error for both harnesses (kb.check_out_and_commit raises it)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -155,18 +154,7 @@ def parse_args(argv):
     a = ap.parse_args(argv)
     if a.grid not in GRIDS:
         raise BadInput("--grid: unknown grid '%s' (quick or full)" % a.grid)
-    if not a.list:
-        if not a.out:
-            raise BadInput("--out FILE.json is required (or --list)")
-        if os.path.isdir(a.out):
-            raise BadInput("--out: '%s' is a directory" % a.out)
-        parent = os.path.dirname(os.path.abspath(a.out))
-        if not os.path.isdir(parent):
-            raise BadInput("--out: folder '%s' does not exist" % parent)
-        if not os.access(parent, os.W_OK):
-            raise BadInput("--out: folder '%s' is not writable" % parent)
-    if a.commit is not None and (len(a.commit) < 7 or any(ch not in "0123456789abcdefABCDEF" for ch in a.commit)):
-        raise BadInput("--commit: '%s' is not a git commit id (7 to 40 hex digits)" % a.commit)
+    kb.check_out_and_commit(a)
     return a
 
 
