@@ -2,18 +2,13 @@
 // The rendezvous and its handshake are in tcp_rendezvous.cpp, the launch variables it starts from in launch.cpp.
 #include "mk/bootstrap.hpp"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <set>
-#include <thread>
 
 #include "mk/error.hpp"
 #include "net/socket_util.hpp"
@@ -21,7 +16,6 @@
 namespace mk {
 namespace {
 
-using net::Clock;
 using net::deadlineAfter;
 using net::msLeft;
 using net::sysError;
