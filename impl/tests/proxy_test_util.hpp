@@ -118,6 +118,14 @@ inline int expectFailure(HostSink& sink, const std::string& who, std::initialize
 }
 
 /// Transport options for tests: socket, a short budget, log lines collected in `log` (and echoed to stderr).
+/// The ranks of `node` in `nodeOf` (node of each rank), in rank order: what one process of a multi-node test runs.
+inline std::vector<uint32_t> ranksOf(const std::vector<uint32_t>& nodeOf, int node) {
+  std::vector<uint32_t> mine;
+  for (uint32_t r = 0; r < nodeOf.size(); ++r)
+    if (nodeOf[r] == static_cast<uint32_t>(node)) mine.push_back(r);
+  return mine;
+}
+
 inline mk::proxy::TransportOptions socketOptions(std::vector<std::string>* log, int budgetMs = 2000) {
   mk::proxy::TransportOptions o;
   o.kind = mk::proxy::TransportKind::Socket;

@@ -148,9 +148,7 @@ int node(int me, uint16_t port, int go, std::vector<std::string>* refusals) {
     std::fprintf(stderr, "rank 0 refused %zu connections, expected 6\n", boot.refusedConnections());
     return 21;
   }
-  std::vector<uint32_t> mine;
-  for (uint32_t r = 0; r < nodeOf.size(); ++r)
-    if (nodeOf[r] == static_cast<uint32_t>(me)) mine.push_back(r);
+  const std::vector<uint32_t> mine = mkt::ranksOf(nodeOf, me);
   mk::proxy::ExecPortOptions po;
   po.transport = mkt::socketOptions(nullptr, 5000);
   mk::proxy::ExecProxyPort proxyPort(boot, static_cast<uint32_t>(nodeOf.size()), mine, po);

@@ -27,14 +27,6 @@ mk::proxy::ExecPortOptions portOptions(int budgetMs) {
   return po;
 }
 
-/// Ranks of `node` in `nodeOf`.
-std::vector<uint32_t> ranksOf(const std::vector<uint32_t>& nodeOf, int node) {
-  std::vector<uint32_t> mine;
-  for (uint32_t r = 0; r < nodeOf.size(); ++r)
-    if (nodeOf[r] == static_cast<uint32_t>(node)) mine.push_back(r);
-  return mine;
-}
-
 /// Once the proxy of one of `ranks` has handled a command, run `act` (on a thread of its own).
 std::thread whenProxyBusy(mk::proxy::ExecProxyPort& port, std::vector<uint32_t> ranks, std::function<void()> act) {
   return std::thread([&port, ranks, act] {
@@ -72,7 +64,7 @@ TEST_CASE("multinode faults: a process killed mid-op is named by every surviving
       3,
       [&](int node) -> int {
         mk::TcpBootstrap boot(mkt::bootOptions(node, 3, port));
-        const std::vector<uint32_t> mine = ranksOf(nodeOf, node);
+        const std::vector<uint32_t> mine = mkt::ranksOf(nodeOf, node);
         mk::proxy::ExecProxyPort proxyPort(boot, 6, mine, portOptions(1000));
         std::thread killer;
         if (node == 1) killer = whenProxyBusy(proxyPort, mine, [] { ::kill(::getpid(), SIGKILL); });
@@ -183,7 +175,7 @@ TEST_CASE("multinode faults: a process that stops mid-op is named when the budge
         const std::vector<uint8_t> pids = boot.allGather(&me, sizeof me);
         pid_t other = 0;
         std::memcpy(&other, pids.data() + (1 - node) * sizeof(pid_t), sizeof(pid_t));
-        const std::vector<uint32_t> mine = ranksOf(nodeOf, node);
+        const std::vector<uint32_t> mine = mkt::ranksOf(nodeOf, node);
         mk::proxy::ExecProxyPort proxyPort(boot, 4, mine, portOptions(500));
         std::thread stopper;
         if (node == 1) stopper = whenProxyBusy(proxyPort, mine, [] { ::raise(SIGSTOP); });

@@ -37,9 +37,7 @@ const uint64_t kCounts[] = {1, 37, 1031, 20011};
 int runLayout(int node, const std::vector<uint32_t>& nodeOf, uint16_t port, bool staged) {
   int nodes = 0;
   for (uint32_t n : nodeOf) nodes = std::max(nodes, static_cast<int>(n) + 1);
-  std::vector<uint32_t> mine;
-  for (uint32_t r = 0; r < nodeOf.size(); ++r)
-    if (nodeOf[r] == static_cast<uint32_t>(node)) mine.push_back(r);
+  const std::vector<uint32_t> mine = mkt::ranksOf(nodeOf, node);
   mk::TcpBootstrap boot(mkt::bootOptions(node, nodes, port, 20000));
   mk::proxy::ExecPortOptions po;
   po.transport = mkt::socketOptions(nullptr, 5000);
