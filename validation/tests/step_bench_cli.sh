@@ -2,7 +2,8 @@
 # step_bench.py's contract without a GPU (issue 32, item 5): --help and --list need no torch; bad input exits 2
 # with one stderr line and writes nothing; a good request on a machine without PyTorch or a GPU exits 3 with one
 # line. The full grid has dense and MoE steps (>= 12), each with the fields the planner needs, and every model's
-# workload object plans one GPU with mk-plan when its path is given.  Usage: step_bench_cli.sh <workdir> [mk-plan]
+# workload object plans one GPU with mk-plan when its path is given; step_bench_test.py checks the pure-Python parts
+# (FP8 grid and GEMMs against mk-plan's census, the --profile summary).  Usage: step_bench_cli.sh <workdir> [mk-plan]
 set -u
 work=$1
 mkplan=${2:-}
@@ -14,18 +15,23 @@ rm -rf "$work" && mkdir -p "$work/adir"
 source "$here/../../cmake/cli_testlib.sh"
 
 expect 0 'step_bench.py' -- "$py" "$tool" --help
-expect 0 '^# 2 steps, predicted [0-9]+ s' -- "$py" "$tool" --list --grid quick
+expect 0 '^# 4 steps, predicted [0-9]+ s' -- "$py" "$tool" --list --grid quick
 expect 2 'unknown grid' -- "$py" "$tool" --grid huge --out "$work/s.json"
 expect 2 'is a directory' -- "$py" "$tool" --out "$work/adir"
 expect 2 'does not exist' -- "$py" "$tool" --out "$work/no/such/s.json"
 expect 2 'not a git commit' -- "$py" "$tool" --commit xyz --out "$work/s.json"
 expect 2 'required' -- "$py" "$tool" --grid quick
 expect 2 'unrecognized' -- "$py" "$tool" --bogus
-for bad in "--grid huge --out $work/s.json" "--out $work/adir" "--commit xyz --out $work/s.json"; do
+expect 2 '^step_bench.py: --profile: folder .* does not exist' -- "$py" "$tool" --out "$work/s.json" --profile "$work/no/p.json"
+expect 2 '^step_bench.py: --profile: .* is a directory' -- "$py" "$tool" --out "$work/s.json" --profile "$work/adir"
+expect 2 '^step_bench.py: --profile: .* is also --out' -- "$py" "$tool" --out "$work/s.json" --profile "$work/s.json"
+for bad in "--grid huge --out $work/s.json" "--out $work/adir" "--commit xyz --out $work/s.json" \
+  "--out $work/s.json --profile $work/adir"; do
   # shellcheck disable=SC2086
   one_line_error "$py" "$tool" $bad
 done
 check "no file written on bad input" test ! -e "$work/s.json"
+check "no profile written on bad input" test ! -e "$work/p.json"
 # No GPU here (or no PyTorch): exit 3, one line, nothing written.
 if ! "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   expect 3 'PyTorch|GPU' -- "$py" "$tool" --grid quick --commit 0123456789abcdef --out "$work/s.json"
@@ -68,4 +74,7 @@ if [[ -n "$mkplan" ]]; then
     expect 0 '1/1/1/1' -- "$mkplan" --workload "$w" --cluster dgx-h100 --gpus 1 --measured none --cache none
   done
 fi
+# The pure-Python parts (no torch): FP8 steps, predictor, FP8 GEMMs vs the census, the profile summary.
+"$py" "$here/step_bench_test.py" "$work/unit" "$mkplan"
+check "step_bench_test.py: grid, FP8 GEMMs, profile summary" test $? -eq 0
 cli_summary

@@ -2,6 +2,7 @@
 """Time real training steps of a reference transformer on one GPU, to check the planner against (issue 32, item 5).
 
     /opt/torch/.venv/bin/python validation/tools/step_bench.py --out FILE.json [--grid quick|full] [--commit SHA]
+        [--profile PROFILE.json]
     python3 validation/tools/step_bench.py --list [--grid quick|full]   (no GPU, no torch)
 
 The reference is plain PyTorch built from the kernels kernel_bench.py times: bf16 nn.Linear without bias (cuBLASLt),
@@ -15,11 +16,21 @@ The step, as Megatron-LM keeps mixed precision (recipe "megatron-bf16"): bf16 mo
 bf16 weight gradients are added into fp32 main-gradient buffers (one flat buffer) by a post-accumulate-grad hook;
 after the last micro-batch clip_grad_norm_(1.0, foreach) on the fp32 main gradients, AdamW(fused=True) on fp32
 master weights, the master weights copied back into the bf16 parameters, the main-gradient buffer zeroed. 18 bytes
-of model state per parameter (2 bf16 weight, 4 fp32 main grad, 4 fp32 master, 8 fp32 Adam moments).
+of model state per parameter (2 bf16 weight, 4 fp32 main grad, 4 fp32 master, 8 fp32 Adam moments). The workload
+says "gradAccumFusion": false: the weight gradients are added into the main grads by a separate kernel.
+
+FP8 (recipe "te-fp8-current", workload "dtype": "fp8", record "dtype": "float8_e4m3"): Transformer Engine's recipe
+as the planner prices it, the GEMMs of qkv, attn-out, mlp-up / mlp-down or expert-up / expert-down in FP8 forward
+and backward on torch._scaled_mm with current per-tensor scaling, the weights cast once per step; the LM head and
+the router in bf16; everything else as the bf16 recipe (validation/tools/step_fp8.py says how, and which copies
+this reference pays that TE fuses). Before its first FP8 step a model's FP8 linear is checked against float32
+(forward, dgrad, wgrad at each weight shape); a failed check skips that model's FP8 steps with the reason.
 
 Timing: 2 warm-up steps, then >= 5 timed steps (torch.cuda.synchronize + perf_counter around each whole step, host
 work included, as a training loop sees it); median, min, max; peak memory torch.cuda.max_memory_allocated over the
 timed steps. Records: "mkernel.measurement.v1", "op": "step", with the workload object mk-plan --workload accepts.
+--profile FILE: one more step per record under torch.profiler, not timed, summarized by kernel class
+("mkernel.step-profile.v1", validation/tools/step_profile.py).
 
 Exit codes: 0 ok, 1 nothing could be measured, 2 bad input (one line), 3 no GPU / no PyTorch (one line).
 """
@@ -36,12 +47,22 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kernel_bench as kb  # noqa: E402  (shared conventions: system block, file writing, commit; imports no torch)
+import step_fp8  # noqa: E402  (the FP8 linear; imports no torch)
+import step_profile  # noqa: E402  (the --profile summary; imports no torch)
 
 GRIDS = ("quick", "full")
-RECIPE = "megatron-bf16"
 RECIPE_TEXT = ("bf16 params and compute; fp32 main grads accumulated over micro-batches; clip_grad_norm_(1.0) on "
                "them; fused AdamW on fp32 master weights (lr 1e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1), "
                "copied back to bf16; 18 bytes of model state per parameter")
+# Per step dtype: (recipe, record dtype, workload training.dtype, description).
+RECIPES = {
+    "bfloat16": ("megatron-bf16", "bfloat16", "bfloat16", RECIPE_TEXT),
+    "fp8": ("te-fp8-current", "float8_e4m3", "fp8",
+            "as megatron-bf16, but the GEMMs of qkv, attn-out, mlp-up/down or expert-up/down in FP8 forward and "
+            "backward (torch._scaled_mm; e4m3 activations and weights, e5m2 output gradients; current per-tensor "
+            "scaling: amax then cast per micro-batch; weights cast once per step, FP8 copy and its transpose kept); "
+            "lm-head and router bf16"),
+}
 WARMUP = 2
 TIMED = 5
 BYTES_PER_PARAM = 18
@@ -65,15 +86,24 @@ BadInput = kb.BadInput  # one bad-input error for both harnesses (kb.check_out_a
 # The grid, the workload objects and the predicted time (pure Python: --list and the CPU test use them)
 # ---------------------------------------------------------------------------------------------------------------
 
+# FP8 steps of the full grid, (seq, micro_batch, micro_batches): points of the bf16 grid, to compare the recipes.
+FP8_POINTS = {"llama3-8b": ((2048, 1, 1), (2048, 1, 4), (4096, 1, 1), (4096, 2, 2)),
+              "mixtral-8x22b": ((2048, 1, 1), (2048, 2, 2), (4096, 1, 4), (4096, 2, 1)),
+              "llama3-70b": ((2048, 1, 1), (4096, 2, 2))}
+
+
 def build_grid(grid):
+    """The steps, each model's bf16 steps then its FP8 ones (one model build per model)."""
     if grid == "quick":
-        return [dict(model="tiny-dense", seq=512, micro_batch=1, micro_batches=2),
-                dict(model="tiny-moe", seq=512, micro_batch=1, micro_batches=2)]
+        return [dict(model=m, seq=512, micro_batch=1, micro_batches=2, dtype=dt)
+                for m in ("tiny-dense", "tiny-moe") for dt in ("bfloat16", "fp8")]
     out = []
     for model in ("llama3-8b", "mixtral-8x22b", "llama3-70b"):
         for seq in (2048, 4096):
             for mb, m in ((1, 1), (1, 4), (2, 1), (2, 2)) if model != "llama3-70b" else ((1, 1), (2, 2)):
-                out.append(dict(model=model, seq=seq, micro_batch=mb, micro_batches=m))
+                out.append(dict(model=model, seq=seq, micro_batch=mb, micro_batches=m, dtype="bfloat16"))
+        for seq, mb, m in FP8_POINTS[model]:
+            out.append(dict(model=model, seq=seq, micro_batch=mb, micro_batches=m, dtype="fp8"))
     return out
 
 
@@ -86,8 +116,8 @@ def workload(e):
         model["moe"] = {"experts": p["experts"], "topK": p["topk"], "ffn": p["ffn"]}
     return {"schema": "mkernel.workload.v1", "name": "%s-%dl" % (e["model"], p["layers"]), "model": model,
             "training": {"seq": e["seq"], "microBatch": e["micro_batch"],
-                         "globalBatch": e["micro_batch"] * e["micro_batches"], "dtype": "bfloat16",
-                         "recompute": "none"},
+                         "globalBatch": e["micro_batch"] * e["micro_batches"], "dtype": RECIPES[e["dtype"]][2],
+                         "recompute": "none", "gradAccumFusion": False},
             "layout": {"tp": 1, "pp": 1, "dp": 1, "ep": 1, "sp": False, "zero": 0, "gradDtype": "float32"}}
 
 
@@ -110,7 +140,23 @@ def step_flops(e):
     return int(gemm + sdpa)
 
 
-PRED = dict(tflops=450e12, hbm=2.6e12, record_s=1.5, model_s=4.0, launch_us=8.0)
+def fp8_gemm_flops(e):
+    """The FLOPs of step_flops that run in FP8 under the fp8 recipe (0 in bf16)."""
+    if e["dtype"] != "fp8":
+        return 0
+    p = MODELS[e["model"]]
+    h, d = p["hidden"], p["hidden"] // p["heads"]
+    tokens = e["seq"] * e["micro_batch"] * e["micro_batches"]
+    attn = h * (p["heads"] + 2 * p["kv"]) * d + p["heads"] * d * h
+    mlp = p["topk"] * 3 * h * p["ffn"] if "experts" in p else 3 * h * p["ffn"]
+    return 6 * tokens * p["layers"] * (attn + mlp)
+
+
+# The predictor of the run time (a rough H100; the bf16 full grid ran in half its prediction): FP8 GEMMs at 1.6x the
+# bf16 rate, each FP8 GEMM's casts about 30 launches and 12 bytes per activation element, the weight cast 8 bytes per
+# FP8 parameter per step; a profiled step and its trace export add profile_s.
+PRED = dict(tflops=450e12, fp8_speedup=1.6, hbm=2.6e12, record_s=1.5, model_s=4.0, launch_us=8.0, fp8_check_s=3.0,
+            profile_s=2.0)
 
 
 def predict_step_s(e):
@@ -118,17 +164,32 @@ def predict_step_s(e):
     n = params_of(p)
     launches = e["micro_batches"] * p["layers"] * (80 + (60 + 12 * p.get("experts", 0)) if "experts" in p else 80)
     opt = (28 + 12 + 16) * n / PRED["hbm"]  # AdamW, clipping, main-grad adds, master copy-back and zeroing
-    return step_flops(e) / PRED["tflops"] + opt + launches * PRED["launch_us"] * 1e-6
+    f8 = fp8_gemm_flops(e)
+    t = (step_flops(e) - f8 + f8 / PRED["fp8_speedup"]) / PRED["tflops"] + opt
+    if e["dtype"] == "fp8":
+        tokens = e["seq"] * e["micro_batch"] * e["micro_batches"]
+        linears = p["layers"] * (2 + 2 * p.get("experts", 1))
+        launches += e["micro_batches"] * linears * 30
+        width = p["hidden"] * 3 + p["ffn"] * 3 * (p["topk"] if "experts" in p else 1)  # cast inputs per token
+        t += (12 * tokens * p["layers"] * width + 8 * step_fp8.fp8_params(p)) / PRED["hbm"]
+    return t + launches * PRED["launch_us"] * 1e-6
 
 
-def predict_s(grid):
+def predict_record_s(e, profile):
+    return PRED["record_s"] + (WARMUP + TIMED + 1 + (1 if profile else 0)) * predict_step_s(e) + (
+        PRED["profile_s"] if profile else 0.0)
+
+
+def predict_s(grid, profile=False):
     models = {e["model"] for e in grid}
-    return sum(PRED["record_s"] + (WARMUP + TIMED + 1) * predict_step_s(e) for e in grid) + PRED["model_s"] * len(
-        models)
+    fp8_models = {e["model"] for e in grid if e["dtype"] == "fp8"}
+    return sum(predict_record_s(e, profile) for e in grid) + PRED["model_s"] * len(models) + PRED[
+        "fp8_check_s"] * len(fp8_models)
 
 
 def label(e):
-    return "%s seq=%d micro_batch=%d micro_batches=%d" % (e["model"], e["seq"], e["micro_batch"], e["micro_batches"])
+    return "%s %s seq=%d micro_batch=%d micro_batches=%d" % (e["model"], RECIPES[e["dtype"]][0], e["seq"],
+                                                            e["micro_batch"], e["micro_batches"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -146,15 +207,25 @@ def parse_args(argv):
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="Details: docs/calibration.md, 'Training-step measurements'.")
     ap.add_argument("--out", help="measurement file to write (mkernel.measurement.v1)")
-    ap.add_argument("--grid", default="quick", help="quick (2 tiny steps, a smoke test) or full (layers of "
-                    "llama3-8b, llama3-70b and mixtral-8x22b, 20 steps; about 2 minutes on an H100)")
+    ap.add_argument("--grid", default="quick", help="quick (4 tiny steps, bf16 and fp8, a smoke test) or full "
+                    "(layers of llama3-8b, llama3-70b and mixtral-8x22b, 20 bf16 and 10 fp8 steps; about 2 minutes "
+                    "on an H100)")
     ap.add_argument("--commit", help="the commit measured, when the tree copy has no git history")
     ap.add_argument("--list", action="store_true", help="print the planned steps (one JSON object a line, with the "
                     "workload object) and the predicted run time, then exit; needs no GPU")
+    ap.add_argument("--profile", help="also run one untimed step per record under torch.profiler and write its "
+                    "kernel time by class to this file (mkernel.step-profile.v1)")
     a = ap.parse_args(argv)
     if a.grid not in GRIDS:
         raise BadInput("--grid: unknown grid '%s' (quick or full)" % a.grid)
     kb.check_out_and_commit(a)
+    if a.profile is not None and not a.list:
+        try:  # --out's checks (kernel_bench.py's), named for --profile
+            kb.check_out_and_commit(argparse.Namespace(list=False, out=a.profile, commit=None))
+        except BadInput as ex:
+            raise BadInput(str(ex).replace("--out", "--profile", 1))
+        if os.path.abspath(a.profile) == os.path.abspath(a.out):
+            raise BadInput("--profile: '%s' is also --out (give two files)" % a.profile)
     return a
 
 
@@ -314,6 +385,10 @@ class Trainer:
     def __init__(self, torch, p, dev):
         self.torch, self.p, self.dev = torch, p, dev
         self.model = build_model(torch, p, dev)
+        # The FP8 GEMMs' linears become step_fp8 linears; with fp8.enabled off they run F.linear, as nn.Linear does.
+        self.fp8 = step_fp8.Fp8State()
+        self.fp8_linears = step_fp8.wrap_model(torch, self.model, self.fp8)
+        self.fp8_check = None  # (ok, text, errors) of the FP8 self-check, run before the first FP8 step
         self.params = [q for q in self.model.parameters()]
         n = sum(q.numel() for q in self.params)
         self.n_params = n
@@ -338,6 +413,7 @@ class Trainer:
     def step(self, batches, cos, sin):
         torch = self.torch
         M = len(batches)
+        self.fp8.step += 1  # the FP8 weights are cast again on this step's first micro-batch
         for ids, tgt in batches:
             loss = self.model(ids, tgt, cos, sin) / M
             loss.backward()
@@ -351,9 +427,27 @@ class Trainer:
         return last
 
 
-def run_step_record(torch, tr, e, dev):
+class Skip(RuntimeError):
+    """A step not recorded, with the reason (a failed FP8 self-check)."""
+
+
+def fp8_shapes(tr):
+    """The distinct (n, k) weight shapes of the model's FP8 linears."""
+    return sorted({tuple(m.weight.shape) for mods in tr.fp8_linears.values() for m in mods})
+
+
+def run_step_record(torch, tr, e, dev, profile):
+    """The step record of grid entry e, and its profile summary (None unless profile)."""
     p = tr.p
     seq, mb, M = e["seq"], e["micro_batch"], e["micro_batches"]
+    fp8 = e["dtype"] == "fp8"
+    if fp8 and tr.fp8_check is None:
+        tr.fp8_check = step_fp8.self_check(torch, fp8_shapes(tr), dev)
+        print("  FP8 linear self-check (relative error vs float32, worst of %d shapes): %s" % (
+            len(fp8_shapes(tr)), tr.fp8_check[1]), flush=True)
+    if fp8 and not tr.fp8_check[0]:
+        raise Skip(tr.fp8_check[1])
+    tr.fp8.enabled = fp8
     backend, gqa, why = probe_attention(torch, p, seq, dev)
     for layer in tr.model.layers:
         layer.attn.attn = (backend, gqa)
@@ -378,23 +472,36 @@ def run_step_record(torch, tr, e, dev):
     if not all(math.isfinite(x) for x in losses):
         raise RuntimeError("loss not finite: %s" % losses)
     peak = torch.cuda.max_memory_allocated()
+    prof = None
+    if profile:
+        try:
+            prof = step_profile.profile_step(torch, lambda: tr.step(batches, cos, sin), "experts" in p)
+        except (RuntimeError, OSError, ValueError) as ex:
+            prof = {"error": (str(ex).strip().splitlines() or [type(ex).__name__])[0][:200]}
     flops = step_flops(e)
     t = statistics.median(ts)
     wl = workload(e)
-    r = {"op": "step", "impl": "torch", "algo": "eager", "dtype": "bfloat16", "ranks": 1, "bytes": 0,
+    recipe, dtype, _, text = RECIPES[e["dtype"]]
+    r = {"op": "step", "impl": "torch", "algo": "eager", "dtype": dtype, "ranks": 1, "bytes": 0,
          "time_us": t, "min_us": min(ts), "max_us": max(ts), "iters": len(ts), "stat": "median",
          "model": e["model"], "workload": wl, "layers": p["layers"], "seq": seq, "micro_batch": mb,
          "micro_batches": M, "tokens": seq * mb * M, "params": tr.n_params, "flops": flops,
          "tflops": flops / t / 1e6, "tokens_per_s": seq * mb * M / (t * 1e-6), "peak_memory_bytes": int(peak),
-         "state_bytes": int(BYTES_PER_PARAM * tr.n_params), "recipe": RECIPE, "recipe_text": RECIPE_TEXT,
+         "state_bytes": int(BYTES_PER_PARAM * tr.n_params), "recipe": recipe, "recipe_text": text,
          "attention_backend": backend, "gqa": gqa if p["kv"] != p["heads"] else "none", "warmup": WARMUP,
          "loss_first": losses[0], "loss_last": losses[-1], "algbw_gbs": 0.0, "busbw_gbs": 0.0,
          "timer": "synchronize+perf_counter", "tp": 1, "pp": 1, "dp": 1, "ep": 1}
     if "experts" in p:
         r["experts"], r["topk"], r["moe_gemm"] = p["experts"], p["topk"], "loop"
+    if fp8:
+        n8 = step_fp8.fp8_params(p)
+        # The FP8 weight copy and its transpose (TE on Hopper keeps both) on top of the bf16 recipe's state.
+        r["state_bytes"] += 2 * n8
+        r.update(fp8_gemms=list(step_fp8.fp8_gemms(p)), fp8_params=n8, fp8_scaling="current per-tensor",
+                 fp8_weight_cast="once per step", fp8_check=tr.fp8_check[1], fp8_check_errors=tr.fp8_check[2])
     if why:
         r["fallback_reason"] = why[:300]
-    return r
+    return r, prof
 
 
 def main(argv):
@@ -404,7 +511,7 @@ def main(argv):
         sys.stderr.write("step_bench.py: %s\n" % ex)
         return 2
     grid = build_grid(a.grid)
-    predicted = predict_s(grid)
+    predicted = predict_s(grid, a.profile is not None)
     if a.list:
         for e in grid:
             print(json.dumps(dict(e, workload=workload(e), flops=step_flops(e),
@@ -420,9 +527,11 @@ def main(argv):
            "run": {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "commit": commit,
                    "command": "step_bench.py " + shlex.join(argv), "grid": a.grid, "complete": False},
            "records": []}
-    print("step_bench: %s, %d SMs; torch %s, CUDA %s, cuDNN %s; %d steps (%s grid), recipe %s, predicted %.0f s" % (
-        sysb["gpu"], sysb["sms"], sysb["torch"], sysb["cuda"], sysb.get("cudnn"), len(grid), a.grid, RECIPE,
-        predicted), flush=True)
+    pdoc = {"schema": step_profile.SCHEMA, "system": sysb, "run": doc["run"], "patterns": [
+        {"class": c, "pattern": rx} for c, rx in step_profile.CLASS_PATTERNS], "profiles": []}
+    print("step_bench: %s, %d SMs; torch %s, CUDA %s, cuDNN %s; %d steps (%s grid), recipes %s, predicted %.0f s" % (
+        sysb["gpu"], sysb["sms"], sysb["torch"], sysb["cuda"], sysb.get("cudnn"), len(grid), a.grid,
+        "/".join(sorted({RECIPES[e["dtype"]][0] for e in grid})), predicted), flush=True)
     t0 = time.time()
     skipped = []
     done_pred = 0.0
@@ -435,11 +544,17 @@ def main(argv):
                 torch.cuda.empty_cache()
                 tr_name = e["model"]
                 tr = Trainer(torch, MODELS[e["model"]], dev)
-            r = run_step_record(torch, tr, e, dev)
+            r, prof = run_step_record(torch, tr, e, dev, a.profile is not None)
             doc["records"].append(r)
-            print("  %-48s %10.1f ms (min %.1f, max %.1f) %6.1f TFLOP/s %9.0f tok/s peak %5.1f GiB %s/%s" % (
+            print("  %-64s %10.1f ms (min %.1f, max %.1f) %6.1f TFLOP/s %9.0f tok/s peak %5.1f GiB %s/%s" % (
                 label(e), r["time_us"] / 1e3, r["min_us"] / 1e3, r["max_us"] / 1e3, r["tflops"], r["tokens_per_s"],
                 r["peak_memory_bytes"] / (1 << 30), r["attention_backend"], r["gqa"]), flush=True)
+            if prof is not None:
+                pdoc["profiles"].append(dict(prof, model=e["model"], recipe=r["recipe"], dtype=r["dtype"], seq=e["seq"],
+                                             micro_batch=e["micro_batch"], micro_batches=e["micro_batches"],
+                                             workload=r["workload"], timed_us=r["time_us"]))
+                print(step_profile.format_summary(prof) if "error" not in prof else "    profile failed: " +
+                      prof["error"], flush=True)
         except (RuntimeError, torch.cuda.OutOfMemoryError) as ex:
             msg = (str(ex).strip().splitlines() or [type(ex).__name__])[0][:200]
             skipped.append("%s: %s" % (label(e), msg))
@@ -448,12 +563,14 @@ def main(argv):
             if isinstance(ex, torch.cuda.OutOfMemoryError):
                 tr, tr_name = None, None
                 torch.cuda.empty_cache()
-        done_pred += PRED["record_s"] + (WARMUP + TIMED + 1) * predict_step_s(e)
+        done_pred += predict_record_s(e, a.profile is not None)
         el = time.time() - t0
         print("[%d/%d steps, %.0f s elapsed, about %.0f s left]" % (
             i + 1, len(grid), el, max(0.0, el / done_pred * (predicted - done_pred))), flush=True)
         if doc["records"]:
             kb.write_file(a.out, doc)
+        if pdoc["profiles"]:
+            kb.write_file(a.profile, pdoc)
     el = time.time() - t0
     doc["run"]["complete"] = True
     doc["run"]["seconds"] = round(el, 1)
@@ -461,8 +578,10 @@ def main(argv):
         sys.stderr.write("step_bench.py: nothing measured (%d skipped)\n" % len(skipped))
         return 1
     kb.write_file(a.out, doc)
-    print("step_bench: %d records in %.0f s (predicted %.0f s); %d skipped -> %s" % (
-        len(doc["records"]), el, predicted, len(skipped), a.out))
+    if pdoc["profiles"]:
+        kb.write_file(a.profile, pdoc)  # the run block is shared: complete now
+    print("step_bench: %d records in %.0f s (predicted %.0f s); %d skipped -> %s%s" % (
+        len(doc["records"]), el, predicted, len(skipped), a.out, (", profiles -> " + a.profile) if a.profile else ""))
     for s in skipped:
         print("  not recorded: " + s)
     return 0
