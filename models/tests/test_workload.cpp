@@ -240,7 +240,10 @@ TEST_CASE("workload: the census names every class of the contract where the step
       CHECK_MESSAGE(op.flops >= 0, op.name);
       CHECK_MESSAGE(op.times >= 1, op.name);
       CHECK((op.kind == ComputeKind::Other) == (op.cls != KernelClass::Gemm && op.cls != KernelClass::Attention));
-      CHECK((op.pass == Pass::Step) == (op.cls == KernelClass::Optimizer || op.cls == KernelClass::GradNorm));
+      // Once per step: the optimizer's kernels, but the per-micro-batch gradient accumulation.
+      const bool perStep =
+          (op.cls == KernelClass::Optimizer && op.kernel != "grad-accum") || op.cls == KernelClass::GradNorm;
+      CHECK_MESSAGE((op.pass == Pass::Step) == perStep, op.name);
     }
     // Every forward kernel of a class with a backward has its backward, as often.
     const ComputeOp* norm = findKernel(st, "attn-norm");
@@ -346,6 +349,28 @@ TEST_CASE("workload: census FLOPs and bytes of an odd-sized model match the hand
   CHECK(zero->params == adam->params);
   CHECK(zero->bytes == 4.0 * static_cast<double>(adam->params));
   CHECK(zero->flops == 0);
+  // Gradient-accumulation fusion (the default): the linear layers' weight-gradient GEMMs add into the fp32 main
+  // gradient (their output read and written in fp32); a kernel per micro-batch adds the other gradients (the
+  // embedding rows, the norms' weights).
+  CHECK(w.training.gradAccumFusion);
+  const ComputeOp* upW = findKernel(s, "mlp-up.wgrad");
+  REQUIRE(upW);
+  CHECK(upW->bytes == e * (T * h + T * 2 * 192) + 8.0 * h * 2 * 192);
+  CHECK(findKernel(s, "mlp-up")->bytes == e * (T * h + h * 2 * 192) + e * T * 2 * 192);
+  const ComputeOp* acc = findKernel(s, "grad-accum");
+  REQUIRE(acc);
+  CHECK(acc->pass == Pass::Backward);
+  CHECK(acc->times == 1);
+  CHECK(acc->cls == KernelClass::Optimizer);
+  CHECK(static_cast<double>(acc->params) == 1001 * h + 2 * 2 * h + h);
+  CHECK(acc->bytes == (e + 8) * static_cast<double>(acc->params));
+  // Without it every parameter's 16-bit gradient is added into the buffer, and the GEMMs write 16-bit outputs.
+  Workload wu = w;
+  wu.training.gradAccumFusion = false;
+  const StageLowering su = lowerStep(wu, resolveLayout(wu, 1)).stages[0];
+  CHECK(findKernel(su, "mlp-up.wgrad")->bytes == e * (T * h + T * 2 * 192) + e * h * 2 * 192);
+  CHECK(static_cast<double>(findKernel(su, "grad-accum")->params) == su.denseParams + su.expertParams);
+  CHECK(workloadFromJson(workloadToJson(wu)).training.gradAccumFusion == false);
   // Norms and activations are not model FLOPs: MFU counts the matrix products only.
   double matmul = 0;
   for (const ComputeOp& op : s.compute)
@@ -387,6 +412,7 @@ TEST_CASE("workload: census FLOPs and bytes of an odd-sized model match the hand
   const StageLowering sf = lowerStep(wf, resolveLayout(wf, 1)).stages[0];
   CHECK(findKernel(sf, "param-copy") == nullptr);
   CHECK(findKernel(sf, "zero-grad") == nullptr);
+  CHECK(findKernel(sf, "grad-accum") == nullptr);
 
   // Full recomputation re-runs the layers' kernels (not the embedding, head or loss) as backward work.
   Workload wr = oddWorkload(1, false);
@@ -426,7 +452,8 @@ TEST_CASE("workload: fp8 training puts FP8 GEMMs, casts and amax in the census a
   CHECK(qkv->flops == findKernel(bf.stages[0], "qkv")->flops);
   CHECK(f8.modelFlopsPerStep == bf.modelFlopsPerStep);
   CHECK(std::string(dtypeName(*findKernel(s, "mlp-down.wgrad"))) == "float8_e4m3");
-  CHECK(findKernel(s, "mlp-down.wgrad")->bytes == ffn * T + T * h + 2 * ffn * h);
+  // The weight gradient adds into the fp32 main gradient (gradient-accumulation fusion): read and written.
+  CHECK(findKernel(s, "mlp-down.wgrad")->bytes == ffn * T + T * h + 8 * ffn * h);
   // The LM head stays in bf16, and nothing is cast for it.
   CHECK(std::string(dtypeName(*findKernel(s, "lm-head"))) == "bfloat16");
   CHECK(findKernel(s, "lm-head.cast") == nullptr);

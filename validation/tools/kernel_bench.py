@@ -70,10 +70,15 @@ def ceil_div(a, b):
 # Shapes, flops and bytes (pure Python: --list and the CPU test use them without torch)
 # ---------------------------------------------------------------------------------------------------------------
 
-def gemm_entry(kernel, pas, m, n, k, batch, dtype, layout, model, tp):
+def gemm_entry(kernel, pas, m, n, k, batch, dtype, layout, model, tp, accumulate=False):
+    """accumulate: the output is an fp32 buffer the GEMM adds into (read and written: Megatron-LM's
+    gradient-accumulation fusion of weight-gradient GEMMs into the fp32 main gradient)."""
     e = dict(cls="gemm", kernel=kernel, pas=pas, dtype=dtype, m=m, n=n, k=k, batch=batch, layout=layout,
              model=model, tp=tp)
     out_b = 2
+    if accumulate:
+        e["accumulate"] = "float32"
+        out_b = 8
     in_b = 1 if dtype == "float8_e4m3" else 2
     e["flops"] = 2 * m * n * k * batch
     e["bytes"] = batch * (in_b * (m * k + k * n) + out_b * m * n)
@@ -105,6 +110,8 @@ def gemm_passes(name, m, n, k, batch, dtype, model, tp):
     if dtype == "float8_e4m3":
         for e in res:
             e["layout"] = "nt"  # operands transposed beforehand (Transformer Engine's cast-transpose)
+    elif name != "router":  # the wgrad as gradient-accumulation fusion runs it (not the router's: F.linear)
+        res.append(gemm_entry(name + ".wgrad", "backward", k, n, m, batch, dtype, "tn", model, tp, accumulate=True))
     return res
 
 
@@ -181,6 +188,15 @@ def embedding_entries(t, h, v):
 def adam_entry(n):
     # fp32 param, grad, m, v read; param, m, v written.
     return ew("optimizer", "adam", "step", "float32", 12 * n, 28 * n, params=n)
+
+
+def master_entries(n):
+    """The mixed-precision bookkeeping around the optimizer (Megatron-LM's DDP buffer and float16 optimizer): the
+    per-micro-batch add of bf16 gradients into the fp32 main gradient, the fp32 masters copied into the bf16
+    parameters, the main-gradient buffer zeroed."""
+    return [ew("optimizer", "grad-accum", "backward", "float32", n, 10 * n, params=n),
+            ew("optimizer", "param-copy", "step", "float32", n, 6 * n, params=n),
+            ew("optimizer", "zero-grad", "step", "float32", 0, 4 * n, params=n)]
 
 
 def gradnorm_entry(n):
@@ -362,6 +378,8 @@ def build_grid(grid, classes):
     if "optimizer" in want:
         ns = [64 * MIB] if quick else [MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB, 1024 * MIB, 1000 * 1000 * 100 + 7]
         out += [adam_entry(n) for n in ns]
+        for n in ns:
+            out += master_entries(n)
 
     if "grad-norm" in want:
         ns = [64 * MIB] if quick else [MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB, 1024 * MIB, 1000 * 1000 * 100 + 7]
@@ -634,12 +652,23 @@ def run_gemm(B, e):
             fn = lambda: torch.matmul(A, W)
             ref = lambda: torch.matmul(A[..., :256, :].float(), W.float())
             sub = lambda out: out[..., :256, :]
+        elif e.get("accumulate"):
+            # dW += dY^T X into an fp32 buffer (cuBLASLt with beta = 1 and an fp32 C/D, as Transformer Engine's
+            # wgrad GEMM under Megatron-LM's gradient-accumulation fusion).
+            X, DY = B.randn(*bs, k, m), B.randn(*bs, k, n, scale=sc)
+            C = B.randn(*bs, n, m, dtype=torch.float32)
+            if b > 1:
+                fn = lambda: torch.baddbmm(C, DY.transpose(-1, -2), X, out_dtype=torch.float32)
+            else:
+                fn = lambda: torch.addmm(C, DY.transpose(-1, -2), X, out_dtype=torch.float32)
+            ref = lambda: C[..., :256, :] + torch.matmul(DY[..., :, :256].float().transpose(-1, -2), X.float())
+            sub = lambda out: out[..., :256, :]
         else:
             X, DY = B.randn(*bs, k, m), B.randn(*bs, k, n, scale=sc)
             fn = lambda: torch.matmul(DY.transpose(-1, -2), X)  # [n, m]
             ref = lambda: torch.matmul(DY[..., :, :256].float().transpose(-1, -2), X.float())
             sub = lambda out: out[..., :256, :]
-        extra["algo"] = "matmul"
+        extra["algo"] = "addmm-out-fp32" if e.get("accumulate") else "matmul"
         extra["batched"] = "strided" if b > 1 else "no"
         out = fn()
         torch.cuda.synchronize()
@@ -678,7 +707,7 @@ def run_gemm(B, e):
         extra["scaling"] = "per-tensor"
         extra["operands"] = "pre-transposed" if e["pas"] == "backward" else "as-is"
         del out
-    extra["out_dtype"] = "bfloat16"
+    extra["out_dtype"] = "float32" if e.get("accumulate") else "bfloat16"
     t = B.time(fn, e["bytes"])
     t.update(extra)
     t["impl"] = "cublaslt"
@@ -927,6 +956,43 @@ def run_adam(B, e):
     return [(e, t)]
 
 
+def run_master(B, e):
+    """grad-accum, param-copy or zero-grad over n fp32 elements in 64 Mi-element tensors, as the reference step
+    runs them (step_bench.py: add_ of each bf16 gradient into its main-gradient view, copy_ of each master into its
+    parameter, zero_ of the buffer); checked element-wise on the first tensor."""
+    torch = B.torch
+    n, kern = e["params"], e["kernel"]
+    sizes = split_sizes(n)
+    if kern == "zero-grad":
+        buf = B.randn(n, dtype=torch.float32)
+        buf.zero_()
+        err = check("zero-grad", float(buf[:MIB].abs().max()), 0.0)
+        fn = buf.zero_
+    elif kern == "grad-accum":
+        main = [B.randn(s, dtype=torch.float32) for s in sizes]
+        grads = [B.randn(s) for s in sizes]
+        want = main[0][:MIB] + grads[0][:MIB].float()
+        main[0].add_(grads[0])
+        err = check("grad-accum", rel_err(torch, main[0][:MIB], want), 1e-6)
+
+        def fn():
+            for m, g in zip(main, grads):
+                m.add_(g)
+    else:
+        masters = [B.randn(s, dtype=torch.float32) for s in sizes]
+        params = [torch.empty(s, device=B.dev, dtype=torch.bfloat16) for s in sizes]
+        params[0].copy_(masters[0])
+        err = check("param-copy", rel_err(torch, params[0][:MIB].float(), masters[0][:MIB]), 4e-3)
+
+        def fn():
+            for q, m in zip(params, masters):
+                q.copy_(m)
+    t = B.time(fn, e["bytes"])
+    algo = {"zero-grad": "zero_", "grad-accum": "add_"}.get(kern, "copy_")
+    t.update(impl="torch", check=True, rel_err=err, algo=algo, tensors=1 if kern == "zero-grad" else len(sizes))
+    return [(e, t)]
+
+
 def run_gradnorm(B, e):
     torch = B.torch
     n = e["params"]
@@ -1058,7 +1124,7 @@ def run_unit(B, unit):
     if c == "embedding":
         return run_embedding(B, *unit)
     if c == "optimizer":
-        return run_adam(B, e)
+        return run_adam(B, e) if e["kernel"] == "adam" else run_master(B, e)
     if c == "grad-norm":
         return run_gradnorm(B, e)
     if c == "cast":

@@ -115,9 +115,13 @@ class StageBuilder {
     op.batch = batch;
     op.flops =
         2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(batch);
-    // FP8: one-byte operands, the output in bf16 (Transformer Engine's GEMMs).
+    const bool wgrad = name.size() > 6 && name.compare(name.size() - 6, 6, ".wgrad") == 0;
+    // FP8: one-byte operands, the output in bf16 (Transformer Engine's GEMMs). A linear layer's weight-gradient
+    // GEMM under gradient-accumulation fusion adds into the fp32 main gradient: its output is read and written in
+    // fp32. The router is no such layer (Megatron-LM's router calls F.linear; addGradAccum adds its gradient).
     const double in = op.fp8 ? 1.0 : elemBytes_;
-    op.bytes = dbl(batch) * (in * (dbl(m) * dbl(k) + dbl(k) * dbl(n)) + elemBytes_ * dbl(m) * dbl(n));
+    const double outBytes = wgrad && fusedGradAccum() && name != "router.wgrad" ? 8.0 : elemBytes_;
+    op.bytes = dbl(batch) * (in * (dbl(m) * dbl(k) + dbl(k) * dbl(n)) + outBytes * dbl(m) * dbl(n));
     op.times = times;
     op.recompute = recompute;
     out_.compute.push_back(op);
@@ -126,7 +130,6 @@ class StageBuilder {
     // per micro-batch, after an amax for its per-tensor scale; the weight-gradient GEMM reuses both casts (the
     // input saved in FP8, the output gradient's transposed copy from the same cast), the weights are cast once per
     // step (addStepKernels).
-    const bool wgrad = name.size() > 6 && name.compare(name.size() - 6, 6, ".wgrad") == 0;
     if (op.fp8 && !wgrad) addCast(name, pass, dbl(m) * dbl(k) * dbl(batch) / spGathered(name), times, recompute);
     return idx;
   }
@@ -241,7 +244,10 @@ class StageBuilder {
         op.bytes = grad ? 8 * t + e * t * h + e * v * h : 8 * t + 2 * e * t * h;
         return;
       case KernelClass::Optimizer:
-        if (op.kernel == "param-copy") {  // fp32 master read, the bf16 (model dtype) parameter written
+        if (op.kernel == "grad-accum") {  // a 16-bit gradient read, added into the fp32 main gradient
+          op.flops = dbl(op.params);
+          op.bytes = (e + 8) * dbl(op.params);
+        } else if (op.kernel == "param-copy") {  // fp32 master read, the bf16 (model dtype) parameter written
           op.flops = dbl(op.params);
           op.bytes = (4 + e) * dbl(op.params);
         } else if (op.kernel == "zero-grad") {  // the fp32 main-gradient buffer set to zero
@@ -579,6 +585,7 @@ class StageBuilder {
           static_cast<uint64_t>(std::ceil(w_.layout.zero >= 2 ? dense + expert : out_.denseParams + out_.expertParams));
       addKernel(z, "zero-grad", Pass::Step, 1, false);
     }
+    addGradAccum();
     p.cls = KernelClass::GradNorm;
     p.kernel = "grad-norm";
     addKernel(p, "grad-norm", Pass::Step, 1, false);
@@ -590,6 +597,32 @@ class StageBuilder {
     for (const ComputeOp& g : ops)
       if (g.cls == KernelClass::Gemm && g.fp8 && g.pass == Pass::Forward && !g.recompute)
         addCast(g.name + ".weight", Pass::Step, dbl(g.k) * dbl(g.n) * dbl(g.batch), g.times, false);
+  }
+
+  /// Mixed precision with Megatron-LM's gradient-accumulation fusion: the weight-gradient GEMMs accumulate into
+  /// the fp32 main-gradient buffer themselves.
+  bool fusedGradAccum() const { return elemBytes_ < 4 && w_.training.gradAccumFusion; }
+
+  /// The per-micro-batch add of 16-bit weight gradients into the fp32 main-gradient buffer (mixed precision; the
+  /// local buffer: ZeRO shards it only after the step's last micro-batch). Unfused: every parameter of the stage.
+  /// Fused: the parameters no weight-gradient GEMM produces (the embedding, the norms' weights, the routers'
+  /// weights, whose gradients Megatron-LM adds in its backward hook).
+  void addGradAccum() {
+    if (elemBytes_ >= 4) return;
+    const ModelShape& m = w_.model;
+    const double h = dbl(m.hidden);
+    double params = out_.denseParams + out_.expertParams;
+    if (w_.training.gradAccumFusion) {
+      params = dbl(out_.layers) * 2 * h + dbl(moeLayers_) * (m.moe ? h * m.moe->experts : 0);
+      if (out_.embedding) params += dbl(vocabLocal_) * h;
+      if (out_.head) params += h;
+    }
+    ComputeOp a;
+    a.cls = KernelClass::Optimizer;
+    a.kernel = "grad-accum";
+    a.dtype = DType::Float32;
+    a.params = static_cast<uint64_t>(std::ceil(params));
+    addKernel(a, "grad-accum", Pass::Backward, 1, false);
   }
 
   const Workload& w_;

@@ -61,7 +61,7 @@ void readModel(const JsonFields& f, bool whole, ModelShape& m) {
 }
 
 void readTraining(const JsonFields& f, bool whole, TrainingSpec& t) {
-  f.onlyKeys({"seq", "microBatch", "globalBatch", "dtype", "recompute"});
+  f.onlyKeys({"seq", "microBatch", "globalBatch", "dtype", "recompute", "gradAccumFusion"});
   field(f, "seq", whole, t.seq, [&](const char* k) { return f.count64(k); });
   field(f, "microBatch", whole, t.microBatch, [&](const char* k) { return f.count32(k); });
   field(f, "globalBatch", whole, t.globalBatch, [&](const char* k) { return f.count64(k); });
@@ -83,6 +83,7 @@ void readTraining(const JsonFields& f, bool whole, TrainingSpec& t) {
     if (s == "full") return Recompute::Full;
     f.fail(f.name(k) + " must be \"none\" or \"full\" (got \"" + excerpt(s) + "\")");
   });
+  field(f, "gradAccumFusion", false, t.gradAccumFusion, [&](const char* k) { return f.boolean(k); });
 }
 
 void readLayout(const JsonFields& f, ParallelLayout& l) {
@@ -159,7 +160,8 @@ std::string workloadToJson(const Workload& w, int indent) {
               {"microBatch", t.microBatch},
               {"globalBatch", t.globalBatch},
               {"dtype", t.fp8 ? "fp8" : toString(t.dtype)},
-              {"recompute", toString(t.recompute)}}},
+              {"recompute", toString(t.recompute)},
+              {"gradAccumFusion", t.gradAccumFusion}}},
             {"layout", layout}};
   return j.dump(indent);
 }

@@ -51,6 +51,12 @@ struct TrainingSpec {
   /// backward (per-tensor scales, bf16 outputs), everything else in `dtype` (then bfloat16); docs/planner.md.
   bool fp8 = false;
   Recompute recompute = Recompute::None;  ///< Full: the forward pass is run again in the backward pass
+  /// Megatron-LM's gradient-accumulation fusion (its default): the weight-gradient GEMMs of the linear layers add
+  /// into the fp32 main-gradient buffer (fp32 output read and written), and only the other parameters' gradients
+  /// (embedding, norms) are added by a separate kernel per micro-batch. Off: every parameter's 16-bit gradient is
+  /// written and then added into the buffer per micro-batch (`main_grad.add_(grad)`; 2 + 4 + 4 bytes a parameter).
+  /// Mixed precision only: float32 training has no separate buffer.
+  bool gradAccumFusion = true;
 };
 
 /// Pipeline schedule.
