@@ -119,13 +119,16 @@ def test_profile():
     check("classify amax (AbsMaxOps) as cast", sp.classify(AMAX2, False) == "cast")
     check("classify cuDNN's attention-backward helper as attention", sp.classify(DOTDO, False) == "attention")
     check("classify the fp8 conversion as cast", sp.classify(CAST, False) == "cast")
-    check("classify a uint8 transpose as copy", sp.classify(UCOPY, False) == "copy/other", sp.classify(UCOPY, False))
+    check("classify a uint8 transpose as fp8-transpose", sp.classify(UCOPY, False) == "fp8-transpose",
+          sp.classify(UCOPY, False))
+    check("classify a bf16 copy as copy", sp.classify(UCOPY.replace("unsigned char", "c10::BFloat16"), False) ==
+          "copy/other")
     check("classify a multiply as elementwise", sp.classify(MUL, False) == "residual/elementwise")
     check("index_select: embedding in a dense model", sp.classify(GATHER, False) == "embedding")
     check("index_select: permute in a MoE model", sp.classify(GATHER, True) == "permute")
     check("unknown name: no class", sp.classify("my_odd_kernel", False) is None)
-    check("every class but copy/other and residual/elementwise is a census class",
-          set(sp.CLASSES) - {"copy/other", "residual/elementwise"} <= set(sb.kb.CLASSES),
+    check("every class but fp8-transpose, copy/other and residual/elementwise is a census class",
+          set(sp.CLASSES) - {"fp8-transpose", "copy/other", "residual/elementwise"} <= set(sb.kb.CLASSES),
           set(sp.CLASSES) - set(sb.kb.CLASSES))
     trace = {"traceEvents": [
         {"ph": "X", "cat": "kernel", "name": GEMM, "ts": 100.0, "dur": 50.0},

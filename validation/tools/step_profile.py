@@ -21,8 +21,9 @@ import time
 
 SCHEMA = "mkernel.step-profile.v1"
 # (class, pattern) in match order. Classes are the census's (validation/tools/kernel_bench.py CLASSES) plus
-# "copy/other" (copies, fills, memcpy / memset; the unmatched are counted there too) and "residual/elementwise"
-# for the generic elementwise kernels, which names cannot place (copies first: they run as elementwise kernels).
+# "fp8-transpose", "copy/other" (copies, fills, memcpy / memset; the unmatched are counted there too) and
+# "residual/elementwise" for the generic elementwise kernels, which names cannot place (copies first: they run as
+# elementwise kernels).
 CLASS_PATTERNS = (
     ("attention", r"sdpa|fmha|flash_fwd|flash_bwd|flash_attn|attention|cudnn::fusion"),  # + cuDNN's bprop helpers
     ("gemm", r"gemm|nvjet|cutlass|xmma|splitKreduce|gemv"),
@@ -36,6 +37,9 @@ CLASS_PATTERNS = (
     ("embedding", r"[Ee]mbedding|krn_partials|compute_grad_weight|sum_and_scatter|partial_segment"),
     ("permute", r"indexSelect|index_select|gather_kernel|indexFunc|index_add|indexing_backward|[Rr]adix|[Ss]ort"),
     ("rotary", r"CatArray|neg_kernel"),
+    # step_fp8's one-byte transposes (through uint8 views), which TE's cast-transpose fuses and the planner does not
+    # price: their own class, so a comparison can set them apart.
+    ("fp8-transpose", r"copy_kernel.*unsigned char"),
     ("copy/other", r"copy_kernel|Memcpy|Memset|[Ff]ill"),
     ("residual/elementwise", r"elementwise_kernel|[Ff]unctor_add|[Ff]unctor_mul|AddFunctor|MulFunctor"),
 )
