@@ -14,12 +14,14 @@ void emitAllGatherRing(ScheduleBuilder& b, const GenContext& ctx, uint32_t ch, R
   const auto chunks = chunkRanges(part, ctx.opt.chunks);
   const uint64_t k = chunks.size();
   const uint32_t flag = b.newFlag();
-  for (uint32_t r = 0; r < p; ++r) {
-    const uint32_t next = (r + 1) % p;
+  const std::vector<uint32_t> order = ringOrder(ctx, ch);
+  for (uint32_t i = 0; i < p; ++i) {
+    const uint32_t r = order[i], next = order[(i + 1) % p];
     const uint32_t lane = b.lane(r, sendRole(ctx, r, next), ch);
     for (uint32_t step = 0; step + 1 < p; ++step) {
-      // Step s forwards block r - s: the own block first, then what arrived from r - 1 in step s - 1.
-      const uint64_t blk = (r + p - step) % p;
+      // Step s forwards the block of the rank s places back in the ring: the own block first, then what arrived
+      // from the predecessor in step s - 1.
+      const uint64_t blk = order[(i + p - step) % p];
       for (uint64_t c = 0; c < k; ++c) {
         const Range piece = chunks[c];
         if (step > 0) b.wait(r, lane, flag, (step - 1) * k + c + 1);

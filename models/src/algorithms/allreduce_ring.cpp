@@ -31,14 +31,16 @@ void emitRing(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range
   const uint32_t rsArrived = b.newFlag();
   const uint32_t agArrived = b.newFlag();
   const uint32_t reduced = b.newFlag();
-  for (uint32_t r = 0; r < p; ++r) {
-    const uint32_t succ = (r + 1) % p;
+  // Blocks are numbered by ring position (any numbering covers the data once); ranks follow ringOrder.
+  const std::vector<uint32_t> order = ringOrder(ctx, channel);
+  for (uint32_t i = 0; i < p; ++i) {
+    const uint32_t r = order[i], succ = order[(i + 1) % p];
     // Lanes are looked up at each step so a rank whose pieces are all empty gets no empty lane.
     auto send = [&] { return lanes.to(r, succ); };
     auto red = [&] { return lanes.reducer(r); };
     uint64_t readyIdx = 0, agIdx = 0, rsIdx = 0;
     for (uint32_t s = 0; s + 1 < p; ++s) {
-      const uint32_t blockIdx = (r + p - s) % p;
+      const uint32_t blockIdx = (i + p - s) % p;
       for (uint32_t k = 0; k < chunks; ++k) {
         const Range u = unit(blockIdx, k);
         if (u.size == 0) continue;
@@ -48,7 +50,7 @@ void emitRing(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range
       }
     }
     for (uint32_t s = 0; s + 1 < p; ++s) {
-      const uint32_t blockIdx = (r + 1 + p - s) % p;
+      const uint32_t blockIdx = (i + 1 + p - s) % p;
       for (uint32_t k = 0; k < chunks; ++k) {
         const Range u = unit(blockIdx, k);
         if (u.size == 0) continue;
@@ -60,7 +62,7 @@ void emitRing(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range
       }
     }
     for (uint32_t s = 0; s + 1 < p; ++s) {
-      const uint32_t blockIdx = (r + 2 * p - 1 - s) % p;
+      const uint32_t blockIdx = (i + 2 * p - 1 - s) % p;
       const uint16_t dst = s + 2 < p ? scratch : ctx.output;
       for (uint32_t k = 0; k < chunks; ++k) {
         const Range u = unit(blockIdx, k);

@@ -43,11 +43,29 @@ struct GenContext {
   uint16_t input = 0, output = 0;                ///< buffer ids
   int scratch = -1;                              ///< buffer id, or -1 when the algorithm has none
   uint8_t putFlags = 0;  ///< protocol bits every Put / ProxyPut gets (kStepLL, kStepLL128; set by nccl-* setups)
+  /// The rings run NCCL's rail orders (ringOrder): each channel enters and leaves every node by a GPU of its
+  /// own, so the channels' traffic across nodes spreads over the NICs (set by nccl-ring where railRingsApply).
+  bool railRings = false;
   uint32_t nNodes() const noexcept { return static_cast<uint32_t>(nodeRanks.size()); }
   /// Ranks on node `node`.
   uint32_t nodeSize(uint32_t node) const noexcept { return static_cast<uint32_t>(nodeRanks[node].size()); }
   bool sameNode(uint32_t a, uint32_t b) const noexcept { return nodeOf[a] == nodeOf[b]; }
 };
+
+/// Whether NCCL's rail orders apply to the rings of `ctx`: several equal nodes, ranks node-major (rank r the
+/// local GPU r % G of node r / G), so that every ring order visits the nodes in turn as the rank-order ring does.
+bool railRingsApply(const GenContext& ctx);
+/// The ranks of channel `channel`'s ring in ring order (position i sends to position i + 1): rank order unless
+/// ctx.railRings; then node after node, node k's local GPUs from (channel - k) mod G on, so that node k leaves
+/// by local GPU (channel - k - 1) mod G to the same local GPU of node k + 1 (one rail, as NCCL's rings leave
+/// and enter a node on one NIC), and the channels leave every node by different GPUs (their NICs).
+std::vector<uint32_t> ringOrder(const GenContext& ctx, uint32_t channel);
+/// Most channels of `channels` that leave a node by one GPU under ctx.railRings (ceil(channels / G)); `channels`
+/// otherwise: the lanes of a rank that share its network rate in a ring.
+double ringNetworkLanes(const GenContext& ctx, double channels);
+/// Most channels of `channels` whose ring hop from one rank stays on its node under ctx.railRings (channels -
+/// floor(channels / G): every rank leaves its node in floor(channels / G) of them or more); `channels` otherwise.
+double ringNvlinkLanes(const GenContext& ctx, double channels);
 
 /// Appends steps; finish() produces the Schedule with cost attributes filled.
 class ScheduleBuilder {

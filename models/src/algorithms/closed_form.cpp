@@ -109,8 +109,15 @@ double networkShare(const CostContext& c, bool ringEdges) {
   const GenContext& g = c.gen;
   if (g.nNodes() < 2) return 1.0;
   std::vector<bool> sends(g.nRanks, true);
-  if (ringEdges)
+  if (ringEdges && g.railRings) {
+    // Channel c leaves node k by its local GPU (c - k - 1) mod G (ringOrder).
+    const uint32_t G = g.maxLocal, channels = effectiveChannels(g);
+    std::fill(sends.begin(), sends.end(), false);
+    for (uint32_t k = 0; k < g.nNodes(); ++k)
+      for (uint32_t ch = 0; ch < std::min(channels, G); ++ch) sends[k * G + (ch + 2 * G - k % G - 1) % G] = true;
+  } else if (ringEdges) {
     for (uint32_t r = 0; r < g.nRanks; ++r) sends[r] = !g.sameNode(r, (r + 1) % g.nRanks);
+  }
   const std::vector<double> shares = rankNetworkShares(c.topo, g.nodeOf, sends);
   double least = 1.0;
   for (uint32_t r = 0; r < g.nRanks; ++r)
@@ -135,8 +142,11 @@ UnitPrices unitPrices(const CostContext& c, uint64_t elems, bool needsNet, bool 
   u.bytes = double(elems) * double(dtypeSize(c.spec.dtype));
   const double b = u.bytes * u.share / 1e3;  // bytes / (GB/s * 1e3 / share) = b / GB/s
   u.nvLat = pf.nvlink.alphaUs;
-  u.nvBw = b / linkRate(pf.nvlink, u.bytes);
-  u.netBw = needsNet ? networkMessageUs(c, u.bytes, u.share, ringEdges) : 0;
+  // NCCL's rail rings (ringOrder) split a rank's channels between its NVLink and its network lanes.
+  const double nvShare = ringEdges ? ringNvlinkLanes(c.gen, u.share) : u.share;
+  u.nvBw = u.bytes * nvShare / 1e3 / linkRate(pf.nvlink, u.bytes);
+  u.netBw =
+      needsNet ? networkMessageUs(c, u.bytes, ringEdges ? ringNetworkLanes(c.gen, u.share) : u.share, ringEdges) : 0;
   // The unit message's lane time and landing under the ProxyPut rule (step_cost.hpp, proxyLaneUs): the issue
   // (plus any wait for an in-flight slot) per message, the latency only where another lane waits for it.
   const double busy = proxyIssueUs(pf) + u.netBw;
@@ -212,10 +222,13 @@ ChunkPrices::ChunkPrices(const CostContext& ctx) : c(ctx) {
   chunkBytes = static_cast<double>(chunk) * esize;
   t0 = Term{pr.dispatchUs, 0, 0};
   nvl = Term{pr.nvlink.alphaUs, chunkBytes * channels / (linkRate(pr.nvlink, chunkBytes) * 1e3), 0};
+  // The rings' hops under NCCL's rail orders (ringOrder): a rank's channels split between NVLink and network.
+  nvlRing = Term{pr.nvlink.alphaUs,
+                 chunkBytes * ringNvlinkLanes(ctx.gen, channels) / (linkRate(pr.nvlink, chunkBytes) * 1e3), 0};
   double netBw = 0, netRingBw = 0;
   if (ctx.gen.nNodes() > 1) {
     netBw = networkMessageUs(ctx, chunkBytes, channels, false);
-    netRingBw = networkMessageUs(ctx, chunkBytes, channels, true);
+    netRingBw = networkMessageUs(ctx, chunkBytes, ringNetworkLanes(ctx.gen, channels), true);
   } else {  // no network on the path: keep the plain price (a formula may still print it)
     netBw = netRingBw = chunkBytes * channels / (linkRate(pr.network, chunkBytes) * 1e3);
   }
@@ -281,7 +294,7 @@ Term ringFlowLine(const ChunkPrices& x, bool reduces) {
   std::vector<Term> hop(Q), land(Q), lane(Q);
   for (uint32_t i = 0; i < Q; ++i) {
     const bool far = reps.crosses(g, i), near = reps.stays(g, i);
-    hop[i] = far && near ? maxOf({x.nvl, x.netRing}) : far ? x.netRing : x.nvl;
+    hop[i] = far && near ? maxOf({x.nvlRing, x.netRing}) : far ? x.netRing : x.nvlRing;
     land[i] = far ? x.netLand : Term{};
   }
   auto pred = [&](uint32_t i) { return (i + Q - 1) % Q; };

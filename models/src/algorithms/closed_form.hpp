@@ -151,6 +151,7 @@ struct ChunkPrices {
   Term t0, nvl, net, copy, reduce;  ///< dispatch; one chunk over NVLink / network; copy of a part; reduce of a chunk
   Term netLand;                     ///< a network chunk lands this long after its lane time (net) ends
   Term netRing;                     ///< one chunk over the network when only the ranks of ring edges across nodes send
+  Term nvlRing;                     ///< one chunk over NVLink on a ring (nvl; fewer lanes under rail rings)
 
   explicit ChunkPrices(const CostContext& ctx);
   /// `n` network chunks back to back on one lane until the last has landed (0 for none).

@@ -2,6 +2,7 @@
 #include "common.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 
@@ -12,6 +13,40 @@ namespace mk::detail {
 
 uint32_t effectiveChannels(const GenContext& ctx) {
   return static_cast<uint32_t>(std::min<uint64_t>(ctx.opt.channels, ctx.spec.count));
+}
+
+bool railRingsApply(const GenContext& ctx) {
+  const uint32_t G = ctx.maxLocal, p = ctx.nRanks;
+  if (ctx.nNodes() < 2 || G < 2 || p % G != 0) return false;
+  for (uint32_t r = 0; r < p; ++r)
+    if (ctx.nodeOf[r] != r / G || ctx.localIndex[r] != r % G) return false;
+  return true;
+}
+
+std::vector<uint32_t> ringOrder(const GenContext& ctx, uint32_t channel) {
+  const uint32_t p = ctx.nRanks;
+  std::vector<uint32_t> order(p);
+  if (!ctx.railRings) {
+    for (uint32_t i = 0; i < p; ++i) order[i] = i;
+    return order;
+  }
+  const uint32_t G = ctx.maxLocal, M = ctx.nNodes();
+  for (uint32_t k = 0; k < M; ++k) {
+    const uint32_t first = static_cast<uint32_t>((channel % G + G - k % G) % G);
+    for (uint32_t j = 0; j < G; ++j) order[k * G + j] = ctx.nodeRanks[k][(first + j) % G];
+  }
+  return order;
+}
+
+double ringNetworkLanes(const GenContext& ctx, double channels) {
+  if (!ctx.railRings) return channels;
+  const double G = ctx.maxLocal;
+  return std::ceil(channels / G);
+}
+
+double ringNvlinkLanes(const GenContext& ctx, double channels) {
+  if (!ctx.railRings) return channels;
+  return channels - std::floor(channels / ctx.maxLocal);
 }
 
 uint64_t checkedProduct(uint64_t a, uint64_t b, const char* what) {

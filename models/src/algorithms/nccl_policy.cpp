@@ -6,6 +6,7 @@
 
 #include "builder.hpp"
 #include "mk/algorithms/nccl.hpp"
+#include "mk/algorithms/nccl_topo.hpp"
 #include "mk/algorithms/policy.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
@@ -67,6 +68,23 @@ GenOptions layeredGenOptions(CollOp op, Algorithm algo, Protocol proto, uint64_t
   return g;
 }
 
+GenOptions layeredGenOptions(CollOp op, Algorithm algo, Protocol proto, uint64_t bytes, uint32_t nRanks,
+                             const Topology& topo) {
+  GenOptions g = layeredGenOptions(op, algo, proto, bytes, nRanks);
+  const uint32_t gpus = std::max<uint32_t>(topo.node.gpus, 1);
+  const uint32_t nodes = (nRanks + gpus - 1) / gpus;
+  if (algo != Algorithm::NcclRing || nodes < 2) return g;
+  const NcclGraph graph = ncclTopoGraph(topo.node, nodes);
+  const uint32_t used = ncclOpChannels(graph, proto == Protocol::Auto ? Protocol::Simple : proto, bytes, nRanks);
+  g.channels = std::max<uint32_t>(1, std::min(used, graph.railRings));
+  // A ring block of a schedule channel moves in NCCL's steps: a channel's 4 MiB buffer (DEFAULT_BUFFSIZE,
+  // init.cc) over NCCL_STEPS = 8 (device.h), at most the engine's chunks for the size.
+  constexpr uint64_t kNcclStepBytes = (uint64_t{4} << 20) / 8;
+  const uint64_t block = bytes / (static_cast<uint64_t>(g.channels) * nRanks);
+  g.chunks = static_cast<uint32_t>(std::clamp<uint64_t>((block + kNcclStepBytes - 1) / kNcclStepBytes, 1, g.chunks));
+  return g;
+}
+
 Protocol resolveProtocol(const CollectiveSpec& spec, const std::vector<uint32_t>& nodeOf, const GenOptions& opt,
                          const Profile& profile) {
   // Every other generator ignores the protocol: it is left as given.
@@ -101,7 +119,7 @@ std::vector<LayeredChoice> layeredCandidates(CollOp op, uint64_t count, DType dt
   for (Algorithm a : algos) {
     spec.algo = a;
     for (Protocol p : {Protocol::LL, Protocol::LL128, Protocol::Simple}) {
-      const GenOptions gen = layeredGenOptions(op, a, p, bytes, nRanks);
+      const GenOptions gen = layeredGenOptions(op, a, p, bytes, nRanks, topo);
       const double t = closedForm(spec, gen, topo, nRanks, profile).totalUs;
       if (std::isfinite(t)) all.push_back(LayeredChoice{a, gen, t});
     }

@@ -25,6 +25,7 @@ const AlgorithmDef& ringOf() {
 template <CollOp Op>
 void setupNcclRing(ScheduleBuilder& b, GenContext& ctx) {
   ctx.putFlags = protocolFlags(ctx.opt.protocol);
+  ctx.railRings = railRingsApply(ctx);
   if (ringOf<Op>().setup) ringOf<Op>().setup(b, ctx);
 }
 
@@ -37,7 +38,9 @@ template <CollOp Op>
 CostEstimate costNcclRing(const CostContext& c) {
   const Protocol proto = c.opt.protocol == Protocol::Auto ? Protocol::Simple : c.opt.protocol;
   const Profile view = protocolView(layeredProfile(c.profile, proto), protocolFlags(proto));
-  CostEstimate e = ringOf<Op>().cost(CostContext{c.spec, c.opt, c.topo, c.gen, view});
+  GenContext rails = c.gen;
+  rails.railRings = railRingsApply(rails);
+  CostEstimate e = ringOf<Op>().cost(CostContext{c.spec, c.opt, c.topo, rails, view});
   e.formula = std::string("nccl-ring/") + toString(proto) + ": " + e.formula;
   return e;
 }

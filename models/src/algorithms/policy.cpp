@@ -77,7 +77,10 @@ CollectivePlan planCollective(CollectiveSpec spec, std::optional<Algorithm> algo
   CollectivePlan plan;
   plan.chosenByAuto = !algo;
   spec.algo = algo ? *algo : chooseAlgorithm(spec.op, spec.count, spec.dtype, topo, nRanks, profile).algo;
-  const GenOptions table = defaultGenOptions(spec.op, spec.algo, opBytes(spec, nRanks), nRanks, nodesOf(topo, nRanks));
+  const GenOptions table =
+      isLayered(spec.algo)
+          ? layeredGenOptions(spec.op, spec.algo, gen.protocol, opBytes(spec, nRanks), nRanks, topo)
+          : defaultGenOptions(spec.op, spec.algo, opBytes(spec, nRanks), nRanks, nodesOf(topo, nRanks));
   if (gen.chunks == 0) gen.chunks = table.chunks;
   if (gen.channels == 0) gen.channels = table.channels;
   gen.inter = resolveInter(spec, topo.layout(nRanks), gen, profile);

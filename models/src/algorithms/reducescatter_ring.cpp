@@ -21,12 +21,14 @@ void emitReduceScatterRing(ScheduleBuilder& b, const GenContext& ctx, uint32_t c
   const auto chunks = chunkRanges(part, ctx.opt.chunks);
   const uint64_t k = chunks.size();
   const uint32_t flag = b.newFlag();
-  for (uint32_t r = 0; r < p; ++r) {
-    const uint32_t next = (r + 1) % p;
+  const std::vector<uint32_t> order = ringOrder(ctx, ch);
+  for (uint32_t i = 0; i < p; ++i) {
+    const uint32_t r = order[i], next = order[(i + 1) % p];
     const uint32_t lane = b.lane(r, sendRole(ctx, r, next), ch);
-    // Step s sends the partial of block r - s - 1; after p - 1 steps block r has been through every rank.
+    // Step s sends the partial of the block of the rank s + 1 places back in the ring; after p - 1 steps the
+    // block of rank r has been through every rank.
     for (uint32_t step = 0; step + 1 < p; ++step) {
-      const uint64_t blk = (r + 2 * p - step - 1) % p;
+      const uint64_t blk = order[(i + 2 * p - step - 1) % p];
       for (uint64_t c = 0; c < k; ++c) {
         const Range piece = chunks[c];
         BufRef src = bufRef(r, ctx.input, blk * count + piece.begin);

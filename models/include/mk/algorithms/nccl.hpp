@@ -42,6 +42,13 @@ double layeredOpUs(double gpuUs, const Profile& p, uint32_t launchesPerOp) noexc
 /// (defaultGenOptions), so that both sides of a fused-vs-layered comparison pipeline alike.
 GenOptions layeredGenOptions(CollOp op, Algorithm algo, Protocol proto, uint64_t bytes, uint32_t nRanks) noexcept;
 
+/// Chunks and channels of nccl-* at `bytes` on `nRanks` ranks of `topo` (placed node-major): on one node the
+/// engine's rule above; across nodes nccl-ring runs NCCL's channels (ncclOpChannels of ncclTopoGraph, nccl_topo.hpp,
+/// for `proto`, Simple's rule for Auto), one schedule channel per distinct rail ring (NCCL's duplicated channels
+/// of one ring share its lanes: the same rates), with the engine's chunks spread over them (at least 1).
+GenOptions layeredGenOptions(CollOp op, Algorithm algo, Protocol proto, uint64_t bytes, uint32_t nRanks,
+                             const Topology& topo);
+
 /// The protocol `opt.protocol` stands for when nccl-* `spec` is generated on `nodeOf`: itself when concrete,
 /// else the one whose closed form under layeredProfile(profile, that protocol) is lowest (Simple on ties);
 /// `opt.protocol` unchanged for an algorithm that is not nccl-* (which ignores it).
