@@ -213,6 +213,8 @@ def parse_args(argv):
     ap.add_argument("--commit", help="the commit measured, when the tree copy has no git history")
     ap.add_argument("--list", action="store_true", help="print the planned steps (one JSON object a line, with the "
                     "workload object) and the predicted run time, then exit; needs no GPU")
+    ap.add_argument("--dtype", default="all", choices=("all", "bfloat16", "fp8"),
+                    help="only the grid's steps of this recipe's dtype (all: both)")
     ap.add_argument("--profile", help="also run one untimed step per record under torch.profiler and write its "
                     "kernel time by class to this file (mkernel.step-profile.v1)")
     a = ap.parse_args(argv)
@@ -510,7 +512,7 @@ def main(argv):
     except BadInput as ex:
         sys.stderr.write("step_bench.py: %s\n" % ex)
         return 2
-    grid = build_grid(a.grid)
+    grid = [e for e in build_grid(a.grid) if a.dtype in ("all", e["dtype"])]
     predicted = predict_s(grid, a.profile is not None)
     if a.list:
         for e in grid:
