@@ -58,6 +58,9 @@ for line in open(sys.argv[1]):
     for k in shape[r["class"]]:
         if k != "causal" and not (isinstance(r.get(k), int) and r[k] > 0):
             bad.append("%s: %s" % (k, r))
+    if r["class"] == "cast" and (r["rows"] * r["cols"] != r["elements"] or r["bytes"] != r["elements"] * {
+            "cast-fp8": 4, "amax": 2}[r["kernel"]]):  # fused cast-transpose: bf16 read, fp8 and its transpose written
+        bad.append("cast bytes or shape: %s" % r)
     if r["dtype"] == "float8_e4m3" and r["class"] == "gemm" and any(r[k] % 16 for k in "mnk"):
         bad.append("fp8 gemm not a multiple of 16: %s" % r)
     key = json.dumps(r, sort_keys=True)

@@ -22,6 +22,8 @@ expect 2 'does not exist' -- "$py" "$tool" --out "$work/no/such/s.json"
 expect 2 'not a git commit' -- "$py" "$tool" --commit xyz --out "$work/s.json"
 expect 2 'required' -- "$py" "$tool" --grid quick
 expect 2 'unrecognized' -- "$py" "$tool" --bogus
+expect 2 "^step_bench.py: --models: 'gpt9' is not a model of the full grid" -- "$py" "$tool" --grid full --models llama3-8b,gpt9 --out "$work/s.json"
+expect 0 '^# 4 steps' -- "$py" "$tool" --list --grid full --models llama3-8b --dtype fp8
 expect 2 '^step_bench.py: --profile: folder .* does not exist' -- "$py" "$tool" --out "$work/s.json" --profile "$work/no/p.json"
 expect 2 '^step_bench.py: --profile: .* is a directory' -- "$py" "$tool" --out "$work/s.json" --profile "$work/adir"
 expect 2 '^step_bench.py: --profile: .* is also --out' -- "$py" "$tool" --out "$work/s.json" --profile "$work/s.json"

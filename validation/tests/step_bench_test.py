@@ -13,6 +13,7 @@ import sys
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "tools"))
 import step_bench as sb  # noqa: E402
+import fp8_kernels  # noqa: E402
 import step_fp8  # noqa: E402
 import step_profile as sp  # noqa: E402
 
@@ -29,7 +30,12 @@ def check(name, ok, detail=""):
 
 
 def test_no_torch():
-    check("the tools import without torch", "torch" not in sys.modules)
+    check("the tools import without torch or triton", "torch" not in sys.modules and "triton" not in sys.modules)
+
+
+def test_fp8_kernels():
+    check("cast-transpose pads the transpose's rows to 16", [fp8_kernels.padded_rows(r) for r in (1, 16, 1000, 1024)]
+          == [16, 16, 1008, 1024])
 
 
 def test_grid():
@@ -119,6 +125,11 @@ def test_profile():
     check("classify amax (AbsMaxOps) as cast", sp.classify(AMAX2, False) == "cast")
     check("classify cuDNN's attention-backward helper as attention", sp.classify(DOTDO, False) == "attention")
     check("classify the fp8 conversion as cast", sp.classify(CAST, False) == "cast")
+    src = open(os.path.join(here, "..", "tools", "fp8_kernels.py")).read()
+    check("fp8_kernels' cast-transpose kernel carries the name the profile matches",
+          "def %s(" % fp8_kernels.KERNEL_NAME in src)
+    check("classify the Triton cast-transpose as cast", sp.classify(fp8_kernels.KERNEL_NAME, False) == "cast",
+          sp.classify(fp8_kernels.KERNEL_NAME, False))
     check("classify a uint8 transpose as fp8-transpose", sp.classify(UCOPY, False) == "fp8-transpose",
           sp.classify(UCOPY, False))
     check("classify a bf16 copy as copy", sp.classify(UCOPY.replace("unsigned char", "c10::BFloat16"), False) ==
@@ -163,6 +174,7 @@ def main():
     mkplan = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] else None
     os.makedirs(workdir, exist_ok=True)
     test_no_torch()
+    test_fp8_kernels()
     test_grid()
     test_predictor()
     if mkplan:

@@ -204,9 +204,13 @@ def gradnorm_entry(n):
     return ew("grad-norm", "grad-norm", "step", "float32", 3 * n, 12 * n, params=n)
 
 
-def cast_entries(n):
-    return [ew("cast", "cast-fp8", "forward", "float8_e4m3", n, 3 * n, elements=n),
-            ew("cast", "amax", "forward", "bfloat16", n, 2 * n, elements=n)]
+def cast_entries(rows, cols):
+    """TE's amax and fused cast-transpose of a bf16 [rows, cols] tensor (fp8_kernels.py): cast-fp8 reads 2 bytes
+    and writes the fp8 tensor and its transpose, 4 per element (the transpose's zero padding to 16 rows uncounted);
+    amax reads 2."""
+    n = rows * cols
+    return [ew("cast", "cast-fp8", "forward", "float8_e4m3", n, 4 * n, elements=n, rows=rows, cols=cols),
+            ew("cast", "amax", "forward", "bfloat16", n, 2 * n, elements=n, rows=rows, cols=cols)]
 
 
 def router_entries(t, experts, topk):
@@ -386,9 +390,10 @@ def build_grid(grid, classes):
         out += [gradnorm_entry(n) for n in ns]
 
     if "cast" in want:
-        ns = [64 * MIB] if quick else [MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB, 1024 * MIB, 3 * 1000 * 1000 + 1]
-        for n in ns:
-            out += cast_entries(n)
+        # [tokens, width] of 1-1024 Mi elements, and an expert's odd row count (padded transpose) with odd columns.
+        rcs = [(16384, 4096)] if quick else [(256 * 2 ** i, 4096) for i in range(0, 11, 2)] + [(1001, 2997)]
+        for r, c in rcs:
+            out += cast_entries(r, c)
 
     if "router" in want:
         if quick:
@@ -1011,24 +1016,25 @@ def run_gradnorm(B, e):
 
 
 def run_cast_pair(B, ec, ea):
+    """TE's fused cast-transpose and amax (fp8_kernels.py), as step_fp8.py runs them; the cast checked element-wise
+    against the torch cast before timing."""
     torch = B.torch
-    n = ec["elements"]
-    x = B.randn(n)
-    amax0 = float(x.float().abs().max())  # current scaling: the scale from this tensor's amax
-    scale = torch.tensor(448.0 / amax0, device=B.dev, dtype=torch.float32)
-    fn_c = lambda: (x * scale).to(torch.float8_e4m3fn)
-    y = fn_c()
-    torch.cuda.synchronize()
-    xs = x[:MIB].float()
-    deq = y[:MIB].float() / scale
-    err = check("cast-fp8", rel_err(torch, deq, xs.clamp(-448 / float(scale), 448 / float(scale))), 0.07)
-    tc = B.time(fn_c, ec["bytes"])
-    tc.update(impl="torch", check=True, rel_err=err, algo="mul+to", fused=False, scaling="per-tensor")
-    fn_a = lambda: torch.linalg.vector_norm(x, float("inf"))
-    got = float(fn_a())
+    import fp8_kernels as fk
+    x = B.randn(ec["rows"], ec["cols"])
+    e4m3 = torch.float8_e4m3fn
+    why = fk.compare(torch, x, e4m3)
+    if why:
+        raise CheckFailed("cast-fp8: " + why)
+    a = fk.amax(torch, x)
+    y, _, inv, _ = fk.cast_transpose(torch, x, a, e4m3)
+    err = check("cast-fp8", rel_err(torch, y[:256].float() * inv, x[:256]), 0.07)
+    tc = B.time(lambda: fk.cast_transpose(torch, x, a, e4m3), ec["bytes"])
+    tc.update(impl="triton", check=True, rel_err=err, algo="cast-transpose", fused=True, scaling="per-tensor",
+              transpose_rows=fk.padded_rows(ec["rows"]))
+    got = float(fk.amax(torch, x))
     ref = float(x.float().abs().max())
     err2 = check("amax", abs(got - ref) / ref, 1e-6)
-    ta = B.time(fn_a, ea["bytes"])
+    ta = B.time(lambda: fk.amax(torch, x), ea["bytes"])
     ta.update(impl="torch", check=True, rel_err=err2, algo="vector_norm-inf")
     return [(ec, tc), (ea, ta)]
 

@@ -2,7 +2,7 @@
 """Time real training steps of a reference transformer on one GPU, to check the planner against (issue 32, item 5).
 
     /opt/torch/.venv/bin/python validation/tools/step_bench.py --out FILE.json [--grid quick|full] [--commit SHA]
-        [--profile PROFILE.json]
+        [--models M,...] [--dtype all|bfloat16|fp8] [--profile PROFILE.json]
     python3 validation/tools/step_bench.py --list [--grid quick|full]   (no GPU, no torch)
 
 The reference is plain PyTorch built from the kernels kernel_bench.py times: bf16 nn.Linear without bias (cuBLASLt),
@@ -22,9 +22,10 @@ says "gradAccumFusion": false: the weight gradients are added into the main grad
 FP8 (recipe "te-fp8-current", workload "dtype": "fp8", record "dtype": "float8_e4m3"): Transformer Engine's recipe
 as the planner prices it, the GEMMs of qkv, attn-out, mlp-up / mlp-down or expert-up / expert-down in FP8 forward
 and backward on torch._scaled_mm with current per-tensor scaling, the weights cast once per step; the LM head and
-the router in bf16; everything else as the bf16 recipe (validation/tools/step_fp8.py says how, and which copies
-this reference pays that TE fuses). Before its first FP8 step a model's FP8 linear is checked against float32
-(forward, dgrad, wgrad at each weight shape); a failed check skips that model's FP8 steps with the reason.
+the router in bf16; everything else as the bf16 recipe (validation/tools/step_fp8.py says how: each cast TE's amax
+and fused cast-transpose, fp8_kernels.py). Before its first FP8 step a model's cast-transpose is checked against the
+torch cast and its FP8 linear against float32 (forward, dgrad, wgrad at each weight shape); a failed check skips
+that model's FP8 steps with the reason.
 
 Timing: 2 warm-up steps, then >= 5 timed steps (torch.cuda.synchronize + perf_counter around each whole step, host
 work included, as a training loop sees it); median, min, max; peak memory torch.cuda.max_memory_allocated over the
@@ -215,11 +216,19 @@ def parse_args(argv):
                     "workload object) and the predicted run time, then exit; needs no GPU")
     ap.add_argument("--dtype", default="all", choices=("all", "bfloat16", "fp8"),
                     help="only the grid's steps of this recipe's dtype (all: both)")
+    ap.add_argument("--models", help="comma-separated models: only the grid's steps of these (default: all)")
     ap.add_argument("--profile", help="also run one untimed step per record under torch.profiler and write its "
                     "kernel time by class to this file (mkernel.step-profile.v1)")
     a = ap.parse_args(argv)
     if a.grid not in GRIDS:
         raise BadInput("--grid: unknown grid '%s' (quick or full)" % a.grid)
+    if a.models is not None:
+        known = sorted({e["model"] for e in build_grid(a.grid)})
+        a.models = a.models.split(",")
+        for m in a.models:
+            if m not in known:
+                raise BadInput("--models: '%s' is not a model of the %s grid (choose from %s)" % (
+                    m, a.grid, ",".join(known)))
     kb.check_out_and_commit(a)
     if a.profile is not None and not a.list:
         try:  # --out's checks (kernel_bench.py's), named for --profile
@@ -512,7 +521,8 @@ def main(argv):
     except BadInput as ex:
         sys.stderr.write("step_bench.py: %s\n" % ex)
         return 2
-    grid = [e for e in build_grid(a.grid) if a.dtype in ("all", e["dtype"])]
+    grid = [e for e in build_grid(a.grid) if a.dtype in ("all", e["dtype"])
+            and (a.models is None or e["model"] in a.models)]
     predicted = predict_s(grid, a.profile is not None)
     if a.list:
         for e in grid:

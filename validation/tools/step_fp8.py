@@ -7,24 +7,23 @@ with Transformer Engine; the LM head and the MoE router stay in bf16.
 
 Per GEMM, current scaling (TE's Float8CurrentScaling): amax of the tensor now, scale = fmax / amax (e4m3: 448 for
 activations and weights, e5m2: 57344 for output gradients), the GEMM gets the inverse scales as fp32 scalars.
-  forward  y  = x W^T      x cast to e4m3 per micro-batch (amax, then the cast), W8 from the step's weight cast
+  forward  y  = x W^T      x cast to e4m3 per micro-batch, W8 from the step's weight cast
   dgrad    dx = dy W       dy cast to e5m2 per micro-batch, W8's transpose from the step's weight cast
-  wgrad    dW = dy^T x     the saved FP8 x and the FP8 dy, both transposed
+  wgrad    dW = dy^T x     the transposes of x8 (saved by the forward) and of dy8, from the same casts
 bf16 outputs; fast accumulation in the forward only (TE splits the accumulator in dgrad and wgrad). The weights are
-cast once per step, on the first micro-batch, and reused by the others (TE's is_first_microbatch); the FP8 copy of
-x is what the forward saves for the backward (one byte per element, not two).
+cast once per step, on the first micro-batch, and reused by the others (TE's is_first_microbatch); the forward saves
+the FP8 transpose of x for the backward (one byte per element, not two).
 
-The casts are PyTorch's unfused kernels, those kernel_bench.py measures and the planner prices: amax as
-linalg.vector_norm(inf) (one read), the cast as a multiply then a conversion. _scaled_mm wants its first operand
-row-major and its second column-major, so this reference pays copies that TE's fused cast-transpose writes in the
-cast kernel itself: the weight's transpose once per step, and in every backward the transposes of the saved x8 and
-of dy8 (one-byte copies, through a uint8 view), plus a few scalar kernels for the scales. Row counts that are not a
-multiple of 16 (an expert's share of the tokens) are zero-padded in those transposes, as the wgrad's reduction
-dimension must be (Megatron pads expert rows for FP8 the same way); forward and dgrad need no padding.
+Every cast is TE's pair of kernels, those kernel_bench.py measures and the planner prices (fp8_kernels.py): the
+amax, then the fused cast-transpose, which reads the bf16 tensor once and writes the FP8 tensor and its transpose
+(_scaled_mm wants its first operand row-major and its second column-major), the scales computed in the kernel. No
+strided one-byte copy and no unfused cast remain. Row counts that are not a multiple of 16 (an expert's share of the
+tokens) are zero-padded in the transposes, as the wgrad's reduction dimension must be (Megatron pads expert rows for
+FP8 the same way); forward and dgrad need no padding.
 """
 
-E4M3_MAX = 448.0
-E5M2_MAX = 57344.0
+import fp8_kernels  # imports no torch
+
 # Lowering names of the GEMMs that run in FP8 (lowering.cpp's fp8Gemm: all but lm-head and router).
 FP8_DENSE = ("qkv", "attn-out", "mlp-up", "mlp-down")
 FP8_MOE = ("qkv", "attn-out", "expert-up", "expert-down")
@@ -62,30 +61,17 @@ _CLASSES = {}
 
 
 def classes(torch):
-    """(Fp8Linear, cast) built on this torch, once."""
+    """Fp8Linear built on this torch, once."""
     if _CLASSES:
-        return _CLASSES["linear"], _CLASSES["cast"]
+        return _CLASSES["linear"]
     import torch.nn as nn
     import torch.nn.functional as F
     e4m3, e5m2 = torch.float8_e4m3fn, torch.float8_e5m2
 
-    def cast(x, dtype, fmax):
-        """(x8, inverse scale): current per-tensor scaling of a contiguous bf16 tensor; no host synchronisation."""
-        amax = torch.linalg.vector_norm(x, float("inf"))
-        scale = fmax / amax.float().clamp_min(1e-12)
-        # x * scale rounds to bf16 at most to fmax (exactly representable), so the conversion cannot overflow.
-        return (x * scale).to(dtype), scale.reciprocal()
-
-    def transposed(x8, rows_to):
-        """x8 [r, c] -> a contiguous [c, rows_to] copy (zero columns past r), through a uint8 view."""
-        r, c = x8.shape
-        u = x8.view(torch.uint8)
-        if rows_to == r:
-            return u.t().contiguous().view(x8.dtype)
-        out = torch.empty(c, rows_to, dtype=torch.uint8, device=x8.device)
-        out[:, r:].zero_()
-        out[:, :r].copy_(u.t())
-        return out.view(x8.dtype)
+    def cast(x, dtype, rows_to=None):
+        """(x8, x8 transposed, inverse scale) of a contiguous bf16 [r, c] tensor: TE's amax then cast-transpose."""
+        x8, x8t, inv, _ = fp8_kernels.cast_transpose(torch, x, fp8_kernels.amax(torch, x), dtype, rows_to=rows_to)
+        return x8, x8t, inv
 
     def mm(a, b, sa, sb, fast):
         r = torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
@@ -95,21 +81,19 @@ def classes(torch):
         @staticmethod
         def forward(ctx, x, weight, w8, w8t, w_inv):
             shape = x.shape
-            x8, x_inv = cast(x.reshape(-1, shape[-1]).contiguous(), e4m3, E4M3_MAX)
+            x8, x8t, x_inv = cast(x.reshape(-1, shape[-1]).contiguous(), e4m3)
             y = mm(x8, w8.t(), x_inv, w_inv, True)  # [T, K] x [K, N] column-major (W8 is [N, K] row-major)
-            ctx.save_for_backward(x8, x_inv, w8t, w_inv)
+            ctx.save_for_backward(x8t, x_inv, w8t, w_inv)  # x8t [K, Tp]: the wgrad's operand, one byte an element
             ctx.shape = shape
             return y.view(*shape[:-1], y.shape[-1])
 
         @staticmethod
         def backward(ctx, dy):
-            x8, x_inv, w8t, w_inv = ctx.saved_tensors
-            dy8, dy_inv = cast(dy.reshape(-1, dy.shape[-1]).contiguous(), e5m2, E5M2_MAX)
+            x8t, x_inv, w8t, w_inv = ctx.saved_tensors
+            dy8, dy8t, dy_inv = cast(dy.reshape(-1, dy.shape[-1]).contiguous(), e5m2)
             dx = mm(dy8, w8t.t(), dy_inv, w_inv, False)  # [T, N] x [N, K] column-major (W8t is [K, N])
-            t = x8.shape[0]
-            tp = -(-t // 16) * 16
             # [N, Tp] x [Tp, K] column-major: the transposed dy8 and x8, zero-padded to Tp rows of reduction.
-            dw = mm(transposed(dy8, tp), transposed(x8, tp).t(), dy_inv, x_inv, False)
+            dw = mm(dy8t, x8t.t(), dy_inv, x_inv, False)
             return dx.view(ctx.shape), dw, None, None, None
 
     class Fp8Linear(nn.Module):
@@ -127,20 +111,20 @@ def classes(torch):
                 self.cast_step, self.w8, self.w8t, self.w_inv = None, None, None, None
                 return F.linear(x, self.weight)
             if self.cast_step != self.state.step:
-                with torch.no_grad():  # the step's weight cast (and its transpose, for dgrad), on the first use
-                    self.w8, self.w_inv = cast(self.weight.detach(), e4m3, E4M3_MAX)
-                    self.w8t = transposed(self.w8, self.w8.shape[0])
+                with torch.no_grad():  # the step's weight cast and its transpose (for dgrad), on the first use
+                    w = self.weight.detach()
+                    self.w8, self.w8t, self.w_inv = cast(w, e4m3, rows_to=w.shape[0])
                 self.cast_step = self.state.step
             return Fn.apply(x, self.weight, self.w8, self.w8t, self.w_inv)
 
-    _CLASSES["linear"], _CLASSES["cast"] = Fp8Linear, cast
-    return Fp8Linear, cast
+    _CLASSES["linear"] = Fp8Linear
+    return Fp8Linear
 
 
 def wrap_model(torch, model, state):
     """Replace the nn.Linear of every FP8 GEMM (fp8_gemms) of step_bench's model by an Fp8Linear sharing its weight;
     returns the wrapped modules by lowering name."""
-    Fp8Linear, _ = classes(torch)
+    Fp8Linear = classes(torch)
     done = {}
     for layer in model.layers:
         layer.attn.qkv = Fp8Linear(layer.attn.qkv, state)
@@ -157,11 +141,15 @@ def wrap_model(torch, model, state):
 
 
 def self_check(torch, shapes, dev):
-    """Forward, dgrad and wgrad of the FP8 linear against float32 on fresh Gaussian operands, for each (n, k) weight
-    shape at 1024 rows and at 1000 (the padded wgrad path). Returns (ok, summary text, worst errors by GEMM)."""
-    Fp8Linear, _ = classes(torch)
+    """The cast-transpose kernel element-wise against the torch cast (fp8_kernels.self_check), then forward, dgrad
+    and wgrad of the FP8 linear against float32 on fresh Gaussian operands, for each (n, k) weight shape at 1024 rows
+    and at 1000 (the padded wgrad path). Returns (ok, summary text, worst errors by GEMM)."""
+    Fp8Linear = classes(torch)
     if torch.cuda.get_device_capability(dev) < (8, 9):
         return False, "no FP8 tensor cores (compute capability %d.%d < 8.9)" % torch.cuda.get_device_capability(dev), {}
+    ok, kernel_text = fp8_kernels.self_check(torch, dev)
+    if not ok:
+        return False, kernel_text, {}
     g = torch.Generator(device=dev)
     g.manual_seed(4321)
     worst = {"forward": 0.0, "dgrad": 0.0, "wgrad": 0.0}
@@ -199,7 +187,7 @@ def self_check(torch, shapes, dev):
                     bad.append("%s n=%d k=%d rows=%d: %.3g > %.3g" % (name, n, k, t, e, CHECK_TOL[name]))
             del lin, mod, x, dy, y, ref, got, b16
     text = ", ".join("%s %.3f (bf16 %.4f, bound %.2f)" % (nm, worst[nm], worst_bf16[nm], CHECK_TOL[nm])
-                     for nm in worst)
+                     for nm in worst) + "; " + kernel_text
     torch.cuda.empty_cache()
     if bad:
         return False, "FP8 linear self-check failed: " + "; ".join(bad)[:240], worst

@@ -29,7 +29,8 @@ CLASS_PATTERNS = (
     ("gemm", r"gemm|nvjet|cutlass|xmma|splitKreduce|gemv"),
     ("optimizer", r"[Aa]dam"),
     ("grad-norm", r"LpNorm|lpnorm|NormTwoOps|multi_tensor_apply"),
-    ("cast", r"NormInfOps|AbsMaxOps|[Ff]loat8"),  # amax (vector_norm inf), the fp8 conversion
+    # amax (vector_norm inf), fp8_kernels' cast-transpose (the Triton kernel's name), a torch fp8 conversion
+    ("cast", r"NormInfOps|AbsMaxOps|cast_transpose|[Ff]loat8"),
     ("norm", r"rms_?norm|RmsNorm|RMSNorm|layer_?norm|LayerNorm|GammaBeta|RowwiseMoments|ComputeInvStd"),
     ("activation", r"silu|SiLU|Silu|gelu|GeLU|Gelu"),
     ("loss", r"LogSoftMax|log_softmax|SoftMaxForward|SoftMaxBackward|nll_loss|cross_entropy"),
@@ -37,8 +38,8 @@ CLASS_PATTERNS = (
     ("embedding", r"[Ee]mbedding|krn_partials|compute_grad_weight|sum_and_scatter|partial_segment"),
     ("permute", r"indexSelect|index_select|gather_kernel|indexFunc|index_add|indexing_backward|[Rr]adix|[Ss]ort"),
     ("rotary", r"CatArray|neg_kernel"),
-    # step_fp8's one-byte transposes (through uint8 views), which TE's cast-transpose fuses and the planner does not
-    # price: their own class, so a comparison can set them apart.
+    # One-byte transposes (strided copies through uint8 views), which TE's cast-transpose fuses and the planner does
+    # not price: their own class, so that a reference paying them shows it (step_fp8.py pays none).
     ("fp8-transpose", r"copy_kernel.*unsigned char"),
     ("copy/other", r"copy_kernel|Memcpy|Memset|[Ff]ill"),
     ("residual/elementwise", r"elementwise_kernel|[Ff]unctor_add|[Ff]unctor_mul|AddFunctor|MulFunctor"),
