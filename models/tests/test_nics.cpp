@@ -98,6 +98,19 @@ TEST_CASE("nics: the list form round-trips through JSON, the old form still read
   CHECK(servedGpus(topologyFromJson(j.dump()).node) == servedGpus(efa.node));
 }
 
+TEST_CASE("nics: the single-node form without NICs (a zero-rate nic block) reads again") {
+  Json j = Json::parse(topologyToJson(topologyPreset("h200x2", 1)));
+  j["node"]["nics"] = 0;
+  j["node"]["nic"] = {{"bwGBs", 0}, {"latencyUs", 0}};
+  const Topology t = topologyFromJson(j.dump());
+  CHECK(t.node.nics == 0);
+  CHECK(t.node.nic.bwGBs == 0);
+  CHECK(nicsOf(t.node).empty());
+  // With NICs, a zero rate is still refused naming the field.
+  j["node"]["nics"] = 2;
+  expectError([&] { topologyFromJson(j.dump()); }, ErrorCode::ParseError, "node.nic.bwGBs");
+}
+
 TEST_CASE("nics: bad NIC lists are rejected naming the field") {
   auto listed = [] {
     Topology t = withNics(4);

@@ -140,7 +140,11 @@ void readNics(const Json& node, NodeSpec& n) {
     n.nics = count32(node, "node", "nics");
     const Json& nic = object(node, "node", "nic");
     onlyKeys(nic, "node.nic", {"bwGBs", "latencyUs", "transport"});
-    n.nic.bwGBs = rate(nic, "node.nic", "bwGBs");
+    // Without NICs the block is unused: the single-node form written before NIC lists ("nics": 0 with a
+    // zero-rate "nic") reads as it did then.
+    n.nic.bwGBs = n.nics == 0
+                      ? json_get::number(member(nic, "node.nic", "bwGBs"), "topology: node.nic.bwGBs", 0, kMaxRate)
+                      : rate(nic, "node.nic", "bwGBs");
     n.nic.latencyUs = latency(nic, "node.nic", "latencyUs");
     if (nic.contains("transport")) n.nic.transport = text(nic, "node.nic", "transport");
   }
