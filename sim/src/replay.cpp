@@ -92,7 +92,16 @@ class Replayer {
     }
   }
 
+  /// SimGrid found actors blocked with nothing left to run (its on_deadlock signal): a replay that cannot
+  /// complete is an error, never a message on a run that goes on (issue 33).
+  void engineDeadlocked() { engineDeadlocked_ = true; }
+
   void finish(Prediction& out) const {
+    if (engineDeadlocked_)
+      throw Error(ErrorCode::Deadlock, "SimGrid found the replay of " + opName() + " deadlocked with " +
+                                           std::to_string(lanes_.size() - lanesDone_) + " of " +
+                                           std::to_string(lanes_.size()) +
+                                           " lanes unfinished (a bug of the replay: please report it)");
     out.stats.oversubscribed = oversubscribed_;
     if (oversubscribed_) return;  // the timed pass is void: predict() runs the replay again
     if (lanesDone_ != lanes_.size()) reportStuck();
@@ -493,6 +502,8 @@ class Replayer {
   /// lane does not touch the engine at all: increments not sent yet could only make V earlier. Nothing runs
   /// between the check and suspend() (actors only switch inside simcalls), so no wake-up can be lost.
   void waitFlag(uint64_t g, FlagRef f, uint64_t threshold, double t) {
+    // After a failed proof the lanes that would raise this flag may already have left: never suspend then.
+    if (oversubscribed_) return;
     FlagState& st = flag(f);
     st.settle(now());
     const double reach = st.reachTime(threshold);
@@ -514,6 +525,7 @@ class Replayer {
     b.lastArrival = b.arrived == 0 ? t : std::max(b.lastArrival, t);
     ++b.arrived;
     if (b.arrived < costs_.barrierParticipants(id)) {
+      if (oversubscribed_) return t;  // the others may have left already (stopOversubscribed)
       b.waiting.push_back(g);
       sg4::this_actor::suspend();
       if (oversubscribed_) return t;
@@ -525,8 +537,15 @@ class Replayer {
     return std::max(t, releaseUs * kSecondsPerUs);
   }
 
+  /// The collective replayed, for errors: "sendrecv (direct, 4 ranks, count 1024)".
+  std::string opName() const {
+    return (s_.info.op.empty() ? std::string("a schedule") : s_.info.op) + " (" + s_.info.algo + ", " +
+           std::to_string(s_.nRanks) + " ranks, count " + std::to_string(s_.info.count) + ")";
+  }
+
   [[noreturn]] void reportStuck() const {
-    throw Error(ErrorCode::Deadlock, "the replay stopped with " + std::to_string(lanes_.size() - lanesDone_) + " of " +
+    throw Error(ErrorCode::Deadlock, "the replay of " + opName() + " stopped with " +
+                                         std::to_string(lanes_.size() - lanesDone_) + " of " +
                                          std::to_string(lanes_.size()) +
                                          " lanes unfinished (the schedule cannot complete: run mk::validate on it)");
   }
@@ -547,6 +566,7 @@ class Replayer {
   const bool timeTransfers_;
   std::unique_ptr<detail::LinkLedger> ledger_;  ///< when timeTransfers_
   bool oversubscribed_ = false;                 ///< the ledger found a link over its bandwidth
+  bool engineDeadlocked_ = false;               ///< SimGrid's on_deadlock fired
   uint64_t timed_ = 0;
   std::vector<double> times_;  ///< [2 * step]: start, end (us)
   std::vector<FlagState> flags_;
@@ -610,6 +630,7 @@ Prediction simulate(const Plan& plan, const Topology& topo, const SimOptions& op
   Replayer replayer(plan, platform, opt, timeTransfers);
   replayer.trackLinks(links);
   replayer.start();
+  sg4::Engine::on_deadlock_cb([&replayer] { replayer.engineDeadlocked(); });
   XBT_INFO("replaying %llu steps on %zu lanes (%s mode)", static_cast<unsigned long long>(plan.costs.steps()),
            plan.costs.lanes().size(), opt.fast ? "fast" : "exact");
   // Outlives the callback, which runs inside engine->run() below (a copy in the `if` block's scope did not).

@@ -148,4 +148,10 @@ check "a failed report leaves no directory" bash -c "! compgen -G '$work/bad*' >
 expect 2 'error: --jobs must be >= 1' -- "${run[@]}" -j 0
 expect 2 '^mk-plan: error: --report: must not be empty' -- "${run[@]}" --report ''
 
+# pipeline stages on GPUs that share a NIC: the replay's second pass must not leave SimGrid deadlocked
+expect 0 'distinct collectives' -- "${tiny[@]}" --gpus 16 --measured none --cache none -q --cluster dgx-h200 --pp 2 \
+  --what-if nics=4
+check "no SimGrid deadlock message" bash -c \
+  "! '${tool}' --workload '$work/tiny.json' --gpus 16 --measured none --cache none -q --cluster dgx-h200 --pp 2 --what-if nics=4 2>&1 | grep -qi deadlock"
+
 cli_summary
