@@ -48,7 +48,7 @@ TEST_CASE("nccl: the layered algorithms are never candidates of auto but can be 
   }
   CHECK(requireAlgorithm(CollOp::AllReduce, "nccl-tree") == Algorithm::NcclTree);
   expectError([] { (void)requireAlgorithm(CollOp::AllGather, "nccl-tree"); }, ErrorCode::NotFound, "nccl-tree");
-  CHECK(layeredAlgorithmsFor(CollOp::AllToAll).empty());
+  CHECK(layeredAlgorithmsFor(CollOp::AllToAll) == std::vector<Algorithm>{Algorithm::NcclP2p});
 }
 
 TEST_CASE("nccl: the ring's closed form is its timeline under the layered profile, every protocol") {

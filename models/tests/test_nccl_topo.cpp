@@ -9,6 +9,7 @@
 #include "mk/algorithms/algorithms.hpp"
 #include "mk/algorithms/nccl.hpp"
 #include "mk/algorithms/nccl_topo.hpp"
+#include "mk/algorithms/request.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/verify.hpp"
@@ -142,4 +143,70 @@ TEST_CASE("nccl-ring: 1 GiB all-reduce on 16 x dgx-h100 reaches the NIC bound an
   const double nccl = ncclTune(ncclTopoGraph(topo.node, 16), CollOp::AllReduce, bytes, n).timeUs;
   CHECK(c.closedFormUs <= nccl);
   CHECK(c.closedFormUs >= 0.8 * nccl);
+}
+
+TEST_CASE("nccl-p2p: all-to-all and broadcast as NCCL's sends, correct, flagged, closed form = timeline") {
+  const Topology topo = topologyPreset("dgx-h100", 2);
+  const Profile p = defaultProfile(topo);
+  for (CollOp op : {CollOp::AllToAll, CollOp::Broadcast})
+    for (Protocol proto : {Protocol::LL, Protocol::Simple}) {
+      CAPTURE(toString(op));
+      CAPTURE(toString(proto));
+      CollectiveSpec spec = specOf(op, 1 << 12);
+      spec.algo = Algorithm::NcclP2p;
+      GenOptions g;
+      g.protocol = proto;
+      const Schedule s = generate(spec, topo.layout(16), g);
+      REQUIRE(validateAll(s).empty());
+      const VerifyResult v = verifyCollective(s, spec, 11, InputKind::Uniform);
+      CHECK_MESSAGE(v.ok, v.detail);
+      for (const auto& lanes : s.lanes)
+        for (const auto& lane : lanes)
+          for (const Step& st : lane.steps)
+            if (st.kind == StepKind::Put || st.kind == StepKind::ProxyPut)
+              CHECK((st.flags & kStepProtocolBits) == protocolFlags(proto));
+      const double timeline = simulateUncontended(s, layeredProfile(p, proto)).totalUs;
+      CHECK(closedForm(spec, g, topo, 16, p).totalUs == doctest::Approx(timeline).epsilon(1e-9));
+    }
+  CHECK(layeredAlgorithmsFor(CollOp::AllToAll) == std::vector<Algorithm>{Algorithm::NcclP2p});
+  CHECK_FALSE(layeredRuns(Algorithm::NcclP2p, Protocol::LL128));
+}
+
+TEST_CASE("nccl: --algo nccl plans what NCCL's tuner picks, per size and op") {
+  const Topology topo = topologyPreset("dgx-h100", 16);
+  const Profile p = defaultProfile(topo);
+  auto plan = [&](CollOp op, uint64_t bytes) {
+    CollectiveSpec spec = specOf(op, countForBytes(op, bytes, DType::Float32, 128));
+    return planNccl(spec, GenOptions{0, 0, InterPhase::Auto, Protocol::Auto}, topo, 128, p);
+  };
+  const CollectivePlan big = plan(CollOp::AllReduce, 1ull << 30);
+  CHECK(big.spec.algo == Algorithm::NcclRing);
+  CHECK(big.gen.protocol == Protocol::Simple);
+  CHECK(big.gen.channels == 8);
+  const CollectivePlan small = plan(CollOp::AllReduce, 4096);
+  CHECK(small.gen.protocol == Protocol::LL);
+  CHECK(small.gen.channels == 1);  // 4 KiB: one channel (enqueue.cc's threshold)
+  // All-to-all (EP) and a send (PP, a broadcast of two ranks) go to NCCL's p2p: LL up to 16 KiB a peer.
+  CHECK(plan(CollOp::AllToAll, 4096).spec.algo == Algorithm::NcclP2p);
+  CHECK(plan(CollOp::AllToAll, 4096).gen.protocol == Protocol::LL);
+  CHECK(plan(CollOp::AllToAll, 16 << 20).gen.protocol == Protocol::Simple);  // 128 KiB a peer
+  // A protocol asked for is kept; NCCL's tuner then picks the algorithm among that protocol's.
+  CollectiveSpec spec = specOf(CollOp::AllReduce, 1 << 20);
+  CHECK(planNccl(spec, GenOptions{0, 0, InterPhase::Auto, Protocol::LL128}, topo, 128, p).gen.protocol ==
+        Protocol::LL128);
+}
+
+TEST_CASE("nccl: --algo nccl parses for every op, and nccl-p2p refuses ll128") {
+  CollectiveArgs a;
+  a.op = "alltoall";
+  a.algo = "nccl";
+  const CollectiveRequest r = parseCollective(a);
+  CHECK(r.ncclAuto);
+  CHECK_FALSE(r.algo.has_value());
+  a.algo = "nccl-p2p";
+  a.protocol = "ll128";
+  expectError([&] { (void)parseCollective(a); }, ErrorCode::InvalidArgument, "--protocol ll128");
+  a.algo = "direct";
+  a.protocol = "auto";
+  CHECK_FALSE(parseCollective(a).ncclAuto);
 }

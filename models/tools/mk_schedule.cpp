@@ -245,7 +245,9 @@ int run(const Options& o) {
     // "auto" (algorithm and inter-node phase) is decided under the profile the cost line below prices with,
     // so both describe one schedule.
     profile = mk::profileFor(o.coll, topo);
-    const mk::CollectivePlan plan = mk::planCollective(spec, request.algo, request.gen, topo, nRanks, profile);
+    const mk::CollectivePlan plan = request.ncclAuto
+                                        ? mk::planNccl(spec, request.gen, topo, nRanks, profile)
+                                        : mk::planCollective(spec, request.algo, request.gen, topo, nRanks, profile);
     spec = plan.spec;
     gen = plan.gen;
     // The layered baseline (nccl-*) is priced as that library runs: its kernel's cost per op and protocol.

@@ -325,7 +325,9 @@ int run(const Options& o) {
       // One size: decide "auto" (algorithm, chunks, channels and inter-node phase) under the profile this run
       // uses, so the schedule and the closed form printed next to the prediction are the same one.
       st.spec->count = mk::requireCountForBytes(st.spec->op, sizes[0], st.spec->dtype, st.nRanks);
-      st = planned(st, mk::planCollective(*st.spec, request->algo, request->gen, st.topo, st.nRanks, st.profile));
+      st = planned(st, request->ncclAuto
+                           ? mk::planNccl(*st.spec, request->gen, st.topo, st.nRanks, st.profile)
+                           : mk::planCollective(*st.spec, request->algo, request->gen, st.topo, st.nRanks, st.profile));
     }
   }
 
@@ -391,7 +393,9 @@ int run(const Options& o) {
     }
     // Per size: "auto" may choose another algorithm, chunks, channels or inter-node phase at every size.
     const Setup one =
-        planned(st, mk::planCollective(spec, request->algo, request->gen, st.topo, st.nRanks, st.profile));
+        planned(st, request->ncclAuto
+                        ? mk::planNccl(spec, request->gen, st.topo, st.nRanks, st.profile)
+                        : mk::planCollective(spec, request->algo, request->gen, st.topo, st.nRanks, st.profile));
     mk::checkMemory(*one.spec, st.topo.layout(st.nRanks), one.gen, jobOf(st, false), o.guard.maxMemory());
     const mk::Schedule s = mk::withProgress("mk-sim", "generate", o.guard.progressWanted(), [&] {
       return mk::generate(*one.spec, st.topo.layout(st.nRanks), one.gen);

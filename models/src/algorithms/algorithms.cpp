@@ -49,13 +49,14 @@ const char* toString(Algorithm a) noexcept {
     case Algorithm::Direct: return "direct";
     case Algorithm::NcclRing: return "nccl-ring";
     case Algorithm::NcclTree: return "nccl-tree";
+    case Algorithm::NcclP2p: return "nccl-p2p";
   }
   return "?";
 }
 
 std::optional<Algorithm> parseAlgorithm(std::string_view s) noexcept {
   for (Algorithm a : {Algorithm::OneShot, Algorithm::TwoShot, Algorithm::Ring, Algorithm::Hierarchical,
-                      Algorithm::Direct, Algorithm::NcclRing, Algorithm::NcclTree})
+                      Algorithm::Direct, Algorithm::NcclRing, Algorithm::NcclTree, Algorithm::NcclP2p})
     if (s == toString(a)) return a;
   return std::nullopt;
 }

@@ -185,6 +185,10 @@ const std::vector<AlgorithmDef>& layeredRegistry();
 /// The layered generators' definitions (nccl_ring.cpp, nccl_tree.cpp).
 AlgorithmDef ncclRing(CollOp op);
 AlgorithmDef ncclTree();
+AlgorithmDef ncclP2p(CollOp op);  ///< all-to-all and broadcast (nccl_p2p.cpp)
+/// The closed form of layered generator `name` that emits `base`'s steps: `base`'s closed form under
+/// layeredProfile() and the protocol's put price, on the rail rings where `railRings` and they apply (nccl_ring.cpp).
+CostEstimate costLayered(const AlgorithmDef& base, const char* name, const CostContext& c, bool railRings);
 /// Each generator's definition, from the file of the same name (allreduce_one_shot.cpp, ...).
 AlgorithmDef allReduceOneShot();
 AlgorithmDef allReduceTwoShot();

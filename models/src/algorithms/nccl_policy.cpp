@@ -16,13 +16,18 @@ namespace mk {
 
 namespace detail {
 const std::vector<AlgorithmDef>& layeredRegistry() {
-  static const std::vector<AlgorithmDef> all = {ncclRing(CollOp::AllReduce), ncclTree(), ncclRing(CollOp::AllGather),
-                                                ncclRing(CollOp::ReduceScatter)};
+  static const std::vector<AlgorithmDef> all = {ncclRing(CollOp::AllReduce), ncclTree(),
+                                                ncclRing(CollOp::AllGather), ncclRing(CollOp::ReduceScatter),
+                                                ncclP2p(CollOp::AllToAll),   ncclP2p(CollOp::Broadcast)};
   return all;
 }
 }  // namespace detail
 
-bool isLayered(Algorithm a) noexcept { return a == Algorithm::NcclRing || a == Algorithm::NcclTree; }
+bool isLayered(Algorithm a) noexcept {
+  return a == Algorithm::NcclRing || a == Algorithm::NcclTree || a == Algorithm::NcclP2p;
+}
+
+bool layeredRuns(Algorithm a, Protocol p) noexcept { return !(a == Algorithm::NcclP2p && p == Protocol::LL128); }
 
 std::vector<Algorithm> layeredAlgorithmsFor(CollOp op) {
   std::vector<Algorithm> out;
@@ -73,7 +78,9 @@ GenOptions layeredGenOptions(CollOp op, Algorithm algo, Protocol proto, uint64_t
   GenOptions g = layeredGenOptions(op, algo, proto, bytes, nRanks);
   const uint32_t gpus = std::max<uint32_t>(topo.node.gpus, 1);
   const uint32_t nodes = (nRanks + gpus - 1) / gpus;
-  if (algo != Algorithm::NcclRing || nodes < 2) return g;
+  // NCCL's rings spread over the NICs only where a node holds several ranks (equal nodes: the rail rings of
+  // nccl-ring); one rank per node runs one ring per rank's NIC, the engine's rule.
+  if (algo != Algorithm::NcclRing || nodes < 2 || gpus < 2 || nRanks % gpus != 0) return g;
   const NcclGraph graph = ncclTopoGraph(topo.node, nodes);
   const uint32_t used = ncclOpChannels(graph, proto == Protocol::Auto ? Protocol::Simple : proto, bytes, nRanks);
   g.channels = std::max<uint32_t>(1, std::min(used, graph.railRings));
@@ -94,6 +101,7 @@ Protocol resolveProtocol(const CollectiveSpec& spec, const std::vector<uint32_t>
   Protocol best = Protocol::Simple;
   double bestUs = 0;
   for (Protocol p : {Protocol::Simple, Protocol::LL, Protocol::LL128}) {
+    if (!layeredRuns(spec.algo, p)) continue;
     GenOptions o = opt;
     o.protocol = p;
     const detail::GenContext ctx = detail::makeContext(spec, nodeOf, o);
@@ -119,6 +127,7 @@ std::vector<LayeredChoice> layeredCandidates(CollOp op, uint64_t count, DType dt
   for (Algorithm a : algos) {
     spec.algo = a;
     for (Protocol p : {Protocol::LL, Protocol::LL128, Protocol::Simple}) {
+      if (!layeredRuns(a, p)) continue;
       const GenOptions gen = layeredGenOptions(op, a, p, bytes, nRanks, topo);
       const double t = closedForm(spec, gen, topo, nRanks, profile).totalUs;
       if (std::isfinite(t)) all.push_back(LayeredChoice{a, gen, t});
@@ -160,6 +169,44 @@ LayeredChoice chooseLayered(CollOp op, uint64_t count, DType dtype, const Topolo
     }
   }
   return pick;
+}
+
+CollectivePlan planNccl(CollectiveSpec spec, GenOptions gen, const Topology& topo, uint32_t nRanks,
+                        const Profile& profile) {
+  const std::vector<uint32_t> nodeOf = topo.layout(nRanks);
+  const uint64_t bytes = opBytes(spec, nRanks);
+  const uint32_t nodes = nodeOf.empty() ? 1 : nodeOf.back() + 1;
+  Protocol proto = gen.protocol;
+  if (spec.op == CollOp::AllToAll || spec.op == CollOp::Broadcast) {
+    spec.algo = Algorithm::NcclP2p;
+    // enqueue.cc: LL while a peer's bytes stay within P2P_LL_THRESHOLD (16 KiB) per channel (one channel here).
+    constexpr uint64_t kP2pLlThreshold = 16 * 1024;
+    const uint64_t perPeer = spec.op == CollOp::AllToAll ? bytes / nRanks : bytes;
+    if (proto == Protocol::Auto) proto = perPeer <= kP2pLlThreshold ? Protocol::LL : Protocol::Simple;
+  } else {
+    const NcclGraph graph = ncclTopoGraph(topo.node, nodes);
+    double best = -1;
+    for (Algorithm a : {Algorithm::NcclRing, Algorithm::NcclTree})
+      for (Protocol p : {Protocol::LL, Protocol::LL128, Protocol::Simple}) {
+        if (gen.protocol != Protocol::Auto && p != gen.protocol) continue;
+        const double t = ncclAlgoTimeUs(graph, spec.op, a, p, bytes, nRanks, topo.node.nic.latencyUs);
+        if (t < 0 || (best >= 0 && t >= best)) continue;
+        best = t;
+        spec.algo = a;
+        proto = p;
+      }
+    if (best < 0)
+      throw Error(ErrorCode::NotFound, std::string("NCCL's tuning model has no algorithm for ") + toString(spec.op));
+  }
+  const GenOptions table = layeredGenOptions(spec.op, spec.algo, proto, bytes, nRanks, topo);
+  if (gen.chunks == 0) gen.chunks = table.chunks;
+  if (gen.channels == 0) gen.channels = table.channels;
+  gen.protocol = proto;
+  gen.inter = resolveInter(spec, nodeOf, gen, profile);
+  CollectivePlan plan;
+  plan.spec = spec;
+  plan.gen = gen;
+  return plan;
 }
 
 }  // namespace mk

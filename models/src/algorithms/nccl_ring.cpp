@@ -6,57 +6,36 @@
 // reducescatter_ring.cpp) with two differences: its puts carry the protocol bits (kStepLL, kStepLL128; none for
 // Simple), and it is priced as the layered library: layeredProfile() (NCCL's per-kernel cost, Simple's put
 // latency, the reduction fused into the receive). Its closed form is the ring's, under that profile and the
-// protocol's put price (protocolView).
+// protocol's put price (protocolView). Across nodes, with several ranks on every node, its channels run NCCL's
+// rail rings (ringOrder, builder.hpp): each leaves every node by a GPU of its own, so they spread over the NICs.
 #include "closed_form.hpp"
 #include "common.hpp"
 #include "mk/algorithms/nccl.hpp"
 #include "mk/cost/step_cost.hpp"
 #include "mk/error.hpp"
+#include "nccl_layered.hpp"
 
 namespace mk::detail {
 namespace {
 
 template <CollOp Op>
-const AlgorithmDef& ringOf() {
-  static const AlgorithmDef& def = findAlgorithm(Op, Algorithm::Ring);
-  return def;
-}
-
-template <CollOp Op>
-void setupNcclRing(ScheduleBuilder& b, GenContext& ctx) {
-  ctx.putFlags = protocolFlags(ctx.opt.protocol);
-  ctx.railRings = railRingsApply(ctx);
-  if (ringOf<Op>().setup) ringOf<Op>().setup(b, ctx);
-}
-
-template <CollOp Op>
-void emitNcclRing(ScheduleBuilder& b, const GenContext& ctx, uint32_t channel, Range part) {
-  ringOf<Op>().emit(b, ctx, channel, part);
-}
-
-template <CollOp Op>
-CostEstimate costNcclRing(const CostContext& c) {
-  const Protocol proto = c.opt.protocol == Protocol::Auto ? Protocol::Simple : c.opt.protocol;
-  const Profile view = protocolView(layeredProfile(c.profile, proto), protocolFlags(proto));
-  GenContext rails = c.gen;
-  rails.railRings = railRingsApply(rails);
-  CostEstimate e = ringOf<Op>().cost(CostContext{c.spec, c.opt, c.topo, rails, view});
-  e.formula = std::string("nccl-ring/") + toString(proto) + ": " + e.formula;
-  return e;
-}
-
-template <CollOp Op>
 AlgorithmDef makeNcclRing() {
-  return {Op,
-          "nccl-ring",
-          "NCCL's ring: the ring's steps with the protocol's puts (LL, LL128, Simple), priced as the layered library",
-          setupNcclRing<Op>,
-          emitNcclRing<Op>,
-          costNcclRing<Op>,
-          /*peersTouchUser=*/false};
+  return Layered<Op, Algorithm::Ring, Algorithm::NcclRing>::def(
+      "NCCL's ring: the ring's steps with the protocol's puts (LL, LL128, Simple), priced as the layered library",
+      /*peersTouchUser=*/false);
 }
 
 }  // namespace
+
+CostEstimate costLayered(const AlgorithmDef& base, const char* name, const CostContext& c, bool railRings) {
+  const Protocol proto = c.opt.protocol == Protocol::Auto ? Protocol::Simple : c.opt.protocol;
+  const Profile view = protocolView(layeredProfile(c.profile, proto), protocolFlags(proto));
+  GenContext gen = c.gen;
+  gen.railRings = railRings && railRingsApply(gen);
+  CostEstimate e = base.cost(CostContext{c.spec, c.opt, c.topo, gen, view});
+  e.formula = std::string(name) + "/" + toString(proto) + ": " + e.formula;
+  return e;
+}
 
 AlgorithmDef ncclRing(CollOp op) {
   switch (op) {

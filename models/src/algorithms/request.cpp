@@ -53,7 +53,8 @@ CollectiveRequest parseCollective(const CollectiveArgs& a) {
   r.spec.dtype = requireDType(a.dtype, "--dtype");
   r.spec.redop = requireRedOp(a.redop, "--redop");
   r.spec.root = a.root;
-  if (a.algo != "auto") {
+  r.ncclAuto = a.algo == "nccl";
+  if (a.algo != "auto" && !r.ncclAuto) {
     r.algo = requireAlgorithm(r.spec.op, a.algo);
     r.spec.algo = *r.algo;
   }
@@ -65,9 +66,12 @@ CollectiveRequest parseCollective(const CollectiveArgs& a) {
   if (!protocol)
     throw Error(ErrorCode::InvalidArgument,
                 "unknown --protocol '" + a.protocol + "' (expected simple, ll, ll128, auto)");
-  if (*protocol != Protocol::Auto && !(r.algo && isLayered(*r.algo)))
+  if (*protocol != Protocol::Auto && !(r.ncclAuto || (r.algo && isLayered(*r.algo))))
     throw Error(ErrorCode::InvalidArgument,
-                "--protocol applies to the layered algorithms (--algo nccl-ring, nccl-tree)");
+                "--protocol applies to the layered algorithms (--algo nccl, nccl-ring, nccl-tree, nccl-p2p)");
+  if (*protocol != Protocol::Auto && r.algo && !layeredRuns(*r.algo, *protocol))
+    throw Error(ErrorCode::InvalidArgument, std::string("--protocol ") + toString(*protocol) + " does not apply to " +
+                                                toString(*r.algo) + " (NCCL's p2p runs ll or simple)");
   r.gen.protocol = *protocol;
   // Chunks and channels not asked for follow the engine's rule for the size (defaultGenOptions), for every
   // algorithm, so that a tool predicts the schedule the engine would run for the same request.

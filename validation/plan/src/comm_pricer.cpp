@@ -87,10 +87,14 @@ std::string CommPricer::request(const CommOp& op, const GroupSet& groups, const 
     return key;
   }
   if (op.kind == CommKind::SendRecv) {
-    e.spec.algo = Algorithm::Direct;
+    // What users run for a pipeline send is NCCL's p2p send (ncclSend / ncclRecv): nccl-p2p of two ranks, LL or
+    // Simple by size as NCCL picks them (planNccl), priced as the layered library.
     e.spec.root = 0;
-    e.gen = defaultGenOptions(e.spec.op, e.spec.algo, opBytes(e.spec, p.groupSize), p.groupSize);
-    e.gen.inter = InterPhase::Ring;
+    const CollectivePlan plan =
+        planNccl(e.spec, GenOptions{0, 0, InterPhase::Ring, Protocol::Auto}, p.choice, p.groupSize, profile);
+    e.spec = plan.spec;
+    e.gen = plan.gen;
+    e.profile = layeredProfile(profile, e.gen.protocol);
   } else if (!layeredAlgorithmsFor(e.spec.op).empty()) {
     // The layered variant is what users run: NCCL, modelled by the nccl-* family. Its closed forms cannot rank
     // the algorithms (the tree's is an estimate: 1.4 ms against 3.9 ms simulated for a 26 MB all-reduce over 32

@@ -28,11 +28,11 @@ std::optional<CollOp> parseCollOp(std::string_view s) noexcept;
 CollOp requireCollOp(std::string_view s, std::string_view what = "op");
 
 /// The schedule generators by name. A generator exists for some (op, algorithm) pairs only (algorithmsFor()).
-/// NcclRing and NcclTree are the layered baseline (what NCCL does; mk/algorithms/nccl.hpp): they model another
-/// library, so algorithmsFor() (the candidates of `auto`) never lists them.
-enum class Algorithm : uint8_t { OneShot, TwoShot, Ring, Hierarchical, Direct, NcclRing, NcclTree };
+/// NcclRing, NcclTree and NcclP2p are the layered baseline (what NCCL does; mk/algorithms/nccl.hpp): they model
+/// another library, so algorithmsFor() (the candidates of `auto`) never lists them.
+enum class Algorithm : uint8_t { OneShot, TwoShot, Ring, Hierarchical, Direct, NcclRing, NcclTree, NcclP2p };
 
-/// "one-shot", "two-shot", "ring", "hierarchical", "direct", "nccl-ring", "nccl-tree"
+/// "one-shot", "two-shot", "ring", "hierarchical", "direct", "nccl-ring", "nccl-tree", "nccl-p2p"
 const char* toString(Algorithm a) noexcept;
 std::optional<Algorithm> parseAlgorithm(std::string_view s) noexcept;
 /// The generator `s` names for `op`, or Error(NotFound) "unknown algorithm '<s>' for <op> (expected <the

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mk/algorithms/algorithms.hpp"
+#include "mk/algorithms/policy.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/topology/topology.hpp"
 
@@ -21,8 +22,12 @@ namespace mk {
 bool isLayered(Algorithm a) noexcept;
 
 /// The layered algorithms that exist for `op`, in the order chooseLayered() considers them: nccl-ring for
-/// allreduce, allgather and reducescatter, then nccl-tree for allreduce (NCCL's tree is an all-reduce only).
+/// allreduce, allgather and reducescatter, then nccl-tree for allreduce (NCCL's tree is an all-reduce only);
+/// nccl-p2p (NCCL's point-to-point sends) for alltoall and broadcast.
 std::vector<Algorithm> layeredAlgorithmsFor(CollOp op);
+
+/// Whether layered algorithm `a` runs protocol `p`: every one but LL128 on nccl-p2p (NCCL's p2p runs LL or Simple).
+bool layeredRuns(Algorithm a, Protocol p) noexcept;
 
 /// Step::flags protocol bits of `p` (kStepLL, kStepLL128; none for Simple and Auto).
 uint8_t protocolFlags(Protocol p) noexcept;
@@ -74,5 +79,13 @@ std::vector<LayeredChoice> layeredCandidates(CollOp op, uint64_t count, DType dt
 /// Throws Error(NotFound) when no layered algorithm exists for `op`.
 LayeredChoice chooseLayered(CollOp op, uint64_t count, DType dtype, const Topology& topo, uint32_t nRanks,
                             const Profile& profile);
+
+/// `--algo nccl`: what NCCL itself runs for `spec` on `nRanks` ranks of `topo` (placed node-major). All-reduce,
+/// all-gather and reduce-scatter: the algorithm and protocol of NCCL's tuner (ncclTune over ncclTopoGraph,
+/// nccl_topo.hpp; among the pairs of protocol gen.protocol where it is concrete); all-to-all and broadcast: NCCL's
+/// p2p (nccl-p2p), LL up to 16 KiB per peer, Simple above. gen.chunks and gen.channels that are 0 become
+/// layeredGenOptions'. Throws Error(InvalidArgument) for nRanks that do not fit `topo`.
+CollectivePlan planNccl(CollectiveSpec spec, GenOptions gen, const Topology& topo, uint32_t nRanks,
+                        const Profile& profile);
 
 }  // namespace mk

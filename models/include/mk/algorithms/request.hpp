@@ -62,7 +62,9 @@ struct CollectiveArgs {
 struct CollectiveRequest {
   CollectiveSpec spec;            ///< count 0: the tool sizes it (one --bytes, or every size of a sweep)
   std::optional<Algorithm> algo;  ///< empty: "auto", decided per size by planCollective()
-  GenOptions gen;                 ///< chunks and channels not given are 0: the engine's rule per size (policy.hpp)
+  /// `--algo nccl`: NCCL's own choice of layered algorithm and protocol per size (planNccl, nccl.hpp); algo empty.
+  bool ncclAuto = false;
+  GenOptions gen;  ///< chunks and channels not given are 0: the engine's rule per size (policy.hpp)
 };
 
 /// Check the words of `a` with the one spelling of each error: requireCollOp (what "--op"), requireDType

@@ -45,7 +45,8 @@ inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
                  "algorithm: allreduce one-shot|two-shot|ring|hierarchical; allgather and reducescatter "
                  "ring|direct|hierarchical; broadcast direct|ring; alltoall direct; or auto (the engine's choice: "
                  "the lowest closed form under the profile used); the layered baseline (NCCL, never auto's choice): "
-                 "nccl-ring (allreduce, allgather, reducescatter), nccl-tree (allreduce)")
+                 "nccl-ring (allreduce, allgather, reducescatter), nccl-tree (allreduce), nccl-p2p (alltoall, "
+                 "broadcast: NCCL's p2p sends), or nccl (NCCL's own choice per size by its tuning model)")
       ->capture_default_str();
   app.add_option("--cluster", a.cluster,
                  "preset (h200x2, dgx-h100, dgx-h200, a100-8x200, cloud-efa-32x100, cloud-tcp-8x200) or a topology "
@@ -75,7 +76,8 @@ inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
       ->check(CLI::IsMember({"ring", "rhd", "bruck", "bruck-half", "auto"}))
       ->capture_default_str();
   app.add_option("--protocol", a.protocol,
-                 "protocol of the puts: for the layered algorithms (--algo nccl-ring, nccl-tree) simple, ll, ll128, "
+                 "protocol of the puts: for the layered algorithms (--algo nccl, nccl-ring, nccl-tree, nccl-p2p) simple, "
+                 "ll, ll128 (not nccl-p2p), "
                  "or auto (the lowest closed form under the profile used; docs/algorithms-nccl.md); ll also sends "
                  "the puts of one-shot, two-shot and direct all-gather as LL packets on one node (auto: plain puts)")
       ->check(CLI::IsMember({"simple", "ll", "ll128", "auto"}))
