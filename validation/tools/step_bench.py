@@ -27,7 +27,7 @@ and fused cast-transpose, fp8_kernels.py). Before its first FP8 step a model's c
 torch cast and its FP8 linear against float32 (forward, dgrad, wgrad at each weight shape); a failed check skips
 that model's FP8 steps with the reason.
 
-Timing: 2 warm-up steps, then >= 5 timed steps (torch.cuda.synchronize + perf_counter around each whole step, host
+Timing: 3 warm-up steps, then 7 timed steps (torch.cuda.synchronize + perf_counter around each whole step, host
 work included, as a training loop sees it); median, min, max; peak memory torch.cuda.max_memory_allocated over the
 timed steps. Records: "mkernel.measurement.v1", "op": "step", with the workload object mk-plan --workload accepts.
 --profile FILE: one more step per record under torch.profiler, not timed, summarized by kernel class
@@ -64,8 +64,8 @@ RECIPES = {
             "scaling: amax then cast per micro-batch; weights cast once per step, FP8 copy and its transpose kept); "
             "lm-head and router bf16"),
 }
-WARMUP = 2
-TIMED = 5
+WARMUP = 3  # the first record of a model also grows the allocator's pools: one more untimed step
+TIMED = 7
 BYTES_PER_PARAM = 18
 
 # The presets' shapes (models/src/workload/workload.cpp). Layers: as many as fit one 80 GB GPU with the 18 bytes of

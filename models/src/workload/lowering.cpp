@@ -263,8 +263,10 @@ class StageBuilder {
         op.bytes = 12 * dbl(op.params);
         return;
       case KernelClass::Cast:
+        // amax reads the bf16 tensor; Transformer Engine's cast-transpose reads it and writes the fp8 copy and its
+        // transpose (the layouts Hopper's FP8 GEMMs need).
         op.flops = dbl(op.elements);
-        op.bytes = (op.kernel == "amax" ? 2 : 3) * dbl(op.elements);
+        op.bytes = (op.kernel == "amax" ? 2 : 4) * dbl(op.elements);
         return;
       case KernelClass::Router: {  // logits in, fp32 weights and int64 indices of the top k out
         const double te = t * dbl(op.experts), tk = t * dbl(op.topk);
