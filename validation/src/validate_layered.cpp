@@ -66,6 +66,7 @@ LayeredValidation validateLayered(const std::vector<MeasurementFile>& files, con
         row.index = i;
         row.op = r.op;
         row.bytes = r.bytes;
+        row.ranks = placed.nRanks;
         row.measuredUs = r.timeUs;
         row.choice = std::string(toString(choice.algo)) + "/" + toString(choice.gen.protocol);
         row.launchesPerOp = launchesPerOp(files[f], names[f]);

@@ -54,11 +54,14 @@ expect 0 'calibrated on h200x2 ' -- "$tool" --out "$work/p5.json" "$work/calib.j
 expect 2 '^mk-calibrate: error: --report .*--summary FILE' -- "$tool" --out "$work/x.json" --report "$work/fit.txt" "$work/calib.json"
 
 # --base: unmeasured parameters come from a given profile; one missing a parameter is refused
-sed 's/"gemmTflops": [0-9.]*/"gemmTflops": 123.5/' "$work/p.json" >"$work/base.json"
-expect 0 'gemmTflops +123.5 ' -- "$tool" --base "$work/base.json" --out "$work/p4.json" "$work/calib.json"
+# (written in the efficiency form: fractions of the machine's datasheet rates, the machine named)
+check "the profile is written in the efficiency form" grep -q '"machine": "h200x2"' "$work/p.json"
+check "its NVLink rate is a fraction of the datasheet's" grep -q '"efficiency": 0\.' "$work/p.json"
+sed 's/"gemmEfficiency": [0-9.e-]*/"gemmEfficiency": 0.125/' "$work/p.json" >"$work/base.json"
+expect 0 'gemmTflops +92\.71' -- "$tool" --base "$work/base.json" --out "$work/p4.json" "$work/calib.json"
 check "profile names its base" grep -q "defaults from $work/base.json" "$work/p4.json"
-grep -v '"gemmTflops"' "$work/p.json" >"$work/nogemm.json"
-expect 2 'missing field gemmTflops' -- "$tool" --base "$work/nogemm.json" --out "$work/x.json" "$work/calib.json"
+grep -v '"gemmEfficiency"' "$work/p.json" >"$work/nogemm.json"
+expect 2 'missing field gemmEfficiency' -- "$tool" --base "$work/nogemm.json" --out "$work/x.json" "$work/calib.json"
 
 # bad input: exit 2, one line, no file
 head -c 200 "$work/calib.json" >"$work/truncated.json"

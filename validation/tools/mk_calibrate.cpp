@@ -99,7 +99,9 @@ int main(int argc, char** argv) {
     // Both outputs or neither, and neither target replaced when one of them cannot be written.
     mk::OutputSet outputs;
     outputs.stage("--report", reportOut, table);
-    outputs.stage("--out", out, mk::profileToJson(profile, prov) + "\n");
+    // The efficiency form: fractions of the machine's datasheet rates, which every tool applies to the cluster it
+    // plans or predicts (docs/calibration.md).
+    outputs.stage("--out", out, mk::profileToEfficiencyJson(profile, prov, mk::topologyPreset(cluster, 1)) + "\n");
     outputs.commit();
     std::fputs(table.c_str(), stdout);
     std::printf("wrote %s (%s)\n", out.c_str(), profile.source.c_str());

@@ -195,7 +195,7 @@ int run(const Options& o, const std::string& command) {
     ctx.provenance.tool = "defaultProfile";
     ctx.provenance.system = vo.cluster;
   } else {
-    ctx.profile = mk::loadProfile(o.profile, &ctx.provenance);
+    ctx.profile = mk::loadProfileFor(o.profile, mk::loadTopology(vo.cluster), &ctx.provenance);
     ctx.profilePath = o.profile;
     mk::checkProfileIndependence(ctx.provenance, o.profile, files, o.files, vo);
   }

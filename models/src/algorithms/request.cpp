@@ -118,7 +118,7 @@ FusedRequest parseFused(const CollectiveArgs& a) {
 }
 
 Profile profileFor(const CollectiveArgs& a, const Topology& topo) {
-  return a.profile.empty() ? defaultProfile(topo) : loadProfile(a.profile);
+  return a.profile.empty() ? defaultProfile(topo) : loadProfileFor(a.profile, topo);
 }
 
 std::vector<std::string> fillCtaDefaults(Profile& p, const Topology& topo) {

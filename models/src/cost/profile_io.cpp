@@ -1,6 +1,7 @@
 // mkernel — hardware profile <-> JSON (profile_io.hpp has the format).
 #include "mk/cost/profile_io.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
@@ -201,7 +202,74 @@ TransportModel transport(const Json& obj) {
   return t;
 }
 
+/// The rates of the efficiency form and the datasheet rate each is a fraction of (defaultProfile).
+struct RateField {
+  const char* link;        ///< the link object holding it ("nvlink"), or nullptr for a top-level field
+  const char* absolute;    ///< "bwGBs" (in the link) or the top-level name ("reduceGBs")
+  const char* efficiency;  ///< "efficiency" (in the link) or the top-level name ("reduceEfficiency")
+  double Profile::*top;    ///< the top-level member, or nullptr
+  LinkCost Profile::*linkMember;
+};
+
+const RateField kRateFields[] = {
+    {"nvlink", "bwGBs", "efficiency", nullptr, &Profile::nvlink},
+    {"network", "bwGBs", "efficiency", nullptr, &Profile::network},
+    {"local", "bwGBs", "efficiency", nullptr, &Profile::local},
+    {nullptr, "reduceGBs", "reduceEfficiency", &Profile::reduceGBs, nullptr},
+    {nullptr, "gemmTflops", "gemmEfficiency", &Profile::gemmTflops, nullptr},
+};
+
+double datasheetRate(const Profile& d, const RateField& f) { return f.top ? d.*(f.top) : (d.*(f.linkMember)).bwGBs; }
+
+/// The machine named by the efficiency form's "machine": a preset (its datasheet is what the fractions are of).
+Topology machineOf(const Json& j) {
+  const std::string name = text(j, "", "machine");
+  const auto presets = topologyPresets();
+  if (std::find(presets.begin(), presets.end(), name) == presets.end()) {
+    std::string list;
+    for (const auto& n : presets) list += (list.empty() ? "" : ", ") + n;
+    parseFail("machine must name the preset the profile was measured on (" + list + "; got \"" + excerpt(name) +
+              "\"): its datasheet rates are what the efficiencies are fractions of");
+  }
+  return topologyPreset(name, 1);
+}
+
+/// The efficiency form ("machine" + fractions of its datasheet rates) turned into the absolute form, which the
+/// reader then checks field by field.
+Json absoluteForm(const Json& j) {
+  const Profile d = defaultProfile(machineOf(j));
+  Json a = j;
+  a.erase("machine");
+  for (const RateField& f : kRateFields) {
+    Json& holder = f.link ? a[f.link] : a;
+    const std::string path = f.link ? std::string(f.link) + "." + f.efficiency : std::string(f.efficiency);
+    if (f.link && !holder.is_object()) continue;  // the reader names the missing or mistyped object
+    if (holder.contains(f.absolute))
+      parseFail(std::string(f.link ? std::string(f.link) + "." : "") + f.absolute +
+                ": a profile with \"machine\" gives " + path + " (a fraction of the datasheet rate) instead");
+    const double e = checked(member(holder, f.link ? f.link : "", f.efficiency), path, Unit::Fraction);
+    holder.erase(f.efficiency);
+    holder[f.absolute] = e * datasheetRate(d, f);
+  }
+  return a;
+}
+
 }  // namespace
+
+std::string profileToEfficiencyJson(const Profile& p, const ProfileProvenance& provenance, const Topology& machine,
+                                    int indent) {
+  const Profile d = defaultProfile(machine);
+  Json j = Json::parse(profileToJson(p, provenance, -1));
+  j["machine"] = machine.name;
+  for (const RateField& f : kRateFields) {
+    Json& holder = f.link ? j[f.link] : j;
+    const double rate = holder[f.absolute].get<double>();
+    const double base = datasheetRate(d, f);
+    holder.erase(f.absolute);
+    holder[f.efficiency] = base > 0 ? rate / base : 0.0;
+  }
+  return j.dump(indent);
+}
 
 std::string profileToJson(const Profile& p, const ProfileProvenance& prov, int indent) {
   Json j;
@@ -241,8 +309,9 @@ std::string profileToJson(const Profile& p, const ProfileProvenance& prov, int i
 }
 
 Profile profileFromJson(const std::string& input, ProfileProvenance* provenance) {
-  const Json j = parseJson(input, "profile", kMaxConfigJsonBytes);
-  if (!j.is_object()) parseFail(std::string("the document must be a JSON object (got ") + j.type_name() + ")");
+  const Json doc = parseJson(input, "profile", kMaxConfigJsonBytes);
+  if (!doc.is_object()) parseFail(std::string("the document must be a JSON object (got ") + doc.type_name() + ")");
+  const Json j = doc.contains("machine") ? absoluteForm(doc) : doc;
   const std::string schema = text(j, "", "schema");
   if (!schemaMatches(schema, kProfileSchema))
     parseFail("schema must be \"" + std::string(kProfileSchema) + "\" (got \"" + excerpt(schema) + "\")");
@@ -302,6 +371,12 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
             json_get::text(m[i], "profile: provenance.measurements[" + std::to_string(i) + "]"));
       }
     }
+  }
+  if (doc.contains("machine")) {
+    const std::string machine = doc["machine"].get<std::string>();
+    if (!prov.system.empty() && prov.system != machine)
+      parseFail("provenance.system (\"" + excerpt(prov.system) + "\") must be the machine (\"" + machine + "\")");
+    prov.system = machine;
   }
   if (provenance != nullptr) *provenance = std::move(prov);
   return p;

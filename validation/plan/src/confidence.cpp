@@ -96,7 +96,7 @@ UseConfidence ConfidenceTable::forComm(const std::string& domain, const std::str
 
 ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* validation,
                                 const std::string& validationGpu, const std::string& why, const KernelModels* kernels,
-                                const std::string& planGpu) {
+                                const std::string& planGpu, const LayeredValidation* layered) {
   ConfidenceTable t;
   {
     ConfidenceClass c;
@@ -152,29 +152,48 @@ ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* v
     t.add(c);
   }
 
-  std::map<std::string, std::vector<double>> errs;
-  std::map<std::string, std::set<uint32_t>> ranks;
+  // Errors per op: our engine's (the simulator on its committed records) and the layered model's (NCCL's
+  // committed `impl: nccl` records predicted by the nccl-* family, as mk-validate's nccl line computes them).
+  struct OpErrors {
+    std::vector<double> errs;
+    std::set<uint32_t> ranks;
+  };
+  std::map<std::string, OpErrors> engine, nccl;
   if (validation)
     for (const ValidationRow& r : validation->rows) {
-      const std::string op = toString(r.request.spec.op);
-      errs[op].push_back(r.simErrPct);
-      ranks[op].insert(r.request.nRanks);
+      OpErrors& e = engine[toString(r.request.spec.op)];
+      e.errs.push_back(r.simErrPct);
+      e.ranks.insert(r.request.nRanks);
     }
-  for (const char* op : kCollectives) {
+  if (layered)
+    for (const LayeredRow& r : layered->rows) {
+      nccl[r.op].errs.push_back(r.errPct);
+      nccl[r.op].ranks.insert(r.ranks);
+    }
+  // One class per op from `by`: its error when it has records, else why not.
+  auto fromRecords = [&](const std::string& id, const std::string& what, const std::map<std::string, OpErrors>& by,
+                         const char* op, const std::string& records, bool ran) {
     ConfidenceClass c;
-    c.id = std::string("comm.nvlink.") + op;
-    c.what = std::string(op) + " inside one node (NVLink), simulated";
-    auto it = errs.find(op);
-    if (it != errs.end() && !it->second.empty()) {
-      c.error = errorStats(it->second);
+    c.id = id;
+    c.what = what;
+    auto it = by.find(op);
+    if (it != by.end() && !it->second.errs.empty()) {
+      c.error = errorStats(it->second.errs);
       c.measuredGpu = validationGpu;
-      c.measuredRanks.assign(ranks[op].begin(), ranks[op].end());
-      c.method = "the simulator's error on " + std::to_string(it->second.size()) +
-                 " committed records of this project's engine (mk-validate's comparison, this plan's profile)";
+      c.measuredRanks.assign(it->second.ranks.begin(), it->second.ranks.end());
+      c.method = "the error on " + std::to_string(c.error->n) + " committed " + records + " (this plan's profile)";
     } else {
-      c.method = validation ? std::string("no committed measurement of ") + op + " inside a node" : why;
+      c.method = ran ? std::string("no committed measurement of ") + op + " inside a node" : why;
     }
     t.add(c);
+  };
+  for (const char* op : kCollectives) {
+    fromRecords(std::string("comm.nvlink.") + op,
+                std::string(op) + " inside one node (NVLink), the layered baseline (NCCL's model), simulated", nccl, op,
+                "impl: nccl records of the layered model (mk-validate's nccl line)", layered != nullptr);
+    fromRecords(std::string("engine.nvlink.") + op,
+                std::string(op) + " inside one node by this project's engine (the fused operators' collectives)",
+                engine, op, "records of this project's engine (mk-validate's comparison)", validation != nullptr);
     ConfidenceClass n;
     n.id = std::string("comm.network.") + op;
     n.what = std::string(op) + " across nodes, simulated";

@@ -2,12 +2,12 @@
 #include "mk/plan/placement.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <set>
 
 #include "mk/error.hpp"
-#include "mk/sim/platform.hpp"
 
 namespace mk::plan {
 
@@ -17,12 +17,56 @@ namespace {
   throw Error(ErrorCode::Unsupported, "the " + g.name + " groups: " + what);
 }
 
-/// NIC of a GPU: the simulated platform's rail rule (GPUs share a node's NICs evenly).
-uint32_t railOf(uint32_t local, const NodeSpec& n) {
-  sim::Platform p;
-  p.gpusPerNode = n.gpus;
-  p.nicsPerNode = n.nics;
-  return p.railOf(local);
+/// The node with only the local GPUs `keep` (ascending), renumbered 0.., their NICs in the list form (each
+/// with the kept GPUs it serves) and the PCIe switches on their paths; no NICs when `network` is false (one node:
+/// no network path is ever taken).
+NodeSpec restrictNode(const NodeSpec& n, const std::vector<uint32_t>& keep, bool network) {
+  NodeSpec r = n;
+  r.gpus = static_cast<uint32_t>(keep.size());
+  r.nicList.clear();
+  r.pcieSwitches.clear();
+  r.nics = 0;
+  if (!network) return r;
+  std::map<uint32_t, uint32_t> gpuAt;  // old local index -> new
+  for (uint32_t i = 0; i < keep.size(); ++i) gpuAt[keep[i]] = i;
+  const std::vector<NicSpec> nics = nicsOf(n);
+  std::map<uint32_t, uint32_t> nicAt;  // old NIC index -> new
+  for (uint32_t i = 0; i < nics.size(); ++i) {
+    NicSpec nic = nics[i];
+    nic.gpus.clear();
+    for (uint32_t g : nics[i].gpus)
+      if (gpuAt.count(g)) nic.gpus.push_back(gpuAt[g]);
+    if (nic.gpus.empty()) continue;
+    nicAt[i] = static_cast<uint32_t>(r.nicList.size());
+    r.nicList.push_back(std::move(nic));
+  }
+  r.nics = static_cast<uint32_t>(r.nicList.size());
+  for (const PcieSwitchSpec& sw : n.pcieSwitches) {
+    PcieSwitchSpec k{sw.bwGBs, {}, {}};
+    for (uint32_t g : sw.gpus)
+      if (gpuAt.count(g)) k.gpus.push_back(gpuAt[g]);
+    for (uint32_t i : sw.nics)
+      if (nicAt.count(i)) k.nics.push_back(nicAt[i]);
+    if (!k.gpus.empty() || !k.nics.empty()) r.pcieSwitches.push_back(std::move(k));
+  }
+  return r;
+}
+
+/// What a GPU's network transfers share with other GPUs of its node: its NICs, and the PCIe switches on its path
+/// (ids: NICs first, then switches).
+std::vector<std::vector<uint32_t>> sharedResources(const NodeSpec& n) {
+  auto out = gpuNics(n);
+  const uint32_t nicCount = static_cast<uint32_t>(nicsOf(n).size());
+  for (uint32_t s = 0; s < n.pcieSwitches.size(); ++s) {
+    std::set<uint32_t> onPath(n.pcieSwitches[s].gpus.begin(), n.pcieSwitches[s].gpus.end());
+    for (uint32_t g = 0; g < n.gpus; ++g)
+      for (uint32_t i : out[g])
+        if (std::find(n.pcieSwitches[s].nics.begin(), n.pcieSwitches[s].nics.end(), i) != n.pcieSwitches[s].nics.end())
+          onPath.insert(g);
+    for (uint32_t g : onPath)
+      if (g < n.gpus) out[g].push_back(nicCount + s);
+  }
+  return out;
 }
 
 std::vector<uint32_t> normalizedNodes(const std::vector<uint32_t>& ranks, uint32_t gpusPerNode) {
@@ -50,12 +94,16 @@ ConcurrentPlacement placeConcurrent(const GroupSet& groups, const Topology& clus
   p.multiNode = p.groupNodes > 1;
   if (p.groupSize % p.groupNodes != 0) unsupported(groups, "instance 0 holds a different number of ranks per node");
 
-  // The instances that share a NIC with instance 0, transitively (only instances that use the network).
+  // The instances that share a NIC (or a PCIe switch on the network path) with instance 0, transitively (only
+  // instances that use the network).
   std::vector<uint32_t> chosen{0};
   if (p.multiNode && node.nics > 0) {
-    std::map<uint64_t, std::vector<uint32_t>> byNic;
+    const auto shared = sharedResources(node);
+    const uint64_t kinds = nicsOf(node).size() + node.pcieSwitches.size();
+    std::map<uint64_t, std::vector<uint32_t>> byResource;
     for (uint32_t i = 0; i < groups.instances.size(); ++i)
-      for (uint32_t r : groups.instances[i]) byNic[uint64_t{r / G} * node.nics + railOf(r % G, node)].push_back(i);
+      for (uint32_t r : groups.instances[i])
+        for (uint32_t x : shared[r % G]) byResource[uint64_t{r / G} * kinds + x].push_back(i);
     std::vector<bool> in(groups.instances.size(), false);
     in[0] = true;
     std::deque<uint32_t> todo{0};
@@ -63,12 +111,13 @@ ConcurrentPlacement placeConcurrent(const GroupSet& groups, const Topology& clus
       const uint32_t i = todo.front();
       todo.pop_front();
       for (uint32_t r : groups.instances[i])
-        for (uint32_t j : byNic[uint64_t{r / G} * node.nics + railOf(r % G, node)])
-          if (!in[j]) {
-            in[j] = true;
-            chosen.push_back(j);
-            todo.push_back(j);
-          }
+        for (uint32_t x : shared[r % G])
+          for (uint32_t j : byResource[uint64_t{r / G} * kinds + x])
+            if (!in[j]) {
+              in[j] = true;
+              chosen.push_back(j);
+              todo.push_back(j);
+            }
     }
     std::sort(chosen.begin(), chosen.end());
   }
@@ -110,22 +159,7 @@ ConcurrentPlacement placeConcurrent(const GroupSet& groups, const Topology& clus
     p.reduced.fabric.oversubscription = 1;
     p.reduced.fabric.nodesPerLeaf = std::max<uint32_t>(1, reducedNodes);
   }
-  p.reduced.node.gpus = static_cast<uint32_t>(U.size());
-  if (!p.multiNode || node.nics == 0) {
-    p.reduced.node.nics = 0;  // one node: no network path is ever taken
-  } else {
-    std::vector<uint32_t> rails;
-    for (uint32_t u : U) rails.push_back(railOf(u, node));
-    rails.erase(std::unique(rails.begin(), rails.end()), rails.end());  // U sorted, railOf monotone
-    p.reduced.node.nics = static_cast<uint32_t>(rails.size());
-    for (uint32_t i = 0; i < U.size(); ++i) {
-      const uint32_t want =
-          static_cast<uint32_t>(std::lower_bound(rails.begin(), rails.end(), railOf(U[i], node)) - rails.begin());
-      if (want != railOf(i, p.reduced.node))
-        unsupported(groups, "its GPUs share NICs in a way an even split over " + std::to_string(rails.size()) +
-                                " NICs cannot express");
-    }
-  }
+  p.reduced.node = restrictNode(node, U, p.multiNode && node.nics > 0);
   validateTopology(p.reduced);
 
   // Simulated ranks: ordered by (reduced node, local GPU), so that the node-major placement of the replay puts
@@ -148,13 +182,14 @@ ConcurrentPlacement placeConcurrent(const GroupSet& groups, const Topology& clus
   // Instance 0 alone, for the generator's choice (closed forms price one instance).
   p.choice = cluster;
   p.choice.nodes = p.groupNodes;
-  p.choice.node.gpus = p.groupSize / p.groupNodes;
-  if (!p.multiNode || node.nics == 0) {
-    p.choice.node.nics = 0;
-  } else {
-    std::set<uint32_t> rails0;
-    for (uint32_t r : first) rails0.insert(railOf(r % G, node));
-    p.choice.node.nics = std::min<uint32_t>(p.choice.node.gpus, static_cast<uint32_t>(rails0.size()));
+  {
+    // Its GPUs on its first node (every node of an instance holds as many: checked above).
+    std::set<uint32_t> locals0;
+    const uint32_t firstNode = first[0] / G;
+    for (uint32_t r : first)
+      if (r / G == firstNode) locals0.insert(r % G);
+    p.choice.node =
+        restrictNode(node, std::vector<uint32_t>(locals0.begin(), locals0.end()), p.multiNode && node.nics > 0);
   }
   validateTopology(p.choice);
   return p;

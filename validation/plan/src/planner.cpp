@@ -11,6 +11,7 @@
 #include "mk/error.hpp"
 #include "mk/util/size.hpp"
 #include "mk/validation/prediction_cache.hpp"
+#include "mk/validation/validate_layered.hpp"
 
 namespace mk::plan {
 
@@ -67,8 +68,10 @@ void fitCompute(PlanResult& out, const std::vector<MeasurementFile>& files, cons
 }
 
 /// The simulator's errors on the committed collectives of this project's engine, with the plan's profile.
-std::optional<ValidationResult> validateCollectives(PlanResult& out, const std::vector<MeasurementFile>& files,
-                                                    const std::vector<std::string>& names, std::string& gpu) {
+std::optional<ValidationResult> validateCollectives(PlanResult& out, const Profile& measured,
+                                                    const std::vector<MeasurementFile>& files,
+                                                    const std::vector<std::string>& names, std::string& gpu,
+                                                    std::optional<LayeredValidation>& layered) {
   std::vector<MeasurementFile> sel;
   std::vector<std::string> selNames;
   for (std::size_t i = 0; i < files.size(); ++i) {
@@ -89,12 +92,22 @@ std::optional<ValidationResult> validateCollectives(PlanResult& out, const std::
   vo.skipBad = true;
   PredictionCache cache(out.inputs.cacheDir);
   vo.cache = &cache;
-  ValidationResult res = validateMeasurements(sel, selNames, out.profile, vo);
+  // The records' own machine: the profile as measured (applied to its own datasheet: unchanged), not as
+  // applied to the planned cluster.
+  ValidationResult res = validateMeasurements(sel, selNames, measured, vo);
   out.stats.validationPredictions = res.simulations;
   out.stats.validationFromCache = res.fromCache;
   gpu = loadTopology(res.cluster).node.gpu;
   out.validationNote = std::to_string(res.rows.size()) + " records of " + std::to_string(sel.size()) + " files on " +
                        res.cluster + ": median |error| " + formatNumber(res.sim.medianAbsPct, 3) + " %";
+  // The plan's collectives are the layered baseline's: their confidence is the layered model's own error on the
+  // committed impl: nccl records (mk-validate's nccl line), not our engine's.
+  LayeredValidation lv = validateLayered(files, names, res.cluster, measured, vo.jobs, &cache);
+  if (!lv.rows.empty()) {
+    out.validationNote += "; layered baseline (NCCL's model): " + std::to_string(lv.rows.size()) +
+                          " impl: nccl records, median |error| " + formatNumber(lv.stats.medianAbsPct, 3) + " %";
+    layered = std::move(lv);
+  }
   return res;
 }
 
@@ -283,11 +296,14 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
           (out.cluster.node.nics == 0 ? ", no NICs to add nodes" : "") + ")");
 
   // ---- the profile ----
+  Profile measuredProfile;
   if (!in.profilePath.empty()) {
-    out.profile = loadProfile(in.profilePath, &out.provenance);
+    // Its efficiencies on the machine it was measured on, applied to this cluster's datasheet rates.
+    measuredProfile = loadProfile(in.profilePath, &out.provenance);
+    out.profile = profileOnCluster(measuredProfile, profileMachine(out.provenance, out.cluster), out.cluster);
     out.profileNote = "profile " + in.profilePath + ": " + out.profile.source;
   } else {
-    out.profile = defaultProfile(out.cluster);
+    out.profile = measuredProfile = defaultProfile(out.cluster);
     out.provenance.tool = "defaultProfile";
     out.provenance.system = out.cluster.name;
     out.profileNote = "datasheet defaults of " + out.cluster.name + " (uncalibrated)";
@@ -331,19 +347,20 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
   }
   const auto tv = Clock::now();
   std::optional<ValidationResult> validation;
+  std::optional<LayeredValidation> layeredValidation;
   std::string validationGpu;
   if (!files.empty()) {
     say("validating the simulator on the committed collective measurements");
-    validation = validateCollectives(out, files, names, validationGpu);
+    validation = validateCollectives(out, measuredProfile, files, names, validationGpu, layeredValidation);
     say("validation: " + std::to_string(out.stats.validationPredictions) + " distinct predictions, " +
         std::to_string(out.stats.validationFromCache) + " of them from the cache");
   } else {
     out.validationNote = "no measurement directory (--measured)";
   }
   out.stats.validationS = since(tv);
-  out.confidence =
-      buildConfidence(out.gemm->samples.empty() ? nullptr : &*out.gemm, validation ? &*validation : nullptr,
-                      validationGpu, out.validationNote, &out.kernels, out.cluster.node.gpu);
+  out.confidence = buildConfidence(out.gemm->samples.empty() ? nullptr : &*out.gemm,
+                                   validation ? &*validation : nullptr, validationGpu, out.validationNote, &out.kernels,
+                                   out.cluster.node.gpu, layeredValidation ? &*layeredValidation : nullptr);
   out.fusedStatus = fusedPricer.available() ? "available" : fusedPricer.unavailableReason();
 
   // ---- pass 1: lower every scale of every variant and request its prices ----

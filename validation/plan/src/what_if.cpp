@@ -6,6 +6,7 @@
 #include <random>
 #include <sstream>
 
+#include "mk/cost/profile_io.hpp"
 #include "mk/error.hpp"
 #include "mk/util/size.hpp"
 
@@ -44,8 +45,6 @@ uint32_t positiveCount(const std::string& what, const std::string& key, const st
   if (x != std::floor(x) || x > 1e9) bad(what, key + " must be a positive integer (got '" + v + "')");
   return static_cast<uint32_t>(x);
 }
-
-double pathBottleneck(const Topology& t) { return std::min(t.node.nic.bwGBs, t.node.pcie.bwGBs); }
 
 /// A standard normal from two uniforms (Box-Muller): std::normal_distribution's algorithm is the library's, so
 /// results would differ between standard libraries; mt19937_64's sequence is fixed by the standard.
@@ -100,30 +99,40 @@ WhatIf parseWhatIf(const std::string& text) {
 }
 
 void applyWhatIf(const WhatIf& w, Topology& topo, Profile& profile) {
-  const double before = pathBottleneck(topo);
+  if (!w.changesCluster()) return;  // the baseline: the cluster as given, checked where it was read
+  const Topology before = topo;
   NodeSpec& n = topo.node;
-  if (w.nvlinkDomain) {
-    // Keep the NICs per GPU: a domain of 4 GPUs on a node type with 8 GPUs and 8 NICs gets 4 NICs.
-    const double perGpu = n.gpus ? static_cast<double>(n.nics) / n.gpus : 0;
-    n.gpus = *w.nvlinkDomain;
-    n.nics = n.nics ? std::max<uint32_t>(1, static_cast<uint32_t>(std::lround(perGpu * n.gpus))) : 0;
+  if (w.nvlinkDomain || w.nics) {
+    // A new NIC count or node size has no per-NIC list to keep: the uniform form with the first NIC's rate,
+    // latency and transport (the even mapping of nicsOf), and no PCIe switches (docs/planner.md, what-ifs).
+    const std::vector<NicSpec> nics = nicsOf(n);
+    const double perGpu = n.gpus ? static_cast<double>(nics.size()) / n.gpus : 0;
+    if (!nics.empty()) n.nic = NicSpec{nics[0].bwGBs, nics[0].latencyUs, nics[0].transport, {}, {}};
+    n.nicList.clear();
+    n.pcieSwitches.clear();
+    n.nics = static_cast<uint32_t>(nics.size());
+    if (w.nvlinkDomain) {
+      // Keep the NICs per GPU: a domain of 4 GPUs on a node type with 8 GPUs and 8 NICs gets 4 NICs.
+      n.gpus = *w.nvlinkDomain;
+      n.nics = n.nics ? std::max<uint32_t>(1, static_cast<uint32_t>(std::lround(perGpu * n.gpus))) : 0;
+    }
+    if (w.nics) n.nics = *w.nics;
   }
-  if (w.nics) n.nics = *w.nics;
-  if (w.nicBwFactor) n.nic.bwGBs *= *w.nicBwFactor;
-  if (w.nicBwGBs) n.nic.bwGBs = *w.nicBwGBs;
+  if (w.nicBwFactor || w.nicBwGBs) {
+    auto rate = [&](double gbs) { return w.nicBwGBs ? *w.nicBwGBs : gbs * *w.nicBwFactor; };
+    n.nic.bwGBs = rate(n.nic.bwGBs);
+    for (NicSpec& nic : n.nicList) nic.bwGBs = rate(nic.bwGBs);
+  }
   if (w.oversub) topo.fabric.oversubscription = *w.oversub;
   if (w.nodesPerLeaf) topo.fabric.nodesPerLeaf = *w.nodesPerLeaf;
-  if (n.nics > n.gpus)
-    bad(w.name, "gives " + std::to_string(n.nics) + " NICs for " + std::to_string(n.gpus) +
-                    " GPUs per node: the model has at most one NIC per GPU");
   try {
     validateTopology(topo);
   } catch (const Error& e) {
     bad(w.name, e.message());
   }
-  const double after = pathBottleneck(topo);
-  if (before > 0 && after > 0 && after != before) profile.network.bwGBs *= after / before;
-  if (w.changesCluster()) profile.source += " [what-if " + w.name + "]";
+  // The one rule of a profile on another cluster: its fractions of the datasheet, applied to the variant's.
+  profile = profileOnCluster(profile, before, topo);
+  profile.source += " [what-if " + w.name + "]";
 }
 
 NoiseResult applyNoise(const NoiseSpec& spec, uint32_t gpus, double stepUs, double criticalComputeUs, uint32_t steps) {

@@ -120,7 +120,7 @@ bad "training.dtype: fp8 needs a GPU with FP8 tensor cores \(Hopper or newer\); 
 bad "--gpus 32: cluster '.*two-nodes.json' has 16 GPUs" -- "${tiny[@]}" --gpus 8:32 --cluster "$work/two-nodes.json"
 bad "--gpus '64:8': MIN is larger than MAX" -- "${tiny[@]}" --gpus 64:8
 bad "--what-if 'colour=red': unknown key 'colour'" -- "${run[@]}" --what-if colour=red
-bad "--what-if 'nics=16': gives 16 NICs for 8 GPUs" -- "${run[@]}" --what-if nics=16
+bad "--what-if 'nvlink-domain=2048': node.gpus must be in \[1, 1024\]" -- "${run[@]}" --what-if nvlink-domain=2048
 # values whose time would not be finite, and sizes whose product would wrap: refused up front, nothing written
 bad "--what-if 'stragglers=0.5:1e300': stragglers slowdown must be in \[1, 100\]" -- \
   "${run[@]}" --what-if stragglers=0.5:1e300
@@ -148,9 +148,24 @@ check "a failed report leaves no directory" bash -c "! compgen -G '$work/bad*' >
 expect 2 'error: --jobs must be >= 1' -- "${run[@]}" -j 0
 expect 2 '^mk-plan: error: --report: must not be empty' -- "${run[@]}" --report ''
 
+# ---- clusters mean what they say (issue 33) ----
+quick=("${tiny[@]}" --gpus 16 --measured none --cache none -q)
+# a preset with 4 NICs per GPU plans (its baseline blamed a what-if never given), and so does more NICs per GPU
+expect 0 'distinct collectives' -- "${quick[@]}" --cluster cloud-efa-32x100 --what-if nics=64
+# the calibrated profile's fractions go to each cluster's own links: TCP NICs and A100 nodes plan unlike DGX H100
+for c in dgx-h100 cloud-tcp-8x200 a100-8x200; do "${quick[@]}" --cluster "$c" --json "$work/$c.json" 2>/dev/null; done
+step() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["variants"][0]["scales"][0]["layered"]["step_us"])' "$1"; }
+check "cloud-tcp-8x200 plans unlike dgx-h100" test "$(step "$work/cloud-tcp-8x200.json")" != "$(step "$work/dgx-h100.json")"
+check "a100-8x200 plans unlike dgx-h100" test "$(step "$work/a100-8x200.json")" != "$(step "$work/dgx-h100.json")"
+# the NIC-list example of docs/transports.md plans every layout it holds (TP > 1 was 'not feasible: node.nics')
+nic_list="$(dirname "${BASH_SOURCE[0]}")/data/nic-list-cluster.json"
+for tp in 1 2 4 8; do
+  expect 0 'distinct collectives' -- "${tiny[@]}" --cluster "$nic_list" --tp "$tp" --gpus 8:32 --measured none --cache none
+  check "the NIC-list cluster plans tp $tp at every count" bash -c \
+    "! '${tool}' --workload '$work/tiny.json' --cluster '$nic_list' --tp $tp --gpus 8:32 --measured none --cache none 2>&1 | grep -q 'not feasible'"
+done
 # pipeline stages on GPUs that share a NIC: the replay's second pass must not leave SimGrid deadlocked
-expect 0 'distinct collectives' -- "${tiny[@]}" --gpus 16 --measured none --cache none -q --cluster dgx-h200 --pp 2 \
-  --what-if nics=4
+expect 0 'distinct collectives' -- "${quick[@]}" --cluster dgx-h200 --pp 2 --what-if nics=4
 check "no SimGrid deadlock message" bash -c \
   "! '${tool}' --workload '$work/tiny.json' --gpus 16 --measured none --cache none -q --cluster dgx-h200 --pp 2 --what-if nics=4 2>&1 | grep -qi deadlock"
 

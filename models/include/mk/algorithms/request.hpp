@@ -88,7 +88,7 @@ struct FusedRequest {
 /// shape rules are validateFusedSpec's, checked once the rank count is known. Throws Error(InvalidArgument).
 FusedRequest parseFused(const CollectiveArgs& a);
 
-/// The profile `a` prices with: its file (loadProfile), else the datasheet defaults of `topo`.
+/// The profile `a` prices with: its file applied to `topo` (loadProfileFor), else the datasheet defaults of `topo`.
 Profile profileFor(const CollectiveArgs& a, const Topology& topo);
 
 /// `p` with Profile::sms and Profile::ctaGBs taken from the datasheet defaults of `topo` where it has none (a

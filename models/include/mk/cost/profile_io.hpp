@@ -42,7 +42,15 @@ struct ProfileProvenance {
 /// Serialise (all fields, sms and ctaGBs only when > 0; provenance written when any of its fields is set).
 std::string profileToJson(const Profile& p, const ProfileProvenance& provenance = {}, int indent = 2);
 
-/// Parse; throws Error(ParseError) for malformed JSON, a wrong schema, a missing, misspelt or mistyped field
+/// The efficiency form (what mk-calibrate writes): "machine" names the preset the profile was measured on, and
+/// its rates are fractions of that machine's datasheet rates (defaultProfile): nvlink.efficiency,
+/// network.efficiency, local.efficiency, reduceEfficiency, gemmEfficiency in place of nvlink.bwGBs, ...,
+/// gemmTflops; every other field as profileToJson writes it. `machine` must be a preset.
+std::string profileToEfficiencyJson(const Profile& p, const ProfileProvenance& provenance, const Topology& machine,
+                                    int indent = 2);
+
+/// Parse either form (the efficiency form read back as the machine's absolute rates, provenance.system = the
+/// machine); throws Error(ParseError) for malformed JSON, a wrong schema, a missing, misspelt or mistyped field
 /// (named: "profile: missing field nvlink.bwGBs"), and Error(InvalidArgument) for a negative or non-finite value
 /// (named: "profile: nvlink.bwGBs must be >= 0 and finite (got -1)"). Fills `provenance` when given.
 Profile profileFromJson(const std::string& text, ProfileProvenance* provenance = nullptr);
@@ -52,5 +60,17 @@ Profile loadProfile(const std::string& path, ProfileProvenance* provenance = nul
 
 /// Write atomically (writeFileAtomic): never a half-written file.
 void saveProfile(const Profile& p, const std::string& path, const ProfileProvenance& provenance = {});
+
+/// A profile measured on `machine`, applied to `target` (docs/calibration.md, "A profile on another cluster"):
+/// every rate is the measured fraction of the machine's datasheet rate (defaultProfile) applied to the target's
+/// (nvlink, network, local copy, reduce, GEMM); the link latencies keep our engine's fixed cost above the
+/// datasheet latency; the transport model is the target NICs' when their kind differs. Where both datasheets
+/// agree the number is unchanged, bit for bit: the profile on its own machine prices as measured.
+Profile profileOnCluster(const Profile& p, const Topology& machine, const Topology& target);
+/// The machine a profile was measured on: the preset its provenance.system names, else `fallback` (a profile
+/// without a known machine holds the absolute rates of the cluster it is used with).
+Topology profileMachine(const ProfileProvenance& provenance, const Topology& fallback);
+/// loadProfile(path), then profileOnCluster(it, its machine, target).
+Profile loadProfileFor(const std::string& path, const Topology& target, ProfileProvenance* provenance = nullptr);
 
 }  // namespace mk

@@ -18,6 +18,7 @@ struct LayeredRow {
   std::size_t index = 0;  ///< record index in its file
   std::string op;
   uint64_t bytes = 0;
+  uint32_t ranks = 0;  ///< GPUs of the record
   double measuredUs = 0;
   std::string choice;          ///< what "nccl auto" picked: "nccl-ring/ll", ...
   uint32_t launchesPerOp = 1;  ///< kernels the timing thread launched per op (the GPUs it drove)

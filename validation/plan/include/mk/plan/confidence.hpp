@@ -18,6 +18,7 @@
 #include "mk/plan/gemm_model.hpp"
 #include "mk/plan/kernel_model.hpp"
 #include "mk/validation/validate.hpp"
+#include "mk/validation/validate_layered.hpp"
 
 namespace mk::plan {
 
@@ -73,9 +74,13 @@ class ConfidenceTable {
 
 /// The table for a plan: the GEMM model (null: no GEMM records), the kernel models (null: none; a class with
 /// kernel records carries their leave-one-shape-out error per GPU, `planGpu`'s first), the simulator's validation
-/// rows on the committed collectives (null: none could be run, `why` says so).
+/// rows on the committed collectives of our engine (null: none could be run, `why` says so), and the layered
+/// model's rows on the committed `impl: nccl` records (null: none). A plan's collectives are the layered
+/// baseline's (NCCL, the nccl-* family): their classes (comm.*) carry the layered model's error; our engine's
+/// error is its own class (engine.*), for what our engine runs (the fused operators).
 ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* validation,
                                 const std::string& validationGpu, const std::string& why,
-                                const KernelModels* kernels = nullptr, const std::string& planGpu = "");
+                                const KernelModels* kernels = nullptr, const std::string& planGpu = "",
+                                const LayeredValidation* layered = nullptr);
 
 }  // namespace mk::plan

@@ -56,9 +56,10 @@ struct WhatIf {
 /// Parse "key=value,key=value"; throws Error(InvalidArgument) naming the key and what was expected.
 WhatIf parseWhatIf(const std::string& text);
 
-/// Apply the cluster changes of `w` to a node type and fabric (the node count is the planner's), and scale the
-/// profile's network bandwidth with the path's bottleneck. Throws Error(InvalidArgument) naming the what-if when
-/// the result is not a valid topology (e.g. more NICs than GPUs).
+/// Apply the cluster changes of `w` to a node type and fabric (the node count is the planner's), and the profile
+/// to the changed cluster (profileOnCluster: its rates follow the datasheet's). nics= and nvlink-domain= turn a
+/// NIC list into the uniform form (the first NIC's rate); nic-bw= sets every NIC's. Throws Error(InvalidArgument)
+/// naming the what-if when the result is not a valid topology. The baseline (no cluster change) is left as is.
 void applyWhatIf(const WhatIf& w, Topology& topo, Profile& profile);
 
 /// The result of the noise model over `steps` sampled steps.
