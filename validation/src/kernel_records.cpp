@@ -127,6 +127,13 @@ std::vector<KernelRecord> kernelRecords(const MeasurementFile& file, const std::
       fail("flops",
            "must be a finite number >= 0 (got " + (flops.is_null() ? std::string("nothing") : flops.dump()) + ")");
     k.flops = flops.get<double>();
+    if (k.cls == KernelClass::Gemm) {
+      const Json acc = json("accumulate");
+      if (!acc.is_null() && !(acc.is_string() && acc.get<std::string>() == "float32"))
+        fail("accumulate",
+             "must be \"float32\" (a GEMM adding into an fp32 output) when present (got " + acc.dump() + ")");
+      k.accumulateFp32 = !acc.is_null();
+    }
     if (r.bytes == 0) fail("bytes", "must be > 0: a kernel moves its operands");
     k.bytes = static_cast<double>(r.bytes);
     k.timeUs = r.timeUs;

@@ -120,7 +120,8 @@ class StageBuilder {
     // GEMM under gradient-accumulation fusion adds into the fp32 main gradient: its output is read and written in
     // fp32. The router is no such layer (Megatron-LM's router calls F.linear; addGradAccum adds its gradient).
     const double in = op.fp8 ? 1.0 : elemBytes_;
-    const double outBytes = wgrad && fusedGradAccum() && name != "router.wgrad" ? 8.0 : elemBytes_;
+    op.accumulateFp32 = wgrad && fusedGradAccum() && name != "router.wgrad";
+    const double outBytes = op.accumulateFp32 ? 8.0 : elemBytes_;
     op.bytes = dbl(batch) * (in * (dbl(m) * dbl(k) + dbl(k) * dbl(n)) + outBytes * dbl(m) * dbl(n));
     op.times = times;
     op.recompute = recompute;

@@ -111,8 +111,13 @@ Vec solveNonNegative(const Normal& s) {
 
 double dot(const Vec& p, const Vec& x) { return p[0] * x[0] + p[1] * x[1] + p[2] * x[2]; }
 
-std::string variantOf(KernelClass cls, const std::string& kernel) {
-  return cls == KernelClass::Gemm || cls == KernelClass::Attention ? std::string() : kernel;
+constexpr const char* kFp32Accumulate = "fp32-accumulate";
+
+/// GEMMs and attention share one model per dtype and pass, but a GEMM adding into an fp32 output (its epilogue
+/// reads and writes 4-byte elements) has its own; the other classes one per kernel.
+std::string variantOf(KernelClass cls, const std::string& kernel, bool accumulateFp32) {
+  if (cls == KernelClass::Gemm) return accumulateFp32 ? kFp32Accumulate : std::string();
+  return cls == KernelClass::Attention ? std::string() : kernel;
 }
 
 constexpr const char* kFp8Dtype = "float8_e4m3";
@@ -195,7 +200,8 @@ KernelModels KernelModels::fit(const std::vector<MeasurementFile>& files, const 
   std::set<std::string> used;
   for (std::size_t f = 0; f < files.size(); ++f) {
     for (KernelRecord& r : kernelRecords(files[f], names[f])) {
-      KernelKey k{presetGpuName(r.gpu), r.cls, variantOf(r.cls, r.kernel), dtypeOf(r.cls, r.dtype), toString(r.pass)};
+      KernelKey k{presetGpuName(r.gpu), r.cls, variantOf(r.cls, r.kernel, r.accumulateFp32), dtypeOf(r.cls, r.dtype),
+                  toString(r.pass)};
       KernelKey any = k;
       any.pass = "*";
       passes[any].insert(k.pass);
@@ -244,7 +250,7 @@ KernelModels KernelModels::fit(const std::vector<MeasurementFile>& files, const 
 }
 
 KernelModels::Match KernelModels::find(const ComputeOp& op, const std::string& gpu) const {
-  const std::string variant = variantOf(op.cls, op.kernel), dtype = dtypeOf(op.cls, dtypeName(op));
+  const std::string variant = variantOf(op.cls, op.kernel, op.accumulateFp32), dtype = dtypeOf(op.cls, dtypeName(op));
   std::vector<std::string> gpus{gpu};
   for (const auto& [k, m] : models_)
     if (std::find(gpus.begin(), gpus.end(), k.gpu) == gpus.end()) gpus.push_back(k.gpu);
@@ -264,6 +270,13 @@ KernelModels::Match KernelModels::find(const ComputeOp& op, const std::string& g
     }
     // Another GPU's model scales by its datasheet: one no preset knows cannot be scaled.
     if (it != models_.end() && (g == gpu || it->second.peakTflops > 0)) return Match{&it->second, g != gpu};
+  }
+  // An fp32-accumulating GEMM nothing measured (FP8 weight gradients): the plain GEMM model of its dtype, whose
+  // bytes term sees the larger output.
+  if (op.accumulateFp32) {
+    ComputeOp plain = op;
+    plain.accumulateFp32 = false;
+    return find(plain, gpu);
   }
   return Match{};
 }

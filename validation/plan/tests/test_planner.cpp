@@ -86,12 +86,8 @@ TEST_CASE("planner: a step without communication takes exactly the sum of its ke
   // datasheet ratios) from another GPU's otherwise; the step is as trusted as its classes.
   const Status want =
       p.kernels.classErrors(KernelClass::Gemm).count(node.gpu) ? Status::Validated : Status::Extrapolated;
-  // ... but the per-step master copy and gradient zeroing, which no record covers yet: the roofline.
   for (const ComputeUse& c : s.compute)
-    CHECK(c.source == (c.name == "param-copy" || c.name == "zero-grad" || c.name == "grad-accum"
-                           ? "roofline: unmeasured"
-                       : want == Status::Validated ? "kernel-model"
-                                                   : "kernel-model: extrapolated"));
+    CHECK(c.source == (want == Status::Validated ? "kernel-model" : "kernel-model: extrapolated"));
   CHECK(p.confidence.forKernelClass(KernelClass::Gemm, node.gpu).status == want);
   CHECK(p.confidence.forKernelClass(KernelClass::Attention, node.gpu).status == want);
   CHECK(s.status == want);

@@ -65,6 +65,8 @@ struct ComputeOp {
   /// FP8 GEMM (float8_e4m3 operands, `dtype` output) or a cast-fp8 kernel (float8_e4m3 output): the census's
   /// dtype is then "float8_e4m3" (dtypeName).
   bool fp8 = false;
+  /// A weight-gradient GEMM under gradient-accumulation fusion: it adds into an fp32 buffer (read and written).
+  bool accumulateFp32 = false;
   uint64_t m = 0, n = 0, k = 0;  ///< one GEMM instance (attention: m = n = seq, k = head dim)
   uint64_t batch = 1;            ///< instances in one kernel (experts per rank; sequences x heads for attention)
   /// The contract's shape fields of the non-GEMM classes (0 where the class has no such field); attention also
