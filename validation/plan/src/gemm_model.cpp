@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -93,6 +94,29 @@ std::vector<GemmSample> gemmSamples(const std::vector<MeasurementFile>& files, c
     }
   }
   return out;
+}
+
+std::optional<GemmModel> fitGemmModelFor(const std::vector<MeasurementFile>& files,
+                                         const std::vector<std::string>& names, const std::string& want) {
+  std::map<std::string, std::vector<GemmSample>> byGpu;
+  for (const auto& f : files) {
+    auto it = f.system.find("gpu");
+    if (it == f.system.end() || it->second.size() < 2) continue;
+    const std::string gpu = it->second.substr(1, it->second.size() - 2);
+    if (byGpu.count(gpu)) continue;
+    auto samples = gemmSamples(files, names, gpu);
+    if (!samples.empty()) byGpu[gpu] = std::move(samples);
+  }
+  std::string gpu;
+  if (byGpu.count(want)) {
+    gpu = want;
+  } else {
+    for (const auto& [g, s] : byGpu)
+      if (gpu.empty() || s.size() > byGpu[gpu].size()) gpu = g;
+  }
+  if (gpu.empty()) return std::nullopt;
+  const NodeSpec ref = presetNodeOfGpu(gpu);
+  return fitGemmModel(byGpu[gpu], gpu, ref.bf16Tflops, ref.hbmGBs);
 }
 
 GemmModel fitGemmModel(const std::vector<GemmSample>& samples, const std::string& gpu, double peakTflops,

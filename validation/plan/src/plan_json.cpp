@@ -105,6 +105,9 @@ Json scaleJson(const ScaleResult& s, const PlanResult& plan, const std::map<std:
     classes[id] = {{"us", us}, {"status", toString(u.status)}, {"note", u.note}};
   }
   j["confidence"] = {{"status", toString(s.status)}, {"note", s.statusNote}, {"classes", classes}};
+  j["compute_checked"] = {{"by_step_records", s.computeByStepRecords},
+                          {"by_kernel_records", s.computeByKernelRecords},
+                          {"unchecked", s.computeUnchecked}};
   j["unmeasured_compute_us"] = s.unmeasuredComputeUs;
   j["unmeasured_compute_share"] = s.unmeasuredComputeShare;
   j["unpriced"] = s.unpriced;
@@ -252,6 +255,26 @@ std::string planToJson(const PlanResult& plan, const std::string& commit, int in
     classes[id] = cj;
   }
   j["confidence"] = {{"classes", classes}, {"validation", plan.validationNote}};
+  Json steps = nullptr;  // the measured training steps against this planner (mk-plan --check-steps)
+  if (plan.steps) {
+    Json byGpu = Json::object();
+    for (const auto& [gpu, e] : plan.steps->errorByGpu) byGpu[gpu] = statsJson(e);
+    Json records = Json::array();
+    for (const StepCheck& c : plan.steps->checks)
+      records.push_back({{"file", c.file},
+                         {"record", c.record},
+                         {"gpu", c.gpu},
+                         {"workload", c.workload},
+                         {"dtype", c.dtype},
+                         {"seq", c.seq},
+                         {"micro_batch", c.microBatch},
+                         {"micro_batches", c.microBatches},
+                         {"measured_us", c.measuredUs},
+                         {"predicted_us", c.predictedUs},
+                         {"error_pct", c.errorPct}});
+    steps = {{"error", statsJson(plan.steps->error)}, {"error_by_gpu", byGpu}, {"records", records}};
+  }
+  j["confidence"]["steps"] = steps;
   j["fused"] = {{"status", plan.fusedStatus}};
   Json colls = Json::object();
   for (const auto& [key, p] : plan.prices) {

@@ -57,6 +57,15 @@ std::string shares(const ScaleResult& s) {
 
 /// Collectives of the scale's critical stage priced by their closed form instead of simulated (above --sim-budget
 /// or their share of --max-memory): their link sharing is not in the step.
+/// Whether any kernel of the plan is priced by the GEMM model (no kernel record of its class on any GPU).
+bool usesGemmModel(const PlanResult& plan) {
+  for (const VariantResult& v : plan.variants)
+    for (const ScaleResult& s : v.scales)
+      for (const ComputeUse& c : s.compute)
+        if (c.source == "gemm-model") return true;
+  return false;
+}
+
 std::size_t closedFormUses(const PlanResult& plan, const ScaleResult& s) {
   std::size_t n = 0;
   for (const CommUse& c : s.comm) n += plan.prices.at(c.priceKey).source == "closed-form" ? 1 : 0;
@@ -83,16 +92,28 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
   out += "cluster: " + in.cluster + " (" + plan.cluster.node.gpu + ", " + std::to_string(plan.cluster.node.gpus) +
          " GPUs and " + std::to_string(plan.cluster.node.nics) + " NICs per node)\n";
   out += "profile: " + plan.profileNote + "\n";
-  const GemmModel& g = *plan.gemm;
-  out += "compute: t = " + fmt("compute overhead", "%.2f", g.overheadUs) + " us + max(flops / " +
-         fmt("compute TFLOP/s", "%.0f", g.tflops) + " TFLOP/s, bytes / " + fmt("compute HBM GB/s", "%.0f", g.hbmGBs) +
-         " GB/s) on " + g.gpu + "; " + plan.gemmNote;
-  if (g.leaveOneShapeOut.n)
-    out += "; leave-one-shape-out |error| median " + fmt("compute error", "%.1f", g.leaveOneShapeOut.medianAbsPct) +
-           " %, max " + fmt("compute error", "%.1f", g.leaveOneShapeOut.maxAbsPct) + " %";
-  out += "\nkernels: " + plan.kernelNote;
+  out += "kernels: " + plan.kernelNote;
   if (!plan.kernels.models().empty())
     out += " (t = c0 + flops / R + bytes / B per GPU, class, kernel, dtype and pass; plan.json kernel_models)";
+  // The GEMM model prices only what no kernel model covers: shown where a plan uses it.
+  const GemmModel& g = *plan.gemm;
+  if (usesGemmModel(plan)) {
+    out += "\nGEMM model (GEMMs and attention without kernel records): t = " +
+           fmt("compute overhead", "%.2f", g.overheadUs) + " us + max(flops / " +
+           fmt("compute TFLOP/s", "%.0f", g.tflops) + " TFLOP/s, bytes / " + fmt("compute HBM GB/s", "%.0f", g.hbmGBs) +
+           " GB/s) on " + g.gpu + "; " + plan.gemmNote;
+    if (g.leaveOneShapeOut.n)
+      out += "; leave-one-shape-out |error| median " + fmt("compute error", "%.1f", g.leaveOneShapeOut.medianAbsPct) +
+             " %, max " + fmt("compute error", "%.1f", g.leaveOneShapeOut.maxAbsPct) + " %";
+  }
+  if (plan.steps) {
+    out += "\nsteps: " + std::to_string(plan.steps->checks.size()) +
+           " measured training steps predicted by this planner (mk-plan --check-steps):";
+    for (const auto& [gpu, e] : plan.steps->errorByGpu)
+      out += " " + gpu + " n=" + std::to_string(e.n) + " median |error| " + fmt("step error", "%.1f", e.medianAbsPct) +
+             " %, max " + fmt("step error", "%.1f", e.maxAbsPct) + " %;";
+    out.pop_back();
+  }
   out += "\nvalidation of the collectives: " + plan.validationNote + "\n";
 
   bool anyClosedForm = false, anyUnmeasured = false;
@@ -139,6 +160,17 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
         "[closed form: N of M collectives]: N collectives of the step were too large to simulate (--sim-budget, or "
         "their share of --max-memory) and are priced by their closed form, without link sharing; plan.json's "
         "collectives say which and why\n";
+  if (plan.steps || !plan.kernels.models().empty()) {
+    out +=
+        "compute checked (of the critical stage's compute; by whole-step records / kernel records only / "
+        "neither):";
+    const VariantResult& v = plan.variants.front();
+    for (const ScaleResult& s : v.scales)
+      if (s.feasible)
+        out += " " + std::to_string(s.gpus) + " GPUs " + pct("checked", s.computeByStepRecords) + "/" +
+               pct("checked", s.computeByKernelRecords) + "/" + pct("checked", s.computeUnchecked) + ";";
+    out.back() = '\n';
+  }
   if (anyUnmeasured)
     out +=
         "[unmeasured: X % of compute]: the share of the step's compute time from kernel classes no kernel record "

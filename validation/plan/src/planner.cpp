@@ -24,47 +24,15 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 
 [[noreturn]] void bad(const std::string& msg) { throw Error(ErrorCode::InvalidArgument, msg); }
 
-/// The committed measurement files of a directory (its top level only: archive/ holds engines that no longer
-/// exist), in name order.
-void loadMeasured(const std::string& dir, std::vector<MeasurementFile>& files, std::vector<std::string>& names) {
-  std::error_code ec;
-  if (dir.empty() || !fs::is_directory(dir, ec)) return;
-  std::vector<std::string> paths;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_regular_file() && e.path().extension() == ".json") paths.push_back(e.path().string());
-  std::sort(paths.begin(), paths.end());
-  for (const auto& p : paths) {
-    files.push_back(loadMeasurementFile(p));
-    names.push_back(fs::path(p).filename().string());
-  }
-}
-
 /// The GEMM model from the records of the cluster's GPU, else of the GPU with the most records.
 void fitCompute(PlanResult& out, const std::vector<MeasurementFile>& files, const std::vector<std::string>& names) {
-  std::map<std::string, std::vector<GemmSample>> byGpu;
-  for (const auto& f : files) {
-    auto it = f.system.find("gpu");
-    if (it == f.system.end() || it->second.size() < 2) continue;
-    const std::string gpu = it->second.substr(1, it->second.size() - 2);
-    if (byGpu.count(gpu)) continue;
-    auto samples = gemmSamples(files, names, gpu);
-    if (!samples.empty()) byGpu[gpu] = std::move(samples);
-  }
-  std::string gpu;
-  if (byGpu.count(out.cluster.node.gpu)) {
-    gpu = out.cluster.node.gpu;
-  } else {
-    for (const auto& [g, s] : byGpu)
-      if (gpu.empty() || s.size() > byGpu[gpu].size()) gpu = g;
-  }
-  if (gpu.empty()) {
+  out.gemm = fitGemmModelFor(files, names, out.cluster.node.gpu);
+  if (!out.gemm) {
     out.gemmNote = "no GEMM records (impl cublas, op gemm) in " +
                    (out.inputs.measuredDir.empty() ? std::string("(no --measured directory)") : out.inputs.measuredDir);
     return;
   }
-  const NodeSpec ref = presetNodeOfGpu(gpu);
-  out.gemm = fitGemmModel(byGpu[gpu], gpu, ref.bf16Tflops, ref.hbmGBs);
-  out.gemmNote = "fitted on " + std::to_string(out.gemm->samples.size()) + " cuBLAS records of " + gpu;
+  out.gemmNote = "fitted on " + std::to_string(out.gemm->samples.size()) + " cuBLAS records of " + out.gemm->gpu;
 }
 
 /// The simulator's errors on the committed collectives of this project's engine, with the plan's profile.
@@ -138,6 +106,33 @@ int severity(Status s) {
   return 2;
 }
 
+/// ScaleResult::computeBy*: the critical stage's kernels per step, each counted under the best check of its price.
+void checkedCompute(ScaleResult& sr, const PlanResult& out, const Pending& pd) {
+  const uint32_t c = sr.layered.criticalStage;
+  const StageLowering& st = pd.step.stages[c];
+  const std::set<std::string>* covered = nullptr;
+  if (out.steps) {
+    const auto it = out.steps->kernelsByGpu.find(presetGpuName(pd.cluster.node.gpu));
+    if (it != out.steps->kernelsByGpu.end()) covered = &it->second;
+  }
+  double step = 0, kernel = 0, other = 0;
+  for (std::size_t i = 0; i < st.compute.size(); ++i) {
+    const ComputeOp& op = st.compute[i];
+    const double us = pd.computeUs[c][i] * op.times * (op.pass == Pass::Step ? 1 : sr.layout.microBatches);
+    if (covered && covered->count(stepKernelKey(op)))
+      step += us;
+    else if (pd.computeSource[c][i] == "kernel-model")
+      kernel += us;
+    else
+      other += us;
+  }
+  const double all = step + kernel + other;
+  if (all <= 0) return;
+  sr.computeByStepRecords = step / all;
+  sr.computeByKernelRecords = kernel / all;
+  sr.computeUnchecked = other / all;
+}
+
 /// Which class each part of the step comes from, and the step's resulting status: the worst status among the
 /// classes that make up at least 5 % of the step.
 void attributeClasses(ScaleResult& sr, const PlanResult& out, const Pending& pd) {
@@ -159,6 +154,7 @@ void attributeClasses(ScaleResult& sr, const PlanResult& out, const Pending& pd)
       sr.unmeasuredComputeUs += us;
   }
   sr.unmeasuredComputeShare = sr.layered.computeUs > 0 ? sr.unmeasuredComputeUs / sr.layered.computeUs : 0;
+  checkedCompute(sr, out, pd);
   add(out.confidence.forClass("model.pipeline"), sr.layered.bubbleUs);
   const PhaseTime* phases[4] = {&sr.layered.tp, &sr.layered.ep, &sr.layered.pp, &sr.layered.dp};
   for (int ph = 0; ph < 4; ++ph) {
@@ -262,6 +258,19 @@ std::vector<uint32_t> parseGpuCounts(const std::string& text) {
   return out;
 }
 
+void loadMeasuredDir(const std::string& dir, std::vector<MeasurementFile>& files, std::vector<std::string>& names) {
+  std::error_code ec;
+  if (dir.empty() || !fs::is_directory(dir, ec)) return;
+  std::vector<std::string> paths;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file() && e.path().extension() == ".json") paths.push_back(e.path().string());
+  std::sort(paths.begin(), paths.end());
+  for (const auto& p : paths) {
+    files.push_back(loadMeasurementFile(p));
+    names.push_back(fs::path(p).filename().string());
+  }
+}
+
 PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
                    const std::function<void(const std::string&)>& progress) {
   const auto t0 = Clock::now();
@@ -324,7 +333,7 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
   // ---- what the measurements say: the GEMM model and the collectives' validation ----
   std::vector<MeasurementFile> files;
   std::vector<std::string> names;
-  loadMeasured(in.measuredDir, files, names);
+  loadMeasuredDir(in.measuredDir, files, names);
   fitCompute(out, files, names);
   // Once per run: every GPU count and variant prices from these fits.
   out.kernels = KernelModels::fit(files, names);
@@ -334,6 +343,11 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
                        : std::to_string(out.kernels.models().size()) + " kernel models fitted on " +
                              std::to_string(out.kernels.records()) + " kernel records of " +
                              std::to_string(out.kernels.files().size()) + " files";
+  try {  // the measured training steps, predicted with these models: the compute side's whole-step check
+    out.steps = checkSteps(files, names, out.kernels);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::NotFound) throw;
+  }
   if (!out.gemm) {
     // No records: the profile's single GEMM rate, with no per-shape efficiency and no confidence.
     GemmModel g;

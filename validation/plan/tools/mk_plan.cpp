@@ -20,6 +20,7 @@
 #include "mk/io/output_paths.hpp"
 #include "mk/plan/plan_output.hpp"
 #include "mk/plan/planner.hpp"
+#include "mk/plan/step_check.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/util/build_commit.hpp"
 #include "mk/util/cli.hpp"
@@ -68,7 +69,7 @@ struct Options {
   std::string reportDir, jsonOut, statsOut, kernelsOut;
   std::string python = "/usr/bin/python3";
   std::string script;
-  bool listWorkloads = false, quiet = false, brief = false;
+  bool listWorkloads = false, quiet = false, brief = false, checkSteps = false;
 };
 
 [[noreturn]] void bad(const std::string& msg) { throw mk::Error(mk::ErrorCode::InvalidArgument, msg); }
@@ -193,6 +194,14 @@ int run(const Options& o, const std::string& command) {
     in.measuredDir = o.measured;
   } else if (fs::is_directory(MK_MEASURED_DIR, ec)) {
     in.measuredDir = MK_MEASURED_DIR;
+  }
+  if (o.checkSteps) {  // the step records of the measurement directory against the planner: no plan
+    std::vector<mk::MeasurementFile> files;
+    std::vector<std::string> names;
+    mk::plan::loadMeasuredDir(in.measuredDir, files, names);
+    if (files.empty()) bad("--check-steps: no measurement directory (--measured " + o.measured + ")");
+    std::fputs(mk::plan::stepCheckText(mk::plan::checkSteps(files, names)).c_str(), stdout);
+    return 0;
   }
   if (o.cache != "none") in.cacheDir = o.cache;
   in.pricer.jobs = o.jobs;
@@ -347,6 +356,9 @@ int main(int argc, char** argv) {
   app.add_option("--python", o.python, "python with matplotlib for --report")->capture_default_str();
   app.add_option("--report-script", o.script, "the report generator")->capture_default_str();
   app.add_flag("--list-workloads", o.listWorkloads, "print the built-in workloads and their sources");
+  app.add_flag("--check-steps", o.checkSteps,
+               "predict every measured training step (\"op\": \"step\") of the --measured directory on one GPU "
+               "and print measured, predicted and the error (docs/planner.md, \"Checked against real steps\")");
   app.add_flag("-q,--quiet", o.quiet, "no table on stdout");
   app.add_flag("--brief", o.brief, "print the baseline's table only (and the what-ifs side by side)");
   if (int rc = mk::cli::parse(app, argc, argv, kTool); rc != mk::cli::kContinue) return rc;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,11 @@ struct GemmModel {
 /// file's system block. Measured numbers are used as recorded.
 std::vector<GemmSample> gemmSamples(const std::vector<MeasurementFile>& files, const std::vector<std::string>& names,
                                     const std::string& gpu, const std::string& impl = "cublas");
+
+/// The GEMM model of `gpu` from its cuBLAS records in `files`, else of the GPU with the most records; nullopt when
+/// no file has any.
+std::optional<GemmModel> fitGemmModelFor(const std::vector<MeasurementFile>& files,
+                                         const std::vector<std::string>& names, const std::string& gpu);
 
 /// Fit R and c0 on `samples` for a GPU with `hbmGBs` and `peakTflops`. Throws Error(InvalidArgument) with fewer
 /// than 2 distinct shapes (the leave-one-shape-out error needs a fit without each).

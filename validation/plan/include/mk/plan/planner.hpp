@@ -17,6 +17,7 @@
 #include "mk/plan/fused.hpp"
 #include "mk/plan/gemm_model.hpp"
 #include "mk/plan/kernel_model.hpp"
+#include "mk/plan/step_check.hpp"
 #include "mk/plan/step_model.hpp"
 #include "mk/plan/what_if.hpp"
 #include "mk/workload/memory.hpp"
@@ -101,6 +102,10 @@ struct ScaleResult {
   /// Compute time of the step priced by a class no measurement covers (the roofline), and its share of the step's
   /// compute time (StepBreakdown::computeUs).
   double unmeasuredComputeUs = 0, unmeasuredComputeShare = 0;
+  /// The critical stage's compute time per step split by what checked its prices (docs/planner.md, "Confidence"):
+  /// kernels whole-step records of this GPU ran (PlanResult::steps), kernels with a kernel model of this GPU only,
+  /// and the rest (extrapolated from another GPU, the GEMM model, the roofline). Shares of that compute time.
+  double computeByStepRecords = 0, computeByKernelRecords = 0, computeUnchecked = 0;
   /// Kernels of any stage without a finite positive price ("stage 1: loss"): empty in every plan (a test says so).
   std::vector<std::string> unpriced;
   Status status = Status::NotValidated;
@@ -136,6 +141,9 @@ struct PlanResult {
   std::string gemmNote;    ///< which records, or why none
   KernelModels kernels;    ///< every kernel model of the measured folder, fitted once per run
   std::string kernelNote;  ///< which records, or why none
+  /// The measured training steps of the measured folder predicted by this planner (step_check.hpp); nullopt when
+  /// the folder has none.
+  std::optional<StepCheckResult> steps;
   ConfidenceTable confidence;
   std::string validationNote;
   std::vector<VariantResult> variants;
@@ -143,6 +151,10 @@ struct PlanResult {
   std::string fusedStatus;  ///< "available" or why not
   RunStats stats;
 };
+
+/// The measurement files of directory `dir` (its top level only: archive/ holds engines that no longer exist), in
+/// name order, appended to `files` (their file names to `names`); nothing for "" or a path that is no directory.
+void loadMeasuredDir(const std::string& dir, std::vector<MeasurementFile>& files, std::vector<std::string>& names);
 
 /// Plan. `progress` receives one-line progress messages (stderr in mk-plan). Throws Error(InvalidArgument /
 /// NotFound / ParseError) for bad input (unknown cluster, a GPU count the cluster cannot hold, a profile file that
