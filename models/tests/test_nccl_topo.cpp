@@ -210,3 +210,27 @@ TEST_CASE("nccl: --algo nccl parses for every op, and nccl-p2p refuses ll128") {
   a.protocol = "auto";
   CHECK_FALSE(parseCollective(a).ncclAuto);
 }
+
+TEST_CASE("nccl-tree: across nodes each channel pair is headed by a GPU of its own, correct, estimate tracks") {
+  const Topology topo = topologyPreset("dgx-h100", 3);
+  const Profile p = defaultProfile(topo);
+  CollectiveSpec spec = specOf(CollOp::AllReduce, 1 << 14);
+  spec.algo = Algorithm::NcclTree;
+  GenOptions g;
+  g.chunks = 2;
+  g.channels = 8;
+  g.protocol = Protocol::Simple;
+  const Schedule s = generate(spec, topo.layout(24), g);
+  REQUIRE(validateAll(s).empty());
+  // Local GPU 0 heads every channel without spread heads; pairs 0..3 on GPUs 0..3 with them.
+  CHECK(leavingGpus(s, 8) == std::set<uint32_t>{0, 1, 2, 3});
+  const VerifyResult v = verifyCollective(s, spec, 5, InputKind::Uniform);
+  CHECK_MESSAGE(v.ok, v.detail);
+  const double timeline = simulateUncontended(s, layeredProfile(p, Protocol::Simple)).totalUs;
+  const double closed = closedForm(spec, g, topo, 24, p).totalUs;
+  CHECK(closed >= 0.5 * timeline);
+  CHECK(closed <= 1.5 * timeline);
+  // The tree gets NCCL's channels across nodes too: two per NIC at 1 GiB.
+  CHECK(layeredGenOptions(CollOp::AllReduce, Algorithm::NcclTree, Protocol::Simple, 1ull << 30, 24, topo).channels ==
+        16);
+}

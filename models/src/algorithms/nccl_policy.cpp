@@ -78,17 +78,25 @@ GenOptions layeredGenOptions(CollOp op, Algorithm algo, Protocol proto, uint64_t
   GenOptions g = layeredGenOptions(op, algo, proto, bytes, nRanks);
   const uint32_t gpus = std::max<uint32_t>(topo.node.gpus, 1);
   const uint32_t nodes = (nRanks + gpus - 1) / gpus;
-  // NCCL's rings spread over the NICs only where a node holds several ranks (equal nodes: the rail rings of
-  // nccl-ring); one rank per node runs one ring per rank's NIC, the engine's rule.
-  if (algo != Algorithm::NcclRing || nodes < 2 || gpus < 2 || nRanks % gpus != 0) return g;
+  // NCCL's channels spread over the NICs only where a node holds several ranks (equal nodes: the rail rings of
+  // nccl-ring, the spread heads of nccl-tree); one rank per node keeps the engine's rule.
+  const bool ring = algo == Algorithm::NcclRing;
+  if (!(ring || algo == Algorithm::NcclTree) || nodes < 2 || gpus < 2 || nRanks % gpus != 0) return g;
   const NcclGraph graph = ncclTopoGraph(topo.node, nodes);
   const uint32_t used = ncclOpChannels(graph, proto == Protocol::Auto ? Protocol::Simple : proto, bytes, nRanks);
-  g.channels = std::max<uint32_t>(1, std::min(used, graph.railRings));
-  // A ring block of a schedule channel moves in NCCL's steps: a channel's 4 MiB buffer (DEFAULT_BUFFSIZE,
-  // init.cc) over NCCL_STEPS = 8 (device.h), at most the engine's chunks for the size.
+  // One schedule channel per rail ring; the tree's channels come in pairs (its two trees) per NIC.
+  g.channels = std::max<uint32_t>(1, std::min(used, (ring ? 1 : 2) * graph.railRings));
+  // A block of a schedule channel (a ring step's, or the tree's whole part) moves in NCCL's chunks of one step
+  // (enqueue.cc): a channel's 4 MiB buffer (DEFAULT_BUFFSIZE, init.cc) over NCCL_STEPS = 8 (device.h). The ring:
+  // at most the engine's chunks (its steps grow with ranks x chunks). The tree: at least the engine's chunks (its
+  // pipeline is 2 (G - 1 + log2 M) hops deep; NCCL's threads pipeline within a chunk), at most kMaxTreeChunks (its
+  // steps grow with chunks only).
   constexpr uint64_t kNcclStepBytes = (uint64_t{4} << 20) / 8;
-  const uint64_t block = bytes / (static_cast<uint64_t>(g.channels) * nRanks);
-  g.chunks = static_cast<uint32_t>(std::clamp<uint64_t>((block + kNcclStepBytes - 1) / kNcclStepBytes, 1, g.chunks));
+  constexpr uint64_t kMaxTreeChunks = 64;
+  const uint64_t block = bytes / (static_cast<uint64_t>(g.channels) * (ring ? nRanks : 1));
+  const uint64_t steps = std::max<uint64_t>(1, (block + kNcclStepBytes - 1) / kNcclStepBytes);
+  g.chunks = static_cast<uint32_t>(ring ? std::min<uint64_t>(steps, g.chunks)
+                                        : std::clamp<uint64_t>(steps, g.chunks, kMaxTreeChunks));
   return g;
 }
 

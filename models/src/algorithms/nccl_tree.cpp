@@ -5,7 +5,9 @@
 // over the nodes in order (node n's parent (n - 1) / 2), tree 1 the same heap over the nodes in reverse order,
 // so that most nodes that are inner in one tree are leaves in the other and both halves of the data keep every
 // NIC busy. Every slice goes up (each rank adds its children's partials to its input and sends the sum to its
-// parent) and then down (the root's sum is forwarded to the children), slices pipelined.
+// parent) and then down (the root's sum is forwarded to the children), slices pipelined. Across nodes, with several
+// ranks on every node, channel pair c / 2 starts its chains at local GPU (c / 2) mod G instead (headOf), so the
+// pairs' heads, which send across nodes, sit on different GPUs and NICs as NCCL's trees do.
 //
 // Lanes per rank and channel: the reducer (waits for its children's partials, reduces into output, signals its
 // own rank), the up lane (sends the partial, or the input on a leaf, to the parent's scratch slot for this
@@ -32,31 +34,40 @@ struct TreeLinks {
   std::vector<uint32_t> children;  ///< the chain child first, then the tree children
 };
 
-TreeLinks treeLinks(const GenContext& ctx, uint32_t rank, uint32_t tree) {
+/// The local index channel `ch`'s chains start at (its node heads): NCCL puts each tree channel pair on a NIC of
+/// its own, so under rail rings pair ch / 2 is headed by local GPU (ch / 2) mod G; local GPU 0 otherwise.
+uint32_t headOf(const GenContext& ctx, uint32_t ch) { return ctx.railRings ? (ch / 2) % ctx.maxLocal : 0; }
+
+/// Parent and children of one rank in tree `tree` (0 or 1) whose chains start at local index `head`.
+TreeLinks treeLinks(const GenContext& ctx, uint32_t rank, uint32_t tree, uint32_t head) {
   TreeLinks t;
-  const uint32_t node = ctx.nodeOf[rank], li = ctx.localIndex[rank], m = ctx.nNodes();
+  const uint32_t node = ctx.nodeOf[rank], m = ctx.nNodes();
   const auto& mates = ctx.nodeRanks[node];
-  if (li + 1 < mates.size()) t.children.push_back(mates[li + 1]);
+  const auto size = static_cast<uint32_t>(mates.size());
+  auto mate = [&](uint32_t n, uint32_t at) { return ctx.nodeRanks[n][(head + at) % ctx.nodeSize(n)]; };
+  const uint32_t li = (ctx.localIndex[rank] + size - head % size) % size;  // position in the chain
+  if (li + 1 < size) t.children.push_back(mate(node, li + 1));
   if (li > 0) {
-    t.parent = static_cast<int>(mates[li - 1]);
+    t.parent = static_cast<int>(mate(node, li - 1));
     return t;
   }
   auto pos = [&](uint32_t n) { return tree == 0 ? n : m - 1 - n; };
   auto nodeAt = [&](uint32_t i) { return tree == 0 ? i : m - 1 - i; };
   const uint32_t i = pos(node);
-  if (i > 0) t.parent = static_cast<int>(ctx.nodeRanks[nodeAt((i - 1) / 2)][0]);
+  if (i > 0) t.parent = static_cast<int>(mate(nodeAt((i - 1) / 2), 0));
   for (uint32_t c : {2 * i + 1, 2 * i + 2})
-    if (c < m) t.children.push_back(ctx.nodeRanks[nodeAt(c)][0]);
+    if (c < m) t.children.push_back(mate(nodeAt(c), 0));
   return t;
 }
 
-uint32_t slotIn(const GenContext& ctx, uint32_t parent, uint32_t child, uint32_t tree) {
-  const auto kids = treeLinks(ctx, parent, tree).children;
+uint32_t slotIn(const GenContext& ctx, uint32_t parent, uint32_t child, uint32_t tree, uint32_t head) {
+  const auto kids = treeLinks(ctx, parent, tree, head).children;
   return static_cast<uint32_t>(std::find(kids.begin(), kids.end(), child) - kids.begin());
 }
 
 void setupNcclTree(ScheduleBuilder& b, GenContext& ctx) {
   ctx.putFlags = protocolFlags(ctx.opt.protocol);
+  ctx.railRings = railRingsApply(ctx);
   if (ctx.nRanks > 1) addScratch(b, ctx, kMaxChildren);
 }
 
@@ -65,15 +76,15 @@ void emitNcclTree(ScheduleBuilder& b, const GenContext& ctx, uint32_t ch, Range 
   if (p == 1) return emitLocalCopy(b, ctx, ch, part);
   const uint16_t scratch = scratchBuffer(ctx);
   const uint64_t count = ctx.spec.count;
-  const uint32_t tree = ch % 2, keys = ctx.opt.channels;
+  const uint32_t tree = ch % 2, keys = ctx.opt.channels, head = headOf(ctx, ch);
   const auto chunks = chunkRanges(part, ctx.opt.chunks);
   const std::vector<uint32_t> upArrived = b.newFlags(kMaxChildren);
   const uint32_t reduced = b.newFlag(), down = b.newFlag();
   for (uint32_t r = 0; r < p; ++r) {
-    const TreeLinks t = treeLinks(ctx, r, tree);
+    const TreeLinks t = treeLinks(ctx, r, tree, head);
     const bool root = t.parent < 0, leaf = t.children.empty();
     const uint32_t parent = root ? 0 : static_cast<uint32_t>(t.parent);
-    const uint32_t slot = root ? 0 : slotIn(ctx, parent, r, tree);
+    const uint32_t slot = root ? 0 : slotIn(ctx, parent, r, tree, head);
     auto reducer = [&] { return b.lane(r, LaneRole::Intra, keys + ch); };
     auto up = [&] { return b.lane(r, sendRole(ctx, r, parent), ch); };
     auto downLane = [&](uint32_t child) {
@@ -114,7 +125,7 @@ void emitNcclTree(ScheduleBuilder& b, const GenContext& ctx, uint32_t ch, Range 
   }
   // A leaf ends with the final slices its parent forwards.
   for (uint32_t r = 0; r < p; ++r) {
-    const TreeLinks t = treeLinks(ctx, r, tree);
+    const TreeLinks t = treeLinks(ctx, r, tree, head);
     if (t.children.empty() && t.parent >= 0)
       b.waitAllSent(r, b.lane(r, sendRole(ctx, r, static_cast<uint32_t>(t.parent)), ch), down);
   }
@@ -128,8 +139,16 @@ CostEstimate costNcclTree(const CostContext& c) {
   const Protocol proto = c.opt.protocol == Protocol::Auto ? Protocol::Simple : c.opt.protocol;
   const Profile view = protocolView(layeredProfile(c.profile, proto), protocolFlags(proto));
   const CostContext vc{c.spec, c.opt, c.topo, c.gen, view};
-  const ChunkPrices x(vc);
+  ChunkPrices x(vc);
   const GenContext& g = c.gen;
+  if (railRingsApply(g)) {
+    // Heads spread over the GPUs (headOf): a head carries the network lanes of its channel pairs only, an up and
+    // a down lane each; every rank's up and down lanes of all channels share its NVLink (in the steady state of
+    // the pipeline both run).
+    const double perHead = 2 * std::ceil(x.channels / (2.0 * g.maxLocal));
+    x.net.bw *= 2 * std::min(x.channels, perHead) / x.channels;
+    x.nvl.bw *= 2;
+  }
   if (g.nRanks == 1) return x.finish(x.copy, "t0 + T_copy");
   // The chain inside the largest node (NVLink hops, one child each) and the heap over the nodes (network hops;
   // a head reduces its chain child and up to two tree children).
