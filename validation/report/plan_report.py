@@ -393,6 +393,45 @@ def gemm_rows(doc):
 
 
 
+def checked_rows(v):
+    """Per GPU count: the critical stage's compute by what checked its prices (plan.json compute_checked)."""
+    rows = []
+    for s in feasible(v["scales"]):
+        c = s.get("compute_checked")
+        if c:
+            rows.append([s["gpus"], f"{100 * c['by_step_records']:.0f} %", f"{100 * c['by_kernel_records']:.0f} %",
+                         (f"{100 * c['unchecked']:.0f} %", "nv" if c["unchecked"] >= 0.05 else "")])
+    return ["GPUs", "in kernels whole-step records covered", "kernel records only", "neither"], rows
+
+
+def step_rows(doc):
+    """The measured training steps this planner predicted (plan.json confidence.steps), or None."""
+    st = doc["confidence"].get("steps")
+    if not st:
+        return None, None
+    rows = [[r["workload"], r["dtype"], r["gpu"], r["seq"], f"{r['micro_batch']} x {r['micro_batches']}",
+             dur(r["measured_us"]), dur(r["predicted_us"]), f"{r['error_pct']:+.1f} %"] for r in st["records"]]
+    e = st["error"]
+    summary = (f"{e['n']} steps: median |error| {e['median_abs_err_pct']:.1f} %, max {e['max_abs_err_pct']:.1f} % "
+               "(" + "; ".join(f"{g}: n={x['n']}, median {x['median_abs_err_pct']:.1f} %, max "
+                               f"{x['max_abs_err_pct']:.1f} %" for g, x in st["error_by_gpu"].items()) + ")")
+    return summary, rows
+
+
+def kernel_model_rows(doc):
+    """The kernel models per GPU, class, kernel, dtype and pass with their leave-one-shape-out error."""
+    km = doc.get("kernel_models") or {}
+    rows = []
+    for m in km.get("models", []):
+        if m["pass"] == "*":
+            continue
+        lo = m["leave_one_shape_out"]
+        rows.append([m["gpu"], m["class"], m["kernel"] or "-", m["dtype"] or "-", m["pass"], m["records"],
+                     fmt(m["overhead_us"]), fmt(m["tflops"]), fmt(m["bandwidth_gbs"]), fmt(lo["median_abs_err_pct"]),
+                     fmt(lo["max_abs_err_pct"])])
+    return km.get("note", ""), rows
+
+
 def nic_text(node):
     """'8 NICs of 50 GB/s' from a topology node: the NIC list (the form files are written in) or the old count."""
     nics = node.get("nics", 0)
@@ -478,6 +517,13 @@ def main():
              "operation\" below). A step is validated when every class making up at least 5 % of it is.</p>")
     head, rows = class_share_rows(doc["variants"][0])
     p.append(table(head, rows))
+    head, rows = checked_rows(doc["variants"][0])
+    if rows:
+        p.append("<p class='note'>How the critical stage's compute was checked: the share of its time in kernels "
+                 "that measured whole training steps on this GPU ran (predicted as a whole, below), in kernels with "
+                 "only a kernel model of this GPU, and in neither (another GPU's model scaled by the datasheets, "
+                 "the GEMM model or the roofline).</p>")
+        p.append(table(head, rows))
     p.append("<h2>Where the time goes</h2>")
     p.append(f"<p><img src='{imgs[1]}' alt='step breakdown'></p><p><img src='{imgs[2]}' alt='communication'></p>")
     p.append("<h2>Throughput, scaling efficiency, MFU</h2>")
@@ -510,6 +556,19 @@ def main():
     p.append("<h2>Confidence by class of operation</h2>")
     head, rows, classes = class_rows(doc)
     p.append(table(head, rows, left=3, row_classes=classes))
+    summary, rows = step_rows(doc)
+    if rows:
+        p.append("<h2>Measured training steps against this planner</h2>")
+        p.append(f"<p>{esc(summary)}. Each is a real step (forward, backward, optimizer) of a few layers on one GPU "
+                 "(validation/tools/step_bench.py), priced as this plan prices its own (mk-plan --check-steps).</p>")
+        p.append(table(["workload", "dtype", "GPU", "seq", "micro-batch x count", "measured", "predicted", "error"],
+                       rows, left=3))
+    note, rows = kernel_model_rows(doc)
+    if rows:
+        p.append("<h2>Kernel models (t = c0 + flops / R + bytes / B)</h2>")
+        p.append(f"<p>{esc(note)}; the error is each shape predicted by the fit on the other shapes.</p>")
+        p.append(table(["GPU", "class", "kernel", "dtype", "pass", "records", "c0 us", "R TFLOP/s", "B GB/s",
+                        "leave-one-shape-out median |err| %", "max"], rows, left=5))
     p.append("<h2>Collectives simulated</h2>")
     head, rows, classes = collective_rows(doc)
     p.append(table(head, rows, left=4, row_classes=classes))
@@ -518,9 +577,9 @@ def main():
         p.append(f"<h2>Kernels of the critical stage at {g} GPUs (baseline)</h2>")
         p.append(table(["kernel", "class", "m", "n", "k", "batch", "per step", "time", "TFLOP/s", "bound", "price"],
                        rows, left=2))
-        p.append("<p>UNMEASURED: a kernel class no measurement covers yet (norms, activations, rotary, residual "
-                 "adds, the loss, embedding, optimizer, gradient norm, MoE router and permute), priced by the HBM "
-                 "roofline c0 + bytes / B; the step table gives its share of the compute time.</p>")
+        p.append("<p>price: the kernel model of this GPU (kernel-model), another GPU's scaled by the datasheets "
+                 "(extrapolated), the GEMM model, or UNMEASURED: a kernel no record of its class covers, priced by "
+                 "the HBM roofline c0 + bytes / B (the step table gives its share of the compute time).</p>")
     p.append(f"<p><small>mk-plan commit {esc(doc['tool']['commit'])}; inputs and every number in plan.json; run "
              "statistics in run-stats.json.</small></p>")
     with open(os.path.join(a.out, "index.html"), "w") as f:
