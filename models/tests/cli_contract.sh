@@ -27,6 +27,12 @@ profile="$(dirname "${BASH_SOURCE[0]}")/../../validation/data/profiles/h200x2-ca
 expect 0 'profile    calibrated on h200x2' -- "$tool" --op allreduce --algo two-shot --cluster h200x2 --bytes 64MiB --chunks 2 --profile "$profile"
 expect 0 'profile    uncalibrated' -- "$tool" --op allreduce --algo two-shot --cluster h200x2 --bytes 64MiB --chunks 2
 
+# --algo nccl: NCCL's own choice (docs/algorithms-nccl.md): its p2p for all-to-all, its channels across nodes
+expect 0 '^verify: OK' -- "$tool" --op alltoall --algo nccl --cluster dgx-h100 --nodes 2 --bytes 64K --verify
+expect 0 'channels 8 by size' -- "$tool" --op allreduce --algo nccl --cluster dgx-h100 --nodes 2 --bytes 64MiB
+expect 2 '--protocol ll128 does not apply to nccl-p2p' -- "$tool" --op alltoall --algo nccl-p2p --protocol ll128 --ranks 4 --bytes 1K
+one_line_error "$tool" --op alltoall --algo nccl-p2p --protocol ll128 --ranks 4 --bytes 1K
+
 # --algo auto: the engine's choice (mk/algorithms/policy.hpp), printed, and the schedule of what it chose
 expect 0 '^  auto       (one-shot|two-shot|ring|hierarchical) \(the lowest closed form\), chunks [0-9]+ by size, channels 1 by size$' -- "$tool" --op allreduce --algo auto --cluster h200x2 --bytes 64MiB --profile "$profile"
 expect 0 'chunks 3 as given' -- "$tool" --op allreduce --algo auto --cluster h200x2 --bytes 64MiB --chunks 3
