@@ -4,10 +4,11 @@
 // The layered variant runs each all-reduce, all-gather and reduce-scatter as NCCL does, modelled by the nccl-*
 // family (mk/algorithms/nccl.hpp: chooseLayered, NCCL's tuner modelled; priced under layeredProfile plus one
 // kernel launch per op); an all-to-all the same way with nccl-p2p (NCCL's p2p sends); a pipeline send as nccl-p2p
-// of two ranks with the protocol NCCL picks by size (mk::planNccl). Instances inside one node replay exactly; instances across nodes
-// replay in the simulator's fast mode (steps inside a node timed by the uncontended timeline, network flows and
-// synchronisation through SimGrid: identical when nothing contends inside a node). A schedule of more steps than
-// the budget is priced by its closed form instead and says so (no contention in that number).
+// of two ranks with the protocol NCCL picks by size (mk::planNccl). Instances inside one node replay exactly;
+// instances across nodes replay in the simulator's fast mode (steps inside a node timed by the uncontended
+// timeline, network flows and synchronisation through SimGrid: identical when nothing contends inside a node). A
+// schedule of more steps than the budget is priced by its closed form instead and says so (no contention in that
+// number).
 #pragma once
 
 #include <cstdint>
