@@ -76,9 +76,9 @@ inline void addCollectiveOptions(CLI::App& app, CollectiveArgs& a) {
       ->check(CLI::IsMember({"ring", "rhd", "bruck", "bruck-half", "auto"}))
       ->capture_default_str();
   app.add_option("--protocol", a.protocol,
-                 "protocol of the puts: for the layered algorithms (--algo nccl, nccl-ring, nccl-tree, nccl-p2p) simple, "
-                 "ll, ll128 (not nccl-p2p), "
-                 "or auto (the lowest closed form under the profile used; docs/algorithms-nccl.md); ll also sends "
+                 "protocol of the puts: for the layered algorithms (--algo nccl, nccl-ring, nccl-tree, nccl-p2p) "
+                 "simple, ll, ll128 (not nccl-p2p), or auto (the lowest closed form under the profile used; "
+                 "docs/algorithms-nccl.md); ll also sends "
                  "the puts of one-shot, two-shot and direct all-gather as LL packets on one node (auto: plain puts)")
       ->check(CLI::IsMember({"simple", "ll", "ll128", "auto"}))
       ->capture_default_str();
