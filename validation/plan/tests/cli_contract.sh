@@ -169,4 +169,16 @@ out=$("${quick[@]}" --cluster dgx-h200 --pp 2 --what-if nics=4 2>&1)
 check "pipeline stages sharing a NIC plan without a SimGrid deadlock" \
   bash -c '[[ $0 -eq 0 ]] && grep -q "distinct collectives" <<<"$1" && ! grep -qi deadlock <<<"$1"' "$?" "$out"
 
+# the measured training steps: --check-steps predicts each; a step record the planner cannot price is exit 2
+measured="$(dirname "${BASH_SOURCE[0]}")/../../data/measured"
+expect 0 '^steps: n=[0-9]+ median_abs_err_pct=' -- "$tool" --check-steps --measured "$measured"
+mkdir -p "$work/steps-bad"
+printf '%s\n' '{"schema": "mkernel.measurement.v1", "system": {"gpu": "NVIDIA H100 80GB HBM3", "gpus": 1},' \
+  '"run": {"date": "2026-12-06", "commit": "x", "command": "x"}, "records": [{"op": "step", "impl": "torch",' \
+  '"algo": "eager", "dtype": "bfloat16", "ranks": 1, "bytes": 0, "time_us": 1000, "iters": 7, "stat": "median",' \
+  '"workload": {"model": {"layers": -1}}}]}' >"$work/steps-bad/steps.json"
+expect 2 'steps.json: records\[0\]\.workload: ' -- "$tool" --check-steps --measured "$work/steps-bad"
+one_line_error "$tool" --check-steps --measured "$work/steps-bad"
+expect 2 'steps.json: records\[0\]\.workload: ' -- "${tiny[@]}" --gpus 8 --measured "$work/steps-bad" --cache none
+
 cli_summary
