@@ -154,17 +154,29 @@ TEST_CASE("nccl: an LL put costs its latency and its bytes at half the link rate
   CHECK(proxy.alphaUs == doctest::Approx(proxyIssueUs(p)));  // the issue; the latency overlaps (proxyLaneUs)
   CHECK(proxy.rate == doctest::Approx(p.network.bwGBs * 120.0 / 128.0));
   // The host's launches set the pace of back-to-back layered ops when they are the slower side.
-  CHECK(layeredOpUs(3.0, p, 2) == doctest::Approx(2 * p.nccl.launchUs));
+  p.nccl.groupGpuUs = 2.5;
+  CHECK(layeredOpUs(3.0, p, 2) == doctest::Approx(2 * (p.nccl.hostOpUs + 2.5)));
   CHECK(layeredOpUs(100.0, p, 2) == doctest::Approx(100.0));
 }
 
 TEST_CASE("nccl: the profile's protocol and layered fields round-trip and reject bad values") {
   Profile p = testProfile();
   p.ll.latencyUs = 0.8;
-  p.nccl.launchUs = 6.5;
+  p.nccl.hostOpUs = 6.5;
+  p.nccl.groupGpuUs = 1.25;
   const Profile back = profileFromJson(profileToJson(p));
   CHECK(back.ll.latencyUs == doctest::Approx(0.8));
-  CHECK(back.nccl.launchUs == doctest::Approx(6.5));
+  CHECK(back.nccl.hostOpUs == doctest::Approx(6.5));
+  CHECK(back.nccl.groupGpuUs == doctest::Approx(1.25));
+  // A profile written before the split names NCCL's host path launchUs: it reads as hostOpUs; both are refused.
+  std::string old = profileToJson(p);
+  const auto key = old.find("\"hostOpUs\"");
+  REQUIRE(key != std::string::npos);
+  old.replace(key, 10, "\"launchUs\"");
+  CHECK(profileFromJson(old).nccl.hostOpUs == doctest::Approx(6.5));
+  std::string both = profileToJson(p);
+  both.replace(both.find("\"groupGpuUs\""), 12, "\"launchUs\"");
+  expectError([&] { (void)profileFromJson(both); }, ErrorCode::InvalidArgument, "nccl.launchUs");
   CHECK(back.ll128.bwFraction == doctest::Approx(120.0 / 128.0));
   std::string text = profileToJson(p);
   const auto at = text.find("\"bwFraction\": 0.5");

@@ -1,5 +1,7 @@
 #include "mk/validation/calibrate.hpp"
 
+#include "calibrate_nccl.hpp"
+
 #include <Eigen/Dense>
 #include <nlohmann/json.hpp>
 
@@ -489,6 +491,9 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
   }
   // x = flops: the "bandwidth" is flops per us / 1e3, and TFLOP/s = flops per us / 1e6.
   rate(kCalibGemm, "gemmTflops", "TFLOP/s", 1e-3, out.gemmTflops);
+
+  // Only where our impl "nccl" records were given (calibrate_nccl.hpp); a micro-benchmark set leaves it unlisted.
+  if (auto fit = fitNcclGroupGpuUs(files, fileNames, out.nccl)) rep.parameters.push_back(*fit);
 
   const auto defaulted = rep.defaulted();
   out.source = "calibrated from " + std::to_string(rep.recordsUsed) + " micro-benchmark records";

@@ -12,24 +12,6 @@
 
 namespace mk {
 
-uint32_t launchesPerOp(const MeasurementFile& f, const std::string& name) {
-  auto positive = [&](const char* key) -> uint32_t {
-    const auto it = f.system.find(key);
-    if (it == f.system.end()) return 0;
-    try {
-      const long v = std::stol(it->second);
-      if (v > 0 && std::to_string(v) == it->second) return static_cast<uint32_t>(v);
-    } catch (const std::exception&) {
-    }
-    throw Error(ErrorCode::InvalidArgument,
-                name + ": system." + key + " must be a positive integer (got " + it->second + ")");
-  };
-  const uint32_t gpus = positive("gpus");
-  if (gpus == 0) throw Error(ErrorCode::InvalidArgument, name + ": system.gpus is missing (the GPUs of the run)");
-  const uint32_t processes = positive("processes");
-  return processes == 0 ? gpus : std::max<uint32_t>(1, gpus / processes);
-}
-
 LayeredValidation validateLayered(const std::vector<MeasurementFile>& files, const std::vector<std::string>& names,
                                   const std::string& cluster, const Profile& profile, unsigned jobs,
                                   PredictionCache* cache) {

@@ -84,7 +84,14 @@ if [[ $mode == --nccl ]]; then
   threshold=$(grep -v '^[[:space:]]*#' "$data/validation-nccl-threshold.txt" | grep -v '^[[:space:]]*$' | head -1 |
     tr -d '[:space:]')
   [[ $threshold =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "ci_gate: bad nccl threshold '$threshold'" >&2; exit 2; }
-  "$calibrate" --cluster h200x2 --out "$work/profile.json" --summary "$work/fit.txt" "${calib[@]}" || exit $?
+  # NCCL's multi-rank host path (nccl.groupGpuUs) is fitted from the reduce-scatter records' small-size plateau
+  # only (calibrate_nccl.hpp): the all-reduce and all-gather records stay held out.
+  python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+d["records"] = [r for r in d["records"] if r.get("impl") == "nccl"]
+json.dump(d, open(sys.argv[2], "w"))' "$data"/measured/*-5400cad-reducescatter.json "$work/nccl-reducescatter.json" || exit 2
+  "$calibrate" --cluster h200x2 --out "$work/profile.json" --summary "$work/fit.txt" "${calib[@]}" \
+    "$work/nccl-reducescatter.json" || exit $?
   "$validate" --cluster h200x2 --profile "$work/profile.json" --max-median-err-nccl "$threshold" -j 2 \
     --json "$work/validation.json" "${others[@]}" >"$work/validate.txt"
   rc=$?

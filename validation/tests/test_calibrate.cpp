@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../src/calibrate_nccl.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/cost/profile_io.hpp"
 #include "mk/error.hpp"
@@ -429,4 +430,30 @@ TEST_CASE("calibrate: a put that ramps up with its size is fitted as a ramp, and
   }
   const mk::AlphaBetaFit exact = mk::fitAlphaBeta(straight, "nvlink");
   CHECK(exact.maxRelResidual < 1e-9);
+}
+
+TEST_CASE("calibrate: nccl.groupGpuUs is the reduce-scatter plateau per GPU less nccl.hostOpUs, other ops held out") {
+  mk::MeasurementFile f;
+  f.system["gpus"] = "2";
+  auto rec = [](const char* op, uint64_t bytes, double us) {
+    mk::MeasurementRecord r;
+    r.impl = "nccl";
+    r.op = op;
+    r.ranks = 2;
+    r.bytes = bytes;
+    r.timeUs = us;
+    return r;
+  };
+  f.records = {rec("reducescatter", 8, 14.0), rec("reducescatter", 1024, 15.0), rec("reducescatter", 16, 16.0),
+               rec("reducescatter", 1 << 20, 99.0), rec("allgather", 8, 40.0)};
+  mk::LayeredCosts nccl;
+  nccl.hostOpUs = 4.0;
+  const auto fit = mk::fitNcclGroupGpuUs({f}, {"f.json"}, nccl);
+  REQUIRE(fit);
+  CHECK(nccl.groupGpuUs == doctest::Approx(15.0 / 2 - 4.0));
+  CHECK(fit->n == 3);
+  mk::LayeredCosts none;
+  CHECK_FALSE(mk::fitNcclGroupGpuUs({}, {}, none));
+  nccl.hostOpUs = 9.0;
+  CHECK_THROWS_AS(mk::fitNcclGroupGpuUs({f}, {"f.json"}, nccl), mk::Error);
 }

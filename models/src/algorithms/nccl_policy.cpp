@@ -63,7 +63,7 @@ Profile layeredProfile(const Profile& p, Protocol proto) {
 }
 
 double layeredOpUs(double gpuUs, const Profile& p, uint32_t launchesPerOp) noexcept {
-  return std::max(gpuUs, static_cast<double>(launchesPerOp) * p.nccl.launchUs);
+  return std::max(gpuUs, static_cast<double>(launchesPerOp) * (p.nccl.hostOpUs + p.nccl.groupGpuUs));
 }
 
 GenOptions layeredGenOptions(CollOp op, Algorithm algo, Protocol proto, uint64_t bytes, uint32_t nRanks) noexcept {

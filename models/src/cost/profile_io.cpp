@@ -150,8 +150,15 @@ void readLayered(const Json& j, Profile& p) {
   }
   if (j.contains("nccl")) {
     const Json& nj = object(j, "", "nccl");
-    onlyKeys(nj, "nccl", {"launchUs", "baseUs"});
-    if (nj.contains("launchUs")) p.nccl.launchUs = parameter(nj, "nccl", "launchUs", Unit::Time);
+    onlyKeys(nj, "nccl", {"hostOpUs", "groupGpuUs", "launchUs", "baseUs"});
+    // "launchUs": the name of hostOpUs in profiles written before NCCL's host path was split into its two terms.
+    if (nj.contains("launchUs") && nj.contains("hostOpUs"))
+      throw Error(ErrorCode::InvalidArgument,
+                  "profile: nccl.launchUs and nccl.hostOpUs are the same parameter (launchUs is its old name): "
+                  "keep nccl.hostOpUs only");
+    for (const char* key : {"hostOpUs", "launchUs"})
+      if (nj.contains(key)) p.nccl.hostOpUs = parameter(nj, "nccl", key, Unit::Time);
+    if (nj.contains("groupGpuUs")) p.nccl.groupGpuUs = parameter(nj, "nccl", "groupGpuUs", Unit::Time);
     if (nj.contains("baseUs")) {
       const Json& bj = object(nj, "nccl", "baseUs");
       onlyKeys(bj, "nccl.baseUs", {"ll", "ll128", "simple"});
@@ -303,7 +310,8 @@ std::string profileToJson(const Profile& p, const ProfileProvenance& prov, int i
   if (p.sms > 0) j["sms"] = p.sms;
   if (p.ctaGBs > 0) j["ctaGBs"] = p.ctaGBs;
   j["protocols"] = {{"simple", protocolJson(p.simple)}, {"ll", protocolJson(p.ll)}, {"ll128", protocolJson(p.ll128)}};
-  j["nccl"] = {{"launchUs", p.nccl.launchUs},
+  j["nccl"] = {{"hostOpUs", p.nccl.hostOpUs},
+               {"groupGpuUs", p.nccl.groupGpuUs},
                {"baseUs", {{"ll", p.nccl.baseLlUs}, {"ll128", p.nccl.baseLl128Us}, {"simple", p.nccl.baseSimpleUs}}}};
   return j.dump(indent);
 }

@@ -39,8 +39,9 @@ Profile layeredProfile(const Profile& p, Protocol proto);
 
 /// Time per op of back-to-back layered ops when one host thread launches a kernel on each of `launchesPerOp`
 /// GPUs for every op (mk-bench and nccl-tests -g N: the GPUs of the node; one process per GPU: 1): the host
-/// issues launchesPerOp x nccl.launchUs per op while the GPUs run the previous op, so the slower of the two
-/// sets the pace. `gpuUs` is the op's modelled time under layeredProfile().
+/// runs NCCL's enqueue, plan and launch path for every GPU, launchesPerOp x (nccl.hostOpUs + nccl.groupGpuUs) per
+/// op, while the GPUs run the previous op, so the slower of the two sets the pace. `gpuUs` is the op's modelled
+/// time under layeredProfile().
 double layeredOpUs(double gpuUs, const Profile& p, uint32_t launchesPerOp) noexcept;
 
 /// Chunks and channels of nccl-* at `bytes` (opBytes) on `nRanks` ranks: the engine's size rule

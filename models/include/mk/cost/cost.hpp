@@ -55,11 +55,19 @@ struct ProtocolCost {
 };
 
 /// What a layered library's op (NCCL: one kernel per GPU per op) pays that the resident kernel's dispatch does
-/// not: the host launches a kernel for every op, and each kernel has a fixed cost by protocol. The nccl-*
-/// algorithms are priced with layeredProfile() (mk/algorithms/nccl.hpp), which turns these into dispatchUs.
+/// not: the host runs NCCL's enqueue, plan and launch path for every op and GPU, and each kernel has a fixed cost
+/// by protocol. The nccl-* algorithms are priced with layeredProfile() (mk/algorithms/nccl.hpp), which turns the
+/// base costs into dispatchUs; layeredOpUs() adds the host path.
 struct LayeredCosts {
-  double launchUs = 5.15;  ///< host time of one kernel launch (one per GPU the calling thread drives, per op)
-  double baseLlUs = 6.6;   ///< fixed cost of one op's kernel with the LL protocol
+  /// Host time per op and GPU of NCCL's entry path (argument checks, enqueue, one stream operation): our
+  /// one-rank measurement (validation/data/measured/nccl-host/). A one-rank communicator skips NCCL's plan and
+  /// collective kernel (enqueue.cc: ncclLaunchOneRank), so a multi-rank op adds groupGpuUs.
+  double hostOpUs = 4.42;
+  /// Host time per op and GPU that a multi-rank op adds to hostOpUs: NCCL's plan (ncclPrepareTasks: the tuner,
+  /// work packing), the collective kernel's launch and the stream ordering of a grouped launch (group.cc). Not
+  /// measured (NCCL refuses two ranks on one GPU): 0 unless mk-calibrate fits it (calibrate.hpp).
+  double groupGpuUs = 0;
+  double baseLlUs = 6.6;  ///< fixed cost of one op's kernel with the LL protocol
   double baseLl128Us = 14.0;
   double baseSimpleUs = 8.4;
 };

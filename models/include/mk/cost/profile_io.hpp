@@ -20,7 +20,8 @@
 // leaves sms and ctaGBs out when they are 0. "provenance" is optional on input. The layered baseline's fields are
 // optional too and default to NCCL's documented design (cost.hpp, docs/algorithms-nccl.md):
 //   "protocols": {"simple"|"ll"|"ll128": {"latencyUs": x, "bwFraction": f in (0, 1]}},
-//   "nccl": {"launchUs": x, "baseUs": {"ll": x, "ll128": x, "simple": x}}
+//   "nccl": {"hostOpUs": x, "groupGpuUs": x, "baseUs": {"ll": x, "ll128": x, "simple": x}}
+// ("launchUs", the old name of hostOpUs, is still read; a file with both is refused).
 #pragma once
 
 #include <string>
