@@ -8,6 +8,7 @@
 
 #include "expect_error.hpp"
 #include "mk/algorithms/algorithms.hpp"
+#include "mk/algorithms/nccl.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/cost/profile_io.hpp"
 #include "mk/cost/step_cost.hpp"
@@ -178,6 +179,51 @@ TEST_CASE("transport: defaults are monotone, valid, and interpolate in log(bytes
   CHECK(transportEfficiency(t, 1e9) == doctest::Approx(0.9));
   CHECK(transportEfficiency(TransportModel{}, 64) == 1.0);
   expectError([] { defaultTransport("myrinet"); }, ErrorCode::InvalidArgument, {"ib, roce, efa, tcp"});
+}
+
+TEST_CASE("transport: per-message defaults are the cited vendor numbers") {
+  // docs/transports.md, "Per-message overhead and latency": aws-ofi-nccl's P5 step (net_lat) and completion cost;
+  // NCCL's IB and socket transports and the TCPX plugin report no latency of their own.
+  CHECK(defaultTransport("efa").latencyUs == 20.0);
+  CHECK(defaultTransport("efa").overheadUs == 3.0);
+  for (const char* kind : {"ib", "roce", "tcp"}) {
+    CAPTURE(kind);
+    CHECK(defaultTransport(kind).latencyUs == 0.0);
+    CHECK(defaultTransport(kind).overheadUs == 0.0);
+  }
+}
+
+TEST_CASE("transport: a small all-reduce across nodes pays the transport's per-message cost on every hop") {
+  // Two nodes, one rank each: nccl-ring's two steps (reduce-scatter, all-gather) each wait for one message across.
+  CollectiveSpec spec;
+  spec.op = CollOp::AllReduce;
+  spec.algo = Algorithm::NcclRing;
+  spec.count = 256;
+  GenOptions g;
+  g.chunks = 1;
+  g.channels = 1;
+  g.protocol = Protocol::LL;
+  const Schedule s = generate(spec, {0, 1}, g);
+  for (const char* preset : {"cloud-efa-32x100", "cloud-tcp-8x200"}) {
+    CAPTURE(preset);
+    const Profile p = layeredProfile(defaultProfile(topologyPreset(preset, 2)), Protocol::LL);
+    Profile bare = p;
+    bare.transport.overheadUs = 0;
+    bare.transport.latencyUs = 0;
+    const double slower = simulateUncontended(s, p).totalUs - simulateUncontended(s, bare).totalUs;
+    CHECK(slower == doctest::Approx(2 * (p.transport.overheadUs + p.transport.latencyUs)));
+    if (p.transport.kind == "efa") CHECK(slower == doctest::Approx(2 * (3.0 + 20.0)));
+  }
+  // What the planner prices ("nccl auto" over 2 nodes of 8): a 4 KiB all-reduce crosses the nodes at least once
+  // per phase, so EFA's defaults make it slower by at least two messages' cost.
+  const Topology efa = topologyPreset("cloud-efa-32x100", 2);
+  const Profile p = defaultProfile(efa);
+  Profile bare = p;
+  bare.transport.overheadUs = 0;
+  bare.transport.latencyUs = 0;
+  const double withCost = layeredCandidates(CollOp::AllReduce, 1024, DType::Float32, efa, 16, p).front().closedFormUs;
+  const double without = layeredCandidates(CollOp::AllReduce, 1024, DType::Float32, efa, 16, bare).front().closedFormUs;
+  CHECK(withCost - without >= 2 * (3.0 + 20.0) - 1e-9);
 }
 
 TEST_CASE("transport: a ProxyPut pays its issue on the lane, its latency overlaps, and moves wire bytes") {

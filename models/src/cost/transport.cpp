@@ -35,6 +35,10 @@ constexpr double kEfaMtu = 9001, kEfaPayload = kEfaMtu - 20 - 8, kEfaPerPacket =
 // TCP over standard Ethernet (IEEE 802.3, 1500-byte MTU): IPv4 20 + TCP 20 + timestamps option 12 (RFC 7323,
 // on by default in Linux) leave 1448 payload bytes; on the wire 38 bytes of Ethernet framing more.
 constexpr double kTcpMtu = 1500, kTcpPayload = kTcpMtu - 20 - 20 - 12, kTcpPerPacket = 8 + 14 + 4 + 12 + 20 + 20 + 12;
+// EFA per message, from AWS's own model of its transport under NCCL (aws-ofi-nccl; docs/transports.md): the
+// tuner model's cost of one inter-node step on P5 (`net_lat`, src/tuner/nccl_ofi_model.cpp) and its completion
+// cost per message, device plus the write up to the host stack (`TUNER_NET_COMP_OVERHEAD`, nccl_ofi_param.h).
+constexpr double kEfaLatencyUs = 20.0, kEfaOverheadUs = 3.0;
 // Messages in flight per connection: NCCL keeps NCCL_STEPS = 8 slots per connection (NCCL src/include/device.h),
 // the pipelining depth every transport below is driven with by a collective library.
 constexpr uint32_t kInFlight = 8;
@@ -49,9 +53,10 @@ TransportModel defaultTransport(const std::string& kind) {
   TransportModel t;
   t.kind = kind;
   t.inFlight = kInFlight;
-  // overheadUs and latencyUs stay 0 for every kind: no vendor publishes a per-message software cost or a
-  // transport latency apart from the NIC's (which the topology's nic.latencyUs carries); mk-calibrate fits
-  // them for tcp from our own socket-transport measurements.
+  // overheadUs and latencyUs are 0 but for efa: NCCL's own IB and socket transports and Google's TCPX plugin
+  // report no latency beyond NCCL's per-step hardware latency (net_ib/init.cc, net_socket.cc, net_tcpx.cc set
+  // props->latency = 0), whose NIC part the topology's nic.latencyUs carries; mk-calibrate fits tcp's from our
+  // own socket-transport measurements.
   if (kind == "ib") {
     // IB framing costs 0.6 % of a large message (ibFramingCurve); the default leaves it out so that the DGX
     // presets price as before and the closed forms whose messages vary in size within one op (the
@@ -61,6 +66,8 @@ TransportModel defaultTransport(const std::string& kind) {
     t.efficiency = framingCurve(kIbMtu, kRocePerPacket, kIbReth);
   } else if (kind == "efa") {
     t.efficiency = framingCurve(kEfaPayload, kEfaPerPacket, 0);
+    t.overheadUs = kEfaOverheadUs;
+    t.latencyUs = kEfaLatencyUs;
   } else if (kind == "tcp") {
     t.efficiency = framingCurve(kTcpPayload, kTcpPerPacket, 0);
   } else {
