@@ -111,4 +111,32 @@ expect 2 "^mk-calibrate: error: .*'$work/calib.json' and '$work/./calib.json' ar
 expect 2 '^mk-calibrate: error: --summary: must not be empty' -- "$tool" --out "$work/x.json" --summary '' "$work/calib.json"
 check "a failed run left $work/x.json" test ! -e "$work/x.json"
 
+# --import: nccl-tests output of 2 x dgx-h100 (made by the model at network efficiency 0.8, transport latency 7 us)
+nt="$here/data/nccl-tests-allreduce-2x-dgx-h100.txt"
+expect 0 'network efficiency 0\.(79|80|81)' -- "$tool" --cluster dgx-h100 --nodes 2 --import "$nt" --out "$work/imp.json"
+check "the imported profile names its machine" grep -q '"machine": "dgx-h100"' "$work/imp.json"
+check "the imported profile names its input" grep -q 'nccl-tests-allreduce-2x-dgx-h100.txt' "$work/imp.json"
+sed '/^ *2097152 /s/ *[0-9]*$//' "$nt" >"$work/short-row.txt"
+row=$(grep -n '^ *2097152 ' "$work/short-row.txt" | cut -d: -f1)
+expect 2 "short-row.txt:$row: a result row has 13 columns" -- \
+  "$tool" --cluster dgx-h100 --nodes 2 --import "$work/short-row.txt" --out "$work/x.json"
+sed 's/^\( *1073741824 *[0-9]* *float *sum *-1 *\)[0-9.]*/\1fast/' "$nt" >"$work/nan-row.txt"
+expect 2 'nan-row.txt:[0-9]+: time \(us\) must be a number' -- \
+  "$tool" --cluster dgx-h100 --nodes 2 --import "$work/nan-row.txt" --out "$work/x.json"
+printf 'op,bytes,busbw\nallreduce,1073741824,300\n' >"$work/nounits.csv"
+expect 2 'nounits.csv:1: column "busbw" has no unit' -- \
+  "$tool" --cluster dgx-h100 --nodes 2 --import "$work/nounits.csv" --out "$work/x.json"
+expect 2 'reports 16 ranks.*32 GPUs' -- "$tool" --cluster dgx-h100 --nodes 4 --import "$nt" --out "$work/x.json"
+/usr/bin/python3 - "$here/../plan/tests/data/nic-list-cluster.json" "$work/badnic.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+t["node"]["nics"][1]["gpus"] = [2, 9]
+json.dump(t, open(sys.argv[2], "w"))
+PY
+expect 2 'node\.nics\[1\]\.gpus names GPU 9' -- "$tool" --cluster "$work/badnic.json" --import "$nt" --out "$work/x.json"
+expect 2 '--import needs --cluster' -- "$tool" --import "$nt" --out "$work/x.json"
+expect 2 'not both' -- "$tool" --cluster h200x2 --import "$nt" --out "$work/x.json" "$work/calib.json"
+one_line_error "$tool" --cluster dgx-h100 --nodes 2 --import "$work/short-row.txt" --out "$work/x.json"
+check "a failed import left $work/x.json" test ! -e "$work/x.json"
+
 cli_summary
