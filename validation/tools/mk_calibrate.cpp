@@ -95,8 +95,6 @@ int runImport(const std::vector<std::string>& imports, const std::string& cluste
   return 0;
 }
 
-/// The command line as typed, quoted where a word has a space, for the provenance.
-
 }  // namespace
 
 int main(int argc, char** argv) {
