@@ -7,6 +7,7 @@
 #include "expect_error.hpp"
 #include "mk/algorithms/algorithms.hpp"
 #include "mk/algorithms/nccl.hpp"
+#include "mk/algorithms/nccl_topo.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/cost/profile_io.hpp"
 #include "mk/cost/step_cost.hpp"
@@ -183,4 +184,21 @@ TEST_CASE("nccl: the profile's protocol and layered fields round-trip and reject
   REQUIRE(at != std::string::npos);
   text.replace(at, 17, "\"bwFraction\": 1.5");
   expectError([&] { (void)profileFromJson(text); }, ErrorCode::InvalidArgument, "protocols.ll.bwFraction");
+}
+
+TEST_CASE("nccl: on one node a ring block moves in NCCL's 512 KiB steps per channel, at most the engine's chunks") {
+  const Topology topo = topologyPreset("h200x2", 1);
+  const NcclGraph graph = ncclTopoGraph(topo.node, 1);
+  constexpr uint64_t MiB = uint64_t{1} << 20;
+  for (const uint64_t bytes : {MiB, 4 * MiB, 16 * MiB, 512 * MiB}) {
+    const GenOptions engine = layeredGenOptions(CollOp::AllReduce, Algorithm::NcclRing, Protocol::Simple, bytes, 2);
+    const GenOptions g = layeredGenOptions(CollOp::AllReduce, Algorithm::NcclRing, Protocol::Simple, bytes, 2, topo);
+    const uint64_t perChannel = bytes / (2 * ncclOpChannels(graph, Protocol::Simple, bytes, 2));
+    const uint64_t steps = std::max<uint64_t>(1, (perChannel + 512 * 1024 - 1) / (512 * 1024));
+    CHECK(g.chunks == std::min<uint64_t>(steps, engine.chunks));
+    CHECK(g.channels == engine.channels);
+  }
+  // 4 MiB on two GPUs: one NCCL step per channel where the engine's rule pipelines 4 chunks.
+  CHECK(layeredGenOptions(CollOp::AllReduce, Algorithm::NcclRing, Protocol::Simple, 4 * MiB, 2, topo).chunks <
+        layeredGenOptions(CollOp::AllReduce, Algorithm::NcclRing, Protocol::Simple, 4 * MiB, 2).chunks);
 }

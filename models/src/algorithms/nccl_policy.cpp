@@ -81,6 +81,19 @@ GenOptions layeredGenOptions(CollOp op, Algorithm algo, Protocol proto, uint64_t
   // NCCL's channels spread over the NICs only where a node holds several ranks (equal nodes: the rail rings of
   // nccl-ring, the spread heads of nccl-tree); one rank per node keeps the engine's rule.
   const bool ring = algo == Algorithm::NcclRing;
+  constexpr uint64_t kNcclStepBytes = (uint64_t{4} << 20) / 8;
+  if (ring && nodes == 1 && nRanks > 1) {
+    // One node: one schedule channel stands for NCCL's channels, which split each ring block between them; a
+    // block moves in as many pipelined steps as a channel's share needs (NCCL's chunks, below), at most the
+    // engine's chunks.
+    const NcclGraph graph = ncclTopoGraph(topo.node, 1);
+    const uint64_t perChannel =
+        bytes / (static_cast<uint64_t>(nRanks) *
+                 ncclOpChannels(graph, proto == Protocol::Auto ? Protocol::Simple : proto, bytes, nRanks));
+    const uint64_t steps = std::max<uint64_t>(1, (perChannel + kNcclStepBytes - 1) / kNcclStepBytes);
+    g.chunks = static_cast<uint32_t>(std::min<uint64_t>(steps, g.chunks));
+    return g;
+  }
   if (!(ring || algo == Algorithm::NcclTree) || nodes < 2 || gpus < 2 || nRanks % gpus != 0) return g;
   const NcclGraph graph = ncclTopoGraph(topo.node, nodes);
   const uint32_t used = ncclOpChannels(graph, proto == Protocol::Auto ? Protocol::Simple : proto, bytes, nRanks);
@@ -91,7 +104,6 @@ GenOptions layeredGenOptions(CollOp op, Algorithm algo, Protocol proto, uint64_t
   // at most the engine's chunks (its steps grow with ranks x chunks). The tree: at least the engine's chunks (its
   // pipeline is 2 (G - 1 + log2 M) hops deep; NCCL's threads pipeline within a chunk), at most kMaxTreeChunks (its
   // steps grow with chunks only).
-  constexpr uint64_t kNcclStepBytes = (uint64_t{4} << 20) / 8;
   constexpr uint64_t kMaxTreeChunks = 64;
   const uint64_t block = bytes / (static_cast<uint64_t>(g.channels) * (ring ? nRanks : 1));
   const uint64_t steps = std::max<uint64_t>(1, (block + kNcclStepBytes - 1) / kNcclStepBytes);
