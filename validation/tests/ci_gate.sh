@@ -87,9 +87,10 @@ if [[ $mode == --nccl ]]; then
   # NCCL's multi-rank host path (nccl.groupGpuUs) is fitted from the reduce-scatter records' small-size plateau
   # only (calibrate_nccl.hpp): the all-reduce and all-gather records stay held out.
   python3 -c 'import json, sys
-d = json.load(open(sys.argv[1]))
-d["records"] = [r for r in d["records"] if r.get("impl") == "nccl"]
-json.dump(d, open(sys.argv[2], "w"))' "$data"/measured/*-5400cad-reducescatter.json "$work/nccl-reducescatter.json" || exit 2
+files = [json.load(open(f)) for f in sys.argv[2:]]
+out = files[0]
+out["records"] = [r for d in files for r in d["records"] if r.get("impl") == "nccl"]
+json.dump(out, open(sys.argv[1], "w"))' "$work/nccl-reducescatter.json" "$data"/measured/*-reducescatter.json || exit 2
   "$calibrate" --cluster h200x2 --out "$work/profile.json" --summary "$work/fit.txt" "${calib[@]}" \
     "$work/nccl-reducescatter.json" || exit $?
   "$validate" --cluster h200x2 --profile "$work/profile.json" --max-median-err-nccl "$threshold" -j 2 \
