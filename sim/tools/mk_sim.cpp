@@ -392,10 +392,9 @@ int run(const Options& o) {
       continue;
     }
     // Per size: "auto" may choose another algorithm, chunks, channels or inter-node phase at every size.
-    const Setup one =
-        planned(st, request->ncclAuto
-                        ? mk::planNccl(spec, request->gen, st.topo, st.nRanks, st.profile)
-                        : mk::planCollective(spec, request->algo, request->gen, st.topo, st.nRanks, st.profile));
+    const Setup one = planned(
+        st, request->ncclAuto ? mk::planNccl(spec, request->gen, st.topo, st.nRanks, st.profile)
+                              : mk::planCollective(spec, request->algo, request->gen, st.topo, st.nRanks, st.profile));
     mk::checkMemory(*one.spec, st.topo.layout(st.nRanks), one.gen, jobOf(st, false), o.guard.maxMemory());
     const mk::Schedule s = mk::withProgress("mk-sim", "generate", o.guard.progressWanted(), [&] {
       return mk::generate(*one.spec, st.topo.layout(st.nRanks), one.gen);

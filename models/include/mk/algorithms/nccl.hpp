@@ -50,10 +50,10 @@ GenOptions layeredGenOptions(CollOp op, Algorithm algo, Protocol proto, uint64_t
 
 /// Chunks and channels of nccl-* at `bytes` on `nRanks` ranks of `topo` (placed node-major): on one node the
 /// engine's channels, and for nccl-ring chunks of NCCL's 512 KiB steps per channel of ncclOpChannels (at most the
-/// engine's chunks); with one rank per node and for nccl-p2p the engine's rule above; across nodes nccl-ring and nccl-tree run NCCL's channels
-/// (ncclOpChannels of ncclTopoGraph, nccl_topo.hpp, for `proto`, Simple's rule for Auto): one schedule channel per
-/// distinct rail ring (NCCL's duplicated channels of one ring share its lanes: the same rates), two per NIC for the
-/// tree; chunks: a block in NCCL's 512 KiB steps, at most the engine's chunks.
+/// engine's chunks); with one rank per node and for nccl-p2p the engine's rule above; across nodes nccl-ring and
+/// nccl-tree run NCCL's channels (ncclOpChannels of ncclTopoGraph, nccl_topo.hpp, for `proto`, Simple's rule for Auto):
+/// one schedule channel per distinct rail ring (NCCL's duplicated channels of one ring share its lanes: the same
+/// rates), two per NIC for the tree; chunks: a block in NCCL's 512 KiB steps, at most the engine's chunks.
 GenOptions layeredGenOptions(CollOp op, Algorithm algo, Protocol proto, uint64_t bytes, uint32_t nRanks,
                              const Topology& topo);
 
