@@ -446,8 +446,9 @@ def predict_record_s(e, l2_bytes=50 * MIB):
 # ---------------------------------------------------------------------------------------------------------------
 
 class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as one line, "<prog>: <message>", and exit 2 (both harnesses)."""
     def error(self, message):
-        sys.stderr.write("kernel_bench.py: " + message.replace("\n", " ") + "\n")
+        sys.stderr.write(self.prog + ": " + message.replace("\n", " ") + "\n")
         sys.exit(2)
 
 

@@ -197,14 +197,8 @@ def label(e):
 # Command line
 # ---------------------------------------------------------------------------------------------------------------
 
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message):
-        sys.stderr.write("step_bench.py: " + message.replace("\n", " ") + "\n")
-        sys.exit(2)
-
-
 def parse_args(argv):
-    ap = OneLineParser(prog="step_bench.py", description=__doc__.split("\n\n")[0],
+    ap = kb.OneLineParser(prog="step_bench.py", description=__doc__.split("\n\n")[0],
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="Details: docs/calibration.md, 'Training-step measurements'.")
     ap.add_argument("--out", help="measurement file to write (mkernel.measurement.v1)")

@@ -27,6 +27,17 @@ const char* kH100File = "2026-12-06-h100-fc289df-kernels.json";
 // The FP8 cast class, measured in a later run (Transformer Engine's cast-transpose).
 const char* kH100CastFile = "2026-12-06-h100-ff5ec45-kernels-cast.json";
 
+/// Llama 3 8B cut to 2 layers, one micro-batch of one sequence, 2 per step: a small plan on one GPU.
+Workload twoLayerLlama() {
+  Workload w = workloadPreset("llama3-8b");
+  w.layout = ParallelLayout{};
+  w.layout.zero = 0;
+  w.model.layers = 2;
+  w.training.microBatch = 1;
+  w.training.globalBatch = 2;
+  return w;
+}
+
 /// The committed H100 kernel files copied into `dir`.
 void copyH100Files(const std::filesystem::path& dir) {
   for (const char* f : {kH100File, kH100CastFile})
@@ -170,12 +181,7 @@ TEST_CASE("kernel model: a kernel record the census does not know is refused, na
 }
 
 TEST_CASE("kernel model: a dgx-h100 plan prices every kernel from the H100 kernel models and says so") {
-  Workload w = workloadPreset("llama3-8b");
-  w.layout = ParallelLayout{};
-  w.layout.zero = 0;
-  w.model.layers = 2;
-  w.training.microBatch = 1;
-  w.training.globalBatch = 2;
+  Workload w = twoLayerLlama();
   // Only the kernel file: no collective to validate, nothing else changes the compute.
   const fs::path dir = fs::path(MK_TEST_CACHE_DIR).parent_path() / "kernel-model-test";
   fs::create_directories(dir / "h100");
@@ -231,12 +237,7 @@ TEST_CASE("kernel model: a dgx-h100 plan prices every kernel from the H100 kerne
 }
 
 TEST_CASE("kernel model: an fp8 dgx-h100 plan prices FP8 GEMMs from their own records, faster than bf16") {
-  Workload w = workloadPreset("llama3-8b");
-  w.layout = ParallelLayout{};
-  w.layout.zero = 0;
-  w.model.layers = 2;
-  w.training.microBatch = 1;
-  w.training.globalBatch = 2;
+  Workload w = twoLayerLlama();
   const fs::path dir = fs::path(MK_TEST_CACHE_DIR).parent_path() / "kernel-model-fp8-test";
   fs::create_directories(dir);
   copyH100Files(dir);
