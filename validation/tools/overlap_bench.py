@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Time GEMMs while a communication kernel runs beside them on the same GPU (issue 34, item 4).
+
+    /opt/torch/.venv/bin/python validation/tools/overlap_bench.py --out FILE.json [--commit SHA] [--ctas 2,4,8]
+    python3 validation/tools/overlap_bench.py --list        (no GPU, no torch: the planned shapes)
+
+When a framework overlaps a tensor-parallel collective with the GEMM next to it (Megatron-LM's userbuffers, NCCL
+on a second stream), the collective's kernel holds some SMs and moves bytes through HBM while the GEMM runs: the
+GEMM gets slower. This harness measures that slowdown as a function of the SMs the communication holds.
+
+The communication kernel: a Triton copy with `ctas` persistent programs, each copying 64 KiB tiles of a 1 GiB
+buffer into another (a ring step's traffic on one GPU: a collective reads its send data from HBM and its peer
+writes the received data into HBM; here both sides are local). One launch copies the whole buffer; launches follow
+each other on a second stream for longer than the GEMMs run.
+
+Per shape and per `ctas`: the GEMM alone (median over reps of N back-to-back GEMMs, CUDA events), then the same
+GEMMs while the copy runs on another stream (the copy started first; the GEMM stream waits 50 us before its first
+event so the copy is running); the copy's rate alone and while the GEMMs run (its launches that fall inside the
+GEMM window). Records: "mkernel.measurement.v1", "op": "kernel-overlap" (docs/calibration.md, "GEMMs beside
+communication"): m, n, k, dtype, comm_ctas, time_us (the GEMM beside the copy), alone_us, slowdown, comm_gbs and
+comm_alone_gbs (bytes read per second by the copy).
+
+Exit codes: 0 ok, 1 nothing measured, 2 bad input (one line), 3 no GPU / PyTorch / Triton (one line).
+"""
+import datetime
+import json
+import os
+import shlex
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernel_bench as kb  # noqa: E402  (shared conventions: parser, system block, file writing; imports no torch)
+
+# TP-sliced GEMMs of the presets at 8192 tokens (m, n, k), forward layout: Llama 3 70B at TP 8 (qkv, attention
+# output, MLP up, MLP down), Llama 3 8B at TP 2 (MLP up, MLP down).
+SHAPES = [(8192, 1280, 8192), (8192, 8192, 1024), (8192, 7168, 8192), (8192, 8192, 3584), (8192, 14336, 4096),
+          (8192, 4096, 7168)]
+DEFAULT_CTAS = (2, 4, 8, 16, 32)
+COPY_BYTES = 1 << 30
+TILE = 32768  # elements of bf16 per program step: 64 KiB
+GEMMS_PER_REP = 20
+REPS = 7
+LEAD_US = 50.0
+
+_COPY = {}
+
+
+def parse_args(argv):
+    ap = kb.OneLineParser(prog="overlap_bench.py", description=__doc__.split("\n\n")[0],
+                          formatter_class=kb.argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", help="measurement file to write (mkernel.measurement.v1)")
+    ap.add_argument("--ctas", default=",".join(str(c) for c in DEFAULT_CTAS),
+                    help="SMs the communication kernel holds, comma-separated (default %(default)s)")
+    ap.add_argument("--commit", help="the commit measured, when the tree copy has no git history")
+    ap.add_argument("--list", action="store_true", help="print the planned shapes and exit; needs no GPU")
+    a = ap.parse_args(argv)
+    try:
+        a.cta_list = [int(c) for c in a.ctas.split(",") if c.strip()]
+    except ValueError:
+        raise kb.BadInput("--ctas: '%s' is not a comma-separated list of integers" % a.ctas)
+    if not a.cta_list or any(c < 1 or c > 1024 for c in a.cta_list):
+        raise kb.BadInput("--ctas: '%s': each value must be 1..1024" % a.ctas)
+    kb.check_out_and_commit(a)
+    return a
+
+
+def copy_kernel(torch):
+    """The Triton persistent copy, compiled once."""
+    if "k" not in _COPY:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def persistent_copy(src, dst, n_tiles, TILE: tl.constexpr):
+            pid = tl.program_id(0)
+            step = tl.num_programs(0)
+            offs = tl.arange(0, TILE)
+            for t in range(pid, n_tiles, step):
+                base = t.to(tl.int64) * TILE
+                tl.store(dst + base + offs, tl.load(src + base + offs))
+
+        _COPY["k"] = persistent_copy
+    return _COPY["k"]
+
+
+def median_gemm_us(torch, a, b, out, stream, copies=None):
+    """Median over REPS of (GEMMS_PER_REP back-to-back GEMMs) / GEMMS_PER_REP on `stream`; with `copies` (a
+    function launching the copy on the other stream and returning its (start, end) events), the copy runs
+    beside each rep. Returns (gemm us, copy us per launch inside the window or None)."""
+    per, copy_in = [], []
+    for _ in range(REPS):
+        torch.cuda.synchronize()
+        launched = copies() if copies else []
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(int(LEAD_US * 2000))
+            e0.record(stream)
+            for _ in range(GEMMS_PER_REP):
+                torch.matmul(a, b, out=out)
+            e1.record(stream)
+        torch.cuda.synchronize()
+        per.append(e0.elapsed_time(e1) * 1000.0 / GEMMS_PER_REP)
+        for s, e in launched:
+            if e0.elapsed_time(s) >= 0 and e.elapsed_time(e1) >= 0:
+                copy_in.append(s.elapsed_time(e) * 1000.0)
+    return statistics.median(per), (statistics.median(copy_in) if copy_in else None)
+
+
+def main(argv):
+    try:
+        a = parse_args(argv)
+    except kb.BadInput as ex:
+        sys.stderr.write("overlap_bench.py: %s\n" % ex)
+        return 2
+    if a.list:
+        for m, n, k in SHAPES:
+            print(json.dumps({"m": m, "n": n, "k": k, "ctas": a.cta_list}))
+        return 0
+    torch, commit, rc = kb.open_gpu("overlap_bench.py", a.commit)
+    if rc:
+        return rc
+    try:
+        kern = copy_kernel(torch)
+    except ImportError as ex:
+        sys.stderr.write("overlap_bench.py: needs Triton (%s)\n" % str(ex).splitlines()[0])
+        return 3
+    dev = torch.device("cuda", 0)
+    sysb = kb.system_block(torch)
+    doc = {"schema": kb.SCHEMA, "system": sysb,
+           "run": {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "commit": commit,
+                   "command": "overlap_bench.py " + shlex.join(argv), "complete": False,
+                   "note": "communication emulated by a Triton persistent copy of a 1 GiB bf16 buffer with "
+                           "comm_ctas programs, on a second stream of the same GPU"},
+           "records": []}
+    n_elems = COPY_BYTES // 2
+    src = torch.randn(n_elems, device=dev, dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    n_tiles = n_elems // TILE
+    gemm_stream, copy_stream = torch.cuda.Stream(), torch.cuda.Stream()
+
+    def launch_copy(ctas):
+        kern[(ctas,)](src, dst, n_tiles, TILE=TILE)
+
+    def copy_alone_us(ctas):
+        launch_copy(ctas)  # compile / warm
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(3):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            launch_copy(ctas)
+            e.record()
+            torch.cuda.synchronize()
+            ts.append(s.elapsed_time(e) * 1000.0)
+        if not torch.equal(dst[:TILE * 4], src[:TILE * 4]) or not torch.equal(dst[-TILE:], src[-TILE:]):
+            raise RuntimeError("the copy kernel's output differs from its input")
+        return statistics.median(ts)
+
+    print("overlap_bench: %s, %d SMs; torch %s; %d shapes x ctas %s" % (
+        sysb["gpu"], sysb["sms"], sysb["torch"], len(SHAPES), a.cta_list), flush=True)
+    t0 = time.time()
+    alone_copy = {c: copy_alone_us(c) for c in a.cta_list}
+    for c in a.cta_list:
+        print("  copy alone, %3d CTAs: %9.1f us per GiB, %6.0f GB/s read" % (
+            c, alone_copy[c], COPY_BYTES / alone_copy[c] / 1e3), flush=True)
+    for m, n, k in SHAPES:
+        x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+        w = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
+        y = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+        ref = torch.matmul(x.float(), w.float())
+        torch.matmul(x, w, out=y)
+        err = kb.rel_err(torch, y, ref)
+        if not err <= 2e-2:
+            sys.stderr.write("overlap_bench.py: GEMM %dx%dx%d relative error %.3g\n" % (m, n, k, err))
+            return 1
+        del ref
+        for _ in range(3):
+            torch.matmul(x, w, out=y)
+        alone, _ = median_gemm_us(torch, x, w, y, gemm_stream)
+        for c in a.cta_list:
+            window = (LEAD_US + alone * GEMMS_PER_REP) * 2.0
+            launches = max(2, int(window / alone_copy[c]) + 2)
+
+            def copies():
+                evs = []
+                with torch.cuda.stream(copy_stream):
+                    for _ in range(launches):
+                        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        s.record(copy_stream)
+                        launch_copy(c)
+                        e.record(copy_stream)
+                        evs.append((s, e))
+                return evs
+
+            beside, copy_us = median_gemm_us(torch, x, w, y, gemm_stream, copies)
+            rec = {"op": "kernel-overlap", "impl": "torch", "class": "gemm", "kernel": "gemm", "pass": "forward",
+                   "dtype": "bfloat16", "layout": "nt", "m": m, "n": n, "k": k, "batch": 1, "ranks": 1,
+                   "flops": 2 * m * n * k, "bytes": 2 * (m * k + k * n + m * n), "comm_ctas": c,
+                   "comm_kernel": "triton-persistent-copy", "time_us": beside, "alone_us": alone,
+                   "slowdown": beside / alone, "iters": GEMMS_PER_REP * REPS, "stat": "median",
+                   "comm_alone_gbs": COPY_BYTES / alone_copy[c] / 1e3}
+            if copy_us:
+                rec["comm_gbs"] = COPY_BYTES / copy_us / 1e3
+            doc["records"].append(rec)
+            print("  gemm m=%-5d n=%-5d k=%-5d alone %8.2f us, beside a %2d-CTA copy %8.2f us: x%.3f; copy %s" % (
+                m, n, k, alone, c, beside, beside / alone,
+                ("%.0f GB/s (alone %.0f)" % (rec["comm_gbs"], rec["comm_alone_gbs"])) if copy_us else
+                "outlived the window (no launch inside it)"), flush=True)
+        del x, w, y
+        torch.cuda.empty_cache()
+    doc["run"]["complete"] = True
+    doc["run"]["seconds"] = round(time.time() - t0, 1)
+    if not doc["records"]:
+        sys.stderr.write("overlap_bench.py: nothing measured\n")
+        return 1
+    kb.write_file(a.out, doc)
+    print("overlap_bench: %d records in %.0f s -> %s" % (len(doc["records"]), time.time() - t0, a.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
