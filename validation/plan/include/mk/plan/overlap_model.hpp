@@ -1,0 +1,59 @@
+// mkernel — how much slower compute runs while a communication kernel runs beside it on the same GPU (issue 34,
+// item 4; docs/planner.md, "Overlap").
+//
+// A collective overlapped with a GEMM (Megatron-LM's userbuffers, NCCL on a second stream) holds c SMs of the S a
+// GPU has and moves its bytes through the same HBM. The model:
+//
+//   slowdown(c) = S / (S - phi c)
+//
+// phi is the SMs' worth of GEMM throughput each communication CTA takes (1: the CTA's SM is lost and nothing
+// else; more: HBM and L2 traffic cost the GEMM beyond the SM). It is fitted per GPU model on our own records
+// (op "kernel-overlap", validation/tools/overlap_bench.py): the median over records of S (1 - 1 / s) / c, with the
+// error of predicting each measured GEMM shape from the other shapes' records (leave one shape out). A GPU with no
+// records takes another GPU's phi (said so), or 1 where no GPU has records.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mk/io/measurement.hpp"
+#include "mk/validation/validate.hpp"
+
+namespace mk::plan {
+
+/// One GPU model's fit.
+struct OverlapFit {
+  std::string gpu;  ///< the preset's GPU model (presetGpuName of the files' system.gpu)
+  uint32_t sms = 0;
+  double phi = 1;  ///< SMs of GEMM throughput one communication CTA costs
+  std::size_t records = 0, shapes = 0;
+  ErrorStats inSample, leaveOneShapeOut;  ///< of the GEMM's time beside the communication
+  std::vector<std::string> files;
+};
+
+/// The slowdown of compute beside a communication kernel, and where it comes from.
+struct OverlapSlowdown {
+  double factor = 1;   ///< compute time beside the communication / alone (>= 1)
+  std::string source;  ///< "measured (NVIDIA H100)", "extrapolated from NVIDIA H100", "SM share (no records)"
+};
+
+class OverlapModel {
+ public:
+  /// Fit every GPU model's phi from the "kernel-overlap" records of `files` (other records are ignored). Throws
+  /// Error(ParseError) naming the file, the record and the field for a record without m, n, k, comm_ctas,
+  /// alone_us or a system.sms, or with values out of range.
+  static OverlapModel fit(const std::vector<MeasurementFile>& files, const std::vector<std::string>& names);
+
+  /// Compute beside a communication kernel holding `commSms` SMs on a GPU of `gpuSms` SMs: the GPU's own fit,
+  /// else another GPU's phi, else phi = 1. commSms must be below gpuSms (InvalidArgument otherwise).
+  OverlapSlowdown slowdown(const std::string& gpu, uint32_t gpuSms, uint32_t commSms) const;
+
+  const std::vector<OverlapFit>& fits() const { return fits_; }
+
+ private:
+  std::vector<OverlapFit> fits_;
+};
+
+}  // namespace mk::plan
