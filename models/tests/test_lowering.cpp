@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <string>
 #include <vector>
@@ -270,4 +271,126 @@ TEST_CASE("memory: model state under each ZeRO stage and activations in flight")
   const MemoryEstimate m70 = estimateMemory(w70, lowerStep(w70, resolveLayout(w70, 64)));
   CHECK(m70.inFlight == 4);
   CHECK(m70.stage == 0);
+}
+
+namespace {
+
+/// 2 layers, hidden 64 in 4 heads of 16, gated FFN 256, one sequence of 32 tokens, tp 2 with sequence parallelism.
+Workload tinyRecompute(Recompute mode, RecomputeModules modules) {
+  Workload w = workloadPreset("llama3-8b");
+  w.model.layers = 2;
+  w.model.hidden = 64;
+  w.model.ffn = 256;
+  w.model.heads = 4;
+  w.model.kvHeads = 4;
+  w.model.vocab = 100;
+  w.training.seq = 32;
+  w.training.microBatch = 1;
+  w.training.globalBatch = 1;
+  w.training.recompute = mode;
+  w.training.recomputeModules = modules;
+  w.layout = ParallelLayout{};
+  w.layout.tp = 2;
+  return w;
+}
+
+/// FLOPs of the recomputed ops of stage 0 and their names.
+double recomputedFlops(const StepLowering& s, std::set<std::string>& names) {
+  double f = 0;
+  for (const ComputeOp& op : s.stages[0].compute)
+    if (op.recompute) {
+      f += op.flops * op.times;
+      names.insert(op.name);
+    }
+  for (const CommOp& c : s.stages[0].comm)
+    if (c.name.find(".recompute") != std::string::npos) names.insert(c.name);
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("lowering: selective recompute re-runs the chosen modules' forward ops, memory drops by their bytes") {
+  RecomputeModules mods;
+  mods.coreAttn = mods.mlp = mods.norms = true;
+  const Workload w = tinyRecompute(Recompute::Selective, mods);
+  const StepLowering s = lowerStep(w, resolveLayout(w, 2));
+  std::set<std::string> names;
+  // Per layer on each of the 2 ranks (T = 32, f / t = 128, 2 heads of 16, the norms on T / t = 16 tokens):
+  // attention 2 x 2 x 32^2 x 16 / 2 x 2 heads = 65536; mlp-up 2 x 32 x 256 x 64, mlp-down 2 x 32 x 64 x 128,
+  // swiglu 5 x 32 x 128; two rmsnorms 5 x 16 x 64.
+  const double perLayer = 65536 + 2.0 * 32 * 256 * 64 + 2.0 * 32 * 64 * 128 + 5.0 * 32 * 128 + 2 * 5.0 * 16 * 64;
+  CHECK(recomputedFlops(s, names) == doctest::Approx(2 * perLayer).epsilon(1e-12));
+  CHECK(names == std::set<std::string>{"attention.recompute", "mlp-up.recompute", "mlp-act.recompute",
+                                       "mlp-down.recompute", "attn-norm.recompute", "mlp-norm.recompute",
+                                       "tp.ag.mlp-up.recompute", "tp.rs.mlp-down.recompute"});
+  CHECK(s.modelFlopsPerStep ==
+        doctest::Approx(lowerStep(tinyRecompute(Recompute::None, {}), resolveLayout(w, 2)).modelFlopsPerStep)
+            .epsilon(1e-12));
+  // Memory per layer: 34 s b h / t kept without recomputation; mlp drops 16 s b h / t, norms 4 s b h / t, core_attn
+  // nothing (its scores are never stored).
+  const double sbh = 32.0 * 64;
+  const Workload none = tinyRecompute(Recompute::None, {});
+  CHECK(estimateMemory(none, lowerStep(none, resolveLayout(none, 2))).activations == doctest::Approx(2 * 34 * sbh / 2));
+  CHECK(estimateMemory(w, s).activations == doctest::Approx(2 * (34 - 16 - 4) * sbh / 2));
+  RecomputeModules attn;
+  attn.coreAttn = true;
+  const Workload a = tinyRecompute(Recompute::Selective, attn);
+  CHECK(estimateMemory(a, lowerStep(a, resolveLayout(a, 2))).activations == doctest::Approx(2 * 34 * sbh / 2));
+
+  // moe_act on a mixture of experts: only the experts' activation runs again, 8 s b h / t fewer bytes a layer.
+  RecomputeModules act;
+  act.moeAct = true;
+  Workload moe = tinyRecompute(Recompute::Selective, act);
+  moe.model.moe = MoeSpec{4, 2, 0};
+  Workload moeNone = moe;
+  moeNone.training.recompute = Recompute::None;
+  moeNone.training.recomputeModules = {};
+  const StepLowering sm = lowerStep(moe, resolveLayout(moe, 2));
+  names.clear();
+  const double f = recomputedFlops(sm, names);
+  CHECK(names == std::set<std::string>{"expert-act.recompute"});
+  const ComputeOp* fwd = nullptr;
+  for (const ComputeOp& op : sm.stages[0].compute)
+    if (op.name == "expert-act") fwd = &op;
+  REQUIRE(fwd);
+  CHECK(f == doctest::Approx(fwd->flops * fwd->times));
+  CHECK(estimateMemory(moeNone, lowerStep(moeNone, resolveLayout(moe, 2))).activations -
+            estimateMemory(moe, sm).activations ==
+        doctest::Approx(2 * 8 * sbh / 2));
+}
+
+TEST_CASE("lowering: ZeRO 3 with pipeline stages gathers each stage's layers per micro-batch; memory by hand") {
+  Workload w = llama8b(1, 4, true);
+  w.layout.zero = 3;
+  validateWorkload(w);  // FSDP with pipeline parallelism is a layout, not an error
+  const StepLowering step = lowerStep(w, resolveLayout(w, 32));  // dp 8
+  const double h = 4096, vocabRows = 128256 * h;
+  const double layer = h * (4096 + 2 * 1024) + h * h + 2 * h + 3 * h * 14336;
+  for (const StageLowering& s : step.stages) {
+    const CommOp* ag = findComm(s, "dp.layer.ag");
+    REQUIRE(ag);
+    CHECK(ag->times == 8);  // the stage's layers, per micro-batch, forward and backward
+    CHECK(ag->count == static_cast<uint64_t>(std::ceil(layer / 8)));
+    CHECK(ag->timing == CommTiming::LayerPrefetch);
+    CHECK(findComm(s, "dp.layer.ag.bwd")->times == 8);
+    CHECK(findComm(s, "dp.layer.rs")->times == 8);
+    CHECK((findComm(s, "dp.embedding.ag") != nullptr) == (s.embedding || s.head));
+    for (const GroupSet& g : s.groups)
+      if (g.name == "dp")
+        for (const auto& inst : g.instances)
+          for (uint32_t rank : inst) CHECK(rank / 8 == s.stage);  // the stage's own replicas
+  }
+  CHECK(findComm(step.stages[0], "dp.embedding.ag")->count == static_cast<uint64_t>(std::ceil(vocabRows / 8)));
+  // Stage 0: 8 layers and the embedding, sharded over 8; the embedding is the largest unit, held twice while
+  // gathered (current and prefetched) and once as a whole gradient.
+  const MemoryEstimate m = estimateMemory(w, step);
+  const StageLowering& s0 = step.stages[m.stage];
+  const double dense = s0.denseParams;
+  CHECK(s0.gatheredParams ==
+        doctest::Approx(std::max(layer, (s0.embedding ? vocabRows : 0) + (s0.head ? vocabRows + h : 0))));
+  CHECK(m.weights == doctest::Approx(2 * dense / 8 + 2 * 2 * s0.gatheredParams));
+  CHECK(m.gradients == doctest::Approx(4 * dense / 8 + 4 * s0.gatheredParams));
+  CHECK(m.optimizer == doctest::Approx(12 * dense / 8));
+  CHECK(step.stages[0].gatheredParams == doctest::Approx(vocabRows));
+  CHECK(step.stages[1].gatheredParams == doctest::Approx(layer));
 }

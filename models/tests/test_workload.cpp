@@ -95,7 +95,6 @@ TEST_CASE("workload: inconsistent shapes and layouts are refused, naming the fie
   check([](Workload& w) { w.model.hidden = 8190; }, {"model.heads 64 does not divide model.hidden 8190"});
   check([](Workload& w) { w.layout.ep = 2; }, {"layout.ep 2", "model.moe"});
   check([](Workload& w) { w.layout.zero = 4; }, {"layout.zero must be 0, 1, 2 or 3"});
-  check([](Workload& w) { w.layout.zero = 3; }, {"layout.zero 3", "layout.pp 4"});
   check([](Workload& w) { w.layout.virtualStages = 2; }, {"layout.virtualStages must be 1", "interleaved"});
   check([](Workload& w) { w.layout.pp = 81; }, {"layout.pp 81 exceeds model.layers 80"});
   check([](Workload& w) { w.training.microBatch = 3; }, {"training.microBatch 3", "training.globalBatch 512"});
@@ -506,4 +505,25 @@ TEST_CASE("workload: fp8 training puts FP8 GEMMs, casts and amax in the census a
   CHECK(mf.gradients == mb.gradients);
   CHECK(mf.optimizer == mb.optimizer);
   CHECK(mb.activations - mf.activations == doctest::Approx(7 * T * h * 2 * mf.inFlight));
+}
+
+TEST_CASE("workload: training.recompute selective with Megatron-LM's modules, core_attn by default") {
+  const Workload d = workloadFromJson(R"({"preset": "llama3-8b", "training": {"recompute": "selective"}})");
+  CHECK(d.training.recompute == Recompute::Selective);
+  CHECK(recomputeModuleNames(d.training.recomputeModules) == std::vector<std::string>{"core_attn"});
+  const Workload m = workloadFromJson(
+      R"({"preset": "llama3-8b", "training": {"recompute": "selective", "recomputeModules": ["norms", "mlp"]}})");
+  CHECK(recomputeModuleNames(m.training.recomputeModules) == std::vector<std::string>{"mlp", "norms"});
+  CHECK(workloadToJson(workloadFromJson(workloadToJson(m))) == workloadToJson(m));
+  auto bad = [](const std::string& text, const std::vector<std::string>& parts) {
+    expectError([&] { workloadFromJson(text); }, ErrorCode::ParseError, parts);
+  };
+  bad(R"({"preset": "llama3-8b", "training": {"recompute": "some"}})",
+      {"training.recompute must be \"none\", \"full\" or \"selective\""});
+  bad(R"({"preset": "llama3-8b", "training": {"recompute": "selective", "recomputeModules": ["attn"]}})",
+      {"training.recomputeModules entries must be", "(got string \"attn\")"});
+  bad(R"({"preset": "llama3-8b", "training": {"recompute": "selective", "recomputeModules": []}})",
+      {"training.recomputeModules must be a non-empty list"});
+  bad(R"({"preset": "llama3-8b", "training": {"recompute": "full", "recomputeModules": ["mlp"]}})",
+      {"training.recomputeModules needs \"recompute\": \"selective\""});
 }

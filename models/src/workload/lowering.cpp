@@ -37,6 +37,7 @@ class StageBuilder {
     ffnLocal_ = m.ffn / r.tp;
     moeLayers_ = m.moe ? out_.layers : 0;
     denseLayers_ = out_.layers - moeLayers_;
+    out_.moeLayers = moeLayers_;
     vocabLocal_ = ceilDiv(m.vocab, r.tp);
     elemBytes_ = static_cast<double>(dtypeSize(w.training.dtype));
   }
@@ -45,7 +46,7 @@ class StageBuilder {
     addGroups();
     addLayers(Pass::Forward, false);
     addBackward();
-    if (w_.training.recompute == Recompute::Full) addLayers(Pass::Backward, true);
+    if (w_.training.recompute != Recompute::None) addLayers(Pass::Backward, true);
     addPipeline();
     addDataParallel();
     addStepKernels();
@@ -101,6 +102,7 @@ class StageBuilder {
 
   uint32_t addGemm(const std::string& name, Pass pass, uint64_t m, uint64_t n, uint64_t k, uint64_t batch,
                    uint32_t times, bool recompute) {
+    if (recompute && !rerun(name)) return UINT32_MAX;
     ComputeOp op;
     op.name = name;
     op.kind = ComputeKind::Gemm;
@@ -171,6 +173,7 @@ class StageBuilder {
   /// computed under the causal mask; Q, K, V, O and the fp32 log-sum-exp read or written once (the scores never
   /// reach HBM; K and V have the rank's key-value heads).
   void addAttention(Pass pass, uint32_t times, bool recompute, bool backward) {
+    if (recompute && !rerun("attention")) return;
     const uint64_t s = w_.training.seq;
     const uint64_t heads = w_.model.heads / r_.tp;
     const uint64_t batch = uint64_t{w_.training.microBatch} * heads;
@@ -291,7 +294,7 @@ class StageBuilder {
   /// A non-GEMM kernel from its shape (`proto`: class, kernel and shape fields set).
   uint32_t addKernel(ComputeOp op, const std::string& name, Pass pass, uint32_t times, bool recompute,
                      bool grad = false) {
-    if (times == 0) return UINT32_MAX;
+    if (times == 0 || (recompute && !rerun(name))) return UINT32_MAX;
     op.name = name;
     op.kind = ComputeKind::Other;
     op.pass = pass;
@@ -330,10 +333,28 @@ class StageBuilder {
 
   void fuse(FusedKind kind, uint32_t compute, uint32_t comm) { out_.fused.push_back({kind, compute, comm}); }
 
+  /// Whether the forward op `name` (a ".recompute" suffix ignored) runs again in the backward pass: every layer op
+  /// under full recomputation; under selective, the ops of the chosen modules (Megatron-LM's --recompute-modules:
+  /// core_attn the attention kernel, mlp the dense MLP with its TP collectives, moe_act the experts' activation,
+  /// norms the two norms; docs/planner.md, "Recomputation").
+  bool rerun(const std::string& name) const {
+    const TrainingSpec& t = w_.training;
+    if (t.recompute == Recompute::Full) return true;
+    if (t.recompute == Recompute::None) return false;
+    const std::string base = name.substr(0, name.find(".recompute"));
+    const RecomputeModules& m = t.recomputeModules;
+    if (base == "attention") return m.coreAttn;
+    if (base == "expert-act") return m.moeAct;
+    if (base == "attn-norm" || base == "mlp-norm") return m.norms;
+    for (const char* op : {"mlp-up", "mlp-act", "mlp-down", "tp.ag.mlp-up", "tp.rs.mlp-down", "tp.ar.mlp-down"})
+      if (base == op) return m.mlp;
+    return false;
+  }
+
   /// A tensor-parallel boundary next to GEMM `gemm`: all-gather before a column-parallel GEMM, reduce-scatter
   /// (sequence parallel) or all-reduce after a row-parallel one.
   void tpBoundary(const std::string& name, CommKind kind, Pass pass, uint32_t gemm, uint32_t times) {
-    if (r_.tp == 1 || times == 0) return;
+    if (r_.tp == 1 || times == 0 || gemm == UINT32_MAX) return;  // UINT32_MAX: a GEMM not recomputed
     const uint64_t count = kind == CommKind::AllReduce ? tokens_ * w_.model.hidden : tokens_ * w_.model.hidden / r_.tp;
     const uint32_t c =
         addComm(name, Phase::Tp, kind, pass, CommTiming::Blocking, count, w_.training.dtype, times, tpGroups_);
@@ -413,7 +434,7 @@ class StageBuilder {
     perm.experts = moe.experts;
     addKernel(perm, "permute" + sfx, pass, moeLayers_, recompute);
     const uint64_t block = ceilDiv(local * moe.topK * m.hidden, r_.ep);
-    if (r_.ep > 1)
+    if (r_.ep > 1 && (!recompute || rerun("ep.dispatch")))
       addComm("ep.dispatch" + sfx, Phase::Ep, CommKind::AllToAll, pass, CommTiming::Blocking, block, w_.training.dtype,
               moeLayers_, epGroups_);
     const uint64_t upN = (m.gatedMlp ? 2 : 1) * fe;
@@ -422,7 +443,7 @@ class StageBuilder {
     addKernel(shape(KernelClass::Activation, m.gatedMlp ? "swiglu" : "gelu", rows * expertsHere, upN),
               "expert-act" + sfx, pass, moeLayers_, recompute);
     addGemm("expert-down" + sfx, pass, rows, m.hidden, fe, expertsHere, moeLayers_, recompute);
-    if (r_.ep > 1)
+    if (r_.ep > 1 && (!recompute || rerun("ep.combine")))
       addComm("ep.combine" + sfx, Phase::Ep, CommKind::AllToAll, pass, CommTiming::Blocking, block, w_.training.dtype,
               moeLayers_, epGroups_);
     perm.kernel = "unpermute";
@@ -547,6 +568,10 @@ class StageBuilder {
     }
     out_.denseParams = dense;
     out_.expertParams = expertPerLayer * moeLayers_;
+    // ZeRO 3's unit of gathering: one layer (its local experts included), or the embedding and head together.
+    const double unitExtra = (out_.embedding ? vocabRows : 0) + (out_.head ? vocabRows + h : 0);
+    out_.gatheredParams =
+        std::max({denseLayers_ ? perDenseLayer : 0.0, moeLayers_ ? perMoeLayerDense + expertPerLayer : 0.0, unitExtra});
     if (w_.training.fp8) out_.fp8DenseParams = denseLayers_ * (attn + mlp) + moeLayers_ * attn;
     const uint32_t edpSize = r_.dp / r_.ep;
     if (w_.layout.zero == 3) {

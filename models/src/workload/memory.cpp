@@ -23,6 +23,20 @@ MemoryEstimate estimateMemory(const Workload& w, const StepLowering& step) {
   } else {
     perLayer = l.sp ? 34 * s * b * h / t : s * b * h * (10 + 24 / t);
   }
+  // Selective recomputation: the activations of the chosen modules are not kept (Korthikanti et al., Table 2, per
+  // module; docs/planner.md, "Recomputation"), per s b h: norms their two outputs, the qkv and mlp-up inputs (2 e,
+  // replicated over tp without sequence parallelism); mlp the activation's input and output, 8 + 4 e over t, on
+  // dense layers; moe_act the activation's output, 4 e / t, on MoE layers; core_attn nothing (the attention scores
+  // Korthikanti's selective recomputation drops are never stored by a FlashAttention-style kernel). e = 2 bytes,
+  // 1 with FP8 (the GEMM inputs kept in FP8).
+  double denseSaved = 0, moeSaved = 0;
+  if (w.training.recompute == Recompute::Selective) {
+    const RecomputeModules& rm = w.training.recomputeModules;
+    const double e = w.training.fp8 ? 1.0 : 2.0, sbh = s * b * h;
+    const double norms = rm.norms ? 2 * e * sbh / (l.sp ? t : 1.0) : 0;
+    denseSaved = norms + (rm.mlp ? (8 + 4 * e) * sbh / t : 0);
+    moeSaved = norms + (rm.moeAct ? 4 * e * sbh / t : 0);
+  }
   const double m = r.microBatches, p = r.pp, v = r.virtualStages;
   // 1F1B: stage s runs p - s forward passes before its first backward and holds their activations; the
   // interleaved schedule holds (1 + (p - 1) / (p v)) times more on the first stage (Narayanan et al., SC'21);
@@ -52,8 +66,15 @@ MemoryEstimate estimateMemory(const Workload& w, const StepLowering& step) {
     }
     e.gradients = l.zero >= 2 ? gBytes * (dense / dp + expert / edp) : gBytes * all;
     e.optimizer = l.zero >= 1 ? 12 * (dense / dp + expert / edp) : 12 * all;
+    // ZeRO 3 (FSDP): the unit being computed and the next one prefetched are held whole, and in the backward pass
+    // one unit's whole gradient until its reduce-scatter.
+    if (l.zero == 3) {
+      e.weights += 2 * wBytes * st.gatheredParams;
+      e.gradients += gBytes * st.gatheredParams;
+    }
     e.inFlight = inFlightOf(st.stage);
-    e.activations = perLayer * st.layers * e.inFlight;
+    e.activations =
+        ((perLayer - denseSaved) * (st.layers - st.moeLayers) + (perLayer - moeSaved) * st.moeLayers) * e.inFlight;
     if (first || e.total() > best.total()) best = e;
     first = false;
   }

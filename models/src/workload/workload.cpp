@@ -161,7 +161,37 @@ void checkProductsFit(const Workload& w) {
 
 }  // namespace
 
-const char* toString(Recompute r) noexcept { return r == Recompute::Full ? "full" : "none"; }
+const char* toString(Recompute r) noexcept {
+  switch (r) {
+    case Recompute::None: return "none";
+    case Recompute::Full: return "full";
+    case Recompute::Selective: return "selective";
+  }
+  return "none";
+}
+
+bool setRecomputeModule(RecomputeModules& m, const std::string& name) {
+  if (name == "core_attn")
+    m.coreAttn = true;
+  else if (name == "mlp")
+    m.mlp = true;
+  else if (name == "moe_act")
+    m.moeAct = true;
+  else if (name == "norms" || name == "layernorm")
+    m.norms = true;
+  else
+    return false;
+  return true;
+}
+
+std::vector<std::string> recomputeModuleNames(const RecomputeModules& m) {
+  std::vector<std::string> out;
+  if (m.coreAttn) out.emplace_back("core_attn");
+  if (m.mlp) out.emplace_back("mlp");
+  if (m.moeAct) out.emplace_back("moe_act");
+  if (m.norms) out.emplace_back("norms");
+  return out;
+}
 
 const char* toString(PipelineSchedule s) noexcept {
   switch (s) {
@@ -220,6 +250,12 @@ void validateWorkload(const Workload& w) {
     bad("training.microBatch " + str(t.microBatch) + " does not divide training.globalBatch " + str(t.globalBatch));
   if (t.dtype == DType::Float32)
     bad("training.dtype must be bfloat16 or float16 (got float32): the compute model is fitted on 16-bit GEMMs");
+  if (t.recompute == Recompute::Selective && !t.recomputeModules.any())
+    bad("training.recomputeModules must name at least one of core_attn, mlp, moe_act, norms with training.recompute "
+        "\"selective\"");
+  if (t.recompute != Recompute::Selective && t.recomputeModules.any())
+    bad(std::string("training.recomputeModules needs training.recompute \"selective\" (got \"") +
+        toString(t.recompute) + "\")");
 
   const ParallelLayout& l = w.layout;
   requireAtLeast1("layout.tp", l.tp);
@@ -258,8 +294,6 @@ void validateWorkload(const Workload& w) {
         "parallelism: each tensor-parallel rank routes its own sequence slice)");
   if (l.dp && *l.dp % l.ep != 0) bad("layout.ep " + str(l.ep) + " does not divide layout.dp " + str(*l.dp));
   if (l.zero > 3) bad("layout.zero must be 0, 1, 2 or 3 (got " + str(l.zero) + ")");
-  if (l.zero == 3 && l.pp > 1)
-    bad("layout.zero 3 is modelled without pipeline parallelism only (got layout.pp " + str(l.pp) + ")");
   if (l.bucketBytes < kMinBucketBytes || l.bucketBytes > kMaxBucketBytes)
     bad("layout.bucketMiB (--bucket) must be in [4 KiB, 1e6 MiB] (got " + str(l.bucketBytes) + " bytes)");
   if (l.gradDtype == DType::Float16) bad("layout.gradDtype must be float32 or bfloat16 (got float16)");

@@ -60,8 +60,32 @@ void readModel(const JsonFields& f, bool whole, ModelShape& m) {
   }
 }
 
+/// training.recomputeModules, a list of module names; "selective" without it is Megatron-LM's default, core_attn.
+void readRecomputeModules(const JsonFields& f, TrainingSpec& t) {
+  if (t.recompute != Recompute::Selective) {
+    if (f.has("recomputeModules"))
+      f.fail(f.name("recomputeModules") + " needs \"recompute\": \"selective\" (got \"" + toString(t.recompute) +
+             "\")");
+    t.recomputeModules = {};
+    return;
+  }
+  if (!f.has("recomputeModules")) {
+    if (!t.recomputeModules.any()) t.recomputeModules.coreAttn = true;
+    return;
+  }
+  const Json& list = f.value("recomputeModules");
+  RecomputeModules m;
+  if (!list.is_array() || list.empty())
+    f.fail(f.name("recomputeModules") + " must be a non-empty list of module names (got " + describeJson(list) + ")");
+  for (const Json& e : list)
+    if (!e.is_string() || !setRecomputeModule(m, e.get<std::string>()))
+      f.fail(f.name("recomputeModules") + " entries must be \"core_attn\", \"mlp\", \"moe_act\" or \"norms\" (got " +
+             describeJson(e) + ")");
+  t.recomputeModules = m;
+}
+
 void readTraining(const JsonFields& f, bool whole, TrainingSpec& t) {
-  f.onlyKeys({"seq", "microBatch", "globalBatch", "dtype", "recompute", "gradAccumFusion"});
+  f.onlyKeys({"seq", "microBatch", "globalBatch", "dtype", "recompute", "recomputeModules", "gradAccumFusion"});
   field(f, "seq", whole, t.seq, [&](const char* k) { return f.count64(k); });
   field(f, "microBatch", whole, t.microBatch, [&](const char* k) { return f.count32(k); });
   field(f, "globalBatch", whole, t.globalBatch, [&](const char* k) { return f.count64(k); });
@@ -81,8 +105,10 @@ void readTraining(const JsonFields& f, bool whole, TrainingSpec& t) {
     const std::string s = f.text(k);
     if (s == "none") return Recompute::None;
     if (s == "full") return Recompute::Full;
-    f.fail(f.name(k) + " must be \"none\" or \"full\" (got \"" + excerpt(s) + "\")");
+    if (s == "selective") return Recompute::Selective;
+    f.fail(f.name(k) + " must be \"none\", \"full\" or \"selective\" (got \"" + excerpt(s) + "\")");
   });
+  readRecomputeModules(f, t);
   field(f, "gradAccumFusion", false, t.gradAccumFusion, [&](const char* k) { return f.boolean(k); });
 }
 
@@ -163,6 +189,7 @@ std::string workloadToJson(const Workload& w, int indent) {
               {"recompute", toString(t.recompute)},
               {"gradAccumFusion", t.gradAccumFusion}}},
             {"layout", layout}};
+  if (t.recompute == Recompute::Selective) j["training"]["recomputeModules"] = recomputeModuleNames(t.recomputeModules);
   return j.dump(indent);
 }
 

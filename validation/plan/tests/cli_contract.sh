@@ -169,6 +169,12 @@ out=$("${quick[@]}" --cluster dgx-h200 --pp 2 --what-if nics=4 2>&1)
 check "pipeline stages sharing a NIC plan without a SimGrid deadlock" \
   bash -c '[[ $0 -eq 0 ]] && grep -q "distinct collectives" <<<"$1" && ! grep -qi deadlock <<<"$1"' "$?" "$out"
 
+# ZeRO 3 (FSDP) with pipeline stages, and selective recomputation: planned (ZeRO 3 with pp was refused)
+expect 0 'distinct collectives' -- "${quick[@]}" --cluster dgx-h200 --pp 2 --zero 3 --recompute selective \
+  --recompute-modules mlp,norms
+bad "--recompute-modules 'attn': expected" -- "${run[@]}" --recompute selective --recompute-modules core_attn,attn
+bad "--recompute-modules needs --recompute selective" -- "${run[@]}" --recompute-modules mlp
+
 # the measured training steps: --check-steps predicts each; a step record the planner cannot price is exit 2
 measured="$(dirname "${BASH_SOURCE[0]}")/../../data/measured"
 expect 0 '^steps: n=[0-9]+ median_abs_err_pct=' -- "$tool" --check-steps --measured "$measured"

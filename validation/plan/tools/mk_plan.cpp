@@ -8,6 +8,7 @@
 // nothing written).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -53,7 +54,7 @@ struct Options {
   std::string layoutFile;
   std::optional<uint32_t> tp, pp, ep, zero, microBatch, virtualStages;
   std::optional<uint64_t> globalBatch, seq;
-  std::string sp, ppSchedule, recompute, bucket;
+  std::string sp, ppSchedule, recompute, recomputeModules, bucket;
   std::string cluster = mk::kDefaultCluster;
   std::string gpus = "8:4096";
   std::string profile;
@@ -136,8 +137,26 @@ mk::Workload buildWorkload(const Options& o) {
       w.training.recompute = mk::Recompute::None;
     else if (o.recompute == "full")
       w.training.recompute = mk::Recompute::Full;
+    else if (o.recompute == "selective")
+      w.training.recompute = mk::Recompute::Selective;
     else
-      bad("--recompute '" + o.recompute + "': expected none or full");
+      bad("--recompute '" + o.recompute + "': expected none, full or selective");
+    w.training.recomputeModules = {};
+    if (w.training.recompute == mk::Recompute::Selective && o.recomputeModules.empty())
+      w.training.recomputeModules.coreAttn = true;  // Megatron-LM's default
+  }
+  if (!o.recomputeModules.empty()) {
+    if (w.training.recompute != mk::Recompute::Selective)
+      bad("--recompute-modules needs --recompute selective (or training.recompute \"selective\")");
+    w.training.recomputeModules = {};
+    std::size_t at = 0;
+    while (at <= o.recomputeModules.size()) {
+      const std::size_t comma = std::min(o.recomputeModules.find(',', at), o.recomputeModules.size());
+      const std::string name = o.recomputeModules.substr(at, comma - at);
+      if (!mk::setRecomputeModule(w.training.recomputeModules, name))
+        bad("--recompute-modules '" + name + "': expected a comma-separated list of core_attn, mlp, moe_act, norms");
+      at = comma + 1;
+    }
   }
   mk::validateWorkload(w);
   return w;
@@ -310,7 +329,9 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batch", o.microBatch, "sequences per micro-batch");
   app.add_option("--global-batch", o.globalBatch, "sequences per optimizer step");
   app.add_option("--seq", o.seq, "tokens per sequence");
-  app.add_option("--recompute", o.recompute, "activation recomputation: none or full");
+  app.add_option("--recompute", o.recompute, "activation recomputation: none, full or selective");
+  app.add_option("--recompute-modules", o.recomputeModules,
+                 "selective recomputation's modules: core_attn,mlp,moe_act,norms (default core_attn)");
   app.add_option("--bucket", o.bucket, "gradient bucket size (25MiB, ...)");
   app.add_option("--cluster", o.cluster,
                  "preset node type (dgx-h100, dgx-h200, h200x2; nodes are added as the GPU count needs) or topology "

@@ -125,6 +125,7 @@ struct FusedCandidate {
 struct StageLowering {
   uint32_t stage = 0;
   uint32_t layers = 0;                   ///< transformer layers on the stage
+  uint32_t moeLayers = 0;                ///< of which mixture-of-experts layers
   bool embedding = false, head = false;  ///< holds the token embedding / the LM head
   std::vector<ComputeOp> compute;
   std::vector<CommOp> comm;
@@ -135,6 +136,9 @@ struct StageLowering {
   /// training.dtype fp8: the dense parameters per GPU whose GEMMs run in FP8 (attention and MLP projections;
   /// not the embedding, the LM head, norms or the router) and so have an FP8 copy; every expert parameter does.
   double fp8DenseParams = 0;
+  /// The parameters per GPU of the largest unit ZeRO 3 gathers at once: one layer (with its local experts), or the
+  /// embedding and head of the stage.
+  double gatheredParams = 0;
 };
 
 /// The whole step.

@@ -38,8 +38,25 @@ struct ModelShape {
   uint64_t headDim() const noexcept { return heads ? hidden / heads : 0; }
 };
 
-/// Activation recomputation.
-enum class Recompute : uint8_t { None, Full };
+/// Activation recomputation (Megatron-LM's --recompute-granularity): none, every layer's forward pass again in
+/// the backward pass (full), or only the chosen modules (selective, --recompute-modules).
+enum class Recompute : uint8_t { None, Full, Selective };
+
+/// The modules selective recomputation re-runs in the backward pass (their activations are not kept;
+/// docs/planner.md, "Recomputation"). Megatron-LM's default for selective is core_attn alone.
+struct RecomputeModules {
+  bool coreAttn = false;  ///< "core_attn": the attention kernel
+  bool mlp = false;       ///< "mlp": the dense layers' MLP (up, activation, down and their TP collectives)
+  bool moeAct = false;    ///< "moe_act": the experts' activation function
+  bool norms = false;     ///< "norms" (Megatron-LM's "layernorm"): the two norms of every layer
+  bool any() const noexcept { return coreAttn || mlp || moeAct || norms; }
+};
+
+/// Set the module `name` ("core_attn", "mlp", "moe_act", "norms"; Megatron-LM's "layernorm" = "norms") in `m`;
+/// false for any other name.
+bool setRecomputeModule(RecomputeModules& m, const std::string& name);
+/// The chosen modules' names in that order, for JSON and reports.
+std::vector<std::string> recomputeModuleNames(const RecomputeModules& m);
 
 /// One optimizer step of training.
 struct TrainingSpec {
@@ -51,6 +68,7 @@ struct TrainingSpec {
   /// backward (per-tensor scales, bf16 outputs), everything else in `dtype` (then bfloat16); docs/planner.md.
   bool fp8 = false;
   Recompute recompute = Recompute::None;  ///< Full: the forward pass is run again in the backward pass
+  RecomputeModules recomputeModules;      ///< Selective: which modules (at least one)
   /// Megatron-LM's gradient-accumulation fusion (its default): the weight-gradient GEMMs of the linear layers add
   /// into the fp32 main-gradient buffer (fp32 output read and written), and only the other parameters' gradients
   /// (embedding, norms) are added by a separate kernel per micro-batch. Off: every parameter's 16-bit gradient is
@@ -122,7 +140,7 @@ void validateWorkload(const Workload& w);
 /// ep, a global batch that dp * microBatch does not divide). validateWorkload() first.
 ResolvedLayout resolveLayout(const Workload& w, uint32_t gpus);
 
-const char* toString(Recompute r) noexcept;         ///< "none", "full"
+const char* toString(Recompute r) noexcept;         ///< "none", "full", "selective"
 const char* toString(PipelineSchedule s) noexcept;  ///< "1f1b", "interleaved", "gpipe"
 
 /// JSON ("mkernel.workload.v1", camelCase fields as the topology and profile files). Format: docs/planner.md.
