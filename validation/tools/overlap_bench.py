@@ -13,9 +13,9 @@ buffer into another (a ring step's traffic on one GPU: a collective reads its se
 writes the received data into HBM; here both sides are local). One launch copies the whole buffer; launches follow
 each other on a second stream for longer than the GEMMs run.
 
-Per shape and per `ctas`: the GEMM alone (median over reps of N back-to-back GEMMs, CUDA events), then the same
+Per shape and per `ctas`: the GEMM alone (median over reps of N back-to-back GEMMs, CUDA events), and the same
 GEMMs while the copy runs on another stream (the copy started first; the GEMM stream waits 50 us before its first
-event so the copy is running); the copy's rate alone and while the GEMMs run (its launches that fall inside the
+event so the copy is running), alone and beside reps alternating; the copy's rate alone and while the GEMMs run (its launches that fall inside the
 GEMM window). Records: "mkernel.measurement.v1", "op": "kernel-overlap" (docs/calibration.md, "GEMMs beside
 communication"): m, n, k, dtype, comm_ctas, time_us (the GEMM beside the copy), alone_us, slowdown, comm_gbs and
 comm_alone_gbs (bytes read per second by the copy).
@@ -41,7 +41,7 @@ DEFAULT_CTAS = (2, 4, 8, 16, 32)
 COPY_BYTES = 1 << 30
 TILE = 32768  # elements of bf16 per program step: 64 KiB
 GEMMS_PER_REP = 20
-REPS = 7
+REPS = 9
 LEAD_US = 50.0
 
 _COPY = {}
@@ -85,27 +85,38 @@ def copy_kernel(torch):
     return _COPY["k"]
 
 
-def median_gemm_us(torch, a, b, out, stream, copies=None):
-    """Median over REPS of (GEMMS_PER_REP back-to-back GEMMs) / GEMMS_PER_REP on `stream`; with `copies` (a
-    function launching the copy on the other stream and returning its (start, end) events), the copy runs
-    beside each rep. Returns (gemm us, copy us per launch inside the window or None)."""
-    per, copy_in = [], []
+def gemm_rep_us(torch, a, b, out, stream, copies=None):
+    """One rep: GEMMS_PER_REP back-to-back GEMMs on `stream` (after a LEAD_US sleep), us per GEMM; with `copies` (a
+    function launching the copy on the other stream and returning its (start, end) events) the copy runs beside
+    them. Returns (us per GEMM, [us per copy launch that fell inside the GEMM window])."""
+    torch.cuda.synchronize()
+    launched = copies() if copies else []
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(int(LEAD_US * 2000))
+        e0.record(stream)
+        for _ in range(GEMMS_PER_REP):
+            torch.matmul(a, b, out=out)
+        e1.record(stream)
+    torch.cuda.synchronize()
+    inside = [s.elapsed_time(e) * 1000.0 for s, e in launched
+              if e0.elapsed_time(s) >= 0 and e.elapsed_time(e1) >= 0]
+    return e0.elapsed_time(e1) * 1000.0 / GEMMS_PER_REP, inside
+
+
+def paired_us(torch, a, b, out, stream, copies):
+    """REPS pairs of (alone rep, beside rep), alternating so that clock and power drift hits both alike. Returns
+    (median alone us, median beside us, median of the pairs' ratios, median copy us inside the window or None)."""
+    alone, beside, ratios, copy_in = [], [], [], []
     for _ in range(REPS):
-        torch.cuda.synchronize()
-        launched = copies() if copies else []
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        with torch.cuda.stream(stream):
-            torch.cuda._sleep(int(LEAD_US * 2000))
-            e0.record(stream)
-            for _ in range(GEMMS_PER_REP):
-                torch.matmul(a, b, out=out)
-            e1.record(stream)
-        torch.cuda.synchronize()
-        per.append(e0.elapsed_time(e1) * 1000.0 / GEMMS_PER_REP)
-        for s, e in launched:
-            if e0.elapsed_time(s) >= 0 and e.elapsed_time(e1) >= 0:
-                copy_in.append(s.elapsed_time(e) * 1000.0)
-    return statistics.median(per), (statistics.median(copy_in) if copy_in else None)
+        t_a, _ = gemm_rep_us(torch, a, b, out, stream)
+        t_b, inside = gemm_rep_us(torch, a, b, out, stream, copies)
+        alone.append(t_a)
+        beside.append(t_b)
+        ratios.append(t_b / t_a)
+        copy_in += inside
+    med = statistics.median
+    return med(alone), med(beside), med(ratios), (med(copy_in) if copy_in else None)
 
 
 def main(argv):
@@ -176,10 +187,10 @@ def main(argv):
             sys.stderr.write("overlap_bench.py: GEMM %dx%dx%d relative error %.3g\n" % (m, n, k, err))
             return 1
         del ref
-        for _ in range(3):
+        for _ in range(30):  # clocks and power settled on this shape
             torch.matmul(x, w, out=y)
-        alone, _ = median_gemm_us(torch, x, w, y, gemm_stream)
         for c in a.cta_list:
+            alone = gemm_rep_us(torch, x, w, y, gemm_stream)[0]
             window = (LEAD_US + alone * GEMMS_PER_REP) * 2.0
             launches = max(2, int(window / alone_copy[c]) + 2)
 
@@ -194,18 +205,18 @@ def main(argv):
                         evs.append((s, e))
                 return evs
 
-            beside, copy_us = median_gemm_us(torch, x, w, y, gemm_stream, copies)
+            alone, beside, slowdown, copy_us = paired_us(torch, x, w, y, gemm_stream, copies)
             rec = {"op": "kernel-overlap", "impl": "torch", "class": "gemm", "kernel": "gemm", "pass": "forward",
                    "dtype": "bfloat16", "layout": "nt", "m": m, "n": n, "k": k, "batch": 1, "ranks": 1,
                    "flops": 2 * m * n * k, "bytes": 2 * (m * k + k * n + m * n), "comm_ctas": c,
                    "comm_kernel": "triton-persistent-copy", "time_us": beside, "alone_us": alone,
-                   "slowdown": beside / alone, "iters": GEMMS_PER_REP * REPS, "stat": "median",
+                   "slowdown": slowdown, "iters": GEMMS_PER_REP * REPS, "stat": "median",
                    "comm_alone_gbs": COPY_BYTES / alone_copy[c] / 1e3}
             if copy_us:
                 rec["comm_gbs"] = COPY_BYTES / copy_us / 1e3
             doc["records"].append(rec)
             print("  gemm m=%-5d n=%-5d k=%-5d alone %8.2f us, beside a %2d-CTA copy %8.2f us: x%.3f; copy %s" % (
-                m, n, k, alone, c, beside, beside / alone,
+                m, n, k, alone, c, beside, slowdown,
                 ("%.0f GB/s (alone %.0f)" % (rec["comm_gbs"], rec["comm_alone_gbs"])) if copy_us else
                 "outlived the window (no launch inside it)"), flush=True)
         del x, w, y
