@@ -167,7 +167,10 @@ TEST_CASE("lowering: rank groups partition each stage, tensor-parallel ranks are
         CHECK(g.instances[0] == std::vector<uint32_t>{first, first + 2, first + 4, first + 6, first + 8, first + 10,
                                                       first + 12, first + 14});
       if (g.name == "dp") CHECK(g.instances[0].size() == 32);
-      if (g.name == "edp") CHECK(g.instances[0] == std::vector<uint32_t>{first, first + 16, first + 32, first + 48});
+      // Expert data parallelism: every rank holding experts 0 of 8, whole (etp 1): both TP ranks of dp 0, 8, 16, 24.
+      if (g.name == "edp")
+        CHECK(g.instances[0] == std::vector<uint32_t>{first, first + 1, first + 16, first + 17, first + 32, first + 33,
+                                                      first + 48, first + 49});
       if (g.name == "pp") {
         CHECK(g.instances.size() == 64);
         const uint32_t from = s.stage + 1 < 4 ? s.stage : s.stage - 1;

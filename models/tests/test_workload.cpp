@@ -101,12 +101,13 @@ TEST_CASE("workload: inconsistent shapes and layouts are refused, naming the fie
   check([](Workload& w) { w.training.dtype = DType::Float32; }, {"training.dtype must be bfloat16 or float16"});
   check(
       [](Workload& w) {
+        w.layout.tp = 1;
         w.layout.dp = 3;
         w.layout.ep = 1;
         w.model.moe = MoeSpec{4, 1, 0};
         w.layout.ep = 2;
       },
-      {"layout.ep 2 does not divide layout.dp 3"});
+      {"layout.ep 2 divides neither layout.dp x layout.cp 3 nor layout.tp x layout.cp x layout.dp / layout.etp 3"});
   expectError([] { validateWorkload(withLayout("mixtral-8x22b", [](Workload& w) { w.layout.sp = false; })); },
               ErrorCode::InvalidArgument, {"layout.sp must be true", "mixture-of-experts"});
   expectError([] { validateWorkload(withLayout("mixtral-8x22b", [](Workload& w) { w.layout.ep = 3; })); },

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "lowering_groups.hpp"
 #include "mk/error.hpp"
 
 namespace mk {
@@ -14,22 +15,16 @@ namespace {
 uint64_t ceilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 double dbl(uint64_t v) { return static_cast<double>(v); }
 
-/// Global rank of (tensor index, data-parallel index, pipeline stage): tp fastest, then dp, then pp.
-struct RankGrid {
-  uint32_t tp, dp, pp;
-  uint32_t rank(uint32_t t, uint32_t d, uint32_t s) const { return t + tp * (d + dp * s); }
-};
-
 /// Everything one stage's lowering needs, computed once.
 class StageBuilder {
  public:
-  StageBuilder(const Workload& w, const ResolvedLayout& r, uint32_t stage) : w_(w), r_(r), grid_{r.tp, r.dp, r.pp} {
+  StageBuilder(const Workload& w, const ResolvedLayout& r, uint32_t stage) : w_(w), r_(r) {
     const ModelShape& m = w.model;
     out_.stage = stage;
     out_.layers = r.stageLayers.at(stage);
     out_.embedding = stage == 0;
     out_.head = stage + 1 == r.pp;
-    tokens_ = uint64_t{w.training.microBatch} * w.training.seq;
+    tokens_ = uint64_t{w.training.microBatch} * w.training.seq / r.cp;  // the rank's share of each sequence
     d_ = m.headDim();
     kvLocal_ = std::max<uint64_t>(1, m.kvHeads / r.tp);
     qkvN_ = (m.heads / r.tp + 2 * kvLocal_) * d_;
@@ -62,40 +57,29 @@ class StageBuilder {
   }
 
   void addGroups() {
-    const uint32_t s = out_.stage;
-    GroupSet tp{"tp", {}}, dp{"dp", {}}, ep{"ep", {}}, edp{"edp", {}}, pp{"pp", {}};
-    for (uint32_t d = 0; d < r_.dp; ++d) {
-      std::vector<uint32_t> g;
-      for (uint32_t t = 0; t < r_.tp; ++t) g.push_back(grid_.rank(t, d, s));
-      tp.instances.push_back(std::move(g));
+    detail::StageGroups g = detail::stageGroups(r_, out_.stage, detail::cpA2aRanks(w_.layout));
+    tpGroups_ = group(std::move(g.tp));
+    dpGroups_ = group(std::move(g.dp));
+    epGroups_ = group(std::move(g.ep));
+    edpGroups_ = group(std::move(g.edp));
+    ppGroups_ = group(std::move(g.pp));
+    if (r_.cp > 1) {
+      cpGroups_ = group(std::move(g.cp));
+      if (!g.cpRing.instances.empty()) cpRingGroups_ = group(std::move(g.cpRing));
     }
-    for (uint32_t t = 0; t < r_.tp; ++t) {
-      std::vector<uint32_t> g;
-      for (uint32_t d = 0; d < r_.dp; ++d) g.push_back(grid_.rank(t, d, s));
-      dp.instances.push_back(std::move(g));
-      for (uint32_t base = 0; base < r_.dp; base += r_.ep) {
-        std::vector<uint32_t> e;
-        for (uint32_t j = 0; j < r_.ep; ++j) e.push_back(grid_.rank(t, base + j, s));
-        ep.instances.push_back(std::move(e));
-      }
-      for (uint32_t e = 0; e < r_.ep; ++e) {
-        std::vector<uint32_t> g2;
-        for (uint32_t d = e; d < r_.dp; d += r_.ep) g2.push_back(grid_.rank(t, d, s));
-        edp.instances.push_back(std::move(g2));
-      }
+  }
+
+  /// Context parallelism's exchanges around the attention of `times` layers (layout.cpCommType): the forward
+  /// attention's (`forward`; a recomputed attention runs them again in the backward pass) or its backward's.
+  void addContextParallel(bool forward, Pass pass, uint32_t times, const std::string& sfx) {
+    // Called right after the attention: a recomputation that does not run the attention again needs no K/V.
+    if (out_.compute.empty() || out_.compute.back().kind != ComputeKind::Attention) return;
+    const uint64_t q = w_.model.heads / r_.tp;
+    for (const detail::CpExchange& x : detail::cpExchanges(w_.layout, tokens_, q, kvLocal_, d_)) {
+      if ((x.pass == Pass::Forward) != forward) continue;
+      addComm(x.name + sfx, Phase::Cp, x.kind, pass, x.timing, x.count, w_.training.dtype, times * x.perLayer,
+              x.ring ? cpRingGroups_ : cpGroups_);
     }
-    // The boundary this stage sends over: to the next stage, or from the previous one for the last stage.
-    if (r_.pp > 1) {
-      const uint32_t from = s + 1 < r_.pp ? s : s - 1;
-      for (uint32_t d = 0; d < r_.dp; ++d)
-        for (uint32_t t = 0; t < r_.tp; ++t)
-          pp.instances.push_back({grid_.rank(t, d, from), grid_.rank(t, d, from + 1)});
-    }
-    tpGroups_ = group(std::move(tp));
-    dpGroups_ = group(std::move(dp));
-    epGroups_ = group(std::move(ep));
-    edpGroups_ = group(std::move(edp));
-    ppGroups_ = group(std::move(pp));
   }
 
   // ---- compute --------------------------------------------------------------------------------------------
@@ -174,8 +158,14 @@ class StageBuilder {
   /// reach HBM; K and V have the rank's key-value heads).
   void addAttention(Pass pass, uint32_t times, bool recompute, bool backward) {
     if (recompute && !rerun("attention")) return;
+    // Context parallelism: a Ulysses all-to-all over a ranks leaves each rank all of a group's tokens for 1 / a of
+    // its heads; a ring (p2p, all-gather) of the remaining cp / a ranks leaves it s / ring query rows against all
+    // s keys, 1 / ring of the causal work with zigzag load balancing (each rank holds chunks i and 2 ring - 1 - i),
+    // and reads every K/V block once.
     const uint64_t s = w_.training.seq;
-    const uint64_t heads = w_.model.heads / r_.tp;
+    const uint64_t a = detail::cpA2aRanks(w_.layout), ring = r_.cp / a;
+    const uint64_t heads = w_.model.heads / r_.tp / a, kv = std::max<uint64_t>(1, kvLocal_ / a);
+    const uint64_t rowsQ = s / ring;
     const uint64_t batch = uint64_t{w_.training.microBatch} * heads;
     ComputeOp op;
     op.name = backward ? "attention.bwd" : recompute ? "attention.recompute" : "attention";
@@ -184,24 +174,25 @@ class StageBuilder {
     op.kernel = backward ? "attention.bwd" : "attention";
     op.pass = pass;
     op.dtype = w_.training.dtype;
-    op.m = s;
+    op.m = rowsQ;
     op.n = s;
     op.k = d_;
     op.batch = batch;
     op.seqs = w_.training.microBatch;
     op.seq = s;
     op.heads = heads;
-    op.kvHeads = kvLocal_;
+    op.kvHeads = kv;
     op.headDim = d_;
     op.causal = true;
-    const double fwdFlops = 2.0 * 2.0 * dbl(s) * dbl(s) * dbl(d_) * 0.5 * dbl(batch);
-    const double rows = dbl(op.seqs) * dbl(s);
-    const double qo = rows * dbl(heads) * dbl(d_) * elemBytes_, kv = rows * dbl(kvLocal_) * dbl(d_) * elemBytes_;
+    const double fwdFlops = 2.0 * 2.0 * dbl(rowsQ) * dbl(s) * dbl(d_) * 0.5 * dbl(batch);
+    const double rows = dbl(op.seqs) * dbl(rowsQ);
+    const double qo = rows * dbl(heads) * dbl(d_) * elemBytes_;
+    const double kvBytes = dbl(op.seqs) * dbl(s) * dbl(kv) * dbl(d_) * elemBytes_;
     const double lse = rows * dbl(heads) * 4;
     // FlashAttention's backward runs five of these matrix products (QK^T again, dV, dP, dQ, dK) against two
     // forward; it reads Q, K, V, O, dO and the log-sum-exp and writes dQ, dK, dV.
     op.flops = backward ? 2.5 * fwdFlops : fwdFlops;
-    op.bytes = backward ? 4.0 * qo + 4.0 * kv + lse : 2.0 * qo + 2.0 * kv + lse;
+    op.bytes = backward ? 4.0 * qo + 4.0 * kvBytes + lse : 2.0 * qo + 2.0 * kvBytes + lse;
     op.times = times;
     op.recompute = recompute;
     out_.compute.push_back(op);
@@ -389,6 +380,7 @@ class StageBuilder {
     rope.headDim = d_;
     addKernel(rope, "rope" + sfx, pass, L, recompute);
     addAttention(pass, L, recompute, false);
+    addContextParallel(true, pass, L, sfx);
     const uint32_t out = addGemm("attn-out" + sfx, pass, tokens_, h, attnOutK_, 1, L, recompute);
     tpBoundary((sp ? "tp.rs.attn-out" : "tp.ar.attn-out") + sfx, sp ? CommKind::ReduceScatter : CommKind::AllReduce,
                pass, out, L);
@@ -458,6 +450,7 @@ class StageBuilder {
     for (const ComputeOp& f : forward) {
       if (f.kind == ComputeKind::Attention) {
         addAttention(Pass::Backward, f.times, false, true);
+        addContextParallel(false, Pass::Backward, f.times, "");
         continue;
       }
       if (f.cls == KernelClass::Cast) continue;  // the backward's casts come with its GEMMs
@@ -573,16 +566,18 @@ class StageBuilder {
     out_.gatheredParams =
         std::max({denseLayers_ ? perDenseLayer : 0.0, moeLayers_ ? perMoeLayerDense + expertPerLayer : 0.0, unitExtra});
     if (w_.training.fp8) out_.fp8DenseParams = denseLayers_ * (attn + mlp) + moeLayers_ * attn;
-    const uint32_t edpSize = r_.dp / r_.ep;
+    // Megatron-LM reduces (and ZeRO shards) the dense gradients over the dp x cp ranks of a TP index, the expert
+    // gradients over the expert data-parallel group.
+    const uint32_t dpSize = r_.dp * r_.cp, edpSize = r_.edp;
     if (w_.layout.zero == 3) {
       // Layers (and the embedding / head, gathered like one more layer) one after the other.
       const double extra = (out_.embedding ? vocabRows : 0) + (out_.head ? vocabRows + h : 0);
-      perLayer("dp.layer", m.moe ? perMoeLayerDense : perDenseLayer, out_.layers, r_.dp, dpGroups_);
-      perLayer("dp.embedding", extra, extra > 0 ? 1 : 0, r_.dp, dpGroups_);
+      perLayer("dp.layer", m.moe ? perMoeLayerDense : perDenseLayer, out_.layers, dpSize, dpGroups_);
+      perLayer("dp.embedding", extra, extra > 0 ? 1 : 0, dpSize, dpGroups_);
       perLayer("edp.layer", expertPerLayer, moeLayers_, edpSize, edpGroups_);
       return;
     }
-    bucketed("dp", out_.denseParams, r_.dp, dpGroups_);
+    bucketed("dp", out_.denseParams, dpSize, dpGroups_);
     bucketed("edp", out_.expertParams, edpSize, edpGroups_);
   }
 
@@ -592,8 +587,8 @@ class StageBuilder {
   /// group) with ZeRO 1 to 3.
   void addStepKernels() {
     const bool sharded = w_.layout.zero > 0;
-    const double dense = sharded ? std::ceil(out_.denseParams / r_.dp) : out_.denseParams;
-    const double expert = sharded ? std::ceil(out_.expertParams / (r_.dp / r_.ep)) : out_.expertParams;
+    const double dense = sharded ? std::ceil(out_.denseParams / (r_.dp * r_.cp)) : out_.denseParams;
+    const double expert = sharded ? std::ceil(out_.expertParams / r_.edp) : out_.expertParams;
     ComputeOp p;
     p.cls = KernelClass::Optimizer;
     p.kernel = "adam";
@@ -655,12 +650,11 @@ class StageBuilder {
 
   const Workload& w_;
   const ResolvedLayout& r_;
-  RankGrid grid_;
   StageLowering out_;
   uint64_t tokens_ = 0, d_ = 0, qkvN_ = 0, attnOutK_ = 0, ffnLocal_ = 0, vocabLocal_ = 0, kvLocal_ = 0;
   uint32_t moeLayers_ = 0, denseLayers_ = 0;
   double elemBytes_ = 2;
-  uint32_t tpGroups_ = 0, dpGroups_ = 0, epGroups_ = 0, edpGroups_ = 0, ppGroups_ = 0;
+  uint32_t tpGroups_ = 0, dpGroups_ = 0, epGroups_ = 0, edpGroups_ = 0, ppGroups_ = 0, cpGroups_ = 0, cpRingGroups_ = 0;
 };
 
 }  // namespace
@@ -677,7 +671,7 @@ StepLowering lowerStep(const Workload& w, const ResolvedLayout& r) {
     // Model FLOPs are the matrix products' (GEMMs and attention), as MFU counts them.
     for (const ComputeOp& op : out.stages.back().compute)
       if (!op.recompute && op.kind != ComputeKind::Other) perMb += op.flops * op.times;
-    out.modelFlopsPerStep += perMb * r.microBatches * static_cast<double>(r.tp) * r.dp;
+    out.modelFlopsPerStep += perMb * r.microBatches * static_cast<double>(r.tp) * r.cp * r.dp;
   }
   return out;
 }
@@ -688,6 +682,7 @@ const char* toString(Phase p) noexcept {
     case Phase::Ep: return "ep";
     case Phase::Pp: return "pp";
     case Phase::Dp: return "dp";
+    case Phase::Cp: return "cp";
   }
   return "tp";
 }
@@ -709,6 +704,7 @@ const char* toString(CommTiming t) noexcept {
     case CommTiming::GradBucket: return "grad-bucket";
     case CommTiming::ParamGather: return "param-gather";
     case CommTiming::LayerPrefetch: return "layer-prefetch";
+    case CommTiming::AttentionRing: return "attention-ring";
   }
   return "blocking";
 }

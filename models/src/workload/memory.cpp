@@ -8,7 +8,8 @@ namespace mk {
 MemoryEstimate estimateMemory(const Workload& w, const StepLowering& step) {
   const ResolvedLayout& r = step.layout;
   const ParallelLayout& l = w.layout;
-  const double s = static_cast<double>(w.training.seq);
+  // Context parallelism: each rank holds seq / cp tokens of every activation.
+  const double s = static_cast<double>(w.training.seq) / static_cast<double>(r.cp);
   const double b = static_cast<double>(w.training.microBatch);
   const double h = static_cast<double>(w.model.hidden);
   const double t = static_cast<double>(r.tp);
@@ -47,7 +48,8 @@ MemoryEstimate estimateMemory(const Workload& w, const StepLowering& step) {
     return l.schedule == PipelineSchedule::Interleaved ? base * (1 + (p - 1) / (p * v)) : base;
   };
 
-  const double dp = r.dp, edp = static_cast<double>(r.dp / r.ep);
+  // ZeRO shards the dense state over the dp x cp ranks (Megatron's DP x CP group), the experts' over edp.
+  const double dp = static_cast<double>(r.dp) * r.cp, edp = static_cast<double>(r.edp);
   const double wBytes = static_cast<double>(dtypeSize(w.training.dtype));
   const double gBytes = static_cast<double>(dtypeSize(l.gradDtype));
   MemoryEstimate best;

@@ -159,7 +159,45 @@ void checkProductsFit(const Workload& w) {
         "large)");
 }
 
+void validateContextParallel(const Workload& w) {
+  const ParallelLayout& l = w.layout;
+  const uint64_t seq = w.training.seq;
+  const uint64_t kvLocal = std::max<uint64_t>(1, w.model.kvHeads / l.tp);
+  if (l.cpCommType != CpCommType::A2aP2p && l.cpA2aSize != 0)
+    bad("layout.cpA2aSize is for layout.cpCommType \"a2a+p2p\" only (got " + str(l.cpA2aSize) + " with \"" +
+        toString(l.cpCommType) + "\")");
+  if (l.cp == 1) return;
+  // p2p and a2a+p2p balance the causal mask as zigzag: each rank holds chunks i and 2 cp - 1 - i.
+  const bool ring = l.cpCommType == CpCommType::P2p || l.cpCommType == CpCommType::A2aP2p;
+  const uint64_t chunks = ring ? 2 * uint64_t{l.cp} : l.cp;
+  if (seq % chunks != 0)
+    bad("layout.cp " + str(l.cp) + " needs training.seq " + str(seq) + " to be a multiple of " + str(chunks) +
+        (ring ? " (2 x cp: the causal zigzag splits each sequence into 2 cp chunks)" : " (cp)"));
+  uint64_t a2a = 0;
+  if (l.cpCommType == CpCommType::A2a) a2a = l.cp;
+  if (l.cpCommType == CpCommType::A2aP2p) {
+    if (l.cpA2aSize < 2 || l.cp % l.cpA2aSize != 0 || l.cpA2aSize == l.cp)
+      bad("layout.cpA2aSize must be > 1, below layout.cp and divide it for \"a2a+p2p\" (got " + str(l.cpA2aSize) +
+          " with layout.cp " + str(l.cp) + ")");
+    a2a = l.cpA2aSize;
+  }
+  if (a2a > 0 && (kvLocal % a2a != 0))
+    bad(std::string(l.cpCommType == CpCommType::A2a ? "layout.cp " : "layout.cpA2aSize ") + str(a2a) +
+        " must divide the key/value heads per tensor-parallel rank, model.kvHeads / layout.tp = " + str(kvLocal) +
+        " (Ulysses all-to-all splits the heads over the a2a ranks)");
+}
+
 }  // namespace
+
+const char* toString(CpCommType c) noexcept {
+  switch (c) {
+    case CpCommType::P2p: return "p2p";
+    case CpCommType::AllGather: return "all-gather";
+    case CpCommType::A2a: return "a2a";
+    case CpCommType::A2aP2p: return "a2a+p2p";
+  }
+  return "p2p";
+}
 
 const char* toString(Recompute r) noexcept {
   switch (r) {
@@ -261,6 +299,8 @@ void validateWorkload(const Workload& w) {
   requireAtLeast1("layout.tp", l.tp);
   requireAtLeast1("layout.pp", l.pp);
   requireAtLeast1("layout.ep", l.ep);
+  requireAtLeast1("layout.cp", l.cp);
+  requireAtLeast1("layout.etp", l.etp);
   requireAtLeast1("layout.virtualStages", l.virtualStages);
   if (l.dp) requireAtLeast1("layout.dp", *l.dp);
   if (m.heads % l.tp != 0)
@@ -292,7 +332,14 @@ void validateWorkload(const Workload& w) {
   if (m.moe && l.tp > 1 && !l.sp)
     bad("layout.sp must be true for a mixture-of-experts model with layout.tp > 1 (experts are not split by tensor "
         "parallelism: each tensor-parallel rank routes its own sequence slice)");
-  if (l.dp && *l.dp % l.ep != 0) bad("layout.ep " + str(l.ep) + " does not divide layout.dp " + str(*l.dp));
+  if (l.etp != 1)
+    bad("layout.etp must be 1 (got " + str(l.etp) +
+        "): only whole experts on each rank are modelled (each tensor-parallel rank routes its own tokens)");
+  if (l.dp && (uint64_t{*l.dp} * l.cp) % l.ep != 0 && (uint64_t{l.tp} * l.cp * *l.dp / l.etp) % l.ep != 0)
+    bad("layout.ep " + str(l.ep) + " divides neither layout.dp x layout.cp " + str(uint64_t{*l.dp} * l.cp) +
+        " nor layout.tp x layout.cp x layout.dp / layout.etp " + str(uint64_t{l.tp} * l.cp * *l.dp / l.etp) +
+        " (expert parallelism is drawn from those ranks)");
+  validateContextParallel(w);
   if (l.zero > 3) bad("layout.zero must be 0, 1, 2 or 3 (got " + str(l.zero) + ")");
   if (l.bucketBytes < kMinBucketBytes || l.bucketBytes > kMaxBucketBytes)
     bad("layout.bucketMiB (--bucket) must be in [4 KiB, 1e6 MiB] (got " + str(l.bucketBytes) + " bytes)");
@@ -304,21 +351,28 @@ ResolvedLayout resolveLayout(const Workload& w, uint32_t gpus) {
   const ParallelLayout& l = w.layout;
   const TrainingSpec& t = w.training;
   if (gpus == 0) bad("the GPU count must be >= 1 (got 0)");
-  const uint64_t tpp = uint64_t{l.tp} * l.pp;
-  if (gpus % tpp != 0) bad("layout.tp x layout.pp = " + str(tpp) + " does not divide " + str(gpus) + " GPUs");
+  const uint64_t tpp = uint64_t{l.tp} * l.cp * l.pp;
+  if (gpus % tpp != 0)
+    bad(std::string(l.cp > 1 ? "layout.tp x layout.cp x layout.pp = " : "layout.tp x layout.pp = ") + str(tpp) +
+        " does not divide " + str(gpus) + " GPUs");
   ResolvedLayout r;
   r.gpus = gpus;
   r.tp = l.tp;
   r.pp = l.pp;
+  r.cp = l.cp;
   r.ep = l.ep;
+  r.etp = l.etp;
   r.virtualStages = l.virtualStages;
   r.dp = static_cast<uint32_t>(gpus / tpp);
   if (l.dp && *l.dp != r.dp)
-    bad("layout.dp " + str(*l.dp) + " gives " + str(tpp * *l.dp) + " GPUs (tp x pp x dp), not " + str(gpus) +
+    bad("layout.dp " + str(*l.dp) + " gives " + str(tpp * *l.dp) + " GPUs (tp x cp x pp x dp), not " + str(gpus) +
         " (use \"dp\": \"auto\" to sweep GPU counts)");
-  if (r.dp % l.ep != 0)
-    bad("layout.ep " + str(l.ep) + " does not divide the data-parallel degree " + str(r.dp) + " at " + str(gpus) +
-        " GPUs");
+  // Megatron-LM draws the expert-parallel group from the dp x cp ranks (x tp / etp: its expert grid).
+  const uint64_t stageRanks = uint64_t{l.tp} * l.cp * r.dp;
+  if ((uint64_t{r.dp} * l.cp) % l.ep != 0 && (stageRanks / l.etp) % l.ep != 0)
+    bad("layout.ep " + str(l.ep) + " divides neither dp x cp = " + str(uint64_t{r.dp} * l.cp) +
+        " nor tp x cp x dp / etp = " + str(stageRanks / l.etp) + " at " + str(gpus) + " GPUs");
+  r.edp = static_cast<uint32_t>(stageRanks / (uint64_t{l.etp} * l.ep));
   const uint64_t perStep = uint64_t{r.dp} * t.microBatch;
   if (t.globalBatch % perStep != 0)
     bad("training.globalBatch " + str(t.globalBatch) + " is not a multiple of dp x microBatch = " + str(perStep) +

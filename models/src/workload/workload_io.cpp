@@ -113,8 +113,8 @@ void readTraining(const JsonFields& f, bool whole, TrainingSpec& t) {
 }
 
 void readLayout(const JsonFields& f, ParallelLayout& l) {
-  f.onlyKeys({"tp", "pp", "dp", "ep", "sp", "ppSchedule", "virtualStages", "zero", "bucketMiB", "gradDtype",
-              "overlapGradReduce", "overlapParamGather"});
+  f.onlyKeys({"tp", "pp", "dp", "cp", "cpCommType", "cpA2aSize", "ep", "etp", "sp", "ppSchedule", "virtualStages",
+              "zero", "bucketMiB", "gradDtype", "overlapGradReduce", "overlapParamGather"});
   auto c32 = [&](const char* k) { return f.count32(k); };
   auto flag = [&](const char* k) { return f.boolean(k); };
   field(f, "tp", false, l.tp, c32);
@@ -129,7 +129,16 @@ void readLayout(const JsonFields& f, ParallelLayout& l) {
       l.dp = f.count32("dp");
     }
   }
+  field(f, "cp", false, l.cp, c32);
+  field(f, "cpCommType", false, l.cpCommType, [&](const char* k) {
+    const std::string s = f.text(k);
+    for (CpCommType c : {CpCommType::P2p, CpCommType::AllGather, CpCommType::A2a, CpCommType::A2aP2p})
+      if (s == toString(c)) return c;
+    f.fail(f.name(k) + " must be \"p2p\", \"all-gather\", \"a2a\" or \"a2a+p2p\" (got \"" + excerpt(s) + "\")");
+  });
+  field(f, "cpA2aSize", false, l.cpA2aSize, c32);
   field(f, "ep", false, l.ep, c32);
+  field(f, "etp", false, l.etp, c32);
   field(f, "sp", false, l.sp, flag);
   field(f, "ppSchedule", false, l.schedule, [&](const char* k) {
     const std::string s = f.text(k);
@@ -178,6 +187,13 @@ std::string workloadToJson(const Workload& w, int indent) {
                  {"overlapGradReduce", l.overlapGradReduce},
                  {"overlapParamGather", l.overlapParamGather}};
   layout["dp"] = l.dp ? Json(*l.dp) : Json("auto");
+  // Written only when set, so that the files of layouts without them read as before.
+  if (l.cp != 1 || l.cpCommType != CpCommType::P2p) {
+    layout["cp"] = l.cp;
+    layout["cpCommType"] = toString(l.cpCommType);
+  }
+  if (l.cpA2aSize != 0) layout["cpA2aSize"] = l.cpA2aSize;
+  if (l.etp != 1) layout["etp"] = l.etp;
   Json j = {{"schema", kWorkloadSchema},
             {"name", w.name},
             {"model", model},

@@ -38,6 +38,7 @@ Json stepJson(const StepBreakdown& b) {
           {"ep", phaseJson(b.ep)},
           {"pp", phaseJson(b.pp)},
           {"dp", phaseJson(b.dp)},
+          {"cp", phaseJson(b.cp)},
           {"bubble_us", b.bubbleUs},
           {"critical_stage", b.criticalStage},
           {"forward_us", b.forwardUs},
@@ -69,6 +70,7 @@ Json scaleJson(const ScaleResult& s, const PlanResult& plan, const std::map<std:
                  {"pp", l.pp},
                  {"dp", l.dp},
                  {"ep", l.ep},
+                 {"cp", l.cp},
                  {"micro_batches", l.microBatches},
                  {"virtual_stages", l.virtualStages},
                  {"stage_layers", l.stageLayers}};
@@ -410,6 +412,7 @@ std::string kernelCensusToJson(const PlanResult& plan, const std::string& commit
                         {"pp", r.pp},
                         {"dp", r.dp},
                         {"ep", r.ep},
+                        {"cp", r.cp},
                         {"virtual_stages", r.virtualStages},
                         {"micro_batches", r.microBatches}}},
                       {"critical_stage", s.layered.criticalStage},

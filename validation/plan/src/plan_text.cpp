@@ -88,7 +88,8 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
          std::to_string(w.model.hidden) + ", seq " + std::to_string(w.training.seq) + ", global batch " +
          std::to_string(w.training.globalBatch) + " x micro " + std::to_string(w.training.microBatch) +
          "); layout tp " + std::to_string(l.tp) + " pp " + std::to_string(l.pp) + " ep " + std::to_string(l.ep) +
-         (l.sp ? " sp" : "") + ", zero " + std::to_string(l.zero) + ", " + toString(l.schedule) + "\n";
+         (l.cp > 1 ? " cp " + std::to_string(l.cp) + " (" + toString(l.cpCommType) + ")" : "") + (l.sp ? " sp" : "") +
+         ", zero " + std::to_string(l.zero) + ", " + toString(l.schedule) + "\n";
   out += "cluster: " + in.cluster + " (" + plan.cluster.node.gpu + ", " + std::to_string(plan.cluster.node.gpus) +
          " GPUs and " + std::to_string(plan.cluster.node.nics) + " NICs per node)\n";
   out += "profile: " + plan.profileNote + "\n";

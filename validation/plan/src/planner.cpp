@@ -87,7 +87,8 @@ std::optional<ValidationResult> validateCollectives(PlanResult& out, const Profi
 uint32_t nodesFor(uint32_t gpus, uint32_t perNode) { return (gpus + perNode - 1) / perNode; }
 
 double perStepTimes(const CommOp& op, const ResolvedLayout& r) {
-  const bool perMicroBatch = op.timing == CommTiming::Blocking || op.timing == CommTiming::LayerPrefetch;
+  const bool perMicroBatch = op.timing == CommTiming::Blocking || op.timing == CommTiming::LayerPrefetch ||
+                             op.timing == CommTiming::AttentionRing;
   return static_cast<double>(op.times) * (perMicroBatch ? r.microBatches : 1);
 }
 

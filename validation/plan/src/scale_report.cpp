@@ -74,8 +74,8 @@ void attributeClasses(ScaleResult& sr, const PlanResult& out, const Pending& pd)
   sr.unmeasuredComputeShare = sr.layered.computeUs > 0 ? sr.unmeasuredComputeUs / sr.layered.computeUs : 0;
   checkedCompute(sr, out, pd);
   add(out.confidence.forClass("model.pipeline"), sr.layered.bubbleUs);
-  const PhaseTime* phases[4] = {&sr.layered.tp, &sr.layered.ep, &sr.layered.pp, &sr.layered.dp};
-  for (int ph = 0; ph < 4; ++ph) {
+  const PhaseTime* phases[kPhases] = {&sr.layered.tp, &sr.layered.ep, &sr.layered.pp, &sr.layered.dp, &sr.layered.cp};
+  for (int ph = 0; ph < kPhases; ++ph) {
     double total = 0;
     for (const CommUse& c : sr.comm)
       if (static_cast<int>(c.phase) == ph) total += out.prices.at(c.priceKey).us * c.timesPerStep;
@@ -112,7 +112,7 @@ void describeBounds(ScaleResult& sr, const PlanResult& out, const Pending& pd) {
       memShare > 0.5
           ? "HBM bandwidth (memory-bound kernels: " + formatNumber(100 * memShare, 3) + " % of compute)"
           : "tensor cores (compute-bound kernels: " + formatNumber(100 * (1 - memShare), 3) + " % of compute)";
-  const Phase phases[4] = {Phase::Tp, Phase::Ep, Phase::Pp, Phase::Dp};
+  const Phase phases[kPhases] = {Phase::Tp, Phase::Ep, Phase::Pp, Phase::Dp, Phase::Cp};
   for (Phase ph : phases) {
     const CommUse* top = nullptr;
     double topUs = 0;

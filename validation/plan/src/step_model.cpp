@@ -18,24 +18,28 @@ struct StageSums {
   double byClass[kKernelClasses] = {};               ///< computeF + computeB by kernel class
   double step = 0;                                   ///< the per-step kernels (optimizer, gradient norm)
   double stepByClass[kKernelClasses] = {};           ///< `step` by kernel class
-  double blocking[4][2] = {};                        ///< [phase][pass] blocking communication
+  double blocking[kPhases][2] = {};                  ///< [phase][pass] blocking communication
+  double attention[2] = {};                          ///< attention kernels per pass
+  double ring[2] = {}, ringHidden[2] = {};           ///< context parallelism's K/V ring per pass
   double hiddenTp = 0;                               ///< fused: the collectives' layered time hidden in the fused ops
   double prefetch[2] = {}, prefetchExposed[2] = {};  ///< ZeRO 3 per pass
   /// Gradient buckets of one step, in order, as runs of equal buckets (count, us each): a step may have billions of
   /// them (a vocabulary of 2^40 in 25 MiB buckets), one double each took gigabytes.
   std::vector<std::pair<uint64_t, double>> buckets;
   double paramGather = 0;
-  double F() const {
-    return computeF + blocking[0][0] + blocking[1][0] + blocking[2][0] + blocking[3][0] + prefetchExposed[0];
-  }
-  double B() const {
-    return computeB + blocking[0][1] + blocking[1][1] + blocking[2][1] + blocking[3][1] + prefetchExposed[1];
+  double F() const { return computeF + blockingOf(0) + prefetchExposed[0]; }
+  double B() const { return computeB + blockingOf(1) + prefetchExposed[1]; }
+  double blockingOf(int pass) const {
+    double sum = 0;
+    for (int ph = 0; ph < kPhases; ++ph) sum += blocking[ph][pass];
+    return sum;
   }
 };
 
 int passIdx(Pass p) { return p == Pass::Forward ? 0 : 1; }
 
-StageSums sumStage(const StageLowering& st, const StagePrices& pr) {
+/// `ringRanks`: context parallelism's K/V ring (cpRingRanks).
+StageSums sumStage(const StageLowering& st, const StagePrices& pr, uint32_t ringRanks) {
   if (pr.computeUs.size() != st.compute.size() || pr.commUs.size() != st.comm.size() ||
       (!pr.fusedUs.empty() && pr.fusedUs.size() != st.fused.size()))
     throw Error(ErrorCode::InvalidArgument,
@@ -49,6 +53,7 @@ StageSums sumStage(const StageLowering& st, const StagePrices& pr) {
       return;
     }
     (op.pass == Pass::Forward ? s.computeF : s.computeB) += us;
+    if (op.cls == KernelClass::Attention) s.attention[passIdx(op.pass)] += us;
     s.byClass[static_cast<int>(op.cls)] += us;
   };
   if (!pr.fusedUs.empty()) {
@@ -78,7 +83,16 @@ StageSums sumStage(const StageLowering& st, const StagePrices& pr) {
       case CommTiming::LayerPrefetch: s.prefetch[passIdx(c.pass)] += us; break;
       case CommTiming::GradBucket: s.buckets.emplace_back(c.times, pr.commUs[i]); break;
       case CommTiming::ParamGather: s.paramGather += us; break;
+      case CommTiming::AttentionRing: s.ring[passIdx(c.pass)] += us; break;
     }
+  }
+  // The K/V ring: each of the ring - 1 sends overlaps the attention block computed beside it, (ring - 1) / ring
+  // of the pass's attention; what that cannot cover is on the critical path.
+  const double covered = ringRanks > 1 ? static_cast<double>(ringRanks - 1) / ringRanks : 0;
+  for (int p = 0; p < 2; ++p) {
+    const double exposed = std::max(0.0, s.ring[p] - covered * s.attention[p]);
+    s.blocking[static_cast<int>(Phase::Cp)][p] += exposed;
+    s.ringHidden[p] = s.ring[p] - exposed;
   }
   // ZeRO 3: a layer's gather runs while the previous layer computes; what the pass's compute cannot cover waits.
   s.prefetchExposed[0] = std::max(0.0, s.prefetch[0] - s.computeF);
@@ -114,7 +128,8 @@ StepBreakdown composeStep(const Workload& w, const StepLowering& step, const std
     throw Error(ErrorCode::InvalidArgument, "composeStep: " + std::to_string(prices.size()) + " stage prices for " +
                                                 std::to_string(step.stages.size()) + " stages");
   std::vector<StageSums> sums;
-  for (std::size_t s = 0; s < step.stages.size(); ++s) sums.push_back(sumStage(step.stages[s], prices[s]));
+  const uint32_t ringRanks = cpRingRanks(w.layout);
+  for (std::size_t s = 0; s < step.stages.size(); ++s) sums.push_back(sumStage(step.stages[s], prices[s], ringRanks));
   uint32_t c = 0;
   for (uint32_t s = 1; s < sums.size(); ++s)
     if (sums[s].F() + sums[s].B() > sums[c].F() + sums[c].B()) c = s;
@@ -133,8 +148,9 @@ StepBreakdown composeStep(const Workload& w, const StepLowering& step, const std
   b.computeUs = m * (cs.computeF + cs.computeB);
   for (int k = 0; k < kKernelClasses; ++k) b.computeClassUs[k] = m * cs.byClass[k];
   b.criticalComputeUs = (m + bubbleFactor) * (cs.computeF + cs.computeB);
-  PhaseTime* phases[4] = {&b.tp, &b.ep, &b.pp, &b.dp};
-  for (int ph = 0; ph < 4; ++ph) phases[ph]->exposedUs = m * (cs.blocking[ph][0] + cs.blocking[ph][1]);
+  PhaseTime* phases[kPhases] = {&b.tp, &b.ep, &b.pp, &b.dp, &b.cp};
+  for (int ph = 0; ph < kPhases; ++ph) phases[ph]->exposedUs = m * (cs.blocking[ph][0] + cs.blocking[ph][1]);
+  b.cp.hiddenUs = m * (cs.ringHidden[0] + cs.ringHidden[1]);
   b.tp.hiddenUs = m * cs.hiddenTp;
   b.dp.exposedUs += m * (cs.prefetchExposed[0] + cs.prefetchExposed[1]);
   b.dp.hiddenUs += m * (cs.prefetch[0] + cs.prefetch[1] - cs.prefetchExposed[0] - cs.prefetchExposed[1]);

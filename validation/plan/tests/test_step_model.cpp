@@ -2,6 +2,7 @@
 // against a hand computation.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <ctime>
 #include <vector>
@@ -35,7 +36,7 @@ double kernels(const StageLowering& st, Pass pass) {
 }
 
 double sumOfParts(const StepBreakdown& b) {
-  return b.computeUs + b.tp.exposedUs + b.ep.exposedUs + b.pp.exposedUs + b.dp.exposedUs + b.bubbleUs;
+  return b.computeUs + b.tp.exposedUs + b.ep.exposedUs + b.pp.exposedUs + b.dp.exposedUs + b.cp.exposedUs + b.bubbleUs;
 }
 
 Workload small(uint32_t tp, uint32_t pp) {
@@ -177,4 +178,25 @@ TEST_CASE("step model: ZeRO 1 gathers parameters after the step, overlapped with
   const StepBreakdown o = composeStep(w, s, prices);
   CHECK(o.dp.exposedUs == doctest::Approx(std::max(0.0, 3.0 * gathers - o.forwardUs)));
   CHECK_THROWS(composeStep(w, s, {}));
+}
+
+TEST_CASE("step model: context parallelism's K/V ring hides behind (cp - 1) / cp of the attention") {
+  Workload w = small(1, 1);
+  w.layout.cp = 4;  // p2p: 3 ring steps per layer and pass
+  const StepLowering s = lowerStep(w, resolveLayout(w, 4));
+  const double m = s.layout.microBatches, layers = 32, attention = layers * 1.0;  // one attention kernel a layer
+  for (double send : {1.0, 0.1}) {
+    CAPTURE(send);
+    const StepBreakdown b = composeStep(w, s, flatPrices(s, 1.0, send, Phase::Cp));
+    const double ring = 3 * layers * send;  // per pass and micro-batch
+    const double exposed = std::max(0.0, ring - 0.75 * attention);
+    CHECK(b.cp.exposedUs == doctest::Approx(m * 2 * exposed));
+    CHECK(b.cp.hiddenUs == doctest::Approx(m * 2 * (ring - exposed)));
+  }
+  // all-gather CP is not overlapped: every gather and reduce-scatter is on the critical path.
+  w.layout.cpCommType = CpCommType::AllGather;
+  const StepLowering g = lowerStep(w, resolveLayout(w, 4));
+  const StepBreakdown bg = composeStep(w, g, flatPrices(g, 1.0, 1.0, Phase::Cp));
+  CHECK(bg.cp.exposedUs == doctest::Approx(m * 3 * layers));
+  CHECK(bg.cp.hiddenUs == 0);
 }

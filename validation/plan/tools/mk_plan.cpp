@@ -53,6 +53,7 @@ struct Options {
   std::string workload = "llama3-70b";
   std::string layoutFile;
   std::optional<uint32_t> tp, pp, ep, zero, microBatch, virtualStages;
+  std::optional<uint32_t> cp;
   std::optional<uint64_t> globalBatch, seq;
   std::string sp, ppSchedule, recompute, recomputeModules, bucket;
   std::string cluster = mk::kDefaultCluster;
@@ -115,6 +116,7 @@ mk::Workload buildWorkload(const Options& o) {
   if (o.tp) l.tp = *o.tp;
   if (o.pp) l.pp = *o.pp;
   if (o.ep) l.ep = *o.ep;
+  if (o.cp) l.cp = *o.cp;
   if (o.zero) l.zero = *o.zero;
   if (o.virtualStages) l.virtualStages = *o.virtualStages;
   if (!o.sp.empty()) l.sp = onOff("--sp", o.sp);
@@ -322,6 +324,7 @@ int main(int argc, char** argv) {
   app.add_option("--tp", o.tp, "tensor parallelism");
   app.add_option("--pp", o.pp, "pipeline stages");
   app.add_option("--ep", o.ep, "expert parallelism (MoE)");
+  app.add_option("--cp", o.cp, "context parallelism (layout.cpCommType in --layout; default p2p)");
   app.add_option("--zero", o.zero, "ZeRO stage 0..3");
   app.add_option("--sp", o.sp, "sequence parallelism: on or off");
   app.add_option("--pp-schedule", o.ppSchedule, "pipeline schedule: 1f1b, interleaved, gpipe");

@@ -16,7 +16,9 @@
 //     (T / t tokens; T without sequence parallelism), rotary and the activation on T tokens of the rank's heads
 //     and MLP columns, the loss on T x vocab / t logits, the optimizer and gradient norm once per step over the
 //     parameters this rank's optimizer holds (its ZeRO shard);
-//   * ranks are ordered tp fastest, then dp (whose ep consecutive indices form an expert-parallel group), then pp.
+//   * context parallelism (cp) splits every sequence: each rank holds T / cp tokens of every op and 1 / cp of the
+//     causal attention work (zigzag), and exchanges K/V as layout.cpCommType says;
+//   * ranks are ordered tp fastest, then cp, then dp, then pp (Megatron-LM's tp-cp-ep-dp-pp; lowering_groups.cpp).
 #pragma once
 
 #include <cstdint>
@@ -81,7 +83,8 @@ struct ComputeOp {
 };
 
 /// Which parallel dimension a communication belongs to.
-enum class Phase : uint8_t { Tp, Ep, Pp, Dp };
+enum class Phase : uint8_t { Tp, Ep, Pp, Dp, Cp };
+inline constexpr int kPhases = 5;
 /// The communication pattern.
 enum class CommKind : uint8_t { AllReduce, AllGather, ReduceScatter, AllToAll, SendRecv };
 /// When a communication runs, which decides what the step model may hide behind compute.
@@ -90,11 +93,15 @@ enum class CommTiming : uint8_t {
   GradBucket,     ///< a gradient bucket reduced while the last backward pass runs (per step)
   ParamGather,    ///< ZeRO 1/2: the updated parameters all-gathered after the optimizer step (per step)
   LayerPrefetch,  ///< ZeRO 3: a layer's parameters gathered (gradients scattered) next to a neighbour's compute
+  /// Context parallelism's K/V ring (p2p): each step's send overlaps the attention block of the step before;
+  /// what the pass's attention cannot cover is exposed.
+  AttentionRing,
 };
 
 /// A set of rank groups that run the same communication at the same time (each group one instance).
 struct GroupSet {
-  std::string name;                              ///< "tp", "dp", "ep", "edp" (expert data-parallel), "pp"
+  /// "tp", "dp" (dp x cp ranks), "ep", "edp" (expert data-parallel), "pp", "cp", "cp.ring"
+  std::string name;
   std::vector<std::vector<uint32_t>> instances;  ///< global ranks of each instance; all run concurrently
 };
 
@@ -149,12 +156,17 @@ struct StepLowering {
   double modelFlopsPerStep = 0;       ///< over all GPUs, forward + backward, recomputation not counted
 };
 
+/// Ranks of context parallelism's K/V ring (p2p: cp; a2a+p2p: cp / cpA2aSize; 1: no ring).
+uint32_t cpRingRanks(const ParallelLayout& l) noexcept;
+
 /// Lower `w` on `r` (resolveLayout(w, gpus)).
+
 StepLowering lowerStep(const Workload& w, const ResolvedLayout& r);
 
-const char* toString(Phase p) noexcept;        ///< "tp", "ep", "pp", "dp"
-const char* toString(CommKind k) noexcept;     ///< "allreduce", "allgather", "reducescatter", "alltoall", "sendrecv"
-const char* toString(CommTiming t) noexcept;   ///< "blocking", "grad-bucket", "param-gather", "layer-prefetch"
+const char* toString(Phase p) noexcept;     ///< "tp", "ep", "pp", "dp", "cp"
+const char* toString(CommKind k) noexcept;  ///< "allreduce", "allgather", "reducescatter", "alltoall", "sendrecv"
+/// "blocking", "grad-bucket", "param-gather", "layer-prefetch", "attention-ring"
+const char* toString(CommTiming t) noexcept;
 const char* toString(FusedKind k) noexcept;    ///< "allgather+gemm", "gemm+reducescatter", "gemm+allreduce"
 const char* toString(Pass p) noexcept;         ///< "forward", "backward", "step"
 const char* toString(ComputeKind k) noexcept;  ///< "gemm", "attention", "other"

@@ -87,16 +87,32 @@ inline constexpr uint64_t kDefaultBucketBytes = uint64_t{25} << 20;
 inline constexpr uint64_t kMinBucketBytes = 4096;
 inline constexpr uint64_t kMaxBucketBytes = uint64_t{1000000} << 20;
 
-/// How the step is split over GPUs. Ranks are ordered tensor-parallel fastest, then expert, then the rest of
-/// the data-parallel dimension, then pipeline stage (Megatron-LM's "tp-ep-dp-pp" order):
-///   rank = tp_i + tp * (dp_i + dp * pp_i), with the expert-parallel group of a rank being `ep` consecutive
-///   data-parallel indices (dp_i / ep the same).
+/// How context parallelism exchanges keys and values (docs/planner.md, "Context parallelism").
+enum class CpCommType : uint8_t {
+  P2p,        ///< ring of K/V blocks, overlapped with the attention blocks; causal zigzag load balancing
+  AllGather,  ///< K/V all-gathered before attention, dK/dV reduce-scattered after (not overlapped)
+  A2a,        ///< Ulysses: all-to-all of Q, K, V before and of the output after attention, heads split over cp
+  A2aP2p,     ///< hierarchical: a2a inside groups of cpA2aSize ranks, ring across them
+};
+
+/// How the step is split over GPUs. Ranks are ordered as Megatron-LM's "tp-cp-ep-dp-pp": tensor-parallel
+/// fastest, then context, then data, then pipeline stage:
+///   rank = tp_i + tp * (cp_i + cp * (dp_i + dp * pp_i)).
+/// The expert-parallel group is drawn from the dp x cp ranks of one TP index (ep consecutive (cp, dp) indices)
+/// when ep divides dp x cp; otherwise (etp 1 only) from Megatron's expert grid etp-ep-edp-pp over the same ranks
+/// (ep consecutive ranks of the stage, across TP).
 struct ParallelLayout {
-  uint32_t tp = 1;             ///< tensor parallelism (Megatron: attention heads and MLP columns split)
-  uint32_t pp = 1;             ///< pipeline stages
-  std::optional<uint32_t> dp;  ///< data-parallel replicas; empty = "auto": GPUs / (tp * pp)
-  uint32_t ep = 1;             ///< expert parallelism (MoE only): experts split over ep data-parallel ranks
-  bool sp = true;              ///< sequence parallelism: TP all-reduce becomes reduce-scatter + all-gather
+  uint32_t tp = 1;                          ///< tensor parallelism (Megatron: attention heads and MLP columns split)
+  uint32_t pp = 1;                          ///< pipeline stages
+  std::optional<uint32_t> dp;               ///< data-parallel replicas; empty = "auto": GPUs / (tp * cp * pp)
+  uint32_t cp = 1;                          ///< context parallelism: every sequence split over cp ranks
+  CpCommType cpCommType = CpCommType::P2p;  ///< Megatron-LM's --cp-comm-type (its default p2p)
+  uint32_t cpA2aSize = 0;  ///< a2a+p2p: ranks of one a2a group (> 1, divides cp; required there, 0 otherwise)
+  uint32_t ep = 1;         ///< expert parallelism (MoE only): experts split over ep ranks of the dp x cp group
+  /// Expert tensor parallelism. Only 1 is modelled: every rank holds whole experts and routes its own token slice
+  /// (Megatron-LM's default is etp = tp; its expert GEMMs then split columns over TP with the same FLOPs).
+  uint32_t etp = 1;
+  bool sp = true;  ///< sequence parallelism: TP all-reduce becomes reduce-scatter + all-gather
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
   uint32_t virtualStages = 1;  ///< model chunks per GPU (Interleaved only; 1 otherwise)
   uint32_t zero = 1;           ///< ZeRO stage 0..3 (0: all-reduce gradients; 1, 2: reduce-scatter + all-gather)
@@ -118,6 +134,9 @@ struct Workload {
 struct ResolvedLayout {
   uint32_t gpus = 0;
   uint32_t tp = 1, pp = 1, dp = 1, ep = 1;
+  uint32_t cp = 1;            ///< context parallelism
+  uint32_t etp = 1;           ///< expert tensor parallelism
+  uint32_t edp = 1;           ///< expert data parallelism: tp x cp x dp / (etp x ep) ranks hold the same experts
   uint32_t microBatches = 1;  ///< per replica per step: globalBatch / (dp * microBatch)
   uint32_t virtualStages = 1;
   std::vector<uint32_t> stageLayers;  ///< transformer layers of each pipeline stage (the first ones get extras)
@@ -135,13 +154,15 @@ std::string workloadPresetSource(const std::string& name);
 /// ("layout.tp 3 does not divide model.heads 64") and what was expected.
 void validateWorkload(const Workload& w);
 
-/// Fix the layout for `gpus` GPUs. Throws Error(InvalidArgument) naming the field when the layout cannot run on
-/// that many GPUs (tp * pp does not divide it, an explicit dp that gives another world size, dp not a multiple of
-/// ep, a global batch that dp * microBatch does not divide). validateWorkload() first.
+/// Fix the layout for `gpus` GPUs (world = tp x cp x dp x pp). Throws Error(InvalidArgument) naming the field when
+/// the layout cannot run on that many GPUs (tp * cp * pp does not divide it, an explicit dp that gives another
+/// world size, ep not dividing dp x cp (or tp x cp x dp / etp), a global batch that dp * microBatch does not
+/// divide). validateWorkload() first.
 ResolvedLayout resolveLayout(const Workload& w, uint32_t gpus);
 
 const char* toString(Recompute r) noexcept;         ///< "none", "full", "selective"
 const char* toString(PipelineSchedule s) noexcept;  ///< "1f1b", "interleaved", "gpipe"
+const char* toString(CpCommType c) noexcept;        ///< "p2p", "all-gather", "a2a", "a2a+p2p"
 
 /// JSON ("mkernel.workload.v1", camelCase fields as the topology and profile files). Format: docs/planner.md.
 std::string workloadToJson(const Workload& w, int indent = 2);

@@ -41,6 +41,7 @@ struct StepBreakdown {
   /// m x compute of one micro-batch on the critical stage (the bubble not included), plus optimizerUs
   double computeUs = 0;
   PhaseTime tp, ep, pp, dp;
+  PhaseTime cp;         ///< context parallelism (the p2p ring's hidden part behind attention in hiddenUs)
   double bubbleUs = 0;  ///< (p - 1) / v x (F_c + B_c): idle and fill time of the pipeline
   uint32_t criticalStage = 0;
   double forwardUs = 0, backwardUs = 0;  ///< F_c, B_c: one micro-batch on the critical stage
