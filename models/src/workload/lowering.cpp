@@ -7,6 +7,7 @@
 
 #include "lowering_groups.hpp"
 #include "mk/error.hpp"
+#include "mk/workload/model_shape.hpp"
 
 namespace mk {
 
@@ -28,12 +29,21 @@ class StageBuilder {
     d_ = m.headDim();
     kvLocal_ = std::max<uint64_t>(1, m.kvHeads / r.tp);
     qkvN_ = (m.heads / r.tp + 2 * kvLocal_) * d_;
-    attnOutK_ = (m.heads / r.tp) * d_;
+    dqk_ = m.mla ? m.mla->qkNopeHeadDim + m.mla->qkRopeHeadDim : d_;
+    dv_ = m.mla ? m.mla->vHeadDim : d_;
+    if (m.mla) d_ = (dqk_ + dv_) / 2;  // the mean of K's and V's head dims: what context parallelism exchanges
+    attnOutK_ = (m.heads / r.tp) * dv_;
     ffnLocal_ = m.ffn / r.tp;
-    moeLayers_ = m.moe ? out_.layers : 0;
+    // Which of the stage's layers are MoE or windowed follows their index in the whole model.
+    uint32_t firstLayer = 0;
+    for (uint32_t s = 0; s < stage; ++s) firstLayer += r.stageLayers[s];
+    for (uint32_t i = firstLayer; i < firstLayer + out_.layers; ++i) {
+      moeLayers_ += isMoeLayer(m, i) ? 1 : 0;
+      windowLayers_ += isWindowedLayer(m, i) ? 1 : 0;
+    }
     denseLayers_ = out_.layers - moeLayers_;
     out_.moeLayers = moeLayers_;
-    vocabLocal_ = ceilDiv(m.vocab, r.tp);
+    vocabLocal_ = paddedVocab(m, r.tp) / r.tp;
     elemBytes_ = static_cast<double>(dtypeSize(w.training.dtype));
   }
 
@@ -128,7 +138,7 @@ class StageBuilder {
     if (!w_.layout.sp || r_.tp == 1) return 1;
     const std::string base = name.substr(0, name.find('.'));
     const bool dgrad = name.find(".dgrad") != std::string::npos;
-    return (!dgrad && (base == "qkv" || base == "mlp-up")) || (dgrad && (base == "attn-out" || base == "mlp-down"))
+    return (!dgrad && isColumnInput(base)) || (dgrad && (base == "attn-out" || base == "mlp-down"))
                ? static_cast<double>(r_.tp)
                : 1;
   }
@@ -156,8 +166,9 @@ class StageBuilder {
   /// Causal attention of one micro-batch on this rank's heads: QK^T and PV per (sequence, head), half of each
   /// computed under the causal mask; Q, K, V, O and the fp32 log-sum-exp read or written once (the scores never
   /// reach HBM; K and V have the rank's key-value heads).
-  void addAttention(Pass pass, uint32_t times, bool recompute, bool backward) {
-    if (recompute && !rerun("attention")) return;
+  /// `windowed`: the layers of model.slidingWindow, whose queries see at most that many keys (causalKeys).
+  void addAttention(Pass pass, uint32_t times, bool recompute, bool backward, bool windowed = false) {
+    if (times == 0 || (recompute && !rerun("attention"))) return;
     // Context parallelism: a Ulysses all-to-all over a ranks leaves each rank all of a group's tokens for 1 / a of
     // its heads; a ring (p2p, all-gather) of the remaining cp / a ranks leaves it s / ring query rows against all
     // s keys, 1 / ring of the causal work with zigzag load balancing (each rank holds chunks i and 2 ring - 1 - i),
@@ -167,27 +178,32 @@ class StageBuilder {
     const uint64_t heads = w_.model.heads / r_.tp / a, kv = std::max<uint64_t>(1, kvLocal_ / a);
     const uint64_t rowsQ = s / ring;
     const uint64_t batch = uint64_t{w_.training.microBatch} * heads;
+    const uint64_t window = windowed ? w_.model.slidingWindow : 0;
     ComputeOp op;
-    op.name = backward ? "attention.bwd" : recompute ? "attention.recompute" : "attention";
+    op.name = std::string(windowed ? "attention-swa" : "attention") + (backward    ? ".bwd"
+                                                                       : recompute ? ".recompute"
+                                                                                   : "");
     op.kind = ComputeKind::Attention;
     op.cls = KernelClass::Attention;
     op.kernel = backward ? "attention.bwd" : "attention";
     op.pass = pass;
     op.dtype = w_.training.dtype;
     op.m = rowsQ;
-    op.n = s;
-    op.k = d_;
+    op.n = window ? std::min(s, window) : s;  // the keys one query sees
+    op.k = dqk_;
     op.batch = batch;
     op.seqs = w_.training.microBatch;
     op.seq = s;
     op.heads = heads;
     op.kvHeads = kv;
-    op.headDim = d_;
+    op.headDim = dqk_;
     op.causal = true;
-    const double fwdFlops = 2.0 * 2.0 * dbl(rowsQ) * dbl(s) * dbl(d_) * 0.5 * dbl(batch);
+    // QK^T over dqk and PV over dv dimensions for the keys each query sees (s / 2 on average without a window).
+    const double keysPerQuery = causalKeys(s, window) / dbl(s);
+    const double fwdFlops = 2.0 * dbl(dqk_ + dv_) * dbl(rowsQ) * keysPerQuery * dbl(batch);
     const double rows = dbl(op.seqs) * dbl(rowsQ);
-    const double qo = rows * dbl(heads) * dbl(d_) * elemBytes_;
-    const double kvBytes = dbl(op.seqs) * dbl(s) * dbl(kv) * dbl(d_) * elemBytes_;
+    const double qo = rows * dbl(heads) * dbl(dqk_ + dv_) / 2 * elemBytes_;
+    const double kvBytes = dbl(op.seqs) * dbl(s) * dbl(kv) * dbl(dqk_ + dv_) / 2 * elemBytes_;
     const double lse = rows * dbl(heads) * 4;
     // FlashAttention's backward runs five of these matrix products (QK^T again, dV, dP, dQ, dK) against two
     // forward; it reads Q, K, V, O, dO and the log-sum-exp and writes dQ, dK, dV.
@@ -365,21 +381,16 @@ class StageBuilder {
     const uint64_t h = m.hidden;
     // Norms and residual adds see the sequence-parallel slice; replicated over tensor parallelism without it.
     const uint64_t slice = sp ? tokens_ / r_.tp : tokens_;
-    const char* norm = m.gatedMlp ? "rmsnorm" : "layernorm";
+    const char* norm = m.gated() ? "rmsnorm" : "layernorm";
     if (out_.embedding && !recompute) {
       ComputeOp e = shape(KernelClass::Embedding, "embedding", tokens_, h);
       e.vocab = vocabLocal_;
       addKernel(e, "embedding", pass, 1, false);
     }
     addKernel(shape(KernelClass::Norm, norm, slice, h), "attn-norm" + sfx, pass, L, recompute);
-    const uint32_t qkv = addGemm("qkv" + sfx, pass, tokens_, qkvN_, h, 1, L, recompute);
-    if (sp) tpBoundary("tp.ag.qkv" + sfx, CommKind::AllGather, pass, qkv, L);
-    ComputeOp rope = shape(KernelClass::Rotary, "rope", tokens_, 0);
-    rope.heads = m.heads / r_.tp + kvLocal_;  // q and k heads of the rank, one launch
-    rope.kvHeads = kvLocal_;
-    rope.headDim = d_;
-    addKernel(rope, "rope" + sfx, pass, L, recompute);
-    addAttention(pass, L, recompute, false);
+    addProjections(pass, recompute, sfx);
+    addAttention(pass, L - windowLayers_, recompute, false);
+    addAttention(pass, windowLayers_, recompute, false, true);
     addContextParallel(true, pass, L, sfx);
     const uint32_t out = addGemm("attn-out" + sfx, pass, tokens_, h, attnOutK_, 1, L, recompute);
     tpBoundary((sp ? "tp.rs.attn-out" : "tp.ar.attn-out") + sfx, sp ? CommKind::ReduceScatter : CommKind::AllReduce,
@@ -387,10 +398,10 @@ class StageBuilder {
     addKernel(shape(KernelClass::Residual, "add", slice, h), "attn-residual" + sfx, pass, L, recompute);
     addKernel(shape(KernelClass::Norm, norm, slice, h), "mlp-norm" + sfx, pass, L, recompute);
     if (denseLayers_ > 0) {
-      const uint64_t upN = (m.gatedMlp ? 2 : 1) * ffnLocal_;
+      const uint64_t upN = (m.gated() ? 2 : 1) * ffnLocal_;
       const uint32_t up = addGemm("mlp-up" + sfx, pass, tokens_, upN, h, 1, denseLayers_, recompute);
       if (sp) tpBoundary("tp.ag.mlp-up" + sfx, CommKind::AllGather, pass, up, denseLayers_);
-      addKernel(shape(KernelClass::Activation, m.gatedMlp ? "swiglu" : "gelu", tokens_, upN), "mlp-act" + sfx, pass,
+      addKernel(shape(KernelClass::Activation, toString(m.activation), tokens_, upN), "mlp-act" + sfx, pass,
                 denseLayers_, recompute);
       const uint32_t down = addGemm("mlp-down" + sfx, pass, tokens_, h, ffnLocal_, 1, denseLayers_, recompute);
       tpBoundary((sp ? "tp.rs.mlp-down" : "tp.ar.mlp-down") + sfx, sp ? CommKind::ReduceScatter : CommKind::AllReduce,
@@ -408,10 +419,71 @@ class StageBuilder {
     }
   }
 
-  /// Router, dispatch, experts, combine of the MoE layers (forward, or its recomputation).
+  /// The GEMMs whose input is the layer's (gathered) input, or whose input gradient is reduced over TP: the
+  /// column-parallel projections. MLA's kv-down reads the same gathered input, but its input gradient is summed
+  /// with q-down's (or q's) before the one reduction.
+  static bool isColumnInput(const std::string& base) {
+    return base == "qkv" || base == "mlp-up" || base == "q-down" || base == "q" || base == "shared-up";
+  }
+
+  /// Attention's input projections and rotary embedding: q, k and v in one GEMM, or MLA's (the down-projections
+  /// to the latents replicated over TP, the up-projections and direct q split by heads; RMSNorm on each latent).
+  void addProjections(Pass pass, bool recompute, const std::string& sfx) {
+    const ModelShape& m = w_.model;
+    const uint32_t L = out_.layers;
+    const uint64_t h = m.hidden, heads = m.heads / r_.tp;
+    ComputeOp rope = shape(KernelClass::Rotary, "rope", tokens_, 0);
+    std::string first = "qkv";
+    uint32_t firstGemm = 0;
+    if (!m.mla) {
+      firstGemm = addGemm("qkv" + sfx, pass, tokens_, qkvN_, h, 1, L, recompute);
+      rope.heads = heads + kvLocal_;  // q and k heads of the rank, one launch
+      rope.kvHeads = kvLocal_;
+      rope.headDim = d_;
+    } else {
+      const MlaSpec& x = *m.mla;
+      if (x.qLoraRank) {
+        first = "q-down";
+        firstGemm = addGemm("q-down" + sfx, pass, tokens_, x.qLoraRank, h, 1, L, recompute);
+        addKernel(shape(KernelClass::Norm, "rmsnorm", tokens_, x.qLoraRank), "q-norm" + sfx, pass, L, recompute);
+        addGemm("q-up" + sfx, pass, tokens_, heads * dqk_, x.qLoraRank, 1, L, recompute);
+      } else {
+        first = "q";
+        firstGemm = addGemm("q" + sfx, pass, tokens_, heads * dqk_, h, 1, L, recompute);
+      }
+      addGemm("kv-down" + sfx, pass, tokens_, x.kvLoraRank + x.qkRopeHeadDim, h, 1, L, recompute);
+      addKernel(shape(KernelClass::Norm, "rmsnorm", tokens_, x.kvLoraRank), "kv-norm" + sfx, pass, L, recompute);
+      addGemm("kv-up" + sfx, pass, tokens_, heads * (x.qkNopeHeadDim + x.vHeadDim), x.kvLoraRank, 1, L, recompute);
+      rope.heads = heads + 1;  // the rank's query heads and the one rope key head the heads share
+      rope.kvHeads = 1;
+      rope.headDim = x.qkRopeHeadDim;
+    }
+    if (w_.layout.sp) tpBoundary("tp.ag." + first + sfx, CommKind::AllGather, pass, firstGemm, L);
+    addKernel(rope, "rope" + sfx, pass, L, recompute);
+  }
+
+  /// A MoE layer's shared experts: one MLP of sharedExperts x sharedFfn columns, split by TP like the dense MLP.
+  void addSharedExperts(Pass pass, bool recompute, const std::string& sfx) {
+    const ModelShape& m = w_.model;
+    const double mats = m.gated() ? 3.0 : 2.0;
+    const uint64_t width = static_cast<uint64_t>(layerParams(m, r_.tp).shared / (mats * dbl(m.hidden)));
+    if (width == 0) return;
+    const bool sp = w_.layout.sp;
+    const uint64_t upN = (m.gated() ? 2 : 1) * width;
+    const uint32_t up = addGemm("shared-up" + sfx, pass, tokens_, upN, m.hidden, 1, moeLayers_, recompute);
+    if (sp) tpBoundary("tp.ag.shared-up" + sfx, CommKind::AllGather, pass, up, moeLayers_);
+    addKernel(shape(KernelClass::Activation, toString(m.activation), tokens_, upN), "shared-act" + sfx, pass,
+              moeLayers_, recompute);
+    const uint32_t down = addGemm("shared-down" + sfx, pass, tokens_, m.hidden, width, 1, moeLayers_, recompute);
+    tpBoundary((sp ? "tp.rs.shared-down" : "tp.ar.shared-down") + sfx,
+               sp ? CommKind::ReduceScatter : CommKind::AllReduce, pass, down, moeLayers_);
+  }
+
+  /// Router, dispatch, experts, combine of the MoE layers (forward, or its recomputation), and the shared experts.
   void addMoe(Pass pass, bool recompute, const std::string& sfx) {
     const ModelShape& m = w_.model;
     const MoeSpec& moe = *m.moe;
+    addSharedExperts(pass, recompute, sfx);
     const uint64_t local = tokens_ / r_.tp;  // each tensor-parallel rank routes its sequence slice
     const uint64_t fe = moe.ffn ? moe.ffn : m.ffn;
     const uint64_t expertsHere = moe.experts / r_.ep;
@@ -429,11 +501,11 @@ class StageBuilder {
     if (r_.ep > 1 && (!recompute || rerun("ep.dispatch")))
       addComm("ep.dispatch" + sfx, Phase::Ep, CommKind::AllToAll, pass, CommTiming::Blocking, block, w_.training.dtype,
               moeLayers_, epGroups_);
-    const uint64_t upN = (m.gatedMlp ? 2 : 1) * fe;
+    const uint64_t upN = (m.gated() ? 2 : 1) * fe;
     addGemm("expert-up" + sfx, pass, rows, upN, m.hidden, expertsHere, moeLayers_, recompute);
     // One launch over the rows of every local expert.
-    addKernel(shape(KernelClass::Activation, m.gatedMlp ? "swiglu" : "gelu", rows * expertsHere, upN),
-              "expert-act" + sfx, pass, moeLayers_, recompute);
+    addKernel(shape(KernelClass::Activation, toString(m.activation), rows * expertsHere, upN), "expert-act" + sfx, pass,
+              moeLayers_, recompute);
     addGemm("expert-down" + sfx, pass, rows, m.hidden, fe, expertsHere, moeLayers_, recompute);
     if (r_.ep > 1 && (!recompute || rerun("ep.combine")))
       addComm("ep.combine" + sfx, Phase::Ep, CommKind::AllToAll, pass, CommTiming::Blocking, block, w_.training.dtype,
@@ -449,7 +521,7 @@ class StageBuilder {
     const bool sp = w_.layout.sp;
     for (const ComputeOp& f : forward) {
       if (f.kind == ComputeKind::Attention) {
-        addAttention(Pass::Backward, f.times, false, true);
+        addAttention(Pass::Backward, f.times, false, true, f.name == "attention-swa");
         addContextParallel(false, Pass::Backward, f.times, "");
         continue;
       }
@@ -466,8 +538,8 @@ class StageBuilder {
       addGemm(f.name + ".wgrad", Pass::Backward, f.k, f.n, f.m, f.batch, f.times, false);
       // Column-parallel GEMMs (qkv, mlp-up, lm-head) reduce their input gradient; row-parallel ones (attn-out,
       // mlp-down) gather their output gradient first.
-      const bool column = f.name == "qkv" || f.name == "mlp-up" || f.name == "lm-head";
-      const bool row = f.name == "attn-out" || f.name == "mlp-down";
+      const bool column = isColumnInput(f.name) || f.name == "lm-head";
+      const bool row = f.name == "attn-out" || f.name == "mlp-down" || f.name == "shared-down";
       if (column)
         tpBoundary((sp ? "tp.rs." : "tp.ar.") + f.name + ".dgrad", sp ? CommKind::ReduceScatter : CommKind::AllReduce,
                    Pass::Backward, dgrad, f.times);
@@ -544,35 +616,36 @@ class StageBuilder {
   void addDataParallel() {
     const ModelShape& m = w_.model;
     const double h = static_cast<double>(m.hidden);
-    const double attn = h * static_cast<double>(qkvN_) + static_cast<double>(attnOutK_) * h;
-    const double norms = 2 * h;  // two RMSNorm weight vectors per layer (replicated over tensor parallelism)
-    const double mlp = (m.gatedMlp ? 3.0 : 2.0) * h * static_cast<double>(ffnLocal_);
-    const double router = m.moe ? h * m.moe->experts : 0;
+    const LayerParams lp = layerParams(m, r_.tp);  // model_shape.cpp counts every part
+    const double attn = lp.attention, norms = lp.norms, mlp = lp.mlp;
     const double vocabRows = static_cast<double>(vocabLocal_) * h;
     const double perDenseLayer = attn + norms + mlp;
-    const double perMoeLayerDense = attn + norms + router;
+    const double perMoeLayerDense = attn + norms + lp.router + lp.shared;
     double dense = denseLayers_ * perDenseLayer + moeLayers_ * perMoeLayerDense;
     if (out_.embedding) dense += vocabRows;
-    if (out_.head) dense += vocabRows + h;  // untied output projection and the final norm
+    // The output projection (unless tied to an embedding on the same stage: one matrix) and the final norm. Tied
+    // embeddings on different stages are two copies, as Megatron-LM keeps them.
+    if (out_.head) dense += (m.tiedEmbeddings && out_.embedding ? 0 : vocabRows) + h;
     double expertPerLayer = 0;
-    if (m.moe) {
-      const double fe = static_cast<double>(m.moe->ffn ? m.moe->ffn : m.ffn);
-      expertPerLayer = static_cast<double>(m.moe->experts / r_.ep) * (m.gatedMlp ? 3.0 : 2.0) * h * fe;
-    }
+    if (m.moe) expertPerLayer = static_cast<double>(m.moe->experts / r_.ep) * lp.expert;
     out_.denseParams = dense;
     out_.expertParams = expertPerLayer * moeLayers_;
     // ZeRO 3's unit of gathering: one layer (its local experts included), or the embedding and head together.
     const double unitExtra = (out_.embedding ? vocabRows : 0) + (out_.head ? vocabRows + h : 0);
     out_.gatheredParams =
         std::max({denseLayers_ ? perDenseLayer : 0.0, moeLayers_ ? perMoeLayerDense + expertPerLayer : 0.0, unitExtra});
-    if (w_.training.fp8) out_.fp8DenseParams = denseLayers_ * (attn + mlp) + moeLayers_ * attn;
+    if (w_.training.fp8)
+      out_.fp8DenseParams =
+          denseLayers_ * (attn - lp.latentNorms + mlp) + moeLayers_ * (attn - lp.latentNorms + lp.shared);
     // Megatron-LM reduces (and ZeRO shards) the dense gradients over the dp x cp ranks of a TP index, the expert
     // gradients over the expert data-parallel group.
     const uint32_t dpSize = r_.dp * r_.cp, edpSize = r_.edp;
     if (w_.layout.zero == 3) {
       // Layers (and the embedding / head, gathered like one more layer) one after the other.
       const double extra = (out_.embedding ? vocabRows : 0) + (out_.head ? vocabRows + h : 0);
-      perLayer("dp.layer", m.moe ? perMoeLayerDense : perDenseLayer, out_.layers, dpSize, dpGroups_);
+      // Dense and MoE layers gathered as equal units of their mean size.
+      const double meanLayer = (denseLayers_ * perDenseLayer + moeLayers_ * perMoeLayerDense) / out_.layers;
+      perLayer("dp.layer", meanLayer, out_.layers, dpSize, dpGroups_);
       perLayer("dp.embedding", extra, extra > 0 ? 1 : 0, dpSize, dpGroups_);
       perLayer("edp.layer", expertPerLayer, moeLayers_, edpSize, edpGroups_);
       return;
@@ -636,7 +709,8 @@ class StageBuilder {
     const double h = dbl(m.hidden);
     double params = out_.denseParams + out_.expertParams;
     if (w_.training.gradAccumFusion) {
-      params = dbl(out_.layers) * 2 * h + dbl(moeLayers_) * (m.moe ? h * m.moe->experts : 0);
+      const LayerParams lp = layerParams(m, r_.tp);
+      params = dbl(out_.layers) * (lp.norms + lp.latentNorms) + dbl(moeLayers_) * lp.router;
       if (out_.embedding) params += dbl(vocabLocal_) * h;
       if (out_.head) params += h;
     }
@@ -652,7 +726,8 @@ class StageBuilder {
   const ResolvedLayout& r_;
   StageLowering out_;
   uint64_t tokens_ = 0, d_ = 0, qkvN_ = 0, attnOutK_ = 0, ffnLocal_ = 0, vocabLocal_ = 0, kvLocal_ = 0;
-  uint32_t moeLayers_ = 0, denseLayers_ = 0;
+  uint64_t dqk_ = 0, dv_ = 0;  ///< query/key and value dims per head (MLA: nope + rope and vHeadDim; d otherwise)
+  uint32_t moeLayers_ = 0, denseLayers_ = 0, windowLayers_ = 0;
   double elemBytes_ = 2;
   uint32_t tpGroups_ = 0, dpGroups_ = 0, epGroups_ = 0, edpGroups_ = 0, ppGroups_ = 0, cpGroups_ = 0, cpRingGroups_ = 0;
 };

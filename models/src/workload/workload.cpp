@@ -7,6 +7,7 @@
 #include "mk/error.hpp"
 #include "mk/util/checked_mul.hpp"
 #include "mk/util/size.hpp"
+#include "mk/workload/model_shape.hpp"
 
 namespace mk {
 
@@ -22,82 +23,193 @@ struct Preset {
   Workload (*make)();
 };
 
-/// The training step and layout of a preset are our defaults, not the model authors' recipes: chosen so that
-/// the model state fits an 80 GB GPU at the smallest GPU count the layout allows (docs/planner.md).
-Workload llama(const char* name, uint32_t layers, uint64_t hidden, uint64_t ffn, uint32_t heads) {
+/// The training step and layout of a preset are our defaults, not the model authors' recipes unless the source
+/// says so: chosen so that the model state fits an 80 GB GPU at the smallest GPU count the layout allows
+/// (docs/planner.md, "Presets", cites every number).
+Workload dense(const char* name, uint32_t layers, uint64_t hidden, uint64_t ffn, uint32_t heads, uint32_t kvHeads,
+               uint64_t vocab) {
   Workload w;
   w.name = name;
   w.model.layers = layers;
   w.model.hidden = hidden;
   w.model.ffn = ffn;
   w.model.heads = heads;
-  w.model.kvHeads = 8;      // every Llama 3 size: num_key_value_heads 8
-  w.model.vocab = 128256;   // vocab_size 128256 (the 128K tokenizer)
-  w.model.gatedMlp = true;  // SwiGLU
-  w.training.seq = 8192;    // Llama 3 pre-training context (max_position_embeddings 8192 of Meta-Llama-3-*)
-  w.training.microBatch = 1;
-  w.training.dtype = DType::BFloat16;
-  return w;
-}
-
-Workload llama3_8b() {
-  Workload w = llama("llama3-8b", 32, 4096, 14336, 32);
-  w.training.globalBatch = 512;
-  w.layout.tp = 8;    // one NVLink domain
-  w.layout.zero = 0;  // 1 B parameters per GPU: weights, fp32 gradients and Adam state fit without sharding
-  return w;
-}
-
-Workload llama3_70b() {
-  Workload w = llama("llama3-70b", 80, 8192, 28672, 64);
-  w.training.globalBatch = 512;
-  w.layout.tp = 8;
-  w.layout.pp = 4;
-  w.layout.zero = 1;
-  return w;
-}
-
-Workload llama3_405b() {
-  Workload w = llama("llama3-405b", 126, 16384, 53248, 128);
-  w.training.globalBatch = 2048;
-  w.layout.tp = 8;
-  w.layout.pp = 16;
-  w.layout.zero = 1;
-  return w;
-}
-
-Workload mixtral_8x22b() {
-  Workload w;
-  w.name = "mixtral-8x22b";
-  w.model.layers = 56;
-  w.model.hidden = 6144;
-  w.model.ffn = 16384;
-  w.model.heads = 48;
-  w.model.kvHeads = 8;
-  w.model.vocab = 32000;
-  w.model.gatedMlp = true;
-  w.model.moe = MoeSpec{8, 2, 0};  // num_local_experts 8, num_experts_per_tok 2, experts of intermediate_size
+  w.model.kvHeads = kvHeads;
+  w.model.vocab = vocab;
   w.training.seq = 4096;
   w.training.microBatch = 1;
   w.training.globalBatch = 1024;
   w.training.dtype = DType::BFloat16;
-  w.layout.tp = 2;
-  w.layout.pp = 4;
-  w.layout.ep = 8;
-  w.layout.sp = true;
   w.layout.zero = 1;
   return w;
 }
 
+/// Llama 3.1 (meta-llama/Llama-3.1-*B config.json): num_key_value_heads 8, vocab_size 128256, SwiGLU, untied.
+Workload llama(const char* name, uint32_t layers, uint64_t hidden, uint64_t ffn, uint32_t heads) {
+  Workload w = dense(name, layers, hidden, ffn, heads, 8, 128256);
+  w.training.seq = 8192;  // Llama 3 pre-training context (arXiv 2407.21783, section 3.4)
+  w.training.globalBatch = 512;
+  return w;
+}
+
+Workload llama31_8b() {
+  Workload w = llama("llama3.1-8b", 32, 4096, 14336, 32);
+  w.layout.tp = 2;  // 4 B parameters per GPU: state and 8k-token activations fit 80 GB with ZeRO 1
+  return w;
+}
+
+/// The earlier demo's name: the same shape, and the layout its measured records were taken with (TP 8, no ZeRO).
+Workload llama3_8b() {
+  Workload w = llama("llama3-8b", 32, 4096, 14336, 32);
+  w.layout.tp = 8;
+  w.layout.zero = 0;
+  return w;
+}
+
+Workload llama31_70b() {
+  Workload w = llama("llama3.1-70b", 80, 8192, 28672, 64);
+  w.layout.tp = 8;
+  w.layout.pp = 4;
+  return w;
+}
+
+Workload llama31_405b() {
+  Workload w = llama("llama3.1-405b", 126, 16384, 53248, 128);
+  w.training.globalBatch = 2048;
+  w.layout.tp = 8;  // Meta's 405B layout: TP 8, PP 16 (arXiv 2407.21783, Table 4)
+  w.layout.pp = 16;
+  return w;
+}
+
+/// An old name with the 3.1 model and layout.
+template <Workload (*make)()>
+Workload alias(const char* name) {
+  Workload w = make();
+  w.name = name;
+  return w;
+}
+Workload llama3_70b() { return alias<llama31_70b>("llama3-70b"); }
+Workload llama3_405b() { return alias<llama31_405b>("llama3-405b"); }
+
+Workload gpt3_175b() {
+  Workload w = dense("gpt3-175b", 96, 12288, 4 * 12288, 96, 96, 50257);
+  w.model.activation = Activation::Gelu;
+  w.model.tiedEmbeddings = true;
+  w.training.seq = 2048;
+  w.training.globalBatch = 1536;  // 3.2M tokens
+  w.layout.tp = 8;
+  w.layout.pp = 8;
+  return w;
+}
+
+Workload nemotron4(const char* name, uint32_t layers, uint64_t hidden, uint32_t heads) {
+  Workload w = dense(name, layers, hidden, 4 * hidden, heads, 8, 256000);
+  w.model.activation = Activation::SquaredRelu;
+  w.layout.tp = 8;
+  return w;
+}
+
+Workload nemotron4_15b() { return nemotron4("nemotron4-15b", 32, 6144, 48); }
+
+Workload nemotron4_340b() {
+  Workload w = nemotron4("nemotron4-340b", 96, 18432, 96);
+  w.training.globalBatch = 2304;
+  w.layout.pp = 12;
+  return w;
+}
+
+/// Mixtral (mistralai/Mixtral-8x*B-v0.1 config.json): num_local_experts 8, num_experts_per_tok 2, experts of
+/// intermediate_size, 8 KV heads, vocab_size 32000.
+Workload mixtral(const char* name, uint32_t layers, uint64_t hidden, uint64_t ffn, uint32_t heads, uint32_t pp) {
+  Workload w = dense(name, layers, hidden, ffn, heads, 8, 32000);
+  w.model.moe = MoeSpec{8, 2, 0};
+  w.layout.tp = 2;
+  w.layout.pp = pp;
+  w.layout.ep = 8;
+  return w;
+}
+
+Workload mixtral_8x7b() { return mixtral("mixtral-8x7b", 32, 4096, 14336, 32, 2); }
+Workload mixtral_8x22b() { return mixtral("mixtral-8x22b", 56, 6144, 16384, 48, 4); }
+
+Workload deepseek_v3() {
+  Workload w = dense("deepseek-v3", 61, 7168, 18432, 128, 128, 129280);
+  MoeSpec moe{256, 8, 2048};
+  moe.sharedExperts = 1;
+  moe.firstDenseLayers = 3;
+  w.model.moe = moe;
+  w.model.mla = MlaSpec{1536, 512, 128, 64, 128};
+  w.training.globalBatch = 15360;
+  w.layout.pp = 16;  // DeepSeek-V3's own layout: PP 16, EP 64, ZeRO 1, no TP (arXiv 2412.19437, 3.2)
+  w.layout.ep = 64;
+  return w;
+}
+
+Workload qwen3_moe(const char* name, uint32_t layers, uint64_t hidden, uint64_t ffn, uint32_t heads,
+                   uint64_t expertFfn) {
+  Workload w = dense(name, layers, hidden, ffn, heads, 4, 151936);
+  w.model.explicitHeadDim = 128;
+  w.model.moe = MoeSpec{128, 8, expertFfn};
+  return w;
+}
+
+Workload qwen3_30b() {
+  Workload w = qwen3_moe("qwen3-30b-a3b", 48, 2048, 6144, 32, 768);
+  w.layout.ep = 8;
+  return w;
+}
+
+Workload qwen3_235b() {
+  Workload w = qwen3_moe("qwen3-235b-a22b", 94, 4096, 12288, 64, 1536);
+  w.layout.tp = 2;
+  w.layout.pp = 8;
+  w.layout.ep = 16;
+  return w;
+}
+
+Workload gpt_oss_120b() {
+  Workload w = dense("gpt-oss-120b", 36, 2880, 2880, 64, 8, 201088);
+  w.model.explicitHeadDim = 64;
+  w.model.moe = MoeSpec{128, 4, 2880};
+  w.model.slidingWindow = 128;
+  w.model.slidingPattern = {1, 0};  // layer_types: sliding_attention, full_attention, ...
+  w.layout.pp = 4;
+  w.layout.ep = 8;
+  return w;
+}
+
 const Preset kPresets[] = {
-    {"llama3-8b", "Meta Llama 3 8B: huggingface.co/meta-llama/Meta-Llama-3-8B config.json", llama3_8b},
-    {"llama3-70b", "Meta Llama 3 70B: huggingface.co/meta-llama/Meta-Llama-3-70B config.json", llama3_70b},
-    {"llama3-405b",
-     "Meta Llama 3.1 405B: huggingface.co/meta-llama/Llama-3.1-405B config.json (Llama 3 paper, arXiv 2407.21783, "
-     "Table 3)",
-     llama3_405b},
+    {"gpt3-175b",
+     "OpenAI GPT-3 175B: arXiv 2005.14165 Table 2.1 (96 layers, d_model 12288, 96 heads of 128, 2048 tokens, "
+     "3.2M-token batch), GPT-2 vocabulary 50257, tied embeddings",
+     gpt3_175b},
+    {"nemotron4-15b", "NVIDIA Nemotron-4 15B: arXiv 2402.16819 Table 1 (layout: section 2.3, TP 8)", nemotron4_15b},
+    {"nemotron4-340b", "NVIDIA Nemotron-4 340B: arXiv 2406.11704 Tables 1 and 2 (TP 8, PP 12, final batch 2304)",
+     nemotron4_340b},
+    {"llama3.1-8b", "Meta Llama 3.1 8B: huggingface.co/meta-llama/Llama-3.1-8B config.json", llama31_8b},
+    {"llama3.1-70b", "Meta Llama 3.1 70B: huggingface.co/meta-llama/Llama-3.1-70B config.json", llama31_70b},
+    {"llama3.1-405b",
+     "Meta Llama 3.1 405B: huggingface.co/meta-llama/Llama-3.1-405B config.json (layout: arXiv 2407.21783, "
+     "Table 4)",
+     llama31_405b},
+    {"llama3-8b",
+     "Meta Llama 3 8B: huggingface.co/meta-llama/Meta-Llama-3-8B config.json; the earlier demo's layout (TP 8)",
+     llama3_8b},
+    {"llama3-70b", "alias of llama3.1-70b (the same shape as Meta-Llama-3-70B)", llama3_70b},
+    {"llama3-405b", "alias of llama3.1-405b", llama3_405b},
+    {"mixtral-8x7b", "Mistral AI Mixtral 8x7B: huggingface.co/mistralai/Mixtral-8x7B-v0.1 config.json", mixtral_8x7b},
     {"mixtral-8x22b", "Mistral AI Mixtral 8x22B: huggingface.co/mistralai/Mixtral-8x22B-v0.1 config.json",
      mixtral_8x22b},
+    {"deepseek-v3",
+     "DeepSeek-V3: huggingface.co/deepseek-ai/DeepSeek-V3 config.json (MTP module not modelled; layout: arXiv "
+     "2412.19437)",
+     deepseek_v3},
+    {"qwen3-30b-a3b", "Qwen3-30B-A3B: huggingface.co/Qwen/Qwen3-30B-A3B config.json", qwen3_30b},
+    {"qwen3-235b-a22b", "Qwen3-235B-A22B: huggingface.co/Qwen/Qwen3-235B-A22B config.json", qwen3_235b},
+    {"gpt-oss-120b",
+     "OpenAI gpt-oss-120b: huggingface.co/openai/gpt-oss-120b config.json (biases and attention sinks not "
+     "modelled)",
+     gpt_oss_120b},
 };
 
 const Preset* findPreset(const std::string& name) {
@@ -148,11 +260,9 @@ void checkProductsFit(const Workload& w) {
   }
   // The parameters (as doubles in the lowering) are rounded to 64-bit element counts and multiplied by the
   // element size: bound the model's parameter bytes below 2^63.
-  const double h = static_cast<double>(m.hidden);
-  const double fe = static_cast<double>(m.moe && m.moe->ffn ? m.moe->ffn : m.ffn);
-  const double perLayer = 4 * h * h + 2 * h + 3 * h * static_cast<double>(m.ffn) +
-                          (m.moe ? h * m.moe->experts + static_cast<double>(m.moe->experts) * 3 * h * fe : 0);
-  const double params = m.layers * perLayer + 2 * static_cast<double>(m.vocab) * h + h;
+  ModelShape padded = m;
+  padded.vocab = paddedVocab(m, w.layout.tp);
+  const double params = countParams(padded).total;
   if (!(params * static_cast<double>(elem) < 0x1p63))
     bad("the model has " + formatNumber(params, 3) + " parameters: x " + str(elem) +
         " bytes each overflows 64 bits (model.layers, model.hidden, model.ffn, model.vocab and model.moe are too "
@@ -267,9 +377,7 @@ void validateWorkload(const Workload& w) {
   requireAtLeast1("model.heads", m.heads);
   requireAtLeast1("model.kvHeads", m.kvHeads);
   requireAtLeast1("model.vocab", m.vocab);
-  if (m.hidden % m.heads != 0)
-    bad("model.heads " + str(m.heads) + " does not divide model.hidden " + str(m.hidden) +
-        " (the head dimension is hidden / heads)");
+  validateModelShape(m);
   if (m.kvHeads > m.heads || m.heads % m.kvHeads != 0)
     bad("model.kvHeads " + str(m.kvHeads) + " must divide model.heads " + str(m.heads) +
         " (grouped-query attention shares each key/value head among heads / kvHeads query heads)");
@@ -312,6 +420,10 @@ void validateWorkload(const Workload& w) {
   if (m.ffn % l.tp != 0) bad("layout.tp " + str(l.tp) + " does not divide model.ffn " + str(m.ffn));
   if (m.moe && m.moe->ffn != 0 && m.moe->ffn % l.tp != 0)
     bad("layout.tp " + str(l.tp) + " does not divide model.moe.ffn " + str(m.moe->ffn));
+  if (m.moe && m.moe->sharedExperts > 0 && layerParams(m, 1).shared != layerParams(m, l.tp).shared * l.tp)
+    bad("layout.tp " + str(l.tp) +
+        " does not divide the shared experts' width (model.moe.sharedExperts x "
+        "model.moe.sharedFfn)");
   if (l.pp > m.layers) bad("layout.pp " + str(l.pp) + " exceeds model.layers " + str(m.layers));
   if (l.schedule == PipelineSchedule::Interleaved) {
     if (l.pp < 2) bad("layout.ppSchedule \"interleaved\" needs layout.pp >= 2 (got " + str(l.pp) + ")");

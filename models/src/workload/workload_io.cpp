@@ -8,6 +8,7 @@
 #include "mk/io/json.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/util/size.hpp"
+#include "mk/workload/model_shape.hpp"
 #include "mk/workload/workload.hpp"
 
 namespace mk {
@@ -33,31 +34,97 @@ void field(const JsonFields& f, const char* key, bool required, T& v, Read read)
   if (required || f.has(key)) v = read(key);
 }
 
+void readMoe(const JsonFields& f, ModelShape& m) {
+  if (f.value("moe").is_null()) {
+    m.moe.reset();  // a preset's experts removed
+    return;
+  }
+  const JsonFields moe = f.object("moe");
+  moe.onlyKeys({"experts", "topK", "ffn", "sharedExperts", "sharedFfn", "firstDenseLayers", "layerFreq"});
+  MoeSpec spec = m.moe.value_or(MoeSpec{});
+  const bool wholeMoe = !m.moe;
+  auto c32 = [&](const char* k) { return moe.count32(k); };
+  auto c64 = [&](const char* k) { return moe.count64(k); };
+  field(moe, "experts", wholeMoe, spec.experts, c32);
+  field(moe, "topK", wholeMoe, spec.topK, c32);
+  field(moe, "ffn", false, spec.ffn, c64);
+  field(moe, "sharedExperts", false, spec.sharedExperts, c32);
+  field(moe, "sharedFfn", false, spec.sharedFfn, c64);
+  field(moe, "firstDenseLayers", false, spec.firstDenseLayers, c32);
+  field(moe, "layerFreq", false, spec.layerFreq, c32);
+  m.moe = spec;
+}
+
+void readMla(const JsonFields& f, ModelShape& m) {
+  if (f.value("mla").is_null()) {
+    m.mla.reset();
+    return;
+  }
+  const JsonFields mla = f.object("mla");
+  mla.onlyKeys({"qLoraRank", "kvLoraRank", "qkNopeHeadDim", "qkRopeHeadDim", "vHeadDim"});
+  MlaSpec spec = m.mla.value_or(MlaSpec{});
+  const bool whole = !m.mla;
+  auto c64 = [&](const char* k) { return mla.count64(k); };
+  field(mla, "qLoraRank", false, spec.qLoraRank, c64);
+  field(mla, "kvLoraRank", whole, spec.kvLoraRank, c64);
+  field(mla, "qkNopeHeadDim", whole, spec.qkNopeHeadDim, c64);
+  field(mla, "qkRopeHeadDim", whole, spec.qkRopeHeadDim, c64);
+  field(mla, "vHeadDim", whole, spec.vHeadDim, c64);
+  m.mla = spec;
+}
+
+/// "slidingWindowPattern": n (every n-th layer has full attention, the others a window) or a list of "sliding" /
+/// "full" repeated over the layers.
+std::vector<uint8_t> slidingPatternField(const JsonFields& f, const char* key) {
+  const Json& j = f.value(key);
+  std::vector<uint8_t> out;
+  if (j.is_array()) {
+    for (const Json& e : j) {
+      if (!e.is_string() || (e.get<std::string>() != "sliding" && e.get<std::string>() != "full"))
+        f.fail(f.name(key) + " entries must be \"sliding\" or \"full\" (got " + describeJson(e) + ")");
+      out.push_back(e.get<std::string>() == "sliding" ? 1 : 0);
+    }
+    if (out.empty()) f.fail(f.name(key) + " must not be empty (omit it: every layer is windowed)");
+    return out;
+  }
+  if (!j.is_number_unsigned() || j.get<uint64_t>() < 1 || j.get<uint64_t>() > 1000000)
+    f.fail(f.name(key) + " must be n >= 1 (every n-th layer has full attention) or a list of \"sliding\" / " +
+           "\"full\" (got " + describeJson(j) + ")");
+  out.assign(j.get<uint64_t>(), 1);
+  out.back() = 0;
+  return out;
+}
+
 void readModel(const JsonFields& f, bool whole, ModelShape& m) {
-  f.onlyKeys({"layers", "hidden", "ffn", "heads", "kvHeads", "vocab", "gatedMlp", "moe"});
+  f.onlyKeys({"layers", "hidden", "ffn", "heads", "kvHeads", "vocab", "gatedMlp", "activation", "moe", "headDim",
+              "tiedEmbeddings", "vocabPadMultiple", "mla", "slidingWindow", "slidingWindowPattern"});
   auto c32 = [&](const char* k) { return f.count32(k); };
   auto c64 = [&](const char* k) { return f.count64(k); };
+  auto flag = [&](const char* k) { return f.boolean(k); };
   field(f, "layers", whole, m.layers, c32);
   field(f, "hidden", whole, m.hidden, c64);
   field(f, "ffn", whole, m.ffn, c64);
   field(f, "heads", whole, m.heads, c32);
   field(f, "kvHeads", whole, m.kvHeads, c32);
   field(f, "vocab", whole, m.vocab, c64);
-  field(f, "gatedMlp", false, m.gatedMlp, [&](const char* k) { return f.boolean(k); });
-  if (f.has("moe")) {
-    if (f.value("moe").is_null()) {
-      m.moe.reset();  // a preset's experts removed
-    } else {
-      const JsonFields moe = f.object("moe");
-      moe.onlyKeys({"experts", "topK", "ffn"});
-      MoeSpec spec = m.moe.value_or(MoeSpec{});
-      const bool wholeMoe = !m.moe;
-      field(moe, "experts", wholeMoe, spec.experts, [&](const char* k) { return moe.count32(k); });
-      field(moe, "topK", wholeMoe, spec.topK, [&](const char* k) { return moe.count32(k); });
-      field(moe, "ffn", false, spec.ffn, [&](const char* k) { return moe.count64(k); });
-      m.moe = spec;
-    }
-  }
+  if (f.has("gatedMlp") && f.has("activation"))
+    f.fail(f.name("gatedMlp") + " and " + f.name("activation") + " both given: keep \"activation\" only");
+  // The earlier field: true was SwiGLU, false GELU.
+  if (f.has("gatedMlp")) m.activation = f.boolean("gatedMlp") ? Activation::SwiGlu : Activation::Gelu;
+  field(f, "activation", false, m.activation, [&](const char* k) {
+    const std::string s = f.text(k);
+    const auto a = parseActivation(s);
+    if (!a)
+      f.fail(f.name(k) + " must be \"swiglu\", \"geglu\", \"gelu\" or \"squared-relu\" (got \"" + excerpt(s) + "\")");
+    return *a;
+  });
+  field(f, "headDim", false, m.explicitHeadDim, c64);
+  field(f, "tiedEmbeddings", false, m.tiedEmbeddings, flag);
+  field(f, "vocabPadMultiple", false, m.vocabPadMultiple, c32);
+  field(f, "slidingWindow", false, m.slidingWindow, c64);
+  field(f, "slidingWindowPattern", false, m.slidingPattern, [&](const char* k) { return slidingPatternField(f, k); });
+  if (f.has("moe")) readMoe(f, m);
+  if (f.has("mla")) readMla(f, m);
 }
 
 /// training.recomputeModules, a list of module names; "selective" without it is Megatron-LM's default, core_attn.
@@ -170,9 +237,38 @@ Json parseText(const std::string& text, const std::string& where) {
 
 std::string workloadToJson(const Workload& w, int indent) {
   const ModelShape& m = w.model;
-  Json model = {{"layers", m.layers},   {"hidden", m.hidden}, {"ffn", m.ffn},          {"heads", m.heads},
-                {"kvHeads", m.kvHeads}, {"vocab", m.vocab},   {"gatedMlp", m.gatedMlp}};
-  if (m.moe) model["moe"] = {{"experts", m.moe->experts}, {"topK", m.moe->topK}, {"ffn", m.moe->ffn}};
+  Json model = {{"layers", m.layers},
+                {"hidden", m.hidden},
+                {"ffn", m.ffn},
+                {"heads", m.heads},
+                {"kvHeads", m.kvHeads},
+                {"headDim", m.headDim()},
+                {"vocab", m.vocab},
+                {"vocabPadMultiple", m.vocabPadMultiple},
+                {"tiedEmbeddings", m.tiedEmbeddings},
+                {"activation", toString(m.activation)},
+                {"slidingWindow", m.slidingWindow}};
+  if (m.mla) {
+    model.erase("headDim");
+    model["mla"] = {{"qLoraRank", m.mla->qLoraRank},
+                    {"kvLoraRank", m.mla->kvLoraRank},
+                    {"qkNopeHeadDim", m.mla->qkNopeHeadDim},
+                    {"qkRopeHeadDim", m.mla->qkRopeHeadDim},
+                    {"vHeadDim", m.mla->vHeadDim}};
+  }
+  if (!m.slidingPattern.empty()) {
+    Json pattern = Json::array();
+    for (uint8_t windowed : m.slidingPattern) pattern.push_back(windowed ? "sliding" : "full");
+    model["slidingWindowPattern"] = pattern;
+  }
+  if (m.moe)
+    model["moe"] = {{"experts", m.moe->experts},
+                    {"topK", m.moe->topK},
+                    {"ffn", m.moe->ffn},
+                    {"sharedExperts", m.moe->sharedExperts},
+                    {"sharedFfn", m.moe->sharedFfn},
+                    {"firstDenseLayers", m.moe->firstDenseLayers},
+                    {"layerFreq", m.moe->layerFreq}};
   const TrainingSpec& t = w.training;
   const ParallelLayout& l = w.layout;
   Json layout = {{"tp", l.tp},

@@ -107,7 +107,12 @@ printf '{"schema": "mkernel.workload.v1", "model": {' >"$work/broken.json"
 printf '{"tpp": 4}' >"$work/layout-typo.json"
 printf '{"preset": "dgx-h200", "nodes": 2}' >"$work/two-nodes.json"
 mkdir -p "$work/foreign" && touch "$work/foreign/precious.txt"
-bad "unknown workload 'gpt5': not a preset \(llama3-8b" -- "$tool" --workload gpt5
+bad "unknown workload 'gpt5': not a preset \(gpt3-175b, .*llama3-8b" -- "$tool" --workload gpt5
+printf '{"preset": "deepseek-v3", "model": {"mla": {"kvLoraRank": 0}}}' >"$work/mla-zero.json"
+bad "mla-zero.json: model.mla.kvLoraRank must be > 0" -- "$tool" --workload "$work/mla-zero.json"
+printf '{"preset": "llama3.1-8b", "model": {"activation": "relu"}}' >"$work/relu.json"
+bad "model.activation must be \"swiglu\", \"geglu\", \"gelu\" or \"squared-relu\" \(got \"relu\"\)" -- \
+  "$tool" --workload "$work/relu.json"
 bad "broken.json: workload: not valid JSON" -- "$tool" --workload "$work/broken.json"
 bad "layout.tp 3 does not divide model.heads 16" -- "${run[@]}" --tp 3
 bad "layout-typo.json: unknown field layout.tpp" -- "${run[@]}" --layout "$work/layout-typo.json"

@@ -101,7 +101,9 @@ TEST_CASE("planner: every kernel of every preset is priced, unmeasured classes m
     w.layout = ParallelLayout{};
     w.layout.zero = 0;
     w.training.microBatch = 1;
-    w.training.globalBatch = 2;
+    // A sparse MoE model's per-step optimizer runs over every expert while a token meets topK of them: enough
+    // micro-batches that the step is mostly its layers' work, as in training.
+    w.training.globalBatch = w.model.moe ? 64 : 2;
     PlanInputs in = inputs(w, "1");
     in.measuredDir.clear();  // the profile's GEMM rate: the roofline's c0 is 0, every price still > 0
     auto fused = makeFusedOpPricer();

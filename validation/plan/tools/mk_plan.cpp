@@ -29,6 +29,7 @@
 #include "mk/util/size.hpp"
 #include "mk/validation/prediction_cache.hpp"
 #include "mk/validation/report_dir.hpp"
+#include "mk/workload/model_shape.hpp"
 #include "mk/workload/workload.hpp"
 
 #ifndef MK_PLAN_REPORT_SCRIPT
@@ -169,15 +170,17 @@ void listWorkloads() {
     const mk::Workload w = mk::workloadPreset(name);
     const auto& m = w.model;
     std::printf(
-        "%-14s layers %u, hidden %llu, ffn %llu, heads %u, kv heads %u, vocab %llu%s\n", name.c_str(), m.layers,
+        "%-16s layers %u, hidden %llu, ffn %llu, heads %u, kv heads %u, vocab %llu%s\n", name.c_str(), m.layers,
         static_cast<unsigned long long>(m.hidden), static_cast<unsigned long long>(m.ffn), m.heads, m.kvHeads,
         static_cast<unsigned long long>(m.vocab),
         m.moe ? (", " + std::to_string(m.moe->experts) + " experts, top " + std::to_string(m.moe->topK)).c_str() : "");
-    std::printf("%-14s seq %llu, global batch %llu x micro %u; layout tp %u pp %u ep %u%s zero %u\n", "",
+    std::printf("%-16s seq %llu, global batch %llu x micro %u; layout tp %u pp %u ep %u%s zero %u\n", "",
                 static_cast<unsigned long long>(w.training.seq),
                 static_cast<unsigned long long>(w.training.globalBatch), w.training.microBatch, w.layout.tp,
                 w.layout.pp, w.layout.ep, w.layout.sp ? " sp" : "", w.layout.zero);
-    std::printf("%-14s source: %s\n", "", mk::workloadPresetSource(name).c_str());
+    const mk::ParamCount params = mk::countParams(m);
+    std::printf("%-16s parameters %.1fB, %.1fB active per token\n", "", params.total / 1e9, params.active / 1e9);
+    std::printf("%-16s source: %s\n", "", mk::workloadPresetSource(name).c_str());
   }
 }
 
@@ -318,7 +321,7 @@ int main(int argc, char** argv) {
       "nothing written. Details: docs/planner.md.",
       kTool};
   app.add_option("--workload", o.workload,
-                 "preset (llama3-8b, llama3-70b, llama3-405b, mixtral-8x22b) or workload JSON (mkernel.workload.v1)")
+                 "preset (see --list-workloads: llama3.1-8b, deepseek-v3, ...) or workload JSON (mkernel.workload.v1)")
       ->capture_default_str();
   app.add_option("--layout", o.layoutFile, "layout JSON ({\"tp\": 8, \"pp\": 4, ...}) applied over the workload's");
   app.add_option("--tp", o.tp, "tensor parallelism");

@@ -17,25 +17,61 @@
 
 namespace mk {
 
-/// Mixture of experts in every transformer layer's MLP (absent = dense).
+/// Mixture of experts in the transformer layers' MLPs (absent = dense). Layer i (0-based, over the whole model)
+/// is a MoE layer when i >= firstDenseLayers and i % layerFreq == 0 (Hugging Face's first_k_dense_replace and
+/// moe_layer_freq, Megatron-LM's --moe-layer-freq); the other layers run the dense MLP of model.ffn.
 struct MoeSpec {
-  uint32_t experts = 0;  ///< routed experts per layer
-  uint32_t topK = 0;     ///< experts each token is sent to
-  uint64_t ffn = 0;      ///< intermediate size of one expert (0 = the model's ffn)
+  uint32_t experts = 0;           ///< routed experts per layer
+  uint32_t topK = 0;              ///< experts each token is sent to
+  uint64_t ffn = 0;               ///< intermediate size of one expert (0 = the model's ffn)
+  uint32_t sharedExperts = 0;     ///< experts every token goes through (n_shared_experts), run as one MLP
+  uint64_t sharedFfn = 0;         ///< intermediate size of one shared expert (0 = the routed experts' ffn)
+  uint32_t firstDenseLayers = 0;  ///< the first layers run the dense MLP (first_k_dense_replace)
+  uint32_t layerFreq = 1;         ///< every layerFreq-th layer is a MoE layer (moe_layer_freq)
+};
+
+/// Multi-head latent attention (DeepSeek-V2/V3; Hugging Face config names in parentheses). Queries and keys have
+/// qkNopeHeadDim + qkRopeHeadDim dimensions per head, values vHeadDim; keys and values are up-projected per head
+/// from a kvLoraRank latent, which is computed together with one shared rope key head.
+struct MlaSpec {
+  uint64_t qLoraRank = 0;      ///< query latent (q_lora_rank); 0 = queries projected directly from hidden
+  uint64_t kvLoraRank = 0;     ///< key/value latent (kv_lora_rank)
+  uint64_t qkNopeHeadDim = 0;  ///< query/key dimensions without rotary embedding (qk_nope_head_dim)
+  uint64_t qkRopeHeadDim = 0;  ///< query/key dimensions with rotary embedding (qk_rope_head_dim)
+  uint64_t vHeadDim = 0;       ///< value dimensions per head (v_head_dim)
+};
+
+/// The MLP's activation. The gated ones have gate and up projections (3 matrices), the others 2.
+enum class Activation : uint8_t {
+  SwiGlu,       ///< "swiglu": silu(gate) x up (Llama, Mixtral, DeepSeek, Qwen, gpt-oss)
+  GeGlu,        ///< "geglu": gelu(gate) x up
+  Gelu,         ///< "gelu" (GPT-3)
+  SquaredRelu,  ///< "squared-relu": relu(x)^2 (Nemotron-4)
 };
 
 /// The model's shape, in the names of the public model configs (Hugging Face config.json in parentheses).
 struct ModelShape {
   uint32_t layers = 0;   ///< transformer layers (num_hidden_layers)
   uint64_t hidden = 0;   ///< model width (hidden_size)
-  uint64_t ffn = 0;      ///< MLP intermediate size (intermediate_size)
-  uint32_t heads = 0;    ///< query heads (num_attention_heads); head dim = hidden / heads
+  uint64_t ffn = 0;      ///< MLP intermediate size (intermediate_size); of the dense layers of a MoE model
+  uint32_t heads = 0;    ///< query heads (num_attention_heads)
   uint32_t kvHeads = 0;  ///< key/value heads (num_key_value_heads; = heads without GQA)
   uint64_t vocab = 0;    ///< vocabulary (vocab_size)
-  bool gatedMlp = true;  ///< SwiGLU-style MLP: gate and up projections (3 matrices) instead of 2
+  Activation activation = Activation::SwiGlu;  ///< gated ones use RMSNorm, the others LayerNorm
   std::optional<MoeSpec> moe;
+  uint64_t explicitHeadDim = 0;  ///< head_dim ("headDim" in JSON); 0 = hidden / heads
+  bool tiedEmbeddings = false;   ///< the LM head reuses the embedding matrix (tie_word_embeddings)
+  /// Megatron-LM's --make-vocab-size-divisible-by: the embedding, the LM head and the loss use the vocabulary
+  /// padded to a multiple of vocabPadMultiple x tp (paddedVocab()).
+  uint32_t vocabPadMultiple = 128;
+  std::optional<MlaSpec> mla;  ///< multi-head latent attention instead of (grouped-query) multi-head attention
+  uint64_t slidingWindow = 0;  ///< tokens a windowed layer's queries see (sliding_window); 0 = no windowed layer
+  /// Which layers are windowed, repeated over the layers from layer 0: 1 = windowed, 0 = full attention. Empty
+  /// with slidingWindow > 0: every layer. JSON "slidingWindowPattern": n (every n-th layer full) or a list.
+  std::vector<uint8_t> slidingPattern;
 
-  uint64_t headDim() const noexcept { return heads ? hidden / heads : 0; }
+  uint64_t headDim() const noexcept { return explicitHeadDim ? explicitHeadDim : heads ? hidden / heads : 0; }
+  bool gated() const noexcept { return activation == Activation::SwiGlu || activation == Activation::GeGlu; }
 };
 
 /// Activation recomputation (Megatron-LM's --recompute-granularity): none, every layer's forward pass again in
@@ -142,7 +178,7 @@ struct ResolvedLayout {
   std::vector<uint32_t> stageLayers;  ///< transformer layers of each pipeline stage (the first ones get extras)
 };
 
-/// Names of the built-in workloads: "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x22b".
+/// Names of the built-in workloads ("gpt3-175b", "llama3.1-8b", ..., "gpt-oss-120b"; docs/planner.md, "Presets").
 std::vector<std::string> workloadPresets();
 /// A built-in workload (model numbers from the public configs, docs/planner.md cites each); throws
 /// Error(NotFound) listing the presets.
@@ -162,6 +198,7 @@ ResolvedLayout resolveLayout(const Workload& w, uint32_t gpus);
 
 const char* toString(Recompute r) noexcept;         ///< "none", "full", "selective"
 const char* toString(PipelineSchedule s) noexcept;  ///< "1f1b", "interleaved", "gpipe"
+const char* toString(Activation a) noexcept;        ///< "swiglu", "geglu", "gelu", "squared-relu"
 const char* toString(CpCommType c) noexcept;        ///< "p2p", "all-gather", "a2a", "a2a+p2p"
 
 /// JSON ("mkernel.workload.v1", camelCase fields as the topology and profile files). Format: docs/planner.md.
