@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "mk/error.hpp"
@@ -258,4 +259,47 @@ TEST_CASE("memory: context parallelism divides activations by cp and shards ZeRO
   const MemoryEstimate m2 = estimateMemory(w, lowerStep(w, resolveLayout(w, 4)));  // dp 2 x cp 2
   CHECK(m2.activations == doctest::Approx(m1.activations / 2));
   CHECK(m2.optimizer == doctest::Approx(m1.optimizer / 2));
+}
+
+TEST_CASE("lowering: MoE routing — imbalance and a capacity factor set the busiest rank's rows and blocks") {
+  // ep 4 on 4 GPUs: 1024 tokens, top 2 of 8 experts, 2 experts a rank: 1024 rows an expert balanced.
+  auto at = [](double imbalance, double capacity) {
+    Workload w = tiny(1, 1, 1, 4);
+    w.model.moe->imbalance = imbalance;
+    w.model.moe->capacityFactor = capacity;
+    validateWorkload(w);
+    return lowerStep(w, resolveLayout(w, 4)).stages[0];
+  };
+  for (auto [imbalance, capacity, load] :
+       {std::tuple{1.0, 0.0, 1.0}, {1.5, 0.0, 1.5}, {1.5, 1.25, 1.25}, {1.0, 0.5, 0.5}}) {
+    CAPTURE(imbalance);
+    CAPTURE(capacity);
+    const StageLowering s = at(imbalance, capacity);
+    CHECK(findOp(s, "expert-up").m == static_cast<uint64_t>(1024 * load));
+    CHECK(findOp(s, "expert-up").batch == 2);
+    CHECK(findOp(s, "expert-act").tokens == static_cast<uint64_t>(2 * 1024 * load));
+    CHECK(findComm(s, "ep.dispatch")->count == static_cast<uint64_t>(1024 * 2 * 256 / 4 * load));
+    CHECK(findComm(s, "ep.combine.bwd")->count == static_cast<uint64_t>(1024 * 2 * 256 / 4 * load));
+    CHECK(findOp(s, "permute").tokens == 1024);  // each rank permutes its own tokens, dropped ones included
+  }
+  // JSON: written when set, read back; bad values name the field.
+  Workload w = tiny(1, 1, 1, 4);
+  w.model.moe->imbalance = 1.5;
+  w.model.moe->capacityFactor = 1.25;
+  const Workload back = workloadFromJson(workloadToJson(w));
+  CHECK(back.model.moe->imbalance == 1.5);
+  CHECK(back.model.moe->capacityFactor == 1.25);
+  auto errorOfJson = [](const std::string& moe) {
+    try {
+      (void)workloadFromJson(R"({"preset": "mixtral-8x22b", "model": {"moe": )" + moe + "}}");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(errorOfJson(R"({"imbalance": 0.5})").find("model.moe.imbalance must be >= 1") != std::string::npos);
+  CHECK(errorOfJson(R"({"capacityFactor": 0})").find("model.moe.capacityFactor must be > 0") != std::string::npos);
+  CHECK(errorOfJson(R"({"routing": "random"})").find("model.moe.routing must be \"balanced\"") != std::string::npos);
+  CHECK(errorOfJson(R"({"imbalance": 9})").find("model.moe.imbalance 9 exceeds layout.ep 8") != std::string::npos);
+  CHECK(errorOfJson(R"({"routing": "balanced", "imbalance": 2})") == "");
 }

@@ -487,7 +487,10 @@ class StageBuilder {
     const uint64_t local = tokens_ / r_.tp;  // each tensor-parallel rank routes its sequence slice
     const uint64_t fe = moe.ffn ? moe.ffn : m.ffn;
     const uint64_t expertsHere = moe.experts / r_.ep;
-    const uint64_t rows = ceilDiv(local * moe.topK * r_.ep, moe.experts);
+    // The busiest rank sets the layer's time: its experts' rows and the blocks it receives are routedLoad() x the
+    // balanced share; tokens over a capacity are dropped and cost nothing (docs/planner.md, "Expert parallelism").
+    const double load = moe.routedLoad();
+    const uint64_t rows = static_cast<uint64_t>(std::ceil(dbl(local * moe.topK * r_.ep) / moe.experts * load));
     addGemm("router" + sfx, pass, local, moe.experts, m.hidden, 1, moeLayers_, recompute);
     ComputeOp topk = shape(KernelClass::Router, "topk-softmax", local, 0);
     topk.experts = moe.experts;
@@ -497,7 +500,7 @@ class StageBuilder {
     perm.topk = moe.topK;
     perm.experts = moe.experts;
     addKernel(perm, "permute" + sfx, pass, moeLayers_, recompute);
-    const uint64_t block = ceilDiv(local * moe.topK * m.hidden, r_.ep);
+    const uint64_t block = static_cast<uint64_t>(std::ceil(dbl(local * moe.topK * m.hidden) / r_.ep * load));
     if (r_.ep > 1 && (!recompute || rerun("ep.dispatch")))
       addComm("ep.dispatch" + sfx, Phase::Ep, CommKind::AllToAll, pass, CommTiming::Blocking, block, w_.training.dtype,
               moeLayers_, epGroups_);

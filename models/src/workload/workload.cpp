@@ -444,6 +444,9 @@ void validateWorkload(const Workload& w) {
   if (m.moe && l.tp > 1 && !l.sp)
     bad("layout.sp must be true for a mixture-of-experts model with layout.tp > 1 (experts are not split by tensor "
         "parallelism: each tensor-parallel rank routes its own sequence slice)");
+  if (m.moe && m.moe->imbalance > std::max<uint32_t>(1, l.ep))
+    bad("model.moe.imbalance " + formatNumber(m.moe->imbalance, 4) + " exceeds layout.ep " + str(l.ep) +
+        " (the busiest rank receives at most every routed token of its expert-parallel group)");
   if (l.etp != 1)
     bad("layout.etp must be 1 (got " + str(l.etp) +
         "): only whole experts on each rank are modelled (each tensor-parallel rank routes its own tokens)");

@@ -34,13 +34,34 @@ void field(const JsonFields& f, const char* key, bool required, T& v, Read read)
   if (required || f.has(key)) v = read(key);
 }
 
+/// The routing model of model.moe: "routing": "balanced" (imbalance 1), "imbalance" >= 1, "capacityFactor" > 0.
+void readRouting(const JsonFields& moe, MoeSpec& spec) {
+  if (moe.has("routing") && moe.text("routing") != "balanced")
+    moe.fail(moe.name("routing") + " must be \"balanced\" (got \"" + excerpt(moe.text("routing")) +
+             "\"); give an imbalance or a capacityFactor for other routing");
+  if (moe.has("routing")) spec.imbalance = 1;
+  if (moe.has("imbalance")) {
+    spec.imbalance = moe.number("imbalance");
+    if (!(spec.imbalance >= 1))
+      moe.fail(moe.name("imbalance") + " must be >= 1: the busiest rank's tokens over the balanced share (got " +
+               describeJson(moe.value("imbalance")) + ")");
+  }
+  if (moe.has("capacityFactor")) {
+    spec.capacityFactor = moe.number("capacityFactor");
+    if (!(spec.capacityFactor > 0))
+      moe.fail(moe.name("capacityFactor") + " must be > 0 (got " + describeJson(moe.value("capacityFactor")) +
+               "); leave it out for dropless routing");
+  }
+}
+
 void readMoe(const JsonFields& f, ModelShape& m) {
   if (f.value("moe").is_null()) {
     m.moe.reset();  // a preset's experts removed
     return;
   }
   const JsonFields moe = f.object("moe");
-  moe.onlyKeys({"experts", "topK", "ffn", "sharedExperts", "sharedFfn", "firstDenseLayers", "layerFreq"});
+  moe.onlyKeys({"experts", "topK", "ffn", "sharedExperts", "sharedFfn", "firstDenseLayers", "layerFreq", "routing",
+                "imbalance", "capacityFactor"});
   MoeSpec spec = m.moe.value_or(MoeSpec{});
   const bool wholeMoe = !m.moe;
   auto c32 = [&](const char* k) { return moe.count32(k); };
@@ -52,6 +73,7 @@ void readMoe(const JsonFields& f, ModelShape& m) {
   field(moe, "sharedFfn", false, spec.sharedFfn, c64);
   field(moe, "firstDenseLayers", false, spec.firstDenseLayers, c32);
   field(moe, "layerFreq", false, spec.layerFreq, c32);
+  readRouting(moe, spec);
   m.moe = spec;
 }
 
@@ -269,6 +291,10 @@ std::string workloadToJson(const Workload& w, int indent) {
                     {"sharedFfn", m.moe->sharedFfn},
                     {"firstDenseLayers", m.moe->firstDenseLayers},
                     {"layerFreq", m.moe->layerFreq}};
+  if (m.moe && (m.moe->imbalance != 1 || m.moe->capacityFactor != 0)) {  // written when set, as the layout's cp
+    model["moe"]["imbalance"] = m.moe->imbalance;
+    model["moe"]["capacityFactor"] = m.moe->capacityFactor;
+  }
   const TrainingSpec& t = w.training;
   const ParallelLayout& l = w.layout;
   Json layout = {{"tp", l.tp},

@@ -28,6 +28,15 @@ struct MoeSpec {
   uint64_t sharedFfn = 0;         ///< intermediate size of one shared expert (0 = the routed experts' ffn)
   uint32_t firstDenseLayers = 0;  ///< the first layers run the dense MLP (first_k_dense_replace)
   uint32_t layerFreq = 1;         ///< every layerFreq-th layer is a MoE layer (moe_layer_freq)
+  /// Routing (docs/planner.md, "Expert parallelism"): the busiest expert-parallel rank receives imbalance x the
+  /// balanced share of the routed tokens (1: "balanced"; at most layout.ep, every token of its group); with
+  /// capacityFactor c > 0 no rank keeps more than c x the balanced share, the rest is dropped (skips the experts).
+  double imbalance = 1;
+  double capacityFactor = 0;  ///< 0: no capacity limit (dropless)
+  /// The busiest rank's routed tokens over the balanced share: min(imbalance, capacityFactor).
+  double routedLoad() const noexcept {
+    return capacityFactor > 0 && capacityFactor < imbalance ? capacityFactor : imbalance;
+  }
 };
 
 /// Multi-head latent attention (DeepSeek-V2/V3; Hugging Face config names in parentheses). Queries and keys have
