@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
+#include <utility>
 
 #include "mk/error.hpp"
 #include "mk/plan/kernel_model.hpp"
@@ -27,10 +30,39 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/// phi of one record: the SMs of GEMM throughput each communication CTA took.
-double phiOf(const Sample& s, double sms) { return sms * (1 - 1 / s.slowdown) / s.ctas; }
+double smShare(double sms, double phi, double ctas) { return sms / (sms - phi * ctas); }
 
-double predictUs(const Sample& s, double sms, double phi) { return s.aloneUs * sms / (sms - phi * s.ctas); }
+double predictUs(const Sample& s, double sms, double phi, double f0) {
+  return s.aloneUs * (1 + f0) * smShare(sms, phi, s.ctas);
+}
+
+/// (phi, f0) of some samples: phi on a grid of 0.01 in [0, kMaxPhi] (below S / c of every sample), f0 the median
+/// excess of the measured slowdowns over the SM share at that phi (>= 0), the pair with the smallest median
+/// |error| of the predicted times. A median, not a mean: one GEMM whose waves a few SMs less cut badly (the
+/// smallest shape) should not move every other price.
+constexpr double kMaxPhi = 4.0;
+std::pair<double, double> fitSamples(const std::vector<Sample>& samples, double sms) {
+  double maxCtas = 0;
+  for (const Sample& s : samples) maxCtas = std::max(maxCtas, s.ctas);
+  const double limit = std::min(kMaxPhi, 0.9 * sms / maxCtas);
+  std::pair<double, double> best{0, 0};
+  double bestErr = std::numeric_limits<double>::infinity();
+  std::vector<double> excess, err;
+  for (int i = 0; i * 0.01 <= limit; ++i) {
+    const double phi = i * 0.01;
+    excess.clear();
+    for (const Sample& s : samples) excess.push_back(s.slowdown / smShare(sms, phi, s.ctas));
+    const double f0 = std::max(0.0, median(excess) - 1);
+    err.clear();
+    for (const Sample& s : samples) err.push_back(std::abs(errorPct(predictUs(s, sms, phi, f0), s.timeUs)));
+    const double e = median(err);
+    if (e < bestErr - 1e-12) {
+      bestErr = e;
+      best = {phi, f0};
+    }
+  }
+  return best;
+}
 
 Json field(const MeasurementRecord& r, const char* name) {
   auto e = r.extra.find(name);
@@ -106,22 +138,23 @@ OverlapModel OverlapModel::fit(const std::vector<MeasurementFile>& files, const 
     fit.records = g.samples.size();
     fit.files.assign(g.files.begin(), g.files.end());
     const double S = g.sms;
-    std::vector<double> all;
     std::set<std::string> shapes;
-    for (const Sample& s : g.samples) {
-      all.push_back(phiOf(s, S));
-      shapes.insert(s.shape);
-    }
+    for (const Sample& s : g.samples) shapes.insert(s.shape);
     fit.shapes = shapes.size();
-    fit.phi = std::max(0.0, median(all));
+    std::tie(fit.phi, fit.f0) = fitSamples(g.samples, S);
+    std::map<std::string, std::pair<double, double>> without;  // the fit without each shape
+    if (shapes.size() >= 2)
+      for (const std::string& shape : shapes) {
+        std::vector<Sample> rest;
+        for (const Sample& o : g.samples)
+          if (o.shape != shape) rest.push_back(o);
+        without[shape] = fitSamples(rest, S);
+      }
     std::vector<double> ins, loso;
     for (const Sample& s : g.samples) {
-      ins.push_back(errorPct(predictUs(s, S, fit.phi), s.timeUs));
-      if (shapes.size() < 2) continue;
-      std::vector<double> rest;
-      for (const Sample& o : g.samples)
-        if (o.shape != s.shape) rest.push_back(phiOf(o, S));
-      loso.push_back(errorPct(predictUs(s, S, std::max(0.0, median(rest))), s.timeUs));
+      ins.push_back(errorPct(predictUs(s, S, fit.phi, fit.f0), s.timeUs));
+      if (auto it = without.find(s.shape); it != without.end())
+        loso.push_back(errorPct(predictUs(s, S, it->second.first, it->second.second), s.timeUs));
     }
     fit.inSample = errorStats(ins);
     fit.leaveOneShapeOut = errorStats(loso);
@@ -139,18 +172,20 @@ OverlapSlowdown OverlapModel::slowdown(const std::string& gpu, uint32_t gpuSms, 
   const OverlapFit* use = nullptr;
   for (const OverlapFit& f : fits_)
     if (f.gpu == gpu) use = &f;
-  double phi = 1;
+  double phi = 1, f0 = 0;
   if (use) {
     phi = use->phi;
+    f0 = use->f0;
     s.source = "measured (" + use->gpu + ")";
   } else if (!fits_.empty()) {
     phi = fits_.front().phi;
+    f0 = fits_.front().f0;
     s.source = "extrapolated from " + fits_.front().gpu;
   } else {
     s.source = "SM share (no kernel-overlap records)";
   }
   const double S = gpuSms, lost = std::min(phi * commSms, 0.9 * S);
-  s.factor = S / (S - lost);
+  s.factor = (1 + f0) * S / (S - lost);
   return s;
 }
 

@@ -42,13 +42,13 @@ MeasurementFile overlapFile(const std::string& gpu, uint32_t sms) {
   return f;
 }
 
-/// Records made with phi exactly: beside = alone x S / (S - phi c).
-MeasurementFile exactFile(double phi) {
+/// Records made with (phi, f0) exactly: beside = alone x (1 + f0) S / (S - phi c).
+MeasurementFile exactFile(double phi, double f0 = 0) {
   MeasurementFile f = overlapFile("NVIDIA H100 80GB HBM3", 132);
   const uint64_t shapes[3][3] = {{8192, 1280, 8192}, {8192, 8192, 3584}, {4096, 4096, 4096}};
   for (const auto& s : shapes)
     for (uint32_t c : {2u, 8u, 32u})
-      f.records.push_back(overlapRecord(s[0], s[1], s[2], c, 500, 500 * 132.0 / (132.0 - phi * c)));
+      f.records.push_back(overlapRecord(s[0], s[1], s[2], c, 500, 500 * (1 + f0) * 132.0 / (132.0 - phi * c)));
   return f;
 }
 
@@ -63,7 +63,8 @@ TEST_CASE("overlap model: the fit recovers phi, and the slowdown follows S / (S 
   CHECK(f.records == 9);
   CHECK(f.shapes == 3);
   CHECK(f.phi == doctest::Approx(1.5).epsilon(1e-6));
-  CHECK(f.leaveOneShapeOut.maxAbsPct < 1e-6);
+  CHECK(f.f0 == doctest::Approx(0).epsilon(1e-6));
+  CHECK(f.leaveOneShapeOut.maxAbsPct < 1e-4);
   const OverlapSlowdown s = m.slowdown("NVIDIA H100", 132, 16);
   CHECK(s.factor == doctest::Approx(132.0 / (132.0 - 24.0)));
   CHECK(s.source == "measured (NVIDIA H100)");
@@ -75,6 +76,31 @@ TEST_CASE("overlap model: the fit recovers phi, and the slowdown follows S / (S 
   const OverlapSlowdown none = OverlapModel{}.slowdown("NVIDIA H100", 132, 16);
   CHECK(none.factor == doctest::Approx(132.0 / 116.0));
   CHECK(none.source == "SM share (no kernel-overlap records)");
+}
+
+TEST_CASE("overlap model: a fixed cost of running beside anything is fitted with phi") {
+  const OverlapModel m = OverlapModel::fit({exactFile(0.5, 0.1)}, {"f0.json"});
+  const OverlapFit& f = m.fits().front();
+  CHECK(f.phi == doctest::Approx(0.5).epsilon(1e-6));
+  CHECK(f.f0 == doctest::Approx(0.1).epsilon(1e-6));
+  CHECK(f.inSample.maxAbsPct < 1e-4);
+  CHECK(m.slowdown("NVIDIA H100", 132, 16).factor == doctest::Approx(1.1 * 132.0 / 124.0));
+}
+
+TEST_CASE("overlap model: the committed H100 records, within the gate set from their run") {
+  const MeasurementFile f = loadMeasurementFile(std::string(MK_MEASURED_DIR) + "/2026-12-06-h100-c29b55b-overlap.json");
+  const OverlapModel m = OverlapModel::fit({f}, {"h100-overlap"});
+  REQUIRE(m.fits().size() == 1);
+  const OverlapFit& o = m.fits().front();
+  MESSAGE("overlap model H100: phi " << o.phi << ", f0 " << o.f0 << ", " << o.records << " records of " << o.shapes
+                                     << " shapes; in-sample median " << o.inSample.medianAbsPct << " % max "
+                                     << o.inSample.maxAbsPct << " %; leave-one-shape-out median "
+                                     << o.leaveOneShapeOut.medianAbsPct << " % max " << o.leaveOneShapeOut.maxAbsPct
+                                     << " %");
+  CHECK(o.records == 30);
+  CHECK(o.shapes == 6);
+  CHECK(o.leaveOneShapeOut.medianAbsPct < 4.0);
+  CHECK(o.leaveOneShapeOut.maxAbsPct < 47);
 }
 
 TEST_CASE("overlap model: a shape that disagrees shows in its leave-one-shape-out error") {

@@ -4,13 +4,14 @@
 // A collective overlapped with a GEMM (Megatron-LM's userbuffers, NCCL on a second stream) holds c SMs of the S a
 // GPU has and moves its bytes through the same HBM. The model:
 //
-//   slowdown(c) = S / (S - phi c)
+//   slowdown(c) = (1 + f0) S / (S - phi c)
 //
 // phi is the SMs' worth of GEMM throughput each communication CTA takes (1: the CTA's SM is lost and nothing
-// else; more: HBM and L2 traffic cost the GEMM beyond the SM). It is fitted per GPU model on our own records
-// (op "kernel-overlap", validation/tools/overlap_bench.py): the median over records of S (1 - 1 / s) / c, with the
-// error of predicting each measured GEMM shape from the other shapes' records (leave one shape out). A GPU with no
-// records takes another GPU's phi (said so), or 1 where no GPU has records.
+// else); f0 the cost of anything running beside the GEMM at all (a persistent GEMM waits for its slowest SM, and an
+// SM shared with a communication CTA is slower; HBM and L2 are shared). Both are fitted per GPU model on our own
+// records (op "kernel-overlap", validation/tools/overlap_bench.py), with the error of predicting each measured GEMM
+// shape from the other shapes' records (leave one shape out). A GPU with no records takes another GPU's fit (said
+// so), or phi = 1, f0 = 0 (the SM share) where no GPU has records.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +29,7 @@ struct OverlapFit {
   std::string gpu;  ///< the preset's GPU model (presetGpuName of the files' system.gpu)
   uint32_t sms = 0;
   double phi = 1;  ///< SMs of GEMM throughput one communication CTA costs
+  double f0 = 0;   ///< the slowdown of anything beside the GEMM, on top of the SMs it holds
   std::size_t records = 0, shapes = 0;
   ErrorStats inSample, leaveOneShapeOut;  ///< of the GEMM's time beside the communication
   std::vector<std::string> files;
