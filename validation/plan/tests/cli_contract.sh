@@ -180,6 +180,18 @@ expect 0 'distinct collectives' -- "${quick[@]}" --cluster dgx-h200 --pp 2 --zer
 bad "--recompute-modules 'attn': expected" -- "${run[@]}" --recompute selective --recompute-modules core_attn,attn
 bad "--recompute-modules needs --recompute selective" -- "${run[@]}" --recompute-modules mlp
 
+# the configs users have: a Hugging Face config.json and Megatron-LM arguments plan; an unknown key or argument is
+# exit 2 naming it
+printf '%s' '{"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 2048, "intermediate_size": 8192,' \
+  '"num_attention_heads": 16, "num_key_value_heads": 8, "vocab_size": 32000, "rope_theta": 10000}' >"$work/hf.json"
+expect 0 'distinct collectives' -- "${quick[@]}" --cluster dgx-h200 --hf-config "$work/hf.json"
+sed 's/"rope_theta"/"frobnicate"/' "$work/hf.json" >"$work/hf-bad.json"
+bad "hf-bad.json: frobnicate: unknown key" -- "${run[@]}" --hf-config "$work/hf-bad.json"
+margs="--num-layers 4 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --micro-batch-size 1 \
+--global-batch-size 64 --vocab-size 32000 --bf16 --tensor-model-parallel-size 8 --sequence-parallel --lr 1e-4"
+expect 0 'distinct collectives' -- "${quick[@]}" --cluster dgx-h200 --megatron-args "$margs"
+bad "--megatron-args: --foo: unknown argument" -- "${run[@]}" --megatron-args "$margs --foo 1"
+
 # the measured training steps: --check-steps predicts each; a step record the planner cannot price is exit 2
 measured="$(dirname "${BASH_SOURCE[0]}")/../../data/measured"
 expect 0 '^steps: n=[0-9]+ median_abs_err_pct=' -- "$tool" --check-steps --measured "$measured"

@@ -31,6 +31,7 @@
 #include "mk/validation/report_dir.hpp"
 #include "mk/workload/model_shape.hpp"
 #include "mk/workload/workload.hpp"
+#include "mk/workload/workload_import.hpp"
 
 #ifndef MK_PLAN_REPORT_SCRIPT
 #define MK_PLAN_REPORT_SCRIPT "plan_report.py"
@@ -53,6 +54,7 @@ constexpr const char* kReportMarker = ".mk-plan-report";
 struct Options {
   std::string workload = "llama3-70b";
   std::string layoutFile;
+  std::string hfConfig, megatronArgs;  ///< --hf-config FILE, --megatron-args FILE|STRING
   std::optional<uint32_t> tp, pp, ep, zero, microBatch, virtualStages;
   std::optional<uint32_t> cp;
   std::optional<uint64_t> globalBatch, seq;
@@ -112,6 +114,21 @@ bool onOff(const std::string& option, const std::string& v) {
 /// The workload of the command line: a preset or file, then --layout, then the single-field options.
 mk::Workload buildWorkload(const Options& o) {
   mk::Workload w = mk::loadWorkload(o.workload);
+  std::vector<std::string> ignored;
+  if (!o.hfConfig.empty()) mk::applyHfConfig(w, mk::readFile(o.hfConfig), o.hfConfig, ignored);
+  if (!o.megatronArgs.empty()) {
+    std::error_code ec;
+    const bool file = fs::is_regular_file(o.megatronArgs, ec);
+    if (!file && o.megatronArgs.rfind("--", 0) != 0)
+      bad("--megatron-args " + o.megatronArgs + ": no such file, and not an argument list (--num-layers ...)");
+    mk::applyMegatronArgs(w, file ? mk::readFile(o.megatronArgs) : o.megatronArgs,
+                          file ? o.megatronArgs : std::string("--megatron-args"), ignored);
+  }
+  if (!ignored.empty()) {
+    std::string list;
+    for (const auto& k : ignored) list += (list.empty() ? "" : ", ") + k;
+    std::fprintf(stderr, "mk-plan: note: read and ignored (they do not change the step): %s\n", list.c_str());
+  }
   if (!o.layoutFile.empty()) mk::applyLayoutJson(w, mk::readFile(o.layoutFile), o.layoutFile);
   mk::ParallelLayout& l = w.layout;
   if (o.tp) l.tp = *o.tp;
@@ -323,6 +340,10 @@ int main(int argc, char** argv) {
   app.add_option("--workload", o.workload,
                  "preset (see --list-workloads: llama3.1-8b, deepseek-v3, ...) or workload JSON (mkernel.workload.v1)")
       ->capture_default_str();
+  app.add_option("--hf-config", o.hfConfig,
+                 "a Hugging Face config.json: its model replaces the workload's (docs/planner.md)");
+  app.add_option("--megatron-args", o.megatronArgs,
+                 "Megatron-LM / NeMo arguments, a file (one or more a line) or a string: model, training and layout");
   app.add_option("--layout", o.layoutFile, "layout JSON ({\"tp\": 8, \"pp\": 4, ...}) applied over the workload's");
   app.add_option("--tp", o.tp, "tensor parallelism");
   app.add_option("--pp", o.pp, "pipeline stages");
