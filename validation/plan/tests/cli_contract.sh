@@ -134,6 +134,10 @@ bad "training.microBatch x training.seq x model.hidden x bytes per element = 1 x
   "$tool" --workload "$work/huge.json" --cluster dgx-h200 --gpus 8:32
 bad "--token-budget 'lots'" -- "${run[@]}" --token-budget lots
 bad "layout.ep 2 needs a mixture-of-experts model" -- "${run[@]}" --ep 2
+bad "layout.cp 4 needs training.seq 2050 to be a multiple of 8" -- "${run[@]}" --cp 4 --seq 2050
+printf '{"cp": 2, "cpCommType": "ring"}' >"$work/cp-ring.json"
+bad "cp-ring.json: layout.cpCommType must be \"p2p\", \"all-gather\", \"a2a\" or \"a2a\+p2p\"" -- \
+  "${run[@]}" --layout "$work/cp-ring.json"
 bad "cannot open '$work/missing-profile.json'" -- "${run[@]}" --profile "$work/missing-profile.json"
 bad "give at most one of --profile" -- "${run[@]}" --profile x.json --datasheet
 bad "--measured $work/nowhere: no such directory" -- "${run[@]}" --measured "$work/nowhere"
@@ -157,6 +161,8 @@ expect 2 '^mk-plan: error: --report: must not be empty' -- "${run[@]}" --report 
 quick=("${tiny[@]}" --gpus 16 --measured none --cache none -q)
 # a preset with 4 NICs per GPU plans (its baseline blamed a what-if never given), and so does more NICs per GPU
 expect 0 'distinct collectives' -- "${quick[@]}" --cluster cloud-efa-32x100 --what-if nics=64
+# context parallelism plans: its groups are placed and its ring simulated
+expect 0 'distinct collectives' -- "${quick[@]}" --cluster dgx-h200 --cp 2
 # the calibrated profile's fractions go to each cluster's own links: TCP NICs and A100 nodes plan unlike DGX H100
 for c in dgx-h100 cloud-tcp-8x200 a100-8x200; do "${quick[@]}" --cluster "$c" --json "$work/$c.json" >/dev/null 2>&1; done
 step() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["variants"][0]["scales"][0]["layered"]["step_us"])' "$1"; }
