@@ -140,6 +140,11 @@ Workload deepseek_v3() {
   w.model.moe = moe;
   w.model.mla = MlaSpec{1536, 512, 128, 64, 128};
   w.training.globalBatch = 15360;
+  // The report's memory savings we model: RMSNorm recomputed, the MoE SwiGLU's output recomputed from its cached
+  // input (arXiv 2412.19437, 3.3.2); without them the first stage's 16 micro-batches in flight exceed 80 GB.
+  w.training.recompute = Recompute::Selective;
+  w.training.recomputeModules.norms = true;
+  w.training.recomputeModules.moeAct = true;
   w.layout.pp = 16;  // DeepSeek-V3's own layout: PP 16, EP 64, ZeRO 1, no TP (arXiv 2412.19437, 3.2)
   w.layout.ep = 64;
   return w;
