@@ -232,4 +232,9 @@ TEST_CASE("model shape: JSON fields round-trip, the old gatedMlp is read, bad fi
   bad(R"({"vocabPadMultiple": 0})", ErrorCode::InvalidArgument, {"model.vocabPadMultiple must be >= 1"});
   bad(R"({"moe": {"firstDenseLayers": 61}})", ErrorCode::InvalidArgument, {"model.moe.firstDenseLayers 61"});
   bad(R"({"moe": {"sharedExperts": 0, "sharedFfn": 64}})", ErrorCode::InvalidArgument, {"model.moe.sharedFfn 64"});
+  // Sizes whose sums or products would wrap 64 bits are refused by name, not wrapped into small shapes.
+  bad(R"({"mla": {"kvLoraRank": 18446744073709551615}})", ErrorCode::InvalidArgument,
+      {"model.mla.kvLoraRank must be at most 4294967296"});
+  bad(R"({"moe": {"sharedExperts": 4294967295, "sharedFfn": 4294967296}})", ErrorCode::InvalidArgument,
+      {"model.moe.sharedExperts x model.moe.sharedFfn must be at most"});
 }

@@ -2,6 +2,7 @@
 #include "mk/workload/model_shape.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include "mk/error.hpp"
 
@@ -110,6 +111,23 @@ const char* toString(Activation a) noexcept {
 
 void validateModelShape(const ModelShape& m) {
   if (m.vocabPadMultiple == 0) bad("model.vocabPadMultiple must be >= 1 (got 0; 1 = no padding)");
+  // Head and latent dimensions are summed and multiplied by head and token counts in 64 bits: bound them so that
+  // no sum or product wraps (the parameter bound of validateWorkload then refuses what is merely too large).
+  constexpr uint64_t kMaxDim = uint64_t{1} << 32;
+  std::vector<std::pair<const char*, uint64_t>> dims = {{"model.headDim", m.explicitHeadDim}};
+  if (m.mla)
+    dims.insert(dims.end(), {{"model.mla.qLoraRank", m.mla->qLoraRank},
+                             {"model.mla.kvLoraRank", m.mla->kvLoraRank},
+                             {"model.mla.qkNopeHeadDim", m.mla->qkNopeHeadDim},
+                             {"model.mla.qkRopeHeadDim", m.mla->qkRopeHeadDim},
+                             {"model.mla.vHeadDim", m.mla->vHeadDim}});
+  if (m.moe) dims.emplace_back("model.moe.sharedFfn", m.moe->sharedFfn);
+  for (const auto& [field, v] : dims)
+    if (v > kMaxDim) bad(std::string(field) + " must be at most 4294967296 (got " + str(v) + ")");
+  const uint64_t sharedFfn = m.moe ? (m.moe->sharedFfn ? m.moe->sharedFfn : expertFfn(m)) : 0;
+  if (m.moe && dbl(m.moe->sharedExperts) * dbl(sharedFfn) > dbl(kMaxDim))
+    bad("model.moe.sharedExperts x model.moe.sharedFfn must be at most 4294967296 (got " + str(m.moe->sharedExperts) +
+        " x " + str(sharedFfn) + ")");
   if (m.mla) {
     const MlaSpec& x = *m.mla;
     const std::pair<const char*, uint64_t> required[] = {{"model.mla.kvLoraRank", x.kvLoraRank},
