@@ -464,6 +464,9 @@ void validateWorkload(const Workload& w) {
   if (l.bucketBytes < kMinBucketBytes || l.bucketBytes > kMaxBucketBytes)
     bad("layout.bucketMiB (--bucket) must be in [4 KiB, 1e6 MiB] (got " + str(l.bucketBytes) + " bytes)");
   if (l.gradDtype == DType::Float16) bad("layout.gradDtype must be float32 or bfloat16 (got float16)");
+  if (l.tpCommOverlap && l.tp > 1 && !l.sp)
+    bad("layout.tpCommOverlap needs layout.sp (sequence parallelism), as Megatron-LM's --tp-comm-overlap does");
+  requireAtLeast1("layout.overlapSms", l.overlapSms);
   checkProductsFit(w);
 }
 

@@ -202,8 +202,11 @@ void readTraining(const JsonFields& f, bool whole, TrainingSpec& t) {
 }
 
 void readLayout(const JsonFields& f, ParallelLayout& l) {
+  // clang-format off
   f.onlyKeys({"tp", "pp", "dp", "cp", "cpCommType", "cpA2aSize", "ep", "etp", "sp", "ppSchedule", "virtualStages",
-              "zero", "bucketMiB", "gradDtype", "overlapGradReduce", "overlapParamGather"});
+              "zero", "bucketMiB", "gradDtype", "overlapGradReduce", "overlapParamGather", "tpCommOverlap",
+              "overlapPpComm", "overlapMoeA2a", "overlapSms"});
+  // clang-format on
   auto c32 = [&](const char* k) { return f.count32(k); };
   auto flag = [&](const char* k) { return f.boolean(k); };
   field(f, "tp", false, l.tp, c32);
@@ -249,6 +252,10 @@ void readLayout(const JsonFields& f, ParallelLayout& l) {
   field(f, "gradDtype", false, l.gradDtype, [&](const char* k) { return dtypeField(f, k); });
   field(f, "overlapGradReduce", false, l.overlapGradReduce, flag);
   field(f, "overlapParamGather", false, l.overlapParamGather, flag);
+  field(f, "tpCommOverlap", false, l.tpCommOverlap, flag);
+  field(f, "overlapPpComm", false, l.overlapPpComm, flag);
+  field(f, "overlapMoeA2a", false, l.overlapMoeA2a, flag);
+  field(f, "overlapSms", false, l.overlapSms, c32);
 }
 
 Json parseText(const std::string& text, const std::string& where) {
@@ -316,6 +323,11 @@ std::string workloadToJson(const Workload& w, int indent) {
   }
   if (l.cpA2aSize != 0) layout["cpA2aSize"] = l.cpA2aSize;
   if (l.etp != 1) layout["etp"] = l.etp;
+  const ParallelLayout defaults;
+  if (l.tpCommOverlap != defaults.tpCommOverlap) layout["tpCommOverlap"] = l.tpCommOverlap;
+  if (l.overlapPpComm != defaults.overlapPpComm) layout["overlapPpComm"] = l.overlapPpComm;
+  if (l.overlapMoeA2a != defaults.overlapMoeA2a) layout["overlapMoeA2a"] = l.overlapMoeA2a;
+  if (l.overlapSms != defaults.overlapSms) layout["overlapSms"] = l.overlapSms;
   Json j = {{"schema", kWorkloadSchema},
             {"name", w.name},
             {"model", model},

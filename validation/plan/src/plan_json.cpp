@@ -241,6 +241,20 @@ std::string planToJson(const PlanResult& plan, const std::string& commit, int in
                             {"files", m.files},
                             {"in_sample", statsJson(m.inSample)},
                             {"leave_one_shape_out", statsJson(m.leaveOneShapeOut)}});
+  Json overlapFits = Json::array();
+  for (const OverlapFit& f : plan.overlap.fits())
+    overlapFits.push_back({{"gpu", f.gpu},
+                           {"sms", f.sms},
+                           {"phi", f.phi},
+                           {"f0", f.f0},
+                           {"records", f.records},
+                           {"shapes", f.shapes},
+                           {"files", f.files},
+                           {"in_sample", statsJson(f.inSample)},
+                           {"leave_one_shape_out", statsJson(f.leaveOneShapeOut)}});
+  j["overlap_model"] = {{"formula", "slowdown = (1 + f0) S / (S - phi c), c = layout.overlapSms"},
+                        {"note", plan.overlapNote},
+                        {"fits", overlapFits}};
   j["kernel_models"] = {{"formula", "t = c0 + flops / R + bytes / B (a term fitted to 0 is null)"},
                         {"note", plan.kernelNote},
                         {"models", kernelModels}};

@@ -93,6 +93,7 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
   out += "cluster: " + in.cluster + " (" + plan.cluster.node.gpu + ", " + std::to_string(plan.cluster.node.gpus) +
          " GPUs and " + std::to_string(plan.cluster.node.nics) + " NICs per node)\n";
   out += "profile: " + plan.profileNote + "\n";
+  if (!plan.overlapNote.empty()) out += plan.overlapNote + "\n";
   out += "kernels: " + plan.kernelNote;
   if (!plan.kernels.models().empty())
     out += " (t = c0 + flops / R + bytes / B per GPU, class, kernel, dtype and pass; plan.json kernel_models)";

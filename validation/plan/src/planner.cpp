@@ -221,6 +221,23 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
                        : std::to_string(out.kernels.models().size()) + " kernel models fitted on " +
                              std::to_string(out.kernels.records()) + " kernel records of " +
                              std::to_string(out.kernels.files().size()) + " files";
+  out.overlap = OverlapModel::fit(files, names);
+  double overlapSlowdown = 1;
+  {
+    const ParallelLayout& l = in.workload.layout;
+    if (l.tpCommOverlap || l.overlapMoeA2a || (l.overlapPpComm && l.schedule == PipelineSchedule::Interleaved)) {
+      if (out.cluster.node.sms == 0) {
+        out.overlapNote = "overlap: " + out.cluster.node.gpu +
+                          " has no SM count (node.sms): compute beside "
+                          "communication is priced at full speed";
+      } else {
+        const OverlapSlowdown sd = out.overlap.slowdown(out.cluster.node.gpu, out.cluster.node.sms, l.overlapSms);
+        overlapSlowdown = sd.factor;
+        out.overlapNote = "overlap: compute beside a " + std::to_string(l.overlapSms) + "-SM communication kernel x" +
+                          formatNumber(sd.factor, 3) + ", " + sd.source;
+      }
+    }
+  }
   try {  // the measured training steps, predicted with these models: the compute side's whole-step check
     out.steps = checkSteps(files, names, out.kernels);
   } catch (const Error& e) {
@@ -324,6 +341,7 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
       std::vector<StagePrices> prices(pd.step.stages.size());
       for (std::size_t s = 0; s < prices.size(); ++s) {
         prices[s].computeUs = pd.computeUs[s];
+        prices[s].overlapSlowdown = overlapSlowdown;
         for (const std::string& key : pd.keys[s]) {
           const CommPrice& cp = pricer.price(key);
           prices[s].commUs.push_back(cp.us);

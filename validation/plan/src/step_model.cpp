@@ -15,13 +15,14 @@ namespace {
 /// One stage's per-micro-batch sums.
 struct StageSums {
   double computeF = 0, computeB = 0;
-  double byClass[kKernelClasses] = {};               ///< computeF + computeB by kernel class
-  double step = 0;                                   ///< the per-step kernels (optimizer, gradient norm)
-  double stepByClass[kKernelClasses] = {};           ///< `step` by kernel class
-  double blocking[kPhases][2] = {};                  ///< [phase][pass] blocking communication
-  double attention[2] = {};                          ///< attention kernels per pass
-  double ring[2] = {}, ringHidden[2] = {};           ///< context parallelism's K/V ring per pass
-  double hiddenTp = 0;                               ///< fused: the collectives' layered time hidden in the fused ops
+  double byClass[kKernelClasses] = {};      ///< computeF + computeB by kernel class
+  double step = 0;                          ///< the per-step kernels (optimizer, gradient norm)
+  double stepByClass[kKernelClasses] = {};  ///< `step` by kernel class
+  double blocking[kPhases][2] = {};         ///< [phase][pass] blocking communication
+  double attention[2] = {};                 ///< attention kernels per pass
+  double ring[2] = {}, ringHidden[2] = {};  ///< context parallelism's K/V ring per pass
+  double hiddenTp = 0;          ///< the TP collectives' layered time hidden in fused ops or by tpCommOverlap
+  double hidden[kPhases] = {};  ///< pipeline and expert-parallel communication hidden by the overlap flags
   double prefetch[2] = {}, prefetchExposed[2] = {};  ///< ZeRO 3 per pass
   /// Gradient buckets of one step, in order, as runs of equal buckets (count, us each): a step may have billions of
   /// them (a vocabulary of 2^40 in 25 MiB buckets), one double each took gigabytes.
@@ -38,8 +39,39 @@ struct StageSums {
 
 int passIdx(Pass p) { return p == Pass::Forward ? 0 : 1; }
 
+/// Communication of `comm` us beside compute of `compute` us, which runs `slow` times slower while both run (the
+/// overlap model): the time of both. The compute progresses comm / slow while the communication lasts; a
+/// communication longer than the slowed compute sets the time alone.
+double beside(double compute, double comm, double slow) {
+  if (comm >= compute * slow) return comm;
+  return compute + comm * (1 - 1 / slow);
+}
+
+/// The layered side's overlap flags of a stage's sums (docs/planner.md, "Overlap"): the interleaved schedule's
+/// pipeline sends beside each pass's compute, and the MoE all-to-alls of one micro-batch beside the other
+/// micro-batch's compute (combined 1F1B: a forward pass and a backward pass run together).
+void overlapPhases(const ParallelLayout& l, double slow, StageSums& s) {
+  const int pp = static_cast<int>(Phase::Pp), ep = static_cast<int>(Phase::Ep);
+  if (l.overlapPpComm && l.schedule == PipelineSchedule::Interleaved) {
+    const double compute[2] = {s.computeF, s.computeB};
+    for (int p = 0; p < 2; ++p) {
+      const double comm = s.blocking[pp][p];
+      const double exposed = beside(compute[p], comm, slow) - compute[p];
+      s.blocking[pp][p] = exposed;
+      s.hidden[pp] += comm - exposed;
+    }
+  }
+  const double a2a = s.blocking[ep][0] + s.blocking[ep][1];
+  if (l.overlapMoeA2a && a2a > 0) {
+    const double compute = s.computeF + s.computeB;
+    const double exposed = beside(compute, a2a, slow) - compute;
+    for (int p = 0; p < 2; ++p) s.blocking[ep][p] *= exposed / a2a;
+    s.hidden[ep] += a2a - exposed;
+  }
+}
+
 /// `ringRanks`: context parallelism's K/V ring (cpRingRanks).
-StageSums sumStage(const StageLowering& st, const StagePrices& pr, uint32_t ringRanks) {
+StageSums sumStage(const Workload& w, const StageLowering& st, const StagePrices& pr, uint32_t ringRanks) {
   if (pr.computeUs.size() != st.compute.size() || pr.commUs.size() != st.comm.size() ||
       (!pr.fusedUs.empty() && pr.fusedUs.size() != st.fused.size()))
     throw Error(ErrorCode::InvalidArgument,
@@ -56,7 +88,12 @@ StageSums sumStage(const StageLowering& st, const StagePrices& pr, uint32_t ring
     if (op.cls == KernelClass::Attention) s.attention[passIdx(op.pass)] += us;
     s.byClass[static_cast<int>(op.cls)] += us;
   };
-  if (!pr.fusedUs.empty()) {
+  // The fused variant prices each (GEMM, collective) pair as our fused operator; the layered one with
+  // tpCommOverlap as userbuffers runs it: tp chunks of the collective pipelined with the GEMM's chunks, the GEMM
+  // slowed while the communication runs, one chunk of the shorter not hidden (the first chunk gathered before
+  // the GEMM starts, or the last one reduced after it ends).
+  const bool fusedVariant = !pr.fusedUs.empty();
+  if (fusedVariant || w.layout.tpCommOverlap) {
     for (std::size_t f = 0; f < st.fused.size(); ++f) {
       const FusedCandidate& fc = st.fused[f];
       const ComputeOp& g = st.compute[fc.compute];
@@ -64,8 +101,11 @@ StageSums sumStage(const StageLowering& st, const StagePrices& pr, uint32_t ring
       computeFused[fc.compute] = true;
       commFused[fc.comm] = true;
       const double gemm = pr.computeUs[fc.compute] * g.times;
-      const double fused = pr.fusedUs[f] * c.times;
       const double layeredComm = pr.commUs[fc.comm] * c.times;
+      const double chunks = std::max<uint32_t>(1, w.layout.tp);
+      const double fused = fusedVariant
+                               ? pr.fusedUs[f] * c.times
+                               : beside(gemm, layeredComm, pr.overlapSlowdown) + std::min(gemm, layeredComm) / chunks;
       addCompute(g, std::min(gemm, fused));
       const double exposed = std::max(0.0, fused - gemm);
       s.blocking[static_cast<int>(Phase::Tp)][passIdx(c.pass)] += exposed;
@@ -94,6 +134,7 @@ StageSums sumStage(const StageLowering& st, const StagePrices& pr, uint32_t ring
     s.blocking[static_cast<int>(Phase::Cp)][p] += exposed;
     s.ringHidden[p] = s.ring[p] - exposed;
   }
+  if (!fusedVariant) overlapPhases(w.layout, pr.overlapSlowdown, s);
   // ZeRO 3: a layer's gather runs while the previous layer computes; what the pass's compute cannot cover waits.
   s.prefetchExposed[0] = std::max(0.0, s.prefetch[0] - s.computeF);
   s.prefetchExposed[1] = std::max(0.0, s.prefetch[1] - s.computeB);
@@ -129,7 +170,8 @@ StepBreakdown composeStep(const Workload& w, const StepLowering& step, const std
                                                 std::to_string(step.stages.size()) + " stages");
   std::vector<StageSums> sums;
   const uint32_t ringRanks = cpRingRanks(w.layout);
-  for (std::size_t s = 0; s < step.stages.size(); ++s) sums.push_back(sumStage(step.stages[s], prices[s], ringRanks));
+  for (std::size_t s = 0; s < step.stages.size(); ++s)
+    sums.push_back(sumStage(w, step.stages[s], prices[s], ringRanks));
   uint32_t c = 0;
   for (uint32_t s = 1; s < sums.size(); ++s)
     if (sums[s].F() + sums[s].B() > sums[c].F() + sums[c].B()) c = s;
@@ -152,6 +194,8 @@ StepBreakdown composeStep(const Workload& w, const StepLowering& step, const std
   for (int ph = 0; ph < kPhases; ++ph) phases[ph]->exposedUs = m * (cs.blocking[ph][0] + cs.blocking[ph][1]);
   b.cp.hiddenUs = m * (cs.ringHidden[0] + cs.ringHidden[1]);
   b.tp.hiddenUs = m * cs.hiddenTp;
+  b.pp.hiddenUs = m * cs.hidden[static_cast<int>(Phase::Pp)];
+  b.ep.hiddenUs = m * cs.hidden[static_cast<int>(Phase::Ep)];
   b.dp.exposedUs += m * (cs.prefetchExposed[0] + cs.prefetchExposed[1]);
   b.dp.hiddenUs += m * (cs.prefetch[0] + cs.prefetch[1] - cs.prefetchExposed[0] - cs.prefetchExposed[1]);
   b.bubbleUs = bubbleFactor * perMb;

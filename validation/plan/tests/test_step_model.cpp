@@ -7,6 +7,7 @@
 #include <ctime>
 #include <vector>
 
+#include "mk/error.hpp"
 #include "mk/plan/step_model.hpp"
 #include "mk/workload/lowering.hpp"
 #include "mk/workload/workload.hpp"
@@ -199,4 +200,82 @@ TEST_CASE("step model: context parallelism's K/V ring hides behind (cp - 1) / cp
   const StepBreakdown bg = composeStep(w, g, flatPrices(g, 1.0, 1.0, Phase::Cp));
   CHECK(bg.cp.exposedUs == doctest::Approx(m * 3 * layers));
   CHECK(bg.cp.hiddenUs == 0);
+}
+
+namespace {
+
+/// beside(): the communication beside compute that runs `slow` times slower meanwhile (step_model.cpp).
+double besideUs(double compute, double comm, double slow) {
+  return comm >= compute * slow ? comm : compute + comm * (1 - 1 / slow);
+}
+
+}  // namespace
+
+TEST_CASE("step model: tpCommOverlap prices each GEMM and collective as userbuffers' chunked pipeline") {
+  Workload w = small(8, 1);
+  w.layout.tpCommOverlap = true;
+  const StepLowering s = lowerStep(w, resolveLayout(w, 8));
+  for (const double comm : {5.0, 0.5}) {
+    auto prices = flatPrices(s, 1.0, comm, Phase::Tp);
+    prices[0].overlapSlowdown = 1.2;
+    const StepBreakdown b = composeStep(w, s, prices);
+    double exposed = 0, hidden = 0;
+    for (const FusedCandidate& f : s.stages[0].fused) {
+      const double g = 1.0 * s.stages[0].compute[f.compute].times, c = comm * s.stages[0].comm[f.comm].times;
+      const double e = besideUs(g, c, 1.2) + std::min(g, c) / 8 - g;
+      exposed += e;
+      hidden += c - e;
+    }
+    CHECK(b.tp.exposedUs == doctest::Approx(64 * exposed));
+    CHECK(b.tp.hiddenUs == doctest::Approx(64 * hidden));
+    CHECK(sumOfParts(b) == doctest::Approx(b.stepUs));
+  }
+  // Megatron-LM refuses --tp-comm-overlap without sequence parallelism; so does the workload.
+  w.layout.sp = false;
+  CHECK_THROWS_WITH_AS(validateWorkload(w), doctest::Contains("layout.tpCommOverlap needs layout.sp"), Error);
+}
+
+TEST_CASE("step model: overlapPpComm hides the interleaved schedule's sends behind the slowed compute") {
+  Workload w = small(1, 4);
+  w.layout.schedule = PipelineSchedule::Interleaved;
+  w.layout.virtualStages = 2;
+  w.layout.overlapPpComm = false;
+  const StepLowering s = lowerStep(w, resolveLayout(w, 4));
+  auto prices = flatPrices(s, 1.0, 0.001, Phase::Pp);
+  const StepBreakdown off = composeStep(w, s, prices);
+  REQUIRE(off.pp.exposedUs > 0);
+  w.layout.overlapPpComm = true;
+  for (auto& p : prices) p.overlapSlowdown = 1.5;
+  const StepBreakdown on = composeStep(w, s, prices);
+  // Sends shorter than the pass: a third of each (1 - 1 / 1.5) is the compute's slowdown while they run.
+  CHECK(on.pp.exposedUs == doctest::Approx(off.pp.exposedUs / 3));
+  CHECK(on.pp.hiddenUs == doctest::Approx(off.pp.exposedUs * 2 / 3));
+  // The 1F1B schedule keeps its sends blocking, as Megatron-LM's overlap_p2p_comm applies to interleaving only.
+  w.layout.schedule = PipelineSchedule::OneFOneB;
+  w.layout.virtualStages = 1;
+  const StepLowering s1 = lowerStep(w, resolveLayout(w, 4));
+  const StepBreakdown plain = composeStep(w, s1, flatPrices(s1, 1.0, 0.001, Phase::Pp));
+  CHECK(plain.pp.hiddenUs == 0);
+}
+
+TEST_CASE("step model: overlapMoeA2a hides the all-to-alls behind the other micro-batch's compute") {
+  Workload w = workloadPreset("mixtral-8x22b");
+  w.model.layers = 2;
+  w.layout = ParallelLayout{};
+  w.layout.ep = 2;
+  w.layout.zero = 0;
+  w.training.microBatch = 1;
+  w.training.globalBatch = 4;
+  const StepLowering s = lowerStep(w, resolveLayout(w, 2));
+  const StepBreakdown off = composeStep(w, s, flatPrices(s, 1.0, 1e6, Phase::Ep));
+  REQUIRE(off.ep.exposedUs > 0);
+  w.layout.overlapMoeA2a = true;
+  auto prices = flatPrices(s, 1.0, 1e6, Phase::Ep);
+  prices[0].overlapSlowdown = 1.1;
+  const StepBreakdown on = composeStep(w, s, prices);
+  // All-to-alls far longer than the compute: the compute hides under them, the step is the communication.
+  const double computeMb = (on.computeUs - on.optimizerUs) / s.layout.microBatches;
+  CHECK(on.ep.exposedUs == doctest::Approx(off.ep.exposedUs - s.layout.microBatches * computeMb));
+  CHECK(on.ep.hiddenUs == doctest::Approx(s.layout.microBatches * computeMb));
+  CHECK(sumOfParts(on) == doctest::Approx(on.stepUs));
 }

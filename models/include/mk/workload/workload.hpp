@@ -165,6 +165,19 @@ struct ParallelLayout {
   DType gradDtype = DType::Float32;            ///< element type gradients are reduced in
   bool overlapGradReduce = true;               ///< gradient buckets reduced while the last backward pass runs
   bool overlapParamGather = false;             ///< ZeRO 1/2: the parameter all-gather overlaps the next forward pass
+  /// Tensor-parallel communication overlapped with the GEMM next to it on the layered side (Megatron-LM's
+  /// --tp-comm-overlap, Transformer Engine's userbuffers: the collective split into tp chunks pipelined with the
+  /// GEMM's chunks). Off by default, as in Megatron-LM; needs sequence parallelism, as there.
+  bool tpCommOverlap = false;
+  /// The interleaved schedule's pipeline sends and receives overlapped with compute (Megatron-LM's
+  /// overlap_p2p_comm, on by default; it applies to the interleaved schedule only).
+  bool overlapPpComm = true;
+  /// MoE: the expert-parallel all-to-alls of one micro-batch overlapped with the other micro-batch's compute
+  /// (Megatron-LM's --overlap-moe-expert-parallel-comm, the combined 1F1B schedule; off by default).
+  bool overlapMoeA2a = false;
+  /// SMs a communication kernel holds while it runs beside compute (Transformer Engine's userbuffers default
+  /// num_sm for pipelined overlap); the compute beside it slows down as the overlap model says.
+  uint32_t overlapSms = 16;
 };
 
 /// A training step to plan.

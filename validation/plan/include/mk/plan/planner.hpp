@@ -17,6 +17,7 @@
 #include "mk/plan/fused.hpp"
 #include "mk/plan/gemm_model.hpp"
 #include "mk/plan/kernel_model.hpp"
+#include "mk/plan/overlap_model.hpp"
 #include "mk/plan/step_check.hpp"
 #include "mk/plan/step_model.hpp"
 #include "mk/plan/what_if.hpp"
@@ -141,6 +142,10 @@ struct PlanResult {
   std::string gemmNote;    ///< which records, or why none
   KernelModels kernels;    ///< every kernel model of the measured folder, fitted once per run
   std::string kernelNote;  ///< which records, or why none
+  OverlapModel overlap;    ///< compute beside communication, fitted once per run (kernel-overlap records)
+  /// The layered overlap flags' slowdown of compute (layout.overlapSms on this GPU) and its source; empty when the
+  /// layout overlaps nothing.
+  std::string overlapNote;
   /// The measured training steps of the measured folder predicted by this planner (step_check.hpp); nullopt when
   /// the folder has none.
   std::optional<StepCheckResult> steps;

@@ -10,7 +10,11 @@
 // per-step kernels (optimizer, gradient norm); what the last of them adds is exposed. ZeRO 1/2 then gathers
 // the updated parameters (exposed, or hidden behind the next step's first forward with overlapParamGather).
 // In the fused variant a (GEMM, collective) pair costs the fused operator's time: its GEMM's layered time counts
-// as compute and the rest as exposed tensor-parallel communication.
+// as compute and the rest as exposed tensor-parallel communication. The layered variant's overlap flags hide
+// communication behind compute that runs slower meanwhile (StagePrices::overlapSlowdown; docs/planner.md,
+// "Overlap"): tpCommOverlap prices each (GEMM, collective) pair as userbuffers' chunked pipeline, overlapPpComm
+// (interleaved schedule) the pipeline sends beside each pass, overlapMoeA2a the all-to-alls beside the other
+// micro-batch's compute.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +31,10 @@ struct StagePrices {
   std::vector<double> commUs;     ///< parallel to StageLowering::comm: one run
   /// Parallel to StageLowering::fused: the fused operator's time for one run. Empty: the layered variant.
   std::vector<double> fusedUs;
+  /// Compute beside a communication kernel of layout.overlapSms SMs: how much slower it runs (OverlapModel). The
+  /// layered variant's overlap flags (tpCommOverlap, overlapPpComm, overlapMoeA2a) slow the compute they hide
+  /// communication behind by it.
+  double overlapSlowdown = 1;
 };
 
 /// Communication of one parallel dimension on the step's critical path, and what overlap hid.
