@@ -219,6 +219,12 @@ TEST_CASE("model shape: JSON fields round-trip, the old gatedMlp is read, bad fi
       R"({"preset": "llama3.1-8b", "model": {"slidingWindow": 4096, "slidingWindowPattern": 6, "headDim": 64}})");
   CHECK(sw.model.slidingPattern == std::vector<uint8_t>{1, 1, 1, 1, 1, 0});
   CHECK(sw.model.headDim() == 64);
+  const Workload list = workloadFromJson(
+      R"({"preset": "llama3.1-8b", "model": {"slidingWindow": 4096, "slidingWindowPattern": ["sliding", "full", "full"]}})");
+  CHECK(list.model.slidingPattern == std::vector<uint8_t>{1, 0, 0});
+  // A dump without an explicit head dim keeps none: an edited hidden size then gives hidden / heads.
+  Workload edited = workloadFromJson(workloadToJson(workloadPreset("llama3.1-8b")));
+  CHECK(edited.model.explicitHeadDim == 0);
   auto bad = [](const std::string& model, ErrorCode code, const std::vector<std::string>& parts) {
     expectError([&] { workloadFromJson(R"({"preset": "deepseek-v3", "model": )" + model + "}"); }, code, parts);
   };

@@ -271,20 +271,19 @@ std::string workloadToJson(const Workload& w, int indent) {
                 {"ffn", m.ffn},
                 {"heads", m.heads},
                 {"kvHeads", m.kvHeads},
-                {"headDim", m.headDim()},
                 {"vocab", m.vocab},
                 {"vocabPadMultiple", m.vocabPadMultiple},
                 {"tiedEmbeddings", m.tiedEmbeddings},
                 {"activation", toString(m.activation)},
                 {"slidingWindow", m.slidingWindow}};
   if (m.mla) {
-    model.erase("headDim");
     model["mla"] = {{"qLoraRank", m.mla->qLoraRank},
                     {"kvLoraRank", m.mla->kvLoraRank},
                     {"qkNopeHeadDim", m.mla->qkNopeHeadDim},
                     {"qkRopeHeadDim", m.mla->qkRopeHeadDim},
                     {"vHeadDim", m.mla->vHeadDim}};
   }
+  if (m.explicitHeadDim) model["headDim"] = m.explicitHeadDim;  // absent: hidden / heads, as the model's edits say
   if (!m.slidingPattern.empty()) {
     Json pattern = Json::array();
     for (uint8_t windowed : m.slidingPattern) pattern.push_back(windowed ? "sliding" : "full");
