@@ -126,7 +126,8 @@ TEST_CASE("import: Megatron-LM arguments become model, training and layout, with
     --num-layers-per-virtual-pipeline-stage 2 --sequence-parallel --use-distributed-optimizer
     --recompute-granularity selective --recompute-modules core_attn layernorm
     --bf16 --swiglu --untie-embeddings-and-output-weights --vocab-size 32000 --make-vocab-size-divisible-by 64
-    --overlap-grad-reduce --lr 3e-4 --seed=1234 --data-path 0.5 a 0.5 b)",
+    --overlap-grad-reduce --tp-comm-overlap --no-overlap-p2p-communication
+    --lr 3e-4 --seed=1234 --data-path 0.5 a 0.5 b)",
                                   &ignored);
   const ModelShape& m = w.model;
   CHECK(m.layers == 8);
@@ -154,6 +155,9 @@ TEST_CASE("import: Megatron-LM arguments become model, training and layout, with
   CHECK(l.zero == 1);
   CHECK(l.overlapGradReduce);
   CHECK_FALSE(l.overlapParamGather);
+  CHECK(l.tpCommOverlap);
+  CHECK_FALSE(l.overlapPpComm);
+  CHECK_FALSE(l.overlapMoeA2a);
   CHECK(ignored == std::vector<std::string>{"--lr", "--seed", "--data-path"});
 
   // Absent flags are Megatron-LM's defaults: GeLU, tied embeddings, no SP, no distributed optimizer, MoE top 2.
@@ -172,6 +176,12 @@ TEST_CASE("import: Megatron-LM arguments become model, training and layout, with
   CHECK(d.layout.zero == 0);
   CHECK(d.training.fp8);
   CHECK(d.training.recompute == Recompute::Full);
+  CHECK_FALSE(d.layout.tpCommOverlap);
+  CHECK(d.layout.overlapPpComm);  // Megatron-LM's default (interleaved schedules only)
+  CHECK(
+      fromMegatron("--num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --micro-batch-size 1 "
+                   "--global-batch-size 8 --vocab-size 1000 --bf16 --num-experts 4 --overlap-moe-expert-parallel-comm")
+          .layout.overlapMoeA2a);
 }
 
 TEST_CASE("import: Megatron-LM arguments that are unknown or not expressible exit as errors naming them") {

@@ -111,7 +111,10 @@ const std::set<std::string> kMegatronFlags = {"--sequence-parallel",
                                               "--untie-embeddings-and-output-weights",
                                               "--group-query-attention",
                                               "--overlap-grad-reduce",
-                                              "--overlap-param-gather"};
+                                              "--overlap-param-gather",
+                                              "--tp-comm-overlap",
+                                              "--no-overlap-p2p-communication",
+                                              "--overlap-moe-expert-parallel-comm"};
 
 /// `--key value...` pairs in order; a flag has no value, other arguments take every following token up to the next
 /// one starting with "--".
@@ -290,8 +293,12 @@ void applyMegatronArgs(Workload& w, const std::string& text, const std::string& 
   l.zero = has("--use-distributed-optimizer") ? 1 : 0;
   l.overlapGradReduce = has("--overlap-grad-reduce");
   l.overlapParamGather = has("--overlap-param-gather");
+  l.tpCommOverlap = has("--tp-comm-overlap");
+  l.overlapPpComm = !has("--no-overlap-p2p-communication");  // on by default (interleaved schedule only)
+  l.overlapMoeA2a = has("--overlap-moe-expert-parallel-comm");
   for (const char* k :
-       {"--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"})
+       {"--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
+        "--tp-comm-overlap", "--no-overlap-p2p-communication", "--overlap-moe-expert-parallel-comm"})
     take(k);
   if (has("--tensor-model-parallel-size")) l.tp = count32("--tensor-model-parallel-size");
   if (has("--pipeline-model-parallel-size")) l.pp = count32("--pipeline-model-parallel-size");
