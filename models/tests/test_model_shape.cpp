@@ -204,8 +204,16 @@ TEST_CASE("model shape: non-gated activations have two MLP matrices and their ow
   CHECK(findOp(s, "mlp-act")->kernel == "squared-relu");
   CHECK(findOp(s, "attn-norm")->kernel == "layernorm");
   CHECK(layerParams(w.model, 1).mlp == 2.0 * 64 * 32);
+  // One sequence of 32 tokens, bf16: squared ReLU reads and writes T x f, 2 FLOPs an element (3 backward).
+  CHECK(findOp(s, "mlp-act")->bytes == 2.0 * 2 * 32 * 32);
+  CHECK(findOp(s, "mlp-act")->flops == 2.0 * 32 * 32);
+  CHECK(findOp(s, "mlp-act.bwd")->flops == 3.0 * 32 * 32);
   w.model.activation = Activation::GeGlu;
-  CHECK(findOp(lowerOne(w), "mlp-up")->n == 64);
+  const StageLowering g = lowerOne(w);
+  CHECK(findOp(g, "mlp-up")->n == 64);
+  // GeGLU is gated: gate and up (2f) read, f written, as SwiGLU; gelu on the gate and the product: 9 FLOPs.
+  CHECK(findOp(g, "mlp-act")->bytes == 2.0 * 32 * 64 + 2.0 * 32 * 32);
+  CHECK(findOp(g, "mlp-act")->flops == 9.0 * 32 * 32);
 }
 
 TEST_CASE("model shape: JSON fields round-trip, the old gatedMlp is read, bad fields are named") {

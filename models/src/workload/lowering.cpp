@@ -229,12 +229,15 @@ class StageBuilder {
         return;
       }
       case KernelClass::Activation:
-        if (op.kernel == "swiglu") {  // hidden = gate + up = 2 f
+        if (op.kernel == "swiglu" || op.kernel == "geglu") {  // hidden = gate + up = 2 f
           const double f = h / 2;
-          op.flops = (grad ? 10 : 5) * t * f;
+          // geglu: gelu's 8 (12 backward) per gate element, and the product with up (2 more backward).
+          op.flops = op.kernel == "swiglu" ? (grad ? 10 : 5) * t * f : (grad ? 14 : 9) * t * f;
           op.bytes = grad ? e * t * f + 2 * e * t * h : e * t * h + e * t * f;
         } else {
-          op.flops = (grad ? 12 : 8) * t * h;
+          // squared-relu: max and square (compare and two products backward); gelu: its tanh form.
+          const bool sq = op.kernel == "squared-relu";
+          op.flops = (grad ? (sq ? 3 : 12) : (sq ? 2 : 8)) * t * h;
           op.bytes = (grad ? 3 : 2) * e * t * h;
         }
         return;

@@ -43,7 +43,7 @@ enum class KernelClass : uint8_t {
   Gemm,
   Attention,
   Norm,        ///< rmsnorm / layernorm: tokens, hidden
-  Activation,  ///< swiglu / gelu: tokens, hidden = the activation's input width per GPU
+  Activation,  ///< swiglu / geglu / gelu / squared-relu: tokens, hidden = the activation's input width per GPU
   Rotary,      ///< rope on q and k: tokens, heads (q + k heads per GPU), headDim
   Residual,    ///< add: tokens, hidden
   Loss,        ///< cross-entropy over the logits: tokens, vocab (per GPU)
