@@ -122,9 +122,11 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
   for (const VariantResult& v : plan.variants) {
     if (brief && &v != &plan.variants.front()) break;
     out += "\n== " + v.name + "\n";
-    out +=
-        "   GPUs nodes  tp/pp/dp/ep   mb      step   compute  TP expos  EP expos  PP expos  DP expos    bubble"
-        "   tokens/s   MFU scaling  confidence (v/e/n %)\n";
+    // Context parallelism's column only where a scale runs it (the tables of other layouts read as before).
+    bool anyCp = false;
+    for (const ScaleResult& s : v.scales) anyCp = anyCp || (s.feasible && s.layout.cp > 1);
+    out += std::string("   GPUs nodes  tp/pp/dp/ep   mb      step   compute  TP expos  EP expos  PP expos  DP expos") +
+           (anyCp ? "  CP expos" : "") + "    bubble   tokens/s   MFU scaling  confidence (v/e/n %)\n";
     for (const ScaleResult& s : v.scales) {
       if (!s.feasible) {
         out += pad(std::to_string(s.gpus), 7) + "  not feasible: " + s.reason + "\n";
@@ -139,10 +141,11 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
              pad(std::to_string(r.microBatches), 5) + pad(duration("step", b.stepUs), 10) +
              pad(duration("compute", b.computeUs), 10) + pad(duration("TP exposed", b.tp.exposedUs), 10) +
              pad(duration("EP exposed", b.ep.exposedUs), 10) + pad(duration("PP exposed", b.pp.exposedUs), 10) +
-             pad(duration("DP exposed", b.dp.exposedUs), 10) + pad(duration("bubble", b.bubbleUs), 10) +
-             pad(fmt("tokens/s", "%.4g", s.tokensPerS), 11) + pad(pct("MFU", s.mfu), 6) +
-             pad(pct("scaling", s.scalingEfficiency), 8) + "  " + pad(shares(s), 8, false) + " " + mark(s.status) +
-             (s.hasNoise ? "  goodput " + pct("goodput", s.noise.goodput) : "") +
+             pad(duration("DP exposed", b.dp.exposedUs), 10) +
+             (anyCp ? pad(duration("CP exposed", b.cp.exposedUs), 10) : std::string()) +
+             pad(duration("bubble", b.bubbleUs), 10) + pad(fmt("tokens/s", "%.4g", s.tokensPerS), 11) +
+             pad(pct("MFU", s.mfu), 6) + pad(pct("scaling", s.scalingEfficiency), 8) + "  " + pad(shares(s), 8, false) +
+             " " + mark(s.status) + (s.hasNoise ? "  goodput " + pct("goodput", s.noise.goodput) : "") +
              (s.memoryCapacity > 0 && s.memory.total() > s.memoryCapacity
                   ? "  (does not fit: " + formatBytes(s.memory.total()) + " per GPU)"
                   : "") +

@@ -162,7 +162,7 @@ quick=("${tiny[@]}" --gpus 16 --measured none --cache none -q)
 # a preset with 4 NICs per GPU plans (its baseline blamed a what-if never given), and so does more NICs per GPU
 expect 0 'distinct collectives' -- "${quick[@]}" --cluster cloud-efa-32x100 --what-if nics=64
 # context parallelism plans: its groups are placed and its ring simulated
-expect 0 'distinct collectives' -- "${quick[@]}" --cluster dgx-h200 --cp 2
+expect 0 'DP expos  CP expos' -- "${tiny[@]}" --gpus 16 --measured none --cache none --cluster dgx-h200 --cp 2
 # the calibrated profile's fractions go to each cluster's own links: TCP NICs and A100 nodes plan unlike DGX H100
 for c in dgx-h100 cloud-tcp-8x200 a100-8x200; do "${quick[@]}" --cluster "$c" --json "$work/$c.json" >/dev/null 2>&1; done
 step() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["variants"][0]["scales"][0]["layered"]["step_us"])' "$1"; }
