@@ -179,7 +179,7 @@ TEST_CASE("model shape: first dense layers, MoE frequency and shared experts fol
         4 * (lp.attention + lp.norms + lp.mlp) + 2 * (layerMoe + 4 * lp.expert) + 2 * 128 * 64 + 64);
 }
 
-TEST_CASE("model shape: the vocabulary is padded as Megatron-LM pads it; tied embeddings count once") {
+TEST_CASE("model shape: the vocabulary is padded as Megatron-LM pads it, tied embeddings count once") {
   const Workload g = workloadPreset("gpt3-175b");
   CHECK(paddedVocab(g.model, 1) == 50304);
   CHECK(paddedVocab(g.model, 8) == 51200);  // ceil(50257 / 1024) x 1024
