@@ -42,6 +42,15 @@ TEST_CASE("size: negative fractional garbage and overflowing sizes are rejected"
   requireBadSize("20000000000T", "too large");
 }
 
+TEST_CASE("size: a lower-case b is a bit and refused, not read as bytes") {
+  for (const char* text : {"1Gb", "1gb", "8Mib", "64Kb", "512b"}) {
+    CAPTURE(text);
+    requireBadSize(text, "a lower-case b is a bit, not a byte");
+  }
+  CHECK(mk::parseSize("1GB") == 1ull << 30);
+  CHECK(mk::parseSize("1gB") == 1ull << 30);
+}
+
 TEST_CASE("size: a size is one word: spaces anywhere are refused") {
   for (const char* text : {"1 K B", "1 KiB", " 8", "8 ", "6 4K", "1\tK", " "}) {
     CAPTURE(text);

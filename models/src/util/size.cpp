@@ -29,6 +29,10 @@ uint64_t parseSize(std::string_view text) {
     if (value > (std::numeric_limits<uint64_t>::max() - digit) / 10) throw fail("too large");
     value = value * 10 + digit;
   }
+  // A lower-case b is a bit (1Gb = 1 gigabit, network speeds): refused rather than read as GiB, eight times too
+  // much. Converting would guess the writer meant bits; a size is bytes, so the writer says so.
+  if (i < text.size() && text.back() == 'b')
+    throw fail("a lower-case b is a bit, not a byte: write B for bytes (1GB, 1GiB) or give bits / 8");
   std::string suffix;
   for (; i < text.size(); ++i) suffix += static_cast<char>(std::toupper(static_cast<unsigned char>(text[i])));
   unsigned shift = 0;

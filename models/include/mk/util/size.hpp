@@ -10,7 +10,8 @@
 namespace mk {
 
 /// Parse a byte size: digits with an optional binary suffix K/Ki/KiB/KB, M.., G.., T.. (all powers of 1024;
-/// "B" alone allowed; one word: no spaces, "1 KiB" included). Throws Error(InvalidArgument) for empty, negative,
+/// "B" alone allowed; one word: no spaces, "1 KiB" included). A lower-case "b" is a bit ("1Gb") and refused.
+/// Throws Error(InvalidArgument) for empty, negative,
 /// fractional, spaced, garbage or overflowing input, naming the text.
 uint64_t parseSize(std::string_view text);
 
