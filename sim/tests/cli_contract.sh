@@ -213,5 +213,8 @@ bad "--bogus" -- "$tool" --bogus
 # a newline in a value is escaped in the one error line; an empty path is an error, not "no output"
 bad 'unknown --op .all\\nreduce.' -- "$tool" --op $'all\nreduce'
 expect 2 '^mk-sim: error: --trace: must not be empty' -- "$tool" --bytes 1K --trace ''
+# Without --algo, the engine's choice ("auto", policy.hpp), not a flat ring; a lower-case b is a bit, refused.
+expect 0 '^auto: hierarchical' -- "$tool" --op allreduce --cluster dgx-h100 --nodes 2 --bytes 1M
+expect 2 "^mk-sim: error: .*bad size '1Gb': a lower-case b is a bit" -- "$tool" --bytes 1Gb
 
 cli_summary

@@ -446,6 +446,9 @@ int main(int argc, char** argv) {
       "Exit codes: 0 success, 1 internal failure (the simulation process died), 2 bad input (or above\n"
       "--max-memory), 5 out of memory.",
       "mk-sim"};
+  // Without --algo a collective runs what the engine runs for it: "auto" (chooseAlgorithm, policy.hpp), not a
+  // flat ring, so that mk-sim's answer is the engine's.
+  o.coll.algo = "auto";
   mk::cli::addCollectiveOptions(app, o.coll);
   app.get_option("--nodes")->description(
       "nodes of the cluster (default: the preset's, enough for --ranks, or enough for --schedule)");
