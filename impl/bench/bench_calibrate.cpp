@@ -422,7 +422,8 @@ int calibrateMain(int argc, char** argv, const std::string& command) {
   CalibArgs a;
   CLI::App app{
       "mk-bench calibrate: micro-benchmarks of the engine on 2 GPUs of one node, for mk-calibrate "
-      "(records: docs/calibration.md)"};
+      "(records: docs/calibration.md)",
+      "mk-bench calibrate"};
   app.add_option("--json", a.json, "write the calibration records (mkernel.measurement.v1)");
   app.add_option("-b,--minbytes", a.minSize, "smallest NVLink message (K/M/G binary suffixes)");
   app.add_option("-e,--maxbytes", a.maxSize, "largest message");

@@ -342,7 +342,8 @@ int calibrateNetworkMain(int argc, char** argv, const std::string& command) {
   NetArgs a;
   CLI::App app{
       "mk-bench calibrate-network: the inter-node micro-benchmarks (calib-proxy, calib-put-network) for "
-      "mk-calibrate, run as 2 rank processes on 2 nodes (docs/calibration.md)"};
+      "mk-calibrate, run as 2 rank processes on 2 nodes (docs/calibration.md)",
+      "mk-bench calibrate-network"};
   app.add_option("--json", a.json, "write the calibration records (mkernel.measurement.v1; rank 0 writes)");
   app.add_option("-b,--minbytes", a.minSize, "smallest ProxyPut (K/M/G binary suffixes)");
   app.add_option("-e,--maxbytes", a.maxSize, "largest ProxyPut");

@@ -443,7 +443,8 @@ int runFused(const FusedArgs& a, const std::string& command) {
 int fusedMain(int argc, char** argv, const std::string& command) {
   FusedArgs a;
   a.op = argv[0];
-  CLI::App app{"mk-bench " + a.op + ": the fused operator against cuBLASLt GEMM + the collective, in the same run"};
+  CLI::App app{"mk-bench " + a.op + ": the fused operator against cuBLASLt GEMM + the collective, in the same run",
+               "mk-bench " + a.op};
   app.add_option("-b,--minsize", a.minB, "smallest b (M = N = b, K = b / 2)");
   app.add_option("-e,--maxsize", a.maxB, "largest b");
   app.add_option("-f,--stepfactor", a.factor, "b multiplication factor");

@@ -354,7 +354,8 @@ Result runShape(const GemmArgs& a, const Shape& s, CublasLt& lt, cudaStream_t st
 
 int gemmMain(int argc, char** argv, const std::string& command) {
   GemmArgs a;
-  CLI::App app{"mk-bench gemm: the Hopper GEMM engine (wgmma + TMA, persistent CTAs) against cuBLASLt, on GPU 0"};
+  CLI::App app{"mk-bench gemm: the Hopper GEMM engine (wgmma + TMA, persistent CTAs) against cuBLASLt, on GPU 0",
+               "mk-bench gemm"};
   app.add_option("-m", a.m, "rows of A and C");
   app.add_option("-n", a.n, "columns of B and C");
   app.add_option("-k", a.k, "columns of A, rows of B");

@@ -328,7 +328,8 @@ int soakMain(int argc, char** argv, const std::string& command) {
   SoakArgs a;
   CLI::App app{
       "mk-bench soak: mixed back-to-back collectives for a given time, some checked element-wise, with host "
-      "and GPU memory sampled every 5 s; exit 1 on a wrong element or memory that grows"};
+      "and GPU memory sampled every 5 s; exit 1 on a wrong element or memory that grows",
+      "mk-bench soak"};
   app.add_option("--seconds", a.seconds, "how long to run (stops at the first 64-op round boundary after it)");
   app.add_option("--max-bytes", a.maxBytes, "largest op, in bytes of a 4-byte dtype (K, M, G suffixes)");
   app.add_option("--sizes", a.sizes, "distinct element counts drawn from (odd, log-spread up to --max-bytes)")

@@ -406,7 +406,8 @@ mk::MeasurementFile newFile(const std::string& command) {
 int main(int argc, char** argv) {
   CLI::App app{
       "mk-proxy-bench: the inter-node path's host half without a GPU: proxy drain rate and socket put "
-      "bandwidth next to plain TCP, between two processes of this host over loopback"};
+      "bandwidth next to plain TCP, between two processes of this host over loopback",
+      "mk-proxy-bench"};
   Config c;
   std::string json;
   bool drain = false, put = false;

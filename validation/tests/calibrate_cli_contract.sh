@@ -32,6 +32,7 @@ write("few.json", [rec("calib-put-network", 65537, 9.0)])
 PY
 
 expect 0 'mk-calibrate' -- "$tool" --help
+expect 0 '^Usage: mk-calibrate ' -- "$tool" --help
 expect 0 'nvlink.bwGBs +370 ' -- "$tool" --cluster h200x2 --out "$work/p.json" "$work/calib.json"
 check "profile written" test -s "$work/p.json"
 expect 0 'default \(not measured\)' -- "$tool" --cluster h200x2 --out "$work/p.json" "$work/calib.json"

@@ -100,7 +100,8 @@ int runImport(const std::vector<std::string>& imports, const std::string& cluste
 int main(int argc, char** argv) {
   CLI::App app{
       "mk-calibrate: fit the hardware profile (alpha-beta per link class, rates, latencies) from "
-      "micro-benchmark measurement files; collective records are never fitted"};
+      "micro-benchmark measurement files; collective records are never fitted",
+      kTool};
   std::string cluster;
   uint32_t nodes = 1;
   std::string out;
