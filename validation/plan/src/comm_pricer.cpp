@@ -204,9 +204,21 @@ void CommPricer::planSimulation(Entry& e) const {
 
 void CommPricer::runAll() {
   std::vector<Entry*> todo;
-  for (auto& [key, e] : entries_)
-    if (!e.done) todo.push_back(&e);
-  if (todo.empty()) return;
+  for (auto& [key, e] : entries_) {
+    if (e.done) continue;
+    if (settings_.known) {
+      if (auto it = settings_.known->find(key); it != settings_.known->end()) {
+        e.price = it->second;
+        e.done = true;
+        continue;
+      }
+    }
+    todo.push_back(&e);
+  }
+  if (todo.empty()) {
+    recordPrices();
+    return;
+  }
   const auto start = std::chrono::steady_clock::now();
   std::atomic<std::size_t> finished{0};
   std::mutex progress;
@@ -225,6 +237,13 @@ void CommPricer::runAll() {
     throw;
   }
   simulations_ += finished.load();
+  recordPrices();
+}
+
+void CommPricer::recordPrices() const {
+  if (!settings_.record) return;
+  for (const auto& [key, e] : entries_)
+    if (e.done) (*settings_.record)[key] = e.price;
 }
 
 void CommPricer::simulate(Entry& e) const {

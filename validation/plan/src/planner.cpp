@@ -287,6 +287,12 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
       sr.gpus = in.gpus[i];
       sr.nodes = nodesFor(sr.gpus, vr.nodeType.node.gpus);
       Pending& pd = pending[v][i];
+      if (const std::size_t item = v * pending[v].size() + i; !ownsItem(in.shard, item)) {
+        sr.reason = "planned by shard " + std::to_string(item % in.shard.count) + "/" +
+                    std::to_string(in.shard.count) + " (mk-plan merge joins the shards)";
+        vr.scales.push_back(std::move(sr));
+        continue;
+      }
       try {
         sr.layout = resolveLayout(in.workload, sr.gpus);
         pd.step = lowerStep(in.workload, sr.layout);

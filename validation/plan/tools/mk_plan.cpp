@@ -13,7 +13,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,7 @@
 #include "mk/io/output_paths.hpp"
 #include "mk/plan/plan_output.hpp"
 #include "mk/plan/planner.hpp"
+#include "mk/plan/shard.hpp"
 #include "mk/plan/step_check.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/util/build_commit.hpp"
@@ -75,6 +78,9 @@ struct Options {
   std::string python = "/usr/bin/python3";
   std::string script;
   bool listWorkloads = false, quiet = false, brief = false, checkSteps = false;
+  std::string shard;                    ///< --shard i/n | auto
+  std::vector<std::string> mergeFiles;  ///< mk-plan merge FILES: the shards' plan.json
+  std::vector<std::string> planArgs;    ///< the options that decide the plan (planOptions)
 };
 
 [[noreturn]] void bad(const std::string& msg) { throw mk::Error(mk::ErrorCode::InvalidArgument, msg); }
@@ -248,6 +254,25 @@ int run(const Options& o, const std::string& command) {
   in.pricer.jobs = o.jobs;
   in.pricer.budgetSteps = o.simBudget;
   in.pricer.maxMemory = o.guard.maxMemory();
+  // ---- shards (shard.hpp): what this process plans, or the shards' prices a merge plans with ----
+  if (!o.shard.empty()) in.shard = mk::plan::parseShard(o.shard, [](const char* v) { return std::getenv(v); });
+  if (in.shard.active() && !o.reportDir.empty())
+    bad("--report with --shard: a shard is part of a plan; give --report to mk-plan merge");
+  if (in.shard.active() && !o.kernelsOut.empty())
+    bad("--emit-kernels with --shard: a shard is part of a plan; give --emit-kernels to mk-plan merge");
+  std::vector<std::string> digestParts{mk::buildCommit(), mk::workloadToJson(in.workload, -1), in.cluster,
+                                       in.profilePath.empty() ? "" : mk::readFile(in.profilePath)};
+  if (fs::is_regular_file(in.cluster, ec)) digestParts.push_back(mk::readFile(in.cluster));
+  digestParts.insert(digestParts.end(), o.planArgs.begin(), o.planArgs.end());
+  const std::string digest = mk::plan::inputsDigest(digestParts, in.measuredDir);
+  std::map<std::string, mk::plan::CommPrice> shardPrices, simulated;
+  if (!o.mergeFiles.empty()) {
+    std::vector<mk::plan::ShardFile> shards;
+    for (const std::string& f : o.mergeFiles) shards.push_back(mk::plan::readShardFile(f));
+    shardPrices = mk::plan::mergeShardPrices(shards, digest);
+    in.pricer.known = &shardPrices;
+  }
+  if (in.shard.active()) in.pricer.record = &simulated;
   const std::vector<std::string> inputs{o.workload, o.layoutFile, o.cluster, o.profile, o.script};
   mk::checkOutputPath("--json", o.jsonOut, inputs);
   mk::checkOutputPath("--stats", o.statsOut, inputs);
@@ -276,7 +301,8 @@ int run(const Options& o, const std::string& command) {
 
   // ---- outputs, all or nothing: the report in a temporary directory and the files in temporaries, then the
   // report moved into place, then the files ----
-  const std::string json = mk::plan::planToJson(plan, mk::buildCommit());
+  std::string json = mk::plan::planToJson(plan, mk::buildCommit());
+  if (in.shard.active()) json = mk::plan::addShardSection(json, {"", in.shard, o.planArgs, digest, simulated});
   const std::string stats = mk::plan::planStatsToJson(plan, command);
   const std::string kernels = o.kernelsOut.empty() ? "" : mk::plan::kernelCensusToJson(plan, mk::buildCommit());
   fs::path tmp;
@@ -315,9 +341,41 @@ int run(const Options& o, const std::string& command) {
   return 0;
 }
 
+/// The options given that decide the plan, as "--name value" words in the tool's order: every option but the
+/// outputs, the shard, and how the run is carried out (jobs, cache, quiet).
+std::vector<std::string> planOptions(const CLI::App& app) {
+  static const std::set<std::string> runOnly{"--shard", "--json",  "--report", "--stats",  "--emit-kernels",  "--jobs",
+                                             "--cache", "--quiet", "--brief",  "--python", "--report-script", "--help"};
+  std::vector<std::string> args;
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() == 0 || opt->get_lnames().empty()) continue;
+    const std::string name = "--" + opt->get_lnames().front();
+    if (runOnly.count(name)) continue;
+    if (opt->get_type_size() == 0) {  // a flag
+      args.push_back(name);
+      continue;
+    }
+    for (const std::string& v : opt->results()) args.insert(args.end(), {name, v});
+  }
+  return args;
+}
+
+/// "mk-plan merge a.json b.json --json p.json" -> "mk-plan <the shards' plan options> --json p.json", the files in
+/// `files`.
+int mergeCommandLine(int argc, char** argv, std::vector<std::string>& files, std::vector<std::string>& out) {
+  int k = 2;
+  for (; k < argc && argv[k][0] != '-'; ++k) files.push_back(argv[k]);
+  if (files.empty()) bad("merge: no shard given: mk-plan merge shard-0.json shard-1.json ... [--json plan.json]");
+  const mk::plan::ShardFile first = mk::plan::readShardFile(files.front());
+  out = {argv[0]};
+  out.insert(out.end(), first.args.begin(), first.args.end());
+  out.insert(out.end(), argv + k, argv + argc);
+  return 0;
+}
+
 }  // namespace
 
-int main(int argc, char** argv) {
+int argc, char** argv) {
   Options o;
   o.script = mk::report::defaultScript("plan_report.py", MK_PLAN_REPORT_SCRIPT);
   CLI::App app{
@@ -409,8 +467,26 @@ int main(int argc, char** argv) {
                "and print measured, predicted and the error (docs/planner.md, \"Checked against real steps\")");
   app.add_flag("-q,--quiet", o.quiet, "no table on stdout");
   app.add_flag("--brief", o.brief, "print the baseline's table only (and the what-ifs side by side)");
+  app.add_option("--shard", o.shard,
+                 "plan work items i, i+n, i+2n, ... of the (variant, GPU count) items only, for mk-plan merge: i/n, or "
+                 "auto (the rank of mpirun or a Slurm job array; docs/planner.md, \"Sharding\")");
+  // mk-plan merge FILE... [--json, --report, ... OPTIONS]: the plan options are the shards' own (their plan.json).
+  std::vector<std::string> merged;
+  std::vector<char*> mergedArgv;
+  if (argc > 1 && std::string(argv[1]) == "merge") {
+    if (int rc = mk::cli::run(kTool, [&] { return mergeCommandLine(argc, argv, o.mergeFiles, merged); }); rc != 0)
+      return rc;
+    for (std::string& a : merged) mergedArgv.push_back(a.data());
+    argc = static_cast<int>(mergedArgv.size());
+    argv = mergedArgv.data();
+  }
   if (int rc = mk::cli::parse(app, argc, argv, kTool); rc != mk::cli::kContinue) return rc;
   if (int rc = mk::cli::requirePositive(app, kTool, {{"--jobs", o.jobs}}); rc != mk::cli::kContinue) return rc;
+  if (!o.mergeFiles.empty() && !o.shard.empty()) {
+    std::fprintf(stderr, "%s: error: --shard with merge: the merge plans every item; leave --shard out\n", kTool);
+    return mk::cli::kExitBadInput;
+  }
+  o.planArgs = planOptions(app);
   const std::string command = mk::cli::commandLine(kTool, argc, argv);
   return mk::cli::run(kTool, [&] { return run(o, command); });
 }

@@ -26,6 +26,8 @@
 
 namespace mk::plan {
 
+struct CommPrice;
+
 /// How prices are computed.
 struct PricerSettings {
   unsigned jobs = 2;               ///< simulations at once (each a forked process)
@@ -35,6 +37,10 @@ struct PricerSettings {
   uint64_t maxMemory = 0;
   /// Called after each finished simulation: done, total, wall seconds since runAll started.
   std::function<void(std::size_t, std::size_t, double)> onProgress;
+  /// Prices by key already known (mk-plan merge: the shards' simulations, shard.hpp): taken instead of simulating.
+  const std::map<std::string, CommPrice>* known = nullptr;
+  /// Filled by runAll with the price of every key (mk-plan --shard writes them for the merge).
+  std::map<std::string, CommPrice>* record = nullptr;
 };
 
 /// What one communication costs (all instances of its concurrent set at once).
@@ -95,6 +101,8 @@ class CommPricer {
   void planSimulation(Entry& e) const;
   /// Generate, embed and simulate (or price by the closed form) one entry; only touches `e`.
   void simulate(Entry& e) const;
+  /// Copy every price known into settings_.record (when set).
+  void recordPrices() const;
   /// Key `e` by everything its simulation depends on and keep it (an existing entry of that key is kept).
   std::string addEntry(Entry e, const Profile& profile);
 

@@ -18,6 +18,7 @@
 #include "mk/plan/gemm_model.hpp"
 #include "mk/plan/kernel_model.hpp"
 #include "mk/plan/overlap_model.hpp"
+#include "mk/plan/shard.hpp"
 #include "mk/plan/step_check.hpp"
 #include "mk/plan/step_model.hpp"
 #include "mk/plan/what_if.hpp"
@@ -39,6 +40,8 @@ struct PlanInputs {
   std::string cacheDir;       ///< the validation's predictions kept between runs (prediction_cache.hpp); "" = none
   std::optional<double> gpuMemoryGB;  ///< per GPU; default from the GPU model (H100 80, H200 141)
   PricerSettings pricer;
+  /// The work items this process plans (mk-plan --shard, shard.hpp); the others are infeasible "in shard k/n".
+  ShardSpec shard;
 };
 
 /// One communication of the critical stage at one scale.
