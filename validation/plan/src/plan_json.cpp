@@ -91,6 +91,27 @@ Json scaleJson(const ScaleResult& s, const PlanResult& plan, const std::map<std:
     j["noise"] = {{"mean_step_us", s.noise.meanStepUs}, {"max_step_us", s.noise.maxStepUs},
                   {"goodput", s.noise.goodput},         {"stragglers", s.noise.stragglers},
                   {"steps_sampled", s.noise.steps},     {"tokens_per_s", s.tokensPerS * s.noise.goodput}};
+  if (s.hasFailures) {
+    const GoodputResult& g = s.failures;
+    const auto known = [](const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); };
+    j["failures"] = {{"failures_per_hour", g.failuresPerHour},
+                     {"job_mtbf_s", g.jobMtbfS},
+                     {"mtbf_source", g.mtbfSource},
+                     {"racks", g.racks},
+                     {"checkpoint_bytes_per_gpu", g.checkpointBytesPerGpu},
+                     {"write_s", known(g.writeS)},
+                     {"interval_s", known(g.intervalS)},
+                     {"interval_young_daly", g.youngDaly},
+                     {"restart_s", known(g.restartS)},
+                     {"no_spare_probability", g.noSpareProbability},
+                     {"wait_s", known(g.waitS)},
+                     {"lost_per_failure_s", known(g.lostPerFailureS)},
+                     {"ettr", known(g.ettr)},
+                     {"goodput_tokens_per_s", known(g.goodputTokensPerS)},
+                     {"train_s", known(g.trainS)},
+                     {"unknown", g.unknown},
+                     {"note", g.note}};
+  }
   const MemoryEstimate& m = s.memory;
   j["memory"] = {{"stage", m.stage},
                  {"weights_bytes", m.weights},
@@ -188,6 +209,22 @@ Json whatIfJson(const WhatIf& w) {
                   {"straggler_fraction", w.noise.stragglerFraction},
                   {"straggler_slowdown", w.noise.stragglerSlowdown},
                   {"seed", w.noise.seed}};
+  if (w.failures.any()) {
+    const FailureSpec& f = w.failures;
+    Json fj = Json::object();
+    if (f.mtbfGpuH) fj["mtbf_gpu_h"] = *f.mtbfGpuH;
+    if (f.mtbfNodeH) fj["mtbf_node_h"] = *f.mtbfNodeH;
+    if (f.mtbfRackH) fj["mtbf_rack_h"] = *f.mtbfRackH;
+    if (f.rackNodes) fj["rack_nodes"] = *f.rackNodes;
+    if (f.restartS) fj["restart_s"] = *f.restartS;
+    if (!f.restartPartsS.empty()) fj["restart_parts_s"] = f.restartPartsS;
+    if (f.checkpointWriteS) fj["checkpoint_write_s"] = *f.checkpointWriteS;
+    if (f.ckptBwGBs) fj[f.ckptBwPerGpu ? "checkpoint_gbs_per_gpu" : "checkpoint_gbs_per_node"] = *f.ckptBwGBs;
+    if (f.intervalS) fj["checkpoint_interval_s"] = *f.intervalS;
+    if (f.spares) fj["spare_nodes"] = *f.spares;
+    if (f.repairS) fj["repair_s"] = *f.repairS;
+    j["failures"] = fj;
+  }
   return j;
 }
 

@@ -159,6 +159,10 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
       anyClosedForm = anyClosedForm || closedFormUses(plan, s) > 0;
       anyUnmeasured = anyUnmeasured || s.unmeasuredComputeUs > 0;
     }
+    std::vector<std::pair<uint32_t, const GoodputResult*>> failures;
+    for (const ScaleResult& s : v.scales)
+      if (s.feasible && s.hasFailures) failures.emplace_back(s.gpus, &s.failures);
+    out += formatGoodputTable(failures);
   }
   if (anyClosedForm)
     out +=

@@ -397,6 +397,12 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
       }
       sr.memory = estimateMemory(in.workload, pd.step);
       sr.memoryCapacity = in.gpuMemoryGB ? *in.gpuMemoryGB * 1e9 : gpuMemoryBytes(pd.cluster.node.gpu);
+      if (vr.whatIf.failures.any()) {
+        sr.hasFailures = true;
+        sr.failures = estimateGoodput(vr.whatIf.failures,
+                                      {sr.gpus, sr.nodes, pd.cluster.node.gpus, sr.memory.weights + sr.memory.optimizer,
+                                       sr.tokensPerS, in.tokenBudget});
+      }
 
       const uint32_t c = sr.layered.criticalStage;
       const StageLowering& st = pd.step.stages[c];

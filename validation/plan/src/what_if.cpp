@@ -91,9 +91,22 @@ WhatIf parseWhatIf(const std::string& text) {
     } else if (key == "seed") {
       w.noise.seed = positiveCount(text, key, v);
     } else {
-      bad(text, "unknown key '" + key +
-                    "' (expected nic-bw, nics, oversub, nodes-per-leaf, nvlink-domain, noise, stragglers, seed)");
+      bool failureKey = false;
+      try {
+        failureKey = parseFailureKey(w.failures, key, v);
+      } catch (const Error& e) {
+        bad(text, e.message());
+      }
+      if (!failureKey)
+        bad(text, "unknown key '" + key +
+                      "' (expected nic-bw, nics, oversub, nodes-per-leaf, nvlink-domain, noise, stragglers, seed, "
+                      "mtbf, rack, restart, checkpoint, ckptbw, ckptinterval, spares, repair)");
     }
+  }
+  try {
+    checkFailureSpec(w.failures);
+  } catch (const Error& e) {
+    bad(text, e.message());
   }
   return w;
 }

@@ -16,6 +16,7 @@
 #include "mk/plan/confidence.hpp"
 #include "mk/plan/fused.hpp"
 #include "mk/plan/gemm_model.hpp"
+#include "mk/plan/goodput.hpp"
 #include "mk/plan/kernel_model.hpp"
 #include "mk/plan/overlap_model.hpp"
 #include "mk/plan/shard.hpp"
@@ -93,6 +94,8 @@ struct ScaleResult {
   double tokensPerS = 0, mfu = 0, scalingEfficiency = 0, gpuHours = 0;
   bool hasNoise = false;
   NoiseResult noise;
+  bool hasFailures = false;  ///< whether the variant gives failure keys (WhatIf::failures)
+  GoodputResult failures;    ///< goodput under failures (goodput.hpp)
   MemoryEstimate memory;
   double memoryCapacity = 0;  ///< bytes per GPU, 0 = unknown
   std::vector<CommUse> comm;

@@ -10,6 +10,7 @@
 //   noise=S                    every GPU's compute of every step slowed by 1 + S |Z|, Z standard normal
 //   stragglers=F:X             a fraction F of the GPUs (picked once, seeded) always X times slower
 //   seed=N                     seed of noise and stragglers (default 1)
+//   mtbf=, rack=, restart=, checkpoint=, ckptbw=, ckptinterval=, spares=, repair=: failures (goodput.hpp)
 // The profile follows a network change: its network bandwidth (calibrated or datasheet) is scaled by the change
 // of the path's bottleneck, min(NIC, PCIe), so a measured efficiency against line rate is kept.
 #pragma once
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "mk/cost/cost.hpp"
+#include "mk/plan/goodput.hpp"
 #include "mk/topology/topology.hpp"
 
 namespace mk::plan {
@@ -47,6 +49,7 @@ struct WhatIf {
   std::optional<double> nicBwFactor, nicBwGBs, oversub;
   std::optional<uint32_t> nics, nodesPerLeaf, nvlinkDomain;
   NoiseSpec noise;
+  FailureSpec failures;  ///< the failure model's keys: a goodput estimate at every scale when any is given
   /// Whether it changes the cluster (else only the noise).
   bool changesCluster() const noexcept {
     return nicBwFactor || nicBwGBs || oversub || nics || nodesPerLeaf || nvlinkDomain;
