@@ -2,7 +2,9 @@
 #include "mk/plan/goodput.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <iterator>
 #include <sstream>
 
 #include "mk/error.hpp"
@@ -33,13 +35,26 @@ double number(const std::string& key, const std::string& text, const char* what)
 
 /// "90s", "1.5h", "20min", "2d", "500ms" in seconds; a bare number or another unit is refused (minutes are "min":
 /// "m" could be months).
-double duration(const std::string& key, const std::string& text) {
-  static const std::pair<const char*, double> kUnits[] = {
-      {"ms", 1e-3}, {"min", 60}, {"s", 1}, {"h", 3600}, {"d", 86400}};
+constexpr std::pair<const char*, double> kDurationUnits[] = {
+    {"ms", 1e-3}, {"min", 60}, {"s", 1}, {"h", 3600}, {"d", 86400}};
+
+/// Where the trailing letters of `text` (its unit) begin.
+std::size_t unitStart(const std::string& text) {
   std::size_t end = text.size();
   while (end > 0 && std::isalpha(static_cast<unsigned char>(text[end - 1]))) --end;
+  return end;
+}
+
+bool hasDurationUnit(const std::string& text) {
+  const std::string unit = text.substr(unitStart(text));
+  return std::any_of(std::begin(kDurationUnits), std::end(kDurationUnits),
+                     [&](const auto& u) { return unit == u.first; });
+}
+
+double duration(const std::string& key, const std::string& text) {
+  const std::size_t end = unitStart(text);
   const std::string unit = text.substr(end);
-  for (const auto& [name, scale] : kUnits)
+  for (const auto& [name, scale] : kDurationUnits)
     if (unit == name) return number(key, text.substr(0, end), "a duration with a unit, e.g. 90s, 20min, 1.5h") * scale;
   bad(key + ": unknown unit '" + unit + "' in '" + text + "' (expected a number and one of ms, s, min, h, d)");
 }
@@ -71,7 +86,10 @@ double poissonCdf(double mu, int64_t n) {
   if (n < 0) return 0;
   if (mu <= 0) return 1;
   double sum = 0;
-  for (int64_t i = 0; i <= n; ++i) sum += std::exp(-mu + i * std::log(mu) - std::lgamma(i + 1.0));
+  for (int64_t i = 0; i <= n; ++i) {
+    const double k = static_cast<double>(i);
+    sum += std::exp(-mu + k * std::log(mu) - std::lgamma(k + 1));
+  }
   return std::min(1.0, sum);
 }
 
@@ -105,7 +123,17 @@ bool parseFailureKey(FailureSpec& spec, const std::string& key, const std::strin
     spec.restartS = total;
     if (parts.size() == 4) spec.restartPartsS = parts;
   } else if (key == "checkpoint") {
-    spec.checkpointWriteS = positiveDuration(key, value, kMaxDurationS);
+    // A write time ("90s") or the bytes one GPU writes ("40GiB", replacing the memory model's weights + optimizer).
+    if (hasDurationUnit(value)) {
+      spec.checkpointWriteS = positiveDuration(key, value, kMaxDurationS);
+    } else {
+      try {
+        spec.checkpointBytesPerGpu = static_cast<double>(parseSize(value));
+      } catch (const Error& e) {
+        bad("checkpoint must be a write time (90s, 2min) or the bytes per GPU (40GiB): " + e.message());
+      }
+      if (*spec.checkpointBytesPerGpu <= 0) bad("checkpoint must be more than 0 bytes per GPU (got '" + value + "')");
+    }
   } else if (key == "ckptbw") {
     const auto colon = value.find(':');
     const std::string domain = colon == std::string::npos ? "node" : value.substr(0, colon);
@@ -132,7 +160,8 @@ void checkFailureSpec(const FailureSpec& spec) {
   if (spec.mtbfRackH && !spec.rackNodes)
     bad("mtbf=rack: needs rack=N (nodes per rack): the cluster's topology has no racks");
   if (spec.checkpointWriteS && spec.ckptBwGBs)
-    bad("checkpoint= (the write time) and ckptbw= (the write time from the checkpoint's size) exclude each other");
+    bad("checkpoint=DURATION (the write time) and ckptbw= (the write time from the checkpoint size) exclude each "
+        "other");
 }
 
 double youngDalyIntervalS(double writeS, double mtbfS) { return std::sqrt(2 * writeS * mtbfS); }
@@ -162,15 +191,16 @@ GoodputResult estimateGoodput(const FailureSpec& spec, const FailureScale& job) 
   if (spec.mtbfRackH) r.mtbfSource += "; racks of " + std::to_string(*spec.rackNodes) + " nodes";
 
   std::vector<std::string> unknown;
-  r.checkpointBytesPerGpu = job.checkpointBytesPerGpu;
+  r.checkpointBytesPerGpu = spec.checkpointBytesPerGpu.value_or(job.checkpointBytesPerGpu);
   if (spec.checkpointWriteS) {
     r.writeS = *spec.checkpointWriteS;
   } else if (spec.ckptBwGBs) {
     // Every GPU writes its own weights and optimizer state at once; per node they share the node's bandwidth.
-    const double bytes = job.checkpointBytesPerGpu * (spec.ckptBwPerGpu ? 1 : job.gpusPerNode);
+    const double bytes = r.checkpointBytesPerGpu * (spec.ckptBwPerGpu ? 1 : job.gpusPerNode);
     r.writeS = bytes / (*spec.ckptBwGBs * 1e9);
   } else {
-    unknown.push_back("checkpoint write (give ckptbw= or checkpoint=)");
+    unknown.push_back(spec.checkpointBytesPerGpu ? "checkpoint write (a size needs ckptbw=)"
+                                                 : "checkpoint write (give ckptbw= or checkpoint=)");
   }
   if (spec.intervalS) {
     r.intervalS = spec.intervalS;

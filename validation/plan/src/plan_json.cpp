@@ -219,6 +219,7 @@ Json whatIfJson(const WhatIf& w) {
     if (f.restartS) fj["restart_s"] = *f.restartS;
     if (!f.restartPartsS.empty()) fj["restart_parts_s"] = f.restartPartsS;
     if (f.checkpointWriteS) fj["checkpoint_write_s"] = *f.checkpointWriteS;
+    if (f.checkpointBytesPerGpu) fj["checkpoint_bytes_per_gpu"] = *f.checkpointBytesPerGpu;
     if (f.ckptBwGBs) fj[f.ckptBwPerGpu ? "checkpoint_gbs_per_gpu" : "checkpoint_gbs_per_node"] = *f.ckptBwGBs;
     if (f.intervalS) fj["checkpoint_interval_s"] = *f.intervalS;
     if (f.spares) fj["spare_nodes"] = *f.spares;

@@ -108,6 +108,13 @@ TEST_CASE("goodput: missing inputs are unknown, the MTBF defaults to the publish
   CHECK(r.unknown.find("restart=") != std::string::npos);
   const GoodputResult p = estimateGoodput(parseWhatIf("ckptbw=gpu:4").failures, j);
   CHECK(*p.writeS == doctest::Approx(40e9 / 4e9));
+  // checkpoint=SIZE replaces the memory model's bytes per GPU; without ckptbw= its write time is unknown.
+  const GoodputResult z = estimateGoodput(parseWhatIf("checkpoint=16GiB,ckptbw=gpu:4").failures, j);
+  CHECK(z.checkpointBytesPerGpu == doctest::Approx(16.0 * (1ull << 30)));
+  CHECK(*z.writeS == doctest::Approx(16.0 * (1ull << 30) / 4e9));
+  const GoodputResult zu = estimateGoodput(parseWhatIf("checkpoint=16GiB,restart=1min").failures, j);
+  CHECK_FALSE(zu.writeS);
+  CHECK(zu.unknown.find("a size needs ckptbw=") != std::string::npos);
 }
 
 TEST_CASE("goodput: a failure without a spare waits for the repair") {
@@ -150,6 +157,8 @@ TEST_CASE("goodput: bad values of the failure keys name the key") {
   CHECK(errorOf("spares=1.5").find("spares must be a whole number") != std::string::npos);
   CHECK(errorOf("ckptbw=0").find("ckptbw must be in (0,") != std::string::npos);
   CHECK(errorOf("checkpoint=1min,ckptbw=10").find("exclude each other") != std::string::npos);
+  CHECK(errorOf("checkpoint=40Gb").find("checkpoint must be a write time (90s, 2min) or the bytes per GPU") !=
+        std::string::npos);
   CHECK(errorOf("restart=0s") == "(accepted)");
   CHECK(errorOf("mtbf=gpu:1.5e4h,mtbf=node:2d,restart=90s,spares=0,repair=4h") == "(accepted)");
 }

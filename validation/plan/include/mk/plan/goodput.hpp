@@ -33,6 +33,7 @@ struct FailureSpec {
   std::optional<double> restartS;                        ///< restart=, the sum of its parts when given as four
   std::vector<double> restartPartsS;                     ///< detection, reschedule, reload, warm-up (or empty)
   std::optional<double> checkpointWriteS;                ///< checkpoint=DURATION: the write time as given
+  std::optional<double> checkpointBytesPerGpu;           ///< checkpoint=SIZE: bytes per GPU, not the memory model's
   std::optional<double> ckptBwGBs;                       ///< ckptbw=[node:|gpu:]GB/s
   bool ckptBwPerGpu = false;                             ///< ckptbw=gpu:X (else per node, shared by its GPUs)
   std::optional<double> intervalS;                       ///< ckptinterval=DURATION
@@ -40,13 +41,14 @@ struct FailureSpec {
   std::optional<double> repairS;                         ///< repair=DURATION: a failed node's time to return
   /// Whether any failure key was given (the variant then gets a goodput estimate at every scale).
   bool any() const noexcept {
-    return mtbfGpuH || mtbfNodeH || mtbfRackH || rackNodes || restartS || checkpointWriteS || ckptBwGBs || intervalS ||
-           spares || repairS;
+    return mtbfGpuH || mtbfNodeH || mtbfRackH || rackNodes || restartS || checkpointWriteS || checkpointBytesPerGpu ||
+           ckptBwGBs || intervalS || spares || repairS;
   }
 };
 
 /// Parse one what-if key of the failure model into `spec`; false when `key` is not one. Throws
-/// Error(InvalidArgument) with "KEY must ..." for a bad value (a duration needs a unit: ms, s, min, h, d).
+/// Error(InvalidArgument) with "KEY must ..." for a bad value (a duration needs a unit: ms, s, min, h, d; a size
+/// one of parseSize's: 40GiB).
 bool parseFailureKey(FailureSpec& spec, const std::string& key, const std::string& value);
 
 /// The checks across keys, after the last one is parsed: mtbf=rack: needs rack=, checkpoint= and ckptbw= exclude
