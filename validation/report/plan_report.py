@@ -328,6 +328,36 @@ def what_if_rows(doc):
     return head, rows
 
 
+def hours(s):
+    """A duration given in seconds, "unknown" for null (a missing what-if input: docs/planner.md)."""
+    if s is None:
+        return "unknown"
+    for unit, n in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= n:
+            return f"{s / n:.3g} {unit}"
+    return f"{s:.3g} s"
+
+
+def failure_rows(doc):
+    """Goodput under failures: one row per variant and scale that has them (plan.json "failures")."""
+    rows = []
+    for v in doc["variants"]:
+        for s in feasible(v["scales"]):
+            g = s.get("failures")
+            if g is None:
+                continue
+            ettr = "unknown" if g["ettr"] is None else f"{100 * g['ettr']:.1f} %"
+            good = "unknown" if g["goodput_tokens_per_s"] is None else f"{g['goodput_tokens_per_s']:,.0f}"
+            rows.append([v["name"], s["gpus"], f"{24 * g['failures_per_hour']:.3g}", hours(g["job_mtbf_s"]),
+                         gib(g["checkpoint_bytes_per_gpu"]), hours(g["write_s"]),
+                         hours(g["interval_s"]) + (" (Young-Daly)" if g["interval_young_daly"] else ""),
+                         hours(g["lost_per_failure_s"]), ettr, good,
+                         hours(g["train_s"]) if g["ettr"] is not None else "unknown",
+                         "; ".join(x for x in (g["unknown"] and "unknown: " + g["unknown"], g["note"]) if x)])
+    return ["variant", "GPUs", "failures/day", "job MTBF", "checkpoint/GPU", "write", "interval", "lost/failure",
+            "ETTR", "goodput tokens/s", "time to train", "note"], rows
+
+
 def bound_rows(doc):
     rows = []
     for s in feasible(doc["variants"][0]["scales"]):
@@ -547,6 +577,12 @@ def main():
     if goodput_png:
         p.append("<h2>Stragglers and noise</h2>")
         p.append(f"<p><img src='{goodput_png}' alt='goodput'></p>")
+    head, rows = failure_rows(doc)
+    if rows:
+        p.append("<h2>Goodput under failures</h2>")
+        p.append("<p>First-order model (docs/planner.md, \"Goodput under failures\"): "
+                 "ETTR = 1 - W/T - (T/2 + R + Q)/M; unknown where an input is missing.</p>")
+        p.append(table(head, rows, left=1))
     p.append("<h2>What bounds each phase (baseline)</h2>")
     head, rows = bound_rows(doc)
     p.append(table(head, rows, left=3))

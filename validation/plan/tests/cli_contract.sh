@@ -215,9 +215,12 @@ expect 2 'steps.json: records\[0\]\.workload: ' -- "${tiny[@]}" --gpus 8 --measu
 fail=(--what-if 'mtbf=gpu:50000h,restart=2min:5min:10min:3min,ckptbw=node:20' --what-if 'restart=10min')
 goodput=("${tiny[@]}" --gpus 16 --measured none --cache none --cluster dgx-h200 "${fail[@]}")
 expect 0 'goodput under failures' -- "${goodput[@]}" --json "$work/f1.json"
-"${goodput[@]}" --json "$work/f2.json" >"$work/f2.txt" 2>&1
+"${goodput[@]}" --json "$work/f2.json" --report "$work/frep" >"$work/f2.txt" 2>&1
 check "goodput: the same inputs give the same plan.json" cmp -s "$work/f1.json" "$work/f2.json"
 check "goodput: a missing checkpoint write is unknown, not a number" grep -q 'unknown: checkpoint write' "$work/f2.txt"
+check "goodput: the report has its table, unknown included" \
+  bash -c 'grep -q "<h2>Goodput under failures</h2>" "$0" && grep -q "unknown: checkpoint write" "$0"' \
+  "$work/frep/index.html"
 bad "--what-if 'mtbf=gpu:0h': mtbf must be a duration > 0" -- "${run[@]}" --what-if mtbf=gpu:0h
 bad "--what-if 'restart=-1s': restart must be a duration >= 0" -- "${run[@]}" --what-if restart=-1s
 bad "--what-if 'mtbf=gpu:50000y': mtbf: unknown unit 'y'" -- "${run[@]}" --what-if mtbf=gpu:50000y
