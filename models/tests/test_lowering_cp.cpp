@@ -1,5 +1,6 @@
 // Tests of the layout's rank grid (Megatron-LM's tp-cp-ep-dp-pp order), expert parallelism drawn from dp x cp,
-// and context parallelism's lowering for each layout.cpCommType, against hand computations.
+// expert tensor parallelism, and context parallelism's lowering for each layout.cpCommType, against hand
+// computations.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -144,7 +145,7 @@ TEST_CASE("layout: bad context- and expert-parallel layouts are refused naming t
   CHECK(errorOf(w, 8).find("layout.cpA2aSize is for layout.cpCommType \"a2a+p2p\"") != std::string::npos);
   w.layout.cpA2aSize = 0;
   w.layout.etp = 2;
-  CHECK(errorOf(w, 8).find("layout.etp must be 1") != std::string::npos);
+  CHECK(errorOf(w, 8) == "");  // expert tensor parallelism, once refused ("layout.etp must be 1")
   w.layout.etp = 1;
   w.layout.ep = 8;  // dp x cp = 8 x 8 at 64 GPUs
   CHECK(errorOf(w, 64) == "");
@@ -302,4 +303,89 @@ TEST_CASE("lowering: MoE routing — imbalance and a capacity factor set the bus
   CHECK(errorOfJson(R"({"routing": "random"})").find("model.moe.routing must be \"balanced\"") != std::string::npos);
   CHECK(errorOfJson(R"({"imbalance": 9})").find("model.moe.imbalance 9 exceeds layout.ep 8") != std::string::npos);
   CHECK(errorOfJson(R"({"routing": "balanced", "imbalance": 2})") == "");
+}
+
+TEST_CASE("layout: expert tensor parallelism, etp 2 with tp 2 and ep 2 on 8 GPUs: grid, GEMMs, collectives, memory") {
+  Workload w = tiny(2, 1, 1, 2);
+  w.layout.etp = 2;
+  validateWorkload(w);
+  const ResolvedLayout r = resolveLayout(w, 8);  // dp 4
+  CHECK(r.edp == 2);                             // tp x cp x dp / (etp x ep) = 8 / 4
+  const StepLowering step = lowerStep(w, r);
+  const StageLowering& s = step.stages[0];
+  // Megatron-LM's expert grid etp-ep-edp: local rank = e_t + 2 (e_e + 2 e_d).
+  CHECK(groups(s, "etp").instances == Ranks{{0, 1}, {2, 3}, {4, 5}, {6, 7}});
+  CHECK(groups(s, "ep").instances == Ranks{{0, 2}, {1, 3}, {4, 6}, {5, 7}});
+  CHECK(groups(s, "edp").instances == Ranks{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
+  // A rank routes T / tp = 512 tokens x top 2; an expert's rows come from the etp x ep = 4 ranks whose tokens reach
+  // its etp group, spread over 8 experts: 512 x 2 x 4 / 8 = 512 rows; its columns are ffn / etp = 256.
+  const ComputeOp& up = findOp(s, "expert-up");
+  CHECK(up.m == 512);
+  CHECK(up.n == 2 * 256);  // gate and up
+  CHECK(up.k == 256);
+  CHECK(up.batch == 4);  // 8 experts over ep 2
+  const ComputeOp& down = findOp(s, "expert-down");
+  CHECK(down.m == 512);
+  CHECK(down.n == 256);
+  CHECK(down.k == 256);
+  CHECK(findOp(s, "expert-act").tokens == 512 * 4);
+  // The all-to-all is unchanged (512 x 2 x 256 / ep per destination); what it brought is all-gathered over etp
+  // before the experts and reduce-scattered after, mirrored in the backward pass, on the etp groups.
+  const CommOp* a2a = findComm(s, "ep.dispatch");
+  REQUIRE(a2a);
+  CHECK(a2a->count == 512 * 2 * 256 / 2);
+  const std::vector<std::tuple<std::string, CommKind, Pass>> etp = {
+      {"etp.ag.dispatch", CommKind::AllGather, Pass::Forward},
+      {"etp.rs.combine", CommKind::ReduceScatter, Pass::Forward},
+      {"etp.ag.combine.bwd", CommKind::AllGather, Pass::Backward},
+      {"etp.rs.dispatch.bwd", CommKind::ReduceScatter, Pass::Backward}};
+  for (const auto& [name, kind, pass] : etp) {
+    const CommOp* c = findComm(s, name);
+    REQUIRE(c);
+    CHECK(c->kind == kind);
+    CHECK(c->pass == pass);
+    CHECK(c->count == 512 * 2 * 256);  // per rank: everything its all-to-all received
+    CHECK(c->times == 2);              // both layers are MoE layers
+    CHECK(s.groups[c->groups].name == "etp");
+  }
+  std::size_t onEtp = 0;
+  for (const CommOp& c : s.comm) onEtp += s.groups[c.groups].name == "etp" ? 1 : 0;
+  CHECK(onEtp == 4);
+  // Against whole experts (etp 1): the same expert FLOPs, half the expert parameters per GPU.
+  const Workload w1 = tiny(2, 1, 1, 2);
+  const StepLowering one = lowerStep(w1, resolveLayout(w1, 8));
+  const StageLowering& s1 = one.stages[0];
+  CHECK(!findComm(s1, "etp.ag.dispatch"));
+  CHECK(findOp(s1, "expert-up").flops == doctest::Approx(up.flops));
+  CHECK(findOp(s1, "expert-down").flops == doctest::Approx(down.flops));
+  CHECK(s.expertParams == doctest::Approx(2.0 * 4 * 3 * 256 * 512 / 2));  // layers x local experts x 3 h f / etp
+  CHECK(s1.expertParams == doctest::Approx(2 * s.expertParams));
+  CHECK(s.denseParams == doctest::Approx(s1.denseParams));
+  // Memory: bf16 weights and fp32 gradients of the experts halve; ZeRO 1 shards the experts' optimizer state over
+  // edp (4 with etp 1, 2 with etp 2): 1 / (etp x ep x edp) of every expert either way.
+  const MemoryEstimate m2 = estimateMemory(w, step), m1 = estimateMemory(w1, one);
+  CHECK(m1.weights - m2.weights == doctest::Approx(2.0 * s.expertParams));
+  CHECK(m1.gradients - m2.gradients == doctest::Approx(4.0 * s.expertParams));
+  CHECK(m2.optimizer == doctest::Approx(m1.optimizer));
+  CHECK(m2.optimizer - 12 * s.denseParams / 4 == doctest::Approx(12 * s.expertParams / 2));
+  const CommOp* edp = findComm(s, "edp.rs");
+  REQUIRE(edp);
+  CHECK(s.groups[edp->groups].instances[0].size() == 2);
+}
+
+TEST_CASE("layout: an expert tensor parallelism that cannot split is refused naming layout.etp") {
+  Workload w = tiny(2, 1, 1, 2);
+  w.layout.etp = 8;  // 8 ranks / ep 2 = 4
+  CHECK(errorOf(w, 8).find("layout.etp 8 does not divide tp x cp x dp / layout.ep = 4 at 8 GPUs") != std::string::npos);
+  w.layout.dp = 4;
+  CHECK(errorOf(w, 8).find("layout.etp 8 does not divide layout.tp x layout.cp x layout.dp / layout.ep = 4") !=
+        std::string::npos);
+  w.layout.dp.reset();
+  w.layout.etp = 3;
+  CHECK(errorOf(w, 24).find("layout.etp 3 does not divide the experts' intermediate size 512 (model.ffn)") !=
+        std::string::npos);
+  w.layout.etp = 2;
+  w.layout.ep = 1;
+  w.model.moe.reset();
+  CHECK(errorOf(w, 8).find("layout.etp 2 needs a mixture-of-experts model (model.moe)") != std::string::npos);
 }

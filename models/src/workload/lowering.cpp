@@ -63,6 +63,7 @@ void StageBuilder::addGroups() {
   epGroups_ = group(std::move(g.ep));
   edpGroups_ = group(std::move(g.edp));
   ppGroups_ = group(std::move(g.pp));
+  if (r_.etp > 1) etpGroups_ = group(std::move(g.etp));
   if (r_.cp > 1) {
     cpGroups_ = group(std::move(g.cp));
     if (!g.cpRing.instances.empty()) cpRingGroups_ = group(std::move(g.cpRing));

@@ -30,8 +30,26 @@ StageGroups stageGroups(const ResolvedLayout& r, uint32_t stage, uint32_t a2aSiz
   // and the layout of earlier versions), or, when ep does not divide dp x cp, ep consecutive ranks of the stage
   // (Megatron's etp-ep-edp grid with etp = 1). The expert data-parallel group: every rank of the stage with the
   // same expert-parallel index (with etp = 1 the TP ranks hold the same whole experts).
-  const bool fromCd = cd % r.ep == 0;
-  if (fromCd) {
+  // etp > 1: Megatron's expert grid etp-ep-edp over the stage's ranks, local rank i = e_t + etp (e_e + ep e_d):
+  // etp consecutive ranks split one set of experts' columns, the ep ranks at stride etp hold different experts,
+  // the edp ranks at stride etp x ep the same expert shard.
+  const bool fromCd = r.etp == 1 && cd % r.ep == 0;
+  if (r.etp > 1) {
+    const uint32_t te = r.etp * r.ep;
+    for (uint32_t i0 = 0; i0 < ranks; i0 += r.etp) {
+      std::vector<uint32_t> t;
+      for (uint32_t k = 0; k < r.etp; ++k) t.push_back(base + i0 + k);
+      g.etp.instances.push_back(std::move(t));
+    }
+    for (uint32_t b0 = 0; b0 < ranks; b0 += te)
+      for (uint32_t t = 0; t < r.etp; ++t) {
+        std::vector<uint32_t> e;
+        for (uint32_t k = 0; k < r.ep; ++k) e.push_back(base + b0 + t + r.etp * k);
+        g.ep.instances.push_back(std::move(e));
+      }
+    g.edp.instances.resize(te);
+    for (uint32_t i = 0; i < ranks; ++i) g.edp.instances[i % te].push_back(base + i);
+  } else if (fromCd) {
     for (uint32_t t = 0; t < r.tp; ++t)
       for (uint32_t j0 = 0; j0 < cd; j0 += r.ep) {
         std::vector<uint32_t> e;
@@ -45,8 +63,10 @@ StageGroups stageGroups(const ResolvedLayout& r, uint32_t stage, uint32_t a2aSiz
       g.ep.instances.push_back(std::move(e));
     }
   }
-  g.edp.instances.resize(r.ep);
-  for (uint32_t i = 0; i < ranks; ++i) g.edp.instances[fromCd ? (i / r.tp) % r.ep : i % r.ep].push_back(base + i);
+  if (r.etp == 1) {
+    g.edp.instances.resize(r.ep);
+    for (uint32_t i = 0; i < ranks; ++i) g.edp.instances[fromCd ? (i / r.tp) % r.ep : i % r.ep].push_back(base + i);
+  }
   // Context parallelism: the cp ranks of one (tp, dp) index; a2a+p2p splits them into a2a groups of a2aSize
   // consecutive ranks and rings over the ranks of one position in those groups.
   const uint32_t a = std::max<uint32_t>(1, a2aSize);

@@ -22,6 +22,7 @@ struct StageGroups {
   GroupSet dp{"dp", {}};           ///< dense gradients: the dp x cp ranks of one TP index (Megatron's DP x CP group)
   GroupSet ep{"ep", {}};           ///< expert parallelism
   GroupSet edp{"edp", {}};         ///< the ranks holding the same experts
+  GroupSet etp{"etp", {}};         ///< expert tensor parallelism: the ranks splitting one expert's columns (etp > 1)
   GroupSet pp{"pp", {}};           ///< the boundary this stage sends over
   GroupSet cp{"cp", {}};           ///< context parallelism (a2a+p2p: the a2a groups)
   GroupSet cpRing{"cp.ring", {}};  ///< p2p, a2a+p2p: (sender, receiver) of one step of the K/V ring

@@ -114,6 +114,10 @@ class StageBuilder {
   /// Router, dispatch, experts, combine of the MoE layers (forward, or its recomputation), and the shared experts.
   void addMoe(Pass pass, bool recompute, const std::string& sfx);
 
+  /// The MoE layers' backward exchanges: each forward one mirrored (an all-to-all by an all-to-all, expert tensor
+  /// parallelism's all-gather by a reduce-scatter and the other way round).
+  void addMoeBackward();
+
   // ---- pipeline, data parallelism and the optimizer step (lowering_step.cpp) --------------------------------------
 
   /// The pipeline sends and receives of the stage boundary.
@@ -154,6 +158,7 @@ class StageBuilder {
   uint32_t moeLayers_ = 0, denseLayers_ = 0, windowLayers_ = 0;
   double elemBytes_ = 2;
   uint32_t tpGroups_ = 0, dpGroups_ = 0, epGroups_ = 0, edpGroups_ = 0, ppGroups_ = 0, cpGroups_ = 0, cpRingGroups_ = 0;
+  uint32_t etpGroups_ = 0;  ///< expert tensor parallelism (layout.etp > 1)
 };
 
 }  // namespace mk::detail

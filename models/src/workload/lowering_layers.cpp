@@ -92,16 +92,7 @@ void StageBuilder::addBackward() {
                  Pass::Backward, dgrad, f.times);
     if (row && sp) tpBoundary("tp.ag." + f.name + ".dgrad", CommKind::AllGather, Pass::Backward, dgrad, f.times);
   }
-  if (moeLayers_ > 0 && r_.ep > 1) {
-    const CommOp* dispatch = nullptr;
-    for (const CommOp& c : out_.comm)
-      if (c.name == "ep.dispatch") dispatch = &c;
-    const CommOp proto = *dispatch;
-    addComm("ep.combine.bwd", Phase::Ep, CommKind::AllToAll, Pass::Backward, CommTiming::Blocking, proto.count,
-            proto.dtype, proto.times, epGroups_);
-    addComm("ep.dispatch.bwd", Phase::Ep, CommKind::AllToAll, Pass::Backward, CommTiming::Blocking, proto.count,
-            proto.dtype, proto.times, epGroups_);
-  }
+  if (moeLayers_ > 0) addMoeBackward();
 }
 
 }  // namespace mk::detail

@@ -30,12 +30,15 @@ void StageBuilder::addMoe(Pass pass, bool recompute, const std::string& sfx) {
   const MoeSpec& moe = *m.moe;
   addSharedExperts(pass, recompute, sfx);
   const uint64_t local = tokens_ / r_.tp;  // each tensor-parallel rank routes its sequence slice
-  const uint64_t fe = moe.ffn ? moe.ffn : m.ffn;
+  // Expert tensor parallelism splits each expert's columns over etp ranks (up and gate column-parallel, down
+  // row-parallel): the rank's expert GEMMs see fe / etp.
+  const uint64_t fe = (moe.ffn ? moe.ffn : m.ffn) / r_.etp;
   const uint64_t expertsHere = moe.experts / r_.ep;
   // The busiest rank sets the layer's time: its experts' rows and the blocks it receives are routedLoad() x the
   // balanced share; tokens over a capacity are dropped and cost nothing (docs/planner.md, "Expert parallelism").
+  // An expert's rows come from the etp x ep ranks whose tokens reach its expert tensor-parallel group.
   const double load = moe.routedLoad();
-  const uint64_t rows = static_cast<uint64_t>(std::ceil(dbl(local * moe.topK * r_.ep) / moe.experts * load));
+  const uint64_t rows = static_cast<uint64_t>(std::ceil(dbl(local * moe.topK * r_.ep * r_.etp) / moe.experts * load));
   addGemm("router" + sfx, pass, local, moe.experts, m.hidden, 1, moeLayers_, recompute);
   ComputeOp topk = shape(KernelClass::Router, "topk-softmax", local, 0);
   topk.experts = moe.experts;
@@ -49,17 +52,52 @@ void StageBuilder::addMoe(Pass pass, bool recompute, const std::string& sfx) {
   if (r_.ep > 1 && (!recompute || rerun("ep.dispatch")))
     addComm("ep.dispatch" + sfx, Phase::Ep, CommKind::AllToAll, pass, CommTiming::Blocking, block, w_.training.dtype,
             moeLayers_, epGroups_);
+  // Megatron-LM's all-to-all dispatcher then all-gathers what the rank received over the expert tensor-parallel
+  // group (and reduce-scatters the experts' output before the combine): every rank of the group computes its
+  // columns for the group's tokens. These run on the compute stream, in the expert MLP's part of the layer.
+  const uint64_t gathered = static_cast<uint64_t>(std::ceil(dbl(local * moe.topK * m.hidden) * load));
+  const bool etp = r_.etp > 1 && (!recompute || rerun("etp.ag.dispatch"));
+  if (etp)
+    addComm("etp.ag.dispatch" + sfx, Phase::Tp, CommKind::AllGather, pass, CommTiming::Blocking, gathered,
+            w_.training.dtype, moeLayers_, etpGroups_);
   const uint64_t upN = (m.gated() ? 2 : 1) * fe;
   addGemm("expert-up" + sfx, pass, rows, upN, m.hidden, expertsHere, moeLayers_, recompute);
   // One launch over the rows of every local expert.
   addKernel(shape(KernelClass::Activation, toString(m.activation), rows * expertsHere, upN), "expert-act" + sfx, pass,
             moeLayers_, recompute);
   addGemm("expert-down" + sfx, pass, rows, m.hidden, fe, expertsHere, moeLayers_, recompute);
+  if (etp)
+    addComm("etp.rs.combine" + sfx, Phase::Tp, CommKind::ReduceScatter, pass, CommTiming::Blocking, gathered,
+            w_.training.dtype, moeLayers_, etpGroups_);
   if (r_.ep > 1 && (!recompute || rerun("ep.combine")))
     addComm("ep.combine" + sfx, Phase::Ep, CommKind::AllToAll, pass, CommTiming::Blocking, block, w_.training.dtype,
             moeLayers_, epGroups_);
   perm.kernel = "unpermute";
   addKernel(perm, "unpermute" + sfx, pass, moeLayers_, recompute);
+}
+
+void StageBuilder::addMoeBackward() {
+  const CommOp* dispatch = nullptr;
+  const CommOp* gather = nullptr;
+  for (const CommOp& c : out_.comm) {
+    if (c.name == "ep.dispatch") dispatch = &c;
+    if (c.name == "etp.ag.dispatch") gather = &c;
+  }
+  // Copies: addComm grows out_.comm.
+  const bool hasA2a = dispatch != nullptr, hasAg = gather != nullptr;
+  const CommOp a2a = hasA2a ? *dispatch : CommOp{}, ag = hasAg ? *gather : CommOp{};
+  if (hasA2a)
+    addComm("ep.combine.bwd", Phase::Ep, CommKind::AllToAll, Pass::Backward, CommTiming::Blocking, a2a.count, a2a.dtype,
+            a2a.times, epGroups_);
+  if (hasAg) {
+    addComm("etp.ag.combine.bwd", Phase::Tp, CommKind::AllGather, Pass::Backward, CommTiming::Blocking, ag.count,
+            ag.dtype, ag.times, etpGroups_);
+    addComm("etp.rs.dispatch.bwd", Phase::Tp, CommKind::ReduceScatter, Pass::Backward, CommTiming::Blocking, ag.count,
+            ag.dtype, ag.times, etpGroups_);
+  }
+  if (hasA2a)
+    addComm("ep.dispatch.bwd", Phase::Ep, CommKind::AllToAll, Pass::Backward, CommTiming::Blocking, a2a.count,
+            a2a.dtype, a2a.times, epGroups_);
 }
 
 }  // namespace mk::detail

@@ -77,7 +77,8 @@ void StageBuilder::addDataParallel() {
   // embeddings on different stages are two copies, as Megatron-LM keeps them.
   if (out_.head) dense += (m.tiedEmbeddings && out_.embedding ? 0 : vocabRows) + h;
   double expertPerLayer = 0;
-  if (m.moe) expertPerLayer = static_cast<double>(m.moe->experts / r_.ep) * lp.expert;
+  // Expert tensor parallelism: each rank holds 1 / etp of each of its experts.
+  if (m.moe) expertPerLayer = static_cast<double>(m.moe->experts / r_.ep) * lp.expert / r_.etp;
   out_.denseParams = dense;
   out_.expertParams = expertPerLayer * moeLayers_;
   // ZeRO 3's unit of gathering: one layer (its local experts included), or the embedding and head together.

@@ -90,6 +90,16 @@ void validateContextParallel(const Workload& w) {
         " (Ulysses all-to-all splits the heads over the a2a ranks)");
 }
 
+/// etp > 1: Megatron-LM's expert grid splits a stage's `ranks` (tp x cp x dp) into etp x ep x edp.
+void checkExpertGrid(const ParallelLayout& l, uint64_t ranks, const std::string& what, const std::string& at = "") {
+  if (ranks % l.ep != 0)
+    bad("layout.ep " + str(l.ep) + " does not divide " + what + " = " + str(ranks) + at +
+        " (with layout.etp > 1 the expert grid etp x ep x edp covers those ranks)");
+  if ((ranks / l.ep) % l.etp != 0)
+    bad("layout.etp " + str(l.etp) + " does not divide " + what + " / layout.ep = " + str(ranks / l.ep) + at +
+        " (the expert grid etp x ep x edp covers those ranks); choose an etp that divides it");
+}
+
 }  // namespace
 
 const char* toString(CpCommType c) noexcept {
@@ -221,10 +231,16 @@ void validateWorkload(const Workload& w) {
   if (m.moe && m.moe->imbalance > std::max<uint32_t>(1, l.ep))
     bad("model.moe.imbalance " + formatNumber(m.moe->imbalance, 4) + " exceeds layout.ep " + str(l.ep) +
         " (the busiest rank receives at most every routed token of its expert-parallel group)");
-  if (l.etp != 1)
-    bad("layout.etp must be 1 (got " + str(l.etp) +
-        "): only whole experts on each rank are modelled (each tensor-parallel rank routes its own tokens)");
-  if (l.dp && (uint64_t{*l.dp} * l.cp) % l.ep != 0 && (uint64_t{l.tp} * l.cp * *l.dp / l.etp) % l.ep != 0)
+  if (l.etp > 1) {
+    // Expert tensor parallelism splits each expert's columns (Megatron-LM's --expert-tensor-parallel-size).
+    if (!m.moe) bad("layout.etp " + str(l.etp) + " needs a mixture-of-experts model (model.moe); use 1");
+    const uint64_t fe = m.moe->ffn ? m.moe->ffn : m.ffn;
+    if (fe % l.etp != 0)
+      bad("layout.etp " + str(l.etp) + " does not divide the experts' intermediate size " + str(fe) +
+          (m.moe->ffn ? " (model.moe.ffn)" : " (model.ffn)") + "; choose an etp that divides it");
+  }
+  if (l.dp && l.etp > 1) checkExpertGrid(l, uint64_t{l.tp} * l.cp * *l.dp, "layout.tp x layout.cp x layout.dp");
+  if (l.dp && l.etp == 1 && (uint64_t{*l.dp} * l.cp) % l.ep != 0 && (uint64_t{l.tp} * l.cp * *l.dp) % l.ep != 0)
     bad("layout.ep " + str(l.ep) + " divides neither layout.dp x layout.cp " + str(uint64_t{*l.dp} * l.cp) +
         " nor layout.tp x layout.cp x layout.dp / layout.etp " + str(uint64_t{l.tp} * l.cp * *l.dp / l.etp) +
         " (expert parallelism is drawn from those ranks)");
@@ -261,7 +277,8 @@ ResolvedLayout resolveLayout(const Workload& w, uint32_t gpus) {
         " (use \"dp\": \"auto\" to sweep GPU counts)");
   // Megatron-LM draws the expert-parallel group from the dp x cp ranks (x tp / etp: its expert grid).
   const uint64_t stageRanks = uint64_t{l.tp} * l.cp * r.dp;
-  if ((uint64_t{r.dp} * l.cp) % l.ep != 0 && (stageRanks / l.etp) % l.ep != 0)
+  if (l.etp > 1) checkExpertGrid(l, stageRanks, "tp x cp x dp", " at " + str(gpus) + " GPUs");
+  if (l.etp == 1 && (uint64_t{r.dp} * l.cp) % l.ep != 0 && stageRanks % l.ep != 0)
     bad("layout.ep " + str(l.ep) + " divides neither dp x cp = " + str(uint64_t{r.dp} * l.cp) +
         " nor tp x cp x dp / etp = " + str(stageRanks / l.etp) + " at " + str(gpus) + " GPUs");
   r.edp = static_cast<uint32_t>(stageRanks / (uint64_t{l.etp} * l.ep));

@@ -134,6 +134,9 @@ bad "training.microBatch x training.seq x model.hidden x bytes per element = 1 x
   "$tool" --workload "$work/huge.json" --cluster dgx-h200 --gpus 8:32
 bad "--token-budget 'lots'" -- "${run[@]}" --token-budget lots
 bad "layout.ep 2 needs a mixture-of-experts model" -- "${run[@]}" --ep 2
+printf '{"tp": 2, "pp": 1, "ep": 2, "etp": 8, "dp": 4}' >"$work/etp8.json"
+bad "etp8.json: layout.etp 8 does not divide layout.tp x layout.cp x layout.dp / layout.ep = 4" -- \
+  "$tool" --workload mixtral-8x7b --cluster dgx-h200 --gpus 8 --layout "$work/etp8.json"
 bad "layout.cp 4 needs training.seq 2050 to be a multiple of 8" -- "${run[@]}" --cp 4 --seq 2050
 printf '{"cp": 2, "cpCommType": "ring"}' >"$work/cp-ring.json"
 bad "cp-ring.json: layout.cpCommType must be \"p2p\", \"all-gather\", \"a2a\" or \"a2a\+p2p\"" -- \

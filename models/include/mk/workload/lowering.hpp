@@ -100,7 +100,8 @@ enum class CommTiming : uint8_t {
 
 /// A set of rank groups that run the same communication at the same time (each group one instance).
 struct GroupSet {
-  /// "tp", "dp" (dp x cp ranks), "ep", "edp" (expert data-parallel), "pp", "cp", "cp.ring"
+  /// "tp", "dp" (dp x cp ranks), "ep", "edp" (expert data-parallel), "pp", "etp" (expert tensor-parallel, etp > 1),
+  /// "cp", "cp.ring"
   std::string name;
   std::vector<std::vector<uint32_t>> instances;  ///< global ranks of each instance; all run concurrently
 };

@@ -143,9 +143,9 @@ enum class CpCommType : uint8_t {
 /// How the step is split over GPUs. Ranks are ordered as Megatron-LM's "tp-cp-ep-dp-pp": tensor-parallel
 /// fastest, then context, then data, then pipeline stage:
 ///   rank = tp_i + tp * (cp_i + cp * (dp_i + dp * pp_i)).
-/// The expert-parallel group is drawn from the dp x cp ranks of one TP index (ep consecutive (cp, dp) indices)
-/// when ep divides dp x cp; otherwise (etp 1 only) from Megatron's expert grid etp-ep-edp-pp over the same ranks
-/// (ep consecutive ranks of the stage, across TP).
+/// With etp 1 the expert-parallel group is drawn from the dp x cp ranks of one TP index (ep consecutive (cp, dp)
+/// indices) when ep divides dp x cp; otherwise, and always with etp > 1, from Megatron's expert grid etp-ep-edp-pp
+/// over the same ranks (etp consecutive ranks split an expert, ep ranks at stride etp hold different experts).
 struct ParallelLayout {
   uint32_t tp = 1;                          ///< tensor parallelism (Megatron: attention heads and MLP columns split)
   uint32_t pp = 1;                          ///< pipeline stages
@@ -154,8 +154,9 @@ struct ParallelLayout {
   CpCommType cpCommType = CpCommType::P2p;  ///< Megatron-LM's --cp-comm-type (its default p2p)
   uint32_t cpA2aSize = 0;  ///< a2a+p2p: ranks of one a2a group (> 1, divides cp; required there, 0 otherwise)
   uint32_t ep = 1;         ///< expert parallelism (MoE only): experts split over ep ranks of the dp x cp group
-  /// Expert tensor parallelism. Only 1 is modelled: every rank holds whole experts and routes its own token slice
-  /// (Megatron-LM's default is etp = tp; its expert GEMMs then split columns over TP with the same FLOPs).
+  /// Expert tensor parallelism (Megatron-LM's --expert-tensor-parallel-size): each expert's columns split over etp
+  /// ranks, the tokens they receive all-gathered over those ranks before the experts and reduce-scattered after
+  /// (docs/planner.md, "Expert parallelism"). 1: whole experts on every rank.
   uint32_t etp = 1;
   bool sp = true;  ///< sequence parallelism: TP all-reduce becomes reduce-scatter + all-gather
   PipelineSchedule schedule = PipelineSchedule::OneFOneB;
@@ -214,8 +215,8 @@ void validateWorkload(const Workload& w);
 
 /// Fix the layout for `gpus` GPUs (world = tp x cp x dp x pp). Throws Error(InvalidArgument) naming the field when
 /// the layout cannot run on that many GPUs (tp * cp * pp does not divide it, an explicit dp that gives another
-/// world size, ep not dividing dp x cp (or tp x cp x dp / etp), a global batch that dp * microBatch does not
-/// divide). validateWorkload() first.
+/// world size, ep not dividing dp x cp (or tp x cp x dp), etp not dividing tp x cp x dp / ep, a global batch that
+/// dp * microBatch does not divide). validateWorkload() first.
 ResolvedLayout resolveLayout(const Workload& w, uint32_t gpus);
 
 const char* toString(Recompute r) noexcept;         ///< "none", "full", "selective"
