@@ -182,6 +182,14 @@ TEST_CASE("import: Megatron-LM arguments become model, training and layout, with
       fromMegatron("--num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --micro-batch-size 1 "
                    "--global-batch-size 8 --vocab-size 1000 --bf16 --num-experts 4 --overlap-moe-expert-parallel-comm")
           .layout.overlapMoeA2a);
+  // Expert tensor parallelism: Megatron-LM's default is the tensor-parallel size.
+  const std::string moeTp2 =
+      "--num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --micro-batch-size 1 "
+      "--global-batch-size 8 --vocab-size 1000 --bf16 --num-experts 4 --sequence-parallel "
+      "--tensor-model-parallel-size 2";
+  CHECK(fromMegatron(moeTp2).layout.etp == 2);
+  CHECK(fromMegatron(moeTp2 + " --expert-tensor-parallel-size 1").layout.etp == 1);
+  CHECK(d.layout.etp == 1);
 }
 
 TEST_CASE("import: Megatron-LM arguments that are unknown or not expressible exit as errors naming them") {

@@ -304,7 +304,11 @@ void applyMegatronArgs(Workload& w, const std::string& text, const std::string& 
   if (has("--pipeline-model-parallel-size")) l.pp = count32("--pipeline-model-parallel-size");
   if (has("--context-parallel-size")) l.cp = count32("--context-parallel-size");
   if (has("--expert-model-parallel-size")) l.ep = count32("--expert-model-parallel-size");
-  if (has("--expert-tensor-parallel-size")) l.etp = count32("--expert-tensor-parallel-size");
+  // Megatron-LM sets an absent --expert-tensor-parallel-size to the tensor-parallel size (arguments.py).
+  if (has("--expert-tensor-parallel-size"))
+    l.etp = count32("--expert-tensor-parallel-size");
+  else if (m.moe)
+    l.etp = l.tp;
   const bool perStage = has("--num-layers-per-virtual-pipeline-stage");
   if (perStage && has("--virtual-pipeline-model-parallel-size"))
     fail(where, "--virtual-pipeline-model-parallel-size", "give it or --num-layers-per-virtual-pipeline-stage");
