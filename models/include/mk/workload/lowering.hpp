@@ -161,7 +161,6 @@ struct StepLowering {
 uint32_t cpRingRanks(const ParallelLayout& l) noexcept;
 
 /// Lower `w` on `r` (resolveLayout(w, gpus)).
-
 StepLowering lowerStep(const Workload& w, const ResolvedLayout& r);
 
 const char* toString(Phase p) noexcept;     ///< "tp", "ep", "pp", "dp", "cp"
