@@ -66,7 +66,7 @@ std::string CommPricer::request(const CommOp& op, const GroupSet& groups, const 
                                 const Profile& profile) {
   ++requests_;
   Entry e;
-  e.placement = placeConcurrent(groups, cluster);
+  e.placement = placeConcurrent(groups, cluster, settings_.everyInstance);
   const ConcurrentPlacement& p = e.placement;
   e.spec.op = collOf(op.kind);
   e.spec.dtype = op.dtype;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "mk/error.hpp"
@@ -12,6 +13,9 @@
 namespace mk::plan {
 
 namespace {
+
+/// The largest oversubscription validateTopology accepts: a share scaling an uplink past it is simulated whole.
+constexpr double kMaxScaledOversubscription = 1e3;
 
 [[noreturn]] void unsupported(const GroupSet& g, const std::string& what) {
   throw Error(ErrorCode::Unsupported, "the " + g.name + " groups: " + what);
@@ -80,9 +84,92 @@ std::vector<uint32_t> normalizedNodes(const std::vector<uint32_t>& ranks, uint32
   return out;
 }
 
+/// The instances reachable from instance 0 through a shared resource, ascending: `resources(i, r)` lists the ids
+/// of what rank r of instance i passes through on the network.
+template <typename Resources>
+std::vector<uint32_t> closureOf(const GroupSet& groups, Resources resources) {
+  std::map<uint64_t, std::vector<uint32_t>> byResource;
+  for (uint32_t i = 0; i < groups.instances.size(); ++i)
+    for (uint32_t r : groups.instances[i])
+      for (uint64_t x : resources(i, r)) byResource[x].push_back(i);
+  std::vector<bool> in(groups.instances.size(), false);
+  in[0] = true;
+  std::vector<uint32_t> chosen{0};
+  std::deque<uint32_t> todo{0};
+  while (!todo.empty()) {
+    const uint32_t i = todo.front();
+    todo.pop_front();
+    for (uint32_t r : groups.instances[i])
+      for (uint64_t x : resources(i, r))
+        for (uint32_t j : byResource[x])
+          if (!in[j]) {
+            in[j] = true;
+            chosen.push_back(j);
+            todo.push_back(j);
+          }
+  }
+  std::sort(chosen.begin(), chosen.end());
+  return chosen;
+}
+
+/// The leaf uplinks (one per leaf and rail) a set of instances loads, and how many of the group set's ranks load
+/// each; instances inside one leaf never reach an uplink.
+struct UplinkLoad {
+  std::map<uint64_t, uint64_t> all;                ///< uplink -> ranks of every instance crossing leaves
+  std::vector<bool> crosses;                       ///< per instance: spans more than one leaf
+  std::vector<std::vector<uint32_t>> leafPattern;  ///< per instance: leaf of each rank, in order of appearance
+  std::vector<std::vector<uint32_t>> railsOf;      ///< per local GPU: its NICs (rails)
+  uint32_t gpus = 0, perLeaf = 1, rails = 0;
+  std::vector<uint64_t> uplinksOf(uint32_t rank) const {
+    std::vector<uint64_t> out;
+    for (uint32_t rail : railsOf[rank % gpus]) out.push_back(uint64_t{rank / gpus / perLeaf} * rails + rail);
+    return out;
+  }
+};
+
+UplinkLoad uplinkLoad(const GroupSet& groups, const Topology& cluster) {
+  UplinkLoad u;
+  u.gpus = cluster.node.gpus;
+  u.perLeaf = std::max<uint32_t>(1, cluster.fabric.nodesPerLeaf);
+  u.railsOf = gpuNics(cluster.node);
+  u.rails = static_cast<uint32_t>(nicsOf(cluster.node).size());
+  for (const auto& ranks : groups.instances) {
+    u.leafPattern.push_back(normalizedNodes(ranks, u.gpus * u.perLeaf));
+    const auto& leaves = u.leafPattern.back();
+    u.crosses.push_back(!leaves.empty() && *std::max_element(leaves.begin(), leaves.end()) > 0);
+    if (!u.crosses.back()) continue;
+    for (uint32_t r : ranks)
+      for (uint64_t x : u.uplinksOf(r)) ++u.all[x];
+  }
+  return u;
+}
+
+/// The fraction of its uplinks' bandwidth the instances `chosen` get when every instance crossing those uplinks
+/// is in their class (the same leaf pattern as instance 0) and every uplink they use is shared alike (the same
+/// ranks of theirs and in all on each): each then takes the same share of every uplink, so the set runs alone on
+/// uplinks scaled by that share. 1 when they cross no uplink; nullopt when the sharing is not uniform.
+std::optional<double> uplinkShare(const GroupSet& groups, const UplinkLoad& u, const std::vector<uint32_t>& chosen) {
+  std::map<uint64_t, uint64_t> mine;
+  for (uint32_t i : chosen)
+    if (u.crosses[i])
+      for (uint32_t r : groups.instances[i])
+        for (uint64_t x : u.uplinksOf(r)) ++mine[x];
+  if (mine.empty()) return 1.0;
+  const uint64_t own = mine.begin()->second, total = u.all.at(mine.begin()->first);
+  for (const auto& [x, n] : mine)
+    if (n != own || u.all.at(x) != total) return std::nullopt;
+  for (uint32_t i = 0; i < groups.instances.size(); ++i) {
+    if (!u.crosses[i] || u.leafPattern[i] == u.leafPattern[0]) continue;
+    for (uint32_t r : groups.instances[i])
+      for (uint64_t x : u.uplinksOf(r))
+        if (mine.count(x)) return std::nullopt;  // another class shares an uplink: its load is not ours
+  }
+  return static_cast<double>(own) / static_cast<double>(total);
+}
+
 }  // namespace
 
-ConcurrentPlacement placeConcurrent(const GroupSet& groups, const Topology& cluster) {
+ConcurrentPlacement placeConcurrent(const GroupSet& groups, const Topology& cluster, bool everyInstance) {
   if (groups.instances.empty() || groups.instances[0].empty()) unsupported(groups, "no instance");
   const NodeSpec& node = cluster.node;
   const uint32_t G = node.gpus;
@@ -95,31 +182,36 @@ ConcurrentPlacement placeConcurrent(const GroupSet& groups, const Topology& clus
   if (p.groupSize % p.groupNodes != 0) unsupported(groups, "instance 0 holds a different number of ranks per node");
 
   // The instances that share a NIC (or a PCIe switch on the network path) with instance 0, transitively (only
-  // instances that use the network).
+  // instances that use the network); then the leaf uplinks they share with the other instances of their class
+  // (docs/planner.md, "Communication").
   std::vector<uint32_t> chosen{0};
-  if (p.multiNode && node.nics > 0) {
+  if (everyInstance) {
+    chosen.resize(groups.instances.size());
+    for (uint32_t i = 0; i < chosen.size(); ++i) chosen[i] = i;
+  } else if (p.multiNode && node.nics > 0) {
     const auto shared = sharedResources(node);
     const uint64_t kinds = nicsOf(node).size() + node.pcieSwitches.size();
-    std::map<uint64_t, std::vector<uint32_t>> byResource;
-    for (uint32_t i = 0; i < groups.instances.size(); ++i)
-      for (uint32_t r : groups.instances[i])
-        for (uint32_t x : shared[r % G]) byResource[uint64_t{r / G} * kinds + x].push_back(i);
-    std::vector<bool> in(groups.instances.size(), false);
-    in[0] = true;
-    std::deque<uint32_t> todo{0};
-    while (!todo.empty()) {
-      const uint32_t i = todo.front();
-      todo.pop_front();
-      for (uint32_t r : groups.instances[i])
-        for (uint32_t x : shared[r % G])
-          for (uint32_t j : byResource[uint64_t{r / G} * kinds + x])
-            if (!in[j]) {
-              in[j] = true;
-              chosen.push_back(j);
-              todo.push_back(j);
-            }
+    auto nicsOfRank = [&](uint32_t, uint32_t r) {
+      std::vector<uint64_t> out;
+      for (uint32_t x : shared[r % G]) out.push_back(uint64_t{r / G} * kinds + x);
+      return out;
+    };
+    chosen = closureOf(groups, nicsOfRank);
+    const UplinkLoad uplinks = uplinkLoad(groups, cluster);
+    const std::optional<double> share = uplinkShare(groups, uplinks, chosen);
+    const double scaled = cluster.fabric.oversubscription / share.value_or(1.0);
+    if (share && scaled <= kMaxScaledOversubscription) {
+      p.uplinkShare = *share;
+    } else {
+      // Sharing the reduction cannot scale: every instance meeting the set on an uplink is simulated with it.
+      const uint64_t nicIds = uint64_t{cluster.nodes} * kinds;
+      chosen = closureOf(groups, [&](uint32_t i, uint32_t r) {
+        std::vector<uint64_t> out = nicsOfRank(i, r);
+        if (uplinks.crosses[i])
+          for (uint64_t x : uplinks.uplinksOf(r)) out.push_back(nicIds + x);
+        return out;
+      });
     }
-    std::sort(chosen.begin(), chosen.end());
   }
   p.instances = static_cast<uint32_t>(chosen.size());
   for (uint32_t i : chosen)
@@ -158,6 +250,9 @@ ConcurrentPlacement placeConcurrent(const GroupSet& groups, const Topology& clus
     // what-ifs on oversubscription or leaf size share this simulation.
     p.reduced.fabric.oversubscription = 1;
     p.reduced.fabric.nodesPerLeaf = std::max<uint32_t>(1, reducedNodes);
+  } else {
+    // The instances of its class not simulated take their share of every uplink the set crosses.
+    p.reduced.fabric.oversubscription = cluster.fabric.oversubscription / p.uplinkShare;
   }
   p.reduced.node = restrictNode(node, U, p.multiNode && node.nics > 0);
   validateTopology(p.reduced);

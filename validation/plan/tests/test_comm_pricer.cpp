@@ -37,3 +37,108 @@ TEST_CASE("comm pricer: EP all-to-alls and PP sends are priced as NCCL's p2p sen
   // A 2 MiB send moves in NCCL's Simple protocol (above P2P_LL_THRESHOLD).
   CHECK(pricer.price(pp).algo.find("(simple)") != std::string::npos);
 }
+
+// Symmetric groups simulated once (docs/planner.md, "Communication"): a representative of each class of
+// instances with its share of the leaf uplinks it crosses against every instance simulated together.
+namespace {
+
+/// `nodes` DGX H100 nodes, `perLeaf` to a leaf, uplinks oversubscribed 4:1 (so that sharing them shows).
+Topology sharedFabric(uint32_t nodes, uint32_t perLeaf) {
+  Topology t = topologyPreset("dgx-h100", nodes);
+  t.fabric.nodesPerLeaf = perLeaf;
+  t.fabric.oversubscription = 4;
+  return t;
+}
+
+/// The price of `op` on `groups` by the class representative and by every instance.
+std::pair<double, double> reducedAndFull(const CommOp& op, const GroupSet& groups, const Topology& cluster) {
+  const Profile profile = defaultProfile(cluster);
+  double us[2] = {0, 0};
+  for (int full = 0; full < 2; ++full) {
+    PricerSettings settings;
+    settings.jobs = 1;
+    settings.everyInstance = full == 1;
+    CommPricer pricer(settings);
+    const std::string key = pricer.request(op, groups, cluster, profile);
+    pricer.runAll();
+    us[full] = pricer.price(key).us;
+  }
+  return {us[0], us[1]};
+}
+
+/// Data parallelism with TP 8: one instance per (stage, local GPU), over the nodes `stageOf` gives that stage.
+GroupSet dpOverStages(uint32_t nodes, uint32_t stages, bool interleaved) {
+  GroupSet g{"dp", {}};
+  for (uint32_t s = 0; s < stages; ++s)
+    for (uint32_t local = 0; local < 8; ++local) {
+      std::vector<uint32_t> ranks;
+      for (uint32_t n = 0; n < nodes; ++n)
+        if ((interleaved ? n % stages : n / (nodes / stages)) == s) ranks.push_back(n * 8 + local);
+      g.instances.push_back(ranks);
+    }
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("comm pricer: one representative per class prices as every instance simulated together") {
+  CommOp ar;
+  ar.kind = CommKind::AllReduce;
+  ar.count = 1 << 20;
+  CommOp a2a;
+  a2a.kind = CommKind::AllToAll;
+  a2a.count = 1 << 16;
+  CommOp send;
+  send.kind = CommKind::SendRecv;
+  send.count = 1 << 20;
+  // EP over nodes 0 and 2 and over 1 and 3; PP pairs node n -> n + 2: both share every leaf uplink in two.
+  GroupSet ep{"ep", {{}, {}}};
+  GroupSet pp{"pp", {}};
+  for (uint32_t g = 0; g < 32; ++g) ep.instances[(g / 8) % 2].push_back(g);
+  for (uint32_t g = 0; g < 16; ++g) pp.instances.push_back({g, g + 16});
+  struct Layout {
+    const char* name;
+    CommOp op;
+    GroupSet groups;
+    Topology cluster;
+    double share;  // of the uplinks the representative crosses
+  };
+  const Layout layouts[] = {
+      {"DP x TP 8, stages interleaved over leaves", ar, dpOverStages(8, 2, true), sharedFabric(8, 2), 0.5},
+      {"DP x TP 8, a stage per pair of leaves", ar, dpOverStages(8, 2, false), sharedFabric(8, 2), 1},
+      {"EP all-to-all", a2a, ep, sharedFabric(4, 2), 0.5},
+      {"PP sends", send, pp, sharedFabric(4, 2), 0.5},
+  };
+  for (const Layout& l : layouts) {
+    CAPTURE(l.name);
+    const ConcurrentPlacement p = placeConcurrent(l.groups, l.cluster);
+    CHECK(p.instances == 1);
+    CHECK(p.uplinkShare == doctest::Approx(l.share));
+    const auto [reduced, full] = reducedAndFull(l.op, l.groups, l.cluster);
+    CAPTURE(reduced);
+    CAPTURE(full);
+    if (l.share == 1)
+      CHECK(reduced == doctest::Approx(full).epsilon(1e-9));  // nothing shared: exact
+    else
+      CHECK(reduced == doctest::Approx(full).epsilon(0.02));
+    if (l.share == 1) continue;
+    // The representative alone on unscaled uplinks (the cluster's own oversubscription, as before the classes)
+    // is faster than the full simulation: the sharing is what the scaling puts back.
+    Topology alone = l.cluster;
+    alone.fabric.oversubscription *= l.share;
+    const double unshared = reducedAndFull(l.op, l.groups, alone).first;
+    CHECK(unshared < full * 0.9);
+  }
+}
+
+TEST_CASE("placement: uplinks shared unevenly are simulated with every instance that meets the set on them") {
+  // Instance 0 crosses leaves 0 and 1, instance 1 leaves 0 and 2, instance 2 leaves 2 and 3 (GPU 0 of each
+  // node): leaf 0's uplink carries two instances, leaf 1's one, so no share holds for both; instance 3 stays
+  // inside leaf 0 on another rail and never meets them.
+  const Topology t = sharedFabric(8, 2);
+  const GroupSet uneven{"dp", {{0, 16}, {8, 32}, {40, 56}, {1, 9}}};
+  const ConcurrentPlacement p = placeConcurrent(uneven, t);
+  CHECK(p.uplinkShare == 1);
+  CHECK(p.instances == 3);  // the three crossing instances, not the one inside leaf 0
+  CHECK(p.reduced.fabric.oversubscription == 4);
+}

@@ -41,6 +41,9 @@ struct PricerSettings {
   const std::map<std::string, CommPrice>* known = nullptr;
   /// Filled by runAll with the price of every key (mk-plan --shard writes them for the merge).
   std::map<std::string, CommPrice>* record = nullptr;
+  /// Simulate every instance of a group set instead of its class's representative (placeConcurrent): the full
+  /// simulation the reduction is checked against.
+  bool everyInstance = false;
 };
 
 /// What one communication costs (all instances of its concurrent set at once).
