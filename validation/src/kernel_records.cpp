@@ -121,6 +121,8 @@ std::vector<KernelRecord> kernelRecords(const MeasurementFile& file, const std::
         const std::string s = f;
         (s == "m" ? k.m : s == "n" ? k.n : s == "k" ? k.k : k.batch) = x;
       }
+      if (std::string(f) == "vocab") k.vocab = x;
+      if (std::string(f) == "tokens") k.tokens = x;
     }
     const Json flops = json("flops");
     if (!flops.is_number() || !std::isfinite(flops.get<double>()) || flops.get<double>() < 0)

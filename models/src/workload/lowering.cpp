@@ -202,6 +202,12 @@ const char* toString(KernelClass c) noexcept {
 
 const char* dtypeName(const ComputeOp& op) noexcept { return op.fp8 ? "float8_e4m3" : toString(op.dtype); }
 
+bool softmaxRowInSharedMemory(uint64_t rowElems, std::size_t elemBytes) noexcept {
+  constexpr uint64_t kSharedBytes = 49152, kReductionScratch = 128, kVector = 16;
+  if (elemBytes == 0 || kVector % elemBytes != 0) return false;
+  return rowElems < (kSharedBytes - kReductionScratch) / elemBytes && rowElems % (kVector / elemBytes) == 0;
+}
+
 uint64_t commBytes(const CommOp& op, uint32_t groupSize) noexcept {
   const uint64_t elem = dtypeSize(op.dtype);
   switch (op.kind) {

@@ -50,9 +50,12 @@ double flopsFor(const KernelFitOptions& o, double flops, uint64_t m, uint64_t n,
   return flops * waves * o.sms / tiles;
 }
 
-/// Features in microseconds at unit rates: 1, flops at 1 TFLOP/s (1e6 FLOP/us), bytes at 1 GB/s (1e3 B/us).
+/// Features in microseconds at unit rates: 1, flops at 1 TFLOP/s (1e6 FLOP/us) or rows at 1 row/us (the loss),
+/// bytes at 1 GB/s (1e3 B/us).
 Vec features(const KernelFitOptions& o, const KernelRecord& r) {
-  return {1.0, flopsFor(o, r.flops, r.m, r.n, r.batch) / 1e6, r.bytes / 1e3};
+  const double second =
+      rowTermClass(r.cls) ? static_cast<double>(r.tokens) : flopsFor(o, r.flops, r.m, r.n, r.batch) / 1e6;
+  return {1.0, second, r.bytes / 1e3};
 }
 
 /// min sum((x . p - t) / t)^2 over p >= 0: the unconstrained optimum of every face of the orthant (a subset of
@@ -112,15 +115,20 @@ Vec solveNonNegative(const Normal& s) {
 double dot(const Vec& p, const Vec& x) { return p[0] * x[0] + p[1] * x[1] + p[2] * x[2]; }
 
 constexpr const char* kFp32Accumulate = "fp32-accumulate";
+constexpr const char* kFp8Dtype = "float8_e4m3";
 
 /// GEMMs and attention share one model per dtype and pass, but a GEMM adding into an fp32 output (its epilogue
-/// reads and writes 4-byte elements) has its own; the other classes one per kernel.
-std::string variantOf(KernelClass cls, const std::string& kernel, bool accumulateFp32) {
+/// reads and writes 4-byte elements) has its own; the other classes one per kernel, and the loss one per softmax
+/// regime (softmaxRowInSharedMemory: a vocabulary row held in shared memory or read from memory each pass).
+std::string variantOf(KernelClass cls, const std::string& kernel, bool accumulateFp32, uint64_t vocab,
+                      std::size_t elemBytes) {
   if (cls == KernelClass::Gemm) return accumulateFp32 ? kFp32Accumulate : std::string();
+  if (cls == KernelClass::Loss)
+    return kernel + (softmaxRowInSharedMemory(vocab, elemBytes) ? " row-in-smem" : " row-in-hbm");
   return cls == KernelClass::Attention ? std::string() : kernel;
 }
 
-constexpr const char* kFp8Dtype = "float8_e4m3";
+std::size_t elemBytesOf(const std::string& dtype) { return dtype == "float32" ? 4 : dtype == kFp8Dtype ? 1 : 2; }
 
 std::string dtypeOf(KernelClass cls, const std::string& dtype) {
   return cls == KernelClass::Gemm ? dtype : std::string();
@@ -172,7 +180,7 @@ KernelModel fitKernelModel(const std::vector<KernelRecord>& records, const Kerne
   m.files.assign(files.begin(), files.end());
   const Vec p = solveNonNegative(all);
   m.overheadUs = p[0];
-  m.tflops = p[1] > 0 ? 1 / p[1] : 0;
+  (rowTermClass(key.cls) ? m.rowsPerUs : m.tflops) = p[1] > 0 ? 1 / p[1] : 0;
   m.bandwidthGBs = p[2] > 0 ? 1 / p[2] : 0;
   std::map<std::string, Vec> loso;
   for (const auto& [shape, s] : byShape) loso[shape] = solveNonNegative(all.minus(s));
@@ -185,9 +193,13 @@ KernelModel fitKernelModel(const std::vector<KernelRecord>& records, const Kerne
   return m;
 }
 
-double predictKernelUs(const KernelModel& model, double flops, double bytes, uint64_t m, uint64_t n, uint64_t batch) {
+bool rowTermClass(KernelClass cls) noexcept { return cls == KernelClass::Loss; }
+
+double predictKernelUs(const KernelModel& model, double flops, double bytes, uint64_t m, uint64_t n, uint64_t batch,
+                       uint64_t rows) {
   double us = model.overheadUs;
   if (model.tflops > 0) us += flopsFor(model.options, flops, m, n, batch) / (model.tflops * 1e6);
+  if (model.rowsPerUs > 0) us += static_cast<double>(rows) / model.rowsPerUs;
   if (model.bandwidthGBs > 0) us += bytes / (model.bandwidthGBs * 1e3);
   return us;
 }
@@ -200,7 +212,8 @@ KernelModels KernelModels::fit(const std::vector<MeasurementFile>& files, const 
   std::set<std::string> used;
   for (std::size_t f = 0; f < files.size(); ++f) {
     for (KernelRecord& r : kernelRecords(files[f], names[f])) {
-      KernelKey k{presetGpuName(r.gpu), r.cls, variantOf(r.cls, r.kernel, r.accumulateFp32), dtypeOf(r.cls, r.dtype),
+      KernelKey k{presetGpuName(r.gpu), r.cls,
+                  variantOf(r.cls, r.kernel, r.accumulateFp32, r.vocab, elemBytesOf(r.dtype)), dtypeOf(r.cls, r.dtype),
                   toString(r.pass)};
       KernelKey any = k;
       any.pass = "*";
@@ -250,7 +263,8 @@ KernelModels KernelModels::fit(const std::vector<MeasurementFile>& files, const 
 }
 
 KernelModels::Match KernelModels::find(const ComputeOp& op, const std::string& gpu) const {
-  const std::string variant = variantOf(op.cls, op.kernel, op.accumulateFp32), dtype = dtypeOf(op.cls, dtypeName(op));
+  const std::string variant = variantOf(op.cls, op.kernel, op.accumulateFp32, op.vocab, elemBytesOf(dtypeName(op))),
+                    dtype = dtypeOf(op.cls, dtypeName(op));
   std::vector<std::string> gpus{gpu};
   for (const auto& [k, m] : models_)
     if (std::find(gpus.begin(), gpus.end(), k.gpu) == gpus.end()) gpus.push_back(k.gpu);
@@ -305,8 +319,10 @@ KernelPrice priceCompute(const GemmModel& gemm, const KernelModels& kernels, con
     const double peak = op.fp8 && op.cls == KernelClass::Gemm ? node.fp8Tflops : node.bf16Tflops;
     const double rScale = match.extrapolated && m.peakTflops > 0 ? peak / m.peakTflops : 1.0;
     const double bScale = match.extrapolated && m.hbmGBs > 0 ? node.hbmGBs / m.hbmGBs : 1.0;
+    // The loss's per-row latency scales like a rate (SMs x clock: the bf16 peak ratio).
     const double f =
-        m.tflops > 0 ? flopsFor(m.options, op.flops, op.m, op.n, op.batch) / (m.tflops * rScale * 1e6) : 0.0;
+        (m.tflops > 0 ? flopsFor(m.options, op.flops, op.m, op.n, op.batch) / (m.tflops * rScale * 1e6) : 0.0) +
+        (m.rowsPerUs > 0 ? static_cast<double>(op.tokens) / (m.rowsPerUs * rScale) : 0.0);
     const double b = m.bandwidthGBs > 0 ? op.bytes / (m.bandwidthGBs * bScale * 1e3) : 0.0;
     p.us = m.overheadUs + f + b;
     p.memoryBound = b > f;

@@ -273,6 +273,7 @@ std::string planToJson(const PlanResult& plan, const std::string& commit, int in
                             {"pass", key.pass},
                             {"overhead_us", m.overheadUs},
                             {"tflops", m.tflops > 0 ? Json(m.tflops) : Json(nullptr)},
+                            {"rows_per_us", m.rowsPerUs > 0 ? Json(m.rowsPerUs) : Json(nullptr)},
                             {"bandwidth_gbs", m.bandwidthGBs > 0 ? Json(m.bandwidthGBs) : Json(nullptr)},
                             {"records", m.records},
                             {"shapes", m.shapes},
@@ -293,7 +294,9 @@ std::string planToJson(const PlanResult& plan, const std::string& commit, int in
   j["overlap_model"] = {{"formula", "slowdown = (1 + f0) S / (S - phi c), c = layout.overlapSms"},
                         {"note", plan.overlapNote},
                         {"fits", overlapFits}};
-  j["kernel_models"] = {{"formula", "t = c0 + flops / R + bytes / B (a term fitted to 0 is null)"},
+  j["kernel_models"] = {{"formula",
+                         "t = c0 + flops / R + bytes / B; the loss: t = c0 + rows / rows_per_us + bytes / B (a term "
+                         "fitted to 0 is null)"},
                         {"note", plan.kernelNote},
                         {"models", kernelModels}};
   Json classes = Json::object();

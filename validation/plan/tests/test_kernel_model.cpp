@@ -115,7 +115,7 @@ TEST_CASE("kernel model: the committed H100 records give a model per class withi
   const Gate gates[] = {
       {KernelClass::Gemm, 6, 69},        {KernelClass::Attention, 6, 32.5}, {KernelClass::Norm, 6, 27},
       {KernelClass::Activation, 1, 7.5}, {KernelClass::Rotary, 1.5, 10},    {KernelClass::Residual, 1, 3.5},
-      {KernelClass::Loss, 11.5, 40},     {KernelClass::Embedding, 4.5, 34}, {KernelClass::Optimizer, 2.5, 46.5},
+      {KernelClass::Loss, 1.5, 23},      {KernelClass::Embedding, 4.5, 34}, {KernelClass::Optimizer, 2.5, 46.5},
       {KernelClass::GradNorm, 6, 23},    {KernelClass::Cast, 4, 27},        {KernelClass::Router, 5.5, 39},
       {KernelClass::Permute, 3.5, 39.5},
   };
@@ -293,5 +293,39 @@ TEST_CASE("kernel model: an fp8 dgx-h100 plan prices FP8 GEMMs from their own re
     CHECK(e.code() == ErrorCode::InvalidArgument);
     CHECK(std::string(e.what()).find("training.dtype: fp8 needs a GPU with FP8 tensor cores") != std::string::npos);
     CHECK(std::string(e.what()).find("NVIDIA A100 has none") != std::string::npos);
+  }
+}
+
+TEST_CASE("kernel model: the loss is fitted per softmax regime, with a latency per row") {
+  // PyTorch's rule (SoftMax.cu): a row under 48 KiB less 128 bytes of scratch, a whole number of 16-byte vectors.
+  CHECK(softmaxRowInSharedMemory(16032, 2));
+  CHECK(softmaxRowInSharedMemory(24504, 2));
+  CHECK_FALSE(softmaxRowInSharedMemory(24512, 2));
+  CHECK_FALSE(softmaxRowInSharedMemory(32000, 2));
+  CHECK_FALSE(softmaxRowInSharedMemory(8001, 2));  // not a whole number of vectors
+  CHECK(softmaxRowInSharedMemory(12248, 4));
+  CHECK_FALSE(softmaxRowInSharedMemory(12256, 4));
+  const KernelModels km = KernelModels::fit({h100()}, {kH100File});
+  int loss = 0;
+  for (const auto& [key, m] : km.models()) {
+    if (key.cls != KernelClass::Loss) continue;
+    ++loss;
+    CAPTURE(key.text());
+    CHECK((key.variant == "cross-entropy row-in-smem" || key.variant == "cross-entropy row-in-hbm"));
+    CHECK(m.tflops == 0);  // its FLOPs are a fixed multiple of its bytes: a row term instead
+  }
+  CHECK(loss == 6);  // two regimes x (forward, backward, every pass)
+  // A census loss op finds the model of its own regime.
+  ComputeOp op;
+  op.cls = KernelClass::Loss;
+  op.kind = ComputeKind::Other;
+  op.kernel = "cross-entropy";
+  op.pass = Pass::Forward;
+  op.tokens = 8192;
+  for (const uint64_t vocab : {16032u, 128256u}) {
+    op.vocab = vocab;
+    const KernelModels::Match match = km.find(op, "NVIDIA H100");
+    REQUIRE(match.model);
+    CHECK(match.model->key.variant == (vocab == 16032 ? "cross-entropy row-in-smem" : "cross-entropy row-in-hbm"));
   }
 }

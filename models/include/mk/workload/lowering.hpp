@@ -174,6 +174,13 @@ const char* toString(KernelClass c) noexcept;  ///< the contract's class: "gemm"
 /// The census's dtype of a kernel: "float8_e4m3" for FP8 GEMMs and casts, toString(op.dtype) otherwise.
 const char* dtypeName(const ComputeOp& op) noexcept;
 
+/// Whether the framework's softmax kernels (the loss's log-softmax, forward and backward) hold a row of `rowElems`
+/// elements of `elemBytes` in shared memory. PyTorch (aten/src/ATen/native/cuda/SoftMax.cu) takes its
+/// shared-memory kernels when the row fits a block's 48 KiB of shared memory less its reduction scratch (128 bytes
+/// at 1024 threads) and its length is a multiple of one 16-byte vector; otherwise every pass reads the row from
+/// memory. The two run at different rates, so the loss's kernel model is fitted per regime (docs/planner.md).
+bool softmaxRowInSharedMemory(uint64_t rowElems, std::size_t elemBytes) noexcept;
+
 /// Bytes nccl-tests calls the op's size (the larger buffer of one rank), for reports: elements x the dtype,
 /// times the group size for the gathered / scattered side of all-gather and reduce-scatter.
 uint64_t commBytes(const CommOp& op, uint32_t groupSize) noexcept;

@@ -22,6 +22,8 @@ struct KernelRecord {
   std::string shape;  ///< the class's shape fields, "m=2048 n=6144 k=4096 batch=1": one measured shape
   uint64_t m = 0, n = 0, k = 0, batch = 1;  ///< GEMMs only
   bool accumulateFp32 = false;              ///< a GEMM adding into an fp32 output ("accumulate": "float32")
+  uint64_t vocab = 0;                       ///< loss and embedding records: the row the kernel works on
+  uint64_t tokens = 0;                      ///< the records of classes with a tokens field: the rows
   double flops = 0, bytes = 0, timeUs = 0;
   std::string gpu;        ///< the file's system.gpu as written ("NVIDIA H100 80GB HBM3")
   std::string file;       ///< the name it was read under

@@ -1,7 +1,7 @@
 // mkernel — the planner's compute model per kernel class and GPU, fitted on our own kernel records (issue 32 item 3;
 // docs/planner.md, "Compute").
 //
-//   t = c0 + flops / R + bytes / B
+//   t = c0 + flops / R + bytes / B          (the loss: t = c0 + rows / r + bytes / B)
 //
 // per (GPU model, class, variant, dtype, pass): the variant is the census's kernel name for the classes whose
 // kernels differ (rmsnorm / layernorm, swiglu / gelu, cast-fp8 / amax, permute / unpermute, ...), "" for GEMMs and
@@ -50,8 +50,11 @@ struct KernelFitOptions {
 /// One fitted model.
 struct KernelModel {
   KernelKey key;
-  double overheadUs = 0;              ///< c0
-  double tflops = 0;                  ///< R; 0 = no FLOPs term
+  double overheadUs = 0;  ///< c0
+  double tflops = 0;      ///< R; 0 = no FLOPs term
+  /// The loss (rowTermClass): its FLOPs are a fixed multiple of its bytes, so its second term is a latency per row
+  /// (the softmax kernels run one block per row) in rows per microsecond instead of R; 0 = no such term.
+  double rowsPerUs = 0;
   double bandwidthGBs = 0;            ///< B; 0 = no bytes term
   double peakTflops = 0, hbmGBs = 0;  ///< the measured GPU's datasheet dense bf16 peak and HBM (to extrapolate)
   KernelFitOptions options;
@@ -75,10 +78,13 @@ std::string presetGpuName(const std::string& fileGpu);
 KernelModel fitKernelModel(const std::vector<KernelRecord>& records, const KernelKey& key,
                            const KernelFitOptions& options = {});
 
+/// Whether a class's second term is a latency per row (tokens) rather than its FLOPs: the loss.
+bool rowTermClass(KernelClass cls) noexcept;
+
 /// The model's time of one kernel with `flops` and `bytes` on the GPU it was measured on (m, n, batch: a GEMM's
-/// output tiles, used only with the wave option).
+/// output tiles, used only with the wave option; rows: the tokens of a rowTermClass kernel).
 double predictKernelUs(const KernelModel& model, double flops, double bytes, uint64_t m = 0, uint64_t n = 0,
-                       uint64_t batch = 1);
+                       uint64_t batch = 1, uint64_t rows = 0);
 
 /// Every model of a set of measurement files, fitted once.
 class KernelModels {
