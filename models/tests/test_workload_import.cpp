@@ -2,6 +2,7 @@
 // small inline config, and unknown or inexpressible keys and arguments named in the error.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -212,4 +213,161 @@ TEST_CASE("import: Megatron-LM arguments that are unknown or not expressible exi
   expectError([] { fromMegatron("--num-layers 2 --hidden-size 128 --num-attention-heads 4"); }, ErrorCode::ParseError,
               {"args: --bf16: missing"});
   expectError([] { fromMegatron("num-layers 2"); }, ErrorCode::ParseError, {"args: 'num-layers': expected"});
+}
+
+namespace {
+
+Workload fromRecipe(const std::string& text, std::vector<std::string>* ignored = nullptr) {
+  Workload w = workloadPreset("llama3-8b");
+  std::vector<std::string> dropped;
+  applyRecipe(w, text, "recipe.yaml", ignored ? *ignored : dropped);
+  return w;
+}
+
+const char* kNemoRecipe = R"(name: megatron_gpt
+trainer:
+  devices: 8
+  precision: bf16
+exp_manager:
+  name: run
+model:
+  micro_batch_size: 2
+  global_batch_size: 64
+  tensor_model_parallel_size: 2
+  pipeline_model_parallel_size: 2
+  context_parallel_size: 2
+  encoder_seq_length: 4096
+  max_position_embeddings: ${.encoder_seq_length}
+  num_layers: 8
+  hidden_size: 1024
+  ffn_hidden_size: 2816
+  num_attention_heads: 16
+  num_query_groups: 4
+  make_vocab_size_divisible_by: 64
+  share_embeddings_and_output_weights: False
+  activation: swiglu
+  normalization: rmsnorm
+  sequence_parallel: True
+  ub_tp_comm_overlap: True
+  activations_checkpoint_granularity: selective
+  fp8: True
+  fp8_e4m3: False
+  fp8_hybrid: True
+  optim:
+    name: distributed_fused_adam
+    lr: 2e-4
+    overlap_grad_sync: True
+)";
+
+}  // namespace
+
+TEST_CASE("import: a NeMo recipe maps its model names through Megatron-LM's arguments; the rest is listed") {
+  std::vector<std::string> ignored;
+  const Workload w = fromRecipe(kNemoRecipe, &ignored);
+  CHECK(w.model.layers == 8);
+  CHECK(w.model.hidden == 1024);
+  CHECK(w.model.ffn == 2816);
+  CHECK(w.model.heads == 16);
+  CHECK(w.model.kvHeads == 4);
+  CHECK(w.model.vocabPadMultiple == 64);
+  CHECK_FALSE(w.model.tiedEmbeddings);
+  CHECK(w.model.activation == Activation::SwiGlu);
+  CHECK(w.training.seq == 4096);
+  CHECK(w.training.microBatch == 2);
+  CHECK(w.training.globalBatch == 64);
+  CHECK(w.training.dtype == DType::BFloat16);
+  CHECK(w.training.fp8);
+  CHECK(w.training.recompute == Recompute::Selective);
+  CHECK(w.layout.tp == 2);
+  CHECK(w.layout.pp == 2);
+  CHECK(w.layout.cp == 2);
+  CHECK(w.layout.sp);
+  CHECK(w.layout.tpCommOverlap);
+  CHECK(w.layout.zero == 1);
+  CHECK(w.layout.overlapGradReduce);
+  CHECK_FALSE(w.layout.overlapPpComm);  // NeMo's default: overlap_p2p_comm off
+  for (const char* k : {"model.max_position_embeddings", "model.normalization", "model.optim.lr", "trainer.devices",
+                        "exp_manager", "name"})
+    CHECK_MESSAGE(std::find(ignored.begin(), ignored.end(), k) != ignored.end(), k << " not listed");
+}
+
+TEST_CASE("import: a NeMo recipe's unknown, inexpressible or float32 key exits naming its YAML path") {
+  const std::string recipe = kNemoRecipe;
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = recipe;
+    text.replace(text.find(from), from.size(), to);
+    return text;
+  };
+  expectError([&] { fromRecipe(with("  normalization: rmsnorm", "  foo_bar: 1")); }, ErrorCode::ParseError,
+              "recipe.yaml: model.foo_bar: unknown key");
+  expectError([&] { fromRecipe(with("activation: swiglu", "activation: geglu")); }, ErrorCode::ParseError,
+              {"model.activation", "geglu"});
+  expectError([&] { fromRecipe(with("precision: bf16", "precision: 32")); }, ErrorCode::ParseError,
+              {"recipe.yaml: trainer.precision", "float32"});
+  expectError([&] { fromRecipe(with("num_layers: 8", "num_layers: eight")); }, ErrorCode::ParseError,
+              {"recipe.yaml: model.num_layers", "positive integer"});
+  expectError([&] { fromRecipe(with("num_layers: 8", "num_layers: ${x}")); }, ErrorCode::ParseError,
+              {"model.num_layers", "interpolation"});
+  expectError([&] { fromRecipe(with("  hidden_size: 1024", "  hidden_size: 1024\n  hidden_size: 512")); },
+              ErrorCode::ParseError, {"model.hidden_size", "twice"});
+  expectError([&] { fromRecipe("model: [1\n"); }, ErrorCode::ParseError, {"recipe.yaml: line", "not YAML"});
+}
+
+TEST_CASE("import: a Megatron-LM YAML config is its argument list, sections flattened, booleans as flags") {
+  std::vector<std::string> ignored;
+  const Workload w = fromRecipe(R"(language_model:
+  num_layers: 4
+  hidden_size: 512
+  num_attention_heads: 8
+  num_query_groups: null
+  ffn_hidden_size: null
+  activation_func: swiglu
+  gated_linear_unit: False
+  num_moe_experts: 8
+  moe_router_topk: 2
+  layernorm_epsilon: 1.e-5
+  recompute_granularity: null
+model_parallel:
+  tensor_model_parallel_size: 2
+  pipeline_model_parallel_size: 1
+  expert_model_parallel_size: 4
+  sequence_parallel: True
+  tp_comm_overlap: False
+  bf16: True
+  fp16: False
+  overlap_p2p_comm: False
+micro_batch_size: 1
+global_batch_size: 32
+seq_length: 2048
+vocab_size: 32000
+untie_embeddings_and_output_weights: True
+use_distributed_optimizer: True
+lr: 2.5e-4
+rampup_batch_size: [32, 32, 65324160]
+)",
+                                &ignored);
+  CHECK(w.model.layers == 4);
+  CHECK(w.model.hidden == 512);
+  CHECK(w.model.heads == 8);
+  CHECK(w.model.kvHeads == 8);
+  CHECK(w.model.ffn == 4 * 512);
+  CHECK(w.model.activation == Activation::SwiGlu);
+  REQUIRE(w.model.moe);
+  CHECK(w.model.moe->experts == 8);
+  CHECK(w.model.vocab == 32000);
+  CHECK_FALSE(w.model.tiedEmbeddings);
+  CHECK(w.training.seq == 2048);
+  CHECK(w.training.globalBatch == 32);
+  CHECK(w.layout.tp == 2);
+  CHECK(w.layout.ep == 4);
+  CHECK(w.layout.sp);
+  CHECK_FALSE(w.layout.tpCommOverlap);
+  CHECK(w.layout.zero == 1);
+  CHECK_FALSE(w.layout.overlapPpComm);
+  for (const char* k : {"lr", "language_model.layernorm_epsilon", "rampup_batch_size"})
+    CHECK_MESSAGE(std::find(ignored.begin(), ignored.end(), k) != ignored.end(), k << " not listed");
+  expectError([&] { fromRecipe("model_parallel:\n  bf16: True\n  frobnicate: 3\n"); }, ErrorCode::ParseError,
+              {"recipe.yaml: model_parallel.frobnicate: unknown argument"});
+  expectError([&] { fromRecipe("language_model:\n  activation_func: relu\nbf16: True\n"); }, ErrorCode::ParseError,
+              {"language_model.activation_func", "relu"});
 }

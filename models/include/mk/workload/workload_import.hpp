@@ -1,5 +1,6 @@
 // mkernel — the configs users already have, read as a workload (docs/planner.md, "Importing configs"): a Hugging
-// Face config.json becomes the model shape; a Megatron-LM / NeMo argument list becomes model, training and layout.
+// Face config.json becomes the model shape; a Megatron-LM / NeMo argument list or YAML recipe becomes model,
+// training and layout.
 // A key or argument that changes the step but that the workload cannot express is an error naming it; one that
 // does not change the step (rope_theta, --lr, ...) is read and listed in `ignored`.
 #pragma once
@@ -24,5 +25,12 @@ void applyHfConfig(Workload& w, const std::string& text, const std::string& wher
 /// inexpressible argument, Error(InvalidArgument) from validateWorkload.
 void applyMegatronArgs(Workload& w, const std::string& text, const std::string& where,
                        std::vector<std::string>& ignored);
+
+/// Apply a YAML training recipe (`text`): a Megatron-LM --yaml-cfg file (argument names with underscores, at the
+/// top level or under `language_model:` / `model_parallel:`) or a NeMo 1.x recipe (a `model:` map with NeMo's names,
+/// `trainer.precision`). The recipe is renamed into the argument list applyMegatronArgs reads; errors and the
+/// `ignored` list name the YAML path ("recipe.yaml: model.foo_bar: unknown key ..."). Throws Error(ParseError) for
+/// malformed YAML or an unknown, malformed or inexpressible key, Error(InvalidArgument) from validateWorkload.
+void applyRecipe(Workload& w, const std::string& text, const std::string& where, std::vector<std::string>& ignored);
 
 }  // namespace mk
