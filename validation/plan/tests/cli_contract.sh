@@ -200,6 +200,25 @@ margs="--num-layers 4 --hidden-size 2048 --num-attention-heads 16 --seq-length 2
 --global-batch-size 64 --vocab-size 32000 --bf16 --tensor-model-parallel-size 8 --sequence-parallel --lr 1e-4"
 expect 0 'distinct collectives' -- "${quick[@]}" --cluster dgx-h200 --megatron-args "$margs"
 bad "--megatron-args: --foo: unknown argument" -- "${run[@]}" --megatron-args "$margs --foo 1"
+# a NeMo recipe (YAML) plans through the same arguments; an unknown key under model: is exit 2 naming its path
+cat >"$work/recipe.yaml" <<'YAML'
+trainer:
+  precision: bf16
+model:
+  micro_batch_size: 1
+  global_batch_size: 64
+  tensor_model_parallel_size: 8
+  sequence_parallel: True
+  encoder_seq_length: 2048
+  num_layers: 4
+  hidden_size: 2048
+  num_attention_heads: 16
+  optim:
+    lr: 1e-4
+YAML
+expect 0 'distinct collectives' -- "${quick[@]}" --cluster dgx-h200 --recipe "$work/recipe.yaml"
+sed 's/^  num_layers:/  foo_bar: 1\n  num_layers:/' "$work/recipe.yaml" >"$work/recipe-bad.yaml"
+bad "recipe-bad.yaml: model.foo_bar: unknown key" -- "${run[@]}" --recipe "$work/recipe-bad.yaml"
 
 # the measured training steps: --check-steps predicts each; a step record the planner cannot price is exit 2
 measured="$(dirname "${BASH_SOURCE[0]}")/../../data/measured"

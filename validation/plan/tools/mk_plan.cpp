@@ -58,6 +58,7 @@ struct Options {
   std::string workload = "llama3-70b";
   std::string layoutFile;
   std::string hfConfig, megatronArgs;  ///< --hf-config FILE, --megatron-args FILE|STRING
+  std::string recipe;                 ///< --recipe FILE.yaml (Megatron-LM --yaml-cfg or NeMo 1.x)
   std::optional<uint32_t> tp, pp, ep, zero, microBatch, virtualStages;
   std::optional<uint32_t> cp;
   std::optional<uint64_t> globalBatch, seq;
@@ -130,6 +131,7 @@ mk::Workload buildWorkload(const Options& o) {
     mk::applyMegatronArgs(w, file ? mk::readFile(o.megatronArgs) : o.megatronArgs,
                           file ? o.megatronArgs : std::string("--megatron-args"), ignored);
   }
+  if (!o.recipe.empty()) mk::applyRecipe(w, mk::readFile(o.recipe), o.recipe, ignored);
   if (!ignored.empty()) {
     std::string list;
     for (const auto& k : ignored) list += (list.empty() ? "" : ", ") + k;
@@ -402,6 +404,8 @@ int argc, char** argv) {
                  "a Hugging Face config.json: its model replaces the workload's (docs/planner.md)");
   app.add_option("--megatron-args", o.megatronArgs,
                  "Megatron-LM / NeMo arguments, a file (one or more a line) or a string: model, training and layout");
+  app.add_option("--recipe", o.recipe,
+                 "a YAML recipe (Megatron-LM --yaml-cfg or NeMo 1.x megatron_gpt_config): model, training and layout");
   app.add_option("--layout", o.layoutFile, "layout JSON ({\"tp\": 8, \"pp\": 4, ...}) applied over the workload's");
   app.add_option("--tp", o.tp, "tensor parallelism");
   app.add_option("--pp", o.pp, "pipeline stages");
