@@ -177,6 +177,10 @@ TEST_CASE("import: Megatron-LM arguments become model, training and layout, with
   CHECK(d.layout.zero == 0);
   CHECK(d.training.fp8);
   CHECK(d.training.recompute == Recompute::Full);
+  CHECK(d.model.headDim() == 32);  // hidden / heads without --kv-channels
+  CHECK(fromMegatron("--num-layers 2 --hidden-size 128 --num-attention-heads 4 --kv-channels 64 --seq-length 128 "
+                     "--micro-batch-size 1 --global-batch-size 8 --vocab-size 1000 --bf16")
+            .model.headDim() == 64);
   CHECK_FALSE(d.layout.tpCommOverlap);
   CHECK(d.layout.overlapPpComm);  // Megatron-LM's default (interleaved schedules only)
   CHECK(

@@ -209,8 +209,9 @@ void applyMegatronArgs(Workload& w, const std::string& text, const std::string& 
   } else if (has("--num-query-groups")) {
     fail(where, "--num-query-groups", "needs --group-query-attention");
   }
+  if (has("--kv-channels")) m.explicitHeadDim = count("--kv-channels");  // Megatron-LM: the head dim, h / heads
   for (const char* k : {"--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
-                        "--group-query-attention", "--num-query-groups"})
+                        "--group-query-attention", "--num-query-groups", "--kv-channels"})
     take(k);
   if (has("--padded-vocab-size")) {
     m.vocab = count("--padded-vocab-size");
