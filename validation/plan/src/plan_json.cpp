@@ -8,6 +8,7 @@
 #include "mk/error.hpp"
 #include "mk/plan/plan_output.hpp"
 #include "mk/topology/topology.hpp"
+#include "mk/plan/search.hpp"
 #include "mk/util/size.hpp"
 
 namespace mk::plan {
@@ -386,6 +387,7 @@ Json kernelJson(const ComputeOp& op, const KernelPrice& price, uint32_t microBat
             {"kernel", op.kernel},
             {"pass", toString(op.pass)},
             {"dtype", dtypeName(op)}};
+  if (plan.search) j["search"] = nlohmann::json::parse(searchToJson(*plan.search));
   switch (op.cls) {
     case KernelClass::Gemm: k.update({{"m", op.m}, {"n", op.n}, {"k", op.k}, {"batch", op.batch}}); break;
     case KernelClass::Attention:
@@ -439,7 +441,8 @@ std::string kernelCensusToJson(const PlanResult& plan, const std::string& commit
     if (!s.feasible) continue;
     // The planner's own lowering and prices, recomputed: both are pure functions of the workload, the layout, the
     // GEMM model and the node.
-    const StepLowering step = lowerStep(plan.inputs.workload, s.layout);
+    const StepLowering step =
+        lowerStep(plan.inputs.items.empty() ? plan.inputs.workload : plan.inputs.items[s.item].workload, s.layout);
     Json stages = Json::array();
     for (const StageLowering& st : step.stages) {
       Json kernels = Json::array();

@@ -222,22 +222,30 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
                              std::to_string(out.kernels.records()) + " kernel records of " +
                              std::to_string(out.kernels.files().size()) + " files";
   out.overlap = OverlapModel::fit(files, names);
-  double overlapSlowdown = 1;
-  {
-    const ParallelLayout& l = in.workload.layout;
+  // The slowdown of compute beside communication under a layout's overlap flags (1: it overlaps nothing).
+  auto overlapOf = [&](const ParallelLayout& l, std::string& note) {
     if (l.tpCommOverlap || l.overlapMoeA2a || (l.overlapPpComm && l.schedule == PipelineSchedule::Interleaved)) {
       if (out.cluster.node.sms == 0) {
-        out.overlapNote = "overlap: " + out.cluster.node.gpu +
-                          " has no SM count (node.sms): compute beside "
-                          "communication is priced at full speed";
+        note = "overlap: " + out.cluster.node.gpu +
+               " has no SM count (node.sms): compute beside "
+               "communication is priced at full speed";
       } else {
         const OverlapSlowdown sd = out.overlap.slowdown(out.cluster.node.gpu, out.cluster.node.sms, l.overlapSms);
-        overlapSlowdown = sd.factor;
-        out.overlapNote = "overlap: compute beside a " + std::to_string(l.overlapSms) + "-SM communication kernel x" +
-                          formatNumber(sd.factor, 3) + ", " + sd.source;
+        note = "overlap: compute beside a " + std::to_string(l.overlapSms) + "-SM communication kernel x" +
+               formatNumber(sd.factor, 3) + ", " + sd.source;
+        return sd.factor;
       }
     }
-  }
+    return 1.0;
+  };
+  const double overlapSlowdown = overlapOf(in.workload.layout, out.overlapNote);
+  // The scales: every GPU count of the workload, or the items.
+  const std::size_t scaleCount = in.items.empty() ? in.gpus.size() : in.items.size();
+  auto workloadOf = [&](std::size_t i) -> const Workload& { return in.items.empty() ? in.workload : in.items[i].workload; };
+  auto overlapAt = [&](std::size_t i) {
+    std::string note;
+    return in.items.empty() ? overlapSlowdown : overlapOf(in.items[i].workload.layout, note);
+  };
   try {  // the measured training steps, predicted with these models: the compute side's whole-step check
     out.steps = checkSteps(files, names, out.kernels);
   } catch (const Error& e) {
@@ -281,10 +289,11 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
     vr.whatIf = variants[v];
     vr.nodeType = nodeTypes[v];
     vr.profile = profiles[v];
-    pending[v].resize(in.gpus.size());
-    for (std::size_t i = 0; i < in.gpus.size(); ++i) {
+    pending[v].resize(scaleCount);
+    for (std::size_t i = 0; i < scaleCount; ++i) {
       ScaleResult sr;
-      sr.gpus = in.gpus[i];
+      sr.gpus = in.items.empty() ? in.gpus[i] : in.items[i].gpus;
+      sr.item = in.items.empty() ? 0 : i;
       sr.nodes = nodesFor(sr.gpus, vr.nodeType.node.gpus);
       Pending& pd = pending[v][i];
       if (const std::size_t item = v * pending[v].size() + i; !ownsItem(in.shard, item)) {
@@ -294,8 +303,8 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
         continue;
       }
       try {
-        sr.layout = resolveLayout(in.workload, sr.gpus);
-        pd.step = lowerStep(in.workload, sr.layout);
+        sr.layout = resolveLayout(workloadOf(i), sr.gpus);
+        pd.step = lowerStep(workloadOf(i), sr.layout);
         pd.cluster = vr.nodeType;
         pd.cluster.nodes = sr.nodes;
         validateTopology(pd.cluster);
@@ -347,7 +356,7 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
       std::vector<StagePrices> prices(pd.step.stages.size());
       for (std::size_t s = 0; s < prices.size(); ++s) {
         prices[s].computeUs = pd.computeUs[s];
-        prices[s].overlapSlowdown = overlapSlowdown;
+        prices[s].overlapSlowdown = overlapAt(i);
         for (const std::string& key : pd.keys[s]) {
           const CommPrice& cp = pricer.price(key);
           prices[s].commUs.push_back(cp.us);
@@ -357,7 +366,8 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
           }
         }
       }
-      sr.layered = composeStep(in.workload, pd.step, prices);
+      const Workload& wl = workloadOf(i);
+      sr.layered = composeStep(wl, pd.step, prices);
 
       // The fused variant: every (GEMM, collective) pair priced by the fused operators' model.
       if (!fusedPricer.available()) {
@@ -377,7 +387,7 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
               prices[s].fusedUs.push_back(fusedPricer.price(rq).us);
             }
           }
-          sr.fused = composeStep(in.workload, pd.step, prices);
+          sr.fused = composeStep(wl, pd.step, prices);
           sr.fusedAvailable = true;
         } catch (const Error& e) {
           sr.fusedNote = "fused: " + e.message();
@@ -395,7 +405,7 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
         sr.hasNoise = true;
         sr.noise = applyNoise(vr.whatIf.noise, sr.gpus, sr.layered.stepUs, sr.layered.criticalComputeUs);
       }
-      sr.memory = estimateMemory(in.workload, pd.step);
+      sr.memory = estimateMemory(wl, pd.step);
       sr.memoryCapacity = in.gpuMemoryGB ? *in.gpuMemoryGB * 1e9 : gpuMemoryBytes(pd.cluster.node.gpu);
       if (vr.whatIf.failures.any()) {
         sr.hasFailures = true;

@@ -24,6 +24,7 @@
 #include "mk/plan/plan_output.hpp"
 #include "mk/plan/planner.hpp"
 #include "mk/plan/shard.hpp"
+#include "mk/plan/search.hpp"
 #include "mk/plan/step_check.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/util/build_commit.hpp"
@@ -82,6 +83,9 @@ struct Options {
   std::string shard;                    ///< --shard i/n | auto
   std::vector<std::string> mergeFiles;  ///< mk-plan merge FILES: the shards' plan.json
   std::vector<std::string> planArgs;    ///< the options that decide the plan (planOptions)
+  bool search = false;          ///< --search: rank the layouts (search.hpp)
+  std::size_t searchTop = 5;    ///< --search-top K
+  std::string searchCsv;        ///< --search-csv FILE
 };
 
 [[noreturn]] void bad(const std::string& msg) { throw mk::Error(mk::ErrorCode::InvalidArgument, msg); }
@@ -219,6 +223,7 @@ int run(const Options& o, const std::string& command) {
                             {"--json", o.jsonOut, mk::OutputKind::File},
                             {"--stats", o.statsOut, mk::OutputKind::File},
                             {"--emit-kernels", o.kernelsOut, mk::OutputKind::File},
+                            {"--search-csv", o.searchCsv, mk::OutputKind::File},
                             {"--cache", o.cache == "none" ? "" : o.cache, mk::OutputKind::Folder}});
   if (o.datasheet && !o.profile.empty()) bad("give at most one of --profile p.json and --datasheet");
   mk::plan::PlanInputs in;
@@ -279,6 +284,8 @@ int run(const Options& o, const std::string& command) {
   mk::checkOutputPath("--json", o.jsonOut, inputs);
   mk::checkOutputPath("--stats", o.statsOut, inputs);
   mk::checkOutputPath("--emit-kernels", o.kernelsOut, inputs);
+  mk::checkOutputPath("--search-csv", o.searchCsv, inputs);
+  if (!o.searchCsv.empty() && !o.search) bad("--search-csv needs --search");
   mk::report::checkReportDir("--report", o.reportDir, kReportMarker, kTool);
   if (!o.reportDir.empty()) {
     if (!fs::exists(o.script, ec))
@@ -297,8 +304,11 @@ int run(const Options& o, const std::string& command) {
     std::fprintf(stderr, "mk-plan: %zu of %zu collectives simulated, %.1f s\n", done, total, wallS);
   };
   auto fused = mk::plan::makeFusedOpPricer();
+  const auto say = [](const std::string& s) { std::fprintf(stderr, "mk-plan: %s\n", s.c_str()); };
   const mk::plan::PlanResult plan =
-      mk::plan::runPlan(in, *fused, [](const std::string& s) { std::fprintf(stderr, "mk-plan: %s\n", s.c_str()); });
+      o.search ? mk::plan::searchLayouts(in, *fused, mk::plan::SearchSettings{o.searchTop}, say)
+               : mk::plan::runPlan(in, *fused, say);
+  if (!o.quiet && plan.search) std::fputs(mk::plan::formatSearchText(*plan.search).c_str(), stdout);
   if (!o.quiet) std::fputs(mk::plan::formatPlanText(plan, o.brief).c_str(), stdout);
 
   // ---- outputs, all or nothing: the report in a temporary directory and the files in temporaries, then the
@@ -326,6 +336,7 @@ int run(const Options& o, const std::string& command) {
     outputs.stage("--json", o.jsonOut, json);
     outputs.stage("--stats", o.statsOut, stats);
     outputs.stage("--emit-kernels", o.kernelsOut, kernels);
+    outputs.stage("--search-csv", o.searchCsv, plan.search ? mk::plan::searchToCsv(*plan.search) : "");
     if (!o.reportDir.empty()) {
       mk::report::installReport("--report", tmp, o.reportDir);
       tmp.clear();
@@ -337,6 +348,7 @@ int run(const Options& o, const std::string& command) {
   }
   if (!o.jsonOut.empty()) std::printf("wrote %s\n", o.jsonOut.c_str());
   if (!o.kernelsOut.empty()) std::printf("wrote %s\n", o.kernelsOut.c_str());
+  if (!o.searchCsv.empty()) std::printf("wrote %s\n", o.searchCsv.c_str());
   if (!o.reportDir.empty()) std::printf("report: %s/index.html\n", o.reportDir.c_str());
   std::printf("mk-plan: %zu GPU counts x %zu variants, %zu distinct collectives simulated in %.1f s (%.1f s total)\n",
               in.gpus.size(), plan.variants.size(), plan.stats.distinct, plan.stats.simulationS, plan.stats.wallS);
@@ -469,6 +481,13 @@ int argc, char** argv) {
   app.add_flag("--check-steps", o.checkSteps,
                "predict every measured training step (\"op\": \"step\") of the --measured directory on one GPU "
                "and print measured, predicted and the error (docs/planner.md, \"Checked against real steps\")");
+  app.add_flag("--search", o.search,
+               "search the layouts (tp, pp, vp, cp, ep, micro-batch, ZeRO, recompute, overlap flags) at each GPU "
+               "count: rank them by closed forms, re-price the best with SimGrid, plan the best (docs/planner.md, "
+               "\"Layout search\")");
+  app.add_option("--search-top", o.searchTop, "--search: layouts per GPU count re-priced with SimGrid")
+      ->capture_default_str();
+  app.add_option("--search-csv", o.searchCsv, "--search: write the ranked layouts as CSV here");
   app.add_flag("-q,--quiet", o.quiet, "no table on stdout");
   app.add_flag("--brief", o.brief, "print the baseline's table only (and the what-ifs side by side)");
   app.add_option("--shard", o.shard,
@@ -485,7 +504,9 @@ int argc, char** argv) {
     argv = mergedArgv.data();
   }
   if (int rc = mk::cli::parse(app, argc, argv, kTool); rc != mk::cli::kContinue) return rc;
-  if (int rc = mk::cli::requirePositive(app, kTool, {{"--jobs", o.jobs}}); rc != mk::cli::kContinue) return rc;
+  if (int rc = mk::cli::requirePositive(app, kTool, {{"--jobs", o.jobs}, {"--search-top", o.searchTop}});
+      rc != mk::cli::kContinue)
+    return rc;
   if (!o.mergeFiles.empty() && !o.shard.empty()) {
     std::fprintf(stderr, "%s: error: --shard with merge: the merge plans every item; leave --shard out\n", kTool);
     return mk::cli::kExitBadInput;

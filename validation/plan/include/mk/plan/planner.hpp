@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,15 @@
 
 namespace mk::plan {
 
+struct SearchResult;  // search.hpp
+
+/// One layout at one GPU count, planned instead of the workload's own (the layout search, search.hpp): its
+/// workload carries the layout and the training fields the search varies.
+struct PlanItem {
+  uint32_t gpus = 0;
+  Workload workload;
+};
+
 /// What to plan.
 struct PlanInputs {
   Workload workload;
@@ -43,6 +53,8 @@ struct PlanInputs {
   PricerSettings pricer;
   /// The work items this process plans (mk-plan --shard, shard.hpp); the others are infeasible "in shard k/n".
   ShardSpec shard;
+  /// Planned instead of `workload` at every count of `gpus` when not empty (every count of an item in `gpus`).
+  std::vector<PlanItem> items;
 };
 
 /// One communication of the critical stage at one scale.
@@ -84,6 +96,7 @@ struct FusedUse {
 /// A plan at one GPU count in one variant.
 struct ScaleResult {
   uint32_t gpus = 0, nodes = 0;
+  std::size_t item = 0;  ///< index into PlanInputs::items (0 without items)
   bool feasible = false;
   std::string reason;  ///< why not
   ResolvedLayout layout;
@@ -161,6 +174,7 @@ struct PlanResult {
   std::map<std::string, CommPrice> prices;
   std::string fusedStatus;  ///< "available" or why not
   RunStats stats;
+  std::shared_ptr<const SearchResult> search;  ///< mk-plan --search (search.hpp): the ranked layouts; null otherwise
 };
 
 /// The measurement files of directory `dir` (its top level only: archive/ holds engines that no longer exist), in
