@@ -5,7 +5,7 @@
 
 mk-plan --report DIR runs it (in a temporary directory it then renames). Writes DIR/index.html and
 step-time.png, breakdown.png, comm.png, throughput.png, what-ifs.png (with what-ifs) and goodput.png (with a
-noise or straggler what-if). Every number of the page is explained in docs/planner.md. Needs matplotlib (Debian's
+noise or straggler what-if), drawn by plan_plots.py. Every number of the page is explained in docs/planner.md. Needs matplotlib (Debian's
 python3-matplotlib: /usr/bin/python3, not pyenv's). Exit codes: 0 done, 2 bad input, 3 no matplotlib.
 """
 import argparse
@@ -16,10 +16,10 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report_common import esc, fmt, import_pyplot, page, table  # noqa: E402
 from report_common import fail as _fail  # noqa: E402
+from plan_plots import (feasible, plot_breakdown, plot_comm, plot_goodput, plot_step_time,  # noqa: E402
+                        plot_throughput, plot_what_ifs, relative, step_shown)
 
 TOOL = "plan_report.py"
-PARTS = [("compute", "compute", "tab:blue"), ("tp", "TP exposed", "tab:orange"), ("ep", "EP exposed", "tab:purple"),
-         ("pp", "PP exposed", "tab:brown"), ("dp", "DP exposed", "tab:red"), ("bubble", "pipeline bubble", "tab:gray")]
 STATUS_CLASS = {"validated": "ok", "extrapolated": "ex", "not validated": "nv", "not available": "na"}
 
 
@@ -27,31 +27,24 @@ def fail(msg, code=2):
     _fail(TOOL, msg, code)
 
 
+def g3(x):
+    """3 significant digits, never an exponent: "74.9", "1,234" (docs/planner.md: plain numbers)."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+
+
 def dur(us):
     """A duration with 3 significant digits and a readable unit ("-" for none or zero)."""
     if not us:
         return "-"
     if us >= 1e6:
-        return f"{us / 1e6:.3g} s"
+        return f"{g3(us / 1e6)} s"
     if us >= 1e3:
-        return f"{us / 1e3:.3g} ms"
-    return f"{us:.3g} us"
+        return f"{g3(us / 1e3)} ms"
+    return f"{g3(us)} us"
 
 
 def gib(b):
     return "-" if b is None else f"{b / 2**30:.1f} GiB"
-
-
-def part_us(layered, key):
-    if key == "compute":
-        return layered["compute_us"]
-    if key == "bubble":
-        return layered["bubble_us"]
-    return layered[key]["exposed_us"]
-
-
-def feasible(scales):
-    return [s for s in scales if s["feasible"]]
 
 
 def shares(s):
@@ -69,162 +62,6 @@ def confidence_text(s):
     return "/".join(f"{100 * sh.get(k, 0):.0f}" for k in ("validated", "extrapolated", "not validated")) + " %"
 
 
-# ---- plots ----------------------------------------------------------------------------------------------------
-
-def gpu_axis(ax, gpus):
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(gpus)
-    ax.set_xticklabels([str(g) for g in gpus], rotation=45)
-    ax.set_xlabel("GPUs")
-    ax.grid(True, which="both", alpha=0.3)
-
-
-def plot_step_time(plt, doc, out):
-    fig, ax = plt.subplots(figsize=(8, 5))
-    gpus = doc["inputs"]["gpus"]
-    any_fused = False
-    for v in doc["variants"]:
-        ss = feasible(v["scales"])
-        ax.plot([s["gpus"] for s in ss], [s["layered"]["step_us"] / 1e6 for s in ss], "o-", ms=4,
-                label=f"{v['name']} (layered)")
-        fs = [s for s in ss if s["fused"]["available"]]
-        if fs:
-            any_fused = True
-            ax.plot([s["gpus"] for s in fs], [s["fused"]["step_us"] / 1e6 for s in fs], "s--", ms=4,
-                    label=f"{v['name']} (fused)")
-    if not any_fused:
-        ax.text(0.02, 0.03, "fused: " + doc["fused"]["status"], transform=ax.transAxes, fontsize=8, color="#b00")
-    ax.set_yscale("log")
-    gpu_axis(ax, gpus)
-    ax.set_ylabel("step time (s)")
-    ax.set_title(f"{doc['inputs']['workload']['name']}: training step time")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "step-time.png"), dpi=100)
-    plt.close(fig)
-    return "step-time.png"
-
-
-def plot_breakdown(plt, doc, out):
-    base = feasible(doc["variants"][0]["scales"])
-    fig, (ax_abs, ax_rel) = plt.subplots(1, 2, figsize=(13, 5))
-    gpus = [s["gpus"] for s in base]
-    for key, label, color in PARTS:
-        vals = [part_us(s["layered"], key) / 1e3 for s in base]
-        if any(vals):
-            ax_abs.plot(gpus, vals, "o-", ms=4, color=color, label=label)
-    ax_abs.plot(gpus, [s["layered"]["step_us"] / 1e3 for s in base], "k--", lw=1, label="step")
-    ax_abs.set_yscale("log")
-    gpu_axis(ax_abs, doc["inputs"]["gpus"])
-    ax_abs.set_ylabel("ms per step")
-    ax_abs.set_title("step time by part (baseline, layered)")
-    ax_abs.legend(fontsize=8)
-    x = list(range(len(base)))
-    bottom = [0.0] * len(base)
-    for key, label, color in PARTS:
-        rel = [100 * part_us(s["layered"], key) / s["layered"]["step_us"] for s in base]
-        ax_rel.bar(x, rel, bottom=bottom, color=color, label=label)
-        bottom = [a + b for a, b in zip(bottom, rel)]
-    ax_rel.set_xticks(x)
-    ax_rel.set_xticklabels([str(g) for g in gpus], rotation=45)
-    ax_rel.set_xlabel("GPUs")
-    ax_rel.grid(True, axis="y", alpha=0.3)
-    ax_rel.set_ylabel("share of the step (%)")
-    ax_rel.set_title("share of the step")
-    ax_rel.legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "breakdown.png"), dpi=100)
-    plt.close(fig)
-    return "breakdown.png"
-
-
-def plot_comm(plt, doc, out):
-    base = feasible(doc["variants"][0]["scales"])
-    gpus = [s["gpus"] for s in base]
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for key, label, color in PARTS[1:5]:
-        exp = [s["layered"][key]["exposed_us"] / 1e3 for s in base]
-        hid = [s["layered"][key]["hidden_us"] / 1e3 for s in base]
-        if any(exp):
-            ax.plot(gpus, exp, "o-", color=color, ms=4, label=f"{label}")
-        if any(hid):
-            ax.plot(gpus, hid, "o:", color=color, ms=4, label=f"{label.split()[0]} hidden by overlap")
-    ax.set_yscale("symlog", linthresh=0.01)
-    gpu_axis(ax, doc["inputs"]["gpus"])
-    ax.set_ylabel("communication per step (ms)")
-    ax.set_title("communication per parallel dimension (baseline)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "comm.png"), dpi=100)
-    plt.close(fig)
-    return "comm.png"
-
-
-def plot_throughput(plt, doc, out):
-    fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(13, 5))
-    for v in doc["variants"]:
-        ss = feasible(v["scales"])
-        g = [s["gpus"] for s in ss]
-        ax_t.plot(g, [s["tokens_per_s"] for s in ss], "o-", ms=4, label=v["name"])
-        line = ax_e.plot(g, [100 * s["scaling_efficiency"] for s in ss], "o-", ms=4, label=f"{v['name']}: scaling")
-        ax_e.plot(g, [100 * s["mfu"] for s in ss], "s--", ms=3, color=line[0].get_color(), label=f"{v['name']}: MFU")
-    ax_t.set_yscale("log")
-    ax_t.set_ylabel("tokens / s")
-    ax_t.set_title("throughput")
-    ax_e.set_ylabel("%")
-    ax_e.set_ylim(0, 105)
-    ax_e.set_title("scaling efficiency (solid) and MFU (dashed)")
-    for ax in (ax_t, ax_e):
-        gpu_axis(ax, doc["inputs"]["gpus"])
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "throughput.png"), dpi=100)
-    plt.close(fig)
-    return "throughput.png"
-
-
-def relative(base, s):
-    """Throughput of `s` relative to the baseline at the same GPU count (goodput included)."""
-    if not (s["feasible"] and base["feasible"]):
-        return None
-    r = base["layered"]["step_us"] / s["layered"]["step_us"]
-    return r * s["noise"]["goodput"] if "noise" in s else r
-
-
-def plot_what_ifs(plt, doc, out):
-    base = doc["variants"][0]["scales"]
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for v in doc["variants"][1:]:
-        pts = [(b["gpus"], relative(b, s)) for b, s in zip(base, v["scales"])]
-        pts = [p for p in pts if p[1] is not None]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=4, label=v["name"])
-    ax.axhline(1.0, color="black", lw=0.8)
-    gpu_axis(ax, doc["inputs"]["gpus"])
-    ax.set_ylabel("tokens/s relative to the baseline")
-    ax.set_title("what-ifs")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "what-ifs.png"), dpi=100)
-    plt.close(fig)
-    return "what-ifs.png"
-
-
-def plot_goodput(plt, doc, out):
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for v in doc["variants"]:
-        ss = [s for s in feasible(v["scales"]) if "noise" in s]
-        if ss:
-            ax.plot([s["gpus"] for s in ss], [100 * s["noise"]["goodput"] for s in ss], "o-", ms=4, label=v["name"])
-    gpu_axis(ax, doc["inputs"]["gpus"])
-    ax.set_ylabel("goodput (% of the noiseless throughput)")
-    ax.set_title("stragglers and noise: every step waits for its slowest GPU")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "goodput.png"), dpi=100)
-    plt.close(fig)
-    return "goodput.png"
-
-
 # ---- tables ---------------------------------------------------------------------------------------------------
 
 def unmeasured_cell(s, b):
@@ -233,6 +70,31 @@ def unmeasured_cell(s, b):
     if not share:
         return dur(b["compute_us"])
     return (f"{dur(b['compute_us'])} ({100 * share:.0f} % unmeasured)", "nv")
+
+
+def count(v):
+    """A count for people: thousands separators, no exponent ("1,751,234")."""
+    return f"{v:,.0f}"
+
+
+def memory_cell(mem):
+    """ "0.9 GB of 141 GB" (decimal GB, the datasheet's unit of the capacity), marked where it does not fit."""
+    if mem["capacity_bytes"] is None:
+        return f"{mem['total_bytes'] / 1e9:.1f} GB"
+    text = f"{mem['total_bytes'] / 1e9:.1f} GB of {mem['capacity_bytes'] / 1e9:.4g} GB"
+    return text if mem["fits"] else ("does not fit: " + text, "nv")
+
+
+def step_cell(s):
+    """The step (the mean step under noise, as the plot shows it) with its confidence band: "74.9 ms ±18 %" coloured
+    by the step's status; "NOT VALIDATED" only where no part of the step was measured."""
+    status = s["confidence"]["status"]
+    band = s.get("band")
+    text = dur(step_shown(s)) + ("" if band is None else (" " + band["text"] if band["measured_share"] > 0
+                                                          else " NOT VALIDATED"))
+    if "noise" in s:
+        text += " (mean with noise)"
+    return text, STATUS_CLASS[status]
 
 
 def scale_rows(v, budget):
@@ -244,21 +106,19 @@ def scale_rows(v, budget):
             continue
         lay, b = s["layout"], s["layered"]
         status = s["confidence"]["status"]
-        mem = s["memory"]
-        fits = "" if mem["fits"] is None else (" fits" if mem["fits"] else " DOES NOT FIT")
         hidden = sum(b[k]["hidden_us"] for k in ("tp", "ep", "pp", "dp"))
-        mark = "" if status == "validated" else " †"
+        bn = s.get("bottleneck")
         rows.append([s["gpus"], s["nodes"], f"{lay['tp']}/{lay['pp']}/{lay['dp']}/{lay['ep']}", lay["micro_batches"],
-                     (dur(b["step_us"]) + mark, STATUS_CLASS[status]), unmeasured_cell(s, b),
+                     step_cell(s), unmeasured_cell(s, b),
                      dur(b["tp"]["exposed_us"]), dur(b["ep"]["exposed_us"]), dur(b["pp"]["exposed_us"]),
-                     dur(b["dp"]["exposed_us"]), dur(hidden), dur(b["bubble_us"]), f"{s['tokens_per_s']:.4g}",
+                     dur(b["dp"]["exposed_us"]), dur(hidden), dur(b["bubble_us"]), count(s["tokens_per_s"]),
                      f"{100 * s['mfu']:.1f} %", f"{100 * s['scaling_efficiency']:.0f} %",
-                     f"{s['gpu_hours']:.4g}", gib(mem["total_bytes"]) + fits,
-                     (confidence_text(s), STATUS_CLASS[status])])
+                     count(s["gpu_hours"]), f"{bn['part']} ({100 * bn['share']:.0f} %)" if bn else "-",
+                     memory_cell(s["memory"]), (confidence_text(s), STATUS_CLASS[status])])
         classes.append("")
-    head = ["GPUs", "nodes", "tp/pp/dp/ep", "micro-batches", "step", "compute", "TP exposed", "EP exposed",
+    head = ["GPUs", "nodes", "tp/pp/dp/ep", "micro-batches", "step ± band", "compute", "TP exposed", "EP exposed",
             "PP exposed", "DP exposed", "hidden comm", "bubble", "tokens/s", "MFU", "scaling",
-            f"GPU-hours for {budget:.3g} tokens", "memory / GPU",
+            f"GPU-hours for {budget / 1e9:,.0f} billion tokens", "bound by", "memory / GPU",
             "share of the step validated / extrapolated / not validated"]
     # Infeasible rows: one wide text cell, padded to the header's width.
     rows = [r if len(r) == len(head) else (r + [""] * len(head))[:len(head)] for r in rows]
@@ -321,9 +181,8 @@ def what_if_rows(doc):
             if not s["feasible"]:
                 row.append("-")
                 continue
-            step = s["noise"]["mean_step_us"] if "noise" in s else s["layered"]["step_us"]
             r = relative(b, s)
-            row.append(dur(step) + (f" ({r:.2f}x)" if r is not None else ""))
+            row.append(dur(step_shown(s)) + (f" ({r:.2f}x)" if r is not None else ""))
         rows.append(row)
     return head, rows
 
@@ -334,8 +193,8 @@ def hours(s):
         return "unknown"
     for unit, n in (("d", 86400), ("h", 3600), ("min", 60)):
         if s >= n:
-            return f"{s / n:.3g} {unit}"
-    return f"{s:.3g} s"
+            return f"{g3(s / n)} {unit}"
+    return f"{g3(s)} s"
 
 
 def failure_rows(doc):
@@ -504,6 +363,8 @@ def main():
     p = [f"<h1>mk-plan: {esc(w['name'])} on {esc(inp['cluster']['spec'])}, {inp['gpus'][0]} to {inp['gpus'][-1]} "
          "GPUs</h1>"]
     moe = f", {m['moe']['experts']} experts top-{m['moe']['topK']}" if "moe" in m else ""
+    if doc.get("headline"):
+        p.append(f"<p class='headline'><b>{esc(doc['headline'])}</b></p>")
     p.append("<div class='box'>")
     p.append(f"<p><b>Workload.</b> {m['layers']} layers, hidden {m['hidden']}, FFN {m['ffn']}, {m['heads']} heads "
              f"({m['kvHeads']} key/value), vocabulary {m['vocab']}{moe}; sequence {t['seq']}, global batch "
@@ -529,11 +390,13 @@ def main():
              f"({len(doc['collectives'])} distinct); validation of the simulator on the committed measurements: "
              f"{esc(doc['confidence']['validation'])}.</p>")
     p.append(f"<p><b>Fused operators.</b> <span class='bad'>fused: {esc(doc['fused']['status'])}</span></p>")
-    p.append("<p class='note'>Confidence: cells in <span class='ok'>green</span> are built only from classes of "
-             "operation measured in this regime, <span class='ex'>blue</span> extrapolated from measurements "
-             "elsewhere (another GPU model or rank count), <span class='nv'>orange †</span> include a class nothing "
-             "measured (e.g. inter-node collectives, attention): treat those as model output, not as validated "
-             "predictions. Every number is explained in docs/planner.md.</p></div>")
+    p.append("<p class='note'>Confidence: each step carries a band, ± the median |error| of each class of operation "
+             "that makes it up, weighted by that class's share of the step (classes nothing measured add nothing: "
+             "the last column gives their share). Cells in <span class='ok'>green</span> are built only from "
+             "classes measured in this regime, <span class='ex'>blue</span> extrapolated from measurements "
+             "elsewhere (another GPU model or rank count), <span class='nv'>orange</span> include a class nothing "
+             "measured (e.g. inter-node collectives, attention); NOT VALIDATED where no part of the step was "
+             "measured. Every number is explained in docs/planner.md.</p></div>")
 
     p.append("<h2>Step time at every scale</h2>")
     p.append(f"<p><img src='{imgs[0]}' alt='step time vs GPUs'></p>")

@@ -6,6 +6,7 @@
 
 #include "mk/cost/profile_io.hpp"
 #include "mk/error.hpp"
+#include "mk/plan/headline.hpp"
 #include "mk/plan/plan_output.hpp"
 #include "mk/topology/topology.hpp"
 #include "mk/plan/search.hpp"
@@ -238,6 +239,7 @@ std::string planToJson(const PlanResult& plan, const std::string& commit, int in
   Json j;
   j["schema"] = kPlanSchema;
   j["tool"] = {{"name", "mk-plan"}, {"commit", commit}};
+  j["headline"] = planHeadline(plan);
   Json whatIfs = Json::array();
   for (const auto& w : in.whatIfs) whatIfs.push_back(w.name);
   j["inputs"] = {
@@ -363,7 +365,18 @@ std::string planToJson(const PlanResult& plan, const std::string& commit, int in
   Json variants = Json::array();
   for (const VariantResult& v : plan.variants) {
     Json scales = Json::array();
-    for (const ScaleResult& s : v.scales) scales.push_back(scaleJson(s, plan, ids));
+    for (const ScaleResult& s : v.scales) {
+      Json sj = scaleJson(s, plan, ids);
+      if (s.feasible) {
+        // The terminal's words and numbers (headline.hpp), so that the HTML report says the same.
+        const StepBand band = stepBand(plan, v, s);
+        const Bottleneck bn = bottleneck(s);
+        sj["headline"] = formatHeadline(plan, v, s);
+        sj["band"] = {{"pct", band.pct}, {"measured_share", band.measuredShare}, {"text", formatBand(band)}};
+        sj["bottleneck"] = {{"part", bn.part}, {"share", bn.share}};
+      }
+      scales.push_back(sj);
+    }
     Json node = topologyJson(v.nodeType);
     node.erase("nodes");
     variants.push_back(

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "mk/error.hpp"
+#include "mk/plan/headline.hpp"
 #include "mk/plan/plan_output.hpp"
 #include "mk/util/format.hpp"
 #include "mk/util/size.hpp"
@@ -24,6 +25,7 @@ std::string fmt(const char* field, const char* f, double v) {
 /// "34.1 s", "812 ms": a step time with 3 significant digits ("-" for nothing).
 std::string duration(const char* field, double us) {
   if (us <= 0) return "-";
+  if (us >= 1e9) return fmt(field, "%.0f s", us * 1e-6);  // %.3g would print 1.23e+03 s
   if (us >= 1e6) return fmt(field, "%.3g s", us * 1e-6);
   if (us >= 1e3) return fmt(field, "%.3g ms", us * 1e-3);
   return fmt(field, "%.3g us", us);
@@ -31,15 +33,26 @@ std::string duration(const char* field, double us) {
 
 std::string pct(const char* field, double x) { return fmt(field, "%.0f %%", 100 * x); }
 
-std::string mark(Status s) {
-  switch (s) {
-    case Status::Validated: return "validated";
-    case Status::Extrapolated: return "extrapolated*";
-    case Status::NotValidated: return "NOT VALIDATED";
-    case Status::NotAvailable: return "n/a";
-  }
-  return "";
+/// `v` itself, or the internal error fmt() raises for a non-finite number.
+double finite(const char* field, double v) {
+  (void)fmt(field, "%g", v);
+  return v;
 }
+
+/// One column of the step's breakdown: the compute, the exposed part of each parallel dimension, the bubble.
+struct Part {
+  const char* head;
+  double (*us)(const StepBreakdown&);
+};
+const Part kParts[] = {
+    {"compute", [](const StepBreakdown& b) { return b.computeUs; }},
+    {"TP exp", [](const StepBreakdown& b) { return b.tp.exposedUs; }},
+    {"EP exp", [](const StepBreakdown& b) { return b.ep.exposedUs; }},
+    {"PP exp", [](const StepBreakdown& b) { return b.pp.exposedUs; }},
+    {"DP exp", [](const StepBreakdown& b) { return b.dp.exposedUs; }},
+    {"CP exp", [](const StepBreakdown& b) { return b.cp.exposedUs; }},
+    {"bubble", [](const StepBreakdown& b) { return b.bubbleUs; }},
+};
 
 /// "36/59/5": the shares of the step (percent) from validated, extrapolated and not validated classes.
 std::string shares(const ScaleResult& s) {
@@ -72,9 +85,43 @@ std::size_t closedFormUses(const PlanResult& plan, const ScaleResult& s) {
   return n;
 }
 
+/// Columns `s` takes on a terminal: a UTF-8 character such as "\u00b1" is one.
+std::size_t columns(const std::string& s) {
+  std::size_t cols = 0;
+  for (unsigned char c : s) cols += (c & 0xC0) != 0x80 ? 1 : 0;
+  return cols;
+}
+
+/// `s` padded to `w` columns.
 std::string pad(const std::string& s, std::size_t w, bool right = true) {
-  if (s.size() >= w) return s;
-  return right ? std::string(w - s.size(), ' ') + s : s + std::string(w - s.size(), ' ');
+  const std::size_t cols = columns(s);
+  if (cols >= w) return s;
+  return right ? std::string(w - cols, ' ') + s : s + std::string(w - cols, ' ');
+}
+
+/// `text` broken at spaces into lines of at most `width` columns (a longer word stays whole), the lines after the
+/// first indented by `indent`; ends with a newline.
+std::string wrap(const std::string& text, std::size_t width, const std::string& indent) {
+  std::string out, line;
+  std::size_t cols = 0, start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(start, end - start);
+    const std::size_t wcols = columns(word);
+    if (!line.empty() && cols + 1 + wcols > width) {
+      out += line + "\n";
+      line = indent;
+      cols = indent.size();
+    } else if (!line.empty() && line != indent) {
+      line += ' ';
+      ++cols;
+    }
+    line += word;
+    cols += wcols;
+    start = end + 1;
+  }
+  return out + line + "\n";
 }
 
 }  // namespace
@@ -83,7 +130,7 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
   const PlanInputs& in = plan.inputs;
   const Workload& w = in.workload;
   const ParallelLayout& l = w.layout;
-  std::string out;
+  std::string out = wrap("headline: " + planHeadline(plan), 120, "  ");
   out += "workload: " + w.name + " (" + std::to_string(w.model.layers) + " layers, hidden " +
          std::to_string(w.model.hidden) + ", seq " + std::to_string(w.training.seq) + ", global batch " +
          std::to_string(w.training.globalBatch) + " x micro " + std::to_string(w.training.microBatch) +
@@ -122,11 +169,18 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
   for (const VariantResult& v : plan.variants) {
     if (brief && &v != &plan.variants.front()) break;
     out += "\n== " + v.name + "\n";
-    // Context parallelism's column only where a scale runs it (the tables of other layouts read as before).
-    bool anyCp = false;
-    for (const ScaleResult& s : v.scales) anyCp = anyCp || (s.feasible && s.layout.cp > 1);
-    out += std::string("   GPUs nodes  tp/pp/dp/ep   mb      step   compute  TP expos  EP expos  PP expos  DP expos") +
-           (anyCp ? "  CP expos" : "") + "    bubble   tokens/s   MFU scaling  confidence (v/e/n %)\n";
+    // A part's column only where a scale of this variant spends time in it (the table fits 120 columns where the
+    // layout leaves parts out).
+    std::vector<Part> parts;
+    for (const Part& p : kParts) {
+      bool used = false;
+      for (const ScaleResult& s : v.scales) used = used || (s.feasible && p.us(s.layered) > 0);
+      if (used) parts.push_back(p);
+    }
+    out += "   GPUs nodes tp/pp/dp/ep  mb    step    band tokens/s  MFU scale  " + pad("bound", 12, false) +
+           pad("mem/GPU", 9);
+    for (const Part& p : parts) out += pad(p.head, 8);
+    out += " v/e/n %\n";
     for (const ScaleResult& s : v.scales) {
       if (!s.feasible) {
         out += pad(std::to_string(s.gpus), 7) + "  not feasible: " + s.reason + "\n";
@@ -134,20 +188,23 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
       }
       const StepBreakdown& b = s.layered;
       const ResolvedLayout& r = s.layout;
+      const StepBand band = stepBand(plan, v, s);
+      const Bottleneck bn = bottleneck(s);
       out += pad(std::to_string(s.gpus), 7) + pad(std::to_string(s.nodes), 6) +
              pad(std::to_string(r.tp) + "/" + std::to_string(r.pp) + "/" + std::to_string(r.dp) + "/" +
                      std::to_string(r.ep),
-                 14) +
-             pad(std::to_string(r.microBatches), 5) + pad(duration("step", b.stepUs), 10) +
-             pad(duration("compute", b.computeUs), 10) + pad(duration("TP exposed", b.tp.exposedUs), 10) +
-             pad(duration("EP exposed", b.ep.exposedUs), 10) + pad(duration("PP exposed", b.pp.exposedUs), 10) +
-             pad(duration("DP exposed", b.dp.exposedUs), 10) +
-             (anyCp ? pad(duration("CP exposed", b.cp.exposedUs), 10) : std::string()) +
-             pad(duration("bubble", b.bubbleUs), 10) + pad(fmt("tokens/s", "%.4g", s.tokensPerS), 11) +
-             pad(pct("MFU", s.mfu), 6) + pad(pct("scaling", s.scalingEfficiency), 8) + "  " + pad(shares(s), 8, false) +
-             " " + mark(s.status) + (s.hasNoise ? "  goodput " + pct("goodput", s.noise.goodput) : "") +
+                 12) +
+             pad(std::to_string(r.microBatches), 4) + pad(duration("step", b.stepUs), 8) +
+             pad(band.measuredShare > 0 ? formatBand(band) : "-", 8) +
+             pad(formatCount(finite("tokens/s", s.tokensPerS)), 9) + pad(pct("MFU", s.mfu), 5) +
+             pad(pct("scaling", s.scalingEfficiency), 6) + "  " +
+             pad(bn.part + " " + pct("bottleneck share", bn.share), 12, false) +
+             pad(fmt("memory per GPU", "%.1f GB", s.memory.total() * 1e-9), 9);
+      for (const Part& p : parts) out += pad(duration(p.head, p.us(b)), 8);
+      out += " " + shares(s) + (band.measuredShare > 0 ? "" : "  NOT VALIDATED") +
+             (s.hasNoise ? "  goodput " + pct("goodput", s.noise.goodput) : "") +
              (s.memoryCapacity > 0 && s.memory.total() > s.memoryCapacity
-                  ? "  (does not fit: " + formatBytes(s.memory.total()) + " per GPU)"
+                  ? "  (does not fit: " + formatMemoryOf(s.memory.total(), s.memoryCapacity) + ")"
                   : "") +
              (closedFormUses(plan, s) ? "  [closed form: " + std::to_string(closedFormUses(plan, s)) + " of " +
                                             std::to_string(s.comm.size()) + " collectives]"
@@ -224,9 +281,11 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
     }
   }
   out +=
-      "confidence: v/e/n = the share of the step from classes of operation validated / extrapolated (measured "
-      "on another GPU model or rank count) / not validated (nothing measured, e.g. inter-node collectives, "
-      "attention); the mark is the worst class making up >= 5 % of the step (docs/planner.md)\n";
+      "band: +- the step's parts weighted by the median |error| of their class of operation (measured classes "
+      "only); bound: the step's largest part and its share; mem/GPU in GB (the datasheet's unit); v/e/n % = the "
+      "share of the step from classes validated / extrapolated (measured on another GPU model or rank count) / not "
+      "validated (nothing measured); NOT VALIDATED: no part of the step was measured (docs/planner.md, \"The "
+      "report and its numbers\")\n";
   return out;
 }
 

@@ -44,6 +44,22 @@ check "the page says the fused variant is priced" grep -q 'fused: available' "$w
 check "the page marks numbers that are not validated" grep -q 'not validated' "$work/rep/index.html"
 check "every image of the page exists" bash -c "for f in \$(grep -o \"src='[^']*'\" '$work/rep/index.html' | cut -d\"'\" -f2); do test -s '$work/rep/'\$f || exit 1; done"
 expect 0 'GPUs +layered +fused +speedup' -- "${run[@]}"
+# the headline first, the table's bottleneck and memory columns, counts without exponents, in 120 columns
+"${run[@]}" >"$work/table.txt" 2>/dev/null
+check "the terminal starts with the headline" grep -Eq '^headline: tiny on 32 x NVIDIA H200 .*step [0-9.]+ ms ±[0-9.]+ %' "$work/table.txt"
+check "the table has the band, bottleneck and memory columns" grep -Eq '^ +GPUs nodes tp/pp/dp/ep +mb +step +band tokens/s +MFU scale +bound +mem/GPU' "$work/table.txt"
+check "the table's rows say what bounds them and the memory per GPU" grep -Eq '^ +32 +4 +8/1/4/1 .* compute [0-9]+ % +[0-9.]+ GB ' "$work/table.txt"
+check "no number of the table is in exponent form" bash -c '! grep -Eq "[0-9]e[+-][0-9]" "$0"' "$work/table.txt"
+check "the baseline's table fits 120 columns" python3 -c '
+import sys
+lines = open(sys.argv[1], encoding="utf-8").read().split("== baseline\n")[1].splitlines()
+rows = [l for l in lines[:next((i for i, l in enumerate(lines) if not l.startswith(" ")), len(lines))]]
+assert len(rows) == 4 and max(map(len, rows)) <= 120, rows
+' "$work/table.txt"
+check "plan.json carries the headline" grep -q '"headline": "tiny on 32 x NVIDIA H200' "$work/a.json"
+check "the page starts with the headline" grep -q "<p class='headline'><b>tiny on 32 x NVIDIA H200" "$work/rep/index.html"
+check "the page gives each step its band" grep -Eq '[0-9] ms ±[0-9.]+ %' "$work/rep/index.html"
+expect 0 'does not fit: [0-9.]+ GB of 0.5 GB per GPU' -- "${run[@]}" --gpu-memory 0.5
 expect 0 'mk-plan: [0-9]+ of [0-9]+ collectives simulated' -- "${run[@]}" -q
 expect 0 'llama3-405b .*layers 126, hidden 16384' -- "$tool" --list-workloads
 expect 0 'huggingface.co/mistralai/Mixtral-8x22B-v0.1' -- "$tool" --list-workloads
@@ -165,7 +181,7 @@ quick=("${tiny[@]}" --gpus 16 --measured none --cache none -q)
 # a preset with 4 NICs per GPU plans (its baseline blamed a what-if never given), and so does more NICs per GPU
 expect 0 'distinct collectives' -- "${quick[@]}" --cluster cloud-efa-32x100 --what-if nics=64
 # context parallelism plans: its groups are placed and its ring simulated
-expect 0 'DP expos  CP expos' -- "${tiny[@]}" --gpus 16 --measured none --cache none --cluster dgx-h200 --cp 2
+expect 0 'DP exp  CP exp' -- "${tiny[@]}" --gpus 16 --measured none --cache none --cluster dgx-h200 --cp 2
 # the calibrated profile's fractions go to each cluster's own links: TCP NICs and A100 nodes plan unlike DGX H100
 for c in dgx-h100 cloud-tcp-8x200 a100-8x200; do "${quick[@]}" --cluster "$c" --json "$work/$c.json" >/dev/null 2>&1; done
 step() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["variants"][0]["scales"][0]["layered"]["step_us"])' "$1"; }
@@ -248,7 +264,6 @@ bad "--what-if 'restart=-1s': restart must be a duration >= 0" -- "${run[@]}" --
 bad "--what-if 'mtbf=gpu:50000y': mtbf: unknown unit 'y'" -- "${run[@]}" --what-if mtbf=gpu:50000y
 bad "--what-if 'spares=-1': spares must be a whole number" -- "${run[@]}" --what-if spares=-1
 
-cli_summary
 # ---- the layout search: a ranked list, its CSV and plan.json's block; a space with no layout is refused ----
 search=("${tiny[@]}" --gpus 8 --measured none --cache none --cluster dgx-h200 --search --search-top 1)
 expect 0 'layout search: ' -- "${search[@]}" --search-csv "$work/s.csv" --json "$work/s.json"
@@ -257,3 +272,4 @@ check "search: plan.json has the search block" grep -q '"ranked"' "$work/s.json"
 bad "--search: no feasible layout of tiny on 8 GPUs;.* memory .[0-9]*.: the smallest needs" -- "${search[@]}" --gpu-memory 0.001
 bad "--search-csv needs --search" -- "${run[@]}" --search-csv "$work/bad.csv"
 
+cli_summary
