@@ -85,9 +85,9 @@ std::string seconds(double us) {
 
 }  // namespace
 
-std::string layoutRole(const PlanResult& /*plan*/) {
-  // mk-plan --search: "recommended" where PlanResult::search holds the ranked layouts.
-  return "planned";
+std::string layoutRole(const PlanResult& plan) {
+  // mk-plan --search plans the best layout it found at each GPU count: a recommendation, not the workload's own.
+  return plan.search ? "recommended" : "planned";
 }
 
 std::string formatHeadline(const PlanResult& plan, const VariantResult& v, const ScaleResult& s) {

@@ -267,6 +267,7 @@ bad "--what-if 'spares=-1': spares must be a whole number" -- "${run[@]}" --what
 # ---- the layout search: a ranked list, its CSV and plan.json's block; a space with no layout is refused ----
 search=("${tiny[@]}" --gpus 8 --measured none --cache none --cluster dgx-h200 --search --search-top 1)
 expect 0 'layout search: ' -- "${search[@]}" --search-csv "$work/s.csv" --json "$work/s.json"
+check "search: the headline says the layout is recommended" grep -q '"headline": "tiny on 8 x NVIDIA H200 (dgx-h200): layout recommended' "$work/s.json"
 check "search: the CSV ranks the layouts" grep -q '^8,1,"tp ' "$work/s.csv"
 check "search: plan.json has the search block" grep -q '"ranked"' "$work/s.json"
 bad "--search: no feasible layout of tiny on 8 GPUs;.* memory .[0-9]*.: the smallest needs" -- "${search[@]}" --gpu-memory 0.001
