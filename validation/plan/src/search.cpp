@@ -94,7 +94,10 @@ std::string describeLayout(const Workload& w, const ResolvedLayout& r) {
 }
 
 std::vector<PlanItem> enumerateLayouts(const Workload& w, const std::vector<uint32_t>& gpus, uint32_t nvlinkDomain,
-                                       std::map<uint32_t, SearchPruning>* pruned) {
+                                       std::map<uint32_t, SearchPruning>* pruned, SearchSpace space) {
+  const bool full = space == SearchSpace::Full;
+  const std::vector<uint32_t> mbs = full ? powersOfTwoUpTo(8) : std::vector<uint32_t>{w.training.microBatch};
+  const std::vector<uint32_t> zeros = full ? std::vector<uint32_t>{0, 1, 2, 3} : std::vector<uint32_t>{w.layout.zero};
   const ModelShape& m = w.model;
   const uint32_t layers = m.layers;
   std::vector<PlanItem> out;
@@ -139,11 +142,17 @@ std::vector<PlanItem> enumerateLayouts(const Workload& w, const std::vector<uint
           if (m.moe) eps = powersOfTwoUpTo(m.moe->experts);
           for (uint32_t vp : vps)
             for (uint32_t ep : eps)
-              for (uint32_t mb : powersOfTwoUpTo(8))
-                for (uint32_t zero = 0; zero <= 3; ++zero)
+              for (uint32_t mb : mbs)
+                for (uint32_t zero : zeros)
                   for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full})
                     for (int flags = 0; flags < 8; ++flags) {
-                      const bool tpOv = flags & 1, gatherOv = flags & 2, a2aOv = flags & 4;
+                      bool tpOv = flags & 1, gatherOv = flags & 2, a2aOv = flags & 4;
+                      if (!full) {  // the workload's own flags, once
+                        if (flags != 0) continue;
+                        tpOv = w.layout.tpCommOverlap && tp > 1;
+                        gatherOv = w.layout.overlapParamGather && (zero == 1 || zero == 2);
+                        a2aOv = w.layout.overlapMoeA2a && ep > 1;
+                      }
                       // A flag that changes nothing is one layout, not two.
                       if (tpOv && tp == 1) continue;
                       if (gatherOv && zero != 1 && zero != 2) continue;
@@ -192,7 +201,7 @@ PlanResult searchLayouts(const PlanInputs& in, FusedOpPricer& fused, const Searc
   s.memoryCapacity = in.gpuMemoryGB ? *in.gpuMemoryGB * 1e9 : gpuMemoryBytes(cluster.node.gpu);
 
   // ---- enumerate, then prune by memory before anything is priced ----
-  std::vector<PlanItem> all = enumerateLayouts(in.workload, in.gpus, cluster.node.gpus, &s.pruned);
+  std::vector<PlanItem> all = enumerateLayouts(in.workload, in.gpus, cluster.node.gpus, &s.pruned, settings.space);
   std::vector<PlanItem> fitting;
   std::map<uint32_t, double> smallestNeed;
   std::map<std::string, Recompute> lightestFitting;  // per layout without its recomputation

@@ -272,5 +272,8 @@ check "search: the CSV ranks the layouts" grep -q '^8,1,"tp ' "$work/s.csv"
 check "search: plan.json has the search block" grep -q '"ranked"' "$work/s.json"
 bad "--search: no feasible layout of tiny on 8 GPUs;.* memory .[0-9]*.: the smallest needs" -- "${search[@]}" --gpu-memory 0.001
 bad "--search-csv needs --search" -- "${run[@]}" --search-csv "$work/bad.csv"
+bad "--search-space needs --search" -- "${run[@]}" --search-space parallelism
+expect 0 "tiny on 8 x NVIDIA H200 \(dgx-h200\): layout recommended" -- "${search[@]}" --search-space parallelism
+bad "--search-space: everything not in \{full,parallelism\}" -- "${search[@]}" --search-space everything
 
 cli_summary

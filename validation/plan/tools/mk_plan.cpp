@@ -23,8 +23,8 @@
 #include "mk/io/output_paths.hpp"
 #include "mk/plan/plan_output.hpp"
 #include "mk/plan/planner.hpp"
-#include "mk/plan/shard.hpp"
 #include "mk/plan/search.hpp"
+#include "mk/plan/shard.hpp"
 #include "mk/plan/step_check.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/util/build_commit.hpp"
@@ -59,7 +59,7 @@ struct Options {
   std::string workload = "llama3-70b";
   std::string layoutFile;
   std::string hfConfig, megatronArgs;  ///< --hf-config FILE, --megatron-args FILE|STRING
-  std::string recipe;                 ///< --recipe FILE.yaml (Megatron-LM --yaml-cfg or NeMo 1.x)
+  std::string recipe;                  ///< --recipe FILE.yaml (Megatron-LM --yaml-cfg or NeMo 1.x)
   std::optional<uint32_t> tp, pp, ep, zero, microBatch, virtualStages;
   std::optional<uint32_t> cp;
   std::optional<uint64_t> globalBatch, seq;
@@ -83,9 +83,10 @@ struct Options {
   std::string shard;                    ///< --shard i/n | auto
   std::vector<std::string> mergeFiles;  ///< mk-plan merge FILES: the shards' plan.json
   std::vector<std::string> planArgs;    ///< the options that decide the plan (planOptions)
-  bool search = false;          ///< --search: rank the layouts (search.hpp)
-  std::size_t searchTop = 5;    ///< --search-top K
-  std::string searchCsv;        ///< --search-csv FILE
+  bool search = false;                  ///< --search: rank the layouts (search.hpp)
+  std::size_t searchTop = 5;            ///< --search-top K
+  std::string searchSpace = "full";     ///< --search-space
+  std::string searchCsv;                ///< --search-csv FILE
 };
 
 [[noreturn]] void bad(const std::string& msg) { throw mk::Error(mk::ErrorCode::InvalidArgument, msg); }
@@ -286,6 +287,7 @@ int run(const Options& o, const std::string& command) {
   mk::checkOutputPath("--emit-kernels", o.kernelsOut, inputs);
   mk::checkOutputPath("--search-csv", o.searchCsv, inputs);
   if (!o.searchCsv.empty() && !o.search) bad("--search-csv needs --search");
+  if (o.searchSpace != "full" && !o.search) bad("--search-space needs --search");
   mk::report::checkReportDir("--report", o.reportDir, kReportMarker, kTool);
   if (!o.reportDir.empty()) {
     if (!fs::exists(o.script, ec))
@@ -306,7 +308,11 @@ int run(const Options& o, const std::string& command) {
   auto fused = mk::plan::makeFusedOpPricer();
   const auto say = [](const std::string& s) { std::fprintf(stderr, "mk-plan: %s\n", s.c_str()); };
   const mk::plan::PlanResult plan =
-      o.search ? mk::plan::searchLayouts(in, *fused, mk::plan::SearchSettings{o.searchTop}, say)
+      o.search ? mk::plan::searchLayouts(in, *fused,
+                                         mk::plan::SearchSettings{
+                                             o.searchTop, o.searchSpace == "full" ? mk::plan::SearchSpace::Full
+                                                                                  : mk::plan::SearchSpace::Parallelism},
+                                         say)
                : mk::plan::runPlan(in, *fused, say);
   if (!o.quiet && plan.search) std::fputs(mk::plan::formatSearchText(*plan.search).c_str(), stdout);
   if (!o.quiet) std::fputs(mk::plan::formatPlanText(plan, o.brief).c_str(), stdout);
@@ -389,7 +395,7 @@ int mergeCommandLine(int argc, char** argv, std::vector<std::string>& files, std
 
 }  // namespace
 
-int argc, char** argv) {
+int main(int argc, char** argv) {
   Options o;
   o.script = mk::report::defaultScript("plan_report.py", MK_PLAN_REPORT_SCRIPT);
   CLI::App app{
@@ -488,6 +494,11 @@ int argc, char** argv) {
   app.add_option("--search-top", o.searchTop, "--search: layouts per GPU count re-priced with SimGrid")
       ->capture_default_str();
   app.add_option("--search-csv", o.searchCsv, "--search: write the ranked layouts as CSV here");
+  app.add_option("--search-space", o.searchSpace,
+                 "--search: full (every dimension) or parallelism (tp, cp, pp, vp, ep, dp and the lightest "
+                 "recomputation that fits; the workload's micro-batch, ZeRO stage and overlap flags)")
+      ->check(CLI::IsMember({"full", "parallelism"}))
+      ->capture_default_str();
   app.add_flag("-q,--quiet", o.quiet, "no table on stdout");
   app.add_flag("--brief", o.brief, "print the baseline's table only (and the what-ifs side by side)");
   app.add_option("--shard", o.shard,

@@ -13,9 +13,20 @@
 
 namespace mk::plan {
 
+/// Which dimensions a search varies.
+enum class SearchSpace : uint8_t {
+  /// Every dimension: TP, CP, PP, virtual stages, EP, micro-batch, ZeRO stage, recomputation, overlap flags.
+  Full,
+  /// The parallel layout only (TP, CP, PP, virtual stages, EP, DP) and the lightest recomputation that fits; the
+  /// micro-batch, ZeRO stage and overlap flags stay the workload's: a recipe's fixed choices, about 100 times fewer
+  /// layouts than Full.
+  Parallelism,
+};
+
 /// How far to search.
 struct SearchSettings {
   std::size_t top = 5;  ///< layouts per GPU count priced again with SimGrid (plus the workload's own)
+  SearchSpace space = SearchSpace::Full;
 };
 
 /// Why the layouts of one GPU count that were not priced were left out: dimension ("layout.tp", "memory", ...)
@@ -29,8 +40,10 @@ struct SearchPruning {
 /// micro-batch, ZeRO, recomputation, overlap flags; the workload's own layout first at each count), each an item a
 /// shard can take on its own. `nvlinkDomain`: the largest TP. `pruned[gpus]` receives the candidates refused by a
 /// framework rule (the memory check comes with pricing: searchLayouts).
+/// SearchSpace::Parallelism keeps the workload's micro-batch, ZeRO stage and overlap flags.
 std::vector<PlanItem> enumerateLayouts(const Workload& w, const std::vector<uint32_t>& gpus, uint32_t nvlinkDomain,
-                                       std::map<uint32_t, SearchPruning>* pruned = nullptr);
+                                       std::map<uint32_t, SearchPruning>* pruned = nullptr,
+                                       SearchSpace space = SearchSpace::Full);
 
 /// "tp 8, pp 16 (vp 2), cp 1, ep 1, dp 128, mb 1, zero 1, recompute none, tp-overlap": one line for a layout.
 std::string describeLayout(const Workload& w, const ResolvedLayout& r);
