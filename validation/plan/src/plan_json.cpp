@@ -8,8 +8,8 @@
 #include "mk/error.hpp"
 #include "mk/plan/headline.hpp"
 #include "mk/plan/plan_output.hpp"
-#include "mk/topology/topology.hpp"
 #include "mk/plan/search.hpp"
+#include "mk/topology/topology.hpp"
 #include "mk/util/size.hpp"
 
 namespace mk::plan {
@@ -387,6 +387,7 @@ std::string planToJson(const PlanResult& plan, const std::string& commit, int in
          {"scales", scales}});
   }
   j["variants"] = variants;
+  if (plan.search) j["search"] = nlohmann::json::parse(searchToJson(*plan.search));
   requireFinite(j, "plan.json");
   return j.dump(indent);
 }
@@ -400,7 +401,6 @@ Json kernelJson(const ComputeOp& op, const KernelPrice& price, uint32_t microBat
             {"kernel", op.kernel},
             {"pass", toString(op.pass)},
             {"dtype", dtypeName(op)}};
-  if (plan.search) j["search"] = nlohmann::json::parse(searchToJson(*plan.search));
   switch (op.cls) {
     case KernelClass::Gemm: k.update({{"m", op.m}, {"n", op.n}, {"k", op.k}, {"batch", op.batch}}); break;
     case KernelClass::Attention:
