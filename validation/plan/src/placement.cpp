@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -84,46 +83,44 @@ std::vector<uint32_t> normalizedNodes(const std::vector<uint32_t>& ranks, uint32
   return out;
 }
 
-/// The instances reachable from instance 0 through a shared resource, ascending: `resources(i, r)` lists the ids
-/// of what rank r of instance i passes through on the network.
+/// The instances reachable from instance 0 through a shared resource, ascending: `resources(i, r, emit)` calls
+/// emit(id) for what rank r of instance i passes through on the network. Resources are found in one sorted list
+/// of (resource, instance): a layout search places every collective of thousands of layouts, and a map of
+/// vectors per resource made its allocations the planner's largest cost.
 template <typename Resources>
 std::vector<uint32_t> closureOf(const GroupSet& groups, Resources resources) {
-  std::map<uint64_t, std::vector<uint32_t>> byResource;
+  std::vector<std::pair<uint64_t, uint32_t>> users;
   for (uint32_t i = 0; i < groups.instances.size(); ++i)
-    for (uint32_t r : groups.instances[i])
-      for (uint64_t x : resources(i, r)) byResource[x].push_back(i);
+    for (uint32_t r : groups.instances[i]) resources(i, r, [&](uint64_t x) { users.emplace_back(x, i); });
+  std::sort(users.begin(), users.end());
   std::vector<bool> in(groups.instances.size(), false);
   in[0] = true;
   std::vector<uint32_t> chosen{0};
-  std::deque<uint32_t> todo{0};
-  while (!todo.empty()) {
-    const uint32_t i = todo.front();
-    todo.pop_front();
-    for (uint32_t r : groups.instances[i])
-      for (uint64_t x : resources(i, r))
-        for (uint32_t j : byResource[x])
-          if (!in[j]) {
-            in[j] = true;
-            chosen.push_back(j);
-            todo.push_back(j);
+  for (std::size_t next = 0; next < chosen.size(); ++next)
+    for (uint32_t r : groups.instances[chosen[next]])
+      resources(chosen[next], r, [&](uint64_t x) {
+        for (auto it = std::lower_bound(users.begin(), users.end(), std::make_pair(x, uint32_t{0}));
+             it != users.end() && it->first == x; ++it)
+          if (!in[it->second]) {
+            in[it->second] = true;
+            chosen.push_back(it->second);
           }
-  }
+      });
   std::sort(chosen.begin(), chosen.end());
   return chosen;
 }
 
-/// The leaf uplinks (one per leaf and rail) a set of instances loads, and how many of the group set's ranks load
-/// each; instances inside one leaf never reach an uplink.
+/// The leaf uplinks (one per leaf and rail) of a group set: which instances cross leaves (instances inside one
+/// leaf never reach an uplink) and how many of their ranks load each uplink.
 struct UplinkLoad {
-  std::map<uint64_t, uint64_t> all;                ///< uplink -> ranks of every instance crossing leaves
-  std::vector<bool> crosses;                       ///< per instance: spans more than one leaf
-  std::vector<std::vector<uint32_t>> leafPattern;  ///< per instance: leaf of each rank, in order of appearance
-  std::vector<std::vector<uint32_t>> railsOf;      ///< per local GPU: its NICs (rails)
+  std::vector<uint32_t> all;                   ///< per uplink (leaf x rails + rail): ranks of crossing instances
+  std::vector<bool> crosses;                   ///< per instance: spans more than one leaf
+  std::vector<std::vector<uint32_t>> railsOf;  ///< per local GPU: its NICs (rails)
   uint32_t gpus = 0, perLeaf = 1, rails = 0;
-  std::vector<uint64_t> uplinksOf(uint32_t rank) const {
-    std::vector<uint64_t> out;
-    for (uint32_t rail : railsOf[rank % gpus]) out.push_back(uint64_t{rank / gpus / perLeaf} * rails + rail);
-    return out;
+  /// Calls emit(uplink) for each uplink of global rank `rank`.
+  template <typename Emit>
+  void uplinksOf(uint32_t rank, Emit emit) const {
+    for (uint32_t rail : railsOf[rank % gpus]) emit(uint64_t{rank / gpus / perLeaf} * rails + rail);
   }
 };
 
@@ -133,13 +130,17 @@ UplinkLoad uplinkLoad(const GroupSet& groups, const Topology& cluster) {
   u.perLeaf = std::max<uint32_t>(1, cluster.fabric.nodesPerLeaf);
   u.railsOf = gpuNics(cluster.node);
   u.rails = static_cast<uint32_t>(nicsOf(cluster.node).size());
+  uint32_t lastRank = 0;
+  for (const auto& ranks : groups.instances)
+    for (uint32_t r : ranks) lastRank = std::max(lastRank, r);
+  u.all.assign((uint64_t{lastRank} / u.gpus / u.perLeaf + 1) * u.rails, 0);
+  const uint32_t perLeafGpus = u.gpus * u.perLeaf;
   for (const auto& ranks : groups.instances) {
-    u.leafPattern.push_back(normalizedNodes(ranks, u.gpus * u.perLeaf));
-    const auto& leaves = u.leafPattern.back();
-    u.crosses.push_back(!leaves.empty() && *std::max_element(leaves.begin(), leaves.end()) > 0);
-    if (!u.crosses.back()) continue;
-    for (uint32_t r : ranks)
-      for (uint64_t x : u.uplinksOf(r)) ++u.all[x];
+    const bool crosses = std::any_of(ranks.begin(), ranks.end(),
+                                     [&](uint32_t r) { return r / perLeafGpus != ranks.front() / perLeafGpus; });
+    u.crosses.push_back(crosses);
+    if (!crosses) continue;
+    for (uint32_t r : ranks) u.uplinksOf(r, [&](uint64_t x) { ++u.all[x]; });
   }
   return u;
 }
@@ -149,20 +150,23 @@ UplinkLoad uplinkLoad(const GroupSet& groups, const Topology& cluster) {
 /// ranks of theirs and in all on each): each then takes the same share of every uplink, so the set runs alone on
 /// uplinks scaled by that share. 1 when they cross no uplink; nullopt when the sharing is not uniform.
 std::optional<double> uplinkShare(const GroupSet& groups, const UplinkLoad& u, const std::vector<uint32_t>& chosen) {
-  std::map<uint64_t, uint64_t> mine;
+  std::map<uint64_t, uint32_t> mine;
   for (uint32_t i : chosen)
     if (u.crosses[i])
-      for (uint32_t r : groups.instances[i])
-        for (uint64_t x : u.uplinksOf(r)) ++mine[x];
+      for (uint32_t r : groups.instances[i]) u.uplinksOf(r, [&](uint64_t x) { ++mine[x]; });
   if (mine.empty()) return 1.0;
-  const uint64_t own = mine.begin()->second, total = u.all.at(mine.begin()->first);
+  const uint32_t own = mine.begin()->second, total = u.all[mine.begin()->first];
   for (const auto& [x, n] : mine)
-    if (n != own || u.all.at(x) != total) return std::nullopt;
+    if (n != own || u.all[x] != total) return std::nullopt;
+  if (own == total) return 1.0;  // nobody else on its uplinks
+  const uint32_t perLeafGpus = u.gpus * u.perLeaf;
+  const std::vector<uint32_t> pattern = normalizedNodes(groups.instances[0], perLeafGpus);
   for (uint32_t i = 0; i < groups.instances.size(); ++i) {
-    if (!u.crosses[i] || u.leafPattern[i] == u.leafPattern[0]) continue;
-    for (uint32_t r : groups.instances[i])
-      for (uint64_t x : u.uplinksOf(r))
-        if (mine.count(x)) return std::nullopt;  // another class shares an uplink: its load is not ours
+    if (!u.crosses[i]) continue;
+    bool meets = false;
+    for (uint32_t r : groups.instances[i]) u.uplinksOf(r, [&](uint64_t x) { meets = meets || mine.count(x) > 0; });
+    // Another class on one of its uplinks: that load is not an image of its own.
+    if (meets && normalizedNodes(groups.instances[i], perLeafGpus) != pattern) return std::nullopt;
   }
   return static_cast<double>(own) / static_cast<double>(total);
 }
@@ -191,10 +195,8 @@ ConcurrentPlacement placeConcurrent(const GroupSet& groups, const Topology& clus
   } else if (p.multiNode && node.nics > 0) {
     const auto shared = sharedResources(node);
     const uint64_t kinds = nicsOf(node).size() + node.pcieSwitches.size();
-    auto nicsOfRank = [&](uint32_t, uint32_t r) {
-      std::vector<uint64_t> out;
-      for (uint32_t x : shared[r % G]) out.push_back(uint64_t{r / G} * kinds + x);
-      return out;
+    auto nicsOfRank = [&](uint32_t, uint32_t r, auto emit) {
+      for (uint32_t x : shared[r % G]) emit(uint64_t{r / G} * kinds + x);
     };
     chosen = closureOf(groups, nicsOfRank);
     const UplinkLoad uplinks = uplinkLoad(groups, cluster);
@@ -204,12 +206,10 @@ ConcurrentPlacement placeConcurrent(const GroupSet& groups, const Topology& clus
       p.uplinkShare = *share;
     } else {
       // Sharing the reduction cannot scale: every instance meeting the set on an uplink is simulated with it.
-      const uint64_t nicIds = uint64_t{cluster.nodes} * kinds;
-      chosen = closureOf(groups, [&](uint32_t i, uint32_t r) {
-        std::vector<uint64_t> out = nicsOfRank(i, r);
-        if (uplinks.crosses[i])
-          for (uint64_t x : uplinks.uplinksOf(r)) out.push_back(nicIds + x);
-        return out;
+      constexpr uint64_t kUplink = uint64_t{1} << 63;  // uplink ids apart from the NICs' node x kinds ids
+      chosen = closureOf(groups, [&](uint32_t i, uint32_t r, auto emit) {
+        nicsOfRank(i, r, emit);
+        if (uplinks.crosses[i]) uplinks.uplinksOf(r, [&](uint64_t x) { emit(kUplink | x); });
       });
     }
   }
