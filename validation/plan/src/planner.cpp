@@ -241,7 +241,9 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
   const double overlapSlowdown = overlapOf(in.workload.layout, out.overlapNote);
   // The scales: every GPU count of the workload, or the items.
   const std::size_t scaleCount = in.items.empty() ? in.gpus.size() : in.items.size();
-  auto workloadOf = [&](std::size_t i) -> const Workload& { return in.items.empty() ? in.workload : in.items[i].workload; };
+  auto workloadOf = [&](std::size_t i) -> const Workload& {
+    return in.items.empty() ? in.workload : in.items[i].workload;
+  };
   auto overlapAt = [&](std::size_t i) {
     std::string note;
     return in.items.empty() ? overlapSlowdown : overlapOf(in.items[i].workload.layout, note);
@@ -297,8 +299,8 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
       sr.nodes = nodesFor(sr.gpus, vr.nodeType.node.gpus);
       Pending& pd = pending[v][i];
       if (const std::size_t item = v * pending[v].size() + i; !ownsItem(in.shard, item)) {
-        sr.reason = "planned by shard " + std::to_string(item % in.shard.count) + "/" +
-                    std::to_string(in.shard.count) + " (mk-plan merge joins the shards)";
+        sr.reason = "planned by shard " + std::to_string(item % in.shard.count) + "/" + std::to_string(in.shard.count) +
+                    " (mk-plan merge joins the shards)";
         vr.scales.push_back(std::move(sr));
         continue;
       }
