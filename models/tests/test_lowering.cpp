@@ -363,7 +363,7 @@ TEST_CASE("lowering: selective recompute re-runs the chosen modules' forward ops
         doctest::Approx(2 * 8 * sbh / 2));
 }
 
-TEST_CASE("lowering: ZeRO 3 with pipeline stages gathers each stage's layers per micro-batch; memory by hand") {
+TEST_CASE("lowering: ZeRO 3 with pipeline stages gathers each stage's layers per micro-batch, memory by hand") {
   Workload w = llama8b(1, 4, true);
   w.layout.zero = 3;
   validateWorkload(w);  // FSDP with pipeline parallelism is a layout, not an error

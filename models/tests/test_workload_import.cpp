@@ -32,7 +32,7 @@ Workload fromMegatron(const std::string& text, std::vector<std::string>* ignored
 
 }  // namespace
 
-TEST_CASE("import: a Llama-style config.json maps every shape key; rope_theta and friends are listed, not read") {
+TEST_CASE("import: a Llama-style config.json maps every shape key, rope_theta and friends are listed, not read") {
   std::vector<std::string> ignored;
   const Workload w = fromHf(R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
     "num_hidden_layers": 4, "hidden_size": 256, "intermediate_size": 704, "num_attention_heads": 8,
@@ -265,7 +265,7 @@ model:
 
 }  // namespace
 
-TEST_CASE("import: a NeMo recipe maps its model names through Megatron-LM's arguments; the rest is listed") {
+TEST_CASE("import: a NeMo recipe maps its model names through Megatron-LM's arguments, the rest is listed") {
   std::vector<std::string> ignored;
   const Workload w = fromRecipe(kNemoRecipe, &ignored);
   CHECK(w.model.layers == 8);

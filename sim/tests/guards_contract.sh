@@ -11,12 +11,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../cmake/cli_testlib.sh"
 
 # the cases of issues 19 and 20: refused in well under a second, in little memory, naming the parts and the option
 expect 2 'needs more than ~[0-9.]+ GiB \(schedule >[0-9.]+ GiB, simulation >[0-9.]+ GiB\) above --max-memory' -- \
-  guarded "$tool" --cluster dgx-h100 --nodes 1024
+  guarded "$tool" --algo ring --cluster dgx-h100 --nodes 1024
 expect 2 'raise it with --max-memory' -- guarded "$tool" --algo ring --cluster dgx-h100 --nodes 256 --chunks 8 --channels 2
 expect 2 'chunks 4294967295 is more than' -- guarded "$tool" --algo ring --cluster h200x2 --bytes 1MiB --chunks 4294967295
 expect 2 'needs more than' -- guarded "$tool" --algo ring --cluster dgx-h100 --bytes 1G --channels 4294967295 --max-memory 2G
 expect 2 'max-memory' -- "$tool" --max-memory lots
-one_line_error "$tool" --cluster dgx-h100 --nodes 1024
+one_line_error "$tool" --algo ring --cluster dgx-h100 --nodes 1024
 
 # issue 40: a 1 KiB schedule declaring 5000000 flags (the replay keeps a counter per rank x flag: 24 GB once) or
 # barriers is refused before the replay, naming the estimate and the limit

@@ -2,9 +2,9 @@
 #include "mk/plan/search.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -40,9 +40,18 @@ std::vector<uint32_t> powersOfTwoUpTo(uint64_t limit) {
 
 /// The field a refusal names ("layout.tp 3 does not divide ..." -> "layout.tp"), else "layout".
 std::string fieldOf(const std::string& message) {
-  static const std::regex field(R"(((layout|training|model)\.[A-Za-z]+))");
-  std::smatch m;
-  return std::regex_search(message, m, field) ? m.str(1) : std::string("layout");
+  // The first "layout.", "training." or "model." followed by letters (no <regex>: GCC 12's inlines warn under -O2).
+  std::size_t best = std::string::npos, len = 0;
+  for (const char* prefix : {"layout.", "training.", "model."}) {
+    const std::size_t at = message.find(prefix);
+    if (at == std::string::npos || at >= best) continue;
+    std::size_t end = at + std::char_traits<char>::length(prefix), start = end;
+    while (end < message.size() && std::isalpha(static_cast<unsigned char>(message[end]))) ++end;
+    if (end == start) continue;
+    best = at;
+    len = end - at;
+  }
+  return best == std::string::npos ? std::string("layout") : message.substr(best, len);
 }
 
 void refuse(SearchPruning* p, const std::string& dim, const std::string& why) {

@@ -77,7 +77,7 @@ TEST_CASE("goodput: ETTR, goodput and time to train follow the closed form") {
   CHECK(*h.ettr < *g.ettr);
 }
 
-TEST_CASE("goodput: failure domains add their rates; a rack's failure counts once per rack") {
+TEST_CASE("goodput: failure domains add their rates, a rack's failure counts once per rack") {
   const FailureScale j = job16k();  // 2048 nodes: 114 racks of 18 (the last one partial)
   const GoodputResult g =
       estimateGoodput(parseWhatIf("mtbf=gpu:80000h,mtbf=node:20000h,mtbf=rack:10000h,rack=18").failures, j);

@@ -72,7 +72,7 @@ TEST_CASE("headline: the band weights each part's measured median error by its t
   CHECK(formatBand(StepBand{}) == "not validated");
 }
 
-TEST_CASE("headline: the step's largest part bounds it; counts and memory read without exponents") {
+TEST_CASE("headline: the step's largest part bounds it, counts and memory read without exponents") {
   PlanResult p = onePlan();
   const Bottleneck bn = bottleneck(p.variants[0].scales[0]);
   CHECK(bn.part == "compute");
