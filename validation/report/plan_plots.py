@@ -47,6 +47,14 @@ def gpu_axis(ax, gpus):
     ax.grid(True, which="both", alpha=0.3)
 
 
+def save(plt, fig, out, name):
+    """Lay out, write `name` under `out`, close the figure; the name the page links to."""
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, name), dpi=100)
+    plt.close(fig)
+    return name
+
+
 def plot_step_time(plt, doc, out):
     """Every variant's step as its table shows it (the mean step under noise), fused dashed in the same colour."""
     fig, ax = plt.subplots(figsize=(8, 5))
@@ -70,10 +78,7 @@ def plot_step_time(plt, doc, out):
     ax.set_ylabel("step time (s)")
     ax.set_title(f"{doc['inputs']['workload']['name']}: training step time")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "step-time.png"), dpi=100)
-    plt.close(fig)
-    return "step-time.png"
+    return save(plt, fig, out, "step-time.png")
 
 
 def plot_breakdown(plt, doc, out):
@@ -104,10 +109,7 @@ def plot_breakdown(plt, doc, out):
     ax_rel.set_ylabel("share of the step (%)")
     ax_rel.set_title("share of the step")
     ax_rel.legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "breakdown.png"), dpi=100)
-    plt.close(fig)
-    return "breakdown.png"
+    return save(plt, fig, out, "breakdown.png")
 
 
 def plot_comm(plt, doc, out):
@@ -128,10 +130,7 @@ def plot_comm(plt, doc, out):
     ax.set_ylabel("communication per step (ms)")
     ax.set_title("communication per parallel dimension (baseline)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "comm.png"), dpi=100)
-    plt.close(fig)
-    return "comm.png"
+    return save(plt, fig, out, "comm.png")
 
 
 def plot_throughput(plt, doc, out):
@@ -153,10 +152,7 @@ def plot_throughput(plt, doc, out):
     for ax in (ax_t, ax_e):
         gpu_axis(ax, doc["inputs"]["gpus"])
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "throughput.png"), dpi=100)
-    plt.close(fig)
-    return "throughput.png"
+    return save(plt, fig, out, "throughput.png")
 
 
 def relative(base, s):
@@ -179,10 +175,7 @@ def plot_what_ifs(plt, doc, out):
     ax.set_ylabel("tokens/s relative to the baseline")
     ax.set_title("what-ifs")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "what-ifs.png"), dpi=100)
-    plt.close(fig)
-    return "what-ifs.png"
+    return save(plt, fig, out, "what-ifs.png")
 
 
 def plot_goodput(plt, doc, out):
@@ -196,9 +189,6 @@ def plot_goodput(plt, doc, out):
     ax.set_ylabel("goodput (% of the noiseless throughput)")
     ax.set_title("stragglers and noise: every step waits for its slowest GPU")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "goodput.png"), dpi=100)
-    plt.close(fig)
-    return "goodput.png"
+    return save(plt, fig, out, "goodput.png")
 
 
