@@ -42,10 +42,10 @@
 
 namespace mk::runtime {
 
-/// The engine of one communicator: resources, resident kernels and op submission of its ranks (every rank in
-/// one process, or this process's rank of one process per GPU). Communicator holds it through shared_ptr.
 class InterNode;
 
+/// The engine of one communicator: resources, resident kernels and op submission of its ranks (every rank in
+/// one process, or this process's rank of one process per GPU). Communicator holds it through shared_ptr.
 class Engine : public std::enable_shared_from_this<Engine> {
  public:
   Engine(const std::vector<int>& devices, const CommConfig& config);
@@ -76,9 +76,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool multiNode() const { return nodeCount() > 1; }
   int ownRank() const noexcept { return me_; }
 
-  /// Submit one rank's part of a collective / custom schedule (see Communicator; submit.cpp).
+  /// Submit one rank's part of a collective (see Communicator; submit.cpp).
   void submitCollective(int r, const CollectiveSpec& spec, std::optional<Algorithm> algo, const GenOptions& gen,
                         const void* send, void* recv, cudaStream_t stream);
+  /// Submit one rank's part of a custom schedule, every Input buffer bound to `input` and every Output / InOut one
+  /// to `output` (submit.cpp).
   void submitSchedule(int r, const Schedule& s, const void* input, void* output, cudaStream_t stream);
   /// Throws Error(Unsupported) when rank r's ops cannot be captured into a CUDA graph at all (several nodes). Every
   /// Communicator entry point calls it first when its stream is capturing (CaptureScope).
@@ -102,14 +104,18 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   /// The "auto" choice (algorithm_choice.cpp).
   Algorithm chooseAlgorithm(CollOp op, uint64_t count, DType dtype);
+  /// The chunks and channels an op gets when the caller leaves them 0 (algorithm_choice.cpp).
   GenOptions chooseGenOptions(CollOp op, uint64_t count, DType dtype, Algorithm algo) const;
 
   /// Host-side wait for rank r's submitted ops (handoff.cpp).
   void synchronize(int r);
+  /// How many ops rank r has submitted (the next op's number; handoff.cpp).
   uint64_t submitted(int r);
-  /// Observations (timing.cpp).
+  /// Rank r's timestamps of op `op` (timing.cpp).
   OpTiming opTiming(int r, uint64_t op);
+  /// The offset between the host clock and rank r's GPU clock, best of `rounds` pings (timing.cpp).
   ClockSync calibrateClock(int r, int rounds);
+  /// Rank r's per-step trace records not returned before (timing.cpp).
   std::vector<TraceEvent> takeTrace(int r);
   /// Enqueue the completion wait for op `seq` (0-based) of rank r on `stream` (groupEnd uses it; handoff.cpp).
   void enqueueWait(int r, cudaStream_t stream, uint32_t seq);
@@ -117,7 +123,6 @@ class Engine : public std::enable_shared_from_this<Engine> {
  private:
   // ---- setup.cpp: configuration, allocations, the resident kernels' launch
   static void checkConfig(const CommConfig& config);
-  /// Worker CTAs for `dev` (CommConfig or the default), after checking the grid can be co-resident.
   /// Worker CTAs for `dev` shared by `sharers` ranks (CommConfig::shareGpus), after checking that every sharer's
   /// grid can be co-resident at once.
   uint32_t workersFor(int dev, uint32_t sharers = 1) const;
@@ -176,16 +181,19 @@ class Engine : public std::enable_shared_from_this<Engine> {
   device::GraphCells* graphCells_ = nullptr;                                   ///< [kMaxCaptures], host-mapped
 
   // ---- submit.cpp
-  /// `bind` (optional): this rank's per-buffer addresses (PendingOp::bind); `extraReads` / `extraWrites`: user
+  /// Rank r's call of op `key` (lowered as `sched`) on `stream`: captured, or given the next op number and handed
+  /// off. `bind` (optional): this rank's per-buffer addresses (PendingOp::bind); `extraReads` / `extraWrites`: user
   /// byte ranges it touches besides send / recv (the fence rule).
   void submitLocked(int r, const ScheduleKey& key, CachedSchedule& sched, const void* send, void* recv,
                     uint64_t inBytes, uint64_t outBytes, cudaStream_t stream, const std::vector<uint64_t>& bind = {},
                     const std::vector<std::pair<uintptr_t, uintptr_t>>& extraReads = {},
                     const std::vector<std::pair<uintptr_t, uintptr_t>>& extraWrites = {});
-  /// Bind `s` (already cached as `key`) on rank r to per-buffer addresses and submit it (fused.cpp).
+  /// Bind `cs` (already cached as `key`) on rank r to per-buffer addresses and submit it (fused.cpp).
   void submitBoundLocked(int r, const ScheduleKey& key, CachedSchedule& cs, const std::vector<uint64_t>& bind,
                          cudaStream_t stream);
+  /// fusedPlan with mu_ held (fused.cpp).
   FusedPlan fusedPlanLocked(const FusedSpec& spec, const FusedOptions& opt);
+  /// Block (bounded) until rank r's doorbell and descriptor slot for op `seq` are free (back-pressure).
   void waitRingSpaceLocked(int r, uint32_t seq);
   /// Op `seq` as rank r's call joins it: the pending op (created for the first rank), or Error(InvalidArgument)
   /// naming both calls when the ranks submitted different ops.
@@ -212,7 +220,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   /// Corrupt descriptor `d` of op `seq` as injectFault_ says, for rank injectRank_'s entry, and clear it.
   void applyInjectedFaultLocked(device::OpDescriptor& d, uint32_t seq);
   device::DescriptorFault injectFault_{};  ///< 0: none (the only state outside the tests)
-  int injectRank_ = 0;
+  int injectRank_ = 0;                     ///< the rank whose descriptor entry injectFault_ corrupts
 
   // ---- handoff.cpp: how an op meets the caller's stream
   /// Whether rank r's ops meet their streams through the hand-off kernel (CommConfig::streamHandoff).
@@ -227,7 +235,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void progressLocked();
   /// Poll-loop hook: progressLocked() in multi-process mode, nothing otherwise.
   void pumpLocked();
+  /// Multi-process: the progress thread's loop (progressLocked and the peer watch until stopProgress_).
   void progressThread();
+  /// Stop and join the progress thread.
   void stopProgressThread() noexcept;
   /// Multi-process: whether it is time to look for dead peer processes (every kPeerWatchMs; the progress thread and
   /// host waits look). peersGoneLocked poisons the engine, naming them, when ProcessLink::goneRanks found any.
@@ -235,7 +245,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void peersGoneLocked(const std::string& gone);
   /// How often peers are looked for (a /proc read per peer of the node).
   static constexpr int kPeerWatchMs = 20;
-  std::chrono::steady_clock::time_point lastPeerWatch_{};
+  std::chrono::steady_clock::time_point lastPeerWatch_{};  ///< when peers were last looked for
   /// Ranks that have not posted op `seq` yet ("1, 3").
   std::string unpostedRanks(uint32_t seq) const;
 
@@ -264,11 +274,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Host-mapped blocks (pinned, portable, mapped; one allocation each).
   device::StatusBlock* status_ = nullptr;
   device::OpDescriptor* ring_ = nullptr;
-  device::RankMailbox* mailboxes_ = nullptr;  // [nRanks]
-  device::TraceRecord* trace_ = nullptr;      // [nRanks][traceCapacity]
-  std::vector<uint32_t> traceTaken_;          // records already returned per rank
-  uint32_t* clockPing_ = nullptr;             // clock probe mailbox (host-mapped)
-  uint64_t* clockPong_ = nullptr;
+  device::RankMailbox* mailboxes_ = nullptr;  ///< [nRanks]
+  device::TraceRecord* trace_ = nullptr;      ///< [nRanks][traceCapacity]
+  std::vector<uint32_t> traceTaken_;          ///< records already returned per rank
+  uint32_t* clockPing_ = nullptr;             ///< clock probe mailbox (host-mapped): the host's ping
+  uint64_t* clockPong_ = nullptr;             ///< the probe's answer: GPU time and the ping it answers
 
   std::mutex mu_;
   std::string poison_;  ///< first failure; non-empty = unusable
