@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Markdown tables of committed measurement files (mkernel.measurement.v1) for docs/results.md, run by
+scripts/regen-docs from the page's generated blocks.
+
+  scripts/results_tables.py gemm FILE.json ...    our GEMM against cuBLAS, per shape
+  scripts/results_tables.py fused FILE.json ...   the fused operators against cuBLAS + our collective, per shape
+
+Numbers are printed as stored (the median over a run's iterations); nothing is fitted or averaged. Each table
+names its file, the run's commit and command. Exit 2 with one line on a file that is not a measurement file.
+(The collective sweeps against NCCL are validation/report/measured_tables.py's.)
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def load(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"results_tables.py: {path}: cannot read a measurement file: {e}")
+    if d.get("schema") != "mkernel.measurement.v1" or not isinstance(d.get("records"), list):
+        raise SystemExit(f"results_tables.py: {path}: expected schema mkernel.measurement.v1 with records, "
+                         f"saw schema {d.get('schema')!r}")
+    return d
+
+
+def source(path, d):
+    system = d.get("system", {})
+    ranks = ", ranks sharing it" if system.get("ranks_share_gpu") else ""
+    command = d["run"]["command"]
+    if len(command) > 160:
+        command = command[:157] + "..."
+    return (f"`{os.path.basename(path)}`: {system.get('gpus')} x {system.get('gpu')}{ranks}, commit "
+            f"`{d['run']['commit'][:10]}`, {d['run'].get('date', '')}, `{command}`")
+
+
+def medians(d, op):
+    return [r for r in d["records"] if r.get("op") == op and r.get("stat") == "median"]
+
+
+def gemm(paths):
+    for path in paths:
+        d = load(path)
+        recs = medians(d, "gemm")
+        shapes = []
+        for r in recs:
+            key = (r["m"], r["n"], r["k"], r["dtype"])
+            if key not in shapes:
+                shapes.append(key)
+        print(f"\n{source(path, d)}\n")
+        print("| m x n x k | dtype | ours µs | ours TFLOP/s | our kernel | cuBLAS µs | cuBLAS TFLOP/s | ours / cuBLAS time |")
+        print("|---|---|---:|---:|---|---:|---:|---:|")
+        for key in shapes:
+            same = [r for r in recs if (r["m"], r["n"], r["k"], r["dtype"]) == key]
+            ours = [r for r in same if r["impl"] == "mkernel"]
+            theirs = [r for r in same if r["impl"] == "cublas"]
+            if not ours or not theirs:
+                continue
+            o = min(ours, key=lambda r: r["time_us"])
+            c = min(theirs, key=lambda r: r["time_us"])
+            kernel = " ".join(str(o[f]) for f in ("tile", "schedule", "epilogue") if o.get(f))
+            if o.get("split_k", 1) != 1:
+                kernel += f" split-k {o['split_k']}"
+            print(f"| {key[0]} x {key[1]} x {key[2]} | {key[3]} | {o['time_us']:.1f} | {o['tflops']:.0f} | {kernel} | "
+                  f"{c['time_us']:.1f} | {c['tflops']:.0f} | {o['time_us'] / c['time_us']:.2f} |")
+
+
+def fused(paths):
+    print("| file | op | ranks | m x n x k | order | fused µs | GEMM then collective µs | speedup | "
+          "predicted µs | predicted / measured |")
+    print("|---|---|---:|---|---|---:|---:|---:|---:|---:|")
+    sources = []
+    for path in paths:
+        d = load(path)
+        sources.append(source(path, d))
+        for r in d["records"]:
+            if r.get("impl") != "mkernel" or r.get("stat") != "median" or "baseline_us" not in r:
+                continue
+            predicted = r.get("predicted_us")
+            pred = f"{predicted:.1f} | {predicted / r['time_us']:.2f}" if predicted else "– | –"
+            print(f"| `{os.path.basename(path)}` | {r['op']} | {r['ranks']} | {r['m']} x {r['n']} x {r['k']} | "
+                  f"{r.get('order', '')} | {r['time_us']:.1f} | {r['baseline_us']:.1f} | {r['speedup']:.2f} | {pred} |")
+    print("\nFiles:\n")
+    for s in sources:
+        print(f"- {s}")
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="results_tables.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("table", choices=["gemm", "fused"])
+    ap.add_argument("files", nargs="+", help="measurement files (mkernel.measurement.v1)")
+    args = ap.parse_args()
+    {"gemm": gemm, "fused": fused}[args.table](args.files)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+            sys.exit(2)
+        raise
