@@ -203,7 +203,7 @@ class Replayer {
             if (pr.resource != StepResource::NvLink && us > 0) ++execs_;
             t += us * kSecondsPerUs;
           }
-          if (st.kind == StepKind::Put && (st.flags & kStepSignal))
+          if (incrementsFlag(st.kind, st.flags))
             increment(st.flag, st.value, t + costs_.incrementDelayUs(st, rank) * kSecondsPerUs);
         }
       }
@@ -267,8 +267,8 @@ class Replayer {
   /// The rank whose memory an NVLink step's bytes leave: the executing rank for a Put, the source of a Copy,
   /// the operand of a Reduce that lives on another rank than the destination.
   static uint32_t nvlinkSource(const Step& st, uint32_t rank) {
-    if (st.kind == StepKind::Put) return rank;
-    if (st.kind == StepKind::Reduce) return st.a.rank != st.dst.rank ? st.a.rank : st.b.rank;
+    if (kindInfo(st.kind).peerWrite) return rank;
+    if (kindInfo(st.kind).fields & kFieldB) return st.a.rank != st.dst.rank ? st.a.rank : st.b.rank;
     return st.a.rank;
   }
 

@@ -28,17 +28,18 @@ void checkRankRef(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step
 /// has a path, NVLink inside a node and the network across nodes.
 void checkRoute(const Schedule& s, uint32_t r, uint32_t l, uint32_t i, StepResource res) {
   const Step& st = s.lanes[r][l].steps[i];
+  const bool usesB = (kindInfo(st.kind).fields & kFieldB) != 0;  // routes of tiles (Tensor) are not checked here
   if (res == StepResource::NvLink || res == StepResource::Network || res == StepResource::Memory) {
     checkRankRef(s, r, l, i, "dst", st.dst.rank);
     checkRankRef(s, r, l, i, "operand a", st.a.rank);
-    if (st.kind == StepKind::Reduce) checkRankRef(s, r, l, i, "operand b", st.b.rank);
+    if (usesB) checkRankRef(s, r, l, i, "operand b", st.b.rank);
   }
   if (res == StepResource::NvLink) {
-    const bool peer = st.dst.rank != r || st.a.rank != r || (st.kind == StepKind::Reduce && st.b.rank != r);
+    const bool peer = st.dst.rank != r || st.a.rank != r || (usesB && st.b.rank != r);
     if (!peer)
       badStep(s, r, l, i,
               std::string("an NVLink ") + toString(st.kind) + " has every operand on this rank (use link local)");
-    for (uint32_t other : {st.dst.rank, st.a.rank, st.kind == StepKind::Reduce ? st.b.rank : r})
+    for (uint32_t other : {st.dst.rank, st.a.rank, usesB ? st.b.rank : r})
       if (s.nodeOf[other] != s.nodeOf[r])
         badStep(s, r, l, i,
                 std::string("an NVLink ") + toString(st.kind) + " reaches rank " + std::to_string(other) + " on node " +

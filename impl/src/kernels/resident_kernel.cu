@@ -43,6 +43,19 @@ namespace mk::device {
 namespace {
 
 constexpr uint16_t kIdleLane = 0xFFFF;
+
+// runLane dispatches on the packed kind code (StepKind's value). The kinds it has a branch for are exactly the
+// table's GPU kinds: a new kind stays refused by the lowering (kindInfo().gpu false) until it gets one here.
+constexpr StepKind kKernelKinds[] = {StepKind::Copy,   StepKind::Reduce, StepKind::Put,  StepKind::ProxyPut,
+                                     StepKind::Signal, StepKind::Wait,   StepKind::Gemm, StepKind::Barrier};
+constexpr bool kernelKindsAreGpuKinds() {
+  std::size_t gpuKinds = 0;
+  for (const StepKindInfo& k : kStepKinds) gpuKinds += k.gpu ? 1 : 0;
+  for (StepKind k : kKernelKinds)
+    if (!kindInfo(k).gpu) return false;
+  return gpuKinds == sizeof(kKernelKinds) / sizeof(kKernelKinds[0]);
+}
+static_assert(kernelKindsAreGpuKinds(), "the resident kernel runs exactly the step kinds the table marks gpu");
 constexpr unsigned kFullMask = 0xFFFFFFFFu;
 
 // ---- worker CTAs --------------------------------------------------------------------------------------

@@ -186,7 +186,7 @@ class Lowerer {
   }
 
   uint64_t stepBytes(const Step& st) const {
-    if (st.kind != StepKind::Copy && st.kind != StepKind::Put && st.kind != StepKind::Reduce) return 0;
+    if (kindInfo(st.kind).extent != StepExtent::Flat || kindInfo(st.kind).remote) return 0;
     if (st.dst.buffer >= s_.buffers.size()) return 0;
     return st.count * dtypeSize(s_.buffers[st.dst.buffer].dtype);
   }
@@ -296,6 +296,10 @@ class Lowerer {
       ls.count = st.count;
       ls.value = st.value;
       ls.activeCtas = 1;
+      if (!kindInfo(st.kind).gpu)
+        failStep(ErrorCode::Unsupported, l, i,
+                 std::string("the GPU engine does not run ") + toString(st.kind) +
+                     " steps yet; run the schedule on the CPU executor");
       switch (st.kind) {
         case StepKind::Copy:
         case StepKind::Put:
@@ -344,7 +348,7 @@ class Lowerer {
             ls.flagRank = st.flag.rank;
             ls.flagId = st.flag.id;
             ls.value = sent->second;
-          } else if (st.kind == StepKind::Put && (st.flags & kStepSignal)) {
+          } else if (incrementsFlag(st.kind, st.flags)) {
             addSignal(l, i, st, n, ls);
           }
           break;

@@ -11,10 +11,7 @@ namespace {
 bool isPacketPut(const Step& st) { return st.kind == StepKind::Put && (st.flags & kStepLL) != 0; }
 
 /// Does `st` raise flag `f` without being a packet Put (a Signal, a plain Put's signal, a ProxyPut's)?
-bool plainSignal(const Step& st) {
-  if (st.kind == StepKind::Signal) return true;
-  return (st.kind == StepKind::Put || st.kind == StepKind::ProxyPut) && (st.flags & kStepSignal) && !isPacketPut(st);
-}
+bool plainSignal(const Step& st) { return incrementsFlag(st.kind, st.flags) && !isPacketPut(st); }
 
 }  // namespace
 

@@ -41,7 +41,7 @@ std::vector<ResourceUse> timelineResourceUse(const Schedule& s, const Timeline& 
     double nvlink = 0, network = 0;
     for (const Lane& lane : s.lanes[r])
       for (const Step& st : lane.steps) {
-        if (st.kind == StepKind::Signal || st.kind == StepKind::Wait) continue;
+        if (kindInfo(st.kind).extent == StepExtent::None) continue;  // synchronisation carries no payload
         if (st.link == LinkClass::NVLink) nvlink += static_cast<double>(st.bytes);
         if (st.link == LinkClass::Network) network += static_cast<double>(st.bytes);
       }

@@ -176,8 +176,7 @@ class UncontendedSim {
         }
         default: {
           const double end = start + costs_.laneUs(st, ls.rank, ls.lane);
-          if (st.kind == StepKind::Signal ||
-              ((st.kind == StepKind::Put || st.kind == StepKind::ProxyPut) && (st.flags & kStepSignal)))
+          if (incrementsFlag(st.kind, st.flags))
             push(end + costs_.incrementDelayUs(st, ls.rank), flagIndex(st.flag), st.value, true);
           record(ls, start, end);
         }
@@ -283,7 +282,7 @@ Timeline simulateUncontended(const Schedule& s, const Profile& profile, const To
   std::vector<bool> sends(s.nRanks, false);
   for (uint32_t r = 0; r < s.nRanks && r < s.lanes.size(); ++r)
     for (const Lane& lane : s.lanes[r])
-      for (const Step& st : lane.steps) sends[r] = sends[r] || (st.kind == StepKind::ProxyPut && st.count > 0);
+      for (const Step& st : lane.steps) sends[r] = sends[r] || (kindInfo(st.kind).remote && st.count > 0);
   return UncontendedSim(s, profile, rankNetworkShares(topo, s.nodeOf, sends)).run();
 }
 

@@ -171,8 +171,7 @@ StepPrice stepPrice(const Profile& p, StepKind kind, LinkClass link, double amou
                     uint8_t stepFlags) noexcept {
   // A packet protocol (kStepLL, kStepLL128): the flag rides with the data, so a Put has no separate issue and
   // visibility parts, and only bwFraction of the bytes on the wire are payload.
-  if (const ProtocolCost* proto = stepProtocol(p, stepFlags);
-      proto != nullptr && (kind == StepKind::Put || kind == StepKind::ProxyPut)) {
+  if (const ProtocolCost* proto = stepProtocol(p, stepFlags); proto != nullptr && kindInfo(kind).protocol) {
     StepPrice pr = stepPrice(p, kind, link, amount, intoPeerUser);
     if (kind == StepKind::Put) pr.alphaUs = proto->latencyUs;
     pr.rate *= proto->bwFraction;
@@ -279,7 +278,7 @@ StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra
         copyLocal = copyLocal || (st.kind == StepKind::Copy && res == StepResource::Memory);
         nvlink = nvlink || res == StepResource::NvLink;
         reduce = reduce || st.kind == StepKind::Reduce;
-        network = network || st.kind == StepKind::ProxyPut;
+        network = network || kindInfo(st.kind).remote;
         gemm = gemm || st.kind == StepKind::Gemm;
         ll = ll || (st.flags & kStepLL);
         ll128 = ll128 || (st.flags & kStepLL128);
@@ -325,7 +324,7 @@ StepPrice StepCosts::sharedPrice(const Step& st, uint32_t rank) const {
   const bool gemm = st.kind == StepKind::Gemm;
   StepPrice pr = stepPrice(p_, st.kind, st.link, gemm ? st.flops : static_cast<double>(st.bytes),
                            st.kind == StepKind::Put && writesPeerUserBuffer(s_, st, rank), st.flags);
-  if (st.kind == StepKind::ProxyPut) {
+  if (kindInfo(st.kind).remote) {
     if (st.count == 0) pr.amount = 0;  // a signal only
     if (!netShare_.empty()) pr.rate *= netShare_[rank];
   }
@@ -336,7 +335,7 @@ double StepCosts::laneUs(const Step& st, uint32_t rank, uint32_t lane) const {
   const StepPrice pr = price(st, rank, lane);
   if (pr.resource == StepResource::None) return 0;  // share() has no entry for it
   const double busy = stepLaneUs(pr, share(rank, pr.resource));
-  return st.kind == StepKind::ProxyPut ? proxyLaneUs(p_, busy) : busy;
+  return kindInfo(st.kind).remote ? proxyLaneUs(p_, busy) : busy;
 }
 
 double StepCosts::signalDelayUs(uint32_t fromRank, uint32_t toRank) const noexcept {

@@ -235,8 +235,8 @@ class Executor final : public RemoteEndpoint {
         const std::vector<Step>& steps = s_.lanes[rank][lane].steps;
         for (uint32_t i = 0; i < steps.size(); ++i) {
           const Step& st = steps[i];
-          if (opt_.proxy && st.kind == StepKind::ProxyPut && (st.flags & kStepSignal) && runsHere(st.flag.rank) &&
-              st.flag.id < s_.nFlags)
+          const StepKindInfo& info = kindInfo(st.kind);
+          if (opt_.proxy && info.remote && (st.flags & kStepSignal) && runsHere(st.flag.rank) && st.flag.id < s_.nFlags)
             asyncFed_[static_cast<std::size_t>(st.flag.rank) * s_.nFlags + st.flag.id] = 1;
           if (!local_[rank]) continue;
           auto refuse = [&](const std::string& what) {
@@ -248,34 +248,20 @@ class Executor final : public RemoteEndpoint {
               refuse(std::string("operand ") + name + " is on rank " + std::to_string(r) +
                      ", which another process runs; only a proxyput crosses processes");
           };
-          switch (st.kind) {
-            case StepKind::Barrier:
-              if (partial) refuse("a barrier needs every rank in one process");
-              break;
-            case StepKind::Copy:
-            case StepKind::Put:
-              needLocal("dst", st.dst.rank);
-              needLocal("a", st.a.rank);
-              if (st.kind == StepKind::Put && (st.flags & kStepSignal)) needLocal("signal flag", st.flag.rank);
-              break;
-            case StepKind::Reduce:
-              needLocal("dst", st.dst.rank);
-              needLocal("a", st.a.rank);
-              needLocal("b", st.b.rank);
-              break;
-            case StepKind::Gemm:
-              needLocal("dst (C)", st.dst.rank);
-              needLocal("a (A)", st.a.rank);
-              needLocal("b (B)", st.b.rank);
-              break;
-            case StepKind::Signal: needLocal("target flag", st.flag.rank); break;
-            case StepKind::ProxyPut:
-              // A signal-only proxyput (count 0) has no data operands: its destination is its flag's rank.
-              if (st.count > 0) needLocal("a", st.a.rank);
-              if (!opt_.proxy)
-                needLocal("dst (no ExecOptions::proxy to reach it)", st.count > 0 ? st.dst.rank : st.flag.rank);
-              break;
-            case StepKind::Wait: break;
+          if (info.remote) {
+            // A signal-only proxyput (count 0) has no data operands: its destination is its flag's rank.
+            if (st.count > 0) needLocal("a", st.a.rank);
+            if (!opt_.proxy)
+              needLocal("dst (no ExecOptions::proxy to reach it)", st.count > 0 ? st.dst.rank : st.flag.rank);
+          } else if (info.waits) {
+            if ((info.fields & kFieldAux) && partial) refuse("a barrier needs every rank in one process");
+          } else {
+            const bool tile = info.extent == StepExtent::Tile;
+            if (info.fields & kFieldDst) needLocal(tile ? "dst (C)" : "dst", st.dst.rank);
+            if (info.fields & kFieldA) needLocal(tile ? "a (A)" : "a", st.a.rank);
+            if (info.fields & kFieldB) needLocal(tile ? "b (B)" : "b", st.b.rank);
+            if (incrementsFlag(st.kind, st.flags))
+              needLocal((info.fields & kFieldFlag) ? "target flag" : "signal flag", st.flag.rank);
           }
         }
       }
@@ -304,7 +290,7 @@ class Executor final : public RemoteEndpoint {
     for (uint32_t r = 0; r < s_.nRanks; ++r)
       for (const Lane& lane : s_.lanes[r])
         for (const Step& st : lane.steps)
-          if (st.kind == StepKind::ProxyPut && (st.flags & kStepSignal) && st.flag.rank == rank && st.flag.id == id &&
+          if (kindInfo(st.kind).remote && (st.flags & kStepSignal) && st.flag.rank == rank && st.flag.id == id &&
               !seen[r]) {
             seen[r] = 1;
             out += (out.empty() ? "" : ", ") + std::to_string(r);

@@ -44,13 +44,13 @@ std::vector<std::string> flagProblems(const Schedule& s, FlagRef f, const char* 
 }
 
 std::string waitRankProblem(const Step& st, uint32_t rank) {
-  if (st.kind != StepKind::Wait || st.flag.rank == rank) return {};
+  if (!kindInfo(st.kind).waits || !(kindInfo(st.kind).fields & kFieldFlag) || st.flag.rank == rank) return {};
   return "waits on flag " + str(st.flag.id) + " of rank " + str(st.flag.rank) +
          "; a lane may only wait on its own rank's (" + str(rank) + ") flags";
 }
 
 std::string barrierProblem(const Schedule& s, const Step& st) {
-  if (st.kind != StepKind::Barrier || st.aux < s.nBarriers) return {};
+  if (!kindInfo(st.kind).waits || !(kindInfo(st.kind).fields & kFieldAux) || st.aux < s.nBarriers) return {};
   return "barrier id " + str(st.aux) + " out of range (nBarriers " + str(s.nBarriers) + ")";
 }
 
@@ -58,18 +58,16 @@ void requireSyncReferences(const Schedule& s, uint32_t rank, uint32_t lane, uint
   const Step& st = s.lanes[rank][lane].steps[step];
   std::vector<std::string> problems;
   if (const char* problem = protocolFlagProblem(st.kind, st.flags)) problems.emplace_back(problem);
-  switch (st.kind) {
-    case StepKind::Put:
-    case StepKind::ProxyPut:
-      if (st.flags & kStepSignal) problems = flagProblems(s, st.flag, "signal");
-      break;
-    case StepKind::Signal: problems = flagProblems(s, st.flag, "target"); break;
-    case StepKind::Wait:
-      problems = flagProblems(s, st.flag, "awaited");
-      problems.push_back(waitRankProblem(st, rank));
-      break;
-    case StepKind::Barrier: problems.push_back(barrierProblem(s, st)); break;
-    default: break;
+  const StepKindInfo& info = kindInfo(st.kind);
+  if (info.fields & kFieldSignal) {
+    if (st.flags & kStepSignal) problems = flagProblems(s, st.flag, "signal");
+  } else if ((info.fields & kFieldFlag) && !info.waits) {
+    problems = flagProblems(s, st.flag, "target");
+  } else if (info.fields & kFieldFlag) {
+    problems = flagProblems(s, st.flag, "awaited");
+    problems.push_back(waitRankProblem(st, rank));
+  } else if (info.waits) {
+    problems.push_back(barrierProblem(s, st));
   }
   for (const std::string& problem : problems)
     if (!problem.empty()) throw Error(ErrorCode::InvalidSchedule, describeStep(s, rank, lane, step) + ": " + problem);

@@ -459,8 +459,11 @@ void checkKeys(const json& obj, const Path& p, std::initializer_list<const char*
 const std::string kDTypeList = namesOf({DType::Float32, DType::BFloat16, DType::Float16});
 const std::string kRedOpList = namesOf({RedOp::Sum, RedOp::Max, RedOp::Min});
 const std::string kRoleList = namesOf({LaneRole::Compute, LaneRole::Intra, LaneRole::InterSend, LaneRole::InterRecv});
-const std::string kKindList = namesOf({StepKind::Copy, StepKind::Reduce, StepKind::Put, StepKind::ProxyPut,
-                                       StepKind::Signal, StepKind::Wait, StepKind::Gemm, StepKind::Barrier});
+const std::string kKindList = [] {
+  std::string list;
+  for (const StepKindInfo& k : kStepKinds) list += (list.empty() ? "" : ", ") + std::string(k.name);
+  return list;
+}();
 const std::string kBufferKindList =
     namesOf({BufferKind::Input, BufferKind::Output, BufferKind::Scratch, BufferKind::InOut});
 

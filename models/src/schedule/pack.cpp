@@ -286,7 +286,7 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
         bad("rank " + std::to_string(pl.rank) + " lane " + std::to_string(pl.laneIndex) + " step " + std::to_string(i) +
             ": " + what);
       };
-      if (ps.kind > static_cast<uint8_t>(StepKind::Barrier)) fail("unknown step kind " + std::to_string(ps.kind));
+      if (!isStepKind(ps.kind)) fail("unknown step kind " + std::to_string(ps.kind));
       if (ps.op > static_cast<uint8_t>(RedOp::Min)) fail("unknown reduction op " + std::to_string(ps.op));
       if (ps.link > static_cast<uint8_t>(LinkClass::Network)) fail("unknown link class " + std::to_string(ps.link));
       const auto kind = static_cast<StepKind>(ps.kind);
@@ -302,34 +302,14 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
       if (ps.count > kMaxElements || ps.dst.offset > kMaxElements || ps.a.offset > kMaxElements ||
           ps.b.offset > kMaxElements)
         fail("a count or offset exceeds " + std::to_string(kMaxElements) + " elements");
-      const bool signals = (kind == StepKind::Put || kind == StepKind::ProxyPut) && (ps.flags & kStepSignal);
-      switch (kind) {
-        case StepKind::Copy:
-          checkRef(ps.dst, "dst");
-          checkRef(ps.a, "a");
-          break;
-        case StepKind::Reduce:
-          checkRef(ps.dst, "dst");
-          checkRef(ps.a, "a");
-          checkRef(ps.b, "b");
-          break;
-        case StepKind::Put:
-        case StepKind::ProxyPut:
-          checkRef(ps.dst, "dst");
-          checkRef(ps.a, "a");
-          break;
-        case StepKind::Gemm:
-          checkRef(ps.dst, "dst");
-          checkRef(ps.a, "a");
-          checkRef(ps.b, "b");
-          if (ps.aux >= h.nGemms)
-            fail("gemm index " + std::to_string(ps.aux) + " out of range (nGemms " + std::to_string(h.nGemms) + ")");
-          break;
-        case StepKind::Signal:
-        case StepKind::Wait:
-        case StepKind::Barrier: break;
-      }
-      if ((signals || kind == StepKind::Signal || kind == StepKind::Wait) && ps.flag.rank >= h.nRanks)
+      const StepKindInfo& info = kindInfo(kind);
+      if (info.fields & kFieldDst) checkRef(ps.dst, "dst");
+      if (info.fields & kFieldA) checkRef(ps.a, "a");
+      if (info.fields & kFieldB) checkRef(ps.b, "b");
+      if (info.extent == StepExtent::Tile && ps.aux >= h.nGemms)
+        fail("gemm index " + std::to_string(ps.aux) + " out of range (nGemms " + std::to_string(h.nGemms) + ")");
+      const bool hasFlag = (info.fields & kFieldFlag) || incrementsFlag(kind, ps.flags);
+      if (hasFlag && ps.flag.rank >= h.nRanks)
         fail("flag rank " + std::to_string(ps.flag.rank) + " out of range (nRanks " + std::to_string(h.nRanks) + ")");
       Step& st = lane.steps[i];
       st.kind = kind;

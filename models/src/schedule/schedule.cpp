@@ -28,10 +28,9 @@ void forPeerUserOperands(const Schedule& s, Visit&& visit) {
   for (uint32_t q = 0; q < s.lanes.size(); ++q)
     for (const Lane& lane : s.lanes[q])
       for (const Step& st : lane.steps) {
-        const bool two = st.kind == StepKind::Copy || st.kind == StepKind::Put || st.kind == StepKind::ProxyPut;
-        const bool three = st.kind == StepKind::Reduce || st.kind == StepKind::Gemm;  // b is an operand too
-        if (!two && !three) continue;
-        for (const BufRef* b : {&st.dst, &st.a, three ? &st.b : nullptr})
+        const uint16_t fields = kindInfo(st.kind).fields;
+        for (const BufRef* b : {(fields & kFieldDst) ? &st.dst : nullptr, (fields & kFieldA) ? &st.a : nullptr,
+                                (fields & kFieldB) ? &st.b : nullptr})
           if (b && b->rank != q && user(*b)) visit(b->rank);
       }
 }
@@ -88,7 +87,7 @@ namespace mk {
 const char* protocolFlagProblem(StepKind kind, uint8_t flags) noexcept {
   const uint8_t proto = flags & kStepProtocolBits;
   if (proto == 0) return nullptr;
-  if (kind != StepKind::Put && kind != StepKind::ProxyPut)
+  if (!kindInfo(kind).protocol)
     return "protocol ll / ll128 (kStepLL, kStepLL128) is valid on put and proxyput steps only";
   if (proto == kStepProtocolBits) return "kStepLL and kStepLL128 are both set (a put has at most one protocol)";
   return nullptr;

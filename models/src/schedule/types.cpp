@@ -48,17 +48,6 @@ constexpr std::array<std::pair<std::string_view, LinkClass>, 4> kLinkClassNames{
     {"nvlink", LinkClass::NVLink},
     {"network", LinkClass::Network},
 }};
-constexpr std::array<std::pair<std::string_view, StepKind>, 9> kStepKindNames{{
-    {"copy", StepKind::Copy},
-    {"reduce", StepKind::Reduce},
-    {"put", StepKind::Put},
-    {"proxyput", StepKind::ProxyPut},
-    {"proxy-put", StepKind::ProxyPut},
-    {"signal", StepKind::Signal},
-    {"wait", StepKind::Wait},
-    {"gemm", StepKind::Gemm},
-    {"barrier", StepKind::Barrier},
-}};
 constexpr std::array<std::pair<std::string_view, BufferKind>, 4> kBufferKindNames{{
     {"input", BufferKind::Input},
     {"output", BufferKind::Output},
@@ -107,20 +96,6 @@ const char* toString(LinkClass v) noexcept {
   return "?";
 }
 
-const char* toString(StepKind v) noexcept {
-  switch (v) {
-    case StepKind::Copy: return "copy";
-    case StepKind::Reduce: return "reduce";
-    case StepKind::Put: return "put";
-    case StepKind::ProxyPut: return "proxyput";
-    case StepKind::Signal: return "signal";
-    case StepKind::Wait: return "wait";
-    case StepKind::Gemm: return "gemm";
-    case StepKind::Barrier: return "barrier";
-  }
-  return "?";
-}
-
 const char* toString(BufferKind v) noexcept {
   switch (v) {
     case BufferKind::Input: return "input";
@@ -135,7 +110,6 @@ std::optional<DType> parseDType(std::string_view s) noexcept { return lookup(kDT
 std::optional<RedOp> parseRedOp(std::string_view s) noexcept { return lookup(kRedOpNames, s); }
 std::optional<LaneRole> parseLaneRole(std::string_view s) noexcept { return lookup(kLaneRoleNames, s); }
 std::optional<LinkClass> parseLinkClass(std::string_view s) noexcept { return lookup(kLinkClassNames, s); }
-std::optional<StepKind> parseStepKind(std::string_view s) noexcept { return lookup(kStepKindNames, s); }
 std::optional<BufferKind> parseBufferKind(std::string_view s) noexcept { return lookup(kBufferKindNames, s); }
 
 namespace {

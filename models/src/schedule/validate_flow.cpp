@@ -121,39 +121,34 @@ void Validator::advance(uint32_t g) {
   uint32_t& pc = pc_[g];
   while (pc < steps.size()) {
     const Step& st = steps[pc];
-    switch (st.kind) {
-      case StepKind::Wait: {
-        const uint32_t f = flagOf_[stepKey(g, pc)];
-        if (counter_[f] < st.value) {
-          waiters_[f].emplace_back(st.value, g);
-          std::push_heap(waiters_[f].begin(), waiters_[f].end(), std::greater<>());
-          return;
-        }
-        if (trackClocks_) joinWait(g, pc, f, st.value);
-        ++pc;
-        break;
+    const StepKindInfo& info = kindInfo(st.kind);
+    if (info.waits && (info.fields & kFieldFlag)) {
+      const uint32_t f = flagOf_[stepKey(g, pc)];
+      if (counter_[f] < st.value) {
+        waiters_[f].emplace_back(st.value, g);
+        std::push_heap(waiters_[f].begin(), waiters_[f].end(), std::greater<>());
+        return;
       }
-      case StepKind::Barrier: {
-        const uint32_t b = barrierDense_.at(stepKey(g, pc));
-        auto& here = arrived_[b];
-        here.push_back(g);
-        if (here.size() < s_.nRanks) return;
-        if (trackClocks_) joinBarrier(here);
-        // Everyone (this lane included) leaves the barrier; the others resume from the worklist.
-        for (uint32_t w : here) {
-          ++pc_[w];
-          if (w != g) work_.push_back(w);
-        }
-        here.clear();
-        here.shrink_to_fit();
-        break;
+      if (trackClocks_) joinWait(g, pc, f, st.value);
+      ++pc;
+    } else if (info.waits) {
+      const uint32_t b = barrierDense_.at(stepKey(g, pc));
+      auto& here = arrived_[b];
+      here.push_back(g);
+      if (here.size() < s_.nRanks) return;
+      if (trackClocks_) joinBarrier(here);
+      // Everyone (this lane included) leaves the barrier; the others resume from the worklist.
+      for (uint32_t w : here) {
+        ++pc_[w];
+        if (w != g) work_.push_back(w);
       }
-      case StepKind::Signal:
-      case StepKind::Put:
-      case StepKind::ProxyPut: {
-        const uint32_t f = flagOf_[stepKey(g, pc)];
-        ++pc;
-        if (f == kNone) break;  // a put without kStepSignal
+      here.clear();
+      here.shrink_to_fit();
+    } else {
+      // Every other kind runs through; the increment of a signalling step (recorded by checkStep) lands.
+      const uint32_t f = flagOf_[stepKey(g, pc)];
+      ++pc;
+      if (f != kNone) {
         counter_[f] = addSat(counter_[f], st.value);
         auto& heap = waiters_[f];
         while (!heap.empty() && heap.front().first <= counter_[f]) {
@@ -161,11 +156,7 @@ void Validator::advance(uint32_t g) {
           std::pop_heap(heap.begin(), heap.end(), std::greater<>());
           heap.pop_back();
         }
-        break;
       }
-      case StepKind::Copy:
-      case StepKind::Reduce:
-      case StepKind::Gemm: ++pc; break;
     }
   }
 }
@@ -176,13 +167,15 @@ void Validator::reportBlocked() {
     const uint32_t pc = pc_[g];
     if (pc >= steps.size()) continue;
     const Step& st = steps[pc];
-    if (st.kind == StepKind::Wait) {
+    const StepKindInfo& info = kindInfo(st.kind);
+    if (!info.waits) continue;
+    if (info.fields & kFieldFlag) {
       const uint32_t f = flagOf_[stepKey(g, pc)];
       if (flagBroken_[f]) continue;  // already reported as dangling / unsatisfiable
       addStep(g, pc,
               "flag " + str(st.flag.id) + " >= " + str(st.value) + " never reached (final value " + str(counter_[f]) +
                   ")" + pendingSignallers(f));
-    } else if (st.kind == StepKind::Barrier) {
+    } else {
       const uint32_t b = barrierDense_.at(stepKey(g, pc));
       if (barrierBroken_[b]) continue;
       std::vector<uint8_t> present(s_.nRanks, 0);

@@ -125,19 +125,14 @@ void Validator::checkRaces() {
     for (uint32_t i = 0; i < steps.size(); ++i) {
       while (next < sn.size() && sn[next].first < i) snap = sn[next++].second;
       const Step& st = steps[i];
-      switch (st.kind) {
-        case StepKind::Copy:
-        case StepKind::Put:
-        case StepKind::ProxyPut:
+      const StepKindInfo& info = kindInfo(st.kind);
+      switch (info.extent) {
+        case StepExtent::Flat:  // dst is written, a and b are read
           addRows(g, i, snap, st.dst, 1, st.count, st.count, true);
           addRows(g, i, snap, st.a, 1, st.count, st.count, false);
+          if (info.fields & kFieldB) addRows(g, i, snap, st.b, 1, st.count, st.count, false);
           break;
-        case StepKind::Reduce:
-          addRows(g, i, snap, st.dst, 1, st.count, st.count, true);
-          addRows(g, i, snap, st.a, 1, st.count, st.count, false);
-          addRows(g, i, snap, st.b, 1, st.count, st.count, false);
-          break;
-        case StepKind::Gemm: {
+        case StepExtent::Tile: {
           const GemmShape& gs = s_.gemms[st.aux];
           const bool colB = st.flags & kStepBColMajor;
           addRows(g, i, snap, st.dst, gs.m, gs.n, gs.ldc, true);
@@ -148,9 +143,7 @@ void Validator::checkRaces() {
             addRows(g, i, snap, st.b, gs.k, gs.n, gs.ldb, false);
           break;
         }
-        case StepKind::Signal:
-        case StepKind::Wait:
-        case StepKind::Barrier: break;
+        case StepExtent::None: break;
       }
     }
   }

@@ -101,6 +101,13 @@ struct Step {
 };
 static_assert(std::is_trivially_copyable_v<Step>);
 
+/// Whether a step of `kind` with `flags` increments a flag: always for a kind with a flag that does not wait
+/// (Signal), with kStepSignal for a kind with an optional signal (Put, ProxyPut); false for an unknown kind.
+constexpr bool incrementsFlag(StepKind kind, uint8_t flags) noexcept {
+  const StepKindInfo& k = kindInfo(kind);
+  return ((k.fields & kFieldFlag) && !k.waits) || ((k.fields & kFieldSignal) && (flags & kStepSignal));
+}
+
 /// Shape of a Gemm step: C[m x n] (ldc) [+]= A[m x k] (lda, row-major) * B[k x n] (ldb; layout by kStepBColMajor).
 struct GemmShape {
   uint32_t m = 0, n = 0, k = 0;

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string_view>
 
+#include "mk/schedule/step_kind.hpp"
+
 namespace mk {
 
 /// Element type of a buffer.
@@ -19,17 +21,6 @@ enum class RedOp : uint8_t { Sum = 0, Max = 1, Min = 2 };
 enum class LaneRole : uint8_t { Compute = 0, Intra = 1, InterSend = 2, InterRecv = 3 };
 /// Which physical path a step's bytes take. `None` for pure synchronisation (Wait, Barrier).
 enum class LinkClass : uint8_t { None = 0, Local = 1, NVLink = 2, Network = 3 };
-/// The step vocabulary. Engines know these; only generators know algorithms.
-enum class StepKind : uint8_t {
-  Copy = 0,      ///< dst <- a (same rank, or an NVLink peer's memory as source or destination)
-  Reduce = 1,    ///< dst <- op(a, b), element-wise, computed in float and rounded once to dst's dtype
-  Put = 2,       ///< dst (an NVLink peer's buffer) <- a (local), then optionally signal `flag`
-  ProxyPut = 3,  ///< dst (a rank on another node) <- a through the proxy FIFO, optional remote signal
-  Signal = 4,    ///< flag(rank, id) += value (release: everything this lane wrote before is visible)
-  Wait = 5,      ///< block until own flag(id) >= value within this op instance (acquire)
-  Gemm = 6,      ///< C tile (dst) [+]= A tile (a) x B tile (b); shape in Schedule::gemms[aux]
-  Barrier = 7,   ///< every rank reaches barrier `aux` before any rank leaves it
-};
 /// Role of a buffer in an op; `InOut` is read and written (in-place variants).
 enum class BufferKind : uint8_t { Input = 0, Output = 1, Scratch = 2, InOut = 3 };
 
@@ -41,7 +32,6 @@ const char* toString(DType v) noexcept;
 const char* toString(RedOp v) noexcept;
 const char* toString(LaneRole v) noexcept;
 const char* toString(LinkClass v) noexcept;
-const char* toString(StepKind v) noexcept;
 const char* toString(BufferKind v) noexcept;
 
 /// Parsers for the names above; accept a few common aliases (fp32, f32, bf16, fp16, half).
@@ -49,7 +39,6 @@ std::optional<DType> parseDType(std::string_view s) noexcept;
 std::optional<RedOp> parseRedOp(std::string_view s) noexcept;
 std::optional<LaneRole> parseLaneRole(std::string_view s) noexcept;
 std::optional<LinkClass> parseLinkClass(std::string_view s) noexcept;
-std::optional<StepKind> parseStepKind(std::string_view s) noexcept;
 std::optional<BufferKind> parseBufferKind(std::string_view s) noexcept;
 
 /// parseDType, or Error(InvalidArgument) "unknown <what> '<s>' (expected float32, bfloat16, float16)": the one
