@@ -10,26 +10,26 @@
 
 namespace mk::runtime {
 
-GenOptions Engine::chooseGenOptions(CollOp op, uint64_t count, DType dtype, Algorithm algo) const {
+GenOptions EngineSubmission::chooseGenOptions(CollOp op, uint64_t count, DType dtype, Algorithm algo) const {
   CollectiveSpec spec;
   spec.op = op;
   spec.count = count;
   spec.dtype = dtype;
-  const auto n = static_cast<uint32_t>(ranks_.size());
+  const auto n = static_cast<uint32_t>(ctx_.ranks.size());
   return defaultGenOptions(op, algo, opBytes(spec, n), n);
 }
 
-Algorithm Engine::chooseAlgorithm(CollOp op, uint64_t count, DType dtype) {
-  std::lock_guard<std::mutex> lock(mu_);
+Algorithm EngineSubmission::chooseAlgorithm(CollOp op, uint64_t count, DType dtype) {
+  std::lock_guard<std::mutex> lock(ctx_.mu);
   return chooseAlgorithmLocked(op, count, dtype);
 }
 
-Algorithm Engine::chooseAlgorithmLocked(CollOp op, uint64_t count, DType dtype) {
+Algorithm EngineSubmission::chooseAlgorithmLocked(CollOp op, uint64_t count, DType dtype) {
   const auto key = std::make_tuple(static_cast<int>(op), count, static_cast<int>(dtype));
   auto it = autoCache_.find(key);
   if (it != autoCache_.end()) return it->second;
   const Algorithm best =
-      mk::chooseAlgorithm(op, count, dtype, topology_, static_cast<uint32_t>(ranks_.size()), profile_).algo;
+      mk::chooseAlgorithm(op, count, dtype, ctx_.topology, static_cast<uint32_t>(ctx_.ranks.size()), ctx_.profile).algo;
   autoCache_.emplace(key, best);
   return best;
 }

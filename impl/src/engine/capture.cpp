@@ -67,11 +67,11 @@ CaptureScope::CaptureScope(const Engine& engine, int rank, cudaStream_t stream) 
   if (active()) engine.requireCapturable(rank);
 }
 
-void Engine::captureLocked(int r, const CapturedOp& op, cudaStream_t stream) {
-  throwIfFailedLocked();
-  RankResources& rr = ranks_[r];
+void EngineSubmission::captureLocked(int r, const CapturedOp& op, cudaStream_t stream) {
+  failures_.throwIfFailedLocked();
+  RankResources& rr = ctx_.ranks[r];
   const std::string who = rankName(r) + ": " + op.sched->what + " under CUDA graph capture";
-  if (!useKernelHandoff(r))
+  if (!handoff_.useKernel(r))
     throw Error(ErrorCode::Unsupported,
                 who +
                     " needs the kernel hand-off (its op number is known only when the graph runs, and a stream "
@@ -83,11 +83,11 @@ void Engine::captureLocked(int r, const CapturedOp& op, cudaStream_t stream) {
                                             ": send and recv overlap (in place), which needs a staging copy "
                                             "chosen per op number; capture it with separate buffers");
   MK_CUDA_CHECK(cudaSetDevice(rr.device));
-  if (link_) {
+  if (ctx_.link) {
     // One process per GPU: every launch posts these buffers for the peers to map (CUDA IPC); one that cannot be
     // exported is refused now, at capture, rather than at some later launch.
-    link_->exportPointer(op.send, who + ": send buffer");
-    link_->exportPointer(op.recv, who + ": recv buffer");
+    ctx_.link->exportPointer(op.send, who + ": send buffer");
+    ctx_.link->exportPointer(op.recv, who + ": recv buffer");
   }
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long id = 0;
@@ -102,7 +102,7 @@ void Engine::captureLocked(int r, const CapturedOp& op, cudaStream_t stream) {
       throw Error(ErrorCode::Unsupported, who + ": this communicator already holds " + std::to_string(kMaxCaptures) +
                                               " captures (rank, capture), the most it keeps");
     auto fresh = std::make_shared<CaptureRecord>();
-    fresh->engine = weak_from_this();
+    fresh->engine = engine_.weak_from_this();
     fresh->rank = r;
     fresh->captureId = id;
     fresh->stream = stream;
@@ -120,13 +120,13 @@ void Engine::captureLocked(int r, const CapturedOp& op, cudaStream_t stream) {
   }
   const uint32_t index = static_cast<uint32_t>(rec->ops.size());
   const bool grouped = insideGroup();
-  MK_CUDA_CHECK(launchGraphHandoff(rec->base, index, rr.doorbell, ringSlots_, true, &rr.state->complete, !grouped,
-                                   &rr.state->abort, static_cast<uint64_t>(config_.hostBudgetMs * 1e6), stream));
-  if (grouped) deferGroupWait(this, r, stream, index, rec);
+  MK_CUDA_CHECK(launchGraphHandoff(rec->base, index, rr.doorbell, ctx_.ringSlots, true, &rr.state->complete, !grouped,
+                                   &rr.state->abort, static_cast<uint64_t>(ctx_.config.hostBudgetMs * 1e6), stream));
+  if (grouped) deferGroupWait(&engine_, r, stream, index, rec);
   rec->ops.push_back(op);
 }
 
-void Engine::enqueueCapturedWait(const CaptureRecord& rec, uint32_t index, cudaStream_t stream) {
+void EngineSubmission::enqueueCapturedWait(const CaptureRecord& rec, uint32_t index, cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long id = 0;
   MK_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &id));
@@ -135,32 +135,33 @@ void Engine::enqueueCapturedWait(const CaptureRecord& rec, uint32_t index, cudaS
                 rankName(rec.rank) +
                     ": groupEnd() after the capture of the group's ops ended; call groupEnd() before "
                     "cudaStreamEndCapture so the group's completion wait is captured too");
-  const RankResources& rr = ranks_[rec.rank];
+  const RankResources& rr = ctx_.ranks[rec.rank];
   MK_CUDA_CHECK(cudaSetDevice(rr.device));
-  MK_CUDA_CHECK(launchGraphHandoff(rec.base, index, rr.doorbell, ringSlots_, false, &rr.state->complete, true,
-                                   &rr.state->abort, static_cast<uint64_t>(config_.hostBudgetMs * 1e6), stream));
+  MK_CUDA_CHECK(launchGraphHandoff(rec.base, index, rr.doorbell, ctx_.ringSlots, false, &rr.state->complete, true,
+                                   &rr.state->abort, static_cast<uint64_t>(ctx_.config.hostBudgetMs * 1e6), stream));
 }
 
-void Engine::launchCaptured(const std::vector<CaptureRecord*>& recs) {
-  std::lock_guard<std::mutex> lock(mu_);
-  throwIfFailedLocked();
+void EngineSubmission::launchCaptured(const std::vector<CaptureRecord*>& recs) {
+  std::lock_guard<std::mutex> lock(ctx_.mu);
+  failures_.throwIfFailedLocked();
   // Each record's launch n gets its first op number in cell n % kGraphCells, reusable once launch n - kGraphCells
   // began on the GPU.
   size_t most = 0;
   for (CaptureRecord* rec : recs) {
     const uint32_t n = rec->launches;
     device::GraphCells& cells = *rec->cells;
-    const bool ok = hostPoll(config_.hostBudgetMs, [&] {
-      pumpLocked();
-      return seqGeq(loadHost(&cells.begun) + device::kGraphCells, n + 1) || loadHost(&status_->abort) != 0;
+    const bool ok = hostPoll(ctx_.config.hostBudgetMs, [&] {
+      progress_.pumpLocked();
+      return seqGeq(loadHost(&cells.begun) + device::kGraphCells, n + 1) || loadHost(&ctx_.status->abort) != 0;
     });
-    throwIfFailedLocked(true);
+    failures_.throwIfFailedLocked(true);
     if (!ok)
-      poisonAndThrow(ErrorCode::Timeout, rankName(rec->rank) + ": graph launch " + std::to_string(n) + " waited " +
-                                             fmtMs(config_.hostBudgetMs) + " for launch " +
-                                             std::to_string(n - device::kGraphCells) +
-                                             " of the same graph to start on the GPU (is its stream blocked?)");
-    cells.base[n % device::kGraphCells] = ranks_[rec->rank].submitted;
+      failures_.poisonAndThrow(ErrorCode::Timeout,
+                               rankName(rec->rank) + ": graph launch " + std::to_string(n) + " waited " +
+                                   fmtMs(ctx_.config.hostBudgetMs) + " for launch " +
+                                   std::to_string(n - device::kGraphCells) +
+                                   " of the same graph to start on the GPU (is its stream blocked?)");
+    cells.base[n % device::kGraphCells] = ctx_.ranks[rec->rank].submitted;
     storeHost(&cells.authorized, n + 1);  // release: the base is visible first
     rec->launches = n + 1;
     most = std::max(most, rec->ops.size());
@@ -171,15 +172,15 @@ void Engine::launchCaptured(const std::vector<CaptureRecord*>& recs) {
       if (i >= rec->ops.size()) continue;
       const CapturedOp& c = rec->ops[i];
       const int r = rec->rank;
-      const uint32_t seq = ranks_[r].submitted;
+      const uint32_t seq = ctx_.ranks[r].submitted;
       waitRingSpaceLocked(r, seq);
       PendingOp& op = pendingOpLocked(r, seq, c.key, *c.sched);
-      ranks_[r].submitted = seq + 1;
+      ctx_.ranks[r].submitted = seq + 1;
       recordCallLocked(r, seq, op, c.send, c.send, c.recv, c.inBytes, c.outBytes, c.bind, c.extraReads, c.extraWrites);
     }
 }
 
-std::string Engine::graphMisuseNote() const {
+std::string EngineSubmission::graphMisuseNote() const {
   for (const auto& rec : captures_) {
     const uint32_t m = loadHost(&rec->cells->misused);
     if (m != 0)
@@ -191,7 +192,7 @@ std::string Engine::graphMisuseNote() const {
 }
 
 void Engine::failLaunch(const std::string& message) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(ctx_.mu);
   poisonLocked(ErrorCode::CudaError, message);
 }
 

@@ -34,14 +34,11 @@ const char* statusName(device::Status s) {
 
 }  // namespace
 
-uint32_t Engine::fetched(int r) const { return loadHost(&mailboxes_[r].fetched); }
-uint32_t Engine::completed(int r) const { return loadHost(&mailboxes_[r].completed); }
-
 std::string Engine::describeDeviceFailure() const {
-  const device::StatusBlock s = *status_;
+  const device::StatusBlock s = *ctx_.status;
   const auto code = static_cast<device::Status>(s.code);
   std::ostringstream os;
-  const CachedSchedule* sched = opSchedule_[s.op % ringSlots_];
+  const CachedSchedule* sched = submission_.scheduleOf(s.op);
   const std::string what = sched ? " (" + sched->what + ")" : std::string();
   switch (code) {
     case device::Status::WaitTimeout:
@@ -70,8 +67,8 @@ std::string Engine::describeDeviceFailure() const {
       os << "rank " << s.rank << " op " << s.op << ": " << statusName(code) << " after "
          << fmtMs(double(s.elapsedNs) / 1e6) << " (seq seen " << s.seen << ", expected " << s.expected
          << "): did every rank submit op " << s.op << "?";
-      if (link_) {
-        const std::string missing = unpostedRanks(s.op);
+      if (ctx_.link) {
+        const std::string missing = progress_.unpostedRanks(s.op);
         if (!missing.empty()) os << " (rank(s) " << missing << " never submitted it)";
       }
       break;
@@ -114,7 +111,7 @@ std::string Engine::describeDeviceFailure() const {
     }
     case device::Status::HostAbort:
       os << "the communicator was stopped by the host after an earlier error";
-      if (link_) os << " (in the process of rank " << s.rank << ")";
+      if (ctx_.link) os << " (in the process of rank " << s.rank << ")";
       break;
     default: os << "rank " << s.rank << ": " << statusName(code) << " (code " << s.code << ")";
   }
@@ -125,7 +122,7 @@ std::string Engine::describeDeviceFailure() const {
 std::string Engine::goneNote() const {
   // A timeout, or a kernel killed by an illegal address, is often the trace of a peer process that died: its memory,
   // which this rank's kernel was reading or writing, went with it. Say so.
-  const std::string gone = link_ ? link_->goneRanks() : std::string();
+  const std::string gone = ctx_.link ? ctx_.link->goneRanks() : std::string();
   if (gone.empty()) return gone;
   return " (the process of " + gone +
          " has exited: its memory, which this rank's kernel may have been using, went "
@@ -137,10 +134,10 @@ void Engine::poisonAndThrow(ErrorCode code, const std::string& message) {
     poison_ = message;
     poisonCode_ = code;
   }
-  if (status_ && loadHost(&status_->abort) == 0) {
-    status_->code = static_cast<uint32_t>(device::Status::HostAbort);
-    status_->rank = static_cast<uint32_t>(me_);  // multi-process: whose process stopped the engine
-    storeHost(&status_->abort, 1);
+  if (ctx_.status && loadHost(&ctx_.status->abort) == 0) {
+    ctx_.status->code = static_cast<uint32_t>(device::Status::HostAbort);
+    ctx_.status->rank = static_cast<uint32_t>(ctx_.me);  // multi-process: whose process stopped the engine
+    storeHost(&ctx_.status->abort, 1);
   }
   if (interNode_) interNode_->fail(Error(code, message));  // the ranks of other nodes stop too
   throw Error(code, message);
@@ -153,26 +150,27 @@ void Engine::throwIfFailedLocked(bool deep) {
     const std::string remote = interNode_->failure(&code);
     if (!remote.empty()) poisonAndThrow(code, remote);
   }
-  if (loadHost(&status_->abort) != 0) {
-    const auto code = static_cast<device::Status>(status_->code);
+  if (loadHost(&ctx_.status->abort) != 0) {
+    const auto code = static_cast<device::Status>(ctx_.status->code);
     const bool timedOut = code != device::Status::HostAbort && code != device::Status::BadDescriptor &&
                           code != device::Status::BadProgram;
     poisonAndThrow(timedOut ? ErrorCode::Timeout : ErrorCode::Internal, describeDeviceFailure());
   }
   // A kernel that died (illegal address, ...) never raises `abort`: asked where the host waits anyway.
-  for (const auto& rr : ranks_) {
+  for (const auto& rr : ctx_.ranks) {
     if (!deep) break;
     if (!rr.launched) continue;  // ranks of other processes
     const cudaError_t e = cudaStreamQuery(rr.kernelStream);
     if (e != cudaErrorNotReady) {
       cudaGetLastError();
       // Compute lanes: a Gemm step whose wait expired traps; say who waited for what.
-      const std::string gemm = gemmLaneTimeoutReport(this, static_cast<uint32_t>(&rr - ranks_.data()));
+      const std::string gemm = gemmLaneTimeoutReport(this, static_cast<uint32_t>(&rr - ctx_.ranks.data()));
       poisonAndThrow(ErrorCode::CudaError,
                      "the resident kernel on GPU " + std::to_string(rr.device) + " stopped: " +
                          (e == cudaSuccess ? std::string("exited")
                                            : std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e)) +
-                         (gemm.empty() ? std::string() : " (" + gemm + ")") + graphMisuseNote() + goneNote());
+                         (gemm.empty() ? std::string() : " (" + gemm + ")") + submission_.graphMisuseNote() +
+                         goneNote());
     }
   }
 }
@@ -182,10 +180,10 @@ void Engine::poisonLocked(ErrorCode code, const std::string& message) noexcept {
     poison_ = message;
     poisonCode_ = code;
   }
-  if (status_ && loadHost(&status_->abort) == 0) {
-    status_->code = static_cast<uint32_t>(device::Status::HostAbort);
-    status_->rank = static_cast<uint32_t>(me_);
-    storeHost(&status_->abort, 1);
+  if (ctx_.status && loadHost(&ctx_.status->abort) == 0) {
+    ctx_.status->code = static_cast<uint32_t>(device::Status::HostAbort);
+    ctx_.status->rank = static_cast<uint32_t>(ctx_.me);
+    storeHost(&ctx_.status->abort, 1);
   }
   if (interNode_) interNode_->fail(Error(code, message));
 }

@@ -20,28 +20,28 @@
 
 namespace mk::runtime {
 
-FusedPlan Engine::fusedPlan(const FusedSpec& spec, const FusedOptions& opt) {
-  std::lock_guard<std::mutex> lock(mu_);
+FusedPlan EngineSubmission::fusedPlan(const FusedSpec& spec, const FusedOptions& opt) {
+  std::lock_guard<std::mutex> lock(ctx_.mu);
   return fusedPlanLocked(spec, opt);
 }
 
-FusedPlan Engine::fusedPlanLocked(const FusedSpec& spec, const FusedOptions& opt) {
+FusedPlan EngineSubmission::fusedPlanLocked(const FusedSpec& spec, const FusedOptions& opt) {
   // planFused searches every split under the closed form (milliseconds): once per requested (spec, options).
   const FusedKey req = FusedKey::of(spec, opt);
   auto it = fusedPlans_.find(req);
   if (it != fusedPlans_.end()) return it->second;
-  const FusedPlan plan = planFusedCall(spec, opt, topology_, static_cast<uint32_t>(ranks_.size()), profile_, workers_,
-                                       config_.computeLanes);
+  const FusedPlan plan = planFusedCall(spec, opt, ctx_.topology, static_cast<uint32_t>(ctx_.ranks.size()), ctx_.profile,
+                                       ctx_.workers, ctx_.config.computeLanes);
   fusedPlans_.emplace(req, plan);
   return plan;
 }
 
-void Engine::submitFused(int r, const FusedSpec& spec, const FusedOptions& opt, const void* a, const void* b, void* c,
-                         cudaStream_t stream) {
-  std::lock_guard<std::mutex> lock(mu_);
-  throwIfFailedLocked();
+void EngineSubmission::submitFused(int r, const FusedSpec& spec, const FusedOptions& opt, const void* a, const void* b,
+                                   void* c, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(ctx_.mu);
+  failures_.throwIfFailedLocked();
   requireCollectiveLayout();
-  const uint32_t n = static_cast<uint32_t>(ranks_.size());
+  const uint32_t n = static_cast<uint32_t>(ctx_.ranks.size());
   const FusedPlan plan = fusedPlanLocked(spec, opt);
   checkFusedOperands(spec, n, static_cast<uint32_t>(r), a, b, c);
   const ScheduleKey key = ScheduleKey::fusedOp(plan.spec, plan.opt);
@@ -56,7 +56,7 @@ void Engine::submitFused(int r, const FusedSpec& spec, const FusedOptions& opt, 
   CachedSchedule& cs = cacheLocked(
       key,
       [&] {
-        Schedule s = generate(plan.spec, topology_.layout(n), plan.opt);
+        Schedule s = generate(plan.spec, ctx_.topology.layout(n), plan.opt);
         ValidateOptions vo;
         vo.checkRaces = false;  // the generators' tests prove race freedom; this checks the shape we rely on
         validate(s, vo);
@@ -73,10 +73,10 @@ void Engine::submitFused(int r, const FusedSpec& spec, const FusedOptions& opt, 
   submitBoundLocked(r, key, cs, bind, stream);
 }
 
-void Engine::submitScheduleBound(int r, const Schedule& s, const std::vector<const void*>& inputs,
-                                 const std::vector<void*>& outputs, cudaStream_t stream) {
-  std::lock_guard<std::mutex> lock(mu_);
-  throwIfFailedLocked();
+void EngineSubmission::submitScheduleBound(int r, const Schedule& s, const std::vector<const void*>& inputs,
+                                           const std::vector<void*>& outputs, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(ctx_.mu);
+  failures_.throwIfFailedLocked();
   requireSameNodes(s);
   if (inputs.empty() || outputs.empty())
     throw Error(ErrorCode::InvalidArgument,
@@ -98,8 +98,8 @@ void Engine::submitScheduleBound(int r, const Schedule& s, const std::vector<con
   submitBoundLocked(r, key, cs, bind, stream);
 }
 
-void Engine::submitBoundLocked(int r, const ScheduleKey& key, CachedSchedule& cs, const std::vector<uint64_t>& bind,
-                               cudaStream_t stream) {
+void EngineSubmission::submitBoundLocked(int r, const ScheduleKey& key, CachedSchedule& cs,
+                                         const std::vector<uint64_t>& bind, cudaStream_t stream) {
   const Schedule& s = cs.schedule;
   // The user byte ranges of this rank (the fence rule) and the first input and output: what the post board of
   // one process per GPU carries for peers, and what in-place staging would look at (refused here instead: the

@@ -4,12 +4,14 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "device/driver_api.hpp"
 #include "engine/engine.hpp"
+#include "engine/handoff.hpp"
 #include "engine/host_log.hpp"
 #include "engine/host_sync.hpp"
 #include "kernels/resident_kernel.hpp"
@@ -54,42 +56,43 @@ void deferGroupWait(Engine* engine, int rank, cudaStream_t stream, uint32_t seq,
   tGroup.waits.push_back(GroupWait{engine, rank, stream, seq, rec});
 }
 
-bool Engine::useKernelHandoff(int r) {
-  RankResources& rr = ranks_[r];
-  if (rr.kernelHandoff < 0) {
+bool EngineHandoff::useKernel(int r) {
+  const RankResources& rr = ctx_.ranks[r];
+  int8_t& choice = kernelHandoff_[static_cast<size_t>(r)];
+  if (choice < 0) {
     const bool serialised = kernelsSerialisedByTool();
-    bool k = config_.streamHandoff == StreamHandoff::Kernel;
+    bool k = ctx_.config.streamHandoff == StreamHandoff::Kernel;
     if (k && serialised)
       throw Error(ErrorCode::InvalidArgument,
                   "CommConfig::streamHandoff = Kernel cannot work under compute-sanitizer: it runs one kernel at a "
                   "time, so the hand-off kernel would wait behind the resident kernel forever (use Auto or MemOps)");
-    if (config_.streamHandoff == StreamHandoff::Auto) {
+    if (ctx_.config.streamHandoff == StreamHandoff::Auto) {
       // The hand-off kernel must find room beside the resident grid, or the caller's stream would wait for
       // an SM that never frees up: take it only when the grid leaves whole SMs idle, and never when a tool
       // serialises kernels (it could not run beside the resident kernel at all).
       int sms = 0;
       MK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, rr.device));
-      k = !serialised && int64_t{workers_} + 1 < sms;
+      k = !serialised && int64_t{ctx_.workers} + 1 < sms;
     }
-    rr.kernelHandoff = k ? 1 : 0;
+    choice = k ? 1 : 0;
     MK_LOG_AT(Info, rankName(r),
               std::string("stream hand-off: ") + (k ? "a 32-thread kernel per op" : "stream memory operations") +
                   (serialised ? " (compute-sanitizer attached)" : ""));
   }
-  return rr.kernelHandoff == 1;
+  return choice == 1;
 }
 
-void Engine::handoff(int r, cudaStream_t stream, uint32_t seq, bool wait) {
-  const RankResources& rr = ranks_[r];
+void EngineHandoff::handoff(int r, cudaStream_t stream, uint32_t seq, bool wait) {
+  const RankResources& rr = ctx_.ranks[r];
   MK_CUDA_CHECK(cudaSetDevice(rr.device));
-  uint32_t* bell = &rr.doorbell[seq % ringSlots_];
+  uint32_t* bell = &rr.doorbell[seq % ctx_.ringSlots];
   const auto& api = driverApi();
   MK_LOG_AT(Debug, rankName(r),
             "op " + std::to_string(seq) + ": doorbell" + (wait ? " and stream wait" : "") + " enqueued on stream " +
                 std::to_string(reinterpret_cast<uintptr_t>(stream)));
   // In a group the doorbell is a stream memory write (no wait follows it, so nothing is descheduled and the
   // host pays ~1.3 us instead of a kernel launch); the group's one wait is the kernel's at groupEnd.
-  if (!useKernelHandoff(r) || !wait) {
+  if (!useKernel(r) || !wait) {
     checkDriver(
         api.streamWriteValue32(stream, reinterpret_cast<CUdeviceptr>(bell), seq + 1, CU_STREAM_WRITE_VALUE_DEFAULT),
         "cuStreamWriteValue32 (doorbell)");
@@ -97,15 +100,15 @@ void Engine::handoff(int r, cudaStream_t stream, uint32_t seq, bool wait) {
     return;
   }
   MK_CUDA_CHECK(launchHandoff(bell, seq + 1, &rr.state->complete, seq + 1, true, &rr.state->abort,
-                              static_cast<uint64_t>(config_.hostBudgetMs * 1e6), stream));
+                              static_cast<uint64_t>(ctx_.config.hostBudgetMs * 1e6), stream));
 }
 
-void Engine::enqueueWait(int r, cudaStream_t stream, uint32_t seq) {
-  const RankResources& rr = ranks_[r];
+void EngineHandoff::enqueueWait(int r, cudaStream_t stream, uint32_t seq) {
+  const RankResources& rr = ctx_.ranks[r];
   MK_CUDA_CHECK(cudaSetDevice(rr.device));
-  if (useKernelHandoff(r)) {
+  if (useKernel(r)) {
     MK_CUDA_CHECK(launchHandoff(nullptr, 0, &rr.state->complete, seq + 1, true, &rr.state->abort,
-                                static_cast<uint64_t>(config_.hostBudgetMs * 1e6), stream));
+                                static_cast<uint64_t>(ctx_.config.hostBudgetMs * 1e6), stream));
     return;
   }
   checkDriver(driverApi().streamWaitValue32(stream, reinterpret_cast<CUdeviceptr>(&rr.state->complete), seq + 1,
@@ -114,15 +117,16 @@ void Engine::enqueueWait(int r, cudaStream_t stream, uint32_t seq) {
 }
 
 uint64_t Engine::submitted(int r) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return ranks_[r].submitted;
+  std::lock_guard<std::mutex> lock(ctx_.mu);
+  return ctx_.ranks[r].submitted;
 }
 
 void Engine::synchronize(int r) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(ctx_.mu);
   throwIfFailedLocked(true);
-  for (const auto& kv : pending_) {
-    if (link_) break;  // multi-process: peers may still submit (waited for below, bounded)
+  const std::map<uint32_t, PendingOp>& pending = submission_.pendingOps();
+  for (const auto& kv : pending) {
+    if (ctx_.link) break;  // multi-process: peers may still submit (waited for below, bounded)
     std::string missing;
     for (size_t q = 0; q < kv.second.called.size(); ++q)
       if (!kv.second.called[q]) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
@@ -132,27 +136,28 @@ void Engine::synchronize(int r) {
                                                   ") has not been submitted by rank(s) " + missing +
                                                   " yet, so it can never complete");
   }
-  const uint32_t want = ranks_[r].submitted;
-  MK_LOG_AT(
-      Debug, rankName(r),
-      "synchronize: waiting for " + std::to_string(want) + " op(s), " + std::to_string(completed(r)) + " complete");
-  const bool ok = hostPoll(config_.hostBudgetMs, [&] {
-    pumpLocked();
-    if (!poison_.empty() || loadHost(&status_->abort) != 0) return true;
-    if (seqGeq(completed(r), want)) return true;
-    return cudaStreamQuery(ranks_[r].kernelStream) != cudaErrorNotReady;
+  const uint32_t want = ctx_.ranks[r].submitted;
+  MK_LOG_AT(Debug, rankName(r),
+            "synchronize: waiting for " + std::to_string(want) + " op(s), " + std::to_string(ctx_.completed(r)) +
+                " complete");
+  const bool ok = hostPoll(ctx_.config.hostBudgetMs, [&] {
+    progress_.pumpLocked();
+    if (!poison_.empty() || loadHost(&ctx_.status->abort) != 0) return true;
+    if (seqGeq(ctx_.completed(r), want)) return true;
+    return cudaStreamQuery(ctx_.ranks[r].kernelStream) != cudaErrorNotReady;
   });
   throwIfFailedLocked(true);
-  if (!ok && link_ && !pending_.empty()) {
-    const auto& kv = *pending_.begin();
+  if (!ok && ctx_.link && !pending.empty()) {
+    const auto& kv = *pending.begin();
     poisonAndThrow(ErrorCode::Timeout, "synchronize on rank " + std::to_string(r) + ": op " + std::to_string(kv.first) +
                                            " (" + kv.second.sched->what + ") was not submitted by rank(s) " +
-                                           unpostedRanks(kv.first) + " within " + fmtMs(config_.hostBudgetMs));
+                                           progress_.unpostedRanks(kv.first) + " within " +
+                                           fmtMs(ctx_.config.hostBudgetMs));
   }
   if (!ok)
     poisonAndThrow(ErrorCode::Timeout, "synchronize on rank " + std::to_string(r) + ": " +
-                                           std::to_string(completed(r)) + " of " + std::to_string(want) +
-                                           " ops completed after " + fmtMs(config_.hostBudgetMs) +
+                                           std::to_string(ctx_.completed(r)) + " of " + std::to_string(want) +
+                                           " ops completed after " + fmtMs(ctx_.config.hostBudgetMs) +
                                            " (is a stream blocked?)");
 }
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <utility>
 
-#include "engine/engine.hpp"
+#include "engine/engine_context.hpp"
 #include "engine/host_log.hpp"
 #include "engine/host_sync.hpp"
 #include "mk/schedule/validate.hpp"
@@ -41,17 +41,18 @@ bool sameArrival(const proxy::PutInfo& a, const proxy::PutInfo& b) {
 
 }  // namespace
 
-InterNode::InterNode(Engine& engine, Bootstrap& boot) : engine_(engine) {
-  const int me = engine_.me_;
-  const RankResources& rr = engine_.ranks_[static_cast<size_t>(me)];
-  if (engine_.ringSlots_ >= kKeptOps)
+InterNode::InterNode(EngineContext& ctx, std::function<std::string()> describeDeviceFailure, Bootstrap& boot)
+    : ctx_(ctx), describeDeviceFailure_(std::move(describeDeviceFailure)) {
+  const int me = ctx_.me;
+  const RankResources& rr = ctx_.ranks[static_cast<size_t>(me)];
+  if (ctx_.ringSlots >= kKeptOps)
     throw Error(ErrorCode::InvalidArgument, "CommConfig::ringSlots must be below " + std::to_string(kKeptOps) +
                                                 " on several nodes (the proxy names an op by its sequence number "
                                                 "modulo 4096; got " +
-                                                std::to_string(engine_.ringSlots_) + ")");
+                                                std::to_string(ctx_.ringSlots) + ")");
   proxy::TransportOptions topt;
-  topt.kind = transportKind(engine_.config_.transport);
-  topt.budget = std::chrono::milliseconds(static_cast<int64_t>(engine_.config_.hostBudgetMs));
+  topt.kind = transportKind(ctx_.config.transport);
+  topt.budget = std::chrono::milliseconds(static_cast<int64_t>(ctx_.config.hostBudgetMs));
   topt.log = [me](const std::string& line) { MK_LOG_AT(Info, rankName(me), "proxy: " + line); };
   // The kernel stages its bytes in host memory and the sink hands out host memory: the transports read and write
   // it directly, no copies, no CUDA.
@@ -65,10 +66,9 @@ InterNode::InterNode(Engine& engine, Bootstrap& boot) : engine_(engine) {
   popt.commandBudget = topt.budget;
   popt.poll = [this] { return relayOnce(); };  // the relay needs no thread of its own
   proxy_ = std::make_unique<proxy::Proxy>(*transport_, *this, *this, *copier_, popt);
-  const auto n = static_cast<uint32_t>(engine_.ranks_.size());
+  const auto n = static_cast<uint32_t>(ctx_.ranks.size());
   proxy_->setPlacement(proxy::exchangePlacement(boot, {static_cast<uint32_t>(me)}, n));
-  proxy_->addFifo(static_cast<uint32_t>(me),
-                  proxy::FifoConsumer(rr.fifoRing, rr.fifoDone, engine_.config_.proxyFifoSlots));
+  proxy_->addFifo(static_cast<uint32_t>(me), proxy::FifoConsumer(rr.fifoRing, rr.fifoDone, ctx_.config.proxyFifoSlots));
   locals_.resize(n);
   locals_[static_cast<size_t>(me)] = std::make_unique<Local>();
   MK_LOG_AT(Info, rankName(me),
@@ -145,7 +145,7 @@ void InterNode::applyParkedLocked(uint32_t rank, uint32_t seq) {
                                                     std::to_string(rank) + " does not have (" + op->sched->what + ")");
       dst = op->address[p.info.dstBuffer] + p.info.dstOffset;
       offset = allocateReceive(rank, p.data.size(), &ringEnd);
-      std::memcpy(engine_.ranks_[rank].inboxStaging + offset, p.data.data(), p.data.size());
+      std::memcpy(ctx_.ranks[rank].inboxStaging + offset, p.data.data(), p.data.size());
       l.parkedBytes -= p.data.size();
     }
     deliverLocked(rank, p.info, dst, offset, p.data.size(), ringEnd);
@@ -161,7 +161,7 @@ void InterNode::applyParkedLocked(uint32_t rank, uint32_t seq) {
 uint64_t InterNode::allocateReceive(uint32_t rank, uint64_t bytes, uint64_t* end) {
   Local& l = local(rank);
   ReceiveRing& ring = l.ring;
-  const uint64_t size = engine_.config_.proxyReceiveBytes;
+  const uint64_t size = ctx_.config.proxyReceiveBytes;
   // 256-byte slots keep the kernel's 16-byte copies aligned; bytes is compared first because rounding a length near
   // 2^64 up wraps to a small one.
   const uint64_t want = bytes > size ? UINT64_MAX : (bytes + 255) / 256 * 256;
@@ -172,7 +172,7 @@ uint64_t InterNode::allocateReceive(uint32_t rank, uint64_t bytes, uint64_t* end
                     ")");
   uint64_t start = ring.head;
   if (start % size + want > size) start += size - start % size;  // contiguous: skip to the ring's start
-  const uint64_t* taken = &engine_.mailboxes_[rank].inboxTaken;
+  const uint64_t* taken = &ctx_.mailboxes[rank].inboxTaken;
   auto release = [&] {
     while (!ring.used.empty() && ring.used.front().first != UINT64_MAX &&
            ring.used.front().first < __atomic_load_n(taken, __ATOMIC_ACQUIRE)) {
@@ -183,13 +183,13 @@ uint64_t InterNode::allocateReceive(uint32_t rank, uint64_t bytes, uint64_t* end
   };
   release();
   if (start + want - ring.tail > size) {
-    const bool ok = hostPoll(engine_.config_.hostBudgetMs, [&] {
+    const bool ok = hostPoll(ctx_.config.hostBudgetMs, [&] {
       release();
-      return start + want - ring.tail <= size || loadHost(&engine_.status_->abort) != 0;
+      return start + want - ring.tail <= size || loadHost(&ctx_.status->abort) != 0;
     });
-    if (!ok || loadHost(&engine_.status_->abort) != 0)
+    if (!ok || loadHost(&ctx_.status->abort) != 0)
       throw Error(ErrorCode::Timeout, "rank " + std::to_string(rank) + ": the receive staging stayed full for " +
-                                          fmtMs(engine_.config_.hostBudgetMs) +
+                                          fmtMs(ctx_.config.hostBudgetMs) +
                                           " (the kernel took no inbox record: is its resident kernel running?)");
   }
   ring.head = start + want;
@@ -238,7 +238,7 @@ proxy::PutRequest InterNode::resolve(uint32_t rank, const device::ProxyCommand& 
                                          " is a " + toString(st.kind) + ", not the ProxyPut its command says");
   const uint64_t es = dtypeSize(s.buffers[st.dst.buffer].dtype);
   const uint64_t stepBytes = st.count * es;
-  const uint64_t chunk = engine_.config_.proxyChunkBytes;
+  const uint64_t chunk = ctx_.config.proxyChunkBytes;
   const uint64_t chunks = stepBytes == 0 ? 1 : (stepBytes + chunk - 1) / chunk;
   const uint64_t c = command.arg;
   if (c >= chunks)
@@ -266,8 +266,8 @@ proxy::PutRequest InterNode::resolve(uint32_t rank, const device::ProxyCommand& 
                 (info.signal ? ", flag " + std::to_string(info.flagId) + " += " + std::to_string(info.flagValue)
                              : std::string()));
   // The kernel staged this chunk in slot position % stagingSlots before it pushed the command.
-  const RankResources& rr = engine_.ranks_[rank];
-  if (info.bytes > 0) req.src = rr.fifoStaging + (position % engine_.config_.proxyStagingSlots) * chunk;
+  const RankResources& rr = ctx_.ranks[rank];
+  if (info.bytes > 0) req.src = rr.fifoStaging + (position % ctx_.config.proxyStagingSlots) * chunk;
   return req;
 }
 
@@ -291,11 +291,11 @@ void* InterNode::putDestination(const proxy::PutArrival& put) {
     r.dst = op->address[info.dstBuffer] + info.dstOffset;
     r.offset = allocateReceive(info.dstRank, info.bytes, &r.ringEnd);
     l.receiving.push_back(r);
-    return engine_.ranks_[info.dstRank].inboxStaging + r.offset;
+    return ctx_.ranks[info.dstRank].inboxStaging + r.offset;
   }
   // The op is not bound on this rank yet (its caller has not submitted it): keep the bytes in host memory until it
   // is, rather than stop reading the connection (the sender's done / entered notices travel behind them).
-  const uint64_t limit = engine_.config_.proxyParkBytes;
+  const uint64_t limit = ctx_.config.proxyParkBytes;
   if (!rangeInside(l.parkedBytes, info.bytes, limit))
     throw Error(ErrorCode::InvalidArgument,
                 "rank " + std::to_string(info.srcRank) + " sent " + std::to_string(info.bytes) + " bytes of op " +
@@ -375,19 +375,19 @@ uint64_t InterNode::pushInbox(uint32_t rank, device::InboxKind kind, uint32_t op
                               uint64_t dst, uint64_t src) {
   Local& l = local(rank);
   std::lock_guard<std::mutex> lock(l.inboxMu);
-  RankResources& rr = engine_.ranks_[rank];
-  const uint32_t cap = engine_.config_.inboxSlots;
+  RankResources& rr = ctx_.ranks[rank];
+  const uint32_t cap = ctx_.config.inboxSlots;
   const uint64_t pos = rr.inboxWritten;
-  const uint64_t* taken = &engine_.mailboxes_[rank].inboxTaken;
-  const bool room = hostPoll(engine_.config_.hostBudgetMs, [&] {
-    return pos - __atomic_load_n(taken, __ATOMIC_ACQUIRE) < cap || loadHost(&engine_.status_->abort) != 0;
+  const uint64_t* taken = &ctx_.mailboxes[rank].inboxTaken;
+  const bool room = hostPoll(ctx_.config.hostBudgetMs, [&] {
+    return pos - __atomic_load_n(taken, __ATOMIC_ACQUIRE) < cap || loadHost(&ctx_.status->abort) != 0;
   });
   if (!room)
     throw Error(ErrorCode::Timeout, "rank " + std::to_string(rank) + ": the kernel took no inbox record for " +
-                                        fmtMs(engine_.config_.hostBudgetMs) + " (position " + std::to_string(pos) +
+                                        fmtMs(ctx_.config.hostBudgetMs) + " (position " + std::to_string(pos) +
                                         ", taken " + std::to_string(__atomic_load_n(taken, __ATOMIC_ACQUIRE)) +
                                         ", capacity " + std::to_string(cap) + ")");
-  if (loadHost(&engine_.status_->abort) != 0) return pos;  // the engine stopped: nothing applies any more
+  if (loadHost(&ctx_.status->abort) != 0) return pos;  // the engine stopped: nothing applies any more
   device::InboxRecord* r = &rr.inbox[pos & (cap - 1)];
   __atomic_store_n(&r->value, value, __ATOMIC_RELAXED);
   __atomic_store_n(&r->dst, dst, __ATOMIC_RELAXED);

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,7 +32,7 @@
 
 namespace mk::runtime {
 
-class Engine;
+struct EngineContext;
 
 /// What the inter-node path keeps of an op of a local rank once its descriptor was written: the schedule and
 /// this rank's address and size of every buffer of it.
@@ -52,8 +53,9 @@ enum class RelayCode : uint16_t {
 class InterNode final : public proxy::ProxyResolver, public proxy::ProxySink {
  public:
   /// Connect the transport (collective over `boot`, like every creation step) and prepare the proxy for the local
-  /// ranks' FIFOs. Nothing runs until start().
-  InterNode(Engine& engine, Bootstrap& boot);
+  /// ranks' FIFOs. Nothing runs until start(). `ctx`: the engine's ranks and host-mapped blocks (read, never under
+  /// its mutex); `describeDeviceFailure`: the engine's words for a failure its kernel reported (the relay's).
+  InterNode(EngineContext& ctx, std::function<std::string()> describeDeviceFailure, Bootstrap& boot);
   ~InterNode() override;
   InterNode(const InterNode&) = delete;
   InterNode& operator=(const InterNode&) = delete;
@@ -138,7 +140,8 @@ class InterNode final : public proxy::ProxyResolver, public proxy::ProxySink {
   bool relayOnce();
   Local& local(uint32_t rank);
 
-  Engine& engine_;
+  EngineContext& ctx_;
+  std::function<std::string()> describeDeviceFailure_;
   std::unique_ptr<proxy::MemoryCopier> copier_;
   std::unique_ptr<proxy::Transport> transport_;
   std::unique_ptr<proxy::Proxy> proxy_;

@@ -4,7 +4,7 @@
 #include <string>
 #include <tuple>
 
-#include "engine/engine.hpp"
+#include "engine/engine_context.hpp"
 #include "engine/host_log.hpp"
 #include "engine/host_sync.hpp"
 #include "engine/internode.hpp"
@@ -17,15 +17,15 @@ void InterNode::noteSubmitted() {
 }
 
 bool InterNode::relayOnce() {
-  const int me = engine_.me_;
-  const auto n = static_cast<uint32_t>(engine_.ranks_.size());
-  const device::RankMailbox& mb = engine_.mailboxes_[me];
+  const int me = ctx_.me;
+  const auto n = static_cast<uint32_t>(ctx_.ranks.size());
+  const device::RankMailbox& mb = ctx_.mailboxes[me];
   const uint32_t done = loadHost(&mb.doneOut), entered = loadHost(&mb.enteredOut);
   for (const auto& [code, value, sent] : {std::make_tuple(RelayCode::Entered, entered, &sentEntered_),
                                           std::make_tuple(RelayCode::Done, done, &sentDone_)}) {
     if (value == *sent) continue;
     for (uint32_t q = 0; q < n; ++q) {
-      if (engine_.sameNode(static_cast<int>(q), me)) continue;
+      if (ctx_.sameNode(static_cast<int>(q), me)) continue;
       proxy::ControlMessage m;
       m.code = static_cast<uint16_t>(code);
       m.srcRank = static_cast<uint32_t>(me);
@@ -36,10 +36,10 @@ bool InterNode::relayOnce() {
     *sent = value;
   }
   // A failure of this rank's kernel (a bounded wait expired): the other nodes stop too, told why.
-  if (loadHost(&engine_.status_->abort) != 0 && failure(nullptr).empty() && !failedSent_.load()) {
-    const auto code = static_cast<device::Status>(engine_.status_->code);
+  if (loadHost(&ctx_.status->abort) != 0 && failure(nullptr).empty() && !failedSent_.load()) {
+    const auto code = static_cast<device::Status>(ctx_.status->code);
     if (code != device::Status::HostAbort)
-      fail(Error(ErrorCode::Timeout, "rank " + std::to_string(me) + ": " + engine_.describeDeviceFailure()));
+      fail(Error(ErrorCode::Timeout, "rank " + std::to_string(me) + ": " + describeDeviceFailure_()));
   }
   // Busy while an op this rank submitted is not done here: the proxy keeps spinning.
   return !seqGeq(sentDone_, submitted_.load(std::memory_order_acquire));
@@ -52,12 +52,12 @@ void InterNode::failed(const Error& error) noexcept {
     failure_ = error.message();
     failureCode_ = error.code();
   }
-  MK_LOG_AT(Info, rankName(engine_.me_), "inter-node path failed: " + error.message());
+  MK_LOG_AT(Info, rankName(ctx_.me), "inter-node path failed: " + error.message());
   // Stop this process's kernels at their next poll (what Engine::poisonLocked does, without its mutex).
-  device::StatusBlock* s = engine_.status_;
+  device::StatusBlock* s = ctx_.status;
   if (s && loadHost(&s->abort) == 0) {
     s->code = static_cast<uint32_t>(device::Status::HostAbort);
-    s->rank = static_cast<uint32_t>(engine_.me_);
+    s->rank = static_cast<uint32_t>(ctx_.me);
     storeHost(&s->abort, 1);
   }
 }

@@ -35,26 +35,27 @@ std::string layoutText(const std::vector<uint32_t>& nodeOf) {
 
 std::string Engine::interNodeTransport() const { return interNode_ ? interNode_->transportName() : std::string(); }
 
-void Engine::requireCollectiveLayout() const {
-  const auto n = static_cast<uint32_t>(nodeOf_.size());
+void EngineSubmission::requireCollectiveLayout() const {
+  const auto n = static_cast<uint32_t>(ctx_.nodeOf.size());
   std::vector<uint32_t> want;
   try {
-    want = topology_.layout(n);
+    want = ctx_.topology.layout(n);
   } catch (const Error&) {
   }
-  if (canonical(want) != canonical(nodeOf_))
+  if (canonical(want) != canonical(ctx_.nodeOf))
     throw Error(ErrorCode::Unsupported,
                 "the generated collectives place ranks node-major on nodes of equal size, but this communicator's "
                 "ranks are on nodes " +
-                    layoutText(nodeOf_) +
+                    layoutText(ctx_.nodeOf) +
                     " (rank -> node): start the ranks of each node consecutively with the same count per node, or "
                     "run a schedule generated for this layout with execute()");
 }
 
-void Engine::requireSameNodes(const Schedule& s) const {
-  if (canonical(s.nodeOf) != canonical(nodeOf_))
+void EngineSubmission::requireSameNodes(const Schedule& s) const {
+  if (canonical(s.nodeOf) != canonical(ctx_.nodeOf))
     throw Error(ErrorCode::InvalidArgument, "schedule places its ranks on nodes " + layoutText(s.nodeOf) +
-                                                " but this communicator's ranks are on nodes " + layoutText(nodeOf_) +
+                                                " but this communicator's ranks are on nodes " +
+                                                layoutText(ctx_.nodeOf) +
                                                 " (rank -> node; generate it with this layout)");
 }
 

@@ -22,7 +22,7 @@
 namespace mk::runtime {
 
 namespace {
-/// Topology for the "auto" choice: the lent pair's preset, else a node of this many GPUs like `prop`.
+/// Topology for the "auto" choice: the h200x2 pair's preset, else a node of this many GPUs like `prop`.
 Topology detectTopology(const cudaDeviceProp& prop, size_t n) {
   const std::string name = prop.name;
   if (n == 2 && name.find("H200") != std::string::npos) return topologyPreset("h200x2");
@@ -44,21 +44,21 @@ std::string peerAccessRefusal(int devA, int rankA, int devB, int rankB) {
 }  // namespace
 
 void Engine::refineTopology(const std::vector<NvlinkProbe>& probes, int major) {
-  if (topology_.name == "h200x2") {
+  if (ctx_.topology.name == "h200x2") {
     // The preset holds numbers measured on this very machine: keep them, say what NVML sees.
-    Topology probe = topology_;
-    topologySource_ = "preset h200x2 (NVML: " + applyNvlinkProbes(probe, probes, major) + ")";
+    Topology probe = ctx_.topology;
+    ctx_.topologySource = "preset h200x2 (NVML: " + applyNvlinkProbes(probe, probes, major) + ")";
   } else {
-    topologySource_ =
-        "local, like " + topology_.node.gpu + " (NVML: " + applyNvlinkProbes(topology_, probes, major) + ")";
+    ctx_.topologySource =
+        "local, like " + ctx_.topology.node.gpu + " (NVML: " + applyNvlinkProbes(ctx_.topology, probes, major) + ")";
   }
   // The profile of the "auto" choice: loaded once, here, so that a bad file fails the creation, not an op.
-  if (config_.profile.empty()) {
-    profile_ = defaultProfile(topology_);
-    profileSource_ = profile_.source;
+  if (ctx_.config.profile.empty()) {
+    ctx_.profile = defaultProfile(ctx_.topology);
+    ctx_.profileSource = ctx_.profile.source;
   } else {
-    profile_ = loadProfile(config_.profile);
-    profileSource_ = profile_.source + " (" + config_.profile + ")";
+    ctx_.profile = loadProfile(ctx_.config.profile);
+    ctx_.profileSource = ctx_.profile.source + " (" + ctx_.config.profile + ")";
   }
 }
 
@@ -76,9 +76,9 @@ void Engine::init(const std::vector<int>& devices) {
     throw Error(ErrorCode::Unsupported,
                 std::string("createLocal: no usable CUDA device (") + cudaGetErrorName(cerr) + ")");
   }
-  if (config_.ranksPerNode != 0 && config_.ranksPerNode < n)
+  if (ctx_.config.ranksPerNode != 0 && ctx_.config.ranksPerNode < n)
     throw Error(ErrorCode::Unsupported,
-                "createLocal: CommConfig::ranksPerNode " + std::to_string(config_.ranksPerNode) + " splits its " +
+                "createLocal: CommConfig::ranksPerNode " + std::to_string(ctx_.config.ranksPerNode) + " splits its " +
                     std::to_string(n) +
                     " ranks into several nodes, but the ranks of one process form one node; run one process per "
                     "rank (Communicator::createFromEnvironment) to put ranks on several nodes");
@@ -88,11 +88,11 @@ void Engine::init(const std::vector<int>& devices) {
       throw Error(ErrorCode::InvalidArgument, "createLocal: rank " + std::to_string(i) + " asks for device " +
                                                   std::to_string(devices[i]) + " but this process sees " +
                                                   std::to_string(count) + " device(s) (more ranks than GPUs?)");
-    if (!seen.insert(devices[i]).second && !config_.shareGpus)
+    if (!seen.insert(devices[i]).second && !ctx_.config.shareGpus)
       throw Error(ErrorCode::InvalidArgument, "createLocal: device " + std::to_string(devices[i]) +
                                                   " is listed twice (one rank per GPU, unless CommConfig::shareGpus)");
   }
-  nodeOf_.assign(n, 0);
+  ctx_.nodeOf.assign(n, 0);
   driverApi();  // fail early, before anything is allocated, if stream memory operations are missing
   MK_LOG_AT(
       Info, "createLocal", std::to_string(n) + " rank(s) on GPU(s) " + [&] {
@@ -118,7 +118,7 @@ void Engine::init(const std::vector<int>& devices) {
 
   cudaDeviceProp prop{};
   MK_CUDA_CHECK(cudaGetDeviceProperties(&prop, devices[0]));
-  topology_ = detectTopology(prop, n);
+  ctx_.topology = detectTopology(prop, n);
   {
     std::vector<std::string> bus(n);
     for (size_t i = 0; i < n; ++i) {
@@ -139,18 +139,18 @@ void Engine::init(const std::vector<int>& devices) {
   for (size_t i = 0; i < n; ++i) {
     const auto sharers = static_cast<uint32_t>(std::count(devices.begin(), devices.end(), devices[i]));
     const uint32_t w = workersFor(devices[i], sharers);
-    workers_ = i == 0 ? w : std::min(workers_, w);
+    ctx_.workers = i == 0 ? w : std::min(ctx_.workers, w);
   }
 
   MK_LOG_AT(Info, "createLocal",
-            "peer access enabled between every pair; " + std::to_string(workers_) + " worker CTAs per GPU");
+            "peer access enabled between every pair; " + std::to_string(ctx_.workers) + " worker CTAs per GPU");
   allocHostBlocks(n);
-  ranks_.resize(n);
+  ctx_.ranks.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    local_.push_back(static_cast<int>(i));
+    ctx_.local.push_back(static_cast<int>(i));
     allocRank(static_cast<int>(i), devices[i]);
   }
-  for (size_t i = 0; i < n; ++i) peerStates_.push_back(ranks_[i].state);
+  for (size_t i = 0; i < n; ++i) ctx_.peerStates.push_back(ctx_.ranks[i].state);
 }
 
 namespace {
@@ -207,11 +207,11 @@ struct ProcessInfo {
 
 void Engine::initProcess(Bootstrap& boot, int dev) {
   const int n = boot.size();
-  me_ = boot.rank();
-  const std::string who = "rank " + std::to_string(me_);
-  if (n < 1 || me_ < 0 || me_ >= n)
+  ctx_.me = boot.rank();
+  const std::string who = "rank " + std::to_string(ctx_.me);
+  if (n < 1 || ctx_.me < 0 || ctx_.me >= n)
     throw Error(ErrorCode::InvalidArgument,
-                "bootstrap reports rank " + std::to_string(me_) + " of " + std::to_string(n));
+                "bootstrap reports rank " + std::to_string(ctx_.me) + " of " + std::to_string(n));
   if (n > static_cast<int>(device::kMaxRanks))
     throw Error(ErrorCode::Unsupported, std::to_string(n) + " ranks asked for; the GPU engine drives at most " +
                                             std::to_string(device::kMaxRanks) + " (one NVLink domain)");
@@ -234,8 +234,8 @@ void Engine::initProcess(Bootstrap& boot, int dev) {
   PlacementInfo place{};
   gethostname(place.host, sizeof place.host - 1);
   std::memcpy(place.uuid, &prop.uuid, sizeof place.uuid);
-  place.ranksPerNode = config_.ranksPerNode;
-  place.shareGpus = config_.shareGpus ? 1u : 0u;
+  place.ranksPerNode = ctx_.config.ranksPerNode;
+  place.shareGpus = ctx_.config.shareGpus ? 1u : 0u;
   std::vector<PlacementInfo> places(static_cast<size_t>(n));
   {
     const std::vector<uint8_t> all = boot.allGather(&place, sizeof place);
@@ -254,34 +254,35 @@ void Engine::initProcess(Bootstrap& boot, int dev) {
     hosts.emplace_back(pq.host, strnlen(pq.host, sizeof pq.host));
     const bool sameGpu = hosts.back() == std::string(place.host) && std::memcmp(pq.uuid, place.uuid, 16) == 0;
     if (sameGpu) ++sharers;
-    if (sameGpu && q != me_ && !config_.shareGpus)
+    if (sameGpu && q != ctx_.me && !ctx_.config.shareGpus)
       throw Error(ErrorCode::InvalidArgument,
-                  "ranks " + std::to_string(std::min(q, me_)) + " and " + std::to_string(std::max(q, me_)) +
+                  "ranks " + std::to_string(std::min(q, ctx_.me)) + " and " + std::to_string(std::max(q, ctx_.me)) +
                       " both use GPU " + std::to_string(dev) + " of host '" + hosts.back() +
                       "' (one rank per GPU: check LOCAL_RANK and CUDA_VISIBLE_DEVICES, or set CommConfig::shareGpus "
                       "to run several ranks on one GPU)");
   }
-  nodeOf_ = nodesOf(hosts, config_.ranksPerNode);
+  ctx_.nodeOf = nodesOf(hosts, ctx_.config.ranksPerNode);
   int leader = 0;
-  while (nodeOf_[static_cast<size_t>(leader)] != nodeOf_[static_cast<size_t>(me_)]) ++leader;
+  while (ctx_.nodeOf[static_cast<size_t>(leader)] != ctx_.nodeOf[static_cast<size_t>(ctx_.me)]) ++leader;
   // Several nodes: the control block's warps from the third on apply what other nodes send (the inbox).
-  if (nodeCount() > 1 && config_.threadsPerCta < 96)
+  if (ctx_.nodeCount() > 1 && ctx_.config.threadsPerCta < 96)
     throw Error(ErrorCode::InvalidArgument,
                 "CommConfig::threadsPerCta must be at least 96 when the ranks span nodes "
                 "(got " +
-                    std::to_string(config_.threadsPerCta) + "): the control block's third warp on applies the inbox");
+                    std::to_string(ctx_.config.threadsPerCta) +
+                    "): the control block's third warp on applies the inbox");
   const uint32_t myWorkers = workersFor(dev, sharers);
 
   MK_LOG_AT(Info, who,
-            "bootstrap: " + std::to_string(n) + " rank(s) on " + std::to_string(nodeCount()) +
+            "bootstrap: " + std::to_string(n) + " rank(s) on " + std::to_string(ctx_.nodeCount()) +
                 " node(s); this process drives GPU " + std::to_string(dev) + " on node " +
-                std::to_string(nodeOf_[static_cast<size_t>(me_)]) +
+                std::to_string(ctx_.nodeOf[static_cast<size_t>(ctx_.me)]) +
                 (sharers > 1 ? " (shared by " + std::to_string(sharers) + " ranks)" : std::string()));
-  link_ = std::make_unique<ProcessLink>(boot, ringSlots_, leader);
-  status_ = &link_->header().status;
-  ranks_.resize(static_cast<size_t>(n));
-  local_ = {me_};
-  allocRank(me_, dev);
+  ctx_.link = std::make_unique<ProcessLink>(boot, ctx_.ringSlots, leader);
+  ctx_.status = &ctx_.link->header().status;
+  ctx_.ranks.resize(static_cast<size_t>(n));
+  ctx_.local = {ctx_.me};
+  allocRank(ctx_.me, dev);
 
   ProcessInfo mine{};
   gethostname(mine.host, sizeof mine.host - 1);
@@ -290,67 +291,69 @@ void Engine::initProcess(Bootstrap& boot, int dev) {
   std::memcpy(mine.uuid, &prop.uuid, sizeof mine.uuid);
   mine.device = dev;
   mine.workers = myWorkers;
-  mine.ringSlots = ringSlots_;
-  mine.state = link_->exportPointer(ranks_[static_cast<size_t>(me_)].state, "engine state");
-  mine.arena = link_->exportPointer(ranks_[static_cast<size_t>(me_)].arena->base(), "the device arena");
-  mine.nPremapped = static_cast<uint32_t>(config_.premappedBuffers.size());
-  for (size_t i = 0; i < config_.premappedBuffers.size(); ++i)
-    mine.premapped[i] =
-        link_->exportPointer(config_.premappedBuffers[i], "CommConfig::premappedBuffers[" + std::to_string(i) + "]");
+  mine.ringSlots = ctx_.ringSlots;
+  mine.state = ctx_.link->exportPointer(ctx_.ranks[static_cast<size_t>(ctx_.me)].state, "engine state");
+  mine.arena = ctx_.link->exportPointer(ctx_.ranks[static_cast<size_t>(ctx_.me)].arena->base(), "the device arena");
+  mine.nPremapped = static_cast<uint32_t>(ctx_.config.premappedBuffers.size());
+  for (size_t i = 0; i < ctx_.config.premappedBuffers.size(); ++i)
+    mine.premapped[i] = ctx_.link->exportPointer(ctx_.config.premappedBuffers[i],
+                                                 "CommConfig::premappedBuffers[" + std::to_string(i) + "]");
   const std::vector<uint8_t> all = boot.allGather(&mine, sizeof mine);
   std::vector<ProcessInfo> info(static_cast<size_t>(n));
   std::memcpy(info.data(), all.data(), all.size());
 
-  workers_ = myWorkers;
+  ctx_.workers = myWorkers;
   for (int q = 0; q < n; ++q) {
     const ProcessInfo& pi = info[static_cast<size_t>(q)];
-    if (pi.ringSlots != ringSlots_)
+    if (pi.ringSlots != ctx_.ringSlots)
       throw Error(ErrorCode::InvalidArgument,
                   "rank " + std::to_string(q) + " uses CommConfig::ringSlots " + std::to_string(pi.ringSlots) + ", " +
-                      who + " " + std::to_string(ringSlots_) + " (every rank must use the same config)");
-    workers_ = std::min(workers_, pi.workers);                             // one worker count for every rank's lowering
-    if (q == me_ || !sameNode(q, me_)) continue;                           // other nodes are reached through the proxy
+                      who + " " + std::to_string(ctx_.ringSlots) + " (every rank must use the same config)");
+    ctx_.workers = std::min(ctx_.workers, pi.workers);                     // one worker count for every rank's lowering
+    if (q == ctx_.me || !sameNode(q, ctx_.me)) continue;                   // other nodes are reached through the proxy
     if (std::memcmp(pi.uuid, mine.uuid, sizeof mine.uuid) == 0) continue;  // a rank sharing this GPU (shareGpus)
     int peerDev = -1;
     if (cudaDeviceGetByPCIBusId(&peerDev, pi.busId) == cudaSuccess) {  // visible here: check peer access
       int can = 0;
       MK_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, dev, peerDev));
-      if (!can) throw Error(ErrorCode::Unsupported, peerAccessRefusal(dev, me_, peerDev, q));
+      if (!can) throw Error(ErrorCode::Unsupported, peerAccessRefusal(dev, ctx_.me, peerDev, q));
     }
     cudaGetLastError();
   }
-  const uint32_t perNode = nodeSize(nodeOf_[static_cast<size_t>(me_)]);
-  topology_ = detectTopology(prop, perNode);
-  topology_.nodes = nodeCount();
+  const uint32_t perNode = ctx_.nodeSize(ctx_.nodeOf[static_cast<size_t>(ctx_.me)]);
+  ctx_.topology = detectTopology(prop, perNode);
+  ctx_.topology.nodes = ctx_.nodeCount();
   {
     // Each process sees its own GPU's links; the other nodes are taken to be alike (nodes of one kind).
     std::vector<std::string> peers;
     for (int q = 0; q < n; ++q)
-      if (q != me_ && sameNode(q, me_)) peers.emplace_back(info[static_cast<size_t>(q)].busId);
+      if (q != ctx_.me && sameNode(q, ctx_.me)) peers.emplace_back(info[static_cast<size_t>(q)].busId);
     refineTopology({probeNvlinks(mine.busId, peers)}, prop.major);
   }
   allocHostBlocks(static_cast<size_t>(n));
   MK_CUDA_CHECK(cudaSetDevice(dev));
   for (int q = 0; q < n; ++q)
-    peerStates_.push_back(q == me_           ? ranks_[static_cast<size_t>(me_)].state
-                          : sameNode(q, me_) ? static_cast<device::RankState*>(
-                                                   link_->importPointer(q, info[static_cast<size_t>(q)].state))
-                                             : nullptr);  // another node: never addressed by this GPU
+    ctx_.peerStates.push_back(q == ctx_.me           ? ctx_.ranks[static_cast<size_t>(ctx_.me)].state
+                              : sameNode(q, ctx_.me) ? static_cast<device::RankState*>(ctx_.link->importPointer(
+                                                           q, info[static_cast<size_t>(q)].state))
+                                                     : nullptr);  // another node: never addressed by this GPU
   // Mapped now, before the kernel starts (memcheck knows only mappings older than a running kernel); an op's
   // pointer inside them later finds the mapping cached.
   size_t premapped = 0;
   for (int q = 0; q < n; ++q) {
-    if (q == me_ || !sameNode(q, me_)) continue;
+    if (q == ctx_.me || !sameNode(q, ctx_.me)) continue;
     const ProcessInfo& pi = info[static_cast<size_t>(q)];
-    link_->importPointer(q, pi.arena);
+    ctx_.link->importPointer(q, pi.arena);
     for (uint32_t i = 0; i < pi.nPremapped && i < CommConfig::kMaxPremapped; ++i, ++premapped)
-      link_->importPointer(q, pi.premapped[i]);
+      ctx_.link->importPointer(q, pi.premapped[i]);
   }
   // Several nodes: the transport and the proxy (collective over the bootstrap like the steps above).
-  if (multiNode()) interNode_ = std::make_unique<InterNode>(*this, boot);
+  if (multiNode())
+    interNode_ = std::make_unique<InterNode>(
+        ctx_, [this] { return describeDeviceFailure(); }, boot);
   MK_LOG_AT(Info, who,
             "every peer's engine state and device arena mapped, " + std::to_string(premapped) +
-                " premapped peer buffer(s); " + std::to_string(workers_) + " worker CTAs per GPU");
+                " premapped peer buffer(s); " + std::to_string(ctx_.workers) + " worker CTAs per GPU");
 }
 
 }  // namespace mk::runtime

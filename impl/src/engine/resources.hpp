@@ -150,7 +150,6 @@ struct RankResources {
   char* inboxStaging = nullptr;  ///< host-mapped: the bytes of Copy records
   uint64_t inboxWritten = 0;     ///< records the host wrote (the kernel's RankMailbox::inboxTaken trails it)
   bool launched = false;
-  int8_t kernelHandoff = -1;      ///< 1: StreamHandoff::Kernel on this rank, 0: MemOps, -1: not decided yet
   uint32_t submitted = 0;         ///< ops submitted by this rank
   uint32_t* graphBase = nullptr;  ///< [Engine::kMaxCaptures] device memory: each capture's running replay's base
 };

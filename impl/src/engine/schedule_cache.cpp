@@ -8,7 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "engine/engine.hpp"
+#include "engine/host_alloc.hpp"
+#include "engine/submission.hpp"
 #include "gemm/gemm_lane.hpp"
 #include "mk/cuda_check.hpp"
 #include "mk/error.hpp"
@@ -30,46 +31,46 @@ void regrowSlots(RankResources& rr, std::array<void*, device::kSlots>& slots, ui
 
 }  // namespace
 
-CachedSchedule& Engine::cacheLocked(const ScheduleKey& key, const std::function<Schedule()>& make,
-                                    const std::string& what) {
+CachedSchedule& EngineSubmission::cacheLocked(const ScheduleKey& key, const std::function<Schedule()>& make,
+                                              const std::string& what) {
   auto it = cache_.find(key);
   if (it != cache_.end()) return *it->second;
   auto c = std::make_unique<CachedSchedule>();
   c->schedule = make();
   c->what = what;
-  if (c->schedule.nRanks != ranks_.size())
+  if (c->schedule.nRanks != ctx_.ranks.size())
     throw Error(ErrorCode::InvalidArgument, "schedule has " + std::to_string(c->schedule.nRanks) +
-                                                " ranks but the communicator " + std::to_string(ranks_.size()));
+                                                " ranks but the communicator " + std::to_string(ctx_.ranks.size()));
   LowerOptions lo;
-  lo.nWorkers = workers_;
-  lo.minBytesPerCta = config_.minBytesPerCta;
+  lo.nWorkers = ctx_.workers;
+  lo.minBytesPerCta = ctx_.config.minBytesPerCta;
   // From the whole schedule: a rank's LL packet Waits need the senders' steps (lowering/packets.hpp).
-  for (uint32_t r = 0; r < ranks_.size(); ++r) c->programs.push_back(lowerRank(c->schedule, r, lo));
-  for (uint32_t r = 0; r < ranks_.size() && !config_.computeLanes; ++r)
+  for (uint32_t r = 0; r < ctx_.ranks.size(); ++r) c->programs.push_back(lowerRank(c->schedule, r, lo));
+  for (uint32_t r = 0; r < ctx_.ranks.size() && !ctx_.config.computeLanes; ++r)
     if (gemmCount(c->programs[r]) > 0)
       throw Error(ErrorCode::Unsupported,
                   what + ": rank " + std::to_string(r) + " has " + std::to_string(gemmCount(c->programs[r])) +
                       " Gemm step(s); create the communicator with CommConfig::computeLanes = true "
                       "to run them (the compute-capable resident kernel)");
   c->scratchBytes = c->programs[0].scratchBytes;
-  c->devicePrograms.assign(ranks_.size(), nullptr);
+  c->devicePrograms.assign(ctx_.ranks.size(), nullptr);
   try {
-    for (const int lr : local_) {
+    for (const int lr : ctx_.local) {
       const auto r = static_cast<uint32_t>(lr);
       const auto& img = c->programs[r].image;
-      MK_CUDA_CHECK(cudaSetDevice(ranks_[r].device));
-      void* d = ranks_[r].arena->allocate(img.size(), "the lowered program of " + what);
+      MK_CUDA_CHECK(cudaSetDevice(ctx_.ranks[r].device));
+      void* d = ctx_.ranks[r].arena->allocate(img.size(), "the lowered program of " + what);
       c->devicePrograms[r] = d;
       // The copy stream never waits for a user stream (non-blocking), so an upload cannot deadlock
       // against a stream that waits for an op this thread has yet to complete.
-      MK_CUDA_CHECK(cudaMemcpyAsync(d, img.data(), img.size(), cudaMemcpyHostToDevice, ranks_[r].copyStream));
-      MK_CUDA_CHECK(cudaStreamSynchronize(ranks_[r].copyStream));
+      MK_CUDA_CHECK(cudaMemcpyAsync(d, img.data(), img.size(), cudaMemcpyHostToDevice, ctx_.ranks[r].copyStream));
+      MK_CUDA_CHECK(cudaStreamSynchronize(ctx_.ranks[r].copyStream));
     }
   } catch (...) {
     for (uint32_t r = 0; r < c->devicePrograms.size(); ++r) {
       if (!c->devicePrograms[r]) continue;
-      cudaSetDevice(ranks_[r].device);
-      ranks_[r].arena->release(c->devicePrograms[r]);
+      cudaSetDevice(ctx_.ranks[r].device);
+      ctx_.ranks[r].arena->release(c->devicePrograms[r]);
     }
     throw;
   }
@@ -79,11 +80,11 @@ CachedSchedule& Engine::cacheLocked(const ScheduleKey& key, const std::function<
   return ref;
 }
 
-void Engine::ensureScratchLocked(uint64_t bytes) {
+void EngineSubmission::ensureScratchLocked(uint64_t bytes) {
   if (bytes <= scratchBytes_) return;
   // Ops in flight keep using the old arenas (their descriptors hold the addresses): retire, do not free.
   const uint64_t size = std::max<uint64_t>(bytes, scratchBytes_ * 2);
-  for (auto& rr : ranks_) {
+  for (auto& rr : ctx_.ranks) {
     if (rr.device < 0) continue;  // a rank of another process
     MK_CUDA_CHECK(cudaSetDevice(rr.device));
     regrowSlots(rr, rr.scratch, size, "a scratch arena");
@@ -92,14 +93,35 @@ void Engine::ensureScratchLocked(uint64_t bytes) {
   scratchBytes_ = size;
 }
 
-void* Engine::stagingLocked(int r, uint32_t seq, uint64_t bytes) {
-  RankResources& rr = ranks_[r];
+void* EngineSubmission::stagingLocked(int r, uint32_t seq, uint64_t bytes) {
+  RankResources& rr = ctx_.ranks[r];
   if (bytes > rr.stagingBytes) {
     MK_CUDA_CHECK(cudaSetDevice(rr.device));
     regrowSlots(rr, rr.staging, bytes, "a staging buffer");
     rr.stagingBytes = bytes;
   }
   return rr.staging[seq % device::kSlots];
+}
+
+void EngineSubmission::allocate() {
+  opSchedule_.assign(ctx_.ringSlots, nullptr);
+  graphCells_ = hostAlloc<device::GraphCells>(kMaxCaptures);
+}
+
+void EngineSubmission::releasePrograms() noexcept {
+  for (auto& kv : cache_) {
+    for (size_t r = 0; r < kv.second->devicePrograms.size(); ++r)
+      if (r < ctx_.ranks.size() && !ctx_.ranks[r].launched && kv.second->devicePrograms[r] && ctx_.ranks[r].arena) {
+        cudaSetDevice(ctx_.ranks[r].device >= 0 ? ctx_.ranks[r].device : 0);
+        ctx_.ranks[r].arena->release(kv.second->devicePrograms[r]);
+      }
+  }
+  cache_.clear();
+}
+
+void EngineSubmission::releaseHostBlocks() noexcept {
+  if (graphCells_) cudaFreeHost(graphCells_);
+  graphCells_ = nullptr;
 }
 
 }  // namespace mk::runtime

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/engine.hpp"
+#include "engine/host_alloc.hpp"
 #include "engine/host_log.hpp"
 #include "engine/host_sync.hpp"
 #include "engine/internode.hpp"
@@ -20,28 +21,6 @@
 #include "mk/error.hpp"
 
 namespace mk::runtime {
-
-namespace {
-
-template <class T>
-T* hostAlloc(size_t count) {
-  void* p = nullptr;
-  MK_CUDA_CHECK(cudaHostAlloc(&p, count * sizeof(T), cudaHostAllocMapped | cudaHostAllocPortable));
-  std::memset(p, 0, count * sizeof(T));
-  return static_cast<T*>(p);
-}
-
-/// Host-mapped memory is addressed by the same pointer on every device (UVA); checked once here.
-template <class T>
-T* devicePointer(T* host) {
-  void* d = nullptr;
-  MK_CUDA_CHECK(cudaHostGetDevicePointer(&d, host, 0));
-  if (d != host)
-    throw Error(ErrorCode::Unsupported, "host-mapped memory has a different device address (no unified addressing?)");
-  return static_cast<T*>(d);
-}
-
-}  // namespace
 
 void Engine::checkConfig(const CommConfig& c) {
   // Compute lanes: the GEMM engine's CTA shape; 512 is the default and is taken to mean "not chosen".
@@ -80,10 +59,11 @@ void Engine::checkConfig(const CommConfig& c) {
                     std::to_string(c.proxyFifoSlots) + " and " + std::to_string(c.inboxSlots) + ")");
 }
 
-Engine::Engine(const std::vector<int>& devices, const CommConfig& config) : config_(config) {
-  checkConfig(config_);
-  if (config_.computeLanes) config_.threadsPerCta = device::kComputeThreads;
-  ringSlots_ = config_.ringSlots;
+Engine::Engine(const std::vector<int>& devices, const CommConfig& config) {
+  ctx_.config = config;
+  checkConfig(ctx_.config);
+  if (ctx_.config.computeLanes) ctx_.config.threadsPerCta = device::kComputeThreads;
+  ctx_.ringSlots = ctx_.config.ringSlots;
   try {
     init(devices);
     launchKernels();
@@ -94,40 +74,24 @@ Engine::Engine(const std::vector<int>& devices, const CommConfig& config) : conf
   }
 }
 
-Engine::Engine(Bootstrap& boot, int device, const CommConfig& config) : config_(config) {
-  checkConfig(config_);
-  if (config_.computeLanes) config_.threadsPerCta = device::kComputeThreads;
-  ringSlots_ = config_.ringSlots;
+Engine::Engine(Bootstrap& boot, int device, const CommConfig& config) {
+  ctx_.config = config;
+  checkConfig(ctx_.config);
+  if (ctx_.config.computeLanes) ctx_.config.threadsPerCta = device::kComputeThreads;
+  ctx_.ringSlots = ctx_.config.ringSlots;
   try {
     initProcess(boot, device);
     launchKernels();
     if (interNode_) interNode_->start();
     // Every rank's kernel runs before anyone submits: a peer's first op then never waits for a launch.
     boot.barrier();
-    MK_LOG_AT(Info, rankName(me_), "every rank's resident kernel runs (bootstrap barrier passed)");
+    MK_LOG_AT(Info, rankName(ctx_.me), "every rank's resident kernel runs (bootstrap barrier passed)");
   } catch (...) {
     shutdown();
     releaseMemory();
     throw;
   }
-  progress_ = std::thread([this] { progressThread(); });
-}
-
-uint32_t Engine::nodeCount() const {
-  uint32_t most = 0;
-  for (const uint32_t v : nodeOf_) most = std::max(most, v + 1);
-  return most;
-}
-
-uint32_t Engine::nodeSize(uint32_t node) const {
-  return static_cast<uint32_t>(std::count(nodeOf_.begin(), nodeOf_.end(), node));
-}
-
-uint32_t Engine::localMask(int r) const {
-  uint32_t mask = 0;
-  for (size_t q = 0; q < nodeOf_.size(); ++q)
-    if (nodeOf_[q] == nodeOf_[static_cast<size_t>(r)]) mask |= 1u << q;
-  return mask;
+  progress_.start();
 }
 
 uint32_t Engine::workersFor(int dev, uint32_t sharers) const {
@@ -135,15 +99,16 @@ uint32_t Engine::workersFor(int dev, uint32_t sharers) const {
   MK_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
   const uint32_t sms = static_cast<uint32_t>(p.multiProcessorCount);
   sharers = std::max<uint32_t>(1, sharers);
-  uint32_t w = config_.workerCtas
-                   ? config_.workerCtas
+  uint32_t w = ctx_.config.workerCtas
+                   ? ctx_.config.workerCtas
                    : std::max<uint32_t>(1, std::min<uint32_t>(64, std::max<uint32_t>(1, sms / 2)) / sharers);
   // Compute lanes: one CTA per SM; by default every SM but 3 (+ the control blocks'), see CommConfig.
-  if (config_.computeLanes && config_.workerCtas == 0) w = sms > 4 + sharers ? (sms - 3) / sharers - 1 : 1;
+  if (ctx_.config.computeLanes && ctx_.config.workerCtas == 0) w = sms > 4 + sharers ? (sms - 3) / sharers - 1 : 1;
   if (w > 0xFFFE) throw Error(ErrorCode::InvalidArgument, "CommConfig::workerCtas too large");
   MK_CUDA_CHECK(cudaSetDevice(dev));
-  const int perSm = config_.computeLanes ? residentComputeBlocksPerSm(config_.trace)
-                                         : residentBlocksPerSm(config_.trace, static_cast<int>(config_.threadsPerCta));
+  const int perSm = ctx_.config.computeLanes
+                        ? residentComputeBlocksPerSm(ctx_.config.trace)
+                        : residentBlocksPerSm(ctx_.config.trace, static_cast<int>(ctx_.config.threadsPerCta));
   if (perSm < 0) {
     const cudaError_t e = cudaGetLastError();
     throw Error(ErrorCode::CudaError, "GPU " + std::to_string(dev) +
@@ -155,10 +120,10 @@ uint32_t Engine::workersFor(int dev, uint32_t sharers) const {
     throw Error(ErrorCode::Unsupported,
                 (sharers > 1 ? std::to_string(sharers) + " ranks share this GPU; each " : std::string()) +
                     "the resident kernel needs " + std::to_string(w + 1) + " co-resident CTAs of " +
-                    std::to_string(config_.threadsPerCta) + " threads" +
-                    (config_.computeLanes ? " and " + std::to_string(device::kComputeSmemBytes / 1024) +
-                                                " KiB of shared memory (computeLanes)"
-                                          : std::string()) +
+                    std::to_string(ctx_.config.threadsPerCta) + " threads" +
+                    (ctx_.config.computeLanes ? " and " + std::to_string(device::kComputeSmemBytes / 1024) +
+                                                    " KiB of shared memory (computeLanes)"
+                                              : std::string()) +
                     " on GPU " + std::to_string(dev) + ", which holds " + std::to_string(capacity) + " (" +
                     std::to_string(perSm) + " per SM x " + std::to_string(p.multiProcessorCount) +
                     " SMs): lower CommConfig::workerCtas or threadsPerCta");
@@ -166,123 +131,120 @@ uint32_t Engine::workersFor(int dev, uint32_t sharers) const {
 }
 
 void Engine::allocHostBlocks(size_t n) {
-  if (!link_) status_ = hostAlloc<device::StatusBlock>(1);  // multi-process: in the shared segment
-  ring_ = hostAlloc<device::OpDescriptor>(ringSlots_);
-  mailboxes_ = hostAlloc<device::RankMailbox>(n);
-  if (config_.trace) trace_ = hostAlloc<device::TraceRecord>(n * size_t{config_.traceCapacity});
-  traceTaken_.assign(n, 0);
-  opSchedule_.assign(ringSlots_, nullptr);
-  // cudaFreeHost may wait for the device: the clock probe's mailbox lives as long as the engine.
-  clockPing_ = hostAlloc<uint32_t>(4);
-  clockPong_ = hostAlloc<uint64_t>(2);
-  // Graph capture's cells (capture.cpp), for the same reason: 64 KiB.
-  graphCells_ = hostAlloc<device::GraphCells>(kMaxCaptures);
+  if (!ctx_.link) ctx_.status = hostAlloc<device::StatusBlock>(1);  // multi-process: in the shared segment
+  ctx_.ring = hostAlloc<device::OpDescriptor>(ctx_.ringSlots);
+  ctx_.mailboxes = hostAlloc<device::RankMailbox>(n);
+  // cudaFreeHost may wait for the device: the clock probe's mailbox and graph capture's cells (64 KiB) live as long
+  // as the engine.
+  timing_.allocate(n);
+  submission_.allocate();
 }
 
 void Engine::allocRank(int r, int dev) {
-  RankResources& rr = ranks_[static_cast<size_t>(r)];
+  RankResources& rr = ctx_.ranks[static_cast<size_t>(r)];
   rr.device = dev;
   MK_CUDA_CHECK(cudaSetDevice(rr.device));
   MK_CUDA_CHECK(cudaStreamCreateWithFlags(&rr.kernelStream, cudaStreamNonBlocking));
   MK_CUDA_CHECK(cudaStreamCreateWithFlags(&rr.copyStream, cudaStreamNonBlocking));
   MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.state), sizeof(device::RankState)));
-  MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.doorbell), ringSlots_ * sizeof(uint32_t)));
-  MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.stamps), ringSlots_ * sizeof(device::OpStamp)));
+  MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.doorbell), ctx_.ringSlots * sizeof(uint32_t)));
+  MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.stamps), ctx_.ringSlots * sizeof(device::OpStamp)));
   // Graph capture's per-replay bases (capture.cpp), allocated with the rest before the kernel starts: 4 KiB.
-  MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.graphBase), kMaxCaptures * sizeof(uint32_t)));
-  MK_CUDA_CHECK(cudaMemsetAsync(rr.stamps, 0, ringSlots_ * sizeof(device::OpStamp), rr.copyStream));
+  MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.graphBase), EngineSubmission::kMaxCaptures * sizeof(uint32_t)));
+  MK_CUDA_CHECK(cudaMemsetAsync(rr.stamps, 0, ctx_.ringSlots * sizeof(device::OpStamp), rr.copyStream));
   MK_CUDA_CHECK(cudaMemsetAsync(rr.state, 0, sizeof(device::RankState), rr.copyStream));
-  MK_CUDA_CHECK(cudaMemsetAsync(rr.doorbell, 0, ringSlots_ * sizeof(uint32_t), rr.copyStream));
+  MK_CUDA_CHECK(cudaMemsetAsync(rr.doorbell, 0, ctx_.ringSlots * sizeof(uint32_t), rr.copyStream));
   MK_CUDA_CHECK(
       cudaMemcpyAsync(&rr.state->doorbell, &rr.doorbell, sizeof(uint32_t*), cudaMemcpyHostToDevice, rr.copyStream));
   MK_CUDA_CHECK(cudaStreamSynchronize(rr.copyStream));
   // Reserved before the resident kernel starts (memcheck knows only the allocations older than a kernel).
   rr.arena = std::make_unique<DeviceArena>();
-  rr.arena->reserve(dev, static_cast<uint32_t>(r), config_.deviceArenaBytes);
+  rr.arena->reserve(dev, static_cast<uint32_t>(r), ctx_.config.deviceArenaBytes);
   if (multiNode()) {
     // Allocated before the kernel starts, like everything it addresses (memcheck, and no page-locked allocation
     // while a resident kernel runs).
-    rr.fifoRing = hostAlloc<device::ProxyCommand>(config_.proxyFifoSlots);
+    rr.fifoRing = hostAlloc<device::ProxyCommand>(ctx_.config.proxyFifoSlots);
     rr.fifoDone = hostAlloc<uint64_t>(1);
-    rr.inbox = hostAlloc<device::InboxRecord>(config_.inboxSlots);
-    rr.fifoStaging = hostAlloc<char>(config_.proxyStagingSlots * config_.proxyChunkBytes);
-    rr.inboxStaging = hostAlloc<char>(config_.proxyReceiveBytes);
+    rr.inbox = hostAlloc<device::InboxRecord>(ctx_.config.inboxSlots);
+    rr.fifoStaging = hostAlloc<char>(ctx_.config.proxyStagingSlots * ctx_.config.proxyChunkBytes);
+    rr.inboxStaging = hostAlloc<char>(ctx_.config.proxyReceiveBytes);
     MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&rr.fifoDeviceWords), 2 * sizeof(uint64_t)));
     MK_CUDA_CHECK(cudaMemset(rr.fifoDeviceWords, 0, 2 * sizeof(uint64_t)));
   }
   MK_LOG_AT(Info, rankName(r),
             "GPU " + std::to_string(dev) + ": state, doorbells and stamps allocated; device arena " +
-                (config_.deviceArenaBytes ? std::to_string(config_.deviceArenaBytes) + " bytes reserved"
-                                          : std::string("off (allocate on demand)")));
+                (ctx_.config.deviceArenaBytes ? std::to_string(ctx_.config.deviceArenaBytes) + " bytes reserved"
+                                              : std::string("off (allocate on demand)")));
 }
 
 void Engine::launchKernels() {
-  const uint32_t n = static_cast<uint32_t>(ranks_.size());
-  for (const int lr : local_) {
+  const uint32_t n = static_cast<uint32_t>(ctx_.ranks.size());
+  handoff_.prepare(n);
+  for (const int lr : ctx_.local) {
     const uint32_t r = static_cast<uint32_t>(lr);
-    RankResources& rr = ranks_[r];
+    RankResources& rr = ctx_.ranks[r];
     device::EngineDeviceHandle h{};
     h.state = rr.state;
-    for (uint32_t q = 0; q < n; ++q) h.peers[q] = peerStates_[q];
-    h.status = link_ ? link_->statusDevice() : devicePointer(status_);
-    h.mailbox = devicePointer(&mailboxes_[r]);
-    h.ring = devicePointer(ring_);
+    for (uint32_t q = 0; q < n; ++q) h.peers[q] = ctx_.peerStates[q];
+    h.status = ctx_.link ? ctx_.link->statusDevice() : devicePointer(ctx_.status);
+    h.mailbox = devicePointer(&ctx_.mailboxes[r]);
+    h.ring = devicePointer(ctx_.ring);
     h.stamps = rr.stamps;
-    h.trace = trace_ ? devicePointer(&trace_[size_t{r} * config_.traceCapacity]) : nullptr;
+    h.trace = timing_.traceOf(r) ? devicePointer(timing_.traceOf(r)) : nullptr;
     int leader = 0;  // the node's first rank holds the claim word of its failure record
     while (!sameNode(leader, lr)) ++leader;
-    h.failureClaim = &peerStates_[static_cast<size_t>(leader)]->failureClaim;
-    h.localMask = localMask(lr);
+    h.failureClaim = &ctx_.peerStates[static_cast<size_t>(leader)]->failureClaim;
+    h.localMask = ctx_.localMask(lr);
     if (rr.fifoRing) {
       h.fifo.ring = devicePointer(rr.fifoRing);
       h.fifo.head = rr.fifoDeviceWords;
       h.fifo.doneCache = rr.fifoDeviceWords + 1;
       h.fifo.done = devicePointer(rr.fifoDone);
-      h.fifo.capacity = config_.proxyFifoSlots;
+      h.fifo.capacity = ctx_.config.proxyFifoSlots;
       h.fifo.staging = devicePointer(rr.fifoStaging);
-      h.fifo.stagingSlots = config_.proxyStagingSlots;
-      h.fifo.chunkBytes = config_.proxyChunkBytes;
+      h.fifo.stagingSlots = ctx_.config.proxyStagingSlots;
+      h.fifo.chunkBytes = ctx_.config.proxyChunkBytes;
       h.inboxStaging = devicePointer(rr.inboxStaging);
       h.inbox = devicePointer(rr.inbox);
-      h.inboxCapacity = config_.inboxSlots;
+      h.inboxCapacity = ctx_.config.inboxSlots;
     }
-    h.traceCapacity = config_.traceCapacity;
-    h.ringSlots = ringSlots_;
+    h.traceCapacity = ctx_.config.traceCapacity;
+    h.ringSlots = ctx_.ringSlots;
     h.rank = r;
     h.nRanks = n;
-    h.nWorkers = workers_;
-    h.pollBudgetNs = static_cast<uint64_t>(config_.pollBudgetMs * 1e6);
+    h.nWorkers = ctx_.workers;
+    h.pollBudgetNs = static_cast<uint64_t>(ctx_.config.pollBudgetMs * 1e6);
     MK_CUDA_CHECK(cudaSetDevice(rr.device));
     MK_LOG_AT(Info, rankName(lr), "loading the engine's kernels on GPU " + std::to_string(rr.device));
     MK_CUDA_CHECK(preloadKernels());
     MK_LOG_AT(Info, rankName(lr),
               "launching the resident kernel on GPU " + std::to_string(rr.device) + " (1 + " +
-                  std::to_string(workers_) + " CTAs" +
-                  (config_.computeLanes ? std::string(", compute lanes") : std::string()) + ")");
-    if (config_.computeLanes) {
+                  std::to_string(ctx_.workers) + " CTAs" +
+                  (ctx_.config.computeLanes ? std::string(", compute lanes") : std::string()) + ")");
+    if (ctx_.config.computeLanes) {
       // The binder's host-mapped timeout report is allocated now: page-locked allocation while the resident
       // kernel runs is avoided (the engine allocates host memory only before its launch).
       gemmLaneBinder(this, r, rr.device, h.pollBudgetNs, rr.arena.get());
-      MK_CUDA_CHECK(launchResidentCompute(h, config_.trace, rr.kernelStream));
+      MK_CUDA_CHECK(launchResidentCompute(h, ctx_.config.trace, rr.kernelStream));
     } else {
-      MK_CUDA_CHECK(launchResident(h, config_.trace, static_cast<int>(config_.threadsPerCta), rr.kernelStream));
+      MK_CUDA_CHECK(launchResident(h, ctx_.config.trace, static_cast<int>(ctx_.config.threadsPerCta), rr.kernelStream));
     }
     rr.launched = true;
     MK_LOG_AT(Info, rankName(lr), "launch call returned");
   }
   // Every CTA of every kernel must be running at once, or ops could deadlock: wait for the roll call.
-  for (const int r : local_) {
-    const uint32_t want = workers_ + 1;
-    const bool ok = hostPoll(config_.hostBudgetMs, [&] { return loadHost(&mailboxes_[r].started) == want; });
+  for (const int r : ctx_.local) {
+    const uint32_t want = ctx_.workers + 1;
+    const bool ok = hostPoll(ctx_.config.hostBudgetMs, [&] { return loadHost(&ctx_.mailboxes[r].started) == want; });
     MK_LOG_AT(Info, rankName(r),
               ok ? "all " + std::to_string(want) + " CTAs of the resident kernel are running"
-                 : "roll call: " + std::to_string(loadHost(&mailboxes_[r].started)) + " of " + std::to_string(want) +
-                       " CTAs running after " + fmtMs(config_.hostBudgetMs));
+                 : "roll call: " + std::to_string(loadHost(&ctx_.mailboxes[r].started)) + " of " +
+                       std::to_string(want) + " CTAs running after " + fmtMs(ctx_.config.hostBudgetMs));
     if (!ok) {
-      const cudaError_t e = cudaStreamQuery(ranks_[r].kernelStream);
+      const cudaError_t e = cudaStreamQuery(ctx_.ranks[r].kernelStream);
       throw Error(e != cudaSuccess && e != cudaErrorNotReady ? ErrorCode::CudaError : ErrorCode::Unsupported,
-                  "the resident kernel on GPU " + std::to_string(ranks_[r].device) + " did not get all " +
-                      std::to_string(want) + " CTAs running within " + fmtMs(config_.hostBudgetMs) +
+                  "the resident kernel on GPU " + std::to_string(ctx_.ranks[r].device) + " did not get all " +
+                      std::to_string(want) + " CTAs running within " + fmtMs(ctx_.config.hostBudgetMs) +
                       (e != cudaSuccess && e != cudaErrorNotReady ? std::string(" (") + cudaGetErrorName(e) + ")"
                                                                   : std::string(" (other work holds the SMs?)")));
     }

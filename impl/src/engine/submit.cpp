@@ -23,33 +23,33 @@
 
 namespace mk::runtime {
 
-void Engine::requireCapturable(int r) const {
+void EngineSubmission::requireCapturable(int r) const {
   // What no op of this communicator could be captured with; what depends on the op is checked by captureLocked.
-  if (multiNode())
+  if (ctx_.multiNode())
     throw Error(ErrorCode::Unsupported,
                 rankName(r) +
                     ": an op was submitted to a stream under CUDA graph capture, but graph capture works on "
                     "one node only (the proxy takes each op from the host). Submit it outside the capture");
 }
 
-void Engine::submitCollective(int r, const CollectiveSpec& specIn, std::optional<Algorithm> algo,
-                              const GenOptions& genIn, const void* send, void* recv, cudaStream_t stream) {
-  std::lock_guard<std::mutex> lock(mu_);
-  throwIfFailedLocked();
-  const uint32_t n = static_cast<uint32_t>(ranks_.size());
+void EngineSubmission::submitCollective(int r, const CollectiveSpec& specIn, std::optional<Algorithm> algo,
+                                        const GenOptions& genIn, const void* send, void* recv, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(ctx_.mu);
+  failures_.throwIfFailedLocked();
+  const uint32_t n = static_cast<uint32_t>(ctx_.ranks.size());
   requireCollectiveLayout();
   // The policy decides what the call leaves open (mk/algorithms/policy.hpp): the algorithm ("auto" choices
   // cached per op, count and dtype), chunks and channels given as 0, and the hierarchical inter-node variant
   // under the profile "auto" costs against. The decided request is the cache key.
   const Algorithm chosen = algo ? *algo : chooseAlgorithmLocked(specIn.op, specIn.count, specIn.dtype);
-  const CollectivePlan plan = planCollective(specIn, chosen, genIn, topology_, n, profile_);
+  const CollectivePlan plan = planCollective(specIn, chosen, genIn, ctx_.topology, n, ctx_.profile);
   const CollectiveSpec& spec = plan.spec;
   const GenOptions& gen = plan.gen;
   const uint64_t es = dtypeSize(spec.dtype);
   const uint64_t inBytes = inputCount(spec, n) * es, outBytes = outputCount(spec, n) * es;
   const ScheduleKey key = ScheduleKey::collective(spec, gen);
   auto make = [&] {
-    Schedule s = generate(spec, topology_.layout(n), gen);
+    Schedule s = generate(spec, ctx_.topology.layout(n), gen);
     ValidateOptions vo;
     vo.checkRaces = false;  // generators' own tests prove race freedom; this checks the shape we rely on
     validate(s, vo);
@@ -69,9 +69,9 @@ void Engine::submitCollective(int r, const CollectiveSpec& specIn, std::optional
   submitLocked(r, key, cs, send, recv, send ? inBytes : 0, outBytes, stream);
 }
 
-void Engine::submitSchedule(int r, const Schedule& s, const void* input, void* output, cudaStream_t stream) {
-  std::lock_guard<std::mutex> lock(mu_);
-  throwIfFailedLocked();
+void EngineSubmission::submitSchedule(int r, const Schedule& s, const void* input, void* output, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(ctx_.mu);
+  failures_.throwIfFailedLocked();
   requireSameNodes(s);
   const std::vector<uint8_t> image = pack(s);
   const uint64_t h = fnv1a(image.data(), image.size());  // same schedule, same key
@@ -92,57 +92,58 @@ void Engine::submitSchedule(int r, const Schedule& s, const void* input, void* o
   submitLocked(r, key, cs, input, output, inBytes, outBytes, stream);
 }
 
-void Engine::waitRingSpaceLocked(int r, uint32_t seq) {
-  if (seq < ringSlots_) return;
-  const uint32_t need = seq - ringSlots_ + 1;
+void EngineSubmission::waitRingSpaceLocked(int r, uint32_t seq) {
+  if (seq < ctx_.ringSlots) return;
+  const uint32_t need = seq - ctx_.ringSlots + 1;
   // Multi-process: this rank's post slot is free once every rank wrote the descriptor of its old op.
   auto lagging = [&] {
     std::string lag;
-    if (link_)
-      for (int q = 0; q < size(); ++q)
-        if (sameNode(q, me_) && !seqGeq(loadHost(&link_->header().finalized[q]), need))
+    if (ctx_.link)
+      for (int q = 0; q < ctx_.size(); ++q)
+        if (ctx_.sameNode(q, ctx_.me) && !seqGeq(loadHost(&ctx_.link->header().finalized[q]), need))
           lag += (lag.empty() ? "" : ", ") + std::to_string(q);
     return lag;
   };
-  if (seqGeq(fetched(r), need) && lagging().empty()) return;
+  if (seqGeq(ctx_.fetched(r), need) && lagging().empty()) return;
   // Ops not yet submitted by every rank can never be fetched: waiting would deadlock a single thread.
-  if (!link_ && !pending_.empty() && !seqGeq(pending_.begin()->first, need)) {
+  if (!ctx_.link && !pending_.empty() && !seqGeq(pending_.begin()->first, need)) {
     const PendingOp& p = pending_.begin()->second;
     std::string missing;
     for (size_t q = 0; q < p.called.size(); ++q)
       if (!p.called[q]) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
     throw Error(ErrorCode::InvalidArgument,
-                "rank " + std::to_string(r) + " is " + std::to_string(ringSlots_) + " ops ahead of rank(s) " + missing +
-                    ", which have not submitted op " + std::to_string(pending_.begin()->first) +
+                "rank " + std::to_string(r) + " is " + std::to_string(ctx_.ringSlots) + " ops ahead of rank(s) " +
+                    missing + ", which have not submitted op " + std::to_string(pending_.begin()->first) +
                     ": submit each op on every rank before the next (loop over ranks inside the loop over ops), or "
                     "raise CommConfig::ringSlots");
   }
   // Back-pressure: block (bounded) until the kernel has taken the slot's previous op.
-  if (!hostPoll(config_.hostBudgetMs, [&] {
-        pumpLocked();
-        return (seqGeq(fetched(r), need) && lagging().empty()) || loadHost(&status_->abort) != 0;
+  if (!hostPoll(ctx_.config.hostBudgetMs, [&] {
+        progress_.pumpLocked();
+        return (seqGeq(ctx_.fetched(r), need) && lagging().empty()) || loadHost(&ctx_.status->abort) != 0;
       })) {
     const std::string lag = lagging();
     throw Error(ErrorCode::Timeout,
-                "doorbell ring of rank " + std::to_string(r) + " stayed full for " + fmtMs(config_.hostBudgetMs) +
-                    ": the kernel has taken " + std::to_string(fetched(r)) + " ops, op " + std::to_string(seq) +
-                    " needs slot " + std::to_string(seq % ringSlots_) +
+                "doorbell ring of rank " + std::to_string(r) + " stayed full for " + fmtMs(ctx_.config.hostBudgetMs) +
+                    ": the kernel has taken " + std::to_string(ctx_.fetched(r)) + " ops, op " + std::to_string(seq) +
+                    " needs slot " + std::to_string(seq % ctx_.ringSlots) +
                     (lag.empty() ? std::string(" (is a stream blocked?)")
                                  : "; rank(s) " + lag + " have not submitted op " + std::to_string(need - 1) +
-                                       " yet (" + std::to_string(ringSlots_) + " ops behind)"));
+                                       " yet (" + std::to_string(ctx_.ringSlots) + " ops behind)"));
   }
-  throwIfFailedLocked(true);
+  failures_.throwIfFailedLocked(true);
 }
 
-void Engine::submitLocked(int r, const ScheduleKey& key, CachedSchedule& sched, const void* send, void* recv,
-                          uint64_t inBytes, uint64_t outBytes, cudaStream_t stream, const std::vector<uint64_t>& bind,
-                          const std::vector<std::pair<uintptr_t, uintptr_t>>& extraReads,
-                          const std::vector<std::pair<uintptr_t, uintptr_t>>& extraWrites) {
+void EngineSubmission::submitLocked(int r, const ScheduleKey& key, CachedSchedule& sched, const void* send, void* recv,
+                                    uint64_t inBytes, uint64_t outBytes, cudaStream_t stream,
+                                    const std::vector<uint64_t>& bind,
+                                    const std::vector<std::pair<uintptr_t, uintptr_t>>& extraReads,
+                                    const std::vector<std::pair<uintptr_t, uintptr_t>>& extraWrites) {
   if (RelaxedCapture::capturing(stream)) {
     captureLocked(r, CapturedOp{key, &sched, send, recv, inBytes, outBytes, bind, extraReads, extraWrites}, stream);
     return;
   }
-  RankResources& rr = ranks_[r];
+  RankResources& rr = ctx_.ranks[r];
   const uint32_t seq = rr.submitted;
   MK_LOG_AT(Debug, rankName(r), "op " + std::to_string(seq) + ": submitting " + sched.what);
   waitRingSpaceLocked(r, seq);
@@ -150,10 +151,10 @@ void Engine::submitLocked(int r, const ScheduleKey& key, CachedSchedule& sched, 
 
   const auto& api = driverApi();
   MK_CUDA_CHECK(cudaSetDevice(rr.device));
-  if (link_) {
+  if (ctx_.link) {
     // Peers map these buffers through CUDA IPC: refuse one that cannot be exported before the doorbell rings.
-    link_->exportPointer(send, "send buffer");
-    link_->exportPointer(recv, "recv buffer");
+    ctx_.link->exportPointer(send, "send buffer");
+    ctx_.link->exportPointer(recv, "recv buffer");
   }
   const uintptr_t s0 = reinterpret_cast<uintptr_t>(send), r0 = reinterpret_cast<uintptr_t>(recv);
   const void* boundInput = send;
@@ -172,41 +173,43 @@ void Engine::submitLocked(int r, const ScheduleKey& key, CachedSchedule& sched, 
     boundInput = staging;
   }
   const bool grouped = insideGroup();
-  handoff(r, stream, seq, !grouped);
+  handoff_.handoff(r, stream, seq, !grouped);
   rr.submitted = seq + 1;
   if (interNode_) interNode_->noteSubmitted();
-  if (grouped) deferGroupWait(this, r, stream, seq);
+  if (grouped) deferGroupWait(&engine_, r, stream, seq);
   recordCallLocked(r, seq, op, boundInput, send, recv, inBytes, outBytes, bind, extraReads, extraWrites);
 }
 
-PendingOp& Engine::pendingOpLocked(int r, uint32_t seq, const ScheduleKey& key, CachedSchedule& sched) {
+PendingOp& EngineSubmission::pendingOpLocked(int r, uint32_t seq, const ScheduleKey& key, CachedSchedule& sched) {
   auto it = pending_.find(seq);
   if (it == pending_.end()) {
     PendingOp fresh;
     fresh.key = key;
     fresh.sched = &sched;
-    fresh.called.assign(ranks_.size(), false);
-    fresh.input.assign(ranks_.size(), nullptr);
-    fresh.output.assign(ranks_.size(), nullptr);
-    fresh.bind.assign(ranks_.size(), {});
+    fresh.called.assign(ctx_.ranks.size(), false);
+    fresh.input.assign(ctx_.ranks.size(), nullptr);
+    fresh.output.assign(ctx_.ranks.size(), nullptr);
+    fresh.bind.assign(ctx_.ranks.size(), {});
     return pending_.emplace(seq, std::move(fresh)).first->second;
   }
   PendingOp& op = it->second;
   if (op.key != key) {
     int first = 0;
     while (!op.called[first]) ++first;
-    poisonAndThrow(ErrorCode::InvalidArgument,
-                   "op " + std::to_string(seq) + " differs between ranks: rank " + std::to_string(first) +
-                       " submitted " + op.sched->what + ", rank " + std::to_string(r) + " submitted " + sched.what +
-                       " (every rank must submit the same collective with the same count, dtype, op and algorithm)");
+    failures_.poisonAndThrow(
+        ErrorCode::InvalidArgument,
+        "op " + std::to_string(seq) + " differs between ranks: rank " + std::to_string(first) + " submitted " +
+            op.sched->what + ", rank " + std::to_string(r) + " submitted " + sched.what +
+            " (every rank must submit the same collective with the same count, dtype, op and algorithm)");
   }
   return op;
 }
 
-void Engine::recordCallLocked(int r, uint32_t seq, PendingOp& op, const void* boundInput, const void* send, void* recv,
-                              uint64_t inBytes, uint64_t outBytes, const std::vector<uint64_t>& bind,
-                              const std::vector<std::pair<uintptr_t, uintptr_t>>& extraReads,
-                              const std::vector<std::pair<uintptr_t, uintptr_t>>& extraWrites) {
+void EngineSubmission::recordCallLocked(int r, uint32_t seq, PendingOp& op, const void* boundInput, const void* send,
+                                        void* recv, uint64_t inBytes, uint64_t outBytes,
+                                        const std::vector<uint64_t>& bind,
+                                        const std::vector<std::pair<uintptr_t, uintptr_t>>& extraReads,
+                                        const std::vector<std::pair<uintptr_t, uintptr_t>>& extraWrites) {
   const uintptr_t s0 = reinterpret_cast<uintptr_t>(send), r0 = reinterpret_cast<uintptr_t>(recv);
   op.called[r] = true;
   op.input[r] = boundInput;
@@ -216,11 +219,11 @@ void Engine::recordCallLocked(int r, uint32_t seq, PendingOp& op, const void* bo
   op.reads.insert(op.reads.end(), extraReads.begin(), extraReads.end());
   op.writes.insert(op.writes.end(), extraWrites.begin(), extraWrites.end());
   op.bind[r] = bind;
-  if (++op.calls == local_.size()) {
-    if (link_) {
-      postLocked(seq, op);
-      progressLocked();  // the peers may have posted already
-      throwIfFailedLocked();
+  if (++op.calls == ctx_.local.size()) {
+    if (ctx_.link) {
+      progress_.postLocked(seq, op);
+      progress_.progressLocked();  // the peers may have posted already
+      failures_.throwIfFailedLocked();
     } else {
       finalizeLocalLocked(seq, op);
       pending_.erase(seq);

@@ -15,38 +15,39 @@ namespace mk::runtime {
 
 void Engine::shutdown() noexcept {
   bool any = false;
-  for (const auto& rr : ranks_) any = any || rr.launched;
+  for (const auto& rr : ctx_.ranks) any = any || rr.launched;
   if (!any) return;
   // Let submitted ops finish (bounded), then ask the kernels to leave; abort them if they do not.
-  const bool failed = !poison_.empty() || (status_ && loadHost(&status_->abort) != 0);
+  const bool failed = !poison_.empty() || (ctx_.status && loadHost(&ctx_.status->abort) != 0);
   MK_LOG_AT(Info, "shutdown", failed ? "after a failure: stopping the resident kernels" : "draining submitted ops");
   // Multi-process: ops posted here wait for peers' posts (bounded) before they can drain.
-  if (!failed && link_)
-    hostPoll(config_.hostBudgetMs, [&] {
-      pumpLocked();
-      return pending_.empty() || loadHost(&status_->abort) != 0;
+  if (!failed && ctx_.link)
+    hostPoll(ctx_.config.hostBudgetMs, [&] {
+      progress_.pumpLocked();
+      return submission_.pendingOps().empty() || loadHost(&ctx_.status->abort) != 0;
     });
-  bool drained = failed ? false : pending_.empty();
+  bool drained = failed ? false : submission_.pendingOps().empty();
   if (drained)
-    for (uint32_t r = 0; r < ranks_.size(); ++r)
-      if (ranks_[r].launched && !hostPoll(config_.hostBudgetMs, [&] {
-            return seqGeq(completed(static_cast<int>(r)), ranks_[r].submitted) || loadHost(&status_->abort) != 0;
+    for (uint32_t r = 0; r < ctx_.ranks.size(); ++r)
+      if (ctx_.ranks[r].launched && !hostPoll(ctx_.config.hostBudgetMs, [&] {
+            return seqGeq(ctx_.completed(static_cast<int>(r)), ctx_.ranks[r].submitted) ||
+                   loadHost(&ctx_.status->abort) != 0;
           }))
         drained = false;
-  for (uint32_t r = 0; r < ranks_.size(); ++r) storeHost(&mailboxes_[r].shutdown, 1);
-  if (!drained && status_ && loadHost(&status_->abort) == 0) {
+  for (uint32_t r = 0; r < ctx_.ranks.size(); ++r) storeHost(&ctx_.mailboxes[r].shutdown, 1);
+  if (!drained && ctx_.status && loadHost(&ctx_.status->abort) == 0) {
     // Ops that can never finish (a rank never submitted its part, or a failure): stop the kernels.
-    status_->code = static_cast<uint32_t>(device::Status::HostAbort);
-    storeHost(&status_->abort, 1);
+    ctx_.status->code = static_cast<uint32_t>(device::Status::HostAbort);
+    storeHost(&ctx_.status->abort, 1);
   }
-  for (auto& rr : ranks_) {
+  for (auto& rr : ctx_.ranks) {
     if (!rr.launched) continue;
     cudaSetDevice(rr.device);
     const bool exited =
-        hostPoll(config_.hostBudgetMs, [&] { return cudaStreamQuery(rr.kernelStream) != cudaErrorNotReady; });
+        hostPoll(ctx_.config.hostBudgetMs, [&] { return cudaStreamQuery(rr.kernelStream) != cudaErrorNotReady; });
     if (!exited) {
-      storeHost(&status_->abort, 1);
-      if (!hostPoll(config_.hostBudgetMs, [&] { return cudaStreamQuery(rr.kernelStream) != cudaErrorNotReady; })) {
+      storeHost(&ctx_.status->abort, 1);
+      if (!hostPoll(ctx_.config.hostBudgetMs, [&] { return cudaStreamQuery(rr.kernelStream) != cudaErrorNotReady; })) {
         std::fprintf(stderr, "mkernel: the resident kernel on GPU %d did not stop; its memory is leaked\n", rr.device);
         continue;
       }
@@ -60,13 +61,13 @@ void Engine::shutdown() noexcept {
     if (failed) interNode_->fail(Error(poisonCode_, poison_.empty() ? describeDeviceFailure() : poison_));
     interNode_->stop();
   }
-  if (link_ && !ranks_[static_cast<size_t>(me_)].launched) {
+  if (ctx_.link && !ctx_.ranks[static_cast<size_t>(ctx_.me)].launched) {
     // Peers' kernels may still write into this rank's memory (done / abort words) until they stopped:
     // free nothing before every peer's kernel left (bounded; a peer whose process died is not waited for).
-    storeHost(&link_->header().stopped[me_], 1);
-    hostPoll(config_.hostBudgetMs, [&] {
+    storeHost(&ctx_.link->header().stopped[ctx_.me], 1);
+    hostPoll(ctx_.config.hostBudgetMs, [&] {
       for (int q = 0; q < size(); ++q)  // the node's ranks: only they share this segment and map this memory
-        if (sameNode(q, me_) && loadHost(&link_->header().stopped[q]) == 0 && !link_->gone(q)) return false;
+        if (sameNode(q, ctx_.me) && loadHost(&ctx_.link->header().stopped[q]) == 0 && !ctx_.link->gone(q)) return false;
       return true;
     });
   }
@@ -74,22 +75,15 @@ void Engine::shutdown() noexcept {
 
 void Engine::releaseMemory() noexcept {
   bool stillRunning = false;
-  for (const auto& rr : ranks_) stillRunning = stillRunning || rr.launched;
-  if (link_ && !stillRunning) link_->closeImports();
+  for (const auto& rr : ctx_.ranks) stillRunning = stillRunning || rr.launched;
+  if (ctx_.link && !stillRunning) ctx_.link->closeImports();
   bool anyRunning = false;
-  for (const auto& rr : ranks_) anyRunning = anyRunning || rr.launched;
+  for (const auto& rr : ctx_.ranks) anyRunning = anyRunning || rr.launched;
   // Compute lanes: the per-op GemmParams blocks, freed only once no kernel can read them (before the
   // arenas they may be carved from).
   releaseGemmLaneBinders(this, !anyRunning);
-  for (auto& kv : cache_) {
-    for (size_t r = 0; r < kv.second->devicePrograms.size(); ++r)
-      if (r < ranks_.size() && !ranks_[r].launched && kv.second->devicePrograms[r] && ranks_[r].arena) {
-        cudaSetDevice(ranks_[r].device >= 0 ? ranks_[r].device : 0);
-        ranks_[r].arena->release(kv.second->devicePrograms[r]);
-      }
-  }
-  cache_.clear();
-  for (auto& rr : ranks_) {
+  submission_.releasePrograms();
+  for (auto& rr : ctx_.ranks) {
     if (rr.device < 0) continue;
     if (rr.launched) continue;  // a kernel that never stopped may still touch it: leak rather than corrupt
     cudaSetDevice(rr.device);
@@ -114,24 +108,21 @@ void Engine::releaseMemory() noexcept {
     rr = RankResources{};
   }
   if (!anyRunning) {
-    if (!link_) cudaFreeHost(status_);
-    cudaFreeHost(ring_);
-    cudaFreeHost(mailboxes_);
-    if (trace_) cudaFreeHost(trace_);
-    if (clockPing_) cudaFreeHost(clockPing_);
-    if (clockPong_) cudaFreeHost(clockPong_);
-    if (graphCells_) cudaFreeHost(graphCells_);
-    graphCells_ = nullptr;
-    status_ = nullptr;
-    link_.reset();
+    if (!ctx_.link) cudaFreeHost(ctx_.status);
+    cudaFreeHost(ctx_.ring);
+    cudaFreeHost(ctx_.mailboxes);
+    timing_.release();
+    submission_.releaseHostBlocks();
+    ctx_.status = nullptr;
+    ctx_.link.reset();
   }
   cudaGetLastError();
 }
 
 Engine::~Engine() {
-  stopProgressThread();
+  progress_.stop();
   try {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(ctx_.mu);
     shutdown();
     releaseMemory();
   } catch (...) {

@@ -11,7 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "engine/engine.hpp"
+#include "engine/timing.hpp"
+
+#include "engine/host_alloc.hpp"
 #include "engine/host_sync.hpp"
 #include "kernels/resident_kernel.hpp"
 #include "mk/cuda_check.hpp"
@@ -21,13 +23,30 @@
 namespace mk {
 namespace runtime {
 
-OpTiming Engine::opTiming(int r, uint64_t op) {
-  std::lock_guard<std::mutex> lock(mu_);
+void EngineTiming::allocate(size_t nRanks) {
+  if (ctx_.config.trace) trace_ = hostAlloc<device::TraceRecord>(nRanks * size_t{ctx_.config.traceCapacity});
+  traceTaken_.assign(nRanks, 0);
+  clockPing_ = hostAlloc<uint32_t>(4);
+  clockPong_ = hostAlloc<uint64_t>(2);
+}
+
+void EngineTiming::release() noexcept {
+  if (trace_) cudaFreeHost(trace_);
+  if (clockPing_) cudaFreeHost(clockPing_);
+  if (clockPong_) cudaFreeHost(clockPong_);
+}
+
+device::TraceRecord* EngineTiming::traceOf(uint32_t r) const {
+  return trace_ ? &trace_[size_t{r} * ctx_.config.traceCapacity] : nullptr;
+}
+
+OpTiming EngineTiming::opTiming(int r, uint64_t op) {
+  std::lock_guard<std::mutex> lock(ctx_.mu);
   device::OpStamp st{};
-  MK_CUDA_CHECK(cudaSetDevice(ranks_[r].device));
-  MK_CUDA_CHECK(cudaMemcpyAsync(&st, &ranks_[r].stamps[op % ringSlots_], sizeof st, cudaMemcpyDeviceToHost,
-                                ranks_[r].copyStream));
-  MK_CUDA_CHECK(cudaStreamSynchronize(ranks_[r].copyStream));
+  MK_CUDA_CHECK(cudaSetDevice(ctx_.ranks[r].device));
+  MK_CUDA_CHECK(cudaMemcpyAsync(&st, &ctx_.ranks[r].stamps[op % ctx_.ringSlots], sizeof st, cudaMemcpyDeviceToHost,
+                                ctx_.ranks[r].copyStream));
+  MK_CUDA_CHECK(cudaStreamSynchronize(ctx_.ranks[r].copyStream));
   if (st.op != static_cast<uint32_t>(op) || st.completeNs == 0)
     throw Error(ErrorCode::NotFound, "timestamps of op " + std::to_string(op) + " on rank " + std::to_string(r) +
                                          " are not available (not complete yet, or overwritten by later ops)");
@@ -43,15 +62,15 @@ OpTiming Engine::opTiming(int r, uint64_t op) {
   return t;
 }
 
-ClockSync Engine::calibrateClock(int r, int rounds) {
+ClockSync EngineTiming::calibrateClock(int r, int rounds) {
   if (rounds < 1) throw Error(ErrorCode::InvalidArgument, "calibrateClock: rounds must be >= 1");
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(ctx_.mu);
   uint32_t* ping = clockPing_;
   uint64_t* pong = clockPong_;
   storeHost(ping, 0);
   pong[1] = 0;
-  MK_CUDA_CHECK(cudaSetDevice(ranks_[r].device));
-  MK_CUDA_CHECK(launchClockProbe(ping, pong, static_cast<uint32_t>(rounds), 1000000000ull, ranks_[r].copyStream));
+  MK_CUDA_CHECK(cudaSetDevice(ctx_.ranks[r].device));
+  MK_CUDA_CHECK(launchClockProbe(ping, pong, static_cast<uint32_t>(rounds), 1000000000ull, ctx_.ranks[r].copyStream));
   auto hostNs = [] {
     return static_cast<double>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
@@ -64,9 +83,10 @@ ClockSync Engine::calibrateClock(int r, int rounds) {
     storeHost(ping, static_cast<uint32_t>(i));
     if (!hostPoll(1000, [&] { return static_cast<uint32_t>(vp[1]) == static_cast<uint32_t>(i); })) {
       storeHost(ping, 0xFFFFFFFFu);  // the probe leaves at once if it ever runs
-      hostPoll(2000, [&] { return cudaStreamQuery(ranks_[r].copyStream) != cudaErrorNotReady; });
-      throw Error(ErrorCode::Timeout, "calibrateClock: the probe kernel on GPU " + std::to_string(ranks_[r].device) +
-                                          " did not answer ping " + std::to_string(i) + " within 1 s");
+      hostPoll(2000, [&] { return cudaStreamQuery(ctx_.ranks[r].copyStream) != cudaErrorNotReady; });
+      throw Error(ErrorCode::Timeout, "calibrateClock: the probe kernel on GPU " +
+                                          std::to_string(ctx_.ranks[r].device) + " did not answer ping " +
+                                          std::to_string(i) + " within 1 s");
     }
     const double t1 = hostNs();
     const double g = static_cast<double>(vp[0]);
@@ -76,21 +96,21 @@ ClockSync Engine::calibrateClock(int r, int rounds) {
       best.offsetNs = g - (t0 + half);
     }
   }
-  MK_CUDA_CHECK(cudaStreamSynchronize(ranks_[r].copyStream));
+  MK_CUDA_CHECK(cudaStreamSynchronize(ctx_.ranks[r].copyStream));
   return best;
 }
 
-std::vector<TraceEvent> Engine::takeTrace(int r) {
-  std::lock_guard<std::mutex> lock(mu_);
+std::vector<TraceEvent> EngineTiming::takeTrace(int r) {
+  std::lock_guard<std::mutex> lock(ctx_.mu);
   std::vector<TraceEvent> out;
   if (!trace_) return out;
   uint32_t count = 0;
-  MK_CUDA_CHECK(cudaSetDevice(ranks_[r].device));
-  MK_CUDA_CHECK(cudaMemcpyAsync(&count, &ranks_[r].state->traceCount, sizeof count, cudaMemcpyDeviceToHost,
-                                ranks_[r].copyStream));
-  MK_CUDA_CHECK(cudaStreamSynchronize(ranks_[r].copyStream));
-  count = std::min(count, config_.traceCapacity);
-  const device::TraceRecord* rec = &trace_[size_t(r) * config_.traceCapacity];
+  MK_CUDA_CHECK(cudaSetDevice(ctx_.ranks[r].device));
+  MK_CUDA_CHECK(cudaMemcpyAsync(&count, &ctx_.ranks[r].state->traceCount, sizeof count, cudaMemcpyDeviceToHost,
+                                ctx_.ranks[r].copyStream));
+  MK_CUDA_CHECK(cudaStreamSynchronize(ctx_.ranks[r].copyStream));
+  count = std::min(count, ctx_.config.traceCapacity);
+  const device::TraceRecord* rec = &trace_[size_t(r) * ctx_.config.traceCapacity];
   for (uint32_t i = traceTaken_[r]; i < count; ++i) {
     TraceEvent e;
     e.rank = static_cast<uint32_t>(r);
