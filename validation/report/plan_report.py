@@ -139,6 +139,14 @@ def class_share_rows(v):
     return head, rows
 
 
+def fused_status(doc):
+    """Orange (not validated) when the fused variant is priced, red when it cannot be."""
+    if doc["fused"]["status"] == "available":
+        return ("<span class='nv'>fused: available, not validated</span> (priced by the fused schedules' own "
+                "model; the fused operators have run only with ranks sharing one GPU: docs/results.md)")
+    return f"<span class='bad'>fused: {esc(doc['fused']['status'])}</span>"
+
+
 def fused_rows(doc):
     """Per GPU count and variant: the layered step, the fused step and the speedup (or "not available")."""
     variants = doc["variants"]
@@ -389,7 +397,7 @@ def main():
     p.append(f"<p><b>Communication.</b> Each distinct collective simulated once by SimGrid at the cluster's scale "
              f"({len(doc['collectives'])} distinct); validation of the simulator on the committed measurements: "
              f"{esc(doc['confidence']['validation'])}.</p>")
-    p.append(f"<p><b>Fused operators.</b> <span class='bad'>fused: {esc(doc['fused']['status'])}</span></p>")
+    p.append(f"<p><b>Fused operators.</b> {fused_status(doc)}</p>")
     p.append("<p class='note'>Confidence: each step carries a band, ± the median |error| of each class of operation "
              "that makes it up, weighted by that class's share of the step (classes nothing measured add nothing: "
              "the last column gives their share). Cells in <span class='ok'>green</span> are built only from "
@@ -422,7 +430,7 @@ def main():
     p.append("<h2>Throughput, scaling efficiency, MFU</h2>")
     p.append(f"<p><img src='{imgs[3]}' alt='throughput'></p>")
     p.append("<h2>Layered vs fused</h2>")
-    p.append(f"<p><span class='bad'>fused: {esc(doc['fused']['status'])}</span>. The layered variant runs every GEMM "
+    p.append(f"<p>{fused_status(doc)}. The layered variant runs every GEMM "
              "and then its collective (what a framework on a collective library does); the fused variant runs each "
              "pair below as one of this project's fused operators. No fused number is shown until the fused "
              "operators' model prices them.</p>")

@@ -217,8 +217,8 @@ ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* v
   t.add({"fused",
          "fused operators (AllGather+GEMM, GEMM+ReduceScatter, GEMM+AllReduce)",
          std::nullopt,
-         "no fused operator has run on a GPU yet: priced by the fused schedules' own model (closed form, SimGrid "
-         "replay across nodes)",
+         "measured only with ranks sharing one GPU, not across GPUs or nodes (docs/results.md): priced by the "
+         "fused schedules' own model (closed form, SimGrid replay across nodes)",
          "",
          {},
          {}});

@@ -41,12 +41,17 @@ check "no temporary directory is left" bash -c "! compgen -G '$work/.rep*' >/dev
 check "plan.json says the fused variant is priced" grep -q '"status": "available"' "$work/a.json"
 check "plan.json has a fused speedup" grep -Eq '"fused_speedup": [0-9]' "$work/a.json"
 check "the page says the fused variant is priced" grep -q 'fused: available' "$work/rep/index.html"
+check "the priced fused variant is marked not validated, not as a failure" \
+  bash -c "grep -q \"class='nv'>fused: available, not validated\" '$work/rep/index.html' && ! grep -q \"class='bad'>fused\" '$work/rep/index.html'"
+check "plan.json says what of the fused operators ran" grep -q 'measured only with ranks sharing one GPU' "$work/a.json"
 check "the page marks numbers that are not validated" grep -q 'not validated' "$work/rep/index.html"
 check "every image of the page exists" bash -c "for f in \$(grep -o \"src='[^']*'\" '$work/rep/index.html' | cut -d\"'\" -f2); do test -s '$work/rep/'\$f || exit 1; done"
 expect 0 'GPUs +layered +fused +speedup' -- "${run[@]}"
 # the headline first, the table's bottleneck and memory columns, counts without exponents, in 120 columns
 "${run[@]}" >"$work/table.txt" 2>/dev/null
 check "the terminal starts with the headline" grep -Eq '^headline: tiny on 32 x NVIDIA H200 .*step [0-9.]+ ms ±[0-9.]+ %' "$work/table.txt"
+check "the headline calls fusing modelled, not validated" \
+  bash -c "sed -n '/^headline:/,/^workload:/p' '$work/table.txt' | tr -s ' \n' ' ' | grep -q '(modelled, not validated)'"
 check "the table has the band, bottleneck and memory columns" grep -Eq '^ +GPUs nodes tp/pp/dp/ep +mb +step +band tokens/s +MFU scale +bound +mem/GPU' "$work/table.txt"
 check "the table's rows say what bounds them and the memory per GPU" grep -Eq '^ +32 +4 +8/1/4/1 .* compute [0-9]+ % +[0-9.]+ GB ' "$work/table.txt"
 check "no number of the table is in exponent form" bash -c '! grep -Eq "[0-9]e[+-][0-9]" "$0"' "$work/table.txt"
