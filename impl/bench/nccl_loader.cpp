@@ -53,7 +53,7 @@ int ncclOp(mk::RedOp op) { return op == mk::RedOp::Max ? kNcclMax : op == mk::Re
 }  // namespace
 
 void Nccl::load() {
-  // Before the library reads its environment: never NVLink multicast on the lent machines.
+  // Before the library reads its environment: never NVLink multicast on the machines we measure on.
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   lib_ = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
   if (!lib_)

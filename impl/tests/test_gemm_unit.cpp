@@ -157,7 +157,7 @@ TEST_CASE("gemm validation: the tile width choice removes badly filled last wave
 TEST_CASE("gemm validation: the tma-store epilogue runs for bf16 output only and keeps the stage count") {
   mk::GemmConfig cfg;
   CHECK(cfg.epilogue ==
-        mk::GemmEpilogue::TmaStore);  // the default (measured faster on every reference shape, --shapes issue6)
+        mk::GemmEpilogue::TmaStore);  // the default (measured faster on every reference shape, --shapes reference)
   cfg.epilogue = mk::GemmEpilogue::Direct;
   CHECK(mk::validateGemm(good(), cfg, 132).epilogue == mk::GemmEpilogue::Direct);
   cfg.epilogue = mk::GemmEpilogue::TmaStore;
@@ -284,8 +284,8 @@ TEST_CASE("gemm stream-K: the partition covers every iteration once and every CT
     }
   }
   CHECK(failures == 0);
-  // A reference shape (--shapes issue6): 128 wide tiles of 128 k-slices on 116 CTAs: 16384 iterations, 141 or 142 per
-  // CTA, no tile in more than 2 pieces, and a CTA cuts at most 2 tiles.
+  // A reference shape (--shapes reference): 128 wide tiles of 128 k-slices on 116 CTAs: 16384 iterations, 141 or
+  // 142 per CTA, no tile in more than 2 pieces, and a CTA cuts at most 2 tiles.
   const mk::device::GemmStreamK big = mk::device::gemmStreamK(128, 128, 116);
   CHECK(big.begin(1) - big.begin(0) == 142);
   CHECK(big.begin(116) - big.begin(115) == 141);
@@ -490,7 +490,7 @@ int64_t replaySchedule(const mk::GemmTiles& t, int64_t k, int64_t groupM, int la
 }  // namespace
 
 TEST_CASE("gemm stream-K: a CPU replay of the kernel's walk stores every tile once with its whole k-sum") {
-  // The reference shapes (--shapes issue6) as Auto / StreamK schedule them, and small grids with cuts, whole tiles
+  // The reference shapes (--shapes reference) as Auto / StreamK schedule them, and small grids with cuts, whole tiles
   // inside ranges, CTAs without stream-K work and the hybrid's whole waves; 3 launches each (counters must reset).
   struct Shape {
     int64_t m, n, k, ctas, tileN;

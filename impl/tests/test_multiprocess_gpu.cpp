@@ -415,7 +415,7 @@ TEST_CASE("topology: NVML counts the NVLinks between the two GPUs") {
   cudaDeviceProp prop{};
   MK_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   if (p.activeLinks > 0) {
-    // The local topology's NVLink bandwidth comes from the count (the lent pair keeps its measured preset).
+    // The local topology's NVLink bandwidth comes from the count (the h200x2 pair keeps its measured preset).
     mk::Topology t = mk::topologyPreset("dgx-h200");
     const std::string summary = mk::runtime::applyNvlinkProbes(t, {p, p}, prop.major);
     CHECK(summary.find(std::to_string(p.activeLinks) + " NVLinks per GPU") == 0);

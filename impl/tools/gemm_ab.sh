@@ -11,7 +11,7 @@
 #   focus:    4096 x 4096 x 2048 on 132 and 116 CTAs, direct / tma-store alternating 3x -> focus.log, focus_*.json
 #   skinny:   split-K on 512 x 8192 x 8192 (116 CTAs) and 128 x 8192 x 8192 (all SMs),
 #             --split-k 1 / 2 / 3 alternating twice, --check                           -> skinny.log, skinny_*.json
-#   table:    mk-bench gemm --shapes issue6 --check: direct, then tma-store            -> bench_{direct,tma}.log/json
+#   table:    mk-bench gemm --shapes reference --check: direct, then tma-store            -> bench_{direct,tma}.log/json
 #   memcheck: compute-sanitizer memcheck on the tma-store correctness cases            -> memcheck.log
 #   table2:   the table without --check (10 x 3 launches): tma-store, then direct (reverse order)
 # Not in the default (ask for them; "streamk,sanitize-sk" takes ~3-4 min):
@@ -70,11 +70,11 @@ has skinny && for rep in 1 2; do
   done
 done
 
-# The reference table (--shapes issue6) with --check, one pass per variant.
+# The reference table (--shapes reference) with --check, one pass per variant.
 if has table; then
-  timeout 150 "$BIN/mk-bench" gemm --shapes issue6 --check --epilogue direct --json "$OUTDIR/bench_direct.json" \
+  timeout 150 "$BIN/mk-bench" gemm --shapes reference --check --epilogue direct --json "$OUTDIR/bench_direct.json" \
     2>&1 | tee "$OUTDIR/bench_direct.log" || status=1
-  timeout 150 "$BIN/mk-bench" gemm --shapes issue6 --check --epilogue tma-store --json "$OUTDIR/bench_tma.json" \
+  timeout 150 "$BIN/mk-bench" gemm --shapes reference --check --epilogue tma-store --json "$OUTDIR/bench_tma.json" \
     2>&1 | tee "$OUTDIR/bench_tma.log" || status=1
 fi
 
@@ -86,9 +86,9 @@ fi
 
 # A second, shorter pass in the reverse order.
 if has table2; then
-  timeout 60 "$BIN/mk-bench" gemm --shapes issue6 --iters 10 --reps 3 --epilogue tma-store \
+  timeout 60 "$BIN/mk-bench" gemm --shapes reference --iters 10 --reps 3 --epilogue tma-store \
     --json "$OUTDIR/bench_tma_2.json" 2>&1 | tee "$OUTDIR/bench_tma_2.log" || status=1
-  timeout 60 "$BIN/mk-bench" gemm --shapes issue6 --iters 10 --reps 3 --epilogue direct \
+  timeout 60 "$BIN/mk-bench" gemm --shapes reference --iters 10 --reps 3 --epilogue direct \
     --json "$OUTDIR/bench_direct_2.json" 2>&1 | tee "$OUTDIR/bench_direct_2.log" || status=1
 fi
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # mkernel — the GEMM engine's device suite, one call on the GPU machine:
-#   GPU tests, mk-bench gemm over the reference table (--shapes issue6) with --check, SASS / resource facts, and
+#   GPU tests, mk-bench gemm over the reference table (--shapes reference) with --check, SASS / resource facts, and
 #   compute-sanitizer memcheck on a small subset of the tests.
 #
 #   impl/tools/gemm_suite.sh [BIN_DIR] [SECTIONS]
@@ -34,13 +34,13 @@ if has tests; then
   timeout 120 "$BIN/mk_gemm_gpu_tests" 2>&1 | tee "$OUT/tests.log" || status=1
 fi
 if has bench; then
-  timeout 150 "$BIN/mk-bench" gemm --shapes issue6 --check --json "$OUT/gemm.json" 2>&1 | tee "$OUT/bench.log" || status=1
+  timeout 150 "$BIN/mk-bench" gemm --shapes reference --check --json "$OUT/gemm.json" 2>&1 | tee "$OUT/bench.log" || status=1
   # The fixed tile widths, for the tile-choice model (docs/gemm.md), and the "TN" layout.
   for w in 128 256; do
-    timeout 60 "$BIN/mk-bench" gemm --shapes issue6 --tile-n $w --iters 10 --reps 3 \
+    timeout 60 "$BIN/mk-bench" gemm --shapes reference --tile-n $w --iters 10 --reps 3 \
       --json "$OUT/gemm_tile$w.json" 2>&1 | tee "$OUT/bench_tile$w.log" || status=1
   done
-  timeout 60 "$BIN/mk-bench" gemm --shapes issue6 --layout-b col --check --iters 10 --reps 3 \
+  timeout 60 "$BIN/mk-bench" gemm --shapes reference --layout-b col --check --iters 10 --reps 3 \
     --json "$OUT/gemm_col.json" 2>&1 | tee "$OUT/bench_col.log" || status=1
 fi
 if has sass; then

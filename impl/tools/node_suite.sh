@@ -4,7 +4,7 @@
 #   2. mk-bench allreduce / allgather / reducescatter, 8 B .. max bytes, mkernel auto (costed against that
 #      profile) and every algorithm, NCCL in the same run (NVLS off);
 #   3. one traced 1 MiB two-shot all-reduce (for mk-validate's side-by-side trace);
-#   4. mk-bench gemm over the reference shapes (--shapes issue6) with --check, the GEMM GPU tests, SASS facts; the GEMM as a Gemm
+#   4. mk-bench gemm over the reference shapes (--shapes reference) with --check, the GEMM GPU tests, SASS facts; the GEMM as a Gemm
 #      step inside the resident kernel against the standalone kernel (mk-bench gemm --engine both);
 #   5. the GPU test suite (single- and multi-process), one process per case under a time limit;
 #   6. mk-probe-latency: the hand-off floors and the engine's per-op stage times (docs/gpu-engine.md, "Latency").
@@ -58,7 +58,7 @@ timeout 30 "$B/mk-bench" allreduce -g "$gpus" -b 1M -e 1M --algo two-shot -n 5 -
   --trace "$R/trace-allreduce-two-shot-1M.json" >> "$R/mkbench.log" 2>&1
 stamp gemm
 if [[ $gemmShapes -eq 1 ]]; then
-  timeout 150 "$B/mk-bench" gemm --shapes issue6 --check --json "$R/$day-h200-gemm.json" > "$R/gemm.log" 2>&1
+  timeout 150 "$B/mk-bench" gemm --shapes reference --check --json "$R/$day-h200-gemm.json" > "$R/gemm.log" 2>&1
   echo "gemm rc=$?" >> "$R/summary.log"
   timeout 90 "$B/mk_gemm_gpu_tests" > "$R/gemm-tests.log" 2>&1
   echo "gemm tests rc=$?" >> "$R/summary.log"

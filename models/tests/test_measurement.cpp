@@ -37,7 +37,7 @@ void requireParseError(const std::string& text, const std::string& needle) {
 
 }  // namespace
 
-TEST_CASE("measurement: a file in the DESIGN.md format parses with every value intact") {
+TEST_CASE("measurement: a file in the mkernel.measurement.v1 format parses with every value intact") {
   const auto f = mk::parseMeasurementFile(kGood, "f.json");
   CHECK(f.schema == "mkernel.measurement.v1");
   CHECK(f.commit == "0123abcd");

@@ -67,7 +67,7 @@ std::string scratchPath(const std::string& stem) {
 
 }  // namespace
 
-TEST_CASE("topology: h200x2 preset carries the lent node's datasheet values") {
+TEST_CASE("topology: h200x2 preset carries the H200 pair's datasheet values") {
   const Topology t = topologyPreset("h200x2");
   CHECK(t.name == "h200x2");
   CHECK(t.nodes == 1);

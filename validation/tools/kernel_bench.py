@@ -19,7 +19,7 @@ median, min and max. Before each iteration a 256 MiB buffer is written when the 
 gaps stay out of the number, as in a step where the host runs ahead). Each forward kernel is checked once
 against a float32 reference where cheap; a kernel whose check fails is not recorded.
 
-Records: "mkernel.measurement.v1" (DESIGN.md, "Data contracts"), "op": "kernel", with class, kernel, pass,
+Records: "mkernel.measurement.v1" (models/include/mk/io/measurement.hpp), "op": "kernel", with class, kernel, pass,
 dtype, the class's shape fields, flops and bytes as the issue-32 census contract defines them (docs/calibration.md,
 "Kernel measurements").
 

@@ -81,7 +81,7 @@ struct GemmConfig {
   /// tile when its wave count (ceil(tiles / CTAs)) makes it faster under the cost model of gemmChooseTileN.
   int64_t tileN = 0;
   /// Epilogue variant. TmaStore (the default) overlaps the store with the next tile: measured on H200 equal or
-  /// faster on every reference shape (--shapes issue6; docs/gemm.md has the numbers); it runs only for
+  /// faster on every reference shape (--shapes reference; docs/gemm.md has the numbers); it runs only for
   /// bf16 output with N a multiple of 8, Direct otherwise (GemmTiles::epilogue says which ran).
   GemmEpilogue epilogue = GemmEpilogue::TmaStore;
   /// Split-K: each output tile's k-range is cut into this many pieces run by different CTAs (work units =

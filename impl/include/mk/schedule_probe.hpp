@@ -1,8 +1,9 @@
-// mkernel — upload a packed schedule image to a GPU and decode it there.
+// mkernel — decode a packed schedule image (mk/schedule/pack.hpp) on a GPU and compare with the host.
 //
-// The resident kernel (impl/src/kernels) reads PackedStep records compiled by nvcc from the same
-// header g++ uses for pack(); this probe proves both compilers agree on every field's offset by
-// decoding on the device and comparing with the host's own decoding.
+// The packed image is the Schedule's compact binary form (files, the engine's cache key, one rank's image
+// for lowerPacked); the resident kernel does not read it: it runs the per-rank program that the lowering
+// (impl/src/lowering) builds on the host (mk/device/engine_device.hpp). This probe checks that nvcc lays
+// out pack.hpp's records as g++ does, by decoding an image on the device and comparing the digests.
 #pragma once
 
 #include <cstdint>

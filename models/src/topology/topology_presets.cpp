@@ -10,7 +10,7 @@ namespace mk {
 
 namespace {
 
-// Hopper SXM figures shared by the DGX presets, the cloud nodes and the lent node.
+// Hopper SXM figures shared by the DGX presets, the cloud nodes and the h200x2 node.
 constexpr uint32_t kHopperSxmSms =
     132;  // H100/H200 SXM5: 132 SMs (NVIDIA H100 Tensor Core GPU Architecture whitepaper)
 constexpr double kHopperBf16DenseTflops =
@@ -21,7 +21,7 @@ constexpr double kH100HbmGBs = 3350;  // H100 SXM datasheet: 3.35 TB/s HBM3
 constexpr double kH200HbmGBs = 4800;  // H200 SXM datasheet: 4.8 TB/s HBM3e
 constexpr double kNvlink4PerDirGBs =
     450;  // NVLink 4: 18 links x 25 GB/s per direction = 900 GB/s bidirectional (datasheet)
-constexpr double kNvlinkLatencyUs = 0.65;  // measured on the lent H200 pair: P2P flag round trip 1.25 us / 2
+constexpr double kNvlinkLatencyUs = 0.65;  // measured on the h200x2 pair: P2P flag round trip 1.25 us / 2
 constexpr double kPcieGen5x16GBs = 64;     // PCIe Gen5 x16: 32 GT/s x 16 lanes, 128b/130b ~ 63-64 GB/s per direction
 constexpr double kPcieLatencyUs =
     1.0;  // typical PCIe Gen5 round-trip-halved latency for a posted write + completion (order of 1 us)
@@ -81,7 +81,7 @@ std::string presetList() {
 
 Topology presetOneNode(const std::string& name) {
   if (name == "h200x2") {
-    // The lent GPU machine: two H200 SXM joined by NV18 (nvidia-smi topo -m), no RDMA NIC.
+    // h200x2, the machine our 2-GPU records come from: two H200 SXM joined by NV18 (nvidia-smi topo -m), no RDMA NIC.
     Topology t;
     t.name = name;
     t.node.gpu = "NVIDIA H200";

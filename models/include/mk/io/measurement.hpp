@@ -1,4 +1,4 @@
-// mkernel — the measurement file contract of DESIGN.md ("mkernel.measurement.v1"): read, check, write.
+// mkernel — the measurement file contract ("mkernel.measurement.v1", the structs below): read, check, write.
 //
 // Measured numbers are data: this code never rounds or alters a value it reads; it only checks that the
 // contract's fields are there, typed as promised and physically possible.

@@ -72,19 +72,20 @@ inline constexpr uint8_t kStepProtocolBits = kStepLL | kStepLL128;
 /// most one), or nullptr when they are valid.
 const char* protocolFlagProblem(StepKind kind, uint8_t flags) noexcept;
 
+// clang-format off
 /// One step of a lane. Trivially copyable; what each field means depends on `kind`:
 ///
-/// | kind     | dst            | a          | b          | count        | flag / value                      | aux |
-/// |----------|----------------|------------|------------|--------------|-----------------------------------|--------------|
-/// | Copy     | destination    | source     | -          | elements     | -                                 | - | |
-/// Reduce   | destination    | lhs        | rhs        | elements     | -                                 | - | | Put
-/// | peer dst       | local src  | -          | elements     | optional signal (kStepSignal)     | -            | |
-/// ProxyPut | remote dst     | local src  | -          | elements (0 = signal only) | optional remote signal | - | |
-/// Signal   | -              | -          | -          | -            | target flag, increment            | - | | Wait
-/// | -              | -          | -          | -            | own flag, threshold               | -            | |
-/// Gemm     | C tile start   | A tile     | B tile     | -            | -                                 | gemms index
-/// | | Barrier  | -              | -          | -          | -            | -                                 | barrier
-/// id   |
+/// | kind     | dst          | a         | b      | count                | flag / value                 | aux         |
+/// |----------|--------------|-----------|--------|----------------------|------------------------------|-------------|
+/// | Copy     | destination  | source    | -      | elements             | -                            | -           |
+/// | Reduce   | destination  | lhs       | rhs    | elements             | -                            | -           |
+/// | Put      | peer dst     | local src | -      | elements             | signal if kStepSignal        | -           |
+/// | ProxyPut | remote dst   | local src | -      | elements (0: signal) | remote signal if kStepSignal | -           |
+/// | Signal   | -            | -         | -      | -                    | target flag, increment       | -           |
+/// | Wait     | -            | -         | -      | -                    | own flag, threshold          | -           |
+/// | Gemm     | C tile start | A tile    | B tile | -                    | -                            | gemms index |
+/// | Barrier  | -            | -         | -      | -                    | -                            | barrier id  |
+// clang-format on
 struct Step {
   StepKind kind = StepKind::Copy;
   RedOp op = RedOp::Sum;
