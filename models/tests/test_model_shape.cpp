@@ -252,3 +252,25 @@ TEST_CASE("model shape: JSON fields round-trip, the old gatedMlp is read, bad fi
   bad(R"({"moe": {"sharedExperts": 4294967295, "sharedFfn": 4294967296}})", ErrorCode::InvalidArgument,
       {"model.moe.sharedExperts x model.moe.sharedFfn must be at most"});
 }
+
+TEST_CASE("lowering: the router is no linear layer; its weight gradient skips gradient-accumulation fusion") {
+  Workload w = small(1, 1);
+  w.model.moe = MoeSpec{4, 2, 16};
+  w.training.recompute = Recompute::Full;
+  const StageLowering s = lowerOne(w);
+  for (const char* name : {"router", "router.dgrad", "router.wgrad", "router.recompute"}) {
+    const ComputeOp* op = findOp(s, name);
+    REQUIRE_MESSAGE(op, name);
+    CHECK_MESSAGE(!op->linearLayer, name);
+  }
+  // The router's weight gradient (64 x 4 from 32 tokens) writes a 16-bit gradient; the experts' add into fp32.
+  const ComputeOp* router = findOp(s, "router.wgrad");
+  CHECK(!router->accumulateFp32);
+  CHECK(router->bytes == doctest::Approx(2.0 * (64 * 32 + 32 * 4) + 2.0 * 64 * 4));
+  for (const char* name : {"expert-up.wgrad", "qkv.wgrad", "attn-out.wgrad"}) {
+    const ComputeOp* op = findOp(s, name);
+    REQUIRE_MESSAGE(op, name);
+    CHECK_MESSAGE(op->linearLayer, name);
+    CHECK_MESSAGE(op->accumulateFp32, name);
+  }
+}

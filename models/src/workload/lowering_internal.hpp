@@ -43,8 +43,10 @@ class StageBuilder {
 
   // ---- GEMMs and other kernels, their FLOPs and bytes (lowering_kernels.cpp) --------------------------------------
 
+  /// A GEMM (ComputeOp::linearLayer = `linearLayer`); returns its index, UINT32_MAX for a recomputation that does
+  /// not re-run it.
   uint32_t addGemm(const std::string& name, Pass pass, uint64_t m, uint64_t n, uint64_t k, uint64_t batch,
-                   uint32_t times, bool recompute);
+                   uint32_t times, bool recompute, bool linearLayer = true);
 
   /// t where a GEMM's A operand arrives through a sequence-parallel all-gather (the column-parallel forward
   /// inputs, the row-parallel output gradients), 1 elsewhere: Transformer Engine casts the rank's sequence slice

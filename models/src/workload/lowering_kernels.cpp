@@ -9,7 +9,7 @@
 namespace mk::detail {
 
 uint32_t StageBuilder::addGemm(const std::string& name, Pass pass, uint64_t m, uint64_t n, uint64_t k, uint64_t batch,
-                               uint32_t times, bool recompute) {
+                               uint32_t times, bool recompute, bool linearLayer) {
   if (recompute && !rerun(name)) return UINT32_MAX;
   ComputeOp op;
   op.name = name;
@@ -28,9 +28,10 @@ uint32_t StageBuilder::addGemm(const std::string& name, Pass pass, uint64_t m, u
   const bool wgrad = name.size() > 6 && name.compare(name.size() - 6, 6, ".wgrad") == 0;
   // FP8: one-byte operands, the output in bf16 (Transformer Engine's GEMMs). A linear layer's weight-gradient
   // GEMM under gradient-accumulation fusion adds into the fp32 main gradient: its output is read and written in
-  // fp32. The router is no such layer (Megatron-LM's router calls F.linear; addGradAccum adds its gradient).
+  // fp32. The router is no such layer (ComputeOp::linearLayer).
   const double in = op.fp8 ? 1.0 : elemBytes_;
-  op.accumulateFp32 = wgrad && fusedGradAccum() && name != "router.wgrad";
+  op.linearLayer = linearLayer;
+  op.accumulateFp32 = wgrad && fusedGradAccum() && linearLayer;
   const double outBytes = op.accumulateFp32 ? 8.0 : elemBytes_;
   op.bytes = dbl(batch) * (in * (dbl(m) * dbl(k) + dbl(k) * dbl(n)) + outBytes * dbl(m) * dbl(n));
   op.times = times;

@@ -81,8 +81,9 @@ void StageBuilder::addBackward() {
       addKernel(b, f.name + ".bwd", Pass::Backward, f.times, false, f.cls != KernelClass::Permute);
       continue;
     }
-    const uint32_t dgrad = addGemm(f.name + ".dgrad", Pass::Backward, f.m, f.k, f.n, f.batch, f.times, false);
-    addGemm(f.name + ".wgrad", Pass::Backward, f.k, f.n, f.m, f.batch, f.times, false);
+    const uint32_t dgrad =
+        addGemm(f.name + ".dgrad", Pass::Backward, f.m, f.k, f.n, f.batch, f.times, false, f.linearLayer);
+    addGemm(f.name + ".wgrad", Pass::Backward, f.k, f.n, f.m, f.batch, f.times, false, f.linearLayer);
     // Column-parallel GEMMs (qkv, mlp-up, lm-head) reduce their input gradient; row-parallel ones (attn-out,
     // mlp-down) gather their output gradient first.
     const bool column = isColumnInput(f.name) || f.name == "lm-head";

@@ -39,7 +39,8 @@ void StageBuilder::addMoe(Pass pass, bool recompute, const std::string& sfx) {
   // An expert's rows come from the etp x ep ranks whose tokens reach its expert tensor-parallel group.
   const double load = moe.routedLoad();
   const uint64_t rows = static_cast<uint64_t>(std::ceil(dbl(local * moe.topK * r_.ep * r_.etp) / moe.experts * load));
-  addGemm("router" + sfx, pass, local, moe.experts, m.hidden, 1, moeLayers_, recompute);
+  // Megatron-LM's router calls F.linear, not one of its linear layers (no gradient-accumulation fusion).
+  addGemm("router" + sfx, pass, local, moe.experts, m.hidden, 1, moeLayers_, recompute, /*linearLayer=*/false);
   ComputeOp topk = shape(KernelClass::Router, "topk-softmax", local, 0);
   topk.experts = moe.experts;
   topk.topk = moe.topK;

@@ -69,6 +69,11 @@ struct ComputeOp {
   bool fp8 = false;
   /// A weight-gradient GEMM under gradient-accumulation fusion: it adds into an fp32 buffer (read and written).
   bool accumulateFp32 = false;
+  /// A GEMM of one of Megatron-LM's linear layers (column / row parallel, Transformer Engine's), whose weight
+  /// gradient gradient-accumulation fusion adds into the fp32 main gradient; false for the MoE router, which calls
+  /// F.linear (its gradient is added per micro-batch with the norms'). Set where the op is lowered, carried to its
+  /// backward GEMMs.
+  bool linearLayer = true;
   uint64_t m = 0, n = 0, k = 0;  ///< one GEMM instance (attention: m = n = seq, k = head dim)
   uint64_t batch = 1;            ///< instances in one kernel (experts per rank; sequences x heads for attention)
   /// The contract's shape fields of the non-GEMM classes (0 where the class has no such field); attention also
