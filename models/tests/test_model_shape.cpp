@@ -9,6 +9,7 @@
 #include "expect_error.hpp"
 #include "mk/error.hpp"
 #include "mk/workload/lowering.hpp"
+#include "mk/workload/memory.hpp"
 #include "mk/workload/model_shape.hpp"
 #include "mk/workload/workload.hpp"
 
@@ -251,6 +252,91 @@ TEST_CASE("model shape: JSON fields round-trip, the old gatedMlp is read, bad fi
       {"model.mla.kvLoraRank must be at most 4294967296"});
   bad(R"({"moe": {"sharedExperts": 4294967295, "sharedFfn": 4294967296}})", ErrorCode::InvalidArgument,
       {"model.moe.sharedExperts x model.moe.sharedFfn must be at most"});
+}
+
+// Activation memory of the shapes above (memory.hpp), each term against hand-computed bytes: small(layers, 2) has
+// 32 tokens per rank, 16 in the sequence-parallel slice, hidden 64, and keeps per token of the slice the two norm
+// inputs, the two norm outputs and two dropout masks, 2 x (2 + 2 + 1) x 64 = 640 bytes.
+
+TEST_CASE("memory: heads x headDim, key-value heads and a non-gated MLP set a dense layer's activations") {
+  Workload w = small(1, 2);
+  w.model.explicitHeadDim = 32;  // heads x headDim = 128, twice hidden
+  w.model.kvHeads = 2;
+  w.model.activation = Activation::Gelu;
+  const ResolvedLayout r = resolveLayout(w, 2);
+  // Per rank: 2 query heads and 1 key-value head of 32: Q 64, K 32, V 32 (2 bytes), the attention output 64;
+  // the MLP's 16 columns: the activation's input 16 (one FFN input, not gated) and output 16.
+  const double attention = 32 * (2 * (64 + 32 + 32) + 2 * 64.0), mlp = 32 * (2 * 16 + 2 * 16.0);
+  CHECK(layerActivations(w, r).dense == doctest::Approx(16 * 640 + attention + mlp));
+  CHECK(estimateMemory(w, lowerStep(w, r)).activations == doctest::Approx(16 * 640 + attention + mlp));
+  // Gated: gate and up, twice the activation's input.
+  Workload gated = w;
+  gated.model.activation = Activation::SwiGlu;
+  CHECK(layerActivations(gated, r).dense - layerActivations(w, r).dense == doctest::Approx(32 * 2 * 16.0));
+  // Without sequence parallelism the slice's 640 bytes a token are replicated over the 32 tokens.
+  Workload noSp = w;
+  noSp.layout.sp = false;
+  CHECK(layerActivations(noSp, r).dense == doctest::Approx(32 * 640 + attention + mlp));
+  // The paper's shape (4 heads of 16, ffn 4h, not gated) is 34 s b h / t.
+  Workload paper = small(1, 2);
+  paper.model.ffn = 256;
+  paper.model.activation = Activation::Gelu;
+  CHECK(layerActivations(paper, r).dense == doctest::Approx(34.0 * 32 * 64 / 2));
+}
+
+TEST_CASE("memory: MLA keeps per-head keys and values and its latents; a sliding window changes nothing") {
+  Workload w = small(1, 2);
+  w.model.mla = MlaSpec{16, 8, 8, 4, 8};  // q latent 16, kv latent 8, nope 8, rope 4, v 8
+  validateWorkload(w);
+  const ResolvedLayout r = resolveLayout(w, 2);
+  // Per rank: 2 heads, Q and K of 8 + 4, V of 8 (2 bytes), the output 2 x 8; the latents 16 + 8 on every token,
+  // each its norm's input (2 bytes) and output (2). The gated MLP's 16 columns: 2 x 16 in, 16 out.
+  const double attention = 32 * (2 * (24 + 24 + 16) + 2 * 16.0 + 4 * 24.0), mlp = 32 * (2 * 32 + 2 * 16.0);
+  CHECK(layerActivations(w, r).dense == doctest::Approx(16 * 640 + attention + mlp));
+  // FlashAttention keeps Q, K, V, O per layer whatever keys a query sees.
+  Workload windowed = w;
+  windowed.model.slidingWindow = 8;
+  CHECK(layerActivations(windowed, r).dense == doctest::Approx(layerActivations(w, r).dense));
+}
+
+TEST_CASE("memory: a MoE layer keeps router scores, the busiest rank's routed rows and the shared experts'") {
+  // 3 layers, the first dense; 4 experts of 16 columns, top 2, one shared expert; tp 2 x ep 2 (dp 2), and the
+  // busiest rank gets 1.5 x the balanced share (imbalance 2 capped by capacity 1.5).
+  Workload w = small(3, 2);
+  w.model.moe = MoeSpec{4, 2, 16};
+  w.model.moe->sharedExperts = 1;
+  w.model.moe->firstDenseLayers = 1;
+  w.model.moe->imbalance = 2;
+  w.model.moe->capacityFactor = 1.5;
+  w.layout.ep = 2;
+  w.training.globalBatch = 2;
+  validateWorkload(w);
+  const ResolvedLayout r = resolveLayout(w, 4);
+  const double attention = 32 * (2 * (32 + 32 + 32) + 2 * 32.0);  // 2 heads of 16, Q K V O
+  const double dense = 16 * 640 + attention + 32 * (2 * 32 + 2 * 16.0);
+  // Each rank routes its 16 tokens: fp32 scores over 4 experts; 16 x 2 x 1.5 = 48 rows reach its experts, each
+  // keeping the expert-up input (64), the activation's input (2 x 16) and output (16); the 16 x 2 rows the combine
+  // returns (64); the shared expert's 8 columns per rank on all 32 tokens (2 x 8 in, 8 out).
+  const double router = 16 * 4 * 4.0, rows = 48, expert = rows * 2 * (64 + 32 + 16.0);
+  const double combine = 16 * 2 * 2 * 64.0, shared = 32 * 2 * (16 + 8.0);
+  const double moe = 16 * 640 + attention + router + expert + combine + shared;
+  const LayerActivations a = layerActivations(w, r);
+  CHECK(a.dense == doctest::Approx(dense));
+  CHECK(a.moe == doctest::Approx(moe));
+  const StepLowering step = lowerStep(w, r);
+  REQUIRE(step.stages[0].moeLayers == 2);
+  CHECK(estimateMemory(w, step).activations == doctest::Approx(dense + 2 * moe));
+  // Selective recomputation: moe_act drops the routed rows' activation outputs, norms both norm outputs of every
+  // layer (2 x 64 x 2 bytes on the 16-token slice), mlp the dense layer's activation.
+  Workload sel = w;
+  sel.training.recompute = Recompute::Selective;
+  sel.training.recomputeModules.moeAct = sel.training.recomputeModules.norms = sel.training.recomputeModules.mlp = true;
+  const LayerActivations s = layerActivations(sel, r);
+  CHECK(a.moe - s.moe == doctest::Approx(rows * 2 * 16 + 16 * 256.0));
+  CHECK(a.dense - s.dense == doctest::Approx(32 * (2 * 32 + 2 * 16.0) + 16 * 256.0));
+  // Full recomputation keeps each layer's input on the slice.
+  sel.training.recompute = Recompute::Full;
+  CHECK(layerActivations(sel, r).moe == doctest::Approx(16 * 2 * 64.0));
 }
 
 TEST_CASE("lowering: the router is no linear layer; its weight gradient skips gradient-accumulation fusion") {

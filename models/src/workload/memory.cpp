@@ -3,41 +3,91 @@
 
 #include <algorithm>
 
+#include "mk/workload/model_shape.hpp"
+
 namespace mk {
+
+namespace {
+
+double dbl(uint64_t v) { return static_cast<double>(v); }
+
+}  // namespace
+
+LayerActivations layerActivations(const Workload& w, const ResolvedLayout& r) {
+  const ModelShape& m = w.model;
+  const ParallelLayout& l = w.layout;
+  const TrainingSpec& tr = w.training;
+  // Context parallelism: each rank holds seq / cp tokens of every activation.
+  const double t = r.tp, tokens = dbl(tr.seq) / r.cp * tr.microBatch, h = dbl(m.hidden);
+  // The sequence-parallel region (norms, residual stream, the GEMM inputs before their all-gather) holds tokens / t
+  // rows with sequence parallelism and is replicated over tensor parallelism without it.
+  const double slice = l.sp ? tokens / t : tokens;
+  LayerActivations out;
+  if (tr.recompute == Recompute::Full) {
+    out.dense = out.moe = 2 * h * slice;  // the layer input: the bf16 residual stream, FP8 or not
+    return out;
+  }
+  // e: bytes of a saved FP8 GEMM input (Transformer Engine keeps them in FP8 for the weight gradient).
+  const double e = tr.fp8 ? 1.0 : 2.0;
+  const double gated = m.gated() ? 2.0 : 1.0;
+  // Attention. Sequence-parallel region per token: the norm's input (2 h), its output, the input of the qkv GEMM (or
+  // of MLA's down-projections; e h) and the dropout mask after attention (h, one byte). Per head of the rank: Q, K,
+  // V kept by the attention kernel (2 bytes) and its output, the attn-out GEMM's input (e): Korthikanti's
+  // 2 s b h (Q, K) + 2 s b h (V) + 2 s b h with heads x head dims in place of h; the scores (5 a s^2 b) are never
+  // stored by a FlashAttention-style kernel, which keeps O(s) per layer with or without a sliding window.
+  const double a = dbl(m.heads / r.tp), g = dbl(std::max<uint64_t>(1, m.kvHeads / r.tp));
+  double dqk = dbl(m.headDim()), dv = dqk, kv = g, latents = 0;
+  if (m.mla) {
+    // MLA materialises per-head keys (the nope part from the kv latent, the shared rope head broadcast) and values;
+    // its latents are computed on every token by the down-projections replicated over TP: each latent's norm
+    // input (2 bytes) and output, the up-projection's input (e).
+    dqk = dbl(m.mla->qkNopeHeadDim + m.mla->qkRopeHeadDim);
+    dv = dbl(m.mla->vHeadDim);
+    kv = a;
+    latents = (2 + e) * dbl(m.mla->qLoraRank + m.mla->kvLoraRank);
+  }
+  const double attention = slice * (3 + e) * h + tokens * (2 * (a * dqk + kv * dqk + kv * dv) + e * a * dv + latents);
+  // A dense MLP. Sequence-parallel region: the norm's input, the mlp-up input (e h), the dropout mask (h). Per
+  // column of the rank: the activation's input (2 bytes, gate and up when gated) and output, the mlp-down input
+  // (e). Korthikanti's 19 s b h (ffn 4 h, not gated) with the model's ffn.
+  const double f = dbl(m.ffn / r.tp);
+  const double mlpActivation = tokens * (2 * gated * f + e * f);
+  out.dense = attention + slice * (3 + e) * h + mlpActivation;
+  // Selective recomputation (Korthikanti et al., Table 2, per module; docs/planner.md, "Recomputation"): norms
+  // drops the two norm outputs, mlp the dense MLP's activation input and output, moe_act the experts' activation
+  // output; core_attn nothing (the scores it would drop are never stored).
+  const RecomputeModules& rm = tr.recomputeModules;
+  const bool selective = tr.recompute == Recompute::Selective;
+  if (selective && rm.norms) out.dense -= 2 * e * h * slice;
+  if (selective && rm.mlp) out.dense -= mlpActivation;
+  if (!m.moe) return out;
+
+  // A MoE layer. Sequence-parallel region: the norm's input, its output (the router's bf16 input, which the shared
+  // experts read too; FP8 adds their up GEMM's FP8 copy), the dropout mask.
+  const MoeSpec& moe = *m.moe;
+  const LayerParams lp = layerParams(m, r.tp);
+  const double shared = lp.shared / ((m.gated() ? 3.0 : 2.0) * h);  // the shared experts' columns on this rank
+  const double normOut = (2 + (tr.fp8 && shared > 0 ? 1.0 : 0.0)) * h;
+  double moeBytes = attention + slice * (3 * h + normOut) + tokens * (2 * gated * shared + e * shared);
+  // Each tensor-parallel rank routes its sequence slice (the lowering's rule): the router's fp32 softmax over the
+  // experts per token; the rows this rank's experts receive (the busiest rank's: routedLoad() x the balanced
+  // share, gathered over the expert tensor-parallel group) keep the expert-up input (e h), the activation's input
+  // (2 bytes) and output (e) at f_e / etp columns; the rank's own topK rows returned by the combine are kept by
+  // the unpermute that weighs them with the routing probabilities (2 h, for the probabilities' gradient).
+  const double routed = tokens / t;
+  const double rows = routed * moe.topK * r.etp * moe.routedLoad();
+  const double fe = dbl((moe.ffn ? moe.ffn : m.ffn) / r.etp);
+  moeBytes += routed * 4 * moe.experts + rows * (e * h + 2 * gated * fe + e * fe) + routed * moe.topK * 2 * h;
+  if (selective && rm.norms) moeBytes -= (e * h + normOut) * slice;
+  if (selective && rm.moeAct) moeBytes -= rows * e * fe;
+  out.moe = moeBytes;
+  return out;
+}
 
 MemoryEstimate estimateMemory(const Workload& w, const StepLowering& step) {
   const ResolvedLayout& r = step.layout;
   const ParallelLayout& l = w.layout;
-  // Context parallelism: each rank holds seq / cp tokens of every activation.
-  const double s = static_cast<double>(w.training.seq) / static_cast<double>(r.cp);
-  const double b = static_cast<double>(w.training.microBatch);
-  const double h = static_cast<double>(w.model.hidden);
-  const double t = static_cast<double>(r.tp);
-  double perLayer = 0;  // bytes of one layer's activations for one micro-batch (16-bit activations)
-  if (w.training.recompute == Recompute::Full) {
-    perLayer = 2 * s * b * h / (l.sp ? t : 1.0);  // the layer input: the bf16 residual stream, FP8 or not
-  } else if (w.training.fp8) {
-    // Transformer Engine saves the inputs of its FP8 GEMMs for the weight gradient in FP8: one byte instead of
-    // two for the qkv and mlp-up inputs (2 s b h each, replicated without sequence parallelism), the attn-out
-    // input (2 s b h / t) and the mlp-down input (8 s b h / t): 10 + 24 / t becomes 8 + 19 / t.
-    perLayer = l.sp ? 27 * s * b * h / t : s * b * h * (8 + 19 / t);
-  } else {
-    perLayer = l.sp ? 34 * s * b * h / t : s * b * h * (10 + 24 / t);
-  }
-  // Selective recomputation: the activations of the chosen modules are not kept (Korthikanti et al., Table 2, per
-  // module; docs/planner.md, "Recomputation"), per s b h: norms their two outputs, the qkv and mlp-up inputs (2 e,
-  // replicated over tp without sequence parallelism); mlp the activation's input and output, 8 + 4 e over t, on
-  // dense layers; moe_act the activation's output, 4 e / t, on MoE layers; core_attn nothing (the attention scores
-  // Korthikanti's selective recomputation drops are never stored by a FlashAttention-style kernel). e = 2 bytes,
-  // 1 with FP8 (the GEMM inputs kept in FP8).
-  double denseSaved = 0, moeSaved = 0;
-  if (w.training.recompute == Recompute::Selective) {
-    const RecomputeModules& rm = w.training.recomputeModules;
-    const double e = w.training.fp8 ? 1.0 : 2.0, sbh = s * b * h;
-    const double norms = rm.norms ? 2 * e * sbh / (l.sp ? t : 1.0) : 0;
-    denseSaved = norms + (rm.mlp ? (8 + 4 * e) * sbh / t : 0);
-    moeSaved = norms + (rm.moeAct ? 4 * e * sbh / t : 0);
-  }
+  const LayerActivations perLayer = layerActivations(w, r);
   const double m = r.microBatches, p = r.pp, v = r.virtualStages;
   // 1F1B: stage s runs p - s forward passes before its first backward and holds their activations; the
   // interleaved schedule holds (1 + (p - 1) / (p v)) times more on the first stage (Narayanan et al., SC'21);
@@ -75,8 +125,7 @@ MemoryEstimate estimateMemory(const Workload& w, const StepLowering& step) {
       e.gradients += gBytes * st.gatheredParams;
     }
     e.inFlight = inFlightOf(st.stage);
-    e.activations =
-        ((perLayer - denseSaved) * (st.layers - st.moeLayers) + (perLayer - moeSaved) * st.moeLayers) * e.inFlight;
+    e.activations = (perLayer.dense * (st.layers - st.moeLayers) + perLayer.moe * st.moeLayers) * e.inFlight;
     if (first || e.total() > best.total()) best = e;
     first = false;
   }

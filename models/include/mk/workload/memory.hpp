@@ -2,12 +2,17 @@
 // Adam state under the layout's ZeRO stage, and the activations the pipeline schedule keeps in flight.
 //
 // Activations follow Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models"
-// (MLSys 2023, arXiv 2205.05198), with the attention scores never stored (a FlashAttention-style kernel):
-// s b h (10 + 24 / t) bytes per layer, s b h 34 / t with sequence parallelism, 2 s b h / t (the layer input
-// only) with full recomputation, minus the chosen modules' bytes with selective recomputation (memory.cpp,
-// docs/planner.md "Recomputation"). Not counted: logits, temporary buffers, the CUDA context, fragmentation.
+// (MLSys 2023, arXiv 2205.05198), section 4.1's per-tensor accounting, with the attention scores never stored (a
+// FlashAttention-style kernel) and generalised to the model's shape: Q, K, V and the attention output at heads x
+// head dims (key-value heads for K and V; MLA's per-head keys and values and its latents), the MLP's activation at
+// the model's ffn (gate and up when gated), MoE layers' router, routed rows through the experts and shared experts
+// (layerActivations). For the paper's shape (multi-head attention, ffn 4h, not gated) this is s b h (10 + 24 / t)
+// bytes per layer, s b h 34 / t with sequence parallelism, 2 s b h / t (the layer input only) with full
+// recomputation, minus the chosen modules' bytes with selective recomputation (docs/planner.md, "Memory").
 // training.dtype fp8 (Transformer Engine): bf16 weights plus a one-byte FP8 copy of every FP8 GEMM's weight,
-// gradients and Adam state as in bf16, the FP8 GEMMs' inputs saved in FP8: s b h (8 + 19 / t), 27 s b h / t.
+// gradients and Adam state as in bf16, the FP8 GEMMs' inputs saved in FP8 (s b h (8 + 19 / t), 27 s b h / t for
+// the paper's shape). Not counted: logits, the attention's log-sum-exp, temporary buffers, the CUDA context,
+// fragmentation.
 #pragma once
 
 #include "mk/workload/lowering.hpp"
@@ -27,6 +32,14 @@ struct MemoryEstimate {
   double inFlight = 0;     ///< micro-batches whose activations the stage holds at once
   double total() const noexcept { return weights + gradients + optimizer + activations; }
 };
+
+/// Activation bytes one transformer layer keeps on one GPU for one micro-batch until its backward pass (after
+/// recomputation: full keeps the layer input, selective drops the chosen modules' tensors).
+struct LayerActivations {
+  double dense = 0;  ///< a layer with the dense MLP (model.ffn)
+  double moe = 0;    ///< a MoE layer (0 for a dense model): router, routed experts at the busiest rank, shared experts
+};
+LayerActivations layerActivations(const Workload& w, const ResolvedLayout& r);
 
 /// Memory of every stage of `step` (lowerStep(w, r)); returns the largest.
 MemoryEstimate estimateMemory(const Workload& w, const StepLowering& step);
