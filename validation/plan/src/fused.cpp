@@ -50,18 +50,24 @@ class ModelFusedPricer final : public FusedOpPricer {
 
   FusedOpPrice price(const FusedOpRequest& rq) override {
     if (!rq.cluster || !rq.profile) throw Error(ErrorCode::Internal, "fused: a request without cluster or profile");
+    if (!(rq.gemmUs > 0 && rq.gemm.flops > 0))
+      throw Error(ErrorCode::Internal, "fused: '" + rq.gemm.name + "' comes without its layered GEMM price");
     const ConcurrentPlacement& pl = rq.placement;
     const uint32_t ranks = pl.groupSize;
     const FusedSpec spec = wholeGemm(rq, ranks);
+    // One GEMM price rule for both variants: the operator's GEMM runs at the rate the planner's compute model
+    // gives the layered GEMM (its shards are that GEMM's shape on every rank).
+    const double gemmTflops = rq.gemm.flops / (rq.gemmUs * 1e6);
     const auto key = std::make_tuple(static_cast<int>(spec.op), static_cast<int>(spec.dtype), spec.m, spec.n, spec.k,
                                      ranks, pl.groupNodes, pl.choice.name, pl.choice.node.gpus,
-                                     rq.profile->network.bwGBs, rq.profile->nvlink.bwGBs);
+                                     rq.profile->network.bwGBs, rq.profile->nvlink.bwGBs, gemmTflops);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     // The operator's ranks as the generator places them: instance 0 of the group on its own (the layered
     // collectives are priced on the same choice cluster). Its split needs the CTA facts a calibrated profile
     // may lack: the datasheet's, as mk-sim does.
     Profile profile = *rq.profile;
+    profile.gemmTflops = gemmTflops;
     fillCtaDefaults(profile, pl.choice);
     const sim::FusedPrediction fp =
         sim::predictFused(spec, FusedOptions{}, pl.choice, ranks, profile, /*simulate=*/pl.multiNode);
@@ -81,9 +87,9 @@ class ModelFusedPricer final : public FusedOpPricer {
   }
 
  private:
-  std::map<
-      std::tuple<int, int, uint64_t, uint64_t, uint64_t, uint32_t, uint32_t, std::string, uint32_t, double, double>,
-      FusedOpPrice>
+  std::map<std::tuple<int, int, uint64_t, uint64_t, uint64_t, uint32_t, uint32_t, std::string, uint32_t, double, double,
+                      double>,
+           FusedOpPrice>
       cache_;
 };
 

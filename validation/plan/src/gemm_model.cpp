@@ -174,11 +174,23 @@ const char* computePriceSource(const ComputeOp& op) noexcept {
   return op.kind == ComputeKind::Other ? "roofline: unmeasured" : "gemm-model";
 }
 
-NodeSpec presetNodeOfGpu(const std::string& gpu) {
+GemmModel gemmModelAtRate(const NodeSpec& node, double tflops) {
+  requirePositive("profile.gemmTflops", tflops, "pricing GEMMs without GEMM records");
+  GemmModel g;
+  g.gpu = node.gpu;
+  g.peakTflops = node.bf16Tflops;
+  g.hbmGBs = node.hbmGBs;
+  g.tflops = tflops;
+  return g;
+}
+
+NodeSpec presetNodeOfGpu(const std::string& gpu) { return presetTopologyOfGpu(gpu).node; }
+
+Topology presetTopologyOfGpu(const std::string& gpu) {
   std::string seen;
   for (const auto& p : topologyPresets()) {
-    const Topology t = topologyPreset(p);
-    if (t.node.gpu == gpu) return t.node;
+    Topology t = topologyPreset(p);
+    if (t.node.gpu == gpu) return t;
     if (seen.find(t.node.gpu) == std::string::npos) seen += (seen.empty() ? "" : ", ") + t.node.gpu;
   }
   throw Error(ErrorCode::NotFound, "no topology preset has GPU '" + gpu + "' (known: " + seen + ")");

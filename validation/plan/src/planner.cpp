@@ -255,14 +255,8 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
   }
   if (!out.gemm) {
     // No records: the profile's single GEMM rate, with no per-shape efficiency and no confidence.
-    GemmModel g;
-    g.gpu = out.cluster.node.gpu;
-    g.peakTflops = out.cluster.node.bf16Tflops;
-    g.hbmGBs = out.cluster.node.hbmGBs;
-    g.tflops = out.profile.gemmTflops;
-    requirePositive("profile.gemmTflops", g.tflops, "pricing GEMMs without GEMM records");
-    out.gemmNote += "; GEMMs priced at the profile's gemmTflops (" + formatNumber(g.tflops, 4) + " TFLOP/s)";
-    out.gemm = g;
+    out.gemm = gemmModelAtRate(out.cluster.node, out.profile.gemmTflops);
+    out.gemmNote += "; GEMMs priced at the profile's gemmTflops (" + formatNumber(out.gemm->tflops, 4) + " TFLOP/s)";
   }
   const auto tv = Clock::now();
   std::optional<ValidationResult> validation;
@@ -386,6 +380,7 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
               rq.placement = placeConcurrent(st.groups[rq.comm.groups], pd.cluster);
               rq.cluster = &pd.cluster;
               rq.profile = &vr.profile;
+              rq.gemmUs = prices[s].computeUs[f.compute];
               prices[s].fusedUs.push_back(fusedPricer.price(rq).us);
             }
           }

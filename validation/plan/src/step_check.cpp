@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 
+#include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
 #include "mk/plan/gemm_model.hpp"
 #include "mk/plan/kernel_model.hpp"
@@ -69,12 +70,9 @@ StepCheckResult checkSteps(const std::vector<MeasurementFile>& files, const std:
       auto fitted = gemms.find(node.gpu);
       if (fitted == gemms.end()) {
         std::optional<GemmModel> m = fitGemmModelFor(files, names, node.gpu);
-        if (!m) {  // no cuBLAS GEMM records: the kernel models price the GEMMs, the datasheet what they miss
-          m.emplace();
-          m->gpu = node.gpu;
-          m->peakTflops = m->tflops = node.bf16Tflops;
-          m->hbmGBs = node.hbmGBs;
-        }
+        // No cuBLAS GEMM records: the kernel models price the GEMMs, and what they miss goes at the gemmTflops of
+        // the GPU's datasheet profile, the planner's rule without records.
+        if (!m) m = gemmModelAtRate(node, defaultProfile(presetTopologyOfGpu(node.gpu)).gemmTflops);
         fitted = gemms.emplace(node.gpu, std::move(*m)).first;
       }
       const GemmModel* gemm = &fitted->second;

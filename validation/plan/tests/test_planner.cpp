@@ -12,7 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
+#include "mk/plan/fused.hpp"
+#include "mk/plan/placement.hpp"
 #include "mk/plan/plan_output.hpp"
 #include "mk/plan/planner.hpp"
 #include "mk/workload/workload.hpp"
@@ -355,4 +358,31 @@ TEST_CASE("planner: bad inputs name what is wrong") {
   in.whatIfs = {parseWhatIf("nvlink-domain=2048")};
   CHECK_THROWS_WITH_AS(runPlan(in, *fused), doctest::Contains("--what-if 'nvlink-domain=2048': node.gpus must be in"),
                        Error);
+}
+
+TEST_CASE("planner: a fused operator's GEMM costs what the layered GEMM costs (one GEMM price rule)") {
+  const Workload w = tiny();  // tp 8 in one node
+  const StepLowering step = lowerStep(w, resolveLayout(w, 8));
+  const StageLowering& st = step.stages.at(0);
+  REQUIRE(!st.fused.empty());
+  const Topology cluster = topologyPreset("dgx-h100");
+  const Profile profile = defaultProfile(cluster);
+  auto pricer = makeFusedOpPricer();
+  for (const FusedCandidate& f : {st.fused.front(), st.fused.back()}) {
+    FusedOpRequest rq;
+    rq.kind = f.kind;
+    rq.gemm = st.compute[f.compute];
+    rq.comm = st.comm[f.comm];
+    rq.placement = placeConcurrent(st.groups[rq.comm.groups], cluster);
+    rq.cluster = &cluster;
+    rq.profile = &profile;
+    CAPTURE(rq.gemm.name);
+    // The request's layered price sets the operator's GEMM rate, whatever the profile's gemmTflops says.
+    for (const double us : {3.0, 30.0}) {
+      rq.gemmUs = rq.gemm.flops / (profile.gemmTflops * 1e6) * us;
+      CHECK(pricer->price(rq).gemmUs == doctest::Approx(rq.gemmUs).epsilon(1e-9));
+    }
+    rq.gemmUs = 0;
+    CHECK_THROWS_WITH_AS(pricer->price(rq), doctest::Contains("without its layered GEMM price"), Error);
+  }
 }

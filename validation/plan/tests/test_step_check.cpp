@@ -7,6 +7,7 @@
 
 #include "mk/error.hpp"
 #include "mk/io/measurement.hpp"
+#include "mk/plan/fused.hpp"
 #include "mk/plan/planner.hpp"
 #include "mk/plan/step_check.hpp"
 
@@ -85,7 +86,7 @@ TEST_CASE("step check: the committed training steps are predicted within the gat
 
 TEST_CASE("step check: a step record the planner cannot price is refused, naming the record and field") {
   const std::vector<std::string> names{"steps.json"};
-  // A workload that parses is predicted, whatever its GPU's records (the datasheet where none).
+  // A workload that parses is predicted, whatever its GPU's records (the datasheet profile where none).
   const StepCheckResult ok = checkSteps({stepFile("NVIDIA H100 80GB HBM3", tiny("bfloat16"))}, names);
   REQUIRE(ok.checks.size() == 1);
   CHECK(ok.checks[0].predictedUs > 0);
@@ -107,4 +108,23 @@ TEST_CASE("step check: a step record the planner cannot price is refused, naming
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::NotFound);
   }
+}
+
+TEST_CASE("step check: without GEMM records the GEMMs go at the profile's gemmTflops, as the planner prices them") {
+  // One rule with one home (gemmModelAtRate): the step check of a record with no GEMM or kernel records and a
+  // one-GPU plan of the same workload on the GPU's preset without measurements predict the same step.
+  const StepCheckResult r = checkSteps({stepFile("NVIDIA H100 80GB HBM3", tiny("bfloat16"))}, {"steps.json"});
+  REQUIRE(r.checks.size() == 1);
+  PlanInputs in;
+  in.workload = workloadFromJson(tiny("bfloat16"));
+  in.cluster = "dgx-h100";
+  in.gpus = {1};
+  in.measuredDir = "";
+  in.cacheDir = "";
+  auto fused = makeFusedOpPricer();
+  const PlanResult p = runPlan(in, *fused);
+  REQUIRE(p.gemm);
+  CHECK(p.gemm->tflops < p.gemm->peakTflops);  // the profile's rate, not the datasheet peak
+  REQUIRE(p.variants.front().scales.front().feasible);
+  CHECK(r.checks[0].predictedUs == doctest::Approx(p.variants.front().scales.front().layered.stepUs).epsilon(1e-12));
 }

@@ -25,6 +25,10 @@ struct FusedOpRequest {
   ConcurrentPlacement placement;      ///< instance 0 of the tensor-parallel group and what it shares NICs with
   const Topology* cluster = nullptr;  ///< the whole cluster at this scale
   const Profile* profile = nullptr;   ///< the profile the layered collectives are priced with
+  /// The GEMM's price on one rank as the layered variant pays it (the planner's compute model, priceCompute): the
+  /// fused operator computes at that rate, so that the two variants differ by the overlap, not by a second GEMM
+  /// rule.
+  double gemmUs = 0;
 };
 
 /// What a fused operator costs, as the fused operators' model reports it.

@@ -81,8 +81,14 @@ inline ComputePrice priceCompute(const GemmModel& model, const ComputeOp& op, co
   return priceKernel(model, op.flops, op.bytes, node);
 }
 
-/// The dense bf16 peak and HBM bandwidth of GPU model `gpu` from the topology presets (the first preset with that
-/// GPU); throws Error(NotFound) naming the GPU when no preset has it.
+/// The GEMM model where no file holds GEMM records (the one rule of the planner and of checkSteps): every GEMM at
+/// one rate, `tflops` (the profile's gemmTflops), on `node`'s GPU with its HBM bandwidth, no fixed cost and no
+/// samples (so no confidence). Throws Error(InvalidArgument) when tflops is not positive.
+GemmModel gemmModelAtRate(const NodeSpec& node, double tflops);
+
+/// The first topology preset with GPU model `gpu`; throws Error(NotFound) naming the GPU when no preset has it.
+Topology presetTopologyOfGpu(const std::string& gpu);
+/// The dense bf16 peak and HBM bandwidth of GPU model `gpu` from the topology presets (presetTopologyOfGpu's node).
 NodeSpec presetNodeOfGpu(const std::string& gpu);
 
 }  // namespace mk::plan
