@@ -40,8 +40,9 @@ struct EngineContext {
   device::OpDescriptor* ring = nullptr;      ///< [ringSlots]: the op descriptors
   device::RankMailbox* mailboxes = nullptr;  ///< [nRanks]
 
-  /// The engine's one mutex: every part's host state but InterNode's (which never takes it) and the hand-off's
-  /// per-rank choice is read and written under it; no part takes another lock while holding it.
+  /// The engine's one mutex: every part's host state but InterNode's (which never takes it) is read and written
+  /// under it (groupEnd's waits read the hand-off choice and a capture record without it). Taken before InterNode's
+  /// locks and the capture registry's, never after (docs/gpu-engine.md, "The engine's parts").
   std::mutex mu;
 
   int size() const noexcept { return static_cast<int>(ranks.size()); }

@@ -150,8 +150,9 @@ struct RankResources {
   char* inboxStaging = nullptr;  ///< host-mapped: the bytes of Copy records
   uint64_t inboxWritten = 0;     ///< records the host wrote (the kernel's RankMailbox::inboxTaken trails it)
   bool launched = false;
-  uint32_t submitted = 0;         ///< ops submitted by this rank
-  uint32_t* graphBase = nullptr;  ///< [Engine::kMaxCaptures] device memory: each capture's running replay's base
+  uint32_t submitted = 0;  ///< ops submitted by this rank
+  /// [EngineSubmission::kMaxCaptures] device memory: each capture's running replay's base.
+  uint32_t* graphBase = nullptr;
 };
 
 /// An op being assembled from the calls of every rank.
