@@ -15,6 +15,13 @@ import os
 import sys
 
 
+class Parser(argparse.ArgumentParser):
+    """Bad options: one line on stderr and exit 2 (argparse would print its usage too)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: {message}; see --help\n")
+
+
 def load(path):
     try:
         with open(path, encoding="utf-8") as f:
@@ -89,7 +96,7 @@ def fused(paths):
 
 
 def main():
-    ap = argparse.ArgumentParser(prog="results_tables.py", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="results_tables.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("table", choices=["gemm", "fused"])
     ap.add_argument("files", nargs="+", help="measurement files (mkernel.measurement.v1)")
     args = ap.parse_args()

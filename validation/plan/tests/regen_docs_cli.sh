@@ -37,4 +37,9 @@ printf '%s\n' '<!-- end generated -->' >"$work/end.md"
 expect 2 "end.md:1: '<!-- end generated -->' without" -- "$regen" --build "$build" "$work/end.md"
 expect 2 'no such file' -- "$regen" --build "$build" "$work/absent.md"
 expect 2 'no validation/plan/mk-plan in it' -- "$regen" --build "$work" "$doc"
+expect 2 "regen-docs: argument --cache: invalid choice: 'warm'" -- "$regen" --cache warm --build "$build" "$doc"
+one_line_error "$regen" --cache warm --build "$build" "$doc"
+tables="$(dirname "${BASH_SOURCE[0]}")/../../../scripts/results_tables.py"
+expect 2 'results_tables.py: .*not.json: cannot read a measurement file' -- "$tables" gemm "$work/not.json"
+one_line_error "$tables" fused
 cli_summary
