@@ -4,6 +4,7 @@ scripts/regen-docs from the page's generated blocks.
 
   scripts/results_tables.py gemm FILE.json ...    our GEMM against cuBLAS, per shape
   scripts/results_tables.py fused FILE.json ...   the fused operators against cuBLAS + our collective, per shape
+  scripts/results_tables.py gemm-model PLAN.json  the planner's GEMM model as a plan.json states it
 
 Numbers are printed as stored (the median over a run's iterations); nothing is fitted or averaged. Each table
 names its file, the run's commit and command. Exit 2 with one line on a file that is not a measurement file.
@@ -95,12 +96,27 @@ def fused(paths):
         print(f"- {s}")
 
 
+def gemm_model(paths):
+    """The planner's GEMM model as plan.json's compute_model gives it (one line per file)."""
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as f:
+                cm = json.load(f)["compute_model"]
+        except (OSError, ValueError, KeyError) as e:
+            raise SystemExit(f"results_tables.py: {path}: expected a plan.json with compute_model: {e}")
+        loso = cm["leave_one_shape_out"]
+        print(f"GEMM model {cm['formula']} on {cm['gpu']}, {cm['note']} of {cm['shapes']} shapes: "
+              f"R = {cm['tflops']:.0f} TFLOP/s, c0 = {cm['overhead_us']:.2f} us, B = {cm['hbm_gbs']:.0f} GB/s; "
+              f"leave-one-shape-out |error| median {loso['median_abs_err_pct']:.1f} %, "
+              f"max {loso['max_abs_err_pct']:.1f} %")
+
+
 def main():
     ap = Parser(prog="results_tables.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("table", choices=["gemm", "fused"])
-    ap.add_argument("files", nargs="+", help="measurement files (mkernel.measurement.v1)")
+    ap.add_argument("table", choices=["gemm", "fused", "gemm-model"])
+    ap.add_argument("files", nargs="+", help="measurement files (mkernel.measurement.v1); gemm-model: plan.json")
     args = ap.parse_args()
-    {"gemm": gemm, "fused": fused}[args.table](args.files)
+    {"gemm": gemm, "fused": fused, "gemm-model": gemm_model}[args.table](args.files)
 
 
 if __name__ == "__main__":

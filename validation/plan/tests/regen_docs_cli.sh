@@ -42,4 +42,5 @@ one_line_error "$regen" --cache warm --build "$build" "$doc"
 tables="$(dirname "${BASH_SOURCE[0]}")/../../../scripts/results_tables.py"
 expect 2 'results_tables.py: .*not.json: cannot read a measurement file' -- "$tables" gemm "$work/not.json"
 one_line_error "$tables" fused
+expect 2 'doc.md: expected a plan.json with compute_model' -- "$tables" gemm-model "$doc"
 cli_summary
