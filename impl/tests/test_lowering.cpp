@@ -6,7 +6,7 @@
 #include <set>
 #include <string>
 
-#include "gemm/gemm_lane.hpp"
+#include "gemm/gemm_lane_params.hpp"
 #include "lowering/lowering.hpp"
 #include "lowering/packets.hpp"
 #include "mk/algorithms/algorithms.hpp"

@@ -20,12 +20,6 @@ namespace {
 /// Blocks kept per rank before the ones of completed ops are recycled (distinct address sets in use).
 constexpr size_t kMaxBlocks = 64;
 
-const device::LoweredGemm* gemmsOf(const LoweredProgram& p) {
-  return reinterpret_cast<const device::LoweredGemm*>(p.image.data() + p.header().gemmsOffset);
-}
-
-uint64_t ceilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
-
 /// The GemmParams of one Gemm step for one op's addresses.
 device::GemmParams buildParams(const device::LoweredGemm& g, const uint64_t* table, uint32_t* report,
                                uint64_t waitLimitNs) {
@@ -50,44 +44,6 @@ std::mutex gRegistryMu;
 std::map<std::pair<const void*, uint32_t>, std::unique_ptr<GemmLaneBinder>> gRegistry;
 
 }  // namespace
-
-device::GemmParams gemmLaneParams(const device::LoweredGemm& g, uint64_t waitLimitNs) {
-  using Cfg = device::GemmTileConfigT<256>;
-  if ((g.blockN != 128 && g.blockN != 256) || g.m == 0 || g.n == 0 || g.k == 0)
-    throw Error(ErrorCode::Internal, "lane " + std::to_string(g.lane) + " step " + std::to_string(g.step) +
-                                         " (gemm): the lowered record has m " + std::to_string(g.m) + ", n " +
-                                         std::to_string(g.n) + ", k " + std::to_string(g.k) + ", tile width " +
-                                         std::to_string(g.blockN) +
-                                         " (expected m, n, k >= 1 and a width of 128 or 256)");
-  device::GemmParams p{};
-  p.tmaStoreC = (g.flags & device::kLgTmaStore) ? 1u : 0u;
-  p.ldc = g.ldc;
-  p.m = g.m;
-  p.n = g.n;
-  p.k = g.k;
-  p.tilesM = static_cast<uint32_t>(ceilDiv(g.m, Cfg::kBlockM));
-  p.tilesN = static_cast<uint32_t>(ceilDiv(g.n, g.blockN));
-  p.blockN = g.blockN;
-  p.kIters = static_cast<uint32_t>(ceilDiv(g.k, Cfg::kBlockK));
-  p.groupM = 8;
-  p.out = g.outDType == static_cast<uint8_t>(DType::Float32) ? device::GemmOut::Float32 : device::GemmOut::BFloat16;
-  p.bRowMajor = (g.flags & device::kLgBColMajor) ? 0u : 1u;
-  p.splitK = 1;
-  p.kItersPerSplit = p.kIters;
-  p.accumulate = (g.flags & device::kLgAccumulate) ? 1u : 0u;
-  p.tag = (uint32_t{g.lane} << 16) | (g.step & 0xFFFFu);
-  p.waitLimitNs = waitLimitNs;
-  // The kernel splits tilesM x tilesN tiles among the step's activeCtas (= g.ctas) CTAs: the lowering's count
-  // must be the same, and no CTA may be left without a tile (it would return before the others' work).
-  if (uint64_t{p.tilesM} * p.tilesN != g.tiles || g.ctas == 0 || g.ctas > g.tiles)
-    throw Error(ErrorCode::Internal, "lane " + std::to_string(g.lane) + " step " + std::to_string(g.step) +
-                                         " (gemm): the lowered record says " + std::to_string(g.tiles) + " tiles on " +
-                                         std::to_string(g.ctas) + " CTAs, the tile engine counts " +
-                                         std::to_string(uint64_t{p.tilesM} * p.tilesN) + " tiles");
-  return p;
-}
-
-uint64_t gemmLaneWaitLimitNs(uint64_t pollBudgetNs) { return pollBudgetNs / 2 > 0 ? pollBudgetNs / 2 : 1; }
 
 GemmLaneBinder::GemmLaneBinder(int device, uint32_t rank, uint64_t waitLimitNs, DeviceArena* arena)
     : device_(device), rank_(rank), waitLimitNs_(gemmLaneWaitLimitNs(waitLimitNs)), arena_(arena) {
@@ -121,7 +77,7 @@ uint64_t GemmLaneBinder::bind(const LoweredProgram& program, const void* program
     }
   }
   std::vector<device::GemmParams> params(h.nGemms);
-  const device::LoweredGemm* g = gemmsOf(program);
+  const device::LoweredGemm* g = loweredGemms(program);
   uint32_t* reportDevice = nullptr;
   MK_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&reportDevice), report_, 0));
   for (uint32_t i = 0; i < h.nGemms; ++i) params[i] = buildParams(g[i], table, reportDevice, waitLimitNs_);
@@ -204,42 +160,6 @@ void releaseGemmLaneBinders(const void* engine, bool freeMemory) noexcept {
       it = gRegistry.erase(it);                                  // otherwise the destructor frees
     } else {
       ++it;
-    }
-  }
-}
-
-void checkGemmOperands(const LoweredProgram& program, uint32_t rank, const void* input, const void* output) {
-  std::vector<uint64_t> bases(program.buffers.size(), 0);
-  for (size_t b = 0; b < bases.size(); ++b) {
-    const BufferKind kind = program.buffers[b].kind;
-    bases[b] = kind == BufferKind::Input                                   ? reinterpret_cast<uint64_t>(input)
-               : (kind == BufferKind::Output || kind == BufferKind::InOut) ? reinterpret_cast<uint64_t>(output)
-                                                                           : 0;
-  }
-  checkGemmOperands(program, rank, bases);
-}
-
-void checkGemmOperands(const LoweredProgram& program, uint32_t rank, const std::vector<uint64_t>& bases) {
-  const uint32_t n = gemmCount(program);
-  if (n == 0) return;
-  const uint32_t nB = program.header().nBuffers;
-  const device::LoweredGemm* g = gemmsOf(program);
-  for (uint32_t i = 0; i < n; ++i) {
-    const std::pair<uint64_t, const char*> ops[3] = {{g[i].a, "A"}, {g[i].b, "B"}, {g[i].dst, "C"}};
-    for (const auto& [op, name] : ops) {
-      const uint32_t buffer = static_cast<uint32_t>(op >> device::kOperandShift) % nB;
-      const BufferKind kind = program.buffers[buffer].kind;
-      if (kind == BufferKind::Scratch) continue;  // engine memory: 256-byte aligned arenas
-      const uint64_t base = buffer < bases.size() ? bases[buffer] : 0;
-      const uint64_t at = base + (op & device::kOperandOffsetMask);
-      if (base == 0 || at % 16 != 0) {
-        std::ostringstream os;
-        os << "execute: rank " << rank << " lane " << g[i].lane << " step " << g[i].step << " (gemm): " << name
-           << " at " << (kind == BufferKind::Input ? "input" : "output") << " buffer " << buffer << " "
-           << reinterpret_cast<const void*>(base) << " + " << (op & device::kOperandOffsetMask) << " bytes "
-           << (base == 0 ? "has no buffer (null pointer)" : "is not 16-byte aligned (the tile engine's TMA needs it)");
-        throw Error(ErrorCode::InvalidArgument, os.str());
-      }
     }
   }
 }

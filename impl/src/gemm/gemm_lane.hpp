@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "device/device_arena.hpp"
+#include "gemm/gemm_lane_params.hpp"
 #include "lowering/lowering.hpp"
 #include "mk/device/compute_lane_device.hpp"
 
@@ -68,17 +69,6 @@ class GemmLaneBinder {
   std::vector<Block> free_;  ///< recycled device memory (its last op completed)
 };
 
-/// The op-independent part of a Gemm step's GemmParams (sizes, tile width, flags, wait budget; no tensor maps,
-/// C or report pointer): what the tile engine will loop over. Throws Error(Internal) naming lane and step when
-/// the lowered record disagrees with it (tile count, CTAs without a tile, width not 128 / 256).
-device::GemmParams gemmLaneParams(const device::LoweredGemm& g, uint64_t waitLimitNs);
-
-/// Budget of a Gemm step's mbarrier waits for a communicator whose pollBudget is `pollBudgetNs`: half of it.
-/// No wait inside a step depends on another CTA or rank (only on this CTA's TMA loads and warps), so a
-/// stalled step traps, with its report, well before the engine's own budgets (the peers' flag waits, the
-/// next op's gate) expire and hide it behind a less precise message.
-uint64_t gemmLaneWaitLimitNs(uint64_t pollBudgetNs);
-
 /// The binder of (engine, rank), created on first use.
 /// `arena` is used only when the binder is created here (the first call for the pair).
 GemmLaneBinder& gemmLaneBinder(const void* engine, uint32_t rank, int device, uint64_t waitLimitNs,
@@ -88,15 +78,5 @@ std::string gemmLaneTimeoutReport(const void* engine, uint32_t rank);
 /// Forget the binders of `engine`; free their memory when `freeMemory` (its kernels have stopped), else leak it
 /// (a kernel that never stopped may still read it), so that a later engine at the same address starts clean.
 void releaseGemmLaneBinders(const void* engine, bool freeMemory) noexcept;
-
-/// Before an op is enqueued: every Gemm operand of `program` (rank `rank`) bound to the user's `input` /
-/// `output` pointer must start 16-byte aligned (TMA). Throws Error(InvalidArgument) naming the operand,
-/// lane and step otherwise.
-void checkGemmOperands(const LoweredProgram& program, uint32_t rank, const void* input, const void* output);
-/// The same with every user buffer's own address: `bases[b]` for buffer b (execute() with bound buffers, fused ops).
-void checkGemmOperands(const LoweredProgram& program, uint32_t rank, const std::vector<uint64_t>& bases);
-
-/// Gemm steps of a lowered program (its aux table).
-inline uint32_t gemmCount(const LoweredProgram& p) { return p.image.empty() ? 0 : p.header().nGemms; }
 
 }  // namespace mk::runtime

@@ -9,7 +9,7 @@
 #include "lowering/packets.hpp"
 #include "mk/device/compute_lane_device.hpp"
 #include "mk/error.hpp"
-#include "mk/gemm.hpp"
+#include "mk/gemm_choice.hpp"
 #include "mk/schedule/check.hpp"
 #include "mk/schedule/pack.hpp"
 
