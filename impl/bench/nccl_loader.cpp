@@ -46,6 +46,9 @@ int ncclType(mk::DType t) {
   switch (t) {
     case mk::DType::BFloat16: return kNcclBfloat16;
     case mk::DType::Float16: return kNcclFloat16;
+    case mk::DType::Float8E4M3:
+    case mk::DType::Float8E5M2:
+      throw mk::Error(mk::ErrorCode::Unsupported, std::string("the NCCL baseline does not run ") + mk::toString(t));
     default: return kNcclFloat32;
   }
 }

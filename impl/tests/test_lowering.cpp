@@ -448,6 +448,22 @@ TEST_CASE("lowering: operands of different dtypes are refused") {
   CHECK(errorOf(s, 0).find("different dtypes") != std::string::npos);
 }
 
+TEST_CASE("lowering: FP8 buffers and the lse-merge operator are refused until the engine's kernels run them") {
+  Schedule fp8 = twoRanks(8, mk::DType::Float8E4M3);
+  mk::Lane lane;
+  lane.steps.push_back(copy(ref(0, 1, 0), ref(0, 2, 0), 8));
+  fp8.lanes[0] = {lane};
+  CHECK(errorOf(fp8, 0).find("does not move or reduce float8_e4m3 elements yet") != std::string::npos);
+  Schedule lse = twoRanks(8);
+  Step merge = copy(ref(0, 1, 0), ref(0, 0, 0), 8, StepKind::Reduce);
+  merge.b = ref(0, 2, 0);
+  merge.op = mk::RedOp::LseMerge;
+  merge.aux = 3;  // two rows of 3 values and their lse
+  lane.steps = {merge};
+  lse.lanes[0] = {lane};
+  CHECK(errorOf(lse, 0).find("reduction kernels do not run lse-merge yet") != std::string::npos);
+}
+
 TEST_CASE("lowering: more lanes than worker CTAs is refused naming the knob") {
   Schedule s = twoRanks(8);
   s.lanes[0].assign(5, mk::Lane{});

@@ -33,10 +33,15 @@ void checkRoundTrip(int n, Parse parse, std::vector<std::string> expected) {
 }  // namespace
 
 TEST_CASE("types: dtype names round trip through parseDType") {
-  checkRoundTrip<DType>(3, parseDType, {"float32", "bfloat16", "float16"});
+  checkRoundTrip<DType>(5, parseDType, {"float32", "bfloat16", "float16", "float8_e4m3", "float8_e5m2"});
 }
 
-TEST_CASE("types: dtype aliases fp32 f32 bf16 fp16 f16 half parse") {
+TEST_CASE("types: dtype aliases fp32 f32 bf16 fp16 f16 half e4m3 e5m2 parse") {
+  CHECK(parseDType("e4m3") == DType::Float8E4M3);
+  CHECK(parseDType("fp8_e4m3") == DType::Float8E4M3);
+  CHECK(parseDType("e5m2") == DType::Float8E5M2);
+  CHECK(parseDType("fp8_e5m2") == DType::Float8E5M2);
+  CHECK_FALSE(parseDType("fp8").has_value());  // a training recipe (workload.hpp), not one element type
   CHECK(parseDType("fp32") == DType::Float32);
   CHECK(parseDType("f32") == DType::Float32);
   CHECK(parseDType("bf16") == DType::BFloat16);
@@ -46,7 +51,15 @@ TEST_CASE("types: dtype aliases fp32 f32 bf16 fp16 f16 half parse") {
 }
 
 TEST_CASE("types: reduction op names round trip through parseRedOp") {
-  checkRoundTrip<RedOp>(3, parseRedOp, {"sum", "max", "min"});
+  checkRoundTrip<RedOp>(4, parseRedOp, {"sum", "max", "min", "lse-merge"});
+}
+
+TEST_CASE("types: a collective takes the element-wise operators only; lse-merge is refused with the list") {
+  CHECK(requireRedOp("max") == RedOp::Max);
+  CHECK_THROWS_WITH_AS(requireRedOp("lse-merge", "--redop"),
+                       doctest::Contains("unknown --redop 'lse-merge' (expected sum, max, min)"), Error);
+  CHECK(redOpInfo(RedOp::LseMerge).shape == RedOpShape::LseRows);
+  CHECK(redOpInfo(RedOp::Sum).shape == RedOpShape::Elementwise);
 }
 
 TEST_CASE("types: algorithm and inter-node phase names round trip") {
@@ -69,7 +82,7 @@ TEST_CASE("types: a bad op dtype redop or algorithm word has one spelling, namin
   CHECK(message([] { requireCollOp("allsum", "--op"); }) ==
         "invalid-argument: unknown --op 'allsum' (expected allreduce, allgather, reducescatter, broadcast, alltoall)");
   CHECK(message([] { requireDType("int7", "dtype"); }) ==
-        "invalid-argument: unknown dtype 'int7' (expected float32, bfloat16, float16)");
+        "invalid-argument: unknown dtype 'int7' (expected float32, bfloat16, float16, float8_e4m3, float8_e5m2)");
   CHECK(message([] { requireRedOp("prod", "--redop"); }) ==
         "invalid-argument: unknown --redop 'prod' (expected sum, max, min)");
   CHECK(message([] { requireAlgorithm(CollOp::AllReduce, "star"); }) ==
@@ -117,18 +130,35 @@ TEST_CASE("types: unknown empty and mis-cased names are rejected") {
 
 TEST_CASE("types: out of range enum values print a placeholder instead of crashing") {
   CHECK(std::string(toString(static_cast<DType>(7))) == "?");
+  CHECK(dtypeSize(static_cast<DType>(5)) == 0);
   CHECK(std::string(toString(static_cast<StepKind>(200))) == "?");
   CHECK(std::string(toString(static_cast<LaneRole>(9))) == "?");
   CHECK(std::string(toString(static_cast<BufferKind>(4))) == "?");
   CHECK(std::string(toString(static_cast<LinkClass>(4))) == "?");
-  CHECK(std::string(toString(static_cast<RedOp>(3))) == "?");
+  CHECK(std::string(toString(static_cast<RedOp>(4))) == "?");
 }
 
-TEST_CASE("types: dtypeSize is 4 bytes for float32 and 2 for the 16-bit types") {
+TEST_CASE("types: dtypeSize is 4 bytes for float32, 2 for the 16-bit types and 1 for FP8") {
   CHECK(dtypeSize(DType::Float32) == 4);
   CHECK(dtypeSize(DType::BFloat16) == 2);
   CHECK(dtypeSize(DType::Float16) == 2);
+  CHECK(dtypeSize(DType::Float8E4M3) == 1);
+  CHECK(dtypeSize(DType::Float8E5M2) == 1);
   static_assert(dtypeSize(DType::Float32) == 4, "usable in constant expressions");
+  for (std::size_t t = 0; t < kDTypeCount; ++t)  // the device's copy of the sizes
+    CHECK(((kDTypeSizeNibbles >> (4 * t)) & 15u) == kDTypes[t].size);
+}
+
+TEST_CASE("types: the dtype table gives FP8 float32 accumulation and per-tensor or per-block scales") {
+  for (DType t : {DType::Float8E4M3, DType::Float8E5M2}) {
+    CAPTURE(toString(t));
+    CHECK(dtypeInfo(t).accumulate == DType::Float32);
+    CHECK(dtypeInfo(t).scales == (scaleBit(ScaleKind::PerTensor) | scaleBit(ScaleKind::PerBlock)));
+  }
+  CHECK(dtypeInfo(DType::BFloat16).scales == scaleBit(ScaleKind::None));
+  CHECK(dtypeInfo(DType::Float8E4M3).maxFinite == 448.0);
+  CHECK_FALSE(dtypeInfo(DType::Float8E4M3).infinities);
+  CHECK(dtypeInfo(DType::Float8E5M2).maxFinite == 57344.0);
 }
 
 TEST_CASE("types: wire structs keep their packed sizes and enum widths") {

@@ -112,7 +112,7 @@ void Communicator::collective(const CollectiveSpec& specIn, const void* send, vo
   CollectiveSpec spec = specIn;
   if (spec.count == 0) throw Error(ErrorCode::InvalidArgument, std::string(call) + ": count must be > 0");
   if (spec.dtype != DType::Float32 && spec.dtype != DType::BFloat16 && spec.dtype != DType::Float16)
-    throw Error(ErrorCode::Unsupported, std::string(call) + ": dtype code " + std::to_string(int(spec.dtype)) +
+    throw Error(ErrorCode::Unsupported, std::string(call) + ": dtype " + toString(spec.dtype) +
                                             " is not supported (float32, bfloat16, float16)");
   if (spec.redop != RedOp::Sum && spec.redop != RedOp::Max && spec.redop != RedOp::Min)
     throw Error(ErrorCode::Unsupported, std::string(call) + ": reduction operator code " +

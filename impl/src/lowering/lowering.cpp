@@ -312,9 +312,19 @@ class Lowerer {
           if (s_.buffers[st.a.buffer].dtype != dt || (reduce && s_.buffers[st.b.buffer].dtype != dt))
             failStep(ErrorCode::InvalidSchedule, l, i,
                      "operands have different dtypes (the engine converts only when rounding a Reduce)");
-          if (reduce && st.op != RedOp::Sum && st.op != RedOp::Max && st.op != RedOp::Min)
+          if (reduce && !isRedOp(static_cast<uint8_t>(st.op)))
             failStep(ErrorCode::InvalidSchedule, l, i,
                      "unknown reduction operator " + std::to_string(static_cast<int>(st.op)));
+          // The engine's element loops know float32, bfloat16, float16 and the element-wise operators; anything
+          // else is refused here rather than run as a type or operator the kernel does know.
+          if (dt != DType::Float32 && dt != DType::BFloat16 && dt != DType::Float16)
+            failStep(ErrorCode::Unsupported, l, i,
+                     std::string("the GPU engine does not move or reduce ") + toString(dt) +
+                         " elements yet (float32, bfloat16, float16); run it on the CPU executor");
+          if (reduce && redOpInfo(st.op).shape != RedOpShape::Elementwise)
+            failStep(ErrorCode::Unsupported, l, i,
+                     std::string("the GPU engine's reduction kernels do not run ") + toString(st.op) +
+                         " yet (sum, max, min); run it on the CPU executor");
           ls.dtype = static_cast<uint8_t>(dt);
           ls.activeCtas = static_cast<uint16_t>(activeFor(st.count * dtypeSize(dt), n));
           // A packet Put writes the receiver's packet area, never its buffers: only its source counts for rule 3.

@@ -32,6 +32,10 @@ GenContext makeContext(const CollectiveSpec& spec, const std::vector<uint32_t>& 
     throw Error(ErrorCode::InvalidArgument, "channels must be in [1, " + std::to_string(kMaxChannels) + "] (got " +
                                                 std::to_string(opt.channels) + ")");
   if (spec.count == 0) throw Error(ErrorCode::InvalidArgument, "count must be > 0 (got 0)");
+  if (!isRedOp(static_cast<uint8_t>(spec.redop)) || !redOpInfo(spec.redop).collective)
+    throw Error(ErrorCode::InvalidArgument, std::string("redop ") + toString(spec.redop) +
+                                                " is not a collective's operator (expected " + collectiveRedOpNames() +
+                                                ")");
   checkInterPhase(opt.inter);
   if (static_cast<uint8_t>(opt.protocol) > static_cast<uint8_t>(Protocol::LL128))
     throw Error(ErrorCode::InvalidArgument, "protocol must be simple, ll, ll128 or auto (got " +

@@ -508,9 +508,18 @@ class Executor final : public RemoteEndpoint {
     const BoundBuffer& b = operand(ls, stepIdx, "b", st.b, st.count);
     if (partialOverlap(st.dst, st.count, st.a, st.count) || partialOverlap(st.dst, st.count, st.b, st.count))
       invalid(ls, stepIdx, "dst partially overlaps an input (only exact aliasing is allowed)");
-    if (st.op != RedOp::Sum && st.op != RedOp::Max && st.op != RedOp::Min)
+    if (!isRedOp(static_cast<uint8_t>(st.op)))
       invalid(ls, stepIdx, "unknown reduction op " + std::to_string(static_cast<int>(st.op)));
     const uint64_t n = st.count;
+    if (redOpInfo(st.op).shape == RedOpShape::LseRows) {
+      if (st.aux == 0 || n % (uint64_t{st.aux} + 1) != 0)
+        invalid(ls, stepIdx,
+                std::string(toString(st.op)) + " needs count " + std::to_string(n) + " = rows x (row " +
+                    std::to_string(st.aux) + " + 1) with row > 0");
+      lseMergeRows({dst.dtype, dst.data, st.dst.offset}, {a.dtype, a.data, st.a.offset}, {b.dtype, b.data, st.b.offset},
+                   n / (uint64_t{st.aux} + 1), st.aux);
+      return;
+    }
     if (dst.dtype == DType::Float32 && a.dtype == DType::Float32 && b.dtype == DType::Float32 && st.op == RedOp::Sum) {
       // Exact aliasing of d with x or y is fine: each element is read before it is written.
       float* d = reinterpret_cast<float*>(dst.data) + st.dst.offset;
@@ -519,7 +528,7 @@ class Executor final : public RemoteEndpoint {
       for (uint64_t i = 0; i < n; ++i) d[i] = x[i] + y[i];
       return;
     }
-    if (dst.dtype != DType::Float32 && dst.dtype == a.dtype && dst.dtype == b.dtype) {
+    if (dtypeSize(dst.dtype) == 2 && dst.dtype == a.dtype && dst.dtype == b.dtype) {
       // One 16-bit dtype throughout (the common case): the dtype and Sum tests are hoisted out of the
       // element loop. Same rounding as the generic path (one conversion per element, one store).
       uint16_t* d = reinterpret_cast<uint16_t*>(dst.data) + st.dst.offset;

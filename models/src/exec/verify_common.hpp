@@ -15,25 +15,12 @@
 
 namespace mk::detail {
 
-/// The dtype's unit roundoff u: 2^-24 (float32), 2^-8 (bfloat16), 2^-11 (float16).
-inline double unitRoundoff(DType t) {
-  switch (t) {
-    case DType::Float32: return 0x1p-24;
-    case DType::BFloat16: return 0x1p-8;
-    case DType::Float16: return 0x1p-11;
-  }
-  return 0x1p-24;
-}
+/// The dtype's unit roundoff u = 2^-(mantissa bits + 1): 2^-24 (float32), 2^-8 (bfloat16), 2^-11 (float16).
+inline double unitRoundoff(DType t) { return std::ldexp(1.0, -(dtypeInfo(t).mantissaBits + 1)); }
 
-/// Half the distance between zero and the smallest subnormal: the absolute rounding error floor.
-inline double subnormalHalfStep(DType t) {
-  switch (t) {
-    case DType::Float32: return 0x1p-150;
-    case DType::BFloat16: return 0x1p-134;
-    case DType::Float16: return 0x1p-25;
-  }
-  return 0x1p-150;
-}
+/// Half the distance between zero and the smallest subnormal, 2^(-bias - mantissa bits): the absolute rounding
+/// error floor.
+inline double subnormalHalfStep(DType t) { return std::ldexp(1.0, -(dtypeInfo(t).bias + dtypeInfo(t).mantissaBits)); }
 
 /// `v` rounded to `t` (nearest even), as float.
 inline float roundTo(DType t, float v) {

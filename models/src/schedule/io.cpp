@@ -299,6 +299,11 @@ std::string scheduleToJson(const Schedule& s, int indent) {
             w.comma();
             w.key("op");
             w.str(toString(st.op));
+            if (isRedOp(static_cast<uint8_t>(st.op)) && redOpInfo(st.op).shape == RedOpShape::LseRows) {
+              w.comma();
+              w.key("row");
+              w.u64(st.aux);
+            }
             operand("dst", st.dst);
             operand("a", st.a);
             operand("b", st.b);
@@ -456,8 +461,8 @@ void checkKeys(const json& obj, const Path& p, std::initializer_list<const char*
   }
 }
 
-const std::string kDTypeList = namesOf({DType::Float32, DType::BFloat16, DType::Float16});
-const std::string kRedOpList = namesOf({RedOp::Sum, RedOp::Max, RedOp::Min});
+const std::string kDTypeList = dtypeNames();
+const std::string kRedOpList = namesOf({RedOp::Sum, RedOp::Max, RedOp::Min, RedOp::LseMerge});
 const std::string kRoleList = namesOf({LaneRole::Compute, LaneRole::Intra, LaneRole::InterSend, LaneRole::InterRecv});
 const std::string kKindList = [] {
   std::string list;
@@ -629,10 +634,16 @@ class Reader {
         st.a = readOperand(member(o, "a", p), p["a"]);
         break;
       case StepKind::Reduce:
-        checkKeys(o, p, {"kind", "count", "op", "dst", "a", "b"}, cost);
+        checkKeys(o, p, {"kind", "count", "op", "row", "dst", "a", "b"}, cost);
         st.count = asU64(member(o, "count", p), p["count"]);
         if (const json* x = optionalMember(o, "op"))
           st.op = asEnum<RedOp>(*x, p["op"], parseRedOp, "reduction op", kRedOpList);
+        if (const json* x = optionalMember(o, "row")) {
+          if (redOpInfo(st.op).shape != RedOpShape::LseRows)
+            fail(p["row"],
+                 std::string("a row width is given but op is ") + toString(st.op) + " (only lse-merge reads rows)");
+          st.aux = asU32(*x, p["row"]);
+        }
         st.dst = readOperand(member(o, "dst", p), p["dst"]);
         st.a = readOperand(member(o, "a", p), p["a"]);
         st.b = readOperand(member(o, "b", p), p["b"]);

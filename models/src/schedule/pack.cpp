@@ -223,8 +223,7 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
   for (uint32_t b = 0; b < h.nBuffers; ++b) {
     PackedBuffer pb;
     std::memcpy(&pb, data + lay.buffers + uint64_t{b} * sizeof(PackedBuffer), sizeof pb);
-    if (pb.dtype > static_cast<uint8_t>(DType::Float16))
-      bad("buffer " + std::to_string(b) + ": unknown dtype " + std::to_string(pb.dtype));
+    if (!isDType(pb.dtype)) bad("buffer " + std::to_string(b) + ": unknown dtype " + std::to_string(pb.dtype));
     if (pb.kind > static_cast<uint8_t>(BufferKind::InOut))
       bad("buffer " + std::to_string(b) + ": unknown buffer kind " + std::to_string(pb.kind));
     BufferDecl& d = s.buffers[b];
@@ -287,7 +286,7 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
             ": " + what);
       };
       if (!isStepKind(ps.kind)) fail("unknown step kind " + std::to_string(ps.kind));
-      if (ps.op > static_cast<uint8_t>(RedOp::Min)) fail("unknown reduction op " + std::to_string(ps.op));
+      if (!isRedOp(ps.op)) fail("unknown reduction op " + std::to_string(ps.op));
       if (ps.link > static_cast<uint8_t>(LinkClass::Network)) fail("unknown link class " + std::to_string(ps.link));
       const auto kind = static_cast<StepKind>(ps.kind);
       auto checkRef = [&](const BufRef& r, const char* name) {

@@ -20,21 +20,18 @@ std::optional<E> lookup(const std::array<std::pair<std::string_view, E>, N>& tab
   return std::nullopt;
 }
 
-constexpr std::array<std::pair<std::string_view, DType>, 9> kDTypeNames{{
-    {"float32", DType::Float32},
+// Aliases only: the canonical names are the tables' (element.hpp).
+constexpr std::array<std::pair<std::string_view, DType>, 10> kDTypeAliases{{
     {"fp32", DType::Float32},
     {"f32", DType::Float32},
-    {"bfloat16", DType::BFloat16},
     {"bf16", DType::BFloat16},
-    {"float16", DType::Float16},
     {"fp16", DType::Float16},
     {"f16", DType::Float16},
     {"half", DType::Float16},
-}};
-constexpr std::array<std::pair<std::string_view, RedOp>, 3> kRedOpNames{{
-    {"sum", RedOp::Sum},
-    {"max", RedOp::Max},
-    {"min", RedOp::Min},
+    {"fp8_e4m3", DType::Float8E4M3},
+    {"e4m3", DType::Float8E4M3},
+    {"fp8_e5m2", DType::Float8E5M2},
+    {"e5m2", DType::Float8E5M2},
 }};
 constexpr std::array<std::pair<std::string_view, LaneRole>, 4> kLaneRoleNames{{
     {"compute", LaneRole::Compute},
@@ -58,23 +55,9 @@ constexpr std::array<std::pair<std::string_view, BufferKind>, 4> kBufferKindName
 }  // namespace
 
 // The switches have no default so -Wswitch flags a new enumerator; "?" covers values cast from bad input.
-const char* toString(DType v) noexcept {
-  switch (v) {
-    case DType::Float32: return "float32";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Float16: return "float16";
-  }
-  return "?";
-}
+const char* toString(DType v) noexcept { return isDType(static_cast<uint8_t>(v)) ? dtypeInfo(v).name : "?"; }
 
-const char* toString(RedOp v) noexcept {
-  switch (v) {
-    case RedOp::Sum: return "sum";
-    case RedOp::Max: return "max";
-    case RedOp::Min: return "min";
-  }
-  return "?";
-}
+const char* toString(RedOp v) noexcept { return isRedOp(static_cast<uint8_t>(v)) ? redOpInfo(v).name : "?"; }
 
 const char* toString(LaneRole v) noexcept {
   switch (v) {
@@ -106,8 +89,17 @@ const char* toString(BufferKind v) noexcept {
   return "?";
 }
 
-std::optional<DType> parseDType(std::string_view s) noexcept { return lookup(kDTypeNames, s); }
-std::optional<RedOp> parseRedOp(std::string_view s) noexcept { return lookup(kRedOpNames, s); }
+std::optional<DType> parseDType(std::string_view s) noexcept {
+  for (const DTypeInfo& t : kDTypes)
+    if (s == t.name) return t.type;
+  return lookup(kDTypeAliases, s);
+}
+
+std::optional<RedOp> parseRedOp(std::string_view s) noexcept {
+  for (const RedOpInfo& r : kRedOps)
+    if (s == r.name) return r.op;
+  return std::nullopt;
+}
 std::optional<LaneRole> parseLaneRole(std::string_view s) noexcept { return lookup(kLaneRoleNames, s); }
 std::optional<LinkClass> parseLinkClass(std::string_view s) noexcept { return lookup(kLinkClassNames, s); }
 std::optional<BufferKind> parseBufferKind(std::string_view s) noexcept { return lookup(kBufferKindNames, s); }
@@ -119,14 +111,33 @@ namespace {
 }
 }  // namespace
 
+const char* dtypeNames() noexcept {
+  static const std::string names = [] {
+    std::string out;
+    for (const DTypeInfo& t : kDTypes) out += (out.empty() ? "" : ", ") + std::string(t.name);
+    return out;
+  }();
+  return names.c_str();
+}
+
+const char* collectiveRedOpNames() noexcept {
+  static const std::string names = [] {
+    std::string out;
+    for (const RedOpInfo& r : kRedOps)
+      if (r.collective) out += (out.empty() ? "" : ", ") + std::string(r.name);
+    return out;
+  }();
+  return names.c_str();
+}
+
 DType requireDType(std::string_view s, std::string_view what) {
   if (const auto v = parseDType(s)) return *v;
-  throwUnknown(what, s, "float32, bfloat16, float16");
+  throwUnknown(what, s, dtypeNames());
 }
 
 RedOp requireRedOp(std::string_view s, std::string_view what) {
-  if (const auto v = parseRedOp(s)) return *v;
-  throwUnknown(what, s, "sum, max, min");
+  if (const auto v = parseRedOp(s); v && redOpInfo(*v).collective) return *v;
+  throwUnknown(what, s, collectiveRedOpNames());
 }
 
 }  // namespace mk

@@ -39,7 +39,7 @@ bool Validator::checkStructure() {
       add(-1, -1, -1, std::move(problem));
       ok = false;
     }
-    if (static_cast<uint8_t>(d.dtype) > static_cast<uint8_t>(DType::Float16))
+    if (!isDType(static_cast<uint8_t>(d.dtype)))
       add(-1, -1, -1, id + ": unknown dtype " + str(static_cast<uint8_t>(d.dtype)));
     if (static_cast<uint8_t>(d.kind) > static_cast<uint8_t>(BufferKind::InOut))
       add(-1, -1, -1, id + ": unknown buffer kind " + str(static_cast<uint8_t>(d.kind)));
@@ -177,8 +177,14 @@ void Validator::checkStep(uint32_t g, uint32_t i, uint32_t r, const Step& st) {
       const bool reduce = st.kind == StepKind::Reduce;
       const char* kind = reduce ? "reduce" : "copy";
       if (st.count == 0) addStep(g, i, "count must be > 0");
-      if (reduce && static_cast<uint8_t>(st.op) > static_cast<uint8_t>(RedOp::Min))
+      if (reduce && !isRedOp(static_cast<uint8_t>(st.op)))
         addStep(g, i, "unknown reduction op " + str(static_cast<uint8_t>(st.op)));
+      else if (reduce && redOpInfo(st.op).shape == RedOpShape::LseRows &&
+               (st.aux == 0 || st.count % (uint64_t{st.aux} + 1) != 0))
+        addStep(g, i,
+                std::string(toString(st.op)) + " reads rows of row = " + str(st.aux) +
+                    " values and their log-sum-exp: row must be > 0 and count " + str(st.count) +
+                    " a multiple of row + 1");
       const bool dOk = refOk(g, i, st.dst, "dst");
       const bool aOk = refOk(g, i, st.a, "a");
       const bool bOk = !reduce || refOk(g, i, st.b, "b");
@@ -283,7 +289,7 @@ void Validator::checkGemm(uint32_t g, uint32_t i, const Step& st) {
   sameNodeOk(g, i, st.a, "A (a)", "gemm");
   sameNodeOk(g, i, st.b, "B (b)", "gemm");
   const DType da = s_.buffers[st.a.buffer].dtype, db = s_.buffers[st.b.buffer].dtype;
-  if (da != db || da == DType::Float32)
+  if (da != db || (da != DType::BFloat16 && da != DType::Float16))
     addStep(g, i,
             std::string("A and B must share one 16-bit dtype (bfloat16 or float16): A ") + bufName(st.a.buffer) +
                 " is " + toString(da) + ", B " + bufName(st.b.buffer) + " is " + toString(db));

@@ -200,7 +200,7 @@ const char* toString(KernelClass c) noexcept {
   return "gemm";
 }
 
-const char* dtypeName(const ComputeOp& op) noexcept { return op.fp8 ? "float8_e4m3" : toString(op.dtype); }
+const char* dtypeName(const ComputeOp& op) noexcept { return toString(op.fp8 ? DType::Float8E4M3 : op.dtype); }
 
 bool softmaxRowInSharedMemory(uint64_t rowElems, std::size_t elemBytes) noexcept {
   constexpr uint64_t kSharedBytes = 49152, kReductionScratch = 128, kVector = 16;

@@ -178,8 +178,9 @@ void validateWorkload(const Workload& w) {
   requireAtLeast1("training.globalBatch", t.globalBatch);
   if (t.globalBatch % t.microBatch != 0)
     bad("training.microBatch " + str(t.microBatch) + " does not divide training.globalBatch " + str(t.globalBatch));
-  if (t.dtype == DType::Float32)
-    bad("training.dtype must be bfloat16 or float16 (got float32): the compute model is fitted on 16-bit GEMMs");
+  if (t.dtype != DType::BFloat16 && t.dtype != DType::Float16)
+    bad(std::string("training.dtype must be bfloat16 or float16 (got ") + toString(t.dtype) +
+        "): the compute model is fitted on 16-bit GEMMs (FP8 GEMMs: the \"fp8\" recipe)");
   if (t.recompute == Recompute::Selective && !t.recomputeModules.any())
     bad("training.recomputeModules must name at least one of core_attn, mlp, moe_act, norms with training.recompute "
         "\"selective\"");
@@ -248,7 +249,8 @@ void validateWorkload(const Workload& w) {
   if (l.zero > 3) bad("layout.zero must be 0, 1, 2 or 3 (got " + str(l.zero) + ")");
   if (l.bucketBytes < kMinBucketBytes || l.bucketBytes > kMaxBucketBytes)
     bad("layout.bucketMiB (--bucket) must be in [4 KiB, 1e6 MiB] (got " + str(l.bucketBytes) + " bytes)");
-  if (l.gradDtype == DType::Float16) bad("layout.gradDtype must be float32 or bfloat16 (got float16)");
+  if (l.gradDtype != DType::Float32 && l.gradDtype != DType::BFloat16)
+    bad(std::string("layout.gradDtype must be float32 or bfloat16 (got ") + toString(l.gradDtype) + ")");
   if (l.tpCommOverlap && l.tp > 1 && !l.sp)
     bad("layout.tpCommOverlap needs layout.sp (sequence parallelism), as Megatron-LM's --tp-comm-overlap does");
   requireAtLeast1("layout.overlapSms", l.overlapSms);

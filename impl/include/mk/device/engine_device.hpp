@@ -272,9 +272,9 @@ MK_HOST_DEVICE_INLINE char* operandAddress(const uint64_t* table, uint64_t opera
   return reinterpret_cast<char*>(table[operand >> kOperandShift]) + (operand & kOperandOffsetMask);
 }
 
-/// Bytes of one element of a lowered step's dtype (float32 4, bfloat16 and float16 2).
+/// Bytes of one element of a lowered step's dtype (the element table's size, element.hpp).
 MK_HOST_DEVICE_INLINE uint32_t dtypeBytes(uint8_t dtype) {
-  return dtype == static_cast<uint8_t>(DType::Float32) ? 4u : 2u;
+  return static_cast<uint32_t>(kDTypeSizeNibbles >> (4u * (dtype & 15u))) & 15u;
 }
 
 /// One step as the resident kernel runs it; 64 bytes, read whole before acting, never written at run time.

@@ -9,23 +9,17 @@
 #include <optional>
 #include <string_view>
 
+#include "mk/schedule/element.hpp"
 #include "mk/schedule/step_kind.hpp"
 
 namespace mk {
 
-/// Element type of a buffer.
-enum class DType : uint8_t { Float32 = 0, BFloat16 = 1, Float16 = 2 };
-/// Reduction operator of a Reduce step (and of a collective).
-enum class RedOp : uint8_t { Sum = 0, Max = 1, Min = 2 };
 /// What a lane's CTAs are for; the runtime maps roles to CTA groups, the simulator to actors.
 enum class LaneRole : uint8_t { Compute = 0, Intra = 1, InterSend = 2, InterRecv = 3 };
 /// Which physical path a step's bytes take. `None` for pure synchronisation (Wait, Barrier).
 enum class LinkClass : uint8_t { None = 0, Local = 1, NVLink = 2, Network = 3 };
 /// Role of a buffer in an op; `InOut` is read and written (in-place variants).
 enum class BufferKind : uint8_t { Input = 0, Output = 1, Scratch = 2, InOut = 3 };
-
-/// Bytes per element.
-constexpr std::size_t dtypeSize(DType t) noexcept { return t == DType::Float32 ? 4 : 2; }
 
 /// Stable names used in JSON, CLIs and traces ("float32", "sum", "intra", "nvlink", "put", ...).
 const char* toString(DType v) noexcept;
@@ -41,10 +35,17 @@ std::optional<LaneRole> parseLaneRole(std::string_view s) noexcept;
 std::optional<LinkClass> parseLinkClass(std::string_view s) noexcept;
 std::optional<BufferKind> parseBufferKind(std::string_view s) noexcept;
 
-/// parseDType, or Error(InvalidArgument) "unknown <what> '<s>' (expected float32, bfloat16, float16)": the one
-/// spelling of a bad element type name, for tools (what = "--dtype") and readers (what = "dtype").
+/// parseDType, or Error(InvalidArgument) "unknown <what> '<s>' (expected float32, bfloat16, float16, float8_e4m3,
+/// float8_e5m2)": the one spelling of a bad element type name, for tools (what = "--dtype") and readers (what =
+/// "dtype").
 DType requireDType(std::string_view s, std::string_view what = "dtype");
-/// parseRedOp, or Error(InvalidArgument) "unknown <what> '<s>' (expected sum, max, min)".
+/// A collective's reduction operator: parseRedOp, or Error(InvalidArgument) "unknown <what> '<s>' (expected sum,
+/// max, min)"; a row operator (lse-merge: Reduce steps only, it needs a row width) is refused the same way.
 RedOp requireRedOp(std::string_view s, std::string_view what = "redop");
+
+/// The names of every element type ("float32, bfloat16, ...") and of the collective reduction operators ("sum,
+/// max, min"), for messages.
+const char* dtypeNames() noexcept;
+const char* collectiveRedOpNames() noexcept;
 
 }  // namespace mk
