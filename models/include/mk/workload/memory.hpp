@@ -8,7 +8,7 @@
 // the model's ffn (gate and up when gated), MoE layers' router, routed rows through the experts and shared experts
 // (layerActivations). For the paper's shape (multi-head attention, ffn 4h, not gated) this is s b h (10 + 24 / t)
 // bytes per layer, s b h 34 / t with sequence parallelism, 2 s b h / t (the layer input only) with full
-// recomputation, minus the chosen modules' bytes with selective recomputation (docs/planner.md, "Memory").
+// recomputation, minus the chosen modules' bytes with selective recomputation (docs/planner.md, "Activation memory").
 // training.dtype fp8 (Transformer Engine): bf16 weights plus a one-byte FP8 copy of every FP8 GEMM's weight,
 // gradients and Adam state as in bf16, the FP8 GEMMs' inputs saved in FP8 (s b h (8 + 19 / t), 27 s b h / t for
 // the paper's shape). Not counted: logits, the attention's log-sum-exp, temporary buffers, the CUDA context,
