@@ -36,6 +36,7 @@ import datetime
 import json
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -168,21 +169,28 @@ class Engine:
         self.proc = None
 
     def __enter__(self):
+        # Line-buffered, so that its first line (printed once its communicators are up) shows in the log at once.
+        cmd = (["stdbuf", "-oL"] if shutil.which("stdbuf") else []) + self.cmd
         with open(self.log_path, "a") as log:
-            log.write("$ %s\n" % shlex.join(self.cmd))
+            log.write("$ %s\n" % shlex.join(cmd))
             log.flush()
-            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         t0 = time.time()
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError("mk-bench soak exited with %d before running (%s)" % (self.proc.returncode,
-                                                                                       self.log_path))
-            with open(self.log_path) as log:
-                if "# mk-bench soak" in log.read().split("$ ")[-1]:
-                    break
-            if time.time() - t0 > ENGINE_START_S:
-                raise RuntimeError("mk-bench soak did not start within %.0f s (%s)" % (ENGINE_START_S, self.log_path))
-            time.sleep(0.2)
+        try:
+            while True:
+                if self.proc.poll() is not None:
+                    raise RuntimeError("mk-bench soak exited with %d before running (%s)" % (self.proc.returncode,
+                                                                                           self.log_path))
+                with open(self.log_path) as log:
+                    if "# mk-bench soak" in log.read().split("$ ")[-1]:
+                        break
+                if time.time() - t0 > ENGINE_START_S:
+                    raise RuntimeError("mk-bench soak did not start within %.0f s (%s)" % (ENGINE_START_S,
+                                                                                          self.log_path))
+                time.sleep(0.2)
+        except RuntimeError:
+            self.__exit__()
+            raise
         time.sleep(2.0)  # its first rounds of collectives are running
         return self
 
@@ -192,6 +200,8 @@ class Engine:
                 self.proc.returncode, self.log_path))
 
     def __exit__(self, *exc):
+        if self.proc.poll() is not None:
+            return False
         self.proc.terminate()
         try:
             self.proc.wait(timeout=10)
