@@ -18,6 +18,9 @@
 #include "mk/exec/executor.hpp"
 #include "mk/exec/numeric.hpp"
 #include "mk/exec/verify.hpp"
+#include "mk/schedule/io.hpp"
+#include "mk/schedule/pack.hpp"
+#include "mk/schedule/validate.hpp"
 
 using namespace mk;
 
@@ -674,6 +677,59 @@ TEST_CASE("executor: gemm with bf16 A and B into f32 and bf16 C") {
   runGemmCase({7, 5, 3, false, true, DType::BFloat16, DType::BFloat16, false}, 11);
   runGemmCase({16, 8, 64, true, false, DType::BFloat16, DType::Float32, false}, 12);
   runGemmCase({5, 7, 3, false, false, DType::Float16, DType::Float16, true}, 13);
+}
+
+TEST_CASE("executor: a grouped gemm runs one gemm per group on stacked blocks (MoE experts)") {
+  // Three experts with 3, 1 and 2 tokens: A's rows, B's blocks and C's rows stacked group after group.
+  const uint32_t n = 4, k = 5;
+  const std::vector<uint32_t> rows = {3, 1, 2};
+  Hand h(1);
+  uint64_t aRows = 0;
+  for (uint32_t m : rows) {
+    h.s.gemms.push_back(GemmShape{m, n, k, k, n, n});  // m, n, k, lda, ldb, ldc: packed row-major blocks
+    aRows += m;
+  }
+  const uint16_t A = h.buffer("a", DType::BFloat16, aRows * k);
+  const uint16_t B = h.buffer("b", DType::BFloat16, rows.size() * uint64_t{k} * n);
+  const uint16_t C = h.buffer("c", DType::Float32, aRows * n);
+  Step st = gemmStep(0, ref(0, C), ref(0, A), ref(0, B), 0);
+  st.kind = StepKind::GroupedGemm;
+  st.count = rows.size();
+  h.add(0, 0, st);
+  fillCostAttributes(h.s);
+  CHECK(validate(h.s).empty());
+  CHECK(h.s.lanes[0][0].steps[0].flops == 2.0 * static_cast<double>(aRows) * n * k);
+  // The JSON and packed forms carry it unchanged.
+  CHECK(scheduleToJson(scheduleFromJson(scheduleToJson(h.s))) == scheduleToJson(h.s));
+  const Step back = unpack(pack(h.s)).lanes[0][0].steps[0];  // the packed form keeps no buffer names
+  CHECK(back.kind == StepKind::GroupedGemm);
+  CHECK(back.count == rows.size());
+  CHECK(back.flops == h.s.lanes[0][0].steps[0].flops);
+
+  HostMemory mem = HostMemory::allocate(h.s);
+  std::vector<float> va(aRows * k), vb(rows.size() * k * n);
+  for (std::size_t i = 0; i < va.size(); ++i) va[i] = static_cast<float>(static_cast<int>(i % 7) - 3);
+  for (std::size_t i = 0; i < vb.size(); ++i) vb[i] = static_cast<float>(static_cast<int>(i % 5) - 2);
+  fill(mem, h.s, 0, A, va);
+  fill(mem, h.s, 0, B, vb);
+  execute(h.s, mem);
+  const std::vector<float> got = read(mem, h.s, 0, C);
+  uint64_t row0 = 0;
+  for (std::size_t grp = 0; grp < rows.size(); ++grp) {
+    for (uint32_t i = 0; i < rows[grp]; ++i)
+      for (uint32_t j = 0; j < n; ++j) {
+        double want = 0;
+        for (uint32_t kk = 0; kk < k; ++kk) want += va[(row0 + i) * k + kk] * vb[(grp * k + kk) * n + j];
+        CHECK(got[(row0 + i) * n + j] == want);  // small integers: exact
+      }
+    row0 += rows[grp];
+  }
+
+  // Groups past the shapes are refused by the validator and the packed reader, naming the index.
+  st.count = 4;
+  h.s.lanes[0][0].steps[0] = st;
+  CHECK_THROWS_WITH_AS(validate(h.s), doctest::Contains("groups 0 .. 3 run past the gemm shapes (3)"), Error);
+  CHECK_THROWS_WITH_AS(unpack(pack(h.s)), doctest::Contains("gemm index 3 out of range (nGemms 3)"), Error);
 }
 
 TEST_CASE("executor: gemm with k = 0 zeroes C or leaves it when accumulating") {

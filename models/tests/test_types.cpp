@@ -104,9 +104,33 @@ TEST_CASE("types: link class names round trip through parseLinkClass") {
 }
 
 TEST_CASE("types: step kind names round trip and proxy-put is an alias") {
-  checkRoundTrip<StepKind>(8, parseStepKind,
-                           {"copy", "reduce", "put", "proxyput", "signal", "wait", "gemm", "barrier"});
+  checkRoundTrip<StepKind>(9, parseStepKind,
+                           {"copy", "reduce", "put", "proxyput", "signal", "wait", "gemm", "barrier", "grouped-gemm"});
   CHECK(parseStepKind("proxy-put") == StepKind::ProxyPut);
+}
+
+TEST_CASE("types: the step-kind table answers what sites used to spell out kind by kind") {
+  CHECK(kStepKindCount == 9);
+  CHECK_FALSE(isStepKind(static_cast<uint8_t>(kStepKindCount)));
+  CHECK(std::string(kindInfo(static_cast<StepKind>(200)).name) == "?");  // no out-of-range read
+  CHECK(kindInfo(static_cast<StepKind>(200)).fields == 0);
+  // Which steps raise a flag: a Signal always, a Put or ProxyPut with kStepSignal, nothing else.
+  CHECK(incrementsFlag(StepKind::Signal, 0));
+  CHECK(incrementsFlag(StepKind::Put, kStepSignal));
+  CHECK(incrementsFlag(StepKind::ProxyPut, kStepSignal));
+  CHECK_FALSE(incrementsFlag(StepKind::Put, 0));
+  CHECK_FALSE(incrementsFlag(StepKind::Wait, kStepSignal));
+  CHECK_FALSE(incrementsFlag(StepKind::Copy, kStepSignal));
+  CHECK(kindInfo(StepKind::Wait).waits);
+  CHECK(kindInfo(StepKind::Barrier).waits);
+  CHECK(kindInfo(StepKind::ProxyPut).remote);
+  CHECK_FALSE(kindInfo(StepKind::Put).remote);
+  CHECK(kindInfo(StepKind::Put).protocol);
+  CHECK_FALSE(kindInfo(StepKind::Copy).protocol);
+  // Every kind but the grouped gemm runs on the GPU engine; the lowering refuses the others.
+  for (const StepKindInfo& k : kStepKinds) CHECK(k.gpu == (k.kind != StepKind::GroupedGemm));
+  CHECK(kindInfo(StepKind::GroupedGemm).extent == StepExtent::Tile);
+  CHECK((kindInfo(StepKind::GroupedGemm).fields & kFieldCount) != 0);
 }
 
 TEST_CASE("types: buffer kind names round trip through parseBufferKind") {

@@ -63,7 +63,8 @@ StepResource stepResource(const Schedule& s, const Step& st, uint32_t rank, uint
   switch (st.kind) {
     case StepKind::Put: return StepResource::NvLink;
     case StepKind::ProxyPut: return StepResource::Network;
-    case StepKind::Gemm: return StepResource::Tensor;
+    case StepKind::Gemm:
+    case StepKind::GroupedGemm: return StepResource::Tensor;
     case StepKind::Copy:
     case StepKind::Reduce:
       if (st.link == LinkClass::NVLink) return StepResource::NvLink;
@@ -215,6 +216,7 @@ StepPrice stepPrice(const Profile& p, StepKind kind, LinkClass link, double amou
       pr.rate = linkRate(p.network, pr.amount);
       return pr;
     case StepKind::Gemm:
+    case StepKind::GroupedGemm:
       pr.resource = StepResource::Tensor;
       pr.rate = p.gemmTflops;
       pr.unitsPerUs = kFlopsPerUsPerTflops;
@@ -279,7 +281,7 @@ StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra
         nvlink = nvlink || res == StepResource::NvLink;
         reduce = reduce || st.kind == StepKind::Reduce;
         network = network || kindInfo(st.kind).remote;
-        gemm = gemm || st.kind == StepKind::Gemm;
+        gemm = gemm || kindInfo(st.kind).extent == StepExtent::Tile;
         ll = ll || (st.flags & kStepLL);
         ll128 = ll128 || (st.flags & kStepLL128);
       }
@@ -314,14 +316,16 @@ StepPrice StepCosts::price(const Step& st, uint32_t rank, uint32_t lane) const {
   StepPrice pr = sharedPrice(st, rank);
   if (computes(rank) && pr.resource != StepResource::None) {
     uint64_t tiles = 0;
-    if (st.kind == StepKind::Gemm) tiles = gemmTiles128(s_.gemms[st.aux].m, s_.gemms[st.aux].n);
+    if (kindInfo(st.kind).extent == StepExtent::Tile)
+      forEachGemm(s_.gemms, st,
+                  [&](const Step& one) { tiles += gemmTiles128(s_.gemms[one.aux].m, s_.gemms[one.aux].n); });
     pr.capPerUs = ctaCapPerUs(p_, pr.resource, laneSms_[rank][lane], tiles);
   }
   return pr;
 }
 
 StepPrice StepCosts::sharedPrice(const Step& st, uint32_t rank) const {
-  const bool gemm = st.kind == StepKind::Gemm;
+  const bool gemm = kindInfo(st.kind).extent == StepExtent::Tile;  // priced by FLOPs
   StepPrice pr = stepPrice(p_, st.kind, st.link, gemm ? st.flops : static_cast<double>(st.bytes),
                            st.kind == StepKind::Put && writesPeerUserBuffer(s_, st, rank), st.flags);
   if (kindInfo(st.kind).remote) {

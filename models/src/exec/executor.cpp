@@ -636,6 +636,7 @@ class Executor final : public RemoteEndpoint {
       case StepKind::Signal: increment(st.flag.rank, flagRef(ls, stepIdx, st.flag), st.value); return;
       case StepKind::Wait: waitFlag(ls, stepIdx, st); return;
       case StepKind::Gemm: gemm(ls, stepIdx, st); return;
+      case StepKind::GroupedGemm: forEachGemm(s_.gemms, st, [&](const Step& one) { gemm(ls, stepIdx, one); }); return;
       case StepKind::Barrier: barrier(ls, stepIdx, st); return;
     }
     invalid(ls, stepIdx, "unknown step kind " + std::to_string(static_cast<int>(st.kind)));

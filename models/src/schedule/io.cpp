@@ -327,6 +327,7 @@ std::string scheduleToJson(const Schedule& s, int indent) {
             break;
           case StepKind::Signal:
           case StepKind::Wait: flagAndValue(); break;
+          case StepKind::GroupedGemm: count(); [[fallthrough]];
           case StepKind::Gemm:
             w.comma();
             w.key("gemm");
@@ -681,7 +682,13 @@ class Reader {
         st.value = json_get::unsignedInt(member(o, "value", p), p["value"]);
         break;
       case StepKind::Gemm:
-        checkKeys(o, p, {"kind", "gemm", "dst", "a", "b", "accumulate", "bColMajor"}, cost);
+      case StepKind::GroupedGemm:
+        if (st.kind == StepKind::GroupedGemm) {
+          checkKeys(o, p, {"kind", "count", "gemm", "dst", "a", "b", "accumulate", "bColMajor"}, cost);
+          st.count = asU64(member(o, "count", p), p["count"]);
+        } else {
+          checkKeys(o, p, {"kind", "gemm", "dst", "a", "b", "accumulate", "bColMajor"}, cost);
+        }
         st.aux = asU32(member(o, "gemm", p), p["gemm"]);
         st.dst = readOperand(member(o, "dst", p), p["dst"]);
         st.a = readOperand(member(o, "a", p), p["a"]);

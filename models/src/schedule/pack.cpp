@@ -305,8 +305,9 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
       if (info.fields & kFieldDst) checkRef(ps.dst, "dst");
       if (info.fields & kFieldA) checkRef(ps.a, "a");
       if (info.fields & kFieldB) checkRef(ps.b, "b");
-      if (info.extent == StepExtent::Tile && ps.aux >= h.nGemms)
-        fail("gemm index " + std::to_string(ps.aux) + " out of range (nGemms " + std::to_string(h.nGemms) + ")");
+      const uint64_t gemmEnd = uint64_t{ps.aux} + ((info.fields & kFieldCount) ? ps.count : 1);
+      if (info.extent == StepExtent::Tile && gemmEnd > h.nGemms)
+        fail("gemm index " + std::to_string(gemmEnd - 1) + " out of range (nGemms " + std::to_string(h.nGemms) + ")");
       const bool hasFlag = (info.fields & kFieldFlag) || incrementsFlag(kind, ps.flags);
       if (hasFlag && ps.flag.rank >= h.nRanks)
         fail("flag rank " + std::to_string(ps.flag.rank) + " out of range (nRanks " + std::to_string(h.nRanks) + ")");
@@ -377,15 +378,18 @@ void fillCostAttributes(Schedule& s) {
             st.link = r < nRanks ? linkBetween(s, rank, st.flag.rank) : LinkClass::None;
             st.bytes = 8;
             break;
-          case StepKind::Gemm: {
+          case StepKind::Gemm:
+          case StepKind::GroupedGemm: {
             st.link = LinkClass::Local;
             std::size_t aSize = 0, cSize = 0;
-            if (st.aux < s.gemms.size() && dtypeOf(st.a, aSize) && dtypeOf(st.dst, cSize)) {
-              const GemmShape& g = s.gemms[st.aux];
+            if (!dtypeOf(st.a, aSize) || !dtypeOf(st.dst, cSize)) break;
+            forEachGemm(s.gemms, st, [&](const Step& one) {
+              if (one.aux >= s.gemms.size()) return;
+              const GemmShape& g = s.gemms[one.aux];
               const uint64_t m = g.m, n = g.n, k = g.k;
-              st.bytes = (m * k + k * n) * aSize + m * n * cSize;
-              st.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-            }
+              st.bytes += (m * k + k * n) * aSize + m * n * cSize;
+              st.flops += 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+            });
             break;
           }
           case StepKind::Wait:

@@ -132,17 +132,18 @@ void Validator::checkRaces() {
           addRows(g, i, snap, st.a, 1, st.count, st.count, false);
           if (info.fields & kFieldB) addRows(g, i, snap, st.b, 1, st.count, st.count, false);
           break;
-        case StepExtent::Tile: {
-          const GemmShape& gs = s_.gemms[st.aux];
-          const bool colB = st.flags & kStepBColMajor;
-          addRows(g, i, snap, st.dst, gs.m, gs.n, gs.ldc, true);
-          addRows(g, i, snap, st.a, gs.m, gs.k, gs.lda, false);
-          if (colB)
-            addRows(g, i, snap, st.b, gs.n, gs.k, gs.ldb, false);
-          else
-            addRows(g, i, snap, st.b, gs.k, gs.n, gs.ldb, false);
+        case StepExtent::Tile:
+          forEachGemm(s_.gemms, st, [&](const Step& one) {
+            const GemmShape& gs = s_.gemms[one.aux];
+            const bool colB = one.flags & kStepBColMajor;
+            addRows(g, i, snap, one.dst, gs.m, gs.n, gs.ldc, true);
+            addRows(g, i, snap, one.a, gs.m, gs.k, gs.lda, false);
+            if (colB)
+              addRows(g, i, snap, one.b, gs.n, gs.k, gs.ldb, false);
+            else
+              addRows(g, i, snap, one.b, gs.k, gs.n, gs.ldb, false);
+          });
           break;
-        }
         case StepExtent::None: break;
       }
     }

@@ -261,6 +261,17 @@ void Validator::checkStep(uint32_t g, uint32_t i, uint32_t r, const Step& st) {
       return;
     }
     case StepKind::Gemm: checkGemm(g, i, st); return;
+    case StepKind::GroupedGemm:
+      if (st.count == 0) addStep(g, i, "count (groups) must be > 0");
+      if (st.count > s_.gemms.size() || st.aux > s_.gemms.size() - st.count) {
+        addStep(g, i,
+                "groups " + str(st.aux) + " .. " + str(st.aux + st.count - 1) + " run past the gemm shapes (" +
+                    str(s_.gemms.size()) + ")");
+        indexError_ = true;
+        return;
+      }
+      forEachGemm(s_.gemms, st, [&](const Step& one) { checkGemm(g, i, one); });
+      return;
     case StepKind::Barrier:
       if (const std::string problem = barrierProblem(s_, st); !problem.empty()) {
         addStep(g, i, problem);

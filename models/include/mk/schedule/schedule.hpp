@@ -115,6 +115,30 @@ struct GemmShape {
   uint32_t lda = 0, ldb = 0, ldc = 0;  ///< leading dimensions in elements
 };
 
+/// Calls visit(gemm) for each Gemm that `st` (a kind with StepExtent::Tile) stands for, in order: `st` itself for a
+/// Gemm; for a GroupedGemm, one Gemm per group h < count on shape gemms[aux + h], whose A, B and C start where
+/// the previous group's end (A and C: m rows of lda / ldc; B: k rows of ldb, or n columns when column-major).
+/// Stops after visiting a shape index out of range (the visitor reports it: no offset can follow it).
+template <class Visit>
+void forEachGemm(const std::vector<GemmShape>& gemms, const Step& st, Visit&& visit) {
+  if (st.kind != StepKind::GroupedGemm) {
+    visit(st);
+    return;
+  }
+  Step one = st;
+  one.kind = StepKind::Gemm;
+  one.count = 0;
+  for (uint64_t h = 0; h < st.count; ++h) {
+    one.aux = static_cast<uint32_t>(st.aux + h);
+    visit(static_cast<const Step&>(one));
+    if (one.aux >= gemms.size() || one.aux < st.aux) return;
+    const GemmShape& g = gemms[one.aux];
+    one.a.offset += uint64_t{g.m} * g.lda;
+    one.b.offset += uint64_t{(st.flags & kStepBColMajor) ? g.n : g.k} * g.ldb;
+    one.dst.offset += uint64_t{g.m} * g.ldc;
+  }
+}
+
 /// A group of CTAs with one role running `steps` in order.
 struct Lane {
   LaneRole role = LaneRole::Intra;

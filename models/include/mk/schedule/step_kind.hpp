@@ -28,6 +28,9 @@ enum class StepKind : uint8_t {
   Wait = 5,      ///< block until own flag(id) >= value within this op instance (acquire)
   Gemm = 6,      ///< C tile (dst) [+]= A tile (a) x B tile (b); shape in Schedule::gemms[aux]
   Barrier = 7,   ///< every rank reaches barrier `aux` before any rank leaves it
+  /// `count` Gemms in one step (MoE's experts): group h on gemms[aux + h], its A, B and C blocks stacked after
+  /// the previous groups' (forEachGemm in schedule.hpp)
+  GroupedGemm = 8,
 };
 
 /// Which Step fields a kind uses (StepKindInfo::fields); the others are ignored and written as zero.
@@ -78,6 +81,7 @@ inline constexpr StepKindInfo kStepKinds[] = {
   {StepKind::Wait,     "wait",     nullptr,     kFieldFlag,                                           StepExtent::None, nullptr,   false, false, true,  false, false, false, true},
   {StepKind::Gemm,     "gemm",     nullptr,     kFieldDst | kFieldA | kFieldB | kFieldAux,            StepExtent::Tile, "gemm",    false, true,  false, false, false, false, true},
   {StepKind::Barrier,  "barrier",  nullptr,     kFieldAux,                                            StepExtent::None, "barrier", false, false, true,  false, false, false, true},
+  {StepKind::GroupedGemm, "grouped-gemm", nullptr, kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldAux, StepExtent::Tile, "gemm", false, true, false, false, false, false, false},
 };
 // clang-format on
 
