@@ -76,9 +76,65 @@ std::string linkClass(const std::string& name) {
 
 std::string CommPricer::request(const CommOp& op, const GroupSet& groups, const Topology& cluster,
                                 const Profile& profile) {
+  return request(op, groups, context(cluster, profile));
+}
+
+std::size_t CommPricer::context(const Topology& cluster, const Profile& profile) {
+  std::string text = topologyToJson(cluster, -1) + "|" + profileToJson(profile, {}, -1);
+  for (std::size_t i = 0; i < contexts_.size(); ++i)
+    if (contexts_[i].text == text) return i;
+  contexts_.push_back(Context{cluster, profile, std::move(text)});
+  return contexts_.size() - 1;
+}
+
+std::size_t CommPricer::placed(const GroupSet& groups, std::size_t context) {
+  // FNV-1a over the context and every instance's ranks: a layout search asks for the same groups once per
+  // micro-batch, ZeRO stage, recomputation and overlap flag of a parallel layout.
+  uint64_t h = 14695981039346656037ull;
+  auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  mix(context);
+  for (const auto& ranks : groups.instances) {
+    mix(ranks.size() | uint64_t{1} << 40);
+    for (uint32_t r : ranks) mix(r);
+  }
+  auto same = [&](const Placed& p) {
+    if (p.context != context || p.sizes.size() != groups.instances.size()) return false;
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < groups.instances.size(); ++i) {
+      const auto& ranks = groups.instances[i];
+      if (p.sizes[i] != ranks.size() || !std::equal(ranks.begin(), ranks.end(), p.ranks.begin() + at)) return false;
+      at += ranks.size();
+    }
+    return true;
+  };
+  for (auto [it, end] = placedByHash_.equal_range(h); it != end; ++it)
+    if (same(placed_[it->second])) return it->second;
+  Placed p;
+  p.context = context;
+  p.placement = placeConcurrent(groups, contexts_.at(context).cluster, settings_.everyInstance);
+  p.key = placementKey(p.placement);
+  for (const auto& ranks : groups.instances) {
+    p.sizes.push_back(static_cast<uint32_t>(ranks.size()));
+    p.ranks.insert(p.ranks.end(), ranks.begin(), ranks.end());
+  }
+  placedByHash_.emplace(h, placed_.size());
+  placed_.push_back(std::move(p));
+  return placed_.size() - 1;
+}
+
+const std::string& CommPricer::request(const CommOp& op, const GroupSet& groups, std::size_t context) {
   ++requests_;
+  const std::size_t at = placed(groups, context);
+  const RequestKey id{at, op.kind, op.count, op.dtype};
+  if (auto it = requested_.find(id); it != requested_.end()) return it->second;
+  std::string key = priceOn(op, placed_[at].placement, placed_[at].key, contexts_[context].profile);
+  return requested_.emplace(id, std::move(key)).first->second;
+}
+
+std::string CommPricer::priceOn(const CommOp& op, const ConcurrentPlacement& placement, const std::string& placed,
+                                const Profile& profile) {
   Entry e;
-  e.placement = placeConcurrent(groups, cluster, settings_.everyInstance);
+  e.placement = placement;
   const ConcurrentPlacement& p = e.placement;
   e.spec.op = collOf(op.kind);
   e.spec.dtype = op.dtype;
@@ -124,7 +180,7 @@ std::string CommPricer::request(const CommOp& op, const GroupSet& groups, const 
       candidate.spec.algo = c.algo;
       candidate.gen = c.gen;
       candidate.profile = layeredProfile(profile, c.gen.protocol);
-      alternatives += (alternatives.empty() ? "" : "\x1f") + addEntry(std::move(candidate), profile);
+      alternatives += (alternatives.empty() ? "" : "\x1f") + addEntry(std::move(candidate), profile, placed);
     }
     const std::string key = "fastest of\x1e" + alternatives;
     std::vector<std::string>& parts = fastestOf_[key];
@@ -142,10 +198,10 @@ std::string CommPricer::request(const CommOp& op, const GroupSet& groups, const 
     e.gen = plan.gen;
     e.price.chosenByAuto = plan.chosenByAuto;
   }
-  return addEntry(std::move(e), profile);
+  return addEntry(std::move(e), profile, placed);
 }
 
-std::string CommPricer::addEntry(Entry e, const Profile& profile) {
+std::string CommPricer::addEntry(Entry e, const Profile& profile, const std::string& placed) {
   const ConcurrentPlacement& p = e.placement;
   e.price.algo = describeAlgo(e.spec, e.gen);
   try {
@@ -160,11 +216,10 @@ std::string CommPricer::addEntry(Entry e, const Profile& profile) {
     keyed.network = LinkCost{};
     keyed.proxyUs = 0;
   }
-  const std::string key = std::string(toString(e.spec.op)) + "|" + toString(e.spec.algo) + "|" +
-                          toString(e.spec.dtype) + "|" + std::to_string(e.spec.count) + "|" +
-                          std::to_string(e.gen.chunks) + "x" + std::to_string(e.gen.channels) + "|" +
-                          toString(e.gen.inter) + "|" + toString(e.gen.protocol) + "|" + placementKey(p) + "|" +
-                          profileToJson(keyed, {}, -1);
+  const std::string key =
+      std::string(toString(e.spec.op)) + "|" + toString(e.spec.algo) + "|" + toString(e.spec.dtype) + "|" +
+      std::to_string(e.spec.count) + "|" + std::to_string(e.gen.chunks) + "x" + std::to_string(e.gen.channels) + "|" +
+      toString(e.gen.inter) + "|" + toString(e.gen.protocol) + "|" + placed + "|" + profileToJson(keyed, {}, -1);
   if (entries_.count(key)) return key;  // an existing entry (the same simulation) is kept
   planSimulation(e);
   entries_.emplace(key, std::move(e));

@@ -18,7 +18,9 @@ namespace mk::plan {
 
 using detail::attributeClasses;
 using detail::describeBounds;
+using detail::describeCriticalStage;
 using detail::Pending;
+using detail::prepareScale;
 
 namespace {
 
@@ -85,12 +87,6 @@ std::optional<ValidationResult> validateCollectives(PlanResult& out, const Profi
 }
 
 uint32_t nodesFor(uint32_t gpus, uint32_t perNode) { return (gpus + perNode - 1) / perNode; }
-
-double perStepTimes(const CommOp& op, const ResolvedLayout& r) {
-  const bool perMicroBatch = op.timing == CommTiming::Blocking || op.timing == CommTiming::LayerPrefetch ||
-                             op.timing == CommTiming::AttentionRing;
-  return static_cast<double>(op.times) * (perMicroBatch ? r.microBatches : 1);
-}
 
 }  // namespace
 
@@ -298,34 +294,7 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
         vr.scales.push_back(std::move(sr));
         continue;
       }
-      try {
-        sr.layout = resolveLayout(workloadOf(i), sr.gpus);
-        pd.step = lowerStep(workloadOf(i), sr.layout);
-        pd.cluster = vr.nodeType;
-        pd.cluster.nodes = sr.nodes;
-        validateTopology(pd.cluster);
-        for (const StageLowering& st : pd.step.stages) {
-          pd.keys.emplace_back();
-          for (const CommOp& op : st.comm)
-            pd.keys.back().push_back(pricer.request(op, st.groups[op.groups], pd.cluster, vr.profile));
-          pd.computeUs.emplace_back();
-          pd.computeMemBound.emplace_back();
-          pd.computeSource.emplace_back();
-          for (const ComputeOp& op : st.compute) {
-            const KernelPrice cp = priceCompute(*out.gemm, out.kernels, op, pd.cluster.node);
-            pd.computeUs.back().push_back(cp.us);
-            pd.computeMemBound.back().push_back(cp.memoryBound);
-            pd.computeSource.back().push_back(cp.source);
-            if (!(std::isfinite(cp.us) && cp.us > 0))
-              sr.unpriced.push_back("stage " + std::to_string(st.stage) + ": " + op.name);
-          }
-        }
-        sr.feasible = true;
-      } catch (const Error& e) {
-        if (e.code() != ErrorCode::InvalidArgument && e.code() != ErrorCode::Unsupported) throw;
-        sr.feasible = false;
-        sr.reason = e.message();
-      }
+      prepareScale(sr, pd, workloadOf(i), vr, out, pricer, fusedPricer.available());
       vr.scales.push_back(std::move(sr));
     }
     out.variants.push_back(std::move(vr));
@@ -353,11 +322,11 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
       for (std::size_t s = 0; s < prices.size(); ++s) {
         prices[s].computeUs = pd.computeUs[s];
         prices[s].overlapSlowdown = overlapAt(i);
-        for (const std::string& key : pd.keys[s]) {
-          const CommPrice& cp = pricer.price(key);
+        for (const std::string* key : pd.keys[s]) {
+          const CommPrice& cp = pricer.price(*key);
           prices[s].commUs.push_back(cp.us);
-          if (!out.prices.count(key)) {
-            out.prices[key] = cp;
+          if (!out.prices.count(*key)) {
+            out.prices[*key] = cp;
             out.stats.simulatedWallS += cp.wallS;
           }
         }
@@ -411,46 +380,7 @@ PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
                                        sr.tokensPerS, in.tokenBudget});
       }
 
-      const uint32_t c = sr.layered.criticalStage;
-      const StageLowering& st = pd.step.stages[c];
-      for (std::size_t k = 0; k < st.comm.size(); ++k) {
-        const CommOp& op = st.comm[k];
-        const CommPrice& cp = pricer.price(pd.keys[c][k]);
-        CommUse u;
-        u.name = op.name;
-        u.phase = op.phase;
-        u.timing = op.timing;
-        u.timesPerStep = static_cast<uint32_t>(perStepTimes(op, sr.layout));
-        u.priceKey = pd.keys[c][k];
-        u.confidence = out.confidence.forComm(cp.domain, cp.op, cp.groupSize, pd.cluster.node.gpu);
-        sr.comm.push_back(u);
-      }
-      for (std::size_t k = 0; k < st.compute.size(); ++k) {
-        const ComputeOp& op = st.compute[k];
-        ComputeUse u;
-        u.name = op.name;
-        u.kind = op.kind;
-        u.cls = op.cls;
-        u.kernel = op.kernel;
-        u.pass = op.pass;
-        u.m = op.m;
-        u.n = op.n;
-        u.k = op.k;
-        u.batch = op.batch;
-        u.timesPerStep = op.pass == Pass::Step ? op.times : op.times * sr.layout.microBatches;
-        u.us = pd.computeUs[c][k];
-        u.tflops = op.flops / (pd.computeUs[c][k] * 1e6);
-        u.memoryBound = pd.computeMemBound[c][k];
-        u.source = pd.computeSource[c][k];
-        sr.compute.push_back(u);
-      }
-      for (const FusedCandidate& f : st.fused) {
-        const ComputeOp& g = st.compute[f.compute];
-        const CommOp& op = st.comm[f.comm];
-        sr.fusedOps.push_back(FusedUse{f.kind, g.name, op.name, g.m, g.n, g.k,
-                                       static_cast<uint32_t>(perStepTimes(op, sr.layout)), pd.computeUs[c][f.compute],
-                                       pd.keys[c][f.comm]});
-      }
+      describeCriticalStage(sr, out, pd, pricer);
       attributeClasses(sr, out, pd);
       describeBounds(sr, out, pd);
     }

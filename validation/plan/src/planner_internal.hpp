@@ -1,6 +1,6 @@
 // mkernel — what mk-plan's pass 1 keeps for one scale, and what a priced scale is made to say: the confidence of
 // each part of its step, how its compute was checked and what bounds each phase (scale_report.cpp). Internal to
-// the planner (planner.cpp, scale_report.cpp).
+// the planner (planner.cpp, planner_scale.cpp, scale_report.cpp).
 #pragma once
 
 #include <string>
@@ -14,11 +14,21 @@ namespace mk::plan::detail {
 struct Pending {
   StepLowering step;
   Topology cluster;
-  std::vector<std::vector<std::string>> keys;           ///< [stage][comm op]
+  std::vector<std::vector<const std::string*>> keys;    ///< [stage][comm op]: the pricer's keys (CommPricer::request)
   std::vector<std::vector<double>> computeUs;           ///< [stage][compute op]
   std::vector<std::vector<bool>> computeMemBound;       ///< [stage][compute op]
   std::vector<std::vector<std::string>> computeSource;  ///< [stage][compute op]
 };
+
+/// Pass 1 of one scale (sr.gpus, sr.nodes set): resolve and lower `w`'s layout, register the price of every
+/// communication with `pricer` (keeping the ranks of its groups only when `keepGroups`: the fused operators are
+/// placed from them) and price every kernel. A layout the GPU count cannot run leaves `sr` infeasible with the
+/// reason (planner_scale.cpp).
+void prepareScale(ScaleResult& sr, Pending& pd, const Workload& w, const VariantResult& vr, const PlanResult& out,
+                  CommPricer& pricer, bool keepGroups);
+
+/// ScaleResult::comm, compute and fusedOps: what the critical stage of a priced scale runs, and how often.
+void describeCriticalStage(ScaleResult& sr, const PlanResult& out, const Pending& pd, const CommPricer& pricer);
 
 /// ScaleResult::computeBy*, classUs / classUse and the step's status from its classes (the worst of those making up
 /// at least 5 % of the step).

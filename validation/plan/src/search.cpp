@@ -10,6 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "mk/error.hpp"
 #include "mk/util/size.hpp"
 #include "mk/workload/memory.hpp"
@@ -272,6 +276,12 @@ PlanResult searchLayouts(const PlanInputs& in, FusedOpPricer& fused, const Searc
   NoFusedPricer noFused;
   const PlanResult closed = runPlan(cin, noFused);
   s.closedFormS = since(tc);
+#if defined(__GLIBC__)
+  // The closed-form pass freed the lowerings of every layout, gigabytes at 16384 GPUs, which glibc keeps mapped;
+  // the SimGrid pass forks a process per simulation and per validated record, and each fork copies the page
+  // table of every mapped page (most of that pass's time before this).
+  malloc_trim(0);
+#endif
   const std::vector<ScaleResult>& cs = closed.variants.front().scales;
   std::map<uint32_t, std::vector<std::size_t>> byCount;  // feasible items, fastest first
   for (std::size_t i = 0; i < cs.size(); ++i)

@@ -142,3 +142,35 @@ TEST_CASE("placement: uplinks shared unevenly are simulated with every instance 
   CHECK(p.instances == 3);  // the three crossing instances, not the one inside leaf 0
   CHECK(p.reduced.fabric.oversubscription == 4);
 }
+
+TEST_CASE("comm pricer: equal requests are placed and keyed once, with the keys of a fresh pricer") {
+  const Topology cluster = topologyPreset("dgx-h100", 4);
+  const Profile profile = defaultProfile(cluster);
+  PricerSettings settings;
+  settings.jobs = 1;
+  settings.budgetSteps = 1;  // closed forms: nothing simulated
+  const GroupSet dp{"dp", {{0, 8, 16, 24}, {1, 9, 17, 25}}};
+  const GroupSet shifted{"dp", {{2, 10, 18, 26}, {3, 11, 19, 27}}};
+  CommOp op;
+  op.kind = CommKind::AllReduce;
+  CommPricer pricer(settings);
+  const std::size_t context = pricer.context(cluster, profile);
+  CHECK(pricer.context(topologyPreset("dgx-h100", 4), profile) == context);  // equal: one context
+  CHECK(pricer.context(topologyPreset("dgx-h100", 8), profile) != context);
+  std::vector<std::string> keys;
+  for (uint64_t count : {1u << 20, 1u << 22, 1u << 20}) {
+    op.count = count;
+    keys.push_back(pricer.request(op, dp, context));
+    keys.push_back(pricer.request(op, shifted, context));
+    // Each key is the one a pricer that never saw the others gives.
+    CommPricer fresh(settings);
+    CHECK(fresh.request(op, dp, cluster, profile) == keys[keys.size() - 2]);
+    CHECK(fresh.request(op, shifted, cluster, profile) == keys.back());
+  }
+  CHECK(pricer.placements() == 2);  // two group sets, each placed once for its three requests
+  CHECK(pricer.requests() == 6);
+  CHECK(keys[0] == keys[4]);
+  CHECK(keys[0] != keys[2]);
+  pricer.runAll();
+  CHECK(pricer.price(keys[2]).us > pricer.price(keys[0]).us);
+}

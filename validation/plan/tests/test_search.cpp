@@ -3,6 +3,7 @@
 // the refusal of a space with no feasible layout.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -136,5 +137,36 @@ TEST_CASE("search: a space with no feasible layout is refused naming the dimensi
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::InvalidArgument);
     CHECK(std::string(e.what()).find("training.globalBatch") != std::string::npos);
+  }
+}
+
+TEST_CASE("search: over every preset, the recommended layout is never slower than the preset's own") {
+  NoFused fused;
+  for (const std::string& name : workloadPresets()) {
+    CAPTURE(name);
+    PlanInputs in;
+    in.workload = workloadPreset(name);
+    in.cluster = "dgx-h100";
+    in.datasheet = true;
+    in.gpuMemoryGB = 1e6;  // every layout fits: the preset's own is always priced
+    in.pricer.jobs = 1;
+    in.pricer.budgetSteps = 1;  // every collective by its closed form, in both passes: the ranking is what is tested
+    // The smallest GPU count from 64 the preset's own layout runs on (a power of two times tp x cp x pp).
+    const ParallelLayout& l = in.workload.layout;
+    for (uint32_t g = l.tp * l.cp * l.pp; g <= 8192 && in.gpus.empty(); g *= 2) {
+      if (g < 64) continue;
+      try {
+        const ResolvedLayout r = resolveLayout(in.workload, g);
+        if (r.pp == 1 || r.microBatches >= r.pp) in.gpus = {g};
+      } catch (const Error&) {
+      }
+    }
+    REQUIRE(!in.gpus.empty());
+    const PlanResult plan = searchLayouts(in, fused, SearchSettings{1, SearchSpace::Parallelism});
+    const SearchResult& s = *plan.search;
+    const auto own = std::find_if(s.rows.begin(), s.rows.end(), [](const SearchRow& r) { return r.preset; });
+    REQUIRE(own != s.rows.end());
+    CHECK(s.rows.size() > 1);
+    CHECK(s.rows.front().stepUs() <= own->stepUs());
   }
 }

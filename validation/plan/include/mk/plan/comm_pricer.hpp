@@ -12,10 +12,13 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "mk/algorithms/policy.hpp"
@@ -77,15 +80,25 @@ class CommPricer {
   /// the budget or the memory that has no closed form to stand in.
   std::string request(const CommOp& op, const GroupSet& groups, const Topology& cluster, const Profile& profile);
 
+  /// The cluster and profile a plan's scale prices on, registered once (a plan of thousands of layouts has a few):
+  /// requests of one context share their placements and keys. Equal clusters and profiles get the same id.
+  std::size_t context(const Topology& cluster, const Profile& profile);
+  /// request() on a registered context. A request equal to an earlier one in everything that changes its price
+  /// (the context, the op's kind, count and type, every instance's ranks) returns the earlier key at once, and
+  /// requests on equal groups share one placement. The key is the pricer's own (valid while it lives): a search
+  /// keeps tens of thousands of uses of a few hundred keys, each kilobytes long.
+  const std::string& request(const CommOp& op, const GroupSet& groups, std::size_t context);
+
   /// Simulate every requested price not known yet, `settings.jobs` at a time. Throws the first simulation error.
   void runAll();
 
   /// The price of a key from request() (after runAll()).
   const CommPrice& price(const std::string& key) const;
 
-  std::size_t simulations() const noexcept { return simulations_; }  ///< simulated so far
-  std::size_t requests() const noexcept { return requests_; }        ///< request() calls so far
-  std::size_t distinct() const noexcept { return entries_.size(); }  ///< distinct keys
+  std::size_t simulations() const noexcept { return simulations_; }   ///< simulated so far
+  std::size_t requests() const noexcept { return requests_; }         ///< request() calls so far
+  std::size_t distinct() const noexcept { return entries_.size(); }   ///< distinct keys
+  std::size_t placements() const noexcept { return placed_.size(); }  ///< distinct (context, groups) placed
   /// Steps runAll() will simulate (counted when requested; the closed-form prices take none): the work ahead.
   uint64_t plannedSteps() const noexcept;
 
@@ -106,13 +119,39 @@ class CommPricer {
   void simulate(Entry& e) const;
   /// Copy every price known into settings_.record (when set).
   void recordPrices() const;
-  /// Key `e` by everything its simulation depends on and keep it (an existing entry of that key is kept).
-  std::string addEntry(Entry e, const Profile& profile);
+  /// Key `e` by everything its simulation depends on and keep it (an existing entry of that key is kept);
+  /// `placed`: placementKey(e.placement).
+  std::string addEntry(Entry e, const Profile& profile, const std::string& placed);
+  /// The key of `op` on a placement of a context (what request() computes the first time).
+  std::string priceOn(const CommOp& op, const ConcurrentPlacement& p, const std::string& placed,
+                      const Profile& profile);
+
+  /// A cluster and profile requests are priced on.
+  struct Context {
+    Topology cluster;
+    Profile profile;
+    std::string text;  ///< their JSON: what makes two contexts equal
+  };
+  /// The placement of one group set on a context, with the ranks it was placed from.
+  struct Placed {
+    std::size_t context = 0;
+    std::vector<uint32_t> sizes, ranks;  ///< each instance's size, then every instance's ranks in order
+    ConcurrentPlacement placement;
+    std::string key;  ///< placementKey(placement)
+  };
+  /// The placement of `groups` on `context` (into placed_), placed the first time it is asked for.
+  std::size_t placed(const GroupSet& groups, std::size_t context);
+  /// A request's identity: (placement, kind, count, dtype) -> its key.
+  using RequestKey = std::tuple<std::size_t, CommKind, uint64_t, DType>;
 
   PricerSettings settings_;
   std::map<std::string, Entry> entries_;
   /// Keys priced as the fastest of several entries (the layered variant's close candidates).
   std::map<std::string, std::vector<std::string>> fastestOf_;
+  std::vector<Context> contexts_;
+  std::deque<Placed> placed_;                                    ///< a deque: growing it moves no placement
+  std::unordered_multimap<uint64_t, std::size_t> placedByHash_;  ///< hash of (context, ranks) -> into placed_
+  std::map<RequestKey, std::string> requested_;
   std::size_t simulations_ = 0, requests_ = 0;
 };
 
