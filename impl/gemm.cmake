@@ -2,8 +2,9 @@
 target_sources(mk_impl PRIVATE src/gemm/gemm.cpp src/kernels/gemm.cu
   # compute lanes of the resident kernel: per-op GemmParams blocks (tensor maps) of Gemm steps
   src/gemm/gemm_lane.cpp)
-# Register use and spills of the GEMM kernel are part of its contract (docs/gemm.md): print them.
-set_source_files_properties(src/kernels/gemm.cu PROPERTIES COMPILE_OPTIONS "-Xptxas=-v")
+# Register use and spills of the GEMM kernel are part of its contract (docs/gemm.md): print them, and warn of any
+# spill (an error with MK_WERROR, as in CI).
+set_source_files_properties(src/kernels/gemm.cu PROPERTIES COMPILE_OPTIONS "-Xptxas=-v;-Xptxas=-warn-spills")
 target_sources(mk-bench PRIVATE bench/cublaslt_loader.cpp bench/bench_fused.cpp bench/fused_check.cpp
   bench/fused_baseline.cpp)
 
