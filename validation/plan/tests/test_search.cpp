@@ -151,10 +151,10 @@ TEST_CASE("search: over every preset, the recommended layout is never slower tha
     in.gpuMemoryGB = 1e6;  // every layout fits: the preset's own is always priced
     in.pricer.jobs = 1;
     in.pricer.budgetSteps = 1;  // every collective by its closed form, in both passes: the ranking is what is tested
-    // The smallest GPU count from 64 the preset's own layout runs on (a power of two times tp x cp x pp).
+    // The smallest GPU count the preset's own layout runs on (a power of two times tp x cp x pp): the fewest
+    // layouts to price.
     const ParallelLayout& l = in.workload.layout;
     for (uint32_t g = l.tp * l.cp * l.pp; g <= 8192 && in.gpus.empty(); g *= 2) {
-      if (g < 64) continue;
       try {
         const ResolvedLayout r = resolveLayout(in.workload, g);
         if (r.pp == 1 || r.microBatches >= r.pp) in.gpus = {g};
