@@ -222,7 +222,7 @@ TEST_CASE("executor: lse-merge of two partial attentions equals the softmax over
     }
 }
 
-TEST_CASE("executor: lse-merge with an empty partial keeps the other; in place it aliases dst and a") {
+TEST_CASE("executor: lse-merge with an empty partial keeps the other, and in place it aliases dst and a") {
   const float inf = std::numeric_limits<float>::infinity();
   Schedule s = mergeSchedule(2, 2, DType::Float32);
   s.lanes[0][0].steps[0].dst.buffer = 0;  // out = p1, exactly aliased
@@ -242,7 +242,7 @@ TEST_CASE("executor: lse-merge with an empty partial keeps the other; in place i
   CHECK(std::isnan(lseMergeWeights(std::nanf(""), 1.0f).lse));
 }
 
-TEST_CASE("schedule: lse-merge's row width survives JSON and the packed form; a bad width is refused") {
+TEST_CASE("schedule: lse-merge's row width survives JSON and the packed form, and a bad width is refused") {
   const Schedule s = mergeSchedule(3, 4, DType::BFloat16);
   const std::string text = scheduleToJson(s);
   CHECK(text.find("\"row\":4") != std::string::npos);

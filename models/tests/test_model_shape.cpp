@@ -284,7 +284,7 @@ TEST_CASE("memory: heads x headDim, key-value heads and a non-gated MLP set a de
   CHECK(layerActivations(paper, r).dense == doctest::Approx(34.0 * 32 * 64 / 2));
 }
 
-TEST_CASE("memory: MLA keeps per-head keys and values and its latents; a sliding window changes nothing") {
+TEST_CASE("memory: MLA keeps per-head keys and values and its latents, a sliding window changes nothing") {
   Workload w = small(1, 2);
   w.model.mla = MlaSpec{16, 8, 8, 4, 8};  // q latent 16, kv latent 8, nope 8, rope 4, v 8
   validateWorkload(w);
@@ -339,7 +339,7 @@ TEST_CASE("memory: a MoE layer keeps router scores, the busiest rank's routed ro
   CHECK(layerActivations(sel, r).moe == doctest::Approx(16 * 2 * 64.0));
 }
 
-TEST_CASE("lowering: the router is no linear layer; its weight gradient skips gradient-accumulation fusion") {
+TEST_CASE("lowering: the router is no linear layer, so its weight gradient skips gradient-accumulation fusion") {
   Workload w = small(1, 1);
   w.model.moe = MoeSpec{4, 2, 16};
   w.training.recompute = Recompute::Full;

@@ -54,7 +54,7 @@ TEST_CASE("types: reduction op names round trip through parseRedOp") {
   checkRoundTrip<RedOp>(4, parseRedOp, {"sum", "max", "min", "lse-merge"});
 }
 
-TEST_CASE("types: a collective takes the element-wise operators only; lse-merge is refused with the list") {
+TEST_CASE("types: a collective takes the element-wise operators only, and lse-merge is refused with the list") {
   CHECK(requireRedOp("max") == RedOp::Max);
   CHECK_THROWS_WITH_AS(requireRedOp("lse-merge", "--redop"),
                        doctest::Contains("unknown --redop 'lse-merge' (expected sum, max, min)"), Error);
