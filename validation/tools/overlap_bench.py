@@ -58,6 +58,7 @@ LEAD_US = 50.0
 ENGINE_BLOCKS = 2  # (beside, alone) blocks per --ctas value with --comm engine
 ENGINE_REPS = 5  # reps per shape and block
 ENGINE_START_S = 60.0  # the longest the engine may take to start its first collective
+ENGINE_RUN_S = 10.0  # how long the engine runs collectives: it then stops by itself (never killed: see Engine)
 
 _COPY = {}
 
@@ -160,10 +161,12 @@ def gemm_operands(torch, dev, m, n, k):
 
 class Engine:
     """Our resident kernel in a process of its own: mk-bench soak with two ranks sharing this GPU, every collective
-    at one size, never checked (no host work between ops), until stopped."""
+    at one size, never checked (no host work between ops), for ENGINE_RUN_S seconds. It stops by itself: under MPS,
+    killing a process whose resident kernel is running left the next client's kernels with a fatal GPU error
+    (docs/journal/gemm.md), so a kill is only the last resort of a soak that does not end."""
 
     def __init__(self, a, workers, log_path):
-        self.cmd = [a.mk_bench, "soak", "--ranks", "2", "--share-gpus", "--seconds", "86400", "--sizes", "1",
+        self.cmd = [a.mk_bench, "soak", "--ranks", "2", "--share-gpus", "--seconds", str(ENGINE_RUN_S), "--sizes", "1",
                     "--max-bytes", a.engine_bytes, "--check-every", "0", "--workers", str(workers)]
         self.log_path = log_path
         self.proc = None
@@ -192,19 +195,17 @@ class Engine:
             self.__exit__()
             raise
         time.sleep(2.0)  # its first rounds of collectives are running
+        self.started = time.time() - 2.0
         return self
 
     def check_running(self):
-        if self.proc.poll() is not None:
-            raise RuntimeError("mk-bench soak exited with %d while the GEMMs ran beside it (%s)" % (
-                self.proc.returncode, self.log_path))
+        if self.proc.poll() is not None or time.time() - self.started > ENGINE_RUN_S:
+            raise RuntimeError("mk-bench soak stopped (exit %s) before the GEMMs beside it were done (%s)" % (
+                self.proc.poll(), self.log_path))
 
     def __exit__(self, *exc):
-        if self.proc.poll() is not None:
-            return False
-        self.proc.terminate()
         try:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=ENGINE_RUN_S + ENGINE_START_S)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
