@@ -10,6 +10,9 @@
 
 namespace mk {
 
+/// The "schema" string of a schedule document; readers accept it and its minor revisions.
+inline constexpr const char* kScheduleSchema = "mkernel.schedule.v1";
+
 /// Serialise to the JSON text of docs/schedule-format.md ("schema": "mkernel.schedule.v1").
 std::string scheduleToJson(const Schedule& s, int indent = -1);
 /// Parse JSON text; throws Error(ParseError) naming the offending field (e.g. "ranks[2].lanes[0].steps[5].kind").
