@@ -16,11 +16,9 @@
 
 namespace mk::plan {
 
-using detail::attributeClasses;
-using detail::describeBounds;
-using detail::describeCriticalStage;
 using detail::Pending;
 using detail::prepareScale;
+using detail::priceScale;
 
 namespace {
 
@@ -145,248 +143,241 @@ void loadMeasuredDir(const std::string& dir, std::vector<MeasurementFile>& files
   }
 }
 
-PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
-                   const std::function<void(const std::string&)>& progress) {
-  const auto t0 = Clock::now();
-  auto say = [&](const std::string& s) {
-    if (progress) progress(s);
-  };
-  PlanResult out;
-  out.inputs = in;
-  validateWorkload(in.workload);
-  if (in.gpus.empty()) bad("no GPU count to plan (--gpus)");
-  // 1 PB per GPU: far above any datasheet; beyond it (or at 0, or negative) the memory check means nothing.
-  if (in.gpuMemoryGB && !(*in.gpuMemoryGB > 0 && *in.gpuMemoryGB <= 1e6))
-    bad("--gpu-memory must be in (0, 1000000] GB (got " + formatNumber(*in.gpuMemoryGB) + ")");
-  // 1e18 tokens: a million times today's largest runs; beyond it GPU-hours stop being finite ("1e300T" was inf).
-  if (!(in.tokenBudget > 0 && in.tokenBudget <= 1e18))
-    bad("--token-budget must be in (0, 1e18] tokens (got " + formatNumber(in.tokenBudget) + ")");
+namespace {
+
+/// One run of the planner: the state its stages share. runPlan calls the stages in order; each reads what the
+/// earlier ones left here and in the result.
+class PlanRun {
+ public:
+  PlanRun(const PlanInputs& in, FusedOpPricer& fused, const std::function<void(const std::string&)>& progress)
+      : in_(in), fused_(fused), progress_(progress), pricer_(in.pricer) {
+    out_.inputs = in;
+  }
+
+  /// The inputs no stage reads from a file: refused before anything is loaded.
+  void checkInputs() const {
+    validateWorkload(in_.workload);
+    if (in_.gpus.empty()) bad("no GPU count to plan (--gpus)");
+    // 1 PB per GPU: far above any datasheet; beyond it (or at 0, or negative) the memory check means nothing.
+    if (in_.gpuMemoryGB && !(*in_.gpuMemoryGB > 0 && *in_.gpuMemoryGB <= 1e6))
+      bad("--gpu-memory must be in (0, 1000000] GB (got " + formatNumber(*in_.gpuMemoryGB) + ")");
+    // 1e18 tokens: a million times today's largest runs; beyond it GPU-hours stop being finite ("1e300T" was inf).
+    if (!(in_.tokenBudget > 0 && in_.tokenBudget <= 1e18))
+      bad("--token-budget must be in (0, 1e18] tokens (got " + formatNumber(in_.tokenBudget) + ")");
+  }
 
   // ---- the cluster and its capacity ----
-  std::error_code ec;
-  out.clusterIsFile = fs::is_regular_file(in.cluster, ec);
-  out.cluster = loadTopology(in.cluster);
-  const uint64_t capacity = out.clusterIsFile || out.cluster.node.nics == 0
-                                ? uint64_t{out.cluster.nodes} * out.cluster.node.gpus
-                                : uint64_t{1} << 32;
-  if (in.workload.training.fp8 && !(out.cluster.node.fp8Tflops > 0))
-    bad("training.dtype: fp8 needs a GPU with FP8 tensor cores (Hopper or newer); " + out.cluster.node.gpu +
-        " has none");
-  for (uint32_t g : in.gpus)
-    if (g > capacity)
-      bad("--gpus " + std::to_string(g) + ": cluster '" + in.cluster + "' has " + std::to_string(capacity) + " GPUs (" +
-          std::to_string(out.cluster.nodes) + " nodes x " + std::to_string(out.cluster.node.gpus) +
-          (out.cluster.node.nics == 0 ? ", no NICs to add nodes" : "") + ")");
+  void loadCluster() {
+    std::error_code ec;
+    out_.clusterIsFile = fs::is_regular_file(in_.cluster, ec);
+    out_.cluster = loadTopology(in_.cluster);
+    const Topology& c = out_.cluster;
+    const uint64_t capacity =
+        out_.clusterIsFile || c.node.nics == 0 ? uint64_t{c.nodes} * c.node.gpus : uint64_t{1} << 32;
+    if (in_.workload.training.fp8 && !(c.node.fp8Tflops > 0))
+      bad("training.dtype: fp8 needs a GPU with FP8 tensor cores (Hopper or newer); " + c.node.gpu + " has none");
+    for (uint32_t g : in_.gpus)
+      if (g > capacity)
+        bad("--gpus " + std::to_string(g) + ": cluster '" + in_.cluster + "' has " + std::to_string(capacity) +
+            " GPUs (" + std::to_string(c.nodes) + " nodes x " + std::to_string(c.node.gpus) +
+            (c.node.nics == 0 ? ", no NICs to add nodes" : "") + ")");
+  }
 
   // ---- the profile ----
-  Profile measuredProfile;
-  if (!in.profilePath.empty()) {
-    // Its efficiencies on the machine it was measured on, applied to this cluster's datasheet rates.
-    measuredProfile = loadProfile(in.profilePath, &out.provenance);
-    out.profile = profileOnCluster(measuredProfile, profileMachine(out.provenance, out.cluster), out.cluster);
-    out.profileNote = "profile " + in.profilePath + ": " + out.profile.source;
-  } else {
-    out.profile = measuredProfile = defaultProfile(out.cluster);
-    out.provenance.tool = "defaultProfile";
-    out.provenance.system = out.cluster.name;
-    out.profileNote = "datasheet defaults of " + out.cluster.name + " (uncalibrated)";
+  void chooseProfile() {
+    if (!in_.profilePath.empty()) {
+      // Its efficiencies on the machine it was measured on, applied to this cluster's datasheet rates.
+      measuredProfile_ = loadProfile(in_.profilePath, &out_.provenance);
+      out_.profile = profileOnCluster(measuredProfile_, profileMachine(out_.provenance, out_.cluster), out_.cluster);
+      out_.profileNote = "profile " + in_.profilePath + ": " + out_.profile.source;
+    } else {
+      out_.profile = measuredProfile_ = defaultProfile(out_.cluster);
+      out_.provenance.tool = "defaultProfile";
+      out_.provenance.system = out_.cluster.name;
+      out_.profileNote = "datasheet defaults of " + out_.cluster.name + " (uncalibrated)";
+    }
   }
 
   // ---- the variants: checked before any long work ----
-  std::vector<WhatIf> variants{WhatIf{}};
-  variants.front().name = "baseline";
-  variants.insert(variants.end(), in.whatIfs.begin(), in.whatIfs.end());
-  std::vector<Topology> nodeTypes;
-  std::vector<Profile> profiles;
-  for (const WhatIf& w : variants) {
-    nodeTypes.push_back(out.cluster);
-    profiles.push_back(out.profile);
-    applyWhatIf(w, nodeTypes.back(), profiles.back());
+  void buildVariants() {
+    variants_.push_back(WhatIf{});
+    variants_.front().name = "baseline";
+    variants_.insert(variants_.end(), in_.whatIfs.begin(), in_.whatIfs.end());
+    for (const WhatIf& w : variants_) {
+      nodeTypes_.push_back(out_.cluster);
+      profiles_.push_back(out_.profile);
+      applyWhatIf(w, nodeTypes_.back(), profiles_.back());
+    }
   }
 
   // ---- what the measurements say: the GEMM model and the collectives' validation ----
-  std::vector<MeasurementFile> files;
-  std::vector<std::string> names;
-  loadMeasuredDir(in.measuredDir, files, names);
-  fitCompute(out, files, names);
-  // Once per run: every GPU count and variant prices from these fits.
-  out.kernels = KernelModels::fit(files, names);
-  out.kernelNote = out.kernels.models().empty()
-                       ? "no kernel records (op kernel) in " +
-                             (in.measuredDir.empty() ? std::string("(no --measured directory)") : in.measuredDir)
-                       : std::to_string(out.kernels.models().size()) + " kernel models fitted on " +
-                             std::to_string(out.kernels.records()) + " kernel records of " +
-                             std::to_string(out.kernels.files().size()) + " files";
-  out.overlap = OverlapModel::fit(files, names);
-  // The slowdown of compute beside communication under a layout's overlap flags (1: it overlaps nothing).
-  auto overlapOf = [&](const ParallelLayout& l, std::string& note) {
+  /// The compute side: the GEMM, kernel and overlap models and the measured steps' check, fitted once per run
+  /// (every GPU count and variant prices from these fits).
+  void fitModels() {
+    loadMeasuredDir(in_.measuredDir, files_, names_);
+    fitCompute(out_, files_, names_);
+    out_.kernels = KernelModels::fit(files_, names_);
+    out_.kernelNote = out_.kernels.models().empty()
+                          ? "no kernel records (op kernel) in " +
+                                (in_.measuredDir.empty() ? std::string("(no --measured directory)") : in_.measuredDir)
+                          : std::to_string(out_.kernels.models().size()) + " kernel models fitted on " +
+                                std::to_string(out_.kernels.records()) + " kernel records of " +
+                                std::to_string(out_.kernels.files().size()) + " files";
+    out_.overlap = OverlapModel::fit(files_, names_);
+    overlapSlowdown_ = overlapOf(in_.workload.layout, out_.overlapNote);
+    try {  // the measured training steps, predicted with these models: the compute side's whole-step check
+      out_.steps = checkSteps(files_, names_, out_.kernels);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::NotFound) throw;
+    }
+    if (!out_.gemm) {
+      // No records: the profile's single GEMM rate, with no per-shape efficiency and no confidence.
+      out_.gemm = gemmModelAtRate(out_.cluster.node, out_.profile.gemmTflops);
+      out_.gemmNote +=
+          "; GEMMs priced at the profile's gemmTflops (" + formatNumber(out_.gemm->tflops, 4) + " TFLOP/s)";
+    }
+  }
+
+  /// The communication side: the simulator validated on the committed collectives, then every class's confidence.
+  void validateModels() {
+    const auto tv = Clock::now();
+    std::optional<ValidationResult> validation;
+    std::optional<LayeredValidation> layered;
+    std::string validationGpu;
+    if (!files_.empty()) {
+      say("validating the simulator on the committed collective measurements");
+      validation = validateCollectives(out_, measuredProfile_, files_, names_, validationGpu, layered);
+      say("validation: " + std::to_string(out_.stats.validationPredictions) + " distinct predictions, " +
+          std::to_string(out_.stats.validationFromCache) + " of them from the cache");
+    } else {
+      out_.validationNote = "no measurement directory (--measured)";
+    }
+    out_.stats.validationS = since(tv);
+    out_.confidence = buildConfidence(out_.gemm->samples.empty() ? nullptr : &*out_.gemm,
+                                      validation ? &*validation : nullptr, validationGpu, out_.validationNote,
+                                      &out_.kernels, out_.cluster.node.gpu, layered ? &*layered : nullptr);
+    out_.fusedStatus = fused_.available() ? "available" : fused_.unavailableReason();
+  }
+
+  // ---- pass 1: lower every scale of every variant and request its prices ----
+  void lowerScales() {
+    const std::size_t scaleCount = in_.items.empty() ? in_.gpus.size() : in_.items.size();
+    pending_.resize(variants_.size());
+    for (std::size_t v = 0; v < variants_.size(); ++v) {
+      VariantResult vr;
+      vr.name = variants_[v].name;
+      vr.whatIf = variants_[v];
+      vr.nodeType = nodeTypes_[v];
+      vr.profile = profiles_[v];
+      pending_[v].resize(scaleCount);
+      for (std::size_t i = 0; i < scaleCount; ++i) {
+        ScaleResult sr;
+        sr.gpus = in_.items.empty() ? in_.gpus[i] : in_.items[i].gpus;
+        sr.item = in_.items.empty() ? 0 : i;
+        sr.nodes = nodesFor(sr.gpus, vr.nodeType.node.gpus);
+        if (const std::size_t item = v * scaleCount + i; !ownsItem(in_.shard, item)) {
+          sr.reason = "planned by shard " + std::to_string(item % in_.shard.count) + "/" +
+                      std::to_string(in_.shard.count) + " (mk-plan merge joins the shards)";
+        } else {
+          prepareScale(sr, pending_[v][i], workloadOf(i), vr, out_, pricer_, fused_.available());
+        }
+        vr.scales.push_back(std::move(sr));
+      }
+      out_.variants.push_back(std::move(vr));
+    }
+  }
+
+  // ---- the simulations: every distinct collective once ----
+  void simulate() {
+    const auto ts = Clock::now();
+    say("simulating " + std::to_string(pricer_.distinct()) + " distinct collectives (" +
+        std::to_string(pricer_.requests()) + " uses, " + std::to_string(pricer_.plannedSteps()) + " steps)");
+    pricer_.runAll();
+    out_.stats.simulationS = since(ts);
+    out_.stats.simulations = pricer_.simulations();
+    out_.stats.requests = pricer_.requests();
+    out_.stats.distinct = pricer_.distinct();
+  }
+
+  // ---- pass 2: step times ----
+  void priceScales() {
+    for (std::size_t v = 0; v < out_.variants.size(); ++v) {
+      VariantResult& vr = out_.variants[v];
+      double basePerGpu = 0;
+      for (std::size_t i = 0; i < vr.scales.size(); ++i) {
+        ScaleResult& sr = vr.scales[i];
+        if (!sr.feasible) continue;
+        priceScale(sr, pending_[v][i], workloadOf(i), vr, out_, pricer_, fused_, overlapAt(i));
+        const double perGpu = sr.tokensPerS / sr.gpus;
+        if (basePerGpu == 0) basePerGpu = perGpu;
+        sr.scalingEfficiency = perGpu / basePerGpu;
+      }
+    }
+  }
+
+  PlanResult& result() noexcept { return out_; }
+
+ private:
+  void say(const std::string& s) const {
+    if (progress_) progress_(s);
+  }
+  /// The slowdown of compute beside communication under a layout's overlap flags (1: it overlaps nothing).
+  double overlapOf(const ParallelLayout& l, std::string& note) const {
     if (l.tpCommOverlap || l.overlapMoeA2a || (l.overlapPpComm && l.schedule == PipelineSchedule::Interleaved)) {
-      if (out.cluster.node.sms == 0) {
-        note = "overlap: " + out.cluster.node.gpu +
+      const NodeSpec& node = out_.cluster.node;
+      if (node.sms == 0) {
+        note = "overlap: " + node.gpu +
                " has no SM count (node.sms): compute beside "
                "communication is priced at full speed";
       } else {
-        const OverlapSlowdown sd = out.overlap.slowdown(out.cluster.node.gpu, out.cluster.node.sms, l.overlapSms);
+        const OverlapSlowdown sd = out_.overlap.slowdown(node.gpu, node.sms, l.overlapSms);
         note = "overlap: compute beside a " + std::to_string(l.overlapSms) + "-SM communication kernel x" +
                formatNumber(sd.factor, 3) + ", " + sd.source;
         return sd.factor;
       }
     }
     return 1.0;
-  };
-  const double overlapSlowdown = overlapOf(in.workload.layout, out.overlapNote);
-  // The scales: every GPU count of the workload, or the items.
-  const std::size_t scaleCount = in.items.empty() ? in.gpus.size() : in.items.size();
-  auto workloadOf = [&](std::size_t i) -> const Workload& {
-    return in.items.empty() ? in.workload : in.items[i].workload;
-  };
-  auto overlapAt = [&](std::size_t i) {
+  }
+  /// The scales: every GPU count of the workload, or the items.
+  const Workload& workloadOf(std::size_t i) const { return in_.items.empty() ? in_.workload : in_.items[i].workload; }
+  double overlapAt(std::size_t i) const {
     std::string note;
-    return in.items.empty() ? overlapSlowdown : overlapOf(in.items[i].workload.layout, note);
-  };
-  try {  // the measured training steps, predicted with these models: the compute side's whole-step check
-    out.steps = checkSteps(files, names, out.kernels);
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::NotFound) throw;
-  }
-  if (!out.gemm) {
-    // No records: the profile's single GEMM rate, with no per-shape efficiency and no confidence.
-    out.gemm = gemmModelAtRate(out.cluster.node, out.profile.gemmTflops);
-    out.gemmNote += "; GEMMs priced at the profile's gemmTflops (" + formatNumber(out.gemm->tflops, 4) + " TFLOP/s)";
-  }
-  const auto tv = Clock::now();
-  std::optional<ValidationResult> validation;
-  std::optional<LayeredValidation> layeredValidation;
-  std::string validationGpu;
-  if (!files.empty()) {
-    say("validating the simulator on the committed collective measurements");
-    validation = validateCollectives(out, measuredProfile, files, names, validationGpu, layeredValidation);
-    say("validation: " + std::to_string(out.stats.validationPredictions) + " distinct predictions, " +
-        std::to_string(out.stats.validationFromCache) + " of them from the cache");
-  } else {
-    out.validationNote = "no measurement directory (--measured)";
-  }
-  out.stats.validationS = since(tv);
-  out.confidence = buildConfidence(out.gemm->samples.empty() ? nullptr : &*out.gemm,
-                                   validation ? &*validation : nullptr, validationGpu, out.validationNote, &out.kernels,
-                                   out.cluster.node.gpu, layeredValidation ? &*layeredValidation : nullptr);
-  out.fusedStatus = fusedPricer.available() ? "available" : fusedPricer.unavailableReason();
-
-  // ---- pass 1: lower every scale of every variant and request its prices ----
-  CommPricer pricer(in.pricer);
-  std::vector<std::vector<Pending>> pending(variants.size());
-  for (std::size_t v = 0; v < variants.size(); ++v) {
-    VariantResult vr;
-    vr.name = variants[v].name;
-    vr.whatIf = variants[v];
-    vr.nodeType = nodeTypes[v];
-    vr.profile = profiles[v];
-    pending[v].resize(scaleCount);
-    for (std::size_t i = 0; i < scaleCount; ++i) {
-      ScaleResult sr;
-      sr.gpus = in.items.empty() ? in.gpus[i] : in.items[i].gpus;
-      sr.item = in.items.empty() ? 0 : i;
-      sr.nodes = nodesFor(sr.gpus, vr.nodeType.node.gpus);
-      Pending& pd = pending[v][i];
-      if (const std::size_t item = v * pending[v].size() + i; !ownsItem(in.shard, item)) {
-        sr.reason = "planned by shard " + std::to_string(item % in.shard.count) + "/" + std::to_string(in.shard.count) +
-                    " (mk-plan merge joins the shards)";
-        vr.scales.push_back(std::move(sr));
-        continue;
-      }
-      prepareScale(sr, pd, workloadOf(i), vr, out, pricer, fusedPricer.available());
-      vr.scales.push_back(std::move(sr));
-    }
-    out.variants.push_back(std::move(vr));
+    return in_.items.empty() ? overlapSlowdown_ : overlapOf(in_.items[i].workload.layout, note);
   }
 
-  // ---- the simulations: every distinct collective once ----
-  const auto ts = Clock::now();
-  say("simulating " + std::to_string(pricer.distinct()) + " distinct collectives (" +
-      std::to_string(pricer.requests()) + " uses, " + std::to_string(pricer.plannedSteps()) + " steps)");
-  pricer.runAll();
-  out.stats.simulationS = since(ts);
-  out.stats.simulations = pricer.simulations();
-  out.stats.requests = pricer.requests();
-  out.stats.distinct = pricer.distinct();
+  const PlanInputs& in_;
+  FusedOpPricer& fused_;
+  const std::function<void(const std::string&)>& progress_;
+  PlanResult out_;
+  Profile measuredProfile_;  ///< the profile on the machine it was measured on (the validation's)
+  std::vector<WhatIf> variants_;
+  std::vector<Topology> nodeTypes_;  ///< [variant]
+  std::vector<Profile> profiles_;    ///< [variant]
+  std::vector<MeasurementFile> files_;
+  std::vector<std::string> names_;
+  double overlapSlowdown_ = 1.0;  ///< the workload's own layout's (overlapOf)
+  CommPricer pricer_;
+  std::vector<std::vector<Pending>> pending_;  ///< [variant][scale]
+};
 
-  // ---- pass 2: step times ----
-  for (std::size_t v = 0; v < out.variants.size(); ++v) {
-    VariantResult& vr = out.variants[v];
-    double basePerGpu = 0;
-    for (std::size_t i = 0; i < vr.scales.size(); ++i) {
-      ScaleResult& sr = vr.scales[i];
-      if (!sr.feasible) continue;
-      Pending& pd = pending[v][i];
-      std::vector<StagePrices> prices(pd.step.stages.size());
-      for (std::size_t s = 0; s < prices.size(); ++s) {
-        prices[s].computeUs = pd.computeUs[s];
-        prices[s].overlapSlowdown = overlapAt(i);
-        for (const std::string* key : pd.keys[s]) {
-          const CommPrice& cp = pricer.price(*key);
-          prices[s].commUs.push_back(cp.us);
-          if (!out.prices.count(*key)) {
-            out.prices[*key] = cp;
-            out.stats.simulatedWallS += cp.wallS;
-          }
-        }
-      }
-      const Workload& wl = workloadOf(i);
-      sr.layered = composeStep(wl, pd.step, prices);
+}  // namespace
 
-      // The fused variant: every (GEMM, collective) pair priced by the fused operators' model.
-      if (!fusedPricer.available()) {
-        sr.fusedNote = out.fusedStatus;
-      } else {
-        try {
-          for (std::size_t s = 0; s < prices.size(); ++s) {
-            const StageLowering& st = pd.step.stages[s];
-            for (const FusedCandidate& f : st.fused) {
-              FusedOpRequest rq;
-              rq.kind = f.kind;
-              rq.gemm = st.compute[f.compute];
-              rq.comm = st.comm[f.comm];
-              rq.placement = placeConcurrent(st.groups[rq.comm.groups], pd.cluster);
-              rq.cluster = &pd.cluster;
-              rq.profile = &vr.profile;
-              rq.gemmUs = prices[s].computeUs[f.compute];
-              prices[s].fusedUs.push_back(fusedPricer.price(rq).us);
-            }
-          }
-          sr.fused = composeStep(wl, pd.step, prices);
-          sr.fusedAvailable = true;
-        } catch (const Error& e) {
-          sr.fusedNote = "fused: " + e.message();
-        }
-      }
-
-      const double stepS = sr.layered.stepUs * 1e-6;
-      sr.tokensPerS = static_cast<double>(pd.step.tokensPerStep) / stepS;
-      sr.mfu = pd.step.modelFlopsPerStep / (stepS * sr.gpus * pd.cluster.node.bf16Tflops * 1e12);
-      sr.gpuHours = in.tokenBudget / sr.tokensPerS * sr.gpus / 3600.0;
-      const double perGpu = sr.tokensPerS / sr.gpus;
-      if (basePerGpu == 0) basePerGpu = perGpu;
-      sr.scalingEfficiency = perGpu / basePerGpu;
-      if (vr.whatIf.noise.any()) {
-        sr.hasNoise = true;
-        sr.noise = applyNoise(vr.whatIf.noise, sr.gpus, sr.layered.stepUs, sr.layered.criticalComputeUs);
-      }
-      sr.memory = estimateMemory(wl, pd.step);
-      sr.memoryCapacity = in.gpuMemoryGB ? *in.gpuMemoryGB * 1e9 : gpuMemoryBytes(pd.cluster.node.gpu);
-      if (vr.whatIf.failures.any()) {
-        sr.hasFailures = true;
-        sr.failures = estimateGoodput(vr.whatIf.failures,
-                                      {sr.gpus, sr.nodes, pd.cluster.node.gpus, sr.memory.weights + sr.memory.optimizer,
-                                       sr.tokensPerS, in.tokenBudget});
-      }
-
-      describeCriticalStage(sr, out, pd, pricer);
-      attributeClasses(sr, out, pd);
-      describeBounds(sr, out, pd);
-    }
-  }
+PlanResult runPlan(const PlanInputs& in, FusedOpPricer& fusedPricer,
+                   const std::function<void(const std::string&)>& progress) {
+  const auto t0 = Clock::now();
+  PlanRun run(in, fusedPricer, progress);
+  run.checkInputs();
+  run.loadCluster();
+  run.chooseProfile();
+  run.buildVariants();
+  run.fitModels();
+  run.validateModels();
+  run.lowerScales();
+  run.simulate();
+  run.priceScales();
+  PlanResult& out = run.result();
   out.stats.wallS = since(t0);
-  return out;
+  return std::move(out);
 }
 
 }  // namespace mk::plan

@@ -27,6 +27,13 @@ struct Pending {
 void prepareScale(ScaleResult& sr, Pending& pd, const Workload& w, const VariantResult& vr, const PlanResult& out,
                   CommPricer& pricer, bool keepGroups);
 
+/// Pass 2 of one feasible scale (after pricer.runAll()): its stages' prices (each new price also into out.prices),
+/// the layered step and, when `fused` is available, the fused one; throughput, MFU, GPU-hours, noise, memory,
+/// goodput and what the scale says about itself (describeCriticalStage, attributeClasses, describeBounds). Not the
+/// scaling efficiency: that compares the scales of a variant.
+void priceScale(ScaleResult& sr, const Pending& pd, const Workload& w, const VariantResult& vr, PlanResult& out,
+                const CommPricer& pricer, FusedOpPricer& fused, double overlapSlowdown);
+
 /// ScaleResult::comm, compute and fusedOps: what the critical stage of a priced scale runs, and how often.
 void describeCriticalStage(ScaleResult& sr, const PlanResult& out, const Pending& pd, const CommPricer& pricer);
 

@@ -1,5 +1,5 @@
-// mkernel — one scale of a plan: its lowering and price requests (pass 1), and what its critical stage runs
-// (pass 2); planner_internal.hpp.
+// mkernel — one scale of a plan: its lowering and price requests (pass 1), its prices, step times and what its
+// critical stage runs (pass 2); planner_internal.hpp.
 #include <cmath>
 #include <string>
 
@@ -17,7 +17,86 @@ double perStepTimes(const CommOp& op, const ResolvedLayout& r) {
   return static_cast<double>(op.times) * (perMicroBatch ? r.microBatches : 1);
 }
 
+/// The prices of every stage of `pd`: its kernels', its collectives' (new ones kept in out.prices) and the
+/// compute slowdown beside communication.
+std::vector<StagePrices> stagePrices(const Pending& pd, PlanResult& out, const CommPricer& pricer,
+                                     double overlapSlowdown) {
+  std::vector<StagePrices> prices(pd.step.stages.size());
+  for (std::size_t s = 0; s < prices.size(); ++s) {
+    prices[s].computeUs = pd.computeUs[s];
+    prices[s].overlapSlowdown = overlapSlowdown;
+    for (const std::string* key : pd.keys[s]) {
+      const CommPrice& cp = pricer.price(*key);
+      prices[s].commUs.push_back(cp.us);
+      if (!out.prices.count(*key)) {
+        out.prices[*key] = cp;
+        out.stats.simulatedWallS += cp.wallS;
+      }
+    }
+  }
+  return prices;
+}
+
+/// The fused variant: every (GEMM, collective) pair priced by the fused operators' model (`prices` gains their
+/// fusedUs), or why it has no step.
+void fusedStep(ScaleResult& sr, const Pending& pd, const Workload& w, const VariantResult& vr, const PlanResult& out,
+               FusedOpPricer& fused, std::vector<StagePrices>& prices) {
+  if (!fused.available()) {
+    sr.fusedNote = out.fusedStatus;
+    return;
+  }
+  try {
+    for (std::size_t s = 0; s < prices.size(); ++s) {
+      const StageLowering& st = pd.step.stages[s];
+      for (const FusedCandidate& f : st.fused) {
+        FusedOpRequest rq;
+        rq.kind = f.kind;
+        rq.gemm = st.compute[f.compute];
+        rq.comm = st.comm[f.comm];
+        rq.placement = placeConcurrent(st.groups[rq.comm.groups], pd.cluster);
+        rq.cluster = &pd.cluster;
+        rq.profile = &vr.profile;
+        rq.gemmUs = prices[s].computeUs[f.compute];
+        prices[s].fusedUs.push_back(fused.price(rq).us);
+      }
+    }
+    sr.fused = composeStep(w, pd.step, prices);
+    sr.fusedAvailable = true;
+  } catch (const Error& e) {
+    sr.fusedNote = "fused: " + e.message();
+  }
+}
+
 }  // namespace
+
+void priceScale(ScaleResult& sr, const Pending& pd, const Workload& w, const VariantResult& vr, PlanResult& out,
+                const CommPricer& pricer, FusedOpPricer& fused, double overlapSlowdown) {
+  std::vector<StagePrices> prices = stagePrices(pd, out, pricer, overlapSlowdown);
+  sr.layered = composeStep(w, pd.step, prices);
+  fusedStep(sr, pd, w, vr, out, fused, prices);
+
+  const PlanInputs& in = out.inputs;
+  const double stepS = sr.layered.stepUs * 1e-6;
+  sr.tokensPerS = static_cast<double>(pd.step.tokensPerStep) / stepS;
+  sr.mfu = pd.step.modelFlopsPerStep / (stepS * sr.gpus * pd.cluster.node.bf16Tflops * 1e12);
+  sr.gpuHours = in.tokenBudget / sr.tokensPerS * sr.gpus / 3600.0;
+  if (vr.whatIf.noise.any()) {
+    sr.hasNoise = true;
+    sr.noise = applyNoise(vr.whatIf.noise, sr.gpus, sr.layered.stepUs, sr.layered.criticalComputeUs);
+  }
+  sr.memory = estimateMemory(w, pd.step);
+  sr.memoryCapacity = in.gpuMemoryGB ? *in.gpuMemoryGB * 1e9 : gpuMemoryBytes(pd.cluster.node.gpu);
+  if (vr.whatIf.failures.any()) {
+    sr.hasFailures = true;
+    sr.failures =
+        estimateGoodput(vr.whatIf.failures, {sr.gpus, sr.nodes, pd.cluster.node.gpus,
+                                             sr.memory.weights + sr.memory.optimizer, sr.tokensPerS, in.tokenBudget});
+  }
+
+  describeCriticalStage(sr, out, pd, pricer);
+  attributeClasses(sr, out, pd);
+  describeBounds(sr, out, pd);
+}
 
 void prepareScale(ScaleResult& sr, Pending& pd, const Workload& w, const VariantResult& vr, const PlanResult& out,
                   CommPricer& pricer, bool keepGroups) {
