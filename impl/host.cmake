@@ -126,7 +126,8 @@ if(TARGET mk_proxy_tests)
   target_include_directories(mk_proxy_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 endif()
 mk_add_doctest(mk_proxy_exec_tests LABELS unit
-  SOURCES tests/test_exec_multinode.cpp tests/test_exec_faults.cpp tests/test_bootstrap_hostile.cpp LIBS mk::host)
+  SOURCES tests/test_exec_multinode.cpp tests/test_exec_multinode_fused.cpp tests/test_exec_faults.cpp
+          tests/test_bootstrap_hostile.cpp LIBS mk::host)
 if(TARGET mk_proxy_exec_tests)
   target_include_directories(mk_proxy_exec_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
 endif()

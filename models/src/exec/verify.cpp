@@ -153,10 +153,8 @@ VerifyResult verifyCollective(const Schedule& s, const CollectiveSpec& spec, uin
 
   // A run that spans processes (opt.localRanks) holds and checks its own ranks; every process draws every rank's
   // inputs (the reference needs them all) from the same seed.
-  std::vector<char> local(n, opt.localRanks.empty() ? 1 : 0);
-  for (uint32_t r : opt.localRanks)
-    if (r < n) local[r] = 1;
-  HostMemory mem = opt.localRanks.empty() ? HostMemory::allocate(s) : HostMemory::allocate(s, opt.localRanks);
+  const std::vector<char> local = detail::localRankMask(opt, n);
+  HostMemory mem = detail::allocateLocal(s, opt);
   std::vector<std::vector<float>> inputs(n);
   for (uint32_t r = 0; r < n; ++r) {
     std::mt19937_64 rng(seed + r);

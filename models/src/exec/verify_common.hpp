@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "mk/exec/executor.hpp"
 #include "mk/exec/numeric.hpp"
@@ -54,6 +55,19 @@ inline float inputValue(InputKind kind, uint64_t bits, uint32_t range) {
   if (kind == InputKind::SmallIntegers)
     return static_cast<float>(static_cast<int64_t>(bits % (2 * uint64_t{range} + 1)) - static_cast<int64_t>(range));
   return static_cast<float>(static_cast<double>(bits >> 11) * 0x1p-52 - 1.0);
+}
+
+/// The ranks a run holds (ExecOptions::localRanks; empty: every rank): 1 at each such rank of `n`.
+inline std::vector<char> localRankMask(const ExecOptions& opt, uint32_t n) {
+  std::vector<char> local(n, opt.localRanks.empty() ? 1 : 0);
+  for (uint32_t r : opt.localRanks)
+    if (r < n) local[r] = 1;
+  return local;
+}
+
+/// Host memory for the ranks a run holds: every rank's, or (a run that spans processes) its local ranks' only.
+inline HostMemory allocateLocal(const Schedule& s, const ExecOptions& opt) {
+  return opt.localRanks.empty() ? HostMemory::allocate(s) : HostMemory::allocate(s, opt.localRanks);
 }
 
 /// Compare one element: |got - want| <= tol (tol 0: equal), NaN never passes. Counts it in `res`, keeps the worst

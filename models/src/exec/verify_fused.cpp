@@ -70,9 +70,13 @@ VerifyResult verifyFused(const Schedule& s, const FusedSpec& spec, uint64_t seed
   for (float& v : A) v = draw();
   for (float& v : B) v = draw();
 
-  HostMemory mem = HostMemory::allocate(s);
+  // A run that spans processes (opt.localRanks) holds and checks its own ranks; every process draws the whole A and
+  // B (the reference needs them) from the same seed.
+  const std::vector<char> local = detail::localRankMask(opt, p);
+  HostMemory mem = detail::allocateLocal(s, opt);
   const bool colB = spec.layoutB == MatrixLayout::ColMajor;
   for (uint32_t r = 0; r < p; ++r) {
+    if (!local[r]) continue;
     const FusedShard& sh = shards[r];
     std::byte* a = mem.bytes[r][aBuf].data();
     std::byte* b = mem.bytes[r][bBuf].data();
@@ -114,6 +118,7 @@ VerifyResult verifyFused(const Schedule& s, const FusedSpec& spec, uint64_t seed
   res.ok = true;
   res.detail = "OK";
   for (uint32_t r = 0; r < p; ++r) {
+    if (!local[r]) continue;
     const FusedShard& sh = shards[r];
     const std::byte* c = mem.bytes[r][cBuf].data();
     const uint64_t rows = agGemm || allReduce ? m : sh.rows, row0 = agGemm || allReduce ? 0 : sh.rowBegin;

@@ -13,7 +13,8 @@ namespace mk {
 /// its piece in the layout of fused.hpp, execute `s` (generated for `spec`), and compare every element of every
 /// rank's "c" with the reference: the exact product in double, rounded once to the dtype, taken apart as the op
 /// distributes it (gemm-rs: rank r's rows; gemm-ar: all of C on every rank, also bit-identical across ranks;
-/// ag-gemm: rank r's columns).
+/// ag-gemm: rank r's columns). With opt.localRanks (a run that spans processes, ExecOptions::proxy) this process
+/// fills and checks those ranks only (gemm-ar's bit-identity: among them); every process draws the whole A and B.
 ///
 /// Tolerance (docs/fused-operators.md, "Verification"): with SmallIntegers inputs of magnitude at most R =
 /// floor(sqrt(2^t / k)) (t = 8 for bfloat16, 11 for float16), every product, fp32 accumulation and rounded
