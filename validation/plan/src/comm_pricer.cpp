@@ -10,7 +10,6 @@
 #include "mk/algorithms/nccl.hpp"
 #include "mk/cost/profile_io.hpp"
 #include "mk/error.hpp"
-#include "mk/plan/embed.hpp"
 #include "mk/resources.hpp"
 #include "mk/util/size.hpp"
 #include "mk/validation/parallel.hpp"
@@ -40,39 +39,7 @@ std::string describeAlgo(const CollectiveSpec& spec, const GenOptions& gen) {
   return s;
 }
 
-std::string pct(double x) { return std::to_string(static_cast<int>(x * 100 + 0.5)) + " %"; }
-
-/// What limits a simulated op: a link busy at least half of the op's time limits it by its bandwidth; otherwise
-/// the op waits on latencies (alphas, flags, proxy) and synchronisation more than on any link.
-std::string boundOf(const CommPrice& p) {
-  if (p.busiest.empty()) return "latency (no link carried bytes)";
-  const sim::LinkLoad& l = p.busiest.front();
-  const std::string cls = linkClass(l.name);
-  if (l.utilization >= 0.5 && !cls.empty()) return cls + " (" + l.name + " busy " + pct(l.utilization) + ")";
-  return "latency and synchronisation (busiest link " + l.name + " busy " + pct(l.utilization) + ")";
-}
-
-/// The schedule simulated for `p`: its instances embedded into one. One instance on ranks in its own order is
-/// the generated schedule on the reduced cluster's nodes, moved rather than copied (a 512-rank ring is millions
-/// of steps: the copy was a tenth of the simulation's time).
-Schedule simulatedSchedule(Schedule part, const ConcurrentPlacement& p) {
-  const bool alone = p.maps.size() == 1 && p.maps[0].size() == part.nRanks && p.nodeOf.size() == part.nRanks &&
-                     std::is_sorted(p.maps[0].begin(), p.maps[0].end()) &&
-                     (p.maps[0].empty() || p.maps[0].back() + 1 == part.nRanks);
-  if (!alone) return embedConcurrent(part, p.maps, p.nodeOf);
-  part.nodeOf = p.nodeOf;
-  return part;
-}
-
 }  // namespace
-
-std::string linkClass(const std::string& name) {
-  if (name.find(".up_") != std::string::npos) return "leaf uplink bandwidth";
-  if (name.find(".nic") != std::string::npos) return "NIC bandwidth";
-  if (name.find(".pcie") != std::string::npos) return "PCIe bandwidth";
-  if (name.find(".nvl") != std::string::npos) return "NVLink bandwidth";
-  return "";
-}
 
 std::string CommPricer::request(const CommOp& op, const GroupSet& groups, const Topology& cluster,
                                 const Profile& profile) {
@@ -143,12 +110,12 @@ std::string CommPricer::priceOn(const CommOp& op, const ConcurrentPlacement& pla
   e.price.groupSize = p.groupSize;
   e.price.groupNodes = p.groupNodes;
   e.price.concurrent = p.instances;
-  e.price.domain = p.multiNode ? "network" : "nvlink";
+  e.price.domain = p.multiNode ? CommDomain::Network : CommDomain::NvLink;
   e.price.bytes = commBytes(op, p.groupSize);
   e.profile = profile;
   if (p.groupSize <= 1) {
-    e.price.source = "none";
-    e.price.bound = "-";
+    e.price.source = PriceSource::None;
+    e.price.bound = CommBound::None;
     e.done = true;
     const std::string key = "none";
     entries_.emplace(key, std::move(e));
@@ -228,6 +195,7 @@ std::string CommPricer::addEntry(Entry e, const Profile& profile, const std::str
 
 void CommPricer::planSimulation(Entry& e) const {
   const ConcurrentPlacement& p = e.placement;
+  e.by = p.multiNode ? PriceSource::SimGridFast : PriceSource::SimGrid;
   const uint64_t instances = std::max<std::size_t>(1, p.maps.size());
   // What one simulation costs (mk/resources.hpp): the embedded schedule and its replay on the reduced cluster.
   MemoryJob job;
@@ -265,7 +233,7 @@ void CommPricer::planSimulation(Entry& e) const {
                                             "): " + why +
                                             " and it has no closed form to stand in; raise the limit "
                                             "or plan fewer GPUs");
-  e.closedFormOnly = true;
+  e.by = PriceSource::ClosedForm;
   e.price.note = "closed form: " + why + "; link sharing is not in this number";
 }
 
@@ -315,26 +283,8 @@ void CommPricer::recordPrices() const {
 
 void CommPricer::simulate(Entry& e) const {
   const auto t0 = std::chrono::steady_clock::now();
-  const ConcurrentPlacement& p = e.placement;
-  if (e.closedFormOnly) {
-    // Decided when it was requested (planSimulation), without generating a step: note and steps are set.
-    e.price.us = isLayered(e.spec.algo) ? layeredOpUs(*e.price.closedFormUs, e.profile, 1) : *e.price.closedFormUs;
-    e.price.source = "closed-form";
-    e.price.bound = "not simulated";
-  } else {
-    const Schedule all = simulatedSchedule(generate(e.spec, p.partNodeOf, e.gen), p);
-    e.price.steps = all.stepCount();
-    sim::SimOptions so;
-    so.trace = false;
-    so.linkLoad = true;
-    so.fast = p.multiNode;
-    const sim::Prediction pred = sim::predict(all, p.reduced, e.profile, so);
-    // A layered op also pays its kernel's launch on the host (one process per GPU: one launch per op).
-    e.price.us = isLayered(e.spec.algo) ? layeredOpUs(pred.totalUs, e.profile, 1) : pred.totalUs;
-    e.price.source = so.fast ? "simgrid-fast" : "simgrid";
-    for (std::size_t i = 0; i < pred.links.size() && i < 3; ++i) e.price.busiest.push_back(pred.links[i]);
-    e.price.bound = boundOf(e.price);
-  }
+  // The closed form's note and steps were set when it was chosen (planSimulation), without generating a step.
+  pricerFor(e.by).price(e, e.price);
   e.price.wallS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   e.done = true;
 }
@@ -342,7 +292,7 @@ void CommPricer::simulate(Entry& e) const {
 uint64_t CommPricer::plannedSteps() const noexcept {
   uint64_t steps = 0;
   for (const auto& [key, e] : entries_)
-    if (!e.done && !e.closedFormOnly) steps += e.price.steps;
+    if (!e.done && e.by != PriceSource::ClosedForm) steps += e.price.steps;
   return steps;
 }
 

@@ -78,9 +78,9 @@ UseConfidence ConfidenceTable::forKernelClass(KernelClass cls, const std::string
   return forClass(std::string("compute.") + toString(cls));
 }
 
-UseConfidence ConfidenceTable::forComm(const std::string& domain, const std::string& op, uint32_t groupSize,
+UseConfidence ConfidenceTable::forComm(CommDomain domain, const std::string& op, uint32_t groupSize,
                                        const std::string& gpu) const {
-  UseConfidence u = forClass("comm." + domain + "." + op);
+  UseConfidence u = forClass(std::string("comm.") + toString(domain) + "." + op);
   if (u.status != Status::Validated) return u;
   const ConfidenceClass& c = classes_.at(u.classId);
   std::vector<std::string> why;

@@ -20,24 +20,40 @@ Json priceJson(const CommPrice& p) {
   Json links = Json::array();
   for (const auto& l : p.busiest)
     links.push_back({l.name, l.bandwidthGBs, l.bytes, l.avgGBs, l.peakGBs, l.utilization});
-  return {{"us", p.us},         {"op", p.op},
-          {"algo", p.algo},     {"auto", p.chosenByAuto},
-          {"source", p.source}, {"note", p.note},
-          {"domain", p.domain}, {"group", {p.groupSize, p.groupNodes, p.concurrent}},
-          {"bytes", p.bytes},   {"closed_form_us", p.closedFormUs ? Json(*p.closedFormUs) : Json(nullptr)},
-          {"busiest", links},   {"bound", p.bound},
-          {"steps", p.steps},   {"wall_s", p.wallS}};
+  return {{"us", p.us},
+          {"op", p.op},
+          {"algo", p.algo},
+          {"auto", p.chosenByAuto},
+          {"source", toString(p.source)},
+          {"note", p.note},
+          {"domain", toString(p.domain)},
+          {"group", {p.groupSize, p.groupNodes, p.concurrent}},
+          {"bytes", p.bytes},
+          {"closed_form_us", p.closedFormUs ? Json(*p.closedFormUs) : Json(nullptr)},
+          {"busiest", links},
+          {"bound", boundText(p)},
+          {"steps", p.steps},
+          {"wall_s", p.wallS}};
 }
 
-CommPrice priceFrom(const Json& j) {
+/// A shard's price; `path` names its file in the one line that refuses a name no table spells.
+CommPrice priceFrom(const Json& j, const std::string& path) {
   CommPrice p;
+  auto named = [&](const char* field, auto parse, const char* expected) {
+    const std::string text = j.at(field).get<std::string>();
+    const auto value = parse(text);
+    if (!value)
+      bad(path + ": a shard price's \"" + field + "\" is '" + text + "', not " + expected +
+          ": give the plan.json files mk-plan --shard of this build wrote");
+    return *value;
+  };
   p.us = j.at("us").get<double>();
   p.op = j.at("op").get<std::string>();
   p.algo = j.at("algo").get<std::string>();
   p.chosenByAuto = j.at("auto").get<bool>();
-  p.source = j.at("source").get<std::string>();
+  p.source = named("source", parsePriceSource, "simgrid, simgrid-fast, closed-form or none");
   p.note = j.at("note").get<std::string>();
-  p.domain = j.at("domain").get<std::string>();
+  p.domain = named("domain", parseCommDomain, "nvlink or network");
   p.groupSize = j.at("group").at(0).get<uint32_t>();
   p.groupNodes = j.at("group").at(1).get<uint32_t>();
   p.concurrent = j.at("group").at(2).get<uint32_t>();
@@ -46,7 +62,9 @@ CommPrice priceFrom(const Json& j) {
   for (const Json& l : j.at("busiest"))
     p.busiest.push_back({l.at(0).get<std::string>(), l.at(1).get<double>(), l.at(2).get<double>(),
                          l.at(3).get<double>(), l.at(4).get<double>(), l.at(5).get<double>()});
-  p.bound = j.at("bound").get<std::string>();
+  p.bound = named(
+      "bound", [&](const std::string& text) { return parseBoundText(text, p); },
+      "what mk-plan writes of its busiest links");
   p.steps = j.at("steps").get<uint64_t>();
   p.wallS = j.at("wall_s").get<double>();
   return p;
@@ -90,7 +108,7 @@ ShardFile readShardFile(const std::string& path) {
     f.shard = {static_cast<uint32_t>(index), static_cast<uint32_t>(count)};
     f.args = s.at("args").get<std::vector<std::string>>();
     f.digest = s.at("inputs_digest").get<std::string>();
-    for (const auto& [key, p] : s.at("prices").items()) f.prices[key] = priceFrom(p);
+    for (const auto& [key, p] : s.at("prices").items()) f.prices[key] = priceFrom(p, path);
   } catch (const Json::exception& e) {
     bad(path + ": a malformed \"shard\" section (" + e.what() + ")");
   }

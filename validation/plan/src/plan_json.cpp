@@ -349,9 +349,9 @@ std::string planToJson(const PlanResult& plan, const std::string& commit, int in
     colls[ids.at(key)] = {{"op", p.op},
                           {"algo", p.algo},
                           {"auto", p.chosenByAuto},
-                          {"source", p.source},
+                          {"source", toString(p.source)},
                           {"note", p.note},
-                          {"domain", p.domain},
+                          {"domain", toString(p.domain)},
                           {"group_size", p.groupSize},
                           {"group_nodes", p.groupNodes},
                           {"concurrent", p.concurrent},
@@ -359,7 +359,7 @@ std::string planToJson(const PlanResult& plan, const std::string& commit, int in
                           {"time_us", p.us},
                           {"closed_form_us", p.closedFormUs ? Json(*p.closedFormUs) : Json(nullptr)},
                           {"busiest_links", links},
-                          {"bound", p.bound}};
+                          {"bound", boundText(p)}};
   }
   j["collectives"] = colls;
   Json variants = Json::array();

@@ -81,7 +81,7 @@ bool usesGemmModel(const PlanResult& plan) {
 
 std::size_t closedFormUses(const PlanResult& plan, const ScaleResult& s) {
   std::size_t n = 0;
-  for (const CommUse& c : s.comm) n += plan.prices.at(c.priceKey).source == "closed-form" ? 1 : 0;
+  for (const CommUse& c : s.comm) n += plan.prices.at(c.priceKey).source == PriceSource::ClosedForm ? 1 : 0;
   return n;
 }
 

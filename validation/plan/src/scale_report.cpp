@@ -124,7 +124,7 @@ void describeBounds(ScaleResult& sr, const PlanResult& out, const Pending& pd) {
         top = &c;
       }
     }
-    if (top) sr.bounds[toString(ph)] = top->name + ": " + out.prices.at(top->priceKey).bound;
+    if (top) sr.bounds[toString(ph)] = top->name + ": " + boundText(out.prices.at(top->priceKey));
   }
   if (sr.layered.bubbleUs > 0)
     sr.bounds["bubble"] = "pipeline fill and drain: (p - 1) / v = " +

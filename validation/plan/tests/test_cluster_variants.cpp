@@ -164,9 +164,9 @@ TEST_CASE("confidence: a plan's collectives carry the layered model's error, our
   REQUIRE(comm.error);
   CHECK(comm.error->medianAbsPct == 30);
   CHECK(comm.method.find("impl: nccl") != std::string::npos);
-  CHECK(t.forComm("nvlink", "allreduce", 2, "NVIDIA H200").status == Status::Validated);
+  CHECK(t.forComm(CommDomain::NvLink, "allreduce", 2, "NVIDIA H200").status == Status::Validated);
   REQUIRE(t.classes().at("engine.nvlink.allreduce").error);
   CHECK(t.classes().at("engine.nvlink.allreduce").error->medianAbsPct == 2);
   // No impl: nccl record of an op: not validated, whatever our engine measured.
-  CHECK(t.forComm("nvlink", "alltoall", 2, "NVIDIA H200").status == Status::NotValidated);
+  CHECK(t.forComm(CommDomain::NvLink, "alltoall", 2, "NVIDIA H200").status == Status::NotValidated);
 }

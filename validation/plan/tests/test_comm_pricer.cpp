@@ -3,10 +3,19 @@
 // and nccl-tree (docs/planner.md).
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
 
+#include "mk/algorithms/algorithms.hpp"
 #include "mk/cost/cost.hpp"
+#include "mk/error.hpp"
 #include "mk/plan/comm_pricer.hpp"
+#include "mk/plan/plan_output.hpp"
+#include "mk/plan/pricer.hpp"
+#include "mk/plan/shard.hpp"
 #include "mk/topology/topology.hpp"
 #include "mk/workload/lowering.hpp"
 
@@ -173,4 +182,105 @@ TEST_CASE("comm pricer: equal requests are placed and keyed once, with the keys 
   CHECK(keys[0] != keys[2]);
   pricer.runAll();
   CHECK(pricer.price(keys[2]).us > pricer.price(keys[0]).us);
+}
+
+TEST_CASE("pricer: sources, domains and bounds read back from the spelling plan.json writes") {
+  // The public names (plan.json's collectives[].source and .domain), from the one table each.
+  const std::pair<PriceSource, std::string> sources[] = {{PriceSource::SimGrid, "simgrid"},
+                                                         {PriceSource::SimGridFast, "simgrid-fast"},
+                                                         {PriceSource::ClosedForm, "closed-form"},
+                                                         {PriceSource::None, "none"}};
+  for (const auto& [s, name] : sources) {
+    CHECK(toString(s) == name);
+    CHECK(parsePriceSource(name) == s);
+  }
+  CHECK(toString(CommDomain::NvLink) == std::string("nvlink"));
+  CHECK(toString(CommDomain::Network) == std::string("network"));
+  CHECK(parseCommDomain("network") == CommDomain::Network);
+  CHECK_FALSE(parsePriceSource("SimGrid").has_value());
+  CHECK_FALSE(parseCommDomain("nvl").has_value());
+  // Every bound is said with the busiest link and read back from what it says.
+  CommPrice p;
+  p.busiest.push_back(sim::LinkLoad{"n0.nic0", 50, 1e6, 40, 50, 0.8});
+  for (CommBound b : {CommBound::None, CommBound::NotSimulated, CommBound::Latency, CommBound::Bandwidth}) {
+    p.bound = b;
+    CAPTURE(boundText(p));
+    CHECK(parseBoundText(boundText(p), p) == b);
+  }
+  p.bound = CommBound::Bandwidth;
+  CHECK(boundText(p) == "NIC bandwidth (n0.nic0 busy 80 %)");
+  p.bound = CommBound::Latency;
+  CHECK(boundText(p) == "latency and synchronisation (busiest link n0.nic0 busy 80 %)");
+  CHECK_FALSE(parseBoundText("NIC bandwidth (n0.nic1 busy 80 %)", p).has_value());
+}
+
+TEST_CASE("pricer: the SimGrid, fast and closed-form pricers price one job through one interface") {
+  const Topology cluster = topologyPreset("dgx-h100", 1);
+  CommJob job;
+  job.spec.op = CollOp::AllReduce;
+  job.spec.algo = Algorithm::Ring;
+  job.spec.count = 1 << 20;
+  job.placement = placeConcurrent(GroupSet{"tp", {{0, 1, 2, 3, 4, 5, 6, 7}}}, cluster);
+  job.profile = defaultProfile(cluster);
+  CommPrice closed;
+  closed.op = "allreduce";
+  const double formUs = closedForm(job.spec, job.gen, job.placement.choice, 8, job.profile).totalUs;
+  closed.closedFormUs = formUs;
+  pricerFor(PriceSource::ClosedForm).price(job, closed);
+  CHECK(closed.source == PriceSource::ClosedForm);
+  CHECK(closed.bound == CommBound::NotSimulated);
+  CHECK(closed.us == formUs);
+  CHECK(closed.steps == 0);  // nothing generated
+  // Inside one node nothing contends: the fast mode is the full replay (docs/simulator.md).
+  CommPrice full, fast;
+  pricerFor(PriceSource::SimGrid).price(job, full);
+  pricerFor(PriceSource::SimGridFast).price(job, fast);
+  CHECK(full.source == PriceSource::SimGrid);
+  CHECK(fast.source == PriceSource::SimGridFast);
+  CHECK(full.steps > 0);
+  CHECK(full.us > 0);
+  CHECK(fast.us == doctest::Approx(full.us).epsilon(1e-9));
+  CHECK_FALSE(full.busiest.empty());
+  CHECK(full.bound != CommBound::None);
+  CHECK_THROWS_AS(pricerFor(PriceSource::None), Error);
+}
+
+TEST_CASE("shard prices: source, domain and bound cross the shard file as plan.json spells them") {
+  ShardFile f;
+  f.shard = {0, 2};
+  const PriceSource sources[] = {PriceSource::SimGrid, PriceSource::SimGridFast, PriceSource::ClosedForm,
+                                 PriceSource::None};
+  const CommBound bounds[] = {CommBound::Bandwidth, CommBound::Latency, CommBound::NotSimulated, CommBound::None};
+  for (int i = 0; i < 4; ++i) {
+    CommPrice p;
+    p.source = sources[i];
+    p.bound = bounds[i];
+    p.domain = i % 2 ? CommDomain::Network : CommDomain::NvLink;
+    if (i < 2) p.busiest.push_back(sim::LinkLoad{"rail0.leaf0.up_UP", 400, 1e9, 300, 400, 0.75});
+    f.prices["key" + std::to_string(i)] = p;
+  }
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("mk-shard-prices-" + std::to_string(::getpid()) + ".json")).string();
+  const std::string text = addShardSection(std::string("{\"schema\": \"") + kPlanSchema + "\"}", f);
+  auto write = [&](const std::string& t) { std::ofstream(path) << t; };
+  write(text);
+  const ShardFile back = readShardFile(path);
+  REQUIRE(back.prices.size() == 4);
+  for (const auto& [key, p] : f.prices) {
+    const CommPrice& q = back.prices.at(key);
+    CHECK(q.source == p.source);
+    CHECK(q.domain == p.domain);
+    CHECK(q.bound == p.bound);
+    CHECK(boundText(q) == boundText(p));
+  }
+  CHECK(text.find("\"source\": \"simgrid-fast\"") != std::string::npos);
+  CHECK(text.find("\"bound\": \"leaf uplink bandwidth (rail0.leaf0.up_UP busy 75 %)\"") != std::string::npos);
+  // A name no table spells is refused in one line naming the file and the field.
+  std::string bad = text;
+  bad.replace(bad.find("\"simgrid-fast\""), 14, "\"simgrid-slow\"");
+  write(bad);
+  CHECK_THROWS_WITH_AS(readShardFile(path),
+                       doctest::Contains("a shard price's \"source\" is 'simgrid-slow', not simgrid, simgrid-fast"),
+                       Error);
+  std::filesystem::remove(path);
 }

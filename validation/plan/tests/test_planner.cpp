@@ -188,8 +188,8 @@ TEST_CASE("planner: doubling NIC bandwidth never slows a step, and no NVLink nev
     if (c.phase == Phase::Dp) {
       sawNetwork = true;
       CHECK(c.confidence.status == Status::NotValidated);
-      CHECK(p.prices.at(c.priceKey).domain == "network");
-      CHECK(p.prices.at(c.priceKey).source == "simgrid-fast");
+      CHECK(p.prices.at(c.priceKey).domain == CommDomain::Network);
+      CHECK(p.prices.at(c.priceKey).source == PriceSource::SimGridFast);
     } else if (c.phase == Phase::Tp) {
       CHECK(c.confidence.status == Status::Extrapolated);
     }
@@ -283,7 +283,7 @@ TEST_CASE("planner: collectives above the step budget or the memory share are pr
   bool closed = false;
   for (const CommUse& c : s.comm) {
     const CommPrice& cp = p.prices.at(c.priceKey);
-    if (cp.source != "closed-form") continue;
+    if (cp.source != PriceSource::ClosedForm) continue;
     closed = true;
     CHECK(cp.note.find("exceeds the budget of 100000 (--sim-budget)") != std::string::npos);
     CHECK(cp.us > 0);
@@ -299,7 +299,8 @@ TEST_CASE("planner: collectives above the step budget or the memory share are pr
   const PlanResult q = runPlan(small, *fused);
   bool byMemory = false;
   for (const auto& [key, cp] : q.prices)
-    byMemory = byMemory || (cp.source == "closed-form" && cp.note.find("(--max-memory / 2 jobs)") != std::string::npos);
+    byMemory = byMemory ||
+               (cp.source == PriceSource::ClosedForm && cp.note.find("(--max-memory / 2 jobs)") != std::string::npos);
   CHECK(byMemory);
 }
 

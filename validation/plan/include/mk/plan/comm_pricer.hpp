@@ -8,7 +8,7 @@
 // instances across nodes replay in the simulator's fast mode (steps inside a node timed by the uncontended
 // timeline, network flows and synchronisation through SimGrid: identical when nothing contends inside a node). A
 // schedule of more steps than the budget is priced by its closed form instead and says so (no contention in that
-// number).
+// number). Each of these ways is a Pricer (pricer.hpp); this class decides which prices what, once per key.
 #pragma once
 
 #include <cstdint>
@@ -24,12 +24,11 @@
 #include "mk/algorithms/policy.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/plan/placement.hpp"
+#include "mk/plan/pricer.hpp"
 #include "mk/sim/replay.hpp"
 #include "mk/workload/lowering.hpp"
 
 namespace mk::plan {
-
-struct CommPrice;
 
 /// How prices are computed.
 struct PricerSettings {
@@ -47,25 +46,6 @@ struct PricerSettings {
   /// Simulate every instance of a group set instead of its class's representative (placeConcurrent): the full
   /// simulation the reduction is checked against.
   bool everyInstance = false;
-};
-
-/// What one communication costs (all instances of its concurrent set at once).
-struct CommPrice {
-  double us = 0;     ///< one run
-  std::string op;    ///< "allreduce", ..., "sendrecv"
-  std::string algo;  ///< the generator and its shape: "hierarchical (rhd), 4 chunks"
-  bool chosenByAuto = false;
-  std::string source;  ///< "simgrid", "simgrid-fast", "closed-form", "none" (a group of one rank)
-  std::string note;    ///< why a closed form stands in for the simulation (decided before generating anything)
-  std::string domain;  ///< "nvlink" (inside one node) or "network"
-  uint32_t groupSize = 0, groupNodes = 0, concurrent = 0;
-  uint64_t bytes = 0;  ///< nccl-tests size of one instance
-  std::optional<double> closedFormUs;
-  std::vector<sim::LinkLoad> busiest;  ///< up to 3, busiest first (simulated prices only)
-  std::string bound;                   ///< what limits it: "NIC bandwidth", "latency", ...
-  // Cost of the simulation (kept out of plan.json: it varies run to run).
-  uint64_t steps = 0;  ///< of the simulated schedule (every instance); a lower bound when priced by the closed form
-  double wallS = 0;
 };
 
 /// Prices by key; request first, runAll, then look up.
@@ -103,19 +83,18 @@ class CommPricer {
   uint64_t plannedSteps() const noexcept;
 
  private:
-  struct Entry {
-    CollectiveSpec spec;
-    GenOptions gen;
-    ConcurrentPlacement placement;
-    Profile profile;
+  /// A job, its price and the pricer that prices it.
+  struct Entry : CommJob {
     CommPrice price;
     bool done = false;
-    bool closedFormOnly = false;  ///< above the step budget or the memory share: never generated
+    /// pricerFor(by) prices it: SimGrid inside a node, its fast mode across nodes, the closed form above the step
+    /// budget or the memory share (never generated).
+    PriceSource by = PriceSource::SimGrid;
   };
-  /// Count `e`'s simulated schedule up to what the settings allow and, above them, make the closed form its price
-  /// (with a note saying why) before anything is generated.
+  /// Choose `e`'s pricer: count its simulated schedule up to what the settings allow and, above them, make the
+  /// closed form its price (with a note saying why) before anything is generated.
   void planSimulation(Entry& e) const;
-  /// Generate, embed and simulate (or price by the closed form) one entry; only touches `e`.
+  /// Price one entry by its pricer; only touches `e`.
   void simulate(Entry& e) const;
   /// Copy every price known into settings_.record (when set).
   void recordPrices() const;
@@ -154,9 +133,5 @@ class CommPricer {
   std::map<RequestKey, std::string> requested_;
   std::size_t simulations_ = 0, requests_ = 0;
 };
-
-/// "NIC bandwidth", "leaf uplink bandwidth", "PCIe bandwidth", "NVLink bandwidth" for a link name of the
-/// platform (mk::sim::buildPlatform), "" for another.
-std::string linkClass(const std::string& linkName);
 
 }  // namespace mk::plan

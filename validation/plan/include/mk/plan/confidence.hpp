@@ -17,6 +17,7 @@
 
 #include "mk/plan/gemm_model.hpp"
 #include "mk/plan/kernel_model.hpp"
+#include "mk/plan/pricer.hpp"
 #include "mk/validation/validate.hpp"
 #include "mk/validation/validate_layered.hpp"
 
@@ -61,10 +62,9 @@ class ConfidenceTable {
   /// A kernel of class `cls` on `gpu`: forCompute for GEMMs and attention, "compute.<class>" (not validated,
   /// "roofline: unmeasured") for the others.
   UseConfidence forKernelClass(KernelClass cls, const std::string& gpu) const;
-  /// A collective `op` ("allreduce", ..., "sendrecv") inside a node ("nvlink") or across nodes ("network") of
-  /// `groupSize` ranks on `gpu`.
-  UseConfidence forComm(const std::string& domain, const std::string& op, uint32_t groupSize,
-                        const std::string& gpu) const;
+  /// A collective `op` ("allreduce", ..., "sendrecv") inside a node or across nodes (`domain`) of `groupSize`
+  /// ranks on `gpu`: the class "comm.<domain>.<op>".
+  UseConfidence forComm(CommDomain domain, const std::string& op, uint32_t groupSize, const std::string& gpu) const;
   /// A class without a regime (the step model's composition: "model.pipeline", "model.overlap").
   UseConfidence forClass(const std::string& id) const;
 
