@@ -5,8 +5,8 @@ target_sources(mk_impl PRIVATE src/gemm/gemm.cpp src/kernels/gemm.cu
 # Register use and spills of the GEMM kernel are part of its contract (docs/gemm.md): print them, and warn of any
 # spill (an error with MK_WERROR, as in CI).
 set_source_files_properties(src/kernels/gemm.cu PROPERTIES COMPILE_OPTIONS "-Xptxas=-v;-Xptxas=-warn-spills")
-target_sources(mk-bench PRIVATE bench/cublaslt_loader.cpp bench/bench_fused.cpp bench/fused_check.cpp
-  bench/fused_baseline.cpp)
+target_sources(mk-bench PRIVATE bench/cublaslt_loader.cpp bench/bench_fused.cpp bench/bench_fused_cli.cpp
+  bench/bench_fused_report.cpp bench/fused_check.cpp bench/fused_baseline.cpp)
 
 # GPU tests: correctness against a CPU reference and cuBLASLt (loaded at run time), hooks, bad input.
 mk_add_doctest(mk_gemm_gpu_tests LABELS gpu GPU

@@ -51,17 +51,21 @@ void addArgs(CLI::App& app, Args& a) {
   app.add_option("--workers", a.workers, "worker CTAs per GPU (0: auto)");
   app.add_option("--threads", a.threads, "threads per CTA");
   app.add_option("--latency-probes", a.latencyProbes, "isolated ops timed host enqueue -> first step (0: skip)");
-  app.add_option("--ranks-per-node", a.ranksPerNode,
-                 "split each host's ranks into nodes of this many (one process per rank): the inter-node path, "
-                 "through the proxy, runs between them (0: one node per host)");
-  app.add_option("--transport", a.transport, "the proxy's transport between nodes")
-      ->check(CLI::IsMember({"auto", "socket", "ibverbs"}))
-      ->capture_default_str();
-  app.add_flag("--share-gpus", a.shareGpus,
-               "let several ranks use one GPU (CommConfig::shareGpus; one process per rank needs CUDA MPS)");
+  addNodeArgs(app, a.ranksPerNode, a.transport, a.shareGpus);
   app.add_option("--link", a.link, "link name for the metadata (default: NVML's active NVLink count)");
   app.add_option("--profile", a.profile,
                  "profile JSON the 'auto' choice costs against (e.g. from mk-calibrate; default: datasheet)");
+}
+
+void addNodeArgs(CLI::App& app, uint32_t& ranksPerNode, std::string& transport, bool& shareGpus) {
+  app.add_option("--ranks-per-node", ranksPerNode,
+                 "split each host's ranks into nodes of this many (one process per rank): the inter-node path, "
+                 "through the proxy, runs between them (0: one node per host)");
+  app.add_option("--transport", transport, "the proxy's transport between nodes")
+      ->check(CLI::IsMember({"auto", "socket", "ibverbs"}))
+      ->capture_default_str();
+  app.add_flag("--share-gpus", shareGpus,
+               "let several ranks use one GPU (CommConfig::shareGpus; one process per rank needs CUDA MPS)");
 }
 
 void checkArgs(const Args& a) {

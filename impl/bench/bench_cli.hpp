@@ -42,6 +42,10 @@ inline constexpr const char* kDefaultSweep = "8:512M:2";
 /// Every option of `mk-bench <collective>` on `app`, bound to `a`.
 void addArgs(CLI::App& app, Args& a);
 
+/// --ranks-per-node, --transport and --share-gpus (one process per rank, nodes joined by the proxy), bound to the
+/// three: what every subcommand that runs across nodes takes.
+void addNodeArgs(CLI::App& app, uint32_t& ranksPerNode, std::string& transport, bool& shareGpus);
+
 /// Every check of the words and counts of `a` that needs no GPU: the collective, --dtype, --redop, the sizes,
 /// -n and --reps >= 1, --baseline. Run by finishArgs, so mk-bench refuses bad input before it looks for a GPU and
 /// mk-bench-cli accepts exactly what mk-bench accepts. Throws Error(InvalidArgument).

@@ -1,10 +1,9 @@
-// mk-bench gemm-rs | ag-gemm | gemm-ar — the unfused program with NCCL (fused_baseline.hpp).
+// mk-bench gemm-rs | ag-gemm | gemm-ar — the unfused program with NCCL or mkernel's collective (fused_baseline.hpp).
 #include "fused_baseline.hpp"
 
 #include <memory>
 #include <set>
 
-#include "cublaslt_loader.hpp"
 #include "mk/cuda_check.hpp"
 #include "mk/error.hpp"
 #include "nccl_loader.hpp"
@@ -36,17 +35,7 @@ NcclBaseline timeCublasThenNccl(const std::vector<int>& devs, Streams& st, const
   auto collAll = [&] {
     nccl.run(coll.op, coll.send, coll.recv, coll.count, mk::DType::BFloat16, mk::RedOp::Sum, 0, st.s);
   };
-  auto time = [&](const auto& body) {
-    for (uint64_t i = 0; i < timing.warmup; ++i) body();
-    st.sync();
-    std::vector<double> samples;
-    for (uint64_t rep = 0; rep < timing.reps; ++rep) {
-      st.recordStart();
-      for (uint64_t i = 0; i < timing.iters; ++i) body();
-      samples.push_back(st.recordStopAndElapsedMs() * 1e3 / static_cast<double>(timing.iters));
-    }
-    return median(samples);
-  };
+  auto time = [&](const auto& body) { return timeLoopUs(timing, st, false, body); };
   NcclBaseline out;
   out.ncclVersion = nccl.version();
   out.cublasVersion = lts[0]->version();
@@ -57,6 +46,58 @@ NcclBaseline timeCublasThenNccl(const std::vector<int>& devs, Streams& st, const
     gemmAll();
     if (!coll.first) collAll();
   });
+  return out;
+}
+
+void submitEngineCollective(mk::Communicator& comm, const BaselineCollective& coll, std::size_t r,
+                            cudaStream_t stream) {
+  const mk::DType bf16 = mk::DType::BFloat16;
+  switch (coll.op) {
+    case mk::CollOp::AllGather: comm.allGather(coll.send[r], coll.recv[r], coll.count, bf16, stream); break;
+    case mk::CollOp::AllReduce:
+      comm.allReduce(coll.send[r], coll.recv[r], coll.count, bf16, mk::RedOp::Sum, stream);
+      break;
+    case mk::CollOp::ReduceScatter:
+      comm.reduceScatter(coll.send[r], coll.recv[r], coll.count, bf16, mk::RedOp::Sum, stream);
+      break;
+    case mk::CollOp::Broadcast:
+    case mk::CollOp::AllToAll:
+      throw mk::Error(mk::ErrorCode::Internal, std::string("fused baseline: no fused operator runs ") +
+                                                   mk::toString(coll.op) + " beside its GEMM");
+  }
+}
+
+EngineBaseline timeCublasThenEngine(const Launch& launch, Streams& st, const CublasLt& lt,
+                                    const std::vector<mk::GemmProblem>& gemms, const BaselineCollective& coll,
+                                    const BaselineTiming& timing, mk::CommConfig cfg) {
+  const std::size_t n = launch.devs.size();
+  if (gemms.size() != n || coll.send.size() != n || coll.recv.size() != n || st.s.size() != n)
+    throw mk::Error(mk::ErrorCode::InvalidArgument, "engine baseline: one GEMM, buffer pair and stream per rank");
+  std::vector<CublasLt::Plan> plans;
+  for (const mk::GemmProblem& g : gemms) plans.push_back(lt.plan(g));
+  auto gemmAll = [&] {
+    for (std::size_t r = 0; r < n; ++r) lt.run(plans[r], st.s[r]);
+  };
+  EngineBaseline out;
+  // Every process starts each timed part together: ranks sharing a GPU share it as they do in the fused op.
+  launch.barrier();
+  out.gemmUs = launch.maxOverProcesses(timeLoopUs(timing, st, false, gemmAll));
+  cfg.computeLanes = false;
+  cfg.trace = false;
+  std::vector<mk::Communicator> comms = createCommunicators(launch, cfg);
+  auto collAll = [&] {
+    for (std::size_t r = 0; r < n; ++r) submitEngineCollective(comms[r], coll, r, st.s[r]);
+  };
+  launch.barrier();
+  out.collUs = launch.maxOverProcesses(timeLoopUs(timing, st, true, collAll));
+  launch.barrier();
+  out.sequentialUs = launch.maxOverProcesses(timeLoopUs(timing, st, false, [&] {
+    if (coll.first) collAll();
+    gemmAll();
+    if (!coll.first) collAll();
+  }));
+  for (auto& c : comms) c.synchronize();
+  out.algo = mk::toString(comms[0].chooseAlgorithm(coll.op, coll.count, mk::DType::BFloat16));
   return out;
 }
 

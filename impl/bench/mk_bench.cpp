@@ -34,6 +34,7 @@
 #include "bench_cli.hpp"
 #include "bench_commands.hpp"
 #include "bench_common.hpp"
+#include "bench_launch.hpp"
 #include "mk/bootstrap.hpp"
 #include "mk/communicator.hpp"
 #include "mk/cost/cost.hpp"
@@ -61,32 +62,8 @@ using mkbench::Streams;
 
 using mkbench::Args;
 
-/// `v` of every process, in rank order (one bootstrap all-gather).
-template <class T>
-std::vector<T> allGatherValue(mk::Bootstrap& boot, T v) {
-  const std::vector<uint8_t> all = boot.allGather(&v, sizeof v);
-  std::vector<T> out(all.size() / sizeof v);
-  std::memcpy(out.data(), all.data(), out.size() * sizeof v);
-  return out;
-}
-
-/// The ranks this process drives: every GPU of one process, or (launched by torchrun or mpirun) one rank of
-/// several processes, its GPU picked by its node rank. Per-rank vectors of the bench (buffers, streams,
-/// communicators) hold this process's ranks only; `firstRank` is the global rank of the first.
-struct Launch {
-  int nRanks = 0;
-  int firstRank = 0;
-  std::vector<int> devs;
-  std::unique_ptr<mk::Bootstrap> boot;  ///< one process per GPU only; unused by the communicator after create
-  bool multiProcess() const { return boot != nullptr; }
-  bool leader() const { return firstRank == 0; }
-  /// The largest `v` over every process (the slowest rank's time); `v` itself in one process.
-  double maxOverProcesses(double v) const {
-    if (!boot) return v;
-    for (double x : allGatherValue(*boot, v)) v = std::max(v, x);
-    return v;
-  }
-};
+using mkbench::allGatherValue;
+using mkbench::Launch;
 
 bool gQuiet = false;  ///< ranks other than 0 of a multi-process run print nothing
 
@@ -238,18 +215,16 @@ int run(const Args& a, const std::string& commandLine) {
   }
   const int available = mk::requireCudaDevices();
   if (mk::launchedAsRanks()) {
-    mk::RankLaunch rank = mk::bootstrapFromEnvironment(20000);
-    launch.boot = std::move(rank.bootstrap);
-    launch.nRanks = launch.boot->size();
-    launch.firstRank = launch.boot->rank();
-    launch.devs = {rank.device};
+    launch = mkbench::launchFromEnvironment();
     gQuiet = !launch.leader();
   } else {
-    launch.nRanks = a.gpus > 0 ? a.gpus : available;
-    if (launch.nRanks > available)
-      throw mk::Error(mk::ErrorCode::InvalidArgument, "--gpus " + std::to_string(launch.nRanks) + " but only " +
+    const int ranks = a.gpus > 0 ? a.gpus : available;
+    if (ranks > available)
+      throw mk::Error(mk::ErrorCode::InvalidArgument, "--gpus " + std::to_string(ranks) + " but only " +
                                                           std::to_string(available) + " device(s) visible");
-    for (int i = 0; i < launch.nRanks; ++i) launch.devs.push_back(i);
+    std::vector<int> devs;
+    for (int i = 0; i < ranks; ++i) devs.push_back(i);
+    launch = mkbench::launchLocal(std::move(devs));
   }
   const std::vector<int>& devs = launch.devs;
   const int n = launch.nRanks;
@@ -321,14 +296,8 @@ int run(const Args& a, const std::string& commandLine) {
     cfg.profile = a.profile;
     cfg.ranksPerNode = a.ranksPerNode;
     cfg.shareGpus = a.shareGpus;
-    cfg.transport = a.transport == "socket"    ? mk::ProxyTransport::Socket
-                    : a.transport == "ibverbs" ? mk::ProxyTransport::IbVerbs
-                                               : mk::ProxyTransport::Auto;
-    std::vector<mk::Communicator> comms;
-    if (launch.multiProcess())
-      comms.push_back(mk::Communicator::create(*launch.boot, devs[0], cfg));
-    else
-      comms = mk::Communicator::createLocal(devs, cfg);
+    cfg.transport = mkbench::proxyTransport(a.transport);
+    std::vector<mk::Communicator> comms = mkbench::createCommunicators(launch, cfg);
     nodesOfRun = comms[0].topology().nodes;
     transportOfRun = comms[0].interNodeTransport();
     if (nodesOfRun > 1) {
