@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # The fused operators across "nodes" on one GPU machine (issue 37; docs/fused-operators.md, "Across nodes"): every
 # rank is a process sharing GPU 0 under CUDA MPS, nodes of 1 (2 x 1) or 2 (2 x 2) ranks, the network the socket
-# transport over loopback TCP. Each op (gemm-rs, ag-gemm, gemm-ar) runs with --check at shapes where the GEMM and the
-# loopback transfer take comparable time (m = n = 4096, k = 1024 / 2048 / 4096), next to GEMM-then-collective over the
-# same transport, in the same run; calibrate-network first records the transport of the same session.
+# transport over loopback TCP. Each op (gemm-rs, ag-gemm, gemm-ar) runs with --check next to GEMM-then-collective over
+# the same transport, in the same run; calibrate-network first records the transport of the same session.
+# Shapes: a ProxyPut over loopback moved about 2 GB/s (validation/data/measured/internode, calib-put-network at 2-32
+# MiB), a rank's share of an H100 computes some 10^14 FLOP/s, so GEMM time ~ transfer time needs k ~ 10^5 for gemm-rs
+# and gemm-ar (the transfer grows with m n, the GEMM with m n k) and n ~ 10^5 for ag-gemm (transfer m k, GEMM m n k):
+# two such shapes per op around that balance, and m = n = k = 4096, where the network dominates.
 #   impl/tools/fused_nodes_run.sh <build dir> [out dir (default $OUT)] [quick]
-# <build dir> holds impl/mk-bench (a build folder, or impl/tools/pack_device.sh's output with lib/ beside it). Writes
+# <build dir> holds impl/mk-bench (a build folder, or `impl/tools/pack_device.sh build-cuda <pack> mk-bench`'s output,
+# lib/ beside it). Writes
 # <out>/*.json (measurement files), <out>/*.log (rank 0's output) and <out>/ranks-<step>/rank<i>.log. Every step runs
 # under `timeout` (launch_ranks.sh stops its ranks and the MPS daemon on the signal), so the script ends by itself.
 # `quick`: one small shape, to check that everything runs. Exit status: the first failing step's.
@@ -19,7 +23,7 @@ export NCCL_NVLS_ENABLE=0
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bench=$build/impl/mk-bench
 [[ -x $bench ]] || { echo "fused_nodes_run: $bench is missing (build or pack it first)" >&2; exit 2; }
-limit=420  # seconds per step (the full set's longest, 4 processes at k = 2048, needs well under it): a hang costs one step
+limit=420  # seconds per step: a hang costs one step, not the lease
 status=0
 step() {  # step <name> <ranks> <per node> <mk-bench args...>: n processes sharing GPU 0 under MPS, logged, bounded
   local name=$1 n=$2 per=$3
@@ -36,24 +40,28 @@ step() {  # step <name> <ranks> <per node> <mk-bench args...>: n processes shari
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
 if [[ -n $quick ]]; then
-  ks=(1024)
-  mn=2048
+  reduce=("2048 1024 8192")  # "m n k" of gemm-rs and gemm-ar
+  gather=("2048 8192 1024")  # of ag-gemm
   timing=(--iters 5 -w 2 --reps 3)
   net=(-b 8 -e 4M -f 16 --reps 3)
 else
-  ks=(1024 2048 4096)
-  mn=4096
+  reduce=("8192 1024 32768" "8192 1024 131072" "4096 4096 4096")
+  gather=("4096 32768 1024" "4096 131072 1024" "4096 4096 4096")
   timing=(--iters 10 -w 3 --reps 5)
   net=(-b 8 -e 64M -f 4 --reps 5)
 fi
 step calibrate-network 2 1 calibrate-network "${net[@]}" --json "$out/calibrate-network.json"
 for op in gemm-rs ag-gemm gemm-ar; do
-  for k in "${ks[@]}"; do
-    step "$op-2x1-k$k" 2 1 "$op" -m "$mn" -n "$mn" -k "$k" "${timing[@]}" --check --json "$out/$op-2x1-k$k.json"
+  if [[ $op == ag-gemm ]]; then shapes=("${gather[@]}"); else shapes=("${reduce[@]}"); fi
+  for shape in "${shapes[@]}"; do
+    read -r m n k <<<"$shape"
+    step "$op-2x1-${m}x${n}x$k" 2 1 "$op" -m "$m" -n "$n" -k "$k" "${timing[@]}" --check \
+      --json "$out/$op-2x1-${m}x${n}x$k.json"
   done
-  # 2 nodes of 2 ranks: four processes on the GPU; the middle shape only
-  k=${ks[$((${#ks[@]} / 2))]}
-  step "$op-2x2-k$k" 4 2 "$op" -m "$mn" -n "$mn" -k "$k" "${timing[@]}" --check --json "$out/$op-2x2-k$k.json"
+  # 2 nodes of 2 ranks: four processes on the GPU; the first shape only
+  read -r m n k <<<"${shapes[0]}"
+  step "$op-2x2-${m}x${n}x$k" 4 2 "$op" -m "$m" -n "$n" -k "$k" "${timing[@]}" --check \
+    --json "$out/$op-2x2-${m}x${n}x$k.json"
 done
 echo "fused_nodes_run: status $status" | tee -a "$out/fused_nodes.log"
 exit $status
