@@ -10,6 +10,13 @@ expect() {
   local out rc
   out=$("$@" 2>&1)
   rc=$?
+  judge "$want" "$pattern" "$rc" "$out" "$@"
+}
+
+# judge <exit code wanted> <regex> <exit code> <output> <command...>: the check behind expect, counted once.
+judge() {
+  local want=$1 pattern=$2 rc=$3 out=$4
+  shift 4
   if [[ $rc -ne $want ]] || ! grep -Eq -- "$pattern" <<<"$out"; then
     echo "FAIL: $* -> rc $rc (want $want), output:"
     sed 's/^/    /' <<<"$out" | head -20
@@ -31,6 +38,23 @@ check() {
 one_line_error() {
   local n
   n=$("$@" 2>&1 >/dev/null | wc -l)
+  check "$* printed $n stderr lines (want 1)" test "$n" -eq 1
+}
+
+# expect_error <regex> -- command...: `expect 2 <regex>` and `one_line_error` on one run of the command (exit 2,
+# stdout+stderr matching, exactly one stderr line), counted as those two: an instrumented tool's start alone costs
+# a quarter of a second, and the contracts refuse hundreds of inputs.
+expect_error() {
+  local pattern=$1
+  shift 2
+  local err out rc n
+  err=$(mktemp)
+  out=$("$@" 2>"$err")
+  rc=$?
+  n=$(wc -l <"$err")
+  out=$(printf '%s\n' "$out" && cat "$err")
+  rm -f "$err"
+  judge 2 "$pattern" "$rc" "$out" "$@"
   check "$* printed $n stderr lines (want 1)" test "$n" -eq 1
 }
 

@@ -13,8 +13,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../cmake/cli_testlib.sh"
 bad() {
   local pattern=$1
   shift 2
-  expect 2 "$pattern" -- "$@" --json "$work/bad.json" --trace "$work/bad-trace.json"
-  one_line_error "$@" --json "$work/bad.json" --trace "$work/bad-trace.json"
+  expect_error "$pattern" -- "$@" --json "$work/bad.json" --trace "$work/bad-trace.json"
   if compgen -G "$work/bad*" >/dev/null; then
     echo "FAIL: $* left $(ls "$work"/bad*)"
     failures=$((failures + 1))

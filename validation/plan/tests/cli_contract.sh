@@ -17,8 +17,7 @@ run=("${tiny[@]}" --cluster dgx-h200 --gpus 8:32)
 bad() {
   local pattern=$1
   shift 2
-  expect 2 "$pattern" -- "$@" --json "$work/bad.json" --report "$work/bad-report"
-  one_line_error "$@" --json "$work/bad.json" --report "$work/bad-report"
+  expect_error "$pattern" -- "$@" --json "$work/bad.json" --report "$work/bad-report"
   if compgen -G "$work/bad*" >/dev/null || compgen -G "$work/.bad*" >/dev/null; then
     echo "FAIL: $* left $(ls -d "$work"/bad* "$work"/.bad* 2>/dev/null)"
     failures=$((failures + 1))
