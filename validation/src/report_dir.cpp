@@ -15,6 +15,7 @@
 
 #include "mk/error.hpp"
 #include "mk/io/output_paths.hpp"
+#include "mk/schedule/io.hpp"
 
 extern char** environ;
 
@@ -208,6 +209,37 @@ void runScript(const std::string& option, const std::string& python, const std::
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   throw Error(ErrorCode::Unsupported, option + ": " + script + " (run by " + python + ") failed with exit " +
                                           std::to_string(code) + ": " + (last.empty() ? "no output" : last));
+}
+
+StagedReport::StagedReport(std::string option, std::string dir, std::string marker, std::string tool)
+    : option_(std::move(option)), dir_(std::move(dir)), marker_(std::move(marker)), tool_(std::move(tool)) {}
+
+StagedReport::~StagedReport() {
+  std::error_code ec;
+  if (!stage_.empty()) fs::remove_all(stage_, ec);
+}
+
+void StagedReport::write(const std::vector<std::pair<std::string, std::string>>& files) {
+  if (!active()) return;
+  stage_ = makeTempDir(option_, dir_, "tmp");
+  guard_.emplace(stage_.string(), true);
+  for (const auto& [name, text] : files) writeFileAtomic((stage_ / name).string(), text);
+  writeFileAtomic((stage_ / marker_).string(), "written by " + tool_ + "; a new report may replace this directory\n");
+}
+
+void StagedReport::render(const std::string& python, const std::string& script, const std::string& jsonName) {
+  if (!active()) return;
+  const std::string log = (stage_ / "report.log").string();
+  runScript(option_, python, script, {"--json", (stage_ / jsonName).string(), "--out", stage_.string()}, log);
+  std::error_code ec;
+  fs::remove(log, ec);
+}
+
+void StagedReport::install() {
+  if (!active()) return;
+  installReport(option_, stage_, dir_);
+  stage_.clear();
+  guard_.reset();
 }
 
 }  // namespace mk::report

@@ -76,12 +76,6 @@ struct Options {
 
 void checkReportDir(const std::string& dir) { mk::report::checkReportDir("--report", dir, kReportMarker, kTool); }
 
-/// Run the report script; its output goes to `log`. Throws with the script's last line when it fails.
-void runReportScript(const Options& o, const fs::path& tmp, const std::string& log) {
-  mk::report::runScript("--report", o.python, o.script,
-                        {"--json", (tmp / "validation.json").string(), "--out", tmp.string()}, log);
-}
-
 /// "allreduce:auto:one-shot:64KiB" -> op, algo (may hold ':'), bytes.
 struct TraceSelector {
   std::string op, algo;
@@ -124,12 +118,6 @@ std::string traceFileName(const mk::ValidationRow& r) {
   std::replace(algo.begin(), algo.end(), ':', '-');
   return std::string("trace-") + mk::toString(r.request.spec.op) + "-" + algo + "-" + std::to_string(r.bytes) + ".json";
 }
-
-/// Run the report script; its output goes to `log`. Throws with the script's last line when it fails.
-
-/// A fresh directory next to `dir` (same file system, so rename() can move it into place).
-
-/// Move the finished report `tmp` to `dir`, replacing an empty directory or a previous report.
 
 void printProvenance(const Options& o, const mk::Profile& p, const mk::ProfileProvenance& prov,
                      const std::string& honesty) {
@@ -232,49 +220,31 @@ int run(const Options& o, const std::string& command) {
   // ---- outputs, all or nothing: the report in a temporary directory and --json in a temporary file, then the
   // report moved into place, then --json ----
   std::string json;
-  fs::path tmp;
-  std::optional<mk::TempGuard> tmpGuard;  // the report's temporary directory, removed on SIGINT / SIGTERM
+  mk::report::StagedReport report("--report", o.reportDir, kReportMarker, kTool);
   mk::OutputSet outputs;
   std::string traceName;
-  try {
-    if (!o.reportDir.empty()) {
-      const mk::ValidationRow& row = traceRow(res, sel);
-      const mk::Regenerated regen = mk::regenerate(row, vo.cluster);
-      mk::sim::SimOptions so;
-      so.linkLoad = false;
-      const mk::sim::Prediction p = mk::sim::predict(regen.schedule, regen.topo, ctx.profile, so);
-      const std::string title = row.file + " records[" + std::to_string(row.index) +
-                                "]: " + mk::toString(row.request.spec.op) + " " + row.algo + " " +
-                                std::to_string(row.bytes) + " B";
-      const mk::SideBySide sbs =
-          mk::sideBySideTrace(regen.schedule, p, measuredJson, o.measuredTrace, o.measuredOp, title);
-      traceName = traceFileName(row);
-      json = mk::validationToJson(res, ctx, &sbs, &row, traceName, o.measuredTrace);
-      tmp = mk::report::makeTempDir("--report", o.reportDir, "tmp");
-      tmpGuard.emplace(tmp.string(), true);
-      mk::writeFileAtomic((tmp / "validation.json").string(), json);
-      mk::writeFileAtomic((tmp / traceName).string(), sbs.json);
-      mk::writeFileAtomic((tmp / kReportMarker).string(),
-                          "written by mk-validate; a new report may replace this directory\n");
-      const std::string log = (tmp / "report.log").string();
-      runReportScript(o, tmp, log);
-      std::error_code ec;
-      fs::remove(log, ec);
-      std::printf("trace: %s (%s)\n", traceName.c_str(), sbs.note.c_str());
-    } else {
-      json = mk::validationToJson(res, ctx);
-    }
-    outputs.stage("--json", o.jsonOut, json);
-    if (!o.reportDir.empty()) {
-      mk::report::installReport("--report", tmp, o.reportDir);
-      tmp.clear();
-    }
-    outputs.commit();
-  } catch (...) {
-    std::error_code ec;
-    if (!tmp.empty()) fs::remove_all(tmp, ec);
-    throw;
+  if (report.active()) {
+    const mk::ValidationRow& row = traceRow(res, sel);
+    const mk::Regenerated regen = mk::regenerate(row, vo.cluster);
+    mk::sim::SimOptions so;
+    so.linkLoad = false;
+    const mk::sim::Prediction p = mk::sim::predict(regen.schedule, regen.topo, ctx.profile, so);
+    const std::string title = row.file + " records[" + std::to_string(row.index) +
+                              "]: " + mk::toString(row.request.spec.op) + " " + row.algo + " " +
+                              std::to_string(row.bytes) + " B";
+    const mk::SideBySide sbs =
+        mk::sideBySideTrace(regen.schedule, p, measuredJson, o.measuredTrace, o.measuredOp, title);
+    traceName = traceFileName(row);
+    json = mk::validationToJson(res, ctx, &sbs, &row, traceName, o.measuredTrace);
+    report.write({{"validation.json", json}, {traceName, sbs.json}});
+    report.render(o.python, o.script, "validation.json");
+    std::printf("trace: %s (%s)\n", traceName.c_str(), sbs.note.c_str());
+  } else {
+    json = mk::validationToJson(res, ctx);
   }
+  outputs.stage("--json", o.jsonOut, json);
+  report.install();
+  outputs.commit();
   if (!o.jsonOut.empty()) std::printf("wrote %s\n", o.jsonOut.c_str());
   if (!o.reportDir.empty()) std::printf("wrote %s/index.html\n", o.reportDir.c_str());
 

@@ -323,35 +323,16 @@ int run(const Options& o, const std::string& command) {
   if (in.shard.active()) json = mk::plan::addShardSection(json, {"", in.shard, o.planArgs, digest, simulated});
   const std::string stats = mk::plan::planStatsToJson(plan, command);
   const std::string kernels = o.kernelsOut.empty() ? "" : mk::plan::kernelCensusToJson(plan, mk::buildCommit());
-  fs::path tmp;
-  std::optional<mk::TempGuard> tmpGuard;  // the report's temporary directory, removed on SIGINT / SIGTERM
+  mk::report::StagedReport report("--report", o.reportDir, kReportMarker, kTool);
   mk::OutputSet outputs;
-  try {
-    if (!o.reportDir.empty()) {
-      tmp = mk::report::makeTempDir("--report", o.reportDir, "tmp");
-      tmpGuard.emplace(tmp.string(), true);
-      mk::writeFileAtomic((tmp / "plan.json").string(), json);
-      mk::writeFileAtomic((tmp / "run-stats.json").string(), stats);
-      mk::writeFileAtomic((tmp / kReportMarker).string(),
-                          "written by mk-plan; a new report may replace this directory\n");
-      const std::string log = (tmp / "report.log").string();
-      mk::report::runScript("--report", o.python, o.script,
-                            {"--json", (tmp / "plan.json").string(), "--out", tmp.string()}, log);
-      fs::remove(log, ec);
-    }
-    outputs.stage("--json", o.jsonOut, json);
-    outputs.stage("--stats", o.statsOut, stats);
-    outputs.stage("--emit-kernels", o.kernelsOut, kernels);
-    outputs.stage("--search-csv", o.searchCsv, plan.search ? mk::plan::searchToCsv(*plan.search) : "");
-    if (!o.reportDir.empty()) {
-      mk::report::installReport("--report", tmp, o.reportDir);
-      tmp.clear();
-    }
-    outputs.commit();
-  } catch (...) {
-    if (!tmp.empty()) fs::remove_all(tmp, ec);
-    throw;
-  }
+  report.write({{"plan.json", json}, {"run-stats.json", stats}});
+  report.render(o.python, o.script, "plan.json");
+  outputs.stage("--json", o.jsonOut, json);
+  outputs.stage("--stats", o.statsOut, stats);
+  outputs.stage("--emit-kernels", o.kernelsOut, kernels);
+  outputs.stage("--search-csv", o.searchCsv, plan.search ? mk::plan::searchToCsv(*plan.search) : "");
+  report.install();
+  outputs.commit();
   if (!o.jsonOut.empty()) std::printf("wrote %s\n", o.jsonOut.c_str());
   if (!o.kernelsOut.empty()) std::printf("wrote %s\n", o.kernelsOut.c_str());
   if (!o.searchCsv.empty()) std::printf("wrote %s\n", o.searchCsv.c_str());

@@ -6,8 +6,12 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "mk/schedule/io.hpp"
 
 namespace mk::report {
 
@@ -41,5 +45,32 @@ void installReport(const std::string& option, const std::filesystem::path& tmp, 
 /// (run by <python>) failed with exit N: <its last line>" when it fails, Error(IoError) when it cannot start.
 void runScript(const std::string& option, const std::string& python, const std::string& script,
                const std::vector<std::string>& args, const std::string& log);
+
+/// One report of a tool, staged as the file comment says. Its tool stages the report (write, render) before its
+/// other outputs and installs it before committing them; a report not installed is removed with its stage (the
+/// destructor, or SIGINT / SIGTERM while it is staged).
+class StagedReport {
+ public:
+  /// The report for `dir`, given as `option` ("" = no report: every call does nothing); `marker` is the file that
+  /// tells a later run the directory holds a report of `tool` (checkReportDir).
+  StagedReport(std::string option, std::string dir, std::string marker, std::string tool);
+  StagedReport(const StagedReport&) = delete;
+  StagedReport& operator=(const StagedReport&) = delete;
+  ~StagedReport();  ///< removes a stage not installed; never throws
+
+  bool active() const noexcept { return !dir_.empty(); }
+  /// Make the stage (makeTempDir) and write `files` (name, text) into it, then the marker. Throws Error(IoError).
+  void write(const std::vector<std::pair<std::string, std::string>>& files);
+  /// Run `python script --json <stage>/<jsonName> --out <stage>` (runScript), its output in the stage's
+  /// report.log, removed when the script succeeds.
+  void render(const std::string& python, const std::string& script, const std::string& jsonName);
+  /// Move the stage into place (installReport).
+  void install();
+
+ private:
+  std::string option_, dir_, marker_, tool_;
+  std::filesystem::path stage_;
+  std::optional<TempGuard> guard_;
+};
 
 }  // namespace mk::report
