@@ -41,10 +41,11 @@ class DelayedPort final : public ProxyPort {
     const Step& st = s_->lanes[rank][lane].steps[step];
     Item item;
     item.st = st;
-    if (st.count > 0) {
+    item.st.count = runtimeCount(*s_, st, rank, endpoint_->extents());
+    if (item.st.count > 0) {
       const std::size_t esize = dtypeSize(s_->buffers[st.a.buffer].dtype);
       const std::byte* src = mem_->bytes[rank][st.a.buffer].data() + st.a.offset * esize;
-      item.bytes.assign(src, src + st.count * esize);  // read now: the lane may overwrite it once we return
+      item.bytes.assign(src, src + item.st.count * esize);  // read now: the lane may overwrite it once we return
     }
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(item));

@@ -635,7 +635,7 @@ TEST_CASE("pack: bad magic bad version and inconsistent sizes are rejected") {
     }
   };
   expect(withHeader([](PackedHeader& h) { h.magic = 0x12345678; }), "bad magic");
-  expect(withHeader([](PackedHeader& h) { h.version = 2; }), "unsupported version 2");
+  expect(withHeader([](PackedHeader& h) { h.version = 3; }), "unsupported version 3");
   expect(withHeader([](PackedHeader& h) { h.nSteps += 1; }), "header says");
   expect(withHeader([](PackedHeader& h) { h.nSteps = ~uint64_t{0}; }), "overflow");
 }

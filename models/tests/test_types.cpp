@@ -188,10 +188,10 @@ TEST_CASE("types: the dtype table gives FP8 float32 accumulation and per-tensor 
 TEST_CASE("types: wire structs keep their packed sizes and enum widths") {
   CHECK(sizeof(BufRef) == 16);
   CHECK(sizeof(FlagRef) == 8);
-  CHECK(sizeof(PackedHeader) == 48);
+  CHECK(sizeof(PackedHeader) == 64);
   CHECK(sizeof(PackedBuffer) == 16);
   CHECK(sizeof(PackedLane) == 32);
-  CHECK(sizeof(PackedStep) == 80);
+  CHECK(sizeof(PackedStep) == 96);
   CHECK(sizeof(PackedGemm) == 32);
   CHECK(sizeof(DType) == 1);
   CHECK(sizeof(StepKind) == 1);

@@ -70,10 +70,11 @@ struct ExecProxyPort::Impl final : ProxyResolver, ProxySink {
                                            std::to_string(step) + ", which is no proxyput step of rank " +
                                            std::to_string(rank));
     const Step& st = s.lanes[rank][lane].steps[step];
+    const uint64_t count = runtimeCount(s, st, rank, endpoint->extents());
     PutRequest req;
     PutInfo& p = req.info;
     p.srcRank = rank;
-    p.dstRank = st.count > 0 ? st.dst.rank : st.flag.rank;  // a signal alone has no data operands
+    p.dstRank = count > 0 ? st.dst.rank : st.flag.rank;  // a signal alone has no data operands
     p.opTag = tag;
     p.lane = lane;
     p.step = step;
@@ -81,10 +82,10 @@ struct ExecProxyPort::Impl final : ProxyResolver, ProxySink {
     p.signal = (st.flags & kStepSignal) != 0;
     p.flagId = st.flag.id;
     p.flagValue = st.value;
-    if (st.count > 0) {
+    if (count > 0) {
       // The executor checked both operand ranges before it pushed the command.
       const uint64_t esize = dtypeSize(s.buffers[st.a.buffer].dtype);
-      p.bytes = st.count * esize;
+      p.bytes = count * esize;
       p.dstOffset = st.dst.offset * esize;
       req.src = memory->bytes[rank][st.a.buffer].data() + st.a.offset * esize;
     }
@@ -186,7 +187,8 @@ void ExecProxyPort::proxyPut(uint32_t rank, uint32_t lane, uint32_t step) {
     throw Error(ErrorCode::Unsupported, "proxyput from lane " + std::to_string(lane) +
                                             ": a command names lanes below " + std::to_string(device::kProxyMaxLanes));
   const Step& st = m.schedule->lanes[rank][lane].steps[step];
-  const device::ProxyKind kind = st.count == 0              ? device::ProxyKind::Signal
+  const device::ProxyKind kind = runtimeCount(*m.schedule, st, rank, m.endpoint->extents()) == 0
+                                     ? device::ProxyKind::Signal
                                  : (st.flags & kStepSignal) ? device::ProxyKind::PutSignal
                                                             : device::ProxyKind::Put;
   const device::ProxyCommand command{device::packProxyHeader(kind, m.opTag, lane, step), 0};

@@ -173,6 +173,7 @@ class Executor final : public RemoteEndpoint {
   void remoteFailure(std::exception_ptr error) noexcept override { fail(std::move(error)); }
 
   bool aborting() const noexcept override { return abort_.load(); }
+  const ExtentValues& extents() const noexcept override { return opt_.extents; }
 
  private:
   // ---- setup -----------------------------------------------------------------------------------------
@@ -569,7 +570,7 @@ class Executor final : public RemoteEndpoint {
           ls, stepIdx,
           "gemm index " + std::to_string(st.aux) + " is out of range (" + std::to_string(s_.gemms.size()) + " shapes)");
     const GemmShape& g = s_.gemms[st.aux];
-    const uint64_t m = g.m, n = g.n, k = g.k;
+    const uint64_t m = runtimeRows(s_, g, ls.rank, opt_.extents), n = g.n, k = g.k;
     if (m == 0 || n == 0) return;
     const bool bColMajor = (st.flags & kStepBColMajor) != 0;
     if (g.ldc < n) invalid(ls, stepIdx, "ldc " + std::to_string(g.ldc) + " < n " + std::to_string(n));
@@ -619,11 +620,19 @@ class Executor final : public RemoteEndpoint {
   }
 
   void runStep(LaneState& ls, uint32_t stepIdx, const Step& st) {
+    if (st.extent != kNoExtent) {  // the step as this rank runs it: count resolved against its extent value
+      Step resolved = st;
+      resolved.count = runtimeCount(s_, st, ls.rank, opt_.extents);
+      resolved.extent = kNoExtent;
+      runStep(ls, stepIdx, resolved);
+      return;
+    }
     switch (st.kind) {
       case StepKind::Copy: copy(ls, stepIdx, st); return;
       case StepKind::Reduce: reduce(ls, stepIdx, st); return;
       case StepKind::Put: put(ls, stepIdx, st); return;
       case StepKind::ProxyPut:
+        if (st.count == 0 && !(st.flags & kStepSignal)) return;  // a runtime extent of 0: nothing to send
         if (opt_.proxy) {
           // Checked here as put() would: the port trusts the step.
           if (st.count > 0) moveOperands(ls, stepIdx, st);
@@ -690,6 +699,7 @@ class Executor final : public RemoteEndpoint {
 }  // namespace
 
 void execute(const Schedule& s, HostMemory& mem, const ExecOptions& opt) {
+  checkExtentValues(s, opt.extents);
   Executor ex(s, mem, opt);
   ex.run();
 }

@@ -124,7 +124,8 @@ class Reader {
   Schedule read(const json& root) {
     const Path top;
     expectObject(root, top);
-    checkKeys(root, top, {"schema", "info", "nRanks", "nodeOf", "nFlags", "nBarriers", "buffers", "gemms", "ranks"});
+    checkKeys(root, top,
+              {"schema", "info", "nRanks", "nodeOf", "nFlags", "nBarriers", "buffers", "extents", "gemms", "ranks"});
     const std::string& schema = asString(member(root, "schema", top), top["schema"]);
     if (!schemaMatches(schema, kScheduleSchema))
       fail(top["schema"], "unsupported schema '" + excerpt(schema) + "' (expected '" + kScheduleSchema + "')");
@@ -144,6 +145,7 @@ class Reader {
     if (const json* v = optionalMember(root, "nBarriers")) s_.nBarriers = asU32(*v, top["nBarriers"]);
 
     readBuffers(member(root, "buffers", top), top["buffers"]);
+    if (const json* x = optionalMember(root, "extents")) readExtents(*x, top["extents"]);
     if (const json* g = optionalMember(root, "gemms")) readGemms(*g, top["gemms"]);
 
     const Path pRanks = top["ranks"];
@@ -204,13 +206,47 @@ class Reader {
     }
   }
 
+  void readExtents(const json& v, const Path& p) {
+    expectArray(v, p);
+    for (std::size_t e = 0; e < v.size(); ++e) {
+      const Path pe = p[e];
+      const json& o = v[e];
+      expectObject(o, pe);
+      checkKeys(o, pe, {"name", "bound", "expected"});
+      ExtentDecl d;
+      d.name = asString(member(o, "name", pe), pe["name"]);
+      if (d.name.empty()) fail(pe["name"], "an extent name must not be empty");
+      if (extentByName_.count(d.name)) fail(pe["name"], "duplicate extent name '" + excerpt(d.name) + "'");
+      d.bound = asU64(member(o, "bound", pe), pe["bound"]);
+      if (d.bound == 0) fail(pe["bound"], "must be >= 1 (the largest value the extent takes)");
+      d.expected = static_cast<double>(d.bound);
+      if (const json* x = optionalMember(o, "expected"))
+        d.expected = json_get::number(*x, pe["expected"], 0.0, static_cast<double>(d.bound));
+      extentByName_.emplace(d.name, static_cast<uint32_t>(e));
+      s_.extents.push_back(std::move(d));
+    }
+  }
+
+  /// The index of the extent `v` names (a string).
+  uint32_t readExtentRef(const json& v, const Path& p) {
+    const std::string& name = asString(v, p);
+    auto it = extentByName_.find(name);
+    if (it == extentByName_.end()) {
+      std::string declared;
+      for (const auto& e : s_.extents) declared += (declared.empty() ? "" : ", ") + e.name;
+      fail(p, "unknown extent '" + excerpt(name) + "' (declared: " + (declared.empty() ? "none" : excerpt(declared)) +
+                  ")");
+    }
+    return it->second;
+  }
+
   void readGemms(const json& v, const Path& p) {
     expectArray(v, p);
     for (std::size_t g = 0; g < v.size(); ++g) {
       const Path pg = p[g];
       const json& o = v[g];
       expectObject(o, pg);
-      checkKeys(o, pg, {"m", "n", "k", "lda", "ldb", "ldc"});
+      checkKeys(o, pg, {"m", "n", "k", "lda", "ldb", "ldc", "extent"});
       GemmShape gs;
       gs.m = asU32(member(o, "m", pg), pg["m"]);
       gs.n = asU32(member(o, "n", pg), pg["n"]);
@@ -218,6 +254,7 @@ class Reader {
       gs.lda = asU32(member(o, "lda", pg), pg["lda"]);
       gs.ldb = asU32(member(o, "ldb", pg), pg["ldb"]);
       gs.ldc = asU32(member(o, "ldc", pg), pg["ldc"]);
+      if (const json* x = optionalMember(o, "extent")) gs.extent = readExtentRef(*x, pg["extent"]);
       s_.gemms.push_back(gs);
     }
   }
@@ -275,13 +312,13 @@ class Reader {
     const std::initializer_list<const char*> cost = {"bytes", "flops", "link"};
     switch (st.kind) {
       case StepKind::Copy:
-        checkKeys(o, p, {"kind", "count", "dst", "a"}, cost);
+        checkKeys(o, p, {"kind", "count", "extent", "dst", "a"}, cost);
         st.count = asU64(member(o, "count", p), p["count"]);
         st.dst = readOperand(member(o, "dst", p), p["dst"]);
         st.a = readOperand(member(o, "a", p), p["a"]);
         break;
       case StepKind::Reduce:
-        checkKeys(o, p, {"kind", "count", "op", "row", "dst", "a", "b"}, cost);
+        checkKeys(o, p, {"kind", "count", "extent", "op", "row", "dst", "a", "b"}, cost);
         st.count = asU64(member(o, "count", p), p["count"]);
         if (const json* x = optionalMember(o, "op"))
           st.op = asEnum<RedOp>(*x, p["op"], parseRedOp, "reduction op", kRedOpList);
@@ -297,7 +334,7 @@ class Reader {
         break;
       case StepKind::Put:
       case StepKind::ProxyPut: {
-        checkKeys(o, p, {"kind", "count", "dst", "a", "protocol", "signal", "flag", "value"}, cost);
+        checkKeys(o, p, {"kind", "count", "extent", "dst", "a", "protocol", "signal", "flag", "value"}, cost);
         st.count = asU64(member(o, "count", p), p["count"]);
         st.dst = readOperand(member(o, "dst", p), p["dst"]);
         st.a = readOperand(member(o, "a", p), p["a"]);
@@ -348,10 +385,13 @@ class Reader {
         st.aux = asU32(member(o, "barrier", p), p["barrier"]);
         break;
     }
+    if (kindInfo(st.kind).fields & kFieldExtent)
+      if (const json* x = optionalMember(o, "extent")) st.extent = readExtentRef(*x, p["extent"]);
   }
 
   Schedule s_;
   std::unordered_map<std::string, uint16_t> byName_;
+  std::unordered_map<std::string, uint32_t> extentByName_;
 };
 
 }  // namespace

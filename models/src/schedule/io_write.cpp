@@ -94,6 +94,9 @@ std::string scheduleToJson(const Schedule& s, int indent) {
   if (s.lanes.size() != s.nRanks)
     throw Error(ErrorCode::InvalidArgument, "cannot serialise: lanes has " + std::to_string(s.lanes.size()) +
                                                 " ranks, expected nRanks = " + std::to_string(s.nRanks));
+  std::vector<std::string> extentNames;
+  for (std::size_t e = 0; e < s.extents.size(); ++e)
+    extentNames.push_back(quoted(s.extents[e].name, ("extents[" + std::to_string(e) + "].name").c_str()));
   std::vector<std::string> names;
   names.reserve(s.buffers.size());
   for (std::size_t b = 0; b < s.buffers.size(); ++b) {
@@ -107,6 +110,16 @@ std::string scheduleToJson(const Schedule& s, int indent) {
 
   Writer w(indent);
   std::string& o = w.out();
+  // The "extent" member of the object at `where`, when `extent` names one.
+  auto extentMember = [&](uint32_t extent, const std::string& where) {
+    if (extent == kNoExtent) return;
+    if (extent >= extentNames.size())
+      throw Error(ErrorCode::InvalidArgument, "cannot serialise " + where + ".extent: index " + std::to_string(extent) +
+                                                  " out of range (" + std::to_string(extentNames.size()) + " extents)");
+    w.comma();
+    w.key("extent");
+    w.raw(extentNames[extent]);
+  };
   o.reserve(256 + s.stepCount() * 72);
   o += '{';
   w.newline(1);
@@ -197,6 +210,28 @@ std::string scheduleToJson(const Schedule& s, int indent) {
   o += "],";
   w.newline(1);
 
+  if (!s.extents.empty()) {  // absent when there are none: static schedules read as before
+    w.key("extents");
+    o += '[';
+    for (std::size_t e = 0; e < s.extents.size(); ++e) {
+      if (e) o += ',';
+      w.newline(2);
+      o += '{';
+      w.key("name");
+      w.raw(extentNames[e]);
+      w.comma();
+      w.key("bound");
+      w.u64(s.extents[e].bound);
+      w.comma();
+      w.key("expected");
+      w.num(s.extents[e].expected);
+      o += '}';
+    }
+    w.newline(1);
+    o += "],";
+    w.newline(1);
+  }
+
   w.key("gemms");
   o += '[';
   for (std::size_t g = 0; g < s.gemms.size(); ++g) {
@@ -211,6 +246,7 @@ std::string scheduleToJson(const Schedule& s, int indent) {
       w.key(dims[i].first);
       w.u64(dims[i].second);
     }
+    extentMember(gs.extent, "gemms[" + std::to_string(g) + "]");
     o += '}';
   }
   if (!s.gemms.empty()) w.newline(1);
@@ -274,6 +310,7 @@ std::string scheduleToJson(const Schedule& s, int indent) {
           w.comma();
           w.key("count");
           w.u64(st.count);
+          if (kindInfo(st.kind).fields & kFieldExtent) extentMember(st.extent, stepWhere(r, l, i));
         };
         o += '{';
         w.key("kind");

@@ -2,6 +2,7 @@
 #include "mk/schedule/pack.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
@@ -10,6 +11,7 @@
 
 #include "mk/error.hpp"
 #include "mk/util/format.hpp"
+#include "mk/util/size.hpp"
 
 // The image is defined as little-endian and written with memcpy of host structs.
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -29,7 +31,7 @@ constexpr uint64_t alignUp16(uint64_t n) noexcept { return (n + 15) & ~uint64_t{
 /// Byte offsets of every section, from the header's counts. Saturates instead of wrapping so that a
 /// hostile header cannot make a huge image look small.
 struct Layout {
-  uint64_t buffers = 0, lanes = 0, steps = 0, gemms = 0, counts = 0, nodeOf = 0, total = 0;
+  uint64_t buffers = 0, lanes = 0, steps = 0, gemms = 0, extents = 0, counts = 0, nodeOf = 0, total = 0;
   bool overflow = false;
 };
 
@@ -48,21 +50,23 @@ uint64_t addSat(uint64_t a, uint64_t b, bool& overflow) noexcept {
   return a + b;
 }
 
-Layout layoutOf(uint64_t nRanks, uint64_t nBuffers, uint64_t nLanes, uint64_t nSteps, uint64_t nGemms) noexcept {
+Layout layoutOf(uint64_t nRanks, uint64_t nBuffers, uint64_t nLanes, uint64_t nSteps, uint64_t nGemms,
+                uint64_t nExtents) noexcept {
   Layout l;
   bool& o = l.overflow;
   l.buffers = sizeof(PackedHeader);
   l.lanes = addSat(l.buffers, mulSat(nBuffers, sizeof(PackedBuffer), o), o);
   l.steps = addSat(l.lanes, mulSat(nLanes, sizeof(PackedLane), o), o);
   l.gemms = addSat(l.steps, mulSat(nSteps, sizeof(PackedStep), o), o);
-  l.counts = addSat(l.gemms, mulSat(nGemms, sizeof(PackedGemm), o), o);
+  l.extents = addSat(l.gemms, mulSat(nGemms, sizeof(PackedGemm), o), o);
+  l.counts = addSat(l.extents, mulSat(nExtents, sizeof(PackedExtent), o), o);
   l.nodeOf = addSat(l.counts, mulSat(mulSat(nBuffers, nRanks, o), sizeof(uint64_t), o), o);
   l.total = alignUp16(addSat(l.nodeOf, mulSat(nRanks, sizeof(uint32_t), o), o));
   return l;
 }
 
 PackedStep packStep(const Step& st) noexcept {
-  PackedStep p;
+  PackedStep p{};
   p.kind = static_cast<uint8_t>(st.kind);
   p.op = static_cast<uint8_t>(st.op);
   p.link = static_cast<uint8_t>(st.link);
@@ -74,6 +78,7 @@ PackedStep packStep(const Step& st) noexcept {
   p.b = st.b;
   p.flag = st.flag;
   p.value = st.value;
+  p.extent = st.extent;
   return p;
 }
 
@@ -93,6 +98,7 @@ std::vector<uint8_t> packImpl(const Schedule& s, int64_t onlyRank) {
                                                   " per-rank counts, expected nRanks = " + std::to_string(s.nRanks));
   if (s.gemms.size() > std::numeric_limits<uint32_t>::max())
     throw Error(ErrorCode::InvalidArgument, "cannot pack: too many gemm shapes");
+  if (s.extents.size() >= kNoExtent) throw Error(ErrorCode::InvalidArgument, "cannot pack: too many extents");
 
   const uint32_t firstRank = onlyRank < 0 ? 0 : static_cast<uint32_t>(onlyRank);
   const uint32_t endRank = onlyRank < 0 ? s.nRanks : firstRank + 1;
@@ -113,7 +119,7 @@ std::vector<uint8_t> packImpl(const Schedule& s, int64_t onlyRank) {
   if (nLanes > std::numeric_limits<uint32_t>::max())
     throw Error(ErrorCode::InvalidArgument, "cannot pack: too many lanes");
 
-  const Layout lay = layoutOf(s.nRanks, s.buffers.size(), nLanes, nSteps, s.gemms.size());
+  const Layout lay = layoutOf(s.nRanks, s.buffers.size(), nLanes, nSteps, s.gemms.size(), s.extents.size());
   // Zero-filled: reserved fields and padding are defined bytes, so images compare equal byte for byte.
   std::vector<uint8_t> image(lay.total, 0);
   uint8_t* base = image.data();
@@ -129,6 +135,7 @@ std::vector<uint8_t> packImpl(const Schedule& s, int64_t onlyRank) {
   h.nGemms = static_cast<uint32_t>(s.gemms.size());
   h.nSteps = nSteps;
   h.totalBytes = lay.total;
+  h.nExtents = static_cast<uint32_t>(s.extents.size());
   std::memcpy(base, &h, sizeof h);
 
   for (std::size_t b = 0; b < s.buffers.size(); ++b) {
@@ -170,7 +177,12 @@ std::vector<uint8_t> packImpl(const Schedule& s, int64_t onlyRank) {
     pg.lda = gs.lda;
     pg.ldb = gs.ldb;
     pg.ldc = gs.ldc;
+    pg.extent = gs.extent;
     std::memcpy(base + lay.gemms + g * sizeof(PackedGemm), &pg, sizeof pg);
+  }
+  for (std::size_t e = 0; e < s.extents.size(); ++e) {
+    const PackedExtent pe{s.extents[e].bound, s.extents[e].expected};
+    std::memcpy(base + lay.extents + e * sizeof(PackedExtent), &pe, sizeof pe);
   }
   for (std::size_t b = 0; b < s.buffers.size(); ++b)
     std::memcpy(base + lay.counts + b * s.nRanks * sizeof(uint64_t), s.buffers[b].count.data(),
@@ -203,8 +215,8 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
   }
   if (h.version != kPackVersion)
     bad("unsupported version " + std::to_string(h.version) + " (this build reads version " +
-        std::to_string(kPackVersion) + ")");
-  const Layout lay = layoutOf(h.nRanks, h.nBuffers, h.nLanes, h.nSteps, h.nGemms);
+        std::to_string(kPackVersion) + (h.version < kPackVersion ? "; pack the schedule again" : "") + ")");
+  const Layout lay = layoutOf(h.nRanks, h.nBuffers, h.nLanes, h.nSteps, h.nGemms, h.nExtents);
   if (lay.overflow) bad("header counts overflow the address space (corrupt header)");
   if (h.totalBytes != lay.total)
     bad("header says " + std::to_string(h.totalBytes) + " bytes but its counts imply " + std::to_string(lay.total));
@@ -244,7 +256,19 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
   for (uint32_t g = 0; g < h.nGemms; ++g) {
     PackedGemm pg;
     std::memcpy(&pg, data + lay.gemms + uint64_t{g} * sizeof(PackedGemm), sizeof pg);
-    s.gemms[g] = GemmShape{pg.m, pg.n, pg.k, pg.lda, pg.ldb, pg.ldc};
+    s.gemms[g] = GemmShape{pg.m, pg.n, pg.k, pg.lda, pg.ldb, pg.ldc, pg.extent};
+    if (pg.extent != kNoExtent && pg.extent >= h.nExtents)
+      bad("gemm " + std::to_string(g) + ": extent " + std::to_string(pg.extent) + " out of range (nExtents " +
+          std::to_string(h.nExtents) + ")");
+  }
+  s.extents.resize(h.nExtents);
+  for (uint32_t e = 0; e < h.nExtents; ++e) {
+    PackedExtent pe;
+    std::memcpy(&pe, data + lay.extents + uint64_t{e} * sizeof(PackedExtent), sizeof pe);
+    if (pe.bound == 0 || pe.bound > kMaxElements || !(pe.expected >= 0 && pe.expected <= static_cast<double>(pe.bound)))
+      bad("extent " + std::to_string(e) + ": bound " + std::to_string(pe.bound) + " or expected " +
+          formatNumber(pe.expected) + " out of range (bound in [1, 2^50], expected in [0, bound])");
+    s.extents[e] = ExtentDecl{"extent" + std::to_string(e), pe.bound, pe.expected};
   }
 
   s.lanes.resize(h.nRanks);
@@ -323,6 +347,11 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
       st.b = ps.b;
       st.flag = ps.flag;
       st.value = ps.value;
+      if (ps.extent != kNoExtent && (ps.extent >= h.nExtents || !(info.fields & kFieldExtent)))
+        fail("extent " + std::to_string(ps.extent) +
+             (ps.extent >= h.nExtents ? " out of range (nExtents " + std::to_string(h.nExtents) + ")"
+                                      : std::string(" on a step kind that takes none")));
+      st.extent = ps.extent;
     }
     s.lanes[pl.rank].push_back(std::move(lane));
   }
@@ -332,7 +361,11 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
   return s;
 }
 
-void fillCostAttributes(Schedule& s) {
+namespace {
+
+/// fillCostAttributes with the share of its bound each (rank, extent) is priced at.
+template <class Share>
+void fillCostAttributesAt(Schedule& s, Share&& share) {
   const std::size_t nBuf = s.buffers.size();
   auto dtypeOf = [&](const BufRef& r, std::size_t& size) {
     if (r.buffer >= nBuf) return false;
@@ -347,6 +380,11 @@ void fillCostAttributes(Schedule& s) {
         st.bytes = 0;
         st.flops = 0;
         std::size_t esz = 0;
+        // `full` (at the bound of `extent`) at this rank's priced share of it, rounded to a whole number.
+        auto scaled = [&](uint64_t full, uint32_t extent) -> uint64_t {
+          if (extent == kNoExtent || extent >= s.extents.size()) return full;
+          return static_cast<uint64_t>(std::llround(static_cast<double>(full) * share(rank, extent)));
+        };
         // A copy/reduce is as slow as its farthest operand; out-of-range ranks contribute nothing.
         auto farthest = [&](std::initializer_list<const BufRef*> refs) {
           LinkClass worst = LinkClass::Local;
@@ -359,20 +397,20 @@ void fillCostAttributes(Schedule& s) {
         switch (st.kind) {
           case StepKind::Copy:
             st.link = farthest({&st.dst, &st.a});
-            if (dtypeOf(st.dst, esz)) st.bytes = st.count * esz;
+            if (dtypeOf(st.dst, esz)) st.bytes = scaled(st.count * esz, st.extent);
             break;
           case StepKind::Reduce:
             st.link = farthest({&st.dst, &st.a, &st.b});
-            if (dtypeOf(st.dst, esz)) st.bytes = st.count * esz;
-            st.flops = static_cast<double>(st.count);
+            if (dtypeOf(st.dst, esz)) st.bytes = scaled(st.count * esz, st.extent);
+            st.flops = static_cast<double>(scaled(st.count, st.extent));
             break;
           case StepKind::Put:
             st.link = LinkClass::NVLink;
-            if (dtypeOf(st.dst, esz)) st.bytes = st.count * esz;
+            if (dtypeOf(st.dst, esz)) st.bytes = scaled(st.count * esz, st.extent);
             break;
           case StepKind::ProxyPut:
             st.link = LinkClass::Network;
-            if (dtypeOf(st.dst, esz)) st.bytes = st.count * esz;
+            if (dtypeOf(st.dst, esz)) st.bytes = scaled(st.count * esz, st.extent);
             break;
           case StepKind::Signal:
             st.link = r < nRanks ? linkBetween(s, rank, st.flag.rank) : LinkClass::None;
@@ -386,7 +424,7 @@ void fillCostAttributes(Schedule& s) {
             forEachGemm(s.gemms, st, [&](const Step& one) {
               if (one.aux >= s.gemms.size()) return;
               const GemmShape& g = s.gemms[one.aux];
-              const uint64_t m = g.m, n = g.n, k = g.k;
+              const uint64_t m = scaled(g.m, g.extent), n = g.n, k = g.k;
               st.bytes += (m * k + k * n) * aSize + m * n * cSize;
               st.flops += 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
             });
@@ -398,6 +436,20 @@ void fillCostAttributes(Schedule& s) {
       }
     }
   }
+}
+
+}  // namespace
+
+void fillCostAttributes(Schedule& s) {
+  fillCostAttributesAt(
+      s, [&](uint32_t, uint32_t e) { return s.extents[e].expected / static_cast<double>(s.extents[e].bound); });
+}
+
+void fillCostAttributes(Schedule& s, const ExtentValues& given) {
+  checkExtentValues(s, given);
+  fillCostAttributesAt(s, [&](uint32_t rank, uint32_t e) {
+    return static_cast<double>(extentValue(s, given, rank, e)) / static_cast<double>(s.extents[e].bound);
+  });
 }
 
 }  // namespace mk

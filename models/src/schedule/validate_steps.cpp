@@ -12,6 +12,7 @@
 
 #include "mk/error.hpp"
 #include "mk/schedule/check.hpp"
+#include "mk/util/size.hpp"
 #include "validator.hpp"
 
 namespace mk::validation {
@@ -46,9 +47,22 @@ bool Validator::checkStructure() {
     if (d.name.empty()) add(-1, -1, -1, id + ": a buffer name must not be empty (operands refer to it in JSON)");
     if (!names.insert(d.name).second) add(-1, -1, -1, id + ": duplicate buffer name");
   }
+  std::unordered_set<std::string> extentNames;
+  for (std::size_t e = 0; e < s_.extents.size(); ++e) {
+    const ExtentDecl& d = s_.extents[e];
+    const std::string id = "extents[" + str(e) + "] '" + d.name + "'";
+    if (d.name.empty()) add(-1, -1, -1, id + ": an extent name must not be empty (steps refer to it in JSON)");
+    if (!extentNames.insert(d.name).second) add(-1, -1, -1, id + ": duplicate extent name");
+    if (d.bound == 0 || d.bound > kMaxElements)
+      add(-1, -1, -1, id + ": bound must be in [1, 2^50] (got " + str(d.bound) + ")");
+    if (!(d.expected >= 0 && d.expected <= static_cast<double>(d.bound)))
+      add(-1, -1, -1,
+          id + ": expected must be in [0, bound " + str(d.bound) + "] (got " + formatNumber(d.expected) + ")");
+  }
   for (std::size_t gi = 0; gi < s_.gemms.size(); ++gi) {
     const GemmShape& g = s_.gemms[gi];
     const std::string id = "gemms[" + str(gi) + "]";
+    if (std::string problem = extentProblem(g.extent, g.m, "m"); !problem.empty()) add(-1, -1, -1, id + ": " + problem);
     if (g.m == 0 || g.n == 0 || g.k == 0)
       add(-1, -1, -1, id + ": m, n, k must all be > 0 (got " + str(g.m) + ", " + str(g.n) + ", " + str(g.k) + ")");
     if (g.lda < g.k) add(-1, -1, -1, id + ": lda " + str(g.lda) + " < k " + str(g.k) + " (A is row-major m x k)");
@@ -169,8 +183,31 @@ void Validator::checkSteps() {
   }
 }
 
+std::string Validator::extentProblem(uint32_t extent, uint64_t full, const char* what) const {
+  if (extent == kNoExtent) return {};
+  if (extent >= s_.extents.size())
+    return "extent index " + str(extent) + " out of range (" + str(s_.extents.size()) + " extents)";
+  const ExtentDecl& d = s_.extents[extent];
+  if (d.bound == 0 || full % d.bound != 0)
+    return std::string(what) + " " + str(full) + " is not a multiple of the bound " + str(d.bound) + " of extent '" +
+           d.name + "' (" + what + " is the bound's units times a fixed size)";
+  return {};
+}
+
 void Validator::checkStep(uint32_t g, uint32_t i, uint32_t r, const Step& st) {
   if (const char* problem = protocolFlagProblem(st.kind, st.flags)) addStep(g, i, problem);
+  if (st.extent != kNoExtent) {
+    if (!(kindInfo(st.kind).fields & kFieldExtent))
+      addStep(g, i,
+              std::string("a ") + toString(st.kind) + " step takes no runtime extent (only copy, reduce, put, " +
+                  "proxyput; a gemm's extent is on its shape)");
+    else if (std::string problem = extentProblem(st.extent, st.count, "count"); !problem.empty())
+      addStep(g, i, problem);
+    else if (st.kind == StepKind::Reduce && isRedOp(static_cast<uint8_t>(st.op)) &&
+             redOpInfo(st.op).shape == RedOpShape::LseRows && st.aux > 0 &&
+             (st.count / s_.extents[st.extent].bound) % (uint64_t{st.aux} + 1) != 0)
+      addStep(g, i, "count per unit of extent '" + s_.extents[st.extent].name + "' is not a whole number of rows");
+  }
   switch (st.kind) {
     case StepKind::Copy:
     case StepKind::Reduce: {

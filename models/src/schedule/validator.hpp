@@ -137,6 +137,10 @@ class Validator {
 
   void checkStep(uint32_t g, uint32_t i, uint32_t r, const Step& st);
 
+  /// Why `extent` cannot size `full` (what: "count", "m"): an index out of range or a `full` that is not a multiple
+  /// of its bound; empty when it can (or is kNoExtent).
+  std::string extentProblem(uint32_t extent, uint64_t full, const char* what) const;
+
   void checkGemm(uint32_t g, uint32_t i, const Step& st);
 
   static uint64_t extentB(const GemmShape& gs, bool colB);

@@ -46,6 +46,8 @@ class RemoteEndpoint {
   virtual void remoteFailure(std::exception_ptr error) noexcept = 0;
   /// True once the run aborts: a port's waits return early.
   virtual bool aborting() const noexcept = 0;
+  /// The run's runtime extent values (ExecOptions::extents): a port sizes a ProxyPut by runtimeCount() with them.
+  virtual const ExtentValues& extents() const noexcept = 0;
 
  protected:
   ~RemoteEndpoint() = default;
@@ -79,12 +81,16 @@ struct ExecOptions {
   /// local). With a port, a lane waiting on a flag that a ProxyPut raises is never called deadlocked (the increment
   /// may be in flight): stallTimeout bounds it, and remote arrivals count as progress.
   ProxyPort* proxy = nullptr;
+  /// Runtime extent values, values[rank][extent] (extent.hpp); empty: every extent at its bound. A step that names an
+  /// extent moves or computes its share of the bound on the rank that runs it. Checked by checkExtentValues first.
+  ExtentValues extents;
 };
 
 /// Run `s` over `mem`. Throws Error(Deadlock) when every unfinished lane is blocked (message: each
 /// blocked step with flag, threshold and value seen), Error(Timeout) after stallTimeout without
 /// progress, Error(InvalidSchedule) for an out-of-range operand met at run time, Error(InvalidArgument) for a step of
-/// a local rank that reaches another process's rank other than through a ProxyPut and the port. The schedule is not
+/// a local rank that reaches another process's rank other than through a ProxyPut and the port, or for extent values
+/// that do not fit the schedule (checkExtentValues). The schedule is not
 /// validated here: validate() first when it comes from outside.
 void execute(const Schedule& s, HostMemory& mem, const ExecOptions& opt = {});
 

@@ -8,10 +8,13 @@
 //   PackedLane     [nLanes]      (all ranks' lanes, rank-major; PackedLane::rank tells whose)
 //   PackedStep     [nSteps]      (each lane's steps contiguous, PackedLane::firstStep indexes here)
 //   PackedGemm     [nGemms]
+//   PackedExtent   [nExtents]
 //   uint64_t       bufferCounts[nBuffers * nRanks]   (element count of buffer b on rank r at b*nRanks+r)
 //   uint32_t       nodeOf[nRanks] (padded to 16 bytes)
-// Cost attributes (bytes, flops) and names are not packed: the engine does not need them. Buffer names and
-// OpInfo travel in JSON only; unpack() restores buffers as "buf<i>".
+// Cost attributes (bytes, flops) and names are not packed: the engine does not need them. Buffer and extent names
+// and OpInfo travel in JSON only; unpack() restores them as "buf<i>" and "extent<i>".
+// Version 2 added runtime extents (PackedExtent, PackedStep::extent, PackedGemm::extent); version 1 images are
+// refused (regenerate them from their schedule).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +25,7 @@
 namespace mk {
 
 inline constexpr uint32_t kPackMagic = 0x43534B4Du;  // "MKSC"
-inline constexpr uint32_t kPackVersion = 1;
+inline constexpr uint32_t kPackVersion = 2;
 
 struct PackedHeader {
   uint32_t magic;
@@ -35,8 +38,11 @@ struct PackedHeader {
   uint32_t nGemms;
   uint64_t nSteps;
   uint64_t totalBytes;  ///< size of the whole packed image, header included
+  uint32_t nExtents;
+  uint32_t reserved0;
+  uint64_t reserved1;
 };
-static_assert(sizeof(PackedHeader) == 48);
+static_assert(sizeof(PackedHeader) == 64);
 
 struct PackedBuffer {
   uint8_t dtype;  ///< DType
@@ -71,15 +77,26 @@ struct PackedStep {
   BufRef dst, a, b;
   FlagRef flag;
   uint64_t value;
+  uint32_t extent;  ///< Step::extent (kNoExtent: none)
+  uint32_t reserved0;
+  uint64_t reserved1;
 };
-static_assert(sizeof(PackedStep) == 80);
+static_assert(sizeof(PackedStep) == 96);
 static_assert(alignof(PackedStep) == 8);
 
 struct PackedGemm {
   uint32_t m, n, k, lda, ldb, ldc;
-  uint32_t reserved[2];
+  uint32_t extent;  ///< GemmShape::extent (kNoExtent: none)
+  uint32_t reserved;
 };
 static_assert(sizeof(PackedGemm) == 32);
+
+/// One runtime extent (ExtentDecl without its name).
+struct PackedExtent {
+  uint64_t bound;
+  double expected;
+};
+static_assert(sizeof(PackedExtent) == 16);
 
 /// Pack the whole schedule.
 std::vector<uint8_t> pack(const Schedule& s);
@@ -91,7 +108,11 @@ Schedule unpack(const uint8_t* data, std::size_t size);
 inline Schedule unpack(const std::vector<uint8_t>& image) { return unpack(image.data(), image.size()); }
 
 /// (Re)compute Step::bytes, Step::flops and Step::link from the other fields, the buffers' dtypes and
-/// nodeOf. Generators call it once at the end; unpack() calls it too.
+/// nodeOf. Generators call it once at the end; unpack() calls it too. A step or GEMM shape with a runtime extent is
+/// priced at the extent's `expected` value (the bound's share expected / bound of its bytes and FLOPs).
 void fillCostAttributes(Schedule& s);
+/// The same, pricing every runtime extent at the given values (a routing known in advance: values[rank][extent],
+/// checked by checkExtentValues; empty: the bounds).
+void fillCostAttributes(Schedule& s, const ExtentValues& given);
 
 }  // namespace mk

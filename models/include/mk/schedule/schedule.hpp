@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "mk/schedule/extent.hpp"
 #include "mk/schedule/types.hpp"
 
 namespace mk {
@@ -85,6 +86,9 @@ const char* protocolFlagProblem(StepKind kind, uint8_t flags) noexcept;
 /// | Wait     | -            | -         | -      | -                    | own flag, threshold          | -           |
 /// | Gemm     | C tile start | A tile    | B tile | -                    | -                            | gemms index |
 /// | Barrier  | -            | -         | -      | -                    | -                            | barrier id  |
+///
+/// `extent` (kFieldExtent kinds: Copy, Reduce, Put, ProxyPut): kNoExtent, or the index of a runtime extent in
+/// Schedule::extents; `count` is then the element count at the extent's bound (extent.hpp).
 // clang-format on
 struct Step {
   StepKind kind = StepKind::Copy;
@@ -95,6 +99,7 @@ struct Step {
   uint64_t count = 0;  ///< elements of dst's dtype
   BufRef dst, a, b;
   FlagRef flag;
+  uint32_t extent = kNoExtent;  ///< runtime extent of `count` (kFieldExtent kinds), or kNoExtent
   uint64_t value = 0;
   // Cost attributes, consumed by the closed-form model and the simulator:
   uint64_t bytes = 0;  ///< payload bytes over `link` (Reduce: bytes written; Gemm: A+B+C tile bytes; Signal: 8)
@@ -113,6 +118,7 @@ constexpr bool incrementsFlag(StepKind kind, uint8_t flags) noexcept {
 struct GemmShape {
   uint32_t m = 0, n = 0, k = 0;
   uint32_t lda = 0, ldb = 0, ldc = 0;  ///< leading dimensions in elements
+  uint32_t extent = kNoExtent;         ///< runtime extent of m (m rows at its bound, extent.hpp), or kNoExtent
 };
 
 /// Calls visit(gemm) for each Gemm that `st` (a kind with StepExtent::Tile) stands for, in order: `st` itself for a
@@ -180,6 +186,7 @@ struct Schedule {
   std::vector<BufferDecl> buffers;       ///< at most 65535
   std::vector<std::vector<Lane>> lanes;  ///< lanes[rank][lane]
   std::vector<GemmShape> gemms;
+  std::vector<ExtentDecl> extents;  ///< runtime extents (extent.hpp); steps and gemms name them by index
   OpInfo info;
 
   /// Index of the buffer called `name`, or -1.
@@ -199,6 +206,18 @@ bool peersTouchUserBuffers(const Schedule& s);
 /// Link class of a transfer between two ranks of `s` ("local" on the same rank, NVLink on the same node,
 /// network otherwise).
 LinkClass linkBetween(const Schedule& s, uint32_t fromRank, uint32_t toRank) noexcept;
+
+/// Index of the extent called `name`, or -1.
+int extentIndex(const Schedule& s, const std::string& name) noexcept;
+/// Throws Error(InvalidArgument) naming the extent and the rank unless `values` fits `s`: empty, or one row per rank
+/// of one value per extent, each at most its bound.
+void checkExtentValues(const Schedule& s, const ExtentValues& values);
+/// Value of extent `e` on `rank`: values[rank][e], or the bound when `values` is empty (checkExtentValues first).
+uint64_t extentValue(const Schedule& s, const ExtentValues& values, uint32_t rank, uint32_t e) noexcept;
+/// Elements `st` moves or computes when `rank` runs it: its count, scaled to the extent's value when it names one.
+uint64_t runtimeCount(const Schedule& s, const Step& st, uint32_t rank, const ExtentValues& values) noexcept;
+/// Rows of `g` when `rank` runs it: m, scaled to the extent's value when it names one.
+uint32_t runtimeRows(const Schedule& s, const GemmShape& g, uint32_t rank, const ExtentValues& values) noexcept;
 
 /// "rank 3 lane 1 (intra) step 17 (wait)": the prefix every diagnostic about a step uses.
 std::string describeStep(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step);

@@ -43,6 +43,7 @@ enum StepFieldBits : uint16_t {
   kFieldFlag = 1u << 5,    ///< flag + value, always
   kFieldSignal = 1u << 6,  ///< flag + value when kStepSignal is set (the optional signal of a put)
   kFieldAux = 1u << 7,     ///< aux (what it names: StepKindInfo::auxName)
+  kFieldExtent = 1u << 8,  ///< extent: count may be a runtime extent's (extent.hpp)
 };
 
 /// What a step's elements look like on its operands (StepKindInfo::extent).
@@ -73,10 +74,10 @@ struct StepKindInfo {
 /// The table, indexed by the kind's value.
 inline constexpr StepKindInfo kStepKinds[] = {
   // kind              name        alias        fields                                                extent            auxName    moves  comp   waits  peerW  remote proto  gpu
-  {StepKind::Copy,     "copy",     nullptr,     kFieldDst | kFieldA | kFieldCount,                    StepExtent::Flat, nullptr,   true,  false, false, false, false, false, true},
-  {StepKind::Reduce,   "reduce",   nullptr,     kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldOp, StepExtent::Flat, nullptr, false, true,  false, false, false, false, true},
-  {StepKind::Put,      "put",      nullptr,     kFieldDst | kFieldA | kFieldCount | kFieldSignal,     StepExtent::Flat, nullptr,   true,  false, false, true,  false, true,  true},
-  {StepKind::ProxyPut, "proxyput", "proxy-put", kFieldDst | kFieldA | kFieldCount | kFieldSignal,     StepExtent::Flat, nullptr,   true,  false, false, true,  true,  true,  true},
+  {StepKind::Copy,     "copy",     nullptr,     kFieldDst | kFieldA | kFieldCount | kFieldExtent,     StepExtent::Flat, nullptr,   true,  false, false, false, false, false, true},
+  {StepKind::Reduce,   "reduce",   nullptr,     kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldOp | kFieldExtent, StepExtent::Flat, nullptr, false, true,  false, false, false, false, true},
+  {StepKind::Put,      "put",      nullptr,     kFieldDst | kFieldA | kFieldCount | kFieldSignal | kFieldExtent, StepExtent::Flat, nullptr,   true,  false, false, true,  false, true,  true},
+  {StepKind::ProxyPut, "proxyput", "proxy-put", kFieldDst | kFieldA | kFieldCount | kFieldSignal | kFieldExtent, StepExtent::Flat, nullptr,   true,  false, false, true,  true,  true,  true},
   {StepKind::Signal,   "signal",   nullptr,     kFieldFlag,                                           StepExtent::None, nullptr,   false, false, false, false, false, false, true},
   {StepKind::Wait,     "wait",     nullptr,     kFieldFlag,                                           StepExtent::None, nullptr,   false, false, true,  false, false, false, true},
   {StepKind::Gemm,     "gemm",     nullptr,     kFieldDst | kFieldA | kFieldB | kFieldAux,            StepExtent::Tile, "gemm",    false, true,  false, false, false, false, true},
