@@ -301,3 +301,33 @@ TEST_CASE("extents: the cost attributes price the expected value, or the values 
   test::expectError([&] { fillCostAttributes(given, ExtentValues(1)); }, ErrorCode::InvalidArgument,
                     "given for 1 ranks");
 }
+
+TEST_CASE("extents: values read from JSON by extent name, for every rank or one per rank") {
+  const MoeDispatchGemm f;
+  std::string text = "{\"schema\": \"mkernel.extents.v1\", \"values\": {";
+  for (std::size_t e = 0; e < f.s.extents.size(); ++e)
+    text += (e ? ", \"" : "\"") + f.s.extents[e].name + (e == 3 ? "\": [0, 1, 4]" : "\": 2");
+  text += "}}";
+  const ExtentValues v = extentValuesFromJson(f.s, text, "r.json");
+  REQUIRE(v.size() == f.R);
+  CHECK(v[0][0] == 2);
+  CHECK(v[2][11] == 2);
+  CHECK(v[0][3] == 0);
+  CHECK(v[1][3] == 1);
+  CHECK(v[2][3] == 4);
+  auto edited = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    t.replace(t.find(from), from.size(), to);
+    return t;
+  };
+  test::expectError([&] { extentValuesFromJson(f.s, edited("[0, 1, 4]", "[0, 1, 5]"), "r.json"); },
+                    ErrorCode::ParseError, "r.json: values.to3[2]");
+  test::expectError([&] { extentValuesFromJson(f.s, edited("[0, 1, 4]", "[0, 1]"), "r.json"); }, ErrorCode::ParseError,
+                    "values.to3 has 2 values, expected one per rank (3)");
+  test::expectError([&] { extentValuesFromJson(f.s, edited("\"to0\"", "\"nope\""), "r.json"); }, ErrorCode::ParseError,
+                    "the schedule declares no extent 'nope'");
+  test::expectError([&] { extentValuesFromJson(f.s, edited("\"to0\": 2, ", ""), "r.json"); }, ErrorCode::ParseError,
+                    "values has no entry for extent 'to0'");
+  test::expectError([&] { extentValuesFromJson(f.s, edited("v1", "v9"), "r.json"); }, ErrorCode::ParseError,
+                    "schema must be");
+}

@@ -147,6 +147,26 @@ if [[ -n $schedtool ]]; then
   expect 0 '^closed form: none \(a loaded --schedule has no generator parameters to price\)$' -- "$tool" --schedule "$work/s8.json"
   bad "places more than 2 ranks on node 0" -- "$tool" --schedule "$work/s8.json" --cluster h200x2
 fi
+# runtime extents: priced at their expected values, or at a routing given with --extents
+cat >"$work/ext.json" <<'JSON'
+{"schema": "mkernel.schedule.v1", "nRanks": 2, "nodeOf": [0, 0], "nFlags": 1,
+ "buffers": [{"name": "x", "dtype": "float32", "kind": "input", "count": 4194304},
+             {"name": "recv", "dtype": "float32", "kind": "scratch", "count": 4194304}],
+ "extents": [{"name": "rows", "bound": 4, "expected": 1}],
+ "ranks": [{"lanes": [{"role": "intra", "steps": [{"kind": "put", "count": 4194304, "extent": "rows",
+                        "dst": [1, "recv", 0], "a": [0, "x", 0], "signal": true, "flag": [1, 0], "value": 1}]}]},
+           {"lanes": [{"role": "intra", "steps": [{"kind": "wait", "flag": [1, 0], "value": 1}]}]}]}
+JSON
+echo '{"schema": "mkernel.extents.v1", "values": {"rows": [4, 0]}}' >"$work/full.json"
+echo '{"schema": "mkernel.extents.v1", "values": {"rows": [5, 0]}}' >"$work/over.json"
+expect 0 '^extents: 1, priced at their expected values' -- "$tool" --schedule "$work/ext.json" --cluster h200x2
+expect 0 '^extents: 1, priced at .*full\.json$' -- "$tool" --schedule "$work/ext.json" --cluster h200x2 --extents "$work/full.json"
+us_of() { "$tool" "$@" | sed -n 's/^predicted: \([0-9.]*\) us.*/\1/p'; }
+quarter=$(us_of --schedule "$work/ext.json" --cluster h200x2)
+full=$(us_of --schedule "$work/ext.json" --cluster h200x2 --extents "$work/full.json")
+check "the full routing moves 4x the expected bytes: slower" awk -v a="$quarter" -v b="$full" 'BEGIN { exit !(a > 0 && b > 3 * a) }'
+bad "over\.json: values\.rows\[0\]" -- "$tool" --schedule "$work/ext.json" --cluster h200x2 --extents "$work/over.json"
+bad "--extents gives the runtime extents of a loaded --schedule" -- "$tool" --cluster h200x2 --extents "$work/full.json"
 echo '{"schema": "mkernel.schedule.v1", "ranks": [' >"$work/broken.json"
 bad "broken\.json" -- "$tool" --schedule "$work/broken.json"
 

@@ -23,6 +23,7 @@
 #include "mk/io/output_paths.hpp"
 #include "mk/resources.hpp"
 #include "mk/schedule/io.hpp"
+#include "mk/schedule/pack.hpp"
 #include "mk/schedule/validate.hpp"
 #include "mk/sim/link_use.hpp"
 #include "mk/sim/output.hpp"
@@ -49,6 +50,7 @@ struct Options {
   mk::cli::SizeFlags sizes;
   std::string sweep;  ///< MIN:MAX:FACTOR from --sweep or -b/-e/-f (resolveSweep); "" for one size
   std::string scheduleIn;
+  std::string extentsIn;  ///< --extents: runtime extent values of the loaded schedule
   bool verbose = false;
   bool fast = false;
   mk::cli::GuardArgs guard;
@@ -291,7 +293,7 @@ int runFused(const Options& o) {
 
 int run(const Options& o) {
   // Before hours of simulation are spent: outputs writable, and none of them one of the inputs.
-  const std::vector<std::string> inputs{o.scheduleIn, o.coll.profile, o.coll.cluster};
+  const std::vector<std::string> inputs{o.scheduleIn, o.extentsIn, o.coll.profile, o.coll.cluster};
   mk::checkDistinctOutputs(
       {{"--json", o.jsonOut, mk::OutputKind::File}, {"--trace", o.traceOut, mk::OutputKind::File}});
   mk::checkOutputPath("--json", o.jsonOut, inputs);
@@ -300,11 +302,15 @@ int run(const Options& o) {
   if (!o.sweep.empty()) mk::parseSweep(o.sweep);  // a malformed sweep is the first thing to report
   if (!o.sweep.empty() && !o.traceOut.empty()) bad("--trace needs one size: use --bytes, not --sweep");
   if (!o.sweep.empty() && !o.scheduleIn.empty()) bad("--sweep generates schedules: it cannot be used with --schedule");
+  if (!o.extentsIn.empty() && o.scheduleIn.empty())
+    bad("--extents gives the runtime extents of a loaded --schedule (generated schedules have none)");
 
   mk::Schedule loaded;
   if (!o.scheduleIn.empty()) {
     loaded = mk::loadSchedule(o.scheduleIn);
     mk::validate(loaded);
+    // Priced at the extents' expected values unless a routing is given (mk/schedule/extent.hpp).
+    if (!o.extentsIn.empty()) mk::fillCostAttributes(loaded, mk::loadExtentValues(loaded, o.extentsIn));
   }
   Setup st = makeSetup(o, o.scheduleIn.empty() ? nullptr : &loaded);
   if (!o.scheduleIn.empty()) {
@@ -345,6 +351,9 @@ int run(const Options& o) {
   } else {
     std::printf("mk-sim: %s (%s %s, %u ranks) on %s x %u node(s)\n", o.scheduleIn.c_str(), loaded.info.op.c_str(),
                 loaded.info.algo.c_str(), loaded.nRanks, st.topo.name.c_str(), st.topo.nodes);
+    if (!loaded.extents.empty())
+      std::printf("extents: %zu, priced at %s\n", loaded.extents.size(),
+                  o.extentsIn.empty() ? "their expected values (--extents gives a routing)" : o.extentsIn.c_str());
   }
   printProfile(o, st);
   if (o.fast) std::printf("mode: fast (node-local steps analytic, network simulated)\n");
@@ -465,6 +474,9 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", o.scheduleIn,
                  "replay this schedule JSON (validated first) instead of generating one; --cluster must fit its "
                  "ranks (--nodes defaults to the schedule's node count)");
+  app.add_option("--extents", o.extentsIn,
+                 "with --schedule: runtime extent values to price (JSON mkernel.extents.v1: extent name -> one value, "
+                 "or one per rank; docs/schedule-format.md); default: each extent's expected value");
   app.add_flag("--fast", o.fast,
                "scale mode: time steps that stay inside a node (NVLink, memory, GEMM, flags) with the uncontended "
                "formulas and simulate only the network flows (exact when nothing contends inside a node)");

@@ -19,6 +19,13 @@ std::string scheduleToJson(const Schedule& s, int indent = -1);
 /// The result is structurally complete but not validated: call validate() before running it.
 Schedule scheduleFromJson(const std::string& text);
 
+/// Runtime extent values of `s` from JSON (docs/schedule-format.md "Runtime extents"):
+/// {"schema": "mkernel.extents.v1", "values": {"<extent>": 3 | [v_rank0, v_rank1, ...], ...}}, every extent of `s`
+/// given, each value at most its bound. Throws Error(ParseError) naming the field; `what` names the document.
+ExtentValues extentValuesFromJson(const Schedule& s, const std::string& text, const std::string& what = "extents");
+/// The same from a file.
+ExtentValues loadExtentValues(const Schedule& s, const std::string& path);
+
 /// Read a schedule from a .json file (throws IoError / ParseError with the path in the message).
 Schedule loadSchedule(const std::string& path);
 /// Write atomically: to "<path>.tmp" first, then rename, so a failure never leaves a half-written file.
