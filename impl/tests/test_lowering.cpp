@@ -9,6 +9,7 @@
 #include "gemm/gemm_lane_params.hpp"
 #include "lowering/lowering.hpp"
 #include "lowering/packets.hpp"
+#include "lowering_test_util.hpp"
 #include "mk/algorithms/algorithms.hpp"
 #include "mk/device/compute_lane_device.hpp"
 #include "mk/error.hpp"
@@ -89,12 +90,7 @@ Schedule oneShot(uint64_t count) {
 }
 
 std::string errorOf(const Schedule& s, uint32_t rank, const LowerOptions& opt = {}) {
-  try {
-    lowerRank(s, rank, opt);
-  } catch (const mk::Error& e) {
-    return e.what();
-  }
-  return "";
+  return mkt::loweringErrorOf(s, rank, opt);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "lowering/extents.hpp"
 #include "lowering/packets.hpp"
 #include "mk/device/compute_lane_device.hpp"
 #include "mk/error.hpp"
@@ -32,13 +33,14 @@ struct Access {
   // Partition key: the same (count, active, offset) puts every element in the same CTA.
   uint64_t count;
   uint32_t active;
+  uint32_t extent = device::kNoExtentWord;  ///< a runtime extent sizes the step: same extent, same pieces
 };
 
 bool overlaps(const Access& x, const Access& y) {
   return x.rank == y.rank && x.buffer == y.buffer && x.begin < y.end && y.begin < x.end;
 }
 bool samePiece(const Access& x, const Access& y) {
-  return x.count == y.count && x.active == y.active && x.begin == y.begin;
+  return x.count == y.count && x.active == y.active && x.begin == y.begin && x.extent == y.extent;
 }
 
 class Lowerer {
@@ -90,6 +92,7 @@ class Lowerer {
     h.nWorkers = opt_.nWorkers;
     h.nSyncPoints = syncPoints_;
     h.flags = peersTouchUserBuffers(s_, rank_) ? 0u : device::kProgLocalCompletion;
+    h.extentsBinding = extentsBindingOf(s_, rank_);
     h.lanesOffset = alignUp(sizeof h, 16);
     h.stepsOffset = alignUp(h.lanesOffset + outLanes.size() * sizeof(device::LoweredLane), 16);
     h.ctasOffset = alignUp(h.stepsOffset + outSteps.size() * sizeof(LoweredStep), 16);
@@ -300,6 +303,7 @@ class Lowerer {
         failStep(ErrorCode::Unsupported, l, i,
                  std::string("the GPU engine does not run ") + toString(st.kind) +
                      " steps yet; run the schedule on the CPU executor");
+      lowerStepExtent(s_, rank_, l, i, ls);
       switch (st.kind) {
         case StepKind::Copy:
         case StepKind::Put:
@@ -342,6 +346,7 @@ class Lowerer {
             if (reduce)
               mine.push_back(
                   Access{st.b.rank, st.b.buffer, false, st.b.offset, st.b.offset + st.count, st.count, ls.activeCtas});
+            for (Access& x : mine) x.extent = ls.extent;
             bool conflict = false;
             for (const Access& x : mine)
               for (const Access& y : pending)
@@ -393,6 +398,7 @@ class Lowerer {
   /// CTAs touch C, A and B in tiles, not in ctaPiece pieces: a lane barrier separates it from any earlier
   /// step of the lane touching the same memory, and later steps touching C from it.
   void lowerGemm(uint32_t l, uint32_t i, const Step& st, uint32_t n, LoweredStep& ls, std::vector<Access>& pending) {
+    requireStaticGemm(s_, rank_, l, i);
     if (st.aux >= s_.gemms.size())
       failStep(ErrorCode::InvalidSchedule, l, i,
                "gemm index " + std::to_string(st.aux) + " is outside the schedule's " +

@@ -55,8 +55,9 @@ struct LoweredProgram {
 
 /// Lower rank `rank`'s lanes of `s`. Throws Error(Unsupported) for steps this engine cannot run yet
 /// (ProxyPut, Gemm, ranks on several nodes) or limits it does not have (too many ranks, lanes, flags,
-/// barriers, bindings), Error(InvalidSchedule) naming rank, lane and step for an operand out of range, a
-/// wait on another rank's flag or operands of different dtypes.
+/// barriers, bindings) or runtime extents it cannot size on the device (lowering/extents.hpp),
+/// Error(InvalidSchedule) naming rank, lane and step for an operand out of range, a wait on another rank's flag or
+/// operands of different dtypes.
 LoweredProgram lowerRank(const Schedule& s, uint32_t rank, const LowerOptions& opt = {});
 
 /// Lower from the packed form (what packRank() produces for `rank`): unpack, then lowerRank().

@@ -53,6 +53,8 @@ enum class Status : uint32_t {
   HostAbort = 8,          ///< the host poisoned the communicator (a mismatched collective, shutdown on error)
   ProxyTimeout = 9,       ///< a ProxyPut step: the proxy never took (FIFO full) or never finished its command
   BadDescriptor = 10,     ///< an op descriptor failed its check word or its bounds (DescriptorFault in `flag`)
+  /// A step's runtime extent value is above its bound (flag: the extent's index, expected: the bound, seen: the value)
+  BadExtent = 11,
 };
 
 /// What was wrong with a refused op descriptor (StatusBlock::flag of a BadDescriptor failure).
@@ -277,7 +279,10 @@ MK_HOST_DEVICE_INLINE uint32_t dtypeBytes(uint8_t dtype) {
   return static_cast<uint32_t>(kDTypeSizeNibbles >> (4u * (dtype & 15u))) & 15u;
 }
 
-/// One step as the resident kernel runs it; 64 bytes, read whole before acting, never written at run time.
+/// LoweredStep::extent / ProgramHeader::extentsBinding of a program without runtime extents.
+inline constexpr uint32_t kNoExtentWord = 0xFFFFFFFFu;
+
+/// One step as the resident kernel runs it; 80 bytes, read whole before acting, never written at run time.
 struct alignas(16) LoweredStep {
   uint8_t kind;          ///< StepKind (Copy, Reduce, Put, Signal, Wait, Barrier, Gemm: count = LoweredGemm index)
   uint8_t redop;         ///< RedOp
@@ -293,8 +298,14 @@ struct alignas(16) LoweredStep {
   uint64_t count;        ///< elements
   uint64_t value;        ///< Signal increment / Wait threshold
   uint64_t dst, a, b;    ///< operands (kOperandShift encoding)
+  /// Copy, Put, Reduce with a runtime extent (mk/schedule/extent.hpp): index of the extent's word among the op's
+  /// extent words (ProgramHeader::extentsBinding), or kNoExtentWord. The step then runs extentUnit x value elements,
+  /// value read when the step starts and refused above extentBound (Status::BadExtent); `count` is the bound's.
+  uint32_t extent;
+  uint32_t extentBound;  ///< the extent's bound, in units
+  uint64_t extentUnit;   ///< elements per unit (count = extentUnit x extentBound)
 };
-static_assert(sizeof(LoweredStep) == 64);
+static_assert(sizeof(LoweredStep) == 80);
 
 /// One packet run a Wait with kLsPacket receives: the packets of one LL Put, unpacked into `dst` once every
 /// packet carries this op's epoch. 32 bytes.
@@ -352,10 +363,20 @@ struct alignas(16) ProgramHeader {
   uint64_t gemmsOffset;  ///< byte offset of LoweredGemm[nGemms] (0 when nGemms = 0)
   // ---- LL packets (kLsPacket) ----
   uint32_t nPacketRecvs;  ///< LoweredPacketRecv records (0 = none)
-  uint32_t reserved0;
+  /// Runtime extents: the binding-table index of this rank's extent words (extentWordsBinding), kNoExtentWord when
+  /// no step of the program has an extent. A null address there: every extent at its bound.
+  uint32_t extentsBinding;
   uint64_t packetRecvsOffset;  ///< byte offset of LoweredPacketRecv[nPacketRecvs] (0 when none)
 };
 static_assert(sizeof(ProgramHeader) == 112);
+
+/// Binding-table index of rank `rank`'s extent words (an op's device array of one uint64 per Schedule::extents
+/// entry): after the schedule's nRanks x nBuffers addresses and, when the schedule has Gemm steps, the nRanks
+/// GemmParams blocks (gemmParamsBinding). Written per op by the host (finalize), so one lowered program serves every
+/// array of words.
+MK_HOST_DEVICE_INLINE uint32_t extentWordsBinding(uint32_t nRanks, uint32_t nBuffers, bool gemms, uint32_t rank) {
+  return nRanks * nBuffers + (gemms ? nRanks : 0u) + rank;
+}
 
 /// Elements of one data step that CTA `idx` of `active` moves: [*begin, *end). Pieces are multiples of
 /// 256 elements (so every piece but the last starts 16-byte aligned relative to the step's start) and
