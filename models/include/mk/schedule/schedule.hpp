@@ -79,7 +79,7 @@ const char* protocolFlagProblem(StepKind kind, uint8_t flags) noexcept;
 /// | kind     | dst          | a         | b      | count                | flag / value                 | aux         |
 /// |----------|--------------|-----------|--------|----------------------|------------------------------|-------------|
 /// | Copy     | destination  | source    | -      | elements             | -                            | -           |
-/// | Reduce   | destination  | lhs       | rhs    | elements             | -                            | -           |
+/// | Reduce   | destination  | lhs       | rhs    | elements             | -                            | row (lse)   |
 /// | Put      | peer dst     | local src | -      | elements             | signal if kStepSignal        | -           |
 /// | ProxyPut | remote dst   | local src | -      | elements (0: signal) | remote signal if kStepSignal | -           |
 /// | Signal   | -            | -         | -      | -                    | target flag, increment       | -           |

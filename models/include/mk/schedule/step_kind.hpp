@@ -60,7 +60,7 @@ struct StepKindInfo {
   const char* alias;    ///< another accepted JSON spelling, or nullptr
   uint16_t fields;      ///< StepFieldBits
   StepExtent extent;    ///< shape of its data operands
-  const char* auxName;  ///< JSON key of aux ("gemm", "barrier"), or nullptr when aux is unused
+  const char* auxName;  ///< JSON key of aux ("gemm", "barrier", "row": lse-merge's row width), or nullptr when unused
   bool movesData;       ///< copies elements from a to dst (possibly across ranks or nodes)
   bool computes;        ///< computes dst from its operands (arithmetic, priced by FLOPs or bytes)
   bool waits;           ///< may block on other lanes (flag threshold or barrier)
@@ -75,7 +75,7 @@ struct StepKindInfo {
 inline constexpr StepKindInfo kStepKinds[] = {
   // kind              name        alias        fields                                                extent            auxName    moves  comp   waits  peerW  remote proto  gpu
   {StepKind::Copy,     "copy",     nullptr,     kFieldDst | kFieldA | kFieldCount | kFieldExtent,     StepExtent::Flat, nullptr,   true,  false, false, false, false, false, true},
-  {StepKind::Reduce,   "reduce",   nullptr,     kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldOp | kFieldExtent, StepExtent::Flat, nullptr, false, true,  false, false, false, false, true},
+  {StepKind::Reduce,   "reduce",   nullptr,     kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldOp | kFieldExtent | kFieldAux, StepExtent::Flat, "row", false, true,  false, false, false, false, true},
   {StepKind::Put,      "put",      nullptr,     kFieldDst | kFieldA | kFieldCount | kFieldSignal | kFieldExtent, StepExtent::Flat, nullptr,   true,  false, false, true,  false, true,  true},
   {StepKind::ProxyPut, "proxyput", "proxy-put", kFieldDst | kFieldA | kFieldCount | kFieldSignal | kFieldExtent, StepExtent::Flat, nullptr,   true,  false, false, true,  true,  true,  true},
   {StepKind::Signal,   "signal",   nullptr,     kFieldFlag,                                           StepExtent::None, nullptr,   false, false, false, false, false, false, true},
