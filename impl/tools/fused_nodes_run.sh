@@ -7,7 +7,9 @@
 # MiB), a rank's share of an H100 computes some 10^14 FLOP/s, so GEMM time ~ transfer time needs k ~ 10^5 for gemm-rs
 # and gemm-ar (the transfer grows with m n, the GEMM with m n k) and n ~ 10^5 for ag-gemm (transfer m k, GEMM m n k):
 # two such shapes per op around that balance, and m = n = k = 4096, where the network dominates.
-#   impl/tools/fused_nodes_run.sh <build dir> [out dir (default $OUT)] [quick]
+#   impl/tools/fused_nodes_run.sh <build dir> [out dir (default $OUT)] [quick|full] [step...]
+# step: calibrate-network, gemm-rs, ag-gemm, gemm-ar (default: all four, in this order; a lease's 10-minute call
+# fits calibrate-network + one op, so a full run is usually two or three calls).
 # <build dir> holds impl/mk-bench (a build folder, or `impl/tools/pack_device.sh build-cuda <pack> mk-bench`'s output,
 # lib/ beside it). Writes
 # <out>/*.json (measurement files), <out>/*.log (rank 0's output) and <out>/ranks-<step>/rank<i>.log. Every step runs
@@ -16,7 +18,16 @@
 set -u
 build=${1:?usage: fused_nodes_run.sh <build dir> [out dir] [quick]}
 out=${2:-${OUT:?no out dir: give one or set OUT}}
-quick=${3:-}
+mode=${3:-full}
+[[ $mode == quick || $mode == full ]] || { echo "fused_nodes_run: mode must be quick or full, not '$mode'" >&2; exit 2; }
+quick=""
+[[ $mode == quick ]] && quick=1
+steps=("${@:4}")
+[[ ${#steps[@]} -eq 0 ]] && steps=(calibrate-network gemm-rs ag-gemm gemm-ar)
+for s in "${steps[@]}"; do
+  [[ $s =~ ^(calibrate-network|gemm-rs|ag-gemm|gemm-ar)$ ]] || { echo "fused_nodes_run: unknown step '$s'" >&2; exit 2; }
+done
+wanted() { [[ " ${steps[*]} " == *" $1 "* ]]; }
 mkdir -p "$out"
 [[ -d $build/lib ]] && export LD_LIBRARY_PATH=$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export NCCL_NVLS_ENABLE=0
@@ -50,8 +61,9 @@ else
   timing=(--iters 10 -w 3 --reps 5)
   net=(-b 8 -e 64M -f 4 --reps 5)
 fi
-step calibrate-network 2 1 calibrate-network "${net[@]}" --json "$out/calibrate-network.json"
+wanted calibrate-network && step calibrate-network 2 1 calibrate-network "${net[@]}" --json "$out/calibrate-network.json"
 for op in gemm-rs ag-gemm gemm-ar; do
+  wanted "$op" || continue
   if [[ $op == ag-gemm ]]; then shapes=("${gather[@]}"); else shapes=("${reduce[@]}"); fi
   for shape in "${shapes[@]}"; do
     read -r m n k <<<"$shape"
