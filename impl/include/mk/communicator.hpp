@@ -244,6 +244,19 @@ class Communicator {
   /// peer's steps may reach only a rank's first input and first output.
   void execute(const Schedule& s, const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
                cudaStream_t stream);
+  /// The same for a schedule with runtime extents (Schedule::extents, mk/schedule/extent.hpp; docs/gpu-engine.md,
+  /// "Runtime extents"): `extentWords` is device memory of this rank's GPU, 8-byte aligned, holding one uint64 per
+  /// extent (this rank's value, in the extent's units). A Copy, Put or Reduce step naming extent e moves count /
+  /// bound x extentWords[e] elements; the kernel reads the word when the step starts, so the caller may write the
+  /// words on `stream` before this call (a kernel, cudaMemcpyAsync) and change them for the next op: the program
+  /// stays cached, only the pointer is bound per op. Null: every extent at its bound (as the CPU executor with no
+  /// values). A value above its bound fails the op with Error(InvalidArgument) naming the step, the extent and the
+  /// rank (the communicator is unusable afterwards, as after any device-side failure). Refused with
+  /// Error(InvalidArgument) before anything runs: words for a schedule without extents, a misaligned pointer.
+  /// Refused when lowered (Error(Unsupported)): a ProxyPut or an LL / LL128 put with an extent, a Gemm whose shape
+  /// has one (run those on the CPU executor).
+  void execute(const Schedule& s, const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+               cudaStream_t stream, const uint64_t* extentWords);
 
   /// Fused operators (docs/fused-operators.md): a GEMM and a collective in one schedule, overlapped tile by tile on
   /// the resident kernel's compute lanes (the communicator needs CommConfig::computeLanes). Every rank calls the

@@ -200,12 +200,17 @@ void Communicator::execute(const Schedule& s, const void* input, void* output, c
 
 void Communicator::execute(const Schedule& s, const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
                            cudaStream_t stream) {
+  execute(s, inputs, outputs, stream, nullptr);
+}
+
+void Communicator::execute(const Schedule& s, const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                           cudaStream_t stream, const uint64_t* extentWords) {
   if (!engine_) throw Error(ErrorCode::InvalidArgument, "communicator was moved from");
   const runtime::CaptureScope capture(*engine_, rank_, stream);  // first (capture.hpp)
   if (s.nRanks != static_cast<uint32_t>(size()))
     throw Error(ErrorCode::InvalidArgument, "execute: schedule has " + std::to_string(s.nRanks) +
                                                 " ranks, the communicator " + std::to_string(size()));
-  engine_->submitScheduleBound(rank_, s, inputs, outputs, stream);
+  engine_->submitScheduleBound(rank_, s, inputs, outputs, stream, extentWords);
 }
 
 void Communicator::fused(const FusedSpec& spec, const void* a, const void* b, void* c, cudaStream_t stream,

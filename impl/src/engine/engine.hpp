@@ -92,8 +92,8 @@ class Engine final : public std::enable_shared_from_this<Engine>, private Progre
   /// execute() with the schedule's Input buffers bound, in declaration order, to `inputs` and its Output / InOut ones
   /// to `outputs` (a list shorter than the buffers of its kind repeats its last entry).
   void submitScheduleBound(int r, const Schedule& s, const std::vector<const void*>& inputs,
-                           const std::vector<void*>& outputs, cudaStream_t stream) {
-    submission_.submitScheduleBound(r, s, inputs, outputs, stream);
+                           const std::vector<void*>& outputs, cudaStream_t stream, const uint64_t* extentWords) {
+    submission_.submitScheduleBound(r, s, inputs, outputs, stream, extentWords);
   }
   /// A fused op: plan (cached), generate, lower and upload once per FusedKey, bind a, b and c.
   void submitFused(int r, const FusedSpec& spec, const FusedOptions& opt, const void* a, const void* b, void* c,

@@ -28,8 +28,17 @@ const char* statusName(device::Status s) {
     case device::Status::HostAbort: return "aborted by the host";
     case device::Status::ProxyTimeout: return "the proxy never handled a command";
     case device::Status::BadDescriptor: return "op descriptor refused";
+    case device::Status::BadExtent: return "runtime extent above its bound";
     default: return "unknown failure";
   }
+}
+
+/// The step a failure record names: describeStep when `sched` (what the op ran) has it, else its numbers.
+std::string failedStep(const CachedSchedule* sched, const device::StatusBlock& s) {
+  if (sched && s.rank < sched->schedule.lanes.size() && s.lane < sched->schedule.lanes[s.rank].size() &&
+      s.step < sched->schedule.lanes[s.rank][s.lane].steps.size())
+    return describeStep(sched->schedule, s.rank, s.lane, s.step);
+  return "rank " + std::to_string(s.rank) + " lane " + std::to_string(s.lane) + " step " + std::to_string(s.step);
 }
 
 }  // namespace
@@ -45,11 +54,7 @@ std::string Engine::describeDeviceFailure() const {
     case device::Status::BarrierTimeout:
     case device::Status::EntryTimeout:
     case device::Status::LaneSyncTimeout: {
-      if (sched && s.rank < sched->schedule.lanes.size() && s.lane < sched->schedule.lanes[s.rank].size() &&
-          s.step < sched->schedule.lanes[s.rank][s.lane].steps.size())
-        os << describeStep(sched->schedule, s.rank, s.lane, s.step);
-      else
-        os << "rank " << s.rank << " lane " << s.lane << " step " << s.step;
+      os << failedStep(sched, s);
       os << " of op " << s.op << what << ": " << statusName(code) << " after " << fmtMs(double(s.elapsedNs) / 1e6)
          << ": ";
       if (code == device::Status::WaitTimeout)
@@ -73,11 +78,7 @@ std::string Engine::describeDeviceFailure() const {
       }
       break;
     case device::Status::ProxyTimeout:
-      if (sched && s.rank < sched->schedule.lanes.size() && s.lane < sched->schedule.lanes[s.rank].size() &&
-          s.step < sched->schedule.lanes[s.rank][s.lane].steps.size())
-        os << describeStep(sched->schedule, s.rank, s.lane, s.step);
-      else
-        os << "rank " << s.rank << " lane " << s.lane << " step " << s.step;
+      os << failedStep(sched, s);
       os << " of op " << s.op << what << ": " << statusName(code) << " within " << fmtMs(double(s.elapsedNs) / 1e6)
          << ": FIFO position " << s.expected - 1 << ", the proxy had handled " << s.seen
          << " command(s) (the proxy thread, or the process at the other end, stopped answering)";
@@ -107,6 +108,16 @@ std::string Engine::describeDeviceFailure() const {
         default: os << "fault " << s.flag;
       }
       os << "; nothing of the op ran on rank " << s.rank;
+      break;
+    }
+    case device::Status::BadExtent: {
+      os << failedStep(sched, s) << " of op " << s.op << what << ": " << statusName(code) << ": extent ";
+      if (sched && s.flag < sched->schedule.extents.size())
+        os << "'" << sched->schedule.extents[s.flag].name << "'";
+      else
+        os << s.flag;
+      os << " is " << s.seen << " on rank " << s.rank << ", its bound is " << s.expected
+         << " (write at most the bound into the extent words passed to execute)";
       break;
     }
     case device::Status::HostAbort:
@@ -153,8 +164,11 @@ void Engine::throwIfFailedLocked(bool deep) {
   if (loadHost(&ctx_.status->abort) != 0) {
     const auto code = static_cast<device::Status>(ctx_.status->code);
     const bool timedOut = code != device::Status::HostAbort && code != device::Status::BadDescriptor &&
-                          code != device::Status::BadProgram;
-    poisonAndThrow(timedOut ? ErrorCode::Timeout : ErrorCode::Internal, describeDeviceFailure());
+                          code != device::Status::BadProgram && code != device::Status::BadExtent;
+    poisonAndThrow(code == device::Status::BadExtent ? ErrorCode::InvalidArgument
+                   : timedOut                        ? ErrorCode::Timeout
+                                                     : ErrorCode::Internal,
+                   describeDeviceFailure());
   }
   // A kernel that died (illegal address, ...) never raises `abort`: asked where the host waits anyway.
   for (const auto& rr : ctx_.ranks) {

@@ -3,6 +3,7 @@
 // rule, the check word over all of it, and `seq` last.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <utility>
@@ -72,6 +73,15 @@ void EngineSubmission::finalizeLocked(uint32_t seq, const CachedSchedule& cs, co
           binder.bind(cs.programs[q], cs.devicePrograms[q], d.table, seq, ctx_.completed(lq), ctx_.ranks[q].copyStream);
     }
     d.nBindings = n * nB + n;
+  }
+  // ---- runtime extents: each rank's extent words (the entry after the schedule's buffers in its `bind`; null: every
+  // extent at its bound), at the index its program was lowered with (extentWordsBinding). Only the rank itself reads
+  // its entry, so the ranks of other processes leave theirs 0.
+  for (uint32_t q = 0; q < ctx_.ranks.size(); ++q) {
+    const uint32_t at = cs.programs[q].header().extentsBinding;
+    if (at == device::kNoExtentWord) continue;
+    d.table[at] = q < bind.size() && bind[q].size() > nB ? bind[q][nB] : 0;
+    d.nBindings = std::max(d.nBindings, at + 1);
   }
   opSchedule_[seq % ctx_.ringSlots] = &cs;
   // Several nodes: the proxy learns this op's addresses (and applies what arrived for it early) before the kernel

@@ -74,10 +74,16 @@ void EngineSubmission::submitFused(int r, const FusedSpec& spec, const FusedOpti
 }
 
 void EngineSubmission::submitScheduleBound(int r, const Schedule& s, const std::vector<const void*>& inputs,
-                                           const std::vector<void*>& outputs, cudaStream_t stream) {
+                                           const std::vector<void*>& outputs, cudaStream_t stream,
+                                           const uint64_t* extentWords) {
   std::lock_guard<std::mutex> lock(ctx_.mu);
   failures_.throwIfFailedLocked();
   requireSameNodes(s);
+  if (extentWords && s.extents.empty())
+    throw Error(ErrorCode::InvalidArgument,
+                "execute: extent words were given but the schedule declares no runtime extents (pass null)");
+  if (reinterpret_cast<uintptr_t>(extentWords) % alignof(uint64_t) != 0)
+    throw Error(ErrorCode::InvalidArgument, "execute: the extent words must be 8-byte aligned device memory");
   if (inputs.empty() || outputs.empty())
     throw Error(ErrorCode::InvalidArgument,
                 "execute: the lists of inputs and outputs must each name at least one "
@@ -95,6 +101,7 @@ void EngineSubmission::submitScheduleBound(int r, const Schedule& s, const std::
     if (k == BufferKind::Output || k == BufferKind::InOut)
       bind[b] = reinterpret_cast<uint64_t>(outputs[std::min(nOut++, outputs.size() - 1)]);
   }
+  if (!s.extents.empty()) bind.push_back(reinterpret_cast<uint64_t>(extentWords));  // finalize.cpp binds it
   submitBoundLocked(r, key, cs, bind, stream);
 }
 

@@ -80,9 +80,10 @@ class EngineSubmission {
   /// to `output` (submit.cpp).
   void submitSchedule(int r, const Schedule& s, const void* input, void* output, cudaStream_t stream);
   /// execute() with the schedule's Input buffers bound, in declaration order, to `inputs` and its Output / InOut ones
-  /// to `outputs` (a list shorter than the buffers of its kind repeats its last entry; fused.cpp).
+  /// to `outputs` (a list shorter than the buffers of its kind repeats its last entry; fused.cpp). `extentWords` (may
+  /// be null): this rank's runtime extent values, bound per op after the buffers (bind[nBuffers]; finalize.cpp).
   void submitScheduleBound(int r, const Schedule& s, const std::vector<const void*>& inputs,
-                           const std::vector<void*>& outputs, cudaStream_t stream);
+                           const std::vector<void*>& outputs, cudaStream_t stream, const uint64_t* extentWords);
   /// A fused op (fused.cpp): plan (cached), generate, lower and upload once per FusedKey, bind a, b and c.
   void submitFused(int r, const FusedSpec& spec, const FusedOptions& opt, const void* a, const void* b, void* c,
                    cudaStream_t stream);

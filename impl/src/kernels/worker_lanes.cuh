@@ -46,6 +46,7 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramH
                         const LoweredStep* steps, CtaAssignment me, const uint64_t* table) {
   __shared__ int sOkBefore, sOkAfter;
   __shared__ uint32_t sProxyWord;
+  __shared__ uint64_t sExtentCount;  // elements of the current step when a runtime extent sizes it
   const uint32_t slot = op % kSlots;
   const uint32_t n = lane.ctaCount;
   const uint32_t idx = me.indexInLane;
@@ -78,16 +79,28 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramH
                     (PollSite{Status::LaneSyncTimeout, op, lane.laneIndex, s, step.barrierSync, n}), loadVolatile(ctr));
         fenceGpu();
       }
+      // A runtime extent: its value is read once, after the step's waits (a future step kind may write the word
+      // earlier in this op; the waits' fences acquired it). Volatile: the word changes from op to op at one address.
+      if (ok && step.extent != kNoExtentWord) {
+        const auto* words = reinterpret_cast<const uint64_t*>(table[ph->extentsBinding]);
+        const uint64_t value = words ? loadVolatile(words + step.extent) : step.extentBound;
+        if (value > step.extentBound) {
+          reportFailure(h, PollSite{Status::BadExtent, op, lane.laneIndex, s, step.extent, step.extentBound}, value, 0);
+          ok = false;
+        }
+        sExtentCount = step.extentUnit * value;
+      }
       sOkBefore = ok;
     }
     __syncthreads();
     if (!sOkBefore) return false;
+    const uint64_t count = step.extent == kNoExtentWord ? step.count : sExtentCount;
 
     const int kind = step.kind;
     if (kind == static_cast<int>(StepKind::Copy) || kind == static_cast<int>(StepKind::Put)) {
       if (idx < step.activeCtas) {
         uint64_t b, e;
-        ctaPiece(step.count, step.activeCtas, idx, &b, &e);
+        ctaPiece(count, step.activeCtas, idx, &b, &e);
         const uint32_t es = dtypeBytes(step.dtype);
         if (step.bits & kLsPacket)  // LL packets into the receiver's area (mk/device/packets_device.hpp)
           sendPackets(&h.peers[step.flagRank]->packets[slot][0][0] + step.value / 4, operandAddress(table, step.a),
@@ -106,7 +119,7 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramH
     } else if (kind == static_cast<int>(StepKind::Reduce)) {
       if (idx < step.activeCtas) {
         uint64_t b, e;
-        ctaPiece(step.count, step.activeCtas, idx, &b, &e);
+        ctaPiece(count, step.activeCtas, idx, &b, &e);
         const uint32_t es = dtypeBytes(step.dtype);
         reduceDispatch(step.dtype, step.redop, operandAddress(table, step.dst) + b * es,
                        operandAddress(table, step.a) + b * es, operandAddress(table, step.b) + b * es, e - b, tid, nth);
