@@ -13,7 +13,10 @@ if(MK_SANITIZE)
   # -O1 -g1 (placed after the build type's flags, so they win): about a third of the compile time of -O2 -g,
   # which keeps CI's build (a sanitized one) short; line tables are all a sanitizer's stack trace needs.
   add_compile_options(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -O1 -g1)
-  add_link_options(-fsanitize=address,undefined)
+  # -no-pie: an instrumented position-independent executable carries a million relative relocations that the
+  # loader applies at every start (a third of a test binary's start-up, docs/journal/robustness.md, "CI time"),
+  # and the tests start tools and test binaries thousands of times. The sanitizers check the same either way.
+  add_link_options(-fsanitize=address,undefined -no-pie)
   message(STATUS "mkernel: AddressSanitizer + UndefinedBehaviorSanitizer ON")
 endif()
 
