@@ -94,17 +94,9 @@ bool sameFile(const std::string& a, const std::string& b) {
   return fs::path(a).filename() == fs::path(b).filename();
 }
 
-/// The cluster with the ranks of `rq` placed as its run placed them: node-major, and, when the record says on how
-/// many nodes it ran, exactly that many with ranks / nodes each (the cluster must have that many GPUs per node).
+/// The cluster with the ranks of `rq` placed as its run placed them (placeRecordRanks).
 Placement placeRecord(const std::string& cluster, const RecordSchedule& rq) {
-  Placement p = placeRanks(cluster, rq.nodes, rq.nRanks);
-  if (rq.nodes > 0 && p.topo.node.gpus != rq.nRanks / rq.nodes)
-    throw Error(ErrorCode::InvalidArgument,
-                "the record ran " + std::to_string(rq.nRanks) + " ranks on " + std::to_string(rq.nodes) + " nodes (" +
-                    std::to_string(rq.nRanks / rq.nodes) + " per node), but cluster " + p.topo.name + " has " +
-                    std::to_string(p.topo.node.gpus) + " GPU(s) per node: give --cluster a topology with " +
-                    std::to_string(rq.nRanks / rq.nodes) + " GPU(s) per node");
-  return p;
+  return Placement{placeRecordRanks(cluster, rq.nRanks, rq.nodes), rq.nRanks};
 }
 
 /// One prediction to make: the schedule of a request on its placement. Records of the same request (repeated
@@ -121,6 +113,17 @@ bool sameSimulation(const RecordSchedule& a, const RecordSchedule& b) noexcept {
 }
 
 }  // namespace
+
+Topology placeRecordRanks(const std::string& cluster, uint32_t nRanks, uint32_t nodes) {
+  Placement p = placeRanks(cluster, nodes, nRanks);
+  if (nodes > 0 && p.topo.node.gpus != nRanks / nodes)
+    throw Error(ErrorCode::InvalidArgument,
+                "the record ran " + std::to_string(nRanks) + " ranks on " + std::to_string(nodes) + " nodes (" +
+                    std::to_string(nRanks / nodes) + " per node), but cluster " + p.topo.name + " has " +
+                    std::to_string(p.topo.node.gpus) + " GPU(s) per node: give --cluster a topology with " +
+                    std::to_string(nRanks / nodes) + " GPU(s) per node");
+  return p.topo;
+}
 
 bool isValidatedRecord(const MeasurementRecord& r) noexcept {
   return r.impl == "mkernel" && parseCollOp(r.op).has_value();
@@ -628,6 +631,7 @@ std::string validationToJson(const ValidationResult& result, const ValidationCon
     root["nccl_rows"] = nrows;
   }
   root["summary"] = summary;
+  if (ctx.fused != nullptr) root["fused"] = json::parse(fusedValidationToJson(*ctx.fused, ctx.maxMedianErrFusedPct));
   json rows = json::array();
   for (const auto& r : result.rows) {
     const RecordSchedule& q = r.request;

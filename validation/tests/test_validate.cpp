@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <string>
@@ -16,6 +17,7 @@
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
 #include "mk/io/measurement.hpp"
+#include "mk/sim/fused.hpp"
 #include "mk/sim/replay.hpp"
 #include "mk/topology/topology.hpp"
 #include "mk/validation/validate.hpp"
@@ -46,6 +48,14 @@ std::string errorOf(const std::function<void()>& fn) {
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+/// Write `text` to `path`; false when it cannot.
+bool writeText(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return false;
+  const bool ok = std::fputs(text.c_str(), f) >= 0;
+  return std::fclose(f) == 0 && ok;
+}
 
 double closedFormUs(const mk::MeasurementRecord& r) {
   const mk::RecordSchedule q = mk::recordSchedule(r, "test");
@@ -450,12 +460,7 @@ TEST_CASE("validate: a multi-node record is placed on as many nodes as it ran on
              "nics": 1, "nic": {"bwGBs": 50, "latencyUs": 2.5}},
     "fabric": {"kind": "rail-leaf-spine", "nodesPerLeaf": 32, "oversubscription": 1, "switchLatencyUs": 0.5}})";
   const std::string path = "validate-two-per-node.json";
-  {
-    std::FILE* f = std::fopen(path.c_str(), "w");
-    REQUIRE(f);
-    std::fputs(twoPerNode.c_str(), f);
-    std::fclose(f);
-  }
+  REQUIRE(writeText(path, twoPerNode));
   const mk::Regenerated g = mk::regenerate(row, path);
   CHECK(g.schedule.nodeOf == std::vector<uint32_t>{0, 0, 1, 1});
   // A cluster of 8 GPUs per node would put all four on one node: refused, naming what is needed.
@@ -466,4 +471,155 @@ TEST_CASE("validate: a multi-node record is placed on as many nodes as it ran on
   mk::MeasurementRecord odd = r;
   odd.extra["nodes"] = "3";
   CHECK(contains(errorOf([&] { mk::recordSchedule(odd, "n.json"); }), "does not divide the record's 4 ranks"));
+}
+
+namespace {
+
+/// A fused record as mk-bench writes it: 2 ranks, a small shape, the options that ran.
+mk::MeasurementRecord fusedRecord(const std::string& op, const std::string& order, double timeUs = 10.0) {
+  mk::MeasurementRecord r;
+  r.op = op;
+  r.impl = "mkernel";
+  r.algo = "fused " + order;
+  r.dtype = "bfloat16";
+  r.ranks = 2;
+  r.bytes = 256 * 256 * 2;
+  r.timeUs = timeUs;
+  r.iters = 20;
+  r.stat = "median";
+  r.extra = {{"m", "256"},
+             {"n", "256"},
+             {"k", "256"},
+             {"sms", "32"},
+             {"tile_rows", "128"},
+             {"order", "\"" + order + "\""},
+             {"ctas", "16"},
+             {"compute_ctas", "12"},
+             {"comm_ctas", "4"},
+             {"compute_lanes", "1"},
+             {"layout_b", "\"row\""},
+             {"shared_gpu", "false"}};
+  return r;
+}
+
+/// The time the fused model gives the record: mk::sim::predictFused (mk-sim's and the planner's entry point) with
+/// the record's options on the cluster's first node.
+double fusedModelUs(const mk::MeasurementRecord& r, const std::string& cluster = "h200x2") {
+  const mk::FusedRecordRequest q = mk::fusedRecordRequest(r, "test");
+  mk::Profile p = datasheet();
+  const mk::Topology topo = mk::fusedRecordTopology(cluster, q);
+  return mk::sim::predictFused(q.spec, q.opt, topo, q.nRanks, p, true).totalUs;
+}
+
+}  // namespace
+
+TEST_CASE("validate: fused records timed by the fused model are predicted within noise and a biased one is not") {
+  std::vector<mk::MeasurementRecord> recs{fusedRecord("gemm-rs", "own-last"), fusedRecord("ag-gemm", "own-first"),
+                                          fusedRecord("gemm-ar", "interleaved")};
+  for (auto& r : recs) r.timeUs = fusedModelUs(r);
+  recs.push_back(coll("allreduce", "one-shot", 1024, 256));  // a collective: not on the fused line
+  mk::ValidationOptions o;
+  o.jobs = 1;
+  const mk::FusedValidation v = mk::validateFused({file(recs)}, {"f.json"}, "h200x2", datasheet(), o);
+  REQUIRE(v.rows.size() == 3);
+  CHECK(v.skipped.empty());
+  for (const auto& row : v.rows) {
+    CHECK(std::fabs(row.simErrPct) < 1e-6);
+    CHECK(row.gpusPerNode == 2);
+  }
+  CHECK(v.rows[2].request.opt.order == mk::TileOrder::Interleaved);
+  CHECK(v.sim.n == 3);
+  CHECK(v.sim.medianAbsPct < 1e-6);
+  // 30 % slower than the model on every record: the fused line says so.
+  for (auto& r : recs) r.timeUs *= 1.3;
+  const mk::FusedValidation biased = mk::validateFused({file(recs)}, {"f.json"}, "h200x2", datasheet(), o);
+  CHECK(biased.sim.medianAbsPct == doctest::Approx(100.0 * (1 - 1 / 1.3)).epsilon(1e-6));
+  const json j = json::parse(mk::fusedValidationToJson(biased, 10.0));
+  CHECK(j["summary"]["gate_passed"] == false);
+  CHECK(j["rows"].size() == 3);
+  CHECK(j["rows"][0]["op"] == "gemm-rs");
+  // --op / --algo select collectives: the fused records are then left out, counted.
+  o.ops = {"allreduce"};
+  CHECK(mk::validateFused({file(recs)}, {"f.json"}, "h200x2", datasheet(), o).filtered == 3);
+}
+
+TEST_CASE("validate: a bad fused record is refused naming the field unless skipped") {
+  auto errorFor = [](const std::function<void(mk::MeasurementRecord&)>& edit) {
+    mk::MeasurementRecord r = fusedRecord("gemm-rs", "own-last");
+    edit(r);
+    return errorOf([&] { mk::fusedRecordRequest(r, "f.json: records[0]"); });
+  };
+  CHECK(contains(errorFor([](auto& r) { r.extra.erase("m"); }), "f.json: records[0]: missing field 'm'"));
+  CHECK(contains(errorFor([](auto& r) { r.extra["k"] = "1004"; }), "fields m, n, k"));
+  CHECK(contains(errorFor([](auto& r) { r.extra["k"] = "1004"; }), "multiple of 8"));
+  CHECK(contains(errorFor([](auto& r) { r.extra.erase("order"); }), "missing field 'order'"));
+  CHECK(contains(errorFor([](auto& r) { r.extra["order"] = "\"auto\""; }), "field 'order' must be own-first"));
+  CHECK(contains(errorFor([](auto& r) { r.extra["ctas"] = "17"; }), "field 'ctas' 17 is not compute_ctas 12"));
+  CHECK(contains(errorFor([](auto& r) { r.extra["nodes"] = "3"; }), "does not divide the record's 2 ranks"));
+  CHECK(contains(errorFor([](auto& r) { r.extra["ranks_per_node"] = "1"; }), "'ranks_per_node' needs 'nodes'"));
+  mk::MeasurementRecord bad = fusedRecord("gemm-rs", "own-last");
+  bad.extra["k"] = "1004";
+  mk::ValidationOptions o;
+  o.jobs = 1;
+  CHECK(contains(errorOf([&] { mk::validateFused({file({bad})}, {"f.json"}, "h200x2", datasheet(), o); }),
+                 "f.json: records[0] (gemm-rs 256 x 256 x 1004)"));
+  o.skipBad = true;
+  const mk::FusedValidation v = mk::validateFused({file({bad})}, {"f.json"}, "h200x2", datasheet(), o);
+  CHECK(v.rows.empty());
+  REQUIRE(v.skipped.size() == 1);
+  CHECK(contains(v.skipped[0].reason, "multiple of 8"));
+}
+
+TEST_CASE("validate: fused records are placed as they ran, ranks as nodes when they say so") {
+  // Across nodes (mk-bench --ranks-per-node 1 --transport socket): 2 nodes of 1 rank, ProxyPuts between them.
+  mk::MeasurementRecord r = fusedRecord("gemm-rs", "own-last");
+  r.extra["nodes"] = "2";
+  r.extra["ranks_per_node"] = "1";
+  r.extra["transport"] = "\"socket\"";
+  r.extra["processes"] = "2";
+  r.extra["shared_gpu"] = "true";
+  const mk::FusedRecordRequest q = mk::fusedRecordRequest(r, "f.json");
+  CHECK(q.nodes == 2);
+  CHECK(q.transport == "socket");
+  const std::string onePerNode = R"({"schema": "mkernel.topology.v1", "name": "one-per-node", "nodes": 4,
+    "node": {"gpu": "NVIDIA H200", "gpus": 1, "sms": 132, "bf16Tflops": 989, "hbmGBs": 4800,
+             "nvlink": {"bwGBs": 450, "latencyUs": 0.65, "switched": false}, "pcie": {"bwGBs": 64, "latencyUs": 1.0},
+             "nics": 1, "nic": {"bwGBs": 2, "latencyUs": 10}},
+    "fabric": {"kind": "rail-leaf-spine", "nodesPerLeaf": 32, "oversubscription": 1, "switchLatencyUs": 0}})";
+  const std::string path = "validate-fused-one-per-node.json";
+  REQUIRE(writeText(path, onePerNode));
+  const mk::Topology t = mk::fusedRecordTopology(path, q);
+  CHECK(t.nodes == 2);
+  CHECK(t.layout(2) == std::vector<uint32_t>{0, 1});
+  const mk::Schedule s = mk::generate(q.spec, t.layout(2), q.opt);
+  bool proxyPut = false;
+  for (const auto& lanes : s.lanes)
+    for (const auto& lane : lanes)
+      for (const auto& st : lane.steps) proxyPut = proxyPut || st.kind == mk::StepKind::ProxyPut;
+  CHECK(proxyPut);
+  mk::ValidationOptions o;
+  o.jobs = 1;
+  r.timeUs = fusedModelUs(r, path);
+  const mk::FusedValidation v = mk::validateFused({file({r})}, {"f.json"}, path, datasheet(), o);
+  REQUIRE(v.rows.size() == 1);
+  CHECK(std::fabs(v.rows[0].simErrPct) < 1e-6);
+  CHECK(v.rows[0].gpusPerNode == 1);
+  // On nodes of 8 GPUs the model cannot place 1 rank per node: skipped with the reason, not dropped, not fatal.
+  const mk::FusedValidation h = mk::validateFused({file({r})}, {"f.json"}, "dgx-h200", datasheet(), o);
+  CHECK(h.rows.empty());
+  REQUIRE(h.skipped.size() == 1);
+  CHECK(contains(h.skipped[0].reason, "not priced"));
+  CHECK(contains(h.skipped[0].reason, "1 per node"));
+  std::remove(path.c_str());
+  // Without nodes: one node. Four ranks sharing one GPU on a node of 2 GPUs are priced on a node of 4 like it;
+  // four ranks that did not share one are not placed.
+  mk::MeasurementRecord four = fusedRecord("gemm-ar", "own-last");
+  four.ranks = 4;
+  four.extra["shared_gpu"] = "true";
+  const mk::Topology w = mk::fusedRecordTopology("h200x2", mk::fusedRecordRequest(four, "f.json"));
+  CHECK(w.nodes == 1);
+  CHECK(w.node.gpus == 4);
+  four.extra["shared_gpu"] = "false";
+  CHECK(contains(errorOf([&] { mk::fusedRecordTopology("h200x2", mk::fusedRecordRequest(four, "f.json")); }),
+                 "4 ranks on one node"));
 }

@@ -178,6 +178,64 @@ one_line_error "$tool" --profile "$work/circular.json" "$good"
 one_line_error "$tool" --profile "$p" --report "$work/rep" --report-script "$work/failing.py" "$good"
 check "a failed run left $work/x.json" test ! -e "$work/x.json"
 
+# Fused records (mk-bench gemm-rs | ag-gemm | gemm-ar): their own line, their own gate; the collectives' line keeps
+# its place as the last line. Timed by the model itself (the first run's predictions written back as the times).
+/usr/bin/python3 - "$work" <<'PY'
+import copy, json, sys
+work = sys.argv[1]
+def fused(op, order):
+    return {"op": op, "impl": "mkernel", "algo": "fused " + order, "dtype": "bfloat16", "ranks": 2, "bytes": 131072,
+            "m": 256, "n": 256, "k": 256, "sms": 32, "tile_rows": 128, "order": order, "ctas": 16,
+            "compute_ctas": 12, "comm_ctas": 4, "compute_lanes": 1, "layout_b": "row", "shared_gpu": False,
+            "iters": 20, "stat": "median", "time_us": 100.0}
+good = json.load(open(f"{work}/good.json"))
+good["records"] += [fused("gemm-rs", "own-last"), fused("ag-gemm", "own-first"),
+                    {"op": "gemm-rs", "impl": "cublas+mkernel", "algo": "cublaslt then reducescatter direct",
+                     "dtype": "bfloat16", "ranks": 2, "bytes": 131072, "m": 256, "n": 256, "k": 256, "sms": 32,
+                     "iters": 20, "stat": "median", "time_us": 50.0}]
+json.dump(good, open(f"{work}/fused.json", "w"), indent=1)
+bad = copy.deepcopy(good)
+bad["records"][5]["k"] = 1004
+json.dump(bad, open(f"{work}/fusedk.json", "w"), indent=1)
+only = copy.deepcopy(good)
+only["records"] = only["records"][5:]
+json.dump(only, open(f"{work}/fusedonly.json", "w"), indent=1)
+PY
+fsummary='validation fused: n=2 median_abs_err_pct=[0-9]+\.[0-9]{2} p90_abs_err_pct=[0-9.]+ max_abs_err_pct=[0-9.]+'
+"$tool" --profile "$p" --json "$work/f.json" "$work/fused.json" >"$work/out.txt" 2>&1
+check "fused: the collectives' line is unchanged by fused records" grep -q '^validation: n=3 ' <(tail -1 "$work/out.txt")
+check "fused: their own line" grep -Eq "^$fsummary\$" "$work/out.txt"
+check "fused: a table row per record" grep -Eq '^ag-gemm +256x256x256 +2x1 +128 own-first +12/4 ' "$work/out.txt"
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+v = json.load(open(f"{work}/f.json"))
+d = json.load(open(f"{work}/fused.json"))
+for row in v["fused"]["rows"]:
+    d["records"][row["index"]]["time_us"] = row["sim_us"]
+json.dump(d, open(f"{work}/fusedtimed.json", "w"), indent=1)
+d["records"][5]["time_us"] *= 1.3
+d["records"][6]["time_us"] *= 1.3
+json.dump(d, open(f"{work}/fusedbiased.json", "w"), indent=1)
+PY
+expect 0 'validation fused: n=2 median_abs_err_pct=0.00 ' -- "$tool" --profile "$p" --max-median-err-fused 1 "$work/fusedtimed.json"
+"$tool" --profile "$p" --max-median-err-fused 1 "$work/fusedbiased.json" >"$work/out.txt" 2>"$work/err.txt"
+check "fused gate failure: exit 1" test $? -eq 1
+check "fused gate failure: says why" grep -q 'fused line.s median absolute error 23.08 % exceeds --max-median-err-fused 1' "$work/err.txt"
+check "fused gate failure: the collectives' summary is still the last line" grep -Eq "^$summary\$" <(tail -1 "$work/out.txt")
+expect 0 'validation fused: n=2 ' -- "$tool" --profile "$p" "$work/fusedonly.json"
+expect_error "fusedk.json: records\[5\] \(gemm-rs 256 x 256 x 1004\): fields m, n, k .*K = 1004 is not a multiple of 8" -- \
+  "$tool" --profile "$p" --json "$work/x.json" "$work/fusedk.json"
+expect 0 'skipped fused: .*fusedk.json: records\[5\]' -- "$tool" --profile "$p" --skip-bad "$work/fusedk.json"
+/usr/bin/python3 -c 'import json, sys
+d = json.load(open(sys.argv[1])); del d["records"][5]["m"]; json.dump(d, open(sys.argv[2], "w"))' "$work/fused.json" "$work/fusedm.json"
+expect_error 'fusedm.json.*records\[5\].*m' -- "$tool" --profile "$p" --json "$work/x.json" "$work/fusedm.json"
+expect_error 'max-median-err-fused: no fused record' -- "$tool" --profile "$p" --max-median-err-fused 5 --json "$work/x.json" "$good"
+expect_error 'none was validated' -- "$tool" --profile "$p" --max-median-err 5 --json "$work/x.json" "$work/fusedonly.json"
+expect_error '^mk-validate: error: --max-median-err-fused: must be a finite number in \[0, 100\]' -- \
+  "$tool" --profile "$p" --max-median-err-fused nan --json "$work/x.json" "$work/fused.json"
+check "a refused fused run wrote no --json" test ! -e "$work/x.json"
+
 # an output never replaces a non-regular file nor one of the command's own inputs
 mkfifo "$work/fifo"
 expect 2 "^mk-validate: error: .*--json $work/fifo: is a FIFO" -- "$tool" --profile "$p" --json "$work/fifo" "$good"

@@ -57,6 +57,7 @@ struct Options {
   std::optional<double> maxMedianErr;
   std::optional<double> maxMaxErr;
   std::optional<double> maxMedianErrNccl;
+  std::optional<double> maxMedianErrFused;
   std::string reportDir;
   std::string traceRecord;
   std::string measuredTrace;
@@ -195,10 +196,18 @@ int run(const Options& o, const std::string& command) {
   std::fflush(stdout);
 
   const mk::ValidationResult res = mk::validateMeasurements(files, o.files, ctx.profile, vo);
-  if (res.rows.empty())
+  // The fused operators' records: their own line (a fused record is not a collective: it stays out of the rows).
+  const mk::FusedValidation fused = mk::validateFused(files, o.files, vo.cluster, ctx.profile, vo);
+  if (o.maxMedianErrFused && fused.rows.empty())
+    bad("--max-median-err-fused: no fused record (impl \"mkernel\", op gemm-rs, ag-gemm or gemm-ar) was predicted: a "
+        "gate that checks nothing must not pass");
+  if (res.rows.empty() && fused.rows.empty())
     bad("no record to validate (" + std::to_string(res.ignored) + " of other kinds ignored, " +
         std::to_string(res.filtered) + " left out by --op/--algo, " + std::to_string(res.skipped.size()) +
         " skipped): a gate that checks nothing must not pass");
+  if (res.rows.empty() && (o.maxMedianErr || o.maxMaxErr || !o.reportDir.empty()))
+    bad("--max-median-err, --max-max-err and --report judge the collective records, and none was validated (" +
+        std::to_string(fused.rows.size()) + " fused record(s) are on their own line: --max-median-err-fused)");
   if (!o.reportDir.empty() && sel) (void)traceRow(res, sel);  // an unknown record is bad input: fail before writing
   // The layered baseline: every impl "nccl" record, predicted with the nccl-* family (its own line below).
   const mk::LayeredValidation layered = mk::validateLayered(files, o.files, vo.cluster, ctx.profile, o.jobs, &cache);
@@ -208,6 +217,8 @@ int run(const Options& o, const std::string& command) {
   if (o.maxMedianErrNccl && layered.rows.empty())
     bad("--max-median-err-nccl: no impl \"nccl\" record to validate: a gate that checks nothing must not pass");
   if (!layered.rows.empty()) ctx.layered = &layered;
+  if (!fused.rows.empty() || !fused.skipped.empty()) ctx.fused = &fused;
+  ctx.maxMedianErrFusedPct = o.maxMedianErrFused;
 
   std::fputs(mk::formatValidationTable(res).c_str(), stdout);
   for (const auto& f : res.files)
@@ -216,6 +227,8 @@ int run(const Options& o, const std::string& command) {
         "--op/--algo, %zu skipped\n",
         f.name.c_str(), f.records, f.validated, f.ignored, f.filtered, f.skipped);
   for (const auto& s : res.skipped) std::printf("skipped: %s\n", s.reason.c_str());
+  if (ctx.fused != nullptr) std::fputs(mk::formatFusedTable(fused).c_str(), stdout);
+  for (const auto& s : fused.skipped) std::printf("skipped fused: %s\n", s.reason.c_str());
 
   // ---- outputs, all or nothing: the report in a temporary directory and --json in a temporary file, then the
   // report moved into place, then --json ----
@@ -262,6 +275,23 @@ int run(const Options& o, const std::string& command) {
           stderr,
           "%s: gate failed: the nccl line's median absolute error %.2f %% exceeds --max-median-err-nccl %g %%\n", kTool,
           layered.stats.medianAbsPct, *o.maxMedianErrNccl);
+      failed = true;
+    }
+  }
+  if (!fused.rows.empty()) {
+    if (!fused.filled.empty()) {
+      std::string names;
+      for (const auto& f : fused.filled) names += (names.empty() ? "" : ", ") + f;
+      std::printf("fused: profile %s from the datasheet (not in the profile)\n", names.c_str());
+    }
+    std::printf("%s\n", mk::formatSummaryLine(fused.closed, "fused closed form").c_str());
+    std::printf("%s\n", mk::formatSummaryLine(fused.sim, "validation fused").c_str());
+    if (o.maxMedianErrFused && fused.sim.medianAbsPct > *o.maxMedianErrFused) {
+      std::fflush(stdout);
+      std::fprintf(stderr,
+                   "%s: gate failed: the fused line's median absolute error %.2f %% exceeds --max-median-err-fused %g "
+                   "%%\n",
+                   kTool, fused.sim.medianAbsPct, *o.maxMedianErrFused);
       failed = true;
     }
   }
@@ -333,6 +363,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-median-err-nccl", o.maxMedianErrNccl,
                  "gate: exit 1 when the median absolute error (percent) of the nccl line (impl \"nccl\" records "
                  "predicted with the nccl-* family, docs/algorithms-nccl.md) exceeds this")
+      ->check(mk::cli::percentThreshold());
+  app.add_option("--max-median-err-fused", o.maxMedianErrFused,
+                 "gate: exit 1 when the median absolute error (percent) of the fused line (gemm-rs, ag-gemm, gemm-ar "
+                 "records of our engine, predicted by the fused model with the options they ran) exceeds this")
       ->check(mk::cli::percentThreshold());
   app.add_option(
       "--report", o.reportDir,

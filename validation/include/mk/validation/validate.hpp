@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "mk/algorithms/algorithms.hpp"
+#include "mk/algorithms/fused.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/cost/profile_io.hpp"
 #include "mk/io/measurement.hpp"
@@ -203,6 +204,9 @@ struct ValidationContext {
   /// The layered baseline's line (validate_layered.hpp), when `impl: nccl` records were predicted; not owned.
   const struct LayeredValidation* layered = nullptr;
   std::optional<double> maxMedianErrNcclPct;  ///< its gate, when given
+  /// The fused operators' line (validateFused), when fused records were predicted; not owned.
+  const struct FusedValidation* fused = nullptr;
+  std::optional<double> maxMedianErrFusedPct;  ///< its gate, when given
 };
 
 /// How the profile was obtained, in one sentence for the report: fitted by mk-calibrate on micro-benchmark
@@ -219,5 +223,77 @@ std::string validationToJson(const ValidationResult& result, const ValidationCon
 /// The table mk-validate prints: op, algo, bytes, chunks x channels, measured, simulated, closed form (us),
 /// sim err %, closed err %; one header line.
 std::string formatValidationTable(const ValidationResult& result);
+
+/// The cluster `cluster` with `nRanks` ranks placed as a record's run placed them: node-major, and, when `nodes` > 0,
+/// exactly that many nodes of nRanks / nodes ranks each (the cluster must have that many GPUs per node). Throws
+/// Error(InvalidArgument) saying which topology to give --cluster.
+Topology placeRecordRanks(const std::string& cluster, uint32_t nRanks, uint32_t nodes);
+
+// ---- the fused operators (validate_fused.cpp): gemm-rs, ag-gemm, gemm-ar records of our engine, predicted with the
+// fused model (mk::planFused's closed form, then the SimGrid replay of mk::generate's schedule: mk-sim --op gemm-rs's
+// path), on a line of their own (docs/validation.md, "Fused operators") ----
+
+/// A fused-operator record turned back into the request that produced it.
+struct FusedRecordRequest {
+  FusedSpec spec;
+  FusedOptions opt;        ///< concrete: the options that ran (order, tile rows, ctas, comm CTAs, compute lanes)
+  uint32_t nRanks = 0;     ///< the record's ranks
+  uint32_t nodes = 0;      ///< the record's nodes (ranks as nodes over the proxy); 0: one node
+  bool sharedGpu = false;  ///< the ranks shared one GPU (not modelled: each is priced on a GPU of its own)
+  std::string transport;   ///< the record's transport across nodes ("" on one node)
+};
+
+/// True for the fused records mk-validate predicts: impl "mkernel" and op gemm-rs, ag-gemm or gemm-ar.
+bool isFusedRecord(const MeasurementRecord& r) noexcept;
+
+/// Map a fused record to its request. Required: op, dtype (16-bit), ranks, m, n, k, order (not "auto"), tile_rows,
+/// compute_ctas, comm_ctas. Optional: ctas (= compute_ctas + comm_ctas, which it must equal), compute_lanes (1),
+/// layout_b ("row"), shared_gpu (false), nodes (dividing ranks), ranks_per_node (= ranks / nodes), transport. The
+/// shape must pass validateFusedSpec. Throws Error(InvalidArgument or ParseError) whose message starts with `where`
+/// and names the field.
+FusedRecordRequest fusedRecordRequest(const MeasurementRecord& r, const std::string& where);
+
+/// Where a fused record's ranks run in the model: with nodes, ranks as nodes (placeRecordRanks: the cluster must have
+/// ranks / nodes GPUs per node, ProxyPuts across nodes); without, one node of `cluster`, widened to the record's ranks
+/// when they shared one GPU and the node has fewer (as the engine prices a shared GPU: a node of that many GPUs like
+/// it). Throws Error(InvalidArgument) when the ranks do not fit.
+Topology fusedRecordTopology(const std::string& cluster, const FusedRecordRequest& q);
+
+/// One predicted fused record.
+struct FusedRow {
+  std::string file;
+  std::size_t index = 0;  ///< in the file's "records"
+  FusedRecordRequest request;
+  uint32_t gpusPerNode = 0;  ///< of the placement the model used
+  double measuredUs = 0;
+  double simUs = 0;     ///< the SimGrid replay (mk::sim::predict) of the schedule
+  double closedUs = 0;  ///< mk::fusedClosedForm of the same options
+  double simErrPct = 0, closedErrPct = 0;
+};
+
+/// The fused line over every file.
+struct FusedValidation {
+  std::vector<FusedRow> rows;
+  std::vector<SkippedRecord> skipped;  ///< records the model could not price (placement, split), with the reason
+  std::size_t filtered = 0;            ///< left out by ValidationOptions::ops / algos (they select collectives)
+  std::vector<std::string> filled;     ///< profile fields taken from the datasheet (mk::fillCtaDefaults)
+  ErrorStats sim;                      ///< the gated statistic (--max-median-err-fused)
+  ErrorStats closed;
+};
+
+/// Predict every fused record (isFusedRecord) of `files` on `cluster` under `profile` (its missing sms / ctaGBs from
+/// the datasheet), `options.jobs` simulations at once, from `options.cache`. A record that breaks the record
+/// contract (fusedRecordRequest, or above its share of options.maxMemory) throws unless options.skipBad; one the
+/// model cannot place or split is skipped with the reason. Records are left out when options.ops or options.algos
+/// are given.
+FusedValidation validateFused(const std::vector<MeasurementFile>& files, const std::vector<std::string>& names,
+                              const std::string& cluster, const Profile& profile, const ValidationOptions& options);
+
+/// The fused table: op, m x n x k, ranks x nodes, tile, order, compute / comm CTAs, lanes, measured, simulated,
+/// closed form (us), both errors; one header line.
+std::string formatFusedTable(const FusedValidation& v);
+
+/// The "fused" section of mk-validate's JSON (docs/validation.md) as JSON text, with the gate when given.
+std::string fusedValidationToJson(const FusedValidation& v, std::optional<double> maxMedianErrPct);
 
 }  // namespace mk
