@@ -16,6 +16,10 @@
 #       (*-internode-allreduce-2n.json: two rank processes on one H200 under MPS, loopback TCP; the 4-process
 #       runs oversubscribe that host's CPU and are reported, not gated: docs/results.md) against the first
 #       number of validation/data/validation-internode-threshold.txt.
+#   ci_gate.sh --fused-internode <mk-calibrate> <mk-validate> <workdir>
+#       The fused operators across nodes: mk-validate's fused line (SimGrid replay of gemm-rs / ag-gemm / gemm-ar) on
+#       measured/internode/fused-nodes/*-2x1-*.json, the H100 datasheet profile with proxyUs and the network fitted
+#       on the same session's *-calibrate-network.json there, against validation-fused-internode-threshold.txt.
 #   ci_gate.sh --synthetic <mk-calibrate> <mk-validate> <workdir>
 #       The same chain on synthetic data, so that it is tested before real calibration data exists:
 #       calib-* records timed by a known profile -> mk-calibrate -> mk-validate on collectives timed by the
@@ -128,8 +132,34 @@ if [[ $mode == --internode ]]; then
   exit $rc
 fi
 
+if [[ $mode == --fused-internode ]]; then
+  # The fused operators across nodes: one session's calibrate-network and its 2 x 1 fused records (ranks sharing one
+  # H100 under MPS, loopback TCP), the H100 datasheet plus the fitted network and proxy.
+  shopt -s nullglob
+  fused="$data/measured/internode/fused-nodes"
+  calib=("$fused"/*-calibrate-network.json)
+  runs=("$fused"/*-2x1-*.json)
+  if [[ ${#calib[@]} -eq 0 || ${#runs[@]} -eq 0 ]]; then
+    echo "ci_gate: need committed internode/fused-nodes/*-calibrate-network.json and *-2x1-*.json" >&2
+    exit 2
+  fi
+  threshold=$(read_threshold validation-fused-internode-threshold.txt) || exit 2
+  "$calibrate" --cluster dgx-h100 --out "$work/profile.json" --summary "$work/fit.txt" "${calib[@]}" || exit $?
+  "$validate" --cluster "$data/topologies/h100-mps-loopback.json" --profile "$work/profile.json" \
+    --max-median-err-fused "$threshold" -j 2 "${runs[@]}" >"$work/validate.txt"
+  rc=$?
+  cat "$work/validate.txt"
+  echo "ci_gate: fused internode threshold $threshold % (validation/data/validation-fused-internode-threshold.txt)"
+  line=$(grep '^validation fused: ' "$work/validate.txt")
+  if ! [[ $line =~ ^validation\ fused:\ n=[0-9]+\ median_abs_err_pct=[0-9.]+\ p90_abs_err_pct=[0-9.]+\ max_abs_err_pct=[0-9.]+$ ]]; then
+    echo "ci_gate: mk-validate printed no fused summary line: '$line'" >&2
+    exit 1
+  fi
+  exit $rc
+fi
+
 if [[ $mode != --synthetic ]]; then
-  echo "usage: ci_gate.sh --committed|--internode|--synthetic <mk-calibrate> <mk-validate> <workdir>" >&2
+  echo "usage: ci_gate.sh --committed|--nccl|--internode|--fused-internode|--synthetic <mk-calibrate> <mk-validate> <workdir>" >&2
   exit 2
 fi
 
