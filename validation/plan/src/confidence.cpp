@@ -217,8 +217,9 @@ ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* v
   t.add({"fused",
          "fused operators (AllGather+GEMM, GEMM+ReduceScatter, GEMM+AllReduce)",
          std::nullopt,
-         "measured only with ranks sharing one GPU, not across GPUs or nodes (docs/results.md): priced by the "
-         "fused schedules' own model (closed form, SimGrid replay across nodes)",
+         "validated only where the network is the slow part: ranks sharing one GPU as nodes over loopback TCP "
+         "(docs/results.md, gated at 10 % median); not measured across GPUs (NVLink) or a real network: priced by "
+         "the fused schedules' own model (closed form, SimGrid replay across nodes)",
          "",
          {},
          {}});
