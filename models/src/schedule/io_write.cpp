@@ -310,7 +310,8 @@ std::string scheduleToJson(const Schedule& s, int indent) {
           w.comma();
           w.key("count");
           w.u64(st.count);
-          if (kindInfo(st.kind).fields & kFieldExtent) extentMember(st.extent, stepWhere(r, l, i));
+          if (st.extent != kNoExtent && (kindInfo(st.kind).fields & kFieldExtent))
+            extentMember(st.extent, stepWhere(r, l, i));
         };
         o += '{';
         w.key("kind");
