@@ -17,9 +17,10 @@
 #       runs oversubscribe that host's CPU and are reported, not gated: docs/results.md) against the first
 #       number of validation/data/validation-internode-threshold.txt.
 #   ci_gate.sh --fused-internode <mk-calibrate> <mk-validate> <workdir>
-#       The fused operators across nodes: mk-validate's fused line (SimGrid replay of gemm-rs / ag-gemm / gemm-ar) on
-#       measured/internode/fused-nodes/*-2x1-*.json, the H100 datasheet profile with proxyUs and the network fitted
-#       on the same session's *-calibrate-network.json there, against validation-fused-internode-threshold.txt.
+#       The fused operators across nodes: mk-validate --fused-nodes measured/internode/fused-nodes, the fused line
+#       (SimGrid replay of gemm-rs / ag-gemm / gemm-ar) on the files its fused-validation.json gates (*-2x1-*.json),
+#       the H100 datasheet profile with proxyUs and the network fitted on the same session's
+#       *-calibrate-network.json there, against validation-fused-internode-threshold.txt (mk-calibrate unused).
 #   ci_gate.sh --synthetic <mk-calibrate> <mk-validate> <workdir>
 #       The same chain on synthetic data, so that it is tested before real calibration data exists:
 #       calib-* records timed by a known profile -> mk-calibrate -> mk-validate on collectives timed by the
@@ -134,19 +135,12 @@ fi
 
 if [[ $mode == --fused-internode ]]; then
   # The fused operators across nodes: one session's calibrate-network and its 2 x 1 fused records (ranks sharing one
-  # H100 under MPS, loopback TCP), the H100 datasheet plus the fitted network and proxy.
-  shopt -s nullglob
-  fused="$data/measured/internode/fused-nodes"
-  calib=("$fused"/*-calibrate-network.json)
-  runs=("$fused"/*-2x1-*.json)
-  if [[ ${#calib[@]} -eq 0 || ${#runs[@]} -eq 0 ]]; then
-    echo "ci_gate: need committed internode/fused-nodes/*-calibrate-network.json and *-2x1-*.json" >&2
-    exit 2
-  fi
+  # H100 under MPS, loopback TCP), the H100 datasheet plus the fitted network and proxy. The directory's
+  # fused-validation.json names those files, the topology and the base preset; mk-validate --fused-nodes runs the
+  # chain (the same one the planner's `fused` confidence class runs).
   threshold=$(read_threshold validation-fused-internode-threshold.txt) || exit 2
-  "$calibrate" --cluster dgx-h100 --out "$work/profile.json" --summary "$work/fit.txt" "${calib[@]}" || exit $?
-  "$validate" --cluster "$data/topologies/h100-mps-loopback.json" --profile "$work/profile.json" \
-    --max-median-err-fused "$threshold" -j 2 "${runs[@]}" >"$work/validate.txt"
+  "$validate" --fused-nodes "$data/measured/internode/fused-nodes" --max-median-err-fused "$threshold" -j 2 \
+    >"$work/validate.txt"
   rc=$?
   cat "$work/validate.txt"
   echo "ci_gate: fused internode threshold $threshold % (validation/data/validation-fused-internode-threshold.txt)"

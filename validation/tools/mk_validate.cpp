@@ -5,6 +5,7 @@
 //               [--max-max-err Y] [--report DIR] [--trace-record OP:ALGO:BYTES [--measured-trace t.json [--measured-op
 //               N]]]
 //               [-j N] [--json out.json] [--skip-bad] files...
+//   mk-validate --fused-nodes DIR [--max-median-err-fused X] [-j N]     (the fused operators across nodes of DIR)
 //
 // Exit codes (mk/util/cli.hpp): 0 success, 1 a gate failed (the simulator's median error above --max-median-err,
 // its largest above --max-max-err) or a
@@ -35,6 +36,7 @@
 #include "mk/validation/prediction_cache.hpp"
 #include "mk/validation/report_dir.hpp"
 #include "mk/validation/validate.hpp"
+#include "mk/validation/validate_fused_nodes.hpp"
 #include "mk/validation/validate_layered.hpp"
 
 #ifndef MK_REPORT_SCRIPT
@@ -69,6 +71,7 @@ struct Options {
   std::string python = "/usr/bin/python3";
   std::string script;
   std::vector<std::string> files;
+  std::string fusedNodes;
   mk::cli::GuardArgs guard;
 };
 
@@ -132,6 +135,48 @@ void printProvenance(const Options& o, const mk::Profile& p, const mk::ProfilePr
     for (const auto& m : prov.measurements) std::printf("  fitted from %s\n", m.c_str());
   }
   std::printf("honesty: %s\n", honesty.c_str());
+}
+
+/// The fused line's summary (the closed form's, then the simulator's "validation fused: ..."); true when `gate` failed.
+bool printFusedSummary(const mk::FusedValidation& fused, std::optional<double> gate) {
+  if (!fused.filled.empty()) {
+    std::string names;
+    for (const auto& f : fused.filled) names += (names.empty() ? "" : ", ") + f;
+    std::printf("fused: profile %s from the datasheet (not in the profile)\n", names.c_str());
+  }
+  std::printf("%s\n", mk::formatSummaryLine(fused.closed, "fused closed form").c_str());
+  std::printf("%s\n", mk::formatSummaryLine(fused.sim, "validation fused").c_str());
+  if (!gate || fused.sim.medianAbsPct <= *gate) return false;
+  std::fflush(stdout);
+  std::fprintf(stderr,
+               "%s: gate failed: the fused line's median absolute error %.2f %% exceeds --max-median-err-fused %g %%\n",
+               kTool, fused.sim.medianAbsPct, *gate);
+  return true;
+}
+
+/// --fused-nodes DIR: the directory's own chain (its manifest: calibration fitted, gated records replayed), the fit
+/// and the fused table, ending with the "validation fused: ..." line.
+int runFusedNodes(const Options& o) {
+  mk::ValidationOptions vo;
+  vo.jobs = o.jobs;
+  vo.skipBad = o.skipBad;
+  vo.maxMemory = o.guard.maxMemory();
+  mk::PredictionCache cache(o.cache == "none" ? "" : o.cache);
+  vo.cache = &cache;
+  const mk::FusedNodesValidation v = mk::validateFusedNodes(o.fusedNodes, vo);
+  const mk::FusedNodesManifest& m = v.manifest;
+  if (v.fused.rows.empty())
+    bad("--fused-nodes " + o.fusedNodes + ": no fused record of " + m.path +
+        "'s gated files was predicted: a gate that checks nothing must not pass");
+  std::printf(
+      "mk-validate: --fused-nodes %s: %zu calibration file(s) fitted over the %s datasheet, %zu gated file(s) "
+      "on %s, %u job(s)\n",
+      o.fusedNodes.c_str(), m.calibration.size(), m.base.c_str(), m.gated.size(), m.topology.c_str(), o.jobs);
+  std::printf("regime: %s\n", m.regime.c_str());
+  std::fputs(mk::formatFitReport(v.fit).c_str(), stdout);
+  std::fputs(mk::formatFusedTable(v.fused).c_str(), stdout);
+  for (const auto& s : v.fused.skipped) std::printf("skipped fused: %s\n", s.reason.c_str());
+  return printFusedSummary(v.fused, o.maxMedianErrFused) ? mk::cli::kExitFailed : 0;
 }
 
 int run(const Options& o, const std::string& command) {
@@ -278,23 +323,7 @@ int run(const Options& o, const std::string& command) {
       failed = true;
     }
   }
-  if (!fused.rows.empty()) {
-    if (!fused.filled.empty()) {
-      std::string names;
-      for (const auto& f : fused.filled) names += (names.empty() ? "" : ", ") + f;
-      std::printf("fused: profile %s from the datasheet (not in the profile)\n", names.c_str());
-    }
-    std::printf("%s\n", mk::formatSummaryLine(fused.closed, "fused closed form").c_str());
-    std::printf("%s\n", mk::formatSummaryLine(fused.sim, "validation fused").c_str());
-    if (o.maxMedianErrFused && fused.sim.medianAbsPct > *o.maxMedianErrFused) {
-      std::fflush(stdout);
-      std::fprintf(stderr,
-                   "%s: gate failed: the fused line's median absolute error %.2f %% exceeds --max-median-err-fused %g "
-                   "%%\n",
-                   kTool, fused.sim.medianAbsPct, *o.maxMedianErrFused);
-      failed = true;
-    }
-  }
+  if (!fused.rows.empty()) failed = printFusedSummary(fused, o.maxMedianErrFused) || failed;
   if (o.maxMedianErr && res.sim.medianAbsPct > *o.maxMedianErr) {
     std::fflush(stdout);
     std::fprintf(stderr,
@@ -394,9 +423,30 @@ int main(int argc, char** argv) {
                "records whose schedule cannot be regenerated are skipped, counted and listed instead of failing");
   app.add_option("--python", o.python, "python with matplotlib for --report")->capture_default_str();
   app.add_option("--report-script", o.script, "the report generator")->capture_default_str();
-  app.add_option("files", o.files, "measurement files (mkernel.measurement.v1)")->required();
+  app.add_option("--fused-nodes", o.fusedNodes,
+                 "instead of files and --profile: the fused operators across nodes of a data directory whose "
+                 "fused-validation.json names its calibration files, gated records, topology and base preset: the "
+                 "profile fitted as mk-calibrate does, then the gated records' fused table, ending with the line "
+                 "\"validation fused: n=... median_abs_err_pct=...\" (docs/validation.md)");
+  CLI::Option* files = app.add_option("files", o.files, "measurement files (mkernel.measurement.v1)");
+  // Required unless --fused-nodes: a required positional also keeps --op / --algo from swallowing the files.
+  if (std::none_of(argv + 1, argv + argc, [](const char* a) { return std::string(a).rfind("--fused-nodes", 0) == 0; }))
+    files->required();
   if (int rc = mk::cli::parse(app, argc, argv, kTool); rc != mk::cli::kContinue) return rc;
   if (int rc = mk::cli::requirePositive(app, kTool, {{"--jobs", o.jobs}}); rc != mk::cli::kContinue) return rc;
+  if (!o.fusedNodes.empty()) {
+    for (const char* opt :
+         {"files", "--profile", "--datasheet", "--cluster", "--op", "--algo", "--max-median-err", "--max-max-err",
+          "--max-median-err-nccl", "--report", "--trace-record", "--measured-trace", "--measured-op", "--json"})
+      if (app.count(opt) > 0) {
+        std::fprintf(stderr,
+                     "%s: error: --fused-nodes runs its directory's own chain (profile, records, topology): %s does "
+                     "not apply (--max-median-err-fused, -j, --cache, --skip-bad, --max-memory do)\n",
+                     kTool, opt);
+        return mk::cli::kExitBadInput;
+      }
+    return mk::cli::run(kTool, [&] { return runFusedNodes(o); });
+  }
   const std::string command = mk::cli::commandLine(kTool, argc, argv);
   return mk::cli::run(kTool, [&] { return run(o, command); });
 }

@@ -1,0 +1,135 @@
+// The fused operators across nodes from a data directory's manifest (mk/validation/validate_fused_nodes.hpp): the
+// chain gives what mk-calibrate then mk-validate give, and a broken manifest is refused naming the file and field.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "mk/cost/profile_io.hpp"
+#include "mk/error.hpp"
+#include "mk/io/measurement.hpp"
+#include "mk/topology/topology.hpp"
+#include "mk/validation/calibrate.hpp"
+#include "mk/validation/validate_fused_nodes.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kFusedDir = std::string(MK_MEASURED_DIR) + "/internode/fused-nodes";
+
+bool endsWith(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+/// The committed directory's files whose names `pick` accepts, sorted.
+template <class Pick>
+std::vector<std::string> committed(Pick pick) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(kFusedDir))
+    if (e.is_regular_file() && pick(e.path().filename().string())) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// A scratch data directory: one measurement file copied from the committed one, and a manifest written per case.
+struct ScratchDir {
+  ScratchDir() : path(fs::temp_directory_path() / ("mk-fused-nodes-test-" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+    for (const auto& f : committed([](const std::string& n) { return endsWith(n, "-calibrate-network.json"); }))
+      fs::copy_file(f, path / "calib.json");
+    std::ofstream(path / "topo.json") << "{}";
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  void manifest(const std::string& text) const { std::ofstream(path / mk::kFusedNodesManifest) << text; }
+  fs::path path;
+};
+
+std::string manifestText(const std::string& base, const std::string& topology, const std::string& calib,
+                         const std::string& gated, const std::string& extra = "") {
+  return "{\"schema\": \"mkernel.fused-validation.v1\", \"regime\": \"test\", \"topology\": \"" + topology +
+         "\", \"calibration_base\": \"" + base + "\", \"calibration\": [" + calib + "], \"gated\": [" + gated + "]" +
+         extra + "}";
+}
+
+}  // namespace
+
+TEST_CASE("fused nodes: the committed chain is mk-calibrate then mk-validate on the manifest's files") {
+  mk::ValidationOptions vo;
+  vo.jobs = 2;
+  const mk::FusedNodesValidation v = mk::validateFusedNodes(kFusedDir, vo);
+  // The manifest's patterns pick what ci_gate.sh globbed before it had one.
+  const auto calib = committed([](const std::string& n) { return endsWith(n, "-calibrate-network.json"); });
+  const auto gated =
+      committed([](const std::string& n) { return endsWith(n, ".json") && n.find("-2x1-") != std::string::npos; });
+  CHECK(v.manifest.calibration == calib);
+  CHECK(v.manifest.gated == gated);
+  CHECK(v.manifest.base == "dgx-h100");
+  CHECK(v.gpu == "NVIDIA H100 80GB HBM3");
+  REQUIRE(v.fused.rows.size() == 9);
+  CHECK(v.fused.skipped.empty());
+
+  // The two tools chained: the profile file mk-calibrate --cluster dgx-h100 writes, read as mk-validate reads it.
+  const fs::path profilePath = fs::temp_directory_path() / ("mk-fused-nodes-profile-" + std::to_string(::getpid()));
+  mk::ProfileProvenance prov;
+  prov.system = "dgx-h100";
+  const mk::Topology machine = mk::topologyPreset("dgx-h100", 1);
+  const mk::Profile fitted =
+      mk::calibrate(mk::loadMeasurementFiles(calib), mk::defaultProfile(machine), nullptr, calib);
+  std::ofstream(profilePath) << mk::profileToEfficiencyJson(fitted, prov, machine);
+  const std::string topology = kFusedDir + "/../../../topologies/h100-mps-loopback.json";
+  const mk::Profile read = mk::loadProfileFor(profilePath.string(), mk::loadTopology(topology));
+  fs::remove(profilePath);
+  const mk::FusedValidation twoStep = mk::validateFused(mk::loadMeasurementFiles(gated), gated, topology, read, vo);
+  REQUIRE(twoStep.rows.size() == v.fused.rows.size());
+  for (std::size_t i = 0; i < twoStep.rows.size(); ++i) {
+    CAPTURE(twoStep.rows[i].file);
+    CHECK(v.fused.rows[i].simUs == twoStep.rows[i].simUs);
+    CHECK(v.fused.rows[i].measuredUs == twoStep.rows[i].measuredUs);
+  }
+  CHECK(v.fused.sim.n == 9);
+  CHECK(v.fused.sim.medianAbsPct == twoStep.sim.medianAbsPct);
+  CHECK(v.fused.sim.maxAbsPct == twoStep.sim.maxAbsPct);
+}
+
+TEST_CASE("fused nodes: the planner finds the committed manifest under the measured directory") {
+  const auto dirs = mk::findFusedNodesDirs(MK_MEASURED_DIR);
+  REQUIRE(dirs.size() == 1);
+  CHECK(fs::equivalent(dirs[0], kFusedDir));
+  CHECK(mk::findFusedNodesDirs("").empty());
+  CHECK(mk::findFusedNodesDirs(kFusedDir + "/no-such-dir").empty());
+}
+
+TEST_CASE("fused nodes: a broken manifest is refused naming the file and the field") {
+  ScratchDir d;
+  auto refused = [&](const std::string& text, const std::string& what) {
+    d.manifest(text);
+    CAPTURE(text);
+    try {
+      (void)mk::loadFusedNodesManifest(d.path.string());
+      FAIL("accepted");
+    } catch (const mk::Error& e) {
+      const std::string msg = e.what();
+      CHECK(msg.find(mk::kFusedNodesManifest) != std::string::npos);
+      CHECK_MESSAGE(msg.find(what) != std::string::npos, msg);
+    }
+  };
+  refused(manifestText("dgx-h100", "topo.json", "\"calib*.json\"", "\"calib.json\""), "both calibration and gated");
+  refused(manifestText("dgx-h100", "topo.json", "\"calib.json\"", "\"*-2x1-*.json\""), "gated[0]");
+  refused(manifestText("dgx-h100", "topo.json", "\"../calib.json\"", "\"calib.json\""), "calibration[0]");
+  refused(manifestText("dgx-h100", "topo.json", "", "\"calib.json\""), "calibration");
+  refused(manifestText("h100-loopback", "topo.json", "\"calib.json\"", "\"x\""), "calibration_base");
+  refused(manifestText("dgx-h100", "nowhere.json", "\"calib.json\"", "\"x\""), "topology");
+  refused(manifestText("dgx-h100", "topo.json", "\"calib.json\"", "\"x\"", ", \"gate\": 10"), "unknown field 'gate'");
+  refused("{\"schema\": \"mkernel.profile.v1\"}", "schema");
+  refused("{\"schema\": \"mkernel.fused-validation.v1\"}", "missing field 'regime'");
+  refused("[", mk::kFusedNodesManifest);
+}
