@@ -140,8 +140,14 @@ def class_share_rows(v):
 
 
 def fused_status(doc):
-    """Orange (not validated) when the fused variant is priced, red when it cannot be."""
+    """Blue (extrapolated) when the fused variant is priced and its class carries the error measured in a regime of
+    its own, orange (not validated) when priced without one, red when it cannot be priced."""
     if doc["fused"]["status"] == "available":
+        c = doc["confidence"]["classes"].get("fused") or {}
+        e = c.get("error")
+        if e and c.get("status") == "extrapolated":
+            return (f"<span class='ex'>fused: available, extrapolated</span> (median |error| "
+                    f"{fmt(e['median_abs_err_pct'])} % on {e['n']} records: {esc(c['method'])})")
         return ("<span class='nv'>fused: available, not validated</span> (priced by the fused schedules' own "
                 "model; the fused operators have run only with ranks sharing one GPU: docs/results.md)")
     return f"<span class='bad'>fused: {esc(doc['fused']['status'])}</span>"
@@ -272,7 +278,8 @@ def class_rows(doc):
                      fmt(e and e["p90_abs_err_pct"]), fmt(e and e["max_abs_err_pct"]),
                      c["measured_gpu"] or "-", ", ".join(str(r) for r in c["measured_ranks"]) or "-",
                      (c["method"], "w")])
-        classes.append("ok" if e else ("na" if c["status"] == "not available" else "nv"))
+        classes.append(("ex" if c["status"] == "extrapolated" else "ok") if e else
+                       ("na" if c["status"] == "not available" else "nv"))
     return ["class", "what", "status", "n", "median |err| %", "p90", "max", "measured on", "ranks", "how"], rows, classes
 
 

@@ -19,6 +19,52 @@ std::string ranksText(const std::vector<uint32_t>& ranks) {
   return s;
 }
 
+/// The fused operators: the pooled error of the fused records across nodes in the regime they measured, else where
+/// they were validated.
+ConfidenceClass fusedClass(const std::vector<FusedNodesValidation>* fusedNodes) {
+  ConfidenceClass c;
+  c.id = "fused";
+  c.what = "fused operators (AllGather+GEMM, GEMM+ReduceScatter, GEMM+AllReduce)";
+  const std::string priced = "priced by the fused schedules' own model (closed form, SimGrid replay across nodes)";
+  if (!fusedNodes || fusedNodes->empty()) {
+    c.method =
+        "validated only where the network is the slow part: ranks sharing one GPU as nodes over loopback TCP "
+        "(docs/results.md, gated at 10 % median); not measured across GPUs (NVLink) or a real network: " +
+        priced;
+    return c;
+  }
+  std::vector<double> errs;
+  std::set<uint32_t> ranks;
+  std::map<std::string, int> ops;
+  std::string fitted, regimes, skipped;
+  std::size_t nSkipped = 0;
+  for (const FusedNodesValidation& v : *fusedNodes) {
+    for (const FusedRow& r : v.fused.rows) {
+      errs.push_back(r.simErrPct);
+      ranks.insert(r.request.nRanks);
+      ++ops[toString(r.request.spec.op)];
+    }
+    std::string params;
+    for (const ParameterFit& p : v.fit.parameters)
+      if (p.measured) params += (params.empty() ? "" : ", ") + p.name;
+    fitted += (fitted.empty() ? "" : "; ") + params + " fitted on " + std::to_string(v.manifest.calibration.size()) +
+              " calibration file(s) of the same session over the " + v.manifest.base + " datasheet";
+    regimes += (regimes.empty() ? "" : "; ") + v.manifest.regime;
+    if (c.measuredGpu.empty()) c.measuredGpu = v.gpu;
+    if (skipped.empty() && !v.fused.skipped.empty()) skipped = v.fused.skipped.front().reason;
+    nSkipped += v.fused.skipped.size();
+  }
+  std::string opList;
+  for (const auto& [op, n] : ops) opList += (opList.empty() ? "" : ", ") + std::to_string(n) + " " + op;
+  c.error = errorStats(errs);
+  c.measuredRanks.assign(ranks.begin(), ranks.end());
+  c.regime = regimes;
+  c.method = "the SimGrid replay's error on " + std::to_string(errs.size()) + " fused records across nodes (" + opList +
+             "; mk-validate --fused-nodes): " + regimes + "; " + fitted + ". For this cluster " + priced;
+  if (nSkipped > 0) c.method += "; " + std::to_string(nSkipped) + " record(s) not priced, the first: " + skipped;
+  return c;
+}
+
 }  // namespace
 
 const char* toString(Status s) noexcept {
@@ -45,7 +91,8 @@ UseConfidence ConfidenceTable::forClass(const std::string& id) const {
     u.note = it == classes_.end() ? "no measurement" : it->second.method;
     return u;
   }
-  u.status = Status::Validated;
+  u.status = it->second.regime.empty() ? Status::Validated : Status::Extrapolated;
+  if (!it->second.regime.empty()) u.note = "measured: " + it->second.regime;
   return u;
 }
 
@@ -96,7 +143,8 @@ UseConfidence ConfidenceTable::forComm(CommDomain domain, const std::string& op,
 
 ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* validation,
                                 const std::string& validationGpu, const std::string& why, const KernelModels* kernels,
-                                const std::string& planGpu, const LayeredValidation* layered) {
+                                const std::string& planGpu, const LayeredValidation* layered,
+                                const std::vector<FusedNodesValidation>* fusedNodes) {
   ConfidenceTable t;
   {
     ConfidenceClass c;
@@ -118,7 +166,8 @@ ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* v
          "no attention kernel has been measured",
          "",
          {},
-         {}});
+         {},
+         ""});
   // Every other class of the census: no kernel model yet (issue 32 item 3), so the roofline prices it.
   for (int k = 0; k < kKernelClasses; ++k) {
     const auto cls = static_cast<KernelClass>(k);
@@ -129,7 +178,8 @@ ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* v
            "roofline: unmeasured (no kernel records of this class)",
            "",
            {},
-           {}});
+           {},
+           ""});
   }
   // Every class with kernel records: the kernel models' leave-one-shape-out error per GPU.
   for (int k = 0; kernels && k < kKernelClasses; ++k) {
@@ -206,23 +256,17 @@ ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* v
          "no pipelined training step has been measured",
          "",
          {},
-         {}});
+         {},
+         ""});
   t.add({"model.overlap",
          "what the step model hides: gradient buckets behind the backward pass, ZeRO gathers",
          std::nullopt,
          "no training step has been measured",
          "",
          {},
-         {}});
-  t.add({"fused",
-         "fused operators (AllGather+GEMM, GEMM+ReduceScatter, GEMM+AllReduce)",
-         std::nullopt,
-         "validated only where the network is the slow part: ranks sharing one GPU as nodes over loopback TCP "
-         "(docs/results.md, gated at 10 % median); not measured across GPUs (NVLink) or a real network: priced by "
-         "the fused schedules' own model (closed form, SimGrid replay across nodes)",
-         "",
          {},
-         {}});
+         ""});
+  t.add(fusedClass(fusedNodes));
   return t;
 }
 

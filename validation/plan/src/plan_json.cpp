@@ -305,7 +305,9 @@ std::string planToJson(const PlanResult& plan, const std::string& commit, int in
   Json classes = Json::object();
   for (const auto& [id, c] : plan.confidence.classes()) {
     Json cj = {{"what", c.what}, {"method", c.method}};
-    cj["status"] = c.error ? "measured" : (id == "fused" ? "not available" : "not validated");
+    // A class measured only in a regime no use is in (ConfidenceClass::regime) is extrapolated wherever it is used.
+    cj["status"] = c.error ? (c.regime.empty() ? "measured" : "extrapolated")
+                           : (id == "fused" ? "not available" : "not validated");
     cj["error"] = c.error ? statsJson(*c.error) : Json(nullptr);
     cj["measured_gpu"] = c.measuredGpu;
     cj["measured_ranks"] = c.measuredRanks;

@@ -262,7 +262,14 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
       out += "\n";
     }
   }
-  out += "\nfused: " + plan.fusedStatus + "\n";
+  out += "\nfused: " + plan.fusedStatus;
+  // Measured only in a regime of their own (ranks sharing one GPU over loopback TCP): extrapolated, with the error.
+  if (plan.fusedStatus == "available" && plan.confidence.forClass("fused").status == Status::Extrapolated) {
+    const ConfidenceClass& c = plan.confidence.classes().at("fused");
+    out += ", extrapolated: median |error| " + formatNumber(c.error->medianAbsPct, 3) + " % on " +
+           std::to_string(c.error->n) + " fused records measured on " + c.regime;
+  }
+  out += "\n";
   if (!plan.variants.empty()) {
     // Layered against fused on the baseline cluster: the fused operators' own model prices every GEMM + TP
     // collective pair they replace (not validated until they run on GPUs).

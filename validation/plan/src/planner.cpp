@@ -11,6 +11,7 @@
 #include "mk/error.hpp"
 #include "mk/util/size.hpp"
 #include "mk/validation/prediction_cache.hpp"
+#include "mk/validation/validate_fused_nodes.hpp"
 #include "mk/validation/validate_layered.hpp"
 #include "planner_internal.hpp"
 
@@ -241,6 +242,20 @@ class PlanRun {
   /// The communication side: the simulator validated on the committed collectives, then every class's confidence.
   void validateModels() {
     const auto tv = Clock::now();
+    // The fused operators across nodes: every data directory of --measured with a manifest, through its chain
+    // (mk-validate --fused-nodes). First, before any progress line: a broken manifest, calibration or record file is
+    // bad input, one line naming the file; a record the model cannot price is listed in the class.
+    std::vector<FusedNodesValidation> fusedNodes;
+    for (const std::string& dir : findFusedNodesDirs(in_.measuredDir)) {
+      ValidationOptions vo;
+      vo.jobs = in_.pricer.jobs;
+      vo.skipBad = true;
+      PredictionCache cache(in_.cacheDir);
+      vo.cache = &cache;
+      fusedNodes.push_back(validateFusedNodes(dir, vo));
+    }
+    for (const FusedNodesValidation& v : fusedNodes)
+      say("fused operators across nodes: " + std::to_string(v.fused.rows.size()) + " records of " + v.manifest.dir);
     std::optional<ValidationResult> validation;
     std::optional<LayeredValidation> layered;
     std::string validationGpu;
@@ -255,7 +270,7 @@ class PlanRun {
     out_.stats.validationS = since(tv);
     out_.confidence = buildConfidence(out_.gemm->samples.empty() ? nullptr : &*out_.gemm,
                                       validation ? &*validation : nullptr, validationGpu, out_.validationNote,
-                                      &out_.kernels, out_.cluster.node.gpu, layered ? &*layered : nullptr);
+                                      &out_.kernels, out_.cluster.node.gpu, layered ? &*layered : nullptr, &fusedNodes);
     out_.fusedStatus = fused_.available() ? "available" : fused_.unavailableReason();
   }
 

@@ -40,14 +40,23 @@ check "no temporary directory is left" bash -c "! compgen -G '$work/.rep*' >/dev
 check "plan.json says the fused variant is priced" grep -q '"status": "available"' "$work/a.json"
 check "plan.json has a fused speedup" grep -Eq '"fused_speedup": [0-9]' "$work/a.json"
 check "the page says the fused variant is priced" grep -q 'fused: available' "$work/rep/index.html"
-check "the priced fused variant is marked not validated, not as a failure" \
-  bash -c "grep -q \"class='nv'>fused: available, not validated\" '$work/rep/index.html' && ! grep -q \"class='bad'>fused\" '$work/rep/index.html'"
-check "plan.json says what of the fused operators ran" grep -q 'validated only where the network is the slow part' "$work/a.json"
+# The committed fused records across nodes (measured/internode/fused-nodes): the fused class carries their error,
+# extrapolated to the planned cluster, and says what was not measured.
+check "the priced fused variant is marked extrapolated, neither validated nor failed" \
+  bash -c "grep -q \"class='ex'>fused: available, extrapolated\" '$work/rep/index.html' && ! grep -q \"fused: available, not validated\" '$work/rep/index.html' && ! grep -q \"class='bad'>fused\" '$work/rep/index.html'"
+check "plan.json's fused class carries the error measured over loopback TCP, not NVLink" python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1]))["confidence"]["classes"]["fused"]
+assert c["status"] == "extrapolated" and c["error"]["n"] > 0 and c["error"]["median_abs_err_pct"] >= 0, c
+assert "loopback" in c["method"] and "not measured across GPUs (NVLink)" in c["method"], c["method"]
+assert c["measured_gpu"].startswith("NVIDIA H100"), c' "$work/a.json"
 check "the page marks numbers that are not validated" grep -q 'not validated' "$work/rep/index.html"
 check "every image of the page exists" bash -c "for f in \$(grep -o \"src='[^']*'\" '$work/rep/index.html' | cut -d\"'\" -f2); do test -s '$work/rep/'\$f || exit 1; done"
 expect 0 'GPUs +layered +fused +speedup' -- "${run[@]}"
 # the headline first, the table's bottleneck and memory columns, counts without exponents, in 120 columns
 "${run[@]}" >"$work/table.txt" 2>/dev/null
+check "the terminal says the fused prices are extrapolated, with their error" \
+  grep -Eq '^fused: available, extrapolated: median \|error\| [0-9.]+ % on [1-9][0-9]* fused records' "$work/table.txt"
 check "the terminal starts with the headline" grep -Eq '^headline: tiny on 32 x NVIDIA H200 .*step [0-9.]+ ms ±[0-9.]+ %' "$work/table.txt"
 check "the headline calls fusing modelled, not validated" \
   bash -c "sed -n '/^headline:/,/^workload:/p' '$work/table.txt' | tr -s ' \n' ' ' | grep -q '(modelled, not validated)'"
@@ -109,6 +118,11 @@ expect 0 'validation: ([0-9]+) distinct predictions, \1 of them from the cache' 
 expect 0 ', 0 of them from the cache' -- "${small[@]}" --cache none --json "$work/c3.json"
 check "a plan from the cache is the plan simulated afresh" cmp -s "$work/c2.json" "$work/c3.json"
 check "the cached and the fresh plan agree with the first" cmp -s "$work/c1.json" "$work/c3.json"
+check "without fused records across nodes the fused class has no error and says where it was validated" python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1]))["confidence"]["classes"]["fused"]
+assert c["status"] == "not available" and c["error"] is None, c
+assert "validated only where the network is the slow part" in c["method"], c["method"]' "$work/c1.json"
 check "a replaced report is complete" test -s "$work/rep/index.html"
 check "no old report is left next to it" bash -c "! compgen -G '$work/.rep*' >/dev/null"
 # --json inside the --report folder: refused before any simulation, naming both, the previous report left whole
@@ -251,6 +265,9 @@ printf '%s\n' '{"schema": "mkernel.measurement.v1", "system": {"gpu": "NVIDIA H1
 expect 2 'steps.json: records\[0\]\.workload: ' -- "$tool" --check-steps --measured "$work/steps-bad"
 one_line_error "$tool" --check-steps --measured "$work/steps-bad"
 expect 2 'steps.json: records\[0\]\.workload: ' -- "${tiny[@]}" --gpus 8 --measured "$work/steps-bad" --cache none
+# a broken fused-nodes manifest under --measured is bad input naming the file and the field, never silently dropped
+mkdir -p "$work/fn-bad/sub" && echo '{"schema": "mkernel.fused-validation.v1"}' >"$work/fn-bad/sub/fused-validation.json"
+bad "fn-bad/sub/fused-validation.json: missing field 'regime'" -- "${tiny[@]}" --gpus 8 -q --measured "$work/fn-bad" --cache none
 
 # goodput under failures: a table per variant, "unknown" where an input is missing, the same plan.json twice;
 # bad values of the failure keys are exit 2 naming the key
@@ -263,6 +280,8 @@ check "goodput: a missing checkpoint write is unknown, not a number" grep -q 'un
 check "goodput: the report has its table, unknown included" \
   bash -c 'grep -q "<h2>Goodput under failures</h2>" "$0" && grep -q "unknown: checkpoint write" "$0"' \
   "$work/frep/index.html"
+check "without --measured the page marks the priced fused variant not validated" \
+  grep -q "class='nv'>fused: available, not validated" "$work/frep/index.html"
 bad "--what-if 'mtbf=gpu:0h': mtbf must be a duration > 0" -- "${run[@]}" --what-if mtbf=gpu:0h
 bad "--what-if 'restart=-1s': restart must be a duration >= 0" -- "${run[@]}" --what-if restart=-1s
 bad "--what-if 'mtbf=gpu:50000y': mtbf: unknown unit 'y'" -- "${run[@]}" --what-if mtbf=gpu:50000y

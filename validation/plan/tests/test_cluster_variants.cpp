@@ -170,3 +170,36 @@ TEST_CASE("confidence: a plan's collectives carry the layered model's error, our
   // No impl: nccl record of an op: not validated, whatever our engine measured.
   CHECK(t.forComm(CommDomain::NvLink, "alltoall", 2, "NVIDIA H200").status == Status::NotValidated);
 }
+
+TEST_CASE("confidence: the fused class carries the error across nodes, extrapolated to every use") {
+  // Rows as validateFusedNodes gives them for one data directory: 5, 10 and 40 % off.
+  FusedNodesValidation v;
+  v.manifest.regime = "ranks sharing one GPU over loopback TCP; not measured across GPUs (NVLink)";
+  v.manifest.base = "dgx-h100";
+  v.gpu = "NVIDIA H100 80GB HBM3";
+  for (double e : {5.0, -10.0, 40.0}) {
+    FusedRow r;
+    r.request.spec.op = FusedOp::GemmReduceScatter;
+    r.request.nRanks = 2;
+    r.simErrPct = e;
+    v.fused.rows.push_back(r);
+  }
+  v.fused.skipped.push_back({"x.json", 3, "x.json: records[3]: not priced: no split"});
+  const std::vector<FusedNodesValidation> fusedNodes{v};
+  const ConfidenceTable t = buildConfidence(nullptr, nullptr, "", "", nullptr, "NVIDIA H200", nullptr, &fusedNodes);
+  const ConfidenceClass& c = t.classes().at("fused");
+  REQUIRE(c.error);
+  CHECK(c.error->n == 3);
+  CHECK(c.error->medianAbsPct == 10);
+  CHECK(c.measuredGpu == "NVIDIA H100 80GB HBM3");
+  CHECK(c.method.find("loopback TCP") != std::string::npos);
+  CHECK(c.method.find("1 record(s) not priced, the first: x.json: records[3]") != std::string::npos);
+  const UseConfidence u = t.forClass("fused");
+  CHECK(u.status == Status::Extrapolated);
+  CHECK(u.note.find("not measured across GPUs (NVLink)") != std::string::npos);
+  // Without fused records across nodes: no error, and not validated where used.
+  const std::vector<FusedNodesValidation> none;
+  const ConfidenceTable t0 = buildConfidence(nullptr, nullptr, "", "", nullptr, "NVIDIA H200", nullptr, &none);
+  CHECK_FALSE(t0.classes().at("fused").error);
+  CHECK(t0.forClass("fused").status == Status::NotValidated);
+}

@@ -6,6 +6,8 @@
 //   * GEMMs: the GEMM model's leave-one-shape-out error on the cuBLAS records;
 //   * collectives inside a node: the simulator's error on the committed records of this project's engine
 //     (mk-validate's comparison, run on the plan's own profile);
+//   * the fused operators: the simulator's error on the committed fused records across nodes (mk-validate
+//     --fused-nodes), extrapolated wherever a plan uses it (they ran with ranks sharing one GPU over loopback TCP);
 // a class nothing measured is "not validated". A use of a measured class outside what was measured (another GPU
 // model, more ranks) is "extrapolated" and says what was measured.
 #pragma once
@@ -19,6 +21,7 @@
 #include "mk/plan/kernel_model.hpp"
 #include "mk/plan/pricer.hpp"
 #include "mk/validation/validate.hpp"
+#include "mk/validation/validate_fused_nodes.hpp"
 #include "mk/validation/validate_layered.hpp"
 
 namespace mk::plan {
@@ -43,6 +46,9 @@ struct ConfidenceClass {
   /// Kernel classes: the leave-one-shape-out error on each GPU model with records (`error` is the plan's GPU's
   /// when it has records, else the first one's).
   std::map<std::string, ErrorStats> errorByGpu;
+  /// Where the error was measured when no use of the class is in that regime (the fused operators: ranks sharing
+  /// one GPU over loopback TCP, never NVLink): every use is extrapolated and says this. "" when uses can match.
+  std::string regime;
 };
 
 /// The confidence of one use of a class.
@@ -65,7 +71,8 @@ class ConfidenceTable {
   /// A collective `op` ("allreduce", ..., "sendrecv") inside a node or across nodes (`domain`) of `groupSize`
   /// ranks on `gpu`: the class "comm.<domain>.<op>".
   UseConfidence forComm(CommDomain domain, const std::string& op, uint32_t groupSize, const std::string& gpu) const;
-  /// A class without a regime (the step model's composition: "model.pipeline", "model.overlap").
+  /// A class without a regime (the step model's composition: "model.pipeline", "model.overlap"), or one measured
+  /// only in a regime of its own (ConfidenceClass::regime: extrapolated, the note says where it was measured).
   UseConfidence forClass(const std::string& id) const;
 
  private:
@@ -77,10 +84,13 @@ class ConfidenceTable {
 /// rows on the committed collectives of our engine (null: none could be run, `why` says so), and the layered
 /// model's rows on the committed `impl: nccl` records (null: none). A plan's collectives are the layered
 /// baseline's (NCCL, the nccl-* family): their classes (comm.*) carry the layered model's error; our engine's
-/// error is its own class (engine.*), for what our engine runs (the fused operators).
+/// error is its own class (engine.*), for what our engine runs (the fused operators). The class "fused" carries the
+/// error of the fused records across nodes (`fusedNodes`: the chain of each committed data directory, pooled) in
+/// the regime they measured; without them (null or empty) it says where the fused operators were validated.
 ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* validation,
                                 const std::string& validationGpu, const std::string& why,
                                 const KernelModels* kernels = nullptr, const std::string& planGpu = "",
-                                const LayeredValidation* layered = nullptr);
+                                const LayeredValidation* layered = nullptr,
+                                const std::vector<FusedNodesValidation>* fusedNodes = nullptr);
 
 }  // namespace mk::plan
