@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "expect_error.hpp"
+#include "mk/cost/cost.hpp"
+#include "mk/cost/step_cost.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/executor.hpp"
 #include "mk/exec/numeric.hpp"
@@ -21,6 +23,7 @@
 #include "mk/schedule/pack.hpp"
 #include "mk/schedule/route.hpp"
 #include "mk/schedule/validate.hpp"
+#include "mk/topology/topology.hpp"
 
 using namespace mk;
 
@@ -495,4 +498,15 @@ TEST_CASE("route: the cost attributes price a route and a gather by the bytes th
   const Step& gather = f.s.lanes[1][0].steps[5];
   REQUIRE(gather.kind == StepKind::Gather);
   CHECK(gather.bytes == 4 * f.H * 2 + 4 * 4);  // expected = capacity / 2 rows, and their indices
+  // The timeline prices both on the rank's memory like a local copy of their bytes (one lane uses it).
+  const Profile p = defaultProfile(topologyPreset("h200x2"));
+  const Timeline t = simulateUncontended(f.s, p);
+  for (const StepTime& st : t.steps)
+    if (st.rank == 1 && st.lane == 0 && (st.step == 0 || st.step == 5)) {
+      const Step& step = f.s.lanes[1][0].steps[st.step];
+      CHECK(st.endUs - st.startUs ==
+            doctest::Approx(stepLaneUs(stepPrice(p, step.kind, step.link, static_cast<double>(step.bytes), false), 1)));
+      CHECK(st.endUs - st.startUs > p.local.alphaUs);
+    }
+  CHECK(t.totalUs > 0);
 }
