@@ -1004,3 +1004,15 @@ TEST_CASE("lowering: a step kind the GPU engine does not run yet is refused, nam
   CHECK(msg.find("the GPU engine does not run grouped-gemm steps yet; run the schedule on the CPU executor") !=
         std::string::npos);
 }
+
+TEST_CASE("lowering: the routing kinds are refused, naming the CPU executor") {
+  for (const StepKind kind : {StepKind::Route, StepKind::Gather}) {
+    Schedule s = gemmSchedule(64, 64, 64);
+    s.lanes[0][0].steps[0].kind = kind;
+    const std::string msg = errorOf(s, 0);
+    CAPTURE(msg);
+    CHECK(msg.find("unsupported") == 0);
+    CHECK(msg.find(std::string("the GPU engine does not run ") + mk::toString(kind) +
+                   " steps yet; run the schedule on the CPU executor") != std::string::npos);
+  }
+}

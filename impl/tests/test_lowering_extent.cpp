@@ -200,3 +200,23 @@ TEST_CASE("lowering extents: a count that is not a multiple of the bound is refu
   CAPTURE(msg);
   CHECK(msg.find("not a multiple of the bound 16 of runtime extent 'tokens'") != std::string::npos);
 }
+
+TEST_CASE("lowering extents: an extent read from a buffer is refused, the engine reading caller words only") {
+  Schedule s = extentRanks();
+  mk::BufferDecl counts;
+  counts.name = "counts";
+  counts.dtype = mk::DType::Int32;
+  counts.kind = mk::BufferKind::Scratch;
+  counts.count = {2, 2};
+  s.buffers.push_back(counts);
+  s.extents[0].sourceBuffer = 3;
+  s.extents[0].sourceElement = 1;
+  mk::Lane lane;
+  lane.steps.push_back(dataStep(StepKind::Copy, mk::bufRef(0, 2, 0), mk::bufRef(0, 0, 0), kBound * kHidden, 0));
+  s.lanes[0] = {lane};
+  const std::string msg = errorOf(s, 0);
+  CAPTURE(msg);
+  CHECK(msg.find("unsupported") == 0);
+  CHECK(msg.find("runtime extent 'tokens' is read from element 1 of a buffer") != std::string::npos);
+  CHECK(msg.find("run the schedule on the CPU executor") != std::string::npos);
+}

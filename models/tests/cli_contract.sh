@@ -84,6 +84,7 @@ rm -f "$work/big.json"
 expect 2 "unknown --op 'allsum'" -- "$tool" --op allsum --json "$work/x.json"
 expect 2 "unknown algorithm 'star'" -- "$tool" --algo star --json "$work/x.json"
 expect 2 "unknown --dtype 'int7'" -- "$tool" --dtype int7 --json "$work/x.json"
+expect 2 "--dtype 'int32' is an integer type" -- "$tool" --dtype int32 --json "$work/x.json"
 expect 2 "unknown --redop" -- "$tool" --redop prod
 expect 2 "unknown cluster 'dgx-a1'" -- "$tool" --cluster dgx-a1 --json "$work/x.json"
 expect 2 "ranks must be >= 1" -- "$tool" --ranks 0

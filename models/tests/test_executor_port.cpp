@@ -214,6 +214,19 @@ TEST_CASE("executor port: steps that reach another process other than by proxypu
                                          "processes (this process runs rank 0)"),
                        Error);
   CHECK(port.begun == 0);  // refused before the run met anyone
+  // A proxyput sized by an extent read from a buffer: the port sizes commands from the caller's values only.
+  s = pingPong();
+  s.buffers.push_back(BufferDecl{"n", DType::Int32, BufferKind::Input, {1, 1}});
+  ExtentDecl n{"n", 8, 8.0};
+  n.sourceBuffer = 1;
+  s.extents = {n};
+  s.lanes[0][0].steps[0].extent = 0;
+  HostMemory withCount = HostMemory::allocate(s, {0});
+  CHECK_THROWS_WITH_AS(execute(s, withCount, opt),
+                       doctest::Contains("rank 0 lane 0 (inter-send) step 0 (proxyput): its extent 'n' is read from a "
+                                         "buffer, but the proxy port sizes a proxyput from the caller's values"),
+                       Error);
+  CHECK(port.begun == 0);
   // A barrier needs every rank.
   s = pingPong();
   s.nBarriers = 1;

@@ -14,6 +14,7 @@
 #include "mk/error.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/schedule/pack.hpp"
+#include "mk/schedule/route.hpp"
 #include "mk/schedule/schedule.hpp"
 
 namespace {
@@ -119,6 +120,22 @@ Schedule randomSchedule(uint32_t seed, uint32_t nRanks = 3, uint32_t stepsPerLan
           case StepKind::GroupedGemm:
             st.aux = 0;
             st.count = 1 + pick(2);
+            st.dst = opnd();
+            st.a = opnd();
+            st.b = opnd();
+            break;
+          // Not drawn either; their round trips are in test_route.cpp.
+          case StepKind::Route:
+            st.aux = 2;
+            st.count = 2 * (1 + pick(99));
+            st.value = routeValue(8, 1 + static_cast<uint32_t>(pick(9)));
+            st.dst = opnd();
+            st.a = opnd();
+            break;
+          case StepKind::Gather:
+            st.aux = 4;
+            st.count = 4 * (1 + pick(99));
+            st.value = 1 + pick(99);
             st.dst = opnd();
             st.a = opnd();
             st.b = opnd();
@@ -636,7 +653,8 @@ TEST_CASE("pack: bad magic bad version and inconsistent sizes are rejected") {
     }
   };
   expect(withHeader([](PackedHeader& h) { h.magic = 0x12345678; }), "bad magic");
-  expect(withHeader([](PackedHeader& h) { h.version = 3; }), "unsupported version 3");
+  expect(withHeader([](PackedHeader& h) { h.version = 4; }), "unsupported version 4");
+  expect(withHeader([](PackedHeader& h) { h.version = 2; }), "pack the schedule again");  // before extent sources
   expect(withHeader([](PackedHeader& h) { h.nSteps += 1; }), "header says");
   expect(withHeader([](PackedHeader& h) { h.nSteps = ~uint64_t{0}; }), "overflow");
 }

@@ -104,13 +104,14 @@ TEST_CASE("types: link class names round trip through parseLinkClass") {
 }
 
 TEST_CASE("types: step kind names round trip and proxy-put is an alias") {
-  checkRoundTrip<StepKind>(9, parseStepKind,
-                           {"copy", "reduce", "put", "proxyput", "signal", "wait", "gemm", "barrier", "grouped-gemm"});
+  checkRoundTrip<StepKind>(
+      11, parseStepKind,
+      {"copy", "reduce", "put", "proxyput", "signal", "wait", "gemm", "barrier", "grouped-gemm", "route", "gather"});
   CHECK(parseStepKind("proxy-put") == StepKind::ProxyPut);
 }
 
 TEST_CASE("types: the step-kind table answers what sites used to spell out kind by kind") {
-  CHECK(kStepKindCount == 9);
+  CHECK(kStepKindCount == 11);
   CHECK_FALSE(isStepKind(static_cast<uint8_t>(kStepKindCount)));
   CHECK(std::string(kindInfo(static_cast<StepKind>(200)).name) == "?");  // no out-of-range read
   CHECK(kindInfo(static_cast<StepKind>(200)).fields == 0);
@@ -127,8 +128,11 @@ TEST_CASE("types: the step-kind table answers what sites used to spell out kind 
   CHECK_FALSE(kindInfo(StepKind::Put).remote);
   CHECK(kindInfo(StepKind::Put).protocol);
   CHECK_FALSE(kindInfo(StepKind::Copy).protocol);
-  // Every kind but the grouped gemm runs on the GPU engine; the lowering refuses the others.
-  for (const StepKindInfo& k : kStepKinds) CHECK(k.gpu == (k.kind != StepKind::GroupedGemm));
+  // Every kind but the grouped gemm and the routing kinds runs on the GPU engine; the lowering refuses the others.
+  for (const StepKindInfo& k : kStepKinds)
+    CHECK(k.gpu == (k.kind != StepKind::GroupedGemm && k.kind != StepKind::Route && k.kind != StepKind::Gather));
+  CHECK(kindInfo(StepKind::Route).extent == StepExtent::Indexed);
+  CHECK((kindInfo(StepKind::Gather).fields & kFieldExtent) != 0);
   CHECK(kindInfo(StepKind::GroupedGemm).extent == StepExtent::Tile);
   CHECK((kindInfo(StepKind::GroupedGemm).fields & kFieldCount) != 0);
 }
@@ -154,7 +158,7 @@ TEST_CASE("types: unknown empty and mis-cased names are rejected") {
 
 TEST_CASE("types: out of range enum values print a placeholder instead of crashing") {
   CHECK(std::string(toString(static_cast<DType>(7))) == "?");
-  CHECK(dtypeSize(static_cast<DType>(5)) == 0);
+  CHECK(dtypeSize(static_cast<DType>(6)) == 0);
   CHECK(std::string(toString(static_cast<StepKind>(200))) == "?");
   CHECK(std::string(toString(static_cast<LaneRole>(9))) == "?");
   CHECK(std::string(toString(static_cast<BufferKind>(4))) == "?");

@@ -147,6 +147,7 @@ TEST_CASE("workload: JSON round trip, preset overrides, and parse errors naming 
       {"layout.dp must be a positive integer or \"auto\""});
   bad(R"({"preset": "llama3-70b", "layout": {"ppSchedule": "zb"}})", ErrorCode::ParseError, {"layout.ppSchedule"});
   bad(R"({"preset": "llama3-70b", "training": {"dtype": "int8"}})", ErrorCode::ParseError, {"training.dtype"});
+  bad(R"({"preset": "llama3-70b", "training": {"dtype": "int32"}})", ErrorCode::ParseError, {"training.dtype"});
   bad(R"({"preset": "llama3-70b", "layout": {"tp": 5}})", ErrorCode::InvalidArgument, {"layout.tp 5"});
   bad(R"({"preset": "gpt5"})", ErrorCode::NotFound, {"unknown workload preset 'gpt5'"});
   bad(R"({"schema": "mkernel.workload.v1", "training": {"seq": 1, "microBatch": 1, "globalBatch": 1}})",

@@ -39,6 +39,12 @@ void lowerStepExtent(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t s
                  std::to_string(s.extents.size()) + " extents");
   const ExtentDecl& d = s.extents[st.extent];
   const std::string name = extentName(s, st.extent);
+  if (d.sourced())
+    failStep(s, rank, lane, step, ErrorCode::Unsupported,
+             name + " is read from element " + std::to_string(d.sourceElement) +
+                 " of a buffer (a count the schedule "
+                 "computes): the GPU engine takes extent values from the caller's words only; run the schedule "
+                 "on the CPU executor");
   if (st.kind == StepKind::ProxyPut)
     failStep(s, rank, lane, step, ErrorCode::Unsupported,
              "a ProxyPut with " + name +

@@ -67,13 +67,16 @@ StepResource stepResource(const Schedule& s, const Step& st, uint32_t rank, uint
     case StepKind::GroupedGemm: return StepResource::Tensor;
     case StepKind::Copy:
     case StepKind::Reduce:
+    case StepKind::Route:
+    case StepKind::Gather:
       if (st.link == LinkClass::NVLink) return StepResource::NvLink;
       if (st.link == LinkClass::Local) return StepResource::Memory;
       if (st.link == LinkClass::Network)
         badStep(s, rank, lane, step,
-                "a copy or reduce cannot touch another node's memory (link network): use a ProxyPut");
+                std::string("a ") + toString(st.kind) +
+                    " cannot touch another node's memory (link network): use a ProxyPut");
       badStep(s, rank, lane, step,
-              std::string("a copy or reduce needs link local or nvlink (got ") + toString(st.link) +
+              std::string("a ") + toString(st.kind) + " needs link local or nvlink (got " + toString(st.link) +
                   "): call fillCostAttributes() first");
     default: return StepResource::None;
   }
@@ -183,6 +186,8 @@ StepPrice stepPrice(const Profile& p, StepKind kind, LinkClass link, double amou
   pr.unitsPerUs = kBytesPerUsPerGBs;
   switch (kind) {
     case StepKind::Copy:
+    case StepKind::Route:   // memory traffic: its ids and layout
+    case StepKind::Gather:  // a copy through an index list
       if (link == LinkClass::NVLink) {
         pr.resource = StepResource::NvLink;
         pr.alphaUs = p.nvlink.alphaUs;
@@ -277,7 +282,7 @@ StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra
         requireSyncReferences(s, r, l, i);
         if (st.kind == StepKind::Barrier) ++barrierParticipants_[st.aux];
         if (extra) extra(r, l, i, res);
-        copyLocal = copyLocal || (st.kind == StepKind::Copy && res == StepResource::Memory);
+        copyLocal = copyLocal || (st.kind != StepKind::Reduce && res == StepResource::Memory);
         nvlink = nvlink || res == StepResource::NvLink;
         reduce = reduce || st.kind == StepKind::Reduce;
         network = network || kindInfo(st.kind).remote;

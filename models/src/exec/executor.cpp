@@ -40,6 +40,7 @@
 #include "mk/exec/numeric.hpp"
 #include "mk/schedule/check.hpp"
 #include "mk/util/range.hpp"
+#include "route_exec.hpp"
 #include "worker_pool.hpp"
 
 namespace mk {
@@ -250,6 +251,11 @@ class Executor final : public RemoteEndpoint {
                      ", which another process runs; only a proxyput crosses processes");
           };
           if (info.remote) {
+            if (opt_.proxy && st.extent < s_.extents.size() && s_.extents[st.extent].sourced())
+              throw Error(ErrorCode::Unsupported,
+                          describeStep(s_, rank, lane, i) + ": its extent '" + s_.extents[st.extent].name +
+                              "' is read from a buffer, but the proxy port sizes a proxyput from the caller's values "
+                              "(ExecOptions::extents); give that extent's values as the caller, or run without a port");
             // A signal-only proxyput (count 0) has no data operands: its destination is its flag's rank.
             if (st.count > 0) needLocal("a", st.a.rank);
             if (!opt_.proxy)
@@ -511,6 +517,8 @@ class Executor final : public RemoteEndpoint {
       invalid(ls, stepIdx, "dst partially overlaps an input (only exact aliasing is allowed)");
     if (!isRedOp(static_cast<uint8_t>(st.op)))
       invalid(ls, stepIdx, "unknown reduction op " + std::to_string(static_cast<int>(st.op)));
+    if (dtypeInfo(dst.dtype).integer || dtypeInfo(a.dtype).integer || dtypeInfo(b.dtype).integer)
+      invalid(ls, stepIdx, "a reduce does not take int32 operands (integers are routing data, never reduced)");
     const uint64_t n = st.count;
     if (redOpInfo(st.op).shape == RedOpShape::LseRows) {
       if (st.aux == 0 || n % (uint64_t{st.aux} + 1) != 0)
@@ -570,7 +578,10 @@ class Executor final : public RemoteEndpoint {
           ls, stepIdx,
           "gemm index " + std::to_string(st.aux) + " is out of range (" + std::to_string(s_.gemms.size()) + " shapes)");
     const GemmShape& g = s_.gemms[st.aux];
-    const uint64_t m = runtimeRows(s_, g, ls.rank, opt_.extents), n = g.n, k = g.k;
+    const uint64_t m = g.extent < s_.extents.size()
+                           ? scaleToExtent(g.m, s_.extents[g.extent].bound, extentAt(ls, stepIdx, g.extent))
+                           : g.m;
+    const uint64_t n = g.n, k = g.k;
     if (m == 0 || n == 0) return;
     const bool bColMajor = (st.flags & kStepBColMajor) != 0;
     if (g.ldc < n) invalid(ls, stepIdx, "ldc " + std::to_string(g.ldc) + " < n " + std::to_string(n));
@@ -580,6 +591,8 @@ class Executor final : public RemoteEndpoint {
               "ldb " + std::to_string(g.ldb) + " < " + (bColMajor ? "k " : "n ") + std::to_string(bColMajor ? k : n));
     const uint64_t cExtent = (m - 1) * g.ldc + n;
     const BoundBuffer& c = operand(ls, stepIdx, "dst (C)", st.dst, cExtent);
+    if (dtypeInfo(c.dtype).integer)
+      invalid(ls, stepIdx, std::string("C is ") + toString(c.dtype) + ": a gemm writes a floating-point type");
     const bool accumulate = (st.flags & kStepAccumulate) != 0;
     if (k == 0) {
       if (!accumulate)
@@ -619,10 +632,63 @@ class Executor final : public RemoteEndpoint {
       }
   }
 
+  // ---- routing as data (route.hpp) -------------------------------------------------------------------
+  /// Value of extent `e` (an index in range) for step `stepIdx` of `ls`: read from its source on the executing rank
+  /// when it has one, else the caller's (ExecOptions::extents). A source value outside [0, bound] is refused.
+  uint64_t extentAt(const LaneState& ls, uint32_t stepIdx, uint32_t e) const {
+    const ExtentDecl& d = s_.extents[e];
+    if (!d.sourced()) return extentValue(s_, opt_.extents, ls.rank, e);
+    const std::string what = "source of extent '" + d.name + "'";
+    const BoundBuffer& src = operand(ls, stepIdx, what.c_str(), bufRef(ls.rank, d.sourceBuffer, d.sourceElement), 1);
+    if (!dtypeInfo(src.dtype).integer) invalid(ls, stepIdx, what + " is " + toString(src.dtype) + ", expected int32");
+    int32_t v;
+    std::memcpy(&v, src.data + d.sourceElement * sizeof v, sizeof v);
+    if (v < 0 || static_cast<uint64_t>(v) > d.bound)
+      throw Error(ErrorCode::InvalidArgument,
+                  describeStep(s_, ls.rank, ls.lane, stepIdx) + ": extent '" + d.name + "' of rank " +
+                      std::to_string(ls.rank) + " is " + std::to_string(v) + " (element " +
+                      std::to_string(d.sourceElement) + " of buffer '" + s_.buffers[d.sourceBuffer].name +
+                      "'), outside [0, its bound " + std::to_string(d.bound) +
+                      "]: the routing overflows this capacity (generate the schedule for a larger bound)");
+    return static_cast<uint64_t>(v);
+  }
+
+  void route(const LaneState& ls, uint32_t stepIdx, const Step& st) {
+    const RouteShape rs = routeShape(st);
+    if (rs.topk == 0 || rs.experts == 0 || rs.capacity == 0 || st.count % rs.topk != 0)
+      invalid(ls, stepIdx, "topk, experts and capacity must be >= 1 and count a multiple of topk");
+    const IndexedElements n = indexedElements(st);
+    const BoundBuffer& dst = operand(ls, stepIdx, "dst", st.dst, n.dst);
+    const BoundBuffer& a = operand(ls, stepIdx, "a", st.a, n.a);
+    if (!dtypeInfo(dst.dtype).integer || !dtypeInfo(a.dtype).integer)
+      invalid(ls, stepIdx, "a route reads int32 ids and writes an int32 layout");
+    if (anyOverlap(st.dst, n.dst, st.a, n.a)) invalid(ls, stepIdx, "the layout overlaps the ids");
+    detail::runRoute(rs, a.data + st.a.offset * sizeof(int32_t), dst.data + st.dst.offset * sizeof(int32_t), ls.rank,
+                     describeStep(s_, ls.rank, ls.lane, stepIdx));
+  }
+
+  void gather(const LaneState& ls, uint32_t stepIdx, const Step& st) {
+    if (st.aux == 0 || st.count % st.aux != 0) invalid(ls, stepIdx, "count must be a whole number of rows >= 1");
+    if (st.count == 0) return;  // a runtime extent of 0
+    const IndexedElements n = indexedElements(st);
+    const BoundBuffer& dst = operand(ls, stepIdx, "dst", st.dst, n.dst);
+    const BoundBuffer& a = operand(ls, stepIdx, "a", st.a, n.a);
+    const BoundBuffer& b = operand(ls, stepIdx, "b", st.b, n.b);
+    if (dst.dtype != a.dtype || !dtypeInfo(b.dtype).integer)
+      invalid(ls, stepIdx, "a gather moves rows of one dtype through int32 indices");
+    if (anyOverlap(st.dst, n.dst, st.a, n.a) || anyOverlap(st.dst, n.dst, st.b, n.b))
+      invalid(ls, stepIdx, "dst overlaps its source rows or its indices");
+    const std::size_t esize = dtypeSize(dst.dtype);
+    detail::runGather(dst.data + st.dst.offset * esize, a.data + st.a.offset * esize,
+                      b.data + st.b.offset * sizeof(int32_t), n.b, st.aux * esize, st.value, ls.rank,
+                      describeStep(s_, ls.rank, ls.lane, stepIdx));
+  }
+
   void runStep(LaneState& ls, uint32_t stepIdx, const Step& st) {
     if (st.extent != kNoExtent) {  // the step as this rank runs it: count resolved against its extent value
       Step resolved = st;
-      resolved.count = runtimeCount(s_, st, ls.rank, opt_.extents);
+      if (st.extent < s_.extents.size())
+        resolved.count = scaleToExtent(st.count, s_.extents[st.extent].bound, extentAt(ls, stepIdx, st.extent));
       resolved.extent = kNoExtent;
       runStep(ls, stepIdx, resolved);
       return;
@@ -647,6 +713,8 @@ class Executor final : public RemoteEndpoint {
       case StepKind::Gemm: gemm(ls, stepIdx, st); return;
       case StepKind::GroupedGemm: forEachGemm(s_.gemms, st, [&](const Step& one) { gemm(ls, stepIdx, one); }); return;
       case StepKind::Barrier: barrier(ls, stepIdx, st); return;
+      case StepKind::Route: route(ls, stepIdx, st); return;
+      case StepKind::Gather: gather(ls, stepIdx, st); return;
     }
     invalid(ls, stepIdx, "unknown step kind " + std::to_string(static_cast<int>(st.kind)));
   }

@@ -160,6 +160,22 @@ float fp8ToFloat(uint8_t h, const DTypeInfo& fmt) noexcept {
 
 }  // namespace
 
+int32_t floatToInt32(float f) noexcept {
+  if (std::isnan(f)) return 0;
+  // 2^31 is exact in float; every float at or above it (or at or below -2^31) saturates.
+  if (f >= 2147483648.0f) return std::numeric_limits<int32_t>::max();
+  if (f <= -2147483648.0f) return std::numeric_limits<int32_t>::min();
+  // |f| < 2^31: its integer part and the fraction are exact in float (a float of magnitude >= 2^23 has no
+  // fraction), so the tie test below is exact and needs no rounding mode.
+  const float whole = std::trunc(f);
+  const float frac = std::fabs(f - whole);
+  auto n = static_cast<int64_t>(whole);
+  const bool odd = (n & 1) != 0;
+  if (frac > 0.5f || (frac == 0.5f && odd)) n += f < 0 ? -1 : 1;
+  return static_cast<int32_t>(
+      std::clamp<int64_t>(n, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()));
+}
+
 uint8_t floatToE4m3(float f) noexcept { return floatToFp8(f, dtypeInfo(DType::Float8E4M3)); }
 float e4m3ToFloat(uint8_t h) noexcept { return fp8ToFloat(h, dtypeInfo(DType::Float8E4M3)); }
 uint8_t floatToE5m2(float f) noexcept { return floatToFp8(f, dtypeInfo(DType::Float8E5M2)); }
@@ -185,6 +201,11 @@ float loadElement(DType t, const void* base, uint64_t i) noexcept {
     }
     case DType::Float8E4M3: return e4m3ToFloat(bytes[i]);
     case DType::Float8E5M2: return e5m2ToFloat(bytes[i]);
+    case DType::Int32: {
+      int32_t v;
+      std::memcpy(&v, bytes + i * 4, sizeof v);
+      return static_cast<float>(v);
+    }
   }
   return 0.0f;
 }
@@ -205,6 +226,11 @@ void storeElement(DType t, void* base, uint64_t i, float v) noexcept {
     }
     case DType::Float8E4M3: bytes[i] = floatToE4m3(v); return;
     case DType::Float8E5M2: bytes[i] = floatToE5m2(v); return;
+    case DType::Int32: {
+      const int32_t n = floatToInt32(v);
+      std::memcpy(bytes + i * 4, &n, sizeof n);
+      return;
+    }
   }
 }
 

@@ -12,9 +12,11 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "io_read_json.hpp"
 #include "mk/error.hpp"
 #include "mk/io/json.hpp"
 #include "mk/schedule/pack.hpp"
+#include "mk/schedule/route.hpp"
 #include "mk/util/format.hpp"
 
 namespace mk {
@@ -23,90 +25,7 @@ namespace {
 
 using nlohmann::json;
 
-/// Longest name (buffer, op, algorithm) a schedule may carry.
-constexpr std::size_t kMaxNameBytes = 256;
-
-/// A JSON path kept as a chain of stack frames; formatted only when an error is thrown.
-struct Path {
-  const Path* parent = nullptr;
-  const char* key = nullptr;  ///< member name, or nullptr for an array index
-  std::size_t index = 0;
-
-  Path operator[](const char* k) const { return Path{this, k, 0}; }
-  Path operator[](std::size_t i) const { return Path{this, nullptr, i}; }
-
-  std::string str() const {
-    if (parent == nullptr) return "(top level)";
-    std::string prefix = parent->parent == nullptr ? std::string() : parent->str();
-    if (key != nullptr) return prefix.empty() ? std::string(key) : prefix + "." + key;
-    return prefix + "[" + std::to_string(index) + "]";
-  }
-};
-
-[[noreturn]] void fail(const Path& p, const std::string& msg) {
-  throw Error(ErrorCode::ParseError, p.str() + ": " + msg);
-}
-
-const json& member(const json& obj, const char* key, const Path& p) {
-  auto it = obj.find(key);
-  if (it == obj.end()) fail(p[key], "required field is missing");
-  return *it;
-}
-
-const json* optionalMember(const json& obj, const char* key) {
-  auto it = obj.find(key);
-  return it == obj.end() ? nullptr : &*it;
-}
-
-void expectObject(const json& v, const Path& p) {
-  if (!v.is_object()) fail(p, "expected an object, got " + describeJson(v));
-}
-void expectArray(const json& v, const Path& p) {
-  if (!v.is_array()) fail(p, "expected an array, got " + describeJson(v));
-}
-
-/// Element counts and offsets: at most kMaxElements, so that bytes (count x element size) and offset + count
-/// never overflow and stay exact in a double (the cost model's unit).
-uint64_t asU64(const json& v, const Path& p, uint64_t max = kMaxElements) { return json_get::unsignedInt(v, p, max); }
-uint32_t asU32(const json& v, const Path& p) { return json_get::u32(v, p); }
-/// Names (buffers, ops, algorithms) are identifiers, not documents.
-const std::string& asString(const json& v, const Path& p) { return json_get::text(v, p, kMaxNameBytes); }
-bool asBool(const json& v, const Path& p) { return json_get::boolean(v, p); }
-
-/// "a, b, c" from a name table, for "expected one of" messages.
-template <typename E>
-std::string namesOf(std::initializer_list<E> values) {
-  std::string out;
-  for (E v : values) {
-    if (!out.empty()) out += ", ";
-    out += toString(v);
-  }
-  return out;
-}
-
-template <typename E, typename Parser>
-E asEnum(const json& v, const Path& p, Parser parse, const char* what, const std::string& expected) {
-  const std::string& s = asString(v, p);
-  auto e = parse(s);
-  if (!e) fail(p, std::string("unknown ") + what + " '" + excerpt(s) + "' (expected one of " + expected + ")");
-  return *e;
-}
-
-/// Rejects members not in `allowed`; keys starting with '_' are annotations and always ignored.
-void checkKeys(const json& obj, const Path& p, std::initializer_list<const char*> allowed,
-               std::initializer_list<const char*> ignored = {}) {
-  for (auto it = obj.begin(); it != obj.end(); ++it) {
-    const std::string& k = it.key();
-    if (!k.empty() && k[0] == '_') continue;
-    bool ok = false;
-    for (const char* a : allowed) ok = ok || k == a;
-    for (const char* a : ignored) ok = ok || k == a;
-    if (ok) continue;
-    std::string list;
-    for (const char* a : allowed) list += list.empty() ? std::string(a) : std::string(", ") + a;
-    fail(p, "unknown field '" + excerpt(k) + "' (expected " + list + ")");
-  }
-}
+using namespace io_read;  // NOLINT: the reader's helpers (io_read_json.hpp)
 
 const std::string kDTypeList = dtypeNames();
 const std::string kRedOpList = namesOf({RedOp::Sum, RedOp::Max, RedOp::Min, RedOp::LseMerge});
@@ -212,7 +131,7 @@ class Reader {
       const Path pe = p[e];
       const json& o = v[e];
       expectObject(o, pe);
-      checkKeys(o, pe, {"name", "bound", "expected"});
+      checkKeys(o, pe, {"name", "bound", "expected", "source"});
       ExtentDecl d;
       d.name = asString(member(o, "name", pe), pe["name"]);
       if (d.name.empty()) fail(pe["name"], "an extent name must not be empty");
@@ -222,6 +141,13 @@ class Reader {
       d.expected = static_cast<double>(d.bound);
       if (const json* x = optionalMember(o, "expected"))
         d.expected = json_get::number(*x, pe["expected"], 0.0, static_cast<double>(d.bound));
+      if (const json* x = optionalMember(o, "source")) {
+        const Path ps = pe["source"];
+        if (!x->is_array() || x->size() != 2)
+          fail(ps, "expected a source [\"buffer\", element], got " + describeJson(*x));
+        d.sourceBuffer = bufferId((*x)[0], ps[std::size_t{0}]);
+        d.sourceElement = asU64((*x)[1], ps[1]);
+      }
       extentByName_.emplace(d.name, static_cast<uint32_t>(e));
       s_.extents.push_back(std::move(d));
     }
@@ -282,20 +208,26 @@ class Reader {
     }
   }
 
+  /// The id of the buffer `v` names (a string); `where` is what an unknown name is reported at.
+  uint16_t bufferId(const json& v, const Path& p, const Path& where) {
+    const std::string& name = asString(v, p);
+    auto it = byName_.find(name);
+    if (it == byName_.end()) {
+      std::string declared;
+      for (const auto& b : s_.buffers) declared += (declared.empty() ? "" : ", ") + b.name;
+      fail(where, "unknown buffer '" + excerpt(name) +
+                      "' (declared: " + (declared.empty() ? "none" : excerpt(declared)) + ")");
+    }
+    return it->second;
+  }
+  uint16_t bufferId(const json& v, const Path& p) { return bufferId(v, p, p); }
+
   BufRef readOperand(const json& v, const Path& p) {
     if (!v.is_array() || v.size() != 3)
       fail(p, "expected an operand [rank, \"buffer\", offset], got " + describeJson(v));
     BufRef ref;
     ref.rank = asU32(v[0], p[std::size_t{0}]);
-    const std::string& name = asString(v[1], p[1]);
-    auto it = byName_.find(name);
-    if (it == byName_.end()) {
-      std::string declared;
-      for (const auto& b : s_.buffers) declared += (declared.empty() ? "" : ", ") + b.name;
-      fail(p, "unknown buffer '" + excerpt(name) + "' (declared: " + (declared.empty() ? "none" : excerpt(declared)) +
-                  ")");
-    }
-    ref.buffer = it->second;
+    ref.buffer = bufferId(v[1], p[1], p);
     ref.offset = asU64(v[2], p[2]);
     return ref;
   }
@@ -383,6 +315,24 @@ class Reader {
       case StepKind::Barrier:
         checkKeys(o, p, {"kind", "barrier"}, cost);
         st.aux = asU32(member(o, "barrier", p), p["barrier"]);
+        break;
+      case StepKind::Route:
+        checkKeys(o, p, {"kind", "count", "topk", "experts", "capacity", "dst", "a"}, cost);
+        st.count = asU64(member(o, "count", p), p["count"]);
+        st.aux = asU32(member(o, "topk", p), p["topk"]);
+        st.value =
+            routeValue(asU32(member(o, "experts", p), p["experts"]), asU32(member(o, "capacity", p), p["capacity"]));
+        st.dst = readOperand(member(o, "dst", p), p["dst"]);
+        st.a = readOperand(member(o, "a", p), p["a"]);
+        break;
+      case StepKind::Gather:
+        checkKeys(o, p, {"kind", "count", "extent", "row", "sourceRows", "dst", "a", "b"}, cost);
+        st.count = asU64(member(o, "count", p), p["count"]);
+        st.aux = asU32(member(o, "row", p), p["row"]);
+        st.value = asU64(member(o, "sourceRows", p), p["sourceRows"]);
+        st.dst = readOperand(member(o, "dst", p), p["dst"]);
+        st.a = readOperand(member(o, "a", p), p["a"]);
+        st.b = readOperand(member(o, "b", p), p["b"]);
         break;
     }
     if (kindInfo(st.kind).fields & kFieldExtent)

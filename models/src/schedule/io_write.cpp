@@ -15,9 +15,11 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "io_writer.hpp"
 #include "mk/error.hpp"
 #include "mk/io/json.hpp"
 #include "mk/schedule/pack.hpp"
+#include "mk/schedule/route.hpp"
 #include "mk/util/format.hpp"
 
 namespace mk {
@@ -25,61 +27,8 @@ namespace {
 
 using nlohmann::json;
 
-// ---------------------------------------------------------------------------------------------------------
-// Writer
-
-/// JSON string literal of `s` (quotes included); nlohmann does the escaping and rejects invalid UTF-8.
-std::string quoted(const std::string& s, const char* what) {
-  try {
-    return json(s).dump();
-  } catch (const json::exception& e) {
-    throw Error(ErrorCode::InvalidArgument, std::string("cannot serialise ") + what + ": " + e.what());
-  }
-}
-
-class Writer {
- public:
-  explicit Writer(int indent) : indent_(indent) {}
-
-  std::string& out() noexcept { return out_; }
-  bool pretty() const noexcept { return indent_ >= 0; }
-
-  void newline(int level) {
-    if (indent_ < 0) return;
-    out_ += '\n';
-    out_.append(static_cast<std::size_t>(level) * static_cast<std::size_t>(indent_), ' ');
-  }
-  /// Separator between members written on one line.
-  void comma() { out_ += pretty() ? ", " : ","; }
-  void key(const char* k) {
-    out_ += '"';
-    out_ += k;
-    out_ += pretty() ? "\": " : "\":";
-  }
-  void u64(uint64_t v) {
-    char buf[24];
-    const auto res = std::to_chars(buf, buf + sizeof buf, v);
-    out_.append(buf, res.ptr);
-  }
-  void num(double v) {
-    // flops are integral in practice; print them without an exponent when they fit.
-    if (v >= 0 && v < 9.007199254740992e15 && std::floor(v) == v) {
-      u64(static_cast<uint64_t>(v));
-      return;
-    }
-    out_ += strprintf("%.17g", v);
-  }
-  void str(const char* s) {  // only for our own enum names: no escaping needed
-    out_ += '"';
-    out_ += s;
-    out_ += '"';
-  }
-  void raw(const std::string& s) { out_ += s; }
-
- private:
-  int indent_;
-  std::string out_;
-};
+using io_write::quoted;
+using io_write::Writer;
 
 std::string stepWhere(uint32_t r, std::size_t l, std::size_t i) {
   return "ranks[" + std::to_string(r) + "].lanes[" + std::to_string(l) + "].steps[" + std::to_string(i) + "]";
@@ -225,6 +174,20 @@ std::string scheduleToJson(const Schedule& s, int indent) {
       w.comma();
       w.key("expected");
       w.num(s.extents[e].expected);
+      if (s.extents[e].sourced()) {
+        if (s.extents[e].sourceBuffer >= names.size())
+          throw Error(ErrorCode::InvalidArgument, "cannot serialise extents[" + std::to_string(e) +
+                                                      "].source: buffer id " +
+                                                      std::to_string(s.extents[e].sourceBuffer) + " out of range (" +
+                                                      std::to_string(names.size()) + " buffers)");
+        w.comma();
+        w.key("source");
+        o += '[';
+        o += names[s.extents[e].sourceBuffer];
+        w.comma();
+        w.u64(s.extents[e].sourceElement);
+        o += ']';
+      }
       o += '}';
     }
     w.newline(1);
@@ -378,6 +341,32 @@ std::string scheduleToJson(const Schedule& s, int indent) {
             w.comma();
             w.key("barrier");
             w.u64(st.aux);
+            break;
+          case StepKind::Route: {
+            const RouteShape rs = routeShape(st);
+            count();
+            for (const auto& [k, v] : {std::pair<const char*, uint32_t>{"topk", rs.topk},
+                                       {"experts", rs.experts},
+                                       {"capacity", rs.capacity}}) {
+              w.comma();
+              w.key(k);
+              w.u64(v);
+            }
+            operand("dst", st.dst);
+            operand("a", st.a);
+            break;
+          }
+          case StepKind::Gather:
+            count();
+            w.comma();
+            w.key("row");
+            w.u64(st.aux);
+            w.comma();
+            w.key("sourceRows");
+            w.u64(st.value);
+            operand("dst", st.dst);
+            operand("a", st.a);
+            operand("b", st.b);
             break;
         }
         if (w.pretty()) {

@@ -1,4 +1,4 @@
-// mkernel — packed binary form of a Schedule (layout in pack.hpp) and the cost attributes.
+// mkernel — packed binary form of a Schedule (layout in pack.hpp); the cost attributes are in cost_attributes.cpp.
 #include "mk/schedule/pack.hpp"
 
 #include <algorithm>
@@ -23,7 +23,7 @@ namespace {
 
 static_assert(std::is_trivially_copyable_v<PackedHeader> && std::is_trivially_copyable_v<PackedStep>);
 static_assert(sizeof(PackedHeader) % 16 == 0 && sizeof(PackedBuffer) % 16 == 0 && sizeof(PackedLane) % 16 == 0 &&
-                  sizeof(PackedStep) % 16 == 0 && sizeof(PackedGemm) % 16 == 0,
+                  sizeof(PackedStep) % 16 == 0 && sizeof(PackedGemm) % 16 == 0 && sizeof(PackedExtent) % 16 == 0,
               "every packed record keeps the next one 16-byte aligned");
 
 constexpr uint64_t alignUp16(uint64_t n) noexcept { return (n + 15) & ~uint64_t{15}; }
@@ -181,7 +181,12 @@ std::vector<uint8_t> packImpl(const Schedule& s, int64_t onlyRank) {
     std::memcpy(base + lay.gemms + g * sizeof(PackedGemm), &pg, sizeof pg);
   }
   for (std::size_t e = 0; e < s.extents.size(); ++e) {
-    const PackedExtent pe{s.extents[e].bound, s.extents[e].expected};
+    const ExtentDecl& d = s.extents[e];
+    PackedExtent pe{};
+    pe.bound = d.bound;
+    pe.expected = d.expected;
+    pe.sourceBuffer = d.sourceBuffer;
+    pe.sourceElement = d.sourced() ? d.sourceElement : 0;
     std::memcpy(base + lay.extents + e * sizeof(PackedExtent), &pe, sizeof pe);
   }
   for (std::size_t b = 0; b < s.buffers.size(); ++b)
@@ -268,7 +273,15 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
     if (pe.bound == 0 || pe.bound > kMaxElements || !(pe.expected >= 0 && pe.expected <= static_cast<double>(pe.bound)))
       bad("extent " + std::to_string(e) + ": bound " + std::to_string(pe.bound) + " or expected " +
           formatNumber(pe.expected) + " out of range (bound in [1, 2^50], expected in [0, bound])");
+    if (pe.sourceBuffer != kNoSourceBuffer && (pe.sourceBuffer >= h.nBuffers || pe.sourceElement > kMaxElements))
+      bad("extent " + std::to_string(e) + ": source buffer " + std::to_string(pe.sourceBuffer) + " element " +
+          std::to_string(pe.sourceElement) + " out of range (nBuffers " + std::to_string(h.nBuffers) +
+          ", elements at most 2^50)");
     s.extents[e] = ExtentDecl{"extent" + std::to_string(e), pe.bound, pe.expected};
+    if (pe.sourceBuffer != kNoSourceBuffer) {
+      s.extents[e].sourceBuffer = pe.sourceBuffer;
+      s.extents[e].sourceElement = pe.sourceElement;
+    }
   }
 
   s.lanes.resize(h.nRanks);
@@ -359,97 +372,6 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
     bad("lanes cover " + std::to_string(expectFirst) + " steps but the header says nSteps " + std::to_string(h.nSteps));
   fillCostAttributes(s);
   return s;
-}
-
-namespace {
-
-/// fillCostAttributes with the share of its bound each (rank, extent) is priced at.
-template <class Share>
-void fillCostAttributesAt(Schedule& s, Share&& share) {
-  const std::size_t nBuf = s.buffers.size();
-  auto dtypeOf = [&](const BufRef& r, std::size_t& size) {
-    if (r.buffer >= nBuf) return false;
-    size = dtypeSize(s.buffers[r.buffer].dtype);
-    return true;
-  };
-  const std::size_t nRanks = std::min<std::size_t>(s.lanes.size(), s.nodeOf.size());
-  for (std::size_t r = 0; r < s.lanes.size(); ++r) {
-    const auto rank = static_cast<uint32_t>(r);
-    for (Lane& lane : s.lanes[r]) {
-      for (Step& st : lane.steps) {
-        st.bytes = 0;
-        st.flops = 0;
-        std::size_t esz = 0;
-        // `full` (at the bound of `extent`) at this rank's priced share of it, rounded to a whole number.
-        auto scaled = [&](uint64_t full, uint32_t extent) -> uint64_t {
-          if (extent == kNoExtent || extent >= s.extents.size()) return full;
-          return static_cast<uint64_t>(std::llround(static_cast<double>(full) * share(rank, extent)));
-        };
-        // A copy/reduce is as slow as its farthest operand; out-of-range ranks contribute nothing.
-        auto farthest = [&](std::initializer_list<const BufRef*> refs) {
-          LinkClass worst = LinkClass::Local;
-          for (const BufRef* ref : refs) {
-            const LinkClass l = r < nRanks ? linkBetween(s, rank, ref->rank) : LinkClass::None;
-            if (static_cast<uint8_t>(l) > static_cast<uint8_t>(worst)) worst = l;
-          }
-          return worst;
-        };
-        switch (st.kind) {
-          case StepKind::Copy:
-            st.link = farthest({&st.dst, &st.a});
-            if (dtypeOf(st.dst, esz)) st.bytes = scaled(st.count * esz, st.extent);
-            break;
-          case StepKind::Reduce:
-            st.link = farthest({&st.dst, &st.a, &st.b});
-            if (dtypeOf(st.dst, esz)) st.bytes = scaled(st.count * esz, st.extent);
-            st.flops = static_cast<double>(scaled(st.count, st.extent));
-            break;
-          case StepKind::Put:
-            st.link = LinkClass::NVLink;
-            if (dtypeOf(st.dst, esz)) st.bytes = scaled(st.count * esz, st.extent);
-            break;
-          case StepKind::ProxyPut:
-            st.link = LinkClass::Network;
-            if (dtypeOf(st.dst, esz)) st.bytes = scaled(st.count * esz, st.extent);
-            break;
-          case StepKind::Signal:
-            st.link = r < nRanks ? linkBetween(s, rank, st.flag.rank) : LinkClass::None;
-            st.bytes = 8;
-            break;
-          case StepKind::Gemm:
-          case StepKind::GroupedGemm: {
-            st.link = LinkClass::Local;
-            std::size_t aSize = 0, cSize = 0;
-            if (!dtypeOf(st.a, aSize) || !dtypeOf(st.dst, cSize)) break;
-            forEachGemm(s.gemms, st, [&](const Step& one) {
-              if (one.aux >= s.gemms.size()) return;
-              const GemmShape& g = s.gemms[one.aux];
-              const uint64_t m = scaled(g.m, g.extent), n = g.n, k = g.k;
-              st.bytes += (m * k + k * n) * aSize + m * n * cSize;
-              st.flops += 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-            });
-            break;
-          }
-          case StepKind::Wait:
-          case StepKind::Barrier: st.link = LinkClass::None; break;
-        }
-      }
-    }
-  }
-}
-
-}  // namespace
-
-void fillCostAttributes(Schedule& s) {
-  fillCostAttributesAt(
-      s, [&](uint32_t, uint32_t e) { return s.extents[e].expected / static_cast<double>(s.extents[e].bound); });
-}
-
-void fillCostAttributes(Schedule& s, const ExtentValues& given) {
-  checkExtentValues(s, given);
-  fillCostAttributesAt(s, [&](uint32_t rank, uint32_t e) {
-    return static_cast<double>(extentValue(s, given, rank, e)) / static_cast<double>(s.extents[e].bound);
-  });
 }
 
 }  // namespace mk

@@ -21,7 +21,7 @@ std::optional<E> lookup(const std::array<std::pair<std::string_view, E>, N>& tab
 }
 
 // Aliases only: the canonical names are the tables' (element.hpp).
-constexpr std::array<std::pair<std::string_view, DType>, 10> kDTypeAliases{{
+constexpr std::array<std::pair<std::string_view, DType>, 11> kDTypeAliases{{
     {"fp32", DType::Float32},
     {"f32", DType::Float32},
     {"bf16", DType::BFloat16},
@@ -32,6 +32,7 @@ constexpr std::array<std::pair<std::string_view, DType>, 10> kDTypeAliases{{
     {"e4m3", DType::Float8E4M3},
     {"fp8_e5m2", DType::Float8E5M2},
     {"e5m2", DType::Float8E5M2},
+    {"i32", DType::Int32},
 }};
 constexpr std::array<std::pair<std::string_view, LaneRole>, 4> kLaneRoleNames{{
     {"compute", LaneRole::Compute},
@@ -109,14 +110,18 @@ namespace {
   throw Error(ErrorCode::InvalidArgument,
               "unknown " + std::string(what) + " '" + std::string(s) + "' (expected " + expected + ")");
 }
+
+/// The names of the element types with `integer` as given ("float32, bfloat16, ..." for the data types).
+std::string dtypeNamesWhere(bool integer) {
+  std::string out;
+  for (const DTypeInfo& t : kDTypes)
+    if (t.integer == integer) out += (out.empty() ? "" : ", ") + std::string(t.name);
+  return out;
+}
 }  // namespace
 
 const char* dtypeNames() noexcept {
-  static const std::string names = [] {
-    std::string out;
-    for (const DTypeInfo& t : kDTypes) out += (out.empty() ? "" : ", ") + std::string(t.name);
-    return out;
-  }();
+  static const std::string names = dtypeNamesWhere(false) + ", " + dtypeNamesWhere(true);
   return names.c_str();
 }
 
@@ -131,8 +136,15 @@ const char* collectiveRedOpNames() noexcept {
 }
 
 DType requireDType(std::string_view s, std::string_view what) {
-  if (const auto v = parseDType(s)) return *v;
-  throwUnknown(what, s, dtypeNames());
+  static const std::string dataNames = dtypeNamesWhere(false);
+  const auto v = parseDType(s);
+  if (v && !dtypeInfo(*v).integer) return *v;
+  if (v)
+    throw Error(ErrorCode::InvalidArgument, std::string(what) + " '" + std::string(s) +
+                                                "' is an integer type, for routing data in schedule buffers (expert "
+                                                "ids, counts); an operation's elements are " +
+                                                dataNames);
+  throwUnknown(what, s, dataNames.c_str());
 }
 
 RedOp requireRedOp(std::string_view s, std::string_view what) {

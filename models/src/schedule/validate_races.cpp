@@ -12,6 +12,7 @@
 
 #include "mk/error.hpp"
 #include "mk/schedule/check.hpp"
+#include "mk/schedule/route.hpp"
 #include "validator.hpp"
 
 namespace mk::validation {
@@ -126,6 +127,13 @@ void Validator::checkRaces() {
       while (next < sn.size() && sn[next].first < i) snap = sn[next++].second;
       const Step& st = steps[i];
       const StepKindInfo& info = kindInfo(st.kind);
+      // A runtime extent with a source is read on the executing rank when the step starts (extent.hpp).
+      auto readsExtent = [&](uint32_t extent) {
+        if (extent >= s_.extents.size() || !s_.extents[extent].sourced()) return;
+        const ExtentDecl& d = s_.extents[extent];
+        addRows(g, i, snap, bufRef(laneRank_[g], d.sourceBuffer, d.sourceElement), 1, 1, 1, false);
+      };
+      if (info.fields & kFieldExtent) readsExtent(st.extent);
       switch (info.extent) {
         case StepExtent::Flat:  // dst is written, a and b are read
           addRows(g, i, snap, st.dst, 1, st.count, st.count, true);
@@ -136,6 +144,7 @@ void Validator::checkRaces() {
           forEachGemm(s_.gemms, st, [&](const Step& one) {
             const GemmShape& gs = s_.gemms[one.aux];
             const bool colB = one.flags & kStepBColMajor;
+            readsExtent(gs.extent);
             addRows(g, i, snap, one.dst, gs.m, gs.n, gs.ldc, true);
             addRows(g, i, snap, one.a, gs.m, gs.k, gs.lda, false);
             if (colB)
@@ -144,6 +153,13 @@ void Validator::checkRaces() {
               addRows(g, i, snap, one.b, gs.k, gs.n, gs.ldb, false);
           });
           break;
+        case StepExtent::Indexed: {  // gather: the whole region its indices may name counts as read
+          const IndexedElements n = indexedElements(st);
+          addRows(g, i, snap, st.dst, 1, n.dst, n.dst, true);
+          addRows(g, i, snap, st.a, 1, n.a, n.a, false);
+          if (info.fields & kFieldB) addRows(g, i, snap, st.b, 1, n.b, n.b, false);
+          break;
+        }
         case StepExtent::None: break;
       }
     }

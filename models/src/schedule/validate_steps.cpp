@@ -1,6 +1,7 @@
 // mkernel — the schedule validator, phases A (structure: counts, buffers, lanes) and B (per-step rules: buffer
 // references, ranges, dtypes, flags, Gemm shapes); the class is in validator.hpp.
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <iterator>
 #include <limits>
@@ -59,6 +60,7 @@ bool Validator::checkStructure() {
       add(-1, -1, -1,
           id + ": expected must be in [0, bound " + str(d.bound) + "] (got " + formatNumber(d.expected) + ")");
   }
+  checkExtentSources();
   for (std::size_t gi = 0; gi < s_.gemms.size(); ++gi) {
     const GemmShape& g = s_.gemms[gi];
     const std::string id = "gemms[" + str(gi) + "]";
@@ -124,6 +126,18 @@ void Validator::rangeOk(uint32_t g, uint32_t i, const BufRef& ref, const char* n
             std::string(name) + " elements [" + str(ref.offset) + ", " + end + ") exceed buffer " +
                 bufName(ref.buffer) + " on rank " + str(ref.rank) + " (" + str(have) + " elements)");
   }
+}
+
+bool Validator::operandsOnNode(uint32_t g, uint32_t i, const Step& st, const std::array<const char*, 3>& names,
+                               const char* kind) {
+  const bool dOk = refOk(g, i, st.dst, names[0]);
+  const bool aOk = refOk(g, i, st.a, names[1]);
+  const bool bOk = refOk(g, i, st.b, names[2]);
+  if (!(dOk && aOk && bOk)) return false;
+  sameNodeOk(g, i, st.dst, names[0], kind);
+  sameNodeOk(g, i, st.a, names[1], kind);
+  sameNodeOk(g, i, st.b, names[2], kind);
+  return true;
 }
 
 void Validator::sameNodeOk(uint32_t g, uint32_t i, const BufRef& ref, const char* name, const char* kind) {
@@ -200,13 +214,15 @@ void Validator::checkStep(uint32_t g, uint32_t i, uint32_t r, const Step& st) {
     if (!(kindInfo(st.kind).fields & kFieldExtent))
       addStep(g, i,
               std::string("a ") + toString(st.kind) + " step takes no runtime extent (only copy, reduce, put, " +
-                  "proxyput; a gemm's extent is on its shape)");
+                  "proxyput, gather; a gemm's extent is on its shape)");
     else if (std::string problem = extentProblem(st.extent, st.count, "count"); !problem.empty())
       addStep(g, i, problem);
     else if (st.kind == StepKind::Reduce && isRedOp(static_cast<uint8_t>(st.op)) &&
              redOpInfo(st.op).shape == RedOpShape::LseRows && st.aux > 0 &&
              (st.count / s_.extents[st.extent].bound) % (uint64_t{st.aux} + 1) != 0)
       addStep(g, i, "count per unit of extent '" + s_.extents[st.extent].name + "' is not a whole number of rows");
+    else
+      extentSourceOk(g, i, r, st.extent);
   }
   switch (st.kind) {
     case StepKind::Copy:
@@ -233,6 +249,11 @@ void Validator::checkStep(uint32_t g, uint32_t i, uint32_t r, const Step& st) {
         dtypesAgree(g, i, {{"dst", &st.dst}, {"a", &st.a}, {"b", &st.b}});
       else
         dtypesAgree(g, i, {{"dst", &st.dst}, {"a", &st.a}});
+      if (const DType t = s_.buffers[st.dst.buffer].dtype;
+          reduce && isDType(static_cast<uint8_t>(t)) && dtypeInfo(t).integer)
+        addStep(g, i,
+                std::string("a reduce does not take ") + toString(t) +
+                    " operands (integers are routing data: moved, gathered and read as extents, never reduced)");
       rangeOk(g, i, st.dst, "dst", st.count);
       rangeOk(g, i, st.a, "a", st.count);
       if (reduce) rangeOk(g, i, st.b, "b", st.count);
@@ -317,6 +338,8 @@ void Validator::checkStep(uint32_t g, uint32_t i, uint32_t r, const Step& st) {
       }
       barriers_.push_back(BarrierRec{st.aux, r, g, i});
       return;
+    case StepKind::Route: checkRoute(g, i, r, st); return;
+    case StepKind::Gather: checkGather(g, i, st); return;
   }
   addStep(g, i, "unknown step kind " + str(static_cast<uint8_t>(st.kind)));
   indexError_ = true;
@@ -329,20 +352,18 @@ void Validator::checkGemm(uint32_t g, uint32_t i, const Step& st) {
     indexError_ = true;
     ok = false;
   }
-  const bool dOk = refOk(g, i, st.dst, "C (dst)");
-  const bool aOk = refOk(g, i, st.a, "A (a)");
-  const bool bOk = refOk(g, i, st.b, "B (b)");
-  if (!(dOk && aOk && bOk)) return;
-  sameNodeOk(g, i, st.dst, "C (dst)", "gemm");
-  sameNodeOk(g, i, st.a, "A (a)", "gemm");
-  sameNodeOk(g, i, st.b, "B (b)", "gemm");
+  if (!operandsOnNode(g, i, st, {"C (dst)", "A (a)", "B (b)"}, "gemm")) return;
   const DType da = s_.buffers[st.a.buffer].dtype, db = s_.buffers[st.b.buffer].dtype;
   if (da != db || (da != DType::BFloat16 && da != DType::Float16))
     addStep(g, i,
             std::string("A and B must share one 16-bit dtype (bfloat16 or float16): A ") + bufName(st.a.buffer) +
                 " is " + toString(da) + ", B " + bufName(st.b.buffer) + " is " + toString(db));
+  if (const DType dc = s_.buffers[st.dst.buffer].dtype; isDType(static_cast<uint8_t>(dc)) && dtypeInfo(dc).integer)
+    addStep(g, i,
+            "C (dst) " + bufName(st.dst.buffer) + " is " + toString(dc) + ": a gemm writes a floating-point type");
   if (!ok) return;
   const GemmShape& gs = s_.gemms[st.aux];
+  extentSourceOk(g, i, laneRank_[g], gs.extent);
   if (gs.m == 0 || gs.n == 0 || gs.k == 0) return;  // reported once for the shape
   const bool colB = st.flags & kStepBColMajor;
   const uint64_t needLdb = colB ? gs.k : gs.n;

@@ -3,6 +3,7 @@
 // and barrier accounting, D symbolic execution) and validate_races.cpp (E happens-before and races)).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -123,6 +124,10 @@ class Validator {
 
   void sameNodeOk(uint32_t g, uint32_t i, const BufRef& ref, const char* name, const char* kind);
 
+  /// refOk on dst, a and b (called `names`), then sameNodeOk on each; false when one cannot be dereferenced.
+  bool operandsOnNode(uint32_t g, uint32_t i, const Step& st, const std::array<const char*, 3>& names,
+                      const char* kind);
+
   void dtypesAgree(uint32_t g, uint32_t i, std::initializer_list<std::pair<const char*, const BufRef*>> ops);
 
   /// dst must either coincide with a source or stay clear of it: engines split a step over many
@@ -142,6 +147,22 @@ class Validator {
   std::string extentProblem(uint32_t extent, uint64_t full, const char* what) const;
 
   void checkGemm(uint32_t g, uint32_t i, const Step& st);
+
+  // ---- phase B for routing as data (validate_route.cpp) --------------------------------------------------
+  /// Extent sources (extent.hpp): the buffer is declared and int32. Part of phase A.
+  void checkExtentSources();
+  /// A step of rank `rank` reads `extent`: with a source, its element must lie inside the source buffer there.
+  void extentSourceOk(uint32_t g, uint32_t i, uint32_t rank, uint32_t extent);
+  /// Route: sizes (topk within experts, count tokens x topk), int32 operands on the executing rank, the layout
+  /// clear of the ids.
+  void checkRoute(uint32_t g, uint32_t i, uint32_t r, const Step& st);
+  /// Gather: whole rows, int32 indices, operands on the executing rank's node, dst clear of its sources.
+  void checkGather(uint32_t g, uint32_t i, const Step& st);
+  /// The operand `ref` (of `name`) lies in an int32 buffer.
+  void int32Ok(uint32_t g, uint32_t i, const BufRef& ref, const char* name, const char* kind);
+  /// [x, x + xn) and [y, y + yn) share no element (steps that read through indices cannot run in place).
+  void disjointOk(uint32_t g, uint32_t i, const BufRef& x, uint64_t xn, const char* xName, const BufRef& y, uint64_t yn,
+                  const char* yName);
 
   static uint64_t extentB(const GemmShape& gs, bool colB);
 

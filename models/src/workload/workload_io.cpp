@@ -24,7 +24,8 @@ constexpr const char* kDoc = "workload";
 DType dtypeField(const JsonFields& f, const char* key) {
   const std::string s = f.text(key);
   const auto d = parseDType(s);
-  if (!d) f.fail(f.name(key) + " must be bfloat16, float16 or float32 (got \"" + excerpt(s) + "\")");
+  if (!d || dtypeInfo(*d).integer)
+    f.fail(f.name(key) + " must be bfloat16, float16 or float32 (got \"" + excerpt(s) + "\")");
   return *d;
 }
 
@@ -186,7 +187,8 @@ void readTraining(const JsonFields& f, bool whole, TrainingSpec& t) {
       t.dtype = DType::BFloat16;
     } else {
       const auto d = parseDType(s);
-      if (!d) f.fail(f.name("dtype") + " must be bfloat16, float16, float32 or fp8 (got \"" + excerpt(s) + "\")");
+      if (!d || dtypeInfo(*d).integer)  // int32 is routing data, never a model's element type
+        f.fail(f.name("dtype") + " must be bfloat16, float16, float32 or fp8 (got \"" + excerpt(s) + "\")");
       t.dtype = *d;
     }
   }

@@ -99,11 +99,11 @@ struct StepPrice {
 };
 
 /// Rule 3's price of a step of `kind` moving `amount` (bytes; FLOPs for a Gemm), without rule 2b's cap: a Copy
-/// or Reduce over `link` (nvlink, else local), a Put (`intoPeerUser`: landing in another rank's user buffer), a
-/// ProxyPut, a Gemm; resource None for the other kinds. StepCosts prices a schedule's steps with it; closed forms
-/// price the steps their generator would emit.
-/// `stepFlags`: the step's protocol bits (kStepLL, kStepLL128) price a Put at its protocol's latency (lane time
-/// and visibility) and a Put or ProxyPut's bytes at the link rate times the protocol's bwFraction.
+/// or Reduce over `link` (nvlink, else local; a Route or Gather as a Copy of its bytes), a Put (`intoPeerUser`: landing
+/// in another rank's user buffer), a ProxyPut, a Gemm; resource None for the other kinds. StepCosts prices a schedule's
+/// steps with it; closed forms price the steps their generator would emit. `stepFlags`: the step's protocol bits
+/// (kStepLL, kStepLL128) price a Put at its protocol's latency (lane time and visibility) and a Put or ProxyPut's bytes
+/// at the link rate times the protocol's bwFraction.
 StepPrice stepPrice(const Profile& p, StepKind kind, LinkClass link, double amount, bool intoPeerUser,
                     uint8_t stepFlags = 0) noexcept;
 /// The packet protocol the flags of a Put / ProxyPut select (Profile::ll, Profile::ll128); nullptr for none.

@@ -83,6 +83,8 @@ struct ExecOptions {
   ProxyPort* proxy = nullptr;
   /// Runtime extent values, values[rank][extent] (extent.hpp); empty: every extent at its bound. A step that names an
   /// extent moves or computes its share of the bound on the rank that runs it. Checked by checkExtentValues first.
+  /// An extent with a source takes its value from that int32 element instead (a value given here is not used); one
+  /// outside [0, bound] there fails the run with Error(InvalidArgument) naming the step, the extent and the rank.
   ExtentValues extents;
 };
 

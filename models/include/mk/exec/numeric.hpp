@@ -23,7 +23,11 @@ float e4m3ToFloat(uint8_t h) noexcept;
 uint8_t floatToE5m2(float f) noexcept;
 float e5m2ToFloat(uint8_t h) noexcept;
 
-/// Element `i` of a buffer of type `t` as float.
+/// float -> int32, round to nearest even, saturating at the int32 range; NaN gives 0. What storeElement does for an
+/// int32 buffer (no step rounds into one: Reduce and GEMM refuse integer operands; verifiers and tests may).
+int32_t floatToInt32(float f) noexcept;
+
+/// Element `i` of a buffer of type `t` as float (int32: exact up to 2^24 in magnitude).
 float loadElement(DType t, const void* base, uint64_t i) noexcept;
 /// Store `v` rounded to `t` as element `i`.
 void storeElement(DType t, void* base, uint64_t i, float v) noexcept;

@@ -11,7 +11,7 @@
 namespace mk {
 
 /// Element type of a buffer.
-enum class DType : uint8_t { Float32 = 0, BFloat16 = 1, Float16 = 2, Float8E4M3 = 3, Float8E5M2 = 4 };
+enum class DType : uint8_t { Float32 = 0, BFloat16 = 1, Float16 = 2, Float8E4M3 = 3, Float8E5M2 = 4, Int32 = 5 };
 
 /// How the stored elements of a scaled type relate to the values they stand for: value = element x scale, with
 /// one float32 scale per tensor or one per block of elements (the block shape belongs to the operator that
@@ -28,24 +28,28 @@ struct DTypeInfo {
   uint8_t size;          ///< bytes per element
   DType accumulate;      ///< what arithmetic on it (Reduce, GEMM accumulators) is computed in
   uint8_t scales;        ///< the ScaleKinds it is used with (scaleBit mask); None: the elements are the values
-  uint8_t exponentBits;  ///< the encoding: sign, exponent, mantissa (IEEE-style unless noted)
+  uint8_t exponentBits;  ///< the encoding: sign, exponent, mantissa (IEEE-style unless noted; int32: 31 value bits)
   uint8_t mantissaBits;
   uint8_t bias;      ///< exponent bias
   bool infinities;   ///< has +-inf; float8_e4m3 has none (OCP FP8: S.1111.111 is its only NaN)
   double maxFinite;  ///< largest finite value
+  /// Two's-complement integers (expert ids, counts, token indices): moved, gathered and read as runtime extent
+  /// values, never reduced or multiplied (Reduce, GEMM operands and the collectives refuse them).
+  bool integer;
 };
 
 // clang-format off
 /// The table, indexed by the type's value. Encodings: IEEE 754 binary32 / binary16, bfloat16 (binary32's top
-/// half), and the OCP 8-bit Floating Point Specification (OFP8) rev 1.0 for E4M3 and E5M2, the formats of
-/// Hopper's FP8 tensor cores.
+/// half), the OCP 8-bit Floating Point Specification (OFP8) rev 1.0 for E4M3 and E5M2, the formats of
+/// Hopper's FP8 tensor cores, and int32 (two's complement, C++20's and CUDA's int32_t) for routing data.
 inline constexpr DTypeInfo kDTypes[] = {
-  // type              name           size accumulate       scales                                                            exp mant bias  inf    maxFinite
-  {DType::Float32,    "float32",     4,   DType::Float32,  scaleBit(ScaleKind::None),                                         8,  23,  127, true,  3.4028234663852886e38},
-  {DType::BFloat16,   "bfloat16",    2,   DType::Float32,  scaleBit(ScaleKind::None),                                         8,  7,   127, true,  3.3895313892515355e38},
-  {DType::Float16,    "float16",     2,   DType::Float32,  scaleBit(ScaleKind::None),                                         5,  10,  15,  true,  65504.0},
-  {DType::Float8E4M3, "float8_e4m3", 1,   DType::Float32,  scaleBit(ScaleKind::PerTensor) | scaleBit(ScaleKind::PerBlock),    4,  3,   7,   false, 448.0},
-  {DType::Float8E5M2, "float8_e5m2", 1,   DType::Float32,  scaleBit(ScaleKind::PerTensor) | scaleBit(ScaleKind::PerBlock),    5,  2,   15,  true,  57344.0},
+  // type              name           size accumulate       scales                                                            exp mant bias  inf    maxFinite               integer
+  {DType::Float32,    "float32",     4,   DType::Float32,  scaleBit(ScaleKind::None),                                         8,  23,  127, true,  3.4028234663852886e38,  false},
+  {DType::BFloat16,   "bfloat16",    2,   DType::Float32,  scaleBit(ScaleKind::None),                                         8,  7,   127, true,  3.3895313892515355e38,  false},
+  {DType::Float16,    "float16",     2,   DType::Float32,  scaleBit(ScaleKind::None),                                         5,  10,  15,  true,  65504.0,                false},
+  {DType::Float8E4M3, "float8_e4m3", 1,   DType::Float32,  scaleBit(ScaleKind::PerTensor) | scaleBit(ScaleKind::PerBlock),    4,  3,   7,   false, 448.0,                  false},
+  {DType::Float8E5M2, "float8_e5m2", 1,   DType::Float32,  scaleBit(ScaleKind::PerTensor) | scaleBit(ScaleKind::PerBlock),    5,  2,   15,  true,  57344.0,                false},
+  {DType::Int32,      "int32",       4,   DType::Int32,    scaleBit(ScaleKind::None),                                         0,  31,  0,   false, 2147483647.0,           true},
 };
 // clang-format on
 

@@ -13,8 +13,8 @@
 //   uint32_t       nodeOf[nRanks] (padded to 16 bytes)
 // Cost attributes (bytes, flops) and names are not packed: the engine does not need them. Buffer and extent names
 // and OpInfo travel in JSON only; unpack() restores them as "buf<i>" and "extent<i>".
-// Version 2 added runtime extents (PackedExtent, PackedStep::extent, PackedGemm::extent); version 1 images are
-// refused (regenerate them from their schedule).
+// Version 2 added runtime extents (PackedExtent, PackedStep::extent, PackedGemm::extent); version 3 their source
+// (PackedExtent::sourceBuffer / sourceElement). Older images are refused (regenerate them from their schedule).
 #pragma once
 
 #include <cstdint>
@@ -25,7 +25,7 @@
 namespace mk {
 
 inline constexpr uint32_t kPackMagic = 0x43534B4Du;  // "MKSC"
-inline constexpr uint32_t kPackVersion = 2;
+inline constexpr uint32_t kPackVersion = 3;
 
 struct PackedHeader {
   uint32_t magic;
@@ -95,8 +95,12 @@ static_assert(sizeof(PackedGemm) == 32);
 struct PackedExtent {
   uint64_t bound;
   double expected;
+  uint64_t sourceElement;  ///< ExtentDecl::sourceElement (0 without a source)
+  uint16_t sourceBuffer;   ///< ExtentDecl::sourceBuffer (kNoSourceBuffer: the caller gives the values)
+  uint16_t reserved0;
+  uint32_t reserved1;
 };
-static_assert(sizeof(PackedExtent) == 16);
+static_assert(sizeof(PackedExtent) == 32);
 
 /// Pack the whole schedule.
 std::vector<uint8_t> pack(const Schedule& s);

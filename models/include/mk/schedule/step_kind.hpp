@@ -31,6 +31,11 @@ enum class StepKind : uint8_t {
   /// `count` Gemms in one step (MoE's experts): group h on gemms[aux + h], its A, B and C blocks stacked after
   /// the previous groups' (forEachGemm in schedule.hpp)
   GroupedGemm = 8,
+  /// MoE routing layout (DeepEP's get_dispatch_layout): from the router's int32 expert ids (a: tokens x topk),
+  /// write the int32 layout dst: a count per expert, then each expert's token list (route.hpp, routeShape)
+  Route = 9,
+  /// dst rows <- a rows at the int32 row indices in b (a route's token list): count / row rows of `row` elements
+  Gather = 10,
 };
 
 /// Which Step fields a kind uses (StepKindInfo::fields); the others are ignored and written as zero.
@@ -44,6 +49,7 @@ enum StepFieldBits : uint16_t {
   kFieldSignal = 1u << 6,  ///< flag + value when kStepSignal is set (the optional signal of a put)
   kFieldAux = 1u << 7,     ///< aux (what it names: StepKindInfo::auxName)
   kFieldExtent = 1u << 8,  ///< extent: count may be a runtime extent's (extent.hpp)
+  kFieldValue = 1u << 9,   ///< value without a flag: a size the kind needs (route.hpp: experts, source rows)
 };
 
 /// What a step's elements look like on its operands (StepKindInfo::extent).
@@ -51,6 +57,9 @@ enum class StepExtent : uint8_t {
   None = 0,  ///< no data operands (synchronisation)
   Flat = 1,  ///< `count` contiguous elements on each operand it uses
   Tile = 2,  ///< a Gemm tile: rows x columns with a leading dimension, from Schedule::gemms[aux]
+  /// elements per operand from the step's sizes (route, gather: indexedElements in route.hpp); what a gather reads
+  /// of `a` depends on its indices, so its whole source region counts
+  Indexed = 3,
 };
 
 /// One row of the table: everything about a kind that is a fact rather than a behaviour.
@@ -60,7 +69,7 @@ struct StepKindInfo {
   const char* alias;    ///< another accepted JSON spelling, or nullptr
   uint16_t fields;      ///< StepFieldBits
   StepExtent extent;    ///< shape of its data operands
-  const char* auxName;  ///< JSON key of aux ("gemm", "barrier", "row": lse-merge's row width), or nullptr when unused
+  const char* auxName;  ///< JSON key of aux ("gemm", "barrier", "row": lse-merge's row width, "topk"), or nullptr
   bool movesData;       ///< copies elements from a to dst (possibly across ranks or nodes)
   bool computes;        ///< computes dst from its operands (arithmetic, priced by FLOPs or bytes)
   bool waits;           ///< may block on other lanes (flag threshold or barrier)
@@ -83,6 +92,8 @@ inline constexpr StepKindInfo kStepKinds[] = {
   {StepKind::Gemm,     "gemm",     nullptr,     kFieldDst | kFieldA | kFieldB | kFieldAux,            StepExtent::Tile, "gemm",    false, true,  false, false, false, false, true},
   {StepKind::Barrier,  "barrier",  nullptr,     kFieldAux,                                            StepExtent::None, "barrier", false, false, true,  false, false, false, true},
   {StepKind::GroupedGemm, "grouped-gemm", nullptr, kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldAux, StepExtent::Tile, "gemm", false, true, false, false, false, false, false},
+  {StepKind::Route,    "route",    nullptr,     kFieldDst | kFieldA | kFieldCount | kFieldAux | kFieldValue, StepExtent::Indexed, "topk", false, true, false, false, false, false, false},
+  {StepKind::Gather,   "gather",   nullptr,     kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldAux | kFieldValue | kFieldExtent, StepExtent::Indexed, "row", true, false, false, false, false, false, false},
 };
 // clang-format on
 

@@ -35,15 +35,16 @@ std::optional<LaneRole> parseLaneRole(std::string_view s) noexcept;
 std::optional<LinkClass> parseLinkClass(std::string_view s) noexcept;
 std::optional<BufferKind> parseBufferKind(std::string_view s) noexcept;
 
-/// parseDType, or Error(InvalidArgument) "unknown <what> '<s>' (expected float32, bfloat16, float16, float8_e4m3,
+/// The element type of an operation's data (a collective's, a fused operator's, a measured record's): parseDType,
+/// or Error(InvalidArgument) "unknown <what> '<s>' (expected float32, bfloat16, float16, float8_e4m3,
 /// float8_e5m2)": the one spelling of a bad element type name, for tools (what = "--dtype") and readers (what =
-/// "dtype").
+/// "dtype"). An integer type (int32: routing data in schedule buffers) is refused the same way, saying so.
 DType requireDType(std::string_view s, std::string_view what = "dtype");
 /// A collective's reduction operator: parseRedOp, or Error(InvalidArgument) "unknown <what> '<s>' (expected sum,
 /// max, min)"; a row operator (lse-merge: Reduce steps only, it needs a row width) is refused the same way.
 RedOp requireRedOp(std::string_view s, std::string_view what = "redop");
 
-/// The names of every element type ("float32, bfloat16, ...") and of the collective reduction operators ("sum,
+/// The names of every element type ("float32, bfloat16, ..., int32") and of the collective reduction operators ("sum,
 /// max, min"), for messages.
 const char* dtypeNames() noexcept;
 const char* collectiveRedOpNames() noexcept;

@@ -1,0 +1,116 @@
+// mkernel — the cost attributes of a schedule's steps (Step::bytes, flops, link), at the runtime extents' expected
+// or given values (pack.hpp declares fillCostAttributes: readers and unpack() call it).
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+
+#include "mk/schedule/pack.hpp"
+#include "mk/schedule/route.hpp"
+
+namespace mk {
+namespace {
+
+/// fillCostAttributes with the share of its bound each (rank, extent) is priced at.
+template <class Share>
+void fillCostAttributesAt(Schedule& s, Share&& share) {
+  const std::size_t nBuf = s.buffers.size();
+  auto dtypeOf = [&](const BufRef& r, std::size_t& size) {
+    if (r.buffer >= nBuf) return false;
+    size = dtypeSize(s.buffers[r.buffer].dtype);
+    return true;
+  };
+  const std::size_t nRanks = std::min<std::size_t>(s.lanes.size(), s.nodeOf.size());
+  for (std::size_t r = 0; r < s.lanes.size(); ++r) {
+    const auto rank = static_cast<uint32_t>(r);
+    for (Lane& lane : s.lanes[r]) {
+      for (Step& st : lane.steps) {
+        st.bytes = 0;
+        st.flops = 0;
+        std::size_t esz = 0;
+        // `full` (at the bound of `extent`) at this rank's priced share of it, rounded to a whole number.
+        auto scaled = [&](uint64_t full, uint32_t extent) -> uint64_t {
+          if (extent == kNoExtent || extent >= s.extents.size()) return full;
+          return static_cast<uint64_t>(std::llround(static_cast<double>(full) * share(rank, extent)));
+        };
+        // A copy/reduce is as slow as its farthest operand; out-of-range ranks contribute nothing.
+        auto farthest = [&](std::initializer_list<const BufRef*> refs) {
+          LinkClass worst = LinkClass::Local;
+          for (const BufRef* ref : refs) {
+            const LinkClass l = r < nRanks ? linkBetween(s, rank, ref->rank) : LinkClass::None;
+            if (static_cast<uint8_t>(l) > static_cast<uint8_t>(worst)) worst = l;
+          }
+          return worst;
+        };
+        switch (st.kind) {
+          case StepKind::Copy:
+            st.link = farthest({&st.dst, &st.a});
+            if (dtypeOf(st.dst, esz)) st.bytes = scaled(st.count * esz, st.extent);
+            break;
+          case StepKind::Reduce:
+            st.link = farthest({&st.dst, &st.a, &st.b});
+            if (dtypeOf(st.dst, esz)) st.bytes = scaled(st.count * esz, st.extent);
+            st.flops = static_cast<double>(scaled(st.count, st.extent));
+            break;
+          case StepKind::Put:
+            st.link = LinkClass::NVLink;
+            if (dtypeOf(st.dst, esz)) st.bytes = scaled(st.count * esz, st.extent);
+            break;
+          case StepKind::ProxyPut:
+            st.link = LinkClass::Network;
+            if (dtypeOf(st.dst, esz)) st.bytes = scaled(st.count * esz, st.extent);
+            break;
+          case StepKind::Signal:
+            st.link = r < nRanks ? linkBetween(s, rank, st.flag.rank) : LinkClass::None;
+            st.bytes = 8;
+            break;
+          case StepKind::Gemm:
+          case StepKind::GroupedGemm: {
+            st.link = LinkClass::Local;
+            std::size_t aSize = 0, cSize = 0;
+            if (!dtypeOf(st.a, aSize) || !dtypeOf(st.dst, cSize)) break;
+            forEachGemm(s.gemms, st, [&](const Step& one) {
+              if (one.aux >= s.gemms.size()) return;
+              const GemmShape& g = s.gemms[one.aux];
+              const uint64_t m = scaled(g.m, g.extent), n = g.n, k = g.k;
+              st.bytes += (m * k + k * n) * aSize + m * n * cSize;
+              st.flops += 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+            });
+            break;
+          }
+          case StepKind::Route: {  // reads the ids, writes the layout: memory traffic, no arithmetic worth pricing
+            st.link = farthest({&st.dst, &st.a});
+            std::size_t aSize = 0;
+            if (dtypeOf(st.a, aSize) && dtypeOf(st.dst, esz))
+              st.bytes = st.count * aSize + routeShape(st).layoutElements() * esz;
+            break;
+          }
+          case StepKind::Gather: {  // the rows it writes and the indices it reads
+            st.link = farthest({&st.dst, &st.a, &st.b});
+            std::size_t bSize = 0;
+            if (dtypeOf(st.dst, esz) && dtypeOf(st.b, bSize) && st.aux > 0)
+              st.bytes = scaled(st.count * esz, st.extent) + scaled(st.count / st.aux, st.extent) * bSize;
+            break;
+          }
+          case StepKind::Wait:
+          case StepKind::Barrier: st.link = LinkClass::None; break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void fillCostAttributes(Schedule& s) {
+  fillCostAttributesAt(
+      s, [&](uint32_t, uint32_t e) { return s.extents[e].expected / static_cast<double>(s.extents[e].bound); });
+}
+
+void fillCostAttributes(Schedule& s, const ExtentValues& given) {
+  checkExtentValues(s, given);
+  fillCostAttributesAt(s, [&](uint32_t rank, uint32_t e) {
+    return static_cast<double>(extentValue(s, given, rank, e)) / static_cast<double>(s.extents[e].bound);
+  });
+}
+
+}  // namespace mk
