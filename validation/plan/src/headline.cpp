@@ -110,7 +110,7 @@ std::string formatHeadline(const PlanResult& plan, const VariantResult& v, const
          (bn.why.empty() ? "" : ": " + bn.why) + ")";
   if (s.fusedAvailable && s.fused.stepUs > 0)
     out += "; fusing GEMMs with their TP collectives: " + strprintf("%.2fx", s.layered.stepUs / s.fused.stepUs) +
-           " (modelled, not validated)";
+           " (modelled, " + toString(plan.confidence.forClass("fused").status) + ")";
   else
     out += "; fusing: " + (s.fusedNote.empty() ? plan.fusedStatus : s.fusedNote);
   if (s.memoryCapacity > 0 && s.memory.total() > s.memoryCapacity)

@@ -7,6 +7,7 @@
 
 #include "mk/error.hpp"
 #include "mk/plan/shard.hpp"
+#include "mk/validation/fused_nodes_manifest.hpp"
 
 namespace mk::plan {
 
@@ -77,9 +78,21 @@ std::string inputsDigest(const std::vector<std::string>& parts, const std::strin
     for (const auto& e : fs::directory_iterator(measuredDir, ec))
       if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path());
   std::sort(files.begin(), files.end());
+  // The fused operators' data directories below it (the planner replays them): their manifest and every file it
+  // names. A manifest that does not load is hashed alone: the planner refuses it anyway.
+  for (const std::string& dir : findFusedNodesDirs(measuredDir)) {
+    files.push_back(fs::path(dir) / kFusedNodesManifest);
+    try {
+      const FusedNodesManifest m = loadFusedNodesManifest(dir);
+      files.push_back(m.topology);
+      for (const auto* list : {&m.calibration, &m.gated})
+        for (const std::string& f : *list) files.push_back(f);
+    } catch (const Error&) {
+    }
+  }
   for (const fs::path& f : files) {
     std::ifstream in(f, std::ios::binary);
-    fnv(h, f.filename().string());
+    fnv(h, fs::relative(f, measuredDir, ec).string());
     fnv(h, std::string(std::istreambuf_iterator<char>(in), {}));
   }
   char hex[17];

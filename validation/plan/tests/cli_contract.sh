@@ -58,8 +58,8 @@ expect 0 'GPUs +layered +fused +speedup' -- "${run[@]}"
 check "the terminal says the fused prices are extrapolated, with their error" \
   grep -Eq '^fused: available, extrapolated: median \|error\| [0-9.]+ % on [1-9][0-9]* fused records' "$work/table.txt"
 check "the terminal starts with the headline" grep -Eq '^headline: tiny on 32 x NVIDIA H200 .*step [0-9.]+ ms ±[0-9.]+ %' "$work/table.txt"
-check "the headline calls fusing modelled, not validated" \
-  bash -c "sed -n '/^headline:/,/^workload:/p' '$work/table.txt' | tr -s ' \n' ' ' | grep -q '(modelled, not validated)'"
+check "the headline calls fusing modelled, extrapolated (the fused class's status)" \
+  bash -c "sed -n '/^headline:/,/^workload:/p' '$work/table.txt' | tr -s ' \n' ' ' | grep -q '(modelled, extrapolated)'"
 check "the table has the band, bottleneck and memory columns" grep -Eq '^ +GPUs nodes tp/pp/dp/ep +mb +step +band tokens/s +MFU scale +bound +mem/GPU' "$work/table.txt"
 check "the table's rows say what bounds them and the memory per GPU" grep -Eq '^ +32 +4 +8/1/4/1 .* compute [0-9]+ % +[0-9.]+ GB ' "$work/table.txt"
 check "no number of the table is in exponent form" bash -c '! grep -Eq "[0-9]e[+-][0-9]" "$0"' "$work/table.txt"

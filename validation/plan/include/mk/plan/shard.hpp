@@ -43,8 +43,9 @@ struct ShardFile {
   std::map<std::string, CommPrice> prices;  ///< by CommPricer key: every collective it priced
 };
 
-/// A digest (16 hex digits, FNV-1a 64) of the texts `parts` and of every *.json file at the top of `measuredDir`
-/// (name and bytes, in name order; "" for none): equal digests, equal inputs.
+/// A digest (16 hex digits, FNV-1a 64) of the texts `parts`, of every *.json file at the top of `measuredDir` (name
+/// and bytes, in name order; "" for none) and of the fused operators' data directories below it (their manifest and
+/// every file it names: findFusedNodesDirs): equal digests, equal inputs.
 std::string inputsDigest(const std::vector<std::string>& parts, const std::string& measuredDir);
 
 /// `planJson` (planToJson's text) with the "shard" section of `f` added (f.path unused).
