@@ -19,8 +19,14 @@ namespace {
 
 using Json = nlohmann::json;
 
+/// The comm_kernel of the harness's stand-in for a collective (a Triton persistent copy); any other value names a
+/// real collective kernel. A record without the field predates it and was taken beside the copy.
+constexpr const char* kStandInKernel = "triton-persistent-copy";
+
 struct Sample {
   std::string shape;
+  std::string comm;  ///< comm_kernel
+  std::string file;  ///< the measurement file's name
   double ctas = 0, slowdown = 1, timeUs = 0, aloneUs = 0;
 };
 
@@ -80,7 +86,6 @@ OverlapModel OverlapModel::fit(const std::vector<MeasurementFile>& files, const 
   struct Group {
     uint32_t sms = 0;
     std::vector<Sample> samples;
-    std::set<std::string> files;
   };
   std::map<std::string, Group> byGpu;
   for (std::size_t f = 0; f < files.size(); ++f) {
@@ -103,7 +108,6 @@ OverlapModel OverlapModel::fit(const std::vector<MeasurementFile>& files, const 
       throw Error(ErrorCode::ParseError, name + ": system.sms: " + std::to_string(sms) + " where other files of " +
                                              presetGpuName(gpu) + " say " + std::to_string(g.sms));
     g.sms = sms;
-    g.files.insert(name);
     for (std::size_t i = 0; i < file.records.size(); ++i) {
       const MeasurementRecord& r = file.records[i];
       if (r.op != "kernel-overlap") continue;
@@ -127,6 +131,9 @@ OverlapModel OverlapModel::fit(const std::vector<MeasurementFile>& files, const 
         throw Error(ErrorCode::ParseError, at + "comm_ctas: " + std::to_string(static_cast<uint64_t>(s.ctas)) +
                                                " is not below the GPU's " + std::to_string(sms) + " SMs");
       s.slowdown = s.timeUs / s.aloneUs;
+      s.file = name;
+      const Json kernel = field(r, "comm_kernel");
+      s.comm = kernel.is_string() ? kernel.get<std::string>() : std::string(kStandInKernel);
       g.samples.push_back(s);
     }
   }
@@ -135,8 +142,22 @@ OverlapModel OverlapModel::fit(const std::vector<MeasurementFile>& files, const 
     OverlapFit fit;
     fit.gpu = gpu;
     fit.sms = g.sms;
+    // A real collective kernel's records, where the GPU has any: the stand-in only approximates what it does to
+    // the GEMM beside it (SMs held, and HBM moved at the rate a collective moves it).
+    const auto real = [](const Sample& s) { return s.comm != kStandInKernel; };
+    std::set<std::string> comms;
+    if (std::any_of(g.samples.begin(), g.samples.end(), real)) {
+      const std::size_t all = g.samples.size();
+      g.samples.erase(std::remove_if(g.samples.begin(), g.samples.end(), [&](const Sample& s) { return !real(s); }),
+                      g.samples.end());
+      fit.standInRecords = all - g.samples.size();
+    }
+    for (const Sample& s : g.samples) comms.insert(s.comm);
+    for (const std::string& c : comms) fit.comm += (fit.comm.empty() ? "" : ", ") + c;
     fit.records = g.samples.size();
-    fit.files.assign(g.files.begin(), g.files.end());
+    std::set<std::string> fitted;
+    for (const Sample& s : g.samples) fitted.insert(s.file);
+    fit.files.assign(fitted.begin(), fitted.end());
     const double S = g.sms;
     std::set<std::string> shapes;
     for (const Sample& s : g.samples) shapes.insert(s.shape);
@@ -176,11 +197,11 @@ OverlapSlowdown OverlapModel::slowdown(const std::string& gpu, uint32_t gpuSms, 
   if (use) {
     phi = use->phi;
     f0 = use->f0;
-    s.source = "measured (" + use->gpu + ")";
+    s.source = "measured beside " + use->comm + " (" + use->gpu + ")";
   } else if (!fits_.empty()) {
     phi = fits_.front().phi;
     f0 = fits_.front().f0;
-    s.source = "extrapolated from " + fits_.front().gpu;
+    s.source = "extrapolated from " + fits_.front().gpu + " (beside " + fits_.front().comm + ")";
   } else {
     s.source = "SM share (no kernel-overlap records)";
   }

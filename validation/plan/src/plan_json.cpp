@@ -287,6 +287,8 @@ std::string planToJson(const PlanResult& plan, const std::string& commit, int in
   for (const OverlapFit& f : plan.overlap.fits())
     overlapFits.push_back({{"gpu", f.gpu},
                            {"sms", f.sms},
+                           {"comm_kernel", f.comm},
+                           {"stand_in_records_left_out", f.standInRecords},
                            {"phi", f.phi},
                            {"f0", f.f0},
                            {"records", f.records},

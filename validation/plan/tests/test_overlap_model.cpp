@@ -67,11 +67,11 @@ TEST_CASE("overlap model: the fit recovers phi, and the slowdown follows S / (S 
   CHECK(f.leaveOneShapeOut.maxAbsPct < 1e-4);
   const OverlapSlowdown s = m.slowdown("NVIDIA H100", 132, 16);
   CHECK(s.factor == doctest::Approx(132.0 / (132.0 - 24.0)));
-  CHECK(s.source == "measured (NVIDIA H100)");
+  CHECK(s.source == "measured beside triton-persistent-copy (NVIDIA H100)");
   // Another GPU borrows the fitted phi on its own SM count, and says so.
   const OverlapSlowdown o = m.slowdown("NVIDIA H200", 100, 10);
   CHECK(o.factor == doctest::Approx(100.0 / (100.0 - 15.0)));
-  CHECK(o.source == "extrapolated from NVIDIA H100");
+  CHECK(o.source == "extrapolated from NVIDIA H100 (beside triton-persistent-copy)");
   // No records at all: the SM share.
   const OverlapSlowdown none = OverlapModel{}.slowdown("NVIDIA H100", 132, 16);
   CHECK(none.factor == doctest::Approx(132.0 / 116.0));
@@ -101,6 +101,44 @@ TEST_CASE("overlap model: the committed H100 records, within the gate set from t
   CHECK(o.shapes == 6);
   CHECK(o.leaveOneShapeOut.medianAbsPct < 4.0);
   CHECK(o.leaveOneShapeOut.maxAbsPct < 47);
+}
+
+TEST_CASE("overlap model: records beside a real collective kernel are fitted, the copy stand-in's left out") {
+  // The stand-in at phi 0.5, the resident kernel at phi 2 (in a file of its own): the fit is the kernel's.
+  MeasurementFile copy = exactFile(0.5);
+  MeasurementFile engine = exactFile(2.0);
+  for (auto& r : engine.records) r.extra["comm_kernel"] = "\"mkernel-resident\"";
+  const OverlapModel m = OverlapModel::fit({copy, engine}, {"copy.json", "engine.json"});
+  REQUIRE(m.fits().size() == 1);
+  const OverlapFit& f = m.fits().front();
+  CHECK(f.phi == doctest::Approx(2.0).epsilon(1e-6));
+  CHECK(f.records == 9);
+  CHECK(f.standInRecords == 9);
+  CHECK(f.comm == "mkernel-resident");
+  CHECK(f.files == std::vector<std::string>{"engine.json"});
+  CHECK(m.slowdown("NVIDIA H100", 132, 16).source == "measured beside mkernel-resident (NVIDIA H100)");
+  // Without the kernel's records the stand-in is fitted, as before.
+  CHECK(OverlapModel::fit({copy}, {"copy.json"}).fits().front().phi == doctest::Approx(0.5).epsilon(1e-6));
+}
+
+TEST_CASE("overlap model: the committed H100 records beside our resident kernel") {
+  const MeasurementFile f =
+      loadMeasurementFile(std::string(MK_MEASURED_DIR) + "/2026-12-06-h100-de97c4c-overlap-engine.json");
+  const OverlapModel m = OverlapModel::fit({f}, {"h100-overlap-engine"});
+  REQUIRE(m.fits().size() == 1);
+  const OverlapFit& o = m.fits().front();
+  MESSAGE("overlap model H100 beside the engine: phi "
+          << o.phi << ", f0 " << o.f0 << "; in-sample median " << o.inSample.medianAbsPct << " % max "
+          << o.inSample.maxAbsPct << " %; leave-one-shape-out median " << o.leaveOneShapeOut.medianAbsPct << " % max "
+          << o.leaveOneShapeOut.maxAbsPct << " %");
+  CHECK(o.comm == "mkernel-resident");
+  CHECK(o.records == 24);
+  CHECK(o.shapes == 6);
+  // The gate set from their run (the smallest GEMM, 2.4 waves of tiles, is the worst predicted from the others).
+  CHECK(o.leaveOneShapeOut.medianAbsPct < 6.0);
+  CHECK(o.leaveOneShapeOut.maxAbsPct < 40);
+  // Beside the engine every GEMM is slower than alone, so the fit cannot be the free overlap.
+  CHECK(m.slowdown("NVIDIA H100", 132, 16).factor > 1.05);
 }
 
 TEST_CASE("overlap model: a shape that disagrees shows in its leave-one-shape-out error") {

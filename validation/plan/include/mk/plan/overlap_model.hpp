@@ -31,6 +31,8 @@ struct OverlapFit {
   double phi = 1;  ///< SMs of GEMM throughput one communication CTA costs
   double f0 = 0;   ///< the slowdown of anything beside the GEMM, on top of the SMs it holds
   std::size_t records = 0, shapes = 0;
+  std::string comm;                ///< the communication kernel the fitted records ran beside (their comm_kernel)
+  std::size_t standInRecords = 0;  ///< the copy stand-in's records of this GPU left out (a real kernel's exist)
   ErrorStats inSample, leaveOneShapeOut;  ///< of the GEMM's time beside the communication
   std::vector<std::string> files;
 };
@@ -38,7 +40,8 @@ struct OverlapFit {
 /// The slowdown of compute beside a communication kernel, and where it comes from.
 struct OverlapSlowdown {
   double factor = 1;   ///< compute time beside the communication / alone (>= 1)
-  std::string source;  ///< "measured (NVIDIA H100)", "extrapolated from NVIDIA H100", "SM share (no records)"
+  std::string source;  ///< "measured beside mkernel-resident (NVIDIA H100)", "extrapolated from NVIDIA H100 ...", or
+                       ///< "SM share (no kernel-overlap records)"
 };
 
 class OverlapModel {
