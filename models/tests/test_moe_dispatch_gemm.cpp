@@ -10,10 +10,13 @@
 #include "expect_error.hpp"
 #include "layout.hpp"
 #include "mk/algorithms/moe.hpp"
+#include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/executor.hpp"
 #include "mk/exec/verify_moe.hpp"
+#include "mk/schedule/io.hpp"
 #include "mk/schedule/validate.hpp"
+#include "mk/topology/topology.hpp"
 
 using namespace mk;
 
@@ -142,7 +145,29 @@ TEST_CASE("moe-dispatch-gemm: extents read the counts and are priced at the rout
     CHECK(d.sourced());
   }
   CHECK(s.extents[7].name == "from0.1");
+  // The JSON form keeps it: read back, it is the same schedule.
+  const std::string json = scheduleToJson(s);
+  CHECK(json.find("\"op\":\"moe-dispatch-gemm\"") != std::string::npos);
+  CHECK(scheduleToJson(scheduleFromJson(json)) == json);
   CHECK(s.extents[7].sourceElement == 1);
   spec.imbalance = 10.0;  // capped at the capacity
   CHECK(generateMoeDispatchGemm(spec, {0, 0, 1}).extents[0].expected == 9.0);
+}
+
+TEST_CASE("moe-dispatch-gemm: the cost model prices the blocks at the expected tokens, more with imbalance") {
+  MoeDispatchGemmSpec spec = smallSpec(64);
+  spec.hidden = 256;
+  spec.outCols = 128;
+  const Profile p = defaultProfile(topologyPreset("h200x2"));
+  double previousUs = 0;
+  for (double imbalance : {1.0, 4.0}) {
+    spec.imbalance = imbalance;
+    const Schedule s = generateMoeDispatchGemm(spec, {0, 0, 1, 1});
+    const double rows = 64.0 * 2 / 8 * imbalance;  // T topk / (R E) x imbalance
+    for (const Step& st : s.lanes[0][2].steps)     // rank 0's network lane: counts, then blocks
+      if (st.kind == StepKind::ProxyPut) CHECK(st.bytes == (st.extent == kNoExtent ? 2 * 4 : rows * 256 * 2));
+    const double us = simulateUncontended(s, p).totalUs;
+    CHECK(us > previousUs);
+    previousUs = us;
+  }
 }

@@ -203,6 +203,9 @@ Schedule generateMoeDispatchGemm(const MoeDispatchGemmSpec& spec, const std::vec
     s.lanes[r] = {std::move(comm), std::move(compute)};
     if (!net.steps.empty()) s.lanes[r].push_back(std::move(net));
   }
+  s.info.op = "moe-dispatch-gemm";
+  s.info.algo = "direct";
+  s.info.dtype = DType::BFloat16;
   fillCostAttributes(s);
   return s;
 }
