@@ -1,8 +1,10 @@
-// mkernel tests — rank placements: rank r on node r / perNode.
+// mkernel tests — rank placements (rank r on node r / perNode) and what a generated schedule holds.
 #pragma once
 
 #include <cstdint>
 #include <vector>
+
+#include "mk/schedule/schedule.hpp"
 
 namespace mk::test {
 
@@ -10,6 +12,15 @@ inline std::vector<uint32_t> nodesOf(uint32_t nRanks, uint32_t perNode) {
   std::vector<uint32_t> nodeOf(nRanks);
   for (uint32_t r = 0; r < nRanks; ++r) nodeOf[r] = r / perNode;
   return nodeOf;
+}
+
+/// Steps of `kind` in `s`, over every rank and lane.
+inline uint64_t countKind(const Schedule& s, StepKind kind) {
+  uint64_t n = 0;
+  for (const auto& lanes : s.lanes)
+    for (const Lane& l : lanes)
+      for (const Step& st : l.steps) n += st.kind == kind;
+  return n;
 }
 
 }  // namespace mk::test

@@ -30,6 +30,7 @@
 
 using namespace mk;
 
+using mk::test::countKind;
 using mk::test::nodesOf;
 
 namespace {
@@ -71,14 +72,6 @@ std::map<LaneRole, std::map<StepKind, uint64_t>> stepsByRole(const Schedule& s, 
   for (const Lane& l : s.lanes[rank])
     for (const Step& st : l.steps) ++out[l.role][st.kind];
   return out;
-}
-
-uint64_t countKind(const Schedule& s, StepKind kind) {
-  uint64_t n = 0;
-  for (const auto& lanes : s.lanes)
-    for (const Lane& l : lanes)
-      for (const Step& st : l.steps) n += st.kind == kind;
-  return n;
 }
 
 /// Generate, validate (races included), execute on fresh inputs and compare with the reference.

@@ -1,0 +1,62 @@
+// mkernel — the mixture-of-experts operators as generators: moe-dispatch-gemm (issue 39 item 4), a MoE dispatch
+// whose routing the schedule computes from the router's expert ids (routing as data, mk/schedule/route.hpp)
+// followed by each receiver's expert GEMMs (docs/schedule-format.md, "Routing as data").
+//
+// R ranks (placed on nodes by nodeOf), E experts on every rank (G = R x E global experts, expert j on rank j / E,
+// its local index j % E), T tokens of H features on every rank, each routed to topk experts. Every (source rank,
+// expert) block holds at most `capacity` tokens. Buffers of the schedule (per rank):
+//   "ids"    Input int32, T x topk: the global expert ids of each token (the router's top-k)
+//   "x"      Input bf16, T x H: the tokens
+//   "w"      Input bf16, E x H x Nout: the rank's experts' weights, expert e at e x H x Nout (row-major H x Nout)
+//   "layout" Scratch int32, G x (1 + capacity): the route's counts per global expert, then each expert's list
+//   "send"   Scratch bf16, G x capacity x H: per global expert j the executing rank's tokens for j, packed
+//   "counts" Scratch int32, G: on rank d, counts[s x E + e] = tokens rank s routes to d's expert e (the notify)
+//   "recv"   Scratch bf16, G x capacity x H: on rank d, a capacity-row block per (source s, expert e)
+//   "out"    Output f32, G x capacity x Nout: on rank d, block (s, e) row i = token t_i of rank s times w_e, t_0 <
+//            t_1 < ... the tokens of rank s that name expert d x E + e; rows past that count are not written.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "mk/schedule/schedule.hpp"
+
+namespace mk {
+
+/// What moe-dispatch-gemm computes (ranks and nodes come from the placement).
+struct MoeDispatchGemmSpec {
+  uint32_t experts = 0;  ///< E: experts on every rank
+  uint32_t topk = 0;     ///< experts per token, at most R x E
+  uint32_t tokens = 0;   ///< T: tokens on every rank
+  uint32_t hidden = 0;   ///< H: features of a token (the GEMM's k), a multiple of 8
+  uint32_t outCols = 0;  ///< Nout: columns of an expert's output (the GEMM's n), a multiple of 8
+  /// Most tokens one source rank may send one expert (the GEMM's m at its bound); unset: T (never drops: a token
+  /// names an expert at most once in a well-formed routing). A routing over it is refused when the route runs.
+  std::optional<uint32_t> capacity;
+  /// The cost model's expected tokens per (source, expert) block are the uniform T x topk / (R x E) times this
+  /// factor (>= 1; capped at the capacity): how much the hottest experts exceed the mean.
+  double imbalance = 1.0;
+
+  /// The capacity in effect: capacity, or T when unset.
+  uint32_t capacityOr() const noexcept { return capacity ? *capacity : tokens; }
+};
+
+/// Check `spec` on `nRanks` ranks: experts, topk, tokens, hidden and outCols >= 1; topk <= nRanks x experts;
+/// capacity >= 1 when set; hidden and outCols multiples of 8 (the grouped GEMM's A and C rows are whole 16-byte
+/// units for the GPU engine's TMA); imbalance finite and >= 1; every buffer within kMaxElements. Throws
+/// Error(InvalidArgument) naming the field, what it must be and what it is.
+void validateMoeDispatchGemmSpec(const MoeDispatchGemmSpec& spec, uint32_t nRanks);
+
+/// Generate moe-dispatch-gemm on ranks placed as `nodeOf` says. Lanes of rank r:
+///  * comm (intra): route; notify (its counts for rank d's experts into d's "counts": a copy to itself, puts inside
+///    the node); per expert on another node a gather, signalling r's own flag so the network lane may send it; per
+///    expert inside the node a gather and a put (a copy to itself) of its block at the runtime extent;
+///  * net (inter-send, only with peers on other nodes): the notify and the blocks of those peers as ProxyPuts;
+///  * compute: wait for every rank's counts, then per source wait for its E blocks and run a grouped GEMM over them.
+/// Across nodes every (source, destination rank) block travels once per destination rank, not once per node
+/// (DeepEP's per-node deduplication is not done here). The result passes validate() and has cost attributes filled;
+/// every extent's expected value is the spec's (see imbalance). Throws what validateMoeDispatchGemmSpec throws.
+Schedule generateMoeDispatchGemm(const MoeDispatchGemmSpec& spec, const std::vector<uint32_t>& nodeOf);
+
+}  // namespace mk
