@@ -1,4 +1,4 @@
-// mkernel — the manifest of a data directory of fused operators across nodes (fused_nodes_manifest.hpp).
+// mkernel — the manifest of fused operators measured across nodes (fused_nodes_manifest.hpp).
 #include "mk/validation/fused_nodes_manifest.hpp"
 
 #include <fnmatch.h>
@@ -20,7 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-const char* const kFields[] = {"schema", "regime", "topology", "calibration_base", "calibration", "gated"};
+const char* const kFields[] = {"schema", "regime", "data", "topology", "calibration_base", "calibration", "gated"};
 
 std::string fieldList() {
   std::string s;
@@ -28,7 +28,7 @@ std::string fieldList() {
   return s;
 }
 
-/// The file names of DIR's regular files that match one of `patterns` (each must match at least one).
+/// The file names of the data directory's regular files that match one of `patterns` (each must match at least one).
 std::vector<std::string> matching(const json& patterns, const std::string& field, const std::string& where,
                                   const std::vector<std::string>& names) {
   if (!patterns.is_array() || patterns.empty())
@@ -40,8 +40,9 @@ std::vector<std::string> matching(const json& patterns, const std::string& field
     const std::string what = where + ": " + field + "[" + std::to_string(i) + "]";
     const std::string& p = json_get::text(patterns[i], what, 256);
     if (p.empty() || p.find('/') != std::string::npos)
-      throw Error(ErrorCode::InvalidArgument,
-                  what + ": '" + p + "' is not a file-name pattern of the directory (no '/', e.g. \"*-2x1-*.json\")");
+      throw Error(
+          ErrorCode::InvalidArgument,
+          what + ": '" + p + "' is not a file-name pattern of the data directory (no '/', e.g. \"*-2x1-*.json\")");
     std::size_t hits = 0;
     for (const std::string& n : names)
       if (::fnmatch(p.c_str(), n.c_str(), FNM_PERIOD) == 0) {
@@ -50,22 +51,27 @@ std::vector<std::string> matching(const json& patterns, const std::string& field
       }
     if (hits == 0)
       throw Error(ErrorCode::InvalidArgument,
-                  what + ": '" + p + "' matches no file of the directory: fix the pattern or commit the data");
+                  what + ": '" + p + "' matches no file of the data directory: fix the pattern or commit the data");
   }
   return {out.begin(), out.end()};
 }
 
 }  // namespace
 
-FusedNodesManifest loadFusedNodesManifest(const std::string& dir) {
+FusedNodesManifest loadFusedNodesManifest(const std::string& path) {
   FusedNodesManifest m;
-  m.dir = dir;
-  m.path = (fs::path(dir) / kFusedNodesManifest).string();
+  m.path = path;
+  const fs::path home = fs::path(path).parent_path();
   std::error_code ec;
-  if (!fs::is_regular_file(m.path, ec))
-    throw Error(ErrorCode::InvalidArgument, m.path +
-                                                ": no such file: a fused-nodes data directory holds its manifest (" +
-                                                kFusedNodesManifest + ": calibration, gated records, topology)");
+  if (fs::is_directory(path, ec))
+    throw Error(ErrorCode::InvalidArgument,
+                path + ": is a directory: give a manifest file (" + kFusedNodesSchema +
+                    ", e.g. validation/data/fused-validation/*.json), which names its measurement directory");
+  if (!fs::is_regular_file(path, ec))
+    throw Error(ErrorCode::InvalidArgument,
+                path +
+                    ": no such file: a fused-validation manifest names the calibration files, gated records and "
+                    "topology of a measurement directory (validation/data/fused-validation/*.json)");
   const json root = parseJson(readFile(m.path), m.path);
   if (!root.is_object())
     throw Error(ErrorCode::ParseError, m.path + ": expected a JSON object (got " + describeJson(root) + ")");
@@ -82,11 +88,17 @@ FusedNodesManifest loadFusedNodesManifest(const std::string& dir) {
     throw Error(ErrorCode::ParseError,
                 m.path + ": field 'schema' must be \"" + kFusedNodesSchema + "\" (got \"" + excerpt(schema) + "\")");
   m.regime = json_get::text(field("regime"), m.path + ": field 'regime'", 1024);
+  const std::string& data = json_get::text(field("data"), m.path + ": field 'data'", 1024);
+  m.dir = (home / data).lexically_normal().string();
+  if (data.empty() || !fs::is_directory(m.dir, ec))
+    throw Error(ErrorCode::InvalidArgument, m.path + ": field 'data': " + m.dir +
+                                                " is not a directory (the measurement directory of the records, "
+                                                "relative to the manifest)");
   const std::string& topology = json_get::text(field("topology"), m.path + ": field 'topology'", 1024);
-  m.topology = (fs::path(dir) / topology).lexically_normal().string();
+  m.topology = (home / topology).lexically_normal().string();
   if (topology.empty() || !fs::is_regular_file(m.topology, ec))
     throw Error(ErrorCode::InvalidArgument, m.path + ": field 'topology': " + m.topology +
-                                                " is not a file (a topology JSON, relative to the directory)");
+                                                " is not a file (a topology JSON, relative to the manifest)");
   m.base = json_get::text(field("calibration_base"), m.path + ": field 'calibration_base'", 128);
   const auto presets = topologyPresets();
   if (std::find(presets.begin(), presets.end(), m.base) == presets.end())
@@ -95,9 +107,8 @@ FusedNodesManifest loadFusedNodesManifest(const std::string& dir) {
                                                 "from, e.g. dgx-h100)");
 
   std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_regular_file(ec) && e.path().filename() != kFusedNodesManifest)
-      names.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(m.dir, ec))
+    if (e.is_regular_file(ec)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   const auto calib = matching(field("calibration"), "calibration", m.path, names);
   const auto gated = matching(field("gated"), "gated", m.path, names);
@@ -106,18 +117,17 @@ FusedNodesManifest loadFusedNodesManifest(const std::string& dir) {
       throw Error(ErrorCode::InvalidArgument, m.path + ": " + n +
                                                   " is both calibration and gated: the profile would be fitted on "
                                                   "the records it judges");
-  for (const std::string& n : calib) m.calibration.push_back((fs::path(dir) / n).string());
-  for (const std::string& n : gated) m.gated.push_back((fs::path(dir) / n).string());
+  for (const std::string& n : calib) m.calibration.push_back((fs::path(m.dir) / n).string());
+  for (const std::string& n : gated) m.gated.push_back((fs::path(m.dir) / n).string());
   return m;
 }
 
-std::vector<std::string> findFusedNodesDirs(const std::string& measuredDir) {
+std::vector<std::string> findFusedNodesManifests(const std::string& dir) {
   std::vector<std::string> out;
   std::error_code ec;
-  if (measuredDir.empty() || !fs::is_directory(measuredDir, ec)) return out;
-  for (auto it = fs::recursive_directory_iterator(measuredDir, fs::directory_options::skip_permission_denied, ec);
-       !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-    if (it->path().filename() == kFusedNodesManifest) out.push_back(it->path().parent_path().string());
+  if (dir.empty() || !fs::is_directory(dir, ec)) return out;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file(ec) && e.path().extension() == ".json") out.push_back(e.path().string());
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -1,4 +1,4 @@
-// mkernel — the fused operators across nodes, judged from one data directory (validate_fused_nodes.hpp).
+// mkernel — the fused operators across nodes, judged as one manifest says (validate_fused_nodes.hpp).
 #include "mk/validation/validate_fused_nodes.hpp"
 
 #include <nlohmann/json.hpp>
@@ -8,9 +8,9 @@
 
 namespace mk {
 
-FusedNodesValidation validateFusedNodes(const std::string& dir, const ValidationOptions& options) {
+FusedNodesValidation validateFusedNodes(const std::string& manifestPath, const ValidationOptions& options) {
   FusedNodesValidation out;
-  out.manifest = loadFusedNodesManifest(dir);
+  out.manifest = loadFusedNodesManifest(manifestPath);
   const FusedNodesManifest& m = out.manifest;
   const Topology topo = loadTopology(m.topology);
 

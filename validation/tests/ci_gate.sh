@@ -17,8 +17,9 @@
 #       runs oversubscribe that host's CPU and are reported, not gated: docs/results.md) against the first
 #       number of validation/data/validation-internode-threshold.txt.
 #   ci_gate.sh --fused-internode <mk-calibrate> <mk-validate> <workdir>
-#       The fused operators across nodes: mk-validate --fused-nodes measured/internode/fused-nodes, the fused line
-#       (SimGrid replay of gemm-rs / ag-gemm / gemm-ar) on the files its fused-validation.json gates (*-2x1-*.json),
+#       The fused operators across nodes: mk-validate --fused-nodes fused-validation/h100-mps-loopback-2x1.json, the
+#       fused line (SimGrid replay of gemm-rs / ag-gemm / gemm-ar) on the files it gates (*-2x1-*.json in
+#       measured/internode/fused-nodes),
 #       the H100 datasheet profile with proxyUs and the network fitted on the same session's
 #       *-calibrate-network.json there, against validation-fused-internode-threshold.txt (mk-calibrate unused).
 #   ci_gate.sh --synthetic <mk-calibrate> <mk-validate> <workdir>
@@ -135,11 +136,11 @@ fi
 
 if [[ $mode == --fused-internode ]]; then
   # The fused operators across nodes: one session's calibrate-network and its 2 x 1 fused records (ranks sharing one
-  # H100 under MPS, loopback TCP), the H100 datasheet plus the fitted network and proxy. The directory's
-  # fused-validation.json names those files, the topology and the base preset; mk-validate --fused-nodes runs the
-  # chain (the same one the planner's `fused` confidence class runs).
+  # H100 under MPS, loopback TCP), the H100 datasheet plus the fitted network and proxy. The manifest names those
+  # files, the topology and the base preset; mk-validate --fused-nodes runs the chain (the same one the planner's
+  # `fused` confidence class runs).
   threshold=$(read_threshold validation-fused-internode-threshold.txt) || exit 2
-  "$validate" --fused-nodes "$data/measured/internode/fused-nodes" --max-median-err-fused "$threshold" -j 2 \
+  "$validate" --fused-nodes "$data/fused-validation/h100-mps-loopback-2x1.json" --max-median-err-fused "$threshold" -j 2 \
     >"$work/validate.txt"
   rc=$?
   cat "$work/validate.txt"

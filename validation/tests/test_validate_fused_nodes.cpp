@@ -1,5 +1,5 @@
-// The fused operators across nodes from a data directory's manifest (mk/validation/validate_fused_nodes.hpp): the
-// chain gives what mk-calibrate then mk-validate give, and a broken manifest is refused naming the file and field.
+// The fused operators across nodes from a manifest (mk/validation/validate_fused_nodes.hpp): the chain gives what
+// mk-calibrate then mk-validate give, and a broken manifest is refused naming the file and field.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -12,6 +12,7 @@
 #include "mk/cost/profile_io.hpp"
 #include "mk/error.hpp"
 #include "mk/io/measurement.hpp"
+#include "mk/schedule/io.hpp"
 #include "mk/topology/topology.hpp"
 #include "mk/validation/calibrate.hpp"
 #include "mk/validation/validate_fused_nodes.hpp"
@@ -21,6 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::string kFusedDir = std::string(MK_MEASURED_DIR) + "/internode/fused-nodes";
+const std::string kManifest = std::string(MK_FUSED_VALIDATION_DIR) + "/h100-mps-loopback-2x1.json";
 
 bool endsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -36,28 +38,32 @@ std::vector<std::string> committed(Pick pick) {
   return out;
 }
 
-/// A scratch data directory: one measurement file copied from the committed one, and a manifest written per case.
+/// A scratch directory: a data directory "data" with one measurement file copied from the committed one, a topology
+/// file beside it, and a manifest "m.json" written per case.
 struct ScratchDir {
   ScratchDir() : path(fs::temp_directory_path() / ("mk-fused-nodes-test-" + std::to_string(::getpid()))) {
     fs::remove_all(path);
-    fs::create_directories(path);
+    fs::create_directories(path / "data");
     for (const auto& f : committed([](const std::string& n) { return endsWith(n, "-calibrate-network.json"); }))
-      fs::copy_file(f, path / "calib.json");
+      fs::copy_file(f, path / "data" / "calib.json");
     std::ofstream(path / "topo.json") << "{}";
   }
   ~ScratchDir() {
     std::error_code ec;
     fs::remove_all(path, ec);
   }
-  void manifest(const std::string& text) const { std::ofstream(path / mk::kFusedNodesManifest) << text; }
+  std::string manifest(const std::string& text) const {
+    std::ofstream(path / "m.json") << text;
+    return (path / "m.json").string();
+  }
   fs::path path;
 };
 
 std::string manifestText(const std::string& base, const std::string& topology, const std::string& calib,
-                         const std::string& gated, const std::string& extra = "") {
-  return "{\"schema\": \"mkernel.fused-validation.v1\", \"regime\": \"test\", \"topology\": \"" + topology +
-         "\", \"calibration_base\": \"" + base + "\", \"calibration\": [" + calib + "], \"gated\": [" + gated + "]" +
-         extra + "}";
+                         const std::string& gated, const std::string& extra = "", const std::string& data = "data") {
+  return "{\"schema\": \"mkernel.fused-validation.v1\", \"regime\": \"test\", \"data\": \"" + data +
+         "\", \"topology\": \"" + topology + "\", \"calibration_base\": \"" + base + "\", \"calibration\": [" + calib +
+         "], \"gated\": [" + gated + "]" + extra + "}";
 }
 
 }  // namespace
@@ -65,11 +71,12 @@ std::string manifestText(const std::string& base, const std::string& topology, c
 TEST_CASE("fused nodes: the committed chain is mk-calibrate then mk-validate on the manifest's files") {
   mk::ValidationOptions vo;
   vo.jobs = 2;
-  const mk::FusedNodesValidation v = mk::validateFusedNodes(kFusedDir, vo);
+  const mk::FusedNodesValidation v = mk::validateFusedNodes(kManifest, vo);
   // The manifest's patterns pick what ci_gate.sh globbed before it had one.
   const auto calib = committed([](const std::string& n) { return endsWith(n, "-calibrate-network.json"); });
   const auto gated =
       committed([](const std::string& n) { return endsWith(n, ".json") && n.find("-2x1-") != std::string::npos; });
+  CHECK(fs::equivalent(v.manifest.dir, kFusedDir));
   CHECK(v.manifest.calibration == calib);
   CHECK(v.manifest.gated == gated);
   CHECK(v.manifest.base == "dgx-h100");
@@ -85,7 +92,7 @@ TEST_CASE("fused nodes: the committed chain is mk-calibrate then mk-validate on 
   const mk::Profile fitted =
       mk::calibrate(mk::loadMeasurementFiles(calib), mk::defaultProfile(machine), nullptr, calib);
   std::ofstream(profilePath) << mk::profileToEfficiencyJson(fitted, prov, machine);
-  const std::string topology = kFusedDir + "/../../../topologies/h100-mps-loopback.json";
+  const std::string topology = std::string(MK_FUSED_VALIDATION_DIR) + "/../topologies/h100-mps-loopback.json";
   const mk::Profile read = mk::loadProfileFor(profilePath.string(), mk::loadTopology(topology));
   fs::remove(profilePath);
   const mk::FusedValidation twoStep = mk::validateFused(mk::loadMeasurementFiles(gated), gated, topology, read, vo);
@@ -100,25 +107,31 @@ TEST_CASE("fused nodes: the committed chain is mk-calibrate then mk-validate on 
   CHECK(v.fused.sim.maxAbsPct == twoStep.sim.maxAbsPct);
 }
 
-TEST_CASE("fused nodes: the planner finds the committed manifest under the measured directory") {
-  const auto dirs = mk::findFusedNodesDirs(MK_MEASURED_DIR);
-  REQUIRE(dirs.size() == 1);
-  CHECK(fs::equivalent(dirs[0], kFusedDir));
-  CHECK(mk::findFusedNodesDirs("").empty());
-  CHECK(mk::findFusedNodesDirs(kFusedDir + "/no-such-dir").empty());
+TEST_CASE("fused nodes: the planner finds the committed manifest, and none among the measurements") {
+  const auto found = mk::findFusedNodesManifests(MK_FUSED_VALIDATION_DIR);
+  REQUIRE(found.size() == 1);
+  CHECK(fs::equivalent(found[0], kManifest));
+  CHECK(mk::findFusedNodesManifests("").empty());
+  CHECK(mk::findFusedNodesManifests(kFusedDir + "/no-such-dir").empty());
+  // A manifest is not a measurement (DESIGN.md, "Data contracts"): none lives among the measurement files.
+  for (const auto& e : fs::recursive_directory_iterator(MK_MEASURED_DIR))
+    if (e.path().extension() == ".json") {
+      CAPTURE(e.path().string());
+      CHECK(mk::readFile(e.path().string()).find(mk::kFusedNodesSchema) == std::string::npos);
+    }
 }
 
 TEST_CASE("fused nodes: a broken manifest is refused naming the file and the field") {
   ScratchDir d;
   auto refused = [&](const std::string& text, const std::string& what) {
-    d.manifest(text);
+    const std::string path = d.manifest(text);
     CAPTURE(text);
     try {
-      (void)mk::loadFusedNodesManifest(d.path.string());
+      (void)mk::loadFusedNodesManifest(path);
       FAIL("accepted");
     } catch (const mk::Error& e) {
       const std::string msg = e.what();
-      CHECK(msg.find(mk::kFusedNodesManifest) != std::string::npos);
+      CHECK(msg.find(path) != std::string::npos);
       CHECK_MESSAGE(msg.find(what) != std::string::npos, msg);
     }
   };
@@ -130,6 +143,13 @@ TEST_CASE("fused nodes: a broken manifest is refused naming the file and the fie
   refused(manifestText("dgx-h100", "nowhere.json", "\"calib.json\"", "\"x\""), "topology");
   refused(manifestText("dgx-h100", "topo.json", "\"calib.json\"", "\"x\"", ", \"gate\": 10"), "unknown field 'gate'");
   refused("{\"schema\": \"mkernel.profile.v1\"}", "schema");
+  refused(manifestText("dgx-h100", "topo.json", "\"calib.json\"", "\"x\"", "", "nodata"), "field 'data'");
+  refused(manifestText("dgx-h100", "topo.json", "\"calib.json\"", "\"x\"", "", "topo.json"), "field 'data'");
   refused("{\"schema\": \"mkernel.fused-validation.v1\"}", "missing field 'regime'");
-  refused("[", mk::kFusedNodesManifest);
+  refused("[", "m.json");
+  // A directory or a path that does not exist is not a manifest.
+  for (const std::string& p : {d.path.string(), (d.path / "none.json").string()}) {
+    CAPTURE(p);
+    CHECK_THROWS_WITH_AS((void)mk::loadFusedNodesManifest(p), doctest::Contains(p.c_str()), mk::Error);
+  }
 }

@@ -235,12 +235,14 @@ expect_error 'none was validated' -- "$tool" --profile "$p" --max-median-err 5 -
 expect_error '^mk-validate: error: --max-median-err-fused: must be a finite number in \[0, 100\]' -- \
   "$tool" --profile "$p" --max-median-err-fused nan --json "$work/x.json" "$work/fused.json"
 check "a refused fused run wrote no --json" test ! -e "$work/x.json"
-# --fused-nodes DIR: the chain its manifest names, ending with the fused line; no manifest, or an option of the
-# collectives' chain beside it, is bad input
-fn="$(dirname "${BASH_SOURCE[0]}")/../data/measured/internode/fused-nodes"
+# --fused-nodes MANIFEST: the chain it names, ending with the fused line; a directory, a missing file, or an option
+# of the collectives' chain beside it, is bad input
+fn="$(dirname "${BASH_SOURCE[0]}")/../data/fused-validation/h100-mps-loopback-2x1.json"
 "$tool" --fused-nodes "$fn" --cache none >"$work/fn.txt" 2>&1
 check "--fused-nodes ends with the fused line" grep -Eq '^validation fused: n=[1-9][0-9]* ' <(tail -1 "$work/fn.txt")
-expect_error 'fused-validation.json: no such file' -- "$tool" --fused-nodes "$work"
+check "--fused-nodes names the data directory" grep -q 'data .*measured/internode/fused-nodes' "$work/fn.txt"
+expect_error "$work: is a directory: give a manifest file" -- "$tool" --fused-nodes "$work"
+expect_error "$work/none.json: no such file" -- "$tool" --fused-nodes "$work/none.json"
 expect_error 'profile does not apply' -- "$tool" --fused-nodes "$fn" --profile "$p"
 
 # an output never replaces a non-regular file nor one of the command's own inputs

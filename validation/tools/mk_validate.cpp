@@ -5,7 +5,7 @@
 //               [--max-max-err Y] [--report DIR] [--trace-record OP:ALGO:BYTES [--measured-trace t.json [--measured-op
 //               N]]]
 //               [-j N] [--json out.json] [--skip-bad] files...
-//   mk-validate --fused-nodes DIR [--max-median-err-fused X] [-j N]     (the fused operators across nodes of DIR)
+//   mk-validate --fused-nodes MANIFEST [--max-median-err-fused X] [-j N]  (the fused operators across nodes)
 //
 // Exit codes (mk/util/cli.hpp): 0 success, 1 a gate failed (the simulator's median error above --max-median-err,
 // its largest above --max-max-err) or a
@@ -154,7 +154,7 @@ bool printFusedSummary(const mk::FusedValidation& fused, std::optional<double> g
   return true;
 }
 
-/// --fused-nodes DIR: the directory's own chain (its manifest: calibration fitted, gated records replayed), the fit
+/// --fused-nodes MANIFEST: the manifest's chain (its calibration files fitted, its gated records replayed), the fit
 /// and the fused table, ending with the "validation fused: ..." line.
 int runFusedNodes(const Options& o) {
   mk::ValidationOptions vo;
@@ -169,9 +169,10 @@ int runFusedNodes(const Options& o) {
     bad("--fused-nodes " + o.fusedNodes + ": no fused record of " + m.path +
         "'s gated files was predicted: a gate that checks nothing must not pass");
   std::printf(
-      "mk-validate: --fused-nodes %s: %zu calibration file(s) fitted over the %s datasheet, %zu gated file(s) "
-      "on %s, %u job(s)\n",
-      o.fusedNodes.c_str(), m.calibration.size(), m.base.c_str(), m.gated.size(), m.topology.c_str(), o.jobs);
+      "mk-validate: --fused-nodes %s: data %s: %zu calibration file(s) fitted over the %s datasheet, %zu gated "
+      "file(s) on %s, %u job(s)\n",
+      o.fusedNodes.c_str(), m.dir.c_str(), m.calibration.size(), m.base.c_str(), m.gated.size(), m.topology.c_str(),
+      o.jobs);
   std::printf("regime: %s\n", m.regime.c_str());
   std::fputs(mk::formatFitReport(v.fit).c_str(), stdout);
   std::fputs(mk::formatFusedTable(v.fused).c_str(), stdout);
@@ -424,8 +425,9 @@ int main(int argc, char** argv) {
   app.add_option("--python", o.python, "python with matplotlib for --report")->capture_default_str();
   app.add_option("--report-script", o.script, "the report generator")->capture_default_str();
   app.add_option("--fused-nodes", o.fusedNodes,
-                 "instead of files and --profile: the fused operators across nodes of a data directory whose "
-                 "fused-validation.json names its calibration files, gated records, topology and base preset: the "
+                 "instead of files and --profile: the fused operators across nodes of a manifest (mkernel.fused-"
+                 "validation.v1, e.g. validation/data/fused-validation/*.json) naming a measurement directory, its "
+                 "calibration files, gated records, topology and base preset: the "
                  "profile fitted as mk-calibrate does, then the gated records' fused table, ending with the line "
                  "\"validation fused: n=... median_abs_err_pct=...\" (docs/validation.md)");
   CLI::Option* files = app.add_option("files", o.files, "measurement files (mkernel.measurement.v1)");
@@ -440,7 +442,7 @@ int main(int argc, char** argv) {
           "--max-median-err-nccl", "--report", "--trace-record", "--measured-trace", "--measured-op", "--json"})
       if (app.count(opt) > 0) {
         std::fprintf(stderr,
-                     "%s: error: --fused-nodes runs its directory's own chain (profile, records, topology): %s does "
+                     "%s: error: --fused-nodes runs its manifest's own chain (profile, records, topology): %s does "
                      "not apply (--max-median-err-fused, -j, --cache, --skip-bad, --max-memory do)\n",
                      kTool, opt);
         return mk::cli::kExitBadInput;

@@ -242,17 +242,17 @@ class PlanRun {
   /// The communication side: the simulator validated on the committed collectives, then every class's confidence.
   void validateModels() {
     const auto tv = Clock::now();
-    // The fused operators across nodes: every data directory of --measured with a manifest, through its chain
-    // (mk-validate --fused-nodes). First, before any progress line: a broken manifest, calibration or record file is
-    // bad input, one line naming the file; a record the model cannot price is listed in the class.
+    // The fused operators across nodes: every manifest of --fused-validation, through its chain (mk-validate
+    // --fused-nodes). First, before any progress line: a broken manifest, calibration or record file is bad input,
+    // one line naming the file; a record the model cannot price is listed in the class.
     std::vector<FusedNodesValidation> fusedNodes;
-    for (const std::string& dir : findFusedNodesDirs(in_.measuredDir)) {
+    for (const std::string& manifest : findFusedNodesManifests(in_.fusedValidationDir)) {
       ValidationOptions vo;
       vo.jobs = in_.pricer.jobs;
       vo.skipBad = true;
       PredictionCache cache(in_.cacheDir);
       vo.cache = &cache;
-      fusedNodes.push_back(validateFusedNodes(dir, vo));
+      fusedNodes.push_back(validateFusedNodes(manifest, vo));
     }
     for (const FusedNodesValidation& v : fusedNodes)
       say("fused operators across nodes: " + std::to_string(v.fused.rows.size()) + " records of " + v.manifest.dir);

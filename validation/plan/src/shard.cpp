@@ -68,7 +68,8 @@ ShardSpec parseShard(const std::string& text, const std::function<const char*(co
       "mpirun or a Slurm job array, or give --shard i/n");
 }
 
-std::string inputsDigest(const std::vector<std::string>& parts, const std::string& measuredDir) {
+std::string inputsDigest(const std::vector<std::string>& parts, const std::string& measuredDir,
+                         const std::string& fusedValidationDir) {
   uint64_t h = 14695981039346656037ull;
   for (const std::string& p : parts) fnv(h, p);
   namespace fs = std::filesystem;
@@ -78,22 +79,24 @@ std::string inputsDigest(const std::vector<std::string>& parts, const std::strin
     for (const auto& e : fs::directory_iterator(measuredDir, ec))
       if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path());
   std::sort(files.begin(), files.end());
-  // The fused operators' data directories below it (the planner replays them): their manifest and every file it
-  // names. A manifest that does not load is hashed alone: the planner refuses it anyway.
-  for (const std::string& dir : findFusedNodesDirs(measuredDir)) {
-    files.push_back(fs::path(dir) / kFusedNodesManifest);
+  auto hashFile = [&](const fs::path& f, const std::string& base) {
+    std::ifstream in(f, std::ios::binary);
+    fnv(h, fs::relative(f, base, ec).string());
+    fnv(h, std::string(std::istreambuf_iterator<char>(in), {}));
+  };
+  for (const fs::path& f : files) hashFile(f, measuredDir);
+  // The fused operators' manifests (the planner replays what they name): each manifest and every file it names,
+  // by their path from the manifests' directory. A manifest that does not load is hashed alone: the planner
+  // refuses it anyway.
+  for (const std::string& path : findFusedNodesManifests(fusedValidationDir)) {
+    hashFile(path, fusedValidationDir);
     try {
-      const FusedNodesManifest m = loadFusedNodesManifest(dir);
-      files.push_back(m.topology);
+      const FusedNodesManifest m = loadFusedNodesManifest(path);
+      hashFile(m.topology, fusedValidationDir);
       for (const auto* list : {&m.calibration, &m.gated})
-        for (const std::string& f : *list) files.push_back(f);
+        for (const std::string& f : *list) hashFile(f, fusedValidationDir);
     } catch (const Error&) {
     }
-  }
-  for (const fs::path& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    fnv(h, fs::relative(f, measuredDir, ec).string());
-    fnv(h, std::string(std::istreambuf_iterator<char>(in), {}));
   }
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));

@@ -40,7 +40,8 @@ check "no temporary directory is left" bash -c "! compgen -G '$work/.rep*' >/dev
 check "plan.json says the fused variant is priced" grep -q '"status": "available"' "$work/a.json"
 check "plan.json has a fused speedup" grep -Eq '"fused_speedup": [0-9]' "$work/a.json"
 check "the page says the fused variant is priced" grep -q 'fused: available' "$work/rep/index.html"
-# The committed fused records across nodes (measured/internode/fused-nodes): the fused class carries their error,
+# The committed fused records across nodes (their manifest in validation/data/fused-validation): the fused class
+# carries their error,
 # extrapolated to the planned cluster, and says what was not measured.
 check "the priced fused variant is marked extrapolated, neither validated nor failed" \
   bash -c "grep -q \"class='ex'>fused: available, extrapolated\" '$work/rep/index.html' && ! grep -q \"fused: available, not validated\" '$work/rep/index.html' && ! grep -q \"class='bad'>fused\" '$work/rep/index.html'"
@@ -107,10 +108,11 @@ expect 2 "--json $work/a.json and --emit-kernels $work/a.json" -- \
 expect 0 'report: ' -- "${run[@]}" --what-if nic-bw=2x --report "$work/rep" --json "$work/b.json"
 check "the same inputs give the same plan.json" cmp -s "$work/a.json" "$work/b.json"
 # The validation's predictions: kept in --cache between runs, each run simulated afresh with --cache none; the
-# plan is the same either way. On one small committed file (4 records), so that the uncached runs stay cheap.
+# plan is the same either way. On one small committed file (4 records) and no fused records, so that the uncached
+# runs stay cheap.
 mkdir -p "$work/measured"
 cp "$(dirname "${BASH_SOURCE[0]}")/../../data/measured/2026-11-30-h200x2-5400cad-allreduce-w128.json" "$work/measured/"
-small=("${run[@]}" -q --measured "$work/measured")
+small=("${run[@]}" -q --measured "$work/measured" --fused-validation none)
 expect 0 'validation: [1-9][0-9]* distinct predictions, 0 of them from the cache' -- \
   "${small[@]}" --cache "$work/cache" --json "$work/c1.json"
 expect 0 'validation: ([0-9]+) distinct predictions, \1 of them from the cache' -- \
@@ -265,9 +267,11 @@ printf '%s\n' '{"schema": "mkernel.measurement.v1", "system": {"gpu": "NVIDIA H1
 expect 2 'steps.json: records\[0\]\.workload: ' -- "$tool" --check-steps --measured "$work/steps-bad"
 one_line_error "$tool" --check-steps --measured "$work/steps-bad"
 expect 2 'steps.json: records\[0\]\.workload: ' -- "${tiny[@]}" --gpus 8 --measured "$work/steps-bad" --cache none
-# a broken fused-nodes manifest under --measured is bad input naming the file and the field, never silently dropped
-mkdir -p "$work/fn-bad/sub" && echo '{"schema": "mkernel.fused-validation.v1"}' >"$work/fn-bad/sub/fused-validation.json"
-bad "fn-bad/sub/fused-validation.json: missing field 'regime'" -- "${tiny[@]}" --gpus 8 -q --measured "$work/fn-bad" --cache none
+# a broken manifest of --fused-validation is bad input naming the file and the field, never silently dropped; a
+# directory that does not exist is refused
+mkdir -p "$work/fn-bad" && echo '{"schema": "mkernel.fused-validation.v1"}' >"$work/fn-bad/m.json"
+bad "fn-bad/m.json: missing field 'regime'" -- "${tiny[@]}" --gpus 8 -q --fused-validation "$work/fn-bad" --cache none
+bad "--fused-validation $work/none: no such directory" -- "${tiny[@]}" --gpus 8 --fused-validation "$work/none"
 
 # goodput under failures: a table per variant, "unknown" where an input is missing, the same plan.json twice;
 # bad values of the failure keys are exit 2 naming the key

@@ -14,27 +14,28 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// A copy of the committed measurement directory's top-level files and its fused-nodes data, in a fresh directory
-/// (the manifest's topology path is relative: the topologies folder is copied beside it as in the tree).
-fs::path copyMeasured(const std::string& name) {
-  const fs::path src = MK_MEASURED_DIR;
+/// A copy of the committed fused-nodes measurements and their manifest, in a fresh directory laid out as the tree
+/// (the manifest's data and topology paths are relative to it).
+fs::path copyFused(const std::string& name) {
+  const fs::path data = fs::path(MK_MEASURED_DIR).parent_path();
   const fs::path root = fs::temp_directory_path() / ("mk-shard-digest-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(root);
   fs::create_directories(root / "measured" / "internode");
-  fs::copy(src / "internode" / "fused-nodes", root / "measured" / "internode" / "fused-nodes",
+  fs::copy(data / "measured" / "internode" / "fused-nodes", root / "measured" / "internode" / "fused-nodes",
            fs::copy_options::recursive);
-  fs::copy(src.parent_path() / "topologies", root / "topologies", fs::copy_options::recursive);
+  fs::copy(data / "topologies", root / "topologies", fs::copy_options::recursive);
+  fs::copy(data / "fused-validation", root / "fused-validation", fs::copy_options::recursive);
   return root;
 }
 
 }  // namespace
 
-TEST_CASE("shard digest: a changed fused record below --measured changes the digest") {
-  const fs::path root = copyMeasured("fused");
-  const std::string measured = (root / "measured").string();
-  const std::string before = inputsDigest({"plan"}, measured);
-  CHECK(before == inputsDigest({"plan"}, measured));  // the same inputs, the same digest
-  CHECK(before != inputsDigest({"plan"}, ""));        // the fused data is in it
+TEST_CASE("shard digest: a changed fused record or manifest changes the digest") {
+  const fs::path root = copyFused("fused");
+  const std::string fused = (root / "fused-validation").string();
+  const std::string before = inputsDigest({"plan"}, "", fused);
+  CHECK(before == inputsDigest({"plan"}, "", fused));  // the same inputs, the same digest
+  CHECK(before != inputsDigest({"plan"}, "", ""));     // the fused data is in it
   // One byte more in one gated record: another digest.
   fs::path gated;
   for (const auto& e : fs::directory_iterator(root / "measured" / "internode" / "fused-nodes"))
@@ -42,6 +43,10 @@ TEST_CASE("shard digest: a changed fused record below --measured changes the dig
       gated = e.path();
   REQUIRE(!gated.empty());
   std::ofstream(gated, std::ios::app) << "\n";
-  CHECK(inputsDigest({"plan"}, measured) != before);
+  const std::string afterRecord = inputsDigest({"plan"}, "", fused);
+  CHECK(afterRecord != before);
+  // The manifest itself is in it too.
+  for (const auto& e : fs::directory_iterator(root / "fused-validation")) std::ofstream(e.path(), std::ios::app) << " ";
+  CHECK(inputsDigest({"plan"}, "", fused) != afterRecord);
   fs::remove_all(root);
 }

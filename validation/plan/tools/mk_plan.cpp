@@ -72,6 +72,7 @@ struct Options {
   std::string tokenBudget = "1T";
   std::optional<double> gpuMemoryGB;
   std::string measured;
+  std::string fusedValidation;
   std::string cache = mk::PredictionCache::defaultDir();
   uint64_t simBudget = 4000000;
   mk::cli::GuardArgs guard;  ///< --max-memory only: mk-plan prints its progress always
@@ -250,6 +251,17 @@ int run(const Options& o, const std::string& command) {
   } else if (fs::is_directory(MK_MEASURED_DIR, ec)) {
     in.measuredDir = MK_MEASURED_DIR;
   }
+  // The fused records' manifests: given, none, or the committed ones unless --measured none (no measurements at
+  // all) was asked for.
+  if (o.fusedValidation == "none") {
+    in.fusedValidationDir.clear();
+  } else if (!o.fusedValidation.empty()) {
+    if (!fs::is_directory(o.fusedValidation, ec))
+      bad("--fused-validation " + o.fusedValidation + ": no such directory");
+    in.fusedValidationDir = o.fusedValidation;
+  } else if (o.measured != "none" && fs::is_directory(MK_FUSED_VALIDATION_DIR, ec)) {
+    in.fusedValidationDir = MK_FUSED_VALIDATION_DIR;
+  }
   if (o.checkSteps) {  // the step records of the measurement directory against the planner: no plan
     std::vector<mk::MeasurementFile> files;
     std::vector<std::string> names;
@@ -272,7 +284,7 @@ int run(const Options& o, const std::string& command) {
                                        in.profilePath.empty() ? "" : mk::readFile(in.profilePath)};
   if (fs::is_regular_file(in.cluster, ec)) digestParts.push_back(mk::readFile(in.cluster));
   digestParts.insert(digestParts.end(), o.planArgs.begin(), o.planArgs.end());
-  const std::string digest = mk::plan::inputsDigest(digestParts, in.measuredDir);
+  const std::string digest = mk::plan::inputsDigest(digestParts, in.measuredDir, in.fusedValidationDir);
   std::map<std::string, mk::plan::CommPrice> shardPrices, simulated;
   if (!o.mergeFiles.empty()) {
     std::vector<mk::plan::ShardFile> shards;
@@ -441,6 +453,10 @@ int main(int argc, char** argv) {
   app.add_option("--measured", o.measured,
                  "measurement directory for the GEMM model and the validation errors (default: the committed "
                  "validation/data/measured; none: no measurements)");
+  app.add_option("--fused-validation", o.fusedValidation,
+                 "directory of manifests (mkernel.fused-validation.v1) of fused operators measured across nodes: "
+                 "their SimGrid replay's error is the fused confidence class (default: the committed "
+                 "validation/data/fused-validation unless --measured none; none: not validated)");
   app.add_option("--sim-budget", o.simBudget,
                  "schedules of more steps are priced by their closed form instead of simulated (0: no limit)")
       ->capture_default_str();

@@ -1,5 +1,5 @@
-// mkernel — the fused operators across nodes, judged from one data directory (docs/validation.md, "Fused operators
-// across nodes"): its manifest (fused_nodes_manifest.hpp) -> the profile fitted on its calibration files
+// mkernel — the fused operators across nodes, judged as one manifest says (docs/validation.md, "Fused operators
+// across nodes"): the manifest (fused_nodes_manifest.hpp) -> the profile fitted on its calibration files
 // (mk-calibrate's fit, from the base preset's datasheet) -> every fused record of its gated files replayed on its
 // topology (validateFused). The one home of that chain: mk-validate --fused-nodes (and through it ci_gate.sh
 // --fused-internode) and the planner's `fused` confidence class both call it.
@@ -24,11 +24,11 @@ struct FusedNodesValidation {
   FusedValidation fused;
 };
 
-/// Run the chain for DIR: the profile is what `mk-calibrate --cluster <base> --out p.json <calibration files>`
-/// writes, read back as `mk-validate --cluster <topology> --profile p.json` reads it (the same numbers to the last
-/// bit), and the gated files' fused records are predicted by validateFused with `options` (jobs, cache, skipBad,
-/// maxMemory; options.ops / algos / cluster are not used). Throws what loadFusedNodesManifest, loadMeasurementFiles,
-/// calibrate and validateFused throw, each naming its file.
-FusedNodesValidation validateFusedNodes(const std::string& dir, const ValidationOptions& options);
+/// Run the chain of the manifest `manifestPath`: the profile is what `mk-calibrate --cluster <base> --out p.json
+/// <calibration files>` writes, read back as `mk-validate --cluster <topology> --profile p.json` reads it (the same
+/// numbers to the last bit), and the gated files' fused records are predicted by validateFused with `options` (jobs,
+/// cache, skipBad, maxMemory; options.ops / algos / cluster are not used). Throws what loadFusedNodesManifest,
+/// loadMeasurementFiles, calibrate and validateFused throw, each naming its file.
+FusedNodesValidation validateFusedNodes(const std::string& manifestPath, const ValidationOptions& options);
 
 }  // namespace mk

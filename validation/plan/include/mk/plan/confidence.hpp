@@ -85,7 +85,7 @@ class ConfidenceTable {
 /// model's rows on the committed `impl: nccl` records (null: none). A plan's collectives are the layered
 /// baseline's (NCCL, the nccl-* family): their classes (comm.*) carry the layered model's error; our engine's
 /// error is its own class (engine.*), for what our engine runs (the fused operators). The class "fused" carries the
-/// error of the fused records across nodes (`fusedNodes`: the chain of each committed data directory, pooled) in
+/// error of the fused records across nodes (`fusedNodes`: the chain of each committed manifest, pooled) in
 /// the regime they measured; without them (null or empty) it says where the fused operators were validated.
 ConfidenceTable buildConfidence(const GemmModel* gemm, const ValidationResult* validation,
                                 const std::string& validationGpu, const std::string& why,

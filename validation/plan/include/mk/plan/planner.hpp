@@ -48,7 +48,10 @@ struct PlanInputs {
   std::vector<WhatIf> whatIfs;
   double tokenBudget = 1e12;  ///< tokens, for GPU-hours
   std::string measuredDir;    ///< committed measurements (GEMM model, validation); "" = none
-  std::string cacheDir;       ///< the validation's predictions kept between runs (prediction_cache.hpp); "" = none
+  /// Manifests of fused operators measured across nodes (fused_nodes_manifest.hpp): their error is the `fused`
+  /// confidence class; "" = none
+  std::string fusedValidationDir;
+  std::string cacheDir;  ///< the validation's predictions kept between runs (prediction_cache.hpp); "" = none
   std::optional<double> gpuMemoryGB;  ///< per GPU; default from the GPU model (H100 80, H200 141)
   PricerSettings pricer;
   /// The work items this process plans (mk-plan --shard, shard.hpp); the others are infeasible "in shard k/n".

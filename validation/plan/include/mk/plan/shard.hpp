@@ -44,9 +44,10 @@ struct ShardFile {
 };
 
 /// A digest (16 hex digits, FNV-1a 64) of the texts `parts`, of every *.json file at the top of `measuredDir` (name
-/// and bytes, in name order; "" for none) and of the fused operators' data directories below it (their manifest and
-/// every file it names: findFusedNodesDirs): equal digests, equal inputs.
-std::string inputsDigest(const std::vector<std::string>& parts, const std::string& measuredDir);
+/// and bytes, in name order; "" for none) and of the fused operators' manifests in `fusedValidationDir` (each
+/// manifest and every file it names: findFusedNodesManifests): equal digests, equal inputs.
+std::string inputsDigest(const std::vector<std::string>& parts, const std::string& measuredDir,
+                         const std::string& fusedValidationDir);
 
 /// `planJson` (planToJson's text) with the "shard" section of `f` added (f.path unused).
 std::string addShardSection(const std::string& planJson, const ShardFile& f);
