@@ -3,6 +3,7 @@
 // (verify_attention.hpp), the zigzag's load balance, the spec's refusals.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <iterator>
@@ -12,11 +13,13 @@
 
 #include "expect_error.hpp"
 #include "mk/algorithms/attention.hpp"
+#include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/verify_attention.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/schedule/pack.hpp"
 #include "mk/schedule/validate.hpp"
+#include "mk/topology/topology.hpp"
 
 using namespace mk;
 
@@ -107,6 +110,32 @@ TEST_CASE("ring-attention: causal zigzag gives every rank the same attention FLO
   }
 }
 
+TEST_CASE("ring-attention: the timeline prices attention on the tensor cores of its lane, by its work units") {
+  RingAttentionSpec spec = oddSpec(2, true);
+  spec.seq = 4096;
+  spec.headDim = 128;
+  spec.qHeads = 8;
+  spec.kvHeads = 8;
+  const Profile p = defaultProfile(topologyPreset("h200x2"));
+  spec.computeCtas = p.sms - 1;  // the send lane keeps one SM
+  const Schedule s = generateRingAttention(spec, {0, 0});
+  const Timeline t = simulateUncontended(s, p);
+  double attentionUs = 0;
+  for (const StepTime& st : t.steps) {
+    const Step& step = s.lanes[st.rank][st.lane].steps[st.step];
+    if (step.kind != StepKind::Attention) continue;
+    // At the GEMM rate of the lane's SMs, or of fewer when its work units (a 128-row query block per batch and
+    // head) do not fill them.
+    const AttentionShape& sh = s.attentions[step.aux];
+    const double units = static_cast<double>(sh.batch) * sh.qHeads * ((sh.sq + 127) / 128);
+    const double sms = std::min(static_cast<double>(p.sms - 1), units);
+    CHECK(st.endUs - st.startUs == doctest::Approx(step.flops / (p.gemmTflops * 1e6 * sms / p.sms)));
+    if (st.rank == 0) attentionUs += st.endUs - st.startUs;
+  }
+  CHECK(attentionUs > 0);
+  CHECK(t.totalUs >= attentionUs);
+}
+
 TEST_CASE("ring-attention: a bad spec is refused naming the field") {
   auto refused = [](RingAttentionSpec spec, uint32_t ranks, const char* part) {
     CAPTURE(part);
@@ -115,8 +144,9 @@ TEST_CASE("ring-attention: a bad spec is refused naming the field") {
   };
   RingAttentionSpec spec = oddSpec(2, true);
   refused(spec, 0, "no ranks");
-  for (uint32_t RingAttentionSpec::*field : {&RingAttentionSpec::batch, &RingAttentionSpec::qHeads,
-                                             &RingAttentionSpec::kvHeads, &RingAttentionSpec::headDim}) {
+  for (uint32_t RingAttentionSpec::*field :
+       {&RingAttentionSpec::batch, &RingAttentionSpec::qHeads, &RingAttentionSpec::kvHeads, &RingAttentionSpec::headDim,
+        &RingAttentionSpec::computeCtas}) {
     RingAttentionSpec zero = spec;
     zero.*field = 0;
     refused(zero, 2, "must be >= 1 (got 0)");

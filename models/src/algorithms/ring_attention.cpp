@@ -48,7 +48,8 @@ void validateRingAttentionSpec(const RingAttentionSpec& spec, uint32_t nRanks) {
                                          {"qHeads", spec.qHeads},
                                          {"kvHeads", spec.kvHeads},
                                          {"headDim", spec.headDim},
-                                         {"seq", spec.seq}}))
+                                         {"seq", spec.seq},
+                                         {"computeCtas", spec.computeCtas}}))
     bad(std::string(zero) + " must be >= 1 (got 0)");
   if (spec.qHeads % spec.kvHeads != 0)
     bad("qHeads " + std::to_string(spec.qHeads) + " is not a multiple of kvHeads " + std::to_string(spec.kvHeads) +
@@ -119,7 +120,7 @@ Schedule generateRingAttention(const RingAttentionSpec& spec, const std::vector<
   s.lanes.resize(R);
   for (uint32_t r = 0; r < R; ++r) {
     const uint32_t next = (r + 1) % R, prev = (r + R - 1) % R;
-    Lane compute{LaneRole::Compute, 1, {}};
+    Lane compute{LaneRole::Compute, spec.computeCtas, {}};
     std::vector<bool> started(chunks, false);
     for (uint32_t t = 0; t < R; ++t) {
       const uint32_t origin = (r + R - t) % R;  // whose keys and values rank r holds at step t

@@ -36,11 +36,14 @@ struct RingAttentionSpec {
   bool causal = false;            ///< mask later keys; the tokens are then placed in zigzag order
   float scale = 0;                ///< softmax scale; 0: 1 / sqrt(D)
   DType dtype = DType::BFloat16;  ///< of q and kv: float32, bfloat16 or float16
+  /// Lane::ctas of the compute lane, a weight against the send lane's 1: the cost model splits a rank's SMs among
+  /// its lanes by these weights, so a caller that knows the GPU gives it its SMs less one (1: half of them)
+  uint32_t computeCtas = 1;
 };
 
-/// Check `spec` on `nRanks` ranks: every size >= 1, qHeads a multiple of kvHeads, seq a multiple of nRanks (of
-/// 2 x nRanks when causal), a finite non-negative scale, a float dtype, every buffer within kMaxElements and every
-/// block size within 32 bits. Throws Error(InvalidArgument) naming the field, what it must be and what it is.
+/// Check `spec` on `nRanks` ranks: every size and computeCtas >= 1, qHeads a multiple of kvHeads, seq a multiple of
+/// nRanks (of 2 x nRanks when causal), a finite non-negative scale, a float dtype, every buffer within kMaxElements and
+/// every block size within 32 bits. Throws Error(InvalidArgument) naming the field, what it must be and what it is.
 void validateRingAttentionSpec(const RingAttentionSpec& spec, uint32_t nRanks);
 
 /// Global position of local token `t` of rank `rank` (the placement above).
