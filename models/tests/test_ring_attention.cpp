@@ -47,7 +47,8 @@ uint64_t countKind(const Schedule& s, StepKind kind) {
 }  // namespace
 
 TEST_CASE("ring-attention: every output matches full attention on 1, 2, 3 ranks of a node and 2 nodes x 2 ranks") {
-  const std::vector<std::vector<uint32_t>> placements = {{0}, {0, 0}, {0, 0, 0}, {0, 0, 1, 1}};
+  // Five ranks reuse each ring slot twice: the slot-free flags of both lanes are exercised, across nodes too.
+  const std::vector<std::vector<uint32_t>> placements = {{0}, {0, 0}, {0, 0, 0}, {0, 0, 1, 1}, {0, 0, 0, 1, 1}};
   for (const auto& nodeOf : placements)
     for (bool causal : {false, true}) {
       const auto R = static_cast<uint32_t>(nodeOf.size());
