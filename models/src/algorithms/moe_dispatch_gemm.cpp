@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "generator_common.hpp"
 #include "mk/algorithms/moe.hpp"
 #include "mk/error.hpp"
 #include "mk/schedule/pack.hpp"
@@ -22,24 +23,11 @@ namespace {
   throw Error(ErrorCode::InvalidArgument, "moe-dispatch-gemm: " + what);
 }
 
-/// The product of `factors`, or kMaxElements + 1 when it passes kMaxElements (so a check against the limit sees it).
-uint64_t elements(std::initializer_list<uint64_t> factors) {
-  uint64_t n = 1;
-  for (uint64_t f : factors)
-    if (__builtin_mul_overflow(n, f, &n) || n > kMaxElements) return kMaxElements + 1;
-  return n;
-}
+using gen::elements;
+using gen::flagStep;
 
 /// The buffer ids of the schedule, in declaration order (moe.hpp).
 enum Buf : uint16_t { kIds, kX, kW, kLayout, kSend, kCounts, kRecv, kOut };
-
-Step flagStep(StepKind kind, uint32_t rank, uint32_t id, uint64_t value) {
-  Step st;
-  st.kind = kind;
-  st.flag = FlagRef{rank, id};
-  st.value = value;
-  return st;
-}
 
 /// A copy (to the executing rank), put (inside its node) or proxyput (across nodes) of `count` elements, sized by
 /// `extent` when it is not kNoExtent, signalling flag `flag` of the receiver +1 unless it is the executing rank.
@@ -64,12 +52,12 @@ Step move(const std::vector<uint32_t>& nodeOf, uint32_t r, BufRef dst, BufRef a,
 void validateMoeDispatchGemmSpec(const MoeDispatchGemmSpec& spec, uint32_t nRanks) {
   const std::string where = " on " + std::to_string(nRanks) + " ranks";
   if (nRanks == 0) bad("no ranks: the placement must name at least one");
-  for (const auto& [name, v] : {std::pair<const char*, uint32_t>{"experts", spec.experts},
-                                {"topk", spec.topk},
-                                {"tokens", spec.tokens},
-                                {"hidden", spec.hidden},
-                                {"outCols", spec.outCols}})
-    if (v == 0) bad(std::string(name) + " must be >= 1 (got 0)");
+  if (const char* zero = gen::firstZero({{"experts", spec.experts},
+                                         {"topk", spec.topk},
+                                         {"tokens", spec.tokens},
+                                         {"hidden", spec.hidden},
+                                         {"outCols", spec.outCols}}))
+    bad(std::string(zero) + " must be >= 1 (got 0)");
   const uint64_t global = uint64_t{nRanks} * spec.experts;
   if (spec.topk > global)
     bad("topk " + std::to_string(spec.topk) + " is larger than the experts in total, " + std::to_string(global) + " (" +

@@ -64,7 +64,8 @@ StepResource stepResource(const Schedule& s, const Step& st, uint32_t rank, uint
     case StepKind::Put: return StepResource::NvLink;
     case StepKind::ProxyPut: return StepResource::Network;
     case StepKind::Gemm:
-    case StepKind::GroupedGemm: return StepResource::Tensor;
+    case StepKind::GroupedGemm:
+    case StepKind::Attention: return StepResource::Tensor;
     case StepKind::Copy:
     case StepKind::Reduce:
     case StepKind::Route:
@@ -222,6 +223,7 @@ StepPrice stepPrice(const Profile& p, StepKind kind, LinkClass link, double amou
       return pr;
     case StepKind::Gemm:
     case StepKind::GroupedGemm:
+    case StepKind::Attention:  // tensor-core FLOPs at the GEMM rate (no attention-specific rate is calibrated yet)
       pr.resource = StepResource::Tensor;
       pr.rate = p.gemmTflops;
       pr.unitsPerUs = kFlopsPerUsPerTflops;
@@ -286,7 +288,7 @@ StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra
         nvlink = nvlink || res == StepResource::NvLink;
         reduce = reduce || st.kind == StepKind::Reduce;
         network = network || kindInfo(st.kind).remote;
-        gemm = gemm || kindInfo(st.kind).extent == StepExtent::Tile;
+        gemm = gemm || res == StepResource::Tensor;
         ll = ll || (st.flags & kStepLL);
         ll128 = ll128 || (st.flags & kStepLL128);
       }
@@ -324,13 +326,18 @@ StepPrice StepCosts::price(const Step& st, uint32_t rank, uint32_t lane) const {
     if (kindInfo(st.kind).extent == StepExtent::Tile)
       forEachGemm(s_.gemms, st,
                   [&](const Step& one) { tiles += gemmTiles128(s_.gemms[one.aux].m, s_.gemms[one.aux].n); });
+    if (st.kind == StepKind::Attention && st.aux < s_.attentions.size()) {
+      // FlashAttention's work units: a 128-row block of queries of one (batch, head).
+      const AttentionShape& sh = s_.attentions[st.aux];
+      tiles = uint64_t{sh.batch} * sh.qHeads * ((uint64_t{sh.sq} + 127) / 128);
+    }
     pr.capPerUs = ctaCapPerUs(p_, pr.resource, laneSms_[rank][lane], tiles);
   }
   return pr;
 }
 
 StepPrice StepCosts::sharedPrice(const Step& st, uint32_t rank) const {
-  const bool gemm = kindInfo(st.kind).extent == StepExtent::Tile;  // priced by FLOPs
+  const bool gemm = kindInfo(st.kind).extent == StepExtent::Tile || st.kind == StepKind::Attention;  // by FLOPs
   StepPrice pr = stepPrice(p_, st.kind, st.link, gemm ? st.flops : static_cast<double>(st.bytes),
                            st.kind == StepKind::Put && writesPeerUserBuffer(s_, st, rank), st.flags);
   if (kindInfo(st.kind).remote) {

@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "attention_exec.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/numeric.hpp"
 #include "mk/schedule/check.hpp"
@@ -684,6 +685,25 @@ class Executor final : public RemoteEndpoint {
                       describeStep(s_, ls.rank, ls.lane, stepIdx));
   }
 
+  void attention(const LaneState& ls, uint32_t stepIdx, const Step& st) {
+    if (st.aux >= s_.attentions.size())
+      invalid(ls, stepIdx,
+              "attention index " + std::to_string(st.aux) + " is out of range (" +
+                  std::to_string(s_.attentions.size()) + " shapes)");
+    const AttentionShape& sh = s_.attentions[st.aux];
+    if (const std::string problem = attentionShapeProblem(sh); !problem.empty()) invalid(ls, stepIdx, problem);
+    const AttentionElements n = attentionElements(sh);
+    const BoundBuffer& out = operand(ls, stepIdx, "out (dst)", st.dst, n.out);
+    const BoundBuffer& q = operand(ls, stepIdx, "Q (a)", st.a, n.q);
+    const BoundBuffer& kv = operand(ls, stepIdx, "K/V (b)", st.b, n.kv);
+    if (out.dtype != DType::Float32 || dtypeInfo(q.dtype).integer || q.dtype != kv.dtype)
+      invalid(ls, stepIdx, "attention reads Q and K/V of one float dtype and writes float32 rows");
+    if (anyOverlap(st.dst, n.out, st.a, n.q) || anyOverlap(st.dst, n.out, st.b, n.kv))
+      invalid(ls, stepIdx, "out overlaps Q or K/V");
+    detail::runAttention(sh, {out.dtype, out.data, st.dst.offset}, {q.dtype, q.data, st.a.offset},
+                         {kv.dtype, kv.data, st.b.offset});
+  }
+
   void runStep(LaneState& ls, uint32_t stepIdx, const Step& st) {
     if (st.extent != kNoExtent) {  // the step as this rank runs it: count resolved against its extent value
       Step resolved = st;
@@ -715,6 +735,7 @@ class Executor final : public RemoteEndpoint {
       case StepKind::Barrier: barrier(ls, stepIdx, st); return;
       case StepKind::Route: route(ls, stepIdx, st); return;
       case StepKind::Gather: gather(ls, stepIdx, st); return;
+      case StepKind::Attention: attention(ls, stepIdx, st); return;
     }
     invalid(ls, stepIdx, "unknown step kind " + std::to_string(static_cast<int>(st.kind)));
   }

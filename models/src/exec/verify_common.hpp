@@ -9,12 +9,30 @@
 #include <string>
 #include <vector>
 
+#include "mk/error.hpp"
 #include "mk/exec/executor.hpp"
 #include "mk/exec/numeric.hpp"
 #include "mk/exec/verify.hpp"
 #include "mk/util/size.hpp"
 
 namespace mk::detail {
+
+/// The buffer called `name` of the generated schedule `s`, of `dtype`, with `want` elements on every rank; else
+/// Error(InvalidArgument) "<who>: ..." naming the buffer, what it is and what the spec needs.
+inline uint16_t requireBuffer(const Schedule& s, const std::string& who, const char* name, DType dtype, uint64_t want) {
+  auto bad = [&](const std::string& what) { throw Error(ErrorCode::InvalidArgument, who + ": " + what); };
+  const int b = s.bufferIndex(name);
+  if (b < 0) bad(std::string("the schedule has no buffer named '") + name + "' (expected one generated for this spec)");
+  const BufferDecl& d = s.buffers[static_cast<std::size_t>(b)];
+  if (d.dtype != dtype)
+    bad(std::string("buffer '") + name + "' is " + toString(d.dtype) + ", expected " + toString(dtype));
+  for (uint32_t r = 0; r < s.nRanks; ++r)
+    if (d.count.size() != s.nRanks || d.count[r] != want)
+      bad(std::string("buffer '") + name + "' of rank " + std::to_string(r) + " has " +
+          (d.count.size() == s.nRanks ? std::to_string(d.count[r]) : std::string("no")) + " elements, expected " +
+          std::to_string(want) + " for the spec");
+  return static_cast<uint16_t>(b);
+}
 
 /// The dtype's unit roundoff u = 2^-(mantissa bits + 1): 2^-24 (float32), 2^-8 (bfloat16), 2^-11 (float16).
 inline double unitRoundoff(DType t) { return std::ldexp(1.0, -(dtypeInfo(t).mantissaBits + 1)); }

@@ -22,19 +22,8 @@ namespace {
   throw Error(ErrorCode::InvalidArgument, "verifyMoeDispatchGemm: " + what);
 }
 
-/// The buffer called `name`, of `dtype`, with `want` elements on every rank.
 uint16_t requireBuffer(const Schedule& s, const char* name, DType dtype, uint64_t want) {
-  const int b = s.bufferIndex(name);
-  if (b < 0) bad(std::string("the schedule has no buffer named '") + name + "' (is it a moe-dispatch-gemm schedule?)");
-  const BufferDecl& d = s.buffers[static_cast<std::size_t>(b)];
-  if (d.dtype != dtype)
-    bad(std::string("buffer '") + name + "' is " + toString(d.dtype) + ", expected " + toString(dtype));
-  for (uint32_t r = 0; r < s.nRanks; ++r)
-    if (d.count.size() != s.nRanks || d.count[r] != want)
-      bad(std::string("buffer '") + name + "' of rank " + std::to_string(r) + " has " +
-          (d.count.size() == s.nRanks ? std::to_string(d.count[r]) : std::string("no")) + " elements, expected " +
-          std::to_string(want) + " for the spec");
-  return static_cast<uint16_t>(b);
+  return detail::requireBuffer(s, "verifyMoeDispatchGemm", name, dtype, want);
 }
 
 /// The sentinel every output element starts as: a quiet NaN no computation yields.

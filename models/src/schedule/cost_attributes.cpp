@@ -91,6 +91,18 @@ void fillCostAttributesAt(Schedule& s, Share&& share) {
               st.bytes = scaled(st.count * esz, st.extent) + scaled(st.count / st.aux, st.extent) * bSize;
             break;
           }
+          case StepKind::Attention: {  // reads Q, K and V once, writes its rows; priced by its unmasked pairs
+            st.link = farthest({&st.dst, &st.a, &st.b});
+            std::size_t inSize = 0;
+            if (st.aux >= s.attentions.size() || !dtypeOf(st.a, inSize) || !dtypeOf(st.dst, esz)) break;
+            const AttentionShape& sh = s.attentions[st.aux];
+            const uint64_t rows = uint64_t{sh.batch} * sh.sq;
+            const uint64_t kvRows = uint64_t{sh.batch} * sh.skv * 2;
+            st.bytes =
+                (rows * sh.qHeads + kvRows * sh.kvHeads) * sh.headDim * inSize + rows * sh.qHeads * sh.outRow() * esz;
+            st.flops = attentionFlops(sh);
+            break;
+          }
           case StepKind::Wait:
           case StepKind::Barrier: st.link = LinkClass::None; break;
         }

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "attention_io.hpp"
 #include "io_read_json.hpp"
 #include "mk/error.hpp"
 #include "mk/io/json.hpp"
@@ -44,7 +45,8 @@ class Reader {
     const Path top;
     expectObject(root, top);
     checkKeys(root, top,
-              {"schema", "info", "nRanks", "nodeOf", "nFlags", "nBarriers", "buffers", "extents", "gemms", "ranks"});
+              {"schema", "info", "nRanks", "nodeOf", "nFlags", "nBarriers", "buffers", "extents", "gemms", "attentions",
+               "ranks"});
     const std::string& schema = asString(member(root, "schema", top), top["schema"]);
     if (!schemaMatches(schema, kScheduleSchema))
       fail(top["schema"], "unsupported schema '" + excerpt(schema) + "' (expected '" + kScheduleSchema + "')");
@@ -66,6 +68,7 @@ class Reader {
     readBuffers(member(root, "buffers", top), top["buffers"]);
     if (const json* x = optionalMember(root, "extents")) readExtents(*x, top["extents"]);
     if (const json* g = optionalMember(root, "gemms")) readGemms(*g, top["gemms"]);
+    if (const json* x = optionalMember(root, "attentions")) readAttentionShapes(*x, top["attentions"], s_.attentions);
 
     const Path pRanks = top["ranks"];
     const json& ranks = member(root, "ranks", top);
@@ -330,6 +333,13 @@ class Reader {
         st.count = asU64(member(o, "count", p), p["count"]);
         st.aux = asU32(member(o, "row", p), p["row"]);
         st.value = asU64(member(o, "sourceRows", p), p["sourceRows"]);
+        st.dst = readOperand(member(o, "dst", p), p["dst"]);
+        st.a = readOperand(member(o, "a", p), p["a"]);
+        st.b = readOperand(member(o, "b", p), p["b"]);
+        break;
+      case StepKind::Attention:
+        checkKeys(o, p, {"kind", "attention", "dst", "a", "b"}, cost);
+        st.aux = asU32(member(o, "attention", p), p["attention"]);
         st.dst = readOperand(member(o, "dst", p), p["dst"]);
         st.a = readOperand(member(o, "a", p), p["a"]);
         st.b = readOperand(member(o, "b", p), p["b"]);

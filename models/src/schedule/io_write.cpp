@@ -15,6 +15,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "attention_io.hpp"
 #include "io_writer.hpp"
 #include "mk/error.hpp"
 #include "mk/io/json.hpp"
@@ -215,6 +216,7 @@ std::string scheduleToJson(const Schedule& s, int indent) {
   if (!s.gemms.empty()) w.newline(1);
   o += "],";
   w.newline(1);
+  writeAttentionShapes(w, s.attentions);
 
   w.key("ranks");
   o += '[';
@@ -324,12 +326,14 @@ std::string scheduleToJson(const Schedule& s, int indent) {
           case StepKind::Wait: flagAndValue(); break;
           case StepKind::GroupedGemm: count(); [[fallthrough]];
           case StepKind::Gemm:
+          case StepKind::Attention:  // a shape index ("gemm", "attention") and three operands
             w.comma();
-            w.key("gemm");
+            w.key(kindInfo(st.kind).auxName);
             w.u64(st.aux);
             operand("dst", st.dst);
             operand("a", st.a);
             operand("b", st.b);
+            if (st.kind == StepKind::Attention) break;
             w.comma();
             w.key("accumulate");
             o += (st.flags & kStepAccumulate) ? "true" : "false";

@@ -23,7 +23,8 @@ namespace {
 
 static_assert(std::is_trivially_copyable_v<PackedHeader> && std::is_trivially_copyable_v<PackedStep>);
 static_assert(sizeof(PackedHeader) % 16 == 0 && sizeof(PackedBuffer) % 16 == 0 && sizeof(PackedLane) % 16 == 0 &&
-                  sizeof(PackedStep) % 16 == 0 && sizeof(PackedGemm) % 16 == 0 && sizeof(PackedExtent) % 16 == 0,
+                  sizeof(PackedStep) % 16 == 0 && sizeof(PackedGemm) % 16 == 0 && sizeof(PackedExtent) % 16 == 0 &&
+                  sizeof(PackedAttention) % 16 == 0,
               "every packed record keeps the next one 16-byte aligned");
 
 constexpr uint64_t alignUp16(uint64_t n) noexcept { return (n + 15) & ~uint64_t{15}; }
@@ -31,7 +32,7 @@ constexpr uint64_t alignUp16(uint64_t n) noexcept { return (n + 15) & ~uint64_t{
 /// Byte offsets of every section, from the header's counts. Saturates instead of wrapping so that a
 /// hostile header cannot make a huge image look small.
 struct Layout {
-  uint64_t buffers = 0, lanes = 0, steps = 0, gemms = 0, extents = 0, counts = 0, nodeOf = 0, total = 0;
+  uint64_t buffers = 0, lanes = 0, steps = 0, gemms = 0, extents = 0, attentions = 0, counts = 0, nodeOf = 0, total = 0;
   bool overflow = false;
 };
 
@@ -51,7 +52,7 @@ uint64_t addSat(uint64_t a, uint64_t b, bool& overflow) noexcept {
 }
 
 Layout layoutOf(uint64_t nRanks, uint64_t nBuffers, uint64_t nLanes, uint64_t nSteps, uint64_t nGemms,
-                uint64_t nExtents) noexcept {
+                uint64_t nExtents, uint64_t nAttentions) noexcept {
   Layout l;
   bool& o = l.overflow;
   l.buffers = sizeof(PackedHeader);
@@ -59,7 +60,8 @@ Layout layoutOf(uint64_t nRanks, uint64_t nBuffers, uint64_t nLanes, uint64_t nS
   l.steps = addSat(l.lanes, mulSat(nLanes, sizeof(PackedLane), o), o);
   l.gemms = addSat(l.steps, mulSat(nSteps, sizeof(PackedStep), o), o);
   l.extents = addSat(l.gemms, mulSat(nGemms, sizeof(PackedGemm), o), o);
-  l.counts = addSat(l.extents, mulSat(nExtents, sizeof(PackedExtent), o), o);
+  l.attentions = addSat(l.extents, mulSat(nExtents, sizeof(PackedExtent), o), o);
+  l.counts = addSat(l.attentions, mulSat(nAttentions, sizeof(PackedAttention), o), o);
   l.nodeOf = addSat(l.counts, mulSat(mulSat(nBuffers, nRanks, o), sizeof(uint64_t), o), o);
   l.total = alignUp16(addSat(l.nodeOf, mulSat(nRanks, sizeof(uint32_t), o), o));
   return l;
@@ -99,6 +101,8 @@ std::vector<uint8_t> packImpl(const Schedule& s, int64_t onlyRank) {
   if (s.gemms.size() > std::numeric_limits<uint32_t>::max())
     throw Error(ErrorCode::InvalidArgument, "cannot pack: too many gemm shapes");
   if (s.extents.size() >= kNoExtent) throw Error(ErrorCode::InvalidArgument, "cannot pack: too many extents");
+  if (s.attentions.size() > std::numeric_limits<uint32_t>::max())
+    throw Error(ErrorCode::InvalidArgument, "cannot pack: too many attention shapes");
 
   const uint32_t firstRank = onlyRank < 0 ? 0 : static_cast<uint32_t>(onlyRank);
   const uint32_t endRank = onlyRank < 0 ? s.nRanks : firstRank + 1;
@@ -119,7 +123,8 @@ std::vector<uint8_t> packImpl(const Schedule& s, int64_t onlyRank) {
   if (nLanes > std::numeric_limits<uint32_t>::max())
     throw Error(ErrorCode::InvalidArgument, "cannot pack: too many lanes");
 
-  const Layout lay = layoutOf(s.nRanks, s.buffers.size(), nLanes, nSteps, s.gemms.size(), s.extents.size());
+  const Layout lay =
+      layoutOf(s.nRanks, s.buffers.size(), nLanes, nSteps, s.gemms.size(), s.extents.size(), s.attentions.size());
   // Zero-filled: reserved fields and padding are defined bytes, so images compare equal byte for byte.
   std::vector<uint8_t> image(lay.total, 0);
   uint8_t* base = image.data();
@@ -136,6 +141,7 @@ std::vector<uint8_t> packImpl(const Schedule& s, int64_t onlyRank) {
   h.nSteps = nSteps;
   h.totalBytes = lay.total;
   h.nExtents = static_cast<uint32_t>(s.extents.size());
+  h.nAttentions = static_cast<uint32_t>(s.attentions.size());
   std::memcpy(base, &h, sizeof h);
 
   for (std::size_t b = 0; b < s.buffers.size(); ++b) {
@@ -189,6 +195,28 @@ std::vector<uint8_t> packImpl(const Schedule& s, int64_t onlyRank) {
     pe.sourceElement = d.sourced() ? d.sourceElement : 0;
     std::memcpy(base + lay.extents + e * sizeof(PackedExtent), &pe, sizeof pe);
   }
+  for (std::size_t i = 0; i < s.attentions.size(); ++i) {
+    const AttentionShape& a = s.attentions[i];
+    const PackedAttention pa{a.batch,
+                             a.qHeads,
+                             a.kvHeads,
+                             a.headDim,
+                             a.sq,
+                             a.skv,
+                             a.ldq,
+                             a.ldkv,
+                             a.ldo,
+                             a.scale,
+                             a.causal ? uint8_t{1} : uint8_t{0},
+                             0,
+                             0,
+                             0,
+                             a.vOffset,
+                             a.qPos,
+                             a.kvPos,
+                             0};
+    std::memcpy(base + lay.attentions + i * sizeof(PackedAttention), &pa, sizeof pa);
+  }
   for (std::size_t b = 0; b < s.buffers.size(); ++b)
     std::memcpy(base + lay.counts + b * s.nRanks * sizeof(uint64_t), s.buffers[b].count.data(),
                 s.nRanks * sizeof(uint64_t));
@@ -221,7 +249,7 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
   if (h.version != kPackVersion)
     bad("unsupported version " + std::to_string(h.version) + " (this build reads version " +
         std::to_string(kPackVersion) + (h.version < kPackVersion ? "; pack the schedule again" : "") + ")");
-  const Layout lay = layoutOf(h.nRanks, h.nBuffers, h.nLanes, h.nSteps, h.nGemms, h.nExtents);
+  const Layout lay = layoutOf(h.nRanks, h.nBuffers, h.nLanes, h.nSteps, h.nGemms, h.nExtents, h.nAttentions);
   if (lay.overflow) bad("header counts overflow the address space (corrupt header)");
   if (h.totalBytes != lay.total)
     bad("header says " + std::to_string(h.totalBytes) + " bytes but its counts imply " + std::to_string(lay.total));
@@ -282,6 +310,15 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
       s.extents[e].sourceBuffer = pe.sourceBuffer;
       s.extents[e].sourceElement = pe.sourceElement;
     }
+  }
+
+  s.attentions.resize(h.nAttentions);
+  for (uint32_t i = 0; i < h.nAttentions; ++i) {
+    PackedAttention pa;
+    std::memcpy(&pa, data + lay.attentions + uint64_t{i} * sizeof(PackedAttention), sizeof pa);
+    if (pa.causal > 1) bad("attention " + std::to_string(i) + ": causal " + std::to_string(pa.causal) + " (0 or 1)");
+    s.attentions[i] = AttentionShape{pa.batch, pa.qHeads, pa.kvHeads,     pa.headDim, pa.sq,      pa.skv,  pa.ldq,
+                                     pa.ldkv,  pa.ldo,    pa.causal == 1, pa.scale,   pa.vOffset, pa.qPos, pa.kvPos};
   }
 
   s.lanes.resize(h.nRanks);
@@ -345,6 +382,9 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
       const uint64_t gemmEnd = uint64_t{ps.aux} + ((info.fields & kFieldCount) ? ps.count : 1);
       if (info.extent == StepExtent::Tile && gemmEnd > h.nGemms)
         fail("gemm index " + std::to_string(gemmEnd - 1) + " out of range (nGemms " + std::to_string(h.nGemms) + ")");
+      if (info.extent == StepExtent::Attention && ps.aux >= h.nAttentions)
+        fail("attention index " + std::to_string(ps.aux) + " out of range (nAttentions " +
+             std::to_string(h.nAttentions) + ")");
       const bool hasFlag = (info.fields & kFieldFlag) || incrementsFlag(kind, ps.flags);
       if (hasFlag && ps.flag.rank >= h.nRanks)
         fail("flag rank " + std::to_string(ps.flag.rank) + " out of range (nRanks " + std::to_string(h.nRanks) + ")");

@@ -160,6 +160,18 @@ void Validator::checkRaces() {
           if (info.fields & kFieldB) addRows(g, i, snap, st.b, 1, n.b, n.b, false);
           break;
         }
+        case StepExtent::Attention: {  // per batch: a block of rows of Q, K, V and out
+          const AttentionShape& sh = s_.attentions[st.aux];
+          const uint64_t qRow = uint64_t{sh.qHeads} * sh.headDim, kvRow = uint64_t{sh.kvHeads} * sh.headDim;
+          const uint64_t oRow = uint64_t{sh.qHeads} * sh.outRow();
+          BufRef v = st.b;
+          v.offset += sh.vOffset;
+          addRows(g, i, snap, st.dst, sh.batch, sh.sq * oRow, sh.ldo * oRow, true);
+          addRows(g, i, snap, st.a, sh.batch, sh.sq * qRow, sh.ldq * qRow, false);
+          addRows(g, i, snap, st.b, sh.batch, sh.skv * kvRow, sh.ldkv * kvRow, false);
+          addRows(g, i, snap, v, sh.batch, sh.skv * kvRow, sh.ldkv * kvRow, false);
+          break;
+        }
         case StepExtent::None: break;
       }
     }

@@ -70,6 +70,7 @@ bool Validator::checkStructure() {
     if (g.lda < g.k) add(-1, -1, -1, id + ": lda " + str(g.lda) + " < k " + str(g.k) + " (A is row-major m x k)");
     if (g.ldc < g.n) add(-1, -1, -1, id + ": ldc " + str(g.ldc) + " < n " + str(g.n) + " (C is row-major m x n)");
   }
+  checkAttentionShapes();
   if (!ok) return false;
   for (uint32_t r = 0; r < s_.nRanks; ++r) {
     for (std::size_t l = 0; l < s_.lanes[r].size(); ++l) {
@@ -340,6 +341,7 @@ void Validator::checkStep(uint32_t g, uint32_t i, uint32_t r, const Step& st) {
       return;
     case StepKind::Route: checkRoute(g, i, r, st); return;
     case StepKind::Gather: checkGather(g, i, st); return;
+    case StepKind::Attention: checkAttention(g, i, st); return;
   }
   addStep(g, i, "unknown step kind " + str(static_cast<uint8_t>(st.kind)));
   indexError_ = true;

@@ -164,6 +164,12 @@ class Validator {
   void disjointOk(uint32_t g, uint32_t i, const BufRef& x, uint64_t xn, const char* xName, const BufRef& y, uint64_t yn,
                   const char* yName);
 
+  // ---- attention (validate_attention.cpp) -----------------------------------------------------------------
+  /// Every attention shape is valid (attentionShapeProblem). Part of phase A.
+  void checkAttentionShapes();
+  /// Attention: the shape index, Q and K/V of one float dtype, a float32 out, ranges, out clear of its inputs.
+  void checkAttention(uint32_t g, uint32_t i, const Step& st);
+
   static uint64_t extentB(const GemmShape& gs, bool colB);
 
   // ---- phase C: flag and barrier accounting ------------------------------------------------------------

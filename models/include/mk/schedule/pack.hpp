@@ -9,12 +9,14 @@
 //   PackedStep     [nSteps]      (each lane's steps contiguous, PackedLane::firstStep indexes here)
 //   PackedGemm     [nGemms]
 //   PackedExtent   [nExtents]
+//   PackedAttention [nAttentions]
 //   uint64_t       bufferCounts[nBuffers * nRanks]   (element count of buffer b on rank r at b*nRanks+r)
 //   uint32_t       nodeOf[nRanks] (padded to 16 bytes)
 // Cost attributes (bytes, flops) and names are not packed: the engine does not need them. Buffer and extent names
 // and OpInfo travel in JSON only; unpack() restores them as "buf<i>" and "extent<i>".
 // Version 2 added runtime extents (PackedExtent, PackedStep::extent, PackedGemm::extent); version 3 their source
-// (PackedExtent::sourceBuffer / sourceElement). Older images are refused (regenerate them from their schedule).
+// (PackedExtent::sourceBuffer / sourceElement); version 4 attention shapes (PackedAttention, the header's
+// nAttentions). Older images are refused (regenerate them from their schedule).
 #pragma once
 
 #include <cstdint>
@@ -25,7 +27,7 @@
 namespace mk {
 
 inline constexpr uint32_t kPackMagic = 0x43534B4Du;  // "MKSC"
-inline constexpr uint32_t kPackVersion = 3;
+inline constexpr uint32_t kPackVersion = 4;
 
 struct PackedHeader {
   uint32_t magic;
@@ -39,7 +41,7 @@ struct PackedHeader {
   uint64_t nSteps;
   uint64_t totalBytes;  ///< size of the whole packed image, header included
   uint32_t nExtents;
-  uint32_t reserved0;
+  uint32_t nAttentions;
   uint64_t reserved1;
 };
 static_assert(sizeof(PackedHeader) == 64);
@@ -101,6 +103,19 @@ struct PackedExtent {
   uint32_t reserved1;
 };
 static_assert(sizeof(PackedExtent) == 32);
+
+/// One attention shape (AttentionShape, attention.hpp).
+struct PackedAttention {
+  uint32_t batch, qHeads, kvHeads, headDim, sq, skv, ldq, ldkv, ldo;
+  float scale;
+  uint8_t causal;  ///< 0 or 1
+  uint8_t reserved0;
+  uint16_t reserved1;
+  uint32_t reserved2;
+  uint64_t vOffset, qPos, kvPos;
+  uint64_t reserved3;
+};
+static_assert(sizeof(PackedAttention) == 80);
 
 /// Pack the whole schedule.
 std::vector<uint8_t> pack(const Schedule& s);

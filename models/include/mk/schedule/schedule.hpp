@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "mk/schedule/attention.hpp"
 #include "mk/schedule/extent.hpp"
 #include "mk/schedule/types.hpp"
 
@@ -186,7 +187,8 @@ struct Schedule {
   std::vector<BufferDecl> buffers;       ///< at most 65535
   std::vector<std::vector<Lane>> lanes;  ///< lanes[rank][lane]
   std::vector<GemmShape> gemms;
-  std::vector<ExtentDecl> extents;  ///< runtime extents (extent.hpp); steps and gemms name them by index
+  std::vector<AttentionShape> attentions;  ///< shapes of Attention steps (attention.hpp); steps name them by index
+  std::vector<ExtentDecl> extents;         ///< runtime extents (extent.hpp); steps and gemms name them by index
   OpInfo info;
 
   /// Index of the buffer called `name`, or -1.

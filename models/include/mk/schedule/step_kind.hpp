@@ -36,6 +36,9 @@ enum class StepKind : uint8_t {
   Route = 9,
   /// dst rows <- a rows at the int32 row indices in b (a route's token list): count / row rows of `row` elements
   Gather = 10,
+  /// attention of a block of queries (a) against a block of keys and values (b), one log-sum-exp row per (batch,
+  /// query, head) into dst; sizes, layout and mask in Schedule::attentions[aux] (attention.hpp)
+  Attention = 11,
 };
 
 /// Which Step fields a kind uses (StepKindInfo::fields); the others are ignored and written as zero.
@@ -60,6 +63,8 @@ enum class StepExtent : uint8_t {
   /// elements per operand from the step's sizes (route, gather: indexedElements in route.hpp); what a gather reads
   /// of `a` depends on its indices, so its whole source region counts
   Indexed = 3,
+  /// an attention block: per batch, rows of Q, K, V and output with their leading dimensions (attention.hpp)
+  Attention = 4,
 };
 
 /// One row of the table: everything about a kind that is a fact rather than a behaviour.
@@ -69,7 +74,7 @@ struct StepKindInfo {
   const char* alias;    ///< another accepted JSON spelling, or nullptr
   uint16_t fields;      ///< StepFieldBits
   StepExtent extent;    ///< shape of its data operands
-  const char* auxName;  ///< JSON key of aux ("gemm", "barrier", "row": lse-merge's row width, "topk"), or nullptr
+  const char* auxName;  ///< JSON key of aux ("gemm", "barrier", "row": lse-merge's row width, "topk", "attention")
   bool movesData;       ///< copies elements from a to dst (possibly across ranks or nodes)
   bool computes;        ///< computes dst from its operands (arithmetic, priced by FLOPs or bytes)
   bool waits;           ///< may block on other lanes (flag threshold or barrier)
@@ -94,6 +99,7 @@ inline constexpr StepKindInfo kStepKinds[] = {
   {StepKind::GroupedGemm, "grouped-gemm", nullptr, kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldAux, StepExtent::Tile, "gemm", false, true, false, false, false, false, false},
   {StepKind::Route,    "route",    nullptr,     kFieldDst | kFieldA | kFieldCount | kFieldAux | kFieldValue, StepExtent::Indexed, "topk", false, true, false, false, false, false, false},
   {StepKind::Gather,   "gather",   nullptr,     kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldAux | kFieldValue | kFieldExtent, StepExtent::Indexed, "row", true, false, false, false, false, false, false},
+  {StepKind::Attention, "attention", nullptr,  kFieldDst | kFieldA | kFieldB | kFieldAux,            StepExtent::Attention, "attention", false, true, false, false, false, false, false},
 };
 // clang-format on
 

@@ -1,0 +1,37 @@
+// mkernel — internal: small helpers the operator generators that build a Schedule directly share
+// (moe_dispatch_gemm.cpp, ring_attention.cpp).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <utility>
+
+#include "mk/schedule/schedule.hpp"
+
+namespace mk::gen {
+
+/// The product of `factors`, or kMaxElements + 1 when it passes kMaxElements (so a check against the limit sees it).
+inline uint64_t elements(std::initializer_list<uint64_t> factors) {
+  uint64_t n = 1;
+  for (uint64_t f : factors)
+    if (__builtin_mul_overflow(n, f, &n) || n > kMaxElements) return kMaxElements + 1;
+  return n;
+}
+
+/// The name of the first size in `sizes` that is 0, or nullptr when none is.
+inline const char* firstZero(std::initializer_list<std::pair<const char*, uint64_t>> sizes) {
+  for (const auto& [name, v] : sizes)
+    if (v == 0) return name;
+  return nullptr;
+}
+
+/// A Signal or Wait step on flag `id` of `rank` with `value`.
+inline Step flagStep(StepKind kind, uint32_t rank, uint32_t id, uint64_t value) {
+  Step st;
+  st.kind = kind;
+  st.flag = FlagRef{rank, id};
+  st.value = value;
+  return st;
+}
+
+}  // namespace mk::gen
