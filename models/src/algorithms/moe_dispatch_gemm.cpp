@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -122,19 +123,19 @@ namespace {
 /// (source, node) pair is DeepEP's choice, the node's rank with the source's local index, wrapping where the node has
 /// fewer ranks.
 struct Placement {
-  std::vector<std::vector<uint32_t>> ranksOf;  ///< [node id]: its ranks, ascending (empty for an unused id)
-  std::vector<uint32_t> local;                 ///< [rank]: its index in ranksOf[its node]
-  uint32_t widest = 0;                         ///< the most ranks on one node
+  std::map<uint32_t, std::vector<uint32_t>> ranksOf;  ///< node id -> its ranks, ascending
+  std::vector<uint32_t> local;                        ///< [rank]: its index in ranksOf[its node]
+  uint32_t widest = 0;                                ///< the most ranks on one node
 
   explicit Placement(const std::vector<uint32_t>& nodeOf) : local(nodeOf.size()) {
     for (uint32_t r = 0; r < nodeOf.size(); ++r) {
-      if (nodeOf[r] >= ranksOf.size()) ranksOf.resize(uint64_t{nodeOf[r]} + 1);
       local[r] = static_cast<uint32_t>(ranksOf[nodeOf[r]].size());
       ranksOf[nodeOf[r]].push_back(r);
       widest = std::max<uint32_t>(widest, local[r] + 1);
     }
   }
-  uint32_t relay(uint32_t src, uint32_t node) const { return ranksOf[node][local[src] % ranksOf[node].size()]; }
+  const std::vector<uint32_t>& on(uint32_t node) const { return ranksOf.at(node); }
+  uint32_t relay(uint32_t src, uint32_t node) const { return on(node)[local[src] % on(node).size()]; }
 };
 
 /// The uniform routing model's chance that a token's topk distinct experts, drawn from `global`, name at least one
@@ -157,7 +158,7 @@ Schedule generateMoeDispatchGemm(const MoeDispatchGemmSpec& spec, const std::vec
   const uint64_t block = uint64_t{C} * H;
   const Placement at(nodeOf);
   const bool multiNode = at.widest < R;
-  const auto nodeIds = static_cast<uint32_t>(at.ranksOf.size());
+  const uint32_t nodeIds = at.ranksOf.rbegin()->first + 1;  // node lists and nodeSend are indexed by node id
   if (multiNode && nodeIds > G)
     bad("node id " + std::to_string(nodeIds - 1) + " is not below the experts in total, " + std::to_string(G) +
         ": the route's node lists are indexed by node id (number the nodes from 0)");
@@ -169,9 +170,7 @@ Schedule generateMoeDispatchGemm(const MoeDispatchGemmSpec& spec, const std::vec
           {"relaySend (ranks x widest node x experts x capacity x hidden)", elements({R, at.widest, E, C, H})},
           {"nodeSend (nodes x tokens x hidden)", elements({nodeIds, T, H})}})
       if (n > kMaxElements)
-        bad("buffer " + std::string(name) +
-            " holds more than 2^50 elements: use fewer tokens, a lower capacity or "
-            "smaller sizes");
+        bad("buffer " + std::string(name) + " holds more than 2^50 elements: use fewer tokens or smaller sizes");
   // Flags: 0 counts arrived (R: one per source); 1 + s blocks of source s arrived (E); R + 1 routed and R + 2
   // gathered for the network lane (own rank only); across nodes R + 3 + s: source s's count, rows and ids reached
   // its relay (3).
@@ -223,19 +222,19 @@ Schedule generateMoeDispatchGemm(const MoeDispatchGemmSpec& spec, const std::vec
   // "relay<s>.<n>" = relayCounts[s], those a relay on n received from s; "fwd<s>.<j>" (bound C) = the relay's
   // count of them for expert j. A node's are priced at T x the chance a token names one of its experts
   // (nodeHitChance) x imbalance, capped at T.
-  std::vector<uint32_t> nodeExtent(nodeIds, kNoExtent);
-  std::vector<std::vector<uint32_t>> relayExtent(R, std::vector<uint32_t>(nodeIds, kNoExtent));
+  const uint32_t nodeSlots = multiNode ? nodeIds : 0;
+  std::vector<uint32_t> nodeExtent(nodeSlots, kNoExtent);
+  std::vector<std::vector<uint32_t>> relayExtent(R, std::vector<uint32_t>(nodeSlots, kNoExtent));
   std::vector<std::vector<uint32_t>> fwdExtent(R, std::vector<uint32_t>(G, kNoExtent));
-  for (uint32_t n = 0; multiNode && n < nodeIds; ++n) {
-    if (at.ranksOf[n].empty()) continue;
-    const double perNode =
-        std::min(double(T), T * nodeHitChance(G, uint64_t{E} * at.ranksOf[n].size(), K) * spec.imbalance);
+  for (const auto& [n, ranks] : at.ranksOf) {
+    if (!multiNode) break;
+    const double perNode = std::min(double(T), T * nodeHitChance(G, uint64_t{E} * ranks.size(), K) * spec.imbalance);
     nodeExtent[n] = sourced("node" + std::to_string(n), T, perNode, kNodeLayout, n);
     for (uint32_t src = 0; src < R; ++src) {
       if (nodeOf[src] == n) continue;
       relayExtent[src][n] =
           sourced("relay" + std::to_string(src) + "." + std::to_string(n), T, perNode, kRelayCounts, src);
-      for (uint32_t d : at.ranksOf[n])
+      for (uint32_t d : ranks)
         for (uint32_t e = 0; e < E; ++e) {
           const uint32_t j = d * E + e;
           fwdExtent[src][j] = sourced("fwd" + std::to_string(src) + "." + std::to_string(j), C, expected, kRelayLayout,
@@ -265,15 +264,15 @@ Schedule generateMoeDispatchGemm(const MoeDispatchGemmSpec& spec, const std::vec
       net.steps.push_back(flagStep(StepKind::Wait, r, routedFlag, 1));
     }
     // notify: rank d of r's node learns how many tokens r sends each of its experts (other nodes from their relay)
-    for (uint32_t d : at.ranksOf[nodeOf[r]])
+    for (uint32_t d : at.on(nodeOf[r]))
       comm.steps.push_back(move(nodeOf, r, bufRef(d, kCounts, uint64_t{r} * E), bufRef(r, kLayout, uint64_t{d} * E), E,
                                 kNoExtent, countsFlag));
     comm.steps.push_back(flagStep(StepKind::Signal, r, countsFlag, 1));
     // across nodes first (the network is the slower link): per other node its distinct tokens and their ids, packed
     // by the node list, to the relay, one proxyput each plus the count that sizes them there
     uint64_t gathered = 0;
-    for (uint32_t n = 0; multiNode && n < nodeIds; ++n) {
-      if (at.ranksOf[n].empty() || n == nodeOf[r]) continue;
+    for (const auto& [n, ranks] : at.ranksOf) {
+      if (!multiNode || n == nodeOf[r]) continue;
       const uint32_t relay = at.relay(r, n);
       for (const auto& [dst, src, row] :
            {std::tuple<uint16_t, uint16_t, uint32_t>{kNodeSend, kX, H}, {kNodeIds, kIds, K}}) {
@@ -299,7 +298,7 @@ Schedule generateMoeDispatchGemm(const MoeDispatchGemmSpec& spec, const std::vec
                                bufRef(r, kNodeIds, uint64_t{n} * T * K), uint64_t{T} * K, nodeExtent[n], relayFlag(r)));
     }
     // inside the node: per expert a gather and a put (a copy to itself) of its block at the runtime extent
-    for (uint32_t d : at.ranksOf[nodeOf[r]])
+    for (uint32_t d : at.on(nodeOf[r]))
       for (uint32_t e = 0; e < E; ++e) {
         const uint32_t j = d * E + e;
         Step gather;
@@ -328,12 +327,12 @@ Schedule generateMoeDispatchGemm(const MoeDispatchGemmSpec& spec, const std::vec
       own.dst = bufRef(r, kRelayLayout, src * relayLayout);
       own.a = bufRef(r, kRelayIds, uint64_t{src} * T * K);
       forward.steps.push_back(own);
-      for (uint32_t d : at.ranksOf[nodeOf[r]])
+      for (uint32_t d : at.on(nodeOf[r]))
         forward.steps.push_back(move(nodeOf, r, bufRef(d, kCounts, uint64_t{src} * E),
                                      bufRef(r, kRelayLayout, src * relayLayout + uint64_t{d} * E), E, kNoExtent,
                                      countsFlag));
       forward.steps.push_back(flagStep(StepKind::Signal, r, countsFlag, 1));
-      for (uint32_t d : at.ranksOf[nodeOf[r]])
+      for (uint32_t d : at.on(nodeOf[r]))
         for (uint32_t e = 0; e < E; ++e) {
           const uint32_t j = d * E + e;
           const uint64_t staged = ((uint64_t{src} * at.widest + at.local[d]) * E + e) * block;
