@@ -125,6 +125,17 @@ TEST_CASE("route buckets: uneven experts, tokens split by an extent and unknown 
   CHECK(issues.front().message.find("experts must be a multiple of nRanks (experts 5, 3 ranks)") != std::string::npos);
   HostMemory mem = bucketInputs(s);
   test::expectError([&] { execute(s, mem); }, ErrorCode::InvalidSchedule, "experts must be a multiple of nRanks");
+  // The relay's route reads its extent's source: a write of it on another lane, not ordered, is a race.
+  s = bucketSchedule();
+  Step write;
+  write.kind = StepKind::Copy;
+  write.count = 1;
+  write.dst = bufRef(1, 2, 0);
+  write.a = bufRef(1, 0, 0);
+  s.lanes[1].push_back(Lane{LaneRole::Intra, 1, {write}});
+  fillCostAttributes(s);
+  REQUIRE(!validateAll(s).empty());
+  CHECK(validateAll(s).front().message.find("race on rank 1 buffer 'n' elements [0, 1)") != std::string::npos);
   std::string json = scheduleToJson(bucketSchedule());
   json.replace(json.find("\"nodes\""), 7, "\"racks\"");
   test::expectError([&] { scheduleFromJson(json); }, ErrorCode::ParseError,
