@@ -3,6 +3,7 @@
 // capacity, the spec's refusals and the extents' expected values.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -58,11 +59,12 @@ TEST_CASE("moe-dispatch-gemm: 2 nodes of 2 ranks send across nodes by proxyput a
   spec.topk = 3;
   const Schedule s = generateMoeDispatchGemm(spec, {0, 0, 1, 1});
   CHECK(validate(s).empty());
-  // Per rank: its counts to the 2 ranks of the other node and one block per expert there (2 ranks x 2 experts).
-  CHECK(test::countKind(s, StepKind::ProxyPut) == 4 * (2 + 4));
+  // Per rank, to the other node's relay only: the count of its distinct tokens there, their rows and their ids.
+  CHECK(test::countKind(s, StepKind::ProxyPut) == 4 * 3);
   for (uint32_t r = 0; r < 4; ++r) {
-    REQUIRE(s.lanes[r].size() == 3);
+    REQUIRE(s.lanes[r].size() == 4);
     CHECK(s.lanes[r][2].role == LaneRole::InterSend);
+    CHECK(s.lanes[r][3].role == LaneRole::InterRecv);  // each rank relays for the source of the same local index
   }
   checkVerifies(s, spec, 3, MoeRouting::Uniform);
   checkVerifies(s, spec, 4, MoeRouting::Skewed);
@@ -132,18 +134,29 @@ TEST_CASE("moe-dispatch-gemm: bad specs are refused naming the field") {
       },
       3, "buffer recv (experts in total x capacity x hidden) on 3 ranks holds more than 2^50 elements");
   refused([](MoeDispatchGemmSpec&) {}, 0, "no ranks");
+  test::expectError(
+      [&] {
+        generateMoeDispatchGemm(smallSpec(4), {0, 7});
+      },
+      ErrorCode::InvalidArgument, "moe-dispatch-gemm: node id 7 is not below the experts in total, 4");
+  // One node may have any id: no node lists are needed.
+  CHECK(validate(generateMoeDispatchGemm(smallSpec(4), {4000000000u, 4000000000u})).empty());
 }
 
 TEST_CASE("moe-dispatch-gemm: extents read the counts and are priced at the routing model's expected value") {
   MoeDispatchGemmSpec spec = smallSpec(9);
   spec.imbalance = 2.0;
   const Schedule s = generateMoeDispatchGemm(spec, {0, 0, 1});
-  REQUIRE(s.extents.size() == 12);
+  // 12 per expert, then per node, per (source, other node) and per (source, expert of another node)
+  REQUIRE(s.extents.size() == 12 + 2 + 3 + 8);
   for (const ExtentDecl& d : s.extents) {
     CHECK(d.bound == 9);
-    CHECK(d.expected == doctest::Approx(9.0 * 2 / 6 * 2.0));  // T topk / (R E) x imbalance
+    if (d.name.rfind("to", 0) == 0 || d.name.rfind("from", 0) == 0 || d.name.rfind("fwd", 0) == 0)
+      CHECK(d.expected == doctest::Approx(9.0 * 2 / 6 * 2.0));  // T topk / (R E) x imbalance
     CHECK(d.sourced());
   }
+  CHECK(s.extents[12].name == "node0");
+  CHECK(s.extents[12].expected == 9.0);  // 9 x 14/15 x 2, capped at the bound
   CHECK(s.extents[7].name == "from0.1");
   // The JSON form keeps it: read back, it is the same schedule.
   const std::string json = scheduleToJson(s);
@@ -152,6 +165,20 @@ TEST_CASE("moe-dispatch-gemm: extents read the counts and are priced at the rout
   CHECK(s.extents[7].sourceElement == 1);
   spec.imbalance = 10.0;  // capped at the capacity
   CHECK(generateMoeDispatchGemm(spec, {0, 0, 1}).extents[0].expected == 9.0);
+  // Uniform: a node's extent is T x P(a token names one of its experts), P = 1 - C(G - g, topk) / C(G, topk).
+  spec.imbalance = 1.0;
+  const Schedule u = generateMoeDispatchGemm(spec, {0, 0, 1});
+  auto expectedOf = [&u](const std::string& name) {
+    for (const ExtentDecl& d : u.extents)
+      if (d.name == name) return d.expected;
+    FAIL("no extent " << name);
+    return 0.0;
+  };
+  CHECK(expectedOf("node0") == doctest::Approx(9.0 * (1 - 2.0 / 6 * 1.0 / 5)));  // node 0: 4 of 6 experts
+  CHECK(expectedOf("node1") == doctest::Approx(9.0 * (1 - 4.0 / 6 * 3.0 / 5)));  // node 1: 2 of 6
+  CHECK(expectedOf("relay0.1") == expectedOf("node1"));
+  CHECK(expectedOf("relay2.0") == expectedOf("node0"));
+  CHECK(expectedOf("fwd2.0") == doctest::Approx(9.0 * 2 / 6));
 }
 
 TEST_CASE("moe-dispatch-gemm: the cost model prices the blocks at the expected tokens, more with imbalance") {
@@ -163,11 +190,90 @@ TEST_CASE("moe-dispatch-gemm: the cost model prices the blocks at the expected t
   for (double imbalance : {1.0, 4.0}) {
     spec.imbalance = imbalance;
     const Schedule s = generateMoeDispatchGemm(spec, {0, 0, 1, 1});
-    const double rows = 64.0 * 2 / 8 * imbalance;  // T topk / (R E) x imbalance
-    for (const Step& st : s.lanes[0][2].steps)     // rank 0's network lane: counts, then blocks
-      if (st.kind == StepKind::ProxyPut) CHECK(st.bytes == (st.extent == kNoExtent ? 2 * 4 : rows * 256 * 2));
+    // Tokens of a rank naming one of node 1's 4 experts of 8 (topk 2) x imbalance, capped at T
+    const double rows = std::min(64.0, 64.0 * (1 - 4.0 / 8 * 3.0 / 7) * imbalance);
+    std::vector<uint64_t> bytes;  // rank 0's network lane: the count, the rows, the ids
+    for (const Step& st : s.lanes[0][2].steps)
+      if (st.kind == StepKind::ProxyPut) bytes.push_back(st.bytes);
+    REQUIRE(bytes.size() == 3);
+    CHECK(bytes[0] == 4);
+    CHECK(double(bytes[1]) == doctest::Approx(rows * 256 * 2).epsilon(1e-4));
+    CHECK(double(bytes[2]) == doctest::Approx(rows * 2 * 4).epsilon(1e-3));
     const double us = simulateUncontended(s, p).totalUs;
     CHECK(us > previousUs);
     previousUs = us;
   }
+}
+
+namespace {
+
+/// The bytes per-node deduplication sends across nodes, straight from the ids: per source and other node, its
+/// distinct tokens naming an expert there, each as H bf16 features plus topk int32 ids, and one int32 count.
+uint64_t dedupBytes(const MoeDispatchGemmSpec& spec, const std::vector<uint32_t>& nodeOf, const MoeIds& ids) {
+  const auto R = static_cast<uint32_t>(nodeOf.size());
+  uint64_t bytes = 0;
+  for (uint32_t src = 0; src < R; ++src)
+    for (uint32_t n = 0; n <= *std::max_element(nodeOf.begin(), nodeOf.end()); ++n) {
+      if (n == nodeOf[src]) continue;
+      uint64_t distinct = 0;
+      for (uint32_t t = 0; t < spec.tokens; ++t) {
+        bool there = false;
+        for (uint32_t k = 0; k < spec.topk; ++k)
+          there = there || nodeOf[static_cast<uint32_t>(ids[src][uint64_t{t} * spec.topk + k]) / spec.experts] == n;
+        distinct += there;
+      }
+      bytes += distinct * (spec.hidden * 2 + spec.topk * 4) + 4;
+    }
+  return bytes;
+}
+
+void checkDedup(const std::vector<uint32_t>& nodeOf, const MoeDispatchGemmSpec& spec, MoeRouting routing,
+                const MoeIds& given = {}) {
+  const Schedule s = generateMoeDispatchGemm(spec, nodeOf);
+  CHECK(validate(s).empty());
+  const MoeIds ids = routing == MoeRouting::Given ? given : moeRouting(spec, s.nRanks, routing, 11);
+  ExecStats stats;
+  const VerifyResult v = verifyMoeDispatchGemm(s, spec, 11, MoeRouting::Given, ids, &stats);
+  INFO(v.detail);
+  CHECK(v.ok);
+  CHECK(v.checked == uint64_t{s.nRanks} * s.nRanks * spec.experts * spec.capacityOr() * spec.outCols);
+  CHECK(stats.bytes(StepKind::ProxyPut) == dedupBytes(spec, nodeOf, ids));
+}
+
+}  // namespace
+
+TEST_CASE("moe-dispatch-gemm: across nodes each token crosses once per node, the bytes counted by the executor") {
+  MoeDispatchGemmSpec spec = smallSpec(6);
+  spec.topk = 3;
+  const std::vector<uint32_t> twoByTwo{0, 0, 1, 1};
+  checkDedup(twoByTwo, spec, MoeRouting::Uniform);
+  checkDedup(twoByTwo, spec, MoeRouting::Skewed);
+  // Expert 1 gets no token; token 0 of every rank names experts 4, 5 and 6: ranks 2 and 3 of node 1 (whole node).
+  const std::vector<int32_t> rank = {4, 5, 6, 0, 2, 3, 7, 6, 5, 0, 3, 4, 2, 7, 0, 6, 4, 2};
+  const MoeIds given(4, rank);
+  checkDedup(twoByTwo, spec, MoeRouting::Given, given);
+  // The per-rank volume would be larger: token 0 alone names 2 ranks of node 1.
+  const Schedule s = generateMoeDispatchGemm(spec, twoByTwo);
+  CHECK(s.info.algo == "node-dedup");
+  // Uneven nodes of 2, 1 and 3 ranks: relays wrap (node 1's one rank relays for both ranks of node 0).
+  const std::vector<uint32_t> uneven{0, 0, 1, 2, 2, 2};
+  spec.tokens = 5;
+  checkDedup(uneven, spec, MoeRouting::Uniform);
+  checkDedup(uneven, spec, MoeRouting::Skewed);
+  MoeIds skewed(6, std::vector<int32_t>(uint64_t{5} * 3));
+  for (uint32_t r = 0; r < 6; ++r)
+    for (uint32_t t = 0; t < 5; ++t)
+      for (uint32_t k = 0; k < 3; ++k)  // every token to experts on ranks 3, 4 and 5 (node 2), rank 2's none
+        skewed[r][t * 3 + k] = static_cast<int32_t>(6 + 2 * k + (t + r) % 2);
+  checkDedup(uneven, spec, MoeRouting::Given, skewed);
+  const Schedule u = generateMoeDispatchGemm(spec, uneven);
+  REQUIRE(u.lanes[2].size() == 4);  // rank 2, node 1's only rank, relays for every other rank
+  uint64_t relayRoutes = 0;
+  for (const Step& st : u.lanes[2][3].steps) relayRoutes += st.kind == StepKind::Route;
+  CHECK(relayRoutes == 5);
+  // Rank 0 relays for ranks 2 and 3 (local index 0) and 5 (local index 2, wrapping on node 0's 2 ranks).
+  REQUIRE(u.lanes[0].size() == 4);
+  relayRoutes = 0;
+  for (const Step& st : u.lanes[0][3].steps) relayRoutes += st.kind == StepKind::Route;
+  CHECK(relayRoutes == 3);
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "mk/algorithms/fused.hpp"
+#include "mk/algorithms/moe.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/sim/fused.hpp"
 #include "mk/sim/replay.hpp"
@@ -100,4 +101,26 @@ TEST_CASE("fused replay: the planner's entry point reports the plan, both predic
   // The fused op is never faster than the physical bound, and here beats the layered program.
   CHECK(sim.totalUs >= sim.layered.boundUs());
   CHECK(sim.totalUs < sim.layered.totalUs());
+}
+
+TEST_CASE("fused replay: moe-dispatch-gemm across nodes replays its relays, priced at the expected node loads") {
+  const mk::Topology topo = mk::topologyPreset("dgx-h200", 2);
+  const mk::Profile prof = mk::defaultProfile(topo);
+  mk::MoeDispatchGemmSpec spec;
+  spec.experts = 2;
+  spec.topk = 2;
+  spec.tokens = 64;
+  spec.hidden = 256;
+  spec.outCols = 128;
+  double previousUs = 0;
+  for (double imbalance : {1.0, 4.0}) {
+    CAPTURE(imbalance);
+    spec.imbalance = imbalance;
+    const mk::Schedule s = mk::generateMoeDispatchGemm(spec, {0, 0, 1, 1});
+    const double timelineUs = mk::simulateUncontended(s, prof).totalUs;
+    const double replayUs = mk::sim::predict(s, topo, prof, quiet()).totalUs;
+    CHECK(replayUs >= timelineUs * (1 - 1e-9));  // the links only add contention to the timeline
+    CHECK(replayUs > previousUs);                // more tokens per node and per expert take longer
+    previousUs = replayUs;
+  }
 }

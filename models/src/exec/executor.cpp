@@ -72,11 +72,15 @@ struct alignas(64) LaneState {
   uint32_t blockId = 0;  ///< flag id or barrier id
   uint64_t blockThreshold = 0;
   std::vector<float> scratchA, scratchB;  ///< Gemm tiles as float, reused across steps
+  ExecStats stats;                        ///< what this lane's steps moved; summed when the run ends
 };
 
 class Executor final : public RemoteEndpoint {
  public:
   Executor(const Schedule& s, HostMemory& mem, const ExecOptions& opt) : s_(s), mem_(mem), opt_(opt) {}
+
+  /// What the run's lanes moved (complete once run() returns).
+  const ExecStats& stats() const noexcept { return stats_; }
 
   void run() {
     checkShape();
@@ -134,6 +138,8 @@ class Executor final : public RemoteEndpoint {
     } catch (...) {
       fail(std::current_exception());
     }
+    for (std::size_t i = 0; i < laneCount; ++i)
+      for (std::size_t k = 0; k < kStepKindCount; ++k) stats_.bytesMoved[k] += lanes_[i].stats.bytesMoved[k];
     if (opt_.proxy) {
       std::exception_ptr error;
       {
@@ -664,8 +670,9 @@ class Executor final : public RemoteEndpoint {
     if (!dtypeInfo(dst.dtype).integer || !dtypeInfo(a.dtype).integer)
       invalid(ls, stepIdx, "a route reads int32 ids and writes an int32 layout");
     if (anyOverlap(st.dst, n.dst, st.a, n.a)) invalid(ls, stepIdx, "the layout overlaps the ids");
+    if (const char* why = routeBucketsProblem(s_, st)) invalid(ls, stepIdx, why);
     detail::runRoute(rs, a.data + st.a.offset * sizeof(int32_t), dst.data + st.dst.offset * sizeof(int32_t), ls.rank,
-                     describeStep(s_, ls.rank, ls.lane, stepIdx));
+                     s_.nodeOf, describeStep(s_, ls.rank, ls.lane, stepIdx));
   }
 
   void gather(const LaneState& ls, uint32_t stepIdx, const Step& st) {
@@ -713,6 +720,9 @@ class Executor final : public RemoteEndpoint {
       runStep(ls, stepIdx, resolved);
       return;
     }
+    if (kindInfo(st.kind).movesData && st.dst.buffer < nBuffers_ &&
+        isDType(static_cast<uint8_t>(s_.buffers[st.dst.buffer].dtype)))
+      ls.stats.bytesMoved[static_cast<std::size_t>(st.kind)] += st.count * dtypeSize(s_.buffers[st.dst.buffer].dtype);
     switch (st.kind) {
       case StepKind::Copy: copy(ls, stepIdx, st); return;
       case StepKind::Reduce: reduce(ls, stepIdx, st); return;
@@ -783,14 +793,16 @@ class Executor final : public RemoteEndpoint {
   std::size_t blocked_ = 0;
   std::exception_ptr firstError_;
   std::atomic<bool> abort_{false};
+  ExecStats stats_;
 };
 
 }  // namespace
 
-void execute(const Schedule& s, HostMemory& mem, const ExecOptions& opt) {
+ExecStats execute(const Schedule& s, HostMemory& mem, const ExecOptions& opt) {
   checkExtentValues(s, opt.extents);
   Executor ex(s, mem, opt);
   ex.run();
+  return ex.stats();
 }
 
 }  // namespace mk

@@ -55,7 +55,7 @@ MoeIds moeRouting(const MoeDispatchGemmSpec& spec, uint32_t nRanks, MoeRouting r
 }
 
 VerifyResult verifyMoeDispatchGemm(const Schedule& s, const MoeDispatchGemmSpec& spec, uint64_t seed,
-                                   MoeRouting routing, const MoeIds& given) {
+                                   MoeRouting routing, const MoeIds& given, ExecStats* stats) {
   const uint32_t R = s.nRanks;
   validateMoeDispatchGemmSpec(spec, R);
   const uint32_t E = spec.experts, K = spec.topk, T = spec.tokens, H = spec.hidden, N = spec.outCols;
@@ -86,7 +86,8 @@ VerifyResult verifyMoeDispatchGemm(const Schedule& s, const MoeDispatchGemmSpec&
     uint32_t* out = mem.as<uint32_t>(r, outBuf);
     std::fill(out, out + s.buffers[outBuf].count[r], kSentinel);
   }
-  execute(s, mem);
+  const ExecStats moved = execute(s, mem);
+  if (stats) *stats = moved;
 
   VerifyResult res;
   res.ok = true;

@@ -81,7 +81,7 @@ void fillCostAttributesAt(Schedule& s, Share&& share) {
             st.link = farthest({&st.dst, &st.a});
             std::size_t aSize = 0;
             if (dtypeOf(st.a, aSize) && dtypeOf(st.dst, esz))
-              st.bytes = st.count * aSize + routeShape(st).layoutElements() * esz;
+              st.bytes = scaled(st.count * aSize, st.extent) + routeShape(st).layoutElements() * esz;
             break;
           }
           case StepKind::Gather: {  // the rows it writes and the indices it reads

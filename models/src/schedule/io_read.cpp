@@ -240,6 +240,15 @@ class Reader {
     return FlagRef{asU32(v[0], p[std::size_t{0}]), asU32(v[1], p[1])};
   }
 
+  /// A route's "buckets": experts (the default), nodes or own-node, as Step::flags bits (route.hpp).
+  uint8_t readRouteBuckets(const json& v, const Path& p) {
+    const std::string b = asString(v, p);
+    if (b == "nodes") return kStepRouteNodes;
+    if (b == "own-node") return kStepRouteOwnNode;
+    if (b != "experts") fail(p, "unknown buckets '" + excerpt(b) + "' (expected experts, nodes, own-node)");
+    return 0;
+  }
+
   void readStep(const json& o, const Path& p, Step& st) {
     expectObject(o, p);
     st.kind = asEnum<StepKind>(member(o, "kind", p), p["kind"], parseStepKind, "step kind", kKindList);
@@ -320,13 +329,14 @@ class Reader {
         st.aux = asU32(member(o, "barrier", p), p["barrier"]);
         break;
       case StepKind::Route:
-        checkKeys(o, p, {"kind", "count", "topk", "experts", "capacity", "dst", "a"}, cost);
+        checkKeys(o, p, {"kind", "count", "extent", "topk", "experts", "capacity", "buckets", "dst", "a"}, cost);
         st.count = asU64(member(o, "count", p), p["count"]);
         st.aux = asU32(member(o, "topk", p), p["topk"]);
         st.value =
             routeValue(asU32(member(o, "experts", p), p["experts"]), asU32(member(o, "capacity", p), p["capacity"]));
         st.dst = readOperand(member(o, "dst", p), p["dst"]);
         st.a = readOperand(member(o, "a", p), p["a"]);
+        if (const json* x = optionalMember(o, "buckets")) st.flags |= readRouteBuckets(*x, p["buckets"]);
         break;
       case StepKind::Gather:
         checkKeys(o, p, {"kind", "count", "extent", "row", "sourceRows", "dst", "a", "b"}, cost);

@@ -356,6 +356,11 @@ std::string scheduleToJson(const Schedule& s, int indent) {
               w.key(k);
               w.u64(v);
             }
+            if (rs.buckets != RouteBuckets::Experts) {
+              w.comma();
+              w.key("buckets");
+              w.str(rs.buckets == RouteBuckets::Nodes ? "nodes" : "own-node");
+            }
             operand("dst", st.dst);
             operand("a", st.a);
             break;

@@ -66,6 +66,11 @@ void Validator::checkRoute(uint32_t g, uint32_t i, uint32_t r, const Step& st) {
             "topk " + str(rs.topk) + " is larger than the experts " + str(rs.experts) +
                 " (a token's top-k experts are distinct)");
   if (rs.capacity == 0) addStep(g, i, "capacity must be >= 1 (the entries of each expert's token list)");
+  if (const char* why = routeBucketsProblem(s_, st))
+    addStep(g, i, std::string(why) + " (experts " + str(rs.experts) + ", " + str(s_.nRanks) + " ranks)");
+  if (st.extent != kNoExtent && st.extent < s_.extents.size() && rs.topk > 0 &&
+      (st.count / std::max<uint64_t>(s_.extents[st.extent].bound, 1)) % rs.topk != 0)
+    addStep(g, i, "count per unit of extent '" + s_.extents[st.extent].name + "' is not a whole number of tokens");
   const bool dOk = refOk(g, i, st.dst, "dst");
   const bool aOk = refOk(g, i, st.a, "a");
   if (!(dOk && aOk)) return;

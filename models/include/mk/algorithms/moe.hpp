@@ -14,6 +14,14 @@
 //   "recv"   Scratch bf16, G x capacity x H: on rank d, a capacity-row block per (source s, expert e)
 //   "out"    Output f32, G x capacity x Nout: on rank d, block (s, e) row i = token t_i of rank s times w_e, t_0 <
 //            t_1 < ... the tokens of rank s that name expert d x E + e; rows past that count are not written.
+// Across nodes (per-node deduplication; only when the ranks span more than one node; node ids must be below G):
+//   "nodeLayout"  Scratch int32, G x (1 + T): the route's node lists (list n: the tokens naming an expert on n)
+//   "nodeSend"    Scratch bf16, nodes x T x H and "nodeIds" int32, nodes x T x topk: per other node its tokens and
+//                 their ids, packed in token order
+//   "relayCounts" Scratch int32, R: on a relay, element s = the tokens source s sent it
+//   "relayRecv"   Scratch bf16, R x T x H and "relayIds" int32, R x T x topk: on a relay, what source s sent
+//   "relayLayout" Scratch int32, R x G x (1 + capacity): on a relay, per source its route over the node's experts
+//   "relaySend"   Scratch bf16, R x (most ranks of a node) x E x capacity x H: per (source, rank, expert) a block
 #pragma once
 
 #include <cstdint>
@@ -49,14 +57,22 @@ struct MoeDispatchGemmSpec {
 void validateMoeDispatchGemmSpec(const MoeDispatchGemmSpec& spec, uint32_t nRanks);
 
 /// Generate moe-dispatch-gemm on ranks placed as `nodeOf` says. Lanes of rank r:
-///  * comm (intra): route; notify (its counts for rank d's experts into d's "counts": a copy to itself, puts inside
-///    the node); per expert on another node a gather, signalling r's own flag so the network lane may send it; per
-///    expert inside the node a gather and a put (a copy to itself) of its block at the runtime extent;
-///  * net (inter-send, only with peers on other nodes): the notify and the blocks of those peers as ProxyPuts;
+///  * comm (intra): route; notify (its counts for each rank d of its node into d's "counts": a copy to itself,
+///    puts inside the node); across nodes a node route and, per other node, a gather of the tokens naming one of its
+///    experts and one of their ids, signalling r's own flag so the network lane may send them; per expert inside the
+///    node a gather and a put (a copy to itself) of its block at the runtime extent;
+///  * net (inter-send, only with other nodes): per other node n, to its relay, three ProxyPuts: the count of r's
+///    distinct tokens for n, their rows and their ids, both sized by that count (a runtime extent);
+///  * forward (inter-recv, on relays only): per source s it relays for, once the three arrived, a route of the ids
+///    over the node's experts (sized by the count), then puts of the counts into every rank of the node and per
+///    expert a gather and a put of its rows into the receiver's block (s, e), as s would have sent them;
 ///  * compute: wait for every rank's counts, then per source wait for its E blocks and run a grouped GEMM over them.
-/// Across nodes every (source, destination rank) block travels once per destination rank, not once per node
-/// (DeepEP's per-node deduplication is not done here). The result passes validate() and has cost attributes filled;
-/// every extent's expected value is the spec's (see imbalance). Throws what validateMoeDispatchGemmSpec throws.
+/// The relay of source s on node n is DeepEP's: the rank of n with s's index among its node's ranks, modulo n's size
+/// (uneven nodes wrap). So a token crosses the network once per destination node, with its topk ids, plus one count
+/// per (source, other node); inside a node nothing changes. The result passes validate() and has cost attributes
+/// filled; the per-expert extents' expected value is the spec's (see imbalance), a node's is T x the chance a
+/// token names one of its experts (uniform: 1 - C(G - g, topk) / C(G, topk) for the node's g experts) x imbalance,
+/// capped at T. Throws what validateMoeDispatchGemmSpec throws, and Error(InvalidArgument) for a node id >= G.
 Schedule generateMoeDispatchGemm(const MoeDispatchGemmSpec& spec, const std::vector<uint32_t>& nodeOf);
 
 }  // namespace mk

@@ -5,6 +5,7 @@
 // (round-to-nearest-even), exactly as the GPU engine must.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -88,12 +89,22 @@ struct ExecOptions {
   ExtentValues extents;
 };
 
-/// Run `s` over `mem`. Throws Error(Deadlock) when every unfinished lane is blocked (message: each
-/// blocked step with flag, threshold and value seen), Error(Timeout) after stallTimeout without
+/// What a run moved, counted as its steps ran (each at its runtime size).
+struct ExecStats {
+  /// Bytes of dst's dtype each data-moving kind wrote (copy, put, proxyput, gather), indexed by StepKind; a
+  /// ProxyPut's are the bytes that crossed nodes.
+  std::array<uint64_t, kStepKindCount> bytesMoved{};
+
+  /// The bytes steps of `kind` moved.
+  uint64_t bytes(StepKind kind) const noexcept { return bytesMoved[static_cast<std::size_t>(kind)]; }
+};
+
+/// Run `s` over `mem` and say what it moved (ExecStats). Throws Error(Deadlock) when every unfinished lane is blocked
+/// (message: each blocked step with flag, threshold and value seen), Error(Timeout) after stallTimeout without
 /// progress, Error(InvalidSchedule) for an out-of-range operand met at run time, Error(InvalidArgument) for a step of
 /// a local rank that reaches another process's rank other than through a ProxyPut and the port, or for extent values
 /// that do not fit the schedule (checkExtentValues). The schedule is not
 /// validated here: validate() first when it comes from outside.
-void execute(const Schedule& s, HostMemory& mem, const ExecOptions& opt = {});
+ExecStats execute(const Schedule& s, HostMemory& mem, const ExecOptions& opt = {});
 
 }  // namespace mk

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "mk/algorithms/moe.hpp"
+#include "mk/exec/executor.hpp"
 #include "mk/exec/verify.hpp"
 
 namespace mk {
@@ -30,8 +31,10 @@ MoeIds moeRouting(const MoeDispatchGemmSpec& spec, uint32_t nRanks, MoeRouting r
 /// (H u32 + u32) S with S = sum_k |x w| (fp32 accumulation of exact bf16 products), rows past it bit for bit the
 /// sentinel (untouched). Throws Error(InvalidArgument) when `s` lacks a buffer of the spec's shape or `ids` does not
 /// fit it, and what the executor throws: a routing over the capacity or an id out of range is refused by the
-/// route before anything is written.
+/// route before anything is written. `stats`, when given, receives what the run moved (ExecStats: the ProxyPut
+/// bytes are those that crossed nodes).
 VerifyResult verifyMoeDispatchGemm(const Schedule& s, const MoeDispatchGemmSpec& spec, uint64_t seed,
-                                   MoeRouting routing = MoeRouting::Uniform, const MoeIds& ids = {});
+                                   MoeRouting routing = MoeRouting::Uniform, const MoeIds& ids = {},
+                                   ExecStats* stats = nullptr);
 
 }  // namespace mk

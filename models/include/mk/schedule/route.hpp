@@ -12,13 +12,32 @@
 //    tokens, read when each starts; a gather step packs an expert's tokens into a contiguous block first.
 // Offsets stay those of the bound (extent.hpp), so each expert's list has a fixed stride, `capacity`, instead of
 // DeepEP's prefix-summed packing: a packed list would need offsets known only at run time, which the IR lacks.
+//
+// Across nodes (DeepEP's per-node deduplication) a route may fill other buckets than the experts (RouteBuckets):
+// the nodes (a token goes to node n's list once if any of its experts lives on n), or only the experts of the
+// executing rank's node (a relay routing the tokens it received). Experts are placed contiguously, experts /
+// nRanks per rank (expertRank), and ranks on nodes by the schedule's nodeOf: no table to fill. A route may name a
+// runtime extent: it then reads count / bound x value ids (the tokens that arrived), its layout keeps its size.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "mk/schedule/schedule.hpp"
 
 namespace mk {
+
+/// Which lists a Route step fills (Step::flags: kStepRouteNodes, kStepRouteOwnNode; at most one).
+enum class RouteBuckets : uint8_t {
+  Experts,  ///< list e: the tokens naming expert e, once per id naming it
+  Nodes,    ///< list n: the tokens naming any expert that lives on node n (nodeOf of expertRank), each once
+  OwnNode,  ///< list e for the experts on the executing rank's node as Experts; ids of other experts are skipped
+};
+
+/// The rank expert `expert` of `experts` lives on: experts / nRanks per rank, in order (nRanks divides experts).
+constexpr uint32_t expertRank(uint64_t expert, uint64_t experts, uint32_t nRanks) noexcept {
+  return static_cast<uint32_t>(expert / (experts / nRanks));
+}
 
 /// The sizes of a Route step. In the Step: count = tokens x topk ids read from a, aux = topk, value = experts (low
 /// 32 bits) and capacity (high 32 bits): routeValue().
@@ -27,6 +46,7 @@ struct RouteShape {
   uint32_t topk = 0;      ///< experts per token (ids per row); at most `experts`
   uint32_t experts = 0;   ///< global experts: ids lie in [0, experts)
   uint32_t capacity = 0;  ///< entries of each expert's token list: the most tokens one expert may get
+  RouteBuckets buckets = RouteBuckets::Experts;  ///< what the lists stand for; experts lists in every case
 
   /// Elements of the layout the step writes: a count per expert, then each expert's token list.
   uint64_t layoutElements() const noexcept { return uint64_t{experts} * (uint64_t{capacity} + 1); }
@@ -44,7 +64,37 @@ inline RouteShape routeShape(const Step& st) noexcept {
   r.tokens = st.aux == 0 ? 0 : st.count / st.aux;
   r.experts = static_cast<uint32_t>(st.value & 0xFFFFFFFFu);
   r.capacity = static_cast<uint32_t>(st.value >> 32);
+  r.buckets = (st.flags & kStepRouteNodes)     ? RouteBuckets::Nodes
+              : (st.flags & kStepRouteOwnNode) ? RouteBuckets::OwnNode
+                                               : RouteBuckets::Experts;
   return r;
+}
+
+/// The list a Route of shape `rs`, run by `rank`, files expert `expert` under, or -1 when it skips it (OwnNode, an
+/// expert off the rank's node). `nodeOf` is the schedule's placement; the validator checks that nRanks divides
+/// experts and that every node id is below experts when the buckets are not the experts.
+inline int64_t routeBucket(const RouteShape& rs, uint32_t expert, uint32_t rank,
+                           const std::vector<uint32_t>& nodeOf) noexcept {
+  if (rs.buckets == RouteBuckets::Experts) return expert;
+  const uint32_t node = nodeOf[expertRank(expert, rs.experts, static_cast<uint32_t>(nodeOf.size()))];
+  if (rs.buckets == RouteBuckets::Nodes) return node;
+  return node == nodeOf[rank] ? int64_t{expert} : -1;
+}
+
+/// Why Route step `st` of `s` cannot file ids under its lists, or nullptr: both bucket bits set, or lists other than
+/// the experts without experts a multiple of nRanks (expertRank) or with a node id at or above experts (one list
+/// per expert is all the layout holds). The validator and the CPU executor ask this.
+inline const char* routeBucketsProblem(const Schedule& s, const Step& st) noexcept {
+  if ((st.flags & kStepRouteNodes) && (st.flags & kStepRouteOwnNode))
+    return "buckets: kStepRouteNodes and kStepRouteOwnNode are both set (a route fills one kind of list)";
+  const RouteShape rs = routeShape(st);
+  if (rs.buckets == RouteBuckets::Experts) return nullptr;
+  if (s.nRanks == 0 || s.nodeOf.size() != s.nRanks || rs.experts % s.nRanks != 0)
+    return "buckets: lists per node place experts / nRanks experts on each rank: experts must be a multiple of "
+           "nRanks";
+  for (const uint32_t node : s.nodeOf)
+    if (node >= rs.experts) return "buckets: a node id is not below experts (the layout holds one list per expert)";
+  return nullptr;
 }
 
 /// Elements a step of StepExtent::Indexed (route, gather) touches on each operand at its bound, 0 where it has

@@ -66,6 +66,10 @@ enum StepFlagBits : uint8_t {
   /// Put/ProxyPut, cost flavour "LL128": 128-byte lines carrying 120 B data + 8 B flag (NCCL's LL128). As
   /// kStepLL otherwise; priced by Profile::ll128. At most one of kStepLL and kStepLL128 is set.
   kStepLL128 = 1u << 4,
+  /// Route: a token's list is its experts' node, listed once per node (route.hpp, RouteBuckets::Nodes)
+  kStepRouteNodes = 1u << 5,
+  /// Route: only the executing rank's node's experts are listed (route.hpp, RouteBuckets::OwnNode)
+  kStepRouteOwnNode = 1u << 6,
 };
 /// The protocol bits of Step::flags.
 inline constexpr uint8_t kStepProtocolBits = kStepLL | kStepLL128;

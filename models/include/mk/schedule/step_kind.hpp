@@ -32,7 +32,8 @@ enum class StepKind : uint8_t {
   /// the previous groups' (forEachGemm in schedule.hpp)
   GroupedGemm = 8,
   /// MoE routing layout (DeepEP's get_dispatch_layout): from the router's int32 expert ids (a: tokens x topk),
-  /// write the int32 layout dst: a count per expert, then each expert's token list (route.hpp, routeShape)
+  /// write the int32 layout dst: a count per bucket, then each bucket's token list (route.hpp, routeShape); the
+  /// buckets are the experts, their nodes or the executing node's experts (RouteBuckets)
   Route = 9,
   /// dst rows <- a rows at the int32 row indices in b (a route's token list): count / row rows of `row` elements
   Gather = 10,
@@ -97,7 +98,7 @@ inline constexpr StepKindInfo kStepKinds[] = {
   {StepKind::Gemm,     "gemm",     nullptr,     kFieldDst | kFieldA | kFieldB | kFieldAux,            StepExtent::Tile, "gemm",    false, true,  false, false, false, false, true},
   {StepKind::Barrier,  "barrier",  nullptr,     kFieldAux,                                            StepExtent::None, "barrier", false, false, true,  false, false, false, true},
   {StepKind::GroupedGemm, "grouped-gemm", nullptr, kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldAux, StepExtent::Tile, "gemm", false, true, false, false, false, false, false},
-  {StepKind::Route,    "route",    nullptr,     kFieldDst | kFieldA | kFieldCount | kFieldAux | kFieldValue, StepExtent::Indexed, "topk", false, true, false, false, false, false, false},
+  {StepKind::Route,    "route",    nullptr,     kFieldDst | kFieldA | kFieldCount | kFieldAux | kFieldValue | kFieldExtent, StepExtent::Indexed, "topk", false, true, false, false, false, false, false},
   {StepKind::Gather,   "gather",   nullptr,     kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldAux | kFieldValue | kFieldExtent, StepExtent::Indexed, "row", true, false, false, false, false, false, false},
   {StepKind::Attention, "attention", nullptr,  kFieldDst | kFieldA | kFieldB | kFieldAux,            StepExtent::Attention, "attention", false, true, false, false, false, false, false},
 };
