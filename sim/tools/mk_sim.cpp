@@ -52,8 +52,9 @@ Setup planned(const Setup& st, const mk::CollectivePlan& plan) {
 }
 
 /// Predict one schedule, with the references that are cheap enough to compute next to it.
+/// `reference` (when given) receives the uncontended timeline's numbers for the "bound:" line.
 std::pair<mk::sim::RunInfo, mk::sim::Prediction> predictOne(const Options& o, const Setup& st, const mk::Schedule& s,
-                                                            bool trace) {
+                                                            bool trace, Uncontended* reference = nullptr) {
   mk::sim::RunInfo info = baseInfo(st, s);
   if (st.spec) {
     try {
@@ -68,8 +69,9 @@ std::pair<mk::sim::RunInfo, mk::sim::Prediction> predictOne(const Options& o, co
                  "mk-sim: %llu steps: the exact replay may take a while; --fast times node-local steps "
                  "analytically and simulates only the network\n",
                  static_cast<unsigned long long>(s.stepCount()));
-  if (s.stepCount() <= kUncontendedMaxSteps)
-    info.uncontendedUs = mk::simulateUncontended(s, st.profile, st.topo).totalUs;
+  Uncontended u = uncontended(st, s);
+  info.uncontendedUs = u.us;
+  if (reference != nullptr) *reference = std::move(u);
   mk::sim::Prediction p = mk::sim::predict(s, st.topo, st.profile, simOptions(o, trace));
   return {std::move(info), std::move(p)};
 }
@@ -89,7 +91,8 @@ void printReferenceNotes(const mk::sim::RunInfo& info, const mk::sim::Prediction
         "the simulation adds no contention to the formulas\n");
 }
 
-void printPrediction(const mk::sim::RunInfo& info, const mk::sim::Prediction& p, bool generated, uint64_t steps) {
+void printPrediction(const mk::sim::RunInfo& info, const mk::sim::Prediction& p, const Uncontended& reference,
+                     bool generated, uint64_t steps) {
   const double algbw = mk::sim::algBwGBs(info.bytes, p.totalUs);
   std::printf("predicted: %s  algbw %.2f GB/s  busbw %.2f GB/s\n", mk::formatMicros(p.totalUs).c_str(), algbw,
               algbw * info.busBwFactor);
@@ -101,7 +104,7 @@ void printPrediction(const mk::sim::RunInfo& info, const mk::sim::Prediction& p,
                 mk::formatMicros(*info.uncontendedUs).c_str(),
                 *info.uncontendedUs > 0 ? p.totalUs / *info.uncontendedUs : 0.0);
   printReferenceNotes(info, p, generated, steps);
-  std::printf("bound: %s\n", mk::bottleneckText(mk::sim::linkResourceUse(p.links)).c_str());
+  std::printf("bound: %s\n", boundText(p, reference).c_str());
   std::printf("busiest links:%s\n", p.links.empty() ? " none (no bytes crossed a link)" : "");
   printBusiestLinks(p.links);
 }
@@ -113,12 +116,19 @@ int run(const Options& o) {
       {{"--json", o.jsonOut, mk::OutputKind::File}, {"--trace", o.traceOut, mk::OutputKind::File}});
   mk::checkOutputPath("--json", o.jsonOut, inputs);
   mk::checkOutputPath("--trace", o.traceOut, inputs);
+  mk::cli::checkOperatorOptions(o.coll.op, o.ops, o.coll);
+  if (mk::cli::isOperatorOp(o.coll.op)) {
+    if (!o.scheduleIn.empty())
+      bad("--schedule replays a saved schedule: --op " + o.coll.op + " generates one; give one of them");
+    return o.coll.op == mk::cli::kMoeDispatchGemmOp ? runMoe(o) : runAttention(o);
+  }
   if (o.scheduleIn.empty() && mk::isFusedOp(o.coll.op)) return runFused(o);
   if (!o.sweep.empty()) mk::parseSweep(o.sweep);  // a malformed sweep is the first thing to report
   if (!o.sweep.empty() && !o.traceOut.empty()) bad("--trace needs one size: use --bytes, not --sweep");
   if (!o.sweep.empty() && !o.scheduleIn.empty()) bad("--sweep generates schedules: it cannot be used with --schedule");
   if (!o.extentsIn.empty() && o.scheduleIn.empty())
-    bad("--extents gives the runtime extents of a loaded --schedule (generated schedules have none)");
+    bad("--extents gives the runtime extents of a loaded --schedule or of --op moe-dispatch-gemm (" + o.coll.op +
+        " has none)");
 
   mk::Schedule loaded;
   if (!o.scheduleIn.empty()) {
@@ -192,8 +202,9 @@ int run(const Options& o) {
     } else {
       s = std::move(loaded);  // its memory was checked right after loading
     }
-    auto [info, p] = predictOne(o, st, s, wantTrace);
-    printPrediction(info, p, st.spec.has_value(), s.stepCount());
+    Uncontended reference;
+    auto [info, p] = predictOne(o, st, s, wantTrace, &reference);
+    printPrediction(info, p, reference, st.spec.has_value(), s.stepCount());
     if (o.verbose) printStats(p.stats);
     writeOutputs(o, o.jsonOut.empty() ? std::string() : mk::sim::predictionToJson(p, info),
                  wantTrace ? mk::sim::traceToJson(s, p.steps) : std::string());
@@ -261,6 +272,9 @@ int main(int argc, char** argv) {
       "  mk-sim --op allreduce --algo hierarchical --cluster dgx-h100 --nodes 128 --bytes 1G --json p.json\n"
       "  mk-sim --op allreduce --algo one-shot --cluster h200x2 --sweep 8:1G:2\n"
       "  mk-sim --op gemm-ar --cluster h200x2 --m 8192 --n 8192 --k 4096   (prints what bounds it)\n"
+      "  mk-sim --op moe-dispatch-gemm --cluster dgx-h100 --nodes 2 --experts 2 --topk 4 --tokens 4096 --hidden 7168\n"
+      "         --out-cols 2048 --imbalance 1.5   (expected loads; --extents routing.json prices a given routing)\n"
+      "  mk-sim --op ring-attention --cluster dgx-h100 --seq 131072 --heads 32 --kv-heads 8 --head-dim 128 --causal\n"
       "  mk-sim --schedule s.json --cluster dgx-h100 --trace t.json   (open t.json in ui.perfetto.dev)\n\n"
       "Outputs: --json writes {\"schema\": \"mkernel.prediction.v1\", \"time_us\", \"algbw_gbs\", \"busbw_gbs\",\n"
       "\"closed_form_us\", \"busiest_links\", \"links\", \"stats\", ...} (a sweep: one \"results\" entry per size);\n"
@@ -274,6 +288,10 @@ int main(int argc, char** argv) {
   // flat ring, so that mk-sim's answer is the engine's.
   o.coll.algo = "auto";
   mk::cli::addCollectiveOptions(app, o.coll);
+  mk::cli::addOperatorOptions(app, o.ops);
+  app.get_option("--op")->description(app.get_option("--op")->get_description() +
+                                      "; or moe-dispatch-gemm (--experts --topk --tokens --hidden --out-cols), "
+                                      "ring-attention (--seq --heads --head-dim)");
   app.get_option("--nodes")->description(
       "nodes of the cluster (default: the preset's, enough for --ranks, or enough for --schedule)");
   for (const char* decidedPerSize : {"--algo", "--inter"})
@@ -290,8 +308,9 @@ int main(int argc, char** argv) {
                  "replay this schedule JSON (validated first) instead of generating one; --cluster must fit its "
                  "ranks (--nodes defaults to the schedule's node count)");
   app.add_option("--extents", o.extentsIn,
-                 "with --schedule: runtime extent values to price (JSON mkernel.extents.v1: extent name -> one value, "
-                 "or one per rank; docs/schedule-format.md); default: each extent's expected value");
+                 "with --schedule or --op moe-dispatch-gemm: runtime extent values to price, e.g. a routing (JSON "
+                 "mkernel.extents.v1: extent name -> one value, or one per rank; docs/schedule-format.md); default: "
+                 "each extent's expected value");
   app.add_flag("--fast", o.fast,
                "scale mode: time steps that stay inside a node (NVLink, memory, GEMM, flags) with the uncontended "
                "formulas and simulate only the network flows (exact when nothing contends inside a node)");
@@ -299,6 +318,7 @@ int main(int argc, char** argv) {
   mk::cli::addGuardOptions(app, o.guard);
   if (int rc = mk::cli::parse(app, argc, argv, "mk-sim"); rc != mk::cli::kContinue) return rc;
   if (int rc = mk::cli::finishCollectiveOptions(app, "mk-sim", o.coll); rc != mk::cli::kContinue) return rc;
+  if (int rc = mk::cli::finishOperatorOptions(app, "mk-sim", o.ops); rc != mk::cli::kContinue) return rc;
   return mk::cli::run("mk-sim", [&] {
     o.sweep = mk::cli::resolveSweep(app, o.sizes, o.coll.bytes + ":" + o.coll.bytes + ":2");
     return run(o);

@@ -7,6 +7,7 @@
 
 #include "mk/io/output_paths.hpp"
 #include "mk/schedule/io.hpp"
+#include "mk/sim/link_use.hpp"
 #include "mk/util/format.hpp"
 
 namespace mksim {
@@ -113,6 +114,66 @@ void printProfile(const Options& o, const Setup& st) {
     std::printf("profile: uncalibrated (datasheet defaults)\n");
   else
     std::printf("profile: %s (%s)\n", o.coll.profile.c_str(), st.profile.source.c_str());
+}
+
+Uncontended uncontended(const Setup& st, const mk::Schedule& s) {
+  Uncontended u;
+  if (s.stepCount() > kUncontendedMaxSteps) return u;
+  const mk::Timeline t = mk::simulateUncontended(s, st.profile, st.topo);
+  u.us = t.totalUs;
+  u.compute = mk::computeResourceUse(s, t, t.totalUs);
+  return u;
+}
+
+std::string boundText(const mk::sim::Prediction& p, const Uncontended& u) {
+  std::vector<mk::ResourceUse> uses = mk::sim::linkResourceUse(p.links);
+  for (mk::ResourceUse use : u.compute) {
+    // Busy over the uncontended total, taken over the predicted one: the compute steps' time does not change.
+    if (p.totalUs > 0) use.busy = std::min(1.0, use.busy * *u.us / p.totalUs);
+    uses.push_back(std::move(use));
+  }
+  return mk::bottleneckText(uses);
+}
+
+int runOperator(const Options& o, const Setup& st, const mk::Schedule& s,
+                const std::vector<std::pair<std::string, std::string>>& lines) {
+  const bool wantTrace = !o.traceOut.empty();
+  mk::requireWithin(mk::memoryNeed(mk::countOf(s), jobOf(st, wantTrace)), o.guard.maxMemory());
+  std::printf("mk-sim: %s on %s x %u node(s) (%u ranks, %u GPU(s) per node)\n", s.info.op.c_str(), st.topo.name.c_str(),
+              st.topo.nodes, st.nRanks, st.topo.node.gpus);
+  for (const auto& [label, text] : lines) std::printf("%s: %s\n", label.c_str(), text.c_str());
+  printProfile(o, st);
+  if (o.fast) std::printf("mode: fast (node-local steps analytic, network simulated)\n");
+  std::fflush(stdout);
+
+  mk::sim::RunInfo info = baseInfo(st, s);
+  const Uncontended reference = uncontended(st, s);
+  info.uncontendedUs = reference.us;
+  const mk::sim::Prediction p = mk::sim::predict(s, st.topo, st.profile, simOptions(o, wantTrace));
+  double flops = 0, networkBytes = 0, nvlinkBytes = 0;
+  for (const auto& rankLanes : s.lanes)
+    for (const mk::Lane& lane : rankLanes)
+      for (const mk::Step& step : lane.steps) {
+        if (mk::pricedByFlops(step.kind)) flops += step.flops;
+        if (mk::kindInfo(step.kind).extent == mk::StepExtent::None) continue;  // synchronisation carries no payload
+        if (step.link == mk::LinkClass::Network) networkBytes += static_cast<double>(step.bytes);
+        if (step.link == mk::LinkClass::NVLink) nvlinkBytes += static_cast<double>(step.bytes);
+      }
+  std::printf("predicted: %s  %.1f TFLOP/s per GPU\n", mk::formatMicros(p.totalUs).c_str(),
+              p.totalUs > 0 ? flops / st.nRanks / (p.totalUs * 1e6) : 0.0);
+  if (info.uncontendedUs)
+    std::printf("uncontended: %s (the timeline without link sharing; predicted / uncontended = %.3f)\n",
+                mk::formatMicros(*info.uncontendedUs).c_str(),
+                *info.uncontendedUs > 0 ? p.totalUs / *info.uncontendedUs : 0.0);
+  std::printf("bytes: across nodes %s, inside nodes (NVLink) %s (summed over ranks)\n",
+              mk::formatBytes(networkBytes).c_str(), mk::formatBytes(nvlinkBytes).c_str());
+  std::printf("bound: %s\n", boundText(p, reference).c_str());
+  std::printf("busiest links:%s\n", p.links.empty() ? " none (no bytes crossed a link)" : "");
+  printBusiestLinks(p.links);
+  if (o.verbose) printStats(p.stats);
+  writeOutputs(o, o.jsonOut.empty() ? std::string() : mk::sim::predictionToJson(p, info),
+               wantTrace ? mk::sim::traceToJson(s, p.steps) : std::string());
+  return 0;
 }
 
 }  // namespace mksim
