@@ -1,4 +1,5 @@
-// mk-schedule — generate, validate, verify and cost one collective or fused-operator schedule, without a GPU.
+// mk-schedule — generate, validate, verify and cost one collective, fused-operator, moe-dispatch-gemm or ring-attention
+// schedule, without a GPU.
 //
 // Exit codes (mk/util/cli.hpp): 0 success, 1 verification failed or internal error, 2 bad input (one line on
 // stderr, no output file written; a request above --max-memory too), 5 out of memory.
@@ -20,7 +21,9 @@
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/verify.hpp"
+#include "mk/exec/verify_attention.hpp"
 #include "mk/exec/verify_fused.hpp"
+#include "mk/exec/verify_moe.hpp"
 #include "mk/io/output_paths.hpp"
 #include "mk/resources.hpp"
 #include "mk/schedule/io.hpp"
@@ -30,6 +33,7 @@
 #include "mk/util/cli.hpp"
 #include "mk/util/cli_collective.hpp"
 #include "mk/util/cli_convention.hpp"
+#include "mk/util/cli_operators.hpp"
 #include "mk/util/size.hpp"
 
 namespace {
@@ -38,6 +42,7 @@ constexpr int kExitVerifyFailed = mk::cli::kExitFailed;
 
 struct Options {
   mk::CollectiveArgs coll;
+  mk::cli::OperatorArgs ops;  ///< moe-dispatch-gemm's and ring-attention's options
   bool verify = false;
   std::string inputs = "uniform";
   uint64_t seed = 1;
@@ -211,12 +216,59 @@ int runFused(const Options& o) {
   return rc;
 }
 
+/// --op moe-dispatch-gemm | ring-attention: generate, validate, summarise, the uncontended timeline's cost and
+/// bound, --verify on the CPU executor (uniform routing for MoE), then the outputs.
+int runOperator(const Options& o) {
+  const mk::Placement placed = mk::placeRanks(o.coll.cluster, o.coll.nodes, o.coll.ranks);
+  const mk::Topology& topo = placed.topo;
+  const uint32_t nRanks = placed.nRanks;
+  mk::Profile profile = mk::profileFor(o.coll, topo);
+  const std::vector<std::string> filled = mk::fillCtaDefaults(profile, topo);
+  const bool moe = o.coll.op == mk::cli::kMoeDispatchGemmOp;
+  mk::MoeDispatchGemmSpec moeSpec;
+  mk::RingAttentionSpec attnSpec;
+  if (moe) {
+    moeSpec = mk::cli::moeSpecOf(o.ops);
+    mk::validateMoeDispatchGemmSpec(moeSpec, nRanks);
+  } else {
+    attnSpec = mk::cli::attentionSpecOf(o.ops, o.coll, profile.sms);
+    mk::validateRingAttentionSpec(attnSpec, nRanks);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const mk::Schedule schedule = mk::withProgress("mk-schedule", "generate", o.guard.progressWanted(), [&] {
+    return moe ? mk::generateMoeDispatchGemm(moeSpec, topo.layout(nRanks))
+               : mk::generateRingAttention(attnSpec, topo.layout(nRanks));
+  });
+  const double genMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  mk::requireWithin(mk::memoryNeed(mk::countOf(schedule), jobOf(o)), o.guard.maxMemory());
+  const std::string validated = validateText(schedule);
+  std::printf("mk-schedule: %s %s on %s x %u node(s) (%u ranks, %u GPU(s) per node)\n", schedule.info.op.c_str(),
+              schedule.info.algo.c_str(), topo.name.c_str(), topo.nodes, nRanks, topo.node.gpus);
+  std::printf("  generate   %.1f ms, validate %s\n", genMs, validated.c_str());
+  printSummary(schedule);
+  const mk::Timeline t = mk::simulateUncontended(schedule, profile, topo);
+  std::vector<mk::ResourceUse> uses = mk::timelineResourceUse(schedule, t, profile);
+  const std::vector<mk::ResourceUse> compute = mk::computeResourceUse(schedule, t, t.totalUs);
+  uses.insert(uses.end(), compute.begin(), compute.end());
+  std::printf("  cost       %s uncontended timeline (no closed form: mk-sim replays it with contention)\n",
+              mk::formatMicros(t.totalUs).c_str());
+  std::printf("  bound      %s\n", mk::bottleneckText(uses).c_str());
+  std::printf("  profile    %s%s\n", profile.source.c_str(), filledNote(filled).c_str());
+  const int rc = !o.verify ? 0
+                 : moe     ? verify(o, nRanks, [&] { return mk::verifyMoeDispatchGemm(schedule, moeSpec, o.seed); })
+                           : verify(o, nRanks, [&] { return mk::verifyRingAttention(schedule, attnSpec, o.seed); });
+  if (rc == 0) writeOutputs(o, schedule);
+  return rc;
+}
+
 int run(const Options& o) {
   const std::vector<std::string> inputs{o.scheduleIn, o.coll.profile, o.coll.cluster};
   mk::checkDistinctOutputs(
       {{"--json", o.jsonOut, mk::OutputKind::File}, {"--packed", o.packedOut, mk::OutputKind::File}});
   mk::checkOutputPath("--json", o.jsonOut, inputs);
   mk::checkOutputPath("--packed", o.packedOut, inputs);
+  mk::cli::checkOperatorOptions(o.coll.op, o.ops, o.coll);
+  if (o.scheduleIn.empty() && mk::cli::isOperatorOp(o.coll.op)) return runOperator(o);
   if (o.scheduleIn.empty() && mk::isFusedOp(o.coll.op)) return runFused(o);
   mk::Schedule schedule;
   mk::CollectiveSpec spec;
@@ -314,11 +366,18 @@ int main(int argc, char** argv) {
       "  mk-schedule --op allreduce --algo ring --ranks 8 --bytes 1MiB --verify\n"
       "  mk-schedule --op gemm-rs --cluster h200x2 --m 8192 --n 8192 --k 4096\n"
       "  mk-schedule --op gemm-ar --ranks 4 --m 301 --n 264 --k 520 --tile-rows 64 --comm-ctas 12 --verify\n"
+      "  mk-schedule --op moe-dispatch-gemm --ranks 4 --experts 2 --topk 2 --tokens 64 --hidden 64 --out-cols 32 "
+      "--verify\n"
+      "  mk-schedule --op ring-attention --ranks 4 --seq 256 --heads 4 --kv-heads 2 --head-dim 64 --causal --verify\n"
       "  mk-schedule --op allreduce --algo hierarchical --cluster dgx-h100 --nodes 4 --verify --json ar.json\n"
       "  mk-schedule --schedule ar.json --packed ar.bin\n\n"
       "Exit codes: 0 success, 1 verification failed, 2 bad input (or above --max-memory), 5 out of memory.",
       "mk-schedule"};
   mk::cli::addCollectiveOptions(app, o.coll);
+  mk::cli::addOperatorOptions(app, o.ops);
+  app.get_option("--op")->description(app.get_option("--op")->get_description() +
+                                      "; or moe-dispatch-gemm (--experts --topk --tokens --hidden --out-cols), "
+                                      "ring-attention (--seq --heads --head-dim)");
   app.get_option("--profile")
       ->description(
           "price the closed form (and decide auto) with this profile (mkernel.profile.v1, e.g. from "
@@ -344,6 +403,7 @@ int main(int argc, char** argv) {
         rc != mk::cli::kContinue)
       return rc;
   if (int rc = mk::cli::finishCollectiveOptions(app, "mk-schedule", o.coll); rc != mk::cli::kContinue) return rc;
+  if (int rc = mk::cli::finishOperatorOptions(app, "mk-schedule", o.ops); rc != mk::cli::kContinue) return rc;
   return mk::cli::run("mk-schedule", [&] {
     o.sizes.sweep = mk::cli::resolveSweep(app, o.sizes, o.coll.bytes + ":" + o.coll.bytes + ":2");
     return run(o);
