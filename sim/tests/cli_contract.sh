@@ -193,34 +193,33 @@ bad "--m applies to the fused ops" -- "$tool" --op allreduce --m 64
 # ---- moe-dispatch-gemm and ring-attention: generated, replayed, what bounds them ----
 moe_op=(--op moe-dispatch-gemm --tokens 64 --hidden 64)
 moe=("${moe_op[@]}" --cluster h200x2 --experts 2 --topk 2 --out-cols 64)
-expect 0 '^predicted: [0-9.]+ us  [0-9.]+ TFLOP/s per GPU$' -- "$tool" "${moe[@]}"
-expect 0 '^routing: expected: 32 tokens per \(rank, expert\) = uniform 32 x imbalance 1 ' -- "$tool" "${moe[@]}"
+# one run, several lines checked (each mk-sim run costs CI time under ASan)
+"$tool" "${moe[@]}" --json "$work/moe.json" >"$work/moe.txt" 2>&1
+check "moe: predicted with the expert GEMMs' TFLOP/s" grep -Eq '^predicted: [0-9.]+ us  [0-9.]+ TFLOP/s per GPU$' "$work/moe.txt"
+check "moe: the expected routing" grep -Eq '^routing: expected: 32 tokens per \(rank, expert\) = uniform 32 x imbalance 1 ' "$work/moe.txt"
+check "moe: one node, nothing across nodes" grep -Eq '^bytes: across nodes 0 B, inside nodes \(NVLink\) [0-9.]+ [KM]iB' "$work/moe.txt"
+check "moe json names the op" grep -q '"op": "moe-dispatch-gemm"' "$work/moe.json"
 expect 0 '^routing: expected: 48 tokens .* x imbalance 1\.5 \(--extents' -- "$tool" "${moe[@]}" --imbalance 1.5
-expect 0 '^bytes: across nodes 0 B, inside nodes \(NVLink\) [0-9.]+ [KM]iB' -- "$tool" "${moe[@]}"
 # across nodes (2 nodes x 2 GPUs): tokens cross the network, once per destination node
 expect 0 '^bytes: across nodes [0-9.]+ KiB, ' -- "$tool" "${moe_op[@]}" --cluster "$work/nics-ok.json" --experts 1 --topk 2 --out-cols 64
 # a given routing (every token to every block it may fill: the capacity) moves twice the expected rows: slower
 routing='"to0": 64, "to1": 64, "to2": 64, "to3": 64, "from0.0": 64, "from0.1": 64, "from1.0": 64, "from1.1": 64'
 echo "{\"schema\": \"mkernel.extents.v1\", \"values\": {$routing}}" >"$work/routing.json"
 echo "{\"schema\": \"mkernel.extents.v1\", \"values\": {${routing/\"to0\": 64/\"to0\": 65}}}" >"$work/routing-over.json"
-expect 0 '^routing: given: .*routing\.json$' -- "$tool" "${moe[@]}" --extents "$work/routing.json"
-expected_us=$(us_of "${moe[@]}")
-given_us=$(us_of "${moe[@]}" --extents "$work/routing.json")
+"$tool" "${moe[@]}" --extents "$work/routing.json" >"$work/moe-given.txt" 2>&1
+check "moe: the given routing is named" grep -Eq '^routing: given: .*routing\.json$' "$work/moe-given.txt"
+expected_us=$(sed -n 's/^predicted: \([0-9.]*\) us.*/\1/p' "$work/moe.txt")
+given_us=$(sed -n 's/^predicted: \([0-9.]*\) us.*/\1/p' "$work/moe-given.txt")
 check "moe: the full routing ($given_us us) is slower than the expected one ($expected_us us)" \
   awk -v a="$expected_us" -v b="$given_us" 'BEGIN { exit !(a > 0 && b > a) }'
-expect 0 'wrote' -- "$tool" "${moe[@]}" --json "$work/moe.json"
-check "moe json names the op" grep -q '"op": "moe-dispatch-gemm"' "$work/moe.json"
 bad "routing-over\.json: values\.to0" -- "$tool" "${moe[@]}" --extents "$work/routing-over.json"
 bad "--experts applies to moe-dispatch-gemm, not to allreduce" -- "$tool" --op allreduce --experts 2
 bad "--topk is required for moe-dispatch-gemm" -- "$tool" "${moe_op[@]}" --experts 2 --out-cols 64
 bad "--tokens applies to moe-dispatch-gemm, not to ring-attention" -- "$tool" --op ring-attention --tokens 64
 bad "moe-dispatch-gemm: outCols 12 is not a multiple of 8" -- "$tool" "${moe_op[@]}" --cluster h200x2 --experts 2 --topk 2 --out-cols 12
 bad "moe-dispatch-gemm: topk 5 is larger than the experts in total, 4" -- "$tool" "${moe_op[@]}" --cluster h200x2 --experts 2 --topk 5 --out-cols 64
-bad "--experts must be >= 1" -- "$tool" "${moe_op[@]}" --experts 0 --topk 2 --out-cols 64
 bad "moe-dispatch-gemm: imbalance 0\.5.* must be a finite factor >= 1" -- "$tool" "${moe[@]}" --imbalance 0.5
 bad "capacity must be >= 1" -- "$tool" "${moe[@]}" --capacity 0
-bad "--capacity applies to moe-dispatch-gemm, not to allreduce" -- "$tool" --capacity 8
-bad "--imbalance applies to moe-dispatch-gemm, not to allreduce" -- "$tool" --imbalance 2
 bad "--bytes does not apply to moe-dispatch-gemm" -- "$tool" "${moe[@]}" --bytes 1K
 bad "--dtype does not apply to moe-dispatch-gemm" -- "$tool" "${moe[@]}" --dtype float16
 bad "--schedule replays a saved schedule" -- "$tool" "${moe[@]}" --schedule "$work/ext.json"
@@ -231,7 +230,6 @@ expect 0 '^split: compute lane 131 CTAs, send lane 1 \(132 SMs' -- "$tool" "${at
 expect 0 '^problem: B 1 x S 4096 tokens \(2048 per rank\), 8 query / 8 key-value heads of 128, float16, no mask' -- "$tool" "${attn[@]}" --dtype float16
 bad "--seq is required for ring-attention" -- "$tool" --op ring-attention --heads 8 --head-dim 128
 bad "--head-dim applies to ring-attention, not to moe-dispatch-gemm" -- "$tool" "${moe[@]}" --head-dim 64
-bad "--heads applies to ring-attention, not to allreduce" -- "$tool" --heads 8
 bad "--causal applies to ring-attention, not to gemm-rs" -- "$tool" --op gemm-rs --causal
 bad "--batch must be >= 1" -- "$tool" "${attn[@]}" --batch 0
 bad "ring-attention: qHeads 8 is not a multiple of kvHeads 3" -- "$tool" "${attn[@]}" --kv-heads 3
