@@ -115,6 +115,12 @@ expect 0 'validate   OK' -- "$tool" --schedule "$work/gemm-ar.json"
 expect 2 'gemm-rs: K = 1001 is not a multiple of 8' -- "$tool" --op gemm-rs --ranks 2 --m 64 --n 64 --k 1001 --json "$work/x.json"
 expect 2 'gemm-ar: N = 100 is not a multiple of 8' -- "$tool" --op gemm-ar --ranks 2 --m 64 --n 100 --k 64 --json "$work/x.json"
 expect 2 'K = 24 is split over the ranks in units of 8 .* at least 8 x ranks = 32' -- "$tool" --op gemm-rs --ranks 4 --m 64 --n 64 --k 24
+# moe-dispatch-gemm and ring-attention: generated, verified on the CPU executor, their options refused elsewhere
+expect 0 '^verify: OK' -- "$tool" --op moe-dispatch-gemm --ranks 3 --experts 2 --topk 3 --tokens 12 --hidden 16 --out-cols 8 --verify
+expect 0 '^verify: OK' -- "$tool" --op ring-attention --ranks 3 --seq 36 --heads 4 --kv-heads 2 --head-dim 8 --causal --verify
+expect 0 '^  bound      compute-bound: rank [0-9] lane [0-9]+ \(compute\)' -- "$tool" --op ring-attention --cluster h200x2 --seq 4096 --heads 8 --kv-heads 1 --head-dim 128
+expect 2 '--seq applies to ring-attention, not to allreduce' -- "$tool" --op allreduce --seq 8
+expect 2 '--bytes does not apply to moe-dispatch-gemm' -- "$tool" --op moe-dispatch-gemm --experts 1 --topk 1 --tokens 8 --hidden 8 --out-cols 8 --bytes 1K
 expect 2 'ag-gemm: M = 3 cannot give each of the 4 ranks' -- "$tool" --op ag-gemm --ranks 4 --m 3 --n 64 --k 64
 expect 2 'dtype float32 is not supported' -- "$tool" --op gemm-rs --ranks 2 --m 64 --n 64 --k 64 --dtype float32 --json "$work/x.json"
 expect 2 'leaves the compute lane without CTAs' -- "$tool" --op gemm-rs --ranks 2 --m 64 --n 64 --k 64 --ctas 16 --comm-ctas 16

@@ -1,4 +1,5 @@
-// mk-schedule — generate, validate, verify and cost one collective or fused-operator schedule, without a GPU.
+// mk-schedule — generate, validate, verify and cost one collective, fused-operator, moe-dispatch-gemm or ring-attention
+// schedule, without a GPU.
 //
 // Exit codes (mk/util/cli.hpp): 0 success, 1 verification failed or internal error, 2 bad input (one line on
 // stderr, no output file written; a request above --max-memory too), 5 out of memory.
@@ -20,7 +21,9 @@
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/verify.hpp"
+#include "mk/exec/verify_attention.hpp"
 #include "mk/exec/verify_fused.hpp"
+#include "mk/exec/verify_moe.hpp"
 #include "mk/io/output_paths.hpp"
 #include "mk/resources.hpp"
 #include "mk/schedule/io.hpp"
@@ -30,23 +33,11 @@
 #include "mk/util/cli.hpp"
 #include "mk/util/cli_collective.hpp"
 #include "mk/util/cli_convention.hpp"
+#include "mk/util/cli_operators.hpp"
 #include "mk/util/size.hpp"
+#include "mk_schedule_common.hpp"
 
-namespace {
-
-constexpr int kExitVerifyFailed = mk::cli::kExitFailed;
-
-struct Options {
-  mk::CollectiveArgs coll;
-  bool verify = false;
-  std::string inputs = "uniform";
-  uint64_t seed = 1;
-  std::string jsonOut;
-  std::string packedOut;
-  std::string scheduleIn;
-  mk::cli::GuardArgs guard;
-  mk::cli::SizeFlags sizes;
-};
+namespace mkschedule {
 
 /// What this run does with the schedule, for the memory estimate.
 mk::MemoryJob jobOf(const Options& o) {
@@ -177,46 +168,14 @@ void printLines(const std::vector<std::pair<std::string, std::string>>& lines) {
   for (const auto& [label, text] : lines) std::printf("  %-10s %s\n", label.c_str(), text.c_str());
 }
 
-/// A fused op (--op gemm-rs|ag-gemm|gemm-ar): plan it, generate, validate, print its shape and closed form, verify.
-int runFused(const Options& o) {
-  const mk::FusedRequest request = mk::parseFused(o.coll);
-  const mk::Placement placed = mk::placeRanks(o.coll.cluster, o.coll.nodes, o.coll.ranks);
-  const mk::Topology& topo = placed.topo;
-  const uint32_t nRanks = placed.nRanks;
-  mk::Profile profile = mk::profileFor(o.coll, topo);
-  const std::vector<std::string> filled = mk::fillCtaDefaults(profile, topo);
-  const mk::FusedPlan plan = mk::planFused(request.spec, request.opt, topo, nRanks, profile);
-  mk::checkMemory(plan.spec, topo.layout(nRanks), plan.opt, jobOf(o), o.guard.maxMemory());
-  const auto t0 = std::chrono::steady_clock::now();
-  const mk::Schedule schedule = mk::withProgress("mk-schedule", "generate", o.guard.progressWanted(), [&] {
-    return mk::generate(plan.spec, topo.layout(nRanks), plan.opt);
-  });
-  const double genMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  const std::string validated = validateText(schedule);
-
-  std::printf("mk-schedule: %s on %s x %u node(s) (%u ranks, %u GPU(s) per node)\n", mk::toString(plan.spec.op),
-              topo.name.c_str(), topo.nodes, nRanks, topo.node.gpus);
-  printLines(mk::cli::describeFusedPlan(plan, nRanks, profile.sms > 0 ? profile.sms : topo.node.sms));
-  std::printf("  generate   %.1f ms, validate %s\n", genMs, validated.c_str());
-  printSummary(schedule);
-  const mk::LayeredEstimate layered = mk::layeredEstimate(plan.spec, topo, nRanks, profile);
-  std::printf("  cost       %s closed form: %s\n", mk::formatMicros(plan.estimate.totalUs).c_str(),
-              plan.estimate.formula.c_str());
-  printLines(mk::cli::describeFusedCost(plan.estimate, layered, plan.estimate.totalUs));
-  std::printf("  profile    %s%s\n", profile.source.c_str(), filledNote(filled).c_str());
-
-  const mk::InputKind kind = o.inputs == "integers" ? mk::InputKind::SmallIntegers : mk::InputKind::Uniform;
-  const int rc = o.verify ? verify(o, nRanks, [&] { return mk::verifyFused(schedule, plan.spec, o.seed, kind); }) : 0;
-  if (rc == 0) writeOutputs(o, schedule);
-  return rc;
-}
-
 int run(const Options& o) {
   const std::vector<std::string> inputs{o.scheduleIn, o.coll.profile, o.coll.cluster};
   mk::checkDistinctOutputs(
       {{"--json", o.jsonOut, mk::OutputKind::File}, {"--packed", o.packedOut, mk::OutputKind::File}});
   mk::checkOutputPath("--json", o.jsonOut, inputs);
   mk::checkOutputPath("--packed", o.packedOut, inputs);
+  mk::cli::checkOperatorOptions(o.coll.op, o.ops, o.coll);
+  if (o.scheduleIn.empty() && mk::cli::isOperatorOp(o.coll.op)) return runOperator(o);
   if (o.scheduleIn.empty() && mk::isFusedOp(o.coll.op)) return runFused(o);
   mk::Schedule schedule;
   mk::CollectiveSpec spec;
@@ -304,9 +263,10 @@ int run(const Options& o) {
   return rc;
 }
 
-}  // namespace
+}  // namespace mkschedule
 
 int main(int argc, char** argv) {
+  using namespace mkschedule;
   Options o;
   CLI::App app{
       "mk-schedule: generate a collective or fused GEMM + collective schedule for a cluster, validate it, verify it\n"
@@ -314,11 +274,18 @@ int main(int argc, char** argv) {
       "  mk-schedule --op allreduce --algo ring --ranks 8 --bytes 1MiB --verify\n"
       "  mk-schedule --op gemm-rs --cluster h200x2 --m 8192 --n 8192 --k 4096\n"
       "  mk-schedule --op gemm-ar --ranks 4 --m 301 --n 264 --k 520 --tile-rows 64 --comm-ctas 12 --verify\n"
+      "  mk-schedule --op moe-dispatch-gemm --ranks 4 --experts 2 --topk 2 --tokens 64 --hidden 64 --out-cols 32 "
+      "--verify\n"
+      "  mk-schedule --op ring-attention --ranks 4 --seq 256 --heads 4 --kv-heads 2 --head-dim 64 --causal --verify\n"
       "  mk-schedule --op allreduce --algo hierarchical --cluster dgx-h100 --nodes 4 --verify --json ar.json\n"
       "  mk-schedule --schedule ar.json --packed ar.bin\n\n"
       "Exit codes: 0 success, 1 verification failed, 2 bad input (or above --max-memory), 5 out of memory.",
       "mk-schedule"};
   mk::cli::addCollectiveOptions(app, o.coll);
+  mk::cli::addOperatorOptions(app, o.ops);
+  app.get_option("--op")->description(app.get_option("--op")->get_description() +
+                                      "; or moe-dispatch-gemm (--experts --topk --tokens --hidden --out-cols), "
+                                      "ring-attention (--seq --heads --head-dim)");
   app.get_option("--profile")
       ->description(
           "price the closed form (and decide auto) with this profile (mkernel.profile.v1, e.g. from "
@@ -344,6 +311,7 @@ int main(int argc, char** argv) {
         rc != mk::cli::kContinue)
       return rc;
   if (int rc = mk::cli::finishCollectiveOptions(app, "mk-schedule", o.coll); rc != mk::cli::kContinue) return rc;
+  if (int rc = mk::cli::finishOperatorOptions(app, "mk-schedule", o.ops); rc != mk::cli::kContinue) return rc;
   return mk::cli::run("mk-schedule", [&] {
     o.sizes.sweep = mk::cli::resolveSweep(app, o.sizes, o.coll.bytes + ":" + o.coll.bytes + ":2");
     return run(o);

@@ -190,6 +190,53 @@ bad "leaves the compute lane without CTAs" -- "$tool" --op gemm-ar "${fused[@]}"
 bad "dtype float32 is not supported" -- "$tool" --op ag-gemm "${fused[@]}" --dtype float32
 bad "--m applies to the fused ops" -- "$tool" --op allreduce --m 64
 
+# ---- moe-dispatch-gemm and ring-attention: generated, replayed, what bounds them ----
+moe_op=(--op moe-dispatch-gemm --tokens 64 --hidden 64)
+moe=("${moe_op[@]}" --cluster h200x2 --experts 2 --topk 2 --out-cols 64)
+# one run, several lines checked (each mk-sim run costs CI time under ASan)
+"$tool" "${moe[@]}" --json "$work/moe.json" >"$work/moe.txt" 2>&1
+check "moe: predicted with the expert GEMMs' TFLOP/s" grep -Eq '^predicted: [0-9.]+ us  [0-9.]+ TFLOP/s per GPU$' "$work/moe.txt"
+check "moe: the expected routing" grep -Eq '^routing: expected: 32 tokens per \(rank, expert\) = uniform 32 x imbalance 1 ' "$work/moe.txt"
+check "moe: one node, nothing across nodes" grep -Eq '^bytes: across nodes 0 B, inside nodes \(NVLink\) [0-9.]+ [KM]iB' "$work/moe.txt"
+check "moe json names the op" grep -q '"op": "moe-dispatch-gemm"' "$work/moe.json"
+expect 0 '^routing: expected: 48 tokens .* x imbalance 1\.5 \(--extents' -- "$tool" "${moe[@]}" --imbalance 1.5
+# across nodes (2 nodes x 2 GPUs): tokens cross the network, once per destination node
+expect 0 '^bytes: across nodes [0-9.]+ KiB, ' -- "$tool" "${moe_op[@]}" --cluster "$work/nics-ok.json" --experts 1 --topk 2 --out-cols 64
+# a given routing (every token to every block it may fill: the capacity) moves twice the expected rows: slower
+routing='"to0": 64, "to1": 64, "to2": 64, "to3": 64, "from0.0": 64, "from0.1": 64, "from1.0": 64, "from1.1": 64'
+echo "{\"schema\": \"mkernel.extents.v1\", \"values\": {$routing}}" >"$work/routing.json"
+echo "{\"schema\": \"mkernel.extents.v1\", \"values\": {${routing/\"to0\": 64/\"to0\": 65}}}" >"$work/routing-over.json"
+"$tool" "${moe[@]}" --extents "$work/routing.json" >"$work/moe-given.txt" 2>&1
+check "moe: the given routing is named" grep -Eq '^routing: given: .*routing\.json$' "$work/moe-given.txt"
+expected_us=$(sed -n 's/^predicted: \([0-9.]*\) us.*/\1/p' "$work/moe.txt")
+given_us=$(sed -n 's/^predicted: \([0-9.]*\) us.*/\1/p' "$work/moe-given.txt")
+check "moe: the full routing ($given_us us) is slower than the expected one ($expected_us us)" \
+  awk -v a="$expected_us" -v b="$given_us" 'BEGIN { exit !(a > 0 && b > a) }'
+bad "routing-over\.json: values\.to0" -- "$tool" "${moe[@]}" --extents "$work/routing-over.json"
+bad "--experts applies to moe-dispatch-gemm, not to allreduce" -- "$tool" --op allreduce --experts 2
+bad "--topk is required for moe-dispatch-gemm" -- "$tool" "${moe_op[@]}" --experts 2 --out-cols 64
+bad "--tokens applies to moe-dispatch-gemm, not to ring-attention" -- "$tool" --op ring-attention --tokens 64
+bad "moe-dispatch-gemm: outCols 12 is not a multiple of 8" -- "$tool" "${moe_op[@]}" --cluster h200x2 --experts 2 --topk 2 --out-cols 12
+bad "moe-dispatch-gemm: topk 5 is larger than the experts in total, 4" -- "$tool" "${moe_op[@]}" --cluster h200x2 --experts 2 --topk 5 --out-cols 64
+bad "moe-dispatch-gemm: imbalance 0\.5.* must be a finite factor >= 1" -- "$tool" "${moe[@]}" --imbalance 0.5
+bad "capacity must be >= 1" -- "$tool" "${moe[@]}" --capacity 0
+bad "--bytes does not apply to moe-dispatch-gemm" -- "$tool" "${moe[@]}" --bytes 1K
+bad "--dtype does not apply to moe-dispatch-gemm" -- "$tool" "${moe[@]}" --dtype float16
+bad "--schedule replays a saved schedule" -- "$tool" "${moe[@]}" --schedule "$work/ext.json"
+attn=(--op ring-attention --cluster h200x2 --seq 4096 --heads 8 --head-dim 128)
+# heavy attention blocks against one K/V block on NVLink: the compute lane bounds it, not a link
+expect 0 '^bound: compute-bound: rank [01] lane [0-9]+ \(compute\) is [0-9.]+ % busy; NVLink ' -- "$tool" "${attn[@]}" --kv-heads 1 --causal
+expect 0 '^split: compute lane 131 CTAs, send lane 1 \(132 SMs' -- "$tool" "${attn[@]}" --kv-heads 2 --batch 2
+expect 0 '^problem: B 1 x S 4096 tokens \(2048 per rank\), 8 query / 8 key-value heads of 128, float16, no mask' -- "$tool" "${attn[@]}" --dtype float16
+bad "--seq is required for ring-attention" -- "$tool" --op ring-attention --heads 8 --head-dim 128
+bad "--head-dim applies to ring-attention, not to moe-dispatch-gemm" -- "$tool" "${moe[@]}" --head-dim 64
+bad "--causal applies to ring-attention, not to gemm-rs" -- "$tool" --op gemm-rs --causal
+bad "--batch must be >= 1" -- "$tool" "${attn[@]}" --batch 0
+bad "ring-attention: qHeads 8 is not a multiple of kvHeads 3" -- "$tool" "${attn[@]}" --kv-heads 3
+bad "ring-attention: seq 4094 is not a multiple of 2 x ranks = 4" -- "$tool" "${attn[@]/4096/4094}" --causal
+bad "--extents gives runtime extents: ring-attention has none" -- "$tool" "${attn[@]}" --extents "$work/routing.json"
+bad "--hidden applies to moe-dispatch-gemm, not to ag-gemm" -- "$tool" --op ag-gemm --hidden 64
+
 # ---- bad input: exit 2, one line, no file ----
 bad "unknown cluster 'dgx-a1'" -- "$tool" --cluster dgx-a1
 bad "unknown --op 'allsum'" -- "$tool" --op allsum

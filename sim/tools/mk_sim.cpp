@@ -34,40 +34,11 @@
 #include "mk/util/cli_convention.hpp"
 #include "mk/util/format.hpp"
 #include "mk/util/size.hpp"
+#include "mk_sim_common.hpp"
 
 namespace {
 
-// Above this many steps the uncontended reference timeline is not worth its memory next to the replay.
-constexpr uint64_t kUncontendedMaxSteps = 2000000;
-// Above this many steps the exact replay takes tens of seconds (docs/simulator.md): suggest --fast.
-constexpr uint64_t kSuggestFastSteps = 1000000;
-constexpr std::size_t kBusiestLinks = 3;
-
-struct Options {
-  mk::CollectiveArgs coll;
-  std::string jsonOut;
-  std::string traceOut;
-  mk::cli::SizeFlags sizes;
-  std::string sweep;  ///< MIN:MAX:FACTOR from --sweep or -b/-e/-f (resolveSweep); "" for one size
-  std::string scheduleIn;
-  std::string extentsIn;  ///< --extents: runtime extent values of the loaded schedule
-  bool verbose = false;
-  bool fast = false;
-  mk::cli::GuardArgs guard;
-};
-
-[[noreturn]] void bad(const std::string& msg) { throw mk::Error(mk::ErrorCode::InvalidArgument, msg); }
-
-/// What one run needs besides the schedule.
-struct Setup {
-  mk::Topology topo;
-  mk::Profile profile;
-  bool defaultProfile = true;
-  std::optional<mk::CollectiveSpec> spec;  ///< when generated
-  mk::GenOptions gen;
-  bool chosenByAuto = false;  ///< spec->algo and gen came from --algo auto
-  uint32_t nRanks = 0;
-};
+using namespace mksim;
 
 /// `st` with the plan of one size.
 Setup planned(const Setup& st, const mk::CollectivePlan& plan) {
@@ -80,52 +51,10 @@ Setup planned(const Setup& st, const mk::CollectivePlan& plan) {
   return one;
 }
 
-mk::sim::RunInfo baseInfo(const Setup& st, const mk::Schedule& s) {
-  mk::sim::RunInfo info;
-  info.op = st.spec ? mk::toString(st.spec->op) : s.info.op;
-  info.algo = st.spec ? mk::toString(st.spec->algo) : s.info.algo;
-  info.chosenByAuto = st.chosenByAuto;
-  info.cluster = st.topo.name;
-  info.dtype = mk::toString(st.spec ? st.spec->dtype : s.info.dtype);
-  info.profileSource = st.profile.source;
-  info.nodes = st.topo.nodes;
-  info.gpusPerNode = st.topo.node.gpus;
-  info.ranks = s.nRanks;
-  info.chunks = st.spec ? st.gen.chunks : s.info.chunks;
-  info.channels = st.spec ? st.gen.channels : s.info.channels;
-  if (st.spec && st.spec->op == mk::CollOp::AllReduce && st.spec->algo == mk::Algorithm::Hierarchical)
-    info.inter = mk::toString(st.gen.inter);
-  const auto op = mk::parseCollOp(info.op);
-  if (st.spec) {
-    info.count = st.spec->count;
-    info.bytes = mk::opBytes(*st.spec, s.nRanks);
-  } else if (op) {
-    mk::CollectiveSpec spec;
-    spec.op = *op;
-    spec.dtype = s.info.dtype;
-    spec.count = s.info.count;
-    info.count = s.info.count;
-    info.bytes = mk::opBytes(spec, s.nRanks);
-  }
-  info.busBwFactor = op ? mk::busBwFactor(*op, s.nRanks) : 1.0;
-  return info;
-}
-
-mk::sim::SimOptions simOptions(const Options& o, bool trace) {
-  mk::sim::SimOptions so;
-  so.verbose = o.verbose;
-  so.trace = trace;
-  so.fast = o.fast;
-  if (o.guard.progressWanted())
-    so.onProgress = [](double fraction, double simUs, double wallS) {
-      mk::printProgress("mk-sim", "simulate", fraction, wallS, "simulated " + mk::formatMicros(simUs));
-    };
-  return so;
-}
-
 /// Predict one schedule, with the references that are cheap enough to compute next to it.
+/// `reference` (when given) receives the uncontended timeline's numbers for the "bound:" line.
 std::pair<mk::sim::RunInfo, mk::sim::Prediction> predictOne(const Options& o, const Setup& st, const mk::Schedule& s,
-                                                            bool trace) {
+                                                            bool trace, Uncontended* reference = nullptr) {
   mk::sim::RunInfo info = baseInfo(st, s);
   if (st.spec) {
     try {
@@ -140,18 +69,11 @@ std::pair<mk::sim::RunInfo, mk::sim::Prediction> predictOne(const Options& o, co
                  "mk-sim: %llu steps: the exact replay may take a while; --fast times node-local steps "
                  "analytically and simulates only the network\n",
                  static_cast<unsigned long long>(s.stepCount()));
-  if (s.stepCount() <= kUncontendedMaxSteps)
-    info.uncontendedUs = mk::simulateUncontended(s, st.profile, st.topo).totalUs;
+  Uncontended u = uncontended(st, s);
+  info.uncontendedUs = u.us;
+  if (reference != nullptr) *reference = std::move(u);
   mk::sim::Prediction p = mk::sim::predict(s, st.topo, st.profile, simOptions(o, trace));
   return {std::move(info), std::move(p)};
-}
-
-void printBusiestLinks(const std::vector<mk::sim::LinkLoad>& links) {
-  for (std::size_t i = 0; i < std::min(kBusiestLinks, links.size()); ++i) {
-    const mk::sim::LinkLoad& l = links[i];
-    std::printf("  %zu. %-22s %5.1f %% busy  (avg %.1f of %.1f GB/s, %s)\n", i + 1, l.name.c_str(),
-                100.0 * l.utilization, l.avgGBs, l.bandwidthGBs, mk::formatBytes(l.bytes).c_str());
-  }
 }
 
 /// Why the closed-form or uncontended line is absent, and what it means when the three times coincide.
@@ -169,7 +91,8 @@ void printReferenceNotes(const mk::sim::RunInfo& info, const mk::sim::Prediction
         "the simulation adds no contention to the formulas\n");
 }
 
-void printPrediction(const mk::sim::RunInfo& info, const mk::sim::Prediction& p, bool generated, uint64_t steps) {
+void printPrediction(const mk::sim::RunInfo& info, const mk::sim::Prediction& p, const Uncontended& reference,
+                     bool generated, uint64_t steps) {
   const double algbw = mk::sim::algBwGBs(info.bytes, p.totalUs);
   std::printf("predicted: %s  algbw %.2f GB/s  busbw %.2f GB/s\n", mk::formatMicros(p.totalUs).c_str(), algbw,
               algbw * info.busBwFactor);
@@ -181,114 +104,9 @@ void printPrediction(const mk::sim::RunInfo& info, const mk::sim::Prediction& p,
                 mk::formatMicros(*info.uncontendedUs).c_str(),
                 *info.uncontendedUs > 0 ? p.totalUs / *info.uncontendedUs : 0.0);
   printReferenceNotes(info, p, generated, steps);
-  std::printf("bound: %s\n", mk::bottleneckText(mk::sim::linkResourceUse(p.links)).c_str());
+  std::printf("bound: %s\n", boundText(p, reference).c_str());
   std::printf("busiest links:%s\n", p.links.empty() ? " none (no bytes crossed a link)" : "");
   printBusiestLinks(p.links);
-}
-
-void printStats(const mk::sim::SimStats& s) {
-  std::printf("simulation: %llu steps, %llu comms, %llu execs, %llu actors; %.2f s wall, %.0f MiB peak\n",
-              static_cast<unsigned long long>(s.steps), static_cast<unsigned long long>(s.comms),
-              static_cast<unsigned long long>(s.execs), static_cast<unsigned long long>(s.actors), s.wallSeconds,
-              s.peakRssMiB);
-  if (s.passes > 1)
-    std::printf("transfers: a link was oversubscribed, so a second pass simulated every transfer\n");
-  else if (s.timedTransfers > 0)
-    std::printf("transfers: %llu timed at their caps (no link oversubscribed: SimGrid would agree)\n",
-                static_cast<unsigned long long>(s.timedTransfers));
-}
-
-/// Write the outputs all or nothing: when one fails, none of the targets is replaced.
-void writeOutputs(const Options& o, const std::string& json, const std::string& trace) {
-  mk::OutputSet outputs;
-  outputs.stage("--trace", o.traceOut, trace);
-  outputs.stage("--json", o.jsonOut, json + "\n");
-  outputs.commit();
-  if (!o.traceOut.empty()) std::printf("wrote %s\n", o.traceOut.c_str());
-  if (!o.jsonOut.empty()) std::printf("wrote %s\n", o.jsonOut.c_str());
-}
-
-/// What one simulation of this run needs besides its schedule: the replay, the trace, the platform it builds.
-mk::MemoryJob jobOf(const Setup& st, bool trace) {
-  mk::MemoryJob job;
-  job.simulate = true;
-  job.trace = trace;
-  job.json = false;  // the prediction's JSON holds no per-step data
-  job.platformGpus =
-      static_cast<uint64_t>(st.topo.node.gpus) * ((st.nRanks + st.topo.node.gpus - 1) / st.topo.node.gpus);
-  return job;
-}
-
-Setup makeSetup(const Options& o, const mk::Schedule* loaded) {
-  Setup st;
-  const uint32_t minNodes = loaded != nullptr && !loaded->nodeOf.empty()
-                                ? *std::max_element(loaded->nodeOf.begin(), loaded->nodeOf.end()) + 1
-                                : 0;
-  // A loaded schedule brings its own ranks: only its node count constrains the cluster.
-  const mk::Placement placed =
-      mk::placeRanks(o.coll.cluster, o.coll.nodes, loaded != nullptr ? 0 : o.coll.ranks, minNodes);
-  st.topo = placed.topo;
-  st.nRanks = placed.nRanks;
-  st.profile = mk::profileFor(o.coll, st.topo);
-  st.defaultProfile = o.coll.profile.empty();
-  return st;
-}
-
-void printProfile(const Options& o, const Setup& st) {
-  if (st.defaultProfile)
-    std::printf("profile: uncalibrated (datasheet defaults)\n");
-  else
-    std::printf("profile: %s (%s)\n", o.coll.profile.c_str(), st.profile.source.c_str());
-}
-
-/// A fused op (--op gemm-rs|ag-gemm|gemm-ar): plan it as the engine would, replay its schedule, and report
-/// what bounds it next to the unfused baseline.
-int runFused(const Options& o) {
-  if (!o.sweep.empty()) bad("--sweep sizes a collective by --bytes; a fused op has one shape (--m, --n, --k)");
-  const mk::FusedRequest request = mk::parseFused(o.coll);
-  Setup st = makeSetup(o, nullptr);
-  const std::vector<std::string> filled = mk::fillCtaDefaults(st.profile, st.topo);
-  const mk::FusedPlan plan = mk::planFused(request.spec, request.opt, st.topo, st.nRanks, st.profile);
-  mk::sim::FusedRunInfo fused{plan, mk::layeredEstimate(plan.spec, st.topo, st.nRanks, st.profile)};
-  std::printf("mk-sim: %s on %s x %u node(s) (%u ranks, %u GPU(s) per node), %s\n", mk::toString(plan.spec.op),
-              st.topo.name.c_str(), st.topo.nodes, st.nRanks, st.topo.node.gpus, mk::toString(plan.spec.dtype));
-  printProfile(o, st);
-  if (!o.coll.profile.empty() && !filled.empty()) {
-    std::string names;
-    for (const auto& f : filled) names += (names.empty() ? "" : ", ") + f;
-    std::printf("profile: %s from the datasheet (not in the profile file)\n", names.c_str());
-  }
-  for (const auto& [label, text] :
-       mk::cli::describeFusedPlan(plan, st.nRanks, st.profile.sms > 0 ? st.profile.sms : st.topo.node.sms))
-    std::printf("%s: %s\n", label.c_str(), text.c_str());
-  if (o.fast) std::printf("mode: fast (node-local steps analytic, network simulated)\n");
-  std::fflush(stdout);
-
-  const bool wantTrace = !o.traceOut.empty();
-  mk::checkMemory(plan.spec, st.topo.layout(st.nRanks), plan.opt, jobOf(st, wantTrace), o.guard.maxMemory());
-  const mk::Schedule s = mk::withProgress("mk-sim", "generate", o.guard.progressWanted(),
-                                          [&] { return mk::generate(plan.spec, st.topo.layout(st.nRanks), plan.opt); });
-  mk::sim::RunInfo info = baseInfo(st, s);
-  info.algo = s.info.algo;
-  info.closedFormUs = plan.estimate.totalUs;
-  if (s.stepCount() <= kUncontendedMaxSteps)
-    info.uncontendedUs = mk::simulateUncontended(s, st.profile, st.topo).totalUs;
-  info.fused = fused;
-  const mk::sim::Prediction p = mk::sim::predict(s, st.topo, st.profile, simOptions(o, wantTrace));
-  std::printf("predicted: %s  %.1f TFLOP/s per GPU\n", mk::formatMicros(p.totalUs).c_str(),
-              p.totalUs > 0 ? mk::fusedFlops(plan.spec) / st.nRanks / (p.totalUs * 1e6) : 0.0);
-  std::printf("closed form: %s (predicted / closed form = %.3f): %s\n", mk::formatMicros(plan.estimate.totalUs).c_str(),
-              p.totalUs / plan.estimate.totalUs, plan.estimate.formula.c_str());
-  if (info.uncontendedUs)
-    std::printf("uncontended: %s (the timeline without link sharing)\n", mk::formatMicros(*info.uncontendedUs).c_str());
-  for (const auto& [label, text] : mk::cli::describeFusedCost(plan.estimate, fused.layered, p.totalUs))
-    std::printf("%s: %s\n", label.c_str(), text.c_str());
-  std::printf("busiest links:%s\n", p.links.empty() ? " none (no bytes crossed a link)" : "");
-  printBusiestLinks(p.links);
-  if (o.verbose) printStats(p.stats);
-  writeOutputs(o, o.jsonOut.empty() ? std::string() : mk::sim::predictionToJson(p, info),
-               wantTrace ? mk::sim::traceToJson(s, p.steps) : std::string());
-  return 0;
 }
 
 int run(const Options& o) {
@@ -298,12 +116,19 @@ int run(const Options& o) {
       {{"--json", o.jsonOut, mk::OutputKind::File}, {"--trace", o.traceOut, mk::OutputKind::File}});
   mk::checkOutputPath("--json", o.jsonOut, inputs);
   mk::checkOutputPath("--trace", o.traceOut, inputs);
+  mk::cli::checkOperatorOptions(o.coll.op, o.ops, o.coll);
+  if (mk::cli::isOperatorOp(o.coll.op)) {
+    if (!o.scheduleIn.empty())
+      bad("--schedule replays a saved schedule: --op " + o.coll.op + " generates one; give one of them");
+    return o.coll.op == mk::cli::kMoeDispatchGemmOp ? runMoe(o) : runAttention(o);
+  }
   if (o.scheduleIn.empty() && mk::isFusedOp(o.coll.op)) return runFused(o);
   if (!o.sweep.empty()) mk::parseSweep(o.sweep);  // a malformed sweep is the first thing to report
   if (!o.sweep.empty() && !o.traceOut.empty()) bad("--trace needs one size: use --bytes, not --sweep");
   if (!o.sweep.empty() && !o.scheduleIn.empty()) bad("--sweep generates schedules: it cannot be used with --schedule");
   if (!o.extentsIn.empty() && o.scheduleIn.empty())
-    bad("--extents gives the runtime extents of a loaded --schedule (generated schedules have none)");
+    bad("--extents gives the runtime extents of a loaded --schedule or of --op moe-dispatch-gemm (" + o.coll.op +
+        " has none)");
 
   mk::Schedule loaded;
   if (!o.scheduleIn.empty()) {
@@ -377,8 +202,9 @@ int run(const Options& o) {
     } else {
       s = std::move(loaded);  // its memory was checked right after loading
     }
-    auto [info, p] = predictOne(o, st, s, wantTrace);
-    printPrediction(info, p, st.spec.has_value(), s.stepCount());
+    Uncontended reference;
+    auto [info, p] = predictOne(o, st, s, wantTrace, &reference);
+    printPrediction(info, p, reference, st.spec.has_value(), s.stepCount());
     if (o.verbose) printStats(p.stats);
     writeOutputs(o, o.jsonOut.empty() ? std::string() : mk::sim::predictionToJson(p, info),
                  wantTrace ? mk::sim::traceToJson(s, p.steps) : std::string());
@@ -446,6 +272,9 @@ int main(int argc, char** argv) {
       "  mk-sim --op allreduce --algo hierarchical --cluster dgx-h100 --nodes 128 --bytes 1G --json p.json\n"
       "  mk-sim --op allreduce --algo one-shot --cluster h200x2 --sweep 8:1G:2\n"
       "  mk-sim --op gemm-ar --cluster h200x2 --m 8192 --n 8192 --k 4096   (prints what bounds it)\n"
+      "  mk-sim --op moe-dispatch-gemm --cluster dgx-h100 --nodes 2 --experts 2 --topk 4 --tokens 4096 --hidden 7168\n"
+      "         --out-cols 2048 --imbalance 1.5   (expected loads; --extents routing.json prices a given routing)\n"
+      "  mk-sim --op ring-attention --cluster dgx-h100 --seq 131072 --heads 32 --kv-heads 8 --head-dim 128 --causal\n"
       "  mk-sim --schedule s.json --cluster dgx-h100 --trace t.json   (open t.json in ui.perfetto.dev)\n\n"
       "Outputs: --json writes {\"schema\": \"mkernel.prediction.v1\", \"time_us\", \"algbw_gbs\", \"busbw_gbs\",\n"
       "\"closed_form_us\", \"busiest_links\", \"links\", \"stats\", ...} (a sweep: one \"results\" entry per size);\n"
@@ -459,6 +288,10 @@ int main(int argc, char** argv) {
   // flat ring, so that mk-sim's answer is the engine's.
   o.coll.algo = "auto";
   mk::cli::addCollectiveOptions(app, o.coll);
+  mk::cli::addOperatorOptions(app, o.ops);
+  app.get_option("--op")->description(app.get_option("--op")->get_description() +
+                                      "; or moe-dispatch-gemm (--experts --topk --tokens --hidden --out-cols), "
+                                      "ring-attention (--seq --heads --head-dim)");
   app.get_option("--nodes")->description(
       "nodes of the cluster (default: the preset's, enough for --ranks, or enough for --schedule)");
   for (const char* decidedPerSize : {"--algo", "--inter"})
@@ -475,8 +308,9 @@ int main(int argc, char** argv) {
                  "replay this schedule JSON (validated first) instead of generating one; --cluster must fit its "
                  "ranks (--nodes defaults to the schedule's node count)");
   app.add_option("--extents", o.extentsIn,
-                 "with --schedule: runtime extent values to price (JSON mkernel.extents.v1: extent name -> one value, "
-                 "or one per rank; docs/schedule-format.md); default: each extent's expected value");
+                 "with --schedule or --op moe-dispatch-gemm: runtime extent values to price, e.g. a routing (JSON "
+                 "mkernel.extents.v1: extent name -> one value, or one per rank; docs/schedule-format.md); default: "
+                 "each extent's expected value");
   app.add_flag("--fast", o.fast,
                "scale mode: time steps that stay inside a node (NVLink, memory, GEMM, flags) with the uncontended "
                "formulas and simulate only the network flows (exact when nothing contends inside a node)");
@@ -484,6 +318,7 @@ int main(int argc, char** argv) {
   mk::cli::addGuardOptions(app, o.guard);
   if (int rc = mk::cli::parse(app, argc, argv, "mk-sim"); rc != mk::cli::kContinue) return rc;
   if (int rc = mk::cli::finishCollectiveOptions(app, "mk-sim", o.coll); rc != mk::cli::kContinue) return rc;
+  if (int rc = mk::cli::finishOperatorOptions(app, "mk-sim", o.ops); rc != mk::cli::kContinue) return rc;
   return mk::cli::run("mk-sim", [&] {
     o.sweep = mk::cli::resolveSweep(app, o.sizes, o.coll.bytes + ":" + o.coll.bytes + ":2");
     return run(o);

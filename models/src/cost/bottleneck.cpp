@@ -56,4 +56,18 @@ std::vector<ResourceUse> timelineResourceUse(const Schedule& s, const Timeline& 
   return uses;
 }
 
+std::vector<ResourceUse> computeResourceUse(const Schedule& s, const Timeline& t, double totalUs) {
+  std::vector<ResourceUse> uses;
+  if (totalUs <= 0) return uses;
+  std::map<std::pair<uint32_t, uint32_t>, double> busyUs;  // (rank, lane) -> time in compute steps
+  for (const StepTime& st : t.steps) {
+    if (pricedByFlops(s.lanes[st.rank][st.lane].steps[st.step].kind))
+      busyUs[{st.rank, st.lane}] += st.endUs - st.startUs;
+  }
+  for (const auto& [lane, us] : busyUs)
+    uses.push_back({"rank " + std::to_string(lane.first) + " lane " + std::to_string(lane.second) + " (compute)",
+                    "compute", std::min(1.0, us / totalUs)});
+  return uses;
+}
+
 }  // namespace mk

@@ -337,7 +337,7 @@ StepPrice StepCosts::price(const Step& st, uint32_t rank, uint32_t lane) const {
 }
 
 StepPrice StepCosts::sharedPrice(const Step& st, uint32_t rank) const {
-  const bool gemm = kindInfo(st.kind).extent == StepExtent::Tile || st.kind == StepKind::Attention;  // by FLOPs
+  const bool gemm = pricedByFlops(st.kind);
   StepPrice pr = stepPrice(p_, st.kind, st.link, gemm ? st.flops : static_cast<double>(st.bytes),
                            st.kind == StepKind::Put && writesPeerUserBuffer(s_, st, rank), st.flags);
   if (kindInfo(st.kind).remote) {

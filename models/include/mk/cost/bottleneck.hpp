@@ -30,4 +30,10 @@ std::string bottleneckText(const std::vector<ResourceUse>& uses);
 /// the network (ProxyPut) divided by its rate in `profile` times the timeline's total.
 std::vector<ResourceUse> timelineResourceUse(const Schedule& s, const Timeline& t, const Profile& profile);
 
+/// The compute lanes' use: per lane that runs steps priced by FLOPs (pricedByFlops: GEMM tiles, attention blocks), the
+/// time those steps take in timeline `t` over `totalUs` (the op's time: the timeline's own, or the simulated one),
+/// capped at 1, kind "compute", named "rank 3 lane 2 (compute)". Next to the links' use it makes bottleneckText say
+/// "compute-bound" when a compute lane is the busiest resource; empty for a schedule without compute steps.
+std::vector<ResourceUse> computeResourceUse(const Schedule& s, const Timeline& t, double totalUs);
+
 }  // namespace mk

@@ -134,6 +134,12 @@ constexpr const StepKindInfo& kindInfo(StepKind kind) noexcept {
   return isStepKind(static_cast<uint8_t>(kind)) ? kStepKinds[static_cast<std::size_t>(kind)] : kUnknownStepKind;
 }
 
+/// Whether a step of `kind` is priced by its FLOPs on the tensor cores of its lane's SMs (Gemm and GroupedGemm
+/// tiles, attention blocks): the work of a compute lane.
+constexpr bool pricedByFlops(StepKind kind) noexcept {
+  return kindInfo(kind).extent == StepExtent::Tile || kind == StepKind::Attention;
+}
+
 /// The stable name of `kind` ("copy", "proxyput", ...), "?" for a value cast from bad input.
 constexpr const char* toString(StepKind kind) noexcept { return kindInfo(kind).name; }
 

@@ -1,0 +1,53 @@
+// mk-sim --op moe-dispatch-gemm: a MoE dispatch (per-node deduplication across nodes) fused with each receiver's
+// expert GEMMs (mk/algorithms/moe.hpp), priced at the routing model's expected loads (uniform x --imbalance,
+// capped at the capacity) or at a given routing (--extents), and replayed.
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mk/algorithms/moe.hpp"
+#include "mk/schedule/io.hpp"
+#include "mk/schedule/pack.hpp"
+#include "mk/util/format.hpp"
+#include "mk/util/progress.hpp"
+#include "mk_sim_common.hpp"
+
+namespace mksim {
+
+int runMoe(const Options& o) {
+  if (!o.sweep.empty())
+    bad("--sweep sizes a collective by --bytes; moe-dispatch-gemm has one shape (--experts, --topk, --tokens, "
+        "--hidden, --out-cols)");
+  const mk::MoeDispatchGemmSpec spec = mk::cli::moeSpecOf(o.ops);
+  Setup st = makeSetup(o, nullptr);
+  mk::fillCtaDefaults(st.profile, st.topo);
+  mk::validateMoeDispatchGemmSpec(spec, st.nRanks);
+  mk::Schedule s = mk::withProgress("mk-sim", "generate", o.guard.progressWanted(),
+                                    [&] { return mk::generateMoeDispatchGemm(spec, st.topo.layout(st.nRanks)); });
+  // Priced at the extents' expected values unless a routing is given (mk/schedule/extent.hpp).
+  if (!o.extentsIn.empty()) mk::fillCostAttributes(s, mk::loadExtentValues(s, o.extentsIn));
+
+  const uint32_t global = st.nRanks * spec.experts;
+  const double uniform = static_cast<double>(spec.tokens) * spec.topk / global;
+  // The generator's routing model is the one home of the expected load: read it back from its first expert's extent.
+  const int first = mk::extentIndex(s, "to0");
+  const double expected = first >= 0 ? s.extents[static_cast<std::size_t>(first)].expected : uniform;
+  std::vector<std::pair<std::string, std::string>> lines;
+  lines.emplace_back(
+      "problem",
+      mk::strprintf("%u experts per rank (%u in all), top-%u of %u tokens per rank, hidden %u -> %u "
+                    "columns per expert, capacity %u tokens per (rank, expert)%s, %s",
+                    spec.experts, global, spec.topk, spec.tokens, spec.hidden, spec.outCols, spec.capacityOr(),
+                    spec.capacity ? "" : " (--tokens: never drops)", s.info.algo.c_str()));
+  if (o.extentsIn.empty())
+    lines.emplace_back("routing", mk::strprintf("expected: %.4g tokens per (rank, expert) = uniform %.4g x imbalance "
+                                                "%.4g%s (--extents prices a given routing)",
+                                                expected, uniform, spec.imbalance,
+                                                expected < uniform * spec.imbalance ? ", capped at the capacity" : ""));
+  else
+    lines.emplace_back("routing", "given: " + o.extentsIn);
+  return runOperator(o, st, s, lines);
+}
+
+}  // namespace mksim
