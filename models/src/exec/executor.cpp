@@ -41,6 +41,7 @@
 #include "mk/exec/numeric.hpp"
 #include "mk/schedule/check.hpp"
 #include "mk/util/range.hpp"
+#include "operand_overlap.hpp"
 #include "route_exec.hpp"
 #include "worker_pool.hpp"
 
@@ -349,18 +350,6 @@ class Executor final : public RemoteEndpoint {
     return bb;
   }
 
-  /// Same (rank, buffer) and intersecting ranges but not identical: results would depend on the order
-  /// an engine happens to touch elements in, so the oracle refuses it.
-  static bool partialOverlap(const BufRef& x, uint64_t xn, const BufRef& y, uint64_t yn) {
-    if (x.rank != y.rank || x.buffer != y.buffer) return false;
-    if (x.offset == y.offset && xn == yn) return false;
-    return x.offset < y.offset + yn && y.offset < x.offset + xn;
-  }
-  static bool anyOverlap(const BufRef& x, uint64_t xn, const BufRef& y, uint64_t yn) {
-    if (x.rank != y.rank || x.buffer != y.buffer || xn == 0 || yn == 0) return false;
-    return x.offset < y.offset + yn && y.offset < x.offset + xn;
-  }
-
   /// The counter of the flag step `stepIdx` signals or awaits, after the shared checks of that reference.
   std::atomic<uint64_t>& flagRef(const LaneState& ls, uint32_t stepIdx, const FlagRef& f) const {
     requireSyncReferences(s_, ls.rank, ls.lane, stepIdx);
@@ -508,7 +497,7 @@ class Executor final : public RemoteEndpoint {
   void copy(const LaneState& ls, uint32_t stepIdx, const Step& st) {
     if (st.count == 0) return;
     const auto [dst, src] = moveOperands(ls, stepIdx, st);
-    if (partialOverlap(st.dst, st.count, st.a, st.count))
+    if (detail::partialOverlap(st.dst, st.count, st.a, st.count))
       invalid(ls, stepIdx, "source and destination ranges partially overlap");
     const std::size_t esize = dtypeSize(dst->dtype);
     std::memmove(dst->data + st.dst.offset * esize, src->data + st.a.offset * esize,
@@ -520,7 +509,8 @@ class Executor final : public RemoteEndpoint {
     const BoundBuffer& dst = operand(ls, stepIdx, "dst", st.dst, st.count);
     const BoundBuffer& a = operand(ls, stepIdx, "a", st.a, st.count);
     const BoundBuffer& b = operand(ls, stepIdx, "b", st.b, st.count);
-    if (partialOverlap(st.dst, st.count, st.a, st.count) || partialOverlap(st.dst, st.count, st.b, st.count))
+    if (detail::partialOverlap(st.dst, st.count, st.a, st.count) ||
+        detail::partialOverlap(st.dst, st.count, st.b, st.count))
       invalid(ls, stepIdx, "dst partially overlaps an input (only exact aliasing is allowed)");
     if (!isRedOp(static_cast<uint8_t>(st.op)))
       invalid(ls, stepIdx, "unknown reduction op " + std::to_string(static_cast<int>(st.op)));
@@ -611,7 +601,7 @@ class Executor final : public RemoteEndpoint {
     const uint64_t bExtent = bColMajor ? (n - 1) * g.ldb + k : (k - 1) * g.ldb + n;
     const BoundBuffer& a = operand(ls, stepIdx, "a (A)", st.a, aExtent);
     const BoundBuffer& b = operand(ls, stepIdx, "b (B)", st.b, bExtent);
-    if (anyOverlap(st.dst, cExtent, st.a, aExtent) || anyOverlap(st.dst, cExtent, st.b, bExtent))
+    if (detail::anyOverlap(st.dst, cExtent, st.a, aExtent) || detail::anyOverlap(st.dst, cExtent, st.b, bExtent))
       invalid(ls, stepIdx, "the C tile overlaps the A or B tile");
 
     // A as dense row-major float [m][k], B as dense column-major float [n][k]: both inner loops are
@@ -669,7 +659,7 @@ class Executor final : public RemoteEndpoint {
     const BoundBuffer& a = operand(ls, stepIdx, "a", st.a, n.a);
     if (!dtypeInfo(dst.dtype).integer || !dtypeInfo(a.dtype).integer)
       invalid(ls, stepIdx, "a route reads int32 ids and writes an int32 layout");
-    if (anyOverlap(st.dst, n.dst, st.a, n.a)) invalid(ls, stepIdx, "the layout overlaps the ids");
+    if (detail::anyOverlap(st.dst, n.dst, st.a, n.a)) invalid(ls, stepIdx, "the layout overlaps the ids");
     if (const char* why = routeBucketsProblem(s_, st)) invalid(ls, stepIdx, why);
     detail::runRoute(rs, a.data + st.a.offset * sizeof(int32_t), dst.data + st.dst.offset * sizeof(int32_t), ls.rank,
                      s_.nodeOf, describeStep(s_, ls.rank, ls.lane, stepIdx));
@@ -684,7 +674,7 @@ class Executor final : public RemoteEndpoint {
     const BoundBuffer& b = operand(ls, stepIdx, "b", st.b, n.b);
     if (dst.dtype != a.dtype || !dtypeInfo(b.dtype).integer)
       invalid(ls, stepIdx, "a gather moves rows of one dtype through int32 indices");
-    if (anyOverlap(st.dst, n.dst, st.a, n.a) || anyOverlap(st.dst, n.dst, st.b, n.b))
+    if (detail::anyOverlap(st.dst, n.dst, st.a, n.a) || detail::anyOverlap(st.dst, n.dst, st.b, n.b))
       invalid(ls, stepIdx, "dst overlaps its source rows or its indices");
     const std::size_t esize = dtypeSize(dst.dtype);
     detail::runGather(dst.data + st.dst.offset * esize, a.data + st.a.offset * esize,
@@ -705,7 +695,7 @@ class Executor final : public RemoteEndpoint {
     const BoundBuffer& kv = operand(ls, stepIdx, "K/V (b)", st.b, n.kv);
     if (out.dtype != DType::Float32 || dtypeInfo(q.dtype).integer || q.dtype != kv.dtype)
       invalid(ls, stepIdx, "attention reads Q and K/V of one float dtype and writes float32 rows");
-    if (anyOverlap(st.dst, n.out, st.a, n.q) || anyOverlap(st.dst, n.out, st.b, n.kv))
+    if (detail::anyOverlap(st.dst, n.out, st.a, n.q) || detail::anyOverlap(st.dst, n.out, st.b, n.kv))
       invalid(ls, stepIdx, "out overlaps Q or K/V");
     detail::runAttention(sh, {out.dtype, out.data, st.dst.offset}, {q.dtype, q.data, st.a.offset},
                          {kv.dtype, kv.data, st.b.offset});
