@@ -168,12 +168,17 @@ int runOperator(const Options& o, const Setup& st, const mk::Schedule& s,
   std::printf("bytes: across nodes %s, inside nodes (NVLink) %s (summed over ranks)\n",
               mk::formatBytes(networkBytes).c_str(), mk::formatBytes(nvlinkBytes).c_str());
   std::printf("bound: %s\n", boundText(p, reference).c_str());
+  finishReport(o, s, p, info, wantTrace);
+  return 0;
+}
+
+void finishReport(const Options& o, const mk::Schedule& s, const mk::sim::Prediction& p, const mk::sim::RunInfo& info,
+                  bool wantTrace) {
   std::printf("busiest links:%s\n", p.links.empty() ? " none (no bytes crossed a link)" : "");
   printBusiestLinks(p.links);
   if (o.verbose) printStats(p.stats);
   writeOutputs(o, o.jsonOut.empty() ? std::string() : mk::sim::predictionToJson(p, info),
                wantTrace ? mk::sim::traceToJson(s, p.steps) : std::string());
-  return 0;
 }
 
 }  // namespace mksim

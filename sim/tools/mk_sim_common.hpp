@@ -74,6 +74,9 @@ void printBusiestLinks(const std::vector<mk::sim::LinkLoad>& links);
 void printStats(const mk::sim::SimStats& s);
 /// Write the outputs all or nothing: when one fails, none of the targets is replaced.
 void writeOutputs(const Options& o, const std::string& json, const std::string& trace);
+/// The end of a one-schedule report: the busiest links, the stats with --verbose, then --json / --trace.
+void finishReport(const Options& o, const mk::Schedule& s, const mk::sim::Prediction& p, const mk::sim::RunInfo& info,
+                  bool wantTrace);
 /// What one simulation of this run needs besides its schedule: the replay, the trace, the platform it builds.
 mk::MemoryJob jobOf(const Setup& st, bool trace);
 /// The cluster, ranks and profile of the command line; a loaded schedule brings its own ranks.

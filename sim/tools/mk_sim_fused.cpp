@@ -54,11 +54,7 @@ int runFused(const Options& o) {
     std::printf("uncontended: %s (the timeline without link sharing)\n", mk::formatMicros(*info.uncontendedUs).c_str());
   for (const auto& [label, text] : mk::cli::describeFusedCost(plan.estimate, fused.layered, p.totalUs))
     std::printf("%s: %s\n", label.c_str(), text.c_str());
-  std::printf("busiest links:%s\n", p.links.empty() ? " none (no bytes crossed a link)" : "");
-  printBusiestLinks(p.links);
-  if (o.verbose) printStats(p.stats);
-  writeOutputs(o, o.jsonOut.empty() ? std::string() : mk::sim::predictionToJson(p, info),
-               wantTrace ? mk::sim::traceToJson(s, p.steps) : std::string());
+  finishReport(o, s, p, info, wantTrace);
   return 0;
 }
 
