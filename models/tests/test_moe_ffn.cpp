@@ -1,0 +1,242 @@
+// The moe-ffn generator (mk/algorithms/moe.hpp) on the CPU executor against the double reference of verifyMoeFfn:
+// placements of one rank up to uneven nodes, every topk, uniform, skewed and given routings, the packed form, a
+// dropped step caught, the spec's and the combine's refusals, and the cost attributes.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "expect_error.hpp"
+#include "layout.hpp"
+#include "mk/algorithms/moe.hpp"
+#include "mk/cost/cost.hpp"
+#include "mk/error.hpp"
+#include "mk/exec/executor.hpp"
+#include "mk/exec/verify_moe.hpp"
+#include "mk/schedule/io.hpp"
+#include "mk/schedule/pack.hpp"
+#include "mk/schedule/route.hpp"
+#include "mk/schedule/validate.hpp"
+#include "mk/topology/topology.hpp"
+
+using namespace mk;
+
+namespace {
+
+MoeFfnSpec ffnSpec(uint32_t experts, uint32_t topk, uint32_t tokens) {
+  MoeFfnSpec spec;
+  spec.experts = experts;
+  spec.topk = topk;
+  spec.tokens = tokens;
+  spec.hidden = 16;
+  spec.ffn = 8;
+  return spec;
+}
+
+void checkVerifies(const Schedule& s, const MoeFfnSpec& spec, uint64_t seed, MoeRouting routing,
+                   const MoeIds& ids = {}) {
+  const VerifyResult v = verifyMoeFfn(s, spec, seed, routing, ids);
+  INFO(v.detail);
+  CHECK(v.ok);
+  CHECK(v.checked == uint64_t{s.nRanks} * spec.tokens * spec.hidden);
+}
+
+}  // namespace
+
+TEST_CASE("moe-ffn: every placement, E 1..3 and topk 1..min(4, R x E) match the reference") {
+  const std::vector<std::vector<uint32_t>> placements = {{0}, {0, 0}, {0, 0, 0, 0}, {0, 0, 1, 1}, {0, 0, 0, 1, 1}};
+  uint64_t seed = 1;
+  for (const auto& nodeOf : placements)
+    for (uint32_t E = 1; E <= 3; ++E) {
+      const auto R = static_cast<uint32_t>(nodeOf.size());
+      for (uint32_t K = 1; K <= std::min<uint32_t>(4, R * E); ++K) {
+        const uint32_t T = 3 + 2 * ((K + E) % 3);  // odd token counts: 3, 5, 7
+        const MoeFfnSpec spec = ffnSpec(E, K, T);
+        const Schedule s = generateMoeFfn(spec, nodeOf);
+        INFO("ranks " << R << " nodes " << nodeOf.back() + 1 << " E " << E << " topk " << K << " tokens " << T);
+        REQUIRE(validate(s).empty());
+        CHECK(s.info.op == "moe-ffn");
+        CHECK(test::countKind(s, StepKind::Combine) == R);
+        CHECK(test::countKind(s, StepKind::GroupedGemm) == 2 * R * R);
+        checkVerifies(s, spec, ++seed, MoeRouting::Uniform);
+        checkVerifies(s, spec, ++seed, MoeRouting::Skewed);  // one expert gets every token, the others none
+      }
+    }
+}
+
+TEST_CASE("moe-ffn: the return crosses nodes by proxyput from the expert's rank to the token's rank") {
+  const MoeFfnSpec spec = ffnSpec(2, 3, 9);
+  const std::vector<uint32_t> nodeOf{0, 0, 1, 1};
+  const Schedule s = generateMoeFfn(spec, nodeOf);
+  // The dispatch's 3 per rank, then one per (other node's rank, expert) block going home.
+  CHECK(test::countKind(s, StepKind::ProxyPut) == 4 * 3 + 4 * 2 * 2);
+  // Given: expert 1 (rank 0's second) gets no token, rank 3's tokens all name experts 6, 7 and 0.
+  const std::vector<int32_t> others = {0, 2, 3, 4, 5, 6, 7};
+  MoeIds given(4);
+  for (uint32_t r = 0; r < 3; ++r)
+    for (uint32_t t = 0; t < 9; ++t)
+      for (uint32_t k = 0; k < 3; ++k) given[r].push_back(others[(t + r + 2 * k) % 7]);
+  for (uint32_t t = 0; t < 9; ++t) given[3].insert(given[3].end(), {6, 7, 0});
+  ExecStats stats, dispatched;
+  const VerifyResult v = verifyMoeFfn(s, spec, 5, MoeRouting::Given, given, &stats);
+  INFO(v.detail);
+  CHECK(v.ok);
+  // What crossed: the dispatch's (its own schedule, the same ids) and per (token, k) naming an expert on the other
+  // node its output row, H float32, once.
+  const MoeDispatchGemmSpec d = spec.dispatch();
+  CHECK(verifyMoeDispatchGemm(generateMoeDispatchGemm(d, nodeOf), d, 5, MoeRouting::Given, given, &dispatched).ok);
+  uint64_t back = 0;
+  for (uint32_t r = 0; r < 4; ++r)
+    for (int32_t id : given[r]) back += nodeOf[static_cast<uint32_t>(id) / 2] != nodeOf[r] ? 16 * 4 : 0;
+  CHECK(back > 0);
+  CHECK(stats.bytes(StepKind::ProxyPut) == dispatched.bytes(StepKind::ProxyPut) + back);
+}
+
+TEST_CASE("moe-ffn: the packed form runs the same, older images are refused") {
+  const MoeFfnSpec spec = ffnSpec(2, 2, 5);
+  const Schedule s = generateMoeFfn(spec, {0, 0, 1});
+  const std::vector<uint8_t> image = pack(s);
+  Schedule unpacked = unpack(image);
+  CHECK(pack(unpacked) == image);
+  for (std::size_t b = 0; b < s.buffers.size(); ++b) unpacked.buffers[b].name = s.buffers[b].name;
+  for (std::size_t e = 0; e < s.extents.size(); ++e) unpacked.extents[e].name = s.extents[e].name;
+  checkVerifies(unpacked, spec, 3, MoeRouting::Uniform);
+  uint64_t gated = 0;
+  for (const auto& lanes : unpacked.lanes)
+    for (const Lane& lane : lanes)
+      for (const Step& st : lane.steps) gated += st.kind == StepKind::GroupedGemm && (st.flags & kStepSwiGLU);
+  CHECK(gated == 3 * 3);
+  // JSON too, the epilogue flag and the combine's sizes by name.
+  const std::string json = scheduleToJson(s);
+  CHECK(json.find("\"swiglu\":true") != std::string::npos);
+  CHECK(json.find("\"kind\":\"combine\",\"count\":80,\"topk\":2,\"experts\":6,\"row\":16") != std::string::npos);
+  CHECK(scheduleToJson(scheduleFromJson(json)) == json);
+  std::vector<uint8_t> old = image;
+  const uint32_t four = 4;
+  std::memcpy(old.data() + sizeof(uint32_t), &four, sizeof four);  // the header's version, after the magic
+  test::expectError([&] { unpack(old); }, ErrorCode::ParseError, "unsupported version 4");
+}
+
+TEST_CASE("moe-ffn: a dropped step is caught by the check, bad input data by the route and the combine") {
+  const MoeFfnSpec spec = ffnSpec(2, 2, 5);
+  const Schedule s = generateMoeFfn(spec, {0, 0});
+  const MoeIds given = {{0, 1, 2, 3, 0, 2, 1, 3, 0, 3}, {3, 2, 3, 0, 3, 1, 2, 0, 3, 2}};  // expert 1: 3 tokens
+  checkVerifies(s, spec, 8, MoeRouting::Given, given);
+  // Without rank 1's second grouped GEMM for source 0, the rows rank 0's tokens get back from rank 1 are stale.
+  Schedule dropped = s;
+  std::vector<Step>& compute = dropped.lanes[1][1].steps;
+  REQUIRE(dropped.lanes[1][1].role == LaneRole::Compute);
+  uint32_t seen = 0;
+  for (auto it = compute.begin(); it != compute.end(); ++it)
+    if (it->kind == StepKind::GroupedGemm && ++seen == 2) {
+      compute.erase(it);
+      break;
+    }
+  REQUIRE(seen == 2);
+  const VerifyResult v = verifyMoeFfn(dropped, spec, 8, MoeRouting::Given, given);
+  CHECK_FALSE(v.ok);
+  CHECK(v.detail.find("rank 0 y[") != std::string::npos);
+  // Ids out of range are refused by the route; a NaN weight by the combine, before it writes "y".
+  test::expectError(
+      [&] {
+        verifyMoeFfn(s, spec, 8, MoeRouting::Given, {given[0], std::vector<int32_t>(10, 4)});
+      },
+      ErrorCode::InvalidArgument, "names expert 4");
+  HostMemory mem = HostMemory::allocate(s);
+  const int ids = s.bufferIndex("ids"), weights = s.bufferIndex("weights"), y = s.bufferIndex("y");
+  for (uint32_t r = 0; r < 2; ++r) {
+    std::memcpy(mem.as<int32_t>(r, static_cast<uint16_t>(ids)), given[r].data(), 10 * sizeof(int32_t));
+    for (uint32_t i = 0; i < 10; ++i) mem.as<float>(r, static_cast<uint16_t>(weights))[i] = 0.5f;
+  }
+  mem.as<float>(1, static_cast<uint16_t>(weights))[7] = std::numeric_limits<float>::quiet_NaN();
+  test::expectError([&] { execute(s, mem); }, ErrorCode::InvalidArgument,
+                    {"rank 1 token 3 k 1", "weight nan is not finite (weights)"});
+  for (uint64_t i = 0; i < 5 * 16; ++i) CHECK(mem.as<float>(1, static_cast<uint16_t>(y))[i] == 0.0f);
+}
+
+TEST_CASE("moe-ffn: a routing over the capacity is refused at the route") {
+  MoeFfnSpec spec = ffnSpec(2, 1, 5);
+  spec.capacity = 3;
+  const Schedule s = generateMoeFfn(spec, {0, 1});
+  checkVerifies(s, spec, 1, MoeRouting::Given, {{0, 1, 2, 3, 0}, {3, 2, 1, 0, 3}});
+  test::expectError([&] { verifyMoeFfn(s, spec, 1, MoeRouting::Skewed); }, ErrorCode::InvalidArgument,
+                    "routes 5 tokens to expert");
+}
+
+TEST_CASE("moe-ffn: bad specs are refused naming the field") {
+  auto refused = [](auto edit, uint32_t ranks, const char* part) {
+    MoeFfnSpec spec = ffnSpec(2, 2, 4);
+    edit(spec);
+    test::expectError([&] { generateMoeFfn(spec, std::vector<uint32_t>(ranks, 0)); }, ErrorCode::InvalidArgument,
+                      {"moe-ffn: ", part});
+  };
+  refused([](MoeFfnSpec& s) { s.topk = 7; }, 3, "topk 7 is larger than the experts in total, 6");
+  refused([](MoeFfnSpec& s) { s.experts = 0; }, 3, "experts must be >= 1 (got 0)");
+  refused([](MoeFfnSpec& s) { s.tokens = 0; }, 3, "tokens must be >= 1 (got 0)");
+  refused([](MoeFfnSpec& s) { s.topk = 0; }, 3, "topk must be >= 1 (got 0)");
+  refused([](MoeFfnSpec& s) { s.ffn = 0; }, 3, "ffn must be >= 1 (got 0)");
+  refused([](MoeFfnSpec& s) { s.ffn = 12; }, 3, "ffn 12 is not a multiple of 8");
+  refused([](MoeFfnSpec& s) { s.hidden = 12; }, 3, "hidden 12 is not a multiple of 8");
+  refused([](MoeFfnSpec& s) { s.capacity = 0; }, 3, "capacity must be >= 1 (got 0)");
+  refused([](MoeFfnSpec& s) { s.capacity = 5; }, 3, "capacity 5 is larger than tokens 4");
+  refused([](MoeFfnSpec& s) { s.imbalance = 0.5; }, 3, "imbalance 0.5");
+  refused([](MoeFfnSpec&) {}, 0, "no ranks");
+  test::expectError(
+      [&] {
+        generateMoeFfn(ffnSpec(2, 2, 4), {0, 7});
+      },
+      ErrorCode::InvalidArgument, "moe-ffn: node id 7 is not below the experts in total, 4");
+}
+
+TEST_CASE("moe-ffn: the validator refuses a SwiGLU epilogue it cannot run and a combine past its operands") {
+  const MoeFfnSpec spec = ffnSpec(1, 1, 3);
+  const Schedule s = generateMoeFfn(spec, {0});
+  auto issues = [](const Schedule& bad) {
+    std::string all;
+    for (const ValidationIssue& issue : validateAll(bad)) all += issue.message + "\n";
+    return all;
+  };
+  Schedule accumulate = s;
+  for (auto& lane : accumulate.lanes[0])
+    for (Step& st : lane.steps)
+      if (st.kind == StepKind::GroupedGemm && (st.flags & kStepSwiGLU)) st.flags |= kStepAccumulate;
+  CHECK(issues(accumulate).find("swiglu: gemms[0] needs an even n") != std::string::npos);
+  Schedule plain = s;
+  for (auto& lane : plain.lanes[0])
+    for (Step& st : lane.steps)
+      if (st.kind == StepKind::GroupedGemm && (st.flags & kStepSwiGLU)) st.flags &= ~kStepSwiGLU;
+  CHECK(issues(plain).find("gemms[0]: ldc 8 < n 16 (C is row-major m x n)") != std::string::npos);
+  Schedule combine = s;
+  for (auto& lane : combine.lanes[0])
+    for (Step& st : lane.steps)
+      if (st.kind == StepKind::Combine) st.value = combineValue(2, 16);  // one expert block more than "back" holds
+  CHECK(issues(combine).find("a (weights, rows)") != std::string::npos);
+}
+
+TEST_CASE("moe-ffn: extents price the FFN and the return at the routing model's expected rows") {
+  MoeFfnSpec spec = ffnSpec(2, 2, 9);
+  spec.hidden = 64;
+  spec.ffn = 32;
+  const Profile p = defaultProfile(topologyPreset("h200x2"));
+  double previousUs = 0;
+  for (double imbalance : {1.0, 3.0}) {
+    spec.imbalance = imbalance;
+    const Schedule s = generateMoeFfn(spec, {0, 0, 1, 1});
+    const double rows = std::min(9.0, 9.0 * 2 / 8 * imbalance);
+    uint64_t returned = 0;
+    for (const Lane& lane : s.lanes[0])
+      for (const Step& st : lane.steps)
+        if (st.kind == StepKind::ProxyPut && st.dst.buffer == s.bufferIndex("back")) {
+          CHECK(double(st.bytes) == doctest::Approx(rows * 64 * 4).epsilon(1e-4));
+          ++returned;
+        }
+    CHECK(returned == 2 * 2);  // rank 0's two experts, to ranks 2 and 3
+    const double us = simulateUncontended(s, p).totalUs;
+    CHECK(us > previousUs);
+    previousUs = us;
+  }
+}
