@@ -139,18 +139,10 @@ Schedule generateMoeFfn(const MoeFfnSpec& spec, const std::vector<uint32_t>& nod
       ret.steps.push_back(gen::flagStep(StepKind::Wait, r, doneFlag, src + 1));
       for (uint32_t e = 0; e < E; ++e) {
         const uint32_t j = r * E + e;
-        Step mv;
-        mv.kind = src == r ? StepKind::Copy : nodeOf[src] == nodeOf[r] ? StepKind::Put : StepKind::ProxyPut;
-        mv.count = block;
-        mv.extent = G + src * E + e;  // "from<src>.<e>": the rows rank src sent expert e, GEMM 1's and 2's m
-        mv.dst = bufRef(src, kBack, backRows + uint64_t{j} * T * H);
-        mv.a = bufRef(r, kO, (uint64_t{src} * E + e) * block);
-        if (src != r) {
-          mv.flags = kStepSignal;
-          mv.flag = FlagRef{src, backFlag};
-          mv.value = 1;
-        }
-        ret.steps.push_back(mv);
+        // "from<src>.<e>": the rows rank src sent expert e, GEMM 1's and 2's m
+        ret.steps.push_back(gen::move(nodeOf, r, bufRef(src, kBack, backRows + uint64_t{j} * T * H),
+                                      bufRef(r, kO, (uint64_t{src} * E + e) * block), block, G + src * E + e,
+                                      backFlag));
       }
       if (src == r) ret.steps.push_back(gen::flagStep(StepKind::Signal, r, backFlag, E));
     }

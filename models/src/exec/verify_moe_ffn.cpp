@@ -11,16 +11,13 @@
 #include "mk/exec/executor.hpp"
 #include "mk/exec/numeric.hpp"
 #include "mk/exec/verify_moe.hpp"
-#include "verify_common.hpp"
+#include "verify_moe_common.hpp"
 
 namespace mk {
 
 namespace {
 
 constexpr const char* kWho = "verifyMoeFfn";
-
-/// The sentinel every output element starts as: a quiet NaN no computation yields.
-constexpr uint32_t kSentinel = 0x7FC0DEADu;
 
 /// One expert's output row for one token, in double, and its error bound (verify_moe.hpp).
 struct ExpertRow {
@@ -81,31 +78,16 @@ VerifyResult verifyMoeFfn(const Schedule& s, const MoeFfnSpec& spec, uint64_t se
   const uint16_t w2Buf = detail::requireBuffer(s, kWho, "w2", DType::BFloat16, uint64_t{E} * F * H);
   const uint16_t weightsBuf = detail::requireBuffer(s, kWho, "weights", DType::Float32, slots);
   const uint16_t yBuf = detail::requireBuffer(s, kWho, "y", DType::Float32, uint64_t{T} * H);
-  if (routing == MoeRouting::Given) {
-    if (given.size() != R)
-      throw Error(ErrorCode::InvalidArgument, std::string(kWho) + ": given ids for " + std::to_string(given.size()) +
-                                                  " ranks, expected " + std::to_string(R));
-    for (uint32_t r = 0; r < R; ++r)
-      if (given[r].size() != slots)
-        throw Error(ErrorCode::InvalidArgument, std::string(kWho) + ": given ids of rank " + std::to_string(r) +
-                                                    " hold " + std::to_string(given[r].size()) +
-                                                    " entries, expected tokens x topk = " + std::to_string(slots));
-  }
-  const MoeIds ids = routing == MoeRouting::Given ? given : moeRouting(spec.dispatch(), R, routing, seed);
+  const MoeIds ids = detail::moeIdsFor(s, spec.dispatch(), seed, routing, given, kWho);
 
   HostMemory mem = HostMemory::allocate(s);
   std::mt19937_64 rng(seed ^ 0xD1B54A32D192ED03ull);
-  for (uint32_t r = 0; r < R; ++r) {
-    std::memcpy(mem.as<int32_t>(r, idsBuf), ids[r].data(), ids[r].size() * sizeof(int32_t));
-    for (uint16_t b : {xBuf, w1Buf, w2Buf}) {
-      uint16_t* p = mem.as<uint16_t>(r, b);
-      for (uint64_t i = 0; i < s.buffers[b].count[r]; ++i)
-        p[i] = floatToBf16(detail::inputValue(InputKind::Uniform, rng(), 0));
-    }
+  detail::fillMoeInputs(mem, s, ids, idsBuf, {xBuf, w1Buf, w2Buf}, rng);
+  for (uint32_t r = 0; r < R; ++r) {  // router weights in [0, 1), then the sentinel
     float* w = mem.as<float>(r, weightsBuf);
     for (uint64_t i = 0; i < slots; ++i) w[i] = std::fabs(detail::inputValue(InputKind::Uniform, rng(), 0));
     uint32_t* y = mem.as<uint32_t>(r, yBuf);
-    std::fill(y, y + s.buffers[yBuf].count[r], kSentinel);
+    std::fill(y, y + s.buffers[yBuf].count[r], detail::kMoeSentinel);
   }
   const ExecStats moved = execute(s, mem);
   if (stats) *stats = moved;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mk/algorithms/attention.hpp"
@@ -150,45 +151,43 @@ inline void requireGiven(const OperatorArgs& a, const char* op,
 }
 }  // namespace detail
 
-/// The moe-dispatch-gemm spec `a` asks for: --experts, --topk, --tokens, --hidden and --out-cols required; the
-/// shape rules are validateMoeDispatchGemmSpec's, checked once the rank count is known. Throws
-/// Error(InvalidArgument).
-inline MoeDispatchGemmSpec moeSpecOf(const OperatorArgs& a) {
-  detail::requireGiven(a, kMoeDispatchGemmOp,
-                       {{"--experts", "experts per rank"},
-                        {"--topk", "experts per token"},
-                        {"--tokens", "tokens per rank"},
-                        {"--hidden", "features of a token"},
-                        {"--out-cols", "columns of an expert's output"}});
-  MoeDispatchGemmSpec spec;
+namespace detail {
+/// A MoE spec of either op from `a`: the options both ops share required (`last` names the op's own, sized by
+/// `set`), then the routing fields copied.
+template <class Spec, class Set>
+Spec moeSpecFrom(const OperatorArgs& a, const char* op, std::pair<const char*, const char*> last, Set&& set) {
+  requireGiven(a, op,
+               {{"--experts", "experts per rank"},
+                {"--topk", "experts per token"},
+                {"--tokens", "tokens per rank"},
+                {"--hidden", "features of a token"},
+                last});
+  Spec spec;
   spec.experts = a.experts;
   spec.topk = a.topk;
   spec.tokens = a.tokens;
   spec.hidden = a.hidden;
-  spec.outCols = a.outCols;
   if (a.capacity > 0) spec.capacity = a.capacity;
   spec.imbalance = a.imbalance;
+  set(spec);
   return spec;
+}
+}  // namespace detail
+
+/// The moe-dispatch-gemm spec `a` asks for: --experts, --topk, --tokens, --hidden and --out-cols required; the
+/// shape rules are validateMoeDispatchGemmSpec's, checked once the rank count is known. Throws
+/// Error(InvalidArgument).
+inline MoeDispatchGemmSpec moeSpecOf(const OperatorArgs& a) {
+  return detail::moeSpecFrom<MoeDispatchGemmSpec>(a, kMoeDispatchGemmOp,
+                                                  {"--out-cols", "columns of an expert's output"},
+                                                  [&](MoeDispatchGemmSpec& s) { s.outCols = a.outCols; });
 }
 
 /// The moe-ffn spec `a` asks for: --experts, --topk, --tokens, --hidden and --ffn required; the shape rules are
 /// validateMoeFfnSpec's, checked once the rank count is known. Throws Error(InvalidArgument).
 inline MoeFfnSpec moeFfnSpecOf(const OperatorArgs& a) {
-  detail::requireGiven(a, kMoeFfnOp,
-                       {{"--experts", "experts per rank"},
-                        {"--topk", "experts per token"},
-                        {"--tokens", "tokens per rank"},
-                        {"--hidden", "features of a token"},
-                        {"--ffn", "the experts' intermediate size"}});
-  MoeFfnSpec spec;
-  spec.experts = a.experts;
-  spec.topk = a.topk;
-  spec.tokens = a.tokens;
-  spec.hidden = a.hidden;
-  spec.ffn = a.ffn;
-  if (a.capacity > 0) spec.capacity = a.capacity;
-  spec.imbalance = a.imbalance;
-  return spec;
+  return detail::moeSpecFrom<MoeFfnSpec>(a, kMoeFfnOp, {"--ffn", "the experts' intermediate size"},
+                                         [&](MoeFfnSpec& s) { s.ffn = a.ffn; });
 }
 
 /// The ring-attention spec `a` asks for on a GPU with `sms` SMs: --seq, --heads and --head-dim required, --kv-heads
