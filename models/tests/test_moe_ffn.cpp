@@ -3,6 +3,7 @@
 // dropped step caught, the spec's and the combine's refusals, and the cost attributes.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -239,4 +240,66 @@ TEST_CASE("moe-ffn: extents price the FFN and the return at the routing model's 
     CHECK(us > previousUs);
     previousUs = us;
   }
+}
+
+TEST_CASE("combine: each token's rows found from the ids, weighted and summed; bad ids and positions refused") {
+  // 3 tokens, topk 2, 2 experts, rows of 2: "back" holds the weights, then each expert's block of 3 rows.
+  const uint32_t T = 3, K = 2, G = 2, H = 2;
+  Schedule s;
+  s.nRanks = 1;
+  s.nodeOf = {0};
+  s.buffers = {{"y", DType::Float32, BufferKind::Output, {T * H}},
+               {"back", DType::Float32, BufferKind::Input, {T * K + G * T * H}},
+               {"ids", DType::Int32, BufferKind::Input, {T * K}}};
+  Step c;
+  c.kind = StepKind::Combine;
+  c.count = T * H;
+  c.aux = K;
+  c.value = combineValue(G, H);
+  c.dst = bufRef(0, 0, 0);
+  c.a = bufRef(0, 1, 0);
+  c.b = bufRef(0, 2, 0);
+  s.lanes = {{Lane{LaneRole::Compute, 1, {c}}}};
+  fillCostAttributes(s);
+  REQUIRE(validate(s).empty());
+  CHECK(s.lanes[0][0].steps[0].flops == 2.0 * T * K * H);
+  auto run = [&](const std::vector<int32_t>& ids, HostMemory& mem) {
+    std::copy(ids.begin(), ids.end(), mem.as<int32_t>(0, 2));
+    float* back = mem.as<float>(0, 1);
+    for (uint32_t i = 0; i < T * K + G * T * H; ++i) back[i] = 0.25f * float(i % 7) - 0.5f;
+    execute(s, mem);
+  };
+  const std::vector<int32_t> ids = {1, 0, 1, 1, 0, 0};  // token 1 names expert 1 twice: both rows are summed
+  HostMemory mem = HostMemory::allocate(s);
+  run(ids, mem);
+  const float* back = mem.as<float>(0, 1);
+  std::vector<uint32_t> seen(G, 0);
+  for (uint32_t t = 0; t < T; ++t) {
+    double want[H] = {0, 0};
+    for (uint32_t k = 0; k < K; ++k) {
+      const auto j = static_cast<uint32_t>(ids[t * K + k]);
+      const uint32_t row = T * K + (j * T + seen[j]++) * H;
+      for (uint32_t h = 0; h < H; ++h) want[h] += double(back[t * K + k]) * back[row + h];
+    }
+    for (uint32_t h = 0; h < H; ++h) CHECK(mem.as<float>(0, 0)[t * H + h] == static_cast<float>(want[h]));
+  }
+  HostMemory bad = HostMemory::allocate(s);
+  test::expectError(
+      [&] {
+        run({1, 0, 1, 1, 0, 1}, bad);
+      },
+      ErrorCode::InvalidArgument, {"token 2 k 1: expert 1 is named more than 3 times"});
+  test::expectError(
+      [&] {
+        run({1, 0, 2, 1, 0, 1}, bad);
+      },
+      ErrorCode::InvalidArgument, {"token 1 k 0 names expert 2, outside [0, 2) (experts)"});
+  for (uint32_t i = 0; i < T * H; ++i) CHECK(bad.as<float>(0, 0)[i] == 0.0f);  // nothing written
+  // JSON round trip of the step and the validator's refusal of a wrong dtype.
+  CHECK(scheduleToJson(scheduleFromJson(scheduleToJson(s))) == scheduleToJson(s));
+  Schedule wrong = s;
+  wrong.buffers[1].dtype = DType::BFloat16;
+  std::string all;
+  for (const ValidationIssue& issue : validateAll(wrong)) all += issue.message;
+  CHECK(all.find("a combine reads float32 weights and rows") != std::string::npos);
 }
