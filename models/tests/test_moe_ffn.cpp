@@ -17,6 +17,7 @@
 #include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/executor.hpp"
+#include "mk/exec/numeric.hpp"
 #include "mk/exec/verify_moe.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/schedule/pack.hpp"
@@ -180,6 +181,7 @@ TEST_CASE("moe-ffn: bad specs are refused naming the field") {
   refused([](MoeFfnSpec& s) { s.tokens = 0; }, 3, "tokens must be >= 1 (got 0)");
   refused([](MoeFfnSpec& s) { s.topk = 0; }, 3, "topk must be >= 1 (got 0)");
   refused([](MoeFfnSpec& s) { s.ffn = 0; }, 3, "ffn must be >= 1 (got 0)");
+  refused([](MoeFfnSpec& s) { s.hidden = 0; }, 3, "hidden must be >= 1 (got 0)");
   refused([](MoeFfnSpec& s) { s.ffn = 12; }, 3, "ffn 12 is not a multiple of 8");
   refused([](MoeFfnSpec& s) { s.hidden = 12; }, 3, "hidden 12 is not a multiple of 8");
   refused([](MoeFfnSpec& s) { s.capacity = 0; }, 3, "capacity must be >= 1 (got 0)");
@@ -302,4 +304,55 @@ TEST_CASE("combine: each token's rows found from the ids, weighted and summed; b
   std::string all;
   for (const ValidationIssue& issue : validateAll(wrong)) all += issue.message;
   CHECK(all.find("a combine reads float32 weights and rows") != std::string::npos);
+}
+
+TEST_CASE("swiglu: a grouped GEMM with the epilogue writes silu(gate) x up of each interleaved column pair") {
+  const uint32_t m = 3, n = 6, k = 8;  // C: m x n / 2, ldc 4 (a column of padding left untouched)
+  Schedule s;
+  s.nRanks = 1;
+  s.nodeOf = {0};
+  s.buffers = {{"a", DType::BFloat16, BufferKind::Input, {m * k}},
+               {"b", DType::BFloat16, BufferKind::Input, {k * n}},
+               {"c", DType::Float32, BufferKind::Output, {m * 4}}};
+  s.gemms = {GemmShape{m, n, k, k, n, 4}};
+  Step g;
+  g.kind = StepKind::GroupedGemm;
+  g.count = 1;
+  g.flags = kStepSwiGLU;
+  g.dst = bufRef(0, 2, 0);
+  g.a = bufRef(0, 0, 0);
+  g.b = bufRef(0, 1, 0);
+  s.lanes = {{Lane{LaneRole::Compute, 1, {g}}}};
+  fillCostAttributes(s);
+  REQUIRE(validate(s).empty());
+  CHECK(s.lanes[0][0].steps[0].bytes == (m * k + k * n) * 2 + m * n / 2 * 4);
+  HostMemory mem = HostMemory::allocate(s);
+  for (uint32_t i = 0; i < m * k; ++i) mem.as<uint16_t>(0, 0)[i] = floatToBf16(0.125f * float(int(i % 9) - 4));
+  for (uint32_t i = 0; i < k * n; ++i) mem.as<uint16_t>(0, 1)[i] = floatToBf16(0.25f * float(int(i % 7) - 3));
+  for (uint32_t i = 0; i < m * 4; ++i) mem.as<float>(0, 2)[i] = 7.0f;
+  execute(s, mem);
+  for (uint32_t i = 0; i < m; ++i) {
+    for (uint32_t f = 0; f < n / 2; ++f) {
+      double gate = 0, up = 0;
+      for (uint32_t kk = 0; kk < k; ++kk) {
+        const double x = bf16ToFloat(mem.as<uint16_t>(0, 0)[i * k + kk]);
+        gate += x * bf16ToFloat(mem.as<uint16_t>(0, 1)[kk * n + 2 * f]);
+        up += x * bf16ToFloat(mem.as<uint16_t>(0, 1)[kk * n + 2 * f + 1]);
+      }
+      const double want = gate / (1 + std::exp(-gate)) * up;
+      CHECK(mem.as<float>(0, 2)[i * 4 + f] == doctest::Approx(want).epsilon(1e-6));
+    }
+    CHECK(mem.as<float>(0, 2)[i * 4 + 3] == 7.0f);  // past n / 2: not written
+  }
+  Schedule odd = s;  // n odd: no pairs; the shape then needs ldc >= n / 2 only for this step
+  odd.gemms[0].n = 5;
+  odd.gemms[0].ldb = 5;
+  std::string all;
+  for (const ValidationIssue& issue : validateAll(odd)) all += issue.message;
+  CHECK(all.find("swiglu: gemms[0] needs an even n") != std::string::npos);
+  Schedule plain = s;  // the epilogue on a plain gemm step is refused
+  plain.lanes[0][0].steps[0].kind = StepKind::Gemm;
+  all.clear();
+  for (const ValidationIssue& issue : validateAll(plain)) all += issue.message;
+  CHECK(all.find("swiglu: only a grouped-gemm step carries the SwiGLU epilogue") != std::string::npos);
 }
