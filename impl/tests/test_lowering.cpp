@@ -1005,8 +1005,8 @@ TEST_CASE("lowering: a step kind the GPU engine does not run yet is refused, nam
         std::string::npos);
 }
 
-TEST_CASE("lowering: the routing kinds and attention are refused, naming the CPU executor") {
-  for (const StepKind kind : {StepKind::Route, StepKind::Gather, StepKind::Attention}) {
+TEST_CASE("lowering: the routing kinds, attention and combine are refused, naming the CPU executor") {
+  for (const StepKind kind : {StepKind::Route, StepKind::Gather, StepKind::Attention, StepKind::Combine}) {
     Schedule s = gemmSchedule(64, 64, 64);
     s.lanes[0][0].steps[0].kind = kind;
     const std::string msg = errorOf(s, 0);

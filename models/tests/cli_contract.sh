@@ -115,8 +115,19 @@ expect 0 'validate   OK' -- "$tool" --schedule "$work/gemm-ar.json"
 expect 2 'gemm-rs: K = 1001 is not a multiple of 8' -- "$tool" --op gemm-rs --ranks 2 --m 64 --n 64 --k 1001 --json "$work/x.json"
 expect 2 'gemm-ar: N = 100 is not a multiple of 8' -- "$tool" --op gemm-ar --ranks 2 --m 64 --n 100 --k 64 --json "$work/x.json"
 expect 2 'K = 24 is split over the ranks in units of 8 .* at least 8 x ranks = 32' -- "$tool" --op gemm-rs --ranks 4 --m 64 --n 64 --k 24
-# moe-dispatch-gemm and ring-attention: generated, verified on the CPU executor, their options refused elsewhere
+# moe-dispatch-gemm, moe-ffn and ring-attention: generated, verified on the CPU executor, their options refused elsewhere
 expect 0 '^verify: OK' -- "$tool" --op moe-dispatch-gemm --ranks 3 --experts 2 --topk 3 --tokens 12 --hidden 16 --out-cols 8 --verify
+ffn=(--op moe-ffn --experts 2 --topk 3 --tokens 11 --hidden 16 --ffn 8)
+expect 0 '^verify: OK' -- "$tool" "${ffn[@]}" --ranks 3 --verify
+expect 0 '^verify: OK' -- "$tool" --op moe-ffn --cluster dgx-h100 --nodes 2 --experts 1 --topk 2 --tokens 7 --hidden 16 --ffn 8 --verify
+expect 0 'moe-ffn node-dedup' -- "$tool" --op moe-ffn --cluster dgx-h100 --nodes 2 --experts 1 --topk 2 --tokens 7 --hidden 16 --ffn 8
+expect 2 'moe-ffn: ffn 12 is not a multiple of 8' -- "$tool" --op moe-ffn --ranks 2 --experts 2 --topk 3 --tokens 11 --hidden 16 --ffn 12
+expect 2 'moe-ffn: capacity 12 is larger than tokens 11' -- "$tool" "${ffn[@]}" --ranks 2 --capacity 12
+expect 2 'moe-ffn: topk 3 is larger than the experts in total, 2' -- "$tool" "${ffn[@]}" --ranks 1
+expect 2 '--ffn is required for moe-ffn' -- "$tool" --op moe-ffn --ranks 2 --experts 2 --topk 3 --tokens 11 --hidden 16
+expect 2 '--out-cols applies to moe-dispatch-gemm, not to moe-ffn' -- "$tool" "${ffn[@]}" --ranks 2 --out-cols 8
+expect 2 '--ffn applies to moe-ffn, not to moe-dispatch-gemm' -- "$tool" --op moe-dispatch-gemm --ranks 3 --experts 2 --topk 3 --tokens 12 --hidden 16 --out-cols 8 --ffn 8
+expect 2 '--bytes does not apply to moe-ffn: it is sized by --experts, --topk, --tokens, --hidden, --ffn' -- "$tool" "${ffn[@]}" --ranks 2 --bytes 1K
 expect 0 '^verify: OK' -- "$tool" --op ring-attention --ranks 3 --seq 36 --heads 4 --kv-heads 2 --head-dim 8 --causal --verify
 expect 0 '^  bound      compute-bound: rank [0-9] lane [0-9]+ \(compute\)' -- "$tool" --op ring-attention --cluster h200x2 --seq 4096 --heads 8 --kv-heads 1 --head-dim 128
 expect 2 '--seq applies to ring-attention, not to allreduce' -- "$tool" --op allreduce --seq 8

@@ -146,6 +146,14 @@ Schedule randomSchedule(uint32_t seed, uint32_t nRanks = 3, uint32_t stepsPerLan
             st.a = opnd();
             st.b = opnd();
             break;
+          case StepKind::Combine:  // not drawn either; its round trips are in test_moe_ffn.cpp
+            st.aux = 2;
+            st.value = combineValue(4, 8);
+            st.count = 8 * (1 + pick(99));
+            st.dst = opnd();
+            st.a = opnd();
+            st.b = opnd();
+            break;
         }
         lane.steps.push_back(st);
       }
@@ -659,8 +667,9 @@ TEST_CASE("pack: bad magic bad version and inconsistent sizes are rejected") {
     }
   };
   expect(withHeader([](PackedHeader& h) { h.magic = 0x12345678; }), "bad magic");
-  expect(withHeader([](PackedHeader& h) { h.version = 5; }), "unsupported version 5");
+  expect(withHeader([](PackedHeader& h) { h.version = 6; }), "unsupported version 6");
   expect(withHeader([](PackedHeader& h) { h.version = 3; }), "pack the schedule again");  // before attention shapes
+  expect(withHeader([](PackedHeader& h) { h.version = 4; }), "pack the schedule again");  // before combine, SwiGLU
   expect(withHeader([](PackedHeader& h) { h.nSteps += 1; }), "header says");
   expect(withHeader([](PackedHeader& h) { h.nSteps = ~uint64_t{0}; }), "overflow");
 }

@@ -104,14 +104,14 @@ TEST_CASE("types: link class names round trip through parseLinkClass") {
 }
 
 TEST_CASE("types: step kind names round trip and proxy-put is an alias") {
-  checkRoundTrip<StepKind>(
-      11, parseStepKind,
-      {"copy", "reduce", "put", "proxyput", "signal", "wait", "gemm", "barrier", "grouped-gemm", "route", "gather"});
+  checkRoundTrip<StepKind>(13, parseStepKind,
+                           {"copy", "reduce", "put", "proxyput", "signal", "wait", "gemm", "barrier", "grouped-gemm",
+                            "route", "gather", "attention", "combine"});
   CHECK(parseStepKind("proxy-put") == StepKind::ProxyPut);
 }
 
 TEST_CASE("types: the step-kind table answers what sites used to spell out kind by kind") {
-  CHECK(kStepKindCount == 12);
+  CHECK(kStepKindCount == 13);
   CHECK_FALSE(isStepKind(static_cast<uint8_t>(kStepKindCount)));
   CHECK(std::string(kindInfo(static_cast<StepKind>(200)).name) == "?");  // no out-of-range read
   CHECK(kindInfo(static_cast<StepKind>(200)).fields == 0);
@@ -128,11 +128,12 @@ TEST_CASE("types: the step-kind table answers what sites used to spell out kind 
   CHECK_FALSE(kindInfo(StepKind::Put).remote);
   CHECK(kindInfo(StepKind::Put).protocol);
   CHECK_FALSE(kindInfo(StepKind::Copy).protocol);
-  // Every kind but the grouped gemm, the routing kinds and attention runs on the GPU engine; the lowering refuses
-  // the others.
+  // Every kind but the grouped gemm, the routing kinds, attention and combine runs on the GPU engine; the lowering
+  // refuses the others.
   for (const StepKindInfo& k : kStepKinds)
     CHECK(k.gpu == (k.kind != StepKind::GroupedGemm && k.kind != StepKind::Route && k.kind != StepKind::Gather &&
-                    k.kind != StepKind::Attention));
+                    k.kind != StepKind::Attention && k.kind != StepKind::Combine));
+  CHECK(kindInfo(StepKind::Combine).extent == StepExtent::Indexed);
   CHECK(kindInfo(StepKind::Route).extent == StepExtent::Indexed);
   CHECK((kindInfo(StepKind::Gather).fields & kFieldExtent) != 0);
   CHECK(kindInfo(StepKind::GroupedGemm).extent == StepExtent::Tile);

@@ -1,5 +1,5 @@
-// mk-schedule — generate, validate, verify and cost one collective, fused-operator, moe-dispatch-gemm or ring-attention
-// schedule, without a GPU.
+// mk-schedule — generate, validate, verify and cost one collective, fused-operator, moe-dispatch-gemm, moe-ffn or
+// ring-attention schedule, without a GPU.
 //
 // Exit codes (mk/util/cli.hpp): 0 success, 1 verification failed or internal error, 2 bad input (one line on
 // stderr, no output file written; a request above --max-memory too), 5 out of memory.
@@ -276,6 +276,7 @@ int main(int argc, char** argv) {
       "  mk-schedule --op gemm-ar --ranks 4 --m 301 --n 264 --k 520 --tile-rows 64 --comm-ctas 12 --verify\n"
       "  mk-schedule --op moe-dispatch-gemm --ranks 4 --experts 2 --topk 2 --tokens 64 --hidden 64 --out-cols 32 "
       "--verify\n"
+      "  mk-schedule --op moe-ffn --ranks 4 --experts 2 --topk 2 --tokens 63 --hidden 64 --ffn 32 --verify\n"
       "  mk-schedule --op ring-attention --ranks 4 --seq 256 --heads 4 --kv-heads 2 --head-dim 64 --causal --verify\n"
       "  mk-schedule --op allreduce --algo hierarchical --cluster dgx-h100 --nodes 4 --verify --json ar.json\n"
       "  mk-schedule --schedule ar.json --packed ar.bin\n\n"
@@ -285,6 +286,7 @@ int main(int argc, char** argv) {
   mk::cli::addOperatorOptions(app, o.ops);
   app.get_option("--op")->description(app.get_option("--op")->get_description() +
                                       "; or moe-dispatch-gemm (--experts --topk --tokens --hidden --out-cols), "
+                                      "moe-ffn (--experts --topk --tokens --hidden --ffn), "
                                       "ring-attention (--seq --heads --head-dim)");
   app.get_option("--profile")
       ->description(

@@ -1,4 +1,4 @@
-// mk-schedule's op runners besides the collectives: the fused GEMM + collective ops, moe-dispatch-gemm and
+// mk-schedule's op runners besides the collectives: the fused GEMM + collective ops, moe-dispatch-gemm, moe-ffn and
 // ring-attention (generate, validate, summarise, cost, verify, write).
 #include <chrono>
 #include <cstdio>
@@ -55,18 +55,22 @@ int runFused(const Options& o) {
   return rc;
 }
 
-/// --op moe-dispatch-gemm | ring-attention: generate, validate, summarise, the uncontended timeline's cost and
-/// bound, --verify on the CPU executor (uniform routing for MoE), then the outputs.
+/// --op moe-dispatch-gemm | moe-ffn | ring-attention: generate, validate, summarise, the uncontended timeline's cost
+/// and bound, --verify on the CPU executor (uniform routing for MoE), then the outputs.
 int runOperator(const Options& o) {
   const mk::Placement placed = mk::placeRanks(o.coll.cluster, o.coll.nodes, o.coll.ranks);
   const mk::Topology& topo = placed.topo;
   const uint32_t nRanks = placed.nRanks;
   mk::Profile profile = mk::profileFor(o.coll, topo);
   const std::vector<std::string> filled = mk::fillCtaDefaults(profile, topo);
-  const bool moe = o.coll.op == mk::cli::kMoeDispatchGemmOp;
+  const bool moe = o.coll.op == mk::cli::kMoeDispatchGemmOp, ffn = o.coll.op == mk::cli::kMoeFfnOp;
   mk::MoeDispatchGemmSpec moeSpec;
+  mk::MoeFfnSpec ffnSpec;
   mk::RingAttentionSpec attnSpec;
-  if (moe) {
+  if (ffn) {
+    ffnSpec = mk::cli::moeFfnSpecOf(o.ops);
+    mk::validateMoeFfnSpec(ffnSpec, nRanks);
+  } else if (moe) {
     moeSpec = mk::cli::moeSpecOf(o.ops);
     mk::validateMoeDispatchGemmSpec(moeSpec, nRanks);
   } else {
@@ -75,8 +79,9 @@ int runOperator(const Options& o) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   const mk::Schedule schedule = mk::withProgress("mk-schedule", "generate", o.guard.progressWanted(), [&] {
-    return moe ? mk::generateMoeDispatchGemm(moeSpec, topo.layout(nRanks))
-               : mk::generateRingAttention(attnSpec, topo.layout(nRanks));
+    return ffn   ? mk::generateMoeFfn(ffnSpec, topo.layout(nRanks))
+           : moe ? mk::generateMoeDispatchGemm(moeSpec, topo.layout(nRanks))
+                 : mk::generateRingAttention(attnSpec, topo.layout(nRanks));
   });
   const double genMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   mk::requireWithin(mk::memoryNeed(mk::countOf(schedule), jobOf(o)), o.guard.maxMemory());
@@ -94,6 +99,7 @@ int runOperator(const Options& o) {
   std::printf("  bound      %s\n", mk::bottleneckText(uses).c_str());
   std::printf("  profile    %s%s\n", profile.source.c_str(), filledNote(filled).c_str());
   const int rc = !o.verify ? 0
+                 : ffn     ? verify(o, nRanks, [&] { return mk::verifyMoeFfn(schedule, ffnSpec, o.seed); })
                  : moe     ? verify(o, nRanks, [&] { return mk::verifyMoeDispatchGemm(schedule, moeSpec, o.seed); })
                            : verify(o, nRanks, [&] { return mk::verifyRingAttention(schedule, attnSpec, o.seed); });
   if (rc == 0) writeOutputs(o, schedule);

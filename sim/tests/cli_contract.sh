@@ -213,9 +213,9 @@ given_us=$(sed -n 's/^predicted: \([0-9.]*\) us.*/\1/p' "$work/moe-given.txt")
 check "moe: the full routing ($given_us us) is slower than the expected one ($expected_us us)" \
   awk -v a="$expected_us" -v b="$given_us" 'BEGIN { exit !(a > 0 && b > a) }'
 bad "routing-over\.json: values\.to0" -- "$tool" "${moe[@]}" --extents "$work/routing-over.json"
-bad "--experts applies to moe-dispatch-gemm, not to allreduce" -- "$tool" --op allreduce --experts 2
+bad "--experts applies to moe-dispatch-gemm and moe-ffn, not to allreduce" -- "$tool" --op allreduce --experts 2
 bad "--topk is required for moe-dispatch-gemm" -- "$tool" "${moe_op[@]}" --experts 2 --out-cols 64
-bad "--tokens applies to moe-dispatch-gemm, not to ring-attention" -- "$tool" --op ring-attention --tokens 64
+bad "--tokens applies to moe-dispatch-gemm and moe-ffn, not to ring-attention" -- "$tool" --op ring-attention --tokens 64
 bad "moe-dispatch-gemm: outCols 12 is not a multiple of 8" -- "$tool" "${moe_op[@]}" --cluster h200x2 --experts 2 --topk 2 --out-cols 12
 bad "moe-dispatch-gemm: topk 5 is larger than the experts in total, 4" -- "$tool" "${moe_op[@]}" --cluster h200x2 --experts 2 --topk 5 --out-cols 64
 bad "moe-dispatch-gemm: imbalance 0\.5.* must be a finite factor >= 1" -- "$tool" "${moe[@]}" --imbalance 0.5
@@ -229,13 +229,29 @@ expect 0 '^bound: compute-bound: rank [01] lane [0-9]+ \(compute\) is [0-9.]+ % 
 expect 0 '^split: compute lane 131 CTAs, send lane 1 \(132 SMs' -- "$tool" "${attn[@]}" --kv-heads 2 --batch 2
 expect 0 '^problem: B 1 x S 4096 tokens \(2048 per rank\), 8 query / 8 key-value heads of 128, float16, no mask' -- "$tool" "${attn[@]}" --dtype float16
 bad "--seq is required for ring-attention" -- "$tool" --op ring-attention --heads 8 --head-dim 128
+# ---- moe-ffn: the dispatch, the SwiGLU expert FFN and the combine, replayed ----
+ffn=(--op moe-ffn --cluster h200x2 --experts 2 --topk 2 --tokens 64 --hidden 64 --ffn 32)
+"$tool" "${ffn[@]}" --json "$work/ffn.json" >"$work/ffn.txt" 2>&1
+check "moe-ffn: predicted with the expert GEMMs' TFLOP/s" grep -Eq '^predicted: [0-9.]+ us  [0-9.]+ TFLOP/s per GPU$' "$work/ffn.txt"
+check "moe-ffn: the problem names the FFN" grep -Eq '^problem: .*hidden 64 -> 2 x 32 \(SwiGLU\) -> 64 per expert, combined back' "$work/ffn.txt"
+check "moe-ffn json names the op" grep -q '"op": "moe-ffn"' "$work/ffn.json"
+ffn_us=$(sed -n 's/^predicted: \([0-9.]*\) us.*/\1/p' "$work/ffn.txt")
+check "moe-ffn ($ffn_us us) takes longer than its dispatch alone ($expected_us us)" \
+  awk -v a="$ffn_us" -v b="$expected_us" 'BEGIN { exit !(a > b) }'
+expect 0 '^bytes: across nodes [0-9.]+ KiB, ' -- "$tool" --op moe-ffn --cluster "$work/nics-ok.json" --experts 1 --topk 2 --tokens 64 --hidden 64 --ffn 32
+bad "moe-ffn: ffn 12 is not a multiple of 8" -- "$tool" --op moe-ffn --cluster h200x2 --experts 2 --topk 2 --tokens 64 --hidden 64 --ffn 12
+bad "moe-ffn: capacity 65 is larger than tokens 64" -- "$tool" "${ffn[@]}" --capacity 65
+bad "--ffn is required for moe-ffn" -- "$tool" --op moe-ffn --cluster h200x2 --experts 2 --topk 2 --tokens 64 --hidden 64
+bad "--out-cols applies to moe-dispatch-gemm, not to moe-ffn" -- "$tool" "${ffn[@]}" --out-cols 64
+bad "--ffn applies to moe-ffn, not to moe-dispatch-gemm" -- "$tool" "${moe[@]}" --ffn 32
+bad "--sweep sizes a collective by --bytes; moe-ffn has one shape" -- "$tool" "${ffn[@]}" --sweep 8:1K:2
 bad "--head-dim applies to ring-attention, not to moe-dispatch-gemm" -- "$tool" "${moe[@]}" --head-dim 64
 bad "--causal applies to ring-attention, not to gemm-rs" -- "$tool" --op gemm-rs --causal
 bad "--batch must be >= 1" -- "$tool" "${attn[@]}" --batch 0
 bad "ring-attention: qHeads 8 is not a multiple of kvHeads 3" -- "$tool" "${attn[@]}" --kv-heads 3
 bad "ring-attention: seq 4094 is not a multiple of 2 x ranks = 4" -- "$tool" "${attn[@]/4096/4094}" --causal
 bad "--extents gives runtime extents: ring-attention has none" -- "$tool" "${attn[@]}" --extents "$work/routing.json"
-bad "--hidden applies to moe-dispatch-gemm, not to ag-gemm" -- "$tool" --op ag-gemm --hidden 64
+bad "--hidden applies to moe-dispatch-gemm and moe-ffn, not to ag-gemm" -- "$tool" --op ag-gemm --hidden 64
 
 # ---- bad input: exit 2, one line, no file ----
 bad "unknown cluster 'dgx-a1'" -- "$tool" --cluster dgx-a1

@@ -120,15 +120,15 @@ int run(const Options& o) {
   if (mk::cli::isOperatorOp(o.coll.op)) {
     if (!o.scheduleIn.empty())
       bad("--schedule replays a saved schedule: --op " + o.coll.op + " generates one; give one of them");
-    return o.coll.op == mk::cli::kMoeDispatchGemmOp ? runMoe(o) : runAttention(o);
+    return mk::cli::isMoeOp(o.coll.op) ? runMoe(o) : runAttention(o);
   }
   if (o.scheduleIn.empty() && mk::isFusedOp(o.coll.op)) return runFused(o);
   if (!o.sweep.empty()) mk::parseSweep(o.sweep);  // a malformed sweep is the first thing to report
   if (!o.sweep.empty() && !o.traceOut.empty()) bad("--trace needs one size: use --bytes, not --sweep");
   if (!o.sweep.empty() && !o.scheduleIn.empty()) bad("--sweep generates schedules: it cannot be used with --schedule");
   if (!o.extentsIn.empty() && o.scheduleIn.empty())
-    bad("--extents gives the runtime extents of a loaded --schedule or of --op moe-dispatch-gemm (" + o.coll.op +
-        " has none)");
+    bad("--extents gives the runtime extents of a loaded --schedule or of --op moe-dispatch-gemm or moe-ffn (" +
+        o.coll.op + " has none)");
 
   mk::Schedule loaded;
   if (!o.scheduleIn.empty()) {
@@ -274,6 +274,8 @@ int main(int argc, char** argv) {
       "  mk-sim --op gemm-ar --cluster h200x2 --m 8192 --n 8192 --k 4096   (prints what bounds it)\n"
       "  mk-sim --op moe-dispatch-gemm --cluster dgx-h100 --nodes 2 --experts 2 --topk 4 --tokens 4096 --hidden 7168\n"
       "         --out-cols 2048 --imbalance 1.5   (expected loads; --extents routing.json prices a given routing)\n"
+      "  mk-sim --op moe-ffn --cluster dgx-h100 --nodes 2 --experts 2 --topk 4 --tokens 4096 --hidden 7168 --ffn 2048\n"
+      "         (dispatch, the SwiGLU expert FFN and the combine back to the tokens' ranks)\n"
       "  mk-sim --op ring-attention --cluster dgx-h100 --seq 131072 --heads 32 --kv-heads 8 --head-dim 128 --causal\n"
       "  mk-sim --schedule s.json --cluster dgx-h100 --trace t.json   (open t.json in ui.perfetto.dev)\n\n"
       "Outputs: --json writes {\"schema\": \"mkernel.prediction.v1\", \"time_us\", \"algbw_gbs\", \"busbw_gbs\",\n"
@@ -291,6 +293,7 @@ int main(int argc, char** argv) {
   mk::cli::addOperatorOptions(app, o.ops);
   app.get_option("--op")->description(app.get_option("--op")->get_description() +
                                       "; or moe-dispatch-gemm (--experts --topk --tokens --hidden --out-cols), "
+                                      "moe-ffn (--experts --topk --tokens --hidden --ffn), "
                                       "ring-attention (--seq --heads --head-dim)");
   app.get_option("--nodes")->description(
       "nodes of the cluster (default: the preset's, enough for --ranks, or enough for --schedule)");
@@ -307,10 +310,11 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", o.scheduleIn,
                  "replay this schedule JSON (validated first) instead of generating one; --cluster must fit its "
                  "ranks (--nodes defaults to the schedule's node count)");
-  app.add_option("--extents", o.extentsIn,
-                 "with --schedule or --op moe-dispatch-gemm: runtime extent values to price, e.g. a routing (JSON "
-                 "mkernel.extents.v1: extent name -> one value, or one per rank; docs/schedule-format.md); default: "
-                 "each extent's expected value");
+  app.add_option(
+      "--extents", o.extentsIn,
+      "with --schedule or --op moe-dispatch-gemm / moe-ffn: runtime extent values to price, e.g. a routing (JSON "
+      "mkernel.extents.v1: extent name -> one value, or one per rank; docs/schedule-format.md); default: "
+      "each extent's expected value");
   app.add_flag("--fast", o.fast,
                "scale mode: time steps that stay inside a node (NVLink, memory, GEMM, flags) with the uncontended "
                "formulas and simulate only the network flows (exact when nothing contends inside a node)");

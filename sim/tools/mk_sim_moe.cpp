@@ -1,6 +1,7 @@
-// mk-sim --op moe-dispatch-gemm: a MoE dispatch (per-node deduplication across nodes) fused with each receiver's
-// expert GEMMs (mk/algorithms/moe.hpp), priced at the routing model's expected loads (uniform x --imbalance,
-// capped at the capacity) or at a given routing (--extents), and replayed.
+// mk-sim --op moe-dispatch-gemm | moe-ffn: a MoE dispatch (per-node deduplication across nodes) fused with each
+// receiver's expert GEMMs, or the whole expert FFN with its combine (mk/algorithms/moe.hpp), priced at the routing
+// model's expected loads (uniform x --imbalance, capped at the capacity) or at a given routing (--extents), and
+// replayed.
 #include <cstddef>
 #include <string>
 #include <utility>
@@ -16,15 +17,22 @@
 namespace mksim {
 
 int runMoe(const Options& o) {
+  const bool ffn = o.coll.op == mk::cli::kMoeFfnOp;
   if (!o.sweep.empty())
-    bad("--sweep sizes a collective by --bytes; moe-dispatch-gemm has one shape (--experts, --topk, --tokens, "
-        "--hidden, --out-cols)");
-  const mk::MoeDispatchGemmSpec spec = mk::cli::moeSpecOf(o.ops);
+    bad("--sweep sizes a collective by --bytes; " + o.coll.op + " has one shape (--experts, --topk, --tokens, " +
+        "--hidden, " + (ffn ? "--ffn)" : "--out-cols)"));
+  const mk::MoeFfnSpec ffnSpec = ffn ? mk::cli::moeFfnSpecOf(o.ops) : mk::MoeFfnSpec{};
+  const mk::MoeDispatchGemmSpec spec = ffn ? ffnSpec.dispatch() : mk::cli::moeSpecOf(o.ops);
   Setup st = makeSetup(o, nullptr);
   mk::fillCtaDefaults(st.profile, st.topo);
-  mk::validateMoeDispatchGemmSpec(spec, st.nRanks);
-  mk::Schedule s = mk::withProgress("mk-sim", "generate", o.guard.progressWanted(),
-                                    [&] { return mk::generateMoeDispatchGemm(spec, st.topo.layout(st.nRanks)); });
+  if (ffn)
+    mk::validateMoeFfnSpec(ffnSpec, st.nRanks);
+  else
+    mk::validateMoeDispatchGemmSpec(spec, st.nRanks);
+  mk::Schedule s = mk::withProgress("mk-sim", "generate", o.guard.progressWanted(), [&] {
+    return ffn ? mk::generateMoeFfn(ffnSpec, st.topo.layout(st.nRanks))
+               : mk::generateMoeDispatchGemm(spec, st.topo.layout(st.nRanks));
+  });
   // Priced at the extents' expected values unless a routing is given (mk/schedule/extent.hpp).
   if (!o.extentsIn.empty()) mk::fillCostAttributes(s, mk::loadExtentValues(s, o.extentsIn));
 
@@ -34,12 +42,14 @@ int runMoe(const Options& o) {
   const int first = mk::extentIndex(s, "to0");
   const double expected = first >= 0 ? s.extents[static_cast<std::size_t>(first)].expected : uniform;
   std::vector<std::pair<std::string, std::string>> lines;
-  lines.emplace_back(
-      "problem",
-      mk::strprintf("%u experts per rank (%u in all), top-%u of %u tokens per rank, hidden %u -> %u "
-                    "columns per expert, capacity %u tokens per (rank, expert)%s, %s",
-                    spec.experts, global, spec.topk, spec.tokens, spec.hidden, spec.outCols, spec.capacityOr(),
-                    spec.capacity ? "" : " (--tokens: never drops)", s.info.algo.c_str()));
+  const std::string expert = ffn ? mk::strprintf("hidden %u -> 2 x %u (SwiGLU) -> %u per expert, combined back",
+                                                 spec.hidden, ffnSpec.ffn, spec.hidden)
+                                 : mk::strprintf("hidden %u -> %u columns per expert", spec.hidden, spec.outCols);
+  lines.emplace_back("problem",
+                     mk::strprintf("%u experts per rank (%u in all), top-%u of %u tokens per rank, %s, capacity %u "
+                                   "tokens per (rank, expert)%s, %s",
+                                   spec.experts, global, spec.topk, spec.tokens, expert.c_str(), spec.capacityOr(),
+                                   spec.capacity ? "" : " (--tokens: never drops)", s.info.algo.c_str()));
   if (o.extentsIn.empty())
     lines.emplace_back("routing", mk::strprintf("expected: %.4g tokens per (rank, expert) = uniform %.4g x imbalance "
                                                 "%.4g%s (--extents prices a given routing)",

@@ -1,10 +1,11 @@
 // mkernel — internal: small helpers the operator generators that build a Schedule directly share
-// (moe_dispatch_gemm.cpp, ring_attention.cpp).
+// (moe_dispatch_gemm.cpp, moe_ffn.cpp, ring_attention.cpp).
 #pragma once
 
 #include <cstdint>
 #include <initializer_list>
 #include <utility>
+#include <vector>
 
 #include "mk/schedule/schedule.hpp"
 
@@ -31,6 +32,24 @@ inline Step flagStep(StepKind kind, uint32_t rank, uint32_t id, uint64_t value) 
   st.kind = kind;
   st.flag = FlagRef{rank, id};
   st.value = value;
+  return st;
+}
+
+/// A copy (to the executing rank `r`), put (inside its node) or proxyput (across nodes) of `count` elements, sized by
+/// `extent` when it is not kNoExtent, signalling flag `flag` of the receiver +1 unless it is the executing rank.
+inline Step move(const std::vector<uint32_t>& nodeOf, uint32_t r, BufRef dst, BufRef a, uint64_t count, uint32_t extent,
+                 uint32_t flag) {
+  Step st;
+  st.kind = dst.rank == r ? StepKind::Copy : nodeOf[dst.rank] == nodeOf[r] ? StepKind::Put : StepKind::ProxyPut;
+  st.count = count;
+  st.extent = extent;
+  st.dst = dst;
+  st.a = a;
+  if (dst.rank != r) {
+    st.flags = kStepSignal;
+    st.flag = FlagRef{dst.rank, flag};
+    st.value = 1;
+  }
   return st;
 }
 

@@ -27,6 +27,7 @@ namespace {
 
 using gen::elements;
 using gen::flagStep;
+using gen::move;
 
 /// The buffer ids of the schedule, in declaration order (moe.hpp).
 enum Buf : uint16_t {
@@ -48,24 +49,6 @@ enum Buf : uint16_t {
   kRelayLayout,
   kRelaySend,
 };
-
-/// A copy (to the executing rank), put (inside its node) or proxyput (across nodes) of `count` elements, sized by
-/// `extent` when it is not kNoExtent, signalling flag `flag` of the receiver +1 unless it is the executing rank.
-Step move(const std::vector<uint32_t>& nodeOf, uint32_t r, BufRef dst, BufRef a, uint64_t count, uint32_t extent,
-          uint32_t flag) {
-  Step st;
-  st.kind = dst.rank == r ? StepKind::Copy : nodeOf[dst.rank] == nodeOf[r] ? StepKind::Put : StepKind::ProxyPut;
-  st.count = count;
-  st.extent = extent;
-  st.dst = dst;
-  st.a = a;
-  if (dst.rank != r) {
-    st.flags = kStepSignal;
-    st.flag = FlagRef{dst.rank, flag};
-    st.value = 1;
-  }
-  return st;
-}
 
 }  // namespace
 

@@ -70,6 +70,7 @@ StepResource stepResource(const Schedule& s, const Step& st, uint32_t rank, uint
     case StepKind::Reduce:
     case StepKind::Route:
     case StepKind::Gather:
+    case StepKind::Combine:
       if (st.link == LinkClass::NVLink) return StepResource::NvLink;
       if (st.link == LinkClass::Local) return StepResource::Memory;
       if (st.link == LinkClass::Network)
@@ -187,8 +188,9 @@ StepPrice stepPrice(const Profile& p, StepKind kind, LinkClass link, double amou
   pr.unitsPerUs = kBytesPerUsPerGBs;
   switch (kind) {
     case StepKind::Copy:
-    case StepKind::Route:   // memory traffic: its ids and layout
-    case StepKind::Gather:  // a copy through an index list
+    case StepKind::Route:    // memory traffic: its ids and layout
+    case StepKind::Gather:   // a copy through an index list
+    case StepKind::Combine:  // a weighted sum through the ids: its rows, weights and ids read, its rows written
       if (link == LinkClass::NVLink) {
         pr.resource = StepResource::NvLink;
         pr.alphaUs = p.nvlink.alphaUs;

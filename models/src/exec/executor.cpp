@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "attention_exec.hpp"
+#include "combine_exec.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/numeric.hpp"
 #include "mk/schedule/check.hpp"
@@ -578,15 +579,18 @@ class Executor final : public RemoteEndpoint {
     const uint64_t m = g.extent < s_.extents.size()
                            ? scaleToExtent(g.m, s_.extents[g.extent].bound, extentAt(ls, stepIdx, g.extent))
                            : g.m;
-    const uint64_t n = g.n, k = g.k;
+    const uint64_t n = g.n, k = g.k, cols = gemmOutCols(g, st.flags);
     if (m == 0 || n == 0) return;
     const bool bColMajor = (st.flags & kStepBColMajor) != 0;
-    if (g.ldc < n) invalid(ls, stepIdx, "ldc " + std::to_string(g.ldc) + " < n " + std::to_string(n));
+    const bool gated = (st.flags & kStepSwiGLU) != 0;
+    if (gated && (n % 2 != 0 || (st.flags & kStepAccumulate)))
+      invalid(ls, stepIdx, "a SwiGLU epilogue needs an even n and no accumulate (n " + std::to_string(n) + ")");
+    if (g.ldc < cols) invalid(ls, stepIdx, "ldc " + std::to_string(g.ldc) + " < C's columns " + std::to_string(cols));
     if (k > 0 && g.lda < k) invalid(ls, stepIdx, "lda " + std::to_string(g.lda) + " < k " + std::to_string(k));
     if (k > 0 && g.ldb < (bColMajor ? k : n))
       invalid(ls, stepIdx,
               "ldb " + std::to_string(g.ldb) + " < " + (bColMajor ? "k " : "n ") + std::to_string(bColMajor ? k : n));
-    const uint64_t cExtent = (m - 1) * g.ldc + n;
+    const uint64_t cExtent = (m - 1) * g.ldc + cols;
     const BoundBuffer& c = operand(ls, stepIdx, "dst (C)", st.dst, cExtent);
     if (dtypeInfo(c.dtype).integer)
       invalid(ls, stepIdx, std::string("C is ") + toString(c.dtype) + ": a gemm writes a floating-point type");
@@ -594,7 +598,7 @@ class Executor final : public RemoteEndpoint {
     if (k == 0) {
       if (!accumulate)
         for (uint64_t i = 0; i < m; ++i)
-          for (uint64_t j = 0; j < n; ++j) storeElement(c.dtype, c.data, st.dst.offset + i * g.ldc + j, 0.0f);
+          for (uint64_t j = 0; j < cols; ++j) storeElement(c.dtype, c.data, st.dst.offset + i * g.ldc + j, 0.0f);
       return;
     }
     const uint64_t aExtent = (m - 1) * g.lda + k;
@@ -617,12 +621,24 @@ class Executor final : public RemoteEndpoint {
         const uint64_t at = bColMajor ? j * g.ldb + kk : kk * g.ldb + j;
         fb[j * k + kk] = loadElement(b.dtype, b.data, st.b.offset + at);
       }
+    auto dot = [&](uint64_t i, uint64_t j) {
+      const float* ar = fa.data() + i * k;
+      const float* bc = fb.data() + j * k;
+      float acc = 0.0f;
+      for (uint64_t kk = 0; kk < k; ++kk) acc += ar[kk] * bc[kk];
+      return acc;
+    };
+    if (gated) {  // C[i][f] = silu(gate) x up of the interleaved pair (2f, 2f + 1), rounded once
+      for (uint64_t i = 0; i < m; ++i)
+        for (uint64_t f = 0; f < cols; ++f) {
+          const float gate = dot(i, 2 * f), up = dot(i, 2 * f + 1);
+          storeElement(c.dtype, c.data, st.dst.offset + i * g.ldc + f, swiglu(gate, up));
+        }
+      return;
+    }
     for (uint64_t i = 0; i < m; ++i)
       for (uint64_t j = 0; j < n; ++j) {
-        const float* ar = fa.data() + i * k;
-        const float* bc = fb.data() + j * k;
-        float acc = 0.0f;
-        for (uint64_t kk = 0; kk < k; ++kk) acc += ar[kk] * bc[kk];
+        float acc = dot(i, j);
         const uint64_t ci = st.dst.offset + i * g.ldc + j;
         if (accumulate) acc += loadElement(c.dtype, c.data, ci);
         storeElement(c.dtype, c.data, ci, acc);
@@ -682,6 +698,22 @@ class Executor final : public RemoteEndpoint {
                       describeStep(s_, ls.rank, ls.lane, stepIdx));
   }
 
+  void combine(const LaneState& ls, uint32_t stepIdx, const Step& st) {
+    const CombineShape c = combineShape(st);
+    if (c.topk == 0 || c.experts == 0 || c.row == 0 || st.count == 0 || st.count % c.row != 0)
+      invalid(ls, stepIdx, "topk, experts and row must be >= 1 and count a positive multiple of row");
+    const IndexedElements n = indexedElements(st);
+    const BoundBuffer& dst = operand(ls, stepIdx, "dst", st.dst, n.dst);
+    const BoundBuffer& a = operand(ls, stepIdx, "a", st.a, n.a);
+    const BoundBuffer& b = operand(ls, stepIdx, "b", st.b, n.b);
+    if (dst.dtype != DType::Float32 || a.dtype != DType::Float32 || !dtypeInfo(b.dtype).integer)
+      invalid(ls, stepIdx, "a combine reads float32 weights and rows and int32 ids and writes float32 rows");
+    if (detail::anyOverlap(st.dst, n.dst, st.a, n.a) || detail::anyOverlap(st.dst, n.dst, st.b, n.b))
+      invalid(ls, stepIdx, "dst overlaps the rows, the weights or the ids");
+    detail::runCombine(c, dst.data + st.dst.offset * sizeof(float), a.data + st.a.offset * sizeof(float),
+                       b.data + st.b.offset * sizeof(int32_t), ls.rank, describeStep(s_, ls.rank, ls.lane, stepIdx));
+  }
+
   void attention(const LaneState& ls, uint32_t stepIdx, const Step& st) {
     if (st.aux >= s_.attentions.size())
       invalid(ls, stepIdx,
@@ -736,6 +768,7 @@ class Executor final : public RemoteEndpoint {
       case StepKind::Route: route(ls, stepIdx, st); return;
       case StepKind::Gather: gather(ls, stepIdx, st); return;
       case StepKind::Attention: attention(ls, stepIdx, st); return;
+      case StepKind::Combine: combine(ls, stepIdx, st); return;
     }
     invalid(ls, stepIdx, "unknown step kind " + std::to_string(static_cast<int>(st.kind)));
   }

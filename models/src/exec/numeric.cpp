@@ -234,6 +234,8 @@ void storeElement(DType t, void* base, uint64_t i, float v) noexcept {
   }
 }
 
+float swiglu(float gate, float up) noexcept { return gate / (1.0f + std::exp(-gate)) * up; }
+
 float applyRedOp(RedOp op, float a, float b) noexcept {
   switch (op) {
     case RedOp::Sum: return a + b;

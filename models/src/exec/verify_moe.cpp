@@ -12,22 +12,15 @@
 #include "mk/error.hpp"
 #include "mk/exec/executor.hpp"
 #include "mk/exec/numeric.hpp"
-#include "verify_common.hpp"
+#include "verify_moe_common.hpp"
 
 namespace mk {
 
 namespace {
 
-[[noreturn]] void bad(const std::string& what) {
-  throw Error(ErrorCode::InvalidArgument, "verifyMoeDispatchGemm: " + what);
-}
-
 uint16_t requireBuffer(const Schedule& s, const char* name, DType dtype, uint64_t want) {
   return detail::requireBuffer(s, "verifyMoeDispatchGemm", name, dtype, want);
 }
-
-/// The sentinel every output element starts as: a quiet NaN no computation yields.
-constexpr uint32_t kSentinel = 0x7FC0DEADu;
 
 }  // namespace
 
@@ -64,27 +57,14 @@ VerifyResult verifyMoeDispatchGemm(const Schedule& s, const MoeDispatchGemmSpec&
   const uint16_t xBuf = requireBuffer(s, "x", DType::BFloat16, uint64_t{T} * H);
   const uint16_t wBuf = requireBuffer(s, "w", DType::BFloat16, uint64_t{E} * H * N);
   const uint16_t outBuf = requireBuffer(s, "out", DType::Float32, uint64_t{G} * C * N);
-  if (routing == MoeRouting::Given) {
-    if (given.size() != R)
-      bad("given ids for " + std::to_string(given.size()) + " ranks, expected " + std::to_string(R));
-    for (uint32_t r = 0; r < R; ++r)
-      if (given[r].size() != uint64_t{T} * K)
-        bad("given ids of rank " + std::to_string(r) + " hold " + std::to_string(given[r].size()) +
-            " entries, expected tokens x topk = " + std::to_string(uint64_t{T} * K));
-  }
-  const MoeIds ids = routing == MoeRouting::Given ? given : moeRouting(spec, R, routing, seed);
+  const MoeIds ids = detail::moeIdsFor(s, spec, seed, routing, given, "verifyMoeDispatchGemm");
 
   HostMemory mem = HostMemory::allocate(s);
   std::mt19937_64 rng(seed ^ 0x9E3779B97F4A7C15ull);
+  detail::fillMoeInputs(mem, s, ids, idsBuf, {xBuf, wBuf}, rng);
   for (uint32_t r = 0; r < R; ++r) {
-    std::memcpy(mem.as<int32_t>(r, idsBuf), ids[r].data(), ids[r].size() * sizeof(int32_t));
-    for (uint16_t b : {xBuf, wBuf}) {
-      uint16_t* p = mem.as<uint16_t>(r, b);
-      for (uint64_t i = 0; i < s.buffers[b].count[r]; ++i)
-        p[i] = floatToBf16(detail::inputValue(InputKind::Uniform, rng(), 0));
-    }
     uint32_t* out = mem.as<uint32_t>(r, outBuf);
-    std::fill(out, out + s.buffers[outBuf].count[r], kSentinel);
+    std::fill(out, out + s.buffers[outBuf].count[r], detail::kMoeSentinel);
   }
   const ExecStats moved = execute(s, mem);
   if (stats) *stats = moved;
@@ -115,7 +95,7 @@ VerifyResult verifyMoeDispatchGemm(const Schedule& s, const MoeDispatchGemmSpec&
             uint32_t bits;
             std::memcpy(&bits, &got, sizeof bits);
             ++res.checked;
-            if (bits != kSentinel && res.ok) {
+            if (bits != detail::kMoeSentinel && res.ok) {
               res.ok = false;
               res.detail = where() + ": written past the block's count " + std::to_string(tokensOf[j].size()) +
                            " (got " + std::to_string(got) + ")";

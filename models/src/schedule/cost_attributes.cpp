@@ -72,7 +72,7 @@ void fillCostAttributesAt(Schedule& s, Share&& share) {
               if (one.aux >= s.gemms.size()) return;
               const GemmShape& g = s.gemms[one.aux];
               const uint64_t m = scaled(g.m, g.extent), n = g.n, k = g.k;
-              st.bytes += (m * k + k * n) * aSize + m * n * cSize;
+              st.bytes += (m * k + k * n) * aSize + m * gemmOutCols(g, one.flags) * cSize;
               st.flops += 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
             });
             break;
@@ -89,6 +89,17 @@ void fillCostAttributesAt(Schedule& s, Share&& share) {
             std::size_t bSize = 0;
             if (dtypeOf(st.dst, esz) && dtypeOf(st.b, bSize) && st.aux > 0)
               st.bytes = scaled(st.count * esz, st.extent) + scaled(st.count / st.aux, st.extent) * bSize;
+            break;
+          }
+          case StepKind::Combine: {  // reads the weights, the ids and topk rows per token, writes a row per token
+            st.link = farthest({&st.dst, &st.a, &st.b});
+            const CombineShape c = combineShape(st);
+            std::size_t bSize = 0;
+            if (dtypeOf(st.dst, esz) && dtypeOf(st.b, bSize)) {
+              const uint64_t slots = c.tokens * c.topk;
+              st.bytes = (st.count + slots * c.row + slots) * esz + slots * bSize;
+              st.flops = 2.0 * static_cast<double>(slots) * static_cast<double>(c.row);
+            }
             break;
           }
           case StepKind::Attention: {  // reads Q, K and V once, writes its rows; priced by its unmasked pairs

@@ -311,7 +311,7 @@ class Reader {
       case StepKind::Gemm:
       case StepKind::GroupedGemm:
         if (st.kind == StepKind::GroupedGemm) {
-          checkKeys(o, p, {"kind", "count", "gemm", "dst", "a", "b", "accumulate", "bColMajor"}, cost);
+          checkKeys(o, p, {"kind", "count", "gemm", "dst", "a", "b", "accumulate", "bColMajor", "swiglu"}, cost);
           st.count = asU64(member(o, "count", p), p["count"]);
         } else {
           checkKeys(o, p, {"kind", "gemm", "dst", "a", "b", "accumulate", "bColMajor"}, cost);
@@ -323,6 +323,7 @@ class Reader {
         if (const json* x = optionalMember(o, "accumulate"); x && asBool(*x, p["accumulate"]))
           st.flags |= kStepAccumulate;
         if (const json* x = optionalMember(o, "bColMajor"); x && asBool(*x, p["bColMajor"])) st.flags |= kStepBColMajor;
+        if (const json* x = optionalMember(o, "swiglu"); x && asBool(*x, p["swiglu"])) st.flags |= kStepSwiGLU;
         break;
       case StepKind::Barrier:
         checkKeys(o, p, {"kind", "barrier"}, cost);
@@ -343,6 +344,15 @@ class Reader {
         st.count = asU64(member(o, "count", p), p["count"]);
         st.aux = asU32(member(o, "row", p), p["row"]);
         st.value = asU64(member(o, "sourceRows", p), p["sourceRows"]);
+        st.dst = readOperand(member(o, "dst", p), p["dst"]);
+        st.a = readOperand(member(o, "a", p), p["a"]);
+        st.b = readOperand(member(o, "b", p), p["b"]);
+        break;
+      case StepKind::Combine:
+        checkKeys(o, p, {"kind", "count", "topk", "experts", "row", "dst", "a", "b"}, cost);
+        st.count = asU64(member(o, "count", p), p["count"]);
+        st.aux = asU32(member(o, "topk", p), p["topk"]);
+        st.value = combineValue(asU32(member(o, "experts", p), p["experts"]), asU32(member(o, "row", p), p["row"]));
         st.dst = readOperand(member(o, "dst", p), p["dst"]);
         st.a = readOperand(member(o, "a", p), p["a"]);
         st.b = readOperand(member(o, "b", p), p["b"]);

@@ -340,6 +340,11 @@ std::string scheduleToJson(const Schedule& s, int indent) {
             w.comma();
             w.key("bColMajor");
             o += (st.flags & kStepBColMajor) ? "true" : "false";
+            if (st.flags & kStepSwiGLU) {
+              w.comma();
+              w.key("swiglu");
+              o += "true";
+            }
             break;
           case StepKind::Barrier:
             w.comma();
@@ -363,6 +368,20 @@ std::string scheduleToJson(const Schedule& s, int indent) {
             }
             operand("dst", st.dst);
             operand("a", st.a);
+            break;
+          }
+          case StepKind::Combine: {
+            const CombineShape c = combineShape(st);
+            count();
+            for (const auto& [k, v] :
+                 {std::pair<const char*, uint32_t>{"topk", c.topk}, {"experts", c.experts}, {"row", c.row}}) {
+              w.comma();
+              w.key(k);
+              w.u64(v);
+            }
+            operand("dst", st.dst);
+            operand("a", st.a);
+            operand("b", st.b);
             break;
           }
           case StepKind::Gather:

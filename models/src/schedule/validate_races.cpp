@@ -145,7 +145,7 @@ void Validator::checkRaces() {
             const GemmShape& gs = s_.gemms[one.aux];
             const bool colB = one.flags & kStepBColMajor;
             readsExtent(gs.extent);
-            addRows(g, i, snap, one.dst, gs.m, gs.n, gs.ldc, true);
+            addRows(g, i, snap, one.dst, gs.m, gemmOutCols(gs, one.flags), gs.ldc, true);
             addRows(g, i, snap, one.a, gs.m, gs.k, gs.lda, false);
             if (colB)
               addRows(g, i, snap, one.b, gs.n, gs.k, gs.ldb, false);
@@ -153,7 +153,7 @@ void Validator::checkRaces() {
               addRows(g, i, snap, one.b, gs.k, gs.n, gs.ldb, false);
           });
           break;
-        case StepExtent::Indexed: {  // gather: the whole region its indices may name counts as read
+        case StepExtent::Indexed: {  // gather, combine: the whole region its indices may name counts as read
           const IndexedElements n = indexedElements(st);
           addRows(g, i, snap, st.dst, 1, n.dst, n.dst, true);
           addRows(g, i, snap, st.a, 1, n.a, n.a, false);

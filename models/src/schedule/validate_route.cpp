@@ -106,4 +106,28 @@ void Validator::checkGather(uint32_t g, uint32_t i, const Step& st) {
   disjointOk(g, i, st.dst, n.dst, "dst", st.b, n.b, "b (indices)");
 }
 
+void Validator::checkCombine(uint32_t g, uint32_t i, const Step& st) {
+  const CombineShape c = combineShape(st);
+  if (c.topk == 0) addStep(g, i, "topk must be >= 1 (slots per token)");
+  if (c.experts == 0) addStep(g, i, "experts must be >= 1 (the blocks of rows after the weights)");
+  if (c.row == 0)
+    addStep(g, i, "row must be >= 1 (elements per row)");
+  else if (st.count == 0 || st.count % c.row != 0)
+    addStep(g, i, "count " + str(st.count) + " must be tokens x row: a positive multiple of row " + str(c.row));
+  if (!operandsOnNode(g, i, st, {"dst", "a", "b"}, "combine")) return;
+  for (const auto& [name, ref] : {std::pair<const char*, const BufRef*>{"dst", &st.dst}, {"a", &st.a}})
+    if (s_.buffers[ref->buffer].dtype != DType::Float32)
+      addStep(g, i,
+              std::string(name) + " " + bufName(ref->buffer) + " is " + toString(s_.buffers[ref->buffer].dtype) +
+                  ": a combine reads float32 weights and rows and writes float32 rows");
+  int32Ok(g, i, st.b, "b", "combine");
+  if (c.topk == 0 || c.experts == 0 || c.row == 0) return;
+  const IndexedElements n = indexedElements(st);
+  rangeOk(g, i, st.dst, "dst", n.dst);
+  rangeOk(g, i, st.a, "a (weights, rows)", n.a);
+  rangeOk(g, i, st.b, "b (ids)", n.b);
+  disjointOk(g, i, st.dst, n.dst, "dst", st.a, n.a, "a (weights, rows)");
+  disjointOk(g, i, st.dst, n.dst, "dst", st.b, n.b, "b (ids)");
+}
+
 }  // namespace mk::validation

@@ -61,6 +61,13 @@ bool Validator::checkStructure() {
           id + ": expected must be in [0, bound " + str(d.bound) + "] (got " + formatNumber(d.expected) + ")");
   }
   checkExtentSources();
+  // Shapes a SwiGLU grouped GEMM runs write n / 2 columns of C (gemmOutCols); each step checks its own use.
+  std::vector<bool> gated(s_.gemms.size(), false);
+  for (const auto& lanes : s_.lanes)
+    for (const Lane& lane : lanes)
+      for (const Step& st : lane.steps)
+        if (st.kind == StepKind::GroupedGemm && (st.flags & kStepSwiGLU))
+          for (uint64_t h = 0; h < st.count && st.aux + h < gated.size(); ++h) gated[st.aux + h] = true;
   for (std::size_t gi = 0; gi < s_.gemms.size(); ++gi) {
     const GemmShape& g = s_.gemms[gi];
     const std::string id = "gemms[" + str(gi) + "]";
@@ -68,7 +75,8 @@ bool Validator::checkStructure() {
     if (g.m == 0 || g.n == 0 || g.k == 0)
       add(-1, -1, -1, id + ": m, n, k must all be > 0 (got " + str(g.m) + ", " + str(g.n) + ", " + str(g.k) + ")");
     if (g.lda < g.k) add(-1, -1, -1, id + ": lda " + str(g.lda) + " < k " + str(g.k) + " (A is row-major m x k)");
-    if (g.ldc < g.n) add(-1, -1, -1, id + ": ldc " + str(g.ldc) + " < n " + str(g.n) + " (C is row-major m x n)");
+    if (!gated[gi] && g.ldc < g.n)
+      add(-1, -1, -1, id + ": ldc " + str(g.ldc) + " < n " + str(g.n) + " (C is row-major m x n)");
   }
   checkAttentionShapes();
   if (!ok) return false;
@@ -319,7 +327,10 @@ void Validator::checkStep(uint32_t g, uint32_t i, uint32_t r, const Step& st) {
       waits_.push_back(WaitRec{g, i, f, st.value});
       return;
     }
-    case StepKind::Gemm: checkGemm(g, i, st); return;
+    case StepKind::Gemm:
+      if (st.flags & kStepSwiGLU) addStep(g, i, "swiglu: only a grouped-gemm step carries the SwiGLU epilogue");
+      checkGemm(g, i, st);
+      return;
     case StepKind::GroupedGemm:
       if (st.count == 0) addStep(g, i, "count (groups) must be > 0");
       if (st.count > s_.gemms.size() || st.aux > s_.gemms.size() - st.count) {
@@ -341,6 +352,7 @@ void Validator::checkStep(uint32_t g, uint32_t i, uint32_t r, const Step& st) {
       return;
     case StepKind::Route: checkRoute(g, i, r, st); return;
     case StepKind::Gather: checkGather(g, i, st); return;
+    case StepKind::Combine: checkCombine(g, i, st); return;
     case StepKind::Attention: checkAttention(g, i, st); return;
   }
   addStep(g, i, "unknown step kind " + str(static_cast<uint8_t>(st.kind)));
@@ -376,7 +388,20 @@ void Validator::checkGemm(uint32_t g, uint32_t i, const Step& st) {
   else
     rangeOk(g, i, st.b, "B (b)", extentB(gs, colB));
   if (gs.lda >= gs.k) rangeOk(g, i, st.a, "A (a)", uint64_t{gs.m - 1} * gs.lda + gs.k);
-  if (gs.ldc >= gs.n) rangeOk(g, i, st.dst, "C (dst)", uint64_t{gs.m - 1} * gs.ldc + gs.n);
+  const uint32_t cols = gemmOutCols(gs, st.flags);
+  if (st.flags & kStepSwiGLU) {
+    if (st.kind != StepKind::Gemm || gs.n % 2 != 0 || (st.flags & kStepAccumulate))
+      addStep(g, i,
+              "swiglu: gemms[" + str(st.aux) + "] needs an even n (interleaved gate and up columns; got " + str(gs.n) +
+                  ") and no accumulate");
+    if (gs.ldc < cols)
+      addStep(g, i,
+              "gemms[" + str(st.aux) + "].ldc " + str(gs.ldc) + " < n / 2 " + str(cols) +
+                  " (C of a SwiGLU epilogue is m x n / 2)");
+  } else if (gs.ldc < gs.n) {  // passed the shape check for a SwiGLU use only
+    addStep(g, i, "gemms[" + str(st.aux) + "].ldc " + str(gs.ldc) + " < n " + str(gs.n) + " (C is row-major m x n)");
+  }
+  if (gs.ldc >= cols) rangeOk(g, i, st.dst, "C (dst)", uint64_t{gs.m - 1} * gs.ldc + cols);
 }
 
 uint64_t Validator::extentB(const GemmShape& gs, bool colB) {

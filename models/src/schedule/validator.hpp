@@ -158,6 +158,7 @@ class Validator {
   void checkRoute(uint32_t g, uint32_t i, uint32_t r, const Step& st);
   /// Gather: whole rows, int32 indices, operands on the executing rank's node, dst clear of its sources.
   void checkGather(uint32_t g, uint32_t i, const Step& st);
+  void checkCombine(uint32_t g, uint32_t i, const Step& st);
   /// The operand `ref` (of `name`) lies in an int32 buffer.
   void int32Ok(uint32_t g, uint32_t i, const BufRef& ref, const char* name, const char* kind);
   /// [x, x + xn) and [y, y + yn) share no element (steps that read through indices cannot run in place).

@@ -1,6 +1,7 @@
 // mkernel — the mixture-of-experts operators as generators: moe-dispatch-gemm (issue 39 item 4), a MoE dispatch
 // whose routing the schedule computes from the router's expert ids (routing as data, mk/schedule/route.hpp)
-// followed by each receiver's expert GEMMs (docs/schedule-format.md, "Routing as data").
+// followed by each receiver's expert GEMMs (docs/schedule-format.md, "Routing as data"), and moe-ffn, the whole
+// expert FFN of a MoE layer: that dispatch, the SwiGLU FFN per expert and the combine back to the tokens' ranks.
 //
 // R ranks (placed on nodes by nodeOf), E experts on every rank (G = R x E global experts, expert j on rank j / E,
 // its local index j % E), T tokens of H features on every rank, each routed to topk experts. Every (source rank,
@@ -74,5 +75,47 @@ void validateMoeDispatchGemmSpec(const MoeDispatchGemmSpec& spec, uint32_t nRank
 /// token names one of its experts (uniform: 1 - C(G - g, topk) / C(G, topk) for the node's g experts) x imbalance,
 /// capped at T. Throws what validateMoeDispatchGemmSpec throws, and Error(InvalidArgument) for a node id >= G.
 Schedule generateMoeDispatchGemm(const MoeDispatchGemmSpec& spec, const std::vector<uint32_t>& nodeOf);
+
+/// What moe-ffn computes: moe-dispatch-gemm's routing (outCols is 2 x ffn) and the expert FFN's sizes. Per rank its
+/// schedule has moe-dispatch-gemm's buffers, except that "w" is "w1" and "out" is "h", plus:
+///   "w1"      Input bf16, E x H x 2F: expert e's first weights at e x H x 2F, row-major H x 2F, columns interleaved
+///             (gate f, up f) at (2f, 2f + 1) (kStepSwiGLU)
+///   "h"       Scratch bf16, G x capacity x F: block (s, e) row i = silu(gate) x up of the token in "recv"'s row
+///   "weights" Input f32, T x topk: the router's weight of each (token, k)
+///   "w2"      Input bf16, E x F x H: expert e's second weights at e x F x H, row-major F x H
+///   "o"       Scratch f32, G x capacity x H: block (s, e) row i = that row of "h" times w2_e
+///   "back"    Scratch f32, T x topk + G x T x H: the weights, then per global expert j a block of T rows: what j's
+///             rank returned for the executing rank's tokens, in j's list order (CombineShape)
+///   "y"       Output f32, T x H: row t = sum over k of weights[t][k] x expert ids[t][k]'s output for token t
+struct MoeFfnSpec {
+  uint32_t experts = 0;  ///< E: experts on every rank
+  uint32_t topk = 0;     ///< experts per token, at most R x E
+  uint32_t tokens = 0;   ///< T: tokens on every rank
+  uint32_t hidden = 0;   ///< H: features of a token (GEMM 1's k, GEMM 2's n), a multiple of 8
+  uint32_t ffn = 0;      ///< F: the expert's intermediate size (GEMM 1's n is 2F, GEMM 2's k), a multiple of 8
+  std::optional<uint32_t> capacity;  ///< as MoeDispatchGemmSpec's; at most tokens (a returned block holds T rows)
+  double imbalance = 1.0;            ///< as MoeDispatchGemmSpec's
+
+  uint32_t capacityOr() const noexcept { return capacity ? *capacity : tokens; }
+  /// The dispatch it starts with: outCols = 2 x ffn.
+  MoeDispatchGemmSpec dispatch() const;
+};
+
+/// Check `spec` on `nRanks` ranks: ffn >= 1 and a multiple of 8 (GEMM 2's A rows and GEMM 1's C rows are whole
+/// 16-byte units for the GPU engine's TMA), capacity at most tokens, then validateMoeDispatchGemmSpec's rules with
+/// the dispatch's; the combine's buffers within kMaxElements. Throws Error(InvalidArgument) "moe-ffn: ..." naming
+/// the field.
+void validateMoeFfnSpec(const MoeFfnSpec& spec, uint32_t nRanks);
+
+/// Generate moe-ffn on ranks placed as `nodeOf` says: moe-dispatch-gemm's lanes (generateMoeDispatchGemm) with its
+/// grouped GEMM run with the SwiGLU epilogue into "h", then
+///  * compute: after each source's first grouped GEMM, the second (h x w2 into "o", the same runtime extents) and a
+///    signal of its own "ffn done" flag;
+///  * combine (a new intra lane): copy the weights into "back", then per source s once its FFN is done, per expert e
+///    the block (s, e) of "o" at its runtime extent to s's "back" block j = r x E + e: a copy for itself, a put
+///    inside the node, a proxyput across nodes (directly to s: the combine does not aggregate per node, see
+///    docs/fused-operators.md), each signalling s; last, once all G blocks are back, the combine step into "y".
+/// Throws what validateMoeFfnSpec and generateMoeDispatchGemm throw (with "moe-ffn: " in front).
+Schedule generateMoeFfn(const MoeFfnSpec& spec, const std::vector<uint32_t>& nodeOf);
 
 }  // namespace mk

@@ -34,6 +34,9 @@ void storeElement(DType t, void* base, uint64_t i, float v) noexcept;
 /// op(a, b) in float, for the element-wise operators (redOpInfo(op).shape == RedOpShape::Elementwise).
 float applyRedOp(RedOp op, float a, float b) noexcept;
 
+/// SwiGLU of one (gate, up) pair in float: silu(gate) x up = gate / (1 + e^-gate) x up (the kStepSwiGLU epilogue).
+float swiglu(float gate, float up) noexcept;
+
 /// Elements of a buffer from element `offset` on: the operands of a row operator.
 struct ElementRange {
   DType type;

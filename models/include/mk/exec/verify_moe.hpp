@@ -1,4 +1,5 @@
-// mkernel — run a generated moe-dispatch-gemm on the CPU executor against an FP32 reference of the whole layer.
+// mkernel — run a generated moe-dispatch-gemm or moe-ffn on the CPU executor against an FP32 reference of the whole
+// layer.
 #pragma once
 
 #include <cstdint>
@@ -36,5 +37,20 @@ MoeIds moeRouting(const MoeDispatchGemmSpec& spec, uint32_t nRanks, MoeRouting r
 VerifyResult verifyMoeDispatchGemm(const Schedule& s, const MoeDispatchGemmSpec& spec, uint64_t seed,
                                    MoeRouting routing = MoeRouting::Uniform, const MoeIds& ids = {},
                                    ExecStats* stats = nullptr);
+
+/// moe-ffn's check: the router ids as verifyMoeDispatchGemm's (`routing`, `ids`), router weights uniform in [0, 1),
+/// random bf16 tokens, w1 and w2 in [-1, 1) (seeded), "y" a sentinel; execute `s` (generated for `spec`) and compare
+/// every element of every rank's "y" with the reference computed straight from the inputs in double: per (token, k)
+/// gate and up = x . w1 columns (2f, 2f + 1) of expert ids[t][k], h = silu(gate) x up rounded once to bf16 (where
+/// the SwiGLU epilogue rounds), o = h . w2, y = sum_k weight x o. Tolerance per element, from the engine's rounding
+/// points: GEMM 1's fp32 accumulation ((H + 1) u32 sum |x w1| per dot) and the float epilogue (8 u32) move h's
+/// input by at most a drift d (through |silu'| <= 1.1 |up| and |silu(gate)|); rounding being monotonic, the engine's
+/// h lies between the bf16 roundings of (exact -+ d), so it may differ from the reference's by eh = the larger gap
+/// to them, 0 unless that interval straddles a rounding boundary; GEMM 2 adds sum_f eh |w2| + (F + 1) u32
+/// sum_f (|h| + eh) |w2|; the combine, summed in double, sum_k |weight| (e_o + u32 |o|) + 2 u32 |y|. Throws
+/// what verifyMoeDispatchGemm throws (for moe-ffn's buffers), and Error(InvalidArgument) from the executor for a
+/// routing over the capacity, an id out of range (at the route) or a non-finite weight (at the combine).
+VerifyResult verifyMoeFfn(const Schedule& s, const MoeFfnSpec& spec, uint64_t seed,
+                          MoeRouting routing = MoeRouting::Uniform, const MoeIds& ids = {}, ExecStats* stats = nullptr);
 
 }  // namespace mk

@@ -16,7 +16,9 @@
 // and OpInfo travel in JSON only; unpack() restores them as "buf<i>" and "extent<i>".
 // Version 2 added runtime extents (PackedExtent, PackedStep::extent, PackedGemm::extent); version 3 their source
 // (PackedExtent::sourceBuffer / sourceElement); version 4 attention shapes (PackedAttention, the header's
-// nAttentions). Older images are refused (regenerate them from their schedule).
+// nAttentions); version 5 the combine step (kind 12) and the SwiGLU bit of Step::flags (kStepSwiGLU), which a
+// version-4 reader would have run as a plain grouped GEMM. Older images are refused (regenerate them from their
+// schedule).
 #pragma once
 
 #include <cstdint>
@@ -27,7 +29,7 @@
 namespace mk {
 
 inline constexpr uint32_t kPackMagic = 0x43534B4Du;  // "MKSC"
-inline constexpr uint32_t kPackVersion = 4;
+inline constexpr uint32_t kPackVersion = 5;
 
 struct PackedHeader {
   uint32_t magic;

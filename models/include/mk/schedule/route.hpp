@@ -97,10 +97,41 @@ inline const char* routeBucketsProblem(const Schedule& s, const Step& st) noexce
   return nullptr;
 }
 
-/// Elements a step of StepExtent::Indexed (route, gather) touches on each operand at its bound, 0 where it has
+/// The sizes of a Combine step (a MoE combine, the mirror of the dispatch). In the Step: count = tokens x row
+/// elements of dst, aux = topk, value = experts (low 32 bits) and row (high 32 bits): combineValue(). Operands, all
+/// on the executing rank: dst float32 tokens x row (the combined tokens); b int32 tokens x topk (the router's ids);
+/// a float32: the router's weights (tokens x topk), then per expert j a block of `tokens` rows of `row` elements,
+/// row i the expert's output for the i-th (token, k) naming j in row-major order of the ids, as a route lists them
+/// (its list position). dst row t = sum over k of weight[t][k] x block ids[t][k], row (list position of (t, k)),
+/// summed in double and rounded once to float32; every row of dst is written (topk >= 1 gives every token a slot).
+/// An id outside [0, experts), or a list position at or past `tokens` (an expert named more than tokens times), is
+/// refused before anything is written. Block rows past an expert's count are never read.
+struct CombineShape {
+  uint64_t tokens = 0;   ///< rows of dst and of the ids: count / row
+  uint32_t topk = 0;     ///< slots per token
+  uint32_t experts = 0;  ///< blocks of a after the weights: ids lie in [0, experts)
+  uint32_t row = 0;      ///< elements of a row (the hidden size)
+};
+
+/// Step::value of a Combine step over `experts` expert blocks of rows of `row` elements.
+constexpr uint64_t combineValue(uint32_t experts, uint32_t row) noexcept { return (uint64_t{row} << 32) | experts; }
+
+/// The sizes a Combine step stands for (its count, aux and value; the fields are not checked here).
+inline CombineShape combineShape(const Step& st) noexcept {
+  CombineShape c;
+  c.topk = st.aux;
+  c.experts = static_cast<uint32_t>(st.value & 0xFFFFFFFFu);
+  c.row = static_cast<uint32_t>(st.value >> 32);
+  c.tokens = c.row == 0 ? 0 : st.count / c.row;
+  return c;
+}
+
+/// Elements a step of StepExtent::Indexed (route, gather, combine) touches on each operand at its bound, 0 where it has
 /// none: route reads count ids from a and writes the layout to dst; gather (count = rows x row, aux = row, value =
 /// the rows of a its indices may name) writes count elements to dst, reads count / row indices from b and may read
-/// any of the value x row elements of a. Products saturate, so a hostile size reads as out of range.
+/// any of the value x row elements of a; combine (CombineShape) writes count elements to dst, reads tokens x topk
+/// ids from b and may read the weights and every expert block of a. Products saturate, so a hostile size reads as out
+/// of range.
 struct IndexedElements {
   uint64_t dst = 0, a = 0, b = 0;
 };
@@ -114,6 +145,14 @@ inline IndexedElements indexedElements(const Step& st) noexcept {
     e.dst = st.count;
     e.b = st.count / st.aux;
     if (__builtin_mul_overflow(st.value, uint64_t{st.aux}, &e.a)) e.a = ~uint64_t{0};
+  } else if (st.kind == StepKind::Combine) {  // a: the weights, then experts blocks of tokens x row
+    const CombineShape c = combineShape(st);
+    e.dst = st.count;
+    uint64_t rows = 0, slots = 0;
+    if (__builtin_mul_overflow(c.tokens, uint64_t{c.topk}, &slots)) slots = ~uint64_t{0};
+    e.b = slots;
+    if (__builtin_mul_overflow(uint64_t{c.experts}, st.count, &rows) || __builtin_add_overflow(rows, slots, &e.a))
+      e.a = ~uint64_t{0};
   }
   return e;
 }

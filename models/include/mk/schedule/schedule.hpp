@@ -70,6 +70,12 @@ enum StepFlagBits : uint8_t {
   kStepRouteNodes = 1u << 5,
   /// Route: only the executing rank's node's experts are listed (route.hpp, RouteBuckets::OwnNode)
   kStepRouteOwnNode = 1u << 6,
+  /// GroupedGemm, SwiGLU epilogue (a MoE FFN's first GEMM): the groups' n columns are interleaved (gate, up) pairs
+  /// and C holds n / 2 columns, C[i][f] = silu(acc[i][2f]) x acc[i][2f + 1], computed in float from the
+  /// accumulators and rounded once to C's dtype (gemmOutCols). Pairs are adjacent so that one accumulator
+  /// fragment of a tensor-core tile holds both halves of its outputs (the GPU epilogue pairs registers in a thread).
+  /// Not with kStepAccumulate; n must be even.
+  kStepSwiGLU = 1u << 7,
 };
 /// The protocol bits of Step::flags.
 inline constexpr uint8_t kStepProtocolBits = kStepLL | kStepLL128;
@@ -125,6 +131,11 @@ struct GemmShape {
   uint32_t lda = 0, ldb = 0, ldc = 0;  ///< leading dimensions in elements
   uint32_t extent = kNoExtent;         ///< runtime extent of m (m rows at its bound, extent.hpp), or kNoExtent
 };
+
+/// Columns of C a Gemm of shape `g` writes under `flags`: n, or n / 2 with the SwiGLU epilogue (kStepSwiGLU).
+constexpr uint32_t gemmOutCols(const GemmShape& g, uint8_t flags) noexcept {
+  return (flags & kStepSwiGLU) ? g.n / 2 : g.n;
+}
 
 /// Calls visit(gemm) for each Gemm that `st` (a kind with StepExtent::Tile) stands for, in order: `st` itself for a
 /// Gemm; for a GroupedGemm, one Gemm per group h < count on shape gemms[aux + h], whose A, B and C start where

@@ -40,6 +40,9 @@ enum class StepKind : uint8_t {
   /// attention of a block of queries (a) against a block of keys and values (b), one log-sum-exp row per (batch,
   /// query, head) into dst; sizes, layout and mask in Schedule::attentions[aux] (attention.hpp)
   Attention = 11,
+  /// MoE combine (the mirror of a dispatch): dst row t <- sum over the token's topk slots k of weight[t][k] times
+  /// the expert output row that came back for (t, k), in float32 (route.hpp, combineShape)
+  Combine = 12,
 };
 
 /// Which Step fields a kind uses (StepKindInfo::fields); the others are ignored and written as zero.
@@ -61,8 +64,8 @@ enum class StepExtent : uint8_t {
   None = 0,  ///< no data operands (synchronisation)
   Flat = 1,  ///< `count` contiguous elements on each operand it uses
   Tile = 2,  ///< a Gemm tile: rows x columns with a leading dimension, from Schedule::gemms[aux]
-  /// elements per operand from the step's sizes (route, gather: indexedElements in route.hpp); what a gather reads
-  /// of `a` depends on its indices, so its whole source region counts
+  /// elements per operand from the step's sizes (route, gather, combine: indexedElements in route.hpp); what a
+  /// gather or a combine reads of `a` depends on its indices, so its whole source region counts
   Indexed = 3,
   /// an attention block: per batch, rows of Q, K, V and output with their leading dimensions (attention.hpp)
   Attention = 4,
@@ -101,6 +104,7 @@ inline constexpr StepKindInfo kStepKinds[] = {
   {StepKind::Route,    "route",    nullptr,     kFieldDst | kFieldA | kFieldCount | kFieldAux | kFieldValue | kFieldExtent, StepExtent::Indexed, "topk", false, true, false, false, false, false, false},
   {StepKind::Gather,   "gather",   nullptr,     kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldAux | kFieldValue | kFieldExtent, StepExtent::Indexed, "row", true, false, false, false, false, false, false},
   {StepKind::Attention, "attention", nullptr,  kFieldDst | kFieldA | kFieldB | kFieldAux,            StepExtent::Attention, "attention", false, true, false, false, false, false, false},
+  {StepKind::Combine,  "combine",  nullptr,     kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldAux | kFieldValue, StepExtent::Indexed, "topk", false, true, false, false, false, false, false},
 };
 // clang-format on
 

@@ -1,7 +1,8 @@
 // mkernel — the command-line block of the operators that are not a collective or a fused GEMM + collective:
-// moe-dispatch-gemm (mk/algorithms/moe.hpp) and ring-attention (mk/algorithms/attention.hpp), shared by mk-sim and
-// mk-schedule so that "--op ring-attention --seq 4096" means the same thing in both. An option of one op given to
-// another op is refused, naming the option. Header-only and for tools: it needs CLI11.
+// moe-dispatch-gemm and moe-ffn (mk/algorithms/moe.hpp) and ring-attention (mk/algorithms/attention.hpp), shared by
+// mk-sim and mk-schedule so that "--op ring-attention --seq 4096" means the same thing in both. An option of one op
+// given to another op is refused, naming the option; the two MoE ops share their routing options. Header-only and for
+// tools: it needs CLI11.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mk/algorithms/attention.hpp"
@@ -21,15 +23,22 @@ namespace mk::cli {
 
 /// The op names of the operators this block sizes.
 inline constexpr const char* kMoeDispatchGemmOp = "moe-dispatch-gemm";
+inline constexpr const char* kMoeFfnOp = "moe-ffn";
 inline constexpr const char* kRingAttentionOp = "ring-attention";
 
-/// Whether `op` is moe-dispatch-gemm or ring-attention.
-inline bool isOperatorOp(const std::string& op) { return op == kMoeDispatchGemmOp || op == kRingAttentionOp; }
+/// Whether `op` is moe-dispatch-gemm, moe-ffn or ring-attention.
+inline bool isOperatorOp(const std::string& op) {
+  return op == kMoeDispatchGemmOp || op == kMoeFfnOp || op == kRingAttentionOp;
+}
+
+/// Whether `op` is one of the MoE operators (moe-dispatch-gemm, moe-ffn).
+inline bool isMoeOp(const std::string& op) { return op == kMoeDispatchGemmOp || op == kMoeFfnOp; }
 
 /// What the options of moe-dispatch-gemm and ring-attention say, as typed (0: not given).
 struct OperatorArgs {
   // moe-dispatch-gemm (MoeDispatchGemmSpec)
   uint32_t experts = 0, topk = 0, tokens = 0, hidden = 0, outCols = 0;
+  uint32_t ffn = 0;       ///< moe-ffn's F
   uint32_t capacity = 0;  ///< 0: T
   double imbalance = 1.0;
   // ring-attention (RingAttentionSpec)
@@ -39,29 +48,49 @@ struct OperatorArgs {
   std::vector<std::string> given;  ///< the options of this block named on the command line
 };
 
-/// Every option of the block and the op it belongs to.
+/// Every option of the block and the op it belongs to (moe-dispatch-gemm's routing options are moe-ffn's too:
+/// optionApplies).
 inline const std::vector<std::pair<const char*, const char*>>& operatorOptionOps() {
   static const std::vector<std::pair<const char*, const char*>> options = {
-      {"--experts", kMoeDispatchGemmOp},   {"--topk", kMoeDispatchGemmOp},     {"--tokens", kMoeDispatchGemmOp},
-      {"--hidden", kMoeDispatchGemmOp},    {"--out-cols", kMoeDispatchGemmOp}, {"--capacity", kMoeDispatchGemmOp},
-      {"--imbalance", kMoeDispatchGemmOp}, {"--seq", kRingAttentionOp},        {"--heads", kRingAttentionOp},
-      {"--kv-heads", kRingAttentionOp},    {"--head-dim", kRingAttentionOp},   {"--batch", kRingAttentionOp},
-      {"--causal", kRingAttentionOp}};
+      {"--experts", kMoeDispatchGemmOp},   {"--topk", kMoeDispatchGemmOp},
+      {"--tokens", kMoeDispatchGemmOp},    {"--hidden", kMoeDispatchGemmOp},
+      {"--out-cols", kMoeDispatchGemmOp},  {"--capacity", kMoeDispatchGemmOp},
+      {"--imbalance", kMoeDispatchGemmOp}, {"--seq", kRingAttentionOp},
+      {"--heads", kRingAttentionOp},       {"--kv-heads", kRingAttentionOp},
+      {"--head-dim", kRingAttentionOp},    {"--batch", kRingAttentionOp},
+      {"--causal", kRingAttentionOp},      {"--ffn", kMoeFfnOp}};
   return options;
+}
+
+/// Whether option `name` of owner `owner` (operatorOptionOps) applies to `op`: its owner's, and for moe-ffn also
+/// moe-dispatch-gemm's options but --out-cols (moe-ffn's GEMMs are sized by --ffn and --hidden).
+inline bool optionApplies(const std::string& name, const std::string& owner, const std::string& op) {
+  return owner == op || (op == kMoeFfnOp && owner == kMoeDispatchGemmOp && name != "--out-cols");
+}
+
+/// The ops option `name` of owner `owner` applies to, in words.
+inline std::string optionOwners(const std::string& name, const std::string& owner) {
+  return owner == kMoeDispatchGemmOp && name != "--out-cols" ? owner + " and " + kMoeFfnOp : owner;
 }
 
 /// Add the options of moe-dispatch-gemm and ring-attention to `app`, bound to `a`.
 inline void addOperatorOptions(CLI::App& app, OperatorArgs& a) {
-  app.add_option("--experts", a.experts, "moe-dispatch-gemm: experts on every rank (E)");
-  app.add_option("--topk", a.topk, "moe-dispatch-gemm: experts each token is routed to (at most ranks x E)");
-  app.add_option("--tokens", a.tokens, "moe-dispatch-gemm: tokens on every rank (T)");
-  app.add_option("--hidden", a.hidden, "moe-dispatch-gemm: features of a token, the expert GEMM's k; a multiple of 8");
+  app.add_option("--experts", a.experts, "moe-dispatch-gemm, moe-ffn: experts on every rank (E)");
+  app.add_option("--topk", a.topk, "moe-dispatch-gemm, moe-ffn: experts each token is routed to (at most ranks x E)");
+  app.add_option("--tokens", a.tokens, "moe-dispatch-gemm, moe-ffn: tokens on every rank (T)");
+  app.add_option("--hidden", a.hidden,
+                 "moe-dispatch-gemm, moe-ffn: features of a token, the (first) expert GEMM's k; a multiple of 8");
+  app.add_option("--ffn", a.ffn,
+                 "moe-ffn: the experts' intermediate size F (gate and up: 2F columns, SwiGLU, then F -> hidden); a "
+                 "multiple of 8");
   app.add_option("--out-cols", a.outCols,
                  "moe-dispatch-gemm: columns of an expert's output, the expert GEMM's n; a multiple of 8");
   app.add_option("--capacity", a.capacity,
-                 "moe-dispatch-gemm: most tokens one rank may send one expert (default: --tokens, never drops)");
+                 "moe-dispatch-gemm, moe-ffn: most tokens one rank may send one expert (default: --tokens, never "
+                 "drops; moe-ffn: at most --tokens)");
   app.add_option("--imbalance", a.imbalance,
-                 "moe-dispatch-gemm: the expected tokens per (rank, expert) are the uniform T x topk / (ranks x E) "
+                 "moe-dispatch-gemm, moe-ffn: the expected tokens per (rank, expert) are the uniform T x topk / "
+                 "(ranks x E) "
                  "times this (>= 1, capped at the capacity; default 1); --extents prices a given routing instead");
   app.add_option("--seq", a.seq,
                  "ring-attention: tokens of the whole sequence, a multiple of the ranks (of 2 x ranks with --causal)");
@@ -84,6 +113,7 @@ inline int finishOperatorOptions(const CLI::App& app, const char* tool, Operator
                           {"--tokens", a.tokens},
                           {"--hidden", a.hidden},
                           {"--out-cols", a.outCols},
+                          {"--ffn", a.ffn},
                           {"--capacity", a.capacity},
                           {"--seq", a.seq},
                           {"--heads", a.heads},
@@ -92,14 +122,15 @@ inline int finishOperatorOptions(const CLI::App& app, const char* tool, Operator
                           {"--batch", a.batch}});
 }
 
-/// Refuse an option of this block given to an op it does not belong to ("--experts applies to moe-dispatch-gemm,
-/// not to allreduce"), and for moe-dispatch-gemm or ring-attention an option of the collectives or the fused ops
-/// other than --op, --cluster, --nodes, --ranks, --profile (and --dtype for ring-attention). Throws
+/// Refuse an option of this block given to an op it does not belong to ("--experts applies to moe-dispatch-gemm and
+/// moe-ffn, not to allreduce"), and for moe-dispatch-gemm, moe-ffn or ring-attention an option of the collectives or
+/// the fused ops other than --op, --cluster, --nodes, --ranks, --profile (and --dtype for ring-attention). Throws
 /// Error(InvalidArgument).
 inline void checkOperatorOptions(const std::string& op, const OperatorArgs& a, const CollectiveArgs& coll) {
   for (const auto& [name, owner] : operatorOptionOps())
-    if (owner != op && std::find(a.given.begin(), a.given.end(), name) != a.given.end())
-      throw Error(ErrorCode::InvalidArgument, std::string(name) + " applies to " + owner + ", not to " + op);
+    if (!optionApplies(name, owner, op) && std::find(a.given.begin(), a.given.end(), name) != a.given.end())
+      throw Error(ErrorCode::InvalidArgument,
+                  std::string(name) + " applies to " + optionOwners(name, owner) + ", not to " + op);
   if (!isOperatorOp(op)) return;
   const std::vector<std::string> shared = {"--op", "--cluster", "--nodes", "--ranks", "--profile"};
   for (const std::string& name : coll.given)
@@ -107,6 +138,7 @@ inline void checkOperatorOptions(const std::string& op, const OperatorArgs& a, c
       throw Error(ErrorCode::InvalidArgument,
                   name + " does not apply to " + op + ": it is sized by " +
                       (op == kMoeDispatchGemmOp ? "--experts, --topk, --tokens, --hidden, --out-cols"
+                       : op == kMoeFfnOp        ? "--experts, --topk, --tokens, --hidden, --ffn"
                                                 : "--seq, --heads, --head-dim"));
 }
 
@@ -119,25 +151,43 @@ inline void requireGiven(const OperatorArgs& a, const char* op,
 }
 }  // namespace detail
 
-/// The moe-dispatch-gemm spec `a` asks for: --experts, --topk, --tokens, --hidden and --out-cols required; the
-/// shape rules are validateMoeDispatchGemmSpec's, checked once the rank count is known. Throws
-/// Error(InvalidArgument).
-inline MoeDispatchGemmSpec moeSpecOf(const OperatorArgs& a) {
-  detail::requireGiven(a, kMoeDispatchGemmOp,
-                       {{"--experts", "experts per rank"},
-                        {"--topk", "experts per token"},
-                        {"--tokens", "tokens per rank"},
-                        {"--hidden", "features of a token"},
-                        {"--out-cols", "columns of an expert's output"}});
-  MoeDispatchGemmSpec spec;
+namespace detail {
+/// A MoE spec of either op from `a`: the options both ops share required (`last` names the op's own, sized by
+/// `set`), then the routing fields copied.
+template <class Spec, class Set>
+Spec moeSpecFrom(const OperatorArgs& a, const char* op, std::pair<const char*, const char*> last, Set&& set) {
+  requireGiven(a, op,
+               {{"--experts", "experts per rank"},
+                {"--topk", "experts per token"},
+                {"--tokens", "tokens per rank"},
+                {"--hidden", "features of a token"},
+                last});
+  Spec spec;
   spec.experts = a.experts;
   spec.topk = a.topk;
   spec.tokens = a.tokens;
   spec.hidden = a.hidden;
-  spec.outCols = a.outCols;
   if (a.capacity > 0) spec.capacity = a.capacity;
   spec.imbalance = a.imbalance;
+  set(spec);
   return spec;
+}
+}  // namespace detail
+
+/// The moe-dispatch-gemm spec `a` asks for: --experts, --topk, --tokens, --hidden and --out-cols required; the
+/// shape rules are validateMoeDispatchGemmSpec's, checked once the rank count is known. Throws
+/// Error(InvalidArgument).
+inline MoeDispatchGemmSpec moeSpecOf(const OperatorArgs& a) {
+  return detail::moeSpecFrom<MoeDispatchGemmSpec>(a, kMoeDispatchGemmOp,
+                                                  {"--out-cols", "columns of an expert's output"},
+                                                  [&](MoeDispatchGemmSpec& s) { s.outCols = a.outCols; });
+}
+
+/// The moe-ffn spec `a` asks for: --experts, --topk, --tokens, --hidden and --ffn required; the shape rules are
+/// validateMoeFfnSpec's, checked once the rank count is known. Throws Error(InvalidArgument).
+inline MoeFfnSpec moeFfnSpecOf(const OperatorArgs& a) {
+  return detail::moeSpecFrom<MoeFfnSpec>(a, kMoeFfnOp, {"--ffn", "the experts' intermediate size"},
+                                         [&](MoeFfnSpec& s) { s.ffn = a.ffn; });
 }
 
 /// The ring-attention spec `a` asks for on a GPU with `sms` SMs: --seq, --heads and --head-dim required, --kv-heads
