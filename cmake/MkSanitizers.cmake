@@ -33,6 +33,15 @@ function(mk_sanitize_thin)
   endif()
 endfunction()
 
+# mk_sanitize_thin_sources(<source>...): the same for single sources of a library (call it in the directory that
+# adds them). For the JSON and report writers among a library's sources: their compile time is large (nlohmann's
+# templates) and their run time small, while the library's hot paths (the planner's search and pricing) keep -O1.
+function(mk_sanitize_thin_sources)
+  if(MK_SANITIZE)
+    set_property(SOURCE ${ARGN} APPEND PROPERTY COMPILE_OPTIONS -Og)
+  endif()
+endfunction()
+
 # MK_FUZZ: the reader fuzz targets (models/fuzz/) as libFuzzer binaries. Needs clang (Debian's clang package);
 # everything is instrumented for coverage and built with ASan + UBSan, as libFuzzer wants.
 option(MK_FUZZ "Build models/fuzz/ as libFuzzer targets (clang; needs MK_WITH_CUDA=OFF)" OFF)
