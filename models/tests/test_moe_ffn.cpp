@@ -244,7 +244,7 @@ TEST_CASE("moe-ffn: extents price the FFN and the return at the routing model's 
   }
 }
 
-TEST_CASE("combine: each token's rows found from the ids, weighted and summed; bad ids and positions refused") {
+TEST_CASE("combine: each token's rows found from the ids, weighted and summed, bad ids and positions refused") {
   // 3 tokens, topk 2, 2 experts, rows of 2: "back" holds the weights, then each expert's block of 3 rows.
   const uint32_t T = 3, K = 2, G = 2, H = 2;
   Schedule s;

@@ -110,7 +110,7 @@ uint32_t ScheduleBuilder::newFlag() { return s_.nFlags++; }
 
 uint32_t ScheduleBuilder::lane(uint32_t rank, LaneRole role, uint32_t channel) {
   const uint64_t key = (uint64_t(static_cast<uint8_t>(role)) << 32) | channel;
-  auto& index = laneIndex_.at(rank);
+  const auto& index = laneIndex_.at(rank);
   if (index.size() <= kLaneScanMax) {
     for (const auto& [k, idx] : index)
       if (k == key) return idx;
@@ -120,12 +120,18 @@ uint32_t ScheduleBuilder::lane(uint32_t rank, LaneRole role, uint32_t channel) {
     const auto& hash = laneHash_[rank];
     if (const auto it = hash.find(key); it != hash.end()) return it->second;
   }
+  return addLane(rank, role, key);
+}
+
+// Out of lane()'s path and never inlined into it: its locals (the new lane, the hash's nodes) would make lane()'s
+// frame large, and a sanitized build clears a large frame on every call, hits included (a third of a counting
+// run's time under ASan).
+[[gnu::noinline]] uint32_t ScheduleBuilder::addLane(uint32_t rank, LaneRole role, uint64_t key) {
   if (counting_ && (weight_ += laneWeight_) > maxWeight_) throw StepLimitReached{};
   auto& lanes = s_.lanes[rank];
-  Lane l;
-  l.role = role;
-  lanes.push_back(std::move(l));
+  lanes.emplace_back().role = role;
   const auto idx = static_cast<uint32_t>(lanes.size() - 1);
+  auto& index = laneIndex_[rank];
   index.emplace_back(key, idx);
   if (index.size() == kLaneScanMax + 1) {
     for (const auto& [k, i] : index) laneHash_[rank].emplace(k, i);

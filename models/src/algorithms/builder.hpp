@@ -123,6 +123,8 @@ class ScheduleBuilder {
  private:
   Step& append(uint32_t rank, uint32_t lane, StepKind kind);
   void countSignal(uint32_t rank, uint32_t flagId, uint64_t inc);
+  /// A new lane (role, key) of `rank`: lane()'s miss path.
+  uint32_t addLane(uint32_t rank, LaneRole role, uint64_t key);
 
   const GenContext& ctx_;
   Schedule s_;
