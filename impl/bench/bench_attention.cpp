@@ -35,7 +35,7 @@ struct Args {
   std::vector<uint32_t> seq{768, 1024, 2048, 4096, 8192, 16384};
   uint32_t batch = 4;
   uint64_t iters = 10, reps = 5, warmup = 2;
-  std::string json, variant = "both";
+  std::string json, variant = "all";
 };
 
 struct Config {
@@ -73,8 +73,8 @@ int attentionMain(int argc, char** argv, const std::string& command) {
   app.add_option("-b,--batch", a.batch, "batch")->check(CLI::PositiveNumber);
   app.add_option("--json", a.json, "write measurement records (mkernel.measurement.v1) to this file, atomically");
   app.add_option("--variant", a.variant,
-                 "overlap (the default pipeline), serial (each tile's wgmmas waited for) or both, for A/B runs")
-      ->check(CLI::IsMember({"overlap", "serial", "both"}));
+                 "consumer pipeline: overlap (the default), serial, pingpong, or all three for A/B runs")
+      ->check(CLI::IsMember({"overlap", "serial", "pingpong", "all"}));
   app.add_option("--iters", a.iters, "launches per timed loop")->check(CLI::PositiveNumber);
   app.add_option("-w,--warmup", a.warmup, "untimed launches before timing");
   app.add_option("--reps", a.reps, "timed loops; the median is reported")->check(CLI::PositiveNumber);
@@ -115,12 +115,15 @@ int attentionMain(int argc, char** argv, const std::string& command) {
         MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), outCount * 4));
         fillRandom(q, qCount, ++seed);
         fillRandom(kv, 2 * kCount, ++seed);
-        std::vector<bool> variants;
-        if (a.variant != "serial") variants.push_back(true);
-        if (a.variant != "overlap") variants.push_back(false);
-        for (bool overlap : variants) {
+        using Pipe = mk::device::AttentionPipeline;
+        std::vector<Pipe> variants;
+        if (a.variant == "overlap" || a.variant == "all") variants.push_back(Pipe::Overlap);
+        if (a.variant == "pingpong" || a.variant == "all") variants.push_back(Pipe::PingPong);
+        if (a.variant == "serial" || a.variant == "all") variants.push_back(Pipe::Serial);
+        for (Pipe pipe : variants) {
+          const char* name = pipe == Pipe::Serial ? "serial" : pipe == Pipe::Overlap ? "overlap" : "pingpong";
           mk::AttentionOptions opt;
-          opt.overlap = overlap;
+          opt.pipeline = pipe;
           for (uint64_t i = 0; i < a.warmup; ++i)
             mk::attentionForward(sh, mk::DType::BFloat16, q, kv, out, stream, opt);
           std::vector<double> samples;
@@ -141,13 +144,13 @@ int attentionMain(int argc, char** argv, const std::string& command) {
           uint64_t nonFinite = 0;
           for (float v : host) nonFinite += !std::isfinite(v);
           const double us = median(samples), flops = mk::attentionFlops(sh), tflops = flops / us * 1e-6;
-          std::printf("%6u %4u %4u %6s %8s %12.2f %12.1f %10llu\n", s, c.hq, c.hkv, c.causal ? "yes" : "no",
-                      overlap ? "overlap" : "serial", us, tflops, static_cast<unsigned long long>(nonFinite));
+          std::printf("%6u %4u %4u %6s %8s %12.2f %12.1f %10llu\n", s, c.hq, c.hkv, c.causal ? "yes" : "no", name, us,
+                      tflops, static_cast<unsigned long long>(nonFinite));
           std::fflush(stdout);
           mk::MeasurementRecord rec;
           rec.op = "attention-fwd";
           rec.impl = "mkernel";
-          rec.algo = overlap ? "wgmma-tma-ws-overlap" : "wgmma-tma-ws-serial";
+          rec.algo = std::string("wgmma-tma-ws-") + name;
           rec.dtype = "bfloat16";
           rec.ranks = 1;
           rec.bytes = (qCount + 2 * kCount) * 2 + outCount * 4;

@@ -66,7 +66,7 @@ Reference reference(const AttentionShape& sh, uint32_t seed) {
   return r;
 }
 
-void check(const AttentionShape& sh, const Case& c, const Reference& ref, bool overlap);
+void check(const AttentionShape& sh, const Case& c, const Reference& ref, device::AttentionPipeline pipe);
 
 void runCase(const Case& c, uint32_t seed) {
   AttentionShape sh;
@@ -87,12 +87,17 @@ void runCase(const Case& c, uint32_t seed) {
   INFO("d " << c.d << " hq " << c.hq << " hkv " << c.hkv << " B " << c.batch << " sq " << c.sq << " skv " << c.skv
             << " causal " << c.causal << " qPos " << c.qPos << " kvPos " << c.kvPos << " ctas " << c.ctas);
   Reference ref = reference(sh, seed);
-  for (bool overlap : {true, false}) check(sh, c, ref, overlap);
+  for (auto pipe :
+       {device::AttentionPipeline::Overlap, device::AttentionPipeline::PingPong, device::AttentionPipeline::Serial})
+    check(sh, c, ref, pipe);
 }
 
 /// Run the engine on the reference's inputs and compare every output value and log-sum-exp.
-void check(const AttentionShape& sh, const Case& c, const Reference& ref, bool overlap) {
-  INFO("overlap " << overlap);
+void check(const AttentionShape& sh, const Case& c, const Reference& ref, device::AttentionPipeline pipe) {
+  const char* name = pipe == device::AttentionPipeline::Serial    ? "serial"
+                     : pipe == device::AttentionPipeline::Overlap ? "overlap"
+                                                                  : "pingpong";
+  INFO("pipeline " << name);
   const auto& q = ref.mem.bytes[0][0];
   const auto& kv = ref.mem.bytes[0][1];
   const uint64_t outCount = ref.s.buffers[2].count[0];
@@ -108,7 +113,7 @@ void check(const AttentionShape& sh, const Case& c, const Reference& ref, bool o
   MK_CUDA_CHECK(cudaMemcpy(dout, got.data(), outCount * sizeof(float), cudaMemcpyHostToDevice));
   AttentionOptions opt;
   opt.ctas = c.ctas;
-  opt.overlap = overlap;
+  opt.pipeline = pipe;
   attentionForward(sh, DType::BFloat16, dq, dkv, dout, nullptr, opt);
   MK_CUDA_CHECK(cudaDeviceSynchronize());
   MK_CUDA_CHECK(cudaMemcpy(got.data(), dout, outCount * sizeof(float), cudaMemcpyDeviceToHost));
@@ -151,10 +156,9 @@ void check(const AttentionShape& sh, const Case& c, const Reference& ref, bool o
   std::printf(
       "attention %s d%u hq%u/%u B%u sq%u skv%u causal%d pos %llu/%llu: %llu rows (%llu see no key), max |dO| "
       "%.3g, max |dLSE| %.3g, %llu bad\n",
-      overlap ? "overlap" : "serial", c.d, c.hq, c.hkv, c.batch, c.sq, c.skv, c.causal ? 1 : 0,
-      static_cast<unsigned long long>(c.qPos), static_cast<unsigned long long>(c.kvPos),
-      static_cast<unsigned long long>(rows), static_cast<unsigned long long>(empty), worstO, worstL,
-      static_cast<unsigned long long>(bad));
+      name, c.d, c.hq, c.hkv, c.batch, c.sq, c.skv, c.causal ? 1 : 0, static_cast<unsigned long long>(c.qPos),
+      static_cast<unsigned long long>(c.kvPos), static_cast<unsigned long long>(rows),
+      static_cast<unsigned long long>(empty), worstO, worstL, static_cast<unsigned long long>(bad));
   CHECK(bad == 0);
   CHECK(rows == uint64_t{sh.batch} * sh.sq * sh.qHeads);
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "mk/device/attention_device.hpp"
 #include "mk/schedule/attention.hpp"
 #include "mk/schedule/element.hpp"
 
@@ -20,10 +21,9 @@ std::string attentionForwardProblem(const AttentionShape& sh, DType dtype);
 /// How attentionForward runs (the defaults are the fast path).
 struct AttentionOptions {
   uint32_t ctas = 0;  ///< CTAs of the persistent grid; 0: one per SM (never more than the units)
-  /// true: the consumers overlap the softmax of key tile t + 1 with P V of tile t (FlashAttention-3's
-  /// intra-warpgroup pipelining); false: each tile's wgmmas are waited for before the softmax (the first version,
-  /// kept for A/B runs).
-  bool overlap = true;
+  /// How the consumer warpgroups order their work (mk/device/attention_device.hpp); all give the same results to
+  /// rounding, the others stay for A/B runs.
+  device::AttentionPipeline pipeline = device::AttentionPipeline::Overlap;
   /// Host-mapped, 8 words zeroed (optional): receives who waited for what if a device wait times out.
   uint32_t* timeoutReport = nullptr;
 };

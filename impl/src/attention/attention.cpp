@@ -95,7 +95,7 @@ void attentionForward(const AttentionShape& sh, DType dtype, const void* q, cons
     ctas = static_cast<uint32_t>(sms);
   }
   if (ctas > p.units) ctas = p.units;
-  runtime::launchAttention(p, ctas, options.overlap, stream);
+  runtime::launchAttention(p, ctas, options.pipeline, stream);
 }
 
 }  // namespace mk

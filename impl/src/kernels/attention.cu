@@ -15,14 +15,16 @@ using device::AttentionParams;
 using device::AttentionTileConfig;
 
 // 384 threads, one CTA per SM: at most 168 registers per thread before setmaxnreg moves them to the consumers.
-template <uint32_t kD, bool kOverlap>
+using device::AttentionPipeline;
+
+template <uint32_t kD, AttentionPipeline kPipe>
 __global__ void __launch_bounds__(AttentionTileConfig<kD>::kThreads, 1)
     attentionKernel(const __grid_constant__ AttentionParams p) {
   extern __shared__ __align__(1024) uint8_t smem[];
-  device::attentionRunUnits<kD, kOverlap>(p, smem, blockIdx.x, gridDim.x);
+  device::attentionRunUnits<kD, kPipe>(p, smem, blockIdx.x, gridDim.x);
 }
 
-template <uint32_t kD, bool kOverlap>
+template <uint32_t kD, AttentionPipeline kPipe>
 void launch(const AttentionParams& p, uint32_t ctas, cudaStream_t stream) {
   static std::mutex mu;
   static std::set<int> ready;
@@ -33,20 +35,29 @@ void launch(const AttentionParams& p, uint32_t ctas, cudaStream_t stream) {
     std::lock_guard<std::mutex> lock(mu);
     if (ready.count(dev) == 0) {
       MK_CUDA_CHECK(
-          cudaFuncSetAttribute(attentionKernel<kD, kOverlap>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+          cudaFuncSetAttribute(attentionKernel<kD, kPipe>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
       ready.insert(dev);
     }
   }
-  attentionKernel<kD, kOverlap><<<ctas, AttentionTileConfig<kD>::kThreads, kBytes, stream>>>(p);
+  attentionKernel<kD, kPipe><<<ctas, AttentionTileConfig<kD>::kThreads, kBytes, stream>>>(p);
+}
+
+template <uint32_t kD>
+void launchPipeline(const AttentionParams& p, uint32_t ctas, AttentionPipeline pipe, cudaStream_t stream) {
+  switch (pipe) {
+    case AttentionPipeline::Serial: launch<kD, AttentionPipeline::Serial>(p, ctas, stream); break;
+    case AttentionPipeline::Overlap: launch<kD, AttentionPipeline::Overlap>(p, ctas, stream); break;
+    case AttentionPipeline::PingPong: launch<kD, AttentionPipeline::PingPong>(p, ctas, stream); break;
+  }
 }
 
 }  // namespace
 
-void launchAttention(const AttentionParams& p, uint32_t ctas, bool overlap, cudaStream_t stream) {
+void launchAttention(const AttentionParams& p, uint32_t ctas, AttentionPipeline pipe, cudaStream_t stream) {
   if (p.headDim == 64)
-    overlap ? launch<64, true>(p, ctas, stream) : launch<64, false>(p, ctas, stream);
+    launchPipeline<64>(p, ctas, pipe, stream);
   else
-    overlap ? launch<128, true>(p, ctas, stream) : launch<128, false>(p, ctas, stream);
+    launchPipeline<128>(p, ctas, pipe, stream);
   MK_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -32,6 +32,15 @@
 
 namespace mk::device {
 
+/// How the two consumer warpgroups order their work (compile time in the kernel):
+///  * Serial: per key tile S, wait, softmax, P V, wait; the other consumer's wgmmas fill the gaps;
+///  * Overlap: FlashAttention-3's intra-warpgroup overlap (arXiv 2407.08608 section 3.2): S of tile t + 1 and P V of
+///    tile t are issued back to back, the softmax of t + 1 runs while P V of t is still on the tensor cores, and O
+///    is rescaled once that has retired;
+///  * PingPong: Overlap, and the two consumers take turns to issue their wgmmas (named barriers 5 and 6, FA3
+///    section 3.1), so one's softmax runs while the other's wgmmas do.
+enum class AttentionPipeline : uint32_t { Serial = 0, Overlap = 1, PingPong = 2 };
+
 /// Everything the engine reads, filled by the host (mk/attention.hpp); lives in param, constant or global memory
 /// (TMA reads the maps from there).
 struct AttentionParams {
@@ -298,11 +307,31 @@ MK_DEVICE_INLINE void storeRows(const AttentionParams& p, const float (&o)[kD / 
   }
 }
 
-/// The consumer warpgroups' loop over their units. kOverlap 0: per key tile S, softmax, P V, each waited for (the
-/// other consumer's wgmmas fill the gaps). kOverlap 1 (FlashAttention-3's intra-warpgroup overlap, arXiv 2407.08608
-/// section 3.2): S of tile t + 1 and P V of tile t are issued back to back, the softmax of t + 1 runs while P V of
-/// t is still on the tensor cores, and O is rescaled once that has retired.
-template <uint32_t kD, bool kOverlap>
+/// PingPong: wait for this consumer's turn to issue wgmmas (named barrier 5 + consumer, both consumers' 256 threads:
+/// this one syncs, the other arrives when it has issued its own).
+template <AttentionPipeline kPipe>
+MK_DEVICE_INLINE void takeTurn(uint32_t consumer) {
+  if constexpr (kPipe == AttentionPipeline::PingPong) {
+    if (consumer == 0)
+      gemm_detail::namedBarrier<5, 256>();
+    else
+      gemm_detail::namedBarrier<6, 256>();
+  }
+}
+/// PingPong: hand the turn to the other consumer.
+template <AttentionPipeline kPipe>
+MK_DEVICE_INLINE void passTurn(uint32_t consumer) {
+  if constexpr (kPipe == AttentionPipeline::PingPong) {
+    if (consumer == 0)
+      asm volatile("bar.arrive 6, 256;\n" ::: "memory");
+    else
+      asm volatile("bar.arrive 5, 256;\n" ::: "memory");
+  }
+}
+
+/// The consumer warpgroups' loop over their units (AttentionPipeline says how they order their work). Both
+/// consumers run the same units and key tiles, so under PingPong their turns alternate exactly.
+template <uint32_t kD, AttentionPipeline kPipe>
 MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ, uint32_t smemKv, uint32_t bars,
                               uint32_t firstUnit, uint32_t unitStride) {
   using Cfg = AttentionTileConfig<kD>;
@@ -316,6 +345,7 @@ MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ, uint32_t
   float s[64];
   float o[kD / 2];
   uint32_t pa[8][4];
+  if (consumer == 1) passTurn<kPipe>(consumer);  // PingPong: consumer 0 issues first
   for (uint32_t u = firstUnit; u < p.units; u += unitStride) {
     const AttentionUnit un = attentionUnit(p, u);
     const uint32_t row0 = un.m0 + rowOfThread;
@@ -326,7 +356,7 @@ MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ, uint32_t
       waitBar(p, qFull, qIter & 1, GemmWaiter::Consumer, Cfg::kStages, u);
       ++qIter;
     }
-    if constexpr (!kOverlap) {
+    if constexpr (kPipe == AttentionPipeline::Serial) {
       for (uint32_t t = 0; t < un.kvTiles; ++t, ++it) {
         const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
         const uint32_t k = smemKv + stage * 2 * Cfg::kTileBytes, v = k + Cfg::kTileBytes;
@@ -348,7 +378,9 @@ MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ, uint32_t
       // Tile 0: S and its softmax alone (O is zero: nothing to rescale).
       uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
       waitBar(p, kFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
+      takeTurn<kPipe>(consumer);
       issueScores<kD>(s, smemQ, smemKv + stage * 2 * Cfg::kTileBytes, consumer);
+      passTurn<kPipe>(consumer);
       wgmmaWait<0>();
       fenceRegs(s);
       if (un.kvTiles == 1) warpArrive(qEmpty, lane);
@@ -360,9 +392,11 @@ MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ, uint32_t
         stage = it % Cfg::kStages;
         phase = (it / Cfg::kStages) & 1;
         waitBar(p, kFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
-        issueScores<kD>(s, smemQ, smemKv + stage * 2 * Cfg::kTileBytes, consumer);
         waitBar(p, vFull + 8 * prevStage, prevPhase, GemmWaiter::Consumer, prevStage, u);
+        takeTurn<kPipe>(consumer);
+        issueScores<kD>(s, smemQ, smemKv + stage * 2 * Cfg::kTileBytes, consumer);
         issueValues<kD>(o, pa, smemKv + prevStage * 2 * Cfg::kTileBytes + Cfg::kTileBytes);
+        passTurn<kPipe>(consumer);
         wgmmaWait<1>();  // S of tile t has retired; P V of tile t - 1 may still run
         fenceRegs(s);
         if (t + 1 == un.kvTiles) warpArrive(qEmpty, lane);
@@ -374,7 +408,9 @@ MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ, uint32_t
         packP(s, pa);
       }
       waitBar(p, vFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
+      takeTurn<kPipe>(consumer);
       issueValues<kD>(o, pa, smemKv + stage * 2 * Cfg::kTileBytes + Cfg::kTileBytes);
+      passTurn<kPipe>(consumer);
       wgmmaWait<0>();
       fenceRegs(o);
       warpArrive(empty + 8 * stage, lane);
@@ -390,7 +426,7 @@ MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ, uint32_t
 /// kThreads threads (launched with at most 168 registers per thread, e.g. __launch_bounds__(384, 1));
 /// `smem` is AttentionTileConfig<kD>::kSmemBytes of dynamic shared memory the CTA owns for the call. The routine
 /// initialises its mbarriers and re-balances registers with setmaxnreg; p.headDim must be kD (else it traps).
-template <uint32_t kD, bool kOverlap = true>
+template <uint32_t kD, AttentionPipeline kPipe = AttentionPipeline::Overlap>
 MK_DEVICE_INLINE void attentionRunUnits(const AttentionParams& p, uint8_t* smem, uint32_t firstUnit,
                                         uint32_t unitStride) {
   using Cfg = AttentionTileConfig<kD>;
@@ -423,7 +459,7 @@ MK_DEVICE_INLINE void attentionRunUnits(const AttentionParams& p, uint8_t* smem,
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs));
-    attention_detail::consume<kD, kOverlap>(p, smemQ, smemKv, bars, firstUnit, unitStride);
+    attention_detail::consume<kD, kPipe>(p, smemQ, smemKv, bars, firstUnit, unitStride);
   }
 }
 
