@@ -18,6 +18,11 @@ namespace mk {
 /// multiple of 8), a size TMA cannot address, positions past 2^62. Each names the argument. No GPU needed.
 std::string attentionForwardProblem(const AttentionShape& sh, DType dtype);
 
+/// The engine's parameters for `sh` without the tensor maps (sizes, unit count, mask, scale): what attentionForward
+/// fills before encoding the maps; the tests check the unit and mask arithmetic with it. `sh` must pass
+/// attentionForwardProblem.
+device::AttentionParams attentionWorkParams(const AttentionShape& sh);
+
 /// How attentionForward runs (the defaults are the fast path).
 struct AttentionOptions {
   uint32_t ctas = 0;  ///< CTAs of the persistent grid; 0: one per SM (never more than the units)

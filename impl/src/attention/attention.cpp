@@ -59,21 +59,8 @@ std::string attentionForwardProblem(const AttentionShape& sh, DType dtype) {
   return "";
 }
 
-void attentionForward(const AttentionShape& sh, DType dtype, const void* q, const void* kv, float* out,
-                      cudaStream_t stream, const AttentionOptions& options) {
-  const std::string why = attentionForwardProblem(sh, dtype);
-  if (!why.empty()) throw Error(ErrorCode::InvalidArgument, "attentionForward: " + why);
-  if (q == nullptr || kv == nullptr || out == nullptr)
-    throw Error(ErrorCode::InvalidArgument, "attentionForward: q, kv and out must not be null");
-  if (reinterpret_cast<uintptr_t>(q) % 16 != 0 || reinterpret_cast<uintptr_t>(kv) % 16 != 0)
-    throw Error(ErrorCode::InvalidArgument, "attentionForward: q and kv must be 16-byte aligned (TMA)");
+device::AttentionParams attentionWorkParams(const AttentionShape& sh) {
   device::AttentionParams p;
-  p.mapQ = encodeMap(q, sh.headDim, sh.qHeads, sh.sq, sh.batch, sh.ldq, "Q");
-  p.mapK = encodeMap(kv, sh.headDim, sh.kvHeads, sh.skv, sh.batch, sh.ldkv, "K");
-  p.mapV =
-      encodeMap(static_cast<const uint16_t*>(kv) + sh.vOffset, sh.headDim, sh.kvHeads, sh.skv, sh.batch, sh.ldkv, "V");
-  p.out = out;
-  p.timeoutReport = options.timeoutReport;
   p.batch = sh.batch;
   p.qHeads = sh.qHeads;
   p.kvHeads = sh.kvHeads;
@@ -87,6 +74,24 @@ void attentionForward(const AttentionShape& sh, DType dtype, const void* q, cons
   p.causalDelta = static_cast<int64_t>(sh.qPos) - static_cast<int64_t>(sh.kvPos);
   p.scale = sh.scale;
   p.scaleLog2 = static_cast<float>(static_cast<double>(sh.scale) * 1.4426950408889634);
+  return p;
+}
+
+void attentionForward(const AttentionShape& sh, DType dtype, const void* q, const void* kv, float* out,
+                      cudaStream_t stream, const AttentionOptions& options) {
+  const std::string why = attentionForwardProblem(sh, dtype);
+  if (!why.empty()) throw Error(ErrorCode::InvalidArgument, "attentionForward: " + why);
+  if (q == nullptr || kv == nullptr || out == nullptr)
+    throw Error(ErrorCode::InvalidArgument, "attentionForward: q, kv and out must not be null");
+  if (reinterpret_cast<uintptr_t>(q) % 16 != 0 || reinterpret_cast<uintptr_t>(kv) % 16 != 0)
+    throw Error(ErrorCode::InvalidArgument, "attentionForward: q and kv must be 16-byte aligned (TMA)");
+  device::AttentionParams p = attentionWorkParams(sh);
+  p.mapQ = encodeMap(q, sh.headDim, sh.qHeads, sh.sq, sh.batch, sh.ldq, "Q");
+  p.mapK = encodeMap(kv, sh.headDim, sh.kvHeads, sh.skv, sh.batch, sh.ldkv, "K");
+  p.mapV =
+      encodeMap(static_cast<const uint16_t*>(kv) + sh.vOffset, sh.headDim, sh.kvHeads, sh.skv, sh.batch, sh.ldkv, "V");
+  p.out = out;
+  p.timeoutReport = options.timeoutReport;
   uint32_t ctas = options.ctas;
   if (ctas == 0) {
     int dev = 0, sms = 0;

@@ -100,6 +100,14 @@ MK_HOST_DEVICE_INLINE AttentionUnit attentionUnit(const AttentionParams& p, uint
   return un;
 }
 
+/// Whether key tile t of unit `un` needs a mask: it reaches past the block's last key, or (causal) past the
+/// diagonal of the unit's first row. Any other tile is seen whole by every row of the unit.
+MK_HOST_DEVICE_INLINE bool attentionTileNeedsMask(const AttentionParams& p, const AttentionUnit& un, uint32_t t) {
+  const uint32_t n0 = t * 128;
+  return n0 + 128 > p.skv ||
+         (p.causal != 0 && static_cast<int64_t>(n0 + 127) > p.causalDelta + static_cast<int64_t>(un.m0));
+}
+
 #if MK_HAVE_DEVICE_CODE
 
 namespace attention_detail {
@@ -226,9 +234,7 @@ MK_DEVICE_INLINE void softmaxTile(const AttentionParams& p, float (&s)[64], RowS
                                   uint32_t t, uint32_t row0, uint32_t lane) {
   const float kNegInf = -__int_as_float(0x7f800000);
   const uint32_t n0 = t * 128;
-  const bool needMask = n0 + 128 > p.skv ||
-                        (p.causal != 0 && static_cast<int64_t>(n0 + 127) > p.causalDelta + static_cast<int64_t>(un.m0));
-  if (needMask) maskTile(p, s, row0, n0, lane);
+  if (attentionTileNeedsMask(p, un, t)) maskTile(p, s, row0, n0, lane);
 #pragma unroll
   for (uint32_t r = 0; r < 2; ++r) {
     float mx = st.m[r];
