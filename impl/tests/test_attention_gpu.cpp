@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -114,8 +115,17 @@ void check(const AttentionShape& sh, const Case& c, const Reference& ref, device
   AttentionOptions opt;
   opt.ctas = c.ctas;
   opt.pipeline = pipe;
+  uint32_t* report = nullptr;  // who waited for what, should a device wait time out
+  MK_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&report), 8 * sizeof(uint32_t), cudaHostAllocMapped));
+  std::fill(report, report + 8, 0u);
+  opt.timeoutReport = report;
   attentionForward(sh, DType::BFloat16, dq, dkv, dout, nullptr, opt);
-  MK_CUDA_CHECK(cudaDeviceSynchronize());
+  const cudaError_t done = cudaDeviceSynchronize();
+  if (report[0] == 2)
+    std::printf("attention %s: a wait timed out: CTA %u thread %u role %u stage %u parity %u unit %u\n", name,
+                report[1], report[2], report[3], report[4], report[5], report[6]);
+  cudaFreeHost(report);
+  MK_CUDA_CHECK(done);
   MK_CUDA_CHECK(cudaMemcpy(got.data(), dout, outCount * sizeof(float), cudaMemcpyDeviceToHost));
   cudaFree(dq);
   cudaFree(dkv);
