@@ -20,6 +20,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 
 
@@ -132,8 +133,13 @@ def main(argv):
                                         sms=props.multi_processor_count, flops=int(flops), tflops=round(tflops, 3),
                                         backend=name, gqa=gqa if hq != hkv else "none", rel_err=err, check=good))
                     break  # native ran: the expanded fallback is not needed
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout.split("\n")[0].strip()
+    except (OSError, subprocess.SubprocessError):
+        driver = ""
     doc = {"schema": "mkernel.measurement.v1",
-           "system": {"gpu": props.name, "gpus": 1, "torch": torch.__version__,
+           "system": {"gpu": props.name, "gpus": 1, "driver": driver, "torch": torch.__version__,
                       "cudnn": str(torch.backends.cudnn.version()), "cuda": torch.version.cuda},
            "run": {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "commit": a.commit,
                    "command": "attention_bench.py " + " ".join(argv)},
