@@ -9,6 +9,8 @@ namespace mkbench {
 
 /// mk-bench gemm -m M -n N -k K [--ctas C] [--check] [--json f]: the in-kernel GEMM engine against cuBLASLt.
 int gemmMain(int argc, char** argv, const std::string& command);
+/// mk-bench attention [--seq ...] [--json f]: the attention forward engine on issue 38's shapes.
+int attentionMain(int argc, char** argv, const std::string& command);
 /// mk-bench calibrate --json f: the micro-benchmarks mk-calibrate fits the hardware profile from.
 int calibrateMain(int argc, char** argv, const std::string& command);
 /// mk-bench calibrate-network --json f, as 2 rank processes on 2 nodes: the inter-node micro-benchmarks.

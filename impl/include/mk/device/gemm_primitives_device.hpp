@@ -42,6 +42,34 @@ MK_DEVICE_INLINE uint64_t globalTimerNs() {
 /// Who waits on an mbarrier (the role word of a timeout report).
 enum class GemmWaiter : uint32_t { Producer = 1, Consumer = 2 };
 
+/// The slow path of a bounded mbarrier wait: spins until the phase of parity `parity` of `bar` completes; after
+/// `limitNs` it writes who waited for what to `report` (when set: host-mapped memory that survives the trap; the
+/// word r[7] = `tag` only when kTagged) and traps. Shared by the GEMM and attention tile engines.
+template <bool kTagged>
+MK_DEVICE_INLINE void mbarWaitBounded(uint32_t* report, uint64_t limitNs, uint32_t tag, uint32_t bar, uint32_t parity,
+                                      GemmWaiter who, uint32_t stage, uint32_t tile) {
+  const uint64_t start = globalTimerNs();
+  for (uint32_t spin = 0;; ++spin) {
+    if (mbarTryWait(bar, parity)) return;
+    if ((spin & 255) == 255 && globalTimerNs() - start > limitNs) {
+      if (report != nullptr && atomicCAS(report, 0u, 1u) == 0u) {
+        volatile uint32_t* r = report;
+        r[1] = blockIdx.x;
+        r[2] = threadIdx.x;
+        r[3] = static_cast<uint32_t>(who);
+        r[4] = stage;
+        r[5] = parity;
+        r[6] = tile;
+        if (kTagged) r[7] = tag;
+        __threadfence_system();
+        r[0] = 2;  // written last: the report is complete
+      }
+      __threadfence_system();
+      __trap();
+    }
+  }
+}
+
 /// Bounded wait for the phase of parity `parity` of mbarrier `bar`. The fast path is one try_wait. A wait
 /// that lasts kWaitLimitNs writes who waited for what to `p.timeoutReport` (when set: host-mapped memory
 /// that survives the trap) and traps: a lost TMA completion or a consumer that never frees a stage must not
@@ -52,27 +80,8 @@ template <bool kResident = false>
 MK_DEVICE_INLINE void mbarWait(const GemmParams& p, uint32_t bar, uint32_t parity, GemmWaiter who, uint32_t stage,
                                uint32_t tile) {
   if (mbarTryWait(bar, parity)) return;
-  const uint64_t start = globalTimerNs();
-  for (uint32_t spin = 0;; ++spin) {
-    if (mbarTryWait(bar, parity)) return;
-    const uint64_t limit = kResident && p.waitLimitNs != 0 ? p.waitLimitNs : kGemmWaitLimitNs;
-    if ((spin & 255) == 255 && globalTimerNs() - start > limit) {
-      if (p.timeoutReport != nullptr && atomicCAS(p.timeoutReport, 0u, 1u) == 0u) {
-        volatile uint32_t* r = p.timeoutReport;
-        r[1] = blockIdx.x;
-        r[2] = threadIdx.x;
-        r[3] = static_cast<uint32_t>(who);
-        r[4] = stage;
-        r[5] = parity;
-        r[6] = tile;
-        if (kResident) r[7] = p.tag;
-        __threadfence_system();
-        r[0] = 2;  // written last: the report is complete
-      }
-      __threadfence_system();
-      __trap();
-    }
-  }
+  const uint64_t limit = kResident && p.waitLimitNs != 0 ? p.waitLimitNs : kGemmWaitLimitNs;
+  mbarWaitBounded<kResident>(p.timeoutReport, limit, kResident ? p.tag : 0u, bar, parity, who, stage, tile);
 }
 
 /// 2-D TMA load of one box into shared memory, completing (complete_tx) on mbarrier `bar`.
@@ -81,6 +90,16 @@ MK_DEVICE_INLINE void tmaLoad2d(uint32_t dst, const GemmTensorMap* map, int32_t 
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
           dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(inner), "r"(outer), "r"(bar)
+      : "memory");
+}
+
+/// 4-D TMA load of one box (coordinates innermost first) into shared memory, completing on mbarrier `bar`.
+MK_DEVICE_INLINE void tmaLoad4d(uint32_t dst, const GemmTensorMap* map, int32_t c0, int32_t c1, int32_t c2, int32_t c3,
+                                uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
 

@@ -1,0 +1,44 @@
+// mkernel — the attention forward tile engine on one GPU (mk/device/attention_device.hpp), launched on its own: the
+// `attention` step kind's contract (mk/schedule/attention.hpp) for bf16 inputs, head dims 64 and 128.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "mk/device/attention_device.hpp"
+#include "mk/schedule/attention.hpp"
+#include "mk/schedule/element.hpp"
+
+namespace mk {
+
+/// Why the device engine cannot run `sh` with inputs of `dtype` ("" when it can): attentionShapeProblem's reasons,
+/// then a head dim other than 64 or 128, an input dtype other than bf16, V not 16-byte aligned (vOffset a
+/// multiple of 8), a size TMA cannot address, positions past 2^62. Each names the argument. No GPU needed.
+std::string attentionForwardProblem(const AttentionShape& sh, DType dtype);
+
+/// The engine's parameters for `sh` without the tensor maps (sizes, unit count, mask, scale): what attentionForward
+/// fills before encoding the maps; the tests check the unit and mask arithmetic with it. `sh` must pass
+/// attentionForwardProblem.
+device::AttentionParams attentionWorkParams(const AttentionShape& sh);
+
+/// How attentionForward runs (the defaults are the fast path).
+struct AttentionOptions {
+  uint32_t ctas = 0;  ///< CTAs of the persistent grid; 0: one per SM (never more than the units)
+  /// How the consumer warpgroups order their work (mk/device/attention_device.hpp); all give the same results to
+  /// rounding, the others stay for A/B runs.
+  device::AttentionPipeline pipeline = device::AttentionPipeline::Overlap;
+  /// Host-mapped, 8 words zeroed (optional): receives who waited for what if a device wait times out.
+  uint32_t* timeoutReport = nullptr;
+};
+
+/// out = the attention step of `sh` over q (Q) and kv (K, then V vOffset elements later), bf16, on the current
+/// device, ordered on `stream` (asynchronous). `out` is float32 [batch][ldo][qHeads][headDim + 1] (rows past sq in
+/// each batch untouched). Throws Error(InvalidArgument) with attentionForwardProblem's reason, or for a null or
+/// misaligned pointer (q, kv 16-byte aligned), before any device work; Error(CudaError) when the driver refuses a
+/// tensor map or the launch fails.
+void attentionForward(const AttentionShape& sh, DType dtype, const void* q, const void* kv, float* out,
+                      cudaStream_t stream, const AttentionOptions& options = {});
+
+}  // namespace mk

@@ -1,0 +1,474 @@
+// mkernel — the Hopper attention forward tile engine: for every (batch, query head, 128-row query tile) unit, the
+// softmax of the scaled scores against the keys the rows see, times V, and each row's log-sum-exp: the contract of
+// the `attention` step kind (mk/schedule/attention.hpp), run by one CTA of 384 threads over a strided set of units
+// (persistent: the resident kernel's compute lane can call it like the GEMM tile engine).
+//
+// Roles inside the CTA (warp specialisation, as gemm_device.hpp):
+//  * warpgroup 0 = producer: one thread loads the unit's Q tile (128 rows x D, D / 64 boxes of 64 columns) and then
+//    every K and V tile of 128 keys into a ring of kStages stages with TMA; K and V complete on separate mbarriers,
+//    so S = Q K^T starts before V has landed;
+//  * warpgroups 1 and 2 = consumers, 64 query rows each: S = Q K^T (wgmma m64n128k16, both operands in shared
+//    memory), the mask on the tiles that need one, the online softmax in registers (exp2 with the scale folded
+//    in, FlashAttention-2 arXiv 2307.08691 algorithm 1), P rounded to bf16 in registers and O += P V (wgmma with
+//    A from registers); a consumer frees a stage once its P V has retired, and Q once its last S has.
+// The two consumers run the same key tiles on their own rows: while one does its softmax, the other's wgmmas
+// keep the tensor cores busy.
+//
+// Tensor maps (4-D, innermost first): Q {D, qHeads, sq, batch}, K and V {D, kvHeads, skv, batch}, strides the
+// token-major layout of attention.hpp; box {64, 1, 128, 1} with the 128-byte swizzle the wgmma descriptors read.
+// Tokens past sq / skv are zero-filled by TMA; keys past skv are masked, query rows past sq never stored.
+// Causal: the keys a row sees are a prefix of the block, so a unit runs key tiles [0, kvTiles) only (the tiles past
+// its last row's prefix are skipped) and masks only the tiles that cross its diagonal or the end of the block.
+// Output: float32 rows of D + 1 (the normalised values, then the natural-log log-sum-exp; a row that sees no key
+// gets zeros and -inf), written from registers.
+#pragma once
+
+#include <cstdint>
+
+#include "mk/device/attention_wgmma_device.hpp"
+#include "mk/device/gemm_params_device.hpp"
+#include "mk/device/gemm_primitives_device.hpp"
+#include "mk/device/macros_device.hpp"
+
+namespace mk::device {
+
+/// How the two consumer warpgroups order their work (compile time in the kernel):
+///  * Serial: per key tile S, wait, softmax, P V, wait; the other consumer's wgmmas fill the gaps;
+///  * Overlap: FlashAttention-3's intra-warpgroup overlap (arXiv 2407.08608 section 3.2): S of tile t + 1 and P V of
+///    tile t are issued back to back, the softmax of t + 1 runs while P V of t is still on the tensor cores, and O
+///    is rescaled once that has retired;
+///  * PingPong: Overlap, and the two consumers take turns to issue their wgmmas (named barriers 5 and 6, FA3
+///    section 3.1), so one's softmax runs while the other's wgmmas do.
+enum class AttentionPipeline : uint32_t { Serial = 0, Overlap = 1, PingPong = 2 };
+
+/// Everything the engine reads, filled by the host (mk/attention.hpp); lives in param, constant or global memory
+/// (TMA reads the maps from there).
+struct AttentionParams {
+  GemmTensorMap mapQ, mapK, mapV;     ///< 4-D bf16 maps, box {64, 1, 128, 1}, 128-byte swizzle
+  float* out = nullptr;               ///< [batch][ldo][qHeads][headDim + 1] float32
+  uint32_t* timeoutReport = nullptr;  ///< host-mapped words a timed-out wait reports into (or null)
+  uint32_t batch = 0, qHeads = 0, kvHeads = 0, headDim = 0, sq = 0, skv = 0, ldo = 0;
+  uint32_t qTiles = 0;      ///< ceil(sq / 128)
+  uint32_t units = 0;       ///< batch x qHeads x qTiles
+  uint32_t causal = 0;      ///< 1: key j is seen by row i iff j <= i + causalDelta
+  int64_t causalDelta = 0;  ///< qPos - kvPos
+  float scale = 0;          ///< scores are scale x q.k
+  float scaleLog2 = 0;      ///< scale x log2(e): the softmax runs on exp2
+};
+
+/// Tile shape, pipeline depth and shared-memory layout for head dim kD (64 or 128).
+template <uint32_t kDValue>
+struct AttentionTileConfig {
+  static constexpr uint32_t kD = kDValue;
+  static constexpr uint32_t kBlockM = 128;  ///< query rows per unit: two consumer warpgroups x 64
+  static constexpr uint32_t kBlockN = 128;  ///< keys per K / V tile
+  static constexpr uint32_t kBoxCols = 64;  ///< one 128-byte swizzle row of bf16
+  static constexpr uint32_t kBoxes = kD / kBoxCols;
+  static constexpr uint32_t kBoxBytes = 128 * kBoxCols * 2;   ///< 128 rows x 128 bytes (Q, K and V boxes alike)
+  static constexpr uint32_t kTileBytes = kBoxes * kBoxBytes;  ///< one Q, K or V tile
+  static constexpr uint32_t kStages = kD == 64 ? 4 : 2;
+  static constexpr uint32_t kConsumerWarps = 8;
+  static constexpr uint32_t kThreads = 384;
+  static constexpr uint32_t kProducerRegs = 40;
+  static constexpr uint32_t kConsumerRegs = 232;
+  static constexpr uint32_t kSmemAlign = 1024;
+  /// Barriers: Q full, Q empty, then K full, V full and empty per stage.
+  static constexpr uint32_t kBarriers = 2 + 3 * kStages;
+  static constexpr uint32_t kSmemBytes = kSmemAlign + kTileBytes * (1 + 2 * kStages) + 8 * kBarriers;
+  static_assert(kD == 64 || kD == 128, "head dims 64 and 128");
+  static_assert(kSmemBytes <= 227 * 1024, "H100/H200 give a CTA at most 227 KiB of shared memory");
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * kThreads, "setmaxnreg moves launch registers");
+};
+
+/// The (batch, query head, query tile) of unit `u`: the longest causal units (last query tiles) first, so the
+/// strided split over CTAs ends with the short ones; consecutive units share a KV head (GQA reuse in L2).
+struct AttentionUnit {
+  uint32_t b, h, m0, kvTiles;
+};
+
+MK_HOST_DEVICE_INLINE AttentionUnit attentionUnit(const AttentionParams& p, uint32_t u) {
+  const uint32_t perTile = p.batch * p.qHeads;
+  const uint32_t qt = p.qTiles - 1 - u / perTile, bh = u % perTile;
+  AttentionUnit un{bh / p.qHeads, bh % p.qHeads, qt * 128, 0};
+  const uint32_t last = (un.m0 + 128 < p.sq ? un.m0 + 128 : p.sq) - 1;
+  int64_t end = p.skv;
+  if (p.causal != 0) {
+    const int64_t seen = p.causalDelta + static_cast<int64_t>(last) + 1;  // keys [0, seen) for the last row
+    end = seen <= 0 ? 0 : (seen < end ? seen : end);
+  }
+  un.kvTiles = static_cast<uint32_t>((end + 127) / 128);
+  return un;
+}
+
+/// Whether key tile t of unit `un` needs a mask: it reaches past the block's last key, or (causal) past the
+/// diagonal of the unit's first row. Any other tile is seen whole by every row of the unit.
+MK_HOST_DEVICE_INLINE bool attentionTileNeedsMask(const AttentionParams& p, const AttentionUnit& un, uint32_t t) {
+  const uint32_t n0 = t * 128;
+  return n0 + 128 > p.skv ||
+         (p.causal != 0 && static_cast<int64_t>(n0 + 127) > p.causalDelta + static_cast<int64_t>(un.m0));
+}
+
+#if MK_HAVE_DEVICE_CODE
+
+namespace attention_detail {
+
+using gemm_detail::GemmWaiter;
+
+/// Bounded wait (gemm_primitives_device.hpp); `stage` kStages names the Q barrier in a report, `unit` the unit.
+MK_DEVICE_INLINE void waitBar(const AttentionParams& p, uint32_t bar, uint32_t parity, GemmWaiter who, uint32_t stage,
+                              uint32_t unit) {
+  if (gemm_detail::mbarTryWait(bar, parity)) return;
+  gemm_detail::mbarWaitBounded<false>(p.timeoutReport, kGemmWaitLimitNs, 0, bar, parity, who, stage, unit);
+}
+
+template <uint32_t kD>
+MK_DEVICE_INLINE void produce(const AttentionParams& p, uint32_t smemQ, uint32_t smemKv, uint32_t bars,
+                              uint32_t firstUnit, uint32_t unitStride) {
+  using Cfg = AttentionTileConfig<kD>;
+  using namespace gemm_detail;
+  const uint32_t qFull = bars, qEmpty = bars + 8, kFull = bars + 16, vFull = kFull + 8 * Cfg::kStages,
+                 empty = vFull + 8 * Cfg::kStages;
+  const uint32_t group = p.qHeads / p.kvHeads;
+  uint32_t it = 0, qIter = 0;
+  for (uint32_t u = firstUnit; u < p.units; u += unitStride) {
+    const AttentionUnit un = attentionUnit(p, u);
+    if (un.kvTiles == 0) continue;  // no key for any row: the consumers write zeros without Q
+    const int32_t b = static_cast<int32_t>(un.b), kvh = static_cast<int32_t>(un.h / group);
+    waitBar(p, qEmpty, (qIter & 1) ^ 1, GemmWaiter::Producer, Cfg::kStages, u);
+    mbarArriveExpectTx(qFull, Cfg::kTileBytes);
+    for (uint32_t box = 0; box < Cfg::kBoxes; ++box)
+      tmaLoad4d(smemQ + box * Cfg::kBoxBytes, &p.mapQ, static_cast<int32_t>(box * 64), static_cast<int32_t>(un.h),
+                static_cast<int32_t>(un.m0), b, qFull);
+    ++qIter;
+    for (uint32_t t = 0; t < un.kvTiles; ++t, ++it) {
+      const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
+      // A fresh barrier counts as having completed the phase before phase 0: the first pass never waits.
+      waitBar(p, empty + 8 * stage, phase ^ 1, GemmWaiter::Producer, stage, u);
+      const uint32_t k = smemKv + stage * 2 * Cfg::kTileBytes, v = k + Cfg::kTileBytes;
+      const int32_t n0 = static_cast<int32_t>(t * 128);
+      mbarArriveExpectTx(kFull + 8 * stage, Cfg::kTileBytes);
+      for (uint32_t box = 0; box < Cfg::kBoxes; ++box)
+        tmaLoad4d(k + box * Cfg::kBoxBytes, &p.mapK, static_cast<int32_t>(box * 64), kvh, n0, b, kFull + 8 * stage);
+      mbarArriveExpectTx(vFull + 8 * stage, Cfg::kTileBytes);
+      for (uint32_t box = 0; box < Cfg::kBoxes; ++box)
+        tmaLoad4d(v + box * Cfg::kBoxBytes, &p.mapV, static_cast<int32_t>(box * 64), kvh, n0, b, vFull + 8 * stage);
+    }
+  }
+}
+
+/// 2^x on the SFU (ex2.approx, flush-to-zero: 2^-inf = 0).
+MK_DEVICE_INLINE float fastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/// Max and sum over the 4 lanes that hold one accumulator row.
+MK_DEVICE_INLINE float quadMax(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+MK_DEVICE_INLINE float quadSum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+/// Mask S of key tile n0 for this thread's rows (unit rows r0 and r0 + 8): keys past the block and, causal, past
+/// the row's diagonal read -inf.
+MK_DEVICE_INLINE void maskTile(const AttentionParams& p, float (&s)[64], uint32_t r0, uint32_t n0, uint32_t lane) {
+#pragma unroll
+  for (uint32_t r = 0; r < 2; ++r) {
+    int64_t lim = static_cast<int64_t>(p.skv) - n0 - 1;  // last key column of the tile the row sees
+    if (p.causal != 0) {
+      const int64_t diag = p.causalDelta + static_cast<int64_t>(r0 + 8 * r) - n0;
+      lim = diag < lim ? diag : lim;
+    }
+    const int32_t l = static_cast<int32_t>(lim < -1 ? -1 : (lim > 127 ? 127 : lim));
+#pragma unroll
+    for (uint32_t j = 0; j < 16; ++j)
+#pragma unroll
+      for (uint32_t e = 0; e < 2; ++e)
+        if (static_cast<int32_t>(8 * j + 2 * (lane % 4) + e) > l) s[4 * j + 2 * r + e] = -__int_as_float(0x7f800000);
+  }
+}
+
+/// S = Q K^T for this consumer's 64 rows and the 128 keys of the K tile at `k`: D / 16 wgmma k-steps (4 per 64-column
+/// box), committed as one group (not waited for).
+template <uint32_t kD>
+MK_DEVICE_INLINE void issueScores(float (&s)[64], uint32_t smemQ, uint32_t k, uint32_t consumer) {
+  using Cfg = AttentionTileConfig<kD>;
+  using namespace gemm_detail;
+  wgmmaFence();
+#pragma unroll
+  for (uint32_t kk = 0; kk < kD / 16; ++kk) {
+    const uint64_t descQ =
+        smemDesc128B(smemQ + (kk / 4) * Cfg::kBoxBytes + consumer * 64 * 128 + (kk % 4) * 32, 16, 1024);
+    const uint64_t descK = smemDesc128B(k + (kk / 4) * Cfg::kBoxBytes + (kk % 4) * 32, 16, 1024);
+    wgmmaM64NK16Bf16<0>(s, descQ, descK, kk > 0 ? 1u : 0u);
+  }
+  wgmmaCommit();
+}
+
+/// O += P V for the V tile at `v` (N-major: key row j at j x 128 bytes, D / 64 boxes of 64 columns), P from
+/// registers: 8 k-steps of 16 keys, committed as one group (not waited for).
+template <uint32_t kD>
+MK_DEVICE_INLINE void issueValues(float (&o)[kD / 2], const uint32_t (&pa)[8][4], uint32_t v) {
+  using namespace gemm_detail;
+  wgmmaFence();
+#pragma unroll
+  for (uint32_t kk = 0; kk < 8; ++kk)
+    wgmmaM64NK16Bf16Rs<1>(o, pa[kk], smemDesc128B(v + kk * 16 * 128, AttentionTileConfig<kD>::kBoxBytes, 1024), 1u);
+  wgmmaCommit();
+}
+
+/// The running softmax state of this thread's two rows.
+struct RowState {
+  float m[2];      ///< running max of the raw scores (-inf: no key seen yet)
+  float l[2];      ///< running sum of this thread's exp2 weights (the row's 4 lanes are summed at the end)
+  float alpha[2];  ///< the factor the last update asks O to be rescaled by
+};
+
+/// One key tile of the online softmax (FlashAttention-2 algorithm 1): mask when needed, the new row max, S
+/// overwritten by p = 2^(s x scale' - m x scale'), l updated, alpha = 2^((m_old - m_new) x scale').
+MK_DEVICE_INLINE void softmaxTile(const AttentionParams& p, float (&s)[64], RowState& st, const AttentionUnit& un,
+                                  uint32_t t, uint32_t row0, uint32_t lane) {
+  const float kNegInf = -__int_as_float(0x7f800000);
+  const uint32_t n0 = t * 128;
+  if (attentionTileNeedsMask(p, un, t)) maskTile(p, s, row0, n0, lane);
+#pragma unroll
+  for (uint32_t r = 0; r < 2; ++r) {
+    float mx = st.m[r];
+#pragma unroll
+    for (uint32_t j = 0; j < 16; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+    mx = quadMax(mx);
+    // A row that has seen no key yet keeps m = -inf: its p are 0 and nothing is rescaled.
+    const float mScaled = mx == kNegInf ? 0.0f : mx * p.scaleLog2;
+    st.alpha[r] = mx == kNegInf ? 1.0f : fastExp2(st.m[r] * p.scaleLog2 - mScaled);
+    st.m[r] = mx;
+    float sum = 0.0f;
+#pragma unroll
+    for (uint32_t j = 0; j < 16; ++j)
+#pragma unroll
+      for (uint32_t e = 0; e < 2; ++e) {
+        const float pe = fastExp2(fmaf(s[4 * j + 2 * r + e], p.scaleLog2, -mScaled));
+        s[4 * j + 2 * r + e] = pe;
+        sum += pe;
+      }
+    st.l[r] = st.l[r] * st.alpha[r] + sum;
+  }
+}
+
+template <uint32_t kRegs>
+MK_DEVICE_INLINE void rescale(float (&o)[kRegs], const RowState& st) {
+#pragma unroll
+  for (uint32_t j = 0; j < kRegs / 4; ++j) {
+    o[4 * j] *= st.alpha[0];
+    o[4 * j + 1] *= st.alpha[0];
+    o[4 * j + 2] *= st.alpha[1];
+    o[4 * j + 3] *= st.alpha[1];
+  }
+}
+
+/// P as bf16 A fragments: key columns [16 kk, 16 kk + 16) are accumulator groups 2 kk and 2 kk + 1.
+MK_DEVICE_INLINE void packP(const float (&s)[64], uint32_t (&pa)[8][4]) {
+#pragma unroll
+  for (uint32_t kk = 0; kk < 8; ++kk) {
+    pa[kk][0] = gemm_detail::packBf16x2(s[8 * kk], s[8 * kk + 1]);
+    pa[kk][1] = gemm_detail::packBf16x2(s[8 * kk + 2], s[8 * kk + 3]);
+    pa[kk][2] = gemm_detail::packBf16x2(s[8 * kk + 4], s[8 * kk + 5]);
+    pa[kk][3] = gemm_detail::packBf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+template <uint32_t kRegs>
+MK_DEVICE_INLINE void fenceRegs(float (&r)[kRegs]) {
+#pragma unroll
+  for (uint32_t i = 0; i < kRegs; ++i) wgmmaFenceOperand(r[i]);
+}
+
+/// Free a K / V stage or Q: one arrival per consumer warp, once the warp's wgmmas reading it have retired.
+MK_DEVICE_INLINE void warpArrive(uint32_t bar, uint32_t lane) {
+  __syncwarp();
+  if (lane == 0) gemm_detail::mbarArrive(bar);
+}
+
+/// Epilogue: O / l and the row's log-sum-exp m x scale + ln l; a row that saw no key writes 0 and -inf.
+template <uint32_t kD>
+MK_DEVICE_INLINE void storeRows(const AttentionParams& p, const float (&o)[kD / 2], const RowState& st,
+                                const AttentionUnit& un, uint32_t row0, uint32_t lane) {
+  const float kNegInf = -__int_as_float(0x7f800000);
+#pragma unroll
+  for (uint32_t r = 0; r < 2; ++r) {
+    const float sum = quadSum(st.l[r]);
+    const uint32_t row = row0 + 8 * r;
+    if (row >= p.sq) continue;
+    float* dst = p.out + ((static_cast<uint64_t>(un.b) * p.ldo + row) * p.qHeads + un.h) * (kD + 1);
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+#pragma unroll
+    for (uint32_t j = 0; j < kD / 8; ++j) {
+      dst[8 * j + 2 * (lane % 4)] = o[4 * j + 2 * r] * inv;
+      dst[8 * j + 2 * (lane % 4) + 1] = o[4 * j + 2 * r + 1] * inv;
+    }
+    if (lane % 4 == 0) dst[kD] = sum > 0.0f ? st.m[r] * p.scale + logf(sum) : kNegInf;
+  }
+}
+
+/// PingPong: wait for this consumer's turn to issue wgmmas (named barrier 5 + consumer, both consumers' 256 threads:
+/// this one syncs, the other arrives when it has issued its own).
+template <AttentionPipeline kPipe>
+MK_DEVICE_INLINE void takeTurn(uint32_t consumer) {
+  if constexpr (kPipe == AttentionPipeline::PingPong) {
+    if (consumer == 0)
+      gemm_detail::namedBarrier<5, 256>();
+    else
+      gemm_detail::namedBarrier<6, 256>();
+  }
+}
+/// PingPong: hand the turn to the other consumer.
+template <AttentionPipeline kPipe>
+MK_DEVICE_INLINE void passTurn(uint32_t consumer) {
+  if constexpr (kPipe == AttentionPipeline::PingPong) {
+    if (consumer == 0)
+      asm volatile("bar.arrive 6, 256;\n" ::: "memory");
+    else
+      asm volatile("bar.arrive 5, 256;\n" ::: "memory");
+  }
+}
+
+/// The consumer warpgroups' loop over their units (AttentionPipeline says how they order their work). Both
+/// consumers run the same units and key tiles, so under PingPong their turns alternate exactly.
+template <uint32_t kD, AttentionPipeline kPipe>
+MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ, uint32_t smemKv, uint32_t bars,
+                              uint32_t firstUnit, uint32_t unitStride) {
+  using Cfg = AttentionTileConfig<kD>;
+  using namespace gemm_detail;
+  const float kNegInf = -__int_as_float(0x7f800000);
+  const uint32_t qFull = bars, qEmpty = bars + 8, kFull = bars + 16, vFull = kFull + 8 * Cfg::kStages,
+                 empty = vFull + 8 * Cfg::kStages;
+  const uint32_t consumer = threadIdx.x / 128 - 1, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
+  const uint32_t rowOfThread = 64 * consumer + 16 * warp + lane / 4;  // in the unit; + 8 for the second row
+  uint32_t it = 0, qIter = 0;
+  float s[64];
+  float o[kD / 2];
+  uint32_t pa[8][4];
+  if (consumer == 1) passTurn<kPipe>(consumer);  // PingPong: consumer 0 issues first
+  for (uint32_t u = firstUnit; u < p.units; u += unitStride) {
+    const AttentionUnit un = attentionUnit(p, u);
+    const uint32_t row0 = un.m0 + rowOfThread;
+    RowState st{{kNegInf, kNegInf}, {0.0f, 0.0f}, {1.0f, 1.0f}};
+#pragma unroll
+    for (uint32_t i = 0; i < kD / 2; ++i) o[i] = 0.0f;
+    if (un.kvTiles > 0) {
+      waitBar(p, qFull, qIter & 1, GemmWaiter::Consumer, Cfg::kStages, u);
+      ++qIter;
+    }
+    if constexpr (kPipe == AttentionPipeline::Serial) {
+      for (uint32_t t = 0; t < un.kvTiles; ++t, ++it) {
+        const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
+        const uint32_t k = smemKv + stage * 2 * Cfg::kTileBytes, v = k + Cfg::kTileBytes;
+        waitBar(p, kFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
+        issueScores<kD>(s, smemQ, k, consumer);
+        wgmmaWait<0>();
+        fenceRegs(s);
+        if (t + 1 == un.kvTiles) warpArrive(qEmpty, lane);  // this warp's last read of Q has retired
+        softmaxTile(p, s, st, un, t, row0, lane);
+        rescale(o, st);
+        packP(s, pa);
+        waitBar(p, vFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
+        issueValues<kD>(o, pa, v);
+        wgmmaWait<0>();
+        fenceRegs(o);
+        warpArrive(empty + 8 * stage, lane);
+      }
+    } else if (un.kvTiles > 0) {
+      // Tile 0: S and its softmax alone (O is zero: nothing to rescale).
+      uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
+      waitBar(p, kFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
+      takeTurn<kPipe>(consumer);
+      issueScores<kD>(s, smemQ, smemKv + stage * 2 * Cfg::kTileBytes, consumer);
+      passTurn<kPipe>(consumer);
+      wgmmaWait<0>();
+      fenceRegs(s);
+      if (un.kvTiles == 1) warpArrive(qEmpty, lane);
+      softmaxTile(p, s, st, un, 0, row0, lane);
+      packP(s, pa);
+      for (uint32_t t = 1; t < un.kvTiles; ++t) {
+        const uint32_t prevStage = stage, prevPhase = phase;
+        ++it;
+        stage = it % Cfg::kStages;
+        phase = (it / Cfg::kStages) & 1;
+        waitBar(p, kFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
+        waitBar(p, vFull + 8 * prevStage, prevPhase, GemmWaiter::Consumer, prevStage, u);
+        takeTurn<kPipe>(consumer);
+        issueScores<kD>(s, smemQ, smemKv + stage * 2 * Cfg::kTileBytes, consumer);
+        issueValues<kD>(o, pa, smemKv + prevStage * 2 * Cfg::kTileBytes + Cfg::kTileBytes);
+        passTurn<kPipe>(consumer);
+        wgmmaWait<1>();  // S of tile t has retired; P V of tile t - 1 may still run
+        fenceRegs(s);
+        if (t + 1 == un.kvTiles) warpArrive(qEmpty, lane);
+        softmaxTile(p, s, st, un, t, row0, lane);
+        wgmmaWait<0>();
+        fenceRegs(o);
+        warpArrive(empty + 8 * prevStage, lane);
+        rescale(o, st);
+        packP(s, pa);
+      }
+      waitBar(p, vFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
+      takeTurn<kPipe>(consumer);
+      issueValues<kD>(o, pa, smemKv + stage * 2 * Cfg::kTileBytes + Cfg::kTileBytes);
+      passTurn<kPipe>(consumer);
+      wgmmaWait<0>();
+      fenceRegs(o);
+      warpArrive(empty + 8 * stage, lane);
+      ++it;
+    }
+    storeRows<kD>(p, o, st, un, row0, lane);
+  }
+}
+
+}  // namespace attention_detail
+
+/// Run units firstUnit, firstUnit + unitStride, ... < p.units of `p` with this CTA of AttentionTileConfig<kD>::
+/// kThreads threads (launched with at most 168 registers per thread, e.g. __launch_bounds__(384, 1));
+/// `smem` is AttentionTileConfig<kD>::kSmemBytes of dynamic shared memory the CTA owns for the call. The routine
+/// initialises its mbarriers and re-balances registers with setmaxnreg; p.headDim must be kD (else it traps).
+template <uint32_t kD, AttentionPipeline kPipe = AttentionPipeline::Overlap>
+MK_DEVICE_INLINE void attentionRunUnits(const AttentionParams& p, uint8_t* smem, uint32_t firstUnit,
+                                        uint32_t unitStride) {
+  using Cfg = AttentionTileConfig<kD>;
+  using namespace gemm_detail;
+  if (p.headDim != kD) __trap();
+  const uintptr_t raw = reinterpret_cast<uintptr_t>(smem);
+  uint8_t* base = smem + ((Cfg::kSmemAlign - raw % Cfg::kSmemAlign) % Cfg::kSmemAlign);
+  const uint32_t smemQ = smemAddr(base);
+  const uint32_t smemKv = smemQ + Cfg::kTileBytes;  // stage s: K at 2 s tiles, V one tile later
+  const uint32_t bars = smemKv + 2 * Cfg::kStages * Cfg::kTileBytes;
+  if (threadIdx.x == 0) {
+    mbarInit(bars, 1);                        // Q full: the producer's expect_tx
+    mbarInit(bars + 8, Cfg::kConsumerWarps);  // Q empty: every consumer warp
+    for (uint32_t s = 0; s < Cfg::kStages; ++s) {
+      mbarInit(bars + 16 + 8 * s, 1);                                         // K full
+      mbarInit(bars + 16 + 8 * (Cfg::kStages + s), 1);                        // V full
+      mbarInit(bars + 16 + 8 * (2 * Cfg::kStages + s), Cfg::kConsumerWarps);  // empty
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x / 128 == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegs));
+    if (threadIdx.x == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapQ)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapK)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapV)) : "memory");
+      attention_detail::produce<kD>(p, smemQ, smemKv, bars, firstUnit, unitStride);
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs));
+    attention_detail::consume<kD, kPipe>(p, smemQ, smemKv, bars, firstUnit, unitStride);
+  }
+}
+
+#endif  // MK_HAVE_DEVICE_CODE
+
+}  // namespace mk::device
