@@ -38,6 +38,7 @@
 
 #include "attention_exec.hpp"
 #include "combine_exec.hpp"
+#include "gemm_exec.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/numeric.hpp"
 #include "mk/schedule/check.hpp"
@@ -607,42 +608,9 @@ class Executor final : public RemoteEndpoint {
     const BoundBuffer& b = operand(ls, stepIdx, "b (B)", st.b, bExtent);
     if (detail::anyOverlap(st.dst, cExtent, st.a, aExtent) || detail::anyOverlap(st.dst, cExtent, st.b, bExtent))
       invalid(ls, stepIdx, "the C tile overlaps the A or B tile");
-
-    // A as dense row-major float [m][k], B as dense column-major float [n][k]: both inner loops are
-    // contiguous whatever B's stored layout.
-    std::vector<float>& fa = ls.scratchA;
-    std::vector<float>& fb = ls.scratchB;
-    fa.resize(static_cast<std::size_t>(m * k));
-    fb.resize(static_cast<std::size_t>(n * k));
-    for (uint64_t i = 0; i < m; ++i)
-      for (uint64_t kk = 0; kk < k; ++kk) fa[i * k + kk] = loadElement(a.dtype, a.data, st.a.offset + i * g.lda + kk);
-    for (uint64_t j = 0; j < n; ++j)
-      for (uint64_t kk = 0; kk < k; ++kk) {
-        const uint64_t at = bColMajor ? j * g.ldb + kk : kk * g.ldb + j;
-        fb[j * k + kk] = loadElement(b.dtype, b.data, st.b.offset + at);
-      }
-    auto dot = [&](uint64_t i, uint64_t j) {
-      const float* ar = fa.data() + i * k;
-      const float* bc = fb.data() + j * k;
-      float acc = 0.0f;
-      for (uint64_t kk = 0; kk < k; ++kk) acc += ar[kk] * bc[kk];
-      return acc;
-    };
-    if (gated) {  // C[i][f] = silu(gate) x up of the interleaved pair (2f, 2f + 1), rounded once
-      for (uint64_t i = 0; i < m; ++i)
-        for (uint64_t f = 0; f < cols; ++f) {
-          const float gate = dot(i, 2 * f), up = dot(i, 2 * f + 1);
-          storeElement(c.dtype, c.data, st.dst.offset + i * g.ldc + f, swiglu(gate, up));
-        }
-      return;
-    }
-    for (uint64_t i = 0; i < m; ++i)
-      for (uint64_t j = 0; j < n; ++j) {
-        float acc = dot(i, j);
-        const uint64_t ci = st.dst.offset + i * g.ldc + j;
-        if (accumulate) acc += loadElement(c.dtype, c.data, ci);
-        storeElement(c.dtype, c.data, ci, acc);
-      }
+    const detail::GemmTileArgs t{m, n, k, g.lda, g.ldb, g.ldc, bColMajor, gated, accumulate};
+    detail::runGemm(t, {c.dtype, c.data, st.dst.offset}, {a.dtype, a.data, st.a.offset}, {b.dtype, b.data, st.b.offset},
+                    ls.scratchA, ls.scratchB);
   }
 
   // ---- routing as data (route.hpp) -------------------------------------------------------------------
