@@ -73,7 +73,8 @@ int attentionMain(int argc, char** argv, const std::string& command) {
   app.add_option("-b,--batch", a.batch, "batch")->check(CLI::PositiveNumber);
   app.add_option("--json", a.json, "write measurement records (mkernel.measurement.v1) to this file, atomically");
   app.add_option("--variant", a.variant,
-                 "consumer pipeline: overlap (the default), serial, pingpong, or all three for A/B runs")
+                 "consumer pipeline: pingpong (attentionForward's default), overlap, serial, or all (the default: the "
+                 "three side by side)")
       ->check(CLI::IsMember({"overlap", "serial", "pingpong", "all"}));
   app.add_option("--iters", a.iters, "launches per timed loop")->check(CLI::PositiveNumber);
   app.add_option("-w,--warmup", a.warmup, "untimed launches before timing");

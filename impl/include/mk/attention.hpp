@@ -27,8 +27,9 @@ device::AttentionParams attentionWorkParams(const AttentionShape& sh);
 struct AttentionOptions {
   uint32_t ctas = 0;  ///< CTAs of the persistent grid; 0: one per SM (never more than the units)
   /// How the consumer warpgroups order their work (mk/device/attention_device.hpp); all give the same results to
-  /// rounding, the others stay for A/B runs.
-  device::AttentionPipeline pipeline = device::AttentionPipeline::Overlap;
+  /// rounding, the others stay for A/B runs. PingPong: the fastest of the three summed over the bench's shapes at
+  /// S >= 4096 on one H100 (docs/attention.md).
+  device::AttentionPipeline pipeline = device::AttentionPipeline::PingPong;
   /// Host-mapped, 8 words zeroed (optional): receives who waited for what if a device wait times out.
   uint32_t* timeoutReport = nullptr;
 };

@@ -66,30 +66,49 @@ struct AttentionTileConfig {
   static constexpr uint32_t kBoxes = kD / kBoxCols;
   static constexpr uint32_t kBoxBytes = 128 * kBoxCols * 2;   ///< 128 rows x 128 bytes (Q, K and V boxes alike)
   static constexpr uint32_t kTileBytes = kBoxes * kBoxBytes;  ///< one Q, K or V tile
+  /// K / V stages: as many as shared memory holds beside Q (a stage is one K and one V tile).
   static constexpr uint32_t kStages = kD == 64 ? 4 : 2;
   static constexpr uint32_t kConsumerWarps = 8;
   static constexpr uint32_t kThreads = 384;
   static constexpr uint32_t kProducerRegs = 40;
   static constexpr uint32_t kConsumerRegs = 232;
   static constexpr uint32_t kSmemAlign = 1024;
-  /// Barriers: Q full, Q empty, then K full, V full and empty per stage.
-  static constexpr uint32_t kBarriers = 2 + 3 * kStages;
+  /// Barriers: Q full, Q empty, then per stage K full, V full, K empty and V empty (AttentionBarriers).
+  static constexpr uint32_t kBarriers = 2 + 4 * kStages;
   static constexpr uint32_t kSmemBytes = kSmemAlign + kTileBytes * (1 + 2 * kStages) + 8 * kBarriers;
   static_assert(kD == 64 || kD == 128, "head dims 64 and 128");
   static_assert(kSmemBytes <= 227 * 1024, "H100/H200 give a CTA at most 227 KiB of shared memory");
   static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * kThreads, "setmaxnreg moves launch registers");
 };
 
-/// The (batch, query head, query tile) of unit `u`: the longest causal units (last query tiles) first, so the
-/// strided split over CTAs ends with the short ones; consecutive units share a KV head (GQA reuse in L2).
+/// Shared-memory addresses of the engine's mbarriers (8 bytes each) from the first one; stage s of a per-stage
+/// barrier is at + 8 s. K and V are freed separately: K once the scores that read it have retired, V once P V has,
+/// so the producer refills a stage's K while the consumers still multiply by its V.
+template <uint32_t kStages>
+struct AttentionBarriers {
+  uint32_t qFull, qEmpty, kFull, vFull, kEmpty, vEmpty;
+  MK_HOST_DEVICE_INLINE explicit AttentionBarriers(uint32_t first)
+      : qFull(first),
+        qEmpty(first + 8),
+        kFull(first + 16),
+        vFull(kFull + 8 * kStages),
+        kEmpty(vFull + 8 * kStages),
+        vEmpty(kEmpty + 8 * kStages) {}
+};
+
+/// The (batch, query head, query tile) of unit `u`. Units are numbered (batch, KV head)-major: the CTAs that run
+/// at the same time read the K / V of a few heads only, so those stay in L2 instead of streaming from HBM once per
+/// query tile (with one head per CTA, B 4 x 16 heads x S 4096 reads ~2 GB per call). Inside a KV head the last
+/// query tiles (the longest causal units) come first, then the query heads of the group.
 struct AttentionUnit {
   uint32_t b, h, m0, kvTiles;
 };
 
 MK_HOST_DEVICE_INLINE AttentionUnit attentionUnit(const AttentionParams& p, uint32_t u) {
-  const uint32_t perTile = p.batch * p.qHeads;
-  const uint32_t qt = p.qTiles - 1 - u / perTile, bh = u % perTile;
-  AttentionUnit un{bh / p.qHeads, bh % p.qHeads, qt * 128, 0};
+  const uint32_t group = p.qHeads / p.kvHeads, perKv = p.qTiles * group;
+  const uint32_t bkv = u / perKv, r = u % perKv;
+  const uint32_t qt = p.qTiles - 1 - r / group;
+  AttentionUnit un{bkv / p.kvHeads, (bkv % p.kvHeads) * group + r % group, qt * 128, 0};
   const uint32_t last = (un.m0 + 128 < p.sq ? un.m0 + 128 : p.sq) - 1;
   int64_t end = p.skv;
   if (p.causal != 0) {
@@ -126,32 +145,33 @@ MK_DEVICE_INLINE void produce(const AttentionParams& p, uint32_t smemQ, uint32_t
                               uint32_t firstUnit, uint32_t unitStride) {
   using Cfg = AttentionTileConfig<kD>;
   using namespace gemm_detail;
-  const uint32_t qFull = bars, qEmpty = bars + 8, kFull = bars + 16, vFull = kFull + 8 * Cfg::kStages,
-                 empty = vFull + 8 * Cfg::kStages;
+  const AttentionBarriers<Cfg::kStages> bar(bars);
   const uint32_t group = p.qHeads / p.kvHeads;
   uint32_t it = 0, qIter = 0;
   for (uint32_t u = firstUnit; u < p.units; u += unitStride) {
     const AttentionUnit un = attentionUnit(p, u);
     if (un.kvTiles == 0) continue;  // no key for any row: the consumers write zeros without Q
     const int32_t b = static_cast<int32_t>(un.b), kvh = static_cast<int32_t>(un.h / group);
-    waitBar(p, qEmpty, (qIter & 1) ^ 1, GemmWaiter::Producer, Cfg::kStages, u);
-    mbarArriveExpectTx(qFull, Cfg::kTileBytes);
+    waitBar(p, bar.qEmpty, (qIter & 1) ^ 1, GemmWaiter::Producer, Cfg::kStages, u);
+    mbarArriveExpectTx(bar.qFull, Cfg::kTileBytes);
     for (uint32_t box = 0; box < Cfg::kBoxes; ++box)
       tmaLoad4d(smemQ + box * Cfg::kBoxBytes, &p.mapQ, static_cast<int32_t>(box * 64), static_cast<int32_t>(un.h),
-                static_cast<int32_t>(un.m0), b, qFull);
+                static_cast<int32_t>(un.m0), b, bar.qFull);
     ++qIter;
     for (uint32_t t = 0; t < un.kvTiles; ++t, ++it) {
       const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
       // A fresh barrier counts as having completed the phase before phase 0: the first pass never waits.
-      waitBar(p, empty + 8 * stage, phase ^ 1, GemmWaiter::Producer, stage, u);
       const uint32_t k = smemKv + stage * 2 * Cfg::kTileBytes, v = k + Cfg::kTileBytes;
+      const uint32_t kFull = bar.kFull + 8 * stage, vFull = bar.vFull + 8 * stage;
       const int32_t n0 = static_cast<int32_t>(t * 128);
-      mbarArriveExpectTx(kFull + 8 * stage, Cfg::kTileBytes);
+      waitBar(p, bar.kEmpty + 8 * stage, phase ^ 1, GemmWaiter::Producer, stage, u);
+      mbarArriveExpectTx(kFull, Cfg::kTileBytes);
       for (uint32_t box = 0; box < Cfg::kBoxes; ++box)
-        tmaLoad4d(k + box * Cfg::kBoxBytes, &p.mapK, static_cast<int32_t>(box * 64), kvh, n0, b, kFull + 8 * stage);
-      mbarArriveExpectTx(vFull + 8 * stage, Cfg::kTileBytes);
+        tmaLoad4d(k + box * Cfg::kBoxBytes, &p.mapK, static_cast<int32_t>(box * 64), kvh, n0, b, kFull);
+      waitBar(p, bar.vEmpty + 8 * stage, phase ^ 1, GemmWaiter::Producer, stage, u);
+      mbarArriveExpectTx(vFull, Cfg::kTileBytes);
       for (uint32_t box = 0; box < Cfg::kBoxes; ++box)
-        tmaLoad4d(v + box * Cfg::kBoxBytes, &p.mapV, static_cast<int32_t>(box * 64), kvh, n0, b, vFull + 8 * stage);
+        tmaLoad4d(v + box * Cfg::kBoxBytes, &p.mapV, static_cast<int32_t>(box * 64), kvh, n0, b, vFull);
     }
   }
 }
@@ -343,8 +363,7 @@ MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ, uint32_t
   using Cfg = AttentionTileConfig<kD>;
   using namespace gemm_detail;
   const float kNegInf = -__int_as_float(0x7f800000);
-  const uint32_t qFull = bars, qEmpty = bars + 8, kFull = bars + 16, vFull = kFull + 8 * Cfg::kStages,
-                 empty = vFull + 8 * Cfg::kStages;
+  const AttentionBarriers<Cfg::kStages> bar(bars);
   const uint32_t consumer = threadIdx.x / 128 - 1, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   const uint32_t rowOfThread = 64 * consumer + 16 * warp + lane / 4;  // in the unit; + 8 for the second row
   uint32_t it = 0, qIter = 0;
@@ -359,37 +378,39 @@ MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ, uint32_t
 #pragma unroll
     for (uint32_t i = 0; i < kD / 2; ++i) o[i] = 0.0f;
     if (un.kvTiles > 0) {
-      waitBar(p, qFull, qIter & 1, GemmWaiter::Consumer, Cfg::kStages, u);
+      waitBar(p, bar.qFull, qIter & 1, GemmWaiter::Consumer, Cfg::kStages, u);
       ++qIter;
     }
     if constexpr (kPipe == AttentionPipeline::Serial) {
       for (uint32_t t = 0; t < un.kvTiles; ++t, ++it) {
         const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
         const uint32_t k = smemKv + stage * 2 * Cfg::kTileBytes, v = k + Cfg::kTileBytes;
-        waitBar(p, kFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
+        waitBar(p, bar.kFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
         issueScores<kD>(s, smemQ, k, consumer);
         wgmmaWait<0>();
         fenceRegs(s);
-        if (t + 1 == un.kvTiles) warpArrive(qEmpty, lane);  // this warp's last read of Q has retired
+        warpArrive(bar.kEmpty + 8 * stage, lane);
+        if (t + 1 == un.kvTiles) warpArrive(bar.qEmpty, lane);  // this warp's last read of Q has retired
         softmaxTile(p, s, st, un, t, row0, lane);
         rescale(o, st);
         packP(s, pa);
-        waitBar(p, vFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
+        waitBar(p, bar.vFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
         issueValues<kD>(o, pa, v);
         wgmmaWait<0>();
         fenceRegs(o);
-        warpArrive(empty + 8 * stage, lane);
+        warpArrive(bar.vEmpty + 8 * stage, lane);
       }
     } else if (un.kvTiles > 0) {
       // Tile 0: S and its softmax alone (O is zero: nothing to rescale).
       uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
-      waitBar(p, kFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
+      waitBar(p, bar.kFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
       takeTurn<kPipe>(consumer);
       issueScores<kD>(s, smemQ, smemKv + stage * 2 * Cfg::kTileBytes, consumer);
       passTurn<kPipe>(consumer);
       wgmmaWait<0>();
       fenceRegs(s);
-      if (un.kvTiles == 1) warpArrive(qEmpty, lane);
+      warpArrive(bar.kEmpty + 8 * stage, lane);
+      if (un.kvTiles == 1) warpArrive(bar.qEmpty, lane);
       softmaxTile(p, s, st, un, 0, row0, lane);
       packP(s, pa);
       for (uint32_t t = 1; t < un.kvTiles; ++t) {
@@ -397,29 +418,30 @@ MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ, uint32_t
         ++it;
         stage = it % Cfg::kStages;
         phase = (it / Cfg::kStages) & 1;
-        waitBar(p, kFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
-        waitBar(p, vFull + 8 * prevStage, prevPhase, GemmWaiter::Consumer, prevStage, u);
+        waitBar(p, bar.kFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
+        waitBar(p, bar.vFull + 8 * prevStage, prevPhase, GemmWaiter::Consumer, prevStage, u);
         takeTurn<kPipe>(consumer);
         issueScores<kD>(s, smemQ, smemKv + stage * 2 * Cfg::kTileBytes, consumer);
         issueValues<kD>(o, pa, smemKv + prevStage * 2 * Cfg::kTileBytes + Cfg::kTileBytes);
         passTurn<kPipe>(consumer);
         wgmmaWait<1>();  // S of tile t has retired; P V of tile t - 1 may still run
         fenceRegs(s);
-        if (t + 1 == un.kvTiles) warpArrive(qEmpty, lane);
+        warpArrive(bar.kEmpty + 8 * stage, lane);
+        if (t + 1 == un.kvTiles) warpArrive(bar.qEmpty, lane);
         softmaxTile(p, s, st, un, t, row0, lane);
         wgmmaWait<0>();
         fenceRegs(o);
-        warpArrive(empty + 8 * prevStage, lane);
+        warpArrive(bar.vEmpty + 8 * prevStage, lane);
         rescale(o, st);
         packP(s, pa);
       }
-      waitBar(p, vFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
+      waitBar(p, bar.vFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
       takeTurn<kPipe>(consumer);
       issueValues<kD>(o, pa, smemKv + stage * 2 * Cfg::kTileBytes + Cfg::kTileBytes);
       passTurn<kPipe>(consumer);
       wgmmaWait<0>();
       fenceRegs(o);
-      warpArrive(empty + 8 * stage, lane);
+      warpArrive(bar.vEmpty + 8 * stage, lane);
       ++it;
     }
     storeRows<kD>(p, o, st, un, row0, lane);
@@ -432,7 +454,7 @@ MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ, uint32_t
 /// kThreads threads (launched with at most 168 registers per thread, e.g. __launch_bounds__(384, 1));
 /// `smem` is AttentionTileConfig<kD>::kSmemBytes of dynamic shared memory the CTA owns for the call. The routine
 /// initialises its mbarriers and re-balances registers with setmaxnreg; p.headDim must be kD (else it traps).
-template <uint32_t kD, AttentionPipeline kPipe = AttentionPipeline::Overlap>
+template <uint32_t kD, AttentionPipeline kPipe>
 MK_DEVICE_INLINE void attentionRunUnits(const AttentionParams& p, uint8_t* smem, uint32_t firstUnit,
                                         uint32_t unitStride) {
   using Cfg = AttentionTileConfig<kD>;
@@ -444,12 +466,14 @@ MK_DEVICE_INLINE void attentionRunUnits(const AttentionParams& p, uint8_t* smem,
   const uint32_t smemKv = smemQ + Cfg::kTileBytes;  // stage s: K at 2 s tiles, V one tile later
   const uint32_t bars = smemKv + 2 * Cfg::kStages * Cfg::kTileBytes;
   if (threadIdx.x == 0) {
-    mbarInit(bars, 1);                        // Q full: the producer's expect_tx
-    mbarInit(bars + 8, Cfg::kConsumerWarps);  // Q empty: every consumer warp
+    const AttentionBarriers<Cfg::kStages> bar(bars);
+    mbarInit(bar.qFull, 1);                     // the producer's expect_tx
+    mbarInit(bar.qEmpty, Cfg::kConsumerWarps);  // every consumer warp
     for (uint32_t s = 0; s < Cfg::kStages; ++s) {
-      mbarInit(bars + 16 + 8 * s, 1);                                         // K full
-      mbarInit(bars + 16 + 8 * (Cfg::kStages + s), 1);                        // V full
-      mbarInit(bars + 16 + 8 * (2 * Cfg::kStages + s), Cfg::kConsumerWarps);  // empty
+      mbarInit(bar.kFull + 8 * s, 1);
+      mbarInit(bar.vFull + 8 * s, 1);
+      mbarInit(bar.kEmpty + 8 * s, Cfg::kConsumerWarps);
+      mbarInit(bar.vEmpty + 8 * s, Cfg::kConsumerWarps);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
