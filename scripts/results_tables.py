@@ -5,6 +5,9 @@ scripts/regen-docs from the page's generated blocks.
   scripts/results_tables.py gemm FILE.json ...    our GEMM against cuBLAS, per shape
   scripts/results_tables.py fused FILE.json ...   the fused operators against cuBLAS + our collective, per shape
   scripts/results_tables.py gemm-model PLAN.json  the planner's GEMM model as a plan.json states it
+  scripts/results_tables.py attention OURS.json SDPA.json ...
+                                                  our attention forward against PyTorch SDPA (cuDNN, flash) of the
+                                                  same device call, per shape: pairs of files
 
 Numbers are printed as stored (the median over a run's iterations); nothing is fitted or averaged. Each table
 names its file, the run's commit and command. Exit 2 with one line on a file that is not a measurement file.
@@ -96,6 +99,35 @@ def fused(paths):
         print(f"- {s}")
 
 
+def attention(paths):
+    """Pairs (mk-bench attention file, attention_bench.py file of the same call): the fastest of our pipelines
+    per shape against cuDNN and flash."""
+    if len(paths) % 2:
+        raise SystemExit("results_tables.py: attention takes pairs of files: mk-bench attention's, then SDPA's")
+    for ours_path, sdpa_path in zip(paths[::2], paths[1::2]):
+        d, t = load(ours_path), load(sdpa_path)
+        print(f"\n{source(ours_path, d)}\n\n{source(sdpa_path, t)}\n")
+        print("| S | heads q / kv | causal | ours µs | ours TFLOP/s | pipeline | cuDNN µs | cuDNN TFLOP/s | "
+              "flash TFLOP/s | cuDNN time / ours |")
+        print("|---:|---|---|---:|---:|---|---:|---:|---:|---:|")
+        def key(r):
+            return (r["seq"], r["q_heads"], r["kv_heads"], r["causal"], r["batch"], r["head_dim"])
+        theirs = medians(t, "attention-fwd")
+        shapes = []
+        for r in medians(d, "attention-fwd"):
+            if key(r) not in shapes:
+                shapes.append(key(r))
+        for k in shapes:
+            ours = min((r for r in medians(d, "attention-fwd") if key(r) == k), key=lambda r: r["time_us"])
+            cud = [r for r in theirs if key(r) == k and r.get("backend") == "cudnn"]
+            fl = [r for r in theirs if key(r) == k and r.get("backend") == "flash"]
+            c = f"{cud[0]['time_us']:.1f} | {cud[0]['tflops']:.0f}" if cud else "– | –"
+            f = f"{fl[0]['tflops']:.0f}" if fl else "–"
+            ratio = f"{cud[0]['time_us'] / ours['time_us']:.2f}" if cud else "–"
+            print(f"| {k[0]} | {k[1]} / {k[2]} | {'yes' if k[3] else 'no'} | {ours['time_us']:.1f} | "
+                  f"{ours['tflops']:.0f} | {ours['algo'].rsplit('-', 1)[-1]} | {c} | {f} | {ratio} |")
+
+
 def gemm_model(paths):
     """The planner's GEMM model as plan.json's compute_model gives it (one line per file)."""
     for path in paths:
@@ -113,10 +145,10 @@ def gemm_model(paths):
 
 def main():
     ap = Parser(prog="results_tables.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("table", choices=["gemm", "fused", "gemm-model"])
+    ap.add_argument("table", choices=["gemm", "fused", "gemm-model", "attention"])
     ap.add_argument("files", nargs="+", help="measurement files (mkernel.measurement.v1); gemm-model: plan.json")
     args = ap.parse_args()
-    {"gemm": gemm, "fused": fused, "gemm-model": gemm_model}[args.table](args.files)
+    {"gemm": gemm, "fused": fused, "gemm-model": gemm_model, "attention": attention}[args.table](args.files)
 
 
 if __name__ == "__main__":
