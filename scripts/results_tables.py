@@ -99,6 +99,12 @@ def fused(paths):
         print(f"- {s}")
 
 
+def pipeline(r):
+    """An attention record's consumer pipeline, and its unit split when the run timed more than one."""
+    units = r.get("units")
+    return r["algo"].rsplit("-", 1)[-1] + (f", {units} units" if units else "")
+
+
 def attention(paths):
     """Pairs (mk-bench attention file, attention_bench.py file of the same call): the fastest of our pipelines
     per shape against cuDNN and flash."""
@@ -125,7 +131,7 @@ def attention(paths):
             f = f"{fl[0]['tflops']:.0f}" if fl else "–"
             ratio = f"{cud[0]['time_us'] / ours['time_us']:.2f}" if cud else "–"
             print(f"| {k[0]} | {k[1]} / {k[2]} | {'yes' if k[3] else 'no'} | {ours['time_us']:.1f} | "
-                  f"{ours['tflops']:.0f} | {ours['algo'].rsplit('-', 1)[-1]} | {c} | {f} | {ratio} |")
+                  f"{ours['tflops']:.0f} | {pipeline(ours)} | {c} | {f} | {ratio} |")
 
 
 def gemm_model(paths):

@@ -35,7 +35,7 @@ struct Args {
   std::vector<uint32_t> seq{768, 1024, 2048, 4096, 8192, 16384};
   uint32_t batch = 4;
   uint64_t iters = 10, reps = 5, warmup = 2;
-  std::string json, variant = "all";
+  std::string json, units = "dynamic";
 };
 
 struct Config {
@@ -72,10 +72,10 @@ int attentionMain(int argc, char** argv, const std::string& command) {
   app.add_option("--seq", a.seq, "sequence lengths per GPU (sq = skv)")->delimiter(',')->check(CLI::PositiveNumber);
   app.add_option("-b,--batch", a.batch, "batch")->check(CLI::PositiveNumber);
   app.add_option("--json", a.json, "write measurement records (mkernel.measurement.v1) to this file, atomically");
-  app.add_option("--variant", a.variant,
-                 "consumer pipeline: pingpong (attentionForward's default), overlap, serial, or all (the default: the "
-                 "three side by side)")
-      ->check(CLI::IsMember({"overlap", "serial", "pingpong", "all"}));
+  app.add_option("--units", a.units,
+                 "how CTAs take work units: dynamic (the default: drawn from a counter), static (a fixed split), or "
+                 "all (both)")
+      ->check(CLI::IsMember({"dynamic", "static", "all"}));
   app.add_option("--iters", a.iters, "launches per timed loop")->check(CLI::PositiveNumber);
   app.add_option("-w,--warmup", a.warmup, "untimed launches before timing");
   app.add_option("--reps", a.reps, "timed loops; the median is reported")->check(CLI::PositiveNumber);
@@ -90,9 +90,15 @@ int attentionMain(int argc, char** argv, const std::string& command) {
     MK_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     MK_CUDA_CHECK(cudaEventCreate(&ev0));
     MK_CUDA_CHECK(cudaEventCreate(&ev1));
+    uint32_t* counter = nullptr;  // AttentionOptions::unitCounter: zeroed once, each call leaves it zero
+    MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&counter), sizeof(uint32_t)));
+    MK_CUDA_CHECK(cudaMemset(counter, 0, sizeof(uint32_t)));
+    std::vector<bool> dynamicModes;
+    if (a.units != "static") dynamicModes.push_back(true);
+    if (a.units != "dynamic") dynamicModes.push_back(false);
     std::printf("# mk-bench attention: GPU 0 (%d SMs), bf16, D 128, B %u, iters %llu, reps %llu\n", sms, a.batch,
                 static_cast<unsigned long long>(a.iters), static_cast<unsigned long long>(a.reps));
-    std::printf("%6s %4s %4s %6s %8s %12s %12s %10s\n", "S", "hq", "hkv", "causal", "variant", "ours_us", "TFLOPs",
+    std::printf("%6s %4s %4s %6s %8s %12s %12s %10s\n", "S", "hq", "hkv", "causal", "units", "ours_us", "TFLOPs",
                 "nonfinite");
     mk::MeasurementFile file = newMeasurementFile(1, "", command);
     uint64_t seed = std::random_device{}();
@@ -116,15 +122,10 @@ int attentionMain(int argc, char** argv, const std::string& command) {
         MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), outCount * 4));
         fillRandom(q, qCount, ++seed);
         fillRandom(kv, 2 * kCount, ++seed);
-        using Pipe = mk::device::AttentionPipeline;
-        std::vector<Pipe> variants;
-        if (a.variant == "overlap" || a.variant == "all") variants.push_back(Pipe::Overlap);
-        if (a.variant == "pingpong" || a.variant == "all") variants.push_back(Pipe::PingPong);
-        if (a.variant == "serial" || a.variant == "all") variants.push_back(Pipe::Serial);
-        for (Pipe pipe : variants) {
-          const char* name = pipe == Pipe::Serial ? "serial" : pipe == Pipe::Overlap ? "overlap" : "pingpong";
+        for (bool dynamic : dynamicModes) {
           mk::AttentionOptions opt;
-          opt.pipeline = pipe;
+          opt.dynamicUnits = dynamic;
+          opt.unitCounter = counter;
           for (uint64_t i = 0; i < a.warmup; ++i)
             mk::attentionForward(sh, mk::DType::BFloat16, q, kv, out, stream, opt);
           std::vector<double> samples;
@@ -145,13 +146,13 @@ int attentionMain(int argc, char** argv, const std::string& command) {
           uint64_t nonFinite = 0;
           for (float v : host) nonFinite += !std::isfinite(v);
           const double us = median(samples), flops = mk::attentionFlops(sh), tflops = flops / us * 1e-6;
-          std::printf("%6u %4u %4u %6s %8s %12.2f %12.1f %10llu\n", s, c.hq, c.hkv, c.causal ? "yes" : "no", name, us,
-                      tflops, static_cast<unsigned long long>(nonFinite));
+          std::printf("%6u %4u %4u %6s %8s %12.2f %12.1f %10llu\n", s, c.hq, c.hkv, c.causal ? "yes" : "no",
+                      dynamic ? "dynamic" : "static", us, tflops, static_cast<unsigned long long>(nonFinite));
           std::fflush(stdout);
           mk::MeasurementRecord rec;
           rec.op = "attention-fwd";
           rec.impl = "mkernel";
-          rec.algo = std::string("wgmma-tma-ws-") + name;
+          rec.algo = "wgmma-tma-ws";
           rec.dtype = "bfloat16";
           rec.ranks = 1;
           rec.bytes = (qCount + 2 * kCount) * 2 + outCount * 4;
@@ -169,12 +170,14 @@ int attentionMain(int argc, char** argv, const std::string& command) {
           rec.extra["flops"] = std::to_string(static_cast<uint64_t>(flops));
           rec.extra["tflops"] = mk::strprintf("%.3f", tflops);
           rec.extra["nonfinite"] = std::to_string(nonFinite);
+          rec.extra["units"] = mkbench::quoted(dynamic ? "dynamic" : "static");
           file.records.push_back(rec);
         }
         cudaFree(q);
         cudaFree(kv);
         cudaFree(out);
       }
+    cudaFree(counter);
     cudaEventDestroy(ev0);
     cudaEventDestroy(ev1);
     cudaStreamDestroy(stream);

@@ -67,7 +67,7 @@ Reference reference(const AttentionShape& sh, uint32_t seed) {
   return r;
 }
 
-void check(const AttentionShape& sh, const Case& c, const Reference& ref, device::AttentionPipeline pipe);
+void check(const AttentionShape& sh, const Case& c, const Reference& ref, uint32_t* counter, bool dynamic);
 
 void runCase(const Case& c, uint32_t seed) {
   AttentionShape sh;
@@ -88,17 +88,22 @@ void runCase(const Case& c, uint32_t seed) {
   INFO("d " << c.d << " hq " << c.hq << " hkv " << c.hkv << " B " << c.batch << " sq " << c.sq << " skv " << c.skv
             << " causal " << c.causal << " qPos " << c.qPos << " kvPos " << c.kvPos << " ctas " << c.ctas);
   Reference ref = reference(sh, seed);
-  for (auto pipe :
-       {device::AttentionPipeline::Overlap, device::AttentionPipeline::PingPong, device::AttentionPipeline::Serial})
-    check(sh, c, ref, pipe);
+  uint32_t* counter = nullptr;  // dynamic unit fetch; every run must leave it zero for the next
+  MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&counter), sizeof(uint32_t)));
+  MK_CUDA_CHECK(cudaMemset(counter, 0, sizeof(uint32_t)));
+  for (int mode = 0; mode < 3; ++mode) {  // our counter, attentionForward's own, a static split
+    check(sh, c, ref, mode == 0 ? counter : nullptr, mode < 2);
+    uint32_t left = 1;
+    MK_CUDA_CHECK(cudaMemcpy(&left, counter, sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    CHECK(left == 0);
+  }
+  cudaFree(counter);
 }
 
 /// Run the engine on the reference's inputs and compare every output value and log-sum-exp.
-void check(const AttentionShape& sh, const Case& c, const Reference& ref, device::AttentionPipeline pipe) {
-  const char* name = pipe == device::AttentionPipeline::Serial    ? "serial"
-                     : pipe == device::AttentionPipeline::Overlap ? "overlap"
-                                                                  : "pingpong";
-  INFO("pipeline " << name);
+void check(const AttentionShape& sh, const Case& c, const Reference& ref, uint32_t* counter, bool dynamic) {
+  const char* name = !dynamic ? "static" : counter ? "dynamic-given" : "dynamic";
+  INFO("units " << name);
   const auto& q = ref.mem.bytes[0][0];
   const auto& kv = ref.mem.bytes[0][1];
   const uint64_t outCount = ref.s.buffers[2].count[0];
@@ -114,7 +119,8 @@ void check(const AttentionShape& sh, const Case& c, const Reference& ref, device
   MK_CUDA_CHECK(cudaMemcpy(dout, got.data(), outCount * sizeof(float), cudaMemcpyHostToDevice));
   AttentionOptions opt;
   opt.ctas = c.ctas;
-  opt.pipeline = pipe;
+  opt.dynamicUnits = dynamic;
+  opt.unitCounter = counter;
   uint32_t* report = nullptr;  // who waited for what, should a device wait time out
   MK_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&report), 8 * sizeof(uint32_t), cudaHostAllocMapped));
   std::fill(report, report + 8, 0u);

@@ -26,12 +26,15 @@ device::AttentionParams attentionWorkParams(const AttentionShape& sh);
 /// How attentionForward runs (the defaults are the fast path).
 struct AttentionOptions {
   uint32_t ctas = 0;  ///< CTAs of the persistent grid; 0: one per SM (never more than the units)
-  /// How the consumer warpgroups order their work (mk/device/attention_device.hpp); all give the same results to
-  /// rounding, the others stay for A/B runs. PingPong: the fastest of the three summed over the bench's shapes at
-  /// S >= 4096 on one H100 (docs/attention.md).
-  device::AttentionPipeline pipeline = device::AttentionPipeline::PingPong;
+  /// Whether CTAs draw units from a counter (a CTA that finishes early takes the next: causal and short sequences
+  /// end with less of a tail) or split them statically.
+  bool dynamicUnits = true;
   /// Host-mapped, 8 words zeroed (optional): receives who waited for what if a device wait times out.
   uint32_t* timeoutReport = nullptr;
+  /// The counter of dynamicUnits: a zeroed device word (cudaMalloc + cudaMemset once) that each call leaves zero
+  /// again; calls that may run at the same time need their own. Null: attentionForward keeps one per (device,
+  /// stream), allocated by the first call on that stream (so pass your own inside a CUDA graph capture).
+  uint32_t* unitCounter = nullptr;
 };
 
 /// out = the attention step of `sh` over q (Q) and kv (K, then V vOffset elements later), bf16, on the current

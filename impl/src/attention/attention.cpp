@@ -6,6 +6,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "attention/attention_launch.hpp"
 #include "device/driver_api.hpp"
@@ -16,6 +19,22 @@ namespace mk {
 namespace {
 
 constexpr uint64_t kMaxPosition = uint64_t{1} << 62;  // qPos - kvPos stays a signed 64-bit difference
+
+/// The unit counter of (current device, stream): calls on one stream run one after another and each leaves the word
+/// zero, so they can share it. Allocated and zeroed on first use, kept for the process.
+uint32_t* streamUnitCounter(cudaStream_t stream) {
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, uint32_t*> words;
+  int dev = 0;
+  MK_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  uint32_t*& w = words[{dev, stream}];
+  if (w == nullptr) {
+    MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&w), sizeof(uint32_t)));
+    MK_CUDA_CHECK(cudaMemset(w, 0, sizeof(uint32_t)));
+  }
+  return w;
+}
 
 /// A 4-D bf16 map {headDim, heads, tokens, batch} over [batch][ld tokens][heads][headDim], box {64, 1, 128, 1}.
 device::GemmTensorMap encodeMap(const void* base, uint32_t headDim, uint32_t heads, uint32_t tokens, uint32_t batch,
@@ -92,6 +111,11 @@ void attentionForward(const AttentionShape& sh, DType dtype, const void* q, cons
       encodeMap(static_cast<const uint16_t*>(kv) + sh.vOffset, sh.headDim, sh.kvHeads, sh.skv, sh.batch, sh.ldkv, "V");
   p.out = out;
   p.timeoutReport = options.timeoutReport;
+  p.unitCounter = !options.dynamicUnits            ? nullptr
+                  : options.unitCounter != nullptr ? options.unitCounter
+                                                   : streamUnitCounter(stream);
+  if (p.unitCounter != nullptr && reinterpret_cast<uintptr_t>(p.unitCounter) % 4 != 0)
+    throw Error(ErrorCode::InvalidArgument, "attentionForward: options.unitCounter must be 4-byte aligned");
   uint32_t ctas = options.ctas;
   if (ctas == 0) {
     int dev = 0, sms = 0;
@@ -100,7 +124,7 @@ void attentionForward(const AttentionShape& sh, DType dtype, const void* q, cons
     ctas = static_cast<uint32_t>(sms);
   }
   if (ctas > p.units) ctas = p.units;
-  runtime::launchAttention(p, ctas, options.pipeline, stream);
+  runtime::launchAttention(p, ctas, stream);
 }
 
 }  // namespace mk

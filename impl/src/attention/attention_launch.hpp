@@ -9,9 +9,9 @@
 
 namespace mk::runtime {
 
-/// Launch `ctas` CTAs of 384 threads running attentionRunUnits<p.headDim, pipe> over units blockIdx.x, + ctas, ...
-/// (sets the kernels' dynamic shared-memory limit on first use per device). Throws Error(CudaError).
-void launchAttention(const device::AttentionParams& p, uint32_t ctas, device::AttentionPipeline pipe,
-                     cudaStream_t stream);
+/// Launch `ctas` CTAs of 384 threads running attentionRunUnits<p.headDim> (the units they draw from p.unitCounter,
+/// or blockIdx.x, + ctas, ...; sets the kernels' dynamic shared-memory limit on first use per device). Throws
+/// Error(CudaError).
+void launchAttention(const device::AttentionParams& p, uint32_t ctas, cudaStream_t stream);
 
 }  // namespace mk::runtime

@@ -15,16 +15,14 @@ using device::AttentionParams;
 using device::AttentionTileConfig;
 
 // 384 threads, one CTA per SM: at most 168 registers per thread before setmaxnreg moves them to the consumers.
-using device::AttentionPipeline;
-
-template <uint32_t kD, AttentionPipeline kPipe>
+template <uint32_t kD>
 __global__ void __launch_bounds__(AttentionTileConfig<kD>::kThreads, 1)
     attentionKernel(const __grid_constant__ AttentionParams p) {
   extern __shared__ __align__(1024) uint8_t smem[];
-  device::attentionRunUnits<kD, kPipe>(p, smem, blockIdx.x, gridDim.x);
+  device::attentionRunUnits<kD>(p, smem, blockIdx.x, gridDim.x);
 }
 
-template <uint32_t kD, AttentionPipeline kPipe>
+template <uint32_t kD>
 void launch(const AttentionParams& p, uint32_t ctas, cudaStream_t stream) {
   static std::mutex mu;
   static std::set<int> ready;
@@ -34,30 +32,20 @@ void launch(const AttentionParams& p, uint32_t ctas, cudaStream_t stream) {
   {
     std::lock_guard<std::mutex> lock(mu);
     if (ready.count(dev) == 0) {
-      MK_CUDA_CHECK(
-          cudaFuncSetAttribute(attentionKernel<kD, kPipe>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+      MK_CUDA_CHECK(cudaFuncSetAttribute(attentionKernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
       ready.insert(dev);
     }
   }
-  attentionKernel<kD, kPipe><<<ctas, AttentionTileConfig<kD>::kThreads, kBytes, stream>>>(p);
-}
-
-template <uint32_t kD>
-void launchPipeline(const AttentionParams& p, uint32_t ctas, AttentionPipeline pipe, cudaStream_t stream) {
-  switch (pipe) {
-    case AttentionPipeline::Serial: launch<kD, AttentionPipeline::Serial>(p, ctas, stream); break;
-    case AttentionPipeline::Overlap: launch<kD, AttentionPipeline::Overlap>(p, ctas, stream); break;
-    case AttentionPipeline::PingPong: launch<kD, AttentionPipeline::PingPong>(p, ctas, stream); break;
-  }
+  attentionKernel<kD><<<ctas, AttentionTileConfig<kD>::kThreads, kBytes, stream>>>(p);
 }
 
 }  // namespace
 
-void launchAttention(const AttentionParams& p, uint32_t ctas, AttentionPipeline pipe, cudaStream_t stream) {
+void launchAttention(const AttentionParams& p, uint32_t ctas, cudaStream_t stream) {
   if (p.headDim == 64)
-    launchPipeline<64>(p, ctas, pipe, stream);
+    launch<64>(p, ctas, stream);
   else
-    launchPipeline<128>(p, ctas, pipe, stream);
+    launch<128>(p, ctas, stream);
   MK_CUDA_CHECK(cudaGetLastError());
 }
 

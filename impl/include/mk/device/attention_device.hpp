@@ -1,16 +1,19 @@
 // mkernel — the Hopper attention forward tile engine: for every (batch, query head, 128-row query tile) unit, the
 // softmax of the scaled scores against the keys the rows see, times V, and each row's log-sum-exp: the contract of
-// the `attention` step kind (mk/schedule/attention.hpp), run by one CTA of 384 threads over a strided set of units
+// the `attention` step kind (mk/schedule/attention.hpp), run by one CTA of 384 threads over the units it draws
 // (persistent: the resident kernel's compute lane can call it like the GEMM tile engine).
 //
 // Roles inside the CTA (warp specialisation, as gemm_device.hpp):
-//  * warpgroup 0 = producer: one thread loads the unit's Q tile (128 rows x D, D / 64 boxes of 64 columns) and then
-//    every K and V tile of 128 keys into a ring of kStages stages with TMA; K and V complete on separate mbarriers,
-//    so S = Q K^T starts before V has landed;
+//  * warpgroup 0 = producer: one thread takes the next unit (drawn from a global counter, or the static split's),
+//    publishes its number to the consumers through a shared word, loads its Q tile (128 rows x D, D / 64 boxes of 64
+//    columns) into one of two Q buffers (the next unit's Q lands while this one's last tiles run) and then every K and
+//    V tile of 128 keys into a ring of kStages stages with TMA; K and V complete on separate mbarriers, so
+//    S = Q K^T starts before V has landed;
 //  * warpgroups 1 and 2 = consumers, 64 query rows each: S = Q K^T (wgmma m64n128k16, both operands in shared
 //    memory), the mask on the tiles that need one, the online softmax in registers (exp2 with the scale folded
 //    in, FlashAttention-2 arXiv 2307.08691 algorithm 1), P rounded to bf16 in registers and O += P V (wgmma with
-//    A from registers); a consumer frees a stage once its P V has retired, and Q once its last S has.
+//    A from registers); a consumer frees a stage's K once its S has retired, its V once its P V has, and Q once
+//    its last S has.
 // The two consumers run the same key tiles on their own rows: while one does its softmax, the other's wgmmas
 // keep the tensor cores busy.
 //
@@ -32,21 +35,16 @@
 
 namespace mk::device {
 
-/// How the two consumer warpgroups order their work (compile time in the kernel):
-///  * Serial: per key tile S, wait, softmax, P V, wait; the other consumer's wgmmas fill the gaps;
-///  * Overlap: FlashAttention-3's intra-warpgroup overlap (arXiv 2407.08608 section 3.2): S of tile t + 1 and P V of
-///    tile t are issued back to back, the softmax of t + 1 runs while P V of t is still on the tensor cores, and O
-///    is rescaled once that has retired;
-///  * PingPong: Overlap, and the two consumers take turns to issue their wgmmas (named barriers 5 and 6, FA3
-///    section 3.1), so one's softmax runs while the other's wgmmas do.
-enum class AttentionPipeline : uint32_t { Serial = 0, Overlap = 1, PingPong = 2 };
-
 /// Everything the engine reads, filled by the host (mk/attention.hpp); lives in param, constant or global memory
 /// (TMA reads the maps from there).
 struct AttentionParams {
   GemmTensorMap mapQ, mapK, mapV;     ///< 4-D bf16 maps, box {64, 1, 128, 1}, 128-byte swizzle
   float* out = nullptr;               ///< [batch][ldo][qHeads][headDim + 1] float32
   uint32_t* timeoutReport = nullptr;  ///< host-mapped words a timed-out wait reports into (or null)
+  /// Dynamic unit fetch: a zeroed device word the CTAs draw unit numbers from (atomicAdd), so a CTA that finishes
+  /// early takes the next unit; the last draw of a run sets it back to zero for the next one on the stream. Null:
+  /// CTA c runs units c, c + stride, ... (a static split).
+  uint32_t* unitCounter = nullptr;
   uint32_t batch = 0, qHeads = 0, kvHeads = 0, headDim = 0, sq = 0, skv = 0, ldo = 0;
   uint32_t qTiles = 0;      ///< ceil(sq / 128)
   uint32_t units = 0;       ///< batch x qHeads x qTiles
@@ -68,14 +66,18 @@ struct AttentionTileConfig {
   static constexpr uint32_t kTileBytes = kBoxes * kBoxBytes;  ///< one Q, K or V tile
   /// K / V stages: as many as shared memory holds beside Q (a stage is one K and one V tile).
   static constexpr uint32_t kStages = kD == 64 ? 4 : 2;
+  /// Q tiles: two, so the producer loads the next unit's Q while the consumers finish this one.
+  static constexpr uint32_t kQStages = 2;
   static constexpr uint32_t kConsumerWarps = 8;
   static constexpr uint32_t kThreads = 384;
-  static constexpr uint32_t kProducerRegs = 40;
-  static constexpr uint32_t kConsumerRegs = 232;
+  static constexpr uint32_t kProducerRegs = 72;
+  static constexpr uint32_t kConsumerRegs = 216;
   static constexpr uint32_t kSmemAlign = 1024;
-  /// Barriers: Q full, Q empty, then per stage K full, V full, K empty and V empty (AttentionBarriers).
-  static constexpr uint32_t kBarriers = 2 + 4 * kStages;
-  static constexpr uint32_t kSmemBytes = kSmemAlign + kTileBytes * (1 + 2 * kStages) + 8 * kBarriers;
+  /// Barriers: Q full and empty and unit full and empty per Q stage, then K full, V full, K empty and V empty
+  /// per K / V stage (AttentionBarriers); then one unit-number word per Q stage.
+  static constexpr uint32_t kBarriers = 4 * kQStages + 4 * kStages;
+  static constexpr uint32_t kSmemBytes =
+      kSmemAlign + kTileBytes * (kQStages + 2 * kStages) + 8 * kBarriers + 4 * kQStages;
   static_assert(kD == 64 || kD == 128, "head dims 64 and 128");
   static_assert(kSmemBytes <= 227 * 1024, "H100/H200 give a CTA at most 227 KiB of shared memory");
   static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * kThreads, "setmaxnreg moves launch registers");
@@ -83,17 +85,22 @@ struct AttentionTileConfig {
 
 /// Shared-memory addresses of the engine's mbarriers (8 bytes each) from the first one; stage s of a per-stage
 /// barrier is at + 8 s. K and V are freed separately: K once the scores that read it have retired, V once P V has,
-/// so the producer refills a stage's K while the consumers still multiply by its V.
-template <uint32_t kStages>
+/// so the producer refills a stage's K while the consumers still multiply by its V. `unit` is the word of Q stage 0
+/// the producer publishes a unit number in (unitFull / unitEmpty guard it), so producer and consumers agree on the
+/// units however they are drawn.
+template <uint32_t kQStages, uint32_t kStages>
 struct AttentionBarriers {
-  uint32_t qFull, qEmpty, kFull, vFull, kEmpty, vEmpty;
+  uint32_t qFull, qEmpty, unitFull, unitEmpty, kFull, vFull, kEmpty, vEmpty, unit;
   MK_HOST_DEVICE_INLINE explicit AttentionBarriers(uint32_t first)
       : qFull(first),
-        qEmpty(first + 8),
-        kFull(first + 16),
+        qEmpty(qFull + 8 * kQStages),
+        unitFull(qEmpty + 8 * kQStages),
+        unitEmpty(unitFull + 8 * kQStages),
+        kFull(unitEmpty + 8 * kQStages),
         vFull(kFull + 8 * kStages),
         kEmpty(vFull + 8 * kStages),
-        vEmpty(kEmpty + 8 * kStages) {}
+        vEmpty(kEmpty + 8 * kStages),
+        unit(vEmpty + 8 * kStages) {}
 };
 
 /// The (batch, query head, query tile) of unit `u`. Units are numbered (batch, KV head)-major: the CTAs that run
@@ -133,11 +140,24 @@ namespace attention_detail {
 
 using gemm_detail::GemmWaiter;
 
-/// Bounded wait (gemm_primitives_device.hpp); `stage` kStages names the Q barrier in a report, `unit` the unit.
+/// Bounded wait (gemm_primitives_device.hpp). In a report, `stage` s < kStages names K / V stage s, kStages + s Q
+/// stage s and kStages + kQStages + s the unit word of Q stage s; `unit` is the unit (or the wait's index).
 MK_DEVICE_INLINE void waitBar(const AttentionParams& p, uint32_t bar, uint32_t parity, GemmWaiter who, uint32_t stage,
                               uint32_t unit) {
   if (gemm_detail::mbarTryWait(bar, parity)) return;
   gemm_detail::mbarWaitBounded<false>(p.timeoutReport, kGemmWaitLimitNs, 0, bar, parity, who, stage, unit);
+}
+
+/// The producer's next unit number: drawn from p.unitCounter (the draw of the last CTA to finish sets it back to
+/// zero: every CTA draws until it gets one past the units, so the draws number units + CTAs), or the static split.
+MK_DEVICE_INLINE uint32_t nextUnit(const AttentionParams& p, uint32_t firstUnit, uint32_t unitStride, uint32_t i) {
+  if (p.unitCounter == nullptr) {
+    const uint64_t u = firstUnit + uint64_t{i} * unitStride;
+    return u < p.units ? static_cast<uint32_t>(u) : p.units;
+  }
+  const uint32_t u = atomicAdd(p.unitCounter, 1u);
+  if (u == p.units + unitStride - 1) atomicExch(p.unitCounter, 0u);
+  return u;
 }
 
 template <uint32_t kD>
@@ -145,18 +165,26 @@ MK_DEVICE_INLINE void produce(const AttentionParams& p, uint32_t smemQ, uint32_t
                               uint32_t firstUnit, uint32_t unitStride) {
   using Cfg = AttentionTileConfig<kD>;
   using namespace gemm_detail;
-  const AttentionBarriers<Cfg::kStages> bar(bars);
+  const AttentionBarriers<Cfg::kQStages, Cfg::kStages> bar(bars);
   const uint32_t group = p.qHeads / p.kvHeads;
   uint32_t it = 0, qIter = 0;
-  for (uint32_t u = firstUnit; u < p.units; u += unitStride) {
+  for (uint32_t i = 0;; ++i) {
+    // Publish the unit (or the end, any number >= p.units) to the consumers through the unit word of slot i % 2.
+    const uint32_t slot = i % Cfg::kQStages, slotPhase = (i / Cfg::kQStages) & 1;
+    const uint32_t u = nextUnit(p, firstUnit, unitStride, i);
+    waitBar(p, bar.unitEmpty + 8 * slot, slotPhase ^ 1, GemmWaiter::Producer, Cfg::kStages + Cfg::kQStages + slot, i);
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(bar.unit + 4 * slot), "r"(u) : "memory");
+    mbarArrive(bar.unitFull + 8 * slot);  // release: the consumers' wait orders their read after the store
+    if (u >= p.units) break;
     const AttentionUnit un = attentionUnit(p, u);
     if (un.kvTiles == 0) continue;  // no key for any row: the consumers write zeros without Q
     const int32_t b = static_cast<int32_t>(un.b), kvh = static_cast<int32_t>(un.h / group);
-    waitBar(p, bar.qEmpty, (qIter & 1) ^ 1, GemmWaiter::Producer, Cfg::kStages, u);
-    mbarArriveExpectTx(bar.qFull, Cfg::kTileBytes);
+    const uint32_t qs = qIter % Cfg::kQStages, q = smemQ + qs * Cfg::kTileBytes, qFull = bar.qFull + 8 * qs;
+    waitBar(p, bar.qEmpty + 8 * qs, ((qIter / Cfg::kQStages) & 1) ^ 1, GemmWaiter::Producer, Cfg::kStages + qs, u);
+    mbarArriveExpectTx(qFull, Cfg::kTileBytes);
     for (uint32_t box = 0; box < Cfg::kBoxes; ++box)
-      tmaLoad4d(smemQ + box * Cfg::kBoxBytes, &p.mapQ, static_cast<int32_t>(box * 64), static_cast<int32_t>(un.h),
-                static_cast<int32_t>(un.m0), b, bar.qFull);
+      tmaLoad4d(q + box * Cfg::kBoxBytes, &p.mapQ, static_cast<int32_t>(box * 64), static_cast<int32_t>(un.h),
+                static_cast<int32_t>(un.m0), b, qFull);
     ++qIter;
     for (uint32_t t = 0; t < un.kvTiles; ++t, ++it) {
       const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
@@ -333,116 +361,58 @@ MK_DEVICE_INLINE void storeRows(const AttentionParams& p, const float (&o)[kD / 
   }
 }
 
-/// PingPong: wait for this consumer's turn to issue wgmmas (named barrier 5 + consumer, both consumers' 256 threads:
-/// this one syncs, the other arrives when it has issued its own).
-template <AttentionPipeline kPipe>
-MK_DEVICE_INLINE void takeTurn(uint32_t consumer) {
-  if constexpr (kPipe == AttentionPipeline::PingPong) {
-    if (consumer == 0)
-      gemm_detail::namedBarrier<5, 256>();
-    else
-      gemm_detail::namedBarrier<6, 256>();
-  }
-}
-/// PingPong: hand the turn to the other consumer.
-template <AttentionPipeline kPipe>
-MK_DEVICE_INLINE void passTurn(uint32_t consumer) {
-  if constexpr (kPipe == AttentionPipeline::PingPong) {
-    if (consumer == 0)
-      asm volatile("bar.arrive 6, 256;\n" ::: "memory");
-    else
-      asm volatile("bar.arrive 5, 256;\n" ::: "memory");
-  }
-}
-
-/// The consumer warpgroups' loop over their units (AttentionPipeline says how they order their work). Both
-/// consumers run the same units and key tiles, so under PingPong their turns alternate exactly.
-template <uint32_t kD, AttentionPipeline kPipe>
-MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ, uint32_t smemKv, uint32_t bars,
-                              uint32_t firstUnit, uint32_t unitStride) {
+/// The consumer warpgroups' loop over their units: per key tile S, wait, the softmax, P V, wait. The two consumers
+/// run the same units and key tiles on their own rows, so one's softmax runs while the other's wgmmas do.
+template <uint32_t kD>
+MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ0, uint32_t smemKv, uint32_t bars) {
   using Cfg = AttentionTileConfig<kD>;
   using namespace gemm_detail;
   const float kNegInf = -__int_as_float(0x7f800000);
-  const AttentionBarriers<Cfg::kStages> bar(bars);
+  const AttentionBarriers<Cfg::kQStages, Cfg::kStages> bar(bars);
   const uint32_t consumer = threadIdx.x / 128 - 1, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
   const uint32_t rowOfThread = 64 * consumer + 16 * warp + lane / 4;  // in the unit; + 8 for the second row
   uint32_t it = 0, qIter = 0;
   float s[64];
   float o[kD / 2];
   uint32_t pa[8][4];
-  if (consumer == 1) passTurn<kPipe>(consumer);  // PingPong: consumer 0 issues first
-  for (uint32_t u = firstUnit; u < p.units; u += unitStride) {
+  for (uint32_t i = 0;; ++i) {
+    const uint32_t slot = i % Cfg::kQStages;
+    waitBar(p, bar.unitFull + 8 * slot, (i / Cfg::kQStages) & 1, GemmWaiter::Consumer,
+            Cfg::kStages + Cfg::kQStages + slot, i);
+    uint32_t u;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(u) : "r"(bar.unit + 4 * slot) : "memory");
+    warpArrive(bar.unitEmpty + 8 * slot, lane);
+    if (u >= p.units) break;
     const AttentionUnit un = attentionUnit(p, u);
     const uint32_t row0 = un.m0 + rowOfThread;
     RowState st{{kNegInf, kNegInf}, {0.0f, 0.0f}, {1.0f, 1.0f}};
 #pragma unroll
-    for (uint32_t i = 0; i < kD / 2; ++i) o[i] = 0.0f;
+    for (uint32_t j = 0; j < kD / 2; ++j) o[j] = 0.0f;
+    uint32_t smemQ = 0, qEmpty = 0;  // this unit's Q stage
     if (un.kvTiles > 0) {
-      waitBar(p, bar.qFull, qIter & 1, GemmWaiter::Consumer, Cfg::kStages, u);
+      const uint32_t qs = qIter % Cfg::kQStages;
+      smemQ = smemQ0 + qs * Cfg::kTileBytes;
+      qEmpty = bar.qEmpty + 8 * qs;
+      waitBar(p, bar.qFull + 8 * qs, (qIter / Cfg::kQStages) & 1, GemmWaiter::Consumer, Cfg::kStages + qs, u);
       ++qIter;
     }
-    if constexpr (kPipe == AttentionPipeline::Serial) {
-      for (uint32_t t = 0; t < un.kvTiles; ++t, ++it) {
-        const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
-        const uint32_t k = smemKv + stage * 2 * Cfg::kTileBytes, v = k + Cfg::kTileBytes;
-        waitBar(p, bar.kFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
-        issueScores<kD>(s, smemQ, k, consumer);
-        wgmmaWait<0>();
-        fenceRegs(s);
-        warpArrive(bar.kEmpty + 8 * stage, lane);
-        if (t + 1 == un.kvTiles) warpArrive(bar.qEmpty, lane);  // this warp's last read of Q has retired
-        softmaxTile(p, s, st, un, t, row0, lane);
-        rescale(o, st);
-        packP(s, pa);
-        waitBar(p, bar.vFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
-        issueValues<kD>(o, pa, v);
-        wgmmaWait<0>();
-        fenceRegs(o);
-        warpArrive(bar.vEmpty + 8 * stage, lane);
-      }
-    } else if (un.kvTiles > 0) {
-      // Tile 0: S and its softmax alone (O is zero: nothing to rescale).
-      uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
+    for (uint32_t t = 0; t < un.kvTiles; ++t, ++it) {
+      const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
+      const uint32_t k = smemKv + stage * 2 * Cfg::kTileBytes, v = k + Cfg::kTileBytes;
       waitBar(p, bar.kFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
-      takeTurn<kPipe>(consumer);
-      issueScores<kD>(s, smemQ, smemKv + stage * 2 * Cfg::kTileBytes, consumer);
-      passTurn<kPipe>(consumer);
+      issueScores<kD>(s, smemQ, k, consumer);
       wgmmaWait<0>();
       fenceRegs(s);
       warpArrive(bar.kEmpty + 8 * stage, lane);
-      if (un.kvTiles == 1) warpArrive(bar.qEmpty, lane);
-      softmaxTile(p, s, st, un, 0, row0, lane);
+      if (t + 1 == un.kvTiles) warpArrive(qEmpty, lane);  // this warp's last read of Q has retired
+      softmaxTile(p, s, st, un, t, row0, lane);
+      rescale(o, st);
       packP(s, pa);
-      for (uint32_t t = 1; t < un.kvTiles; ++t) {
-        const uint32_t prevStage = stage, prevPhase = phase;
-        ++it;
-        stage = it % Cfg::kStages;
-        phase = (it / Cfg::kStages) & 1;
-        waitBar(p, bar.kFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
-        waitBar(p, bar.vFull + 8 * prevStage, prevPhase, GemmWaiter::Consumer, prevStage, u);
-        takeTurn<kPipe>(consumer);
-        issueScores<kD>(s, smemQ, smemKv + stage * 2 * Cfg::kTileBytes, consumer);
-        issueValues<kD>(o, pa, smemKv + prevStage * 2 * Cfg::kTileBytes + Cfg::kTileBytes);
-        passTurn<kPipe>(consumer);
-        wgmmaWait<1>();  // S of tile t has retired; P V of tile t - 1 may still run
-        fenceRegs(s);
-        warpArrive(bar.kEmpty + 8 * stage, lane);
-        if (t + 1 == un.kvTiles) warpArrive(bar.qEmpty, lane);
-        softmaxTile(p, s, st, un, t, row0, lane);
-        wgmmaWait<0>();
-        fenceRegs(o);
-        warpArrive(bar.vEmpty + 8 * prevStage, lane);
-        rescale(o, st);
-        packP(s, pa);
-      }
       waitBar(p, bar.vFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
-      takeTurn<kPipe>(consumer);
-      issueValues<kD>(o, pa, smemKv + stage * 2 * Cfg::kTileBytes + Cfg::kTileBytes);
-      passTurn<kPipe>(consumer);
+      issueValues<kD>(o, pa, v);
       wgmmaWait<0>();
       fenceRegs(o);
       warpArrive(bar.vEmpty + 8 * stage, lane);
-      ++it;
     }
     storeRows<kD>(p, o, st, un, row0, lane);
   }
@@ -450,11 +420,13 @@ MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ, uint32_t
 
 }  // namespace attention_detail
 
-/// Run units firstUnit, firstUnit + unitStride, ... < p.units of `p` with this CTA of AttentionTileConfig<kD>::
-/// kThreads threads (launched with at most 168 registers per thread, e.g. __launch_bounds__(384, 1));
+/// Run units of `p` with this CTA of AttentionTileConfig<kD>::kThreads threads (launched with at most 168 registers
+/// per thread, e.g. __launch_bounds__(384, 1)): those it draws from p.unitCounter, or without one units firstUnit,
+/// firstUnit + unitStride, ... < p.units. `unitStride` is the number of CTAs running the units (with a counter,
+/// every one of them must run this routine to the end: the last draw resets the counter);
 /// `smem` is AttentionTileConfig<kD>::kSmemBytes of dynamic shared memory the CTA owns for the call. The routine
 /// initialises its mbarriers and re-balances registers with setmaxnreg; p.headDim must be kD (else it traps).
-template <uint32_t kD, AttentionPipeline kPipe>
+template <uint32_t kD>
 MK_DEVICE_INLINE void attentionRunUnits(const AttentionParams& p, uint8_t* smem, uint32_t firstUnit,
                                         uint32_t unitStride) {
   using Cfg = AttentionTileConfig<kD>;
@@ -462,13 +434,17 @@ MK_DEVICE_INLINE void attentionRunUnits(const AttentionParams& p, uint8_t* smem,
   if (p.headDim != kD) __trap();
   const uintptr_t raw = reinterpret_cast<uintptr_t>(smem);
   uint8_t* base = smem + ((Cfg::kSmemAlign - raw % Cfg::kSmemAlign) % Cfg::kSmemAlign);
-  const uint32_t smemQ = smemAddr(base);
-  const uint32_t smemKv = smemQ + Cfg::kTileBytes;  // stage s: K at 2 s tiles, V one tile later
+  const uint32_t smemQ = smemAddr(base);                            // Q stage s at s tiles
+  const uint32_t smemKv = smemQ + Cfg::kQStages * Cfg::kTileBytes;  // stage s: K at 2 s tiles, V one tile later
   const uint32_t bars = smemKv + 2 * Cfg::kStages * Cfg::kTileBytes;
   if (threadIdx.x == 0) {
-    const AttentionBarriers<Cfg::kStages> bar(bars);
-    mbarInit(bar.qFull, 1);                     // the producer's expect_tx
-    mbarInit(bar.qEmpty, Cfg::kConsumerWarps);  // every consumer warp
+    const AttentionBarriers<Cfg::kQStages, Cfg::kStages> bar(bars);
+    for (uint32_t s = 0; s < Cfg::kQStages; ++s) {
+      mbarInit(bar.qFull + 8 * s, 1);                     // the producer's expect_tx
+      mbarInit(bar.qEmpty + 8 * s, Cfg::kConsumerWarps);  // every consumer warp
+      mbarInit(bar.unitFull + 8 * s, 1);                  // the producer's arrival after its store
+      mbarInit(bar.unitEmpty + 8 * s, Cfg::kConsumerWarps);
+    }
     for (uint32_t s = 0; s < Cfg::kStages; ++s) {
       mbarInit(bar.kFull + 8 * s, 1);
       mbarInit(bar.vFull + 8 * s, 1);
@@ -489,7 +465,7 @@ MK_DEVICE_INLINE void attentionRunUnits(const AttentionParams& p, uint8_t* smem,
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs));
-    attention_detail::consume<kD, kPipe>(p, smemQ, smemKv, bars, firstUnit, unitStride);
+    attention_detail::consume<kD>(p, smemQ, smemKv, bars);
   }
 }
 
