@@ -1,0 +1,368 @@
+// mkernel — the grouped GEMM tile engine: for each group (expert) g < G, C_g = A_g * B_g (or its SwiGLU), where the
+// row count of every group is a runtime value the kernel reads from device memory (tokens per expert change every
+// step). One persistent grid walks the output tiles of all groups as one list.
+//
+// It is the Hopper GEMM engine (gemm_device.hpp) with a different work walk and epilogue; the pipeline is the same:
+// warpgroup 0 produces (one thread issues the TMA loads of A and B k-slices into a ring of kStages stages, each
+// completing on the stage's "full" mbarrier), warpgroups 1 and 2 consume (64 rows each, wgmma m64n256k16 from shared
+// memory, one group in flight, the stage freed on its "empty" mbarrier), setmaxnreg moves registers to the consumers.
+//
+// Work walk. Every CTA first builds the group table in shared memory from the device counts (groupedGemmBuildTable):
+// per group its first row, its row count (clamped to the host's bound) and its first tile in the global tile list
+// (exclusive prefix sums of ceil(rows / 128) x tilesN). Tile t of the list belongs to the group whose range holds it
+// (binary search); inside a group the tiles follow the GEMM engine's grouped raster (groupM tile rows, then the next
+// tile column), so CTAs running at once share B_g's column panels in L2. CTA c runs tiles c, c + ctas, ... Groups
+// with no row own no tile. The producer and the consumers walk the same list.
+//
+// Rows. A and C hold the groups' rows stacked, row-major: group g starts at row g x rowStride (Strided: the schedule
+// IR's layout, each group a fixed-capacity block) or at the sum of the counts before it (Packed: DeepEP / PyTorch
+// style). One TMA map covers A's rows; a group's last tile loads up to 127 rows past the group's end (the next
+// group's rows, or zeros past the map) whose products land in accumulator rows the epilogue never stores: every
+// store is masked by the group's row count, so no other group's C row is written.
+//
+// B: one tensor map per group (a device array the host encodes), so each group's weights may live anywhere; the
+// maps clip k and n at the group's own extent (zero fill), which keeps the k-tail out of the dot products.
+//
+// Epilogue (direct stores from registers): C = acc rounded once to bf16 or fp32, or with swiglu C[i][f] =
+// silu(acc[i][2f]) * acc[i][2f + 1] (the gate / up columns of B interleaved, C n / 2 wide), computed in fp32 and
+// rounded once, as the CPU executor's grouped-gemm step does.
+#pragma once
+
+#include <cstdint>
+
+#include "mk/device/gemm_params_device.hpp"
+#include "mk/device/gemm_primitives_device.hpp"
+#include "mk/device/gemm_wgmma_device.hpp"
+#include "mk/device/macros_device.hpp"
+
+namespace mk::device {
+
+/// Most groups one launch takes: the group table (3 words per group) lives in the shared memory the 128 x 256 tile's
+/// stages leave free.
+constexpr uint32_t kGroupedGemmMaxGroups = 1024;
+
+/// The tile configuration of the grouped engine: the GEMM engine's widest tile, direct epilogue.
+using GroupedGemmTileConfig = GemmTileConfigT<256, false>;
+
+/// Dynamic shared memory of one CTA: the GEMM engine's stages and barriers, then the group table.
+constexpr uint32_t kGroupedGemmSmemBytes = GroupedGemmTileConfig::kSmemBytes + 12 * kGroupedGemmMaxGroups + 16;
+static_assert(kGroupedGemmSmemBytes <= 227 * 1024, "H100/H200 give a CTA at most 227 KiB of shared memory");
+
+/// Where group g's rows start in A and C.
+enum class GroupedRows : uint32_t {
+  Strided = 0,  ///< at g x rowStride (each count clamped to rowStride)
+  Packed = 1,   ///< at the sum of the counts of groups 0 .. g - 1 (the sum clamped to gemm.m)
+};
+
+/// Everything the kernel needs; built and checked once on the host (mk::GroupedGemmPlan). Trivially copyable: a
+/// __grid_constant__ kernel parameter (its tensor map mapA must live in param, const or global memory).
+struct GroupedGemmParams {
+  /// The shared part: mapA over the stacked rows (gemm.m rows of K, box 64 k x 128 rows), c, ldc (elements between
+  /// rows of C), n (B's columns: 2F with swiglu), k, kIters, blockN = 256, out, bRowMajor, tilesN, groupM, and the
+  /// timeout report. gemm.m = rows A and C hold (Strided: groups x rowStride). mapB, tilesM and the split-K /
+  /// stream-K fields are unused.
+  GemmParams gemm;
+  const GemmTensorMap* mapsB;  ///< device array of `groups` maps of B_g (same box as GemmParams::mapB)
+  const int32_t* rowCounts;    ///< device array of `groups` row counts (negative reads as 0)
+  uint32_t groups;             ///< G, in [1, kGroupedGemmMaxGroups]
+  uint32_t rowStride;          ///< Strided: rows between two groups' first rows (the bound of each count)
+  GroupedRows rows;            ///< the row layout
+  uint32_t swiglu;             ///< 1: the SwiGLU epilogue (n even, C n / 2 wide)
+};
+
+#if MK_HAVE_DEVICE_CODE
+
+namespace grouped_detail {
+
+using namespace gemm_detail;
+
+/// The group table in shared memory: tileStart[G + 1], rowStart[G], rowCount[G] (uint32 words).
+struct GroupTable {
+  uint32_t* tileStart;
+  uint32_t* rowStart;
+  uint32_t* rowCount;
+};
+
+/// Build the group table from p.rowCounts (warp 0 of the CTA; the caller synchronises the CTA afterwards). Each lane
+/// takes a contiguous chunk of groups; two warp scans (rows, then tiles) give the prefix sums. 64-bit sums: G counts
+/// of up to 2^31 rows each may exceed 32 bits before they are clamped.
+MK_DEVICE_INLINE void buildTable(const GroupedGemmParams& p, const GroupTable& t, uint32_t lane) {
+  const uint32_t chunk = (p.groups + 31) / 32;
+  const uint32_t first = lane * chunk < p.groups ? lane * chunk : p.groups;
+  const uint32_t last = first + chunk < p.groups ? first + chunk : p.groups;
+  const uint64_t bound = p.gemm.m;
+  // Pass 1: clamped counts and (Packed) row starts.
+  uint64_t rowSum = 0;
+  for (uint32_t g = first; g < last; ++g) {
+    const int32_t raw = p.rowCounts[g];
+    uint64_t rows = raw > 0 ? static_cast<uint64_t>(raw) : 0;
+    if (p.rows == GroupedRows::Strided && rows > p.rowStride) rows = p.rowStride;
+    if (rows > bound) rows = bound;
+    t.rowCount[g] = static_cast<uint32_t>(rows);
+    rowSum += rows;
+  }
+  uint64_t rowIncl = rowSum;
+  for (uint32_t d = 1; d < 32; d *= 2) {
+    const uint64_t up = __shfl_up_sync(0xFFFFFFFFu, rowIncl, d);
+    if (lane >= d) rowIncl += up;
+  }
+  uint64_t rowAt = rowIncl - rowSum;
+  // Pass 2: row starts, counts clipped to the rows A and C hold, tiles per group.
+  uint32_t tileSum = 0;
+  for (uint32_t g = first; g < last; ++g) {
+    uint64_t start = p.rows == GroupedRows::Strided ? static_cast<uint64_t>(g) * p.rowStride : rowAt;
+    if (start > bound) start = bound;
+    uint32_t rows = t.rowCount[g];
+    if (start + rows > bound) rows = static_cast<uint32_t>(bound - start);
+    rowAt += t.rowCount[g];
+    t.rowStart[g] = static_cast<uint32_t>(start);
+    t.rowCount[g] = rows;
+    tileSum += (rows + GroupedGemmTileConfig::kBlockM - 1) / GroupedGemmTileConfig::kBlockM * p.gemm.tilesN;
+  }
+  uint32_t tileIncl = tileSum;
+  for (uint32_t d = 1; d < 32; d *= 2) {
+    const uint32_t up = __shfl_up_sync(0xFFFFFFFFu, tileIncl, d);
+    if (lane >= d) tileIncl += up;
+  }
+  uint32_t tileAt = tileIncl - tileSum;
+  for (uint32_t g = first; g < last; ++g) {
+    t.tileStart[g] = tileAt;
+    tileAt += (t.rowCount[g] + GroupedGemmTileConfig::kBlockM - 1) / GroupedGemmTileConfig::kBlockM * p.gemm.tilesN;
+  }
+  if (lane == 31) t.tileStart[p.groups] = tileIncl;
+}
+
+/// Group, tile row and tile column (inside the group) of tile `tile` of the list (< tileStart[G]).
+MK_DEVICE_INLINE void locate(const GroupedGemmParams& p, const GroupTable& t, uint32_t tile, uint32_t& group,
+                             uint32_t& tileM, uint32_t& tileN) {
+  uint32_t lo = 0, hi = p.groups;  // the group g with tileStart[g] <= tile < tileStart[g + 1]
+  while (hi - lo > 1) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (t.tileStart[mid] <= tile)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  group = lo;
+  const uint32_t tilesM = (t.rowCount[lo] + GroupedGemmTileConfig::kBlockM - 1) / GroupedGemmTileConfig::kBlockM;
+  const uint32_t local = tile - t.tileStart[lo];
+  // The GEMM engine's grouped raster (gemmTileCoord) over this group's tilesM x tilesN tiles.
+  const uint32_t perGroup = p.gemm.groupM * p.gemm.tilesN;
+  const uint32_t band = local / perGroup;
+  const uint32_t firstM = band * p.gemm.groupM;
+  const uint32_t rows = (tilesM - firstM) < p.gemm.groupM ? (tilesM - firstM) : p.gemm.groupM;
+  const uint32_t inBand = local % perGroup;
+  tileM = firstM + inBand % rows;
+  tileN = inBand / rows;
+}
+
+/// silu(gate) x up in fp32 (silu(g) = g / (1 + e^-g)), as the CPU executor's swiglu.
+MK_DEVICE_INLINE float swigluOf(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
+
+/// Store one consumer warpgroup's 64 x 256 accumulators of a tile whose fragment row r0 (and r0 + 8) is local row
+/// `localRow` of the tile's group; rows >= `rowsLeft` (the group's rows from the tile's first row on) are skipped.
+/// Plain: C[row][col] pairs through the GEMM engine's storePair (clipped at n). SwiGLU: column pair (2f, 2f + 1)
+/// gives C[row][f]; the four lanes of a row hold f = 4j + lane % 4, so neighbour lanes swap one value (shfl) and
+/// each stores a bf16 pair: the even lane for row r0 (f, f + 1), the odd lane for row r0 + 8 (f - 1, f).
+template <uint32_t kRegs>
+MK_DEVICE_INLINE void storeGroupTile(const GroupedGemmParams& p, const float (&acc)[kRegs], uint32_t row0,
+                                     uint32_t localRow, uint32_t rowsLeft, uint32_t col0, uint32_t lane) {
+  const GemmParams& g = p.gemm;
+  const bool in0 = localRow < rowsLeft, in8 = localRow + 8 < rowsLeft;
+  if (!p.swiglu) {
+    const bool full = col0 - 2 * (lane % 4) + 2 * kRegs <= g.n;  // the tile's 2 x kRegs columns are inside n
+    if (g.out == GemmOut::Float32) {
+#pragma unroll
+      for (uint32_t j = 0; j < kRegs / 4; ++j) {
+        if (in0) storePair<GemmOut::Float32>(g, row0, col0 + 8 * j, acc[4 * j], acc[4 * j + 1], full);
+        if (in8) storePair<GemmOut::Float32>(g, row0 + 8, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3], full);
+      }
+    } else {
+#pragma unroll
+      for (uint32_t j = 0; j < kRegs / 4; ++j) {
+        if (in0) storePair<GemmOut::BFloat16>(g, row0, col0 + 8 * j, acc[4 * j], acc[4 * j + 1], full);
+        if (in8) storePair<GemmOut::BFloat16>(g, row0 + 8, col0 + 8 * j, acc[4 * j + 2], acc[4 * j + 3], full);
+      }
+    }
+    return;
+  }
+  const uint32_t halfN = g.n / 2;
+  const bool odd = (lane & 1u) != 0;
+  if (g.out == GemmOut::Float32) {
+    float* c = static_cast<float*>(g.c);
+#pragma unroll
+    for (uint32_t j = 0; j < kRegs / 4; ++j) {
+      const uint32_t f = (col0 + 8 * j) / 2;
+      if (f < halfN) {
+        if (in0) c[static_cast<uint64_t>(row0) * g.ldc + f] = swigluOf(acc[4 * j], acc[4 * j + 1]);
+        if (in8) c[static_cast<uint64_t>(row0 + 8) * g.ldc + f] = swigluOf(acc[4 * j + 2], acc[4 * j + 3]);
+      }
+    }
+    return;
+  }
+  uint16_t* c = static_cast<uint16_t*>(g.c);
+#pragma unroll
+  for (uint32_t j = 0; j < kRegs / 4; ++j) {
+    const uint32_t f = (col0 + 8 * j) / 2;
+    const float v0 = swigluOf(acc[4 * j], acc[4 * j + 1]);
+    const float v8 = swigluOf(acc[4 * j + 2], acc[4 * j + 3]);
+    // Every lane of the warp takes part in the shuffle, whatever its rows and columns.
+    const float other = __shfl_xor_sync(0xFFFFFFFFu, odd ? v0 : v8, 1);
+    // The pair's first column: f (even lane) or f - 1 (odd lane), even either way, so with ldc even (host-checked)
+    // the pair is 4-byte aligned; an odd n / 2 leaves the last pair half inside C (its second value not stored).
+    const uint32_t fp = odd ? f - 1 : f;
+    const bool inRow = odd ? in8 : in0;
+    const uint32_t row = odd ? row0 + 8 : row0;
+    const float lo = odd ? other : v0, hi = odd ? v8 : other;
+    if (inRow && fp < halfN) {
+      uint16_t* dst = c + static_cast<uint64_t>(row) * g.ldc + fp;
+      if (fp + 1 < halfN)
+        *reinterpret_cast<uint32_t*>(dst) = packBf16x2(lo, hi);
+      else
+        dst[0] = toBf16(lo);
+    }
+  }
+}
+
+/// The consumer warpgroups' tile loop for one B layout (kTransB 1: B row-major, N-major in shared memory; the
+/// descriptors are the GEMM engine's, gemm_device.hpp): main loop over every k-slice, then the masked epilogue.
+template <int kTransB>
+MK_DEVICE_INLINE void consumeTiles(const GroupedGemmParams& p, const GroupTable& table, uint32_t smemA, uint32_t smemB,
+                                   uint32_t fullBar, uint32_t emptyBar, uint32_t firstTile, uint32_t tileStride,
+                                   uint32_t tiles, uint32_t consumer, uint32_t warp, uint32_t lane) {
+  using Cfg = GroupedGemmTileConfig;
+  constexpr uint32_t lboB = kTransB ? Cfg::kBoxBytesBRowMajor : 16;
+  constexpr uint32_t kStepB = kTransB ? 16 * 128 : 32;
+  uint32_t stage = 0, phase = 0;
+  float acc[Cfg::kAccRegs];
+#pragma unroll
+  for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) acc[r] = 0.0f;
+  for (uint32_t tile = firstTile; tile < tiles; tile += tileStride) {
+    uint32_t group = 0, tileM = 0, tileN = 0;
+    locate(p, table, tile, group, tileM, tileN);
+    uint32_t prevStage = 0;
+    for (uint32_t kIter = 0; kIter < p.gemm.kIters; ++kIter) {
+      mbarWait(p.gemm, fullBar + 8 * stage, phase, GemmWaiter::Consumer, stage, tile);
+      const uint32_t a = smemA + stage * Cfg::kStageBytesA + consumer * 64 * 128;
+      const uint32_t b = smemB + stage * Cfg::kStageBytesB;
+#pragma unroll
+      for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) wgmmaFenceOperand(acc[r]);
+      wgmmaFence();
+#pragma unroll
+      for (uint32_t kk = 0; kk < Cfg::kBlockK / Cfg::kWgmmaK; ++kk) {
+        const uint64_t descA = smemDesc128B(a + kk * 32, 16, 1024);
+        const uint64_t descB = smemDesc128B(b + kk * kStepB, lboB, 1024);
+        wgmmaM64NK16Bf16<kTransB>(acc, descA, descB, (kIter > 0 || kk > 0) ? 1u : 0u);
+      }
+      wgmmaCommit();
+#pragma unroll
+      for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) wgmmaFenceOperand(acc[r]);
+      if (kIter > 0) {
+        // The group of the previous k-slice has retired: its stage may be refilled.
+        wgmmaWait<1>();
+        if (lane == 0) mbarArrive(emptyBar + 8 * prevStage);
+      }
+      prevStage = stage;
+      if (++stage == Cfg::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    wgmmaWait<0>();
+#pragma unroll
+    for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) wgmmaFenceOperand(acc[r]);
+    if (lane == 0) mbarArrive(emptyBar + 8 * prevStage);
+    const uint32_t localRow = tileM * Cfg::kBlockM + consumer * 64 + warp * 16 + lane / 4;
+    const uint32_t row0 = table.rowStart[group] + localRow;
+    const uint32_t col0 = tileN * Cfg::kBlockN + 2 * (lane % 4);
+    storeGroupTile(p, acc, row0, localRow, table.rowCount[group], col0, lane);
+  }
+}
+
+}  // namespace grouped_detail
+
+/// Runs tiles firstTile, firstTile + tileStride, ... of the grouped problem `p` (the whole list when every CTA
+/// c < tileStride calls it with firstTile = c). Contract: called by all 384 threads of the CTA; `smem` is
+/// kGroupedGemmSmemBytes of dynamic shared memory; p.gemm.blockN == 256 and p.gemm.tmaStoreC == 0, else it traps;
+/// no named barrier but 0 (one __syncthreads after the group table is built); the kernel is launched with at most 168
+/// registers per thread (__launch_bounds__(384, 1)). Every mbarrier wait is bounded (kGemmWaitLimitNs, reported through
+/// p.gemm.timeoutReport).
+MK_DEVICE_INLINE void groupedGemmRunTiles(const GroupedGemmParams& p, uint8_t* smem, uint32_t firstTile,
+                                          uint32_t tileStride) {
+  using Cfg = GroupedGemmTileConfig;
+  using namespace grouped_detail;
+  if (p.gemm.blockN != Cfg::kBlockN || p.gemm.tmaStoreC != 0) __trap();
+  const uintptr_t raw = reinterpret_cast<uintptr_t>(smem);
+  uint8_t* base = smem + ((Cfg::kSmemAlign - raw % Cfg::kSmemAlign) % Cfg::kSmemAlign);
+  const uint32_t smemA = smemAddr(base);
+  const uint32_t smemB = smemA + Cfg::kStages * Cfg::kStageBytesA;
+  const uint32_t fullBar = smemB + Cfg::kStages * Cfg::kStageBytesB;
+  const uint32_t emptyBar = fullBar + Cfg::kStages * 8;
+  uint32_t* words = reinterpret_cast<uint32_t*>(base + Cfg::kStages * Cfg::kStageBytes + 2 * Cfg::kStages * 8);
+  const GroupTable table{words, words + kGroupedGemmMaxGroups + 1, words + 2 * kGroupedGemmMaxGroups + 1};
+
+  const uint32_t warpgroup = threadIdx.x / 128;
+  const uint32_t wgThread = threadIdx.x % 128;
+  if (threadIdx.x == 0) {
+    for (uint32_t s = 0; s < Cfg::kStages; ++s) {
+      mbarInit(fullBar + 8 * s, 1);
+      mbarInit(emptyBar + 8 * s, Cfg::kConsumerWarps);
+    }
+    // Make the initialised barriers visible to the async proxy (TMA's complete_tx).
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+  if (threadIdx.x < 32) buildTable(p, table, threadIdx.x);
+  __syncthreads();
+  const uint32_t tiles = table.tileStart[p.groups];
+
+  if (warpgroup == 0) {
+    // ---- producer -----------------------------------------------------------------------------------------
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegs));
+    if (wgThread != 0) return;
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.gemm.mapA)) : "memory");
+    uint32_t stage = 0, phase = 0;
+    for (uint32_t tile = firstTile; tile < tiles; tile += tileStride) {
+      uint32_t group = 0, tileM = 0, tileN = 0;
+      locate(p, table, tile, group, tileM, tileN);
+      const GemmTensorMap* mapB = p.mapsB + group;
+      const int32_t rowA = static_cast<int32_t>(table.rowStart[group] + tileM * Cfg::kBlockM);
+      const int32_t colB = static_cast<int32_t>(tileN * Cfg::kBlockN);
+      for (uint32_t kIter = 0; kIter < p.gemm.kIters; ++kIter) {
+        // A fresh barrier counts as having completed the phase before phase 0: the first pass never waits.
+        mbarWait(p.gemm, emptyBar + 8 * stage, phase ^ 1, GemmWaiter::Producer, stage, tile);
+        const uint32_t full = fullBar + 8 * stage;
+        mbarArriveExpectTx(full, Cfg::kStageBytes);
+        const int32_t k0 = static_cast<int32_t>(kIter * Cfg::kBlockK);
+        tmaLoad2d(smemA + stage * Cfg::kStageBytesA, &p.gemm.mapA, k0, rowA, full);
+        const uint32_t dstB = smemB + stage * Cfg::kStageBytesB;
+        if (p.gemm.bRowMajor) {
+          for (uint32_t box = 0; box < Cfg::kBlockN / Cfg::kBoxN; ++box)
+            tmaLoad2d(dstB + box * Cfg::kBoxBytesBRowMajor, mapB, colB + static_cast<int32_t>(box * Cfg::kBoxN), k0,
+                      full);
+        } else {
+          tmaLoad2d(dstB, mapB, k0, colB, full);
+        }
+        if (++stage == Cfg::kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+    return;
+  }
+  // ---- consumers --------------------------------------------------------------------------------------------
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs));
+  const uint32_t consumer = warpgroup - 1;  // rows [64 * consumer, 64 * consumer + 64) of the tile
+  const uint32_t warp = wgThread / 32, lane = wgThread % 32;
+  // One straight-line k-loop per B layout (a layout branch between the wgmmas makes ptxas insert
+  // warpgroup.arrive before each of them).
+  if (p.gemm.bRowMajor)
+    consumeTiles<1>(p, table, smemA, smemB, fullBar, emptyBar, firstTile, tileStride, tiles, consumer, warp, lane);
+  else
+    consumeTiles<0>(p, table, smemA, smemB, fullBar, emptyBar, firstTile, tileStride, tiles, consumer, warp, lane);
+}
+
+#endif  // MK_HAVE_DEVICE_CODE
+
+}  // namespace mk::device
