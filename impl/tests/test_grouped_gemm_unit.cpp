@@ -1,0 +1,203 @@
+// CPU-side tests of the grouped GEMM engine's host API (mk/grouped_gemm.hpp): what it refuses before any device work,
+// each reason naming the argument. No GPU needed (the refusals come before any CUDA call; the pointers are never
+// dereferenced on the host).
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mk/error.hpp"
+#include "mk/grouped_gemm.hpp"
+
+using namespace mk;
+
+namespace {
+
+alignas(16) uint16_t gDummy[64];
+alignas(16) int32_t gCounts[kGroupedGemmMaxGroups + 1];
+
+/// A problem the engine accepts: 3 groups, the FFN's first GEMM at a small size.
+struct Good {
+  std::vector<const void*> b{gDummy, gDummy, gDummy};
+  GroupedGemmProblem pr;
+  Good() {
+    pr.groups = 3;
+    pr.n = 512;
+    pr.k = 256;
+    pr.maxRows = 100;
+    pr.rowCounts = gCounts;
+    pr.a = gDummy;
+    pr.lda = 256;
+    pr.b = b.data();
+    pr.ldb = 512;
+    pr.c = gDummy;
+    pr.ldc = 512;
+  }
+};
+
+/// groupedGemmProblem names `needle`, and GroupedGemmPlan throws Error(InvalidArgument) saying so.
+void refused(const GroupedGemmProblem& pr, const std::string& needle, const GroupedGemmConfig& cfg = {}) {
+  const std::string why = groupedGemmProblem(pr, cfg);
+  CHECK_MESSAGE(why.find(needle) != std::string::npos, "reason: '" << why << "', expected '" << needle << "'");
+  try {
+    GroupedGemmPlan plan(pr, cfg);
+    FAIL("accepted: " << needle);
+  } catch (const Error& e) {
+    CHECK((e.code() == ErrorCode::InvalidArgument));
+    CHECK_MESSAGE(std::string(e.what()).find(needle) != std::string::npos, e.what());
+    CHECK(std::string(e.what()).rfind("groupedGemm: ", 0) == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("grouped gemm: a well-formed problem passes the check, both layouts, with and without SwiGLU") {
+  Good g;
+  CHECK(groupedGemmProblem(g.pr).empty());
+  g.pr.swiglu = true;
+  g.pr.ldc = 256;  // n / 2
+  CHECK(groupedGemmProblem(g.pr).empty());
+  g.pr.rowLayout = GroupedRowLayout::Packed;
+  g.pr.layoutB = GemmLayout::ColMajor;
+  g.pr.ldb = 256;  // >= k
+  g.pr.outDType = DType::Float32;
+  CHECK(groupedGemmProblem(g.pr).empty());
+  CHECK(groupedGemmRows(g.pr) == 100);
+  g.pr.rowLayout = GroupedRowLayout::Strided;
+  CHECK(groupedGemmRows(g.pr) == 300);
+}
+
+TEST_CASE("grouped gemm: refuses bad group counts and sizes, naming them") {
+  for (int64_t groups : {int64_t{0}, int64_t{-1}, kGroupedGemmMaxGroups + 1}) {
+    Good g;
+    g.pr.groups = groups;
+    refused(g.pr, "groups must be in [1, 1024]");
+  }
+  {
+    Good g;
+    g.pr.n = 0;
+    refused(g.pr, "n must be");
+  }
+  {
+    Good g;
+    g.pr.k = -3;
+    refused(g.pr, "k must be");
+  }
+  {
+    Good g;
+    g.pr.maxRows = 0;
+    refused(g.pr, "maxRows must be");
+  }
+  {
+    Good g;  // 3 x 2^30 rows do not fit the 32-bit row index
+    g.pr.maxRows = int64_t{1} << 30;
+    refused(g.pr, "groups x maxRows");
+  }
+}
+
+TEST_CASE("grouped gemm: SwiGLU needs an even n and ldc >= n / 2") {
+  Good g;
+  g.pr.swiglu = true;
+  g.pr.n = 511;
+  g.pr.ldb = 512;
+  refused(g.pr, "swiglu needs an even n");
+  Good h;
+  h.pr.swiglu = true;
+  h.pr.ldc = 248;  // < n / 2 = 256
+  refused(h.pr, "ldc must be >= n / 2 (swiglu)");
+}
+
+TEST_CASE("grouped gemm: refuses null and misaligned pointers, naming them") {
+  {
+    Good g;
+    g.pr.rowCounts = nullptr;
+    refused(g.pr, "rowCounts is null");
+  }
+  {
+    Good g;
+    g.pr.a = nullptr;
+    refused(g.pr, "a is null");
+  }
+  {
+    Good g;
+    g.pr.a = reinterpret_cast<const uint8_t*>(gDummy) + 2;
+    refused(g.pr, "a must be 16-byte aligned");
+  }
+  {
+    Good g;
+    g.pr.c = nullptr;
+    refused(g.pr, "c is null");
+  }
+  {
+    Good g;
+    g.pr.b = nullptr;
+    refused(g.pr, "b is null");
+  }
+  {
+    Good g;
+    g.b[2] = nullptr;
+    refused(g.pr, "b[2] is null");
+  }
+  {
+    Good g;
+    g.b[1] = reinterpret_cast<const uint8_t*>(gDummy) + 8;
+    refused(g.pr, "b[1] must be 16-byte aligned");
+  }
+}
+
+TEST_CASE("grouped gemm: refuses leading dimensions, dtypes, layouts and configs it cannot run") {
+  {
+    Good g;
+    g.pr.lda = 200;  // < k
+    refused(g.pr, "lda must be >= k");
+  }
+  {
+    Good g;
+    g.pr.lda = 260;  // not a multiple of 8
+    refused(g.pr, "lda must be a multiple of 8");
+  }
+  {
+    Good g;
+    g.pr.ldb = 500;  // row-major B: >= n
+    refused(g.pr, "ldb must be >= n");
+  }
+  {
+    Good g;
+    g.pr.layoutB = GemmLayout::ColMajor;
+    g.pr.ldb = 128;  // column-major B: >= k
+    refused(g.pr, "ldb must be >= k");
+  }
+  {
+    Good g;
+    g.pr.ldc = 516;
+    refused(g.pr, "ldc must be a multiple of 8");
+  }
+  {
+    Good g;
+    g.pr.outDType = DType::Float16;
+    refused(g.pr, "outDType must be bfloat16 or float32");
+  }
+  {
+    Good g;
+    g.pr.layoutB = static_cast<GemmLayout>(7);
+    refused(g.pr, "layoutB must be");
+  }
+  {
+    Good g;
+    g.pr.rowLayout = static_cast<GroupedRowLayout>(5);
+    refused(g.pr, "rowLayout must be");
+  }
+  {
+    Good g;
+    GroupedGemmConfig cfg;
+    cfg.ctas = -1;
+    refused(g.pr, "ctas must be >= 0", cfg);
+  }
+  {
+    Good g;
+    GroupedGemmConfig cfg;
+    cfg.groupM = 0;
+    refused(g.pr, "groupM must be in [1, 65535]", cfg);
+  }
+}
