@@ -159,16 +159,16 @@ MK_DEVICE_INLINE void locate(const GroupedGemmParams& p, const GroupTable& t, ui
 /// silu(gate) x up in fp32 (silu(g) = g / (1 + e^-g)), as the CPU executor's swiglu.
 MK_DEVICE_INLINE float swigluOf(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
 
-/// Store one consumer warpgroup's 64 x 256 accumulators of a tile whose fragment row r0 (and r0 + 8) is local row
-/// `localRow` of the tile's group; rows >= `rowsLeft` (the group's rows from the tile's first row on) are skipped.
-/// Plain: C[row][col] pairs through the GEMM engine's storePair (clipped at n). SwiGLU: column pair (2f, 2f + 1)
-/// gives C[row][f]; the four lanes of a row hold f = 4j + lane % 4, so neighbour lanes swap one value (shfl) and
-/// each stores a bf16 pair: the even lane for row r0 (f, f + 1), the odd lane for row r0 + 8 (f - 1, f).
+/// Store one consumer warpgroup's 64 x 256 accumulators of a tile whose fragment row r0 (and r0 + 8) is row `localRow`
+/// of its group (C row `row0`); rows >= `groupRows` (the group's row count) are skipped, so no other group's row is
+/// written. Plain: C[row][col] pairs through the GEMM engine's storePair (clipped at n). SwiGLU: column pair (2f,
+/// 2f + 1) gives C[row][f]; the four lanes of a row hold f = 4j + lane % 4, so neighbour lanes swap one value (shfl)
+/// and each stores a bf16 pair: the even lane for row r0 (f, f + 1), the odd lane for row r0 + 8 (f - 1, f).
 template <uint32_t kRegs>
 MK_DEVICE_INLINE void storeGroupTile(const GroupedGemmParams& p, const float (&acc)[kRegs], uint32_t row0,
-                                     uint32_t localRow, uint32_t rowsLeft, uint32_t col0, uint32_t lane) {
+                                     uint32_t localRow, uint32_t groupRows, uint32_t col0, uint32_t lane) {
   const GemmParams& g = p.gemm;
-  const bool in0 = localRow < rowsLeft, in8 = localRow + 8 < rowsLeft;
+  const bool in0 = localRow < groupRows, in8 = localRow + 8 < groupRows;
   if (!p.swiglu) {
     const bool full = col0 - 2 * (lane % 4) + 2 * kRegs <= g.n;  // the tile's 2 x kRegs columns are inside n
     if (g.out == GemmOut::Float32) {
