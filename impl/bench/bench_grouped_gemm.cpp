@@ -1,6 +1,6 @@
 // mk-bench grouped-gemm: the grouped GEMM engine (mk/grouped_gemm.hpp) timed on a MoE layer's expert FFN.
 //
-//   mk-bench grouped-gemm [--tokens 8192,...] [--local-experts 32] [--routing balanced,skewed] [--iters N] [--json f]
+//   mk-bench grouped-gemm [--tokens 8192,...] [--routing balanced,skewed] [--epilogue tma-store|direct] [--json f]
 //
 // Shapes (mKernel's, issue 39): hidden H 7168, intermediate F 2048, 256 experts over 8 ranks (32 local experts per
 // GPU), top-8, T tokens over the ranks: each GPU receives T x 8 / 8 = T rows for its local experts, T / 32 per
@@ -42,7 +42,7 @@ struct Args {
   std::vector<std::string> routing{"balanced", "skewed"};
   uint64_t localExperts = 32, hidden = 7168, intermediate = 2048;
   uint64_t iters = 10, reps = 5, warmup = 2;
-  std::string json, layoutB = "col";
+  std::string json, layoutB = "col", epilogue = "tma-store";
 };
 
 /// Rows per local expert summing to `tokens`: equal shares (the remainder spread over the first experts) or Zipf.
@@ -147,6 +147,8 @@ int groupedGemmMain(int argc, char** argv, const std::string& command) {
       ->check(CLI::Range(8, 65536));
   app.add_option("--layout-b", a.layoutB, "weights per expert: col (N x K, nn.Linear) or row (K x N)")
       ->check(CLI::IsMember({"col", "row"}));
+  app.add_option("--epilogue", a.epilogue, "tma-store (the default; the plain GEMM only) or direct, for A/B runs")
+      ->check(CLI::IsMember({"tma-store", "direct"}));
   app.add_option("--json", a.json, "write measurement records (mkernel.measurement.v1) to this file, atomically");
   app.add_option("--iters", a.iters, "runs per timed loop")->check(CLI::PositiveNumber);
   app.add_option("-w,--warmup", a.warmup, "untimed runs before timing");
@@ -173,8 +175,8 @@ int groupedGemmMain(int argc, char** argv, const std::string& command) {
         sms, static_cast<unsigned long long>(h), static_cast<unsigned long long>(f),
         static_cast<unsigned long long>(experts), a.layoutB.c_str(), static_cast<unsigned long long>(a.iters),
         static_cast<unsigned long long>(a.reps));
-    std::printf("%8s %9s %5s %9s %9s %12s %10s %8s\n", "tokens", "routing", "gemm", "min_rows", "max_rows", "ours_us",
-                "TFLOPs", "badspot");
+    std::printf("%8s %9s %5s %9s %9s %10s %12s %10s %8s\n", "tokens", "routing", "gemm", "min_rows", "max_rows",
+                "epilogue", "ours_us", "TFLOPs", "badspot");
     mk::MeasurementFile file = newMeasurementFile(1, "", command);
     uint64_t seed = std::random_device{}();
     const Gemm gemms[2] = {{"up", 2 * f, h, true}, {"down", h, f, false}};
@@ -211,7 +213,9 @@ int groupedGemmMain(int argc, char** argv, const std::string& command) {
           pr.c = dC;
           pr.ldc = static_cast<int64_t>(outCols);
           pr.swiglu = gm.swiglu;
-          mk::GroupedGemmPlan plan(pr);
+          mk::GroupedGemmConfig cfg;
+          cfg.epilogue = a.epilogue == "direct" ? mk::GemmEpilogue::Direct : mk::GemmEpilogue::TmaStore;
+          mk::GroupedGemmPlan plan(pr, cfg);
           for (uint64_t i = 0; i < a.warmup; ++i) plan.run(stream);
           std::vector<double> samples;
           for (uint64_t r = 0; r < a.reps; ++r) {
@@ -229,13 +233,15 @@ int groupedGemmMain(int argc, char** argv, const std::string& command) {
           const double flops = 2.0 * static_cast<double>(tokens) * static_cast<double>(gm.n * gm.k);
           const double tflops = flops / us * 1e-6;
           const auto [minIt, maxIt] = std::minmax_element(counts.begin(), counts.end());
-          std::printf("%8llu %9s %5s %9d %9d %12.2f %10.1f %8llu\n", static_cast<unsigned long long>(tokens),
-                      routing.c_str(), gm.name, *minIt, *maxIt, us, tflops, static_cast<unsigned long long>(bad));
+          std::printf("%8llu %9s %5s %9d %9d %10s %12.2f %10.1f %8llu\n", static_cast<unsigned long long>(tokens),
+                      routing.c_str(), gm.name, *minIt, *maxIt, mk::toString(plan.epilogue()), us, tflops,
+                      static_cast<unsigned long long>(bad));
           std::fflush(stdout);
           mk::MeasurementRecord rec;
           rec.op = "grouped-gemm";
           rec.impl = "mkernel";
-          rec.algo = gm.swiglu ? "wgmma-tma-ws-grouped-swiglu" : "wgmma-tma-ws-grouped";
+          rec.algo = std::string(gm.swiglu ? "wgmma-tma-ws-grouped-swiglu-" : "wgmma-tma-ws-grouped-") +
+                     mk::toString(plan.epilogue());
           rec.dtype = "bfloat16";
           rec.ranks = 1;
           rec.bytes = tokens * gm.k * 2 + experts * gm.n * gm.k * 2 + tokens * outCols * 2;
@@ -256,6 +262,7 @@ int groupedGemmMain(int argc, char** argv, const std::string& command) {
           rec.extra["max_rows"] = std::to_string(*maxIt);
           rec.extra["sms"] = std::to_string(sms);
           rec.extra["ctas"] = std::to_string(plan.ctas());
+          rec.extra["epilogue"] = mk::toString(plan.epilogue());
           rec.extra["flops"] = mk::strprintf("%.0f", flops);
           rec.extra["tflops"] = mk::strprintf("%.3f", tflops);
           rec.extra["spot_wrong"] = std::to_string(bad);

@@ -200,4 +200,35 @@ TEST_CASE("grouped gemm: refuses leading dimensions, dtypes, layouts and configs
     cfg.groupM = 0;
     refused(g.pr, "groupM must be in [1, 65535]", cfg);
   }
+  {
+    Good g;
+    GroupedGemmConfig cfg;
+    cfg.epilogue = static_cast<GemmEpilogue>(9);
+    refused(g.pr, "epilogue must be Direct or TmaStore", cfg);
+  }
+}
+
+TEST_CASE("grouped gemm: the TMA-store epilogue runs for bf16 without SwiGLU, n % 8 == 0, <= 160 groups") {
+  auto runs = [](const GroupedGemmProblem& pr, GemmEpilogue asked) {
+    GroupedGemmConfig cfg;
+    cfg.epilogue = asked;
+    return groupedGemmEpilogue(pr, cfg);
+  };
+  Good g;
+  CHECK((runs(g.pr, GemmEpilogue::TmaStore) == GemmEpilogue::TmaStore));
+  CHECK((runs(g.pr, GemmEpilogue::Direct) == GemmEpilogue::Direct));
+  GroupedGemmProblem swiglu = g.pr;
+  swiglu.swiglu = true;
+  CHECK((runs(swiglu, GemmEpilogue::TmaStore) == GemmEpilogue::Direct));
+  GroupedGemmProblem fp32 = g.pr;
+  fp32.outDType = DType::Float32;
+  CHECK((runs(fp32, GemmEpilogue::TmaStore) == GemmEpilogue::Direct));
+  GroupedGemmProblem oddN = g.pr;
+  oddN.n = 500;
+  CHECK((runs(oddN, GemmEpilogue::TmaStore) == GemmEpilogue::Direct));
+  GroupedGemmProblem many = g.pr;
+  many.groups = kGroupedGemmMaxGroupsTmaStore;
+  CHECK((runs(many, GemmEpilogue::TmaStore) == GemmEpilogue::TmaStore));
+  many.groups = kGroupedGemmMaxGroupsTmaStore + 1;
+  CHECK((runs(many, GemmEpilogue::TmaStore) == GemmEpilogue::Direct));
 }

@@ -32,6 +32,9 @@ const char* toString(GroupedRowLayout layout) noexcept;
 
 /// Most groups one grouped GEMM takes.
 constexpr int64_t kGroupedGemmMaxGroups = 1024;
+/// Most groups the TMA-store epilogue takes (its staging buffer leaves shared memory for a table of 160 groups);
+/// more run the direct epilogue.
+constexpr int64_t kGroupedGemmMaxGroupsTmaStore = 160;
 
 /// One grouped GEMM. Signed sizes so that a negative value is reported, not wrapped.
 struct GroupedGemmProblem {
@@ -62,14 +65,21 @@ struct GroupedGemmProblem {
 struct GroupedGemmConfig {
   int64_t ctas = 0;    ///< CTAs of the persistent grid, one per SM at most; 0 = every SM (never more than the tiles)
   int64_t groupM = 8;  ///< tile rows per raster band inside a group (L2 reuse of B_g's column panels), >= 1
+  /// Epilogue variant (docs/grouped-gemm.md, "Epilogue"). TmaStore (the default, as for the GEMM engine) runs for bf16
+  /// output without swiglu, n a multiple of 8 and at most kGroupedGemmMaxGroupsTmaStore groups; Direct otherwise
+  /// (groupedGemmEpilogue says which runs).
+  GemmEpilogue epilogue = GemmEpilogue::TmaStore;
   /// Host-mapped, 8 words zeroed (optional): receives who waited for what if a device wait times out (10 s).
   uint32_t* timeoutReport = nullptr;
 };
 
 /// Why the grouped GEMM engine cannot run `problem` with `config` ("" when it can): each reason names the argument
 /// (groups, n, k, maxRows, a null or misaligned pointer, a leading dimension, outDType, layoutB, swiglu with odd n,
-/// ctas, groupM, a size TMA or the 32-bit tile list cannot address). Reads no device memory; needs no GPU.
+/// ctas, groupM, epilogue, a size TMA or the 32-bit tile list cannot address). Reads no device memory; needs no GPU.
 std::string groupedGemmProblem(const GroupedGemmProblem& problem, const GroupedGemmConfig& config = {});
+
+/// The epilogue that runs for `problem` with `config` (config.epilogue, or Direct where TmaStore does not apply).
+GemmEpilogue groupedGemmEpilogue(const GroupedGemmProblem& problem, const GroupedGemmConfig& config);
 
 /// Rows A and C must hold: groups x maxRows (Strided) or maxRows (Packed).
 int64_t groupedGemmRows(const GroupedGemmProblem& problem);
@@ -92,6 +102,8 @@ class GroupedGemmPlan {
   void run(cudaStream_t stream) const;
   /// CTAs the kernel is launched with.
   uint32_t ctas() const;
+  /// The epilogue that runs (groupedGemmEpilogue).
+  GemmEpilogue epilogue() const;
 
  private:
   struct Impl;

@@ -20,6 +20,7 @@ namespace {
 
 using Cfg = device::GroupedGemmTileConfig;
 static_assert(kGroupedGemmMaxGroups == device::kGroupedGemmMaxGroups, "one group limit, host and device");
+static_assert(kGroupedGemmMaxGroupsTmaStore == device::kGroupedGemmMaxGroupsTmaStore, "one TMA-store group limit");
 
 // The tile list and every row index are 32-bit on the device (registers), TMA coordinates int32.
 constexpr int64_t kMaxIndex = (int64_t{1} << 31) - 1;
@@ -51,6 +52,14 @@ int64_t tileBound(const GroupedGemmProblem& pr) {
 
 const char* toString(GroupedRowLayout layout) noexcept {
   return layout == GroupedRowLayout::Packed ? "packed" : "strided";
+}
+
+GemmEpilogue groupedGemmEpilogue(const GroupedGemmProblem& pr, const GroupedGemmConfig& cfg) {
+  // TMA stores clip at the map's n: with n not a multiple of 8 a bf16 store wrote past it (docs/gemm.md), so those
+  // run direct, as fp32 output (the staging buffer holds bf16) and SwiGLU (see grouped_gemm_device.hpp) do.
+  const bool fits =
+      pr.outDType == DType::BFloat16 && !pr.swiglu && pr.n % 8 == 0 && pr.groups <= kGroupedGemmMaxGroupsTmaStore;
+  return cfg.epilogue == GemmEpilogue::TmaStore && fits ? GemmEpilogue::TmaStore : GemmEpilogue::Direct;
 }
 
 int64_t groupedGemmRows(const GroupedGemmProblem& pr) {
@@ -95,6 +104,8 @@ std::string groupedGemmProblem(const GroupedGemmProblem& pr, const GroupedGemmCo
   if (!why.empty()) return why;
   if (cfg.ctas < 0) return "ctas must be >= 0 (0 = every SM), got " + s(cfg.ctas);
   if (cfg.groupM < 1 || cfg.groupM > 65535) return "groupM must be in [1, 65535] (got " + s(cfg.groupM) + ")";
+  if (cfg.epilogue != GemmEpilogue::Direct && cfg.epilogue != GemmEpilogue::TmaStore)
+    return "epilogue must be Direct or TmaStore (got value " + s(static_cast<int>(cfg.epilogue)) + ")";
   return "";
 }
 
@@ -102,6 +113,7 @@ struct GroupedGemmPlan::Impl {
   device::GroupedGemmParams params{};
   uint32_t ctas = 0;
   int device = 0;
+  GemmEpilogue epilogue = GemmEpilogue::Direct;
   device::GemmTensorMap* mapsB = nullptr;  ///< device array of the B_g maps (owned)
   ~Impl() {
     if (mapsB != nullptr) cudaFree(mapsB);  // no throw from a destructor
@@ -154,6 +166,13 @@ GroupedGemmPlan::GroupedGemmPlan(const GroupedGemmProblem& pr, const GroupedGemm
   g.groupM = static_cast<uint32_t>(cfg.groupM);
   g.out = pr.outDType == DType::Float32 ? device::GemmOut::Float32 : device::GemmOut::BFloat16;
   g.bRowMajor = pr.layoutB == GemmLayout::RowMajor ? 1u : 0u;
+  impl->epilogue = groupedGemmEpilogue(pr, cfg);
+  if (impl->epilogue == GemmEpilogue::TmaStore) {
+    // C as n x rows bf16 with row stride ldc, 64 x 64 boxes in the staging buffer's 128-byte swizzle: only blocks of
+    // 64 rows wholly inside a group are stored through it.
+    g.tmaStoreC = 1;
+    g.mapC = runtime::encodeGemmMap2d(pr.c, n, rows, static_cast<uint64_t>(pr.ldc), 64, 64, "C");
+  }
   g.splitK = 1;
   g.kItersPerSplit = g.kIters;
   g.timeoutReport = nullptr;
@@ -192,6 +211,7 @@ void GroupedGemmPlan::run(cudaStream_t stream) const {
 }
 
 uint32_t GroupedGemmPlan::ctas() const { return impl_ ? impl_->ctas : 0; }
+GemmEpilogue GroupedGemmPlan::epilogue() const { return impl_ ? impl_->epilogue : GemmEpilogue::Direct; }
 
 void groupedGemm(const GroupedGemmProblem& problem, const GroupedGemmConfig& config, cudaStream_t stream) {
   GroupedGemmPlan plan(problem, config);

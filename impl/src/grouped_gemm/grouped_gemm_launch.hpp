@@ -9,8 +9,8 @@
 
 namespace mk::runtime {
 
-/// Launch `ctas` CTAs of 384 threads running groupedGemmRunTiles over tiles blockIdx.x, + ctas, ... (sets the
-/// kernel's dynamic shared-memory limit on first use per device). Throws Error(CudaError).
+/// Launch `ctas` CTAs of 384 threads running groupedGemmRunTiles<p.gemm.tmaStoreC> over tiles blockIdx.x, + ctas, ...
+/// (sets the kernel's dynamic shared-memory limit on first use per device). Throws Error(CudaError).
 void launchGroupedGemm(const device::GroupedGemmParams& p, uint32_t ctas, cudaStream_t stream);
 
 }  // namespace mk::runtime

@@ -23,9 +23,14 @@
 // B: one tensor map per group (a device array the host encodes), so each group's weights may live anywhere; the
 // maps clip k and n at the group's own extent (zero fill), which keeps the k-tail out of the dot products.
 //
-// Epilogue (direct stores from registers): C = acc rounded once to bf16 or fp32, or with swiglu C[i][f] =
-// silu(acc[i][2f]) * acc[i][2f + 1] (the gate / up columns of B interleaved, C n / 2 wide), computed in fp32 and
-// rounded once, as the CPU executor's grouped-gemm step does.
+// Epilogue: C = acc rounded once to bf16 or fp32, or with swiglu C[i][f] = silu(acc[i][2f]) * acc[i][2f + 1] (the
+// gate / up columns of B interleaved, C n / 2 wide), computed in fp32 and rounded once, as the CPU executor's
+// grouped-gemm step does. Two variants (compile-time kTmaStoreC, chosen on the host): direct stores from registers,
+// masked by the group's rows; or (bf16 output, no SwiGLU) the GEMM engine's TMA-store epilogue for every 64-row block
+// wholly inside its group (staged in shared memory, stored by TMA while the warpgroup goes back to its main loop),
+// the block that crosses a group's end copied from the staging buffer, masked by row. TMA clips only at C's edges,
+// never at a group's end: so only whole blocks take it. (SwiGLU staging made ptxas spill 2 bytes however written:
+// SwiGLU runs the direct epilogue, whose output is half as wide.)
 #pragma once
 
 #include <cstdint>
@@ -37,16 +42,30 @@
 
 namespace mk::device {
 
-/// Most groups one launch takes: the group table (3 words per group) lives in the shared memory the 128 x 256 tile's
-/// stages leave free.
+/// Most groups one launch takes with the direct epilogue: the group table (3 words per group) lives in the shared
+/// memory the 128 x 256 tile's stages leave free.
 constexpr uint32_t kGroupedGemmMaxGroups = 1024;
+/// Most groups with the TMA-store epilogue, whose 32 KiB staging buffer leaves room for a table of 160 groups only
+/// (more groups run the direct epilogue).
+constexpr uint32_t kGroupedGemmMaxGroupsTmaStore = 160;
 
-/// The tile configuration of the grouped engine: the GEMM engine's widest tile, direct epilogue.
-using GroupedGemmTileConfig = GemmTileConfigT<256, false>;
+/// The tile configuration of the grouped engine: the GEMM engine's widest tile; kTmaStoreC: the TMA-store epilogue.
+template <bool kTmaStoreC>
+using GroupedGemmTileConfigT = GemmTileConfigT<256, kTmaStoreC>;
+/// The direct-epilogue configuration (thread count and tile shape are the same in both).
+using GroupedGemmTileConfig = GroupedGemmTileConfigT<false>;
 
-/// Dynamic shared memory of one CTA: the GEMM engine's stages and barriers, then the group table.
-constexpr uint32_t kGroupedGemmSmemBytes = GroupedGemmTileConfig::kSmemBytes + 12 * kGroupedGemmMaxGroups + 16;
-static_assert(kGroupedGemmSmemBytes <= 227 * 1024, "H100/H200 give a CTA at most 227 KiB of shared memory");
+/// Groups the shared-memory table of the kTmaStoreC configuration holds.
+template <bool kTmaStoreC>
+constexpr uint32_t kGroupedGemmTableGroups = kTmaStoreC ? kGroupedGemmMaxGroupsTmaStore : kGroupedGemmMaxGroups;
+
+/// Dynamic shared memory of one CTA: the GEMM engine's stages, staging buffer and barriers, then the group table
+/// (tileStart[G + 1], rowStart[G], rowCount[G]).
+template <bool kTmaStoreC>
+constexpr uint32_t kGroupedGemmSmemBytes = GroupedGemmTileConfigT<kTmaStoreC>::kSmemBytes +
+                                           4 * (3 * kGroupedGemmTableGroups<kTmaStoreC> + 1);
+static_assert(kGroupedGemmSmemBytes<false> <= 227 * 1024 && kGroupedGemmSmemBytes<true> <= 227 * 1024,
+              "H100/H200 give a CTA at most 227 KiB of shared memory");
 
 /// Where group g's rows start in A and C.
 enum class GroupedRows : uint32_t {
@@ -59,8 +78,9 @@ enum class GroupedRows : uint32_t {
 struct GroupedGemmParams {
   /// The shared part: mapA over the stacked rows (gemm.m rows of K, box 64 k x 128 rows), c, ldc (elements between
   /// rows of C), n (B's columns: 2F with swiglu), k, kIters, blockN = 256, out, bRowMajor, tilesN, groupM, and the
-  /// timeout report. gemm.m = rows A and C hold (Strided: groups x rowStride). mapB, tilesM and the split-K /
-  /// stream-K fields are unused.
+  /// timeout report; with tmaStoreC = 1 (never with swiglu) also mapC (C as n x gemm.m bf16, box 64 x 64, 128-byte
+  /// swizzle). gemm.m = rows A and C hold (Strided: groups x rowStride). mapB, tilesM and the
+  /// split-K / stream-K fields are unused.
   GemmParams gemm;
   const GemmTensorMap* mapsB;  ///< device array of `groups` maps of B_g (same box as GemmParams::mapB)
   const int32_t* rowCounts;    ///< device array of `groups` row counts (negative reads as 0)
@@ -76,7 +96,8 @@ namespace grouped_detail {
 
 using namespace gemm_detail;
 
-/// The group table in shared memory: tileStart[G + 1], rowStart[G], rowCount[G] (uint32 words).
+/// The group table in shared memory: tileStart[G + 1], rowStart[G], rowCount[G] (uint32 words, arrays of the
+/// configuration's capacity kGroupedGemmTableGroups).
 struct GroupTable {
   uint32_t* tileStart;
   uint32_t* rowStart;
@@ -224,13 +245,72 @@ MK_DEVICE_INLINE void storeGroupTile(const GroupedGemmParams& p, const float (&a
   }
 }
 
+/// Store the staged pass whose columns start at `passCol0` (see storeGroupTileStaged).
+MK_DEVICE_INLINE void storeStagedPass(const GroupedGemmParams& p, uint32_t stg, uint32_t rowC, uint32_t rows,
+                                      uint32_t passCol0, uint32_t outCols, uint32_t consumer, uint32_t wgThread) {
+  if (rows == 64) {
+    // Generic-proxy shared-memory writes must be ordered before the async proxy (TMA) reads them.
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    consumerBarrier(consumer);
+    if (wgThread == 0) {
+#pragma unroll
+      for (uint32_t box = 0; box < 2; ++box) {
+        const uint32_t col = passCol0 + box * 64;
+        if (col < outCols)
+          tmaStore2d(&p.gemm.mapC, stg + box * (64 * 128), static_cast<int32_t>(col), static_cast<int32_t>(rowC));
+      }
+      bulkCommit();
+    }
+    return;
+  }
+  consumerBarrier(consumer);
+  // 64 rows x 16 chunks of 8 columns; chunk c of row r sits in box c / 8 at chunk (c % 8) ^ (r % 8).
+  uint16_t* c = static_cast<uint16_t*>(p.gemm.c);
+  for (uint32_t idx = wgThread; idx < 64 * 16; idx += 128) {
+    const uint32_t r = idx / 16, chunk = idx % 16;
+    const uint32_t col = passCol0 + chunk * 8;
+    if (r >= rows || col >= outCols) continue;  // outCols is a multiple of 8: the chunk is inside C whole
+    const uint32_t src = stg + (chunk / 8) * (64 * 128) + r * 128 + (((chunk % 8) ^ (r % 8)) << 4);
+    uint32_t w0, w1, w2, w3;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(w0), "=r"(w1), "=r"(w2), "=r"(w3)
+                 : "r"(src)
+                 : "memory");
+    *reinterpret_cast<uint4*>(c + static_cast<uint64_t>(rowC + r) * p.gemm.ldc + col) = make_uint4(w0, w1, w2, w3);
+  }
+}
+
+/// The staged epilogue of one consumer (bf16 output, no SwiGLU): its block of 64 rows starts at C row `rowC` and its
+/// first `rows` rows (1 .. 64) belong to its group. Each of the two passes stages 128 columns (stageTile), then a
+/// block wholly inside the group (rows = 64) is stored by one thread with TMA (the boxes that start inside n, one
+/// bulk group; TMA clips only at C's edges, never at a group's end), and a block that crosses the group's end is
+/// copied from the staging buffer by the whole warpgroup, 16 bytes per store, its valid rows only. The buffer is
+/// reused once the previous store has read it (and every thread's copy is done: the barrier).
+template <uint32_t kRegs>
+MK_DEVICE_INLINE void storeGroupTileStaged(const GroupedGemmParams& p, const float (&acc)[kRegs], uint32_t stg,
+                                           uint32_t rowC, uint32_t rows, uint32_t tileN, uint32_t consumer,
+                                           uint32_t warp, uint32_t lane) {
+  const uint32_t wgThread = warp * 32 + lane;
+  if (wgThread == 0) bulkWaitRead();
+  consumerBarrier(consumer);
+  stageTile<0>(acc, stg, warp, lane);
+  storeStagedPass(p, stg, rowC, rows, tileN * 256, p.gemm.n, consumer, wgThread);
+  if (wgThread == 0) bulkWaitRead();
+  consumerBarrier(consumer);
+  stageTile<1>(acc, stg, warp, lane);
+  storeStagedPass(p, stg, rowC, rows, tileN * 256 + 128, p.gemm.n, consumer, wgThread);
+}
+
 /// The consumer warpgroups' tile loop for one B layout (kTransB 1: B row-major, N-major in shared memory; the
 /// descriptors are the GEMM engine's, gemm_device.hpp): main loop over every k-slice, then the masked epilogue.
-template <int kTransB>
+template <bool kTmaStoreC, int kTransB>
 MK_DEVICE_INLINE void consumeTiles(const GroupedGemmParams& p, const GroupTable& table, uint32_t smemA, uint32_t smemB,
-                                   uint32_t fullBar, uint32_t emptyBar, uint32_t firstTile, uint32_t tileStride,
-                                   uint32_t tiles, uint32_t consumer, uint32_t warp, uint32_t lane) {
-  using Cfg = GroupedGemmTileConfig;
+                                   uint32_t staging, uint32_t fullBar, uint32_t emptyBar, uint32_t firstTile,
+                                   uint32_t tileStride, uint32_t tiles, uint32_t consumer, uint32_t warp,
+                                   uint32_t lane) {
+  using Cfg = GroupedGemmTileConfigT<kTmaStoreC>;
+  const uint32_t stg = staging + consumer * Cfg::kStagingBytesPerConsumer;
+  (void)stg;
   constexpr uint32_t lboB = kTransB ? Cfg::kBoxBytesBRowMajor : 16;
   constexpr uint32_t kStepB = kTransB ? 16 * 128 : 32;
   uint32_t stage = 0, phase = 0;
@@ -272,10 +352,24 @@ MK_DEVICE_INLINE void consumeTiles(const GroupedGemmParams& p, const GroupTable&
 #pragma unroll
     for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) wgmmaFenceOperand(acc[r]);
     if (lane == 0) mbarArrive(emptyBar + 8 * prevStage);
-    const uint32_t localRow = tileM * Cfg::kBlockM + consumer * 64 + warp * 16 + lane / 4;
-    const uint32_t row0 = table.rowStart[group] + localRow;
+    const uint32_t groupRows = table.rowCount[group];
+    const uint32_t blockRow = tileM * Cfg::kBlockM + consumer * 64;  // this consumer's first row in the group
+    if constexpr (kTmaStoreC) {
+      // Staged: TMA stores for a block wholly inside the group, a masked copy from shared memory for the block that
+      // crosses its end (one per tile column of a group at most); nothing for a block past it.
+      if (blockRow < groupRows) {
+        const uint32_t rows = groupRows - blockRow < 64 ? groupRows - blockRow : 64;
+        storeGroupTileStaged(p, acc, stg, table.rowStart[group] + blockRow, rows, tileN, consumer, warp, lane);
+      }
+      continue;
+    }
+    const uint32_t localRow = blockRow + warp * 16 + lane / 4;
     const uint32_t col0 = tileN * Cfg::kBlockN + 2 * (lane % 4);
-    storeGroupTile(p, acc, row0, localRow, table.rowCount[group], col0, lane);
+    storeGroupTile(p, acc, table.rowStart[group] + localRow, localRow, groupRows, col0, lane);
+  }
+  if constexpr (kTmaStoreC) {
+    // Every bulk store has completed (C written, the staging buffer no longer read) before the CTA exits.
+    if (warp == 0 && lane == 0) bulkWaitAllVisible();
   }
 }
 
@@ -283,23 +377,29 @@ MK_DEVICE_INLINE void consumeTiles(const GroupedGemmParams& p, const GroupTable&
 
 /// Runs tiles firstTile, firstTile + tileStride, ... of the grouped problem `p` (the whole list when every CTA
 /// c < tileStride calls it with firstTile = c). Contract: called by all 384 threads of the CTA; `smem` is
-/// kGroupedGemmSmemBytes of dynamic shared memory; p.gemm.blockN == 256 and p.gemm.tmaStoreC == 0, else it traps;
-/// no named barrier but 0 (one __syncthreads after the group table is built); the kernel is launched with at most 168
-/// registers per thread (__launch_bounds__(384, 1)). Every mbarrier wait is bounded (kGemmWaitLimitNs, reported through
-/// p.gemm.timeoutReport).
+/// kGroupedGemmSmemBytes<kTmaStoreC> of dynamic shared memory; p.gemm.blockN == 256, p.gemm.tmaStoreC == kTmaStoreC
+/// (then bf16 output without swiglu, a valid mapC) and p.groups <= kGroupedGemmTableGroups<kTmaStoreC>, else it traps;
+/// named barriers 2 and 3 with the TMA-store epilogue; no named barrier but 0 (one __syncthreads after the group table
+/// is built); the kernel is launched with at most 168 registers per thread (__launch_bounds__(384, 1)). Every mbarrier
+/// wait is bounded (kGemmWaitLimitNs, reported through p.gemm.timeoutReport).
+template <bool kTmaStoreC>
 MK_DEVICE_INLINE void groupedGemmRunTiles(const GroupedGemmParams& p, uint8_t* smem, uint32_t firstTile,
                                           uint32_t tileStride) {
-  using Cfg = GroupedGemmTileConfig;
+  using Cfg = GroupedGemmTileConfigT<kTmaStoreC>;
   using namespace grouped_detail;
-  if (p.gemm.blockN != Cfg::kBlockN || p.gemm.tmaStoreC != 0) __trap();
+  constexpr uint32_t kTableGroups = kGroupedGemmTableGroups<kTmaStoreC>;
+  if (p.gemm.blockN != Cfg::kBlockN || p.gemm.tmaStoreC != (kTmaStoreC ? 1u : 0u) || p.groups > kTableGroups) __trap();
+  if (kTmaStoreC && (p.gemm.out != GemmOut::BFloat16 || p.swiglu)) __trap();
   const uintptr_t raw = reinterpret_cast<uintptr_t>(smem);
   uint8_t* base = smem + ((Cfg::kSmemAlign - raw % Cfg::kSmemAlign) % Cfg::kSmemAlign);
   const uint32_t smemA = smemAddr(base);
   const uint32_t smemB = smemA + Cfg::kStages * Cfg::kStageBytesA;
-  const uint32_t fullBar = smemB + Cfg::kStages * Cfg::kStageBytesB;
+  const uint32_t staging = smemB + Cfg::kStages * Cfg::kStageBytesB;  // 1 KiB aligned: stage sizes are
+  const uint32_t fullBar = staging + Cfg::kStagingBytes;
   const uint32_t emptyBar = fullBar + Cfg::kStages * 8;
-  uint32_t* words = reinterpret_cast<uint32_t*>(base + Cfg::kStages * Cfg::kStageBytes + 2 * Cfg::kStages * 8);
-  const GroupTable table{words, words + kGroupedGemmMaxGroups + 1, words + 2 * kGroupedGemmMaxGroups + 1};
+  uint32_t* words =
+      reinterpret_cast<uint32_t*>(base + Cfg::kStages * Cfg::kStageBytes + Cfg::kStagingBytes + 2 * Cfg::kStages * 8);
+  const GroupTable table{words, words + kTableGroups + 1, words + 2 * kTableGroups + 1};
 
   const uint32_t warpgroup = threadIdx.x / 128;
   const uint32_t wgThread = threadIdx.x % 128;
@@ -321,6 +421,8 @@ MK_DEVICE_INLINE void groupedGemmRunTiles(const GroupedGemmParams& p, uint8_t* s
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegs));
     if (wgThread != 0) return;
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.gemm.mapA)) : "memory");
+    if (kTmaStoreC)
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.gemm.mapC)) : "memory");
     uint32_t stage = 0, phase = 0;
     for (uint32_t tile = firstTile; tile < tiles; tile += tileStride) {
       uint32_t group = 0, tileM = 0, tileN = 0;
@@ -358,9 +460,11 @@ MK_DEVICE_INLINE void groupedGemmRunTiles(const GroupedGemmParams& p, uint8_t* s
   // One straight-line k-loop per B layout (a layout branch between the wgmmas makes ptxas insert
   // warpgroup.arrive before each of them).
   if (p.gemm.bRowMajor)
-    consumeTiles<1>(p, table, smemA, smemB, fullBar, emptyBar, firstTile, tileStride, tiles, consumer, warp, lane);
+    consumeTiles<kTmaStoreC, 1>(p, table, smemA, smemB, staging, fullBar, emptyBar, firstTile, tileStride, tiles,
+                                consumer, warp, lane);
   else
-    consumeTiles<0>(p, table, smemA, smemB, fullBar, emptyBar, firstTile, tileStride, tiles, consumer, warp, lane);
+    consumeTiles<kTmaStoreC, 0>(p, table, smemA, smemB, staging, fullBar, emptyBar, firstTile, tileStride, tiles,
+                                consumer, warp, lane);
 }
 
 #endif  // MK_HAVE_DEVICE_CODE
