@@ -19,13 +19,10 @@ Records: "mkernel.measurement.v1", op "grouped-gemm", as mk-bench grouped-gemm's
 Exit codes: 0 ok, 1 a check failed, 2 bad input, 3 no GPU / no PyTorch.
 """
 import argparse
-import datetime
-import json
 import math
-import os
-import statistics
-import subprocess
 import sys
+
+from torch_bench_util import median_us, nvidia_driver, write_measurements
 
 
 def route_counts(tokens, experts, routing):
@@ -87,7 +84,6 @@ def main(argv):
                                  "present" if has_grouped else "absent", h, f, experts, a.iters, a.reps))
     print("%8s %9s %5s %17s %9s %9s %12s %10s %9s" % ("tokens", "routing", "gemm", "impl", "min_rows", "max_rows",
                                                      "us", "TFLOPs", "rel_err"))
-    ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     records, ok = [], True
     max_tokens = max(tokens_list)
     for gemm, n, k, swiglu in (("up", 2 * f, h, True), ("down", h, f, False)):
@@ -144,17 +140,7 @@ def main(argv):
                 if swiglu:
                     variants.append(("+swiglu", lambda: (lambda y: F.silu(y[:, 0::2]) * y[:, 1::2])(fn())))
                 for suffix, call in variants:
-                    for _ in range(a.warmup):
-                        call()
-                    samples = []
-                    for _ in range(a.reps):
-                        ev0.record()
-                        for _ in range(a.iters):
-                            call()
-                        ev1.record()
-                        ev1.synchronize()
-                        samples.append(1000.0 * ev0.elapsed_time(ev1) / a.iters)
-                    us = statistics.median(samples)
+                    us = median_us(torch, call, a.warmup, a.reps, a.iters)
                     tflops = flops / us * 1e-6
                     print("%8d %9s %5s %17s %9d %9d %12.2f %10.1f %9.2e%s" %
                           (tokens, routing, gemm + suffix, impl, min(counts), max(counts), us, tflops, err,
@@ -171,21 +157,9 @@ def main(argv):
                                         rel_err=err, check=good, grouped_mm_refused=note))
         del a_all, w, wt
         torch.cuda.empty_cache()
-    try:
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=20).stdout.split("\n")[0].strip()
-    except (OSError, subprocess.SubprocessError):
-        driver = ""
-    doc = {"schema": "mkernel.measurement.v1",
-           "system": {"gpu": props.name, "gpus": 1, "driver": driver, "torch": torch.__version__,
-                      "cuda": torch.version.cuda, "grouped_mm": has_grouped},
-           "run": {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "commit": a.commit,
-                   "command": "grouped_gemm_bench.py " + " ".join(argv)},
-           "records": records}
-    tmp = a.out + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(doc, fh, indent=1)
-    os.replace(tmp, a.out)
+    system = {"gpu": props.name, "gpus": 1, "driver": nvidia_driver(), "torch": torch.__version__,
+              "cuda": torch.version.cuda, "grouped_mm": has_grouped}
+    write_measurements(a.out, system, a.commit, "grouped_gemm_bench.py " + " ".join(argv), records)
     return 0 if ok else 1
 
 
