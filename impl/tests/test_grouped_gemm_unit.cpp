@@ -4,9 +4,13 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <random>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "mk/device/grouped_gemm_device.hpp"
 #include "mk/error.hpp"
 #include "mk/grouped_gemm.hpp"
 
@@ -231,4 +235,40 @@ TEST_CASE("grouped gemm: the TMA-store epilogue runs for bf16 without SwiGLU, n 
   CHECK((runs(many, GemmEpilogue::TmaStore) == GemmEpilogue::TmaStore));
   many.groups = kGroupedGemmMaxGroupsTmaStore + 1;
   CHECK((runs(many, GemmEpilogue::TmaStore) == GemmEpilogue::Direct));
+}
+
+TEST_CASE("grouped gemm: the tile walk visits every tile of every group once, none of an empty group") {
+  // The kernel's table for given row counts (what buildTable computes, sequentially) and its walk (groupedGemmLocate,
+  // the same code the producer and the consumers run), for random counts with many zeros, random groupM and widths.
+  std::mt19937 rng(std::random_device{}());
+  auto below = [&](uint32_t n) { return static_cast<uint32_t>(rng() % n); };
+  for (int trial = 0; trial < 200; ++trial) {
+    const uint32_t groups = 1 + below(70);
+    std::vector<uint32_t> tileStart(groups + 1), rowStart(groups), rowCount(groups);
+    device::GroupedGemmParams p{};
+    p.groups = groups;
+    p.gemm.tilesN = 1 + below(9);
+    p.gemm.groupM = 1 + below(10);
+    uint32_t tiles = 0, rows = 0;
+    for (uint32_t g = 0; g < groups; ++g) {
+      rowCount[g] = below(3) == 0 ? 0 : below(1100);
+      rowStart[g] = rows;
+      rows += rowCount[g];
+      tileStart[g] = tiles;
+      tiles += (rowCount[g] + 127) / 128 * p.gemm.tilesN;
+    }
+    tileStart[groups] = tiles;
+    const device::GroupedGemmTable table{tileStart.data(), rowStart.data(), rowCount.data()};
+    std::set<std::tuple<uint32_t, uint32_t, uint32_t>> seen;
+    bool ok = true;
+    for (uint32_t t = 0; t < tiles; ++t) {
+      uint32_t g = 0, tm = 0, tn = 0;
+      device::groupedGemmLocate(p, table, t, g, tm, tn);
+      ok = ok && g < groups && tileStart[g] <= t && t < tileStart[g + 1] && tm * 128 < rowCount[g] &&
+           tn < p.gemm.tilesN && seen.insert({g, tm, tn}).second;
+    }
+    CHECK_MESSAGE(
+        ok, "trial " << trial << ": groups " << groups << ", tilesN " << p.gemm.tilesN << ", groupM " << p.gemm.groupM);
+    CHECK(seen.size() == tiles);
+  }
 }

@@ -90,24 +90,49 @@ struct GroupedGemmParams {
   uint32_t swiglu;             ///< 1: the SwiGLU epilogue (n even, C n / 2 wide)
 };
 
+/// The group table (in shared memory on the device): tileStart[G + 1] (each group's first tile in the list, then the
+/// total), rowStart[G] (its first row in A and C), rowCount[G] (its rows, clamped), arrays of uint32 words.
+struct GroupedGemmTable {
+  uint32_t* tileStart;
+  uint32_t* rowStart;
+  uint32_t* rowCount;
+};
+
+/// Group, tile row and tile column (inside the group) of tile `tile` of the list (< tileStart[G]): a binary search of
+/// the table, then the GEMM engine's grouped raster inside the group. Host and device code (the unit tests walk it).
+MK_HOST_DEVICE_INLINE void groupedGemmLocate(const GroupedGemmParams& p, const GroupedGemmTable& t, uint32_t tile,
+                                             uint32_t& group, uint32_t& tileM, uint32_t& tileN) {
+  uint32_t lo = 0, hi = p.groups;  // the group g with tileStart[g] <= tile < tileStart[g + 1]
+  while (hi - lo > 1) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (t.tileStart[mid] <= tile)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  group = lo;
+  const uint32_t tilesM = (t.rowCount[lo] + GroupedGemmTileConfig::kBlockM - 1) / GroupedGemmTileConfig::kBlockM;
+  const uint32_t local = tile - t.tileStart[lo];
+  // The GEMM engine's grouped raster (gemmTileCoord) over this group's tilesM x tilesN tiles.
+  const uint32_t perGroup = p.gemm.groupM * p.gemm.tilesN;
+  const uint32_t band = local / perGroup;
+  const uint32_t firstM = band * p.gemm.groupM;
+  const uint32_t rows = (tilesM - firstM) < p.gemm.groupM ? (tilesM - firstM) : p.gemm.groupM;
+  const uint32_t inBand = local % perGroup;
+  tileM = firstM + inBand % rows;
+  tileN = inBand / rows;
+}
+
 #if MK_HAVE_DEVICE_CODE
 
 namespace grouped_detail {
 
 using namespace gemm_detail;
 
-/// The group table in shared memory: tileStart[G + 1], rowStart[G], rowCount[G] (uint32 words, arrays of the
-/// configuration's capacity kGroupedGemmTableGroups).
-struct GroupTable {
-  uint32_t* tileStart;
-  uint32_t* rowStart;
-  uint32_t* rowCount;
-};
-
 /// Build the group table from p.rowCounts (warp 0 of the CTA; the caller synchronises the CTA afterwards). Each lane
 /// takes a contiguous chunk of groups; two warp scans (rows, then tiles) give the prefix sums. 64-bit sums: G counts
 /// of up to 2^31 rows each may exceed 32 bits before they are clamped.
-MK_DEVICE_INLINE void buildTable(const GroupedGemmParams& p, const GroupTable& t, uint32_t lane) {
+MK_DEVICE_INLINE void buildTable(const GroupedGemmParams& p, const GroupedGemmTable& t, uint32_t lane) {
   const uint32_t chunk = (p.groups + 31) / 32;
   const uint32_t first = lane * chunk < p.groups ? lane * chunk : p.groups;
   const uint32_t last = first + chunk < p.groups ? first + chunk : p.groups;
@@ -151,30 +176,6 @@ MK_DEVICE_INLINE void buildTable(const GroupedGemmParams& p, const GroupTable& t
     tileAt += (t.rowCount[g] + GroupedGemmTileConfig::kBlockM - 1) / GroupedGemmTileConfig::kBlockM * p.gemm.tilesN;
   }
   if (lane == 31) t.tileStart[p.groups] = tileIncl;
-}
-
-/// Group, tile row and tile column (inside the group) of tile `tile` of the list (< tileStart[G]).
-MK_DEVICE_INLINE void locate(const GroupedGemmParams& p, const GroupTable& t, uint32_t tile, uint32_t& group,
-                             uint32_t& tileM, uint32_t& tileN) {
-  uint32_t lo = 0, hi = p.groups;  // the group g with tileStart[g] <= tile < tileStart[g + 1]
-  while (hi - lo > 1) {
-    const uint32_t mid = (lo + hi) / 2;
-    if (t.tileStart[mid] <= tile)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  group = lo;
-  const uint32_t tilesM = (t.rowCount[lo] + GroupedGemmTileConfig::kBlockM - 1) / GroupedGemmTileConfig::kBlockM;
-  const uint32_t local = tile - t.tileStart[lo];
-  // The GEMM engine's grouped raster (gemmTileCoord) over this group's tilesM x tilesN tiles.
-  const uint32_t perGroup = p.gemm.groupM * p.gemm.tilesN;
-  const uint32_t band = local / perGroup;
-  const uint32_t firstM = band * p.gemm.groupM;
-  const uint32_t rows = (tilesM - firstM) < p.gemm.groupM ? (tilesM - firstM) : p.gemm.groupM;
-  const uint32_t inBand = local % perGroup;
-  tileM = firstM + inBand % rows;
-  tileN = inBand / rows;
 }
 
 /// silu(gate) x up in fp32 (silu(g) = g / (1 + e^-g)), as the CPU executor's swiglu.
@@ -304,10 +305,10 @@ MK_DEVICE_INLINE void storeGroupTileStaged(const GroupedGemmParams& p, const flo
 /// The consumer warpgroups' tile loop for one B layout (kTransB 1: B row-major, N-major in shared memory; the
 /// descriptors are the GEMM engine's, gemm_device.hpp): main loop over every k-slice, then the masked epilogue.
 template <bool kTmaStoreC, int kTransB>
-MK_DEVICE_INLINE void consumeTiles(const GroupedGemmParams& p, const GroupTable& table, uint32_t smemA, uint32_t smemB,
-                                   uint32_t staging, uint32_t fullBar, uint32_t emptyBar, uint32_t firstTile,
-                                   uint32_t tileStride, uint32_t tiles, uint32_t consumer, uint32_t warp,
-                                   uint32_t lane) {
+MK_DEVICE_INLINE void consumeTiles(const GroupedGemmParams& p, const GroupedGemmTable& table, uint32_t smemA,
+                                   uint32_t smemB, uint32_t staging, uint32_t fullBar, uint32_t emptyBar,
+                                   uint32_t firstTile, uint32_t tileStride, uint32_t tiles, uint32_t consumer,
+                                   uint32_t warp, uint32_t lane) {
   using Cfg = GroupedGemmTileConfigT<kTmaStoreC>;
   const uint32_t stg = staging + consumer * Cfg::kStagingBytesPerConsumer;
   (void)stg;
@@ -319,7 +320,7 @@ MK_DEVICE_INLINE void consumeTiles(const GroupedGemmParams& p, const GroupTable&
   for (uint32_t r = 0; r < Cfg::kAccRegs; ++r) acc[r] = 0.0f;
   for (uint32_t tile = firstTile; tile < tiles; tile += tileStride) {
     uint32_t group = 0, tileM = 0, tileN = 0;
-    locate(p, table, tile, group, tileM, tileN);
+    groupedGemmLocate(p, table, tile, group, tileM, tileN);
     uint32_t prevStage = 0;
     for (uint32_t kIter = 0; kIter < p.gemm.kIters; ++kIter) {
       mbarWait(p.gemm, fullBar + 8 * stage, phase, GemmWaiter::Consumer, stage, tile);
@@ -399,7 +400,7 @@ MK_DEVICE_INLINE void groupedGemmRunTiles(const GroupedGemmParams& p, uint8_t* s
   const uint32_t emptyBar = fullBar + Cfg::kStages * 8;
   uint32_t* words =
       reinterpret_cast<uint32_t*>(base + Cfg::kStages * Cfg::kStageBytes + Cfg::kStagingBytes + 2 * Cfg::kStages * 8);
-  const GroupTable table{words, words + kTableGroups + 1, words + 2 * kTableGroups + 1};
+  const GroupedGemmTable table{words, words + kTableGroups + 1, words + 2 * kTableGroups + 1};
 
   const uint32_t warpgroup = threadIdx.x / 128;
   const uint32_t wgThread = threadIdx.x % 128;
@@ -426,7 +427,7 @@ MK_DEVICE_INLINE void groupedGemmRunTiles(const GroupedGemmParams& p, uint8_t* s
     uint32_t stage = 0, phase = 0;
     for (uint32_t tile = firstTile; tile < tiles; tile += tileStride) {
       uint32_t group = 0, tileM = 0, tileN = 0;
-      locate(p, table, tile, group, tileM, tileN);
+      groupedGemmLocate(p, table, tile, group, tileM, tileN);
       const GemmTensorMap* mapB = p.mapsB + group;
       const int32_t rowA = static_cast<int32_t>(table.rowStart[group] + tileM * Cfg::kBlockM);
       const int32_t colB = static_cast<int32_t>(tileN * Cfg::kBlockN);
