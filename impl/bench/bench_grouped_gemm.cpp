@@ -11,6 +11,8 @@
 // N x K (nn.Linear's layout; --layout-b row for K x N). Timing: `warmup` runs, then `reps` loops of `iters` runs
 // between two CUDA events; reported time = median over the loops of (loop time / iters). FLOPs = 2 x T x N x K.
 // A spot check compares 64 sampled outputs with a double-precision host dot product (exit 1 if one is off). The
+// layered baseline in the same run (--baseline cublaslt, the default): one cuBLASLt matmul per expert with rows (the
+// GEMM alone: for "up" into 2F columns, no SwiGLU), records impl "cublaslt", algo "per-expert-loop". The
 // PyTorch baseline (torch._grouped_mm or a loop of torch.mm) is validation/tools/grouped_gemm_bench.py, same shapes
 // and timing, run in the same device session.
 #include <cuda_runtime_api.h>
@@ -20,12 +22,15 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "bench_commands.hpp"
 #include "bench_common.hpp"
+#include "cublaslt_loader.hpp"
 #include "mk/cuda_check.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/numeric.hpp"
@@ -42,7 +47,7 @@ struct Args {
   std::vector<std::string> routing{"balanced", "skewed"};
   uint64_t localExperts = 32, hidden = 7168, intermediate = 2048;
   uint64_t iters = 10, reps = 5, warmup = 2;
-  std::string json, layoutB = "col", epilogue = "tma-store";
+  std::string json, layoutB = "col", epilogue = "tma-store", baseline = "cublaslt";
 };
 
 /// Rows per local expert summing to `tokens`: equal shares (the remainder spread over the first experts) or Zipf.
@@ -130,6 +135,23 @@ uint64_t spotCheck(const Gemm& gm, const std::vector<int32_t>& counts, const uin
   return bad;
 }
 
+/// Median over `reps` loops of (loop time / iters) of `iters` calls of `run` on `stream`, after `warmup` calls: us.
+double timeLoop(const std::function<void()>& run, const Args& a, cudaStream_t stream, cudaEvent_t ev0,
+                cudaEvent_t ev1) {
+  for (uint64_t i = 0; i < a.warmup; ++i) run();
+  std::vector<double> samples;
+  for (uint64_t r = 0; r < a.reps; ++r) {
+    MK_CUDA_CHECK(cudaEventRecord(ev0, stream));
+    for (uint64_t i = 0; i < a.iters; ++i) run();
+    MK_CUDA_CHECK(cudaEventRecord(ev1, stream));
+    MK_CUDA_CHECK(cudaEventSynchronize(ev1));
+    float ms = 0;
+    MK_CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
+    samples.push_back(1000.0 * ms / static_cast<double>(a.iters));
+  }
+  return median(samples);
+}
+
 }  // namespace
 
 int groupedGemmMain(int argc, char** argv, const std::string& command) {
@@ -149,6 +171,8 @@ int groupedGemmMain(int argc, char** argv, const std::string& command) {
       ->check(CLI::IsMember({"col", "row"}));
   app.add_option("--epilogue", a.epilogue, "tma-store (the default; the plain GEMM only) or direct, for A/B runs")
       ->check(CLI::IsMember({"tma-store", "direct"}));
+  app.add_option("--baseline", a.baseline, "cublaslt (a loop of cuBLASLt matmuls, one per expert) or none")
+      ->check(CLI::IsMember({"cublaslt", "none"}));
   app.add_option("--json", a.json, "write measurement records (mkernel.measurement.v1) to this file, atomically");
   app.add_option("--iters", a.iters, "runs per timed loop")->check(CLI::PositiveNumber);
   app.add_option("-w,--warmup", a.warmup, "untimed runs before timing");
@@ -175,8 +199,17 @@ int groupedGemmMain(int argc, char** argv, const std::string& command) {
         sms, static_cast<unsigned long long>(h), static_cast<unsigned long long>(f),
         static_cast<unsigned long long>(experts), a.layoutB.c_str(), static_cast<unsigned long long>(a.iters),
         static_cast<unsigned long long>(a.reps));
-    std::printf("%8s %9s %5s %9s %9s %10s %12s %10s %8s\n", "tokens", "routing", "gemm", "min_rows", "max_rows",
-                "epilogue", "ours_us", "TFLOPs", "badspot");
+    std::printf("%8s %9s %5s %9s %9s %10s %12s %10s %12s %9s %8s\n", "tokens", "routing", "gemm", "min_rows",
+                "max_rows", "epilogue", "ours_us", "TFLOPs", "cublaslt_us", "vs_cublas", "badspot");
+    std::unique_ptr<CublasLt> lt;
+    if (a.baseline == "cublaslt") {
+      try {
+        lt = std::make_unique<CublasLt>();
+        std::printf("# baseline: cuBLASLt %s (%s), one matmul per expert\n", lt->version().c_str(), lt->path().c_str());
+      } catch (const mk::Error& e) {
+        std::printf("# baseline: none (%s)\n", e.what());
+      }
+    }
     mk::MeasurementFile file = newMeasurementFile(1, "", command);
     uint64_t seed = std::random_device{}();
     const Gemm gemms[2] = {{"up", 2 * f, h, true}, {"down", h, f, false}};
@@ -190,6 +223,8 @@ int groupedGemmMain(int argc, char** argv, const std::string& command) {
       MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dW), experts * gm.n * gm.k * 2));
       MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dC), maxTokens * outCols * 2));
       MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dCounts), experts * 4));
+      uint16_t* dBase = nullptr;  // the baseline's output (all n columns)
+      if (lt) MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dBase), maxTokens * gm.n * 2));
       fillRandomBf16(dA, maxTokens * gm.k, ++seed);
       fillRandomBf16(dW, experts * gm.n * gm.k, ++seed);
       std::vector<const void*> bPtrs;
@@ -216,25 +251,50 @@ int groupedGemmMain(int argc, char** argv, const std::string& command) {
           mk::GroupedGemmConfig cfg;
           cfg.epilogue = a.epilogue == "direct" ? mk::GemmEpilogue::Direct : mk::GemmEpilogue::TmaStore;
           mk::GroupedGemmPlan plan(pr, cfg);
-          for (uint64_t i = 0; i < a.warmup; ++i) plan.run(stream);
-          std::vector<double> samples;
-          for (uint64_t r = 0; r < a.reps; ++r) {
-            MK_CUDA_CHECK(cudaEventRecord(ev0, stream));
-            for (uint64_t i = 0; i < a.iters; ++i) plan.run(stream);
-            MK_CUDA_CHECK(cudaEventRecord(ev1, stream));
-            MK_CUDA_CHECK(cudaEventSynchronize(ev1));
-            float ms = 0;
-            MK_CUDA_CHECK(cudaEventElapsedTime(&ms, ev0, ev1));
-            samples.push_back(1000.0 * ms / static_cast<double>(a.iters));
-          }
+          const double us = timeLoop([&] { plan.run(stream); }, a, stream, ev0, ev1);
           const uint64_t bad = spotCheck(gm, counts, dA, dW, colMajor, dC, 64, ++seed);
           badTotal += bad;
-          const double us = median(samples);
+          // The layered baseline: one cuBLASLt matmul per expert with rows (the plain GEMM; for "up" without the
+          // SwiGLU, into 2F columns), into its own buffer.
+          double theirsUs = 0;
+          if (lt) {
+            try {
+              std::vector<CublasLt::Plan> plans;
+              uint64_t start = 0;
+              for (uint64_t e = 0; e < experts; ++e) {
+                const auto rowsE = static_cast<uint64_t>(counts[e]);
+                if (rowsE > 0) {
+                  mk::GemmProblem q;
+                  q.m = static_cast<int64_t>(rowsE);
+                  q.n = static_cast<int64_t>(gm.n);
+                  q.k = static_cast<int64_t>(gm.k);
+                  q.a = dA + start * gm.k;
+                  q.lda = static_cast<int64_t>(gm.k);
+                  q.b = bPtrs[e];
+                  q.ldb = pr.ldb;
+                  q.layoutB = pr.layoutB;
+                  q.c = dBase + start * gm.n;
+                  q.ldc = static_cast<int64_t>(gm.n);
+                  plans.push_back(lt->plan(q));
+                }
+                start += rowsE;
+              }
+              theirsUs = timeLoop(
+                  [&] {
+                    for (const CublasLt::Plan& pl : plans) lt->run(pl, stream);
+                  },
+                  a, stream, ev0, ev1);
+            } catch (const mk::Error& e) {  // no algorithm for a shape: the row has no baseline
+              std::printf("# cuBLASLt baseline skipped (%s)\n", e.what());
+              theirsUs = 0;
+            }
+          }
           const double flops = 2.0 * static_cast<double>(tokens) * static_cast<double>(gm.n * gm.k);
           const double tflops = flops / us * 1e-6;
           const auto [minIt, maxIt] = std::minmax_element(counts.begin(), counts.end());
-          std::printf("%8llu %9s %5s %9d %9d %10s %12.2f %10.1f %8llu\n", static_cast<unsigned long long>(tokens),
-                      routing.c_str(), gm.name, *minIt, *maxIt, mk::toString(plan.epilogue()), us, tflops,
+          std::printf("%8llu %9s %5s %9d %9d %10s %12.2f %10.1f %12.2f %9.3f %8llu\n",
+                      static_cast<unsigned long long>(tokens), routing.c_str(), gm.name, *minIt, *maxIt,
+                      mk::toString(plan.epilogue()), us, tflops, theirsUs, theirsUs > 0 ? theirsUs / us : 0.0,
                       static_cast<unsigned long long>(bad));
           std::fflush(stdout);
           mk::MeasurementRecord rec;
@@ -267,11 +327,25 @@ int groupedGemmMain(int argc, char** argv, const std::string& command) {
           rec.extra["tflops"] = mk::strprintf("%.3f", tflops);
           rec.extra["spot_wrong"] = std::to_string(bad);
           file.records.push_back(rec);
+          if (theirsUs > 0) {
+            mk::MeasurementRecord base = rec;
+            base.impl = "cublaslt";
+            base.algo = "per-expert-loop";  // the GEMM alone: no SwiGLU, 2F columns written for "up"
+            base.bytes = tokens * gm.k * 2 + experts * gm.n * gm.k * 2 + tokens * gm.n * 2;
+            base.timeUs = theirsUs;
+            base.algbwGBs = static_cast<double>(base.bytes) / theirsUs * 1e-3;
+            base.extra["swiglu"] = "false";
+            base.extra["tflops"] = mk::strprintf("%.3f", flops / theirsUs * 1e-6);
+            base.extra["cublaslt"] = lt->version();
+            for (const char* key : {"ctas", "epilogue", "spot_wrong"}) base.extra.erase(key);
+            file.records.push_back(base);
+          }
         }
       cudaFree(dA);
       cudaFree(dW);
       cudaFree(dC);
       cudaFree(dCounts);
+      cudaFree(dBase);
     }
     cudaEventDestroy(ev0);
     cudaEventDestroy(ev1);
