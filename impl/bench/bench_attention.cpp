@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -42,27 +41,6 @@ struct Config {
   uint32_t hq, hkv;
   bool causal;
 };
-
-/// Fill `count` bf16 values uniform in [-1, 1] on the device: a pool of 2^24 values drawn once from `seed`, copied
-/// over the buffer as often as it takes (timing does not depend on the values, only on their being finite).
-void fillRandom(void* dst, uint64_t count, uint64_t seed) {
-  static std::vector<uint16_t> pool;
-  if (pool.empty()) {
-    pool.resize(uint64_t{1} << 24);
-    std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (uint16_t& v : pool) {
-      const float f = u(rng);
-      uint32_t bits = 0;
-      std::memcpy(&bits, &f, 4);
-      v = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);  // round to nearest even
-    }
-  }
-  for (uint64_t at = 0; at < count; at += pool.size()) {
-    const uint64_t n = std::min<uint64_t>(pool.size(), count - at);
-    MK_CUDA_CHECK(cudaMemcpy(static_cast<uint16_t*>(dst) + at, pool.data(), n * 2, cudaMemcpyHostToDevice));
-  }
-}
 
 }  // namespace
 
@@ -120,8 +98,8 @@ int attentionMain(int argc, char** argv, const std::string& command) {
         MK_CUDA_CHECK(cudaMalloc(&q, qCount * 2));
         MK_CUDA_CHECK(cudaMalloc(&kv, 2 * kCount * 2));
         MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), outCount * 4));
-        fillRandom(q, qCount, ++seed);
-        fillRandom(kv, 2 * kCount, ++seed);
+        fillRandomBf16(q, qCount, ++seed);
+        fillRandomBf16(kv, 2 * kCount, ++seed);
         for (bool dynamic : dynamicModes) {
           mk::AttentionOptions opt;
           opt.dynamicUnits = dynamic;

@@ -11,6 +11,8 @@ namespace mkbench {
 int gemmMain(int argc, char** argv, const std::string& command);
 /// mk-bench attention [--seq ...] [--json f]: the attention forward engine on issue 38's shapes.
 int attentionMain(int argc, char** argv, const std::string& command);
+/// mk-bench grouped-gemm [--tokens ...] [--json f]: the grouped GEMM engine on issue 39's MoE expert FFN shapes.
+int groupedGemmMain(int argc, char** argv, const std::string& command);
 /// mk-bench calibrate --json f: the micro-benchmarks mk-calibrate fits the hardware profile from.
 int calibrateMain(int argc, char** argv, const std::string& command);
 /// mk-bench calibrate-network --json f, as 2 rank processes on 2 nodes: the inter-node micro-benchmarks.

@@ -8,8 +8,10 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "mk/cuda_check.hpp"
@@ -183,6 +185,25 @@ double Streams::recordStopAndElapsedMs() {
     worst = std::max(worst, static_cast<double>(ms));
   }
   return worst;
+}
+
+void fillRandomBf16(void* dst, uint64_t count, uint64_t seed) {
+  static std::vector<uint16_t> pool;
+  if (pool.empty()) {
+    pool.resize(uint64_t{1} << 24);
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (uint16_t& v : pool) {
+      const float f = u(rng);
+      uint32_t bits = 0;
+      std::memcpy(&bits, &f, 4);
+      v = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);  // round to nearest even
+    }
+  }
+  for (uint64_t at = 0; at < count; at += pool.size()) {
+    const uint64_t n = std::min<uint64_t>(pool.size(), count - at);
+    MK_CUDA_CHECK(cudaMemcpy(static_cast<uint16_t*>(dst) + at, pool.data(), n * 2, cudaMemcpyHostToDevice));
+  }
 }
 
 }  // namespace mkbench

@@ -29,6 +29,11 @@ std::string nvlinkName();
 /// `command`. Records are added by the caller.
 mk::MeasurementFile newMeasurementFile(int gpus, const std::string& link, const std::string& command);
 
+/// Fill `count` bf16 values uniform in [-1, 1] on the device: a pool of 2^24 values drawn once (from the first
+/// call's `seed`), copied over the buffer as often as it takes (timing does not depend on the values, only on their
+/// being finite).
+void fillRandomBf16(void* dst, uint64_t count, uint64_t seed);
+
 /// Per-rank send and receive buffers of `bytes` each, allocated before any communicator exists (cudaFree while
 /// a resident kernel runs would wait for it forever: destroy the communicators first).
 struct Buffers {

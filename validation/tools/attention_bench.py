@@ -15,13 +15,10 @@ Records: "mkernel.measurement.v1", op "attention-fwd", impl "cudnn" or "torch" (
 Exit codes: 0 ok, 1 a check failed, 2 bad input, 3 no GPU / no PyTorch.
 """
 import argparse
-import datetime
-import json
 import math
-import os
-import statistics
-import subprocess
 import sys
+
+from torch_bench_util import median_us, nvidia_driver, write_measurements
 
 
 def pairs(s, causal):
@@ -62,7 +59,6 @@ def main(argv):
     configs = [(16, 16, False), (16, 16, True), (32, 8, False), (32, 8, True)]
     backends = [("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)]
     records, ok = [], True
-    ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     print("# attention_bench.py: %s (%d SMs), torch %s, cuDNN %s, B %d, D %d, iters %d, reps %d" %
           (props.name, props.multi_processor_count, torch.__version__, torch.backends.cudnn.version(), bsz, d,
            a.iters, a.reps))
@@ -109,17 +105,7 @@ def main(argv):
                     err = max(errs)
                     good = err <= 2e-2
                     ok = ok and good
-                    for _ in range(a.warmup):
-                        fwd()
-                    samples = []
-                    for _ in range(a.reps):
-                        ev0.record()
-                        for _ in range(a.iters):
-                            fwd()
-                        ev1.record()
-                        ev1.synchronize()
-                        samples.append(1000.0 * ev0.elapsed_time(ev1) / a.iters)
-                    us = statistics.median(samples)
+                    us = median_us(torch, fwd, a.warmup, a.reps, a.iters)
                     tflops = flops / us * 1e-6
                     print("%6d %4d %4d %6s %6s %9s %12.2f %10.1f %9.2e%s" %
                           (s, hq, hkv, "yes" if causal else "no", name, gqa if hq != hkv else "none", us, tflops, err,
@@ -133,21 +119,9 @@ def main(argv):
                                         sms=props.multi_processor_count, flops=int(flops), tflops=round(tflops, 3),
                                         backend=name, gqa=gqa if hq != hkv else "none", rel_err=err, check=good))
                     break  # native ran: the expanded fallback is not needed
-    try:
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=20).stdout.split("\n")[0].strip()
-    except (OSError, subprocess.SubprocessError):
-        driver = ""
-    doc = {"schema": "mkernel.measurement.v1",
-           "system": {"gpu": props.name, "gpus": 1, "driver": driver, "torch": torch.__version__,
-                      "cudnn": str(torch.backends.cudnn.version()), "cuda": torch.version.cuda},
-           "run": {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "commit": a.commit,
-                   "command": "attention_bench.py " + " ".join(argv)},
-           "records": records}
-    tmp = a.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-    os.replace(tmp, a.out)
+    system = {"gpu": props.name, "gpus": 1, "driver": nvidia_driver(), "torch": torch.__version__,
+              "cudnn": str(torch.backends.cudnn.version()), "cuda": torch.version.cuda}
+    write_measurements(a.out, system, a.commit, "attention_bench.py " + " ".join(argv), records)
     return 0 if ok else 1
 
 
