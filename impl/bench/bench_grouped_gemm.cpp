@@ -309,20 +309,20 @@ int groupedGemmMain(int argc, char** argv, const std::string& command) {
           rec.algbwGBs = static_cast<double>(rec.bytes) / us * 1e-3;
           rec.iters = a.iters;
           rec.stat = "median";
-          rec.extra["gemm"] = gm.name;
+          rec.extra["gemm"] = mkbench::quoted(gm.name);
           rec.extra["tokens"] = std::to_string(tokens);
-          rec.extra["routing"] = routing;
+          rec.extra["routing"] = mkbench::quoted(routing);
           rec.extra["experts"] = std::to_string(experts);
           rec.extra["n"] = std::to_string(gm.n);
           rec.extra["k"] = std::to_string(gm.k);
           rec.extra["swiglu"] = gm.swiglu ? "true" : "false";
-          rec.extra["layout_b"] = a.layoutB;
-          rec.extra["row_layout"] = "packed";
+          rec.extra["layout_b"] = mkbench::quoted(a.layoutB);
+          rec.extra["row_layout"] = mkbench::quoted("packed");
           rec.extra["min_rows"] = std::to_string(*minIt);
           rec.extra["max_rows"] = std::to_string(*maxIt);
           rec.extra["sms"] = std::to_string(sms);
           rec.extra["ctas"] = std::to_string(plan.ctas());
-          rec.extra["epilogue"] = mk::toString(plan.epilogue());
+          rec.extra["epilogue"] = mkbench::quoted(mk::toString(plan.epilogue()));
           rec.extra["flops"] = mk::strprintf("%.0f", flops);
           rec.extra["tflops"] = mk::strprintf("%.3f", tflops);
           rec.extra["spot_wrong"] = std::to_string(bad);
@@ -336,7 +336,7 @@ int groupedGemmMain(int argc, char** argv, const std::string& command) {
             base.algbwGBs = static_cast<double>(base.bytes) / theirsUs * 1e-3;
             base.extra["swiglu"] = "false";
             base.extra["tflops"] = mk::strprintf("%.3f", flops / theirsUs * 1e-6);
-            base.extra["cublaslt"] = lt->version();
+            base.extra["cublaslt"] = mkbench::quoted(lt->version());
             for (const char* key : {"ctas", "epilogue", "spot_wrong"}) base.extra.erase(key);
             file.records.push_back(base);
           }
