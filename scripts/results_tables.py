@@ -5,6 +5,9 @@ scripts/regen-docs from the page's generated blocks.
   scripts/results_tables.py gemm FILE.json ...    our GEMM against cuBLAS, per shape
   scripts/results_tables.py fused FILE.json ...   the fused operators against cuBLAS + our collective, per shape
   scripts/results_tables.py gemm-model PLAN.json  the planner's GEMM model as a plan.json states it
+  scripts/results_tables.py grouped-gemm OURS.json TORCH.json ...
+                                                  our grouped GEMM against cuBLASLt (one matmul per expert, same
+                                                  run) and torch._grouped_mm (same device call): pairs of files
   scripts/results_tables.py attention OURS.json SDPA.json ...
                                                   our attention forward against PyTorch SDPA (cuDNN, flash) of the
                                                   same device call, per shape: pairs of files
@@ -100,9 +103,13 @@ def fused(paths):
 
 
 def pipeline(r):
-    """An attention record's consumer pipeline, and its unit split when the run timed more than one."""
-    units = r.get("units")
-    return r["algo"].rsplit("-", 1)[-1] + (f", {units} units" if units else "")
+    """What of our attention engine a record timed: the consumer pipeline (records of engines that had several) and
+    the unit split (records that say)."""
+    units = f"{r['units']} units" if r.get("units") else ""
+    tail = r["algo"].rsplit("-", 1)[-1]
+    if tail == "ws":  # one pipeline
+        return units or "–"
+    return tail + (f", {units}" if units else "")
 
 
 def attention(paths):
@@ -113,7 +120,7 @@ def attention(paths):
     for ours_path, sdpa_path in zip(paths[::2], paths[1::2]):
         d, t = load(ours_path), load(sdpa_path)
         print(f"\n{source(ours_path, d)}\n\n{source(sdpa_path, t)}\n")
-        print("| S | heads q / kv | causal | ours µs | ours TFLOP/s | pipeline | cuDNN µs | cuDNN TFLOP/s | "
+        print("| S | heads q / kv | causal | ours µs | ours TFLOP/s | variant | cuDNN µs | cuDNN TFLOP/s | "
               "flash TFLOP/s | cuDNN time / ours |")
         print("|---:|---|---|---:|---:|---|---:|---:|---:|---:|")
         def key(r):
@@ -134,6 +141,41 @@ def attention(paths):
                   f"{ours['tflops']:.0f} | {pipeline(ours)} | {c} | {f} | {ratio} |")
 
 
+def grouped_gemm(paths):
+    """Pairs (mk-bench grouped-gemm file, grouped_gemm_bench.py file of the same call), per shape. Ours computes
+    "up" with SwiGLU fused: like for like that is torch's grouped GEMM followed by its SwiGLU; "down" has no
+    epilogue, so every baseline produces the same output."""
+    if len(paths) % 2:
+        raise SystemExit("results_tables.py: grouped-gemm takes pairs of files: mk-bench grouped-gemm's, then torch's")
+    for ours_path, torch_path in zip(paths[::2], paths[1::2]):
+        d, t = load(ours_path), load(torch_path)
+        print(f"\n{source(ours_path, d)}\n\n{source(torch_path, t)}\n")
+        print("| tokens | routing | GEMM | rows per expert | ours µs | ours TFLOP/s | cuBLASLt loop µs | torch µs | "
+              "torch + SwiGLU µs | like-for-like best / ours |")
+        print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|")
+        recs, theirs = medians(d, "grouped-gemm"), medians(t, "grouped-gemm")
+
+        def time_of(rows, tokens, routing, gemm, swiglu=False):
+            hit = [r["time_us"] for r in rows
+                   if (r["tokens"], r["routing"], r["gemm"], bool(r.get("swiglu"))) == (tokens, routing, gemm, swiglu)]
+            return hit[0] if hit else None
+
+        def fmt(x):
+            return f"{x:.1f}" if x else "–"
+
+        for o in (r for r in recs if r["impl"] == "mkernel"):
+            shape = (o["tokens"], o["routing"])
+            lt = time_of([r for r in recs if r["impl"] == "cublaslt"], *shape, o["gemm"])
+            alone = time_of(theirs, *shape, o["gemm"])
+            fused = time_of(theirs, *shape, o["gemm"], True)
+            same = [fused] if o.get("swiglu") else [lt, alone]
+            same = [x for x in same if x]
+            ratio = f"{min(same) / o['time_us']:.2f}" if same else "–"
+            print(f"| {o['tokens']} | {o['routing']} | {o['gemm']}{' + SwiGLU' if o.get('swiglu') else ''} | "
+                  f"{o['min_rows']}–{o['max_rows']} | {o['time_us']:.1f} | {o['tflops']:.0f} | {fmt(lt)} | "
+                  f"{fmt(alone)} | {fmt(fused)} | {ratio} |")
+
+
 def gemm_model(paths):
     """The planner's GEMM model as plan.json's compute_model gives it (one line per file)."""
     for path in paths:
@@ -151,10 +193,11 @@ def gemm_model(paths):
 
 def main():
     ap = Parser(prog="results_tables.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("table", choices=["gemm", "fused", "gemm-model", "attention"])
+    ap.add_argument("table", choices=["gemm", "fused", "gemm-model", "attention", "grouped-gemm"])
     ap.add_argument("files", nargs="+", help="measurement files (mkernel.measurement.v1); gemm-model: plan.json")
     args = ap.parse_args()
-    {"gemm": gemm, "fused": fused, "gemm-model": gemm_model, "attention": attention}[args.table](args.files)
+    {"gemm": gemm, "fused": fused, "gemm-model": gemm_model, "attention": attention,
+     "grouped-gemm": grouped_gemm}[args.table](args.files)
 
 
 if __name__ == "__main__":
