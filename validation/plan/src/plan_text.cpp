@@ -105,14 +105,14 @@ std::string fusedOpsText(const PlanResult& plan) {
   if (!last || (last->fusedOps.empty() && last->fusedBlocks.empty())) return {};
   std::string out = "fused operators of the critical stage at " + std::to_string(last->gpus) + " GPUs (one run):\n";
   for (const FusedUse& f : last->fusedOps)
-    out += "  " + pad(toString(f.kind), 20, false) + pad(f.gemm + " + " + f.comm, 40, false) + " x" +
+    out += "  " + pad(toString(f.kind), 26, false) + pad(f.gemm + " + " + f.comm, 40, false) + " x" +
            pad(std::to_string(f.timesPerStep), 5, false) + " " + duration("fused op", f.us) + "  (alone: GEMM " +
            duration("fused GEMM", f.gemmUs) + ", collective " +
            duration("fused collective", plan.prices.at(f.priceKey).us) + ")\n";
   for (const FusedBlockUse& b : last->fusedBlocks) {
     const std::string name = std::string(toString(b.kind)) + (b.mirror ? " (backward)" : "") +
                              (b.pass == Pass::Backward && !b.mirror ? " (recomputed)" : "");
-    out += "  " + pad(name, 20, false) +
+    out += "  " + pad(name, 26, false) +
            pad(std::to_string(b.replaces.size()) + " ops on " + std::to_string(b.ranks) + " ranks", 40, false) + " x" +
            pad(std::to_string(b.timesPerStep), 5, false) + " ";
     if (b.fused)

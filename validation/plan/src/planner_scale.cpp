@@ -229,7 +229,9 @@ void describeCriticalStage(ScaleResult& sr, const PlanResult& out, const Pending
                g.k,
                static_cast<uint32_t>(perStepTimes(op, sr.layout)),
                pd.computeUs[c][f.compute],
-               *pd.keys[c][f.comm]};
+               *pd.keys[c][f.comm],
+               0.0,
+               {}};
     if (fused) {
       u.us = fused->pairs[k].us;
       u.source = fused->pairs[k].source;

@@ -153,8 +153,7 @@ TEST_CASE("fused blocks: ep > 1 runs each MoE layer as moe-ffn, priced by the op
   equal.computeCtas = 1;
   CHECK(fwd.us <= modelUs(p, generateMoeFfn(equal, one.layout(4)), 4, fwdGemm));
   // The backward: the same schedule, computing for the data- and weight-gradient GEMMs' time.
-  const double bwdGemm =
-      layeredUs(s, {"expert-up.dgrad", "expert-up.wgrad", "expert-down.dgrad", "expert-down.wgrad"});
+  const double bwdGemm = layeredUs(s, {"expert-up.dgrad", "expert-up.wgrad", "expert-down.dgrad", "expert-down.wgrad"});
   spec.computeCtas = weightOf(bwd.split);
   CHECK(bwd.us == doctest::Approx(modelUs(p, generateMoeFfn(spec, one.layout(4)), 4, bwdGemm)).epsilon(1e-12));
   // The fused step replaced the all-to-alls: the expert-parallel exchanges of the layered step are gone from it,
