@@ -191,7 +191,7 @@ Json scaleJson(const ScaleResult& s, const PlanResult& plan, const std::map<std:
                       {"layered_compute_us", b.layeredComputeUs},
                       {"layered_comm_us", b.layeredCommUs},
                       {"fused", b.fused},
-                      {"fused_us", b.fused ? Json(b.us) : Json(nullptr)},
+                      {"fused_us", b.priced ? Json(b.us) : Json(nullptr)},
                       {"source", b.source},
                       {"split", b.split},
                       {"note", b.note}});

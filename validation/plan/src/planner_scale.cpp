@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "mk/error.hpp"
+#include "mk/util/format.hpp"
 #include "planner_internal.hpp"
 
 namespace mk::plan::detail {
@@ -67,11 +68,23 @@ FusedBlockUse fusedBlock(const FusedBlock& fb, const StageLowering& st, const Pe
     rq.cluster = &pd.cluster;
     rq.profile = &vr.profile;
     const FusedOpPrice p = fused.priceBlock(rq);
-    prices.blockUs.emplace_back(p.us);
-    u.fused = true;
+    u.priced = true;
     u.us = p.us;
     u.source = p.source;
     u.split = p.split;
+    // The fused variant runs an operator only where it beats what it replaces (the layered kernels plus the
+    // exchanges, unhidden: an upper bound of the layered block): a planner recommends, it does not force a fusion.
+    const double layered = u.layeredComputeUs + u.layeredCommUs;
+    u.fused = p.us < layered;
+    if (u.fused) {
+      prices.blockUs.emplace_back(p.us);
+    } else {
+      prices.blockUs.emplace_back(std::nullopt);
+      u.note = strprintf(
+          "its operator (%.1f us) is not faster than the layered kernels and exchanges it replaces "
+          "(%.1f us); kept layered",
+          p.us, layered);
+    }
   } catch (const Error& e) {
     prices.blockUs.emplace_back(std::nullopt);
     u.note = e.message() + "; kept layered";

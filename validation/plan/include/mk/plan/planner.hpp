@@ -109,8 +109,10 @@ struct FusedBlockUse {
   uint32_t ranks = 0;                 ///< the operator's ranks (the ep group, or the cp ring)
   double layeredComputeUs = 0;        ///< its kernels in the layered variant (one run)
   double layeredCommUs = 0;           ///< its exchanges in the layered variant (one run)
-  bool fused = false;                 ///< priced by its operator (else kept layered: `note` says why)
-  double us = 0;                      ///< the operator (one run), when fused
+  bool priced = false;                ///< its operator gave a price (`us`)
+  bool fused = false;                 ///< run as its operator: priced and faster than the layered kernels and
+                                      ///< exchanges it replaces (else kept layered: `note` says why)
+  double us = 0;                      ///< the operator (one run), when priced
   std::string source, split, note;    ///< FusedOpPrice::source and split; why not fused
 };
 
