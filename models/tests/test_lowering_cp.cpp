@@ -389,3 +389,50 @@ TEST_CASE("layout: an expert tensor parallelism that cannot split is refused nam
   w.model.moe.reset();
   CHECK(errorOf(w, 8).find("layout.etp 2 needs a mixture-of-experts model (model.moe)") != std::string::npos);
 }
+
+TEST_CASE("lowering: fused blocks — a2a+p2p's whole rings, the MoE layer and ring-attention's shapes and ops") {
+  // cp 4 as two a2a groups of 2: rings over the ranks of one position in those groups (tp 1: ranks c0 + c).
+  Workload w = tiny(1, 4, 1, 2);
+  w.layout.cpCommType = CpCommType::A2aP2p;
+  w.layout.cpA2aSize = 2;
+  const StepLowering step = lowerStep(w, resolveLayout(w, 8));
+  const StageLowering& s = step.stages[0];
+  CHECK(groups(s, "cp.ring.ranks").instances == Ranks{{0, 2}, {1, 3}, {4, 6}, {5, 7}});
+  // Every block names the ops it replaces; ring-attention's shape is the attention's after the a2a.
+  std::vector<std::string> seen;
+  for (const FusedBlock& b : s.fusedBlocks) {
+    std::string names;
+    for (uint32_t i : b.compute) names += s.compute[i].name + " ";
+    for (uint32_t i : b.comm) names += s.comm[i].name + " ";
+    seen.push_back(std::string(toString(b.kind)) + (b.mirror ? " bwd: " : ": ") + names);
+    CHECK(b.unfusable.empty());
+    CHECK(b.times == 2);
+    if (b.kind == FusedBlockKind::RingAttention) {
+      CHECK(s.groups[b.groups].name == "cp.ring.ranks");
+      CHECK(b.heads == 8 / 2);  // the a2a's 2 ranks split the heads
+      CHECK(b.kvHeads == 4 / 2);
+      CHECK(b.headDim == 32);
+      CHECK(b.seq == 1024);
+    } else {
+      CHECK(s.groups[b.groups].name == "ep");
+      CHECK(b.tokens == 1024 / 4);
+      CHECK(b.experts == 8 / 2);
+      CHECK(b.topk == 2);
+      CHECK(b.hidden == 256);
+      CHECK(b.ffn == 512);
+    }
+  }
+  CHECK(seen == std::vector<std::string>{
+                    "ring-attention: attention cp.ring.kv ",
+                    "moe-ffn: permute expert-up expert-act expert-down unpermute ep.dispatch ep.combine ",
+                    "ring-attention bwd: attention.bwd cp.ring.kv.bwd ",
+                    "moe-ffn bwd: permute.bwd expert-up.dgrad expert-up.wgrad expert-act.bwd expert-down.dgrad "
+                    "expert-down.wgrad unpermute.bwd ep.combine.bwd ep.dispatch.bwd ",
+                });
+  // Expert tensor parallelism: the block is there, marked as one moe-ffn cannot run.
+  Workload e = tiny(2, 1, 1, 2);
+  e.layout.etp = 2;
+  const StageLowering& es = lowerStep(e, resolveLayout(e, 8)).stages[0];
+  REQUIRE(!es.fusedBlocks.empty());
+  CHECK(es.fusedBlocks[0].unfusable.find("layout.etp 2") != std::string::npos);
+}

@@ -184,6 +184,20 @@ def fused_op_rows(doc):
                        "collective alone", "id"], rows
 
 
+def fused_block_rows(doc):
+    """The fused blocks of the critical stage (moe-ffn, ring-attention): their price, or why they stay layered."""
+    base = feasible(doc["variants"][0]["scales"])
+    s = base[-1]
+    rows = []
+    for b in s.get("fused_blocks", []):
+        name = b["kind"] + (" (backward, modelled)" if b["mirror"] else "")
+        price = dur(b["fused_us"]) if b["fused"] else ("not fused: " + b["note"], "na")
+        rows.append([name, ", ".join(b["replaces"]), b["ranks"], b["times_per_step"], dur(b["layered_compute_us"]),
+                     dur(b["layered_comm_us"]), price])
+    return s["gpus"], ["fused operator", "replaces", "ranks", "per step", "kernels alone", "exchanges alone",
+                       "fused"], rows
+
+
 def what_if_rows(doc):
     base = doc["variants"][0]["scales"]
     head = ["GPUs"] + [v["name"] for v in doc["variants"]]
@@ -447,6 +461,11 @@ def main():
     if rows:
         p.append(f"<p>The pairs the fused variant replaces on the critical stage at {g} GPUs (baseline):</p>")
         p.append(table(head, rows, left=3))
+    g, head, rows = fused_block_rows(doc)
+    if rows:
+        p.append(f"<p>The groups the fused variant runs as one operator on the critical stage at {g} GPUs "
+                 "(baseline; a backward is modelled from the forward operator, docs/planner.md):</p>")
+        p.append(table(head, rows, left=2))
     if what_if_png:
         p.append("<h2>What-ifs side by side</h2>")
         p.append(f"<p><img src='{what_if_png}' alt='what-ifs'></p>")

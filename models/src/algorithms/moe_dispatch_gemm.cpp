@@ -59,7 +59,8 @@ void validateMoeDispatchGemmSpec(const MoeDispatchGemmSpec& spec, uint32_t nRank
                                          {"topk", spec.topk},
                                          {"tokens", spec.tokens},
                                          {"hidden", spec.hidden},
-                                         {"outCols", spec.outCols}}))
+                                         {"outCols", spec.outCols},
+                                         {"computeCtas", spec.computeCtas}}))
     bad(std::string(zero) + " must be >= 1 (got 0)");
   const uint64_t global = uint64_t{nRanks} * spec.experts;
   if (spec.topk > global)
@@ -217,7 +218,7 @@ Schedule generateMoeDispatchGemm(const MoeDispatchGemmSpec& spec, const std::vec
   s.lanes.resize(R);
   for (uint32_t r = 0; r < R; ++r) {
     Lane comm{LaneRole::Intra, 1, {}}, net{LaneRole::InterSend, 1, {}}, forward{LaneRole::InterRecv, 1, {}},
-        compute{LaneRole::Compute, 1, {}};
+        compute{LaneRole::Compute, spec.computeCtas, {}};
     Step route;
     route.kind = StepKind::Route;
     route.count = uint64_t{T} * K;

@@ -49,6 +49,7 @@ MoeDispatchGemmSpec MoeFfnSpec::dispatch() const {
   d.outCols = 2 * ffn;
   d.capacity = capacity;
   d.imbalance = imbalance;
+  d.computeCtas = computeCtas;
   return d;
 }
 

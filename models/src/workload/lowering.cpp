@@ -67,6 +67,7 @@ void StageBuilder::addGroups() {
   if (r_.cp > 1) {
     cpGroups_ = group(std::move(g.cp));
     if (!g.cpRing.instances.empty()) cpRingGroups_ = group(std::move(g.cpRing));
+    if (!g.cpRingRanks.instances.empty()) cpRingRanksGroups_ = group(std::move(g.cpRingRanks));
   }
 }
 
@@ -162,6 +163,8 @@ const char* toString(FusedKind k) noexcept {
   }
   return "gemm+allreduce";
 }
+
+const char* toString(FusedBlockKind k) noexcept { return k == FusedBlockKind::MoeFfn ? "moe-ffn" : "ring-attention"; }
 
 const char* toString(Pass p) noexcept {
   switch (p) {

@@ -16,9 +16,40 @@ void StageBuilder::addContextParallel(bool forward, Pass pass, uint32_t times, c
   const uint64_t q = w_.model.heads / r_.tp;
   for (const detail::CpExchange& x : detail::cpExchanges(w_.layout, tokens_, q, kvLocal_, d_)) {
     if ((x.pass == Pass::Forward) != forward) continue;
-    addComm(x.name + sfx, Phase::Cp, x.kind, pass, x.timing, x.count, w_.training.dtype, times * x.perLayer,
-            x.ring ? cpRingGroups_ : cpGroups_);
+    const uint32_t c = addComm(x.name + sfx, Phase::Cp, x.kind, pass, x.timing, x.count, w_.training.dtype,
+                               times * x.perLayer, x.ring ? cpRingGroups_ : cpGroups_);
+    if (x.ring) addRingBlock(forward, pass, times, c);
   }
+}
+
+void StageBuilder::addRingBlock(bool forward, Pass pass, uint32_t times, uint32_t ringComm) {
+  // The attention kernels the ring's sends overlap: the run of attention ops just before it (the forward's full
+  // and sliding-window layers share one ring op; the backward has one per attention op).
+  FusedBlock b;
+  b.kind = FusedBlockKind::RingAttention;
+  b.pass = pass;
+  b.mirror = !forward;
+  b.times = times;
+  b.groups = cpRingRanksGroups_;
+  b.comm = {ringComm};
+  for (std::size_t i = out_.compute.size(); i > 0 && out_.compute[i - 1].kind == ComputeKind::Attention; --i)
+    b.compute.insert(b.compute.begin(), static_cast<uint32_t>(i - 1));
+  // The shape addAttention gives the rank: all of a group's tokens of heads / a after the Ulysses all-to-all.
+  const uint64_t a = detail::cpA2aRanks(w_.layout);
+  b.batch = w_.training.microBatch;
+  b.heads = w_.model.heads / r_.tp / a;
+  b.kvHeads = std::max<uint64_t>(1, kvLocal_ / a);
+  b.headDim = dqk_;
+  b.seq = w_.training.seq;
+  b.dtype = w_.training.dtype;
+  for (uint32_t i : b.compute)
+    if (out_.compute[i].n < b.seq)
+      b.unfusable = "sliding-window attention (model.slidingWindow " + std::to_string(w_.model.slidingWindow) +
+                    "): ring-attention computes every key a causal query sees";
+  if (dqk_ != dv_)
+    b.unfusable = "queries and keys of " + std::to_string(dqk_) + " and values of " + std::to_string(dv_) +
+                  " per head (MLA): ring-attention takes one head dim";
+  out_.fusedBlocks.push_back(std::move(b));
 }
 
 void StageBuilder::addAttention(Pass pass, uint32_t times, bool recompute, bool backward, bool windowed) {

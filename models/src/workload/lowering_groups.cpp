@@ -83,6 +83,12 @@ StageGroups stageGroups(const ResolvedLayout& r, uint32_t stage, uint32_t a2aSiz
       // Instances must not share ranks, so a step is priced as the sends of the even positions: the odd
       // positions' sends leave from the GPUs that only received and arrive at those that only sent, over the
       // link directions the even ones leave free (full duplex; docs/planner.md, "Context parallelism").
+      if (ringLen > 1)
+        for (uint32_t j = 0; j < a; ++j) {
+          std::vector<uint32_t> ring;
+          for (uint32_t k = 0; k < ringLen; ++k) ring.push_back(grid.rank(t, j + a * k, d, stage));
+          g.cpRingRanks.instances.push_back(std::move(ring));
+        }
       for (uint32_t c = 0; c < r.cp; ++c) {
         const uint32_t pos = c / a;
         if (ringLen > 1 && pos % 2 == 0 && pos + 1 < ringLen)

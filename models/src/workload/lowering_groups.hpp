@@ -26,6 +26,8 @@ struct StageGroups {
   GroupSet pp{"pp", {}};           ///< the boundary this stage sends over
   GroupSet cp{"cp", {}};           ///< context parallelism (a2a+p2p: the a2a groups)
   GroupSet cpRing{"cp.ring", {}};  ///< p2p, a2a+p2p: (sender, receiver) of one step of the K/V ring
+  /// p2p, a2a+p2p: every rank of one K/V ring in ring order (where the fused variant's ring-attention runs)
+  GroupSet cpRingRanks{"cp.ring.ranks", {}};
 };
 
 /// The groups of stage `stage` of `r` (ResolvedLayout); `a2aSize` the a2a+p2p a2a group (0 or 1: none).

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "mk/workload/lowering.hpp"
 
@@ -78,6 +79,12 @@ class StageBuilder {
   /// Context parallelism's exchanges around the attention of `times` layers (layout.cpCommType): the forward
   /// attention's (`forward`; a recomputed attention runs them again in the backward pass) or its backward's.
   void addContextParallel(bool forward, Pass pass, uint32_t times, const std::string& sfx);
+
+  /// The fused variant's ring-attention block of the K/V ring `ringComm` and the attention kernels before it.
+  void addRingBlock(bool forward, Pass pass, uint32_t times, uint32_t ringComm);
+
+  /// The fused variant's moe-ffn block of one pass: `compute` and `comm` the ops it replaces (layout.ep > 1).
+  void addMoeBlock(Pass pass, bool mirror, std::vector<uint32_t> compute, std::vector<uint32_t> comm);
 
   /// Causal attention of one micro-batch on this rank's heads: QK^T and PV per (sequence, head), half of each
   /// computed under the causal mask; Q, K, V, O and the fp32 log-sum-exp read or written once (the scores never
@@ -160,7 +167,8 @@ class StageBuilder {
   uint32_t moeLayers_ = 0, denseLayers_ = 0, windowLayers_ = 0;
   double elemBytes_ = 2;
   uint32_t tpGroups_ = 0, dpGroups_ = 0, epGroups_ = 0, edpGroups_ = 0, ppGroups_ = 0, cpGroups_ = 0, cpRingGroups_ = 0;
-  uint32_t etpGroups_ = 0;  ///< expert tensor parallelism (layout.etp > 1)
+  uint32_t etpGroups_ = 0;          ///< expert tensor parallelism (layout.etp > 1)
+  uint32_t cpRingRanksGroups_ = 0;  ///< every rank of one K/V ring (p2p, a2a+p2p)
 };
 
 }  // namespace mk::detail

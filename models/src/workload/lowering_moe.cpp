@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "mk/workload/model_shape.hpp"
 
@@ -48,11 +49,12 @@ void StageBuilder::addMoe(Pass pass, bool recompute, const std::string& sfx) {
   ComputeOp perm = shape(KernelClass::Permute, "permute", local, m.hidden);
   perm.topk = moe.topK;
   perm.experts = moe.experts;
-  addKernel(perm, "permute" + sfx, pass, moeLayers_, recompute);
+  const uint32_t permute = addKernel(perm, "permute" + sfx, pass, moeLayers_, recompute);
   const uint64_t block = static_cast<uint64_t>(std::ceil(dbl(local * moe.topK * m.hidden) / r_.ep * load));
+  uint32_t dispatch = UINT32_MAX, combine = UINT32_MAX;
   if (r_.ep > 1 && (!recompute || rerun("ep.dispatch")))
-    addComm("ep.dispatch" + sfx, Phase::Ep, CommKind::AllToAll, pass, CommTiming::Blocking, block, w_.training.dtype,
-            moeLayers_, epGroups_);
+    dispatch = addComm("ep.dispatch" + sfx, Phase::Ep, CommKind::AllToAll, pass, CommTiming::Blocking, block,
+                       w_.training.dtype, moeLayers_, epGroups_);
   // Megatron-LM's all-to-all dispatcher then all-gathers what the rank received over the expert tensor-parallel
   // group (and reduce-scatters the experts' output before the combine): every rank of the group computes its
   // columns for the group's tokens. These run on the compute stream, in the expert MLP's part of the layer.
@@ -62,19 +64,48 @@ void StageBuilder::addMoe(Pass pass, bool recompute, const std::string& sfx) {
     addComm("etp.ag.dispatch" + sfx, Phase::Tp, CommKind::AllGather, pass, CommTiming::Blocking, gathered,
             w_.training.dtype, moeLayers_, etpGroups_);
   const uint64_t upN = (m.gated() ? 2 : 1) * fe;
-  addGemm("expert-up" + sfx, pass, rows, upN, m.hidden, expertsHere, moeLayers_, recompute);
+  const uint32_t up = addGemm("expert-up" + sfx, pass, rows, upN, m.hidden, expertsHere, moeLayers_, recompute);
   // One launch over the rows of every local expert.
-  addKernel(shape(KernelClass::Activation, toString(m.activation), rows * expertsHere, upN), "expert-act" + sfx, pass,
-            moeLayers_, recompute);
-  addGemm("expert-down" + sfx, pass, rows, m.hidden, fe, expertsHere, moeLayers_, recompute);
+  const uint32_t act = addKernel(shape(KernelClass::Activation, toString(m.activation), rows * expertsHere, upN),
+                                 "expert-act" + sfx, pass, moeLayers_, recompute);
+  const uint32_t down = addGemm("expert-down" + sfx, pass, rows, m.hidden, fe, expertsHere, moeLayers_, recompute);
   if (etp)
     addComm("etp.rs.combine" + sfx, Phase::Tp, CommKind::ReduceScatter, pass, CommTiming::Blocking, gathered,
             w_.training.dtype, moeLayers_, etpGroups_);
   if (r_.ep > 1 && (!recompute || rerun("ep.combine")))
-    addComm("ep.combine" + sfx, Phase::Ep, CommKind::AllToAll, pass, CommTiming::Blocking, block, w_.training.dtype,
-            moeLayers_, epGroups_);
+    combine = addComm("ep.combine" + sfx, Phase::Ep, CommKind::AllToAll, pass, CommTiming::Blocking, block,
+                      w_.training.dtype, moeLayers_, epGroups_);
   perm.kernel = "unpermute";
-  addKernel(perm, "unpermute" + sfx, pass, moeLayers_, recompute);
+  const uint32_t unpermute = addKernel(perm, "unpermute" + sfx, pass, moeLayers_, recompute);
+  // A recomputed forward keeps its layered kernels (its all-to-alls run again only under full recomputation).
+  if (r_.ep > 1 && !recompute) addMoeBlock(pass, false, {permute, up, act, down, unpermute}, {dispatch, combine});
+}
+
+void StageBuilder::addMoeBlock(Pass pass, bool mirror, std::vector<uint32_t> compute, std::vector<uint32_t> comm) {
+  const ModelShape& m = w_.model;
+  const MoeSpec& moe = *m.moe;
+  FusedBlock b;
+  b.kind = FusedBlockKind::MoeFfn;
+  b.pass = pass;
+  b.mirror = mirror;
+  for (uint32_t i : compute)
+    if (i != UINT32_MAX) b.compute.push_back(i);
+  for (uint32_t i : comm)
+    if (i != UINT32_MAX) b.comm.push_back(i);
+  b.times = moeLayers_;
+  b.groups = epGroups_;
+  b.tokens = tokens_ / r_.tp;
+  b.experts = moe.experts / r_.ep;
+  b.topk = moe.topK;
+  b.hidden = m.hidden;
+  b.ffn = (moe.ffn ? moe.ffn : m.ffn) / r_.etp;
+  b.load = moe.routedLoad();
+  if (r_.etp > 1)
+    b.unfusable = "expert tensor parallelism (layout.etp " + std::to_string(r_.etp) +
+                  ") splits each expert over ranks; moe-ffn runs whole experts";
+  else if (m.activation != Activation::SwiGlu)
+    b.unfusable = std::string("moe-ffn's expert FFN is SwiGLU; the model's activation is ") + toString(m.activation);
+  out_.fusedBlocks.push_back(std::move(b));
 }
 
 void StageBuilder::addMoeBackward() {
@@ -87,9 +118,10 @@ void StageBuilder::addMoeBackward() {
   // Copies: addComm grows out_.comm.
   const bool hasA2a = dispatch != nullptr, hasAg = gather != nullptr;
   const CommOp a2a = hasA2a ? *dispatch : CommOp{}, ag = hasAg ? *gather : CommOp{};
+  uint32_t combine = UINT32_MAX, dispatchBack = UINT32_MAX;
   if (hasA2a)
-    addComm("ep.combine.bwd", Phase::Ep, CommKind::AllToAll, Pass::Backward, CommTiming::Blocking, a2a.count, a2a.dtype,
-            a2a.times, epGroups_);
+    combine = addComm("ep.combine.bwd", Phase::Ep, CommKind::AllToAll, Pass::Backward, CommTiming::Blocking, a2a.count,
+                      a2a.dtype, a2a.times, epGroups_);
   if (hasAg) {
     addComm("etp.ag.combine.bwd", Phase::Tp, CommKind::AllGather, Pass::Backward, CommTiming::Blocking, ag.count,
             ag.dtype, ag.times, etpGroups_);
@@ -97,8 +129,16 @@ void StageBuilder::addMoeBackward() {
             ag.dtype, ag.times, etpGroups_);
   }
   if (hasA2a)
-    addComm("ep.dispatch.bwd", Phase::Ep, CommKind::AllToAll, Pass::Backward, CommTiming::Blocking, a2a.count,
-            a2a.dtype, a2a.times, epGroups_);
+    dispatchBack = addComm("ep.dispatch.bwd", Phase::Ep, CommKind::AllToAll, Pass::Backward, CommTiming::Blocking,
+                           a2a.count, a2a.dtype, a2a.times, epGroups_);
+  if (!hasA2a) return;
+  // The backward kernels of the forward block (addBackward names them after their forward op).
+  std::vector<uint32_t> compute;
+  for (const char* name : {"permute.bwd", "expert-up.dgrad", "expert-up.wgrad", "expert-act.bwd", "expert-down.dgrad",
+                           "expert-down.wgrad", "unpermute.bwd"})
+    for (std::size_t i = 0; i < out_.compute.size(); ++i)
+      if (out_.compute[i].name == name) compute.push_back(static_cast<uint32_t>(i));
+  addMoeBlock(Pass::Backward, true, std::move(compute), {combine, dispatchBack});
 }
 
 }  // namespace mk::detail

@@ -1,7 +1,8 @@
 // mkernel — the fused operators' pricer (fused.hpp): the planner's GEMM + tensor-parallel collective pairs become the
 // fused operators of models/src/algorithms (gemm-rs, ag-gemm, gemm-ar), priced by their own model
 // (mk::sim::predictFused: the split, tile and order chosen by the closed form, then the SimGrid replay of the same
-// schedule when the group spans nodes), one price per distinct operator.
+// schedule when the group spans nodes), one price per distinct operator; the fused blocks (moe-ffn, ring-attention)
+// by priceFusedBlock (fused_blocks.cpp), one price per distinct block.
 #include "mk/plan/fused.hpp"
 
 #include <map>
@@ -48,6 +49,23 @@ class ModelFusedPricer final : public FusedOpPricer {
   bool available() const override { return true; }
   std::string unavailableReason() const override { return {}; }
 
+  FusedOpPrice priceBlock(const FusedBlockRequest& rq) override {
+    const FusedBlock& b = rq.block;
+    std::ostringstream key;
+    key.precision(17);
+    key << toString(b.kind) << '|' << b.mirror << '|' << b.tokens << '|' << b.experts << '|' << b.topk << '|'
+        << b.hidden << '|' << b.ffn << '|' << b.load << '|' << b.batch << '|' << b.heads << '|' << b.kvHeads << '|'
+        << b.headDim << '|' << b.seq << '|' << static_cast<int>(b.dtype) << '|' << b.unfusable << '|'
+        << rq.placement.groupSize << '|' << rq.placement.groupNodes << '|' << rq.placement.choice.name << '|'
+        << rq.placement.choice.node.gpus << '|' << (rq.profile ? rq.profile->network.bwGBs : 0) << '|'
+        << (rq.profile ? rq.profile->nvlink.bwGBs : 0) << '|' << rq.computeUs;
+    auto it = blocks_.find(key.str());
+    if (it != blocks_.end()) return it->second;
+    const FusedOpPrice p = priceFusedBlock(rq);
+    blocks_.emplace(key.str(), p);
+    return p;
+  }
+
   FusedOpPrice price(const FusedOpRequest& rq) override {
     if (!rq.cluster || !rq.profile) throw Error(ErrorCode::Internal, "fused: a request without cluster or profile");
     if (!(rq.gemmUs > 0 && rq.gemm.flops > 0))
@@ -91,9 +109,14 @@ class ModelFusedPricer final : public FusedOpPricer {
                       double>,
            FusedOpPrice>
       cache_;
+  std::map<std::string, FusedOpPrice> blocks_;  ///< priceBlock's, by everything the price depends on
 };
 
 }  // namespace
+
+FusedOpPrice FusedOpPricer::priceBlock(const FusedBlockRequest& rq) {
+  throw Error(ErrorCode::Unsupported, std::string(toString(rq.block.kind)) + ": this pricer prices no fused blocks");
+}
 
 std::unique_ptr<FusedOpPricer> makeFusedOpPricer() { return std::make_unique<ModelFusedPricer>(); }
 

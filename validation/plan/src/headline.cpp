@@ -108,9 +108,15 @@ std::string formatHeadline(const PlanResult& plan, const VariantResult& v, const
   const Bottleneck bn = bottleneck(s);
   out += "bound by " + bn.part + strprintf(" (%.0f %% of the step", 100 * bn.share) +
          (bn.why.empty() ? "" : ": " + bn.why) + ")";
+  bool moe = false, ring = false;
+  for (const FusedBlockUse& b : s.fusedBlocks)
+    if (b.fused) (b.kind == FusedBlockKind::MoeFfn ? moe : ring) = true;
+  const std::string blocks =
+      std::string(moe ? ", MoE layers (moe-ffn)" : "") + (ring ? ", attention with its K/V ring (ring-attention)" : "");
   if (s.fusedAvailable && s.fused.stepUs > 0)
-    out += "; fusing GEMMs with their TP collectives: " + strprintf("%.2fx", s.layered.stepUs / s.fused.stepUs) +
-           " (modelled, " + toString(plan.confidence.forClass("fused").status) + ")";
+    out += "; fusing GEMMs with their TP collectives" + blocks + ": " +
+           strprintf("%.2fx", s.layered.stepUs / s.fused.stepUs) + " (modelled, " +
+           toString(plan.confidence.forClass("fused").status) + ")";
   else
     out += "; fusing: " + (s.fusedNote.empty() ? plan.fusedStatus : s.fusedNote);
   if (s.memoryCapacity > 0 && s.memory.total() > s.memoryCapacity)

@@ -176,8 +176,26 @@ Json scaleJson(const ScaleResult& s, const PlanResult& plan, const std::map<std:
                         {"times_per_step", f.timesPerStep},
                         {"gemm_us", f.gemmUs},
                         {"collective", ids.at(f.priceKey)},
-                        {"comm_us", plan.prices.at(f.priceKey).us}});
+                        {"comm_us", plan.prices.at(f.priceKey).us},
+                        {"fused_us", s.fusedAvailable ? Json(f.us) : Json(nullptr)},
+                        {"source", f.source}});
   j["fused_ops"] = fusedOps;
+  Json blocks = Json::array();
+  for (const FusedBlockUse& b : s.fusedBlocks)
+    blocks.push_back({{"kind", toString(b.kind)},
+                      {"pass", toString(b.pass)},
+                      {"mirror", b.mirror},
+                      {"replaces", b.replaces},
+                      {"times_per_step", b.timesPerStep},
+                      {"ranks", b.ranks},
+                      {"layered_compute_us", b.layeredComputeUs},
+                      {"layered_comm_us", b.layeredCommUs},
+                      {"fused", b.fused},
+                      {"fused_us", b.priced ? Json(b.us) : Json(nullptr)},
+                      {"source", b.source},
+                      {"split", b.split},
+                      {"note", b.note}});
+  j["fused_blocks"] = blocks;
   return j;
 }
 

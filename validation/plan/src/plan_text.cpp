@@ -93,7 +93,38 @@ std::size_t columns(const std::string& s) {
 }
 
 /// `s` padded to `w` columns.
-std::string pad(const std::string& s, std::size_t w, bool right = true) {
+std::string pad(const std::string& s, std::size_t w, bool right = true);
+
+/// The fused operators of the critical stage at the largest baseline scale with a fused step: each pair and block
+/// with its runs per step and its price, and the blocks kept layered with the reason.
+std::string fusedOpsText(const PlanResult& plan) {
+  if (plan.variants.empty()) return {};
+  const ScaleResult* last = nullptr;
+  for (const ScaleResult& s : plan.variants.front().scales)
+    if (s.feasible && s.fusedAvailable) last = &s;
+  if (!last || (last->fusedOps.empty() && last->fusedBlocks.empty())) return {};
+  std::string out = "fused operators of the critical stage at " + std::to_string(last->gpus) + " GPUs (one run):\n";
+  for (const FusedUse& f : last->fusedOps)
+    out += "  " + pad(toString(f.kind), 26, false) + pad(f.gemm + " + " + f.comm, 40, false) + " x" +
+           pad(std::to_string(f.timesPerStep), 5, false) + " " + duration("fused op", f.us) + "  (alone: GEMM " +
+           duration("fused GEMM", f.gemmUs) + ", collective " +
+           duration("fused collective", plan.prices.at(f.priceKey).us) + ")\n";
+  for (const FusedBlockUse& b : last->fusedBlocks) {
+    const std::string name = std::string(toString(b.kind)) + (b.mirror ? " (backward)" : "") +
+                             (b.pass == Pass::Backward && !b.mirror ? " (recomputed)" : "");
+    out += "  " + pad(name, 26, false) +
+           pad(std::to_string(b.replaces.size()) + " ops on " + std::to_string(b.ranks) + " ranks", 40, false) + " x" +
+           pad(std::to_string(b.timesPerStep), 5, false) + " ";
+    if (b.fused)
+      out += duration("fused block", b.us) + "  (layered: kernels " + duration("layered kernels", b.layeredComputeUs) +
+             ", exchanges " + duration("layered exchanges", b.layeredCommUs) + "; " + b.source + ")\n";
+    else
+      out += "not fused: " + b.note + "\n";
+  }
+  return out;
+}
+
+std::string pad(const std::string& s, std::size_t w, bool right) {
   const std::size_t cols = columns(s);
   if (cols >= w) return s;
   return right ? std::string(w - cols, ' ') + s : s + std::string(w - cols, ' ');
@@ -287,6 +318,7 @@ std::string formatPlanText(const PlanResult& plan, bool brief) {
              pad(duration("fused TP exposed", s.fused.tp.exposedUs), 10) + "\n";
     }
   }
+  if (!brief) out += fusedOpsText(plan);
   out +=
       "band: +- the step's parts weighted by the median |error| of their class of operation (measured classes "
       "only); bound: the step's largest part and its share; mem/GPU in GB (the datasheet's unit); v/e/n % = the "

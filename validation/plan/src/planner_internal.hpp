@@ -34,8 +34,16 @@ void prepareScale(ScaleResult& sr, Pending& pd, const Workload& w, const Variant
 void priceScale(ScaleResult& sr, const Pending& pd, const Workload& w, const VariantResult& vr, PlanResult& out,
                 const CommPricer& pricer, FusedOpPricer& fused, double overlapSlowdown);
 
-/// ScaleResult::comm, compute and fusedOps: what the critical stage of a priced scale runs, and how often.
-void describeCriticalStage(ScaleResult& sr, const PlanResult& out, const Pending& pd, const CommPricer& pricer);
+/// What the fused variant priced on one stage: a price per (GEMM, collective) pair, and the stage's fused blocks.
+struct FusedStagePrices {
+  std::vector<FusedOpPrice> pairs;    ///< parallel to StageLowering::fused
+  std::vector<FusedBlockUse> blocks;  ///< parallel to StageLowering::fusedBlocks
+};
+
+/// ScaleResult::comm, compute, fusedOps and fusedBlocks: what the critical stage of a priced scale runs, and how
+/// often; `fused`: what the fused variant priced on that stage (nullptr: it did not run).
+void describeCriticalStage(ScaleResult& sr, const PlanResult& out, const Pending& pd, const CommPricer& pricer,
+                           const FusedStagePrices* fused);
 
 /// ScaleResult::computeBy*, classUs / classUse and the step's status from its classes (the worst of those making up
 /// at least 5 % of the step).

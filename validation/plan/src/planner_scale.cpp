@@ -1,9 +1,12 @@
 // mkernel — one scale of a plan: its lowering and price requests (pass 1), its prices, step times and what its
 // critical stage runs (pass 2); planner_internal.hpp.
 #include <cmath>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "mk/error.hpp"
+#include "mk/util/format.hpp"
 #include "planner_internal.hpp"
 
 namespace mk::plan::detail {
@@ -37,17 +40,73 @@ std::vector<StagePrices> stagePrices(const Pending& pd, PlanResult& out, const C
   return prices;
 }
 
+/// One fused block of stage `st` priced by its operator (`prices` gains its blockUs), or kept layered with the
+/// reason.
+FusedBlockUse fusedBlock(const FusedBlock& fb, const StageLowering& st, const Pending& pd, const VariantResult& vr,
+                         FusedOpPricer& fused, StagePrices& prices) {
+  FusedBlockUse u;
+  u.kind = fb.kind;
+  u.pass = fb.pass;
+  u.mirror = fb.mirror;
+  FusedBlockRequest rq;
+  rq.block = fb;
+  for (uint32_t i : fb.compute) {
+    const ComputeOp& op = st.compute[i];
+    u.replaces.push_back(op.name);
+    const double us = prices.computeUs[i] * op.times / fb.times;
+    u.layeredComputeUs += us;
+    // The kernels whose work the operator's compute steps do; the others (activation, permutations) it absorbs.
+    if (op.kind == ComputeKind::Gemm || op.kind == ComputeKind::Attention) rq.computeUs += us;
+  }
+  for (uint32_t i : fb.comm) {
+    u.replaces.push_back(st.comm[i].name);
+    u.layeredCommUs += prices.commUs[i] * st.comm[i].times / fb.times;
+  }
+  try {
+    rq.placement = placeConcurrent(st.groups[fb.groups], pd.cluster);
+    u.ranks = rq.placement.groupSize;
+    rq.cluster = &pd.cluster;
+    rq.profile = &vr.profile;
+    const FusedOpPrice p = fused.priceBlock(rq);
+    u.priced = true;
+    u.us = p.us;
+    u.source = p.source;
+    u.split = p.split;
+    // The fused variant runs an operator only where it beats what it replaces (the layered kernels plus the
+    // exchanges, unhidden: an upper bound of the layered block): a planner recommends, it does not force a fusion.
+    const double layered = u.layeredComputeUs + u.layeredCommUs;
+    u.fused = p.us < layered;
+    if (u.fused) {
+      prices.blockUs.emplace_back(p.us);
+    } else {
+      prices.blockUs.emplace_back(std::nullopt);
+      u.note = strprintf(
+          "its operator (%.1f us) is not faster than the layered kernels and exchanges it replaces "
+          "(%.1f us); kept layered",
+          p.us, layered);
+    }
+  } catch (const Error& e) {
+    prices.blockUs.emplace_back(std::nullopt);
+    u.note = e.message() + "; kept layered";
+  }
+  return u;
+}
+
 /// The fused variant: every (GEMM, collective) pair priced by the fused operators' model (`prices` gains their
-/// fusedUs), or why it has no step.
-void fusedStep(ScaleResult& sr, const Pending& pd, const Workload& w, const VariantResult& vr, const PlanResult& out,
-               FusedOpPricer& fused, std::vector<StagePrices>& prices) {
+/// fusedUs) and every fused block by its operator (blockUs; kept layered where it cannot run), or why it has no
+/// step. Returns what it priced on each stage (empty when it has no step).
+std::vector<FusedStagePrices> fusedStep(ScaleResult& sr, const Pending& pd, const Workload& w, const VariantResult& vr,
+                                        const PlanResult& out, FusedOpPricer& fused, std::vector<StagePrices>& prices) {
+  std::vector<FusedStagePrices> priced(prices.size());
   if (!fused.available()) {
     sr.fusedNote = out.fusedStatus;
-    return;
+    return {};
   }
   try {
     for (std::size_t s = 0; s < prices.size(); ++s) {
       const StageLowering& st = pd.step.stages[s];
+      for (const FusedBlock& fb : st.fusedBlocks)
+        priced[s].blocks.push_back(fusedBlock(fb, st, pd, vr, fused, prices[s]));
       for (const FusedCandidate& f : st.fused) {
         FusedOpRequest rq;
         rq.kind = f.kind;
@@ -57,14 +116,17 @@ void fusedStep(ScaleResult& sr, const Pending& pd, const Workload& w, const Vari
         rq.cluster = &pd.cluster;
         rq.profile = &vr.profile;
         rq.gemmUs = prices[s].computeUs[f.compute];
-        prices[s].fusedUs.push_back(fused.price(rq).us);
+        priced[s].pairs.push_back(fused.price(rq));
+        prices[s].fusedUs.push_back(priced[s].pairs.back().us);
       }
     }
     sr.fused = composeStep(w, pd.step, prices);
     sr.fusedAvailable = true;
   } catch (const Error& e) {
     sr.fusedNote = "fused: " + e.message();
+    return {};
   }
+  return priced;
 }
 
 }  // namespace
@@ -73,7 +135,7 @@ void priceScale(ScaleResult& sr, const Pending& pd, const Workload& w, const Var
                 const CommPricer& pricer, FusedOpPricer& fused, double overlapSlowdown) {
   std::vector<StagePrices> prices = stagePrices(pd, out, pricer, overlapSlowdown);
   sr.layered = composeStep(w, pd.step, prices);
-  fusedStep(sr, pd, w, vr, out, fused, prices);
+  const std::vector<FusedStagePrices> priced = fusedStep(sr, pd, w, vr, out, fused, prices);
 
   const PlanInputs& in = out.inputs;
   const double stepS = sr.layered.stepUs * 1e-6;
@@ -93,7 +155,7 @@ void priceScale(ScaleResult& sr, const Pending& pd, const Workload& w, const Var
                                              sr.memory.weights + sr.memory.optimizer, sr.tokensPerS, in.tokenBudget});
   }
 
-  describeCriticalStage(sr, out, pd, pricer);
+  describeCriticalStage(sr, out, pd, pricer, priced.empty() ? nullptr : &priced[sr.layered.criticalStage]);
   attributeClasses(sr, out, pd);
   describeBounds(sr, out, pd);
 }
@@ -133,7 +195,8 @@ void prepareScale(ScaleResult& sr, Pending& pd, const Workload& w, const Variant
   }
 }
 
-void describeCriticalStage(ScaleResult& sr, const PlanResult& out, const Pending& pd, const CommPricer& pricer) {
+void describeCriticalStage(ScaleResult& sr, const PlanResult& out, const Pending& pd, const CommPricer& pricer,
+                           const FusedStagePrices* fused) {
   const uint32_t c = sr.layered.criticalStage;
   const StageLowering& st = pd.step.stages[c];
   for (std::size_t k = 0; k < st.comm.size(); ++k) {
@@ -167,12 +230,32 @@ void describeCriticalStage(ScaleResult& sr, const PlanResult& out, const Pending
     u.source = pd.computeSource[c][k];
     sr.compute.push_back(u);
   }
-  for (const FusedCandidate& f : st.fused) {
+  for (std::size_t k = 0; k < st.fused.size(); ++k) {
+    const FusedCandidate& f = st.fused[k];
     const ComputeOp& g = st.compute[f.compute];
     const CommOp& op = st.comm[f.comm];
-    sr.fusedOps.push_back(FusedUse{f.kind, g.name, op.name, g.m, g.n, g.k,
-                                   static_cast<uint32_t>(perStepTimes(op, sr.layout)), pd.computeUs[c][f.compute],
-                                   *pd.keys[c][f.comm]});
+    FusedUse u{f.kind,
+               g.name,
+               op.name,
+               g.m,
+               g.n,
+               g.k,
+               static_cast<uint32_t>(perStepTimes(op, sr.layout)),
+               pd.computeUs[c][f.compute],
+               *pd.keys[c][f.comm],
+               0.0,
+               {}};
+    if (fused) {
+      u.us = fused->pairs[k].us;
+      u.source = fused->pairs[k].source;
+    }
+    sr.fusedOps.push_back(std::move(u));
+  }
+  if (!fused) return;
+  for (std::size_t k = 0; k < st.fusedBlocks.size(); ++k) {
+    FusedBlockUse u = fused->blocks[k];
+    u.timesPerStep = st.fusedBlocks[k].times * sr.layout.microBatches;
+    sr.fusedBlocks.push_back(std::move(u));
   }
 }
 

@@ -21,8 +21,10 @@ struct StageSums {
   double blocking[kPhases][2] = {};         ///< [phase][pass] blocking communication
   double attention[2] = {};                 ///< attention kernels per pass
   double ring[2] = {}, ringHidden[2] = {};  ///< context parallelism's K/V ring per pass
-  double hiddenTp = 0;          ///< the TP collectives' layered time hidden in fused ops or by tpCommOverlap
-  double hidden[kPhases] = {};  ///< pipeline and expert-parallel communication hidden by the overlap flags
+  double hiddenTp = 0;  ///< the TP collectives' layered time hidden in fused ops or by tpCommOverlap
+  /// Pipeline and expert-parallel communication hidden by the overlap flags; expert- and context-parallel
+  /// communication hidden in fused blocks
+  double hidden[kPhases] = {};
   double prefetch[2] = {}, prefetchExposed[2] = {};  ///< ZeRO 3 per pass
   /// Gradient buckets of one step, in order, as runs of equal buckets (count, us each): a step may have billions of
   /// them (a vocabulary of 2^40 in 25 MiB buckets), one double each took gigabytes.
@@ -73,7 +75,8 @@ void overlapPhases(const ParallelLayout& l, double slow, StageSums& s) {
 /// `ringRanks`: context parallelism's K/V ring (cpRingRanks).
 StageSums sumStage(const Workload& w, const StageLowering& st, const StagePrices& pr, uint32_t ringRanks) {
   if (pr.computeUs.size() != st.compute.size() || pr.commUs.size() != st.comm.size() ||
-      (!pr.fusedUs.empty() && pr.fusedUs.size() != st.fused.size()))
+      (!pr.fusedUs.empty() && pr.fusedUs.size() != st.fused.size()) ||
+      (!pr.blockUs.empty() && pr.blockUs.size() != st.fusedBlocks.size()))
     throw Error(ErrorCode::InvalidArgument,
                 "composeStep: stage " + std::to_string(st.stage) + ": the prices do not match the lowered operations");
   std::vector<bool> computeFused(st.compute.size(), false), commFused(st.comm.size(), false);
@@ -111,6 +114,28 @@ StageSums sumStage(const Workload& w, const StageLowering& st, const StagePrices
       s.blocking[static_cast<int>(Phase::Tp)][passIdx(c.pass)] += exposed;
       s.hiddenTp += std::max(0.0, layeredComm - exposed);
     }
+  }
+  // A fused block: the operator's time in place of its kernels and exchanges. Its kernels' layered time counts as
+  // compute (scaled down when the operator takes less), the rest as exposed communication of its phase.
+  for (std::size_t f = 0; f < pr.blockUs.size(); ++f) {
+    if (!pr.blockUs[f]) continue;  // the operator cannot express it: layered
+    const FusedBlock& fb = st.fusedBlocks[f];
+    double compute = 0, comm = 0;
+    for (uint32_t i : fb.compute) {
+      computeFused[i] = true;
+      compute += pr.computeUs[i] * st.compute[i].times;
+    }
+    for (uint32_t i : fb.comm) {
+      commFused[i] = true;
+      comm += pr.commUs[i] * st.comm[i].times;
+    }
+    const double fused = *pr.blockUs[f] * fb.times;
+    const double kept = compute > 0 ? std::min(compute, fused) / compute : 0;
+    for (uint32_t i : fb.compute) addCompute(st.compute[i], pr.computeUs[i] * st.compute[i].times * kept);
+    const double exposed = std::max(0.0, fused - compute);
+    const int ph = static_cast<int>(fb.kind == FusedBlockKind::MoeFfn ? Phase::Ep : Phase::Cp);
+    s.blocking[ph][passIdx(fb.pass)] += exposed;
+    s.hidden[ph] += std::max(0.0, comm - exposed);
   }
   for (std::size_t i = 0; i < st.compute.size(); ++i)
     if (!computeFused[i]) addCompute(st.compute[i], pr.computeUs[i] * st.compute[i].times);
@@ -192,7 +217,7 @@ StepBreakdown composeStep(const Workload& w, const StepLowering& step, const std
   b.criticalComputeUs = (m + bubbleFactor) * (cs.computeF + cs.computeB);
   PhaseTime* phases[kPhases] = {&b.tp, &b.ep, &b.pp, &b.dp, &b.cp};
   for (int ph = 0; ph < kPhases; ++ph) phases[ph]->exposedUs = m * (cs.blocking[ph][0] + cs.blocking[ph][1]);
-  b.cp.hiddenUs = m * (cs.ringHidden[0] + cs.ringHidden[1]);
+  b.cp.hiddenUs = m * (cs.ringHidden[0] + cs.ringHidden[1] + cs.hidden[static_cast<int>(Phase::Cp)]);
   b.tp.hiddenUs = m * cs.hiddenTp;
   b.pp.hiddenUs = m * cs.hidden[static_cast<int>(Phase::Pp)];
   b.ep.hiddenUs = m * cs.hidden[static_cast<int>(Phase::Ep)];

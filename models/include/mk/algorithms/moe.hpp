@@ -46,14 +46,18 @@ struct MoeDispatchGemmSpec {
   /// The cost model's expected tokens per (source, expert) block are the uniform T x topk / (R x E) times this
   /// factor (>= 1; capped at the capacity): how much the hottest experts exceed the mean.
   double imbalance = 1.0;
+  /// Lane::ctas of the compute lane, a weight against every other lane's 1: the cost model splits a rank's SMs among
+  /// its lanes by these weights (timeline rule 2b), so a caller that knows the GPU chooses the split (1: an equal
+  /// share; RingAttentionSpec::computeCtas is the same knob).
+  uint32_t computeCtas = 1;
 
   /// The capacity in effect: capacity, or T when unset.
   uint32_t capacityOr() const noexcept { return capacity ? *capacity : tokens; }
 };
 
-/// Check `spec` on `nRanks` ranks: experts, topk, tokens, hidden and outCols >= 1; topk <= nRanks x experts;
-/// capacity >= 1 when set; hidden and outCols multiples of 8 (the grouped GEMM's A and C rows are whole 16-byte
-/// units for the GPU engine's TMA); imbalance finite and >= 1; every buffer within kMaxElements. Throws
+/// Check `spec` on `nRanks` ranks: experts, topk, tokens, hidden, outCols and computeCtas >= 1; topk <= nRanks x
+/// experts; capacity >= 1 when set; hidden and outCols multiples of 8 (the grouped GEMM's A and C rows are whole
+/// 16-byte units for the GPU engine's TMA); imbalance finite and >= 1; every buffer within kMaxElements. Throws
 /// Error(InvalidArgument) naming the field, what it must be and what it is.
 void validateMoeDispatchGemmSpec(const MoeDispatchGemmSpec& spec, uint32_t nRanks);
 
@@ -95,6 +99,7 @@ struct MoeFfnSpec {
   uint32_t ffn = 0;      ///< F: the expert's intermediate size (GEMM 1's n is 2F, GEMM 2's k), a multiple of 8
   std::optional<uint32_t> capacity;  ///< as MoeDispatchGemmSpec's; at most tokens (a returned block holds T rows)
   double imbalance = 1.0;            ///< as MoeDispatchGemmSpec's
+  uint32_t computeCtas = 1;          ///< as MoeDispatchGemmSpec's
 
   uint32_t capacityOr() const noexcept { return capacity ? *capacity : tokens; }
   /// The dispatch it starts with: outCols = 2 x ffn.

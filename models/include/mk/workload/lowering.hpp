@@ -106,7 +106,7 @@ enum class CommTiming : uint8_t {
 /// A set of rank groups that run the same communication at the same time (each group one instance).
 struct GroupSet {
   /// "tp", "dp" (dp x cp ranks), "ep", "edp" (expert data-parallel), "pp", "etp" (expert tensor-parallel, etp > 1),
-  /// "cp", "cp.ring"
+  /// "cp", "cp.ring", "cp.ring.ranks"
   std::string name;
   std::vector<std::vector<uint32_t>> instances;  ///< global ranks of each instance; all run concurrently
 };
@@ -134,6 +134,35 @@ struct FusedCandidate {
   uint32_t comm = 0;     ///< index into StageLowering::comm
 };
 
+/// A fused operator of this project that replaces a whole group of a stage's operations in the fused variant:
+/// a MoE layer's permutation, dispatch all-to-all, expert FFN and combine all-to-all (moe-ffn, mk/algorithms/moe.hpp),
+/// or the attention kernel with context parallelism's K/V ring (ring-attention, mk/algorithms/attention.hpp).
+enum class FusedBlockKind : uint8_t { MoeFfn, RingAttention };
+
+/// One pass of such a group on one rank, run `times` times per micro-batch (once per layer), and the operator's
+/// shape. The generators have no backward: a `mirror` block is the backward pass of the group (docs/planner.md,
+/// "The fused variant" says how the planner prices it from the forward operator's schedule).
+struct FusedBlock {
+  FusedBlockKind kind = FusedBlockKind::MoeFfn;
+  Pass pass = Pass::Forward;
+  bool mirror = false;            ///< the backward of the group (a recomputed forward is not a mirror)
+  std::vector<uint32_t> compute;  ///< indices into StageLowering::compute that the operator replaces
+  std::vector<uint32_t> comm;     ///< indices into StageLowering::comm that the operator replaces
+  uint32_t times = 1;             ///< runs per micro-batch (layers)
+  uint32_t groups = 0;            ///< index into StageLowering::groups: the operator's ranks (ep, or cp's ring)
+  // moe-ffn (MoeFfnSpec): tokens routed by one rank, experts per rank, top-k, hidden, the expert's intermediate size
+  // (per expert-TP rank), the busiest rank's load over the balanced share (MoeSpec::routedLoad)
+  uint64_t tokens = 0, experts = 0, topk = 0, hidden = 0, ffn = 0;
+  double load = 1;
+  // ring-attention (RingAttentionSpec): sequences, query / key-value heads of one rank, head dim, tokens per
+  // sequence; the lowering's attention is causal (zigzag)
+  uint64_t batch = 0, heads = 0, kvHeads = 0, headDim = 0, seq = 0;
+  DType dtype = DType::BFloat16;  ///< of the attention's q, k, v (training.dtype)
+  /// Why the operator cannot run the group as this layout lowers it (the group then stays layered in the fused
+  /// variant); "" when it can. Shape limits are the generators' own (their validate functions), not repeated here.
+  std::string unfusable;
+};
+
 /// One pipeline stage, as each of its GPUs sees it.
 struct StageLowering {
   uint32_t stage = 0;
@@ -144,6 +173,7 @@ struct StageLowering {
   std::vector<CommOp> comm;
   std::vector<GroupSet> groups;
   std::vector<FusedCandidate> fused;
+  std::vector<FusedBlock> fusedBlocks;
   double denseParams = 0;   ///< parameters per GPU reduced over the data-parallel group
   double expertParams = 0;  ///< parameters per GPU reduced over the expert data-parallel group
   /// training.dtype fp8: the dense parameters per GPU whose GEMMs run in FP8 (attention and MLP projections;
@@ -172,10 +202,11 @@ const char* toString(Phase p) noexcept;     ///< "tp", "ep", "pp", "dp", "cp"
 const char* toString(CommKind k) noexcept;  ///< "allreduce", "allgather", "reducescatter", "alltoall", "sendrecv"
 /// "blocking", "grad-bucket", "param-gather", "layer-prefetch", "attention-ring"
 const char* toString(CommTiming t) noexcept;
-const char* toString(FusedKind k) noexcept;    ///< "allgather+gemm", "gemm+reducescatter", "gemm+allreduce"
-const char* toString(Pass p) noexcept;         ///< "forward", "backward", "step"
-const char* toString(ComputeKind k) noexcept;  ///< "gemm", "attention", "other"
-const char* toString(KernelClass c) noexcept;  ///< the contract's class: "gemm", "norm", "grad-norm", ...
+const char* toString(FusedKind k) noexcept;       ///< "allgather+gemm", "gemm+reducescatter", "gemm+allreduce"
+const char* toString(FusedBlockKind k) noexcept;  ///< "moe-ffn", "ring-attention"
+const char* toString(Pass p) noexcept;            ///< "forward", "backward", "step"
+const char* toString(ComputeKind k) noexcept;     ///< "gemm", "attention", "other"
+const char* toString(KernelClass c) noexcept;     ///< the contract's class: "gemm", "norm", "grad-norm", ...
 /// The census's dtype of a kernel: "float8_e4m3" for FP8 GEMMs and casts, toString(op.dtype) otherwise.
 const char* dtypeName(const ComputeOp& op) noexcept;
 

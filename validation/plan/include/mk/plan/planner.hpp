@@ -94,6 +94,26 @@ struct FusedUse {
   uint32_t timesPerStep = 0;
   double gemmUs = 0;     ///< the GEMM alone (one run)
   std::string priceKey;  ///< the collective alone, into PlanResult::prices
+  double us = 0;         ///< the fused operator (one run); 0 when the fused variant has no price
+  std::string source;    ///< the model that priced it (FusedOpPrice::source)
+};
+
+/// A fused block of the critical stage (mk::FusedBlock: moe-ffn, ring-attention): what it replaces and its price, or
+/// why it stays layered in the fused variant.
+struct FusedBlockUse {
+  FusedBlockKind kind = FusedBlockKind::MoeFfn;
+  Pass pass = Pass::Forward;
+  bool mirror = false;                ///< the backward of the group, modelled from the forward operator
+  std::vector<std::string> replaces;  ///< the kernels and exchanges it runs (ComputeOp / CommOp names)
+  uint32_t timesPerStep = 0;          ///< runs per step on a GPU of the stage
+  uint32_t ranks = 0;                 ///< the operator's ranks (the ep group, or the cp ring)
+  double layeredComputeUs = 0;        ///< its kernels in the layered variant (one run)
+  double layeredCommUs = 0;           ///< its exchanges in the layered variant (one run)
+  bool priced = false;                ///< its operator gave a price (`us`)
+  bool fused = false;                 ///< run as its operator: priced and faster than the layered kernels and
+                                      ///< exchanges it replaces (else kept layered: `note` says why)
+  double us = 0;                      ///< the operator (one run), when priced
+  std::string source, split, note;    ///< FusedOpPrice::source and split; why not fused
 };
 
 /// A plan at one GPU count in one variant.
@@ -117,6 +137,7 @@ struct ScaleResult {
   std::vector<CommUse> comm;
   std::vector<ComputeUse> compute;
   std::vector<FusedUse> fusedOps;
+  std::vector<FusedBlockUse> fusedBlocks;     ///< the critical stage's, priced or not (when the fused variant ran)
   std::map<std::string, std::string> bounds;  ///< phase ("compute", "tp", ...) -> what limits it
   /// Share of the step by class of operation (class id -> microseconds), each class's confidence in this use,
   /// and the resulting status.

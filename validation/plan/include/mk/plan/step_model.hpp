@@ -10,7 +10,10 @@
 // per-step kernels (optimizer, gradient norm); what the last of them adds is exposed. ZeRO 1/2 then gathers
 // the updated parameters (exposed, or hidden behind the next step's first forward with overlapParamGather).
 // In the fused variant a (GEMM, collective) pair costs the fused operator's time: its GEMM's layered time counts
-// as compute and the rest as exposed tensor-parallel communication. The layered variant's overlap flags hide
+// as compute and the rest as exposed tensor-parallel communication; a fused block (moe-ffn, ring-attention) costs its
+// operator's time: the layered time of the kernels it replaces counts as compute (less where the operator is faster
+// than they are alone) and the rest as exposed expert- or context-parallel communication. The layered variant's
+// overlap flags hide
 // communication behind compute that runs slower meanwhile (StagePrices::overlapSlowdown; docs/planner.md,
 // "Overlap"): tpCommOverlap prices each (GEMM, collective) pair as userbuffers' chunked pipeline, overlapPpComm
 // (interleaved schedule) the pipeline sends beside each pass, overlapMoeA2a the all-to-alls beside the other
@@ -18,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "mk/workload/lowering.hpp"
@@ -31,6 +35,9 @@ struct StagePrices {
   std::vector<double> commUs;     ///< parallel to StageLowering::comm: one run
   /// Parallel to StageLowering::fused: the fused operator's time for one run. Empty: the layered variant.
   std::vector<double> fusedUs;
+  /// Parallel to StageLowering::fusedBlocks in the fused variant (empty: the layered variant): one run of the
+  /// block's operator, or nullopt where the block stays layered (its operator cannot express it).
+  std::vector<std::optional<double>> blockUs;
   /// Compute beside a communication kernel of layout.overlapSms SMs: how much slower it runs (OverlapModel). The
   /// layered variant's overlap flags (tpCommOverlap, overlapPpComm, overlapMoeA2a) slow the compute they hide
   /// communication behind by it.
