@@ -3,6 +3,7 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mk/error.hpp"
@@ -69,27 +70,47 @@ FusedBlockUse fusedBlock(const FusedBlock& fb, const StageLowering& st, const Pe
     rq.profile = &vr.profile;
     const FusedOpPrice p = fused.priceBlock(rq);
     u.priced = true;
+    u.fused = true;  // until keepShorterStep finds the step shorter without this kind of block
     u.us = p.us;
     u.source = p.source;
     u.split = p.split;
-    // The fused variant runs an operator only where it beats what it replaces (the layered kernels plus the
-    // exchanges, unhidden: an upper bound of the layered block): a planner recommends, it does not force a fusion.
-    const double layered = u.layeredComputeUs + u.layeredCommUs;
-    u.fused = p.us < layered;
-    if (u.fused) {
-      prices.blockUs.emplace_back(p.us);
-    } else {
-      prices.blockUs.emplace_back(std::nullopt);
-      u.note = strprintf(
-          "its operator (%.1f us) is not faster than the layered kernels and exchanges it replaces "
-          "(%.1f us); kept layered",
-          p.us, layered);
-    }
+    prices.blockUs.emplace_back(p.us);
   } catch (const Error& e) {
     prices.blockUs.emplace_back(std::nullopt);
     u.note = e.message() + "; kept layered";
   }
   return u;
+}
+
+/// A planner recommends rather than forces: each kind of fused block stays fused only if the fused step is shorter
+/// with it than with those blocks layered (their kernels and exchanges as the layered variant prices and overlaps
+/// them); the blocks of a kind that does not pay are kept layered, their note giving both steps.
+void keepShorterStep(const Workload& w, const Pending& pd, std::vector<StagePrices>& prices,
+                     std::vector<FusedStagePrices>& priced) {
+  for (FusedBlockKind kind : {FusedBlockKind::MoeFfn, FusedBlockKind::RingAttention}) {
+    std::vector<StagePrices> without = prices;
+    bool any = false;
+    for (std::size_t s = 0; s < prices.size(); ++s)
+      for (std::size_t b = 0; b < priced[s].blocks.size(); ++b)
+        if (priced[s].blocks[b].kind == kind && priced[s].blocks[b].fused) {
+          without[s].blockUs[b] = std::nullopt;
+          any = true;
+        }
+    if (!any) continue;
+    const double withUs = composeStep(w, pd.step, prices).stepUs;
+    const double withoutUs = composeStep(w, pd.step, without).stepUs;
+    if (withUs < withoutUs) continue;
+    prices = std::move(without);
+    for (FusedStagePrices& st : priced)
+      for (FusedBlockUse& u : st.blocks)
+        if (u.kind == kind && u.fused) {
+          u.fused = false;
+          u.note = strprintf(
+              "its operator (%.1f us a run) does not shorten the fused step (%.4g s with the %s blocks, "
+              "%.4g s without); kept layered",
+              u.us, withUs * 1e-6, toString(kind), withoutUs * 1e-6);
+        }
+  }
 }
 
 /// The fused variant: every (GEMM, collective) pair priced by the fused operators' model (`prices` gains their
@@ -120,6 +141,7 @@ std::vector<FusedStagePrices> fusedStep(ScaleResult& sr, const Pending& pd, cons
         prices[s].fusedUs.push_back(priced[s].pairs.back().us);
       }
     }
+    keepShorterStep(w, pd, prices, priced);
     sr.fused = composeStep(w, pd.step, prices);
     sr.fusedAvailable = true;
   } catch (const Error& e) {
