@@ -432,7 +432,8 @@ TEST_CASE("lowering: fused blocks — a2a+p2p's whole rings, the MoE layer and r
   // Expert tensor parallelism: the block is there, marked as one moe-ffn cannot run.
   Workload e = tiny(2, 1, 1, 2);
   e.layout.etp = 2;
-  const StageLowering& es = lowerStep(e, resolveLayout(e, 8)).stages[0];
+  const StepLowering eStep = lowerStep(e, resolveLayout(e, 8));  // held: its stages are read below
+  const StageLowering& es = eStep.stages[0];
   REQUIRE(!es.fusedBlocks.empty());
   CHECK(es.fusedBlocks[0].unfusable.find("layout.etp 2") != std::string::npos);
 }
