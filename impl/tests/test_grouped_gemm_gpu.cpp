@@ -285,7 +285,7 @@ TEST_CASE("grouped gemm: fp32 output, with and without SwiGLU") {
           freshSeed());
 }
 
-TEST_CASE("grouped gemm: counts past the bound are clamped, negative counts read as 0; nothing else is written") {
+TEST_CASE("grouped gemm: counts past the bound are clamped, negative counts read as 0, nothing else is written") {
   // Strided: 300 > maxRows 256 computes 256 rows; -5 computes none.
   runCase({{300, -5, 64}, 256, 64, 256, GroupedRowLayout::Strided, GemmLayout::RowMajor, DType::BFloat16, true, 0},
           freshSeed());
