@@ -102,6 +102,16 @@ def fused(paths):
         print(f"- {s}")
 
 
+def file_pairs(paths, table, which):
+    """(ours, baseline) measurement files of one device call each, in the order given; prints both sources."""
+    if len(paths) % 2:
+        raise SystemExit(f"results_tables.py: {table} takes pairs of files: {which}")
+    for ours_path, base_path in zip(paths[::2], paths[1::2]):
+        d, t = load(ours_path), load(base_path)
+        print(f"\n{source(ours_path, d)}\n\n{source(base_path, t)}\n")
+        yield d, t
+
+
 def pipeline(r):
     """What of our attention engine a record timed: the consumer pipeline (records of engines that had several) and
     the unit split (records that say)."""
@@ -115,11 +125,7 @@ def pipeline(r):
 def attention(paths):
     """Pairs (mk-bench attention file, attention_bench.py file of the same call): the fastest of our pipelines
     per shape against cuDNN and flash."""
-    if len(paths) % 2:
-        raise SystemExit("results_tables.py: attention takes pairs of files: mk-bench attention's, then SDPA's")
-    for ours_path, sdpa_path in zip(paths[::2], paths[1::2]):
-        d, t = load(ours_path), load(sdpa_path)
-        print(f"\n{source(ours_path, d)}\n\n{source(sdpa_path, t)}\n")
+    for d, t in file_pairs(paths, "attention", "mk-bench attention's, then SDPA's"):
         print("| S | heads q / kv | causal | ours µs | ours TFLOP/s | variant | cuDNN µs | cuDNN TFLOP/s | "
               "flash TFLOP/s | cuDNN time / ours |")
         print("|---:|---|---|---:|---:|---|---:|---:|---:|---:|")
@@ -145,11 +151,7 @@ def grouped_gemm(paths):
     """Pairs (mk-bench grouped-gemm file, grouped_gemm_bench.py file of the same call), per shape. Ours computes
     "up" with SwiGLU fused: like for like that is torch's grouped GEMM followed by its SwiGLU; "down" has no
     epilogue, so every baseline produces the same output."""
-    if len(paths) % 2:
-        raise SystemExit("results_tables.py: grouped-gemm takes pairs of files: mk-bench grouped-gemm's, then torch's")
-    for ours_path, torch_path in zip(paths[::2], paths[1::2]):
-        d, t = load(ours_path), load(torch_path)
-        print(f"\n{source(ours_path, d)}\n\n{source(torch_path, t)}\n")
+    for d, t in file_pairs(paths, "grouped-gemm", "mk-bench grouped-gemm's, then torch's"):
         print("| tokens | routing | GEMM | rows per expert | ours µs | ours TFLOP/s | cuBLASLt loop µs | torch µs | "
               "torch + SwiGLU µs | like-for-like best / ours |")
         print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|")
