@@ -192,9 +192,9 @@ TEST_CASE("fused call: a generated schedule's Gemm operands bound per buffer pas
   bases[static_cast<size_t>(sch.bufferIndex("a"))] = 0x10000;
   bases[static_cast<size_t>(sch.bufferIndex("b"))] = 0x20000;
   bases[static_cast<size_t>(sch.bufferIndex("c"))] = 0x30000;
-  CHECK_NOTHROW(mk::runtime::checkGemmOperands(p, 1, bases));
+  CHECK_NOTHROW(mk::runtime::checkComputeOperands(p, 1, bases));
   bases[static_cast<size_t>(sch.bufferIndex("b"))] = 0x20008;
-  CHECK(has(errorOf([&] { mk::runtime::checkGemmOperands(p, 1, bases); }), "B at input"));
+  CHECK(has(errorOf([&] { mk::runtime::checkComputeOperands(p, 1, bases); }), "B at input"));
 }
 
 TEST_CASE("fused call: the engine's default tile is the whole GEMM on one rank and >= 1024 rows otherwise") {

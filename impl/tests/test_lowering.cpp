@@ -444,7 +444,7 @@ TEST_CASE("lowering: operands of different dtypes are refused") {
   CHECK(errorOf(s, 0).find("different dtypes") != std::string::npos);
 }
 
-TEST_CASE("lowering: FP8 buffers and the lse-merge operator are refused until the engine's kernels run them") {
+TEST_CASE("lowering: FP8 buffers are refused and lse-merge lowers with its row width in extentUnit") {
   Schedule fp8 = twoRanks(8, mk::DType::Float8E4M3);
   mk::Lane lane;
   lane.steps.push_back(copy(ref(0, 1, 0), ref(0, 2, 0), 8));
@@ -457,7 +457,11 @@ TEST_CASE("lowering: FP8 buffers and the lse-merge operator are refused until th
   merge.aux = 3;  // two rows of 3 values and their lse
   lane.steps = {merge};
   lse.lanes[0] = {lane};
-  CHECK(errorOf(lse, 0).find("reduction kernels do not run lse-merge yet") != std::string::npos);
+  const LoweredProgram p = lowerRank(lse, 0);  // twoRanks: float32 buffers
+  CHECK(p.steps()[0].extentUnit == 3);
+  CHECK(p.steps()[0].activeCtas == 1);
+  lse.buffers[0].dtype = lse.buffers[1].dtype = lse.buffers[2].dtype = mk::DType::BFloat16;
+  CHECK(errorOf(lse, 0).find("merges float32 lse rows of a fixed count only") != std::string::npos);
 }
 
 TEST_CASE("lowering: more lanes than worker CTAs is refused naming the knob") {
@@ -656,9 +660,9 @@ TEST_CASE("lowering: Gemm operands bound to misaligned user pointers are refused
   const Schedule s = gemmSchedule(128, 256, 64);
   const LoweredProgram p = lowerRank(s, 0);
   alignas(16) static char base[64];
-  CHECK_NOTHROW(mk::runtime::checkGemmOperands(p, 0, base, base + 16));
+  CHECK_NOTHROW(mk::runtime::checkComputeOperands(p, 0, base, base + 16));
   try {
-    mk::runtime::checkGemmOperands(p, 0, base + 8, base + 16);
+    mk::runtime::checkComputeOperands(p, 0, base + 8, base + 16);
     FAIL("a misaligned A / B was accepted");
   } catch (const mk::Error& e) {
     CHECK(e.code() == mk::ErrorCode::InvalidArgument);
@@ -667,14 +671,14 @@ TEST_CASE("lowering: Gemm operands bound to misaligned user pointers are refused
     CHECK(msg.find("16-byte aligned") != std::string::npos);
   }
   try {
-    mk::runtime::checkGemmOperands(p, 0, base, base + 4);
+    mk::runtime::checkComputeOperands(p, 0, base, base + 4);
     FAIL("a misaligned C was accepted");
   } catch (const mk::Error& e) {
     CHECK(std::string(e.what()).find("C at output") != std::string::npos);
   }
-  CHECK_THROWS_AS(mk::runtime::checkGemmOperands(p, 0, nullptr, base), mk::Error);
+  CHECK_THROWS_AS(mk::runtime::checkComputeOperands(p, 0, nullptr, base), mk::Error);
   // Rank 1 has no Gemm step: nothing to check.
-  CHECK_NOTHROW(mk::runtime::checkGemmOperands(lowerRank(s, 1), 1, base + 2, base + 2));
+  CHECK_NOTHROW(mk::runtime::checkComputeOperands(lowerRank(s, 1), 1, base + 2, base + 2));
 }
 
 // ---- compute lanes: tile split, lane barriers and the per-op GemmParams ------------------------------------
@@ -1005,8 +1009,8 @@ TEST_CASE("lowering: a step kind the GPU engine does not run yet is refused, nam
         std::string::npos);
 }
 
-TEST_CASE("lowering: the routing kinds, attention and combine are refused, naming the CPU executor") {
-  for (const StepKind kind : {StepKind::Route, StepKind::Gather, StepKind::Attention, StepKind::Combine}) {
+TEST_CASE("lowering: the routing kinds and combine are refused, naming the CPU executor") {
+  for (const StepKind kind : {StepKind::Route, StepKind::Gather, StepKind::Combine}) {
     Schedule s = gemmSchedule(64, 64, 64);
     s.lanes[0][0].steps[0].kind = kind;
     const std::string msg = errorOf(s, 0);

@@ -7,21 +7,12 @@
 #include <cstdint>
 #include <string>
 
+#include "mk/attention_params.hpp"
 #include "mk/device/attention_device.hpp"
 #include "mk/schedule/attention.hpp"
 #include "mk/schedule/element.hpp"
 
 namespace mk {
-
-/// Why the device engine cannot run `sh` with inputs of `dtype` ("" when it can): attentionShapeProblem's reasons,
-/// then a head dim other than 64 or 128, an input dtype other than bf16, V not 16-byte aligned (vOffset a
-/// multiple of 8), a size TMA cannot address, positions past 2^62. Each names the argument. No GPU needed.
-std::string attentionForwardProblem(const AttentionShape& sh, DType dtype);
-
-/// The engine's parameters for `sh` without the tensor maps (sizes, unit count, mask, scale): what attentionForward
-/// fills before encoding the maps; the tests check the unit and mask arithmetic with it. `sh` must pass
-/// attentionForwardProblem.
-device::AttentionParams attentionWorkParams(const AttentionShape& sh);
 
 /// How attentionForward runs (the defaults are the fast path).
 struct AttentionOptions {
@@ -44,5 +35,12 @@ struct AttentionOptions {
 /// tensor map or the launch fails.
 void attentionForward(const AttentionShape& sh, DType dtype, const void* q, const void* kv, float* out,
                       cudaStream_t stream, const AttentionOptions& options = {});
+
+/// dst <- lse-merge(a, b) on the current device, ordered on `stream`: `rows` float32 rows of `width` values and their
+/// log-sum-exp each (the attention engine's output rows, width = headDim), merged as the resident kernel's Reduce with
+/// RedOp::LseMerge does (mk::lseMergeWeights in float: a row whose partials saw no key stays 0 and -inf). dst may
+/// alias a or b exactly. What a layered context-parallel program runs between its attention kernels. Throws
+/// Error(InvalidArgument) for a null pointer (with rows > 0) or width 0, Error(CudaError) when the launch fails.
+void lseMergeDevice(float* dst, const float* a, const float* b, uint64_t rows, uint32_t width, cudaStream_t stream);
 
 }  // namespace mk

@@ -56,16 +56,16 @@ void EngineSubmission::finalizeLocked(uint32_t seq, const CachedSchedule& cs, co
       d.table[q * nB + b] = addr;
     }
   }
-  // ---- compute lanes: each local rank's Gemm steps get the GemmParams block (tensor maps) of this op's
-  // addresses, after the schedule's bindings (table[nRanks * nB + rank]; gemm_lane.hpp).
+  // ---- compute lanes: each local rank's Gemm and Attention steps get the parameter block (tensor maps) of this
+  // op's addresses, after the schedule's bindings (table[nRanks * nB + rank]; gemm_lane.hpp).
   bool gemms = false;
-  for (uint32_t q = 0; q < ctx_.ranks.size(); ++q) gemms = gemms || gemmCount(cs.programs[q]) > 0;
+  for (uint32_t q = 0; q < ctx_.ranks.size(); ++q) gemms = gemms || computeStepCount(cs.programs[q]) > 0;
   if (gemms) {
     const uint32_t n = static_cast<uint32_t>(ctx_.ranks.size());
     for (uint32_t q = 0; q < n; ++q) d.table[device::gemmParamsBinding(n, nB, q)] = 0;
     for (const int lq : ctx_.local) {
       const auto q = static_cast<uint32_t>(lq);
-      if (gemmCount(cs.programs[q]) == 0) continue;
+      if (computeStepCount(cs.programs[q]) == 0) continue;
       GemmLaneBinder& binder =
           gemmLaneBinder(&engine_, q, ctx_.ranks[q].device, static_cast<uint64_t>(ctx_.config.pollBudgetMs * 1e6),
                          ctx_.ranks[q].arena.get());

@@ -129,7 +129,7 @@ void EngineSubmission::submitBoundLocked(int r, const ScheduleKey& key, CachedSc
         throw Error(ErrorCode::InvalidArgument, cs.what + ": rank " + std::to_string(r) +
                                                     ": an output overlaps an input (bound buffers are not staged; "
                                                     "pass separate memory)");
-  checkGemmOperands(cs.programs[static_cast<size_t>(r)], static_cast<uint32_t>(r), bind);
+  checkComputeOperands(cs.programs[static_cast<size_t>(r)], static_cast<uint32_t>(r), bind);
   // send / recv of submitLocked carry only the first input and output (in-place staging never applies: no
   // overlap); every range goes to the fence rule through `reads` / `writes`.
   submitLocked(r, key, cs, firstIn, firstOut, 0, 0, stream, bind, reads, writes);

@@ -47,10 +47,10 @@ CachedSchedule& EngineSubmission::cacheLocked(const ScheduleKey& key, const std:
   // From the whole schedule: a rank's LL packet Waits need the senders' steps (lowering/packets.hpp).
   for (uint32_t r = 0; r < ctx_.ranks.size(); ++r) c->programs.push_back(lowerRank(c->schedule, r, lo));
   for (uint32_t r = 0; r < ctx_.ranks.size() && !ctx_.config.computeLanes; ++r)
-    if (gemmCount(c->programs[r]) > 0)
+    if (computeStepCount(c->programs[r]) > 0)
       throw Error(ErrorCode::Unsupported,
-                  what + ": rank " + std::to_string(r) + " has " + std::to_string(gemmCount(c->programs[r])) +
-                      " Gemm step(s); create the communicator with CommConfig::computeLanes = true "
+                  what + ": rank " + std::to_string(r) + " has " + std::to_string(computeStepCount(c->programs[r])) +
+                      " Gemm or Attention step(s); create the communicator with CommConfig::computeLanes = true "
                       "to run them (the compute-capable resident kernel)");
   c->scratchBytes = c->programs[0].scratchBytes;
   c->devicePrograms.assign(ctx_.ranks.size(), nullptr);

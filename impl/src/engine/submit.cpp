@@ -88,7 +88,7 @@ void EngineSubmission::submitSchedule(int r, const Schedule& s, const void* inpu
   }
   CachedSchedule& cs = cacheLocked(
       key, [&] { return s; }, what);
-  checkGemmOperands(cs.programs[static_cast<size_t>(r)], static_cast<uint32_t>(r), input, output);  // compute lanes
+  checkComputeOperands(cs.programs[static_cast<size_t>(r)], static_cast<uint32_t>(r), input, output);  // compute lanes
   submitLocked(r, key, cs, input, output, inBytes, outBytes, stream);
 }
 

@@ -8,8 +8,10 @@
 #include <mutex>
 #include <sstream>
 
+#include "attention/attention_launch.hpp"
 #include "engine/host_sync.hpp"
 #include "gemm/gemm_maps.hpp"
+#include "mk/attention.hpp"
 #include "mk/cuda_check.hpp"
 #include "mk/device/compute_lane_device.hpp"
 #include "mk/error.hpp"
@@ -37,6 +39,47 @@ device::GemmParams buildParams(const device::LoweredGemm& g, const uint64_t* tab
   if (p.tmaStoreC) p.mapC = encodeGemmMap2d(addr(g.dst), g.n, g.m, g.ldc, 64, 64, "C of a Gemm step");
   p.c = addr(g.dst);
   p.timeoutReport = report;
+  return p;
+}
+
+/// The AttentionParams of one Attention step for one op's addresses (attentionWorkParams of the lowered shape, the
+/// maps of Q, K and V, the resident wait budget and tag; static unit split).
+device::AttentionParams buildAttentionParams(const device::LoweredAttention& a, const uint64_t* table, uint32_t* report,
+                                             uint64_t waitLimitNs) {
+  auto addr = [&](uint64_t operand) {
+    return reinterpret_cast<char*>(table[operand >> device::kOperandShift] + (operand & device::kOperandOffsetMask));
+  };
+  AttentionShape sh;
+  sh.batch = a.batch;
+  sh.qHeads = a.qHeads;
+  sh.kvHeads = a.kvHeads;
+  sh.headDim = a.headDim;
+  sh.sq = a.sq;
+  sh.skv = a.skv;
+  sh.ldq = a.ldq;
+  sh.ldkv = a.ldkv;
+  sh.ldo = a.ldo;
+  sh.causal = a.causal != 0;
+  sh.scale = a.scale;
+  sh.vOffset = a.vOffset;
+  sh.qPos = a.causalDelta > 0 ? static_cast<uint64_t>(a.causalDelta) : 0;
+  sh.kvPos = a.causalDelta < 0 ? static_cast<uint64_t>(-a.causalDelta) : 0;
+  device::AttentionParams p = attentionWorkParams(sh);
+  if (p.units != a.units || a.ctas == 0 || a.ctas > a.units)
+    throw Error(ErrorCode::Internal, "lane " + std::to_string(a.lane) + " step " + std::to_string(a.step) +
+                                         " (attention): the lowered record says " + std::to_string(a.units) +
+                                         " units on " + std::to_string(a.ctas) + " CTAs, the engine counts " +
+                                         std::to_string(p.units));
+  char* kv = addr(a.kv);
+  p.mapQ = encodeAttentionMap(addr(a.q), a.headDim, a.qHeads, a.sq, a.batch, a.ldq, "Q of an Attention step");
+  p.mapK = encodeAttentionMap(kv, a.headDim, a.kvHeads, a.skv, a.batch, a.ldkv, "K of an Attention step");
+  p.mapV =
+      encodeAttentionMap(kv + a.vOffset * 2, a.headDim, a.kvHeads, a.skv, a.batch, a.ldkv, "V of an Attention step");
+  p.out = reinterpret_cast<float*>(addr(a.dst));
+  p.timeoutReport = report;
+  p.unitCounter = nullptr;
+  p.waitLimitNs = waitLimitNs;
+  p.tag = (uint32_t{a.lane} << 16) | (a.step & 0xFFFFu);
   return p;
 }
 
@@ -76,12 +119,23 @@ uint64_t GemmLaneBinder::bind(const LoweredProgram& program, const void* program
       }
     }
   }
+  // The block: GemmParams[nGemms], then AttentionParams[nAttentions] (runAttentionStep finds them after the GEMMs').
   std::vector<device::GemmParams> params(h.nGemms);
+  std::vector<device::AttentionParams> attn(h.nAttentions);
   const device::LoweredGemm* g = loweredGemms(program);
+  const device::LoweredAttention* la = loweredAttentions(program);
   uint32_t* reportDevice = nullptr;
   MK_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&reportDevice), report_, 0));
   for (uint32_t i = 0; i < h.nGemms; ++i) params[i] = buildParams(g[i], table, reportDevice, waitLimitNs_);
-  const size_t bytes = params.size() * sizeof(device::GemmParams);
+  for (uint32_t i = 0; i < h.nAttentions; ++i) {
+    attn[i] = buildAttentionParams(la[i], table, reportDevice, waitLimitNs_);
+    attentionTags_.insert(attn[i].tag);
+  }
+  const size_t gemmBytes = params.size() * sizeof(device::GemmParams);
+  const size_t bytes = gemmBytes + attn.size() * sizeof(device::AttentionParams);
+  std::vector<uint8_t> image(bytes);
+  if (!params.empty()) std::memcpy(image.data(), params.data(), gemmBytes);
+  if (!attn.empty()) std::memcpy(image.data() + gemmBytes, attn.data(), bytes - gemmBytes);
   Block blk;
   for (size_t i = 0; i < free_.size(); ++i)
     if (free_[i].bytes >= bytes) {
@@ -93,7 +147,7 @@ uint64_t GemmLaneBinder::bind(const LoweredProgram& program, const void* program
   if (blk.device == nullptr) {
     // 256-byte aligned either way: tensor maps need 64.
     if (arena_ != nullptr) {
-      blk.device = arena_->allocate(bytes, "the GemmParams block of a compute-lane op");
+      blk.device = arena_->allocate(bytes, "the parameter block of a compute-lane op");
     } else {
       MK_CUDA_CHECK(cudaMalloc(&blk.device, bytes));
     }
@@ -101,7 +155,7 @@ uint64_t GemmLaneBinder::bind(const LoweredProgram& program, const void* program
   }
   // The copy stream never waits for user streams; the op's doorbell is rung only after this returns, and
   // the kernel acquires the maps with fence.proxy.tensormap before TMA reads them.
-  MK_CUDA_CHECK(cudaMemcpyAsync(blk.device, params.data(), bytes, cudaMemcpyHostToDevice, copyStream));
+  MK_CUDA_CHECK(cudaMemcpyAsync(blk.device, image.data(), bytes, cudaMemcpyHostToDevice, copyStream));
   MK_CUDA_CHECK(cudaStreamSynchronize(copyStream));
   blk.lastSeq = seq;
   blocks_.emplace(std::move(key), blk);
@@ -113,11 +167,14 @@ std::string GemmLaneBinder::timeoutReport() const {
   const volatile uint32_t* r = report_;
   if (r[0] != 2) return "";
   std::ostringstream os;
-  os << "rank " << rank_ << " lane " << (r[7] >> 16) << " step " << (r[7] & 0xFFFFu) << " (gemm): worker CTA "
-     << (r[1] >= 1 ? r[1] - 1 : r[1]) << " thread " << r[2]
+  // Attention reports number their stages as attention_device.hpp's waitBar says (K / V, Q, unit word).
+  const bool attention = attentionTags_.count(static_cast<uint32_t>(r[7])) != 0;
+  os << "rank " << rank_ << " lane " << (r[7] >> 16) << " step " << (r[7] & 0xFFFFu)
+     << (attention ? " (attention)" : " (gemm)") << ": worker CTA " << (r[1] >= 1 ? r[1] - 1 : r[1]) << " thread "
+     << r[2]
      << (r[3] == 1 ? " (producer) waited for shared-memory stage " : " (consumer) waited for the TMA loads of stage ")
-     << r[4] << " (phase parity " << r[5] << ") of tile " << r[6] << " for more than " << waitLimitNs_ / 1000000
-     << " ms and trapped";
+     << r[4] << " (phase parity " << r[5] << ") of " << (attention ? "unit " : "tile ") << r[6] << " for more than "
+     << waitLimitNs_ / 1000000 << " ms and trapped";
   return os.str();
 }
 

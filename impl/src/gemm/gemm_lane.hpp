@@ -1,7 +1,8 @@
-// mkernel — internal: the host side of the resident kernel's compute lanes (Gemm steps).
+// mkernel — internal: the host side of the resident kernel's compute lanes (Gemm and Attention steps).
 //
-// Per op, every local rank whose program has Gemm steps needs one device-memory block of GemmParams (one per
-// Gemm step: the TMA tensor maps of the op's A, B and C addresses, the sizes and tile choice of the lowering)
+// Per op, every local rank whose program has Gemm or Attention steps needs one device-memory block: GemmParams (one
+// per Gemm step: the TMA tensor maps of the op's A, B and C addresses, the sizes and tile choice of the lowering),
+// then AttentionParams (one per Attention step: the maps of Q, K and V, the shape)
 // whose address the op's binding table carries (mk/device/compute_lane_device.hpp). Tensor maps embed
 // global addresses, so the block depends on the op's bindings: GemmLaneBinder builds it on the host
 // (cuTensorMapEncodeTiled through the driver entry point), copies it into device memory once, and keeps it
@@ -19,6 +20,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,7 +68,8 @@ class GemmLaneBinder {
   DeviceArena* arena_ = nullptr;
   uint32_t* report_ = nullptr;  ///< host-mapped, 8 words (GemmParams::timeoutReport)
   std::map<Key, Block> blocks_;
-  std::vector<Block> free_;  ///< recycled device memory (its last op completed)
+  std::vector<Block> free_;           ///< recycled device memory (its last op completed)
+  std::set<uint32_t> attentionTags_;  ///< report tags (lane << 16 | step) of Attention steps bound so far
 };
 
 /// The binder of (engine, rank), created on first use.

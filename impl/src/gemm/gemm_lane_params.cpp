@@ -51,7 +51,7 @@ device::GemmParams gemmLaneParams(const device::LoweredGemm& g, uint64_t waitLim
 
 uint64_t gemmLaneWaitLimitNs(uint64_t pollBudgetNs) { return pollBudgetNs / 2 > 0 ? pollBudgetNs / 2 : 1; }
 
-void checkGemmOperands(const LoweredProgram& program, uint32_t rank, const void* input, const void* output) {
+void checkComputeOperands(const LoweredProgram& program, uint32_t rank, const void* input, const void* output) {
   std::vector<uint64_t> bases(program.buffers.size(), 0);
   for (size_t b = 0; b < bases.size(); ++b) {
     const BufferKind kind = program.buffers[b].kind;
@@ -59,30 +59,44 @@ void checkGemmOperands(const LoweredProgram& program, uint32_t rank, const void*
                : (kind == BufferKind::Output || kind == BufferKind::InOut) ? reinterpret_cast<uint64_t>(output)
                                                                            : 0;
   }
-  checkGemmOperands(program, rank, bases);
+  checkComputeOperands(program, rank, bases);
 }
 
-void checkGemmOperands(const LoweredProgram& program, uint32_t rank, const std::vector<uint64_t>& bases) {
-  const uint32_t n = gemmCount(program);
-  if (n == 0) return;
-  const uint32_t nB = program.header().nBuffers;
+void checkComputeOperands(const LoweredProgram& program, uint32_t rank, const std::vector<uint64_t>& bases) {
+  const uint32_t nB = program.image.empty() ? 0 : program.header().nBuffers;
+  // Each operand: its encoding, name, the alignment its engine needs, step kind, lane and step.
+  struct Operand {
+    uint64_t op;
+    const char* name;
+    uint32_t align;
+    const char* kind;
+    uint32_t lane, step;
+  };
+  std::vector<Operand> ops;
   const device::LoweredGemm* g = loweredGemms(program);
-  for (uint32_t i = 0; i < n; ++i) {
-    const std::pair<uint64_t, const char*> ops[3] = {{g[i].a, "A"}, {g[i].b, "B"}, {g[i].dst, "C"}};
-    for (const auto& [op, name] : ops) {
-      const uint32_t buffer = static_cast<uint32_t>(op >> device::kOperandShift) % nB;
-      const BufferKind kind = program.buffers[buffer].kind;
-      if (kind == BufferKind::Scratch) continue;  // engine memory: 256-byte aligned arenas
-      const uint64_t base = buffer < bases.size() ? bases[buffer] : 0;
-      const uint64_t at = base + (op & device::kOperandOffsetMask);
-      if (base == 0 || at % 16 != 0) {
-        std::ostringstream os;
-        os << "execute: rank " << rank << " lane " << g[i].lane << " step " << g[i].step << " (gemm): " << name
-           << " at " << (kind == BufferKind::Input ? "input" : "output") << " buffer " << buffer << " "
-           << reinterpret_cast<const void*>(base) << " + " << (op & device::kOperandOffsetMask) << " bytes "
-           << (base == 0 ? "has no buffer (null pointer)" : "is not 16-byte aligned (the tile engine's TMA needs it)");
-        throw Error(ErrorCode::InvalidArgument, os.str());
-      }
+  for (uint32_t i = 0; i < gemmCount(program); ++i)
+    for (const auto& [op, name] : {std::pair<uint64_t, const char*>{g[i].a, "A"}, {g[i].b, "B"}, {g[i].dst, "C"}})
+      ops.push_back(Operand{op, name, 16, "gemm", g[i].lane, g[i].step});
+  const device::LoweredAttention* at = loweredAttentions(program);
+  for (uint32_t i = 0; i < attentionCount(program); ++i) {
+    ops.push_back(Operand{at[i].q, "Q (a)", 16, "attention", at[i].lane, at[i].step});
+    ops.push_back(Operand{at[i].kv, "K / V (b)", 16, "attention", at[i].lane, at[i].step});
+    ops.push_back(Operand{at[i].dst, "out (dst)", 4, "attention", at[i].lane, at[i].step});
+  }
+  for (const Operand& o : ops) {
+    const uint32_t buffer = static_cast<uint32_t>(o.op >> device::kOperandShift) % nB;
+    const BufferKind kind = program.buffers[buffer].kind;
+    if (kind == BufferKind::Scratch) continue;  // engine memory: 256-byte aligned arenas
+    const uint64_t base = buffer < bases.size() ? bases[buffer] : 0;
+    const uint64_t addr = base + (o.op & device::kOperandOffsetMask);
+    if (base == 0 || addr % o.align != 0) {
+      std::ostringstream os;
+      os << "execute: rank " << rank << " lane " << o.lane << " step " << o.step << " (" << o.kind << "): " << o.name
+         << " at " << (kind == BufferKind::Input ? "input" : "output") << " buffer " << buffer << " "
+         << reinterpret_cast<const void*>(base) << " + " << (o.op & device::kOperandOffsetMask) << " bytes "
+         << (base == 0 ? "has no buffer (null pointer)"
+                       : "is not " + std::to_string(o.align) + "-byte aligned (the " + o.kind + " engine needs it)");
+      throw Error(ErrorCode::InvalidArgument, os.str());
     }
   }
 }

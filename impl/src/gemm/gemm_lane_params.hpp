@@ -22,12 +22,12 @@ device::GemmParams gemmLaneParams(const device::LoweredGemm& g, uint64_t waitLim
 /// next op's gate) expire and hide it behind a less precise message.
 uint64_t gemmLaneWaitLimitNs(uint64_t pollBudgetNs);
 
-/// Before an op is enqueued: every Gemm operand of `program` (rank `rank`) bound to the user's `input` /
-/// `output` pointer must start 16-byte aligned (TMA). Throws Error(InvalidArgument) naming the operand,
-/// lane and step otherwise.
-void checkGemmOperands(const LoweredProgram& program, uint32_t rank, const void* input, const void* output);
+/// Before an op is enqueued: every Gemm operand and every Attention Q and K / V of `program` (rank `rank`) bound to
+/// the user's `input` / `output` pointer must start 16-byte aligned (TMA), an Attention output 4-byte aligned. Throws
+/// Error(InvalidArgument) naming the operand, lane and step otherwise.
+void checkComputeOperands(const LoweredProgram& program, uint32_t rank, const void* input, const void* output);
 /// The same with every user buffer's own address: `bases[b]` for buffer b (execute() with bound buffers, fused ops).
-void checkGemmOperands(const LoweredProgram& program, uint32_t rank, const std::vector<uint64_t>& bases);
+void checkComputeOperands(const LoweredProgram& program, uint32_t rank, const std::vector<uint64_t>& bases);
 
 /// Gemm steps of a lowered program (its aux table).
 inline uint32_t gemmCount(const LoweredProgram& p) { return p.image.empty() ? 0 : p.header().nGemms; }
@@ -35,5 +35,12 @@ inline uint32_t gemmCount(const LoweredProgram& p) { return p.image.empty() ? 0 
 inline const device::LoweredGemm* loweredGemms(const LoweredProgram& p) {
   return reinterpret_cast<const device::LoweredGemm*>(p.image.data() + p.header().gemmsOffset);
 }
+/// Attention steps of a lowered program (its second aux table).
+inline uint32_t attentionCount(const LoweredProgram& p) { return p.image.empty() ? 0 : p.header().nAttentions; }
+inline const device::LoweredAttention* loweredAttentions(const LoweredProgram& p) {
+  return reinterpret_cast<const device::LoweredAttention*>(p.image.data() + p.header().attentionsOffset);
+}
+/// Steps of a program that run on a compute lane and need a parameter block per op (Gemm and Attention).
+inline uint32_t computeStepCount(const LoweredProgram& p) { return gemmCount(p) + attentionCount(p); }
 
 }  // namespace mk::runtime

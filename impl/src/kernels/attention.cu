@@ -2,10 +2,12 @@
 // (mk/device/attention_device.hpp) over a strided share of the (batch, query head, query tile) units.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <mutex>
 #include <set>
 
 #include "attention/attention_launch.hpp"
+#include "lse_merge.cuh"
 #include "mk/cuda_check.hpp"
 
 namespace mk::runtime {
@@ -20,6 +22,14 @@ __global__ void __launch_bounds__(AttentionTileConfig<kD>::kThreads, 1)
     attentionKernel(const __grid_constant__ AttentionParams p) {
   extern __shared__ __align__(1024) uint8_t smem[];
   device::attentionRunUnits<kD>(p, smem, blockIdx.x, gridDim.x);
+}
+
+/// lse-merge of `rows` rows (the shared device routine, one warp per row).
+__global__ void __launch_bounds__(256)
+    lseMergeKernel(float* dst, const float* a, const float* b, uint64_t rows, uint32_t width) {
+  const uint64_t per = (rows + gridDim.x - 1) / gridDim.x, first = per * blockIdx.x;
+  const uint64_t last = first + per < rows ? first + per : rows;
+  if (first < last) device::lseMergeRowRange(dst, a, b, width, first, last, threadIdx.x, blockDim.x);
 }
 
 template <uint32_t kD>
@@ -46,6 +56,16 @@ void launchAttention(const AttentionParams& p, uint32_t ctas, cudaStream_t strea
     launch<64>(p, ctas, stream);
   else
     launch<128>(p, ctas, stream);
+  MK_CUDA_CHECK(cudaGetLastError());
+}
+
+void launchLseMerge(float* dst, const float* a, const float* b, uint64_t rows, uint32_t width, cudaStream_t stream) {
+  if (rows == 0) return;
+  int dev = 0, sms = 0;
+  MK_CUDA_CHECK(cudaGetDevice(&dev));
+  MK_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const uint64_t blocks = std::min<uint64_t>((rows + 7) / 8, 4ull * static_cast<uint64_t>(sms));  // 8 warps a block
+  lseMergeKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(dst, a, b, rows, width);
   MK_CUDA_CHECK(cudaGetLastError());
 }
 

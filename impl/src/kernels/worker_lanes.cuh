@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "data_ops.cuh"
+#include "lse_merge.cuh"
 #include "mbarrier.cuh"
 #include "mk/device/compute_lane_device.hpp"
 #include "mk/device/descriptor_device.hpp"
@@ -25,8 +26,9 @@ constexpr uint16_t kIdleLane = 0xFFFF;
 
 // runLane dispatches on the packed kind code (StepKind's value). The kinds it has a branch for are exactly the
 // table's GPU kinds: a new kind stays refused by the lowering (kindInfo().gpu false) until it gets one here.
-constexpr StepKind kKernelKinds[] = {StepKind::Copy,   StepKind::Reduce, StepKind::Put,  StepKind::ProxyPut,
-                                     StepKind::Signal, StepKind::Wait,   StepKind::Gemm, StepKind::Barrier};
+constexpr StepKind kKernelKinds[] = {StepKind::Copy,     StepKind::Reduce,  StepKind::Put,
+                                     StepKind::ProxyPut, StepKind::Signal,  StepKind::Wait,
+                                     StepKind::Gemm,     StepKind::Barrier, StepKind::Attention};
 constexpr bool kernelKindsAreGpuKinds() {
   std::size_t gpuKinds = 0;
   for (const StepKindInfo& k : kStepKinds) gpuKinds += k.gpu ? 1 : 0;
@@ -40,10 +42,13 @@ constexpr unsigned kFullMask = 0xFFFFFFFFu;
 // ---- worker CTAs --------------------------------------------------------------------------------------
 
 /// Run one lane's steps for op `op`. Returns false when the CTA must stop (abort or timeout), with the
-/// same value in every thread. kCompute: the compute-capable instantiation (Gemm steps; 384 threads).
+/// same value in every thread. kCompute: the compute-capable instantiation (Gemm and Attention steps; 384 threads).
+/// Forced inline, as workerLoop: with both tile engines in it, nvcc would otherwise outline the lane loop, and a
+/// wgmma pipeline inside a called function makes ptxas serialise every wgmma of the kernel (warning C7510).
 template <bool kTrace, bool kCompute>
-__device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramHeader* ph, const LoweredLane& lane,
-                        const LoweredStep* steps, CtaAssignment me, const uint64_t* table) {
+__device__ __forceinline__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramHeader* ph,
+                                        const LoweredLane& lane, const LoweredStep* steps, CtaAssignment me,
+                                        const uint64_t* table) {
   __shared__ int sOkBefore, sOkAfter;
   __shared__ uint32_t sProxyWord;
   __shared__ uint64_t sExtentCount;  // elements of the current step when a runtime extent sizes it
@@ -116,6 +121,16 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramH
           recvPacketRuns(h, ph, step, table, op,
                          PollSite{Status::WaitTimeout, op, lane.laneIndex, s, step.flagId, op + 1ull}, idx, tid, nth);
       if (__syncthreads_or(!ok)) return false;
+    } else if (kind == static_cast<int>(StepKind::Reduce) && step.redop == static_cast<int>(RedOp::LseMerge)) {
+      // Rows of extentUnit values and their log-sum-exp, split by whole rows (the lowering's rule).
+      if (idx < step.activeCtas) {
+        uint64_t b, e;
+        ctaPiece(count / (step.extentUnit + 1), step.activeCtas, idx, &b, &e);
+        lseMergeRowRange(reinterpret_cast<float*>(operandAddress(table, step.dst)),
+                         reinterpret_cast<const float*>(operandAddress(table, step.a)),
+                         reinterpret_cast<const float*>(operandAddress(table, step.b)),
+                         static_cast<uint32_t>(step.extentUnit), b, e, tid, nth);
+      }
     } else if (kind == static_cast<int>(StepKind::Reduce)) {
       if (idx < step.activeCtas) {
         uint64_t b, e;
@@ -134,6 +149,7 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramH
                              lane.laneIndex, s, &sProxyWord);
     if constexpr (kCompute) {
       if (kind == static_cast<int>(StepKind::Gemm)) runGemmStep(step, ph, table, h.rank, idx);
+      if (kind == static_cast<int>(StepKind::Attention)) runAttentionStep(step, ph, table, h.rank, idx);
     }
 
     const bool arrives = (step.bits & kLsSignal) || kind == static_cast<int>(StepKind::Barrier);
@@ -205,7 +221,7 @@ __device__ bool runLane(const EngineDeviceHandle& h, uint32_t op, const ProgramH
 }
 
 template <bool kTrace, bool kCompute>
-__device__ void workerLoop(const EngineDeviceHandle& h, uint32_t worker) {
+__device__ __forceinline__ void workerLoop(const EngineDeviceHandle& h, uint32_t worker) {
   __shared__ uint64_t sTable[kMaxBindings];
   __shared__ uint64_t sProgram;
   __shared__ uint32_t sBindings;

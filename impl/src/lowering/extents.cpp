@@ -17,11 +17,12 @@ namespace {
 
 std::string extentName(const Schedule& s, uint32_t e) { return "runtime extent '" + s.extents[e].name + "'"; }
 
-bool anyGemm(const Schedule& s) {
+/// Whether any rank runs a compute step (Gemm, Attention): then every rank's table carries a parameter block.
+bool anyComputeStep(const Schedule& s) {
   for (const auto& lanes : s.lanes)
     for (const Lane& lane : lanes)
       for (const Step& st : lane.steps)
-        if (st.kind == StepKind::Gemm) return true;
+        if (st.kind == StepKind::Gemm || st.kind == StepKind::Attention) return true;
   return false;
 }
 
@@ -85,13 +86,13 @@ uint32_t extentsBindingOf(const Schedule& s, uint32_t rank) {
       uses = uses || (st.extent != kNoExtent && (kindInfo(st.kind).fields & kFieldExtent));
   if (!uses) return device::kNoExtentWord;
   const auto nB = static_cast<uint32_t>(s.buffers.size());
-  const bool gemms = anyGemm(s);
+  const bool gemms = anyComputeStep(s);
   const uint32_t last = device::extentWordsBinding(s.nRanks, nB, gemms, s.nRanks - 1);
   if (last >= device::kMaxBindings)
     throw Error(
         ErrorCode::Unsupported,
         "a schedule with runtime extents binds one more address per rank (its extent words): " + std::to_string(nB) +
-            " buffers on " + std::to_string(s.nRanks) + " ranks" + (gemms ? " with Gemm steps" : "") + " need " +
+            " buffers on " + std::to_string(s.nRanks) + " ranks" + (gemms ? " with compute steps" : "") + " need " +
             std::to_string(last + 1) + ", the engine carries at most " + std::to_string(device::kMaxBindings));
   return device::extentWordsBinding(s.nRanks, nB, gemms, rank);
 }

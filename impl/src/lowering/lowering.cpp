@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "lowering/attention_step.hpp"
 #include "lowering/extents.hpp"
 #include "lowering/packets.hpp"
 #include "mk/device/compute_lane_device.hpp"
@@ -20,6 +21,10 @@ namespace {
 using device::LoweredStep;
 
 constexpr uint64_t kScratchAlign = 256;
+/// Partition key of accesses made in tiles or units rather than ctaPiece pieces: equal to no data step's.
+constexpr uint64_t kTiled = ~uint64_t{0};
+/// Access::extent of a step split by whole rows (lse-merge), or-ed with the row width.
+constexpr uint32_t kRowPieces = 0x80000000u;
 constexpr uint16_t kIdleLane = 0xFFFF;
 
 uint64_t alignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
@@ -103,6 +108,11 @@ class Lowerer {
       h.gemmsOffset = h.totalBytes;
       h.totalBytes = alignUp(h.gemmsOffset + gemms_.size() * sizeof(device::LoweredGemm), 16);
     }
+    h.nAttentions = static_cast<uint32_t>(attentions_.size());
+    if (!attentions_.empty()) {
+      h.attentionsOffset = h.totalBytes;
+      h.totalBytes = alignUp(h.attentionsOffset + attentions_.size() * sizeof(device::LoweredAttention), 16);
+    }
     h.nPacketRecvs = static_cast<uint32_t>(recvs_.size());
     if (!recvs_.empty()) {
       h.packetRecvsOffset = h.totalBytes;
@@ -117,6 +127,9 @@ class Lowerer {
     std::memcpy(p.image.data() + h.ctasOffset, outCtas.data(), outCtas.size() * sizeof(device::CtaAssignment));
     if (!gemms_.empty())
       std::memcpy(p.image.data() + h.gemmsOffset, gemms_.data(), gemms_.size() * sizeof(device::LoweredGemm));
+    if (!attentions_.empty())
+      std::memcpy(p.image.data() + h.attentionsOffset, attentions_.data(),
+                  attentions_.size() * sizeof(device::LoweredAttention));
     if (!recvs_.empty())
       std::memcpy(p.image.data() + h.packetRecvsOffset, recvs_.data(),
                   recvs_.size() * sizeof(device::LoweredPacketRecv));
@@ -202,6 +215,8 @@ class Lowerer {
       const GemmShape& g = s_.gemms[st.aux];
       return std::max<uint64_t>(1, ((uint64_t{g.m} + 127) / 128) * ((uint64_t{g.n} + 127) / 128));
     }
+    if (st.kind == StepKind::Attention)
+      return st.aux < s_.attentions.size() ? std::max<uint64_t>(1, attentionUnits(s_.attentions[st.aux])) : 1;
     return std::max<uint64_t>(1, (stepBytes(st) + opt_.minBytesPerCta - 1) / opt_.minBytesPerCta);
   }
 
@@ -325,12 +340,25 @@ class Lowerer {
             failStep(ErrorCode::Unsupported, l, i,
                      std::string("the GPU engine does not move or reduce ") + toString(dt) +
                          " elements yet (float32, bfloat16, float16); run it on the CPU executor");
-          if (reduce && redOpInfo(st.op).shape != RedOpShape::Elementwise)
+          // A row operator (lse-merge): float32 rows of aux values and their log-sum-exp, split among the CTAs by
+          // whole rows (kRowPieces below); the row width travels in extentUnit (such a step has no runtime extent).
+          const bool rows = reduce && redOpInfo(st.op).shape == RedOpShape::LseRows;
+          if (reduce && !rows && redOpInfo(st.op).shape != RedOpShape::Elementwise)
             failStep(ErrorCode::Unsupported, l, i,
                      std::string("the GPU engine's reduction kernels do not run ") + toString(st.op) +
-                         " yet (sum, max, min); run it on the CPU executor");
+                         " yet (sum, max, min, lse-merge); run it on the CPU executor");
+          if (rows &&
+              (dt != DType::Float32 || st.extent != kNoExtent || st.aux == 0 || st.count % (uint64_t{st.aux} + 1) != 0))
+            failStep(ErrorCode::Unsupported, l, i,
+                     "the GPU engine merges float32 lse rows of a fixed count only (a whole number of rows of row + 1 "
+                     "elements, no runtime extent)");
           ls.dtype = static_cast<uint8_t>(dt);
           ls.activeCtas = static_cast<uint16_t>(activeFor(st.count * dtypeSize(dt), n));
+          if (rows) {
+            ls.extentUnit = st.aux;
+            ls.activeCtas = static_cast<uint16_t>(
+                std::min<uint64_t>(ls.activeCtas, std::max<uint64_t>(1, st.count / (uint64_t{st.aux} + 1))));
+          }
           // A packet Put writes the receiver's packet area, never its buffers: only its source counts for rule 3.
           const auto sent = packets_.sendOffset.find({rank_, l, i});
           const bool packet = sent != packets_.sendOffset.end();
@@ -338,15 +366,18 @@ class Lowerer {
             if (ref && ref->rank != rank_ && isUserBuffer(ref->buffer))
               ls.entryMask |= static_cast<uint16_t>(1u << ref->rank);
           if (n > 1) {
+            const uint64_t key = st.count;
             std::vector<Access> mine;
-            mine.push_back(Access{st.dst.rank, st.dst.buffer, true, st.dst.offset, st.dst.offset + st.count, st.count,
-                                  ls.activeCtas});
             mine.push_back(
-                Access{st.a.rank, st.a.buffer, false, st.a.offset, st.a.offset + st.count, st.count, ls.activeCtas});
+                Access{st.dst.rank, st.dst.buffer, true, st.dst.offset, st.dst.offset + st.count, key, ls.activeCtas});
+            mine.push_back(
+                Access{st.a.rank, st.a.buffer, false, st.a.offset, st.a.offset + st.count, key, ls.activeCtas});
             if (reduce)
               mine.push_back(
-                  Access{st.b.rank, st.b.buffer, false, st.b.offset, st.b.offset + st.count, st.count, ls.activeCtas});
-            for (Access& x : mine) x.extent = ls.extent;
+                  Access{st.b.rank, st.b.buffer, false, st.b.offset, st.b.offset + st.count, key, ls.activeCtas});
+            // Row pieces (lse-merge) equal only another row step's of the same count, width and CTAs: a partition
+            // key no element step has.
+            for (Access& x : mine) x.extent = rows ? (kRowPieces | st.aux) : ls.extent;
             bool conflict = false;
             for (const Access& x : mine)
               for (const Access& y : pending)
@@ -383,6 +414,7 @@ class Lowerer {
           break;
         case StepKind::ProxyPut: lowerProxyPut(l, i, st, n, ls, pending); break;
         case StepKind::Gemm: lowerGemm(l, i, st, n, ls, pending); break;
+        case StepKind::Attention: lowerAttention(l, i, st, n, ls, pending); break;
         default:
           failStep(ErrorCode::InvalidSchedule, l, i, "unknown step kind " + std::to_string(static_cast<int>(st.kind)));
       }
@@ -457,12 +489,7 @@ class Lowerer {
     };
     if (overlap(st.dst, cExtent, st.a, aExtent) || overlap(st.dst, cExtent, st.b, bExtent))
       failStep(ErrorCode::InvalidSchedule, l, i, "the C tile overlaps the A or B tile");
-    const uint64_t bindings = uint64_t{s_.nRanks} * s_.buffers.size() + s_.nRanks;
-    if (bindings > device::kMaxBindings)
-      failStep(ErrorCode::Unsupported, l, i,
-               "a schedule with Gemm steps binds one more address per rank (its tensor maps): " +
-                   std::to_string(s_.buffers.size()) + " buffers on " + std::to_string(s_.nRanks) + " ranks need " +
-                   std::to_string(bindings) + ", the engine carries at most " + std::to_string(device::kMaxBindings));
+    requireComputeBinding(l, i);
 
     device::LoweredGemm lg{};
     lg.m = g.m;
@@ -491,24 +518,58 @@ class Lowerer {
     ls.value = 0;
     gemms_.push_back(lg);
 
-    if (n > 1) {
-      // Tiles belong to CTAs by tile index, not by ctaPiece: never the "same piece" as another step's access.
-      constexpr uint64_t kTiled = ~uint64_t{0};
-      const std::vector<Access> mine = {
-          Access{st.dst.rank, st.dst.buffer, true, st.dst.offset, st.dst.offset + cExtent, kTiled, 0},
-          Access{st.a.rank, st.a.buffer, false, st.a.offset, st.a.offset + aExtent, kTiled, 0},
-          Access{st.b.rank, st.b.buffer, false, st.b.offset, st.b.offset + bExtent, kTiled, 0}};
-      bool conflict = false;
-      for (const Access& x : mine)
-        for (const Access& y : pending)
-          if ((x.write || y.write) && overlaps(x, y)) conflict = true;
-      if (conflict) {
-        ls.bits |= device::kLsBarrierBefore;
-        ls.barrierSync = newSyncPoint(l, i);
-        pending.clear();
-      }
-      pending.insert(pending.end(), mine.begin(), mine.end());
+    if (n > 1) addTiledAccesses(l, i, st, cExtent, aExtent, bExtent, ls, pending);
+  }
+
+  /// A compute step's CTAs touch dst (written), a and b (read) in tiles or units, not in ctaPiece pieces: never the
+  /// "same piece" as another step's access, so a lane barrier separates it from any earlier step of the lane touching
+  /// the same memory, and later steps touching its dst from it.
+  void addTiledAccesses(uint32_t l, uint32_t i, const Step& st, uint64_t dstExtent, uint64_t aExtent, uint64_t bExtent,
+                        LoweredStep& ls, std::vector<Access>& pending) {
+    const std::vector<Access> mine = {
+        Access{st.dst.rank, st.dst.buffer, true, st.dst.offset, st.dst.offset + dstExtent, kTiled, 0},
+        Access{st.a.rank, st.a.buffer, false, st.a.offset, st.a.offset + aExtent, kTiled, 0},
+        Access{st.b.rank, st.b.buffer, false, st.b.offset, st.b.offset + bExtent, kTiled, 0}};
+    bool conflict = false;
+    for (const Access& x : mine)
+      for (const Access& y : pending)
+        if ((x.write || y.write) && overlaps(x, y)) conflict = true;
+    if (conflict) {
+      ls.bits |= device::kLsBarrierBefore;
+      ls.barrierSync = newSyncPoint(l, i);
+      pending.clear();
     }
+    pending.insert(pending.end(), mine.begin(), mine.end());
+  }
+
+  /// Every compute step's parameter block is one more binding per rank (compute_lane_device.hpp).
+  void requireComputeBinding(uint32_t l, uint32_t i) const {
+    const uint64_t bindings = uint64_t{s_.nRanks} * s_.buffers.size() + s_.nRanks;
+    if (bindings > device::kMaxBindings)
+      failStep(ErrorCode::Unsupported, l, i,
+               "a schedule with compute steps (Gemm, Attention) binds one more address per rank (their tensor maps): " +
+                   std::to_string(s_.buffers.size()) + " buffers on " + std::to_string(s_.nRanks) + " ranks need " +
+                   std::to_string(bindings) + ", the engine carries at most " + std::to_string(device::kMaxBindings));
+  }
+
+  /// Lower one Attention step (attention_step.hpp's checks and record): its CTAs split the step's units statically
+  /// (unit c, c + activeCtas, ...), count = its record's index.
+  void lowerAttention(uint32_t l, uint32_t i, const Step& st, uint32_t n, LoweredStep& ls,
+                      std::vector<Access>& pending) {
+    AttentionStepLowering a = lowerAttentionStep(s_, rank_, l, i, n);
+    ls.dst = encode(l, i, st.dst, a.spans.out, "out (dst)");
+    ls.a = encode(l, i, st.a, a.spans.q, "Q (a)");
+    ls.b = encode(l, i, st.b, a.spans.kv, "K / V (b)");
+    requireComputeBinding(l, i);
+    a.record.q = ls.a;
+    a.record.kv = ls.b;
+    a.record.dst = ls.dst;
+    ls.dtype = static_cast<uint8_t>(DType::Float32);
+    ls.activeCtas = static_cast<uint16_t>(a.record.ctas);
+    ls.count = attentions_.size();
+    ls.value = 0;
+    attentions_.push_back(a.record);
+    if (n > 1) addTiledAccesses(l, i, st, a.spans.out, a.spans.q, a.spans.kv, ls, pending);
   }
 
   uint32_t newSyncPoint(uint32_t l, uint32_t i) {
@@ -616,9 +677,10 @@ class Lowerer {
   uint32_t rank_;
   LowerOptions opt_;
   uint32_t syncPoints_ = 0;
-  std::vector<device::LoweredGemm> gemms_;        ///< compute lanes: the aux table of this rank's Gemm steps
-  PacketPlan packets_;                            ///< where every LL packet Put of the schedule lands
-  std::vector<device::LoweredPacketRecv> recvs_;  ///< the packet runs this rank's Waits unpack
+  std::vector<device::LoweredGemm> gemms_;            ///< compute lanes: the aux table of this rank's Gemm steps
+  std::vector<device::LoweredAttention> attentions_;  ///< compute lanes: the aux table of this rank's Attention steps
+  PacketPlan packets_;                                ///< where every LL packet Put of the schedule lands
+  std::vector<device::LoweredPacketRecv> recvs_;      ///< the packet runs this rank's Waits unpack
 };
 
 }  // namespace

@@ -41,6 +41,10 @@ struct AttentionParams {
   GemmTensorMap mapQ, mapK, mapV;     ///< 4-D bf16 maps, box {64, 1, 128, 1}, 128-byte swizzle
   float* out = nullptr;               ///< [batch][ldo][qHeads][headDim + 1] float32
   uint32_t* timeoutReport = nullptr;  ///< host-mapped words a timed-out wait reports into (or null)
+  /// Resident runs (the compute lane): the budget of every wait (0: kGemmWaitLimitNs) and the word a timeout report
+  /// carries in r[7] (lane << 16 | step). The standalone kernel keeps the constant budget and no tag.
+  uint64_t waitLimitNs = 0;
+  uint32_t tag = 0;
   /// Dynamic unit fetch: a zeroed device word the CTAs draw unit numbers from (atomicAdd), so a CTA that finishes
   /// early takes the next unit; the last draw of a run sets it back to zero for the next one on the stream. Null:
   /// CTA c runs units c, c + stride, ... (a static split).
@@ -53,6 +57,10 @@ struct AttentionParams {
   float scale = 0;          ///< scores are scale x q.k
   float scaleLog2 = 0;      ///< scale x log2(e): the softmax runs on exp2
 };
+
+/// Registers per thread the engine's kernels are launched with (65536 / 384, rounded down to a multiple of 8): what
+/// setmaxnreg re-balances, and what a resident run gives every warp back at the end.
+inline constexpr uint32_t kAttentionLaunchRegs = 168;
 
 /// Tile shape, pipeline depth and shared-memory layout for head dim kD (64 or 128).
 template <uint32_t kDValue>
@@ -80,7 +88,8 @@ struct AttentionTileConfig {
       kSmemAlign + kTileBytes * (kQStages + 2 * kStages) + 8 * kBarriers + 4 * kQStages;
   static_assert(kD == 64 || kD == 128, "head dims 64 and 128");
   static_assert(kSmemBytes <= 227 * 1024, "H100/H200 give a CTA at most 227 KiB of shared memory");
-  static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * kThreads, "setmaxnreg moves launch registers");
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= kAttentionLaunchRegs * kThreads,
+                "setmaxnreg moves launch registers");
 };
 
 /// Shared-memory addresses of the engine's mbarriers (8 bytes each) from the first one; stage s of a per-stage
@@ -142,10 +151,14 @@ using gemm_detail::GemmWaiter;
 
 /// Bounded wait (gemm_primitives_device.hpp). In a report, `stage` s < kStages names K / V stage s, kStages + s Q
 /// stage s and kStages + kQStages + s the unit word of Q stage s; `unit` is the unit (or the wait's index).
+/// kResident: the budget is p.waitLimitNs (else kGemmWaitLimitNs) and the report carries p.tag.
+template <bool kResident>
 MK_DEVICE_INLINE void waitBar(const AttentionParams& p, uint32_t bar, uint32_t parity, GemmWaiter who, uint32_t stage,
                               uint32_t unit) {
   if (gemm_detail::mbarTryWait(bar, parity)) return;
-  gemm_detail::mbarWaitBounded<false>(p.timeoutReport, kGemmWaitLimitNs, 0, bar, parity, who, stage, unit);
+  const uint64_t limit = kResident && p.waitLimitNs != 0 ? p.waitLimitNs : kGemmWaitLimitNs;
+  gemm_detail::mbarWaitBounded<kResident>(p.timeoutReport, limit, kResident ? p.tag : 0u, bar, parity, who, stage,
+                                          unit);
 }
 
 /// The producer's next unit number: drawn from p.unitCounter (the draw of the last CTA to finish sets it back to
@@ -160,7 +173,7 @@ MK_DEVICE_INLINE uint32_t nextUnit(const AttentionParams& p, uint32_t firstUnit,
   return u;
 }
 
-template <uint32_t kD>
+template <uint32_t kD, bool kResident>
 MK_DEVICE_INLINE void produce(const AttentionParams& p, uint32_t smemQ, uint32_t smemKv, uint32_t bars,
                               uint32_t firstUnit, uint32_t unitStride) {
   using Cfg = AttentionTileConfig<kD>;
@@ -172,7 +185,8 @@ MK_DEVICE_INLINE void produce(const AttentionParams& p, uint32_t smemQ, uint32_t
     // Publish the unit (or the end, any number >= p.units) to the consumers through the unit word of slot i % 2.
     const uint32_t slot = i % Cfg::kQStages, slotPhase = (i / Cfg::kQStages) & 1;
     const uint32_t u = nextUnit(p, firstUnit, unitStride, i);
-    waitBar(p, bar.unitEmpty + 8 * slot, slotPhase ^ 1, GemmWaiter::Producer, Cfg::kStages + Cfg::kQStages + slot, i);
+    waitBar<kResident>(p, bar.unitEmpty + 8 * slot, slotPhase ^ 1, GemmWaiter::Producer,
+                       Cfg::kStages + Cfg::kQStages + slot, i);
     asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(bar.unit + 4 * slot), "r"(u) : "memory");
     mbarArrive(bar.unitFull + 8 * slot);  // release: the consumers' wait orders their read after the store
     if (u >= p.units) break;
@@ -180,7 +194,8 @@ MK_DEVICE_INLINE void produce(const AttentionParams& p, uint32_t smemQ, uint32_t
     if (un.kvTiles == 0) continue;  // no key for any row: the consumers write zeros without Q
     const int32_t b = static_cast<int32_t>(un.b), kvh = static_cast<int32_t>(un.h / group);
     const uint32_t qs = qIter % Cfg::kQStages, q = smemQ + qs * Cfg::kTileBytes, qFull = bar.qFull + 8 * qs;
-    waitBar(p, bar.qEmpty + 8 * qs, ((qIter / Cfg::kQStages) & 1) ^ 1, GemmWaiter::Producer, Cfg::kStages + qs, u);
+    waitBar<kResident>(p, bar.qEmpty + 8 * qs, ((qIter / Cfg::kQStages) & 1) ^ 1, GemmWaiter::Producer,
+                       Cfg::kStages + qs, u);
     mbarArriveExpectTx(qFull, Cfg::kTileBytes);
     for (uint32_t box = 0; box < Cfg::kBoxes; ++box)
       tmaLoad4d(q + box * Cfg::kBoxBytes, &p.mapQ, static_cast<int32_t>(box * 64), static_cast<int32_t>(un.h),
@@ -192,11 +207,11 @@ MK_DEVICE_INLINE void produce(const AttentionParams& p, uint32_t smemQ, uint32_t
       const uint32_t k = smemKv + stage * 2 * Cfg::kTileBytes, v = k + Cfg::kTileBytes;
       const uint32_t kFull = bar.kFull + 8 * stage, vFull = bar.vFull + 8 * stage;
       const int32_t n0 = static_cast<int32_t>(t * 128);
-      waitBar(p, bar.kEmpty + 8 * stage, phase ^ 1, GemmWaiter::Producer, stage, u);
+      waitBar<kResident>(p, bar.kEmpty + 8 * stage, phase ^ 1, GemmWaiter::Producer, stage, u);
       mbarArriveExpectTx(kFull, Cfg::kTileBytes);
       for (uint32_t box = 0; box < Cfg::kBoxes; ++box)
         tmaLoad4d(k + box * Cfg::kBoxBytes, &p.mapK, static_cast<int32_t>(box * 64), kvh, n0, b, kFull);
-      waitBar(p, bar.vEmpty + 8 * stage, phase ^ 1, GemmWaiter::Producer, stage, u);
+      waitBar<kResident>(p, bar.vEmpty + 8 * stage, phase ^ 1, GemmWaiter::Producer, stage, u);
       mbarArriveExpectTx(vFull, Cfg::kTileBytes);
       for (uint32_t box = 0; box < Cfg::kBoxes; ++box)
         tmaLoad4d(v + box * Cfg::kBoxBytes, &p.mapV, static_cast<int32_t>(box * 64), kvh, n0, b, vFull);
@@ -363,7 +378,7 @@ MK_DEVICE_INLINE void storeRows(const AttentionParams& p, const float (&o)[kD / 
 
 /// The consumer warpgroups' loop over their units: per key tile S, wait, the softmax, P V, wait. The two consumers
 /// run the same units and key tiles on their own rows, so one's softmax runs while the other's wgmmas do.
-template <uint32_t kD>
+template <uint32_t kD, bool kResident>
 MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ0, uint32_t smemKv, uint32_t bars) {
   using Cfg = AttentionTileConfig<kD>;
   using namespace gemm_detail;
@@ -377,8 +392,8 @@ MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ0, uint32_
   uint32_t pa[8][4];
   for (uint32_t i = 0;; ++i) {
     const uint32_t slot = i % Cfg::kQStages;
-    waitBar(p, bar.unitFull + 8 * slot, (i / Cfg::kQStages) & 1, GemmWaiter::Consumer,
-            Cfg::kStages + Cfg::kQStages + slot, i);
+    waitBar<kResident>(p, bar.unitFull + 8 * slot, (i / Cfg::kQStages) & 1, GemmWaiter::Consumer,
+                       Cfg::kStages + Cfg::kQStages + slot, i);
     uint32_t u;
     asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(u) : "r"(bar.unit + 4 * slot) : "memory");
     warpArrive(bar.unitEmpty + 8 * slot, lane);
@@ -393,13 +408,14 @@ MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ0, uint32_
       const uint32_t qs = qIter % Cfg::kQStages;
       smemQ = smemQ0 + qs * Cfg::kTileBytes;
       qEmpty = bar.qEmpty + 8 * qs;
-      waitBar(p, bar.qFull + 8 * qs, (qIter / Cfg::kQStages) & 1, GemmWaiter::Consumer, Cfg::kStages + qs, u);
+      waitBar<kResident>(p, bar.qFull + 8 * qs, (qIter / Cfg::kQStages) & 1, GemmWaiter::Consumer, Cfg::kStages + qs,
+                         u);
       ++qIter;
     }
     for (uint32_t t = 0; t < un.kvTiles; ++t, ++it) {
       const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
       const uint32_t k = smemKv + stage * 2 * Cfg::kTileBytes, v = k + Cfg::kTileBytes;
-      waitBar(p, bar.kFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
+      waitBar<kResident>(p, bar.kFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
       issueScores<kD>(s, smemQ, k, consumer);
       wgmmaWait<0>();
       fenceRegs(s);
@@ -408,7 +424,7 @@ MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ0, uint32_
       softmaxTile(p, s, st, un, t, row0, lane);
       rescale(o, st);
       packP(s, pa);
-      waitBar(p, bar.vFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
+      waitBar<kResident>(p, bar.vFull + 8 * stage, phase, GemmWaiter::Consumer, stage, u);
       issueValues<kD>(o, pa, v);
       wgmmaWait<0>();
       fenceRegs(o);
@@ -426,19 +442,27 @@ MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ0, uint32_
 /// every one of them must run this routine to the end: the last draw resets the counter);
 /// `smem` is AttentionTileConfig<kD>::kSmemBytes of dynamic shared memory the CTA owns for the call. The routine
 /// initialises its mbarriers and re-balances registers with setmaxnreg; p.headDim must be kD (else it traps).
-template <uint32_t kD>
+///
+/// kResident (the resident kernel's compute lane, mk/device/compute_lane_device.hpp), as gemmRunTiles: every thread
+/// returns, with exactly kAttentionLaunchRegs registers again (the consumers give theirs back first, then the
+/// producer takes its share back: the kernel must be launched with exactly that count); the mbarriers are invalidated
+/// before anyone leaves (the next step re-initialises the same shared memory); the tensor maps, written by the host
+/// while the kernel ran, are acquired by the tensormap proxy before their first use; every output row is stored
+/// (direct stores) when it returns. Units are split statically (p.unitCounter must be null).
+template <uint32_t kD, bool kResident = false>
 MK_DEVICE_INLINE void attentionRunUnits(const AttentionParams& p, uint8_t* smem, uint32_t firstUnit,
                                         uint32_t unitStride) {
   using Cfg = AttentionTileConfig<kD>;
   using namespace gemm_detail;
   if (p.headDim != kD) __trap();
+  if (kResident && p.unitCounter != nullptr) __trap();
   const uintptr_t raw = reinterpret_cast<uintptr_t>(smem);
   uint8_t* base = smem + ((Cfg::kSmemAlign - raw % Cfg::kSmemAlign) % Cfg::kSmemAlign);
   const uint32_t smemQ = smemAddr(base);                            // Q stage s at s tiles
   const uint32_t smemKv = smemQ + Cfg::kQStages * Cfg::kTileBytes;  // stage s: K at 2 s tiles, V one tile later
   const uint32_t bars = smemKv + 2 * Cfg::kStages * Cfg::kTileBytes;
+  const AttentionBarriers<Cfg::kQStages, Cfg::kStages> bar(bars);
   if (threadIdx.x == 0) {
-    const AttentionBarriers<Cfg::kQStages, Cfg::kStages> bar(bars);
     for (uint32_t s = 0; s < Cfg::kQStages; ++s) {
       mbarInit(bar.qFull + 8 * s, 1);                     // the producer's expect_tx
       mbarInit(bar.qEmpty + 8 * s, Cfg::kConsumerWarps);  // every consumer warp
@@ -458,14 +482,40 @@ MK_DEVICE_INLINE void attentionRunUnits(const AttentionParams& p, uint8_t* smem,
   if (threadIdx.x / 128 == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegs));
     if (threadIdx.x == 0) {
+      if constexpr (kResident) {
+        // The maps were written (by a host copy) after the kernel started: order that write before the tensormap
+        // proxy reads them.
+        for (const GemmTensorMap* m : {&p.mapQ, &p.mapK, &p.mapV})
+          asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(m))
+                       : "memory");
+      }
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapQ)) : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapK)) : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapV)) : "memory");
-      attention_detail::produce<kD>(p, smemQ, smemKv, bars, firstUnit, unitStride);
+      attention_detail::produce<kD, kResident>(p, smemQ, smemKv, bars, firstUnit, unitStride);
     }
+    if constexpr (!kResident) return;
+    // Take the registers back only once the consumers have given theirs back (gemmRunTiles explains the order).
+    __syncwarp();
+    namedBarrier<kGiveBackBarrier, Cfg::kThreads>();
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kAttentionLaunchRegs));
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs));
-    attention_detail::consume<kD>(p, smemQ, smemKv, bars);
+    attention_detail::consume<kD, kResident>(p, smemQ, smemKv, bars);
+    if constexpr (!kResident) return;
+    namedBarrier<1, 128 * 2>();  // the consumers' explicit warpgroup synchronisation between two setmaxnreg
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kAttentionLaunchRegs));
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(kGiveBackBarrier), "n"(Cfg::kThreads) : "memory");
+  }
+  if constexpr (kResident) {
+    // Every warp is back at the launch count and every TMA load completed (the consumers waited for each one they
+    // were issued for): invalidate the barriers before any thread leaves.
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (uint32_t b = 0; b < Cfg::kBarriers; ++b)
+        asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(bar.qFull + 8 * b) : "memory");
+    }
+    __syncthreads();
   }
 }
 

@@ -1,5 +1,6 @@
 // mkernel — compute lanes of the resident kernel: Gemm steps run by the Hopper tile engine
-// (mk/device/gemm_device.hpp) inside the resident kernel, between the communication steps of a lane.
+// (mk/device/gemm_device.hpp) and Attention steps run by the attention engine (mk/device/attention_device.hpp)
+// inside the resident kernel, between the communication steps of a lane.
 //
 // The compute-capable instantiation of the resident kernel (CommConfig::computeLanes) has 384 threads per
 // CTA (one producer + two consumer warpgroups), __launch_bounds__(384, 1) and kComputeSmemBytes of
@@ -7,9 +8,10 @@
 //
 // What crosses from the host (docs/gpu-engine.md, "Compute lanes"):
 //  * at lowering, every Gemm step of a rank gets a LoweredGemm record (the aux table of the program image,
-//    ProgramHeader::gemmsOffset / nGemms); LoweredStep::count is its index;
-//  * per op, the host binds the addresses: one device-memory block of GemmParams per rank (one per Gemm
-//    step of that rank's program, tensor maps encoded on the host for the op's A, B, C addresses), cached by
+//    ProgramHeader::gemmsOffset / nGemms), every Attention step a LoweredAttention record (attentionsOffset /
+//    nAttentions); LoweredStep::count is its index in its table;
+//  * per op, the host binds the addresses: one device-memory block per rank, GemmParams[nGemms] then
+//    AttentionParams[nAttentions] (tensor maps encoded on the host for the op's addresses), cached by
 //    (program, addresses) so repeated ops with the same buffers cost one lookup. The block's address travels
 //    in the op's binding table, after the schedule's own bindings: table[nRanks * nBuffers + rank].
 //
@@ -22,6 +24,7 @@
 
 #include <cstdint>
 
+#include "mk/device/attention_device.hpp"
 #include "mk/device/engine_device.hpp"
 #include "mk/device/gemm_device.hpp"
 #include "mk/device/macros_device.hpp"
@@ -31,15 +34,19 @@ namespace mk::device {
 /// Threads per CTA of the compute-capable resident kernel (the GEMM engine's producer + 2 consumers).
 inline constexpr uint32_t kComputeThreads = GemmTileConfigT<256, false>::kThreads;
 
-/// Dynamic shared memory of the compute-capable resident kernel: the largest of the engine's variants
-/// (128- or 256-wide tile, direct or TMA-store epilogue).
+/// Dynamic shared memory of the compute-capable resident kernel: the largest of the engines' variants (GEMM:
+/// 128- or 256-wide tile, direct or TMA-store epilogue; attention: head dim 64 or 128).
 inline constexpr uint32_t kComputeSmemBytes = [] {
-  const uint32_t v[4] = {GemmTileConfigT<128, false>::kSmemBytes, GemmTileConfigT<256, false>::kSmemBytes,
-                         GemmTileConfigT<128, true>::kSmemBytes, GemmTileConfigT<256, true>::kSmemBytes};
+  const uint32_t v[6] = {GemmTileConfigT<128, false>::kSmemBytes, GemmTileConfigT<256, false>::kSmemBytes,
+                         GemmTileConfigT<128, true>::kSmemBytes,  GemmTileConfigT<256, true>::kSmemBytes,
+                         AttentionTileConfig<64>::kSmemBytes,     AttentionTileConfig<128>::kSmemBytes};
   uint32_t m = 0;
   for (uint32_t x : v) m = x > m ? x : m;
   return m;
 }();
+static_assert(AttentionTileConfig<128>::kThreads == kComputeThreads &&
+                  kAttentionLaunchRegs == GemmTileConfigT<256, false>::kLaunchRegs,
+              "the attention engine runs in the compute kernel's CTAs with its launch register count");
 
 /// LoweredGemm::flags bits.
 enum LoweredGemmBits : uint32_t {
@@ -65,6 +72,25 @@ struct alignas(16) LoweredGemm {
 };
 static_assert(sizeof(LoweredGemm) == 80, "LoweredGemm is a fixed wire record");
 
+/// One Attention step of a rank's program, as lowered (mk/schedule/attention.hpp's shape; the aux table of the program
+/// image). The host reads it per op to build the step's AttentionParams (maps of Q, K, V at the op's addresses).
+struct alignas(16) LoweredAttention {
+  uint32_t batch, qHeads, kvHeads, headDim;
+  uint32_t sq, skv, ldq, ldkv, ldo;
+  uint32_t causal;  ///< 1: key j is seen by row i iff kvPos + j <= qPos + i
+  float scale;      ///< scores are scale x q.k
+  uint32_t units;   ///< batch x qHeads x ceil(sq / 128)
+  uint32_t ctas;    ///< CTAs of the lane that run units (LoweredStep::activeCtas)
+  uint16_t lane;    ///< lane index in the schedule (diagnostics)
+  uint16_t reserved0;
+  uint32_t step;  ///< step index in the lane (diagnostics)
+  uint32_t reserved1;
+  int64_t causalDelta;  ///< qPos - kvPos
+  uint64_t vOffset;     ///< V starts this many elements after K in b's buffer
+  uint64_t q, kv, dst;  ///< operands (kOperandShift encoding), as in the LoweredStep
+};
+static_assert(sizeof(LoweredAttention) == 112, "LoweredAttention is a fixed wire record");
+
 /// Where rank `rank`'s GemmParams block of the current op sits in the binding table (after the schedule's
 /// nRanks x nBuffers bindings).
 MK_HOST_DEVICE_INLINE uint32_t gemmParamsBinding(uint32_t nRanks, uint32_t nBuffers, uint32_t rank) {
@@ -76,6 +102,20 @@ MK_HOST_DEVICE_INLINE uint32_t gemmParamsBinding(uint32_t nRanks, uint32_t nBuff
 /// The compute-capable kernel's dynamic shared memory (kComputeSmemBytes, which includes the 1 KiB of slack the
 /// engine aligns it up with: declared 16-byte aligned so that the static variables are not padded to 1 KiB).
 extern __shared__ __align__(16) uint8_t mkComputeLaneSmem[];
+
+/// Run CTA `idx`'s share of Attention step `step`: units idx, idx + activeCtas, ... (all kComputeThreads threads call
+/// it with the same arguments; CTAs at or past step.activeCtas have no unit and return at once). Its AttentionParams
+/// follow the rank's GemmParams in the block the binding table names.
+MK_DEVICE_INLINE void runAttentionStep(const LoweredStep& step, const ProgramHeader* ph, const uint64_t* table,
+                                       uint32_t rank, uint32_t idx) {
+  if (idx >= step.activeCtas) return;
+  const auto* block = reinterpret_cast<const GemmParams*>(table[gemmParamsBinding(ph->nRanks, ph->nBuffers, rank)]);
+  const AttentionParams& p = reinterpret_cast<const AttentionParams*>(block + ph->nGemms)[step.count];
+  if (p.headDim == 64)
+    attentionRunUnits<64, true>(p, mkComputeLaneSmem, idx, step.activeCtas);
+  else
+    attentionRunUnits<128, true>(p, mkComputeLaneSmem, idx, step.activeCtas);
+}
 
 /// Run CTA `idx`'s share of Gemm step `step` (all kComputeThreads threads call it with the same arguments).
 /// CTAs at or past step.activeCtas have no tile and return at once.

@@ -284,14 +284,14 @@ inline constexpr uint32_t kNoExtentWord = 0xFFFFFFFFu;
 
 /// One step as the resident kernel runs it; 80 bytes, read whole before acting, never written at run time.
 struct alignas(16) LoweredStep {
-  uint8_t kind;          ///< StepKind (Copy, Reduce, Put, Signal, Wait, Barrier, Gemm: count = LoweredGemm index)
-  uint8_t redop;         ///< RedOp
-  uint8_t dtype;         ///< DType of the operands (checked equal at lowering)
-  uint8_t bits;          ///< LoweredStepBits
-  uint16_t activeCtas;   ///< CTAs of the lane that move data (the rest only take part in syncs)
-  uint16_t entryMask;    ///< ranks whose op entry this step waits for (kLsEntryCheck)
-  uint32_t flagRank;     ///< Signal / Put+signal: target rank; Wait: own rank
-  uint32_t flagId;       ///< flag id (Signal, Put+signal, Wait) or barrier id (Barrier)
+  uint8_t kind;         ///< StepKind (Copy, Reduce, Put, Signal, Wait, Barrier; Gemm / Attention: count = record index)
+  uint8_t redop;        ///< RedOp
+  uint8_t dtype;        ///< DType of the operands (checked equal at lowering)
+  uint8_t bits;         ///< LoweredStepBits
+  uint16_t activeCtas;  ///< CTAs of the lane that move data (the rest only take part in syncs)
+  uint16_t entryMask;   ///< ranks whose op entry this step waits for (kLsEntryCheck)
+  uint32_t flagRank;    ///< Signal / Put+signal: target rank; Wait: own rank
+  uint32_t flagId;      ///< flag id (Signal, Put+signal, Wait) or barrier id (Barrier)
   uint32_t barrierSync;  ///< sync point the lane's CTAs meet at before the step (kLsBarrierBefore)
   uint32_t arriveSync;   ///< sync point counting arrivals after the step (signal / barrier, lanes of > 1 CTA):
                          ///< the CTA whose arrival completes it signals for the whole lane
@@ -303,7 +303,9 @@ struct alignas(16) LoweredStep {
   /// value read when the step starts and refused above extentBound (Status::BadExtent); `count` is the bound's.
   uint32_t extent;
   uint32_t extentBound;  ///< the extent's bound, in units
-  uint64_t extentUnit;   ///< elements per unit (count = extentUnit x extentBound)
+  /// Elements per unit (count = extentUnit x extentBound). A Reduce with a row operator (lse-merge, which never has
+  /// an extent): the row's width, its count a whole number of rows of width + 1 elements.
+  uint64_t extentUnit;
 };
 static_assert(sizeof(LoweredStep) == 80);
 
@@ -346,7 +348,8 @@ enum ProgramFlagBits : uint32_t {
 };
 
 /// Program header; followed by LoweredLane[nLanes], LoweredStep[nSteps], CtaAssignment[nWorkers] at the
-/// byte offsets given (each 16-byte aligned), then (compute lanes) LoweredGemm[nGemms] at gemmsOffset and
+/// byte offsets given (each 16-byte aligned), then (compute lanes) LoweredGemm[nGemms] at gemmsOffset,
+/// LoweredAttention[nAttentions] at attentionsOffset and
 /// (LL packets) LoweredPacketRecv[nPacketRecvs] at packetRecvsOffset.
 struct alignas(16) ProgramHeader {
   uint32_t magic;
@@ -367,13 +370,17 @@ struct alignas(16) ProgramHeader {
   /// no step of the program has an extent. A null address there: every extent at its bound.
   uint32_t extentsBinding;
   uint64_t packetRecvsOffset;  ///< byte offset of LoweredPacketRecv[nPacketRecvs] (0 when none)
+  // ---- compute lanes: Attention steps (mk/device/compute_lane_device.hpp) ----
+  uint32_t nAttentions;  ///< Attention steps of this rank (LoweredAttention records; 0 = none)
+  uint32_t reserved0;
+  uint64_t attentionsOffset;  ///< byte offset of LoweredAttention[nAttentions] (0 when none)
 };
-static_assert(sizeof(ProgramHeader) == 112);
+static_assert(sizeof(ProgramHeader) == 128);
 
 /// Binding-table index of rank `rank`'s extent words (an op's device array of one uint64 per Schedule::extents
-/// entry): after the schedule's nRanks x nBuffers addresses and, when the schedule has Gemm steps, the nRanks
-/// GemmParams blocks (gemmParamsBinding). Written per op by the host (finalize), so one lowered program serves every
-/// array of words.
+/// entry): after the schedule's nRanks x nBuffers addresses and, when the schedule has compute steps (Gemm,
+/// Attention), the nRanks compute-parameter blocks (gemmParamsBinding). Written per op by the host (finalize), so one
+/// lowered program serves every array of words.
 MK_HOST_DEVICE_INLINE uint32_t extentWordsBinding(uint32_t nRanks, uint32_t nBuffers, bool gemms, uint32_t rank) {
   return nRanks * nBuffers + (gemms ? nRanks : 0u) + rank;
 }
