@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "mk/algorithms/algorithms.hpp"
+#include "mk/algorithms/attention.hpp"
 #include "mk/algorithms/fused.hpp"
 #include "mk/schedule/schedule.hpp"
 #include "mk/topology/topology.hpp"
@@ -287,6 +288,23 @@ class Communicator {
   /// What a fused call with (spec, opt) runs on this communicator: the concrete options (tile, order, the split,
   /// compute lanes) and the closed form's estimate. Throws what the call would throw for the shape and options.
   FusedPlan fusedPlan(const FusedSpec& spec, const FusedOptions& opt = {}) const;
+
+  /// Ring attention, forward (context parallelism; docs/attention.md, "Ring attention"): the sequence of spec.seq
+  /// tokens is split over the ranks, each rank keeps its queries while the key / value blocks travel around the ring
+  /// and the compute lane runs attention against each arrived block while the next one travels (puts inside a node,
+  /// the proxy between nodes), the partial results merged by log-sum-exp. Every rank calls it with the same spec;
+  /// this rank's pieces (device memory of its GPU), L = seq / ranks tokens in its local order
+  /// (mk::ringAttentionPosition: its L-token slice, or with spec.causal the zigzag's two chunks):
+  ///  * q: bf16 [batch][L][qHeads][headDim], 16-byte aligned;
+  ///  * kv: bf16 K [batch][L][kvHeads][headDim] then V of the same shape, 16-byte aligned;
+  ///  * out: float32 [batch][L][qHeads][headDim + 1]: each row's attention output over the whole sequence (the keys it
+  ///    sees), then its log-sum-exp (what a backward pass keeps).
+  /// Stream-ordered like the collectives; generated, lowered and uploaded once per spec. spec.computeCtas <= 1 lets
+  /// the engine give the compute lane all but a few of the worker CTAs. Refused before anything runs, with mk::Error
+  /// naming what to change: a spec mk::validateRingAttentionSpec refuses, a head dim other than 64 or 128 or a dtype
+  /// other than bfloat16 (InvalidArgument), a communicator without CommConfig::computeLanes (Unsupported), pointers
+  /// that are null, misaligned or not device memory of this GPU (InvalidArgument).
+  void ringAttention(const RingAttentionSpec& spec, const void* q, const void* kv, float* out, cudaStream_t stream);
 
   /// Algorithm "auto" would pick for this collective (mk::chooseAlgorithm on topology() under the profile).
   Algorithm chooseAlgorithm(CollOp op, uint64_t count, DType dtype) const;

@@ -228,6 +228,17 @@ void Communicator::fused(const FusedSpec& spec, const void* a, const void* b, vo
   engine_->submitFused(rank_, spec, opt, a, b, c, stream);
 }
 
+void Communicator::ringAttention(const RingAttentionSpec& spec, const void* q, const void* kv, float* out,
+                                 cudaStream_t stream) {
+  if (!engine_) throw Error(ErrorCode::InvalidArgument, "communicator was moved from");
+  const runtime::CaptureScope capture(*engine_, rank_, stream);  // first (capture.hpp)
+  runtime::checkRingAttentionCall(spec, static_cast<uint32_t>(size()), engine_->computeLanes());
+  checkPointer(q, "q", 16, device(), "ringAttention");
+  checkPointer(kv, "kv", 16, device(), "ringAttention");
+  checkPointer(out, "out", 4, device(), "ringAttention");
+  engine_->submitRingAttention(rank_, spec, q, kv, out, stream);
+}
+
 namespace {
 FusedSpec fusedSpec(FusedOp op, uint64_t m, uint64_t n, uint64_t k, DType dtype, MatrixLayout layoutB) {
   FusedSpec s;

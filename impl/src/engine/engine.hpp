@@ -71,6 +71,8 @@ class Engine final : public std::enable_shared_from_this<Engine>, private Progre
   /// The proxy's transport between nodes ("" on one node).
   std::string interNodeTransport() const;
   uint32_t workers() const noexcept { return ctx_.workers; }
+  /// Whether the kernel is the compute-capable one (CommConfig::computeLanes).
+  bool computeLanes() const noexcept { return ctx_.config.computeLanes; }
   /// True for one process per GPU (only rank ownRank() lives here).
   bool multiProcess() const noexcept { return ctx_.link != nullptr; }
   /// Ranks q and r share a node (EngineContext::sameNode).
@@ -99,6 +101,11 @@ class Engine final : public std::enable_shared_from_this<Engine>, private Progre
   void submitFused(int r, const FusedSpec& spec, const FusedOptions& opt, const void* a, const void* b, void* c,
                    cudaStream_t stream) {
     submission_.submitFused(r, spec, opt, a, b, c, stream);
+  }
+  /// Ring attention: generate, lower and upload once per spec, bind q, kv and out (ring_attention.cpp).
+  void submitRingAttention(int r, const RingAttentionSpec& spec, const void* q, const void* kv, float* out,
+                           cudaStream_t stream) {
+    submission_.submitRingAttention(r, spec, q, kv, out, stream);
   }
   /// What submitFused decides for (spec, opt) on this communicator (cached).
   FusedPlan fusedPlan(const FusedSpec& spec, const FusedOptions& opt) { return submission_.fusedPlan(spec, opt); }

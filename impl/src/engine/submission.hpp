@@ -22,6 +22,7 @@
 #include "engine/handoff.hpp"
 #include "engine/progress.hpp"
 #include "engine/resources.hpp"
+#include "mk/algorithms/attention.hpp"
 #include "mk/algorithms/fused.hpp"
 #include "mk/communicator.hpp"
 #include "mk/device/engine_device.hpp"
@@ -89,6 +90,9 @@ class EngineSubmission {
                    cudaStream_t stream);
   /// What submitFused decides for (spec, opt) on this communicator (cached; fused.cpp).
   FusedPlan fusedPlan(const FusedSpec& spec, const FusedOptions& opt);
+  /// Ring attention (ring_attention.cpp): generate, lower and upload once per spec, bind q, kv and out.
+  void submitRingAttention(int r, const RingAttentionSpec& spec, const void* q, const void* kv, float* out,
+                           cudaStream_t stream);
   /// The "auto" choice (algorithm_choice.cpp).
   Algorithm chooseAlgorithm(CollOp op, uint64_t count, DType dtype);
   /// The chunks and channels an op gets when the caller leaves them 0 (algorithm_choice.cpp).
@@ -183,6 +187,7 @@ class EngineSubmission {
   std::map<ScheduleKey, std::unique_ptr<CachedSchedule>> cache_;
   std::map<std::tuple<int, uint64_t, int>, Algorithm> autoCache_;  ///< "auto" choices
   std::map<FusedKey, FusedPlan> fusedPlans_;                       ///< planFused per requested (spec, options)
+  std::map<std::string, ScheduleKey> ringKeys_;                    ///< ring attention: planned spec -> its schedule
   std::map<uint32_t, PendingOp> pending_;          ///< ops not yet submitted by every rank, by sequence number
   std::vector<const CachedSchedule*> opSchedule_;  ///< [seq % ringSlots]: what each recent op ran
   std::vector<std::pair<uintptr_t, uintptr_t>> prevReads_, prevWrites_;  ///< user ranges of the last finalized op
@@ -193,5 +198,10 @@ class EngineSubmission {
   device::DescriptorFault injectFault_{};  ///< 0: none (the only state outside the tests)
   int injectRank_ = 0;                     ///< the rank whose descriptor entry injectFault_ corrupts
 };
+
+/// What Communicator::ringAttention refuses before anything runs (ring_attention.cpp): the spec on `nRanks` ranks
+/// (validateRingAttentionSpec), a communicator without compute lanes (Unsupported), blocks the attention engine
+/// cannot run (head dim, dtype: InvalidArgument naming it).
+void checkRingAttentionCall(const RingAttentionSpec& spec, uint32_t nRanks, bool computeLanes);
 
 }  // namespace mk::runtime

@@ -1,0 +1,96 @@
+// mkernel — ring attention on the GPU engine (Communicator::ringAttention; docs/attention.md, "Ring attention"): the
+// ring-attention schedule (mk/algorithms/attention.hpp) for this communicator's placement of ranks on nodes,
+// generated, lowered and uploaded once per spec, its Attention steps run by the compute lane's attention engine while
+// the send lane passes the K / V blocks around the ring (NVLink or same-GPU puts inside a node, the proxy across).
+#include <cuda_runtime_api.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/engine.hpp"
+#include "mk/algorithms/attention.hpp"
+#include "mk/attention_params.hpp"
+#include "mk/error.hpp"
+#include "mk/schedule/pack.hpp"
+#include "mk/schedule/validate.hpp"
+
+namespace mk::runtime {
+namespace {
+
+/// The spec as the schedule is generated from it: the compute lane's weight against the send lane's 1, so that the
+/// lowering gives the attention steps all but a few of the rank's worker CTAs (the puts need few: one per 32 KiB
+/// piece would take SMs from the tensor cores for bandwidth the links do not have).
+RingAttentionSpec plannedSpec(RingAttentionSpec spec, uint32_t workers) {
+  if (spec.scale == 0) spec.scale = defaultAttentionScale(spec.headDim);
+  if (spec.computeCtas <= 1) spec.computeCtas = workers > 8 ? 8 * workers : 64;
+  return spec;
+}
+
+std::string specText(const RingAttentionSpec& s) {
+  std::ostringstream os;
+  os << "ring-attention " << toString(s.dtype) << " B " << s.batch << " heads " << s.qHeads << "/" << s.kvHeads
+     << " D " << s.headDim << " S " << s.seq << (s.causal ? " causal" : "") << " scale " << s.scale << " weight "
+     << s.computeCtas;
+  return os.str();
+}
+
+}  // namespace
+
+void checkRingAttentionCall(const RingAttentionSpec& spec, uint32_t nRanks, bool computeLanes) {
+  validateRingAttentionSpec(spec, nRanks);  // Error(InvalidArgument) naming the field
+  if (!computeLanes)
+    throw Error(ErrorCode::Unsupported,
+                "ringAttention: the communicator has no compute lanes; create it with CommConfig::computeLanes = true "
+                "(the attention engine runs inside the compute-capable resident kernel)");
+  // The blocks the Attention steps see: what the engine must be able to run (head dim, dtype, TMA's ranges).
+  const uint64_t local = spec.seq / nRanks, chunk = spec.causal ? local / 2 : local;
+  AttentionShape sh;
+  sh.batch = spec.batch;
+  sh.qHeads = spec.qHeads;
+  sh.kvHeads = spec.kvHeads;
+  sh.headDim = spec.headDim;
+  sh.sq = sh.skv = static_cast<uint32_t>(chunk);
+  sh.ldq = sh.ldkv = sh.ldo = static_cast<uint32_t>(local);
+  sh.scale = spec.scale > 0 ? spec.scale : defaultAttentionScale(spec.headDim);
+  sh.vOffset = uint64_t{spec.batch} * local * spec.kvHeads * spec.headDim;
+  if (chunk > (uint64_t{1} << 30))
+    throw Error(ErrorCode::InvalidArgument, "ringAttention: seq / ranks must be <= 2^30 tokens (got " +
+                                                std::to_string(local) + ")");
+  const std::string why = attentionForwardProblem(sh, spec.dtype);
+  if (!why.empty()) throw Error(ErrorCode::InvalidArgument, "ringAttention: " + why);
+}
+
+void EngineSubmission::submitRingAttention(int r, const RingAttentionSpec& specIn, const void* q, const void* kv,
+                                           float* out, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(ctx_.mu);
+  failures_.throwIfFailedLocked();
+  const auto n = static_cast<uint32_t>(ctx_.ranks.size());
+  checkRingAttentionCall(specIn, n, ctx_.config.computeLanes);
+  const RingAttentionSpec spec = plannedSpec(specIn, ctx_.workers);
+  const std::string what = specText(spec);
+  // The key is the packed image's hash (a custom schedule's): generated once per spec to learn it.
+  Schedule made;
+  auto found = ringKeys_.find(what);
+  if (found == ringKeys_.end()) {
+    made = generateRingAttention(spec, ctx_.topology.layout(n));
+    ValidateOptions vo;
+    vo.checkRaces = false;  // the generator's tests prove race freedom; this checks the shape we rely on
+    validate(made, vo);
+    const std::vector<uint8_t> image = pack(made);
+    found = ringKeys_.emplace(what, ScheduleKey::customImage(fnv1a(image.data(), image.size()), image.size())).first;
+  }
+  const ScheduleKey key = found->second;
+  CachedSchedule& cs = cacheLocked(
+      key, [&] { return made.nRanks != 0 ? made : generateRingAttention(spec, ctx_.topology.layout(n)); }, what);
+  std::vector<uint64_t> bind(cs.schedule.buffers.size(), 0);
+  const std::pair<const char*, const void*> named[3] = {{"q", q}, {"kv", kv}, {"out", out}};
+  for (const auto& [name, p] : named) {
+    const int idx = cs.schedule.bufferIndex(name);
+    if (idx < 0) throw Error(ErrorCode::Internal, what + ": the generated schedule has no buffer '" + name + "'");
+    bind[static_cast<size_t>(idx)] = reinterpret_cast<uint64_t>(p);
+  }
+  submitBoundLocked(r, key, cs, bind, stream);
+}
+
+}  // namespace mk::runtime
