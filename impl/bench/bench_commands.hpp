@@ -11,6 +11,9 @@ namespace mkbench {
 int gemmMain(int argc, char** argv, const std::string& command);
 /// mk-bench attention [--seq ...] [--json f]: the attention forward engine on issue 38's shapes.
 int attentionMain(int argc, char** argv, const std::string& command);
+/// mk-bench ring-attention [--ranks R] [--seq-per-rank ...] [--check] [--json f]: ring attention on the resident
+/// kernel against the layered program (bench_ring_attention.cpp).
+int ringAttentionMain(int argc, char** argv, const std::string& command);
 /// mk-bench grouped-gemm [--tokens ...] [--json f]: the grouped GEMM engine on issue 39's MoE expert FFN shapes.
 int groupedGemmMain(int argc, char** argv, const std::string& command);
 /// mk-bench calibrate --json f: the micro-benchmarks mk-calibrate fits the hardware profile from.
