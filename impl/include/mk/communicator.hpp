@@ -300,7 +300,8 @@ class Communicator {
   ///  * out: float32 [batch][L][qHeads][headDim + 1]: each row's attention output over the whole sequence (the keys it
   ///    sees), then its log-sum-exp (what a backward pass keeps).
   /// Stream-ordered like the collectives; generated, lowered and uploaded once per spec. spec.computeCtas <= 1 lets
-  /// the engine give the compute lane all but a few of the worker CTAs. Refused before anything runs, with mk::Error
+  /// the engine weigh the compute lane 8 to the send lane's 1 (inside a node about 8 / 9 of the worker CTAs run the
+  /// attention; across nodes all but one). Refused before anything runs, with mk::Error
   /// naming what to change: a spec mk::validateRingAttentionSpec refuses, a head dim other than 64 or 128 or a dtype
   /// other than bfloat16 (InvalidArgument), a communicator without CommConfig::computeLanes (Unsupported), pointers
   /// that are null, misaligned or not device memory of this GPU (InvalidArgument).

@@ -18,12 +18,13 @@
 namespace mk::runtime {
 namespace {
 
-/// The spec as the schedule is generated from it: the compute lane's weight against the send lane's 1, so that the
-/// lowering gives the attention steps all but a few of the rank's worker CTAs (the puts need few: one per 32 KiB
-/// piece would take SMs from the tensor cores for bandwidth the links do not have).
-RingAttentionSpec plannedSpec(RingAttentionSpec spec, uint32_t workers) {
+/// The spec as the schedule is generated from it: without a caller's weight, the compute lane weighs 8 against the
+/// send lane's 1. Inside a node the lowering then gives the send lane about a ninth of the worker CTAs (its puts want
+/// one per 32 KiB piece, the attention steps one per unit: about as many), enough to keep a same-GPU or NVLink copy
+/// ahead of the attention on the block before; across nodes the proxy moves the bytes and the send lane keeps one CTA.
+RingAttentionSpec plannedSpec(RingAttentionSpec spec) {
   if (spec.scale == 0) spec.scale = defaultAttentionScale(spec.headDim);
-  if (spec.computeCtas <= 1) spec.computeCtas = workers > 8 ? 8 * workers : 64;
+  if (spec.computeCtas <= 1) spec.computeCtas = 8;
   return spec;
 }
 
@@ -67,7 +68,7 @@ void EngineSubmission::submitRingAttention(int r, const RingAttentionSpec& specI
   failures_.throwIfFailedLocked();
   const auto n = static_cast<uint32_t>(ctx_.ranks.size());
   checkRingAttentionCall(specIn, n, ctx_.config.computeLanes);
-  const RingAttentionSpec spec = plannedSpec(specIn, ctx_.workers);
+  const RingAttentionSpec spec = plannedSpec(specIn);
   const std::string what = specText(spec);
   // The key is the packed image's hash (a custom schedule's): generated once per spec to learn it.
   Schedule made;
