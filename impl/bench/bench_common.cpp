@@ -114,6 +114,9 @@ mk::MeasurementFile newMeasurementFile(int gpus, const std::string& link, const 
   return mf;
 }
 
+Dev::Dev(uint64_t bytes) { MK_CUDA_CHECK(cudaMalloc(&p, std::max<uint64_t>(bytes, 16))); }
+Dev::~Dev() { cudaFree(p); }
+
 Buffers::Buffers(const std::vector<int>& devs, uint64_t b) : devices(devs), bytes(b) {
   for (int d : devs) {
     MK_CUDA_CHECK(cudaSetDevice(d));

@@ -46,6 +46,17 @@ struct Buffers {
   Buffers& operator=(const Buffers&) = delete;
 };
 
+/// cudaMalloc'd memory of the current device (at least 16 bytes), freed at scope exit: allocate it before any
+/// communicator exists (cudaFree while a resident kernel runs would wait for it).
+struct Dev {
+  void* p = nullptr;
+  explicit Dev(uint64_t bytes);
+  ~Dev();
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  char* c() const { return static_cast<char*>(p); }
+};
+
 /// One non-blocking stream and a start/stop event pair per GPU: nccl-tests-style loop timing.
 struct Streams {
   std::vector<int> devices;

@@ -59,15 +59,6 @@
 namespace mkbench {
 namespace {
 
-/// cudaMalloc'd memory, freed at scope exit (allocated before any communicator exists).
-struct Dev {
-  void* p = nullptr;
-  explicit Dev(uint64_t bytes) { MK_CUDA_CHECK(cudaMalloc(&p, std::max<uint64_t>(bytes, 16))); }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-};
-
 /// The communicator settings every communicator of a run shares (the fused one adds compute lanes).
 mk::CommConfig commConfig(const FusedArgs& a, bool shared) {
   mk::CommConfig cfg;

@@ -60,16 +60,6 @@ struct Args {
   uint64_t iters = 5, warmup = 2, reps = 5;
 };
 
-/// cudaMalloc'd memory, freed at scope exit (allocated before any communicator exists).
-struct Dev {
-  void* p = nullptr;
-  explicit Dev(uint64_t bytes) { MK_CUDA_CHECK(cudaMalloc(&p, std::max<uint64_t>(bytes, 16))); }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  char* c() const { return static_cast<char*>(p); }
-};
-
 /// One rank's memory: its inputs, the fused op's output, and the layered program's ring slots, part and output.
 struct RankMem {
   Dev q, kv, out, ring, part, outLayered;
