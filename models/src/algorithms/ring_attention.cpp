@@ -29,17 +29,6 @@ enum Flag : uint32_t { kArrived, kComputeFreed, kSendFreed, kFlagCount };
 
 using gen::flagStep;
 
-/// Index of `sh` in s.attentions, appending it when it is new (blocks of the same shape share one entry).
-uint32_t shapeIndex(Schedule& s, const AttentionShape& sh) {
-  for (std::size_t i = 0; i < s.attentions.size(); ++i) {
-    const AttentionShape& o = s.attentions[i];
-    if (o.sq == sh.sq && o.skv == sh.skv && o.causal == sh.causal && o.qPos == sh.qPos && o.kvPos == sh.kvPos)
-      return static_cast<uint32_t>(i);  // every other field is the spec's, the same for all
-  }
-  s.attentions.push_back(sh);
-  return static_cast<uint32_t>(s.attentions.size() - 1);
-}
-
 }  // namespace
 
 void validateRingAttentionSpec(const RingAttentionSpec& spec, uint32_t nRanks) {
@@ -138,7 +127,7 @@ Schedule generateRingAttention(const RingAttentionSpec& spec, const std::vector<
           const uint64_t outAt = uint64_t{qi} * c * Hq * outRow;
           Step att;
           att.kind = StepKind::Attention;
-          att.aux = shapeIndex(s, sh);
+          att.aux = gen::attentionShapeIndex(s, sh);
           att.dst = bufRef(r, started[qi] ? kPart : kOut, outAt);
           att.a = bufRef(r, kQ, uint64_t{qi} * c * Hq * D);
           att.b = kv;
