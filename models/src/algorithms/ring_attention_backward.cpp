@@ -1,6 +1,7 @@
 // mkernel — the ring-attention backward generator (mk/algorithms/attention.hpp): the K/V blocks travel around the ring
 // as in the forward, each with a dK/dV accumulator that every rank adds its attention-grad contribution to; dQ stays.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "mk/algorithms/attention.hpp"
 #include "mk/error.hpp"
 #include "mk/schedule/pack.hpp"
+#include "ring_attention_common.hpp"
 
 namespace mk {
 
@@ -62,18 +64,8 @@ Schedule generateRingAttentionBackward(const RingAttentionSpec& spec, const std:
                {"kv", spec.dtype, BufferKind::Input, same(kvBlock)},
                {"ring", spec.dtype, BufferKind::Scratch, same(2 * kvBlock)},
                {"grad", DType::Float32, BufferKind::InOut, same(lay.size)}};
-  AttentionShape base;
-  base.batch = B;
-  base.qHeads = Hq;
-  base.kvHeads = Hkv;
-  base.headDim = D;
-  base.sq = base.skv = c;
-  base.ldq = base.ldkv = base.ldo = L;
-  base.scale = spec.scale > 0 ? spec.scale : defaultAttentionScale(D);
-  base.vOffset = kSize;
-  base.doOffset = qSize;
-  // Chunk i of rank `rank`'s tokens (attention.hpp: zigzag when causal).
-  auto chunkOf = [&](uint32_t rank, uint32_t i) { return i == 0 ? rank : 2 * R - 1 - rank; };
+  gen::RingAttentionBlocks blocks = gen::ringAttentionBlocks(spec, R);
+  blocks.base.doOffset = qSize;
   // Where rank `rank` holds the block of step t and its accumulator: its own at t = 0, then slot t % 2.
   auto kvAt = [&](uint32_t rank, uint32_t t) {
     return t == 0 ? bufRef(rank, kKv, 0) : bufRef(rank, kRing, (t % 2) * kvBlock);
@@ -91,13 +83,9 @@ Schedule generateRingAttentionBackward(const RingAttentionSpec& spec, const std:
       if (t >= 1) compute.steps.push_back(flagStep(StepKind::Wait, r, kArrived, 2 * uint64_t{t}));
       for (uint32_t qi = 0; qi < chunks; ++qi)
         for (uint32_t ki = 0; ki < chunks; ++ki) {
-          const uint32_t qChunk = chunkOf(r, qi), kChunk = chunkOf(origin, ki);
-          if (spec.causal && kChunk > qChunk) continue;  // every key after every query: nothing to see
-          AttentionShape sh = base;
-          if (spec.causal && kChunk == qChunk) {  // the diagonal block; the blocks below it see every key
-            sh.causal = true;
-            sh.qPos = sh.kvPos = uint64_t{qChunk} * c;
-          }
+          std::optional<AttentionShape> pair = blocks.pair(blocks.chunkOf(r, qi), blocks.chunkOf(origin, ki));
+          if (!pair) continue;  // every key after every query: nothing to see
+          AttentionShape& sh = *pair;
           sh.rowsAt = lay.rows + uint64_t{qi} * c * Hq * outRow;
           sh.dqAt = lay.dq + uint64_t{qi} * c * Hq * D;
           Step grad;
@@ -146,11 +134,7 @@ Schedule generateRingAttentionBackward(const RingAttentionSpec& spec, const std:
     }
     s.lanes[r].push_back(std::move(send));
   }
-  s.info.op = "ring-attention-backward";
-  s.info.algo = spec.causal ? "ring-zigzag" : "ring";
-  s.info.dtype = spec.dtype;
-  s.info.count = spec.seq;
-  fillCostAttributes(s);
+  gen::finishRingAttention(s, spec, "ring-attention-backward");
   return s;
 }
 
