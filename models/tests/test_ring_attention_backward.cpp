@@ -3,20 +3,25 @@
 // accumulators' trip around the ring, the zigzag's load balance, the step's checks and serialised forms.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <iterator>
 #include <string>
 #include <vector>
 
 #include "expect_error.hpp"
+#include "layout.hpp"
 #include "mk/algorithms/attention.hpp"
+#include "mk/cost/cost.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/verify_attention.hpp"
 #include "mk/schedule/io.hpp"
 #include "mk/schedule/pack.hpp"
 #include "mk/schedule/validate.hpp"
+#include "mk/topology/topology.hpp"
 
 using namespace mk;
+using mk::test::countKind;
 
 namespace {
 
@@ -30,14 +35,6 @@ RingAttentionSpec smallSpec(uint32_t ranks, bool causal) {
   spec.seq = (causal ? 2 : 1) * ranks * 3;
   spec.causal = causal;
   return spec;
-}
-
-uint64_t countKind(const Schedule& s, StepKind kind) {
-  uint64_t n = 0;
-  for (const auto& lanes : s.lanes)
-    for (const Lane& lane : lanes)
-      for (const Step& st : lane.steps) n += st.kind == kind ? 1 : 0;
-  return n;
 }
 
 }  // namespace
@@ -125,6 +122,33 @@ TEST_CASE("ring-attention-backward: causal zigzag splits the backward FLOPs even
     for (uint32_t r = 0; r < R; ++r) CHECK(flops[r] == doctest::Approx(total / R));
     CHECK(forward * 2.5 == doctest::Approx(total));
   }
+}
+
+TEST_CASE("ring-attention-backward: the timeline prices attention-grad by query heads' key blocks, even with MQA") {
+  RingAttentionSpec spec = smallSpec(2, false);
+  spec.seq = 4096;
+  spec.headDim = 128;
+  spec.qHeads = 8;
+  spec.kvHeads = 1;  // MQA: work units per KV head would leave most SMs idle
+  const Profile p = defaultProfile(topologyPreset("h200x2"));
+  spec.computeCtas = p.sms - 1;  // the send lane keeps one SM
+  const Schedule s = generateRingAttentionBackward(spec, {0, 0});
+  const Timeline t = simulateUncontended(s, p);
+  double gradUs = 0;
+  for (const StepTime& st : t.steps) {
+    const Step& step = s.lanes[st.rank][st.lane].steps[st.step];
+    if (step.kind != StepKind::AttentionGrad) continue;
+    // At the GEMM rate of the lane's SMs, or of fewer when its work units (a 128-row key block per batch and query
+    // head) do not fill them.
+    const AttentionShape& sh = s.attentions[step.aux];
+    const double units = static_cast<double>(sh.batch) * sh.qHeads * ((sh.skv + 127) / 128);
+    const double sms = std::min(static_cast<double>(p.sms - 1), units);
+    CHECK(step.flops == doctest::Approx(2.5 * 4.0 * sh.batch * sh.qHeads * sh.headDim * sh.sq * sh.skv));
+    CHECK(st.endUs - st.startUs == doctest::Approx(step.flops / (p.gemmTflops * 1e6 * sms / p.sms)));
+    if (st.rank == 0) gradUs += st.endUs - st.startUs;
+  }
+  CHECK(gradUs > 0);
+  CHECK(t.totalUs >= gradUs);
 }
 
 TEST_CASE("attention-grad: the table entry, and the validator's refusals name the region") {

@@ -336,9 +336,10 @@ StepPrice StepCosts::price(const Step& st, uint32_t rank, uint32_t lane) const {
       tiles = uint64_t{sh.batch} * sh.qHeads * ((uint64_t{sh.sq} + 127) / 128);
     }
     if (st.kind == StepKind::AttentionGrad && st.aux < s_.attentions.size()) {
-      // FlashAttention-2's backward work units: a 128-row block of keys of one (batch, KV head).
+      // FlashAttention-2's backward work units: a 128-row block of keys of one (batch, query head); with GQA each
+      // query head's dK / dV are summed into its KV head's afterwards, so the units do not shrink with kvHeads.
       const AttentionShape& sh = s_.attentions[st.aux];
-      tiles = uint64_t{sh.batch} * sh.kvHeads * ((uint64_t{sh.skv} + 127) / 128);
+      tiles = uint64_t{sh.batch} * sh.qHeads * ((uint64_t{sh.skv} + 127) / 128);
     }
     pr.capPerUs = ctaCapPerUs(p_, pr.resource, laneSms_[rank][lane], tiles);
   }
