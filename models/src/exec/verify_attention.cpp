@@ -1,7 +1,10 @@
 // mkernel — ring-attention on the CPU executor against a double reference (verify_attention.hpp has the tolerance).
 #include "mk/exec/verify_attention.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -9,6 +12,7 @@
 
 #include "mk/exec/executor.hpp"
 #include "mk/exec/numeric.hpp"
+#include "mk/exec/ring_attention_data.hpp"
 #include "verify_common.hpp"
 
 namespace mk {
@@ -30,6 +34,11 @@ void scatterTokens(const RingAttentionSpec& spec, uint32_t R, HostMemory& mem, u
       }
 }
 
+/// A rank's buffer as RingAttentionData holds it (bytes in the buffer's dtype) into the executor's memory.
+void copyBytes(const std::vector<uint8_t>& from, std::vector<std::byte>& to) {
+  std::memcpy(to.data(), from.data(), std::min(from.size(), to.size()));
+}
+
 /// `n` values uniform in [-1, 1) from `rng`, rounded to `dtype`.
 std::vector<float> drawInputs(std::mt19937_64& rng, DType dtype, uint64_t n) {
   std::vector<float> v(n);
@@ -41,65 +50,31 @@ std::vector<float> drawInputs(std::mt19937_64& rng, DType dtype, uint64_t n) {
 
 VerifyResult verifyRingAttention(const Schedule& s, const RingAttentionSpec& spec, uint64_t seed) {
   const uint32_t R = s.nRanks;
-  validateRingAttentionSpec(spec, R);
+  const RingAttentionData data = makeRingAttentionData(spec, R, seed);
   const uint32_t B = spec.batch, Hq = spec.qHeads, Hkv = spec.kvHeads, D = spec.headDim;
-  const uint64_t S = spec.seq, L = S / R, group = Hq / Hkv;
+  const uint64_t L = spec.seq / R, outSize = uint64_t{B} * L * Hq * (D + 1);
   const std::string who = "verifyRingAttention";
   const uint16_t qBuf = detail::requireBuffer(s, who, "q", spec.dtype, uint64_t{B} * L * Hq * D);
   const uint16_t kvBuf = detail::requireBuffer(s, who, "kv", spec.dtype, 2 * uint64_t{B} * L * Hkv * D);
-  const uint16_t outBuf = detail::requireBuffer(s, who, "out", DType::Float32, uint64_t{B} * L * Hq * (D + 1));
-
-  // The whole sequence: q[b][pos][h][d], k and v [b][pos][kvh][d], rounded to the dtype once.
-  std::mt19937_64 rng(seed);
-  const std::vector<float> q = drawInputs(rng, spec.dtype, uint64_t{B} * S * Hq * D);
-  const std::vector<float> k = drawInputs(rng, spec.dtype, uint64_t{B} * S * Hkv * D);
-  const std::vector<float> v = drawInputs(rng, spec.dtype, uint64_t{B} * S * Hkv * D);
+  const uint16_t outBuf = detail::requireBuffer(s, who, "out", DType::Float32, outSize);
   HostMemory mem = HostMemory::allocate(s);
-  const uint64_t kSize = uint64_t{B} * L * Hkv * D;
-  scatterTokens(spec, R, mem, qBuf, 0, spec.dtype, q, uint64_t{Hq} * D);
-  scatterTokens(spec, R, mem, kvBuf, 0, spec.dtype, k, uint64_t{Hkv} * D);
-  scatterTokens(spec, R, mem, kvBuf, kSize, spec.dtype, v, uint64_t{Hkv} * D);
+  for (uint32_t r = 0; r < R; ++r) {
+    copyBytes(data.qBytes[r], mem.bytes[r][qBuf]);
+    copyBytes(data.kvBytes[r], mem.bytes[r][kvBuf]);
+  }
   execute(s, mem);
 
   VerifyResult res;
   res.ok = true;
-  const double scale = spec.scale > 0 ? spec.scale : defaultAttentionScale(D);
   const double u32 = std::ldexp(1.0, -24);
-  std::vector<double> score(S), want(D + 1);
-  for (uint32_t r = 0; r < R; ++r)
-    for (uint64_t b = 0; b < B; ++b)
-      for (uint64_t t = 0; t < L; ++t)
-        for (uint64_t h = 0; h < Hq; ++h) {
-          const uint64_t pos = ringAttentionPosition(spec, R, r, t), kvh = h / group;
-          const uint64_t seen = spec.causal ? pos + 1 : S;  // keys 0 .. seen - 1
-          double top = -std::numeric_limits<double>::infinity();
-          for (uint64_t j = 0; j < seen; ++j) {
-            double dot = 0;
-            for (uint64_t c = 0; c < D; ++c)
-              dot += double{q[((b * S + pos) * Hq + h) * D + c]} * k[((b * S + j) * Hkv + kvh) * D + c];
-            score[j] = scale * dot;
-            top = std::max(top, score[j]);
-          }
-          double sum = 0;
-          std::fill(want.begin(), want.end(), 0.0);
-          for (uint64_t j = 0; j < seen; ++j) {
-            const double w = std::exp(score[j] - top);
-            sum += w;
-            for (uint64_t c = 0; c < D; ++c) want[c] += w * v[((b * S + j) * Hkv + kvh) * D + c];
-          }
-          for (uint64_t c = 0; c < D; ++c) want[c] /= sum;
-          want[D] = top + std::log(sum);
-          const uint64_t row = ((b * L + t) * Hq + h) * (D + 1);
-          const double lseScale = 1 + std::fabs(want[D]);
-          for (uint64_t c = 0; c <= D; ++c) {
-            const double got = loadElement(DType::Float32, mem.bytes[r][outBuf].data(), row + c);
-            detail::checkElement(res, got, want[c], 16.0 * 2 * R * u32 * lseScale * (1 + std::fabs(want[c])), [&] {
-              return "rank " + std::to_string(r) + " out[" + std::to_string(row + c) + "] (batch " + std::to_string(b) +
-                     ", token " + std::to_string(t) + " at position " + std::to_string(pos) + ", head " +
-                     std::to_string(h) + (c == D ? ", log-sum-exp)" : ", column " + std::to_string(c) + ")");
-            });
-          }
-        }
+  const RingAttentionTolerance tol = [&](double want, double lse, bool) {
+    return 16.0 * 2 * R * u32 * (1 + std::fabs(lse)) * (1 + std::fabs(want));
+  };
+  std::vector<float> out(outSize);
+  for (uint32_t r = 0; r < R; ++r) {
+    std::memcpy(out.data(), mem.bytes[r][outBuf].data(), outSize * sizeof(float));
+    checkRingAttentionRank(res, data, r, out.data(), tol);
+  }
   if (res.ok) res.detail = "OK";
   return res;
 }
@@ -116,11 +91,13 @@ VerifyResult verifyRingAttentionBackward(const Schedule& s, const RingAttentionS
   const uint16_t kvBuf = detail::requireBuffer(s, who, "kv", spec.dtype, 2 * kSize);
   const uint16_t gradBuf = detail::requireBuffer(s, who, "grad", DType::Float32, lay.size);
 
-  std::mt19937_64 rng(seed);
-  const std::vector<float> q = drawInputs(rng, spec.dtype, B * S * qRow),
-                           k = drawInputs(rng, spec.dtype, B * S * kvRow);
-  const std::vector<float> v = drawInputs(rng, spec.dtype, B * S * kvRow),
-                           dO = drawInputs(rng, spec.dtype, B * S * qRow);
+  // Q, K and V as the forward's check draws them; dO and the start values from a second stream.
+  const RingAttentionData data = makeRingAttentionData(spec, R, seed);
+  const std::vector<float>& q = data.q;
+  const std::vector<float>& k = data.k;
+  const std::vector<float>& v = data.v;
+  std::mt19937_64 rng(seed ^ 0x9E3779B97F4A7C15ull);
+  const std::vector<float> dO = drawInputs(rng, spec.dtype, B * S * qRow);
   // The accumulators' values before the op: it adds to them.
   const std::vector<float> dq0 = drawInputs(rng, DType::Float32, B * S * qRow);
   const std::vector<float> dk0 = drawInputs(rng, DType::Float32, B * S * kvRow);
@@ -184,10 +161,11 @@ VerifyResult verifyRingAttentionBackward(const Schedule& s, const RingAttentionS
       }
 
   HostMemory mem = HostMemory::allocate(s);
-  scatterTokens(spec, R, mem, qdoBuf, 0, spec.dtype, q, qRow);
+  for (uint32_t r = 0; r < R; ++r) {
+    copyBytes(data.qBytes[r], mem.bytes[r][qdoBuf]);  // Q first, dO after it
+    copyBytes(data.kvBytes[r], mem.bytes[r][kvBuf]);
+  }
   scatterTokens(spec, R, mem, qdoBuf, qSize, spec.dtype, dO, qRow);
-  scatterTokens(spec, R, mem, kvBuf, 0, spec.dtype, k, kvRow);
-  scatterTokens(spec, R, mem, kvBuf, kSize, spec.dtype, v, kvRow);
   scatterTokens(spec, R, mem, gradBuf, lay.rows, DType::Float32, rows, uint64_t{Hq} * (D + 1));
   scatterTokens(spec, R, mem, gradBuf, lay.dq, DType::Float32, dq0, qRow);
   scatterTokens(spec, R, mem, gradBuf, lay.dkv, DType::Float32, dk0, kvRow);
