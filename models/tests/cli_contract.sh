@@ -129,6 +129,7 @@ expect 2 '--out-cols applies to moe-dispatch-gemm, not to moe-ffn' -- "$tool" "$
 expect 2 '--ffn applies to moe-ffn, not to moe-dispatch-gemm' -- "$tool" --op moe-dispatch-gemm --ranks 3 --experts 2 --topk 3 --tokens 12 --hidden 16 --out-cols 8 --ffn 8
 expect 2 '--bytes does not apply to moe-ffn: it is sized by --experts, --topk, --tokens, --hidden, --ffn' -- "$tool" "${ffn[@]}" --ranks 2 --bytes 1K
 expect 0 '^verify: OK' -- "$tool" --op ring-attention --ranks 3 --seq 36 --heads 4 --kv-heads 2 --head-dim 8 --causal --verify
+expect 0 '^verify: OK' -- "$tool" --op ring-attention --backward --ranks 3 --seq 36 --heads 4 --kv-heads 2 --head-dim 8 --causal --verify
 expect 0 '^  bound      compute-bound: rank [0-9] lane [0-9]+ \(compute\)' -- "$tool" --op ring-attention --cluster h200x2 --seq 4096 --heads 8 --kv-heads 1 --head-dim 128
 expect 2 '--seq applies to ring-attention, not to allreduce' -- "$tool" --op allreduce --seq 8
 expect 2 '--bytes does not apply to moe-dispatch-gemm' -- "$tool" --op moe-dispatch-gemm --experts 1 --topk 1 --tokens 8 --hidden 8 --out-cols 8 --bytes 1K

@@ -140,7 +140,8 @@ Schedule randomSchedule(uint32_t seed, uint32_t nRanks = 3, uint32_t stepsPerLan
             st.a = opnd();
             st.b = opnd();
             break;
-          case StepKind::Attention:  // not drawn either; its round trips are in test_attention.cpp
+          case StepKind::Attention:      // not drawn either; its round trips are in test_attention.cpp
+          case StepKind::AttentionGrad:  // and test_ring_attention_backward.cpp
             st.aux = 0;
             st.dst = opnd();
             st.a = opnd();
@@ -667,7 +668,8 @@ TEST_CASE("pack: bad magic bad version and inconsistent sizes are rejected") {
     }
   };
   expect(withHeader([](PackedHeader& h) { h.magic = 0x12345678; }), "bad magic");
-  expect(withHeader([](PackedHeader& h) { h.version = 6; }), "unsupported version 6");
+  expect(withHeader([](PackedHeader& h) { h.version = 7; }), "unsupported version 7");
+  expect(withHeader([](PackedHeader& h) { h.version = 5; }), "pack the schedule again");  // before attention-grad
   expect(withHeader([](PackedHeader& h) { h.version = 3; }), "pack the schedule again");  // before attention shapes
   expect(withHeader([](PackedHeader& h) { h.version = 4; }), "pack the schedule again");  // before combine, SwiGLU
   expect(withHeader([](PackedHeader& h) { h.nSteps += 1; }), "header says");

@@ -111,7 +111,7 @@ TEST_CASE("types: step kind names round trip and proxy-put is an alias") {
 }
 
 TEST_CASE("types: the step-kind table answers what sites used to spell out kind by kind") {
-  CHECK(kStepKindCount == 13);
+  CHECK(kStepKindCount == 14);
   CHECK_FALSE(isStepKind(static_cast<uint8_t>(kStepKindCount)));
   CHECK(std::string(kindInfo(static_cast<StepKind>(200)).name) == "?");  // no out-of-range read
   CHECK(kindInfo(static_cast<StepKind>(200)).fields == 0);
@@ -128,11 +128,11 @@ TEST_CASE("types: the step-kind table answers what sites used to spell out kind 
   CHECK_FALSE(kindInfo(StepKind::Put).remote);
   CHECK(kindInfo(StepKind::Put).protocol);
   CHECK_FALSE(kindInfo(StepKind::Copy).protocol);
-  // Every kind but the grouped gemm, the routing kinds and combine runs on the GPU engine; the lowering refuses the
-  // others.
+  // Every kind but the grouped gemm, the routing kinds, combine and attention's backward runs on the GPU engine (the
+  // forward attention does since its compute-lane handler); the lowering refuses the others.
   for (const StepKindInfo& k : kStepKinds)
     CHECK(k.gpu == (k.kind != StepKind::GroupedGemm && k.kind != StepKind::Route && k.kind != StepKind::Gather &&
-                    k.kind != StepKind::Combine));
+                    k.kind != StepKind::Combine && k.kind != StepKind::AttentionGrad));
   CHECK(kindInfo(StepKind::Combine).extent == StepExtent::Indexed);
   CHECK(kindInfo(StepKind::Route).extent == StepExtent::Indexed);
   CHECK((kindInfo(StepKind::Gather).fields & kFieldExtent) != 0);

@@ -278,6 +278,7 @@ int main(int argc, char** argv) {
       "--verify\n"
       "  mk-schedule --op moe-ffn --ranks 4 --experts 2 --topk 2 --tokens 63 --hidden 64 --ffn 32 --verify\n"
       "  mk-schedule --op ring-attention --ranks 4 --seq 256 --heads 4 --kv-heads 2 --head-dim 64 --causal --verify\n"
+      "  mk-schedule --op ring-attention --backward --ranks 4 --seq 64 --heads 4 --kv-heads 2 --head-dim 8 --verify\n"
       "  mk-schedule --op allreduce --algo hierarchical --cluster dgx-h100 --nodes 4 --verify --json ar.json\n"
       "  mk-schedule --schedule ar.json --packed ar.bin\n\n"
       "Exit codes: 0 success, 1 verification failed, 2 bad input (or above --max-memory), 5 out of memory.",

@@ -79,9 +79,10 @@ int runOperator(const Options& o) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   const mk::Schedule schedule = mk::withProgress("mk-schedule", "generate", o.guard.progressWanted(), [&] {
-    return ffn   ? mk::generateMoeFfn(ffnSpec, topo.layout(nRanks))
-           : moe ? mk::generateMoeDispatchGemm(moeSpec, topo.layout(nRanks))
-                 : mk::generateRingAttention(attnSpec, topo.layout(nRanks));
+    return ffn              ? mk::generateMoeFfn(ffnSpec, topo.layout(nRanks))
+           : moe            ? mk::generateMoeDispatchGemm(moeSpec, topo.layout(nRanks))
+           : o.ops.backward ? mk::generateRingAttentionBackward(attnSpec, topo.layout(nRanks))
+                            : mk::generateRingAttention(attnSpec, topo.layout(nRanks));
   });
   const double genMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   mk::requireWithin(mk::memoryNeed(mk::countOf(schedule), jobOf(o)), o.guard.maxMemory());
@@ -101,7 +102,9 @@ int runOperator(const Options& o) {
   const int rc = !o.verify ? 0
                  : ffn     ? verify(o, nRanks, [&] { return mk::verifyMoeFfn(schedule, ffnSpec, o.seed); })
                  : moe     ? verify(o, nRanks, [&] { return mk::verifyMoeDispatchGemm(schedule, moeSpec, o.seed); })
-                           : verify(o, nRanks, [&] { return mk::verifyRingAttention(schedule, attnSpec, o.seed); });
+                 : o.ops.backward
+                     ? verify(o, nRanks, [&] { return mk::verifyRingAttentionBackward(schedule, attnSpec, o.seed); })
+                     : verify(o, nRanks, [&] { return mk::verifyRingAttention(schedule, attnSpec, o.seed); });
   if (rc == 0) writeOutputs(o, schedule);
   return rc;
 }

@@ -229,6 +229,9 @@ expect 0 '^bound: compute-bound: rank [01] lane [0-9]+ \(compute\) is [0-9.]+ % 
 expect 0 '^split: compute lane 131 CTAs, send lane 1 \(132 SMs' -- "$tool" "${attn[@]}" --kv-heads 2 --batch 2
 expect 0 '^problem: B 1 x S 4096 tokens \(2048 per rank\), 8 query / 8 key-value heads of 128, float16, no mask' -- "$tool" "${attn[@]}" --dtype float16
 bad "--seq is required for ring-attention" -- "$tool" --op ring-attention --heads 8 --head-dim 128
+# the backward: K/V travel with their dK/dV accumulators; its option belongs to ring-attention only
+expect 0 '^pass: backward: K/V travel with float32 dK/dV accumulators' -- "$tool" "${attn[@]}" --kv-heads 2 --causal --backward
+bad "--backward applies to ring-attention, not to allreduce" -- "$tool" --op allreduce --backward
 # ---- moe-ffn: the dispatch, the SwiGLU expert FFN and the combine, replayed ----
 ffn=(--op moe-ffn --cluster h200x2 --experts 2 --topk 2 --tokens 64 --hidden 64 --ffn 32)
 "$tool" "${ffn[@]}" --json "$work/ffn.json" >"$work/ffn.txt" 2>&1

@@ -277,6 +277,7 @@ int main(int argc, char** argv) {
       "  mk-sim --op moe-ffn --cluster dgx-h100 --nodes 2 --experts 2 --topk 4 --tokens 4096 --hidden 7168 --ffn 2048\n"
       "         (dispatch, the SwiGLU expert FFN and the combine back to the tokens' ranks)\n"
       "  mk-sim --op ring-attention --cluster dgx-h100 --seq 131072 --heads 32 --kv-heads 8 --head-dim 128 --causal\n"
+      "         (--backward: the backward pass, K/V travelling with their dK/dV accumulators)\n"
       "  mk-sim --schedule s.json --cluster dgx-h100 --trace t.json   (open t.json in ui.perfetto.dev)\n\n"
       "Outputs: --json writes {\"schema\": \"mkernel.prediction.v1\", \"time_us\", \"algbw_gbs\", \"busbw_gbs\",\n"
       "\"closed_form_us\", \"busiest_links\", \"links\", \"stats\", ...} (a sweep: one \"results\" entry per size);\n"

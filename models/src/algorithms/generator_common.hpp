@@ -1,7 +1,8 @@
 // mkernel — internal: small helpers the operator generators that build a Schedule directly share
-// (moe_dispatch_gemm.cpp, moe_ffn.cpp, ring_attention.cpp).
+// (moe_dispatch_gemm.cpp, moe_ffn.cpp, ring_attention.cpp, ring_attention_backward.cpp).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <utility>
@@ -51,6 +52,20 @@ inline Step move(const std::vector<uint32_t>& nodeOf, uint32_t r, BufRef dst, Bu
     st.value = 1;
   }
   return st;
+}
+
+/// Index of `sh` in s.attentions, appending it when it is new. Blocks that differ only in where they sit (sizes, mask
+/// positions and the backward's offsets) get their own entry; every other field is the generator's spec's, the same
+/// for all, so those are the fields compared.
+inline uint32_t attentionShapeIndex(Schedule& s, const AttentionShape& sh) {
+  for (std::size_t i = 0; i < s.attentions.size(); ++i) {
+    const AttentionShape& o = s.attentions[i];
+    if (o.sq == sh.sq && o.skv == sh.skv && o.causal == sh.causal && o.qPos == sh.qPos && o.kvPos == sh.kvPos &&
+        o.doOffset == sh.doOffset && o.rowsAt == sh.rowsAt && o.dqAt == sh.dqAt)
+      return static_cast<uint32_t>(i);
+  }
+  s.attentions.push_back(sh);
+  return static_cast<uint32_t>(s.attentions.size() - 1);
 }
 
 }  // namespace mk::gen

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "mk/error.hpp"
 #include "mk/schedule/element.hpp"
 #include "mk/schedule/pack.hpp"
+#include "ring_attention_common.hpp"
 
 namespace mk {
 
@@ -28,17 +30,6 @@ enum Buf : uint16_t { kQ, kKv, kRing, kPart, kOut };
 enum Flag : uint32_t { kArrived, kComputeFreed, kSendFreed, kFlagCount };
 
 using gen::flagStep;
-
-/// Index of `sh` in s.attentions, appending it when it is new (blocks of the same shape share one entry).
-uint32_t shapeIndex(Schedule& s, const AttentionShape& sh) {
-  for (std::size_t i = 0; i < s.attentions.size(); ++i) {
-    const AttentionShape& o = s.attentions[i];
-    if (o.sq == sh.sq && o.skv == sh.skv && o.causal == sh.causal && o.qPos == sh.qPos && o.kvPos == sh.kvPos)
-      return static_cast<uint32_t>(i);  // every other field is the spec's, the same for all
-  }
-  s.attentions.push_back(sh);
-  return static_cast<uint32_t>(s.attentions.size() - 1);
-}
 
 }  // namespace
 
@@ -104,17 +95,7 @@ Schedule generateRingAttention(const RingAttentionSpec& spec, const std::vector<
                {"ring", spec.dtype, BufferKind::Scratch, same(2 * kvBlock)},
                {"part", DType::Float32, BufferKind::Scratch, same(outSize)},
                {"out", DType::Float32, BufferKind::Output, same(outSize)}};
-  AttentionShape base;
-  base.batch = B;
-  base.qHeads = Hq;
-  base.kvHeads = Hkv;
-  base.headDim = D;
-  base.sq = base.skv = c;
-  base.ldq = base.ldkv = base.ldo = L;
-  base.scale = spec.scale > 0 ? spec.scale : defaultAttentionScale(D);
-  base.vOffset = kSize;
-  // Chunk i of rank `rank`'s tokens (attention.hpp: zigzag when causal).
-  auto chunkOf = [&](uint32_t rank, uint32_t i) { return i == 0 ? rank : 2 * R - 1 - rank; };
+  gen::RingAttentionBlocks blocks = gen::ringAttentionBlocks(spec, R);
   auto slot = [&](uint32_t rank, uint32_t t) { return bufRef(rank, kRing, (t % 2) * kvBlock); };
 
   s.lanes.resize(R);
@@ -128,17 +109,13 @@ Schedule generateRingAttention(const RingAttentionSpec& spec, const std::vector<
       const BufRef kv = t == 0 ? bufRef(r, kKv, 0) : slot(r, t);
       for (uint32_t qi = 0; qi < chunks; ++qi)
         for (uint32_t ki = 0; ki < chunks; ++ki) {
-          const uint32_t qChunk = chunkOf(r, qi), kChunk = chunkOf(origin, ki);
-          if (spec.causal && kChunk > qChunk) continue;  // every key after every query: nothing to see
-          AttentionShape sh = base;
-          if (spec.causal && kChunk == qChunk) {  // the diagonal block; the blocks below it see every key
-            sh.causal = true;
-            sh.qPos = sh.kvPos = uint64_t{qChunk} * c;
-          }
+          std::optional<AttentionShape> pair = blocks.pair(blocks.chunkOf(r, qi), blocks.chunkOf(origin, ki));
+          if (!pair) continue;  // every key after every query: nothing to see
+          AttentionShape& sh = *pair;
           const uint64_t outAt = uint64_t{qi} * c * Hq * outRow;
           Step att;
           att.kind = StepKind::Attention;
-          att.aux = shapeIndex(s, sh);
+          att.aux = gen::attentionShapeIndex(s, sh);
           att.dst = bufRef(r, started[qi] ? kPart : kOut, outAt);
           att.a = bufRef(r, kQ, uint64_t{qi} * c * Hq * D);
           att.b = kv;
@@ -186,11 +163,7 @@ Schedule generateRingAttention(const RingAttentionSpec& spec, const std::vector<
     }
     s.lanes[r].push_back(std::move(send));
   }
-  s.info.op = "ring-attention";
-  s.info.algo = spec.causal ? "ring-zigzag" : "ring";
-  s.info.dtype = spec.dtype;
-  s.info.count = spec.seq;
-  fillCostAttributes(s);
+  gen::finishRingAttention(s, spec, "ring-attention");
   return s;
 }
 

@@ -65,7 +65,8 @@ StepResource stepResource(const Schedule& s, const Step& st, uint32_t rank, uint
     case StepKind::ProxyPut: return StepResource::Network;
     case StepKind::Gemm:
     case StepKind::GroupedGemm:
-    case StepKind::Attention: return StepResource::Tensor;
+    case StepKind::Attention:
+    case StepKind::AttentionGrad: return StepResource::Tensor;
     case StepKind::Copy:
     case StepKind::Reduce:
     case StepKind::Route:
@@ -226,6 +227,7 @@ StepPrice stepPrice(const Profile& p, StepKind kind, LinkClass link, double amou
     case StepKind::Gemm:
     case StepKind::GroupedGemm:
     case StepKind::Attention:  // tensor-core FLOPs at the GEMM rate (no attention-specific rate is calibrated yet)
+    case StepKind::AttentionGrad:
       pr.resource = StepResource::Tensor;
       pr.rate = p.gemmTflops;
       pr.unitsPerUs = kFlopsPerUsPerTflops;
@@ -332,6 +334,12 @@ StepPrice StepCosts::price(const Step& st, uint32_t rank, uint32_t lane) const {
       // FlashAttention's work units: a 128-row block of queries of one (batch, head).
       const AttentionShape& sh = s_.attentions[st.aux];
       tiles = uint64_t{sh.batch} * sh.qHeads * ((uint64_t{sh.sq} + 127) / 128);
+    }
+    if (st.kind == StepKind::AttentionGrad && st.aux < s_.attentions.size()) {
+      // FlashAttention-2's backward work units: a 128-row block of keys of one (batch, query head); with GQA each
+      // query head's dK / dV are summed into its KV head's afterwards, so the units do not shrink with kvHeads.
+      const AttentionShape& sh = s_.attentions[st.aux];
+      tiles = uint64_t{sh.batch} * sh.qHeads * ((uint64_t{sh.skv} + 127) / 128);
     }
     pr.capPerUs = ctaCapPerUs(p_, pr.resource, laneSms_[rank][lane], tiles);
   }

@@ -11,4 +11,12 @@ namespace mk::detail {
 /// Q and K / V are read through their dtype (`q`, `kv`; V at kv + vOffset). A row that sees no key gets 0 and -inf.
 void runAttention(const AttentionShape& sh, const ElementRange& out, const ElementRange& q, const ElementRange& kv);
 
+/// One attention-grad step (attention.hpp): with P recomputed from the forward's log-sum-exp and D = rowsum(dO o O)
+/// from its output, add dV += P^T dO, dK += scale dS^T Q and dQ += scale dS K (dS = P o (dO V^T - D)), each summed in
+/// double over the whole block and added to the float32 accumulators once (dK / dV summed over a KV head's query
+/// heads). `qdo` is Q with dO at doOffset, `kv` K with V at vOffset, `dst` dK with dV at vOffset; `rows` and `dq` are
+/// the forward's rows and dQ (the offsets already resolved from rowsAt and dqAt).
+void runAttentionGrad(const AttentionShape& sh, const ElementRange& dst, const ElementRange& qdo,
+                      const ElementRange& kv, const ElementRange& rows, const ElementRange& dq);
+
 }  // namespace mk::detail

@@ -34,6 +34,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "attention_exec.hpp"
@@ -701,6 +702,35 @@ class Executor final : public RemoteEndpoint {
                          {kv.dtype, kv.data, st.b.offset});
   }
 
+  void attentionGrad(const LaneState& ls, uint32_t stepIdx, const Step& st) {
+    if (st.aux >= s_.attentions.size())
+      invalid(ls, stepIdx,
+              "attention index " + std::to_string(st.aux) + " is out of range (" +
+                  std::to_string(s_.attentions.size()) + " shapes)");
+    const AttentionShape& sh = s_.attentions[st.aux];
+    if (const std::string problem = attentionGradShapeProblem(sh); !problem.empty()) invalid(ls, stepIdx, problem);
+    const AttentionGradElements n = attentionGradElements(sh);
+    const BoundBuffer& dkv = operand(ls, stepIdx, "dK/dV (dst)", st.dst, n.dkv);
+    const BoundBuffer& qdo = operand(ls, stepIdx, "Q/dO (a)", st.a, n.qdo);
+    const BoundBuffer& kv = operand(ls, stepIdx, "K/V (b)", st.b, n.kv);
+    BufRef rows = st.dst, dq = st.dst;
+    rows.offset = sh.rowsAt;
+    dq.offset = sh.dqAt;
+    operand(ls, stepIdx, "forward rows (rowsAt in dst's buffer)", rows, n.rows);
+    operand(ls, stepIdx, "dQ (dqAt in dst's buffer)", dq, n.dq);
+    if (dkv.dtype != DType::Float32 || dtypeInfo(qdo.dtype).integer || qdo.dtype != kv.dtype)
+      invalid(ls, stepIdx, "attention-grad reads Q/dO and K/V of one float dtype and adds into float32 dK/dV, dQ");
+    if (detail::anyOverlap(st.dst, n.dkv, rows, n.rows) || detail::anyOverlap(st.dst, n.dkv, dq, n.dq) ||
+        detail::anyOverlap(rows, n.rows, dq, n.dq))
+      invalid(ls, stepIdx, "dK/dV, the forward rows and dQ overlap in dst's buffer");
+    for (const auto& [w, wn] : {std::pair<const BufRef&, uint64_t>{st.dst, n.dkv}, {dq, n.dq}})
+      if (detail::anyOverlap(w, wn, st.a, n.qdo) || detail::anyOverlap(w, wn, st.b, n.kv))
+        invalid(ls, stepIdx, "dK/dV or dQ overlaps Q/dO or K/V");
+    detail::runAttentionGrad(sh, {dkv.dtype, dkv.data, st.dst.offset}, {qdo.dtype, qdo.data, st.a.offset},
+                             {kv.dtype, kv.data, st.b.offset}, {dkv.dtype, dkv.data, rows.offset},
+                             {dkv.dtype, dkv.data, dq.offset});
+  }
+
   void runStep(LaneState& ls, uint32_t stepIdx, const Step& st) {
     if (st.extent != kNoExtent) {  // the step as this rank runs it: count resolved against its extent value
       Step resolved = st;
@@ -737,6 +767,7 @@ class Executor final : public RemoteEndpoint {
       case StepKind::Gather: gather(ls, stepIdx, st); return;
       case StepKind::Attention: attention(ls, stepIdx, st); return;
       case StepKind::Combine: combine(ls, stepIdx, st); return;
+      case StepKind::AttentionGrad: attentionGrad(ls, stepIdx, st); return;
     }
     invalid(ls, stepIdx, "unknown step kind " + std::to_string(static_cast<int>(st.kind)));
   }

@@ -16,7 +16,7 @@ void readAttentionShapes(const io_read::json& v, const io_read::Path& p, std::ve
     expectObject(o, pi);
     checkKeys(o, pi,
               {"batch", "qHeads", "kvHeads", "headDim", "sq", "skv", "ldq", "ldkv", "ldo", "causal", "scale", "vOffset",
-               "qPos", "kvPos"});
+               "qPos", "kvPos", "doOffset", "rowsAt", "dqAt"});
     AttentionShape sh;
     for (const auto& [key, field] : {std::pair<const char*, uint32_t*>{"batch", &sh.batch},
                                      {"qHeads", &sh.qHeads},
@@ -39,6 +39,9 @@ void readAttentionShapes(const io_read::json& v, const io_read::Path& p, std::ve
     sh.vOffset = asU64(member(o, "vOffset", pi), pi["vOffset"]);
     if (const json* x = optionalMember(o, "qPos")) sh.qPos = asU64(*x, pi["qPos"]);
     if (const json* x = optionalMember(o, "kvPos")) sh.kvPos = asU64(*x, pi["kvPos"]);
+    for (const auto& [key, field] :
+         {std::pair<const char*, uint64_t*>{"doOffset", &sh.doOffset}, {"rowsAt", &sh.rowsAt}, {"dqAt", &sh.dqAt}})
+      if (const json* x = optionalMember(o, key)) *field = asU64(*x, pi[key]);
     out.push_back(sh);
   }
 }
@@ -62,6 +65,14 @@ void writeAttentionShapes(io_write::Writer& w, const std::vector<AttentionShape>
       w.key(sizes[k].first);
       w.u64(sizes[k].second);
     }
+    // attention-grad's offsets, written only when set so that forward shapes read as before
+    for (const auto& [key, v] :
+         {std::pair<const char*, uint64_t>{"doOffset", sh.doOffset}, {"rowsAt", sh.rowsAt}, {"dqAt", sh.dqAt}})
+      if (v != 0) {
+        w.comma();
+        w.key(key);
+        w.u64(v);
+      }
     w.comma();
     w.key("causal");
     o += sh.causal ? "true" : "false";

@@ -114,6 +114,19 @@ void fillCostAttributesAt(Schedule& s, Share&& share) {
             st.flops = attentionFlops(sh);
             break;
           }
+          case StepKind::AttentionGrad: {  // reads Q, dO, K, V and the forward's rows, adds into dQ, dK and dV
+            st.link = farthest({&st.dst, &st.a, &st.b});
+            std::size_t inSize = 0;
+            if (st.aux >= s.attentions.size() || !dtypeOf(st.a, inSize) || !dtypeOf(st.dst, esz)) break;
+            const AttentionShape& sh = s.attentions[st.aux];
+            const uint64_t qElems = uint64_t{sh.batch} * sh.sq * sh.qHeads * sh.headDim;
+            const uint64_t kvElems = uint64_t{sh.batch} * sh.skv * 2 * sh.kvHeads * sh.headDim;
+            const uint64_t rowElems = uint64_t{sh.batch} * sh.sq * sh.qHeads * sh.outRow();
+            // Q and dO, K and V read in their dtype; the rows read, dQ, dK and dV read and written in float32.
+            st.bytes = (2 * qElems + kvElems) * inSize + (rowElems + 2 * qElems + 2 * kvElems) * esz;
+            st.flops = attentionGradFlops(sh);
+            break;
+          }
           case StepKind::Wait:
           case StepKind::Barrier: st.link = LinkClass::None; break;
         }

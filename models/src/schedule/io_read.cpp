@@ -358,6 +358,7 @@ class Reader {
         st.b = readOperand(member(o, "b", p), p["b"]);
         break;
       case StepKind::Attention:
+      case StepKind::AttentionGrad:
         checkKeys(o, p, {"kind", "attention", "dst", "a", "b"}, cost);
         st.aux = asU32(member(o, "attention", p), p["attention"]);
         st.dst = readOperand(member(o, "dst", p), p["dst"]);

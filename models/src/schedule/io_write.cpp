@@ -327,13 +327,14 @@ std::string scheduleToJson(const Schedule& s, int indent) {
           case StepKind::GroupedGemm: count(); [[fallthrough]];
           case StepKind::Gemm:
           case StepKind::Attention:  // a shape index ("gemm", "attention") and three operands
+          case StepKind::AttentionGrad:
             w.comma();
             w.key(kindInfo(st.kind).auxName);
             w.u64(st.aux);
             operand("dst", st.dst);
             operand("a", st.a);
             operand("b", st.b);
-            if (st.kind == StepKind::Attention) break;
+            if (st.kind == StepKind::Attention || st.kind == StepKind::AttentionGrad) break;
             w.comma();
             w.key("accumulate");
             o += (st.flags & kStepAccumulate) ? "true" : "false";

@@ -214,7 +214,9 @@ std::vector<uint8_t> packImpl(const Schedule& s, int64_t onlyRank) {
                              a.vOffset,
                              a.qPos,
                              a.kvPos,
-                             0};
+                             a.doOffset,
+                             a.rowsAt,
+                             a.dqAt};
     std::memcpy(base + lay.attentions + i * sizeof(PackedAttention), &pa, sizeof pa);
   }
   for (std::size_t b = 0; b < s.buffers.size(); ++b)
@@ -317,8 +319,9 @@ Schedule unpack(const uint8_t* data, std::size_t size) {
     PackedAttention pa;
     std::memcpy(&pa, data + lay.attentions + uint64_t{i} * sizeof(PackedAttention), sizeof pa);
     if (pa.causal > 1) bad("attention " + std::to_string(i) + ": causal " + std::to_string(pa.causal) + " (0 or 1)");
-    s.attentions[i] = AttentionShape{pa.batch, pa.qHeads, pa.kvHeads,     pa.headDim, pa.sq,      pa.skv,  pa.ldq,
-                                     pa.ldkv,  pa.ldo,    pa.causal == 1, pa.scale,   pa.vOffset, pa.qPos, pa.kvPos};
+    s.attentions[i] = AttentionShape{pa.batch, pa.qHeads, pa.kvHeads,  pa.headDim,     pa.sq,    pa.skv,
+                                     pa.ldq,   pa.ldkv,   pa.ldo,      pa.causal == 1, pa.scale, pa.vOffset,
+                                     pa.qPos,  pa.kvPos,  pa.doOffset, pa.rowsAt,      pa.dqAt};
   }
 
   s.lanes.resize(h.nRanks);

@@ -166,10 +166,24 @@ void Validator::checkRaces() {
           const uint64_t oRow = uint64_t{sh.qHeads} * sh.outRow();
           BufRef v = st.b;
           v.offset += sh.vOffset;
-          addRows(g, i, snap, st.dst, sh.batch, sh.sq * oRow, sh.ldo * oRow, true);
           addRows(g, i, snap, st.a, sh.batch, sh.sq * qRow, sh.ldq * qRow, false);
           addRows(g, i, snap, st.b, sh.batch, sh.skv * kvRow, sh.ldkv * kvRow, false);
           addRows(g, i, snap, v, sh.batch, sh.skv * kvRow, sh.ldkv * kvRow, false);
+          if (st.kind == StepKind::Attention) {
+            addRows(g, i, snap, st.dst, sh.batch, sh.sq * oRow, sh.ldo * oRow, true);
+            break;
+          }
+          // attention-grad: dO beside Q; dK, dV and dQ added to (read and written), the forward's rows read
+          BufRef dO = st.a, dv = st.dst, rows = st.dst, dq = st.dst;
+          dO.offset += sh.doOffset;
+          dv.offset += sh.vOffset;
+          rows.offset = sh.rowsAt;
+          dq.offset = sh.dqAt;
+          addRows(g, i, snap, dO, sh.batch, sh.sq * qRow, sh.ldq * qRow, false);
+          addRows(g, i, snap, rows, sh.batch, sh.sq * oRow, sh.ldo * oRow, false);
+          addRows(g, i, snap, st.dst, sh.batch, sh.skv * kvRow, sh.ldkv * kvRow, true);
+          addRows(g, i, snap, dv, sh.batch, sh.skv * kvRow, sh.ldkv * kvRow, true);
+          addRows(g, i, snap, dq, sh.batch, sh.sq * qRow, sh.ldq * qRow, true);
           break;
         }
         case StepExtent::None: break;

@@ -354,6 +354,7 @@ void Validator::checkStep(uint32_t g, uint32_t i, uint32_t r, const Step& st) {
     case StepKind::Gather: checkGather(g, i, st); return;
     case StepKind::Combine: checkCombine(g, i, st); return;
     case StepKind::Attention: checkAttention(g, i, st); return;
+    case StepKind::AttentionGrad: checkAttentionGrad(g, i, st); return;
   }
   addStep(g, i, "unknown step kind " + str(static_cast<uint8_t>(st.kind)));
   indexError_ = true;

@@ -170,6 +170,7 @@ class Validator {
   void checkAttentionShapes();
   /// Attention: the shape index, Q and K/V of one float dtype, a float32 out, ranges, out clear of its inputs.
   void checkAttention(uint32_t g, uint32_t i, const Step& st);
+  void checkAttentionGrad(uint32_t g, uint32_t i, const Step& st);
 
   static uint64_t extentB(const GemmShape& gs, bool colB);
 

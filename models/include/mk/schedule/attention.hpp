@@ -12,6 +12,15 @@
 // GQA / MQA: query head h reads KV head h / (qHeads / kvHeads). Causal: query i (absolute position qPos + i) sees key
 // j (position kvPos + j) iff kvPos + j <= qPos + i; a row that sees no key gets output 0 and log-sum-exp -inf,
 // which lse-merge weighs 0 (FlashAttention-2, arXiv 2307.08691, section 3.1; ring attention, arXiv 2310.01889).
+//
+// The backward step (attention-grad) uses the same shape and three more offsets, because a step has three operands
+// and the backward touches eight arrays (grouped by dtype and by what stays on a rank):
+//  * a (Q's dtype): Q as above, and dO (the output's gradient, Q's layout) doOffset elements after it;
+//  * b (Q's dtype): K and V as above;
+//  * dst (float32): the accumulators dK and dV, K's and V's layout (dV vOffset elements after dK); in the same buffer
+//    at absolute offsets: the forward's rows (out's layout above, ldo; read) at rowsAt and the accumulator dQ (Q's
+//    layout, ldq) at dqAt. It adds (never overwrites) dQ, dK and dV: FlashAttention-2's backward (arXiv 2307.08691,
+//    algorithm 2) with P recomputed from the forward's log-sum-exp.
 #pragma once
 
 #include <algorithm>
@@ -37,6 +46,10 @@ struct AttentionShape {
   uint64_t vOffset = 0;  ///< V starts this many elements after K in b's buffer
   uint64_t qPos = 0;     ///< absolute position of query row 0 (causal)
   uint64_t kvPos = 0;    ///< absolute position of key row 0 (causal)
+  // attention-grad only (0 and ignored for attention):
+  uint64_t doOffset = 0;  ///< dO starts this many elements after Q in a's buffer
+  uint64_t rowsAt = 0;    ///< the forward's rows (O and log-sum-exp) start at this element of dst's buffer
+  uint64_t dqAt = 0;      ///< the accumulator dQ starts at this element of dst's buffer
 
   /// Elements of one output row: headDim values and the log-sum-exp.
   uint64_t outRow() const noexcept { return uint64_t{headDim} + 1; }
@@ -76,6 +89,11 @@ inline uint64_t attentionPairs(const AttentionShape& sh) noexcept {
 inline double attentionFlops(const AttentionShape& sh) noexcept {
   return 4.0 * sh.batch * sh.qHeads * sh.headDim * static_cast<double>(attentionPairs(sh));
 }
+
+/// Arithmetic of an attention-grad step: 2.5 x attentionFlops (10 per unmasked pair and head dimension: the
+/// recomputed q.k, then dO.v, and the three products into dV, dQ and dK, a multiply and an add each), the count
+/// FlashAttention-2's paper uses for its backward; the exponentials and the D = rowsum(dO o O) pass are not counted.
+inline double attentionGradFlops(const AttentionShape& sh) noexcept { return 2.5 * attentionFlops(sh); }
 
 /// Elements each operand spans from its offset (saturating: a hostile shape reads as out of range): Q from a, K and
 /// V from b (V's block ends vOffset later), the output rows from dst.
@@ -122,6 +140,33 @@ inline std::string attentionShapeProblem(const AttentionShape& sh) {
                              .kv;
   if (sh.vOffset < kSpan)
     return "vOffset " + s(sh.vOffset) + " < the " + s(kSpan) + " elements of K (V follows K in b's buffer)";
+  return "";
+}
+
+/// Regions of an attention-grad step (absolute offsets from its operands' offsets or, for rows and dQ, in dst's
+/// buffer): [a, a + qdo) holds Q and dO, [b, b + kv) K and V, [dst, dst + dkv) dK and dV, [rowsAt, rowsAt + rows)
+/// the forward's rows, [dqAt, dqAt + dq) dQ. Saturating like attentionElements.
+struct AttentionGradElements {
+  uint64_t qdo = 0, kv = 0, dkv = 0, rows = 0, dq = 0;
+};
+
+inline AttentionGradElements attentionGradElements(const AttentionShape& sh) noexcept {
+  const AttentionElements e = attentionElements(sh);
+  AttentionGradElements g;
+  g.kv = g.dkv = e.kv;
+  g.rows = e.out;
+  g.dq = e.q;
+  if (__builtin_add_overflow(e.q, sh.doOffset, &g.qdo)) g.qdo = ~uint64_t{0};
+  return g;
+}
+
+/// Why `sh` is no valid attention-grad shape ("" when it is): attentionShapeProblem, or dO overlapping Q.
+inline std::string attentionGradShapeProblem(const AttentionShape& sh) {
+  if (std::string problem = attentionShapeProblem(sh); !problem.empty()) return problem;
+  const uint64_t q = attentionElements(sh).q;
+  if (sh.doOffset < q)
+    return "doOffset " + std::to_string(sh.doOffset) + " < the " + std::to_string(q) +
+           " elements of Q (dO follows Q in a's buffer)";
   return "";
 }
 

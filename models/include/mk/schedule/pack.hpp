@@ -17,8 +17,9 @@
 // Version 2 added runtime extents (PackedExtent, PackedStep::extent, PackedGemm::extent); version 3 their source
 // (PackedExtent::sourceBuffer / sourceElement); version 4 attention shapes (PackedAttention, the header's
 // nAttentions); version 5 the combine step (kind 12) and the SwiGLU bit of Step::flags (kStepSwiGLU), which a
-// version-4 reader would have run as a plain grouped GEMM. Older images are refused (regenerate them from their
-// schedule).
+// version-4 reader would have run as a plain grouped GEMM; version 6 the attention-grad step (kind 13) and its
+// offsets in PackedAttention (doOffset, rowsAt, dqAt; 96 bytes instead of 80). Older images are refused (regenerate
+// them from their schedule).
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,7 @@
 namespace mk {
 
 inline constexpr uint32_t kPackMagic = 0x43534B4Du;  // "MKSC"
-inline constexpr uint32_t kPackVersion = 5;
+inline constexpr uint32_t kPackVersion = 6;
 
 struct PackedHeader {
   uint32_t magic;
@@ -115,9 +116,9 @@ struct PackedAttention {
   uint16_t reserved1;
   uint32_t reserved2;
   uint64_t vOffset, qPos, kvPos;
-  uint64_t reserved3;
+  uint64_t doOffset, rowsAt, dqAt;  ///< attention-grad's (0 for attention)
 };
-static_assert(sizeof(PackedAttention) == 80);
+static_assert(sizeof(PackedAttention) == 96);
 
 /// Pack the whole schedule.
 std::vector<uint8_t> pack(const Schedule& s);

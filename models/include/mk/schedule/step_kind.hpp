@@ -43,6 +43,9 @@ enum class StepKind : uint8_t {
   /// MoE combine (the mirror of a dispatch): dst row t <- sum over the token's topk slots k of weight[t][k] times
   /// the expert output row that came back for (t, k), in float32 (route.hpp, combineShape)
   Combine = 12,
+  /// the backward of an attention step: from Q and dO (a), K and V (b) and the forward's rows (in dst's buffer), add
+  /// dK and dV (dst) and dQ (in dst's buffer); shape in Schedule::attentions[aux] (attention.hpp)
+  AttentionGrad = 13,
 };
 
 /// Which Step fields a kind uses (StepKindInfo::fields); the others are ignored and written as zero.
@@ -105,6 +108,7 @@ inline constexpr StepKindInfo kStepKinds[] = {
   {StepKind::Gather,   "gather",   nullptr,     kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldAux | kFieldValue | kFieldExtent, StepExtent::Indexed, "row", true, false, false, false, false, false, false},
   {StepKind::Attention, "attention", nullptr,  kFieldDst | kFieldA | kFieldB | kFieldAux,            StepExtent::Attention, "attention", false, true, false, false, false, false, true},
   {StepKind::Combine,  "combine",  nullptr,     kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldAux | kFieldValue, StepExtent::Indexed, "topk", false, true, false, false, false, false, false},
+  {StepKind::AttentionGrad, "attention-grad", nullptr, kFieldDst | kFieldA | kFieldB | kFieldAux,  StepExtent::Attention, "attention", false, true, false, false, false, false, false},
 };
 // clang-format on
 
@@ -139,9 +143,9 @@ constexpr const StepKindInfo& kindInfo(StepKind kind) noexcept {
 }
 
 /// Whether a step of `kind` is priced by its FLOPs on the tensor cores of its lane's SMs (Gemm and GroupedGemm
-/// tiles, attention blocks): the work of a compute lane.
+/// tiles, attention blocks forward and backward): the work of a compute lane.
 constexpr bool pricedByFlops(StepKind kind) noexcept {
-  return kindInfo(kind).extent == StepExtent::Tile || kind == StepKind::Attention;
+  return kindInfo(kind).extent == StepExtent::Tile || kindInfo(kind).extent == StepExtent::Attention;
 }
 
 /// The stable name of `kind` ("copy", "proxyput", ...), "?" for a value cast from bad input.

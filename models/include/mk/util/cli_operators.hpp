@@ -45,6 +45,7 @@ struct OperatorArgs {
   uint64_t seq = 0;
   uint32_t heads = 0, kvHeads = 0, headDim = 0, batch = 1;
   bool causal = false;
+  bool backward = false;           ///< ring-attention's backward (generateRingAttentionBackward) instead of the forward
   std::vector<std::string> given;  ///< the options of this block named on the command line
 };
 
@@ -52,13 +53,11 @@ struct OperatorArgs {
 /// optionApplies).
 inline const std::vector<std::pair<const char*, const char*>>& operatorOptionOps() {
   static const std::vector<std::pair<const char*, const char*>> options = {
-      {"--experts", kMoeDispatchGemmOp},   {"--topk", kMoeDispatchGemmOp},
-      {"--tokens", kMoeDispatchGemmOp},    {"--hidden", kMoeDispatchGemmOp},
-      {"--out-cols", kMoeDispatchGemmOp},  {"--capacity", kMoeDispatchGemmOp},
-      {"--imbalance", kMoeDispatchGemmOp}, {"--seq", kRingAttentionOp},
-      {"--heads", kRingAttentionOp},       {"--kv-heads", kRingAttentionOp},
-      {"--head-dim", kRingAttentionOp},    {"--batch", kRingAttentionOp},
-      {"--causal", kRingAttentionOp},      {"--ffn", kMoeFfnOp}};
+      {"--experts", kMoeDispatchGemmOp},   {"--topk", kMoeDispatchGemmOp},     {"--tokens", kMoeDispatchGemmOp},
+      {"--hidden", kMoeDispatchGemmOp},    {"--out-cols", kMoeDispatchGemmOp}, {"--capacity", kMoeDispatchGemmOp},
+      {"--imbalance", kMoeDispatchGemmOp}, {"--seq", kRingAttentionOp},        {"--heads", kRingAttentionOp},
+      {"--kv-heads", kRingAttentionOp},    {"--head-dim", kRingAttentionOp},   {"--batch", kRingAttentionOp},
+      {"--causal", kRingAttentionOp},      {"--backward", kRingAttentionOp},   {"--ffn", kMoeFfnOp}};
   return options;
 }
 
@@ -99,6 +98,9 @@ inline void addOperatorOptions(CLI::App& app, OperatorArgs& a) {
   app.add_option("--head-dim", a.headDim, "ring-attention: features per head (D)");
   app.add_option("--batch", a.batch, "ring-attention: sequences (B; default 1)");
   app.add_flag("--causal", a.causal, "ring-attention: mask later keys, tokens placed in zigzag order for balance");
+  app.add_flag("--backward", a.backward,
+               "ring-attention: the backward pass (dQ stays, K/V travel with their dK/dV accumulators) instead of the "
+               "forward");
 }
 
 /// After parse(): `a.given` names the block's options on the command line, and the counting ones must not be 0.
