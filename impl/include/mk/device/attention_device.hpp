@@ -488,6 +488,9 @@ MK_DEVICE_INLINE void attentionRunUnits(const AttentionParams& p, uint8_t* smem,
         for (const GemmTensorMap* m : {&p.mapQ, &p.mapK, &p.mapV})
           asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(m))
                        : "memory");
+        // Q, K and V may have been written by generic stores of other CTAs or GPUs (a ring slot a peer's put filled),
+        // acquired by the lane's wait: order those before this thread's TMA (async proxy) reads of them.
+        asm volatile("fence.proxy.async.global;\n" ::: "memory");
       }
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapQ)) : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapK)) : "memory");
