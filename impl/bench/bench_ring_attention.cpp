@@ -21,7 +21,8 @@
 //  * attn_us / comm_us: the layered program's kernels alone / its transfers alone; bound_us = max of the two (what
 //    any overlap can reach); speedup = layered_us / fused_us; TFLOP/s = the unmasked pairs' 4 B Hq D / fused_us.
 // --check: every element of every rank's fused output against the layered program's (the same tolerance as the GPU
-// tests: 2.5e-3 on values, 1e-4 relative on log-sum-exps); both against a double reference is mk_ring_attention_gpu_tests.
+// tests: 2.5e-3 on values, 1e-4 relative on log-sum-exps); both against a double reference is
+// mk_ring_attention_gpu_tests.
 #include <cuda_runtime_api.h>
 
 #include <CLI/CLI.hpp>
@@ -144,8 +145,7 @@ mk::Schedule ringShift(const std::vector<uint32_t>& nodeOf, uint64_t count) {
 }
 
 /// The worst |fused - layered| over tolerance of one rank's output rows; counts the elements over it.
-double compareOutputs(const std::vector<float>& fused, const std::vector<float>& layered, uint32_t d,
-                      uint64_t* bad) {
+double compareOutputs(const std::vector<float>& fused, const std::vector<float>& layered, uint32_t d, uint64_t* bad) {
   double worst = 0;
   for (uint64_t i = 0; i < fused.size(); ++i) {
     const bool lse = i % (d + 1) == d;
@@ -266,11 +266,12 @@ int ringAttentionMain(int argc, char** argv, const std::string& command) {
     if (a.mask != "none") masks.push_back(true);
     if (a.mask != "causal") masks.push_back(false);
     if (launch.leader()) {
-      std::printf("# mk-bench ring-attention: %u rank(s)%s on %s (%d SMs)%s, bf16, D 128, B %u, heads %u/%u, iters %llu, "
-                  "reps %llu\n",
-                  R, multi ? " (one process per rank)" : "", prop.name, prop.multiProcessorCount,
-                  shared ? ", ranks SHARE the GPU" : "", a.batch, a.qHeads, a.kvHeads,
-                  static_cast<unsigned long long>(a.iters), static_cast<unsigned long long>(a.reps));
+      std::printf(
+          "# mk-bench ring-attention: %u rank(s)%s on %s (%d SMs)%s, bf16, D 128, B %u, heads %u/%u, iters %llu, "
+          "reps %llu\n",
+          R, multi ? " (one process per rank)" : "", prop.name, prop.multiProcessorCount,
+          shared ? ", ranks SHARE the GPU" : "", a.batch, a.qHeads, a.kvHeads, static_cast<unsigned long long>(a.iters),
+          static_cast<unsigned long long>(a.reps));
       std::printf("%8s %6s %6s %11s %11s %10s %10s %10s %8s %8s %6s\n", "L", "causal", "nodes", "fused_us",
                   "layered_us", "attn_us", "comm_us", "bound_us", "speedup", "TFLOPs", "check");
     }
@@ -286,7 +287,8 @@ int ringAttentionMain(int argc, char** argv, const std::string& command) {
         spec.headDim = 128;
         spec.seq = L * R;
         spec.causal = causal;
-        const uint64_t qCount = uint64_t{a.batch} * L * a.qHeads * 128, kvCount = 2 * uint64_t{a.batch} * L * a.kvHeads * 128;
+        const uint64_t qCount = uint64_t{a.batch} * L * a.qHeads * 128,
+                       kvCount = 2 * uint64_t{a.batch} * L * a.kvHeads * 128;
         const uint64_t outCount = uint64_t{a.batch} * L * a.qHeads * 129;
         std::vector<std::unique_ptr<RankMem>> mem;
         for (std::size_t i = 0; i < local; ++i) {
@@ -348,7 +350,10 @@ int ringAttentionMain(int argc, char** argv, const std::string& command) {
         if (launch.leader()) {
           std::printf("%8llu %6s %6u %11.1f %11.1f %10.1f %10.1f %10.1f %8.2f %8.1f %6s\n",
                       static_cast<unsigned long long>(L), causal ? "yes" : "no", nodes, fusedUs, layeredUs, attnUs,
-                      commUs, bound, layeredUs / fusedUs, tflops, !a.check ? "-" : bad == 0 ? "ok" : "FAIL");
+                      commUs, bound, layeredUs / fusedUs, tflops,
+                      !a.check   ? "-"
+                      : bad == 0 ? "ok"
+                                 : "FAIL");
           std::fflush(stdout);
         }
         mk::MeasurementRecord rec;

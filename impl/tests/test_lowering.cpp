@@ -1009,8 +1009,8 @@ TEST_CASE("lowering: a step kind the GPU engine does not run yet is refused, nam
         std::string::npos);
 }
 
-TEST_CASE("lowering: the routing kinds and combine are refused, naming the CPU executor") {
-  for (const StepKind kind : {StepKind::Route, StepKind::Gather, StepKind::Combine}) {
+TEST_CASE("lowering: the routing kinds, combine and attention-grad are refused, naming the CPU executor") {
+  for (const StepKind kind : {StepKind::Route, StepKind::Gather, StepKind::Combine, StepKind::AttentionGrad}) {
     Schedule s = gemmSchedule(64, 64, 64);
     s.lanes[0][0].steps[0].kind = kind;
     const std::string msg = errorOf(s, 0);

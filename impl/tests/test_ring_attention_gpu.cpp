@@ -106,8 +106,7 @@ void runLocal(std::vector<mk::Communicator>& comms, const RingAttentionSpec& s, 
   for (int rep = 0; rep < repeats; ++rep) {
     {
       mkt::GroupGuard group;
-      for (uint32_t r = 0; r < R; ++r)
-        comms[r].ringAttention(s, buf[r]->q, buf[r]->kv, buf[r]->out, st.s[r]);
+      for (uint32_t r = 0; r < R; ++r) comms[r].ringAttention(s, buf[r]->q, buf[r]->kv, buf[r]->out, st.s[r]);
     }
     st.sync(comms);
     for (uint32_t r = 0; r < R; ++r) buf[r]->check(d, r);

@@ -30,8 +30,8 @@ RingAttentionSpec plannedSpec(RingAttentionSpec spec) {
 
 std::string specText(const RingAttentionSpec& s) {
   std::ostringstream os;
-  os << "ring-attention " << toString(s.dtype) << " B " << s.batch << " heads " << s.qHeads << "/" << s.kvHeads
-     << " D " << s.headDim << " S " << s.seq << (s.causal ? " causal" : "") << " scale " << s.scale << " weight "
+  os << "ring-attention " << toString(s.dtype) << " B " << s.batch << " heads " << s.qHeads << "/" << s.kvHeads << " D "
+     << s.headDim << " S " << s.seq << (s.causal ? " causal" : "") << " scale " << s.scale << " weight "
      << s.computeCtas;
   return os.str();
 }
@@ -56,8 +56,8 @@ void checkRingAttentionCall(const RingAttentionSpec& spec, uint32_t nRanks, bool
   sh.scale = spec.scale > 0 ? spec.scale : defaultAttentionScale(spec.headDim);
   sh.vOffset = uint64_t{spec.batch} * local * spec.kvHeads * spec.headDim;
   if (chunk > (uint64_t{1} << 30))
-    throw Error(ErrorCode::InvalidArgument, "ringAttention: seq / ranks must be <= 2^30 tokens (got " +
-                                                std::to_string(local) + ")");
+    throw Error(ErrorCode::InvalidArgument,
+                "ringAttention: seq / ranks must be <= 2^30 tokens (got " + std::to_string(local) + ")");
   const std::string why = attentionForwardProblem(sh, spec.dtype);
   if (!why.empty()) throw Error(ErrorCode::InvalidArgument, "ringAttention: " + why);
 }

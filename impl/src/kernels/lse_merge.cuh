@@ -13,8 +13,8 @@ namespace mk::device {
 /// stays 0 with lse -inf, a NaN lse makes the row NaN): one warp per row. dst may alias a or b exactly: every lane
 /// reads a row's two log-sum-exps before any lane of the warp writes the row, and each value is read and written by
 /// the same lane.
-__device__ __forceinline__ void lseMergeRowRange(float* dst, const float* a, const float* b, uint32_t width, uint64_t rowBegin,
-                                 uint64_t rowEnd, uint32_t tid, uint32_t nth) {
+__device__ __forceinline__ void lseMergeRowRange(float* dst, const float* a, const float* b, uint32_t width,
+                                                 uint64_t rowBegin, uint64_t rowEnd, uint32_t tid, uint32_t nth) {
   const uint32_t lane = tid % 32, warps = nth / 32;
   const uint64_t stride = uint64_t{width} + 1;
   for (uint64_t row = rowBegin + tid / 32; row < rowEnd; row += warps) {

@@ -21,8 +21,7 @@ struct AttentionStepLowering {
 /// (attentionForwardProblem: head dims 64 and 128, bf16 Q and K / V, V 16-byte aligned, TMA's ranges), a float32
 /// output, every operand on the rank itself and Q, K / V starting 16-byte aligned in their buffers (else
 /// Error(Unsupported)). Every message names the step (describeStep).
-AttentionStepLowering lowerAttentionStep(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step,
-                                         uint32_t ctas);
+AttentionStepLowering lowerAttentionStep(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step, uint32_t ctas);
 
 /// Output tiles (units) of an Attention shape: batch x qHeads x ceil(sq / 128); what a lane could keep busy.
 uint64_t attentionUnits(const AttentionShape& sh);

@@ -17,8 +17,8 @@ namespace mk {
 struct RingAttentionData {
   RingAttentionSpec spec;
   uint32_t nRanks = 0;
-  std::vector<float> q, k, v;                ///< [batch][seq][heads][headDim], the rounded values
-  std::vector<std::vector<uint8_t>> qBytes;  ///< per rank: its "q" buffer in the spec's dtype, local token order
+  std::vector<float> q, k, v;                 ///< [batch][seq][heads][headDim], the rounded values
+  std::vector<std::vector<uint8_t>> qBytes;   ///< per rank: its "q" buffer in the spec's dtype, local token order
   std::vector<std::vector<uint8_t>> kvBytes;  ///< per rank: its "kv" buffer (K, then V)
 };
 
