@@ -20,8 +20,8 @@ namespace {
 
 /// The spec as the schedule is generated from it: without a caller's weight, the compute lane weighs 8 against the
 /// send lane's 1. Inside a node the lowering then gives the send lane about a ninth of the worker CTAs (its puts want
-/// one per 32 KiB piece, the attention steps one per unit: about as many), enough to keep a same-GPU or NVLink copy
-/// ahead of the attention on the block before; across nodes the proxy moves the bytes and the send lane keeps one CTA.
+/// one per 32 KiB piece, the attention steps one per unit: about as many); across nodes the proxy moves the bytes and
+/// the send lane keeps one CTA. Whether a ninth keeps the copy ahead of the attention is not measured yet.
 RingAttentionSpec plannedSpec(RingAttentionSpec spec) {
   if (spec.scale == 0) spec.scale = defaultAttentionScale(spec.headDim);
   if (spec.computeCtas <= 1) spec.computeCtas = 8;
