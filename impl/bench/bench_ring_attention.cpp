@@ -112,10 +112,11 @@ std::vector<std::vector<LayeredStep>> layeredSteps(const mk::Schedule& s, uint32
 }
 
 /// The layered program's transfer: every rank puts `src` into the next rank's `dst` (a proxy put across nodes) and
-/// waits for the block from the previous rank.
+/// waits for the block from the previous rank. One rank passes nothing: an empty schedule, never run.
 mk::Schedule ringShift(const std::vector<uint32_t>& nodeOf, uint64_t count) {
   const auto R = static_cast<uint32_t>(nodeOf.size());
   mk::Schedule s;
+  if (R < 2) return s;
   s.nRanks = R;
   s.nodeOf = nodeOf;
   s.nFlags = 1;
@@ -128,8 +129,8 @@ mk::Schedule ringShift(const std::vector<uint32_t>& nodeOf, uint64_t count) {
     mk::Step put;
     put.kind = remote ? mk::StepKind::ProxyPut : mk::StepKind::Put;
     put.count = count;
-    put.dst = mk::BufRef{next, 1, 0};
-    put.a = mk::BufRef{r, 0, 0};
+    put.dst = mk::bufRef(next, 1, 0);
+    put.a = mk::bufRef(r, 0, 0);
     put.flags = mk::kStepSignal;
     put.flag = mk::FlagRef{next, 0};
     put.value = 1;

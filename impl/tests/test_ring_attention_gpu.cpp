@@ -160,6 +160,12 @@ TEST_CASE("ring attention gpu: bad calls are refused before anything runs, namin
   CHECK(msg.find("qHeads") != std::string::npos);
   CHECK(errorOf(good, nullptr, kv.p, out.p).find("ringAttention: q is null") != std::string::npos);
   CHECK(errorOf(good, q.c() + 8, kv.p, out.p).find("ringAttention: q ") != std::string::npos);
+}
+
+// Its own case: a second communicator's resident kernel cannot start while the compute-lane kernels above hold every
+// SM of the GPU (its roll call would time out).
+TEST_CASE("ring attention gpu: a communicator without compute lanes refuses ring attention") {
+  mkt::Buffer q(1 << 20), kv(1 << 20), out(1 << 22);
   auto plain = mk::Communicator::createLocal({0}, mk::CommConfig{});
   try {
     plain[0].ringAttention(spec(1, 4, 2, 64, 256, true), q.p, kv.p, static_cast<float*>(out.p), nullptr);
