@@ -10,6 +10,7 @@
 // the proxy over --transport. Head dim 128, bf16, the whole sequence is ranks x --seq-per-rank tokens.
 //
 // Columns (medians over --reps loops of --iters calls, CUDA events; every time the largest over the processes):
+//  * lanes: the worker CTAs of rank 0's compute lane / send lane (Communicator::ringAttentionPlan);
 //  * fused_us: Communicator::ringAttention on a compute-capable communicator: the compute lane runs the attention
 //    engine on each block while the send lane passes the next one on;
 //  * layered_us: the layered program of a framework, on a communication-only communicator (--baseline-ctas worker
@@ -273,7 +274,7 @@ int ringAttentionMain(int argc, char** argv, const std::string& command) {
           R, multi ? " (one process per rank)" : "", prop.name, prop.multiProcessorCount,
           shared ? ", ranks SHARE the GPU" : "", a.batch, a.qHeads, a.kvHeads, static_cast<unsigned long long>(a.iters),
           static_cast<unsigned long long>(a.reps));
-      std::printf("%8s %6s %6s %11s %11s %10s %10s %10s %8s %8s %6s\n", "L", "causal", "nodes", "fused_us",
+      std::printf("%8s %6s %6s %8s %11s %11s %10s %10s %10s %8s %8s %6s\n", "L", "causal", "nodes", "lanes", "fused_us",
                   "layered_us", "attn_us", "comm_us", "bound_us", "speedup", "TFLOPs", "check");
     }
     mk::MeasurementFile file = newMeasurementFile(multi ? 1 : available, "", command);
@@ -304,10 +305,12 @@ int ringAttentionMain(int argc, char** argv, const std::string& command) {
         double fusedUs = 0;
         uint32_t nodes = 1;
         std::vector<uint32_t> nodeOf;
+        mk::RingAttentionPlan plan;
         {
           std::vector<mk::Communicator> comms = createCommunicators(launch, fusedCfg);
           nodes = comms[0].topology().nodes;
           nodeOf = comms[0].topology().layout(R);
+          plan = comms[0].ringAttentionPlan(spec);
           fusedUs = launch.maxOverProcesses(timeLoopUs(timing, st, true, [&] {
             for (std::size_t i = 0; i < local; ++i)
               comms[i].ringAttention(spec, mem[i]->q.p, mem[i]->kv.p, static_cast<float*>(mem[i]->out.p), st.s[i]);
@@ -349,9 +352,10 @@ int ringAttentionMain(int argc, char** argv, const std::string& command) {
           if (x.kind == mk::StepKind::Attention) flops += mk::attentionFlops(sched.attentions[x.aux]);
         const double bound = std::max(attnUs, commUs), tflops = flops / fusedUs * 1e-6;
         if (launch.leader()) {
-          std::printf("%8llu %6s %6u %11.1f %11.1f %10.1f %10.1f %10.1f %8.2f %8.1f %6s\n",
-                      static_cast<unsigned long long>(L), causal ? "yes" : "no", nodes, fusedUs, layeredUs, attnUs,
-                      commUs, bound, layeredUs / fusedUs, tflops,
+          const std::string lanes = std::to_string(plan.computeCtas) + "/" + std::to_string(plan.sendCtas);
+          std::printf("%8llu %6s %6u %8s %11.1f %11.1f %10.1f %10.1f %10.1f %8.2f %8.1f %6s\n",
+                      static_cast<unsigned long long>(L), causal ? "yes" : "no", nodes, lanes.c_str(), fusedUs,
+                      layeredUs, attnUs, commUs, bound, layeredUs / fusedUs, tflops,
                       !a.check   ? "-"
                       : bad == 0 ? "ok"
                                  : "FAIL");
@@ -383,6 +387,10 @@ int ringAttentionMain(int argc, char** argv, const std::string& command) {
         rec.extra["comm_us"] = mk::strprintf("%.3f", commUs);
         rec.extra["bound_us"] = mk::strprintf("%.3f", bound);
         rec.extra["speedup"] = mk::strprintf("%.4f", layeredUs / fusedUs);
+        rec.extra["ctas"] = std::to_string(plan.workerCtas);
+        rec.extra["compute_ctas"] = std::to_string(plan.computeCtas);
+        rec.extra["comm_ctas"] = std::to_string(plan.sendCtas);
+        rec.extra["compute_weight"] = std::to_string(plan.spec.computeCtas);
         rec.extra["baseline_ctas"] = std::to_string(a.baselineCtas);
         rec.extra["flops"] = std::to_string(static_cast<uint64_t>(flops));
         rec.extra["tflops_per_rank"] = mk::strprintf("%.3f", tflops);

@@ -149,6 +149,13 @@ TEST_CASE("ring attention gpu: bad calls are refused before anything runs, namin
     return std::string();
   };
   const RingAttentionSpec good = spec(1, 4, 2, 64, 256, true);
+  const mk::RingAttentionPlan plan = comms[0].ringAttentionPlan(good);  // what the call runs: 8 : 1 weights
+  CHECK(plan.spec.computeCtas == 8);
+  CHECK(plan.workerCtas == comms[0].workerCtas());
+  CHECK(plan.computeCtas >= 1);
+  CHECK(plan.sendCtas >= 1);
+  CHECK(plan.computeCtas + plan.sendCtas <= plan.workerCtas);
+  CHECK(plan.computeCtas > plan.sendCtas);
   std::string msg = errorOf(spec(1, 4, 2, 32, 256, true), q.p, kv.p, out.p);
   CHECK(msg.find("headDim 32 is not supported by the GPU attention engine") != std::string::npos);
   RingAttentionSpec f16 = good;

@@ -170,6 +170,16 @@ class Engine;
 struct TestHooks;  // fault injection for the engine's own tests (impl/src/engine/fault_injection.hpp)
 }  // namespace runtime
 
+/// What Communicator::ringAttention runs for a spec on a communicator (Communicator::ringAttentionPlan): the spec as
+/// generated (scale and the compute lane's weight filled in) and the worker CTAs the calling rank's lowered program
+/// gives each lane — what a benchmark records so that the model replays the same split.
+struct RingAttentionPlan {
+  RingAttentionSpec spec;
+  uint32_t workerCtas = 0;   ///< the rank's worker CTAs (Communicator::workerCtas())
+  uint32_t computeCtas = 0;  ///< of them, the compute lane's (the attention steps and merges)
+  uint32_t sendCtas = 0;     ///< of them, the send lane's (puts inside a node, proxy puts across); the rest idle
+};
+
 /// One rank of a communicator: owns nothing alone, shares the engine's resources (RAII: the resident
 /// kernels stop and every allocation is freed when the last rank of a communicator is destroyed). Movable, not
 /// copyable. Every method throws mk::Error; after a device-side failure (timeout, ...) every call throws
@@ -306,6 +316,9 @@ class Communicator {
   /// other than bfloat16 (InvalidArgument), a communicator without CommConfig::computeLanes (Unsupported), pointers
   /// that are null, misaligned or not device memory of this GPU (InvalidArgument).
   void ringAttention(const RingAttentionSpec& spec, const void* q, const void* kv, float* out, cudaStream_t stream);
+  /// What ringAttention(spec, ...) runs on this rank: the planned spec and the lanes' worker CTAs of the lowered
+  /// program (generated, lowered and uploaded now if no call did yet). Throws what the call would for the spec.
+  RingAttentionPlan ringAttentionPlan(const RingAttentionSpec& spec) const;
 
   /// Algorithm "auto" would pick for this collective (mk::chooseAlgorithm on topology() under the profile).
   Algorithm chooseAlgorithm(CollOp op, uint64_t count, DType dtype) const;

@@ -239,6 +239,12 @@ void Communicator::ringAttention(const RingAttentionSpec& spec, const void* q, c
   engine_->submitRingAttention(rank_, spec, q, kv, out, stream);
 }
 
+RingAttentionPlan Communicator::ringAttentionPlan(const RingAttentionSpec& spec) const {
+  if (!engine_) throw Error(ErrorCode::InvalidArgument, "communicator was moved from");
+  runtime::checkRingAttentionCall(spec, static_cast<uint32_t>(size()), engine_->computeLanes());
+  return engine_->ringAttentionPlan(rank_, spec);
+}
+
 namespace {
 FusedSpec fusedSpec(FusedOp op, uint64_t m, uint64_t n, uint64_t k, DType dtype, MatrixLayout layoutB) {
   FusedSpec s;

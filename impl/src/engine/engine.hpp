@@ -103,6 +103,9 @@ class Engine final : public std::enable_shared_from_this<Engine>, private Progre
     submission_.submitFused(r, spec, opt, a, b, c, stream);
   }
   /// Ring attention: generate, lower and upload once per spec, bind q, kv and out (ring_attention.cpp).
+  RingAttentionPlan ringAttentionPlan(int r, const RingAttentionSpec& spec) {
+    return submission_.ringAttentionPlan(r, spec);
+  }
   void submitRingAttention(int r, const RingAttentionSpec& spec, const void* q, const void* kv, float* out,
                            cudaStream_t stream) {
     submission_.submitRingAttention(r, spec, q, kv, out, stream);

@@ -62,13 +62,8 @@ void checkRingAttentionCall(const RingAttentionSpec& spec, uint32_t nRanks, bool
   if (!why.empty()) throw Error(ErrorCode::InvalidArgument, "ringAttention: " + why);
 }
 
-void EngineSubmission::submitRingAttention(int r, const RingAttentionSpec& specIn, const void* q, const void* kv,
-                                           float* out, cudaStream_t stream) {
-  std::lock_guard<std::mutex> lock(ctx_.mu);
-  failures_.throwIfFailedLocked();
+CachedSchedule& EngineSubmission::ringScheduleLocked(const RingAttentionSpec& spec, ScheduleKey* key) {
   const auto n = static_cast<uint32_t>(ctx_.ranks.size());
-  checkRingAttentionCall(specIn, n, ctx_.config.computeLanes);
-  const RingAttentionSpec spec = plannedSpec(specIn);
   const std::string what = specText(spec);
   // The key is the packed image's hash (a custom schedule's): generated once per spec to learn it.
   Schedule made;
@@ -81,14 +76,39 @@ void EngineSubmission::submitRingAttention(int r, const RingAttentionSpec& specI
     const std::vector<uint8_t> image = pack(made);
     found = ringKeys_.emplace(what, ScheduleKey::customImage(fnv1a(image.data(), image.size()), image.size())).first;
   }
-  const ScheduleKey key = found->second;
-  CachedSchedule& cs = cacheLocked(
-      key, [&] { return made.nRanks != 0 ? made : generateRingAttention(spec, ctx_.topology.layout(n)); }, what);
+  *key = found->second;
+  return cacheLocked(
+      *key, [&] { return made.nRanks != 0 ? made : generateRingAttention(spec, ctx_.topology.layout(n)); }, what);
+}
+
+RingAttentionPlan EngineSubmission::ringAttentionPlan(int r, const RingAttentionSpec& specIn) {
+  std::lock_guard<std::mutex> lock(ctx_.mu);
+  failures_.throwIfFailedLocked();
+  RingAttentionPlan plan;
+  plan.spec = plannedSpec(specIn);
+  plan.workerCtas = ctx_.workers;
+  ScheduleKey key;
+  const CachedSchedule& cs = ringScheduleLocked(plan.spec, &key);
+  const LoweredProgram& prog = cs.programs.at(static_cast<size_t>(r));
+  for (uint32_t l = 0; l < prog.nLanes; ++l) {
+    const device::LoweredLane& lane = prog.lanes()[l];
+    (static_cast<LaneRole>(lane.role) == LaneRole::Compute ? plan.computeCtas : plan.sendCtas) += lane.ctaCount;
+  }
+  return plan;
+}
+
+void EngineSubmission::submitRingAttention(int r, const RingAttentionSpec& specIn, const void* q, const void* kv,
+                                           float* out, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(ctx_.mu);
+  failures_.throwIfFailedLocked();
+  checkRingAttentionCall(specIn, static_cast<uint32_t>(ctx_.ranks.size()), ctx_.config.computeLanes);
+  ScheduleKey key;
+  CachedSchedule& cs = ringScheduleLocked(plannedSpec(specIn), &key);
   std::vector<uint64_t> bind(cs.schedule.buffers.size(), 0);
   const std::pair<const char*, const void*> named[3] = {{"q", q}, {"kv", kv}, {"out", out}};
   for (const auto& [name, p] : named) {
     const int idx = cs.schedule.bufferIndex(name);
-    if (idx < 0) throw Error(ErrorCode::Internal, what + ": the generated schedule has no buffer '" + name + "'");
+    if (idx < 0) throw Error(ErrorCode::Internal, cs.what + ": the generated schedule has no buffer '" + name + "'");
     bind[static_cast<size_t>(idx)] = reinterpret_cast<uint64_t>(p);
   }
   submitBoundLocked(r, key, cs, bind, stream);

@@ -91,6 +91,8 @@ class EngineSubmission {
   /// What submitFused decides for (spec, opt) on this communicator (cached; fused.cpp).
   FusedPlan fusedPlan(const FusedSpec& spec, const FusedOptions& opt);
   /// Ring attention (ring_attention.cpp): generate, lower and upload once per spec, bind q, kv and out.
+  /// Communicator::ringAttentionPlan (ring_attention.cpp).
+  RingAttentionPlan ringAttentionPlan(int r, const RingAttentionSpec& spec);
   void submitRingAttention(int r, const RingAttentionSpec& spec, const void* q, const void* kv, float* out,
                            cudaStream_t stream);
   /// The "auto" choice (algorithm_choice.cpp).
@@ -155,6 +157,8 @@ class EngineSubmission {
   /// Bind `cs` (already cached as `key`) on rank r to per-buffer addresses and submit it (fused.cpp).
   void submitBoundLocked(int r, const ScheduleKey& key, CachedSchedule& cs, const std::vector<uint64_t>& bind,
                          cudaStream_t stream);
+  /// The cached schedule of a ring-attention spec as planned (ring_attention.cpp), generated on first use.
+  CachedSchedule& ringScheduleLocked(const RingAttentionSpec& planned, ScheduleKey* key);
   /// fusedPlan with the mutex held (fused.cpp).
   FusedPlan fusedPlanLocked(const FusedSpec& spec, const FusedOptions& opt);
   /// Block (bounded) until rank r's doorbell and descriptor slot for op `seq` are free (back-pressure).
