@@ -1,12 +1,14 @@
 // mk-bench attention: the attention forward engine (mk/attention.hpp) timed on the shapes of issue 38.
 //
-//   mk-bench attention [--seq 768,1024,...] [--iters N] [--reps R] [--json f]
+//   mk-bench attention [--seq 768,1024,...] [--iters N] [--reps R] [--json f] [--calib]
 //
 // Shapes: B 4, D 128, sequence S per GPU (sq = skv = S, positions from 0) with 16 / 16 heads and Llama-style GQA
 // 32 / 8 heads, causal and not. Timing: `warmup` launches, then `reps` loops of `iters` launches between two CUDA
 // events; reported time = median over the loops of (loop time / iters). TFLOP/s counts the unmasked pairs only:
 // 4 x B x Hq x D x pairs (attentionFlops). The PyTorch SDPA baselines (cuDNN, flash) are
 // validation/tools/attention_bench.py, same shapes and timing, run in the same device session.
+// --calib: the records are calib-attention micro-benchmarks for mk-calibrate (attentionTflops; docs/calibration.md),
+// timed with the static unit split the resident kernel's compute lane runs.
 #include <cuda_runtime_api.h>
 
 #include <CLI/CLI.hpp>
@@ -35,6 +37,7 @@ struct Args {
   uint32_t batch = 4;
   uint64_t iters = 10, reps = 5, warmup = 2;
   std::string json, units = "dynamic";
+  bool calib = false;
 };
 
 struct Config {
@@ -54,10 +57,23 @@ int attentionMain(int argc, char** argv, const std::string& command) {
                  "how CTAs take work units: dynamic (the default: drawn from a counter), static (a fixed split), or "
                  "all (both)")
       ->check(CLI::IsMember({"dynamic", "static", "all"}));
+  app.add_flag("--calib", a.calib,
+               "write calib-attention records for mk-calibrate (attentionTflops) instead of attention-fwd; units "
+               "static, the compute lane's split");
   app.add_option("--iters", a.iters, "launches per timed loop")->check(CLI::PositiveNumber);
   app.add_option("-w,--warmup", a.warmup, "untimed launches before timing");
   app.add_option("--reps", a.reps, "timed loops; the median is reported")->check(CLI::PositiveNumber);
   if (int rc = mk::cli::parse(app, argc, argv, "mk-bench attention"); rc != mk::cli::kContinue) return rc;
+  if (a.calib) {
+    if (app.count("--units") > 0 && a.units != "static") {
+      std::fprintf(stderr,
+                   "mk-bench attention: --calib times the static unit split (the resident kernel's); "
+                   "drop --units %s\n",
+                   a.units.c_str());
+      return 2;
+    }
+    a.units = "static";
+  }
   const std::vector<Config> configs{{16, 16, false}, {16, 16, true}, {32, 8, false}, {32, 8, true}};
   try {
     MK_CUDA_CHECK(cudaSetDevice(0));
@@ -128,7 +144,7 @@ int attentionMain(int argc, char** argv, const std::string& command) {
                       dynamic ? "dynamic" : "static", us, tflops, static_cast<unsigned long long>(nonFinite));
           std::fflush(stdout);
           mk::MeasurementRecord rec;
-          rec.op = "attention-fwd";
+          rec.op = a.calib ? "calib-attention" : "attention-fwd";
           rec.impl = "mkernel";
           rec.algo = "wgmma-tma-ws";
           rec.dtype = "bfloat16";
@@ -140,6 +156,8 @@ int attentionMain(int argc, char** argv, const std::string& command) {
           rec.stat = "median";
           rec.extra["batch"] = std::to_string(a.batch);
           rec.extra["seq"] = std::to_string(s);
+          rec.extra["sq"] = std::to_string(s);
+          rec.extra["skv"] = std::to_string(s);
           rec.extra["q_heads"] = std::to_string(c.hq);
           rec.extra["kv_heads"] = std::to_string(c.hkv);
           rec.extra["head_dim"] = "128";
