@@ -8,6 +8,9 @@ scripts/regen-docs from the page's generated blocks.
   scripts/results_tables.py grouped-gemm OURS.json TORCH.json ...
                                                   our grouped GEMM against cuBLASLt (one matmul per expert, same
                                                   run) and torch._grouped_mm (same device call): pairs of files
+  scripts/results_tables.py ring-attention FILE.json ...
+                                                  ring attention on the resident kernel against the layered
+                                                  program (transfer, then attention kernel and merge) of the same run
   scripts/results_tables.py attention OURS.json SDPA.json ...
                                                   our attention forward against PyTorch SDPA (cuDNN, flash) of the
                                                   same device call, per shape: pairs of files
@@ -147,6 +150,27 @@ def attention(paths):
                   f"{ours['tflops']:.0f} | {pipeline(ours)} | {c} | {f} | {ratio} |")
 
 
+def ring_attention(paths):
+    """mk-bench ring-attention files: the fused op against the layered program of the same run, per shape."""
+    print("| file | ranks | nodes | L per rank | heads q / kv | causal | lanes | fused µs | layered µs | "
+          "attention alone µs | transfers alone µs | speedup | fused / max(alone) | TFLOP/s per rank | check |")
+    print("|---|---:|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    sources = []
+    for path in paths:
+        d = load(path)
+        sources.append(source(path, d))
+        for r in medians(d, "ring-attention"):
+            lanes = f"{r['compute_ctas']} / {r['comm_ctas']}" if "compute_ctas" in r else "–"
+            check = {True: "ok", False: "FAIL"}.get(r.get("check"), "–")
+            print(f"| `{os.path.basename(path)}` | {r['ranks']} | {r['nodes']} | {r['seq_per_rank']} | "
+                  f"{r['q_heads']} / {r['kv_heads']} | {'yes' if r['causal'] else 'no'} | {lanes} | "
+                  f"{r['time_us']:.1f} | {r['layered_us']:.1f} | {r['attn_us']:.1f} | {r['comm_us']:.1f} | "
+                  f"{r['speedup']:.2f} | {r['time_us'] / r['bound_us']:.2f} | {r['tflops_per_rank']:.0f} | {check} |")
+    print("\nFiles:\n")
+    for s in sources:
+        print(f"- {s}")
+
+
 def grouped_gemm(paths):
     """Pairs (mk-bench grouped-gemm file, grouped_gemm_bench.py file of the same call), per shape. Ours computes
     "up" with SwiGLU fused: like for like that is torch's grouped GEMM followed by its SwiGLU; "down" has no
@@ -195,11 +219,11 @@ def gemm_model(paths):
 
 def main():
     ap = Parser(prog="results_tables.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("table", choices=["gemm", "fused", "gemm-model", "attention", "grouped-gemm"])
+    ap.add_argument("table", choices=["gemm", "fused", "gemm-model", "attention", "grouped-gemm", "ring-attention"])
     ap.add_argument("files", nargs="+", help="measurement files (mkernel.measurement.v1); gemm-model: plan.json")
     args = ap.parse_args()
     {"gemm": gemm, "fused": fused, "gemm-model": gemm_model, "attention": attention,
-     "grouped-gemm": grouped_gemm}[args.table](args.files)
+     "grouped-gemm": grouped_gemm, "ring-attention": ring_attention}[args.table](args.files)
 
 
 if __name__ == "__main__":
