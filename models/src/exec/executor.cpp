@@ -37,15 +37,12 @@
 #include <utility>
 #include <vector>
 
-#include "attention_exec.hpp"
-#include "combine_exec.hpp"
-#include "gemm_exec.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/numeric.hpp"
 #include "mk/schedule/check.hpp"
 #include "mk/util/range.hpp"
 #include "operand_overlap.hpp"
-#include "route_exec.hpp"
+#include "step_operands.hpp"
 #include "worker_pool.hpp"
 
 namespace mk {
@@ -55,12 +52,7 @@ namespace {
 constexpr std::size_t kMaxThreads = 8192;
 constexpr std::size_t kMaxReportLines = 10;
 
-/// A bound (rank, buffer): what every operand check and access needs, in one place.
-struct BoundBuffer {
-  std::byte* data = nullptr;
-  uint64_t count = 0;
-  DType dtype = DType::Float32;
-};
+using detail::BoundBuffer;
 
 enum class BlockKind : uint8_t { None, Flag, Barrier };
 
@@ -81,14 +73,15 @@ struct alignas(64) LaneState {
 
 class Executor final : public RemoteEndpoint {
  public:
-  Executor(const Schedule& s, HostMemory& mem, const ExecOptions& opt) : s_(s), mem_(mem), opt_(opt) {}
+  Executor(const Schedule& s, HostMemory& mem, const ExecOptions& opt)
+      : s_(s), mem_(mem), opt_(opt), ops_(s, opt.extents) {}
 
   /// What the run's lanes moved (complete once run() returns).
   const ExecStats& stats() const noexcept { return stats_; }
 
   void run() {
     checkShape();
-    bindBuffers();
+    ops_.bind(mem_);
 
     std::size_t laneCount = 0;
     for (uint32_t rank = 0; rank < s_.nRanks; ++rank)
@@ -160,11 +153,11 @@ class Executor final : public RemoteEndpoint {
     if (rank >= s_.nRanks || !local_[rank])
       throw Error(ErrorCode::InvalidArgument,
                   "remote write for rank " + std::to_string(rank) + ", which this process does not run");
-    if (buffer >= nBuffers_)
+    if (buffer >= ops_.buffers())
       throw Error(ErrorCode::InvalidArgument, "remote write for buffer " + std::to_string(buffer) + " of rank " +
                                                   std::to_string(rank) + ", the schedule declares " +
-                                                  std::to_string(nBuffers_));
-    const BoundBuffer& bb = bound_[rank * nBuffers_ + buffer];
+                                                  std::to_string(ops_.buffers()));
+    const BoundBuffer& bb = ops_.bound(rank, buffer);
     const uint64_t size = bb.count * dtypeSize(bb.dtype);
     if (!rangeInside(byteOffset, bytes, size))
       throw Error(ErrorCode::InvalidArgument, "remote write of bytes " + rangeText(byteOffset, bytes) +
@@ -222,18 +215,6 @@ class Executor final : public RemoteEndpoint {
                           std::to_string(mem_.bytes[rank][b].size()) + " bytes, expected " + std::to_string(want));
       }
     }
-  }
-
-  void bindBuffers() {
-    nBuffers_ = s_.buffers.size();
-    bound_.resize(static_cast<std::size_t>(s_.nRanks) * nBuffers_);
-    for (uint32_t rank = 0; rank < s_.nRanks; ++rank)
-      for (std::size_t b = 0; b < nBuffers_; ++b) {
-        BoundBuffer& bb = bound_[rank * nBuffers_ + b];
-        bb.data = mem_.bytes[rank].empty() ? nullptr : mem_.bytes[rank][b].data();
-        bb.count = s_.buffers[b].count[rank];
-        bb.dtype = s_.buffers[b].dtype;
-      }
   }
 
   /// A run over some ranks only: every step of a local rank stays among local ranks, except a ProxyPut's
@@ -318,7 +299,7 @@ class Executor final : public RemoteEndpoint {
 
   // ---- errors ----------------------------------------------------------------------------------------
   [[noreturn]] void invalid(const LaneState& ls, uint32_t stepIdx, const std::string& what) const {
-    throw Error(ErrorCode::InvalidSchedule, describeStep(s_, ls.rank, ls.lane, stepIdx) + ": " + what);
+    ops_.invalid(at(ls, stepIdx), what);
   }
 
   /// Store the first error, raise abort and wake everyone. Safe to call from any thread.
@@ -332,25 +313,11 @@ class Executor final : public RemoteEndpoint {
     for (uint32_t rank = 0; rank < s_.nRanks; ++rank) cvs_[rank].notify_all();
   }
 
-  // ---- operand checks --------------------------------------------------------------------------------
-  /// The bound buffer of `ref`, after checking that [offset, offset + extent) lies inside it.
+  // ---- operand checks (step_operands.hpp) ------------------------------------------------------------
+  static detail::StepAt at(const LaneState& ls, uint32_t stepIdx) noexcept { return {ls.rank, ls.lane, stepIdx}; }
   const BoundBuffer& operand(const LaneState& ls, uint32_t stepIdx, const char* name, const BufRef& ref,
                              uint64_t extent) const {
-    if (ref.rank >= s_.nRanks)
-      invalid(ls, stepIdx,
-              std::string("operand ") + name + " names rank " + std::to_string(ref.rank) +
-                  ", expected < nRanks = " + std::to_string(s_.nRanks));
-    if (ref.buffer >= nBuffers_)
-      invalid(ls, stepIdx,
-              std::string("operand ") + name + " names buffer " + std::to_string(ref.buffer) + ", expected < " +
-                  std::to_string(nBuffers_) + " declared buffers");
-    const BoundBuffer& bb = bound_[ref.rank * nBuffers_ + ref.buffer];
-    if (!rangeInside(ref.offset, extent, bb.count))
-      invalid(ls, stepIdx,
-              std::string("operand ") + name + " " + rangeText(ref.offset, extent) + " is outside buffer '" +
-                  s_.buffers[ref.buffer].name + "' of rank " + std::to_string(ref.rank) + " (" +
-                  std::to_string(bb.count) + " elements)");
-    return bb;
+    return ops_.operand(at(ls, stepIdx), name, ref, extent);
   }
 
   /// The counter of the flag step `stepIdx` signals or awaits, after the shared checks of that reference.
@@ -507,245 +474,27 @@ class Executor final : public RemoteEndpoint {
                  static_cast<std::size_t>(st.count * esize));
   }
 
-  void reduce(const LaneState& ls, uint32_t stepIdx, const Step& st) {
-    if (st.count == 0) return;
-    const BoundBuffer& dst = operand(ls, stepIdx, "dst", st.dst, st.count);
-    const BoundBuffer& a = operand(ls, stepIdx, "a", st.a, st.count);
-    const BoundBuffer& b = operand(ls, stepIdx, "b", st.b, st.count);
-    if (detail::partialOverlap(st.dst, st.count, st.a, st.count) ||
-        detail::partialOverlap(st.dst, st.count, st.b, st.count))
-      invalid(ls, stepIdx, "dst partially overlaps an input (only exact aliasing is allowed)");
-    if (!isRedOp(static_cast<uint8_t>(st.op)))
-      invalid(ls, stepIdx, "unknown reduction op " + std::to_string(static_cast<int>(st.op)));
-    if (dtypeInfo(dst.dtype).integer || dtypeInfo(a.dtype).integer || dtypeInfo(b.dtype).integer)
-      invalid(ls, stepIdx, "a reduce does not take int32 operands (integers are routing data, never reduced)");
-    const uint64_t n = st.count;
-    if (redOpInfo(st.op).shape == RedOpShape::LseRows) {
-      if (st.aux == 0 || n % (uint64_t{st.aux} + 1) != 0)
-        invalid(ls, stepIdx,
-                std::string(toString(st.op)) + " needs count " + std::to_string(n) + " = rows x (row " +
-                    std::to_string(st.aux) + " + 1) with row > 0");
-      lseMergeRows({dst.dtype, dst.data, st.dst.offset}, {a.dtype, a.data, st.a.offset}, {b.dtype, b.data, st.b.offset},
-                   n / (uint64_t{st.aux} + 1), st.aux);
-      return;
-    }
-    if (dst.dtype == DType::Float32 && a.dtype == DType::Float32 && b.dtype == DType::Float32 && st.op == RedOp::Sum) {
-      // Exact aliasing of d with x or y is fine: each element is read before it is written.
-      float* d = reinterpret_cast<float*>(dst.data) + st.dst.offset;
-      const float* x = reinterpret_cast<const float*>(a.data) + st.a.offset;
-      const float* y = reinterpret_cast<const float*>(b.data) + st.b.offset;
-      for (uint64_t i = 0; i < n; ++i) d[i] = x[i] + y[i];
-      return;
-    }
-    if (dtypeSize(dst.dtype) == 2 && dst.dtype == a.dtype && dst.dtype == b.dtype) {
-      // One 16-bit dtype throughout (the common case): the dtype and Sum tests are hoisted out of the
-      // element loop. Same rounding as the generic path (one conversion per element, one store).
-      uint16_t* d = reinterpret_cast<uint16_t*>(dst.data) + st.dst.offset;
-      const uint16_t* x = reinterpret_cast<const uint16_t*>(a.data) + st.a.offset;
-      const uint16_t* y = reinterpret_cast<const uint16_t*>(b.data) + st.b.offset;
-      if (dst.dtype == DType::BFloat16)
-        reduceLoop(st.op, n, d, x, y, bf16ToFloat, floatToBf16);
-      else
-        reduceLoop(st.op, n, d, x, y, halfToFloat, floatToHalf);
-      return;
-    }
-    for (uint64_t i = 0; i < n; ++i) {
-      const float x = loadElement(a.dtype, a.data, st.a.offset + i);
-      const float y = loadElement(b.dtype, b.data, st.b.offset + i);
-      storeElement(dst.dtype, dst.data, st.dst.offset + i, applyRedOp(st.op, x, y));
-    }
-  }
-
-  template <class Load, class Store>
-  static void reduceLoop(RedOp op, uint64_t n, uint16_t* d, const uint16_t* x, const uint16_t* y, Load load,
-                         Store store) {
-    // d may alias x or y exactly: both are read before d[i] is written.
-    if (op == RedOp::Sum) {
-      for (uint64_t i = 0; i < n; ++i) d[i] = store(load(x[i]) + load(y[i]));
-    } else {
-      for (uint64_t i = 0; i < n; ++i) d[i] = store(applyRedOp(op, load(x[i]), load(y[i])));
-    }
-  }
-
   void put(LaneState& ls, uint32_t stepIdx, const Step& st) {
     copy(ls, stepIdx, st);
     if (st.flags & kStepSignal) increment(st.flag.rank, flagRef(ls, stepIdx, st.flag), st.value);
-  }
-
-  void gemm(LaneState& ls, uint32_t stepIdx, const Step& st) {
-    if (st.aux >= s_.gemms.size())
-      invalid(
-          ls, stepIdx,
-          "gemm index " + std::to_string(st.aux) + " is out of range (" + std::to_string(s_.gemms.size()) + " shapes)");
-    const GemmShape& g = s_.gemms[st.aux];
-    const uint64_t m = g.extent < s_.extents.size()
-                           ? scaleToExtent(g.m, s_.extents[g.extent].bound, extentAt(ls, stepIdx, g.extent))
-                           : g.m;
-    const uint64_t n = g.n, k = g.k, cols = gemmOutCols(g, st.flags);
-    if (m == 0 || n == 0) return;
-    const bool bColMajor = (st.flags & kStepBColMajor) != 0;
-    const bool gated = (st.flags & kStepSwiGLU) != 0;
-    if (gated && (n % 2 != 0 || (st.flags & kStepAccumulate)))
-      invalid(ls, stepIdx, "a SwiGLU epilogue needs an even n and no accumulate (n " + std::to_string(n) + ")");
-    if (g.ldc < cols) invalid(ls, stepIdx, "ldc " + std::to_string(g.ldc) + " < C's columns " + std::to_string(cols));
-    if (k > 0 && g.lda < k) invalid(ls, stepIdx, "lda " + std::to_string(g.lda) + " < k " + std::to_string(k));
-    if (k > 0 && g.ldb < (bColMajor ? k : n))
-      invalid(ls, stepIdx,
-              "ldb " + std::to_string(g.ldb) + " < " + (bColMajor ? "k " : "n ") + std::to_string(bColMajor ? k : n));
-    const uint64_t cExtent = (m - 1) * g.ldc + cols;
-    const BoundBuffer& c = operand(ls, stepIdx, "dst (C)", st.dst, cExtent);
-    if (dtypeInfo(c.dtype).integer)
-      invalid(ls, stepIdx, std::string("C is ") + toString(c.dtype) + ": a gemm writes a floating-point type");
-    const bool accumulate = (st.flags & kStepAccumulate) != 0;
-    if (k == 0) {
-      if (!accumulate)
-        for (uint64_t i = 0; i < m; ++i)
-          for (uint64_t j = 0; j < cols; ++j) storeElement(c.dtype, c.data, st.dst.offset + i * g.ldc + j, 0.0f);
-      return;
-    }
-    const uint64_t aExtent = (m - 1) * g.lda + k;
-    const uint64_t bExtent = bColMajor ? (n - 1) * g.ldb + k : (k - 1) * g.ldb + n;
-    const BoundBuffer& a = operand(ls, stepIdx, "a (A)", st.a, aExtent);
-    const BoundBuffer& b = operand(ls, stepIdx, "b (B)", st.b, bExtent);
-    if (detail::anyOverlap(st.dst, cExtent, st.a, aExtent) || detail::anyOverlap(st.dst, cExtent, st.b, bExtent))
-      invalid(ls, stepIdx, "the C tile overlaps the A or B tile");
-    const detail::GemmTileArgs t{m, n, k, g.lda, g.ldb, g.ldc, bColMajor, gated, accumulate};
-    detail::runGemm(t, {c.dtype, c.data, st.dst.offset}, {a.dtype, a.data, st.a.offset}, {b.dtype, b.data, st.b.offset},
-                    ls.scratchA, ls.scratchB);
-  }
-
-  // ---- routing as data (route.hpp) -------------------------------------------------------------------
-  /// Value of extent `e` (an index in range) for step `stepIdx` of `ls`: read from its source on the executing rank
-  /// when it has one, else the caller's (ExecOptions::extents). A source value outside [0, bound] is refused.
-  uint64_t extentAt(const LaneState& ls, uint32_t stepIdx, uint32_t e) const {
-    const ExtentDecl& d = s_.extents[e];
-    if (!d.sourced()) return extentValue(s_, opt_.extents, ls.rank, e);
-    const std::string what = "source of extent '" + d.name + "'";
-    const BoundBuffer& src = operand(ls, stepIdx, what.c_str(), bufRef(ls.rank, d.sourceBuffer, d.sourceElement), 1);
-    if (!dtypeInfo(src.dtype).integer) invalid(ls, stepIdx, what + " is " + toString(src.dtype) + ", expected int32");
-    int32_t v;
-    std::memcpy(&v, src.data + d.sourceElement * sizeof v, sizeof v);
-    if (v < 0 || static_cast<uint64_t>(v) > d.bound)
-      throw Error(ErrorCode::InvalidArgument,
-                  describeStep(s_, ls.rank, ls.lane, stepIdx) + ": extent '" + d.name + "' of rank " +
-                      std::to_string(ls.rank) + " is " + std::to_string(v) + " (element " +
-                      std::to_string(d.sourceElement) + " of buffer '" + s_.buffers[d.sourceBuffer].name +
-                      "'), outside [0, its bound " + std::to_string(d.bound) +
-                      "]: the routing overflows this capacity (generate the schedule for a larger bound)");
-    return static_cast<uint64_t>(v);
-  }
-
-  void route(const LaneState& ls, uint32_t stepIdx, const Step& st) {
-    const RouteShape rs = routeShape(st);
-    if (rs.topk == 0 || rs.experts == 0 || rs.capacity == 0 || st.count % rs.topk != 0)
-      invalid(ls, stepIdx, "topk, experts and capacity must be >= 1 and count a multiple of topk");
-    const IndexedElements n = indexedElements(st);
-    const BoundBuffer& dst = operand(ls, stepIdx, "dst", st.dst, n.dst);
-    const BoundBuffer& a = operand(ls, stepIdx, "a", st.a, n.a);
-    if (!dtypeInfo(dst.dtype).integer || !dtypeInfo(a.dtype).integer)
-      invalid(ls, stepIdx, "a route reads int32 ids and writes an int32 layout");
-    if (detail::anyOverlap(st.dst, n.dst, st.a, n.a)) invalid(ls, stepIdx, "the layout overlaps the ids");
-    if (const char* why = routeBucketsProblem(s_, st)) invalid(ls, stepIdx, why);
-    detail::runRoute(rs, a.data + st.a.offset * sizeof(int32_t), dst.data + st.dst.offset * sizeof(int32_t), ls.rank,
-                     s_.nodeOf, describeStep(s_, ls.rank, ls.lane, stepIdx));
-  }
-
-  void gather(const LaneState& ls, uint32_t stepIdx, const Step& st) {
-    if (st.aux == 0 || st.count % st.aux != 0) invalid(ls, stepIdx, "count must be a whole number of rows >= 1");
-    if (st.count == 0) return;  // a runtime extent of 0
-    const IndexedElements n = indexedElements(st);
-    const BoundBuffer& dst = operand(ls, stepIdx, "dst", st.dst, n.dst);
-    const BoundBuffer& a = operand(ls, stepIdx, "a", st.a, n.a);
-    const BoundBuffer& b = operand(ls, stepIdx, "b", st.b, n.b);
-    if (dst.dtype != a.dtype || !dtypeInfo(b.dtype).integer)
-      invalid(ls, stepIdx, "a gather moves rows of one dtype through int32 indices");
-    if (detail::anyOverlap(st.dst, n.dst, st.a, n.a) || detail::anyOverlap(st.dst, n.dst, st.b, n.b))
-      invalid(ls, stepIdx, "dst overlaps its source rows or its indices");
-    const std::size_t esize = dtypeSize(dst.dtype);
-    detail::runGather(dst.data + st.dst.offset * esize, a.data + st.a.offset * esize,
-                      b.data + st.b.offset * sizeof(int32_t), n.b, st.aux * esize, st.value, ls.rank,
-                      describeStep(s_, ls.rank, ls.lane, stepIdx));
-  }
-
-  void combine(const LaneState& ls, uint32_t stepIdx, const Step& st) {
-    const CombineShape c = combineShape(st);
-    if (c.topk == 0 || c.experts == 0 || c.row == 0 || st.count == 0 || st.count % c.row != 0)
-      invalid(ls, stepIdx, "topk, experts and row must be >= 1 and count a positive multiple of row");
-    const IndexedElements n = indexedElements(st);
-    const BoundBuffer& dst = operand(ls, stepIdx, "dst", st.dst, n.dst);
-    const BoundBuffer& a = operand(ls, stepIdx, "a", st.a, n.a);
-    const BoundBuffer& b = operand(ls, stepIdx, "b", st.b, n.b);
-    if (dst.dtype != DType::Float32 || a.dtype != DType::Float32 || !dtypeInfo(b.dtype).integer)
-      invalid(ls, stepIdx, "a combine reads float32 weights and rows and int32 ids and writes float32 rows");
-    if (detail::anyOverlap(st.dst, n.dst, st.a, n.a) || detail::anyOverlap(st.dst, n.dst, st.b, n.b))
-      invalid(ls, stepIdx, "dst overlaps the rows, the weights or the ids");
-    detail::runCombine(c, dst.data + st.dst.offset * sizeof(float), a.data + st.a.offset * sizeof(float),
-                       b.data + st.b.offset * sizeof(int32_t), ls.rank, describeStep(s_, ls.rank, ls.lane, stepIdx));
-  }
-
-  void attention(const LaneState& ls, uint32_t stepIdx, const Step& st) {
-    if (st.aux >= s_.attentions.size())
-      invalid(ls, stepIdx,
-              "attention index " + std::to_string(st.aux) + " is out of range (" +
-                  std::to_string(s_.attentions.size()) + " shapes)");
-    const AttentionShape& sh = s_.attentions[st.aux];
-    if (const std::string problem = attentionShapeProblem(sh); !problem.empty()) invalid(ls, stepIdx, problem);
-    const AttentionElements n = attentionElements(sh);
-    const BoundBuffer& out = operand(ls, stepIdx, "out (dst)", st.dst, n.out);
-    const BoundBuffer& q = operand(ls, stepIdx, "Q (a)", st.a, n.q);
-    const BoundBuffer& kv = operand(ls, stepIdx, "K/V (b)", st.b, n.kv);
-    if (out.dtype != DType::Float32 || dtypeInfo(q.dtype).integer || q.dtype != kv.dtype)
-      invalid(ls, stepIdx, "attention reads Q and K/V of one float dtype and writes float32 rows");
-    if (detail::anyOverlap(st.dst, n.out, st.a, n.q) || detail::anyOverlap(st.dst, n.out, st.b, n.kv))
-      invalid(ls, stepIdx, "out overlaps Q or K/V");
-    detail::runAttention(sh, {out.dtype, out.data, st.dst.offset}, {q.dtype, q.data, st.a.offset},
-                         {kv.dtype, kv.data, st.b.offset});
-  }
-
-  void attentionGrad(const LaneState& ls, uint32_t stepIdx, const Step& st) {
-    if (st.aux >= s_.attentions.size())
-      invalid(ls, stepIdx,
-              "attention index " + std::to_string(st.aux) + " is out of range (" +
-                  std::to_string(s_.attentions.size()) + " shapes)");
-    const AttentionShape& sh = s_.attentions[st.aux];
-    if (const std::string problem = attentionGradShapeProblem(sh); !problem.empty()) invalid(ls, stepIdx, problem);
-    const AttentionGradElements n = attentionGradElements(sh);
-    const BoundBuffer& dkv = operand(ls, stepIdx, "dK/dV (dst)", st.dst, n.dkv);
-    const BoundBuffer& qdo = operand(ls, stepIdx, "Q/dO (a)", st.a, n.qdo);
-    const BoundBuffer& kv = operand(ls, stepIdx, "K/V (b)", st.b, n.kv);
-    BufRef rows = st.dst, dq = st.dst;
-    rows.offset = sh.rowsAt;
-    dq.offset = sh.dqAt;
-    operand(ls, stepIdx, "forward rows (rowsAt in dst's buffer)", rows, n.rows);
-    operand(ls, stepIdx, "dQ (dqAt in dst's buffer)", dq, n.dq);
-    if (dkv.dtype != DType::Float32 || dtypeInfo(qdo.dtype).integer || qdo.dtype != kv.dtype)
-      invalid(ls, stepIdx, "attention-grad reads Q/dO and K/V of one float dtype and adds into float32 dK/dV, dQ");
-    if (detail::anyOverlap(st.dst, n.dkv, rows, n.rows) || detail::anyOverlap(st.dst, n.dkv, dq, n.dq) ||
-        detail::anyOverlap(rows, n.rows, dq, n.dq))
-      invalid(ls, stepIdx, "dK/dV, the forward rows and dQ overlap in dst's buffer");
-    for (const auto& [w, wn] : {std::pair<const BufRef&, uint64_t>{st.dst, n.dkv}, {dq, n.dq}})
-      if (detail::anyOverlap(w, wn, st.a, n.qdo) || detail::anyOverlap(w, wn, st.b, n.kv))
-        invalid(ls, stepIdx, "dK/dV or dQ overlaps Q/dO or K/V");
-    detail::runAttentionGrad(sh, {dkv.dtype, dkv.data, st.dst.offset}, {qdo.dtype, qdo.data, st.a.offset},
-                             {kv.dtype, kv.data, st.b.offset}, {dkv.dtype, dkv.data, rows.offset},
-                             {dkv.dtype, dkv.data, dq.offset});
   }
 
   void runStep(LaneState& ls, uint32_t stepIdx, const Step& st) {
     if (st.extent != kNoExtent) {  // the step as this rank runs it: count resolved against its extent value
       Step resolved = st;
       if (st.extent < s_.extents.size())
-        resolved.count = scaleToExtent(st.count, s_.extents[st.extent].bound, extentAt(ls, stepIdx, st.extent));
+        resolved.count =
+            scaleToExtent(st.count, s_.extents[st.extent].bound, ops_.extentAt(at(ls, stepIdx), st.extent));
       resolved.extent = kNoExtent;
       runStep(ls, stepIdx, resolved);
       return;
     }
-    if (kindInfo(st.kind).movesData && st.dst.buffer < nBuffers_ &&
+    if (kindInfo(st.kind).movesData && st.dst.buffer < ops_.buffers() &&
         isDType(static_cast<uint8_t>(s_.buffers[st.dst.buffer].dtype)))
       ls.stats.bytesMoved[static_cast<std::size_t>(st.kind)] += st.count * dtypeSize(s_.buffers[st.dst.buffer].dtype);
     switch (st.kind) {
       case StepKind::Copy: copy(ls, stepIdx, st); return;
-      case StepKind::Reduce: reduce(ls, stepIdx, st); return;
+      case StepKind::Reduce: detail::reduceStep(ops_, at(ls, stepIdx), st); return;
       case StepKind::Put: put(ls, stepIdx, st); return;
       case StepKind::ProxyPut:
         if (st.count == 0 && !(st.flags & kStepSignal)) return;  // a runtime extent of 0: nothing to send
@@ -760,14 +509,17 @@ class Executor final : public RemoteEndpoint {
         return;
       case StepKind::Signal: increment(st.flag.rank, flagRef(ls, stepIdx, st.flag), st.value); return;
       case StepKind::Wait: waitFlag(ls, stepIdx, st); return;
-      case StepKind::Gemm: gemm(ls, stepIdx, st); return;
-      case StepKind::GroupedGemm: forEachGemm(s_.gemms, st, [&](const Step& one) { gemm(ls, stepIdx, one); }); return;
+      case StepKind::Gemm: detail::gemmStep(ops_, at(ls, stepIdx), st, ls.scratchA, ls.scratchB); return;
+      case StepKind::GroupedGemm:
+        forEachGemm(s_.gemms, st,
+                    [&](const Step& one) { detail::gemmStep(ops_, at(ls, stepIdx), one, ls.scratchA, ls.scratchB); });
+        return;
       case StepKind::Barrier: barrier(ls, stepIdx, st); return;
-      case StepKind::Route: route(ls, stepIdx, st); return;
-      case StepKind::Gather: gather(ls, stepIdx, st); return;
-      case StepKind::Attention: attention(ls, stepIdx, st); return;
-      case StepKind::Combine: combine(ls, stepIdx, st); return;
-      case StepKind::AttentionGrad: attentionGrad(ls, stepIdx, st); return;
+      case StepKind::Route: detail::routeStep(ops_, at(ls, stepIdx), st); return;
+      case StepKind::Gather: detail::gatherStep(ops_, at(ls, stepIdx), st); return;
+      case StepKind::Attention: detail::attentionStep(ops_, at(ls, stepIdx), st); return;
+      case StepKind::Combine: detail::combineStep(ops_, at(ls, stepIdx), st); return;
+      case StepKind::AttentionGrad: detail::attentionGradStep(ops_, at(ls, stepIdx), st); return;
     }
     invalid(ls, stepIdx, "unknown step kind " + std::to_string(static_cast<int>(st.kind)));
   }
@@ -796,8 +548,7 @@ class Executor final : public RemoteEndpoint {
   const Schedule& s_;
   HostMemory& mem_;
   const ExecOptions& opt_;
-  std::size_t nBuffers_ = 0;
-  std::vector<BoundBuffer> bound_;  ///< [rank * nBuffers_ + buffer]
+  detail::StepOperands ops_;  ///< the buffers bound to mem_, the operand checks
 
   std::vector<char> local_;                            ///< [rank]: this process runs it
   std::vector<char> asyncFed_;                         ///< [rank * nFlags + id]: raised by a ProxyPut through the port
