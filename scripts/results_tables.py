@@ -85,24 +85,32 @@ def gemm(paths):
                   f"{c['time_us']:.1f} | {c['tflops']:.0f} | {o['time_us'] / c['time_us']:.2f} |")
 
 
-def fused(paths):
-    print("| file | op | ranks | m x n x k | order | fused µs | GEMM then collective µs | speedup | "
-          "predicted µs | predicted / measured |")
-    print("|---|---|---:|---|---|---:|---:|---:|---:|---:|")
+def per_file_table(paths, header, rows):
+    """A markdown table of `header` (its lines) with rows(path, d) of every file, then the files' sources."""
+    print("\n".join(header))
     sources = []
     for path in paths:
         d = load(path)
         sources.append(source(path, d))
+        for row in rows(os.path.basename(path), d):
+            print(row)
+    print("\nFiles:\n")
+    for s in sources:
+        print(f"- {s}")
+
+
+def fused(paths):
+    def rows(name, d):
         for r in d["records"]:
             if r.get("impl") != "mkernel" or r.get("stat") != "median" or "baseline_us" not in r:
                 continue
             predicted = r.get("predicted_us")
             pred = f"{predicted:.1f} | {predicted / r['time_us']:.2f}" if predicted else "– | –"
-            print(f"| `{os.path.basename(path)}` | {r['op']} | {r['ranks']} | {r['m']} x {r['n']} x {r['k']} | "
-                  f"{r.get('order', '')} | {r['time_us']:.1f} | {r['baseline_us']:.1f} | {r['speedup']:.2f} | {pred} |")
-    print("\nFiles:\n")
-    for s in sources:
-        print(f"- {s}")
+            yield (f"| `{name}` | {r['op']} | {r['ranks']} | {r['m']} x {r['n']} x {r['k']} | "
+                   f"{r.get('order', '')} | {r['time_us']:.1f} | {r['baseline_us']:.1f} | {r['speedup']:.2f} | {pred} |")
+    per_file_table(paths, ["| file | op | ranks | m x n x k | order | fused µs | GEMM then collective µs | speedup | "
+                           "predicted µs | predicted / measured |", "|---|---|---:|---|---|---:|---:|---:|---:|---:|"],
+                   rows)
 
 
 def file_pairs(paths, table, which):
@@ -152,23 +160,17 @@ def attention(paths):
 
 def ring_attention(paths):
     """mk-bench ring-attention files: the fused op against the layered program of the same run, per shape."""
-    print("| file | ranks | nodes | L per rank | heads q / kv | causal | lanes | fused µs | layered µs | "
-          "attention alone µs | transfers alone µs | speedup | fused / max(alone) | TFLOP/s per rank | check |")
-    print("|---|---:|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
-    sources = []
-    for path in paths:
-        d = load(path)
-        sources.append(source(path, d))
+    def rows(name, d):
         for r in medians(d, "ring-attention"):
             lanes = f"{r['compute_ctas']} / {r['comm_ctas']}" if "compute_ctas" in r else "–"
             check = {True: "ok", False: "FAIL"}.get(r.get("check"), "–")
-            print(f"| `{os.path.basename(path)}` | {r['ranks']} | {r['nodes']} | {r['seq_per_rank']} | "
-                  f"{r['q_heads']} / {r['kv_heads']} | {'yes' if r['causal'] else 'no'} | {lanes} | "
-                  f"{r['time_us']:.1f} | {r['layered_us']:.1f} | {r['attn_us']:.1f} | {r['comm_us']:.1f} | "
-                  f"{r['speedup']:.2f} | {r['time_us'] / r['bound_us']:.2f} | {r['tflops_per_rank']:.0f} | {check} |")
-    print("\nFiles:\n")
-    for s in sources:
-        print(f"- {s}")
+            yield (f"| `{name}` | {r['ranks']} | {r['nodes']} | {r['seq_per_rank']} | {r['q_heads']} / {r['kv_heads']} | "
+                   f"{'yes' if r['causal'] else 'no'} | {lanes} | {r['time_us']:.1f} | {r['layered_us']:.1f} | "
+                   f"{r['attn_us']:.1f} | {r['comm_us']:.1f} | {r['speedup']:.2f} | {r['time_us'] / r['bound_us']:.2f} | "
+                   f"{r['tflops_per_rank']:.0f} | {check} |")
+    per_file_table(paths, ["| file | ranks | nodes | L per rank | heads q / kv | causal | lanes | fused µs | layered µs | "
+                           "attention alone µs | transfers alone µs | speedup | fused / max(alone) | TFLOP/s per rank | "
+                           "check |", "|---|---:|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"], rows)
 
 
 def grouped_gemm(paths):
