@@ -26,7 +26,9 @@
 namespace {
 
 using mkt::coll;
+using mkt::contains;
 using mkt::datasheet;
+using mkt::errorOf;
 using mkt::file;
 using nlohmann::json;
 
@@ -36,18 +38,6 @@ mk::MeasurementRecord other(const std::string& op, const std::string& impl) {
   r.extra.clear();
   return r;
 }
-
-/// The message of the mk::Error `fn` throws ("" when it does not throw).
-std::string errorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const mk::Error& e) {
-    return e.message();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 /// Write `text` to `path`; false when it cannot.
 bool writeText(const std::string& path, const std::string& text) {
