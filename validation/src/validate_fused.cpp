@@ -256,7 +256,9 @@ FusedValidation validateFused(const std::vector<MeasurementFile>& files, const s
       try {
         // What the model cannot place or split on this cluster is reported, not fatal: the record itself is sound.
         job.topo = fusedRecordTopology(cluster, q);
-        job.profile = profile;
+        // Ranks that shared one GPU held only their own CTAs' SMs of it (heldSmsProfile); a rank alone on its GPU
+        // keeps the lanes' split of all of it, as the engine plans it.
+        job.profile = q.sharedGpu ? heldSmsProfile(profile, q.opt.ctas) : profile;
         plan = planFused(q.spec, q.opt, job.topo, q.nRanks, job.profile);
       } catch (const Error& e) {
         out.skipped.push_back({names[f], i, where + ": not priced: " + e.message()});

@@ -240,7 +240,7 @@ struct FusedRecordRequest {
   FusedOptions opt;        ///< concrete: the options that ran (order, tile rows, ctas, comm CTAs, compute lanes)
   uint32_t nRanks = 0;     ///< the record's ranks
   uint32_t nodes = 0;      ///< the record's nodes (ranks as nodes over the proxy); 0: one node
-  bool sharedGpu = false;  ///< the ranks shared one GPU (not modelled: each is priced on a GPU of its own)
+  bool sharedGpu = false;  ///< the ranks shared one GPU: each is priced on its own CTAs' SMs (heldSmsProfile)
   std::string transport;   ///< the record's transport across nodes ("" on one node)
 };
 
