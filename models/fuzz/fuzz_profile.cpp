@@ -7,7 +7,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
     mk::ProfileProvenance prov;
     const mk::Profile p = mk::profileFromJson(text, &prov);
     const mk::Profile back = mk::profileFromJson(mk::profileToJson(p, prov, -1));
-    if (back.network.bwGBs != p.network.bwGBs || back.gemmTflops != p.gemmTflops)
+    if (back.network.bwGBs != p.network.bwGBs || back.gemmTflops != p.gemmTflops ||
+        back.attentionTflops != p.attentionTflops)
       mk::fuzz::violated("fuzz_profile", "the written profile reads back differently");
   });
 }

@@ -14,6 +14,7 @@
 #include "expect_error.hpp"
 #include "mk/algorithms/attention.hpp"
 #include "mk/cost/cost.hpp"
+#include "mk/cost/step_cost.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/verify_attention.hpp"
 #include "mk/schedule/io.hpp"
@@ -117,24 +118,49 @@ TEST_CASE("ring-attention: the timeline prices attention on the tensor cores of 
   spec.headDim = 128;
   spec.qHeads = 8;
   spec.kvHeads = 8;
-  const Profile p = defaultProfile(topologyPreset("h200x2"));
-  spec.computeCtas = p.sms - 1;  // the send lane keeps one SM
+  Profile p = defaultProfile(topologyPreset("h200x2"));
+  p.attentionTflops = 0.625 * p.gemmTflops;  // attention has a rate of its own (calib-attention)
+  spec.computeCtas = p.sms - 1;              // the send lane keeps one SM
   const Schedule s = generateRingAttention(spec, {0, 0});
   const Timeline t = simulateUncontended(s, p);
   double attentionUs = 0;
   for (const StepTime& st : t.steps) {
     const Step& step = s.lanes[st.rank][st.lane].steps[st.step];
     if (step.kind != StepKind::Attention) continue;
-    // At the GEMM rate of the lane's SMs, or of fewer when its work units (a 128-row query block per batch and
+    // At the attention rate of the lane's SMs, or of fewer when its work units (a 128-row query block per batch and
     // head) do not fill them.
     const AttentionShape& sh = s.attentions[step.aux];
     const double units = static_cast<double>(sh.batch) * sh.qHeads * ((sh.sq + 127) / 128);
     const double sms = std::min(static_cast<double>(p.sms - 1), units);
-    CHECK(st.endUs - st.startUs == doctest::Approx(step.flops / (p.gemmTflops * 1e6 * sms / p.sms)));
+    CHECK(st.endUs - st.startUs == doctest::Approx(step.flops / (p.attentionTflops * 1e6 * sms / p.sms)));
     if (st.rank == 0) attentionUs += st.endUs - st.startUs;
   }
   CHECK(attentionUs > 0);
   CHECK(t.totalUs >= attentionUs);
+}
+
+TEST_CASE("ring-attention: attention steps run at attentionTflops, GEMMs at gemmTflops, each capped at its own rate") {
+  Profile p = defaultProfile(topologyPreset("h200x2"));
+  p.attentionTflops = 400;
+  p.gemmTflops = 700;
+  CHECK(stepPrice(p, StepKind::Attention, LinkClass::Local, 1e9, false).rate == 400);
+  CHECK(stepPrice(p, StepKind::AttentionGrad, LinkClass::Local, 1e9, false).rate == 400);
+  CHECK(stepPrice(p, StepKind::Gemm, LinkClass::Local, 1e9, false).rate == 700);
+  // Rule 2b: a lane of half the SMs reaches half of the step's own rate.
+  const double half = p.sms / 2.0;
+  const StepPrice att = stepPrice(p, StepKind::Attention, LinkClass::Local, 1e9, false);
+  CHECK(ctaCapPerUs(p, att, half, 1000) == doctest::Approx(400e6 / 2));
+  CHECK(ctaCapPerUs(p, stepPrice(p, StepKind::Gemm, LinkClass::Local, 1e9, false), half, 1000) ==
+        doctest::Approx(700e6 / 2));
+  // A schedule of attention steps needs the attention rate, not the GEMM's.
+  RingAttentionSpec spec = oddSpec(2, false);
+  const Schedule s = generateRingAttention(spec, {0, 0});
+  Profile noGemm = p;
+  noGemm.gemmTflops = 0;
+  CHECK(simulateUncontended(s, noGemm).totalUs > 0);
+  Profile noAttention = p;
+  noAttention.attentionTflops = 0;
+  CHECK_THROWS_WITH_AS(simulateUncontended(s, noAttention), doctest::Contains("profile.attentionTflops"), Error);
 }
 
 TEST_CASE("ring-attention: a bad spec is refused naming the field") {

@@ -130,21 +130,22 @@ TEST_CASE("ring-attention-backward: the timeline prices attention-grad by query 
   spec.headDim = 128;
   spec.qHeads = 8;
   spec.kvHeads = 1;  // MQA: work units per KV head would leave most SMs idle
-  const Profile p = defaultProfile(topologyPreset("h200x2"));
-  spec.computeCtas = p.sms - 1;  // the send lane keeps one SM
+  Profile p = defaultProfile(topologyPreset("h200x2"));
+  p.attentionTflops = 0.625 * p.gemmTflops;  // attention has a rate of its own (calib-attention)
+  spec.computeCtas = p.sms - 1;              // the send lane keeps one SM
   const Schedule s = generateRingAttentionBackward(spec, {0, 0});
   const Timeline t = simulateUncontended(s, p);
   double gradUs = 0;
   for (const StepTime& st : t.steps) {
     const Step& step = s.lanes[st.rank][st.lane].steps[st.step];
     if (step.kind != StepKind::AttentionGrad) continue;
-    // At the GEMM rate of the lane's SMs, or of fewer when its work units (a 128-row key block per batch and query
+    // At the attention rate of the lane's SMs, or of fewer when its work units (a 128-row key block per batch and query
     // head) do not fill them.
     const AttentionShape& sh = s.attentions[step.aux];
     const double units = static_cast<double>(sh.batch) * sh.qHeads * ((sh.skv + 127) / 128);
     const double sms = std::min(static_cast<double>(p.sms - 1), units);
     CHECK(step.flops == doctest::Approx(2.5 * 4.0 * sh.batch * sh.qHeads * sh.headDim * sh.sq * sh.skv));
-    CHECK(st.endUs - st.startUs == doctest::Approx(step.flops / (p.gemmTflops * 1e6 * sms / p.sms)));
+    CHECK(st.endUs - st.startUs == doctest::Approx(step.flops / (p.attentionTflops * 1e6 * sms / p.sms)));
     if (st.rank == 0) gradUs += st.endUs - st.startUs;
   }
   CHECK(gradUs > 0);

@@ -54,6 +54,7 @@ inline mk::Profile profile() {
   p.dispatchUs = 3;
   p.proxyUs = 1.5;
   p.gemmTflops = 100;
+  p.attentionTflops = 100;
   return p;
 }
 

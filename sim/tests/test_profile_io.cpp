@@ -35,6 +35,7 @@ mk::Profile odd() {
   p.waitUs = 1.0625;
   p.proxyUs = 2.5;
   p.gemmTflops = 742.5;
+  p.attentionTflops = 531.25;
   p.sms = 132;
   p.ctaGBs = 36.75;
   return p;
@@ -58,6 +59,7 @@ void checkSame(const mk::Profile& a, const mk::Profile& b) {
   CHECK(a.waitUs == b.waitUs);
   CHECK(a.proxyUs == b.proxyUs);
   CHECK(a.gemmTflops == b.gemmTflops);
+  CHECK(a.attentionTflops == b.attentionTflops);
   CHECK(a.sms == b.sms);
   CHECK(a.ctaGBs == b.ctaGBs);
 }
@@ -137,6 +139,33 @@ TEST_CASE("profile io: a profile written before the put and peer terms existed d
   CHECK(p.putIssueUs == 0);
   CHECK(p.userPutUs == 0);
   CHECK(p.waitUs == 0);
+}
+
+TEST_CASE("profile io: a profile written before attentionTflops existed prices attention at gemmTflops") {
+  Json j = Json::parse(mk::profileToJson(odd()));
+  j.erase("attentionTflops");
+  CHECK(mk::profileFromJson(j.dump()).attentionTflops == 742.5);
+  // The efficiency form likewise: without attentionEfficiency the attention rate is the GEMM's.
+  const mk::Topology machine = mk::topologyPreset("h200x2", 1);
+  Json e = Json::parse(mk::profileToEfficiencyJson(odd(), {}, machine));
+  CHECK(e.contains("attentionEfficiency"));
+  CHECK(!e.contains("attentionTflops"));
+  CHECK(mk::profileFromJson(e.dump()).attentionTflops == doctest::Approx(531.25).epsilon(1e-14));
+  e.erase("attentionEfficiency");
+  CHECK(mk::profileFromJson(e.dump()).attentionTflops == doctest::Approx(742.5).epsilon(1e-14));
+  e["attentionTflops"] = 500;  // the efficiency form gives fractions only
+  CHECK_THROWS_WITH_AS(mk::profileFromJson(e.dump()), doctest::Contains("attentionEfficiency"), mk::Error);
+}
+
+TEST_CASE("profile io: the datasheet attention rate is the GEMM rate, and scales with it") {
+  const mk::Topology h200 = mk::topologyPreset("h200x2", 1);
+  const mk::Profile d = mk::defaultProfile(h200);
+  CHECK(d.attentionTflops == d.gemmTflops);
+  mk::Profile measured = d;
+  measured.attentionTflops = 0.5 * d.gemmTflops;
+  const mk::Topology a100 = mk::topologyPreset("a100-8x200", 1);
+  const mk::Profile on = mk::profileOnCluster(measured, h200, a100);
+  CHECK(on.attentionTflops == doctest::Approx(0.5 * mk::defaultProfile(a100).gemmTflops));
 }
 
 TEST_CASE("profile io: ramps round trip, are written only when set, and are checked") {

@@ -70,9 +70,9 @@ std::string rampMethod(bool capped) {
 }  // namespace
 
 bool isCalibrationOp(const std::string& op) noexcept {
-  for (const char* k :
-       {kCalibPutNvlink, kCalibPutNetwork, kCalibCopyLocal, kCalibReduce, kCalibFlag, kCalibFlagLocal, kCalibPutStream,
-        kCalibDispatch, kCalibDispatchScratch, kCalibPutNvlinkScratch, kCalibPutNvlinkOneWay, kCalibProxy, kCalibGemm})
+  for (const char* k : {kCalibPutNvlink, kCalibPutNetwork, kCalibCopyLocal, kCalibReduce, kCalibFlag, kCalibFlagLocal,
+                        kCalibPutStream, kCalibDispatch, kCalibDispatchScratch, kCalibPutNvlinkScratch,
+                        kCalibPutNvlinkOneWay, kCalibProxy, kCalibGemm, kCalibAttention})
     if (op == k) return true;
   return false;
 }
@@ -271,13 +271,14 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
                     where + ".op: unknown calibration op \"" + r.op +
                         "\" (expected calib-put-nvlink, calib-put-network, calib-copy-local, calib-reduce, "
                         "calib-flag, calib-flag-local, calib-put-stream, calib-dispatch, calib-dispatch-scratch, "
-                        "calib-put-nvlink-scratch, calib-put-nvlink-oneway, calib-proxy or calib-gemm; "
+                        "calib-put-nvlink-scratch, calib-put-nvlink-oneway, calib-proxy, calib-gemm or "
+                        "calib-attention; "
                         "calib-put-network-oneway and calib-empty-op are recorded only)");
       if (!std::isfinite(r.timeUs) || r.timeUs <= 0)
         throw Error(ErrorCode::InvalidArgument,
                     where + ".time_us: must be finite and > 0 (got " + formatNumber(r.timeUs) + ")");
       CalibPoint p{static_cast<double>(r.bytes), r.timeUs};
-      if (r.op == kCalibGemm) {
+      if (r.op == kCalibGemm || r.op == kCalibAttention) {
         auto it = r.extra.find("flops");
         double flops = -1;
         if (it != r.extra.end()) {
@@ -285,7 +286,7 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
           if (j.is_number()) flops = j.get<double>();
         }
         if (!std::isfinite(flops) || flops <= 0)
-          throw Error(ErrorCode::InvalidArgument, where + ".flops: a calib-gemm record needs a number > 0 (got " +
+          throw Error(ErrorCode::InvalidArgument, where + ".flops: a " + r.op + " record needs a number > 0 (got " +
                                                       (it == r.extra.end() ? std::string("nothing") : it->second) +
                                                       ")");
         p.x = flops;
@@ -491,6 +492,16 @@ Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defa
   }
   // x = flops: the "bandwidth" is flops per us / 1e3, and TFLOP/s = flops per us / 1e6.
   rate(kCalibGemm, "gemmTflops", "TFLOP/s", 1e-3, out.gemmTflops);
+  if (byOp.count(kCalibAttention) || defaults.attentionTflops != defaults.gemmTflops) {
+    rate(kCalibAttention, "attentionTflops", "TFLOP/s", 1e-3, out.attentionTflops);
+  } else {
+    // Not measured: the GEMM rate, fitted or not, as a profile without the field reads (what priced attention
+    // before calib-attention existed).
+    out.attentionTflops = out.gemmTflops;
+    rep.parameters.push_back(ParameterFit{"attentionTflops", "TFLOP/s", out.attentionTflops, false, 0,
+                                          std::numeric_limits<double>::quiet_NaN(), 0,
+                                          "gemmTflops (no calib-attention records)"});
+  }
 
   // Only where our impl "nccl" records were given (calibrate_nccl.hpp); a micro-benchmark set leaves it unlisted.
   if (auto fit = fitNcclGroupGpuUs(files, fileNames, out.nccl)) rep.parameters.push_back(*fit);

@@ -1,5 +1,6 @@
 // mkernel — validation of the fused operators (validate.hpp, "the fused operators"): every gemm-rs, ag-gemm and
-// gemm-ar record of our engine predicted with the options it ran, by the fused model the planner and mk-sim use.
+// gemm-ar record of our engine predicted with the options it ran, by the fused model the planner and mk-sim use, and
+// every ring-attention record with the schedule it ran (ring_attention_records.cpp).
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -13,20 +14,18 @@
 #include "mk/util/format.hpp"
 #include "mk/validation/prediction_cache.hpp"
 #include "mk/validation/validate.hpp"
+#include "record_fields.hpp"
 
 namespace mk {
-namespace {
 
-using nlohmann::json;
+namespace record_fields {
 
-/// A field of the record (kept as JSON text by the measurement parser); none when absent.
-std::optional<json> field(const MeasurementRecord& r, const char* key) {
+std::optional<nlohmann::json> field(const MeasurementRecord& r, const char* key) {
   const auto it = r.extra.find(key);
   if (it == r.extra.end()) return std::nullopt;
-  return json::parse(it->second);
+  return nlohmann::json::parse(it->second);
 }
 
-/// A whole number field in [min, 2^32); `required` makes its absence an error.
 std::optional<uint32_t> countField(const MeasurementRecord& r, const char* key, const std::string& where, bool required,
                                    uint32_t min) {
   const auto v = field(r, key);
@@ -40,23 +39,110 @@ std::optional<uint32_t> countField(const MeasurementRecord& r, const char* key, 
   return json_get::u32(*v, where + ": field '" + key + "'", UINT32_MAX, min);
 }
 
-[[noreturn]] void bad(const std::string& where, const std::string& what) {
+void bad(const std::string& where, const std::string& what) {
   throw Error(ErrorCode::InvalidArgument, where + ": " + what);
 }
+
+DType dtypeOf(const MeasurementRecord& r, const std::string& where) {
+  try {
+    return requireDType(r.dtype, "dtype");
+  } catch (const Error& e) {
+    bad(where, e.message());
+  }
+}
+
+uint32_t ranksOf(const MeasurementRecord& r, const std::string& where) {
+  if (r.ranks == 0) bad(where, "ranks must be >= 1");
+  return r.ranks;
+}
+
+RecordPlacement placementOf(const MeasurementRecord& r, const std::string& where, uint32_t nRanks) {
+  RecordPlacement p;
+  if (const auto sh = field(r, "shared_gpu")) p.sharedGpu = json_get::boolean(*sh, where + ": field 'shared_gpu'");
+  if (const auto nodes = countField(r, "nodes", where, false, 1)) {
+    if (nRanks % *nodes != 0)
+      bad(where, "field 'nodes' " + std::to_string(*nodes) + " does not divide the record's " + std::to_string(nRanks) +
+                     " ranks into equal nodes");
+    p.nodes = *nodes;
+  }
+  if (const auto rpn = countField(r, "ranks_per_node", where, false, 1)) {
+    if (p.nodes == 0) bad(where, "field 'ranks_per_node' needs 'nodes' (how many nodes the ranks ran on)");
+    if (*rpn != nRanks / p.nodes)
+      bad(where, "field 'ranks_per_node' " + std::to_string(*rpn) +
+                     " is not ranks / nodes = " + std::to_string(nRanks / p.nodes));
+  }
+  if (const auto t = field(r, "transport")) p.transport = json_get::text(*t, where + ": field 'transport'", 64);
+  if (p.nodes == 1) p.nodes = 0;  // one node, as a record without the field
+  return p;
+}
+
+}  // namespace record_fields
+
+namespace {
+
+using nlohmann::json;
+using record_fields::bad;
+using record_fields::countField;
+using record_fields::dtypeOf;
+using record_fields::field;
+using record_fields::placementOf;
+using record_fields::ranksOf;
+using record_fields::RecordPlacement;
 
 std::string describeFused(const MeasurementRecord& r) {
   auto dim = [&](const char* k) {
     const auto it = r.extra.find(k);
     return it == r.extra.end() ? std::string("?") : it->second;
   };
+  if (isRingAttentionRecord(r))
+    return r.op + " " + std::to_string(r.ranks) + " x " + dim("seq_per_rank") + " tokens, " + dim("q_heads") + "/" +
+           dim("kv_heads") + " heads";
   return r.op + " " + dim("m") + " x " + dim("n") + " x " + dim("k");
 }
 
-/// One prediction: a fused record's schedule on its placement.
+/// One prediction: a fused record's schedule on its placement, under the profile of the SMs its ranks held.
 struct Job {
   Schedule schedule;
   Topology topo;
+  Profile profile;
 };
+
+/// A ring-attention record's row and job (its closed form the uncontended timeline); false when it is skipped
+/// (listed in out.skipped: a broken record under skipBad, or one the model cannot place or split).
+bool prepareRing(const MeasurementRecord& r, const std::string& where, const Profile& profile,
+                 const std::string& cluster, const ValidationOptions& options, uint64_t limit, FusedValidation& out,
+                 FusedRow& row, Job& job) {
+  try {
+    row.ring = ringAttentionRecordRequest(r, where);
+  } catch (const Error& e) {
+    if (!options.skipBad) throw;
+    out.skipped.push_back({row.file, row.index, e.message()});
+    return false;
+  }
+  const RingAttentionRecordRequest& q = *row.ring;
+  try {
+    job.topo = fusedRecordTopology(cluster, q.nRanks, q.nodes, q.sharedGpu);
+    job.schedule = ringAttentionRecordSchedule(q, job.topo.layout(q.nRanks));
+    // Shared GPU or not, each lane computes with its own CTAs' SMs (the kernel's other CTAs do not compute).
+    job.profile = heldSmsProfile(profile, q.computeCtas + q.commCtas);
+  } catch (const Error& e) {
+    out.skipped.push_back({row.file, row.index, where + ": not priced: " + e.message()});
+    return false;
+  }
+  try {
+    MemoryJob mj;
+    mj.simulate = true;
+    mj.platformGpus = static_cast<uint64_t>(job.topo.node.gpus) * job.topo.nodes;
+    requireWithin(memoryNeed(countOf(job.schedule), mj), limit / std::max(1u, options.jobs));
+  } catch (const Error& e) {
+    if (!options.skipBad) throw Error(e.code(), where + ": " + e.message());
+    out.skipped.push_back({row.file, row.index, where + ": " + e.message()});
+    return false;
+  }
+  row.gpusPerNode = job.topo.node.gpus;
+  row.closedUs = simulateUncontended(job.schedule, job.profile, job.topo).totalUs;
+  return true;
+}
 
 }  // namespace
 
@@ -69,13 +155,8 @@ FusedRecordRequest fusedRecordRequest(const MeasurementRecord& r, const std::str
   const auto op = parseFusedOp(r.op);
   if (!op) bad(where, "op '" + r.op + "' is not a fused operator (expected gemm-rs, ag-gemm or gemm-ar)");
   q.spec.op = *op;
-  try {
-    q.spec.dtype = requireDType(r.dtype, "dtype");
-  } catch (const Error& e) {
-    bad(where, e.message());
-  }
-  q.nRanks = r.ranks;
-  if (q.nRanks == 0) bad(where, "ranks must be >= 1");
+  q.spec.dtype = dtypeOf(r, where);
+  q.nRanks = ranksOf(r, where);
   q.spec.m = *countField(r, "m", where, true, 1);
   q.spec.n = *countField(r, "n", where, true, 1);
   q.spec.k = *countField(r, "k", where, true, 1);
@@ -101,21 +182,10 @@ FusedRecordRequest fusedRecordRequest(const MeasurementRecord& r, const std::str
     bad(where, "field 'ctas' " + std::to_string(q.opt.ctas) + " is not compute_ctas " + std::to_string(compute) +
                    " + comm_ctas " + std::to_string(q.opt.commCtas) + " (a rank's CTAs are the two lanes' together)");
   q.opt.computeLanes = countField(r, "compute_lanes", where, false, 1).value_or(1);
-  if (const auto sh = field(r, "shared_gpu")) q.sharedGpu = json_get::boolean(*sh, where + ": field 'shared_gpu'");
-  if (const auto nodes = countField(r, "nodes", where, false, 1)) {
-    if (q.nRanks % *nodes != 0)
-      bad(where, "field 'nodes' " + std::to_string(*nodes) + " does not divide the record's " +
-                     std::to_string(q.nRanks) + " ranks into equal nodes");
-    q.nodes = *nodes;
-  }
-  if (const auto rpn = countField(r, "ranks_per_node", where, false, 1)) {
-    if (q.nodes == 0) bad(where, "field 'ranks_per_node' needs 'nodes' (how many nodes the ranks ran on)");
-    if (*rpn != q.nRanks / q.nodes)
-      bad(where, "field 'ranks_per_node' " + std::to_string(*rpn) +
-                     " is not ranks / nodes = " + std::to_string(q.nRanks / q.nodes));
-  }
-  if (const auto t = field(r, "transport")) q.transport = json_get::text(*t, where + ": field 'transport'", 64);
-  if (q.nodes == 1) q.nodes = 0;  // one node, as a record without the field
+  const RecordPlacement placed = placementOf(r, where, q.nRanks);
+  q.nodes = placed.nodes;
+  q.sharedGpu = placed.sharedGpu;
+  q.transport = placed.transport;
   try {
     validateFusedSpec(q.spec, q.nRanks);
   } catch (const Error& e) {
@@ -125,19 +195,25 @@ FusedRecordRequest fusedRecordRequest(const MeasurementRecord& r, const std::str
 }
 
 Topology fusedRecordTopology(const std::string& cluster, const FusedRecordRequest& q) {
-  if (q.nodes > 0) return placeRecordRanks(cluster, q.nRanks, q.nodes);
+  return fusedRecordTopology(cluster, q.nRanks, q.nodes, q.sharedGpu);
+}
+
+Topology fusedRecordTopology(const std::string& cluster, uint32_t nRanks, uint32_t nodes, bool sharedGpu) {
+  if (nodes > 0) return placeRecordRanks(cluster, nRanks, nodes);
   Topology t = loadTopology(cluster, 1);
-  if (q.nRanks > t.node.gpus) {
-    if (!q.sharedGpu)
+  if (nRanks > t.node.gpus) {
+    if (!sharedGpu)
       throw Error(ErrorCode::InvalidArgument,
-                  "the record ran " + std::to_string(q.nRanks) + " ranks on one node, but cluster " + t.name + " has " +
+                  "the record ran " + std::to_string(nRanks) + " ranks on one node, but cluster " + t.name + " has " +
                       std::to_string(t.node.gpus) +
                       " GPU(s) per node: give --cluster a node with as many GPUs, or a record with 'nodes'");
     // The engine prices ranks sharing a GPU as a node of that many GPUs like it (its topology for "auto").
-    t.node.gpus = q.nRanks;
+    t.node.gpus = nRanks;
   }
   return t;
 }
+
+std::string FusedRow::opName() const { return ring ? "ring-attention" : toString(request.spec.op); }
 
 FusedValidation validateFused(const std::vector<MeasurementFile>& files, const std::vector<std::string>& names,
                               const std::string& cluster, const Profile& profileIn, const ValidationOptions& options) {
@@ -149,7 +225,8 @@ FusedValidation validateFused(const std::vector<MeasurementFile>& files, const s
   for (std::size_t f = 0; f < files.size(); ++f) {
     for (std::size_t i = 0; i < files[f].records.size(); ++i) {
       const MeasurementRecord& r = files[f].records[i];
-      if (!isFusedRecord(r)) continue;
+      const bool ring = isRingAttentionRecord(r);
+      if (!isFusedRecord(r) && !ring) continue;
       if (!options.ops.empty() || !options.algos.empty()) {
         ++out.filtered;
         continue;
@@ -160,6 +237,13 @@ FusedValidation validateFused(const std::vector<MeasurementFile>& files, const s
       row.index = i;
       row.measuredUs = r.timeUs;
       Job job;
+      if (ring) {
+        if (prepareRing(r, where, profile, cluster, options, limit, out, row, job)) {
+          out.rows.push_back(std::move(row));
+          jobs.push_back(std::move(job));
+        }
+        continue;
+      }
       try {
         row.request = fusedRecordRequest(r, where);
       } catch (const Error& e) {
@@ -172,7 +256,10 @@ FusedValidation validateFused(const std::vector<MeasurementFile>& files, const s
       try {
         // What the model cannot place or split on this cluster is reported, not fatal: the record itself is sound.
         job.topo = fusedRecordTopology(cluster, q);
-        plan = planFused(q.spec, q.opt, job.topo, q.nRanks, profile);
+        // Ranks that shared one GPU held only their own CTAs' SMs of it (heldSmsProfile); a rank alone on its GPU
+        // keeps the lanes' split of all of it, as the engine plans it.
+        job.profile = q.sharedGpu ? heldSmsProfile(profile, q.opt.ctas) : profile;
+        plan = planFused(q.spec, q.opt, job.topo, q.nRanks, job.profile);
       } catch (const Error& e) {
         out.skipped.push_back({names[f], i, where + ": not priced: " + e.message()});
         continue;
@@ -195,7 +282,7 @@ FusedValidation validateFused(const std::vector<MeasurementFile>& files, const s
     }
   }
   std::vector<TotalJob> work;
-  for (const Job& j : jobs) work.push_back(TotalJob{&j.schedule, &j.topo, &profile});
+  for (const Job& j : jobs) work.push_back(TotalJob{&j.schedule, &j.topo, &j.profile});
   const std::vector<double> simUs = predictTotals(work, options.jobs, options.cache, [&](std::size_t k) {
     return out.rows[k].file + ": records[" + std::to_string(out.rows[k].index) + "]";
   });
@@ -218,6 +305,16 @@ std::string formatFusedTable(const FusedValidation& v) {
       strprintf("%-8s %-20s %-9s %6s %-11s %9s %5s %13s %13s %13s %9s %9s\n", "fused", "m x n x k", "ranks", "tile",
                 "order", "cmp/comm", "lanes", "measured(us)", "sim(us)", "closed(us)", "sim err%", "cf err%");
   for (const FusedRow& r : v.rows) {
+    if (r.ring) {
+      const RingAttentionRecordRequest& q = *r.ring;
+      const std::string ranks = std::to_string(q.nRanks / std::max(1u, q.nodes)) + "x" +
+                                std::to_string(std::max(1u, q.nodes)) + (q.sharedGpu ? "s" : "");
+      const std::string split = std::to_string(q.computeCtas) + "/" + std::to_string(q.commCtas);
+      out += strprintf("%-8s %-20s %-9s %6s %-11s %9s %5u %13.2f %13.2f %13.2f %+9.1f %+9.1f\n", "ring-att",
+                       describeRingAttention(q.spec).c_str(), ranks.c_str(), "-", q.spec.causal ? "zigzag" : "ring",
+                       split.c_str(), 1u, r.measuredUs, r.simUs, r.closedUs, r.simErrPct, r.closedErrPct);
+      continue;
+    }
     const FusedRecordRequest& q = r.request;
     const std::string shape =
         std::to_string(q.spec.m) + "x" + std::to_string(q.spec.n) + "x" + std::to_string(q.spec.k);
@@ -244,6 +341,32 @@ std::string fusedValidationToJson(const FusedValidation& v, std::optional<double
   summary["gate_passed"] = maxMedianErrPct ? json(v.sim.medianAbsPct <= *maxMedianErrPct) : json(nullptr);
   json rows = json::array();
   for (const FusedRow& r : v.rows) {
+    if (r.ring) {
+      const RingAttentionRecordRequest& q = *r.ring;
+      rows.push_back({{"file", r.file},
+                      {"index", r.index},
+                      {"op", "ring-attention"},
+                      {"batch", q.spec.batch},
+                      {"seq", q.spec.seq},
+                      {"q_heads", q.spec.qHeads},
+                      {"kv_heads", q.spec.kvHeads},
+                      {"head_dim", q.spec.headDim},
+                      {"causal", q.spec.causal},
+                      {"ranks", q.nRanks},
+                      {"nodes", std::max(1u, q.nodes)},
+                      {"gpus_per_node", r.gpusPerNode},
+                      {"shared_gpu", q.sharedGpu},
+                      {"transport", q.transport.empty() ? json(nullptr) : json(q.transport)},
+                      {"ctas", q.ctas},
+                      {"compute_ctas", q.computeCtas},
+                      {"comm_ctas", q.commCtas},
+                      {"measured_us", r.measuredUs},
+                      {"sim_us", r.simUs},
+                      {"closed_us", r.closedUs},
+                      {"sim_err_pct", r.simErrPct},
+                      {"closed_err_pct", r.closedErrPct}});
+      continue;
+    }
     const FusedRecordRequest& q = r.request;
     rows.push_back({{"file", r.file},
                     {"index", r.index},

@@ -69,6 +69,19 @@ void addLink(std::vector<mk::MeasurementRecord>& out, const char* op, double alp
   for (uint64_t b : sizes()) out.push_back(rec(op, b, abTime(alphaUs, bwGBs, static_cast<double>(b))));
 }
 
+/// A calib-attention record: one bf16 forward call of B 1, Hq 32, D 128 over `seq` tokens unmasked, `tflops` after
+/// an intercept of 8 us; the shape extras as mk-bench writes them.
+mk::MeasurementRecord attentionRec(double seq, double tflops) {
+  const double flops = 4.0 * 1 * 32 * 128 * seq * seq;
+  auto a = rec(mk::kCalibAttention, 0, 8.0 + flops / (tflops * 1e6));
+  a.dtype = "bfloat16";
+  a.ranks = 1;
+  a.extra["flops"] = std::to_string(static_cast<uint64_t>(flops));
+  for (const char* k : {"batch", "q_heads", "kv_heads", "head_dim", "sq", "skv", "sms"}) a.extra[k] = "1";
+  a.extra["causal"] = "false";
+  return a;
+}
+
 /// Every calibration op with exact synthetic data.
 std::vector<mk::MeasurementRecord> fullSet() {
   std::vector<mk::MeasurementRecord> r;
@@ -89,6 +102,7 @@ std::vector<mk::MeasurementRecord> fullSet() {
     g.extra["flops"] = std::to_string(static_cast<uint64_t>(flops));
     r.push_back(g);
   }
+  for (double s : {4096.0, 8192.0, 16384.0}) r.push_back(attentionRec(s, 512));
   return r;
 }
 
@@ -202,10 +216,11 @@ TEST_CASE("calibrate: every parameter is recovered from a full synthetic micro-b
   CHECK(relClose(p.putIssueUs, 0.6, 1e-9));     // the streamed puts' intercept
   CHECK(p.proxyUs == doctest::Approx(2.6));
   CHECK(relClose(p.gemmTflops, 742, 1e-9));
+  CHECK(relClose(p.attentionTflops, 512, 1e-9));
   // A Wait's lane time: the both-ways cycle (put, wait) less the streamed put, 1.7 - 0.6 plus the bytes terms'
   // difference (370 against 372 GB/s: below 1e-3 us up to 64 KiB).
   CHECK(p.waitUs == doctest::Approx(1.1).epsilon(1e-3));
-  CHECK(rep.parameters.size() == 16);
+  CHECK(rep.parameters.size() == 17);
   std::size_t shortSizes = 0;  // userPutUs and waitUs compare the sizes where latency dominates (<= 64 KiB)
   for (uint64_t b : sizes()) shortSizes += b <= 64 * 1024 ? 1 : 0;
   CHECK(param(rep, "userPutUs").n == shortSizes);
@@ -216,6 +231,7 @@ TEST_CASE("calibrate: every parameter is recovered from a full synthetic micro-b
   CHECK(rep.recordsUsed == fullSet().size());
   CHECK(p.source.find("default") == std::string::npos);
   CHECK(param(rep, "gemmTflops").n == 4);
+  CHECK(param(rep, "attentionTflops").n == 3);
   CHECK(std::isnan(param(rep, "flagUs").r2));
 }
 
@@ -296,7 +312,7 @@ TEST_CASE("calibrate: a parameter without records keeps the datasheet default an
   CHECK(p.network.bwGBs == defaults.network.bwGBs);
   CHECK(p.gemmTflops == defaults.gemmTflops);
   CHECK(p.flagUs == defaults.flagUs);
-  CHECK(rep.defaulted().size() == 14);
+  CHECK(rep.defaulted().size() == 15);
   CHECK(!param(rep, "gemmTflops").measured);
   CHECK(param(rep, "gemmTflops").method == "default (not measured)");
   CHECK(param(rep, "nvlink.bwGBs").measured);
@@ -326,6 +342,58 @@ TEST_CASE("calibrate: a misspelt calibration op is refused naming the file and r
 TEST_CASE("calibrate: a gemm record without flops is refused") {
   std::vector<mk::MeasurementRecord> r = {rec(mk::kCalibGemm, 0, 100.0), rec(mk::kCalibGemm, 0, 200.0)};
   requireInvalid([&] { mk::calibrate({file(r)}, mk::Profile{}); }, "flops");
+}
+
+TEST_CASE("calibrate: an attention record without a positive number of flops is refused naming the field") {
+  for (const char* flops : {"", "0", "-5e9", "\"many\"", "null"}) {
+    std::vector<mk::MeasurementRecord> r = {attentionRec(4096, 500), attentionRec(8192, 500)};
+    if (*flops == '\0') {
+      r[1].extra.erase("flops");
+    } else {
+      r[1].extra["flops"] = flops;
+    }
+    requireInvalid([&] { mk::calibrate({file(r)}, mk::Profile{}, nullptr, {"a.json"}); },
+                   "a.json: records[1].flops: a calib-attention record needs a number > 0");
+  }
+}
+
+TEST_CASE("calibrate: attention records give attentionTflops from their flops, the shape extras not fitted") {
+  std::vector<mk::MeasurementRecord> r;
+  for (double s : {2048.0, 4096.0, 8192.0, 16384.0}) r.push_back(attentionRec(s, 431.5));
+  r[2].extra["sms"] = "132";  // the shape extras say what ran; they do not move the fit
+  mk::FitReport rep;
+  const mk::Profile defaults = mk::defaultProfile(mk::topologyPreset("h200x2"));
+  const mk::Profile p = mk::calibrate({file(r)}, defaults, &rep);
+  CHECK(relClose(p.attentionTflops, 431.5, 1e-9));
+  CHECK(p.gemmTflops == defaults.gemmTflops);  // attention does not stand in for the GEMM
+  CHECK(param(rep, "attentionTflops").measured);
+  CHECK(param(rep, "attentionTflops").n == 4);
+  CHECK_MESSAGE(param(rep, "attentionTflops").method.find("intercept 8 us") != std::string::npos,
+                param(rep, "attentionTflops").method);
+}
+
+TEST_CASE("calibrate: without attention records attentionTflops is gemmTflops, unless the base has its own") {
+  std::vector<mk::MeasurementRecord> r;
+  for (double m : {1021.0, 2053.0, 4099.0}) {
+    const double flops = 2.0 * m * m * 2047.0;
+    auto g = rec(mk::kCalibGemm, 0, 5.0 + flops / (600.0 * 1e6));
+    g.extra["flops"] = std::to_string(static_cast<uint64_t>(flops));
+    r.push_back(g);
+  }
+  const mk::Profile defaults = mk::defaultProfile(mk::topologyPreset("h200x2"));
+  mk::FitReport rep;
+  const mk::Profile p = mk::calibrate({file(r)}, defaults, &rep);
+  CHECK(relClose(p.gemmTflops, 600, 1e-9));
+  CHECK(p.attentionTflops == p.gemmTflops);  // what priced attention before calib-attention existed
+  CHECK(!param(rep, "attentionTflops").measured);
+  CHECK(param(rep, "attentionTflops").method == "gemmTflops (no calib-attention records)");
+  CHECK(p.source.find("attentionTflops") != std::string::npos);
+  // A base profile that distinguishes the two (an earlier calibration of attention) keeps its attention rate.
+  mk::Profile base = defaults;
+  base.attentionTflops = 450;
+  const mk::Profile q = mk::calibrate({file(r)}, base, &rep);
+  CHECK(q.attentionTflops == 450);
+  CHECK(param(rep, "attentionTflops").method == "default (not measured)");
 }
 
 TEST_CASE("calibrate: gemm records read from measurement JSON give the TFLOP/s rate") {

@@ -26,7 +26,9 @@
 namespace {
 
 using mkt::coll;
+using mkt::contains;
 using mkt::datasheet;
+using mkt::errorOf;
 using mkt::file;
 using nlohmann::json;
 
@@ -36,18 +38,6 @@ mk::MeasurementRecord other(const std::string& op, const std::string& impl) {
   r.extra.clear();
   return r;
 }
-
-/// The message of the mk::Error `fn` throws ("" when it does not throw).
-std::string errorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const mk::Error& e) {
-    return e.message();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 /// Write `text` to `path`; false when it cannot.
 bool writeText(const std::string& path, const std::string& text) {
@@ -503,10 +493,10 @@ mk::MeasurementRecord fusedRecord(const std::string& op, const std::string& orde
 }
 
 /// The time the fused model gives the record: mk::sim::predictFused (mk-sim's and the planner's entry point) with
-/// the record's options on the cluster's first node.
+/// the record's options on the cluster's first node; ranks that shared one GPU on the SMs of their own CTAs.
 double fusedModelUs(const mk::MeasurementRecord& r, const std::string& cluster = "h200x2") {
   const mk::FusedRecordRequest q = mk::fusedRecordRequest(r, "test");
-  mk::Profile p = datasheet();
+  mk::Profile p = q.sharedGpu ? mk::heldSmsProfile(datasheet(), q.opt.ctas) : datasheet();
   const mk::Topology topo = mk::fusedRecordTopology(cluster, q);
   return mk::sim::predictFused(q.spec, q.opt, topo, q.nRanks, p, true).totalUs;
 }
@@ -603,6 +593,10 @@ TEST_CASE("validate: fused records are placed as they ran, ranks as nodes when t
   const mk::FusedValidation v = mk::validateFused({file({r})}, {"f.json"}, path, datasheet(), o);
   REQUIRE(v.rows.size() == 1);
   CHECK(std::fabs(v.rows[0].simErrPct) < 1e-6);
+  // The two ranks shared one GPU: each computed on its own 16 CTAs' SMs, slower than on a GPU of its own.
+  mk::MeasurementRecord alone = r;
+  alone.extra["shared_gpu"] = "false";
+  CHECK(fusedModelUs(alone, path) < r.timeUs);
   CHECK(v.rows[0].gpusPerNode == 1);
   // On nodes of 8 GPUs the model cannot place 1 rank per node: skipped with the reason, not dropped, not fatal.
   const mk::FusedValidation h = mk::validateFused({file({r})}, {"f.json"}, "dgx-h200", datasheet(), o);

@@ -153,3 +153,67 @@ TEST_CASE("fused nodes: a broken manifest is refused naming the file and the fie
     CHECK_THROWS_WITH_AS((void)mk::loadFusedNodesManifest(p), doctest::Contains(p.c_str()), mk::Error);
   }
 }
+
+TEST_CASE("fused nodes: a manifest judges ring-attention records on an attention rate calibrated in its session") {
+  ScratchDir d;
+  // The session's calibration: the committed network calibration and a calib-attention file at 431.5 TFLOP/s.
+  mk::MeasurementFile attn = mk::loadMeasurementFiles({(d.path / "data" / "calib.json").string()})[0];
+  attn.records.clear();
+  for (double seq : {2048.0, 4096.0, 8192.0}) {
+    mk::MeasurementRecord a;
+    a.op = mk::kCalibAttention;
+    a.impl = "mkernel";
+    a.dtype = "bfloat16";
+    a.ranks = 1;
+    a.iters = 10;
+    a.stat = "median";
+    const double flops = 4.0 * 32 * 128 * seq * seq;
+    a.timeUs = 6.0 + flops / (431.5 * 1e6);
+    a.extra["flops"] = std::to_string(static_cast<uint64_t>(flops));
+    attn.records.push_back(a);
+  }
+  mk::saveMeasurementFile(attn, (d.path / "data" / "calib-attention.json").string());
+  // The gated file: two ring-attention records of 2 ranks as nodes sharing the GPU.
+  mk::MeasurementFile ring = attn;
+  ring.records.clear();
+  for (double us : {900.0, 1100.0}) {
+    mk::MeasurementRecord r;
+    r.op = "ring-attention";
+    r.impl = "mkernel";
+    r.algo = "ring-zigzag";
+    r.dtype = "bfloat16";
+    r.ranks = 2;
+    r.bytes = 1;
+    r.timeUs = us;
+    r.iters = 10;
+    r.stat = "median";
+    r.extra = {{"batch", "1"},      {"seq_per_rank", "2048"},    {"q_heads", "8"}, {"kv_heads", "2"},
+               {"head_dim", "128"}, {"causal", "true"},          {"nodes", "2"},   {"shared_gpu", "true"},
+               {"processes", "2"},  {"transport", "\"socket\""}, {"ctas", "63"},   {"compute_ctas", "48"},
+               {"comm_ctas", "15"}};
+    ring.records.push_back(r);
+  }
+  mk::saveMeasurementFile(ring, (d.path / "data" / "ring.json").string());
+  fs::copy_file(std::string(MK_FUSED_VALIDATION_DIR) + "/../topologies/h100-mps-loopback.json", d.path / "h100.json");
+  const std::string m = d.manifest(manifestText("dgx-h100", "h100.json", "\"calib*.json\"", "\"ring.json\""));
+  mk::ValidationOptions vo;
+  vo.jobs = 1;
+  const mk::FusedNodesValidation v = mk::validateFusedNodes(m, vo);
+  CHECK(v.manifest.calibration.size() == 2);
+  CHECK(v.profile.attentionTflops == doctest::Approx(431.5).epsilon(1e-9));
+  bool fitted = false;
+  for (const mk::ParameterFit& p : v.fit.parameters) fitted = fitted || (p.name == "attentionTflops" && p.measured);
+  CHECK(fitted);
+  REQUIRE(v.fused.rows.size() == 2);
+  CHECK(v.fused.skipped.empty());
+  for (const mk::FusedRow& r : v.fused.rows) {
+    CHECK(r.opName() == "ring-attention");
+    CHECK(r.simUs > 0);
+  }
+  CHECK(v.fused.sim.n == 2);
+  // The same rows as mk-validate gives them on that profile.
+  const mk::FusedValidation direct = mk::validateFused(mk::loadMeasurementFiles(v.manifest.gated), v.manifest.gated,
+                                                       v.manifest.topology, v.profile, vo);
+  REQUIRE(direct.rows.size() == 2);
+  CHECK(direct.rows[0].simUs == v.fused.rows[0].simUs);
+}

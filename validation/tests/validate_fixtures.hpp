@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "mk/cost/cost.hpp"
+#include "mk/error.hpp"
 #include "mk/io/measurement.hpp"
 #include "mk/topology/topology.hpp"
 
@@ -41,6 +43,18 @@ inline mk::MeasurementFile file(std::vector<mk::MeasurementRecord> records, cons
   f.records = std::move(records);
   return f;
 }
+
+/// The message of the mk::Error `fn` throws ("" when it does not throw).
+inline std::string errorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const mk::Error& e) {
+    return e.message();
+  }
+  return "";
+}
+
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 inline const mk::Profile& datasheet() {
   static const mk::Profile p = mk::defaultProfile(mk::topologyPreset("h200x2"));

@@ -299,9 +299,8 @@ double FusedPrices::gemmUs(uint32_t r, uint32_t lane, uint32_t rows) const {
   const GemmShape g = tileShape(ctx, r, rows);
   const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k);
   StepPrice pr = stepPrice(profile, StepKind::Gemm, LinkClass::Local, flops, false);
-  pr.capPerUs =
-      ctaCapPerUs(profile, StepResource::Tensor,
-                  laneSms(profile, ctx.ctasOf(r, FusedLane::Compute, lane), ctx.rankCtas(r)), gemmTiles128(g.m, g.n));
+  pr.capPerUs = ctaCapPerUs(profile, pr, laneSms(profile, ctx.ctasOf(r, FusedLane::Compute, lane), ctx.rankCtas(r)),
+                            gemmTiles128(g.m, g.n));
   return stepLaneUs(pr, ctx.shareOf(r, StepResource::Tensor));
 }
 
@@ -310,7 +309,7 @@ double FusedPrices::putBusyUs(uint32_t r, uint32_t peer, FusedLane purpose, uint
   const bool nvlink = ctx.sameNode(r, peer);
   StepPrice pr = stepPrice(profile, nvlink ? StepKind::Put : StepKind::ProxyPut,
                            nvlink ? LinkClass::NVLink : LinkClass::Network, bytes, intoUser);
-  pr.capPerUs = ctaCapPerUs(profile, pr.resource, laneSms(profile, ctx.ctasOf(r, purpose), ctx.rankCtas(r)), 0);
+  pr.capPerUs = ctaCapPerUs(profile, pr, laneSms(profile, ctx.ctasOf(r, purpose), ctx.rankCtas(r)), 0);
   return stepLaneUs(pr, ctx.shareOf(r, pr.resource));
 }
 
@@ -327,8 +326,7 @@ double FusedPrices::putVisibleUs(uint32_t r, uint32_t peer, FusedLane purpose, u
 double FusedPrices::reduceUs(uint32_t r, uint64_t elems) const {
   const double bytes = static_cast<double>(elems * dtypeSize(ctx.spec.dtype));
   StepPrice pr = stepPrice(profile, StepKind::Reduce, LinkClass::Local, bytes, false);
-  pr.capPerUs = ctaCapPerUs(profile, StepResource::Memory,
-                            laneSms(profile, ctx.ctasOf(r, FusedLane::Reduce), ctx.rankCtas(r)), 0);
+  pr.capPerUs = ctaCapPerUs(profile, pr, laneSms(profile, ctx.ctasOf(r, FusedLane::Reduce), ctx.rankCtas(r)), 0);
   return stepLaneUs(pr, ctx.shareOf(r, StepResource::Memory));
 }
 

@@ -271,6 +271,9 @@ Profile defaultProfile(const Topology& t) {
   p.proxyUs = kProxyUs;
   p.proxyPostUs = kProxyPostUs;
   p.gemmTflops = kGemmEfficiency * t.node.bf16Tflops;
+  // No datasheet gives an attention rate: the GEMM's, which priced attention before the field existed, so that a
+  // prediction without a calibrated attention rate stays what it was.
+  p.attentionTflops = p.gemmTflops;
   p.sms = t.node.sms;
   p.ctaGBs = kCtaGBs;
   return p;

@@ -216,6 +216,7 @@ struct RateField {
   const char* efficiency;  ///< "efficiency" (in the link) or the top-level name ("reduceEfficiency")
   double Profile::*top;    ///< the top-level member, or nullptr
   LinkCost Profile::*linkMember;
+  bool optional = false;  ///< added after the first profiles: a profile may leave it out (the reader's default)
 };
 
 const RateField kRateFields[] = {
@@ -224,6 +225,7 @@ const RateField kRateFields[] = {
     {"local", "bwGBs", "efficiency", nullptr, &Profile::local},
     {nullptr, "reduceGBs", "reduceEfficiency", &Profile::reduceGBs, nullptr},
     {nullptr, "gemmTflops", "gemmEfficiency", &Profile::gemmTflops, nullptr},
+    {nullptr, "attentionTflops", "attentionEfficiency", &Profile::attentionTflops, nullptr, true},
 };
 
 double datasheetRate(const Profile& d, const RateField& f) { return f.top ? d.*(f.top) : (d.*(f.linkMember)).bwGBs; }
@@ -251,6 +253,7 @@ Json absoluteForm(const Json& j) {
     Json& holder = f.link ? a[f.link] : a;
     const std::string path = f.link ? std::string(f.link) + "." + f.efficiency : std::string(f.efficiency);
     if (f.link && !holder.is_object()) continue;  // the reader names the missing or mistyped object
+    if (f.optional && !holder.contains(f.efficiency) && !holder.contains(f.absolute)) continue;
     if (holder.contains(f.absolute))
       parseFail(std::string(f.link ? std::string(f.link) + "." : "") + f.absolute +
                 ": a profile with \"machine\" gives " + path + " (a fraction of the datasheet rate) instead");
@@ -306,6 +309,7 @@ std::string profileToJson(const Profile& p, const ProfileProvenance& prov, int i
   j["proxyPostUs"] = p.proxyPostUs;
   j["transport"] = transportJson(p.transport);
   j["gemmTflops"] = p.gemmTflops;
+  j["attentionTflops"] = p.attentionTflops;
   // Written only when set, so that a profile that does not distinguish them reads back the same.
   if (p.sms > 0) j["sms"] = p.sms;
   if (p.ctaGBs > 0) j["ctaGBs"] = p.ctaGBs;
@@ -323,10 +327,10 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
   const std::string schema = text(j, "", "schema");
   if (!schemaMatches(schema, kProfileSchema))
     parseFail("schema must be \"" + std::string(kProfileSchema) + "\" (got \"" + excerpt(schema) + "\")");
-  onlyKeys(j, "", {"schema",     "source",     "provenance", "nvlink",      "network",     "local",
-                   "reduceGBs",  "reduceRamp", "flagUs",     "localFlagUs", "dispatchUs",  "peerUserUs",
-                   "putIssueUs", "userPutUs",  "waitUs",     "proxyUs",     "proxyPostUs", "transport",
-                   "gemmTflops", "sms",        "ctaGBs",     "protocols",   "nccl"});
+  onlyKeys(j, "", {"schema",     "source",          "provenance", "nvlink",      "network",     "local",
+                   "reduceGBs",  "reduceRamp",      "flagUs",     "localFlagUs", "dispatchUs",  "peerUserUs",
+                   "putIssueUs", "userPutUs",       "waitUs",     "proxyUs",     "proxyPostUs", "transport",
+                   "gemmTflops", "attentionTflops", "sms",        "ctaGBs",      "protocols",   "nccl"});
   Profile p;
   p.source = text(j, "", "source");
   p.nvlink = linkCost(j, "nvlink", true);
@@ -357,6 +361,9 @@ Profile profileFromJson(const std::string& input, ProfileProvenance* provenance)
     p.transport.inFlight = std::numeric_limits<uint32_t>::max();
   }
   p.gemmTflops = parameter(j, "", "gemmTflops", Unit::Rate);
+  // Added with the calibrated attention rate: a profile without it prices attention at the GEMM rate (what every
+  // engine did before the field existed), so the committed profiles keep their predictions.
+  p.attentionTflops = j.contains("attentionTflops") ? parameter(j, "", "attentionTflops", Unit::Rate) : p.gemmTflops;
   // Added with the fused operators: a profile without them does not model a rank's CTA split (rule 2b).
   p.ctaGBs = j.contains("ctaGBs") ? parameter(j, "", "ctaGBs", Unit::Rate) : 0.0;
   if (j.contains("sms")) p.sms = json_get::u32(j["sms"], std::string("profile: sms"), 1u << 20);

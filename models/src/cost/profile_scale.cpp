@@ -44,6 +44,7 @@ Profile profileOnCluster(const Profile& p, const Topology& machine, const Topolo
   out.local.bwGBs = scaled(p.local.bwGBs, m.local.bwGBs, t.local.bwGBs);
   out.reduceGBs = scaled(p.reduceGBs, m.reduceGBs, t.reduceGBs);
   out.gemmTflops = scaled(p.gemmTflops, m.gemmTflops, t.gemmTflops);
+  out.attentionTflops = scaled(p.attentionTflops, m.attentionTflops, t.attentionTflops);
   if (p.sms == machine.node.sms) out.sms = target.node.sms;
   // The transport is the target NICs': a profile whose NICs used another kind keeps none of its numbers.
   if (t.transport.kind != p.transport.kind && target.node.nics > 0) out.transport = t.transport;

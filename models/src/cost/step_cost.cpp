@@ -137,6 +137,12 @@ double proxyLandsAfterUs(const Profile& p, double busyUs) noexcept {
   return busyUs + proxyLatencyUs(p) - proxyLaneUs(p, busyUs);
 }
 
+double tensorTflops(const Profile& p, StepKind kind) noexcept {
+  // An attention step's FLOPs run at the calibrated attention rate (calib-attention; the GEMM rate in a profile
+  // without one), a backward's too: FlashAttention-2's backward is the forward's kernel shape, 2.5 x its FLOPs.
+  return kind == StepKind::Attention || kind == StepKind::AttentionGrad ? p.attentionTflops : p.gemmTflops;
+}
+
 uint64_t gemmTiles128(uint64_t m, uint64_t n) noexcept { return ((m + 127) / 128) * ((n + 127) / 128); }
 
 double laneSms(const Profile& p, double laneCtas, double rankCtas) noexcept {
@@ -144,12 +150,12 @@ double laneSms(const Profile& p, double laneCtas, double rankCtas) noexcept {
   return static_cast<double>(p.sms) * laneCtas / rankCtas;
 }
 
-double ctaCapPerUs(const Profile& p, StepResource r, double sms, uint64_t gemmTiles) noexcept {
+double ctaCapPerUs(const Profile& p, const StepPrice& pr, double sms, uint64_t gemmTiles) noexcept {
   if (p.sms == 0 || !(sms > 0)) return 0;
-  switch (r) {
+  switch (pr.resource) {
     case StepResource::Tensor:
-      return p.gemmTflops * kFlopsPerUsPerTflops * std::min(sms, static_cast<double>(gemmTiles)) /
-             static_cast<double>(p.sms);
+      // The step's own rate (gemmTflops or attentionTflops, stepPrice's choice), a share of it per SM.
+      return pr.rate * pr.unitsPerUs * std::min(sms, static_cast<double>(gemmTiles)) / static_cast<double>(p.sms);
     case StepResource::NvLink:
     case StepResource::Memory: return p.ctaGBs > 0 ? sms * p.ctaGBs * kBytesPerUsPerGBs : 0;
     default: return 0;
@@ -226,10 +232,10 @@ StepPrice stepPrice(const Profile& p, StepKind kind, LinkClass link, double amou
       return pr;
     case StepKind::Gemm:
     case StepKind::GroupedGemm:
-    case StepKind::Attention:  // tensor-core FLOPs at the GEMM rate (no attention-specific rate is calibrated yet)
+    case StepKind::Attention:
     case StepKind::AttentionGrad:
       pr.resource = StepResource::Tensor;
-      pr.rate = p.gemmTflops;
+      pr.rate = tensorTflops(p, kind);
       pr.unitsPerUs = kFlopsPerUsPerTflops;
       return pr;
     default: return StepPrice{};
@@ -271,7 +277,8 @@ StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra
   singleNode_ = std::all_of(s.nodeOf.begin(), s.nodeOf.end(), [&](uint32_t n) { return n == s.nodeOf[0]; });
   share_.assign(static_cast<std::size_t>(s.nRanks) * kStepResources, 0);
   barrierParticipants_.assign(s.nBarriers, 0);
-  bool copyLocal = false, nvlink = false, reduce = false, network = false, gemm = false, ll = false, ll128 = false;
+  bool copyLocal = false, nvlink = false, reduce = false, network = false, gemm = false, attention = false, ll = false,
+       ll128 = false;
   for (uint32_t r = 0; r < s.nRanks; ++r) {
     for (uint32_t l = 0; l < s.lanes[r].size(); ++l) {
       const auto& steps = s.lanes[r][l].steps;
@@ -292,7 +299,9 @@ StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra
         nvlink = nvlink || res == StepResource::NvLink;
         reduce = reduce || st.kind == StepKind::Reduce;
         network = network || kindInfo(st.kind).remote;
-        gemm = gemm || res == StepResource::Tensor;
+        const bool attends = st.kind == StepKind::Attention || st.kind == StepKind::AttentionGrad;
+        gemm = gemm || (res == StepResource::Tensor && !attends);
+        attention = attention || attends;
         ll = ll || (st.flags & kStepLL);
         ll128 = ll128 || (st.flags & kStepLL128);
       }
@@ -317,6 +326,7 @@ StepCosts::StepCosts(const Schedule& s, const Profile& p, const StepCheck& extra
   if (reduce) requirePositive("profile.reduceGBs", p.reduceGBs, "a reduce");
   if (network) requirePositive("profile.network.bwGBs", p.network.bwGBs, "a proxy put");
   if (gemm) requirePositive("profile.gemmTflops", p.gemmTflops, "a gemm");
+  if (attention) requirePositive("profile.attentionTflops", p.attentionTflops, "an attention step");
   if (ll) requirePositive("profile.protocols.ll.bwFraction", p.ll.bwFraction, "an LL put");
   if (ll128) requirePositive("profile.protocols.ll128.bwFraction", p.ll128.bwFraction, "an LL128 put");
   if (ll) requireNonNegative("profile.protocols.ll.latencyUs", p.ll.latencyUs);
@@ -341,7 +351,7 @@ StepPrice StepCosts::price(const Step& st, uint32_t rank, uint32_t lane) const {
       const AttentionShape& sh = s_.attentions[st.aux];
       tiles = uint64_t{sh.batch} * sh.qHeads * ((uint64_t{sh.skv} + 127) / 128);
     }
-    pr.capPerUs = ctaCapPerUs(p_, pr.resource, laneSms_[rank][lane], tiles);
+    pr.capPerUs = ctaCapPerUs(p_, pr, laneSms_[rank][lane], tiles);
   }
   return pr;
 }

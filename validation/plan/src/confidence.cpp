@@ -41,8 +41,8 @@ ConfidenceClass fusedClass(const std::vector<FusedNodesValidation>* fusedNodes) 
   for (const FusedNodesValidation& v : *fusedNodes) {
     for (const FusedRow& r : v.fused.rows) {
       errs.push_back(r.simErrPct);
-      ranks.insert(r.request.nRanks);
-      ++ops[toString(r.request.spec.op)];
+      ranks.insert(r.ranks());
+      ++ops[r.opName()];
     }
     std::string params;
     for (const ParameterFit& p : v.fit.parameters)

@@ -129,13 +129,13 @@ FusedOpPrice priceFusedBlock(const FusedBlockRequest& rq) {
     const RingAttentionSpec spec = ringSpec(b, profile.sms);
     validateRingAttentionSpec(spec, ranks);
     s = generateRingAttention(spec, nodeOf);
-    profile.gemmTflops = computeRate(s, rq.computeUs, b);
+    profile.attentionTflops = computeRate(s, rq.computeUs, b);
     split << "ring-attention: " << spec.batch << " x " << spec.seq << " tokens over a ring of " << ranks << " ranks, "
           << spec.qHeads << " query / " << spec.kvHeads << " key-value heads of " << spec.headDim
           << ", causal zigzag, compute lane " << spec.computeCtas << " CTAs";
   }
-  split << " (" << (b.mirror ? "backward: the forward schedule" : "computing") << " at " << profile.gemmTflops
-        << " TFLOP/s)";
+  const double rate = b.kind == FusedBlockKind::MoeFfn ? profile.gemmTflops : profile.attentionTflops;
+  split << " (" << (b.mirror ? "backward: the forward schedule" : "computing") << " at " << rate << " TFLOP/s)";
   FusedOpPrice p;
   p.us = simulateUncontended(s, profile, pl.choice).totalUs;
   p.source = std::string("the ") + toString(b.kind) + " schedule's uncontended timeline (closed form)";

@@ -107,7 +107,8 @@ double modelUs(const PlanResult& p, const Schedule& sched, uint32_t ranks, doubl
         if (pricedByFlops(st.kind)) flops += st.flops;
     most = std::max(most, flops);
   }
-  prof.gemmTflops = most / (computeUs * 1e6);
+  prof.gemmTflops = most / (computeUs * 1e6);  // moe-ffn's GEMMs
+  prof.attentionTflops = prof.gemmTflops;      // ring-attention's blocks
   return simulateUncontended(sched, prof, pl.choice).totalUs;
 }
 

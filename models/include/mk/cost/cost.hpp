@@ -145,6 +145,10 @@ struct Profile {
   /// proxyLatencyUs). 0 (or >= proxyUs) = not distinguished: the whole proxyUs is serial.
   double proxyPostUs = 0;
   double gemmTflops = 0;  ///< achieved bf16 GEMM rate per GPU (all of its SMs)
+  /// Achieved bf16 attention-forward rate per GPU (all of its SMs), TFLOP/s of the attention FLOPs (4 B Hq D per
+  /// unmasked query-key pair): what Attention and AttentionGrad steps run at. A profile file without it (written
+  /// before it existed) reads gemmTflops, which priced them until then; defaultProfile gives gemmTflops too.
+  double attentionTflops = 0;
   /// SMs per GPU (a resident compute kernel holds one CTA per SM). On a rank that runs Gemm steps the lanes
   /// share them in proportion to their Lane::ctas, and each lane's rates follow its share (timeline rule 2b,
   /// docs/cost-model.md). 0 = not distinguished: every lane of such a rank runs as on a communication-only rank.

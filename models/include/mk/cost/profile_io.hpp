@@ -11,12 +11,13 @@
 //     "network": { "alphaUs": 3.5,  "bwGBs": 50 },
 //     "local":   { "alphaUs": 0.5,  "bwGBs": 1965 },
 //     "reduceGBs": 1310, "flagUs": 0.65, "dispatchUs": 2, "proxyUs": 2.5, "gemmTflops": 742,
-//     "sms": 132, "ctaGBs": 36.7 }
+//     "attentionTflops": 742, "sms": 132, "ctaGBs": 36.7 }
 //
 // Every numeric field is required, finite and >= 0 (a rate of 0 is allowed in the file: it only fails when a
 // schedule needs it, with a message from the engine that needs it), except the fields added after the first
 // profiles were written, which are optional and default as mk::Profile documents: localFlagUs (its flagUs),
-// peerUserUs, putIssueUs, userPutUs, sms and ctaGBs (0 = not distinguished; sms a whole number). The writer
+// peerUserUs, putIssueUs, userPutUs, sms and ctaGBs (0 = not distinguished; sms a whole number), attentionTflops
+// (attentionEfficiency in the efficiency form; without it, gemmTflops: the rate attention had before). The writer
 // leaves sms and ctaGBs out when they are 0. "provenance" is optional on input. The layered baseline's fields are
 // optional too and default to NCCL's documented design (cost.hpp, docs/algorithms-nccl.md):
 //   "protocols": {"simple"|"ll"|"ll128": {"latencyUs": x, "bwFraction": f in (0, 1]}},
@@ -45,8 +46,9 @@ std::string profileToJson(const Profile& p, const ProfileProvenance& provenance 
 
 /// The efficiency form (what mk-calibrate writes): "machine" names the preset the profile was measured on, and
 /// its rates are fractions of that machine's datasheet rates (defaultProfile): nvlink.efficiency,
-/// network.efficiency, local.efficiency, reduceEfficiency, gemmEfficiency in place of nvlink.bwGBs, ...,
-/// gemmTflops; every other field as profileToJson writes it. `machine` must be a preset.
+/// network.efficiency, local.efficiency, reduceEfficiency, gemmEfficiency, attentionEfficiency in place of
+/// nvlink.bwGBs, ..., gemmTflops, attentionTflops; every other field as profileToJson writes it. `machine` must be
+/// a preset.
 std::string profileToEfficiencyJson(const Profile& p, const ProfileProvenance& provenance, const Topology& machine,
                                     int indent = 2);
 

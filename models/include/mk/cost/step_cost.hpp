@@ -19,7 +19,7 @@ enum class StepResource : uint8_t {
   NvLink = 0,   ///< Put; Copy or Reduce with link nvlink
   Network = 1,  ///< ProxyPut
   Memory = 2,   ///< Copy or Reduce with link local
-  Tensor = 3,   ///< Gemm
+  Tensor = 3,   ///< Gemm, GroupedGemm, Attention, AttentionGrad
   None = 255,   ///< Signal, Wait, Barrier
 };
 /// Number of real resources (StepResource::None excluded).
@@ -76,12 +76,9 @@ uint64_t gemmTiles128(uint64_t m, uint64_t n) noexcept;
 /// p.sms is 0.
 double laneSms(const Profile& p, double laneCtas, double rankCtas) noexcept;
 
-/// Rule 2b: the most a step using `r` reaches on a lane holding `sms` SMs (laneSms) of a rank that runs Gemm
-/// steps, in units per microsecond: a Gemm of `gemmTiles` 128 x 128 output tiles gemmTflops*1e6 * min(sms,
-/// gemmTiles) / p.sms (a tile is one CTA's work); a Copy, Reduce or Put sms * ctaGBs * 1e3 bytes. 0 (no cap)
-/// for a ProxyPut (the host proxy moves its bytes), a synchronising step, or a rate the profile does not
-/// distinguish (p.sms or ctaGBs 0).
-double ctaCapPerUs(const Profile& p, StepResource r, double sms, uint64_t gemmTiles) noexcept;
+/// The tensor rate a step of `kind` computes at, TFLOP/s per GPU (all SMs): attentionTflops for Attention and
+/// AttentionGrad, gemmTflops for the other tensor steps (Gemm, GroupedGemm). The one home of that rule.
+double tensorTflops(const Profile& p, StepKind kind) noexcept;
 
 /// The price of one step that moves bytes or computes (Copy, Reduce, Put, ProxyPut, Gemm), in pieces: the
 /// lane first pays `alphaUs`, then moves `amount` units at `rate` divided by its rank's share of `resource`
@@ -90,20 +87,27 @@ double ctaCapPerUs(const Profile& p, StepResource r, double sms, uint64_t gemmTi
 struct StepPrice {
   StepResource resource = StepResource::None;
   double alphaUs = 0;     ///< on the lane before the payload (a Put: its issue part, see putLaneUs)
-  double amount = 0;      ///< bytes, or FLOPs for a Gemm; 0 for a ProxyPut that only signals
-  double rate = 0;        ///< one lane's full rate: GB/s, or TFLOP/s for a Gemm
+  double amount = 0;      ///< bytes, or FLOPs for a tensor step; 0 for a ProxyPut that only signals
+  double rate = 0;        ///< one lane's full rate: GB/s, or TFLOP/s for a tensor step (tensorTflops)
   double unitsPerUs = 0;  ///< `amount` units per microsecond at rate 1: 1e3 (GB/s) or 1e6 (TFLOP/s)
   double capPerUs = 0;    ///< rule 2b: what the lane's CTAs reach, units per microsecond; 0 = no cap
   /// `amount` units per second at rate 1 (1e9 or 1e12).
   double unitsPerSecond() const noexcept { return unitsPerUs * 1e6; }
 };
 
+/// Rule 2b: the most a step priced `pr` (stepPrice) reaches on a lane holding `sms` SMs (laneSms) of a rank that
+/// runs Gemm steps, in units per microsecond: a tensor step (Gemm, Attention, ...) of `gemmTiles` work units (128 x
+/// 128 output tiles, 128-row attention blocks: one CTA's work each) its own rate pr.rate*1e6 * min(sms, gemmTiles) /
+/// p.sms; a Copy, Reduce or Put sms * ctaGBs * 1e3 bytes. 0 (no cap) for a ProxyPut (the host proxy moves its
+/// bytes), a synchronising step, or a rate the profile does not distinguish (p.sms or ctaGBs 0).
+double ctaCapPerUs(const Profile& p, const StepPrice& pr, double sms, uint64_t gemmTiles) noexcept;
+
 /// Rule 3's price of a step of `kind` moving `amount` (bytes; FLOPs for a Gemm), without rule 2b's cap: a Copy
 /// or Reduce over `link` (nvlink, else local; a Route or Gather as a Copy of its bytes), a Put (`intoPeerUser`: landing
-/// in another rank's user buffer), a ProxyPut, a Gemm; resource None for the other kinds. StepCosts prices a schedule's
-/// steps with it; closed forms price the steps their generator would emit. `stepFlags`: the step's protocol bits
-/// (kStepLL, kStepLL128) price a Put at its protocol's latency (lane time and visibility) and a Put or ProxyPut's bytes
-/// at the link rate times the protocol's bwFraction.
+/// in another rank's user buffer), a ProxyPut, a tensor step at tensorTflops; resource None for the other kinds.
+/// StepCosts prices a schedule's steps with it; closed forms price the steps their generator would emit. `stepFlags`:
+/// the step's protocol bits (kStepLL, kStepLL128) price a Put at its protocol's latency (lane time and visibility) and
+/// a Put or ProxyPut's bytes at the link rate times the protocol's bwFraction.
 StepPrice stepPrice(const Profile& p, StepKind kind, LinkClass link, double amount, bool intoPeerUser,
                     uint8_t stepFlags = 0) noexcept;
 /// The packet protocol the flags of a Put / ProxyPut select (Profile::ll, Profile::ll128); nullptr for none.

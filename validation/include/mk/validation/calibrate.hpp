@@ -16,7 +16,7 @@
 namespace mk {
 
 /// The calibration record vocabulary: records with "impl":"mkernel" and one of these "op"s. Every record
-/// carries `bytes` (payload per message) and `time_us` (median time per message); gemm also "flops".
+/// carries `bytes` (payload per message) and `time_us` (median time per message); gemm and attention also "flops".
 inline constexpr const char* kCalibPutNvlink = "calib-put-nvlink";    ///< Put to a same-node peer -> nvlink
 inline constexpr const char* kCalibPutNetwork = "calib-put-network";  ///< ProxyPut across nodes -> network
 inline constexpr const char* kCalibCopyLocal = "calib-copy-local";    ///< Copy inside one GPU -> local
@@ -32,6 +32,9 @@ inline constexpr const char* kCalibDispatch = "calib-dispatch";  ///< per-op int
 inline constexpr const char* kCalibDispatchScratch = "calib-dispatch-scratch";
 inline constexpr const char* kCalibProxy = "calib-proxy";  ///< extra per ProxyPut -> proxyUs
 inline constexpr const char* kCalibGemm = "calib-gemm";    ///< bf16 GEMM, needs "flops" -> gemmTflops
+/// One bf16 attention-forward call (the engine's attention on all SMs), needs "flops" (4 B Hq D per unmasked
+/// query-key pair) -> attentionTflops; its shape extras (batch, q_heads, ..., sms) are read by nobody here.
+inline constexpr const char* kCalibAttention = "calib-attention";
 
 /// One-way ping-pong puts (into the peer's output), per message: the time from a Put's start until the waiting
 /// peer's lane moves on, with nothing else on either lane. When calib-put-stream gives waitUs too, its latency
@@ -133,7 +136,9 @@ struct FitReport {
 /// (normally defaultProfile(topologyPreset(cluster))) and are listed as "default (not measured)" in the report
 /// and in the returned Profile's `source`. Throws Error(InvalidArgument) naming the parameter (and the file and
 /// record for a bad record) when a fit has too few points or gives a negative / non-finite value, a gemm
-/// record lacks a positive "flops", or a "calib-" op is not in the vocabulary.
+/// or attention record lacks a positive "flops", or a "calib-" op is not in the vocabulary. Without calib-attention
+/// records attentionTflops follows the (fitted) gemmTflops, as a profile without the field does, unless `defaults`
+/// gives it a value of its own (a base profile that distinguishes them keeps it).
 Profile calibrate(const std::vector<MeasurementFile>& files, const Profile& defaults, FitReport* report = nullptr,
                   const std::vector<std::string>& fileNames = {});
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "mk/algorithms/algorithms.hpp"
+#include "mk/algorithms/attention.hpp"
 #include "mk/algorithms/fused.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/cost/profile_io.hpp"
@@ -239,7 +240,7 @@ struct FusedRecordRequest {
   FusedOptions opt;        ///< concrete: the options that ran (order, tile rows, ctas, comm CTAs, compute lanes)
   uint32_t nRanks = 0;     ///< the record's ranks
   uint32_t nodes = 0;      ///< the record's nodes (ranks as nodes over the proxy); 0: one node
-  bool sharedGpu = false;  ///< the ranks shared one GPU (not modelled: each is priced on a GPU of its own)
+  bool sharedGpu = false;  ///< the ranks shared one GPU: each is priced on its own CTAs' SMs (heldSmsProfile)
   std::string transport;   ///< the record's transport across nodes ("" on one node)
 };
 
@@ -258,16 +259,64 @@ FusedRecordRequest fusedRecordRequest(const MeasurementRecord& r, const std::str
 /// when they shared one GPU and the node has fewer (as the engine prices a shared GPU: a node of that many GPUs like
 /// it). Throws Error(InvalidArgument) when the ranks do not fit.
 Topology fusedRecordTopology(const std::string& cluster, const FusedRecordRequest& q);
+/// The same placement for `nRanks` ranks on `nodes` nodes (0: one), `sharedGpu` as the record says.
+Topology fusedRecordTopology(const std::string& cluster, uint32_t nRanks, uint32_t nodes, bool sharedGpu);
+
+// ---- ring attention (ring_attention_records.cpp): mk-bench ring-attention's records, in the fused table ----
+
+/// A ring-attention record of our engine turned back into what ran.
+struct RingAttentionRecordRequest {
+  RingAttentionSpec spec;    ///< seq = ranks x seq_per_rank, bf16, the default scale, computeCtas = compute_ctas
+  uint32_t nRanks = 0;       ///< the record's ranks
+  uint32_t nodes = 0;        ///< the record's nodes (ranks as nodes over the proxy); 0: one node
+  bool sharedGpu = false;    ///< the ranks shared one GPU (MPS): each held only its own CTAs' SMs
+  std::string transport;     ///< across nodes ("" on one node)
+  uint32_t ctas = 0;         ///< the rank's worker CTAs of the resident kernel
+  uint32_t computeCtas = 0;  ///< the CTAs the engine's lowering gave rank 0's compute lane
+  uint32_t commCtas = 0;     ///< ... and its send lane (computeCtas + commCtas <= ctas)
+};
+
+/// True for the ring-attention records mk-validate predicts: impl "mkernel", op "ring-attention".
+bool isRingAttentionRecord(const MeasurementRecord& r) noexcept;
+
+/// Map a ring-attention record (mk-bench ring-attention) to what ran. Required: dtype "bfloat16", ranks, batch,
+/// seq_per_rank, q_heads, kv_heads, head_dim, causal (true / false), ctas, compute_ctas, comm_ctas (>= 1 each,
+/// compute_ctas + comm_ctas <= ctas). Optional: nodes (dividing ranks), shared_gpu (false), transport. The shape must
+/// pass validateRingAttentionSpec. Throws Error(InvalidArgument or ParseError) whose message starts with `where` and
+/// names the field.
+RingAttentionRecordRequest ringAttentionRecordRequest(const MeasurementRecord& r, const std::string& where);
+
+/// The schedule the record ran: generateRingAttention on `nodeOf`, every rank's compute lane holding computeCtas and
+/// its send lane commCtas (Lane::ctas: CTAs, one SM each). Price it under heldSmsProfile(profile, computeCtas +
+/// commCtas), so that each lane computes with exactly its own CTAs' SMs. Throws what generateRingAttention throws.
+Schedule ringAttentionRecordSchedule(const RingAttentionRecordRequest& q, const std::vector<uint32_t>& nodeOf);
+
+/// The GPU as a rank whose lanes hold `heldSms` of its SMs (the sum of their Lane::ctas, one SM per CTA) sees it: sms
+/// = heldSms and the tensor rates (gemmTflops, attentionTflops) times heldSms / p.sms; every other field as in `p`.
+/// Rule 2b splits a computing rank's sms by its lanes' CTAs (laneSms = sms x lane / rank CTAs) and caps a lane's
+/// tensor steps at rate x its SMs / sms, so under this profile a lane computes at p's rate x its own CTAs / p.sms:
+/// the SMs it held, where under `p` the lanes would split the whole GPU by their weights. What a rank sharing its GPU
+/// (MPS) or leaving SMs idle had. `p` itself when p.sms is 0 (rule 2b off) or heldSms is p.sms; throws
+/// Error(InvalidArgument) when heldSms is 0 or above p.sms.
+Profile heldSmsProfile(const Profile& p, uint32_t heldSms);
+
+/// The shape column of the fused table: "S 16384 h 32/8 D128 causal" (B is shown when > 1: "B2 S ...").
+std::string describeRingAttention(const RingAttentionSpec& spec);
 
 /// One predicted fused record.
 struct FusedRow {
   std::string file;
-  std::size_t index = 0;  ///< in the file's "records"
-  FusedRecordRequest request;
-  uint32_t gpusPerNode = 0;  ///< of the placement the model used
+  std::size_t index = 0;                           ///< in the file's "records"
+  FusedRecordRequest request;                      ///< a gemm-rs, ag-gemm or gemm-ar record (ring unset)
+  std::optional<RingAttentionRecordRequest> ring;  ///< a ring-attention record (request then unused)
+  uint32_t gpusPerNode = 0;                        ///< of the placement the model used
   double measuredUs = 0;
   double simUs = 0;     ///< the SimGrid replay (mk::sim::predict) of the schedule
-  double closedUs = 0;  ///< mk::fusedClosedForm of the same options
+  double closedUs = 0;  ///< mk::fusedClosedForm of the same options; ring-attention: the uncontended timeline
+  /// The op's name in tables: gemm-rs, ag-gemm, gemm-ar or ring-attention.
+  std::string opName() const;
+  /// The record's ranks.
+  uint32_t ranks() const noexcept { return ring ? ring->nRanks : request.nRanks; }
   double simErrPct = 0, closedErrPct = 0;
 };
 
@@ -281,16 +330,17 @@ struct FusedValidation {
   ErrorStats closed;
 };
 
-/// Predict every fused record (isFusedRecord) of `files` on `cluster` under `profile` (its missing sms / ctaGBs from
-/// the datasheet), `options.jobs` simulations at once, from `options.cache`. A record that breaks the record
-/// contract (fusedRecordRequest, or above its share of options.maxMemory) throws unless options.skipBad; one the
-/// model cannot place or split is skipped with the reason. Records are left out when options.ops or options.algos
-/// are given.
+/// Predict every fused record (isFusedRecord, isRingAttentionRecord) of `files` on `cluster` under `profile` (its
+/// missing sms / ctaGBs from the datasheet), `options.jobs` simulations at once, from `options.cache`. A record that
+/// breaks the record contract (fusedRecordRequest, ringAttentionRecordRequest, or above its share of
+/// options.maxMemory) throws unless options.skipBad; one the model cannot place or split is skipped with the reason.
+/// Records are left out when options.ops or options.algos are given. A ring-attention row's closed form is the
+/// uncontended timeline of its schedule (the generator has no closed form of its own).
 FusedValidation validateFused(const std::vector<MeasurementFile>& files, const std::vector<std::string>& names,
                               const std::string& cluster, const Profile& profile, const ValidationOptions& options);
 
-/// The fused table: op, m x n x k, ranks x nodes, tile, order, compute / comm CTAs, lanes, measured, simulated,
-/// closed form (us), both errors; one header line.
+/// The fused table: op, m x n x k (ring-attention: its shape, describeRingAttention), ranks x nodes, tile, order,
+/// compute / comm CTAs, lanes, measured, simulated, closed form (us), both errors; one header line.
 std::string formatFusedTable(const FusedValidation& v);
 
 /// The "fused" section of mk-validate's JSON (docs/validation.md) as JSON text, with the gate when given.
