@@ -23,4 +23,13 @@ inline uint64_t countKind(const Schedule& s, StepKind kind) {
   return n;
 }
 
+/// Steps of `kind` in `s` that move data (count > 0; a proxyput of 0 elements only signals).
+inline uint64_t countMoves(const Schedule& s, StepKind kind) {
+  uint64_t n = 0;
+  for (const auto& lanes : s.lanes)
+    for (const Lane& l : lanes)
+      for (const Step& st : l.steps) n += st.kind == kind && st.count > 0;
+  return n;
+}
+
 }  // namespace mk::test

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "expect_error.hpp"
+#include "layout.hpp"
 #include "mk/algorithms/attention.hpp"
 #include "mk/cost/cost.hpp"
 #include "mk/cost/step_cost.hpp"
@@ -23,6 +24,7 @@
 #include "mk/topology/topology.hpp"
 
 using namespace mk;
+using mk::test::countMoves;
 
 namespace {
 
@@ -35,14 +37,6 @@ RingAttentionSpec oddSpec(uint32_t ranks, bool causal) {
   spec.seq = 2 * ranks * 5;  // chunks of 5 tokens
   spec.causal = causal;
   return spec;
-}
-
-uint64_t countKind(const Schedule& s, StepKind kind) {
-  uint64_t n = 0;
-  for (const auto& lanes : s.lanes)
-    for (const Lane& lane : lanes)
-      for (const Step& st : lane.steps) n += st.kind == kind ? 1 : 0;
-  return n;
 }
 
 }  // namespace
@@ -63,8 +57,8 @@ TEST_CASE("ring-attention: every output matches full attention on 1, 2, 3 ranks 
       CHECK(res.checked == uint64_t{R} * spec.batch * (spec.seq / R) * spec.qHeads * (spec.headDim + 1));
       // Each block travels once per hop of the ring; across nodes through the proxy.
       const bool twoNodes = nodeOf.back() != nodeOf.front();
-      CHECK(countKind(s, StepKind::Put) + countKind(s, StepKind::ProxyPut) == uint64_t{R} * (R - 1));
-      CHECK((countKind(s, StepKind::ProxyPut) > 0) == twoNodes);
+      CHECK(countMoves(s, StepKind::Put) + countMoves(s, StepKind::ProxyPut) == uint64_t{R} * (R - 1));
+      CHECK((countMoves(s, StepKind::ProxyPut) > 0) == twoNodes);
     }
 }
 

@@ -21,7 +21,7 @@
 #include "mk/topology/topology.hpp"
 
 using namespace mk;
-using mk::test::countKind;
+using mk::test::countMoves;
 
 namespace {
 
@@ -56,8 +56,8 @@ TEST_CASE("ring-attention-backward: every gradient matches the dense backward on
       const uint64_t L = spec.seq / R;
       CHECK(res.checked == uint64_t{R} * spec.batch * L * (spec.qHeads + 2 * spec.kvHeads) * spec.headDim);
       // K/V travels R - 1 hops, its accumulator R (the last one home).
-      CHECK(countKind(s, StepKind::Put) + countKind(s, StepKind::ProxyPut) == uint64_t{R} * (2 * R - 1) - (R == 1));
-      CHECK((countKind(s, StepKind::ProxyPut) > 0) == (nodeOf.back() != nodeOf.front()));
+      CHECK(countMoves(s, StepKind::Put) + countMoves(s, StepKind::ProxyPut) == uint64_t{R} * (2 * R - 1) - (R == 1));
+      CHECK((countMoves(s, StepKind::ProxyPut) > 0) == (nodeOf.back() != nodeOf.front()));
     }
 }
 

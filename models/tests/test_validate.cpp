@@ -352,6 +352,24 @@ TEST_CASE("validate: signal flags of puts must be reachable by the transfer") {
   expectIssue(s, {"rank 0 lane 0 (intra) step 1 (proxyput): signals flag 0 of rank 1", "to dst rank 2"});
 }
 
+TEST_CASE("validate: a signal reaches NVLink peers only; across nodes a zero-count proxyput carries it") {
+  Hand h({0, 0, 1}, 1);
+  h.buffer("b", 4);
+  const uint32_t l0 = h.lane(0);
+  h.signal(0, l0, 1, 0);  // a same-node peer: fine
+  h.signal(0, l0, 2, 0);  // another node: refused
+  h.wait(1, h.lane(1), 0, 1);
+  h.wait(2, h.lane(2), 0, 1);
+  expectIssue(h.done(), {"rank 0 lane 0 (intra) step 1 (signal): signals flag 0 of rank 2 on node 1, not this rank's "
+                         "node 0: a signal reaches NVLink peers only"});
+
+  Hand ok({0, 0, 1}, 1);
+  const uint16_t d = ok.buffer("d", 4);
+  ok.put(0, ok.lane(0, LaneRole::InterSend), at(2, d, 0), at(0, d, 0), 0, 2, 0, true);
+  ok.wait(2, ok.lane(2, LaneRole::InterRecv), 0, 1);
+  expectValid(ok.done());
+}
+
 TEST_CASE("validate: a copy touching another node is rejected but same-node peers are allowed") {
   Hand h({0, 0, 1});
   const uint16_t b = h.buffer("b", 8);

@@ -36,6 +36,20 @@ inline Step flagStep(StepKind kind, uint32_t rank, uint32_t id, uint64_t value) 
   return st;
 }
 
+/// Rank `r` raises flag `id` of `target` by `value`: a Signal step inside its node; across nodes a signalling proxyput
+/// of 0 elements (the proxy delivers the flag: a Signal step reaches only NVLink peers), its operands element 0 of
+/// `buffer` on both ranks.
+inline Step signalStep(const std::vector<uint32_t>& nodeOf, uint32_t r, uint32_t target, uint32_t id, uint64_t value,
+                       uint16_t buffer) {
+  Step st = flagStep(StepKind::Signal, target, id, value);
+  if (nodeOf[target] == nodeOf[r]) return st;
+  st.kind = StepKind::ProxyPut;
+  st.flags = kStepSignal;
+  st.dst = bufRef(target, buffer, 0);
+  st.a = bufRef(r, buffer, 0);
+  return st;
+}
+
 /// A copy (to the executing rank `r`), put (inside its node) or proxyput (across nodes) of `count` elements, sized by
 /// `extent` when it is not kNoExtent, signalling flag `flag` of the receiver +1 unless it is the executing rank.
 inline Step move(const std::vector<uint32_t>& nodeOf, uint32_t r, BufRef dst, BufRef a, uint64_t count, uint32_t extent,

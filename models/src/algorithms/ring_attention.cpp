@@ -139,7 +139,7 @@ Schedule generateRingAttention(const RingAttentionSpec& spec, const std::vector<
           }
         }
       // The previous rank's step t + 1 send writes this slot again (slot t + 2 = slot t): it waits for this.
-      if (t >= 1 && t + 3 <= R) compute.steps.push_back(flagStep(StepKind::Signal, prev, kComputeFreed, 1));
+      if (t >= 1 && t + 3 <= R) compute.steps.push_back(gen::signalStep(nodeOf, r, prev, kComputeFreed, 1, kRing));
     }
     s.lanes[r].push_back(std::move(compute));
     if (R == 1) continue;
@@ -159,7 +159,7 @@ Schedule generateRingAttention(const RingAttentionSpec& spec, const std::vector<
       put.flag = FlagRef{next, kArrived};
       put.value = 1;
       send.steps.push_back(put);
-      if (t >= 1 && t + 3 <= R) send.steps.push_back(flagStep(StepKind::Signal, prev, kSendFreed, 1));
+      if (t >= 1 && t + 3 <= R) send.steps.push_back(gen::signalStep(nodeOf, r, prev, kSendFreed, 1, kRing));
     }
     s.lanes[r].push_back(std::move(send));
   }

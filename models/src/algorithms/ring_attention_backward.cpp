@@ -130,7 +130,7 @@ Schedule generateRingAttentionBackward(const RingAttentionSpec& spec, const std:
       else  // the block of step R - 1 is the next rank's own: its accumulator goes home
         send.steps.push_back(put(bufRef(next, kGrad, lay.dkv), accAt(r, t), kReturned));
       // The previous rank's step t + 1 sends write these slots again (slot t + 2 = slot t): it waits for this.
-      if (t >= 1 && t + 3 <= R) send.steps.push_back(flagStep(StepKind::Signal, prev, kFreed, 1));
+      if (t >= 1 && t + 3 <= R) send.steps.push_back(gen::signalStep(nodeOf, r, prev, kFreed, 1, kGrad));
     }
     s.lanes[r].push_back(std::move(send));
   }

@@ -312,7 +312,13 @@ void Validator::checkStep(uint32_t g, uint32_t i, uint32_t r, const Step& st) {
       return;
     }
     case StepKind::Signal:
-      if (flagOk(g, i, st.flag, "target")) recordIncrement(g, i, st);
+      if (!flagOk(g, i, st.flag, "target")) return;
+      if (s_.nodeOf[st.flag.rank] != s_.nodeOf[r])
+        addStep(g, i,
+                "signals flag " + str(st.flag.id) + " of rank " + str(st.flag.rank) + " on node " +
+                    str(s_.nodeOf[st.flag.rank]) + ", not this rank's node " + str(s_.nodeOf[r]) +
+                    ": a signal reaches NVLink peers only (signal across nodes with a proxyput of 0 elements)");
+      recordIncrement(g, i, st);
       return;
     case StepKind::Wait: {
       if (st.value == 0) addStep(g, i, "wait threshold must be >= 1 (got 0)");
