@@ -667,7 +667,8 @@ class Executor final : public RemoteEndpoint {
                       describeStep(s_, ls.rank, ls.lane, stepIdx));
   }
 
-  void combine(const LaneState& ls, uint32_t stepIdx, const Step& st) {
+  /// A combine over its first `live` tokens (extent.hpp: its runtime extent's; its blocks keep the bound's rows).
+  void combine(const LaneState& ls, uint32_t stepIdx, const Step& st, uint64_t live) {
     const CombineShape c = combineShape(st);
     if (c.topk == 0 || c.experts == 0 || c.row == 0 || st.count == 0 || st.count % c.row != 0)
       invalid(ls, stepIdx, "topk, experts and row must be >= 1 and count a positive multiple of row");
@@ -679,8 +680,10 @@ class Executor final : public RemoteEndpoint {
       invalid(ls, stepIdx, "a combine reads float32 weights and rows and int32 ids and writes float32 rows");
     if (detail::anyOverlap(st.dst, n.dst, st.a, n.a) || detail::anyOverlap(st.dst, n.dst, st.b, n.b))
       invalid(ls, stepIdx, "dst overlaps the rows, the weights or the ids");
-    detail::runCombine(c, dst.data + st.dst.offset * sizeof(float), a.data + st.a.offset * sizeof(float),
-                       b.data + st.b.offset * sizeof(int32_t), ls.rank, describeStep(s_, ls.rank, ls.lane, stepIdx));
+    if (const char* why = routeBucketsProblem(s_, st)) invalid(ls, stepIdx, why);
+    detail::runCombine(c, live, dst.data + st.dst.offset * sizeof(float), a.data + st.a.offset * sizeof(float),
+                       b.data + st.b.offset * sizeof(int32_t), ls.rank, s_.nodeOf,
+                       describeStep(s_, ls.rank, ls.lane, stepIdx));
   }
 
   void attention(const LaneState& ls, uint32_t stepIdx, const Step& st) {
@@ -732,6 +735,12 @@ class Executor final : public RemoteEndpoint {
   }
 
   void runStep(LaneState& ls, uint32_t stepIdx, const Step& st) {
+    if (st.kind == StepKind::Combine) {  // its extent sizes the tokens it combines, not its blocks' stride
+      const uint64_t bound = st.extent < s_.extents.size() ? s_.extents[st.extent].bound : 0;
+      const uint64_t tokens = combineShape(st).tokens;
+      combine(ls, stepIdx, st, bound == 0 ? tokens : scaleToExtent(tokens, bound, extentAt(ls, stepIdx, st.extent)));
+      return;
+    }
     if (st.extent != kNoExtent) {  // the step as this rank runs it: count resolved against its extent value
       Step resolved = st;
       if (st.extent < s_.extents.size())
@@ -766,7 +775,7 @@ class Executor final : public RemoteEndpoint {
       case StepKind::Route: route(ls, stepIdx, st); return;
       case StepKind::Gather: gather(ls, stepIdx, st); return;
       case StepKind::Attention: attention(ls, stepIdx, st); return;
-      case StepKind::Combine: combine(ls, stepIdx, st); return;
+      case StepKind::Combine: return;  // run above
       case StepKind::AttentionGrad: attentionGrad(ls, stepIdx, st); return;
     }
     invalid(ls, stepIdx, "unknown step kind " + std::to_string(static_cast<int>(st.kind)));
