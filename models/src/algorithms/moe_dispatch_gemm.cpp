@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
-#include <map>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -16,6 +15,7 @@
 #include "mk/schedule/pack.hpp"
 #include "mk/schedule/route.hpp"
 #include "mk/schedule/schedule.hpp"
+#include "moe_common.hpp"
 
 namespace mk {
 
@@ -91,25 +91,6 @@ void validateMoeDispatchGemmSpec(const MoeDispatchGemmSpec& spec, uint32_t nRank
 
 namespace {
 
-/// Where every rank sits: the ranks of each node in rank order and each rank's index among them; the relay of a
-/// (source, node) pair is DeepEP's choice, the node's rank with the source's local index, wrapping where the node has
-/// fewer ranks.
-struct Placement {
-  std::map<uint32_t, std::vector<uint32_t>> ranksOf;  ///< node id -> its ranks, ascending
-  std::vector<uint32_t> local;                        ///< [rank]: its index in ranksOf[its node]
-  uint32_t widest = 0;                                ///< the most ranks on one node
-
-  explicit Placement(const std::vector<uint32_t>& nodeOf) : local(nodeOf.size()) {
-    for (uint32_t r = 0; r < nodeOf.size(); ++r) {
-      local[r] = static_cast<uint32_t>(ranksOf[nodeOf[r]].size());
-      ranksOf[nodeOf[r]].push_back(r);
-      widest = std::max<uint32_t>(widest, local[r] + 1);
-    }
-  }
-  const std::vector<uint32_t>& on(uint32_t node) const { return ranksOf.at(node); }
-  uint32_t relay(uint32_t src, uint32_t node) const { return on(node)[local[src] % on(node).size()]; }
-};
-
 /// The uniform routing model's chance that a token's topk distinct experts, drawn from `global`, name at least one
 /// of the `onNode` experts of a node: 1 - C(global - onNode, topk) / C(global, topk) = 1 - prod_{i < topk}
 /// (global - onNode - i) / (global - i).
@@ -128,8 +109,8 @@ Schedule generateMoeDispatchGemm(const MoeDispatchGemmSpec& spec, const std::vec
   const uint32_t E = spec.experts, K = spec.topk, T = spec.tokens, H = spec.hidden, N = spec.outCols;
   const uint32_t C = spec.capacityOr(), G = R * E;
   const uint64_t block = uint64_t{C} * H;
-  const Placement at(nodeOf);
-  const bool multiNode = at.widest < R;
+  const gen::MoePlacement at(nodeOf);
+  const bool multiNode = at.multiNode();
   const uint32_t nodeIds = at.ranksOf.rbegin()->first + 1;  // node lists and nodeSend are indexed by node id
   if (multiNode && nodeIds > G)
     bad("node id " + std::to_string(nodeIds - 1) + " is not below the experts in total, " + std::to_string(G) +
@@ -143,17 +124,15 @@ Schedule generateMoeDispatchGemm(const MoeDispatchGemmSpec& spec, const std::vec
           {"nodeSend (nodes x tokens x hidden)", elements({nodeIds, T, H})}})
       if (n > kMaxElements)
         bad("buffer " + std::string(name) + " holds more than 2^50 elements: use fewer tokens or smaller sizes");
-  // Flags: 0 counts arrived (R: one per source); 1 + s blocks of source s arrived (E); R + 1 routed and R + 2
-  // gathered for the network lane (own rank only); across nodes R + 3 + s: source s's count, rows and ids reached
-  // its relay (3).
-  const uint32_t countsFlag = 0, routedFlag = R + 1, gatheredFlag = R + 2;
-  auto blocksFlag = [](uint32_t src) { return 1 + src; };
-  auto relayFlag = [R](uint32_t src) { return R + 3 + src; };
+  const gen::MoeDispatchFlags flags{R};  // moe_common.hpp says what each counts
+  const uint32_t countsFlag = flags.counts(), routedFlag = flags.routed(), gatheredFlag = flags.gathered();
+  auto blocksFlag = [flags](uint32_t src) { return flags.blocks(src); };
+  auto relayFlag = [flags](uint32_t src) { return flags.relay(src); };
 
   Schedule s;
   s.nRanks = R;
   s.nodeOf = nodeOf;
-  s.nFlags = multiNode ? 2 * R + 3 : R + 3;
+  s.nFlags = flags.total(multiNode);
   auto same = [&](uint64_t n) { return std::vector<uint64_t>(R, n); };
   s.buffers = {{"ids", DType::Int32, BufferKind::Input, same(uint64_t{T} * K)},
                {"x", DType::BFloat16, BufferKind::Input, same(uint64_t{T} * H)},

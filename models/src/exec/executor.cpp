@@ -480,6 +480,14 @@ class Executor final : public RemoteEndpoint {
   }
 
   void runStep(LaneState& ls, uint32_t stepIdx, const Step& st) {
+    if (st.kind == StepKind::Combine) {  // its extent sizes the tokens it combines, not its blocks' stride
+      const uint64_t bound = st.extent < s_.extents.size() ? s_.extents[st.extent].bound : 0;
+      const uint64_t tokens = combineShape(st).tokens;
+      const detail::StepAt here = at(ls, stepIdx);
+      detail::combineStep(ops_, here, st,
+                          bound == 0 ? tokens : scaleToExtent(tokens, bound, ops_.extentAt(here, st.extent)));
+      return;
+    }
     if (st.extent != kNoExtent) {  // the step as this rank runs it: count resolved against its extent value
       Step resolved = st;
       if (st.extent < s_.extents.size())
@@ -518,7 +526,7 @@ class Executor final : public RemoteEndpoint {
       case StepKind::Route: detail::routeStep(ops_, at(ls, stepIdx), st); return;
       case StepKind::Gather: detail::gatherStep(ops_, at(ls, stepIdx), st); return;
       case StepKind::Attention: detail::attentionStep(ops_, at(ls, stepIdx), st); return;
-      case StepKind::Combine: detail::combineStep(ops_, at(ls, stepIdx), st); return;
+      case StepKind::Combine: return;  // run above
       case StepKind::AttentionGrad: detail::attentionGradStep(ops_, at(ls, stepIdx), st); return;
     }
     invalid(ls, stepIdx, "unknown step kind " + std::to_string(static_cast<int>(st.kind)));

@@ -210,7 +210,7 @@ void gatherStep(const StepOperands& o, const StepAt& at, const Step& st) {
             st.aux * esize, st.value, at.rank, describeStep(s, at.rank, at.lane, at.step));
 }
 
-void combineStep(const StepOperands& o, const StepAt& at, const Step& st) {
+void combineStep(const StepOperands& o, const StepAt& at, const Step& st, uint64_t live) {
   const Schedule& s = o.schedule();
   const CombineShape c = combineShape(st);
   if (c.topk == 0 || c.experts == 0 || c.row == 0 || st.count == 0 || st.count % c.row != 0)
@@ -223,8 +223,9 @@ void combineStep(const StepOperands& o, const StepAt& at, const Step& st) {
     o.invalid(at, "a combine reads float32 weights and rows and int32 ids and writes float32 rows");
   if (anyOverlap(st.dst, n.dst, st.a, n.a) || anyOverlap(st.dst, n.dst, st.b, n.b))
     o.invalid(at, "dst overlaps the rows, the weights or the ids");
-  runCombine(c, dst.data + st.dst.offset * sizeof(float), a.data + st.a.offset * sizeof(float),
-             b.data + st.b.offset * sizeof(int32_t), at.rank, describeStep(s, at.rank, at.lane, at.step));
+  if (const char* why = routeBucketsProblem(s, st)) o.invalid(at, why);
+  runCombine(c, live, dst.data + st.dst.offset * sizeof(float), a.data + st.a.offset * sizeof(float),
+             b.data + st.b.offset * sizeof(int32_t), at.rank, s.nodeOf, describeStep(s, at.rank, at.lane, at.step));
 }
 
 void attentionStep(const StepOperands& o, const StepAt& at, const Step& st) {

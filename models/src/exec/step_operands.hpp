@@ -63,7 +63,8 @@ void gemmStep(const StepOperands& o, const StepAt& at, const Step& st, std::vect
               std::vector<float>& scratchB);
 void routeStep(const StepOperands& o, const StepAt& at, const Step& st);
 void gatherStep(const StepOperands& o, const StepAt& at, const Step& st);
-void combineStep(const StepOperands& o, const StepAt& at, const Step& st);
+/// A combine over its first `live` tokens (extent.hpp: its runtime extent's; its blocks keep the bound's rows).
+void combineStep(const StepOperands& o, const StepAt& at, const Step& st, uint64_t live);
 void attentionStep(const StepOperands& o, const StepAt& at, const Step& st);
 void attentionGradStep(const StepOperands& o, const StepAt& at, const Step& st);
 

@@ -111,7 +111,10 @@ VerifyResult verifyMoeFfn(const Schedule& s, const MoeFfnSpec& spec, uint64_t se
         const double wk = weights[uint64_t{t} * K + k];
         for (uint32_t c = 0; c < H; ++c) {
           want[c] += wk * row.value[c];
-          err[c] += std::fabs(wk) * (row.err[c] + u32 * std::fabs(row.value[c]));
+          // the row rounded to float32 in "o", and once more inside the partial sum of its node (across nodes the
+          // node's relay rounds the weighted sum of its rows for the token to float32: at most u32 x the sum of their
+          // magnitudes)
+          err[c] += std::fabs(wk) * (row.err[c] + 2 * u32 * std::fabs(row.value[c]));
         }
       }
       for (uint32_t c = 0; c < H; ++c) {

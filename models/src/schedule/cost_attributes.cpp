@@ -91,13 +91,16 @@ void fillCostAttributesAt(Schedule& s, Share&& share) {
               st.bytes = scaled(st.count * esz, st.extent) + scaled(st.count / st.aux, st.extent) * bSize;
             break;
           }
-          case StepKind::Combine: {  // reads the weights, the ids and topk rows per token, writes a row per token
+          // reads the weights, the ids and topk rows per token, writes a row per token; the tokens at the runtime
+          // extent's expected value, and topk rows a token however its slots fall on the nodes (an upper bound for
+          // the buckets per node, whose slots of other nodes read fewer rows or none)
+          case StepKind::Combine: {
             st.link = farthest({&st.dst, &st.a, &st.b});
             const CombineShape c = combineShape(st);
             std::size_t bSize = 0;
             if (dtypeOf(st.dst, esz) && dtypeOf(st.b, bSize)) {
-              const uint64_t slots = c.tokens * c.topk;
-              st.bytes = (st.count + slots * c.row + slots) * esz + slots * bSize;
+              const uint64_t slots = scaled(c.tokens * c.topk, st.extent);
+              st.bytes = (scaled(st.count, st.extent) + slots * c.row + slots) * esz + slots * bSize;
               st.flops = 2.0 * static_cast<double>(slots) * static_cast<double>(c.row);
             }
             break;

@@ -240,7 +240,7 @@ class Reader {
     return FlagRef{asU32(v[0], p[std::size_t{0}]), asU32(v[1], p[1])};
   }
 
-  /// A route's "buckets": experts (the default), nodes or own-node, as Step::flags bits (route.hpp).
+  /// A route's or a combine's "buckets": experts (the default), nodes or own-node, as Step::flags bits (route.hpp).
   uint8_t readRouteBuckets(const json& v, const Path& p) {
     const std::string b = asString(v, p);
     if (b == "nodes") return kStepRouteNodes;
@@ -349,10 +349,11 @@ class Reader {
         st.b = readOperand(member(o, "b", p), p["b"]);
         break;
       case StepKind::Combine:
-        checkKeys(o, p, {"kind", "count", "topk", "experts", "row", "dst", "a", "b"}, cost);
+        checkKeys(o, p, {"kind", "count", "extent", "topk", "experts", "row", "buckets", "dst", "a", "b"}, cost);
         st.count = asU64(member(o, "count", p), p["count"]);
         st.aux = asU32(member(o, "topk", p), p["topk"]);
         st.value = combineValue(asU32(member(o, "experts", p), p["experts"]), asU32(member(o, "row", p), p["row"]));
+        if (const json* x = optionalMember(o, "buckets")) st.flags |= readRouteBuckets(*x, p["buckets"]);
         st.dst = readOperand(member(o, "dst", p), p["dst"]);
         st.a = readOperand(member(o, "a", p), p["a"]);
         st.b = readOperand(member(o, "b", p), p["b"]);

@@ -278,6 +278,12 @@ std::string scheduleToJson(const Schedule& s, int indent) {
           if (st.extent != kNoExtent && (kindInfo(st.kind).fields & kFieldExtent))
             extentMember(st.extent, stepWhere(r, l, i));
         };
+        auto buckets = [&](RouteBuckets b) {  // a route's or a combine's, when not the experts (the default)
+          if (b == RouteBuckets::Experts) return;
+          w.comma();
+          w.key("buckets");
+          w.str(b == RouteBuckets::Nodes ? "nodes" : "own-node");
+        };
         o += '{';
         w.key("kind");
         const char* kindName = toString(st.kind);
@@ -362,11 +368,7 @@ std::string scheduleToJson(const Schedule& s, int indent) {
               w.key(k);
               w.u64(v);
             }
-            if (rs.buckets != RouteBuckets::Experts) {
-              w.comma();
-              w.key("buckets");
-              w.str(rs.buckets == RouteBuckets::Nodes ? "nodes" : "own-node");
-            }
+            buckets(rs.buckets);
             operand("dst", st.dst);
             operand("a", st.a);
             break;
@@ -380,6 +382,7 @@ std::string scheduleToJson(const Schedule& s, int indent) {
               w.key(k);
               w.u64(v);
             }
+            buckets(c.buckets);
             operand("dst", st.dst);
             operand("a", st.a);
             operand("b", st.b);

@@ -114,6 +114,11 @@ void Validator::checkCombine(uint32_t g, uint32_t i, const Step& st) {
     addStep(g, i, "row must be >= 1 (elements per row)");
   else if (st.count == 0 || st.count % c.row != 0)
     addStep(g, i, "count " + str(st.count) + " must be tokens x row: a positive multiple of row " + str(c.row));
+  if (const char* why = routeBucketsProblem(s_, st))
+    addStep(g, i, std::string(why) + " (experts " + str(c.experts) + ", " + str(s_.nRanks) + " ranks)");
+  if (st.extent != kNoExtent && st.extent < s_.extents.size() && c.row > 0 &&
+      (st.count / std::max<uint64_t>(s_.extents[st.extent].bound, 1)) % c.row != 0)
+    addStep(g, i, "count per unit of extent '" + s_.extents[st.extent].name + "' is not a whole number of tokens");
   if (!operandsOnNode(g, i, st, {"dst", "a", "b"}, "combine")) return;
   for (const auto& [name, ref] : {std::pair<const char*, const BufRef*>{"dst", &st.dst}, {"a", &st.a}})
     if (s_.buffers[ref->buffer].dtype != DType::Float32)

@@ -223,7 +223,7 @@ void Validator::checkStep(uint32_t g, uint32_t i, uint32_t r, const Step& st) {
     if (!(kindInfo(st.kind).fields & kFieldExtent))
       addStep(g, i,
               std::string("a ") + toString(st.kind) + " step takes no runtime extent (only copy, reduce, put, " +
-                  "proxyput, gather, route; a gemm's extent is on its shape)");
+                  "proxyput, gather, route, combine; a gemm's extent is on its shape)");
     else if (std::string problem = extentProblem(st.extent, st.count, "count"); !problem.empty())
       addStep(g, i, problem);
     else if (st.kind == StepKind::Reduce && isRedOp(static_cast<uint8_t>(st.op)) &&

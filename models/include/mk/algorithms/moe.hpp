@@ -91,6 +91,12 @@ Schedule generateMoeDispatchGemm(const MoeDispatchGemmSpec& spec, const std::vec
 ///   "back"    Scratch f32, T x topk + G x T x H: the weights, then per global expert j a block of T rows: what j's
 ///             rank returned for the executing rank's tokens, in j's list order (CombineShape)
 ///   "y"       Output f32, T x H: row t = sum over k of weights[t][k] x expert ids[t][k]'s output for token t
+/// Across nodes (the combine summed per node on the dispatch's relays) also, with S the most sources a relay serves:
+///   "nodeWeights" Scratch f32, nodes x T x topk: per other node the weights of the tokens sent there, packed
+///   "relayBack"   Scratch f32, S x (T x topk + G x T x H): on a relay, per source it serves (in rank order) that
+///                 source's weights, then per global expert j of the relay's node a block: j's rows for its tokens
+///   "relayOut"    Scratch f32, S x T x H: on a relay, per source it serves a row per token: its node's weighted sum
+/// and "back" holds, in the block of each other node's lowest expert, that node's summed rows in its list order.
 struct MoeFfnSpec {
   uint32_t experts = 0;  ///< E: experts on every rank
   uint32_t topk = 0;     ///< experts per token, at most R x E
@@ -118,9 +124,20 @@ void validateMoeFfnSpec(const MoeFfnSpec& spec, uint32_t nRanks);
 ///    signal of its own "ffn done" flag;
 ///  * combine (a new intra lane): copy the weights into "back", then per source s once its FFN is done, per expert e
 ///    the block (s, e) of "o" at its runtime extent to s's "back" block j = r x E + e: a copy for itself, a put
-///    inside the node, a proxyput across nodes (directly to s: the combine does not aggregate per node, see
-///    docs/fused-operators.md), each signalling s; last, once all G blocks are back, the combine step into "y".
-/// Throws what validateMoeFfnSpec and generateMoeDispatchGemm throw (with "moe-ffn: " in front).
+///    inside the node, each signalling s; last, once all are back, the combine step into "y".
+/// Across nodes (`info.algo` "node-dedup-combine"; DeepEP's internode combine) the combine is summed per node on the
+/// dispatch's relays, so a token's rows cross the network once per node, not once per expert:
+///  * combine lane of s: first, per other node n, a gather of the weights of the tokens in its node list n and a
+///    proxyput of them (the "node<n>" extent) to the relay's "relayBack"; the blocks (s', e) of a source s' of another
+///    node go to the slot of s' in its relay's "relayBack" instead (a put, a copy on the relay), signalling its
+///    "summed" flag of s'; the final combine has buckets `nodes` (route.hpp, CombineShape): s's own node's rows
+///    weighted, each other node's summed row once per token;
+///  * inter-recv lane of a relay, after its forwarding: per source it serves, once the weights and every block of
+///    its node arrived, a combine with buckets `own-node` over the ids the source sent it (the "relay<s>.<n>" extent)
+///    into "relayOut", and one proxyput of those rows (the same extent) into the source's "back".
+/// On one node the schedule is the one without these (no buffer, flag or step more). Throws what validateMoeFfnSpec
+/// and generateMoeDispatchGemm throw (with "moe-ffn: " in front), and Error(InvalidArgument) for a relay buffer
+/// over kMaxElements.
 Schedule generateMoeFfn(const MoeFfnSpec& spec, const std::vector<uint32_t>& nodeOf);
 
 }  // namespace mk

@@ -47,7 +47,8 @@ VerifyResult verifyMoeDispatchGemm(const Schedule& s, const MoeDispatchGemmSpec&
 /// input by at most a drift d (through |silu'| <= 1.1 |up| and |silu(gate)|); rounding being monotonic, the engine's
 /// h lies between the bf16 roundings of (exact -+ d), so it may differ from the reference's by eh = the larger gap
 /// to them, 0 unless that interval straddles a rounding boundary; GEMM 2 adds sum_f eh |w2| + (F + 1) u32
-/// sum_f (|h| + eh) |w2|; the combine, summed in double, sum_k |weight| (e_o + u32 |o|) + 2 u32 |y|. Throws
+/// sum_f (|h| + eh) |w2|; the combine, summed in double, sum_k |weight| (e_o + 2 u32 |o|) + 2 u32 |y| (o rounded to
+/// float32, and across nodes once more in its node's partial sum, which the relay rounds to float32). Throws
 /// what verifyMoeDispatchGemm throws (for moe-ffn's buffers), and Error(InvalidArgument) from the executor for a
 /// routing over the capacity, an id out of range (at the route) or a non-finite weight (at the combine).
 VerifyResult verifyMoeFfn(const Schedule& s, const MoeFfnSpec& spec, uint64_t seed,

@@ -34,6 +34,13 @@ enum class RouteBuckets : uint8_t {
   OwnNode,  ///< list e for the experts on the executing rank's node as Experts; ids of other experts are skipped
 };
 
+/// The buckets that Step::flags name (a route's and a combine's): kStepRouteNodes, kStepRouteOwnNode or neither.
+constexpr RouteBuckets stepBuckets(uint8_t flags) noexcept {
+  return (flags & kStepRouteNodes)     ? RouteBuckets::Nodes
+         : (flags & kStepRouteOwnNode) ? RouteBuckets::OwnNode
+                                       : RouteBuckets::Experts;
+}
+
 /// The rank expert `expert` of `experts` lives on: experts / nRanks per rank, in order (nRanks divides experts).
 constexpr uint32_t expertRank(uint64_t expert, uint64_t experts, uint32_t nRanks) noexcept {
   return static_cast<uint32_t>(expert / (experts / nRanks));
@@ -64,9 +71,7 @@ inline RouteShape routeShape(const Step& st) noexcept {
   r.tokens = st.aux == 0 ? 0 : st.count / st.aux;
   r.experts = static_cast<uint32_t>(st.value & 0xFFFFFFFFu);
   r.capacity = static_cast<uint32_t>(st.value >> 32);
-  r.buckets = (st.flags & kStepRouteNodes)     ? RouteBuckets::Nodes
-              : (st.flags & kStepRouteOwnNode) ? RouteBuckets::OwnNode
-                                               : RouteBuckets::Experts;
+  r.buckets = stepBuckets(st.flags);
   return r;
 }
 
@@ -81,12 +86,13 @@ inline int64_t routeBucket(const RouteShape& rs, uint32_t expert, uint32_t rank,
   return node == nodeOf[rank] ? int64_t{expert} : -1;
 }
 
-/// Why Route step `st` of `s` cannot file ids under its lists, or nullptr: both bucket bits set, or lists other than
-/// the experts without experts a multiple of nRanks (expertRank) or with a node id at or above experts (one list
-/// per expert is all the layout holds). The validator and the CPU executor ask this.
+/// Why Route (or Combine) step `st` of `s` cannot file ids under its lists (read its blocks by them), or nullptr: both
+/// bucket bits set, or lists other than the experts without experts a multiple of nRanks (expertRank) or with a node id
+/// at or above experts (one list per expert is all the layout holds). The validator and the CPU executor ask this.
 inline const char* routeBucketsProblem(const Schedule& s, const Step& st) noexcept {
   if ((st.flags & kStepRouteNodes) && (st.flags & kStepRouteOwnNode))
-    return "buckets: kStepRouteNodes and kStepRouteOwnNode are both set (a route fills one kind of list)";
+    return "buckets: kStepRouteNodes and kStepRouteOwnNode are both set (a route fills, a combine reads, one kind of "
+           "list)";
   const RouteShape rs = routeShape(st);
   if (rs.buckets == RouteBuckets::Experts) return nullptr;
   if (s.nRanks == 0 || s.nodeOf.size() != s.nRanks || rs.experts % s.nRanks != 0)
@@ -106,23 +112,36 @@ inline const char* routeBucketsProblem(const Schedule& s, const Step& st) noexce
 /// summed in double and rounded once to float32; every row of dst is written (topk >= 1 gives every token a slot).
 /// An id outside [0, experts), or a list position at or past `tokens` (an expert named more than tokens times), is
 /// refused before anything is written. Block rows past an expert's count are never read.
+///
+/// Across nodes (the mirror of a per-node deduplicated dispatch) the flags pick other buckets, as a route's do
+/// (RouteBuckets; expertRank and the schedule's nodeOf place the experts):
+///  * OwnNode (a relay's partial sums): slots naming an expert off the executing rank's node are skipped (neither
+///    their weight nor a row is read); list positions count the kept slots, as an OwnNode route lists them;
+///  * Nodes (the final combine of the tokens' rank): slots naming an expert of the executing rank's node as above;
+///    the slots of token t naming experts of another node n add, once per (t, n) and unweighted, row p of the block
+///    of n's lowest expert (the block that expert fills otherwise), p = t's position in node n's list (the tokens
+///    naming an expert on n, in order, as a Nodes route lists them): the weighted sum node n returned for t.
+/// A Combine may name a runtime extent (extent.hpp): it then combines the first count / bound x value tokens (the
+/// rows that arrived) and writes only their rows; the blocks keep the bound's `tokens` rows.
 struct CombineShape {
-  uint64_t tokens = 0;   ///< rows of dst and of the ids: count / row
+  uint64_t tokens = 0;   ///< rows of dst and of the ids at the bound, rows of every block: count / row
   uint32_t topk = 0;     ///< slots per token
   uint32_t experts = 0;  ///< blocks of a after the weights: ids lie in [0, experts)
   uint32_t row = 0;      ///< elements of a row (the hidden size)
+  RouteBuckets buckets = RouteBuckets::Experts;  ///< which slots read which blocks (kStepRouteOwnNode, kStepRouteNodes)
 };
 
 /// Step::value of a Combine step over `experts` expert blocks of rows of `row` elements.
 constexpr uint64_t combineValue(uint32_t experts, uint32_t row) noexcept { return (uint64_t{row} << 32) | experts; }
 
-/// The sizes a Combine step stands for (its count, aux and value; the fields are not checked here).
+/// The sizes a Combine step stands for (its count, aux, value and flags; the fields are not checked here).
 inline CombineShape combineShape(const Step& st) noexcept {
   CombineShape c;
   c.topk = st.aux;
   c.experts = static_cast<uint32_t>(st.value & 0xFFFFFFFFu);
   c.row = static_cast<uint32_t>(st.value >> 32);
   c.tokens = c.row == 0 ? 0 : st.count / c.row;
+  c.buckets = stepBuckets(st.flags);
   return c;
 }
 

@@ -66,9 +66,11 @@ enum StepFlagBits : uint8_t {
   /// Put/ProxyPut, cost flavour "LL128": 128-byte lines carrying 120 B data + 8 B flag (NCCL's LL128). As
   /// kStepLL otherwise; priced by Profile::ll128. At most one of kStepLL and kStepLL128 is set.
   kStepLL128 = 1u << 4,
-  /// Route: a token's list is its experts' node, listed once per node (route.hpp, RouteBuckets::Nodes)
+  /// Route: a token's list is its experts' node, listed once per node; Combine: another node's slots read that node's
+  /// partial sum once per token (route.hpp, RouteBuckets::Nodes)
   kStepRouteNodes = 1u << 5,
-  /// Route: only the executing rank's node's experts are listed (route.hpp, RouteBuckets::OwnNode)
+  /// Route: only the executing rank's node's experts are listed; Combine: only their slots are summed (route.hpp,
+  /// RouteBuckets::OwnNode)
   kStepRouteOwnNode = 1u << 6,
   /// GroupedGemm, SwiGLU epilogue (a MoE FFN's first GEMM): the groups' n columns are interleaved (gate, up) pairs
   /// and C holds n / 2 columns, C[i][f] = silu(acc[i][2f]) x acc[i][2f + 1], computed in float from the
@@ -98,8 +100,8 @@ const char* protocolFlagProblem(StepKind kind, uint8_t flags) noexcept;
 /// | Gemm     | C tile start | A tile    | B tile | -                    | -                            | gemms index |
 /// | Barrier  | -            | -         | -      | -                    | -                            | barrier id  |
 ///
-/// `extent` (kFieldExtent kinds: Copy, Reduce, Put, ProxyPut): kNoExtent, or the index of a runtime extent in
-/// Schedule::extents; `count` is then the element count at the extent's bound (extent.hpp).
+/// `extent` (kFieldExtent kinds: Copy, Reduce, Put, ProxyPut, Route, Gather, Combine): kNoExtent, or the index of a
+/// runtime extent in Schedule::extents; `count` is then the element count at the extent's bound (extent.hpp).
 // clang-format on
 struct Step {
   StepKind kind = StepKind::Copy;

@@ -41,7 +41,9 @@ enum class StepKind : uint8_t {
   /// query, head) into dst; sizes, layout and mask in Schedule::attentions[aux] (attention.hpp)
   Attention = 11,
   /// MoE combine (the mirror of a dispatch): dst row t <- sum over the token's topk slots k of weight[t][k] times
-  /// the expert output row that came back for (t, k), in float32 (route.hpp, combineShape)
+  /// the expert output row that came back for (t, k), in float32; across nodes a relay's partial sums over its
+  /// node's experts, or the tokens' rank's sum of its node's rows and the other nodes' partial sums (route.hpp,
+  /// combineShape)
   Combine = 12,
   /// the backward of an attention step: from Q and dO (a), K and V (b) and the forward's rows (in dst's buffer), add
   /// dK and dV (dst) and dQ (in dst's buffer); shape in Schedule::attentions[aux] (attention.hpp)
@@ -107,7 +109,7 @@ inline constexpr StepKindInfo kStepKinds[] = {
   {StepKind::Route,    "route",    nullptr,     kFieldDst | kFieldA | kFieldCount | kFieldAux | kFieldValue | kFieldExtent, StepExtent::Indexed, "topk", false, true, false, false, false, false, false},
   {StepKind::Gather,   "gather",   nullptr,     kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldAux | kFieldValue | kFieldExtent, StepExtent::Indexed, "row", true, false, false, false, false, false, false},
   {StepKind::Attention, "attention", nullptr,  kFieldDst | kFieldA | kFieldB | kFieldAux,            StepExtent::Attention, "attention", false, true, false, false, false, false, true},
-  {StepKind::Combine,  "combine",  nullptr,     kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldAux | kFieldValue, StepExtent::Indexed, "topk", false, true, false, false, false, false, false},
+  {StepKind::Combine,  "combine",  nullptr,     kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldAux | kFieldValue | kFieldExtent, StepExtent::Indexed, "topk", false, true, false, false, false, false, false},
   {StepKind::AttentionGrad, "attention-grad", nullptr, kFieldDst | kFieldA | kFieldB | kFieldAux,  StepExtent::Attention, "attention", false, true, false, false, false, false, false},
 };
 // clang-format on
