@@ -40,6 +40,7 @@
 #include "mk/error.hpp"
 #include "mk/exec/numeric.hpp"
 #include "mk/schedule/check.hpp"
+#include "mk/schedule/route.hpp"
 #include "mk/util/range.hpp"
 #include "operand_overlap.hpp"
 #include "step_operands.hpp"
