@@ -352,7 +352,7 @@ TEST_CASE("validate: signal flags of puts must be reachable by the transfer") {
   expectIssue(s, {"rank 0 lane 0 (intra) step 1 (proxyput): signals flag 0 of rank 1", "to dst rank 2"});
 }
 
-TEST_CASE("validate: a signal reaches NVLink peers only; across nodes a zero-count proxyput carries it") {
+TEST_CASE("validate: a signal reaches NVLink peers only, across nodes a zero-count proxyput carries it") {
   Hand h({0, 0, 1}, 1);
   h.buffer("b", 4);
   const uint32_t l0 = h.lane(0);
