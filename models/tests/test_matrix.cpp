@@ -39,11 +39,11 @@ void runMatrix(mk::CollOp op, const char* algo, mk::DType dtype) {
       if (perNode != p && p <= 4) continue;  // same layout twice
       const auto nodeOf = layout(p, perNode);
       std::vector<uint64_t> counts(std::begin(smallCounts), std::end(smallCounts));
-      counts.push_back(countFor(op, 1u << 20, dtype, p));  // 1 MiB
+      counts.push_back(countFor(op, 1u << 18, dtype, p));  // 256 KiB
       for (uint64_t count : counts) {
         const bool big = count == counts.back();
         for (mk::InputKind kind : {mk::InputKind::SmallIntegers, mk::InputKind::Uniform}) {
-          if (big && kind == mk::InputKind::SmallIntegers) continue;  // 1 MiB once, with uniform inputs
+          if (big && kind == mk::InputKind::SmallIntegers) continue;  // 256 KiB once, with uniform inputs
           mk::CollectiveSpec spec;
           spec.op = op;
           spec.algo = mk::requireAlgorithm(op, algo);
