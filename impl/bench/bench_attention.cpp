@@ -8,7 +8,7 @@
 // 4 x B x Hq x D x pairs (attentionFlops). The PyTorch SDPA baselines (cuDNN, flash) are
 // validation/tools/attention_bench.py, same shapes and timing, run in the same device session.
 // --calib: the records are calib-attention micro-benchmarks for mk-calibrate (attentionTflops; docs/calibration.md),
-// timed with the static unit split the resident kernel's compute lane runs.
+// timed with the dynamic unit split (a counter) the resident kernel's compute lane runs too.
 #include <cuda_runtime_api.h>
 
 #include <CLI/CLI.hpp>
@@ -59,20 +59,20 @@ int attentionMain(int argc, char** argv, const std::string& command) {
       ->check(CLI::IsMember({"dynamic", "static", "all"}));
   app.add_flag("--calib", a.calib,
                "write calib-attention records for mk-calibrate (attentionTflops) instead of attention-fwd; units "
-               "static, the compute lane's split");
+               "dynamic, the compute lane's split");
   app.add_option("--iters", a.iters, "launches per timed loop")->check(CLI::PositiveNumber);
   app.add_option("-w,--warmup", a.warmup, "untimed launches before timing");
   app.add_option("--reps", a.reps, "timed loops; the median is reported")->check(CLI::PositiveNumber);
   if (int rc = mk::cli::parse(app, argc, argv, "mk-bench attention"); rc != mk::cli::kContinue) return rc;
   if (a.calib) {
-    if (app.count("--units") > 0 && a.units != "static") {
+    if (app.count("--units") > 0 && a.units != "dynamic") {
       std::fprintf(stderr,
-                   "mk-bench attention: --calib times the static unit split (the resident kernel's); "
+                   "mk-bench attention: --calib times the dynamic unit split (the resident kernel's); "
                    "drop --units %s\n",
                    a.units.c_str());
       return 2;
     }
-    a.units = "static";
+    a.units = "dynamic";
   }
   const std::vector<Config> configs{{16, 16, false}, {16, 16, true}, {32, 8, false}, {32, 8, true}};
   try {

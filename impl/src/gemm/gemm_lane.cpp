@@ -43,7 +43,7 @@ device::GemmParams buildParams(const device::LoweredGemm& g, const uint64_t* tab
 }
 
 /// The AttentionParams of one Attention step for one op's addresses (attentionWorkParams of the lowered shape, the
-/// maps of Q, K and V, the resident wait budget and tag; static unit split).
+/// maps of Q, K and V, the resident wait budget and tag); the caller sets the unit counter.
 device::AttentionParams buildAttentionParams(const device::LoweredAttention& a, const uint64_t* table, uint32_t* report,
                                              uint64_t waitLimitNs) {
   auto addr = [&](uint64_t operand) {
@@ -77,7 +77,6 @@ device::AttentionParams buildAttentionParams(const device::LoweredAttention& a, 
       encodeAttentionMap(kv + a.vOffset * 2, a.headDim, a.kvHeads, a.skv, a.batch, a.ldkv, "V of an Attention step");
   p.out = reinterpret_cast<float*>(addr(a.dst));
   p.timeoutReport = report;
-  p.unitCounter = nullptr;
   p.waitLimitNs = waitLimitNs;
   p.tag = (uint32_t{a.lane} << 16) | (a.step & 0xFFFFu);
   return p;
@@ -119,7 +118,9 @@ uint64_t GemmLaneBinder::bind(const LoweredProgram& program, const void* program
       }
     }
   }
-  // The block: GemmParams[nGemms], then AttentionParams[nAttentions] (runAttentionStep finds them after the GEMMs').
+  // The block: GemmParams[nGemms], then AttentionParams[nAttentions] (runAttentionStep finds them after the GEMMs'),
+  // then the attention steps' unit counters, kSlots x nAttentions zeroed words (slot-major; each resets itself at
+  // the end of its step's run, so a block reused by the next op with the same addresses needs no clearing).
   std::vector<device::GemmParams> params(h.nGemms);
   std::vector<device::AttentionParams> attn(h.nAttentions);
   const device::LoweredGemm* g = loweredGemms(program);
@@ -132,10 +133,8 @@ uint64_t GemmLaneBinder::bind(const LoweredProgram& program, const void* program
     attentionTags_.insert(attn[i].tag);
   }
   const size_t gemmBytes = params.size() * sizeof(device::GemmParams);
-  const size_t bytes = gemmBytes + attn.size() * sizeof(device::AttentionParams);
-  std::vector<uint8_t> image(bytes);
-  if (!params.empty()) std::memcpy(image.data(), params.data(), gemmBytes);
-  if (!attn.empty()) std::memcpy(image.data() + gemmBytes, attn.data(), bytes - gemmBytes);
+  const size_t attnBytes = attn.size() * sizeof(device::AttentionParams);
+  const size_t bytes = gemmBytes + attnBytes + size_t{device::kSlots} * attn.size() * sizeof(uint32_t);
   Block blk;
   for (size_t i = 0; i < free_.size(); ++i)
     if (free_[i].bytes >= bytes) {
@@ -153,6 +152,11 @@ uint64_t GemmLaneBinder::bind(const LoweredProgram& program, const void* program
     }
     blk.bytes = bytes;
   }
+  auto* counters = reinterpret_cast<uint32_t*>(static_cast<char*>(blk.device) + gemmBytes + attnBytes);
+  for (uint32_t i = 0; i < h.nAttentions; ++i) attn[i].unitCounter = counters + i;  // slot 0's; slot s at + s x n
+  std::vector<uint8_t> image(bytes, 0);                                             // the counters start at zero
+  if (!params.empty()) std::memcpy(image.data(), params.data(), gemmBytes);
+  if (!attn.empty()) std::memcpy(image.data() + gemmBytes, attn.data(), attnBytes);
   // The copy stream never waits for user streams; the op's doorbell is rung only after this returns, and
   // the kernel acquires the maps with fence.proxy.tensormap before TMA reads them.
   MK_CUDA_CHECK(cudaMemcpyAsync(blk.device, image.data(), bytes, cudaMemcpyHostToDevice, copyStream));

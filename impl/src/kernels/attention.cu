@@ -21,7 +21,7 @@ template <uint32_t kD>
 __global__ void __launch_bounds__(AttentionTileConfig<kD>::kThreads, 1)
     attentionKernel(const __grid_constant__ AttentionParams p) {
   extern __shared__ __align__(1024) uint8_t smem[];
-  device::attentionRunUnits<kD>(p, smem, blockIdx.x, gridDim.x);
+  device::attentionRunUnits<kD>(p, smem, p.unitCounter, blockIdx.x, gridDim.x);
 }
 
 /// lse-merge of `rows` rows (the shared device routine, one warp per row).

@@ -149,7 +149,7 @@ __device__ __forceinline__ bool runLane(const EngineDeviceHandle& h, uint32_t op
                              lane.laneIndex, s, &sProxyWord);
     if constexpr (kCompute) {
       if (kind == static_cast<int>(StepKind::Gemm)) runGemmStep(step, ph, table, h.rank, idx);
-      if (kind == static_cast<int>(StepKind::Attention)) runAttentionStep(step, ph, table, h.rank, idx);
+      if (kind == static_cast<int>(StepKind::Attention)) runAttentionStep(step, ph, table, h.rank, op, idx);
     }
 
     const bool arrives = (step.bits & kLsSignal) || kind == static_cast<int>(StepKind::Barrier);

@@ -552,8 +552,8 @@ class Lowerer {
                    std::to_string(bindings) + ", the engine carries at most " + std::to_string(device::kMaxBindings));
   }
 
-  /// Lower one Attention step (attention_step.hpp's checks and record): its CTAs split the step's units statically
-  /// (unit c, c + activeCtas, ...), count = its record's index.
+  /// Lower one Attention step (attention_step.hpp's checks and record): its CTAs draw the step's units from a
+  /// counter (runAttentionStep), count = its record's index.
   void lowerAttention(uint32_t l, uint32_t i, const Step& st, uint32_t n, LoweredStep& ls,
                       std::vector<Access>& pending) {
     AttentionStepLowering a = lowerAttentionStep(s_, rank_, l, i, n);

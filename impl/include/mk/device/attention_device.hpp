@@ -47,7 +47,8 @@ struct AttentionParams {
   uint32_t tag = 0;
   /// Dynamic unit fetch: a zeroed device word the CTAs draw unit numbers from (atomicAdd), so a CTA that finishes
   /// early takes the next unit; the last draw of a run sets it back to zero for the next one on the stream. Null:
-  /// CTA c runs units c, c + stride, ... (a static split).
+  /// CTA c runs units c, c + stride, ... (a static split). Resident steps: the first of kSlots x
+  /// ProgramHeader::nAttentions zeroed words, slot-major (the binder's block; runAttentionStep picks the op's slot).
   uint32_t* unitCounter = nullptr;
   uint32_t batch = 0, qHeads = 0, kvHeads = 0, headDim = 0, sq = 0, skv = 0, ldo = 0;
   uint32_t qTiles = 0;      ///< ceil(sq / 128)
@@ -161,21 +162,23 @@ MK_DEVICE_INLINE void waitBar(const AttentionParams& p, uint32_t bar, uint32_t p
                                           unit);
 }
 
-/// The producer's next unit number: drawn from p.unitCounter (the draw of the last CTA to finish sets it back to
-/// zero: every CTA draws until it gets one past the units, so the draws number units + CTAs), or the static split.
-MK_DEVICE_INLINE uint32_t nextUnit(const AttentionParams& p, uint32_t firstUnit, uint32_t unitStride, uint32_t i) {
-  if (p.unitCounter == nullptr) {
+/// The producer's next unit number: drawn from `counter` (the draw of the last CTA to finish sets it back to zero:
+/// every CTA draws until it gets one past the units, so the draws number units + CTAs), or, without one, the static
+/// split.
+MK_DEVICE_INLINE uint32_t nextUnit(const AttentionParams& p, uint32_t* counter, uint32_t firstUnit, uint32_t unitStride,
+                                   uint32_t i) {
+  if (counter == nullptr) {
     const uint64_t u = firstUnit + uint64_t{i} * unitStride;
     return u < p.units ? static_cast<uint32_t>(u) : p.units;
   }
-  const uint32_t u = atomicAdd(p.unitCounter, 1u);
-  if (u == p.units + unitStride - 1) atomicExch(p.unitCounter, 0u);
+  const uint32_t u = atomicAdd(counter, 1u);
+  if (u == p.units + unitStride - 1) atomicExch(counter, 0u);
   return u;
 }
 
 template <uint32_t kD, bool kResident>
 MK_DEVICE_INLINE void produce(const AttentionParams& p, uint32_t smemQ, uint32_t smemKv, uint32_t bars,
-                              uint32_t firstUnit, uint32_t unitStride) {
+                              uint32_t* counter, uint32_t firstUnit, uint32_t unitStride) {
   using Cfg = AttentionTileConfig<kD>;
   using namespace gemm_detail;
   const AttentionBarriers<Cfg::kQStages, Cfg::kStages> bar(bars);
@@ -184,7 +187,7 @@ MK_DEVICE_INLINE void produce(const AttentionParams& p, uint32_t smemQ, uint32_t
   for (uint32_t i = 0;; ++i) {
     // Publish the unit (or the end, any number >= p.units) to the consumers through the unit word of slot i % 2.
     const uint32_t slot = i % Cfg::kQStages, slotPhase = (i / Cfg::kQStages) & 1;
-    const uint32_t u = nextUnit(p, firstUnit, unitStride, i);
+    const uint32_t u = nextUnit(p, counter, firstUnit, unitStride, i);
     waitBar<kResident>(p, bar.unitEmpty + 8 * slot, slotPhase ^ 1, GemmWaiter::Producer,
                        Cfg::kStages + Cfg::kQStages + slot, i);
     asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(bar.unit + 4 * slot), "r"(u) : "memory");
@@ -437,25 +440,27 @@ MK_DEVICE_INLINE void consume(const AttentionParams& p, uint32_t smemQ0, uint32_
 }  // namespace attention_detail
 
 /// Run units of `p` with this CTA of AttentionTileConfig<kD>::kThreads threads (launched with at most 168 registers
-/// per thread, e.g. __launch_bounds__(384, 1)): those it draws from p.unitCounter, or without one units firstUnit,
+/// per thread, e.g. __launch_bounds__(384, 1)): those it draws from `counter`, or without one units firstUnit,
 /// firstUnit + unitStride, ... < p.units. `unitStride` is the number of CTAs running the units (with a counter,
-/// every one of them must run this routine to the end: the last draw resets the counter);
-/// `smem` is AttentionTileConfig<kD>::kSmemBytes of dynamic shared memory the CTA owns for the call. The routine
-/// initialises its mbarriers and re-balances registers with setmaxnreg; p.headDim must be kD (else it traps).
+/// every one of them must run this routine to the end: the last draw resets the counter, and no draw of the next run
+/// on the same counter may come before it); `smem` is AttentionTileConfig<kD>::kSmemBytes of dynamic shared memory the
+/// CTA owns for the call. The routine initialises its mbarriers and re-balances registers with setmaxnreg; p.headDim
+/// must be kD (else it traps). The standalone kernel passes p.unitCounter (stream order separates its runs); the
+/// resident kernel passes its step's counter of the op's board slot (runAttentionStep: two ops in flight on a rank
+/// are in different slots).
 ///
 /// kResident (the resident kernel's compute lane, mk/device/compute_lane_device.hpp), as gemmRunTiles: every thread
 /// returns, with exactly kAttentionLaunchRegs registers again (the consumers give theirs back first, then the
 /// producer takes its share back: the kernel must be launched with exactly that count); the mbarriers are invalidated
 /// before anyone leaves (the next step re-initialises the same shared memory); the tensor maps, written by the host
 /// while the kernel ran, are acquired by the tensormap proxy before their first use; every output row is stored
-/// (direct stores) when it returns. Units are split statically (p.unitCounter must be null).
+/// (direct stores) when it returns.
 template <uint32_t kD, bool kResident = false>
-MK_DEVICE_INLINE void attentionRunUnits(const AttentionParams& p, uint8_t* smem, uint32_t firstUnit,
+MK_DEVICE_INLINE void attentionRunUnits(const AttentionParams& p, uint8_t* smem, uint32_t* counter, uint32_t firstUnit,
                                         uint32_t unitStride) {
   using Cfg = AttentionTileConfig<kD>;
   using namespace gemm_detail;
   if (p.headDim != kD) __trap();
-  if (kResident && p.unitCounter != nullptr) __trap();
   const uintptr_t raw = reinterpret_cast<uintptr_t>(smem);
   uint8_t* base = smem + ((Cfg::kSmemAlign - raw % Cfg::kSmemAlign) % Cfg::kSmemAlign);
   const uint32_t smemQ = smemAddr(base);                            // Q stage s at s tiles
@@ -495,7 +500,7 @@ MK_DEVICE_INLINE void attentionRunUnits(const AttentionParams& p, uint8_t* smem,
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapQ)) : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapK)) : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.mapV)) : "memory");
-      attention_detail::produce<kD, kResident>(p, smemQ, smemKv, bars, firstUnit, unitStride);
+      attention_detail::produce<kD, kResident>(p, smemQ, smemKv, bars, counter, firstUnit, unitStride);
     }
     if constexpr (!kResident) return;
     // Take the registers back only once the consumers have given theirs back (gemmRunTiles explains the order).

@@ -103,18 +103,21 @@ MK_HOST_DEVICE_INLINE uint32_t gemmParamsBinding(uint32_t nRanks, uint32_t nBuff
 /// engine aligns it up with: declared 16-byte aligned so that the static variables are not padded to 1 KiB).
 extern __shared__ __align__(16) uint8_t mkComputeLaneSmem[];
 
-/// Run CTA `idx`'s share of Attention step `step`: units idx, idx + activeCtas, ... (all kComputeThreads threads call
-/// it with the same arguments; CTAs at or past step.activeCtas have no unit and return at once). Its AttentionParams
-/// follow the rank's GemmParams in the block the binding table names.
+/// Run CTA `idx`'s share of Attention step `step` of op `op` (all kComputeThreads threads call it with the same
+/// arguments; CTAs at or past step.activeCtas have no unit and return at once). Its AttentionParams follow the rank's
+/// GemmParams in the block the binding table names. The step's CTAs draw units from its counter of the op's board
+/// slot (a CTA that finishes early takes the next unit: causal units differ in length): op N + 1 of the same program
+/// may run on some CTAs while others finish op N, and op N + kSlots is published only once op N is done everywhere.
 MK_DEVICE_INLINE void runAttentionStep(const LoweredStep& step, const ProgramHeader* ph, const uint64_t* table,
-                                       uint32_t rank, uint32_t idx) {
+                                       uint32_t rank, uint32_t op, uint32_t idx) {
   if (idx >= step.activeCtas) return;
   const auto* block = reinterpret_cast<const GemmParams*>(table[gemmParamsBinding(ph->nRanks, ph->nBuffers, rank)]);
   const AttentionParams& p = reinterpret_cast<const AttentionParams*>(block + ph->nGemms)[step.count];
+  uint32_t* counter = p.unitCounter + size_t{op % kSlots} * ph->nAttentions;
   if (p.headDim == 64)
-    attentionRunUnits<64, true>(p, mkComputeLaneSmem, idx, step.activeCtas);
+    attentionRunUnits<64, true>(p, mkComputeLaneSmem, counter, idx, step.activeCtas);
   else
-    attentionRunUnits<128, true>(p, mkComputeLaneSmem, idx, step.activeCtas);
+    attentionRunUnits<128, true>(p, mkComputeLaneSmem, counter, idx, step.activeCtas);
 }
 
 /// Run CTA `idx`'s share of Gemm step `step` (all kComputeThreads threads call it with the same arguments).
