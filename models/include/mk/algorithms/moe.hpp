@@ -122,7 +122,7 @@ struct MoeFfnSpec {
   double imbalance = 1.0;            ///< as MoeDispatchGemmSpec's
   uint32_t computeCtas = 1;          ///< as MoeDispatchGemmSpec's
   /// The return across nodes; generateMoeFfn needs it concrete there (mk::sim::planMoeFfn resolves Auto).
-  MoeCombineReturn combineReturn = MoeCombineReturn::NodeSum;
+  MoeCombineReturn combineReturn = MoeCombineReturn::Auto;
 
   uint32_t capacityOr() const noexcept { return capacity ? *capacity : tokens; }
   /// The dispatch it starts with: outCols = 2 x ffn.
