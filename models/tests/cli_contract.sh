@@ -119,8 +119,15 @@ expect 2 'K = 24 is split over the ranks in units of 8 .* at least 8 x ranks = 3
 expect 0 '^verify: OK' -- "$tool" --op moe-dispatch-gemm --ranks 3 --experts 2 --topk 3 --tokens 12 --hidden 16 --out-cols 8 --verify
 ffn=(--op moe-ffn --experts 2 --topk 3 --tokens 11 --hidden 16 --ffn 8)
 expect 0 '^verify: OK' -- "$tool" "${ffn[@]}" --ranks 3 --verify
-expect 0 '^verify: OK' -- "$tool" --op moe-ffn --cluster dgx-h100 --nodes 2 --experts 1 --topk 2 --tokens 7 --hidden 16 --ffn 8 --verify
-expect 0 'moe-ffn node-dedup' -- "$tool" --op moe-ffn --cluster dgx-h100 --nodes 2 --experts 1 --topk 2 --tokens 7 --hidden 16 --ffn 8
+ffn2=(--op moe-ffn --cluster dgx-h100 --nodes 2 --experts 1 --topk 2 --tokens 7 --hidden 16 --ffn 8)
+expect 0 '^verify: OK' -- "$tool" "${ffn2[@]}" --combine per-block --verify
+expect 0 '^verify: OK' -- "$tool" "${ffn2[@]}" --combine node-sum --verify
+expect 0 'moe-ffn node-dedup on' -- "$tool" "${ffn2[@]}" --combine per-block
+expect 0 'moe-ffn node-dedup-combine on' -- "$tool" "${ffn2[@]}" --combine node-sum
+expect 2 '--combine auto across nodes is chosen by the SimGrid replay, which mk-schedule does not run' -- "$tool" "${ffn2[@]}"
+expect 2 "unknown --combine 'sum' \\(expected auto, per-block, node-sum\\)" -- "$tool" "${ffn2[@]}" --combine sum
+expect 2 '--combine applies to moe-ffn, not to moe-dispatch-gemm' -- "$tool" --op moe-dispatch-gemm --ranks 3 --experts 2 --topk 3 --tokens 12 --hidden 16 --out-cols 8 --combine node-sum
+expect 0 'moe-ffn direct on' -- "$tool" "${ffn[@]}" --ranks 2 --combine node-sum
 expect 2 'moe-ffn: ffn 12 is not a multiple of 8' -- "$tool" --op moe-ffn --ranks 2 --experts 2 --topk 3 --tokens 11 --hidden 16 --ffn 12
 expect 2 'moe-ffn: capacity 12 is larger than tokens 11' -- "$tool" "${ffn[@]}" --ranks 2 --capacity 12
 expect 2 'moe-ffn: topk 3 is larger than the experts in total, 2' -- "$tool" "${ffn[@]}" --ranks 1

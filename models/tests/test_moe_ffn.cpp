@@ -1,6 +1,7 @@
 // The moe-ffn generator (mk/algorithms/moe.hpp) on the CPU executor against the double reference of verifyMoeFfn:
-// placements of one rank up to uneven nodes, every topk, uniform, skewed and given routings, the packed form, a
-// dropped step caught, the spec's and the combine's refusals, and the cost attributes.
+// placements of one rank up to uneven nodes with both returns across nodes, every topk, uniform, skewed and given
+// routings, the packed form, a dropped step caught, the spec's and the combine's refusals, and the cost attributes.
+// The returns' network bytes and their choice by price: test_moe_ffn_return.cpp.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -24,73 +25,12 @@
 #include "mk/schedule/route.hpp"
 #include "mk/schedule/validate.hpp"
 #include "mk/topology/topology.hpp"
+#include "moe_ffn_case.hpp"
 
 using namespace mk;
 
-namespace {
-
-MoeFfnSpec ffnSpec(uint32_t experts, uint32_t topk, uint32_t tokens) {
-  MoeFfnSpec spec;
-  spec.experts = experts;
-  spec.topk = topk;
-  spec.tokens = tokens;
-  spec.hidden = 16;
-  spec.ffn = 8;
-  return spec;
-}
-
-void checkVerifies(const Schedule& s, const MoeFfnSpec& spec, uint64_t seed, MoeRouting routing,
-                   const MoeIds& ids = {}) {
-  const VerifyResult v = verifyMoeFfn(s, spec, seed, routing, ids);
-  INFO(v.detail);
-  CHECK(v.ok);
-  CHECK(v.checked == uint64_t{s.nRanks} * spec.tokens * spec.hidden);
-}
-
-/// The combine's bytes across nodes, from the ids alone: per (source, other node n) and per token of the source
-/// naming an expert on n, its router weights to n's relay (topk float32) and one summed row back (H float32).
-uint64_t aggregatedBytes(const MoeFfnSpec& spec, const std::vector<uint32_t>& nodeOf, const MoeIds& ids) {
-  uint64_t bytes = 0;
-  const uint32_t nodes = *std::max_element(nodeOf.begin(), nodeOf.end()) + 1;
-  for (uint32_t r = 0; r < nodeOf.size(); ++r)
-    for (uint32_t t = 0; t < spec.tokens; ++t) {
-      std::vector<bool> named(nodes, false);
-      for (uint32_t k = 0; k < spec.topk; ++k)
-        named[nodeOf[static_cast<uint32_t>(ids[r][uint64_t{t} * spec.topk + k]) / spec.experts]] = true;
-      for (uint32_t n = 0; n < nodes; ++n)
-        if (named[n] && n != nodeOf[r]) bytes += (uint64_t{spec.topk} + spec.hidden) * sizeof(float);
-    }
-  return bytes;
-}
-
-/// What the combine used to send across nodes: every (token, k) naming an expert of another node, its row.
-uint64_t perBlockBytes(const MoeFfnSpec& spec, const std::vector<uint32_t>& nodeOf, const MoeIds& ids) {
-  uint64_t bytes = 0;
-  for (uint32_t r = 0; r < nodeOf.size(); ++r)
-    for (const int32_t id : ids[r])
-      if (nodeOf[static_cast<uint32_t>(id) / spec.experts] != nodeOf[r]) bytes += uint64_t{spec.hidden} * sizeof(float);
-  return bytes;
-}
-
-/// moe-ffn on `nodeOf` matches the reference for the routing, and its proxyputs move the dispatch's bytes (its own
-/// schedule run on the same ids) plus exactly aggregatedBytes; `fewer`: below the per-block volume.
-void checkAggregated(const std::vector<uint32_t>& nodeOf, const MoeFfnSpec& spec, MoeRouting routing,
-                     const MoeIds& given = {}, bool fewer = false) {
-  const Schedule s = generateMoeFfn(spec, nodeOf);
-  REQUIRE(validate(s).empty());
-  const MoeIds ids = routing == MoeRouting::Given ? given : moeRouting(spec.dispatch(), s.nRanks, routing, 11);
-  ExecStats stats, dispatched;
-  const VerifyResult v = verifyMoeFfn(s, spec, 11, MoeRouting::Given, ids, &stats);
-  INFO(v.detail);
-  CHECK(v.ok);
-  const MoeDispatchGemmSpec d = spec.dispatch();
-  CHECK(verifyMoeDispatchGemm(generateMoeDispatchGemm(d, nodeOf), d, 11, MoeRouting::Given, ids, &dispatched).ok);
-  const uint64_t combined = stats.bytes(StepKind::ProxyPut) - dispatched.bytes(StepKind::ProxyPut);
-  CHECK(combined == aggregatedBytes(spec, nodeOf, ids));
-  if (fewer) CHECK(combined < perBlockBytes(spec, nodeOf, ids));
-}
-
-}  // namespace
+using test::checkVerifies;
+using test::ffnSpec;
 
 TEST_CASE("moe-ffn: every placement, E 1..3 and topk 1..min(4, R x E) match the reference") {
   const std::vector<std::vector<uint32_t>> placements = {{0}, {0, 0}, {0, 0, 0, 0}, {0, 0, 1, 1}, {0, 0, 0, 1, 1}};
@@ -98,62 +38,25 @@ TEST_CASE("moe-ffn: every placement, E 1..3 and topk 1..min(4, R x E) match the 
   for (const auto& nodeOf : placements)
     for (uint32_t E = 1; E <= 3; ++E) {
       const auto R = static_cast<uint32_t>(nodeOf.size());
-      for (uint32_t K = 1; K <= std::min<uint32_t>(4, R * E); ++K) {
-        const uint32_t T = 3 + 2 * ((K + E) % 3);  // odd token counts: 3, 5, 7
-        const MoeFfnSpec spec = ffnSpec(E, K, T);
-        const Schedule s = generateMoeFfn(spec, nodeOf);
-        INFO("ranks " << R << " nodes " << nodeOf.back() + 1 << " E " << E << " topk " << K << " tokens " << T);
-        REQUIRE(validate(s).empty());
-        CHECK(s.info.op == "moe-ffn");
-        // Across nodes one more per (source, other node), on the source's relay there.
-        const uint32_t nodes = nodeOf.back() + 1;
-        CHECK(test::countKind(s, StepKind::Combine) == R * nodes);
-        CHECK(s.info.algo == (nodes > 1 ? "node-dedup-combine" : "direct"));
-        CHECK(test::countKind(s, StepKind::GroupedGemm) == 2 * R * R);
-        checkVerifies(s, spec, ++seed, MoeRouting::Uniform);
-        checkVerifies(s, spec, ++seed, MoeRouting::Skewed);  // one expert gets every token, the others none
-      }
+      for (uint32_t K = 1; K <= std::min<uint32_t>(4, R * E); ++K)
+        for (MoeCombineReturn ret : {MoeCombineReturn::PerBlock, MoeCombineReturn::NodeSum}) {
+          const uint32_t T = 3 + 2 * ((K + E) % 3);  // odd token counts: 3, 5, 7
+          const MoeFfnSpec spec = ffnSpec(E, K, T, ret);
+          const Schedule s = generateMoeFfn(spec, nodeOf);
+          INFO("ranks " << R << " nodes " << nodeOf.back() + 1 << " E " << E << " topk " << K << " tokens " << T
+                        << " return " << toString(ret));
+          REQUIRE(validate(s).empty());
+          CHECK(s.info.op == "moe-ffn");
+          // Summed across nodes: one more per (source, other node), on the source's relay there.
+          const uint32_t nodes = nodeOf.back() + 1;
+          const bool summed = nodes > 1 && ret == MoeCombineReturn::NodeSum;
+          CHECK(test::countKind(s, StepKind::Combine) == (summed ? R * nodes : R));
+          CHECK(s.info.algo == (nodes == 1 ? "direct" : summed ? "node-dedup-combine" : "node-dedup"));
+          CHECK(test::countKind(s, StepKind::GroupedGemm) == 2 * R * R);
+          checkVerifies(s, spec, ++seed, MoeRouting::Uniform);
+          checkVerifies(s, spec, ++seed, MoeRouting::Skewed);  // one expert gets every token, the others none
+        }
     }
-}
-
-TEST_CASE("moe-ffn: across nodes a node's rows for a token come back summed, one row per (token, node)") {
-  const MoeFfnSpec spec = ffnSpec(2, 3, 9);
-  const std::vector<uint32_t> nodeOf{0, 0, 1, 1};
-  const Schedule s = generateMoeFfn(spec, nodeOf);
-  // The dispatch's 3 per rank; per rank the weights of its tokens to its relay on the other node; per (source,
-  // other node) the relay's partial sums going home.
-  CHECK(test::countKind(s, StepKind::ProxyPut) == 4 * 3 + 4 + 4);
-  // Given: expert 1 (rank 0's second) gets no token, rank 3's tokens all name experts 6, 7 and 0.
-  const std::vector<int32_t> others = {0, 2, 3, 4, 5, 6, 7};
-  MoeIds given(4);
-  for (uint32_t r = 0; r < 3; ++r)
-    for (uint32_t t = 0; t < 9; ++t)
-      for (uint32_t k = 0; k < 3; ++k) given[r].push_back(others[(t + r + 2 * k) % 7]);
-  for (uint32_t t = 0; t < 9; ++t) given[3].insert(given[3].end(), {6, 7, 0});
-  checkAggregated(nodeOf, spec, MoeRouting::Given, given, true);
-}
-
-TEST_CASE("moe-ffn: the aggregated combine on 2x1, uneven and interleaved nodes, odd sizes and lopsided routings") {
-  MoeFfnSpec spec = ffnSpec(2, 3, 7);
-  for (const std::vector<uint32_t>& nodeOf :
-       std::vector<std::vector<uint32_t>>{{0, 1}, {0, 0, 1, 1}, {0, 0, 0, 1}, {0, 1, 0, 1}, {0, 0, 1, 2, 2, 2}}) {
-    const auto R = static_cast<uint32_t>(nodeOf.size());
-    INFO("ranks " << R << " last node " << nodeOf.back());
-    checkAggregated(nodeOf, spec, MoeRouting::Uniform);
-    checkAggregated(nodeOf, spec, MoeRouting::Skewed);
-    // Every token of every rank names the 3 experts of the last rank and the one before it: all remote for most
-    // ranks, on one or two ranks of one node; expert 0 gets no token.
-    MoeIds lopsided(R);
-    const auto last = static_cast<int32_t>(2 * R - 1);
-    for (uint32_t r = 0; r < R; ++r)
-      for (uint32_t t = 0; t < spec.tokens; ++t) lopsided[r].insert(lopsided[r].end(), {last, last - 1, last - 2});
-    checkAggregated(nodeOf, spec, MoeRouting::Given, lopsided, nodeOf[R - 1] == nodeOf[R - 2]);
-  }
-  // One expert per rank, topk 1 (a token's rows never share a node: nothing to sum, the volume is the row plus its
-  // weight) and hidden 24, tokens 5.
-  spec = ffnSpec(1, 1, 5);
-  spec.hidden = 24;
-  checkAggregated({0, 0, 0, 1}, spec, MoeRouting::Uniform);
 }
 
 TEST_CASE("moe-ffn: the packed form runs the same, older images are refused") {
@@ -222,12 +125,14 @@ TEST_CASE("moe-ffn: a dropped step is caught by the check, bad input data by the
 }
 
 TEST_CASE("moe-ffn: a routing over the capacity is refused at the route") {
-  MoeFfnSpec spec = ffnSpec(2, 1, 5);
-  spec.capacity = 3;
-  const Schedule s = generateMoeFfn(spec, {0, 1});
-  checkVerifies(s, spec, 1, MoeRouting::Given, {{0, 1, 2, 3, 0}, {3, 2, 1, 0, 3}});
-  test::expectError([&] { verifyMoeFfn(s, spec, 1, MoeRouting::Skewed); }, ErrorCode::InvalidArgument,
-                    "routes 5 tokens to expert");
+  for (MoeCombineReturn ret : {MoeCombineReturn::PerBlock, MoeCombineReturn::NodeSum}) {
+    MoeFfnSpec spec = ffnSpec(2, 1, 5, ret);
+    spec.capacity = 3;
+    const Schedule s = generateMoeFfn(spec, {0, 1});
+    checkVerifies(s, spec, 1, MoeRouting::Given, {{0, 1, 2, 3, 0}, {3, 2, 1, 0, 3}});
+    test::expectError([&] { verifyMoeFfn(s, spec, 1, MoeRouting::Skewed); }, ErrorCode::InvalidArgument,
+                      "routes 5 tokens to expert");
+  }
 }
 
 TEST_CASE("moe-ffn: bad specs are refused naming the field") {
@@ -249,6 +154,8 @@ TEST_CASE("moe-ffn: bad specs are refused naming the field") {
   refused([](MoeFfnSpec& s) { s.capacity = 5; }, 3, "capacity 5 is larger than tokens 4");
   refused([](MoeFfnSpec& s) { s.imbalance = 0.5; }, 3, "imbalance 0.5");
   refused([](MoeFfnSpec&) {}, 0, "no ranks");
+  refused([](MoeFfnSpec& s) { s.combineReturn = static_cast<MoeCombineReturn>(7); }, 3,
+          "combineReturn 7 is not one of auto, per-block, node-sum");
   test::expectError(
       [&] {
         generateMoeFfn(ffnSpec(2, 2, 4), {0, 7});

@@ -1,5 +1,6 @@
 // mk-schedule's op runners besides the collectives: the fused GEMM + collective ops, moe-dispatch-gemm, moe-ffn and
 // ring-attention (generate, validate, summarise, cost, verify, write).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -77,12 +78,20 @@ int runOperator(const Options& o) {
     attnSpec = mk::cli::attentionSpecOf(o.ops, o.coll, profile.sms);
     mk::validateRingAttentionSpec(attnSpec, nRanks);
   }
+  // moe-ffn's return across nodes is chosen by the SimGrid replay (mk::sim::planMoeFfn), which mk-schedule does not
+  // run: there it must be named.
+  const std::vector<uint32_t> nodeOf = topo.layout(nRanks);
+  if (ffn && ffnSpec.combineReturn == mk::MoeCombineReturn::Auto &&
+      std::any_of(nodeOf.begin(), nodeOf.end(), [&](uint32_t n) { return n != nodeOf[0]; }))
+    throw mk::Error(mk::ErrorCode::InvalidArgument,
+                    "--combine auto across nodes is chosen by the SimGrid replay, which mk-schedule does not run: name "
+                    "--combine per-block or node-sum (mk-sim --op moe-ffn with the same options prints its choice)");
   const auto t0 = std::chrono::steady_clock::now();
   const mk::Schedule schedule = mk::withProgress("mk-schedule", "generate", o.guard.progressWanted(), [&] {
-    return ffn              ? mk::generateMoeFfn(ffnSpec, topo.layout(nRanks))
-           : moe            ? mk::generateMoeDispatchGemm(moeSpec, topo.layout(nRanks))
-           : o.ops.backward ? mk::generateRingAttentionBackward(attnSpec, topo.layout(nRanks))
-                            : mk::generateRingAttention(attnSpec, topo.layout(nRanks));
+    return ffn              ? mk::generateMoeFfn(ffnSpec, nodeOf)
+           : moe            ? mk::generateMoeDispatchGemm(moeSpec, nodeOf)
+           : o.ops.backward ? mk::generateRingAttentionBackward(attnSpec, nodeOf)
+                            : mk::generateRingAttention(attnSpec, nodeOf);
   });
   const double genMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   mk::requireWithin(mk::memoryNeed(mk::countOf(schedule), jobOf(o)), o.guard.maxMemory());

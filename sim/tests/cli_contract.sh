@@ -242,6 +242,12 @@ ffn_us=$(sed -n 's/^predicted: \([0-9.]*\) us.*/\1/p' "$work/ffn.txt")
 check "moe-ffn ($ffn_us us) takes longer than its dispatch alone ($expected_us us)" \
   awk -v a="$ffn_us" -v b="$expected_us" 'BEGIN { exit !(a > b) }'
 expect 0 '^bytes: across nodes [0-9.]+ KiB, ' -- "$tool" --op moe-ffn --cluster "$work/nics-ok.json" --experts 1 --topk 2 --tokens 64 --hidden 64 --ffn 32
+# across nodes the return: auto keeps the shorter replay and names both, a named one is kept
+ffn2=(--op moe-ffn --cluster dgx-h100 --nodes 2 --experts 1 --topk 2 --tokens 64 --hidden 64 --ffn 32)
+expect 0 '^combine: (per-block|node-sum) \(--combine auto: the shorter replay, [0-9.]+ [mu]?s against (per-block|node-sum) [0-9.]+ [mu]?s\)$' -- "$tool" "${ffn2[@]}"
+expect 0 '^combine: node-sum \(--combine\)$' -- "$tool" "${ffn2[@]}" --combine node-sum
+expect 0 '^combine: every block to its source \(one node' -- "$tool" "${ffn[@]}" --combine per-block
+bad "unknown --combine 'sum' \\(expected auto, per-block, node-sum\\)" -- "$tool" "${ffn2[@]}" --combine sum
 bad "moe-ffn: ffn 12 is not a multiple of 8" -- "$tool" --op moe-ffn --cluster h200x2 --experts 2 --topk 2 --tokens 64 --hidden 64 --ffn 12
 bad "moe-ffn: capacity 65 is larger than tokens 64" -- "$tool" "${ffn[@]}" --capacity 65
 bad "--ffn is required for moe-ffn" -- "$tool" --op moe-ffn --cluster h200x2 --experts 2 --topk 2 --tokens 64 --hidden 64

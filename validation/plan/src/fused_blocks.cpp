@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "mk/algorithms/attention.hpp"
 #include "mk/algorithms/moe.hpp"
@@ -15,6 +16,7 @@
 #include "mk/plan/fused.hpp"
 #include "mk/schedule/schedule.hpp"
 #include "mk/schedule/step_kind.hpp"
+#include "mk/sim/moe.hpp"
 #include "mk/sim/replay.hpp"
 
 namespace mk::plan {
@@ -85,6 +87,14 @@ uint32_t otherLanes(const Schedule& s) {
   return most;
 }
 
+/// How a block across nodes is replayed: its time only.
+sim::SimOptions replayOptions() {
+  sim::SimOptions so;
+  so.trace = false;
+  so.linkLoad = false;
+  return so;
+}
+
 }  // namespace
 
 FusedOpPrice priceFusedBlock(const FusedBlockRequest& rq) {
@@ -100,31 +110,41 @@ FusedOpPrice priceFusedBlock(const FusedBlockRequest& rq) {
   const std::vector<uint32_t> nodeOf = pl.choice.layout(ranks);
   std::ostringstream split;
   Schedule s;
+  double replayedUs = 0;  // the schedule's replay when choosing it took one (0: none)
   if (b.kind == FusedBlockKind::MoeFfn) {
-    MoeFfnSpec spec = moeSpec(b);
+    const MoeFfnSpec spec = moeSpec(b);
     validateMoeFfnSpec(spec, ranks);
-    s = generateMoeFfn(spec, nodeOf);
-    // The split of the SMs between the compute lane and the others (MoeFfnSpec::computeCtas) is the operator's
+    // Both returns run the same compute steps: the rate comes from either.
+    MoeFfnSpec probe = spec;
+    probe.combineReturn = MoeCombineReturn::PerBlock;
+    profile.gemmTflops = computeRate(generateMoeFfn(probe, nodeOf), rq.computeUs, b);
+    // The return across nodes: the one rule mk-sim applies too, by the replay this block is priced with below.
+    sim::MoeFfnPlan plan = sim::planMoeFfn(spec, pl.choice, ranks, profile, replayOptions());
+    if (plan.byModel) replayedUs = plan.chosenUs();
+    MoeFfnSpec tuned = plan.spec;
+    s = std::move(plan.schedule);
+    // Then the split of the SMs between the compute lane and the others (MoeFfnSpec::computeCtas), the operator's
     // choice: the one with the lowest closed form of a few, as planFused chooses the TP operators' split.
-    profile.gemmTflops = computeRate(s, rq.computeUs, b);
     double best = simulateUncontended(s, profile, pl.choice).totalUs;
     const uint32_t others = otherLanes(s);
     for (uint32_t w : {others, 3 * others, 7 * others, 15 * others, profile.sms > others ? profile.sms - others : 1}) {
-      MoeFfnSpec trial = spec;
+      MoeFfnSpec trial = tuned;
       trial.computeCtas = std::max(1u, w);
-      if (trial.computeCtas == spec.computeCtas) continue;
+      if (trial.computeCtas == tuned.computeCtas) continue;
       Schedule t = generateMoeFfn(trial, nodeOf);
       const double us = simulateUncontended(t, profile, pl.choice).totalUs;
       if (us < best) {
         best = us;
-        spec = trial;
+        tuned = trial;
         s = std::move(t);
+        replayedUs = 0;  // another schedule than the one replayed
       }
     }
-    split << "moe-ffn: " << spec.experts << " experts on each of " << ranks << " ranks, top-" << spec.topk << " of "
-          << spec.tokens << " tokens per rank, hidden " << spec.hidden << ", ffn " << spec.ffn << ", load x"
-          << spec.imbalance << ", compute lane weight " << spec.computeCtas << " against " << others
+    split << "moe-ffn: " << tuned.experts << " experts on each of " << ranks << " ranks, top-" << tuned.topk << " of "
+          << tuned.tokens << " tokens per rank, hidden " << tuned.hidden << ", ffn " << tuned.ffn << ", load x"
+          << tuned.imbalance << ", compute lane weight " << tuned.computeCtas << " against " << others
           << " other lanes of 1";
+    if (plan.multiNode) split << ", combine " << toString(tuned.combineReturn);
   } else {
     const RingAttentionSpec spec = ringSpec(b, profile.sms);
     validateRingAttentionSpec(spec, ranks);
@@ -140,11 +160,8 @@ FusedOpPrice priceFusedBlock(const FusedBlockRequest& rq) {
   p.us = simulateUncontended(s, profile, pl.choice).totalUs;
   p.source = std::string("the ") + toString(b.kind) + " schedule's uncontended timeline (closed form)";
   if (pl.multiNode) {
-    sim::SimOptions so;
-    so.trace = false;
-    so.linkLoad = false;
     const double uncontended = p.us;
-    p.us = sim::predict(s, pl.choice, profile, so).totalUs;
+    p.us = replayedUs > 0 ? replayedUs : sim::predict(s, pl.choice, profile, replayOptions()).totalUs;
     std::ostringstream src;
     src << "the " << toString(b.kind) << " schedule replayed by SimGrid (uncontended timeline " << uncontended
         << " us)";

@@ -4,7 +4,9 @@
 // express stay layered and say why.
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "mk/algorithms/attention.hpp"
@@ -16,6 +18,7 @@
 #include "mk/plan/placement.hpp"
 #include "mk/plan/planner.hpp"
 #include "mk/schedule/step_kind.hpp"
+#include "mk/topology/topology.hpp"
 #include "mk/workload/workload.hpp"
 
 using namespace mk;
@@ -266,5 +269,35 @@ TEST_CASE("fused blocks: what the operators cannot express stays layered and say
     rq.profile = &prof;
     rq.computeUs = 100;
     CHECK_THROWS_WITH_AS(priceFusedBlock(rq), doctest::Contains("seq 4100"), Error);
+  }
+}
+
+TEST_CASE("fused blocks: a moe-ffn block across nodes runs the return its replay prices lower") {
+  // An expert-parallel group of 8 holding 4 GPUs of each of two dgx-h100 nodes, one expert per rank.
+  Topology two = topologyPreset("dgx-h100", 2);
+  GroupSet g;
+  g.instances = {{0, 1, 2, 3, 8, 9, 10, 11}};
+  const Profile prof = defaultProfile(two);
+  FusedBlockRequest rq;
+  rq.block.kind = FusedBlockKind::MoeFfn;
+  rq.block.experts = 1;
+  rq.block.tokens = 2048;
+  rq.placement = placeConcurrent(g, two);
+  REQUIRE(rq.placement.multiNode);
+  rq.cluster = &two;
+  rq.profile = &prof;
+  rq.computeUs = 2000;
+  // Mixtral's top-2 of 8 (hidden 4096, ffn 14336): a row per (token, k) is the cheaper return; top-8 of 8 at
+  // DeepSeek-V3's hidden 7168 and ffn 2048: every token names all 4 experts of the other node, summed into one row.
+  for (const auto& [topk, hidden, ffn, want] :
+       {std::tuple<uint64_t, uint64_t, uint64_t, const char*>{2, 4096, 14336, "per-block"},
+        {8, 7168, 2048, "node-sum"}}) {
+    rq.block.topk = topk;
+    rq.block.hidden = hidden;
+    rq.block.ffn = ffn;
+    const FusedOpPrice p = priceFusedBlock(rq);
+    INFO(p.split);
+    CHECK(p.split.find(std::string(", combine ") + want + " (") != std::string::npos);
+    CHECK(p.source.find("replayed by SimGrid") != std::string::npos);
   }
 }

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "mk/schedule/schedule.hpp"
@@ -80,6 +81,19 @@ void validateMoeDispatchGemmSpec(const MoeDispatchGemmSpec& spec, uint32_t nRank
 /// capped at T. Throws what validateMoeDispatchGemmSpec throws, and Error(InvalidArgument) for a node id >= G.
 Schedule generateMoeDispatchGemm(const MoeDispatchGemmSpec& spec, const std::vector<uint32_t>& nodeOf);
 
+/// How moe-ffn returns the rows the experts of another node made for a rank's tokens (on one node there is one return:
+/// every block straight to its source, whichever is asked):
+///  * PerBlock: every (source, expert) block straight to the source, one float32 row per (token, k) naming an expert
+///    of the other node (`info.algo` "node-dedup": the dispatch deduplicated per node, the return per block);
+///  * NodeSum: summed per (token, node) on the dispatch's relays first, one float32 row per (token, other node) plus
+///    the token's topk weights on the way out (`info.algo` "node-dedup-combine");
+///  * Auto: the one whose schedule the SimGrid replay prices lower (mk::sim::planMoeFfn, mk/sim/moe.hpp: what mk-sim
+///    and mk-plan run), for callers that know the cluster.
+enum class MoeCombineReturn : uint8_t { Auto, PerBlock, NodeSum };
+const char* toString(MoeCombineReturn r) noexcept;  ///< "auto", "per-block", "node-sum"
+/// The return named `s` (toString's names), or nullopt.
+std::optional<MoeCombineReturn> parseMoeCombineReturn(std::string_view s) noexcept;
+
 /// What moe-ffn computes: moe-dispatch-gemm's routing (outCols is 2 x ffn) and the expert FFN's sizes. Per rank its
 /// schedule has moe-dispatch-gemm's buffers, except that "w" is "w1" and "out" is "h", plus:
 ///   "w1"      Input bf16, E x H x 2F: expert e's first weights at e x H x 2F, row-major H x 2F, columns interleaved
@@ -91,7 +105,8 @@ Schedule generateMoeDispatchGemm(const MoeDispatchGemmSpec& spec, const std::vec
 ///   "back"    Scratch f32, T x topk + G x T x H: the weights, then per global expert j a block of T rows: what j's
 ///             rank returned for the executing rank's tokens, in j's list order (CombineShape)
 ///   "y"       Output f32, T x H: row t = sum over k of weights[t][k] x expert ids[t][k]'s output for token t
-/// Across nodes (the combine summed per node on the dispatch's relays) also, with S the most sources a relay serves:
+/// Across nodes with the NodeSum return (the combine summed per node on the dispatch's relays) also, with S the most
+/// sources a relay serves:
 ///   "nodeWeights" Scratch f32, nodes x T x topk: per other node the weights of the tokens sent there, packed
 ///   "relayBack"   Scratch f32, S x (T x topk + G x T x H): on a relay, per source it serves (in rank order) that
 ///                 source's weights, then per global expert j of the relay's node a block: j's rows for its tokens
@@ -106,6 +121,8 @@ struct MoeFfnSpec {
   std::optional<uint32_t> capacity;  ///< as MoeDispatchGemmSpec's; at most tokens (a returned block holds T rows)
   double imbalance = 1.0;            ///< as MoeDispatchGemmSpec's
   uint32_t computeCtas = 1;          ///< as MoeDispatchGemmSpec's
+  /// The return across nodes; generateMoeFfn needs it concrete there (mk::sim::planMoeFfn resolves Auto).
+  MoeCombineReturn combineReturn = MoeCombineReturn::Auto;
 
   uint32_t capacityOr() const noexcept { return capacity ? *capacity : tokens; }
   /// The dispatch it starts with: outCols = 2 x ffn.
@@ -113,9 +130,9 @@ struct MoeFfnSpec {
 };
 
 /// Check `spec` on `nRanks` ranks: ffn >= 1 and a multiple of 8 (GEMM 2's A rows and GEMM 1's C rows are whole
-/// 16-byte units for the GPU engine's TMA), capacity at most tokens, then validateMoeDispatchGemmSpec's rules with
-/// the dispatch's; the combine's buffers within kMaxElements. Throws Error(InvalidArgument) "moe-ffn: ..." naming
-/// the field.
+/// 16-byte units for the GPU engine's TMA), capacity at most tokens, combineReturn one of the enum's values, then
+/// validateMoeDispatchGemmSpec's rules with the dispatch's; the combine's buffers within kMaxElements. Throws
+/// Error(InvalidArgument) "moe-ffn: ..." naming the field.
 void validateMoeFfnSpec(const MoeFfnSpec& spec, uint32_t nRanks);
 
 /// Generate moe-ffn on ranks placed as `nodeOf` says: moe-dispatch-gemm's lanes (generateMoeDispatchGemm) with its
@@ -125,8 +142,10 @@ void validateMoeFfnSpec(const MoeFfnSpec& spec, uint32_t nRanks);
 ///  * combine (a new intra lane): copy the weights into "back", then per source s once its FFN is done, per expert e
 ///    the block (s, e) of "o" at its runtime extent to s's "back" block j = r x E + e: a copy for itself, a put
 ///    inside the node, each signalling s; last, once all are back, the combine step into "y".
-/// Across nodes (`info.algo` "node-dedup-combine"; DeepEP's internode combine) the combine is summed per node on the
-/// dispatch's relays, so a token's rows cross the network once per node, not once per expert:
+/// Across nodes with the PerBlock return (`info.algo` "node-dedup") the blocks of a source on another node go to it
+/// the same way, as proxyputs: a row per (token, k). With the NodeSum return (`info.algo` "node-dedup-combine";
+/// DeepEP's internode combine) the combine is summed per node on the dispatch's relays, so a token's rows cross the
+/// network once per node, not once per expert:
 ///  * combine lane of s: first, per other node n, a gather of the weights of the tokens in its node list n and a
 ///    proxyput of them (the "node<n>" extent) to the relay's "relayBack"; the blocks (s', e) of a source s' of another
 ///    node go to the slot of s' in its relay's "relayBack" instead (a put, a copy on the relay), signalling its
@@ -135,9 +154,10 @@ void validateMoeFfnSpec(const MoeFfnSpec& spec, uint32_t nRanks);
 ///  * inter-recv lane of a relay, after its forwarding: per source it serves, once the weights and every block of
 ///    its node arrived, a combine with buckets `own-node` over the ids the source sent it (the "relay<s>.<n>" extent)
 ///    into "relayOut", and one proxyput of those rows (the same extent) into the source's "back".
-/// On one node the schedule is the one without these (no buffer, flag or step more). Throws what validateMoeFfnSpec
-/// and generateMoeDispatchGemm throw (with "moe-ffn: " in front), and Error(InvalidArgument) for a relay buffer
-/// over kMaxElements.
+/// On one node every return gives the same schedule (no buffer, flag or step more; `info.algo` the dispatch's
+/// "direct"). Throws what validateMoeFfnSpec and generateMoeDispatchGemm throw (with "moe-ffn: " in front), and
+/// Error(InvalidArgument) for combineReturn Auto across nodes (the generator has no cost model: mk::sim::planMoeFfn)
+/// and for a relay buffer over kMaxElements.
 Schedule generateMoeFfn(const MoeFfnSpec& spec, const std::vector<uint32_t>& nodeOf);
 
 }  // namespace mk

@@ -38,8 +38,9 @@ inline bool isMoeOp(const std::string& op) { return op == kMoeDispatchGemmOp || 
 struct OperatorArgs {
   // moe-dispatch-gemm (MoeDispatchGemmSpec)
   uint32_t experts = 0, topk = 0, tokens = 0, hidden = 0, outCols = 0;
-  uint32_t ffn = 0;       ///< moe-ffn's F
-  uint32_t capacity = 0;  ///< 0: T
+  uint32_t ffn = 0;              ///< moe-ffn's F
+  std::string combine = "auto";  ///< moe-ffn's return across nodes (MoeCombineReturn's names)
+  uint32_t capacity = 0;         ///< 0: T
   double imbalance = 1.0;
   // ring-attention (RingAttentionSpec)
   uint64_t seq = 0;
@@ -52,12 +53,22 @@ struct OperatorArgs {
 /// Every option of the block and the op it belongs to (moe-dispatch-gemm's routing options are moe-ffn's too:
 /// optionApplies).
 inline const std::vector<std::pair<const char*, const char*>>& operatorOptionOps() {
-  static const std::vector<std::pair<const char*, const char*>> options = {
-      {"--experts", kMoeDispatchGemmOp},   {"--topk", kMoeDispatchGemmOp},     {"--tokens", kMoeDispatchGemmOp},
-      {"--hidden", kMoeDispatchGemmOp},    {"--out-cols", kMoeDispatchGemmOp}, {"--capacity", kMoeDispatchGemmOp},
-      {"--imbalance", kMoeDispatchGemmOp}, {"--seq", kRingAttentionOp},        {"--heads", kRingAttentionOp},
-      {"--kv-heads", kRingAttentionOp},    {"--head-dim", kRingAttentionOp},   {"--batch", kRingAttentionOp},
-      {"--causal", kRingAttentionOp},      {"--backward", kRingAttentionOp},   {"--ffn", kMoeFfnOp}};
+  static const std::vector<std::pair<const char*, const char*>> options = {{"--experts", kMoeDispatchGemmOp},
+                                                                           {"--topk", kMoeDispatchGemmOp},
+                                                                           {"--tokens", kMoeDispatchGemmOp},
+                                                                           {"--hidden", kMoeDispatchGemmOp},
+                                                                           {"--out-cols", kMoeDispatchGemmOp},
+                                                                           {"--capacity", kMoeDispatchGemmOp},
+                                                                           {"--imbalance", kMoeDispatchGemmOp},
+                                                                           {"--seq", kRingAttentionOp},
+                                                                           {"--heads", kRingAttentionOp},
+                                                                           {"--kv-heads", kRingAttentionOp},
+                                                                           {"--head-dim", kRingAttentionOp},
+                                                                           {"--batch", kRingAttentionOp},
+                                                                           {"--causal", kRingAttentionOp},
+                                                                           {"--backward", kRingAttentionOp},
+                                                                           {"--ffn", kMoeFfnOp},
+                                                                           {"--combine", kMoeFfnOp}};
   return options;
 }
 
@@ -82,6 +93,11 @@ inline void addOperatorOptions(CLI::App& app, OperatorArgs& a) {
   app.add_option("--ffn", a.ffn,
                  "moe-ffn: the experts' intermediate size F (gate and up: 2F columns, SwiGLU, then F -> hidden); a "
                  "multiple of 8");
+  app.add_option("--combine", a.combine,
+                 "moe-ffn: how expert rows come back across nodes: per-block (a row per token and expert), node-sum "
+                 "(summed per token and node on the dispatch's relays) or auto (default; mk-sim: the shorter SimGrid "
+                 "replay of the two at the expected loads, as mk-plan chooses; mk-schedule, which replays nothing, "
+                 "needs one named across nodes); one schedule on one node");
   app.add_option("--out-cols", a.outCols,
                  "moe-dispatch-gemm: columns of an expert's output, the expert GEMM's n; a multiple of 8");
   app.add_option("--capacity", a.capacity,
@@ -185,11 +201,18 @@ inline MoeDispatchGemmSpec moeSpecOf(const OperatorArgs& a) {
                                                   [&](MoeDispatchGemmSpec& s) { s.outCols = a.outCols; });
 }
 
-/// The moe-ffn spec `a` asks for: --experts, --topk, --tokens, --hidden and --ffn required; the shape rules are
-/// validateMoeFfnSpec's, checked once the rank count is known. Throws Error(InvalidArgument).
+/// The moe-ffn spec `a` asks for: --experts, --topk, --tokens, --hidden and --ffn required, --combine one of auto,
+/// per-block, node-sum; the shape rules are validateMoeFfnSpec's, checked once the rank count is known. Throws
+/// Error(InvalidArgument).
 inline MoeFfnSpec moeFfnSpecOf(const OperatorArgs& a) {
-  return detail::moeSpecFrom<MoeFfnSpec>(a, kMoeFfnOp, {"--ffn", "the experts' intermediate size"},
-                                         [&](MoeFfnSpec& s) { s.ffn = a.ffn; });
+  const auto combine = parseMoeCombineReturn(a.combine);
+  if (!combine)
+    throw Error(ErrorCode::InvalidArgument,
+                "unknown --combine '" + a.combine + "' (expected auto, per-block, node-sum)");
+  return detail::moeSpecFrom<MoeFfnSpec>(a, kMoeFfnOp, {"--ffn", "the experts' intermediate size"}, [&](MoeFfnSpec& s) {
+    s.ffn = a.ffn;
+    s.combineReturn = *combine;
+  });
 }
 
 /// The ring-attention spec `a` asks for on a GPU with `sms` SMs: --seq, --heads and --head-dim required, --kv-heads
