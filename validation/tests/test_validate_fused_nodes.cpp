@@ -23,6 +23,7 @@ namespace fs = std::filesystem;
 
 const std::string kFusedDir = std::string(MK_MEASURED_DIR) + "/internode/fused-nodes";
 const std::string kManifest = std::string(MK_FUSED_VALIDATION_DIR) + "/h100-mps-loopback-2x1.json";
+const std::string kRingManifest = std::string(MK_FUSED_VALIDATION_DIR) + "/h100-mps-loopback-ring-attention-2x1.json";
 
 bool endsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -107,10 +108,28 @@ TEST_CASE("fused nodes: the committed chain is mk-calibrate then mk-validate on 
   CHECK(v.fused.sim.maxAbsPct == twoStep.sim.maxAbsPct);
 }
 
-TEST_CASE("fused nodes: the planner finds the committed manifest, and none among the measurements") {
+TEST_CASE("fused nodes: the ring-attention manifest prices every record with the attention rate it fits") {
+  mk::ValidationOptions vo;
+  vo.jobs = 2;
+  const mk::FusedNodesValidation v = mk::validateFusedNodes(kRingManifest, vo);
+  REQUIRE(v.manifest.calibration.size() == 2);  // the same call's calibrate-network and calib-attention
+  REQUIRE(v.manifest.gated.size() == 1);
+  CHECK(v.fused.skipped.empty());
+  REQUIRE(v.fused.rows.size() == 4);  // L 16384 and 32768 per rank, causal and not
+  for (const auto& r : v.fused.rows) {
+    CAPTURE(r.file);
+    CHECK(r.ring.has_value());
+    CHECK(r.opName() == "ring-attention");
+    CHECK(r.simUs > 0);
+    CHECK(r.measuredUs > r.simUs * 0.5);  // the same order of magnitude (docs/results.md: 9 to 30 % too fast)
+  }
+}
+
+TEST_CASE("fused nodes: the planner finds the committed manifests, and none among the measurements") {
   const auto found = mk::findFusedNodesManifests(MK_FUSED_VALIDATION_DIR);
-  REQUIRE(found.size() == 1);
-  CHECK(fs::equivalent(found[0], kManifest));
+  REQUIRE(found.size() == 2);
+  CHECK(std::any_of(found.begin(), found.end(), [](const std::string& f) { return fs::equivalent(f, kManifest); }));
+  CHECK(std::any_of(found.begin(), found.end(), [](const std::string& f) { return fs::equivalent(f, kRingManifest); }));
   CHECK(mk::findFusedNodesManifests("").empty());
   CHECK(mk::findFusedNodesManifests(kFusedDir + "/no-such-dir").empty());
   // A manifest is not a measurement (DESIGN.md, "Data contracts"): none lives among the measurement files.
