@@ -21,7 +21,7 @@ mk_add_doctest(mk_gemm_unit_tests LABELS unit
 # Compute lanes (Gemm steps inside the resident kernel): the 1-GPU cases (label gpu) and, from the same file,
 # the 2-GPU cases (fused Gemm + Put pattern, collectives in the compute-capable mode; label multigpu).
 mk_add_doctest(mk_compute_lane_gpu_tests LABELS gpu GPU
-  SOURCES tests/gpu_test_main.cpp tests/test_compute_lane_gpu.cpp LIBS mk::impl)
+  SOURCES tests/gpu_test_main.cpp tests/test_compute_lane_gpu.cpp tests/test_grouped_lane_gpu.cpp LIBS mk::impl)
 mk_add_doctest(mk_compute_lane_multigpu_tests LABELS multigpu GPU
   SOURCES tests/gpu_test_main.cpp tests/test_compute_lane_gpu.cpp LIBS mk::impl)
 if(TARGET mk_compute_lane_multigpu_tests)

@@ -11,3 +11,7 @@ mk_add_doctest(mk_grouped_gemm_gpu_tests LABELS gpu GPU
 # CPU-only: what the engine refuses before any device work.
 mk_add_doctest(mk_grouped_gemm_unit_tests LABELS unit
   SOURCES tests/test_grouped_gemm_unit.cpp LIBS mk::impl)
+# GPU: moe-dispatch-gemm on the resident kernel (route, gathers, puts by runtime counts, grouped GEMM steps), ranks
+# sharing GPU 0, against a double-precision reference.
+mk_add_doctest(mk_moe_gpu_tests LABELS gpu GPU
+  SOURCES tests/gpu_test_main.cpp tests/test_moe_gpu.cpp LIBS mk::impl)

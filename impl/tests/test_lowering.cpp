@@ -996,21 +996,8 @@ TEST_CASE("lowering: LL bits on flags that do not take packets run as plain puts
   }
 }
 
-TEST_CASE("lowering: a step kind the GPU engine does not run yet is refused, naming the CPU executor") {
-  Schedule s = gemmSchedule(64, 64, 64);
-  Step& st = s.lanes[0][0].steps[0];
-  st.kind = StepKind::GroupedGemm;  // the table marks it CPU-only
-  st.count = 1;
-  const std::string msg = errorOf(s, 0);
-  CAPTURE(msg);
-  CHECK(msg.find("unsupported") == 0);
-  CHECK(msg.find("rank 0 lane 0 (compute) step 0 (grouped-gemm)") != std::string::npos);
-  CHECK(msg.find("the GPU engine does not run grouped-gemm steps yet; run the schedule on the CPU executor") !=
-        std::string::npos);
-}
-
-TEST_CASE("lowering: the routing kinds, combine and attention-grad are refused, naming the CPU executor") {
-  for (const StepKind kind : {StepKind::Route, StepKind::Gather, StepKind::Combine, StepKind::AttentionGrad}) {
+TEST_CASE("lowering: combine and attention-grad are refused, naming the CPU executor") {
+  for (const StepKind kind : {StepKind::Combine, StepKind::AttentionGrad}) {
     Schedule s = gemmSchedule(64, 64, 64);
     s.lanes[0][0].steps[0].kind = kind;
     const std::string msg = errorOf(s, 0);

@@ -2,6 +2,7 @@
 // it refuses.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <string>
 
 #include "lowering/lowering.hpp"
@@ -201,7 +202,7 @@ TEST_CASE("lowering extents: a count that is not a multiple of the bound is refu
   CHECK(msg.find("not a multiple of the bound 16 of runtime extent 'tokens'") != std::string::npos);
 }
 
-TEST_CASE("lowering extents: an extent read from a buffer is refused, the engine reading caller words only") {
+TEST_CASE("lowering extents: an extent read from a buffer points the step at that int32 element") {
   Schedule s = extentRanks();
   mk::BufferDecl counts;
   counts.name = "counts";
@@ -212,11 +213,26 @@ TEST_CASE("lowering extents: an extent read from a buffer is refused, the engine
   s.extents[0].sourceBuffer = 3;
   s.extents[0].sourceElement = 1;
   mk::Lane lane;
-  lane.steps.push_back(dataStep(StepKind::Copy, mk::bufRef(0, 2, 0), mk::bufRef(0, 0, 0), kBound * kHidden, 0));
+  for (int i = 0; i < 2; ++i)
+    lane.steps.push_back(dataStep(StepKind::Copy, mk::bufRef(0, 2, 0), mk::bufRef(0, 0, 0), kBound * kHidden, 0));
   s.lanes[0] = {lane};
+  const LoweredProgram p = mk::runtime::lowerRank(s, 0, {});
+  const auto& h = p.header();
+  CHECK(h.extentsBinding == mk::device::kNoExtentWord);  // no caller words: the value is the schedule's
+  REQUIRE(h.extentSourcesOffset != 0);
+  for (uint32_t i = 0; i < 2; ++i) {
+    CHECK(p.steps()[i].extent == mk::device::kSourcedExtent);  // one source, shared by both steps
+    CHECK(p.steps()[i].extentBound == kBound);
+  }
+  uint64_t source = 0;
+  std::memcpy(&source, p.image.data() + h.extentSourcesOffset, sizeof source);
+  CHECK((source >> mk::device::kOperandShift) == 3u);  // rank 0, buffer 3
+  CHECK((source & mk::device::kOperandOffsetMask) == 4u);
+
+  s.buffers[3].dtype = mk::DType::Float32;
   const std::string msg = errorOf(s, 0);
   CAPTURE(msg);
-  CHECK(msg.find("unsupported") == 0);
-  CHECK(msg.find("runtime extent 'tokens' is read from element 1 of a buffer") != std::string::npos);
-  CHECK(msg.find("run the schedule on the CPU executor") != std::string::npos);
+  CHECK(msg.find("invalid-schedule") == 0);
+  CHECK(msg.find("runtime extent 'tokens' is read from element 1 of buffer 3, which is not an int32 element") !=
+        std::string::npos);
 }

@@ -128,11 +128,10 @@ TEST_CASE("types: the step-kind table answers what sites used to spell out kind 
   CHECK_FALSE(kindInfo(StepKind::Put).remote);
   CHECK(kindInfo(StepKind::Put).protocol);
   CHECK_FALSE(kindInfo(StepKind::Copy).protocol);
-  // Every kind but the grouped gemm, the routing kinds, combine and attention's backward runs on the GPU engine (the
-  // forward attention does since its compute-lane handler); the lowering refuses the others.
+  // Every kind but combine and attention's backward runs on the GPU engine (grouped gemm, route and gather since
+  // their resident-kernel handlers); the lowering refuses the others.
   for (const StepKindInfo& k : kStepKinds)
-    CHECK(k.gpu == (k.kind != StepKind::GroupedGemm && k.kind != StepKind::Route && k.kind != StepKind::Gather &&
-                    k.kind != StepKind::Combine && k.kind != StepKind::AttentionGrad));
+    CHECK(k.gpu == (k.kind != StepKind::Combine && k.kind != StepKind::AttentionGrad));
   CHECK(kindInfo(StepKind::Combine).extent == StepExtent::Indexed);
   CHECK(kindInfo(StepKind::Route).extent == StepExtent::Indexed);
   CHECK((kindInfo(StepKind::Gather).fields & kFieldExtent) != 0);

@@ -29,6 +29,8 @@ const char* statusName(device::Status s) {
     case device::Status::ProxyTimeout: return "the proxy never handled a command";
     case device::Status::BadDescriptor: return "op descriptor refused";
     case device::Status::BadExtent: return "runtime extent above its bound";
+    case device::Status::BadIndex: return "routing index out of range";
+    case device::Status::RouteOverflow: return "routing over a token list's capacity";
     default: return "unknown failure";
   }
 }
@@ -112,14 +114,47 @@ std::string Engine::describeDeviceFailure() const {
     }
     case device::Status::BadExtent: {
       os << failedStep(sched, s) << " of op " << s.op << what << ": " << statusName(code) << ": extent ";
-      if (sched && s.flag < sched->schedule.extents.size())
-        os << "'" << sched->schedule.extents[s.flag].name << "'";
+      // A sourced extent's report names its source, not the schedule's extent: the step's own extent says which.
+      const bool sourced = (s.flag & device::kSourcedExtent) != 0;
+      uint64_t e = s.flag;
+      if (sourced && sched && s.rank < sched->schedule.lanes.size() && s.lane < sched->schedule.lanes[s.rank].size() &&
+          s.step < sched->schedule.lanes[s.rank][s.lane].steps.size())
+        e = sched->schedule.lanes[s.rank][s.lane].steps[s.step].extent;
+      const bool named = sched && e < sched->schedule.extents.size();
+      if (named)
+        os << "'" << sched->schedule.extents[e].name << "'";
       else
-        os << s.flag;
-      os << " is " << s.seen << " on rank " << s.rank << ", its bound is " << s.expected
-         << " (write at most the bound into the extent words passed to execute)";
+        os << (s.flag & ~device::kSourcedExtent);
+      os << " is " << (s.seen == ~uint64_t{0} ? std::string("negative") : std::to_string(s.seen)) << " on rank "
+         << s.rank << ", its bound is " << s.expected;
+      if (!sourced) {
+        os << " (write at most the bound into the extent words passed to execute)";
+      } else if (named) {
+        const ExtentDecl& d = sched->schedule.extents[e];
+        os << " (element " << d.sourceElement << " of buffer '"
+           << (d.sourceBuffer < sched->schedule.buffers.size() ? sched->schedule.buffers[d.sourceBuffer].name : "?")
+           << "', which the schedule fills: its inputs overflowed the bound)";
+      }
       break;
     }
+    case device::Status::BadIndex: {
+      const bool route = sched && s.rank < sched->schedule.lanes.size() &&
+                         s.lane < sched->schedule.lanes[s.rank].size() &&
+                         s.step < sched->schedule.lanes[s.rank][s.lane].steps.size() &&
+                         sched->schedule.lanes[s.rank][s.lane].steps[s.step].kind == StepKind::Route;
+      const auto value = static_cast<int64_t>(s.seen);
+      os << failedStep(sched, s) << " of op " << s.op << what << ": " << statusName(code) << ": on rank " << s.rank
+         << (route ? " id " : " row ") << s.flag << (route ? " names expert " : " gathers source row ") << value
+         << ", outside [0, " << s.expected << ")"
+         << (route ? " (the router's ids must name one of the experts)" : " (sourceRows)");
+      break;
+    }
+    case device::Status::RouteOverflow:
+      os << failedStep(sched, s) << " of op " << s.op << what << ": " << statusName(code) << ": rank " << s.rank
+         << " routes " << s.seen << " tokens to expert " << s.flag << ", above the capacity " << s.expected
+         << " of its token list (the routing overflows the receive capacity; generate the schedule for a larger "
+            "capacity)";
+      break;
     case device::Status::HostAbort:
       os << "the communicator was stopped by the host after an earlier error";
       if (ctx_.link) os << " (in the process of rank " << s.rank << ")";
@@ -163,11 +198,13 @@ void Engine::throwIfFailedLocked(bool deep) {
   }
   if (loadHost(&ctx_.status->abort) != 0) {
     const auto code = static_cast<device::Status>(ctx_.status->code);
+    const bool badInput =
+        code == device::Status::BadExtent || code == device::Status::BadIndex || code == device::Status::RouteOverflow;
     const bool timedOut = code != device::Status::HostAbort && code != device::Status::BadDescriptor &&
-                          code != device::Status::BadProgram && code != device::Status::BadExtent;
-    poisonAndThrow(code == device::Status::BadExtent ? ErrorCode::InvalidArgument
-                   : timedOut                        ? ErrorCode::Timeout
-                                                     : ErrorCode::Internal,
+                          code != device::Status::BadProgram && !badInput;
+    poisonAndThrow(badInput   ? ErrorCode::InvalidArgument
+                   : timedOut ? ErrorCode::Timeout
+                              : ErrorCode::Internal,
                    describeDeviceFailure());
   }
   // A kernel that died (illegal address, ...) never raises `abort`: asked where the host waits anyway.

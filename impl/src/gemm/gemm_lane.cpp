@@ -11,6 +11,7 @@
 #include "attention/attention_launch.hpp"
 #include "engine/host_sync.hpp"
 #include "gemm/gemm_maps.hpp"
+#include "grouped_gemm/grouped_gemm_launch.hpp"
 #include "mk/attention.hpp"
 #include "mk/cuda_check.hpp"
 #include "mk/device/compute_lane_device.hpp"
@@ -82,6 +83,48 @@ device::AttentionParams buildAttentionParams(const device::LoweredAttention& a, 
   return p;
 }
 
+/// The GroupedGemmParams of one GroupedGemm step for one op's addresses, its B_g maps into `maps` (the caller places
+/// them and sets mapsB) and, for a step without runtime rows, rowCounts left for the caller (`staticCounts`).
+device::GroupedGemmParams buildGroupedParams(const device::LoweredGroupedGemm& r, const uint64_t* table,
+                                             uint32_t* report, uint64_t waitLimitNs,
+                                             std::vector<device::GemmTensorMap>* maps) {
+  auto addr = [&](uint64_t operand) {
+    return reinterpret_cast<char*>(table[operand >> device::kOperandShift] + (operand & device::kOperandOffsetMask));
+  };
+  const bool colB = (r.flags & device::kLggBColMajor) != 0;
+  std::vector<const void*> bs(r.groups);
+  for (uint32_t g = 0; g < r.groups; ++g) bs[g] = addr(r.b) + uint64_t{g} * r.bStride * 2;
+  GroupedGemmProblem pr;
+  pr.groups = r.groups;
+  pr.n = r.n;
+  pr.k = r.k;
+  pr.rowLayout = GroupedRowLayout::Strided;
+  pr.maxRows = r.rows;
+  // A static step's counts are placed by the caller; the check only needs a non-null, aligned pointer here.
+  pr.rowCounts = r.counts == device::kStaticGroupCounts ? reinterpret_cast<const int32_t*>(16)
+                                                        : reinterpret_cast<const int32_t*>(addr(r.counts));
+  pr.a = addr(r.a);
+  pr.lda = r.lda;
+  pr.b = bs.data();
+  pr.ldb = r.ldb;
+  pr.layoutB = colB ? GemmLayout::ColMajor : GemmLayout::RowMajor;
+  pr.c = addr(r.dst);
+  pr.ldc = r.ldc;
+  pr.outDType = static_cast<DType>(r.outDType);
+  pr.swiglu = (r.flags & device::kLggSwiglu) != 0;
+  GroupedGemmConfig cfg;
+  cfg.epilogue = GemmEpilogue::Direct;  // the resident variant (grouped_gemm_device.hpp)
+  const std::string why = groupedGemmProblem(pr, cfg);
+  if (!why.empty())
+    throw Error(ErrorCode::InvalidArgument, "lane " + std::to_string(r.lane) + " step " + std::to_string(r.step) +
+                                                " (grouped-gemm) at this op's addresses: " + why);
+  device::GroupedGemmParams p = groupedGemmDeviceParams(pr, cfg, maps);
+  p.gemm.timeoutReport = report;
+  p.gemm.waitLimitNs = waitLimitNs;
+  p.gemm.tag = (uint32_t{r.lane} << 16) | (r.step & 0xFFFFu);
+  return p;
+}
+
 std::mutex gRegistryMu;
 std::map<std::pair<const void*, uint32_t>, std::unique_ptr<GemmLaneBinder>> gRegistry;
 
@@ -119,10 +162,13 @@ uint64_t GemmLaneBinder::bind(const LoweredProgram& program, const void* program
     }
   }
   // The block: GemmParams[nGemms], then AttentionParams[nAttentions] (runAttentionStep finds them after the GEMMs'),
-  // then the attention steps' unit counters, kSlots x nAttentions zeroed words (slot-major; each resets itself at
-  // the end of its step's run, so a block reused by the next op with the same addresses needs no clearing).
+  // GroupedGemmParams[nGroupedGemms] (runGroupedGemmStep: after both), then the attention steps' unit counters, kSlots
+  // x nAttentions zeroed words (slot-major; each resets itself at the end of its step's run, so a block reused by the
+  // next op with the same addresses needs no clearing).
   std::vector<device::GemmParams> params(h.nGemms);
   std::vector<device::AttentionParams> attn(h.nAttentions);
+  std::vector<device::GroupedGemmParams> grouped(h.nGroupedGemms);
+  std::vector<std::vector<device::GemmTensorMap>> groupedMaps(h.nGroupedGemms);
   const device::LoweredGemm* g = loweredGemms(program);
   const device::LoweredAttention* la = loweredAttentions(program);
   uint32_t* reportDevice = nullptr;
@@ -132,9 +178,27 @@ uint64_t GemmLaneBinder::bind(const LoweredProgram& program, const void* program
     attn[i] = buildAttentionParams(la[i], table, reportDevice, waitLimitNs_);
     attentionTags_.insert(attn[i].tag);
   }
+  const device::LoweredGroupedGemm* lgg = loweredGroupedGemms(program);
+  for (uint32_t i = 0; i < h.nGroupedGemms; ++i)
+    grouped[i] = buildGroupedParams(lgg[i], table, reportDevice, waitLimitNs_, &groupedMaps[i]);
+  // After the records and the attention counters: the GroupedGemm steps' B_g maps (64-byte aligned for TMA), then
+  // the row counts of the steps without runtime rows (every group at its bound).
   const size_t gemmBytes = params.size() * sizeof(device::GemmParams);
   const size_t attnBytes = attn.size() * sizeof(device::AttentionParams);
-  const size_t bytes = gemmBytes + attnBytes + size_t{device::kSlots} * attn.size() * sizeof(uint32_t);
+  const size_t groupedBytes = grouped.size() * sizeof(device::GroupedGemmParams);
+  const size_t counterBytes = size_t{device::kSlots} * attn.size() * sizeof(uint32_t);
+  const size_t mapsAt = (gemmBytes + attnBytes + groupedBytes + counterBytes + 127) / 128 * 128;
+  std::vector<size_t> mapOffset(grouped.size()), countOffset(grouped.size(), 0);
+  size_t bytes = mapsAt;
+  for (size_t i = 0; i < grouped.size(); ++i) {
+    mapOffset[i] = bytes;
+    bytes += groupedMaps[i].size() * sizeof(device::GemmTensorMap);
+  }
+  for (size_t i = 0; i < grouped.size(); ++i)
+    if (lgg[i].counts == device::kStaticGroupCounts) {
+      countOffset[i] = bytes;
+      bytes += size_t{lgg[i].groups} * sizeof(int32_t);
+    }
   Block blk;
   for (size_t i = 0; i < free_.size(); ++i)
     if (free_[i].bytes >= bytes) {
@@ -152,11 +216,22 @@ uint64_t GemmLaneBinder::bind(const LoweredProgram& program, const void* program
     }
     blk.bytes = bytes;
   }
-  auto* counters = reinterpret_cast<uint32_t*>(static_cast<char*>(blk.device) + gemmBytes + attnBytes);
+  char* dev = static_cast<char*>(blk.device);
+  auto* counters = reinterpret_cast<uint32_t*>(dev + gemmBytes + attnBytes + groupedBytes);
   for (uint32_t i = 0; i < h.nAttentions; ++i) attn[i].unitCounter = counters + i;  // slot 0's; slot s at + s x n
   std::vector<uint8_t> image(bytes, 0);                                             // the counters start at zero
+  for (size_t i = 0; i < grouped.size(); ++i) {
+    grouped[i].mapsB = reinterpret_cast<const device::GemmTensorMap*>(dev + mapOffset[i]);
+    std::memcpy(image.data() + mapOffset[i], groupedMaps[i].data(),
+                groupedMaps[i].size() * sizeof(device::GemmTensorMap));
+    if (lgg[i].counts != device::kStaticGroupCounts) continue;
+    grouped[i].rowCounts = reinterpret_cast<const int32_t*>(dev + countOffset[i]);
+    std::vector<int32_t> full(lgg[i].groups, static_cast<int32_t>(lgg[i].rows));
+    std::memcpy(image.data() + countOffset[i], full.data(), full.size() * sizeof(int32_t));
+  }
   if (!params.empty()) std::memcpy(image.data(), params.data(), gemmBytes);
   if (!attn.empty()) std::memcpy(image.data() + gemmBytes, attn.data(), attnBytes);
+  if (!grouped.empty()) std::memcpy(image.data() + gemmBytes + attnBytes, grouped.data(), groupedBytes);
   // The copy stream never waits for user streams; the op's doorbell is rung only after this returns, and
   // the kernel acquires the maps with fence.proxy.tensormap before TMA reads them.
   MK_CUDA_CHECK(cudaMemcpyAsync(blk.device, image.data(), bytes, cudaMemcpyHostToDevice, copyStream));

@@ -83,6 +83,13 @@ void checkComputeOperands(const LoweredProgram& program, uint32_t rank, const st
     ops.push_back(Operand{at[i].kv, "K / V (b)", 16, "attention", at[i].lane, at[i].step});
     ops.push_back(Operand{at[i].dst, "out (dst)", 4, "attention", at[i].lane, at[i].step});
   }
+  const device::LoweredGroupedGemm* gg = loweredGroupedGemms(program);
+  for (uint32_t i = 0; i < groupedGemmCount(program); ++i) {
+    for (const auto& [op, name] : {std::pair<uint64_t, const char*>{gg[i].a, "A"}, {gg[i].b, "B"}, {gg[i].dst, "C"}})
+      ops.push_back(Operand{op, name, 16, "grouped-gemm", gg[i].lane, gg[i].step});
+    if (gg[i].counts != device::kStaticGroupCounts)
+      ops.push_back(Operand{gg[i].counts, "counts", 4, "grouped-gemm", gg[i].lane, gg[i].step});
+  }
   for (const Operand& o : ops) {
     const uint32_t buffer = static_cast<uint32_t>(o.op >> device::kOperandShift) % nB;
     const BufferKind kind = program.buffers[buffer].kind;

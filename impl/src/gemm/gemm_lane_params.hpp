@@ -22,7 +22,8 @@ device::GemmParams gemmLaneParams(const device::LoweredGemm& g, uint64_t waitLim
 /// next op's gate) expire and hide it behind a less precise message.
 uint64_t gemmLaneWaitLimitNs(uint64_t pollBudgetNs);
 
-/// Before an op is enqueued: every Gemm operand and every Attention Q and K / V of `program` (rank `rank`) bound to
+/// Before an op is enqueued: every Gemm and GroupedGemm operand (a GroupedGemm's counts: 4-byte) and every Attention
+/// Q and K / V of `program` (rank `rank`) bound to
 /// the user's `input` / `output` pointer must start 16-byte aligned (TMA), an Attention output 4-byte aligned. Throws
 /// Error(InvalidArgument) naming the operand, lane and step otherwise.
 void checkComputeOperands(const LoweredProgram& program, uint32_t rank, const void* input, const void* output);
@@ -40,7 +41,14 @@ inline uint32_t attentionCount(const LoweredProgram& p) { return p.image.empty()
 inline const device::LoweredAttention* loweredAttentions(const LoweredProgram& p) {
   return reinterpret_cast<const device::LoweredAttention*>(p.image.data() + p.header().attentionsOffset);
 }
-/// Steps of a program that run on a compute lane and need a parameter block per op (Gemm and Attention).
-inline uint32_t computeStepCount(const LoweredProgram& p) { return gemmCount(p) + attentionCount(p); }
+/// GroupedGemm steps of a lowered program (its third aux table).
+inline uint32_t groupedGemmCount(const LoweredProgram& p) { return p.image.empty() ? 0 : p.header().nGroupedGemms; }
+inline const device::LoweredGroupedGemm* loweredGroupedGemms(const LoweredProgram& p) {
+  return reinterpret_cast<const device::LoweredGroupedGemm*>(p.image.data() + p.header().groupedGemmsOffset);
+}
+/// Steps of a program that run on a compute lane and need a parameter block per op (Gemm, Attention, GroupedGemm).
+inline uint32_t computeStepCount(const LoweredProgram& p) {
+  return gemmCount(p) + attentionCount(p) + groupedGemmCount(p);
+}
 
 }  // namespace mk::runtime

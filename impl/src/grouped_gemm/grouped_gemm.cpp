@@ -109,6 +109,56 @@ std::string groupedGemmProblem(const GroupedGemmProblem& pr, const GroupedGemmCo
   return "";
 }
 
+namespace runtime {
+
+device::GroupedGemmParams groupedGemmDeviceParams(const GroupedGemmProblem& pr, const GroupedGemmConfig& cfg,
+                                                  std::vector<device::GemmTensorMap>* mapsB) {
+  device::GroupedGemmParams p{};
+  device::GemmParams& g = p.gemm;
+  const auto rows = static_cast<uint64_t>(groupedGemmRows(pr));
+  const auto n = static_cast<uint64_t>(pr.n), k = static_cast<uint64_t>(pr.k);
+  g.mapA = encodeGemmMap2d(pr.a, k, rows, static_cast<uint64_t>(pr.lda), Cfg::kBlockK, Cfg::kBlockM, "A");
+  mapsB->assign(static_cast<size_t>(pr.groups), device::GemmTensorMap{});
+  for (int64_t grp = 0; grp < pr.groups; ++grp) {
+    const std::string name = "B[" + s(grp) + "]";
+    if (pr.layoutB == GemmLayout::RowMajor)
+      (*mapsB)[grp] =
+          encodeGemmMap2d(pr.b[grp], n, k, static_cast<uint64_t>(pr.ldb), Cfg::kBoxN, Cfg::kBlockK, name.c_str());
+    else
+      (*mapsB)[grp] =
+          encodeGemmMap2d(pr.b[grp], k, n, static_cast<uint64_t>(pr.ldb), Cfg::kBlockK, Cfg::kBlockN, name.c_str());
+  }
+  g.c = pr.c;
+  g.ldc = static_cast<uint64_t>(pr.ldc);
+  g.m = static_cast<uint32_t>(rows);
+  g.n = static_cast<uint32_t>(n);
+  g.k = static_cast<uint32_t>(k);
+  g.tilesN = static_cast<uint32_t>(ceilDiv(pr.n, Cfg::kBlockN));
+  g.blockN = Cfg::kBlockN;
+  g.kIters = static_cast<uint32_t>(ceilDiv(pr.k, Cfg::kBlockK));
+  g.groupM = static_cast<uint32_t>(cfg.groupM);
+  g.out = pr.outDType == DType::Float32 ? device::GemmOut::Float32 : device::GemmOut::BFloat16;
+  g.bRowMajor = pr.layoutB == GemmLayout::RowMajor ? 1u : 0u;
+  if (groupedGemmEpilogue(pr, cfg) == GemmEpilogue::TmaStore) {
+    // C as n x rows bf16 with row stride ldc, 64 x 64 boxes in the staging buffer's 128-byte swizzle: only blocks of
+    // 64 rows wholly inside a group are stored through it.
+    g.tmaStoreC = 1;
+    g.mapC = encodeGemmMap2d(pr.c, n, rows, static_cast<uint64_t>(pr.ldc), 64, 64, "C");
+  }
+  g.splitK = 1;
+  g.kItersPerSplit = g.kIters;
+  g.timeoutReport = nullptr;
+  p.mapsB = nullptr;
+  p.rowCounts = pr.rowCounts;
+  p.groups = static_cast<uint32_t>(pr.groups);
+  p.rowStride = static_cast<uint32_t>(pr.rowLayout == GroupedRowLayout::Strided ? pr.maxRows : 0);
+  p.rows = pr.rowLayout == GroupedRowLayout::Packed ? device::GroupedRows::Packed : device::GroupedRows::Strided;
+  p.swiglu = pr.swiglu ? 1u : 0u;
+  return p;
+}
+
+}  // namespace runtime
+
 struct GroupedGemmPlan::Impl {
   device::GroupedGemmParams params{};
   uint32_t ctas = 0;
@@ -136,54 +186,17 @@ GroupedGemmPlan::GroupedGemmPlan(const GroupedGemmProblem& pr, const GroupedGemm
                                             " is sm_" + s(major) + s(minor));
 
   auto impl = std::make_unique<Impl>();
+  std::vector<device::GemmTensorMap> maps;
+  impl->params = runtime::groupedGemmDeviceParams(pr, cfg, &maps);
   device::GroupedGemmParams& p = impl->params;
-  device::GemmParams& g = p.gemm;
-  const auto rows = static_cast<uint64_t>(groupedGemmRows(pr));
-  const auto n = static_cast<uint64_t>(pr.n), k = static_cast<uint64_t>(pr.k);
-  g.mapA = runtime::encodeGemmMap2d(pr.a, k, rows, static_cast<uint64_t>(pr.lda), Cfg::kBlockK, Cfg::kBlockM, "A");
-  std::vector<device::GemmTensorMap> maps(static_cast<size_t>(pr.groups));
-  for (int64_t grp = 0; grp < pr.groups; ++grp) {
-    const std::string name = "B[" + s(grp) + "]";
-    if (pr.layoutB == GemmLayout::RowMajor)
-      maps[grp] = runtime::encodeGemmMap2d(pr.b[grp], n, k, static_cast<uint64_t>(pr.ldb), Cfg::kBoxN, Cfg::kBlockK,
-                                           name.c_str());
-    else
-      maps[grp] = runtime::encodeGemmMap2d(pr.b[grp], k, n, static_cast<uint64_t>(pr.ldb), Cfg::kBlockK, Cfg::kBlockN,
-                                           name.c_str());
-  }
   const size_t mapBytes = maps.size() * sizeof(device::GemmTensorMap);
   MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&impl->mapsB), mapBytes));
   // Synchronous: the maps are in place before any run (on any stream) reads them.
   MK_CUDA_CHECK(cudaMemcpy(impl->mapsB, maps.data(), mapBytes, cudaMemcpyHostToDevice));
-  g.c = pr.c;
-  g.ldc = static_cast<uint64_t>(pr.ldc);
-  g.m = static_cast<uint32_t>(rows);
-  g.n = static_cast<uint32_t>(n);
-  g.k = static_cast<uint32_t>(k);
-  g.tilesN = static_cast<uint32_t>(ceilDiv(pr.n, Cfg::kBlockN));
-  g.blockN = Cfg::kBlockN;
-  g.kIters = static_cast<uint32_t>(ceilDiv(pr.k, Cfg::kBlockK));
-  g.groupM = static_cast<uint32_t>(cfg.groupM);
-  g.out = pr.outDType == DType::Float32 ? device::GemmOut::Float32 : device::GemmOut::BFloat16;
-  g.bRowMajor = pr.layoutB == GemmLayout::RowMajor ? 1u : 0u;
-  impl->epilogue = groupedGemmEpilogue(pr, cfg);
-  if (impl->epilogue == GemmEpilogue::TmaStore) {
-    // C as n x rows bf16 with row stride ldc, 64 x 64 boxes in the staging buffer's 128-byte swizzle: only blocks of
-    // 64 rows wholly inside a group are stored through it.
-    g.tmaStoreC = 1;
-    g.mapC = runtime::encodeGemmMap2d(pr.c, n, rows, static_cast<uint64_t>(pr.ldc), 64, 64, "C");
-  }
-  g.splitK = 1;
-  g.kItersPerSplit = g.kIters;
-  g.timeoutReport = nullptr;
-  if (cfg.timeoutReport != nullptr)
-    MK_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&g.timeoutReport), cfg.timeoutReport, 0));
   p.mapsB = impl->mapsB;
-  p.rowCounts = pr.rowCounts;
-  p.groups = static_cast<uint32_t>(pr.groups);
-  p.rowStride = static_cast<uint32_t>(pr.rowLayout == GroupedRowLayout::Strided ? pr.maxRows : 0);
-  p.rows = pr.rowLayout == GroupedRowLayout::Packed ? device::GroupedRows::Packed : device::GroupedRows::Strided;
-  p.swiglu = pr.swiglu ? 1u : 0u;
+  if (cfg.timeoutReport != nullptr)
+    MK_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&p.gemm.timeoutReport), cfg.timeoutReport, 0));
+  impl->epilogue = groupedGemmEpilogue(pr, cfg);
   const int64_t ctas = cfg.ctas == 0 ? sms : cfg.ctas;
   impl->ctas = static_cast<uint32_t>(std::min(ctas, tileBound(pr)));
   impl->device = dev;

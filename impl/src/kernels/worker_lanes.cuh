@@ -18,6 +18,7 @@
 #include "mk/device/proxy_device.hpp"
 #include "mk/schedule/types.hpp"
 #include "resident_kernel.hpp"
+#include "route_ops.cuh"
 
 namespace mk::device {
 namespace {
@@ -26,9 +27,9 @@ constexpr uint16_t kIdleLane = 0xFFFF;
 
 // runLane dispatches on the packed kind code (StepKind's value). The kinds it has a branch for are exactly the
 // table's GPU kinds: a new kind stays refused by the lowering (kindInfo().gpu false) until it gets one here.
-constexpr StepKind kKernelKinds[] = {StepKind::Copy,     StepKind::Reduce,  StepKind::Put,
-                                     StepKind::ProxyPut, StepKind::Signal,  StepKind::Wait,
-                                     StepKind::Gemm,     StepKind::Barrier, StepKind::Attention};
+constexpr StepKind kKernelKinds[] = {StepKind::Copy,      StepKind::Reduce,      StepKind::Put,   StepKind::ProxyPut,
+                                     StepKind::Signal,    StepKind::Wait,        StepKind::Gemm,  StepKind::Barrier,
+                                     StepKind::Attention, StepKind::GroupedGemm, StepKind::Route, StepKind::Gather};
 constexpr bool kernelKindsAreGpuKinds() {
   std::size_t gpuKinds = 0;
   for (const StepKindInfo& k : kStepKinds) gpuKinds += k.gpu ? 1 : 0;
@@ -42,7 +43,8 @@ constexpr unsigned kFullMask = 0xFFFFFFFFu;
 // ---- worker CTAs --------------------------------------------------------------------------------------
 
 /// Run one lane's steps for op `op`. Returns false when the CTA must stop (abort or timeout), with the
-/// same value in every thread. kCompute: the compute-capable instantiation (Gemm and Attention steps; 384 threads).
+/// same value in every thread. kCompute: the compute-capable instantiation (Gemm, GroupedGemm and Attention steps; 384
+/// threads).
 /// Forced inline, as workerLoop: with both tile engines in it, nvcc would otherwise outline the lane loop, and a
 /// wgmma pipeline inside a called function makes ptxas serialise every wgmma of the kernel (warning C7510).
 template <bool kTrace, bool kCompute>
@@ -87,8 +89,20 @@ __device__ __forceinline__ bool runLane(const EngineDeviceHandle& h, uint32_t op
       // A runtime extent: its value is read once, after the step's waits (a future step kind may write the word
       // earlier in this op; the waits' fences acquired it). Volatile: the word changes from op to op at one address.
       if (ok && step.extent != kNoExtentWord) {
-        const auto* words = reinterpret_cast<const uint64_t*>(table[ph->extentsBinding]);
-        const uint64_t value = words ? loadVolatile(words + step.extent) : step.extentBound;
+        uint64_t value = step.extentBound;
+        if (step.extent & kSourcedExtent) {
+          // A sourced extent: the int32 an earlier step of this op wrote into the rank's buffer (negative reads as
+          // a value above every bound: refused).
+          const auto* sources =
+              reinterpret_cast<const uint64_t*>(reinterpret_cast<const char*>(ph) + ph->extentSourcesOffset);
+          const auto* at =
+              reinterpret_cast<const uint32_t*>(operandAddress(table, sources[step.extent & ~kSourcedExtent]));
+          const auto v = static_cast<int32_t>(loadVolatile(at));
+          value = v < 0 ? ~uint64_t{0} : static_cast<uint64_t>(v);
+        } else {
+          const auto* words = reinterpret_cast<const uint64_t*>(table[ph->extentsBinding]);
+          if (words) value = loadVolatile(words + step.extent);
+        }
         if (value > step.extentBound) {
           reportFailure(h, PollSite{Status::BadExtent, op, lane.laneIndex, s, step.extent, step.extentBound}, value, 0);
           ok = false;
@@ -131,6 +145,24 @@ __device__ __forceinline__ bool runLane(const EngineDeviceHandle& h, uint32_t op
                          reinterpret_cast<const float*>(operandAddress(table, step.b)),
                          static_cast<uint32_t>(step.extentUnit), b, e, tid, nth);
       }
+    } else if (kind == static_cast<int>(StepKind::Route)) {
+      // One CTA (the lowering's rule); a bad id or an overflowing list fails the op here.
+      if (idx < step.activeCtas && !routeExperts(h, PollSite{Status::BadIndex, op, lane.laneIndex, s, 0, 0},
+                                                 reinterpret_cast<const int32_t*>(operandAddress(table, step.a)),
+                                                 reinterpret_cast<int32_t*>(operandAddress(table, step.dst)), count,
+                                                 step.flagId, static_cast<uint32_t>(step.value & 0xFFFFFFFFu),
+                                                 static_cast<uint32_t>(step.value >> 32), tid, nth))
+        return false;
+    } else if (kind == static_cast<int>(StepKind::Gather)) {
+      if (idx < step.activeCtas) {
+        uint64_t b, e;
+        ctaPiece(count / step.flagId, step.activeCtas, idx, &b, &e);
+        const uint64_t rowBytes = uint64_t{step.flagId} * dtypeBytes(step.dtype);
+        if (!gatherRows(h, PollSite{Status::BadIndex, op, lane.laneIndex, s, 0, 0}, operandAddress(table, step.dst),
+                        operandAddress(table, step.a), reinterpret_cast<const int32_t*>(operandAddress(table, step.b)),
+                        b, e, rowBytes, step.value, tid, nth))
+          return false;
+      }
     } else if (kind == static_cast<int>(StepKind::Reduce)) {
       if (idx < step.activeCtas) {
         uint64_t b, e;
@@ -150,6 +182,7 @@ __device__ __forceinline__ bool runLane(const EngineDeviceHandle& h, uint32_t op
     if constexpr (kCompute) {
       if (kind == static_cast<int>(StepKind::Gemm)) runGemmStep(step, ph, table, h.rank, idx);
       if (kind == static_cast<int>(StepKind::Attention)) runAttentionStep(step, ph, table, h.rank, op, idx);
+      if (kind == static_cast<int>(StepKind::GroupedGemm)) runGroupedGemmStep(step, ph, table, h.rank, idx);
     }
 
     const bool arrives = (step.bits & kLsSignal) || kind == static_cast<int>(StepKind::Barrier);

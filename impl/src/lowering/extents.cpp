@@ -1,6 +1,7 @@
 // Runtime extents in the lowering (see extents.hpp).
 #include "lowering/extents.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -17,18 +18,21 @@ namespace {
 
 std::string extentName(const Schedule& s, uint32_t e) { return "runtime extent '" + s.extents[e].name + "'"; }
 
-/// Whether any rank runs a compute step (Gemm, Attention): then every rank's table carries a parameter block.
+/// Whether any rank runs a compute step (Gemm, GroupedGemm, Attention): then every rank's table carries a parameter
+/// block.
 bool anyComputeStep(const Schedule& s) {
   for (const auto& lanes : s.lanes)
     for (const Lane& lane : lanes)
       for (const Step& st : lane.steps)
-        if (st.kind == StepKind::Gemm || st.kind == StepKind::Attention) return true;
+        if (st.kind == StepKind::Gemm || st.kind == StepKind::GroupedGemm || st.kind == StepKind::Attention)
+          return true;
   return false;
 }
 
 }  // namespace
 
-void lowerStepExtent(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step, device::LoweredStep& ls) {
+void lowerStepExtent(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step, device::LoweredStep& ls,
+                     std::vector<uint64_t>* sources) {
   ls.extent = device::kNoExtentWord;
   ls.extentBound = 0;
   ls.extentUnit = 0;
@@ -40,12 +44,6 @@ void lowerStepExtent(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t s
                  std::to_string(s.extents.size()) + " extents");
   const ExtentDecl& d = s.extents[st.extent];
   const std::string name = extentName(s, st.extent);
-  if (d.sourced())
-    failStep(s, rank, lane, step, ErrorCode::Unsupported,
-             name + " is read from element " + std::to_string(d.sourceElement) +
-                 " of a buffer (a count the schedule "
-                 "computes): the GPU engine takes extent values from the caller's words only; run the schedule "
-                 "on the CPU executor");
   if (st.kind == StepKind::ProxyPut)
     failStep(s, rank, lane, step, ErrorCode::Unsupported,
              "a ProxyPut with " + name +
@@ -60,10 +58,26 @@ void lowerStepExtent(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t s
     failStep(s, rank, lane, step, ErrorCode::InvalidSchedule,
              "count " + std::to_string(st.count) + " is not a multiple of the bound " + std::to_string(d.bound) +
                  " of " + name + " (count is the elements at the bound)");
-  if (d.bound > std::numeric_limits<uint32_t>::max())
+  if (d.bound > std::numeric_limits<int32_t>::max())
     failStep(s, rank, lane, step, ErrorCode::Unsupported,
-             name + " has bound " + std::to_string(d.bound) + "; the GPU engine's steps carry bounds below 2^32");
+             name + " has bound " + std::to_string(d.bound) + "; the GPU engine's steps carry bounds below 2^31");
   ls.extent = st.extent;
+  if (d.sourced()) {
+    // The value is an int32 of this rank's copy of the buffer, which an earlier step of the op wrote (a route's
+    // counts, a notify's put): the kernel reads it when the step starts, after the step's waits.
+    if (d.sourceBuffer >= s.buffers.size() || s.buffers[d.sourceBuffer].dtype != DType::Int32 ||
+        d.sourceElement >= s.buffers[d.sourceBuffer].count[rank])
+      failStep(s, rank, lane, step, ErrorCode::InvalidSchedule,
+               name + " is read from element " + std::to_string(d.sourceElement) + " of buffer " +
+                   std::to_string(d.sourceBuffer) + ", which is not an int32 element of rank " + std::to_string(rank) +
+                   "'s buffer");
+    const uint64_t binding = uint64_t{rank} * s.buffers.size() + d.sourceBuffer;
+    const uint64_t operand = (binding << device::kOperandShift) | (d.sourceElement * 4);
+    // One entry per element: steps of one extent share its index (the lowering's equal-pieces rule compares it).
+    const auto at = std::find(sources->begin(), sources->end(), operand);
+    ls.extent = device::kSourcedExtent | static_cast<uint32_t>(at - sources->begin());
+    if (at == sources->end()) sources->push_back(operand);
+  }
   ls.extentBound = static_cast<uint32_t>(d.bound);
   ls.extentUnit = st.count / d.bound;
 }
@@ -83,7 +97,8 @@ uint32_t extentsBindingOf(const Schedule& s, uint32_t rank) {
   bool uses = false;
   for (const Lane& lane : s.lanes[rank])
     for (const Step& st : lane.steps)
-      uses = uses || (st.extent != kNoExtent && (kindInfo(st.kind).fields & kFieldExtent));
+      uses = uses || (st.extent != kNoExtent && (kindInfo(st.kind).fields & kFieldExtent) &&
+                      (st.extent >= s.extents.size() || !s.extents[st.extent].sourced()));
   if (!uses) return device::kNoExtentWord;
   const auto nB = static_cast<uint32_t>(s.buffers.size());
   const bool gemms = anyComputeStep(s);

@@ -8,7 +8,9 @@
 
 #include "lowering/attention_step.hpp"
 #include "lowering/extents.hpp"
+#include "lowering/grouped_gemm_step.hpp"
 #include "lowering/packets.hpp"
+#include "lowering/route_steps.hpp"
 #include "mk/device/compute_lane_device.hpp"
 #include "mk/error.hpp"
 #include "mk/gemm_choice.hpp"
@@ -23,8 +25,9 @@ using device::LoweredStep;
 constexpr uint64_t kScratchAlign = 256;
 /// Partition key of accesses made in tiles or units rather than ctaPiece pieces: equal to no data step's.
 constexpr uint64_t kTiled = ~uint64_t{0};
-/// Access::extent of a step split by whole rows (lse-merge), or-ed with the row width.
-constexpr uint32_t kRowPieces = 0x80000000u;
+/// Access::extent of a step split by whole rows (lse-merge), or-ed with the row width: above every extent word
+/// (LoweredStep::extent, sourced ones included).
+constexpr uint64_t kRowPieces = uint64_t{1} << 32;
 constexpr uint16_t kIdleLane = 0xFFFF;
 
 uint64_t alignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
@@ -38,7 +41,7 @@ struct Access {
   // Partition key: the same (count, active, offset) puts every element in the same CTA.
   uint64_t count;
   uint32_t active;
-  uint32_t extent = device::kNoExtentWord;  ///< a runtime extent sizes the step: same extent, same pieces
+  uint64_t extent = device::kNoExtentWord;  ///< a runtime extent sizes the step: same extent, same pieces
 };
 
 bool overlaps(const Access& x, const Access& y) {
@@ -113,6 +116,15 @@ class Lowerer {
       h.attentionsOffset = h.totalBytes;
       h.totalBytes = alignUp(h.attentionsOffset + attentions_.size() * sizeof(device::LoweredAttention), 16);
     }
+    h.nGroupedGemms = static_cast<uint32_t>(groupedGemms_.size());
+    if (!groupedGemms_.empty()) {
+      h.groupedGemmsOffset = h.totalBytes;
+      h.totalBytes = alignUp(h.groupedGemmsOffset + groupedGemms_.size() * sizeof(device::LoweredGroupedGemm), 16);
+    }
+    if (!extentSources_.empty()) {
+      h.extentSourcesOffset = h.totalBytes;
+      h.totalBytes = alignUp(h.extentSourcesOffset + extentSources_.size() * sizeof(uint64_t), 16);
+    }
     h.nPacketRecvs = static_cast<uint32_t>(recvs_.size());
     if (!recvs_.empty()) {
       h.packetRecvsOffset = h.totalBytes;
@@ -130,6 +142,12 @@ class Lowerer {
     if (!attentions_.empty())
       std::memcpy(p.image.data() + h.attentionsOffset, attentions_.data(),
                   attentions_.size() * sizeof(device::LoweredAttention));
+    if (!groupedGemms_.empty())
+      std::memcpy(p.image.data() + h.groupedGemmsOffset, groupedGemms_.data(),
+                  groupedGemms_.size() * sizeof(device::LoweredGroupedGemm));
+    if (!extentSources_.empty())
+      std::memcpy(p.image.data() + h.extentSourcesOffset, extentSources_.data(),
+                  extentSources_.size() * sizeof(uint64_t));
     if (!recvs_.empty())
       std::memcpy(p.image.data() + h.packetRecvsOffset, recvs_.data(),
                   recvs_.size() * sizeof(device::LoweredPacketRecv));
@@ -215,6 +233,7 @@ class Lowerer {
       const GemmShape& g = s_.gemms[st.aux];
       return std::max<uint64_t>(1, ((uint64_t{g.m} + 127) / 128) * ((uint64_t{g.n} + 127) / 128));
     }
+    if (st.kind == StepKind::GroupedGemm) return groupedGemmTiles(s_, st);
     if (st.kind == StepKind::Attention)
       return st.aux < s_.attentions.size() ? std::max<uint64_t>(1, attentionUnits(s_.attentions[st.aux])) : 1;
     return std::max<uint64_t>(1, (stepBytes(st) + opt_.minBytesPerCta - 1) / opt_.minBytesPerCta);
@@ -318,7 +337,7 @@ class Lowerer {
         failStep(ErrorCode::Unsupported, l, i,
                  std::string("the GPU engine does not run ") + toString(st.kind) +
                      " steps yet; run the schedule on the CPU executor");
-      lowerStepExtent(s_, rank_, l, i, ls);
+      lowerStepExtent(s_, rank_, l, i, ls, &extentSources_);
       switch (st.kind) {
         case StepKind::Copy:
         case StepKind::Put:
@@ -415,6 +434,31 @@ class Lowerer {
         case StepKind::ProxyPut: lowerProxyPut(l, i, st, n, ls, pending); break;
         case StepKind::Gemm: lowerGemm(l, i, st, n, ls, pending); break;
         case StepKind::Attention: lowerAttention(l, i, st, n, ls, pending); break;
+        case StepKind::GroupedGemm: lowerGroupedGemm(l, i, st, n, ls, pending); break;
+        case StepKind::Route: {
+          // One CTA walks the ids in order (route_ops.cuh): the layout's lists are in token order.
+          const RouteStepSpans sp = checkRouteStep(s_, rank_, l, i);
+          ls.dst = encode(l, i, st.dst, sp.dst, "the layout (dst)");
+          ls.a = encode(l, i, st.a, sp.a, "the ids (a)");
+          ls.dtype = static_cast<uint8_t>(DType::Int32);
+          ls.flagId = st.aux;  // topk
+          if (n > 1) addTiledAccesses(l, i, st, sp.dst, sp.a, 0, ls, pending);
+          break;
+        }
+        case StepKind::Gather: {
+          // Whole rows per CTA (a warp per row): pieces of rows, not of elements.
+          const RouteStepSpans sp = checkGatherStep(s_, rank_, l, i);
+          ls.dst = encode(l, i, st.dst, sp.dst, "dst");
+          ls.a = encode(l, i, st.a, sp.a, "the source rows (a)");
+          ls.b = encode(l, i, st.b, sp.b, "the indices (b)");
+          const DType dt = s_.buffers[st.dst.buffer].dtype;
+          ls.dtype = static_cast<uint8_t>(dt);
+          ls.flagId = st.aux;  // elements of a row
+          ls.activeCtas = static_cast<uint16_t>(
+              std::min<uint64_t>(activeFor(st.count * dtypeSize(dt), n), std::max<uint64_t>(1, st.count / st.aux)));
+          if (n > 1) addTiledAccesses(l, i, st, sp.dst, sp.a, sp.b, ls, pending);
+          break;
+        }
         default:
           failStep(ErrorCode::InvalidSchedule, l, i, "unknown step kind " + std::to_string(static_cast<int>(st.kind)));
       }
@@ -547,7 +591,8 @@ class Lowerer {
     const uint64_t bindings = uint64_t{s_.nRanks} * s_.buffers.size() + s_.nRanks;
     if (bindings > device::kMaxBindings)
       failStep(ErrorCode::Unsupported, l, i,
-               "a schedule with compute steps (Gemm, Attention) binds one more address per rank (their tensor maps): " +
+               "a schedule with compute steps (Gemm, GroupedGemm, Attention) binds one more address per rank (their "
+               "tensor maps): " +
                    std::to_string(s_.buffers.size()) + " buffers on " + std::to_string(s_.nRanks) + " ranks need " +
                    std::to_string(bindings) + ", the engine carries at most " + std::to_string(device::kMaxBindings));
   }
@@ -570,6 +615,48 @@ class Lowerer {
     ls.value = 0;
     attentions_.push_back(a.record);
     if (n > 1) addTiledAccesses(l, i, st, a.spans.out, a.spans.q, a.spans.kv, ls, pending);
+  }
+
+  /// Lower one GroupedGemm step (grouped_gemm_step.hpp's checks and record): its CTAs take the tiles of the list the
+  /// engine builds from the counts when the step starts (runGroupedGemmStep), count = its record's index.
+  void lowerGroupedGemm(uint32_t l, uint32_t i, const Step& st, uint32_t n, LoweredStep& ls,
+                        std::vector<Access>& pending) {
+    GroupedGemmStepLowering g = lowerGroupedGemmStep(s_, rank_, l, i, n);
+    ls.dst = encode(l, i, st.dst, g.cSpan, "C (dst)");
+    ls.a = encode(l, i, st.a, g.aSpan, "A (a)");
+    ls.b = encode(l, i, st.b, g.bSpan, "B (b)");
+    auto overlap = [](const BufRef& x, uint64_t nx, const BufRef& y, uint64_t ny) {
+      return x.rank == y.rank && x.buffer == y.buffer && x.offset < y.offset + ny && y.offset < x.offset + nx;
+    };
+    if (overlap(st.dst, g.cSpan, st.a, g.aSpan) || overlap(st.dst, g.cSpan, st.b, g.bSpan))
+      failStep(ErrorCode::InvalidSchedule, l, i, "C overlaps A or B");
+    if (g.counted) {
+      g.record.counts = encode(l, i, g.counts, g.record.groups, "the groups' counts");
+      if (overlap(st.dst, g.cSpan, g.counts, g.record.groups))
+        failStep(ErrorCode::InvalidSchedule, l, i, "C overlaps the groups' counts");
+    }
+    requireComputeBinding(l, i);
+    g.record.a = ls.a;
+    g.record.b = ls.b;
+    g.record.dst = ls.dst;
+    ls.dtype = g.record.outDType;
+    ls.activeCtas = static_cast<uint16_t>(g.record.ctas);
+    ls.count = groupedGemms_.size();
+    ls.value = 0;
+    groupedGemms_.push_back(g.record);
+    if (n > 1) {
+      // Every CTA of the step reads the counts: an earlier write of the lane to them needs the lane barrier, as A's.
+      const Access counts{
+          g.counts.rank, g.counts.buffer, false, g.counts.offset, g.counts.offset + g.record.groups, kTiled, 0};
+      if (g.counted && std::any_of(pending.begin(), pending.end(),
+                                   [&](const Access& y) { return y.write && overlaps(counts, y); })) {
+        ls.bits |= device::kLsBarrierBefore;
+        ls.barrierSync = newSyncPoint(l, i);
+        pending.clear();
+      }
+      addTiledAccesses(l, i, st, g.cSpan, g.aSpan, g.bSpan, ls, pending);
+      if (g.counted) pending.push_back(counts);
+    }
   }
 
   uint32_t newSyncPoint(uint32_t l, uint32_t i) {
@@ -679,8 +766,11 @@ class Lowerer {
   uint32_t syncPoints_ = 0;
   std::vector<device::LoweredGemm> gemms_;            ///< compute lanes: the aux table of this rank's Gemm steps
   std::vector<device::LoweredAttention> attentions_;  ///< compute lanes: the aux table of this rank's Attention steps
-  PacketPlan packets_;                                ///< where every LL packet Put of the schedule lands
-  std::vector<device::LoweredPacketRecv> recvs_;      ///< the packet runs this rank's Waits unpack
+  /// compute lanes: the aux table of this rank's GroupedGemm steps
+  std::vector<device::LoweredGroupedGemm> groupedGemms_;
+  std::vector<uint64_t> extentSources_;  ///< sourced extents' int32 elements (ProgramHeader::extentSourcesOffset)
+  PacketPlan packets_;                   ///< where every LL packet Put of the schedule lands
+  std::vector<device::LoweredPacketRecv> recvs_;  ///< the packet runs this rank's Waits unpack
 };
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "mk/device/attention_device.hpp"
 #include "mk/device/engine_device.hpp"
 #include "mk/device/gemm_device.hpp"
+#include "mk/device/grouped_gemm_device.hpp"
 #include "mk/device/macros_device.hpp"
 
 namespace mk::device {
@@ -44,6 +45,9 @@ inline constexpr uint32_t kComputeSmemBytes = [] {
   for (uint32_t x : v) m = x > m ? x : m;
   return m;
 }();
+static_assert(kGroupedGemmSmemBytes<false> <= kComputeSmemBytes &&
+                  GroupedGemmTileConfig::kLaunchRegs == GemmTileConfigT<256, false>::kLaunchRegs,
+              "the resident grouped GEMM (direct epilogue) runs in the compute kernel's CTAs and shared memory");
 static_assert(AttentionTileConfig<128>::kThreads == kComputeThreads &&
                   kAttentionLaunchRegs == GemmTileConfigT<256, false>::kLaunchRegs,
               "the attention engine runs in the compute kernel's CTAs with its launch register count");
@@ -91,6 +95,38 @@ struct alignas(16) LoweredAttention {
 };
 static_assert(sizeof(LoweredAttention) == 112, "LoweredAttention is a fixed wire record");
 
+/// LoweredGroupedGemm::flags bits.
+enum LoweredGroupedGemmBits : uint32_t {
+  kLggBColMajor = 1u << 0,  ///< every B_g is stored N x K row-major
+  kLggSwiglu = 1u << 1,     ///< C[i][f] = silu(acc[i][2f]) x acc[i][2f + 1] (C n / 2 wide)
+};
+
+/// LoweredGroupedGemm::counts of a step whose groups have no runtime extent: every group at its bound (the host's
+/// parameter block then holds the counts).
+inline constexpr uint64_t kStaticGroupCounts = ~uint64_t{0};
+
+/// One GroupedGemm step of a rank's program, as lowered (the aux table of the program image): `groups` GEMMs of one
+/// shape, A and C stacked `rows` rows apart (the IR's Strided layout: each group's block at its bound), B_g blocks
+/// stacked bStride elements apart; group g's rows are the int32 at counts + 4 g (the groups' sourced runtime extents,
+/// consecutive elements of one buffer of the rank) or, with kStaticGroupCounts, `rows`.
+struct alignas(16) LoweredGroupedGemm {
+  uint32_t groups;         ///< G
+  uint32_t rows;           ///< rows of each group's block in A and C (every count's bound)
+  uint32_t n, k;           ///< B_g is k x n (n = 2F with swiglu)
+  uint32_t lda, ldb, ldc;  ///< leading dimensions in elements
+  uint32_t flags;          ///< LoweredGroupedGemmBits
+  uint32_t ctas;           ///< CTAs of the lane that run tiles (LoweredStep::activeCtas)
+  uint16_t lane;           ///< lane index in the schedule (diagnostics)
+  uint8_t outDType;        ///< DType of C (Float32 or BFloat16)
+  uint8_t reserved0;
+  uint32_t step;  ///< step index in the lane (diagnostics)
+  uint32_t reserved1;
+  uint64_t bStride;    ///< elements between two groups' B blocks
+  uint64_t a, b, dst;  ///< operands (kOperandShift encoding) of group 0, as in the LoweredStep
+  uint64_t counts;     ///< operand of group 0's int32 count, or kStaticGroupCounts
+};
+static_assert(sizeof(LoweredGroupedGemm) == 96, "LoweredGroupedGemm is a fixed wire record");
+
 /// Where rank `rank`'s GemmParams block of the current op sits in the binding table (after the schedule's
 /// nRanks x nBuffers bindings).
 MK_HOST_DEVICE_INLINE uint32_t gemmParamsBinding(uint32_t nRanks, uint32_t nBuffers, uint32_t rank) {
@@ -118,6 +154,18 @@ MK_DEVICE_INLINE void runAttentionStep(const LoweredStep& step, const ProgramHea
     attentionRunUnits<64, true>(p, mkComputeLaneSmem, counter, idx, step.activeCtas);
   else
     attentionRunUnits<128, true>(p, mkComputeLaneSmem, counter, idx, step.activeCtas);
+}
+
+/// Run CTA `idx`'s share of GroupedGemm step `step` (all kComputeThreads threads call it with the same arguments):
+/// tiles idx, idx + activeCtas, ... of the list the grouped engine builds from the counts it reads when the step
+/// starts. Its GroupedGemmParams follow the rank's GemmParams and AttentionParams in the block the binding table names.
+MK_DEVICE_INLINE void runGroupedGemmStep(const LoweredStep& step, const ProgramHeader* ph, const uint64_t* table,
+                                         uint32_t rank, uint32_t idx) {
+  if (idx >= step.activeCtas) return;
+  const auto* block = reinterpret_cast<const GemmParams*>(table[gemmParamsBinding(ph->nRanks, ph->nBuffers, rank)]);
+  const auto* attn = reinterpret_cast<const AttentionParams*>(block + ph->nGemms);
+  const GroupedGemmParams& p = reinterpret_cast<const GroupedGemmParams*>(attn + ph->nAttentions)[step.count];
+  groupedGemmRunTiles<false, true>(p, mkComputeLaneSmem, idx, step.activeCtas);
 }
 
 /// Run CTA `idx`'s share of Gemm step `step` (all kComputeThreads threads call it with the same arguments).

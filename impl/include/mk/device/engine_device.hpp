@@ -55,6 +55,12 @@ enum class Status : uint32_t {
   BadDescriptor = 10,     ///< an op descriptor failed its check word or its bounds (DescriptorFault in `flag`)
   /// A step's runtime extent value is above its bound (flag: the extent's index, expected: the bound, seen: the value)
   BadExtent = 11,
+  /// A Route's expert id or a Gather's row index is out of range (flag: the id's entry or the gather's row,
+  /// expected: the range's end, seen: the value as int64)
+  BadIndex = 12,
+  /// A Route gives an expert more tokens than its list holds (flag: the expert, expected: the capacity, seen: the
+  /// count)
+  RouteOverflow = 13,
 };
 
 /// What was wrong with a refused op descriptor (StatusBlock::flag of a BadDescriptor failure).
@@ -281,17 +287,21 @@ MK_HOST_DEVICE_INLINE uint32_t dtypeBytes(uint8_t dtype) {
 
 /// LoweredStep::extent / ProgramHeader::extentsBinding of a program without runtime extents.
 inline constexpr uint32_t kNoExtentWord = 0xFFFFFFFFu;
+/// LoweredStep::extent bit: the value is the int32 the schedule keeps in one of its buffers (a sourced extent,
+/// mk/schedule/extent.hpp), the low bits index the program's extent sources (ProgramHeader::extentSourcesOffset).
+inline constexpr uint32_t kSourcedExtent = 0x80000000u;
 
 /// One step as the resident kernel runs it; 80 bytes, read whole before acting, never written at run time.
 struct alignas(16) LoweredStep {
-  uint8_t kind;         ///< StepKind (Copy, Reduce, Put, Signal, Wait, Barrier; Gemm / Attention: count = record index)
-  uint8_t redop;        ///< RedOp
-  uint8_t dtype;        ///< DType of the operands (checked equal at lowering)
-  uint8_t bits;         ///< LoweredStepBits
-  uint16_t activeCtas;  ///< CTAs of the lane that move data (the rest only take part in syncs)
-  uint16_t entryMask;   ///< ranks whose op entry this step waits for (kLsEntryCheck)
-  uint32_t flagRank;    ///< Signal / Put+signal: target rank; Wait: own rank
-  uint32_t flagId;      ///< flag id (Signal, Put+signal, Wait) or barrier id (Barrier)
+  uint8_t kind;  ///< StepKind (Copy, Reduce, Put, Signal, Wait, Barrier; Gemm / Attention / GroupedGemm: count = record
+                 ///< index)
+  uint8_t redop;         ///< RedOp
+  uint8_t dtype;         ///< DType of the operands (checked equal at lowering)
+  uint8_t bits;          ///< LoweredStepBits
+  uint16_t activeCtas;   ///< CTAs of the lane that move data (the rest only take part in syncs)
+  uint16_t entryMask;    ///< ranks whose op entry this step waits for (kLsEntryCheck)
+  uint32_t flagRank;     ///< Signal / Put+signal: target rank; Wait: own rank
+  uint32_t flagId;       ///< flag id (Signal, Put+signal, Wait) or barrier id (Barrier)
   uint32_t barrierSync;  ///< sync point the lane's CTAs meet at before the step (kLsBarrierBefore)
   uint32_t arriveSync;   ///< sync point counting arrivals after the step (signal / barrier, lanes of > 1 CTA):
                          ///< the CTA whose arrival completes it signals for the whole lane
@@ -299,8 +309,9 @@ struct alignas(16) LoweredStep {
   uint64_t value;        ///< Signal increment / Wait threshold
   uint64_t dst, a, b;    ///< operands (kOperandShift encoding)
   /// Copy, Put, Reduce with a runtime extent (mk/schedule/extent.hpp): index of the extent's word among the op's
-  /// extent words (ProgramHeader::extentsBinding), or kNoExtentWord. The step then runs extentUnit x value elements,
-  /// value read when the step starts and refused above extentBound (Status::BadExtent); `count` is the bound's.
+  /// extent words (ProgramHeader::extentsBinding), kSourcedExtent | index of its source (an int32 of a buffer), or
+  /// kNoExtentWord. The step then runs extentUnit x value elements, value read when the step starts and refused above
+  /// extentBound or below 0 (Status::BadExtent); `count` is the bound's.
   uint32_t extent;
   uint32_t extentBound;  ///< the extent's bound, in units
   /// Elements per unit (count = extentUnit x extentBound). A Reduce with a row operator (lse-merge, which never has
@@ -349,7 +360,7 @@ enum ProgramFlagBits : uint32_t {
 
 /// Program header; followed by LoweredLane[nLanes], LoweredStep[nSteps], CtaAssignment[nWorkers] at the
 /// byte offsets given (each 16-byte aligned), then (compute lanes) LoweredGemm[nGemms] at gemmsOffset,
-/// LoweredAttention[nAttentions] at attentionsOffset and
+/// LoweredAttention[nAttentions] at attentionsOffset, LoweredGroupedGemm[nGroupedGemms] at groupedGemmsOffset and
 /// (LL packets) LoweredPacketRecv[nPacketRecvs] at packetRecvsOffset.
 struct alignas(16) ProgramHeader {
   uint32_t magic;
@@ -372,10 +383,15 @@ struct alignas(16) ProgramHeader {
   uint64_t packetRecvsOffset;  ///< byte offset of LoweredPacketRecv[nPacketRecvs] (0 when none)
   // ---- compute lanes: Attention steps (mk/device/compute_lane_device.hpp) ----
   uint32_t nAttentions;  ///< Attention steps of this rank (LoweredAttention records; 0 = none)
-  uint32_t reserved0;
-  uint64_t attentionsOffset;  ///< byte offset of LoweredAttention[nAttentions] (0 when none)
+  /// GroupedGemm steps of this rank (LoweredGroupedGemm records; 0 = none)
+  uint32_t nGroupedGemms;
+  uint64_t attentionsOffset;    ///< byte offset of LoweredAttention[nAttentions] (0 when none)
+  uint64_t groupedGemmsOffset;  ///< byte offset of LoweredGroupedGemm[nGroupedGemms] (0 when none)
+  /// Byte offset of the sourced extents' operands (uint64, kOperandShift encoding of an int32 element of this rank):
+  /// LoweredStep::extent with kSourcedExtent indexes them (0 when none).
+  uint64_t extentSourcesOffset;
 };
-static_assert(sizeof(ProgramHeader) == 128);
+static_assert(sizeof(ProgramHeader) == 144);
 
 /// Binding-table index of rank `rank`'s extent words (an op's device array of one uint64 per Schedule::extents
 /// entry): after the schedule's nRanks x nBuffers addresses and, when the schedule has compute steps (Gemm,

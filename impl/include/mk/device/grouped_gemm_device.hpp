@@ -140,7 +140,8 @@ MK_DEVICE_INLINE void buildTable(const GroupedGemmParams& p, const GroupedGemmTa
   // Pass 1: clamped counts and (Packed) row starts.
   uint64_t rowSum = 0;
   for (uint32_t g = first; g < last; ++g) {
-    const int32_t raw = p.rowCounts[g];
+    // Volatile: in the resident kernel the counts change from op to op at one address (an earlier step wrote them).
+    const int32_t raw = *reinterpret_cast<const volatile int32_t*>(p.rowCounts + g);
     uint64_t rows = raw > 0 ? static_cast<uint64_t>(raw) : 0;
     if (p.rows == GroupedRows::Strided && rows > p.rowStride) rows = p.rowStride;
     if (rows > bound) rows = bound;
@@ -304,7 +305,7 @@ MK_DEVICE_INLINE void storeGroupTileStaged(const GroupedGemmParams& p, const flo
 
 /// The consumer warpgroups' tile loop for one B layout (kTransB 1: B row-major, N-major in shared memory; the
 /// descriptors are the GEMM engine's, gemm_device.hpp): main loop over every k-slice, then the masked epilogue.
-template <bool kTmaStoreC, int kTransB>
+template <bool kTmaStoreC, int kTransB, bool kResident>
 MK_DEVICE_INLINE void consumeTiles(const GroupedGemmParams& p, const GroupedGemmTable& table, uint32_t smemA,
                                    uint32_t smemB, uint32_t staging, uint32_t fullBar, uint32_t emptyBar,
                                    uint32_t firstTile, uint32_t tileStride, uint32_t tiles, uint32_t consumer,
@@ -323,7 +324,7 @@ MK_DEVICE_INLINE void consumeTiles(const GroupedGemmParams& p, const GroupedGemm
     groupedGemmLocate(p, table, tile, group, tileM, tileN);
     uint32_t prevStage = 0;
     for (uint32_t kIter = 0; kIter < p.gemm.kIters; ++kIter) {
-      mbarWait(p.gemm, fullBar + 8 * stage, phase, GemmWaiter::Consumer, stage, tile);
+      mbarWait<kResident>(p.gemm, fullBar + 8 * stage, phase, GemmWaiter::Consumer, stage, tile);
       const uint32_t a = smemA + stage * Cfg::kStageBytesA + consumer * 64 * 128;
       const uint32_t b = smemB + stage * Cfg::kStageBytesB;
 #pragma unroll
@@ -383,9 +384,17 @@ MK_DEVICE_INLINE void consumeTiles(const GroupedGemmParams& p, const GroupedGemm
 /// named barriers 2 and 3 with the TMA-store epilogue; no named barrier but 0 (one __syncthreads after the group table
 /// is built); the kernel is launched with at most 168 registers per thread (__launch_bounds__(384, 1)). Every mbarrier
 /// wait is bounded (kGemmWaitLimitNs, reported through p.gemm.timeoutReport).
-template <bool kTmaStoreC>
+///
+/// kResident (a GroupedGemm step of the resident kernel's compute lane, mk/device/compute_lane_device.hpp; direct
+/// epilogue only: the TMA-store variant's table does not fit beside the kernel's own shared memory): as the GEMM
+/// engine's gemmRunTiles<..., kResident> — every thread returns, at the end, with kLaunchRegs registers again (the
+/// consumers give back first, named barrier 1 and kGiveBackBarrier), the mbarriers are invalidated before any thread
+/// leaves, the tensor maps the host wrote while the kernel ran (A's, and each B_g's before its first use) are
+/// acquired by the tensormap proxy, and the waits use p.gemm.waitLimitNs and p.gemm.tag.
+template <bool kTmaStoreC, bool kResident = false>
 MK_DEVICE_INLINE void groupedGemmRunTiles(const GroupedGemmParams& p, uint8_t* smem, uint32_t firstTile,
                                           uint32_t tileStride) {
+  static_assert(!(kResident && kTmaStoreC), "the resident grouped GEMM runs the direct epilogue");
   using Cfg = GroupedGemmTileConfigT<kTmaStoreC>;
   using namespace grouped_detail;
   constexpr uint32_t kTableGroups = kGroupedGemmTableGroups<kTmaStoreC>;
@@ -412,6 +421,11 @@ MK_DEVICE_INLINE void groupedGemmRunTiles(const GroupedGemmParams& p, uint8_t* s
     // Make the initialised barriers visible to the async proxy (TMA's complete_tx).
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    // Resident: A's map was written by a host copy after the kernel started (each B_g's is acquired below).
+    if (kResident)
+      asm volatile(
+          "fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(&p.gemm.mapA))
+          : "memory");
   }
   if (threadIdx.x < 32) buildTable(p, table, threadIdx.x);
   __syncthreads();
@@ -420,52 +434,80 @@ MK_DEVICE_INLINE void groupedGemmRunTiles(const GroupedGemmParams& p, uint8_t* s
   if (warpgroup == 0) {
     // ---- producer -----------------------------------------------------------------------------------------
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegs));
-    if (wgThread != 0) return;
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.gemm.mapA)) : "memory");
-    if (kTmaStoreC)
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.gemm.mapC)) : "memory");
-    uint32_t stage = 0, phase = 0;
-    for (uint32_t tile = firstTile; tile < tiles; tile += tileStride) {
-      uint32_t group = 0, tileM = 0, tileN = 0;
-      groupedGemmLocate(p, table, tile, group, tileM, tileN);
-      const GemmTensorMap* mapB = p.mapsB + group;
-      const int32_t rowA = static_cast<int32_t>(table.rowStart[group] + tileM * Cfg::kBlockM);
-      const int32_t colB = static_cast<int32_t>(tileN * Cfg::kBlockN);
-      for (uint32_t kIter = 0; kIter < p.gemm.kIters; ++kIter) {
-        // A fresh barrier counts as having completed the phase before phase 0: the first pass never waits.
-        mbarWait(p.gemm, emptyBar + 8 * stage, phase ^ 1, GemmWaiter::Producer, stage, tile);
-        const uint32_t full = fullBar + 8 * stage;
-        mbarArriveExpectTx(full, Cfg::kStageBytes);
-        const int32_t k0 = static_cast<int32_t>(kIter * Cfg::kBlockK);
-        tmaLoad2d(smemA + stage * Cfg::kStageBytesA, &p.gemm.mapA, k0, rowA, full);
-        const uint32_t dstB = smemB + stage * Cfg::kStageBytesB;
-        if (p.gemm.bRowMajor) {
-          for (uint32_t box = 0; box < Cfg::kBlockN / Cfg::kBoxN; ++box)
-            tmaLoad2d(dstB + box * Cfg::kBoxBytesBRowMajor, mapB, colB + static_cast<int32_t>(box * Cfg::kBoxN), k0,
-                      full);
-        } else {
-          tmaLoad2d(dstB, mapB, k0, colB, full);
+    if (wgThread == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.gemm.mapA)) : "memory");
+      if (kTmaStoreC)
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&p.gemm.mapC)) : "memory");
+      uint32_t stage = 0, phase = 0;
+      uint32_t acquired = ~0u;  // the group whose B map this thread last acquired (resident)
+      for (uint32_t tile = firstTile; tile < tiles; tile += tileStride) {
+        uint32_t group = 0, tileM = 0, tileN = 0;
+        groupedGemmLocate(p, table, tile, group, tileM, tileN);
+        const GemmTensorMap* mapB = p.mapsB + group;
+        if (kResident && group != acquired) {
+          asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;\n" ::"l"(reinterpret_cast<uint64_t>(mapB))
+                       : "memory");
+          acquired = group;
         }
-        if (++stage == Cfg::kStages) {
-          stage = 0;
-          phase ^= 1;
+        const int32_t rowA = static_cast<int32_t>(table.rowStart[group] + tileM * Cfg::kBlockM);
+        const int32_t colB = static_cast<int32_t>(tileN * Cfg::kBlockN);
+        for (uint32_t kIter = 0; kIter < p.gemm.kIters; ++kIter) {
+          // A fresh barrier counts as having completed the phase before phase 0: the first pass never waits.
+          mbarWait<kResident>(p.gemm, emptyBar + 8 * stage, phase ^ 1, GemmWaiter::Producer, stage, tile);
+          const uint32_t full = fullBar + 8 * stage;
+          mbarArriveExpectTx(full, Cfg::kStageBytes);
+          const int32_t k0 = static_cast<int32_t>(kIter * Cfg::kBlockK);
+          tmaLoad2d(smemA + stage * Cfg::kStageBytesA, &p.gemm.mapA, k0, rowA, full);
+          const uint32_t dstB = smemB + stage * Cfg::kStageBytesB;
+          if (p.gemm.bRowMajor) {
+            for (uint32_t box = 0; box < Cfg::kBlockN / Cfg::kBoxN; ++box)
+              tmaLoad2d(dstB + box * Cfg::kBoxBytesBRowMajor, mapB, colB + static_cast<int32_t>(box * Cfg::kBoxN), k0,
+                        full);
+          } else {
+            tmaLoad2d(dstB, mapB, k0, colB, full);
+          }
+          if (++stage == Cfg::kStages) {
+            stage = 0;
+            phase ^= 1;
+          }
         }
       }
     }
-    return;
+    if constexpr (!kResident) return;
+    // Resident: take the registers back only once the consumers have given theirs back (gemm_device.hpp says why).
+    __syncwarp();
+    namedBarrier<kGiveBackBarrier, Cfg::kThreads>();
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kLaunchRegs));
+  } else {
+    // ---- consumers --------------------------------------------------------------------------------------------
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs));
+    const uint32_t consumer = warpgroup - 1;  // rows [64 * consumer, 64 * consumer + 64) of the tile
+    const uint32_t warp = wgThread / 32, lane = wgThread % 32;
+    // One straight-line k-loop per B layout (a layout branch between the wgmmas makes ptxas insert
+    // warpgroup.arrive before each of them).
+    if (p.gemm.bRowMajor)
+      consumeTiles<kTmaStoreC, 1, kResident>(p, table, smemA, smemB, staging, fullBar, emptyBar, firstTile, tileStride,
+                                             tiles, consumer, warp, lane);
+    else
+      consumeTiles<kTmaStoreC, 0, kResident>(p, table, smemA, smemB, staging, fullBar, emptyBar, firstTile, tileStride,
+                                             tiles, consumer, warp, lane);
+    if constexpr (!kResident) return;
+    namedBarrier<1, 128 * Cfg::kConsumerWarpgroups>();
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kLaunchRegs));
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(kGiveBackBarrier), "n"(Cfg::kThreads) : "memory");
   }
-  // ---- consumers --------------------------------------------------------------------------------------------
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs));
-  const uint32_t consumer = warpgroup - 1;  // rows [64 * consumer, 64 * consumer + 64) of the tile
-  const uint32_t warp = wgThread / 32, lane = wgThread % 32;
-  // One straight-line k-loop per B layout (a layout branch between the wgmmas makes ptxas insert
-  // warpgroup.arrive before each of them).
-  if (p.gemm.bRowMajor)
-    consumeTiles<kTmaStoreC, 1>(p, table, smemA, smemB, staging, fullBar, emptyBar, firstTile, tileStride, tiles,
-                                consumer, warp, lane);
-  else
-    consumeTiles<kTmaStoreC, 0>(p, table, smemA, smemB, staging, fullBar, emptyBar, firstTile, tileStride, tiles,
-                                consumer, warp, lane);
+  if constexpr (kResident) {
+    // Every warp is back at kLaunchRegs and every TMA transaction has completed: invalidate the barriers before
+    // any thread leaves (the next step may re-initialise the same shared memory).
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (uint32_t s = 0; s < Cfg::kStages; ++s) {
+        asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(fullBar + 8 * s) : "memory");
+        asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(emptyBar + 8 * s) : "memory");
+      }
+    }
+    __syncthreads();
+  }
 }
 
 #endif  // MK_HAVE_DEVICE_CODE

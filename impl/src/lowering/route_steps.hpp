@@ -1,0 +1,26 @@
+// mkernel — internal: what the lowering checks for the MoE routing steps the resident kernel runs (Route, Gather:
+// mk/schedule/route.hpp; the kernel side is kernels/route_ops.cuh). No CUDA.
+#pragma once
+
+#include <cstdint>
+
+#include "mk/schedule/schedule.hpp"
+
+namespace mk::runtime {
+
+/// Elements of a routing step's operands from their offsets (route.hpp's indexedElements): what the lowering encodes.
+struct RouteStepSpans {
+  uint64_t dst = 0, a = 0, b = 0;
+};
+
+/// Check Route step `step` of (rank, lane): int32 ids and layout, topk, experts and capacity >= 1 with a count of
+/// whole token rows, lists per expert (across nodes a route's per-node buckets stay on the CPU executor), sizes the
+/// kernel's 32-bit entries address, the layout not overlapping the ids, both on the rank itself. Throws Error
+/// (InvalidSchedule or Unsupported) naming the step (describeStep) and the field.
+RouteStepSpans checkRouteStep(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step);
+
+/// Check Gather step `step` of (rank, lane): rows of `aux` elements of one dtype through int32 indices (b), count a
+/// whole number of rows, sourceRows (value) >= 1, every operand on the rank itself, dst not overlapping its sources.
+RouteStepSpans checkGatherStep(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step);
+
+}  // namespace mk::runtime
