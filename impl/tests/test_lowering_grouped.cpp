@@ -7,6 +7,7 @@
 #include "gemm/gemm_lane_params.hpp"
 #include "lowering/lowering.hpp"
 #include "lowering_test_util.hpp"
+#include "mk/algorithms/moe.hpp"
 #include "mk/schedule/step_kind.hpp"
 
 namespace {
@@ -147,4 +148,41 @@ TEST_CASE("lowering grouped: what the grouped GEMM engine cannot run is refused,
   s = grouped(3, 128, 256, 64, false);
   s.lanes[0][0].steps[0].count = 4;
   expect(s, "invalid-schedule", "fall outside the schedule's 3 gemm shapes");
+}
+
+TEST_CASE("lowering grouped: moe-dispatch-gemm and moe-ffn on one node lower for the GPU engine, whole") {
+  mk::MoeFfnSpec spec;
+  spec.experts = 2;
+  spec.topk = 2;
+  spec.tokens = 64;
+  spec.hidden = 64;
+  spec.ffn = 32;
+  const Schedule ffn = mk::generateMoeFfn(spec, {0, 0});
+  mk::MoeDispatchGemmSpec d;
+  d.experts = 2;
+  d.topk = 2;
+  d.tokens = 64;
+  d.hidden = 64;
+  d.outCols = 32;
+  const Schedule dispatch = mk::generateMoeDispatchGemm(d, {0, 0, 0});
+  for (const Schedule* s : {&ffn, &dispatch}) {
+    for (uint32_t r = 0; r < s->nRanks; ++r) {
+      const LoweredProgram p = lowerRank(*s, r, workers(16));
+      uint32_t kinds[16] = {};
+      for (uint32_t i = 0; i < p.header().nSteps; ++i) ++kinds[p.steps()[i].kind];
+      CHECK(kinds[static_cast<int>(StepKind::Route)] == 1);
+      CHECK(kinds[static_cast<int>(StepKind::Gather)] == s->nRanks * d.experts);
+      CHECK(p.header().nGroupedGemms == kinds[static_cast<int>(StepKind::GroupedGemm)]);
+      CHECK(p.header().extentSourcesOffset != 0);  // the counts the route and the notify write
+      const bool combines = s == &ffn;
+      CHECK(kinds[static_cast<int>(StepKind::Combine)] == (combines ? 1u : 0u));
+      CHECK(((p.header().flags & mk::device::kProgComputeKernel) != 0) == combines);
+    }
+  }
+  // Across nodes the route fills per-node lists: not on the GPU engine yet, said so.
+  spec.combineReturn = mk::MoeCombineReturn::PerBlock;
+  const std::string msg = mkt::loweringErrorOf(mk::generateMoeFfn(spec, {0, 1}), 0, workers(16));
+  CAPTURE(msg);
+  CHECK(msg.find("unsupported") == 0);
+  CHECK(msg.find("run the schedule on the CPU executor") != std::string::npos);
 }

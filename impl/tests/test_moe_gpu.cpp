@@ -1,5 +1,6 @@
-// moe-dispatch-gemm on the GPU engine (mk::generateMoeDispatchGemm on one node): the route, the notify, the gathers
-// and puts sized by the counts the route wrote, and each receiver's grouped GEMM, in one resident kernel per rank.
+// moe-dispatch-gemm and moe-ffn on the GPU engine (mk::generateMoeDispatchGemm / generateMoeFfn on one node): the
+// route, the notify, the gathers and puts sized by the counts the route wrote, each receiver's grouped GEMMs (SwiGLU
+// in the first of moe-ffn's) and moe-ffn's combine, in one resident kernel per rank.
 // 1, 2 and 4 ranks sharing GPU 0 in one process (CommConfig::shareGpus); random, skewed and empty-expert routings;
 // every output row compared with a double-precision reference, every row past its block's count left untouched; a
 // bad expert id and an overflowing routing refused with mk::Error naming them.
@@ -139,6 +140,104 @@ uint64_t runMoe(std::vector<mk::Communicator>& comms, const MoeCase& c, uint64_t
   return bad;
 }
 
+/// Run moe-ffn (spec.outCols = 2F) on `comms` with router weights in [0, 1); returns the mismatches of y against a
+/// double reference (h kept in double: the bound covers h's bf16 rounding, the fp32 sums and the SwiGLU).
+uint64_t runFfn(std::vector<mk::Communicator>& comms, const MoeCase& c, uint32_t ffn, uint64_t seed) {
+  mk::MoeFfnSpec fs;
+  fs.experts = c.spec.experts;
+  fs.topk = c.spec.topk;
+  fs.tokens = c.spec.tokens;
+  fs.hidden = c.spec.hidden;
+  fs.ffn = ffn;
+  fs.computeCtas = c.spec.computeCtas;
+  const mk::Schedule s = mk::generateMoeFfn(fs, std::vector<uint32_t>(c.ranks, 0));
+  const uint32_t E = fs.experts, T = fs.tokens, H = fs.hidden, F = ffn, K = fs.topk;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uni(-1.f, 1.f), unit(0.f, 1.f);
+  std::vector<std::vector<float>> x(c.ranks), w1(c.ranks), w2(c.ranks), rw(c.ranks);
+  std::vector<std::unique_ptr<mkt::DeviceBuffer>> bufs;  // per rank: ids, x, w1, weights, w2, y
+  mkt::Streams streams(comms);
+  for (uint32_t r = 0; r < c.ranks; ++r) {
+    x[r].resize(uint64_t{T} * H);
+    w1[r].resize(uint64_t{E} * H * 2 * F);
+    w2[r].resize(uint64_t{E} * F * H);
+    rw[r].resize(uint64_t{T} * K);
+    for (float& v : x[r]) v = bf(uni(rng));
+    for (float& v : w1[r]) v = bf(uni(rng) * 0.25f);
+    for (float& v : w2[r]) v = bf(uni(rng) * 0.25f);
+    for (float& v : rw[r]) v = unit(rng);
+    const int dev = comms[r].device();
+    auto up = [&](const void* p, size_t n) {
+      bufs.push_back(std::make_unique<mkt::DeviceBuffer>(dev, n));
+      bufs.back()->upload(p, n);
+    };
+    up(c.ids[r].data(), c.ids[r].size() * 4);
+    const auto xb = mkt::toBytes(DType::BFloat16, x[r]), w1b = mkt::toBytes(DType::BFloat16, w1[r]),
+               w2b = mkt::toBytes(DType::BFloat16, w2[r]);
+    up(xb.data(), xb.size());
+    up(w1b.data(), w1b.size());
+    up(rw[r].data(), rw[r].size() * 4);
+    up(w2b.data(), w2b.size());
+    bufs.push_back(std::make_unique<mkt::DeviceBuffer>(dev, uint64_t{T} * H * 4));
+    bufs.back()->fill(0xFF);
+  }
+  Watchdog::progress("moe-ffn " + std::to_string(c.ranks) + " ranks T " + std::to_string(T));
+  for (uint32_t r = 0; r < c.ranks; ++r) {
+    auto* b = &bufs[6 * r];
+    comms[r].execute(s, {b[0]->get(), b[1]->get(), b[2]->get(), b[3]->get(), b[4]->get()}, {b[5]->get()}, streams.s[r]);
+  }
+  for (auto& comm : comms) comm.synchronize();
+  streams.sync(comms);
+  const double gH = 2.0 * H * std::ldexp(1.0, -24), gF = 2.0 * F * std::ldexp(1.0, -24);
+  uint64_t bad = 0;
+  std::vector<double> hrow(F), hErr(F);
+  for (uint32_t src = 0; src < c.ranks; ++src) {
+    std::vector<float> got(uint64_t{T} * H);
+    bufs[6 * src + 5]->download(got.data(), got.size() * 4);
+    for (uint32_t t = 0; t < T; ++t) {
+      std::vector<double> want(H, 0.0), tol(H, 1e-5);
+      for (uint32_t k = 0; k < K; ++k) {
+        const uint32_t j = static_cast<uint32_t>(c.ids[src][uint64_t{t} * K + k]);
+        const uint32_t d = j / E, e = j % E;
+        const double w = rw[src][uint64_t{t} * K + k];
+        for (uint32_t f = 0; f < F; ++f) {
+          double g = 0, u = 0, sg = 0, su = 0;
+          for (uint32_t hh = 0; hh < H; ++hh) {
+            const double xv = x[src][uint64_t{t} * H + hh];
+            const double pg = xv * w1[d][(uint64_t{e} * H + hh) * 2 * F + 2 * f];
+            const double pu = xv * w1[d][(uint64_t{e} * H + hh) * 2 * F + 2 * f + 1];
+            g += pg;
+            u += pu;
+            sg += std::fabs(pg);
+            su += std::fabs(pu);
+          }
+          const double silu = g / (1.0 + std::exp(-g));
+          hrow[f] = silu * u;
+          hErr[f] = std::ldexp(std::fabs(hrow[f]), -7) + 1.1 * std::fabs(u) * gH * sg + std::fabs(silu) * gH * su;
+        }
+        for (uint32_t col = 0; col < H; ++col) {
+          double o = 0, err = 0, sAbs = 0;
+          for (uint32_t f = 0; f < F; ++f) {
+            const double w2v = w2[d][(uint64_t{e} * F + f) * H + col];
+            o += hrow[f] * w2v;
+            sAbs += std::fabs(hrow[f] * w2v);
+            err += hErr[f] * std::fabs(w2v);
+          }
+          want[col] += w * o;
+          tol[col] += w * (err + gF * sAbs) + std::ldexp(std::fabs(w * o), -22);
+        }
+      }
+      for (uint32_t col = 0; col < H; ++col) {
+        const float v = got[uint64_t{t} * H + col];
+        if (!(std::isfinite(v) && std::fabs(v - want[col]) <= tol[col]) && ++bad <= 3)
+          CHECK_MESSAGE(false, "rank " << src << " token " << t << " col " << col << ": " << v << " != " << want[col]
+                                       << " (tolerance " << tol[col] << ")");
+      }
+    }
+  }
+  return bad;
+}
+
 }  // namespace
 
 TEST_CASE("moe gpu: moe-dispatch-gemm on 1, 2 and 4 ranks of one GPU matches the reference, routing changed per op") {
@@ -194,6 +293,26 @@ TEST_CASE("moe gpu: an expert id out of range and a routing over the capacity fa
       CHECK(msg.find("routes 64 tokens to expert 3, above the capacity 40") != std::string::npos);
     else
       CHECK(msg.find("id 17 names expert 4, outside [0, 4)") != std::string::npos);
+  }
+}
+
+TEST_CASE("moe gpu: moe-ffn (dispatch, SwiGLU, second GEMM, combine) on 1 and 2 ranks of one GPU") {
+  Watchdog dog("moe gpu: moe-ffn", 180);
+  for (const uint32_t R : {1u, 2u}) {
+    CAPTURE(R);
+    auto comms = mk::Communicator::createLocal(std::vector<int>(R, 0), moeConfig(R));
+    MoeCase c;
+    c.ranks = R;
+    c.spec.experts = 2;
+    c.spec.topk = 2;
+    c.spec.tokens = 130;
+    c.spec.hidden = 136;
+    c.spec.computeCtas = 8;
+    for (const auto& [hot, avoid] : {std::pair<uint32_t, uint32_t>{0, 0}, {1, 1}}) {
+      c.ids = routing(c, 4100 + R + hot, hot, avoid);
+      CAPTURE(hot);
+      CHECK(runFfn(comms, c, 72, 4200 + R + hot) == 0);
+    }
   }
 }
 

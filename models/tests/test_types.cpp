@@ -128,10 +128,9 @@ TEST_CASE("types: the step-kind table answers what sites used to spell out kind 
   CHECK_FALSE(kindInfo(StepKind::Put).remote);
   CHECK(kindInfo(StepKind::Put).protocol);
   CHECK_FALSE(kindInfo(StepKind::Copy).protocol);
-  // Every kind but combine and attention's backward runs on the GPU engine (grouped gemm, route and gather since
-  // their resident-kernel handlers); the lowering refuses the others.
-  for (const StepKindInfo& k : kStepKinds)
-    CHECK(k.gpu == (k.kind != StepKind::Combine && k.kind != StepKind::AttentionGrad));
+  // Every kind but attention's backward runs on the GPU engine (grouped gemm, route, gather and combine since their
+  // resident-kernel handlers); the lowering refuses it.
+  for (const StepKindInfo& k : kStepKinds) CHECK(k.gpu == (k.kind != StepKind::AttentionGrad));
   CHECK(kindInfo(StepKind::Combine).extent == StepExtent::Indexed);
   CHECK(kindInfo(StepKind::Route).extent == StepExtent::Indexed);
   CHECK((kindInfo(StepKind::Gather).fields & kFieldExtent) != 0);

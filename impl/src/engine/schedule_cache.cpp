@@ -46,12 +46,18 @@ CachedSchedule& EngineSubmission::cacheLocked(const ScheduleKey& key, const std:
   lo.minBytesPerCta = ctx_.config.minBytesPerCta;
   // From the whole schedule: a rank's LL packet Waits need the senders' steps (lowering/packets.hpp).
   for (uint32_t r = 0; r < ctx_.ranks.size(); ++r) c->programs.push_back(lowerRank(c->schedule, r, lo));
-  for (uint32_t r = 0; r < ctx_.ranks.size() && !ctx_.config.computeLanes; ++r)
+  for (uint32_t r = 0; r < ctx_.ranks.size() && !ctx_.config.computeLanes; ++r) {
     if (computeStepCount(c->programs[r]) > 0)
       throw Error(ErrorCode::Unsupported,
                   what + ": rank " + std::to_string(r) + " has " + std::to_string(computeStepCount(c->programs[r])) +
-                      " Gemm or Attention step(s); create the communicator with CommConfig::computeLanes = true "
-                      "to run them (the compute-capable resident kernel)");
+                      " Gemm, GroupedGemm or Attention step(s); create the communicator with CommConfig::computeLanes "
+                      "= true to run them (the compute-capable resident kernel)");
+    if (c->programs[r].header().flags & device::kProgComputeKernel)
+      throw Error(ErrorCode::Unsupported,
+                  what + ": rank " + std::to_string(r) +
+                      " has a combine step, which runs on the compute-capable resident kernel only; create the "
+                      "communicator with CommConfig::computeLanes = true");
+  }
   c->scratchBytes = c->programs[0].scratchBytes;
   c->devicePrograms.assign(ctx_.ranks.size(), nullptr);
   try {

@@ -1,5 +1,6 @@
 // mkernel — internal to the resident kernel: the MoE routing steps, Route (a router's expert ids into a layout of
-// counts and token lists) and Gather (rows picked by an index list), with the CPU executor's rules
+// counts and token lists), Gather (rows picked by an index list) and Combine (the weighted sum of the expert rows
+// that came back), with the CPU executor's rules
 // (models/src/exec/route_exec.cpp, mk/schedule/route.hpp): the same layout to the last entry, the same refusals.
 // Included by resident_kernel.cu only.
 #pragma once
@@ -136,6 +137,91 @@ __device__ __noinline__ bool gatherRows(const EngineDeviceHandle& h, const PollS
     } else {
       for (uint64_t o = lane; o < rowBytes; o += 32) d[o] = sp[o];
     }
+  }
+  __syncthreads();
+  return sBad == 0;
+}
+
+/// Combine tokens [tb, te) of a Combine step with lists per expert (mk/schedule/route.hpp, CombineShape; the CPU
+/// executor's runCombine): dst row t = sum over k of w[t][k] x row p(t, k) of expert ids[t][k]'s block in `a` (after
+/// the T x topk weights; block j holds `tokens` rows), p(t, k) the number of slots before (t, k), in row-major order
+/// of the ids, naming the same expert. Summed in double (each product of two floats exact) and rounded once to
+/// float32: bit-exact with the CPU executor. An id outside [0, experts), a position at or past `tokens` or a weight
+/// that is not finite fails the op (Status::BadIndex, flag: the slot; expected: the range; seen: the value or, for a
+/// weight, its bits). `smem` (the compute kernel's dynamic shared memory, `smemBytes` of it): the per-expert counts
+/// of the slots before the chunk, then the chunk's positions. Returns false after a reported failure (this CTA).
+__device__ __noinline__ bool combineRows(const EngineDeviceHandle& h, const PollSite& site, float* dst, const float* a,
+                                         const int32_t* ids, uint64_t tokens, uint32_t topk, uint32_t experts,
+                                         uint32_t row, uint64_t tb, uint64_t te, uint8_t* smem, uint32_t smemBytes,
+                                         uint32_t tid, uint32_t nth) {
+  __shared__ int sBad;
+  if (tid == 0) sBad = 0;
+  auto fail = [&](uint64_t slot, uint64_t range, uint64_t seen) {
+    if (atomicCAS(&sBad, 0, 1) == 0) {
+      PollSite at = site;
+      at.code = Status::BadIndex;
+      at.flag = static_cast<uint32_t>(slot);
+      at.expected = range;
+      reportFailure(h, at, seen, 0);
+    }
+  };
+  uint32_t* cnt = reinterpret_cast<uint32_t*>(smem);
+  uint32_t* pos = cnt + experts;
+  const uint64_t chunkTokens = (smemBytes / 4 - experts) / topk;  // >= 1: the lowering checks the sizes
+  for (uint32_t e = tid; e < experts; e += nth) cnt[e] = 0;
+  __syncthreads();
+  // The slots of every token before this CTA's first: how far into each expert's block this CTA starts.
+  for (uint64_t i = tid; i < tb * topk; i += nth) {
+    const int32_t id = ids[i];
+    if (id < 0 || static_cast<uint32_t>(id) >= experts)
+      fail(i, experts, static_cast<uint64_t>(static_cast<int64_t>(id)));
+    else
+      atomicAdd(&cnt[id], 1u);
+  }
+  __syncthreads();
+  const uint32_t lane = tid % 32;
+  const unsigned lower = (1u << lane) - 1u;
+  const uint64_t slots = tokens * topk;  // the weights: the blocks start after them
+  for (uint64_t cb = tb; cb < te && !sBad; cb += chunkTokens) {
+    const uint64_t ce = cb + chunkTokens < te ? cb + chunkTokens : te;
+    const uint64_t first = cb * topk, last = ce * topk;
+    if (tid < 32) {
+      for (uint64_t base = first; base < last; base += 32) {
+        const uint64_t i = base + lane;
+        const unsigned live = __ballot_sync(0xFFFFFFFFu, i < last);
+        if (i < last) {
+          const int32_t id = ids[i];
+          const bool ok = id >= 0 && static_cast<uint32_t>(id) < experts;
+          if (!ok) fail(i, experts, static_cast<uint64_t>(static_cast<int64_t>(id)));
+          const int32_t key = ok ? id : -1;
+          const unsigned same = __match_any_sync(live, key);
+          const uint32_t leader = __ffs(same) - 1;
+          uint32_t at = 0;
+          if (ok && lane == leader) at = cnt[id];
+          at = __shfl_sync(same, at, leader) + __popc(same & lower);
+          if (ok) {
+            if (at >= tokens) fail(i, tokens, at);
+            if (!isfinite(a[i])) fail(i, 0, __float_as_uint(a[i]));
+            pos[i - first] = at;
+            if (lane == leader) cnt[id] = at + __popc(same);  // the leader's place is its group's first
+          }
+        }
+        __syncwarp();
+      }
+    }
+    __syncthreads();
+    if (sBad) break;
+    for (uint64_t t = cb; t < ce; ++t)
+      for (uint32_t c = tid; c < row; c += nth) {
+        double acc = 0.0;
+        for (uint32_t k = 0; k < topk; ++k) {
+          const uint64_t i = t * topk + k;
+          const uint64_t at = slots + (static_cast<uint64_t>(ids[i]) * tokens + pos[i - first]) * row + c;
+          acc = __dadd_rn(acc, __dmul_rn(static_cast<double>(a[i]), static_cast<double>(a[at])));
+        }
+        dst[t * row + c] = static_cast<float>(acc);
+      }
+    __syncthreads();
   }
   __syncthreads();
   return sBad == 0;

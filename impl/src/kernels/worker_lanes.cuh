@@ -29,7 +29,8 @@ constexpr uint16_t kIdleLane = 0xFFFF;
 // table's GPU kinds: a new kind stays refused by the lowering (kindInfo().gpu false) until it gets one here.
 constexpr StepKind kKernelKinds[] = {StepKind::Copy,      StepKind::Reduce,      StepKind::Put,   StepKind::ProxyPut,
                                      StepKind::Signal,    StepKind::Wait,        StepKind::Gemm,  StepKind::Barrier,
-                                     StepKind::Attention, StepKind::GroupedGemm, StepKind::Route, StepKind::Gather};
+                                     StepKind::Attention, StepKind::GroupedGemm, StepKind::Route, StepKind::Gather,
+                                     StepKind::Combine};
 constexpr bool kernelKindsAreGpuKinds() {
   std::size_t gpuKinds = 0;
   for (const StepKindInfo& k : kStepKinds) gpuKinds += k.gpu ? 1 : 0;
@@ -162,6 +163,23 @@ __device__ __forceinline__ bool runLane(const EngineDeviceHandle& h, uint32_t op
                         operandAddress(table, step.a), reinterpret_cast<const int32_t*>(operandAddress(table, step.b)),
                         b, e, rowBytes, step.value, tid, nth))
           return false;
+      }
+    } else if (kind == static_cast<int>(StepKind::Combine)) {
+      // Whole tokens per CTA; the positions live in the compute kernel's dynamic shared memory (the lowering marks
+      // the program kProgComputeKernel, so it never runs on the communication-only kernel).
+      if constexpr (kCompute) {
+        if (idx < step.activeCtas) {
+          const uint32_t row = static_cast<uint32_t>(step.value >> 32);
+          uint64_t b, e;
+          ctaPiece(count / row, step.activeCtas, idx, &b, &e);
+          if (!combineRows(h, PollSite{Status::BadIndex, op, lane.laneIndex, s, 0, 0},
+                           reinterpret_cast<float*>(operandAddress(table, step.dst)),
+                           reinterpret_cast<const float*>(operandAddress(table, step.a)),
+                           reinterpret_cast<const int32_t*>(operandAddress(table, step.b)), step.flagRank, step.flagId,
+                           static_cast<uint32_t>(step.value & 0xFFFFFFFFu), row, b, e, mkComputeLaneSmem,
+                           kComputeSmemBytes, tid, nth))
+            return false;
+        }
       }
     } else if (kind == static_cast<int>(StepKind::Reduce)) {
       if (idx < step.activeCtas) {

@@ -16,6 +16,7 @@
 #include "mk/gemm_choice.hpp"
 #include "mk/schedule/check.hpp"
 #include "mk/schedule/pack.hpp"
+#include "mk/schedule/route.hpp"
 
 namespace mk::runtime {
 namespace {
@@ -99,7 +100,8 @@ class Lowerer {
     h.nBuffers = static_cast<uint32_t>(s_.buffers.size());
     h.nWorkers = opt_.nWorkers;
     h.nSyncPoints = syncPoints_;
-    h.flags = peersTouchUserBuffers(s_, rank_) ? 0u : device::kProgLocalCompletion;
+    h.flags = (peersTouchUserBuffers(s_, rank_) ? 0u : device::kProgLocalCompletion) |
+              (needsComputeKernel_ ? device::kProgComputeKernel : 0u);
     h.extentsBinding = extentsBindingOf(s_, rank_);
     h.lanesOffset = alignUp(sizeof h, 16);
     h.stepsOffset = alignUp(h.lanesOffset + outLanes.size() * sizeof(device::LoweredLane), 16);
@@ -355,10 +357,13 @@ class Lowerer {
                      "unknown reduction operator " + std::to_string(static_cast<int>(st.op)));
           // The engine's element loops know float32, bfloat16, float16 and the element-wise operators; anything
           // else is refused here rather than run as a type or operator the kernel does know.
-          if (dt != DType::Float32 && dt != DType::BFloat16 && dt != DType::Float16)
+          // int32 (routing data: counts, ids) moves as bytes; it is never reduced (the CPU executor refuses that).
+          const bool moves = dt == DType::Int32 && !reduce;
+          if (dt != DType::Float32 && dt != DType::BFloat16 && dt != DType::Float16 && !moves)
             failStep(ErrorCode::Unsupported, l, i,
-                     std::string("the GPU engine does not move or reduce ") + toString(dt) +
-                         " elements yet (float32, bfloat16, float16); run it on the CPU executor");
+                     std::string("the GPU engine does not ") + (reduce ? "reduce " : "move ") + toString(dt) +
+                         " elements yet (float32, bfloat16, float16" + (reduce ? "" : ", int32") +
+                         "); run it on the CPU executor");
           // A row operator (lse-merge): float32 rows of aux values and their log-sum-exp, split among the CTAs by
           // whole rows (kRowPieces below); the row width travels in extentUnit (such a step has no runtime extent).
           const bool rows = reduce && redOpInfo(st.op).shape == RedOpShape::LseRows;
@@ -443,6 +448,22 @@ class Lowerer {
           ls.dtype = static_cast<uint8_t>(DType::Int32);
           ls.flagId = st.aux;  // topk
           if (n > 1) addTiledAccesses(l, i, st, sp.dst, sp.a, 0, ls, pending);
+          break;
+        }
+        case StepKind::Combine: {
+          // Whole tokens per CTA (route_ops.cuh's combineRows, the compute kernel only).
+          const RouteStepSpans sp = checkCombineStep(s_, rank_, l, i);
+          const CombineShape c = combineShape(st);
+          ls.dst = encode(l, i, st.dst, sp.dst, "dst");
+          ls.a = encode(l, i, st.a, sp.a, "the weights and rows (a)");
+          ls.b = encode(l, i, st.b, sp.b, "the ids (b)");
+          ls.dtype = static_cast<uint8_t>(DType::Float32);
+          ls.flagId = c.topk;
+          ls.flagRank = static_cast<uint32_t>(c.tokens);
+          ls.activeCtas = static_cast<uint16_t>(
+              std::min<uint64_t>(activeFor(st.count * sizeof(float), n), std::max<uint64_t>(1, c.tokens)));
+          needsComputeKernel_ = true;
+          if (n > 1) addTiledAccesses(l, i, st, sp.dst, sp.a, sp.b, ls, pending);
           break;
         }
         case StepKind::Gather: {
@@ -768,6 +789,7 @@ class Lowerer {
   std::vector<device::LoweredAttention> attentions_;  ///< compute lanes: the aux table of this rank's Attention steps
   /// compute lanes: the aux table of this rank's GroupedGemm steps
   std::vector<device::LoweredGroupedGemm> groupedGemms_;
+  bool needsComputeKernel_ = false;      ///< a step runs on the compute-capable kernel only (ProgramHeader::flags)
   std::vector<uint64_t> extentSources_;  ///< sourced extents' int32 elements (ProgramHeader::extentSourcesOffset)
   PacketPlan packets_;                   ///< where every LL packet Put of the schedule lands
   std::vector<device::LoweredPacketRecv> recvs_;  ///< the packet runs this rank's Waits unpack

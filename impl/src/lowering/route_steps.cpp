@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "mk/device/compute_lane_device.hpp"
 #include "mk/error.hpp"
 #include "mk/schedule/route.hpp"
 
@@ -55,6 +56,34 @@ RouteStepSpans checkRouteStep(const Schedule& s, uint32_t rank, uint32_t lane, u
   if (overlap(st.dst, n.dst, st.a, n.a))
     failAt(s, rank, lane, step, ErrorCode::InvalidSchedule, "the layout overlaps the ids");
   return RouteStepSpans{n.dst, n.a, 0};
+}
+
+RouteStepSpans checkCombineStep(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step) {
+  const Step& st = s.lanes[rank][lane].steps[step];
+  const CombineShape c = combineShape(st);
+  if (c.topk == 0 || c.experts == 0 || c.row == 0 || st.count == 0 || st.count % c.row != 0)
+    failAt(s, rank, lane, step, ErrorCode::InvalidSchedule,
+           "topk " + str(c.topk) + ", experts " + str(c.experts) + " and row " + str(c.row) +
+               " must be >= 1 and count " + str(st.count) + " a positive multiple of row");
+  if (c.buckets != RouteBuckets::Experts)
+    failAt(s, rank, lane, step, ErrorCode::Unsupported,
+           "a combine of per-node sums (a combine across nodes) is not run by the GPU engine yet; run the schedule "
+           "on the CPU executor");
+  requireOwn(s, rank, lane, step, {{&st.dst, "dst"}, {&st.a, "the weights and rows (a)"}, {&st.b, "the ids (b)"}});
+  const IndexedElements n = indexedElements(st);
+  if (s.buffers[st.dst.buffer].dtype != DType::Float32 || s.buffers[st.a.buffer].dtype != DType::Float32 ||
+      s.buffers[st.b.buffer].dtype != DType::Int32)
+    failAt(s, rank, lane, step, ErrorCode::InvalidSchedule,
+           "a combine reads float32 weights and rows and int32 ids and writes float32 rows");
+  if (overlap(st.dst, n.dst, st.a, n.a) || overlap(st.dst, n.dst, st.b, n.b))
+    failAt(s, rank, lane, step, ErrorCode::InvalidSchedule, "dst overlaps the rows, the weights or the ids");
+  // The kernel keeps a count per expert and at least one token's positions in the compute kernel's shared memory.
+  if (c.tokens > std::numeric_limits<uint32_t>::max() || (uint64_t{c.experts} + c.topk) * 4 > device::kComputeSmemBytes)
+    failAt(s, rank, lane, step, ErrorCode::Unsupported,
+           "experts " + str(c.experts) + " + topk " + str(c.topk) + " (4 bytes each) exceed the compute kernel's " +
+               str(device::kComputeSmemBytes) + " bytes of shared memory, or tokens " + str(c.tokens) +
+               " is 2^32 or more");
+  return RouteStepSpans{n.dst, n.a, n.b};
 }
 
 RouteStepSpans checkGatherStep(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step) {

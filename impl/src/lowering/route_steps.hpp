@@ -19,6 +19,12 @@ struct RouteStepSpans {
 /// (InvalidSchedule or Unsupported) naming the step (describeStep) and the field.
 RouteStepSpans checkRouteStep(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step);
 
+/// Check Combine step `step` of (rank, lane): float32 dst and weights / rows (a), int32 ids (b), topk, experts and row
+/// >= 1 with a count of whole rows, lists per expert (the per-node sums of a combine across nodes stay on the CPU
+/// executor), the experts' counts and one token's positions within the compute kernel's shared memory, every operand
+/// on the rank itself, dst overlapping neither source. Throws Error naming the step and the field.
+RouteStepSpans checkCombineStep(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step);
+
 /// Check Gather step `step` of (rank, lane): rows of `aux` elements of one dtype through int32 indices (b), count a
 /// whole number of rows, sourceRows (value) >= 1, every operand on the rank itself, dst not overlapping its sources.
 RouteStepSpans checkGatherStep(const Schedule& s, uint32_t rank, uint32_t lane, uint32_t step);

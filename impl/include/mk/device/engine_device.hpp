@@ -356,6 +356,9 @@ enum ProgramFlagBits : uint32_t {
   /// complete for this rank's stream as soon as this rank's own steps are done (one-shot, for example, where
   /// peers write only into scratch). Other ops complete for the stream once every rank is done (rule 4).
   kProgLocalCompletion = 1u << 0,
+  /// A step runs only on the compute-capable kernel (a Combine: its positions live in that kernel's dynamic shared
+  /// memory): the communicator needs CommConfig::computeLanes, as for Gemm steps.
+  kProgComputeKernel = 1u << 1,
 };
 
 /// Program header; followed by LoweredLane[nLanes], LoweredStep[nSteps], CtaAssignment[nWorkers] at the

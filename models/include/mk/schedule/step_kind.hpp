@@ -109,7 +109,7 @@ inline constexpr StepKindInfo kStepKinds[] = {
   {StepKind::Route,    "route",    nullptr,     kFieldDst | kFieldA | kFieldCount | kFieldAux | kFieldValue | kFieldExtent, StepExtent::Indexed, "topk", false, true, false, false, false, false, true},
   {StepKind::Gather,   "gather",   nullptr,     kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldAux | kFieldValue | kFieldExtent, StepExtent::Indexed, "row", true, false, false, false, false, false, true},
   {StepKind::Attention, "attention", nullptr,  kFieldDst | kFieldA | kFieldB | kFieldAux,            StepExtent::Attention, "attention", false, true, false, false, false, false, true},
-  {StepKind::Combine,  "combine",  nullptr,     kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldAux | kFieldValue | kFieldExtent, StepExtent::Indexed, "topk", false, true, false, false, false, false, false},
+  {StepKind::Combine,  "combine",  nullptr,     kFieldDst | kFieldA | kFieldB | kFieldCount | kFieldAux | kFieldValue | kFieldExtent, StepExtent::Indexed, "topk", false, true, false, false, false, false, true},
   {StepKind::AttentionGrad, "attention-grad", nullptr, kFieldDst | kFieldA | kFieldB | kFieldAux,  StepExtent::Attention, "attention", false, true, false, false, false, false, false},
 };
 // clang-format on
