@@ -11,6 +11,8 @@
 //                             a ProxyPut (device push, proxy, transport, remote inbox, flag). Fits network.bwGBs and,
 //                             less proxyUs, network.alphaUs.
 //   calib-put-network-oneway  the same ProxyPut as a ping-pong (one direction at a time); recorded, not fitted.
+//   put-network-streams       with --streams S: the both-ways pattern with the bytes split into S ProxyPuts from S
+//                             lanes in flight at once (a fused op's tile messages); recorded, not fitted.
 //   calib-proxy               what a signal-only ProxyPut (ping-pong) takes beyond the wire: its one-way time less
 //                             the one-way latency of 8 bytes over a plain TCP connection between the same two
 //                             processes (the wire alone), both measured in this run; fits proxyUs.
@@ -61,7 +63,8 @@ struct NetArgs {
   bool shareGpus = false;
   std::string transport = "auto";
   uint32_t wireRounds = 2000;
-  std::string chunk;  ///< CommConfig::proxyChunkBytes ("" : the default)
+  std::string chunk;              ///< CommConfig::proxyChunkBytes ("" : the default)
+  std::vector<uint32_t> streams;  ///< also both ways with the bytes split into this many puts in flight
 };
 
 constexpr uint16_t kIn = 0, kOut = 1;
@@ -69,18 +72,21 @@ constexpr uint16_t kIn = 0, kOut = 1;
 /// Two ranks on two nodes, `reps` repetitions of ProxyPuts of n float32 (n = 0: signals only) on lane 0:
 /// ping-pong (rank 0 puts and waits for rank 1's put back: two messages on the critical path per repetition), or
 /// both ways (each rank puts to the other, then waits for the other's: one message in each direction at once).
-Schedule proxyPattern(uint64_t n, uint32_t reps, bool bothWays) {
+/// `streams` > 1 (both ways only): the n elements split into that many puts from as many lanes, in flight at once,
+/// every lane waiting for all of the other rank's before its next repetition.
+Schedule proxyPattern(uint64_t n, uint32_t reps, bool bothWays, uint32_t streams = 1) {
   Schedule s;
   s.nRanks = 2;
   s.nodeOf = {0, 1};
   const uint64_t elems = std::max<uint64_t>(n, 1);
   s.buffers.push_back({"in", mk::DType::Float32, mk::BufferKind::Input, {elems, elems}});
   s.buffers.push_back({"out", mk::DType::Float32, mk::BufferKind::Output, {elems, elems}});
-  s.lanes.assign(2, std::vector<mk::Lane>(1));
+  s.lanes.assign(2, std::vector<mk::Lane>(streams));
   s.info.op = "custom";
-  s.info.algo = n == 0     ? "calib proxy signal ping-pong"
-                : bothWays ? "calib proxyput both ways"
-                           : "calib proxyput ping-pong";
+  s.info.algo = n == 0        ? "calib proxy signal ping-pong"
+                : streams > 1 ? "calib proxyput both ways, " + std::to_string(streams) + " streams"
+                : bothWays    ? "calib proxyput both ways"
+                              : "calib proxyput ping-pong";
   s.info.dtype = mk::DType::Float32;
   s.info.count = elems;
   s.nFlags = 1;
@@ -103,6 +109,20 @@ Schedule proxyPattern(uint64_t n, uint32_t reps, bool bothWays) {
     w.value = threshold;
     return w;
   };
+  if (streams > 1) {
+    for (uint32_t i = 1; i <= reps; ++i)
+      for (uint32_t r = 0; r < 2; ++r)
+        for (uint32_t l = 0; l < streams; ++l) {
+          Step p = put(r, 1 - r);
+          const uint64_t first = n * l / streams;
+          p.count = n * (l + 1) / streams - first;
+          p.a.offset = first;
+          p.dst.offset = first;
+          s.lanes[r][l].steps.push_back(p);
+          s.lanes[r][l].steps.push_back(wait(r, uint64_t{i} * streams));
+        }
+    return s;
+  }
   for (uint32_t i = 1; i <= reps; ++i) {
     s.lanes[0][0].steps.push_back(put(0, 1));
     s.lanes[0][0].steps.push_back(wait(0, i));
@@ -259,14 +279,14 @@ int run(const NetArgs& a, const std::string& command) {
   // One point: the ping-pong of n elements at R_lo and R_hi repetitions; returns the per-message time (<= 0: the
   // difference drowned in noise).
   auto point = [&](uint64_t n, bool bothWays, double guessUs, double* tLo, double* tHi, uint32_t* lo, uint32_t* hi,
-                   uint64_t* iters) {
+                   uint64_t* iters, uint32_t streams = 1) {
     const double messages = bothWays ? 1 : 2;  // on the critical path per repetition
     *lo = guessUs < 200 ? 2 : 1;
     *hi = guessUs < 200 ? 18 : 3;
     const double opGuess = guessUs * messages * *hi + 30;
     *iters = std::max<uint64_t>(2, std::min<uint64_t>(a.iters, static_cast<uint64_t>(200000.0 / opGuess)));
-    *tLo = perOpUs(proxyPattern(n, *lo, bothWays), *iters);
-    *tHi = perOpUs(proxyPattern(n, *hi, bothWays), *iters);
+    *tLo = perOpUs(proxyPattern(n, *lo, bothWays, streams), *iters);
+    *tHi = perOpUs(proxyPattern(n, *hi, bothWays, streams), *iters);
     return (*tHi - *tLo) / (static_cast<double>(*hi - *lo) * messages);
   };
 
@@ -319,6 +339,29 @@ int run(const NetArgs& a, const std::string& command) {
       else
         ++notRecorded;
     }
+    // Several puts in flight each way (recorded, not fitted): what a fused op's tile messages see.
+    for (const uint32_t streams : a.streams) {
+      if (streams < 2 || n < streams) continue;
+      double tLo = 0, tHi = 0;
+      uint32_t lo = 0, hi = 0;
+      uint64_t it = 0;
+      const double msg = point(n, true, guess, &tLo, &tHi, &lo, &hi, &it, streams);
+      const std::string label = "put-network x" + std::to_string(streams);
+      say(leader, "  %-24s %12llu %6u %6u %12.3f %12.3f %12.3f %10.2f\n", label.c_str(),
+          static_cast<unsigned long long>(recBytes), lo, hi, tLo, tHi, msg,
+          msg > 0 ? static_cast<double>(recBytes) / (msg * 1e3) : 0.0);
+      if (msg > 0)
+        record("put-network-streams", "mkernel", "both-ways", recBytes, msg, it,
+               {{"streams", std::to_string(streams)},
+                {"reps_lo", std::to_string(lo)},
+                {"reps_hi", std::to_string(hi)},
+                {"op_us_lo", std::to_string(tLo)},
+                {"op_us_hi", std::to_string(tHi)},
+                {"how", quoted("calib-put-network's both-ways pattern with the bytes split into `streams` ProxyPuts "
+                               "from as many lanes, in flight at once; recorded, not fitted")}});
+      else
+        ++notRecorded;
+    }
     const uint32_t tcpRounds = static_cast<uint32_t>(std::clamp<double>(2e5 / guess, 5, 500));
     const double tcp = tcpPingPongUs(probe, me, recBytes, tcpRounds, wireBuf);
     say(leader, "  %-24s %12llu %6s %6s %12s %12s %12.3f %10.2f\n", "tcp ping-pong",
@@ -359,6 +402,11 @@ int calibrateNetworkMain(int argc, char** argv, const std::string& command) {
       ->capture_default_str();
   app.add_flag("--share-gpus", a.shareGpus, "let the two ranks use one GPU (one process per rank needs CUDA MPS)");
   app.add_option("--proxy-chunk", a.chunk, "CommConfig::proxyChunkBytes: a ProxyPut travels in chunks of this size");
+  app.add_option("--streams", a.streams,
+                 "also measure both ways with the bytes split into this many ProxyPuts in flight at once, from as "
+                 "many lanes (each >= 2; records op put-network-streams, not fitted)")
+      ->delimiter(',')
+      ->check(CLI::Range(2u, 16u));
   app.add_option("--wire-rounds", a.wireRounds, "ping-pongs of the plain TCP probe's 8-byte latency")
       ->capture_default_str();
   if (int rc = mk::cli::parse(app, argc, argv, "mk-bench calibrate-network"); rc != mk::cli::kContinue) return rc;
