@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "compute_lane_test_util.hpp"
 #include "engine_test_util.hpp"
-#include "gpu_watchdog.hpp"
 #include "mk/communicator.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/numeric.hpp"
@@ -33,9 +33,9 @@ using mk::DType;
 using mk::Schedule;
 using mk::Step;
 using mk::StepKind;
+using mkt::computeConfig;
+using mkt::roundUp8;
 using mkt::Watchdog;
-
-uint32_t roundUp8(uint32_t v) { return (v + 7) / 8 * 8; }
 
 BufRef ref(uint32_t rank, uint16_t buffer, uint64_t offset) { return mk::bufRef(rank, buffer, offset); }
 
@@ -226,14 +226,6 @@ uint64_t checkC(const Problem& p, const std::vector<float>& ab, const std::vecto
       }
     }
   return bad;
-}
-
-mk::CommConfig computeConfig() {
-  mk::CommConfig c;
-  c.computeLanes = true;
-  c.pollBudgetMs = 5000;
-  c.hostBudgetMs = 20000;
-  return c;
 }
 
 std::string describe(const Problem& p) {

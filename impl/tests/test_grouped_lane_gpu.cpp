@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "compute_lane_test_util.hpp"
 #include "engine_test_util.hpp"
-#include "gpu_watchdog.hpp"
 #include "mk/communicator.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/numeric.hpp"
@@ -27,9 +27,9 @@ using mk::DType;
 using mk::Schedule;
 using mk::Step;
 using mk::StepKind;
+using mkt::computeConfig;
+using mkt::roundUp8;
 using mkt::Watchdog;
-
-uint32_t roundUp8(uint32_t v) { return (v + 7) / 8 * 8; }
 
 /// G groups of one shape: A (G blocks of m x k rows, lda), B (G blocks, row-major k x n or column-major n x k), C (G
 /// blocks of m rows, n or n / 2 with SwiGLU, ldc with 8 padding columns), the rows of group g in counts[g].
@@ -189,14 +189,6 @@ uint64_t checkGrouped(const Grouped& p, const std::vector<float>& ab, const std:
       }
   }
   return bad;
-}
-
-mk::CommConfig computeConfig() {
-  mk::CommConfig c;
-  c.computeLanes = true;
-  c.pollBudgetMs = 5000;
-  c.hostBudgetMs = 20000;
-  return c;
 }
 
 /// Run `p` through comms[0] once per entry of `countSets` on the same buffers (one cached program, the counts

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "compute_lane_test_util.hpp"
 #include "engine_test_util.hpp"
-#include "gpu_watchdog.hpp"
 #include "mk/algorithms/moe.hpp"
 #include "mk/communicator.hpp"
 #include "mk/error.hpp"

@@ -405,9 +405,7 @@ MK_DEVICE_INLINE void gemmRunTiles(const GemmParams& p, uint8_t* smem, uint32_t 
     }
     if constexpr (!kResident) return;
     // Resident: take the registers back only once the consumers have given theirs back (see below).
-    __syncwarp();
-    namedBarrier<kGiveBackBarrier, Cfg::kThreads>();
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kLaunchRegs));
+    residentProducerTakesBack<Cfg::kThreads, Cfg::kLaunchRegs>();
   } else {
     // ---- consumers ------------------------------------------------------------------------------------
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs));
@@ -421,31 +419,19 @@ MK_DEVICE_INLINE void gemmRunTiles(const GemmParams& p, uint8_t* smem, uint32_t 
           p, smemA, smemB, staging, fullBar, emptyBar, splitFlag, firstTile, tileStride, endTile, hook, skCta);
     if constexpr (!kResident) return;
     // The PTX ISA asks every warp of a warpgroup to synchronise explicitly between two setmaxnreg: the
-    // direct epilogue has no warpgroup barrier of its own after the inc above.
-    namedBarrier<1, 128 * Cfg::kConsumerWarpgroups>();
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kLaunchRegs));
+    // direct epilogue has no warpgroup barrier of its own after the inc above (named barrier 1 below).
     // Register hand-back, in this order (the CTA's register pool is first come, first served): the
-    // consumers give their extra registers back (dec above), then arrive on kGiveBackBarrier, on which the
+    // consumers give their extra registers back, then arrive on kGiveBackBarrier, on which the
     // producer waits before its inc. An inc issued earlier (the producer's idle warps used to reach it a few
     // instructions after their dec) could take back registers the consumers had not claimed yet: their inc
     // would then block for ever (a hang no wait bound sees), or the producer's empty-stage wait would trap.
     // The barrier is also the explicit warpgroup synchronisation the PTX ISA asks for between the
     // producer's dec and inc. Both branches end at kLaunchRegs (ptxas needs the same count where they join).
-    asm volatile("bar.arrive %0, %1;\n" ::"n"(kGiveBackBarrier), "n"(Cfg::kThreads) : "memory");
+    residentConsumersGiveBack<Cfg::kThreads, 128 * Cfg::kConsumerWarpgroups, Cfg::kLaunchRegs>();
   }
-  if constexpr (kResident) {
-    // Every warp is back at kLaunchRegs and every TMA transaction has completed (each full barrier's last
-    // phase was waited for): the barriers may be invalidated, and are before any thread leaves (the next
-    // step may re-initialise the same shared memory).
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (uint32_t s = 0; s < Cfg::kStages; ++s) {
-        asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(fullBar + 8 * s) : "memory");
-        asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(emptyBar + 8 * s) : "memory");
-      }
-    }
-    __syncthreads();
-  }
+  // Every warp is back at kLaunchRegs and every TMA transaction has completed (each full barrier's last phase was
+  // waited for): the barriers may be invalidated, and are before any thread leaves.
+  if constexpr (kResident) residentInvalidateStages<Cfg::kStages>(fullBar, emptyBar);
 }
 
 #endif  // MK_HAVE_DEVICE_CODE

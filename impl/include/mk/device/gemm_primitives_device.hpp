@@ -133,6 +133,37 @@ MK_DEVICE_INLINE void namedBarrier() {
 /// Named barrier of the resident variant's register hand-back (gemmRunTiles<..., kResident = true>): the
 /// consumers arrive once they gave their registers back, the producer waits for them before taking its own.
 constexpr uint32_t kGiveBackBarrier = 4;
+/// The resident variants' register hand-back (gemm_device.hpp says why in this order), for a CTA of kThreads threads
+/// whose consumer warpgroups took registers with setmaxnreg. Consumers: meet (named barrier 1: the explicit warpgroup
+/// synchronisation PTX asks for between two setmaxnreg), give back down to kLaunchRegs, then arrive on
+/// kGiveBackBarrier. Producer: wait there, then take back up to kLaunchRegs.
+template <uint32_t kThreads, uint32_t kConsumerThreads, uint32_t kLaunchRegs>
+MK_DEVICE_INLINE void residentConsumersGiveBack() {
+  namedBarrier<1, kConsumerThreads>();
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kLaunchRegs));
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(kGiveBackBarrier), "n"(kThreads) : "memory");
+}
+template <uint32_t kThreads, uint32_t kLaunchRegs>
+MK_DEVICE_INLINE void residentProducerTakesBack() {
+  __syncwarp();
+  namedBarrier<kGiveBackBarrier, kThreads>();
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kLaunchRegs));
+}
+/// The end of a resident tile routine: once every warp is back at its launch registers and every TMA transaction
+/// has completed, invalidate the kStages full and empty mbarriers before any thread leaves (the next step may
+/// initialise the same shared memory). All threads of the CTA call it.
+template <uint32_t kStages>
+MK_DEVICE_INLINE void residentInvalidateStages(uint32_t fullBar, uint32_t emptyBar) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (uint32_t s = 0; s < kStages; ++s) {
+      asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(fullBar + 8 * s) : "memory");
+      asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(emptyBar + 8 * s) : "memory");
+    }
+  }
+  __syncthreads();
+}
+
 /// The barrier of one consumer warpgroup (ids 2 and 3, 128 threads each).
 MK_DEVICE_INLINE void consumerBarrier(uint32_t consumer) {
   if (consumer == 0)

@@ -475,9 +475,7 @@ MK_DEVICE_INLINE void groupedGemmRunTiles(const GroupedGemmParams& p, uint8_t* s
     }
     if constexpr (!kResident) return;
     // Resident: take the registers back only once the consumers have given theirs back (gemm_device.hpp says why).
-    __syncwarp();
-    namedBarrier<kGiveBackBarrier, Cfg::kThreads>();
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kLaunchRegs));
+    residentProducerTakesBack<Cfg::kThreads, Cfg::kLaunchRegs>();
   } else {
     // ---- consumers --------------------------------------------------------------------------------------------
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs));
@@ -492,22 +490,9 @@ MK_DEVICE_INLINE void groupedGemmRunTiles(const GroupedGemmParams& p, uint8_t* s
       consumeTiles<kTmaStoreC, 0, kResident>(p, table, smemA, smemB, staging, fullBar, emptyBar, firstTile, tileStride,
                                              tiles, consumer, warp, lane);
     if constexpr (!kResident) return;
-    namedBarrier<1, 128 * Cfg::kConsumerWarpgroups>();
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kLaunchRegs));
-    asm volatile("bar.arrive %0, %1;\n" ::"n"(kGiveBackBarrier), "n"(Cfg::kThreads) : "memory");
+    residentConsumersGiveBack<Cfg::kThreads, 128 * Cfg::kConsumerWarpgroups, Cfg::kLaunchRegs>();
   }
-  if constexpr (kResident) {
-    // Every warp is back at kLaunchRegs and every TMA transaction has completed: invalidate the barriers before
-    // any thread leaves (the next step may re-initialise the same shared memory).
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (uint32_t s = 0; s < Cfg::kStages; ++s) {
-        asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(fullBar + 8 * s) : "memory");
-        asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(emptyBar + 8 * s) : "memory");
-      }
-    }
-    __syncthreads();
-  }
+  if constexpr (kResident) residentInvalidateStages<Cfg::kStages>(fullBar, emptyBar);
 }
 
 #endif  // MK_HAVE_DEVICE_CODE

@@ -1,13 +1,17 @@
-// Helpers shared by the compute-lane GPU tests: a watchdog that ends a test binary whose GPU hangs.
+// Helpers shared by the compute-lane GPU tests: a watchdog that ends a test binary whose GPU hangs, and the
+// communicator configuration they run with.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
 #include <thread>
+
+#include "mk/communicator.hpp"
 
 namespace mkt {
 
@@ -71,5 +75,17 @@ class Watchdog {
   bool done_ = false;
   std::thread thread_;
 };
+
+/// A communicator with compute lanes and test budgets: a stuck wait fails in seconds.
+inline mk::CommConfig computeConfig() {
+  mk::CommConfig c;
+  c.computeLanes = true;
+  c.pollBudgetMs = 5000;
+  c.hostBudgetMs = 20000;
+  return c;
+}
+
+/// `v` rounded up to a multiple of 8 (leading dimensions the tile engines' TMA accepts).
+inline uint32_t roundUp8(uint32_t v) { return (v + 7) / 8 * 8; }
 
 }  // namespace mkt
