@@ -61,8 +61,9 @@ std::vector<std::vector<int32_t>> routing(const MoeCase& c, uint64_t seed, uint3
   for (uint32_t r = 0; r < c.ranks; ++r)
     for (uint32_t t = 0; t < c.spec.tokens; ++t) {
       std::vector<int32_t> pool;
-      for (uint32_t j = 0; j < G; ++j)
-        if (j < G - avoid) pool.push_back(static_cast<int32_t>(j));
+      // Never fewer than topk experts to pick from (distinct per token).
+      const uint32_t named = std::max(G - std::min(avoid, G), c.spec.topk);
+      for (uint32_t j = 0; j < named; ++j) pool.push_back(static_cast<int32_t>(j));
       std::shuffle(pool.begin(), pool.end(), rng);
       if (hot > 0) std::stable_partition(pool.begin(), pool.end(), [&](int32_t j) { return j < int32_t(hot); });
       for (uint32_t k = 0; k < c.spec.topk; ++k) ids[r].push_back(pool[k]);
@@ -277,9 +278,10 @@ TEST_CASE("moe gpu: an expert id out of range and a routing over the capacity fa
     c.spec.capacity = 40;
     c.ids = routing(c, 77, 0, 0);
     if (overflow)
-      for (uint32_t t = 0; t < 64; ++t) c.ids[1][t * 2] = 3;  // 64 tokens for expert 3, capacity 40
+      for (uint32_t t = 0; t < 64; ++t) c.ids[1][t * 2] = 3;  // 64 tokens or more for expert 3, capacity 40
     else
       c.ids[1][17] = 4;  // G = 4
+    const auto named3 = std::count(c.ids[1].begin(), c.ids[1].end(), 3);
     std::string msg;
     try {
       runMoe(comms, c, 78);
@@ -290,7 +292,8 @@ TEST_CASE("moe gpu: an expert id out of range and a routing over the capacity fa
     CHECK(msg.find("invalid-argument") == 0);
     CHECK(msg.find("(route)") != std::string::npos);
     if (overflow)
-      CHECK(msg.find("routes 64 tokens to expert 3, above the capacity 40") != std::string::npos);
+      CHECK(msg.find("routes " + std::to_string(named3) + " tokens to expert 3, above the capacity 40") !=
+            std::string::npos);
     else
       CHECK(msg.find("id 17 names expert 4, outside [0, 4)") != std::string::npos);
   }
