@@ -2,7 +2,8 @@
 # schedule choice, and the compute lanes' op-independent parameters: pure host code without CUDA, so it is part of
 # mk::host, built everywhere and unit-tested in every build (CI's sanitized one included). The CUDA engine
 # (mk::impl, which links mk::host) calls the same code.
-target_sources(mk_host PRIVATE src/lowering/lowering.cpp src/lowering/extents.cpp src/lowering/packets.cpp
+target_sources(mk_host PRIVATE src/lowering/lowering.cpp src/lowering/lowering_steps.cpp src/lowering/lowering_compute.cpp
+                               src/lowering/extents.cpp src/lowering/packets.cpp
                                src/gemm/gemm_choice.cpp src/gemm/gemm_lane_params.cpp
                                src/attention/attention_params.cpp src/lowering/attention_step.cpp
                                src/lowering/grouped_gemm_step.cpp src/lowering/route_steps.cpp)
