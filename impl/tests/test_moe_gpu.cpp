@@ -13,6 +13,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "compute_lane_test_util.hpp"
@@ -141,9 +142,7 @@ uint64_t runMoe(std::vector<mk::Communicator>& comms, const MoeCase& c, uint64_t
   return bad;
 }
 
-/// Run moe-ffn (spec.outCols = 2F) on `comms` with router weights in [0, 1); returns the mismatches of y against a
-/// double reference (h kept in double: the bound covers h's bf16 rounding, the fp32 sums and the SwiGLU).
-uint64_t runFfn(std::vector<mk::Communicator>& comms, const MoeCase& c, uint32_t ffn, uint64_t seed) {
+mk::MoeFfnSpec ffnSpec(const MoeCase& c, uint32_t ffn) {
   mk::MoeFfnSpec fs;
   fs.experts = c.spec.experts;
   fs.topk = c.spec.topk;
@@ -151,7 +150,15 @@ uint64_t runFfn(std::vector<mk::Communicator>& comms, const MoeCase& c, uint32_t
   fs.hidden = c.spec.hidden;
   fs.ffn = ffn;
   fs.computeCtas = c.spec.computeCtas;
-  const mk::Schedule s = mk::generateMoeFfn(fs, std::vector<uint32_t>(c.ranks, 0));
+  return fs;
+}
+
+/// Run moe-ffn (spec.outCols = 2F) on `comms` with router weights in [0, 1), through Communicator::moeFfn (`call`) or
+/// execute() of the generated schedule; returns the mismatches of y against a double reference (h kept in double: the
+/// bound covers h's bf16 rounding, the fp32 sums and the SwiGLU).
+uint64_t runFfn(std::vector<mk::Communicator>& comms, const MoeCase& c, uint32_t ffn, uint64_t seed, bool call) {
+  const mk::MoeFfnSpec fs = ffnSpec(c, ffn);
+  const mk::Schedule s = call ? mk::Schedule{} : mk::generateMoeFfn(fs, std::vector<uint32_t>(c.ranks, 0));
   const uint32_t E = fs.experts, T = fs.tokens, H = fs.hidden, F = ffn, K = fs.topk;
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> uni(-1.f, 1.f), unit(0.f, 1.f);
@@ -185,7 +192,12 @@ uint64_t runFfn(std::vector<mk::Communicator>& comms, const MoeCase& c, uint32_t
   Watchdog::progress("moe-ffn " + std::to_string(c.ranks) + " ranks T " + std::to_string(T));
   for (uint32_t r = 0; r < c.ranks; ++r) {
     auto* b = &bufs[6 * r];
-    comms[r].execute(s, {b[0]->get(), b[1]->get(), b[2]->get(), b[3]->get(), b[4]->get()}, {b[5]->get()}, streams.s[r]);
+    if (call)
+      comms[r].moeFfn(fs, reinterpret_cast<const int32_t*>(b[0]->get()), reinterpret_cast<const float*>(b[3]->get()),
+                      b[1]->get(), b[2]->get(), b[4]->get(), reinterpret_cast<float*>(b[5]->get()), streams.s[r]);
+    else
+      comms[r].execute(s, {b[0]->get(), b[1]->get(), b[2]->get(), b[3]->get(), b[4]->get()}, {b[5]->get()},
+                       streams.s[r]);
   }
   for (auto& comm : comms) comm.synchronize();
   streams.sync(comms);
@@ -299,9 +311,9 @@ TEST_CASE("moe gpu: an expert id out of range and a routing over the capacity fa
   }
 }
 
-TEST_CASE("moe gpu: moe-ffn (dispatch, SwiGLU, second GEMM, combine) on 1 and 2 ranks of one GPU") {
-  Watchdog dog("moe gpu: moe-ffn", 180);
-  for (const uint32_t R : {1u, 2u}) {
+TEST_CASE("moe gpu: moe-ffn (dispatch, SwiGLU, second GEMM, combine) on 1, 2 and 4 ranks of one GPU") {
+  Watchdog dog("moe gpu: moe-ffn", 240);
+  for (const uint32_t R : {1u, 2u, 4u}) {
     CAPTURE(R);
     auto comms = mk::Communicator::createLocal(std::vector<int>(R, 0), moeConfig(R));
     MoeCase c;
@@ -311,11 +323,68 @@ TEST_CASE("moe gpu: moe-ffn (dispatch, SwiGLU, second GEMM, combine) on 1 and 2 
     c.spec.tokens = 130;
     c.spec.hidden = 136;
     c.spec.computeCtas = 8;
-    for (const auto& [hot, avoid] : {std::pair<uint32_t, uint32_t>{0, 0}, {1, 1}}) {
-      c.ids = routing(c, 4100 + R + hot, hot, avoid);
+    // The generated schedule through execute(), then Communicator::moeFfn (its own cached schedule) twice: uniform,
+    // skewed with an expert never named, uniform again on the cached program.
+    uint32_t run = 0;
+    for (const auto& [hot, avoid, call] :
+         {std::tuple<uint32_t, uint32_t, bool>{0, 0, false}, {1, 1, true}, {0, 0, true}}) {
+      if (R == 4 && !call) continue;
+      c.ids = routing(c, 4100 + R + run, hot, avoid);
       CAPTURE(hot);
-      CHECK(runFfn(comms, c, 72, 4200 + R + hot) == 0);
+      CAPTURE(call);
+      CHECK(runFfn(comms, c, 72, 4200 + R + run, call) == 0);
+      ++run;
     }
+  }
+}
+
+TEST_CASE("moe gpu: moeFfn refuses a bad spec, a communicator without compute lanes and bad pointers") {
+  Watchdog dog("moe gpu: moeFfn refusals", 120);
+  MoeCase c;
+  c.spec.experts = 2;
+  c.spec.topk = 2;
+  c.spec.tokens = 16;
+  c.spec.hidden = 64;
+  const mk::MoeFfnSpec fs = ffnSpec(c, 32);
+  mkt::DeviceBuffer buf(0, 1 << 20);
+  auto* base = static_cast<char*>(buf.get());
+  const auto* ids = reinterpret_cast<const int32_t*>(base);
+  const auto* weights = reinterpret_cast<const float*>(base + 4096);
+  const void* x = base + 8192;
+  float* y = reinterpret_cast<float*>(base + 65536);
+  auto refusal = [&](mk::Communicator& comm, const mk::MoeFfnSpec& spec, const void* xp, const void* w1) {
+    try {
+      comm.moeFfn(spec, ids, weights, xp, w1, base + 32768, y, nullptr);
+    } catch (const mk::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  {
+    auto comms = mk::Communicator::createLocal({0, 0}, moeConfig(2));
+    mk::MoeFfnSpec bad = fs;
+    bad.topk = 5;  // 4 experts in all
+    std::string msg = refusal(comms[0], bad, x, base + 16384);
+    CAPTURE(msg);
+    CHECK(msg.find("invalid-argument") == 0);
+    CHECK(msg.find("topk") != std::string::npos);
+    msg = refusal(comms[0], fs, nullptr, base + 16384);
+    CHECK(msg.find("moeFfn: x is null") != std::string::npos);
+    msg = refusal(comms[0], fs, x, base + 16386);
+    CHECK(msg.find("moeFfn: w1") != std::string::npos);
+    CHECK(msg.find("not aligned") != std::string::npos);
+    std::vector<int32_t> host(16);
+    msg = refusal(comms[0], fs, host.data(), base + 16384);
+    CHECK(msg.find("must be device memory of GPU 0") != std::string::npos);
+  }
+  {
+    mk::CommConfig cfg = moeConfig(2);
+    cfg.computeLanes = false;
+    auto comms = mk::Communicator::createLocal({0, 0}, cfg);
+    const std::string msg = refusal(comms[0], fs, x, base + 16384);
+    CAPTURE(msg);
+    CHECK(msg.find("unsupported") == 0);
+    CHECK(msg.find("CommConfig::computeLanes = true") != std::string::npos);
   }
 }
 

@@ -32,6 +32,7 @@
 #include "mk/algorithms/algorithms.hpp"
 #include "mk/algorithms/attention.hpp"
 #include "mk/algorithms/fused.hpp"
+#include "mk/algorithms/moe.hpp"
 #include "mk/schedule/schedule.hpp"
 #include "mk/topology/topology.hpp"
 
@@ -319,6 +320,28 @@ class Communicator {
   /// What ringAttention(spec, ...) runs on this rank: the planned spec and the lanes' worker CTAs of the lowered
   /// program (generated, lowered and uploaded now if no call did yet). Throws what the call would for the spec.
   RingAttentionPlan ringAttentionPlan(const RingAttentionSpec& spec) const;
+
+  /// The expert FFN of a mixture-of-experts layer (moe-ffn; docs/fused-operators.md, "MoE FFN"), one op per rank: the
+  /// schedule routes this rank's tokens by their expert ids, dispatches each to the ranks of its experts (spec.experts
+  /// on every rank, expert j on rank j / experts), runs every local expert's SwiGLU FFN as grouped GEMMs over the rows
+  /// that arrived (their counts known only at run time), returns the rows and sums each token's topk results weighted
+  /// by the router. Every rank calls it with the same spec; its buffers (device memory of its GPU, T = spec.tokens,
+  /// H = spec.hidden, F = spec.ffn, E = spec.experts):
+  ///  * ids: int32 [T][topk], the global expert ids of each token (distinct per token, in [0, ranks x E));
+  ///  * weights: float32 [T][topk], the router's weight of each (token, k);
+  ///  * x: bf16 [T][H], 16-byte aligned;
+  ///  * w1: bf16 [E][H][2F], this rank's experts' first weights, row-major, the gate and up columns of unit f
+  ///    interleaved at 2f and 2f + 1; w2: bf16 [E][F][H]; both 16-byte aligned;
+  ///  * y: float32 [T][H]: row t = sum over k of weights[t][k] x the FFN of expert ids[t][k] applied to token t.
+  /// Stream-ordered like the collectives; generated, lowered and uploaded once per spec. Refused before anything runs,
+  /// with mk::Error naming what to change: a spec mk::validateMoeFfnSpec refuses (InvalidArgument), a communicator
+  /// without CommConfig::computeLanes or ranks on more than one node (Unsupported: the GPU engine runs moe-ffn on one
+  /// node so far), pointers that are null, misaligned or not device memory of this GPU (InvalidArgument). Routing
+  /// errors are the op's: an id outside [0, ranks x E) or more than spec.capacity tokens of one rank for one expert
+  /// fail it with Error(InvalidArgument) naming the rank, the id or expert (and the communicator is unusable after, as
+  /// after any device failure).
+  void moeFfn(const MoeFfnSpec& spec, const int32_t* ids, const float* weights, const void* x, const void* w1,
+              const void* w2, float* y, cudaStream_t stream);
 
   /// Algorithm "auto" would pick for this collective (mk::chooseAlgorithm on topology() under the profile).
   Algorithm chooseAlgorithm(CollOp op, uint64_t count, DType dtype) const;

@@ -239,6 +239,21 @@ void Communicator::ringAttention(const RingAttentionSpec& spec, const void* q, c
   engine_->submitRingAttention(rank_, spec, q, kv, out, stream);
 }
 
+void Communicator::moeFfn(const MoeFfnSpec& spec, const int32_t* ids, const float* weights, const void* x,
+                          const void* w1, const void* w2, float* y, cudaStream_t stream) {
+  if (!engine_) throw Error(ErrorCode::InvalidArgument, "communicator was moved from");
+  const runtime::CaptureScope capture(*engine_, rank_, stream);  // first (capture.hpp)
+  const auto n = static_cast<uint32_t>(size());
+  runtime::checkMoeFfnCall(spec, topology().layout(n), engine_->computeLanes());
+  checkPointer(ids, "ids", 4, device(), "moeFfn");
+  checkPointer(weights, "weights", 4, device(), "moeFfn");
+  checkPointer(x, "x", 16, device(), "moeFfn");
+  checkPointer(w1, "w1", 16, device(), "moeFfn");
+  checkPointer(w2, "w2", 16, device(), "moeFfn");
+  checkPointer(y, "y", 4, device(), "moeFfn");
+  engine_->submitMoeFfn(rank_, spec, runtime::MoeFfnBuffers{ids, x, w1, weights, w2, y}, stream);
+}
+
 RingAttentionPlan Communicator::ringAttentionPlan(const RingAttentionSpec& spec) const {
   if (!engine_) throw Error(ErrorCode::InvalidArgument, "communicator was moved from");
   runtime::checkRingAttentionCall(spec, static_cast<uint32_t>(size()), engine_->computeLanes());

@@ -110,6 +110,10 @@ class Engine final : public std::enable_shared_from_this<Engine>, private Progre
                            cudaStream_t stream) {
     submission_.submitRingAttention(r, spec, q, kv, out, stream);
   }
+  /// moe-ffn: generate, lower and upload once per spec, bind the caller's buffers (moe.cpp).
+  void submitMoeFfn(int r, const MoeFfnSpec& spec, const MoeFfnBuffers& io, cudaStream_t stream) {
+    submission_.submitMoeFfn(r, spec, io, stream);
+  }
   /// What submitFused decides for (spec, opt) on this communicator (cached).
   FusedPlan fusedPlan(const FusedSpec& spec, const FusedOptions& opt) { return submission_.fusedPlan(spec, opt); }
   /// The "auto" choice.

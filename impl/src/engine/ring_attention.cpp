@@ -12,8 +12,6 @@
 #include "mk/algorithms/attention.hpp"
 #include "mk/attention_params.hpp"
 #include "mk/error.hpp"
-#include "mk/schedule/pack.hpp"
-#include "mk/schedule/validate.hpp"
 
 namespace mk::runtime {
 namespace {
@@ -64,21 +62,8 @@ void checkRingAttentionCall(const RingAttentionSpec& spec, uint32_t nRanks, bool
 
 CachedSchedule& EngineSubmission::ringScheduleLocked(const RingAttentionSpec& spec, ScheduleKey* key) {
   const auto n = static_cast<uint32_t>(ctx_.ranks.size());
-  const std::string what = specText(spec);
-  // The key is the packed image's hash (a custom schedule's): generated once per spec to learn it.
-  Schedule made;
-  auto found = ringKeys_.find(what);
-  if (found == ringKeys_.end()) {
-    made = generateRingAttention(spec, ctx_.topology.layout(n));
-    ValidateOptions vo;
-    vo.checkRaces = false;  // the generator's tests prove race freedom; this checks the shape we rely on
-    validate(made, vo);
-    const std::vector<uint8_t> image = pack(made);
-    found = ringKeys_.emplace(what, ScheduleKey::customImage(fnv1a(image.data(), image.size()), image.size())).first;
-  }
-  *key = found->second;
-  return cacheLocked(
-      *key, [&] { return made.nRanks != 0 ? made : generateRingAttention(spec, ctx_.topology.layout(n)); }, what);
+  return specScheduleLocked(
+      specText(spec), [&] { return generateRingAttention(spec, ctx_.topology.layout(n)); }, key);
 }
 
 RingAttentionPlan EngineSubmission::ringAttentionPlan(int r, const RingAttentionSpec& specIn) {
@@ -104,14 +89,7 @@ void EngineSubmission::submitRingAttention(int r, const RingAttentionSpec& specI
   checkRingAttentionCall(specIn, static_cast<uint32_t>(ctx_.ranks.size()), ctx_.config.computeLanes);
   ScheduleKey key;
   CachedSchedule& cs = ringScheduleLocked(plannedSpec(specIn), &key);
-  std::vector<uint64_t> bind(cs.schedule.buffers.size(), 0);
-  const std::pair<const char*, const void*> named[3] = {{"q", q}, {"kv", kv}, {"out", out}};
-  for (const auto& [name, p] : named) {
-    const int idx = cs.schedule.bufferIndex(name);
-    if (idx < 0) throw Error(ErrorCode::Internal, cs.what + ": the generated schedule has no buffer '" + name + "'");
-    bind[static_cast<size_t>(idx)] = reinterpret_cast<uint64_t>(p);
-  }
-  submitBoundLocked(r, key, cs, bind, stream);
+  submitNamedLocked(r, key, cs, {{"q", q}, {"kv", kv}, {"out", out}}, stream);
 }
 
 }  // namespace mk::runtime

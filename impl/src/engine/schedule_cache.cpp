@@ -7,6 +7,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/host_alloc.hpp"
 #include "engine/submission.hpp"
@@ -14,6 +16,7 @@
 #include "mk/cuda_check.hpp"
 #include "mk/error.hpp"
 #include "mk/schedule/pack.hpp"
+#include "mk/schedule/validate.hpp"
 
 namespace mk::runtime {
 namespace {
@@ -128,6 +131,36 @@ void EngineSubmission::releasePrograms() noexcept {
 void EngineSubmission::releaseHostBlocks() noexcept {
   if (graphCells_) cudaFreeHost(graphCells_);
   graphCells_ = nullptr;
+}
+
+CachedSchedule& EngineSubmission::specScheduleLocked(const std::string& what, const std::function<Schedule()>& make,
+                                                     ScheduleKey* key) {
+  // The key is the packed image's hash (a custom schedule's): generated once per spec to learn it.
+  Schedule made;
+  auto found = specKeys_.find(what);
+  if (found == specKeys_.end()) {
+    made = make();
+    ValidateOptions vo;
+    vo.checkRaces = false;  // the generators' tests prove race freedom; this checks the shape we rely on
+    validate(made, vo);
+    const std::vector<uint8_t> image = pack(made);
+    found = specKeys_.emplace(what, ScheduleKey::customImage(fnv1a(image.data(), image.size()), image.size())).first;
+  }
+  *key = found->second;
+  return cacheLocked(
+      *key, [&] { return made.nRanks != 0 ? made : make(); }, what);
+}
+
+void EngineSubmission::submitNamedLocked(int r, const ScheduleKey& key, CachedSchedule& cs,
+                                         const std::vector<std::pair<const char*, const void*>>& named,
+                                         cudaStream_t stream) {
+  std::vector<uint64_t> bind(cs.schedule.buffers.size(), 0);
+  for (const auto& [name, p] : named) {
+    const int idx = cs.schedule.bufferIndex(name);
+    if (idx < 0) throw Error(ErrorCode::Internal, cs.what + ": the generated schedule has no buffer '" + name + "'");
+    bind[static_cast<size_t>(idx)] = reinterpret_cast<uint64_t>(p);
+  }
+  submitBoundLocked(r, key, cs, bind, stream);
 }
 
 }  // namespace mk::runtime

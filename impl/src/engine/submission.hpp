@@ -24,6 +24,7 @@
 #include "engine/resources.hpp"
 #include "mk/algorithms/attention.hpp"
 #include "mk/algorithms/fused.hpp"
+#include "mk/algorithms/moe.hpp"
 #include "mk/communicator.hpp"
 #include "mk/device/engine_device.hpp"
 #include "mk/error.hpp"
@@ -44,6 +45,16 @@ class FailureHost {
 
  protected:
   ~FailureHost() = default;
+};
+
+/// The caller's buffers of one moe-ffn call (Communicator::moeFfn says what each holds).
+struct MoeFfnBuffers {
+  const void* ids = nullptr;
+  const void* x = nullptr;
+  const void* w1 = nullptr;
+  const void* weights = nullptr;
+  const void* w2 = nullptr;
+  void* y = nullptr;
 };
 
 /// Op submission of an engine's ranks: it owns the schedule cache, the "auto" and fused plans, the ops not yet
@@ -95,6 +106,8 @@ class EngineSubmission {
   RingAttentionPlan ringAttentionPlan(int r, const RingAttentionSpec& spec);
   void submitRingAttention(int r, const RingAttentionSpec& spec, const void* q, const void* kv, float* out,
                            cudaStream_t stream);
+  /// moe-ffn (moe.cpp): generate, lower and upload once per spec, bind the caller's buffers by name.
+  void submitMoeFfn(int r, const MoeFfnSpec& spec, const MoeFfnBuffers& io, cudaStream_t stream);
   /// The "auto" choice (algorithm_choice.cpp).
   Algorithm chooseAlgorithm(CollOp op, uint64_t count, DType dtype);
   /// The chunks and channels an op gets when the caller leaves them 0 (algorithm_choice.cpp).
@@ -157,6 +170,14 @@ class EngineSubmission {
   /// Bind `cs` (already cached as `key`) on rank r to per-buffer addresses and submit it (fused.cpp).
   void submitBoundLocked(int r, const ScheduleKey& key, CachedSchedule& cs, const std::vector<uint64_t>& bind,
                          cudaStream_t stream);
+  /// The cached schedule of a generated op (ring attention, moe-ffn) whose spec reads `what` (the op's name first),
+  /// made by `make` on first use: validated (the shape we rely on; the generators' tests prove race freedom) and keyed
+  /// by its packed image (schedule_cache.cpp).
+  CachedSchedule& specScheduleLocked(const std::string& what, const std::function<Schedule()>& make, ScheduleKey* key);
+  /// Bind the buffers of `cs` named in `named` to the caller's addresses on rank r (the rest: scratch) and submit it;
+  /// Error(Internal) if the schedule lacks one of the names (schedule_cache.cpp).
+  void submitNamedLocked(int r, const ScheduleKey& key, CachedSchedule& cs,
+                         const std::vector<std::pair<const char*, const void*>>& named, cudaStream_t stream);
   /// The cached schedule of a ring-attention spec as planned (ring_attention.cpp), generated on first use.
   CachedSchedule& ringScheduleLocked(const RingAttentionSpec& planned, ScheduleKey* key);
   /// fusedPlan with the mutex held (fused.cpp).
@@ -191,7 +212,7 @@ class EngineSubmission {
   std::map<ScheduleKey, std::unique_ptr<CachedSchedule>> cache_;
   std::map<std::tuple<int, uint64_t, int>, Algorithm> autoCache_;  ///< "auto" choices
   std::map<FusedKey, FusedPlan> fusedPlans_;                       ///< planFused per requested (spec, options)
-  std::map<std::string, ScheduleKey> ringKeys_;                    ///< ring attention: planned spec -> its schedule
+  std::map<std::string, ScheduleKey> specKeys_;    ///< generated ops (specScheduleLocked): spec text -> its schedule
   std::map<uint32_t, PendingOp> pending_;          ///< ops not yet submitted by every rank, by sequence number
   std::vector<const CachedSchedule*> opSchedule_;  ///< [seq % ringSlots]: what each recent op ran
   std::vector<std::pair<uintptr_t, uintptr_t>> prevReads_, prevWrites_;  ///< user ranges of the last finalized op
@@ -207,5 +228,10 @@ class EngineSubmission {
 /// (validateRingAttentionSpec), a communicator without compute lanes (Unsupported), blocks the attention engine
 /// cannot run (head dim, dtype: InvalidArgument naming it).
 void checkRingAttentionCall(const RingAttentionSpec& spec, uint32_t nRanks, bool computeLanes);
+
+/// What Communicator::moeFfn refuses before anything runs (moe.cpp): the spec on the ranks nodeOf places
+/// (validateMoeFfnSpec: InvalidArgument naming the field), a communicator without compute lanes or ranks on more than
+/// one node (Unsupported, saying what runs it instead).
+void checkMoeFfnCall(const MoeFfnSpec& spec, const std::vector<uint32_t>& nodeOf, bool computeLanes);
 
 }  // namespace mk::runtime
