@@ -55,11 +55,6 @@ CachedSchedule& EngineSubmission::cacheLocked(const ScheduleKey& key, const std:
                   what + ": rank " + std::to_string(r) + " has " + std::to_string(computeStepCount(c->programs[r])) +
                       " Gemm, GroupedGemm or Attention step(s); create the communicator with CommConfig::computeLanes "
                       "= true to run them (the compute-capable resident kernel)");
-    if (c->programs[r].header().flags & device::kProgComputeKernel)
-      throw Error(ErrorCode::Unsupported,
-                  what + ": rank " + std::to_string(r) +
-                      " has a combine step, which runs on the compute-capable resident kernel only; create the "
-                      "communicator with CommConfig::computeLanes = true");
   }
   c->scratchBytes = c->programs[0].scratchBytes;
   c->devicePrograms.assign(ctx_.ranks.size(), nullptr);

@@ -493,9 +493,10 @@ namespace mk::runtime {
 
 int residentBlocksPerSm(bool trace, int threads) {
   int blocks = 0;
-  const cudaError_t err =
-      trace ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, device::residentKernel<true>, threads, 0)
-            : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, device::residentKernel<false>, threads, 0);
+  const cudaError_t err = trace ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, device::residentKernel<true>,
+                                                                                threads, device::kCombineSmemBytes)
+                                : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, device::residentKernel<false>,
+                                                                                threads, device::kCombineSmemBytes);
   return err == cudaSuccess ? blocks : -1;
 }
 
@@ -511,10 +512,11 @@ cudaError_t preloadKernels() {
 
 cudaError_t launchResident(const device::EngineDeviceHandle& h, bool trace, int threads, cudaStream_t stream) {
   const dim3 grid(h.nWorkers + 1), block(static_cast<unsigned>(threads));
+  // Dynamic shared memory: a Combine step's counts and positions (the only step of this kernel that uses it).
   if (trace)
-    device::residentKernel<true><<<grid, block, 0, stream>>>(h);
+    device::residentKernel<true><<<grid, block, device::kCombineSmemBytes, stream>>>(h);
   else
-    device::residentKernel<false><<<grid, block, 0, stream>>>(h);
+    device::residentKernel<false><<<grid, block, device::kCombineSmemBytes, stream>>>(h);
   return cudaGetLastError();
 }
 

@@ -165,9 +165,9 @@ __device__ __forceinline__ bool runLane(const EngineDeviceHandle& h, uint32_t op
           return false;
       }
     } else if (kind == static_cast<int>(StepKind::Combine)) {
-      // Whole tokens per CTA; the positions live in the compute kernel's dynamic shared memory (the lowering marks
-      // the program kProgComputeKernel, so it never runs on the communication-only kernel).
-      if constexpr (kCompute) {
+      // Whole tokens per CTA; the counts and positions live in the kernel's dynamic shared memory (both kernels have
+      // at least kCombineSmemBytes of it).
+      {
         if (idx < step.activeCtas) {
           const uint32_t row = static_cast<uint32_t>(step.value >> 32);
           uint64_t b, e;
@@ -177,7 +177,7 @@ __device__ __forceinline__ bool runLane(const EngineDeviceHandle& h, uint32_t op
                            reinterpret_cast<const float*>(operandAddress(table, step.a)),
                            reinterpret_cast<const int32_t*>(operandAddress(table, step.b)), step.flagRank, step.flagId,
                            static_cast<uint32_t>(step.value & 0xFFFFFFFFu), row, b, e, mkComputeLaneSmem,
-                           kComputeSmemBytes, tid, nth))
+                           kCombineSmemBytes, tid, nth))
             return false;
         }
       }

@@ -155,7 +155,6 @@ class Lowerer {
   std::vector<device::LoweredAttention> attentions_;  ///< compute lanes: the aux table of this rank's Attention steps
   /// compute lanes: the aux table of this rank's GroupedGemm steps
   std::vector<device::LoweredGroupedGemm> groupedGemms_;
-  bool needsComputeKernel_ = false;      ///< a step runs on the compute-capable kernel only (ProgramHeader::flags)
   std::vector<uint64_t> extentSources_;  ///< sourced extents' int32 elements (ProgramHeader::extentSourcesOffset)
   PacketPlan packets_;                   ///< where every LL packet Put of the schedule lands
   std::vector<device::LoweredPacketRecv> recvs_;  ///< the packet runs this rank's Waits unpack

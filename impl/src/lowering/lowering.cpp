@@ -58,8 +58,7 @@ LoweredProgram Lowerer::run() {
   h.nBuffers = static_cast<uint32_t>(s_.buffers.size());
   h.nWorkers = opt_.nWorkers;
   h.nSyncPoints = syncPoints_;
-  h.flags = (peersTouchUserBuffers(s_, rank_) ? 0u : device::kProgLocalCompletion) |
-            (needsComputeKernel_ ? device::kProgComputeKernel : 0u);
+  h.flags = (peersTouchUserBuffers(s_, rank_) ? 0u : device::kProgLocalCompletion);
   h.extentsBinding = extentsBindingOf(s_, rank_);
   h.lanesOffset = alignUp(sizeof h, 16);
   h.stepsOffset = alignUp(h.lanesOffset + outLanes.size() * sizeof(device::LoweredLane), 16);

@@ -233,7 +233,6 @@ void Lowerer::lowerRoutingStep(uint32_t l, uint32_t i, const Step& st, uint32_t 
       ls.flagRank = static_cast<uint32_t>(c.tokens);
       ls.activeCtas = static_cast<uint16_t>(
           std::min<uint64_t>(activeFor(st.count * sizeof(float), n), std::max<uint64_t>(1, c.tokens)));
-      needsComputeKernel_ = true;
       if (n > 1) addTiledAccesses(l, i, st, sp.dst, sp.a, sp.b, ls, pending);
       break;
     }

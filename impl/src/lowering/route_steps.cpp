@@ -5,7 +5,7 @@
 #include <string>
 #include <utility>
 
-#include "mk/device/compute_lane_device.hpp"
+#include "mk/device/engine_device.hpp"
 #include "mk/error.hpp"
 #include "mk/schedule/route.hpp"
 
@@ -77,12 +77,12 @@ RouteStepSpans checkCombineStep(const Schedule& s, uint32_t rank, uint32_t lane,
            "a combine reads float32 weights and rows and int32 ids and writes float32 rows");
   if (overlap(st.dst, n.dst, st.a, n.a) || overlap(st.dst, n.dst, st.b, n.b))
     failAt(s, rank, lane, step, ErrorCode::InvalidSchedule, "dst overlaps the rows, the weights or the ids");
-  // The kernel keeps a count per expert and at least one token's positions in the compute kernel's shared memory.
-  if (c.tokens > std::numeric_limits<uint32_t>::max() || (uint64_t{c.experts} + c.topk) * 4 > device::kComputeSmemBytes)
+  // The kernel keeps a count per expert and at least one token's positions in its shared memory.
+  if (c.tokens > std::numeric_limits<uint32_t>::max() || (uint64_t{c.experts} + c.topk) * 4 > device::kCombineSmemBytes)
     failAt(s, rank, lane, step, ErrorCode::Unsupported,
-           "experts " + str(c.experts) + " + topk " + str(c.topk) + " (4 bytes each) exceed the compute kernel's " +
-               str(device::kComputeSmemBytes) + " bytes of shared memory, or tokens " + str(c.tokens) +
-               " is 2^32 or more");
+           "experts " + str(c.experts) + " + topk " + str(c.topk) + " (4 bytes each) exceed the " +
+               str(device::kCombineSmemBytes) + " bytes of shared memory a combine step has, or tokens " +
+               str(c.tokens) + " is 2^32 or more");
   return RouteStepSpans{n.dst, n.a, n.b};
 }
 

@@ -356,10 +356,12 @@ enum ProgramFlagBits : uint32_t {
   /// complete for this rank's stream as soon as this rank's own steps are done (one-shot, for example, where
   /// peers write only into scratch). Other ops complete for the stream once every rank is done (rule 4).
   kProgLocalCompletion = 1u << 0,
-  /// A step runs only on the compute-capable kernel (a Combine: its positions live in that kernel's dynamic shared
-  /// memory): the communicator needs CommConfig::computeLanes, as for Gemm steps.
-  kProgComputeKernel = 1u << 1,
 };
+
+/// Dynamic shared memory a Combine step uses on either resident kernel (its per-expert counts, then the positions of
+/// a chunk of tokens; route_ops.cuh's combineRows): the communication-only kernel is launched with this much, the
+/// compute-capable one has more. The lowering refuses a combine whose experts + topk words do not fit.
+inline constexpr uint32_t kCombineSmemBytes = 8192;
 
 /// Program header; followed by LoweredLane[nLanes], LoweredStep[nSteps], CtaAssignment[nWorkers] at the
 /// byte offsets given (each 16-byte aligned), then (compute lanes) LoweredGemm[nGemms] at gemmsOffset,
