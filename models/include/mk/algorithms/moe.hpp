@@ -160,4 +160,25 @@ void validateMoeFfnSpec(const MoeFfnSpec& spec, uint32_t nRanks);
 /// and for a relay buffer over kMaxElements.
 Schedule generateMoeFfn(const MoeFfnSpec& spec, const std::vector<uint32_t>& nodeOf);
 
+/// moe-ffn as a framework runs it without fusion (mk-bench moe-ffn's layered baseline): the fused schedule's own
+/// communication in two ops around the expert GEMMs, which the caller runs as standalone kernels between them, so the
+/// baseline moves the same bytes with the same steps and only the overlap is gone.
+struct MoeFfnLayered {
+  /// The dispatch: the route, notify, gathers and puts of generateMoeFfn's schedule, and waits until every count and
+  /// block arrived. Inputs "ids", "x"; outputs "counts" (int32, G: counts[s x E + e] = the rows source s sent local
+  /// expert e) and "recv" (bf16, G x capacity x H: block (s, e) holds those rows, the rest untouched), in that order.
+  Schedule dispatch;
+  /// The return and combine: per source, the blocks of "o" sized by "counts" back to it, then its combine into "y".
+  /// Inputs "ids", "counts" (the dispatch's), "weights", "o" (float32, G x capacity x H: block (s, e) row i = expert
+  /// e's FFN of recv's row, rounded as the fused op's GEMMs: h = SwiGLU(recv x w1_e) in bf16, o = h x w2_e), in that
+  /// order; output "y".
+  Schedule combine;
+};
+
+/// The two ops of moe-ffn's layered baseline on ranks of one node (moe-ffn's buffer layouts above; `info.algo`
+/// "layered-dispatch" / "layered-combine"). Between them the caller computes, per rank and group g = s x E + e with
+/// counts[g] rows: h_g = SwiGLU(recv_g x w1_e), o_g = h_g x w2_e (the fused op's grouped GEMMs, as standalone
+/// kernels). Throws what generateMoeFfn throws, and Error(Unsupported) for ranks on more than one node.
+MoeFfnLayered generateMoeFfnLayered(const MoeFfnSpec& spec, const std::vector<uint32_t>& nodeOf);
+
 }  // namespace mk
