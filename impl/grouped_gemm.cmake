@@ -3,7 +3,7 @@
 target_sources(mk_impl PRIVATE src/grouped_gemm/grouped_gemm.cpp src/kernels/grouped_gemm.cu)
 # Register use and spills of the kernel are part of its contract, as for the GEMM kernel.
 set_source_files_properties(src/kernels/grouped_gemm.cu PROPERTIES COMPILE_OPTIONS "-Xptxas=-v;-Xptxas=-warn-spills")
-target_sources(mk-bench PRIVATE bench/bench_grouped_gemm.cpp)
+target_sources(mk-bench PRIVATE bench/bench_grouped_gemm.cpp bench/bench_moe.cpp)
 
 # GPU: every output element against a double-precision CPU reference of the same bf16 inputs.
 mk_add_doctest(mk_grouped_gemm_gpu_tests LABELS gpu GPU

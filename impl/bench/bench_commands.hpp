@@ -14,6 +14,9 @@ int attentionMain(int argc, char** argv, const std::string& command);
 /// mk-bench ring-attention [--ranks R] [--seq-per-rank ...] [--check] [--json f]: ring attention on the resident
 /// kernel against the layered program (bench_ring_attention.cpp).
 int ringAttentionMain(int argc, char** argv, const std::string& command);
+/// mk-bench moe-ffn [--ranks R] [--tokens ...] [--check] [--json f]: the MoE expert FFN on the resident kernel against
+/// the layered program (bench_moe.cpp).
+int moeFfnMain(int argc, char** argv, const std::string& command);
 /// mk-bench grouped-gemm [--tokens ...] [--json f]: the grouped GEMM engine on issue 39's MoE expert FFN shapes.
 int groupedGemmMain(int argc, char** argv, const std::string& command);
 /// mk-bench calibrate --json f: the micro-benchmarks mk-calibrate fits the hardware profile from.

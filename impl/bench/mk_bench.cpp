@@ -565,6 +565,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "gemm") return mkbench::gemmMain(argc - 1, argv + 1, cmd);
   if (argc > 1 && std::string(argv[1]) == "attention") return mkbench::attentionMain(argc - 1, argv + 1, cmd);
   if (argc > 1 && std::string(argv[1]) == "ring-attention") return mkbench::ringAttentionMain(argc - 1, argv + 1, cmd);
+  if (argc > 1 && std::string(argv[1]) == "moe-ffn") return mkbench::moeFfnMain(argc - 1, argv + 1, cmd);
   if (argc > 1 && std::string(argv[1]) == "grouped-gemm") return mkbench::groupedGemmMain(argc - 1, argv + 1, cmd);
   if (argc > 1 && std::string(argv[1]) == "calibrate") return mkbench::calibrateMain(argc - 1, argv + 1, cmd);
   if (argc > 1 && std::string(argv[1]) == "calibrate-network")

@@ -22,6 +22,7 @@
 #include "mk/communicator.hpp"
 #include "mk/error.hpp"
 #include "mk/exec/numeric.hpp"
+#include "mk/grouped_gemm.hpp"
 
 #if MK_TEST_MIN_GPUS < 2
 
@@ -153,12 +154,87 @@ mk::MoeFfnSpec ffnSpec(const MoeCase& c, uint32_t ffn) {
   return fs;
 }
 
-/// Run moe-ffn (spec.outCols = 2F) on `comms` with router weights in [0, 1), through Communicator::moeFfn (`call`) or
-/// execute() of the generated schedule; returns the mismatches of y against a double reference (h kept in double: the
-/// bound covers h's bf16 rounding, the fp32 sums and the SwiGLU).
-uint64_t runFfn(std::vector<mk::Communicator>& comms, const MoeCase& c, uint32_t ffn, uint64_t seed, bool call) {
+/// moe-ffn's layered baseline on `comms` (communication-only): per rank the dispatch op into its counts and blocks,
+/// grouped GEMM 1 (SwiGLU) and 2 over every (source, expert) block at those counts, then the combine op into y.
+/// `bufs` per rank: ids, x, w1, weights, w2, y (runFfn's).
+void runLayered(std::vector<mk::Communicator>& comms, const mk::MoeFfnSpec& fs, const std::vector<uint32_t>& nodeOf,
+                std::vector<std::unique_ptr<mkt::DeviceBuffer>>& bufs, mkt::Streams& streams) {
+  const mk::MoeFfnLayered lay = mk::generateMoeFfnLayered(fs, nodeOf);
+  const auto R = static_cast<uint32_t>(nodeOf.size());
+  const uint32_t E = fs.experts, G = R * E, H = fs.hidden, F = fs.ffn, C = fs.capacityOr();
+  std::vector<std::unique_ptr<mkt::DeviceBuffer>> counts, recv, h, o;
+  std::vector<mk::GroupedGemmPlan> plans;
+  mk::GroupedGemmConfig cfg;
+  cfg.ctas = 16;  // beside the communication-only resident kernels
+  for (uint32_t r = 0; r < R; ++r) {
+    const int dev = comms[r].device();
+    counts.push_back(std::make_unique<mkt::DeviceBuffer>(dev, uint64_t{G} * 4));
+    recv.push_back(std::make_unique<mkt::DeviceBuffer>(dev, uint64_t{G} * C * H * 2));
+    h.push_back(std::make_unique<mkt::DeviceBuffer>(dev, uint64_t{G} * C * F * 2));
+    o.push_back(std::make_unique<mkt::DeviceBuffer>(dev, uint64_t{G} * C * H * 4));
+    auto* b = &bufs[6 * r];
+    std::vector<const void*> b1(G), b2(G);
+    for (uint32_t g = 0; g < G; ++g) {
+      b1[g] = b[2]->get() + uint64_t{g % E} * H * 2 * F * 2;
+      b2[g] = b[4]->get() + uint64_t{g % E} * F * H * 2;
+    }
+    mk::GroupedGemmProblem p;
+    p.groups = G;
+    p.maxRows = C;
+    p.rowCounts = reinterpret_cast<const int32_t*>(counts.back()->get());
+    p.n = 2 * F;
+    p.k = H;
+    p.a = recv.back()->get();
+    p.lda = H;
+    p.b = b1.data();
+    p.ldb = 2 * F;
+    p.c = h.back()->get();
+    p.ldc = F;
+    p.swiglu = true;
+    plans.emplace_back(p, cfg);
+    p.n = H;
+    p.k = F;
+    p.a = h.back()->get();
+    p.lda = F;
+    p.b = b2.data();
+    p.ldb = H;
+    p.c = o.back()->get();
+    p.ldc = H;
+    p.outDType = DType::Float32;
+    p.swiglu = false;
+    plans.emplace_back(p, cfg);
+  }
+  for (uint32_t r = 0; r < R; ++r) {
+    auto* b = &bufs[6 * r];
+    comms[r].execute(lay.dispatch, {b[0]->get(), b[1]->get()}, {counts[r]->get(), recv[r]->get()}, streams.s[r]);
+  }
+  for (uint32_t r = 0; r < R; ++r) {
+    plans[2 * r].run(streams.s[r]);
+    plans[2 * r + 1].run(streams.s[r]);
+  }
+  for (uint32_t r = 0; r < R; ++r) {
+    auto* b = &bufs[6 * r];
+    comms[r].execute(lay.combine, {b[0]->get(), counts[r]->get(), b[3]->get(), o[r]->get()}, {b[5]->get()},
+                     streams.s[r]);
+  }
+  for (auto& comm : comms) comm.synchronize();
+  streams.sync(comms);
+}
+
+/// How runFfn runs moe-ffn: execute() of the generated schedule, Communicator::moeFfn, or the layered baseline
+/// (mk::generateMoeFfnLayered's dispatch op, the standalone grouped GEMM engine twice, its combine op).
+enum class FfnPath { Execute, Call, Layered };
+
+const char* toString(FfnPath p) {
+  return p == FfnPath::Execute ? "execute" : p == FfnPath::Call ? "moeFfn" : "layered";
+}
+
+/// Run moe-ffn (spec.outCols = 2F) on `comms` with router weights in [0, 1) by `path`; returns the mismatches of y
+/// against a double reference (h kept in double: the bound covers h's bf16 rounding, the fp32 sums and the SwiGLU).
+uint64_t runFfn(std::vector<mk::Communicator>& comms, const MoeCase& c, uint32_t ffn, uint64_t seed, FfnPath path) {
   const mk::MoeFfnSpec fs = ffnSpec(c, ffn);
-  const mk::Schedule s = call ? mk::Schedule{} : mk::generateMoeFfn(fs, std::vector<uint32_t>(c.ranks, 0));
+  const std::vector<uint32_t> nodeOf(c.ranks, 0);
+  const mk::Schedule s = path == FfnPath::Execute ? mk::generateMoeFfn(fs, nodeOf) : mk::Schedule{};
   const uint32_t E = fs.experts, T = fs.tokens, H = fs.hidden, F = ffn, K = fs.topk;
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> uni(-1.f, 1.f), unit(0.f, 1.f);
@@ -192,13 +268,14 @@ uint64_t runFfn(std::vector<mk::Communicator>& comms, const MoeCase& c, uint32_t
   Watchdog::progress("moe-ffn " + std::to_string(c.ranks) + " ranks T " + std::to_string(T));
   for (uint32_t r = 0; r < c.ranks; ++r) {
     auto* b = &bufs[6 * r];
-    if (call)
+    if (path == FfnPath::Call)
       comms[r].moeFfn(fs, reinterpret_cast<const int32_t*>(b[0]->get()), reinterpret_cast<const float*>(b[3]->get()),
                       b[1]->get(), b[2]->get(), b[4]->get(), reinterpret_cast<float*>(b[5]->get()), streams.s[r]);
-    else
+    else if (path == FfnPath::Execute)
       comms[r].execute(s, {b[0]->get(), b[1]->get(), b[2]->get(), b[3]->get(), b[4]->get()}, {b[5]->get()},
                        streams.s[r]);
   }
+  if (path == FfnPath::Layered) runLayered(comms, fs, nodeOf, bufs, streams);
   for (auto& comm : comms) comm.synchronize();
   streams.sync(comms);
   const double gH = 2.0 * H * std::ldexp(1.0, -24), gF = 2.0 * F * std::ldexp(1.0, -24);
@@ -326,14 +403,39 @@ TEST_CASE("moe gpu: moe-ffn (dispatch, SwiGLU, second GEMM, combine) on 1, 2 and
     // The generated schedule through execute(), then Communicator::moeFfn (its own cached schedule) twice: uniform,
     // skewed with an expert never named, uniform again on the cached program.
     uint32_t run = 0;
-    for (const auto& [hot, avoid, call] :
-         {std::tuple<uint32_t, uint32_t, bool>{0, 0, false}, {1, 1, true}, {0, 0, true}}) {
-      if (R == 4 && !call) continue;
+    for (const auto& [hot, avoid, path] : {std::tuple<uint32_t, uint32_t, FfnPath>{0, 0, FfnPath::Execute},
+                                           {1, 1, FfnPath::Call},
+                                           {0, 0, FfnPath::Call}}) {
+      if (R == 4 && path == FfnPath::Execute) continue;
       c.ids = routing(c, 4100 + R + run, hot, avoid);
       CAPTURE(hot);
-      CAPTURE(call);
-      CHECK(runFfn(comms, c, 72, 4200 + R + run, call) == 0);
+      CAPTURE(toString(path));
+      CHECK(runFfn(comms, c, 72, 4200 + R + run, path) == 0);
       ++run;
+    }
+  }
+}
+
+TEST_CASE("moe gpu: the layered moe-ffn (dispatch op, standalone grouped GEMMs, combine op) matches the reference") {
+  // A communication-only communicator (the GEMM kernels need the other SMs): its resident kernel runs the route,
+  // gathers and puts of the dispatch and the return and combine step of the second op.
+  Watchdog dog("moe gpu: layered moe-ffn", 180);
+  for (const uint32_t R : {1u, 2u}) {
+    CAPTURE(R);
+    mk::CommConfig cfg = moeConfig(R);
+    cfg.computeLanes = false;
+    cfg.workerCtas = 8;
+    auto comms = mk::Communicator::createLocal(std::vector<int>(R, 0), cfg);
+    MoeCase c;
+    c.ranks = R;
+    c.spec.experts = 2;
+    c.spec.topk = 2;
+    c.spec.tokens = 130;
+    c.spec.hidden = 136;
+    for (const auto& [hot, avoid] : {std::pair<uint32_t, uint32_t>{0, 0}, {1, 1}}) {
+      c.ids = routing(c, 4300 + R + hot, hot, avoid);
+      CAPTURE(hot);
+      CHECK(runFfn(comms, c, 72, 4400 + R + hot, FfnPath::Layered) == 0);
     }
   }
 }

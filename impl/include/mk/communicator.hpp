@@ -181,6 +181,14 @@ struct RingAttentionPlan {
   uint32_t sendCtas = 0;     ///< of them, the send lane's (puts inside a node, proxy puts across); the rest idle
 };
 
+/// What Communicator::moeFfn runs on the calling rank: the worker CTAs its lowered program gives the compute lane (the
+/// grouped GEMMs) and the other lanes (route, dispatch, return, combine) — what a benchmark records.
+struct MoeFfnPlan {
+  uint32_t workerCtas = 0;   ///< the rank's worker CTAs (Communicator::workerCtas())
+  uint32_t computeCtas = 0;  ///< of them, the compute lane's
+  uint32_t otherCtas = 0;    ///< of them, every other lane's; the rest idle
+};
+
 /// One rank of a communicator: owns nothing alone, shares the engine's resources (RAII: the resident
 /// kernels stop and every allocation is freed when the last rank of a communicator is destroyed). Movable, not
 /// copyable. Every method throws mk::Error; after a device-side failure (timeout, ...) every call throws
@@ -342,6 +350,9 @@ class Communicator {
   /// after any device failure).
   void moeFfn(const MoeFfnSpec& spec, const int32_t* ids, const float* weights, const void* x, const void* w1,
               const void* w2, float* y, cudaStream_t stream);
+  /// What moeFfn(spec, ...) runs on this rank (generated, lowered and uploaded now if no call did yet). Throws what
+  /// the call would for the spec.
+  MoeFfnPlan moeFfnPlan(const MoeFfnSpec& spec) const;
 
   /// Algorithm "auto" would pick for this collective (mk::chooseAlgorithm on topology() under the profile).
   Algorithm chooseAlgorithm(CollOp op, uint64_t count, DType dtype) const;

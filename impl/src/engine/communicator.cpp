@@ -254,6 +254,11 @@ void Communicator::moeFfn(const MoeFfnSpec& spec, const int32_t* ids, const floa
   engine_->submitMoeFfn(rank_, spec, runtime::MoeFfnBuffers{ids, x, w1, weights, w2, y}, stream);
 }
 
+MoeFfnPlan Communicator::moeFfnPlan(const MoeFfnSpec& spec) const {
+  if (!engine_) throw Error(ErrorCode::InvalidArgument, "communicator was moved from");
+  return engine_->moeFfnPlan(rank_, spec);
+}
+
 RingAttentionPlan Communicator::ringAttentionPlan(const RingAttentionSpec& spec) const {
   if (!engine_) throw Error(ErrorCode::InvalidArgument, "communicator was moved from");
   runtime::checkRingAttentionCall(spec, static_cast<uint32_t>(size()), engine_->computeLanes());

@@ -114,6 +114,7 @@ class Engine final : public std::enable_shared_from_this<Engine>, private Progre
   void submitMoeFfn(int r, const MoeFfnSpec& spec, const MoeFfnBuffers& io, cudaStream_t stream) {
     submission_.submitMoeFfn(r, spec, io, stream);
   }
+  MoeFfnPlan moeFfnPlan(int r, const MoeFfnSpec& spec) { return submission_.moeFfnPlan(r, spec); }
   /// What submitFused decides for (spec, opt) on this communicator (cached).
   FusedPlan fusedPlan(const FusedSpec& spec, const FusedOptions& opt) { return submission_.fusedPlan(spec, opt); }
   /// The "auto" choice.

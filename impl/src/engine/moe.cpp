@@ -40,17 +40,32 @@ void checkMoeFfnCall(const MoeFfnSpec& spec, const std::vector<uint32_t>& nodeOf
                   "executor with mk-schedule --op moe-ffn --verify");
 }
 
+CachedSchedule& EngineSubmission::moeScheduleLocked(const MoeFfnSpec& spec, ScheduleKey* key) {
+  const std::vector<uint32_t> nodeOf = ctx_.topology.layout(static_cast<uint32_t>(ctx_.ranks.size()));
+  checkMoeFfnCall(spec, nodeOf, ctx_.config.computeLanes);
+  return specScheduleLocked(
+      specText(spec), [&] { return generateMoeFfn(spec, nodeOf); }, key);
+}
+
+MoeFfnPlan EngineSubmission::moeFfnPlan(int r, const MoeFfnSpec& spec) {
+  std::lock_guard<std::mutex> lock(ctx_.mu);
+  failures_.throwIfFailedLocked();
+  ScheduleKey key;
+  const CachedSchedule& cs = moeScheduleLocked(spec, &key);
+  MoeFfnPlan plan;
+  plan.workerCtas = ctx_.workers;
+  countLaneCtas(cs.programs.at(static_cast<size_t>(r)), &plan.computeCtas, &plan.otherCtas);
+  return plan;
+}
+
 void EngineSubmission::submitMoeFfn(int r, const MoeFfnSpec& spec, const MoeFfnBuffers& io, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(ctx_.mu);
   failures_.throwIfFailedLocked();
-  const auto n = static_cast<uint32_t>(ctx_.ranks.size());
-  const std::vector<uint32_t> nodeOf = ctx_.topology.layout(n);
-  checkMoeFfnCall(spec, nodeOf, ctx_.config.computeLanes);
   ScheduleKey key;
-  CachedSchedule& cs = specScheduleLocked(specText(spec), [&] { return generateMoeFfn(spec, nodeOf); }, &key);
-  submitNamedLocked(
-      r, key, cs, {{"ids", io.ids}, {"x", io.x}, {"w1", io.w1}, {"weights", io.weights}, {"w2", io.w2}, {"y", io.y}},
-      stream);
+  CachedSchedule& cs = moeScheduleLocked(spec, &key);
+  submitNamedLocked(r, key, cs,
+                    {{"ids", io.ids}, {"x", io.x}, {"w1", io.w1}, {"weights", io.weights}, {"w2", io.w2}, {"y", io.y}},
+                    stream);
 }
 
 }  // namespace mk::runtime

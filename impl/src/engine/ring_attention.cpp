@@ -74,11 +74,7 @@ RingAttentionPlan EngineSubmission::ringAttentionPlan(int r, const RingAttention
   plan.workerCtas = ctx_.workers;
   ScheduleKey key;
   const CachedSchedule& cs = ringScheduleLocked(plan.spec, &key);
-  const LoweredProgram& prog = cs.programs.at(static_cast<size_t>(r));
-  for (uint32_t l = 0; l < prog.nLanes; ++l) {
-    const device::LoweredLane& lane = prog.lanes()[l];
-    (static_cast<LaneRole>(lane.role) == LaneRole::Compute ? plan.computeCtas : plan.sendCtas) += lane.ctaCount;
-  }
+  countLaneCtas(cs.programs.at(static_cast<size_t>(r)), &plan.computeCtas, &plan.sendCtas);
   return plan;
 }
 

@@ -158,4 +158,12 @@ void EngineSubmission::submitNamedLocked(int r, const ScheduleKey& key, CachedSc
   submitBoundLocked(r, key, cs, bind, stream);
 }
 
+void countLaneCtas(const LoweredProgram& prog, uint32_t* compute, uint32_t* other) {
+  *compute = *other = 0;
+  for (uint32_t l = 0; l < prog.nLanes; ++l) {
+    const device::LoweredLane& lane = prog.lanes()[l];
+    (static_cast<LaneRole>(lane.role) == LaneRole::Compute ? *compute : *other) += lane.ctaCount;
+  }
+}
+
 }  // namespace mk::runtime

@@ -47,6 +47,9 @@ class FailureHost {
   ~FailureHost() = default;
 };
 
+/// Worker CTAs of `prog`'s compute lanes and of its other lanes (schedule_cache.cpp).
+void countLaneCtas(const LoweredProgram& prog, uint32_t* compute, uint32_t* other);
+
 /// The caller's buffers of one moe-ffn call (Communicator::moeFfn says what each holds).
 struct MoeFfnBuffers {
   const void* ids = nullptr;
@@ -108,6 +111,8 @@ class EngineSubmission {
                            cudaStream_t stream);
   /// moe-ffn (moe.cpp): generate, lower and upload once per spec, bind the caller's buffers by name.
   void submitMoeFfn(int r, const MoeFfnSpec& spec, const MoeFfnBuffers& io, cudaStream_t stream);
+  /// Communicator::moeFfnPlan (moe.cpp).
+  MoeFfnPlan moeFfnPlan(int r, const MoeFfnSpec& spec);
   /// The "auto" choice (algorithm_choice.cpp).
   Algorithm chooseAlgorithm(CollOp op, uint64_t count, DType dtype);
   /// The chunks and channels an op gets when the caller leaves them 0 (algorithm_choice.cpp).
@@ -178,6 +183,8 @@ class EngineSubmission {
   /// Error(Internal) if the schedule lacks one of the names (schedule_cache.cpp).
   void submitNamedLocked(int r, const ScheduleKey& key, CachedSchedule& cs,
                          const std::vector<std::pair<const char*, const void*>>& named, cudaStream_t stream);
+  /// The cached moe-ffn schedule of `spec` (moe.cpp), generated on first use.
+  CachedSchedule& moeScheduleLocked(const MoeFfnSpec& spec, ScheduleKey* key);
   /// The cached schedule of a ring-attention spec as planned (ring_attention.cpp), generated on first use.
   CachedSchedule& ringScheduleLocked(const RingAttentionSpec& planned, ScheduleKey* key);
   /// fusedPlan with the mutex held (fused.cpp).
