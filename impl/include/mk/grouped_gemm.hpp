@@ -86,7 +86,9 @@ int64_t groupedGemmRows(const GroupedGemmProblem& problem);
 
 /// A validated grouped GEMM for the current CUDA device: the tensor maps (A, and one per B_g in a device array the
 /// plan owns) encoded once, run many times with whatever counts rowCounts holds at each run. The caller owns A, the
-/// B_g, C and rowCounts, which must outlive every run; destroy the plan only after its runs have finished.
+/// B_g, C and rowCounts, which must outlive every run; destroy the plan only after its runs have finished. Neither
+/// creating nor destroying a plan waits for the whole device (its map array lives in the stream-ordered pool, on
+/// the plan's own stream), so plans come and go beside a communicator's resident kernel.
 class GroupedGemmPlan {
  public:
   /// Throws Error(InvalidArgument) with groupedGemmProblem's reason (prefixed "groupedGemm: ") before any device

@@ -164,9 +164,16 @@ struct GroupedGemmPlan::Impl {
   uint32_t ctas = 0;
   int device = 0;
   GemmEpilogue epilogue = GemmEpilogue::Direct;
-  device::GemmTensorMap* mapsB = nullptr;  ///< device array of the B_g maps (owned)
-  ~Impl() {
-    if (mapsB != nullptr) cudaFree(mapsB);  // no throw from a destructor
+  device::GemmTensorMap* mapsB = nullptr;  ///< device array of the B_g maps (owned, from the stream-ordered pool)
+  /// The plan's own stream: the maps are allocated, written and freed on it, so neither the plan nor its end waits
+  /// for the whole device (cudaMalloc / cudaFree do, and beside a resident kernel that wait never ends).
+  cudaStream_t stream = nullptr;
+  ~Impl() {  // no throw from a destructor
+    if (mapsB != nullptr) cudaFreeAsync(mapsB, stream);
+    if (stream != nullptr) {
+      cudaStreamSynchronize(stream);
+      cudaStreamDestroy(stream);
+    }
   }
 };
 
@@ -190,9 +197,11 @@ GroupedGemmPlan::GroupedGemmPlan(const GroupedGemmProblem& pr, const GroupedGemm
   impl->params = runtime::groupedGemmDeviceParams(pr, cfg, &maps);
   device::GroupedGemmParams& p = impl->params;
   const size_t mapBytes = maps.size() * sizeof(device::GemmTensorMap);
-  MK_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&impl->mapsB), mapBytes));
-  // Synchronous: the maps are in place before any run (on any stream) reads them.
-  MK_CUDA_CHECK(cudaMemcpy(impl->mapsB, maps.data(), mapBytes, cudaMemcpyHostToDevice));
+  MK_CUDA_CHECK(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking));
+  MK_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&impl->mapsB), mapBytes, impl->stream));
+  // Waited for here: the maps are in place before any run (on any stream) reads them.
+  MK_CUDA_CHECK(cudaMemcpyAsync(impl->mapsB, maps.data(), mapBytes, cudaMemcpyHostToDevice, impl->stream));
+  MK_CUDA_CHECK(cudaStreamSynchronize(impl->stream));
   p.mapsB = impl->mapsB;
   if (cfg.timeoutReport != nullptr)
     MK_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&p.gemm.timeoutReport), cfg.timeoutReport, 0));
