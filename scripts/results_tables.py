@@ -11,6 +11,9 @@ scripts/regen-docs from the page's generated blocks.
   scripts/results_tables.py ring-attention FILE.json ...
                                                   ring attention on the resident kernel against the layered
                                                   program (transfer, then attention kernel and merge) of the same run
+  scripts/results_tables.py moe-ffn FILE.json ...
+                                                  the MoE expert FFN on the resident kernel against the layered
+                                                  program (dispatch op, grouped GEMMs, combine op) of the same run
   scripts/results_tables.py attention OURS.json SDPA.json ...
                                                   our attention forward against PyTorch SDPA (cuDNN, flash) of the
                                                   same device call, per shape: pairs of files
@@ -173,6 +176,21 @@ def ring_attention(paths):
                            "check |", "|---|---:|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"], rows)
 
 
+def moe_ffn(paths):
+    """mk-bench moe-ffn files: Communicator::moeFfn against the layered program of the same run, per shape."""
+    def rows(name, d):
+        for r in medians(d, "moe-ffn"):
+            check = {True: "ok", False: "FAIL"}.get(r.get("check"), "–")
+            yield (f"| `{name}` | {r['ranks']} | {r['experts']} / {r['topk']} | {r['tokens']} | {r['hidden']} / {r['ffn']} | "
+                   f"{r['routing']} | {r['compute_weight']} | {r['compute_ctas']} / {r['other_ctas']} | "
+                   f"{r['time_us']:.1f} | {r['layered_us']:.1f} | {r['dispatch_us']:.1f} | {r['gemm_us']:.1f} | "
+                   f"{r['combine_us']:.1f} | {r['speedup']:.2f} | {r['tflops_per_rank']:.0f} | {check} |")
+    per_file_table(paths, ["| file | ranks | experts per rank / topk | tokens per rank | H / F | routing | weight | lanes | "
+                           "fused µs | layered µs | dispatch alone µs | GEMMs alone µs | combine alone µs | speedup | "
+                           "TFLOP/s per rank | check |",
+                           "|---|---:|---|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"], rows)
+
+
 def grouped_gemm(paths):
     """Pairs (mk-bench grouped-gemm file, grouped_gemm_bench.py file of the same call), per shape. Ours computes
     "up" with SwiGLU fused: like for like that is torch's grouped GEMM followed by its SwiGLU; "down" has no
@@ -221,11 +239,13 @@ def gemm_model(paths):
 
 def main():
     ap = Parser(prog="results_tables.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("table", choices=["gemm", "fused", "gemm-model", "attention", "grouped-gemm", "ring-attention"])
+    ap.add_argument("table", choices=["gemm", "fused", "gemm-model", "attention", "grouped-gemm", "ring-attention",
+                                      "moe-ffn"])
     ap.add_argument("files", nargs="+", help="measurement files (mkernel.measurement.v1); gemm-model: plan.json")
     args = ap.parse_args()
     {"gemm": gemm, "fused": fused, "gemm-model": gemm_model, "attention": attention,
-     "grouped-gemm": grouped_gemm, "ring-attention": ring_attention}[args.table](args.files)
+     "grouped-gemm": grouped_gemm, "ring-attention": ring_attention,
+     "moe-ffn": moe_ffn}[args.table](args.files)
 
 
 if __name__ == "__main__":
